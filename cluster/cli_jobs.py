@@ -1,0 +1,261 @@
+"""``pulse jobs ...`` and ``pulse runs``: manage jobs and read their run history."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import click
+import yaml
+
+from cluster.cli import cli, emit_json, fail, with_store
+from cluster.errors import InvalidInput
+from cluster.jobs import JobStore
+from cluster.jobspec import DEFAULT_TENANT, JobSpec
+from cluster.models import Job, iso
+
+SHOW_SLOTS = 5
+
+
+@cli.group()
+def jobs() -> None:
+    """Create, list and control jobs."""
+
+
+tenant_option = click.option(
+    "--tenant", default=DEFAULT_TENANT, show_default=True, help="Tenant the job belongs to."
+)
+
+
+@jobs.command("add")
+@click.argument("name")
+@click.option("--schedule", required=True, help="Cron (5 or 6 fields), @hourly..., @every 30s.")
+@click.option("--handler", required=True, help="package.module:function or shell:<command>.")
+@click.option("--tz", default="UTC", show_default=True, help="IANA time zone of the schedule.")
+@click.option("--payload", default=None, help="A JSON object passed to the handler.")
+@tenant_option
+@click.option("--catch-up", default="once", show_default=True, help="skip | once | backfill")
+@click.option("--grace", default="60s", show_default=True, help="Lateness tolerated by skip.")
+@click.option("--max-backfill", default="100", show_default=True, help="Cap for backfill.")
+@click.option("--timeout", default="5m", show_default=True, help="Per-run time limit.")
+@click.option("--retries", default="0", show_default=True, help="Retries of a failed slot.")
+@click.option("--retry-backoff", default="10s", show_default=True, help="First retry delay.")
+@click.option("--dst-repeated", default="once", show_default=True, help="once | twice")
+@click.option("--dst-skipped", default="shift", show_default=True, help="shift | skip")
+@click.option("--paused", is_flag=True, help="Create the job paused.")
+@click.option("--json", "as_json", is_flag=True, help="Print the job as JSON.")
+@with_store
+async def add_job(store: JobStore, name: str, as_json: bool, **options: Any) -> None:
+    """Create a job."""
+    spec = JobSpec.build(name, options.pop("schedule"), options.pop("handler"), **options)
+    job = await store.add(spec)
+    if as_json:
+        emit_json(job.to_json())
+    else:
+        click.echo(f"created {job.name} (tenant {job.tenant}); next run {iso(job.next_run_at)}")
+
+
+def load_specs(path: str) -> list[JobSpec]:
+    """Every entry of a YAML or JSON job file, or one error listing every bad entry."""
+    try:
+        text = Path(path).read_text("utf-8")
+    except OSError as exc:
+        raise InvalidInput("file", f"cannot read {path}: {exc.strerror}") from exc
+    try:
+        data = json.loads(text) if path.endswith(".json") else yaml.safe_load(text)
+    except (json.JSONDecodeError, yaml.YAMLError) as exc:
+        first = str(exc).splitlines()[0]
+        raise InvalidInput("file", f"{path} is not valid YAML/JSON ({first})") from exc
+    if isinstance(data, dict) and isinstance(data.get("jobs"), list):
+        data = data["jobs"]
+    if data is None:
+        data = []
+    if not isinstance(data, list):
+        raise InvalidInput("file", "must hold a list of jobs (or a mapping with a 'jobs' list)")
+    specs, problems = [], []
+    for position, entry in enumerate(data, 1):
+        try:
+            specs.append(JobSpec.from_mapping(entry))
+        except InvalidInput as exc:
+            label = entry.get("name") if isinstance(entry, dict) else None
+            where = f"entry {position}" + (f" ({label})" if isinstance(label, str) else "")
+            problems.append(f"{where}: {exc}")
+    if problems:
+        raise InvalidInput("file", "; ".join(problems))
+    return specs
+
+
+@jobs.command("apply")
+@click.argument("file", type=click.Path(dir_okay=False))
+@click.option("--prune", is_flag=True, help="Remove jobs that are not in FILE.")
+@click.option("--json", "as_json", is_flag=True)
+@with_store
+async def apply_jobs(store: JobStore, file: str, prune: bool, as_json: bool) -> None:
+    """Create or update the jobs of a YAML or JSON file (idempotent)."""
+    result = await store.apply(load_specs(file), prune=prune)
+    if as_json:
+        emit_json(
+            {
+                "created": result.created,
+                "updated": result.updated,
+                "unchanged": result.unchanged,
+                "removed": result.removed,
+            }
+        )
+        return
+    if not result.changed:
+        click.echo(f"no changes ({len(result.unchanged)} jobs unchanged)")
+        return
+    for verb, names in (
+        ("created", result.created),
+        ("updated", result.updated),
+        ("removed", result.removed),
+    ):
+        for label in names:
+            click.echo(f"{verb} {label}")
+    click.echo(
+        f"{len(result.created)} created, {len(result.updated)} updated, "
+        f"{len(result.removed)} removed, {len(result.unchanged)} unchanged"
+    )
+
+
+def _table(rows: list[list[str]]) -> None:
+    if not rows:
+        return
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    for row in rows:
+        click.echo("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip())
+
+
+def _when(job: Job) -> str:
+    return job.next_run_at.strftime("%Y-%m-%d %H:%M:%S%z") if job.status != "paused" else "-"
+
+
+@jobs.command("list")
+@click.option("--tenant", default=None, help="Only this tenant.")
+@click.option("--json", "as_json", is_flag=True)
+@with_store
+async def list_jobs(store: JobStore, tenant: str | None, as_json: bool) -> None:
+    """List jobs."""
+    found = await store.jobs(tenant)
+    if as_json:
+        emit_json([job.to_json() for job in found])
+        return
+    header = ["TENANT", "NAME", "SCHEDULE", "TZ", "STATUS", "NEXT RUN", "HANDLER"]
+    body = [[j.tenant, j.name, j.schedule, j.tz, j.status, _when(j), j.handler] for j in found]
+    _table([header, *body])
+    if not found:
+        click.echo("no jobs")
+
+
+@jobs.command("show")
+@click.argument("name")
+@tenant_option
+@click.option("--json", "as_json", is_flag=True)
+@with_store
+async def show_job(store: JobStore, name: str, tenant: str, as_json: bool) -> None:
+    """Show one job, its next slots and its latest runs."""
+    job = await store.get(name, tenant)
+    schedule = JobStore._spec_of(job).parsed_schedule()
+    upcoming = schedule.next_n(max(job.next_run_at, await store.db_now()), SHOW_SLOTS)
+    if job.status == "idle" and job.next_run_at not in upcoming:
+        upcoming = [job.next_run_at, *upcoming[: SHOW_SLOTS - 1]]
+    recent = await store.runs(job=job.name, tenant=job.tenant, limit=5)
+    if as_json:
+        data = job.to_json()
+        data["next_slots"] = [iso(s) for s in upcoming]
+        data["recent_runs"] = [r.to_json() for r in recent]
+        emit_json(data)
+        return
+    for key, value in job.to_json().items():
+        shown = json.dumps(value, ensure_ascii=False) if isinstance(value, dict) else value
+        click.echo(f"{key + ':':<18}{'-' if shown is None else shown}")
+    click.echo("next slots:")
+    for slot in upcoming:
+        click.echo(f"  {iso(slot)}")
+    click.echo("recent runs:" if recent else "recent runs: none")
+    for run in recent:
+        node = run.node_id or "-"
+        click.echo(f"  {iso(run.scheduled_for)}  {run.status:<9} attempt {run.attempt}  {node}")
+
+
+def _control(verb: str) -> click.Command:
+    @click.argument("name")
+    @tenant_option
+    @with_store
+    async def command(store: JobStore, name: str, tenant: str) -> None:
+        if verb == "pause":
+            job = await store.pause(name, tenant)
+        elif verb == "resume":
+            job = await store.resume(name, tenant)
+        elif verb == "trigger":
+            job = await store.trigger(name, tenant)
+        else:
+            await store.remove(name, tenant)
+            click.echo(f"removed {name} (tenant {tenant})")
+            return
+        done = {"pause": "paused", "resume": "resumed", "trigger": "triggered"}[verb]
+        click.echo(
+            f"{done} {job.name} (tenant {job.tenant}): {job.status}, "
+            f"next run {iso(job.next_run_at)}"
+        )
+
+    docs = {
+        "pause": "Stop scheduling a job (a running slot finishes).",
+        "resume": "Resume a paused job at its next future slot.",
+        "trigger": "Run a job now, keeping its regular schedule.",
+        "remove": "Delete a job and its run history.",
+    }
+    command.__doc__ = docs[verb]
+    return jobs.command(verb)(command)
+
+
+for _verb in ("pause", "resume", "trigger", "remove"):
+    _control(_verb)
+
+
+@cli.command("runs")
+@click.option("--job", default=None, help="Only this job.")
+@click.option("--tenant", default=None, help="Only this tenant.")
+@click.option(
+    "--status",
+    type=click.Choice(["running", "succeeded", "failed", "timed_out", "skipped", "lost"]),
+    default=None,
+)
+@click.option("--limit", type=click.IntRange(1, 100_000), default=50, show_default=True)
+@click.option("--json", "as_json", is_flag=True)
+@with_store
+async def runs(
+    store: JobStore,
+    job: str | None,
+    tenant: str | None,
+    status: str | None,
+    limit: int,
+    as_json: bool,
+) -> None:
+    """Show recent runs, newest slot first."""
+    found = await store.runs(job, tenant, status, limit)
+    if as_json:
+        emit_json([run.to_json() for run in found])
+        return
+    header = ["SCHEDULED FOR", "TENANT", "JOB", "STATUS", "ATTEMPT", "NODE", "DURATION", "ERROR"]
+    body = [
+        [
+            r.scheduled_for.strftime("%Y-%m-%d %H:%M:%S.%f")[:-3],
+            r.tenant,
+            r.job_name,
+            r.status,
+            str(r.attempt),
+            r.node_id or "-",
+            f"{r.duration_s:.3f}s" if r.duration_s is not None else "-",
+            (r.last_error or "").splitlines()[0][:60] if r.last_error else "",
+        ]
+        for r in found
+    ]
+    _table([header, *body])
+    if not found:
+        click.echo("no runs")
+
+
+__all__ = ["fail", "jobs", "load_specs", "runs"]

@@ -1,0 +1,76 @@
+"""Opening Postgres connections the way every part of Pulse needs them.
+
+Each connection carries ``application_name`` (the node id, so ``pg_locks`` and
+``pg_stat_activity`` show who holds what), the cluster's schema on its ``search_path``, a
+connect timeout and a statement timeout. Driver errors become ``StoreError`` here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+import psycopg
+from psycopg.rows import dict_row
+
+from cluster.errors import StoreError
+from cluster.settings import ClusterSettings, mask_url
+
+CONNECT_TIMEOUT_S = 5
+
+Row = dict[str, Any]
+Conn = psycopg.AsyncConnection[Row]
+
+
+async def connect(
+    settings: ClusterSettings,
+    application_name: str,
+    *,
+    statement_timeout_s: float = 30.0,
+    idle_session_timeout_s: float | None = None,
+    autocommit: bool = True,
+) -> Conn:
+    """A new dedicated connection (never pooled) with Pulse's session settings."""
+    options = f"-c search_path={settings.schema},public"
+    options += f" -c statement_timeout={int(statement_timeout_s * 1000)}"
+    if idle_session_timeout_s is not None:
+        options += f" -c idle_session_timeout={int(idle_session_timeout_s * 1000)}"
+    try:
+        return await psycopg.AsyncConnection.connect(
+            settings.database_url,
+            autocommit=autocommit,
+            row_factory=dict_row,
+            application_name=application_name[:63],
+            connect_timeout=CONNECT_TIMEOUT_S,
+            options=options,
+            # Pulse's statements run on long-lived sessions against changing
+            # partitions of data; server-side prepared statements gain little
+            # and break behind statement-mode poolers.
+            prepare_threshold=None,
+        )
+    except psycopg.Error as exc:
+        raise StoreError(
+            f"cannot connect to Postgres at {mask_url(settings.database_url)}: {_first_line(exc)}"
+        ) from exc
+
+
+@asynccontextmanager
+async def connection(
+    settings: ClusterSettings, application_name: str = "pulse-admin"
+) -> AsyncIterator[Conn]:
+    conn = await connect(settings, application_name)
+    try:
+        yield conn
+    finally:
+        await conn.close()
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip() or type(exc).__name__
+    return text.splitlines()[0]
+
+
+def describe(exc: BaseException) -> str:
+    """One line describing a driver error, for logs and CLI messages."""
+    return _first_line(exc)

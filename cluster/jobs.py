@@ -1,0 +1,265 @@
+"""The job store: Pulse's Python API for creating and managing jobs at run time.
+
+``JobStore`` wraps one admin connection. Every write validates first (``JobSpec``), runs in
+one transaction, and wakes the claim loops of the job's shard with ``NOTIFY``. The CLI is a
+thin layer over this class.
+
+    async with JobStore.open(ClusterSettings.from_env()) as store:
+        await store.add(JobSpec.build("rollup", "0 * * * *", "billing.jobs:rollup"))
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+import psycopg
+from psycopg.types.json import Jsonb
+
+from cluster.db import Conn, connect, describe
+from cluster.errors import InvalidInput, NotFound, StoreError
+from cluster.jobspec import DEFAULT_TENANT, JobSpec
+from cluster.migrate import InitResult, migrate, stored_shard_count
+from cluster.models import Job, Run
+from cluster.queries import query
+from cluster.settings import ClusterSettings
+from ring import shard_for
+
+
+@dataclass
+class ApplyResult:
+    created: list[str] = field(default_factory=list)
+    updated: list[str] = field(default_factory=list)
+    unchanged: list[str] = field(default_factory=list)
+    removed: list[str] = field(default_factory=list)
+
+    @property
+    def changed(self) -> bool:
+        return bool(self.created or self.updated or self.removed)
+
+
+def _label(tenant: str, name: str) -> str:
+    return name if tenant == DEFAULT_TENANT else f"{tenant}/{name}"
+
+
+class JobStore:
+    def __init__(self, conn: Conn, settings: ClusterSettings) -> None:
+        self._conn = conn
+        self._settings = settings
+        self._shards: int | None = None
+
+    @classmethod
+    @asynccontextmanager
+    async def open(
+        cls, settings: ClusterSettings, application_name: str = "pulse-admin"
+    ) -> AsyncIterator[JobStore]:
+        conn = await connect(settings, application_name)
+        try:
+            yield cls(conn, settings)
+        finally:
+            await conn.close()
+
+    async def init(self, shards: int | None = None) -> InitResult:
+        """Create or upgrade the schema; fix the shard count on first run."""
+        result = await migrate(self._conn, self._settings.schema, shards)
+        self._shards = result.shards
+        return result
+
+    async def shard_count(self) -> int:
+        if self._shards is None:
+            self._shards = await stored_shard_count(self._conn)
+        return self._shards
+
+    async def db_now(self, now: datetime | None = None) -> datetime:
+        row = await self._one("db_now", {"now": now})
+        assert row is not None
+        value: datetime = row["now"]
+        return value
+
+    # -- writes -----------------------------------------------------------------------
+
+    async def add(self, spec: JobSpec, *, now: datetime | None = None) -> Job:
+        """Create a job; ``InvalidInput`` if (tenant, name) exists."""
+        shards = await self.shard_count()
+        try:
+            async with self._conn.transaction():
+                params = self._params(spec, shards, await self.db_now(now))
+                row = await self._one("insert_job", params)
+                if row is None:
+                    raise InvalidInput(
+                        "name",
+                        f"a job named {spec.name!r} already exists in tenant {spec.tenant!r}",
+                    )
+                await self._notify(row["shard_id"])
+                job = await self._one("get_job", {"tenant_id": spec.tenant, "name": spec.name})
+        except psycopg.Error as exc:
+            raise StoreError(describe(exc)) from exc
+        assert job is not None
+        return Job.from_row(job)
+
+    async def apply(
+        self, specs: Sequence[JobSpec], *, prune: bool = False, now: datetime | None = None
+    ) -> ApplyResult:
+        """Create or update every spec by (tenant, name), all or nothing."""
+        seen: set[tuple[str, str]] = set()
+        for position, spec in enumerate(specs, 1):
+            key = (spec.tenant, spec.name)
+            if key in seen:
+                raise InvalidInput(
+                    f"entry {position}: name",
+                    f"{spec.name!r} appears twice in tenant {spec.tenant!r}",
+                )
+            seen.add(key)
+        shards = await self.shard_count()
+        result = ApplyResult()
+        try:
+            async with self._conn.transaction():
+                db_now = await self.db_now(now)
+                for spec in specs:
+                    row = await self._one("upsert_job", self._params(spec, shards, db_now))
+                    label = _label(spec.tenant, spec.name)
+                    if row is None:
+                        result.unchanged.append(label)
+                        continue
+                    (result.created if row["inserted"] else result.updated).append(label)
+                    await self._notify(row["shard_id"])
+                if prune:
+                    cur = await self._conn.execute(
+                        query("remove_jobs_except"),
+                        {
+                            "tenant_ids": [s.tenant for s in specs],
+                            "names": [s.name for s in specs],
+                        },
+                    )
+                    rows = await cur.fetchall()
+                    result.removed = [_label(r["tenant_id"], r["name"]) for r in rows]
+        except psycopg.Error as exc:
+            raise StoreError(describe(exc)) from exc
+        return result
+
+    async def pause(self, name: str, tenant: str = DEFAULT_TENANT) -> Job:
+        await self._write("pause_job", name, tenant, {})
+        return await self.get(name, tenant)
+
+    async def resume(
+        self, name: str, tenant: str = DEFAULT_TENANT, *, now: datetime | None = None
+    ) -> Job:
+        """Unpause; the job continues at its next future slot."""
+        try:
+            async with self._conn.transaction():
+                row = await self._one("lock_job", {"tenant_id": tenant, "name": name})
+                if row is None:
+                    raise NotFound(f"no job named {name!r} in tenant {tenant!r}")
+                job = Job.from_row(row)
+                spec = self._spec_of(job)
+                next_run_at = spec.parsed_schedule().next_after(await self.db_now(now))
+                await self._write("resume_job", name, tenant, {"next_run_at": next_run_at})
+        except psycopg.Error as exc:
+            raise StoreError(describe(exc)) from exc
+        return await self.get(name, tenant)
+
+    async def trigger(
+        self, name: str, tenant: str = DEFAULT_TENANT, *, now: datetime | None = None
+    ) -> Job:
+        """Make the job due now without changing its regular schedule."""
+        row = await self._one("trigger_job", {"tenant_id": tenant, "name": name, "now": now})
+        if row is None:
+            job = await self.get(name, tenant)  # raises NotFound
+            raise InvalidInput("name", f"{job.name!r} is running now; trigger it when it ends")
+        await self._notify(row["shard_id"])
+        return await self.get(name, tenant)
+
+    async def remove(self, name: str, tenant: str = DEFAULT_TENANT) -> None:
+        await self._write("remove_job", name, tenant, {})
+
+    # -- reads ------------------------------------------------------------------------
+
+    async def get(self, name: str, tenant: str = DEFAULT_TENANT) -> Job:
+        row = await self._one("get_job", {"tenant_id": tenant, "name": name})
+        if row is None:
+            raise NotFound(f"no job named {name!r} in tenant {tenant!r}")
+        return Job.from_row(row)
+
+    async def jobs(self, tenant: str | None = None) -> list[Job]:
+        rows = await self._all("list_jobs", {"tenant_id": tenant})
+        return [Job.from_row(r) for r in rows]
+
+    async def runs(
+        self,
+        job: str | None = None,
+        tenant: str | None = None,
+        status: str | None = None,
+        limit: int = 50,
+    ) -> list[Run]:
+        params = {"job_name": job, "tenant_id": tenant, "status": status, "limit": limit}
+        return [Run.from_row(r) for r in await self._all("list_runs", params)]
+
+    # -- helpers ----------------------------------------------------------------------
+
+    @staticmethod
+    def _spec_of(job: Job) -> JobSpec:
+        return JobSpec(
+            name=job.name,
+            schedule=job.schedule,
+            handler=job.handler,
+            tenant=job.tenant,
+            tz=job.tz,
+            dst_repeated=job.dst_repeated,
+            dst_skipped=job.dst_skipped,
+        )
+
+    def _params(self, spec: JobSpec, shards: int, db_now: datetime) -> dict[str, Any]:
+        job_id = uuid.uuid4()
+        return {
+            "id": job_id,
+            "tenant_id": spec.tenant,
+            "name": spec.name,
+            "schedule": spec.schedule,
+            "tz": spec.tz,
+            "dst_repeated": spec.dst_repeated,
+            "dst_skipped": spec.dst_skipped,
+            "handler": spec.handler,
+            "payload": Jsonb(spec.payload),
+            "paused": spec.paused,
+            "shard_id": shard_for(job_id, shards),
+            "next_run_at": spec.parsed_schedule().next_after(db_now),
+            "catch_up": spec.catch_up,
+            "grace_s": spec.grace_s,
+            "max_backfill": spec.max_backfill,
+            "timeout_s": spec.timeout_s,
+            "max_retries": spec.retries,
+            "retry_backoff_s": spec.retry_backoff_s,
+        }
+
+    async def _notify(self, shard: int) -> None:
+        await self._conn.execute(
+            query("notify"), {"channel": self._settings.wake_channel, "payload": str(shard)}
+        )
+
+    async def _write(self, name: str, job: str, tenant: str, extra: dict[str, Any]) -> None:
+        row = await self._one(name, {"tenant_id": tenant, "name": job, **extra})
+        if row is None:
+            raise NotFound(f"no job named {job!r} in tenant {tenant!r}")
+        await self._notify(row["shard_id"])
+
+    async def _one(self, name: str, params: dict[str, Any]) -> dict[str, Any] | None:
+        try:
+            cur = await self._conn.execute(query(name), params)
+            return await cur.fetchone()
+        except psycopg.errors.UndefinedTable as exc:
+            raise StoreError("the schema is not initialised; run `pulse init` first") from exc
+        except psycopg.Error as exc:
+            raise StoreError(describe(exc)) from exc
+
+    async def _all(self, name: str, params: dict[str, Any]) -> list[dict[str, Any]]:
+        try:
+            cur = await self._conn.execute(query(name), params)
+            return await cur.fetchall()
+        except psycopg.errors.UndefinedTable as exc:
+            raise StoreError("the schema is not initialised; run `pulse init` first") from exc
+        except psycopg.Error as exc:
+            raise StoreError(describe(exc)) from exc

@@ -1,0 +1,206 @@
+"""A job's definition as users write it, validated before anything touches the database.
+
+The same rules serve ``pulse jobs add``, ``pulse jobs apply FILE`` and the Python API, so
+bad input is rejected the same way everywhere: one ``InvalidInput`` naming the field.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any
+
+from cluster.catchup import CatchUp, parse_catch_up
+from cluster.durations import parse_duration
+from cluster.errors import InvalidInput
+from cluster.schedule import Schedule, parse_schedule
+
+MAX_PAYLOAD_BYTES = 1024 * 1024
+MAX_NAME_LENGTH = 200
+DEFAULT_TENANT = "default"
+DEFAULT_TIMEOUT_S = 300.0
+DEFAULT_RETRY_BACKOFF_S = 10.0
+DEFAULT_GRACE_S = 60.0
+DEFAULT_MAX_BACKFILL = 100
+
+_PY_REF = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*:[A-Za-z_][A-Za-z0-9_]*$")
+
+
+def validate_handler(ref: str) -> str:
+    """``package.module:function`` or ``shell:<command>``."""
+    ref = ref.strip()
+    if ref.startswith("shell:"):
+        if not ref[len("shell:") :].strip():
+            raise InvalidInput("handler", "shell: needs a command")
+        return ref
+    if not _PY_REF.match(ref):
+        raise InvalidInput(
+            "handler", f"{ref!r} is not 'package.module:function' or 'shell:<command>'"
+        )
+    return ref
+
+
+def validate_name(value: str, field_name: str = "name") -> str:
+    if not isinstance(value, str) or not value.strip():
+        raise InvalidInput(field_name, "must not be empty")
+    if len(value) > MAX_NAME_LENGTH:
+        raise InvalidInput(field_name, f"longer than {MAX_NAME_LENGTH} characters")
+    if any(ord(ch) < 32 for ch in value):
+        raise InvalidInput(field_name, "must not contain control characters")
+    return value
+
+
+def parse_payload(value: str | Mapping[str, Any] | None) -> dict[str, Any]:
+    """A JSON object (given as text or as a mapping), at most 1 MiB encoded."""
+    if value is None:
+        return {}
+    if isinstance(value, str):
+        try:
+            loaded = json.loads(value)
+        except json.JSONDecodeError as exc:
+            raise InvalidInput("payload", f"not valid JSON ({exc.msg})") from exc
+    else:
+        loaded = value
+    if not isinstance(loaded, dict):
+        raise InvalidInput("payload", "must be a JSON object")
+    try:
+        encoded = json.dumps(loaded, ensure_ascii=False, allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        raise InvalidInput("payload", f"not JSON-serialisable ({exc})") from exc
+    if len(encoded.encode()) > MAX_PAYLOAD_BYTES:
+        raise InvalidInput("payload", "larger than 1 MiB")
+    return dict(loaded)
+
+
+def _duration(value: object, field_name: str) -> float:
+    if isinstance(value, bool):
+        raise InvalidInput(field_name, "must be a duration such as 30s or 5m")
+    if isinstance(value, int | float):
+        if value < 0:
+            raise InvalidInput(field_name, "must not be negative")
+        return float(value)
+    if not isinstance(value, str):
+        raise InvalidInput(field_name, "must be a duration such as 30s or 5m")
+    return parse_duration(value, field_name)
+
+
+def _count(value: object, field_name: str, minimum: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int | str):
+        raise InvalidInput(field_name, "must be a whole number")
+    try:
+        number = int(value)
+    except ValueError as exc:
+        raise InvalidInput(field_name, "must be a whole number") from exc
+    if number < minimum:
+        raise InvalidInput(field_name, f"must be at least {minimum}")
+    return number
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    """One validated job definition; build it with ``JobSpec.build`` or ``from_mapping``."""
+
+    name: str
+    schedule: str
+    handler: str
+    tenant: str = DEFAULT_TENANT
+    tz: str = "UTC"
+    payload: dict[str, Any] = field(default_factory=dict)
+    catch_up: str = "once"
+    grace_s: float = DEFAULT_GRACE_S
+    max_backfill: int = DEFAULT_MAX_BACKFILL
+    timeout_s: float = DEFAULT_TIMEOUT_S
+    retries: int = 0
+    retry_backoff_s: float = DEFAULT_RETRY_BACKOFF_S
+    paused: bool = False
+    dst_repeated: str = "once"
+    dst_skipped: str = "shift"
+
+    @classmethod
+    def build(
+        cls,
+        name: str,
+        schedule: str,
+        handler: str,
+        *,
+        tenant: str = DEFAULT_TENANT,
+        tz: str = "UTC",
+        payload: str | Mapping[str, Any] | None = None,
+        catch_up: str = "once",
+        grace: str | float = DEFAULT_GRACE_S,
+        max_backfill: int | str = DEFAULT_MAX_BACKFILL,
+        timeout: str | float = DEFAULT_TIMEOUT_S,
+        retries: int | str = 0,
+        retry_backoff: str | float = DEFAULT_RETRY_BACKOFF_S,
+        paused: bool = False,
+        dst_repeated: str = "once",
+        dst_skipped: str = "shift",
+    ) -> JobSpec:
+        """Validate every field; raise ``InvalidInput`` naming the first bad one."""
+        name = validate_name(name)
+        tenant = validate_name(tenant, "tenant")
+        if not isinstance(schedule, str):
+            raise InvalidInput("schedule", "must be a string")
+        if not isinstance(tz, str):
+            raise InvalidInput("tz", "must be a string")
+        parsed = parse_schedule(schedule, tz, dst_repeated, dst_skipped)  # type: ignore[arg-type]
+        if not isinstance(handler, str):
+            raise InvalidInput("handler", "must be a string")
+        timeout_s = _duration(timeout, "timeout")
+        if timeout_s <= 0:
+            raise InvalidInput("timeout", "must be positive")
+        if not isinstance(paused, bool):
+            raise InvalidInput("paused", "must be true or false")
+        return cls(
+            name=name,
+            schedule=parsed.expr,
+            handler=validate_handler(handler),
+            tenant=tenant,
+            tz=parsed.tz,
+            payload=parse_payload(payload),
+            catch_up=parse_catch_up(catch_up),
+            grace_s=_duration(grace, "grace"),
+            max_backfill=_count(max_backfill, "max_backfill", 1),
+            timeout_s=timeout_s,
+            retries=_count(retries, "retries", 0),
+            retry_backoff_s=_duration(retry_backoff, "retry_backoff"),
+            paused=paused,
+            dst_repeated=parsed.dst_repeated,
+            dst_skipped=parsed.dst_skipped,
+        )
+
+    @classmethod
+    def from_mapping(cls, entry: Mapping[str, Any]) -> JobSpec:
+        """From a job-file entry whose keys are the long options with underscores."""
+        if not isinstance(entry, Mapping):
+            raise InvalidInput("entry", "must be a mapping of option names to values")
+        known = {
+            "name", "schedule", "handler", "tenant", "tz", "payload", "catch_up", "grace",
+            "max_backfill", "timeout", "retries", "retry_backoff", "paused", "dst_repeated",
+            "dst_skipped",
+        }  # fmt: skip
+        unknown = sorted(set(entry) - known)
+        if unknown:
+            raise InvalidInput(unknown[0], "unknown key")
+        for required in ("name", "schedule", "handler"):
+            if required not in entry:
+                raise InvalidInput(required, "missing")
+        kwargs = {k: v for k, v in entry.items() if k not in ("name", "schedule", "handler")}
+        payload = kwargs.get("payload")
+        if payload is not None and not isinstance(payload, Mapping | str):
+            raise InvalidInput("payload", "must be a JSON object")
+        return cls.build(entry["name"], entry["schedule"], entry["handler"], **kwargs)
+
+    def parsed_schedule(self) -> Schedule:
+        return parse_schedule(self.schedule, self.tz, self.dst_repeated, self.dst_skipped)  # type: ignore[arg-type]
+
+    def catch_up_policy(self) -> CatchUp:
+        return CatchUp(self.catch_up, self.grace_s, self.max_backfill)  # type: ignore[arg-type]
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+SPEC_FIELDS = tuple(f.name for f in fields(JobSpec))

@@ -1,0 +1,163 @@
+"""The member registry in Redis: heartbeats, the live member list, join/leave signals.
+
+A sorted set maps node id -> time of its last heartbeat by the REDIS clock (``TIME`` inside
+a script), so node clocks never decide liveness. One script call renews a heartbeat,
+evicts expired members, publishes joins and leaves, and returns the live list. Redis only
+expresses the desired assignment; losing it delays rebalancing and nothing else.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import redis.asyncio as aioredis
+from redis.exceptions import RedisError
+
+from cluster.errors import MembershipError
+from cluster.settings import ClusterSettings
+
+logger = logging.getLogger(__name__)
+
+_HEARTBEAT = """
+local members, channel, prefix = KEYS[1], ARGV[1], ARGV[2]
+local id, ttl_ms, info = ARGV[3], tonumber(ARGV[4]), ARGV[5]
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local expired = redis.call('ZRANGEBYSCORE', members, '-inf', now - ttl_ms)
+for _, gone in ipairs(expired) do
+  if gone ~= id then
+    redis.call('ZREM', members, gone)
+    redis.call('DEL', prefix .. gone)
+    redis.call('PUBLISH', channel, 'leave:' .. gone)
+  end
+end
+local added = redis.call('ZADD', members, now, id)
+redis.call('SET', prefix .. id, info, 'PX', ttl_ms)
+if added == 1 then redis.call('PUBLISH', channel, 'join:' .. id) end
+return redis.call('ZRANGEBYSCORE', members, '(' .. (now - ttl_ms), '+inf')
+"""
+
+_SNAPSHOT = """
+local members, prefix, ttl_ms = KEYS[1], ARGV[1], tonumber(ARGV[2])
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local out = {tostring(now)}
+local live = redis.call('ZRANGEBYSCORE', members, '(' .. (now - ttl_ms), '+inf', 'WITHSCORES')
+for i = 1, #live, 2 do
+  out[#out + 1] = live[i]
+  out[#out + 1] = live[i + 1]
+  out[#out + 1] = redis.call('GET', prefix .. live[i]) or ''
+end
+return out
+"""
+
+
+@dataclass(frozen=True)
+class MemberInfo:
+    node_id: str
+    zone: str
+    host: str
+    pid: int
+    started_at: str
+    version: str
+    concurrency: int
+
+
+@dataclass(frozen=True)
+class LiveMember:
+    info: MemberInfo
+    heartbeat_age_s: float
+
+
+class MemberRegistry:
+    def __init__(self, settings: ClusterSettings, *, timeout_s: float = 2.0) -> None:
+        self._prefix = settings.key_prefix
+        self._members_key = self._prefix + "members"
+        self._info_prefix = self._prefix + "node:"
+        self.channel = self._prefix + "membership"
+        self._redis = aioredis.Redis.from_url(
+            settings.redis_url,
+            socket_timeout=timeout_s,
+            socket_connect_timeout=timeout_s,
+            health_check_interval=0,
+            decode_responses=True,
+        )
+        self._heartbeat = self._redis.register_script(_HEARTBEAT)
+        self._snapshot = self._redis.register_script(_SNAPSHOT)
+
+    async def close(self) -> None:
+        await self._redis.aclose()
+
+    async def heartbeat(self, info: MemberInfo, ttl_s: float) -> list[str]:
+        """Renew ``info``'s heartbeat; return the sorted live member ids."""
+        args: list[str | int] = [
+            self.channel,
+            self._info_prefix,
+            info.node_id,
+            int(ttl_s * 1000),
+            json.dumps(asdict(info)),
+        ]
+        try:
+            live = await self._heartbeat(keys=[self._members_key], args=args)
+        except (RedisError, OSError) as exc:
+            raise MembershipError(f"heartbeat failed: {exc}") from exc
+        return sorted(str(m) for m in live)
+
+    async def deregister(self, node_id: str) -> None:
+        try:
+            async with self._redis.pipeline(transaction=True) as pipe:
+                pipe.zrem(self._members_key, node_id)
+                pipe.delete(self._info_prefix + node_id)
+                pipe.publish(self.channel, f"leave:{node_id}")
+                await pipe.execute()
+        except (RedisError, OSError) as exc:
+            raise MembershipError(f"deregister failed: {exc}") from exc
+
+    async def live(self, ttl_s: float) -> list[LiveMember]:
+        """Every live member with its info and heartbeat age (for status views)."""
+        try:
+            raw = await self._snapshot(
+                keys=[self._members_key], args=[self._info_prefix, int(ttl_s * 1000)]
+            )
+        except (RedisError, OSError) as exc:
+            raise MembershipError(f"cannot read members: {exc}") from exc
+        now_ms = int(raw[0])
+        found = []
+        for i in range(1, len(raw), 3):
+            node_id, score, text = raw[i], float(raw[i + 1]), raw[i + 2]
+            data: dict[str, Any] = json.loads(text) if text else {}
+            info = MemberInfo(
+                node_id=node_id,
+                zone=str(data.get("zone", "?")),
+                host=str(data.get("host", "?")),
+                pid=int(data.get("pid", 0)),
+                started_at=str(data.get("started_at", "")),
+                version=str(data.get("version", "?")),
+                concurrency=int(data.get("concurrency", 0)),
+            )
+            found.append(LiveMember(info, max(0.0, (now_ms - score) / 1000)))
+        return sorted(found, key=lambda m: m.info.node_id)
+
+    async def watch(self, on_change: Callable[[str], Awaitable[None]], stop: asyncio.Event) -> None:
+        """Call ``on_change(message)`` for every join/leave until ``stop`` is set.
+
+        Raises MembershipError when the subscription breaks; the caller retries.
+        """
+        pubsub = self._redis.pubsub(ignore_subscribe_messages=True)
+        try:
+            await pubsub.subscribe(self.channel)
+            while not stop.is_set():
+                message = await pubsub.get_message(timeout=1.0)
+                if message is not None:
+                    await on_change(str(message["data"]))
+        except (RedisError, OSError) as exc:
+            raise MembershipError(f"membership subscription broke: {exc}") from exc
+        finally:
+            with contextlib.suppress(RedisError, OSError):
+                await pubsub.aclose()  # type: ignore[no-untyped-call]

@@ -1,0 +1,156 @@
+"""Read models for jobs and runs, and their stable JSON shape (documented in the README)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+from uuid import UUID
+
+
+def iso(value: datetime | None) -> str | None:
+    return value.isoformat() if value is not None else None
+
+
+@dataclass(frozen=True)
+class Job:
+    id: UUID
+    tenant: str
+    name: str
+    schedule: str
+    tz: str
+    handler: str
+    payload: dict[str, Any]
+    status: str
+    paused: bool
+    shard: int
+    next_run_at: datetime
+    slot_at: datetime
+    attempt: int
+    last_run_at: datetime | None
+    locked_by: str | None
+    lease_expires_at: datetime | None
+    lease_token: int
+    catch_up: str
+    grace_s: float
+    max_backfill: int
+    timeout_s: float
+    retries: int
+    retry_backoff_s: float
+    dst_repeated: str
+    dst_skipped: str
+    created_at: datetime
+    updated_at: datetime
+
+    @classmethod
+    def from_row(cls, row: dict[str, Any]) -> Job:
+        return cls(
+            id=row["id"],
+            tenant=row["tenant_id"],
+            name=row["name"],
+            schedule=row["schedule"],
+            tz=row["tz"],
+            handler=row["handler"],
+            payload=row["payload"],
+            status=row["status"],
+            paused=row["paused"],
+            shard=row["shard_id"],
+            next_run_at=row["next_run_at"],
+            slot_at=row["slot_at"],
+            attempt=row["attempt"],
+            last_run_at=row["last_run_at"],
+            locked_by=row["locked_by"],
+            lease_expires_at=row["lease_expires_at"],
+            lease_token=row["lease_token"],
+            catch_up=row["catch_up"],
+            grace_s=row["grace_s"],
+            max_backfill=row["max_backfill"],
+            timeout_s=row["timeout_s"],
+            retries=row["max_retries"],
+            retry_backoff_s=row["retry_backoff_s"],
+            dst_repeated=row["dst_repeated"],
+            dst_skipped=row["dst_skipped"],
+            created_at=row["created_at"],
+            updated_at=row["updated_at"],
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "id": str(self.id),
+            "tenant": self.tenant,
+            "name": self.name,
+            "schedule": self.schedule,
+            "tz": self.tz,
+            "handler": self.handler,
+            "payload": self.payload,
+            "status": self.status,
+            "paused": self.paused,
+            "shard": self.shard,
+            "next_run_at": iso(self.next_run_at),
+            "attempt": self.attempt,
+            "last_run_at": iso(self.last_run_at),
+            "locked_by": self.locked_by,
+            "lease_expires_at": iso(self.lease_expires_at),
+            "catch_up": self.catch_up,
+            "grace_s": self.grace_s,
+            "max_backfill": self.max_backfill,
+            "timeout_s": self.timeout_s,
+            "retries": self.retries,
+            "retry_backoff_s": self.retry_backoff_s,
+            "dst_repeated": self.dst_repeated,
+            "dst_skipped": self.dst_skipped,
+            "created_at": iso(self.created_at),
+            "updated_at": iso(self.updated_at),
+        }
+
+
+@dataclass(frozen=True)
+class Run:
+    id: int
+    job_id: UUID
+    tenant: str
+    job_name: str
+    scheduled_for: datetime
+    attempt: int
+    node_id: str | None
+    zone: str | None
+    status: str
+    started_at: datetime | None
+    finished_at: datetime | None
+    duration_s: float | None
+    last_error: str | None
+
+    @classmethod
+    def from_row(cls, row: dict[str, Any]) -> Run:
+        return cls(
+            id=row["id"],
+            job_id=row["job_id"],
+            tenant=row["tenant_id"],
+            job_name=row["job_name"],
+            scheduled_for=row["scheduled_for"],
+            attempt=row["attempt"],
+            node_id=row["node_id"],
+            zone=row["zone"],
+            status=row["status"],
+            started_at=row["started_at"],
+            finished_at=row["finished_at"],
+            duration_s=row["duration_s"],
+            last_error=row["last_error"],
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "job_id": str(self.job_id),
+            "tenant": self.tenant,
+            "job": self.job_name,
+            "scheduled_for": iso(self.scheduled_for),
+            "attempt": self.attempt,
+            "node_id": self.node_id,
+            "zone": self.zone,
+            "status": self.status,
+            "started_at": iso(self.started_at),
+            "finished_at": iso(self.finished_at),
+            "duration_s": self.duration_s,
+            "error": self.last_error,
+        }

@@ -1,0 +1,32 @@
+"""Loads the named statements of ``queries.sql`` once; the store and lock adapters run them.
+
+Sections start with ``-- name: <name>``; everything up to the next section is the statement.
+Keeping SQL in one file makes every statement easy to review, EXPLAIN and grep.
+"""
+
+from __future__ import annotations
+
+import re
+from functools import cache
+from importlib import resources
+
+_SECTION = re.compile(r"^-- name: ([a-z_]+)\s*$", re.MULTILINE)
+
+
+@cache
+def _all() -> dict[str, bytes]:
+    text = resources.files("cluster").joinpath("queries.sql").read_text("utf-8")
+    parts = _SECTION.split(text)
+    found: dict[str, bytes] = {}
+    for name, body in zip(parts[1::2], parts[2::2], strict=True):
+        found[name] = body.strip().rstrip(";").encode()
+    return found
+
+
+def query(name: str) -> bytes:
+    """The statement called ``name``; KeyError if there is none."""
+    return _all()[name]
+
+
+def names() -> list[str]:
+    return sorted(_all())

@@ -1,0 +1,383 @@
+-- Every runtime statement of Pulse. Sections are loaded by cluster/queries.py.
+-- Time-dependent statements take coalesce(%(now)s, now()) so tests can drive the clock.
+
+-- name: db_now
+SELECT coalesce(%(now)s::timestamptz, now()) AS now;
+
+-- name: insert_job
+INSERT INTO jobs (
+    id, tenant_id, name, schedule, tz, dst_repeated, dst_skipped, handler, payload,
+    status, paused, shard_id, next_run_at, slot_at, catch_up, grace_s, max_backfill,
+    timeout_s, max_retries, retry_backoff_s)
+VALUES (
+    %(id)s, %(tenant_id)s, %(name)s, %(schedule)s, %(tz)s, %(dst_repeated)s, %(dst_skipped)s,
+    %(handler)s, %(payload)s, CASE WHEN %(paused)s THEN 'paused' ELSE 'idle' END, %(paused)s,
+    %(shard_id)s, %(next_run_at)s, %(next_run_at)s, %(catch_up)s, %(grace_s)s,
+    %(max_backfill)s, %(timeout_s)s, %(max_retries)s, %(retry_backoff_s)s)
+ON CONFLICT (tenant_id, name) DO NOTHING
+RETURNING id, shard_id;
+
+-- name: upsert_job
+-- Create, or update the definition of, the job (tenant_id, name). An unchanged definition
+-- touches nothing (no row returned). A running job keeps its slot; an idle one whose
+-- timing changed moves to the new schedule's next slot.
+INSERT INTO jobs AS j (
+    id, tenant_id, name, schedule, tz, dst_repeated, dst_skipped, handler, payload,
+    status, paused, shard_id, next_run_at, slot_at, catch_up, grace_s, max_backfill,
+    timeout_s, max_retries, retry_backoff_s)
+VALUES (
+    %(id)s, %(tenant_id)s, %(name)s, %(schedule)s, %(tz)s, %(dst_repeated)s, %(dst_skipped)s,
+    %(handler)s, %(payload)s, CASE WHEN %(paused)s THEN 'paused' ELSE 'idle' END, %(paused)s,
+    %(shard_id)s, %(next_run_at)s, %(next_run_at)s, %(catch_up)s, %(grace_s)s,
+    %(max_backfill)s, %(timeout_s)s, %(max_retries)s, %(retry_backoff_s)s)
+ON CONFLICT (tenant_id, name) DO UPDATE SET
+    schedule = excluded.schedule,
+    tz = excluded.tz,
+    dst_repeated = excluded.dst_repeated,
+    dst_skipped = excluded.dst_skipped,
+    handler = excluded.handler,
+    payload = excluded.payload,
+    paused = excluded.paused,
+    catch_up = excluded.catch_up,
+    grace_s = excluded.grace_s,
+    max_backfill = excluded.max_backfill,
+    timeout_s = excluded.timeout_s,
+    max_retries = excluded.max_retries,
+    retry_backoff_s = excluded.retry_backoff_s,
+    status = CASE
+        WHEN j.status = 'running' THEN 'running'
+        WHEN excluded.paused THEN 'paused'
+        ELSE 'idle' END,
+    next_run_at = CASE
+        WHEN j.status <> 'running' AND (
+            (j.schedule, j.tz, j.dst_repeated, j.dst_skipped)
+                IS DISTINCT FROM (excluded.schedule, excluded.tz, excluded.dst_repeated,
+                                  excluded.dst_skipped)
+            OR (j.paused AND NOT excluded.paused))
+        THEN excluded.next_run_at ELSE j.next_run_at END,
+    slot_at = CASE
+        WHEN j.status <> 'running' AND (
+            (j.schedule, j.tz, j.dst_repeated, j.dst_skipped)
+                IS DISTINCT FROM (excluded.schedule, excluded.tz, excluded.dst_repeated,
+                                  excluded.dst_skipped)
+            OR (j.paused AND NOT excluded.paused))
+        THEN excluded.next_run_at ELSE j.slot_at END,
+    updated_at = now()
+WHERE (j.schedule, j.tz, j.dst_repeated, j.dst_skipped, j.handler, j.payload, j.paused,
+       j.catch_up, j.grace_s, j.max_backfill, j.timeout_s, j.max_retries, j.retry_backoff_s)
+    IS DISTINCT FROM
+      (excluded.schedule, excluded.tz, excluded.dst_repeated, excluded.dst_skipped,
+       excluded.handler, excluded.payload, excluded.paused, excluded.catch_up,
+       excluded.grace_s, excluded.max_backfill, excluded.timeout_s, excluded.max_retries,
+       excluded.retry_backoff_s)
+RETURNING id, shard_id, (xmax = 0) AS inserted;
+
+-- name: list_jobs
+SELECT * FROM jobs
+WHERE (%(tenant_id)s::text IS NULL OR tenant_id = %(tenant_id)s)
+ORDER BY tenant_id, name;
+
+-- name: get_job
+SELECT * FROM jobs WHERE tenant_id = %(tenant_id)s AND name = %(name)s;
+
+-- name: lock_job
+SELECT * FROM jobs WHERE tenant_id = %(tenant_id)s AND name = %(name)s FOR UPDATE;
+
+-- name: pause_job
+UPDATE jobs SET
+    paused = true,
+    status = CASE WHEN status = 'running' THEN status ELSE 'paused' END,
+    updated_at = now()
+WHERE tenant_id = %(tenant_id)s AND name = %(name)s
+RETURNING id, shard_id, status;
+
+-- name: resume_job
+-- A paused job continues at the schedule's next future slot (computed by the caller);
+-- the slots it missed while paused are not run.
+UPDATE jobs SET
+    paused = false,
+    status = CASE WHEN status = 'paused' THEN 'idle' ELSE status END,
+    next_run_at = CASE WHEN status = 'paused' THEN %(next_run_at)s ELSE next_run_at END,
+    slot_at = CASE WHEN status = 'paused' THEN %(next_run_at)s ELSE slot_at END,
+    attempt = CASE WHEN status = 'paused' THEN 1 ELSE attempt END,
+    updated_at = now()
+WHERE tenant_id = %(tenant_id)s AND name = %(name)s
+RETURNING id, shard_id, status;
+
+-- name: trigger_job
+-- Due now, for one extra slot stamped with the current time, keeping the regular schedule:
+-- after the run the next slot follows the schedule again. A job that already has a due
+-- slot (or a pending retry) just has it brought forward. A paused job runs once and
+-- stays paused.
+UPDATE jobs SET
+    status = 'idle',
+    slot_at = CASE WHEN status = 'paused' OR slot_at > n.t THEN n.t ELSE slot_at END,
+    attempt = CASE WHEN status = 'paused' OR slot_at > n.t THEN 1 ELSE attempt END,
+    next_run_at = CASE WHEN status = 'paused' OR next_run_at > n.t THEN n.t ELSE next_run_at END,
+    updated_at = n.t
+FROM (SELECT coalesce(%(now)s::timestamptz, now()) AS t) AS n
+WHERE tenant_id = %(tenant_id)s AND name = %(name)s AND status <> 'running'
+RETURNING id, shard_id, slot_at;
+
+-- name: remove_job
+DELETE FROM jobs WHERE tenant_id = %(tenant_id)s AND name = %(name)s RETURNING id, shard_id;
+
+-- name: remove_jobs_except
+DELETE FROM jobs
+WHERE NOT ((tenant_id, name) IN (
+    SELECT * FROM unnest(%(tenant_ids)s::text[], %(names)s::text[])))
+RETURNING tenant_id, name;
+
+-- name: list_runs
+SELECT r.* FROM runs r
+WHERE (%(job_name)s::text IS NULL OR r.job_name = %(job_name)s)
+  AND (%(tenant_id)s::text IS NULL OR r.tenant_id = %(tenant_id)s)
+  AND (%(status)s::text IS NULL OR r.status = %(status)s)
+ORDER BY r.scheduled_for DESC, r.id DESC
+LIMIT %(limit)s;
+
+-- name: notify
+SELECT pg_notify(%(channel)s, %(payload)s);
+
+-- name: try_lock_shards
+SELECT s.shard FROM unnest(%(shards)s::int[]) AS s(shard)
+WHERE pg_try_advisory_lock(%(ns)s, s.shard);
+
+-- name: unlock_shards
+SELECT s.shard, pg_advisory_unlock(%(ns)s, s.shard) AS released
+FROM unnest(%(shards)s::int[]) AS s(shard);
+
+-- name: my_shard_locks
+SELECT objid::int AS shard FROM pg_locks
+WHERE locktype = 'advisory' AND pid = pg_backend_pid() AND granted
+  AND classid = %(ns)s::int::oid AND objsubid = 2
+ORDER BY 1;
+
+-- name: shard_holders
+SELECT l.objid::int AS shard, a.application_name AS node_id
+FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
+WHERE l.locktype = 'advisory' AND l.granted AND l.classid = %(ns)s::int::oid
+  AND l.objsubid = 2
+ORDER BY 1;
+
+-- name: ping
+SELECT coalesce(%(now)s::timestamptz, now()) AS now;
+
+-- name: claim
+-- Claims the oldest due jobs of the held shards, at most %(limit)s, in one round trip.
+-- Each shard contributes its own oldest due rows through the (shard_id, next_run_at)
+-- partial index, so the plan never sorts every due row of every shard; the global
+-- oldest-first order is then taken over those few candidates. Rows are locked with
+-- SKIP LOCKED and re-checked, marked running under a fresh lease token, and their run
+-- row (job, slot) is created or moved to the next attempt. The last columns tell the
+-- caller when the next job of these shards falls due, so it can sleep until then.
+WITH clock AS (
+    SELECT coalesce(%(now)s::timestamptz, now()) AS t
+),
+candidates AS (
+    SELECT c.id, c.next_run_at
+    FROM unnest(%(shards)s::int[]) AS s(shard)
+    CROSS JOIN LATERAL (
+        SELECT j.id, j.next_run_at FROM jobs j
+        WHERE j.shard_id = s.shard AND j.status = 'idle'
+          AND j.next_run_at <= (SELECT t FROM clock)
+        ORDER BY j.next_run_at
+        LIMIT %(limit)s
+    ) AS c
+    ORDER BY c.next_run_at
+    LIMIT %(limit)s
+),
+locked AS (
+    SELECT j.id FROM jobs j JOIN candidates c ON c.id = j.id
+    WHERE j.status = 'idle' AND j.next_run_at <= (SELECT t FROM clock)
+    FOR UPDATE OF j SKIP LOCKED
+),
+claimed AS (
+    UPDATE jobs j SET
+        status = 'running',
+        locked_by = %(node_id)s,
+        locked_at = k.t,
+        lease_expires_at = k.t + make_interval(secs => %(lease_s)s),
+        lease_token = j.lease_token + 1,
+        updated_at = k.t
+    FROM locked l, clock k
+    WHERE j.id = l.id
+    RETURNING j.id, j.tenant_id, j.name, j.schedule, j.tz, j.dst_repeated, j.dst_skipped,
+              j.handler, j.payload, j.shard_id, j.next_run_at, j.slot_at, j.attempt,
+              j.lease_token, j.catch_up, j.grace_s, j.max_backfill, j.timeout_s,
+              j.max_retries, j.retry_backoff_s
+),
+history AS (
+    INSERT INTO runs AS r (job_id, tenant_id, job_name, scheduled_for, attempt, node_id,
+                           zone, status, lease_token, started_at)
+    SELECT c.id, c.tenant_id, c.name, c.slot_at, c.attempt, %(node_id)s, %(zone)s,
+           'running', c.lease_token, k.t
+    FROM claimed c, clock k
+    ON CONFLICT (job_id, scheduled_for) DO UPDATE SET
+        attempt = excluded.attempt,
+        node_id = excluded.node_id,
+        zone = excluded.zone,
+        status = 'running',
+        lease_token = excluded.lease_token,
+        started_at = excluded.started_at,
+        finished_at = NULL,
+        duration_s = NULL
+),
+next_due AS (
+    SELECT min(x.next_run_at) AS t
+    FROM unnest(%(shards)s::int[]) AS s(shard)
+    CROSS JOIN LATERAL (
+        SELECT j.next_run_at FROM jobs j
+        WHERE j.shard_id = s.shard AND j.status = 'idle'
+          AND j.next_run_at > (SELECT t FROM clock)
+        ORDER BY j.next_run_at
+        LIMIT 1
+    ) AS x
+)
+SELECT k.t AS db_now, d.t AS next_due, c.*
+FROM clock k CROSS JOIN next_due d LEFT JOIN claimed c ON true
+ORDER BY c.slot_at;
+
+-- name: complete
+-- Fenced, batched completion: only rows still running under the caller's lease token
+-- change. Sets each job's next slot, finishes its run row and records the slots the
+-- catch-up policy skipped. Returns the ids that were applied; the rest were stale.
+WITH clock AS (
+    SELECT coalesce(%(now)s::timestamptz, now()) AS t
+),
+input AS (
+    SELECT * FROM unnest(
+        %(ids)s::uuid[], %(tokens)s::bigint[], %(slots)s::timestamptz[],
+        %(outcomes)s::text[], %(errors)s::text[], %(durations)s::float8[],
+        %(next_runs)s::timestamptz[], %(next_slots)s::timestamptz[], %(next_attempts)s::int[]
+    ) AS i(id, token, slot, outcome, error, duration_s, next_run_at, next_slot, next_attempt)
+),
+done AS (
+    UPDATE jobs j SET
+        status = CASE WHEN j.paused THEN 'paused' ELSE 'idle' END,
+        next_run_at = i.next_run_at,
+        slot_at = i.next_slot,
+        attempt = i.next_attempt,
+        last_run_at = CASE WHEN i.outcome = 'skipped' THEN j.last_run_at ELSE i.slot END,
+        locked_by = NULL,
+        locked_at = NULL,
+        lease_expires_at = NULL,
+        updated_at = k.t
+    FROM input i, clock k
+    WHERE j.id = i.id AND j.lease_token = i.token AND j.status = 'running'
+    RETURNING j.id
+),
+finished AS (
+    UPDATE runs r SET
+        status = i.outcome,
+        finished_at = k.t,
+        duration_s = i.duration_s,
+        last_error = i.error
+    FROM input i JOIN done d ON d.id = i.id CROSS JOIN clock k
+    WHERE r.job_id = i.id AND r.scheduled_for = i.slot AND r.lease_token = i.token
+),
+skipped AS (
+    INSERT INTO runs (job_id, tenant_id, job_name, scheduled_for, attempt, node_id, zone,
+                      status, finished_at, last_error)
+    SELECT s.job_id, j.tenant_id, j.name, s.slot, 1, %(node_id)s, %(zone)s, 'skipped',
+           k.t, s.reason
+    FROM unnest(%(skip_ids)s::uuid[], %(skip_slots)s::timestamptz[], %(skip_reasons)s::text[])
+             AS s(job_id, slot, reason)
+    JOIN done d ON d.id = s.job_id
+    JOIN jobs j ON j.id = s.job_id
+    CROSS JOIN clock k
+    ON CONFLICT (job_id, scheduled_for) DO NOTHING
+)
+SELECT id FROM done;
+
+-- name: renew
+-- Extends the leases of the caller's running jobs; returns the ids still held.
+UPDATE jobs j SET lease_expires_at = k.t + make_interval(secs => %(lease_s)s)
+FROM unnest(%(ids)s::uuid[], %(tokens)s::bigint[]) AS i(id, token),
+     (SELECT coalesce(%(now)s::timestamptz, now()) AS t) AS k
+WHERE j.id = i.id AND j.lease_token = i.token AND j.status = 'running'
+RETURNING j.id;
+
+-- name: release
+-- Hands running jobs back for another attempt of the same slot, due at once (used when a
+-- node shuts down before its runs finish). Fenced like a completion.
+WITH clock AS (
+    SELECT coalesce(%(now)s::timestamptz, now()) AS t
+),
+freed AS (
+    UPDATE jobs j SET
+        status = CASE WHEN j.paused THEN 'paused' ELSE 'idle' END,
+        next_run_at = k.t,
+        attempt = j.attempt + 1,
+        locked_by = NULL,
+        locked_at = NULL,
+        lease_expires_at = NULL,
+        lease_token = j.lease_token + 1,
+        updated_at = k.t
+    FROM unnest(%(ids)s::uuid[], %(tokens)s::bigint[]) AS i(id, token), clock k
+    WHERE j.id = i.id AND j.lease_token = i.token AND j.status = 'running'
+    RETURNING j.id, j.slot_at, i.token
+),
+history AS (
+    UPDATE runs r SET status = 'lost', finished_at = k.t, last_error = %(reason)s
+    FROM freed f, clock k
+    WHERE r.job_id = f.id AND r.scheduled_for = f.slot_at AND r.lease_token = f.token
+      AND r.status = 'running'
+)
+SELECT id FROM freed;
+
+-- name: recover
+-- Takes back, in the given shards, the slots of runs whose owner is dead (not among the
+-- live node ids and without a Postgres session named after it) or whose lease expired.
+-- A compare-and-set on (status, lease_token) in database time, so a run that has just
+-- finished is never overwritten. The slot is kept; it is due again at once as the next
+-- attempt, and its run row is marked lost.
+WITH clock AS (
+    SELECT coalesce(%(now)s::timestamptz, now()) AS t
+),
+sessions AS (
+    SELECT DISTINCT application_name AS node_id FROM pg_stat_activity
+    WHERE application_name <> ''
+),
+dead AS (
+    SELECT j.id, j.lease_token, j.locked_by,
+           CASE WHEN j.lease_expires_at < k.t THEN 'lease expired'
+                ELSE 'owner gone' END AS reason
+    FROM jobs j CROSS JOIN clock k
+    WHERE j.shard_id = ANY(%(shards)s::int[]) AND j.status = 'running'
+      AND (j.lease_expires_at < k.t
+           OR (NOT (j.locked_by = ANY(%(live)s::text[]))
+               AND j.locked_by NOT IN (SELECT node_id FROM sessions)))
+    FOR UPDATE OF j SKIP LOCKED
+),
+reset AS (
+    UPDATE jobs j SET
+        status = CASE WHEN j.paused THEN 'paused' ELSE 'idle' END,
+        next_run_at = k.t,
+        attempt = j.attempt + 1,
+        locked_by = NULL,
+        locked_at = NULL,
+        lease_expires_at = NULL,
+        lease_token = j.lease_token + 1,
+        updated_at = k.t
+    FROM dead d, clock k
+    WHERE j.id = d.id AND j.lease_token = d.lease_token AND j.status = 'running'
+    RETURNING j.id, j.tenant_id, j.name, j.slot_at, j.attempt, d.lease_token AS old_token,
+              d.locked_by, d.reason
+),
+history AS (
+    UPDATE runs r SET
+        status = 'lost',
+        finished_at = k.t,
+        last_error = x.reason || ' (node ' || coalesce(x.locked_by, '?') || ')'
+    FROM reset x, clock k
+    WHERE r.job_id = x.id AND r.scheduled_for = x.slot_at AND r.lease_token = x.old_token
+      AND r.status = 'running'
+)
+SELECT * FROM reset;
+
+-- name: live_sessions
+-- Which of the given node ids still have a Postgres session (their lock session carries
+-- the node id as application_name).
+SELECT DISTINCT application_name AS node_id FROM pg_stat_activity
+WHERE application_name = ANY(%(ids)s::text[]);

@@ -1,0 +1,336 @@
+"""The node's lock session: one dedicated Postgres connection that is the node's authority.
+
+Shard advisory locks live on this session, so if it drops the node owns nothing. Claims,
+completions, renewals, releases and recoveries run on the same session (a node whose
+session was terminated cannot claim). ``idle_session_timeout`` makes Postgres end the
+session of a frozen or partitioned node by itself. Every call has a deadline; a timeout or
+a connection error marks the session lost, and the caller drops its shards at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+from uuid import UUID
+
+import psycopg
+
+from cluster.db import Conn, connect, describe
+from cluster.errors import ConfigError, StoreError
+from cluster.migrate import stored_shard_count
+from cluster.queries import query
+from cluster.settings import ClusterSettings
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["ClaimResult", "ClaimedJob", "Completion", "LockSession", "SessionLost", "Skip"]
+
+
+class SessionLost(StoreError):
+    """The lock session is gone (or cannot be trusted): every shard lock with it."""
+
+
+@dataclass(frozen=True)
+class ClaimedJob:
+    id: UUID
+    tenant: str
+    name: str
+    schedule: str
+    tz: str
+    dst_repeated: str
+    dst_skipped: str
+    handler: str
+    payload: dict[str, Any]
+    shard: int
+    slot: datetime
+    attempt: int
+    lease_token: int
+    catch_up: str
+    grace_s: float
+    max_backfill: int
+    timeout_s: float
+    max_retries: int
+    retry_backoff_s: float
+
+    @classmethod
+    def from_row(cls, row: dict[str, Any]) -> ClaimedJob:
+        return cls(
+            id=row["id"],
+            tenant=row["tenant_id"],
+            name=row["name"],
+            schedule=row["schedule"],
+            tz=row["tz"],
+            dst_repeated=row["dst_repeated"],
+            dst_skipped=row["dst_skipped"],
+            handler=row["handler"],
+            payload=row["payload"],
+            shard=row["shard_id"],
+            slot=row["slot_at"],
+            attempt=row["attempt"],
+            lease_token=row["lease_token"],
+            catch_up=row["catch_up"],
+            grace_s=row["grace_s"],
+            max_backfill=row["max_backfill"],
+            timeout_s=row["timeout_s"],
+            max_retries=row["max_retries"],
+            retry_backoff_s=row["retry_backoff_s"],
+        )
+
+
+@dataclass(frozen=True)
+class ClaimResult:
+    db_now: datetime
+    next_due: datetime | None
+    jobs: list[ClaimedJob]
+
+
+@dataclass(frozen=True)
+class Completion:
+    """The outcome of one claimed slot and where the job goes next."""
+
+    id: UUID
+    token: int
+    slot: datetime
+    outcome: str  # succeeded | failed | timed_out | skipped
+    error: str | None
+    duration_s: float | None
+    next_run_at: datetime
+    next_slot: datetime
+    next_attempt: int
+
+
+@dataclass(frozen=True)
+class Skip:
+    """A slot recorded as skipped by the catch-up policy."""
+
+    job_id: UUID
+    slot: datetime
+    reason: str
+
+
+class LockSession:
+    def __init__(
+        self,
+        settings: ClusterSettings,
+        node_id: str,
+        zone: str,
+        *,
+        session_timeout_s: float,
+        statement_timeout_s: float,
+    ) -> None:
+        self.settings = settings
+        self.node_id = node_id
+        self.zone = zone
+        self.session_timeout_s = session_timeout_s
+        self.statement_timeout_s = statement_timeout_s
+        self.namespace = settings.lock_namespace
+        self._conn: Conn | None = None
+        self._lock = asyncio.Lock()
+        self.last_ok = 0.0  # monotonic time of the last successful round trip
+        self.generation = 0  # bumps on every new connection
+
+    @property
+    def connected(self) -> bool:
+        return self._conn is not None and not self._conn.closed
+
+    def trusted(self, margin_s: float) -> bool:
+        """True while Postgres cannot yet have ended this session for idleness."""
+        return self.connected and time.monotonic() - self.last_ok < (
+            self.session_timeout_s - margin_s
+        )
+
+    async def open(self, expected_shards: int | None = None) -> int:
+        """Connect, check the guarantees hold, and return the database's shard count."""
+        await self.close()
+        conn = await connect(
+            self.settings,
+            self.node_id,
+            statement_timeout_s=self.statement_timeout_s,
+            idle_session_timeout_s=self.session_timeout_s,
+        )
+        try:
+            shards = await asyncio.wait_for(stored_shard_count(conn), self.statement_timeout_s)
+            if expected_shards is not None and expected_shards != shards:
+                raise ConfigError(
+                    f"this node was started with --shards {expected_shards} but the database "
+                    f"has {shards}; the shard count never changes"
+                )
+            await self._check_session_locks(conn)
+        except BaseException:
+            await conn.close()
+            raise
+        self._conn = conn
+        self.generation += 1
+        self.last_ok = time.monotonic()
+        return shards
+
+    async def _check_session_locks(self, conn: Conn) -> None:
+        """Refuse a transaction-mode pooler: session locks must outlive their statement."""
+        probe = {"ns": self.namespace, "shards": [-1]}
+        await conn.execute(query("try_lock_shards"), probe)
+        cur = await conn.execute(query("my_shard_locks"), {"ns": self.namespace})
+        held = {row["shard"] for row in await cur.fetchall()}
+        await conn.execute(query("unlock_shards"), probe)
+        if -1 not in held:
+            raise ConfigError(
+                "advisory locks do not survive between statements on this connection "
+                "(a transaction-mode pooler in front of Postgres?); connect Pulse directly "
+                "or through a session-mode pooler"
+            )
+
+    async def close(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is not None and not conn.closed:
+            try:
+                await asyncio.wait_for(conn.close(), 2.0)
+            except (TimeoutError, psycopg.Error, OSError):
+                logger.debug("lock session close did not finish cleanly")
+
+    async def _run(self, name: str, params: dict[str, Any]) -> list[dict[str, Any]]:
+        async with self._lock:
+            conn = self._conn
+            if conn is None or conn.closed:
+                raise SessionLost("lock session is not connected")
+            try:
+                async with asyncio.timeout(self.statement_timeout_s + 1.0):
+                    cur = await conn.execute(query(name), params)
+                    rows = await cur.fetchall() if cur.description else []
+            except TimeoutError as exc:
+                await self._lost()
+                raise SessionLost(f"{name}: no answer within {self.statement_timeout_s}s") from exc
+            except psycopg.OperationalError as exc:
+                await self._lost()
+                raise SessionLost(f"{name}: {describe(exc)}") from exc
+            except psycopg.Error as exc:
+                if conn.closed or conn.broken:
+                    await self._lost()
+                    raise SessionLost(f"{name}: {describe(exc)}") from exc
+                raise StoreError(f"{name}: {describe(exc)}") from exc
+            self.last_ok = time.monotonic()
+            return rows
+
+    async def _lost(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            with contextlib.suppress(TimeoutError, psycopg.Error, OSError):
+                await asyncio.wait_for(conn.close(), 1.0)
+
+    # -- shard locks ------------------------------------------------------------------
+
+    async def try_lock(self, shards: Sequence[int]) -> set[int]:
+        if not shards:
+            return set()
+        rows = await self._run("try_lock_shards", {"ns": self.namespace, "shards": list(shards)})
+        return {row["shard"] for row in rows}
+
+    async def unlock(self, shards: Sequence[int]) -> set[int]:
+        if not shards:
+            return set()
+        rows = await self._run("unlock_shards", {"ns": self.namespace, "shards": list(shards)})
+        return {row["shard"] for row in rows if row["released"]}
+
+    async def my_locks(self) -> set[int]:
+        rows = await self._run("my_shard_locks", {"ns": self.namespace})
+        return {row["shard"] for row in rows}
+
+    async def live_sessions(self, node_ids: Sequence[str]) -> set[str]:
+        rows = await self._run("live_sessions", {"ids": list(node_ids)})
+        return {row["node_id"] for row in rows}
+
+    async def ping(self, now: datetime | None = None) -> datetime:
+        rows = await self._run("ping", {"now": now})
+        value: datetime = rows[0]["now"]
+        return value
+
+    # -- jobs -------------------------------------------------------------------------
+
+    async def claim(
+        self, shards: Sequence[int], limit: int, lease_s: float, now: datetime | None = None
+    ) -> ClaimResult:
+        rows = await self._run(
+            "claim",
+            {
+                "shards": list(shards),
+                "limit": limit,
+                "lease_s": lease_s,
+                "node_id": self.node_id,
+                "zone": self.zone,
+                "now": now,
+            },
+        )
+        jobs = [ClaimedJob.from_row(r) for r in rows if r["id"] is not None]
+        return ClaimResult(rows[0]["db_now"], rows[0]["next_due"], jobs)
+
+    async def complete(
+        self, done: Sequence[Completion], skips: Sequence[Skip] = (), now: datetime | None = None
+    ) -> set[UUID]:
+        """Apply completions; returns the ids applied (the rest were fenced)."""
+        if not done:
+            return set()
+        rows = await self._run(
+            "complete",
+            {
+                "ids": [c.id for c in done],
+                "tokens": [c.token for c in done],
+                "slots": [c.slot for c in done],
+                "outcomes": [c.outcome for c in done],
+                "errors": [c.error for c in done],
+                "durations": [c.duration_s for c in done],
+                "next_runs": [c.next_run_at for c in done],
+                "next_slots": [c.next_slot for c in done],
+                "next_attempts": [c.next_attempt for c in done],
+                "skip_ids": [s.job_id for s in skips],
+                "skip_slots": [s.slot for s in skips],
+                "skip_reasons": [s.reason for s in skips],
+                "node_id": self.node_id,
+                "zone": self.zone,
+                "now": now,
+            },
+        )
+        return {row["id"] for row in rows}
+
+    async def renew(
+        self, leases: Sequence[tuple[UUID, int]], lease_s: float, now: datetime | None = None
+    ) -> set[UUID]:
+        if not leases:
+            return set()
+        rows = await self._run(
+            "renew",
+            {
+                "ids": [i for i, _ in leases],
+                "tokens": [t for _, t in leases],
+                "lease_s": lease_s,
+                "now": now,
+            },
+        )
+        return {row["id"] for row in rows}
+
+    async def release(
+        self, leases: Sequence[tuple[UUID, int]], reason: str, now: datetime | None = None
+    ) -> set[UUID]:
+        if not leases:
+            return set()
+        rows = await self._run(
+            "release",
+            {
+                "ids": [i for i, _ in leases],
+                "tokens": [t for _, t in leases],
+                "reason": reason,
+                "now": now,
+            },
+        )
+        return {row["id"] for row in rows}
+
+    async def recover(
+        self, shards: Sequence[int], live: Sequence[str], now: datetime | None = None
+    ) -> list[dict[str, Any]]:
+        """Reset the runs of dead owners (or expired leases) in ``shards``; returns them."""
+        if not shards:
+            return []
+        return await self._run("recover", {"shards": list(shards), "live": list(live), "now": now})

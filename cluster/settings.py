@@ -1,0 +1,169 @@
+"""Settings: what the whole cluster must agree on, and what each node chooses for itself.
+
+Both are frozen dataclasses built from explicit values, then ``PULSE_*`` environment
+variables, then the defaults below (Postgres and Redis on 127.0.0.1). ``validate()`` rejects
+values that would break the guarantees in DESIGN.md before anything connects.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import secrets
+import socket
+from dataclasses import dataclass, field, replace
+from urllib.parse import urlsplit, urlunsplit
+
+from cluster.errors import ConfigError, InvalidInput
+
+DEFAULT_DATABASE_URL = "postgresql://postgres@127.0.0.1:5432/postgres"
+DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
+DEFAULT_SCHEMA = "pulse"
+DEFAULT_CLUSTER = "pulse"
+DEFAULT_SHARDS = 256
+
+DEFAULT_CONCURRENCY = 32
+DEFAULT_HEARTBEAT_INTERVAL_S = 1.0
+DEFAULT_HEARTBEAT_TTL_S = 5.0
+DEFAULT_POLL_INTERVAL_S = 1.0
+DEFAULT_SESSION_TIMEOUT_S = 10.0
+DEFAULT_LEASE_S = 30.0
+DEFAULT_RENEW_INTERVAL_S = 5.0
+DEFAULT_DRAIN_TIMEOUT_S = 30.0
+DEFAULT_STATEMENT_TIMEOUT_S = 5.0
+DEFAULT_REDIS_TIMEOUT_S = 2.0
+
+_IDENT = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
+_CLUSTER = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
+_NODE_ID = re.compile(r"^[A-Za-z0-9_.:-]{1,63}$")
+
+
+def mask_url(url: str) -> str:
+    """The URL with any password replaced by ``***``, safe for logs and output."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    host = parts.hostname or ""
+    if parts.port is not None:
+        host = f"{host}:{parts.port}"
+    user = parts.username or ""
+    return urlunsplit(parts._replace(netloc=f"{user}:***@{host}"))
+
+
+def _env(name: str, default: str) -> str:
+    value = os.environ.get(name)
+    return value if value else default
+
+
+@dataclass(frozen=True)
+class ClusterSettings:
+    """What every node and admin command of one cluster must agree on."""
+
+    database_url: str = DEFAULT_DATABASE_URL
+    redis_url: str = DEFAULT_REDIS_URL
+    schema: str = DEFAULT_SCHEMA
+    cluster: str = DEFAULT_CLUSTER
+
+    @classmethod
+    def from_env(cls, **overrides: str | None) -> ClusterSettings:
+        values = {
+            "database_url": _env("PULSE_DATABASE_URL", DEFAULT_DATABASE_URL),
+            "redis_url": _env("PULSE_REDIS_URL", DEFAULT_REDIS_URL),
+            "schema": _env("PULSE_SCHEMA", DEFAULT_SCHEMA),
+            "cluster": _env("PULSE_CLUSTER", DEFAULT_CLUSTER),
+        }
+        values.update({k: v for k, v in overrides.items() if v is not None})
+        return cls(**values).validate()
+
+    def validate(self) -> ClusterSettings:
+        if not _IDENT.match(self.schema):
+            raise InvalidInput("schema", f"{self.schema!r} is not a lower-case SQL identifier")
+        if not _CLUSTER.match(self.cluster):
+            raise InvalidInput("cluster", f"{self.cluster!r}: use 1-64 of A-Z a-z 0-9 _ . -")
+        if urlsplit(self.database_url).scheme not in ("postgresql", "postgres"):
+            raise InvalidInput("database_url", "must start with postgresql://")
+        if urlsplit(self.redis_url).scheme not in ("redis", "rediss", "unix"):
+            raise InvalidInput("redis_url", "must start with redis://, rediss:// or unix://")
+        return self
+
+    @property
+    def lock_namespace(self) -> int:
+        """First int of every shard advisory lock: a stable non-negative int4."""
+        digest = hashlib.blake2b(f"{self.cluster}/{self.schema}".encode(), digest_size=4)
+        return int.from_bytes(digest.digest(), "big") & 0x7FFFFFFF
+
+    @property
+    def key_prefix(self) -> str:
+        """Prefix of every Redis key and channel of this cluster."""
+        return f"pulse:{self.cluster}:{self.schema}:"
+
+    @property
+    def wake_channel(self) -> str:
+        """The LISTEN/NOTIFY channel that wakes claim loops."""
+        return f"{self.schema}_wake"
+
+
+def default_node_id() -> str:
+    host = socket.gethostname().split(".")[0] or "node"
+    return f"{host[:48]}-{secrets.token_hex(3)}"
+
+
+@dataclass(frozen=True)
+class NodeSettings:
+    """What one node chooses for itself; intervals are float seconds."""
+
+    node_id: str = field(default_factory=default_node_id)
+    zone: str = "default"
+    concurrency: int = DEFAULT_CONCURRENCY
+    heartbeat_interval_s: float = DEFAULT_HEARTBEAT_INTERVAL_S
+    heartbeat_ttl_s: float = DEFAULT_HEARTBEAT_TTL_S
+    poll_interval_s: float = DEFAULT_POLL_INTERVAL_S
+    session_timeout_s: float = DEFAULT_SESSION_TIMEOUT_S
+    lease_s: float = DEFAULT_LEASE_S
+    renew_interval_s: float = DEFAULT_RENEW_INTERVAL_S
+    drain_timeout_s: float = DEFAULT_DRAIN_TIMEOUT_S
+    statement_timeout_s: float = DEFAULT_STATEMENT_TIMEOUT_S
+    redis_timeout_s: float = DEFAULT_REDIS_TIMEOUT_S
+    shards: int | None = None
+    metrics_port: int | None = None
+
+    def with_(self, **changes: object) -> NodeSettings:
+        return replace(self, **changes)  # type: ignore[arg-type]
+
+    def validate(self) -> NodeSettings:
+        if not _NODE_ID.match(self.node_id):
+            raise InvalidInput("node_id", f"{self.node_id!r}: use 1-63 of A-Z a-z 0-9 _ . : -")
+        if not _CLUSTER.match(self.zone):
+            raise InvalidInput("zone", f"{self.zone!r}: use 1-64 of A-Z a-z 0-9 _ . -")
+        if not 1 <= self.concurrency <= 10_000:
+            raise InvalidInput("concurrency", "must be between 1 and 10000")
+        for name in (
+            "heartbeat_interval_s",
+            "heartbeat_ttl_s",
+            "poll_interval_s",
+            "session_timeout_s",
+            "lease_s",
+            "renew_interval_s",
+            "statement_timeout_s",
+            "redis_timeout_s",
+        ):
+            if getattr(self, name) <= 0:
+                raise InvalidInput(name.removesuffix("_s").replace("_", "-"), "must be positive")
+        if self.drain_timeout_s < 0:
+            raise InvalidInput("drain-timeout", "must not be negative")
+        if self.heartbeat_ttl_s < 2 * self.heartbeat_interval_s:
+            raise ConfigError("heartbeat TTL must be at least twice the heartbeat interval")
+        # The lock session is kept busy by the claim loop; it must never look idle
+        # to Postgres while the node is healthy, so the timeout needs ample headroom.
+        if self.session_timeout_s < 3 * self.poll_interval_s + 1:
+            raise ConfigError(
+                f"session timeout {self.session_timeout_s}s is not well above the poll "
+                f"interval {self.poll_interval_s}s (need at least 3x + 1s); a healthy node "
+                "would lose its shard locks"
+            )
+        if self.lease_s < 2 * self.renew_interval_s:
+            raise ConfigError("lease must be at least twice the renew interval")
+        if self.metrics_port is not None and not 0 <= self.metrics_port <= 65535:
+            raise InvalidInput("metrics-port", "must be a TCP port")
+        return self

@@ -1,0 +1,112 @@
+"""The claim loop: claim due jobs of held shards, up to the free execution slots.
+
+It sleeps until the earliest ``next_run_at`` of its shards (reported by the claim statement
+itself) or the poll interval, whichever is sooner, and wakes at once on NOTIFY, on gaining
+shards, and when a full executor frees a slot. It claims only while the lock session is
+trusted: if the session has not answered within ``session_timeout - margin`` the node may
+already have lost its locks, so it claims nothing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+
+from cluster.errors import StoreError
+from cluster.session import ClaimedJob, LockSession
+from node.clock import DbClock
+from node.completer import Completer, _job_extra
+from node.executor import Executor
+from node.outcomes import plan_at_claim
+from node.service import Failures, wait_any
+from node.state import NodeState
+from node.stats import Stats
+
+logger = logging.getLogger(__name__)
+
+MAX_CLAIM = 500
+WAKE_MARGIN_S = 0.002
+
+
+class Claimer:
+    def __init__(
+        self,
+        state: NodeState,
+        session: LockSession,
+        executor: Executor,
+        completer: Completer,
+        clock: DbClock,
+        stats: Stats,
+        *,
+        poll_interval_s: float,
+        lease_s: float,
+        trust_margin_s: float,
+    ) -> None:
+        self._state = state
+        self._session = session
+        self._executor = executor
+        self._completer = completer
+        self._clock = clock
+        self._stats = stats
+        self._poll_s = poll_interval_s
+        self._lease_s = lease_s
+        self._margin_s = trust_margin_s
+        self._failures = Failures("claims")
+
+    async def run_once(self) -> float:
+        """Claim once; return how long to sleep before the next claim."""
+        held = self._state.held
+        if not self._session.trusted(self._margin_s):
+            if held:
+                self._state.session_untrusted()
+            return self._poll_s
+        free = self._executor.free
+        if free <= 0:
+            return self._poll_s
+        limit = min(free, MAX_CLAIM)
+        started = time.monotonic()
+        result = await self._session.claim(sorted(held), limit, self._lease_s)
+        elapsed = time.monotonic() - started
+        self._clock.observe(result.db_now)
+        self._stats.claims += 1
+        self._stats.claim_seconds.append(elapsed)
+        for job in result.jobs:
+            self._dispatch(job)
+        if len(result.jobs) >= limit:
+            return 0.0  # more may be due: claim again as soon as slots allow
+        delay = self._poll_s
+        if result.next_due is not None:
+            until_due = (result.next_due - result.db_now).total_seconds() - elapsed
+            delay = min(delay, max(0.0, until_due + WAKE_MARGIN_S))
+        return delay
+
+    def _dispatch(self, job: ClaimedJob) -> None:
+        skip = plan_at_claim(job, self._clock.now())
+        if skip is not None:
+            done, skips = skip
+            logger.info("slot skipped: %s", done.error, extra=_job_extra(job, "slot_skipped"))
+            self._completer.submit(job, done, skips)
+            return
+        self._stats.fired += 1
+        self._stats.fire_lag_seconds.append(
+            max(0.0, (self._clock.now() - job.slot).total_seconds())
+        )
+        self._executor.submit(job)
+
+    async def run(self, stop: asyncio.Event) -> None:
+        wake = self._state.wake
+        while not stop.is_set() and self._state.claiming:
+            wake.clear()
+            self._executor.slot_freed.clear()
+            try:
+                delay = await self.run_once()
+                self._failures.succeeded()
+            except StoreError as exc:
+                self._stats.db_errors += 1
+                self._failures.failed(exc)
+                delay = self._failures.backoff_s(0.1, 2.0)
+            events = [stop, wake]
+            if self._executor.free <= 0:
+                events.append(self._executor.slot_freed)
+            await wait_any(delay, *events)

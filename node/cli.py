@@ -1,0 +1,139 @@
+"""``pulse node``: run one scheduler node; also the ``pulse`` entry point.
+
+The admin commands live in ``cluster.cli``; this module adds the commands that run node
+code, so the import layers stay one way (node -> cluster -> ring).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import sys
+
+import click
+
+from cluster.cli import cli, fail, settings_of
+from cluster.durations import parse_duration
+from cluster.errors import ConfigError, InvalidInput
+from cluster.settings import (
+    DEFAULT_CONCURRENCY,
+    NodeSettings,
+    default_node_id,
+)
+from node.runtime import Node
+
+
+class NodeContext(logging.Filter):
+    """Stamps every log record of this process with the node id and zone."""
+
+    def __init__(self, node_id: str, zone: str) -> None:
+        super().__init__()
+        self.node_id = node_id
+        self.zone = zone
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        record.node_id = self.node_id
+        record.zone = self.zone
+        return True
+
+
+def _seconds(value: str, field: str) -> float:
+    return parse_duration(value, field)
+
+
+@cli.command("node")
+@click.option("--node-id", envvar="PULSE_NODE_ID", default=None, help="[default: host-xxxxxx]")
+@click.option("--zone", envvar="PULSE_ZONE", default="default", show_default=True)
+@click.option(
+    "--concurrency",
+    envvar="PULSE_CONCURRENCY",
+    type=int,
+    default=DEFAULT_CONCURRENCY,
+    show_default=True,
+    help="Runs in flight at most.",
+)
+@click.option(
+    "--shards",
+    envvar="PULSE_SHARDS",
+    type=int,
+    default=None,
+    help="Expected shard count; refuse to start if the database differs.",
+)
+@click.option("--poll-interval", envvar="PULSE_POLL_INTERVAL", default="1s", show_default=True)
+@click.option(
+    "--session-timeout",
+    envvar="PULSE_SESSION_TIMEOUT",
+    default="10s",
+    show_default=True,
+    help="idle_session_timeout of the lock session.",
+)
+@click.option(
+    "--heartbeat-interval", envvar="PULSE_HEARTBEAT_INTERVAL", default="1s", show_default=True
+)
+@click.option("--heartbeat-ttl", envvar="PULSE_HEARTBEAT_TTL", default="5s", show_default=True)
+@click.option("--lease", envvar="PULSE_LEASE", default="30s", show_default=True)
+@click.option("--renew-interval", envvar="PULSE_RENEW_INTERVAL", default="5s", show_default=True)
+@click.option("--drain-timeout", envvar="PULSE_DRAIN_TIMEOUT", default="30s", show_default=True)
+@click.option(
+    "--metrics-port",
+    envvar="PULSE_METRICS_PORT",
+    type=int,
+    default=None,
+    help="Serve Prometheus metrics on this port (off by default).",
+)
+@click.option(
+    "--path",
+    "paths",
+    multiple=True,
+    type=click.Path(file_okay=False),
+    help="Extra import path for handler modules (the working directory is on it).",
+)
+@click.pass_context
+def node_command(
+    ctx: click.Context,
+    node_id: str | None,
+    zone: str,
+    concurrency: int,
+    shards: int | None,
+    poll_interval: str,
+    session_timeout: str,
+    heartbeat_interval: str,
+    heartbeat_ttl: str,
+    lease: str,
+    renew_interval: str,
+    drain_timeout: str,
+    metrics_port: int | None,
+    paths: tuple[str, ...],
+) -> None:
+    """Run one scheduler node until SIGTERM or Ctrl-C."""
+    cluster = settings_of(ctx)
+    try:
+        settings = NodeSettings(
+            node_id=node_id or default_node_id(),
+            zone=zone,
+            concurrency=concurrency,
+            shards=shards,
+            poll_interval_s=_seconds(poll_interval, "poll-interval"),
+            session_timeout_s=_seconds(session_timeout, "session-timeout"),
+            heartbeat_interval_s=_seconds(heartbeat_interval, "heartbeat-interval"),
+            heartbeat_ttl_s=_seconds(heartbeat_ttl, "heartbeat-ttl"),
+            lease_s=_seconds(lease, "lease"),
+            renew_interval_s=_seconds(renew_interval, "renew-interval"),
+            drain_timeout_s=_seconds(drain_timeout, "drain-timeout"),
+            metrics_port=metrics_port,
+        ).validate()
+    except InvalidInput as exc:
+        fail(f"invalid {exc}", 2)
+    except ConfigError as exc:
+        fail(f"refusing to start: {exc}", 2)
+    for extra in (*reversed(paths), os.getcwd()):
+        if extra not in sys.path:
+            sys.path.insert(0, extra)
+    logging.getLogger().handlers[0].addFilter(NodeContext(settings.node_id, settings.zone))
+    code = asyncio.run(Node(cluster, settings).run())
+    sys.exit(code)
+
+
+def main() -> None:
+    cli(prog_name="pulse")

@@ -1,0 +1,121 @@
+"""Writes run outcomes back to Postgres: batched, fenced, shielded, retried.
+
+Finished runs and claim-time skips queue here; one loop writes everything queued in one
+``complete`` statement. The write runs under ``asyncio.shield`` so a shutdown cannot lose
+it, and a failed write is retried with backoff: a completion whose lease still holds is
+applied whenever the database answers again; a stale one is fenced, counted and logged.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from uuid import UUID
+
+from cluster.errors import StoreError
+from cluster.session import ClaimedJob, Completion, LockSession, Skip
+from node.clock import DbClock
+from node.handlers import Outcome
+from node.outcomes import after_run
+from node.service import Failures, wait_any
+from node.stats import Stats
+
+logger = logging.getLogger(__name__)
+
+MAX_BATCH = 500
+
+
+class Completer:
+    def __init__(
+        self, session: LockSession, clock: DbClock, stats: Stats, wake: asyncio.Event
+    ) -> None:
+        self._session = session
+        self._wake = wake
+        self._clock = clock
+        self._stats = stats
+        self._queue: list[tuple[ClaimedJob, Completion, list[Skip]]] = []
+        self._ready = asyncio.Event()
+        self.written = asyncio.Event()
+        self._failures = Failures("completion writes")
+
+    @property
+    def pending(self) -> int:
+        return len(self._queue)
+
+    def run_done(self, job: ClaimedJob, outcome: Outcome) -> None:
+        done, skips = after_run(job, outcome, self._clock.now())
+        self._stats.outcomes[outcome.status] += 1
+        if done.next_attempt > job.attempt:
+            self._stats.retries += 1
+        log = logger.info if outcome.status == "succeeded" else logger.warning
+        log(
+            "run %s in %.3fs%s",
+            outcome.status,
+            outcome.duration_s,
+            f": {outcome.error}" if outcome.error else "",
+            extra=_job_extra(job, "run_finished"),
+        )
+        self.submit(job, done, skips)
+
+    def submit(self, job: ClaimedJob, done: Completion, skips: list[Skip]) -> None:
+        self._queue.append((job, done, skips))
+        self._ready.set()
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """Write until ``stop`` is set and the queue is empty."""
+        while True:
+            if not self._queue:
+                if stop.is_set():
+                    return
+                await wait_any(1.0, self._ready, stop)
+                self._ready.clear()
+                continue
+            if not await asyncio.shield(self.flush_once()):
+                # Keep trying after stop too: the node's drain deadline decides when to give up.
+                await asyncio.sleep(self._failures.backoff_s(0.2, 5.0))
+
+    async def flush_once(self) -> bool:
+        batch = self._queue[:MAX_BATCH]
+        if not batch:
+            return True
+        completions = [done for _, done, _ in batch]
+        skips = [s for _, _, ss in batch for s in ss]
+        try:
+            applied = await self._session.complete(completions, skips)
+        except StoreError as exc:
+            self._stats.db_errors += 1
+            self._failures.failed(exc)
+            return False
+        self._failures.succeeded()
+        del self._queue[: len(batch)]
+        self._account(batch, applied)
+        self.written.set()
+        now = self._clock.now()
+        if any(done.next_run_at <= now for done in completions):
+            self._wake.set()  # a slot is due again already (catch-up, retry, release)
+        return True
+
+    def _account(
+        self, batch: list[tuple[ClaimedJob, Completion, list[Skip]]], applied: set[UUID]
+    ) -> None:
+        for job, done, skips in batch:
+            if job.id in applied:
+                self._stats.skipped_slots += len(skips) + (done.outcome == "skipped")
+                continue
+            self._stats.fenced_writes += 1
+            logger.warning(
+                "stale %s write rejected: the lease (token %d) was lost",
+                done.outcome,
+                job.lease_token,
+                extra=_job_extra(job, "fenced_write"),
+            )
+
+
+def _job_extra(job: ClaimedJob, event: str) -> dict[str, object]:
+    return {
+        "event": event,
+        "job": job.name,
+        "tenant": job.tenant,
+        "slot": job.slot.isoformat(),
+        "attempt": job.attempt,
+    }

@@ -1,0 +1,70 @@
+"""The heartbeat: renews this node in the Redis member registry and learns who is live.
+
+Redis trouble changes nothing the node holds: the last known member list stays in force
+(so no rebalance happens) until Redis answers again, and the node re-registers by itself.
+Join/leave messages trigger an immediate heartbeat, so changes are seen at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+
+from cluster.errors import MembershipError
+from cluster.members import MemberInfo, MemberRegistry
+from node.service import Failures
+from node.state import NodeState
+from node.stats import Stats
+
+logger = logging.getLogger(__name__)
+
+
+class Heartbeat:
+    def __init__(
+        self,
+        registry: MemberRegistry,
+        info: MemberInfo,
+        state: NodeState,
+        stats: Stats,
+        *,
+        ttl_s: float,
+    ) -> None:
+        self._registry = registry
+        self._info = info
+        self._state = state
+        self._stats = stats
+        self._ttl_s = ttl_s
+
+    async def run_once(self) -> None:
+        try:
+            live = await self._registry.heartbeat(self._info, self._ttl_s)
+        except MembershipError:
+            self._stats.redis_errors += 1
+            raise
+        before = self._state.live
+        if self._state.set_live(live):
+            self._stats.membership_changes += 1
+            logger.info(
+                "members: %s (was %s)",
+                ", ".join(live) or "-",
+                ", ".join(before) or "-",
+                extra={"event": "membership_changed", "members": len(live)},
+            )
+
+    async def watch(self, stop: asyncio.Event) -> None:
+        """Follow join/leave messages; each one triggers a heartbeat right away."""
+        failures = Failures("membership subscription")
+
+        async def on_change(message: str) -> None:
+            logger.debug("membership message %s", message)
+            self._state.membership.set()
+
+        while not stop.is_set():
+            try:
+                await self._registry.watch(on_change, stop)
+                failures.succeeded()
+            except MembershipError as exc:
+                failures.failed(exc)
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(stop.wait(), failures.backoff_s(0.5, 5.0))

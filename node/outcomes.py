@@ -1,0 +1,102 @@
+"""Where a job goes after a slot: its next slot, retry, and the slots catch-up skips.
+
+Pure functions over a claimed job, an outcome and the database time, so the policy is
+unit-tested without a database. Parsed schedules are cached by expression.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+
+from cluster.catchup import CatchUp, CatchUpPlan, plan_catchup
+from cluster.durations import format_duration
+from cluster.schedule import Schedule, parse_schedule
+from cluster.session import ClaimedJob, Completion, Skip
+from node.handlers import Outcome
+
+MAX_RETRY_DELAY_S = 3600.0
+
+
+def schedule_of(job: ClaimedJob) -> Schedule:
+    return parse_schedule(job.schedule, job.tz, job.dst_repeated, job.dst_skipped)  # type: ignore[arg-type]
+
+
+def catch_up_of(job: ClaimedJob) -> CatchUp:
+    return CatchUp(job.catch_up, job.grace_s, job.max_backfill)  # type: ignore[arg-type]
+
+
+def _reason(job: ClaimedJob, plan: CatchUpPlan, slot: datetime, now: datetime) -> str:
+    late = format_duration(max(0.0, (now - slot).total_seconds()))
+    if job.catch_up == "skip":
+        return f"missed by {late} (catch-up skip, grace {format_duration(job.grace_s)})"
+    if job.catch_up == "backfill":
+        return f"missed by {late} (catch-up backfill, beyond the cap of {job.max_backfill})"
+    return f"missed by {late} (catch-up once: coalesced into {plan.next_slot.isoformat()})"
+
+
+def _skips(job: ClaimedJob, plan: CatchUpPlan, now: datetime) -> list[Skip]:
+    skips = [Skip(job.id, s, _reason(job, plan, s, now)) for s in plan.skipped]
+    if plan.skipped_more and skips:
+        first = skips[0]
+        note = f"; {plan.skipped_more} older slots were skipped too and are not listed"
+        skips[0] = Skip(first.job_id, first.slot, first.reason + note)
+    return skips
+
+
+def plan_at_claim(job: ClaimedJob, now: datetime) -> tuple[Completion, list[Skip]] | None:
+    """None when the claimed slot should run; else the write that skips it instead.
+
+    Only first attempts are re-planned: a retry or a recovered slot has already begun.
+    """
+    if job.attempt > 1:
+        return None
+    plan = plan_catchup(schedule_of(job), job.slot, now, catch_up_of(job))
+    if plan.next_slot <= job.slot:
+        return None
+    skips = [s for s in _skips(job, plan, now) if s.slot != job.slot]
+    reason = _reason(job, plan, job.slot, now)
+    done = Completion(
+        id=job.id,
+        token=job.lease_token,
+        slot=job.slot,
+        outcome="skipped",
+        error=reason,
+        duration_s=None,
+        next_run_at=plan.next_slot,
+        next_slot=plan.next_slot,
+        next_attempt=1,
+    )
+    return done, skips
+
+
+def after_run(job: ClaimedJob, outcome: Outcome, now: datetime) -> tuple[Completion, list[Skip]]:
+    """The completion of a run: retry the same slot, or move on to the next one."""
+    if outcome.status != "succeeded" and job.attempt <= job.max_retries:
+        delay = min(MAX_RETRY_DELAY_S, job.retry_backoff_s * 2 ** (job.attempt - 1))
+        retry_at = now + timedelta(seconds=delay)
+        done = Completion(
+            id=job.id,
+            token=job.lease_token,
+            slot=job.slot,
+            outcome=outcome.status,
+            error=f"{outcome.error} (attempt {job.attempt}; retry in {format_duration(delay)})",
+            duration_s=outcome.duration_s,
+            next_run_at=retry_at,
+            next_slot=job.slot,
+            next_attempt=job.attempt + 1,
+        )
+        return done, []
+    schedule = schedule_of(job)
+    plan = plan_catchup(schedule, schedule.next_after(job.slot), now, catch_up_of(job))
+    done = Completion(
+        id=job.id,
+        token=job.lease_token,
+        slot=job.slot,
+        outcome=outcome.status,
+        error=outcome.error,
+        duration_s=outcome.duration_s,
+        next_run_at=plan.next_slot,
+        next_slot=plan.next_slot,
+        next_attempt=1,
+    )
+    return done, _skips(job, plan, now)

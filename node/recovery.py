@@ -1,0 +1,56 @@
+"""Recovery: takes back the slots of dead owners and expired leases in held shards.
+
+It runs on every shard this node gains (before claiming there) and periodically over all
+held shards. The reset is a compare-and-set in SQL on (running, lease token), so a run that
+just finished is never overwritten; its slot becomes due again as the next attempt.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+
+from cluster.session import LockSession
+from node.state import NodeState
+from node.stats import Stats
+
+logger = logging.getLogger(__name__)
+
+
+class Recovery:
+    def __init__(
+        self,
+        state: NodeState,
+        session: LockSession,
+        stats: Stats,
+        alive: Callable[[], tuple[str, ...]],
+    ) -> None:
+        self._state = state
+        self._session = session
+        self._stats = stats
+        self._alive = alive
+
+    async def recover(self, shards: frozenset[int]) -> int:
+        rows = await self._session.recover(sorted(shards), self._alive())
+        for row in rows:
+            logger.warning(
+                "recovered slot from %s (%s); attempt %d is due now",
+                row["locked_by"],
+                row["reason"],
+                row["attempt"],
+                extra={
+                    "event": "run_recovered",
+                    "job": row["name"],
+                    "tenant": row["tenant_id"],
+                    "slot": row["slot_at"].isoformat(),
+                    "attempt": row["attempt"],
+                },
+            )
+        if rows:
+            self._stats.recovered += len(rows)
+            self._state.wake.set()
+        return len(rows)
+
+    async def run_once(self) -> None:
+        if self._state.held and self._session.connected:
+            await self.recover(self._state.held)

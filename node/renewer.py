@@ -1,0 +1,40 @@
+"""Lease renewal: extends the leases of every in-flight run in one statement.
+
+A run longer than its lease is therefore never taken from a live node. A lease that no
+longer matches (the slot was recovered elsewhere) cancels the local run: its result would
+be fenced anyway, and stopping it early limits the double work.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from cluster.session import LockSession
+from node.completer import _job_extra
+from node.executor import Executor
+from node.stats import Stats
+
+logger = logging.getLogger(__name__)
+
+
+class Renewer:
+    def __init__(
+        self, session: LockSession, executor: Executor, stats: Stats, *, lease_s: float
+    ) -> None:
+        self._session = session
+        self._executor = executor
+        self._stats = stats
+        self._lease_s = lease_s
+
+    async def run_once(self) -> None:
+        leases = self._executor.leases()
+        if not leases:
+            return
+        kept = await self._session.renew(leases, self._lease_s)
+        for job_id, _ in leases:
+            if job_id in kept:
+                continue
+            job = self._executor.cancel(job_id)
+            if job is not None:
+                self._stats.leases_lost += 1
+                logger.warning("lease lost; run cancelled", extra=_job_extra(job, "lease_lost"))

@@ -1,0 +1,126 @@
+"""The shard keeper: turns the ring's desired shards into advisory locks this node holds.
+
+Members are the live Redis members whose lock session exists in Postgres; a member whose
+session has been missing for longer than a short grace is treated as dead even while its
+heartbeat lives, so a killed node's shards move within seconds, not after the heartbeat
+TTL. Lost shards are unlocked, gained ones locked (a shard still locked by its previous
+owner is retried until free), and every gained shard is recovered before it is claimed.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Awaitable, Callable
+
+from cluster.session import LockSession
+from node.state import NodeState
+from node.stats import Stats
+from ring import Ring, diff
+
+logger = logging.getLogger(__name__)
+
+DEAD_SESSION_GRACE_S = 2.0
+RETRY_MISSING_S = 0.25
+
+
+class ShardKeeper:
+    def __init__(
+        self,
+        state: NodeState,
+        session: LockSession,
+        stats: Stats,
+        recover: Callable[[frozenset[int]], Awaitable[int]],
+        *,
+        expected_shards: int | None,
+    ) -> None:
+        self._state = state
+        self._session = session
+        self._stats = stats
+        self._recover = recover
+        self._expected = expected_shards
+        self._ring = Ring([state.node_id])
+        self._missing_since: dict[str, float] = {}
+        self.alive: tuple[str, ...] = (state.node_id,)
+
+    async def reconnect(self) -> None:
+        state = self._state
+        if state.held:
+            self._stats.locks_lost += len(state.held)
+            logger.warning(
+                "lock session lost; dropped %d shards",
+                len(state.held),
+                extra={"event": "session_lost"},
+            )
+        state.held = frozenset()
+        state.reconnect = False
+        state.shard_count = await self._session.open(self._expected or state.shard_count)
+        logger.info("lock session connected", extra={"event": "session_connected"})
+
+    async def members_alive(self) -> tuple[str, ...]:
+        """Live Redis members whose lock session exists (or vanished only just now)."""
+        live = list(self._state.live)
+        with_session = await self._session.live_sessions(live)
+        now = time.monotonic()
+        alive = []
+        for member in live:
+            if member in with_session or member == self._state.node_id:
+                self._missing_since.pop(member, None)
+                alive.append(member)
+                continue
+            since = self._missing_since.setdefault(member, now)
+            if now - since < DEAD_SESSION_GRACE_S:
+                alive.append(member)
+        for gone in set(self._missing_since) - set(live):
+            del self._missing_since[gone]
+        if self._state.node_id not in alive:
+            alive.append(self._state.node_id)
+        return tuple(sorted(alive))
+
+    async def run_once(self) -> float | None:
+        state = self._state
+        if state.reconnect or not self._session.connected:
+            await self.reconnect()
+        if not state.members_known or not state.claiming:
+            return RETRY_MISSING_S
+        alive = await self.members_alive()
+        if alive != self.alive:
+            self.alive = alive
+            self._ring = Ring(alive)
+        desired = self._ring.owned(state.node_id, state.shard_count)
+        state.desired = desired
+        change = diff(state.held, desired)
+        if change.release:
+            await self._session.unlock(sorted(change.release))
+            state.held = state.held - change.release
+            self._stats.locks_released += len(change.release)
+            logger.info(
+                "released %d shards (now %d)",
+                len(change.release),
+                len(state.held),
+                extra={"event": "shards_released"},
+            )
+        if change.acquire:
+            got = frozenset(await self._session.try_lock(sorted(change.acquire)))
+            if got:
+                await self._recover(got)
+                state.held = state.held | got
+                self._stats.locks_acquired += len(got)
+                state.wake.set()
+                logger.info(
+                    "acquired %d shards (now %d of %d desired)",
+                    len(got),
+                    len(state.held),
+                    len(desired),
+                    extra={"event": "shards_acquired"},
+                )
+        if desired - state.held:
+            return RETRY_MISSING_S
+        return None
+
+    async def release_all(self) -> None:
+        """Unlock every shard (graceful shutdown); the node stops claiming first."""
+        held, self._state.held = self._state.held, frozenset()
+        if held and self._session.connected:
+            await self._session.unlock(sorted(held))
+            logger.info("released all %d shards", len(held), extra={"event": "shards_released"})

@@ -1,0 +1,48 @@
+"""What one node currently believes: live members, desired and held shards, and the
+events that wake its loops. Only the event loop touches it, so no locks are needed."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass, field
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class NodeState:
+    node_id: str
+    zone: str
+    shard_count: int
+    live: tuple[str, ...] = ()
+    members_known: bool = False
+    desired: frozenset[int] = frozenset()
+    held: frozenset[int] = frozenset()
+    claiming: bool = True
+    reconnect: bool = False
+    wake: asyncio.Event = field(default_factory=asyncio.Event)
+    rebalance: asyncio.Event = field(default_factory=asyncio.Event)
+    membership: asyncio.Event = field(default_factory=asyncio.Event)
+
+    def set_live(self, live: list[str]) -> bool:
+        """Record the live member list; True (and wake the shard keeper) if it changed."""
+        members = tuple(sorted(live))
+        changed = members != self.live or not self.members_known
+        self.live = members
+        self.members_known = True
+        if changed:
+            self.rebalance.set()
+        return changed
+
+    def session_untrusted(self) -> None:
+        """The lock session may be gone: stop using its shards now and reconnect."""
+        if self.held:
+            logger.warning(
+                "lock session unconfirmed past its trust window; dropping %d shards",
+                len(self.held),
+                extra={"event": "session_untrusted"},
+            )
+        self.held = frozenset()
+        self.reconnect = True
+        self.rebalance.set()

@@ -1,0 +1,58 @@
+"""Shared fixtures: one throwaway database per test session, one schema and one Redis key
+prefix per test, so runs (and parallel CI jobs) never collide."""
+
+from __future__ import annotations
+
+import os
+import secrets
+from collections.abc import AsyncIterator, Iterator
+
+import psycopg
+import pytest
+import redis
+
+from cluster.jobs import JobStore
+from cluster.settings import ClusterSettings
+
+ADMIN_URL = os.environ.get("PULSE_TEST_ADMIN_URL", "postgresql://postgres@127.0.0.1:5432/postgres")
+REDIS_URL = os.environ.get("PULSE_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
+
+
+def _with_database(url: str, name: str) -> str:
+    base, _, _ = url.rpartition("/")
+    return f"{base}/{name}"
+
+
+@pytest.fixture(scope="session")
+def database_url() -> Iterator[str]:
+    name = f"pulse_test_{os.getpid()}_{secrets.token_hex(3)}"
+    with psycopg.connect(ADMIN_URL, autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{name}"')
+    try:
+        yield _with_database(ADMIN_URL, name)
+    finally:
+        with psycopg.connect(ADMIN_URL, autocommit=True) as conn:
+            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@pytest.fixture
+def settings(database_url: str) -> Iterator[ClusterSettings]:
+    tag = secrets.token_hex(4)
+    cluster = ClusterSettings(
+        database_url=database_url, redis_url=REDIS_URL, schema=f"t_{tag}", cluster=f"test-{tag}"
+    )
+    yield cluster
+    client = redis.Redis.from_url(REDIS_URL)
+    try:
+        keys = list(client.scan_iter(match=cluster.key_prefix + "*"))
+        if keys:
+            client.delete(*keys)
+    finally:
+        client.close()
+
+
+@pytest.fixture
+async def store(settings: ClusterSettings) -> AsyncIterator[JobStore]:
+    async with JobStore.open(settings) as job_store:
+        await job_store.init(shards=16)
+        yield job_store
