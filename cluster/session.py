@@ -13,7 +13,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -123,8 +123,10 @@ class LockSession:
         *,
         session_timeout_s: float,
         statement_timeout_s: float,
+        on_lost: Callable[[], None] | None = None,
     ) -> None:
         self.settings = settings
+        self._on_lost = on_lost
         self.node_id = node_id
         self.zone = zone
         self.session_timeout_s = session_timeout_s
@@ -217,6 +219,9 @@ class LockSession:
 
     async def _lost(self) -> None:
         conn, self._conn = self._conn, None
+        logger.warning("lock session lost", extra={"event": "session_lost"})
+        if self._on_lost is not None:
+            self._on_lost()  # drop every shard before anything else can use them
         if conn is not None:
             with contextlib.suppress(TimeoutError, psycopg.Error, OSError):
                 await asyncio.wait_for(conn.close(), 1.0)

@@ -59,10 +59,13 @@ class Claimer:
         held = self._state.held
         if not self._session.trusted(self._margin_s):
             if held:
-                self._state.session_untrusted()
+                self._stats.locks_lost += self._state.session_untrusted()
             return self._poll_s
         free = self._executor.free
         if free <= 0:
+            # No claim while every slot is busy, but the lock session must not look idle
+            # to Postgres, or it would end the session and the node would lose its shards.
+            self._clock.observe(await self._session.ping())
             return self._poll_s
         limit = min(free, MAX_CLAIM)
         started = time.monotonic()

@@ -67,6 +67,10 @@ class Node:
         logger.info("stop requested: draining", extra={"event": "drain_started"})
         self.stop.set()
 
+    def _session_lost(self) -> None:
+        if self.state is not None:
+            self.stats.locks_lost += self.state.session_untrusted()
+
     def _install_signals(self) -> None:
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
@@ -119,6 +123,7 @@ class Node:
             s.zone,
             session_timeout_s=s.session_timeout_s,
             statement_timeout_s=s.statement_timeout_s,
+            on_lost=self._session_lost,
         )
         try:
             shard_count = await self._open_session(session)
@@ -213,6 +218,7 @@ class Node:
                 interval_s=s.heartbeat_interval_s,
                 stop=work_stop,
                 wake=state.rebalance,
+                backoff_cap_s=1.0,
             ),
             claimer.run(work_stop),
             run_service(

@@ -74,6 +74,7 @@ async def run_service(
     stop: asyncio.Event,
     wake: asyncio.Event | None = None,
     jitter: float = 0.1,
+    backoff_cap_s: float = 5.0,
 ) -> None:
     """Drive ``run_once`` until ``stop``; it may return its own next delay in seconds."""
     failures = Failures(name)
@@ -91,5 +92,5 @@ async def run_service(
             raise
         except Exception as exc:
             failures.failed(exc)
-            delay = failures.backoff_s(min(interval_s, 0.5))
+            delay = failures.backoff_s(min(interval_s, 0.5), backoff_cap_s)
         await wait_any(delay, *events)

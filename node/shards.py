@@ -45,14 +45,7 @@ class ShardKeeper:
 
     async def reconnect(self) -> None:
         state = self._state
-        if state.held:
-            self._stats.locks_lost += len(state.held)
-            logger.warning(
-                "lock session lost; dropped %d shards",
-                len(state.held),
-                extra={"event": "session_lost"},
-            )
-        state.held = frozenset()
+        self._stats.locks_lost += state.session_untrusted()
         state.reconnect = False
         state.shard_count = await self._session.open(self._expected or state.shard_count)
         logger.info("lock session connected", extra={"event": "session_connected"})

@@ -35,14 +35,18 @@ class NodeState:
             self.rebalance.set()
         return changed
 
-    def session_untrusted(self) -> None:
-        """The lock session may be gone: stop using its shards now and reconnect."""
+    def session_untrusted(self) -> int:
+        """The lock session may be gone: stop using its shards now and reconnect.
+
+        Returns how many shards were dropped."""
+        dropped = len(self.held)
         if self.held:
             logger.warning(
-                "lock session unconfirmed past its trust window; dropping %d shards",
+                "lock session lost or unconfirmed; dropping %d shards",
                 len(self.held),
-                extra={"event": "session_untrusted"},
+                extra={"event": "shards_dropped"},
             )
         self.held = frozenset()
         self.reconnect = True
         self.rebalance.set()
+        return dropped
