@@ -165,32 +165,22 @@ SELECT coalesce(%(now)s::timestamptz, now()) AS now;
 
 -- name: claim
 -- Claims the oldest due jobs of the held shards, at most %(limit)s, in one round trip.
--- Each shard contributes its own oldest due rows through the (shard_id, next_run_at)
--- partial index, so the plan never sorts every due row of every shard; the global
--- oldest-first order is then taken over those few candidates. Rows are locked with
--- SKIP LOCKED and re-checked, marked running under a fresh lease token, and their run
--- row (job, slot) is created or moved to the next attempt. The last columns tell the
--- caller when the next job of these shards falls due, so it can sleep until then.
+-- The scan walks the cluster-wide due index (jobs_due_time) in next_run_at order and keeps
+-- the rows of held shards, so the claim is exactly oldest-first and stops after %(limit)s
+-- rows without sorting every due row of every shard. Rows are locked with SKIP LOCKED,
+-- marked running under a fresh lease token, and their run row (job, slot) is created or
+-- moved to the next attempt. The last columns tell the caller when the next job of these
+-- shards falls due, so it can sleep until then.
 WITH clock AS (
     SELECT coalesce(%(now)s::timestamptz, now()) AS t
 ),
-candidates AS (
-    SELECT c.id, c.next_run_at
-    FROM unnest(%(shards)s::int[]) AS s(shard)
-    CROSS JOIN LATERAL (
-        SELECT j.id, j.next_run_at FROM jobs j
-        WHERE j.shard_id = s.shard AND j.status = 'idle'
-          AND j.next_run_at <= (SELECT t FROM clock)
-        ORDER BY j.next_run_at
-        LIMIT %(limit)s
-    ) AS c
-    ORDER BY c.next_run_at
-    LIMIT %(limit)s
-),
 locked AS (
-    SELECT j.id FROM jobs j JOIN candidates c ON c.id = j.id
+    SELECT j.id FROM jobs j
     WHERE j.status = 'idle' AND j.next_run_at <= (SELECT t FROM clock)
-    FOR UPDATE OF j SKIP LOCKED
+      AND j.shard_id = ANY(%(shards)s::int[])
+    ORDER BY j.next_run_at
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
 ),
 claimed AS (
     UPDATE jobs j SET
@@ -224,18 +214,14 @@ history AS (
         duration_s = NULL
 ),
 next_due AS (
-    SELECT min(x.next_run_at) AS t
-    FROM unnest(%(shards)s::int[]) AS s(shard)
-    CROSS JOIN LATERAL (
-        SELECT j.next_run_at FROM jobs j
-        WHERE j.shard_id = s.shard AND j.status = 'idle'
-          AND j.next_run_at > (SELECT t FROM clock)
-        ORDER BY j.next_run_at
-        LIMIT 1
-    ) AS x
+    SELECT j.next_run_at AS t FROM jobs j
+    WHERE j.status = 'idle' AND j.next_run_at > (SELECT t FROM clock)
+      AND j.shard_id = ANY(%(shards)s::int[])
+    ORDER BY j.next_run_at
+    LIMIT 1
 )
-SELECT k.t AS db_now, d.t AS next_due, c.*
-FROM clock k CROSS JOIN next_due d LEFT JOIN claimed c ON true
+SELECT k.t AS db_now, (SELECT t FROM next_due) AS next_due, c.*
+FROM clock k LEFT JOIN claimed c ON true
 ORDER BY c.slot_at;
 
 -- name: complete

@@ -40,8 +40,11 @@ CREATE TABLE jobs (
     UNIQUE (tenant_id, name)
 );
 
--- The hot path: due jobs of one shard, oldest first.
+-- Due jobs of one shard, oldest first (per-shard views, status, recovery of a shard).
 CREATE INDEX jobs_due ON jobs (shard_id, next_run_at) WHERE status = 'idle';
+-- The claim's hot path: every due job oldest first; a node walks it keeping the rows of
+-- its own shards, which is exact oldest-first and stops after the claim limit.
+CREATE INDEX jobs_due_time ON jobs (next_run_at) WHERE status = 'idle';
 -- Recovery: running jobs of the shards a node takes over.
 CREATE INDEX jobs_running ON jobs (shard_id) WHERE status = 'running';
 
