@@ -39,7 +39,15 @@ from croniter import CroniterBadDateError, CroniterError, croniter
 from cluster.durations import parse_duration
 from cluster.errors import InvalidInput
 
-__all__ = ["MACROS", "MIN_EVERY_S", "DstRepeated", "DstSkipped", "Schedule", "parse_schedule"]
+__all__ = [
+    "MACROS",
+    "MAX_EVERY_S",
+    "MIN_EVERY_S",
+    "DstRepeated",
+    "DstSkipped",
+    "Schedule",
+    "parse_schedule",
+]
 
 DstRepeated = Literal["once", "twice"]
 DstSkipped = Literal["shift", "skip"]
@@ -54,6 +62,7 @@ MACROS: dict[str, str] = {
     "@hourly": "0 * * * *",
 }
 MIN_EVERY_S = 1.0
+MAX_EVERY_S = 3650 * 86400.0  # ten years; far beyond any real job, far from datetime's limits
 # croniter gives up on a day pattern after this many years; the sparsest satisfiable one
 # ("0 0 * 2 1#5", a fifth Monday in February) recurs within 40 years.
 _MAX_YEARS = 50
@@ -64,6 +73,9 @@ _SECOND = timedelta(seconds=1)
 _UTC_ZONE = ZoneInfo("UTC")  # ZoneInfo caches instances: the default zone takes a fast path
 # Hashed (H) and random (R) fields would give every node different slots.
 _NODE_DEPENDENT = re.compile(r"(?<![a-z])[hr](?![a-z])", re.IGNORECASE)
+_CRON_ECHO = re.compile(r"^\[[^\]]*\]\s*(is not acceptable[,.]?\s*)?")
+_FIELD_NUMBER = re.compile(r"in field ([0-5])")
+_FIELD_NAMES = ("minute", "hour", "day-of-month", "month", "day-of-week", "second")
 _FIELDS_HINT = "expected 5 fields (min hour dom mon dow) or 6 (sec min hour dom mon dow)"
 
 
@@ -82,16 +94,14 @@ class Schedule:
 
     def __post_init__(self) -> None:
         expr = _normalize_expr(self.expr)
+        every_us, day_expr, times = _compile(expr)
         tz = self.tz.strip() if isinstance(self.tz, str) else self.tz
+        zone = _zone(tz)
         _check_choice("dst_repeated", self.dst_repeated, ("once", "twice"))
         _check_choice("dst_skipped", self.dst_skipped, ("shift", "skip"))
-        every_us, day_expr, times = _compile(expr)
-        object.__setattr__(self, "expr", expr)
-        object.__setattr__(self, "tz", tz)
-        object.__setattr__(self, "_zone", _zone(tz))
-        object.__setattr__(self, "_every_us", every_us)
-        object.__setattr__(self, "_day_expr", day_expr)
-        object.__setattr__(self, "_times", times)
+        normalized = {"expr": expr, "tz": tz, "_zone": zone, "_every_us": every_us}
+        for name, value in {**normalized, "_day_expr": day_expr, "_times": times}.items():
+            object.__setattr__(self, name, value)  # frozen: set once, here
 
     @property
     def interval(self) -> timedelta | None:
@@ -151,11 +161,14 @@ class Schedule:
         zone = self._zone
         later: deque[datetime] = deque()
         gap_end: datetime | None = None
-        for year, month, mday, times in _days_after(self._day_expr, self._times, start):
-            for hour, minute, second in times:
-                if zone is _UTC_ZONE:
+        days = _days_after(self._day_expr, self._times, start)
+        if zone is _UTC_ZONE:
+            for year, month, mday, times in days:
+                for hour, minute, second in times:
                     yield datetime(year, month, mday, hour, minute, second, 0, UTC)
-                    continue
+            return
+        for year, month, mday, times in days:
+            for hour, minute, second in times:
                 local = datetime(year, month, mday, hour, minute, second, 0, zone)
                 first_offset = zone.utcoffset(local)
                 repeat_offset = zone.utcoffset(
@@ -235,6 +248,8 @@ def _compile(expr: str) -> tuple[int | None, str, tuple[tuple[int, ...], ...]]:
         seconds = parse_duration(expr[len("@every") :], field="schedule")
         if seconds < MIN_EVERY_S:
             raise InvalidInput("schedule", f"@every interval must be at least 1s, got {expr!r}")
+        if seconds > MAX_EVERY_S:
+            raise InvalidInput("schedule", f"@every interval must be at most 3650d, got {expr!r}")
         return round(seconds * 1_000_000), "", ()
     text = MACROS.get(expr, expr)
     if text.startswith("@"):
@@ -256,8 +271,14 @@ def _compile(expr: str) -> tuple[int | None, str, tuple[tuple[int, ...], ...]]:
     except CroniterBadDateError as exc:
         raise InvalidInput("schedule", f"{expr!r} never fires") from exc
     except (CroniterError, ValueError, TypeError, KeyError, IndexError) as exc:
-        raise InvalidInput("schedule", f"invalid cron expression {expr!r}: {exc}") from exc
+        raise InvalidInput("schedule", f"invalid cron expression {expr!r}: {_reason(exc)}") from exc
     return None, day_expr, times
+
+
+def _reason(exc: Exception) -> str:
+    """croniter's message without its echo of the reordered expression and field numbers."""
+    text = _CRON_ECHO.sub("", str(exc)).strip() or "a field is malformed"
+    return _FIELD_NUMBER.sub(lambda m: f"in the {_FIELD_NAMES[int(m.group(1))]} field", text)
 
 
 def _values(raw: list[Any], size: int) -> tuple[int, ...]:
@@ -290,13 +311,15 @@ def _days_after(
 def _month_days(day_expr: str, year: int, month: int) -> tuple[int, ...]:
     """Days of a month matching ``day_expr``; cached as croniter costs ~0.1 ms a step."""
     found: list[int] = []
-    days = croniter(day_expr, datetime(year, month, 1) - _SECOND, max_years_between_matches=1)
     try:
+        days = croniter(
+            day_expr, datetime(year, month, 1) - _SECOND, max_years_between_matches=_MAX_YEARS
+        )
         for day in days.all_next(datetime):
             if (day.year, day.month) != (year, month):
                 break
             found.append(day.day)
-    except (ValueError, OverflowError):  # the search ran past year 9999
+    except (ValueError, OverflowError):  # the search ran past year 1 or 9999
         pass
     return tuple(found)
 
