@@ -11,9 +11,10 @@ import asyncio
 import functools
 import json
 import sys
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Iterator
+from contextlib import contextmanager
 from datetime import datetime
-from typing import Any, NoReturn, TypeVar
+from typing import IO, Any, NoReturn, TypeVar
 
 import click
 
@@ -26,7 +27,9 @@ T = TypeVar("T")
 
 
 def fail(message: str, code: int = 1) -> NoReturn:
-    click.echo(f"pulse: {message}", err=True)
+    """One line on stderr, always (a message carrying a newline is folded), then exit."""
+    line = " ".join(part.strip() for part in message.splitlines() if part.strip())
+    click.echo(f"pulse: {line}", err=True)
     sys.exit(code)
 
 
@@ -81,7 +84,49 @@ def parse_time(value: str | None, field: str) -> datetime | None:
     return parsed
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+class OneLineUsageError(click.UsageError):
+    """A usage error shown like every other bad input: one line on stderr, exit 2."""
+
+    def show(self, file: IO[Any] | None = None) -> None:
+        hint = f" (see '{self.ctx.command_path} --help')" if self.ctx is not None else ""
+        click.echo(f"pulse: {self.format_message()}{hint}", file=file, err=True)
+
+
+class PulseGroup(click.Group):
+    """The root group: click's own usage errors (a missing option, a value out of range, an
+    unknown command) become one line too, instead of usage text over three lines."""
+
+    def make_context(
+        self,
+        info_name: str | None,
+        args: list[str],
+        parent: click.Context | None = None,
+        **extra: Any,
+    ) -> click.Context:
+        with _one_line_usage_errors():
+            return super().make_context(info_name, args, parent, **extra)
+
+    def invoke(self, ctx: click.Context) -> Any:
+        with _one_line_usage_errors():
+            return super().invoke(ctx)
+
+
+@contextmanager
+def _one_line_usage_errors() -> Iterator[None]:
+    try:
+        yield
+    except OneLineUsageError:
+        raise
+    except click.UsageError as exc:
+        if type(exc).__name__ == "NoArgsIsHelpError":  # a bare group prints its help
+            raise
+        raise OneLineUsageError(exc.format_message(), exc.ctx) from exc
+
+
+@click.group(
+    cls=PulseGroup,
+    context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100},
+)
 @click.option(
     "--database-url",
     envvar="PULSE_DATABASE_URL",

@@ -79,7 +79,8 @@ def load_specs(path: str) -> list[JobSpec]:
             specs.append(JobSpec.from_mapping(entry))
         except InvalidInput as exc:
             label = entry.get("name") if isinstance(entry, dict) else None
-            where = f"entry {position}" + (f" ({label})" if isinstance(label, str) else "")
+            shown = label if isinstance(label, str) and label.isprintable() else repr(label)
+            where = f"entry {position}" + (f" ({shown})" if isinstance(label, str) else "")
             problems.append(f"{where}: {exc}")
     if problems:
         raise InvalidInput("file", "; ".join(problems))

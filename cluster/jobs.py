@@ -22,7 +22,7 @@ from psycopg.types.json import Jsonb
 
 from cluster.db import Conn, connect, describe
 from cluster.errors import InvalidInput, NotFound, StoreError
-from cluster.jobspec import DEFAULT_TENANT, JobSpec
+from cluster.jobspec import DEFAULT_TENANT, JobSpec, check_text
 from cluster.migrate import InitResult, migrate, stored_shard_count
 from cluster.models import Job, Run
 from cluster.queries import query
@@ -40,6 +40,17 @@ class ApplyResult:
     @property
     def changed(self) -> bool:
         return bool(self.created or self.updated or self.removed)
+
+
+# Statement parameters named differently from the user-facing field they carry.
+_FIELD_OF_PARAM = {"tenant_id": "tenant", "job_name": "job", "max_retries": "retries"}
+
+
+def _check_params(params: dict[str, Any]) -> None:
+    """Text the driver could not send (lone surrogates, NUL) is bad input, not a store error."""
+    for key, value in params.items():
+        if isinstance(value, str):
+            check_text(value, _FIELD_OF_PARAM.get(key, key))
 
 
 def _label(tenant: str, name: str) -> str:
@@ -84,6 +95,7 @@ class JobStore:
 
     async def add(self, spec: JobSpec, *, now: datetime | None = None) -> Job:
         """Create a job; ``InvalidInput`` if (tenant, name) exists."""
+        spec = spec.validated()
         shards = await self.shard_count()
         try:
             async with self._conn.transaction():
@@ -105,6 +117,16 @@ class JobStore:
         self, specs: Sequence[JobSpec], *, prune: bool = False, now: datetime | None = None
     ) -> ApplyResult:
         """Create or update every spec by (tenant, name), all or nothing."""
+        checked: list[JobSpec] = []
+        problems: list[str] = []
+        for position, spec in enumerate(specs, 1):
+            try:
+                checked.append(spec.validated())
+            except InvalidInput as exc:
+                problems.append(f"entry {position}: {exc}")
+        if problems:
+            raise InvalidInput("jobs", "; ".join(problems))
+        specs = checked
         seen: set[tuple[str, str]] = set()
         for position, spec in enumerate(specs, 1):
             key = (spec.tenant, spec.name)
@@ -247,6 +269,7 @@ class JobStore:
         await self._notify(row["shard_id"])
 
     async def _one(self, name: str, params: dict[str, Any]) -> dict[str, Any] | None:
+        _check_params(params)
         try:
             cur = await self._conn.execute(query(name), params)
             return await cur.fetchone()
@@ -256,6 +279,7 @@ class JobStore:
             raise StoreError(describe(exc)) from exc
 
     async def _all(self, name: str, params: dict[str, Any]) -> list[dict[str, Any]]:
+        _check_params(params)
         try:
             cur = await self._conn.execute(query(name), params)
             return await cur.fetchall()

@@ -7,6 +7,7 @@ bad input is rejected the same way everywhere: one ``InvalidInput`` naming the f
 from __future__ import annotations
 
 import json
+import math
 import re
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, fields
@@ -19,18 +20,32 @@ from cluster.schedule import Schedule, parse_schedule
 
 MAX_PAYLOAD_BYTES = 1024 * 1024
 MAX_NAME_LENGTH = 200
+MAX_COUNT = 2**31 - 1  # Postgres integer
 DEFAULT_TENANT = "default"
 DEFAULT_TIMEOUT_S = 300.0
 DEFAULT_RETRY_BACKOFF_S = 10.0
 DEFAULT_GRACE_S = 60.0
 DEFAULT_MAX_BACKFILL = 100
 
+# A \u0000 escape in JSON text: preceded by an even number of backslashes.
+_JSON_NUL = re.compile(rb"(?<!\\)(?:\\\\)*\\u0000")
 _PY_REF = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*:[A-Za-z_][A-Za-z0-9_]*$")
+
+
+def check_text(value: str, field_name: str) -> str:
+    """Text Postgres can store: encodable as UTF-8 and free of NUL characters."""
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise InvalidInput(field_name, "is not valid UTF-8 text") from exc
+    if "\x00" in value:
+        raise InvalidInput(field_name, "must not contain NUL characters")
+    return value
 
 
 def validate_handler(ref: str) -> str:
     """``package.module:function`` or ``shell:<command>``."""
-    ref = ref.strip()
+    ref = check_text(ref, "handler").strip()
     if ref.startswith("shell:"):
         if not ref[len("shell:") :].strip():
             raise InvalidInput("handler", "shell: needs a command")
@@ -43,7 +58,9 @@ def validate_handler(ref: str) -> str:
 
 
 def validate_name(value: str, field_name: str = "name") -> str:
-    if not isinstance(value, str) or not value.strip():
+    if not isinstance(value, str):
+        raise InvalidInput(field_name, f"must be a string, got {value!r}")
+    if not check_text(value, field_name).strip():
         raise InvalidInput(field_name, "must not be empty")
     if len(value) > MAX_NAME_LENGTH:
         raise InvalidInput(field_name, f"longer than {MAX_NAME_LENGTH} characters")
@@ -61,16 +78,25 @@ def parse_payload(value: str | Mapping[str, Any] | None) -> dict[str, Any]:
             loaded = json.loads(value)
         except json.JSONDecodeError as exc:
             raise InvalidInput("payload", f"not valid JSON ({exc.msg})") from exc
+        except RecursionError as exc:
+            raise InvalidInput("payload", "nested too deeply") from exc
     else:
         loaded = value
     if not isinstance(loaded, dict):
         raise InvalidInput("payload", "must be a JSON object")
     try:
-        encoded = json.dumps(loaded, ensure_ascii=False, allow_nan=False)
+        encoded = json.dumps(loaded, ensure_ascii=False, allow_nan=False).encode()
+    except UnicodeEncodeError as exc:
+        raise InvalidInput("payload", "is not valid UTF-8 text") from exc
+    except RecursionError as exc:
+        raise InvalidInput("payload", "nested too deeply") from exc
     except (TypeError, ValueError) as exc:
         raise InvalidInput("payload", f"not JSON-serialisable ({exc})") from exc
-    if len(encoded.encode()) > MAX_PAYLOAD_BYTES:
+    if len(encoded) > MAX_PAYLOAD_BYTES:
         raise InvalidInput("payload", "larger than 1 MiB")
+    if _JSON_NUL.search(encoded):
+        # jsonb cannot store \u0000: Postgres would refuse the write.
+        raise InvalidInput("payload", "must not contain NUL characters (\\u0000)")
     return dict(loaded)
 
 
@@ -78,6 +104,8 @@ def _duration(value: object, field_name: str) -> float:
     if isinstance(value, bool):
         raise InvalidInput(field_name, "must be a duration such as 30s or 5m")
     if isinstance(value, int | float):
+        if not math.isfinite(value):
+            raise InvalidInput(field_name, f"must be a finite duration, got {value!r}")
         if value < 0:
             raise InvalidInput(field_name, "must not be negative")
         return float(value)
@@ -95,6 +123,8 @@ def _count(value: object, field_name: str, minimum: int) -> int:
         raise InvalidInput(field_name, "must be a whole number") from exc
     if number < minimum:
         raise InvalidInput(field_name, f"must be at least {minimum}")
+    if number > MAX_COUNT:
+        raise InvalidInput(field_name, f"must be at most {MAX_COUNT}")
     return number
 
 
@@ -192,6 +222,26 @@ class JobSpec:
         if payload is not None and not isinstance(payload, Mapping | str):
             raise InvalidInput("payload", "must be a JSON object")
         return cls.build(entry["name"], entry["schedule"], entry["handler"], **kwargs)
+
+    def validated(self) -> JobSpec:
+        """This spec checked as ``build`` checks it (``JobSpec(...)`` itself validates nothing)."""
+        return JobSpec.build(
+            self.name,
+            self.schedule,
+            self.handler,
+            tenant=self.tenant,
+            tz=self.tz,
+            payload=self.payload,
+            catch_up=self.catch_up,
+            grace=self.grace_s,
+            max_backfill=self.max_backfill,
+            timeout=self.timeout_s,
+            retries=self.retries,
+            retry_backoff=self.retry_backoff_s,
+            paused=self.paused,
+            dst_repeated=self.dst_repeated,
+            dst_skipped=self.dst_skipped,
+        )
 
     def parsed_schedule(self) -> Schedule:
         return parse_schedule(self.schedule, self.tz, self.dst_repeated, self.dst_skipped)  # type: ignore[arg-type]

@@ -32,7 +32,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
-from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError, available_timezones
 
 from croniter import CroniterBadDateError, CroniterError, croniter
 
@@ -233,9 +233,19 @@ def _check_choice(name: str, value: object, choices: tuple[str, ...]) -> None:
         raise InvalidInput(name, f"must be one of {', '.join(choices)}, got {value!r}")
 
 
+@functools.cache
+def _iana_names() -> frozenset[str]:
+    host_dependent = {"localtime", "posixrules", "Factory"}
+    return frozenset(available_timezones() - host_dependent) | {"UTC"}
+
+
 def _zone(tz: object) -> ZoneInfo:
     if not isinstance(tz, str) or not tz:
         raise InvalidInput("tz", f"expected an IANA time zone like Europe/Berlin, got {tz!r}")
+    # Only canonical IANA names: `localtime`, `posixrules`, `posix/...` or `right/...` would
+    # mean different things on different hosts, and every node must compute the same slots.
+    if tz not in _iana_names():
+        raise InvalidInput("tz", f"unknown time zone {tz!r}; use an IANA name like Europe/Berlin")
     try:
         return ZoneInfo(tz)
     except (ZoneInfoNotFoundError, ValueError, OSError) as exc:

@@ -1,0 +1,43 @@
+"""`cluster`, `node` and `ring` are generic names (PyPI has distributions called all three):
+they must resolve to this repository, both in the test process and in the installed venv."""
+
+from __future__ import annotations
+
+import importlib
+import importlib.metadata
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+PACKAGES = ("cluster", "node", "ring")
+
+
+@pytest.mark.parametrize("name", PACKAGES)
+def test_package_imports_from_this_repo(name: str) -> None:
+    module = importlib.import_module(name)
+    assert module.__file__ is not None
+    assert Path(module.__file__).resolve() == REPO / name / "__init__.py"
+
+
+def test_installed_venv_resolves_to_this_repo_from_elsewhere(tmp_path: Path) -> None:
+    # From another directory the repo root is not on sys.path by accident: only the
+    # installed distribution can make these imports work.
+    code = (
+        "import json, cluster, node, ring; "
+        "print(json.dumps([cluster.__file__, node.__file__, ring.__file__]))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-I", "-c", code], cwd=tmp_path, capture_output=True, text=True, check=True
+    )
+    files = [Path(f).resolve() for f in json.loads(out.stdout)]
+    assert files == [REPO / name / "__init__.py" for name in PACKAGES]
+
+
+def test_no_other_distribution_provides_the_packages() -> None:
+    owners = importlib.metadata.packages_distributions()
+    for name in PACKAGES:
+        assert set(owners.get(name, [])) == {"pulsecron"}, (name, owners.get(name))
