@@ -67,6 +67,7 @@ class MemberInfo:
     started_at: str
     version: str
     concurrency: int
+    fenced_writes: int = 0  # stale writes this node had rejected since it started
 
 
 @dataclass(frozen=True)
@@ -140,6 +141,7 @@ class MemberRegistry:
                 started_at=str(data.get("started_at", "")),
                 version=str(data.get("version", "?")),
                 concurrency=int(data.get("concurrency", 0)),
+                fenced_writes=int(data.get("fenced_writes", 0)),
             )
             found.append(LiveMember(info, max(0.0, (now_ms - score) / 1000)))
         return sorted(found, key=lambda m: m.info.node_id)

@@ -164,6 +164,7 @@ class LockSession:
                     f"has {shards}; the shard count never changes"
                 )
             await self._check_session_locks(conn)
+            await conn.execute(query("lock_session_setup"))
         except BaseException:
             await conn.close()
             raise
@@ -173,13 +174,18 @@ class LockSession:
         return shards
 
     async def _check_session_locks(self, conn: Conn) -> None:
-        """Refuse a transaction-mode pooler: session locks must outlive their statement."""
-        probe = {"ns": self.namespace, "shards": [-1]}
+        """Refuse a transaction-mode pooler: session locks must outlive their statement.
+
+        The probe key is negative (never a shard) and this connection's own: nodes opening
+        their sessions at the same moment must not take each other's probe for a pooler.
+        """
+        key = -conn.info.backend_pid
+        probe = {"ns": self.namespace, "shards": [key]}
         await conn.execute(query("try_lock_shards"), probe)
         cur = await conn.execute(query("my_shard_locks"), {"ns": self.namespace})
         held = {row["shard"] for row in await cur.fetchall()}
         await conn.execute(query("unlock_shards"), probe)
-        if -1 not in held:
+        if key not in held:
             raise ConfigError(
                 "advisory locks do not survive between statements on this connection "
                 "(a transaction-mode pooler in front of Postgres?); connect Pulse directly "
@@ -339,3 +345,9 @@ class LockSession:
         if not shards:
             return []
         return await self._run("recover", {"shards": list(shards), "live": list(live), "now": now})
+
+    async def recover_own(self, now: datetime | None = None) -> list[dict[str, Any]]:
+        """Take back the slots an earlier process of this node id left running.
+
+        Only before this process claims anything: then every such run is an orphan."""
+        return await self._run("recover_own", {"node_id": self.node_id, "now": now})

@@ -1,19 +1,22 @@
 """The claim loop: claim due jobs of held shards, up to the free execution slots.
 
 It sleeps until the earliest ``next_run_at`` of its shards (reported by the claim statement
-itself) or the poll interval, whichever is sooner, and wakes at once on NOTIFY, on gaining
-shards, and when a full executor frees a slot. It claims only while the lock session is
-trusted: if the session has not answered within ``session_timeout - margin`` the node may
-already have lost its locks, so it claims nothing.
+itself, and by completions for the slots they set) or the poll interval, whichever is
+sooner, and wakes at once on NOTIFY, on gaining shards, and when a full executor frees a
+slot. It claims only while the lock session is trusted: if the session has not answered
+within ``session_timeout - margin`` the node may already have lost its locks, so it claims
+nothing.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import time
+from datetime import datetime, timedelta
 
-from cluster.errors import StoreError
+from cluster.errors import PulseError, StoreError
 from cluster.session import ClaimedJob, LockSession
 from node.clock import DbClock
 from node.completer import Completer, _job_extra
@@ -53,6 +56,17 @@ class Claimer:
         self._lease_s = lease_s
         self._margin_s = trust_margin_s
         self._failures = Failures("claims")
+        self._wake_at = math.inf  # monotonic time of the next planned claim
+        self._sooner = asyncio.Event()
+
+    def due_at(self, when: datetime) -> None:
+        """A job of this node falls due at ``when`` (database time); claim then if that is
+        sooner than planned. Completions call this: the next slot they write was not there
+        for the claim that planned the current sleep (the job was running then)."""
+        at = time.monotonic() + (when - self._clock.now()).total_seconds() + WAKE_MARGIN_S
+        if at < self._wake_at:
+            self._wake_at = at
+            self._sooner.set()
 
     async def run_once(self) -> float:
         """Claim once; return how long to sleep before the next claim."""
@@ -66,12 +80,16 @@ class Claimer:
             # No claim while every slot is busy, but the lock session must not look idle
             # to Postgres, or it would end the session and the node would lose its shards.
             self._clock.observe(await self._session.ping())
-            return self._poll_s
+            # Runs that ended during the ping freed slots without waking the loop (it only
+            # listens for that while the executor is full): claim again at once.
+            return 0.0 if self._executor.free > 0 else self._poll_s
         limit = min(free, MAX_CLAIM)
         started = time.monotonic()
         result = await self._session.claim(sorted(held), limit, self._lease_s)
         elapsed = time.monotonic() - started
-        self._clock.observe(result.db_now)
+        # db_now is when the statement started; by now the database clock is `elapsed` on
+        # (less the tiny send latency). A clock that lags would make every wake-up late.
+        self._clock.observe(result.db_now + timedelta(seconds=elapsed))
         self._stats.claims += 1
         self._stats.claim_seconds.append(elapsed)
         for job in result.jobs:
@@ -85,7 +103,11 @@ class Claimer:
         return delay
 
     def _dispatch(self, job: ClaimedJob) -> None:
-        skip = plan_at_claim(job, self._clock.now())
+        try:
+            skip = plan_at_claim(job, self._clock.now())
+        except PulseError as exc:
+            self._completer.reject(job, exc)
+            return
         if skip is not None:
             done, skips = skip
             logger.info("slot skipped: %s", done.error, extra=_job_extra(job, "slot_skipped"))
@@ -102,6 +124,7 @@ class Claimer:
         while not stop.is_set() and self._state.claiming:
             wake.clear()
             self._executor.slot_freed.clear()
+            self._wake_at = math.inf  # due_at() during the claim lowers it
             try:
                 delay = await self.run_once()
                 self._failures.succeeded()
@@ -112,4 +135,9 @@ class Claimer:
             events = [stop, wake]
             if self._executor.free <= 0:
                 events.append(self._executor.slot_freed)
-            await wait_any(delay, *events)
+            self._wake_at = min(self._wake_at, time.monotonic() + delay)
+            while True:
+                self._sooner.clear()
+                await wait_any(self._wake_at - time.monotonic(), *events, self._sooner)
+                if not self._sooner.is_set() or any(e.is_set() for e in events):
+                    break

@@ -10,13 +10,15 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
+from datetime import datetime
 from uuid import UUID
 
-from cluster.errors import StoreError
+from cluster.errors import PulseError, StoreError
 from cluster.session import ClaimedJob, Completion, LockSession, Skip
 from node.clock import DbClock
 from node.handlers import Outcome
-from node.outcomes import after_run
+from node.outcomes import after_run, broken
 from node.service import Failures, wait_any
 from node.stats import Stats
 
@@ -37,17 +39,30 @@ class Completer:
         self._ready = asyncio.Event()
         self.written = asyncio.Event()
         self._failures = Failures("completion writes")
+        # Told the earliest next slot each flush wrote (the claim loop plans its sleep).
+        self.on_next: Callable[[datetime], None] | None = None
 
     @property
     def pending(self) -> int:
         return len(self._queue)
 
+    def reject(self, job: ClaimedJob, exc: Exception) -> None:
+        """A claimed job whose stored definition cannot be planned: fail the slot."""
+        logger.error("cannot plan the job: %s", exc, extra=_job_extra(job, "job_invalid"))
+        self._stats.outcomes["failed"] += 1
+        self.submit(job, broken(job, exc, self._clock.now()), [])
+
     def run_done(self, job: ClaimedJob, outcome: Outcome) -> None:
-        done, skips = after_run(job, outcome, self._clock.now())
+        try:
+            done, skips = after_run(job, outcome, self._clock.now())
+        except PulseError as exc:
+            self.reject(job, exc)
+            return
         self._stats.outcomes[outcome.status] += 1
         if done.next_attempt > job.attempt:
             self._stats.retries += 1
-        log = logger.info if outcome.status == "succeeded" else logger.warning
+        # Successes are the bulk of the log volume: DEBUG; anything else is worth a look.
+        log = logger.debug if outcome.status == "succeeded" else logger.warning
         log(
             "run %s in %.3fs%s",
             outcome.status,
@@ -90,6 +105,9 @@ class Completer:
         del self._queue[: len(batch)]
         self._account(batch, applied)
         self.written.set()
+        upcoming = [done.next_run_at for job, done, _ in batch if job.id in applied]
+        if upcoming and self.on_next is not None:
+            self.on_next(min(upcoming))
         now = self._clock.now()
         if any(done.next_run_at <= now for done in completions):
             self._wake.set()  # a slot is due again already (catch-up, retry, release)

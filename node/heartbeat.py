@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from dataclasses import replace
 
 from cluster.errors import MembershipError
 from cluster.members import MemberInfo, MemberRegistry
@@ -38,7 +39,8 @@ class Heartbeat:
 
     async def run_once(self) -> None:
         try:
-            live = await self._registry.heartbeat(self._info, self._ttl_s)
+            info = replace(self._info, fenced_writes=self._stats.fenced_writes)
+            live = await self._registry.heartbeat(info, self._ttl_s)
         except MembershipError:
             self._stats.redis_errors += 1
             raise

@@ -6,6 +6,7 @@ unit-tested without a database. Parsed schedules are cached by expression.
 
 from __future__ import annotations
 
+import functools
 from datetime import datetime, timedelta
 
 from cluster.catchup import CatchUp, CatchUpPlan, plan_catchup
@@ -17,12 +18,36 @@ from node.handlers import Outcome
 MAX_RETRY_DELAY_S = 3600.0
 
 
+BROKEN_RETRY_S = 3600.0
+
+
 def schedule_of(job: ClaimedJob) -> Schedule:
     return parse_schedule(job.schedule, job.tz, job.dst_repeated, job.dst_skipped)  # type: ignore[arg-type]
 
 
+@functools.lru_cache(maxsize=1024)
+def _catch_up(policy: str, grace_s: float, max_backfill: int) -> CatchUp:
+    return CatchUp(policy, grace_s, max_backfill)  # type: ignore[arg-type]
+
+
 def catch_up_of(job: ClaimedJob) -> CatchUp:
-    return CatchUp(job.catch_up, job.grace_s, job.max_backfill)  # type: ignore[arg-type]
+    return _catch_up(job.catch_up, job.grace_s, job.max_backfill)
+
+
+def broken(job: ClaimedJob, exc: Exception, now: datetime) -> Completion:
+    """The slot of a job whose stored definition no longer parses: recorded as failed, and
+    tried again in an hour (fix the job meanwhile). It never stops the node."""
+    return Completion(
+        id=job.id,
+        token=job.lease_token,
+        slot=job.slot,
+        outcome="failed",
+        error=f"job definition is invalid: {exc}",
+        duration_s=None,
+        next_run_at=now + timedelta(seconds=BROKEN_RETRY_S),
+        next_slot=job.slot,
+        next_attempt=job.attempt,
+    )
 
 
 def _reason(job: ClaimedJob, plan: CatchUpPlan, slot: datetime, now: datetime) -> str:
@@ -50,7 +75,10 @@ def plan_at_claim(job: ClaimedJob, now: datetime) -> tuple[Completion, list[Skip
     """
     if job.attempt > 1:
         return None
-    plan = plan_catchup(schedule_of(job), job.slot, now, catch_up_of(job))
+    schedule = schedule_of(job)
+    if schedule.next_after(job.slot) > now:
+        return None  # the usual case: no later slot is due yet, nothing to catch up
+    plan = plan_catchup(schedule, job.slot, now, catch_up_of(job))
     if plan.next_slot <= job.slot:
         return None
     skips = [s for s in _skips(job, plan, now) if s.slot != job.slot]

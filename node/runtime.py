@@ -28,6 +28,7 @@ from node.clock import DbClock
 from node.completer import Completer
 from node.executor import Executor
 from node.heartbeat import Heartbeat
+from node.metrics import serve_metrics
 from node.recovery import Recovery
 from node.renewer import Renewer
 from node.service import Failures, run_service, wait_any
@@ -92,6 +93,28 @@ class Node:
                 if self.stop.is_set():
                     raise
 
+    async def _recover_own(self, session: LockSession) -> None:
+        """Runs left by an earlier process of this node id (killed, restarted under the same
+        id) look alive to everyone's recovery; take them back before claiming anything."""
+        try:
+            rows = await session.recover_own()
+        except StoreError as exc:
+            logger.warning("runs of a previous process of this node wait for their leases: %s", exc)
+            return
+        for row in rows:
+            logger.warning(
+                "recovered slot from this node's previous process; attempt %d is due now",
+                row["attempt"],
+                extra={
+                    "event": "run_recovered",
+                    "job": row["name"],
+                    "tenant": row["tenant_id"],
+                    "slot": row["slot_at"].isoformat(),
+                    "attempt": row["attempt"],
+                },
+            )
+        self.stats.recovered += len(rows)
+
     def _log_start(self) -> None:
         s = self.settings
         logger.info(
@@ -132,6 +155,7 @@ class Node:
             return 2
         except StoreError:
             return 0  # stopped before Postgres ever answered
+        await self._recover_own(session)
         registry = MemberRegistry(self.cluster, timeout_s=s.redis_timeout_s)
         try:
             return await self._serve(session, registry, shard_count)
@@ -147,6 +171,8 @@ class Node:
         self.state = state
         completer = Completer(session, clock, stats, state.wake)
         executor = Executor(s.concurrency, s.node_id, s.zone, completer.run_done)
+        if s.metrics_port is not None:
+            serve_metrics(s.metrics_port, stats, lambda: self.state, lambda: len(executor.running))
         info = MemberInfo(
             node_id=s.node_id,
             zone=s.zone,
@@ -171,6 +197,7 @@ class Node:
             lease_s=s.lease_s,
             trust_margin_s=min(TRUST_MARGIN_S, s.session_timeout_s / 4),
         )
+        completer.on_next = claimer.due_at
         renewer = Renewer(session, executor, stats, lease_s=s.lease_s)
 
         membership_stop = asyncio.Event()
@@ -258,15 +285,22 @@ class Node:
         await self.stop.wait()
 
         # -- drain -----------------------------------------------------------------
+        # Every moment between the last claim and the unlock is a gap in this node's shards,
+        # so only what must end first is waited for: the heartbeat (or it could register
+        # the node again after it left) and the services that claim or lock. The
+        # subscription and the NOTIFY listener only notice a stop within a second; they
+        # end in the background.
         state.claiming = False
         membership_stop.set()
-        await _finish(tasks["membership"], 3.0)
+        work_stop.set()
+        heartbeat_task, *watchers = tasks["membership"]
+        *lockers, listener_task = tasks["work"]
+        await _finish([heartbeat_task], 3.0)
         try:
             await registry.deregister(s.node_id)
         except MembershipError as exc:
             logger.warning("could not leave the member registry: %s", exc)
-        work_stop.set()
-        await _finish(tasks["work"], 5.0)
+        await _finish(lockers, 5.0)
         try:
             await keeper.release_all()
         except StoreError as exc:
@@ -286,6 +320,7 @@ class Node:
                 logger.warning("could not release unfinished runs (recovery will): %s", exc)
         completer_stop.set()
         await _finish(tasks["bg"], FLUSH_TIMEOUT_S)
+        await _finish([*watchers, listener_task], 3.0)
         if completer.pending:
             logger.error(
                 "%d completions could not be written before exit; their slots will be "

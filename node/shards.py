@@ -13,7 +13,8 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 
-from cluster.session import LockSession
+from cluster.errors import StoreError
+from cluster.session import LockSession, SessionLost
 from node.state import NodeState
 from node.stats import Stats
 from ring import Ring, diff
@@ -84,8 +85,10 @@ class ShardKeeper:
         state.desired = desired
         change = diff(state.held, desired)
         if change.release:
-            await self._session.unlock(sorted(change.release))
+            # Out of `held` before the unlock is queued on the session: the claim loop
+            # snapshots `held`, and a claim queued behind the unlock must not carry them.
             state.held = state.held - change.release
+            await self._unlock(change.release)
             self._stats.locks_released += len(change.release)
             logger.info(
                 "released %d shards (now %d)",
@@ -96,7 +99,13 @@ class ShardKeeper:
         if change.acquire:
             got = frozenset(await self._session.try_lock(sorted(change.acquire)))
             if got:
-                await self._recover(got)
+                try:
+                    await self._recover(got)
+                except Exception:
+                    # Not recovered, so not claimable; and a lock `held` does not count
+                    # would never be unlocked when the ring moves the shard away.
+                    await self._unlock(got)
+                    raise
                 state.held = state.held | got
                 self._stats.locks_acquired += len(got)
                 state.wake.set()
@@ -110,6 +119,18 @@ class ShardKeeper:
         if desired - state.held:
             return RETRY_MISSING_S
         return None
+
+    async def _unlock(self, shards: frozenset[int]) -> None:
+        """Unlock ``shards``; if that fails, reconnect so the session drops every lock."""
+        try:
+            await self._session.unlock(sorted(shards))
+        except SessionLost:
+            raise
+        except StoreError:
+            # Advisory unlocks are not transactional: some may have happened. Only a new
+            # session gives a known state again.
+            self._stats.locks_lost += self._state.session_untrusted()
+            raise
 
     async def release_all(self) -> None:
         """Unlock every shard (graceful shutdown); the node stops claiming first."""

@@ -40,11 +40,8 @@ CREATE TABLE jobs (
     UNIQUE (tenant_id, name)
 );
 
--- Due jobs of one shard, oldest first (per-shard views, status, recovery of a shard).
+-- The claim's hot path: due jobs of one shard, oldest first.
 CREATE INDEX jobs_due ON jobs (shard_id, next_run_at) WHERE status = 'idle';
--- The claim's hot path: every due job oldest first; a node walks it keeping the rows of
--- its own shards, which is exact oldest-first and stops after the claim limit.
-CREATE INDEX jobs_due_time ON jobs (next_run_at) WHERE status = 'idle';
 -- Recovery: running jobs of the shards a node takes over.
 CREATE INDEX jobs_running ON jobs (shard_id) WHERE status = 'running';
 
@@ -67,6 +64,6 @@ CREATE TABLE runs (
     UNIQUE (job_id, scheduled_for)
 );
 
-CREATE INDEX runs_job_recent ON runs (job_id, scheduled_for DESC);
+-- Recent runs of a job use UNIQUE (job_id, scheduled_for) backwards.
 CREATE INDEX runs_by_status ON runs (status, scheduled_for DESC);
 CREATE INDEX runs_recent ON runs (scheduled_for DESC);

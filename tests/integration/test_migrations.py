@@ -208,10 +208,6 @@ EXPECTED_INDEXES = {
         "CREATE INDEX jobs_due ON S.jobs USING btree (shard_id, next_run_at)"
         " WHERE (status = 'idle'::text)"
     ),
-    "jobs_due_time": (
-        "CREATE INDEX jobs_due_time ON S.jobs USING btree (next_run_at)"
-        " WHERE (status = 'idle'::text)"
-    ),
     "jobs_running": (
         "CREATE INDEX jobs_running ON S.jobs USING btree (shard_id)"
         " WHERE (status = 'running'::text)"
@@ -221,9 +217,6 @@ EXPECTED_INDEXES = {
     "runs_job_id_scheduled_for_key": (
         "CREATE UNIQUE INDEX runs_job_id_scheduled_for_key ON S.runs"
         " USING btree (job_id, scheduled_for)"
-    ),
-    "runs_job_recent": (
-        "CREATE INDEX runs_job_recent ON S.runs USING btree (job_id, scheduled_for DESC)"
     ),
     "runs_by_status": (
         "CREATE INDEX runs_by_status ON S.runs USING btree (status, scheduled_for DESC)"

@@ -1,0 +1,70 @@
+"""``python -m bench [--quick] [--scenarios steady,burst,...] [--out bench/results.jsonl]``."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import shlex
+import sys
+from pathlib import Path
+
+from bench.runner import SCENARIOS, print_report, run
+from bench.sizes import DEFAULT, QUICK, override
+
+DEFAULT_OUT = Path(__file__).resolve().parent / "results.jsonl"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m bench",
+        description="Benchmark Pulse nodes against the bare SKIP LOCKED baseline.",
+    )
+    parser.add_argument("--quick", action="store_true", help="tiny sizes (the test suite's)")
+    parser.add_argument(
+        "--scenarios",
+        default=",".join(SCENARIOS),
+        help=f"comma-separated, from {', '.join(SCENARIOS)} [default: all]",
+    )
+    parser.add_argument(
+        "--out", type=Path, default=DEFAULT_OUT, help="JSON-lines file to append to"
+    )
+    parser.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="override one size (see bench/sizes.py), e.g. --set burst_jobs=2000",
+    )
+    parser.add_argument(
+        "--profile",
+        type=Path,
+        metavar="DIR",
+        help="py-spy the first Pulse node of each timed scenario into DIR (raw stacks)",
+    )
+    parser.add_argument("-v", "--verbose", action="store_true", help="log each phase")
+    parser.add_argument("--keep", action="store_true", help="keep node logs and witness files")
+    args = parser.parse_args(argv)
+    if args.verbose:
+        logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
+    names = [n.strip() for n in args.scenarios.split(",") if n.strip()]
+    unknown = [n for n in names if n not in SCENARIOS]
+    if unknown or not names:
+        parser.error(
+            f"unknown scenario {', '.join(unknown) or '(none)'}; use {', '.join(SCENARIOS)}"
+        )
+    command = shlex.join(["python", "-m", "bench", *(argv if argv is not None else sys.argv[1:])])
+    try:
+        sizes = override(QUICK if args.quick else DEFAULT, args.set)
+    except ValueError as exc:
+        parser.error(str(exc))
+    done, failed = asyncio.run(run(names, sizes, args.out, command, args.keep, args.profile))
+    print_report(done)
+    if failed:
+        print(f"failed: {', '.join(failed)} (see the messages above)", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

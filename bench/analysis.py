@@ -1,0 +1,116 @@
+"""What the witness file says ran: fires, missing and doubled slots, lag, gaps.
+
+Each witness line is one handler start (``tests.witness:record``): job name, the slot it
+ran (``scheduled_for``), the attempt, the node and the wall time the handler started.
+Nodes and the benchmark run on one machine, so that wall time and the database's slot
+times share a clock.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import math
+from collections import Counter, defaultdict
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+
+
+@dataclass(frozen=True)
+class Fire:
+    job: str
+    slot: float  # epoch seconds
+    attempt: int
+    node: str
+    at: float  # epoch seconds, handler start
+
+
+@dataclass(frozen=True)
+class Counts:
+    expected: int
+    fires: int
+    missing: int
+    duplicates: int
+    lag_p50_ms: float | None
+    lag_p99_ms: float | None
+    lag_max_ms: float | None
+
+
+def read_witness(path: Path) -> list[Fire]:
+    if not path.exists():
+        return []
+    fires = []
+    with path.open("rb") as f:
+        for line in f:
+            if not line.strip():
+                continue
+            row = json.loads(line)
+            fires.append(
+                Fire(
+                    job=row["job"],
+                    slot=datetime.fromisoformat(row["slot"]).timestamp(),
+                    attempt=int(row["attempt"]),
+                    node=str(row["node"]),
+                    at=float(row["at"]),
+                )
+            )
+    return fires
+
+
+def percentile(values: Sequence[float], q: float) -> float | None:
+    """The ``q``-th percentile (0-100), nearest rank; None for no values."""
+    if not values:
+        return None
+    ordered = sorted(values)
+    rank = max(1, math.ceil(q / 100 * len(ordered)))
+    return ordered[rank - 1]
+
+
+def expected_slots(jobs: Iterable[str], slots: Iterable[float]) -> set[tuple[str, float]]:
+    slot_list = [round(s, 6) for s in slots]
+    return {(job, slot) for job in jobs for slot in slot_list}
+
+
+def count(fires: Sequence[Fire], expected: set[tuple[str, float]]) -> Counts:
+    """Fires of expected slots only: slots outside the window are not counted."""
+    seen: Counter[tuple[str, float]] = Counter()
+    lags = []
+    for fire in fires:
+        key = (fire.job, round(fire.slot, 6))
+        if key not in expected:
+            continue
+        seen[key] += 1
+        lags.append((fire.at - fire.slot) * 1000)
+
+    def ms(q: float) -> float | None:
+        return percentile(lags, q)
+
+    return Counts(
+        expected=len(expected),
+        fires=sum(seen.values()),
+        missing=len(expected) - len(seen),
+        duplicates=sum(n - 1 for n in seen.values()),
+        lag_p50_ms=ms(50),
+        lag_p99_ms=ms(99),
+        lag_max_ms=max(lags) if lags else None,
+    )
+
+
+def longest_gap(fires: Sequence[Fire], after: float, until: float) -> float | None:
+    """The longest time between two consecutive starts of one job, for gaps that end
+    after ``after`` (so the gap across a kill counts); a job with no start after
+    ``after`` contributes the gap up to ``until``."""
+    starts: dict[str, list[float]] = defaultdict(list)
+    for fire in fires:
+        starts[fire.job].append(fire.at)
+    longest = 0.0
+    for times in starts.values():
+        times.sort()
+        for prev, nxt in itertools.pairwise(times):
+            if nxt > after:
+                longest = max(longest, nxt - prev)
+        if times and times[-1] < after:
+            longest = max(longest, until - times[-1])
+    return longest if starts else None

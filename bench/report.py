@@ -1,0 +1,138 @@
+"""The results table: one row per system and scenario, then the ratio Pulse / baseline."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from bench.results import Measure, ScenarioResult
+
+COLUMNS = (
+    ("scenario", 9),
+    ("system", 8),
+    ("expected", 8),
+    ("fires", 7),
+    ("miss", 5),
+    ("dup", 4),
+    ("lag p50", 8),
+    ("lag p99", 8),
+    ("lag max", 8),
+    ("drain s", 7),
+    ("node cpu/1k", 11),
+    ("pg cpu/1k", 9),
+    ("rss MB", 6),
+)
+
+
+def _num(value: float | int | None, digits: int = 1) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, int):
+        return str(value)
+    return f"{value:.{digits}f}"
+
+
+def _x(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f}x"
+
+
+def _row(cells: Sequence[str]) -> str:
+    return "  ".join(
+        cell.ljust(width) if i < 2 else cell.rjust(width)
+        for i, (cell, (_, width)) in enumerate(zip(cells, COLUMNS, strict=True))
+    ).rstrip()
+
+
+def _measure_cells(scenario: str, label: str, m: Measure) -> list[str]:
+    return [
+        scenario,
+        label,
+        _num(m.expected),
+        _num(m.fires),
+        _num(m.missing),
+        _num(m.duplicates),
+        _num(m.lag_p50_ms),
+        _num(m.lag_p99_ms),
+        _num(m.lag_max_ms),
+        _num(m.drain_s, 2),
+        _num(m.node_cpu_per_1k_s, 3),
+        _num(m.pg_cpu_per_1k_s, 3),
+        _num(m.peak_rss_mb, 0),
+    ]
+
+
+def notes(result: ScenarioResult) -> list[str]:
+    """Scenario-specific figures that do not fit the columns."""
+    p, b = result.pulse.extra, result.baseline.extra
+    r = result.ratios()
+    found = []
+    if result.scenario == "scale":
+        for label, e in (("pulse", p), ("baseline", b)):
+            found.append(
+                f"{label}: claim p50 {_num(e.get('claim_p50_ms'), 2)} ms, "
+                f"p99 {_num(e.get('claim_p99_ms'), 2)} ms ({e.get('claimed_rows')} rows); "
+                f"idle claim p99 {_num(e.get('idle_claim_p99_ms'), 2)} ms; "
+                f"idle CPU per process {_num(e.get('idle_node_cpu_pct'), 2)}%, "
+                f"postgres {_num(e.get('idle_pg_cpu_pct'), 2)}%"
+            )
+        found.append(
+            f"ratio: claim p50 {_x(r.get('claim_p50_ms'))}, p99 {_x(r.get('claim_p99_ms'))}, "
+            f"idle CPU {_x(r.get('idle_node_cpu_pct'))}"
+        )
+    if "longest_gap_s" in p:
+        found.append(
+            f"killed {p.get('killed')}: longest gap of any job "
+            f"{_num(p.get('longest_gap_s'), 2)} s; "
+            f"every shard held by its owner {_num(p.get('settle_s'), 2)} s after the kill"
+        )
+    if "join_settle_s" in p:
+        found.append(
+            f"{p.get('joined')} joined: shards settled after {_num(p.get('join_settle_s'), 2)} s "
+            f"(process start included); {p.get('left')} left: settled after "
+            f"{_num(p.get('leave_settle_s'), 2)} s"
+        )
+    if p.get("claims_per_1k_fires") is not None:
+        found.append(
+            f"pulse: {_num(p['claims_per_1k_fires'], 0)} claims per 1,000 fires, "
+            f"{_num(p.get('claim_mean_ms'), 1)} ms each on average (from the nodes' metrics)"
+        )
+    if p.get("skipped_runs"):
+        found.append(f"pulse recorded {p['skipped_runs']} skipped slots (catch-up)")
+    if result.baseline_note:
+        found.append(f"baseline: {result.baseline_note}")
+    return found
+
+
+def render(results: Sequence[ScenarioResult]) -> str:
+    lines = [_row([name for name, _ in COLUMNS]), _row(["-" * w for _, w in COLUMNS])]
+    for result in results:
+        r = result.ratios()
+        lines.append(_row(_measure_cells(result.scenario, "baseline", result.baseline)))
+        lines.append(_row(_measure_cells(result.scenario, "pulse", result.pulse)))
+        ratio_cells = ["", "ratio", "", "", "", ""]
+        ratio_cells += [
+            _x(r.get(f))
+            for f in (
+                "lag_p50_ms",
+                "lag_p99_ms",
+                "lag_max_ms",
+                "drain_s",
+                "node_cpu_per_1k_s",
+                "pg_cpu_per_1k_s",
+                "peak_rss_mb",
+            )
+        ]
+        lines.append(_row(ratio_cells))
+        lines.extend(f"{'':9}  - {note}" for note in notes(result))
+    lines.append("lag in ms (slot -> handler start); cpu in CPU-seconds per 1,000 fires")
+    return "\n".join(lines)
+
+
+def plans(results: Sequence[ScenarioResult]) -> str:
+    out = []
+    for result in results:
+        if result.scenario != "scale":
+            continue
+        for label, m in (("pulse", result.pulse), ("baseline", result.baseline)):
+            out.append(f"claim plan ({label}, {result.params['scale_jobs']:,} jobs, 1% due):")
+            out.extend(f"  {line}" for line in m.extra.get("plan", []))
+    return "\n".join(out)

@@ -1,0 +1,219 @@
+"""The scale scenario: a million schedules, 1% of them due per minute.
+
+Claim latency is measured the way a node meets it: a cycle of claim (100 rows, the shards
+one node of three holds) then complete (each claimed job moves on to its next slot), with
+the statement's ``now`` advancing by the time in which as many jobs fall due as were
+claimed, so the backlog stays at one minute's worth (1% of the jobs, this node's share of
+it) and every claim takes different rows. (Rolling the claims back instead would claim
+the same rows every time, and their growing chains of aborted versions dominate the
+timing.) Only the claim is timed, client-side. The idle claim (nothing due yet) is what
+each node pays every poll; it writes nothing and is rolled back. The plan is ``EXPLAIN
+(ANALYZE, BUFFERS)`` of one more claim. The table is put back as loaded before the other
+system is measured. Idle CPU: three processes with nothing due, per process, over
+``scale_idle_s``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from datetime import datetime, timedelta
+from typing import Any
+
+from bench import baseline as bare
+from bench import database as db
+from bench.analysis import percentile
+from bench.database import AConn
+from bench.results import Measure, ScenarioResult
+from bench.trial import Bench, Trial
+from cluster.queries import query
+from ring import Ring
+
+# The due range starts this far after loading, so the idle phases have nothing due.
+DUE_AFTER = timedelta(minutes=20)
+WARMUP_S = 2.0
+WARMUP_CLAIMS = 3
+LEASE_S = 30.0
+SCHEDULE = "@every 100m"
+EVERY_S = 6000.0
+
+
+def _statement(system: str) -> bytes:
+    return query("claim") if system == "pulse" else bare.CLAIM.encode()
+
+
+def _params(system: str, shards: list[int], limit: int, now: datetime) -> dict[str, Any]:
+    if system == "pulse":
+        return {
+            "shards": shards,
+            "limit": limit,
+            "lease_s": LEASE_S,
+            "node_id": "pulse-1",
+            "zone": "a",
+            "now": now,
+        }
+    return {"limit": limit, "name": "base-1", "now": now}
+
+
+async def _complete(conn: AConn, system: str, rows: list[dict[str, Any]], now: datetime) -> None:
+    """What the system writes after running ``rows``: each job moves on one interval."""
+    if not rows:
+        return
+    ids = [r["id"] for r in rows]
+    if system == "baseline":
+        await conn.execute(bare.COMPLETE, {"ids": ids, "every": [EVERY_S] * len(rows)})
+        return
+    following = [r["slot_at"] + timedelta(seconds=EVERY_S) for r in rows]
+    await conn.execute(
+        query("complete"),
+        {
+            "ids": ids,
+            "tokens": [r["lease_token"] for r in rows],
+            "slots": [r["slot_at"] for r in rows],
+            "outcomes": ["succeeded"] * len(rows),
+            "errors": [None] * len(rows),
+            "durations": [0.001] * len(rows),
+            "next_runs": following,
+            "next_slots": following,
+            "next_attempts": [1] * len(rows),
+            "skip_ids": [],
+            "skip_slots": [],
+            "skip_reasons": [],
+            "node_id": "pulse-1",
+            "zone": "a",
+            "now": now,
+        },
+    )
+
+
+async def claim_cycles_ms(
+    conn: AConn,
+    system: str,
+    shards: list[int],
+    limit: int,
+    start: datetime,
+    step_s: float,
+    samples: int,
+) -> tuple[list[float], int]:
+    """Client-side milliseconds of ``samples`` claims in claim/complete cycles, ``now``
+    advancing ``step_s`` per cycle; and the rows of the last claim."""
+    statement = _statement(system)
+    times = []
+    claimed = 0
+    for i in range(WARMUP_CLAIMS + samples):
+        now = start + timedelta(seconds=i * step_s)
+        started = time.perf_counter()
+        cur = await conn.execute(statement, _params(system, shards, limit, now))
+        rows = [r for r in await cur.fetchall() if r["id"] is not None]
+        if i >= WARMUP_CLAIMS:
+            times.append((time.perf_counter() - started) * 1000)
+        claimed = len(rows)
+        await _complete(conn, system, rows, now)
+    return times, claimed
+
+
+async def idle_claims_ms(
+    conn: AConn, system: str, params: dict[str, Any], samples: int
+) -> list[float]:
+    times = []
+    for _ in range(samples):
+        async with conn.transaction(force_rollback=True):
+            started = time.perf_counter()
+            cur = await conn.execute(_statement(system), params)
+            await cur.fetchall()
+            times.append((time.perf_counter() - started) * 1000)
+    return times
+
+
+async def explain(conn: AConn, system: str, params: dict[str, Any]) -> list[str]:
+    async with conn.transaction(force_rollback=True):
+        cur = await conn.execute(b"EXPLAIN (ANALYZE, BUFFERS) " + _statement(system), params)
+        return [str(next(iter(r.values()))) for r in await cur.fetchall()]
+
+
+async def restore(conn: AConn, first: datetime, spread_s: float, count: int) -> None:
+    """Every job back to idle at the due time it was loaded with; no run history."""
+    await conn.execute(
+        """
+        WITH loaded AS (
+            SELECT id, %(first)s::timestamptz
+                       + make_interval(secs => %(spread)s * substr(name, 2)::int / %(n)s) AS t
+            FROM jobs
+        )
+        UPDATE jobs j SET status = 'idle', next_run_at = l.t, slot_at = l.t, locked_by = NULL,
+                          locked_at = NULL, lease_expires_at = NULL
+        FROM loaded l
+        WHERE j.id = l.id AND (j.next_run_at <> l.t OR j.status <> 'idle')
+        """,
+        {"first": first, "spread": spread_s, "n": count},
+    )
+    await conn.execute("TRUNCATE runs")
+    await conn.execute("VACUUM ANALYZE jobs, runs")
+
+
+async def _idle_cpu(trial: Trial, idle_s: float) -> dict[str, Any]:
+    procs = trial.start_all()
+    ready_s = await trial.wait_ready(procs)
+    await asyncio.sleep(min(WARMUP_S, idle_s))
+    cpu0 = await trial.sampler.mark()
+    await asyncio.sleep(idle_s)
+    cpu1 = await trial.sampler.mark()
+    trial.check_alive(procs)
+    await trial.stop()
+    return {
+        "ready_s": round(ready_s, 3),
+        "idle_node_cpu_pct": (cpu1[0] - cpu0[0]) / idle_s / len(procs) * 100,
+        "idle_pg_cpu_pct": (cpu1[1] - cpu0[1]) / idle_s * 100,
+        "peak_rss_mb": trial.sampler.peak_rss_mb,
+    }
+
+
+async def run_scale(bench: Bench, baselines: object) -> ScenarioResult:
+    sizes = bench.sizes
+    spread_s = 60 / sizes.scale_due_fraction_per_min
+    due_per_s = sizes.scale_jobs / spread_s
+    limit = sizes.concurrency
+    measures = {}
+    async with Trial(bench, "scale", "data") as data:
+        first = await db.db_now(data.conn) + DUE_AFTER
+        started = time.monotonic()
+        await db.load_jobs(
+            data.conn, sizes.scale_jobs, SCHEDULE, sizes.shards, first, spread_s=spread_s
+        )
+        load_s = time.monotonic() - started
+        nodes = [f"pulse-{i}" for i in range(1, sizes.nodes + 1)]
+        held = sorted(Ring(nodes).owned(nodes[0], sizes.shards))
+        # One minute into the due range: 1% of the jobs are due.
+        due_now = first + timedelta(minutes=1)
+        idle_now = first - timedelta(seconds=1)
+        for system in ("baseline", "pulse"):
+            share = len(held) / sizes.shards if system == "pulse" else 1.0
+            step_s = limit / (due_per_s * share)
+            busy, claimed = await claim_cycles_ms(
+                data.conn, system, held, limit, due_now, step_s, sizes.scale_claims
+            )
+            end = due_now + timedelta(seconds=(WARMUP_CLAIMS + sizes.scale_claims) * step_s)
+            idle = _params(system, held, limit, idle_now)
+            quiet = await idle_claims_ms(data.conn, system, idle, sizes.scale_claims)
+            measures[system] = Measure(
+                system=system,
+                extra={
+                    "claim_p50_ms": percentile(busy, 50),
+                    "claim_p99_ms": percentile(busy, 99),
+                    "claimed_rows": claimed,
+                    "idle_claim_p50_ms": percentile(quiet, 50),
+                    "idle_claim_p99_ms": percentile(quiet, 99),
+                    "plan": await explain(data.conn, system, _params(system, held, limit, end)),
+                    "load_s": round(load_s, 1),
+                },
+            )
+            await restore(data.conn, first, spread_s, sizes.scale_jobs)
+        for system in ("baseline", "pulse"):
+            # Three processes on the loaded table, under a cluster name of their own.
+            async with Trial(bench, "scale", system, schema=data.schema) as trial:
+                idle_cpu = await _idle_cpu(trial, sizes.scale_idle_s)
+            measures[system].peak_rss_mb = idle_cpu.pop("peak_rss_mb")
+            measures[system].extra.update(idle_cpu)
+    params = sizes.params("scale_jobs", "scale_due_fraction_per_min", "scale_claims")
+    params["scale_idle_s"] = sizes.scale_idle_s
+    return ScenarioResult("scale", params, measures["pulse"], measures["baseline"])

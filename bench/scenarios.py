@@ -1,0 +1,224 @@
+"""The timed scenarios: steady, burst, failover and rebalance (scale lives in ``scale.py``).
+
+Each runs once per system with the same jobs and sizes. Jobs are loaded far in the future,
+the processes are started and waited for (every shard held by its ring owner, for Pulse),
+then every job is moved to the first slot a few seconds ahead: the measured window starts
+with a warm cluster, as in production, and startup is reported separately (``ready_s``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import signal
+import time
+from collections.abc import Callable, Coroutine
+from datetime import timedelta
+from typing import Any
+
+from bench import database as db
+from bench.analysis import count, expected_slots, longest_gap
+from bench.results import Measure, ScenarioResult
+from bench.sizes import Sizes
+from bench.trial import Bench, BenchError, Trial, db_time, sleep_until
+
+FAR_AHEAD = timedelta(days=1)
+# Failover kills just after a tick fired, so the victim dies with runs in flight.
+KILL_AFTER_TICK_S = 0.02
+MAX_EVERY_S = 3650 * 86400  # cluster/schedule.py's cap on @every
+
+
+def burst_slot(earliest: int) -> tuple[int, int]:
+    """A second ``t0 >= earliest`` and an interval with ``t0`` a slot of ``@every
+    <interval>s`` and the next slot years away. Pulse skips a claimed "slot" that is not a
+    slot of its schedule, so the burst needs a real one: ``t0 = k * interval`` for a small
+    ``k`` (slots are multiples of the interval since the epoch)."""
+    t0 = earliest
+    while True:
+        for k in range(2, 41):
+            if t0 % k == 0 and t0 // k <= MAX_EVERY_S:
+                return t0, t0 // k
+        t0 += 1
+
+
+Event = Callable[[Trial, float, list[str]], Coroutine[Any, Any, dict[str, Any]]]
+
+
+async def _measure(
+    trial: Trial,
+    names: list[str],
+    slots: list[float],
+    cpu0: tuple[float, float],
+    claims0: dict[str, tuple[float, float]],
+    drain_s: float | None,
+    ready_s: float,
+) -> Measure:
+    cpu1 = await trial.sampler.mark()
+    claims1 = await trial.claim_counters()
+    trial.profile_stop()
+    await trial.stop()
+    fires = trial.fires()
+    counts = count(fires, expected_slots(names, slots))
+    measure = Measure(
+        system=trial.system,
+        expected=counts.expected,
+        fires=counts.fires,
+        missing=counts.missing,
+        duplicates=counts.duplicates,
+        lag_p50_ms=counts.lag_p50_ms,
+        lag_p99_ms=counts.lag_p99_ms,
+        lag_max_ms=counts.lag_max_ms,
+        drain_s=drain_s,
+        node_cpu_s=cpu1[0] - cpu0[0],
+        pg_cpu_s=cpu1[1] - cpu0[1],
+        peak_rss_mb=trial.sampler.peak_rss_mb,
+        extra={"ready_s": round(ready_s, 3)},
+    )
+    measure.per_1k()
+    # Claims of the nodes alive at both ends of the window (a killed node's are lost).
+    claims = [
+        (c1[0] - claims0[n][0], c1[1] - claims0[n][1]) for n, c1 in claims1.items() if n in claims0
+    ]
+    if claims and counts.fires:
+        n_claims = sum(c for c, _ in claims)
+        measure.extra["claims_per_1k_fires"] = n_claims / counts.fires * 1000
+        measure.extra["claim_mean_ms"] = sum(t for _, t in claims) / max(n_claims, 1) * 1000
+    if trial.system == "pulse":
+        measure.extra["skipped_runs"] = await trial.skipped_runs()
+    return measure
+
+
+async def periodic(bench: Bench, scenario: str, system: str, event: Event | None = None) -> Measure:
+    """``steady_jobs`` jobs ``@every steady_every_s`` for ``steady_duration_s``, with an
+    optional event (a kill, a join) running alongside."""
+    sizes = bench.sizes
+    every = sizes.steady_every_s
+    async with Trial(bench, scenario, system) as trial:
+        now = await db.db_now(trial.conn)
+        names = await db.load_jobs(
+            trial.conn, sizes.steady_jobs, f"@every {every}s", sizes.shards, now + FAR_AHEAD
+        )
+        procs = trial.start_all()
+        ready_s = await trial.wait_ready(procs)
+        now_s = (await db.db_now(trial.conn)).timestamp()
+        t0 = math.ceil((now_s + sizes.lead_s) / every) * every
+        ticks = max(1, int(sizes.steady_duration_s // every))
+        slots: list[float] = [t0 + k * every for k in range(ticks)]
+        await db.make_due(trial.conn, db_time(t0))
+        cpu0 = await trial.sampler.mark()
+        claims0 = await trial.claim_counters()
+        trial.profile_start()
+        task = asyncio.create_task(event(trial, t0, procs)) if event else None
+        await sleep_until(slots[-1])
+        drain_s = await trial.wait_drained(slots[-1])
+        extra = await task if task else {}
+        stopped_at = time.time()
+        measure = await _measure(trial, names, slots, cpu0, claims0, drain_s, ready_s)
+        if "killed_at" in extra:
+            gap = longest_gap(trial.fires(), extra.pop("killed_at"), stopped_at)
+            extra["longest_gap_s"] = gap
+        measure.extra.update(extra)
+        return measure
+
+
+async def burst(bench: Bench, system: str) -> Measure:
+    """``burst_jobs`` jobs all due at the same second (a top-of-hour fan-out)."""
+    sizes = bench.sizes
+    async with Trial(bench, "burst", system) as trial:
+        now = await db.db_now(trial.conn)
+        names = await db.load_jobs(
+            trial.conn, sizes.burst_jobs, "@every 1h", sizes.shards, now + FAR_AHEAD
+        )
+        procs = trial.start_all()
+        ready_s = await trial.wait_ready(procs)
+        now_s = (await db.db_now(trial.conn)).timestamp()
+        t0, every = burst_slot(math.ceil(now_s + sizes.lead_s))
+        await db.make_due(trial.conn, db_time(t0), f"@every {every}s")
+        cpu0 = await trial.sampler.mark()
+        claims0 = await trial.claim_counters()
+        trial.profile_start()
+        drain_s = await trial.wait_drained(t0)
+        return await _measure(trial, names, [t0], cpu0, claims0, drain_s, ready_s)
+
+
+def _failover(sizes: Sizes) -> Event:
+    async def kill_one(trial: Trial, t0: float, names: list[str]) -> dict[str, Any]:
+        await sleep_until(t0 + sizes.kill_at_s + KILL_AFTER_TICK_S)
+        victim = names[1]
+        killed_at = trial.kill(victim, signal.SIGKILL)
+        rest = [n for n in names if n != victim]
+        settle_s = await trial.wait_settled(rest, killed_at)
+        return {"killed": victim, "killed_at": killed_at, "settle_s": settle_s}
+
+    return kill_one
+
+
+def _rebalance(sizes: Sizes) -> Event:
+    async def join_then_leave(trial: Trial, t0: float, names: list[str]) -> dict[str, Any]:
+        await sleep_until(t0 + sizes.join_at_s)
+        joined_at = time.time()
+        newcomer = trial.start(len(names) + 1)
+        members = [*names, newcomer]
+        join_s = await trial.wait_settled(members, joined_at)
+        await sleep_until(t0 + sizes.leave_at_s)
+        leaver = names[0]
+        left_at = trial.kill(leaver, signal.SIGTERM)
+        leave_s = await trial.wait_settled([m for m in members if m != leaver], left_at)
+        return {
+            "joined": newcomer,
+            "join_settle_s": join_s,
+            "left": leaver,
+            "leave_settle_s": leave_s,
+        }
+
+    return join_then_leave
+
+
+# -- scenarios ----------------------------------------------------------------------------
+
+
+class Baselines:
+    """The steady baseline is the reference for steady, failover and rebalance alike (the
+    bare loop has no membership to fail over or rebalance): measured once per run."""
+
+    def __init__(self, bench: Bench) -> None:
+        self._bench = bench
+        self._steady: Measure | None = None
+
+    async def steady(self) -> Measure:
+        if self._steady is None:
+            self._steady = await periodic(self._bench, "steady", "baseline")
+        return self._steady
+
+
+def _periodic_params(sizes: Sizes, *extra: str) -> dict[str, Any]:
+    return sizes.params("steady_jobs", "steady_every_s", "steady_duration_s", *extra)
+
+
+async def run_steady(bench: Bench, baselines: Baselines) -> ScenarioResult:
+    base = await baselines.steady()
+    pulse = await periodic(bench, "steady", "pulse")
+    return ScenarioResult("steady", _periodic_params(bench.sizes), pulse, base)
+
+
+async def run_burst(bench: Bench, baselines: Baselines) -> ScenarioResult:
+    base = await burst(bench, "baseline")
+    pulse = await burst(bench, "pulse")
+    return ScenarioResult("burst", bench.sizes.params("burst_jobs"), pulse, base)
+
+
+async def run_failover(bench: Bench, baselines: Baselines) -> ScenarioResult:
+    base = await baselines.steady()
+    pulse = await periodic(bench, "failover", "pulse", _failover(bench.sizes))
+    params = _periodic_params(bench.sizes, "kill_at_s")
+    return ScenarioResult("failover", params, pulse, base, "steady baseline (no kill)")
+
+
+async def run_rebalance(bench: Bench, baselines: Baselines) -> ScenarioResult:
+    base = await baselines.steady()
+    pulse = await periodic(bench, "rebalance", "pulse", _rebalance(bench.sizes))
+    params = _periodic_params(bench.sizes, "join_at_s", "leave_at_s")
+    return ScenarioResult("rebalance", params, pulse, base, "steady baseline (no join/leave)")
+
+
+__all__ = ["Baselines", "BenchError", "run_burst", "run_failover", "run_rebalance", "run_steady"]

@@ -1,0 +1,69 @@
+"""Scenario sizes: the defaults of issue 6, and the tiny ``--quick`` ones for the test suite."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, fields, replace
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Sizes:
+    nodes: int = 3
+    concurrency: int = 100  # Pulse --concurrency, and the baseline's claim limit
+    shards: int = 256
+    lead_s: float = 3.0  # from "every process ready" to the first slot
+    drain_timeout_s: float = 120.0
+    # steady (and the load under failover and rebalance)
+    steady_jobs: int = 1000
+    steady_every_s: int = 5
+    steady_duration_s: float = 60.0
+    # burst
+    burst_jobs: int = 10_000
+    # failover: SIGKILL one node this long after the first slot
+    kill_at_s: float = 20.0
+    # rebalance: a node joins, then one of the first ones leaves (SIGTERM)
+    join_at_s: float = 15.0
+    leave_at_s: float = 35.0
+    settle_timeout_s: float = 30.0
+    # scale
+    scale_jobs: int = 1_000_000
+    scale_due_fraction_per_min: float = 0.01
+    scale_claims: int = 200
+    scale_idle_s: float = 30.0
+
+    def params(self, *names: str) -> dict[str, Any]:
+        values = asdict(self)
+        common = ("nodes", "concurrency", "shards")
+        return {k: values[k] for k in (*common, *names)}
+
+
+DEFAULT = Sizes()
+QUICK = Sizes(
+    concurrency=50,
+    shards=32,
+    lead_s=1.5,
+    drain_timeout_s=30.0,
+    steady_jobs=60,
+    steady_every_s=2,
+    steady_duration_s=4.0,
+    burst_jobs=300,
+    kill_at_s=1.0,
+    join_at_s=0.2,
+    leave_at_s=2.0,
+    settle_timeout_s=15.0,
+    scale_jobs=20_000,
+    scale_claims=20,
+    scale_idle_s=1.5,
+)
+
+
+def override(sizes: Sizes, assignments: list[str]) -> Sizes:
+    """``sizes`` with ``name=value`` assignments applied (``--set steady_jobs=500``)."""
+    types = {f.name: type(getattr(sizes, f.name)) for f in fields(sizes)}
+    changes: dict[str, Any] = {}
+    for assignment in assignments:
+        name, sep, value = assignment.partition("=")
+        if not sep or name not in types:
+            raise ValueError(f"--set {assignment!r}: use NAME=VALUE with NAME in {sorted(types)}")
+        changes[name] = types[name](value.replace("_", ""))
+    return replace(sizes, **changes)

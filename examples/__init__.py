@@ -1,0 +1,1 @@
+"""Pulse's worked example: the jobs of a multi-tenant API gateway (see jobs.yaml)."""

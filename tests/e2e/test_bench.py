@@ -1,0 +1,113 @@
+"""The benchmark runner: a ``--quick`` run counts correctly; its analysis is exact.
+
+Never a speed: the machine is shared, so only whether the runner works and counts
+right is asserted (every slot of steady and burst fired exactly once, for Pulse and for
+the baseline, and the table printed).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from datetime import UTC, datetime
+from pathlib import Path
+
+import psycopg
+import pytest
+
+from bench.analysis import Fire, count, expected_slots, longest_gap, percentile
+from bench.scenarios import MAX_EVERY_S, burst_slot
+from tests.conftest import ADMIN_URL
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.mark.e2e
+@pytest.mark.timeout(400)
+def test_quick_bench_runs_and_counts(tmp_path: Path) -> None:
+    out = tmp_path / "results.jsonl"
+    proc = subprocess.run(
+        [sys.executable, "-m", "bench", "--quick", "--out", str(out)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=380,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    lines = proc.stdout.splitlines()
+    assert lines[0].split()[:3] == ["scenario", "system", "expected"]
+    assert sum(1 for line in lines if line.split()[:1] == ["ratio"]) == 5
+    assert "claim plan (pulse" in proc.stdout
+
+    records = {r["scenario"]: r for r in map(json.loads, out.read_text().splitlines())}
+    assert set(records) == {"steady", "burst", "failover", "scale", "rebalance"}
+    for scenario in ("steady", "burst"):
+        for system in ("pulse", "baseline"):
+            m = records[scenario][system]
+            assert m["expected"] > 0, (scenario, system)
+            assert (m["fires"], m["missing"], m["duplicates"]) == (m["expected"], 0, 0), (
+                scenario,
+                system,
+                m,
+            )
+            assert m["lag_max_ms"] is not None and m["drain_s"] is not None
+            assert m["node_cpu_s"] > 0 and m["peak_rss_mb"] > 0
+        assert records[scenario]["ratios"]["node_cpu_per_1k_s"] > 0
+    assert records["failover"]["pulse"]["extra"]["longest_gap_s"] is not None
+    assert records["rebalance"]["pulse"]["extra"]["join_settle_s"] is not None
+    scale = records["scale"]
+    for system in ("pulse", "baseline"):
+        assert scale[system]["extra"]["claim_p99_ms"] > 0
+        assert any("jobs" in line for line in scale[system]["extra"]["plan"])
+
+    # The benchmark's own database is gone.
+    name = re.search(r"database (pulse_bench_[0-9a-f]+)", proc.stderr)
+    assert name is not None
+    with psycopg.connect(ADMIN_URL, autocommit=True) as conn:
+        left = conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (name[1],)).fetchone()
+    assert left is None
+
+
+def _fire(job: str, slot: float, at: float) -> Fire:
+    return Fire(job=job, slot=slot, attempt=1, node="n", at=at)
+
+
+def test_count_finds_missing_and_doubled_slots_and_ignores_others() -> None:
+    expected = expected_slots(["a", "b"], [100.0, 105.0])
+    fires = [
+        _fire("a", 100.0, 100.010),
+        _fire("a", 105.0, 105.020),
+        _fire("a", 105.0, 106.000),  # doubled
+        _fire("b", 100.0, 100.030),  # b@105 missing
+        _fire("b", 110.0, 110.000),  # outside the window
+    ]
+    c = count(fires, expected)
+    assert (c.expected, c.fires, c.missing, c.duplicates) == (4, 4, 1, 1)
+    assert c.lag_max_ms == pytest.approx(1000.0)
+    assert c.lag_p50_ms == pytest.approx(20.0)
+
+
+def test_percentile_is_nearest_rank() -> None:
+    values = [float(v) for v in range(1, 101)]
+    assert percentile(values, 50) == 50.0
+    assert percentile(values, 99) == 99.0
+    assert percentile([], 50) is None
+
+
+def test_longest_gap_spans_the_kill() -> None:
+    fires = [_fire("a", 0, t) for t in (0.0, 5.0, 10.0, 17.5, 22.5)]
+    fires += [_fire("b", 0, t) for t in (0.0, 5.0, 10.0)]  # never ran after the kill
+    assert longest_gap(fires, after=12.0, until=30.0) == pytest.approx(20.0)
+    assert longest_gap(fires[:5], after=12.0, until=30.0) == pytest.approx(7.5)
+
+
+def test_burst_slot_is_a_slot_of_its_schedule() -> None:
+    now = int(datetime(2026, 5, 1, tzinfo=UTC).timestamp())
+    for earliest in range(now, now + 500):
+        t0, every = burst_slot(earliest)
+        assert earliest <= t0 < earliest + 10
+        assert t0 % every == 0 and every <= MAX_EVERY_S
+        assert every > 365 * 86400  # the next slot is years away

@@ -1,0 +1,81 @@
+"""`pulse --log-format json node`: every line is JSON; lines about a job name it fully."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+import pytest
+
+from cluster.jobspec import JobSpec
+from cluster.settings import ClusterSettings
+from tests.nodeprocs import Nodes, init_cluster, wait_until
+
+SECRET = "s3cret-pw"
+JOB_FIELDS = {"job", "tenant", "slot", "attempt", "node_id"}
+
+
+@pytest.fixture
+def nodes(settings: ClusterSettings, tmp_path: Path) -> Iterator[Nodes]:
+    init_cluster(
+        settings,
+        JobSpec.build("limits", "@every 1s", "examples.handlers:rate_limit_sync", tenant="acme"),
+        shards=16,
+    )
+    started = Nodes(settings, tmp_path)
+    try:
+        yield started
+    finally:
+        started.stop_all()
+
+
+def _with_password(url: str) -> str:
+    # Local Postgres trusts loopback connections, so any password works and none may leak.
+    parts = urlsplit(url)
+    netloc = f"{parts.username or 'postgres'}:{SECRET}@{parts.hostname}:{parts.port or 5432}"
+    return urlunsplit(parts._replace(netloc=netloc))
+
+
+def records(lines: list[str]) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in lines if line.strip()]
+
+
+@pytest.mark.timeout(90)
+def test_json_logs(settings: ClusterSettings, nodes: Nodes) -> None:
+    node = nodes.start(
+        "j-1",
+        "z",
+        global_args=(
+            "--log-level",
+            "DEBUG",  # successful runs are logged at DEBUG
+            "--log-format",
+            "json",
+            "--database-url",
+            _with_password(settings.database_url),
+        ),
+    )
+
+    def finished() -> list[dict[str, Any]]:
+        found = records(node.lines())
+        handler = [r for r in found if r["logger"] == "examples.gateway"]
+        done = [r for r in found if r.get("event") == "run_finished"]
+        return found if handler and done else []
+
+    found = wait_until(finished, 30, "a finished run in the JSON log")
+    assert all({"ts", "level", "logger", "msg"} <= set(r) for r in found)
+    assert all(r["node_id"] == "j-1" and r["zone"] == "z" for r in found)
+
+    about_jobs = [r for r in found if "job" in r]
+    assert about_jobs
+    for record in about_jobs:
+        assert set(record) >= JOB_FIELDS, record
+        assert record["job"] == "limits" and record["tenant"] == "acme"
+        assert isinstance(record["attempt"], int)
+
+    startup = [r for r in found if r.get("event") == "node_starting"]
+    assert len(startup) == 1
+    assert f"{urlsplit(settings.database_url).username or 'postgres'}:***@" in startup[0]["msg"]
+    assert all(SECRET not in line for line in node.lines())

@@ -1,0 +1,81 @@
+"""The Redis member registry: heartbeats by the Redis clock, expiry, join/leave messages."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import replace
+
+import redis.asyncio
+
+from cluster.members import MemberInfo, MemberRegistry
+from cluster.settings import ClusterSettings
+
+INFO = MemberInfo("n1", "a", "host", 1, "2026-01-01T00:00:00+00:00", "dev", 8)
+
+
+async def test_heartbeat_lists_live_members_and_carries_their_info(
+    settings: ClusterSettings,
+) -> None:
+    registry = MemberRegistry(settings)
+    try:
+        assert await registry.heartbeat(INFO, ttl_s=5) == ["n1"]
+        other = replace(INFO, node_id="n0", zone="b", fenced_writes=3)
+        assert await registry.heartbeat(other, ttl_s=5) == ["n0", "n1"]
+        live = {m.info.node_id: m for m in await registry.live(ttl_s=5)}
+        assert live["n0"].info.zone == "b" and live["n0"].info.fenced_writes == 3
+        assert 0 <= live["n1"].heartbeat_age_s < 5
+    finally:
+        await registry.close()
+
+
+async def test_expired_member_is_evicted_and_a_leave_is_published(
+    settings: ClusterSettings,
+) -> None:
+    registry = MemberRegistry(settings)
+    messages: list[str] = []
+    stop = asyncio.Event()
+
+    async def on_change(message: str) -> None:
+        messages.append(message)
+        if "leave:gone" in messages:
+            stop.set()
+
+    watcher = asyncio.create_task(registry.watch(on_change, stop))
+    try:
+        await subscribed(settings, registry.channel)
+        await registry.heartbeat(replace(INFO, node_id="gone"), ttl_s=0.2)
+        # "gone" stops beating; n1 keeps beating with a longer TTL and evicts it.
+        for _ in range(100):
+            live = await registry.heartbeat(INFO, ttl_s=0.2)
+            if live == ["n1"] and stop.is_set():
+                break
+            await asyncio.sleep(0.05)
+        assert live == ["n1"]
+        assert "join:gone" in messages and "leave:gone" in messages
+    finally:
+        stop.set()
+        await watcher
+        await registry.close()
+
+
+async def subscribed(settings: ClusterSettings, channel: str) -> None:
+    client = redis.asyncio.Redis.from_url(settings.redis_url)
+    try:
+        for _ in range(200):
+            counts = dict(await client.pubsub_numsub(channel))
+            if counts.get(channel.encode(), 0) >= 1:
+                return
+            await asyncio.sleep(0.01)
+        raise AssertionError("the watcher never subscribed")
+    finally:
+        await client.aclose()
+
+
+async def test_deregister_removes_the_member_at_once(settings: ClusterSettings) -> None:
+    registry = MemberRegistry(settings)
+    try:
+        await registry.heartbeat(INFO, ttl_s=60)
+        await registry.deregister("n1")
+        assert await registry.live(ttl_s=60) == []
+    finally:
+        await registry.close()

@@ -1,0 +1,227 @@
+"""`pulse status` against real node processes: healthy, a shard unheld, nodes killed.
+
+Each case checks the text screen, the ``--json`` document and the exit code (0 healthy,
+1 when a shard is unheld or no node is alive).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+
+import node.cli  # noqa: F401  (registers `pulse node` beside `pulse status`)
+from cluster.cli import cli
+from cluster.cli_status import _ranges
+from cluster.jobspec import JobSpec
+from cluster.settings import ClusterSettings
+from cluster.status import Status, UnheldTracker, collect
+from ring import Ring
+from tests.nodeprocs import REPO, Nodes, ghost_member, init_cluster, pulse_env, wait_until
+
+SHARDS = 16
+pytestmark = pytest.mark.timeout(120)
+
+
+@pytest.fixture
+def nodes(settings: ClusterSettings, tmp_path: Path) -> Iterator[Nodes]:
+    init_cluster(settings, JobSpec.build("tick", "@every 1s", "shell:true"), shards=SHARDS)
+    started = Nodes(settings, tmp_path)
+    try:
+        yield started
+    except AssertionError:
+        for node in started.started:
+            print(f"--- {node.node_id}", *node.lines()[-30:], sep="\n")
+        print("--- last status", LAST)
+        raise
+    finally:
+        started.stop_all()
+
+
+def snapshot(settings: ClusterSettings) -> Status:
+    return asyncio.run(collect(settings))
+
+
+def status_cli(settings: ClusterSettings, *args: str) -> tuple[int, str]:
+    result = CliRunner().invoke(
+        cli,
+        [
+            "--database-url",
+            settings.database_url,
+            "--redis-url",
+            settings.redis_url,
+            "--schema",
+            settings.schema,
+            "--cluster",
+            settings.cluster,
+            "status",
+            *args,
+        ],
+    )
+    return result.exit_code, result.output
+
+
+def status_json(settings: ClusterSettings) -> tuple[int, dict[str, Any]]:
+    code, out = status_cli(settings, "--json")
+    return code, json.loads(out)
+
+
+LAST: list[Status] = []
+
+
+def settled(settings: ClusterSettings, alive: set[str]) -> Status | None:
+    """The status once exactly ``alive`` are members and hold every shard as the ring says."""
+    st = snapshot(settings)
+    LAST[:] = [st]
+    members = {m.node_id for m in st.members}
+    if members == alive and st.healthy and not st.misplaced and not st.held_by_non_members:
+        return st
+    return None
+
+
+def test_healthy_cluster_text_and_json(settings: ClusterSettings, nodes: Nodes) -> None:
+    nodes.start("a-1", "a")
+    nodes.start("b-1", "b")
+    wait_until(lambda: settled(settings, {"a-1", "b-1"}), 30, "two nodes sharing all shards")
+    wait_until(lambda: snapshot(settings).lag_samples > 0, 30, "a fired slot")
+
+    code, data = status_json(settings)
+    assert code == 0
+    assert data["healthy"] is True and data["problems"] == []
+    assert data["fenced_writes"] == 0
+    assert data["alive"] == 2
+    assert [(m["zone"], m["node_id"]) for m in data["members"]] == [("a", "a-1"), ("b", "b-1")]
+    assert sum(m["shards_held"] for m in data["members"]) == SHARDS
+    assert all(m["has_session"] and m["concurrency"] > 0 for m in data["members"])
+    assert all(m["heartbeat_age_s"] < 5 for m in data["members"])
+    assert data["unheld"] == [] and data["misplaced"] == []
+    assert data["lag_samples"] > 0 and data["lag_p50_s"] is not None
+    assert data["outcomes_1h"]["succeeded"] + data["outcomes_1h"]["running"] > 0
+    assert set(data["outcomes_1h"]) >= {"succeeded", "failed", "lost", "skipped"}
+
+    code, text = status_cli(settings)
+    assert code == 0
+    assert "HEALTHY" in text and "UNHEALTHY" not in text
+    assert "zone a" in text and "zone b" in text
+    assert "a-1" in text and "b-1" in text
+    assert f"shards: {SHARDS}/{SHARDS} held; unheld: none" in text
+    assert "fire lag (last minute" in text and "runs (last hour)" in text
+
+
+def _ghost_id(node_id: str) -> tuple[str, frozenset[int]]:
+    """A ghost member name that the ring gives at least one shard next to ``node_id``."""
+    for i in range(1, 100):
+        ghost = f"ghost-{i}"
+        owned = Ring([node_id, ghost]).owned(ghost, SHARDS)
+        if owned:
+            return ghost, owned
+    raise AssertionError("no ghost name owns a shard")
+
+
+def test_unheld_shards_make_status_unhealthy(settings: ClusterSettings, nodes: Nodes) -> None:
+    nodes.start("a-1", "a")
+    wait_until(lambda: settled(settings, {"a-1"}), 30, "one node holding every shard")
+    ghost, owned = _ghost_id("a-1")
+
+    with ghost_member(settings, ghost):
+        # The ghost is a live member with a session, so a-1 hands it its ring share, but
+        # the ghost never locks anything: those shards stay held by nobody.
+        st = wait_until(
+            lambda: (s := snapshot(settings)).unheld == sorted(owned) and s,
+            30,
+            "the ghost's shards to be unheld",
+        )
+        assert not st.healthy
+        code, data = status_json(settings)
+        assert code == 1
+        assert data["healthy"] is False
+        assert data["unheld"] == sorted(owned)
+        assert data["unheld_for_s"] is None  # a single look cannot tell for how long
+        assert any("held by no node" in p for p in data["problems"])
+
+        code, text = status_cli(settings)
+        assert code == 1
+        assert "UNHEALTHY" in text
+        assert f"unheld: {len(owned)} ({_ranges(sorted(owned))}) now" in text
+
+        tracker = UnheldTracker()
+        first = asyncio.run(collect(settings, tracker=tracker))
+        second = wait_until(
+            lambda: (s := asyncio.run(collect(settings, tracker=tracker))).unheld_for_s and s,
+            10,
+            "the watch view to age the unheld shards",
+        )
+        assert first.unheld_for_s is None
+        assert second.unheld_for_s is not None and second.unheld_for_s > 0
+
+    wait_until(lambda: settled(settings, {"a-1"}), 30, "a-1 to take the ghost's shards back")
+    assert status_cli(settings)[0] == 0
+
+
+def test_killed_nodes(settings: ClusterSettings, nodes: Nodes) -> None:
+    procs = [nodes.start(f"{zone}-1", zone) for zone in "abc"]
+    wait_until(lambda: settled(settings, {"a-1", "b-1", "c-1"}), 30, "three settled nodes")
+
+    procs[2].signal(signal.SIGKILL)
+    procs[2].proc.wait(10)
+    st = wait_until(lambda: settled(settings, {"a-1", "b-1"}), 30, "failover to a-1 and b-1")
+    assert sum(m.shards_held for m in st.members) == SHARDS
+    code, data = status_json(settings)
+    assert code == 0 and data["alive"] == 2
+    assert "c-1" not in {m["node_id"] for m in data["members"]}
+
+    for proc in procs[:2]:
+        proc.signal(signal.SIGKILL)
+        proc.proc.wait(10)
+    wait_until(lambda: not snapshot(settings).members, 30, "the dead nodes' heartbeats to expire")
+    code, data = status_json(settings)
+    assert code == 1
+    assert data["alive"] == 0 and data["members"] == []
+    assert "no node is alive" in data["problems"]
+    assert len(data["unheld"]) == SHARDS
+    code, text = status_cli(settings)
+    assert code == 1
+    assert "UNHEALTHY: no node is alive" in text
+
+
+def test_watch_json_streams_one_document_per_refresh(
+    settings: ClusterSettings, nodes: Nodes
+) -> None:
+    nodes.start("a-1", "a")
+    wait_until(lambda: settled(settings, {"a-1"}), 30, "one settled node")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "node", "status", "--watch", "--json", "--interval", "0.2s"],
+        stdout=subprocess.PIPE,
+        env=pulse_env(settings),
+        cwd=REPO,
+    )
+    try:
+        assert proc.stdout is not None
+        docs = [json.loads(proc.stdout.readline()) for _ in range(2)]
+    finally:
+        proc.send_signal(signal.SIGINT)
+        proc.wait(10)
+    assert all(d["healthy"] and d["alive"] == 1 for d in docs)
+
+
+def test_ranges() -> None:
+    assert _ranges([]) == ""
+    assert _ranges([3]) == "3"
+    assert _ranges([1, 2, 3, 7, 9, 10]) == "1-3, 7, 9-10"
+
+
+def test_tracker_remembers_since_when() -> None:
+    tracker = UnheldTracker()
+    assert tracker.observe([1, 2], now=10.0) is None
+    assert tracker.observe([2, 3], now=12.5) == 2.5
+    assert tracker.observe([3], now=13.0) == 0.5
+    assert tracker.observe([], now=14.0) is None
+    assert tracker.observe([3], now=15.0) is None

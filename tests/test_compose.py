@@ -1,0 +1,183 @@
+"""compose/: the services, health checks, start order, commands and environment agree with
+the CLI. Uses ``docker compose config`` too where a compose client is installed."""
+
+from __future__ import annotations
+
+import re
+import shlex
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import click
+import pytest
+import yaml
+
+import node.cli  # noqa: F401  (registers `pulse node` on the group)
+from cluster.cli import cli
+from node.metrics import build_registry
+from node.state import NodeState
+from node.stats import Stats
+
+REPO = Path(__file__).resolve().parent.parent
+COMPOSE = REPO / "compose"
+NODES = ("node-a", "node-b", "node-c")
+
+
+@pytest.fixture(scope="module")
+def compose() -> dict[str, Any]:
+    data: dict[str, Any] = yaml.safe_load((COMPOSE / "compose.yaml").read_text())
+    return data
+
+
+@pytest.fixture(scope="module")
+def services(compose: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    found: dict[str, dict[str, Any]] = compose["services"]
+    return found
+
+
+def _envvars(command: click.Command) -> set[str]:
+    names = {
+        name
+        for param in command.params
+        for name in ([param.envvar] if isinstance(param.envvar, str) else param.envvar or [])
+    }
+    if isinstance(command, click.Group):
+        for sub in command.commands.values():
+            names |= _envvars(sub)
+    return names
+
+
+def _invocations(command: list[str]) -> list[list[str]]:
+    """Each `pulse ...` invocation of a service command (also inside `sh -c "a && b"`)."""
+    if command[:2] == ["sh", "-c"]:
+        return [shlex.split(part) for part in command[2].split("&&")]
+    return [command]
+
+
+def _resolve(argv: list[str]) -> click.Command:
+    """Walk the click tree like the shell would; fail on unknown commands or options."""
+    assert argv[0] == "pulse", argv
+    current: click.Command = cli
+    ctx = click.Context(cli)
+    for token in argv[1:]:
+        if token.startswith("-"):
+            opt = token.split("=", 1)[0]
+            known = {o for p in current.params for o in (*p.opts, *p.secondary_opts)}
+            assert opt in known, f"{opt} is not an option of {current.name}"
+        elif isinstance(current, click.Group):
+            sub = current.get_command(ctx, token)
+            assert sub is not None, f"{token!r} is not a pulse command"
+            current = sub
+    assert not isinstance(current, click.Group), f"{argv} names a group, not a command"
+    return current
+
+
+def test_services_and_health_checks(services: dict[str, dict[str, Any]]) -> None:
+    assert {"postgres", "redis", "init", *NODES, "prometheus"} <= set(services)
+    for name in ("postgres", "redis"):
+        check = services[name]["healthcheck"]
+        assert check["test"] and check["interval"] and check["retries"]
+    assert "pg_isready" in " ".join(services["postgres"]["healthcheck"]["test"])
+    assert "ping" in services["redis"]["healthcheck"]["test"]
+    assert services["prometheus"]["profiles"] == ["monitoring"]
+
+
+def test_start_order(services: dict[str, dict[str, Any]]) -> None:
+    init = services["init"]
+    assert init["depends_on"]["postgres"]["condition"] == "service_healthy"
+    assert init["depends_on"]["redis"]["condition"] == "service_healthy"
+    assert init.get("restart") == "no"
+    for name in NODES:
+        depends = services[name]["depends_on"]
+        assert depends["init"]["condition"] == "service_completed_successfully"
+
+
+def test_commands_are_real_pulse_commands(services: dict[str, dict[str, Any]]) -> None:
+    init_steps = _invocations(services["init"]["command"])
+    assert [_resolve(step).name for step in init_steps] == ["init", "apply"]
+    assert (REPO / init_steps[1][-1]).is_file()  # the job file ships in the image
+    for name in NODES:
+        assert _resolve(services[name]["command"]).name == "node"
+
+
+def test_environment_is_read_by_the_cli(services: dict[str, dict[str, Any]]) -> None:
+    known = _envvars(cli)
+    used = {
+        key
+        for service in services.values()
+        for key in (service.get("environment") or {})
+        if key.startswith("PULSE_")
+    }
+    assert used, "no PULSE_* variable is set"
+    assert used <= known, f"not read by the CLI: {sorted(used - known)}"
+    zones, ids = set(), set()
+    for name in NODES:
+        env = services[name]["environment"]
+        assert {"PULSE_DATABASE_URL", "PULSE_REDIS_URL"} <= set(env)
+        assert "@postgres:5432/" in env["PULSE_DATABASE_URL"]
+        zones.add(env["PULSE_ZONE"])
+        ids.add(env["PULSE_NODE_ID"])
+        port = str(env["PULSE_METRICS_PORT"])
+        assert [p.rsplit(":", 1)[1] for p in services[name]["ports"]] == [port]
+    assert zones == {"a", "b", "c"} and len(ids) == 3
+
+
+def test_ports_bind_to_loopback(services: dict[str, dict[str, Any]]) -> None:
+    for name, service in services.items():
+        for mapping in service.get("ports", []):
+            assert str(mapping).startswith("127.0.0.1:"), f"{name} publishes {mapping}"
+
+
+def test_dockerfile_copies_what_exists() -> None:
+    text = (COMPOSE / "Dockerfile").read_text()
+    copies = re.findall(r"^COPY\s+(.+)$", text, flags=re.MULTILINE)
+    sources = [src for line in copies for src in line.split()[:-1]]
+    assert sources and all((REPO / src).exists() for src in sources), sources
+    assert "pip install ." in text
+    assert 'CMD ["pulse", "node"]' in text
+    assert re.search(r"^WORKDIR /app$", text, flags=re.MULTILINE)
+
+
+def test_prometheus_scrapes_the_nodes_and_rules_use_real_metrics(
+    services: dict[str, dict[str, Any]],
+) -> None:
+    config = yaml.safe_load((COMPOSE / "prometheus.yml").read_text())
+    targets = {
+        t for job in config["scrape_configs"] for c in job["static_configs"] for t in c["targets"]
+    }
+    expected = {f"{n}:{services[n]['environment']['PULSE_METRICS_PORT']}" for n in NODES}
+    assert targets == expected
+    mounts = [v.split(":")[0] for v in services["prometheus"]["volumes"]]
+    assert all((COMPOSE / m).is_file() for m in mounts)
+
+    registry = build_registry(Stats(), lambda: NodeState("n", "z", 1), lambda: 0)
+    exposed = {sample.name for family in registry.collect() for sample in family.samples} | {"up"}
+    rules = yaml.safe_load((COMPOSE / "rules.yml").read_text())
+    for group in rules["groups"]:
+        for rule in group["rules"]:
+            for metric in re.findall(r"\b(pulse_[a-z_]+|up)\b", rule["expr"]):
+                assert metric in exposed, f"{metric} in {rule.get('record') or rule['alert']}"
+
+
+def _compose_client() -> list[str] | None:
+    docker = shutil.which("docker")
+    if docker:
+        probe = subprocess.run([docker, "compose", "version"], capture_output=True)
+        if probe.returncode == 0:
+            return [docker, "compose"]
+    legacy = shutil.which("docker-compose")
+    return [legacy] if legacy else None
+
+
+def test_docker_compose_config_accepts_the_file() -> None:
+    client = _compose_client()
+    if client is None:
+        pytest.skip("no docker compose client installed; the file was checked by parsing")
+    result = subprocess.run(
+        [*client, "-f", str(COMPOSE / "compose.yaml"), "config", "--quiet"],
+        capture_output=True,
+        text=True,
+    )
+    assert result.returncode == 0, result.stderr
