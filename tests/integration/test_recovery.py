@@ -154,6 +154,7 @@ async def test_dead_owner_is_recovered_without_waiting_for_its_lease(
     await doomed.try_lock(ALL)
     await doomed.claim(ALL, 10, 300.0, now=at(10))
     await doomed.close()  # the process died: its session and locks are gone
+    await wait_until(lambda: not _sessions(settings, "doomed"))
     heir = await open_session(settings, "heir")
     try:
         assert await heir.try_lock(ALL) == set(ALL)
@@ -168,11 +169,22 @@ async def test_dead_owner_is_recovered_without_waiting_for_its_lease(
         await heir.close()
 
 
+def _sessions(settings: ClusterSettings, node_id: str) -> int:
+    with psycopg.connect(settings.database_url, autocommit=True) as conn:
+        row = conn.execute(
+            "SELECT count(*) FROM pg_stat_activity "
+            "WHERE application_name = %s AND datname = current_database()",
+            (node_id,),
+        ).fetchone()
+    assert row is not None
+    return int(row[0])
+
+
 def _terminate(settings: ClusterSettings, node_id: str) -> int:
     with psycopg.connect(settings.database_url, autocommit=True) as conn:
         row = conn.execute(
             "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
-            "WHERE application_name = %s",
+            "WHERE application_name = %s AND datname = current_database()",
             (node_id,),
         ).fetchone()
     assert row is not None
