@@ -198,7 +198,7 @@ async def init(store: JobStore, shards: int | None) -> None:
 
 def register() -> None:
     """Attach the command modules (kept separate so each stays small)."""
-    from cluster import cli_jobs, cli_schedule, cli_status, cli_up  # noqa: F401
+    from cluster import cli_chaos, cli_jobs, cli_schedule, cli_status, cli_up  # noqa: F401
 
 
 register()

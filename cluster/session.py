@@ -114,6 +114,33 @@ class Skip:
     reason: str
 
 
+def complete_params(
+    done: Sequence[Completion],
+    skips: Sequence[Skip],
+    node_id: str,
+    zone: str,
+    now: datetime | None,
+) -> dict[str, Any]:
+    """Parameters of the batched ``complete`` statement."""
+    return {
+        "ids": [c.id for c in done],
+        "tokens": [c.token for c in done],
+        "slots": [c.slot for c in done],
+        "outcomes": [c.outcome for c in done],
+        "errors": [c.error for c in done],
+        "durations": [c.duration_s for c in done],
+        "next_runs": [c.next_run_at for c in done],
+        "next_slots": [c.next_slot for c in done],
+        "next_attempts": [c.next_attempt for c in done],
+        "skip_ids": [s.job_id for s in skips],
+        "skip_slots": [s.slot for s in skips],
+        "skip_reasons": [s.reason for s in skips],
+        "node_id": node_id,
+        "zone": zone,
+        "now": now,
+    }
+
+
 class LockSession:
     def __init__(
         self,
@@ -285,24 +312,7 @@ class LockSession:
         if not done:
             return set()
         rows = await self._run(
-            "complete",
-            {
-                "ids": [c.id for c in done],
-                "tokens": [c.token for c in done],
-                "slots": [c.slot for c in done],
-                "outcomes": [c.outcome for c in done],
-                "errors": [c.error for c in done],
-                "durations": [c.duration_s for c in done],
-                "next_runs": [c.next_run_at for c in done],
-                "next_slots": [c.next_slot for c in done],
-                "next_attempts": [c.next_attempt for c in done],
-                "skip_ids": [s.job_id for s in skips],
-                "skip_slots": [s.slot for s in skips],
-                "skip_reasons": [s.reason for s in skips],
-                "node_id": self.node_id,
-                "zone": self.zone,
-                "now": now,
-            },
+            "complete", complete_params(done, skips, self.node_id, self.zone, now)
         )
         return {row["id"] for row in rows}
 

@@ -30,6 +30,7 @@ logger = logging.getLogger(__name__)
 
 MAX_CLAIM = 500
 WAKE_MARGIN_S = 0.002
+SLOT_BATCH_WINDOW_S = 0.005
 
 
 class Claimer:
@@ -79,7 +80,8 @@ class Claimer:
         if free <= 0:
             # No claim while every slot is busy, but the lock session must not look idle
             # to Postgres, or it would end the session and the node would lose its shards.
-            self._clock.observe(await self._session.ping())
+            if time.monotonic() - self._session.last_ok >= self._poll_s:
+                self._clock.observe(await self._session.ping())
             # Runs that ended during the ping freed slots without waking the loop (it only
             # listens for that while the executor is full): claim again at once.
             return 0.0 if self._executor.free > 0 else self._poll_s
@@ -141,3 +143,7 @@ class Claimer:
                 await wait_any(self._wake_at - time.monotonic(), *events, self._sooner)
                 if not self._sooner.is_set() or any(e.is_set() for e in events):
                     break
+            if self._executor.slot_freed.is_set() and not (wake.is_set() or stop.is_set()):
+                # Slots free one by one as runs end; a moment's wait lets the next claim
+                # fill many at once instead of paying a round trip per slot.
+                await asyncio.sleep(SLOT_BATCH_WINDOW_S)

@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import datetime
+from typing import Protocol
 from uuid import UUID
 
 from cluster.errors import PulseError, StoreError
-from cluster.session import ClaimedJob, Completion, LockSession, Skip
+from cluster.session import ClaimedJob, Completion, Skip
 from node.clock import DbClock
 from node.handlers import Outcome
 from node.outcomes import after_run, broken
@@ -27,9 +28,17 @@ logger = logging.getLogger(__name__)
 MAX_BATCH = 500
 
 
+class CompletionSink(Protocol):
+    """Where completions are written: the result writer (or, in tests, a lock session)."""
+
+    async def complete(
+        self, done: Sequence[Completion], skips: Sequence[Skip] = ..., now: datetime | None = ...
+    ) -> set[UUID]: ...
+
+
 class Completer:
     def __init__(
-        self, session: LockSession, clock: DbClock, stats: Stats, wake: asyncio.Event
+        self, session: CompletionSink, clock: DbClock, stats: Stats, wake: asyncio.Event
     ) -> None:
         self._session = session
         self._wake = wake

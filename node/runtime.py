@@ -23,6 +23,7 @@ from cluster.errors import ConfigError, MembershipError, StoreError
 from cluster.members import MemberInfo, MemberRegistry
 from cluster.session import LockSession
 from cluster.settings import ClusterSettings, NodeSettings, mask_url
+from cluster.writer import ResultWriter
 from node.claimer import Claimer
 from node.clock import DbClock
 from node.completer import Completer
@@ -169,7 +170,10 @@ class Node:
         clock = DbClock()
         state = NodeState(s.node_id, s.zone, shard_count)
         self.state = state
-        completer = Completer(session, clock, stats, state.wake)
+        writer = ResultWriter(
+            self.cluster, s.node_id, s.zone, statement_timeout_s=s.statement_timeout_s
+        )
+        completer = Completer(writer, clock, stats, state.wake)
         executor = Executor(s.concurrency, s.node_id, s.zone, completer.run_done)
         if s.metrics_port is not None:
             serve_metrics(s.metrics_port, stats, lambda: self.state, lambda: len(executor.running))
@@ -329,6 +333,7 @@ class Node:
                 extra={"event": "completions_lost"},
             )
         executor.shutdown()
+        await writer.close()
         logger.info("node stopped", extra={"event": "node_stopped"})
         return 1 if crashed.is_set() else 0
 

@@ -1,0 +1,234 @@
+"""One chaos run from start to verdict.
+
+Plan the faults (bad options fail before anything starts), start the servers (or use the
+configured ones with ``--external``), create the schema and the workload, start one proxy
+pair and one node per node id, wait until every shard is held, inject the faults while
+sampling the shard locks, let the cluster settle for the quiet period, kill the nodes, and
+check what the runs table, the witness file and the node logs say.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import secrets
+import shutil
+import signal
+import tempfile
+import time
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from cluster.chaos import probes
+from cluster.chaos.fleet import Fleet, FleetConfig, NodeProcess, endpoint, node_ids
+from cluster.chaos.inject import Injector
+from cluster.chaos.observations import (
+    JobInfo,
+    Observations,
+    dump,
+    parse_witness,
+)
+from cluster.chaos.plan import Bounds, Fault, make_plan
+from cluster.chaos.proxy import Proxy
+from cluster.chaos.report import Report, build_report
+from cluster.chaos.servers import PostgresServer, RedisServer, ServerError
+from cluster.chaos.workload import JobDef, make_workload
+from cluster.errors import PulseError
+from cluster.jobs import JobStore
+from cluster.settings import ClusterSettings
+
+logger = logging.getLogger(__name__)
+
+READY_TIMEOUT_S = 60.0
+WINDOW_MARGIN_S = 2.0
+
+
+@dataclass(frozen=True)
+class ChaosOptions:
+    seed: int
+    faults: tuple[str, ...]
+    nodes: int = 5
+    zones: int = 3
+    duration_s: float = 240.0
+    quiet_s: float = 20.0
+    jobs: int = 300
+    shards: int = 64
+    session_timeout_s: float = 10.0
+    kill_bound_s: float = 5.0
+    stop_bound_s: float | None = None  # default: session timeout + kill bound
+    external: bool = False
+    workdir: Path | None = None
+    keep: bool = False
+
+    @property
+    def bounds(self) -> Bounds:
+        stop = self.stop_bound_s
+        if stop is None:
+            stop = self.session_timeout_s + self.kill_bound_s
+        return Bounds(self.kill_bound_s, stop, self.session_timeout_s)
+
+    def summary(self) -> dict[str, object]:
+        return {
+            "seed": self.seed,
+            "nodes": self.nodes,
+            "zones": self.zones,
+            "jobs": self.jobs,
+            "shards": self.shards,
+            "duration_s": self.duration_s,
+            "quiet_s": self.quiet_s,
+            "session_timeout_s": self.session_timeout_s,
+            "kill_bound_s": self.bounds.kill_s,
+            "stop_bound_s": self.bounds.stop_s,
+            "faults": list(self.faults),
+            "external": self.external,
+        }
+
+
+def plan_for(options: ChaosOptions) -> list[Fault]:
+    """The fault plan; raises InvalidInput for options that cannot work."""
+    nodes = dict(node_ids(options.nodes, options.zones))
+    return make_plan(options.faults, nodes, options.duration_s, options.seed, options.bounds)
+
+
+class ChaosRun:
+    def __init__(self, options: ChaosOptions, external: ClusterSettings | None) -> None:
+        self.options = options
+        self.plan = plan_for(options)
+        self.workdir = options.workdir or Path(tempfile.mkdtemp(prefix="pulse-chaos-"))
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        self.witness = self.workdir / "witness.jsonl"
+        self._external = external
+        self._postgres: PostgresServer | None = None
+        self._redis: RedisServer | None = None
+        self._proxies: list[Proxy] = []
+        self._settings: ClusterSettings | None = None
+
+    async def run(self) -> Report:
+        """The whole run; SIGTERM (like Ctrl-C) cancels it and everything is cleaned up."""
+        task = asyncio.current_task()
+        if task is not None:
+            asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, task.cancel)
+        try:
+            self._settings = await self._servers()
+            return await self._run(self._settings)
+        finally:
+            if self._external is not None and self._settings is not None:
+                with contextlib.suppress(PulseError, OSError):
+                    await probes.drop_cluster(self._settings)
+            for proxy in self._proxies:
+                await proxy.close()
+            for server in (self._postgres, self._redis):
+                if server is not None:
+                    await server.close()
+
+    async def _servers(self) -> ClusterSettings:
+        if self._external is not None:
+            tag = secrets.token_hex(3)
+            return replace(self._external, schema=f"chaos_{tag}", cluster=f"chaos-{tag}")
+        self._postgres = PostgresServer(self.workdir / "postgres.log")
+        self._redis = RedisServer(self.workdir / "redis.log")
+        await self._postgres.start()
+        await self._redis.start()
+        return ClusterSettings(self._postgres.url, self._redis.url, "pulse", "chaos")
+
+    async def _load(self, settings: ClusterSettings, workload: list[JobDef]) -> None:
+        async with JobStore.open(settings, probes.APP_NAME) as store:
+            await store.init(self.options.shards)
+            await store.apply([job.spec() for job in workload])
+
+    async def _fleet(self, settings: ClusterSettings) -> Fleet:
+        o = self.options
+        pg, redis = endpoint(settings.database_url, 5432), endpoint(settings.redis_url, 6379)
+        nodes = []
+        for node_id, zone in node_ids(o.nodes, o.zones):
+            pair = (Proxy(f"{node_id}-pg", pg), Proxy(f"{node_id}-redis", redis))
+            for proxy in pair:
+                await proxy.start()
+                self._proxies.append(proxy)
+            nodes.append(NodeProcess(node_id, zone, *pair))
+        config = FleetConfig(
+            database_url=settings.database_url,
+            redis_url=settings.redis_url,
+            schema=settings.schema,
+            cluster=settings.cluster,
+            workdir=self.workdir,
+            witness_file=self.witness,
+            session_timeout_s=o.session_timeout_s,
+            # Ample execution slots: backpressure would blur the failover measurements.
+            extra_args=("--drain-timeout", "5s", "--concurrency", "64"),
+        )
+        return Fleet(config, nodes)
+
+    async def _wait_ready(self, sampler: probes.LockSampler) -> None:
+        deadline = time.monotonic() + READY_TIMEOUT_S
+        while time.monotonic() < deadline:
+            last = sampler.samples[-1].holders if sampler.samples else None
+            if last is not None and set(range(self.options.shards)) <= set(last):
+                return
+            await asyncio.sleep(0.2)
+        raise ServerError(f"the nodes did not hold every shard within {READY_TIMEOUT_S:g}s")
+
+    async def _run(self, settings: ClusterSettings) -> Report:
+        o = self.options
+        workload = make_workload(o.jobs, o.seed)
+        await self._load(settings, workload)
+        offset = await probes.clock_offset(settings)
+        fleet = await self._fleet(settings)
+        sampler = probes.LockSampler(settings)
+        stop = asyncio.Event()
+        background = [asyncio.create_task(sampler.run(stop))]
+        try:
+            for node in fleet:
+                await fleet.start(node)
+            await self._wait_ready(sampler)
+            phase_mono, phase_start = time.monotonic(), time.time()
+            logger.info("all %d shards held; faults begin", o.shards, extra={"event": "ready"})
+            background.append(asyncio.create_task(fleet.watch(stop, phase_start)))
+            injector = Injector(
+                fleet,
+                self._postgres,
+                self._redis,
+                lambda node: probes.terminate_backends(settings, node),
+            )
+            await injector.run(self.plan, phase_mono)
+            await asyncio.sleep(max(0.0, phase_mono + o.duration_s - time.monotonic()))
+            phase_end = time.time()
+            logger.info("faults over; quiet for %gs", o.quiet_s, extra={"event": "quiet"})
+            await asyncio.sleep(o.quiet_s)
+        finally:
+            stop.set()
+            await fleet.kill_all()
+            await asyncio.gather(*background, return_exceptions=True)
+        shards, runs = await probes.collect(settings, offset)
+        obs = Observations(
+            jobs={
+                j.name: JobInfo(j.name, j.interval_s, j.catch_up, j.sleep_s, shards[j.name])
+                for j in workload
+            },
+            runs=runs,
+            executions=parse_witness(self.witness.read_text("utf-8").splitlines())
+            if self.witness.exists()
+            else [],
+            samples=sampler.samples,
+            faults=injector.records,
+            shards=o.shards,
+            window_start=phase_start + WINDOW_MARGIN_S,
+            window_end=phase_end - WINDOW_MARGIN_S,
+            phase_start=phase_start,
+            phase_end=phase_end,
+            kill_bound_s=o.bounds.kill_s,
+            clock_offset_s=offset,
+            log_events=fleet.log_events(),
+            node_exits=tuple(fleet.exits),
+        )
+        report = build_report(obs, o.summary())
+        dump(obs, self.workdir)
+        return report
+
+    def cleanup(self, report: Report | None) -> bool:
+        """Remove the work folder unless asked to keep it or the run failed; True if kept."""
+        if self.options.keep or self.options.workdir or report is None or not report.passed:
+            return True
+        shutil.rmtree(self.workdir, ignore_errors=True)
+        return False

@@ -1,0 +1,113 @@
+"""Carries out a fault plan against the fleet, its proxies and the servers, on time.
+
+Each fault is applied at its planned offset, held, then undone (a killed node is started
+again under the same id, a stopped one continued, a proxy restored, a server restarted),
+and recorded with the wall-clock times it actually began and ended.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+import time
+from collections.abc import Awaitable, Callable
+
+from cluster.chaos.fleet import Fleet, NodeProcess
+from cluster.chaos.observations import FaultRecord
+from cluster.chaos.plan import Fault
+from cluster.chaos.servers import PostgresServer, RedisServer
+
+logger = logging.getLogger(__name__)
+
+
+class Injector:
+    def __init__(
+        self,
+        fleet: Fleet,
+        postgres: PostgresServer | None,
+        redis: RedisServer | None,
+        terminate: Callable[[str], Awaitable[int]],
+    ) -> None:
+        self._fleet = fleet
+        self._postgres = postgres
+        self._redis = redis
+        self._terminate = terminate
+        self.records: list[FaultRecord] = []
+
+    async def run(self, plan: list[Fault], phase_start: float) -> None:
+        """Apply every fault at ``phase_start`` (monotonic) + its offset."""
+        for fault in plan:
+            delay = phase_start + fault.at_s - time.monotonic()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            logger.info(
+                "t+%.1fs %s %s (hold %.1fs)",
+                time.monotonic() - phase_start,
+                fault.kind,
+                fault.label,
+                fault.hold_s,
+                extra={"event": "fault"},
+            )
+            started = time.time()
+            detail = await self.apply(fault)
+            self.records.append(
+                FaultRecord(
+                    kind=fault.kind,
+                    label=fault.label,
+                    targets=fault.targets,
+                    started=started,
+                    ended=time.time(),
+                    bound_s=fault.bound_s,
+                    detail=detail,
+                )
+            )
+
+    def _nodes(self, fault: Fault) -> list[NodeProcess]:
+        return [self._fleet.nodes[n] for n in fault.targets]
+
+    async def apply(self, fault: Fault) -> str:
+        """Inflict ``fault``, hold it, undo it; returns a note for the report."""
+        nodes = self._nodes(fault)
+        kind, hold = fault.kind, fault.hold_s
+        if kind in ("sigkill", "zone-kill"):
+            await asyncio.gather(*(self._fleet.kill(n) for n in nodes))
+            await asyncio.sleep(hold)
+            for node in nodes:
+                await self._fleet.start(node)
+            return f"restarted after {hold:.1f}s"
+        if kind in ("sigstop", "sigstop-short"):
+            for node in nodes:
+                node.signal(signal.SIGSTOP)
+            await asyncio.sleep(hold)
+            for node in nodes:
+                node.signal(signal.SIGCONT)
+            return f"paused {hold:.1f}s"
+        if kind == "pg-stall":
+            for node in nodes:
+                node.pg.stall()
+            await asyncio.sleep(hold)
+            for node in nodes:
+                node.pg.restore()
+            return f"postgres traffic stalled {hold:.1f}s"
+        if kind == "redis-cut":
+            for node in nodes:
+                node.redis.cut()
+            await asyncio.sleep(hold)
+            for node in nodes:
+                node.redis.restore()
+            return f"redis traffic cut {hold:.1f}s"
+        if kind == "pg-terminate":
+            ended = sum([await self._terminate(n.node_id) for n in nodes])
+            return f"{ended} backends terminated"
+        if kind == "redis-restart":
+            assert self._redis is not None
+            await self._redis.stop()
+            await asyncio.sleep(hold)
+            await self._redis.start()
+            return f"down {hold:.1f}s"
+        assert kind == "pg-restart" and self._postgres is not None
+        await self._postgres.stop(fault.mode)
+        await asyncio.sleep(hold)
+        await self._postgres.start()
+        return f"{fault.mode} stop, down {hold:.1f}s"

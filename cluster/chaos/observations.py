@@ -1,0 +1,163 @@
+"""What a chaos run observed, as plain data: the checker's only input (no I/O here).
+
+Times are float seconds since the epoch on the harness's clock (database times are
+shifted by the measured offset); slots are integer milliseconds since the epoch in database
+time, so they compare exactly (``slot_time`` turns one into harness time). Parsing helpers
+turn witness lines and node log lines into this shape.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field, replace
+from datetime import datetime
+from pathlib import Path
+
+FINISHED = frozenset({"succeeded", "failed", "timed_out"})
+
+
+def to_ms(moment: datetime | float) -> int:
+    seconds = moment.timestamp() if isinstance(moment, datetime) else moment
+    return round(seconds * 1000)
+
+
+@dataclass(frozen=True)
+class JobInfo:
+    name: str
+    interval_s: int
+    catch_up: str
+    sleep_s: float
+    shard: int
+
+
+@dataclass(frozen=True)
+class Execution:
+    """One witness line: a handler started for (job, slot, attempt) on a node."""
+
+    job: str
+    slot_ms: int
+    attempt: int
+    node: str
+    at: float
+
+
+@dataclass(frozen=True)
+class RunRecord:
+    """The final row of one slot in the runs table."""
+
+    job: str
+    slot_ms: int
+    attempt: int
+    node: str | None
+    status: str
+    finished_at: float | None
+
+
+@dataclass(frozen=True)
+class LockSample:
+    """Shard -> holder (node id) at one moment; None when Postgres did not answer."""
+
+    at: float
+    holders: Mapping[int, str] | None
+
+
+@dataclass(frozen=True)
+class FaultRecord:
+    """One injected fault as it actually happened."""
+
+    kind: str
+    label: str
+    targets: tuple[str, ...]
+    started: float
+    ended: float
+    bound_s: float
+    detail: str = ""
+
+    @property
+    def global_(self) -> bool:
+        """A server fault touches every node."""
+        return not self.targets
+
+
+@dataclass(frozen=True)
+class Observations:
+    jobs: Mapping[str, JobInfo]
+    runs: Sequence[RunRecord]
+    executions: Sequence[Execution]
+    samples: Sequence[LockSample]
+    faults: Sequence[FaultRecord]
+    shards: int
+    window_start: float  # slots in [window_start, window_end] must all be accounted for
+    window_end: float
+    phase_start: float  # faults begin; coverage is judged from here
+    phase_end: float
+    kill_bound_s: float
+    clock_offset_s: float = 0.0  # database clock minus harness clock; slots are in DB time
+    log_events: Mapping[str, int] = field(default_factory=dict)
+    node_exits: Sequence[str] = ()
+
+    def slot_time(self, slot_ms: int) -> float:
+        """A slot on the harness's clock."""
+        return slot_ms / 1000 - self.clock_offset_s
+
+
+def parse_witness(lines: Iterable[str]) -> list[Execution]:
+    found = []
+    for line in lines:
+        if not line.strip():
+            continue
+        data = json.loads(line)
+        found.append(
+            Execution(
+                job=data["job"],
+                slot_ms=to_ms(datetime.fromisoformat(data["slot"])),
+                attempt=int(data["attempt"]),
+                node=str(data["node"]),
+                at=float(data["at"]),
+            )
+        )
+    return found
+
+
+def count_log_events(lines: Iterable[str], counter: Counter[str] | None = None) -> Counter[str]:
+    """Counts the ``event`` of JSON log lines (others are ignored)."""
+    counter = Counter() if counter is None else counter
+    for line in lines:
+        if not line.startswith("{"):
+            continue
+        try:
+            event = json.loads(line).get("event")
+        except json.JSONDecodeError:
+            continue
+        if isinstance(event, str):
+            counter[event] += 1
+    return counter
+
+
+def dump(obs: Observations, folder: Path) -> None:
+    """Write what the checker saw next to the logs, for a post-mortem of a failed run."""
+    data = asdict(replace(obs, log_events={}))
+    data["log_events"] = dict(obs.log_events)
+    (folder / "observations.json").write_text(json.dumps(data), "utf-8")
+
+
+def load(path: Path) -> Observations:
+    """The inverse of ``dump``: re-check a finished run offline."""
+    data = json.loads(path.read_text("utf-8"))
+    return Observations(
+        jobs={k: JobInfo(**v) for k, v in data.pop("jobs").items()},
+        runs=[RunRecord(**r) for r in data.pop("runs")],
+        executions=[Execution(**e) for e in data.pop("executions")],
+        samples=[
+            LockSample(
+                s["at"],
+                None if s["holders"] is None else {int(k): v for k, v in s["holders"].items()},
+            )
+            for s in data.pop("samples")
+        ],
+        faults=[FaultRecord(**{**f, "targets": tuple(f["targets"])}) for f in data.pop("faults")],
+        node_exits=tuple(data.pop("node_exits")),
+        **data,
+    )

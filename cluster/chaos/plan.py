@@ -1,0 +1,129 @@
+"""The seeded fault plan: which fault, when, against whom, for how long (pure, no I/O).
+
+Faults run one after another, each followed by time to settle, so every disruption can be
+attributed to exactly one fault. The plan covers every requested kind once in a seeded
+order, then repeats shuffled rounds while they fit in the run's duration. Each fault
+carries its failover bound: how late the affected jobs may fire after it starts.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+
+from cluster.errors import InvalidInput
+
+KINDS = (
+    "sigkill",
+    "sigstop",
+    "sigstop-short",
+    "zone-kill",
+    "pg-stall",
+    "pg-terminate",
+    "redis-cut",
+    "redis-restart",
+    "pg-restart",
+)
+RESTART_KINDS = frozenset({"redis-restart", "pg-restart"})
+SETTLE_S = 6.0
+GAP_S = (2.0, 5.0)
+START_S = 3.0
+TAIL_S = 6.0
+
+
+@dataclass(frozen=True)
+class Bounds:
+    """Failover bounds in seconds (options of ``pulse chaos``)."""
+
+    kill_s: float  # after SIGKILL of a node or a zone, and after any brief disruption
+    stop_s: float  # after a node froze or stalled past the session timeout
+    session_timeout_s: float
+
+
+@dataclass(frozen=True)
+class Fault:
+    kind: str
+    at_s: float  # offset from the start of the fault phase
+    hold_s: float  # pause, stall, cut or downtime; for kills, the delay before the restart
+    targets: tuple[str, ...]  # node ids; empty for server faults
+    label: str  # the target as shown: a node id, a zone, "postgres", "redis"
+    bound_s: float
+    mode: str = ""  # pg-restart: fast | immediate
+
+    @property
+    def span_s(self) -> float:
+        return self.hold_s + SETTLE_S + (2.0 if self.kind == "pg-restart" else 0.0)
+
+
+def parse_kinds(text: str, *, external: bool) -> tuple[str, ...]:
+    """The comma list of ``--faults`` (``all`` for every kind); restarts need own servers."""
+    wanted = [k.strip() for k in text.split(",") if k.strip()]
+    if wanted in ([], ["all"]):
+        return tuple(k for k in KINDS if not (external and k in RESTART_KINDS))
+    for kind in wanted:
+        if kind not in KINDS:
+            raise InvalidInput("faults", f"unknown fault {kind!r}; choose from {', '.join(KINDS)}")
+        if external and kind in RESTART_KINDS:
+            raise InvalidInput("faults", f"{kind} needs the harness's own servers (no --external)")
+    return tuple(dict.fromkeys(wanted))
+
+
+def _fault(
+    kind: str, at_s: float, rng: random.Random, nodes: dict[str, str], bounds: Bounds
+) -> Fault:
+    timeout = bounds.session_timeout_s
+    target = rng.choice(sorted(nodes))
+    if kind == "zone-kill":
+        zone = rng.choice(sorted(set(nodes.values())))
+        members = tuple(n for n, z in sorted(nodes.items()) if z == zone)
+        return Fault(kind, at_s, rng.uniform(3.0, 8.0), members, zone, bounds.kill_s)
+    if kind == "sigkill":
+        return Fault(kind, at_s, rng.uniform(1.0, 8.0), (target,), target, bounds.kill_s)
+    if kind in ("sigstop", "pg-stall"):
+        hold = timeout * rng.uniform(1.3, 1.8)
+        return Fault(kind, at_s, hold, (target,), target, bounds.stop_s)
+    if kind == "sigstop-short":
+        hold = timeout * rng.uniform(0.3, 0.6)
+        return Fault(kind, at_s, hold, (target,), target, hold + bounds.kill_s)
+    if kind == "redis-cut":
+        return Fault(kind, at_s, rng.uniform(6.0, 10.0), (target,), target, bounds.kill_s)
+    if kind == "pg-terminate":
+        return Fault(kind, at_s, 0.0, (target,), target, bounds.kill_s)
+    if kind == "redis-restart":
+        return Fault(kind, at_s, rng.uniform(1.0, 4.0), (), "redis", bounds.kill_s)
+    hold = rng.uniform(1.0, 4.0)
+    mode = rng.choice(("fast", "immediate"))
+    return Fault(kind, at_s, hold, (), "postgres", hold + bounds.kill_s, mode)
+
+
+def make_plan(
+    kinds: tuple[str, ...],
+    nodes: dict[str, str],
+    duration_s: float,
+    seed: int,
+    bounds: Bounds,
+) -> list[Fault]:
+    """Faults for ``nodes`` (node id -> zone) within ``duration_s``; the same for one seed."""
+    if len(nodes) < 2 and kinds:
+        raise InvalidInput("nodes", "faults need at least 2 nodes (one must stay healthy)")
+    if "zone-kill" in kinds and len(set(nodes.values())) < 2:
+        raise InvalidInput("zones", "zone-kill needs at least 2 zones")
+    rng = random.Random(f"faults:{seed}")
+    plan: list[Fault] = []
+    at = START_S
+    while kinds:
+        order = list(kinds)
+        rng.shuffle(order)
+        for kind in order:
+            fault = _fault(kind, at, rng, nodes, bounds)
+            end = fault.at_s + fault.span_s
+            if end > duration_s - TAIL_S and len(plan) >= len(kinds):
+                return plan
+            plan.append(fault)
+            at = end + rng.uniform(*GAP_S)
+        if len(plan) == len(kinds) and plan[-1].at_s + plan[-1].span_s > duration_s - TAIL_S:
+            need = plan[-1].at_s + plan[-1].span_s + TAIL_S
+            raise InvalidInput(
+                "duration", f"{duration_s:g}s is too short for these faults (needs {need:.0f}s)"
+            )
+    return plan

@@ -1,0 +1,187 @@
+"""Safety and loss checks of a chaos run (pure): S1, S2, S4 and L1 of DESIGN.md.
+
+From the witness lines and the final runs rows it finds executions the runs table cannot
+explain (double executions of one claim, executions without a claim, completions without
+an execution, early fires), the slots executed more than once (legitimate only as re-runs
+after a lost lease: each is attributed to the fault that caused it, and one no fault
+explains is a violation; a lost attempt witnessed only after a later one is flagged: a
+node frozen while starting a run, or a zombie acting on a stale claim), and the expected
+slots that were neither run nor recorded as skipped.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from cluster.chaos.observations import (
+    FINISHED,
+    Execution,
+    JobInfo,
+    Observations,
+    RunRecord,
+)
+
+EARLY_TOLERANCE_S = 0.05
+ATTRIBUTION_LEAD_S = 5.0  # a run lost to a fault may have started this long before it
+
+
+@dataclass(frozen=True)
+class Violation:
+    kind: str
+    job: str
+    slot_ms: int | None
+    detail: str
+
+
+@dataclass(frozen=True)
+class Rerun:
+    """A slot executed more than once, and the fault its lost attempt is blamed on."""
+
+    job: str
+    slot_ms: int
+    attempts: tuple[int, ...]
+    nodes: tuple[str, ...]
+    lost_at: float
+    fault: int | None  # index into Observations.faults
+    late: bool = False  # a lost attempt was witnessed only after a later attempt was
+
+
+def _v(kind: str, job: str, slot_ms: int | None, detail: str) -> Violation:
+    return Violation(kind, job, slot_ms, detail)
+
+
+def check_executions(obs: Observations) -> list[Violation]:
+    """Witness lines against the runs table: one execution per claim, none unexplained."""
+    found: list[Violation] = []
+    runs = {(r.job, r.slot_ms): r for r in obs.runs}
+    seen: dict[tuple[str, int, int], Execution] = {}
+    for e in obs.executions:
+        key = (e.job, e.slot_ms, e.attempt)
+        if key in seen:
+            first = seen[key]
+            found.append(
+                _v(
+                    "double execution",
+                    e.job,
+                    e.slot_ms,
+                    f"attempt {e.attempt} ran on {first.node} and again on {e.node}",
+                )
+            )
+        seen[key] = e
+        run = runs.get((e.job, e.slot_ms))
+        if run is None:
+            found.append(_v("execution without a claim", e.job, e.slot_ms, f"on {e.node}"))
+        elif e.attempt > run.attempt:
+            found.append(
+                _v(
+                    "unknown attempt",
+                    e.job,
+                    e.slot_ms,
+                    f"attempt {e.attempt} ran on {e.node}; runs row is at {run.attempt}",
+                )
+            )
+        if e.at < obs.slot_time(e.slot_ms) - EARLY_TOLERANCE_S:
+            early = obs.slot_time(e.slot_ms) - e.at
+            found.append(_v("early fire", e.job, e.slot_ms, f"{early:.3f}s early on {e.node}"))
+    for run in obs.runs:
+        if run.status not in FINISHED:
+            continue
+        witness = seen.get((run.job, run.slot_ms, run.attempt))
+        if witness is None:
+            found.append(
+                _v(
+                    "completion without execution",
+                    run.job,
+                    run.slot_ms,
+                    f"{run.status} at attempt {run.attempt} on {run.node}; no witness line",
+                )
+            )
+        elif run.node is not None and witness.node != run.node:
+            found.append(
+                _v(
+                    "claim mismatch",
+                    run.job,
+                    run.slot_ms,
+                    f"attempt {run.attempt} ran on {witness.node}, runs row says {run.node}",
+                )
+            )
+    return found
+
+
+def _blame(obs: Observations, lost: Execution, rerun_at: float) -> int | None:
+    """The latest fault that touched ``lost``'s node around it and began before the re-run."""
+    best: int | None = None
+    for index, fault in enumerate(obs.faults):
+        touches = fault.global_ or lost.node in fault.targets
+        info = obs.jobs.get(lost.job)
+        lead = ATTRIBUTION_LEAD_S + (info.sleep_s if info else 0.0)
+        near = fault.started - lead <= lost.at <= fault.ended + fault.bound_s
+        if touches and near and fault.started <= rerun_at:
+            best = index
+    return best
+
+
+def find_reruns(obs: Observations) -> list[Rerun]:
+    by_slot: dict[tuple[str, int], list[Execution]] = defaultdict(list)
+    for e in obs.executions:
+        by_slot[(e.job, e.slot_ms)].append(e)
+    found = []
+    for (job, slot_ms), runs in sorted(by_slot.items()):
+        attempts = sorted({e.attempt for e in runs})
+        if len(attempts) < 2:
+            continue
+        runs.sort(key=lambda e: (e.attempt, e.at))
+        lost, again = runs[0], runs[-1]
+        found.append(
+            Rerun(
+                job=job,
+                slot_ms=slot_ms,
+                attempts=tuple(attempts),
+                nodes=tuple(e.node for e in runs),
+                lost_at=lost.at,
+                fault=_blame(obs, lost, again.at),
+                late=any(a.at > b.at for a, b in itertools.pairwise(runs)),
+            )
+        )
+    return found
+
+
+def expected_slots(job: JobInfo, start: float, end: float) -> list[int]:
+    """The ``@every`` slots of ``job`` in [start, end], in ms (multiples since the epoch)."""
+    every_ms = job.interval_s * 1000
+    first = -(-round(start * 1000) // every_ms)
+    last = round(end * 1000) // every_ms
+    return [i * every_ms for i in range(first, last + 1)]
+
+
+def find_lost(obs: Observations) -> tuple[int, list[Violation]]:
+    """(expected slot count, the expected slots neither finished nor recorded skipped)."""
+    runs: dict[tuple[str, int], RunRecord] = {(r.job, r.slot_ms): r for r in obs.runs}
+    expected = 0
+    lost: list[Violation] = []
+    start, end = (obs.window_start + obs.clock_offset_s, obs.window_end + obs.clock_offset_s)
+    for job in obs.jobs.values():
+        for slot_ms in expected_slots(job, start, end):
+            expected += 1
+            run = runs.get((job.name, slot_ms))
+            if run is not None and (run.status in FINISHED or run.status == "skipped"):
+                continue
+            why = "no run row" if run is None else f"left {run.status} (attempt {run.attempt})"
+            lost.append(_v("lost slot", job.name, slot_ms, why))
+    return expected, lost
+
+
+def unattributed(reruns: Sequence[Rerun]) -> list[Violation]:
+    return [
+        _v(
+            "re-run without a fault",
+            r.job,
+            r.slot_ms,
+            f"attempts {list(r.attempts)} on {', '.join(r.nodes)}",
+        )
+        for r in reruns
+        if r.fault is None
+    ]

@@ -1,0 +1,66 @@
+"""The chaos workload: a seeded mix of second-level ``@every`` jobs run by the witness.
+
+Most jobs are short and frequent; about one in seven runs for 6-8 s, longer than the time
+it takes to detect a dead node, so faults often hit runs in flight. Catch-up policies are
+mixed (``once``, ``skip`` with a short grace, ``backfill`` with a small cap) so that every
+policy's bookkeeping of missed slots is checked.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+
+from cluster.jobspec import JobSpec
+
+HANDLER = "cluster.chaos.witness:record"
+SHORT_INTERVALS_S = (1, 2, 3, 5)
+LONG_INTERVALS_S = (10, 12, 15)
+LONG_SHARE = 0.15
+RUN_TIMEOUT_S = 60.0
+
+
+@dataclass(frozen=True)
+class JobDef:
+    """One workload job, with what the checker needs to know about it."""
+
+    name: str
+    interval_s: int
+    catch_up: str
+    grace_s: float
+    max_backfill: int
+    sleep_s: float
+
+    def spec(self) -> JobSpec:
+        return JobSpec.build(
+            self.name,
+            f"@every {self.interval_s}s",
+            HANDLER,
+            payload={"sleep_s": self.sleep_s} if self.sleep_s else {},
+            catch_up=self.catch_up,
+            grace=self.grace_s,
+            max_backfill=self.max_backfill,
+            timeout=RUN_TIMEOUT_S,
+        )
+
+
+def make_workload(count: int, seed: int) -> list[JobDef]:
+    """``count`` jobs, the same ones for the same seed."""
+    rng = random.Random(f"workload:{seed}")
+    jobs = []
+    for i in range(count):
+        long = rng.random() < LONG_SHARE
+        interval = rng.choice(LONG_INTERVALS_S if long else SHORT_INTERVALS_S)
+        sleep_s = round(rng.uniform(6.0, 8.0), 1) if long else rng.choice((0.0, 0.0, 0.2, 0.5))
+        policy = rng.choices(("once", "skip", "backfill"), weights=(4, 3, 3))[0]
+        jobs.append(
+            JobDef(
+                name=f"chaos-{i:04d}{'-long' if long else ''}",
+                interval_s=interval,
+                catch_up=policy,
+                grace_s=float(rng.choice((1, 2))) if policy == "skip" else 60.0,
+                max_backfill=rng.randint(5, 20) if policy == "backfill" else 100,
+                sleep_s=sleep_s,
+            )
+        )
+    return jobs

@@ -1,0 +1,66 @@
+"""The result writer: a node's second connection, for completions only.
+
+Completions are fenced by their lease token, so they need not travel on the lock session;
+writing them here lets claims and completions proceed side by side instead of queueing
+on one connection. The connection holds no locks and has no idle timeout; it is opened on
+first use and again after any error. Its name is ``<node id>/write`` so it never counts
+as the node's lock session.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Sequence
+from datetime import datetime
+from uuid import UUID
+
+import psycopg
+
+from cluster.db import Conn, connect, describe
+from cluster.errors import StoreError
+from cluster.queries import query
+from cluster.session import Completion, Skip, complete_params
+from cluster.settings import ClusterSettings
+
+
+class ResultWriter:
+    def __init__(
+        self, settings: ClusterSettings, node_id: str, zone: str, *, statement_timeout_s: float
+    ) -> None:
+        self._settings = settings
+        self.node_id = node_id
+        self.zone = zone
+        self._timeout_s = statement_timeout_s
+        self._conn: Conn | None = None
+        self._lock = asyncio.Lock()
+
+    async def complete(
+        self, done: Sequence[Completion], skips: Sequence[Skip] = (), now: datetime | None = None
+    ) -> set[UUID]:
+        """Apply completions; returns the ids applied (the rest were fenced)."""
+        if not done:
+            return set()
+        params = complete_params(done, skips, self.node_id, self.zone, now)
+        async with self._lock:
+            try:
+                async with asyncio.timeout(self._timeout_s + 1.0):
+                    if self._conn is None or self._conn.closed:
+                        self._conn = await connect(
+                            self._settings,
+                            f"{self.node_id}/write"[:63],
+                            statement_timeout_s=self._timeout_s,
+                        )
+                    cur = await self._conn.execute(query("complete"), params)
+                    rows = await cur.fetchall()
+            except (TimeoutError, psycopg.Error, StoreError) as exc:
+                await self.close()
+                reason = "no answer in time" if isinstance(exc, TimeoutError) else describe(exc)
+                raise StoreError(f"complete: {reason}") from exc
+        return {row["id"] for row in rows}
+
+    async def close(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is not None and not conn.closed:
+            with contextlib.suppress(TimeoutError, psycopg.Error, OSError):
+                await asyncio.wait_for(conn.close(), 2.0)

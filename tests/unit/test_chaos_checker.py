@@ -1,0 +1,313 @@
+"""The chaos checker on hand-made observations: what counts as a violation, a loss, a re-run,
+a gap and an unheld shard; plus the seeded fault plan and workload (all pure)."""
+
+from __future__ import annotations
+
+import itertools
+import json
+from collections.abc import Sequence
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from cluster.chaos.failover import fault_gaps, unheld_stretches
+from cluster.chaos.observations import (
+    Execution,
+    FaultRecord,
+    JobInfo,
+    LockSample,
+    Observations,
+    RunRecord,
+    count_log_events,
+    dump,
+    load,
+    parse_witness,
+)
+from cluster.chaos.plan import KINDS, Bounds, make_plan, parse_kinds
+from cluster.chaos.report import build_report, render_table
+from cluster.chaos.safety import check_executions, expected_slots, find_lost, find_reruns
+from cluster.chaos.workload import make_workload
+from cluster.errors import InvalidInput
+
+T0 = 1_800_000_000.0  # a whole second; every job below fires on whole seconds
+JOB = JobInfo("job", interval_s=1, catch_up="once", sleep_s=0.0, shard=0)
+LONG = JobInfo("long", interval_s=10, catch_up="once", sleep_s=7.0, shard=1)
+
+
+def ms(seconds: float) -> int:
+    return round(seconds * 1000)
+
+
+def ok_run(job: str, slot: float, node: str = "n1", attempt: int = 1) -> RunRecord:
+    return RunRecord(job, ms(slot), attempt, node, "succeeded", slot + 0.5)
+
+
+def ran(job: str, slot: float, node: str = "n1", attempt: int = 1, at: float | None = None):
+    return Execution(job, ms(slot), attempt, node, slot + 0.01 if at is None else at)
+
+
+def steady(job: str, start: float, end: float, step: int = 1, node: str = "n1"):
+    """Runs rows and witness lines of a job that fired every slot in [start, end]."""
+    slots = [start + i * step for i in range(int((end - start) // step) + 1)]
+    return [ok_run(job, s, node) for s in slots], [ran(job, s, node) for s in slots]
+
+
+def observe(
+    runs: Sequence[RunRecord] = (),
+    executions: Sequence[Execution] = (),
+    faults: Sequence[FaultRecord] = (),
+    samples: Sequence[LockSample] = (),
+    jobs: Sequence[JobInfo] = (JOB,),
+    window: tuple[float, float] = (T0, T0 + 9),
+) -> Observations:
+    return Observations(
+        jobs={j.name: j for j in jobs},
+        runs=list(runs),
+        executions=list(executions),
+        samples=list(samples),
+        faults=list(faults),
+        shards=2,
+        window_start=window[0],
+        window_end=window[1],
+        phase_start=T0,
+        phase_end=T0 + 10,
+        kill_bound_s=5.0,
+    )
+
+
+def kill(node: str = "n1", at: float = T0 + 3.2, bound: float = 5.0) -> FaultRecord:
+    return FaultRecord("sigkill", node, (node,), at, at + 4.0, bound)
+
+
+# -- safety -----------------------------------------------------------------------------
+
+
+def test_a_clean_run_has_no_violations_and_no_loss() -> None:
+    runs, execs = steady("job", T0, T0 + 9)
+    obs = observe(runs, execs)
+    assert check_executions(obs) == []
+    assert find_lost(obs) == (10, [])
+    assert find_reruns(obs) == []
+
+
+def test_expected_slots_are_multiples_of_the_interval_inside_the_window() -> None:
+    job = JobInfo("j", interval_s=5, catch_up="once", sleep_s=0, shard=0)
+    assert expected_slots(job, T0 + 0.5, T0 + 15) == [ms(T0 + 5), ms(T0 + 10), ms(T0 + 15)]
+    assert expected_slots(job, T0 + 1, T0 + 4) == []
+
+
+def test_skipped_slots_are_accounted_and_missing_or_lost_ones_are_not() -> None:
+    runs, execs = steady("job", T0, T0 + 9)
+    runs[2] = RunRecord("job", ms(T0 + 2), 1, "n1", "skipped", T0 + 3)
+    runs[3] = RunRecord("job", ms(T0 + 3), 2, None, "lost", T0 + 4)
+    del runs[4]
+    expected, lost = find_lost(observe(runs, [e for e in execs if e.slot_ms != ms(T0 + 2)]))
+    assert expected == 10
+    assert [(v.slot_ms, v.detail) for v in lost] == [
+        (ms(T0 + 3), "left lost (attempt 2)"),
+        (ms(T0 + 4), "no run row"),
+    ]
+
+
+def test_the_same_attempt_executed_twice_is_a_double_execution() -> None:
+    runs, execs = steady("job", T0, T0 + 9)
+    execs.append(ran("job", T0 + 5, node="n2"))
+    kinds = [v.kind for v in check_executions(observe(runs, execs))]
+    assert kinds == ["double execution", "claim mismatch"]
+
+
+def test_executions_the_runs_table_cannot_explain_are_violations() -> None:
+    runs, execs = steady("job", T0, T0 + 9)
+    execs.append(ran("job", T0 + 20))  # no claim at all
+    execs.append(ran("job", T0 + 1, attempt=2))  # an attempt the table never reached
+    runs.append(ok_run("job", T0 + 30))  # succeeded without running
+    execs.append(ran("job", T0 + 40, at=T0 + 39.5))  # before its slot
+    runs.append(ok_run("job", T0 + 40))
+    kinds = sorted(v.kind for v in check_executions(observe(runs, execs)))
+    assert kinds == [
+        "completion without execution",
+        "early fire",
+        "execution without a claim",
+        "unknown attempt",
+    ]
+
+
+def test_a_rerun_after_a_kill_is_attributed_to_it_and_one_without_a_fault_is_not() -> None:
+    runs, execs = steady("job", T0, T0 + 9)
+    runs[3] = ok_run("job", T0 + 3, node="n2", attempt=2)
+    execs[3] = ran("job", T0 + 3, node="n1")
+    execs.append(ran("job", T0 + 3, node="n2", attempt=2, at=T0 + 5.5))
+    reruns = find_reruns(observe(runs, execs, faults=[kill()]))
+    assert [(r.slot_ms, r.attempts, r.nodes, r.fault) for r in reruns] == [
+        (ms(T0 + 3), (1, 2), ("n1", "n2"), 0)
+    ]
+    blamed_elsewhere = find_reruns(observe(runs, execs, faults=[kill(node="n3")]))
+    assert blamed_elsewhere[0].fault is None
+    report = build_report(observe(runs, execs, faults=[kill(node="n3")]), {})
+    assert [v.kind for v in report.violations] == ["re-run without a fault"]
+    assert not report.passed
+
+
+# -- failover ---------------------------------------------------------------------------
+
+
+def test_gap_runs_from_the_fault_when_the_run_in_flight_was_lost() -> None:
+    fault = kill(at=T0 + 3.0)
+    execs = [ran("long", T0, node="n1"), ran("long", T0, node="n2", attempt=2, at=T0 + 6.5)]
+    runs = [ok_run("long", T0, node="n2", attempt=2)]
+    samples = [LockSample(T0 + 2.9, {0: "n2", 1: "n1"})]
+    obs = observe(runs, execs, [fault], samples, jobs=(JOB, LONG))
+    (gap,) = fault_gaps(obs)
+    assert (gap.affected, gap.job) == (1, "long")
+    assert gap.gap_s == pytest.approx(3.5)
+
+
+def test_gap_runs_from_the_next_slot_when_nothing_was_lost() -> None:
+    runs, execs = steady("job", T0, T0 + 9)
+    execs = [e for e in execs if not T0 + 4 <= e.slot_ms / 1000 <= T0 + 6]
+    execs += [ran("job", T0 + s, at=T0 + 6.2) for s in (4, 5, 6)]  # late, all at once
+    samples = [LockSample(T0 + 3.1, {0: "n1", 1: "n2"})]
+    (gap,) = fault_gaps(observe(runs, execs, [kill(at=T0 + 3.2)], samples))
+    assert gap.gap_s == pytest.approx(2.2)  # owed at slot 4, fired at 6.2
+
+
+def test_a_job_busy_with_its_backlog_is_owed_nothing_before_its_run_ends() -> None:
+    job = JobInfo("behind", interval_s=10, catch_up="backfill", sleep_s=7.0, shard=0)
+    execs = [ran("behind", T0, at=T0 + 8.0), ran("behind", T0 + 10, at=T0 + 15.1)]
+    runs = [ok_run("behind", T0), ok_run("behind", T0 + 10)]
+    samples = [LockSample(T0 + 8.5, {0: "n1"})]
+    (gap,) = fault_gaps(observe(runs, execs, [kill(at=T0 + 9.0)], samples, jobs=(job,)))
+    assert gap.gap_s == pytest.approx(0.1)  # T0 + 10 could not start before T0 + 15
+
+
+def test_a_skipped_slot_counts_as_handled() -> None:
+    runs, execs = steady("job", T0, T0 + 9)
+    execs = [e for e in execs if e.slot_ms != ms(T0 + 4)]
+    runs[4] = RunRecord("job", ms(T0 + 4), 1, "n2", "skipped", T0 + 4.3)
+    samples = [LockSample(T0 + 3.1, {0: "n1"})]
+    (gap,) = fault_gaps(observe(runs, execs, [kill(at=T0 + 3.2)], samples))
+    assert gap.gap_s == pytest.approx(0.3)
+
+
+def test_a_slot_skipped_before_the_fault_moves_what_is_owed() -> None:
+    job = JobInfo("slow", interval_s=4, catch_up="skip", sleep_s=0.0, shard=0)
+    execs = [ran("slow", T0 - 8), ran("slow", T0, at=T0 + 0.1)]
+    runs = [RunRecord("slow", ms(T0 - 4), 1, "n1", "skipped", T0 - 2.5), ok_run("slow", T0)]
+    samples = [LockSample(T0 - 1.5, {0: "n1"})]
+    fault = kill(at=T0 - 1.0)
+    (gap,) = fault_gaps(observe(runs, execs, [fault], samples, jobs=(job,)))
+    assert gap.gap_s == pytest.approx(0.1)  # owed at T0, after the skipped T0 - 4
+
+
+def test_a_job_without_history_is_owed_its_first_slot_of_the_phase() -> None:
+    job = JobInfo("slow", interval_s=4, catch_up="once", sleep_s=0.0, shard=0)
+    obs = observe([ok_run("slow", T0 + 4)], [ran("slow", T0 + 4, at=T0 + 4.1)], [kill(at=T0 + 1)],
+                  [LockSample(T0 + 0.5, {0: "n1"})], jobs=(job,))  # fmt: skip
+    assert fault_gaps(replace(obs, phase_start=T0 + 0.2))[0].gap_s == pytest.approx(0.1)
+    assert fault_gaps(obs)[0].gap_s == pytest.approx(3.1)  # slot T0 was due and never ran
+
+
+def test_what_comes_due_under_the_next_fault_is_not_counted_twice() -> None:
+    execs = [ran("long", T0, node="n1"), ran("long", T0 + 10, node="n1", at=T0 + 16.0)]
+    runs = [ok_run("long", T0), ok_run("long", T0 + 10)]
+    samples = [LockSample(T0 + 2.0, {0: "n2", 1: "n1"})]
+    faults = [kill(at=T0 + 3.0), kill(node="n2", at=T0 + 9.0)]
+    first, _ = fault_gaps(observe(runs, execs, faults, samples, jobs=(JOB, LONG)))
+    assert (first.affected, first.gap_s) == (1, 0.0)
+    alone = fault_gaps(observe(runs, execs, faults[:1], samples, jobs=(JOB, LONG)))
+    assert alone[0].gap_s == pytest.approx(6.0)
+
+
+def test_unheld_stretches_are_measured_and_blamed_on_the_fault_they_began_under() -> None:
+    both = {0: "n1", 1: "n2"}
+    samples = [
+        LockSample(T0 + 1.0, both),
+        LockSample(T0 + 3.4, {1: "n2"}),
+        LockSample(T0 + 3.6, None),  # Postgres did not answer: unheld as well
+        LockSample(T0 + 5.4, both),
+        LockSample(T0 + 13.0, {0: "n1"}),  # long after the kill and its bound
+        LockSample(T0 + 13.9, both),
+    ]
+    stretches = unheld_stretches(observe(faults=[kill()], samples=samples))
+    found = [(u.shard, round(u.duration_s, 1), u.fault, u.bound_s) for u in stretches]
+    assert found == [(0, 2.0, 0, 5.0), (1, 1.8, 0, 5.0), (1, 0.9, None, 5.0)]
+
+
+def test_a_fault_beyond_its_bound_fails_the_run() -> None:
+    runs, execs = steady("job", T0, T0 + 9)
+    execs = [e for e in execs if not T0 + 4 <= e.slot_ms / 1000 <= T0 + 9]
+    execs += [ran("job", T0 + s, at=T0 + 9.5) for s in range(4, 10)]
+    samples = [LockSample(T0 + 3.1, {0: "n1", 1: "n2"})]
+    report = build_report(observe(runs, execs, [kill(bound=5.0)], samples), {"seed": 1})
+    assert [row.ok for row in report.faults] == [False]
+    assert report.faults[0].max_gap_s == pytest.approx(5.5)
+    assert not report.passed and report.violations == []
+    table = render_table(report)
+    assert "EXCEEDED" in table and table.endswith("RESULT: FAIL")
+    json.dumps(report.to_json())
+
+
+# -- parsing, plan, workload ------------------------------------------------------------
+
+
+def test_witness_and_log_lines_are_parsed(tmp_path: Path) -> None:
+    line = json.dumps(
+        {
+            "job": "j",
+            "tenant": "default",
+            "slot": "2027-01-15T08:00:01+00:00",
+            "attempt": 2,
+            "node": "n3",
+            "zone": "zone-c",
+            "at": 1.5,
+        }
+    )
+    (e,) = parse_witness([line, ""])
+    assert (e.job, e.attempt, e.node, e.slot_ms % 1000) == ("j", 2, "n3", 0)
+    logs = ['{"event": "fenced_write"}', "Traceback (most recent call last):", '{"msg": "x"}']
+    assert count_log_events(logs) == {"fenced_write": 1}
+    runs, execs = steady("job", T0, T0 + 2)
+    obs = observe(runs, execs, [kill()], [LockSample(T0, {0: "n1"}), LockSample(T0, None)])
+    dump(obs, tmp_path)
+    assert load(tmp_path / "observations.json") == obs
+
+
+NODES = {"n1": "zone-a", "n2": "zone-b", "n3": "zone-c", "n4": "zone-a"}
+BOUNDS = Bounds(kill_s=5.0, stop_s=9.0, session_timeout_s=4.0)
+
+
+def test_the_plan_is_seeded_sequential_and_covers_every_kind() -> None:
+    plan = make_plan(KINDS, NODES, 600.0, 7, BOUNDS)
+    assert plan == make_plan(KINDS, NODES, 600.0, 7, BOUNDS)
+    assert plan != make_plan(KINDS, NODES, 600.0, 8, BOUNDS)
+    assert set(KINDS) <= {f.kind for f in plan}
+    for before, after in itertools.pairwise(plan):
+        assert before.at_s + before.span_s < after.at_s
+    assert plan[-1].at_s + plan[-1].span_s <= 600.0
+    stops = [f for f in plan if f.kind == "sigstop"]
+    assert all(f.hold_s > BOUNDS.session_timeout_s and f.bound_s == 9.0 for f in stops)
+    zone_kills = [f for f in plan if f.kind == "zone-kill"]
+    assert all({NODES[n] for n in f.targets} == {f.label} for f in zone_kills)
+
+
+def test_the_plan_refuses_what_cannot_work() -> None:
+    with pytest.raises(InvalidInput, match="too short"):
+        make_plan(KINDS, NODES, 60.0, 1, BOUNDS)
+    with pytest.raises(InvalidInput, match="2 zones"):
+        make_plan(("zone-kill",), {"n1": "a", "n2": "a"}, 60.0, 1, BOUNDS)
+    with pytest.raises(InvalidInput, match="unknown fault"):
+        parse_kinds("sigkill,meteor", external=False)
+    with pytest.raises(InvalidInput, match="external"):
+        parse_kinds("pg-restart", external=True)
+    assert "pg-restart" not in parse_kinds("all", external=True)
+    assert parse_kinds("sigkill, sigkill,pg-stall", external=False) == ("sigkill", "pg-stall")
+
+
+def test_the_workload_is_seeded_and_mixed() -> None:
+    jobs = make_workload(300, 3)
+    assert jobs == make_workload(300, 3)
+    assert {j.catch_up for j in jobs} == {"once", "skip", "backfill"}
+    long = [j for j in jobs if j.sleep_s >= 6]
+    assert 20 <= len(long) <= 80 and all(j.interval_s > j.sleep_s for j in long)
+    assert jobs[0].spec().schedule.startswith("@every")
