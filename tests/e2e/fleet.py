@@ -15,9 +15,8 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from collections import Counter
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -28,6 +27,7 @@ from psycopg.rows import dict_row
 
 from cluster.queries import query
 from cluster.settings import ClusterSettings
+from tests.nodeprocs import pulse_env
 
 REPO = Path(__file__).resolve().parents[2]
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
@@ -39,20 +39,6 @@ def pulse_command() -> list[str]:
     """The ``pulse`` console script of this venv (``python -m node`` as a fallback)."""
     script = Path(sys.executable).with_name("pulse")
     return [str(script)] if script.exists() else [sys.executable, "-m", "node"]
-
-
-def wait_until(
-    probe: Callable[[], T], what: str, timeout_s: float = 30.0, interval_s: float = 0.2
-) -> T:
-    """Poll ``probe`` until it returns something truthy; fail naming ``what`` at the deadline."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        value = probe()
-        if value:
-            return value
-        if time.monotonic() >= deadline:
-            raise AssertionError(f"timed out after {timeout_s:g}s waiting for {what}: {value!r}")
-        time.sleep(interval_s)
 
 
 @dataclass
@@ -109,18 +95,7 @@ class Fleet:
         return self.workdir / "witness.jsonl"
 
     def env(self) -> dict[str, str]:
-        env = {k: v for k, v in os.environ.items() if not k.startswith("PULSE_")}
-        env.update(
-            {
-                "PULSE_DATABASE_URL": self.settings.database_url,
-                "PULSE_REDIS_URL": self.settings.redis_url,
-                "PULSE_SCHEMA": self.settings.schema,
-                "PULSE_CLUSTER": self.settings.cluster,
-                "PULSE_WITNESS_FILE": str(self.witness),
-                "PYTHONUNBUFFERED": "1",
-            }
-        )
-        return env
+        return pulse_env(self.settings, PULSE_WITNESS_FILE=str(self.witness))
 
     def start(self, node_id: str, zone: str, *args: str) -> NodeProcess:
         log = self.workdir / f"{node_id}.log"

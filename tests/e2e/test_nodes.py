@@ -24,7 +24,8 @@ import pytest
 from cluster.jobs import JobStore
 from cluster.jobspec import JobSpec
 from cluster.settings import ClusterSettings
-from tests.e2e.fleet import Execution, Fleet, doubles, every_slots, wait_until
+from tests.e2e.fleet import Execution, Fleet, doubles, every_slots
+from tests.nodeprocs import wait_until
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(150)]
 
@@ -77,7 +78,7 @@ def start_nodes(fleet: Fleet, *nodes: tuple[str, str]) -> None:
         holders = fleet.holders()
         return len(holders) == SHARDS and set(holders.values()) == ids
 
-    wait_until(shared, f"{sorted(ids)} to share all {SHARDS} shards", timeout_s=45)
+    wait_until(shared, 45, f"{sorted(ids)} to share all {SHARDS} shards")
 
 
 def run_for(fleet: Fleet, seconds: float) -> None:
@@ -199,11 +200,13 @@ def test_a_node_added_mid_run_takes_its_share(fleet: Fleet, settings: ClusterSet
     fleet.start("n4", "b")
     wait_until(
         lambda: fleet.check_alive() or fleet.shards_per_node().get("n4", 0) > 0,
+        30,
         "n4 to hold shards",
     )
     moved = time.time()
     first_run = wait_until(
         lambda: min((e.at for e in fleet.executions() if e.node == "n4"), default=None),
+        30,
         "n4 to run a job",
     )
     run_for(fleet, 8)
@@ -233,6 +236,7 @@ def test_a_node_stopped_with_sigterm_hands_its_shards_over(
     run_for(fleet, 6)
     wait_until(
         lambda: {e.node for e in fleet.executions()} == {"n1", "n2", "n3"},
+        30,
         "every node to run jobs",
     )
     leaving = set(fleet.holders()) - {s for s, n in fleet.holders().items() if n != "n2"}
@@ -246,6 +250,7 @@ def test_a_node_stopped_with_sigterm_hands_its_shards_over(
             fleet.check_alive()
             or (set(fleet.shards_per_node()) == {"n1", "n3"} and len(fleet.holders()) == SHARDS)
         ),
+        30,
         "n1 and n3 to hold every shard",
     )
     taken = time.time()
