@@ -109,6 +109,20 @@ async def claim_once(
     return rows[0]["db_now"], rows[0]["next_due"], jobs
 
 
+async def ensure_index(conn: psycopg.AsyncConnection[Any]) -> None:
+    """The bare loop walks every due row oldest first; Pulse's schema has no such index
+    (its claim reads per shard), so the baseline brings its own."""
+    async with conn.transaction():
+        await conn.execute("SELECT pg_advisory_xact_lock(hashtext('pulse.bench.baseline'))")
+        await conn.execute(
+            "CREATE INDEX IF NOT EXISTS baseline_due ON jobs (next_run_at) WHERE status = 'idle'"
+        )
+
+
+async def drop_index(conn: psycopg.AsyncConnection[Any]) -> None:
+    await conn.execute("DROP INDEX IF EXISTS baseline_due")
+
+
 async def run(settings: ClusterSettings, name: str, limit: int, stop: asyncio.Event) -> None:
     conn = await psycopg.AsyncConnection.connect(
         settings.database_url,
@@ -119,14 +133,7 @@ async def run(settings: ClusterSettings, name: str, limit: int, stop: asyncio.Ev
         prepare_threshold=None,
     )
     async with conn:
-        # The bare loop walks every due row oldest first; Pulse's schema has no such index
-        # (its claim reads per shard), so the baseline brings its own.
-        async with conn.transaction():
-            await conn.execute("SELECT pg_advisory_xact_lock(hashtext('pulse.bench.baseline'))")
-            await conn.execute(
-                "CREATE INDEX IF NOT EXISTS baseline_due ON jobs (next_run_at)"
-                " WHERE status = 'idle'"
-            )
+        await ensure_index(conn)
         while not stop.is_set():
             started = time.monotonic()
             db_now, next_due, jobs = await claim_once(conn, name, limit)

@@ -187,6 +187,10 @@ async def run_scale(bench: Bench, baselines: object) -> ScenarioResult:
         due_now = first + timedelta(minutes=1)
         idle_now = first - timedelta(seconds=1)
         for system in ("baseline", "pulse"):
+            if system == "baseline":
+                await bare.ensure_index(data.conn)
+            else:
+                await bare.drop_index(data.conn)  # Pulse pays no write cost for it
             share = len(held) / sizes.shards if system == "pulse" else 1.0
             step_s = limit / (due_per_s * share)
             busy, claimed = await claim_cycles_ms(
