@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from bench.results import Measure, ScenarioResult
+from bench.results import RATIO_FIELDS, Measure, ScenarioResult
 
 COLUMNS = (
     ("scenario", 9),
@@ -109,18 +109,7 @@ def render(results: Sequence[ScenarioResult]) -> str:
         lines.append(_row(_measure_cells(result.scenario, "baseline", result.baseline)))
         lines.append(_row(_measure_cells(result.scenario, "pulse", result.pulse)))
         ratio_cells = ["", "ratio", "", "", "", ""]
-        ratio_cells += [
-            _x(r.get(f))
-            for f in (
-                "lag_p50_ms",
-                "lag_p99_ms",
-                "lag_max_ms",
-                "drain_s",
-                "node_cpu_per_1k_s",
-                "pg_cpu_per_1k_s",
-                "peak_rss_mb",
-            )
-        ]
+        ratio_cells += [_x(r.get(f)) for f in RATIO_FIELDS]
         lines.append(_row(ratio_cells))
         lines.extend(f"{'':9}  - {note}" for note in notes(result))
     lines.append("lag in ms (slot -> handler start); cpu in CPU-seconds per 1,000 fires")

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from typing import Any
 
 from cluster.session import LockSession
 from node.state import NodeState
@@ -31,7 +32,14 @@ class Recovery:
         self._alive = alive
 
     async def recover(self, shards: frozenset[int]) -> int:
-        rows = await self._session.recover(sorted(shards), self._alive())
+        return self._took_back(await self._session.recover(sorted(shards), self._alive()))
+
+    async def recover_own(self) -> int:
+        """Runs left by an earlier process of this node id (killed, restarted under the
+        same id) look alive to everyone's recovery; take them back before claiming."""
+        return self._took_back(await self._session.recover_own())
+
+    def _took_back(self, rows: list[dict[str, Any]]) -> int:
         for row in rows:
             logger.warning(
                 "recovered slot from %s (%s); attempt %d is due now",

@@ -94,28 +94,6 @@ class Node:
                 if self.stop.is_set():
                     raise
 
-    async def _recover_own(self, session: LockSession) -> None:
-        """Runs left by an earlier process of this node id (killed, restarted under the same
-        id) look alive to everyone's recovery; take them back before claiming anything."""
-        try:
-            rows = await session.recover_own()
-        except StoreError as exc:
-            logger.warning("runs of a previous process of this node wait for their leases: %s", exc)
-            return
-        for row in rows:
-            logger.warning(
-                "recovered slot from this node's previous process; attempt %d is due now",
-                row["attempt"],
-                extra={
-                    "event": "run_recovered",
-                    "job": row["name"],
-                    "tenant": row["tenant_id"],
-                    "slot": row["slot_at"].isoformat(),
-                    "attempt": row["attempt"],
-                },
-            )
-        self.stats.recovered += len(rows)
-
     def _log_start(self) -> None:
         s = self.settings
         logger.info(
@@ -156,7 +134,6 @@ class Node:
             return 2
         except StoreError:
             return 0  # stopped before Postgres ever answered
-        await self._recover_own(session)
         registry = MemberRegistry(self.cluster, timeout_s=s.redis_timeout_s)
         try:
             return await self._serve(session, registry, shard_count)
@@ -189,6 +166,10 @@ class Node:
         heartbeat = Heartbeat(registry, info, state, stats, ttl_s=s.heartbeat_ttl_s)
         keeper: ShardKeeper
         recovery = Recovery(state, session, stats, lambda: keeper.alive)
+        try:
+            await recovery.recover_own()  # before this process claims anything
+        except StoreError as exc:
+            logger.warning("runs of a previous process of this node wait for their leases: %s", exc)
         keeper = ShardKeeper(state, session, stats, recovery.recover, expected_shards=s.shards)
         claimer = Claimer(
             state,

@@ -1,41 +1,22 @@
-"""A witness handler for end-to-end tests: appends every execution to a file.
+"""A witness handler for end-to-end tests: records every execution outside the database.
 
-The file (``PULSE_WITNESS_FILE``) lives outside the database, so tests can check what ran
-independently of what Pulse recorded. Each line is one JSON object, written with a single
-``write`` on an ``O_APPEND`` descriptor so concurrent processes never interleave lines.
-Payload keys: ``sleep_s`` (run this long), ``fail`` (raise), ``exit`` (call sys.exit).
+It writes the same line as ``cluster.chaos.witness:record`` (one JSON object per
+execution, appended to ``$PULSE_WITNESS_FILE`` with a single ``write``; ``sleep_s`` in the
+payload makes the run that long), and can also fail on purpose: payload ``fail`` raises,
+``exit`` calls ``sys.exit``.
 """
 
 from __future__ import annotations
 
-import json
-import os
 import sys
-import time
 from typing import Any
+
+from cluster.chaos import witness
 
 
 def record(ctx: Any) -> None:
-    path = os.environ["PULSE_WITNESS_FILE"]
-    line = json.dumps(
-        {
-            "job": ctx.job_name,
-            "tenant": ctx.tenant_id,
-            "slot": ctx.scheduled_for.isoformat(),
-            "attempt": ctx.attempt,
-            "node": ctx.node_id,
-            "zone": ctx.zone,
-            "at": time.time(),
-        }
-    )
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-    try:
-        os.write(fd, (line + "\n").encode())
-    finally:
-        os.close(fd)
+    witness.record(ctx)
     payload = ctx.payload
-    if payload.get("sleep_s"):
-        time.sleep(float(payload["sleep_s"]))
     if payload.get("fail"):
         raise RuntimeError(str(payload["fail"]))
     if "exit" in payload:

@@ -154,7 +154,7 @@ async def test_dead_owner_is_recovered_without_waiting_for_its_lease(
     await doomed.try_lock(ALL)
     await doomed.claim(ALL, 10, 300.0, now=at(10))
     await doomed.close()  # the process died: its session and locks are gone
-    await wait_until(lambda: not _sessions(settings, "doomed"))
+    await wait_until(lambda: not _backends(settings, "doomed"))
     heir = await open_session(settings, "heir")
     try:
         assert await heir.try_lock(ALL) == set(ALL)
@@ -169,21 +169,12 @@ async def test_dead_owner_is_recovered_without_waiting_for_its_lease(
         await heir.close()
 
 
-def _sessions(settings: ClusterSettings, node_id: str) -> int:
+def _backends(settings: ClusterSettings, node_id: str, *, terminate: bool = False) -> int:
+    """How many sessions named ``node_id`` this database has (ending them if asked)."""
+    count = "count(pg_terminate_backend(pid))" if terminate else "count(*)"
     with psycopg.connect(settings.database_url, autocommit=True) as conn:
         row = conn.execute(
-            "SELECT count(*) FROM pg_stat_activity "
-            "WHERE application_name = %s AND datname = current_database()",
-            (node_id,),
-        ).fetchone()
-    assert row is not None
-    return int(row[0])
-
-
-def _terminate(settings: ClusterSettings, node_id: str) -> int:
-    with psycopg.connect(settings.database_url, autocommit=True) as conn:
-        row = conn.execute(
-            "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+            f"SELECT {count} FROM pg_stat_activity "
             "WHERE application_name = %s AND datname = current_database()",
             (node_id,),
         ).fetchone()
@@ -214,7 +205,7 @@ async def test_session_loss_drops_every_shard_then_reacquires(
     first = session.generation
 
     # Postgres ends the lock session (a restart, an admin, idle_session_timeout...).
-    assert _terminate(settings, "n1") == 1
+    assert _backends(settings, "n1", terminate=True) == 1
     with pytest.raises(SessionLost):
         await session.claim(sorted(state.held), 10, 30.0)
     assert state.held == frozenset() and not session.connected and state.reconnect
