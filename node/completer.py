@@ -71,14 +71,16 @@ class Completer:
         if done.next_attempt > job.attempt:
             self._stats.retries += 1
         # Successes are the bulk of the log volume: DEBUG; anything else is worth a look.
-        log = logger.debug if outcome.status == "succeeded" else logger.warning
-        log(
-            "run %s in %.3fs%s",
-            outcome.status,
-            outcome.duration_s,
-            f": {outcome.error}" if outcome.error else "",
-            extra=_job_extra(job, "run_finished"),
-        )
+        level = logging.DEBUG if outcome.status == "succeeded" else logging.WARNING
+        if logger.isEnabledFor(level):
+            logger.log(
+                level,
+                "run %s in %.3fs%s",
+                outcome.status,
+                outcome.duration_s,
+                f": {outcome.error}" if outcome.error else "",
+                extra=_job_extra(job, "run_finished"),
+            )
         self.submit(job, done, skips)
 
     def submit(self, job: ClaimedJob, done: Completion, skips: list[Skip]) -> None:

@@ -1,32 +1,37 @@
-"""The executor: runs claimed slots as asyncio tasks, never more than ``concurrency``.
+"""The executor: runs claimed slots, never more than ``concurrency`` at once.
 
 The claim loop asks ``free`` before claiming, so claimed work always has a slot (B1): there
-is no internal queue to grow. Sync handlers run on a thread pool sized to the concurrency.
-Each finished run is handed to ``on_done``; a run whose lease was lost is cancelled and
-reported to nobody (its completion would be fenced anyway).
+is no internal queue to grow. Sync handlers run on the node's handler threads
+(``node.threads``) with a timer for their timeout; async and ``shell:`` handlers run as
+asyncio tasks. Each finished run is handed to ``on_done``; a run whose lease was lost is
+cancelled and reported to nobody (its completion would be fenced anyway).
 """
 
 from __future__ import annotations
 
 import asyncio
+import inspect
 import logging
 import time
-from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import timedelta
+from typing import Any
 from uuid import UUID
 
 from cluster.session import ClaimedJob
-from node.handlers import Outcome, RunContext, invoke
+from node.handlers import Outcome, RunContext, awaited, invoke, outcome_of, sync_handler
+from node.threads import HandlerThreads, ThreadRun
 
 logger = logging.getLogger(__name__)
 
 
-@dataclass
+@dataclass(eq=False)
 class Running:
     job: ClaimedJob
-    task: asyncio.Task[None]
+    task: asyncio.Task[None] | None = None
+    thread: ThreadRun | None = None
+    timer: asyncio.TimerHandle | None = None
     started: float = field(default_factory=time.monotonic)
 
 
@@ -46,8 +51,8 @@ class Executor:
         self.slot_freed = asyncio.Event()
         self.idle = asyncio.Event()
         self.idle.set()
-        self._threads = ThreadPoolExecutor(concurrency, thread_name_prefix="pulse-handler")
-        asyncio.get_running_loop().set_default_executor(self._threads)
+        self._loop = asyncio.get_running_loop()
+        self._threads = HandlerThreads(concurrency, self._thread_results)
 
     @property
     def free(self) -> int:
@@ -59,8 +64,15 @@ class Executor:
     def submit(self, job: ClaimedJob) -> None:
         if job.id in self.running or self.free <= 0:
             raise RuntimeError(f"executor cannot take {job.name}: slot in use or no free slot")
-        task = asyncio.create_task(self._run(job), name=f"run:{job.tenant}/{job.name}")
-        self.running[job.id] = Running(job, task)
+        fn = sync_handler(job.handler)
+        if fn is None:  # async, shell:, or not resolvable: invoke() deals with each
+            task = asyncio.create_task(self._run(job), name=f"run:{job.tenant}/{job.name}")
+            self.running[job.id] = Running(job, task=task)
+        else:
+            run = ThreadRun(fn, self.context(job), job.id)
+            timer = self._loop.call_later(job.timeout_s, self._timed_out, job.id)
+            self.running[job.id] = Running(job, thread=run, timer=timer)
+            self._threads.submit(run)
         self.idle.clear()
 
     def context(self, job: ClaimedJob) -> RunContext:
@@ -78,13 +90,46 @@ class Executor:
         )
 
     async def _run(self, job: ClaimedJob) -> None:
+        await self._report(job, invoke(job.handler, self.context(job), job.timeout_s))
+
+    async def _report(self, job: ClaimedJob, outcome: Awaitable[Outcome]) -> None:
         try:
-            outcome = await invoke(job.handler, self.context(job), job.timeout_s)
+            done = await outcome
         except asyncio.CancelledError:
             self._finish(job.id)
             raise
         self._finish(job.id)
-        self._on_done(job, outcome)
+        self._on_done(job, done)
+
+    def _thread_results(self, batch: list[ThreadRun]) -> None:
+        for run in batch:
+            found = self.running.get(run.key)
+            if found is None or found.thread is not run:
+                continue
+            if found.timer is not None:
+                found.timer.cancel()
+            if inspect.isawaitable(run.result):
+                # A sync function that returned an awaitable: await it on the loop, within
+                # what is left of the timeout.
+                left = found.job.timeout_s - (time.monotonic() - found.started)
+                outcome = awaited(run.result, left, found.job.timeout_s, found.started)
+                found.thread = None
+                found.task = asyncio.create_task(self._report(found.job, outcome))
+                continue
+            self._finish(run.key)
+            self._on_done(found.job, outcome_of(run.error, run.duration_s))
+
+    def _timed_out(self, job_id: UUID) -> None:
+        found = self.running.get(job_id)
+        if found is None or found.thread is None:
+            return
+        self._threads.abandon(found.thread)
+        self._finish(job_id)
+        timeout_s = found.job.timeout_s
+        outcome = Outcome(
+            "timed_out", f"timed out after {timeout_s:g}s", time.monotonic() - found.started
+        )
+        self._on_done(found.job, outcome)
 
     def _finish(self, job_id: UUID) -> None:
         self.running.pop(job_id, None)
@@ -93,11 +138,23 @@ class Executor:
             self.idle.set()
 
     def cancel(self, job_id: UUID) -> ClaimedJob | None:
+        """Stop caring about a run (its lease is lost): a task is cancelled; a thread cannot
+        be, so its result is dropped when it comes."""
         found = self.running.get(job_id)
         if found is None:
             return None
-        found.task.cancel()
+        if found.task is not None:
+            found.task.cancel()
+        else:
+            self._drop(found)
         return found.job
+
+    def _drop(self, found: Running) -> None:
+        if found.thread is not None:
+            self._threads.abandon(found.thread)
+        if found.timer is not None:
+            found.timer.cancel()
+        self._finish(found.job.id)
 
     async def drain(self, timeout_s: float) -> list[ClaimedJob]:
         """Wait for in-flight runs; cancel and return those still running at the deadline."""
@@ -108,12 +165,16 @@ class Executor:
             except TimeoutError:
                 pass
         left = [r.job for r in self.running.values()]
-        tasks = [r.task for r in self.running.values()]
-        for task in tasks:
-            task.cancel()
+        tasks: list[asyncio.Task[Any]] = []
+        for found in list(self.running.values()):
+            if found.task is not None:
+                found.task.cancel()
+                tasks.append(found.task)
+            else:
+                self._drop(found)
         if tasks:
             await asyncio.gather(*tasks, return_exceptions=True)
         return left
 
     def shutdown(self) -> None:
-        self._threads.shutdown(wait=False, cancel_futures=True)
+        self._threads.shutdown()

@@ -1,9 +1,9 @@
 """Resolving and invoking job handlers, and the context object they receive.
 
-``package.module:function`` handlers may be sync (run in a worker thread) or async
-(awaited); ``shell:<command>`` runs a subprocess in its own process group, killed with the
-group on timeout. A handler that raises, times out, cannot be imported or calls
-``sys.exit`` produces an ``Outcome``; it never brings the node down.
+``package.module:function`` handlers may be sync (run on the node's handler threads, see
+``node.threads``) or async (awaited); ``shell:<command>`` runs a subprocess in its own
+process group, killed with the group on timeout. A handler that raises, times out, cannot
+be imported or calls ``sys.exit`` produces an ``Outcome``; it never brings the node down.
 """
 
 from __future__ import annotations
@@ -72,11 +72,51 @@ def resolve(ref: str) -> Callable[..., Any]:
     return fn
 
 
+_sync: dict[str, Callable[..., Any] | None] = {}
+
+
+def sync_handler(ref: str) -> Callable[..., Any] | None:
+    """The function behind ``ref`` when it is a plain (sync) Python handler; None for
+    async and ``shell:`` handlers and for references that do not resolve (``invoke``
+    reports those). Cached per reference: this is asked once per run."""
+    if ref in _sync:
+        return _sync[ref]
+    fn: Callable[..., Any] | None = None
+    if not ref.startswith("shell:"):
+        try:
+            fn = resolve(ref)
+        except HandlerError:
+            return None  # not cached: the module may become importable later
+        if inspect.iscoroutinefunction(fn):
+            fn = None
+    _sync[ref] = fn
+    return fn
+
+
 def _error_text(exc: BaseException) -> str:
     if isinstance(exc, SystemExit):
         return f"handler called sys.exit({exc.code!r})"
     text = "".join(traceback.format_exception_only(type(exc), exc)).strip()
     return text[-MAX_ERROR_CHARS:]
+
+
+def outcome_of(error: BaseException | None, duration_s: float) -> Outcome:
+    """The outcome of a handler call that returned (``error`` None) or raised."""
+    if error is None:
+        return Outcome("succeeded", None, duration_s)
+    return Outcome("failed", _error_text(error), duration_s)
+
+
+async def awaited(result: Any, left_s: float, timeout_s: float, started: float) -> Outcome:
+    """Await what a sync handler returned, within ``left_s`` of its timeout."""
+    try:
+        async with asyncio.timeout(max(0.0, left_s)):
+            await result
+    except TimeoutError:
+        return Outcome("timed_out", f"timed out after {timeout_s:g}s", time.monotonic() - started)
+    except (Exception, SystemExit) as exc:
+        return Outcome("failed", _error_text(exc), time.monotonic() - started)
+    return Outcome("succeeded", None, time.monotonic() - started)
 
 
 async def invoke(ref: str, ctx: RunContext, timeout_s: float) -> Outcome:

@@ -1,0 +1,180 @@
+"""The executor and its handler threads: every kind of handler ends in exactly one outcome,
+slots free as runs end, and a stuck sync handler neither blocks the others nor the exit."""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+import threading
+import uuid
+from collections.abc import Awaitable
+from datetime import UTC, datetime
+
+import pytest
+
+from cluster.session import ClaimedJob
+from node.executor import Executor
+from node.handlers import Outcome, RunContext
+
+HERE = __name__
+release = threading.Event()
+seen: list[str] = []
+
+
+def ok(ctx: RunContext) -> None:
+    seen.append(ctx.job_name)
+
+
+def boom(ctx: RunContext) -> None:
+    raise ValueError("no such tenant")
+
+
+def leaves(ctx: RunContext) -> None:
+    sys.exit(3)
+
+
+def stuck(ctx: RunContext) -> None:
+    release.wait(30)
+
+
+async def coro(ctx: RunContext) -> None:
+    await asyncio.sleep(0)
+    seen.append(ctx.job_name)
+
+
+def returns_awaitable(ctx: RunContext) -> Awaitable[None]:
+    return coro(ctx)
+
+
+def job(handler: str, name: str = "j", timeout_s: float = 30.0) -> ClaimedJob:
+    slot = datetime(2026, 1, 1, tzinfo=UTC)
+    return ClaimedJob(
+        id=uuid.uuid4(),
+        tenant="t",
+        name=name,
+        schedule="@every 1m",
+        tz="UTC",
+        dst_repeated="once",
+        dst_skipped="shift",
+        handler=handler,
+        payload={},
+        shard=0,
+        slot=slot,
+        attempt=1,
+        lease_token=1,
+        catch_up="once",
+        grace_s=60.0,
+        max_backfill=100,
+        timeout_s=timeout_s,
+        max_retries=0,
+        retry_backoff_s=10.0,
+    )
+
+
+class Outcomes:
+    def __init__(self) -> None:
+        self.got: dict[str, Outcome] = {}
+        self.changed = asyncio.Event()
+
+    def __call__(self, job: ClaimedJob, outcome: Outcome) -> None:
+        assert job.name not in self.got, f"{job.name} reported twice"
+        self.got[job.name] = outcome
+        self.changed.set()
+
+    async def wait_for(self, count: int) -> None:
+        async with asyncio.timeout(20):
+            while len(self.got) < count:
+                self.changed.clear()
+                await self.changed.wait()
+
+
+@pytest.fixture(autouse=True)
+def _reset() -> None:
+    release.clear()
+    seen.clear()
+
+
+async def test_each_kind_of_handler_ends_in_one_outcome() -> None:
+    done = Outcomes()
+    executor = Executor(10, "n1", "z", done)
+    cases = {
+        "ok": f"{HERE}:ok",
+        "boom": f"{HERE}:boom",
+        "exit": f"{HERE}:leaves",
+        "async": f"{HERE}:coro",
+        "awaitable": f"{HERE}:returns_awaitable",
+        "missing": f"{HERE}:nothing_here",
+        "unimportable": "no_such_module_anywhere:fn",
+        "shell": "shell:exit 4",
+    }
+    for name, handler in cases.items():
+        executor.submit(job(handler, name))
+    await done.wait_for(len(cases))
+    status = {name: o.status for name, o in done.got.items()}
+    assert status == {
+        "ok": "succeeded",
+        "boom": "failed",
+        "exit": "failed",
+        "async": "succeeded",
+        "awaitable": "succeeded",
+        "missing": "failed",
+        "unimportable": "failed",
+        "shell": "failed",
+    }
+    assert "ValueError: no such tenant" in (done.got["boom"].error or "")
+    assert done.got["exit"].error == "handler called sys.exit(3)"
+    assert "exit status 4" in (done.got["shell"].error or "")
+    assert sorted(seen) == ["async", "awaitable", "ok"]
+    assert executor.free == 10 and executor.idle.is_set()
+    executor.shutdown()
+
+
+async def test_many_sync_runs_free_every_slot() -> None:
+    done = Outcomes()
+    executor = Executor(50, "n1", "z", done)
+    for round_ in range(4):
+        for i in range(50):
+            executor.submit(job(f"{HERE}:ok", f"r{round_}-{i}"))
+        assert executor.free == 0
+        await done.wait_for(50 * (round_ + 1))
+        assert executor.free == 50
+    assert all(o.status == "succeeded" for o in done.got.values())
+    assert len(seen) == 200
+    assert executor._threads.threads <= 50
+    executor.shutdown()
+
+
+async def test_a_stuck_sync_handler_times_out_and_does_not_block_others() -> None:
+    done = Outcomes()
+    executor = Executor(1, "n1", "z", done)
+    executor.submit(job(f"{HERE}:stuck", "stuck", timeout_s=0.2))
+    await done.wait_for(1)
+    assert done.got["stuck"].status == "timed_out"
+    assert done.got["stuck"].error == "timed out after 0.2s"
+    assert executor.free == 1
+    # The stuck thread still runs; the next run gets a thread of its own.
+    executor.submit(job(f"{HERE}:ok", "next"))
+    await done.wait_for(2)
+    assert done.got["next"].status == "succeeded"
+    release.set()
+    executor.shutdown()
+
+
+async def test_cancel_and_drain_report_nothing_and_free_the_slots() -> None:
+    done = Outcomes()
+    executor = Executor(4, "n1", "z", done)
+    a, b = job(f"{HERE}:stuck", "a"), job("shell:sleep 30", "b")
+    executor.submit(a)
+    executor.submit(b)
+    assert executor.cancel(a.id) == a
+    assert executor.free == 3
+    left = await executor.drain(0.1)
+    assert left == [b]
+    assert executor.free == 4 and executor.idle.is_set()
+    release.set()
+    async with asyncio.timeout(10):  # a's thread ends now; its result must go nowhere
+        while executor._threads._stuck:
+            await asyncio.sleep(0.01)
+    await asyncio.sleep(0)  # a delivery scheduled by that thread would run here
+    assert done.got == {}
+    executor.shutdown()
