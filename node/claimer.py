@@ -105,8 +105,9 @@ class Claimer:
         return delay
 
     def _dispatch(self, job: ClaimedJob) -> None:
+        now = self._clock.now()
         try:
-            skip = plan_at_claim(job, self._clock.now())
+            skip = plan_at_claim(job, now)
         except PulseError as exc:
             self._completer.reject(job, exc)
             return
@@ -116,9 +117,7 @@ class Claimer:
             self._completer.submit(job, done, skips)
             return
         self._stats.fired += 1
-        self._stats.fire_lag_seconds.append(
-            max(0.0, (self._clock.now() - job.slot).total_seconds())
-        )
+        self._stats.fire_lag_seconds.append(max(0.0, (now - job.slot).total_seconds()))
         self._executor.submit(job)
 
     async def run(self, stop: asyncio.Event) -> None:

@@ -12,10 +12,10 @@ from datetime import UTC, datetime, timedelta
 
 class DbClock:
     def __init__(self) -> None:
-        self._offset_s = 0.0
+        self._offset = timedelta(0)
 
     def observe(self, db_now: datetime) -> None:
-        self._offset_s = db_now.timestamp() - time.time()
+        self._offset = timedelta(seconds=db_now.timestamp() - time.time())
 
     def now(self) -> datetime:
-        return datetime.now(UTC) + timedelta(seconds=self._offset_s)
+        return datetime.now(UTC) + self._offset

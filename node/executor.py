@@ -2,9 +2,10 @@
 
 The claim loop asks ``free`` before claiming, so claimed work always has a slot (B1): there
 is no internal queue to grow. Sync handlers run on the node's handler threads
-(``node.threads``) with a timer for their timeout; async and ``shell:`` handlers run as
-asyncio tasks. Each finished run is handed to ``on_done``; a run whose lease was lost is
-cancelled and reported to nobody (its completion would be fenced anyway).
+(``node.threads``); one timer, set for the earliest deadline, times them out. Async and
+``shell:`` handlers run as asyncio tasks. Each finished run is handed to ``on_done``; a run
+whose lease was lost is cancelled and reported to nobody (its completion would be fenced
+anyway).
 """
 
 from __future__ import annotations
@@ -12,9 +13,9 @@ from __future__ import annotations
 import asyncio
 import inspect
 import logging
-import time
+import math
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 from uuid import UUID
@@ -29,10 +30,13 @@ logger = logging.getLogger(__name__)
 @dataclass(eq=False)
 class Running:
     job: ClaimedJob
+    started: float  # loop time
     task: asyncio.Task[None] | None = None
     thread: ThreadRun | None = None
-    timer: asyncio.TimerHandle | None = None
-    started: float = field(default_factory=time.monotonic)
+
+    @property
+    def deadline(self) -> float:
+        return self.started + self.job.timeout_s
 
 
 class Executor:
@@ -53,6 +57,8 @@ class Executor:
         self.idle.set()
         self._loop = asyncio.get_running_loop()
         self._threads = HandlerThreads(concurrency, self._thread_results)
+        self._timer: asyncio.TimerHandle | None = None
+        self._timer_at = math.inf
 
     @property
     def free(self) -> int:
@@ -65,14 +71,16 @@ class Executor:
         if job.id in self.running or self.free <= 0:
             raise RuntimeError(f"executor cannot take {job.name}: slot in use or no free slot")
         fn = sync_handler(job.handler)
+        now = self._loop.time()
         if fn is None:  # async, shell:, or not resolvable: invoke() deals with each
             task = asyncio.create_task(self._run(job), name=f"run:{job.tenant}/{job.name}")
-            self.running[job.id] = Running(job, task=task)
+            self.running[job.id] = Running(job, now, task=task)
         else:
             run = ThreadRun(fn, self.context(job), job.id)
-            timer = self._loop.call_later(job.timeout_s, self._timed_out, job.id)
-            self.running[job.id] = Running(job, thread=run, timer=timer)
+            found = self.running[job.id] = Running(job, now, thread=run)
             self._threads.submit(run)
+            if found.deadline < self._timer_at:
+                self._arm(found.deadline)
         self.idle.clear()
 
     def context(self, job: ClaimedJob) -> RunContext:
@@ -106,12 +114,10 @@ class Executor:
             found = self.running.get(run.key)
             if found is None or found.thread is not run:
                 continue
-            if found.timer is not None:
-                found.timer.cancel()
             if inspect.isawaitable(run.result):
                 # A sync function that returned an awaitable: await it on the loop, within
                 # what is left of the timeout.
-                left = found.job.timeout_s - (time.monotonic() - found.started)
+                left = found.deadline - self._loop.time()
                 outcome = awaited(run.result, left, found.job.timeout_s, found.started)
                 found.thread = None
                 found.task = asyncio.create_task(self._report(found.job, outcome))
@@ -119,17 +125,30 @@ class Executor:
             self._finish(run.key)
             self._on_done(found.job, outcome_of(run.error, run.duration_s))
 
-    def _timed_out(self, job_id: UUID) -> None:
-        found = self.running.get(job_id)
-        if found is None or found.thread is None:
-            return
-        self._threads.abandon(found.thread)
-        self._finish(job_id)
-        timeout_s = found.job.timeout_s
-        outcome = Outcome(
-            "timed_out", f"timed out after {timeout_s:g}s", time.monotonic() - found.started
-        )
-        self._on_done(found.job, outcome)
+    def _arm(self, at: float) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+        self._timer = self._loop.call_at(at, self._time_out)
+        self._timer_at = at
+
+    def _time_out(self) -> None:
+        """Report every thread run past its deadline as timed out; re-arm for the next."""
+        self._timer, self._timer_at = None, math.inf
+        now = self._loop.time()
+        following = math.inf
+        for found in list(self.running.values()):
+            if found.thread is None:
+                continue
+            if found.deadline > now:
+                following = min(following, found.deadline)
+                continue
+            self._threads.abandon(found.thread)
+            self._finish(found.job.id)
+            timeout_s = found.job.timeout_s
+            outcome = Outcome("timed_out", f"timed out after {timeout_s:g}s", now - found.started)
+            self._on_done(found.job, outcome)
+        if following < math.inf:
+            self._arm(following)
 
     def _finish(self, job_id: UUID) -> None:
         self.running.pop(job_id, None)
@@ -152,8 +171,6 @@ class Executor:
     def _drop(self, found: Running) -> None:
         if found.thread is not None:
             self._threads.abandon(found.thread)
-        if found.timer is not None:
-            found.timer.cancel()
         self._finish(found.job.id)
 
     async def drain(self, timeout_s: float) -> list[ClaimedJob]:
@@ -177,4 +194,6 @@ class Executor:
         return left
 
     def shutdown(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
         self._threads.shutdown()

@@ -108,7 +108,8 @@ def outcome_of(error: BaseException | None, duration_s: float) -> Outcome:
 
 
 async def awaited(result: Any, left_s: float, timeout_s: float, started: float) -> Outcome:
-    """Await what a sync handler returned, within ``left_s`` of its timeout."""
+    """Await what a sync handler returned, within ``left_s`` of its timeout (``started`` is
+    the handler's start, in ``time.monotonic`` seconds)."""
     try:
         async with asyncio.timeout(max(0.0, left_s)):
             await result

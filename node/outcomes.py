@@ -21,8 +21,18 @@ MAX_RETRY_DELAY_S = 3600.0
 BROKEN_RETRY_S = 3600.0
 
 
+_schedules: dict[tuple[str, str, str, str], Schedule] = {}
+
+
 def schedule_of(job: ClaimedJob) -> Schedule:
-    return parse_schedule(job.schedule, job.tz, job.dst_repeated, job.dst_skipped)  # type: ignore[arg-type]
+    """The job's parsed schedule; one dict lookup per run once its definition was seen."""
+    key = (job.schedule, job.tz, job.dst_repeated, job.dst_skipped)
+    found = _schedules.get(key)
+    if found is None:
+        if len(_schedules) >= 4096:
+            _schedules.clear()
+        found = _schedules[key] = parse_schedule(*key)  # type: ignore[arg-type]
+    return found
 
 
 @functools.lru_cache(maxsize=1024)
@@ -115,7 +125,21 @@ def after_run(job: ClaimedJob, outcome: Outcome, now: datetime) -> tuple[Complet
         )
         return done, []
     schedule = schedule_of(job)
-    plan = plan_catchup(schedule, schedule.next_after(job.slot), now, catch_up_of(job))
+    following = schedule.next_after(job.slot)
+    if following > now:  # the usual case: the next slot is still ahead, nothing to catch up
+        done = Completion(
+            id=job.id,
+            token=job.lease_token,
+            slot=job.slot,
+            outcome=outcome.status,
+            error=outcome.error,
+            duration_s=outcome.duration_s,
+            next_run_at=following,
+            next_slot=following,
+            next_attempt=1,
+        )
+        return done, []
+    plan = plan_catchup(schedule, following, now, catch_up_of(job))
     done = Completion(
         id=job.id,
         token=job.lease_token,

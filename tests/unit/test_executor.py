@@ -173,8 +173,22 @@ async def test_cancel_and_drain_report_nothing_and_free_the_slots() -> None:
     assert executor.free == 4 and executor.idle.is_set()
     release.set()
     async with asyncio.timeout(10):  # a's thread ends now; its result must go nowhere
-        while executor._threads._stuck:
+        while executor._threads._stuck:  # noqa: ASYNC110 - a poll with a deadline
             await asyncio.sleep(0.01)
     await asyncio.sleep(0)  # a delivery scheduled by that thread would run here
     assert done.got == {}
+    executor.shutdown()
+
+
+async def test_a_shorter_deadline_submitted_later_times_out_first() -> None:
+    done = Outcomes()
+    executor = Executor(3, "n1", "z", done)
+    executor.submit(job(f"{HERE}:stuck", "long", timeout_s=30))
+    executor.submit(job(f"{HERE}:stuck", "short", timeout_s=0.2))
+    await done.wait_for(1)
+    assert list(done.got) == ["short"] and done.got["short"].status == "timed_out"
+    assert executor.free == 2  # "long" still holds its slot
+    release.set()
+    await done.wait_for(2)
+    assert done.got["long"].status == "succeeded"
     executor.shutdown()
