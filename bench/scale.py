@@ -27,6 +27,7 @@ from bench.database import AConn
 from bench.results import Measure, ScenarioResult
 from bench.trial import Bench, Trial
 from cluster.queries import query
+from cluster.session import Completion, complete_params
 from ring import Ring
 
 # The due range starts this far after loading, so the idle phases have nothing due.
@@ -59,31 +60,25 @@ async def _complete(conn: AConn, system: str, rows: list[dict[str, Any]], now: d
     """What the system writes after running ``rows``: each job moves on one interval."""
     if not rows:
         return
-    ids = [r["id"] for r in rows]
     if system == "baseline":
+        ids = [r["id"] for r in rows]
         await conn.execute(bare.COMPLETE, {"ids": ids, "every": [EVERY_S] * len(rows)})
         return
-    following = [r["slot_at"] + timedelta(seconds=EVERY_S) for r in rows]
-    await conn.execute(
-        query("complete"),
-        {
-            "ids": ids,
-            "tokens": [r["lease_token"] for r in rows],
-            "slots": [r["slot_at"] for r in rows],
-            "outcomes": ["succeeded"] * len(rows),
-            "errors": [None] * len(rows),
-            "durations": [0.001] * len(rows),
-            "next_runs": following,
-            "next_slots": following,
-            "next_attempts": [1] * len(rows),
-            "skip_ids": [],
-            "skip_slots": [],
-            "skip_reasons": [],
-            "node_id": "pulse-1",
-            "zone": "a",
-            "now": now,
-        },
-    )
+    done = [
+        Completion(
+            id=r["id"],
+            token=r["lease_token"],
+            slot=r["slot_at"],
+            outcome="succeeded",
+            error=None,
+            duration_s=0.001,
+            next_run_at=r["slot_at"] + timedelta(seconds=EVERY_S),
+            next_slot=r["slot_at"] + timedelta(seconds=EVERY_S),
+            next_attempt=1,
+        )
+        for r in rows
+    ]
+    await conn.execute(query("complete"), complete_params(done, [], "pulse-1", "a", now))
 
 
 async def claim_cycles_ms(
@@ -141,7 +136,7 @@ async def restore(conn: AConn, first: datetime, spread_s: float, count: int) -> 
             FROM jobs
         )
         UPDATE jobs j SET status = 'idle', next_run_at = l.t, slot_at = l.t, locked_by = NULL,
-                          locked_at = NULL, lease_expires_at = NULL
+                          locked_at = NULL, locked_zone = NULL, lease_expires_at = NULL
         FROM loaded l
         WHERE j.id = l.id AND (j.next_run_at <> l.t OR j.status <> 'idle')
         """,

@@ -217,6 +217,7 @@ class JobStore:
         status: str | None = None,
         limit: int = 50,
     ) -> list[Run]:
+        """Run history, newest slot first; attempts in flight are listed as ``running``."""
         params = {"job_name": job, "tenant_id": tenant, "status": status, "limit": limit}
         return [Run.from_row(r) for r in await self._all("list_runs", params)]
 

@@ -106,7 +106,14 @@ class Job:
 
 @dataclass(frozen=True)
 class Run:
-    id: int
+    """One slot's run: its row in the run history, or the attempt in flight.
+
+    The run row is written when an attempt ends; an attempt in flight (status ``running``)
+    is read from its job row, and has no ``id`` unless an earlier attempt of the slot left
+    a row (the one this attempt will update).
+    """
+
+    id: int | None
     job_id: UUID
     tenant: str
     job_name: str

@@ -136,11 +136,41 @@ WHERE NOT ((tenant_id, name) IN (
 RETURNING tenant_id, name;
 
 -- name: list_runs
-SELECT r.* FROM runs r
-WHERE (%(job_name)s::text IS NULL OR r.job_name = %(job_name)s)
-  AND (%(tenant_id)s::text IS NULL OR r.tenant_id = %(tenant_id)s)
-  AND (%(status)s::text IS NULL OR r.status = %(status)s)
-ORDER BY r.scheduled_for DESC, r.id DESC
+-- Run history, newest slot first. A finished attempt is a row of runs; an attempt in
+-- flight has no row yet (the claim writes none) and is read from its job row as status
+-- 'running'. It stands in for its slot's row when an earlier attempt of the slot left
+-- one, keeping that row's id and last error (the attempt's own row will be that row);
+-- otherwise its id is NULL.
+WITH live AS (
+    SELECT r.id, j.id AS job_id, j.tenant_id, j.name AS job_name, j.slot_at AS scheduled_for,
+           j.attempt, j.locked_by AS node_id, j.locked_zone AS zone, 'running'::text AS status,
+           j.lease_token, j.locked_at AS started_at, NULL::timestamptz AS finished_at,
+           NULL::float8 AS duration_s, r.last_error
+    FROM jobs j
+    LEFT JOIN runs r ON r.job_id = j.id AND r.scheduled_for = j.slot_at
+    WHERE j.status = 'running'
+      AND (%(job_name)s::text IS NULL OR j.name = %(job_name)s)
+      AND (%(tenant_id)s::text IS NULL OR j.tenant_id = %(tenant_id)s)
+)
+SELECT x.* FROM (
+    (SELECT l.* FROM live l
+     WHERE (%(status)s::text IS NULL OR %(status)s = 'running')
+     ORDER BY l.scheduled_for DESC, l.id DESC
+     LIMIT %(limit)s)
+    UNION ALL
+    -- Ordered and limited on its own, so it walks an index of runs instead of sorting it.
+    (SELECT r.id, r.job_id, r.tenant_id, r.job_name, r.scheduled_for, r.attempt, r.node_id,
+            r.zone, r.status, r.lease_token, r.started_at, r.finished_at, r.duration_s,
+            r.last_error
+     FROM runs r
+     WHERE (%(job_name)s::text IS NULL OR r.job_name = %(job_name)s)
+       AND (%(tenant_id)s::text IS NULL OR r.tenant_id = %(tenant_id)s)
+       AND (%(status)s::text IS NULL OR r.status = %(status)s)
+       AND r.id NOT IN (SELECT l.id FROM live l WHERE l.id IS NOT NULL)
+     ORDER BY r.scheduled_for DESC, r.id DESC
+     LIMIT %(limit)s)
+) AS x
+ORDER BY x.scheduled_for DESC, x.id DESC
 LIMIT %(limit)s;
 
 -- name: notify
@@ -196,10 +226,12 @@ SELECT coalesce(%(now)s::timestamptz, now()) AS now;
 -- any order: each held shard offers its oldest few due jobs (heads, a quota of about
 -- limit/shards each); the limit-th oldest head is a cutoff, and only a shard whose whole
 -- quota came before the cutoff can hold more jobs older than it, so only such shards are
--- read further (deeper). The rows are locked with SKIP LOCKED and re-checked, marked
--- running under a fresh lease token, and their run row (job, slot) is created or moved
--- to the next attempt. The last columns tell the caller when the next job of these
--- shards falls due (only when the claim is not full), so it can sleep until then.
+-- read further (deeper). The rows are locked with SKIP LOCKED and re-checked, and marked
+-- running under a fresh lease token. The claim writes no run row: until the attempt ends
+-- the job row is its record (locked_by, locked_at, locked_zone, slot_at, attempt,
+-- lease_token), and whatever ends it (complete, release, recover) writes the row. The
+-- last columns tell the caller when the next job of these shards falls due (only when
+-- the claim is not full), so it can sleep until then.
 WITH clock AS (
     SELECT coalesce(%(now)s::timestamptz, now()) AS t
 ),
@@ -254,6 +286,7 @@ claimed AS (
         status = 'running',
         locked_by = %(node_id)s,
         locked_at = k.t,
+        locked_zone = %(zone)s,
         lease_expires_at = k.t + make_interval(secs => %(lease_s)s),
         lease_token = j.lease_token + 1,
         updated_at = k.t
@@ -263,22 +296,6 @@ claimed AS (
               j.handler, j.payload, j.shard_id, j.next_run_at, j.slot_at, j.attempt,
               j.lease_token, j.catch_up, j.grace_s, j.max_backfill, j.timeout_s,
               j.max_retries, j.retry_backoff_s
-),
-history AS (
-    INSERT INTO runs AS r (job_id, tenant_id, job_name, scheduled_for, attempt, node_id,
-                           zone, status, lease_token, started_at)
-    SELECT c.id, c.tenant_id, c.name, c.slot_at, c.attempt, %(node_id)s, %(zone)s,
-           'running', c.lease_token, k.t
-    FROM claimed c, clock k
-    ON CONFLICT (job_id, scheduled_for) DO UPDATE SET
-        attempt = excluded.attempt,
-        node_id = excluded.node_id,
-        zone = excluded.zone,
-        status = 'running',
-        lease_token = excluded.lease_token,
-        started_at = excluded.started_at,
-        finished_at = NULL,
-        duration_s = NULL
 ),
 next_due AS (
     SELECT min(x.next_run_at) AS t
@@ -298,17 +315,27 @@ ORDER BY c.slot_at;
 
 -- name: complete
 -- Fenced, batched completion: only rows still running under the caller's lease token
--- change. Sets each job's next slot, finishes its run row and records the slots the
--- catch-up policy skipped. Returns the ids that were applied; the rest were stale.
+-- change; a stale completion writes nothing. Sets each job's next slot, writes the run
+-- row of the attempt that ended, and records the slots the catch-up policy skipped.
+-- Returns the ids that were applied. The run row is inserted, or updated in place when an
+-- earlier attempt of the same slot left one (one row per slot). Its attempt and
+-- started_at (the claim time; none for a slot skipped at claim) come from the job row as
+-- it was before this statement, `o`: the update changes the attempt, and Postgres cannot
+-- return a column's old value. The batch travels as two JSON arrays, one text parameter
+-- each, far cheaper for the client to encode than a dozen typed arrays: %(done)s holds
+-- [id, token, slot, outcome, error, duration_s, next_run_at, next_slot, next_attempt]
+-- per completion (next_slot null: the same as next_run_at), %(skips)s
+-- [job_id, slot, reason] per skipped slot.
 WITH clock AS (
     SELECT coalesce(%(now)s::timestamptz, now()) AS t
 ),
 input AS (
-    SELECT * FROM unnest(
-        %(ids)s::uuid[], %(tokens)s::bigint[], %(slots)s::timestamptz[],
-        %(outcomes)s::text[], %(errors)s::text[], %(durations)s::float8[],
-        %(next_runs)s::timestamptz[], %(next_slots)s::timestamptz[], %(next_attempts)s::int[]
-    ) AS i(id, token, slot, outcome, error, duration_s, next_run_at, next_slot, next_attempt)
+    SELECT (e->>0)::uuid AS id, (e->>1)::bigint AS token, (e->>2)::timestamptz AS slot,
+           e->>3 AS outcome, e->>4 AS error, (e->>5)::float8 AS duration_s,
+           (e->>6)::timestamptz AS next_run_at,
+           coalesce(e->>7, e->>6)::timestamptz AS next_slot,
+           (e->>8)::int AS next_attempt
+    FROM json_array_elements(%(done)s::json) AS e
 ),
 done AS (
     UPDATE jobs j SET
@@ -319,30 +346,42 @@ done AS (
         last_run_at = CASE WHEN i.outcome = 'skipped' THEN j.last_run_at ELSE i.slot END,
         locked_by = NULL,
         locked_at = NULL,
+        locked_zone = NULL,
         lease_expires_at = NULL,
         updated_at = k.t
-    FROM input i, clock k
+    FROM input i JOIN jobs o ON o.id = i.id, clock k
     WHERE j.id = i.id AND j.lease_token = i.token AND j.status = 'running'
-    RETURNING j.id
+    RETURNING j.id, j.tenant_id, j.name, i.slot, i.token, i.outcome, i.error, i.duration_s,
+              o.attempt, o.locked_at
 ),
-finished AS (
-    UPDATE runs r SET
-        status = i.outcome,
-        finished_at = k.t,
-        duration_s = i.duration_s,
-        last_error = i.error
-    FROM input i JOIN done d ON d.id = i.id CROSS JOIN clock k
-    WHERE r.job_id = i.id AND r.scheduled_for = i.slot AND r.lease_token = i.token
+history AS (
+    INSERT INTO runs AS r (job_id, tenant_id, job_name, scheduled_for, attempt, node_id,
+                           zone, status, lease_token, started_at, finished_at, duration_s,
+                           last_error)
+    SELECT d.id, d.tenant_id, d.name, d.slot, d.attempt, %(node_id)s, %(zone)s, d.outcome,
+           d.token, CASE WHEN d.outcome = 'skipped' THEN NULL ELSE d.locked_at END, k.t,
+           d.duration_s, d.error
+    FROM done d, clock k
+    ON CONFLICT (job_id, scheduled_for) DO UPDATE SET
+        attempt = excluded.attempt,
+        node_id = excluded.node_id,
+        zone = excluded.zone,
+        status = excluded.status,
+        lease_token = excluded.lease_token,
+        started_at = excluded.started_at,
+        finished_at = excluded.finished_at,
+        duration_s = excluded.duration_s,
+        last_error = excluded.last_error
 ),
 skipped AS (
+    -- Never the completed slot itself: one statement cannot write a run row twice.
     INSERT INTO runs (job_id, tenant_id, job_name, scheduled_for, attempt, node_id, zone,
                       status, finished_at, last_error)
-    SELECT s.job_id, j.tenant_id, j.name, s.slot, 1, %(node_id)s, %(zone)s, 'skipped',
-           k.t, s.reason
-    FROM unnest(%(skip_ids)s::uuid[], %(skip_slots)s::timestamptz[], %(skip_reasons)s::text[])
-             AS s(job_id, slot, reason)
-    JOIN done d ON d.id = s.job_id
-    JOIN jobs j ON j.id = s.job_id
+    SELECT d.id, d.tenant_id, d.name, s.slot, 1, %(node_id)s, %(zone)s, 'skipped', k.t,
+           s.reason
+    FROM (SELECT (e->>0)::uuid AS job_id, (e->>1)::timestamptz AS slot, e->>2 AS reason
+          FROM json_array_elements(%(skips)s::json) AS e) AS s
+    JOIN done d ON d.id = s.job_id AND d.slot <> s.slot
     CROSS JOIN clock k
     ON CONFLICT (job_id, scheduled_for) DO NOTHING
 )
@@ -358,7 +397,9 @@ RETURNING j.id;
 
 -- name: release
 -- Hands running jobs back for another attempt of the same slot, due at once (used when a
--- node shuts down before its runs finish). Fenced like a completion.
+-- node shuts down before its runs finish), and records the attempt that ended as lost in
+-- its slot's run row (from `o`, the job row before this statement). Fenced like a
+-- completion.
 WITH clock AS (
     SELECT coalesce(%(now)s::timestamptz, now()) AS t
 ),
@@ -369,18 +410,33 @@ freed AS (
         attempt = j.attempt + 1,
         locked_by = NULL,
         locked_at = NULL,
+        locked_zone = NULL,
         lease_expires_at = NULL,
         lease_token = j.lease_token + 1,
         updated_at = k.t
-    FROM unnest(%(ids)s::uuid[], %(tokens)s::bigint[]) AS i(id, token), clock k
+    FROM unnest(%(ids)s::uuid[], %(tokens)s::bigint[]) AS i(id, token)
+         JOIN jobs o ON o.id = i.id,
+         clock k
     WHERE j.id = i.id AND j.lease_token = i.token AND j.status = 'running'
-    RETURNING j.id, j.slot_at, i.token
+    RETURNING j.id, j.tenant_id, j.name, j.slot_at, o.attempt, i.token, o.locked_by,
+              o.locked_zone, o.locked_at
 ),
 history AS (
-    UPDATE runs r SET status = 'lost', finished_at = k.t, last_error = %(reason)s
+    INSERT INTO runs AS r (job_id, tenant_id, job_name, scheduled_for, attempt, node_id,
+                           zone, status, lease_token, started_at, finished_at, last_error)
+    SELECT f.id, f.tenant_id, f.name, f.slot_at, f.attempt, f.locked_by, f.locked_zone,
+           'lost', f.token, f.locked_at, k.t, %(reason)s
     FROM freed f, clock k
-    WHERE r.job_id = f.id AND r.scheduled_for = f.slot_at AND r.lease_token = f.token
-      AND r.status = 'running'
+    ON CONFLICT (job_id, scheduled_for) DO UPDATE SET
+        attempt = excluded.attempt,
+        node_id = excluded.node_id,
+        zone = excluded.zone,
+        status = excluded.status,
+        lease_token = excluded.lease_token,
+        started_at = excluded.started_at,
+        finished_at = excluded.finished_at,
+        duration_s = NULL,
+        last_error = excluded.last_error
 )
 SELECT id FROM freed;
 
@@ -389,7 +445,8 @@ SELECT id FROM freed;
 -- live node ids and without a Postgres session named after it) or whose lease expired.
 -- A compare-and-set on (status, lease_token) in database time, so a run that has just
 -- finished is never overwritten. The slot is kept; it is due again at once as the next
--- attempt, and its run row is marked lost.
+-- attempt, and the attempt that was lost is recorded in the slot's run row. Returns the
+-- jobs as reset (attempt is the next one) with the lost attempt's owner and reason.
 WITH clock AS (
     SELECT coalesce(%(now)s::timestamptz, now()) AS t
 ),
@@ -398,7 +455,7 @@ sessions AS (
     WHERE application_name <> '' AND datname = current_database()
 ),
 dead AS (
-    SELECT j.id, j.lease_token, j.locked_by,
+    SELECT j.id, j.lease_token, j.attempt, j.locked_by, j.locked_zone, j.locked_at,
            CASE WHEN j.lease_expires_at < k.t THEN 'lease expired'
                 ELSE 'owner gone' END AS reason
     FROM jobs j CROSS JOIN clock k
@@ -415,22 +472,32 @@ reset AS (
         attempt = j.attempt + 1,
         locked_by = NULL,
         locked_at = NULL,
+        locked_zone = NULL,
         lease_expires_at = NULL,
         lease_token = j.lease_token + 1,
         updated_at = k.t
     FROM dead d, clock k
     WHERE j.id = d.id AND j.lease_token = d.lease_token AND j.status = 'running'
     RETURNING j.id, j.tenant_id, j.name, j.slot_at, j.attempt, d.lease_token AS old_token,
-              d.locked_by, d.reason
+              d.locked_by, d.reason, d.attempt AS lost_attempt, d.locked_zone, d.locked_at
 ),
 history AS (
-    UPDATE runs r SET
-        status = 'lost',
-        finished_at = k.t,
-        last_error = x.reason || ' (node ' || coalesce(x.locked_by, '?') || ')'
+    INSERT INTO runs AS r (job_id, tenant_id, job_name, scheduled_for, attempt, node_id,
+                           zone, status, lease_token, started_at, finished_at, last_error)
+    SELECT x.id, x.tenant_id, x.name, x.slot_at, x.lost_attempt, x.locked_by, x.locked_zone,
+           'lost', x.old_token, x.locked_at, k.t,
+           x.reason || ' (node ' || coalesce(x.locked_by, '?') || ')'
     FROM reset x, clock k
-    WHERE r.job_id = x.id AND r.scheduled_for = x.slot_at AND r.lease_token = x.old_token
-      AND r.status = 'running'
+    ON CONFLICT (job_id, scheduled_for) DO UPDATE SET
+        attempt = excluded.attempt,
+        node_id = excluded.node_id,
+        zone = excluded.zone,
+        status = excluded.status,
+        lease_token = excluded.lease_token,
+        started_at = excluded.started_at,
+        finished_at = excluded.finished_at,
+        duration_s = NULL,
+        last_error = excluded.last_error
 )
 SELECT * FROM reset;
 
@@ -438,7 +505,8 @@ SELECT * FROM reset;
 -- At start-up, before this process has claimed anything: every job still running under
 -- this node id was claimed by an earlier process of the same node (killed and restarted
 -- under a fixed id), which `recover` cannot tell from this one: same id, live session. Its
--- slots are taken back like `recover` does, at once rather than when their leases expire.
+-- slots are taken back like `recover` does, at once rather than when their leases expire,
+-- and each lost attempt is recorded from `o`, the job row before this statement.
 WITH clock AS (
     SELECT coalesce(%(now)s::timestamptz, now()) AS t
 ),
@@ -449,22 +517,33 @@ reset AS (
         attempt = j.attempt + 1,
         locked_by = NULL,
         locked_at = NULL,
+        locked_zone = NULL,
         lease_expires_at = NULL,
         lease_token = j.lease_token + 1,
         updated_at = k.t
-    FROM clock k
-    WHERE j.status = 'running' AND j.locked_by = %(node_id)s
-    RETURNING j.id, j.tenant_id, j.name, j.slot_at, j.attempt, j.lease_token - 1 AS old_token,
-              %(node_id)s::text AS locked_by, 'previous process gone' AS reason
+    FROM jobs o, clock k
+    WHERE j.status = 'running' AND j.locked_by = %(node_id)s AND o.id = j.id
+    RETURNING j.id, j.tenant_id, j.name, j.slot_at, j.attempt, o.lease_token AS old_token,
+              o.locked_by, 'previous process gone' AS reason, o.attempt AS lost_attempt,
+              o.locked_zone, o.locked_at
 ),
 history AS (
-    UPDATE runs r SET
-        status = 'lost',
-        finished_at = k.t,
-        last_error = x.reason || ' (node ' || x.locked_by || ')'
+    INSERT INTO runs AS r (job_id, tenant_id, job_name, scheduled_for, attempt, node_id,
+                           zone, status, lease_token, started_at, finished_at, last_error)
+    SELECT x.id, x.tenant_id, x.name, x.slot_at, x.lost_attempt, x.locked_by, x.locked_zone,
+           'lost', x.old_token, x.locked_at, k.t,
+           x.reason || ' (node ' || x.locked_by || ')'
     FROM reset x, clock k
-    WHERE r.job_id = x.id AND r.scheduled_for = x.slot_at AND r.lease_token = x.old_token
-      AND r.status = 'running'
+    ON CONFLICT (job_id, scheduled_for) DO UPDATE SET
+        attempt = excluded.attempt,
+        node_id = excluded.node_id,
+        zone = excluded.zone,
+        status = excluded.status,
+        lease_token = excluded.lease_token,
+        started_at = excluded.started_at,
+        finished_at = excluded.finished_at,
+        duration_s = NULL,
+        last_error = excluded.last_error
 )
 SELECT * FROM reset;
 
@@ -498,31 +577,57 @@ FROM clock k LEFT JOIN jobs j ON j.status = 'idle' AND j.next_run_at <= k.t
 GROUP BY k.t;
 
 -- name: status_fire_lag
--- Fire lag (claim time minus slot time) of first attempts started within the window.
--- Only slots of the last horizon are read, so the scan stays on runs_recent; a slot
--- fired later than that after its time is not in this view.
-WITH clock AS (
+-- Fire lag (claim time minus slot time) of first attempts started within the window: the
+-- finished ones from their run rows, those in flight from their job rows. Only slots of
+-- the last horizon are read, so the scan stays on runs_recent; a slot fired later than
+-- that after its time is not in this view. clock is inlined (NOT MATERIALIZED) though
+-- read twice, so the planner sees the window's bounds as constants and estimates the
+-- scan of runs as it does with one reference.
+WITH clock AS NOT MATERIALIZED (
     SELECT coalesce(%(now)s::timestamptz, now()) AS t
+),
+started AS (
+    SELECT r.started_at, r.scheduled_for
+    FROM runs r CROSS JOIN clock k
+    WHERE r.scheduled_for > k.t - make_interval(secs => %(horizon_s)s)
+      AND r.attempt = 1 AND r.status <> 'running'
+      AND r.started_at > k.t - make_interval(secs => %(window_s)s)
+    UNION ALL
+    SELECT j.locked_at, j.slot_at
+    FROM jobs j CROSS JOIN clock k
+    WHERE j.status = 'running' AND j.attempt = 1
+      AND j.slot_at > k.t - make_interval(secs => %(horizon_s)s)
+      AND j.locked_at > k.t - make_interval(secs => %(window_s)s)
 )
 SELECT count(*)::int AS samples,
        percentile_cont(0.5) WITHIN GROUP (
-           ORDER BY extract(epoch FROM r.started_at - r.scheduled_for))::float8 AS p50_s,
+           ORDER BY extract(epoch FROM s.started_at - s.scheduled_for))::float8 AS p50_s,
        percentile_cont(0.99) WITHIN GROUP (
-           ORDER BY extract(epoch FROM r.started_at - r.scheduled_for))::float8 AS p99_s
-FROM runs r CROSS JOIN clock k
-WHERE r.scheduled_for > k.t - make_interval(secs => %(horizon_s)s)
-  AND r.attempt = 1
-  AND r.started_at > k.t - make_interval(secs => %(window_s)s);
+           ORDER BY extract(epoch FROM s.started_at - s.scheduled_for))::float8 AS p99_s
+FROM started s;
 
 -- name: status_outcomes
--- Runs by status that finished (or, when running, started) within the window, among the
--- slots of the last horizon (again to stay on runs_recent).
-WITH clock AS (
+-- Slots by the state of their latest attempt: the run rows that finished within the
+-- window, and as 'running' the attempts in flight (job rows) that started within it,
+-- among the slots of the last horizon (again to stay on runs_recent). A slot whose next
+-- attempt is in flight counts as running, not as its earlier attempt's outcome. Its CTEs
+-- are inlined for the reason given in status_fire_lag.
+WITH clock AS NOT MATERIALIZED (
     SELECT coalesce(%(now)s::timestamptz, now()) AS t
+),
+live AS NOT MATERIALIZED (
+    SELECT j.id, j.slot_at, j.locked_at FROM jobs j WHERE j.status = 'running'
 )
 SELECT r.status, count(*)::int AS runs
 FROM runs r CROSS JOIN clock k
 WHERE r.scheduled_for > k.t - make_interval(secs => %(horizon_s)s)
-  AND coalesce(r.finished_at, r.started_at) > k.t - make_interval(secs => %(window_s)s)
+  AND r.finished_at > k.t - make_interval(secs => %(window_s)s)
+  AND r.status <> 'running'
+  AND (r.job_id, r.scheduled_for) NOT IN (SELECT l.id, l.slot_at FROM live l)
 GROUP BY r.status
+UNION ALL
+SELECT 'running', count(*)::int
+FROM live l CROSS JOIN clock k
+WHERE l.slot_at > k.t - make_interval(secs => %(horizon_s)s)
+  AND l.locked_at > k.t - make_interval(secs => %(window_s)s)
 ORDER BY 1;

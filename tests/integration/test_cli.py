@@ -201,8 +201,8 @@ def is_aware_iso(text: str) -> datetime:
 def test_init_then_init_again(pulse: Invoke, settings: ClusterSettings) -> None:
     first = pulse("init", "--shards", "16")
     assert first.exit_code == 0
-    assert (
-        first.stdout.strip() == f"schema {settings.schema} at version 1 (applied: 001); 16 shards"
+    assert first.stdout.strip() == (
+        f"schema {settings.schema} at version 2 (applied: 001, 002); 16 shards"
     )
     again = pulse("init")
     assert again.exit_code == 0

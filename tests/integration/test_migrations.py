@@ -240,9 +240,9 @@ EXPECTED_CONSTRAINTS = {
 JOB_COLUMNS = {
     "id", "tenant_id", "name", "schedule", "tz", "dst_repeated", "dst_skipped", "handler",
     "payload", "status", "paused", "shard_id", "next_run_at", "slot_at", "attempt",
-    "last_run_at", "locked_by", "locked_at", "lease_expires_at", "lease_token", "catch_up",
-    "grace_s", "max_backfill", "timeout_s", "max_retries", "retry_backoff_s", "created_at",
-    "updated_at",
+    "last_run_at", "locked_by", "locked_at", "locked_zone", "lease_expires_at", "lease_token",
+    "catch_up", "grace_s", "max_backfill", "timeout_s", "max_retries", "retry_backoff_s",
+    "created_at", "updated_at",
 }  # fmt: skip
 RUN_COLUMNS = {
     "id", "job_id", "tenant_id", "job_name", "scheduled_for", "attempt", "node_id", "zone",

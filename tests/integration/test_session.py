@@ -278,7 +278,7 @@ async def test_claims_over_the_same_shards_skip_each_others_rows(
             await conn.close()
     assert (len(first), len(second), len(third)) == (20, 40, 0)
     assert set(first) | set(second) == {j.id for j in jobs}
-    # One run row per (job, slot), each owned by the statement that claimed the job.
+    # One attempt in flight per (job, slot), each owned by the statement that claimed it.
     runs = await store.runs(limit=1000)
     assert len({(r.job_id, r.scheduled_for) for r in runs}) == len(runs) == 60
     assert Counter(r.node_id for r in runs) == {"raw-0": 20, "raw-1": 40}
@@ -508,7 +508,7 @@ async def test_job_writes_wake_listeners_with_the_shard(
     async def listening() -> bool:
         cur = await observer.execute(
             "SELECT 1 FROM pg_stat_activity WHERE application_name = 'n1/listen' "
-            "AND query LIKE 'LISTEN%%'"
+            "AND query LIKE 'LISTEN%%' AND datname = current_database()"
         )
         return await cur.fetchone() is not None
 
