@@ -114,3 +114,18 @@ def longest_gap(fires: Sequence[Fire], after: float, until: float) -> float | No
         if times and times[-1] < after:
             longest = max(longest, until - times[-1])
     return longest if starts else None
+
+
+def reruns_of(fires: Sequence[Fire], node: str, before: float) -> int:
+    """Second and later starts of slots whose first start was on ``node`` before
+    ``before``: the runs a killed node had begun, run again after recovery (at least
+    once), as opposed to a slot claimed twice."""
+    by_slot: dict[tuple[str, float], list[Fire]] = defaultdict(list)
+    for fire in fires:
+        by_slot[(fire.job, round(fire.slot, 6))].append(fire)
+    found = 0
+    for starts in by_slot.values():
+        first = min(starts, key=lambda f: f.at)
+        if len(starts) > 1 and first.node == node and first.at <= before:
+            found += len(starts) - 1
+    return found

@@ -82,7 +82,9 @@ def notes(result: ScenarioResult) -> list[str]:
         found.append(
             f"killed {p.get('killed')}: longest gap of any job "
             f"{_num(p.get('longest_gap_s'), 2)} s; "
-            f"every shard held by its owner {_num(p.get('settle_s'), 2)} s after the kill"
+            f"every shard held by its owner {_num(p.get('settle_s'), 2)} s after the kill; "
+            f"{p.get('reruns_of_killed')} duplicates are slots it had started, run again after "
+            "recovery (at least once)"
         )
     if "join_settle_s" in p:
         found.append(

@@ -17,7 +17,7 @@ from datetime import timedelta
 from typing import Any
 
 from bench import database as db
-from bench.analysis import count, expected_slots, longest_gap
+from bench.analysis import count, expected_slots, longest_gap, reruns_of
 from bench.results import Measure, ScenarioResult
 from bench.sizes import Sizes
 from bench.trial import Bench, BenchError, Trial, db_time, sleep_until
@@ -115,8 +115,9 @@ async def periodic(bench: Bench, scenario: str, system: str, event: Event | None
         stopped_at = time.time()
         measure = await _measure(trial, names, slots, cpu0, claims0, drain_s, ready_s)
         if "killed_at" in extra:
-            gap = longest_gap(trial.fires(), extra.pop("killed_at"), stopped_at)
-            extra["longest_gap_s"] = gap
+            killed_at = extra.pop("killed_at")
+            extra["longest_gap_s"] = longest_gap(trial.fires(), killed_at, stopped_at)
+            extra["reruns_of_killed"] = reruns_of(trial.fires(), extra["killed"], killed_at)
         measure.extra.update(extra)
         return measure
 

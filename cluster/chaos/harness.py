@@ -18,6 +18,7 @@ import signal
 import tempfile
 import time
 from dataclasses import dataclass, replace
+from datetime import UTC, datetime
 from pathlib import Path
 
 from cluster.chaos import probes
@@ -42,6 +43,9 @@ logger = logging.getLogger(__name__)
 
 READY_TIMEOUT_S = 60.0
 WINDOW_MARGIN_S = 2.0
+# After the quiet period, how long jobs that backfill a backlog get to finish the slots of
+# the window before the nodes are killed.
+CATCH_UP_TIMEOUT_S = 60.0
 
 
 @dataclass(frozen=True)
@@ -196,6 +200,15 @@ class ChaosRun:
             phase_end = time.time()
             logger.info("faults over; quiet for %gs", o.quiet_s, extra={"event": "quiet"})
             await asyncio.sleep(o.quiet_s)
+            window_end = datetime.fromtimestamp(phase_end - WINDOW_MARGIN_S + offset, UTC)
+            behind = await probes.wait_caught_up(settings, window_end, CATCH_UP_TIMEOUT_S)
+            if behind:
+                logger.warning(
+                    "%d jobs still behind the window %gs after the quiet period",
+                    behind,
+                    CATCH_UP_TIMEOUT_S,
+                    extra={"event": "behind"},
+                )
         finally:
             stop.set()
             await fleet.kill_all()

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
+from datetime import datetime
 
 import psycopg
 import redis.asyncio as aioredis
@@ -92,6 +93,35 @@ async def clock_offset(settings: ClusterSettings) -> float:
                 best = (after - before, db_now - (before + after) / 2)
         assert best is not None
         return best[1]
+
+
+BEHIND = """
+SELECT count(*)::int AS n FROM jobs WHERE status <> 'paused' AND slot_at <= %(until)s
+"""
+
+
+async def wait_caught_up(
+    settings: ClusterSettings, until: datetime, timeout_s: float, poll_s: float = 0.5
+) -> int:
+    """Wait until every job's current slot lies after ``until`` (database time): all its
+    slots up to then have run or were skipped. A job that backfills a backlog can still be
+    behind when the faults stop. Returns how many jobs were behind at the deadline."""
+    deadline = time.monotonic() + timeout_s
+    behind = -1
+    while True:
+        try:
+            conn = await connect(settings, APP_NAME, statement_timeout_s=5)
+            try:
+                cur = await conn.execute(BEHIND, {"until": until})
+                row = await cur.fetchone()
+            finally:
+                await conn.close()
+            behind = row["n"] if row else 0
+        except (StoreError, psycopg.Error, OSError):
+            pass  # Postgres just restarted: ask again
+        if behind == 0 or time.monotonic() >= deadline:
+            return behind
+        await asyncio.sleep(poll_s)
 
 
 async def collect(

@@ -17,7 +17,7 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from bench.analysis import Fire, count, expected_slots, longest_gap, percentile
+from bench.analysis import Fire, count, expected_slots, longest_gap, percentile, reruns_of
 from bench.scenarios import MAX_EVERY_S, burst_slot
 from tests.conftest import ADMIN_URL
 
@@ -57,7 +57,9 @@ def test_quick_bench_runs_and_counts(tmp_path: Path) -> None:
             # CPU is counted in clock ticks: a quick run may spend less than one.
             assert m["node_cpu_s"] >= 0 and m["peak_rss_mb"] > 0
         assert "node_cpu_per_1k_s" in records[scenario]["ratios"]
-    assert records["failover"]["pulse"]["extra"]["longest_gap_s"] is not None
+    failover = records["failover"]["pulse"]
+    assert failover["extra"]["longest_gap_s"] is not None
+    assert failover["extra"]["reruns_of_killed"] >= 0
     assert records["rebalance"]["pulse"]["extra"]["join_settle_s"] is not None
     scale = records["scale"]
     for system in ("pulse", "baseline"):
@@ -103,6 +105,18 @@ def test_longest_gap_spans_the_kill() -> None:
     fires += [_fire("b", 0, t) for t in (0.0, 5.0, 10.0)]  # never ran after the kill
     assert longest_gap(fires, after=12.0, until=30.0) == pytest.approx(20.0)
     assert longest_gap(fires[:5], after=12.0, until=30.0) == pytest.approx(7.5)
+
+
+def test_reruns_of_a_killed_node_are_told_apart_from_other_duplicates() -> None:
+    fires = [
+        Fire("a", 10.0, 1, "n2", 10.01),
+        Fire("a", 10.0, 2, "n1", 14.0),  # n2 was killed at 11: re-run after recovery
+        Fire("b", 10.0, 1, "n1", 10.02),
+        Fire("b", 10.0, 1, "n3", 10.03),  # doubled, not the killed node's
+        Fire("c", 20.0, 1, "n2", 20.0),  # n2 again, but after the kill: not counted
+        Fire("c", 20.0, 1, "n1", 20.1),
+    ]
+    assert reruns_of(fires, "n2", before=11.0) == 1
 
 
 def test_burst_slot_is_a_slot_of_its_schedule() -> None:

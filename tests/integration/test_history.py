@@ -21,6 +21,7 @@ from cluster.db import connect
 from cluster.jobs import JobStore
 from cluster.jobspec import JobSpec
 from cluster.models import Run
+from cluster.queries import query
 from cluster.session import ClaimedJob, Completion, LockSession, Skip
 from cluster.settings import ClusterSettings
 from cluster.status import collect
@@ -434,3 +435,32 @@ async def test_status_counts_attempts_in_flight_from_the_job_rows(
     # 10 s from their rows, b's at 10 s and c's at 20 s from their job rows.
     assert status.lag_samples == 4
     assert status.lag_p50_s == 0.0
+
+
+async def test_runs_by_status_reads_the_rare_outcomes_through_their_index(
+    store: JobStore, settings: ClusterSettings
+) -> None:
+    """Successes, nearly every run row, are not in runs_by_status; a listing of failed
+    runs still reads that index, not the whole table."""
+    await add(store, every_10s("busy"))
+    job = await store.get("busy")
+    conn = await connect(settings, "loader")
+    try:
+        await conn.execute(
+            """
+            INSERT INTO runs (job_id, tenant_id, job_name, scheduled_for, status)
+            SELECT %(id)s, 'default', 'busy', %(t0)s + make_interval(secs => i * 10),
+                   CASE WHEN i %% 1000 = 0 THEN 'failed' ELSE 'succeeded' END
+            FROM generate_series(1, 20000) AS i
+            """,
+            {"id": job.id, "t0": T0},
+        )
+        await conn.execute("ANALYZE runs")
+    finally:
+        await conn.close()
+    params = {"job_name": None, "tenant_id": None, "status": "failed", "limit": 50}
+    plan = await rows(settings, "EXPLAIN " + query("list_runs").decode(), params)
+    text = "\n".join(str(next(iter(r.values()))) for r in plan)
+    assert "runs_by_status" in text, text
+    failed = await store.runs(status="failed", limit=50)
+    assert len(failed) == 20 and {r.status for r in failed} == {"failed"}

@@ -220,6 +220,7 @@ EXPECTED_INDEXES = {
     ),
     "runs_by_status": (
         "CREATE INDEX runs_by_status ON S.runs USING btree (status, scheduled_for DESC)"
+        " WHERE (status <> 'succeeded'::text)"
     ),
     "runs_recent": "CREATE INDEX runs_recent ON S.runs USING btree (scheduled_for DESC)",
     "schema_version_pkey": (
