@@ -6,10 +6,11 @@ event loop for every single run: about 100 µs of CPU per call on a 2-core machi
 its result to a list and wakes the loop only when that list was empty, so a tick that
 ends 300 runs wakes the loop a handful of times, not 300.
 
-Threads start on demand (one more whenever a run is queued and no worker is idle) up to
-``limit``, plus one for every run that timed out and is still stuck in its thread:
-Python cannot stop a thread, and a stuck handler must not take a slot from the next runs.
-Threads are daemons, so a stuck handler never holds up the node's exit.
+Threads start on demand: a queued run takes an idle thread or starts a new one, so there
+are never more threads than the executor's concurrency, plus one for every run that timed
+out and is still stuck in its thread (Python cannot stop a thread, and a stuck handler
+must not hold up later runs). Threads are daemons: a stuck handler never holds up the
+node's exit.
 """
 
 from __future__ import annotations
@@ -39,9 +40,8 @@ class ThreadRun:
 
 
 class HandlerThreads:
-    def __init__(self, limit: int, on_results: Callable[[list[ThreadRun]], None]) -> None:
+    def __init__(self, on_results: Callable[[list[ThreadRun]], None]) -> None:
         self._loop = asyncio.get_running_loop()
-        self._limit = limit
         self._on_results = on_results
         self._queue: SimpleQueue[ThreadRun | None] = SimpleQueue()
         self._lock = threading.Lock()
@@ -55,22 +55,31 @@ class HandlerThreads:
     def threads(self) -> int:
         return self._threads
 
+    @property
+    def stuck(self) -> int:
+        """Threads still executing a run that timed out or was cancelled."""
+        return self._stuck
+
     def submit(self, run: ThreadRun) -> None:
         with self._lock:
             if self._closed:
                 raise RuntimeError("handler threads are shut down")
-            # A queued run is picked up by an idle worker; idle ones that are about to
-            # take an earlier queued run do not count, hence the queue size.
-            spawn = self._idle <= self._queue.qsize() and self._threads < self._limit + self._stuck
+            # Every queued run is owed a thread of its own: an idle one, reserved here so
+            # that two runs never count on the same one, or a new one. A run therefore
+            # never waits behind a busy handler. The executor has at most ``concurrency`` runs
+            # in flight, so there are never more threads than that plus the stuck ones.
+            spawn = self._idle == 0
             if spawn:
                 self._threads += 1
+            else:
+                self._idle -= 1
         self._queue.put(run)
         if spawn:
             threading.Thread(target=self._work, name="pulse-handler", daemon=True).start()
 
     def abandon(self, run: ThreadRun) -> None:
         """Its result is no longer wanted (timeout, cancel). If it is executing now, its
-        thread is stuck with it: allow one more thread meanwhile."""
+        thread is stuck with it: the next run gets another thread meanwhile."""
         with self._lock:
             if run.abandoned:
                 return
@@ -81,16 +90,15 @@ class HandlerThreads:
     def _work(self) -> None:
         queue = self._queue
         while True:
-            with self._lock:
-                self._idle += 1
             run = queue.get()
-            with self._lock:
-                self._idle -= 1
-                if run is None:
+            if run is None:  # shutdown
+                with self._lock:
                     self._threads -= 1
-                    return
-                if run.abandoned:
-                    continue  # cancelled before it started
+                return
+            with self._lock:
+                if run.abandoned:  # cancelled before it started
+                    self._idle += 1
+                    continue
                 run.started = time.monotonic()
             try:
                 run.result = run.fn(run.arg)
@@ -99,6 +107,7 @@ class HandlerThreads:
             run.duration_s = time.monotonic() - run.started
             with self._lock:
                 run._done = True
+                self._idle += 1  # before the loop hears of the result and submits more
                 if run.abandoned:
                     self._stuck -= 1
                     continue

@@ -173,7 +173,7 @@ async def test_cancel_and_drain_report_nothing_and_free_the_slots() -> None:
     assert executor.free == 4 and executor.idle.is_set()
     release.set()
     async with asyncio.timeout(10):  # a's thread ends now; its result must go nowhere
-        while executor._threads._stuck:  # noqa: ASYNC110 - a poll with a deadline
+        while executor._threads.stuck:  # noqa: ASYNC110 - a poll with a deadline
             await asyncio.sleep(0.01)
     await asyncio.sleep(0)  # a delivery scheduled by that thread would run here
     assert done.got == {}
@@ -191,4 +191,23 @@ async def test_a_shorter_deadline_submitted_later_times_out_first() -> None:
     release.set()
     await done.wait_for(2)
     assert done.got["long"].status == "succeeded"
+    executor.shutdown()
+
+
+async def test_a_run_never_waits_behind_a_busy_handler() -> None:
+    done = Outcomes()
+    executor = Executor(8, "n1", "z", done)
+    for round_ in range(3):
+        # Each round: busy handlers hold some threads while quick runs arrive.
+        for i in range(3):
+            executor.submit(job(f"{HERE}:stuck", f"busy{round_}-{i}"))
+        for i in range(4):
+            executor.submit(job(f"{HERE}:ok", f"quick{round_}-{i}"))
+        await done.wait_for(4 * (round_ + 1) + 3 * round_)
+        assert not any(name.startswith(f"busy{round_}") for name in done.got)
+        release.set()
+        await done.wait_for(7 * (round_ + 1))
+        release.clear()
+    assert all(o.status == "succeeded" for o in done.got.values())
+    assert executor._threads.threads <= 8
     executor.shutdown()
