@@ -126,20 +126,10 @@ def after_run(job: ClaimedJob, outcome: Outcome, now: datetime) -> tuple[Complet
         return done, []
     schedule = schedule_of(job)
     following = schedule.next_after(job.slot)
-    if following > now:  # the usual case: the next slot is still ahead, nothing to catch up
-        done = Completion(
-            id=job.id,
-            token=job.lease_token,
-            slot=job.slot,
-            outcome=outcome.status,
-            error=outcome.error,
-            duration_s=outcome.duration_s,
-            next_run_at=following,
-            next_slot=following,
-            next_attempt=1,
-        )
-        return done, []
-    plan = plan_catchup(schedule, following, now, catch_up_of(job))
+    skips: list[Skip] = []
+    if following <= now:  # a later slot is due already: the catch-up policy decides
+        plan = plan_catchup(schedule, following, now, catch_up_of(job))
+        following, skips = plan.next_slot, _skips(job, plan, now)
     done = Completion(
         id=job.id,
         token=job.lease_token,
@@ -147,8 +137,8 @@ def after_run(job: ClaimedJob, outcome: Outcome, now: datetime) -> tuple[Complet
         outcome=outcome.status,
         error=outcome.error,
         duration_s=outcome.duration_s,
-        next_run_at=plan.next_slot,
-        next_slot=plan.next_slot,
+        next_run_at=following,
+        next_slot=following,
         next_attempt=1,
     )
-    return done, _skips(job, plan, now)
+    return done, skips
