@@ -56,7 +56,7 @@ class Executor:
         self.idle = asyncio.Event()
         self.idle.set()
         self._loop = asyncio.get_running_loop()
-        self._threads = HandlerThreads(self._thread_results)
+        self._threads = HandlerThreads(concurrency, self._thread_results)
         self._timer: asyncio.TimerHandle | None = None
         self._timer_at = math.inf
 

@@ -6,22 +6,26 @@ event loop for every single run: about 100 µs of CPU per call on a 2-core machi
 its result to a list and wakes the loop only when that list was empty, so a tick that
 ends 300 runs wakes the loop a handful of times, not 300.
 
-Threads start on demand: a queued run takes an idle thread or starts a new one, so there
-are never more threads than the executor's concurrency, plus one for every run that timed
-out and is still stuck in its thread (Python cannot stop a thread, and a stuck handler
-must not hold up later runs). Threads are daemons: a stuck handler never holds up the
-node's exit.
+Threads start on demand: a queued run takes an idle thread or starts a new one. A run
+that timed out but is still stuck in its thread (Python cannot stop a thread) keeps that
+thread, and later runs get threads of their own, up to ``limit`` stuck ones: beyond that a
+handler that hangs every time would grow threads without end, so new runs then wait for
+a thread to come free (and time out if none does), and a warning says so. Threads are
+daemons: a stuck handler never holds up the node's exit.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from queue import SimpleQueue
 from typing import Any
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass(eq=False)
@@ -40,8 +44,9 @@ class ThreadRun:
 
 
 class HandlerThreads:
-    def __init__(self, on_results: Callable[[list[ThreadRun]], None]) -> None:
+    def __init__(self, limit: int, on_results: Callable[[list[ThreadRun]], None]) -> None:
         self._loop = asyncio.get_running_loop()
+        self._limit = limit
         self._on_results = on_results
         self._queue: SimpleQueue[ThreadRun | None] = SimpleQueue()
         self._lock = threading.Lock()
@@ -49,6 +54,8 @@ class HandlerThreads:
         self._threads = 0
         self._idle = 0
         self._stuck = 0  # abandoned runs still executing in their thread
+        self._owed = 0  # queued runs that no thread was reserved for (the cap was reached)
+        self._capped = False
         self._closed = False
 
     @property
@@ -65,14 +72,25 @@ class HandlerThreads:
             if self._closed:
                 raise RuntimeError("handler threads are shut down")
             # Every queued run is owed a thread of its own: an idle one, reserved here so
-            # that two runs never count on the same one, or a new one. A run therefore
-            # never waits behind a busy handler. The executor has at most ``concurrency`` runs
-            # in flight, so there are never more threads than that plus the stuck ones.
-            spawn = self._idle == 0
-            if spawn:
+            # that two runs never count on the same one, or a new one. The executor has at
+            # most ``limit`` runs in flight, so a run waits behind a busy handler only when
+            # ``limit`` more threads are stuck in runs that timed out.
+            spawn = warn = False
+            if self._idle > 0:
+                self._idle -= 1
+            elif self._threads < self._limit + min(self._stuck, self._limit):
+                spawn = True
                 self._threads += 1
             else:
-                self._idle -= 1
+                self._owed += 1
+                warn, self._capped = not self._capped, True
+        if warn:
+            logger.warning(
+                "%d handler threads are stuck in runs that timed out; new runs wait for a "
+                "thread to come free",
+                self._stuck,
+                extra={"event": "handler_threads_stuck"},
+            )
         self._queue.put(run)
         if spawn:
             threading.Thread(target=self._work, name="pulse-handler", daemon=True).start()
@@ -97,7 +115,7 @@ class HandlerThreads:
                 return
             with self._lock:
                 if run.abandoned:  # cancelled before it started
-                    self._idle += 1
+                    self._free()
                     continue
                 run.started = time.monotonic()
             try:
@@ -107,7 +125,7 @@ class HandlerThreads:
             run.duration_s = time.monotonic() - run.started
             with self._lock:
                 run._done = True
-                self._idle += 1  # before the loop hears of the result and submits more
+                self._free()  # before the loop hears of the result and submits more
                 if run.abandoned:
                     self._stuck -= 1
                     continue
@@ -118,6 +136,14 @@ class HandlerThreads:
                     self._loop.call_soon_threadsafe(self._deliver)
                 except RuntimeError:  # the loop is closed: the node is exiting
                     return
+
+    def _free(self) -> None:
+        """This thread takes its next run from the queue (called under the lock)."""
+        if self._owed:
+            self._owed -= 1  # a queued run waits for a thread: this one
+        else:
+            self._idle += 1
+            self._capped = False
 
     def _deliver(self) -> None:
         with self._lock:

@@ -211,3 +211,25 @@ async def test_a_run_never_waits_behind_a_busy_handler() -> None:
     assert all(o.status == "succeeded" for o in done.got.values())
     assert executor._threads.threads <= 8
     executor.shutdown()
+
+
+async def test_threads_stuck_in_timed_out_runs_are_capped(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A handler that hangs every time gets at most ``concurrency`` extra threads; then
+    new runs wait for one (and time out), with a warning, instead of growing threads."""
+    done = Outcomes()
+    executor = Executor(1, "n1", "z", done)
+    for i in range(5):
+        executor.submit(job(f"{HERE}:stuck", f"hang{i}", timeout_s=0.1))
+        await done.wait_for(i + 1)
+    assert all(o.status == "timed_out" for o in done.got.values())
+    assert executor._threads.threads == 2 and executor._threads.stuck == 2
+    warnings = [r for r in caplog.records if getattr(r, "event", "") == "handler_threads_stuck"]
+    assert len(warnings) == 1
+    release.set()  # the stuck threads come free and take over the runs that waited
+    executor.submit(job(f"{HERE}:ok", "after"))
+    await done.wait_for(6)
+    assert done.got["after"].status == "succeeded"
+    assert executor._threads.threads == 2
+    executor.shutdown()
