@@ -27,8 +27,8 @@ def hang(ctx: object) -> None:
 
 @pytest.fixture
 def nodes(settings: ClusterSettings, tmp_path: Path) -> Iterator[Nodes]:
-    hang = JobSpec.build("hang", "@every 1s", f"{__name__}:hang", timeout="1s")
-    init_cluster(settings, hang, shards=16)
+    spec = JobSpec.build("hang", "@every 1s", f"{__name__}:hang", timeout="1s")
+    init_cluster(settings, spec, shards=16)
     started = Nodes(settings, tmp_path)
     try:
         yield started
