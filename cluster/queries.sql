@@ -443,10 +443,15 @@ SELECT id FROM freed;
 -- name: recover
 -- Takes back, in the given shards, the slots of runs whose owner is dead (not among the
 -- live node ids and without a Postgres session named after it) or whose lease expired.
--- A compare-and-set on (status, lease_token) in database time, so a run that has just
--- finished is never overwritten. The slot is kept; it is due again at once as the next
--- attempt, and the attempt that was lost is recorded in the slot's run row. Returns the
--- jobs as reset (attempt is the next one) with the lost attempt's owner and reason.
+-- With %(own)s (at start-up, before this process has claimed anything) it takes back
+-- instead every run still under this node id, %(node_id)s: an earlier process of the same
+-- node (killed, restarted under a fixed id) left them, and the dead-owner test cannot tell
+-- them from this one (same id, live session). The flag is a constant when the statement is
+-- planned, so only its own branch is read. A compare-and-set on (status, lease_token) in
+-- database time, so a run that has just finished is never overwritten. The slot is kept;
+-- it is due again at once as the next attempt, and the attempt that was lost is recorded
+-- in the slot's run row. Returns the jobs as reset (attempt is the next one) with the lost
+-- attempt's owner and reason.
 WITH clock AS (
     SELECT coalesce(%(now)s::timestamptz, now()) AS t
 ),
@@ -456,13 +461,16 @@ sessions AS (
 ),
 dead AS (
     SELECT j.id, j.lease_token, j.attempt, j.locked_by, j.locked_zone, j.locked_at,
-           CASE WHEN j.lease_expires_at < k.t THEN 'lease expired'
+           CASE WHEN %(own)s THEN 'previous process gone'
+                WHEN j.lease_expires_at < k.t THEN 'lease expired'
                 ELSE 'owner gone' END AS reason
     FROM jobs j CROSS JOIN clock k
-    WHERE j.shard_id = ANY(%(shards)s::int[]) AND j.status = 'running'
-      AND (j.lease_expires_at < k.t
-           OR (NOT (j.locked_by = ANY(%(live)s::text[]))
-               AND j.locked_by NOT IN (SELECT node_id FROM sessions)))
+    WHERE j.status = 'running'
+      AND ((%(own)s AND j.locked_by = %(node_id)s)
+           OR (NOT %(own)s AND j.shard_id = ANY(%(shards)s::int[])
+               AND (j.lease_expires_at < k.t
+                    OR (NOT (j.locked_by = ANY(%(live)s::text[]))
+                        AND j.locked_by NOT IN (SELECT node_id FROM sessions)))))
     FOR UPDATE OF j SKIP LOCKED
 ),
 reset AS (
@@ -487,52 +495,6 @@ history AS (
     SELECT x.id, x.tenant_id, x.name, x.slot_at, x.lost_attempt, x.locked_by, x.locked_zone,
            'lost', x.old_token, x.locked_at, k.t,
            x.reason || ' (node ' || coalesce(x.locked_by, '?') || ')'
-    FROM reset x, clock k
-    ON CONFLICT (job_id, scheduled_for) DO UPDATE SET
-        attempt = excluded.attempt,
-        node_id = excluded.node_id,
-        zone = excluded.zone,
-        status = excluded.status,
-        lease_token = excluded.lease_token,
-        started_at = excluded.started_at,
-        finished_at = excluded.finished_at,
-        duration_s = NULL,
-        last_error = excluded.last_error
-)
-SELECT * FROM reset;
-
--- name: recover_own
--- At start-up, before this process has claimed anything: every job still running under
--- this node id was claimed by an earlier process of the same node (killed and restarted
--- under a fixed id), which `recover` cannot tell from this one: same id, live session. Its
--- slots are taken back like `recover` does, at once rather than when their leases expire,
--- and each lost attempt is recorded from `o`, the job row before this statement.
-WITH clock AS (
-    SELECT coalesce(%(now)s::timestamptz, now()) AS t
-),
-reset AS (
-    UPDATE jobs j SET
-        status = CASE WHEN j.paused THEN 'paused' ELSE 'idle' END,
-        next_run_at = k.t,
-        attempt = j.attempt + 1,
-        locked_by = NULL,
-        locked_at = NULL,
-        locked_zone = NULL,
-        lease_expires_at = NULL,
-        lease_token = j.lease_token + 1,
-        updated_at = k.t
-    FROM jobs o, clock k
-    WHERE j.status = 'running' AND j.locked_by = %(node_id)s AND o.id = j.id
-    RETURNING j.id, j.tenant_id, j.name, j.slot_at, j.attempt, o.lease_token AS old_token,
-              o.locked_by, 'previous process gone' AS reason, o.attempt AS lost_attempt,
-              o.locked_zone, o.locked_at
-),
-history AS (
-    INSERT INTO runs AS r (job_id, tenant_id, job_name, scheduled_for, attempt, node_id,
-                           zone, status, lease_token, started_at, finished_at, last_error)
-    SELECT x.id, x.tenant_id, x.name, x.slot_at, x.lost_attempt, x.locked_by, x.locked_zone,
-           'lost', x.old_token, x.locked_at, k.t,
-           x.reason || ' (node ' || x.locked_by || ')'
     FROM reset x, clock k
     ON CONFLICT (job_id, scheduled_for) DO UPDATE SET
         attempt = excluded.attempt,

@@ -367,10 +367,12 @@ class LockSession:
         """Reset the runs of dead owners (or expired leases) in ``shards``; returns them."""
         if not shards:
             return []
-        return await self._run("recover", {"shards": list(shards), "live": list(live), "now": now})
+        params = {"own": False, "shards": list(shards), "live": list(live), "node_id": None}
+        return await self._run("recover", {**params, "now": now})
 
     async def recover_own(self, now: datetime | None = None) -> list[dict[str, Any]]:
         """Take back the slots an earlier process of this node id left running.
 
         Only before this process claims anything: then every such run is an orphan."""
-        return await self._run("recover_own", {"node_id": self.node_id, "now": now})
+        params = {"own": True, "shards": [], "live": [], "node_id": self.node_id}
+        return await self._run("recover", {**params, "now": now})
