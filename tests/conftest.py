@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import os
 import secrets
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 
 import psycopg
 import pytest
 import redis
 
 from cluster.jobs import JobStore
+from cluster.session import LockSession
 from cluster.settings import ClusterSettings
 
 ADMIN_URL = os.environ.get("PULSE_TEST_ADMIN_URL", "postgresql://postgres@127.0.0.1:5432/postgres")
@@ -56,3 +57,23 @@ async def store(settings: ClusterSettings) -> AsyncIterator[JobStore]:
     async with JobStore.open(settings) as job_store:
         await job_store.init(shards=16)
         yield job_store
+
+
+Opener = Callable[..., Awaitable[LockSession]]
+
+
+@pytest.fixture
+async def open_session(store: JobStore, settings: ClusterSettings) -> AsyncIterator[Opener]:
+    """Opens lock sessions (node id, zone) on the ``store``'s schema; closes them all at
+    teardown. Statements that take their shards as arguments need no shard locks."""
+    opened: list[LockSession] = []
+
+    async def opener(node_id: str, zone: str = "z") -> LockSession:
+        session = LockSession(settings, node_id, zone, session_timeout_s=10, statement_timeout_s=5)
+        await session.open()
+        opened.append(session)
+        return session
+
+    yield opener
+    for session in opened:
+        await session.close()

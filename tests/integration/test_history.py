@@ -9,48 +9,28 @@ pass the lease-token fence. Database time is driven with explicit ``now=`` value
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 from uuid import UUID
 from zoneinfo import ZoneInfo
-
-import pytest
 
 from cluster.db import connect
 from cluster.jobs import JobStore
 from cluster.jobspec import JobSpec
 from cluster.models import Run
 from cluster.queries import query
-from cluster.session import ClaimedJob, Completion, LockSession, Skip
+from cluster.session import ClaimedJob, Completion, Skip
 from cluster.settings import ClusterSettings
 from cluster.status import collect
+from tests.conftest import Opener
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 ALL = list(range(16))
 
-Opener = Callable[..., Awaitable[LockSession]]
-
 
 def at(seconds: float) -> datetime:
     return T0 + timedelta(seconds=seconds)
-
-
-@pytest.fixture
-async def open_session(store: JobStore, settings: ClusterSettings) -> AsyncIterator[Opener]:
-    """Opens lock sessions (node id, zone); closes them all at teardown. The statements
-    under test take their shards as arguments, so no test needs the shard locks."""
-    opened: list[LockSession] = []
-
-    async def opener(node_id: str, zone: str = "z") -> LockSession:
-        session = LockSession(settings, node_id, zone, session_timeout_s=10, statement_timeout_s=5)
-        await session.open()
-        opened.append(session)
-        return session
-
-    yield opener
-    for session in opened:
-        await session.close()
 
 
 async def add(store: JobStore, *specs: JobSpec) -> None:

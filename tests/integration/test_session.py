@@ -10,12 +10,11 @@ import asyncio
 import contextlib
 import time
 from collections import Counter
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime, timedelta
 from uuid import UUID
 
 import psycopg
-import pytest
 
 from cluster import notify
 from cluster.db import Conn, connect
@@ -27,34 +26,16 @@ from cluster.session import ClaimedJob, Completion, LockSession
 from cluster.settings import ClusterSettings
 from node.handlers import Outcome
 from node.outcomes import after_run
-from tests.conftest import ADMIN_URL
+from tests.conftest import ADMIN_URL, Opener
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 ALL = list(range(16))
 LOW, HIGH = list(range(8)), list(range(8, 16))
 OK = Outcome("succeeded", None, 0.01)
 
-Opener = Callable[[str], Awaitable[LockSession]]
-
 
 def at(seconds: float) -> datetime:
     return T0 + timedelta(seconds=seconds)
-
-
-@pytest.fixture
-async def open_session(store: JobStore, settings: ClusterSettings) -> AsyncIterator[Opener]:
-    """Opens lock sessions named after node ids; closes them all at teardown."""
-    opened: list[LockSession] = []
-
-    async def opener(node_id: str) -> LockSession:
-        session = LockSession(settings, node_id, "z", session_timeout_s=10, statement_timeout_s=5)
-        await session.open()
-        opened.append(session)
-        return session
-
-    yield opener
-    for session in opened:
-        await session.close()
 
 
 async def add_jobs(store: JobStore, count: int, every: str = "@every 10s") -> list[Job]:
