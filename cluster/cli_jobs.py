@@ -53,7 +53,7 @@ async def add_job(store: JobStore, name: str, as_json: bool, **options: Any) -> 
     if as_json:
         emit_json(job.to_json())
     else:
-        click.echo(f"created {job.name} (tenant {job.tenant}); next run {iso(job.next_run_at)}")
+        click.echo(f"created {job.name} (tenant {job.tenant}); next run {_next_run(job)}")
 
 
 def load_specs(path: str) -> list[JobSpec]:
@@ -130,7 +130,11 @@ def _table(rows: list[list[str]]) -> None:
 
 
 def _when(job: Job) -> str:
-    return job.next_run_at.strftime("%Y-%m-%d %H:%M:%S%z") if job.status != "paused" else "-"
+    return job.next_run_at.strftime("%Y-%m-%d %H:%M:%S%z") if job.next_run_at else "-"
+
+
+def _next_run(job: Job) -> str:
+    return iso(job.next_run_at) or "none while paused"
 
 
 @jobs.command("list")
@@ -159,8 +163,9 @@ async def show_job(store: JobStore, name: str, tenant: str, as_json: bool) -> No
     """Show one job, its next slots and its latest runs."""
     job = await store.get(name, tenant)
     schedule = JobStore._spec_of(job).parsed_schedule()
-    upcoming = schedule.next_n(max(job.next_run_at, await store.db_now()), SHOW_SLOTS)
-    if job.status == "idle" and job.next_run_at not in upcoming:
+    now = await store.db_now()
+    upcoming = schedule.next_n(max(job.next_run_at or now, now), SHOW_SLOTS)
+    if job.status == "idle" and job.next_run_at and job.next_run_at not in upcoming:
         upcoming = [job.next_run_at, *upcoming[: SHOW_SLOTS - 1]]
     recent = await store.runs(job=job.name, tenant=job.tenant, limit=5)
     if as_json:
@@ -198,8 +203,7 @@ def _control(verb: str) -> click.Command:
             return
         done = {"pause": "paused", "resume": "resumed", "trigger": "triggered"}[verb]
         click.echo(
-            f"{done} {job.name} (tenant {job.tenant}): {job.status}, "
-            f"next run {iso(job.next_run_at)}"
+            f"{done} {job.name} (tenant {job.tenant}): {job.status}, next run {_next_run(job)}"
         )
 
     docs = {

@@ -12,7 +12,9 @@ INSERT INTO jobs (
 VALUES (
     %(id)s, %(tenant_id)s, %(name)s, %(schedule)s, %(tz)s, %(dst_repeated)s, %(dst_skipped)s,
     %(handler)s, %(payload)s, CASE WHEN %(paused)s THEN 'paused' ELSE 'idle' END, %(paused)s,
-    %(shard_id)s, %(next_run_at)s, %(next_run_at)s, %(catch_up)s, %(grace_s)s,
+    %(shard_id)s,
+    CASE WHEN %(paused)s THEN '9999-01-01Z'::timestamptz ELSE %(next_run_at)s END,
+    %(next_run_at)s, %(catch_up)s, %(grace_s)s,
     %(max_backfill)s, %(timeout_s)s, %(max_retries)s, %(retry_backoff_s)s)
 ON CONFLICT (tenant_id, name) DO NOTHING
 RETURNING id, shard_id;
@@ -28,7 +30,9 @@ INSERT INTO jobs AS j (
 VALUES (
     %(id)s, %(tenant_id)s, %(name)s, %(schedule)s, %(tz)s, %(dst_repeated)s, %(dst_skipped)s,
     %(handler)s, %(payload)s, CASE WHEN %(paused)s THEN 'paused' ELSE 'idle' END, %(paused)s,
-    %(shard_id)s, %(next_run_at)s, %(next_run_at)s, %(catch_up)s, %(grace_s)s,
+    %(shard_id)s,
+    CASE WHEN %(paused)s THEN '9999-01-01Z'::timestamptz ELSE %(next_run_at)s END,
+    %(next_run_at)s, %(catch_up)s, %(grace_s)s,
     %(max_backfill)s, %(timeout_s)s, %(max_retries)s, %(retry_backoff_s)s)
 ON CONFLICT (tenant_id, name) DO UPDATE SET
     schedule = excluded.schedule,
@@ -49,6 +53,7 @@ ON CONFLICT (tenant_id, name) DO UPDATE SET
         WHEN excluded.paused THEN 'paused'
         ELSE 'idle' END,
     next_run_at = CASE
+        WHEN j.status <> 'running' AND excluded.paused THEN excluded.next_run_at
         WHEN j.status <> 'running' AND (
             (j.schedule, j.tz, j.dst_repeated, j.dst_skipped)
                 IS DISTINCT FROM (excluded.schedule, excluded.tz, excluded.dst_repeated,
@@ -94,6 +99,8 @@ SELECT * FROM jobs WHERE tenant_id = %(tenant_id)s AND name = %(name)s FOR UPDAT
 UPDATE jobs SET
     paused = true,
     status = CASE WHEN status = 'running' THEN status ELSE 'paused' END,
+    next_run_at = CASE WHEN status = 'running' THEN next_run_at
+                       ELSE '9999-01-01Z'::timestamptz END,
     updated_at = now()
 WHERE tenant_id = %(tenant_id)s AND name = %(name)s
 RETURNING id, shard_id, status;
@@ -227,11 +234,14 @@ SELECT coalesce(%(now)s::timestamptz, now()) AS now;
 -- limit/shards each); the limit-th oldest head is a cutoff, and only a shard whose whole
 -- quota came before the cutoff can hold more jobs older than it, so only such shards are
 -- read further (deeper). The rows are locked with SKIP LOCKED and re-checked, and marked
--- running under a fresh lease token. The claim writes no run row: until the attempt ends
--- the job row is its record (locked_by, locked_at, locked_zone, slot_at, attempt,
--- lease_token), and whatever ends it (complete, release, recover) writes the row. The
--- last columns tell the caller when the next job of these shards falls due (only when
--- the claim is not full), so it can sleep until then.
+-- running under a fresh lease token; no index names a column this update changes, so it
+-- is a HOT update wherever the row's page has room (migration 003). Running jobs are in
+-- the index range too (behind the status check), as many as the nodes' concurrency;
+-- paused ones are not (their next_run_at is 9999-01-01 while paused). The claim writes
+-- no run row: until the attempt ends the job row is its record (locked_by, locked_at,
+-- locked_zone, slot_at, attempt, lease_token), and whatever ends it (complete, release,
+-- recover) writes the row. The last columns tell the caller when the next job of these
+-- shards falls due (only when the claim is not full), so it can sleep until then.
 WITH clock AS (
     SELECT coalesce(%(now)s::timestamptz, now()) AS t
 ),
@@ -304,6 +314,7 @@ next_due AS (
         SELECT j.next_run_at FROM jobs j
         WHERE j.shard_id = s.shard AND j.status = 'idle'
           AND j.next_run_at > (SELECT t FROM clock)
+          AND j.next_run_at < '9999-01-01Z'::timestamptz  -- paused jobs
         ORDER BY j.next_run_at
         LIMIT 1
     ) AS x
@@ -340,7 +351,8 @@ input AS (
 done AS (
     UPDATE jobs j SET
         status = CASE WHEN j.paused THEN 'paused' ELSE 'idle' END,
-        next_run_at = i.next_run_at,
+        next_run_at = CASE WHEN j.paused THEN '9999-01-01Z'::timestamptz
+                           ELSE i.next_run_at END,
         slot_at = i.next_slot,
         attempt = i.next_attempt,
         last_run_at = CASE WHEN i.outcome = 'skipped' THEN j.last_run_at ELSE i.slot END,
@@ -406,7 +418,7 @@ WITH clock AS (
 freed AS (
     UPDATE jobs j SET
         status = CASE WHEN j.paused THEN 'paused' ELSE 'idle' END,
-        next_run_at = k.t,
+        next_run_at = CASE WHEN j.paused THEN '9999-01-01Z'::timestamptz ELSE k.t END,
         attempt = j.attempt + 1,
         locked_by = NULL,
         locked_at = NULL,
@@ -468,6 +480,7 @@ dead AS (
     WHERE j.status = 'running'
       AND ((%(own)s AND j.locked_by = %(node_id)s)
            OR (NOT %(own)s AND j.shard_id = ANY(%(shards)s::int[])
+               AND j.next_run_at <= k.t  -- true of every running job; bounds the index scan
                AND (j.lease_expires_at < k.t
                     OR (NOT (j.locked_by = ANY(%(live)s::text[]))
                         AND j.locked_by NOT IN (SELECT node_id FROM sessions)))))
@@ -476,7 +489,7 @@ dead AS (
 reset AS (
     UPDATE jobs j SET
         status = CASE WHEN j.paused THEN 'paused' ELSE 'idle' END,
-        next_run_at = k.t,
+        next_run_at = CASE WHEN j.paused THEN '9999-01-01Z'::timestamptz ELSE k.t END,
         attempt = j.attempt + 1,
         locked_by = NULL,
         locked_at = NULL,

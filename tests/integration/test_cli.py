@@ -202,7 +202,7 @@ def test_init_then_init_again(pulse: Invoke, settings: ClusterSettings) -> None:
     first = pulse("init", "--shards", "16")
     assert first.exit_code == 0
     assert first.stdout.strip() == (
-        f"schema {settings.schema} at version 2 (applied: 001, 002); 16 shards"
+        f"schema {settings.schema} at version 3 (applied: 001, 002, 003); 16 shards"
     )
     again = pulse("init")
     assert again.exit_code == 0
@@ -262,9 +262,14 @@ def test_add_text_and_json(initialised: Invoke, settings: ClusterSettings) -> No
     assert (data["grace_s"], data["max_backfill"], data["timeout_s"]) == (90.0, 7, 3600.0)
     assert (data["retries"], data["retry_backoff_s"]) == (2, 0.5)
     assert 0 <= data["shard"] < 16
-    local = is_aware_iso(data["next_run_at"]).astimezone(ZoneInfo("Europe/Berlin"))
-    assert (local.hour, local.minute) in ((2, 30), (3, 0))  # 03:00 on a spring-forward day
+    assert data["next_run_at"] is None, "a paused job is never due"
     assert len(jobs_rows(settings)) == 2
+
+    resumed = initialised("jobs", "resume", "nightly", "--tenant", "acme")
+    assert resumed.exit_code == 0, resumed.stderr
+    next_run = is_aware_iso(resumed.stdout.strip().rsplit(" ", 1)[1])
+    local = next_run.astimezone(ZoneInfo("Europe/Berlin"))
+    assert (local.hour, local.minute) in ((2, 30), (3, 0))  # 03:00 on a spring-forward day
 
 
 # -- jobs add: bad input -------------------------------------------------------------------

@@ -204,14 +204,7 @@ EXPECTED_INDEXES = {
     "jobs_tenant_id_name_key": (
         "CREATE UNIQUE INDEX jobs_tenant_id_name_key ON S.jobs USING btree (tenant_id, name)"
     ),
-    "jobs_due": (
-        "CREATE INDEX jobs_due ON S.jobs USING btree (shard_id, next_run_at)"
-        " WHERE (status = 'idle'::text)"
-    ),
-    "jobs_running": (
-        "CREATE INDEX jobs_running ON S.jobs USING btree (shard_id)"
-        " WHERE (status = 'running'::text)"
-    ),
+    "jobs_due": "CREATE INDEX jobs_due ON S.jobs USING btree (shard_id, next_run_at)",
     "meta_pkey": "CREATE UNIQUE INDEX meta_pkey ON S.meta USING btree (key)",
     "runs_pkey": "CREATE UNIQUE INDEX runs_pkey ON S.runs USING btree (id)",
     "runs_job_id_scheduled_for_key": (
