@@ -49,6 +49,7 @@ def _params(system: str, shards: list[int], limit: int, now: datetime) -> dict[s
             "shards": shards,
             "limit": limit,
             "lease_s": LEASE_S,
+            "ahead_s": 0.0,
             "node_id": "pulse-1",
             "zone": "a",
             "now": now,

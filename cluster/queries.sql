@@ -242,8 +242,12 @@ SELECT coalesce(%(now)s::timestamptz, now()) AS now;
 -- locked_zone, slot_at, attempt, lease_token), and whatever ends it (complete, release,
 -- recover) writes the row. The last columns tell the caller when the next job of these
 -- shards falls due (only when the claim is not full), so it can sleep until then.
+-- It looks %(ahead_s)s seconds ahead: jobs due by then are claimed too, so the node can
+-- start them on time rather than one claim round trip late; locked_at, the start of the
+-- attempt, is then its due time.
 WITH clock AS (
-    SELECT coalesce(%(now)s::timestamptz, now()) AS t
+    SELECT c.t, c.t + make_interval(secs => %(ahead_s)s) AS due
+    FROM (SELECT coalesce(%(now)s::timestamptz, now()) AS t) AS c
 ),
 quota AS (
     SELECT ceil(%(limit)s::float8 / greatest(cardinality(%(shards)s::int[]), 1))::int + 1 AS n
@@ -254,7 +258,7 @@ heads AS (
     CROSS JOIN LATERAL (
         SELECT j.id, j.next_run_at FROM jobs j
         WHERE j.shard_id = s.shard AND j.status = 'idle'
-          AND j.next_run_at <= (SELECT t FROM clock)
+          AND j.next_run_at <= (SELECT due FROM clock)
         ORDER BY j.next_run_at
         LIMIT (SELECT n FROM quota)
     ) AS c
@@ -273,7 +277,7 @@ deeper AS (
     CROSS JOIN LATERAL (
         SELECT j.id, j.next_run_at FROM jobs j
         WHERE j.shard_id = s.shard AND j.status = 'idle'
-          AND j.next_run_at <= (SELECT t FROM clock)
+          AND j.next_run_at <= (SELECT due FROM clock)
           AND j.next_run_at < (SELECT t FROM cutoff)
         ORDER BY j.next_run_at
         LIMIT %(limit)s
@@ -288,14 +292,14 @@ candidates AS (
 ),
 locked AS (
     SELECT j.id FROM jobs j JOIN candidates c ON c.id = j.id
-    WHERE j.status = 'idle' AND j.next_run_at <= (SELECT t FROM clock)
+    WHERE j.status = 'idle' AND j.next_run_at <= (SELECT due FROM clock)
     FOR UPDATE OF j SKIP LOCKED
 ),
 claimed AS (
     UPDATE jobs j SET
         status = 'running',
         locked_by = %(node_id)s,
-        locked_at = k.t,
+        locked_at = greatest(k.t, j.next_run_at),
         locked_zone = %(zone)s,
         lease_expires_at = k.t + make_interval(secs => %(lease_s)s),
         lease_token = j.lease_token + 1,
@@ -313,7 +317,7 @@ next_due AS (
     CROSS JOIN LATERAL (
         SELECT j.next_run_at FROM jobs j
         WHERE j.shard_id = s.shard AND j.status = 'idle'
-          AND j.next_run_at > (SELECT t FROM clock)
+          AND j.next_run_at > (SELECT due FROM clock)
           AND j.next_run_at < '9999-01-01Z'::timestamptz  -- paused jobs
         ORDER BY j.next_run_at
         LIMIT 1
@@ -480,7 +484,9 @@ dead AS (
     WHERE j.status = 'running'
       AND ((%(own)s AND j.locked_by = %(node_id)s)
            OR (NOT %(own)s AND j.shard_id = ANY(%(shards)s::int[])
-               AND j.next_run_at <= k.t  -- true of every running job; bounds the index scan
+               -- Every running job was due by its claim (plus the claim's look-ahead, a
+               -- fraction of a second): this bounds the index scan.
+               AND j.next_run_at <= k.t + interval '1 minute'
                AND (j.lease_expires_at < k.t
                     OR (NOT (j.locked_by = ANY(%(live)s::text[]))
                         AND j.locked_by NOT IN (SELECT node_id FROM sessions)))))

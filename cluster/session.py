@@ -58,6 +58,9 @@ class ClaimedJob:
     timeout_s: float
     max_retries: int
     retry_backoff_s: float
+    # When the attempt is due: the slot, or the end of a retry's backoff. A claim that
+    # looks ahead returns jobs due a moment later; they start then.
+    due: datetime | None = None
 
     @classmethod
     def from_row(cls, row: dict[str, Any]) -> ClaimedJob:
@@ -81,6 +84,7 @@ class ClaimedJob:
             timeout_s=row["timeout_s"],
             max_retries=row["max_retries"],
             retry_backoff_s=row["retry_backoff_s"],
+            due=row["next_run_at"],
         )
 
 
@@ -302,14 +306,21 @@ class LockSession:
     # -- jobs -------------------------------------------------------------------------
 
     async def claim(
-        self, shards: Sequence[int], limit: int, lease_s: float, now: datetime | None = None
+        self,
+        shards: Sequence[int],
+        limit: int,
+        lease_s: float,
+        now: datetime | None = None,
+        ahead_s: float = 0.0,
     ) -> ClaimResult:
+        """Claim jobs due by ``now + ahead_s``; ``next_due`` is the first due after that."""
         rows = await self._run(
             "claim",
             {
                 "shards": list(shards),
                 "limit": limit,
                 "lease_s": lease_s,
+                "ahead_s": ahead_s,
                 "node_id": self.node_id,
                 "zone": self.zone,
                 "now": now,

@@ -30,6 +30,10 @@ logger = logging.getLogger(__name__)
 
 MAX_CLAIM = 500
 WAKE_MARGIN_S = 0.002
+# Claims take jobs due this much later too, and the executor starts them when they fall
+# due: the claim's round trip is then paid before the slot, not after it. It holds those
+# execution slots idle for at most this long.
+CLAIM_AHEAD_S = 0.1
 SLOT_BATCH_WINDOW_S = 0.005
 
 
@@ -59,12 +63,22 @@ class Claimer:
         self._failures = Failures("claims")
         self._wake_at = math.inf  # monotonic time of the next planned claim
         self._sooner = asyncio.Event()
+        # The last claim was full: more is due, and the loop claims again as slots free.
+        # Completions wait meanwhile (see node/completer.py).
+        self._catching_up = False
+        completer.defer = lambda: self._catching_up
+
+    def _set_catching_up(self, full: bool) -> None:
+        if self._catching_up and not full:
+            self._completer.undefer()
+        self._catching_up = full
 
     def due_at(self, when: datetime) -> None:
         """A job of this node falls due at ``when`` (database time); claim then if that is
         sooner than planned. Completions call this: the next slot they write was not there
         for the claim that planned the current sleep (the job was running then)."""
-        at = time.monotonic() + (when - self._clock.now()).total_seconds() + WAKE_MARGIN_S
+        until = (when - self._clock.now()).total_seconds() - CLAIM_AHEAD_S
+        at = time.monotonic() + until + WAKE_MARGIN_S
         if at < self._wake_at:
             self._wake_at = at
             self._sooner.set()
@@ -73,6 +87,7 @@ class Claimer:
         """Claim once; return how long to sleep before the next claim."""
         held = self._state.held
         if not self._session.trusted(self._margin_s):
+            self._set_catching_up(False)
             if held:
                 self._stats.locks_lost += self._state.session_untrusted()
             return self._poll_s
@@ -87,7 +102,9 @@ class Claimer:
             return 0.0 if self._executor.free > 0 else self._poll_s
         limit = min(free, MAX_CLAIM)
         started = time.monotonic()
-        result = await self._session.claim(sorted(held), limit, self._lease_s)
+        result = await self._session.claim(
+            sorted(held), limit, self._lease_s, ahead_s=CLAIM_AHEAD_S
+        )
         elapsed = time.monotonic() - started
         # db_now is when the statement started; by now the database clock is `elapsed` on
         # (less the tiny send latency). A clock that lags would make every wake-up late.
@@ -96,11 +113,13 @@ class Claimer:
         self._stats.claim_seconds.append(elapsed)
         for job in result.jobs:
             self._dispatch(job)
+        self._set_catching_up(len(result.jobs) >= limit)
         if len(result.jobs) >= limit:
             return 0.0  # more may be due: claim again as soon as slots allow
         delay = self._poll_s
         if result.next_due is not None:
             until_due = (result.next_due - result.db_now).total_seconds() - elapsed
+            until_due -= CLAIM_AHEAD_S
             delay = min(delay, max(0.0, until_due + WAKE_MARGIN_S))
         return delay
 
@@ -118,7 +137,8 @@ class Claimer:
             return
         self._stats.fired += 1
         self._stats.fire_lag_seconds.append(max(0.0, (now - job.slot).total_seconds()))
-        self._executor.submit(job)
+        early_s = (job.due - now).total_seconds() if job.due is not None else 0.0
+        self._executor.submit(job, start_in_s=early_s)
 
     async def run(self, stop: asyncio.Event) -> None:
         wake = self._state.wake
@@ -130,6 +150,7 @@ class Claimer:
                 delay = await self.run_once()
                 self._failures.succeeded()
             except StoreError as exc:
+                self._set_catching_up(False)
                 self._stats.db_errors += 1
                 self._failures.failed(exc)
                 delay = self._failures.backoff_s(0.1, 2.0)
@@ -146,3 +167,4 @@ class Claimer:
                 # Slots free one by one as runs end; a moment's wait lets the next claim
                 # fill many at once instead of paying a round trip per slot.
                 await asyncio.sleep(SLOT_BATCH_WINDOW_S)
+        self._set_catching_up(False)  # no more claims: nothing for completions to wait for

@@ -1,15 +1,22 @@
 """Writes run outcomes back to Postgres: batched, fenced, shielded, retried.
 
 Finished runs and claim-time skips queue here; one loop writes everything queued in one
-``complete`` statement. The write runs under ``asyncio.shield`` so a shutdown cannot lose
-it, and a failed write is retried with backoff: a completion whose lease still holds is
-applied whenever the database answers again; a stale one is fenced, counted and logged.
+``complete`` statement. While the claim loop is catching up (its last claim was full:
+more is due, and it claims again as slots free) the write waits, up to ``MAX_DEFER_S`` or
+a full batch: the claims that start the remaining due runs go first, and the completions
+follow in fewer, larger statements. Slots are freed when runs end, not when their
+completions are written, so the wait never holds back a claim.
+
+The write runs under ``asyncio.shield`` so a shutdown cannot lose it, and a failed write
+is retried with backoff: a completion whose lease still holds is applied whenever the
+database answers again; a stale one is fenced, counted and logged.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import Protocol
@@ -26,6 +33,10 @@ from node.stats import Stats
 logger = logging.getLogger(__name__)
 
 MAX_BATCH = 500
+# How long a finished run's completion may wait while the claim loop catches up. Well
+# under any lease, and short enough that a job's next slot is written long before it
+# falls due (a slot is at least a second after the one that ran).
+MAX_DEFER_S = 0.25
 
 
 class CompletionSink(Protocol):
@@ -45,7 +56,12 @@ class Completer:
         self._clock = clock
         self._stats = stats
         self._queue: list[tuple[ClaimedJob, Completion, list[Skip]]] = []
+        self._queued_at = 0.0  # monotonic time the oldest queued completion arrived
         self._ready = asyncio.Event()
+        self._undeferred = asyncio.Event()
+        # True while writes should wait for the claim loop (it says so, and calls
+        # ``undefer`` when it has caught up).
+        self.defer: Callable[[], bool] = lambda: False
         self.written = asyncio.Event()
         self._failures = Failures("completion writes")
         # Told the earliest next slot each flush wrote (the claim loop plans its sleep).
@@ -84,8 +100,22 @@ class Completer:
         self.submit(job, done, skips)
 
     def submit(self, job: ClaimedJob, done: Completion, skips: list[Skip]) -> None:
+        if not self._queue:
+            self._queued_at = time.monotonic()
         self._queue.append((job, done, skips))
         self._ready.set()
+        if len(self._queue) >= MAX_BATCH:
+            self._undeferred.set()
+
+    def undefer(self) -> None:
+        """The claim loop has caught up: write what waits now."""
+        self._undeferred.set()
+
+    async def _wait_if_deferred(self, stop: asyncio.Event) -> None:
+        if stop.is_set() or len(self._queue) >= MAX_BATCH or not self.defer():
+            return
+        self._undeferred.clear()
+        await wait_any(self._queued_at + MAX_DEFER_S - time.monotonic(), self._undeferred, stop)
 
     async def run(self, stop: asyncio.Event) -> None:
         """Write until ``stop`` is set and the queue is empty."""
@@ -96,6 +126,7 @@ class Completer:
                 await wait_any(1.0, self._ready, stop)
                 self._ready.clear()
                 continue
+            await self._wait_if_deferred(stop)
             if not await asyncio.shield(self.flush_once()):
                 # Keep trying after stop too: the node's drain deadline decides when to give up.
                 await asyncio.sleep(self._failures.backoff_s(0.2, 5.0))
@@ -114,6 +145,7 @@ class Completer:
             return False
         self._failures.succeeded()
         del self._queue[: len(batch)]
+        self._queued_at = time.monotonic()  # what is left waits from now
         self._account(batch, applied)
         self.written.set()
         upcoming = [done.next_run_at for job, done, _ in batch if job.id in applied]

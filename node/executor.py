@@ -30,9 +30,10 @@ logger = logging.getLogger(__name__)
 @dataclass(eq=False)
 class Running:
     job: ClaimedJob
-    started: float  # loop time
+    started: float  # loop time (for a run claimed ahead of its due time: when it starts)
     task: asyncio.Task[None] | None = None
     thread: ThreadRun | None = None
+    pending: asyncio.TimerHandle | None = None  # claimed ahead: starts when this fires
 
     @property
     def deadline(self) -> float:
@@ -67,9 +68,24 @@ class Executor:
     def leases(self) -> list[tuple[UUID, int]]:
         return [(r.job.id, r.job.lease_token) for r in self.running.values()]
 
-    def submit(self, job: ClaimedJob) -> None:
+    def submit(self, job: ClaimedJob, start_in_s: float = 0.0) -> None:
+        """Run ``job`` now, or in ``start_in_s`` (claimed ahead of its due time: it holds
+        its slot meanwhile)."""
         if job.id in self.running or self.free <= 0:
             raise RuntimeError(f"executor cannot take {job.name}: slot in use or no free slot")
+        self.idle.clear()
+        if start_in_s > 0:
+            found = self.running[job.id] = Running(job, self._loop.time() + start_in_s)
+            found.pending = self._loop.call_later(start_in_s, self._start, found)
+            return
+        self._start(Running(job, self._loop.time()))
+
+    def _start(self, found: Running) -> None:
+        job = found.job
+        if found.pending is not None:
+            if self.running.get(job.id) is not found:
+                return  # cancelled before it started
+            found.pending = None
         fn = sync_handler(job.handler)
         now = self._loop.time()
         if fn is None:  # async, shell:, or not resolvable: invoke() deals with each
@@ -81,7 +97,6 @@ class Executor:
             self._threads.submit(run)
             if found.deadline < self._timer_at:
                 self._arm(found.deadline)
-        self.idle.clear()
 
     def context(self, job: ClaimedJob) -> RunContext:
         return RunContext(
@@ -169,6 +184,8 @@ class Executor:
         return found.job
 
     def _drop(self, found: Running) -> None:
+        if found.pending is not None:
+            found.pending.cancel()
         if found.thread is not None:
             self._threads.abandon(found.thread)
         self._finish(found.job.id)

@@ -90,6 +90,7 @@ def claim_params(shards: list[int], limit: int = LIMIT) -> dict[str, Any]:
         "shards": shards,
         "limit": limit,
         "lease_s": 30.0,
+        "ahead_s": 0.0,
         "node_id": "n1",
         "zone": "z",
         "now": T0,

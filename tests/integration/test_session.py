@@ -203,6 +203,39 @@ async def test_claim_respects_the_limit_and_takes_the_oldest_slots_first(
     assert third.next_due == at(21) and third.db_now == at(20)
 
 
+async def test_a_claim_looking_ahead_takes_what_falls_due_within_the_window(
+    store: JobStore, open_session: Opener
+) -> None:
+    jobs = {j.name: j for j in await add_jobs(store, 3)}
+    a = await open_session("node-a")
+    await a.try_lock(ALL)
+    due = {"job-0000": at(10), "job-0001": at(10.1), "job-0002": at(10.5)}
+    conn = await connect(a.settings, "setup")
+    try:
+        for name, when in due.items():
+            await conn.execute(
+                "UPDATE jobs SET next_run_at = %s, slot_at = %s WHERE id = %s",
+                (when, when, jobs[name].id),
+            )
+        result = await a.claim(ALL, 100, 30.0, now=at(9.9), ahead_s=0.2)
+        assert sorted(j.name for j in result.jobs) == ["job-0000", "job-0001"]
+        assert {j.name: j.due for j in result.jobs} == {
+            "job-0000": at(10),
+            "job-0001": at(10.1),
+        }
+        assert (result.db_now, result.next_due) == (at(9.9), at(10.5))
+        # The attempt starts when it falls due, not when it was claimed.
+        cur = await conn.execute("SELECT name, locked_at FROM jobs WHERE status = 'running'")
+        assert {r["name"]: r["locked_at"] for r in await cur.fetchall()} == {
+            "job-0000": at(10),
+            "job-0001": at(10.1),
+        }
+    finally:
+        await conn.close()
+    # Without the look-ahead nothing else is due yet.
+    assert (await a.claim(ALL, 100, 30.0, now=at(10.2))).jobs == []
+
+
 async def test_two_sessions_on_different_shards_never_claim_the_same_job(
     store: JobStore, open_session: Opener
 ) -> None:
@@ -228,6 +261,7 @@ async def _claim_in_transaction(conn: Conn, shards: list[int], limit: int) -> li
         "shards": shards,
         "limit": limit,
         "lease_s": 30.0,
+        "ahead_s": 0.0,
         "node_id": str(conn.info.parameter_status("application_name")),
         "zone": "z",
         "now": at(60),

@@ -233,3 +233,35 @@ async def test_threads_stuck_in_timed_out_runs_are_capped(
     assert done.got["after"].status == "succeeded"
     assert executor._threads.threads == 2
     executor.shutdown()
+
+
+async def test_a_run_claimed_ahead_holds_its_slot_and_starts_when_due() -> None:
+    done = Outcomes()
+    executor = Executor(2, "n1", "z", done)
+    loop = asyncio.get_running_loop()
+    submitted = loop.time()
+    executor.submit(job(f"{HERE}:ok", "early"), start_in_s=0.2)
+    assert executor.free == 1 and not executor.idle.is_set()
+    assert seen == [], "not started before it is due"
+    await done.wait_for(1)
+    assert loop.time() - submitted >= 0.19
+    assert (seen, done.got["early"].status) == (["early"], "succeeded")
+    assert executor.free == 2 and executor.idle.is_set()
+    executor.shutdown()
+
+
+async def test_a_run_cancelled_before_it_starts_never_runs() -> None:
+    done = Outcomes()
+    executor = Executor(2, "n1", "z", done)
+    later = job(f"{HERE}:ok", "later")
+    executor.submit(later, start_in_s=30)
+    pending = executor.running[later.id].pending
+    assert pending is not None
+    assert executor.cancel(later.id) is later
+    assert pending.cancelled() and executor.free == 2 and executor.idle.is_set()
+    # Drained before its start, a run claimed ahead is handed back for release.
+    again = job(f"{HERE}:ok", "again")
+    executor.submit(again, start_in_s=30)
+    assert await executor.drain(0.01) == [again]
+    assert (seen, done.got, executor.free) == ([], {}, 2)
+    executor.shutdown()

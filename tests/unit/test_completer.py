@@ -1,0 +1,103 @@
+"""The completer's wait while the claim loop catches up: completions are held back (never
+longer than ``MAX_DEFER_S`` or past a full batch) and written in one statement when the
+claim loop has caught up or the node stops."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from datetime import datetime
+from uuid import UUID
+
+import pytest
+
+from cluster.session import Completion, Skip
+from node import completer as completer_module
+from node.clock import DbClock
+from node.completer import Completer
+from node.handlers import Outcome
+from node.outcomes import after_run
+from node.stats import Stats
+from tests.unit.test_executor import job
+
+
+class Sink:
+    """Records each ``complete`` statement's batch (pure unit test: no database)."""
+
+    def __init__(self) -> None:
+        self.batches: list[list[str]] = []
+        self.wrote = asyncio.Event()
+
+    async def complete(
+        self, done: Sequence[Completion], skips: Sequence[Skip] = (), now: datetime | None = None
+    ) -> set[UUID]:
+        self.batches.append(sorted(str(d.id) for d in done))
+        self.wrote.set()
+        return {d.id for d in done}
+
+
+async def started(defer: bool, *, names: int = 3) -> tuple[Completer, Sink, asyncio.Event]:
+    sink = Sink()
+    completer = Completer(sink, DbClock(), Stats(), asyncio.Event())
+    completer.defer = lambda: defer
+    for i in range(names):
+        claimed = job("tests.witness:record", f"j{i}")
+        done, skips = after_run(claimed, Outcome("succeeded", None, 0.01), claimed.slot)
+        completer.submit(claimed, done, skips)
+    return completer, sink, asyncio.Event()
+
+
+async def settle() -> None:
+    """Let every ready task run until it blocks (no time passes)."""
+    for _ in range(20):
+        await asyncio.sleep(0)
+
+
+async def test_completions_wait_while_deferred_and_go_in_one_batch_when_undeferred(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(completer_module, "MAX_DEFER_S", 60.0)
+    completer, sink, stop = await started(defer=True)
+    task = asyncio.create_task(completer.run(stop))
+    await settle()
+    assert sink.batches == [] and completer.pending == 3
+    completer.undefer()
+    async with asyncio.timeout(10):
+        await sink.wrote.wait()
+    assert [len(b) for b in sink.batches] == [3] and completer.pending == 0
+    stop.set()
+    await task
+
+
+async def test_a_deferred_completion_waits_no_longer_than_the_bound(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(completer_module, "MAX_DEFER_S", 0.05)
+    completer, sink, stop = await started(defer=True)
+    task = asyncio.create_task(completer.run(stop))
+    async with asyncio.timeout(10):
+        await sink.wrote.wait()
+    assert [len(b) for b in sink.batches] == [3]
+    stop.set()
+    await task
+
+
+async def test_a_full_batch_or_a_stop_is_written_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(completer_module, "MAX_DEFER_S", 60.0)
+    monkeypatch.setattr(completer_module, "MAX_BATCH", 3)
+    completer, sink, stop = await started(defer=True, names=3)
+    task = asyncio.create_task(completer.run(stop))
+    async with asyncio.timeout(10):
+        await sink.wrote.wait()
+    assert [len(b) for b in sink.batches] == [3]
+
+    sink.wrote.clear()
+    claimed = job("tests.witness:record", "last")
+    done, skips = after_run(claimed, Outcome("succeeded", None, 0.01), claimed.slot)
+    completer.submit(claimed, done, skips)
+    await settle()
+    assert len(sink.batches) == 1, "one completion alone waits"
+    stop.set()
+    async with asyncio.timeout(10):
+        await task
+    assert [len(b) for b in sink.batches] == [3, 1] and completer.pending == 0
