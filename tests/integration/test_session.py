@@ -461,6 +461,23 @@ async def test_recovery_takes_back_only_runs_of_dead_owners_or_expired_leases(
     assert len(again) == 64 and {(j.slot, j.attempt) for j in again} == {(at(10), 2)}
 
 
+async def test_runs_claimed_ahead_of_their_due_time_are_recovered_too(
+    store: JobStore, open_session: Opener
+) -> None:
+    await add_jobs(store, 8)  # due at T0 + 10 s
+    dead, heir = await open_session("dead"), await open_session("heir")
+    early = (await dead.claim(ALL, 100, 300.0, now=at(9.95), ahead_s=0.1)).jobs
+    assert len(early) == 8
+    await dead.close()
+
+    async def session_gone() -> bool:
+        return not await heir.live_sessions(["dead"])
+
+    await _wait_for(session_gone)
+    taken = await heir.recover(ALL, ["heir"], now=at(9.96))  # before they fall due
+    assert {r["id"] for r in taken} == {j.id for j in early}
+
+
 async def test_a_restarted_node_takes_back_what_its_previous_process_left_running(
     store: JobStore, open_session: Opener
 ) -> None:
