@@ -306,10 +306,11 @@ claimed AS (
         updated_at = k.t
     FROM locked l, clock k
     WHERE j.id = l.id
+    -- In the order of cluster.session.ClaimedJob's fields: the node builds it by position.
     RETURNING j.id, j.tenant_id, j.name, j.schedule, j.tz, j.dst_repeated, j.dst_skipped,
-              j.handler, j.payload, j.shard_id, j.next_run_at, j.slot_at, j.attempt,
-              j.lease_token, j.catch_up, j.grace_s, j.max_backfill, j.timeout_s,
-              j.max_retries, j.retry_backoff_s
+              j.handler, j.payload, j.shard_id, j.slot_at, j.attempt, j.lease_token,
+              j.catch_up, j.grace_s, j.max_backfill, j.timeout_s, j.max_retries,
+              j.retry_backoff_s, j.next_run_at
 ),
 next_due AS (
     SELECT min(x.next_run_at) AS t

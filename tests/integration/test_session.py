@@ -11,6 +11,7 @@ import contextlib
 import time
 from collections import Counter
 from collections.abc import Awaitable, Callable
+from dataclasses import fields
 from datetime import UTC, datetime, timedelta
 from uuid import UUID
 
@@ -234,6 +235,27 @@ async def test_a_claim_looking_ahead_takes_what_falls_due_within_the_window(
         await conn.close()
     # Without the look-ahead nothing else is due yet.
     assert (await a.claim(ALL, 100, 30.0, now=at(10.2))).jobs == []
+
+
+async def test_the_claim_returns_the_claimed_job_fields_in_order(
+    store: JobStore, open_session: Opener
+) -> None:
+    await add_jobs(store, 1)
+    a = await open_session("node-a")
+    await a.try_lock(ALL)
+    conn = await connect(a.settings, "observer")
+    try:
+        params = {"shards": ALL, "limit": 10, "lease_s": 30.0, "ahead_s": 0.0}
+        params |= {"node_id": "node-x", "zone": "z", "now": at(60)}
+        async with conn.transaction(force_rollback=True):
+            cur = await conn.execute(query("claim"), params)
+            assert cur.description is not None
+            names = [c.name for c in cur.description]
+    finally:
+        await conn.close()
+    renamed = {"tenant_id": "tenant", "shard_id": "shard", "slot_at": "slot", "next_run_at": "due"}
+    assert names[:2] == ["db_now", "next_due"]
+    assert [renamed.get(n, n) for n in names[2:]] == [f.name for f in fields(ClaimedJob)]
 
 
 async def test_two_sessions_on_different_shards_never_claim_the_same_job(
