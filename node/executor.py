@@ -71,8 +71,19 @@ class Executor:
     def submit(self, job: ClaimedJob, start_in_s: float = 0.0) -> None:
         """Run ``job`` now, or in ``start_in_s`` (claimed ahead of its due time: it holds
         its slot meanwhile)."""
-        if job.id in self.running or self.free <= 0:
-            raise RuntimeError(f"executor cannot take {job.name}: slot in use or no free slot")
+        stale = self.running.get(job.id)
+        if stale is not None:
+            # Claimed again, so the lease of this earlier run is gone (a claim takes only
+            # idle rows): its result would be fenced. Stop caring about it now rather
+            # than when lease renewal notices.
+            logger.warning(
+                "a run of an earlier lease (token %d) was still in flight; abandoned",
+                stale.job.lease_token,
+                extra={"event": "stale_run_abandoned", "job": job.name, "tenant": job.tenant},
+            )
+            self._drop(stale)
+        if self.free <= 0:
+            raise RuntimeError(f"executor cannot take {job.name}: no free slot")
         self.idle.clear()
         if start_in_s > 0:
             found = self.running[job.id] = Running(job, self._loop.time() + start_in_s)
@@ -89,8 +100,8 @@ class Executor:
         fn = sync_handler(job.handler)
         now = self._loop.time()
         if fn is None:  # async, shell:, or not resolvable: invoke() deals with each
-            task = asyncio.create_task(self._run(job), name=f"run:{job.tenant}/{job.name}")
-            self.running[job.id] = Running(job, now, task=task)
+            found = self.running[job.id] = Running(job, now)
+            found.task = asyncio.create_task(self._run(found), name=f"run:{job.tenant}/{job.name}")
         else:
             run = ThreadRun(fn, self.context(job), job.id)
             found = self.running[job.id] = Running(job, now, thread=run)
@@ -112,17 +123,19 @@ class Executor:
             zone=self.zone,
         )
 
-    async def _run(self, job: ClaimedJob) -> None:
-        await self._report(job, invoke(job.handler, self.context(job), job.timeout_s))
+    async def _run(self, found: Running) -> None:
+        job = found.job
+        await self._report(found, invoke(job.handler, self.context(job), job.timeout_s))
 
-    async def _report(self, job: ClaimedJob, outcome: Awaitable[Outcome]) -> None:
+    async def _report(self, found: Running, outcome: Awaitable[Outcome]) -> None:
         try:
             done = await outcome
         except asyncio.CancelledError:
-            self._finish(job.id)
+            self._finish(found)
             raise
-        self._finish(job.id)
-        self._on_done(job, done)
+        if self.running.get(found.job.id) is found:  # else dropped: reported to nobody
+            self._finish(found)
+            self._on_done(found.job, done)
 
     def _thread_results(self, batch: list[ThreadRun]) -> None:
         for run in batch:
@@ -135,9 +148,9 @@ class Executor:
                 left = found.deadline - self._loop.time()
                 outcome = awaited(run.result, left, found.job.timeout_s, found.started)
                 found.thread = None
-                found.task = asyncio.create_task(self._report(found.job, outcome))
+                found.task = asyncio.create_task(self._report(found, outcome))
                 continue
-            self._finish(run.key)
+            self._finish(found)
             self._on_done(found.job, outcome_of(run.error, run.duration_s))
 
     def _arm(self, at: float) -> None:
@@ -158,24 +171,26 @@ class Executor:
                 following = min(following, found.deadline)
                 continue
             self._threads.abandon(found.thread)
-            self._finish(found.job.id)
+            self._finish(found)
             timeout_s = found.job.timeout_s
             outcome = Outcome("timed_out", f"timed out after {timeout_s:g}s", now - found.started)
             self._on_done(found.job, outcome)
         if following < math.inf:
             self._arm(following)
 
-    def _finish(self, job_id: UUID) -> None:
-        self.running.pop(job_id, None)
+    def _finish(self, found: Running) -> None:
+        if self.running.get(found.job.id) is not found:
+            return  # already dropped (a later claim of the same job may hold the id now)
+        del self.running[found.job.id]
         self.slot_freed.set()
         if not self.running:
             self.idle.set()
 
-    def cancel(self, job_id: UUID) -> ClaimedJob | None:
-        """Stop caring about a run (its lease is lost): a task is cancelled; a thread cannot
-        be, so its result is dropped when it comes."""
+    def cancel(self, job_id: UUID, lease_token: int) -> ClaimedJob | None:
+        """Stop caring about the run of that lease (it is lost): a task is cancelled; a
+        thread cannot be, so its result is dropped when it comes."""
         found = self.running.get(job_id)
-        if found is None:
+        if found is None or found.job.lease_token != lease_token:
             return None
         if found.task is not None:
             found.task.cancel()
@@ -184,11 +199,14 @@ class Executor:
         return found.job
 
     def _drop(self, found: Running) -> None:
+        """Free the run's slot now; whatever it still does is reported to nobody."""
         if found.pending is not None:
             found.pending.cancel()
         if found.thread is not None:
             self._threads.abandon(found.thread)
-        self._finish(found.job.id)
+        if found.task is not None:
+            found.task.cancel()
+        self._finish(found)
 
     async def drain(self, timeout_s: float) -> list[ClaimedJob]:
         """Wait for in-flight runs; cancel and return those still running at the deadline."""

@@ -31,10 +31,10 @@ class Renewer:
         if not leases:
             return
         kept = await self._session.renew(leases, self._lease_s)
-        for job_id, _ in leases:
+        for job_id, token in leases:
             if job_id in kept:
                 continue
-            job = self._executor.cancel(job_id)
+            job = self._executor.cancel(job_id, token)
             if job is not None:
                 self._stats.leases_lost += 1
                 logger.warning("lease lost; run cancelled", extra=_job_extra(job, "lease_lost"))

@@ -8,6 +8,7 @@ import sys
 import threading
 import uuid
 from collections.abc import Awaitable
+from dataclasses import replace
 from datetime import UTC, datetime
 
 import pytest
@@ -166,7 +167,8 @@ async def test_cancel_and_drain_report_nothing_and_free_the_slots() -> None:
     a, b = job(f"{HERE}:stuck", "a"), job("shell:sleep 30", "b")
     executor.submit(a)
     executor.submit(b)
-    assert executor.cancel(a.id) == a
+    assert executor.cancel(a.id, a.lease_token + 1) is None, "not the lease of this run"
+    assert executor.cancel(a.id, a.lease_token) == a
     assert executor.free == 3
     left = await executor.drain(0.1)
     assert left == [b]
@@ -257,11 +259,29 @@ async def test_a_run_cancelled_before_it_starts_never_runs() -> None:
     executor.submit(later, start_in_s=30)
     pending = executor.running[later.id].pending
     assert pending is not None
-    assert executor.cancel(later.id) is later
+    assert executor.cancel(later.id, later.lease_token) is later
     assert pending.cancelled() and executor.free == 2 and executor.idle.is_set()
     # Drained before its start, a run claimed ahead is handed back for release.
     again = job(f"{HERE}:ok", "again")
     executor.submit(again, start_in_s=30)
     assert await executor.drain(0.01) == [again]
     assert (seen, done.got, executor.free) == ([], {}, 2)
+    executor.shutdown()
+
+
+@pytest.mark.parametrize("handler", [f"{HERE}:stuck", "shell:sleep 30"])
+async def test_a_job_claimed_again_replaces_the_run_of_its_earlier_lease(handler: str) -> None:
+    done = Outcomes()
+    executor = Executor(2, "n1", "z", done)
+    old = job(handler, "again")
+    executor.submit(old)
+    # The lease was lost meanwhile (the node was frozen, say) and the job claimed again.
+    new = replace(old, handler=f"{HERE}:ok", lease_token=old.lease_token + 1)
+    executor.submit(new)
+    assert executor.free == 1, "the earlier run no longer holds a slot"
+    await done.wait_for(1)
+    assert done.got["again"].status == "succeeded" and seen == ["again"]
+    assert executor.free == 2 and executor.idle.is_set()
+    release.set()  # the earlier run's thread ends; its result goes nowhere
+    assert executor.cancel(new.id, old.lease_token) is None
     executor.shutdown()
