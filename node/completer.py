@@ -36,7 +36,7 @@ MAX_BATCH = 500
 # How long a finished run's completion may wait while the claim loop catches up. Well
 # under any lease, and short enough that a job's next slot is written long before it
 # falls due (a slot is at least a second after the one that ran).
-MAX_DEFER_S = 0.25
+MAX_DEFER_S = 0.1
 
 
 class CompletionSink(Protocol):
