@@ -24,6 +24,7 @@ import pytest
 from cluster.jobs import JobStore
 from cluster.jobspec import JobSpec
 from cluster.settings import ClusterSettings
+from ring import Ring
 from tests.e2e.fleet import Execution, Fleet, doubles, every_slots
 from tests.nodeprocs import wait_until
 
@@ -68,17 +69,19 @@ def init_schema(settings: ClusterSettings) -> None:
 
 
 def start_nodes(fleet: Fleet, *nodes: tuple[str, str]) -> None:
-    """Start nodes together and wait until they share every shard between them."""
+    """Start nodes together and wait until every shard is held by its owner on their ring
+    (before that, a node that came up first may still hold shards of the others)."""
     for node_id, zone in nodes:
         fleet.start(node_id, zone)
-    ids = {node_id for node_id, _ in nodes}
+    ids = sorted(node_id for node_id, _ in nodes)
+    ring = Ring(ids)
+    owners = {shard: node for node in ids for shard in ring.owned(node, SHARDS)}
 
-    def shared() -> bool:
+    def settled() -> bool:
         fleet.check_alive()
-        holders = fleet.holders()
-        return len(holders) == SHARDS and set(holders.values()) == ids
+        return fleet.holders() == owners
 
-    wait_until(shared, 45, f"{sorted(ids)} to share all {SHARDS} shards")
+    wait_until(settled, 45, f"every shard held by its owner on the ring of {ids}")
 
 
 def run_for(fleet: Fleet, seconds: float) -> None:
