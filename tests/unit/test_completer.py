@@ -11,7 +11,7 @@ from uuid import UUID
 
 import pytest
 
-from cluster.session import Completion, Skip
+from cluster.session import ClaimedJob, Completion, Skip
 from node import completer as completer_module
 from node.clock import DbClock
 from node.completer import Completer
@@ -36,15 +36,24 @@ class Sink:
         return {d.id for d in done}
 
 
-async def started(defer: bool, *, names: int = 3) -> tuple[Completer, Sink, asyncio.Event]:
+def finished(name: str) -> tuple[ClaimedJob, Completion, list[Skip]]:
+    claimed = job("tests.witness:record", name)
+    done, skips = after_run(claimed, Outcome("succeeded", None, 0.01), claimed.slot)
+    return claimed, done, skips
+
+
+def running(
+    monkeypatch: pytest.MonkeyPatch, max_defer_s: float
+) -> tuple[Completer, Sink, asyncio.Event, asyncio.Task[None]]:
+    """A completer whose writes are deferred, three completions queued, its loop running."""
+    monkeypatch.setattr(completer_module, "MAX_DEFER_S", max_defer_s)
     sink = Sink()
     completer = Completer(sink, DbClock(), Stats(), asyncio.Event())
-    completer.defer = lambda: defer
-    for i in range(names):
-        claimed = job("tests.witness:record", f"j{i}")
-        done, skips = after_run(claimed, Outcome("succeeded", None, 0.01), claimed.slot)
-        completer.submit(claimed, done, skips)
-    return completer, sink, asyncio.Event()
+    completer.defer = lambda: True
+    for i in range(3):
+        completer.submit(*finished(f"j{i}"))
+    stop = asyncio.Event()
+    return completer, sink, stop, asyncio.create_task(completer.run(stop))
 
 
 async def settle() -> None:
@@ -56,9 +65,7 @@ async def settle() -> None:
 async def test_completions_wait_while_deferred_and_go_in_one_batch_when_undeferred(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(completer_module, "MAX_DEFER_S", 60.0)
-    completer, sink, stop = await started(defer=True)
-    task = asyncio.create_task(completer.run(stop))
+    completer, sink, stop, task = running(monkeypatch, 60.0)
     await settle()
     assert sink.batches == [] and completer.pending == 3
     completer.undefer()
@@ -72,9 +79,7 @@ async def test_completions_wait_while_deferred_and_go_in_one_batch_when_undeferr
 async def test_a_deferred_completion_waits_no_longer_than_the_bound(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(completer_module, "MAX_DEFER_S", 0.05)
-    completer, sink, stop = await started(defer=True)
-    task = asyncio.create_task(completer.run(stop))
+    _, sink, stop, task = running(monkeypatch, 0.05)
     async with asyncio.timeout(10):
         await sink.wrote.wait()
     assert [len(b) for b in sink.batches] == [3]
@@ -83,18 +88,14 @@ async def test_a_deferred_completion_waits_no_longer_than_the_bound(
 
 
 async def test_a_full_batch_or_a_stop_is_written_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(completer_module, "MAX_DEFER_S", 60.0)
     monkeypatch.setattr(completer_module, "MAX_BATCH", 3)
-    completer, sink, stop = await started(defer=True, names=3)
-    task = asyncio.create_task(completer.run(stop))
+    completer, sink, stop, task = running(monkeypatch, 60.0)
     async with asyncio.timeout(10):
         await sink.wrote.wait()
     assert [len(b) for b in sink.batches] == [3]
 
     sink.wrote.clear()
-    claimed = job("tests.witness:record", "last")
-    done, skips = after_run(claimed, Outcome("succeeded", None, 0.01), claimed.slot)
-    completer.submit(claimed, done, skips)
+    completer.submit(*finished("last"))
     await settle()
     assert len(sink.batches) == 1, "one completion alone waits"
     stop.set()
