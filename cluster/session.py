@@ -223,7 +223,7 @@ class LockSession:
                 logger.debug("lock session close did not finish cleanly")
 
     async def _run(
-        self, name: str, params: dict[str, Any], rows: RowFactory[Any] = dict_row
+        self, name: str, params: dict[str, Any], row_factory: RowFactory[Any] = dict_row
     ) -> list[Any]:
         async with self._lock:
             conn = self._conn
@@ -231,7 +231,7 @@ class LockSession:
                 raise SessionLost("lock session is not connected")
             try:
                 async with asyncio.timeout(self.statement_timeout_s + 1.0):
-                    cur = conn.cursor(row_factory=rows)
+                    cur = conn.cursor(row_factory=row_factory)
                     await cur.execute(query(name), params)
                     rows = await cur.fetchall() if cur.description else []
             except TimeoutError as exc:

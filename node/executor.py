@@ -1,7 +1,8 @@
 """The executor: runs claimed slots, never more than ``concurrency`` at once.
 
 The claim loop asks ``free`` before claiming, so claimed work always has a slot (B1): there
-is no internal queue to grow. Sync handlers run on the node's handler threads
+is no internal queue to grow. A run claimed ahead of its due time holds its slot and
+starts when it falls due. Sync handlers run on the node's handler threads
 (``node.threads``); one timer, set for the earliest deadline, times them out. Async and
 ``shell:`` handlers run as asyncio tasks. Each finished run is handed to ``on_done``; a run
 whose lease was lost is cancelled and reported to nobody (its completion would be fenced
