@@ -63,7 +63,7 @@ class ClaimedJob:
     retry_backoff_s: float
     # When the attempt is due: the slot, or the end of a retry's backoff. A claim that
     # looks ahead returns jobs due a moment later; they start then.
-    due: datetime | None = None
+    due: datetime
 
 
 @dataclass(frozen=True)

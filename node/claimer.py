@@ -66,12 +66,11 @@ class Claimer:
         # The last claim was full: more is due, and the loop claims again as slots free.
         # Completions wait meanwhile (see node/completer.py).
         self._catching_up = False
-        completer.defer = lambda: self._catching_up
 
     def _set_catching_up(self, full: bool) -> None:
-        if self._catching_up and not full:
-            self._completer.undefer()
-        self._catching_up = full
+        if full != self._catching_up:
+            self._catching_up = full
+            self._completer.defer_writes(full)
 
     def due_at(self, when: datetime) -> None:
         """A job of this node falls due at ``when`` (database time); claim then if that is
@@ -137,8 +136,7 @@ class Claimer:
             return
         self._stats.fired += 1
         self._stats.fire_lag_seconds.append(max(0.0, (now - job.slot).total_seconds()))
-        early_s = (job.due - now).total_seconds() if job.due is not None else 0.0
-        self._executor.submit(job, start_in_s=early_s)
+        self._executor.submit(job, start_in_s=(job.due - now).total_seconds())
 
     async def run(self, stop: asyncio.Event) -> None:
         wake = self._state.wake

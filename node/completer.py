@@ -58,10 +58,8 @@ class Completer:
         self._queue: list[tuple[ClaimedJob, Completion, list[Skip]]] = []
         self._queued_at = 0.0  # monotonic time the oldest queued completion arrived
         self._ready = asyncio.Event()
+        self._deferred = False  # the claim loop is catching up: writes wait (defer_writes)
         self._undeferred = asyncio.Event()
-        # True while writes should wait for the claim loop (it says so, and calls
-        # ``undefer`` when it has caught up).
-        self.defer: Callable[[], bool] = lambda: False
         self.written = asyncio.Event()
         self._failures = Failures("completion writes")
         # Told the earliest next slot each flush wrote (the claim loop plans its sleep).
@@ -107,12 +105,14 @@ class Completer:
         if len(self._queue) >= MAX_BATCH:
             self._undeferred.set()
 
-    def undefer(self) -> None:
-        """The claim loop has caught up: write what waits now."""
-        self._undeferred.set()
+    def defer_writes(self, on: bool) -> None:
+        """The claim loop is catching up (``on``), or has caught up: write what waits now."""
+        self._deferred = on
+        if not on:
+            self._undeferred.set()
 
     async def _wait_if_deferred(self, stop: asyncio.Event) -> None:
-        if stop.is_set() or len(self._queue) >= MAX_BATCH or not self.defer():
+        if stop.is_set() or len(self._queue) >= MAX_BATCH or not self._deferred:
             return
         self._undeferred.clear()
         await wait_any(self._queued_at + MAX_DEFER_S - time.monotonic(), self._undeferred, stop)

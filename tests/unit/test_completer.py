@@ -49,7 +49,7 @@ def running(
     monkeypatch.setattr(completer_module, "MAX_DEFER_S", max_defer_s)
     sink = Sink()
     completer = Completer(sink, DbClock(), Stats(), asyncio.Event())
-    completer.defer = lambda: True
+    completer.defer_writes(True)
     for i in range(3):
         completer.submit(*finished(f"j{i}"))
     stop = asyncio.Event()
@@ -68,7 +68,7 @@ async def test_completions_wait_while_deferred_and_go_in_one_batch_when_undeferr
     completer, sink, stop, task = running(monkeypatch, 60.0)
     await settle()
     assert sink.batches == [] and completer.pending == 3
-    completer.undefer()
+    completer.defer_writes(False)
     async with asyncio.timeout(10):
         await sink.wrote.wait()
     assert [len(b) for b in sink.batches] == [3] and completer.pending == 0

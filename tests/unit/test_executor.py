@@ -69,6 +69,7 @@ def job(handler: str, name: str = "j", timeout_s: float = 30.0) -> ClaimedJob:
         timeout_s=timeout_s,
         max_retries=0,
         retry_backoff_s=10.0,
+        due=slot,
     )
 
 
