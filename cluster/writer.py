@@ -50,6 +50,7 @@ class ResultWriter:
                             self._settings,
                             f"{self.node_id}/write"[:63],
                             statement_timeout_s=self._timeout_s,
+                            prepare=True,
                         )
                     cur = await self._conn.execute(query("complete"), params)
                     rows = await cur.fetchall()

@@ -16,9 +16,11 @@ from datetime import UTC, datetime, timedelta
 from uuid import UUID
 
 import psycopg
+import pytest
 
 from cluster import notify
 from cluster.db import Conn, connect
+from cluster.errors import StoreError
 from cluster.jobs import JobStore
 from cluster.jobspec import JobSpec
 from cluster.models import Job
@@ -583,3 +585,30 @@ async def test_job_writes_wake_listeners_with_the_shard(
         await observer.close()
         with contextlib.suppress(asyncio.CancelledError):
             await asyncio.wait_for(task, 5.0)
+
+
+async def test_a_listener_whose_connection_is_killed_fails_at_once(
+    settings: ClusterSettings,
+) -> None:
+    stop = asyncio.Event()
+    task = asyncio.create_task(notify.listen(settings, "n1", lambda _: None, stop))
+    observer = await connect(settings, "observer")
+    kill = (
+        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+        "WHERE application_name = 'n1/listen' AND query LIKE 'LISTEN%%' "
+        "AND datname = current_database()"
+    )
+
+    async def killed() -> bool:
+        cur = await observer.execute(kill)
+        return await cur.fetchone() is not None
+
+    try:
+        await _wait_for(killed)
+        # Well within the claim loop's poll interval: the node reconnects with backoff.
+        with pytest.raises(StoreError, match="wake-up listener"):
+            await asyncio.wait_for(task, 5.0)
+    finally:
+        stop.set()
+        task.cancel()
+        await observer.close()
