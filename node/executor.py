@@ -17,7 +17,6 @@ import logging
 import math
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from datetime import timedelta
 from typing import Any
 from uuid import UUID
 
@@ -118,8 +117,7 @@ class Executor:
             payload=job.payload,
             scheduled_for=job.slot,
             attempt=job.attempt,
-            idempotency_key=f"{job.id}:{job.slot.isoformat()}",
-            deadline=job.slot + timedelta(seconds=job.timeout_s),
+            timeout_s=job.timeout_s,
             node_id=self.node_id,
             zone=self.zone,
         )

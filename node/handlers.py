@@ -19,7 +19,7 @@ import time
 import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 from uuid import UUID
 
@@ -36,10 +36,21 @@ class RunContext:
     payload: dict[str, Any]
     scheduled_for: datetime
     attempt: int
-    idempotency_key: str
-    deadline: datetime
+    timeout_s: float
     node_id: str
     zone: str
+
+    # Derived on use: most handlers never read them, and formatting them costs a run more
+    # than the rest of its context.
+    @property
+    def idempotency_key(self) -> str:
+        """``<job id>:<slot>``: the same for every attempt of a slot."""
+        return f"{self.job_id}:{self.scheduled_for.isoformat()}"
+
+    @property
+    def deadline(self) -> datetime:
+        """When the run times out, counted from its slot."""
+        return self.scheduled_for + timedelta(seconds=self.timeout_s)
 
 
 @dataclass(frozen=True)

@@ -35,6 +35,21 @@ def schedule_of(job: ClaimedJob) -> Schedule:
     return found
 
 
+_following: dict[tuple[str, str, str, str, datetime], datetime] = {}
+
+
+def following_slot(job: ClaimedJob) -> datetime:
+    """The slot after the job's slot. Remembered: in a fan-out every job of a schedule has
+    the same slot, and both the claim and the completion of each ask."""
+    key = (job.schedule, job.tz, job.dst_repeated, job.dst_skipped, job.slot)
+    found = _following.get(key)
+    if found is None:
+        if len(_following) >= 4096:
+            _following.clear()
+        found = _following[key] = schedule_of(job).next_after(job.slot)
+    return found
+
+
 @functools.lru_cache(maxsize=1024)
 def _catch_up(policy: str, grace_s: float, max_backfill: int) -> CatchUp:
     return CatchUp(policy, grace_s, max_backfill)  # type: ignore[arg-type]
@@ -85,10 +100,9 @@ def plan_at_claim(job: ClaimedJob, now: datetime) -> tuple[Completion, list[Skip
     """
     if job.attempt > 1:
         return None
-    schedule = schedule_of(job)
-    if schedule.next_after(job.slot) > now:
+    if following_slot(job) > now:
         return None  # the usual case: no later slot is due yet, nothing to catch up
-    plan = plan_catchup(schedule, job.slot, now, catch_up_of(job))
+    plan = plan_catchup(schedule_of(job), job.slot, now, catch_up_of(job))
     if plan.next_slot <= job.slot:
         return None
     skips = [s for s in _skips(job, plan, now) if s.slot != job.slot]
@@ -124,11 +138,10 @@ def after_run(job: ClaimedJob, outcome: Outcome, now: datetime) -> tuple[Complet
             next_attempt=job.attempt + 1,
         )
         return done, []
-    schedule = schedule_of(job)
-    following = schedule.next_after(job.slot)
+    following = following_slot(job)
     skips: list[Skip] = []
     if following <= now:  # a later slot is due already: the catch-up policy decides
-        plan = plan_catchup(schedule, following, now, catch_up_of(job))
+        plan = plan_catchup(schedule_of(job), following, now, catch_up_of(job))
         following, skips = plan.next_slot, _skips(job, plan, now)
     done = Completion(
         id=job.id,

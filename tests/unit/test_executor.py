@@ -286,3 +286,19 @@ async def test_a_job_claimed_again_replaces_the_run_of_its_earlier_lease(handler
     release.set()  # the earlier run's thread ends; its result goes nowhere
     assert executor.cancel(new.id, old.lease_token) is None
     executor.shutdown()
+
+
+async def test_the_context_tells_the_handler_its_slot_key_and_deadline() -> None:
+    executor = Executor(1, "n1", "zone-a", Outcomes())
+    claimed = job(f"{HERE}:ok", timeout_s=90.0)
+    ctx = executor.context(claimed)
+    assert (ctx.job_id, ctx.job_name, ctx.tenant_id) == (claimed.id, "j", "t")
+    assert (ctx.scheduled_for, ctx.attempt, ctx.node_id, ctx.zone) == (
+        claimed.slot,
+        1,
+        "n1",
+        "zone-a",
+    )
+    assert ctx.idempotency_key == f"{claimed.id}:2026-01-01T00:00:00+00:00"
+    assert ctx.deadline == datetime(2026, 1, 1, 0, 1, 30, tzinfo=UTC)
+    executor.shutdown()
