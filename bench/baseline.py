@@ -130,7 +130,7 @@ async def run(settings: ClusterSettings, name: str, limit: int, stop: asyncio.Ev
         row_factory=dict_row,
         application_name=name,
         options=f"-c search_path={settings.schema},public",
-        prepare_threshold=None,
+        prepare_threshold=0,  # its two statements, prepared at first use (as Pulse's are)
     )
     async with conn:
         await ensure_index(conn)
