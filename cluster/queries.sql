@@ -245,6 +245,10 @@ SELECT coalesce(%(now)s::timestamptz, now()) AS now;
 -- It looks %(ahead_s)s seconds ahead: jobs due by then are claimed too, so the node can
 -- start them on time rather than one claim round trip late; locked_at, the start of the
 -- attempt, is then its due time.
+-- Candidates are locked and updated by their ctid (a TID scan each), not looked up twice
+-- more by id (a tenth of the claim at a million jobs). A row changed by someone else since
+-- this statement's snapshot is locked in its new version, which the update cannot see: it
+-- is left for the next claim, never claimed twice.
 WITH clock AS (
     SELECT c.t, c.t + make_interval(secs => %(ahead_s)s) AS due
     FROM (SELECT coalesce(%(now)s::timestamptz, now()) AS t) AS c
@@ -253,10 +257,10 @@ quota AS (
     SELECT ceil(%(limit)s::float8 / greatest(cardinality(%(shards)s::int[]), 1))::int + 1 AS n
 ),
 heads AS (
-    SELECT s.shard, c.id, c.next_run_at
+    SELECT s.shard, c.id, c.next_run_at, c.ctid
     FROM unnest(%(shards)s::int[]) AS s(shard)
     CROSS JOIN LATERAL (
-        SELECT j.id, j.next_run_at FROM jobs j
+        SELECT j.id, j.next_run_at, j.ctid FROM jobs j
         WHERE j.shard_id = s.shard AND j.status = 'idle'
           AND j.next_run_at <= (SELECT due FROM clock)
         ORDER BY j.next_run_at
@@ -270,12 +274,12 @@ cutoff AS (
         'infinity') AS t
 ),
 deeper AS (
-    SELECT c.id, c.next_run_at
+    SELECT c.id, c.next_run_at, c.ctid
     FROM (SELECT h.shard FROM heads h GROUP BY h.shard
           HAVING count(*) >= (SELECT n FROM quota)
              AND max(h.next_run_at) < (SELECT t FROM cutoff)) AS s
     CROSS JOIN LATERAL (
-        SELECT j.id, j.next_run_at FROM jobs j
+        SELECT j.id, j.next_run_at, j.ctid FROM jobs j
         WHERE j.shard_id = s.shard AND j.status = 'idle'
           AND j.next_run_at <= (SELECT due FROM clock)
           AND j.next_run_at < (SELECT t FROM cutoff)
@@ -284,14 +288,14 @@ deeper AS (
     ) AS c
 ),
 candidates AS (
-    SELECT h.id, h.next_run_at FROM heads h
+    SELECT h.id, h.next_run_at, h.ctid FROM heads h
     UNION
-    SELECT d.id, d.next_run_at FROM deeper d
+    SELECT d.id, d.next_run_at, d.ctid FROM deeper d
     ORDER BY next_run_at
     LIMIT %(limit)s
 ),
 locked AS (
-    SELECT j.id FROM jobs j JOIN candidates c ON c.id = j.id
+    SELECT j.ctid FROM jobs j JOIN candidates c ON j.ctid = c.ctid
     WHERE j.status = 'idle' AND j.next_run_at <= (SELECT due FROM clock)
     FOR UPDATE OF j SKIP LOCKED
 ),
@@ -305,7 +309,7 @@ claimed AS (
         lease_token = j.lease_token + 1,
         updated_at = k.t
     FROM locked l, clock k
-    WHERE j.id = l.id
+    WHERE j.ctid = l.ctid
     -- In the order of cluster.session.ClaimedJob's fields: the node builds it by position.
     RETURNING j.id, j.tenant_id, j.name, j.schedule, j.tz, j.dst_repeated, j.dst_skipped,
               j.handler, j.payload, j.shard_id, j.slot_at, j.attempt, j.lease_token,
