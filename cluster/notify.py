@@ -4,7 +4,7 @@ The listener uses its own connection (named ``<node id>/listen`` so it never cou
 node's lock session) and only wakes the claim loop early: losing it delays nothing beyond
 the poll interval. It reads the socket only when the event loop sees it readable, so an
 idle listener costs nothing (psycopg's ``notifies()`` wakes up ten times a second to
-check for interrupts, a tenth of an idle node's CPU).
+check for interrupts: about a third of an idle node's CPU).
 """
 
 from __future__ import annotations
