@@ -379,5 +379,5 @@ class LockSession:
         """Take back the slots an earlier process of this node id left running.
 
         Only before this process claims anything: then every such run is an orphan."""
-        params = {"own": True, "shards": "{}", "live": [], "node_id": self.node_id}
+        params = {"own": True, "shards": int_array(()), "live": [], "node_id": self.node_id}
         return await self._run("recover", {**params, "now": now})

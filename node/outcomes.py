@@ -1,13 +1,16 @@
 """Where a job goes after a slot: its next slot, retry, and the slots catch-up skips.
 
 Pure functions over a claimed job, an outcome and the database time, so the policy is
-unit-tested without a database. Parsed schedules are cached by expression.
+unit-tested without a database. Parsed schedules are cached by definition, and the slot
+after a slot by definition and slot.
 """
 
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 from datetime import datetime, timedelta
+from typing import TypeVar
 
 from cluster.catchup import CatchUp, CatchUpPlan, plan_catchup
 from cluster.durations import format_duration
@@ -20,34 +23,36 @@ MAX_RETRY_DELAY_S = 3600.0
 
 BROKEN_RETRY_S = 3600.0
 
+K = TypeVar("K")
+V = TypeVar("V")
 
+
+CACHE_MAX = 4096
 _schedules: dict[tuple[str, str, str, str], Schedule] = {}
+_following: dict[tuple[str, str, str, str, datetime], datetime] = {}
+
+
+def _remember(cache: dict[K, V], key: K, make: Callable[[], V]) -> V:
+    """``cache[key]``, made on a miss; a full cache starts over (job definitions change)."""
+    found = cache.get(key)
+    if found is None:
+        if len(cache) >= CACHE_MAX:
+            cache.clear()
+        found = cache[key] = make()
+    return found
 
 
 def schedule_of(job: ClaimedJob) -> Schedule:
     """The job's parsed schedule; one dict lookup per run once its definition was seen."""
     key = (job.schedule, job.tz, job.dst_repeated, job.dst_skipped)
-    found = _schedules.get(key)
-    if found is None:
-        if len(_schedules) >= 4096:
-            _schedules.clear()
-        found = _schedules[key] = parse_schedule(*key)  # type: ignore[arg-type]
-    return found
-
-
-_following: dict[tuple[str, str, str, str, datetime], datetime] = {}
+    return _remember(_schedules, key, lambda: parse_schedule(*key))  # type: ignore[arg-type]
 
 
 def following_slot(job: ClaimedJob) -> datetime:
     """The slot after the job's slot. Remembered: in a fan-out every job of a schedule has
     the same slot, and both the claim and the completion of each ask."""
     key = (job.schedule, job.tz, job.dst_repeated, job.dst_skipped, job.slot)
-    found = _following.get(key)
-    if found is None:
-        if len(_following) >= 4096:
-            _following.clear()
-        found = _following[key] = schedule_of(job).next_after(job.slot)
-    return found
+    return _remember(_following, key, lambda: schedule_of(job).next_after(job.slot))
 
 
 @functools.lru_cache(maxsize=1024)
