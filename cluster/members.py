@@ -146,8 +146,14 @@ class MemberRegistry:
             found.append(LiveMember(info, max(0.0, (now_ms - score) / 1000)))
         return sorted(found, key=lambda m: m.info.node_id)
 
-    async def watch(self, on_change: Callable[[str], Awaitable[None]], stop: asyncio.Event) -> None:
-        """Call ``on_change(message)`` for every join/leave until ``stop`` is set.
+    async def watch(
+        self,
+        on_change: Callable[[str], Awaitable[None]],
+        stop: asyncio.Event,
+        check_s: Callable[[], float] = lambda: 1.0,
+    ) -> None:
+        """Call ``on_change(message)`` for every join/leave until ``stop`` is set, which is
+        checked at least every ``check_s()`` seconds.
 
         Raises MembershipError when the subscription breaks; the caller retries.
         """
@@ -155,7 +161,7 @@ class MemberRegistry:
         try:
             await pubsub.subscribe(self.channel)
             while not stop.is_set():
-                message = await pubsub.get_message(timeout=1.0)
+                message = await pubsub.get_message(timeout=check_s())
                 if message is not None:
                     await on_change(str(message["data"]))
         except (RedisError, OSError) as exc:

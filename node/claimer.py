@@ -22,7 +22,7 @@ from node.clock import DbClock
 from node.completer import Completer, _job_extra
 from node.executor import Executor
 from node.outcomes import plan_at_claim
-from node.service import Failures, wait_any
+from node.service import Failures, Signal, until_beat, wait_any
 from node.state import NodeState
 from node.stats import Stats
 
@@ -62,7 +62,7 @@ class Claimer:
         self._margin_s = trust_margin_s
         self._failures = Failures("claims")
         self._wake_at = math.inf  # monotonic time of the next planned claim
-        self._sooner = asyncio.Event()
+        self._sooner = Signal()
         # The last claim was full: more is due, and the loop claims again as slots free.
         # Completions wait meanwhile (see node/completer.py).
         self._catching_up = False
@@ -115,7 +115,7 @@ class Claimer:
         self._set_catching_up(len(result.jobs) >= limit)
         if len(result.jobs) >= limit:
             return 0.0  # more may be due: claim again as soon as slots allow
-        delay = self._poll_s
+        delay = until_beat(self._poll_s)
         if result.next_due is not None:
             until_due = (result.next_due - result.db_now).total_seconds() - elapsed
             until_due -= CLAIM_AHEAD_S

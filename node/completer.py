@@ -27,7 +27,7 @@ from cluster.session import ClaimedJob, Completion, Skip
 from node.clock import DbClock
 from node.handlers import Outcome
 from node.outcomes import after_run, broken
-from node.service import Failures, wait_any
+from node.service import Failures, Signal, until_beat, wait_any
 from node.stats import Stats
 
 logger = logging.getLogger(__name__)
@@ -57,10 +57,10 @@ class Completer:
         self._stats = stats
         self._queue: list[tuple[ClaimedJob, Completion, list[Skip]]] = []
         self._queued_at = 0.0  # monotonic time the oldest queued completion arrived
-        self._ready = asyncio.Event()
+        self._ready = Signal()
         self._deferred = False  # the claim loop is catching up: writes wait (defer_writes)
-        self._undeferred = asyncio.Event()
-        self.written = asyncio.Event()
+        self._undeferred = Signal()
+        self.written = Signal()
         self._failures = Failures("completion writes")
         # Told the earliest next slot each flush wrote (the claim loop plans its sleep).
         self.on_next: Callable[[datetime], None] | None = None
@@ -123,7 +123,7 @@ class Completer:
             if not self._queue:
                 if stop.is_set():
                     return
-                await wait_any(1.0, self._ready, stop)
+                await wait_any(until_beat(1.0), self._ready, stop)
                 self._ready.clear()
                 continue
             await self._wait_if_deferred(stop)

@@ -22,6 +22,7 @@ from uuid import UUID
 
 from cluster.session import ClaimedJob
 from node.handlers import Outcome, RunContext, awaited, invoke, outcome_of, sync_handler
+from node.service import Signal
 from node.threads import HandlerThreads, ThreadRun
 
 logger = logging.getLogger(__name__)
@@ -53,8 +54,8 @@ class Executor:
         self.zone = zone
         self._on_done = on_done
         self.running: dict[UUID, Running] = {}
-        self.slot_freed = asyncio.Event()
-        self.idle = asyncio.Event()
+        self.slot_freed = Signal()
+        self.idle = Signal()
         self.idle.set()
         self._loop = asyncio.get_running_loop()
         self._threads = HandlerThreads(concurrency, self._thread_results)

@@ -32,7 +32,7 @@ from node.heartbeat import Heartbeat
 from node.metrics import serve_metrics
 from node.recovery import Recovery
 from node.renewer import Renewer
-from node.service import Failures, run_service, wait_any
+from node.service import Failures, Signal, run_service, wait_any
 from node.shards import ShardKeeper
 from node.state import NodeState
 from node.stats import Stats
@@ -56,7 +56,7 @@ class Node:
         self.cluster = cluster
         self.settings = settings
         self.stats = Stats()
-        self.stop = asyncio.Event()
+        self.stop = Signal()
         self._signals = 0
         self.state: NodeState | None = None
 
@@ -185,9 +185,9 @@ class Node:
         completer.on_next = claimer.due_at
         renewer = Renewer(session, executor, stats, lease_s=s.lease_s)
 
-        membership_stop = asyncio.Event()
-        work_stop = asyncio.Event()
-        completer_stop = asyncio.Event()
+        membership_stop = Signal()
+        work_stop = Signal()
+        completer_stop = Signal()
 
         def on_notify(payload: str) -> None:
             try:

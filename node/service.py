@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import random
 import time
 from collections.abc import Awaitable, Callable
@@ -18,16 +19,54 @@ logger = logging.getLogger(__name__)
 REPEAT_WARNING_S = 60.0
 
 
+class Signal(asyncio.Event):
+    """An ``asyncio.Event`` that ``wait_any`` waits on without a task of its own.
+
+    Waiting for any of several plain events takes a task per event (``Event.wait`` is a
+    coroutine), each created, scheduled and cancelled again: the largest share of what an
+    idle node's loops do between their round trips. A Signal resolves the futures
+    ``wait_any`` lends it when it is set, so a wait costs one future and one timer.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._watchers: set[asyncio.Future[None]] = set()
+
+    def set(self) -> None:
+        super().set()
+        for watcher in self._watchers:
+            _resolve(watcher)
+
+
+def _resolve(future: asyncio.Future[None]) -> None:
+    if not future.done():
+        future.set_result(None)
+
+
 async def wait_any(timeout_s: float, *events: asyncio.Event) -> None:
     """Return when any event is set or after ``timeout_s``."""
     if timeout_s <= 0 or any(e.is_set() for e in events):
         return
-    waiters = [asyncio.ensure_future(e.wait()) for e in events]
+    signals = [e for e in events if isinstance(e, Signal)]
+    if len(signals) < len(events):  # plain events (tests pass them): a task each
+        waiters = [asyncio.ensure_future(e.wait()) for e in events]
+        try:
+            await asyncio.wait(waiters, timeout=timeout_s, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for w in waiters:
+                w.cancel()
+        return
+    loop = asyncio.get_running_loop()
+    woken: asyncio.Future[None] = loop.create_future()
+    timer = loop.call_later(timeout_s, _resolve, woken)
+    for signal in signals:
+        signal._watchers.add(woken)
     try:
-        await asyncio.wait(waiters, timeout=timeout_s, return_when=asyncio.FIRST_COMPLETED)
+        await woken
     finally:
-        for w in waiters:
-            w.cancel()
+        timer.cancel()
+        for signal in signals:
+            signal._watchers.discard(woken)
 
 
 class Failures:
@@ -66,6 +105,24 @@ class Failures:
         return delay * random.uniform(0.5, 1.0)
 
 
+# Where this process's beats fall: a random phase, so the nodes of a cluster do not all
+# call Postgres and Redis in the same millisecond.
+_PHASE_S = random.random() * 60.0
+
+
+def until_beat(interval_s: float) -> float:
+    """Seconds until this process's next beat of period ``interval_s``, at least a quarter
+    period away. The periodic services (heartbeat, shard keeper, recovery, the claim poll)
+    all wake on these beats rather than each on its own jittered timer: an idle node then
+    wakes once per second for all of them. Waking is most of what their round trips cost:
+    after a second asleep, even ``SELECT now()`` takes several times its CPU in a loop."""
+    now = time.monotonic()
+    at = _PHASE_S + (math.floor((now - _PHASE_S) / interval_s) + 1) * interval_s
+    if at - now < interval_s / 4:
+        at += interval_s
+    return at - now
+
+
 async def run_service(
     name: str,
     run_once: Callable[[], Awaitable[float | None]],
@@ -73,10 +130,10 @@ async def run_service(
     interval_s: float,
     stop: asyncio.Event,
     wake: asyncio.Event | None = None,
-    jitter: float = 0.1,
     backoff_cap_s: float = 5.0,
 ) -> None:
-    """Drive ``run_once`` until ``stop``; it may return its own next delay in seconds."""
+    """Drive ``run_once`` until ``stop``, on this process's beat of ``interval_s`` (see
+    ``until_beat``); it may return its own next delay in seconds instead."""
     failures = Failures(name)
     events = [stop] if wake is None else [stop, wake]
     while not stop.is_set():
@@ -85,9 +142,7 @@ async def run_service(
         try:
             wanted = await run_once()
             failures.succeeded()
-            delay = (
-                interval_s * random.uniform(1 - jitter, 1 + jitter) if wanted is None else wanted
-            )
+            delay = until_beat(interval_s) if wanted is None else wanted
         except asyncio.CancelledError:
             raise
         except Exception as exc:

@@ -7,6 +7,8 @@ import asyncio
 import logging
 from dataclasses import dataclass, field
 
+from node.service import Signal
+
 logger = logging.getLogger(__name__)
 
 
@@ -21,9 +23,9 @@ class NodeState:
     held: frozenset[int] = frozenset()
     claiming: bool = True
     reconnect: bool = False
-    wake: asyncio.Event = field(default_factory=asyncio.Event)
-    rebalance: asyncio.Event = field(default_factory=asyncio.Event)
-    membership: asyncio.Event = field(default_factory=asyncio.Event)
+    wake: asyncio.Event = field(default_factory=Signal)
+    rebalance: asyncio.Event = field(default_factory=Signal)
+    membership: asyncio.Event = field(default_factory=Signal)
 
     def set_live(self, live: list[str]) -> bool:
         """Record the live member list; True (and wake the shard keeper) if it changed."""
