@@ -1,8 +1,9 @@
 """The one loop every background service runs: ``run_once``, sleep, repeat.
 
-Sleeps are interruptible (stop or wake events), jittered, and back off on errors. Errors
-are logged once when a service starts failing, then again only every minute and when it
-recovers, so an outage never floods the log and never crashes the node.
+Sleeps are interruptible (stop or wake events), end on the process's shared beat (so an
+idle node wakes once for all its services), and back off on errors. Errors are logged
+once when a service starts failing, then again only every minute and when it recovers,
+so an outage never floods the log and never crashes the node.
 """
 
 from __future__ import annotations
@@ -110,13 +111,14 @@ class Failures:
 _PHASE_S = random.random() * 60.0
 
 
-def until_beat(interval_s: float) -> float:
+def until_beat(interval_s: float, now: float | None = None) -> float:
     """Seconds until this process's next beat of period ``interval_s``, at least a quarter
     period away. The periodic services (heartbeat, shard keeper, recovery, the claim poll)
     all wake on these beats rather than each on its own jittered timer: an idle node then
     wakes once per second for all of them. Waking is most of what their round trips cost:
     after a second asleep, even ``SELECT now()`` takes several times its CPU in a loop."""
-    now = time.monotonic()
+    if now is None:
+        now = time.monotonic()
     at = _PHASE_S + (math.floor((now - _PHASE_S) / interval_s) + 1) * interval_s
     if at - now < interval_s / 4:
         at += interval_s

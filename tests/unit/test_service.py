@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from node.service import Signal, wait_any
+from node.service import Signal, until_beat, wait_any
 
 
 async def test_returns_when_a_signal_is_set_and_forgets_its_future() -> None:
@@ -60,3 +60,19 @@ async def test_a_signal_wakes_every_waiter() -> None:
     await asyncio.sleep(0)
     signal.set()
     await asyncio.wait_for(asyncio.gather(*waiters), 5.0)
+
+
+@pytest.mark.parametrize("interval_s", [0.5, 1.0, 2.0, 5.0])
+def test_a_beat_is_between_a_quarter_and_one_and_a_quarter_periods_away(
+    interval_s: float,
+) -> None:
+    for now in (0.0, 0.3, 1234.56, time.monotonic()):
+        assert interval_s / 4 <= until_beat(interval_s, now) <= interval_s * 1.25
+
+
+def test_beats_of_different_periods_coincide() -> None:
+    """A 2 s service wakes on a beat of the 1 s services: one wake-up for both."""
+    for now in (0.0, 0.3, 1234.56, time.monotonic()):
+        one, two = now + until_beat(1.0, now), now + until_beat(2.0, now)
+        apart = two - one
+        assert abs(apart - round(apart)) < 1e-6
