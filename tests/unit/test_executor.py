@@ -8,7 +8,6 @@ import sys
 import threading
 import uuid
 from collections.abc import Awaitable
-from dataclasses import replace
 from datetime import UTC, datetime
 
 import pytest
@@ -277,7 +276,7 @@ async def test_a_job_claimed_again_replaces_the_run_of_its_earlier_lease(handler
     old = job(handler, "again")
     executor.submit(old)
     # The lease was lost meanwhile (the node was frozen, say) and the job claimed again.
-    new = replace(old, handler=f"{HERE}:ok", lease_token=old.lease_token + 1)
+    new = old._replace(handler=f"{HERE}:ok", lease_token=old.lease_token + 1)
     executor.submit(new)
     assert executor.free == 1, "the earlier run no longer holds a slot"
     await done.wait_for(1)

@@ -3,7 +3,6 @@ path must agree with the catch-up planner."""
 
 from __future__ import annotations
 
-from dataclasses import replace
 from datetime import timedelta
 
 from node.handlers import Outcome
@@ -14,21 +13,21 @@ OK = Outcome("succeeded", None, 0.01)
 
 
 def test_next_slot_still_ahead_moves_on_without_skips() -> None:
-    j = replace(job("m:f"), schedule="@every 1m")
+    j = job("m:f")._replace(schedule="@every 1m")
     done, skips = after_run(j, OK, j.slot + timedelta(seconds=5))
     assert done.next_slot == done.next_run_at == j.slot + timedelta(minutes=1)
     assert (done.outcome, done.next_attempt, skips) == ("succeeded", 1, [])
 
 
 def test_next_slot_already_past_follows_the_catch_up_policy() -> None:
-    j = replace(job("m:f"), schedule="@every 1m", catch_up="once")
+    j = job("m:f")._replace(schedule="@every 1m", catch_up="once")
     done, skips = after_run(j, OK, j.slot + timedelta(minutes=3, seconds=5))
     assert done.next_slot == j.slot + timedelta(minutes=3)  # coalesced into the newest
     assert [s.slot for s in skips] == [j.slot + timedelta(minutes=m) for m in (1, 2)]
 
 
 def test_failure_with_retries_left_retries_the_same_slot() -> None:
-    j = replace(job("m:f"), max_retries=2, retry_backoff_s=10.0)
+    j = job("m:f")._replace(max_retries=2, retry_backoff_s=10.0)
     now = j.slot + timedelta(seconds=1)
     done, skips = after_run(j, Outcome("failed", "boom", 0.1), now)
     assert (done.next_slot, done.next_attempt, skips) == (j.slot, 2, [])
