@@ -27,6 +27,8 @@ from node.threads import HandlerThreads, ThreadRun
 
 logger = logging.getLogger(__name__)
 
+START_QUANTUM_S = 0.001
+
 
 @dataclass(eq=False)
 class Running:
@@ -34,7 +36,7 @@ class Running:
     started: float  # loop time (for a run claimed ahead of its due time: when it starts)
     task: asyncio.Task[None] | None = None
     thread: ThreadRun | None = None
-    pending: asyncio.TimerHandle | None = None  # claimed ahead: starts when this fires
+    pending: bool = False  # claimed ahead: waits in Executor._starts for its due time
 
     @property
     def deadline(self) -> float:
@@ -61,6 +63,10 @@ class Executor:
         self._threads = HandlerThreads(concurrency, self._thread_results)
         self._timer: asyncio.TimerHandle | None = None
         self._timer_at = math.inf
+        # Runs claimed ahead, by the loop time they start at (rounded up to START_QUANTUM_S):
+        # one timer per distinct time, not per run, since a fan-out claims many runs due
+        # at the same instant.
+        self._starts: dict[float, list[Running]] = {}
 
     @property
     def free(self) -> int:
@@ -87,28 +93,35 @@ class Executor:
             raise RuntimeError(f"executor cannot take {job.name}: no free slot")
         self.idle.clear()
         if start_in_s > 0:
-            found = self.running[job.id] = Running(job, self._loop.time() + start_in_s)
-            found.pending = self._loop.call_later(start_in_s, self._start, found)
+            at = math.ceil((self._loop.time() + start_in_s) / START_QUANTUM_S) * START_QUANTUM_S
+            found = self.running[job.id] = Running(job, at, pending=True)
+            group = self._starts.get(at)
+            if group is None:
+                group = self._starts[at] = []
+                self._loop.call_at(at, self._start_group, at)
+            group.append(found)
             return
-        self._start(Running(job, self._loop.time()))
+        found = self.running[job.id] = Running(job, self._loop.time())
+        self._start(found)
+
+    def _start_group(self, at: float) -> None:
+        for found in self._starts.pop(at):
+            # Dropped meanwhile (lease lost, drained): not in ``running`` any more.
+            if found.pending and self.running.get(found.job.id) is found:
+                found.pending = False
+                self._start(found)
 
     def _start(self, found: Running) -> None:
         job = found.job
-        if found.pending is not None:
-            if self.running.get(job.id) is not found:
-                return  # cancelled before it started
-            found.pending = None
+        found.started = now = self._loop.time()
         fn = sync_handler(job.handler)
-        now = self._loop.time()
         if fn is None:  # async, shell:, or not resolvable: invoke() deals with each
-            found = self.running[job.id] = Running(job, now)
             found.task = asyncio.create_task(self._run(found), name=f"run:{job.tenant}/{job.name}")
         else:
-            run = ThreadRun(fn, self.context(job), job.id)
-            found = self.running[job.id] = Running(job, now, thread=run)
-            self._threads.submit(run)
-            if found.deadline < self._timer_at:
-                self._arm(found.deadline)
+            found.thread = ThreadRun(fn, self.context(job), job.id)
+            self._threads.submit(found.thread)
+            if now + job.timeout_s < self._timer_at:
+                self._arm(now + job.timeout_s)
 
     def context(self, job: ClaimedJob) -> RunContext:
         return RunContext(
@@ -200,8 +213,7 @@ class Executor:
 
     def _drop(self, found: Running) -> None:
         """Free the run's slot now; whatever it still does is reported to nobody."""
-        if found.pending is not None:
-            found.pending.cancel()
+        found.pending = False
         if found.thread is not None:
             self._threads.abandon(found.thread)
         if found.task is not None:

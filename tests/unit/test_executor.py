@@ -254,18 +254,21 @@ async def test_a_run_claimed_ahead_holds_its_slot_and_starts_when_due() -> None:
 
 async def test_a_run_cancelled_before_it_starts_never_runs() -> None:
     done = Outcomes()
-    executor = Executor(2, "n1", "z", done)
-    later = job(f"{HERE}:ok", "later")
-    executor.submit(later, start_in_s=30)
-    pending = executor.running[later.id].pending
-    assert pending is not None
+    executor = Executor(3, "n1", "z", done)
+    later, kept = job(f"{HERE}:ok", "later"), job(f"{HERE}:ok", "kept")
+    # Due at the same instant: they wait for the same start.
+    executor.submit(later, start_in_s=0.05)
+    executor.submit(kept, start_in_s=0.05)
     assert executor.cancel(later.id, later.lease_token) is later
-    assert pending.cancelled() and executor.free == 2 and executor.idle.is_set()
+    assert executor.free == 2
+    await done.wait_for(1)
+    assert (seen, set(done.got)) == (["kept"], {"kept"})
+    assert executor.free == 3 and executor.idle.is_set()
     # Drained before its start, a run claimed ahead is handed back for release.
     again = job(f"{HERE}:ok", "again")
     executor.submit(again, start_in_s=30)
     assert await executor.drain(0.01) == [again]
-    assert (seen, done.got, executor.free) == ([], {}, 2)
+    assert (seen, set(done.got), executor.free) == (["kept"], {"kept"}, 3)
     executor.shutdown()
 
 
