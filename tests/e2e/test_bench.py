@@ -56,7 +56,13 @@ def test_quick_bench_runs_and_counts(tmp_path: Path) -> None:
             assert m["lag_max_ms"] is not None and m["drain_s"] is not None
             # CPU is counted in clock ticks: a quick run may spend less than one.
             assert m["node_cpu_s"] >= 0 and m["peak_rss_mb"] > 0
-        assert "node_cpu_per_1k_s" in records[scenario]["ratios"]
+        # A ratio is reported wherever the baseline's figure is above zero, and only there.
+        pulse, base = (records[scenario][s]["node_cpu_per_1k_s"] for s in ("pulse", "baseline"))
+        ratios = records[scenario]["ratios"]
+        if base:
+            assert ratios["node_cpu_per_1k_s"] == pytest.approx(pulse / base)
+        else:
+            assert "node_cpu_per_1k_s" not in ratios
     failover = records["failover"]["pulse"]
     assert failover["extra"]["longest_gap_s"] is not None
     assert failover["extra"]["reruns_of_killed"] >= 0
