@@ -6,12 +6,22 @@ event loop for every single run: about 100 µs of CPU per call on a 2-core machi
 its result to a list and wakes the loop only when that list was empty, so a tick that
 ends 300 runs wakes the loop a handful of times, not 300.
 
-Threads start on demand: a queued run takes an idle thread or starts a new one. A run
-that timed out but is still stuck in its thread (Python cannot stop a thread) keeps that
-thread, and later runs get threads of their own, up to ``limit`` stuck ones: beyond that a
-handler that hangs every time would grow threads without end, so new runs then wait for
-a thread to come free (and time out if none does), and a warning says so. Threads are
-daemons: a stuck handler never holds up the node's exit.
+Waking a thread per run is the other cost. A hundred runs due at the same instant on a
+hundred threads make a hundred threads ask for the GIL at once, and a short handler that
+writes a file or a socket hands the GIL over at each write: the benchmark's witness cost
+twice its own CPU that way. So only ``EAGER_THREADS`` threads are woken for queued runs;
+they take run after run while the queue lasts. Handlers that block are why a run may
+need a thread of its own: when the oldest queued run has waited ``PATIENCE_S`` with no
+thread taking any run meanwhile, every queued run gets a thread. A run thus starts at
+most about ``PATIENCE_S`` late behind handlers that block, and a burst of short runs
+costs a few threads' wake-ups instead of one per run.
+
+Threads start on demand and park when the queue is empty. A run that timed out but is
+still stuck in its thread (Python cannot stop a thread) keeps that thread, and later runs
+get threads of their own, up to ``limit`` stuck ones: beyond that a handler that hangs
+every time would grow threads without end, so new runs then wait for a thread to come
+free (and time out if none does), and a warning says so. Threads are daemons: a stuck
+handler never holds up the node's exit.
 """
 
 from __future__ import annotations
@@ -20,12 +30,16 @@ import asyncio
 import logging
 import threading
 import time
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from queue import SimpleQueue
 from typing import Any
 
 logger = logging.getLogger(__name__)
+
+EAGER_THREADS = 2
+PATIENCE_S = 0.002
+CAPPED_CHECK_S = 0.1
 
 
 @dataclass(eq=False)
@@ -37,6 +51,7 @@ class ThreadRun:
     key: Any
     result: Any = None
     error: BaseException | None = None
+    queued: float = 0.0
     started: float = 0.0
     duration_s: float = 0.0
     abandoned: bool = False  # timed out or cancelled: its result is not wanted
@@ -44,17 +59,28 @@ class ThreadRun:
 
 
 class HandlerThreads:
-    def __init__(self, limit: int, on_results: Callable[[list[ThreadRun]], None]) -> None:
+    def __init__(
+        self,
+        limit: int,
+        on_results: Callable[[list[ThreadRun]], None],
+        *,
+        eager: int = EAGER_THREADS,
+        patience_s: float = PATIENCE_S,
+    ) -> None:
         self._loop = asyncio.get_running_loop()
         self._limit = limit
+        self._eager = eager
+        self._patience_s = patience_s
         self._on_results = on_results
-        self._queue: SimpleQueue[ThreadRun | None] = SimpleQueue()
         self._lock = threading.Lock()
+        self._queue: deque[ThreadRun] = deque()
+        self._parked: list[threading.Lock] = []  # an idle thread waits to acquire its lock
         self._results: list[ThreadRun] = []
         self._threads = 0
-        self._idle = 0
+        self._awake = 0  # threads not parked: running a run, or woken to take one
         self._stuck = 0  # abandoned runs still executing in their thread
-        self._owed = 0  # queued runs that no thread was reserved for (the cap was reached)
+        self._last_taken = 0.0  # monotonic time a thread last took a run
+        self._checking = False  # a patience check is scheduled on the loop
         self._capped = False
         self._closed = False
 
@@ -71,29 +97,14 @@ class HandlerThreads:
         with self._lock:
             if self._closed:
                 raise RuntimeError("handler threads are shut down")
-            # Every queued run is owed a thread of its own: an idle one, reserved here so
-            # that two runs never count on the same one, or a new one. The executor has at
-            # most ``limit`` runs in flight, so a run waits behind a busy handler only when
-            # ``limit`` more threads are stuck in runs that timed out.
-            spawn = warn = False
-            if self._idle > 0:
-                self._idle -= 1
-            elif self._threads < self._limit + min(self._stuck, self._limit):
-                spawn = True
-                self._threads += 1
-            else:
-                self._owed += 1
-                warn, self._capped = not self._capped, True
-        if warn:
-            logger.warning(
-                "%d handler threads are stuck in runs that timed out; new runs wait for a "
-                "thread to come free",
-                self._stuck,
-                extra={"event": "handler_threads_stuck"},
-            )
-        self._queue.put(run)
-        if spawn:
-            threading.Thread(target=self._work, name="pulse-handler", daemon=True).start()
+            run.queued = time.monotonic()
+            self._queue.append(run)
+            if self._awake - self._stuck < self._eager:
+                self._wake()  # at the cap, the check below says so if the run waits
+            check = not self._checking
+            self._checking = True
+        if check:
+            self._loop.call_later(self._patience_s, self._check)
 
     def abandon(self, run: ThreadRun) -> None:
         """Its result is no longer wanted (timeout, cancel). If it is executing now, its
@@ -105,19 +116,75 @@ class HandlerThreads:
             if run.started and not run._done:
                 self._stuck += 1
 
-    def _work(self) -> None:
-        queue = self._queue
-        while True:
-            run = queue.get()
-            if run is None:  # shutdown
-                with self._lock:
-                    self._threads -= 1
+    def _wake(self) -> bool:
+        """Wake a parked thread or start one (under the lock); False at the cap."""
+        if self._parked:
+            self._parked.pop().release()
+        elif self._threads < self._limit + min(self._stuck, self._limit):
+            self._threads += 1
+            threading.Thread(target=self._work, name="pulse-handler", daemon=True).start()
+        else:
+            return False
+        self._awake += 1
+        return True
+
+    def _check(self) -> None:
+        """On the loop, ``patience_s`` after a submit: if queued runs are not being taken
+        (the awake threads are busy in handlers that block), wake a thread for each."""
+        capped = False
+        with self._lock:
+            if any(r.abandoned for r in self._queue):  # timed out while queued
+                self._queue = deque(r for r in self._queue if not r.abandoned)
+            if self._closed or not self._queue:
+                self._checking = False
                 return
+            waited = time.monotonic() - max(self._queue[0].queued, self._last_taken)
+            if waited >= self._patience_s:
+                for _ in range(len(self._queue)):
+                    if not self._wake():
+                        capped = True
+                        break
+        if capped:
+            self._warn_capped()
+        # At the cap only a stuck thread coming free helps, and it takes queued runs
+        # itself: look again, but seldom.
+        self._loop.call_later(CAPPED_CHECK_S if capped else self._patience_s, self._check)
+
+    def _warn_capped(self) -> None:
+        with self._lock:
+            if self._capped:
+                return
+            self._capped = True
+            stuck = self._stuck
+        logger.warning(
+            "%d handler threads are stuck in runs that timed out; new runs wait for a "
+            "thread to come free",
+            stuck,
+            extra={"event": "handler_threads_stuck"},
+        )
+
+    def _work(self) -> None:
+        parker = threading.Lock()
+        parker.acquire()
+        while True:
             with self._lock:
-                if run.abandoned:  # cancelled before it started
-                    self._free()
-                    continue
-                run.started = time.monotonic()
+                if self._closed:
+                    self._threads -= 1
+                    self._awake -= 1
+                    return
+                run = self._queue.popleft() if self._queue else None
+                if run is None:
+                    self._awake -= 1
+                    self._parked.append(parker)
+                    self._capped = False
+                else:
+                    self._last_taken = time.monotonic()
+                    if run.abandoned:  # cancelled before it started
+                        continue
+                    run.started = self._last_taken
+            if run is None:
+                parker.acquire()  # until _wake() or shutdown() releases it
+                continue
             try:
                 run.result = run.fn(run.arg)
             except BaseException as exc:  # a handler may raise anything, even SystemExit
@@ -125,7 +192,6 @@ class HandlerThreads:
             run.duration_s = time.monotonic() - run.started
             with self._lock:
                 run._done = True
-                self._free()  # before the loop hears of the result and submits more
                 if run.abandoned:
                     self._stuck -= 1
                     continue
@@ -137,23 +203,16 @@ class HandlerThreads:
                 except RuntimeError:  # the loop is closed: the node is exiting
                     return
 
-    def _free(self) -> None:
-        """This thread takes its next run from the queue (called under the lock)."""
-        if self._owed:
-            self._owed -= 1  # a queued run waits for a thread: this one
-        else:
-            self._idle += 1
-            self._capped = False
-
     def _deliver(self) -> None:
         with self._lock:
             batch, self._results = self._results, []
         self._on_results([r for r in batch if not r.abandoned])
 
     def shutdown(self) -> None:
-        """Idle workers exit; busy ones exit after their run (daemons: never waited for)."""
+        """Parked workers exit now; busy ones after their run (daemons: never waited for)."""
         with self._lock:
             self._closed = True
-            count = self._threads
-        for _ in range(count):
-            self._queue.put(None)
+            parked, self._parked = self._parked, []
+            self._awake += len(parked)
+        for parker in parked:
+            parker.release()

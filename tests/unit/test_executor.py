@@ -196,7 +196,7 @@ async def test_a_shorter_deadline_submitted_later_times_out_first() -> None:
     executor.shutdown()
 
 
-async def test_a_run_never_waits_behind_a_busy_handler() -> None:
+async def test_a_run_is_not_held_up_by_busy_handlers() -> None:
     done = Outcomes()
     executor = Executor(8, "n1", "z", done)
     for round_ in range(3):

@@ -1,0 +1,89 @@
+"""The handler threads: a burst of short runs shares a few threads, runs queued behind
+handlers that block get threads of their own, and a run abandoned in the queue never runs.
+
+The executor's tests (test_executor.py) cover timeouts, stuck threads and their cap
+through the executor; these drive the pool directly, with a patience long enough that no
+timing decides what a test sees, or short where a test waits for what it causes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from typing import Any
+
+from node.threads import HandlerThreads, ThreadRun
+
+WAIT_S = 20.0
+
+
+class Results:
+    def __init__(self) -> None:
+        self.runs: list[ThreadRun] = []
+        self.changed = asyncio.Event()
+
+    def __call__(self, batch: list[ThreadRun]) -> None:
+        self.runs.extend(batch)
+        self.changed.set()
+
+    async def wait_for(self, count: int) -> None:
+        async with asyncio.timeout(WAIT_S):
+            while len(self.runs) < count:
+                self.changed.clear()
+                await self.changed.wait()
+
+
+async def test_a_burst_of_short_runs_takes_the_eager_threads_only() -> None:
+    results = Results()
+    pool = HandlerThreads(100, results, eager=2, patience_s=WAIT_S)
+    for i in range(100):
+        pool.submit(ThreadRun(lambda n: n * 2, i, i))
+    await results.wait_for(100)
+    assert sorted(r.result for r in results.runs) == [i * 2 for i in range(100)]
+    assert pool.threads <= 2
+    pool.shutdown()
+
+
+async def test_runs_queued_behind_handlers_that_block_get_threads_of_their_own() -> None:
+    results = Results()
+    pool = HandlerThreads(10, results, eager=1, patience_s=0.01)
+    release = threading.Event()
+    started: list[int] = []
+
+    def blocks(n: int) -> None:
+        started.append(n)
+        release.wait(WAIT_S)
+
+    for i in range(5):
+        pool.submit(ThreadRun(blocks, i, i))
+    async with asyncio.timeout(WAIT_S):
+        while len(started) < 5:  # noqa: ASYNC110 - a poll with a deadline
+            await asyncio.sleep(0.01)
+    assert sorted(started) == [0, 1, 2, 3, 4] and pool.threads == 5
+    release.set()
+    await results.wait_for(5)
+    pool.shutdown()
+
+
+async def test_a_run_abandoned_while_queued_never_runs() -> None:
+    results = Results()
+    pool = HandlerThreads(10, results, eager=1, patience_s=WAIT_S)
+    release = threading.Event()
+    ran: list[Any] = []
+
+    def first(_: None) -> None:
+        ran.append("first")
+        release.wait(WAIT_S)
+
+    pool.submit(ThreadRun(first, None, "first"))
+    queued = ThreadRun(ran.append, "queued", "queued")
+    pool.submit(queued)
+    pool.abandon(queued)
+    assert pool.stuck == 0, "a queued run holds no thread"
+    release.set()
+    await results.wait_for(1)
+    following = ThreadRun(ran.append, "following", "following")
+    pool.submit(following)
+    await results.wait_for(2)
+    assert ran == ["first", "following"] and pool.threads == 1
+    pool.shutdown()
