@@ -345,11 +345,15 @@ ORDER BY c.slot_at;
 -- each, far cheaper for the client to encode than a dozen typed arrays: %(done)s holds
 -- [id, token, slot, outcome, error, duration_s, next_run_at, next_slot, next_attempt]
 -- per completion (next_slot null: the same as next_run_at), %(skips)s
--- [job_id, slot, reason] per skipped slot.
+-- [job_id, slot, reason] per skipped slot. The batch is parsed once (MATERIALIZED), and
+-- `j.id = ANY(...)` hands the planner the ids as an index condition: the statistics of
+-- jobs are gathered while few jobs run, so on `status = 'running'` alone it would scan
+-- the table and re-read the batch for every running job (140 ms for 100 completions over
+-- 3,000 running jobs, against 6 ms by jobs_pkey; tests/integration/test_lease_plans.py).
 WITH clock AS (
     SELECT coalesce(%(now)s::timestamptz, now()) AS t
 ),
-input AS (
+input AS MATERIALIZED (
     SELECT (e->>0)::uuid AS id, (e->>1)::bigint AS token, (e->>2)::timestamptz AS slot,
            e->>3 AS outcome, e->>4 AS error, (e->>5)::float8 AS duration_s,
            (e->>6)::timestamptz AS next_run_at,
@@ -371,7 +375,8 @@ done AS (
         lease_expires_at = NULL,
         updated_at = k.t
     FROM input i JOIN jobs o ON o.id = i.id, clock k
-    WHERE j.id = i.id AND j.lease_token = i.token AND j.status = 'running'
+    WHERE j.id = ANY(ARRAY(SELECT x.id FROM input x))
+      AND j.id = i.id AND j.lease_token = i.token AND j.status = 'running'
     RETURNING j.id, j.tenant_id, j.name, i.slot, i.token, i.outcome, i.error, i.duration_s,
               o.attempt, o.locked_at
 ),
@@ -409,18 +414,20 @@ skipped AS (
 SELECT id FROM done;
 
 -- name: renew
--- Extends the leases of the caller's running jobs; returns the ids still held.
+-- Extends the leases of the caller's running jobs; returns the ids still held. The ids
+-- are an index condition too, for the reason given at `complete`.
 UPDATE jobs j SET lease_expires_at = k.t + make_interval(secs => %(lease_s)s)
 FROM unnest(%(ids)s::uuid[], %(tokens)s::bigint[]) AS i(id, token),
      (SELECT coalesce(%(now)s::timestamptz, now()) AS t) AS k
-WHERE j.id = i.id AND j.lease_token = i.token AND j.status = 'running'
+WHERE j.id = ANY(%(ids)s::uuid[])
+  AND j.id = i.id AND j.lease_token = i.token AND j.status = 'running'
 RETURNING j.id;
 
 -- name: release
 -- Hands running jobs back for another attempt of the same slot, due at once (used when a
 -- node shuts down before its runs finish), and records the attempt that ended as lost in
 -- its slot's run row (from `o`, the job row before this statement). Fenced like a
--- completion.
+-- completion, and its ids are an index condition for the same reason.
 WITH clock AS (
     SELECT coalesce(%(now)s::timestamptz, now()) AS t
 ),
@@ -438,7 +445,8 @@ freed AS (
     FROM unnest(%(ids)s::uuid[], %(tokens)s::bigint[]) AS i(id, token)
          JOIN jobs o ON o.id = i.id,
          clock k
-    WHERE j.id = i.id AND j.lease_token = i.token AND j.status = 'running'
+    WHERE j.id = ANY(%(ids)s::uuid[])
+      AND j.id = i.id AND j.lease_token = i.token AND j.status = 'running'
     RETURNING j.id, j.tenant_id, j.name, j.slot_at, o.attempt, i.token, o.locked_by,
               o.locked_zone, o.locked_at
 ),
