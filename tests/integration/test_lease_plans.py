@@ -1,5 +1,6 @@
 """The statements that end or extend leases (complete, renew, release) read the jobs they
-name through the primary key, whatever the planner believes about running jobs.
+name through the primary key, whatever the planner believes about running jobs; recovery
+reads them through indexes too.
 
 The statistics of a jobs table are gathered while few jobs run, so the planner expects
 ``status = 'running'`` to match almost nothing; with hundreds running it used to scan the
@@ -83,6 +84,9 @@ async def test_lease_statements_read_jobs_by_primary_key_while_many_run(
             "renew": await plan_of(conn, "renew", {**leases, "lease_s": 30.0}),
             "release": await plan_of(conn, "release", {**leases, "reason": "test"}),
         }
+        shards = "{" + ",".join(map(str, range(16))) + "}"
+        recover = {"own": False, "shards": shards, "live": ["n2"], "node_id": None, "now": T0}
+        recovery = await plan_of(conn, "recover", recover)
         async with conn.transaction(force_rollback=True):
             cur = await conn.execute(query("complete"), complete_params(done, [], "n1", "z", T0))
             applied = {r["id"] for r in await cur.fetchall()}
@@ -93,3 +97,7 @@ async def test_lease_statements_read_jobs_by_primary_key_while_many_run(
         assert scans, name
         assert all(index == "jobs_pkey" for _, index in scans), (name, scans)
     assert applied == set(ids)
+    # Recovery finds running jobs through the due index of its shards and resets them by
+    # primary key: never a scan of the table.
+    scans = job_scans(recovery)
+    assert scans and all(index in ("jobs_due", "jobs_pkey") for _, index in scans), scans
