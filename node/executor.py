@@ -36,7 +36,6 @@ class Running:
     started: float  # loop time (for a run claimed ahead of its due time: when it starts)
     task: asyncio.Task[None] | None = None
     thread: ThreadRun | None = None
-    pending: bool = False  # claimed ahead: waits in Executor._starts for its due time
 
     @property
     def deadline(self) -> float:
@@ -94,7 +93,7 @@ class Executor:
         self.idle.clear()
         if start_in_s > 0:
             at = math.ceil((self._loop.time() + start_in_s) / START_QUANTUM_S) * START_QUANTUM_S
-            found = self.running[job.id] = Running(job, at, pending=True)
+            found = self.running[job.id] = Running(job, at)
             group = self._starts.get(at)
             if group is None:
                 group = self._starts[at] = []
@@ -107,8 +106,7 @@ class Executor:
     def _start_group(self, at: float) -> None:
         for found in self._starts.pop(at):
             # Dropped meanwhile (lease lost, drained): not in ``running`` any more.
-            if found.pending and self.running.get(found.job.id) is found:
-                found.pending = False
+            if self.running.get(found.job.id) is found:
                 self._start(found)
 
     def _start(self, found: Running) -> None:
@@ -213,7 +211,6 @@ class Executor:
 
     def _drop(self, found: Running) -> None:
         """Free the run's slot now; whatever it still does is reported to nobody."""
-        found.pending = False
         if found.thread is not None:
             self._threads.abandon(found.thread)
         if found.task is not None:
