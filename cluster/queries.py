@@ -2,6 +2,11 @@
 
 Sections start with ``-- name: <name>``; everything up to the next section is the statement.
 Keeping SQL in one file makes every statement easy to review, EXPLAIN and grep.
+
+Comment lines and indentation are left out of the statement sent: psycopg caches the
+conversion of its ``%(name)s`` placeholders only for statements under 4 KiB, and parses a
+longer one afresh on every call (the claim, with its comments, is 5 KiB; 0.2-0.3 ms of the
+node's CPU per claim and per completion).
 """
 
 from __future__ import annotations
@@ -19,8 +24,14 @@ def _all() -> dict[str, bytes]:
     parts = _SECTION.split(text)
     found: dict[str, bytes] = {}
     for name, body in zip(parts[1::2], parts[2::2], strict=True):
-        found[name] = body.strip().rstrip(";").encode()
+        found[name] = _compact(body).rstrip(";").encode()
     return found
+
+
+def _compact(body: str) -> str:
+    """The statement without its whole-line comments, blank lines and indentation."""
+    lines = (line.strip() for line in body.splitlines())
+    return "\n".join(line for line in lines if line and not line.startswith("--"))
 
 
 def query(name: str) -> bytes:

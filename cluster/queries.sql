@@ -311,10 +311,11 @@ claimed AS (
     FROM locked l, clock k
     WHERE j.ctid = l.ctid
     -- In the order of cluster.session.ClaimedJob's fields: the node builds it by position.
+    -- An empty payload comes back as NULL: no JSON to parse for most jobs.
     RETURNING j.id, j.tenant_id, j.name, j.schedule, j.tz, j.dst_repeated, j.dst_skipped,
-              j.handler, j.payload, j.shard_id, j.slot_at, j.attempt, j.lease_token,
-              j.catch_up, j.grace_s, j.max_backfill, j.timeout_s, j.max_retries,
-              j.retry_backoff_s, j.next_run_at
+              j.handler, nullif(j.payload, '{}'::jsonb) AS payload, j.shard_id, j.slot_at,
+              j.attempt, j.lease_token, j.catch_up, j.grace_s, j.max_backfill, j.timeout_s,
+              j.max_retries, j.retry_backoff_s, j.next_run_at
 ),
 next_due AS (
     SELECT min(x.next_run_at) AS t

@@ -60,7 +60,7 @@ class ClaimedJob(NamedTuple):
     dst_repeated: str
     dst_skipped: str
     handler: str
-    payload: dict[str, Any]
+    payload: dict[str, Any] | None  # None when empty: the claim parses no '{}' per run
     shard: int
     slot: datetime
     attempt: int
@@ -122,21 +122,31 @@ def complete_params(
     it equals ``next_run_at`` (every completion but a retry's), saving one of the times,
     which are most of the encoding cost.
     """
+    texts: dict[datetime, str] = {}
+
+    def iso(t: datetime) -> str:
+        # A batch holds few distinct times (a fan-out's jobs share their slot and the
+        # next one): each is formatted once.
+        found = texts.get(t)
+        if found is None:
+            found = texts[t] = t.isoformat()
+        return found
+
     rows = [
         (
             c.id.hex,
             c.token,
-            c.slot.isoformat(),
+            iso(c.slot),
             c.outcome,
             c.error,
             c.duration_s,
-            c.next_run_at.isoformat(),
-            None if c.next_slot == c.next_run_at else c.next_slot.isoformat(),
+            iso(c.next_run_at),
+            None if c.next_slot == c.next_run_at else iso(c.next_slot),
             c.next_attempt,
         )
         for c in done
     ]
-    skipped = [(s.job_id.hex, s.slot.isoformat(), s.reason) for s in skips]
+    skipped = [(s.job_id.hex, iso(s.slot), s.reason) for s in skips]
     return {
         "done": json.dumps(rows, ensure_ascii=False),
         "skips": json.dumps(skipped, ensure_ascii=False),

@@ -16,6 +16,7 @@ from datetime import datetime
 from uuid import UUID
 
 import psycopg
+from psycopg.rows import tuple_row
 
 from cluster.db import Conn, connect, describe
 from cluster.errors import StoreError
@@ -52,13 +53,14 @@ class ResultWriter:
                             statement_timeout_s=self._timeout_s,
                             prepare=True,
                         )
-                    cur = await self._conn.execute(query("complete"), params)
+                    cur = self._conn.cursor(row_factory=tuple_row)
+                    await cur.execute(query("complete"), params)
                     rows = await cur.fetchall()
             except (TimeoutError, psycopg.Error, StoreError) as exc:
                 await self.close()
                 reason = "no answer in time" if isinstance(exc, TimeoutError) else describe(exc)
                 raise StoreError(f"complete: {reason}") from exc
-        return {row["id"] for row in rows}
+        return {row[0] for row in rows}
 
     async def close(self) -> None:
         conn, self._conn = self._conn, None

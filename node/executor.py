@@ -126,7 +126,7 @@ class Executor:
             job_id=job.id,
             job_name=job.name,
             tenant_id=job.tenant,
-            payload=job.payload,
+            payload={} if job.payload is None else job.payload,
             scheduled_for=job.slot,
             attempt=job.attempt,
             timeout_s=job.timeout_s,

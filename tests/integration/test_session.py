@@ -259,6 +259,20 @@ async def test_the_claim_returns_the_claimed_job_fields_in_order(
     assert [renamed.get(n, n) for n in names[2:]] == list(ClaimedJob._fields)
 
 
+async def test_the_claim_returns_an_empty_payload_as_none_and_others_parsed(
+    store: JobStore, open_session: Opener
+) -> None:
+    specs = [
+        JobSpec.build("bare", "@every 10s", "tests.witness:record"),
+        JobSpec.build("rich", "@every 10s", "tests.witness:record", payload={"n": [1, 2]}),
+    ]
+    await store.apply(specs, now=T0)
+    a = await open_session("node-a")
+    await a.try_lock(ALL)
+    claimed = await a.claim(ALL, 10, 30.0, now=at(60))
+    assert {j.name: j.payload for j in claimed.jobs} == {"bare": None, "rich": {"n": [1, 2]}}
+
+
 async def test_two_sessions_on_different_shards_never_claim_the_same_job(
     store: JobStore, open_session: Opener
 ) -> None:

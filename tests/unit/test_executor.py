@@ -304,3 +304,14 @@ async def test_the_context_tells_the_handler_its_slot_key_and_deadline() -> None
     assert ctx.idempotency_key == f"{claimed.id}:2026-01-01T00:00:00+00:00"
     assert ctx.deadline == datetime(2026, 1, 1, 0, 1, 30, tzinfo=UTC)
     executor.shutdown()
+
+
+async def test_a_job_claimed_without_a_payload_gets_a_fresh_empty_one_per_run() -> None:
+    executor = Executor(1, "n1", "zone-a", Outcomes())
+    claimed = job(f"{HERE}:ok")._replace(payload=None)
+    first, second = executor.context(claimed), executor.context(claimed)
+    assert first.payload == {} and second.payload == {}
+    assert first.payload is not second.payload  # a handler that fills it affects no other
+    rich = job(f"{HERE}:ok")._replace(payload={"n": 1})
+    assert executor.context(rich).payload == {"n": 1}
+    executor.shutdown()
