@@ -3,14 +3,17 @@
 ``asyncio.to_thread`` per run costs a future pair, a context copy and a wake-up of the
 event loop for every single run: about 100 µs of CPU per call on a 2-core machine,
 10x the cost of a short handler. Here a run is one item on a queue; the worker appends
-its result to a list and wakes the loop only when that list was empty, so a tick that
-ends 300 runs wakes the loop a handful of times, not 300.
+its result to a list, and the loop collects the list when a worker finds the queue empty
+(it wakes the loop then) or at its next patience check (below) while runs are still
+queued. Waking the loop as soon as a result is ready made the loop and the worker trade
+the GIL once per run, a context switch each: a tenth of a busy node's CPU.
 
 Waking a thread per run is the other cost. A hundred runs due at the same instant on a
 hundred threads make a hundred threads ask for the GIL at once, and a short handler that
 writes a file or a socket hands the GIL over at each write: the benchmark's witness cost
-twice its own CPU that way. So only ``EAGER_THREADS`` threads are woken for queued runs;
-they take run after run while the queue lasts. Handlers that block are why a run may
+twice its own CPU that way; even two threads trade the GIL at every such write. So only
+``EAGER_THREADS`` (one) thread is woken for queued runs; it takes run after run while the
+queue lasts. Handlers that block are why a run may
 need a thread of its own: when the oldest queued run has waited ``PATIENCE_S`` with no
 thread taking any run meanwhile, every queued run gets a thread. A run thus starts at
 most about ``PATIENCE_S`` late behind handlers that block, and a burst of short runs
@@ -37,7 +40,7 @@ from typing import Any
 
 logger = logging.getLogger(__name__)
 
-EAGER_THREADS = 2
+EAGER_THREADS = 1
 PATIENCE_S = 0.002
 CAPPED_CHECK_S = 0.1
 
@@ -76,6 +79,7 @@ class HandlerThreads:
         self._queue: deque[ThreadRun] = deque()
         self._parked: list[threading.Lock] = []  # an idle thread waits to acquire its lock
         self._results: list[ThreadRun] = []
+        self._delivering = False  # the loop is told to collect the results
         self._threads = 0
         self._awake = 0  # threads not parked: running a run, or woken to take one
         self._stuck = 0  # abandoned runs still executing in their thread
@@ -129,21 +133,28 @@ class HandlerThreads:
         return True
 
     def _check(self) -> None:
-        """On the loop, ``patience_s`` after a submit: if queued runs are not being taken
-        (the awake threads are busy in handlers that block), wake a thread for each."""
+        """On the loop, ``patience_s`` after a submit and again while runs are queued:
+        collect finished runs, and if queued runs are not being taken (the awake threads
+        are busy in handlers that block), wake a thread for each."""
         capped = False
         with self._lock:
             if any(r.abandoned for r in self._queue):  # timed out while queued
                 self._queue = deque(r for r in self._queue if not r.abandoned)
-            if self._closed or not self._queue:
-                self._checking = False
-                return
-            waited = time.monotonic() - max(self._queue[0].queued, self._last_taken)
-            if waited >= self._patience_s:
-                for _ in range(len(self._queue)):
-                    if not self._wake():
-                        capped = True
-                        break
+            collect = bool(self._results) and not self._delivering
+            self._delivering |= collect
+            self._checking = not self._closed and bool(self._queue)
+            if self._checking:
+                waited = time.monotonic() - max(self._queue[0].queued, self._last_taken)
+                if waited >= self._patience_s:
+                    for _ in range(len(self._queue)):
+                        if not self._wake():
+                            capped = True
+                            break
+            checking = self._checking
+        if collect:
+            self._deliver()
+        if not checking:
+            return
         if capped:
             self._warn_capped()
         # At the cap only a stuck thread coming free helps, and it takes queued runs
@@ -177,12 +188,17 @@ class HandlerThreads:
                     self._awake -= 1
                     self._parked.append(parker)
                     self._capped = False
+                    # Finished runs left for a patience check that no longer comes.
+                    wake = bool(self._results) and not self._delivering
+                    self._delivering |= wake
                 else:
                     self._last_taken = time.monotonic()
                     if run.abandoned:  # cancelled before it started
                         continue
                     run.started = self._last_taken
             if run is None:
+                if wake and not self._tell_loop():
+                    return
                 parker.acquire()  # until _wake() or shutdown() releases it
                 continue
             try:
@@ -196,16 +212,25 @@ class HandlerThreads:
                     self._stuck -= 1
                     continue
                 self._results.append(run)
-                wake = len(self._results) == 1
-            if wake:
-                try:
-                    self._loop.call_soon_threadsafe(self._deliver)
-                except RuntimeError:  # the loop is closed: the node is exiting
-                    return
+                # While runs are queued, the patience check collects this result.
+                wake = not self._queue and not self._delivering
+                self._delivering |= wake
+            if wake and not self._tell_loop():
+                return
+
+    def _tell_loop(self) -> bool:
+        """Have the loop collect the finished runs; False when the loop is closed (the
+        node is exiting)."""
+        try:
+            self._loop.call_soon_threadsafe(self._deliver)
+        except RuntimeError:
+            return False
+        return True
 
     def _deliver(self) -> None:
         with self._lock:
             batch, self._results = self._results, []
+            self._delivering = False
         self._on_results([r for r in batch if not r.abandoned])
 
     def shutdown(self) -> None:
