@@ -17,7 +17,7 @@ queue lasts. Handlers that block are why a run may
 need a thread of its own: when the oldest queued run has waited ``PATIENCE_S`` with no
 thread taking any run meanwhile, every queued run gets a thread. A run thus starts at
 most about ``PATIENCE_S`` late behind handlers that block, and a burst of short runs
-costs a few threads' wake-ups instead of one per run.
+costs one thread's wake-up instead of one per run.
 
 Threads start on demand and park when the queue is empty. A run that timed out but is
 still stuck in its thread (Python cannot stop a thread) keeps that thread, and later runs
@@ -140,17 +140,15 @@ class HandlerThreads:
         with self._lock:
             if any(r.abandoned for r in self._queue):  # timed out while queued
                 self._queue = deque(r for r in self._queue if not r.abandoned)
-            collect = bool(self._results) and not self._delivering
-            self._delivering |= collect
-            self._checking = not self._closed and bool(self._queue)
-            if self._checking:
+            collect = self._take_delivery()
+            checking = self._checking = not self._closed and bool(self._queue)
+            if checking:
                 waited = time.monotonic() - max(self._queue[0].queued, self._last_taken)
                 if waited >= self._patience_s:
                     for _ in range(len(self._queue)):
                         if not self._wake():
                             capped = True
                             break
-            checking = self._checking
         if collect:
             self._deliver()
         if not checking:
@@ -189,8 +187,7 @@ class HandlerThreads:
                     self._parked.append(parker)
                     self._capped = False
                     # Finished runs left for a patience check that no longer comes.
-                    wake = bool(self._results) and not self._delivering
-                    self._delivering |= wake
+                    wake = self._take_delivery()
                 else:
                     self._last_taken = time.monotonic()
                     if run.abandoned:  # cancelled before it started
@@ -213,10 +210,17 @@ class HandlerThreads:
                     continue
                 self._results.append(run)
                 # While runs are queued, the patience check collects this result.
-                wake = not self._queue and not self._delivering
-                self._delivering |= wake
+                wake = not self._queue and self._take_delivery()
             if wake and not self._tell_loop():
                 return
+
+    def _take_delivery(self) -> bool:
+        """Under the lock: True if finished runs wait and nobody has been told to collect
+        them yet; the caller now has to."""
+        if not self._results or self._delivering:
+            return False
+        self._delivering = True
+        return True
 
     def _tell_loop(self) -> bool:
         """Have the loop collect the finished runs; False when the loop is closed (the
