@@ -161,7 +161,9 @@ class HandlerThreads:
 
     def _warn_capped(self) -> None:
         with self._lock:
-            if self._capped:
+            # With none stuck, every thread at the cap is awake and takes a queued run as
+            # soon as it gets the GIL: nothing to warn about.
+            if self._capped or not self._stuck:
                 return
             self._capped = True
             stuck = self._stuck

@@ -12,6 +12,8 @@ import asyncio
 import threading
 from typing import Any
 
+import pytest
+
 from node.threads import HandlerThreads, ThreadRun
 
 WAIT_S = 20.0
@@ -99,4 +101,29 @@ async def test_a_run_abandoned_while_queued_never_runs() -> None:
     pool.submit(following)
     await results.wait_for(2)
     assert ran == ["first", "following"] and pool.threads == 1
+    pool.shutdown()
+
+
+async def test_at_the_cap_with_no_thread_stuck_nothing_is_said_to_be_stuck(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    results = Results()
+    pool = HandlerThreads(2, results, eager=1, patience_s=0.0)
+    release = threading.Event()
+    started: list[int] = []
+
+    def blocks(n: int) -> None:
+        started.append(n)
+        release.wait(WAIT_S)
+
+    for i in range(3):
+        pool.submit(ThreadRun(blocks, i, i))
+    async with asyncio.timeout(WAIT_S):
+        while len(started) < 2:  # noqa: ASYNC110 - a poll with a deadline
+            await asyncio.sleep(0.01)
+    pool._check()  # the third run waits at the cap, behind handlers that block
+    assert pool.threads == 2 and pool.stuck == 0 and len(started) == 2
+    assert not [r for r in caplog.records if getattr(r, "event", "") == "handler_threads_stuck"]
+    release.set()
+    await results.wait_for(3)
     pool.shutdown()
