@@ -59,21 +59,30 @@ async def test_a_finished_run_reaches_the_loop_while_its_thread_blocks_in_the_ne
     pool.shutdown()
 
 
-async def test_runs_queued_behind_handlers_that_block_get_threads_of_their_own() -> None:
-    results = Results()
-    pool = HandlerThreads(10, results, eager=1, patience_s=0.01)
-    release = threading.Event()
+async def submit_blocking(
+    pool: HandlerThreads, count: int, release: threading.Event, *, until_started: int
+) -> list[int]:
+    """Submit ``count`` runs that block until ``release``; return once ``until_started``
+    of them run (the list of those started)."""
     started: list[int] = []
 
     def blocks(n: int) -> None:
         started.append(n)
         release.wait(WAIT_S)
 
-    for i in range(5):
+    for i in range(count):
         pool.submit(ThreadRun(blocks, i, i))
     async with asyncio.timeout(WAIT_S):
-        while len(started) < 5:  # noqa: ASYNC110 - a poll with a deadline
+        while len(started) < until_started:  # noqa: ASYNC110 - a poll with a deadline
             await asyncio.sleep(0.01)
+    return started
+
+
+async def test_runs_queued_behind_handlers_that_block_get_threads_of_their_own() -> None:
+    results = Results()
+    pool = HandlerThreads(10, results, eager=1, patience_s=0.01)
+    release = threading.Event()
+    started = await submit_blocking(pool, 5, release, until_started=5)
     assert sorted(started) == [0, 1, 2, 3, 4] and pool.threads == 5
     release.set()
     await results.wait_for(5)
@@ -110,17 +119,7 @@ async def test_at_the_cap_with_no_thread_stuck_nothing_is_said_to_be_stuck(
     results = Results()
     pool = HandlerThreads(2, results, eager=1, patience_s=0.0)
     release = threading.Event()
-    started: list[int] = []
-
-    def blocks(n: int) -> None:
-        started.append(n)
-        release.wait(WAIT_S)
-
-    for i in range(3):
-        pool.submit(ThreadRun(blocks, i, i))
-    async with asyncio.timeout(WAIT_S):
-        while len(started) < 2:  # noqa: ASYNC110 - a poll with a deadline
-            await asyncio.sleep(0.01)
+    started = await submit_blocking(pool, 3, release, until_started=2)
     pool._check()  # the third run waits at the cap, behind handlers that block
     assert pool.threads == 2 and pool.stuck == 0 and len(started) == 2
     assert not [r for r in caplog.records if getattr(r, "event", "") == "handler_threads_stuck"]
