@@ -1,5 +1,6 @@
 """The handler threads: a burst of short runs shares a few threads, runs queued behind
-handlers that block get threads of their own, and a run abandoned in the queue never runs.
+handlers that block get threads of their own, a run abandoned in the queue never runs,
+and a pool at its cap with no thread stuck does not warn that threads are stuck.
 
 The executor's tests (test_executor.py) cover timeouts, stuck threads and their cap
 through the executor; these drive the pool directly, with a patience long enough that no
