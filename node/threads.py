@@ -13,11 +13,17 @@ hundred threads make a hundred threads ask for the GIL at once, and a short hand
 writes a file or a socket hands the GIL over at each write: the benchmark's witness cost
 twice its own CPU that way; even two threads trade the GIL at every such write. So only
 ``EAGER_THREADS`` (one) thread is woken for queued runs; it takes run after run while the
-queue lasts. Handlers that block are why a run may
-need a thread of its own: when the oldest queued run has waited ``PATIENCE_S`` with no
-thread taking any run meanwhile, every queued run gets a thread. A run thus starts at
-most about ``PATIENCE_S`` late behind handlers that block, and a burst of short runs
-costs one thread's wake-up instead of one per run.
+queue lasts. Handlers that block are why a run may need a thread of its own: when the
+oldest queued run has waited ``PATIENCE_S`` with no thread taking any run meanwhile, and
+every awake thread is inside a handler, the check doubles the threads taking runs (one
+more per awake thread, at most one per queued run), and again at each later check that
+finds the queue stuck. A thread that was woken but has not reached the queue yet is
+waiting for the GIL, not blocked: while one is, nobody else is woken. Without that, a
+loop holding the GIL for a few milliseconds (a claim of a hundred rows) made every check
+wake a thread per queued run: a hundred threads per node in the benchmark's steady run.
+Behind handlers that block, a run thus starts at most a few ``PATIENCE_S`` late (about
+``PATIENCE_S`` times log2 of the queue), and a burst of short runs costs one thread's
+wake-up instead of one per run.
 
 Threads start on demand and park when the queue is empty. A run that timed out but is
 still stuck in its thread (Python cannot stop a thread) keeps that thread, and later runs
@@ -82,6 +88,7 @@ class HandlerThreads:
         self._delivering = False  # the loop is told to collect the results
         self._threads = 0
         self._awake = 0  # threads not parked: running a run, or woken to take one
+        self._pending = 0  # woken threads that have not reached the queue yet
         self._stuck = 0  # abandoned runs still executing in their thread
         self._last_taken = 0.0  # monotonic time a thread last took a run
         self._checking = False  # a patience check is scheduled on the loop
@@ -130,22 +137,25 @@ class HandlerThreads:
         else:
             return False
         self._awake += 1
+        self._pending += 1
         return True
 
-    def _check(self) -> None:
+    def _check(self, now: float | None = None) -> None:
         """On the loop, ``patience_s`` after a submit and again while runs are queued:
         collect finished runs, and if queued runs are not being taken (the awake threads
-        are busy in handlers that block), wake a thread for each."""
+        are busy in handlers that block), double the threads taking them."""
         capped = False
         with self._lock:
             if any(r.abandoned for r in self._queue):  # timed out while queued
                 self._queue = deque(r for r in self._queue if not r.abandoned)
             collect = self._take_delivery()
             checking = self._checking = not self._closed and bool(self._queue)
-            if checking:
-                waited = time.monotonic() - max(self._queue[0].queued, self._last_taken)
+            if checking and not self._pending:
+                now = time.monotonic() if now is None else now
+                waited = now - max(self._queue[0].queued, self._last_taken)
                 if waited >= self._patience_s:
-                    for _ in range(len(self._queue)):
+                    more = min(len(self._queue), max(1, self._awake - self._stuck))
+                    for _ in range(more):
                         if not self._wake():
                             capped = True
                             break
@@ -177,8 +187,12 @@ class HandlerThreads:
     def _work(self) -> None:
         parker = threading.Lock()
         parker.acquire()
+        woken = True  # started or woken by _wake(): counted in _pending
         while True:
             with self._lock:
+                if woken:
+                    self._pending -= 1
+                    woken = False
                 if self._closed:
                     self._threads -= 1
                     self._awake -= 1
@@ -199,6 +213,7 @@ class HandlerThreads:
                 if wake and not self._tell_loop():
                     return
                 parker.acquire()  # until _wake() or shutdown() releases it
+                woken = True
                 continue
             try:
                 run.result = run.fn(run.arg)
@@ -245,5 +260,6 @@ class HandlerThreads:
             self._closed = True
             parked, self._parked = self._parked, []
             self._awake += len(parked)
+            self._pending += len(parked)
         for parker in parked:
             parker.release()

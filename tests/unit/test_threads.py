@@ -1,6 +1,7 @@
 """The handler threads: a burst of short runs shares a few threads, runs queued behind
-handlers that block get threads of their own, a run abandoned in the queue never runs,
-and a pool at its cap with no thread stuck does not warn that threads are stuck.
+handlers that block get threads of their own (doubling at each check, never while a woken
+thread has yet to reach the queue), a run abandoned in the queue never runs, and a pool
+at its cap with no thread stuck does not warn that threads are stuck.
 
 The executor's tests (test_executor.py) cover timeouts, stuck threads and their cap
 through the executor; these drive the pool directly, with a patience long enough that no
@@ -10,7 +11,9 @@ timing decides what a test sees, or short where a test waits for what it causes.
 from __future__ import annotations
 
 import asyncio
+import sys
 import threading
+import time
 from typing import Any
 
 import pytest
@@ -126,4 +129,46 @@ async def test_at_the_cap_with_no_thread_stuck_nothing_is_said_to_be_stuck(
     assert not [r for r in caplog.records if getattr(r, "event", "") == "handler_threads_stuck"]
     release.set()
     await results.wait_for(3)
+    pool.shutdown()
+
+
+async def test_threads_behind_blocked_handlers_double_and_a_woken_thread_holds_off_more() -> None:
+    results = Results()
+    pool = HandlerThreads(100, results, eager=1, patience_s=WAIT_S)  # checks only by hand
+    release = threading.Event()
+    started: list[int] = []
+
+    def blocks(n: int) -> None:
+        started.append(n)
+        release.wait(WAIT_S)
+
+    async def until_started(count: int) -> None:
+        async with asyncio.timeout(WAIT_S):
+            while len(started) < count:  # noqa: ASYNC110 - a poll with a deadline
+                await asyncio.sleep(0.01)
+
+    def check() -> None:
+        pool._check(now=time.monotonic() + WAIT_S)  # the queue looks stuck for WAIT_S
+
+    pool.submit(ThreadRun(lambda n: n, "first", "first"))
+    await results.wait_for(1)
+    async with asyncio.timeout(WAIT_S):
+        while pool._parked == []:  # noqa: ASYNC110 - a poll with a deadline
+            await asyncio.sleep(0.01)
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(WAIT_S)  # no thread takes the GIL from this one until it awaits
+    try:
+        for i in range(10):
+            pool.submit(ThreadRun(blocks, i, i))
+        check()  # the parked thread was woken but waits for the GIL: nobody else is woken
+        assert pool.threads == 1 and not started
+        for awake, after in [(1, 2), (2, 4), (4, 8), (8, 10)]:  # at most one per queued run
+            await until_started(awake)
+            check()
+            assert pool.threads == after
+        await until_started(10)
+    finally:
+        sys.setswitchinterval(interval)
+        release.set()
+    await results.wait_for(11)
     pool.shutdown()
