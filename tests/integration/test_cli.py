@@ -202,7 +202,7 @@ def test_init_then_init_again(pulse: Invoke, settings: ClusterSettings) -> None:
     first = pulse("init", "--shards", "16")
     assert first.exit_code == 0
     assert first.stdout.strip() == (
-        f"schema {settings.schema} at version 3 (applied: 001, 002, 003); 16 shards"
+        f"schema {settings.schema} at version 4 (applied: 001, 002, 003, 004); 16 shards"
     )
     again = pulse("init")
     assert again.exit_code == 0

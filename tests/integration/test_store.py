@@ -3,6 +3,7 @@ API takes one."""
 
 from __future__ import annotations
 
+import asyncio
 from datetime import UTC, datetime, timedelta
 from typing import Any
 from zoneinfo import ZoneInfo
@@ -316,6 +317,32 @@ async def test_remove_deletes_the_job_and_its_runs(
     assert [j.name for j in await store.jobs()] == ["keep"]
 
 
+async def test_a_run_row_committed_while_its_job_is_deleted_goes_with_the_job(
+    store: JobStore, settings: ClusterSettings
+) -> None:
+    job = await store.add(spec(), now=T0)
+    async with connection(settings, "pulse-test") as writer, writer.transaction():
+        # What a completion does: update the job row, write a run row from it.
+        await writer.execute(
+            "WITH done AS (UPDATE jobs SET updated_at = updated_at WHERE id = %(id)s"
+            " RETURNING id, tenant_id, name)"
+            " INSERT INTO runs (job_id, tenant_id, job_name, scheduled_for, status)"
+            " SELECT id, tenant_id, name, %(slot)s, 'succeeded' FROM done",
+            {"id": job.id, "slot": T0},
+        )
+        removing = asyncio.create_task(store.remove("tick"))
+        async with asyncio.timeout(20):
+            while not await sql(  # noqa: ASYNC110 - a poll with a deadline
+                settings,
+                "SELECT 1 FROM pg_stat_activity WHERE datname = current_database()"
+                " AND wait_event_type = 'Lock' AND query LIKE 'DELETE FROM jobs%'",
+            ):
+                await asyncio.sleep(0.01)
+    # Committed while the delete waited for the job row.
+    await removing
+    assert await sql(settings, "SELECT count(*) AS n FROM runs") == [{"n": 0}]
+
+
 # -- apply ---------------------------------------------------------------------------------
 
 
@@ -354,11 +381,16 @@ async def test_apply_updates_in_place(store: JobStore, settings: ClusterSettings
     assert b1.next_run_at == T0 + timedelta(hours=1), "new schedule: next slot after apply's now"
 
 
-async def test_apply_prune_removes_absent_jobs(store: JobStore) -> None:
+async def test_apply_prune_removes_absent_jobs_and_their_runs(
+    store: JobStore, settings: ClusterSettings
+) -> None:
     await store.apply([spec("a"), spec("b"), spec("c", tenant="acme")], now=T0)
     kept = await store.get("a")
+    for j in (kept, await store.get("b")):
+        await insert_run(settings, j, T0, "succeeded")
     result = await store.apply([spec("a")], prune=True, now=T0)
     assert sorted(result.removed) == ["acme/c", "b"]
+    assert [r.job_name for r in await store.runs()] == ["a"]
     assert result.unchanged == ["a"]
     assert [(j.tenant, j.name, j.id) for j in await store.jobs()] == [("default", "a", kept.id)]
     without_prune = await store.apply([spec("z")], now=T0)
