@@ -2,7 +2,11 @@
 
 Each connection carries ``application_name`` (the node id, so ``pg_locks`` and
 ``pg_stat_activity`` show who holds what), the cluster's schema on its ``search_path``, a
-connect timeout and a statement timeout. Driver errors become ``StoreError`` here.
+connect timeout and a statement timeout. Sessions run in UTC whatever the server's
+``TimeZone``: Pulse's times print the same everywhere, and psycopg decodes a timestamp
+into ``datetime.timezone.utc`` at about half the CPU of a named zone such as ``Etc/UTC``
+(a node's claim returns four per job). Job time zones are applied in Python, never by
+the session. Driver errors become ``StoreError`` here.
 """
 
 from __future__ import annotations
@@ -41,7 +45,7 @@ async def connect(
     keeps a generic plan only where it is no costlier. Only for sessions that cannot sit
     behind a statement- or transaction-mode pooler anyway (the lock session refuses one).
     """
-    options = f"-c search_path={settings.schema},public"
+    options = f"-c search_path={settings.schema},public -c TimeZone=UTC"
     options += f" -c statement_timeout={int(statement_timeout_s * 1000)}"
     if idle_session_timeout_s is not None:
         options += f" -c idle_session_timeout={int(idle_session_timeout_s * 1000)}"

@@ -137,6 +137,23 @@ async def test_the_lock_session_never_compiles_its_statements(open_session: Open
     assert await cur.fetchone() == {"jit": "off"}
 
 
+async def test_sessions_read_times_in_utc_whatever_the_server_time_zone(
+    store: JobStore, open_session: Opener
+) -> None:
+    await add_jobs(store, 1)
+    session = await open_session("n1")
+    conn = session._conn
+    assert conn is not None
+    cur = await conn.execute("SELECT current_setting('TimeZone') AS tz, now() AS t")
+    row = await cur.fetchone()
+    assert row is not None
+    assert row["tz"] == "UTC"
+    assert row["t"].tzinfo is UTC
+    jobs = await store.jobs()
+    assert jobs[0].next_run_at is not None
+    assert jobs[0].next_run_at.tzinfo is UTC
+
+
 async def test_locks_of_another_cluster_namespace_do_not_interfere(
     open_session: Opener, settings: ClusterSettings
 ) -> None:
