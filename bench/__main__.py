@@ -1,4 +1,4 @@
-"""``python -m bench [--quick] [--scenarios steady,burst,...] [--out bench/results.jsonl]``."""
+"""``python -m bench [--quick] [--scenarios steady,burst,...] [--rounds N] [--out FILE]``."""
 
 from __future__ import annotations
 
@@ -42,6 +42,14 @@ def main(argv: list[str] | None = None) -> int:
         metavar="DIR",
         help="py-spy the first Pulse node of each timed scenario into DIR (raw stacks)",
     )
+    parser.add_argument(
+        "--rounds",
+        type=int,
+        default=1,
+        metavar="N",
+        help="run the scenarios N times over, both systems each time, and print each "
+        "ratio's median and range [default: 1]",
+    )
     parser.add_argument("-v", "--verbose", action="store_true", help="log each phase")
     parser.add_argument("--keep", action="store_true", help="keep node logs and witness files")
     args = parser.parse_args(argv)
@@ -53,12 +61,16 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(
             f"unknown scenario {', '.join(unknown) or '(none)'}; use {', '.join(SCENARIOS)}"
         )
+    if args.rounds < 1:
+        parser.error(f"--rounds must be at least 1, got {args.rounds}")
     command = shlex.join(["python", "-m", "bench", *(argv if argv is not None else sys.argv[1:])])
     try:
         sizes = override(QUICK if args.quick else DEFAULT, args.set)
     except ValueError as exc:
         parser.error(str(exc))
-    done, failed = asyncio.run(run(names, sizes, args.out, command, args.keep, args.profile))
+    done, failed = asyncio.run(
+        run(names, sizes, args.out, command, args.keep, args.profile, args.rounds)
+    )
     print_report(done)
     if failed:
         print(f"failed: {', '.join(failed)} (see the messages above)", file=sys.stderr)

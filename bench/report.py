@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import statistics
 from collections.abc import Sequence
 
-from bench.results import RATIO_FIELDS, Measure, ScenarioResult
+from bench.results import RATIO_EXTRAS, RATIO_FIELDS, Measure, ScenarioResult
 
 COLUMNS = (
     ("scenario", 9),
@@ -115,6 +116,37 @@ def render(results: Sequence[ScenarioResult]) -> str:
         lines.append(_row(ratio_cells))
         lines.extend(f"{'':9}  - {note}" for note in notes(result))
     lines.append("lag in ms (slot -> handler start); cpu in CPU-seconds per 1,000 fires")
+    return "\n".join(lines)
+
+
+SPREAD_LABELS = dict(
+    zip(RATIO_FIELDS, [name for name, _ in COLUMNS[6:]], strict=True),
+    claim_p50_ms="claim p50",
+    claim_p99_ms="claim p99",
+    idle_claim_p99_ms="idle claim p99",
+    idle_node_cpu_pct="idle cpu",
+    idle_pg_cpu_pct="idle pg cpu",
+)
+
+
+def spread(results: Sequence[ScenarioResult]) -> str:
+    """Each scenario's ratios over the rounds: the median, and the lowest and highest.
+
+    One round's ratio moves by a quarter or more on a shared machine; the median of a few
+    rounds is what a target is judged by."""
+    lines = ["ratio Pulse / baseline over the rounds: median (lowest - highest)"]
+    scenarios = list(dict.fromkeys(r.scenario for r in results))
+    for scenario in scenarios:
+        rounds = [r.ratios() for r in results if r.scenario == scenario]
+        cells = []
+        for key in (*RATIO_FIELDS, *RATIO_EXTRAS):
+            values = [r[key] for r in rounds if r.get(key) is not None]
+            if values:
+                cells.append(
+                    f"{SPREAD_LABELS[key]} {_x(statistics.median(values))}"
+                    f" ({_x(min(values))} - {_x(max(values))})"
+                )
+        lines.append(f"{scenario:9}  {len(rounds)} rounds: " + "; ".join(cells))
     return "\n".join(lines)
 
 

@@ -73,6 +73,7 @@ class ScenarioResult:
     pulse: Measure
     baseline: Measure
     baseline_note: str = ""
+    round: int = 1  # of ``--rounds``: each round measures both systems again
 
     def ratios(self) -> dict[str, float | None]:
         found = {f: ratio(getattr(self.pulse, f), getattr(self.baseline, f)) for f in RATIO_FIELDS}
@@ -103,6 +104,7 @@ def append(path: Path, run: dict[str, Any], result: ScenarioResult) -> None:
     record = {
         **run,
         "scenario": result.scenario,
+        "round": result.round,
         "params": result.params,
         "pulse": asdict(result.pulse),
         "baseline": asdict(result.baseline),

@@ -44,13 +44,15 @@ async def run(
     command: str,
     keep: bool = False,
     profile_dir: Path | None = None,
+    rounds: int = 1,
 ) -> tuple[list[ScenarioResult], list[str]]:
-    """Run the scenarios in order; returns those that finished and the names that failed."""
+    """Run the scenarios in order, ``rounds`` times over; returns those that finished and
+    the names that failed (with their round when there are several)."""
     database = BenchDatabase.new()
     workdir = Path(tempfile.mkdtemp(prefix="pulse-bench-"))
-    bench = Bench(database, workdir, secrets.token_hex(3), sizes, profile_dir)
+    tag = secrets.token_hex(3)
     run_info: dict[str, Any] = {
-        "run": bench.tag,
+        "run": tag,
         "date": datetime.now(UTC).isoformat(timespec="seconds"),
         "command": command,
         "machine": results.machine(),
@@ -60,20 +62,28 @@ async def run(
     _say(f"database {database.name}, work files in {workdir}")
     await database.create()
     try:
-        baselines = Baselines(bench)
-        for name in names:
-            _say(f"{name}: running")
-            started = time.monotonic()
-            try:
-                result = await SCENARIOS[name](bench, baselines)
-            except Exception as exc:  # one broken scenario should not cost the others
-                logger.warning("%s failed", name, exc_info=True)
-                _say(f"{name}: FAILED: {type(exc).__name__}: {exc}")
-                failed.append(name)
-                continue
-            _say(f"{name}: done in {time.monotonic() - started:.0f}s")
-            results.append(out, run_info, result)
-            done.append(result)
+        for round_no in range(1, rounds + 1):
+            # A round of its own work files and cluster names: nothing carries over.
+            where = workdir if rounds == 1 else workdir / f"round{round_no}"
+            where.mkdir(exist_ok=True)
+            suffix = "" if rounds == 1 else f"r{round_no}"
+            bench = Bench(database, where, tag + suffix, sizes, profile_dir)
+            baselines = Baselines(bench)
+            for name in names:
+                label = name if rounds == 1 else f"{name} (round {round_no} of {rounds})"
+                _say(f"{label}: running")
+                started = time.monotonic()
+                try:
+                    result = await SCENARIOS[name](bench, baselines)
+                except Exception as exc:  # one broken scenario should not cost the others
+                    logger.warning("%s failed", label, exc_info=True)
+                    _say(f"{label}: FAILED: {type(exc).__name__}: {exc}")
+                    failed.append(label)
+                    continue
+                _say(f"{label}: done in {time.monotonic() - started:.0f}s")
+                result.round = round_no
+                results.append(out, run_info, result)
+                done.append(result)
     finally:
         await database.drop()
         if keep:
@@ -84,8 +94,15 @@ async def run(
 
 
 def print_report(done: Sequence[ScenarioResult]) -> None:
-    print(report.render(done))
-    plans = report.plans(done)
+    rounds = sorted({r.round for r in done})
+    for round_no in rounds:
+        if len(rounds) > 1:
+            print(f"round {round_no}:")
+        print(report.render([r for r in done if r.round == round_no]))
+    if len(rounds) > 1:
+        print()
+        print(report.spread(done))
+    plans = report.plans([r for r in done if r.round == rounds[-1]] if rounds else [])
     if plans:
         print()
         print(plans)

@@ -18,6 +18,8 @@ import psycopg
 import pytest
 
 from bench.analysis import Fire, count, expected_slots, longest_gap, percentile, reruns_of
+from bench.report import spread
+from bench.results import Measure, ScenarioResult
 from bench.scenarios import MAX_EVERY_S, burst_slot
 from tests.conftest import ADMIN_URL
 
@@ -78,6 +80,42 @@ def test_quick_bench_runs_and_counts(tmp_path: Path) -> None:
     with psycopg.connect(ADMIN_URL, autocommit=True) as conn:
         left = conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (name[1],)).fetchone()
     assert left is None
+
+
+@pytest.mark.e2e
+@pytest.mark.timeout(400)
+def test_rounds_measure_both_systems_again_and_report_the_spread(tmp_path: Path) -> None:
+    out = tmp_path / "results.jsonl"
+    argv = ["--quick", "--scenarios", "burst", "--rounds", "2", "--out", str(out)]
+    proc = subprocess.run(
+        [sys.executable, "-m", "bench", *argv],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=380,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    assert "round 1:" in proc.stdout and "round 2:" in proc.stdout
+    assert re.search(r"^burst +2 rounds: .*node cpu/1k", proc.stdout, re.MULTILINE)
+    records = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [(r["scenario"], r["round"]) for r in records] == [("burst", 1), ("burst", 2)]
+    assert len({r["run"] for r in records}) == 1
+    for record in records:
+        for system in ("pulse", "baseline"):
+            m = record[system]
+            assert (m["fires"], m["missing"], m["duplicates"]) == (m["expected"], 0, 0)
+
+
+def test_spread_gives_each_ratio_median_and_range() -> None:
+    def result(round_no: int, pulse_cpu: float) -> ScenarioResult:
+        pulse = Measure("pulse", node_cpu_per_1k_s=pulse_cpu, lag_p99_ms=None)
+        base = Measure("baseline", node_cpu_per_1k_s=0.1, lag_p99_ms=10.0)
+        return ScenarioResult("steady", {}, pulse, base, round=round_no)
+
+    text = spread([result(1, 0.25), result(2, 0.2), result(3, 0.3)])
+    assert "steady     3 rounds: node cpu/1k 2.50x (2.00x - 3.00x)" in text
+    assert "lag p99" not in text  # no round had both figures
 
 
 def _fire(job: str, slot: float, at: float) -> Fire:
