@@ -67,7 +67,10 @@ async def run(
             where = workdir if rounds == 1 else workdir / f"round{round_no}"
             where.mkdir(exist_ok=True)
             suffix = "" if rounds == 1 else f"r{round_no}"
-            bench = Bench(database, where, tag + suffix, sizes, profile_dir)
+            profiles = (
+                profile_dir if profile_dir is None or rounds == 1 else profile_dir / where.name
+            )
+            bench = Bench(database, where, tag + suffix, sizes, profiles)
             baselines = Baselines(bench)
             for name in names:
                 label = name if rounds == 1 else f"{name} (round {round_no} of {rounds})"

@@ -153,7 +153,9 @@ class Trial:
 
     def profile_start(self) -> None:
         """With ``--profile``: sample the first Pulse node with py-spy (raw collapsed
-        stacks, one file per trial) until ``profile_stop``."""
+        stacks, one file per trial) until ``profile_stop``. Only the thread holding the GIL
+        is sampled (where the CPU goes), and the node is read without being paused: a
+        pausing sampler inflated its CPU several times over with many threads."""
         if self.bench.profile_dir is None or self.system != "pulse":
             return
         py_spy = shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy"))
@@ -161,6 +163,7 @@ class Trial:
         self.bench.profile_dir.mkdir(parents=True, exist_ok=True)
         pid = self.fleet.procs[self.node_name(1)].pid
         argv = [py_spy, "record", "--pid", str(pid), "--format", "raw", "--rate", "200"]
+        argv += ["--gil", "--nonblocking"]
         self._profiler = subprocess.Popen(
             [*argv, "--output", str(out)],
             stdout=subprocess.DEVNULL,
