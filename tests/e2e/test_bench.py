@@ -26,12 +26,10 @@ from tests.conftest import ADMIN_URL
 REPO = Path(__file__).resolve().parents[2]
 
 
-@pytest.mark.e2e
-@pytest.mark.timeout(400)
-def test_quick_bench_runs_and_counts(tmp_path: Path) -> None:
-    out = tmp_path / "results.jsonl"
+def _bench(*argv: str) -> subprocess.CompletedProcess[str]:
+    """``python -m bench ARGV`` from the repository; it must succeed."""
     proc = subprocess.run(
-        [sys.executable, "-m", "bench", "--quick", "--out", str(out)],
+        [sys.executable, "-m", "bench", *argv],
         cwd=REPO,
         capture_output=True,
         text=True,
@@ -39,6 +37,14 @@ def test_quick_bench_runs_and_counts(tmp_path: Path) -> None:
         check=False,
     )
     assert proc.returncode == 0, proc.stderr[-4000:]
+    return proc
+
+
+@pytest.mark.e2e
+@pytest.mark.timeout(400)
+def test_quick_bench_runs_and_counts(tmp_path: Path) -> None:
+    out = tmp_path / "results.jsonl"
+    proc = _bench("--quick", "--out", str(out))
     lines = proc.stdout.splitlines()
     assert lines[0].split()[:3] == ["scenario", "system", "expected"]
     assert sum(1 for line in lines if line.split()[:1] == ["ratio"]) == 5
@@ -86,16 +92,7 @@ def test_quick_bench_runs_and_counts(tmp_path: Path) -> None:
 @pytest.mark.timeout(400)
 def test_rounds_measure_both_systems_again_and_report_the_spread(tmp_path: Path) -> None:
     out = tmp_path / "results.jsonl"
-    argv = ["--quick", "--scenarios", "burst", "--rounds", "2", "--out", str(out)]
-    proc = subprocess.run(
-        [sys.executable, "-m", "bench", *argv],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=380,
-        check=False,
-    )
-    assert proc.returncode == 0, proc.stderr[-4000:]
+    proc = _bench("--quick", "--scenarios", "burst", "--rounds", "2", "--out", str(out))
     assert "round 1:" in proc.stdout and "round 2:" in proc.stdout
     assert re.search(r"^burst +2 rounds: .*node cpu/1k", proc.stdout, re.MULTILINE)
     records = [json.loads(line) for line in out.read_text().splitlines()]
