@@ -63,14 +63,13 @@ async def run(
     await database.create()
     try:
         for round_no in range(1, rounds + 1):
-            # A round of its own work files and cluster names: nothing carries over.
-            where = workdir if rounds == 1 else workdir / f"round{round_no}"
+            # Each round has its own work files, cluster names and profiles: nothing carries
+            # over. (A path joined with "" is the path itself.)
+            part = f"round{round_no}" if rounds > 1 else ""
+            where = workdir / part
             where.mkdir(exist_ok=True)
-            suffix = "" if rounds == 1 else f"r{round_no}"
-            profiles = (
-                profile_dir if profile_dir is None or rounds == 1 else profile_dir / where.name
-            )
-            bench = Bench(database, where, tag + suffix, sizes, profiles)
+            profiles = None if profile_dir is None else profile_dir / part
+            bench = Bench(database, where, tag + part, sizes, profiles)
             baselines = Baselines(bench)
             for name in names:
                 label = name if rounds == 1 else f"{name} (round {round_no} of {rounds})"
