@@ -90,6 +90,9 @@ class MemberRegistry:
             decode_responses=True,
         )
         self._heartbeat = self._redis.register_script(_HEARTBEAT)
+        # The info a node sends changes rarely (its fenced-write count); it is encoded
+        # once per change, not on every beat.
+        self._sent: tuple[MemberInfo, str] | None = None
         self._snapshot = self._redis.register_script(_SNAPSHOT)
 
     async def close(self) -> None:
@@ -97,12 +100,14 @@ class MemberRegistry:
 
     async def heartbeat(self, info: MemberInfo, ttl_s: float) -> list[str]:
         """Renew ``info``'s heartbeat; return the sorted live member ids."""
+        if self._sent is None or self._sent[0] != info:
+            self._sent = (info, json.dumps(asdict(info)))
         args: list[str | int] = [
             self.channel,
             self._info_prefix,
             info.node_id,
             int(ttl_s * 1000),
-            json.dumps(asdict(info)),
+            self._sent[1],
         ]
         try:
             live = await self._heartbeat(keys=[self._members_key], args=args)

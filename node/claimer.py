@@ -101,9 +101,7 @@ class Claimer:
             return 0.0 if self._executor.free > 0 else self._poll_s
         limit = min(free, MAX_CLAIM)
         started = time.monotonic()
-        result = await self._session.claim(
-            sorted(held), limit, self._lease_s, ahead_s=CLAIM_AHEAD_S
-        )
+        result = await self._session.claim(held, limit, self._lease_s, ahead_s=CLAIM_AHEAD_S)
         elapsed = time.monotonic() - started
         # db_now is when the statement started; by now the database clock is `elapsed` on
         # (less the tiny send latency). A clock that lags would make every wake-up late.

@@ -27,7 +27,7 @@ from cluster.session import ClaimedJob, Completion, Skip
 from node.clock import DbClock
 from node.handlers import Outcome
 from node.outcomes import after_run, broken
-from node.service import Failures, Signal, until_beat, wait_any
+from node.service import Failures, Signal, wait_any
 from node.stats import Stats
 
 logger = logging.getLogger(__name__)
@@ -37,6 +37,7 @@ MAX_BATCH = 500
 # under any lease, and short enough that a job's next slot is written long before it
 # falls due (a slot is at least a second after the one that ran).
 MAX_DEFER_S = 0.1
+IDLE_WAIT_S = 3600.0
 
 
 class CompletionSink(Protocol):
@@ -123,7 +124,9 @@ class Completer:
             if not self._queue:
                 if stop.is_set():
                     return
-                await wait_any(until_beat(1.0), self._ready, stop)
+                # Woken by a submit or by stop, never by a timer: an idle node's beats are
+                # all the wake-ups it has, and this loop has nothing to do on them.
+                await wait_any(IDLE_WAIT_S, self._ready, stop)
                 self._ready.clear()
                 continue
             await self._wait_if_deferred(stop)

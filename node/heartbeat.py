@@ -39,8 +39,9 @@ class Heartbeat:
 
     async def run_once(self) -> None:
         try:
-            info = replace(self._info, fenced_writes=self._stats.fenced_writes)
-            live = await self._registry.heartbeat(info, self._ttl_s)
+            if self._info.fenced_writes != self._stats.fenced_writes:
+                self._info = replace(self._info, fenced_writes=self._stats.fenced_writes)
+            live = await self._registry.heartbeat(self._info, self._ttl_s)
         except MembershipError:
             self._stats.redis_errors += 1
             raise

@@ -32,7 +32,7 @@ class Recovery:
         self._alive = alive
 
     async def recover(self, shards: frozenset[int]) -> int:
-        return self._took_back(await self._session.recover(sorted(shards), self._alive()))
+        return self._took_back(await self._session.recover(shards, self._alive()))
 
     async def recover_own(self) -> int:
         """Runs left by an earlier process of this node id (killed, restarted under the

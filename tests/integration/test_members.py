@@ -28,6 +28,22 @@ async def test_heartbeat_lists_live_members_and_carries_their_info(
         await registry.close()
 
 
+async def test_a_changed_info_is_sent_on_the_next_heartbeat(settings: ClusterSettings) -> None:
+    # The registry encodes a node's info once and reuses the text while it is unchanged.
+    registry = MemberRegistry(settings)
+    try:
+        await registry.heartbeat(INFO, ttl_s=5)
+        await registry.heartbeat(INFO, ttl_s=5)
+        await registry.heartbeat(replace(INFO, fenced_writes=2), ttl_s=5)
+        (member,) = await registry.live(ttl_s=5)
+        assert member.info.fenced_writes == 2
+        await registry.heartbeat(INFO, ttl_s=5)
+        (member,) = await registry.live(ttl_s=5)
+        assert member.info.fenced_writes == 0
+    finally:
+        await registry.close()
+
+
 async def test_expired_member_is_evicted_and_a_leave_is_published(
     settings: ClusterSettings,
 ) -> None:
