@@ -29,7 +29,7 @@ from bench.database import AConn
 from bench.results import Measure, ScenarioResult
 from bench.trial import Bench, Trial
 from cluster.queries import query
-from cluster.session import Completion, complete_params, int_array
+from cluster.records import Completion, complete_params, int_array
 from ring import Ring
 
 # The due range starts this far after loading, so the idle phases have nothing due.

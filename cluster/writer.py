@@ -21,7 +21,7 @@ from psycopg.rows import tuple_row
 from cluster.db import Conn, connect, describe
 from cluster.errors import StoreError
 from cluster.queries import query
-from cluster.session import Completion, Skip, complete_params
+from cluster.records import Completion, Skip, complete_params
 from cluster.settings import ClusterSettings
 
 

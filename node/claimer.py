@@ -17,7 +17,8 @@ import time
 from datetime import datetime, timedelta
 
 from cluster.errors import PulseError, StoreError
-from cluster.session import ClaimedJob, LockSession
+from cluster.records import ClaimedJob
+from cluster.session import LockSession
 from node.clock import DbClock
 from node.completer import Completer, _job_extra
 from node.executor import Executor

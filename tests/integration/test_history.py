@@ -20,7 +20,7 @@ from cluster.jobs import JobStore
 from cluster.jobspec import JobSpec
 from cluster.models import Run
 from cluster.queries import query
-from cluster.session import ClaimedJob, Completion, Skip
+from cluster.records import ClaimedJob, Completion, Skip
 from cluster.settings import ClusterSettings
 from cluster.status import collect
 from tests.conftest import Opener

@@ -19,7 +19,7 @@ from uuid import UUID
 from cluster.db import Conn, connect
 from cluster.jobs import JobStore
 from cluster.queries import query
-from cluster.session import Completion, complete_params
+from cluster.records import Completion, complete_params
 from cluster.settings import ClusterSettings
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)

@@ -24,7 +24,8 @@ from cluster.jobs import JobStore
 from cluster.jobspec import JobSpec
 from cluster.models import Job
 from cluster.queries import query
-from cluster.session import ClaimedJob, Completion, LockSession
+from cluster.records import ClaimedJob, Completion
+from cluster.session import LockSession
 from cluster.settings import ClusterSettings
 from node.handlers import Outcome
 from node.outcomes import after_run

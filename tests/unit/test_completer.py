@@ -11,7 +11,7 @@ from uuid import UUID
 
 import pytest
 
-from cluster.session import ClaimedJob, Completion, Skip
+from cluster.records import ClaimedJob, Completion, Skip
 from node import completer as completer_module
 from node.clock import DbClock
 from node.completer import Completer
