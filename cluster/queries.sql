@@ -344,8 +344,9 @@ ORDER BY c.slot_at;
 -- it was before this statement, `o`: the update changes the attempt, and Postgres cannot
 -- return a column's old value. The batch travels as two JSON arrays, one text parameter
 -- each, far cheaper for the client to encode than a dozen typed arrays: %(done)s holds
--- [id, token, slot, outcome, error, duration_s, next_run_at, next_slot, next_attempt]
--- per completion (next_slot null: the same as next_run_at), %(skips)s
+-- [id, token, slot, outcome, error, duration_us, next_run_at, next_slot, next_attempt]
+-- per completion (duration in whole microseconds; next_slot null: the same as
+-- next_run_at), %(skips)s
 -- [job_id, slot, reason] per skipped slot. The batch is parsed once (MATERIALIZED), and
 -- `j.id = ANY(...)` hands the planner the ids as an index condition: the statistics of
 -- jobs are gathered while few jobs run, so on `status = 'running'` alone it would scan
@@ -356,7 +357,7 @@ WITH clock AS (
 ),
 input AS MATERIALIZED (
     SELECT (e->>0)::uuid AS id, (e->>1)::bigint AS token, (e->>2)::timestamptz AS slot,
-           e->>3 AS outcome, e->>4 AS error, (e->>5)::float8 AS duration_s,
+           e->>3 AS outcome, e->>4 AS error, (e->>5)::bigint / 1e6::float8 AS duration_s,
            (e->>6)::timestamptz AS next_run_at,
            coalesce(e->>7, e->>6)::timestamptz AS next_slot,
            (e->>8)::int AS next_attempt

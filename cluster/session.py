@@ -19,6 +19,7 @@ from typing import Any
 from uuid import UUID
 
 import psycopg
+from psycopg import pq
 from psycopg.rows import RowFactory, dict_row, tuple_row
 
 from cluster.db import Conn, connect, describe
@@ -134,8 +135,11 @@ class LockSession:
                 logger.debug("lock session close did not finish cleanly")
 
     async def _run(
-        self, name: str, params: dict[str, Any], row_factory: RowFactory[Any] = dict_row
+        self, name: str, params: dict[str, Any], row_factory: RowFactory[Any] = tuple_row
     ) -> list[Any]:
+        """Rows of the statement, as tuples unless ``row_factory`` says otherwise: a dict
+        row factory reads the result's column descriptions anew at every execution, a
+        Python object per column, on statements that run every second."""
         async with self._lock:
             conn = self._conn
             if conn is None or conn.closed:
@@ -144,7 +148,9 @@ class LockSession:
                 async with asyncio.timeout(self.statement_timeout_s + 1.0):
                     cur = conn.cursor(row_factory=row_factory)
                     await cur.execute(query(name), params)
-                    rows = await cur.fetchall() if cur.description else []
+                    result = cur.pgresult
+                    returned = result is not None and result.status == pq.ExecStatus.TUPLES_OK
+                    rows = await cur.fetchall() if returned else []
             except TimeoutError as exc:
                 await self._lost()
                 raise SessionLost(f"{name}: no answer within {self.statement_timeout_s}s") from exc
@@ -174,25 +180,25 @@ class LockSession:
         if not shards:
             return set()
         rows = await self._run("try_lock_shards", {"ns": self.namespace, "shards": list(shards)})
-        return {row["shard"] for row in rows}
+        return {row[0] for row in rows}
 
     async def unlock(self, shards: Sequence[int]) -> set[int]:
         if not shards:
             return set()
         rows = await self._run("unlock_shards", {"ns": self.namespace, "shards": list(shards)})
-        return {row["shard"] for row in rows if row["released"]}
+        return {shard for shard, released in rows if released}
 
     async def my_locks(self) -> set[int]:
         rows = await self._run("my_shard_locks", {"ns": self.namespace})
-        return {row["shard"] for row in rows}
+        return {row[0] for row in rows}
 
     async def live_sessions(self, node_ids: Sequence[str]) -> set[str]:
         rows = await self._run("live_sessions", {"ids": list(node_ids)})
-        return {row["node_id"] for row in rows}
+        return {row[0] for row in rows}
 
     async def ping(self, now: datetime | None = None) -> datetime:
         rows = await self._run("ping", {"now": now})
-        value: datetime = rows[0]["now"]
+        value: datetime = rows[0][0]
         return value
 
     # -- jobs -------------------------------------------------------------------------
@@ -217,7 +223,6 @@ class LockSession:
                 "zone": self.zone,
                 "now": now,
             },
-            tuple_row,
         )
         # Rows are (db_now, next_due, *the ClaimedJob fields in order): building the jobs
         # by position skips a dict per row, which shows at 100 rows per claim.
@@ -233,7 +238,7 @@ class LockSession:
         rows = await self._run(
             "complete", complete_params(done, skips, self.node_id, self.zone, now)
         )
-        return {row["id"] for row in rows}
+        return {row[0] for row in rows}
 
     async def renew(
         self, leases: Sequence[tuple[UUID, int]], lease_s: float, now: datetime | None = None
@@ -249,7 +254,7 @@ class LockSession:
                 "now": now,
             },
         )
-        return {row["id"] for row in rows}
+        return {row[0] for row in rows}
 
     async def release(
         self, leases: Sequence[tuple[UUID, int]], reason: str, now: datetime | None = None
@@ -265,7 +270,7 @@ class LockSession:
                 "now": now,
             },
         )
-        return {row["id"] for row in rows}
+        return {row[0] for row in rows}
 
     async def recover(
         self, shards: Collection[int], live: Sequence[str], now: datetime | None = None
@@ -274,11 +279,11 @@ class LockSession:
         if not shards:
             return []
         params = {"own": False, "shards": int_array(shards), "live": list(live), "node_id": None}
-        return await self._run("recover", {**params, "now": now})
+        return await self._run("recover", {**params, "now": now}, dict_row)
 
     async def recover_own(self, now: datetime | None = None) -> list[dict[str, Any]]:
         """Take back the slots an earlier process of this node id left running.
 
         Only before this process claims anything: then every such run is an orphan."""
         params = {"own": True, "shards": int_array(()), "live": [], "node_id": self.node_id}
-        return await self._run("recover", {**params, "now": now})
+        return await self._run("recover", {**params, "now": now}, dict_row)

@@ -109,8 +109,9 @@ class Claimer:
         self._clock.observe(result.db_now + timedelta(seconds=elapsed))
         self._stats.claims += 1
         self._stats.claim_seconds.append(elapsed)
+        now = self._clock.now()  # one reading for the batch: they arrived together
         for job in result.jobs:
-            self._dispatch(job)
+            self._dispatch(job, now)
         self._set_catching_up(len(result.jobs) >= limit)
         if len(result.jobs) >= limit:
             return 0.0  # more may be due: claim again as soon as slots allow
@@ -121,8 +122,7 @@ class Claimer:
             delay = min(delay, max(0.0, until_due + WAKE_MARGIN_S))
         return delay
 
-    def _dispatch(self, job: ClaimedJob) -> None:
-        now = self._clock.now()
+    def _dispatch(self, job: ClaimedJob, now: datetime) -> None:
         try:
             skip = plan_at_claim(job, now)
         except PulseError as exc:

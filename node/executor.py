@@ -54,7 +54,9 @@ class Executor:
         self.node_id = node_id
         self.zone = zone
         self._on_done = on_done
-        self.running: dict[UUID, Running] = {}
+        # Keyed by the job id's integer: a run is looked up half a dozen times, and a
+        # UUID hashes in Python (``UUID.__hash__``), an int in C.
+        self.running: dict[int, Running] = {}
         self.slot_freed = Signal()
         self.idle = Signal()
         self.idle.set()
@@ -77,7 +79,8 @@ class Executor:
     def submit(self, job: ClaimedJob, start_in_s: float = 0.0) -> None:
         """Run ``job`` now, or in ``start_in_s`` (claimed ahead of its due time: it holds
         its slot meanwhile)."""
-        stale = self.running.get(job.id)
+        key = job.id.int
+        stale = self.running.get(key)
         if stale is not None:
             # Claimed again, so the lease of this earlier run is gone (a claim takes only
             # idle rows): its result would be fenced. Stop caring about it now rather
@@ -93,20 +96,20 @@ class Executor:
         self.idle.clear()
         if start_in_s > 0:
             at = math.ceil((self._loop.time() + start_in_s) / START_QUANTUM_S) * START_QUANTUM_S
-            found = self.running[job.id] = Running(job, at)
+            found = self.running[key] = Running(job, at)
             group = self._starts.get(at)
             if group is None:
                 group = self._starts[at] = []
                 self._loop.call_at(at, self._start_group, at)
             group.append(found)
             return
-        found = self.running[job.id] = Running(job, self._loop.time())
+        found = self.running[key] = Running(job, self._loop.time())
         self._start(found)
 
     def _start_group(self, at: float) -> None:
         for found in self._starts.pop(at):
             # Dropped meanwhile (lease lost, drained): not in ``running`` any more.
-            if self.running.get(found.job.id) is found:
+            if self.running.get(found.job.id.int) is found:
                 self._start(found)
 
     def _start(self, found: Running) -> None:
@@ -116,13 +119,13 @@ class Executor:
         if fn is None:  # async, shell:, or not resolvable: invoke() deals with each
             found.task = asyncio.create_task(self._run(found), name=f"run:{job.tenant}/{job.name}")
         else:
-            found.thread = ThreadRun(fn, self.context(job), job.id)
+            found.thread = ThreadRun(fn, self.context(job), job.id.int)
             self._threads.submit(found.thread)
             if now + job.timeout_s < self._timer_at:
                 self._arm(now + job.timeout_s)
 
     def context(self, job: ClaimedJob) -> RunContext:
-        return RunContext(
+        return RunContext.of(
             job_id=job.id,
             job_name=job.name,
             tenant_id=job.tenant,
@@ -144,7 +147,7 @@ class Executor:
         except asyncio.CancelledError:
             self._finish(found)
             raise
-        if self.running.get(found.job.id) is found:  # else dropped: reported to nobody
+        if self.running.get(found.job.id.int) is found:  # else dropped: reported to nobody
             self._finish(found)
             self._on_done(found.job, done)
 
@@ -153,7 +156,7 @@ class Executor:
             found = self.running.get(run.key)
             if found is None or found.thread is not run:
                 continue
-            if inspect.isawaitable(run.result):
+            if run.result is not None and inspect.isawaitable(run.result):
                 # A sync function that returned an awaitable: await it on the loop, within
                 # what is left of the timeout.
                 left = found.deadline - self._loop.time()
@@ -190,9 +193,10 @@ class Executor:
             self._arm(following)
 
     def _finish(self, found: Running) -> None:
-        if self.running.get(found.job.id) is not found:
+        key = found.job.id.int
+        if self.running.get(key) is not found:
             return  # already dropped (a later claim of the same job may hold the id now)
-        del self.running[found.job.id]
+        del self.running[key]
         self.slot_freed.set()
         if not self.running:
             self.idle.set()
@@ -200,7 +204,7 @@ class Executor:
     def cancel(self, job_id: UUID, lease_token: int) -> ClaimedJob | None:
         """Stop caring about the run of that lease (it is lost): a task is cancelled; a
         thread cannot be, so its result is dropped when it comes."""
-        found = self.running.get(job_id)
+        found = self.running.get(job_id.int)
         if found is None or found.job.lease_token != lease_token:
             return None
         if found.task is not None:

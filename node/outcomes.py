@@ -48,11 +48,30 @@ def schedule_of(job: ClaimedJob) -> Schedule:
     return _remember(_schedules, key, lambda: parse_schedule(*key))  # type: ignore[arg-type]
 
 
+_last_following: list[tuple[str, str, str, str, datetime, datetime]] = []
+
+
 def following_slot(job: ClaimedJob) -> datetime:
     """The slot after the job's slot. Remembered: in a fan-out every job of a schedule has
-    the same slot, and both the claim and the completion of each ask."""
+    the same slot, and both the claim and the completion of each ask.
+
+    The last answer is checked first: comparing five fields costs a fifth of building and
+    hashing the key (an aware datetime hashes through its UTC offset), and runs of a fan-out
+    arrive one after another."""
+    if _last_following:
+        schedule, tz, repeated, skipped, slot, found = _last_following[0]
+        if (
+            job.slot == slot
+            and job.schedule == schedule
+            and job.tz == tz
+            and job.dst_repeated == repeated
+            and job.dst_skipped == skipped
+        ):
+            return found
     key = (job.schedule, job.tz, job.dst_repeated, job.dst_skipped, job.slot)
-    return _remember(_following, key, lambda: schedule_of(job).next_after(job.slot))
+    found = _remember(_following, key, lambda: schedule_of(job).next_after(job.slot))
+    _last_following[:] = [(*key, found)]
+    return found
 
 
 @functools.lru_cache(maxsize=1024)

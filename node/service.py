@@ -34,6 +34,8 @@ class Signal(asyncio.Event):
         self._watchers: set[asyncio.Future[None]] = set()
 
     def set(self) -> None:
+        if self.is_set():
+            return  # its waiters were resolved when it was set (set once per run)
         super().set()
         for watcher in self._watchers:
             _resolve(watcher)

@@ -315,3 +315,26 @@ async def test_a_job_claimed_without_a_payload_gets_a_fresh_empty_one_per_run() 
     rich = job(f"{HERE}:ok")._replace(payload={"n": 1})
     assert executor.context(rich).payload == {"n": 1}
     executor.shutdown()
+
+
+async def test_the_context_a_handler_gets_is_an_ordinary_run_context() -> None:
+    j = job(f"{HERE}:ok")._replace(payload=None, attempt=2)
+    executor = Executor(1, "n1", "z1", Outcomes())
+    ctx = executor.context(j)
+    expected = RunContext(
+        job_id=j.id,
+        job_name="j",
+        tenant_id="t",
+        payload={},
+        scheduled_for=j.slot,
+        attempt=2,
+        timeout_s=30.0,
+        node_id="n1",
+        zone="z1",
+    )
+    assert ctx == expected
+    assert vars(ctx) == vars(expected)  # every field set, none more
+    assert ctx.idempotency_key == f"{j.id}:{j.slot.isoformat()}"
+    with pytest.raises(AttributeError):
+        ctx.attempt = 3  # type: ignore[misc]
+    executor.shutdown()

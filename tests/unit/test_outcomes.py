@@ -6,7 +6,7 @@ from __future__ import annotations
 from datetime import timedelta
 
 from node.handlers import Outcome
-from node.outcomes import after_run
+from node.outcomes import after_run, following_slot
 from tests.unit.test_executor import job
 
 OK = Outcome("succeeded", None, 0.01)
@@ -32,3 +32,18 @@ def test_failure_with_retries_left_retries_the_same_slot() -> None:
     done, skips = after_run(j, Outcome("failed", "boom", 0.1), now)
     assert (done.next_slot, done.next_attempt, skips) == (j.slot, 2, [])
     assert done.next_run_at == now + timedelta(seconds=10)
+
+
+def test_the_next_slot_is_told_apart_per_definition_and_slot() -> None:
+    minute = job("m:f")._replace(schedule="@every 1m")
+    hour = minute._replace(schedule="@every 1h")
+    later = minute._replace(slot=minute.slot + timedelta(minutes=1))
+    kolkata = minute._replace(schedule="0 * * * *", tz="Asia/Kolkata")  # UTC+05:30
+    utc = kolkata._replace(tz="UTC")
+    for _ in range(2):  # answers come from memory the second time round
+        assert following_slot(minute) == minute.slot + timedelta(minutes=1)
+        assert following_slot(hour) == minute.slot + timedelta(hours=1)
+        assert following_slot(later) == minute.slot + timedelta(minutes=2)
+        assert following_slot(minute) == minute.slot + timedelta(minutes=1)
+        assert following_slot(kolkata) == minute.slot + timedelta(minutes=30)
+        assert following_slot(utc) == minute.slot + timedelta(hours=1)
