@@ -21,6 +21,7 @@ __all__ = [
     "ClaimedJob",
     "Completion",
     "Skip",
+    "claimed_jobs",
     "complete_params",
     "int_array",
 ]
@@ -76,6 +77,22 @@ class ClaimedJob(NamedTuple):
     # When the attempt is due: the slot, or the end of a retry's backoff. A claim that
     # looks ahead returns jobs due a moment later; they start then.
     due: datetime
+
+
+_FIELDS = len(ClaimedJob._fields)
+
+
+def claimed_jobs(rows: Sequence[tuple[Any, ...]], skip: int) -> list[ClaimedJob]:
+    """The claimed jobs of a claim's rows, whose fields follow ``skip`` leading columns; a
+    row with a null id is the claim's report alone (nothing was claimed).
+
+    Built by position with ``tuple.__new__``: a named tuple's own ``__new__`` takes its 20
+    fields as arguments one by one (1 µs a job, against 0.35 µs), and a claim builds a
+    hundred. The width is checked once per claim instead."""
+    if rows and len(rows[0]) != skip + _FIELDS:
+        raise ValueError(f"a claim row has {len(rows[0]) - skip} job fields, not {_FIELDS}")
+    make = tuple.__new__
+    return [make(ClaimedJob, row[skip:]) for row in rows if row[skip] is not None]
 
 
 @dataclass(frozen=True)

@@ -27,10 +27,10 @@ from cluster.errors import ConfigError, StoreError
 from cluster.migrate import stored_shard_count
 from cluster.queries import query
 from cluster.records import (
-    ClaimedJob,
     ClaimResult,
     Completion,
     Skip,
+    claimed_jobs,
     complete_params,
     int_array,
 )
@@ -224,10 +224,8 @@ class LockSession:
                 "now": now,
             },
         )
-        # Rows are (db_now, next_due, *the ClaimedJob fields in order): building the jobs
-        # by position skips a dict per row, which shows at 100 rows per claim.
-        jobs = [ClaimedJob(*row[2:]) for row in rows if row[2] is not None]
-        return ClaimResult(rows[0][0], rows[0][1], jobs)
+        # Rows are (db_now, next_due, *the ClaimedJob fields in order).
+        return ClaimResult(rows[0][0], rows[0][1], claimed_jobs(rows, 2))
 
     async def complete(
         self, done: Sequence[Completion], skips: Sequence[Skip] = (), now: datetime | None = None
