@@ -19,10 +19,9 @@ from typing import Any
 from uuid import UUID
 
 import psycopg
-from psycopg import pq
-from psycopg.rows import RowFactory, dict_row, tuple_row
 
 from cluster.db import Conn, connect, describe
+from cluster.direct import DirectConnection, RowMaker, dict_rows, tuple_rows
 from cluster.errors import ConfigError, StoreError
 from cluster.migrate import stored_shard_count
 from cluster.queries import query
@@ -64,6 +63,7 @@ class LockSession:
         self.statement_timeout_s = statement_timeout_s
         self.namespace = settings.lock_namespace
         self._conn: Conn | None = None
+        self._direct: DirectConnection | None = None
         self._lock = asyncio.Lock()
         self.last_ok = 0.0  # monotonic time of the last successful round trip
         self.generation = 0  # bumps on every new connection
@@ -101,6 +101,7 @@ class LockSession:
             await conn.close()
             raise
         self._conn = conn
+        self._direct = DirectConnection(conn)
         self.generation += 1
         self.last_ok = time.monotonic()
         return shards
@@ -127,7 +128,7 @@ class LockSession:
             )
 
     async def close(self) -> None:
-        conn, self._conn = self._conn, None
+        conn, self._conn, self._direct = self._conn, None, None
         if conn is not None and not conn.closed:
             try:
                 await asyncio.wait_for(conn.close(), 2.0)
@@ -135,22 +136,18 @@ class LockSession:
                 logger.debug("lock session close did not finish cleanly")
 
     async def _run(
-        self, name: str, params: dict[str, Any], row_factory: RowFactory[Any] = tuple_row
+        self, name: str, params: dict[str, Any], rows: RowMaker = tuple_rows
     ) -> list[Any]:
-        """Rows of the statement, as tuples unless ``row_factory`` says otherwise: a dict
-        row factory reads the result's column descriptions anew at every execution, a
-        Python object per column, on statements that run every second."""
+        """Rows of the statement, as tuples unless ``rows`` says otherwise (the statements
+        run every second, and tuples need no column names), sent through libpq directly
+        (``cluster.direct``)."""
         async with self._lock:
-            conn = self._conn
-            if conn is None or conn.closed:
+            conn, direct = self._conn, self._direct
+            if conn is None or direct is None or conn.closed:
                 raise SessionLost("lock session is not connected")
             try:
                 async with asyncio.timeout(self.statement_timeout_s + 1.0):
-                    cur = conn.cursor(row_factory=row_factory)
-                    await cur.execute(query(name), params)
-                    result = cur.pgresult
-                    returned = result is not None and result.status == pq.ExecStatus.TUPLES_OK
-                    rows = await cur.fetchall() if returned else []
+                    found = await direct.run(query(name), params, rows)
             except TimeoutError as exc:
                 await self._lost()
                 raise SessionLost(f"{name}: no answer within {self.statement_timeout_s}s") from exc
@@ -163,10 +160,10 @@ class LockSession:
                     raise SessionLost(f"{name}: {describe(exc)}") from exc
                 raise StoreError(f"{name}: {describe(exc)}") from exc
             self.last_ok = time.monotonic()
-            return rows
+            return found
 
     async def _lost(self) -> None:
-        conn, self._conn = self._conn, None
+        conn, self._conn, self._direct = self._conn, None, None
         logger.warning("lock session lost", extra={"event": "session_lost"})
         if self._on_lost is not None:
             self._on_lost()  # drop every shard before anything else can use them
@@ -277,11 +274,11 @@ class LockSession:
         if not shards:
             return []
         params = {"own": False, "shards": int_array(shards), "live": list(live), "node_id": None}
-        return await self._run("recover", {**params, "now": now}, dict_row)
+        return await self._run("recover", {**params, "now": now}, dict_rows)
 
     async def recover_own(self, now: datetime | None = None) -> list[dict[str, Any]]:
         """Take back the slots an earlier process of this node id left running.
 
         Only before this process claims anything: then every such run is an orphan."""
         params = {"own": True, "shards": int_array(()), "live": [], "node_id": self.node_id}
-        return await self._run("recover", {**params, "now": now}, dict_row)
+        return await self._run("recover", {**params, "now": now}, dict_rows)

@@ -3,7 +3,8 @@
 Completions are fenced by their lease token, so they need not travel on the lock session;
 writing them here lets claims and completions proceed side by side instead of queueing
 on one connection. The connection holds no locks and has no idle timeout; it is opened on
-first use and again after any error. Its name is ``<node id>/write`` so it never counts
+first use and again after any error, and its statement goes through libpq directly
+(``cluster.direct``). Its name is ``<node id>/write`` so it never counts
 as the node's lock session.
 """
 
@@ -16,9 +17,9 @@ from datetime import datetime
 from uuid import UUID
 
 import psycopg
-from psycopg.rows import tuple_row
 
 from cluster.db import Conn, connect, describe
+from cluster.direct import DirectConnection
 from cluster.errors import StoreError
 from cluster.queries import query
 from cluster.records import Completion, Skip, complete_params
@@ -34,6 +35,7 @@ class ResultWriter:
         self.zone = zone
         self._timeout_s = statement_timeout_s
         self._conn: Conn | None = None
+        self._direct: DirectConnection | None = None
         self._lock = asyncio.Lock()
 
     async def complete(
@@ -46,16 +48,15 @@ class ResultWriter:
         async with self._lock:
             try:
                 async with asyncio.timeout(self._timeout_s + 1.0):
-                    if self._conn is None or self._conn.closed:
+                    if self._direct is None or self._conn is None or self._conn.closed:
                         self._conn = await connect(
                             self._settings,
                             f"{self.node_id}/write"[:63],
                             statement_timeout_s=self._timeout_s,
                             prepare=True,
                         )
-                    cur = self._conn.cursor(row_factory=tuple_row)
-                    await cur.execute(query("complete"), params)
-                    rows = await cur.fetchall()
+                        self._direct = DirectConnection(self._conn)
+                    rows = await self._direct.run(query("complete"), params)
             except (TimeoutError, psycopg.Error, StoreError) as exc:
                 await self.close()
                 reason = "no answer in time" if isinstance(exc, TimeoutError) else describe(exc)
@@ -63,7 +64,7 @@ class ResultWriter:
         return {row[0] for row in rows}
 
     async def close(self) -> None:
-        conn, self._conn = self._conn, None
+        conn, self._conn, self._direct = self._conn, None, None
         if conn is not None and not conn.closed:
             with contextlib.suppress(TimeoutError, psycopg.Error, OSError):
                 await asyncio.wait_for(conn.close(), 2.0)
