@@ -29,7 +29,7 @@ import psycopg
 from psycopg import errors, pq
 from psycopg.adapt import PyFormat, Transformer
 
-__all__ = ["DirectConnection", "dict_rows", "placeholders"]
+__all__ = ["DirectConnection", "RowMaker", "dict_rows", "placeholders", "tuple_rows"]
 
 _PLACEHOLDER = re.compile(rb"%\((\w+)\)s")
 
