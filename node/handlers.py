@@ -63,7 +63,7 @@ class RunContext:
 
 
 class Outcome(NamedTuple):
-    """How a run ended (one per run: a named tuple, built in a fifth of a frozen
+    """How a run ended (one per run: a named tuple, built in about half a frozen
     dataclass's time)."""
 
     status: str  # succeeded | failed | timed_out
