@@ -34,16 +34,11 @@ async def connect(
     statement_timeout_s: float = 30.0,
     idle_session_timeout_s: float | None = None,
     autocommit: bool = True,
-    prepare: bool = False,
 ) -> Conn:
     """A new dedicated connection (never pooled) with Pulse's session settings.
 
-    With ``prepare``, every statement is a server-side prepared statement from its first
-    use: the node's few statements run thousands of times on one session, and parsing and
-    planning the claim each time cost more than running it (about 2.4 of 3.3 ms when
-    nothing is due). Postgres still plans the first executions for their parameters and
-    keeps a generic plan only where it is no costlier. Only for sessions that cannot sit
-    behind a statement- or transaction-mode pooler anyway (the lock session refuses one).
+    psycopg never prepares statements on it by itself, so it works behind any pooler; the
+    node's own connections prepare theirs through ``cluster.direct``.
     """
     options = f"-c search_path={settings.schema},public -c TimeZone=UTC"
     options += f" -c statement_timeout={int(statement_timeout_s * 1000)}"
@@ -57,7 +52,7 @@ async def connect(
             application_name=application_name[:63],
             connect_timeout=CONNECT_TIMEOUT_S,
             options=options,
-            prepare_threshold=0 if prepare else None,
+            prepare_threshold=None,
         )
     except psycopg.Error as exc:
         raise StoreError(

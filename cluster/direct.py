@@ -12,9 +12,13 @@ runs (the claim poll, the membership check, the recovery pass) and more per burs
 psycopg still owns the connection (it opens, configures and closes it), adapts the
 parameters and loads the rows (its C ``Transformer``), and supplies the exception classes.
 This module turns ``%(name)s`` placeholders into ``$n``, prepares each statement once per
-connection and parameter types, sends it, waits for the socket on the event loop and reads
-the result. A statement interrupted before its result was read (a timeout, a cancelled
-task) leaves the connection unusable, so the connection is closed at once.
+connection and parameter types (the node's few statements run thousands of times on one
+session, and parsing and planning the claim each time cost more than running it: about
+2.4 of 3.3 ms when nothing is due; Postgres still plans the first executions for their
+parameters and keeps a generic plan only where it is no costlier), sends it, waits for
+the socket on the event loop and reads the result. A statement interrupted before its
+result was read (a timeout, a cancelled task) leaves the connection unusable, so the
+connection is closed at once.
 """
 
 from __future__ import annotations

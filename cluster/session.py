@@ -86,7 +86,6 @@ class LockSession:
             self.node_id,
             statement_timeout_s=self.statement_timeout_s,
             idle_session_timeout_s=self.session_timeout_s,
-            prepare=True,
         )
         try:
             shards = await asyncio.wait_for(stored_shard_count(conn), self.statement_timeout_s)
@@ -114,12 +113,11 @@ class LockSession:
         """
         key = -conn.info.backend_pid
         probe = {"ns": self.namespace, "shards": [key]}
-        # Unprepared: behind such a pooler a prepared statement would fail on its own.
-        await conn.execute(query("try_lock_shards"), probe, prepare=False)
+        await conn.execute(query("try_lock_shards"), probe)
         ns = {"ns": self.namespace}
-        cur = await conn.execute(query("my_shard_locks"), ns, prepare=False)
+        cur = await conn.execute(query("my_shard_locks"), ns)
         held = {row["shard"] for row in await cur.fetchall()}
-        await conn.execute(query("unlock_shards"), probe, prepare=False)
+        await conn.execute(query("unlock_shards"), probe)
         if key not in held:
             raise ConfigError(
                 "advisory locks do not survive between statements on this connection "

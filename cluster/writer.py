@@ -53,7 +53,6 @@ class ResultWriter:
                             self._settings,
                             f"{self.node_id}/write"[:63],
                             statement_timeout_s=self._timeout_s,
-                            prepare=True,
                         )
                         self._direct = DirectConnection(self._conn)
                     rows = await self._direct.run(query("complete"), params)

@@ -21,7 +21,7 @@ ID = UUID("12345678-1234-5678-1234-567812345678")
 
 @pytest.fixture
 async def conn(settings: ClusterSettings) -> AsyncIterator[Conn]:
-    c = await connect(settings, "direct-test", statement_timeout_s=5, prepare=True)
+    c = await connect(settings, "direct-test", statement_timeout_s=5)
     yield c
     await c.close()
 
