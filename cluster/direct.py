@@ -70,9 +70,16 @@ def dict_rows(result: pq.abc.PGresult) -> Callable[[Sequence[Any]], Any]:
 
 class DirectConnection:
     """Runs statements on an open psycopg async connection (autocommit, non-blocking), one
-    at a time: the caller serialises them."""
+    at a time: the caller serialises them.
+
+    psycopg must prepare nothing on that connection (``prepare_threshold=None``, as
+    ``cluster.db.connect`` opens them): after a rollback or a DROP it deallocates every
+    prepared statement of the session, this module's too.
+    """
 
     def __init__(self, conn: psycopg.AsyncConnection[Any]) -> None:
+        if conn.prepare_threshold is not None:
+            raise ValueError("psycopg prepares statements on this connection")
         self._conn = conn
         self._pg = conn.pgconn
         self._tx = Transformer(conn)

@@ -53,6 +53,13 @@ async def test_parameters_and_rows_round_trip_as_psycopg_adapts_them(conn: Conn)
     assert await direct.run(sql, params) == [(ID, 5, at, [3, 1], 1.5, None, 6)]  # reused
 
 
+async def test_a_connection_psycopg_prepares_on_is_refused(conn: Conn) -> None:
+    # psycopg would deallocate every prepared statement after a rollback, ours too.
+    conn.prepare_threshold = 5
+    with pytest.raises(ValueError, match="psycopg prepares statements"):
+        DirectConnection(conn)
+
+
 async def test_a_statement_without_rows_returns_none(conn: Conn) -> None:
     direct = DirectConnection(conn)
     assert await direct.run(b"SET application_name = 'direct-test-2'", {}) == []
