@@ -140,7 +140,7 @@ def spread(results: Sequence[ScenarioResult]) -> str:
         rounds = [r.ratios() for r in results if r.scenario == scenario]
         cells = []
         for key in (*RATIO_FIELDS, *RATIO_EXTRAS):
-            values = [r[key] for r in rounds if r.get(key) is not None]
+            values = [v for r in rounds if (v := r.get(key)) is not None]
             if values:
                 cells.append(
                     f"{SPREAD_LABELS[key]} {_x(statistics.median(values))}"

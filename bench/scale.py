@@ -1,26 +1,29 @@
 """The scale scenario: a million schedules, 1% of them due per minute.
 
-Claim latency is measured the way a node meets it (a prepared statement, rows read as
-tuples): a cycle of claim (100 rows, the shards one node of three holds) then complete
-(each claimed job moves on to its next slot), with the statement's ``now`` advancing by
-the time in which as many jobs fall due as were claimed, so the backlog stays at one
-minute's worth (1% of the jobs, this node's share of it) and every claim takes different
-rows. (Rolling the claims back instead would claim the same rows every time, and their
-growing chains of aborted versions dominate the timing.) Only the claim is timed,
-client-side. The idle claim (nothing due yet) is what each node pays every poll; it
-writes nothing and is rolled back. The plan is ``EXPLAIN (ANALYZE, BUFFERS)`` of one
-more claim. The table is put back as loaded before the other system is measured. Idle
-CPU: three processes with nothing due, per process, over ``scale_idle_s``.
+Claim latency is measured the way a node meets it: a statement prepared once and sent
+through libpq directly (``cluster.direct``, as the node's lock session sends it), rows read
+as tuples; both systems' claims are timed through that same client. A cycle of claim (100
+rows, the shards one node of three holds) then complete (each claimed job moves on to its
+next slot), with the statement's ``now`` advancing by the time in which as many jobs fall
+due as were claimed, so the backlog stays at one minute's worth (1% of the jobs, this
+node's share of it) and every claim takes different rows. (Rolling the claims back
+instead would claim the same rows every time, and their growing chains of aborted
+versions dominate the timing.) Only the claim is timed, client-side. The idle claim
+(nothing due yet) is what each node pays every poll; it writes nothing and is rolled back.
+The plan is ``EXPLAIN (ANALYZE, BUFFERS)`` of one more claim. The table is put back as
+loaded before the other system is measured. Idle CPU: three processes with nothing due,
+per process, over ``scale_idle_s``.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
-from psycopg.rows import tuple_row
+from psycopg.pq.abc import PGresult
 
 from bench import baseline as bare
 from bench import database as db
@@ -28,6 +31,7 @@ from bench.analysis import percentile
 from bench.database import AConn
 from bench.results import Measure, ScenarioResult
 from bench.trial import Bench, Trial
+from cluster.direct import DirectConnection
 from cluster.queries import query
 from cluster.records import Completion, complete_params, int_array
 from ring import Ring
@@ -86,6 +90,7 @@ async def _complete(conn: AConn, system: str, rows: list[dict[str, Any]], now: d
 
 async def claim_cycles_ms(
     conn: AConn,
+    direct: DirectConnection,
     system: str,
     shards: list[int],
     limit: int,
@@ -96,6 +101,12 @@ async def claim_cycles_ms(
     """Client-side milliseconds of ``samples`` claims in claim/complete cycles, ``now``
     advancing ``step_s`` per cycle; and the rows of the last claim."""
     statement = _statement(system)
+    names: list[str] = []
+
+    def named_tuples(result: PGresult) -> Callable[[Sequence[Any]], Any]:
+        names[:] = [(result.fname(i) or b"").decode() for i in range(result.nfields)]
+        return tuple
+
     times = []
     claimed = 0
     for i in range(WARMUP_CLAIMS + samples):
@@ -103,12 +114,9 @@ async def claim_cycles_ms(
         params = _params(system, shards, limit, now)
         started = time.perf_counter()
         # Rows as tuples, as a node reads them; named afterwards, untimed.
-        cur = conn.cursor(row_factory=tuple_row)
-        await cur.execute(statement, params, prepare=True)
-        found = await cur.fetchall()
+        found = await direct.run(statement, params, named_tuples)
         if i >= WARMUP_CLAIMS:
             times.append((time.perf_counter() - started) * 1000)
-        names = [c.name for c in cur.description or []]
         rows = [r for r in (dict(zip(names, t, strict=True)) for t in found) if r["id"]]
         claimed = len(rows)
         await _complete(conn, system, rows, now)
@@ -116,14 +124,13 @@ async def claim_cycles_ms(
 
 
 async def idle_claims_ms(
-    conn: AConn, system: str, params: dict[str, Any], samples: int
+    conn: AConn, direct: DirectConnection, system: str, params: dict[str, Any], samples: int
 ) -> list[float]:
     times = []
     for _ in range(samples):
         async with conn.transaction(force_rollback=True):
             started = time.perf_counter()
-            cur = await conn.execute(_statement(system), params, prepare=True)
-            await cur.fetchall()
+            await direct.run(_statement(system), params)
             times.append((time.perf_counter() - started) * 1000)
     return times
 
@@ -189,6 +196,11 @@ async def run_scale(bench: Bench, baselines: object) -> ScenarioResult:
         # One minute into the due range: 1% of the jobs are due.
         due_now = first + timedelta(minutes=1)
         idle_now = first - timedelta(seconds=1)
+        # The claims are prepared by `direct` (one per connection: it names the statements
+        # it prepares there). psycopg must prepare nothing on this connection: after a
+        # rollback it would deallocate every prepared statement, `direct`'s too.
+        data.conn.prepare_threshold = None
+        direct = DirectConnection(data.conn)
         for system in ("baseline", "pulse"):
             if system == "baseline":
                 await bare.ensure_index(data.conn)
@@ -197,11 +209,11 @@ async def run_scale(bench: Bench, baselines: object) -> ScenarioResult:
             share = len(held) / sizes.shards if system == "pulse" else 1.0
             step_s = limit / (due_per_s * share)
             busy, claimed = await claim_cycles_ms(
-                data.conn, system, held, limit, due_now, step_s, sizes.scale_claims
+                data.conn, direct, system, held, limit, due_now, step_s, sizes.scale_claims
             )
             end = due_now + timedelta(seconds=(WARMUP_CLAIMS + sizes.scale_claims) * step_s)
             idle = _params(system, held, limit, idle_now)
-            quiet = await idle_claims_ms(data.conn, system, idle, sizes.scale_claims)
+            quiet = await idle_claims_ms(data.conn, direct, system, idle, sizes.scale_claims)
             measures[system] = Measure(
                 system=system,
                 extra={
