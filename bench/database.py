@@ -86,13 +86,17 @@ async def clear_redis(settings: ClusterSettings) -> None:
 
 
 async def control(settings: ClusterSettings) -> AConn:
-    """The benchmark's own connection (its backend is not counted as Postgres load)."""
+    """The benchmark's own connection (its backend is not counted as Postgres load).
+
+    psycopg prepares nothing on it, so it can carry a ``cluster.direct`` connection (the
+    scale scenario times its claims that way)."""
     return await psycopg.AsyncConnection.connect(
         settings.database_url,
         autocommit=True,
         row_factory=dict_row,
         application_name=CONTROL_APP,
         options=f"-c search_path={settings.schema},public",
+        prepare_threshold=None,
     )
 
 

@@ -196,10 +196,7 @@ async def run_scale(bench: Bench, baselines: object) -> ScenarioResult:
         # One minute into the due range: 1% of the jobs are due.
         due_now = first + timedelta(minutes=1)
         idle_now = first - timedelta(seconds=1)
-        # The claims are prepared by `direct` (one per connection: it names the statements
-        # it prepares there). psycopg must prepare nothing on this connection: after a
-        # rollback it would deallocate every prepared statement, `direct`'s too.
-        data.conn.prepare_threshold = None
+        # One per connection: it names the statements it prepares there.
         direct = DirectConnection(data.conn)
         for system in ("baseline", "pulse"):
             if system == "baseline":
