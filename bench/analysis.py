@@ -8,6 +8,7 @@ times share a clock.
 
 from __future__ import annotations
 
+import bisect
 import itertools
 import json
 import math
@@ -66,6 +67,46 @@ def percentile(values: Sequence[float], q: float) -> float | None:
     ordered = sorted(values)
     rank = max(1, math.ceil(q / 100 * len(ordered)))
     return ordered[rank - 1]
+
+
+def histogram(values: Iterable[float], bounds: Sequence[float]) -> dict[float, float]:
+    """``values`` as a cumulative histogram over ``bounds`` (and +Inf), as a node keeps one."""
+    ordered = sorted(values)
+    found = {b: float(bisect.bisect_right(ordered, b)) for b in bounds}
+    found[math.inf] = float(len(ordered))
+    return found
+
+
+def merge(histograms: Iterable[dict[float, float]]) -> dict[float, float]:
+    total: Counter[float] = Counter()
+    for h in histograms:
+        total.update(h)
+    return dict(total)
+
+
+def since(later: dict[float, float], earlier: dict[float, float]) -> dict[float, float]:
+    """The observations a cumulative histogram gained between two readings."""
+    return {b: n - earlier.get(b, 0.0) for b, n in later.items()}
+
+
+def bucket_quantile(h: dict[float, float], q: float) -> float | None:
+    """The ``q``-th percentile (0-100) of a cumulative histogram, interpolated linearly
+    inside its bucket (as Prometheus's histogram_quantile does); None if it is empty, the
+    highest finite bound if it falls in the +Inf bucket."""
+    bounds = sorted(h)
+    total = h.get(math.inf, 0.0)
+    if total <= 0:
+        return None
+    rank = q / 100 * total
+    lower, below = 0.0, 0.0
+    for bound in bounds:
+        if h[bound] >= rank:
+            if math.isinf(bound):
+                return lower
+            inside = h[bound] - below
+            return lower + (bound - lower) * ((rank - below) / inside if inside else 1.0)
+        lower, below = bound, h[bound]
+    return lower
 
 
 def expected_slots(jobs: Iterable[str], slots: Iterable[float]) -> set[tuple[str, float]]:

@@ -6,6 +6,8 @@ the witness handler inline for each, then complete them all in one statement
 (``next_run_at += interval``, status idle). It sleeps until the next row falls due (the
 claim reports it, as Pulse's does) or one poll interval. No membership, ring, advisory
 locks, executor, leases or run history: the floor Pulse's overhead is measured against.
+With ``PULSE_BENCH_CLAIM_LOG`` set, it writes each claim's start (epoch seconds) and
+duration to that file when it stops, for the scale scenario's live window.
 
     PULSE_DATABASE_URL=... PULSE_SCHEMA=... PULSE_WITNESS_FILE=... \\
         python -m bench.baseline --name base-1 --limit 100
@@ -16,6 +18,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import os
 import signal
 import time
 from dataclasses import dataclass, field
@@ -123,7 +126,15 @@ async def drop_index(conn: psycopg.AsyncConnection[Any]) -> None:
     await conn.execute("DROP INDEX IF EXISTS baseline_due")
 
 
-async def run(settings: ClusterSettings, name: str, limit: int, stop: asyncio.Event) -> None:
+async def run(
+    settings: ClusterSettings,
+    name: str,
+    limit: int,
+    stop: asyncio.Event,
+    claims: list[tuple[float, float]] | None = None,
+) -> None:
+    """Claim, run and complete until ``stop``; each claim's (start, seconds) is appended to
+    ``claims`` if given."""
     conn = await psycopg.AsyncConnection.connect(
         settings.database_url,
         autocommit=True,
@@ -139,6 +150,8 @@ async def run(settings: ClusterSettings, name: str, limit: int, stop: asyncio.Ev
             started = time.monotonic()
             db_now, next_due, jobs = await claim_once(conn, name, limit)
             elapsed = time.monotonic() - started
+            if claims is not None:
+                claims.append((time.time() - elapsed, elapsed))
             ids: list[UUID] = []
             every: list[float] = []
             for job in jobs:
@@ -164,14 +177,20 @@ def main() -> None:
     args = parser.parse_args()
     settings = ClusterSettings.from_env()
 
+    claim_log = os.environ.get("PULSE_BENCH_CLAIM_LOG")
+    claims: list[tuple[float, float]] | None = [] if claim_log else None
+
     async def serve() -> None:
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, stop.set)
-        await run(settings, args.name, args.limit, stop)
+        await run(settings, args.name, args.limit, stop, claims)
 
     asyncio.run(serve())
+    if claim_log and claims:
+        with open(claim_log, "w", encoding="ascii") as f:
+            f.writelines(f"{at:.6f} {seconds:.6f}\n" for at, seconds in claims)
 
 
 if __name__ == "__main__":

@@ -79,13 +79,13 @@ class Fleet:
         )
         return env
 
-    def _spawn(self, name: str, argv: list[str]) -> Proc:
+    def _spawn(self, name: str, argv: list[str], env: Mapping[str, str] | None = None) -> Proc:
         log = self.workdir / f"{self.label}-{name}.log"
         with log.open("ab") as out:
             popen = subprocess.Popen(
                 argv,
                 cwd=REPO,
-                env=self._env(),
+                env={**self._env(), **(env or {})},
                 stdin=subprocess.DEVNULL,
                 stdout=out,
                 stderr=subprocess.STDOUT,
@@ -107,7 +107,11 @@ class Fleet:
 
     def start_baseline(self, name: str, limit: int) -> Proc:
         argv = [sys.executable, "-m", "bench.baseline", "--name", name, "--limit", str(limit)]
-        return self._spawn(name, argv)
+        return self._spawn(name, argv, {"PULSE_BENCH_CLAIM_LOG": str(self.claim_log(name))})
+
+    def claim_log(self, name: str) -> Path:
+        """Where baseline worker ``name`` writes its claim times when it stops."""
+        return self.workdir / f"{self.label}-{name}.claims"
 
     def pids(self) -> list[int]:
         return [p.pid for p in self.procs.values() if p.alive]

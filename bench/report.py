@@ -79,6 +79,18 @@ def notes(result: ScenarioResult) -> list[str]:
             f"ratio: claim p50 {_x(r.get('claim_p50_ms'))}, p99 {_x(r.get('claim_p99_ms'))}, "
             f"idle CPU {_x(r.get('idle_node_cpu_pct'))}"
         )
+        for label, e in (("pulse", p), ("baseline", b)):
+            within = e.get("live_claims_within_5ms")
+            found.append(
+                f"{label}, live {_num(e.get('live_s'), 0)} s: {_num(e.get('live_claims'), 0)} "
+                f"claims, p50 {_num(e.get('live_claim_p50_ms'), 2)} ms, "
+                f"p99 {_num(e.get('live_claim_p99_ms'), 2)} ms (from buckets), "
+                f"{_num(None if within is None else within * 100, 1)}% within 5 ms"
+            )
+        found.append(
+            f"ratio, live: claim p50 {_x(r.get('live_claim_p50_ms'))}, "
+            f"p99 {_x(r.get('live_claim_p99_ms'))}"
+        )
     if "longest_gap_s" in p:
         found.append(
             f"killed {p.get('killed')}: longest gap of any job "
@@ -126,6 +138,8 @@ SPREAD_LABELS = dict(
     idle_claim_p99_ms="idle claim p99",
     idle_node_cpu_pct="idle cpu",
     idle_pg_cpu_pct="idle pg cpu",
+    live_claim_p50_ms="live claim p50",
+    live_claim_p99_ms="live claim p99",
 )
 
 

@@ -57,6 +57,8 @@ RATIO_EXTRAS = (
     "idle_claim_p99_ms",
     "idle_node_cpu_pct",
     "idle_pg_cpu_pct",
+    "live_claim_p50_ms",
+    "live_claim_p99_ms",
 )
 
 

@@ -30,6 +30,7 @@ class Sizes:
     scale_due_fraction_per_min: float = 0.01
     scale_claims: int = 200
     scale_idle_s: float = 30.0
+    scale_live_s: float = 60.0
 
     def params(self, *names: str) -> dict[str, Any]:
         values = asdict(self)
@@ -54,6 +55,7 @@ QUICK = Sizes(
     scale_jobs=20_000,
     scale_claims=20,
     scale_idle_s=1.5,
+    scale_live_s=6.0,
 )
 
 

@@ -151,6 +151,28 @@ class Trial:
                 found[name] = (values["count"], values["sum"])
         return found
 
+    async def claim_buckets(self) -> dict[str, dict[float, float]]:
+        """Per live Pulse node: its claim-duration histogram (upper bound in seconds ->
+        claims at or under it, cumulative), from its metrics endpoint."""
+        found = {}
+        for name, port in self.metrics_ports.items():
+            if self.fleet.procs[name].alive:
+                text = await asyncio.to_thread(_scrape, port)
+                found[name] = _buckets(text, "pulse_claim_duration_seconds_bucket")
+        return found
+
+    def baseline_claims(self, since: float, until: float) -> list[float]:
+        """Seconds of each claim the stopped baseline workers started in [since, until]."""
+        found = []
+        for name in self.fleet.procs:
+            log = self.fleet.claim_log(name)
+            if log.exists():
+                for line in log.read_text("ascii").splitlines():
+                    at, seconds = map(float, line.split())
+                    if since <= at <= until:
+                        found.append(seconds)
+        return found
+
     def profile_start(self) -> None:
         """With ``--profile``: sample the first Pulse node with py-spy (raw collapsed
         stacks, one file per trial) until ``profile_stop``. Only the thread holding the GIL
@@ -260,4 +282,14 @@ def _samples(text: str, prefix: str) -> list[tuple[str, float]]:
         if line.startswith(prefix) and "{" not in line:
             name, _, value = line.partition(" ")
             found.append((name.removeprefix(prefix), float(value)))
+    return found
+
+
+def _buckets(text: str, name: str) -> dict[float, float]:
+    """A Prometheus histogram's ``name{le="..."} count`` lines as {bound: count}."""
+    found = {}
+    for line in text.splitlines():
+        if line.startswith(name + '{le="'):
+            le, _, value = line.removeprefix(name + '{le="').partition('"} ')
+            found[float(le)] = float(value)
     return found

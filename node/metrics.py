@@ -38,7 +38,11 @@ from node.stats import Stats
 logger = logging.getLogger(__name__)
 
 FIRE_LAG_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 3600)
-CLAIM_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5)
+# A claim takes a few milliseconds when all is well: fine buckets there, coarse above.
+CLAIM_BUCKETS = (
+    *(0.0005, 0.001, 0.0015, 0.002, 0.003, 0.004, 0.005, 0.0075, 0.01),
+    *(0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5),
+)
 OUTCOMES = ("succeeded", "failed", "timed_out")
 SERVE_POLL_S = 3600.0
 

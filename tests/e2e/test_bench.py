@@ -8,6 +8,7 @@ the baseline, and the table printed).
 from __future__ import annotations
 
 import json
+import math
 import re
 import subprocess
 import sys
@@ -17,9 +18,21 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from bench.analysis import Fire, count, expected_slots, longest_gap, percentile, reruns_of
+from bench.analysis import (
+    Fire,
+    bucket_quantile,
+    count,
+    expected_slots,
+    histogram,
+    longest_gap,
+    merge,
+    percentile,
+    reruns_of,
+    since,
+)
 from bench.report import spread
 from bench.results import Measure, ScenarioResult
+from bench.scale_live import window_schedule, window_size
 from bench.scenarios import MAX_EVERY_S, burst_slot
 from tests.conftest import ADMIN_URL
 
@@ -77,8 +90,14 @@ def test_quick_bench_runs_and_counts(tmp_path: Path) -> None:
     assert records["rebalance"]["pulse"]["extra"]["join_settle_s"] is not None
     scale = records["scale"]
     for system in ("pulse", "baseline"):
-        assert scale[system]["extra"]["claim_p99_ms"] > 0
-        assert any("jobs" in line for line in scale[system]["extra"]["plan"])
+        m = scale[system]
+        assert m["extra"]["claim_p99_ms"] > 0
+        assert any("jobs" in line for line in m["extra"]["plan"])
+        # The live window: every job that fell due in it fired once, and the process's
+        # own claims over it were counted.
+        assert m["expected"] > 0
+        assert (m["fires"], m["missing"], m["duplicates"]) == (m["expected"], 0, 0), m
+        assert m["extra"]["live_claims"] > 0 and m["extra"]["live_claim_p99_ms"] > 0
 
     # The benchmark's own database is gone.
     name = re.search(r"database (pulse_bench_[0-9a-f]+)", proc.stderr)
@@ -167,3 +186,31 @@ def test_burst_slot_is_a_slot_of_its_schedule() -> None:
         assert earliest <= t0 < earliest + 10
         assert t0 % every == 0 and every <= MAX_EVERY_S
         assert every > 365 * 86400  # the next slot is years away
+
+
+def test_histogram_quantiles_interpolate_inside_a_bucket() -> None:
+    h = histogram([0.5, 1.5, 1.5, 3.0], [1.0, 2.0, 4.0])
+    assert h == {1.0: 1, 2.0: 3, 4.0: 4, math.inf: 4}
+    assert bucket_quantile(h, 50) == pytest.approx(1.5)  # rank 2: half-way into (1, 2]
+    assert bucket_quantile(h, 100) == pytest.approx(4.0)
+    assert bucket_quantile(histogram([], [1.0]), 50) is None
+    # Above every finite bound: the highest one, the most a histogram can tell.
+    assert bucket_quantile(histogram([9.0], [1.0, 2.0]), 99) == 2.0
+
+
+def test_histograms_of_several_nodes_add_up_over_a_window() -> None:
+    before = {1.0: 2.0, math.inf: 3.0}
+    after = {1.0: 5.0, math.inf: 9.0}
+    other = {1.0: 1.0, math.inf: 1.0}
+    assert merge([since(after, before), other]) == {1.0: 4.0, math.inf: 7.0}
+
+
+def test_live_window_slots_run_once_in_it() -> None:
+    assert window_size(1_000_000, 6000.0, 60.0) == 10_000
+    assert window_size(10, 6000.0, 60.0) == 1
+    start = datetime(2026, 5, 1, tzinfo=UTC).timestamp()
+    for offset in range(0, 12_000, 7):
+        first = start + offset + 0.25
+        every = int(window_schedule(first, first + 60, 120).removeprefix("@every ")[:-1])
+        next_slot = math.floor(first / every) * every + every
+        assert next_slot > first + 60 + 120, (first, every)
