@@ -31,10 +31,15 @@ logger = logging.getLogger(__name__)
 
 MAX_CLAIM = 500
 WAKE_MARGIN_S = 0.002
-# Claims take jobs due this much later too, and the executor starts them when they fall
-# due: the claim's round trip is then paid before the slot, not after it. It holds those
-# execution slots idle for at most this long.
+# The loop wakes this long before the next job falls due, and the executor starts the
+# jobs it claims when they fall due: the claim's round trip is paid before the slot, not
+# after it.
 CLAIM_AHEAD_S = 0.1
+# Each claim also takes the jobs due in this much time after that wake-up's, so jobs due
+# one after another (a million schedules spread over the hour) come in batches, a claim
+# per CLAIM_BATCH_S at most, rather than a claim each. A claimed job holds its execution
+# slot idle until it falls due: at most CLAIM_AHEAD_S + CLAIM_BATCH_S.
+CLAIM_BATCH_S = 0.1
 SLOT_BATCH_WINDOW_S = 0.005
 
 
@@ -102,7 +107,8 @@ class Claimer:
             return 0.0 if self._executor.free > 0 else self._poll_s
         limit = min(free, MAX_CLAIM)
         started = time.monotonic()
-        result = await self._session.claim(held, limit, self._lease_s, ahead_s=CLAIM_AHEAD_S)
+        ahead_s = CLAIM_AHEAD_S + CLAIM_BATCH_S
+        result = await self._session.claim(held, limit, self._lease_s, ahead_s=ahead_s)
         elapsed = time.monotonic() - started
         # db_now is when the statement started; by now the database clock is `elapsed` on
         # (less the tiny send latency). A clock that lags would make every wake-up late.
