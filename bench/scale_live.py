@@ -134,21 +134,5 @@ async def run_live(trial: Trial, procs: list[str], jobs: int, spread_s: float) -
     else:
         claims = histogram(trial.baseline_claims(marked, ended), CLAIM_BUCKETS)
     expected = {(name, round(t.timestamp(), 6)) for name, t in slots.items()}
-    counts = count(trial.fires(), expected)
-    measure = Measure(
-        system=trial.system,
-        expected=counts.expected,
-        fires=counts.fires,
-        missing=counts.missing,
-        duplicates=counts.duplicates,
-        lag_p50_ms=counts.lag_p50_ms,
-        lag_p99_ms=counts.lag_p99_ms,
-        lag_max_ms=counts.lag_max_ms,
-        drain_s=drain_s,
-        node_cpu_s=cpu1[0] - cpu0[0],
-        pg_cpu_s=cpu1[1] - cpu0[1],
-        peak_rss_mb=trial.sampler.peak_rss_mb,
-        extra={"live_s": sizes.scale_live_s, **_claim_figures(claims)},
-    )
-    measure.per_1k()
-    return measure
+    extra = {"live_s": sizes.scale_live_s, **_claim_figures(claims)}
+    return trial.measure(count(trial.fires(), expected), drain_s, (cpu0, cpu1), extra)

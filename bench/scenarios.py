@@ -60,22 +60,7 @@ async def _measure(
     await trial.stop()
     fires = trial.fires()
     counts = count(fires, expected_slots(names, slots))
-    measure = Measure(
-        system=trial.system,
-        expected=counts.expected,
-        fires=counts.fires,
-        missing=counts.missing,
-        duplicates=counts.duplicates,
-        lag_p50_ms=counts.lag_p50_ms,
-        lag_p99_ms=counts.lag_p99_ms,
-        lag_max_ms=counts.lag_max_ms,
-        drain_s=drain_s,
-        node_cpu_s=cpu1[0] - cpu0[0],
-        pg_cpu_s=cpu1[1] - cpu0[1],
-        peak_rss_mb=trial.sampler.peak_rss_mb,
-        extra={"ready_s": round(ready_s, 3)},
-    )
-    measure.per_1k()
+    measure = trial.measure(counts, drain_s, (cpu0, cpu1), {"ready_s": round(ready_s, 3)})
     # Claims of the nodes alive at both ends of the window (a killed node's are lost).
     claims = [
         (c1[0] - claims0[n][0], c1[1] - claims0[n][1]) for n, c1 in claims1.items() if n in claims0

@@ -19,13 +19,15 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from types import TracebackType
+from typing import Any
 
 from psycopg import sql
 
 from bench import database as db
-from bench.analysis import Fire, read_witness
+from bench.analysis import Counts, Fire, read_witness
 from bench.database import AConn, BenchDatabase
 from bench.fleet import Fleet, free_port
+from bench.results import Measure
 from bench.sampler import Sampler
 from bench.sizes import Sizes
 
@@ -258,6 +260,34 @@ class Trial:
 
     def fires(self) -> list[Fire]:
         return read_witness(self.witness)
+
+    def measure(
+        self,
+        counts: Counts,
+        drain_s: float | None,
+        cpu: tuple[tuple[float, float], tuple[float, float]],
+        extra: dict[str, Any],
+    ) -> Measure:
+        """The figures of a window: ``counts`` from the witness file, and ``cpu`` the
+        sampler's (node, Postgres) CPU seconds at its start and end."""
+        (node0, pg0), (node1, pg1) = cpu
+        measure = Measure(
+            system=self.system,
+            expected=counts.expected,
+            fires=counts.fires,
+            missing=counts.missing,
+            duplicates=counts.duplicates,
+            lag_p50_ms=counts.lag_p50_ms,
+            lag_p99_ms=counts.lag_p99_ms,
+            lag_max_ms=counts.lag_max_ms,
+            drain_s=drain_s,
+            node_cpu_s=node1 - node0,
+            pg_cpu_s=pg1 - pg0,
+            peak_rss_mb=self.sampler.peak_rss_mb,
+            extra=extra,
+        )
+        measure.per_1k()
+        return measure
 
 
 def db_time(epoch: float) -> datetime:
