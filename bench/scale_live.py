@@ -3,9 +3,10 @@
 After the idle measurement, with the same processes running, the jobs that fall due in
 the next ``scale_live_s`` at the scenario's rate (1% of the jobs per minute) get their
 slots in that window, spread evenly as they were loaded; every other job stays where it
-was loaded, at least 20 minutes ahead, so the claims run against the whole table with
-nothing else due. Each job has one slot in the window: its schedule's next slot lies well
-beyond it. Fires, misses, duplicates, lag and CPU are counted as in the other scenarios.
+was loaded (due from 20 minutes after loading on, minutes after the window), so the
+claims run against the whole table with nothing else due. Each job has one slot in the
+window: its schedule's next slot lies well beyond it. Fires, misses, duplicates, lag and
+CPU are counted as in the other scenarios.
 
 Claim latency is what each process measured of its own claims, over the window: a Pulse
 node's claim-duration histogram from its metrics endpoint, and the baseline worker's claim
