@@ -4,8 +4,11 @@ Finished runs and claim-time skips queue here; one loop writes everything queued
 ``complete`` statement. While the claim loop is catching up (its last claim was full:
 more is due, and it claims again as slots free) the write waits, up to ``MAX_DEFER_S`` or
 a full batch: the claims that start the remaining due runs go first, and the completions
-follow in fewer, larger statements. Slots are freed when runs end, not when their
-completions are written, so the wait never holds back a claim.
+follow in fewer, larger statements. It waits the same way while runs claimed ahead of
+their due time have yet to start (``more_coming``): jobs due one after another, claimed
+in batches, are then written in batches too, not in a statement each. Slots are freed
+when runs end, not when their completions are written, so the wait never holds back a
+claim.
 
 The write runs under ``asyncio.shield`` so a shutdown cannot lose it, and a failed write
 is retried with backoff: a completion whose lease still holds is applied whenever the
@@ -65,6 +68,8 @@ class Completer:
         self._failures = Failures("completion writes")
         # Told the earliest next slot each flush wrote (the claim loop plans its sleep).
         self.on_next: Callable[[datetime], None] | None = None
+        # Whether more runs are about to finish (the executor's runs claimed ahead).
+        self.more_coming: Callable[[], bool] = lambda: False
 
     @property
     def pending(self) -> int:
@@ -113,7 +118,9 @@ class Completer:
             self._undeferred.set()
 
     async def _wait_if_deferred(self, stop: asyncio.Event) -> None:
-        if stop.is_set() or len(self._queue) >= MAX_BATCH or not self._deferred:
+        if stop.is_set() or len(self._queue) >= MAX_BATCH:
+            return
+        if not self._deferred and not self.more_coming():
             return
         self._undeferred.clear()
         await wait_any(self._queued_at + MAX_DEFER_S - time.monotonic(), self._undeferred, stop)

@@ -73,6 +73,11 @@ class Executor:
     def free(self) -> int:
         return self.concurrency - len(self.running)
 
+    @property
+    def starting(self) -> bool:
+        """Runs claimed ahead are waiting for their due time: more will finish soon."""
+        return bool(self._starts)
+
     def leases(self) -> list[tuple[UUID, int]]:
         return [(r.job.id, r.job.lease_token) for r in self.running.values()]
 

@@ -183,6 +183,7 @@ class Node:
             trust_margin_s=min(TRUST_MARGIN_S, s.session_timeout_s / 4),
         )
         completer.on_next = claimer.due_at
+        completer.more_coming = lambda: executor.starting
         renewer = Renewer(session, executor, stats, lease_s=s.lease_s)
 
         membership_stop = Signal()

@@ -102,3 +102,45 @@ async def test_a_full_batch_or_a_stop_is_written_at_once(monkeypatch: pytest.Mon
     async with asyncio.timeout(10):
         await task
     assert [len(b) for b in sink.batches] == [3, 1] and completer.pending == 0
+
+
+async def test_completions_wait_for_runs_claimed_ahead_and_go_in_one_batch(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Jobs due one after another, claimed in a batch: while runs claimed ahead have yet to
+    start, finished ones wait for them; with none coming, each is written at once."""
+    monkeypatch.setattr(completer_module, "MAX_DEFER_S", 60.0)
+    sink = Sink()
+    completer = Completer(sink, DbClock(), Stats(), asyncio.Event())
+    coming = True
+    completer.more_coming = lambda: coming
+    stop = asyncio.Event()
+    task = asyncio.create_task(completer.run(stop))
+    completer.submit(*finished("first"))
+    await settle()
+    completer.submit(*finished("second"))
+    await settle()
+    assert sink.batches == [] and completer.pending == 2
+    # In a node the wait ends at MAX_DEFER_S; here the claim loop's signal ends it sooner.
+    coming = False
+    completer.defer_writes(False)
+    async with asyncio.timeout(10):
+        await sink.wrote.wait()
+    assert [len(b) for b in sink.batches] == [2]
+
+    sink.wrote.clear()
+    completer.submit(*finished("alone"))
+    async with asyncio.timeout(10):
+        await sink.wrote.wait()
+    assert [len(b) for b in sink.batches] == [2, 1]
+
+    # Runs coming forever: the wait still ends at the bound.
+    monkeypatch.setattr(completer_module, "MAX_DEFER_S", 0.05)
+    coming = True
+    sink.wrote.clear()
+    completer.submit(*finished("bounded"))
+    async with asyncio.timeout(10):
+        await sink.wrote.wait()
+    assert [len(b) for b in sink.batches] == [2, 1, 1]
+    stop.set()
+    await task

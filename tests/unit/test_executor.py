@@ -242,10 +242,13 @@ async def test_a_run_claimed_ahead_holds_its_slot_and_starts_when_due() -> None:
     executor = Executor(2, "n1", "z", done)
     loop = asyncio.get_running_loop()
     submitted = loop.time()
+    assert not executor.starting
     executor.submit(job(f"{HERE}:ok", "early"), start_in_s=0.2)
     assert executor.free == 1 and not executor.idle.is_set()
     assert seen == [], "not started before it is due"
+    assert executor.starting  # the completer waits for it (node/completer.py)
     await done.wait_for(1)
+    assert not executor.starting
     assert loop.time() - submitted >= 0.19
     assert (seen, done.got["early"].status) == (["early"], "succeeded")
     assert executor.free == 2 and executor.idle.is_set()
