@@ -70,7 +70,9 @@ def notes(result: ScenarioResult) -> list[str]:
         for label, e in (("pulse", p), ("baseline", b)):
             found.append(
                 f"{label}: claim p50 {_num(e.get('claim_p50_ms'), 2)} ms, "
-                f"p99 {_num(e.get('claim_p99_ms'), 2)} ms ({e.get('claimed_rows')} rows); "
+                f"p99 {_num(e.get('claim_p99_ms'), 2)} ms ({e.get('claimed_rows')} rows), "
+                f"a durable commit alone p50 {_num(e.get('commit_p50_ms'), 2)} ms, "
+                f"p99 {_num(e.get('commit_p99_ms'), 2)} ms; "
                 f"idle claim p99 {_num(e.get('idle_claim_p99_ms'), 2)} ms; "
                 f"idle CPU per process {_num(e.get('idle_node_cpu_pct'), 2)}%, "
                 f"postgres {_num(e.get('idle_pg_cpu_pct'), 2)}%"
@@ -85,7 +87,8 @@ def notes(result: ScenarioResult) -> list[str]:
                 f"{label}, live {_num(e.get('live_s'), 0)} s: {_num(e.get('live_claims'), 0)} "
                 f"claims, p50 {_num(e.get('live_claim_p50_ms'), 2)} ms, "
                 f"p99 {_num(e.get('live_claim_p99_ms'), 2)} ms (from buckets), "
-                f"{_num(None if within is None else within * 100, 1)}% within 5 ms"
+                f"{_num(None if within is None else within * 100, 1)}% within 5 ms, "
+                f"{_num(e.get('live_claims_over_50ms'), 0)} over 50 ms"
             )
         found.append(
             f"ratio, live: claim p50 {_x(r.get('live_claim_p50_ms'))}, "

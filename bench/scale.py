@@ -8,7 +8,8 @@ next slot), with the statement's ``now`` advancing by the time in which as many 
 due as were claimed, so the backlog stays at one minute's worth (1% of the jobs, this
 node's share of it) and every claim takes different rows. (Rolling the claims back
 instead would claim the same rows every time, and their growing chains of aborted
-versions dominate the timing.) Only the claim is timed, client-side. The idle claim
+versions dominate the timing.) Only the claim is timed, client-side, and in each cycle a
+durable commit alone (the floor under a claim, which writes; see ``claim_cycles``). The idle claim
 (nothing due yet) is what each node pays every poll; it writes nothing and is rolled back.
 The plan is ``EXPLAIN (ANALYZE, BUFFERS)`` of one more claim. The table is put back as
 loaded before the other system is measured. Idle CPU: three processes with nothing due,
@@ -22,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -46,6 +48,9 @@ WARMUP_CLAIMS = 3
 LEASE_S = 30.0
 SCHEDULE = "@every 100m"
 EVERY_S = 6000.0
+# The least a durable write commits: one row of a table of its own, updated in place. (A
+# transaction that writes no WAL but its commit record is not flushed at commit.)
+COMMIT_ALONE = b"UPDATE commit_floor SET n = n + 1"
 
 
 def _statement(system: str) -> bytes:
@@ -91,7 +96,17 @@ async def _complete(conn: AConn, system: str, rows: list[dict[str, Any]], now: d
     await conn.execute(query("complete"), complete_params(done, [], "pulse-1", "a", now))
 
 
-async def claim_cycles_ms(
+@dataclass
+class Cycles:
+    """Client-side milliseconds of the claims of claim/complete cycles, and of a durable
+    commit alone timed in each cycle; the rows of the last claim."""
+
+    claims_ms: list[float] = field(default_factory=list)
+    commits_ms: list[float] = field(default_factory=list)
+    claimed: int = 0
+
+
+async def claim_cycles(
     conn: AConn,
     direct: DirectConnection,
     system: str,
@@ -100,9 +115,15 @@ async def claim_cycles_ms(
     start: datetime,
     step_s: float,
     samples: int,
-) -> tuple[list[float], int]:
-    """Client-side milliseconds of ``samples`` claims in claim/complete cycles, ``now``
-    advancing ``step_s`` per cycle; and the rows of the last claim."""
+) -> Cycles:
+    """``samples`` claim/complete cycles, ``now`` advancing ``step_s`` per cycle.
+
+    A claim writes, so it commits only once its WAL is on disk: the disk's flush latency is
+    a floor under every claim, and on a shared VM it has a tail of its own. Each cycle also
+    times the smallest durable write (``COMMIT_ALONE``) through the same client, so that
+    floor is measured beside the claims it bounds."""
+    await conn.execute("CREATE TABLE IF NOT EXISTS commit_floor (n bigint NOT NULL)")
+    await conn.execute("INSERT INTO commit_floor SELECT 0 WHERE NOT EXISTS (TABLE commit_floor)")
     statement = _statement(system)
     names: list[str] = []
 
@@ -110,20 +131,24 @@ async def claim_cycles_ms(
         names[:] = [(result.fname(i) or b"").decode() for i in range(result.nfields)]
         return tuple
 
-    times = []
-    claimed = 0
+    cycles = Cycles()
     for i in range(WARMUP_CLAIMS + samples):
         now = start + timedelta(seconds=i * step_s)
         params = _params(system, shards, limit, now)
         started = time.perf_counter()
         # Rows as tuples, as a node reads them; named afterwards, untimed.
         found = await direct.run(statement, params, named_tuples)
-        if i >= WARMUP_CLAIMS:
-            times.append((time.perf_counter() - started) * 1000)
+        claim_ms = (time.perf_counter() - started) * 1000
         rows = [r for r in (dict(zip(names, t, strict=True)) for t in found) if r["id"]]
-        claimed = len(rows)
+        cycles.claimed = len(rows)
         await _complete(conn, system, rows, now)
-    return times, claimed
+        started = time.perf_counter()
+        await direct.run(COMMIT_ALONE, {})
+        commit_ms = (time.perf_counter() - started) * 1000
+        if i >= WARMUP_CLAIMS:
+            cycles.claims_ms.append(claim_ms)
+            cycles.commits_ms.append(commit_ms)
+    return cycles
 
 
 async def idle_claims_ms(
@@ -205,7 +230,7 @@ async def run_scale(bench: Bench, baselines: object) -> ScenarioResult:
                 await bare.drop_index(data.conn)  # Pulse pays no write cost for it
             share = len(held) / sizes.shards if system == "pulse" else 1.0
             step_s = limit / (due_per_s * share)
-            busy, claimed = await claim_cycles_ms(
+            cycles = await claim_cycles(
                 data.conn, direct, system, held, limit, due_now, step_s, sizes.scale_claims
             )
             end = due_now + timedelta(seconds=(WARMUP_CLAIMS + sizes.scale_claims) * step_s)
@@ -214,9 +239,11 @@ async def run_scale(bench: Bench, baselines: object) -> ScenarioResult:
             measures[system] = Measure(
                 system=system,
                 extra={
-                    "claim_p50_ms": percentile(busy, 50),
-                    "claim_p99_ms": percentile(busy, 99),
-                    "claimed_rows": claimed,
+                    "claim_p50_ms": percentile(cycles.claims_ms, 50),
+                    "claim_p99_ms": percentile(cycles.claims_ms, 99),
+                    "claimed_rows": cycles.claimed,
+                    "commit_p50_ms": percentile(cycles.commits_ms, 50),
+                    "commit_p99_ms": percentile(cycles.commits_ms, 99),
                     "idle_claim_p50_ms": percentile(quiet, 50),
                     "idle_claim_p99_ms": percentile(quiet, 99),
                     "plan": await explain(data.conn, system, _params(system, held, limit, end)),

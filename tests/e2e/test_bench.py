@@ -32,8 +32,9 @@ from bench.analysis import (
 )
 from bench.report import spread
 from bench.results import Measure, ScenarioResult
-from bench.scale_live import window_schedule, window_size
+from bench.scale_live import claim_figures, window_schedule, window_size
 from bench.scenarios import MAX_EVERY_S, burst_slot
+from node.metrics import CLAIM_BUCKETS
 from tests.conftest import ADMIN_URL
 
 REPO = Path(__file__).resolve().parents[2]
@@ -92,12 +93,14 @@ def test_quick_bench_runs_and_counts(tmp_path: Path) -> None:
     for system in ("pulse", "baseline"):
         m = scale[system]
         assert m["extra"]["claim_p99_ms"] > 0
+        assert m["extra"]["commit_p50_ms"] > 0 and m["extra"]["commit_p99_ms"] > 0
         assert any("jobs" in line for line in m["extra"]["plan"])
         # The live window: every job that fell due in it fired once, and the process's
         # own claims over it were counted.
         assert m["expected"] > 0
         assert (m["fires"], m["missing"], m["duplicates"]) == (m["expected"], 0, 0), m
         assert m["extra"]["live_claims"] > 0 and m["extra"]["live_claim_p99_ms"] > 0
+        assert 0 <= m["extra"]["live_claims_over_50ms"] <= m["extra"]["live_claims"]
 
     # The benchmark's own database is gone.
     name = re.search(r"database (pulse_bench_[0-9a-f]+)", proc.stderr)
@@ -203,6 +206,13 @@ def test_histograms_of_several_nodes_add_up_over_a_window() -> None:
     after = {1.0: 5.0, math.inf: 9.0}
     other = {1.0: 1.0, math.inf: 1.0}
     assert merge([since(after, before), other]) == {1.0: 4.0, math.inf: 7.0}
+
+
+def test_live_claims_are_told_within_5ms_and_over_50ms() -> None:
+    figures = claim_figures(histogram([0.001, 0.004, 0.006, 0.06, 0.2], CLAIM_BUCKETS))
+    assert figures["live_claims"] == 5
+    assert figures["live_claims_within_5ms"] == pytest.approx(0.4)
+    assert figures["live_claims_over_50ms"] == 2
 
 
 def test_live_window_slots_run_once_in_it() -> None:
