@@ -8,8 +8,8 @@ next slot), with the statement's ``now`` advancing by the time in which as many 
 due as were claimed, so the backlog stays at one minute's worth (1% of the jobs, this
 node's share of it) and every claim takes different rows. (Rolling the claims back
 instead would claim the same rows every time, and their growing chains of aborted
-versions dominate the timing.) Only the claim is timed, client-side, and in each cycle a
-durable commit alone (the floor under a claim, which writes; see ``claim_cycles``). The idle claim
+versions dominate the timing.) Only the claim is timed, client-side, and in each cycle
+the smallest durable write, the floor under a claim (``claim_cycles``). The idle claim
 (nothing due yet) is what each node pays every poll; it writes nothing and is rolled back.
 The plan is ``EXPLAIN (ANALYZE, BUFFERS)`` of one more claim. The table is put back as
 loaded before the other system is measured. Idle CPU: three processes with nothing due,
