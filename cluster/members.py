@@ -151,26 +151,35 @@ class MemberRegistry:
             found.append(LiveMember(info, max(0.0, (now_ms - score) / 1000)))
         return sorted(found, key=lambda m: m.info.node_id)
 
-    async def watch(
-        self,
-        on_change: Callable[[str], Awaitable[None]],
-        stop: asyncio.Event,
-        check_s: Callable[[], float] = lambda: 1.0,
-    ) -> None:
-        """Call ``on_change(message)`` for every join/leave until ``stop`` is set, which is
-        checked at least every ``check_s()`` seconds.
+    async def watch(self, on_change: Callable[[str], Awaitable[None]], stop: asyncio.Event) -> None:
+        """Call ``on_change(message)`` for every join/leave until ``stop`` is set.
+
+        Between messages it waits on the subscription's socket and on ``stop``, nothing
+        else: looking for a message on a timer (``get_message(timeout=...)`` each beat)
+        cost about 0.1 ms of CPU a look, a twentieth of what an idle node spends.
 
         Raises MembershipError when the subscription breaks; the caller retries.
         """
         pubsub = self._redis.pubsub(ignore_subscribe_messages=True)
+        stopping = asyncio.ensure_future(stop.wait())
+        reading: asyncio.Future[Any] | None = None
         try:
             await pubsub.subscribe(self.channel)
             while not stop.is_set():
-                message = await pubsub.get_message(timeout=check_s())
+                reading = asyncio.ensure_future(pubsub.get_message(timeout=None))
+                await asyncio.wait((reading, stopping), return_when=asyncio.FIRST_COMPLETED)
+                if not reading.done():
+                    break  # stopped: the read is abandoned with the subscription
+                message = reading.result()
                 if message is not None:
                     await on_change(str(message["data"]))
         except (RedisError, OSError) as exc:
             raise MembershipError(f"membership subscription broke: {exc}") from exc
         finally:
+            stopping.cancel()
+            if reading is not None and not reading.done():
+                reading.cancel()
+                with contextlib.suppress(asyncio.CancelledError, RedisError, OSError):
+                    await reading
             with contextlib.suppress(RedisError, OSError):
                 await pubsub.aclose()  # type: ignore[no-untyped-call]

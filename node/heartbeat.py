@@ -14,7 +14,7 @@ from dataclasses import replace
 
 from cluster.errors import MembershipError
 from cluster.members import MemberInfo, MemberRegistry
-from node.service import Failures, until_beat
+from node.service import Failures
 from node.state import NodeState
 from node.stats import Stats
 
@@ -65,7 +65,7 @@ class Heartbeat:
 
         while not stop.is_set():
             try:
-                await self._registry.watch(on_change, stop, lambda: until_beat(1.0))
+                await self._registry.watch(on_change, stop)
                 failures.succeeded()
             except MembershipError as exc:
                 failures.failed(exc)

@@ -95,3 +95,48 @@ async def test_deregister_removes_the_member_at_once(settings: ClusterSettings) 
         assert await registry.live(ttl_s=60) == []
     finally:
         await registry.close()
+
+
+async def test_watch_ends_at_stop_without_waiting_for_a_message(
+    settings: ClusterSettings,
+) -> None:
+    registry = MemberRegistry(settings)
+    stop = asyncio.Event()
+    messages: list[str] = []
+
+    async def on_change(message: str) -> None:
+        messages.append(message)
+
+    watcher = asyncio.create_task(registry.watch(on_change, stop))
+    try:
+        await subscribed(settings, registry.channel)
+        await registry.heartbeat(INFO, ttl_s=5)
+        await wait_for_message(messages, "join:n1")
+        stop.set()
+        await asyncio.wait_for(watcher, timeout=10)
+        await unsubscribed(settings, registry.channel)
+    finally:
+        stop.set()
+        watcher.cancel()
+        await registry.close()
+
+
+async def wait_for_message(messages: list[str], expected: str) -> None:
+    for _ in range(500):
+        if expected in messages:
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError(f"no {expected!r} message: {messages}")
+
+
+async def unsubscribed(settings: ClusterSettings, channel: str) -> None:
+    client = redis.asyncio.Redis.from_url(settings.redis_url)
+    try:
+        for _ in range(500):
+            counts = dict(await client.pubsub_numsub(channel))
+            if counts.get(channel.encode(), 0) == 0:
+                return
+            await asyncio.sleep(0.01)
+        raise AssertionError("the watcher is still subscribed")
+    finally:
+        await client.aclose()
