@@ -490,22 +490,34 @@ sessions AS (
     SELECT DISTINCT application_name AS node_id FROM pg_stat_activity
     WHERE application_name <> '' AND datname = current_database()
 ),
+-- The runs to take back, locked: in the given shards, read through the due index a probe
+-- per shard (every running job was due by its claim, plus the claim's look-ahead, a
+-- fraction of a second, which bounds each probe); or, with %(own)s, this node's own. The
+-- probes are subqueries that lock, so the planner keeps them: left to itself it scanned
+-- the whole table of a few thousand jobs at every pass (4-6 ms at 20,000 jobs).
 dead AS (
-    SELECT j.id, j.lease_token, j.attempt, j.locked_by, j.locked_zone, j.locked_at,
-           CASE WHEN %(own)s THEN 'previous process gone'
-                WHEN j.lease_expires_at < k.t THEN 'lease expired'
-                ELSE 'owner gone' END AS reason
-    FROM jobs j CROSS JOIN clock k
-    WHERE j.status = 'running'
-      AND ((%(own)s AND j.locked_by = %(node_id)s)
-           OR (NOT %(own)s AND j.shard_id = ANY(%(shards)s::int[])
-               -- Every running job was due by its claim (plus the claim's look-ahead, a
-               -- fraction of a second): this bounds the index scan.
-               AND j.next_run_at <= k.t + interval '1 minute'
-               AND (j.lease_expires_at < k.t
-                    OR (NOT (j.locked_by = ANY(%(live)s::text[]))
-                        AND j.locked_by NOT IN (SELECT node_id FROM sessions)))))
-    FOR UPDATE OF j SKIP LOCKED
+    SELECT d.* FROM unnest(%(shards)s::int[]) AS s(shard)
+    CROSS JOIN LATERAL (
+        SELECT j.ctid, j.id, j.lease_token, j.attempt, j.locked_by, j.locked_zone, j.locked_at,
+               CASE WHEN j.lease_expires_at < k.t THEN 'lease expired'
+                    ELSE 'owner gone' END AS reason
+        FROM jobs j CROSS JOIN clock k
+        WHERE j.shard_id = s.shard AND j.status = 'running'
+          AND j.next_run_at <= k.t + interval '1 minute'
+          AND (j.lease_expires_at < k.t
+               OR (NOT (j.locked_by = ANY(%(live)s::text[]))
+                   AND j.locked_by NOT IN (SELECT node_id FROM sessions)))
+        FOR UPDATE OF j SKIP LOCKED
+    ) AS d
+    WHERE NOT %(own)s
+    UNION ALL
+    SELECT o.* FROM (
+        SELECT j.ctid, j.id, j.lease_token, j.attempt, j.locked_by, j.locked_zone, j.locked_at,
+               'previous process gone' AS reason
+        FROM jobs j
+        WHERE %(own)s AND j.status = 'running' AND j.locked_by = %(node_id)s
+        FOR UPDATE OF j SKIP LOCKED
+    ) AS o
 ),
 reset AS (
     UPDATE jobs j SET
@@ -519,7 +531,10 @@ reset AS (
         lease_token = j.lease_token + 1,
         updated_at = k.t
     FROM dead d, clock k
-    WHERE j.id = d.id AND j.lease_token = d.lease_token AND j.status = 'running'
+    -- The rows are locked: their ctids hold until this transaction ends. Looked up as a
+    -- list, so the update reads them alone however few jobs the table has.
+    WHERE j.ctid = ANY(ARRAY(SELECT ctid FROM dead))
+      AND j.id = d.id AND j.lease_token = d.lease_token AND j.status = 'running'
     RETURNING j.id, j.tenant_id, j.name, j.slot_at, j.attempt, d.lease_token AS old_token,
               d.locked_by, d.reason, d.attempt AS lost_attempt, d.locked_zone, d.locked_at
 ),
