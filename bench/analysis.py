@@ -1,6 +1,6 @@
 """What the witness file says ran: fires, missing and doubled slots, lag, gaps.
 
-Each witness line is one handler start (``tests.witness:record``): job name, the slot it
+Each witness line is one handler start (``cluster.chaos.witness:record``): job name, the slot it
 ran (``scheduled_for``), the attempt, the node and the wall time the handler started.
 Nodes and the benchmark run on one machine, so that wall time and the database's slot
 times share a clock.

@@ -29,9 +29,9 @@ from uuid import UUID
 import psycopg
 from psycopg.rows import dict_row
 
+from cluster.chaos.witness import record
 from cluster.durations import parse_duration
 from cluster.settings import ClusterSettings
-from tests.witness import record
 
 POLL_INTERVAL_S = 1.0
 WAKE_MARGIN_S = 0.002

@@ -20,13 +20,13 @@ import redis.asyncio as aioredis
 from psycopg import sql
 from psycopg.rows import dict_row
 
-from cluster.jobs import JobStore
-from cluster.queries import query
 from cluster.settings import DEFAULT_DATABASE_URL, DEFAULT_REDIS_URL, ClusterSettings
+from cluster.store.jobs import JobStore
+from cluster.store.queries import query
 from ring import Ring, shard_for
 
 CONTROL_APP = "pulse-bench"
-HANDLER = "tests.witness:record"
+HANDLER = "cluster.chaos.witness:record"
 
 AConn = psycopg.AsyncConnection[dict[str, Any]]
 
@@ -88,7 +88,7 @@ async def clear_redis(settings: ClusterSettings) -> None:
 async def control(settings: ClusterSettings) -> AConn:
     """The benchmark's own connection (its backend is not counted as Postgres load).
 
-    psycopg prepares nothing on it, so it can carry a ``cluster.direct`` connection (the
+    psycopg prepares nothing on it, so it can carry a ``cluster.store.direct`` connection (the
     scale scenario times its claims that way)."""
     return await psycopg.AsyncConnection.connect(
         settings.database_url,

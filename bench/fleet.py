@@ -2,7 +2,7 @@
 
 A node is ``python -m node node`` (what ``pulse node`` runs); a baseline worker is
 ``python -m bench.baseline``. Both run from the repository root (so the witness handler
-``tests.witness:record`` imports), in their own session, with their output in a log file,
+``cluster.chaos.witness:record`` imports), in their own session, with their output in a log file,
 and get SIGTERM from Linux if the benchmark itself dies.
 """
 

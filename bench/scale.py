@@ -1,7 +1,7 @@
 """The scale scenario: a million schedules, 1% of them due per minute.
 
 Claim latency is measured the way a node meets it: a statement prepared once and sent
-through libpq directly (``cluster.direct``, as the node's lock session sends it), rows read
+through libpq directly (``cluster.store.direct``, as the node's lock session sends it), rows read
 as tuples; both systems' claims are timed through that same client. A cycle of claim (100
 rows, the shards one node of three holds) then complete (each claimed job moves on to its
 next slot), with the statement's ``now`` advancing by the time in which as many jobs fall
@@ -36,9 +36,9 @@ from bench.database import AConn
 from bench.results import Measure, ScenarioResult
 from bench.scale_live import run_live
 from bench.trial import Bench, Trial
-from cluster.direct import DirectConnection
-from cluster.queries import query
-from cluster.records import Completion, complete_params, int_array
+from cluster.store.direct import DirectConnection
+from cluster.store.queries import query
+from cluster.store.records import Completion, complete_params, int_array
 from ring import Ring
 
 # The due range starts this far after loading, so the idle phases have nothing due.

@@ -125,6 +125,15 @@ class MemberRegistry:
         except (RedisError, OSError) as exc:
             raise MembershipError(f"deregister failed: {exc}") from exc
 
+    async def forget_cluster(self) -> None:
+        """Delete every key of this cluster (a throwaway cluster's teardown)."""
+        try:
+            keys = [key async for key in self._redis.scan_iter(match=self._prefix + "*")]
+            if keys:
+                await self._redis.delete(*keys)
+        except (RedisError, OSError) as exc:
+            raise MembershipError(f"cannot delete the cluster's keys: {exc}") from exc
+
     async def live(self, ttl_s: float) -> list[LiveMember]:
         """Every live member with its info and heartbeat age (for status views)."""
         try:

@@ -12,7 +12,7 @@ import os
 import re
 import secrets
 import socket
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from urllib.parse import urlsplit, urlunsplit
 
 from cluster.errors import ConfigError, InvalidInput
@@ -23,6 +23,7 @@ DEFAULT_SCHEMA = "pulse"
 DEFAULT_CLUSTER = "pulse"
 DEFAULT_SHARDS = 256
 
+DEFAULT_ZONE = "default"
 DEFAULT_CONCURRENCY = 32
 DEFAULT_HEARTBEAT_INTERVAL_S = 1.0
 DEFAULT_HEARTBEAT_TTL_S = 5.0
@@ -114,7 +115,7 @@ class NodeSettings:
     """What one node chooses for itself; intervals are float seconds."""
 
     node_id: str = field(default_factory=default_node_id)
-    zone: str = "default"
+    zone: str = DEFAULT_ZONE
     concurrency: int = DEFAULT_CONCURRENCY
     heartbeat_interval_s: float = DEFAULT_HEARTBEAT_INTERVAL_S
     heartbeat_ttl_s: float = DEFAULT_HEARTBEAT_TTL_S
@@ -127,9 +128,6 @@ class NodeSettings:
     redis_timeout_s: float = DEFAULT_REDIS_TIMEOUT_S
     shards: int | None = None
     metrics_port: int | None = None
-
-    def with_(self, **changes: object) -> NodeSettings:
-        return replace(self, **changes)  # type: ignore[arg-type]
 
     def validate(self) -> NodeSettings:
         if not _NODE_ID.match(self.node_id):

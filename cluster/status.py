@@ -17,14 +17,10 @@ from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from typing import Any
 
-import psycopg
-
-from cluster.db import Conn, connection, describe
-from cluster.errors import MembershipError, StoreError
+from cluster.errors import MembershipError
 from cluster.members import MemberRegistry
-from cluster.migrate import stored_shard_count
-from cluster.queries import query
 from cluster.settings import DEFAULT_HEARTBEAT_TTL_S, ClusterSettings
+from cluster.store.snapshot import read_snapshot
 from ring import Ring
 
 LAG_WINDOW_S = 60.0
@@ -110,11 +106,6 @@ class UnheldTracker:
         return longest if longest > 0 else None
 
 
-async def _rows(conn: Conn, name: str, params: dict[str, Any]) -> list[dict[str, Any]]:
-    cur = await conn.execute(query(name), params)
-    return await cur.fetchall()
-
-
 async def collect(
     settings: ClusterSettings,
     *,
@@ -131,25 +122,17 @@ async def collect(
         live, members_error = [], str(exc)
     finally:
         await registry.close()
-    try:
-        async with connection(settings, "pulse-status") as conn:
-            shard_count = await stored_shard_count(conn)
-            holders_rows = await _rows(conn, "shard_holders", {"ns": settings.lock_namespace})
-            ids = [m.info.node_id for m in live]
-            sessions = {r["node_id"] for r in await _rows(conn, "live_sessions", {"ids": ids})}
-            in_flight = {r["node_id"]: r["runs"] for r in await _rows(conn, "status_in_flight", {})}
-            backlog = (await _rows(conn, "status_backlog", {"now": now}))[0]
-            windows = {"now": now, "horizon_s": HORIZON_S}
-            lag = (await _rows(conn, "status_fire_lag", {**windows, "window_s": LAG_WINDOW_S}))[0]
-            outcome_rows = await _rows(
-                conn, "status_outcomes", {**windows, "window_s": OUTCOME_WINDOW_S}
-            )
-    except psycopg.errors.UndefinedTable as exc:
-        raise StoreError("the schema is not initialised; run `pulse init` first") from exc
-    except psycopg.Error as exc:
-        raise StoreError(f"cannot read the cluster state: {describe(exc)}") from exc
+    rows = await read_snapshot(
+        settings,
+        [m.info.node_id for m in live],
+        horizon_s=HORIZON_S,
+        lag_window_s=LAG_WINDOW_S,
+        outcome_window_s=OUTCOME_WINDOW_S,
+        now=now,
+    )
+    shard_count = rows.shard_count
 
-    holders = {r["shard"]: r["node_id"] for r in holders_rows if 0 <= r["shard"] < shard_count}
+    holders = {r["shard"]: r["node_id"] for r in rows.holders if 0 <= r["shard"] < shard_count}
     held_count = Counter(holders.values())
     members = [
         MemberView(
@@ -160,9 +143,9 @@ async def collect(
             version=m.info.version,
             concurrency=m.info.concurrency,
             heartbeat_age_s=round(m.heartbeat_age_s, 3),
-            has_session=m.info.node_id in sessions,
+            has_session=m.info.node_id in rows.sessions,
             shards_held=held_count.get(m.info.node_id, 0),
-            runs_in_flight=in_flight.get(m.info.node_id, 0),
+            runs_in_flight=rows.in_flight.get(m.info.node_id, 0),
         )
         for m in live
     ]
@@ -182,7 +165,7 @@ async def collect(
     status = Status(
         cluster=settings.cluster,
         schema=settings.schema,
-        db_now=backlog["db_now"],
+        db_now=rows.backlog["db_now"],
         shard_count=shard_count,
         members=sorted(members, key=lambda m: (m.zone, m.node_id)),
         members_error=members_error,
@@ -193,14 +176,14 @@ async def collect(
         misplaced=misplaced,
         held_by_non_members={n: c for n, c in sorted(held_count.items()) if n not in member_ids},
         in_flight_by_non_members={
-            str(n): c for n, c in sorted(in_flight.items(), key=str) if n not in member_ids
+            str(n): c for n, c in sorted(rows.in_flight.items(), key=str) if n not in member_ids
         },
-        backlog_due=backlog["due"],
-        backlog_oldest_s=backlog["oldest_s"],
-        lag_samples=lag["samples"],
-        lag_p50_s=lag["p50_s"],
-        lag_p99_s=lag["p99_s"],
-        outcomes_1h={k: 0 for k in OUTCOMES} | {r["status"]: r["runs"] for r in outcome_rows},
+        backlog_due=rows.backlog["due"],
+        backlog_oldest_s=rows.backlog["oldest_s"],
+        lag_samples=rows.lag["samples"],
+        lag_p50_s=rows.lag["p50_s"],
+        lag_p99_s=rows.lag["p99_s"],
+        outcomes_1h={k: 0 for k in OUTCOMES} | {r["status"]: r["runs"] for r in rows.outcomes},
         fenced_writes=sum(m.info.fenced_writes for m in live),
     )
     if not alive_ids:

@@ -17,8 +17,8 @@ import time
 from datetime import datetime, timedelta
 
 from cluster.errors import PulseError, StoreError
-from cluster.records import ClaimedJob
-from cluster.session import LockSession
+from cluster.store.records import ClaimedJob
+from cluster.store.session import LockSession
 from node.clock import DbClock
 from node.completer import Completer, _job_extra
 from node.executor import Executor

@@ -13,14 +13,12 @@ import sys
 
 import click
 
-from cluster.cli import cli, fail, settings_of
-from cluster.durations import parse_duration
+from cluster import settings as defaults
+from cluster.cli.app import cli
+from cluster.cli.base import fail, settings_of
+from cluster.durations import format_duration, parse_duration
 from cluster.errors import ConfigError, InvalidInput
-from cluster.settings import (
-    DEFAULT_CONCURRENCY,
-    NodeSettings,
-    default_node_id,
-)
+from cluster.settings import NodeSettings, default_node_id
 from node.runtime import Node
 
 
@@ -44,12 +42,12 @@ def _seconds(value: str, field: str) -> float:
 
 @cli.command("node")
 @click.option("--node-id", envvar="PULSE_NODE_ID", default=None, help="[default: host-xxxxxx]")
-@click.option("--zone", envvar="PULSE_ZONE", default="default", show_default=True)
+@click.option("--zone", envvar="PULSE_ZONE", default=defaults.DEFAULT_ZONE, show_default=True)
 @click.option(
     "--concurrency",
     envvar="PULSE_CONCURRENCY",
     type=int,
-    default=DEFAULT_CONCURRENCY,
+    default=defaults.DEFAULT_CONCURRENCY,
     show_default=True,
     help="Runs in flight at most.",
 )
@@ -60,21 +58,49 @@ def _seconds(value: str, field: str) -> float:
     default=None,
     help="Expected shard count; refuse to start if the database differs.",
 )
-@click.option("--poll-interval", envvar="PULSE_POLL_INTERVAL", default="1s", show_default=True)
+@click.option(
+    "--poll-interval",
+    envvar="PULSE_POLL_INTERVAL",
+    default=format_duration(defaults.DEFAULT_POLL_INTERVAL_S),
+    show_default=True,
+)
 @click.option(
     "--session-timeout",
     envvar="PULSE_SESSION_TIMEOUT",
-    default="10s",
+    default=format_duration(defaults.DEFAULT_SESSION_TIMEOUT_S),
     show_default=True,
     help="idle_session_timeout of the lock session.",
 )
 @click.option(
-    "--heartbeat-interval", envvar="PULSE_HEARTBEAT_INTERVAL", default="1s", show_default=True
+    "--heartbeat-interval",
+    envvar="PULSE_HEARTBEAT_INTERVAL",
+    default=format_duration(defaults.DEFAULT_HEARTBEAT_INTERVAL_S),
+    show_default=True,
 )
-@click.option("--heartbeat-ttl", envvar="PULSE_HEARTBEAT_TTL", default="5s", show_default=True)
-@click.option("--lease", envvar="PULSE_LEASE", default="30s", show_default=True)
-@click.option("--renew-interval", envvar="PULSE_RENEW_INTERVAL", default="5s", show_default=True)
-@click.option("--drain-timeout", envvar="PULSE_DRAIN_TIMEOUT", default="30s", show_default=True)
+@click.option(
+    "--heartbeat-ttl",
+    envvar="PULSE_HEARTBEAT_TTL",
+    default=format_duration(defaults.DEFAULT_HEARTBEAT_TTL_S),
+    show_default=True,
+)
+@click.option(
+    "--lease",
+    envvar="PULSE_LEASE",
+    default=format_duration(defaults.DEFAULT_LEASE_S),
+    show_default=True,
+)
+@click.option(
+    "--renew-interval",
+    envvar="PULSE_RENEW_INTERVAL",
+    default=format_duration(defaults.DEFAULT_RENEW_INTERVAL_S),
+    show_default=True,
+)
+@click.option(
+    "--drain-timeout",
+    envvar="PULSE_DRAIN_TIMEOUT",
+    default=format_duration(defaults.DEFAULT_DRAIN_TIMEOUT_S),
+    show_default=True,
+)
 @click.option(
     "--metrics-port",
     envvar="PULSE_METRICS_PORT",

@@ -26,7 +26,7 @@ from typing import Protocol
 from uuid import UUID
 
 from cluster.errors import PulseError, StoreError
-from cluster.records import ClaimedJob, Completion, Skip
+from cluster.store.records import ClaimedJob, Completion, Skip
 from node.clock import DbClock
 from node.handlers import Outcome
 from node.outcomes import after_run, broken

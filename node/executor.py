@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 from uuid import UUID
 
-from cluster.records import ClaimedJob
+from cluster.store.records import ClaimedJob
 from node.handlers import Outcome, RunContext, awaited, invoke, outcome_of, sync_handler
 from node.service import Signal
 from node.threads import HandlerThreads, ThreadRun

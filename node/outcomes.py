@@ -14,8 +14,8 @@ from typing import TypeVar
 
 from cluster.catchup import CatchUp, CatchUpPlan, plan_catchup
 from cluster.durations import format_duration
-from cluster.records import ClaimedJob, Completion, Skip
 from cluster.schedule import Schedule, parse_schedule
+from cluster.store.records import ClaimedJob, Completion, Skip
 from node.handlers import Outcome
 
 MAX_RETRY_DELAY_S = 3600.0

@@ -11,7 +11,7 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-from cluster.session import LockSession
+from cluster.store.session import LockSession
 from node.state import NodeState
 from node.stats import Stats
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 
-from cluster.session import LockSession
+from cluster.store.session import LockSession
 from node.completer import _job_extra
 from node.executor import Executor
 from node.stats import Stats

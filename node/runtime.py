@@ -18,12 +18,12 @@ import socket
 from datetime import UTC, datetime
 from importlib.metadata import PackageNotFoundError, version
 
-from cluster import notify
 from cluster.errors import ConfigError, MembershipError, StoreError
 from cluster.members import MemberInfo, MemberRegistry
-from cluster.session import LockSession
 from cluster.settings import ClusterSettings, NodeSettings, mask_url
-from cluster.writer import ResultWriter
+from cluster.store import notify
+from cluster.store.session import LockSession
+from cluster.store.writer import ResultWriter
 from node.claimer import Claimer
 from node.clock import DbClock
 from node.completer import Completer

@@ -14,7 +14,7 @@ import time
 from collections.abc import Awaitable, Callable
 
 from cluster.errors import StoreError
-from cluster.session import LockSession, SessionLost
+from cluster.store.session import LockSession, SessionLost
 from node.state import NodeState
 from node.stats import Stats
 from ring import Ring, diff

@@ -11,9 +11,9 @@ import psycopg
 import pytest
 import redis
 
-from cluster.jobs import JobStore
-from cluster.session import LockSession
 from cluster.settings import ClusterSettings
+from cluster.store.jobs import JobStore
+from cluster.store.session import LockSession
 
 ADMIN_URL = os.environ.get("PULSE_TEST_ADMIN_URL", "postgresql://postgres@127.0.0.1:5432/postgres")
 REDIS_URL = os.environ.get("PULSE_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")

@@ -174,7 +174,7 @@ def ghost_member(settings: ClusterSettings, node_id: str) -> Iterator[None]:
 
 def init_cluster(settings: ClusterSettings, *specs: Any, shards: int = 16) -> None:
     """Create the schema with ``shards`` shards and add the given job specs."""
-    from cluster.jobs import JobStore
+    from cluster.store.jobs import JobStore
 
     async def go() -> None:
         async with JobStore.open(settings) as store:

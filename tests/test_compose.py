@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 import node.cli  # noqa: F401  (registers `pulse node` on the group)
-from cluster.cli import cli
+from cluster.cli.app import cli
 from node.metrics import build_registry
 from node.state import NodeState
 from node.stats import Stats

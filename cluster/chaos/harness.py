@@ -36,8 +36,8 @@ from cluster.chaos.report import Report, build_report
 from cluster.chaos.servers import PostgresServer, RedisServer, ServerError
 from cluster.chaos.workload import JobDef, make_workload
 from cluster.errors import PulseError
-from cluster.jobs import JobStore
 from cluster.settings import ClusterSettings
+from cluster.store.jobs import JobStore
 
 logger = logging.getLogger(__name__)
 

@@ -21,9 +21,8 @@ import tempfile
 import time
 from pathlib import Path
 
-import psycopg
-
 from cluster.errors import PulseError
+from cluster.store.diagnostics import accepts_queries
 
 START_TIMEOUT_S = 30.0
 
@@ -151,15 +150,10 @@ class PostgresServer:
     async def _wait_ready(self) -> None:
         """Until Postgres accepts queries (it listens before crash recovery ends)."""
         deadline = time.monotonic() + START_TIMEOUT_S
-        while True:
-            try:
-                conn = await psycopg.AsyncConnection.connect(self.url, connect_timeout=2)
-                await conn.close()
-                return
-            except psycopg.Error as exc:
-                if time.monotonic() > deadline:
-                    raise ServerError(f"Postgres is not ready: {exc}") from exc
-                await asyncio.sleep(0.1)
+        while (problem := await accepts_queries(self.url)) is not None:
+            if time.monotonic() > deadline:
+                raise ServerError(f"Postgres is not ready: {problem}")
+            await asyncio.sleep(0.1)
 
     async def stop(self, mode: str = "fast") -> None:
         """``fast`` (SIGINT: clean shutdown) or ``immediate`` (SIGQUIT: like a crash)."""

@@ -3,7 +3,8 @@
 ``cluster.chaos.witness:record`` writes one JSON line per execution (job, tenant, slot,
 attempt, node, zone, start time) to ``$PULSE_WITNESS_FILE`` with a single ``write`` on an
 ``O_APPEND`` descriptor, so lines of concurrent processes never interleave, then sleeps
-``payload["sleep_s"]`` seconds. The checker compares these lines with the runs table.
+``payload["sleep_s"]`` seconds; payload ``fail`` makes it raise, ``exit`` call ``sys.exit``
+(tests use both). The checker compares these lines with the runs table.
 It lives in the package (not in ``tests``) so an installed ``pulse chaos`` can use it.
 
 The descriptor stays open, one per file for the life of the process (a node witnesses
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 import threading
 import time
 from typing import Any
@@ -52,3 +54,7 @@ def record(ctx: Any) -> None:
     sleep_s = float(ctx.payload.get("sleep_s") or 0)
     if sleep_s > 0:
         time.sleep(sleep_s)
+    if ctx.payload.get("fail"):
+        raise RuntimeError(str(ctx.payload["fail"]))
+    if "exit" in ctx.payload:
+        sys.exit(ctx.payload["exit"])

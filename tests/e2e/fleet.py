@@ -25,8 +25,8 @@ from typing import Any, TypeVar
 import psycopg
 from psycopg.rows import dict_row
 
-from cluster.queries import query
 from cluster.settings import ClusterSettings
+from cluster.store.queries import query
 from tests.nodeprocs import pulse_env
 
 REPO = Path(__file__).resolve().parents[2]

@@ -21,9 +21,9 @@ from datetime import datetime, timedelta
 
 import pytest
 
-from cluster.jobs import JobStore
 from cluster.jobspec import JobSpec
 from cluster.settings import ClusterSettings
+from cluster.store.jobs import JobStore
 from ring import Ring
 from tests.e2e.fleet import Execution, Fleet, doubles, every_slots
 from tests.nodeprocs import wait_until
@@ -48,7 +48,9 @@ def plant_jobs(settings: ClusterSettings) -> tuple[list[Planted], datetime]:
         for i in range(JOBS)
     ]
     specs = [
-        JobSpec.build(p.name, f"@every {p.every_s}s", "tests.witness:record", catch_up=p.catch_up)
+        JobSpec.build(
+            p.name, f"@every {p.every_s}s", "cluster.chaos.witness:record", catch_up=p.catch_up
+        )
         for p in planted
     ]
 

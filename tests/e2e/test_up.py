@@ -17,10 +17,10 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from cluster.cli_jobs import load_specs
-from cluster.jobs import JobStore
+from cluster.jobfile import load_specs
 from cluster.settings import ClusterSettings
 from cluster.status import collect
+from cluster.store.jobs import JobStore
 from ring import Ring
 from tests.nodeprocs import REPO, pulse_env, wait_until
 

@@ -22,10 +22,10 @@ import psycopg
 import pytest
 from psycopg import sql
 
-from cluster.db import Conn, connect
-from cluster.jobs import JobStore
-from cluster.queries import query
 from cluster.settings import ClusterSettings
+from cluster.store.connect import Conn, connect
+from cluster.store.jobs import JobStore
+from cluster.store.queries import query
 from ring import Ring
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
@@ -37,7 +37,7 @@ LIMIT = 100
 # (100,000) are due at T0, spread over the last hour, in every shard.
 FILL = """
 INSERT INTO jobs (id, name, schedule, handler, shard_id, next_run_at, slot_at)
-SELECT gen_random_uuid(), 'bulk-' || g, '@every 1h', 'tests.witness:record', g %% 256,
+SELECT gen_random_uuid(), 'bulk-' || g, '@every 1h', 'cluster.chaos.witness:record', g %% 256,
        t.at, t.at
 FROM generate_series(1, %(n)s) AS g
 CROSS JOIN LATERAL (

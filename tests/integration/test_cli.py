@@ -821,6 +821,23 @@ def test_flags_override_environment(
     assert len(json.loads(initialised("jobs", "list", "--json").stdout)) == 1
 
 
+def test_shared_options_after_the_command(
+    initialised: Invoke, settings: ClusterSettings, env: dict[str, str | None]
+) -> None:
+    other = settings.schema + "_after"
+    runner = CliRunner()
+    assert runner.invoke(cli, ["init", "--schema", other], env=env).exit_code == 0
+    initialised(*add_args())
+    # After the command beats before it, and both beat the environment.
+    after = runner.invoke(
+        cli, ["--schema", settings.schema, "jobs", "list", "--json", "--schema", other], env=env
+    )
+    assert after.exit_code == 0, after.output
+    assert json.loads(after.stdout) == []
+    bad = runner.invoke(cli, ["jobs", "list", "--database-url", "mysql://x@y/z"], env=env)
+    assert_bad_input(bad, "database_url")
+
+
 def test_readme_documents_the_json_keys() -> None:
     readme = (REPO / "README.md").read_text("utf-8")
     section = readme.split("### JSON output", 1)[1].split("\n## ", 1)[0]

@@ -1,4 +1,4 @@
-"""Statements sent through libpq directly (``cluster.direct``): parameters and rows as
+"""Statements sent through libpq directly (``cluster.store.direct``): parameters and rows as
 psycopg would adapt them, one prepared statement per parameter types, server errors that
 leave the connection usable, and an interrupted statement that closes it."""
 
@@ -12,9 +12,9 @@ from uuid import UUID
 import psycopg
 import pytest
 
-from cluster.db import Conn, connect
-from cluster.direct import DirectConnection, dict_rows, placeholders
 from cluster.settings import ClusterSettings
+from cluster.store.connect import Conn, connect
+from cluster.store.direct import DirectConnection, dict_rows, placeholders
 
 ID = UUID("12345678-1234-5678-1234-567812345678")
 

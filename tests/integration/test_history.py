@@ -15,14 +15,14 @@ from typing import Any
 from uuid import UUID
 from zoneinfo import ZoneInfo
 
-from cluster.db import connect
-from cluster.jobs import JobStore
 from cluster.jobspec import JobSpec
 from cluster.models import Run
-from cluster.queries import query
-from cluster.records import ClaimedJob, Completion, Skip
 from cluster.settings import ClusterSettings
 from cluster.status import collect
+from cluster.store.connect import connect
+from cluster.store.jobs import JobStore
+from cluster.store.queries import query
+from cluster.store.records import ClaimedJob, Completion, Skip
 from tests.conftest import Opener
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
@@ -39,7 +39,7 @@ async def add(store: JobStore, *specs: JobSpec) -> None:
 
 
 def every_10s(name: str, **kw: Any) -> JobSpec:
-    return JobSpec.build(name, "@every 10s", "tests.witness:record", **kw)
+    return JobSpec.build(name, "@every 10s", "cluster.chaos.witness:record", **kw)
 
 
 async def rows(settings: ClusterSettings, sql: str, params: Any = None) -> list[dict[str, Any]]:

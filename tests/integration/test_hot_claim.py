@@ -14,10 +14,10 @@ import time
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from cluster.db import connect
-from cluster.jobs import JobStore
 from cluster.jobspec import JobSpec
 from cluster.settings import ClusterSettings
+from cluster.store.connect import connect
+from cluster.store.jobs import JobStore
 from node.handlers import Outcome
 from node.outcomes import after_run
 from tests.conftest import Opener
@@ -27,7 +27,7 @@ ALL = list(range(16))
 PAUSED_AT = datetime(9999, 1, 1, tzinfo=UTC)
 LATER = T0 + timedelta(days=3650)  # every slot of every job is due by then
 
-# What the claim writes (cluster/queries.sql: claim).
+# What the claim writes (cluster/store/queries.sql: claim).
 CLAIM_WRITES = {
     "status", "locked_by", "locked_at", "locked_zone", "lease_expires_at", "lease_token",
     "updated_at",
@@ -80,7 +80,10 @@ async def _hot_updates(settings: ClusterSettings) -> int:
 async def test_the_claim_updates_job_rows_in_place(
     settings: ClusterSettings, store: JobStore, open_session: Opener
 ) -> None:
-    specs = [JobSpec.build(f"job-{i:03d}", "@every 10s", "tests.witness:record") for i in range(60)]
+    specs = [
+        JobSpec.build(f"job-{i:03d}", "@every 10s", "cluster.chaos.witness:record")
+        for i in range(60)
+    ]
     await store.apply(specs, now=T0)
     before = await _hot_updates(settings)
     a = await open_session("node-a")
@@ -101,9 +104,10 @@ async def test_the_claim_updates_job_rows_in_place(
 async def test_a_paused_job_is_never_claimed_until_triggered_or_resumed(
     settings: ClusterSettings, store: JobStore, open_session: Opener
 ) -> None:
-    await store.add(JobSpec.build("tick", "@every 10s", "tests.witness:record"), now=T0)
+    await store.add(JobSpec.build("tick", "@every 10s", "cluster.chaos.witness:record"), now=T0)
     await store.add(
-        JobSpec.build("born-paused", "@every 10s", "tests.witness:record", paused=True), now=T0
+        JobSpec.build("born-paused", "@every 10s", "cluster.chaos.witness:record", paused=True),
+        now=T0,
     )
     await store.pause("tick")
     assert await stored(settings, "tick") == ("paused", PAUSED_AT)
@@ -134,7 +138,7 @@ async def test_a_run_paused_in_flight_ends_paused_however_it_ends(
 ) -> None:
     names = ["completed", "released", "recovered"]
     for name in names:
-        await store.add(JobSpec.build(name, "@every 10s", "tests.witness:record"), now=T0)
+        await store.add(JobSpec.build(name, "@every 10s", "cluster.chaos.witness:record"), now=T0)
     a = await open_session("node-a")
     await a.try_lock(ALL)
     claimed = {j.name: j for j in (await a.claim(ALL, 100, 30.0, now=LATER)).jobs}

@@ -14,9 +14,9 @@ import pytest
 from click.testing import CliRunner
 
 import node.cli  # noqa: F401  (the full command tree, as `pulse` has it)
-from cluster import embedded
-from cluster.cli import cli
-from cluster.launcher import Launcher, NodeSpec, plan_nodes, use_colour
+from cluster.cli.app import cli
+from cluster.local import embedded
+from cluster.local.launcher import Launcher, NodeSpec, plan_nodes, use_colour
 
 pytestmark = pytest.mark.timeout(60)
 

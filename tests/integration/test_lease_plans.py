@@ -16,11 +16,11 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 from uuid import UUID
 
-from cluster.db import Conn, connect
-from cluster.jobs import JobStore
-from cluster.queries import query
-from cluster.records import Completion, complete_params
 from cluster.settings import ClusterSettings
+from cluster.store.connect import Conn, connect
+from cluster.store.jobs import JobStore
+from cluster.store.queries import query
+from cluster.store.records import Completion, complete_params
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 JOBS = 3000
@@ -28,7 +28,7 @@ BATCH = 100
 
 FILL = """
 INSERT INTO jobs (id, name, schedule, handler, shard_id, next_run_at, slot_at)
-SELECT gen_random_uuid(), 'bulk-' || g, '@every 5s', 'tests.witness:record', g %% 256,
+SELECT gen_random_uuid(), 'bulk-' || g, '@every 5s', 'cluster.chaos.witness:record', g %% 256,
        %(t0)s, %(t0)s
 FROM generate_series(1, %(n)s) AS g
 """

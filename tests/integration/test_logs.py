@@ -1,4 +1,4 @@
-"""`pulse --log-format json node`: every line is JSON; lines about a job name it fully."""
+"""`pulse node --log-format json`: every line is JSON; lines about a job name it fully."""
 
 from __future__ import annotations
 
@@ -44,19 +44,21 @@ def records(lines: list[str]) -> list[dict[str, Any]]:
 
 
 @pytest.mark.timeout(90)
-def test_json_logs(settings: ClusterSettings, nodes: Nodes) -> None:
-    node = nodes.start(
-        "j-1",
-        "z",
-        global_args=(
-            "--log-level",
-            "DEBUG",  # successful runs are logged at DEBUG
-            "--log-format",
-            "json",
-            "--database-url",
-            _with_password(settings.database_url),
-        ),
+@pytest.mark.parametrize("where", ["before", "after"])
+def test_json_logs(settings: ClusterSettings, nodes: Nodes, where: str) -> None:
+    """The shared options work before the sub-command and after it, as users type them."""
+    shared = (
+        "--log-level",
+        "DEBUG",  # successful runs are logged at DEBUG
+        "--log-format",
+        "json",
+        "--database-url",
+        _with_password(settings.database_url),
     )
+    if where == "before":
+        node = nodes.start("j-1", "z", global_args=shared)
+    else:
+        node = nodes.start("j-1", "z", *shared)
 
     def finished() -> list[dict[str, Any]]:
         found = records(node.lines())

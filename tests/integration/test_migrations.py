@@ -13,12 +13,12 @@ from typing import Any
 import psycopg
 import pytest
 
-from cluster.db import connect
 from cluster.errors import InvalidInput, StoreError
-from cluster.jobs import JobStore
 from cluster.jobspec import JobSpec
-from cluster.migrate import available, migrate
 from cluster.settings import ClusterSettings
+from cluster.store.connect import connect
+from cluster.store.jobs import JobStore
+from cluster.store.migrate import available, migrate
 
 REPO = Path(__file__).resolve().parents[2]
 ALL_VERSIONS = tuple(m.version for m in available())

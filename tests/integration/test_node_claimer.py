@@ -14,11 +14,11 @@ from pathlib import Path
 
 import pytest
 
-from cluster.db import connect
-from cluster.jobs import JobStore
 from cluster.jobspec import JobSpec
-from cluster.session import LockSession
 from cluster.settings import ClusterSettings
+from cluster.store.connect import connect
+from cluster.store.jobs import JobStore
+from cluster.store.session import LockSession
 from node.claimer import CLAIM_BATCH_S, Claimer
 from node.clock import DbClock
 from node.completer import Completer
@@ -80,7 +80,7 @@ async def test_claim_loop_wakes_for_the_slot_its_completion_wrote(
     monkeypatch.setenv("PULSE_WITNESS_FILE", str(witness))
     # The one job is running whenever the claim looks: only its completions can say when
     # it is due next.
-    await store.add(JobSpec.build("tick", "@every 1s", "tests.witness:record"))
+    await store.add(JobSpec.build("tick", "@every 1s", "cluster.chaos.witness:record"))
     async with claim_loop(settings, witness) as loop:
         await loop.wait_for_runs(4)
     ran = loop.slots()
@@ -95,7 +95,9 @@ async def test_jobs_due_one_after_another_are_claimed_in_batches(
     monkeypatch.setenv("PULSE_WITNESS_FILE", str(witness))
     n, apart_s = 40, 0.01
     for i in range(n):
-        await store.add(JobSpec.build(f"spread-{i:02d}", "@every 1h", "tests.witness:record"))
+        await store.add(
+            JobSpec.build(f"spread-{i:02d}", "@every 1h", "cluster.chaos.witness:record")
+        )
     # Due 10 ms apart from two seconds on, in the order of their names.
     conn = await connect(settings, "setup")
     try:

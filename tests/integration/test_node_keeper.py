@@ -8,9 +8,9 @@ from collections.abc import AsyncIterator, Sequence
 import pytest
 
 from cluster.errors import StoreError
-from cluster.jobs import JobStore
-from cluster.session import LockSession
 from cluster.settings import ClusterSettings
+from cluster.store.jobs import JobStore
+from cluster.store.session import LockSession
 from node.shards import ShardKeeper
 from node.state import NodeState
 from node.stats import Stats

@@ -7,8 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from cluster.jobs import JobStore
 from cluster.settings import ClusterSettings
+from cluster.store.jobs import JobStore
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -16,11 +16,11 @@ import psycopg
 import pytest
 
 from cluster.errors import MembershipError
-from cluster.jobs import JobStore
 from cluster.jobspec import JobSpec
 from cluster.members import MemberInfo, MemberRegistry
-from cluster.session import LockSession, SessionLost
 from cluster.settings import ClusterSettings
+from cluster.store.jobs import JobStore
+from cluster.store.session import LockSession, SessionLost
 from node.claimer import Claimer
 from node.clock import DbClock
 from node.completer import Completer
@@ -82,7 +82,7 @@ async def statuses(store: JobStore, name: str) -> list[tuple[int, str]]:
 async def test_catch_up_after_downtime_follows_each_policy(
     store: JobStore, n1: LockSession
 ) -> None:
-    common = {"handler": "tests.witness:record"}
+    common = {"handler": "cluster.chaos.witness:record"}
     await store.add(
         JobSpec.build("s", "@every 10s", catch_up="skip", grace="15s", **common), now=T0
     )
@@ -114,7 +114,7 @@ async def test_catch_up_after_downtime_follows_each_policy(
 async def test_late_completion_after_recovery_is_fenced_and_counted(
     store: JobStore, settings: ClusterSettings, n1: LockSession
 ) -> None:
-    await store.add(JobSpec.build("j", "@every 10s", "tests.witness:record"), now=T0)
+    await store.add(JobSpec.build("j", "@every 10s", "cluster.chaos.witness:record"), now=T0)
     (job,) = (await n1.claim(ALL, 10, 30.0, now=at(10))).jobs
     n2 = await open_session(settings, "n2")
     try:
@@ -137,7 +137,7 @@ async def test_late_completion_after_recovery_is_fenced_and_counted(
 async def test_recovery_never_overwrites_a_run_that_just_finished(
     store: JobStore, settings: ClusterSettings, n1: LockSession
 ) -> None:
-    await store.add(JobSpec.build("j", "@every 10s", "tests.witness:record"), now=T0)
+    await store.add(JobSpec.build("j", "@every 10s", "cluster.chaos.witness:record"), now=T0)
     (job,) = (await n1.claim(ALL, 10, 30.0, now=at(10))).jobs
     done, skips = after_run(job, OK, at(12))
     assert await n1.complete([done], skips, now=at(12)) == {job.id}
@@ -149,7 +149,7 @@ async def test_recovery_never_overwrites_a_run_that_just_finished(
 async def test_dead_owner_is_recovered_without_waiting_for_its_lease(
     store: JobStore, settings: ClusterSettings
 ) -> None:
-    await store.add(JobSpec.build("j", "@every 10s", "tests.witness:record"), now=T0)
+    await store.add(JobSpec.build("j", "@every 10s", "cluster.chaos.witness:record"), now=T0)
     doomed = await open_session(settings, "doomed")
     await doomed.try_lock(ALL)
     await doomed.claim(ALL, 10, 300.0, now=at(10))
@@ -255,7 +255,7 @@ async def test_node_without_redis_keeps_its_shards(
 async def test_claimer_stops_claiming_outside_its_trust_window(
     store: JobStore, settings: ClusterSettings, n1: LockSession
 ) -> None:
-    await store.add(JobSpec.build("j", "@every 1s", "tests.witness:record"), now=T0)
+    await store.add(JobSpec.build("j", "@every 1s", "cluster.chaos.witness:record"), now=T0)
     state = NodeState("n1", "z", 16, held=frozenset(ALL))
     stats = Stats()
     clock = DbClock()

@@ -17,16 +17,16 @@ from uuid import UUID
 import psycopg
 import pytest
 
-from cluster import notify
-from cluster.db import Conn, connect
 from cluster.errors import StoreError
-from cluster.jobs import JobStore
 from cluster.jobspec import JobSpec
 from cluster.models import Job
-from cluster.queries import query
-from cluster.records import ClaimedJob, Completion
-from cluster.session import LockSession
 from cluster.settings import ClusterSettings
+from cluster.store import notify
+from cluster.store.connect import Conn, connect
+from cluster.store.jobs import JobStore
+from cluster.store.queries import query
+from cluster.store.records import ClaimedJob, Completion
+from cluster.store.session import LockSession
 from node.handlers import Outcome
 from node.outcomes import after_run
 from tests.conftest import ADMIN_URL, Opener
@@ -43,7 +43,9 @@ def at(seconds: float) -> datetime:
 
 async def add_jobs(store: JobStore, count: int, every: str = "@every 10s") -> list[Job]:
     """``count`` jobs created at T0; with ``@every 10s`` each is first due at T0 + 10 s."""
-    specs = [JobSpec.build(f"job-{i:04d}", every, "tests.witness:record") for i in range(count)]
+    specs = [
+        JobSpec.build(f"job-{i:04d}", every, "cluster.chaos.witness:record") for i in range(count)
+    ]
     await store.apply(specs, now=T0)
     return await store.jobs()
 
@@ -281,8 +283,8 @@ async def test_the_claim_returns_an_empty_payload_as_none_and_others_parsed(
     store: JobStore, open_session: Opener
 ) -> None:
     specs = [
-        JobSpec.build("bare", "@every 10s", "tests.witness:record"),
-        JobSpec.build("rich", "@every 10s", "tests.witness:record", payload={"n": [1, 2]}),
+        JobSpec.build("bare", "@every 10s", "cluster.chaos.witness:record"),
+        JobSpec.build("rich", "@every 10s", "cluster.chaos.witness:record", payload={"n": [1, 2]}),
     ]
     await store.apply(specs, now=T0)
     a = await open_session("node-a")
@@ -604,7 +606,7 @@ async def test_job_writes_wake_listeners_with_the_shard(
 
     try:
         await _wait_for(listening)
-        job = await store.add(JobSpec.build("woken", "@every 1h", "tests.witness:record"))
+        job = await store.add(JobSpec.build("woken", "@every 1h", "cluster.chaos.witness:record"))
         assert await next_payload() == str(job.shard)
         await store.trigger("woken")
         assert await next_payload() == str(job.shard)

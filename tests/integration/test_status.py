@@ -19,8 +19,8 @@ import pytest
 from click.testing import CliRunner
 
 import node.cli  # noqa: F401  (registers `pulse node` beside `pulse status`)
-from cluster.cli import cli
-from cluster.cli_status import _ranges
+from cluster.cli.app import cli
+from cluster.cli.status import _ranges
 from cluster.jobspec import JobSpec
 from cluster.settings import ClusterSettings
 from cluster.status import Status, UnheldTracker, collect

@@ -10,13 +10,13 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from cluster.db import connection
 from cluster.errors import InvalidInput, NotFound, PulseError
-from cluster.jobs import JobStore
 from cluster.jobspec import JobSpec
 from cluster.models import Job
 from cluster.schedule import parse_schedule
 from cluster.settings import ClusterSettings
+from cluster.store.connect import connection
+from cluster.store.jobs import JobStore
 from ring import shard_for
 
 T0 = datetime(2031, 3, 4, 12, 0, tzinfo=UTC)  # on every minute/hour boundary

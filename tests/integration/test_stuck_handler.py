@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from cluster.jobs import JobStore
 from cluster.jobspec import JobSpec
 from cluster.settings import ClusterSettings
+from cluster.store.jobs import JobStore
 from tests.nodeprocs import Nodes, init_cluster, wait_until
 
 CONCURRENCY = 2

@@ -8,11 +8,11 @@ import psycopg
 import pytest
 
 from cluster.errors import StoreError
-from cluster.jobs import JobStore
 from cluster.jobspec import JobSpec
-from cluster.session import LockSession
 from cluster.settings import ClusterSettings
-from cluster.writer import ResultWriter
+from cluster.store.jobs import JobStore
+from cluster.store.session import LockSession
+from cluster.store.writer import ResultWriter
 from node.handlers import Outcome
 from node.outcomes import after_run
 
@@ -33,7 +33,7 @@ async def test_writer_applies_fenced_completions_and_reconnects(
     store: JobStore, settings: ClusterSettings
 ) -> None:
     for name in ("a", "b"):
-        await store.add(JobSpec.build(name, "@every 10s", "tests.witness:record"), now=T0)
+        await store.add(JobSpec.build(name, "@every 10s", "cluster.chaos.witness:record"), now=T0)
     session = LockSession(settings, "n1", "z", session_timeout_s=10, statement_timeout_s=5)
     writer = ResultWriter(settings, "n1", "z", statement_timeout_s=5)
     try:

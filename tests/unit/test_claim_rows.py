@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from cluster.records import ClaimedJob, claimed_jobs
+from cluster.store.records import ClaimedJob, claimed_jobs
 from tests.unit.test_executor import job
 
 

@@ -11,7 +11,7 @@ from uuid import UUID
 
 import pytest
 
-from cluster.records import ClaimedJob, Completion, Skip
+from cluster.store.records import ClaimedJob, Completion, Skip
 from node import completer as completer_module
 from node.clock import DbClock
 from node.completer import Completer
@@ -37,7 +37,7 @@ class Sink:
 
 
 def finished(name: str) -> tuple[ClaimedJob, Completion, list[Skip]]:
-    claimed = job("tests.witness:record", name)
+    claimed = job("cluster.chaos.witness:record", name)
     done, skips = after_run(claimed, Outcome("succeeded", None, 0.01), claimed.slot)
     return claimed, done, skips
 

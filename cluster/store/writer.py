@@ -4,7 +4,7 @@ Completions are fenced by their lease token, so they need not travel on the lock
 writing them here lets claims and completions proceed side by side instead of queueing
 on one connection. The connection holds no locks and has no idle timeout; it is opened on
 first use and again after any error, and its statement goes through libpq directly
-(``cluster.direct``). Its name is ``<node id>/write`` so it never counts
+(``cluster.store.direct``). Its name is ``<node id>/write`` so it never counts
 as the node's lock session.
 """
 
@@ -18,12 +18,12 @@ from uuid import UUID
 
 import psycopg
 
-from cluster.db import Conn, connect, describe
-from cluster.direct import DirectConnection
 from cluster.errors import StoreError
-from cluster.queries import query
-from cluster.records import Completion, Skip, complete_params
 from cluster.settings import ClusterSettings
+from cluster.store.connect import Conn, connect, describe
+from cluster.store.direct import DirectConnection
+from cluster.store.queries import query
+from cluster.store.records import Completion, Skip, complete_params
 
 
 class ResultWriter:

@@ -20,12 +20,13 @@ from uuid import UUID
 
 import psycopg
 
-from cluster.db import Conn, connect, describe
-from cluster.direct import DirectConnection, RowMaker, dict_rows, tuple_rows
 from cluster.errors import ConfigError, StoreError
-from cluster.migrate import stored_shard_count
-from cluster.queries import query
-from cluster.records import (
+from cluster.settings import ClusterSettings
+from cluster.store.connect import Conn, connect, describe
+from cluster.store.direct import DirectConnection, RowMaker, dict_rows, tuple_rows
+from cluster.store.migrate import stored_shard_count
+from cluster.store.queries import query
+from cluster.store.records import (
     ClaimResult,
     Completion,
     Skip,
@@ -33,7 +34,6 @@ from cluster.records import (
     complete_params,
     int_array,
 )
-from cluster.settings import ClusterSettings
 
 logger = logging.getLogger(__name__)
 
@@ -138,7 +138,7 @@ class LockSession:
     ) -> list[Any]:
         """Rows of the statement, as tuples unless ``rows`` says otherwise (the statements
         run every second, and tuples need no column names), sent through libpq directly
-        (``cluster.direct``)."""
+        (``cluster.store.direct``)."""
         async with self._lock:
             conn, direct = self._conn, self._direct
             if conn is None or direct is None or conn.closed:

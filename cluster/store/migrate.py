@@ -16,9 +16,9 @@ from importlib import resources
 import psycopg
 from psycopg import sql
 
-from cluster.db import Conn, describe
 from cluster.errors import InvalidInput, StoreError
 from cluster.settings import DEFAULT_SHARDS
+from cluster.store.connect import Conn, describe
 from ring import validate_shard_count
 
 logger = logging.getLogger(__name__)
@@ -42,7 +42,7 @@ class InitResult:
 
 def available() -> list[Migration]:
     found = []
-    for entry in resources.files("cluster.migrations").iterdir():
+    for entry in resources.files("cluster.store.migrations").iterdir():
         match = _FILE.match(entry.name)
         if match:
             found.append(Migration(int(match[1]), match[2], entry.read_text("utf-8")))

@@ -73,7 +73,7 @@ class DirectConnection:
     at a time: the caller serialises them.
 
     psycopg must prepare nothing on that connection (``prepare_threshold=None``, as
-    ``cluster.db.connect`` opens them): after a rollback or a DROP it deallocates every
+    ``cluster.store.connect.connect`` opens them): after a rollback or a DROP it deallocates every
     prepared statement of the session, this module's too.
     """
 

@@ -7,13 +7,13 @@ from zoneinfo import ZoneInfo
 
 import click
 
-from cluster.cli import cli, emit_json, fail, parse_time
+from cluster.cli.base import PulseCommand, emit_json, fail, parse_time
 from cluster.errors import InvalidInput
 from cluster.models import iso
 from cluster.schedule import parse_schedule
 
 
-@cli.command("schedule")
+@click.command("schedule", cls=PulseCommand)
 @click.argument("expr")
 @click.option("--tz", default="UTC", show_default=True, help="IANA time zone.")
 @click.option("--count", type=click.IntRange(1, 10_000), default=5, show_default=True)

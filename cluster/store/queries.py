@@ -20,7 +20,7 @@ _SECTION = re.compile(r"^-- name: ([a-z_]+)\s*$", re.MULTILINE)
 
 @cache
 def _all() -> dict[str, bytes]:
-    text = resources.files("cluster").joinpath("queries.sql").read_text("utf-8")
+    text = resources.files("cluster.store").joinpath("queries.sql").read_text("utf-8")
     parts = _SECTION.split(text)
     found: dict[str, bytes] = {}
     for name, body in zip(parts[1::2], parts[2::2], strict=True):

@@ -17,9 +17,9 @@ from typing import Any
 import psycopg
 from psycopg import pq, sql
 
-from cluster.db import connect, describe
 from cluster.errors import StoreError
 from cluster.settings import ClusterSettings
+from cluster.store.connect import connect, describe
 
 
 async def listen(

@@ -1,4 +1,4 @@
--- Every runtime statement of Pulse. Sections are loaded by cluster/queries.py.
+-- Every runtime statement of Pulse. Sections are loaded by cluster/store/queries.py.
 -- Time-dependent statements take coalesce(%(now)s, now()) so tests can drive the clock.
 
 -- name: db_now

@@ -38,7 +38,7 @@ async def connect(
     """A new dedicated connection (never pooled) with Pulse's session settings.
 
     psycopg never prepares statements on it by itself, so it works behind any pooler; the
-    node's own connections prepare theirs through ``cluster.direct``.
+    node's own connections prepare theirs through ``cluster.store.direct``.
     """
     options = f"-c search_path={settings.schema},public -c TimeZone=UTC"
     options += f" -c statement_timeout={int(statement_timeout_s * 1000)}"

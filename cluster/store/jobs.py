@@ -20,13 +20,13 @@ from typing import Any
 import psycopg
 from psycopg.types.json import Jsonb
 
-from cluster.db import Conn, connect, describe
 from cluster.errors import InvalidInput, NotFound, StoreError
 from cluster.jobspec import DEFAULT_TENANT, JobSpec, check_text
-from cluster.migrate import InitResult, migrate, stored_shard_count
 from cluster.models import Job, Run
-from cluster.queries import query
 from cluster.settings import ClusterSettings
+from cluster.store.connect import Conn, connect, describe
+from cluster.store.migrate import InitResult, migrate, stored_shard_count
+from cluster.store.queries import query
 from ring import shard_for
 
 
@@ -60,7 +60,7 @@ def _label(tenant: str, name: str) -> str:
 class JobStore:
     def __init__(self, conn: Conn, settings: ClusterSettings) -> None:
         self._conn = conn
-        self._settings = settings
+        self.settings = settings
         self._shards: int | None = None
 
     @classmethod
@@ -76,7 +76,7 @@ class JobStore:
 
     async def init(self, shards: int | None = None) -> InitResult:
         """Create or upgrade the schema; fix the shard count on first run."""
-        result = await migrate(self._conn, self._settings.schema, shards)
+        result = await migrate(self._conn, self.settings.schema, shards)
         self._shards = result.shards
         return result
 
@@ -260,7 +260,7 @@ class JobStore:
 
     async def _notify(self, shard: int) -> None:
         await self._conn.execute(
-            query("notify"), {"channel": self._settings.wake_channel, "payload": str(shard)}
+            query("notify"), {"channel": self.settings.wake_channel, "payload": str(shard)}
         )
 
     async def _write(self, name: str, job: str, tenant: str, extra: dict[str, Any]) -> None:

@@ -14,7 +14,7 @@ import sys
 
 import click
 
-from cluster.cli import cli, fail, run, settings_of
+from cluster.cli.base import PulseCommand, fail, run, settings_of
 from cluster.durations import format_duration, parse_duration
 from cluster.errors import InvalidInput
 from cluster.settings import ClusterSettings
@@ -123,7 +123,7 @@ async def _watch(
         await asyncio.sleep(interval_s)
 
 
-@cli.command("status")
+@click.command("status", cls=PulseCommand)
 @click.option("--watch", is_flag=True, help="Refresh until Ctrl-C.")
 @click.option("--interval", default="2s", show_default=True, help="Refresh interval of --watch.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON (one object per refresh).")

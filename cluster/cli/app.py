@@ -1,0 +1,53 @@
+"""The ``pulse`` root group: the options every command shares, ``pulse init``, and the
+command modules attached in one place, so they import this package's helpers one way.
+
+``node/cli.py`` adds ``pulse node`` (the only command that runs node code) to this group.
+"""
+
+from __future__ import annotations
+
+import click
+
+from cluster.cli import chaos, jobs, schedule, status, up
+from cluster.cli.base import PulseGroup, global_options, with_store
+from cluster.store import JobStore
+
+
+@click.group(
+    cls=PulseGroup,
+    params=global_options(),
+    context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100},
+)
+@click.version_option(package_name="pulsecron", prog_name="pulse")
+def cli() -> None:
+    """Pulse: a distributed cron scheduler on Postgres and Redis."""
+
+
+@cli.command()
+@click.option(
+    "--shards",
+    type=int,
+    envvar="PULSE_SHARDS",
+    default=None,
+    help="Number of shards, fixed at the first init [default 256].",
+)
+@with_store
+async def init(store: JobStore, shards: int | None) -> None:
+    """Create or upgrade the database schema (safe to repeat)."""
+    result = await store.init(shards)
+    applied = ", ".join(f"{v:03d}" for v in result.applied) or "none"
+    click.echo(
+        f"schema {store.settings.schema} at version {result.version} "
+        f"(applied: {applied}); {result.shards} shards"
+    )
+
+
+for command in (
+    jobs.jobs,
+    jobs.runs,
+    schedule.schedule_command,
+    status.status,
+    up.up,
+    chaos.chaos,
+):
+    cli.add_command(command)

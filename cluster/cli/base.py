@@ -1,0 +1,223 @@
+"""What every ``pulse`` command shares: one-line errors and exit codes, running a coroutine
+against the job store, JSON output, time parsing, and the root group class.
+
+Errors become one line on stderr: exit 2 for bad input (nothing written), 1 for anything
+else.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import json
+import sys
+from collections.abc import Callable, Coroutine, Iterator
+from contextlib import contextmanager
+from datetime import datetime
+from typing import IO, Any, NoReturn, TypeVar
+
+import click
+
+from cluster import logs
+from cluster.errors import InvalidInput, NotFound, PulseError
+from cluster.settings import (
+    DEFAULT_CLUSTER,
+    DEFAULT_DATABASE_URL,
+    DEFAULT_REDIS_URL,
+    DEFAULT_SCHEMA,
+    ClusterSettings,
+)
+from cluster.store import JobStore
+
+T = TypeVar("T")
+
+
+def fail(message: str, code: int = 1) -> NoReturn:
+    """One line on stderr, always (a message carrying a newline is folded), then exit."""
+    line = " ".join(part.strip() for part in message.splitlines() if part.strip())
+    click.echo(f"pulse: {line}", err=True)
+    sys.exit(code)
+
+
+def run(coro: Coroutine[Any, Any, T]) -> T:
+    """Run a coroutine, turning Pulse errors into one-line messages and exit codes."""
+    try:
+        return asyncio.run(coro)
+    except InvalidInput as exc:
+        fail(f"invalid {exc}", 2)
+    except NotFound as exc:
+        fail(str(exc), 1)
+    except PulseError as exc:
+        fail(str(exc), 1)
+
+
+def settings_of(ctx: click.Context) -> ClusterSettings:
+    settings = ctx.find_object(ClusterSettings)
+    assert settings is not None
+    return settings
+
+
+# -- options every command takes, before or after its name ----------------------------------
+
+_GLOBAL = "pulse.global"  # ctx.meta key: name -> (given on the command line, value)
+
+
+_LOGGING = "pulse.logging"  # ctx.meta key: (format, level) as configured
+
+
+def logging_of(ctx: click.Context) -> tuple[str, str]:
+    """The log format and level this command configured (for the processes it starts)."""
+    fmt, level = ctx.meta[_LOGGING]
+    return str(fmt), str(level)
+
+
+def _remember(ctx: click.Context, param: click.Parameter, value: Any) -> None:
+    """Keep a shared option's value: a flag beats the environment, and a flag after the
+    command beats one before it (the command's context is parsed last)."""
+    if value is None or param.name is None:
+        return
+    flag = ctx.get_parameter_source(param.name) == click.core.ParameterSource.COMMANDLINE
+    given = ctx.meta.setdefault(_GLOBAL, {})
+    if flag or not given.get(param.name, (False, None))[0]:
+        given[param.name] = (flag, value)
+
+
+def global_options() -> list[click.Parameter]:
+    """New instances of the shared options (a click parameter belongs to one command)."""
+
+    def option(flag: str, envvar: str, help: str, **kw: Any) -> click.Option:
+        return click.Option(
+            [flag], envvar=envvar, help=help, expose_value=False, callback=_remember, **kw
+        )
+
+    return [
+        option(
+            "--database-url",
+            "PULSE_DATABASE_URL",
+            f"Postgres URL [env PULSE_DATABASE_URL; default {DEFAULT_DATABASE_URL}].",
+        ),
+        option(
+            "--redis-url",
+            "PULSE_REDIS_URL",
+            f"Redis URL [env PULSE_REDIS_URL; default {DEFAULT_REDIS_URL}].",
+        ),
+        option("--schema", "PULSE_SCHEMA", f"Postgres schema [default {DEFAULT_SCHEMA}]."),
+        option(
+            "--cluster",
+            "PULSE_CLUSTER",
+            f"Cluster name: Redis key prefix and lock namespace [default {DEFAULT_CLUSTER}].",
+        ),
+        option(
+            "--log-format",
+            "PULSE_LOG_FORMAT",
+            "Log lines as text or JSON [default text].",
+            type=click.Choice(["text", "json"]),
+        ),
+        option("--log-level", "PULSE_LOG_LEVEL", "Log level [default INFO]."),
+    ]
+
+
+def _configure(ctx: click.Context) -> None:
+    """Configure logging and build the cluster settings from the shared options."""
+    given = {name: value for name, (_, value) in ctx.meta.get(_GLOBAL, {}).items()}
+    fmt, level = given.get("log_format", "text"), given.get("log_level", "INFO")
+    logs.configure(fmt, level)
+    ctx.meta[_LOGGING] = (fmt, level)
+    try:
+        settings = ClusterSettings(
+            database_url=given.get("database_url", DEFAULT_DATABASE_URL),
+            redis_url=given.get("redis_url", DEFAULT_REDIS_URL),
+            schema=given.get("schema", DEFAULT_SCHEMA),
+            cluster=given.get("cluster", DEFAULT_CLUSTER),
+        ).validate()
+    except InvalidInput as exc:
+        fail(f"invalid {exc}", 2)
+    ctx.find_root().obj = settings
+
+
+def with_store(
+    fn: Callable[..., Coroutine[Any, Any, T]],
+) -> Callable[..., T]:
+    """Run ``fn(store, **kwargs)`` against an admin connection of the current cluster."""
+
+    @functools.wraps(fn)
+    @click.pass_context
+    def wrapper(ctx: click.Context, /, **kwargs: Any) -> T:
+        async def go() -> T:
+            async with JobStore.open(settings_of(ctx)) as store:
+                return await fn(store, **kwargs)
+
+        return run(go())
+
+    return wrapper
+
+
+def emit_json(data: Any) -> None:
+    click.echo(json.dumps(data, indent=2, ensure_ascii=False, sort_keys=False))
+
+
+def parse_time(value: str | None, field: str) -> datetime | None:
+    if value is None:
+        return None
+    try:
+        parsed = datetime.fromisoformat(value)
+    except ValueError:
+        fail(f"invalid {field}: {value!r} is not an ISO 8601 time", 2)
+    if parsed.tzinfo is None:
+        fail(f"invalid {field}: {value!r} needs a UTC offset, e.g. 2026-01-01T00:00:00+00:00", 2)
+    return parsed
+
+
+class OneLineUsageError(click.UsageError):
+    """A usage error shown like every other bad input: one line on stderr, exit 2."""
+
+    def show(self, file: IO[Any] | None = None) -> None:
+        hint = f" (see '{self.ctx.command_path} --help')" if self.ctx is not None else ""
+        click.echo(f"pulse: {self.format_message()}{hint}", file=file, err=True)
+
+
+class PulseCommand(click.Command):
+    """A command that takes the shared options too, and configures from them when invoked."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.params.extend(global_options())
+
+    def invoke(self, ctx: click.Context) -> Any:
+        _configure(ctx)
+        return super().invoke(ctx)
+
+
+class PulseGroup(click.Group):
+    """Every group of ``pulse``: its commands take the shared options, and click's own usage
+    errors (a missing option, a value out of range, an unknown command) become one line too,
+    instead of usage text over three lines."""
+
+    command_class = PulseCommand
+    group_class = type  # sub-groups are PulseGroups as well
+
+    def make_context(
+        self,
+        info_name: str | None,
+        args: list[str],
+        parent: click.Context | None = None,
+        **extra: Any,
+    ) -> click.Context:
+        with _one_line_usage_errors():
+            return super().make_context(info_name, args, parent, **extra)
+
+    def invoke(self, ctx: click.Context) -> Any:
+        with _one_line_usage_errors():
+            return super().invoke(ctx)
+
+
+@contextmanager
+def _one_line_usage_errors() -> Iterator[None]:
+    try:
+        yield
+    except OneLineUsageError:
+        raise
+    except click.UsageError as exc:
+        if type(exc).__name__ == "NoArgsIsHelpError":  # a bare group prints its help
+            raise
+        raise OneLineUsageError(exc.format_message(), exc.ctx) from exc

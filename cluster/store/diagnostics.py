@@ -1,0 +1,100 @@
+"""Statements for tools that watch a cluster from outside (the chaos harness, tests):
+sampling shard holders, ending a node's backends, counting jobs behind, dropping a schema.
+Diagnostic only; the nodes' own statements are in ``queries.sql``."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import datetime
+
+import psycopg
+from psycopg import sql
+
+from cluster.errors import StoreError
+from cluster.settings import ClusterSettings
+from cluster.store.connect import Conn, connect, describe
+from cluster.store.queries import query
+
+TERMINATE = b"""
+SELECT count(*) FILTER (WHERE pg_terminate_backend(pid)) AS n FROM pg_stat_activity
+WHERE application_name = %(node)s OR starts_with(application_name, %(prefix)s)
+"""
+
+BEHIND = b"""
+SELECT count(*)::int AS n FROM jobs WHERE status <> 'paused' AND slot_at <= %(until)s
+"""
+
+
+class HolderSampler:
+    """Reads shard -> holding node id from ``pg_locks`` on a connection of its own, opened
+    again after any error; ``None`` when Postgres cannot be read right now."""
+
+    def __init__(self, settings: ClusterSettings, application_name: str) -> None:
+        self._settings = settings
+        self._name = application_name
+        self._conn: Conn | None = None
+
+    async def sample(self, timeout_s: float = 2.0) -> dict[int, str] | None:
+        try:
+            async with asyncio.timeout(timeout_s):
+                if self._conn is None or self._conn.closed:
+                    self._conn = await connect(self._settings, self._name, statement_timeout_s=2)
+                cur = await self._conn.execute(
+                    query("shard_holders"), {"ns": self._settings.lock_namespace}
+                )
+                rows = await cur.fetchall()
+        except (StoreError, psycopg.Error, OSError, TimeoutError):
+            await self.close()
+            return None
+        return {row["shard"]: row["node_id"] for row in rows}
+
+    async def close(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            await conn.close()
+
+
+async def terminate_backends(settings: ClusterSettings, node_id: str, app: str) -> int:
+    """``pg_terminate_backend`` on every connection of ``node_id``; how many ended."""
+    conn = await connect(settings, app, statement_timeout_s=5)
+    try:
+        cur = await conn.execute(TERMINATE, {"node": node_id, "prefix": f"{node_id}/"})
+        row = await cur.fetchone()
+        return int(row["n"]) if row else 0
+    finally:
+        await conn.close()
+
+
+async def jobs_behind(settings: ClusterSettings, until: datetime, app: str) -> int | None:
+    """Jobs (not paused) whose current slot is at or before ``until``; None if Postgres
+    cannot be read right now (it may be restarting)."""
+    try:
+        conn = await connect(settings, app, statement_timeout_s=5)
+        try:
+            cur = await conn.execute(BEHIND, {"until": until})
+            row = await cur.fetchone()
+        finally:
+            await conn.close()
+    except (StoreError, psycopg.Error, OSError):
+        return None
+    return int(row["n"]) if row else 0
+
+
+async def drop_schema(settings: ClusterSettings, app: str) -> None:
+    conn = await connect(settings, app, statement_timeout_s=30)
+    try:
+        await conn.execute(
+            sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(settings.schema))
+        )
+    finally:
+        await conn.close()
+
+
+async def accepts_queries(url: str, connect_timeout_s: int = 2) -> str | None:
+    """None once a server at ``url`` accepts a connection, else the reason it did not."""
+    try:
+        conn = await psycopg.AsyncConnection.connect(url, connect_timeout=connect_timeout_s)
+    except psycopg.Error as exc:
+        return describe(exc)
+    await conn.close()
+    return None
