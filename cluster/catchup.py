@@ -1,7 +1,8 @@
 """Catch-up: what to do with slots that came due while nobody ran them (pure, no I/O).
 
-Owns the missed-slot policy of DESIGN.md (invariant L1, no silent loss): every due slot is
-either run or returned here as skipped, so the store can record it with its reason.
+Owns the missed-slot policy (invariant L1, no silent loss; see ``node/__init__.py``): every
+due slot is either run or returned here as skipped, so the store can record it with its
+reason.
 
 * ``skip``: due slots later than the grace are skipped; the job resumes at the first slot
   still within grace, or at the first future slot.

@@ -10,10 +10,10 @@ import json
 import math
 import re
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import dataclass, field
 from typing import Any
 
-from cluster.catchup import CatchUp, parse_catch_up
+from cluster.catchup import parse_catch_up
 from cluster.durations import parse_duration
 from cluster.errors import InvalidInput
 from cluster.schedule import Schedule, parse_schedule
@@ -22,6 +22,11 @@ MAX_PAYLOAD_BYTES = 1024 * 1024
 MAX_NAME_LENGTH = 200
 MAX_COUNT = 2**31 - 1  # Postgres integer
 DEFAULT_TENANT = "default"
+DEFAULT_TZ = "UTC"
+DEFAULT_CATCH_UP = "once"
+DEFAULT_RETRIES = 0
+DEFAULT_DST_REPEATED = "once"
+DEFAULT_DST_SKIPPED = "shift"
 DEFAULT_TIMEOUT_S = 300.0
 DEFAULT_RETRY_BACKOFF_S = 10.0
 DEFAULT_GRACE_S = 60.0
@@ -136,17 +141,17 @@ class JobSpec:
     schedule: str
     handler: str
     tenant: str = DEFAULT_TENANT
-    tz: str = "UTC"
+    tz: str = DEFAULT_TZ
     payload: dict[str, Any] = field(default_factory=dict)
-    catch_up: str = "once"
+    catch_up: str = DEFAULT_CATCH_UP
     grace_s: float = DEFAULT_GRACE_S
     max_backfill: int = DEFAULT_MAX_BACKFILL
     timeout_s: float = DEFAULT_TIMEOUT_S
-    retries: int = 0
+    retries: int = DEFAULT_RETRIES
     retry_backoff_s: float = DEFAULT_RETRY_BACKOFF_S
     paused: bool = False
-    dst_repeated: str = "once"
-    dst_skipped: str = "shift"
+    dst_repeated: str = DEFAULT_DST_REPEATED
+    dst_skipped: str = DEFAULT_DST_SKIPPED
 
     @classmethod
     def build(
@@ -156,17 +161,17 @@ class JobSpec:
         handler: str,
         *,
         tenant: str = DEFAULT_TENANT,
-        tz: str = "UTC",
+        tz: str = DEFAULT_TZ,
         payload: str | Mapping[str, Any] | None = None,
-        catch_up: str = "once",
+        catch_up: str = DEFAULT_CATCH_UP,
         grace: str | float = DEFAULT_GRACE_S,
         max_backfill: int | str = DEFAULT_MAX_BACKFILL,
         timeout: str | float = DEFAULT_TIMEOUT_S,
-        retries: int | str = 0,
+        retries: int | str = DEFAULT_RETRIES,
         retry_backoff: str | float = DEFAULT_RETRY_BACKOFF_S,
         paused: bool = False,
-        dst_repeated: str = "once",
-        dst_skipped: str = "shift",
+        dst_repeated: str = DEFAULT_DST_REPEATED,
+        dst_skipped: str = DEFAULT_DST_SKIPPED,
     ) -> JobSpec:
         """Validate every field; raise ``InvalidInput`` naming the first bad one."""
         name = validate_name(name)
@@ -245,12 +250,3 @@ class JobSpec:
 
     def parsed_schedule(self) -> Schedule:
         return parse_schedule(self.schedule, self.tz, self.dst_repeated, self.dst_skipped)  # type: ignore[arg-type]
-
-    def catch_up_policy(self) -> CatchUp:
-        return CatchUp(self.catch_up, self.grace_s, self.max_backfill)  # type: ignore[arg-type]
-
-    def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-
-SPEC_FIELDS = tuple(f.name for f in fields(JobSpec))

@@ -7,6 +7,8 @@ from datetime import datetime
 from typing import Any
 from uuid import UUID
 
+from cluster.schedule import Schedule, parse_schedule
+
 
 def iso(value: datetime | None) -> str | None:
     return value.isoformat() if value is not None else None
@@ -41,6 +43,9 @@ class Job:
     dst_skipped: str
     created_at: datetime
     updated_at: datetime
+
+    def parsed_schedule(self) -> Schedule:
+        return parse_schedule(self.schedule, self.tz, self.dst_repeated, self.dst_skipped)  # type: ignore[arg-type]
 
     @classmethod
     def from_row(cls, row: dict[str, Any]) -> Job:

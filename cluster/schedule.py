@@ -244,8 +244,7 @@ def _zone(tz: object) -> ZoneInfo:
         raise InvalidInput("tz", f"expected an IANA time zone like Europe/Berlin, got {tz!r}")
     # Only canonical IANA names: `localtime`, `posixrules`, `posix/...` or `right/...` would
     # mean different things on different hosts, and every node must compute the same slots.
-    # Listing the names walks the tz database (about 0.1 s of CPU, on the event loop at a
-    # node's first claim), so the default zone skips it.
+    # Listing the names walks the whole tz database, so the default zone skips it.
     if tz != "UTC" and tz not in _iana_names():
         raise InvalidInput("tz", f"unknown time zone {tz!r}; use an IANA name like Europe/Berlin")
     try:
@@ -321,7 +320,7 @@ def _days_after(
 
 @functools.lru_cache(maxsize=4096)
 def _month_days(day_expr: str, year: int, month: int) -> tuple[int, ...]:
-    """Days of a month matching ``day_expr``; cached as croniter costs ~0.1 ms a step."""
+    """Days of a month matching ``day_expr``; cached, as croniter steps are slow."""
     found: list[int] = []
     try:
         days = croniter(

@@ -2,7 +2,7 @@
 
 Both are frozen dataclasses built from explicit values, then ``PULSE_*`` environment
 variables, then the defaults below (Postgres and Redis on 127.0.0.1). ``validate()`` rejects
-values that would break the guarantees in DESIGN.md before anything connects.
+values that would break the guarantees (``node/__init__.py``) before anything connects.
 """
 
 from __future__ import annotations

@@ -22,13 +22,9 @@ from uhashring import HashRing
 
 from ring.shards import validate_shard_count
 
-# Points per member on the ring. Fixed, and part of the cluster contract: nodes
-# built with different values would disagree about owners. With 256 shards the
-# spread between members is dominated by which shards happen to hash where, not
-# by vnodes (160 and 512 are equally fair there). 512 cuts the arc-length
-# spread of 160 by almost half (it goes as 1/sqrt(vnodes)), which shows once
-# shard counts run into the thousands, and a 10-member ring still builds in
-# about 15 ms, once per membership change.
+# Points per member on the ring. Fixed, and part of the cluster contract: nodes built
+# with different values would disagree about owners. The arc-length spread goes as
+# 1/sqrt(vnodes); see docs/design/membership.md. Guarded by tests/unit/test_ring.py.
 VNODES = 512
 _WEIGHT = 1
 

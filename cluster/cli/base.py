@@ -19,6 +19,7 @@ from typing import IO, Any, NoReturn, TypeVar
 import click
 
 from cluster import logs
+from cluster.durations import format_duration
 from cluster.errors import InvalidInput, NotFound, PulseError
 from cluster.settings import (
     DEFAULT_CLUSTER,
@@ -30,6 +31,7 @@ from cluster.settings import (
 from cluster.store import JobStore
 
 T = TypeVar("T")
+F = TypeVar("F", bound=Callable[..., Any])
 
 
 def fail(message: str, code: int = 1) -> NoReturn:
@@ -150,6 +152,13 @@ def with_store(
         return run(go())
 
     return wrapper
+
+
+def duration_option(flag: str, default_s: float, help: str, **kw: Any) -> Callable[[F], F]:
+    """A duration option (``30s``, ``5m``) whose default is the settings' constant."""
+    return click.option(
+        flag, default=format_duration(default_s), show_default=True, help=help, **kw
+    )
 
 
 def emit_json(data: Any) -> None:

@@ -7,9 +7,10 @@ from typing import Any
 
 import click
 
-from cluster.cli.base import PulseCommand, PulseGroup, emit_json, fail, with_store
+from cluster import jobspec as spec
+from cluster.cli.base import PulseCommand, PulseGroup, duration_option, emit_json, fail, with_store
 from cluster.jobfile import load_specs
-from cluster.jobspec import DEFAULT_TENANT, JobSpec
+from cluster.jobspec import JobSpec
 from cluster.models import Job, iso
 from cluster.store.jobs import JobStore
 
@@ -22,7 +23,7 @@ def jobs() -> None:
 
 
 tenant_option = click.option(
-    "--tenant", default=DEFAULT_TENANT, show_default=True, help="Tenant the job belongs to."
+    "--tenant", default=spec.DEFAULT_TENANT, show_default=True, help="Tenant the job belongs to."
 )
 
 
@@ -30,17 +31,30 @@ tenant_option = click.option(
 @click.argument("name")
 @click.option("--schedule", required=True, help="Cron (5 or 6 fields), @hourly..., @every 30s.")
 @click.option("--handler", required=True, help="package.module:function or shell:<command>.")
-@click.option("--tz", default="UTC", show_default=True, help="IANA time zone of the schedule.")
+@click.option("--tz", default=spec.DEFAULT_TZ, show_default=True, help="IANA time zone.")
 @click.option("--payload", default=None, help="A JSON object passed to the handler.")
 @tenant_option
-@click.option("--catch-up", default="once", show_default=True, help="skip | once | backfill")
-@click.option("--grace", default="60s", show_default=True, help="Lateness tolerated by skip.")
-@click.option("--max-backfill", default="100", show_default=True, help="Cap for backfill.")
-@click.option("--timeout", default="5m", show_default=True, help="Per-run time limit.")
-@click.option("--retries", default="0", show_default=True, help="Retries of a failed slot.")
-@click.option("--retry-backoff", default="10s", show_default=True, help="First retry delay.")
-@click.option("--dst-repeated", default="once", show_default=True, help="once | twice")
-@click.option("--dst-skipped", default="shift", show_default=True, help="shift | skip")
+@click.option(
+    "--catch-up", default=spec.DEFAULT_CATCH_UP, show_default=True, help="skip | once | backfill"
+)
+@duration_option("--grace", spec.DEFAULT_GRACE_S, "Lateness tolerated by skip.")
+@click.option(
+    "--max-backfill",
+    default=str(spec.DEFAULT_MAX_BACKFILL),
+    show_default=True,
+    help="Backfill cap.",
+)
+@duration_option("--timeout", spec.DEFAULT_TIMEOUT_S, "Per-run time limit.")
+@click.option(
+    "--retries", default=str(spec.DEFAULT_RETRIES), show_default=True, help="Retries of a slot."
+)
+@duration_option("--retry-backoff", spec.DEFAULT_RETRY_BACKOFF_S, "First retry delay.")
+@click.option(
+    "--dst-repeated", default=spec.DEFAULT_DST_REPEATED, show_default=True, help="once | twice"
+)
+@click.option(
+    "--dst-skipped", default=spec.DEFAULT_DST_SKIPPED, show_default=True, help="shift | skip"
+)
 @click.option("--paused", is_flag=True, help="Create the job paused.")
 @click.option("--json", "as_json", is_flag=True, help="Print the job as JSON.")
 @with_store
@@ -129,7 +143,7 @@ async def list_jobs(store: JobStore, tenant: str | None, as_json: bool) -> None:
 async def show_job(store: JobStore, name: str, tenant: str, as_json: bool) -> None:
     """Show one job, its next slots and its latest runs."""
     job = await store.get(name, tenant)
-    schedule = JobStore._spec_of(job).parsed_schedule()
+    schedule = job.parsed_schedule()
     now = await store.db_now()
     upcoming = schedule.next_n(max(job.next_run_at or now, now), SHOW_SLOTS)
     if job.status == "idle" and job.next_run_at and job.next_run_at not in upcoming:

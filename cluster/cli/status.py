@@ -14,13 +14,14 @@ import sys
 
 import click
 
-from cluster.cli.base import PulseCommand, fail, run, settings_of
+from cluster.cli.base import PulseCommand, duration_option, fail, run, settings_of
 from cluster.durations import format_duration, parse_duration
 from cluster.errors import InvalidInput
-from cluster.settings import ClusterSettings
+from cluster.settings import DEFAULT_HEARTBEAT_TTL_S, ClusterSettings
 from cluster.status import Status, UnheldTracker, collect
 
 CLEAR = "\x1b[H\x1b[2J"
+WATCH_INTERVAL_S = 2.0
 
 
 def _ms(value: float | None) -> str:
@@ -125,14 +126,13 @@ async def _watch(
 
 @click.command("status", cls=PulseCommand)
 @click.option("--watch", is_flag=True, help="Refresh until Ctrl-C.")
-@click.option("--interval", default="2s", show_default=True, help="Refresh interval of --watch.")
+@duration_option("--interval", WATCH_INTERVAL_S, "Refresh interval of --watch.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON (one object per refresh).")
-@click.option(
+@duration_option(
     "--heartbeat-ttl",
+    DEFAULT_HEARTBEAT_TTL_S,
+    "Heartbeat age after which a node is not a member (as on the nodes).",
     envvar="PULSE_HEARTBEAT_TTL",
-    default="5s",
-    show_default=True,
-    help="Heartbeat age after which a node is not a member (as on the nodes).",
 )
 @click.pass_context
 def status(
