@@ -1,4 +1,6 @@
-"""``python -m bench [--quick] [--scenarios steady,burst,...] [--rounds N] [--out FILE]``."""
+"""``python -m bench [--quick] [--scenarios steady,burst,...] [--rounds N] [--out FILE]``,
+or ``python -m bench --report [--results FILE]``: the latest full run's table into
+bench/README.md."""
 
 from __future__ import annotations
 
@@ -9,10 +11,35 @@ import shlex
 import sys
 from pathlib import Path
 
+from bench import report
 from bench.runner import SCENARIOS, print_report, run
 from bench.sizes import DEFAULT, QUICK, override
 
-DEFAULT_OUT = Path(__file__).resolve().parent / "results.jsonl"
+HERE = Path(__file__).resolve().parent
+DEFAULT_OUT = HERE / "results.jsonl"
+DEFAULT_README = HERE / "README.md"
+
+
+def write_report(results: Path, readme: Path) -> int:
+    """Put the table of the latest full run in ``results`` into ``readme``."""
+    try:
+        latest = report.latest_full(report.load(results), SCENARIOS)
+    except (OSError, ValueError, KeyError) as exc:
+        print(f"bench: cannot read {results}: {exc}", file=sys.stderr)
+        return 1
+    if latest is None:
+        print(
+            f"bench: {results} has no full run (every scenario at the default sizes)",
+            file=sys.stderr,
+        )
+        return 1
+    try:
+        report.write_report(readme, report.markdown(latest))
+    except (OSError, ValueError) as exc:
+        print(f"bench: {exc}", file=sys.stderr)
+        return 1
+    print(f"{readme}: the run of {latest.info.get('date')} ({latest.info.get('command')})")
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -52,7 +79,20 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("-v", "--verbose", action="store_true", help="log each phase")
     parser.add_argument("--keep", action="store_true", help="keep node logs and witness files")
+    parser.add_argument(
+        "--report",
+        action="store_true",
+        help="run nothing: write the table of the latest full run in --results into --readme",
+    )
+    parser.add_argument(
+        "--results", type=Path, default=DEFAULT_OUT, help="results file read by --report"
+    )
+    parser.add_argument(
+        "--readme", type=Path, default=DEFAULT_README, help="file --report writes into"
+    )
     args = parser.parse_args(argv)
+    if args.report:
+        return write_report(args.results, args.readme)
     if args.verbose:
         logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
     names = [n.strip() for n in args.scenarios.split(",") if n.strip()]

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import platform
+import subprocess
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -102,8 +104,26 @@ def machine() -> dict[str, Any]:
     }
 
 
+@functools.cache
+def source_commit() -> str | None:
+    """The commit of the tree being measured (``-dirty`` with local changes), or None."""
+    try:
+        found = subprocess.run(
+            ["git", "describe", "--always", "--dirty", "--abbrev=7"],
+            cwd=Path(__file__).resolve().parent,
+            capture_output=True,
+            text=True,
+            timeout=10,
+            check=True,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return found.stdout.strip() or None
+
+
 def append(path: Path, run: dict[str, Any], result: ScenarioResult) -> None:
     record = {
+        "commit": source_commit(),
         **run,
         "scenario": result.scenario,
         "round": result.round,
