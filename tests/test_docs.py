@@ -1,0 +1,167 @@
+"""The documentation keeps up with the code: the README's package map names exactly the
+packages of the tree, the README and the benchmark page stay short, every design page the
+code or the docs point at exists, and ``python -m bench --report`` writes the latest full
+run's table into a README between its markers."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from bench.__main__ import main as bench_main
+from bench.report import BEGIN, END
+from bench.results import Measure, ScenarioResult, append
+from bench.runner import SCENARIOS
+from bench.sizes import DEFAULT, QUICK, Sizes
+
+REPO = Path(__file__).resolve().parents[1]
+TREES = ("ring", "cluster", "node")
+README_MAX_BYTES = 20 * 1024
+BENCH_README_MAX_LINES = 250
+
+
+def section(text: str, heading: str) -> str:
+    """The body of the ``## heading`` section, up to the next ``## `` heading."""
+    return text.split(f"\n## {heading}\n", 1)[1].split("\n## ", 1)[0]
+
+
+def test_readme_package_map_matches_the_tree() -> None:
+    readme = (REPO / "README.md").read_text("utf-8")
+    rows = re.findall(r"^\| `([\w.]+)` \|", section(readme, "Package map"), re.MULTILINE)
+    named = set(rows)
+    assert len(rows) == len(named), "a package is named twice"
+    packages = {
+        ".".join(init.parent.relative_to(REPO).parts)
+        for tree in TREES
+        for init in (REPO / tree).rglob("__init__.py")
+        if "__pycache__" not in init.parts
+    }
+    assert named - packages == set(), "named in the README's package map, but not a package"
+    assert packages - named == set(), "a package the README's package map does not name"
+
+
+def test_readme_is_short() -> None:
+    size = len((REPO / "README.md").read_bytes())
+    assert size < README_MAX_BYTES, f"README.md is {size} bytes; internals go to docs/design/"
+
+
+def test_bench_readme_is_short() -> None:
+    lines = len((REPO / "bench" / "README.md").read_text("utf-8").splitlines())
+    assert lines < BENCH_README_MAX_LINES, f"bench/README.md has {lines} lines"
+
+
+def test_design_pages_referenced_from_code_exist() -> None:
+    found: dict[str, list[str]] = {}
+    for tree in (*TREES, "bench"):
+        for path in sorted((REPO / tree).rglob("*")):
+            if path.suffix not in (".py", ".sql") or "__pycache__" in path.parts:
+                continue
+            for page in re.findall(r"docs/design/[\w.-]+\.md", path.read_text("utf-8")):
+                found.setdefault(page, []).append(str(path.relative_to(REPO)))
+    missing = {page: where for page, where in found.items() if not (REPO / page).is_file()}
+    assert missing == {}
+
+
+def markdown_files() -> list[Path]:
+    return [REPO / "README.md", REPO / "bench" / "README.md", *sorted(REPO.glob("docs/**/*.md"))]
+
+
+@pytest.mark.parametrize("doc", markdown_files(), ids=lambda p: str(p.relative_to(REPO)))
+def test_relative_links_resolve(doc: Path) -> None:
+    targets = re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", doc.read_text("utf-8"))
+    local = [t for t in targets if not re.match(r"[a-z]+:", t)]
+    broken = [t for t in local if not (doc.parent / t).exists()]
+    assert broken == []
+
+
+def test_every_design_page_is_in_the_index() -> None:
+    index = (REPO / "docs" / "design" / "README.md").read_text("utf-8")
+    pages = {p.name for p in (REPO / "docs" / "design").glob("*.md")} - {"README.md"}
+    assert {p for p in pages if p not in index} == set()
+
+
+# -- python -m bench --report --------------------------------------------------------------
+
+
+def measure(system: str, cpu_per_1k: float) -> Measure:
+    return Measure(
+        system=system,
+        expected=1200,
+        fires=1200,
+        missing=0,
+        duplicates=0,
+        lag_p50_ms=20.0,
+        lag_p99_ms=50.0,
+        lag_max_ms=60.0,
+        drain_s=0.1,
+        node_cpu_per_1k_s=cpu_per_1k,
+        pg_cpu_per_1k_s=0.05,
+        peak_rss_mb=50.0,
+    )
+
+
+def record_run(out: Path, tag: str, sizes: Sizes, scenarios: list[str], rounds: int = 1) -> None:
+    run = {
+        "run": tag,
+        "date": f"2026-12-0{len(tag)}T10:00:00+00:00",
+        "command": f"python -m bench --out {tag}.jsonl",
+        "machine": {"nproc": 2, "cpu": "Test CPU", "python": "3.11.7", "kernel": "6.1-test"},
+        "commit": f"c0ffee{len(tag)}",
+    }
+    for round_no in range(1, rounds + 1):
+        for name in scenarios:
+            result = ScenarioResult(
+                scenario=name,
+                params=sizes.params("steady_jobs"),
+                pulse=measure("pulse", 0.08 * round_no),
+                baseline=measure("baseline", 0.04),
+                round=round_no,
+            )
+            append(out, run, result)
+
+
+README = f"# Benchmarks\n\nintro\n\n{BEGIN}\nold table\n{END}\n\n## After\n\nkept\n"
+
+
+def test_report_writes_the_latest_full_run_between_the_markers(tmp_path: Path) -> None:
+    results, readme = tmp_path / "results.jsonl", tmp_path / "README.md"
+    readme.write_text(README, "utf-8")
+    record_run(results, "f", DEFAULT, list(SCENARIOS))  # full: every scenario, default sizes
+    record_run(results, "qq", QUICK, list(SCENARIOS))  # --quick sizes: not a full run
+    record_run(results, "sss", DEFAULT, ["steady"])  # one scenario: not a full run
+    assert bench_main(["--report", "--results", str(results), "--readme", str(readme)]) == 0
+    text = readme.read_text("utf-8")
+    assert text.startswith("# Benchmarks\n\nintro\n\n" + BEGIN + "\n")
+    assert text.endswith(END + "\n\n## After\n\nkept\n")
+    assert "old table" not in text
+    block = text.split(BEGIN, 1)[1].split(END, 1)[0]
+    assert "Run `f` of 2026-12-01 10:00 UTC, commit `c0ffee1`" in block
+    assert "`python -m bench --out f.jsonl`" in block
+    assert "2 CPUs (Test CPU), Python 3.11.7, kernel 6.1-test" in block
+    for name in SCENARIOS:
+        assert re.search(rf"^{name} +pulse +1200 +1200 +0 +0 ", block, re.MULTILINE), name
+    assert "2.00x" in block  # node CPU per 1,000 fires: 0.08 against 0.04
+    # Writing again replaces the block instead of adding one.
+    assert bench_main(["--report", "--results", str(results), "--readme", str(readme)]) == 0
+    assert readme.read_text("utf-8") == text
+
+
+def test_report_of_several_rounds_shows_the_last_and_the_spread(tmp_path: Path) -> None:
+    results, readme = tmp_path / "results.jsonl", tmp_path / "README.md"
+    readme.write_text(README, "utf-8")
+    record_run(results, "f", DEFAULT, list(SCENARIOS), rounds=3)
+    assert bench_main(["--report", "--results", str(results), "--readme", str(readme)]) == 0
+    block = readme.read_text("utf-8").split(BEGIN, 1)[1]
+    assert "(round 3 of 3 above)" in block
+    assert "6.00x" in block  # the last round's node CPU ratio: 0.24 against 0.04
+    assert "node cpu/1k 4.00x (2.00x - 6.00x)" in block  # the median and range
+
+
+def test_report_without_a_full_run_changes_nothing(tmp_path: Path) -> None:
+    results, readme = tmp_path / "results.jsonl", tmp_path / "README.md"
+    readme.write_text(README, "utf-8")
+    record_run(results, "qq", QUICK, list(SCENARIOS))
+    assert bench_main(["--report", "--results", str(results), "--readme", str(readme)]) == 1
+    assert readme.read_text("utf-8") == README
