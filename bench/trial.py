@@ -26,10 +26,11 @@ from psycopg import sql
 from bench import database as db
 from bench.analysis import Counts, Fire, read_witness
 from bench.database import AConn, BenchDatabase
-from bench.fleet import Fleet, free_port
+from bench.fleet import Fleet
 from bench.results import Measure
 from bench.sampler import Sampler
 from bench.sizes import Sizes
+from cluster.local.processes import free_port
 
 logger = logging.getLogger(__name__)
 
@@ -135,14 +136,14 @@ class Trial:
 
     def check_alive(self, names: list[str]) -> None:
         for name in names:
-            if not self.fleet.procs[name].alive:
-                raise BenchError(f"{name} exited early:\n{self.fleet.log_tail(name)}")
+            if not self.fleet.procs[name].running:
+                raise BenchError(f"{name} exited early:\n{self.fleet.procs[name].tail(20)}")
 
     async def claim_counters(self) -> dict[str, tuple[float, float]]:
         """Per live Pulse node: (claims, seconds spent claiming) from its metrics endpoint."""
         found = {}
         for name, port in self.metrics_ports.items():
-            if not self.fleet.procs[name].alive:
+            if not self.fleet.procs[name].running:
                 continue
             try:
                 text = await asyncio.to_thread(_scrape, port)
@@ -158,7 +159,7 @@ class Trial:
         claims at or under it, cumulative), from its metrics endpoint."""
         found = {}
         for name, port in self.metrics_ports.items():
-            if self.fleet.procs[name].alive:
+            if self.fleet.procs[name].running:
                 text = await asyncio.to_thread(_scrape, port)
                 found[name] = _buckets(text, "pulse_claim_duration_seconds_bucket")
         return found

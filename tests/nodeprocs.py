@@ -1,19 +1,17 @@
-"""Real node processes for operator-facing tests (status, metrics, logs, `pulse up`).
+"""Real node processes for tests, started as Pulse starts them (``cluster.local.processes``).
 
-Each node is ``python -m node`` with the test's ``PULSE_*`` settings, its output in a file
-the test can read, and its own process group so the test can signal or kill it cleanly.
-``wait_until`` polls with a deadline: tests synchronise on observable state, never sleeps.
+``Nodes`` starts nodes against one test's schema and Redis prefix (``PULSE_*`` from the
+``settings`` fixture), with the witness handler writing to a file in the test's folder,
+each node's output in its own log file there, and each node in its own process group so
+the test can signal or kill it cleanly; none outlives the test. ``wait_until`` polls with a
+deadline: tests synchronise on observable state, never sleeps.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
 import signal
-import socket
-import subprocess
-import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -21,27 +19,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
+from cluster.local.processes import Command, Process, node_argv, pulse_env, stop_all
+from cluster.local.processes import free_port as free_port  # for the tests that import it here
 from cluster.members import MemberInfo, MemberRegistry
 from cluster.settings import ClusterSettings
 from cluster.status import collect
 
 REPO = Path(__file__).resolve().parent.parent
 T = TypeVar("T")
-
-
-def pulse_env(settings: ClusterSettings, **extra: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PULSE_")}
-    env.update(
-        {
-            "PULSE_DATABASE_URL": settings.database_url,
-            "PULSE_REDIS_URL": settings.redis_url,
-            "PULSE_SCHEMA": settings.schema,
-            "PULSE_CLUSTER": settings.cluster,
-            "PYTHONUNBUFFERED": "1",
-        }
-    )
-    env.update(extra)
-    return env
 
 
 def wait_until(
@@ -58,44 +43,18 @@ def wait_until(
     raise AssertionError(f"timed out after {timeout_s}s waiting for {what} (last: {last!r})")
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
-
-
-@dataclass
-class NodeProc:
-    node_id: str
-    proc: subprocess.Popen[bytes]
-    log: Path
-
-    def lines(self) -> list[str]:
-        return self.log.read_text("utf-8", "replace").splitlines()
-
-    def signal(self, sig: signal.Signals) -> None:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(self.proc.pid, sig)
-
-    def stop(self, timeout_s: float = 40.0, *, signalled: bool = False) -> int:
-        """SIGTERM (once: a second one makes a node exit at once), wait, then SIGKILL."""
-        if not signalled and self.proc.poll() is None:
-            self.signal(signal.SIGTERM)
-        try:
-            return self.proc.wait(timeout_s)
-        except subprocess.TimeoutExpired:
-            self.signal(signal.SIGKILL)
-            return self.proc.wait(5)
-
-
 @dataclass
 class Nodes:
     """Starts nodes for one test and makes sure none outlives it."""
 
     settings: ClusterSettings
     workdir: Path
-    started: list[NodeProc] = field(default_factory=list)
+    drain_timeout: str = "5s"
+    started: list[Process] = field(default_factory=list)
+
+    @property
+    def witness(self) -> Path:
+        return self.workdir / "witness.jsonl"
 
     def start(
         self,
@@ -104,44 +63,60 @@ class Nodes:
         *args: str,
         global_args: tuple[str, ...] = (),
         wait: bool = True,
-    ) -> NodeProc:
+    ) -> Process:
         """Start a node; with ``wait``, return once it is a member with a lock session.
 
         Starting nodes one by one also keeps their start-up checks apart (two nodes that
         probe their lock session at the same instant can collide).
         """
-        log = self.workdir / f"{node_id}.log"
-        argv = [sys.executable, "-m", "node", *global_args, "node", "--node-id", node_id]
-        argv += ["--zone", zone, "--drain-timeout", "5s", *args]
-        with log.open("wb") as out:
-            proc = subprocess.Popen(
-                argv,
-                stdin=subprocess.DEVNULL,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                env=pulse_env(self.settings),
-                cwd=REPO,
-                start_new_session=True,
-            )
-        node = NodeProc(node_id, proc, log)
+        argv = node_argv(
+            node_id, zone, "--drain-timeout", self.drain_timeout, *args, shared=global_args
+        )
+        env = pulse_env(self.settings, PULSE_WITNESS_FILE=str(self.witness))
+        node = Command(argv, env, REPO).start(node_id, self.workdir / f"{node_id}.log")
         self.started.append(node)
         if wait:
             wait_until(lambda: self._joined(node), 30, f"{node_id} to join")
         return node
 
-    def _joined(self, node: NodeProc) -> bool:
-        if node.proc.poll() is not None:
-            tail = "\n".join(node.lines()[-20:])
-            raise AssertionError(f"{node.node_id} exited with {node.proc.returncode}:\n{tail}")
-        st = asyncio.run(collect(self.settings))
-        return any(m.node_id == node.node_id and m.has_session for m in st.members)
+    def node(self, node_id: str) -> Process:
+        """The node started last under ``node_id``."""
+        return next(n for n in reversed(self.started) if n.name == node_id)
 
-    def stop_all(self) -> None:
-        running = [n for n in self.started if n.proc.poll() is None]
-        for node in running:
-            node.signal(signal.SIGTERM)
-        for node in running:
-            node.stop(signalled=True)
+    def _joined(self, node: Process) -> bool:
+        if not node.running:
+            raise _died(node)
+        st = asyncio.run(collect(self.settings))
+        return any(m.node_id == node.name and m.has_session for m in st.members)
+
+    def check_alive(self) -> None:
+        """Fail, with its log, if a node has ended other than by a clean stop."""
+        for node in self.started:
+            if not node.running and node.proc.returncode != 0:
+                raise _died(node)
+
+    def stop(self, node_id: str, timeout_s: float = 40.0) -> int:
+        """SIGTERM one node (once: a second signal makes it exit at once), wait for it to
+        drain, SIGKILL it after ``timeout_s``; its exit code."""
+        return self.node(node_id).stop(timeout_s)
+
+    def stop_all(self, timeout_s: float = 40.0) -> dict[str, int]:
+        """Stop every running node at once; their exit codes."""
+        return stop_all(self.started, timeout_s)
+
+    def close(self) -> None:
+        """Kill every node still running (teardown: whatever the test did)."""
+        for node in self.started:
+            node.signal(signal.SIGKILL)
+        for node in self.started:
+            node.wait(10)
+
+    def logs(self) -> str:
+        return "\n".join(f"--- {n.name}\n{n.tail()}" for n in self.started)
+
+
+def _died(node: Process) -> AssertionError:
+    return AssertionError(f"{node.name} exited with {node.proc.returncode}:\n{node.tail(20)}")
 
 
 @contextlib.contextmanager

@@ -1,37 +1,34 @@
 """The node processes of a chaos run, each behind its own Postgres and Redis proxies.
 
-Nodes are started as ``python -m node node ...`` subprocesses (the harness never imports
-``node``), with JSON logs, one log file per incarnation, and the cluster selected through
-``PULSE_*`` variables that point at the node's proxies. A restarted node keeps its node id,
-as a pod of a StatefulSet or a systemd unit would.
+Nodes are started by ``cluster.local.processes`` (the harness never imports ``node``), with
+JSON logs, one log file per incarnation, and the cluster selected through ``PULSE_*``
+variables that point at the node's proxies. A restarted node keeps its node id, as a pod of
+a StatefulSet or a systemd unit would.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
 import signal
-import sys
 import time
 from collections import Counter
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
 from cluster.chaos.observations import count_log_events
 from cluster.chaos.proxy import Proxy
+from cluster.local.processes import Command, node_argv, pulse_env, signal_group
+from cluster.settings import ClusterSettings
 
 
 @dataclass(frozen=True)
 class FleetConfig:
     """What every node of the run is started with."""
 
-    database_url: str  # the real servers; each node reaches them through its proxies
-    redis_url: str
-    schema: str
-    cluster: str
+    settings: ClusterSettings  # the real servers; each node reaches them through its proxies
     workdir: Path
     witness_file: Path
     session_timeout_s: float
@@ -53,9 +50,8 @@ class NodeProcess:
         return self.proc is not None and self.proc.returncode is None
 
     def signal(self, sig: signal.Signals) -> None:
-        if self.proc is not None and self.proc.returncode is None:
-            with contextlib.suppress(ProcessLookupError):
-                self.proc.send_signal(sig)
+        if self.proc is not None:
+            signal_group(self.proc, sig)
 
 
 def endpoint(url: str, default_port: int) -> tuple[str, int]:
@@ -92,40 +88,16 @@ class Fleet:
         node.incarnation += 1
         log_path = c.workdir / f"{node.node_id}.{node.incarnation}.log"
         node.logs.append(log_path)
-        # Only the settings chosen here: a PULSE_* of the caller's shell must not leak in.
-        env = {k: v for k, v in os.environ.items() if not k.startswith("PULSE_")}
-        env.update(
-            {
-                "PULSE_DATABASE_URL": via_proxy(c.database_url, node.pg.port),
-                "PULSE_REDIS_URL": via_proxy(c.redis_url, node.redis.port),
-                "PULSE_SCHEMA": c.schema,
-                "PULSE_CLUSTER": c.cluster,
-                "PULSE_WITNESS_FILE": str(c.witness_file),
-                "PULSE_LOG_FORMAT": "json",
-            }
+        settings = replace(
+            c.settings,
+            database_url=via_proxy(c.settings.database_url, node.pg.port),
+            redis_url=via_proxy(c.settings.redis_url, node.redis.port),
         )
-        args = [
-            sys.executable,
-            "-m",
-            "node",
-            "node",
-            "--node-id",
-            node.node_id,
-            "--zone",
-            node.zone,
-            "--session-timeout",
-            f"{c.session_timeout_s:g}s",
-            *c.extra_args,
-        ]
-        with log_path.open("ab") as log:
-            node.proc = await asyncio.create_subprocess_exec(
-                *args,
-                stdout=log,
-                stderr=log,
-                stdin=asyncio.subprocess.DEVNULL,
-                cwd=c.workdir,
-                env=env,
-            )
+        argv = node_argv(
+            node.node_id, node.zone, "--session-timeout", f"{c.session_timeout_s:g}s", *c.extra_args
+        )
+        env = pulse_env(settings, PULSE_WITNESS_FILE=str(c.witness_file), PULSE_LOG_FORMAT="json")
+        node.proc = await Command(argv, env, c.workdir).start_async(log_path)
 
     async def kill(self, node: NodeProcess) -> None:
         node.signal(signal.SIGKILL)

@@ -152,10 +152,7 @@ class ChaosRun:
                 self._proxies.append(proxy)
             nodes.append(NodeProcess(node_id, zone, *pair))
         config = FleetConfig(
-            database_url=settings.database_url,
-            redis_url=settings.redis_url,
-            schema=settings.schema,
-            cluster=settings.cluster,
+            settings=settings,
             workdir=self.workdir,
             witness_file=self.witness,
             session_timeout_s=o.session_timeout_s,

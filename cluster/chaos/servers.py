@@ -16,12 +16,12 @@ import os
 import pwd
 import shutil
 import signal
-import socket
 import tempfile
 import time
 from pathlib import Path
 
 from cluster.errors import PulseError
+from cluster.local.processes import free_port
 from cluster.store.diagnostics import accepts_queries
 
 START_TIMEOUT_S = 30.0
@@ -29,13 +29,6 @@ START_TIMEOUT_S = 30.0
 
 class ServerError(PulseError):
     """A throwaway server could not be set up or started."""
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 async def wait_port(port: int, timeout_s: float = START_TIMEOUT_S) -> None:

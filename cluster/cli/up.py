@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
 import sys
 from collections.abc import Iterator
 from dataclasses import replace
@@ -22,11 +21,11 @@ from cluster.cli.base import PulseCommand, fail, logging_of, run, settings_of
 from cluster.jobfile import load_specs
 from cluster.local import embedded
 from cluster.local.launcher import Launcher, plan_nodes, plural, use_colour
+from cluster.local.processes import pulse_env
 from cluster.settings import ClusterSettings, mask_url
 from cluster.store.jobs import JobStore
 
 EXAMPLE_FILE = Path("examples") / "jobs.yaml"
-_NODE_ENV = ("PULSE_NODE_ID", "PULSE_ZONE", "PULSE_METRICS_PORT")
 
 
 def example_root() -> Path | None:
@@ -55,22 +54,6 @@ async def _prepare(settings: ClusterSettings, example: Path | None) -> str:
                 f"{len(applied.updated)} updated, {len(applied.unchanged)} unchanged"
             )
         return summary
-
-
-def _child_env(settings: ClusterSettings, log_format: str, log_level: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k not in _NODE_ENV}
-    env.update(
-        {
-            "PULSE_DATABASE_URL": settings.database_url,
-            "PULSE_REDIS_URL": settings.redis_url,
-            "PULSE_SCHEMA": settings.schema,
-            "PULSE_CLUSTER": settings.cluster,
-            "PULSE_LOG_FORMAT": log_format,
-            "PULSE_LOG_LEVEL": log_level,
-            "PYTHONUNBUFFERED": "1",
-        }
-    )
-    return env
 
 
 @contextlib.contextmanager
@@ -143,7 +126,10 @@ def up(
     with _servers(settings_of(ctx), use_embedded, data_dir) as settings:
         launcher = Launcher(
             plan_nodes(nodes, zone_list, extra_args, metrics_port_base),
-            _child_env(settings, log_format, log_level),
+            # The shell's other PULSE_* settings (intervals, concurrency) reach every node.
+            pulse_env(
+                settings, inherit=True, PULSE_LOG_FORMAT=log_format, PULSE_LOG_LEVEL=log_level
+            ),
             colour=use_colour(sys.stdout),
             prefix=log_format == "text",
             restart=restart,

@@ -1,8 +1,9 @@
 """The local cluster launcher behind ``pulse up``: N node processes in the foreground.
 
-Each node is ``python -m node node --node-id <zone>-<i> --zone <zone>`` in its own process
-group (so a terminal's Ctrl-C reaches only the launcher, which then signals each node
-exactly once), with the launcher's ``PULSE_*`` environment. Their output lines are
+Each node is ``python -m node node --node-id <zone>-<i> --zone <zone>``, started by
+``cluster.local.processes`` in its own process group (so a terminal's Ctrl-C reaches only
+the launcher, which then signals each node exactly once), with the launcher's ``PULSE_*``
+environment. Their output lines are
 prefixed with the node's name, in its own colour on a terminal. Ctrl-C or SIGTERM sends
 SIGTERM to every node and waits for them to drain; a second Ctrl-C kills them. A node
 that dies on its own is reported and, unless it refused its configuration, restarted with
@@ -13,15 +14,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import ctypes
-import ctypes.util
 import os
 import signal
 import sys
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TextIO
+
+from cluster.local.processes import Command, node_argv, signal_group
 
 EXIT_CONFIG = 2  # what a node returns when it refuses its settings: restarting is pointless
 RESTART_MIN_S = 1.0
@@ -32,7 +33,6 @@ LINE_LIMIT = 1 << 20
 # start-up checks on the lock session do not run at the same instant.
 STAGGER_S = 0.5
 _COLOURS = (36, 35, 33, 32, 34, 96, 95, 93, 92, 94)
-_PR_SET_PDEATHSIG = 1
 
 
 @dataclass(frozen=True)
@@ -53,10 +53,10 @@ def plan_nodes(
     for i in range(count):
         zone = zones[i % len(zones)]
         name = f"{zone}-{i // len(zones) + 1}"
-        argv = [sys.executable, "-m", "node", "node", "--node-id", name, "--zone", zone]
+        options = list(extra_args)
         if metrics_port_base is not None:
-            argv += ["--metrics-port", str(metrics_port_base + i)]
-        specs.append(NodeSpec(name, zone, (*argv, *extra_args)))
+            options[:0] = ["--metrics-port", str(metrics_port_base + i)]
+        specs.append(NodeSpec(name, zone, node_argv(name, zone, *options)))
     return specs
 
 
@@ -66,21 +66,6 @@ def use_colour(stream: TextIO) -> bool:
     if os.environ.get("FORCE_COLOR"):
         return True
     return stream.isatty()
-
-
-def _parent_death_signal() -> Callable[[], None] | None:
-    """A preexec hook asking Linux to SIGTERM the child if the launcher dies (else None)."""
-    if not sys.platform.startswith("linux"):
-        return None
-    name = ctypes.util.find_library("c")
-    if name is None:
-        return None
-    prctl = ctypes.CDLL(name, use_errno=True).prctl  # resolved here, not in the child
-
-    def hook() -> None:
-        prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
-
-    return hook
 
 
 @dataclass
@@ -138,16 +123,7 @@ class Launcher:
     # -- processes --------------------------------------------------------------------
 
     async def _start(self, node: _Node) -> asyncio.subprocess.Process:
-        proc = await asyncio.create_subprocess_exec(
-            *node.spec.argv,
-            stdin=asyncio.subprocess.DEVNULL,
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.STDOUT,
-            env=dict(self.env),
-            start_new_session=True,
-            preexec_fn=_parent_death_signal(),
-            limit=LINE_LIMIT,
-        )
+        proc = await Command(node.spec.argv, self.env).start_async(limit=LINE_LIMIT)
         node.proc = proc
         node.started = time.monotonic()
         self.say(f"started {node.spec.name} in zone {node.spec.zone} (pid {proc.pid})")
@@ -174,8 +150,7 @@ class Launcher:
         while True:
             proc = await self._start(node)
             if self._stopping:  # the stop signal went out while this node was starting
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(proc.pid, signal.SIGKILL if self._killed else signal.SIGTERM)
+                signal_group(proc, signal.SIGKILL if self._killed else signal.SIGTERM)
             await self._pump(node, proc)
             code = await proc.wait()
             node.exit_code = code
@@ -203,10 +178,8 @@ class Launcher:
 
     def _signal_all(self, sig: signal.Signals) -> None:
         for node in self._nodes:
-            proc = node.proc
-            if proc is not None and proc.returncode is None:
-                with contextlib.suppress(ProcessLookupError, PermissionError):
-                    os.killpg(proc.pid, sig)
+            if node.proc is not None:
+                signal_group(node.proc, sig)
 
     def request_stop(self) -> None:
         """First call: drain every node (SIGTERM). Second call: kill them all."""

@@ -74,7 +74,7 @@ def start_nodes(fleet: Fleet, *nodes: tuple[str, str]) -> None:
     """Start nodes together and wait until every shard is held by its owner on their ring
     (before that, a node that came up first may still hold shards of the others)."""
     for node_id, zone in nodes:
-        fleet.start(node_id, zone)
+        fleet.start(node_id, zone, wait=False)
     ids = sorted(node_id for node_id, _ in nodes)
     ring = Ring(ids)
     owners = {shard: node for node in ids for shard in ring.owned(node, SHARDS)}
@@ -202,7 +202,7 @@ def test_a_node_added_mid_run_takes_its_share(fleet: Fleet, settings: ClusterSet
     run_for(fleet, 8)
 
     joined = time.time()
-    fleet.start("n4", "b")
+    fleet.start("n4", "b", wait=False)
     wait_until(
         lambda: fleet.check_alive() or fleet.shards_per_node().get("n4", 0) > 0,
         30,
@@ -248,7 +248,7 @@ def test_a_node_stopped_with_sigterm_hands_its_shards_over(
     assert leaving
 
     stopping = time.time()
-    assert fleet.stop("n2") == 0
+    assert fleet.stop("n2") == 0, fleet.logs()
     stopped = time.time()
     wait_until(
         lambda: (
@@ -269,7 +269,7 @@ def test_a_node_stopped_with_sigterm_hands_its_shards_over(
     shard_of = {r["name"]: r["shard_id"] for r in fleet.sql("SELECT name, shard_id FROM jobs")}
     after = [e for e in window if e.at > taken and shard_of[e.job] in leaving]
     assert after and {e.node for e in after} <= {"n1", "n3"}
-    assert "node stopped" in fleet.nodes["n2"].tail()
+    assert "node stopped" in fleet.node("n2").tail()
     assert fleet.stop_all() == {"n1": 0, "n3": 0}
     assert_runs_agree_with_witness(fleet)
     print(

@@ -18,11 +18,12 @@ import psycopg
 import pytest
 
 from cluster.jobfile import load_specs
+from cluster.local.processes import Command, pulse_env
 from cluster.settings import ClusterSettings
 from cluster.status import collect
 from cluster.store.jobs import JobStore
 from ring import Ring
-from tests.nodeprocs import REPO, pulse_env, wait_until
+from tests.nodeprocs import REPO, wait_until
 
 NODE_IDS = ("a-1", "b-1", "c-1")
 STARTED = re.compile(r"started (\S+) in zone \S+ \(pid (\d+)\)")
@@ -73,16 +74,9 @@ def launched(
 ) -> Iterator[tuple[subprocess.Popen[bytes], Path]]:
     asyncio.run(_place_examples(settings))
     log = tmp_path / "up.log"
-    with log.open("wb") as out:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "node", "up", "--nodes", "3", "--example"],
-            stdin=subprocess.DEVNULL,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            env=pulse_env(settings),
-            cwd=REPO,
-            start_new_session=True,  # its own process group, like a terminal job
-        )
+    # In a process group of its own, like a terminal job.
+    argv = [sys.executable, "-m", "node", "up", "--nodes", "3", "--example"]
+    proc = Command(argv, pulse_env(settings), REPO).start("pulse up", log).proc
     try:
         yield proc, log
     finally:

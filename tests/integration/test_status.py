@@ -22,10 +22,11 @@ import node.cli  # noqa: F401  (registers `pulse node` beside `pulse status`)
 from cluster.cli.app import cli
 from cluster.cli.status import _ranges
 from cluster.jobspec import JobSpec
+from cluster.local.processes import pulse_env
 from cluster.settings import ClusterSettings
 from cluster.status import Status, UnheldTracker, collect
 from ring import Ring
-from tests.nodeprocs import REPO, Nodes, ghost_member, init_cluster, pulse_env, wait_until
+from tests.nodeprocs import REPO, Nodes, ghost_member, init_cluster, wait_until
 
 SHARDS = 16
 pytestmark = pytest.mark.timeout(120)
@@ -39,7 +40,7 @@ def nodes(settings: ClusterSettings, tmp_path: Path) -> Iterator[Nodes]:
         yield started
     except AssertionError:
         for node in started.started:
-            print(f"--- {node.node_id}", *node.lines()[-30:], sep="\n")
+            print(f"--- {node.name}", *node.lines()[-30:], sep="\n")
         print("--- last status", LAST)
         raise
     finally:
