@@ -1,7 +1,8 @@
 """What the witness file says ran: fires, missing and doubled slots, lag, gaps.
 
-Each witness line is one handler start (``cluster.chaos.witness:record``): job name, the slot it
-ran (``scheduled_for``), the attempt, the node and the wall time the handler started.
+Each witness line is one handler start (``cluster.chaos.witness``, which reads them too):
+job name, the slot it ran (``scheduled_for``), the attempt, the node and the wall time the
+handler started.
 Nodes and the benchmark run on one machine, so that wall time and the database's slot
 times share a clock.
 """
@@ -10,13 +11,12 @@ from __future__ import annotations
 
 import bisect
 import itertools
-import json
 import math
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from datetime import datetime
-from pathlib import Path
+
+from cluster.chaos.witness import Execution
 
 
 @dataclass(frozen=True)
@@ -26,6 +26,10 @@ class Fire:
     attempt: int
     node: str
     at: float  # epoch seconds, handler start
+
+    @classmethod
+    def of(cls, line: Execution) -> Fire:
+        return cls(line.job, line.slot.timestamp(), line.attempt, line.node, line.at)
 
 
 @dataclass(frozen=True)
@@ -37,27 +41,6 @@ class Counts:
     lag_p50_ms: float | None
     lag_p99_ms: float | None
     lag_max_ms: float | None
-
-
-def read_witness(path: Path) -> list[Fire]:
-    if not path.exists():
-        return []
-    fires = []
-    with path.open("rb") as f:
-        for line in f:
-            if not line.strip():
-                continue
-            row = json.loads(line)
-            fires.append(
-                Fire(
-                    job=row["job"],
-                    slot=datetime.fromisoformat(row["slot"]).timestamp(),
-                    attempt=int(row["attempt"]),
-                    node=str(row["node"]),
-                    at=float(row["at"]),
-                )
-            )
-    return fires
 
 
 def percentile(values: Sequence[float], q: float) -> float | None:

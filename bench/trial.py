@@ -24,12 +24,13 @@ from typing import Any
 from psycopg import sql
 
 from bench import database as db
-from bench.analysis import Counts, Fire, read_witness
+from bench.analysis import Counts, Fire
 from bench.database import AConn, BenchDatabase
 from bench.fleet import Fleet
 from bench.results import Measure
 from bench.sampler import Sampler
 from bench.sizes import Sizes
+from cluster.chaos.witness import read_witness
 from cluster.local.processes import free_port
 
 logger = logging.getLogger(__name__)
@@ -260,7 +261,7 @@ class Trial:
         return int(row["n"]) if row else 0
 
     def fires(self) -> list[Fire]:
-        return read_witness(self.witness)
+        return [Fire.of(line) for line in read_witness(self.witness)]
 
     def measure(
         self,

@@ -24,16 +24,12 @@ from pathlib import Path
 from cluster.chaos import probes
 from cluster.chaos.fleet import Fleet, FleetConfig, NodeProcess, endpoint, node_ids
 from cluster.chaos.inject import Injector
-from cluster.chaos.observations import (
-    JobInfo,
-    Observations,
-    dump,
-    parse_witness,
-)
+from cluster.chaos.observations import Execution, JobInfo, Observations, dump
 from cluster.chaos.plan import Bounds, Fault, make_plan
 from cluster.chaos.proxy import Proxy
 from cluster.chaos.report import Report, build_report
 from cluster.chaos.servers import PostgresServer, RedisServer, ServerError
+from cluster.chaos.witness import read_witness
 from cluster.chaos.workload import JobDef, make_workload
 from cluster.errors import PulseError
 from cluster.settings import ClusterSettings
@@ -217,9 +213,7 @@ class ChaosRun:
                 for j in workload
             },
             runs=runs,
-            executions=parse_witness(self.witness.read_text("utf-8").splitlines())
-            if self.witness.exists()
-            else [],
+            executions=[Execution.witnessed(line) for line in read_witness(self.witness)],
             samples=sampler.samples,
             faults=injector.records,
             shards=o.shards,

@@ -2,8 +2,8 @@
 
 Times are float seconds since the epoch on the harness's clock (database times are
 shifted by the measured offset); slots are integer milliseconds since the epoch in database
-time, so they compare exactly (``slot_time`` turns one into harness time). Parsing helpers
-turn witness lines and node log lines into this shape.
+time, so they compare exactly (``slot_time`` turns one into harness time). Witness lines
+(read by ``witness.read_witness``) and node log lines are turned into this shape here.
 """
 
 from __future__ import annotations
@@ -14,6 +14,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from datetime import datetime
 from pathlib import Path
+
+from cluster.chaos import witness
 
 FINISHED = frozenset({"succeeded", "failed", "timed_out"})
 
@@ -34,13 +36,17 @@ class JobInfo:
 
 @dataclass(frozen=True)
 class Execution:
-    """One witness line: a handler started for (job, slot, attempt) on a node."""
+    """A witnessed handler start for (job, slot, attempt) on a node."""
 
     job: str
     slot_ms: int
     attempt: int
     node: str
     at: float
+
+    @classmethod
+    def witnessed(cls, line: witness.Execution) -> Execution:
+        return cls(line.job, to_ms(line.slot), line.attempt, line.node, line.at)
 
 
 @dataclass(frozen=True)
@@ -101,24 +107,6 @@ class Observations:
     def slot_time(self, slot_ms: int) -> float:
         """A slot on the harness's clock."""
         return slot_ms / 1000 - self.clock_offset_s
-
-
-def parse_witness(lines: Iterable[str]) -> list[Execution]:
-    found = []
-    for line in lines:
-        if not line.strip():
-            continue
-        data = json.loads(line)
-        found.append(
-            Execution(
-                job=data["job"],
-                slot_ms=to_ms(datetime.fromisoformat(data["slot"])),
-                attempt=int(data["attempt"]),
-                node=str(data["node"]),
-                at=float(data["at"]),
-            )
-        )
-    return found
 
 
 def count_log_events(lines: Iterable[str], counter: Counter[str] | None = None) -> Counter[str]:

@@ -1,17 +1,18 @@
-"""The witness handler of chaos runs: appends every execution to a file outside the database.
+"""The witness of chaos runs, benchmarks and end-to-end tests: a record of every handler
+start kept outside the database, and its reader.
 
-``cluster.chaos.witness:record`` writes one JSON line per execution (job, tenant, slot,
-attempt, node, zone, start time) to ``$PULSE_WITNESS_FILE`` with a single ``write`` on an
-``O_APPEND`` descriptor, so lines of concurrent processes never interleave, then sleeps
-``payload["sleep_s"]`` seconds; payload ``fail`` makes it raise, ``exit`` call ``sys.exit``
-(tests use both). The checker compares these lines with the runs table.
-It lives in the package (not in ``tests``) so an installed ``pulse chaos`` can use it.
+``cluster.chaos.witness:record`` is a handler that writes one JSON line per execution (job,
+tenant, slot, attempt, node, zone, start time) to ``$PULSE_WITNESS_FILE`` with a single
+``write`` on an ``O_APPEND`` descriptor, so lines of concurrent processes never interleave,
+then sleeps ``payload["sleep_s"]`` seconds; payload ``fail`` makes it raise, ``exit`` call
+``sys.exit`` (tests use both). ``read_witness`` turns a file back into ``Execution``s, which
+the checkers compare with the runs table. It lives in the package (not in ``tests``) so an
+installed ``pulse chaos`` can use it.
 
 The descriptor stays open, one per file for the life of the process (a node witnesses
-into one file, a test process into one per test). Opening and closing the file around
-every line tripled a run's system calls, and a sync handler on a handler thread hands
-the GIL over at each: the witness alone was a third of a node's CPU per run in the
-benchmarks. A line is in the kernel once ``write`` returns: a SIGKILL loses nothing.
+into one file, a test process into one per test): opening and closing it around every line
+would add system calls to every run being measured. A line is in the kernel once ``write``
+returns: a SIGKILL loses nothing.
 """
 
 from __future__ import annotations
@@ -21,10 +22,31 @@ import os
 import sys
 import threading
 import time
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
 from typing import Any
 
 _lock = threading.Lock()
 _descriptors: dict[str, int] = {}  # path -> descriptor, never closed (see above)
+
+
+@dataclass(frozen=True)
+class Execution:
+    """One witness line: a handler started for (job, slot, attempt) on a node."""
+
+    job: str
+    tenant: str
+    slot: datetime
+    attempt: int
+    node: str
+    zone: str | None
+    at: float  # epoch seconds on the node's clock
+
+    @property
+    def lag_s(self) -> float:
+        """How long after its slot the handler started."""
+        return self.at - self.slot.timestamp()
 
 
 def _descriptor(path: str) -> int:
@@ -58,3 +80,23 @@ def record(ctx: Any) -> None:
         raise RuntimeError(str(ctx.payload["fail"]))
     if "exit" in ctx.payload:
         sys.exit(ctx.payload["exit"])
+
+
+def read_witness(path: Path) -> list[Execution]:
+    """Every execution witnessed in ``path``, in the order written (none if it is absent)."""
+    if not path.exists():
+        return []
+    with path.open("rb") as lines:
+        return [_parse(json.loads(line)) for line in lines if line.strip()]
+
+
+def _parse(row: dict[str, Any]) -> Execution:
+    return Execution(
+        job=row["job"],
+        tenant=row["tenant"],
+        slot=datetime.fromisoformat(row["slot"]),
+        attempt=int(row["attempt"]),
+        node=str(row["node"]),
+        zone=row["zone"],
+        at=float(row["at"]),
+    )

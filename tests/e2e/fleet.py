@@ -9,7 +9,6 @@ fixed sleeps, and ``Fleet.close`` kills whatever is still running, whatever happ
 
 from __future__ import annotations
 
-import json
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -19,26 +18,12 @@ from typing import Any
 import psycopg
 from psycopg.rows import dict_row
 
+from cluster.chaos.witness import Execution, read_witness
 from cluster.store.queries import query
 from tests.nodeprocs import Nodes
 
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 US = timedelta(microseconds=1)
-
-
-@dataclass(frozen=True)
-class Execution:
-    """One line of the witness file: a handler call."""
-
-    job: str
-    slot: datetime
-    attempt: int
-    node: str
-    at: float
-
-    @property
-    def lag_s(self) -> float:
-        return self.at - self.slot.timestamp()
 
 
 @dataclass
@@ -48,23 +33,7 @@ class Fleet(Nodes):
     # -- what the nodes did -----------------------------------------------------------
 
     def executions(self) -> list[Execution]:
-        if not self.witness.exists():
-            return []
-        found = []
-        for line in self.witness.read_text("utf-8").splitlines():
-            if not line.strip():
-                continue
-            row = json.loads(line)
-            found.append(
-                Execution(
-                    row["job"],
-                    datetime.fromisoformat(row["slot"]),
-                    row["attempt"],
-                    row["node"],
-                    row["at"],
-                )
-            )
-        return found
+        return read_witness(self.witness)
 
     def sql(self, statement: str | bytes, params: Any = None) -> list[dict[str, Any]]:
         with psycopg.connect(

@@ -22,11 +22,11 @@ from cluster.chaos.observations import (
     count_log_events,
     dump,
     load,
-    parse_witness,
 )
 from cluster.chaos.plan import KINDS, Bounds, make_plan, parse_kinds
 from cluster.chaos.report import build_report, render_table
 from cluster.chaos.safety import check_executions, expected_slots, find_lost, find_reruns
+from cluster.chaos.witness import read_witness
 from cluster.chaos.workload import make_workload
 from cluster.errors import InvalidInput
 
@@ -263,8 +263,13 @@ def test_witness_and_log_lines_are_parsed(tmp_path: Path) -> None:
             "at": 1.5,
         }
     )
-    (e,) = parse_witness([line, ""])
+    witness = tmp_path / "witness.jsonl"
+    witness.write_text(line + "\n\n", "utf-8")
+    (w,) = read_witness(witness)
+    assert (w.tenant, w.zone, w.at) == ("default", "zone-c", 1.5)
+    e = Execution.witnessed(w)
     assert (e.job, e.attempt, e.node, e.slot_ms % 1000) == ("j", 2, "n3", 0)
+    assert read_witness(tmp_path / "absent.jsonl") == []
     logs = ['{"event": "fenced_write"}', "Traceback (most recent call last):", '{"msg": "x"}']
     assert count_log_events(logs) == {"fenced_write": 1}
     runs, execs = steady("job", T0, T0 + 2)
