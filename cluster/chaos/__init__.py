@@ -6,5 +6,6 @@ node's traffic (``proxy``), the node processes (``fleet``), the workload and its
 handler (``workload``, ``witness``), a seeded fault plan (``plan``) and its injection
 (``inject``), lock sampling and result collection (``probes``), and the checks that turn
 what happened into a verdict (``observations``, ``safety``, ``failover``, ``report``).
-``harness`` wires one run together; ``cluster/cli_chaos.py`` is its command.
+``harness`` wires one run together; ``cluster/cli/chaos.py`` is its command. Node
+processes are started by ``cluster.local.processes``, as ``pulse up`` starts them.
 """

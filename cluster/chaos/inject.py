@@ -20,6 +20,15 @@ from cluster.chaos.servers import PostgresServer, RedisServer
 
 logger = logging.getLogger(__name__)
 
+_Switch = Callable[[NodeProcess], None]
+# Faults switched on for every target node, held, then switched off: (on, off, report note).
+_SWITCHED: dict[str, tuple[_Switch, _Switch, str]] = {
+    "sigstop": (lambda n: n.signal(signal.SIGSTOP), lambda n: n.signal(signal.SIGCONT), "paused"),
+    "pg-stall": (lambda n: n.pg.stall(), lambda n: n.pg.restore(), "postgres traffic stalled"),
+    "redis-cut": (lambda n: n.redis.cut(), lambda n: n.redis.restore(), "redis traffic cut"),
+}
+_SWITCHED["sigstop-short"] = _SWITCHED["sigstop"]
+
 
 class Injector:
     def __init__(
@@ -76,27 +85,14 @@ class Injector:
             for node in nodes:
                 await self._fleet.start(node)
             return f"restarted after {hold:.1f}s"
-        if kind in ("sigstop", "sigstop-short"):
+        if kind in _SWITCHED:
+            begin, end, what = _SWITCHED[kind]
             for node in nodes:
-                node.signal(signal.SIGSTOP)
+                begin(node)
             await asyncio.sleep(hold)
             for node in nodes:
-                node.signal(signal.SIGCONT)
-            return f"paused {hold:.1f}s"
-        if kind == "pg-stall":
-            for node in nodes:
-                node.pg.stall()
-            await asyncio.sleep(hold)
-            for node in nodes:
-                node.pg.restore()
-            return f"postgres traffic stalled {hold:.1f}s"
-        if kind == "redis-cut":
-            for node in nodes:
-                node.redis.cut()
-            await asyncio.sleep(hold)
-            for node in nodes:
-                node.redis.restore()
-            return f"redis traffic cut {hold:.1f}s"
+                end(node)
+            return f"{what} {hold:.1f}s"
         if kind == "pg-terminate":
             ended = sum([await self._terminate(n.node_id) for n in nodes])
             return f"{ended} backends terminated"
