@@ -140,7 +140,7 @@ async def run(
         autocommit=True,
         row_factory=dict_row,
         application_name=name,
-        # In UTC, as Pulse's sessions are (cluster/db.py): timestamps decode cheaper.
+        # In UTC, as Pulse's sessions are (cluster/store/connect.py), so timestamps decode alike.
         options=f"-c search_path={settings.schema},public -c TimeZone=UTC",
         prepare_threshold=0,  # its two statements, prepared at first use (as Pulse's are)
     )

@@ -99,7 +99,7 @@ async def periodic(bench: Bench, scenario: str, system: str, event: Event | None
         if await trial.wait_drained(warmup) is None:
             raise BenchError(f"the warm-up tick did not drain within {sizes.drain_timeout_s}s")
         # Metrics are read outside the CPU window (here and at its end): serving a scrape
-        # costs a node 1.5-3 ms of CPU, which the baseline, never scraped, does not pay.
+        # costs a node CPU that the baseline, never scraped, does not pay.
         claims0 = await trial.claim_counters()
         cpu0 = await trial.sampler.mark()
         trial.profile_start()

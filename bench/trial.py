@@ -180,8 +180,8 @@ class Trial:
     def profile_start(self) -> None:
         """With ``--profile``: sample the first Pulse node with py-spy (raw collapsed
         stacks, one file per trial) until ``profile_stop``. Only the thread holding the GIL
-        is sampled (where the CPU goes), and the node is read without being paused: a
-        pausing sampler inflated its CPU several times over with many threads."""
+        is sampled (where the CPU goes), and the node is read without being paused, so the
+        profile does not change the CPU it measures."""
         if self.bench.profile_dir is None or self.system != "pulse":
             return
         py_spy = shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy"))
