@@ -1,8 +1,9 @@
 """The scale scenario: a million schedules, 1% of them due per minute.
 
-Claim latency is measured the way a node meets it: a statement prepared once and sent
-through libpq directly (``cluster.store.direct``, as the node's lock session sends it), rows read
-as tuples; both systems' claims are timed through that same client. A cycle of claim (100
+Claim latency is measured the way a node meets it: on a connection of its own where psycopg
+prepares every statement on the server at first use (``prepare_threshold=0``, as on the
+node's lock session), rows read as tuples; both systems' claims are timed through that same
+client. A cycle of claim (100
 rows, the shards one node of three holds) then complete (each claimed job moves on to its
 next slot), with the statement's ``now`` advancing by the time in which as many jobs fall
 due as were claimed, so the backlog stays at one minute's worth (1% of the jobs, this
@@ -10,7 +11,8 @@ node's share of it) and every claim takes different rows. (Rolling the claims ba
 instead would claim the same rows every time, and their growing chains of aborted
 versions dominate the timing.) Only the claim is timed, client-side, and in each cycle
 the smallest durable write, the floor under a claim (``claim_cycles``). The idle claim
-(nothing due yet) is what each node pays every poll; it writes nothing and is rolled back.
+(nothing due yet) is what each node pays every poll; it writes nothing, and runs in
+autocommit as a node's does.
 The plan is ``EXPLAIN (ANALYZE, BUFFERS)`` of one more claim. The table is put back as
 loaded before the other system is measured. Idle CPU: three processes with nothing due,
 per process, over ``scale_idle_s``. The same processes then fire the jobs that fall due
@@ -22,12 +24,11 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from psycopg.pq.abc import PGresult
+from psycopg.rows import tuple_row
 
 from bench import baseline as bare
 from bench import database as db
@@ -36,7 +37,6 @@ from bench.database import AConn
 from bench.results import Measure, ScenarioResult
 from bench.scale_live import run_live
 from bench.trial import Bench, Trial
-from cluster.store.direct import DirectConnection
 from cluster.store.queries import query
 from cluster.store.records import Completion, complete_params, int_array
 from ring import Ring
@@ -108,7 +108,7 @@ class Cycles:
 
 async def claim_cycles(
     conn: AConn,
-    direct: DirectConnection,
+    claims: AConn,
     system: str,
     shards: list[int],
     limit: int,
@@ -116,34 +116,32 @@ async def claim_cycles(
     step_s: float,
     samples: int,
 ) -> Cycles:
-    """``samples`` claim/complete cycles, ``now`` advancing ``step_s`` per cycle.
+    """``samples`` claim/complete cycles on ``claims``, ``now`` advancing ``step_s`` per
+    cycle; the completions go through ``conn``.
 
     A claim writes, so it commits only once its WAL is on disk: the disk's flush latency is
-    a floor under every claim, and on a shared VM it has a tail of its own. Each cycle also
-    times the smallest durable write (``COMMIT_ALONE``) through the same client, so that
-    floor is measured beside the claims it bounds."""
+    a floor under every claim, with a tail of its own. Each cycle also times the smallest
+    durable write (``COMMIT_ALONE``) through the same client, so that floor is measured
+    beside the claims it bounds."""
     await conn.execute("CREATE TABLE IF NOT EXISTS commit_floor (n bigint NOT NULL)")
     await conn.execute("INSERT INTO commit_floor SELECT 0 WHERE NOT EXISTS (TABLE commit_floor)")
     statement = _statement(system)
-    names: list[str] = []
-
-    def named_tuples(result: PGresult) -> Callable[[Sequence[Any]], Any]:
-        names[:] = [(result.fname(i) or b"").decode() for i in range(result.nfields)]
-        return tuple
-
     cycles = Cycles()
     for i in range(WARMUP_CLAIMS + samples):
         now = start + timedelta(seconds=i * step_s)
         params = _params(system, shards, limit, now)
+        cur = claims.cursor(row_factory=tuple_row)
         started = time.perf_counter()
         # Rows as tuples, as a node reads them; named afterwards, untimed.
-        found = await direct.run(statement, params, named_tuples)
+        await cur.execute(statement, params)
+        found = await cur.fetchall()
         claim_ms = (time.perf_counter() - started) * 1000
+        names = [c.name for c in cur.description or ()]
         rows = [r for r in (dict(zip(names, t, strict=True)) for t in found) if r["id"]]
         cycles.claimed = len(rows)
         await _complete(conn, system, rows, now)
         started = time.perf_counter()
-        await direct.run(COMMIT_ALONE, {})
+        await claims.execute(COMMIT_ALONE)
         commit_ms = (time.perf_counter() - started) * 1000
         if i >= WARMUP_CLAIMS:
             cycles.claims_ms.append(claim_ms)
@@ -152,14 +150,17 @@ async def claim_cycles(
 
 
 async def idle_claims_ms(
-    conn: AConn, direct: DirectConnection, system: str, params: dict[str, Any], samples: int
+    claims: AConn, system: str, params: dict[str, Any], samples: int
 ) -> list[float]:
     times = []
     for _ in range(samples):
-        async with conn.transaction(force_rollback=True):
-            started = time.perf_counter()
-            await direct.run(_statement(system), params)
-            times.append((time.perf_counter() - started) * 1000)
+        cur = claims.cursor(row_factory=tuple_row)
+        started = time.perf_counter()
+        await cur.execute(_statement(system), params)
+        found = await cur.fetchall()
+        times.append((time.perf_counter() - started) * 1000)
+        if any(row[2] is not None for row in found):  # (db_now, next_due, id, ...)
+            raise RuntimeError("an idle claim took a job: nothing should be due yet")
     return times
 
 
@@ -221,36 +222,41 @@ async def run_scale(bench: Bench, baselines: object) -> ScenarioResult:
         # One minute into the due range: 1% of the jobs are due.
         due_now = first + timedelta(minutes=1)
         idle_now = first - timedelta(seconds=1)
-        # One per connection: it names the statements it prepares there.
-        direct = DirectConnection(data.conn)
-        for system in ("baseline", "pulse"):
-            if system == "baseline":
-                await bare.ensure_index(data.conn)
-            else:
-                await bare.drop_index(data.conn)  # Pulse pays no write cost for it
-            share = len(held) / sizes.shards if system == "pulse" else 1.0
-            step_s = limit / (due_per_s * share)
-            cycles = await claim_cycles(
-                data.conn, direct, system, held, limit, due_now, step_s, sizes.scale_claims
-            )
-            end = due_now + timedelta(seconds=(WARMUP_CLAIMS + sizes.scale_claims) * step_s)
-            idle = _params(system, held, limit, idle_now)
-            quiet = await idle_claims_ms(data.conn, direct, system, idle, sizes.scale_claims)
-            measures[system] = Measure(
-                system=system,
-                extra={
-                    "claim_p50_ms": percentile(cycles.claims_ms, 50),
-                    "claim_p99_ms": percentile(cycles.claims_ms, 99),
-                    "claimed_rows": cycles.claimed,
-                    "commit_p50_ms": percentile(cycles.commits_ms, 50),
-                    "commit_p99_ms": percentile(cycles.commits_ms, 99),
-                    "idle_claim_p50_ms": percentile(quiet, 50),
-                    "idle_claim_p99_ms": percentile(quiet, 99),
-                    "plan": await explain(data.conn, system, _params(system, held, limit, end)),
-                    "load_s": round(load_s, 1),
-                },
-            )
-            await restore(data.conn, first, spread_s, sizes.scale_jobs)
+        # Prepares its statements as a node's lock session does; autocommit, never rolled
+        # back, so psycopg keeps them.
+        claims = await db.control(data.settings)
+        claims.prepare_threshold = 0
+        try:
+            for system in ("baseline", "pulse"):
+                if system == "baseline":
+                    await bare.ensure_index(data.conn)
+                else:
+                    await bare.drop_index(data.conn)  # Pulse pays no write cost for it
+                share = len(held) / sizes.shards if system == "pulse" else 1.0
+                step_s = limit / (due_per_s * share)
+                cycles = await claim_cycles(
+                    data.conn, claims, system, held, limit, due_now, step_s, sizes.scale_claims
+                )
+                end = due_now + timedelta(seconds=(WARMUP_CLAIMS + sizes.scale_claims) * step_s)
+                idle = _params(system, held, limit, idle_now)
+                quiet = await idle_claims_ms(claims, system, idle, sizes.scale_claims)
+                measures[system] = Measure(
+                    system=system,
+                    extra={
+                        "claim_p50_ms": percentile(cycles.claims_ms, 50),
+                        "claim_p99_ms": percentile(cycles.claims_ms, 99),
+                        "claimed_rows": cycles.claimed,
+                        "commit_p50_ms": percentile(cycles.commits_ms, 50),
+                        "commit_p99_ms": percentile(cycles.commits_ms, 99),
+                        "idle_claim_p50_ms": percentile(quiet, 50),
+                        "idle_claim_p99_ms": percentile(quiet, 99),
+                        "plan": await explain(data.conn, system, _params(system, held, limit, end)),
+                        "load_s": round(load_s, 1),
+                    },
+                )
+                await restore(data.conn, first, spread_s, sizes.scale_jobs)
+        finally:
+            await claims.close()
         for system in ("baseline", "pulse"):
             if system == "pulse":
                 await bare.drop_index(data.conn)  # the baseline's workers created it

@@ -3,10 +3,9 @@
 Each connection carries ``application_name`` (the node id, so ``pg_locks`` and
 ``pg_stat_activity`` show who holds what), the cluster's schema on its ``search_path``, a
 connect timeout and a statement timeout. Sessions run in UTC whatever the server's
-``TimeZone``: Pulse's times print the same everywhere, and psycopg decodes a timestamp
-into ``datetime.timezone.utc`` at about half the CPU of a named zone such as ``Etc/UTC``
-(a node's claim returns four per job). Job time zones are applied in Python, never by
-the session. Driver errors become ``StoreError`` here.
+``TimeZone``: Pulse's times print the same everywhere, and psycopg decodes them into
+``datetime.timezone.utc``, cheaper than a named zone. Job time zones are applied in Python,
+never by the session. Driver errors become ``StoreError`` here.
 """
 
 from __future__ import annotations
@@ -34,11 +33,13 @@ async def connect(
     statement_timeout_s: float = 30.0,
     idle_session_timeout_s: float | None = None,
     autocommit: bool = True,
+    prepare_threshold: int | None = None,
 ) -> Conn:
     """A new dedicated connection (never pooled) with Pulse's session settings.
 
-    psycopg never prepares statements on it by itself, so it works behind any pooler; the
-    node's own connections prepare theirs through ``cluster.store.direct``.
+    By default psycopg prepares nothing on it, so it works behind any pooler. The node's
+    lock session and result writer pass ``prepare_threshold=0``: they run the same few
+    statements all day (docs/design/driver.md).
     """
     options = f"-c search_path={settings.schema},public -c TimeZone=UTC"
     options += f" -c statement_timeout={int(statement_timeout_s * 1000)}"
@@ -52,7 +53,7 @@ async def connect(
             application_name=application_name[:63],
             connect_timeout=CONNECT_TIMEOUT_S,
             options=options,
-            prepare_threshold=None,
+            prepare_threshold=prepare_threshold,
         )
     except psycopg.Error as exc:
         raise StoreError(

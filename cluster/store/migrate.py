@@ -1,4 +1,4 @@
-"""Schema migrations: numbered ``.sql`` files in ``cluster/migrations`` applied in order.
+"""Schema migrations: numbered ``.sql`` files in ``cluster/store/migrations`` applied in order.
 
 They run in one transaction under a transaction-scoped advisory lock keyed by the schema,
 so ``pulse init`` is safe to run twice or from several processes at once. Applied versions

@@ -2,9 +2,8 @@
 
 The listener uses its own connection (named ``<node id>/listen`` so it never counts as the
 node's lock session) and only wakes the claim loop early: losing it delays nothing beyond
-the poll interval. It reads the socket only when the event loop sees it readable, so an
-idle listener costs nothing (psycopg's ``notifies()`` wakes up ten times a second to
-check for interrupts: about a third of an idle node's CPU).
+the poll interval. It waits for its socket to turn readable rather than in psycopg's
+``notifies()``, which wakes ten times a second: an idle node would pay for each wake-up.
 """
 
 from __future__ import annotations
@@ -12,10 +11,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Callable
-from typing import Any
 
 import psycopg
-from psycopg import pq, sql
+from psycopg import sql
 
 from cluster.errors import StoreError
 from cluster.settings import ClusterSettings
@@ -31,37 +29,32 @@ async def listen(
     """Call ``on_notify(payload)`` for each wake-up until ``stop``; StoreError if it breaks."""
     conn = await connect(settings, f"{node_id}/listen"[:63])
     loop = asyncio.get_running_loop()
-    broken: asyncio.Future[Any] = loop.create_future()
-    fd = -1
+    stopping = asyncio.ensure_future(stop.wait())
     try:
-        await conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(settings.wake_channel)))
-        pgconn, encoding = conn.pgconn, conn.info.encoding
-
-        def readable() -> None:
+        conn.add_notify_handler(lambda note: on_notify(note.payload))
+        statement = sql.SQL("LISTEN {}").format(sql.Identifier(settings.wake_channel))
+        await conn.execute(statement)
+        fd = conn.fileno()
+        while True:
+            readable: asyncio.Future[None] = loop.create_future()
+            loop.add_reader(fd, _resolve, readable)
             try:
-                pgconn.consume_input()
-                if pgconn.status != pq.ConnStatus.OK:
-                    raise psycopg.OperationalError("the connection is broken")
-                while (note := pgconn.notifies()) is not None:
-                    on_notify(note.extra.decode(encoding))
-            except psycopg.Error as exc:
+                await asyncio.wait((readable, stopping), return_when=asyncio.FIRST_COMPLETED)
+            finally:
                 loop.remove_reader(fd)
-                if not broken.done():
-                    broken.set_exception(exc)
-
-        fd = pgconn.socket
-        loop.add_reader(fd, readable)
-        stopping: asyncio.Future[Any] = asyncio.ensure_future(stop.wait())
-        try:
-            await asyncio.wait([stopping, broken], return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            stopping.cancel()
-        if broken.done():
-            broken.result()
+            if stopping.done():
+                return
+            # The server sent notifications (psycopg hands them to the handler as this
+            # round trip reads them; LISTEN again is a no-op) or ended the connection.
+            await conn.execute(statement)
     except psycopg.Error as exc:
         raise StoreError(f"wake-up listener: {describe(exc)}") from exc
     finally:
-        if fd >= 0:
-            loop.remove_reader(fd)
+        stopping.cancel()
         with contextlib.suppress(TimeoutError, psycopg.Error, OSError):
             await asyncio.wait_for(conn.close(), 2.0)
+
+
+def _resolve(future: asyncio.Future[None]) -> None:
+    if not future.done():
+        future.set_result(None)

@@ -3,10 +3,9 @@
 Sections start with ``-- name: <name>``; everything up to the next section is the statement.
 Keeping SQL in one file makes every statement easy to review, EXPLAIN and grep.
 
-Comment lines and indentation are left out of the statement sent: psycopg caches the
-conversion of its ``%(name)s`` placeholders only for statements under 4 KiB, and parses a
-longer one afresh on every call (the claim, with its comments, is 5 KiB; 0.2-0.3 ms of the
-node's CPU per claim and per completion).
+Comment lines and indentation are left out of the statement sent: psycopg caches its
+conversion of ``%(name)s`` placeholders only for statements under 4 KiB, and the node's
+longest statements run every second (tests/unit/test_queries.py).
 """
 
 from __future__ import annotations

@@ -119,10 +119,9 @@ WHERE tenant_id = %(tenant_id)s AND name = %(name)s
 RETURNING id, shard_id, status;
 
 -- name: trigger_job
--- Due now, for one extra slot stamped with the current time, keeping the regular schedule:
--- after the run the next slot follows the schedule again. A job that already has a due
--- slot (or a pending retry) just has it brought forward. A paused job runs once and
--- stays paused.
+-- Due now, for one extra slot stamped with the current time; the schedule goes on after
+-- it. A due slot or pending retry is just brought forward; a paused job runs once and
+-- stays paused (tests/integration/test_store.py).
 UPDATE jobs SET
     status = 'idle',
     slot_at = CASE WHEN status = 'paused' OR slot_at > n.t THEN n.t ELSE slot_at END,
@@ -143,11 +142,9 @@ WHERE NOT ((tenant_id, name) IN (
 RETURNING tenant_id, name;
 
 -- name: list_runs
--- Run history, newest slot first. A finished attempt is a row of runs; an attempt in
--- flight has no row yet (the claim writes none) and is read from its job row as status
--- 'running'. It stands in for its slot's row when an earlier attempt of the slot left
--- one, keeping that row's id and last error (the attempt's own row will be that row);
--- otherwise its id is NULL.
+-- Run history, newest slot first: the rows of runs, and as 'running' the attempts in flight
+-- read from their job rows, each in place of its slot's row if an earlier attempt left one
+-- (keeping its id and last error; else the id is NULL). tests/integration/test_history.py.
 WITH live AS (
     SELECT r.id, j.id AS job_id, j.tenant_id, j.name AS job_name, j.slot_at AS scheduled_for,
            j.attempt, j.locked_by AS node_id, j.locked_zone AS zone, 'running'::text AS status,
@@ -184,15 +181,15 @@ LIMIT %(limit)s;
 SELECT pg_notify(%(channel)s, %(payload)s);
 
 -- name: lock_session_setup
--- No JIT on the lock session: its statements are short and frequent, and the planner's
--- cost estimate for the claim over 256 shards of a million jobs crosses jit_above_cost,
--- which made a 5 ms claim take 80 ms compiling code each time.
+-- No JIT on the lock session: over many shards the claim's cost estimate crosses
+-- jit_above_cost, and compiling costs far more than running it (test_session.py,
+-- test_claim_plan.py).
 SELECT set_config('jit', 'off', false);
 
 -- name: try_lock_shards
--- Locks the given shards this session does not hold yet and returns every given shard it
--- holds afterwards. A held shard is never locked again: session advisory locks stack, and
--- a stacked lock would outlive the one unlock meant to hand the shard over.
+-- Locks the given shards not held yet; returns every given shard held afterwards. Never
+-- twice: session advisory locks stack, and a stacked lock would outlive the one unlock
+-- that hands the shard over (test_session.py: test_shard_locks_are_exclusive_...).
 WITH mine AS (
     SELECT objid::int AS shard FROM pg_locks
     WHERE locktype = 'advisory' AND pid = pg_backend_pid() AND granted
@@ -224,35 +221,15 @@ ORDER BY 1;
 SELECT coalesce(%(now)s::timestamptz, now()) AS now;
 
 -- name: claim
--- Claims the oldest due jobs of the held shards, at most %(limit)s, in one round trip.
--- Every read goes through the per-shard (shard_id, next_run_at) index, one probe per held
--- shard, so the work depends on the held shards and the limit, never on how many jobs are
--- due (or not) in other nodes' shards. (A walk of the cluster-wide due index in time
--- order reads every due row of the other shards when its own have none: 70-190 ms at
--- 133k due rows elsewhere, against about 2 ms here.) It is exact oldest-first, ties in
--- any order: each held shard offers its oldest few due jobs (heads, a quota of about
--- limit/shards each); the limit-th oldest head is a cutoff, and only a shard whose whole
--- quota came before the cutoff can hold more jobs older than it, so only such shards are
--- read further (deeper). The rows are locked with SKIP LOCKED and re-checked, and marked
--- running under a fresh lease token; no index names a column this update changes, so it
--- is a HOT update wherever the row's page has room (migration 003). Running jobs are in
--- the index range too (behind the status check), as many as the nodes' concurrency;
--- paused ones are not (their next_run_at is 9999-01-01 while paused). The claim writes
--- no run row: until the attempt ends the job row is its record (locked_by, locked_at,
--- locked_zone, slot_at, attempt, lease_token), and whatever ends it (complete, release,
--- recover) writes the row. The last columns tell the caller when the next job of these
--- shards falls due (only when the claim is not full), so it can sleep until then.
--- It looks %(ahead_s)s seconds ahead: jobs due by then are claimed too, so the node can
--- start them on time rather than one claim round trip late; locked_at, the start of the
--- attempt, is then its due time.
--- Candidates are locked and updated by their ctid (a TID scan each), not looked up twice
--- more by id (a tenth of the claim at a million jobs). A row changed by someone else since
--- this statement's snapshot is locked in its new version, which the update cannot see: it
--- is left for the next claim, never claimed twice.
+-- The oldest jobs due by now + %(ahead_s)s in the held shards, at most %(limit)s, marked
+-- running under a fresh lease token, and when the next job of these shards falls due.
+-- Why so: docs/design/claim-plan.md; guarded by tests/integration/test_claim_plan.py.
 WITH clock AS (
     SELECT c.t, c.t + make_interval(secs => %(ahead_s)s) AS due
     FROM (SELECT coalesce(%(now)s::timestamptz, now()) AS t) AS c
 ),
+-- Each held shard offers its oldest few due jobs (heads), one index probe per shard, so
+-- the work never depends on what is due in other nodes' shards.
 quota AS (
     SELECT ceil(%(limit)s::float8 / greatest(cardinality(%(shards)s::int[]), 1))::int + 1 AS n
 ),
@@ -267,6 +244,8 @@ heads AS (
         LIMIT (SELECT n FROM quota)
     ) AS c
 ),
+-- Only a shard whose whole quota came before the limit-th oldest head can hold more jobs
+-- older than it: only those are read further (deeper). Exact oldest-first, ties in any order.
 cutoff AS (
     SELECT coalesce(
         (SELECT h.next_run_at FROM heads h ORDER BY h.next_run_at
@@ -294,11 +273,15 @@ candidates AS (
     ORDER BY next_run_at
     LIMIT %(limit)s
 ),
+-- Locked and updated by ctid. A row changed since this statement's snapshot is locked in
+-- a version the update cannot see: it is left for the next claim, never claimed twice.
 locked AS (
     SELECT j.ctid FROM jobs j JOIN candidates c ON j.ctid = c.ctid
     WHERE j.status = 'idle' AND j.next_run_at <= (SELECT due FROM clock)
     FOR UPDATE OF j SKIP LOCKED
 ),
+-- No index names a column this writes: a HOT update (migration 003, test_hot_claim.py).
+-- The claim writes no run row; whatever ends the attempt does (record_run).
 claimed AS (
     UPDATE jobs j SET
         status = 'running',
@@ -310,8 +293,8 @@ claimed AS (
         updated_at = k.t
     FROM locked l, clock k
     WHERE j.ctid = l.ctid
-    -- In the order of cluster.session.ClaimedJob's fields: the node builds it by position.
-    -- An empty payload comes back as NULL: no JSON to parse for most jobs.
+    -- In the order of cluster.store.records.ClaimedJob's fields: built by position. An empty
+    -- payload comes back as NULL: no JSON to parse for most jobs.
     RETURNING j.id, j.tenant_id, j.name, j.schedule, j.tz, j.dst_repeated, j.dst_skipped,
               j.handler, nullif(j.payload, '{}'::jsonb) AS payload, j.shard_id, j.slot_at,
               j.attempt, j.lease_token, j.catch_up, j.grace_s, j.max_backfill, j.timeout_s,
@@ -335,26 +318,15 @@ FROM clock k LEFT JOIN claimed c ON true
 ORDER BY c.slot_at;
 
 -- name: complete
--- Fenced, batched completion: only rows still running under the caller's lease token
--- change; a stale completion writes nothing. Sets each job's next slot, writes the run
--- row of the attempt that ended, and records the slots the catch-up policy skipped.
--- Returns the ids that were applied. The run row is inserted, or updated in place when an
--- earlier attempt of the same slot left one (one row per slot). Its attempt and
--- started_at (the claim time; none for a slot skipped at claim) come from the job row as
--- it was before this statement, `o`: the update changes the attempt, and Postgres cannot
--- return a column's old value. The batch travels as two JSON arrays, one text parameter
--- each, far cheaper for the client to encode than a dozen typed arrays: %(done)s holds
--- [id, token, slot, outcome, error, duration_us, next_run_at, next_slot, next_attempt]
--- per completion (duration in whole microseconds; next_slot null: the same as
--- next_run_at), %(skips)s
--- [job_id, slot, reason] per skipped slot. The batch is parsed once (MATERIALIZED), and
--- `j.id = ANY(...)` hands the planner the ids as an index condition: the statistics of
--- jobs are gathered while few jobs run, so on `status = 'running'` alone it would scan
--- the table and re-read the batch for every running job (140 ms for 100 completions over
--- 3,000 running jobs, against 6 ms by jobs_pkey; tests/integration/test_lease_plans.py).
+-- Fenced, batched completion: rows still running under the caller's lease token move to
+-- their next slot, record_run writes each attempt's run row, and the slots the catch-up
+-- policy skipped are recorded. Returns the ids applied (tests/integration/test_history.py).
 WITH clock AS (
     SELECT coalesce(%(now)s::timestamptz, now()) AS t
 ),
+-- One JSON text per batch, cheap for the client to encode: per completion [id, token,
+-- slot, outcome, error, duration_us, next_run_at, next_slot or null, next_attempt]
+-- (cluster.store.records.complete_params), parsed once.
 input AS MATERIALIZED (
     SELECT (e->>0)::uuid AS id, (e->>1)::bigint AS token, (e->>2)::timestamptz AS slot,
            e->>3 AS outcome, e->>4 AS error, (e->>5)::bigint / 1e6::float8 AS duration_s,
@@ -363,6 +335,9 @@ input AS MATERIALIZED (
            (e->>8)::int AS next_attempt
     FROM json_array_elements(%(done)s::json) AS e
 ),
+-- The ids are an index condition: the planner, whose statistics saw few running jobs,
+-- must not scan the table for them (test_lease_plans.py). `o` is the job row before this
+-- update: its attempt and claim time belong to the attempt that ended.
 done AS (
     UPDATE jobs j SET
         status = CASE WHEN j.paused THEN 'paused' ELSE 'idle' END,
@@ -379,27 +354,11 @@ done AS (
     FROM input i JOIN jobs o ON o.id = i.id, clock k
     WHERE j.id = ANY(ARRAY(SELECT x.id FROM input x))
       AND j.id = i.id AND j.lease_token = i.token AND j.status = 'running'
-    RETURNING j.id, j.tenant_id, j.name, i.slot, i.token, i.outcome, i.error, i.duration_s,
-              o.attempt, o.locked_at
-),
-history AS (
-    INSERT INTO runs AS r (job_id, tenant_id, job_name, scheduled_for, attempt, node_id,
-                           zone, status, lease_token, started_at, finished_at, duration_s,
-                           last_error)
-    SELECT d.id, d.tenant_id, d.name, d.slot, d.attempt, %(node_id)s, %(zone)s, d.outcome,
-           d.token, CASE WHEN d.outcome = 'skipped' THEN NULL ELSE d.locked_at END, k.t,
-           d.duration_s, d.error
-    FROM done d, clock k
-    ON CONFLICT (job_id, scheduled_for) DO UPDATE SET
-        attempt = excluded.attempt,
-        node_id = excluded.node_id,
-        zone = excluded.zone,
-        status = excluded.status,
-        lease_token = excluded.lease_token,
-        started_at = excluded.started_at,
-        finished_at = excluded.finished_at,
-        duration_s = excluded.duration_s,
-        last_error = excluded.last_error
+    RETURNING j.id, j.tenant_id, j.name, i.slot,
+              record_run(j.id, j.tenant_id, j.name, i.slot, o.attempt, %(node_id)s, %(zone)s,
+                         i.outcome, i.token,
+                         CASE WHEN i.outcome = 'skipped' THEN NULL ELSE o.locked_at END,
+                         k.t, i.duration_s, i.error)
 ),
 skipped AS (
     -- Never the completed slot itself: one statement cannot write a run row twice.
@@ -417,7 +376,7 @@ SELECT id FROM done;
 
 -- name: renew
 -- Extends the leases of the caller's running jobs; returns the ids still held. The ids
--- are an index condition too, for the reason given at `complete`.
+-- are an index condition, as in `complete` (test_lease_plans.py).
 UPDATE jobs j SET lease_expires_at = k.t + make_interval(secs => %(lease_s)s)
 FROM unnest(%(ids)s::uuid[], %(tokens)s::bigint[]) AS i(id, token),
      (SELECT coalesce(%(now)s::timestamptz, now()) AS t) AS k
@@ -426,10 +385,9 @@ WHERE j.id = ANY(%(ids)s::uuid[])
 RETURNING j.id;
 
 -- name: release
--- Hands running jobs back for another attempt of the same slot, due at once (used when a
--- node shuts down before its runs finish), and records the attempt that ended as lost in
--- its slot's run row (from `o`, the job row before this statement). Fenced like a
--- completion, and its ids are an index condition for the same reason.
+-- Hands running jobs back for another attempt of the same slot, due at once (a node
+-- shutting down), recording the attempt as lost; fenced and read by id like `complete`
+-- (test_history.py, test_lease_plans.py).
 WITH clock AS (
     SELECT coalesce(%(now)s::timestamptz, now()) AS t
 ),
@@ -449,40 +407,17 @@ freed AS (
          clock k
     WHERE j.id = ANY(%(ids)s::uuid[])
       AND j.id = i.id AND j.lease_token = i.token AND j.status = 'running'
-    RETURNING j.id, j.tenant_id, j.name, j.slot_at, o.attempt, i.token, o.locked_by,
-              o.locked_zone, o.locked_at
-),
-history AS (
-    INSERT INTO runs AS r (job_id, tenant_id, job_name, scheduled_for, attempt, node_id,
-                           zone, status, lease_token, started_at, finished_at, last_error)
-    SELECT f.id, f.tenant_id, f.name, f.slot_at, f.attempt, f.locked_by, f.locked_zone,
-           'lost', f.token, f.locked_at, k.t, %(reason)s
-    FROM freed f, clock k
-    ON CONFLICT (job_id, scheduled_for) DO UPDATE SET
-        attempt = excluded.attempt,
-        node_id = excluded.node_id,
-        zone = excluded.zone,
-        status = excluded.status,
-        lease_token = excluded.lease_token,
-        started_at = excluded.started_at,
-        finished_at = excluded.finished_at,
-        duration_s = NULL,
-        last_error = excluded.last_error
+    RETURNING j.id,
+              record_run(j.id, j.tenant_id, j.name, j.slot_at, o.attempt, o.locked_by,
+                         o.locked_zone, 'lost', i.token, o.locked_at, k.t, NULL,
+                         %(reason)s)
 )
 SELECT id FROM freed;
 
 -- name: recover
--- Takes back, in the given shards, the slots of runs whose owner is dead (not among the
--- live node ids and without a Postgres session named after it) or whose lease expired.
--- With %(own)s (at start-up, before this process has claimed anything) it takes back
--- instead every run still under this node id, %(node_id)s: an earlier process of the same
--- node (killed, restarted under a fixed id) left them, and the dead-owner test cannot tell
--- them from this one (same id, live session). The flag is a constant when the statement is
--- planned, so only its own branch is read. A compare-and-set on (status, lease_token) in
--- database time, so a run that has just finished is never overwritten. The slot is kept;
--- it is due again at once as the next attempt, and the attempt that was lost is recorded
--- in the slot's run row. Returns the jobs as reset (attempt is the next one) with the lost
--- attempt's owner and reason.
+-- Takes back the slots of runs whose owner is dead (neither live nor connected) or whose
+-- lease expired; with %(own)s, those this node id left running before a restart. Each is
+-- due again at once as its next attempt; the lost one is recorded (test_session.py).
 WITH clock AS (
     SELECT coalesce(%(now)s::timestamptz, now()) AS t
 ),
@@ -490,11 +425,9 @@ sessions AS (
     SELECT DISTINCT application_name AS node_id FROM pg_stat_activity
     WHERE application_name <> '' AND datname = current_database()
 ),
--- The runs to take back, locked: in the given shards, read through the due index a probe
--- per shard (every running job was due by its claim, plus the claim's look-ahead, a
--- fraction of a second, which bounds each probe); or, with %(own)s, this node's own. The
--- probes are subqueries that lock, so the planner keeps them: left to itself it scanned
--- the whole table of a few thousand jobs at every pass (4-6 ms at 20,000 jobs).
+-- A locking probe of the due index per shard (a running job was due by its claim), kept
+-- as such by the planner because it locks (test_lease_plans.py). %(own)s is a constant
+-- when planned: only its branch is read.
 dead AS (
     SELECT d.* FROM unnest(%(shards)s::int[]) AS s(shard)
     CROSS JOIN LATERAL (
@@ -531,37 +464,20 @@ reset AS (
         lease_token = j.lease_token + 1,
         updated_at = k.t
     FROM dead d, clock k
-    -- The rows are locked: their ctids hold until this transaction ends. Looked up as a
-    -- list, so the update reads them alone however few jobs the table has.
+    -- The rows are locked, so their ctids hold; looked up as a list, so the update reads
+    -- them alone however few jobs the table has.
     WHERE j.ctid = ANY(ARRAY(SELECT ctid FROM dead))
       AND j.id = d.id AND j.lease_token = d.lease_token AND j.status = 'running'
-    RETURNING j.id, j.tenant_id, j.name, j.slot_at, j.attempt, d.lease_token AS old_token,
-              d.locked_by, d.reason, d.attempt AS lost_attempt, d.locked_zone, d.locked_at
-),
-history AS (
-    INSERT INTO runs AS r (job_id, tenant_id, job_name, scheduled_for, attempt, node_id,
-                           zone, status, lease_token, started_at, finished_at, last_error)
-    SELECT x.id, x.tenant_id, x.name, x.slot_at, x.lost_attempt, x.locked_by, x.locked_zone,
-           'lost', x.old_token, x.locked_at, k.t,
-           x.reason || ' (node ' || coalesce(x.locked_by, '?') || ')'
-    FROM reset x, clock k
-    ON CONFLICT (job_id, scheduled_for) DO UPDATE SET
-        attempt = excluded.attempt,
-        node_id = excluded.node_id,
-        zone = excluded.zone,
-        status = excluded.status,
-        lease_token = excluded.lease_token,
-        started_at = excluded.started_at,
-        finished_at = excluded.finished_at,
-        duration_s = NULL,
-        last_error = excluded.last_error
+    RETURNING j.id, j.tenant_id, j.name, j.slot_at, j.attempt, d.locked_by, d.reason,
+              record_run(j.id, j.tenant_id, j.name, j.slot_at, d.attempt, d.locked_by,
+                         d.locked_zone, 'lost', d.lease_token, d.locked_at, k.t, NULL,
+                         d.reason || ' (node ' || coalesce(d.locked_by, '?') || ')')
 )
-SELECT * FROM reset;
+SELECT r.id, r.tenant_id, r.name, r.slot_at, r.attempt, r.locked_by, r.reason FROM reset r;
 
 -- name: live_sessions
--- Which of the given node ids still have a Postgres session (their lock session carries
--- the node id as application_name) in this database: a namesake connected to another
--- database on the same server is another cluster's node.
+-- The given node ids with a session in this database (a lock session is named after its
+-- node); a namesake in another database is another cluster's node (test_session.py).
 SELECT DISTINCT application_name AS node_id FROM pg_stat_activity
 WHERE application_name = ANY(%(ids)s::text[]) AND datname = current_database();
 
@@ -588,12 +504,9 @@ FROM clock k LEFT JOIN jobs j ON j.status = 'idle' AND j.next_run_at <= k.t
 GROUP BY k.t;
 
 -- name: status_fire_lag
--- Fire lag (claim time minus slot time) of first attempts started within the window: the
--- finished ones from their run rows, those in flight from their job rows. Only slots of
--- the last horizon are read, so the scan stays on runs_recent; a slot fired later than
--- that after its time is not in this view. clock is inlined (NOT MATERIALIZED) though
--- read twice, so the planner sees the window's bounds as constants and estimates the
--- scan of runs as it does with one reference.
+-- Fire lag (claim time minus slot time) of first attempts started within the window, from
+-- run rows and job rows. Only slots of the last horizon, so the scan stays on runs_recent;
+-- clock is NOT MATERIALIZED so the planner sees the window's bounds as constants.
 WITH clock AS NOT MATERIALIZED (
     SELECT coalesce(%(now)s::timestamptz, now()) AS t
 ),
@@ -618,11 +531,9 @@ SELECT count(*)::int AS samples,
 FROM started s;
 
 -- name: status_outcomes
--- Slots by the state of their latest attempt: the run rows that finished within the
--- window, and as 'running' the attempts in flight (job rows) that started within it,
--- among the slots of the last horizon (again to stay on runs_recent). A slot whose next
--- attempt is in flight counts as running, not as its earlier attempt's outcome. Its CTEs
--- are inlined for the reason given in status_fire_lag.
+-- Slots of the last horizon by the state of their latest attempt within the window: run
+-- rows, and as 'running' the attempts in flight, which hide their slot's earlier outcome.
+-- CTEs inlined as in status_fire_lag (tests/integration/test_history.py).
 WITH clock AS NOT MATERIALIZED (
     SELECT coalesce(%(now)s::timestamptz, now()) AS t
 ),

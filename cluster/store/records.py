@@ -33,12 +33,9 @@ _arrays: dict[frozenset[int], str] = {}
 
 def int_array(values: Collection[int]) -> str:
     """A sorted ``int[]`` literal for a set of shards: psycopg dumps a Python list element by
-    element (about 200 µs of the node's CPU for a third of 256 shards, on every claim and
-    recovery pass), a string in one go.
-
-    Remembered per shard set: a node's held set changes only when the ring moves, while
-    its claims and recovery passes send it every second. Built anew after a second
-    asleep, the text alone cost about 80 µs of an idle node's CPU per call."""
+    element, a string in one go. Remembered per shard set: the held set changes only when
+    the ring moves, while claims and recovery passes send it every second
+    (tests/unit/test_shard_arrays.py)."""
     key = values if isinstance(values, frozenset) else frozenset(values)
     found = _arrays.get(key)
     if found is None:
@@ -52,8 +49,7 @@ class ClaimedJob(NamedTuple):
     """A claimed job as the claim statement returns it (in this field order).
 
     A named tuple, not a frozen dataclass: a claim builds a hundred at a time, and a
-    frozen dataclass's ``__init__`` sets each of the 20 fields through
-    ``object.__setattr__`` (5.4 µs per job on the benchmark VM, against 0.5 µs)."""
+    frozen dataclass's ``__init__`` sets each field through ``object.__setattr__``."""
 
     id: UUID
     tenant: str
@@ -86,9 +82,9 @@ def claimed_jobs(rows: Sequence[tuple[Any, ...]], skip: int) -> list[ClaimedJob]
     """The claimed jobs of a claim's rows, whose fields follow ``skip`` leading columns; a
     row with a null id is the claim's report alone (nothing was claimed).
 
-    Built by position with ``tuple.__new__``: a named tuple's own ``__new__`` takes its 20
-    fields as arguments one by one (1 µs a job, against 0.35 µs), and a claim builds a
-    hundred. The width is checked once per claim instead."""
+    Built by position with ``tuple.__new__``, cheaper than passing a named tuple's 20
+    fields one by one; the width is checked once per claim instead
+    (tests/unit/test_claim_rows.py)."""
     if rows and len(rows[0]) != skip + _FIELDS:
         raise ValueError(f"a claim row has {len(rows[0]) - skip} job fields, not {_FIELDS}")
     make = tuple.__new__
@@ -136,11 +132,9 @@ def complete_params(
     """Parameters of the batched ``complete`` statement.
 
     The batch goes as two JSON texts, a row of plain values per completion and per skip,
-    rather than a dozen typed arrays, whose per-element adaptation used to be a large
-    share of a busy node's CPU. Ids are hex, times ISO 8601, durations whole microseconds
-    (a float's shortest repr took half of a row's encoding); ``next_slot`` is null when
-    it equals ``next_run_at`` (every completion but a retry's), saving one of the times,
-    which are most of the encoding cost.
+    cheaper to encode than a dozen typed arrays adapted element by element. Ids are hex,
+    times ISO 8601 (``next_slot`` null when it equals ``next_run_at``), durations whole
+    microseconds (tests/integration/test_history.py).
     """
     texts: dict[datetime, str] = {}
 

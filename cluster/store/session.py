@@ -5,6 +5,10 @@ completions, renewals, releases and recoveries run on the same session (a node w
 session was terminated cannot claim). ``idle_session_timeout`` makes Postgres end the
 session of a frozen or partitioned node by itself. Every call has a deadline; a timeout or
 a connection error marks the session lost, and the caller drops its shards at once.
+
+The session runs a few statements thousands of times, so psycopg prepares each on the
+server at first use; it runs in autocommit and never rolls back, so psycopg never
+deallocates them (docs/design/driver.md).
 """
 
 from __future__ import annotations
@@ -19,11 +23,13 @@ from typing import Any
 from uuid import UUID
 
 import psycopg
+from psycopg import AsyncCursor
+from psycopg.rows import AsyncRowFactory, dict_row, tuple_row
 
 from cluster.errors import ConfigError, StoreError
 from cluster.settings import ClusterSettings
 from cluster.store.connect import Conn, connect, describe
-from cluster.store.direct import DirectConnection, RowMaker, dict_rows, tuple_rows
+from cluster.store.deadline import fetch_within
 from cluster.store.migrate import stored_shard_count
 from cluster.store.queries import query
 from cluster.store.records import (
@@ -63,7 +69,7 @@ class LockSession:
         self.statement_timeout_s = statement_timeout_s
         self.namespace = settings.lock_namespace
         self._conn: Conn | None = None
-        self._direct: DirectConnection | None = None
+        self._cur: AsyncCursor[Any] | None = None  # kept: it keeps its column loaders
         self._lock = asyncio.Lock()
         self.last_ok = 0.0  # monotonic time of the last successful round trip
         self.generation = 0  # bumps on every new connection
@@ -86,6 +92,7 @@ class LockSession:
             self.node_id,
             statement_timeout_s=self.statement_timeout_s,
             idle_session_timeout_s=self.session_timeout_s,
+            prepare_threshold=0,
         )
         try:
             shards = await asyncio.wait_for(stored_shard_count(conn), self.statement_timeout_s)
@@ -99,8 +106,7 @@ class LockSession:
         except BaseException:
             await conn.close()
             raise
-        self._conn = conn
-        self._direct = DirectConnection(conn)
+        self._conn, self._cur = conn, conn.cursor(row_factory=tuple_row)
         self.generation += 1
         self.last_ok = time.monotonic()
         return shards
@@ -126,7 +132,7 @@ class LockSession:
             )
 
     async def close(self) -> None:
-        conn, self._conn, self._direct = self._conn, None, None
+        conn, self._conn, self._cur = self._conn, None, None
         if conn is not None and not conn.closed:
             try:
                 await asyncio.wait_for(conn.close(), 2.0)
@@ -134,18 +140,20 @@ class LockSession:
                 logger.debug("lock session close did not finish cleanly")
 
     async def _run(
-        self, name: str, params: dict[str, Any], rows: RowMaker = tuple_rows
+        self,
+        name: str,
+        params: dict[str, Any],
+        rows: AsyncRowFactory[Any] = tuple_row,
     ) -> list[Any]:
         """Rows of the statement, as tuples unless ``rows`` says otherwise (the statements
-        run every second, and tuples need no column names), sent through libpq directly
-        (``cluster.store.direct``)."""
+        run every second, and tuples need no column names)."""
         async with self._lock:
-            conn, direct = self._conn, self._direct
-            if conn is None or direct is None or conn.closed:
+            conn, cur = self._conn, self._cur
+            if conn is None or cur is None or conn.closed:
                 raise SessionLost("lock session is not connected")
+            cur.row_factory = rows
             try:
-                async with asyncio.timeout(self.statement_timeout_s + 1.0):
-                    found = await direct.run(query(name), params, rows)
+                found = await fetch_within(cur, query(name), params, self.statement_timeout_s + 1.0)
             except TimeoutError as exc:
                 await self._lost()
                 raise SessionLost(f"{name}: no answer within {self.statement_timeout_s}s") from exc
@@ -161,7 +169,7 @@ class LockSession:
             return found
 
     async def _lost(self) -> None:
-        conn, self._conn, self._direct = self._conn, None, None
+        conn, self._conn, self._cur = self._conn, None, None
         logger.warning("lock session lost", extra={"event": "session_lost"})
         if self._on_lost is not None:
             self._on_lost()  # drop every shard before anything else can use them
@@ -272,11 +280,11 @@ class LockSession:
         if not shards:
             return []
         params = {"own": False, "shards": int_array(shards), "live": list(live), "node_id": None}
-        return await self._run("recover", {**params, "now": now}, dict_rows)
+        return await self._run("recover", {**params, "now": now}, dict_row)
 
     async def recover_own(self, now: datetime | None = None) -> list[dict[str, Any]]:
         """Take back the slots an earlier process of this node id left running.
 
         Only before this process claims anything: then every such run is an orphan."""
         params = {"own": True, "shards": int_array(()), "live": [], "node_id": self.node_id}
-        return await self._run("recover", {**params, "now": now}, dict_rows)
+        return await self._run("recover", {**params, "now": now}, dict_row)

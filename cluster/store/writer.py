@@ -3,25 +3,28 @@
 Completions are fenced by their lease token, so they need not travel on the lock session;
 writing them here lets claims and completions proceed side by side instead of queueing
 on one connection. The connection holds no locks and has no idle timeout; it is opened on
-first use and again after any error, and its statement goes through libpq directly
-(``cluster.store.direct``). Its name is ``<node id>/write`` so it never counts
-as the node's lock session.
+first use and again after any error, and psycopg prepares its one statement on the server
+(docs/design/driver.md). Its name is ``<node id>/write`` so it never counts as the node's
+lock session.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from collections.abc import Sequence
 from datetime import datetime
 from uuid import UUID
 
 import psycopg
+from psycopg import AsyncCursor
+from psycopg.rows import TupleRow, tuple_row
 
 from cluster.errors import StoreError
 from cluster.settings import ClusterSettings
-from cluster.store.connect import Conn, connect, describe
-from cluster.store.direct import DirectConnection
+from cluster.store.connect import connect, describe
+from cluster.store.deadline import fetch_within
 from cluster.store.queries import query
 from cluster.store.records import Completion, Skip, complete_params
 
@@ -34,8 +37,7 @@ class ResultWriter:
         self.node_id = node_id
         self.zone = zone
         self._timeout_s = statement_timeout_s
-        self._conn: Conn | None = None
-        self._direct: DirectConnection | None = None
+        self._cur: AsyncCursor[TupleRow] | None = None
         self._lock = asyncio.Lock()
 
     async def complete(
@@ -46,16 +48,21 @@ class ResultWriter:
             return set()
         params = complete_params(done, skips, self.node_id, self.zone, now)
         async with self._lock:
+            deadline = time.monotonic() + self._timeout_s + 1.0
             try:
-                async with asyncio.timeout(self._timeout_s + 1.0):
-                    if self._direct is None or self._conn is None or self._conn.closed:
-                        self._conn = await connect(
+                if self._cur is None or self._cur.connection.closed:
+                    conn = await asyncio.wait_for(
+                        connect(
                             self._settings,
                             f"{self.node_id}/write"[:63],
                             statement_timeout_s=self._timeout_s,
-                        )
-                        self._direct = DirectConnection(self._conn)
-                    rows = await self._direct.run(query("complete"), params)
+                            prepare_threshold=0,
+                        ),
+                        deadline - time.monotonic(),
+                    )
+                    self._cur = conn.cursor(row_factory=tuple_row)
+                left_s = deadline - time.monotonic()
+                rows = await fetch_within(self._cur, query("complete"), params, left_s)
             except (TimeoutError, psycopg.Error, StoreError) as exc:
                 await self.close()
                 reason = "no answer in time" if isinstance(exc, TimeoutError) else describe(exc)
@@ -63,7 +70,7 @@ class ResultWriter:
         return {row[0] for row in rows}
 
     async def close(self) -> None:
-        conn, self._conn, self._direct = self._conn, None, None
-        if conn is not None and not conn.closed:
+        cur, self._cur = self._cur, None
+        if cur is not None and not cur.connection.closed:
             with contextlib.suppress(TimeoutError, psycopg.Error, OSError):
-                await asyncio.wait_for(conn.close(), 2.0)
+                await asyncio.wait_for(cur.connection.close(), 2.0)

@@ -230,6 +230,19 @@ EXPECTED_CONSTRAINTS = {
     ("schema_version", "PRIMARY KEY (version)"),
 }
 
+# Functions, with their identity arguments.
+EXPECTED_FUNCTIONS = {
+    ("forget_deleted_jobs_runs", ""),
+    (
+        "record_run",
+        "run_job_id uuid, run_tenant_id text, run_job_name text,"
+        " run_scheduled_for timestamp with time zone, run_attempt integer, run_node_id text,"
+        " run_zone text, run_status text, run_lease_token bigint,"
+        " run_started_at timestamp with time zone, run_finished_at timestamp with time zone,"
+        " run_duration_s double precision, run_last_error text",
+    ),
+}
+
 JOB_COLUMNS = {
     "id", "tenant_id", "name", "schedule", "tz", "dst_repeated", "dst_skipped", "handler",
     "payload", "status", "paused", "shard_id", "next_run_at", "slot_at", "attempt",
@@ -276,6 +289,14 @@ async def test_migrations_produce_the_expected_schema(settings: ClusterSettings)
         (schema,),
     )
     assert set(triggers) == {("jobs", "jobs_forget_runs", "AFTER", "DELETE", "STATEMENT")}
+
+    functions = fetch(
+        settings,
+        "SELECT proname, pg_get_function_identity_arguments(oid) FROM pg_proc"
+        " WHERE pronamespace = %s::regnamespace",
+        (schema,),
+    )
+    assert set(functions) == EXPECTED_FUNCTIONS
 
     columns = fetch(
         settings,

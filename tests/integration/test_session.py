@@ -8,10 +8,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
+import re
 import time
 from collections import Counter
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime, timedelta
+from urllib.parse import urlsplit
 from uuid import UUID
 
 import psycopg
@@ -26,7 +29,7 @@ from cluster.store.connect import Conn, connect
 from cluster.store.jobs import JobStore
 from cluster.store.queries import query
 from cluster.store.records import ClaimedJob, Completion
-from cluster.store.session import LockSession
+from cluster.store.session import LockSession, SessionLost
 from node.handlers import Outcome
 from node.outcomes import after_run
 from tests.conftest import ADMIN_URL, Opener
@@ -132,7 +135,8 @@ async def test_sessions_opening_at_the_same_moment_are_all_accepted(
 
 
 async def test_the_lock_session_never_compiles_its_statements(open_session: Opener) -> None:
-    """JIT compiling the claim over 256 shards of 1M jobs took 80 ms for a 5 ms statement."""
+    """Over many shards of many jobs the claim's cost estimate crosses jit_above_cost, and
+    compiling it would cost far more than running it."""
     session = await open_session("n1")
     conn = session._conn
     assert conn is not None
@@ -645,3 +649,189 @@ async def test_a_listener_whose_connection_is_killed_fails_at_once(
         stop.set()
         task.cancel()
         await observer.close()
+
+
+# -- the driver: prepared statements, refused and cancelled statements, the deadline ------
+
+
+def _as_prepared(name: str) -> str:
+    """The text of statement ``name`` as psycopg prepares it: ``%(x)s`` numbered ``$1..$n``
+    in order of first use."""
+    order: list[str] = []
+
+    def number(match: re.Match[str]) -> str:
+        if match[1] not in order:
+            order.append(match[1])
+        return f"${order.index(match[1]) + 1}"
+
+    return re.sub(r"%\((\w+)\)s", number, query(name).decode())
+
+
+async def _executions(session: LockSession, name: str) -> list[int]:
+    """Executions of each prepared statement of ``name`` on the session's own backend."""
+    conn = session._conn
+    assert conn is not None
+    cur = await conn.execute(
+        "SELECT generic_plans + custom_plans AS runs FROM pg_prepared_statements"
+        " WHERE statement = %(text)s ORDER BY prepare_time",
+        {"text": _as_prepared(name)},
+    )
+    return [row["runs"] for row in await cur.fetchall()]
+
+
+async def test_the_lock_session_runs_its_statements_prepared_on_the_server(
+    store: JobStore, open_session: Opener
+) -> None:
+    await add_jobs(store, 4)  # due at 10 s
+    a = await open_session("node-a")
+    await a.try_lock(ALL)
+    for _ in range(5):
+        assert (await a.claim(ALL, 10, 30.0, now=at(1))).jobs == []
+        await a.ping()
+    claimed = (await a.claim(ALL, 10, 30.0, now=at(10))).jobs
+    assert await a.complete([completion(j, at(11)) for j in claimed], now=at(11)) == {
+        j.id for j in claimed
+    }
+    # Prepared once each, at first use; every later call runs the same statement.
+    assert await _executions(a, "claim") == [6]
+    assert await _executions(a, "ping") == [5]
+    assert await _executions(a, "complete") == [1]
+
+
+async def test_statements_refused_by_the_server_leave_the_session_working(
+    store: JobStore, open_session: Opener
+) -> None:
+    """A refused statement costs at most one re-prepare: no ROLLBACK is ever sent on the
+    session (autocommit), so psycopg keeps every statement it prepared."""
+    await add_jobs(store, 2)
+    a = await open_session("node-a")
+    await a.try_lock(ALL)
+    # Refused at its first execution: a negative limit.
+    with pytest.raises(StoreError, match="LIMIT") as refused:
+        await a.claim(ALL, -1, 30.0, now=at(10))
+    assert not isinstance(refused.value, SessionLost)
+    first, second = (await a.claim(ALL, 10, 30.0, now=at(10))).jobs
+    assert await a.complete([completion(first, at(11))], now=at(11)) == {first.id}
+
+    # Refused once prepared: runs.status has no such outcome, and the whole completion,
+    # the job row's update included, is undone.
+    bad = completion(second, at(11))._replace(outcome="exploded")
+    with pytest.raises(StoreError, match="check constraint") as refused:
+        await a.complete([bad], now=at(11))
+    assert not isinstance(refused.value, SessionLost)
+    assert (await store.get(second.name)).status == "running"
+    assert await a.complete([completion(second, at(12))], now=at(12)) == {second.id}
+
+    assert a.connected and await a.my_locks() == set(ALL)
+    assert (await a.claim(ALL, 10, 30.0, now=at(13))).jobs == []
+    assert await _executions(a, "complete") == [3]  # the refused one ran on it too
+    assert max(await _executions(a, "claim")) == 2  # the two after the refused one
+    assert {r.status for r in await store.runs()} == {"succeeded"}
+
+
+async def test_a_statement_cancelled_by_its_caller_leaves_the_session_working(
+    store: JobStore, settings: ClusterSettings, open_session: Opener
+) -> None:
+    await add_jobs(store, 1)
+    a = await open_session("node-a")
+    await a.try_lock(ALL)
+    (job,) = (await a.claim(ALL, 10, 30.0, now=at(10))).jobs
+    await a.renew([(job.id, job.lease_token)], 30.0, now=at(11))  # prepared
+    blocker = await connect(settings, "blocker", autocommit=False)
+    try:
+        await blocker.execute("SELECT 1 FROM jobs WHERE id = %s FOR UPDATE", (job.id,))
+        renewal = asyncio.create_task(a.renew([(job.id, job.lease_token)], 30.0, now=at(12)))
+
+        async def waiting_for_the_row() -> bool:
+            cur = await blocker.execute(
+                "SELECT 1 FROM pg_stat_activity WHERE application_name = 'node-a'"
+                " AND wait_event_type = 'Lock' AND datname = current_database()"
+            )
+            return await cur.fetchone() is not None
+
+        await _wait_for(waiting_for_the_row)
+        renewal.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await renewal
+    finally:
+        await blocker.rollback()
+        await blocker.close()
+    # psycopg cancelled the statement on the server; the session, its locks and its
+    # prepared statement are still there.
+    assert a.connected
+    assert await a.renew([(job.id, job.lease_token)], 30.0, now=at(13)) == {job.id}
+    assert await a.my_locks() == set(ALL)
+    assert await _executions(a, "renew") == [3]
+
+
+class Partition:
+    """A TCP relay to Postgres that stops passing bytes either way when ``cut`` is set, as a
+    network partition does (new connections, a cancel request's too, are accepted and
+    then hear nothing)."""
+
+    def __init__(self, url: str) -> None:
+        parts = urlsplit(url)
+        self._upstream = (parts.hostname or "127.0.0.1", parts.port or 5432)
+        self._url = parts
+        self.cut = False
+        self._server: asyncio.Server | None = None
+        self._pipes: set[asyncio.Task[None]] = set()
+
+    async def __aenter__(self) -> str:
+        """The URL that goes through the relay."""
+        self._server = await asyncio.start_server(self._relay, "127.0.0.1", 0)
+        port = self._server.sockets[0].getsockname()[1]
+        netloc = self._url.netloc.rsplit("@", 1)
+        host = f"127.0.0.1:{port}"
+        return self._url._replace(
+            netloc=f"{netloc[0]}@{host}" if len(netloc) > 1 else host
+        ).geturl()
+
+    async def __aexit__(self, *exc: object) -> None:
+        assert self._server is not None
+        self._server.close()
+        for pipe in self._pipes:
+            pipe.cancel()
+        await asyncio.gather(*self._pipes, return_exceptions=True)
+
+    async def _relay(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        up_reader, up_writer = await asyncio.open_connection(*self._upstream)
+        for source, sink in ((reader, up_writer), (up_reader, writer)):
+            pipe = asyncio.create_task(self._pipe(source, sink))
+            self._pipes.add(pipe)
+            pipe.add_done_callback(self._pipes.discard)
+
+    async def _pipe(self, source: asyncio.StreamReader, sink: asyncio.StreamWriter) -> None:
+        try:
+            while data := await source.read(65536):
+                if not self.cut:
+                    sink.write(data)
+                    await sink.drain()
+        finally:
+            sink.close()
+
+
+async def test_a_session_that_hears_nothing_is_lost_at_its_deadline(
+    store: JobStore, settings: ClusterSettings
+) -> None:
+    """Past the deadline the connection is closed at once: psycopg, cancelled, would first
+    send a cancel request and wait for the statement, seconds more with nothing answering."""
+    partition = Partition(settings.database_url)
+    lost: list[float] = []
+    async with partition as url:
+        relayed = dataclasses.replace(settings, database_url=url)
+        session = LockSession(
+            relayed, "n1", "z", session_timeout_s=10, statement_timeout_s=1,
+            on_lost=lambda: lost.append(time.monotonic()),
+        )  # fmt: skip
+        await session.open()
+        try:
+            assert await session.try_lock(ALL) == set(ALL)
+            partition.cut = True
+            started = time.monotonic()
+            with pytest.raises(SessionLost, match="no answer within"):
+                await session.ping()
+            assert time.monotonic() - started < 2.5  # the deadline: 1 s + 1 s
+            assert len(lost) == 1 and not session.connected
+        finally:
+            await session.close()

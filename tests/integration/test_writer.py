@@ -54,3 +54,40 @@ async def test_writer_applies_fenced_completions_and_reconnects(
     finally:
         await writer.close()
         await session.close()
+
+
+async def test_writer_prepares_its_statement_and_recovers_from_a_refused_completion(
+    store: JobStore, settings: ClusterSettings
+) -> None:
+    for name in ("a", "b"):
+        await store.add(JobSpec.build(name, "@every 10s", "cluster.chaos.witness:record"), now=T0)
+    session = LockSession(settings, "n1", "z", session_timeout_s=10, statement_timeout_s=5)
+    writer = ResultWriter(settings, "n1", "z", statement_timeout_s=5)
+    try:
+        await session.open()
+        first, second = (await session.claim(ALL, 10, 30.0, now=T0 + timedelta(seconds=10))).jobs
+        done, _ = after_run(first, OK, T0 + timedelta(seconds=11))
+        assert await writer.complete([done]) == {first.id}
+
+        # Refused by the server (runs.status has no such outcome): nothing of it is written.
+        late, _ = after_run(second, OK, T0 + timedelta(seconds=11))
+        with pytest.raises(StoreError, match="check constraint"):
+            await writer.complete([late._replace(outcome="exploded")])
+        assert (await store.get(second.name)).status == "running"
+        assert await writer.complete([late]) == {second.id}
+        assert await writer.complete([late]) == set()  # fenced: the row is idle now
+        assert {(r.job_name, r.status) for r in await store.runs()} == {
+            ("a", "succeeded"),
+            ("b", "succeeded"),
+        }
+
+        # One statement, prepared on the server at first use on this connection.
+        assert writer._cur is not None
+        cur = await writer._cur.connection.execute(
+            "SELECT generic_plans + custom_plans AS runs FROM pg_prepared_statements"
+            " WHERE statement LIKE 'WITH clock AS (%%'"
+        )
+        assert [row["runs"] for row in await cur.fetchall()] == [2]
+    finally:
+        await writer.close()
+        await session.close()

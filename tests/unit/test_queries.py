@@ -1,5 +1,5 @@
 """The statements as sent: without comment lines, placeholders intact, short enough for
-psycopg to cache their placeholder conversion."""
+psycopg to cache their placeholder conversion; the run history written in one place."""
 
 from __future__ import annotations
 
@@ -39,3 +39,11 @@ def test_compacting_keeps_every_placeholder_of_the_statement_itself() -> None:
 def test_every_statement_is_short_enough_for_psycopg_to_cache() -> None:
     too_long = {n: len(query(n)) for n in names() if len(query(n)) > PSYCOPG_CACHED_BYTES}
     assert not too_long
+
+
+def test_the_run_row_of_an_ended_attempt_is_written_in_one_place() -> None:
+    """complete, release and recover call record_run (migration 005); no statement keeps an
+    upsert of its own into runs."""
+    for name in ("complete", "release", "recover"):
+        assert b"record_run(" in query(name), name
+    assert not [n for n in names() if b"ON CONFLICT (job_id, scheduled_for) DO UPDATE" in query(n)]
