@@ -88,8 +88,8 @@ async def clear_redis(settings: ClusterSettings) -> None:
 async def control(settings: ClusterSettings) -> AConn:
     """The benchmark's own connection (its backend is not counted as Postgres load).
 
-    psycopg prepares nothing on it, so it can carry a ``cluster.store.direct`` connection (the
-    scale scenario times its claims that way)."""
+    psycopg prepares nothing on it unless asked (the scale scenario sets
+    ``prepare_threshold`` to time its claims as a node's lock session runs them)."""
     return await psycopg.AsyncConnection.connect(
         settings.database_url,
         autocommit=True,
