@@ -26,6 +26,7 @@ import pytest
 from click.testing import CliRunner, Result
 
 from cluster.schedule import parse_schedule
+from cluster.store.migrate import available
 from cluster.settings import ClusterSettings
 from node.cli import cli
 from tests.conftest import REDIS_URL
@@ -201,8 +202,11 @@ def is_aware_iso(text: str) -> datetime:
 def test_init_then_init_again(pulse: Invoke, settings: ClusterSettings) -> None:
     first = pulse("init", "--shards", "16")
     assert first.exit_code == 0
+    versions = [m.version for m in available()]
+    applied = ", ".join(f"{v:03d}" for v in versions)
+    assert versions == list(range(1, len(versions) + 1))
     assert first.stdout.strip() == (
-        f"schema {settings.schema} at version 4 (applied: 001, 002, 003, 004); 16 shards"
+        f"schema {settings.schema} at version {versions[-1]} (applied: {applied}); 16 shards"
     )
     again = pulse("init")
     assert again.exit_code == 0
