@@ -196,7 +196,10 @@ async def test_uninitialised_schema_says_run_init(settings: ClusterSettings) -> 
     assert not schema_exists(settings)
 
 
-EXPECTED_TABLES = {"meta", "schema_version", "jobs", "runs"}
+EXPECTED_TABLES = {
+    "meta", "schema_version", "jobs", "runs", "config", "alert_rules", "alert_events",
+    "alert_deliveries",
+}  # fmt: skip
 
 # pg_indexes.indexdef with the schema name replaced by "S".
 EXPECTED_INDEXES = {
@@ -219,6 +222,27 @@ EXPECTED_INDEXES = {
     "schema_version_pkey": (
         "CREATE UNIQUE INDEX schema_version_pkey ON S.schema_version USING btree (version)"
     ),
+    "config_pkey": "CREATE UNIQUE INDEX config_pkey ON S.config USING btree (key)",
+    "alert_rules_pkey": "CREATE UNIQUE INDEX alert_rules_pkey ON S.alert_rules USING btree (name)",
+    "alert_events_pkey": "CREATE UNIQUE INDEX alert_events_pkey ON S.alert_events USING btree (id)",
+    "alert_events_created": (
+        "CREATE INDEX alert_events_created ON S.alert_events USING btree (created_at)"
+    ),
+    "alert_deliveries_pkey": (
+        "CREATE UNIQUE INDEX alert_deliveries_pkey ON S.alert_deliveries USING btree (id)"
+    ),
+    "alert_deliveries_event_id_rule_name_key": (
+        "CREATE UNIQUE INDEX alert_deliveries_event_id_rule_name_key ON S.alert_deliveries"
+        " USING btree (event_id, rule_name)"
+    ),
+    "alert_deliveries_pending": (
+        "CREATE INDEX alert_deliveries_pending ON S.alert_deliveries"
+        " USING btree (next_attempt_at) WHERE (status = 'pending'::text)"
+    ),
+    "alert_deliveries_by_rule_job": (
+        "CREATE INDEX alert_deliveries_by_rule_job ON S.alert_deliveries"
+        " USING btree (rule_name, job_id, id) WHERE (status = 'pending'::text)"
+    ),
 }
 
 EXPECTED_CONSTRAINTS = {
@@ -228,6 +252,16 @@ EXPECTED_CONSTRAINTS = {
     ("runs", "PRIMARY KEY (id)"),
     ("runs", "UNIQUE (job_id, scheduled_for)"),
     ("schema_version", "PRIMARY KEY (version)"),
+    ("config", "PRIMARY KEY (key)"),
+    ("alert_rules", "PRIMARY KEY (name)"),
+    ("alert_events", "PRIMARY KEY (id)"),
+    ("alert_deliveries", "PRIMARY KEY (id)"),
+    ("alert_deliveries", "UNIQUE (event_id, rule_name)"),
+    ("alert_deliveries", "FOREIGN KEY (event_id) REFERENCES S.alert_events(id) ON DELETE CASCADE"),
+    (
+        "alert_deliveries",
+        "FOREIGN KEY (rule_name) REFERENCES S.alert_rules(name) ON DELETE CASCADE",
+    ),
 }
 
 # Functions, with their identity arguments.
@@ -241,6 +275,12 @@ EXPECTED_FUNCTIONS = {
         " run_started_at timestamp with time zone, run_finished_at timestamp with time zone,"
         " run_duration_s double precision, run_last_error text",
     ),
+    (
+        "raise_alert",
+        "a_event text, a_job_id uuid, a_tenant_id text, a_job_name text,"
+        " a_slot timestamp with time zone, a_attempt integer, a_node_id text, a_zone text,"
+        " a_error text, a_detail text",
+    ),
 }
 
 JOB_COLUMNS = {
@@ -248,11 +288,12 @@ JOB_COLUMNS = {
     "payload", "status", "paused", "shard_id", "next_run_at", "slot_at", "attempt",
     "last_run_at", "locked_by", "locked_at", "locked_zone", "lease_expires_at", "lease_token",
     "catch_up", "grace_s", "max_backfill", "timeout_s", "max_retries", "retry_backoff_s",
-    "created_at", "updated_at",
+    "created_at", "updated_at", "keep_for_s", "keep_runs", "output_limit", "late_after_s",
+    "late_slot", "pause_after_failures", "failed_slots", "pause_note",
 }  # fmt: skip
 RUN_COLUMNS = {
     "id", "job_id", "tenant_id", "job_name", "scheduled_for", "attempt", "node_id", "zone",
-    "status", "lease_token", "started_at", "finished_at", "duration_s", "last_error",
+    "status", "lease_token", "started_at", "finished_at", "duration_s", "last_error", "output",
 }  # fmt: skip
 
 

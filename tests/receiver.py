@@ -1,0 +1,91 @@
+"""A real HTTP receiver for alert tests: records every request, and can answer 500, be slow,
+or be down (stopped, then started again on the same port)."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import threading
+import time
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Request:
+    path: str
+    headers: dict[str, str]
+    body: bytes
+    at: float
+    status: int  # what it was answered with
+
+    def json(self) -> Any:
+        return json.loads(self.body)
+
+
+@dataclass
+class Receiver:
+    """``url`` accepts POSTs; ``status`` and ``delay_s`` say how it answers."""
+
+    status: int = 200
+    delay_s: float = 0.0
+    requests: list[Request] = field(default_factory=list)
+    port: int = 0
+    _server: ThreadingHTTPServer | None = None
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/hook"
+
+    def start(self) -> Receiver:
+        receiver = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                length = int(self.headers.get("Content-Length") or 0)
+                body = self.rfile.read(length)
+                status = receiver.status
+                with receiver._lock:
+                    receiver.requests.append(
+                        Request(self.path, dict(self.headers.items()), body, time.time(), status)
+                    )
+                if receiver.delay_s:
+                    time.sleep(receiver.delay_s)
+                self.send_response(status)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+            def log_message(self, format: str, *args: Any) -> None:
+                pass
+
+        ThreadingHTTPServer.allow_reuse_address = True
+        self._server = ThreadingHTTPServer(("127.0.0.1", self.port), Handler)
+        self._server.daemon_threads = True
+        self.port = self._server.server_address[1]
+        threading.Thread(target=self._server.serve_forever, daemon=True).start()
+        return self
+
+    def stop(self) -> None:
+        server, self._server = self._server, None
+        if server is not None:
+            server.shutdown()
+            server.server_close()
+
+    def received(self) -> list[Request]:
+        with self._lock:
+            return list(self.requests)
+
+    def accepted(self) -> list[Request]:
+        """Requests answered with a 2xx (the ones a sender may count as delivered)."""
+        return [r for r in self.received() if 200 <= r.status < 300]
+
+
+@contextlib.contextmanager
+def receiver(**kwargs: Any) -> Any:
+    r = Receiver(**kwargs).start()
+    try:
+        yield r
+    finally:
+        r.stop()
