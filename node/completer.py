@@ -1,14 +1,11 @@
 """Writes run outcomes back to Postgres: batched, fenced, shielded, retried.
 
 Finished runs and claim-time skips queue here; one loop writes everything queued in one
-``complete`` statement. While the claim loop is catching up (its last claim was full:
-more is due, and it claims again as slots free) the write waits, up to ``MAX_DEFER_S`` or
-a full batch: the claims that start the remaining due runs go first, and the completions
-follow in fewer, larger statements. It waits the same way while runs claimed ahead of
-their due time have yet to start (``more_coming``): jobs due one after another, claimed
-in batches, are then written in batches too, not in a statement each. Slots are freed
-when runs end, not when their completions are written, so the wait never holds back a
-claim.
+``complete`` statement. While more runs are about to finish (``Pacing.more_coming``: the
+claim loop is catching up, or runs it claimed ahead have yet to start) the write waits, up
+to ``MAX_DEFER_S`` or a full batch, so completions go in fewer, larger statements and the
+claims that start due runs go first. Slots are freed when runs end, not when their
+completions are written, so the wait never holds back a claim (tests/unit/test_completer.py).
 
 The write runs under ``asyncio.shield`` so a shutdown cannot lose it, and a failed write
 is retried with backoff: a completion whose lease still holds is applied whenever the
@@ -20,7 +17,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Protocol
 from uuid import UUID
@@ -30,6 +27,7 @@ from cluster.store.records import ClaimedJob, Completion, Skip
 from node.clock import DbClock
 from node.handlers import Outcome
 from node.outcomes import after_run, broken
+from node.pacing import Pacing
 from node.service import Failures, Signal, wait_any
 from node.stats import Stats
 
@@ -53,23 +51,23 @@ class CompletionSink(Protocol):
 
 class Completer:
     def __init__(
-        self, session: CompletionSink, clock: DbClock, stats: Stats, wake: asyncio.Event
+        self,
+        session: CompletionSink,
+        clock: DbClock,
+        stats: Stats,
+        wake: asyncio.Event,
+        pacing: Pacing,
     ) -> None:
         self._session = session
         self._wake = wake
         self._clock = clock
         self._stats = stats
+        self._pacing = pacing
         self._queue: list[tuple[ClaimedJob, Completion, list[Skip]]] = []
         self._queued_at = 0.0  # monotonic time the oldest queued completion arrived
         self._ready = Signal()
-        self._deferred = False  # the claim loop is catching up: writes wait (defer_writes)
-        self._undeferred = Signal()
-        self.written = Signal()
+        self._full = Signal()
         self._failures = Failures("completion writes")
-        # Told the earliest next slot each flush wrote (the claim loop plans its sleep).
-        self.on_next: Callable[[datetime], None] | None = None
-        # Whether more runs are about to finish (the executor's runs claimed ahead).
-        self.more_coming: Callable[[], bool] = lambda: False
 
     @property
     def pending(self) -> int:
@@ -77,7 +75,7 @@ class Completer:
 
     def reject(self, job: ClaimedJob, exc: Exception) -> None:
         """A claimed job whose stored definition cannot be planned: fail the slot."""
-        logger.error("cannot plan the job: %s", exc, extra=_job_extra(job, "job_invalid"))
+        logger.error("cannot plan the job: %s", exc, extra=job_extra(job, "job_invalid"))
         self._stats.outcomes["failed"] += 1
         self.submit(job, broken(job, exc, self._clock.now()), [])
 
@@ -99,7 +97,7 @@ class Completer:
                 outcome.status,
                 outcome.duration_s,
                 f": {outcome.error}" if outcome.error else "",
-                extra=_job_extra(job, "run_finished"),
+                extra=job_extra(job, "run_finished"),
             )
         self.submit(job, done, skips)
 
@@ -109,21 +107,16 @@ class Completer:
         self._queue.append((job, done, skips))
         self._ready.set()
         if len(self._queue) >= MAX_BATCH:
-            self._undeferred.set()
+            self._full.set()
 
-    def defer_writes(self, on: bool) -> None:
-        """The claim loop is catching up (``on``), or has caught up: write what waits now."""
-        self._deferred = on
-        if not on:
-            self._undeferred.set()
-
-    async def _wait_if_deferred(self, stop: asyncio.Event) -> None:
-        if stop.is_set() or len(self._queue) >= MAX_BATCH:
+    async def _wait_for_more(self, stop: asyncio.Event) -> None:
+        if stop.is_set() or len(self._queue) >= MAX_BATCH or not self._pacing.more_coming:
             return
-        if not self._deferred and not self.more_coming():
-            return
-        self._undeferred.clear()
-        await wait_any(self._queued_at + MAX_DEFER_S - time.monotonic(), self._undeferred, stop)
+        caught_up = self._pacing.caught_up
+        self._full.clear()
+        caught_up.clear()
+        wait_s = self._queued_at + MAX_DEFER_S - time.monotonic()
+        await wait_any(wait_s, self._full, caught_up, stop)
 
     async def run(self, stop: asyncio.Event) -> None:
         """Write until ``stop`` is set and the queue is empty."""
@@ -136,7 +129,7 @@ class Completer:
                 await wait_any(IDLE_WAIT_S, self._ready, stop)
                 self._ready.clear()
                 continue
-            await self._wait_if_deferred(stop)
+            await self._wait_for_more(stop)
             if not await asyncio.shield(self.flush_once()):
                 # Keep trying after stop too: the node's drain deadline decides when to give up.
                 await asyncio.sleep(self._failures.backoff_s(0.2, 5.0))
@@ -156,14 +149,10 @@ class Completer:
         self._failures.succeeded()
         del self._queue[: len(batch)]
         self._queued_at = time.monotonic()  # what is left waits from now
-        # Usually every completion applied; each id is then not looked up (a UUID hashes
-        # in Python).
-        everything = len(applied) == len(batch)
-        self._account(batch, applied, everything)
-        self.written.set()
-        upcoming = [done.next_run_at for job, done, _ in batch if everything or job.id in applied]
-        if upcoming and self.on_next is not None:
-            self.on_next(min(upcoming))
+        self._account(batch, applied)
+        upcoming = [done.next_run_at for job, done, _ in batch if job.id in applied]
+        if upcoming:
+            self._pacing.due_at(min(upcoming))
         now = self._clock.now()
         if any(done.next_run_at <= now for done in completions):
             self._wake.set()  # a slot is due again already (catch-up, retry, release)
@@ -173,10 +162,9 @@ class Completer:
         self,
         batch: list[tuple[ClaimedJob, Completion, list[Skip]]],
         applied: set[UUID],
-        everything: bool,
     ) -> None:
         for job, done, skips in batch:
-            if everything or job.id in applied:
+            if job.id in applied:
                 self._stats.skipped_slots += len(skips) + (done.outcome == "skipped")
                 continue
             self._stats.fenced_writes += 1
@@ -184,11 +172,12 @@ class Completer:
                 "stale %s write rejected: the lease (token %d) was lost",
                 done.outcome,
                 job.lease_token,
-                extra=_job_extra(job, "fenced_write"),
+                extra=job_extra(job, "fenced_write"),
             )
 
 
-def _job_extra(job: ClaimedJob, event: str) -> dict[str, object]:
+def job_extra(job: ClaimedJob, event: str) -> dict[str, object]:
+    """The log fields that name a run."""
     return {
         "event": event,
         "job": job.name,

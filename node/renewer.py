@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 
 from cluster.store.session import LockSession
-from node.completer import _job_extra
+from node.completer import job_extra
 from node.executor import Executor
 from node.stats import Stats
 
@@ -37,4 +37,4 @@ class Renewer:
             job = self._executor.cancel(job_id, token)
             if job is not None:
                 self._stats.leases_lost += 1
-                logger.warning("lease lost; run cancelled", extra=_job_extra(job, "lease_lost"))
+                logger.warning("lease lost; run cancelled", extra=job_extra(job, "lease_lost"))

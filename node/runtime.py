@@ -30,6 +30,7 @@ from node.completer import Completer
 from node.executor import Executor
 from node.heartbeat import Heartbeat
 from node.metrics import serve_metrics
+from node.pacing import Pacing
 from node.recovery import Recovery
 from node.renewer import Renewer
 from node.service import Failures, Signal, run_service, wait_any
@@ -145,12 +146,13 @@ class Node:
         s = self.settings
         stats = self.stats
         clock = DbClock()
+        pacing = Pacing(clock)
         state = NodeState(s.node_id, s.zone, shard_count)
         self.state = state
         writer = ResultWriter(
             self.cluster, s.node_id, s.zone, statement_timeout_s=s.statement_timeout_s
         )
-        completer = Completer(writer, clock, stats, state.wake)
+        completer = Completer(writer, clock, stats, state.wake, pacing)
         executor = Executor(s.concurrency, s.node_id, s.zone, completer.run_done)
         if s.metrics_port is not None:
             serve_metrics(s.metrics_port, stats, lambda: self.state, lambda: len(executor.running))
@@ -178,12 +180,11 @@ class Node:
             completer,
             clock,
             stats,
+            pacing,
             poll_interval_s=s.poll_interval_s,
             lease_s=s.lease_s,
             trust_margin_s=min(TRUST_MARGIN_S, s.session_timeout_s / 4),
         )
-        completer.on_next = claimer.due_at
-        completer.more_coming = lambda: executor.starting
         renewer = Renewer(session, executor, stats, lease_s=s.lease_s)
 
         membership_stop = Signal()

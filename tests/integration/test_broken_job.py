@@ -14,6 +14,7 @@ from node.claimer import Claimer
 from node.clock import DbClock
 from node.completer import Completer
 from node.executor import Executor
+from node.pacing import Pacing
 from node.state import NodeState
 from node.stats import Stats
 
@@ -40,10 +41,11 @@ async def test_unparsable_stored_schedule_fails_the_slot_not_the_node(
     state = NodeState("n1", "z", 16, held=frozenset(ALL))
     stats = Stats()
     clock = DbClock()
-    completer = Completer(session, clock, stats, state.wake)
+    pacing = Pacing(clock)
+    completer = Completer(session, clock, stats, state.wake, pacing)
     executor = Executor(4, "n1", "z", completer.run_done)
     claimer = Claimer(
-        state, session, executor, completer, clock, stats,
+        state, session, executor, completer, clock, stats, pacing,
         poll_interval_s=1.0, lease_s=30.0, trust_margin_s=2.0,
     )  # fmt: skip
     try:

@@ -23,6 +23,7 @@ from node.claimer import CLAIM_BATCH_S, Claimer
 from node.clock import DbClock
 from node.completer import Completer
 from node.executor import Executor
+from node.pacing import Pacing
 from node.state import NodeState
 from node.stats import Stats
 
@@ -55,13 +56,13 @@ async def claim_loop(settings: ClusterSettings, witness: Path) -> AsyncIterator[
     assert await session.try_lock(sorted(ALL)) == ALL
     state = NodeState("n1", "z", 16, held=ALL)
     stats, clock = Stats(), DbClock()
-    completer = Completer(session, clock, stats, state.wake)
+    pacing = Pacing(clock)
+    completer = Completer(session, clock, stats, state.wake, pacing)
     executor = Executor(64, "n1", "z", completer.run_done)
     claimer = Claimer(
-        state, session, executor, completer, clock, stats,
+        state, session, executor, completer, clock, stats, pacing,
         poll_interval_s=60.0, lease_s=30.0, trust_margin_s=2.0,
     )  # fmt: skip
-    completer.on_next = claimer.due_at
     stop = asyncio.Event()
     tasks = [asyncio.create_task(claimer.run(stop)), asyncio.create_task(completer.run(stop))]
     try:

@@ -28,6 +28,7 @@ from node.executor import Executor
 from node.handlers import Outcome
 from node.heartbeat import Heartbeat
 from node.outcomes import after_run, plan_at_claim
+from node.pacing import Pacing
 from node.shards import ShardKeeper
 from node.state import NodeState
 from node.stats import Stats
@@ -125,7 +126,8 @@ async def test_late_completion_after_recovery_is_fenced_and_counted(
     finally:
         await n2.close()
     stats = Stats()
-    completer = Completer(n1, DbClock(), stats, asyncio.Event())
+    clock = DbClock()
+    completer = Completer(n1, clock, stats, asyncio.Event(), Pacing(clock))
     completer.run_done(job, OK)
     assert await completer.flush_once()
     assert stats.fenced_writes == 1
@@ -259,10 +261,11 @@ async def test_claimer_stops_claiming_outside_its_trust_window(
     state = NodeState("n1", "z", 16, held=frozenset(ALL))
     stats = Stats()
     clock = DbClock()
-    completer = Completer(n1, clock, stats, state.wake)
+    pacing = Pacing(clock)
+    completer = Completer(n1, clock, stats, state.wake, pacing)
     executor = Executor(4, "n1", "z", completer.run_done)
     claimer = Claimer(
-        state, n1, executor, completer, clock, stats,
+        state, n1, executor, completer, clock, stats, pacing,
         poll_interval_s=1.0, lease_s=30.0, trust_margin_s=2.0,
     )  # fmt: skip
     n1.last_ok = time.monotonic() - 9.0  # last confirmed 9 s ago; timeout 10 s, margin 2 s

@@ -1,6 +1,7 @@
-"""The completer's wait while the claim loop catches up: completions are held back (never
-longer than ``MAX_DEFER_S`` or past a full batch) and written in one statement when the
-claim loop has caught up or the node stops."""
+"""The completer's wait while more runs are about to finish (the claim loop catches up, or
+runs claimed ahead have yet to start): completions are held back (never longer than
+``MAX_DEFER_S`` or past a full batch) and written in one statement when the claim loop has
+caught up or the node stops."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from node.clock import DbClock
 from node.completer import Completer
 from node.handlers import Outcome
 from node.outcomes import after_run
+from node.pacing import Pacing
 from node.stats import Stats
 from tests.unit.test_executor import job
 
@@ -42,18 +44,25 @@ def finished(name: str) -> tuple[ClaimedJob, Completion, list[Skip]]:
     return claimed, done, skips
 
 
+def completer_on(sink: Sink) -> tuple[Completer, Pacing]:
+    clock = DbClock()
+    pacing = Pacing(clock)
+    return Completer(sink, clock, Stats(), asyncio.Event(), pacing), pacing
+
+
 def running(
     monkeypatch: pytest.MonkeyPatch, max_defer_s: float
-) -> tuple[Completer, Sink, asyncio.Event, asyncio.Task[None]]:
-    """A completer whose writes are deferred, three completions queued, its loop running."""
+) -> tuple[Completer, Pacing, Sink, asyncio.Event, asyncio.Task[None]]:
+    """A completer while the claim loop catches up, three completions queued, its loop
+    running."""
     monkeypatch.setattr(completer_module, "MAX_DEFER_S", max_defer_s)
     sink = Sink()
-    completer = Completer(sink, DbClock(), Stats(), asyncio.Event())
-    completer.defer_writes(True)
+    completer, pacing = completer_on(sink)
+    pacing.set_catching_up(True)
     for i in range(3):
         completer.submit(*finished(f"j{i}"))
     stop = asyncio.Event()
-    return completer, sink, stop, asyncio.create_task(completer.run(stop))
+    return completer, pacing, sink, stop, asyncio.create_task(completer.run(stop))
 
 
 async def settle() -> None:
@@ -65,10 +74,10 @@ async def settle() -> None:
 async def test_completions_wait_while_deferred_and_go_in_one_batch_when_undeferred(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    completer, sink, stop, task = running(monkeypatch, 60.0)
+    completer, pacing, sink, stop, task = running(monkeypatch, 60.0)
     await settle()
     assert sink.batches == [] and completer.pending == 3
-    completer.defer_writes(False)
+    pacing.set_catching_up(False)
     async with asyncio.timeout(10):
         await sink.wrote.wait()
     assert [len(b) for b in sink.batches] == [3] and completer.pending == 0
@@ -79,7 +88,7 @@ async def test_completions_wait_while_deferred_and_go_in_one_batch_when_undeferr
 async def test_a_deferred_completion_waits_no_longer_than_the_bound(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    _, sink, stop, task = running(monkeypatch, 0.05)
+    _, _, sink, stop, task = running(monkeypatch, 0.05)
     async with asyncio.timeout(10):
         await sink.wrote.wait()
     assert [len(b) for b in sink.batches] == [3]
@@ -89,7 +98,7 @@ async def test_a_deferred_completion_waits_no_longer_than_the_bound(
 
 async def test_a_full_batch_or_a_stop_is_written_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(completer_module, "MAX_BATCH", 3)
-    completer, sink, stop, task = running(monkeypatch, 60.0)
+    completer, _, sink, stop, task = running(monkeypatch, 60.0)
     async with asyncio.timeout(10):
         await sink.wrote.wait()
     assert [len(b) for b in sink.batches] == [3]
@@ -108,12 +117,11 @@ async def test_completions_wait_for_runs_claimed_ahead_and_go_in_one_batch(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """Jobs due one after another, claimed in a batch: while runs claimed ahead have yet to
-    start, finished ones wait for them; with none coming, each is written at once."""
+    start, finished ones wait for them (at most ``MAX_DEFER_S``)."""
     monkeypatch.setattr(completer_module, "MAX_DEFER_S", 60.0)
     sink = Sink()
-    completer = Completer(sink, DbClock(), Stats(), asyncio.Event())
-    coming = True
-    completer.more_coming = lambda: coming
+    completer, pacing = completer_on(sink)
+    pacing.claimed_ahead(3600.0)
     stop = asyncio.Event()
     task = asyncio.create_task(completer.run(stop))
     completer.submit(*finished("first"))
@@ -122,25 +130,34 @@ async def test_completions_wait_for_runs_claimed_ahead_and_go_in_one_batch(
     await settle()
     assert sink.batches == [] and completer.pending == 2
     # In a node the wait ends at MAX_DEFER_S; here the claim loop's signal ends it sooner.
-    coming = False
-    completer.defer_writes(False)
+    pacing.set_catching_up(True)
+    pacing.set_catching_up(False)
     async with asyncio.timeout(10):
         await sink.wrote.wait()
     assert [len(b) for b in sink.batches] == [2]
 
-    sink.wrote.clear()
-    completer.submit(*finished("alone"))
-    async with asyncio.timeout(10):
-        await sink.wrote.wait()
-    assert [len(b) for b in sink.batches] == [2, 1]
-
-    # Runs coming forever: the wait still ends at the bound.
+    # Runs coming for an hour yet: the wait still ends at the bound.
     monkeypatch.setattr(completer_module, "MAX_DEFER_S", 0.05)
-    coming = True
     sink.wrote.clear()
     completer.submit(*finished("bounded"))
     async with asyncio.timeout(10):
         await sink.wrote.wait()
-    assert [len(b) for b in sink.batches] == [2, 1, 1]
+    assert [len(b) for b in sink.batches] == [2, 1]
+    stop.set()
+    await task
+
+
+async def test_with_no_more_runs_coming_each_completion_is_written_at_once() -> None:
+    sink = Sink()
+    completer, pacing = completer_on(sink)
+    pacing.claimed_ahead(0.0)  # started already
+    stop = asyncio.Event()
+    task = asyncio.create_task(completer.run(stop))
+    for count, name in enumerate(["alone", "again"], start=1):
+        sink.wrote.clear()
+        completer.submit(*finished(name))
+        async with asyncio.timeout(10):
+            await sink.wrote.wait()
+        assert [len(b) for b in sink.batches] == [1] * count
     stop.set()
     await task
