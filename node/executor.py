@@ -1,45 +1,35 @@
 """The executor: runs claimed slots, never more than ``concurrency`` at once.
 
 The claim loop asks ``free`` before claiming, so claimed work always has a slot (B1): there
-is no internal queue to grow. A run claimed ahead of its due time holds its slot and
-starts when it falls due. Sync handlers run on the node's handler threads
-(``node.threads``); one timer, set for the earliest deadline, times them out. Async and
-``shell:`` handlers run as asyncio tasks. Each finished run is handed to ``on_done``; a run
-whose lease was lost is cancelled and reported to nobody (its completion would be fenced
-anyway).
+is no internal queue to grow. Each run is an asyncio task: a run claimed ahead of its due
+time holds its slot and starts when it falls due; the handler runs through
+``node.handlers.invoke`` (sync ones on ``node.threads``) and its outcome goes to
+``on_done``. A run whose lease was lost, or that is still running when the drain ends, is
+cancelled and reported to nobody (its completion would be fenced anyway); its slot frees
+at once.
 """
 
 from __future__ import annotations
 
 import asyncio
-import inspect
+import contextlib
 import logging
-import math
-from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
-from typing import Any
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from uuid import UUID
 
 from cluster.store.records import ClaimedJob
-from node.handlers import Outcome, RunContext, awaited, invoke, outcome_of, sync_handler
+from node.handlers import Outcome, RunContext, invoke
 from node.service import Signal
-from node.threads import HandlerThreads, ThreadRun
+from node.threads import HandlerThreads
 
 logger = logging.getLogger(__name__)
-
-START_QUANTUM_S = 0.001
 
 
 @dataclass(eq=False)
 class Running:
     job: ClaimedJob
-    started: float  # loop time (for a run claimed ahead of its due time: when it starts)
-    task: asyncio.Task[None] | None = None
-    thread: ThreadRun | None = None
-
-    @property
-    def deadline(self) -> float:
-        return self.started + self.job.timeout_s
+    task: asyncio.Task[None] = field(init=False)
 
 
 class Executor:
@@ -54,29 +44,15 @@ class Executor:
         self.node_id = node_id
         self.zone = zone
         self._on_done = on_done
-        # Keyed by the job id's integer: a run is looked up half a dozen times, and a
-        # UUID hashes in Python (``UUID.__hash__``), an int in C.
-        self.running: dict[int, Running] = {}
+        self.running: dict[UUID, Running] = {}
         self.slot_freed = Signal()
         self.idle = Signal()
         self.idle.set()
-        self._loop = asyncio.get_running_loop()
-        self._threads = HandlerThreads(concurrency, self._thread_results)
-        self._timer: asyncio.TimerHandle | None = None
-        self._timer_at = math.inf
-        # Runs claimed ahead, by the loop time they start at (rounded up to START_QUANTUM_S):
-        # one timer per distinct time, not per run, since a fan-out claims many runs due
-        # at the same instant.
-        self._starts: dict[float, list[Running]] = {}
+        self.threads = HandlerThreads(concurrency)
 
     @property
     def free(self) -> int:
         return self.concurrency - len(self.running)
-
-    @property
-    def starting(self) -> bool:
-        """Runs claimed ahead are waiting for their due time: more will finish soon."""
-        return bool(self._starts)
 
     def leases(self) -> list[tuple[UUID, int]]:
         return [(r.job.id, r.job.lease_token) for r in self.running.values()]
@@ -84,8 +60,7 @@ class Executor:
     def submit(self, job: ClaimedJob, start_in_s: float = 0.0) -> None:
         """Run ``job`` now, or in ``start_in_s`` (claimed ahead of its due time: it holds
         its slot meanwhile)."""
-        key = job.id.int
-        stale = self.running.get(key)
+        stale = self.running.get(job.id)
         if stale is not None:
             # Claimed again, so the lease of this earlier run is gone (a claim takes only
             # idle rows): its result would be fenced. Stop caring about it now rather
@@ -99,38 +74,13 @@ class Executor:
         if self.free <= 0:
             raise RuntimeError(f"executor cannot take {job.name}: no free slot")
         self.idle.clear()
-        if start_in_s > 0:
-            at = math.ceil((self._loop.time() + start_in_s) / START_QUANTUM_S) * START_QUANTUM_S
-            found = self.running[key] = Running(job, at)
-            group = self._starts.get(at)
-            if group is None:
-                group = self._starts[at] = []
-                self._loop.call_at(at, self._start_group, at)
-            group.append(found)
-            return
-        found = self.running[key] = Running(job, self._loop.time())
-        self._start(found)
-
-    def _start_group(self, at: float) -> None:
-        for found in self._starts.pop(at):
-            # Dropped meanwhile (lease lost, drained): not in ``running`` any more.
-            if self.running.get(found.job.id.int) is found:
-                self._start(found)
-
-    def _start(self, found: Running) -> None:
-        job = found.job
-        found.started = now = self._loop.time()
-        fn = sync_handler(job.handler)
-        if fn is None:  # async, shell:, or not resolvable: invoke() deals with each
-            found.task = asyncio.create_task(self._run(found), name=f"run:{job.tenant}/{job.name}")
-        else:
-            found.thread = ThreadRun(fn, self.context(job), job.id.int)
-            self._threads.submit(found.thread)
-            if now + job.timeout_s < self._timer_at:
-                self._arm(now + job.timeout_s)
+        found = self.running[job.id] = Running(job)
+        found.task = asyncio.create_task(
+            self._run(found, start_in_s), name=f"run:{job.tenant}/{job.name}"
+        )
 
     def context(self, job: ClaimedJob) -> RunContext:
-        return RunContext.of(
+        return RunContext(
             job_id=job.id,
             job_name=job.name,
             tenant_id=job.tenant,
@@ -142,63 +92,17 @@ class Executor:
             zone=self.zone,
         )
 
-    async def _run(self, found: Running) -> None:
+    async def _run(self, found: Running, start_in_s: float) -> None:
         job = found.job
-        await self._report(found, invoke(job.handler, self.context(job), job.timeout_s))
-
-    async def _report(self, found: Running, outcome: Awaitable[Outcome]) -> None:
-        try:
-            done = await outcome
-        except asyncio.CancelledError:
+        if start_in_s > 0:
+            await asyncio.sleep(start_in_s)
+        outcome = await invoke(job.handler, self.context(job), job.timeout_s, self.threads)
+        if self.running.get(job.id) is found:  # else dropped: reported to nobody
             self._finish(found)
-            raise
-        if self.running.get(found.job.id.int) is found:  # else dropped: reported to nobody
-            self._finish(found)
-            self._on_done(found.job, done)
-
-    def _thread_results(self, batch: list[ThreadRun]) -> None:
-        for run in batch:
-            found = self.running.get(run.key)
-            if found is None or found.thread is not run:
-                continue
-            if run.result is not None and inspect.isawaitable(run.result):
-                # A sync function that returned an awaitable: await it on the loop, within
-                # what is left of the timeout.
-                left = found.deadline - self._loop.time()
-                outcome = awaited(run.result, left, found.job.timeout_s, found.started)
-                found.thread = None
-                found.task = asyncio.create_task(self._report(found, outcome))
-                continue
-            self._finish(found)
-            self._on_done(found.job, outcome_of(run.error, run.duration_s))
-
-    def _arm(self, at: float) -> None:
-        if self._timer is not None:
-            self._timer.cancel()
-        self._timer = self._loop.call_at(at, self._time_out)
-        self._timer_at = at
-
-    def _time_out(self) -> None:
-        """Report every thread run past its deadline as timed out; re-arm for the next."""
-        self._timer, self._timer_at = None, math.inf
-        now = self._loop.time()
-        following = math.inf
-        for found in list(self.running.values()):
-            if found.thread is None:
-                continue
-            if found.deadline > now:
-                following = min(following, found.deadline)
-                continue
-            self._threads.abandon(found.thread)
-            self._finish(found)
-            timeout_s = found.job.timeout_s
-            outcome = Outcome("timed_out", f"timed out after {timeout_s:g}s", now - found.started)
-            self._on_done(found.job, outcome)
-        if following < math.inf:
-            self._arm(following)
+            self._on_done(job, outcome)
 
     def _finish(self, found: Running) -> None:
-        key = found.job.id.int
+        key = found.job.id
         if self.running.get(key) is not found:
             return  # already dropped (a later claim of the same job may hold the id now)
         del self.running[key]
@@ -207,46 +111,30 @@ class Executor:
             self.idle.set()
 
     def cancel(self, job_id: UUID, lease_token: int) -> ClaimedJob | None:
-        """Stop caring about the run of that lease (it is lost): a task is cancelled; a
-        thread cannot be, so its result is dropped when it comes."""
-        found = self.running.get(job_id.int)
+        """Stop caring about the run of that lease (it is lost)."""
+        found = self.running.get(job_id)
         if found is None or found.job.lease_token != lease_token:
             return None
-        if found.task is not None:
-            found.task.cancel()
-        else:
-            self._drop(found)
+        self._drop(found)
         return found.job
 
     def _drop(self, found: Running) -> None:
-        """Free the run's slot now; whatever it still does is reported to nobody."""
-        if found.thread is not None:
-            self._threads.abandon(found.thread)
-        if found.task is not None:
-            found.task.cancel()
+        """Free the run's slot now and cancel it; a sync handler's thread is left to finish
+        on its own (``node.threads``)."""
+        found.task.cancel()
         self._finish(found)
 
     async def drain(self, timeout_s: float) -> list[ClaimedJob]:
         """Wait for in-flight runs; cancel and return those still running at the deadline."""
         if self.running:
-            try:
+            with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(timeout_s):
                     await self.idle.wait()
-            except TimeoutError:
-                pass
-        left = [r.job for r in self.running.values()]
-        tasks: list[asyncio.Task[Any]] = []
-        for found in list(self.running.values()):
-            if found.task is not None:
-                found.task.cancel()
-                tasks.append(found.task)
-            else:
-                self._drop(found)
-        if tasks:
-            await asyncio.gather(*tasks, return_exceptions=True)
-        return left
+        left = list(self.running.values())
+        for found in left:
+            self._drop(found)
+        await asyncio.gather(*(found.task for found in left), return_exceptions=True)
+        return [found.job for found in left]
 
     def shutdown(self) -> None:
-        if self._timer is not None:
-            self._timer.cancel()
-        self._threads.shutdown()
+        self.threads.shutdown()

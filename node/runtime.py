@@ -60,6 +60,8 @@ class Node:
         self.stop = Signal()
         self._signals = 0
         self.state: NodeState | None = None
+        # Handler threads still stuck in runs that timed out when the node stopped.
+        self.threads_stuck = 0
 
     def request_stop(self) -> None:
         self._signals += 1
@@ -316,6 +318,7 @@ class Node:
                 extra={"event": "completions_lost"},
             )
         executor.shutdown()
+        self.threads_stuck = executor.threads.stuck
         await writer.close()
         logger.info("node stopped", extra={"event": "node_stopped"})
         return 1 if crashed.is_set() else 0

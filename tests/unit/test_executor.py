@@ -15,6 +15,7 @@ import pytest
 from cluster.store.records import ClaimedJob
 from node.executor import Executor
 from node.handlers import Outcome, RunContext
+from tests.unit.test_threads import threads_of
 
 HERE = __name__
 release = threading.Event()
@@ -141,7 +142,7 @@ async def test_many_sync_runs_free_every_slot() -> None:
         assert executor.free == 50
     assert all(o.status == "succeeded" for o in done.got.values())
     assert len(seen) == 200
-    assert executor._threads.threads <= 50
+    assert threads_of(executor.threads) <= 50
     executor.shutdown()
 
 
@@ -175,7 +176,7 @@ async def test_cancel_and_drain_report_nothing_and_free_the_slots() -> None:
     assert executor.free == 4 and executor.idle.is_set()
     release.set()
     async with asyncio.timeout(10):  # a's thread ends now; its result must go nowhere
-        while executor._threads.stuck:  # noqa: ASYNC110 - a poll with a deadline
+        while executor.threads.stuck:  # noqa: ASYNC110 - a poll with a deadline
             await asyncio.sleep(0.01)
     await asyncio.sleep(0)  # a delivery scheduled by that thread would run here
     assert done.got == {}
@@ -211,7 +212,7 @@ async def test_a_run_is_not_held_up_by_busy_handlers() -> None:
         await done.wait_for(7 * (round_ + 1))
         release.clear()
     assert all(o.status == "succeeded" for o in done.got.values())
-    assert executor._threads.threads <= 8
+    assert threads_of(executor.threads) <= 8
     executor.shutdown()
 
 
@@ -226,14 +227,14 @@ async def test_threads_stuck_in_timed_out_runs_are_capped(
         executor.submit(job(f"{HERE}:stuck", f"hang{i}", timeout_s=0.1))
         await done.wait_for(i + 1)
     assert all(o.status == "timed_out" for o in done.got.values())
-    assert executor._threads.threads == 2 and executor._threads.stuck == 2
+    assert threads_of(executor.threads) == 2 and executor.threads.stuck == 2
     warnings = [r for r in caplog.records if getattr(r, "event", "") == "handler_threads_stuck"]
     assert len(warnings) == 1
     release.set()  # the stuck threads come free and take over the runs that waited
     executor.submit(job(f"{HERE}:ok", "after"))
     await done.wait_for(6)
     assert done.got["after"].status == "succeeded"
-    assert executor._threads.threads == 2
+    assert threads_of(executor.threads) == 2
     executor.shutdown()
 
 
@@ -242,13 +243,10 @@ async def test_a_run_claimed_ahead_holds_its_slot_and_starts_when_due() -> None:
     executor = Executor(2, "n1", "z", done)
     loop = asyncio.get_running_loop()
     submitted = loop.time()
-    assert not executor.starting
     executor.submit(job(f"{HERE}:ok", "early"), start_in_s=0.2)
     assert executor.free == 1 and not executor.idle.is_set()
     assert seen == [], "not started before it is due"
-    assert executor.starting  # the completer waits for it (node/completer.py)
     await done.wait_for(1)
-    assert not executor.starting
     assert loop.time() - submitted >= 0.19
     assert (seen, done.got["early"].status) == (["early"], "succeeded")
     assert executor.free == 2 and executor.idle.is_set()
