@@ -47,7 +47,8 @@ OUTCOMES = ("succeeded", "failed", "timed_out")
 SERVE_POLL_S = 3600.0
 
 
-def _version() -> str:
+def pulse_version() -> str:
+    """The installed Pulse version, as nodes report it in metrics and the member registry."""
     try:
         return version("pulsecron")
     except PackageNotFoundError:
@@ -114,7 +115,7 @@ class NodeCollector(Collector):
         self._lock = threading.Lock()
         self._lag = _Histogram(FIRE_LAG_BUCKETS, lambda: stats.fired, stats.fire_lag_seconds)
         self._claims = _Histogram(CLAIM_BUCKETS, lambda: stats.claims, stats.claim_seconds)
-        self._version = _version()
+        self._version = pulse_version()
 
     def describe(self) -> Iterator[Metric]:
         return iter(())  # collected lazily; nothing to pre-register

@@ -8,7 +8,6 @@ just finished is never overwritten; its slot becomes due again as the next attem
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
 from typing import Any
 
 from cluster.store.session import LockSession
@@ -19,20 +18,16 @@ logger = logging.getLogger(__name__)
 
 
 class Recovery:
-    def __init__(
-        self,
-        state: NodeState,
-        session: LockSession,
-        stats: Stats,
-        alive: Callable[[], tuple[str, ...]],
-    ) -> None:
+    def __init__(self, state: NodeState, session: LockSession, stats: Stats) -> None:
         self._state = state
         self._session = session
         self._stats = stats
-        self._alive = alive
 
     async def recover(self, shards: frozenset[int]) -> int:
-        return self._took_back(await self._session.recover(shards, self._alive()))
+        """Take back the runs in ``shards`` of owners the shard keeper no longer counts
+        as alive, and of expired leases."""
+        alive = self._state.alive or (self._state.node_id,)
+        return self._took_back(await self._session.recover(shards, alive))
 
     async def recover_own(self) -> int:
         """Runs left by an earlier process of this node id (killed, restarted under the

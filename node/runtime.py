@@ -1,11 +1,11 @@
-"""A running node: wires the services together, starts them, and drains on shutdown.
+"""A running node: wires the services together, starts them, supervises them, and hands
+over to ``node.shutdown`` when stopped.
 
-Startup: open the lock session (refusing settings that break the guarantees), register
-the heartbeat, then run heartbeat, membership watch, shard keeper, claim loop, executor,
-completer, lease renewal, periodic recovery and the NOTIFY listener. SIGTERM/SIGINT: stop
-claiming, leave the member registry, unlock every shard so others take them at once, let
-in-flight runs finish up to the drain timeout, release the rest for another attempt
-elsewhere, flush completions, exit 0. A second signal exits at once.
+Startup: open the lock session (refusing settings that break the guarantees), take back
+runs an earlier process of this node left, register the heartbeat, then run heartbeat,
+membership watch, shard keeper, claim loop, recovery, NOTIFY listener, lease renewal and
+completer. SIGTERM/SIGINT drains (``node.shutdown``) and exits 0; a second signal exits at
+once; a vital service that crashes drains and exits 1.
 """
 
 from __future__ import annotations
@@ -15,13 +15,14 @@ import logging
 import os
 import signal
 import socket
+from collections.abc import Coroutine
+from dataclasses import dataclass
 from datetime import UTC, datetime
-from importlib.metadata import PackageNotFoundError, version
+from typing import Any
 
 from cluster.errors import ConfigError, MembershipError, StoreError
 from cluster.members import MemberInfo, MemberRegistry
 from cluster.settings import ClusterSettings, NodeSettings, mask_url
-from cluster.store import notify
 from cluster.store.session import LockSession
 from cluster.store.writer import ResultWriter
 from node.claimer import Claimer
@@ -29,12 +30,14 @@ from node.clock import DbClock
 from node.completer import Completer
 from node.executor import Executor
 from node.heartbeat import Heartbeat
-from node.metrics import serve_metrics
+from node.listener import WakeListener
+from node.metrics import pulse_version, serve_metrics
 from node.pacing import Pacing
 from node.recovery import Recovery
 from node.renewer import Renewer
 from node.service import Failures, Signal, run_service, wait_any
 from node.shards import ShardKeeper
+from node.shutdown import Services, Shutdown
 from node.state import NodeState
 from node.stats import Stats
 
@@ -42,14 +45,25 @@ logger = logging.getLogger(__name__)
 
 RECOVERY_INTERVAL_S = 2.0
 TRUST_MARGIN_S = 2.0
-FLUSH_TIMEOUT_S = 10.0
+LISTENER_RETRY_S = 0.5
 
 
-def pulse_version() -> str:
-    try:
-        return version("pulsecron")
-    except PackageNotFoundError:
-        return "dev"
+@dataclass(frozen=True)
+class Parts:
+    """A node's services, wired and not started yet."""
+
+    state: NodeState
+    heartbeat: Heartbeat
+    keeper: ShardKeeper
+    claimer: Claimer
+    recovery: Recovery
+    listener: WakeListener
+    renewer: Renewer
+    completer: Completer
+    executor: Executor
+    stop_claiming: Signal
+    stop_writing: Signal
+    shutdown: Shutdown
 
 
 class Node:
@@ -59,6 +73,7 @@ class Node:
         self.stats = Stats()
         self.stop = Signal()
         self._signals = 0
+        self._crashed = False
         self.state: NodeState | None = None
         # Handler threads still stuck in runs that timed out when the node stopped.
         self.threads_stuck = 0
@@ -145,36 +160,32 @@ class Node:
             await registry.close()
 
     async def _serve(self, session: LockSession, registry: MemberRegistry, shard_count: int) -> int:
-        s = self.settings
-        stats = self.stats
+        parts = self._wire(session, registry, shard_count)
+        if self.settings.metrics_port is not None:
+            self._serve_metrics(self.settings.metrics_port, parts.executor)
+        await self._recover_own(parts.recovery)
+        await self._first_heartbeat(parts.heartbeat)
+        services = self._start(parts)
+        await self.stop.wait()
+        await parts.shutdown.run(services)
+        self.threads_stuck = parts.executor.threads.stuck
+        logger.info("node stopped", extra={"event": "node_stopped"})
+        return 1 if self._crashed else 0
+
+    def _wire(self, session: LockSession, registry: MemberRegistry, shard_count: int) -> Parts:
+        s, stats = self.settings, self.stats
         clock = DbClock()
         pacing = Pacing(clock)
-        state = NodeState(s.node_id, s.zone, shard_count)
-        self.state = state
+        state = self.state = NodeState(s.node_id, s.zone, shard_count)
         writer = ResultWriter(
             self.cluster, s.node_id, s.zone, statement_timeout_s=s.statement_timeout_s
         )
         completer = Completer(writer, clock, stats, state.wake, pacing)
         executor = Executor(s.concurrency, s.node_id, s.zone, completer.run_done)
-        if s.metrics_port is not None:
-            serve_metrics(s.metrics_port, stats, lambda: self.state, lambda: len(executor.running))
-        info = MemberInfo(
-            node_id=s.node_id,
-            zone=s.zone,
-            host=socket.gethostname(),
-            pid=os.getpid(),
-            started_at=datetime.now(UTC).isoformat(timespec="seconds"),
-            version=pulse_version(),
-            concurrency=s.concurrency,
-        )
-        heartbeat = Heartbeat(registry, info, state, stats, ttl_s=s.heartbeat_ttl_s)
-        keeper: ShardKeeper
-        recovery = Recovery(state, session, stats, lambda: keeper.alive)
-        try:
-            await recovery.recover_own()  # before this process claims anything
-        except StoreError as exc:
-            logger.warning("runs of a previous process of this node wait for their leases: %s", exc)
+        recovery = Recovery(state, session, stats)
         keeper = ShardKeeper(state, session, stats, recovery.recover, expected_shards=s.shards)
+        trust_margin_s = min(TRUST_MARGIN_S, s.session_timeout_s / 4)
+        ttl_s = s.heartbeat_ttl_s
         claimer = Claimer(
             state,
             session,
@@ -185,151 +196,124 @@ class Node:
             pacing,
             poll_interval_s=s.poll_interval_s,
             lease_s=s.lease_s,
-            trust_margin_s=min(TRUST_MARGIN_S, s.session_timeout_s / 4),
+            trust_margin_s=trust_margin_s,
         )
-        renewer = Renewer(session, executor, stats, lease_s=s.lease_s)
+        stop_claiming = Signal()
+        return Parts(
+            state=state,
+            heartbeat=Heartbeat(registry, self._member_info(), state, stats, ttl_s=ttl_s),
+            keeper=keeper,
+            claimer=claimer,
+            recovery=recovery,
+            listener=WakeListener(self.cluster, state, stop_claiming),
+            renewer=Renewer(session, executor, stats, lease_s=s.lease_s),
+            completer=completer,
+            executor=executor,
+            stop_claiming=stop_claiming,
+            stop_writing=Signal(),
+            shutdown=Shutdown(
+                node_id=s.node_id,
+                state=state,
+                registry=registry,
+                keeper=keeper,
+                session=session,
+                executor=executor,
+                completer=completer,
+                writer=writer,
+                drain_timeout_s=s.drain_timeout_s,
+            ),
+        )
 
-        membership_stop = Signal()
-        work_stop = Signal()
-        completer_stop = Signal()
+    def _serve_metrics(self, port: int, executor: Executor) -> None:
+        serve_metrics(port, self.stats, lambda: self.state, lambda: len(executor.running))
 
-        def on_notify(payload: str) -> None:
-            try:
-                shard = int(payload)
-            except ValueError:
-                return
-            if shard in state.held:
-                state.wake.set()
+    def _member_info(self) -> MemberInfo:
+        return MemberInfo(
+            node_id=self.settings.node_id,
+            zone=self.settings.zone,
+            host=socket.gethostname(),
+            pid=os.getpid(),
+            started_at=datetime.now(UTC).isoformat(timespec="seconds"),
+            version=pulse_version(),
+            concurrency=self.settings.concurrency,
+        )
 
-        async def listener() -> None:
-            failures = Failures("wake-up listener")
-            while not work_stop.is_set():
-                try:
-                    await notify.listen(self.cluster, s.node_id, on_notify, work_stop)
-                except StoreError as exc:
-                    failures.failed(exc)
-                    await wait_any(failures.backoff_s(0.5, 5.0), work_stop)
+    async def _recover_own(self, recovery: Recovery) -> None:
+        """Before this process claims anything (see ``Recovery.recover_own``)."""
+        try:
+            await recovery.recover_own()
+        except StoreError as exc:
+            logger.warning("runs of a previous process of this node wait for their leases: %s", exc)
 
-        async def heartbeat_once() -> None:
-            try:
-                await heartbeat.run_once()
-            except MembershipError as exc:
-                logger.warning("Redis unavailable at start: %s", exc)
+    async def _first_heartbeat(self, heartbeat: Heartbeat) -> None:
+        try:
+            await heartbeat.run_once()
+        except MembershipError as exc:
+            logger.warning("Redis unavailable at start: %s", exc)
 
-        await heartbeat_once()
-        membership = [
+    def _start(self, p: Parts) -> Services:
+        s = self.settings
+        claiming, writing = p.stop_claiming, p.stop_writing
+        heartbeat = self._spawn(
             run_service(
                 "heartbeat",
-                heartbeat.run_once,
+                p.heartbeat.run_once,
                 interval_s=s.heartbeat_interval_s,
-                stop=membership_stop,
-                wake=state.membership,
-            ),
-            heartbeat.watch(membership_stop),
-        ]
-        work = [
-            run_service(
-                "shard locks",
-                keeper.run_once,
-                interval_s=s.heartbeat_interval_s,
-                stop=work_stop,
-                wake=state.rebalance,
-                backoff_cap_s=1.0,
-            ),
-            claimer.run(work_stop),
-            run_service(
-                "recovery", recovery.run_once, interval_s=RECOVERY_INTERVAL_S, stop=work_stop
-            ),
-            listener(),
-        ]
-        background = [
-            run_service(
-                "lease renewal",
-                renewer.run_once,
-                interval_s=s.renew_interval_s,
-                stop=completer_stop,
-            ),
-            completer.run(completer_stop),
-        ]
-        tasks = {
-            name: [asyncio.create_task(c) for c in group]
-            for name, group in (("membership", membership), ("work", work), ("bg", background))
-        }
-        crashed = asyncio.Event()
-
-        def watch_task(task: asyncio.Task[None]) -> None:
-            if not task.cancelled() and task.exception() is not None and not self.stop.is_set():
-                logger.critical(
-                    "a vital service crashed; stopping the node",
-                    exc_info=task.exception(),
-                    extra={"event": "service_crashed"},
-                )
-                crashed.set()
-                self.stop.set()
-
-        for group in tasks.values():
-            for task in group:
-                task.add_done_callback(watch_task)
-
-        await self.stop.wait()
-
-        # -- drain -----------------------------------------------------------------
-        # Every moment between the last claim and the unlock is a gap in this node's shards,
-        # so only what must end first is waited for: the heartbeat (or it could register
-        # the node again after it left) and the services that claim or lock. The
-        # subscription and the NOTIFY listener only notice a stop within a second; they
-        # end in the background.
-        state.claiming = False
-        membership_stop.set()
-        work_stop.set()
-        heartbeat_task, *watchers = tasks["membership"]
-        *lockers, listener_task = tasks["work"]
-        await _finish([heartbeat_task], 3.0)
-        try:
-            await registry.deregister(s.node_id)
-        except MembershipError as exc:
-            logger.warning("could not leave the member registry: %s", exc)
-        await _finish(lockers, 5.0)
-        try:
-            await keeper.release_all()
-        except StoreError as exc:
-            logger.warning("could not unlock shards (they free with the session): %s", exc)
-        left = await executor.drain(s.drain_timeout_s)
-        if left:
-            try:
-                await session.release(
-                    [(j.id, j.lease_token) for j in left], "node shut down before the run ended"
-                )
-                logger.warning(
-                    "released %d unfinished runs for another attempt",
-                    len(left),
-                    extra={"event": "runs_released"},
-                )
-            except StoreError as exc:
-                logger.warning("could not release unfinished runs (recovery will): %s", exc)
-        completer_stop.set()
-        await _finish(tasks["bg"], FLUSH_TIMEOUT_S)
-        await _finish([*watchers, listener_task], 3.0)
-        if completer.pending:
-            logger.error(
-                "%d completions could not be written before exit; their slots will be "
-                "recovered and run again",
-                completer.pending,
-                extra={"event": "completions_lost"},
+                stop=claiming,
+                wake=p.state.membership,
             )
-        executor.shutdown()
-        self.threads_stuck = executor.threads.stuck
-        await writer.close()
-        logger.info("node stopped", extra={"event": "node_stopped"})
-        return 1 if crashed.is_set() else 0
+        )
+        subscription = self._spawn(p.heartbeat.watch(claiming))
+        lockers = [
+            self._spawn(
+                run_service(
+                    "shard locks",
+                    p.keeper.run_once,
+                    interval_s=s.heartbeat_interval_s,
+                    stop=claiming,
+                    wake=p.state.rebalance,
+                    backoff_cap_s=1.0,
+                )
+            ),
+            self._spawn(p.claimer.run(claiming)),
+            self._spawn(
+                run_service(
+                    "recovery", p.recovery.run_once, interval_s=RECOVERY_INTERVAL_S, stop=claiming
+                )
+            ),
+        ]
+        listener = self._spawn(
+            run_service(
+                "wake-up listener",
+                p.listener.run_once,
+                interval_s=LISTENER_RETRY_S,
+                stop=claiming,
+            )
+        )
+        writers = [
+            self._spawn(
+                run_service(
+                    "lease renewal", p.renewer.run_once, interval_s=s.renew_interval_s, stop=writing
+                )
+            ),
+            self._spawn(p.completer.run(writing)),
+        ]
+        return Services(claiming, writing, heartbeat, lockers, writers, [subscription, listener])
 
+    def _spawn(self, service: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
+        task = asyncio.create_task(service)
+        task.add_done_callback(self._supervise)
+        return task
 
-async def _finish(tasks: list[asyncio.Task[None]], timeout_s: float) -> None:
-    """Let tasks end by themselves within ``timeout_s``, then cancel the rest."""
-    if not tasks:
-        return
-    _, pending = await asyncio.wait(tasks, timeout=timeout_s)
-    for task in pending:
-        task.cancel()
-    if pending:
-        await asyncio.gather(*pending, return_exceptions=True)
+    def _supervise(self, task: asyncio.Task[None]) -> None:
+        """A vital service that crashes stops the node (exit code 1) rather than letting it
+        carry on blind."""
+        if task.cancelled() or task.exception() is None or self.stop.is_set():
+            return
+        logger.critical(
+            "a vital service crashed; stopping the node",
+            exc_info=task.exception(),
+            extra={"event": "service_crashed"},
+        )
+        self._crashed = True
+        self.stop.set()

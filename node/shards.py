@@ -42,7 +42,6 @@ class ShardKeeper:
         self._expected = expected_shards
         self._ring = Ring([state.node_id])
         self._missing_since: dict[str, float] = {}
-        self.alive: tuple[str, ...] = (state.node_id,)
 
     async def reconnect(self) -> None:
         state = self._state
@@ -78,8 +77,8 @@ class ShardKeeper:
         if not state.members_known or not state.claiming:
             return RETRY_MISSING_S
         alive = await self.members_alive()
-        if alive != self.alive:
-            self.alive = alive
+        if alive != state.alive:
+            state.alive = alive
             self._ring = Ring(alive)
         desired = self._ring.owned(state.node_id, state.shard_count)
         state.desired = desired

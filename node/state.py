@@ -17,8 +17,9 @@ class NodeState:
     node_id: str
     zone: str
     shard_count: int
-    live: tuple[str, ...] = ()
+    live: tuple[str, ...] = ()  # live in the Redis member registry
     members_known: bool = False
+    alive: tuple[str, ...] = ()  # live members whose lock session exists (the shard keeper's)
     desired: frozenset[int] = frozenset()
     held: frozenset[int] = frozenset()
     claiming: bool = True

@@ -1,0 +1,120 @@
+"""The drain protocol of a stopping node (SIGTERM, SIGINT, or a vital service crashed):
+stop claiming, leave the member registry, unlock the shards, let runs in flight finish up
+to the drain timeout, release the rest for another attempt elsewhere, flush completions.
+Guarded by tests/e2e/test_nodes.py and tests/integration/test_launcher.py.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass
+
+from cluster.errors import MembershipError, StoreError
+from cluster.members import MemberRegistry
+from cluster.store.records import ClaimedJob
+from cluster.store.session import LockSession
+from cluster.store.writer import ResultWriter
+from node.completer import Completer
+from node.executor import Executor
+from node.service import Signal
+from node.shards import ShardKeeper
+from node.state import NodeState
+
+logger = logging.getLogger(__name__)
+
+HEARTBEAT_STOP_S = 3.0
+LOCKERS_STOP_S = 5.0
+FLUSH_TIMEOUT_S = 10.0
+FOLLOWERS_STOP_S = 3.0
+
+
+@dataclass(frozen=True)
+class Services:
+    """A node's running services, grouped by the step of the drain that ends them."""
+
+    stop_claiming: Signal  # heartbeat, membership subscription, lockers, NOTIFY listener
+    stop_writing: Signal  # lease renewal, completer
+    heartbeat: asyncio.Task[None]
+    lockers: list[asyncio.Task[None]]  # shard keeper, claim loop, recovery
+    writers: list[asyncio.Task[None]]  # lease renewal, completer
+    followers: list[asyncio.Task[None]]  # membership subscription, NOTIFY listener
+
+
+@dataclass(frozen=True)
+class Shutdown:
+    node_id: str
+    state: NodeState
+    registry: MemberRegistry
+    keeper: ShardKeeper
+    session: LockSession
+    executor: Executor
+    completer: Completer
+    writer: ResultWriter
+    drain_timeout_s: float
+
+    async def run(self, services: Services) -> None:
+        # Every moment between the last claim and the unlock is a gap in this node's
+        # shards: wait only for what must end first, the heartbeat (or it could register
+        # the node again after it left) and the services that claim or lock.
+        self.state.claiming = False
+        services.stop_claiming.set()
+        await finish([services.heartbeat], HEARTBEAT_STOP_S)
+        await self._leave()
+        await finish(services.lockers, LOCKERS_STOP_S)
+        await self._unlock()  # others take the shards at once, not after the session ends
+        await self._release(await self.executor.drain(self.drain_timeout_s))
+        # Last, so the completions of runs that ended during the drain are written too.
+        services.stop_writing.set()
+        await finish(services.writers, FLUSH_TIMEOUT_S)
+        # The membership subscription and the NOTIFY listener hold nothing: not waited
+        # for before the unlock.
+        await finish(services.followers, FOLLOWERS_STOP_S)
+        if self.completer.pending:
+            logger.error(
+                "%d completions could not be written before exit; their slots will be "
+                "recovered and run again",
+                self.completer.pending,
+                extra={"event": "completions_lost"},
+            )
+        self.executor.shutdown()
+        await self.writer.close()
+
+    async def _leave(self) -> None:
+        try:
+            await self.registry.deregister(self.node_id)
+        except MembershipError as exc:
+            logger.warning("could not leave the member registry: %s", exc)
+
+    async def _unlock(self) -> None:
+        try:
+            await self.keeper.release_all()
+        except StoreError as exc:
+            logger.warning("could not unlock shards (they free with the session): %s", exc)
+
+    async def _release(self, left: list[ClaimedJob]) -> None:
+        if not left:
+            return
+        try:
+            await self.session.release(
+                [(j.id, j.lease_token) for j in left], "node shut down before the run ended"
+            )
+        except StoreError as exc:
+            logger.warning("could not release unfinished runs (recovery will): %s", exc)
+            return
+        logger.warning(
+            "released %d unfinished runs for another attempt",
+            len(left),
+            extra={"event": "runs_released"},
+        )
+
+
+async def finish(tasks: list[asyncio.Task[None]], timeout_s: float) -> None:
+    """Let tasks end by themselves within ``timeout_s``, then cancel the rest."""
+    if not tasks:
+        return
+    _, pending = await asyncio.wait(tasks, timeout=timeout_s)
+    for task in pending:
+        task.cancel()
+    if pending:
+        await asyncio.gather(*pending, return_exceptions=True)
