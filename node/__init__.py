@@ -1,6 +1,6 @@
 """One Pulse scheduler node: membership, shard locks, claiming, execution, recovery, drain.
 
-The invariants every part of this package keeps (DESIGN.md has the full contract):
+The invariants every part of this package keeps:
 
 - S1 one claim per slot: a slot is claimed by one committed statement at a time; a retry of
   the same slot is a new attempt on the same run row.

@@ -243,9 +243,8 @@ def serve_metrics(
             extra={"event": "metrics_unavailable"},
         )
         return
-    # serve_forever looks for a shutdown request every poll interval; nothing ever asks
-    # (the thread is a daemon). prometheus_client's server polls twice a second, which
-    # was a tenth of an idle node's CPU.
+    # serve_forever wakes every poll interval to look for a shutdown request; nothing ever
+    # asks (the thread is a daemon), so an idle node need not wake for it.
     threading.Thread(
         target=server.serve_forever,
         kwargs={"poll_interval": SERVE_POLL_S},

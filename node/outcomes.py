@@ -19,15 +19,12 @@ from cluster.store.records import ClaimedJob, Completion, Skip
 from node.handlers import Outcome
 
 MAX_RETRY_DELAY_S = 3600.0
-
-
 BROKEN_RETRY_S = 3600.0
+CACHE_MAX = 4096
 
 K = TypeVar("K")
 V = TypeVar("V")
 
-
-CACHE_MAX = 4096
 _schedules: dict[tuple[str, str, str, str], Schedule] = {}
 _following: dict[tuple[str, str, str, str, datetime], datetime] = {}
 
@@ -48,30 +45,11 @@ def schedule_of(job: ClaimedJob) -> Schedule:
     return _remember(_schedules, key, lambda: parse_schedule(*key))  # type: ignore[arg-type]
 
 
-_last_following: list[tuple[str, str, str, str, datetime, datetime]] = []
-
-
 def following_slot(job: ClaimedJob) -> datetime:
     """The slot after the job's slot. Remembered: in a fan-out every job of a schedule has
-    the same slot, and both the claim and the completion of each ask.
-
-    The last answer is checked first: comparing five fields costs a fifth of building and
-    hashing the key (an aware datetime hashes through its UTC offset), and runs of a fan-out
-    arrive one after another."""
-    if _last_following:
-        schedule, tz, repeated, skipped, slot, found = _last_following[0]
-        if (
-            job.slot == slot
-            and job.schedule == schedule
-            and job.tz == tz
-            and job.dst_repeated == repeated
-            and job.dst_skipped == skipped
-        ):
-            return found
+    the same slot, and both the claim and the completion of each ask."""
     key = (job.schedule, job.tz, job.dst_repeated, job.dst_skipped, job.slot)
-    found = _remember(_following, key, lambda: schedule_of(job).next_after(job.slot))
-    _last_following[:] = [(*key, found)]
-    return found
+    return _remember(_following, key, lambda: schedule_of(job).next_after(job.slot))
 
 
 @functools.lru_cache(maxsize=1024)

@@ -21,13 +21,9 @@ REPEAT_WARNING_S = 60.0
 
 
 class Signal(asyncio.Event):
-    """An ``asyncio.Event`` that ``wait_any`` waits on without a task of its own.
-
-    Waiting for any of several plain events takes a task per event (``Event.wait`` is a
-    coroutine), each created, scheduled and cancelled again: the largest share of what an
-    idle node's loops do between their round trips. A Signal resolves the futures
-    ``wait_any`` lends it when it is set, so a wait costs one future and one timer.
-    """
+    """An ``asyncio.Event`` that ``wait_any`` waits on without a task of its own: waiting
+    for any of several plain events takes a task per event, created and cancelled on every
+    wait of every loop (tests/unit/test_service.py)."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -116,9 +112,8 @@ _PHASE_S = random.random() * 60.0
 def until_beat(interval_s: float, now: float | None = None) -> float:
     """Seconds until this process's next beat of period ``interval_s``, at least a quarter
     period away. The periodic services (heartbeat, shard keeper, recovery, the claim poll)
-    all wake on these beats rather than each on its own jittered timer: an idle node then
-    wakes once per second for all of them. Waking is most of what their round trips cost:
-    after a second asleep, even ``SELECT now()`` takes several times its CPU in a loop."""
+    all wake on these beats rather than each on its own jittered timer, so an idle node
+    wakes once a beat for all of them (tests/unit/test_service.py)."""
     if now is None:
         now = time.monotonic()
     at = _PHASE_S + (math.floor((now - _PHASE_S) / interval_s) + 1) * interval_s
