@@ -27,6 +27,19 @@ DEFAULT_CATCH_UP = "once"
 DEFAULT_RETRIES = 0
 DEFAULT_DST_REPEATED = "once"
 DEFAULT_DST_SKIPPED = "shift"
+DEFAULT_OUTPUT_LIMIT = 16 * 1024
+MAX_OUTPUT_LIMIT = 256 * 1024
+DEFAULT_LATE_AFTER_S = 60.0
+_SIZE = re.compile(r"^\s*(\d+)\s*(b|k|kb|kib|m|mb|mib)?\s*$", re.IGNORECASE)
+_SIZE_UNITS = {
+    "b": 1,
+    "k": 1024,
+    "kb": 1024,
+    "kib": 1024,
+    "m": 1 << 20,
+    "mb": 1 << 20,
+    "mib": 1 << 20,
+}
 DEFAULT_TIMEOUT_S = 300.0
 DEFAULT_RETRY_BACKOFF_S = 10.0
 DEFAULT_GRACE_S = 60.0
@@ -133,6 +146,27 @@ def _count(value: object, field_name: str, minimum: int) -> int:
     return number
 
 
+def parse_size(value: object, field_name: str) -> int:
+    """A byte count: ``16384``, ``16KiB``, ``256k``, ``1MiB`` (binary multiples)."""
+    if isinstance(value, bool):
+        raise InvalidInput(field_name, "must be a size like 16KiB")
+    if isinstance(value, int):
+        return value
+    match = _SIZE.match(value) if isinstance(value, str) else None
+    if match is None:
+        raise InvalidInput(field_name, f"{value!r} is not a size like 16384, 16KiB or 256k")
+    return int(match[1]) * _SIZE_UNITS[(match[2] or "b").lower()]
+
+
+def _optional_duration(value: object, field_name: str) -> float | None:
+    if value is None:
+        return None
+    seconds = _duration(value, field_name)
+    if seconds <= 0:
+        raise InvalidInput(field_name, "must be positive")
+    return seconds
+
+
 @dataclass(frozen=True)
 class JobSpec:
     """One validated job definition; build it with ``JobSpec.build`` or ``from_mapping``."""
@@ -152,6 +186,11 @@ class JobSpec:
     paused: bool = False
     dst_repeated: str = DEFAULT_DST_REPEATED
     dst_skipped: str = DEFAULT_DST_SKIPPED
+    keep_for_s: float | None = None  # None: the cluster's retention
+    keep_runs: int | None = None
+    output_limit: int = DEFAULT_OUTPUT_LIMIT
+    late_after_s: float = DEFAULT_LATE_AFTER_S
+    pause_after_failures: int | None = None
 
     @classmethod
     def build(
@@ -172,6 +211,11 @@ class JobSpec:
         paused: bool = False,
         dst_repeated: str = DEFAULT_DST_REPEATED,
         dst_skipped: str = DEFAULT_DST_SKIPPED,
+        keep_for: str | float | None = None,
+        keep_runs: int | str | None = None,
+        output_limit: int | str = DEFAULT_OUTPUT_LIMIT,
+        late_after: str | float = DEFAULT_LATE_AFTER_S,
+        pause_after_failures: int | str | None = None,
     ) -> JobSpec:
         """Validate every field; raise ``InvalidInput`` naming the first bad one."""
         name = validate_name(name)
@@ -188,6 +232,13 @@ class JobSpec:
             raise InvalidInput("timeout", "must be positive")
         if not isinstance(paused, bool):
             raise InvalidInput("paused", "must be true or false")
+        limit = parse_size(output_limit, "output_limit")
+        if not 0 <= limit <= MAX_OUTPUT_LIMIT:
+            raise InvalidInput(
+                "output_limit", f"must be between 0 and {MAX_OUTPUT_LIMIT // 1024}KiB"
+            )
+        late_after_s = _optional_duration(late_after, "late_after")
+        assert late_after_s is not None
         return cls(
             name=name,
             schedule=parsed.expr,
@@ -204,6 +255,15 @@ class JobSpec:
             paused=paused,
             dst_repeated=parsed.dst_repeated,
             dst_skipped=parsed.dst_skipped,
+            keep_for_s=_optional_duration(keep_for, "keep_for"),
+            keep_runs=None if keep_runs is None else _count(keep_runs, "keep_runs", 1),
+            output_limit=limit,
+            late_after_s=late_after_s,
+            pause_after_failures=(
+                None
+                if pause_after_failures is None
+                else _count(pause_after_failures, "pause_after_failures", 1)
+            ),
         )
 
     @classmethod
@@ -214,7 +274,8 @@ class JobSpec:
         known = {
             "name", "schedule", "handler", "tenant", "tz", "payload", "catch_up", "grace",
             "max_backfill", "timeout", "retries", "retry_backoff", "paused", "dst_repeated",
-            "dst_skipped",
+            "dst_skipped", "keep_for", "keep_runs", "output_limit", "late_after",
+            "pause_after_failures",
         }  # fmt: skip
         unknown = sorted(set(entry) - known)
         if unknown:
@@ -246,6 +307,11 @@ class JobSpec:
             paused=self.paused,
             dst_repeated=self.dst_repeated,
             dst_skipped=self.dst_skipped,
+            keep_for=self.keep_for_s,
+            keep_runs=self.keep_runs,
+            output_limit=self.output_limit,
+            late_after=self.late_after_s,
+            pause_after_failures=self.pause_after_failures,
         )
 
     def parsed_schedule(self) -> Schedule:

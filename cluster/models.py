@@ -43,6 +43,13 @@ class Job:
     dst_skipped: str
     created_at: datetime
     updated_at: datetime
+    keep_for_s: float | None
+    keep_runs: int | None
+    output_limit: int
+    late_after_s: float
+    pause_after_failures: int | None
+    failed_slots: int
+    pause_note: str | None
 
     def parsed_schedule(self) -> Schedule:
         return parse_schedule(self.schedule, self.tz, self.dst_repeated, self.dst_skipped)  # type: ignore[arg-type]
@@ -79,6 +86,13 @@ class Job:
             dst_skipped=row["dst_skipped"],
             created_at=row["created_at"],
             updated_at=row["updated_at"],
+            keep_for_s=row["keep_for_s"],
+            keep_runs=row["keep_runs"],
+            output_limit=row["output_limit"],
+            late_after_s=row["late_after_s"],
+            pause_after_failures=row["pause_after_failures"],
+            failed_slots=row["failed_slots"],
+            pause_note=row["pause_note"],
         )
 
     def to_json(self) -> dict[str, Any]:
@@ -106,6 +120,13 @@ class Job:
             "retry_backoff_s": self.retry_backoff_s,
             "dst_repeated": self.dst_repeated,
             "dst_skipped": self.dst_skipped,
+            "keep_for_s": self.keep_for_s,
+            "keep_runs": self.keep_runs,
+            "output_limit": self.output_limit,
+            "late_after_s": self.late_after_s,
+            "pause_after_failures": self.pause_after_failures,
+            "failed_slots": self.failed_slots,
+            "pause_note": self.pause_note,
             "created_at": iso(self.created_at),
             "updated_at": iso(self.updated_at),
         }

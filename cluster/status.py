@@ -26,6 +26,7 @@ from ring import Ring
 LAG_WINDOW_S = 60.0
 OUTCOME_WINDOW_S = 3600.0
 HORIZON_S = 86400.0
+PAUSED_SHOWN = 20
 OUTCOMES = ("succeeded", "failed", "timed_out", "lost", "skipped", "running")
 
 
@@ -50,6 +51,13 @@ class Misplaced:
     owner: str
 
 
+@dataclass(frozen=True)
+class PausedJob:
+    tenant: str
+    name: str
+    note: str | None
+
+
 @dataclass
 class Status:
     cluster: str
@@ -71,6 +79,8 @@ class Status:
     lag_p50_s: float | None
     lag_p99_s: float | None
     outcomes_1h: dict[str, int]
+    paused_jobs: list[PausedJob] = field(default_factory=list)  # at most PAUSED_SHOWN
+    paused_total: int = 0
     fenced_writes: int = 0  # summed over live members, each since it started
     problems: list[str] = field(default_factory=list)
 
@@ -128,6 +138,7 @@ async def collect(
         horizon_s=HORIZON_S,
         lag_window_s=LAG_WINDOW_S,
         outcome_window_s=OUTCOME_WINDOW_S,
+        paused_limit=PAUSED_SHOWN,
         now=now,
     )
     shard_count = rows.shard_count
@@ -184,6 +195,8 @@ async def collect(
         lag_p50_s=rows.lag["p50_s"],
         lag_p99_s=rows.lag["p99_s"],
         outcomes_1h={k: 0 for k in OUTCOMES} | {r["status"]: r["runs"] for r in rows.outcomes},
+        paused_jobs=[PausedJob(r["tenant_id"], r["name"], r["pause_note"]) for r in rows.paused],
+        paused_total=rows.paused[0]["total"] if rows.paused else 0,
         fenced_writes=sum(m.info.fenced_writes for m in live),
     )
     if not alive_ids:

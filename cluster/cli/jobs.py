@@ -55,6 +55,16 @@ tenant_option = click.option(
 @click.option(
     "--dst-skipped", default=spec.DEFAULT_DST_SKIPPED, show_default=True, help="shift | skip"
 )
+@click.option("--keep-for", default=None, help="Keep runs this long [default: cluster config].")
+@click.option("--keep-runs", default=None, help="Keep at most N runs [default: cluster config].")
+@click.option(
+    "--output-limit",
+    default=f"{spec.DEFAULT_OUTPUT_LIMIT // 1024}KiB",
+    show_default=True,
+    help="Output kept per stream of a run (at most 256KiB).",
+)
+@duration_option("--late-after", spec.DEFAULT_LATE_AFTER_S, "Alert when a slot starts this late.")
+@click.option("--pause-after-failures", default=None, help="Pause after N failed slots in a row.")
 @click.option("--paused", is_flag=True, help="Create the job paused.")
 @click.option("--json", "as_json", is_flag=True, help="Print the job as JSON.")
 @with_store
@@ -130,6 +140,10 @@ async def list_jobs(store: JobStore, tenant: str | None, as_json: bool) -> None:
         return
     header = ["TENANT", "NAME", "SCHEDULE", "TZ", "STATUS", "NEXT RUN", "HANDLER"]
     body = [[j.tenant, j.name, j.schedule, j.tz, j.status, _when(j), j.handler] for j in found]
+    if any(j.pause_note for j in found):
+        header.append("NOTE")
+        for row, job in zip(body, found, strict=True):
+            row.append(job.pause_note or "")
     _table([header, *body])
     if not found:
         click.echo("no jobs")
@@ -167,14 +181,26 @@ async def show_job(store: JobStore, name: str, tenant: str, as_json: bool) -> No
         click.echo(f"  {iso(run.scheduled_for)}  {run.status:<9} attempt {run.attempt}  {node}")
 
 
+def _done(verb: str, job: Job) -> None:
+    click.echo(f"{verb} {job.name} (tenant {job.tenant}): {job.status}, next run {_next_run(job)}")
+
+
+@jobs.command("pause")
+@click.argument("name")
+@tenant_option
+@click.option("--note", default=None, help="Why it is paused (shown by list, show, status).")
+@with_store
+async def pause_job(store: JobStore, name: str, tenant: str, note: str | None) -> None:
+    """Stop scheduling a job (a running slot finishes)."""
+    _done("paused", await store.pause(name, tenant, note=note))
+
+
 def _control(verb: str) -> click.Command:
     @click.argument("name")
     @tenant_option
     @with_store
     async def command(store: JobStore, name: str, tenant: str) -> None:
-        if verb == "pause":
-            job = await store.pause(name, tenant)
-        elif verb == "resume":
+        if verb == "resume":
             job = await store.resume(name, tenant)
         elif verb == "trigger":
             job = await store.trigger(name, tenant)
@@ -182,13 +208,9 @@ def _control(verb: str) -> click.Command:
             await store.remove(name, tenant)
             click.echo(f"removed {name} (tenant {tenant})")
             return
-        done = {"pause": "paused", "resume": "resumed", "trigger": "triggered"}[verb]
-        click.echo(
-            f"{done} {job.name} (tenant {job.tenant}): {job.status}, next run {_next_run(job)}"
-        )
+        _done({"resume": "resumed", "trigger": "triggered"}[verb], job)
 
     docs = {
-        "pause": "Stop scheduling a job (a running slot finishes).",
         "resume": "Resume a paused job at its next future slot.",
         "trigger": "Run a job now, keeping its regular schedule.",
         "remove": "Delete a job and its run history.",
@@ -197,7 +219,7 @@ def _control(verb: str) -> click.Command:
     return jobs.command(verb)(command)
 
 
-for _verb in ("pause", "resume", "trigger", "remove"):
+for _verb in ("resume", "trigger", "remove"):
     _control(_verb)
 
 

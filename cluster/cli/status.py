@@ -106,6 +106,12 @@ def render(st: Status) -> str:
         f"{o['running']} running"
     )
     out.append(f"fenced writes (live nodes, since each started): {st.fenced_writes}")
+    if st.paused_total:
+        out.append(f"paused jobs ({st.paused_total}):")
+        for job in st.paused_jobs:
+            out.append(f"  {job.tenant}/{job.name}" + (f": {job.note}" if job.note else ""))
+        if st.paused_total > len(st.paused_jobs):
+            out.append(f"  ... and {st.paused_total - len(st.paused_jobs)} more")
     return "\n".join(out)
 
 

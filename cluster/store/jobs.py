@@ -42,6 +42,8 @@ class ApplyResult:
         return bool(self.created or self.updated or self.removed)
 
 
+MAX_NOTE_LENGTH = 500
+
 # Statement parameters named differently from the user-facing field they carry.
 _FIELD_OF_PARAM = {"tenant_id": "tenant", "job_name": "job", "max_retries": "retries"}
 
@@ -163,8 +165,13 @@ class JobStore:
             raise StoreError(describe(exc)) from exc
         return result
 
-    async def pause(self, name: str, tenant: str = DEFAULT_TENANT) -> Job:
-        await self._write("pause_job", name, tenant, {})
+    async def pause(
+        self, name: str, tenant: str = DEFAULT_TENANT, *, note: str | None = None
+    ) -> Job:
+        """Stop claiming the job; ``note`` says why (shown by list, show and status)."""
+        if note is not None:
+            note = check_text(note, "note").strip()[:MAX_NOTE_LENGTH] or None
+        await self._write("pause_job", name, tenant, {"note": note})
         return await self.get(name, tenant)
 
     async def resume(
@@ -256,6 +263,11 @@ class JobStore:
             "timeout_s": spec.timeout_s,
             "max_retries": spec.retries,
             "retry_backoff_s": spec.retry_backoff_s,
+            "keep_for_s": spec.keep_for_s,
+            "keep_runs": spec.keep_runs,
+            "output_limit": spec.output_limit,
+            "late_after_s": spec.late_after_s,
+            "pause_after_failures": spec.pause_after_failures,
         }
 
     async def _notify(self, shard: int) -> None:

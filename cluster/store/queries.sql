@@ -8,14 +8,16 @@ SELECT coalesce(%(now)s::timestamptz, now()) AS now;
 INSERT INTO jobs (
     id, tenant_id, name, schedule, tz, dst_repeated, dst_skipped, handler, payload,
     status, paused, shard_id, next_run_at, slot_at, catch_up, grace_s, max_backfill,
-    timeout_s, max_retries, retry_backoff_s)
+    timeout_s, max_retries, retry_backoff_s, keep_for_s, keep_runs, output_limit,
+    late_after_s, pause_after_failures)
 VALUES (
     %(id)s, %(tenant_id)s, %(name)s, %(schedule)s, %(tz)s, %(dst_repeated)s, %(dst_skipped)s,
     %(handler)s, %(payload)s, CASE WHEN %(paused)s THEN 'paused' ELSE 'idle' END, %(paused)s,
     %(shard_id)s,
     CASE WHEN %(paused)s THEN '9999-01-01Z'::timestamptz ELSE %(next_run_at)s END,
     %(next_run_at)s, %(catch_up)s, %(grace_s)s,
-    %(max_backfill)s, %(timeout_s)s, %(max_retries)s, %(retry_backoff_s)s)
+    %(max_backfill)s, %(timeout_s)s, %(max_retries)s, %(retry_backoff_s)s, %(keep_for_s)s,
+    %(keep_runs)s, %(output_limit)s, %(late_after_s)s, %(pause_after_failures)s)
 ON CONFLICT (tenant_id, name) DO NOTHING
 RETURNING id, shard_id;
 
@@ -26,14 +28,16 @@ RETURNING id, shard_id;
 INSERT INTO jobs AS j (
     id, tenant_id, name, schedule, tz, dst_repeated, dst_skipped, handler, payload,
     status, paused, shard_id, next_run_at, slot_at, catch_up, grace_s, max_backfill,
-    timeout_s, max_retries, retry_backoff_s)
+    timeout_s, max_retries, retry_backoff_s, keep_for_s, keep_runs, output_limit,
+    late_after_s, pause_after_failures)
 VALUES (
     %(id)s, %(tenant_id)s, %(name)s, %(schedule)s, %(tz)s, %(dst_repeated)s, %(dst_skipped)s,
     %(handler)s, %(payload)s, CASE WHEN %(paused)s THEN 'paused' ELSE 'idle' END, %(paused)s,
     %(shard_id)s,
     CASE WHEN %(paused)s THEN '9999-01-01Z'::timestamptz ELSE %(next_run_at)s END,
     %(next_run_at)s, %(catch_up)s, %(grace_s)s,
-    %(max_backfill)s, %(timeout_s)s, %(max_retries)s, %(retry_backoff_s)s)
+    %(max_backfill)s, %(timeout_s)s, %(max_retries)s, %(retry_backoff_s)s, %(keep_for_s)s,
+    %(keep_runs)s, %(output_limit)s, %(late_after_s)s, %(pause_after_failures)s)
 ON CONFLICT (tenant_id, name) DO UPDATE SET
     schedule = excluded.schedule,
     tz = excluded.tz,
@@ -48,6 +52,11 @@ ON CONFLICT (tenant_id, name) DO UPDATE SET
     timeout_s = excluded.timeout_s,
     max_retries = excluded.max_retries,
     retry_backoff_s = excluded.retry_backoff_s,
+    keep_for_s = excluded.keep_for_s,
+    keep_runs = excluded.keep_runs,
+    output_limit = excluded.output_limit,
+    late_after_s = excluded.late_after_s,
+    pause_after_failures = excluded.pause_after_failures,
     status = CASE
         WHEN j.status = 'running' THEN 'running'
         WHEN excluded.paused THEN 'paused'
@@ -76,12 +85,14 @@ ON CONFLICT (tenant_id, name) DO UPDATE SET
         THEN 1 ELSE j.attempt END,
     updated_at = now()
 WHERE (j.schedule, j.tz, j.dst_repeated, j.dst_skipped, j.handler, j.payload, j.paused,
-       j.catch_up, j.grace_s, j.max_backfill, j.timeout_s, j.max_retries, j.retry_backoff_s)
+       j.catch_up, j.grace_s, j.max_backfill, j.timeout_s, j.max_retries, j.retry_backoff_s,
+       j.keep_for_s, j.keep_runs, j.output_limit, j.late_after_s, j.pause_after_failures)
     IS DISTINCT FROM
       (excluded.schedule, excluded.tz, excluded.dst_repeated, excluded.dst_skipped,
        excluded.handler, excluded.payload, excluded.paused, excluded.catch_up,
        excluded.grace_s, excluded.max_backfill, excluded.timeout_s, excluded.max_retries,
-       excluded.retry_backoff_s)
+       excluded.retry_backoff_s, excluded.keep_for_s, excluded.keep_runs,
+       excluded.output_limit, excluded.late_after_s, excluded.pause_after_failures)
 RETURNING id, shard_id, (xmax = 0) AS inserted;
 
 -- name: list_jobs
@@ -98,6 +109,7 @@ SELECT * FROM jobs WHERE tenant_id = %(tenant_id)s AND name = %(name)s FOR UPDAT
 -- name: pause_job
 UPDATE jobs SET
     paused = true,
+    pause_note = %(note)s,
     status = CASE WHEN status = 'running' THEN status ELSE 'paused' END,
     next_run_at = CASE WHEN status = 'running' THEN next_run_at
                        ELSE '9999-01-01Z'::timestamptz END,
@@ -110,6 +122,8 @@ RETURNING id, shard_id, status;
 -- the slots it missed while paused are not run.
 UPDATE jobs SET
     paused = false,
+    pause_note = NULL,
+    failed_slots = 0,
     status = CASE WHEN status = 'paused' THEN 'idle' ELSE status END,
     next_run_at = CASE WHEN status = 'paused' THEN %(next_run_at)s ELSE next_run_at END,
     slot_at = CASE WHEN status = 'paused' THEN %(next_run_at)s ELSE slot_at END,
@@ -502,6 +516,13 @@ SELECT k.t AS db_now, count(j.id)::int AS due,
        extract(epoch FROM k.t - min(j.next_run_at))::float8 AS oldest_s
 FROM clock k LEFT JOIN jobs j ON j.status = 'idle' AND j.next_run_at <= k.t
 GROUP BY k.t;
+
+-- name: status_paused
+-- Paused jobs with the note that says why (at most `limit`, the most recently paused first).
+SELECT tenant_id, name, pause_note, count(*) OVER ()::int AS total
+FROM jobs WHERE paused
+ORDER BY updated_at DESC, tenant_id, name
+LIMIT %(limit)s;
 
 -- name: status_fire_lag
 -- Fire lag (claim time minus slot time) of first attempts started within the window, from

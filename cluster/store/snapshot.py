@@ -27,6 +27,7 @@ class Snapshot:
     backlog: Row  # db_now, due, oldest_s
     lag: Row  # samples, p50_s, p99_s
     outcomes: list[Row]  # status, runs
+    paused: list[Row]  # tenant_id, name, pause_note, total
 
 
 async def _rows(conn: Conn, name: str, params: dict[str, Any]) -> list[Row]:
@@ -41,6 +42,7 @@ async def read_snapshot(
     horizon_s: float,
     lag_window_s: float,
     outcome_window_s: float,
+    paused_limit: int,
     now: datetime | None = None,
 ) -> Snapshot:
     """The cluster tables, read over one connection; ``StoreError`` if it cannot be made."""
@@ -56,6 +58,7 @@ async def read_snapshot(
             outcomes = await _rows(
                 conn, "status_outcomes", {**windows, "window_s": outcome_window_s}
             )
+            paused = await _rows(conn, "status_paused", {"limit": paused_limit})
     except psycopg.errors.UndefinedTable as exc:
         raise StoreError("the schema is not initialised; run `pulse init` first") from exc
     except psycopg.Error as exc:
@@ -68,4 +71,5 @@ async def read_snapshot(
         backlog=backlog[0],
         lag=lag[0],
         outcomes=outcomes,
+        paused=paused,
     )

@@ -26,8 +26,8 @@ import pytest
 from click.testing import CliRunner, Result
 
 from cluster.schedule import parse_schedule
-from cluster.store.migrate import available
 from cluster.settings import ClusterSettings
+from cluster.store.migrate import available
 from node.cli import cli
 from tests.conftest import REDIS_URL
 
@@ -40,7 +40,8 @@ JOB_KEYS = {
     "id", "tenant", "name", "schedule", "tz", "handler", "payload", "status", "paused",
     "shard", "next_run_at", "attempt", "last_run_at", "locked_by", "lease_expires_at",
     "catch_up", "grace_s", "max_backfill", "timeout_s", "retries", "retry_backoff_s",
-    "dst_repeated", "dst_skipped", "created_at", "updated_at",
+    "dst_repeated", "dst_skipped", "created_at", "updated_at", "keep_for_s", "keep_runs",
+    "output_limit", "late_after_s", "pause_after_failures", "failed_slots", "pause_note",
 }  # fmt: skip
 SHOW_KEYS = JOB_KEYS | {"next_slots", "recent_runs"}
 RUN_KEYS = {
@@ -313,6 +314,13 @@ BAD_ADD = [
     (["--dst-skipped", "never"], "dst_skipped"),
     (["--tenant", ""], "tenant"),
     (["--tenant", "x" * 201], "tenant"),
+    (["--keep-for", "0s"], "keep_for"),
+    (["--keep-for", "-1d"], "keep_for"),
+    (["--keep-runs", "0"], "keep_runs"),
+    (["--output-limit", "257KiB"], "output_limit"),
+    (["--output-limit", "lots"], "output_limit"),
+    (["--late-after", "0s"], "late_after"),
+    (["--pause-after-failures", "0"], "pause_after_failures"),
 ]
 
 
@@ -322,6 +330,36 @@ def test_add_bad_input_writes_nothing(shared: Shared, extra: list[str], field: s
     before = jobs_rows(settings)
     assert_bad_input(invoke(*add_args("tick", *extra)), field)
     assert jobs_rows(settings) == before
+
+
+def test_day2_options_round_trip(initialised: Invoke) -> None:
+    result = initialised(
+        *add_args("kept", "--keep-for", "2d", "--keep-runs", "50", "--output-limit", "64k",
+                  "--late-after", "5m", "--pause-after-failures", "3", "--json"),
+    )  # fmt: skip
+    assert result.exit_code == 0, result.stderr
+    data = json.loads(result.stdout)
+    assert (data["keep_for_s"], data["keep_runs"]) == (172800.0, 50)
+    assert (data["output_limit"], data["late_after_s"]) == (65536, 300.0)
+    assert (data["pause_after_failures"], data["failed_slots"], data["pause_note"]) == (3, 0, None)
+    defaults = json.loads(initialised(*add_args("plain", "--json")).stdout)
+    assert (defaults["keep_for_s"], defaults["keep_runs"]) == (None, None)
+    assert (defaults["output_limit"], defaults["late_after_s"]) == (16384, 60.0)
+
+
+def test_pause_note_is_shown_and_cleared_on_resume(initialised: Invoke) -> None:
+    initialised(*add_args("tick"))
+    paused = initialised("jobs", "pause", "tick", "--note", "upstream migration until Friday")
+    assert paused.exit_code == 0, paused.stderr
+    listed = initialised("jobs", "list")
+    assert "NOTE" in listed.stdout and "upstream migration until Friday" in listed.stdout
+    shown = json.loads(initialised("jobs", "show", "tick", "--json").stdout)
+    assert shown["pause_note"] == "upstream migration until Friday"
+    status = initialised("status")
+    assert "paused jobs (1):" in status.stdout
+    assert "default/tick: upstream migration until Friday" in status.stdout
+    initialised("jobs", "resume", "tick")
+    assert json.loads(initialised("jobs", "show", "tick", "--json").stdout)["pause_note"] is None
 
 
 @pytest.mark.parametrize("name", ["", "   ", "tab\there", "x" * 201, "bad\udcffbyte"])
