@@ -119,7 +119,7 @@ def global_options() -> list[click.Parameter]:
     ]
 
 
-def _configure(ctx: click.Context) -> None:
+def configure(ctx: click.Context) -> None:
     """Configure logging and build the cluster settings from the shared options."""
     given = {name: value for name, (_, value) in ctx.meta.get(_GLOBAL, {}).items()}
     fmt, level = given.get("log_format", "text"), given.get("log_level", "INFO")
@@ -193,7 +193,7 @@ class PulseCommand(click.Command):
         self.params.extend(global_options())
 
     def invoke(self, ctx: click.Context) -> Any:
-        _configure(ctx)
+        configure(ctx)
         return super().invoke(ctx)
 
 

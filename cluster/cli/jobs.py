@@ -8,7 +8,7 @@ from typing import Any
 import click
 
 from cluster import jobspec as spec
-from cluster.cli.base import PulseCommand, PulseGroup, duration_option, emit_json, fail, with_store
+from cluster.cli.base import PulseGroup, duration_option, emit_json, with_store
 from cluster.jobfile import load_specs
 from cluster.jobspec import JobSpec
 from cluster.models import Job, iso
@@ -112,7 +112,7 @@ async def apply_jobs(store: JobStore, file: str, prune: bool, as_json: bool) -> 
     )
 
 
-def _table(rows: list[list[str]]) -> None:
+def table(rows: list[list[str]]) -> None:
     if not rows:
         return
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
@@ -144,7 +144,7 @@ async def list_jobs(store: JobStore, tenant: str | None, as_json: bool) -> None:
         header.append("NOTE")
         for row, job in zip(body, found, strict=True):
             row.append(job.pause_note or "")
-    _table([header, *body])
+    table([header, *body])
     if not found:
         click.echo("no jobs")
 
@@ -223,47 +223,4 @@ for _verb in ("resume", "trigger", "remove"):
     _control(_verb)
 
 
-@click.command("runs", cls=PulseCommand)
-@click.option("--job", default=None, help="Only this job.")
-@click.option("--tenant", default=None, help="Only this tenant.")
-@click.option(
-    "--status",
-    type=click.Choice(["running", "succeeded", "failed", "timed_out", "skipped", "lost"]),
-    default=None,
-)
-@click.option("--limit", type=click.IntRange(1, 100_000), default=50, show_default=True)
-@click.option("--json", "as_json", is_flag=True)
-@with_store
-async def runs(
-    store: JobStore,
-    job: str | None,
-    tenant: str | None,
-    status: str | None,
-    limit: int,
-    as_json: bool,
-) -> None:
-    """Show recent runs, newest slot first."""
-    found = await store.runs(job, tenant, status, limit)
-    if as_json:
-        emit_json([run.to_json() for run in found])
-        return
-    header = ["SCHEDULED FOR", "TENANT", "JOB", "STATUS", "ATTEMPT", "NODE", "DURATION", "ERROR"]
-    body = [
-        [
-            r.scheduled_for.strftime("%Y-%m-%d %H:%M:%S.%f")[:-3],
-            r.tenant,
-            r.job_name,
-            r.status,
-            str(r.attempt),
-            r.node_id or "-",
-            f"{r.duration_s:.3f}s" if r.duration_s is not None else "-",
-            (r.last_error or "").splitlines()[0][:60] if r.last_error else "",
-        ]
-        for r in found
-    ]
-    _table([header, *body])
-    if not found:
-        click.echo("no runs")
-
-
-__all__ = ["fail", "jobs", "load_specs", "runs"]
+__all__ = ["jobs", "table"]
