@@ -1,4 +1,5 @@
-"""Failover and coverage measures of a chaos run (pure): L2 and L3 of DESIGN.md.
+"""Failover and coverage measures of a chaos run (pure): L2 and L3 (the invariants in
+``node/__init__.py``; the failover bound in docs/design/recovery.md).
 
 * Gap after a fault: for each job the fault touched (jobs in shards its nodes held when it
   began; every job for a server fault), the time from when the job was next owed a start

@@ -1,4 +1,5 @@
-"""Safety and loss checks of a chaos run (pure): S1, S2, S4 and L1 of DESIGN.md.
+"""Safety and loss checks of a chaos run (pure): S1, S2, S4 and L1 (the invariants in
+``node/__init__.py``; fencing in docs/design/lock-session.md).
 
 From the witness lines and the final runs rows it finds executions the runs table cannot
 explain (double executions of one claim, executions without a claim, completions without
