@@ -157,16 +157,7 @@ def node_command(
         if extra not in sys.path:
             sys.path.insert(0, extra)
     logging.getLogger().handlers[0].addFilter(NodeContext(settings.node_id, settings.zone))
-    node = Node(cluster, settings)
-    code = asyncio.run(node.run())
-    if node.threads_stuck:
-        # The interpreter would join the handler threads still stuck in runs that timed
-        # out before exiting, and they may never return: exit without waiting for them
-        # (tests/integration/test_stuck_handler.py).
-        logging.shutdown()
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(code)
+    code = asyncio.run(Node(cluster, settings).run())
     sys.exit(code)
 
 

@@ -1,27 +1,29 @@
 """The executor: runs claimed slots, never more than ``concurrency`` at once.
 
 The claim loop asks ``free`` before claiming, so claimed work always has a slot (B1): there
-is no internal queue to grow. Each run is an asyncio task: a run claimed ahead of its due
-time holds its slot and starts when it falls due; the handler runs through
-``node.handlers.invoke`` (sync ones on ``node.threads``) and its outcome goes to
-``on_done``. A run whose lease was lost, or that is still running when the drain ends, is
-cancelled and reported to nobody (its completion would be fenced anyway); its slot frees
-at once.
+is no internal queue to grow. A run claimed ahead of its due time holds its slot and
+starts when it falls due. Sync handlers run on the node's handler threads
+(``node.threads``); one timer, set for the earliest deadline, times them out. Async and
+``shell:`` handlers run as asyncio tasks. Each finished run is handed to ``on_done``; a run
+whose lease was lost is cancelled and reported to nobody (its completion would be fenced
+anyway). Guarded by tests/unit/test_executor.py.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
+import inspect
 import logging
-from collections.abc import Callable
-from dataclasses import dataclass, field
+import math
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
 from uuid import UUID
 
 from cluster.store.records import ClaimedJob
-from node.handlers import Outcome, RunContext, invoke
+from node.handlers import Outcome, RunContext, awaited, invoke, outcome_of, sync_handler
 from node.service import Signal
-from node.threads import HandlerThreads
+from node.threads import HandlerThreads, ThreadRun
 
 logger = logging.getLogger(__name__)
 
@@ -29,7 +31,13 @@ logger = logging.getLogger(__name__)
 @dataclass(eq=False)
 class Running:
     job: ClaimedJob
-    task: asyncio.Task[None] = field(init=False)
+    started: float  # loop time (for a run claimed ahead of its due time: when it starts)
+    task: asyncio.Task[None] | None = None
+    thread: ThreadRun | None = None
+
+    @property
+    def deadline(self) -> float:
+        return self.started + self.job.timeout_s
 
 
 class Executor:
@@ -48,7 +56,10 @@ class Executor:
         self.slot_freed = Signal()
         self.idle = Signal()
         self.idle.set()
-        self.threads = HandlerThreads(concurrency)
+        self._loop = asyncio.get_running_loop()
+        self.threads = HandlerThreads(concurrency, self._thread_results)
+        self._timer: asyncio.TimerHandle | None = None
+        self._timer_at = math.inf
 
     @property
     def free(self) -> int:
@@ -74,10 +85,28 @@ class Executor:
         if self.free <= 0:
             raise RuntimeError(f"executor cannot take {job.name}: no free slot")
         self.idle.clear()
-        found = self.running[job.id] = Running(job)
-        found.task = asyncio.create_task(
-            self._run(found, start_in_s), name=f"run:{job.tenant}/{job.name}"
-        )
+        found = self.running[job.id] = Running(job, self._loop.time() + max(0.0, start_in_s))
+        if start_in_s > 0:
+            self._loop.call_at(found.started, self._start_if_current, found)
+        else:
+            self._start(found)
+
+    def _start_if_current(self, found: Running) -> None:
+        # Dropped meanwhile (lease lost, drained): not in ``running`` any more.
+        if self.running.get(found.job.id) is found:
+            self._start(found)
+
+    def _start(self, found: Running) -> None:
+        job = found.job
+        found.started = now = self._loop.time()
+        fn = sync_handler(job.handler)
+        if fn is None:  # async, shell:, or not resolvable: invoke() deals with each
+            found.task = asyncio.create_task(self._run(found), name=f"run:{job.tenant}/{job.name}")
+        else:
+            found.thread = ThreadRun(fn, self.context(job), job.id)
+            self.threads.submit(found.thread)
+            if now + job.timeout_s < self._timer_at:
+                self._arm(now + job.timeout_s)
 
     def context(self, job: ClaimedJob) -> RunContext:
         return RunContext(
@@ -92,14 +121,61 @@ class Executor:
             zone=self.zone,
         )
 
-    async def _run(self, found: Running, start_in_s: float) -> None:
+    async def _run(self, found: Running) -> None:
         job = found.job
-        if start_in_s > 0:
-            await asyncio.sleep(start_in_s)
-        outcome = await invoke(job.handler, self.context(job), job.timeout_s, self.threads)
-        if self.running.get(job.id) is found:  # else dropped: reported to nobody
+        ctx = self.context(job)
+        await self._report(found, invoke(job.handler, ctx, job.timeout_s, self.threads))
+
+    async def _report(self, found: Running, outcome: Awaitable[Outcome]) -> None:
+        try:
+            done = await outcome
+        except asyncio.CancelledError:
             self._finish(found)
-            self._on_done(job, outcome)
+            raise
+        if self.running.get(found.job.id) is found:  # else dropped: reported to nobody
+            self._finish(found)
+            self._on_done(found.job, done)
+
+    def _thread_results(self, batch: list[ThreadRun]) -> None:
+        for run in batch:
+            found = self.running.get(run.key)
+            if found is None or found.thread is not run:
+                continue
+            if run.result is not None and inspect.isawaitable(run.result):
+                # A sync function that returned an awaitable: await it on the loop, within
+                # what is left of the timeout.
+                left = found.deadline - self._loop.time()
+                outcome = awaited(run.result, left, found.job.timeout_s, run.started)
+                found.thread = None
+                found.task = asyncio.create_task(self._report(found, outcome))
+                continue
+            self._finish(found)
+            self._on_done(found.job, outcome_of(run.error, run.duration_s))
+
+    def _arm(self, at: float) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+        self._timer = self._loop.call_at(at, self._time_out)
+        self._timer_at = at
+
+    def _time_out(self) -> None:
+        """Report every thread run past its deadline as timed out; re-arm for the next."""
+        self._timer, self._timer_at = None, math.inf
+        now = self._loop.time()
+        following = math.inf
+        for found in list(self.running.values()):
+            if found.thread is None:
+                continue
+            if found.deadline > now:
+                following = min(following, found.deadline)
+                continue
+            self.threads.abandon(found.thread)
+            self._finish(found)
+            timeout_s = found.job.timeout_s
+            outcome = Outcome("timed_out", f"timed out after {timeout_s:g}s", now - found.started)
+            self._on_done(found.job, outcome)
+        if following < math.inf:
+            self._arm(following)
 
     def _finish(self, found: Running) -> None:
         key = found.job.id
@@ -111,30 +187,46 @@ class Executor:
             self.idle.set()
 
     def cancel(self, job_id: UUID, lease_token: int) -> ClaimedJob | None:
-        """Stop caring about the run of that lease (it is lost)."""
+        """Stop caring about the run of that lease (it is lost): a task is cancelled; a
+        thread cannot be, so its result is dropped when it comes."""
         found = self.running.get(job_id)
         if found is None or found.job.lease_token != lease_token:
             return None
-        self._drop(found)
+        if found.task is not None:
+            found.task.cancel()
+        else:
+            self._drop(found)
         return found.job
 
     def _drop(self, found: Running) -> None:
-        """Free the run's slot now and cancel it; a sync handler's thread is left to finish
-        on its own (``node.threads``)."""
-        found.task.cancel()
+        """Free the run's slot now; whatever it still does is reported to nobody."""
+        if found.thread is not None:
+            self.threads.abandon(found.thread)
+        if found.task is not None:
+            found.task.cancel()
         self._finish(found)
 
     async def drain(self, timeout_s: float) -> list[ClaimedJob]:
         """Wait for in-flight runs; cancel and return those still running at the deadline."""
         if self.running:
-            with contextlib.suppress(TimeoutError):
+            try:
                 async with asyncio.timeout(timeout_s):
                     await self.idle.wait()
-        left = list(self.running.values())
-        for found in left:
-            self._drop(found)
-        await asyncio.gather(*(found.task for found in left), return_exceptions=True)
-        return [found.job for found in left]
+            except TimeoutError:
+                pass
+        left = [r.job for r in self.running.values()]
+        tasks: list[asyncio.Task[Any]] = []
+        for found in list(self.running.values()):
+            if found.task is not None:
+                found.task.cancel()
+                tasks.append(found.task)
+            else:
+                self._drop(found)
+        if tasks:
+            await asyncio.gather(*tasks, return_exceptions=True)
+        return left
 
     def shutdown(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
         self.threads.shutdown()

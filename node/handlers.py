@@ -85,6 +85,19 @@ def resolve(ref: str) -> Callable[..., Any]:
     return fn
 
 
+def sync_handler(ref: str) -> Callable[..., Any] | None:
+    """The function behind ``ref`` when it is a plain (sync) Python handler; None for
+    async and ``shell:`` handlers and for references that do not resolve (``invoke``
+    reports those)."""
+    if ref.startswith("shell:"):
+        return None
+    try:
+        fn = resolve(ref)
+    except HandlerError:
+        return None
+    return None if inspect.iscoroutinefunction(fn) else fn
+
+
 def _error_text(exc: BaseException) -> str:
     if isinstance(exc, SystemExit):
         return f"handler called sys.exit({exc.code!r})"
@@ -92,8 +105,29 @@ def _error_text(exc: BaseException) -> str:
     return text[-MAX_ERROR_CHARS:]
 
 
+def outcome_of(error: BaseException | None, duration_s: float) -> Outcome:
+    """The outcome of a handler call that returned (``error`` None) or raised."""
+    if error is None:
+        return Outcome("succeeded", None, duration_s)
+    return Outcome("failed", _error_text(error), duration_s)
+
+
+async def awaited(result: Any, left_s: float, timeout_s: float, started: float) -> Outcome:
+    """Await what a sync handler returned, within ``left_s`` of its timeout (``started`` is
+    the handler's start, in ``time.monotonic`` seconds)."""
+    try:
+        async with asyncio.timeout(max(0.0, left_s)):
+            await result
+    except TimeoutError:
+        return Outcome("timed_out", f"timed out after {timeout_s:g}s", time.monotonic() - started)
+    except (Exception, SystemExit, KeyboardInterrupt) as exc:  # a handler may raise anything
+        return Outcome("failed", _error_text(exc), time.monotonic() - started)
+    return Outcome("succeeded", None, time.monotonic() - started)
+
+
 async def invoke(ref: str, ctx: RunContext, timeout_s: float, threads: HandlerThreads) -> Outcome:
-    """Run the handler behind ``ref`` within ``timeout_s``; sync ones on ``threads``."""
+    """Run the handler behind ``ref`` within ``timeout_s``, sync ones on ``threads`` (the
+    executor runs sync handlers on a batched path of its own: ``node.executor``)."""
     started = time.monotonic()
 
     def done(status: str, error: str | None = None) -> Outcome:

@@ -75,8 +75,6 @@ class Node:
         self._signals = 0
         self._crashed = False
         self.state: NodeState | None = None
-        # Handler threads still stuck in runs that timed out when the node stopped.
-        self.threads_stuck = 0
 
     def request_stop(self) -> None:
         self._signals += 1
@@ -168,7 +166,6 @@ class Node:
         services = self._start(parts)
         await self.stop.wait()
         await parts.shutdown.run(services)
-        self.threads_stuck = parts.executor.threads.stuck
         logger.info("node stopped", extra={"event": "node_stopped"})
         return 1 if self._crashed else 0
 

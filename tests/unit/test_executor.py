@@ -15,7 +15,6 @@ import pytest
 from cluster.store.records import ClaimedJob
 from node.executor import Executor
 from node.handlers import Outcome, RunContext
-from tests.unit.test_threads import threads_of
 
 HERE = __name__
 release = threading.Event()
@@ -142,7 +141,7 @@ async def test_many_sync_runs_free_every_slot() -> None:
         assert executor.free == 50
     assert all(o.status == "succeeded" for o in done.got.values())
     assert len(seen) == 200
-    assert threads_of(executor.threads) <= 50
+    assert executor.threads.threads <= 50
     executor.shutdown()
 
 
@@ -212,7 +211,7 @@ async def test_a_run_is_not_held_up_by_busy_handlers() -> None:
         await done.wait_for(7 * (round_ + 1))
         release.clear()
     assert all(o.status == "succeeded" for o in done.got.values())
-    assert threads_of(executor.threads) <= 8
+    assert executor.threads.threads <= 8
     executor.shutdown()
 
 
@@ -227,14 +226,14 @@ async def test_threads_stuck_in_timed_out_runs_are_capped(
         executor.submit(job(f"{HERE}:stuck", f"hang{i}", timeout_s=0.1))
         await done.wait_for(i + 1)
     assert all(o.status == "timed_out" for o in done.got.values())
-    assert threads_of(executor.threads) == 2 and executor.threads.stuck == 2
+    assert executor.threads.threads == 2 and executor.threads.stuck == 2
     warnings = [r for r in caplog.records if getattr(r, "event", "") == "handler_threads_stuck"]
     assert len(warnings) == 1
     release.set()  # the stuck threads come free and take over the runs that waited
     executor.submit(job(f"{HERE}:ok", "after"))
     await done.wait_for(6)
     assert done.got["after"].status == "succeeded"
-    assert threads_of(executor.threads) == 2
+    assert executor.threads.threads == 2
     executor.shutdown()
 
 
