@@ -154,6 +154,8 @@ class Run:
     finished_at: datetime | None
     duration_s: float | None
     last_error: str | None
+    # What the attempt produced (``runs.output``); read by ``JobStore.run``, not by listings.
+    output: dict[str, Any] | None = None
 
     @classmethod
     def from_row(cls, row: dict[str, Any]) -> Run:
@@ -171,6 +173,7 @@ class Run:
             finished_at=row["finished_at"],
             duration_s=row["duration_s"],
             last_error=row["last_error"],
+            output=row.get("output"),
         )
 
     def to_json(self) -> dict[str, Any]:
@@ -189,3 +192,9 @@ class Run:
             "duration_s": self.duration_s,
             "error": self.last_error,
         }
+
+    def output_json(self) -> dict[str, Any]:
+        """The output object of ``pulse runs show --json``: every part, null if absent."""
+        found = self.output or {}
+        parts: dict[str, Any] = {k: found.get(k) for k in ("stdout", "stderr", "result", "log")}
+        return {**parts, "truncated": list(found.get("truncated") or [])}

@@ -21,7 +21,7 @@ from typing import Any
 from uuid import UUID
 
 from cluster.store.records import ClaimedJob
-from node.handlers import Outcome, RunContext, awaited, invoke, outcome_of, sync_handler
+from node.handlers import Outcome, RunContext, awaited, finished, invoke, sync_handler, timed_out
 from node.service import Signal
 from node.threads import HandlerThreads, ThreadRun
 
@@ -119,6 +119,7 @@ class Executor:
             timeout_s=job.timeout_s,
             node_id=self.node_id,
             zone=self.zone,
+            output_limit=job.output_limit,
         )
 
     async def _run(self, found: Running) -> None:
@@ -145,12 +146,12 @@ class Executor:
                 # A sync function that returned an awaitable: await it on the loop, within
                 # what is left of the timeout.
                 left = found.deadline - self._loop.time()
-                outcome = awaited(run.result, left, found.job.timeout_s, run.started)
+                outcome = awaited(run.arg, run.result, left, run.started)
                 found.thread = None
                 found.task = asyncio.create_task(self._report(found, outcome))
                 continue
             self._finish(found)
-            self._on_done(found.job, outcome_of(run.error, run.duration_s))
+            self._on_done(found.job, finished(run.arg, run.error, run.duration_s, run.result))
 
     def _arm(self, at: float) -> None:
         if self._timer is not None:
@@ -171,8 +172,7 @@ class Executor:
                 continue
             self.threads.abandon(found.thread)
             self._finish(found)
-            timeout_s = found.job.timeout_s
-            outcome = Outcome("timed_out", f"timed out after {timeout_s:g}s", now - found.started)
+            outcome = timed_out(found.thread.arg, found.job.timeout_s, now - found.started)
             self._on_done(found.job, outcome)
         if following < math.inf:
             self._arm(following)

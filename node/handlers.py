@@ -4,7 +4,9 @@
 ``node.threads``) or async (awaited); ``shell:<command>`` runs a subprocess in its own
 process group, killed with the group on timeout. A handler that raises, times out, cannot
 be imported or calls ``sys.exit`` produces an ``Outcome``; it never brings the node down
-(tests/unit/test_executor.py).
+(tests/unit/test_executor.py). The outcome carries what the run produced (``node.output``):
+a shell command's stdout and stderr, read while it runs so a full pipe never blocks it, or
+a Python handler's return value and ``ctx.log`` lines (tests/unit/test_handler_output.py).
 """
 
 from __future__ import annotations
@@ -19,14 +21,20 @@ import signal
 import time
 import traceback
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, NamedTuple
 from uuid import UUID
 
+from cluster.jobspec import DEFAULT_OUTPUT_LIMIT
+from node.output import RunLog, TailBuffer, compose, storable
 from node.threads import HandlerThreads
 
 MAX_ERROR_CHARS = 2000
+CHUNK_BYTES = 65536
+# After a timeout kills the process group, its pipes close; what they still hold is read
+# for at most this long (a process that left the group may keep them open).
+DRAIN_AFTER_KILL_S = 1.0
 
 
 @dataclass(frozen=True)
@@ -42,6 +50,16 @@ class RunContext:
     timeout_s: float
     node_id: str
     zone: str
+    output_limit: int = DEFAULT_OUTPUT_LIMIT
+    _log: RunLog = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_log", RunLog(self.output_limit))
+
+    def log(self, message: str) -> None:
+        """Add a line to the run's recorded output (``pulse runs show``); from any thread.
+        The newest lines within the job's output limit are kept."""
+        self._log.add(message)
 
     @property
     def idempotency_key(self) -> str:
@@ -60,6 +78,7 @@ class Outcome(NamedTuple):
     status: str  # succeeded | failed | timed_out
     error: str | None
     duration_s: float
+    output: str | None = None  # JSON text of the run's output object (node.output.compose)
 
 
 class HandlerError(Exception):
@@ -102,57 +121,64 @@ def _error_text(exc: BaseException) -> str:
     if isinstance(exc, SystemExit):
         return f"handler called sys.exit({exc.code!r})"
     text = "".join(traceback.format_exception_only(type(exc), exc)).strip()
-    return text[-MAX_ERROR_CHARS:]
+    return storable(text[-MAX_ERROR_CHARS:])[0]  # NUL or a lone surrogate would fail the write
 
 
-def outcome_of(error: BaseException | None, duration_s: float) -> Outcome:
-    """The outcome of a handler call that returned (``error`` None) or raised."""
+def finished(
+    ctx: RunContext, error: BaseException | None, duration_s: float, result: Any = None
+) -> Outcome:
+    """The outcome of a Python handler that returned ``result`` (``error`` None) or raised,
+    with what it logged."""
     if error is None:
-        return Outcome("succeeded", None, duration_s)
-    return Outcome("failed", _error_text(error), duration_s)
+        return Outcome("succeeded", None, duration_s, _output(ctx, result))
+    return Outcome("failed", _error_text(error), duration_s, _output(ctx))
 
 
-async def awaited(result: Any, left_s: float, timeout_s: float, started: float) -> Outcome:
+def timed_out(ctx: RunContext, timeout_s: float, duration_s: float) -> Outcome:
+    return Outcome("timed_out", f"timed out after {timeout_s:g}s", duration_s, _output(ctx))
+
+
+def _output(ctx: RunContext, result: Any = None) -> str | None:
+    return compose(result=result, log=ctx._log, limit=ctx.output_limit)
+
+
+async def awaited(ctx: RunContext, result: Any, left_s: float, started: float) -> Outcome:
     """Await what a sync handler returned, within ``left_s`` of its timeout (``started`` is
     the handler's start, in ``time.monotonic`` seconds)."""
     try:
         async with asyncio.timeout(max(0.0, left_s)):
-            await result
+            value = await result
     except TimeoutError:
-        return Outcome("timed_out", f"timed out after {timeout_s:g}s", time.monotonic() - started)
+        return timed_out(ctx, ctx.timeout_s, time.monotonic() - started)
     except (Exception, SystemExit, KeyboardInterrupt) as exc:  # a handler may raise anything
-        return Outcome("failed", _error_text(exc), time.monotonic() - started)
-    return Outcome("succeeded", None, time.monotonic() - started)
+        return finished(ctx, exc, time.monotonic() - started)
+    return finished(ctx, None, time.monotonic() - started, value)
 
 
 async def invoke(ref: str, ctx: RunContext, timeout_s: float, threads: HandlerThreads) -> Outcome:
-    """Run the handler behind ``ref`` within ``timeout_s``, sync ones on ``threads`` (the
-    executor runs sync handlers on a batched path of its own: ``node.executor``)."""
+    """Run the handler behind ``ref`` within ``timeout_s``; sync ones on ``threads``. The
+    executor runs sync handlers on its own path (``node.executor``), the rest here."""
     started = time.monotonic()
-
-    def done(status: str, error: str | None = None) -> Outcome:
-        return Outcome(status, error, time.monotonic() - started)
-
     try:
         if ref.startswith("shell:"):
             return await _shell(ref[len("shell:") :], ctx, timeout_s, started)
         fn = resolve(ref)
         async with asyncio.timeout(timeout_s):
             if inspect.iscoroutinefunction(fn):
-                await fn(ctx)
+                result = await fn(ctx)
             else:
                 result = await threads.call(fn, ctx)
                 if inspect.isawaitable(result):
-                    await result
-        return done("succeeded")
+                    result = await result
+        return finished(ctx, None, time.monotonic() - started, result)
     except TimeoutError:
-        return done("timed_out", f"timed out after {timeout_s:g}s")
+        return timed_out(ctx, timeout_s, time.monotonic() - started)
     except HandlerError as exc:
-        return done("failed", str(exc))
+        return Outcome("failed", str(exc), time.monotonic() - started, _output(ctx))
     except asyncio.CancelledError:
         raise
     except (Exception, SystemExit, KeyboardInterrupt) as exc:  # a handler may raise anything
-        return done("failed", _error_text(exc))
+        return finished(ctx, exc, time.monotonic() - started)
 
 
 def _shell_env(ctx: RunContext) -> dict[str, str]:
@@ -174,19 +200,30 @@ def _shell_env(ctx: RunContext) -> dict[str, str]:
 
 
 async def _shell(command: str, ctx: RunContext, timeout_s: float, started: float) -> Outcome:
+    limit = ctx.output_limit
     proc = await asyncio.create_subprocess_shell(
         command,
         stdin=asyncio.subprocess.DEVNULL,
-        stdout=asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.PIPE if limit > 0 else asyncio.subprocess.DEVNULL,
         stderr=asyncio.subprocess.PIPE,
         env=_shell_env(ctx),
         start_new_session=True,
     )
+    stdout = TailBuffer(limit)
+    stderr = TailBuffer(max(limit, 4 * MAX_ERROR_CHARS))  # the error message's tail too
+    pumps = [asyncio.create_task(_pump(proc.stderr, stderr))]
+    if proc.stdout is not None:
+        pumps.append(asyncio.create_task(_pump(proc.stdout, stdout)))
     try:
         async with asyncio.timeout(timeout_s):
-            _, stderr = await proc.communicate()
+            await asyncio.wait(pumps)  # unlike gather, a timeout here leaves them running
+            await proc.wait()
     except (TimeoutError, asyncio.CancelledError) as exc:
         _kill_group(proc.pid)
+        if isinstance(exc, TimeoutError):  # what it printed before the kill is kept
+            await asyncio.wait(pumps, timeout=DRAIN_AFTER_KILL_S)
+        for pump in pumps:
+            pump.cancel()
         await proc.wait()
         if isinstance(exc, asyncio.CancelledError):
             raise
@@ -194,14 +231,27 @@ async def _shell(command: str, ctx: RunContext, timeout_s: float, started: float
             "timed_out",
             f"timed out after {timeout_s:g}s; process group killed",
             time.monotonic() - started,
+            compose(stdout=stdout, stderr=stderr, limit=limit),
         )
     duration = time.monotonic() - started
+    output = compose(stdout=stdout, stderr=stderr, limit=limit)
     if proc.returncode == 0:
-        return Outcome("succeeded", None, duration)
-    tail = stderr.decode("utf-8", "replace").strip()[-MAX_ERROR_CHARS:]
+        return Outcome("succeeded", None, duration, output)
+    tail = stderr.text(4 * MAX_ERROR_CHARS)[0] or ""
+    tail = tail.strip()[-MAX_ERROR_CHARS:]
     return Outcome(
-        "failed", f"exit status {proc.returncode}" + (f": {tail}" if tail else ""), duration
+        "failed",
+        f"exit status {proc.returncode}" + (f": {tail}" if tail else ""),
+        duration,
+        output,
     )
+
+
+async def _pump(stream: asyncio.StreamReader | None, into: TailBuffer) -> None:
+    """Read ``stream`` to its end into ``into``."""
+    assert stream is not None
+    while chunk := await stream.read(CHUNK_BYTES):
+        into.write(chunk)
 
 
 def _kill_group(pid: int) -> None:

@@ -138,6 +138,7 @@ def after_run(job: ClaimedJob, outcome: Outcome, now: datetime) -> tuple[Complet
             next_run_at=retry_at,
             next_slot=job.slot,
             next_attempt=job.attempt + 1,
+            output=outcome.output,
         )
         return done, []
     following = following_slot(job)
@@ -155,5 +156,6 @@ def after_run(job: ClaimedJob, outcome: Outcome, now: datetime) -> tuple[Complet
         next_run_at=following,
         next_slot=following,
         next_attempt=1,
+        output=outcome.output,
     )
     return done, skips

@@ -2,10 +2,21 @@
 
 from __future__ import annotations
 
+import json
+
 import click
 
-from cluster.cli.base import PulseGroup, configure, emit_json, global_options, run, settings_of
-from cluster.cli.jobs import table
+from cluster.cli.base import (
+    PulseGroup,
+    configure,
+    emit_json,
+    global_options,
+    parse_time,
+    run,
+    settings_of,
+)
+from cluster.cli.jobs import table, tenant_option
+from cluster.models import Run, iso
 from cluster.store import JobStore
 
 STATUSES = ["running", "succeeded", "failed", "timed_out", "skipped", "lost"]
@@ -65,3 +76,58 @@ def runs(
             click.echo("no runs")
 
     run(go())
+
+
+@runs.command("show")
+@click.argument("name")
+@tenant_option
+@click.option("--slot", default=None, help="The run of this slot, ISO 8601 [default: the latest].")
+@click.option("--json", "as_json", is_flag=True, help="Print the run as JSON.")
+@click.pass_context
+def show_run(ctx: click.Context, name: str, tenant: str, slot: str | None, as_json: bool) -> None:
+    """Show one run of a job with what it produced: stdout, stderr, return value, log."""
+    when = parse_time(slot, "slot")
+
+    async def go() -> None:
+        async with JobStore.open(settings_of(ctx)) as store:
+            found = await store.run(name, tenant, slot=when)
+        if as_json:
+            emit_json({**found.to_json(), "output": found.output_json()})
+        else:
+            _print_run(found)
+
+    run(go())
+
+
+def _print_run(r: Run) -> None:
+    duration = f"{r.duration_s:.3f}s" if r.duration_s is not None else "-"
+    fields = [
+        ["job", f"{r.job_name} (tenant {r.tenant})"],
+        ["slot", iso(r.scheduled_for) or "-"],
+        ["status", f"{r.status} (attempt {r.attempt})"],
+        ["node", f"{r.node_id} (zone {r.zone})" if r.node_id else "-"],
+        ["started", iso(r.started_at) or "-"],
+        ["finished", iso(r.finished_at) or "-"],
+        ["duration", duration],
+    ]
+    if r.last_error:
+        fields.append(["error", r.last_error])
+    output = r.output_json()
+    if output["truncated"]:
+        fields.append(["truncated", ", ".join(output["truncated"])])
+    table(fields)
+    shown = False
+    for part in ("stdout", "stderr", "result", "log"):
+        value = output[part]
+        if value is None:
+            continue
+        shown = True
+        click.echo(f"--- {part}")
+        if part == "log":
+            click.echo("\n".join(value))
+        elif part == "result":
+            click.echo(json.dumps(value, indent=2, ensure_ascii=False))
+        else:
+            click.echo(value.rstrip("\n"))
+    if not shown:
+        click.echo("no output" if r.status != "running" else "no output yet (running)")

@@ -228,6 +228,18 @@ class JobStore:
         params = {"job_name": job, "tenant_id": tenant, "status": status, "limit": limit}
         return [Run.from_row(r) for r in await self._all("list_runs", params)]
 
+    async def run(
+        self, name: str, tenant: str = DEFAULT_TENANT, *, slot: datetime | None = None
+    ) -> Run:
+        """One run of the job with its output: the run of ``slot``, else the newest (an
+        attempt in flight is ``running``, its output not written yet); ``NotFound`` if none."""
+        params = {"job_name": name, "tenant_id": tenant, "slot": slot}
+        row = await self._one("show_run", params)
+        if row is None:
+            which = f"of slot {slot.isoformat()} " if slot is not None else ""
+            raise NotFound(f"no run {which}of job {name!r} in tenant {tenant!r}")
+        return Run.from_row(row)
+
     # -- helpers ----------------------------------------------------------------------
 
     @staticmethod

@@ -191,6 +191,34 @@ SELECT x.* FROM (
 ORDER BY x.scheduled_for DESC, x.id DESC
 LIMIT %(limit)s;
 
+-- name: show_run
+-- One run of a job with its output: the given slot's, else the newest. An attempt in flight
+-- is read from the job row as in list_runs, without output (written when it ends). Runs
+-- are found by job id, on UNIQUE (job_id, scheduled_for) (tests/integration/test_run_output.py).
+WITH job AS (
+    SELECT j.* FROM jobs j WHERE j.tenant_id = %(tenant_id)s AND j.name = %(job_name)s
+)
+SELECT x.* FROM (
+    SELECT r.id, j.id AS job_id, j.tenant_id, j.name AS job_name, j.slot_at AS scheduled_for,
+           j.attempt, j.locked_by AS node_id, j.locked_zone AS zone, 'running'::text AS status,
+           j.lease_token, j.locked_at AS started_at, NULL::timestamptz AS finished_at,
+           NULL::float8 AS duration_s, r.last_error, NULL::jsonb AS output, 0 AS settled
+    FROM job j
+    LEFT JOIN runs r ON r.job_id = j.id AND r.scheduled_for = j.slot_at
+    WHERE j.status = 'running'
+      AND (%(slot)s::timestamptz IS NULL OR j.slot_at = %(slot)s::timestamptz)
+    UNION ALL
+    (SELECT r.id, r.job_id, r.tenant_id, r.job_name, r.scheduled_for, r.attempt, r.node_id,
+            r.zone, r.status, r.lease_token, r.started_at, r.finished_at, r.duration_s,
+            r.last_error, r.output, 1
+     FROM job j JOIN runs r ON r.job_id = j.id
+     WHERE (%(slot)s::timestamptz IS NULL OR r.scheduled_for = %(slot)s::timestamptz)
+     ORDER BY r.scheduled_for DESC
+     LIMIT 1)
+) AS x
+ORDER BY x.scheduled_for DESC, x.settled
+LIMIT 1;
+
 -- name: notify
 SELECT pg_notify(%(channel)s, %(payload)s);
 
@@ -312,7 +340,7 @@ claimed AS (
     RETURNING j.id, j.tenant_id, j.name, j.schedule, j.tz, j.dst_repeated, j.dst_skipped,
               j.handler, nullif(j.payload, '{}'::jsonb) AS payload, j.shard_id, j.slot_at,
               j.attempt, j.lease_token, j.catch_up, j.grace_s, j.max_backfill, j.timeout_s,
-              j.max_retries, j.retry_backoff_s, j.next_run_at
+              j.max_retries, j.retry_backoff_s, j.next_run_at, j.output_limit
 ),
 next_due AS (
     SELECT min(x.next_run_at) AS t
@@ -339,14 +367,14 @@ WITH clock AS (
     SELECT coalesce(%(now)s::timestamptz, now()) AS t
 ),
 -- One JSON text per batch, cheap for the client to encode: per completion [id, token,
--- slot, outcome, error, duration_us, next_run_at, next_slot or null, next_attempt]
--- (cluster.store.records.complete_params), parsed once.
+-- slot, outcome, error, duration_us, next_run_at, next_slot or null, next_attempt,
+-- output as JSON text or null] (cluster.store.records.complete_params), parsed once.
 input AS MATERIALIZED (
     SELECT (e->>0)::uuid AS id, (e->>1)::bigint AS token, (e->>2)::timestamptz AS slot,
            e->>3 AS outcome, e->>4 AS error, (e->>5)::bigint / 1e6::float8 AS duration_s,
            (e->>6)::timestamptz AS next_run_at,
            coalesce(e->>7, e->>6)::timestamptz AS next_slot,
-           (e->>8)::int AS next_attempt
+           (e->>8)::int AS next_attempt, (e->>9)::jsonb AS output
     FROM json_array_elements(%(done)s::json) AS e
 ),
 -- The ids are an index condition: the planner, whose statistics saw few running jobs,
@@ -372,7 +400,7 @@ done AS (
               record_run(j.id, j.tenant_id, j.name, i.slot, o.attempt, %(node_id)s, %(zone)s,
                          i.outcome, i.token,
                          CASE WHEN i.outcome = 'skipped' THEN NULL ELSE o.locked_at END,
-                         k.t, i.duration_s, i.error)
+                         k.t, i.duration_s, i.error, i.output)
 ),
 skipped AS (
     -- Never the completed slot itself: one statement cannot write a run row twice.
@@ -424,7 +452,7 @@ freed AS (
     RETURNING j.id,
               record_run(j.id, j.tenant_id, j.name, j.slot_at, o.attempt, o.locked_by,
                          o.locked_zone, 'lost', i.token, o.locked_at, k.t, NULL,
-                         %(reason)s)
+                         %(reason)s, NULL)
 )
 SELECT id FROM freed;
 
@@ -485,7 +513,7 @@ reset AS (
     RETURNING j.id, j.tenant_id, j.name, j.slot_at, j.attempt, d.locked_by, d.reason,
               record_run(j.id, j.tenant_id, j.name, j.slot_at, d.attempt, d.locked_by,
                          d.locked_zone, 'lost', d.lease_token, d.locked_at, k.t, NULL,
-                         d.reason || ' (node ' || coalesce(d.locked_by, '?') || ')')
+                         d.reason || ' (node ' || coalesce(d.locked_by, '?') || ')', NULL)
 )
 SELECT r.id, r.tenant_id, r.name, r.slot_at, r.attempt, r.locked_by, r.reason FROM reset r;
 

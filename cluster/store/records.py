@@ -16,6 +16,8 @@ from datetime import datetime
 from typing import Any, NamedTuple
 from uuid import UUID
 
+from cluster.jobspec import DEFAULT_OUTPUT_LIMIT
+
 __all__ = [
     "ClaimResult",
     "ClaimedJob",
@@ -73,6 +75,7 @@ class ClaimedJob(NamedTuple):
     # When the attempt is due: the slot, or the end of a retry's backoff. A claim that
     # looks ahead returns jobs due a moment later; they start then.
     due: datetime
+    output_limit: int = DEFAULT_OUTPUT_LIMIT  # bytes kept per part of the run's output
 
 
 _FIELDS = len(ClaimedJob._fields)
@@ -82,7 +85,7 @@ def claimed_jobs(rows: Sequence[tuple[Any, ...]], skip: int) -> list[ClaimedJob]
     """The claimed jobs of a claim's rows, whose fields follow ``skip`` leading columns; a
     row with a null id is the claim's report alone (nothing was claimed).
 
-    Built by position with ``tuple.__new__``, cheaper than passing a named tuple's 20
+    Built by position with ``tuple.__new__``, cheaper than passing a named tuple's 21
     fields one by one; the width is checked once per claim instead
     (tests/unit/test_claim_rows.py)."""
     if rows and len(rows[0]) != skip + _FIELDS:
@@ -111,6 +114,7 @@ class Completion(NamedTuple):
     next_run_at: datetime
     next_slot: datetime
     next_attempt: int
+    output: str | None = None  # the run's output object as JSON text (node.output)
 
 
 @dataclass(frozen=True)
@@ -134,7 +138,7 @@ def complete_params(
     The batch goes as two JSON texts, a row of plain values per completion and per skip,
     cheaper to encode than a dozen typed arrays adapted element by element. Ids are hex,
     times ISO 8601 (``next_slot`` null when it equals ``next_run_at``), durations whole
-    microseconds (tests/integration/test_history.py).
+    microseconds, output its JSON text or null (tests/integration/test_history.py).
     """
     texts: dict[datetime, str] = {}
 
@@ -157,6 +161,7 @@ def complete_params(
             iso(c.next_run_at),
             None if c.next_slot == c.next_run_at else iso(c.next_slot),
             c.next_attempt,
+            c.output,
         )
         for c in done
     ]

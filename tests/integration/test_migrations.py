@@ -275,6 +275,14 @@ EXPECTED_FUNCTIONS = {
         " run_started_at timestamp with time zone, run_finished_at timestamp with time zone,"
         " run_duration_s double precision, run_last_error text",
     ),
+    (  # migration 007: with the output; the one above stays for the previous release
+        "record_run",
+        "run_job_id uuid, run_tenant_id text, run_job_name text,"
+        " run_scheduled_for timestamp with time zone, run_attempt integer, run_node_id text,"
+        " run_zone text, run_status text, run_lease_token bigint,"
+        " run_started_at timestamp with time zone, run_finished_at timestamp with time zone,"
+        " run_duration_s double precision, run_last_error text, run_output jsonb",
+    ),
     (
         "raise_alert",
         "a_event text, a_job_id uuid, a_tenant_id text, a_job_name text,"
