@@ -49,5 +49,6 @@ def configure(fmt: str = "text", level: str = "INFO") -> None:
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level.upper())
-    for noisy in ("asyncio", "psycopg", "psycopg.pool"):
+    # httpx logs every request's full URL at INFO: a webhook's may carry a token.
+    for noisy in ("asyncio", "psycopg", "psycopg.pool", "httpx", "httpcore"):
         logging.getLogger(noisy).setLevel(logging.WARNING)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import click
 
-from cluster.cli import chaos, jobs, runs, schedule, status, up
+from cluster.cli import alerts, chaos, jobs, runs, schedule, status, up
 from cluster.cli.base import PulseGroup, global_options, with_store
 from cluster.store import JobStore
 
@@ -44,6 +44,7 @@ async def init(store: JobStore, shards: int | None) -> None:
 
 for command in (
     jobs.jobs,
+    alerts.alerts,
     runs.runs,
     schedule.schedule_command,
     status.status,

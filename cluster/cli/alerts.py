@@ -1,0 +1,207 @@
+"""``pulse alerts ...``: alert rules, a test event, and the outbox's deliveries.
+
+Webhook URLs often carry a token, so every command prints them redacted
+(``cluster.alerts.redact_url``); only a delivering node and ``alerts test`` use the full URL.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import uuid
+from collections.abc import Callable, Coroutine
+from datetime import UTC, datetime
+from typing import Any, TypeVar
+
+import click
+import httpx
+
+from cluster.alerts import EVENTS, FORMATS, AlertEvent, AlertRule, body, redact_url
+from cluster.cli.base import PulseGroup, emit_json, fail, run, settings_of
+from cluster.cli.jobs import table
+from cluster.store.alerting import DELIVERY_STATUSES, AlertStore
+from cluster.webhook import Answer, post
+
+T = TypeVar("T")
+
+TEST_DETAIL = "a test event sent by `pulse alerts test`"
+
+
+def with_alerts(fn: Callable[..., Coroutine[Any, Any, T]]) -> Callable[..., T]:
+    """Run ``fn(alert_store, **kwargs)`` against an admin connection of the cluster."""
+
+    @functools.wraps(fn)
+    @click.pass_context
+    def wrapper(ctx: click.Context, /, **kwargs: Any) -> T:
+        async def go() -> T:
+            async with AlertStore.open(settings_of(ctx)) as store:
+                return await fn(store, **kwargs)
+
+        return run(go())
+
+    return wrapper
+
+
+@click.group(cls=PulseGroup)
+def alerts() -> None:
+    """Alert rules: who hears about failed, recovered, lost, late, skipped and paused."""
+
+
+@alerts.command("add")
+@click.argument("name")
+@click.option("--webhook", required=True, help="http:// or https:// URL to POST events to.")
+@click.option(
+    "--secret-env",
+    default=None,
+    help="Sign bodies with the value of this environment variable (read on the nodes).",
+)
+@click.option("--format", "fmt", default="json", show_default=True, help=" | ".join(FORMATS))
+@click.option(
+    "--on", "events", default=",".join(EVENTS), show_default=True, help="Events, comma-separated."
+)
+@click.option("--tenant", default=None, help="Only jobs of this tenant.")
+@click.option("--job", default=None, help="Only jobs of this name.")
+@click.option("--json", "as_json", is_flag=True, help="Print the rule as JSON.")
+@with_alerts
+async def add_rule(
+    store: AlertStore,
+    name: str,
+    webhook: str,
+    secret_env: str | None,
+    fmt: str,
+    events: str,
+    tenant: str | None,
+    job: str | None,
+    as_json: bool,
+) -> None:
+    """Create an alert rule."""
+    rule = AlertRule.build(
+        name, webhook, events=events, format=fmt, secret_env=secret_env, tenant=tenant, job=job
+    )
+    await store.add_rule(rule)
+    if as_json:
+        emit_json(rule.to_json())
+    else:
+        click.echo(f"created alert rule {rule.name}: {', '.join(rule.events)} -> {_where(rule)}")
+
+
+def _scope(rule: AlertRule) -> str:
+    if rule.job is not None:
+        return f"job {rule.job}" + (f" (tenant {rule.tenant})" if rule.tenant else "")
+    return f"tenant {rule.tenant}" if rule.tenant is not None else "every job"
+
+
+def _where(rule: AlertRule) -> str:
+    return f"{redact_url(rule.url)} ({rule.format}) for {_scope(rule)}"
+
+
+@alerts.command("list")
+@click.option("--json", "as_json", is_flag=True)
+@with_alerts
+async def list_rules(store: AlertStore, as_json: bool) -> None:
+    """List alert rules (webhook URLs redacted)."""
+    found = await store.rules()
+    if as_json:
+        emit_json([rule.to_json() for rule in found])
+        return
+    if not found:
+        click.echo("no alert rules")
+        return
+    header = ["NAME", "EVENTS", "SCOPE", "FORMAT", "SIGNED WITH", "WEBHOOK"]
+    rows = [
+        [
+            r.name,
+            ",".join(r.events),
+            _scope(r),
+            r.format,
+            f"${r.secret_env}" if r.secret_env else "-",
+            redact_url(r.url),
+        ]
+        for r in found
+    ]
+    table([header, *rows])
+
+
+@alerts.command("remove")
+@click.argument("name")
+@with_alerts
+async def remove_rule(store: AlertStore, name: str) -> None:
+    """Remove an alert rule and its undelivered events."""
+    await store.remove_rule(name)
+    click.echo(f"removed alert rule {name}")
+
+
+@alerts.command("test")
+@click.argument("name")
+@click.pass_context
+def test_rule(ctx: click.Context, name: str) -> None:
+    """Send a test event to the rule's webhook from this host; exit 1 unless it answers 2xx."""
+
+    async def go() -> tuple[AlertRule, Answer]:
+        async with AlertStore.open(settings_of(ctx)) as store:
+            rule = await store.rule(name)
+        secret = None
+        if rule.secret_env is not None:
+            secret = os.environ.get(rule.secret_env)
+            if not secret:
+                return rule, Answer(None, f"${rule.secret_env} is not set on this host")
+        event = AlertEvent(
+            id=str(uuid.uuid4()),
+            event="test",
+            tenant=rule.tenant or "*",
+            job=rule.job or "*",
+            slot=None,
+            attempt=None,
+            node=None,
+            zone=None,
+            error=None,
+            detail=TEST_DETAIL,
+            created_at=datetime.now(UTC),
+        )
+        async with httpx.AsyncClient() as client:
+            answer = await post(
+                client, rule.url, body(event, rule.format), event_id=event.id, secret=secret
+            )
+        return rule, answer
+
+    rule, answer = run(go())
+    target = redact_url(rule.url)
+    if not answer.ok:
+        fail(f"test event to {target} not delivered: {answer.describe()}", 1)
+    signed = f", signed with ${rule.secret_env}" if rule.secret_env else ""
+    click.echo(f"test event delivered to {target}{signed}: {answer.describe()}")
+
+
+@alerts.command("deliveries")
+@click.option("--status", default=None, help=" | ".join(DELIVERY_STATUSES))
+@click.option("--limit", type=click.IntRange(1, 100_000), default=50, show_default=True)
+@click.option("--json", "as_json", is_flag=True)
+@with_alerts
+async def list_deliveries(store: AlertStore, status: str | None, limit: int, as_json: bool) -> None:
+    """Deliveries of alert events, newest first."""
+    found = await store.deliveries(status, limit)
+    if as_json:
+        emit_json([d.to_json() for d in found])
+        return
+    if not found:
+        click.echo("no deliveries")
+        return
+    header = ["ID", "RULE", "EVENT", "TENANT", "JOB", "SLOT", "STATUS", "ATTEMPTS", "WHEN", "ERROR"]
+    rows = []
+    for d in found:
+        when = d.delivered_at if d.status == "delivered" else d.next_attempt_at
+        rows.append(
+            [
+                str(d.id),
+                d.rule,
+                d.event,
+                d.tenant,
+                d.job,
+                d.slot.strftime("%Y-%m-%d %H:%M:%S") if d.slot else "-",
+                d.status,
+                str(d.attempts),
+                when.strftime("%Y-%m-%d %H:%M:%S") if when and d.status != "failed" else "-",
+                (d.last_error or "")[:80],
+            ]
+        )
+    table([header, *rows])
