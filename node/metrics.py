@@ -164,6 +164,13 @@ class NodeCollector(Collector):
         yield counter(
             "pulse_membership_changes", "Changes of the live member list.", s.membership_changes
         )
+        alerts = CounterMetricFamily(
+            "pulse_alert_deliveries", "Alert delivery attempts by outcome.", labels=["outcome"]
+        )
+        for outcome in ("delivered", "retried", "failed"):
+            alerts.add_metric([outcome], s.alerts.get(outcome, 0))
+        yield alerts
+        yield counter("pulse_slots_late", "Late slots this node raised an alert for.", s.late_slots)
         errors = CounterMetricFamily(
             "pulse_errors", "Failed calls by dependency.", labels=["dependency"]
         )

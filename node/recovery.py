@@ -3,56 +3,133 @@
 It runs on every shard this node gains (before claiming there) and periodically over all
 held shards. The reset is a compare-and-set in SQL on (running, lease token), so a run that
 just finished is never overwritten; its slot becomes due again as the next attempt.
+
+A lost attempt counts against the job's retries like a failed one. When the last attempt
+the retries allow was lost, the slot is not run again: the statement hands it to this node,
+which writes it as failed through the completer (the ``failed`` alert, auto-pause and the
+next slot follow as for any failed slot). So a job that kills whatever node runs it (a
+poison job) kills at most retries + 1 nodes per slot (tests/integration/test_poison.py).
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from typing import Any
 
+from cluster.settings import DEFAULT_LEASE_S
+from cluster.store.records import ClaimedJob
 from cluster.store.session import LockSession
+from node.handlers import Outcome
 from node.state import NodeState
 from node.stats import Stats
 
 logger = logging.getLogger(__name__)
 
+# Where a poison slot's failure goes: the completer's ``run_done``.
+FailSlot = Callable[[ClaimedJob, Outcome], None]
+
+
+def poisoned(row: dict[str, Any]) -> ClaimedJob:
+    """The slot ``recover`` handed over, as a claim of this node."""
+    return ClaimedJob(
+        id=row["id"],
+        tenant=row["tenant_id"],
+        name=row["name"],
+        schedule=row["schedule"],
+        tz=row["tz"],
+        dst_repeated=row["dst_repeated"],
+        dst_skipped=row["dst_skipped"],
+        handler=row["handler"],
+        payload=row["payload"] or None,
+        shard=row["shard_id"],
+        slot=row["slot_at"],
+        attempt=row["attempt"],
+        lease_token=row["lease_token"],
+        catch_up=row["catch_up"],
+        grace_s=row["grace_s"],
+        max_backfill=row["max_backfill"],
+        timeout_s=row["timeout_s"],
+        max_retries=row["max_retries"],
+        retry_backoff_s=row["retry_backoff_s"],
+        due=row["next_run_at"],
+    )
+
+
+def lost_error(row: dict[str, Any]) -> str:
+    """Why a poison slot failed: its last attempt went down with its node."""
+    allowed = row["max_retries"] + 1
+    return (
+        f"lost with its node on attempt {row['attempt']} of {allowed} "
+        f"({row['reason']}, node {row['locked_by']}); retries exhausted, the slot is not run again"
+    )
+
 
 class Recovery:
-    def __init__(self, state: NodeState, session: LockSession, stats: Stats) -> None:
+    def __init__(
+        self,
+        state: NodeState,
+        session: LockSession,
+        stats: Stats,
+        fail_slot: FailSlot | None = None,
+        *,
+        lease_s: float = DEFAULT_LEASE_S,
+    ) -> None:
         self._state = state
         self._session = session
         self._stats = stats
+        self._fail_slot = fail_slot
+        self._lease_s = lease_s
 
     async def recover(self, shards: frozenset[int]) -> int:
         """Take back the runs in ``shards`` of owners the shard keeper no longer counts
         as alive, and of expired leases."""
         alive = self._state.alive or (self._state.node_id,)
-        return self._took_back(await self._session.recover(shards, alive))
+        rows = await self._session.recover(shards, alive, lease_s=self._lease_s)
+        return self._took_back(rows)
 
     async def recover_own(self) -> int:
         """Runs left by an earlier process of this node id (killed, restarted under the
         same id) look alive to everyone's recovery; take them back before claiming."""
-        return self._took_back(await self._session.recover_own())
+        return self._took_back(await self._session.recover_own(lease_s=self._lease_s))
 
     def _took_back(self, rows: list[dict[str, Any]]) -> int:
         for row in rows:
+            extra = {
+                "event": "run_recovered",
+                "job": row["name"],
+                "tenant": row["tenant_id"],
+                "slot": row["slot_at"].isoformat(),
+                "attempt": row["attempt"],
+            }
+            if row["poison"]:
+                logger.error(
+                    "slot lost with %s (%s) on its last attempt %d: recorded failed",
+                    row["locked_by"],
+                    row["reason"],
+                    row["attempt"],
+                    extra={**extra, "event": "poison_slot"},
+                )
+                self._fail(row)
+                continue
             logger.warning(
                 "recovered slot from %s (%s); attempt %d is due now",
                 row["locked_by"],
                 row["reason"],
                 row["attempt"],
-                extra={
-                    "event": "run_recovered",
-                    "job": row["name"],
-                    "tenant": row["tenant_id"],
-                    "slot": row["slot_at"].isoformat(),
-                    "attempt": row["attempt"],
-                },
+                extra=extra,
             )
         if rows:
             self._stats.recovered += len(rows)
             self._state.wake.set()
         return len(rows)
+
+    def _fail(self, row: dict[str, Any]) -> None:
+        if self._fail_slot is None:
+            # Without a completer (tests of recovery alone) the slot stays running under
+            # this node until its lease expires; the next pass hands it over again.
+            return
+        self._fail_slot(poisoned(row), Outcome("failed", lost_error(row), 0.0))
 
     async def run_once(self) -> None:
         if self._state.held and self._session.connected:

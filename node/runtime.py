@@ -3,9 +3,9 @@ over to ``node.shutdown`` when stopped.
 
 Startup: open the lock session (refusing settings that break the guarantees), take back
 runs an earlier process of this node left, register the heartbeat, then run heartbeat,
-membership watch, shard keeper, claim loop, recovery, NOTIFY listener, lease renewal and
-completer. SIGTERM/SIGINT drains (``node.shutdown``) and exits 0; a second signal exits at
-once; a vital service that crashes drains and exits 1.
+membership watch, shard keeper, claim loop, recovery, NOTIFY listener, lease renewal,
+completer, alert delivery and late pass. SIGTERM/SIGINT drains (``node.shutdown``)
+and exits 0; a second signal exits at once; a vital service that crashes drains and exits 1.
 """
 
 from __future__ import annotations
@@ -23,13 +23,17 @@ from typing import Any
 from cluster.errors import ConfigError, MembershipError, StoreError
 from cluster.members import MemberInfo, MemberRegistry
 from cluster.settings import ClusterSettings, NodeSettings, mask_url
+from cluster.store.alerting import AlertStore
 from cluster.store.session import LockSession
 from cluster.store.writer import ResultWriter
+from node.alerting import AlertDelivery
 from node.claimer import Claimer
 from node.clock import DbClock
 from node.completer import Completer
 from node.executor import Executor
 from node.heartbeat import Heartbeat
+from node.lateness import INTERVAL_S as LATE_INTERVAL_S
+from node.lateness import LatePass
 from node.listener import WakeListener
 from node.metrics import pulse_version, serve_metrics
 from node.pacing import Pacing
@@ -64,6 +68,8 @@ class Parts:
     stop_claiming: Signal
     stop_writing: Signal
     shutdown: Shutdown
+    alerts: AlertDelivery
+    late: LatePass
 
 
 class Node:
@@ -166,6 +172,7 @@ class Node:
         services = self._start(parts)
         await self.stop.wait()
         await parts.shutdown.run(services)
+        await parts.alerts.close()
         logger.info("node stopped", extra={"event": "node_stopped"})
         return 1 if self._crashed else 0
 
@@ -179,7 +186,10 @@ class Node:
         )
         completer = Completer(writer, clock, stats, state.wake, pacing)
         executor = Executor(s.concurrency, s.node_id, s.zone, completer.run_done)
-        recovery = Recovery(state, session, stats)
+        recovery = Recovery(state, session, stats, completer.run_done, lease_s=s.lease_s)
+        alert_store = AlertStore(
+            self.cluster, f"{s.node_id}/alerts", statement_timeout_s=s.statement_timeout_s
+        )
         keeper = ShardKeeper(state, session, stats, recovery.recover, expected_shards=s.shards)
         trust_margin_s = min(TRUST_MARGIN_S, s.session_timeout_s / 4)
         ttl_s = s.heartbeat_ttl_s
@@ -219,6 +229,9 @@ class Node:
                 writer=writer,
                 drain_timeout_s=s.drain_timeout_s,
             ),
+            # One connection of its own, never the lock session or the result writer.
+            alerts=AlertDelivery(alert_store, s.node_id, stats),
+            late=LatePass(alert_store, shard_count, stats),
         )
 
     def _serve_metrics(self, port: int, executor: Executor) -> None:
@@ -295,7 +308,16 @@ class Node:
             ),
             self._spawn(p.completer.run(writing)),
         ]
-        return Services(claiming, writing, heartbeat, lockers, writers, [subscription, listener])
+        followers = [subscription, listener]
+        followers += [
+            self._spawn(
+                run_service("alert delivery", p.alerts.run_once, interval_s=1.0, stop=claiming)
+            ),
+            self._spawn(
+                run_service("late pass", p.late.run_once, interval_s=LATE_INTERVAL_S, stop=claiming)
+            ),
+        ]
+        return Services(claiming, writing, heartbeat, lockers, writers, followers)
 
     def _spawn(self, service: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
         task = asyncio.create_task(service)

@@ -26,5 +26,8 @@ class Stats:
     db_errors: int = 0
     redis_errors: int = 0
     claims: int = 0
+    # Alert deliveries by result (delivered, retried, failed); late slots this node found.
+    alerts: Counter[str] = field(default_factory=Counter)
+    late_slots: int = 0
     claim_seconds: deque[float] = field(default_factory=lambda: deque(maxlen=4096))
     fire_lag_seconds: deque[float] = field(default_factory=lambda: deque(maxlen=4096))

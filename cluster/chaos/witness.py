@@ -5,9 +5,10 @@ start kept outside the database, and its reader.
 tenant, slot, attempt, node, zone, start time) to ``$PULSE_WITNESS_FILE`` with a single
 ``write`` on an ``O_APPEND`` descriptor, so lines of concurrent processes never interleave,
 then sleeps ``payload["sleep_s"]`` seconds; payload ``fail`` makes it raise, ``exit`` call
-``sys.exit`` (tests use both). ``read_witness`` turns a file back into ``Execution``s, which
-the checkers compare with the runs table. It lives in the package (not in ``tests``) so an
-installed ``pulse chaos`` can use it.
+``sys.exit`` (tests use both), and ``crash`` end its whole process with ``os._exit`` (the
+poison job of ``pulse chaos`` and tests/e2e/test_poison.py). ``read_witness`` turns a file
+back into ``Execution``s, which the checkers compare with the runs table. It lives in the
+package (not in ``tests``) so an installed ``pulse chaos`` can use it.
 
 The descriptor stays open, one per file for the life of the process (a node witnesses
 into one file, a test process into one per test): opening and closing it around every line
@@ -80,6 +81,8 @@ def record(ctx: Any) -> None:
         raise RuntimeError(str(ctx.payload["fail"]))
     if "exit" in ctx.payload:
         sys.exit(ctx.payload["exit"])
+    if "crash" in ctx.payload:
+        os._exit(int(ctx.payload["crash"]))
 
 
 def read_witness(path: Path) -> list[Execution]:

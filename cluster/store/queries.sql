@@ -363,6 +363,7 @@ ORDER BY c.slot_at;
 -- Fenced, batched completion: rows still running under the caller's lease token move to
 -- their next slot, record_run writes each attempt's run row, and the slots the catch-up
 -- policy skipped are recorded. Returns the ids applied (tests/integration/test_history.py).
+-- Alert events are written with the state they report (tests/integration/test_alert_events.py).
 WITH clock AS (
     SELECT coalesce(%(now)s::timestamptz, now()) AS t
 ),
@@ -377,13 +378,20 @@ input AS MATERIALIZED (
            (e->>8)::int AS next_attempt, (e->>9)::jsonb AS output
     FROM json_array_elements(%(done)s::json) AS e
 ),
+skip_in AS MATERIALIZED (
+    SELECT (e->>0)::uuid AS job_id, (e->>1)::timestamptz AS slot, e->>2 AS reason
+    FROM json_array_elements(%(skips)s::json) AS e
+),
 -- The ids are an index condition: the planner, whose statistics saw few running jobs,
 -- must not scan the table for them (test_lease_plans.py). `o` is the job row before this
--- update: its attempt and claim time belong to the attempt that ended.
+-- update: its attempt and claim time belong to the attempt that ended. `f`: the slot's last
+-- attempt failed (`fail`), which makes N failed slots in a row and auto-pauses (`pause`);
+-- the attempt started late (`late`: the late pass reports slots not started yet); `skips`
+-- slots were skipped (one `skipped` event per catch-up).
 done AS (
     UPDATE jobs j SET
-        status = CASE WHEN j.paused THEN 'paused' ELSE 'idle' END,
-        next_run_at = CASE WHEN j.paused THEN '9999-01-01Z'::timestamptz
+        status = CASE WHEN j.paused OR f.pause THEN 'paused' ELSE 'idle' END,
+        next_run_at = CASE WHEN j.paused OR f.pause THEN '9999-01-01Z'::timestamptz
                            ELSE i.next_run_at END,
         slot_at = i.next_slot,
         attempt = i.next_attempt,
@@ -392,15 +400,51 @@ done AS (
         locked_at = NULL,
         locked_zone = NULL,
         lease_expires_at = NULL,
-        updated_at = k.t
-    FROM input i JOIN jobs o ON o.id = i.id, clock k
+        updated_at = k.t,
+        failed_slots = CASE WHEN i.outcome = 'succeeded' THEN 0
+                            ELSE j.failed_slots + f.fail::int END,
+        paused = j.paused OR f.pause,
+        pause_note = CASE WHEN f.pause THEN 'paused after ' || j.failed_slots + 1
+            || ' failed slots in a row; last error: ' || coalesce(left(i.error, 300), '-')
+            ELSE j.pause_note END,
+        late_slot = CASE WHEN f.late THEN i.slot ELSE j.late_slot END
+    FROM input i JOIN jobs o ON o.id = i.id
+    CROSS JOIN LATERAL (
+        SELECT x.*, x.fail AND NOT o.paused
+                    AND coalesce(o.failed_slots + 1 >= o.pause_after_failures, false) AS pause
+        FROM (SELECT i.outcome IN ('failed', 'timed_out') AND i.next_attempt <= o.attempt AS fail,
+                     i.outcome <> 'skipped' AND o.late_slot IS DISTINCT FROM i.slot
+                         AND o.locked_at > o.next_run_at + make_interval(secs => o.late_after_s)
+                         AS late,
+                     (i.outcome = 'skipped')::int + (SELECT count(*) FROM skip_in s
+                         WHERE s.job_id = i.id AND s.slot <> i.slot) AS skips,
+                     (SELECT min(s.slot) FROM skip_in s WHERE s.job_id = i.id) AS first_skip
+             ) AS x
+    ) AS f, clock k
     WHERE j.id = ANY(ARRAY(SELECT x.id FROM input x))
       AND j.id = i.id AND j.lease_token = i.token AND j.status = 'running'
     RETURNING j.id, j.tenant_id, j.name, i.slot,
               record_run(j.id, j.tenant_id, j.name, i.slot, o.attempt, %(node_id)s, %(zone)s,
                          i.outcome, i.token,
                          CASE WHEN i.outcome = 'skipped' THEN NULL ELSE o.locked_at END,
-                         k.t, i.duration_s, i.error, i.output)
+                         k.t, i.duration_s, i.error, i.output),
+              CASE WHEN f.late THEN raise_alert('late', j.id, j.tenant_id, j.name, i.slot,
+                  o.attempt, %(node_id)s, %(zone)s, NULL, 'started '
+                  || round(extract(epoch FROM o.locked_at - o.next_run_at))
+                  || 's after it was due (late after ' || o.late_after_s || 's)') END,
+              CASE WHEN f.fail THEN raise_alert('failed', j.id, j.tenant_id, j.name, i.slot,
+                  o.attempt, %(node_id)s, %(zone)s, i.error, NULL) END,
+              CASE WHEN i.outcome = 'succeeded' AND o.failed_slots > 0 THEN raise_alert(
+                  'recovered', j.id, j.tenant_id, j.name, i.slot, o.attempt, %(node_id)s,
+                  %(zone)s, NULL, 'succeeded after ' || o.failed_slots || ' failed slots')
+              END,
+              CASE WHEN f.skips > 0 THEN raise_alert('skipped', j.id, j.tenant_id, j.name,
+                  least(f.first_skip, CASE WHEN i.outcome = 'skipped' THEN i.slot END),
+                  NULL, %(node_id)s, %(zone)s, NULL,
+                  f.skips || CASE WHEN f.skips = 1 THEN ' slot' ELSE ' slots' END
+                  || ' skipped by catch-up ' || o.catch_up) END,
+              CASE WHEN f.pause THEN raise_alert('paused', j.id, j.tenant_id, j.name, i.slot,
+                  o.attempt, %(node_id)s, %(zone)s, i.error, j.pause_note) END
 ),
 skipped AS (
     -- Never the completed slot itself: one statement cannot write a run row twice.
@@ -408,8 +452,7 @@ skipped AS (
                       status, finished_at, last_error)
     SELECT d.id, d.tenant_id, d.name, s.slot, 1, %(node_id)s, %(zone)s, 'skipped', k.t,
            s.reason
-    FROM (SELECT (e->>0)::uuid AS job_id, (e->>1)::timestamptz AS slot, e->>2 AS reason
-          FROM json_array_elements(%(skips)s::json) AS e) AS s
+    FROM skip_in s
     JOIN done d ON d.id = s.job_id AND d.slot <> s.slot
     CROSS JOIN clock k
     ON CONFLICT (job_id, scheduled_for) DO NOTHING
@@ -459,7 +502,10 @@ SELECT id FROM freed;
 -- name: recover
 -- Takes back the slots of runs whose owner is dead (neither live nor connected) or whose
 -- lease expired; with %(own)s, those this node id left running before a restart. Each is
--- due again at once as its next attempt; the lost one is recorded (test_session.py).
+-- due again at once as its next attempt; the lost one is recorded (test_session.py) and
+-- raises `lost`. A lost attempt counts against the retries: a slot whose last attempt was
+-- lost (`poison`) is handed to the caller instead, which records it failed and moves the
+-- job on, so a job that kills its node kills at most retries + 1 (test_poison.py).
 WITH clock AS (
     SELECT coalesce(%(now)s::timestamptz, now()) AS t
 ),
@@ -475,7 +521,8 @@ dead AS (
     CROSS JOIN LATERAL (
         SELECT j.ctid, j.id, j.lease_token, j.attempt, j.locked_by, j.locked_zone, j.locked_at,
                CASE WHEN j.lease_expires_at < k.t THEN 'lease expired'
-                    ELSE 'owner gone' END AS reason
+                    ELSE 'owner gone' END AS reason,
+               j.attempt > j.max_retries AS poison
         FROM jobs j CROSS JOIN clock k
         WHERE j.shard_id = s.shard AND j.status = 'running'
           AND j.next_run_at <= k.t + interval '1 minute'
@@ -488,21 +535,24 @@ dead AS (
     UNION ALL
     SELECT o.* FROM (
         SELECT j.ctid, j.id, j.lease_token, j.attempt, j.locked_by, j.locked_zone, j.locked_at,
-               'previous process gone' AS reason
+               'previous process gone' AS reason, j.attempt > j.max_retries AS poison
         FROM jobs j
         WHERE %(own)s AND j.status = 'running' AND j.locked_by = %(node_id)s
         FOR UPDATE OF j SKIP LOCKED
     ) AS o
 ),
+-- A poison slot stays running, under the caller and a new token, with its lost attempt's
+-- number and start, for the caller's completion to record.
 reset AS (
     UPDATE jobs j SET
-        status = CASE WHEN j.paused THEN 'paused' ELSE 'idle' END,
-        next_run_at = CASE WHEN j.paused THEN '9999-01-01Z'::timestamptz ELSE k.t END,
-        attempt = j.attempt + 1,
-        locked_by = NULL,
-        locked_at = NULL,
-        locked_zone = NULL,
-        lease_expires_at = NULL,
+        status = CASE WHEN d.poison THEN 'running' WHEN j.paused THEN 'paused' ELSE 'idle' END,
+        next_run_at = CASE WHEN d.poison THEN j.next_run_at
+                           WHEN j.paused THEN '9999-01-01Z'::timestamptz ELSE k.t END,
+        attempt = j.attempt + (NOT d.poison)::int,
+        locked_by = CASE WHEN d.poison THEN %(node_id)s END,
+        locked_at = CASE WHEN d.poison THEN d.locked_at END,
+        locked_zone = CASE WHEN d.poison THEN %(zone)s END,
+        lease_expires_at = CASE WHEN d.poison THEN k.t + make_interval(secs => %(lease_s)s) END,
         lease_token = j.lease_token + 1,
         updated_at = k.t
     FROM dead d, clock k
@@ -510,12 +560,22 @@ reset AS (
     -- them alone however few jobs the table has.
     WHERE j.ctid = ANY(ARRAY(SELECT ctid FROM dead))
       AND j.id = d.id AND j.lease_token = d.lease_token AND j.status = 'running'
-    RETURNING j.id, j.tenant_id, j.name, j.slot_at, j.attempt, d.locked_by, d.reason,
+    RETURNING j.id, j.tenant_id, j.name, j.slot_at, j.attempt, d.locked_by, d.reason, d.poison,
+              j.schedule, j.tz, j.dst_repeated, j.dst_skipped, j.handler, j.payload, j.shard_id,
+              j.lease_token, j.catch_up, j.grace_s, j.max_backfill, j.timeout_s, j.max_retries,
+              j.retry_backoff_s, j.next_run_at,
               record_run(j.id, j.tenant_id, j.name, j.slot_at, d.attempt, d.locked_by,
                          d.locked_zone, 'lost', d.lease_token, d.locked_at, k.t, NULL,
-                         d.reason || ' (node ' || coalesce(d.locked_by, '?') || ')', NULL)
+                         d.reason || ' (node ' || coalesce(d.locked_by, '?') || ')', NULL),
+              raise_alert('lost', j.id, j.tenant_id, j.name, j.slot_at, d.attempt, d.locked_by,
+                          d.locked_zone, NULL,
+                          d.reason || ' (node ' || coalesce(d.locked_by, '?') || ')')
 )
-SELECT r.id, r.tenant_id, r.name, r.slot_at, r.attempt, r.locked_by, r.reason FROM reset r;
+SELECT r.id, r.tenant_id, r.name, r.slot_at, r.attempt, r.locked_by, r.reason, r.poison,
+       r.schedule, r.tz, r.dst_repeated, r.dst_skipped, r.handler, r.payload, r.shard_id,
+       r.lease_token, r.catch_up, r.grace_s, r.max_backfill, r.timeout_s, r.max_retries,
+       r.retry_backoff_s, r.next_run_at
+FROM reset r;
 
 -- name: live_sessions
 -- The given node ids with a session in this database (a lock session is named after its

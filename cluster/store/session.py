@@ -27,7 +27,7 @@ from psycopg import AsyncCursor
 from psycopg.rows import AsyncRowFactory, dict_row, tuple_row
 
 from cluster.errors import ConfigError, StoreError
-from cluster.settings import ClusterSettings
+from cluster.settings import DEFAULT_LEASE_S, ClusterSettings
 from cluster.store.connect import Conn, connect, describe
 from cluster.store.deadline import fetch_within
 from cluster.store.migrate import stored_shard_count
@@ -274,17 +274,32 @@ class LockSession:
         return {row[0] for row in rows}
 
     async def recover(
-        self, shards: Collection[int], live: Sequence[str], now: datetime | None = None
+        self,
+        shards: Collection[int],
+        live: Sequence[str],
+        now: datetime | None = None,
+        lease_s: float = DEFAULT_LEASE_S,
     ) -> list[dict[str, Any]]:
-        """Reset the runs of dead owners (or expired leases) in ``shards``; returns them."""
+        """Reset the runs of dead owners (or expired leases) in ``shards``; returns them.
+
+        A row with ``poison`` set lost the last attempt its retries allow: it is left
+        running under this node for ``lease_s``, for the caller to complete as failed."""
         if not shards:
             return []
-        params = {"own": False, "shards": int_array(shards), "live": list(live), "node_id": None}
-        return await self._run("recover", {**params, "now": now}, dict_row)
+        params = {"own": False, "shards": int_array(shards), "live": list(live)}
+        return await self._recover(params, now, lease_s)
 
-    async def recover_own(self, now: datetime | None = None) -> list[dict[str, Any]]:
+    async def recover_own(
+        self, now: datetime | None = None, lease_s: float = DEFAULT_LEASE_S
+    ) -> list[dict[str, Any]]:
         """Take back the slots an earlier process of this node id left running.
 
         Only before this process claims anything: then every such run is an orphan."""
-        params = {"own": True, "shards": int_array(()), "live": [], "node_id": self.node_id}
-        return await self._run("recover", {**params, "now": now}, dict_row)
+        params = {"own": True, "shards": int_array(()), "live": []}
+        return await self._recover(params, now, lease_s)
+
+    async def _recover(
+        self, params: dict[str, Any], now: datetime | None, lease_s: float
+    ) -> list[dict[str, Any]]:
+        mine = {"node_id": self.node_id, "zone": self.zone, "lease_s": lease_s, "now": now}
+        return await self._run("recover", {**params, **mine}, dict_row)

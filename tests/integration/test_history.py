@@ -206,7 +206,8 @@ async def test_a_slot_skipped_at_claim_has_no_start_and_its_skips_are_recorded(
 async def test_a_fenced_completion_writes_no_run_row(
     store: JobStore, settings: ClusterSettings, open_session: Opener
 ) -> None:
-    await add(store, every_10s("a"), every_10s("idle"))
+    # A retry left: the lost attempt runs again (a last attempt lost: test_poison.py).
+    await add(store, every_10s("a", retries=1), every_10s("idle"))
     stale_node, heir = await open_session("n1", "za"), await open_session("n2", "zb")
     (stale,) = (await stale_node.claim(ALL, 1, 30.0, now=at(10))).jobs
     # Its lease expires; the heir recovers the slot (a lost row) and claims it again.
@@ -282,7 +283,7 @@ async def test_release_records_the_attempt_as_lost(
 async def test_recovery_records_the_dead_owners_attempt_as_lost(
     store: JobStore, settings: ClusterSettings, open_session: Opener
 ) -> None:
-    await add(store, every_10s("a"))
+    await add(store, every_10s("a", retries=1))  # lost with a retry left: due again
     dead = await open_session("dead", "zone-d")
     (job,) = (await dead.claim(ALL, 10, 300.0, now=at(10))).jobs
     await dead.close()

@@ -84,7 +84,10 @@ async def test_lease_statements_read_jobs_by_primary_key_while_many_run(
             "release": await plan_of(conn, "release", {**leases, "reason": "test"}),
         }
         shards = "{" + ",".join(map(str, range(0, 256, 3))) + "}"  # a node's third
-        recover = {"own": False, "shards": shards, "live": ["n2"], "node_id": None, "now": T0}
+        recover = {
+            "own": False, "shards": shards, "live": ["n2"], "node_id": "n1", "zone": "z",
+            "lease_s": 30.0, "now": T0,
+        }  # fmt: skip
         recoveries = [
             await plan_of(conn, "recover", recover),
             # As a node sends it: the database's clock, which the planner cannot bound.

@@ -115,7 +115,9 @@ async def test_catch_up_after_downtime_follows_each_policy(
 async def test_late_completion_after_recovery_is_fenced_and_counted(
     store: JobStore, settings: ClusterSettings, n1: LockSession
 ) -> None:
-    await store.add(JobSpec.build("j", "@every 10s", "cluster.chaos.witness:record"), now=T0)
+    # A retry left, so the lost attempt is due again (a last one lost: test_poison.py).
+    spec = JobSpec.build("j", "@every 10s", "cluster.chaos.witness:record", retries=1)
+    await store.add(spec, now=T0)
     (job,) = (await n1.claim(ALL, 10, 30.0, now=at(10))).jobs
     n2 = await open_session(settings, "n2")
     try:
@@ -151,7 +153,8 @@ async def test_recovery_never_overwrites_a_run_that_just_finished(
 async def test_dead_owner_is_recovered_without_waiting_for_its_lease(
     store: JobStore, settings: ClusterSettings
 ) -> None:
-    await store.add(JobSpec.build("j", "@every 10s", "cluster.chaos.witness:record"), now=T0)
+    spec = JobSpec.build("j", "@every 10s", "cluster.chaos.witness:record", retries=1)
+    await store.add(spec, now=T0)
     doomed = await open_session(settings, "doomed")
     await doomed.try_lock(ALL)
     await doomed.claim(ALL, 10, 300.0, now=at(10))

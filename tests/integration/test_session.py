@@ -44,10 +44,15 @@ def at(seconds: float) -> datetime:
     return T0 + timedelta(seconds=seconds)
 
 
-async def add_jobs(store: JobStore, count: int, every: str = "@every 10s") -> list[Job]:
-    """``count`` jobs created at T0; with ``@every 10s`` each is first due at T0 + 10 s."""
+async def add_jobs(
+    store: JobStore, count: int, every: str = "@every 10s", retries: int = 1
+) -> list[Job]:
+    """``count`` jobs created at T0; with ``@every 10s`` each is first due at T0 + 10 s. One
+    retry by default: a lost attempt counts against the retries, and these tests take lost
+    slots back to run them again (a last attempt lost: tests/integration/test_poison.py)."""
     specs = [
-        JobSpec.build(f"job-{i:04d}", every, "cluster.chaos.witness:record") for i in range(count)
+        JobSpec.build(f"job-{i:04d}", every, "cluster.chaos.witness:record", retries=retries)
+        for i in range(count)
     ]
     await store.apply(specs, now=T0)
     return await store.jobs()
