@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from datetime import datetime, timedelta
+from datetime import datetime
 
 from cluster.errors import PulseError, StoreError
 from cluster.store.records import ClaimedJob
@@ -86,9 +86,10 @@ class Claimer:
         ahead_s = CLAIM_AHEAD_S + CLAIM_BATCH_S
         result = await self._session.claim(held, limit, self._lease_s, ahead_s=ahead_s)
         elapsed = time.monotonic() - started
-        # db_now is when the statement started; by now the database clock is `elapsed` on
-        # (less the tiny send latency). A clock that lags would make every wake-up late.
-        self._clock.observe(result.db_now + timedelta(seconds=elapsed))
+        # db_now (the statement's start) is a lower bound of the database clock now; `elapsed`
+        # also holds waits for the session and the backend, so adding it could start a run
+        # claimed ahead before its slot (S4, tests/e2e/test_nodes.py).
+        self._clock.observe(result.db_now)
         self._stats.claims += 1
         self._stats.claim_seconds.append(elapsed)
         now = self._clock.now()  # one reading for the batch: they arrived together
