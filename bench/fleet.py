@@ -38,9 +38,14 @@ class Fleet:
         return proc
 
     def start_node(
-        self, node_id: str, zone: str, concurrency: int, metrics_port: int | None = None
+        self,
+        node_id: str,
+        zone: str,
+        concurrency: int,
+        metrics_port: int | None = None,
+        extra: Sequence[str] = (),
     ) -> Process:
-        options = ["--concurrency", str(concurrency)]
+        options = ["--concurrency", str(concurrency), *extra]
         if metrics_port is not None:
             options += ["--metrics-port", str(metrics_port)]
         return self._start(node_id, node_argv(node_id, zone, *options))

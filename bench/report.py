@@ -122,6 +122,16 @@ def notes(result: ScenarioResult) -> list[str]:
             f"(process start included); {p.get('left')} left: settled after "
             f"{_num(p.get('leave_settle_s'), 2)} s"
         )
+    if result.scenario == "prune":
+        found.append(
+            f"pruning every {_num(result.params.get('prune_interval_s'), 0)} s removed "
+            f"{_num(p.get('runs_pruned'), 0)} runs in the window; claims p50/p99 "
+            f"{_num(p.get('window_claim_p50_ms'), 2)}/{_num(p.get('window_claim_p99_ms'), 2)} ms "
+            f"against {_num(b.get('window_claim_p50_ms'), 2)}/"
+            f"{_num(b.get('window_claim_p99_ms'), 2)} ms without pruning (from buckets): "
+            f"{_x(r.get('window_claim_p50_ms'))}/{_x(r.get('window_claim_p99_ms'))}; "
+            f"mean {_num(p.get('claim_mean_ms'), 2)} against {_num(b.get('claim_mean_ms'), 2)} ms"
+        )
     if p.get("claims_per_1k_fires") is not None:
         found.append(
             f"pulse: {_num(p['claims_per_1k_fires'], 0)} claims per 1,000 fires, "
@@ -157,6 +167,8 @@ SPREAD_LABELS = dict(
     idle_pg_cpu_pct="idle pg cpu",
     live_claim_p50_ms="live claim p50",
     live_claim_p99_ms="live claim p99",
+    window_claim_p50_ms="claim p50",
+    window_claim_p99_ms="claim p99",
 )
 
 

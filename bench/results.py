@@ -61,6 +61,8 @@ RATIO_EXTRAS = (
     "idle_pg_cpu_pct",
     "live_claim_p50_ms",
     "live_claim_p99_ms",
+    "window_claim_p50_ms",
+    "window_claim_p99_ms",
 )
 
 

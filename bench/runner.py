@@ -15,6 +15,7 @@ from typing import Any
 
 from bench import report, results
 from bench.database import BenchDatabase
+from bench.prune import run_prune
 from bench.results import ScenarioResult
 from bench.scale import run_scale
 from bench.scenarios import Baselines, run_burst, run_failover, run_rebalance, run_steady
@@ -30,6 +31,7 @@ SCENARIOS: dict[str, Scenario] = {
     "failover": run_failover,
     "scale": run_scale,
     "rebalance": run_rebalance,
+    "prune": run_prune,
 }
 
 

@@ -13,12 +13,21 @@ import asyncio
 import math
 import signal
 import time
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Sequence
+from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
 from bench import database as db
-from bench.analysis import count, expected_slots, longest_gap, reruns_of
+from bench.analysis import (
+    bucket_quantile,
+    count,
+    expected_slots,
+    longest_gap,
+    merge,
+    reruns_of,
+    since,
+)
 from bench.results import Measure, ScenarioResult
 from bench.sizes import Sizes
 from bench.trial import Bench, BenchError, Trial, db_time, sleep_until
@@ -43,6 +52,39 @@ def burst_slot(earliest: int) -> tuple[int, int]:
 
 
 Event = Callable[[Trial, float, list[str]], Coroutine[Any, Any, dict[str, Any]]]
+# Runs after the jobs are loaded, before the processes start (pre-filling tables, say).
+Prepare = Callable[[Trial], Coroutine[Any, Any, None]]
+
+
+@dataclass(frozen=True)
+class Scraped:
+    """What the Pulse nodes' metrics said at one end of a window (empty for the baseline)."""
+
+    claims: dict[str, tuple[float, float]]
+    buckets: dict[str, dict[float, float]]
+    pruned: dict[str, float]
+
+    @classmethod
+    async def read(cls, trial: Trial) -> Scraped:
+        return cls(
+            await trial.claim_counters(),
+            await trial.claim_buckets(),
+            await trial.counter("pulse_runs_pruned_total"),
+        )
+
+
+def _window_claims(start: Scraped, end: Scraped) -> dict[str, Any]:
+    """Claim latency quantiles over the window (from the nodes' histogram buckets, of the
+    nodes alive at both ends) and the runs pruned meanwhile."""
+    h = merge(since(b, start.buckets[n]) for n, b in end.buckets.items() if n in start.buckets)
+    if not h.get(math.inf):
+        return {}
+    p50, p99 = bucket_quantile(h, 50), bucket_quantile(h, 99)
+    return {
+        "window_claim_p50_ms": None if p50 is None else p50 * 1000,
+        "window_claim_p99_ms": None if p99 is None else p99 * 1000,
+        "runs_pruned": sum(v - start.pruned.get(n, 0.0) for n, v in end.pruned.items()),
+    }
 
 
 async def _measure(
@@ -50,12 +92,13 @@ async def _measure(
     names: list[str],
     slots: list[float],
     cpu0: tuple[float, float],
-    claims0: dict[str, tuple[float, float]],
+    scraped0: Scraped,
     drain_s: float | None,
     ready_s: float,
 ) -> Measure:
     cpu1 = await trial.sampler.mark()
-    claims1 = await trial.claim_counters()
+    scraped1 = await Scraped.read(trial)
+    claims0, claims1 = scraped0.claims, scraped1.claims
     trial.profile_stop()
     await trial.stop()
     fires = trial.fires()
@@ -71,19 +114,30 @@ async def _measure(
         measure.extra["claim_mean_ms"] = sum(t for _, t in claims) / max(n_claims, 1) * 1000
     if trial.system == "pulse":
         measure.extra["skipped_runs"] = await trial.skipped_runs()
+        measure.extra.update(_window_claims(scraped0, scraped1))
     return measure
 
 
-async def periodic(bench: Bench, scenario: str, system: str, event: Event | None = None) -> Measure:
+async def periodic(
+    bench: Bench,
+    scenario: str,
+    system: str,
+    event: Event | None = None,
+    *,
+    prepare: Prepare | None = None,
+    node_options: Sequence[str] = (),
+) -> Measure:
     """``steady_jobs`` jobs ``@every steady_every_s`` for ``steady_duration_s``, with an
     optional event (a kill, a join) running alongside."""
     sizes = bench.sizes
     every = sizes.steady_every_s
-    async with Trial(bench, scenario, system) as trial:
+    async with Trial(bench, scenario, system, node_options=node_options) as trial:
         now = await db.db_now(trial.conn)
         names = await db.load_jobs(
             trial.conn, sizes.steady_jobs, f"@every {every}s", sizes.shards, now + FAR_AHEAD
         )
+        if prepare is not None:
+            await prepare(trial)
         procs = trial.start_all()
         ready_s = await trial.wait_ready(procs)
         now_s = (await db.db_now(trial.conn)).timestamp()
@@ -100,7 +154,7 @@ async def periodic(bench: Bench, scenario: str, system: str, event: Event | None
             raise BenchError(f"the warm-up tick did not drain within {sizes.drain_timeout_s}s")
         # Metrics are read outside the CPU window (here and at its end): serving a scrape
         # costs a node CPU that the baseline, never scraped, does not pay.
-        claims0 = await trial.claim_counters()
+        scraped0 = await Scraped.read(trial)
         cpu0 = await trial.sampler.mark()
         trial.profile_start()
         task = asyncio.create_task(event(trial, t0, procs)) if event else None
@@ -108,7 +162,7 @@ async def periodic(bench: Bench, scenario: str, system: str, event: Event | None
         drain_s = await trial.wait_drained(slots[-1])
         extra = await task if task else {}
         stopped_at = time.time()
-        measure = await _measure(trial, names, slots, cpu0, claims0, drain_s, ready_s)
+        measure = await _measure(trial, names, slots, cpu0, scraped0, drain_s, ready_s)
         if "killed_at" in extra:
             killed_at = extra.pop("killed_at")
             extra["longest_gap_s"] = longest_gap(trial.fires(), killed_at, stopped_at)
@@ -130,11 +184,11 @@ async def burst(bench: Bench, system: str) -> Measure:
         now_s = (await db.db_now(trial.conn)).timestamp()
         t0, every = burst_slot(math.ceil(now_s + sizes.lead_s))
         await db.make_due(trial.conn, db_time(t0), f"@every {every}s")
-        claims0 = await trial.claim_counters()
+        scraped0 = await Scraped.read(trial)
         cpu0 = await trial.sampler.mark()
         trial.profile_start()
         drain_s = await trial.wait_drained(t0)
-        return await _measure(trial, names, [t0], cpu0, claims0, drain_s, ready_s)
+        return await _measure(trial, names, [t0], cpu0, scraped0, drain_s, ready_s)
 
 
 def _failover(sizes: Sizes) -> Event:

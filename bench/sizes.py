@@ -25,6 +25,9 @@ class Sizes:
     join_at_s: float = 15.0
     leave_at_s: float = 35.0
     settle_timeout_s: float = 30.0
+    # prune: steady on a runs table pre-filled to keep_runs, pruning every interval or never
+    prune_keep_runs: int = 1000
+    prune_interval_s: float = 2.0
     # scale
     scale_jobs: int = 1_000_000
     scale_due_fraction_per_min: float = 0.01
@@ -52,6 +55,8 @@ QUICK = Sizes(
     join_at_s=0.2,
     leave_at_s=2.0,
     settle_timeout_s=15.0,
+    prune_keep_runs=50,
+    prune_interval_s=1.0,
     scale_jobs=20_000,
     scale_claims=20,
     scale_idle_s=1.5,

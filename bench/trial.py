@@ -15,6 +15,7 @@ import subprocess
 import sys
 import time
 import urllib.request
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -56,9 +57,18 @@ class Bench:
 
 
 class Trial:
-    def __init__(self, bench: Bench, scenario: str, system: str, schema: str | None = None) -> None:
-        """A fresh schema of its own, or ``schema`` (kept afterwards) if given."""
+    def __init__(
+        self,
+        bench: Bench,
+        scenario: str,
+        system: str,
+        schema: str | None = None,
+        node_options: Sequence[str] = (),
+    ) -> None:
+        """A fresh schema of its own, or ``schema`` (kept afterwards) if given;
+        ``node_options`` are added to every Pulse node's command line."""
         self.bench = bench
+        self.node_options = tuple(node_options)
         self.system = system
         self.name = f"{scenario}_{system}"
         self.schema = schema or self.name
@@ -116,7 +126,8 @@ class Trial:
         sizes = self.bench.sizes
         if self.system == "pulse":
             port = self.metrics_ports[name] = free_port()
-            self.fleet.start_node(name, ZONES[(i - 1) % len(ZONES)], sizes.concurrency, port)
+            zone = ZONES[(i - 1) % len(ZONES)]
+            self.fleet.start_node(name, zone, sizes.concurrency, port, self.node_options)
         else:
             self.fleet.start_baseline(name, sizes.concurrency)
         return name
@@ -153,6 +164,17 @@ class Trial:
             values = dict(_samples(text, "pulse_claim_duration_seconds_"))
             if "count" in values and "sum" in values:
                 found[name] = (values["count"], values["sum"])
+        return found
+
+    async def counter(self, name: str) -> dict[str, float]:
+        """Per live Pulse node: the value of counter ``name`` (without labels)."""
+        found = {}
+        for node, port in self.metrics_ports.items():
+            if self.fleet.procs[node].running:
+                text = await asyncio.to_thread(_scrape, port)
+                values = dict(_samples(text, name))
+                if "" in values:
+                    found[node] = values[""]
         return found
 
     async def claim_buckets(self) -> dict[str, dict[float, float]]:

@@ -34,6 +34,8 @@ DEFAULT_RENEW_INTERVAL_S = 5.0
 DEFAULT_DRAIN_TIMEOUT_S = 30.0
 DEFAULT_STATEMENT_TIMEOUT_S = 5.0
 DEFAULT_REDIS_TIMEOUT_S = 2.0
+DEFAULT_PRUNE_INTERVAL_S = 30.0  # 0: this node does not prune
+MIN_PRUNE_INTERVAL_S = 1.0
 
 _IDENT = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
 _CLUSTER = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
@@ -126,6 +128,7 @@ class NodeSettings:
     drain_timeout_s: float = DEFAULT_DRAIN_TIMEOUT_S
     statement_timeout_s: float = DEFAULT_STATEMENT_TIMEOUT_S
     redis_timeout_s: float = DEFAULT_REDIS_TIMEOUT_S
+    prune_interval_s: float = DEFAULT_PRUNE_INTERVAL_S
     shards: int | None = None
     metrics_port: int | None = None
 
@@ -150,6 +153,8 @@ class NodeSettings:
                 raise InvalidInput(name.removesuffix("_s").replace("_", "-"), "must be positive")
         if self.drain_timeout_s < 0:
             raise InvalidInput("drain-timeout", "must not be negative")
+        if self.prune_interval_s != 0 and self.prune_interval_s < MIN_PRUNE_INTERVAL_S:
+            raise InvalidInput("prune-interval", "must be 0 (off) or at least 1s")
         if self.heartbeat_ttl_s < 2 * self.heartbeat_interval_s:
             raise ConfigError("heartbeat TTL must be at least twice the heartbeat interval")
         # The lock session is kept busy by the claim loop; it must never look idle

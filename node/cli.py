@@ -102,6 +102,13 @@ def _seconds(value: str, field: str) -> float:
     show_default=True,
 )
 @click.option(
+    "--prune-interval",
+    envvar="PULSE_PRUNE_INTERVAL",
+    default=format_duration(defaults.DEFAULT_PRUNE_INTERVAL_S),
+    show_default=True,
+    help="How often to delete the runs of held shards past their retention (0: never).",
+)
+@click.option(
     "--metrics-port",
     envvar="PULSE_METRICS_PORT",
     type=int,
@@ -129,6 +136,7 @@ def node_command(
     lease: str,
     renew_interval: str,
     drain_timeout: str,
+    prune_interval: str,
     metrics_port: int | None,
     paths: tuple[str, ...],
 ) -> None:
@@ -147,6 +155,7 @@ def node_command(
             lease_s=_seconds(lease, "lease"),
             renew_interval_s=_seconds(renew_interval, "renew-interval"),
             drain_timeout_s=_seconds(drain_timeout, "drain-timeout"),
+            prune_interval_s=_seconds(prune_interval, "prune-interval"),
             metrics_port=metrics_port,
         ).validate()
     except InvalidInput as exc:

@@ -164,6 +164,7 @@ class NodeCollector(Collector):
         yield counter(
             "pulse_membership_changes", "Changes of the live member list.", s.membership_changes
         )
+        yield counter("pulse_runs_pruned", "Run rows deleted past their retention.", s.runs_pruned)
         alerts = CounterMetricFamily(
             "pulse_alert_deliveries", "Alert delivery attempts by outcome.", labels=["outcome"]
         )
@@ -183,6 +184,20 @@ class NodeCollector(Collector):
         yield GaugeMetricFamily(
             "pulse_runs_in_flight", "Runs executing on this node now.", value=self._in_flight()
         )
+        # Measured by the pruner each pass, never by a scrape.
+        s = self._stats
+        if s.runs_table_rows is not None:
+            yield GaugeMetricFamily(
+                "pulse_runs_table_rows",
+                "Rows of the runs table, Postgres's estimate as of the pruner's last pass.",
+                value=s.runs_table_rows,
+            )
+        if s.runs_table_bytes is not None:
+            yield GaugeMetricFamily(
+                "pulse_runs_table_bytes",
+                "Bytes of the runs table with its indexes, as of the pruner's last pass.",
+                value=s.runs_table_bytes,
+            )
         if state is None:
             return
         yield GaugeMetricFamily("pulse_shards_held", "Shard locks held.", value=len(state.held))

@@ -4,7 +4,7 @@ over to ``node.shutdown`` when stopped.
 Startup: open the lock session (refusing settings that break the guarantees), take back
 runs an earlier process of this node left, register the heartbeat, then run heartbeat,
 membership watch, shard keeper, claim loop, recovery, NOTIFY listener, lease renewal,
-completer, alert delivery and late pass. SIGTERM/SIGINT drains (``node.shutdown``)
+completer, pruner, alert delivery and late pass. SIGTERM/SIGINT drains (``node.shutdown``)
 and exits 0; a second signal exits at once; a vital service that crashes drains and exits 1.
 """
 
@@ -24,6 +24,7 @@ from cluster.errors import ConfigError, MembershipError, StoreError
 from cluster.members import MemberInfo, MemberRegistry
 from cluster.settings import ClusterSettings, NodeSettings, mask_url
 from cluster.store.alerting import AlertStore
+from cluster.store.pruning import PruneConnection
 from cluster.store.session import LockSession
 from cluster.store.writer import ResultWriter
 from node.alerting import AlertDelivery
@@ -37,6 +38,7 @@ from node.lateness import LatePass
 from node.listener import WakeListener
 from node.metrics import pulse_version, serve_metrics
 from node.pacing import Pacing
+from node.pruner import Pruner
 from node.recovery import Recovery
 from node.renewer import Renewer
 from node.service import Failures, Signal, run_service, wait_any
@@ -68,6 +70,7 @@ class Parts:
     stop_claiming: Signal
     stop_writing: Signal
     shutdown: Shutdown
+    pruner: Pruner
     alerts: AlertDelivery
     late: LatePass
 
@@ -229,6 +232,12 @@ class Node:
                 writer=writer,
                 drain_timeout_s=s.drain_timeout_s,
             ),
+            pruner=Pruner(
+                PruneConnection(self.cluster, s.node_id, statement_timeout_s=s.statement_timeout_s),
+                state,
+                stats,
+                interval_s=s.prune_interval_s,
+            ),
             # One connection of its own, never the lock session or the result writer.
             alerts=AlertDelivery(alert_store, s.node_id, stats),
             late=LatePass(alert_store, shard_count, stats),
@@ -317,6 +326,8 @@ class Node:
                 run_service("late pass", p.late.run_once, interval_s=LATE_INTERVAL_S, stop=claiming)
             ),
         ]
+        if s.prune_interval_s > 0:
+            followers.append(self._spawn(p.pruner.run(claiming)))
         return Services(claiming, writing, heartbeat, lockers, writers, followers)
 
     def _spawn(self, service: Coroutine[Any, Any, None]) -> asyncio.Task[None]:

@@ -26,8 +26,12 @@ class Stats:
     db_errors: int = 0
     redis_errors: int = 0
     claims: int = 0
+    runs_pruned: int = 0
     # Alert deliveries by result (delivered, retried, failed); late slots this node found.
     alerts: Counter[str] = field(default_factory=Counter)
     late_slots: int = 0
+    # The runs table as the pruner last measured it (None until it has).
+    runs_table_rows: float | None = None
+    runs_table_bytes: int | None = None
     claim_seconds: deque[float] = field(default_factory=lambda: deque(maxlen=4096))
     fire_lag_seconds: deque[float] = field(default_factory=lambda: deque(maxlen=4096))

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import click
 
-from cluster.cli import alerts, chaos, jobs, runs, schedule, status, up
+from cluster.cli import alerts, chaos, config, jobs, runs, schedule, status, up
 from cluster.cli.base import PulseGroup, global_options, with_store
 from cluster.store import JobStore
 
@@ -46,6 +46,7 @@ for command in (
     jobs.jobs,
     alerts.alerts,
     runs.runs,
+    config.config,
     schedule.schedule_command,
     status.status,
     up.up,

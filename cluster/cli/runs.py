@@ -16,6 +16,7 @@ from cluster.cli.base import (
     settings_of,
 )
 from cluster.cli.jobs import table, tenant_option
+from cluster.cli.prune import prune_runs
 from cluster.models import Run, iso
 from cluster.store import JobStore
 
@@ -131,3 +132,6 @@ def _print_run(r: Run) -> None:
             click.echo(value.rstrip("\n"))
     if not shown:
         click.echo("no output" if r.status != "running" else "no output yet (running)")
+
+
+runs.add_command(prune_runs)

@@ -23,9 +23,13 @@ from psycopg.types.json import Jsonb
 from cluster.errors import InvalidInput, NotFound, StoreError
 from cluster.jobspec import DEFAULT_TENANT, JobSpec, check_text
 from cluster.models import Job, Run
+from cluster.retention import Retention
 from cluster.settings import ClusterSettings
-from cluster.store.connect import Conn, connect, describe
+from cluster.store import config as cluster_config
+from cluster.store import pruning
+from cluster.store.connect import Conn, connect, connection, describe
 from cluster.store.migrate import InitResult, migrate, stored_shard_count
+from cluster.store.pruning import PruneResult
 from cluster.store.queries import query
 from ring import shard_for
 
@@ -77,10 +81,30 @@ class JobStore:
             await conn.close()
 
     async def init(self, shards: int | None = None) -> InitResult:
-        """Create or upgrade the schema; fix the shard count on first run."""
+        """Create or upgrade the schema; fix the shard count on first run; store the
+        default retention where the operator has set none."""
         result = await migrate(self._conn, self.settings.schema, shards)
         self._shards = result.shards
+        await cluster_config.seed_config(self._conn, Retention().to_config())
         return result
+
+    async def config(self) -> list[tuple[str, str, datetime]]:
+        """The cluster's stored settings (``pulse config show``): (key, value, updated_at)."""
+        return await cluster_config.config_rows(self._conn)
+
+    async def set_config(self, key: str, value: str) -> str:
+        """Set a cluster setting (``pulse config set``); returns the value as stored.
+        ``InvalidInput`` naming the key, with nothing written, if the key or value is bad."""
+        return await cluster_config.write_config(self._conn, key, value)
+
+    async def prune(self, *, dry_run: bool = False, now: datetime | None = None) -> PruneResult:
+        """Delete (or count) the expired runs of every shard and the alert events done
+        with, in small batches (``pulse runs prune``), on a connection of its own."""
+        retention = Retention.from_config(await cluster_config.read_config(self._conn))
+        shards = range(await self.shard_count())
+        async with connection(self.settings, "pulse-admin/prune") as conn:
+            await pruning.setup(conn)
+            return await pruning.prune(conn, retention, shards, now=now, dry_run=dry_run)
 
     async def shard_count(self) -> int:
         if self._shards is None:

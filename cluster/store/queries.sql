@@ -663,6 +663,165 @@ WHERE l.slot_at > k.t - make_interval(secs => %(horizon_s)s)
   AND l.locked_at > k.t - make_interval(secs => %(window_s)s)
 ORDER BY 1;
 
+-- retention
+-- Cluster config and pruning (cluster/retention.py, cluster/store/pruning.py,
+-- docs/design/retention.md).
+
+-- name: config_rows
+SELECT key, value, updated_at FROM config ORDER BY key;
+
+-- name: set_config
+INSERT INTO config (key, value, updated_at) VALUES (%(key)s, %(value)s, now())
+ON CONFLICT (key) DO UPDATE SET value = excluded.value, updated_at = excluded.updated_at
+RETURNING key, value, updated_at;
+
+-- name: seed_config
+-- The defaults of keys not set yet; an operator's values stay.
+INSERT INTO config (key, value)
+SELECT k, v FROM unnest(%(keys)s::text[], %(values)s::text[]) AS c(k, v)
+ON CONFLICT (key) DO NOTHING;
+
+-- name: prune_setup
+-- The pruning connection's settings: no JIT (over a page of jobs the cost estimate can
+-- cross jit_above_cost, and compiling costs more than the statement), and no bitmap scans:
+-- an index scan of a job's oldest runs stops at the batch and marks the entries of rows
+-- deleted before as dead, a bitmap scan reads them all on every pass until a vacuum
+-- (docs/design/retention.md).
+SELECT set_config('jit', 'off', false), set_config('enable_bitmapscan', 'off', false);
+
+-- name: prune_runs
+-- Deletes up to %(batch)s expired runs of the next %(jobs)s jobs, by id from %(from_id)s,
+-- of the given shards: runs older than their job's keep_for (failed, timed-out and lost
+-- ones: the longer of that and keep_failed_for), or behind its newest keep_runs (the rule
+-- of cluster/retention.py). Per job two probes of runs (job_id, scheduled_for), oldest
+-- first, never a scan of runs (tests/integration/test_prune_plan.py); never the row of a
+-- slot its job is running. Deleted by ctid: a row a completion rewrote since this
+-- statement's snapshot has another ctid in its new version, and stays.
+WITH doomed AS (
+    SELECT p.id AS job_id, d.ctid
+    FROM (
+        SELECT j.id, j.status, j.slot_at,
+               least(coalesce(j.keep_for_s, %(keep_for_s)s), %(max_keep_s)s) AS keep_s,
+               least(greatest(coalesce(j.keep_for_s, %(keep_for_s)s), %(keep_failed_for_s)s),
+                     %(max_keep_s)s) AS keep_failed_s,
+               coalesce(j.keep_runs, %(keep_runs)s) AS keep_runs
+        FROM jobs j
+        WHERE j.shard_id = ANY(%(shards)s::int[]) AND j.id >= %(from_id)s::uuid
+        ORDER BY j.id
+        LIMIT %(jobs)s
+    ) AS p
+    CROSS JOIN (SELECT coalesce(%(now)s::timestamptz, now()) AS t) AS k
+    -- The job's keep_runs-th newest slot: every older run is over the count.
+    LEFT JOIN LATERAL (
+        SELECT x.scheduled_for AS t FROM runs x
+        WHERE x.job_id = p.id
+        ORDER BY x.scheduled_for DESC
+        OFFSET p.keep_runs - 1
+        LIMIT 1
+    ) AS nth ON true
+    CROSS JOIN LATERAL (
+        SELECT r.ctid, r.scheduled_for FROM runs r
+        WHERE r.job_id = p.id
+          AND r.scheduled_for < greatest(k.t - make_interval(secs => p.keep_s), nth.t)
+          AND (r.scheduled_for < nth.t
+               OR r.scheduled_for < k.t - make_interval(secs => CASE
+                      WHEN r.status IN ('failed', 'timed_out', 'lost') THEN p.keep_failed_s
+                      ELSE p.keep_s END))
+          AND r.status <> 'running'
+          AND NOT (p.status = 'running' AND r.scheduled_for = p.slot_at)
+        ORDER BY r.scheduled_for
+        LIMIT %(batch)s
+    ) AS d
+    ORDER BY p.id, d.scheduled_for
+    LIMIT %(batch)s
+),
+gone AS (
+    DELETE FROM runs r
+    WHERE r.ctid = ANY(ARRAY(SELECT ctid FROM doomed))
+    RETURNING 1
+)
+SELECT (SELECT count(*) FROM gone)::int AS removed,
+       (SELECT count(*) FROM doomed)::int AS chosen,
+       (SELECT job_id FROM doomed ORDER BY job_id DESC LIMIT 1) AS resume_id,
+       -- The page's last job; NULL when the page was not full (no job after it).
+       (SELECT j.id FROM jobs j
+        WHERE j.shard_id = ANY(%(shards)s::int[]) AND j.id >= %(from_id)s::uuid
+        ORDER BY j.id
+        OFFSET %(jobs)s - 1 LIMIT 1) AS last_id;
+
+-- name: count_prunable_runs
+-- What prune_runs would delete from the same page of jobs, counted (`pulse runs prune
+-- --dry-run`): the same conditions, kept in step by tests/integration/test_prune.py.
+SELECT (
+    SELECT coalesce(sum(d.n), 0)
+    FROM (
+        SELECT j.id, j.status, j.slot_at,
+               least(coalesce(j.keep_for_s, %(keep_for_s)s), %(max_keep_s)s) AS keep_s,
+               least(greatest(coalesce(j.keep_for_s, %(keep_for_s)s), %(keep_failed_for_s)s),
+                     %(max_keep_s)s) AS keep_failed_s,
+               coalesce(j.keep_runs, %(keep_runs)s) AS keep_runs
+        FROM jobs j
+        WHERE j.shard_id = ANY(%(shards)s::int[]) AND j.id >= %(from_id)s::uuid
+        ORDER BY j.id
+        LIMIT %(jobs)s
+    ) AS p
+    CROSS JOIN (SELECT coalesce(%(now)s::timestamptz, now()) AS t) AS k
+    LEFT JOIN LATERAL (
+        SELECT x.scheduled_for AS t FROM runs x
+        WHERE x.job_id = p.id
+        ORDER BY x.scheduled_for DESC
+        OFFSET p.keep_runs - 1
+        LIMIT 1
+    ) AS nth ON true
+    -- Counted per job, so each job's runs are read by its probe, never joined as a table.
+    CROSS JOIN LATERAL (
+        SELECT count(*) AS n FROM runs r
+        WHERE r.job_id = p.id
+          AND r.scheduled_for < greatest(k.t - make_interval(secs => p.keep_s), nth.t)
+          AND (r.scheduled_for < nth.t
+               OR r.scheduled_for < k.t - make_interval(secs => CASE
+                      WHEN r.status IN ('failed', 'timed_out', 'lost') THEN p.keep_failed_s
+                      ELSE p.keep_s END))
+          AND r.status <> 'running'
+          AND NOT (p.status = 'running' AND r.scheduled_for = p.slot_at)
+    ) AS d
+)::int AS chosen,
+(SELECT j.id FROM jobs j
+ WHERE j.shard_id = ANY(%(shards)s::int[]) AND j.id >= %(from_id)s::uuid
+ ORDER BY j.id
+ OFFSET %(jobs)s - 1 LIMIT 1) AS last_id;
+
+-- name: prune_alert_events
+-- Alert events older than keep_failed_for whose deliveries are all done (delivered or
+-- given up; an event no rule wants any more has none), oldest first; their deliveries go
+-- with them (ON DELETE CASCADE). Several nodes may run it at once: SKIP LOCKED.
+WITH doomed AS (
+    SELECT e.id FROM alert_events e
+    WHERE e.created_at < coalesce(%(now)s::timestamptz, now()) - make_interval(secs => %(keep_s)s)
+      AND NOT EXISTS (
+          SELECT 1 FROM alert_deliveries d WHERE d.event_id = e.id AND d.status = 'pending')
+    ORDER BY e.created_at
+    LIMIT %(batch)s
+    FOR UPDATE OF e SKIP LOCKED
+),
+gone AS (
+    DELETE FROM alert_events e USING doomed d WHERE e.id = d.id RETURNING 1
+)
+SELECT count(*)::int AS removed FROM gone;
+
+-- name: count_prunable_alert_events
+SELECT count(*)::int AS chosen FROM alert_events e
+WHERE e.created_at < coalesce(%(now)s::timestamptz, now()) - make_interval(secs => %(keep_s)s)
+  AND NOT EXISTS (
+      SELECT 1 FROM alert_deliveries d WHERE d.event_id = e.id AND d.status = 'pending');
+
+-- name: runs_table_size
+-- Postgres's estimate of the rows of runs (as of its last vacuum or analyze; NULL before
+-- the first) and the bytes of the table with its indexes and TOAST.
+SELECT CASE WHEN c.reltuples < 0 THEN NULL ELSE c.reltuples::float8 END AS rows,
+       pg_total_relation_size(c.oid) AS bytes
+FROM pg_class c WHERE c.oid = 'runs'::regclass;
+
 -- alerts
 -- Rules, the outbox's deliveries and the late pass (cluster/store/alerting.py).
 

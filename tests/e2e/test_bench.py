@@ -61,11 +61,11 @@ def test_quick_bench_runs_and_counts(tmp_path: Path) -> None:
     proc = _bench("--quick", "--out", str(out))
     lines = proc.stdout.splitlines()
     assert lines[0].split()[:3] == ["scenario", "system", "expected"]
-    assert sum(1 for line in lines if line.split()[:1] == ["ratio"]) == 5
+    assert sum(1 for line in lines if line.split()[:1] == ["ratio"]) == 6
     assert "claim plan (pulse" in proc.stdout
 
     records = {r["scenario"]: r for r in map(json.loads, out.read_text().splitlines())}
-    assert set(records) == {"steady", "burst", "failover", "scale", "rebalance"}
+    assert set(records) == {"steady", "burst", "failover", "scale", "rebalance", "prune"}
     for scenario in ("steady", "burst"):
         for system in ("pulse", "baseline"):
             m = records[scenario][system]
@@ -89,6 +89,15 @@ def test_quick_bench_runs_and_counts(tmp_path: Path) -> None:
     assert failover["extra"]["longest_gap_s"] is not None
     assert failover["extra"]["reruns_of_killed"] >= 0
     assert records["rebalance"]["pulse"]["extra"]["join_settle_s"] is not None
+    # Prune: both trials are Pulse, fire every slot once, and only one of them prunes.
+    prune = records["prune"]
+    for system in ("pulse", "baseline"):
+        m = prune[system]
+        assert (m["fires"], m["missing"], m["duplicates"]) == (m["expected"], 0, 0), m
+        assert m["extra"]["window_claim_p99_ms"] > 0
+    assert prune["pulse"]["extra"]["runs_pruned"] > 0
+    assert prune["baseline"]["extra"]["runs_pruned"] == 0
+    assert "window_claim_p99_ms" in prune["ratios"]
     scale = records["scale"]
     for system in ("pulse", "baseline"):
         m = scale[system]

@@ -1,0 +1,56 @@
+"""``pulse config``: the cluster's run-time settings (retention), shown and set."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import click
+
+from cluster.cli.base import PulseGroup, emit_json, with_store
+from cluster.cli.jobs import table
+from cluster.models import iso
+from cluster.retention import KEEP_RUNS, KEYS, Retention, canonical
+from cluster.store.jobs import JobStore
+
+
+@click.group("config", cls=PulseGroup)
+def config() -> None:
+    """Show and set the cluster's settings: keep_for, keep_runs, keep_failed_for."""
+
+
+@config.command("show")
+@click.option("--json", "as_json", is_flag=True, help="Print {key: value} as JSON.")
+@with_store
+async def show(store: JobStore, as_json: bool) -> None:
+    """Show every setting; one not stored shows its default."""
+    stored = {key: (value, at) for key, value, at in await store.config()}
+    defaults = Retention().to_config()
+    keys = [*KEYS, *sorted(set(stored) - set(KEYS))]
+    if as_json:
+        found: dict[str, Any] = {}
+        for key in keys:
+            value = stored[key][0] if key in stored else defaults[key]
+            found[key] = int(value) if key == KEEP_RUNS else value
+        emit_json(found)
+        return
+    rows = [["KEY", "VALUE", "UPDATED"]]
+    for key in keys:
+        if key in stored:
+            value, at = stored[key]
+            rows.append([key, value, iso(at) or "-"])
+        else:
+            rows.append([key, defaults[key], "(default, not stored)"])
+    table(rows)
+
+
+# A VALUE such as -1d is a (bad) value, not an option.
+@config.command("set", context_settings={"ignore_unknown_options": True})
+@click.argument("key")
+@click.argument("value")
+@with_store
+async def set_value(store: JobStore, key: str, value: str) -> None:
+    """Set KEY to VALUE: keep_for and keep_failed_for take a duration (30d, 12h),
+    keep_runs a whole number. Nodes use it from their next prune."""
+    canonical(key, value)  # bad input: one line naming the key, before anything is written
+    stored = await store.set_config(key, value)
+    click.echo(f"{key} = {stored}")
