@@ -18,6 +18,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
+from cluster.chaos import poison
 from cluster.chaos.observations import count_log_events
 from cluster.chaos.proxy import Proxy
 from cluster.local.processes import Command, node_argv, pulse_env, signal_group
@@ -78,7 +79,9 @@ class Fleet:
     def __init__(self, config: FleetConfig, nodes: list[NodeProcess]) -> None:
         self.config = config
         self.nodes = {n.node_id: n for n in nodes}
-        self.exits: list[str] = []  # nodes that ended by themselves: the harness never does
+        # Nodes that ended by themselves (the harness never does), but for those the poison
+        # job killed: the injector restarts those, as a supervisor would.
+        self.exits: list[str] = []
 
     def __iter__(self) -> Iterator[NodeProcess]:
         return iter(self.nodes.values())
@@ -114,7 +117,7 @@ class Fleet:
             for node in self:
                 code = node.proc.returncode if node.proc else None
                 key = (node.node_id, node.incarnation)
-                if code not in (None, -signal.SIGKILL) and key not in seen:
+                if code not in (None, -signal.SIGKILL, poison.EXIT_CODE) and key not in seen:
                     seen.add(key)
                     self.exits.append(f"{node.node_id} exit {code} at t+{time.time() - t0:.0f}s")
             with contextlib.suppress(TimeoutError):

@@ -21,7 +21,7 @@ from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
 
-from cluster.chaos import probes
+from cluster.chaos import poison, probes
 from cluster.chaos.fleet import Fleet, FleetConfig, NodeProcess, endpoint, node_ids
 from cluster.chaos.inject import Injector
 from cluster.chaos.observations import Execution, JobInfo, Observations, dump
@@ -133,9 +133,12 @@ class ChaosRun:
         return ClusterSettings(self._postgres.url, self._redis.url, "pulse", "chaos")
 
     async def _load(self, settings: ClusterSettings, workload: list[JobDef]) -> None:
+        specs = [job.spec() for job in workload]
+        if "poison-job" in self.options.faults:
+            specs.append(poison.spec())  # paused: each poison-job fault triggers it once
         async with JobStore.open(settings, probes.APP_NAME) as store:
             await store.init(self.options.shards)
-            await store.apply([job.spec() for job in workload])
+            await store.apply(specs)
 
     async def _fleet(self, settings: ClusterSettings) -> Fleet:
         o = self.options
@@ -187,6 +190,7 @@ class ChaosRun:
                 self._postgres,
                 self._redis,
                 lambda node: probes.terminate_backends(settings, node),
+                settings,
             )
             await injector.run(self.plan, phase_mono)
             await asyncio.sleep(max(0.0, phase_mono + o.duration_s - time.monotonic()))
@@ -225,6 +229,8 @@ class ChaosRun:
             clock_offset_s=offset,
             log_events=fleet.log_events(),
             node_exits=tuple(fleet.exits),
+            poison_job=poison.JOB if "poison-job" in o.faults else None,
+            poison_retries=poison.RETRIES,
         )
         report = build_report(obs, o.summary())
         dump(obs, self.workdir)

@@ -2,7 +2,8 @@
 
 Each fault is applied at its planned offset, held, then undone (a killed node is started
 again under the same id, a stopped one continued, a proxy restored, a server restarted),
-and recorded with the wall-clock times it actually began and ended.
+and recorded with the wall-clock times it actually began and ended. The poison job is
+triggered and held until Pulse has recorded its slot, every node it killed restarted.
 """
 
 from __future__ import annotations
@@ -13,10 +14,14 @@ import signal
 import time
 from collections.abc import Awaitable, Callable
 
+from cluster.chaos import poison
 from cluster.chaos.fleet import Fleet, NodeProcess
 from cluster.chaos.observations import FaultRecord
 from cluster.chaos.plan import Fault
 from cluster.chaos.servers import PostgresServer, RedisServer
+from cluster.errors import PulseError
+from cluster.settings import ClusterSettings
+from cluster.store.jobs import JobStore
 
 logger = logging.getLogger(__name__)
 
@@ -37,11 +42,13 @@ class Injector:
         postgres: PostgresServer | None,
         redis: RedisServer | None,
         terminate: Callable[[str], Awaitable[int]],
+        settings: ClusterSettings | None = None,
     ) -> None:
         self._fleet = fleet
         self._postgres = postgres
         self._redis = redis
         self._terminate = terminate
+        self._settings = settings  # for the poison job
         self.records: list[FaultRecord] = []
 
     async def run(self, plan: list[Fault], phase_start: float) -> None:
@@ -96,6 +103,8 @@ class Injector:
         if kind == "pg-terminate":
             ended = sum([await self._terminate(n.node_id) for n in nodes])
             return f"{ended} backends terminated"
+        if kind == "poison-job":
+            return await self._poison()
         if kind == "redis-restart":
             assert self._redis is not None
             await self._redis.stop()
@@ -107,3 +116,40 @@ class Injector:
         await asyncio.sleep(hold)
         await self._postgres.start()
         return f"{fault.mode} stop, down {hold:.1f}s"
+
+    async def _poison(self) -> str:
+        """Run one slot of the poison job; restart every node it kills (after
+        ``RESTART_DELAY_S``) until the job has moved on from that slot, then pause it."""
+        assert self._settings is not None
+        killed: list[str] = []
+        died: dict[str, float] = {}
+        done = False
+        deadline = time.monotonic() + poison.DEADLINE_S
+        async with JobStore.open(self._settings, "pulse-chaos") as store:
+            await store.resume(poison.JOB)
+            slot = (await store.trigger(poison.JOB)).slot_at
+            while time.monotonic() < deadline:
+                self._restart_poisoned(killed, died)
+                for node in self._fleet:
+                    if node.node_id in died and time.monotonic() >= died[node.node_id]:
+                        del died[node.node_id]
+                        await self._fleet.start(node)
+                if not died:
+                    try:
+                        job = await store.get(poison.JOB)
+                        done = job.status == "idle" and job.slot_at != slot
+                    except PulseError:
+                        done = False
+                    if done:
+                        break
+                await asyncio.sleep(0.2)
+            await store.pause(poison.JOB)
+        outcome = "slot recorded" if done else "slot NOT recorded in time"
+        return f"{outcome}; killed {', '.join(killed) or 'none'}, each restarted"
+
+    def _restart_poisoned(self, killed: list[str], died: dict[str, float]) -> None:
+        for node in self._fleet:
+            code = node.proc.returncode if node.proc is not None else None
+            if code == poison.EXIT_CODE and node.node_id not in died:
+                killed.append(node.node_id)
+                died[node.node_id] = time.monotonic() + poison.RESTART_DELAY_S

@@ -103,6 +103,9 @@ class Observations:
     clock_offset_s: float = 0.0  # database clock minus harness clock; slots are in DB time
     log_events: Mapping[str, int] = field(default_factory=dict)
     node_exits: Sequence[str] = ()
+    # The poison job (not in ``jobs``: its slots are meant to fail) and its retries.
+    poison_job: str | None = None
+    poison_retries: int = 0
 
     def slot_time(self, slot_ms: int) -> float:
         """A slot on the harness's clock."""

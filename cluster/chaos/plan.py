@@ -11,6 +11,7 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 
+from cluster.chaos import poison
 from cluster.errors import InvalidInput
 
 KINDS = (
@@ -23,6 +24,7 @@ KINDS = (
     "redis-cut",
     "redis-restart",
     "pg-restart",
+    "poison-job",
 )
 RESTART_KINDS = frozenset({"redis-restart", "pg-restart"})
 SETTLE_S = 6.0
@@ -91,6 +93,10 @@ def _fault(
         return Fault(kind, at_s, 0.0, (target,), target, bounds.kill_s)
     if kind == "redis-restart":
         return Fault(kind, at_s, rng.uniform(1.0, 4.0), (), "redis", bounds.kill_s)
+    if kind == "poison-job":
+        # Whichever nodes run it die, one after another: each attempt is a kill.
+        bound = (poison.RETRIES + 1) * bounds.kill_s
+        return Fault(kind, at_s, poison.HOLD_S, (), poison.JOB, bound)
     hold = rng.uniform(1.0, 4.0)
     mode = rng.choice(("fast", "immediate"))
     return Fault(kind, at_s, hold, (), "postgres", hold + bounds.kill_s, mode)

@@ -1,8 +1,9 @@
 """The verdict of a chaos run: every check combined, printed as a table or written as JSON.
 
 A run passes when there is no safety violation (double execution, unexplained execution
-or completion, early fire, re-run no fault explains), no lost slot, no node that exited on
-its own, and every fault's gap and unheld stretch stayed within its bound.
+or completion, early fire, re-run no fault explains, a poison slot run more than retries + 1
+times or not recorded failed), no lost slot, no node that exited on its own (but for those
+the poison job killed), and every fault's gap and unheld stretch stayed within its bound.
 """
 
 from __future__ import annotations
@@ -14,7 +15,15 @@ from typing import Any
 
 from cluster.chaos.failover import Unheld, fault_gaps, unheld_stretches
 from cluster.chaos.observations import Observations
-from cluster.chaos.safety import Rerun, Violation, check_executions, find_lost, find_reruns
+from cluster.chaos.safety import (
+    PoisonSummary,
+    Rerun,
+    Violation,
+    check_executions,
+    check_poison,
+    find_lost,
+    find_reruns,
+)
 from cluster.chaos.safety import unattributed as unattributed_reruns
 
 SHOWN = 10
@@ -51,6 +60,7 @@ class Report:
     coverage_breaches: list[Unheld]  # unheld stretches no fault explains, beyond the bound
     log_events: Mapping[str, int]
     node_exits: list[str] = field(default_factory=list)
+    poison: PoisonSummary | None = None
 
     @property
     def bounds_ok(self) -> bool:
@@ -79,6 +89,7 @@ def _iso(slot_ms: int | None) -> str | None:
 def build_report(obs: Observations, settings: Mapping[str, Any]) -> Report:
     reruns = find_reruns(obs)
     expected, lost = find_lost(obs)
+    poison, poison_violations = check_poison(obs)
     stretches = unheld_stretches(obs)
     gaps = fault_gaps(obs)
     rows = []
@@ -105,7 +116,7 @@ def build_report(obs: Observations, settings: Mapping[str, Any]) -> Report:
     return Report(
         settings=dict(settings),
         faults=rows,
-        violations=check_executions(obs) + unattributed_reruns(reruns),
+        violations=check_executions(obs) + unattributed_reruns(reruns) + poison_violations,
         lost=lost,
         reruns=reruns,
         expected_slots=expected,
@@ -116,6 +127,7 @@ def build_report(obs: Observations, settings: Mapping[str, Any]) -> Report:
         coverage_breaches=[u for u in stretches if u.fault is None and u.duration_s > u.bound_s],
         log_events=dict(obs.log_events),
         node_exits=list(obs.node_exits),
+        poison=poison,
     )
 
 
@@ -169,6 +181,12 @@ def render_table(report: Report) -> str:
         f"lock sessions lost {events.get('session_lost', 0) + events.get('session_untrusted', 0)})",
         f"node exits            {', '.join(report.node_exits) or 'none'}",
     ]
+    if report.poison is not None:
+        p = report.poison
+        lines.append(
+            f"poison job            {p.slots} slots, {p.executions} nodes killed "
+            f"(at most {p.most_per_slot} per slot, {p.allowed_per_slot} allowed)"
+        )
     for title, items in (("VIOLATION", report.violations), ("LOST", report.lost)):
         for v in items[:SHOWN]:
             lines.append(f"  {title}: {v.kind}: {v.job} slot {_iso(v.slot_ms)}: {v.detail}")

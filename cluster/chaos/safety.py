@@ -7,7 +7,9 @@ an execution, early fires), the slots executed more than once (legitimate only a
 after a lost lease: each is attributed to the fault that caused it, and one no fault
 explains is a violation; a lost attempt witnessed only after a later one is flagged: a
 node frozen while starting a run, or a zombie acting on a stale claim), and the expected
-slots that were neither run nor recorded as skipped.
+slots that were neither run nor recorded as skipped. The poison job is held to its own
+rule instead: each of its slots ran at most retries + 1 times (each time killing its node)
+and was recorded failed, written by the node that took the slot back.
 """
 
 from __future__ import annotations
@@ -88,8 +90,8 @@ def check_executions(obs: Observations) -> list[Violation]:
             early = obs.slot_time(e.slot_ms) - e.at
             found.append(_v("early fire", e.job, e.slot_ms, f"{early:.3f}s early on {e.node}"))
     for run in obs.runs:
-        if run.status not in FINISHED:
-            continue
+        if run.status not in FINISHED or run.job == obs.poison_job:
+            continue  # a poison slot is recorded by the node that took it back
         witness = seen.get((run.job, run.slot_ms, run.attempt))
         if witness is None:
             found.append(
@@ -128,7 +130,8 @@ def _blame(obs: Observations, lost: Execution, rerun_at: float) -> int | None:
 def find_reruns(obs: Observations) -> list[Rerun]:
     by_slot: dict[tuple[str, int], list[Execution]] = defaultdict(list)
     for e in obs.executions:
-        by_slot[(e.job, e.slot_ms)].append(e)
+        if e.job != obs.poison_job:  # its attempts are the fault itself
+            by_slot[(e.job, e.slot_ms)].append(e)
     found = []
     for (job, slot_ms), runs in sorted(by_slot.items()):
         attempts = sorted({e.attempt for e in runs})
@@ -186,3 +189,36 @@ def unattributed(reruns: Sequence[Rerun]) -> list[Violation]:
         for r in reruns
         if r.fault is None
     ]
+
+
+@dataclass(frozen=True)
+class PoisonSummary:
+    slots: int  # slots of the poison job that ran
+    executions: int  # each one killed the node that ran it
+    most_per_slot: int
+    allowed_per_slot: int  # retries + 1
+
+
+def check_poison(obs: Observations) -> tuple[PoisonSummary | None, list[Violation]]:
+    """Each poison slot ran at most retries + 1 times and ended recorded ``failed``."""
+    if obs.poison_job is None:
+        return None, []
+    runs = {r.slot_ms: r for r in obs.runs if r.job == obs.poison_job}
+    per_slot: dict[int, int] = defaultdict(int)
+    for e in obs.executions:
+        if e.job == obs.poison_job:
+            per_slot[e.slot_ms] += 1
+    allowed = obs.poison_retries + 1
+    found = []
+    for slot_ms, count in sorted(per_slot.items()):
+        if count > allowed:
+            detail = f"ran {count} times (each a node killed); at most {allowed} allowed"
+            found.append(_v("poison job ran too often", obs.poison_job, slot_ms, detail))
+        run = runs.get(slot_ms)
+        if run is None or run.status != "failed":
+            why = "no run row" if run is None else f"{run.status} at attempt {run.attempt}"
+            found.append(_v("poison slot not recorded failed", obs.poison_job, slot_ms, why))
+    summary = PoisonSummary(
+        len(per_slot), sum(per_slot.values()), max(per_slot.values(), default=0), allowed
+    )
+    return summary, found

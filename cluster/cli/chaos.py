@@ -74,7 +74,8 @@ def chaos(
     """Start a cluster, inject seeded faults, and check Pulse's guarantees held.
 
     Faults: sigkill, sigstop (a pause past the session timeout), sigstop-short, zone-kill,
-    pg-stall, pg-terminate, redis-cut, redis-restart, pg-restart. See docs/chaos.md.
+    pg-stall, pg-terminate, redis-cut, redis-restart, pg-restart, poison-job (a job that
+    kills every node that runs it). See docs/chaos.md.
     """
     try:
         options = ChaosOptions(

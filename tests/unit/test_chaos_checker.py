@@ -278,6 +278,55 @@ def test_witness_and_log_lines_are_parsed(tmp_path: Path) -> None:
     assert load(tmp_path / "observations.json") == obs
 
 
+# -- the poison job ----------------------------------------------------------------------
+
+
+def poisoned(**changes: object) -> Observations:
+    """Job "job" fires every second on n1; the poison job's slot at T0 + 4 ran on n2 and n3
+    (each killed) and n1 recorded it failed."""
+    runs, execs = steady("job", T0, T0 + 9)
+    slot = T0 + 4
+    poison = [ran("poison", slot, "n2", 1, slot + 0.1), ran("poison", slot, "n3", 2, slot + 3)]
+    row = RunRecord("poison", ms(slot), 2, "n1", "failed", slot + 6)
+    fault = FaultRecord("poison-job", "poison", (), slot, slot + 7, 10.0)
+    obs = observe([*runs, row], [*execs, *poison], faults=[fault])
+    return replace(obs, poison_job="poison", poison_retries=1, **changes)  # type: ignore[arg-type]
+
+
+def test_a_poison_slot_within_its_retries_and_recorded_failed_passes() -> None:
+    obs = poisoned()
+    report = build_report(obs, {})
+    assert report.violations == [] and report.lost == [] and report.reruns == []
+    assert report.poison is not None
+    assert (report.poison.slots, report.poison.executions, report.poison.most_per_slot) == (1, 2, 2)
+    assert "poison job            1 slots, 2 nodes killed (at most 2 per slot, 2 allowed)" in (
+        render_table(report)
+    )
+    # Without the poison rule, the same run row would be a claim no witness explains.
+    plain = replace(obs, poison_job=None)
+    assert [v.kind for v in check_executions(plain)] == ["claim mismatch"]
+
+
+def test_a_poison_slot_run_too_often_or_not_failed_is_a_violation() -> None:
+    obs = poisoned()
+    slot = T0 + 4
+    again = ran("poison", slot, "n4", 3, slot + 6)
+    lost_row = RunRecord("poison", ms(slot), 3, "n4", "lost", slot + 7)
+    runs = [r for r in obs.runs if r.job != "poison"] + [lost_row]
+    report = build_report(replace(obs, runs=runs, executions=[*obs.executions, again]), {})
+    assert sorted(v.kind for v in report.violations) == [
+        "poison job ran too often",
+        "poison slot not recorded failed",
+    ]
+    assert not report.passed
+
+
+def test_the_poison_fault_is_planned_with_a_bound_per_attempt() -> None:
+    plan = make_plan(("poison-job", "sigkill"), NODES, 120.0, 3, BOUNDS)
+    faults = {(f.targets, f.label, f.bound_s) for f in plan if f.kind == "poison-job"}
+    assert faults == {((), "chaos-poison", 10.0)}
+
+
 NODES = {"n1": "zone-a", "n2": "zone-b", "n3": "zone-c", "n4": "zone-a"}
 BOUNDS = Bounds(kill_s=5.0, stop_s=9.0, session_timeout_s=4.0)
 

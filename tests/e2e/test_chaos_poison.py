@@ -1,0 +1,53 @@
+"""``pulse chaos --faults poison-job,sigkill``: a job that kills every node that runs it,
+next to an ordinary SIGKILL. The poison job's slot must run at most retries + 1 times and
+be recorded failed, the nodes it killed are restarted by the harness (not counted as node
+exits), and every other job keeps the usual guarantees: no violation, no lost slot, every
+failover within its bound."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from cluster.chaos import poison
+from tests.e2e.test_chaos import _servers_available
+
+
+@pytest.mark.e2e
+@pytest.mark.timeout(180)
+@pytest.mark.skipif(not _servers_available(), reason="needs postgres/initdb and redis-server")
+def test_a_poison_job_is_contained_while_every_other_job_keeps_its_guarantees(
+    tmp_path: Path,
+) -> None:
+    report_path = tmp_path / "report.json"
+    command = [
+        sys.executable, "-m", "node", "chaos",
+        "--nodes", "4", "--zones", "3", "--jobs", "100", "--seed", "5",
+        "--duration", "45s", "--quiet", "10s", "--session-timeout", "4s",
+        "--faults", "poison-job,sigkill",
+        "--json", str(report_path), "--workdir", str(tmp_path / "run"),
+    ]  # fmt: skip
+    done = subprocess.run(command, capture_output=True, text=True, timeout=170, check=False)
+    assert report_path.exists(), f"no report (exit {done.returncode}):\n{done.stderr[-4000:]}"
+    report = json.loads(report_path.read_text())
+    table = done.stdout
+    assert report["violations"] == [], table
+    assert report["lost"] == [], table
+    assert report["node_exits"] == [], table
+    (fault,) = [row for row in report["faults"] if row["kind"] == "poison-job"]
+    assert fault["detail"].startswith("slot recorded; killed "), table
+    killed = fault["detail"].removeprefix("slot recorded; killed ").split(", each")[0].split(", ")
+    assert 1 <= len(killed) <= poison.RETRIES + 1, table
+    assert report["poison"] == {
+        "slots": 1,
+        "executions": len(killed),
+        "most_per_slot": len(killed),
+        "allowed_per_slot": poison.RETRIES + 1,
+    }, table
+    for row in report["faults"]:
+        assert row["max_gap_s"] <= row["bound_s"], table
+    assert report["passed"] and done.returncode == 0, table
