@@ -15,8 +15,8 @@ import click
 
 from cluster import settings as defaults
 from cluster.cli.app import cli
-from cluster.cli.base import fail, settings_of
-from cluster.durations import format_duration, parse_duration
+from cluster.cli.base import duration_option, fail, settings_of
+from cluster.durations import parse_duration
 from cluster.errors import ConfigError, InvalidInput
 from cluster.settings import NodeSettings, default_node_id
 from node.runtime import Node
@@ -58,55 +58,53 @@ def _seconds(value: str, field: str) -> float:
     default=None,
     help="Expected shard count; refuse to start if the database differs.",
 )
-@click.option(
+@duration_option(
     "--poll-interval",
+    defaults.DEFAULT_POLL_INTERVAL_S,
+    "Longest wait between two claims.",
     envvar="PULSE_POLL_INTERVAL",
-    default=format_duration(defaults.DEFAULT_POLL_INTERVAL_S),
-    show_default=True,
 )
-@click.option(
+@duration_option(
     "--session-timeout",
+    defaults.DEFAULT_SESSION_TIMEOUT_S,
+    "idle_session_timeout of the lock session.",
     envvar="PULSE_SESSION_TIMEOUT",
-    default=format_duration(defaults.DEFAULT_SESSION_TIMEOUT_S),
-    show_default=True,
-    help="idle_session_timeout of the lock session.",
 )
-@click.option(
+@duration_option(
     "--heartbeat-interval",
+    defaults.DEFAULT_HEARTBEAT_INTERVAL_S,
+    "How often the node renews its heartbeat in Redis.",
     envvar="PULSE_HEARTBEAT_INTERVAL",
-    default=format_duration(defaults.DEFAULT_HEARTBEAT_INTERVAL_S),
-    show_default=True,
 )
-@click.option(
+@duration_option(
     "--heartbeat-ttl",
+    defaults.DEFAULT_HEARTBEAT_TTL_S,
+    "Heartbeat age after which a node is no longer a member.",
     envvar="PULSE_HEARTBEAT_TTL",
-    default=format_duration(defaults.DEFAULT_HEARTBEAT_TTL_S),
-    show_default=True,
 )
-@click.option(
+@duration_option(
     "--lease",
+    defaults.DEFAULT_LEASE_S,
+    "Lease of a claimed run; renewed while it runs.",
     envvar="PULSE_LEASE",
-    default=format_duration(defaults.DEFAULT_LEASE_S),
-    show_default=True,
 )
-@click.option(
+@duration_option(
     "--renew-interval",
+    defaults.DEFAULT_RENEW_INTERVAL_S,
+    "How often leases of running runs are renewed.",
     envvar="PULSE_RENEW_INTERVAL",
-    default=format_duration(defaults.DEFAULT_RENEW_INTERVAL_S),
-    show_default=True,
 )
-@click.option(
+@duration_option(
     "--drain-timeout",
+    defaults.DEFAULT_DRAIN_TIMEOUT_S,
+    "How long a stopping node lets its runs finish.",
     envvar="PULSE_DRAIN_TIMEOUT",
-    default=format_duration(defaults.DEFAULT_DRAIN_TIMEOUT_S),
-    show_default=True,
 )
-@click.option(
+@duration_option(
     "--prune-interval",
+    defaults.DEFAULT_PRUNE_INTERVAL_S,
+    "How often to delete the runs of held shards past their retention (0: never).",
     envvar="PULSE_PRUNE_INTERVAL",
-    default=format_duration(defaults.DEFAULT_PRUNE_INTERVAL_S),
-    show_default=True,
-    help="How often to delete the runs of held shards past their retention (0: never).",
 )
 @click.option(
     "--metrics-port",
