@@ -1,11 +1,12 @@
 """Pruning: deleting the runs that passed their retention, and alert events done with.
 
-A pass walks the jobs of the given shards a page at a time (by id) and deletes each
-page's expired runs in batches of at most ``BATCH`` rows (``prune_runs`` in
-queries.sql). Every statement is short and autocommit: a prune never holds locks for
-long, never touches the job rows a claim locks, and shares with completions only the rare
-old run row a retry rewrites. Nodes prune on a connection of their own,
-``<node id>/prune`` (``PruneConnection``); ``pulse runs prune`` on its admin connection.
+A pass walks the jobs that have runs a page at a time (by id, skipping through the runs
+index, so jobs without runs cost nothing), keeps those of the given shards, and deletes
+their expired runs in batches of at most ``BATCH`` rows (``prune_runs`` in queries.sql).
+Every statement is short and autocommit: a prune never holds locks for long, never
+touches the job rows a claim locks, and shares with completions only the rare old run row
+a retry rewrites. Nodes prune on a connection of their own, ``<node id>/prune``
+(``PruneConnection``); ``pulse runs prune`` on one it opens for the purpose.
 Why so: docs/design/retention.md.
 """
 
@@ -29,7 +30,7 @@ from cluster.store.connect import Conn, connect, describe
 from cluster.store.deadline import Deadline
 from cluster.store.queries import query
 
-PAGE_JOBS = 200  # jobs per statement: two index probes each
+PAGE_JOBS = 200  # jobs with runs per statement, of every shard; two probes per held one
 BATCH = 500  # run rows deleted per statement at most
 _FIRST_ID = UUID(int=0)
 _LAST_ID = UUID(int=(1 << 128) - 1)

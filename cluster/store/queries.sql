@@ -690,14 +690,25 @@ ON CONFLICT (key) DO NOTHING;
 SELECT set_config('jit', 'off', false), set_config('enable_bitmapscan', 'off', false);
 
 -- name: prune_runs
--- Deletes up to %(batch)s expired runs of the next %(jobs)s jobs, by id from %(from_id)s,
--- of the given shards: runs older than their job's keep_for (failed, timed-out and lost
--- ones: the longer of that and keep_failed_for), or behind its newest keep_runs (the rule
--- of cluster/retention.py). Per job two probes of runs (job_id, scheduled_for), oldest
--- first, never a scan of runs (tests/integration/test_prune_plan.py); never the row of a
--- slot its job is running. Deleted by ctid: a row a completion rewrote since this
--- statement's snapshot has another ctid in its new version, and stays.
-WITH doomed AS (
+-- Deletes up to %(batch)s expired runs of the next %(jobs)s jobs that have runs, by id from
+-- %(from_id)s, of the given shards: runs older than their job's keep_for (failed, timed-out
+-- and lost ones: the longer of that and keep_failed_for), or behind its newest keep_runs
+-- (the rule of cluster/retention.py). The jobs are found by skipping through runs
+-- (job_id, scheduled_for) one job at a time, so a job without runs costs nothing; then per
+-- job two probes of that index, oldest first, never a scan of runs
+-- (tests/integration/test_prune_plan.py). Never the row of a slot its job is running.
+-- Deleted by ctid: a row a completion rewrote since this statement's snapshot has another
+-- ctid in its new version, and stays.
+WITH RECURSIVE ids AS (
+    (SELECT r.job_id FROM runs r WHERE r.job_id >= %(from_id)s::uuid ORDER BY r.job_id LIMIT 1)
+    UNION ALL
+    SELECT (SELECT r.job_id FROM runs r WHERE r.job_id > i.job_id ORDER BY r.job_id LIMIT 1)
+    FROM ids i WHERE i.job_id IS NOT NULL
+),
+page AS (
+    SELECT i.job_id FROM ids i WHERE i.job_id IS NOT NULL LIMIT %(jobs)s
+),
+doomed AS (
     SELECT p.id AS job_id, d.ctid
     FROM (
         SELECT j.id, j.status, j.slot_at,
@@ -706,9 +717,11 @@ WITH doomed AS (
                      %(max_keep_s)s) AS keep_failed_s,
                coalesce(j.keep_runs, %(keep_runs)s) AS keep_runs
         FROM jobs j
-        WHERE j.shard_id = ANY(%(shards)s::int[]) AND j.id >= %(from_id)s::uuid
+        -- The ids as an index condition: read by primary key however many jobs there are.
+        WHERE j.id = ANY(ARRAY(SELECT g.job_id FROM page g))
+          AND j.shard_id = ANY(%(shards)s::int[])
+        -- In id order, so the candidates are sorted job by job and the batch stops early.
         ORDER BY j.id
-        LIMIT %(jobs)s
     ) AS p
     CROSS JOIN (SELECT coalesce(%(now)s::timestamptz, now()) AS t) AS k
     -- The job's keep_runs-th newest slot: every older run is over the count.
@@ -743,15 +756,22 @@ gone AS (
 SELECT (SELECT count(*) FROM gone)::int AS removed,
        (SELECT count(*) FROM doomed)::int AS chosen,
        (SELECT job_id FROM doomed ORDER BY job_id DESC LIMIT 1) AS resume_id,
-       -- The page's last job; NULL when the page was not full (no job after it).
-       (SELECT j.id FROM jobs j
-        WHERE j.shard_id = ANY(%(shards)s::int[]) AND j.id >= %(from_id)s::uuid
-        ORDER BY j.id
-        OFFSET %(jobs)s - 1 LIMIT 1) AS last_id;
+       -- The page's last job; NULL when the page was not full (no job with runs after it).
+       CASE WHEN (SELECT count(*) FROM page) >= %(jobs)s
+            THEN (SELECT job_id FROM page ORDER BY job_id DESC LIMIT 1) END AS last_id;
 
 -- name: count_prunable_runs
 -- What prune_runs would delete from the same page of jobs, counted (`pulse runs prune
 -- --dry-run`): the same conditions, kept in step by tests/integration/test_prune.py.
+WITH RECURSIVE ids AS (
+    (SELECT r.job_id FROM runs r WHERE r.job_id >= %(from_id)s::uuid ORDER BY r.job_id LIMIT 1)
+    UNION ALL
+    SELECT (SELECT r.job_id FROM runs r WHERE r.job_id > i.job_id ORDER BY r.job_id LIMIT 1)
+    FROM ids i WHERE i.job_id IS NOT NULL
+),
+page AS (
+    SELECT i.job_id FROM ids i WHERE i.job_id IS NOT NULL LIMIT %(jobs)s
+)
 SELECT (
     SELECT coalesce(sum(d.n), 0)
     FROM (
@@ -761,9 +781,8 @@ SELECT (
                      %(max_keep_s)s) AS keep_failed_s,
                coalesce(j.keep_runs, %(keep_runs)s) AS keep_runs
         FROM jobs j
-        WHERE j.shard_id = ANY(%(shards)s::int[]) AND j.id >= %(from_id)s::uuid
-        ORDER BY j.id
-        LIMIT %(jobs)s
+        WHERE j.id = ANY(ARRAY(SELECT g.job_id FROM page g))
+          AND j.shard_id = ANY(%(shards)s::int[])
     ) AS p
     CROSS JOIN (SELECT coalesce(%(now)s::timestamptz, now()) AS t) AS k
     LEFT JOIN LATERAL (
@@ -786,10 +805,8 @@ SELECT (
           AND NOT (p.status = 'running' AND r.scheduled_for = p.slot_at)
     ) AS d
 )::int AS chosen,
-(SELECT j.id FROM jobs j
- WHERE j.shard_id = ANY(%(shards)s::int[]) AND j.id >= %(from_id)s::uuid
- ORDER BY j.id
- OFFSET %(jobs)s - 1 LIMIT 1) AS last_id;
+CASE WHEN (SELECT count(*) FROM page) >= %(jobs)s
+     THEN (SELECT job_id FROM page ORDER BY job_id DESC LIMIT 1) END AS last_id;
 
 -- name: prune_alert_events
 -- Alert events older than keep_failed_for whose deliveries are all done (delivered or

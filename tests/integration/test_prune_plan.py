@@ -128,6 +128,10 @@ def runs_rows_read(plan: dict[str, Any]) -> int:
 def assert_per_job_probes(plan: dict[str, Any]) -> None:
     scans = runs_scans(plan)
     assert not [n for n in scans if n["Node Type"] == "Seq Scan"], "a scan of the runs table"
+    jobs = [n for n, _ in walk(plan["Plan"]) if n.get("Relation Name") == "jobs"]
+    assert jobs and all(n.get("Index Name") == "jobs_pkey" for n in jobs), "jobs not by id"
+    # Only the page's jobs are read, not every job of the held shards.
+    assert sum(n["Actual Rows"] * n["Actual Loops"] for n in jobs) <= PAGE
     # A bitmap scan would read every old entry of a job, dead or not, on every pass.
     assert not [n for n in scans if n["Node Type"] == "Bitmap Heap Scan"]
     probes = [
@@ -183,4 +187,12 @@ async def test_the_count_probe_stops_at_keep_runs(big: Conn) -> None:
     assert newest and all(n["Actual Rows"] <= 5 for n in newest), [n["Actual Rows"] for n in newest]
     cur = await big.execute(query("count_prunable_runs"), params(100 * 3600, keep_runs=5))
     row = await cur.fetchone()
-    assert row is not None and row["chosen"] == PAGE * (RUNS_PER_JOB - 5)
+    # The page is the first 200 jobs with runs of every shard; those of the held shards count.
+    cur = await big.execute(
+        "SELECT count(*) AS n FROM (SELECT shard_id FROM jobs ORDER BY id LIMIT %s) AS j"
+        " WHERE shard_id = ANY(%s)",
+        (PAGE, held_shards()),
+    )
+    held = await cur.fetchone()
+    assert row is not None and held is not None and 0 < held["n"] < PAGE
+    assert row["chosen"] == held["n"] * (RUNS_PER_JOB - 5)
