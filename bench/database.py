@@ -27,6 +27,9 @@ from ring import Ring, shard_for
 
 CONTROL_APP = "pulse-bench"
 HANDLER = "cluster.chaos.witness:record"
+# A lost attempt counts against a job's retries: with one, the slots the failover
+# scenario's killed node had taken run again elsewhere, which is what it measures.
+RETRIES = 1
 
 AConn = psycopg.AsyncConnection[dict[str, Any]]
 
@@ -120,13 +123,13 @@ async def load_jobs(
     """COPY ``count`` jobs running the witness handler; job ``i`` is first due at
     ``first + spread_s * i / count``. Returns the job names."""
     names = [job_name(i) for i in range(count)]
-    columns = "id, name, schedule, handler, shard_id, next_run_at, slot_at"
+    columns = "id, name, schedule, handler, shard_id, next_run_at, slot_at, max_retries"
     async with conn.cursor() as cur, cur.copy(f"COPY jobs ({columns}) FROM STDIN") as copy:
         for i, name in enumerate(names):
             job_id = uuid.uuid4()
             due = first + timedelta(seconds=spread_s * i / count) if spread_s else first
             await copy.write_row(
-                (job_id, name, schedule, HANDLER, shard_for(job_id, shards), due, due)
+                (job_id, name, schedule, HANDLER, shard_for(job_id, shards), due, due, RETRIES)
             )
     await conn.execute("VACUUM ANALYZE jobs")
     return names
