@@ -13,8 +13,8 @@ reason.
 A plan is a cut: the slots in ``[first_due, next_slot)`` are skipped, ``next_slot`` runs next.
 Outages can be long, so the plan never holds more than ``record_limit`` datetimes: it lists
 the most recent skipped slots and counts the rest in ``skipped_more``. ``@every`` slots are
-arithmetic and planned in O(1); cron slots are walked one by one (about 3 us a slot in a DST
-zone, 1 us in UTC: a day of a six-field every-second cron is about 0.3 s).
+arithmetic and planned in O(1); cron slots are walked one by one, so a long outage of a
+seconds-level cron costs time in proportion to the slots it missed.
 """
 
 from __future__ import annotations

@@ -126,7 +126,7 @@ class JobStore:
         try:
             async with self._conn.transaction():
                 params = self._params(spec, shards, await self.db_now(now))
-                row = await self._one("insert_job", params)
+                row = await self._one("upsert_job", {**params, "replace": False})
                 if row is None:
                     raise InvalidInput(
                         "name",
@@ -168,7 +168,8 @@ class JobStore:
             async with self._conn.transaction():
                 db_now = await self.db_now(now)
                 for spec in specs:
-                    row = await self._one("upsert_job", self._params(spec, shards, db_now))
+                    params = {**self._params(spec, shards, db_now), "replace": True}
+                    row = await self._one("upsert_job", params)
                     label = _label(spec.tenant, spec.name)
                     if row is None:
                         result.unchanged.append(label)

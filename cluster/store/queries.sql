@@ -4,27 +4,11 @@
 -- name: db_now
 SELECT coalesce(%(now)s::timestamptz, now()) AS now;
 
--- name: insert_job
-INSERT INTO jobs (
-    id, tenant_id, name, schedule, tz, dst_repeated, dst_skipped, handler, payload,
-    status, paused, shard_id, next_run_at, slot_at, catch_up, grace_s, max_backfill,
-    timeout_s, max_retries, retry_backoff_s, keep_for_s, keep_runs, output_limit,
-    late_after_s, pause_after_failures)
-VALUES (
-    %(id)s, %(tenant_id)s, %(name)s, %(schedule)s, %(tz)s, %(dst_repeated)s, %(dst_skipped)s,
-    %(handler)s, %(payload)s, CASE WHEN %(paused)s THEN 'paused' ELSE 'idle' END, %(paused)s,
-    %(shard_id)s,
-    CASE WHEN %(paused)s THEN '9999-01-01Z'::timestamptz ELSE %(next_run_at)s END,
-    %(next_run_at)s, %(catch_up)s, %(grace_s)s,
-    %(max_backfill)s, %(timeout_s)s, %(max_retries)s, %(retry_backoff_s)s, %(keep_for_s)s,
-    %(keep_runs)s, %(output_limit)s, %(late_after_s)s, %(pause_after_failures)s)
-ON CONFLICT (tenant_id, name) DO NOTHING
-RETURNING id, shard_id;
-
 -- name: upsert_job
--- Create, or update the definition of, the job (tenant_id, name). An unchanged definition
--- touches nothing (no row returned). A running job keeps its slot; an idle one whose
--- timing changed moves to the new schedule's next slot.
+-- Create, or update the definition of, the job (tenant_id, name). An unchanged definition,
+-- or an existing one when `replace` is false (`jobs add`), touches nothing (no row
+-- returned). A running job keeps its slot; an idle one whose timing changed moves to the
+-- new schedule's next slot.
 INSERT INTO jobs AS j (
     id, tenant_id, name, schedule, tz, dst_repeated, dst_skipped, handler, payload,
     status, paused, shard_id, next_run_at, slot_at, catch_up, grace_s, max_backfill,
@@ -84,7 +68,8 @@ ON CONFLICT (tenant_id, name) DO UPDATE SET
             OR (j.paused AND NOT excluded.paused))
         THEN 1 ELSE j.attempt END,
     updated_at = now()
-WHERE (j.schedule, j.tz, j.dst_repeated, j.dst_skipped, j.handler, j.payload, j.paused,
+WHERE %(replace)s
+  AND (j.schedule, j.tz, j.dst_repeated, j.dst_skipped, j.handler, j.payload, j.paused,
        j.catch_up, j.grace_s, j.max_backfill, j.timeout_s, j.max_retries, j.retry_backoff_s,
        j.keep_for_s, j.keep_runs, j.output_limit, j.late_after_s, j.pause_after_failures)
     IS DISTINCT FROM
