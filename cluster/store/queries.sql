@@ -45,28 +45,17 @@ ON CONFLICT (tenant_id, name) DO UPDATE SET
         WHEN j.status = 'running' THEN 'running'
         WHEN excluded.paused THEN 'paused'
         ELSE 'idle' END,
-    next_run_at = CASE
-        WHEN j.status <> 'running' AND excluded.paused THEN excluded.next_run_at
-        WHEN j.status <> 'running' AND (
-            (j.schedule, j.tz, j.dst_repeated, j.dst_skipped)
-                IS DISTINCT FROM (excluded.schedule, excluded.tz, excluded.dst_repeated,
-                                  excluded.dst_skipped)
-            OR (j.paused AND NOT excluded.paused))
-        THEN excluded.next_run_at ELSE j.next_run_at END,
-    slot_at = CASE
-        WHEN j.status <> 'running' AND (
-            (j.schedule, j.tz, j.dst_repeated, j.dst_skipped)
-                IS DISTINCT FROM (excluded.schedule, excluded.tz, excluded.dst_repeated,
-                                  excluded.dst_skipped)
-            OR (j.paused AND NOT excluded.paused))
-        THEN excluded.next_run_at ELSE j.slot_at END,
-    attempt = CASE
-        WHEN j.status <> 'running' AND (
-            (j.schedule, j.tz, j.dst_repeated, j.dst_skipped)
-                IS DISTINCT FROM (excluded.schedule, excluded.tz, excluded.dst_repeated,
-                                  excluded.dst_skipped)
-            OR (j.paused AND NOT excluded.paused))
-        THEN 1 ELSE j.attempt END,
+    -- An idle job moves to the new next slot when its timing changed or it is resumed.
+    (next_run_at, slot_at, attempt) = (
+        SELECT CASE WHEN m.moves OR (j.status <> 'running' AND excluded.paused)
+                    THEN excluded.next_run_at ELSE j.next_run_at END,
+               CASE WHEN m.moves THEN excluded.next_run_at ELSE j.slot_at END,
+               CASE WHEN m.moves THEN 1 ELSE j.attempt END
+        FROM (SELECT j.status <> 'running' AND (
+                  (j.schedule, j.tz, j.dst_repeated, j.dst_skipped)
+                      IS DISTINCT FROM (excluded.schedule, excluded.tz, excluded.dst_repeated,
+                                        excluded.dst_skipped)
+                  OR (j.paused AND NOT excluded.paused)) AS moves) m),
     updated_at = now()
 WHERE %(replace)s
   AND (j.schedule, j.tz, j.dst_repeated, j.dst_skipped, j.handler, j.payload, j.paused,
