@@ -10,6 +10,7 @@ import click
 
 from cluster.cli import alerts, chaos, config, jobs, runs, schedule, status, up
 from cluster.cli.base import PulseGroup, global_options, with_store
+from cluster.settings import DEFAULT_SHARDS
 from cluster.store import JobStore
 
 
@@ -29,7 +30,7 @@ def cli() -> None:
     type=int,
     envvar="PULSE_SHARDS",
     default=None,
-    help="Number of shards, fixed at the first init [default 256].",
+    help=f"Number of shards, fixed at the first init [default {DEFAULT_SHARDS}].",
 )
 @with_store
 async def init(store: JobStore, shards: int | None) -> None:

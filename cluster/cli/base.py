@@ -65,6 +65,8 @@ _GLOBAL = "pulse.global"  # ctx.meta key: name -> (given on the command line, va
 
 
 _LOGGING = "pulse.logging"  # ctx.meta key: (format, level) as configured
+DEFAULT_LOG_FORMAT = "text"
+DEFAULT_LOG_LEVEL = "INFO"
 
 
 def logging_of(ctx: click.Context) -> tuple[str, str]:
@@ -112,17 +114,18 @@ def global_options() -> list[click.Parameter]:
         option(
             "--log-format",
             "PULSE_LOG_FORMAT",
-            "Log lines as text or JSON [default text].",
+            f"Log lines as text or JSON [default {DEFAULT_LOG_FORMAT}].",
             type=click.Choice(["text", "json"]),
         ),
-        option("--log-level", "PULSE_LOG_LEVEL", "Log level [default INFO]."),
+        option("--log-level", "PULSE_LOG_LEVEL", f"Log level [default {DEFAULT_LOG_LEVEL}]."),
     ]
 
 
 def configure(ctx: click.Context) -> None:
     """Configure logging and build the cluster settings from the shared options."""
     given = {name: value for name, (_, value) in ctx.meta.get(_GLOBAL, {}).items()}
-    fmt, level = given.get("log_format", "text"), given.get("log_level", "INFO")
+    fmt = given.get("log_format", DEFAULT_LOG_FORMAT)
+    level = given.get("log_level", DEFAULT_LOG_LEVEL)
     logs.configure(fmt, level)
     ctx.meta[_LOGGING] = (fmt, level)
     try:
