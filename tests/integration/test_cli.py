@@ -66,16 +66,6 @@ def env_of(settings: ClusterSettings, **overrides: str) -> dict[str, str | None]
     return env
 
 
-@pytest.fixture(autouse=True)
-def _restore_logging() -> Iterator[None]:
-    # The CLI points the root logger at the (captured) stderr of each invocation.
-    root = logging.getLogger()
-    handlers, level = root.handlers[:], root.level
-    yield
-    root.handlers[:] = handlers
-    root.setLevel(level)
-
-
 @pytest.fixture
 def env(settings: ClusterSettings) -> dict[str, str | None]:
     return env_of(settings)

@@ -5,8 +5,6 @@ webhook URLs are shown redacted everywhere."""
 from __future__ import annotations
 
 import json
-import logging
-from collections.abc import Iterator
 from typing import Any
 
 import psycopg
@@ -26,15 +24,6 @@ DELIVERY_KEYS = {
     "id", "rule", "event_id", "event", "tenant", "job", "slot", "status", "attempts",
     "next_attempt_at", "locked_by", "last_error", "delivered_at", "created_at",
 }  # fmt: skip
-
-
-@pytest.fixture(autouse=True)
-def _restore_logging() -> Iterator[None]:
-    root = logging.getLogger()
-    handlers, level = root.handlers[:], root.level
-    yield
-    root.handlers[:] = handlers
-    root.setLevel(level)
 
 
 @pytest.fixture

@@ -4,8 +4,6 @@ and bad input: exit codes, one-line errors naming the key, nothing written on ba
 from __future__ import annotations
 
 import json
-import logging
-from collections.abc import Iterator
 from typing import Any
 
 import psycopg
@@ -17,15 +15,6 @@ from node.cli import cli
 from tests.integration.test_cli import assert_bad_input, assert_one_line_error, env_of, real_pulse
 
 DEFAULTS = {"keep_for": "30d", "keep_runs": 1000, "keep_failed_for": "90d"}
-
-
-@pytest.fixture(autouse=True)
-def _restore_logging() -> Iterator[None]:
-    root = logging.getLogger()
-    handlers, level = root.handlers[:], root.level
-    yield
-    root.handlers[:] = handlers
-    root.setLevel(level)
 
 
 @pytest.fixture
