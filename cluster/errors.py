@@ -25,6 +25,10 @@ class NotFound(PulseError, LookupError):
     """A job (or other named thing) that does not exist."""
 
 
+class NotRunning(PulseError):
+    """A request about a running slot of a job that has none running (``pulse runs cancel``)."""
+
+
 class StoreError(PulseError):
     """Postgres could not be reached or refused a statement."""
 

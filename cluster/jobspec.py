@@ -30,6 +30,10 @@ DEFAULT_DST_SKIPPED = "shift"
 DEFAULT_OUTPUT_LIMIT = 16 * 1024
 MAX_OUTPUT_LIMIT = 256 * 1024
 DEFAULT_LATE_AFTER_S = 60.0
+OVERLAPS = ("forbid", "allow", "replace")
+DEFAULT_OVERLAP = "forbid"
+DEFAULT_MAX_CONCURRENT = 10
+DEFAULT_CANCEL_GRACE_S = 10.0
 _SIZE = re.compile(r"^\s*(\d+)\s*(b|k|kb|kib|m|mb|mib)?\s*$", re.IGNORECASE)
 _SIZE_UNITS = {
     "b": 1,
@@ -73,6 +77,20 @@ def validate_handler(ref: str) -> str:
             "handler", f"{ref!r} is not 'package.module:function' or 'shell:<command>'"
         )
     return ref
+
+
+def parse_overlap(value: object, max_concurrent: int | str | None) -> tuple[str, int]:
+    """The overlap policy and the in-flight limit that goes with it (``allow`` only)."""
+    if value not in OVERLAPS:
+        raise InvalidInput("overlap", f"{value!r} is not one of {', '.join(OVERLAPS)}")
+    assert isinstance(value, str)
+    if value == "allow":  # needs a lease per slot (docs/design/effects.md)
+        raise InvalidInput("overlap", "allow is not available yet; use forbid or replace")
+    if max_concurrent is None:
+        return value, DEFAULT_MAX_CONCURRENT
+    if value != "allow":
+        raise InvalidInput("max_concurrent", f"applies to overlap allow only, not {value}")
+    return value, _count(max_concurrent, "max_concurrent", 1)
 
 
 def validate_name(value: str, field_name: str = "name") -> str:
@@ -191,6 +209,9 @@ class JobSpec:
     output_limit: int = DEFAULT_OUTPUT_LIMIT
     late_after_s: float = DEFAULT_LATE_AFTER_S
     pause_after_failures: int | None = None
+    overlap: str = DEFAULT_OVERLAP
+    max_concurrent: int = DEFAULT_MAX_CONCURRENT
+    cancel_grace_s: float = DEFAULT_CANCEL_GRACE_S
 
     @classmethod
     def build(
@@ -216,6 +237,9 @@ class JobSpec:
         output_limit: int | str = DEFAULT_OUTPUT_LIMIT,
         late_after: str | float = DEFAULT_LATE_AFTER_S,
         pause_after_failures: int | str | None = None,
+        overlap: str = DEFAULT_OVERLAP,
+        max_concurrent: int | str | None = None,
+        cancel_grace: str | float = DEFAULT_CANCEL_GRACE_S,
     ) -> JobSpec:
         """Validate every field; raise ``InvalidInput`` naming the first bad one."""
         name = validate_name(name)
@@ -239,6 +263,7 @@ class JobSpec:
             )
         late_after_s = _optional_duration(late_after, "late_after")
         assert late_after_s is not None
+        overlap, max_concurrent = parse_overlap(overlap, max_concurrent)
         return cls(
             name=name,
             schedule=parsed.expr,
@@ -264,6 +289,9 @@ class JobSpec:
                 if pause_after_failures is None
                 else _count(pause_after_failures, "pause_after_failures", 1)
             ),
+            overlap=overlap,
+            max_concurrent=max_concurrent,
+            cancel_grace_s=_duration(cancel_grace, "cancel_grace"),
         )
 
     @classmethod
@@ -275,7 +303,7 @@ class JobSpec:
             "name", "schedule", "handler", "tenant", "tz", "payload", "catch_up", "grace",
             "max_backfill", "timeout", "retries", "retry_backoff", "paused", "dst_repeated",
             "dst_skipped", "keep_for", "keep_runs", "output_limit", "late_after",
-            "pause_after_failures",
+            "pause_after_failures", "overlap", "max_concurrent", "cancel_grace",
         }  # fmt: skip
         unknown = sorted(set(entry) - known)
         if unknown:
@@ -312,6 +340,9 @@ class JobSpec:
             output_limit=self.output_limit,
             late_after=self.late_after_s,
             pause_after_failures=self.pause_after_failures,
+            overlap=self.overlap,
+            max_concurrent=self.max_concurrent if self.overlap == "allow" else None,
+            cancel_grace=self.cancel_grace_s,
         )
 
     def parsed_schedule(self) -> Schedule:

@@ -50,6 +50,10 @@ class Job:
     pause_after_failures: int | None
     failed_slots: int
     pause_note: str | None
+    overlap: str
+    max_concurrent: int
+    cancel_grace_s: float
+    cancel_by: str | None  # who asked to cancel the running slot, until it ends
 
     def parsed_schedule(self) -> Schedule:
         return parse_schedule(self.schedule, self.tz, self.dst_repeated, self.dst_skipped)  # type: ignore[arg-type]
@@ -93,6 +97,10 @@ class Job:
             pause_after_failures=row["pause_after_failures"],
             failed_slots=row["failed_slots"],
             pause_note=row["pause_note"],
+            overlap=row["overlap"],
+            max_concurrent=row["max_concurrent"],
+            cancel_grace_s=row["cancel_grace_s"],
+            cancel_by=row["cancel_by"],
         )
 
     def to_json(self) -> dict[str, Any]:
@@ -127,6 +135,10 @@ class Job:
             "pause_after_failures": self.pause_after_failures,
             "failed_slots": self.failed_slots,
             "pause_note": self.pause_note,
+            "overlap": self.overlap,
+            "max_concurrent": self.max_concurrent,
+            "cancel_grace_s": self.cancel_grace_s,
+            "cancel_by": self.cancel_by,
             "created_at": iso(self.created_at),
             "updated_at": iso(self.updated_at),
         }

@@ -27,7 +27,7 @@ LAG_WINDOW_S = 60.0
 OUTCOME_WINDOW_S = 3600.0
 HORIZON_S = 86400.0
 PAUSED_SHOWN = 20
-OUTCOMES = ("succeeded", "failed", "timed_out", "lost", "skipped", "running")
+OUTCOMES = ("succeeded", "failed", "timed_out", "cancelled", "lost", "skipped", "running")
 
 
 @dataclass(frozen=True)

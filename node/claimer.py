@@ -21,7 +21,7 @@ from cluster.store.session import LockSession
 from node.clock import DbClock
 from node.completer import Completer, job_extra
 from node.executor import Executor
-from node.outcomes import plan_at_claim
+from node.outcomes import following_slot, plan_at_claim
 from node.pacing import CLAIM_AHEAD_S, WAKE_MARGIN_S, Pacing
 from node.service import Failures, until_beat
 from node.state import NodeState
@@ -121,7 +121,10 @@ class Claimer:
         start_in_s = (job.due - now).total_seconds()
         if start_in_s > 0:
             self._pacing.claimed_ahead(start_in_s)
-        self._executor.submit(job, start_in_s)
+        replace_in_s = None
+        if job.overlap == "replace":  # a run still going when the next slot is due stops
+            replace_in_s = (following_slot(job) - now).total_seconds()
+        self._executor.submit(job, start_in_s, replace_in_s)
 
     async def run(self, stop: asyncio.Event) -> None:
         wake = self._state.wake

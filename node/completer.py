@@ -10,6 +10,9 @@ completions are written, so the wait never holds back a claim (tests/unit/test_c
 The write runs under ``asyncio.shield`` so a shutdown cannot lose it, and a failed write
 is retried with backoff: a completion whose lease still holds is applied whenever the
 database answers again; a stale one is fenced, counted and logged.
+
+A run that used ``ctx.transaction()`` is completed on its own, inside the handler's
+transaction, when it succeeded (``node.effects``); its effects are rolled back otherwise.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from uuid import UUID
 from cluster.errors import PulseError, StoreError
 from cluster.store.records import ClaimedJob, Completion, Skip
 from node.clock import DbClock
+from node.effects import Effects, Pending
 from node.handlers import Outcome
 from node.outcomes import after_run, broken
 from node.pacing import Pacing
@@ -57,8 +61,11 @@ class Completer:
         stats: Stats,
         wake: asyncio.Event,
         pacing: Pacing,
+        effects: Effects | None = None,
     ) -> None:
         self._session = session
+        self._effects = effects
+        self._commits: set[asyncio.Task[None]] = set()
         self._wake = wake
         self._clock = clock
         self._stats = stats
@@ -99,7 +106,48 @@ class Completer:
                 f": {outcome.error}" if outcome.error else "",
                 extra=job_extra(job, "run_finished"),
             )
+        pending = None if self._effects is None else self._effects.take(job.id, job.lease_token)
+        if pending is not None:
+            task = asyncio.create_task(self._commit(job, outcome, done, skips, pending))
+            self._commits.add(task)
+            task.add_done_callback(self._commits.discard)
+            return
         self.submit(job, done, skips)
+
+    async def _commit(
+        self, job: ClaimedJob, outcome: Outcome, done: Completion, skips: list[Skip], tx: Pending
+    ) -> None:
+        """Complete a run that holds a handler transaction: inside it when the run
+        succeeded, else after rolling it back."""
+        assert self._effects is not None
+        store = self._effects.store
+        if outcome.status != "succeeded":
+            await tx.rollback()
+            self.submit(job, done, skips)
+            return
+        try:
+            if tx.conn is not None:
+                applied = await asyncio.shield(store.commit(tx.conn, done, skips))
+            else:
+                assert tx.sync_conn is not None
+                commit = asyncio.to_thread(store.commit_sync, tx.sync_conn, done, skips)
+                applied = await asyncio.shield(commit)
+        except StoreError as exc:
+            # Nothing committed; or the commit broke after the completion applied, and this
+            # write of the failure is fenced. Either way the effects exist at most once.
+            self._stats.db_errors += 1
+            logger.warning(
+                "the run's transaction did not commit: %s", exc, extra=job_extra(job, "tx_failed")
+            )
+            failed = outcome._replace(status="failed", error=f"transaction not committed: {exc}")
+            self._stats.outcomes["succeeded"] -= 1
+            self.run_done(job, failed)
+            return
+        self._account([(job, done, skips)], {job.id} if applied else set())
+        if applied:
+            self._pacing.due_at(done.next_run_at)
+            if done.next_run_at <= self._clock.now():
+                self._wake.set()
 
     def submit(self, job: ClaimedJob, done: Completion, skips: list[Skip]) -> None:
         if not self._queue:
@@ -123,7 +171,10 @@ class Completer:
         while True:
             if not self._queue:
                 if stop.is_set():
-                    return
+                    if not self._commits:
+                        return
+                    await asyncio.gather(*self._commits, return_exceptions=True)
+                    continue
                 # Woken by a submit or by stop, never by a timer: an idle node's beats are
                 # all the wake-ups it has, and this loop has nothing to do on them.
                 await wait_any(IDLE_WAIT_S, self._ready, stop)

@@ -6,7 +6,10 @@ starts when it falls due. Sync handlers run on the node's handler threads
 (``node.threads``); one timer, set for the earliest deadline, times them out. Async and
 ``shell:`` handlers run as asyncio tasks. Each finished run is handed to ``on_done``; a run
 whose lease was lost is cancelled and reported to nobody (its completion would be fenced
-anyway). Guarded by tests/unit/test_executor.py.
+anyway). A run asked to stop (``stop``: ``pulse runs cancel``, or overlap ``replace`` when
+the job's next slot falls due) is cancelled and reported ``cancelled``; one that does not
+end within the job's cancel grace is abandoned and reported so. Guarded by
+tests/unit/test_executor.py and tests/unit/test_cancel.py.
 """
 
 from __future__ import annotations
@@ -17,13 +20,26 @@ import logging
 import math
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from uuid import UUID
 
 from cluster.store.records import ClaimedJob
-from node.handlers import Outcome, RunContext, awaited, finished, invoke, sync_handler, timed_out
+from node.handlers import (
+    Outcome,
+    RunCancelled,
+    RunContext,
+    awaited,
+    cancelled,
+    finished,
+    invoke,
+    sync_handler,
+    timed_out,
+)
 from node.service import Signal
 from node.threads import HandlerThreads, ThreadRun
+
+if TYPE_CHECKING:
+    from node.effects import Effects
 
 logger = logging.getLogger(__name__)
 
@@ -34,6 +50,9 @@ class Running:
     started: float  # loop time (for a run claimed ahead of its due time: when it starts)
     task: asyncio.Task[None] | None = None
     thread: ThreadRun | None = None
+    ctx: RunContext | None = None
+    cancelled_by: str | None = None  # asked to stop, by whom
+    timers: list[asyncio.TimerHandle] | None = None  # replace, cancel grace
 
     @property
     def deadline(self) -> float:
@@ -47,11 +66,13 @@ class Executor:
         node_id: str,
         zone: str,
         on_done: Callable[[ClaimedJob, Outcome], None],
+        effects: Effects | None = None,
     ) -> None:
         self.concurrency = concurrency
         self.node_id = node_id
         self.zone = zone
         self._on_done = on_done
+        self._effects = effects
         self.running: dict[UUID, Running] = {}
         self.slot_freed = Signal()
         self.idle = Signal()
@@ -68,9 +89,12 @@ class Executor:
     def leases(self) -> list[tuple[UUID, int]]:
         return [(r.job.id, r.job.lease_token) for r in self.running.values()]
 
-    def submit(self, job: ClaimedJob, start_in_s: float = 0.0) -> None:
+    def submit(
+        self, job: ClaimedJob, start_in_s: float = 0.0, replace_in_s: float | None = None
+    ) -> None:
         """Run ``job`` now, or in ``start_in_s`` (claimed ahead of its due time: it holds
-        its slot meanwhile)."""
+        its slot meanwhile). With ``replace_in_s`` (overlap ``replace``: when the job's next
+        slot falls due) a run still going then is stopped to make way for it."""
         stale = self.running.get(job.id)
         if stale is not None:
             # Claimed again, so the lease of this earlier run is gone (a claim takes only
@@ -86,6 +110,16 @@ class Executor:
             raise RuntimeError(f"executor cannot take {job.name}: no free slot")
         self.idle.clear()
         found = self.running[job.id] = Running(job, self._loop.time() + max(0.0, start_in_s))
+        if job.cancel_by is not None:  # asked to stop before this attempt began
+            self._finish(found)
+            self._on_done(job, Outcome("cancelled", f"cancelled by {job.cancel_by}", 0.0))
+            return
+        if replace_in_s is not None:
+            by = f"overlap replace: the slot after {job.slot.isoformat()} is due"
+            timer = self._loop.call_later(
+                max(0.0, replace_in_s), self.stop, job.id, job.lease_token, by
+            )
+            found.timers = [timer]
         if start_in_s > 0:
             self._loop.call_at(found.started, self._start_if_current, found)
         else:
@@ -100,10 +134,11 @@ class Executor:
         job = found.job
         found.started = now = self._loop.time()
         fn = sync_handler(job.handler)
+        found.ctx = self.context(job)
         if fn is None:  # async, shell:, or not resolvable: invoke() deals with each
             found.task = asyncio.create_task(self._run(found), name=f"run:{job.tenant}/{job.name}")
         else:
-            found.thread = ThreadRun(fn, self.context(job), job.id)
+            found.thread = ThreadRun(fn, found.ctx, job.id)
             self.threads.submit(found.thread)
             if now + job.timeout_s < self._timer_at:
                 self._arm(now + job.timeout_s)
@@ -120,22 +155,73 @@ class Executor:
             node_id=self.node_id,
             zone=self.zone,
             output_limit=job.output_limit,
+            fencing_token=job.lease_token,
+            cancel_grace_s=job.cancel_grace_s,
+            effects=self._effects,
         )
 
     async def _run(self, found: Running) -> None:
         job = found.job
-        ctx = self.context(job)
-        await self._report(found, invoke(job.handler, ctx, job.timeout_s, self.threads))
+        assert found.ctx is not None
+        await self._report(found, invoke(job.handler, found.ctx, job.timeout_s, self.threads))
 
     async def _report(self, found: Running, outcome: Awaitable[Outcome]) -> None:
         try:
             done = await outcome
         except asyncio.CancelledError:
-            self._finish(found)
-            raise
+            task = asyncio.current_task()
+            if found.cancelled_by is None or found.ctx is None or task is None:
+                self._finish(found)
+                raise
+            task.uncancel()  # stopped as asked: reported as cancelled
+            done = cancelled(found.ctx, found.cancelled_by, self._loop.time() - found.started)
         if self.running.get(found.job.id) is found:  # else dropped: reported to nobody
             self._finish(found)
-            self._on_done(found.job, done)
+            self._on_done(found.job, self._as_asked(found, done))
+
+    @staticmethod
+    def _as_asked(found: Running, outcome: Outcome) -> Outcome:
+        """A run asked to stop that ended in an error or as cancelled is ``cancelled``,
+        with who asked; one that finished its work first keeps its outcome."""
+        if found.cancelled_by is None or outcome.status == "succeeded":
+            return outcome
+        return outcome._replace(status="cancelled", error=f"cancelled by {found.cancelled_by}")
+
+    def stop(self, job_id: UUID, lease_token: int, by: str) -> bool:
+        """Ask the run of that lease to stop (False: no such run here). A task is cancelled
+        (a shell's process group gets SIGTERM, then SIGKILL after the grace), a thread sees
+        ``ctx.cancelled``; a run still going after the job's cancel grace is abandoned."""
+        found = self.running.get(job_id)
+        if found is None or found.job.lease_token != lease_token:
+            return False
+        if found.cancelled_by is not None:
+            return True  # already stopping
+        found.cancelled_by = by
+        logger.info(
+            "run cancelled by %s",
+            by,
+            extra={"event": "run_cancelled", "job": found.job.name, "tenant": found.job.tenant},
+        )
+        if found.ctx is None:  # claimed ahead, not started: nothing to stop
+            self._finish(found)
+            self._on_done(found.job, Outcome("cancelled", f"cancelled by {by}", 0.0))
+            return True
+        found.ctx.cancelled.set()
+        if found.task is not None:
+            found.task.cancel()
+        grace = self._loop.call_later(found.job.cancel_grace_s + 1.0, self._abandon, found)
+        found.timers = [*(found.timers or []), grace]
+        return True
+
+    def _abandon(self, found: Running) -> None:
+        """A cancelled run still going after its grace: reported cancelled, left behind."""
+        if self.running.get(found.job.id) is not found or found.ctx is None:
+            return
+        by = found.cancelled_by or "?"
+        duration = self._loop.time() - found.started
+        note = f"; it did not stop within {found.job.cancel_grace_s:g}s and was abandoned"
+        self._drop(found)
+        self._on_done(found.job, cancelled(found.ctx, by, duration, note))
 
     def _thread_results(self, batch: list[ThreadRun]) -> None:
         for run in batch:
@@ -146,12 +232,15 @@ class Executor:
                 # A sync function that returned an awaitable: await it on the loop, within
                 # what is left of the timeout.
                 left = found.deadline - self._loop.time()
-                outcome = awaited(run.arg, run.result, left, run.started)
+                pending = awaited(run.arg, run.result, left, run.started)
                 found.thread = None
-                found.task = asyncio.create_task(self._report(found, outcome))
+                found.task = asyncio.create_task(self._report(found, pending))
                 continue
             self._finish(found)
-            self._on_done(found.job, finished(run.arg, run.error, run.duration_s, run.result))
+            outcome = finished(run.arg, run.error, run.duration_s, run.result)
+            if isinstance(run.error, RunCancelled) and found.cancelled_by is None:
+                found.cancelled_by = "the handler"  # it raised RunCancelled by itself
+            self._on_done(found.job, self._as_asked(found, outcome))
 
     def _arm(self, at: float) -> None:
         if self._timer is not None:
@@ -182,6 +271,8 @@ class Executor:
         if self.running.get(key) is not found:
             return  # already dropped (a later claim of the same job may hold the id now)
         del self.running[key]
+        for timer in found.timers or ():
+            timer.cancel()
         self.slot_freed.set()
         if not self.running:
             self.idle.set()

@@ -2,11 +2,14 @@
 
 ``package.module:function`` handlers may be sync (run on the node's handler threads, see
 ``node.threads``) or async (awaited); ``shell:<command>`` runs a subprocess in its own
-process group, killed with the group on timeout. A handler that raises, times out, cannot
-be imported or calls ``sys.exit`` produces an ``Outcome``; it never brings the node down
-(tests/unit/test_executor.py). The outcome carries what the run produced (``node.output``):
-a shell command's stdout and stderr, read while it runs so a full pipe never blocks it, or
-a Python handler's return value and ``ctx.log`` lines (tests/unit/test_handler_output.py).
+process group, killed with the group on timeout. A cancelled run (``pulse runs cancel``,
+overlap ``replace``) sets ``ctx.cancelled``; an async handler's task is cancelled and a
+shell's process group gets SIGTERM, then SIGKILL after the job's cancel grace. A handler
+that raises, times out, cannot be imported or calls ``sys.exit`` produces an ``Outcome``;
+it never brings the node down (tests/unit/test_executor.py). The outcome carries what the
+run produced (``node.output``): a shell command's stdout and stderr, read while it runs so
+a full pipe never blocks it, or a Python handler's return value and ``ctx.log`` lines
+(tests/unit/test_handler_output.py).
 """
 
 from __future__ import annotations
@@ -18,17 +21,21 @@ import inspect
 import json
 import os
 import signal
+import threading
 import time
 import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 from uuid import UUID
 
-from cluster.jobspec import DEFAULT_OUTPUT_LIMIT
+from cluster.jobspec import DEFAULT_CANCEL_GRACE_S, DEFAULT_OUTPUT_LIMIT
 from node.output import RunLog, TailBuffer, compose, storable
 from node.threads import HandlerThreads
+
+if TYPE_CHECKING:
+    from node.effects import Effects, RunTransaction
 
 MAX_ERROR_CHARS = 2000
 CHUNK_BYTES = 65536
@@ -51,10 +58,32 @@ class RunContext:
     node_id: str
     zone: str
     output_limit: int = DEFAULT_OUTPUT_LIMIT
+    # Increases with every claim of the job: stamp it on writes to other systems and refuse
+    # writes that carry a lower one, so a run whose lease was taken over is fenced there too.
+    fencing_token: int = 0
+    cancel_grace_s: float = DEFAULT_CANCEL_GRACE_S
+    # Set when the run is asked to stop; a sync handler checks it (raise_if_cancelled).
+    cancelled: threading.Event = field(default_factory=threading.Event, repr=False, compare=False)
+    effects: Effects | None = field(default=None, repr=False, compare=False)
     _log: RunLog = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "_log", RunLog(self.output_limit))
+
+    def raise_if_cancelled(self) -> None:
+        """Raise ``RunCancelled`` if the run was asked to stop; the run is then recorded
+        ``cancelled`` (and not retried)."""
+        if self.cancelled.is_set():
+            raise RunCancelled("the run was cancelled")
+
+    def transaction(self) -> RunTransaction:
+        """``async with ctx.transaction() as conn`` (``with`` in a sync handler): a psycopg
+        connection to Pulse's database in a transaction committed together with this run's
+        fenced completion, and only if the run succeeds and still holds its lease; else
+        rolled back. See docs/design/effects.md."""
+        if self.effects is None:
+            raise RuntimeError("ctx.transaction() needs a run started by a Pulse node")
+        return self.effects.transaction(self)
 
     def log(self, message: str) -> None:
         """Add a line to the run's recorded output (``pulse runs show``); from any thread.
@@ -79,6 +108,14 @@ class Outcome(NamedTuple):
     error: str | None
     duration_s: float
     output: str | None = None  # JSON text of the run's output object (node.output.compose)
+
+
+class RunCancelled(Exception):
+    """Raised by ``ctx.raise_if_cancelled()`` in a run that was asked to stop."""
+
+
+def cancelled(ctx: RunContext, by: str, duration_s: float, note: str = "") -> Outcome:
+    return Outcome("cancelled", f"cancelled by {by}{note}", duration_s, _output(ctx))
 
 
 class HandlerError(Exception):
@@ -219,14 +256,25 @@ async def _shell(command: str, ctx: RunContext, timeout_s: float, started: float
             await asyncio.wait(pumps)  # unlike gather, a timeout here leaves them running
             await proc.wait()
     except (TimeoutError, asyncio.CancelledError) as exc:
+        if ctx.cancelled.is_set():  # asked to stop: a chance to end cleanly first
+            await _terminate_group(proc, ctx.cancel_grace_s)
         _kill_group(proc.pid)
-        if isinstance(exc, TimeoutError):  # what it printed before the kill is kept
-            await asyncio.wait(pumps, timeout=DRAIN_AFTER_KILL_S)
+        if isinstance(exc, TimeoutError) or ctx.cancelled.is_set():
+            await asyncio.wait(pumps, timeout=DRAIN_AFTER_KILL_S)  # what it printed is kept
         for pump in pumps:
             pump.cancel()
         await proc.wait()
         if isinstance(exc, asyncio.CancelledError):
-            raise
+            task = asyncio.current_task()
+            if not ctx.cancelled.is_set() or task is None:
+                raise
+            task.uncancel()  # stopped as asked: the outcome says so
+            return Outcome(
+                "cancelled",
+                "cancelled; process group terminated",
+                time.monotonic() - started,
+                compose(stdout=stdout, stderr=stderr, limit=limit),
+            )
         return Outcome(
             "timed_out",
             f"timed out after {timeout_s:g}s; process group killed",
@@ -252,6 +300,14 @@ async def _pump(stream: asyncio.StreamReader | None, into: TailBuffer) -> None:
     assert stream is not None
     while chunk := await stream.read(CHUNK_BYTES):
         into.write(chunk)
+
+
+async def _terminate_group(proc: asyncio.subprocess.Process, grace_s: float) -> None:
+    """SIGTERM the process group and wait up to ``grace_s`` for its leader to exit."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGTERM)
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(asyncio.shield(proc.wait()), grace_s)
 
 
 def _kill_group(pid: int) -> None:

@@ -1,32 +1,61 @@
-"""The NOTIFY listener: wakes the claim loop when an admin write touches a held shard.
+"""The NOTIFY listener: wakes the claim loop when an admin write touches a held shard, and
+passes on requests to cancel a run (``cancel:<job id>:<lease token>:<who>``).
 
-It only wakes the claim loop early: while it is down, jobs still fire on the claim loop's
-own schedule, so its failures are retried with backoff and never stop the node.
+It only makes things happen early: while it is down, jobs still fire on the claim loop's
+own schedule and lease renewal carries cancel requests, so its failures are retried with
+backoff and never stop the node.
 """
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
+from uuid import UUID
 
 from cluster.settings import ClusterSettings
 from cluster.store import notify
 from node.state import NodeState
 
+CANCEL_PREFIX = notify.CANCEL_PREFIX
+
+
+# Stop the run of (job id, lease token), asked by someone (node.executor.Executor.stop).
+CancelRun = Callable[[UUID, int, str], bool]
+
 
 class WakeListener:
-    def __init__(self, cluster: ClusterSettings, state: NodeState, stop: asyncio.Event) -> None:
+    def __init__(
+        self,
+        cluster: ClusterSettings,
+        state: NodeState,
+        stop: asyncio.Event,
+        cancel: CancelRun | None = None,
+    ) -> None:
         self._cluster = cluster
         self._state = state
         self._stop = stop
+        self._cancel = cancel
 
     def on_notify(self, payload: str) -> None:
-        """The payload names the shard whose job changed."""
+        """The payload names the shard whose job changed, or a run to cancel."""
+        if payload.startswith(CANCEL_PREFIX):
+            self._on_cancel(payload)
+            return
         try:
             shard = int(payload)
         except ValueError:
             return
         if shard in self._state.held:
             self._state.wake.set()
+
+    def _on_cancel(self, payload: str) -> None:
+        job, token, by = [*payload[len(CANCEL_PREFIX) :].split(":", 2), "", ""][:3]
+        try:
+            job_id, lease_token = UUID(job), int(token)
+        except ValueError:
+            return
+        if self._cancel is not None:
+            self._cancel(job_id, lease_token, by or "?")
 
     async def run_once(self) -> None:
         """Listen until the stop event is set; ``StoreError`` when the connection breaks."""

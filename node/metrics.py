@@ -43,7 +43,7 @@ CLAIM_BUCKETS = (
     *(0.0005, 0.001, 0.0015, 0.002, 0.003, 0.004, 0.005, 0.0075, 0.01),
     *(0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5),
 )
-OUTCOMES = ("succeeded", "failed", "timed_out")
+OUTCOMES = ("succeeded", "failed", "timed_out", "cancelled")
 SERVE_POLL_S = 3600.0
 
 

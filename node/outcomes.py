@@ -125,7 +125,8 @@ def plan_at_claim(job: ClaimedJob, now: datetime) -> tuple[Completion, list[Skip
 
 def after_run(job: ClaimedJob, outcome: Outcome, now: datetime) -> tuple[Completion, list[Skip]]:
     """The completion of a run: retry the same slot, or move on to the next one."""
-    if outcome.status != "succeeded" and job.attempt <= job.max_retries:
+    # A cancelled slot is not retried: someone asked for it to stop.
+    if outcome.status not in ("succeeded", "cancelled") and job.attempt <= job.max_retries:
         delay = min(MAX_RETRY_DELAY_S, job.retry_backoff_s * 2 ** (job.attempt - 1))
         retry_at = now + timedelta(seconds=delay)
         done = Completion(

@@ -9,6 +9,7 @@ the retries allow was lost, the slot is not run again: the statement hands it to
 which writes it as failed through the completer (the ``failed`` alert, auto-pause and the
 next slot follow as for any failed slot). So a job that kills whatever node runs it (a
 poison job) kills at most retries + 1 nodes per slot (tests/integration/test_poison.py).
+A slot someone asked to cancel is handed over the same way and recorded ``cancelled``.
 """
 
 from __future__ import annotations
@@ -53,6 +54,10 @@ def poisoned(row: dict[str, Any]) -> ClaimedJob:
         max_retries=row["max_retries"],
         retry_backoff_s=row["retry_backoff_s"],
         due=row["next_run_at"],
+        output_limit=row["output_limit"],
+        overlap=row["overlap"],
+        cancel_grace_s=row["cancel_grace_s"],
+        cancel_by=row["cancel_by"],
     )
 
 
@@ -102,6 +107,15 @@ class Recovery:
                 "slot": row["slot_at"].isoformat(),
                 "attempt": row["attempt"],
             }
+            if row["poison"] and row["cancel_by"] is not None:
+                logger.warning(
+                    "slot lost with %s (%s) after it was asked to cancel: recorded cancelled",
+                    row["locked_by"],
+                    row["reason"],
+                    extra={**extra, "event": "cancelled_slot_recovered"},
+                )
+                self._fail(row)
+                continue
             if row["poison"]:
                 logger.error(
                     "slot lost with %s (%s) on its last attempt %d: recorded failed",
@@ -128,6 +142,10 @@ class Recovery:
         if self._fail_slot is None:
             # Without a completer (tests of recovery alone) the slot stays running under
             # this node until its lease expires; the next pass hands it over again.
+            return
+        if row["cancel_by"] is not None:
+            error = f"cancelled by {row['cancel_by']}; lost with its node {row['locked_by']}"
+            self._fail_slot(poisoned(row), Outcome("cancelled", error, 0.0))
             return
         self._fail_slot(poisoned(row), Outcome("failed", lost_error(row), 0.0))
 

@@ -2,7 +2,8 @@
 
 A run longer than its lease is therefore never taken from a live node. A lease that no
 longer matches (the slot was recovered elsewhere) cancels the local run: its result would
-be fenced anyway, and stopping it early limits the double work.
+be fenced anyway, and stopping it early limits the double work. A run someone asked to
+cancel is stopped here if the NOTIFY that asked was missed.
 """
 
 from __future__ import annotations
@@ -33,6 +34,9 @@ class Renewer:
         kept = await self._session.renew(leases, self._lease_s)
         for job_id, token in leases:
             if job_id in kept:
+                cancel_by = kept[job_id]
+                if cancel_by is not None:
+                    self._executor.stop(job_id, token, cancel_by)
                 continue
             job = self._executor.cancel(job_id, token)
             if job is not None:

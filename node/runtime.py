@@ -24,6 +24,7 @@ from cluster.errors import ConfigError, MembershipError, StoreError
 from cluster.members import MemberInfo, MemberRegistry
 from cluster.settings import ClusterSettings, NodeSettings, mask_url
 from cluster.store.alerting import AlertStore
+from cluster.store.effects import EffectsStore
 from cluster.store.pruning import PruneConnection
 from cluster.store.session import LockSession
 from cluster.store.writer import ResultWriter
@@ -31,6 +32,7 @@ from node.alerting import AlertDelivery
 from node.claimer import Claimer
 from node.clock import DbClock
 from node.completer import Completer
+from node.effects import Effects
 from node.executor import Executor
 from node.heartbeat import Heartbeat
 from node.lateness import INTERVAL_S as LATE_INTERVAL_S
@@ -187,8 +189,9 @@ class Node:
         writer = ResultWriter(
             self.cluster, s.node_id, s.zone, statement_timeout_s=s.statement_timeout_s
         )
-        completer = Completer(writer, clock, stats, state.wake, pacing)
-        executor = Executor(s.concurrency, s.node_id, s.zone, completer.run_done)
+        effects = Effects(EffectsStore(self.cluster, s.node_id, s.zone))
+        completer = Completer(writer, clock, stats, state.wake, pacing, effects)
+        executor = Executor(s.concurrency, s.node_id, s.zone, completer.run_done, effects)
         recovery = Recovery(state, session, stats, completer.run_done, lease_s=s.lease_s)
         alert_store = AlertStore(
             self.cluster, f"{s.node_id}/alerts", statement_timeout_s=s.statement_timeout_s
@@ -215,7 +218,7 @@ class Node:
             keeper=keeper,
             claimer=claimer,
             recovery=recovery,
-            listener=WakeListener(self.cluster, state, stop_claiming),
+            listener=WakeListener(self.cluster, state, stop_claiming, executor.stop),
             renewer=Renewer(session, executor, stats, lease_s=s.lease_s),
             completer=completer,
             executor=executor,

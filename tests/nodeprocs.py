@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import signal
 import threading
 import time
@@ -145,6 +146,19 @@ def ghost_member(settings: ClusterSettings, node_id: str) -> Iterator[None]:
         finally:
             stop.set()
             thread.join(10)
+
+
+def pid_gone(pid: int) -> bool:
+    """The process has exited (a zombie not reaped yet counts as exited)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().split()[2] == "Z"  # exited, not reaped yet
+    except FileNotFoundError:
+        return True
 
 
 def init_cluster(settings: ClusterSettings, *specs: Any, shards: int = 16) -> None:

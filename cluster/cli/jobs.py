@@ -65,6 +65,14 @@ tenant_option = click.option(
 )
 @duration_option("--late-after", spec.DEFAULT_LATE_AFTER_S, "Alert when a slot starts this late.")
 @click.option("--pause-after-failures", default=None, help="Pause after N failed slots in a row.")
+@click.option(
+    "--overlap",
+    default=spec.DEFAULT_OVERLAP,
+    show_default=True,
+    help="A slot due while the last still runs: forbid (waits) | replace (cancels it).",
+)
+@click.option("--max-concurrent", default=None, help="Slots in flight at once (overlap allow).")
+@duration_option("--cancel-grace", spec.DEFAULT_CANCEL_GRACE_S, "SIGTERM to SIGKILL on cancel.")
 @click.option("--paused", is_flag=True, help="Create the job paused.")
 @click.option("--json", "as_json", is_flag=True, help="Print the job as JSON.")
 @with_store

@@ -1,8 +1,11 @@
-"""``pulse runs``: the run history (list by default; ``show`` and ``prune`` as sub-commands)."""
+"""``pulse runs``: the run history (list by default; ``show``, ``cancel`` and ``prune`` as
+sub-commands)."""
 
 from __future__ import annotations
 
+import getpass
 import json
+import socket
 
 import click
 
@@ -10,6 +13,7 @@ from cluster.cli.base import (
     PulseGroup,
     configure,
     emit_json,
+    fail,
     global_options,
     parse_time,
     run,
@@ -20,7 +24,7 @@ from cluster.cli.prune import prune_runs
 from cluster.models import Run, iso
 from cluster.store import JobStore
 
-STATUSES = ["running", "succeeded", "failed", "timed_out", "skipped", "lost"]
+STATUSES = ["running", "succeeded", "failed", "timed_out", "cancelled", "skipped", "lost"]
 
 
 @click.group("runs", cls=PulseGroup, invoke_without_command=True, params=global_options())
@@ -96,6 +100,34 @@ def show_run(ctx: click.Context, name: str, tenant: str, slot: str | None, as_js
             emit_json({**found.to_json(), "output": found.output_json()})
         else:
             _print_run(found)
+
+    run(go())
+
+
+@runs.command("cancel")
+@click.argument("name")
+@tenant_option
+@click.option("--slot", default=None, help="Only the run of this slot, ISO 8601.")
+@click.option("--all", "every", is_flag=True, help="Every running slot of the job.")
+@click.option("--by", envvar="PULSE_CANCEL_BY", default=None, help="Who asks [default: user@host].")
+@click.pass_context
+def cancel_run(
+    ctx: click.Context, name: str, tenant: str, slot: str | None, every: bool, by: str | None
+) -> None:
+    """Stop a running slot of a job; it is recorded cancelled and not retried."""
+    when = parse_time(slot, "slot")
+    if every and when is not None:
+        fail("invalid --all: give either --slot or --all", 2)
+    who = by or f"{getpass.getuser()}@{socket.gethostname()}"
+
+    async def go() -> None:
+        async with JobStore.open(settings_of(ctx)) as store:
+            asked = await store.cancel(name, tenant, by=who, slot=when)
+        for request in asked:
+            click.echo(
+                f"cancelling {name} (tenant {tenant}) slot {iso(request.slot)}, attempt "
+                f"{request.attempt} on {request.node_id or '-'}"
+            )
 
     run(go())
 

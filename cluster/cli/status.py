@@ -102,7 +102,8 @@ def render(st: Status) -> str:
     o = st.outcomes_1h
     out.append(
         f"runs (last hour): {o['succeeded']} succeeded, {o['failed']} failed, "
-        f"{o['timed_out']} timed out, {o['lost']} lost, {o['skipped']} skipped, "
+        f"{o['timed_out']} timed out, {o['cancelled']} cancelled, {o['lost']} lost, "
+        f"{o['skipped']} skipped, "
         f"{o['running']} running"
     )
     out.append(f"fenced writes (live nodes, since each started): {st.fenced_writes}")

@@ -41,24 +41,49 @@ async def connect(
     lock session and result writer pass ``prepare_threshold=0``: they run the same few
     statements all day (docs/design/driver.md).
     """
-    options = f"-c search_path={settings.schema},public -c TimeZone=UTC"
-    options += f" -c statement_timeout={int(statement_timeout_s * 1000)}"
-    if idle_session_timeout_s is not None:
-        options += f" -c idle_session_timeout={int(idle_session_timeout_s * 1000)}"
     try:
         return await psycopg.AsyncConnection.connect(
             settings.database_url,
             autocommit=autocommit,
             row_factory=dict_row,
+            prepare_threshold=prepare_threshold,
             application_name=application_name[:63],
             connect_timeout=CONNECT_TIMEOUT_S,
-            options=options,
-            prepare_threshold=prepare_threshold,
+            options=_options(settings, statement_timeout_s, idle_session_timeout_s),
         )
     except psycopg.Error as exc:
-        raise StoreError(
-            f"cannot connect to Postgres at {mask_url(settings.database_url)}: {_first_line(exc)}"
-        ) from exc
+        raise StoreError(cannot_connect(settings, exc)) from exc
+
+
+def connect_sync(
+    settings: ClusterSettings, application_name: str, *, statement_timeout_s: float
+) -> psycopg.Connection[Row]:
+    """A blocking connection with the same settings, in a transaction (not autocommit):
+    for sync handlers' ``ctx.transaction()``, opened on their thread."""
+    try:
+        return psycopg.Connection.connect(
+            settings.database_url,
+            row_factory=dict_row,
+            application_name=application_name[:63],
+            connect_timeout=CONNECT_TIMEOUT_S,
+            options=_options(settings, statement_timeout_s, None),
+        )
+    except psycopg.Error as exc:
+        raise StoreError(cannot_connect(settings, exc)) from exc
+
+
+def _options(
+    settings: ClusterSettings, statement_timeout_s: float, idle_session_timeout_s: float | None
+) -> str:
+    options = f"-c search_path={settings.schema},public -c TimeZone=UTC"
+    options += f" -c statement_timeout={int(statement_timeout_s * 1000)}"
+    if idle_session_timeout_s is not None:
+        options += f" -c idle_session_timeout={int(idle_session_timeout_s * 1000)}"
+    return options
+
+
+def cannot_connect(settings: ClusterSettings, exc: BaseException) -> str:
+    return f"cannot connect to Postgres at {mask_url(settings.database_url)}: {_first_line(exc)}"
 
 
 @asynccontextmanager

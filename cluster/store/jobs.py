@@ -20,7 +20,7 @@ from typing import Any
 import psycopg
 from psycopg.types.json import Jsonb
 
-from cluster.errors import InvalidInput, NotFound, StoreError
+from cluster.errors import InvalidInput, NotFound, NotRunning, StoreError
 from cluster.jobspec import DEFAULT_TENANT, JobSpec, check_text
 from cluster.models import Job, Run
 from cluster.retention import Retention
@@ -29,6 +29,7 @@ from cluster.store import config as cluster_config
 from cluster.store import pruning
 from cluster.store.connect import Conn, connect, connection, describe
 from cluster.store.migrate import InitResult, migrate, stored_shard_count
+from cluster.store.notify import CANCEL_PREFIX
 from cluster.store.pruning import PruneResult
 from cluster.store.queries import query
 from ring import shard_for
@@ -61,6 +62,15 @@ def _check_params(params: dict[str, Any]) -> None:
 
 def _label(tenant: str, name: str) -> str:
     return name if tenant == DEFAULT_TENANT else f"{tenant}/{name}"
+
+
+@dataclass(frozen=True)
+class CancelRequest:
+    """A running slot asked to stop: which, which attempt, and the node running it."""
+
+    slot: datetime
+    attempt: int
+    node_id: str | None
 
 
 class JobStore:
@@ -227,6 +237,32 @@ class JobStore:
         await self._notify(row["shard_id"])
         return await self.get(name, tenant)
 
+    async def cancel(
+        self,
+        name: str,
+        tenant: str = DEFAULT_TENANT,
+        *,
+        by: str,
+        slot: datetime | None = None,
+    ) -> list[CancelRequest]:
+        """Ask the node running the job's slot (``slot``, else whichever runs) to stop it:
+        at once through NOTIFY when that node listens, else at its next lease renewal, or
+        by recovery if it is gone. The slot is recorded ``cancelled`` (``by`` says who
+        asked) and not retried. ``NotRunning`` when no such slot is running."""
+        by = " ".join(check_text(by, "by").split())[:MAX_NOTE_LENGTH] or "unknown"
+        params = {"tenant_id": tenant, "name": name, "slot": slot, "by": by}
+        rows = await self._all("cancel_job", params)
+        if not rows:
+            await self.get(name, tenant)  # NotFound when there is no such job
+            which = f"slot {slot.isoformat()} of " if slot is not None else ""
+            raise NotRunning(f"no {which}job {name!r} in tenant {tenant!r} is running")
+        for row in rows:
+            payload = f"{CANCEL_PREFIX}{row['id']}:{row['lease_token']}:{by}"
+            await self._conn.execute(
+                query("notify"), {"channel": self.settings.wake_channel, "payload": payload}
+            )
+        return [CancelRequest(row["slot_at"], row["attempt"], row["locked_by"]) for row in rows]
+
     async def remove(self, name: str, tenant: str = DEFAULT_TENANT) -> None:
         await self._write("remove_job", name, tenant, {})
 
@@ -305,6 +341,9 @@ class JobStore:
             "output_limit": spec.output_limit,
             "late_after_s": spec.late_after_s,
             "pause_after_failures": spec.pause_after_failures,
+            "overlap": spec.overlap,
+            "max_concurrent": spec.max_concurrent,
+            "cancel_grace_s": spec.cancel_grace_s,
         }
 
     async def _notify(self, shard: int) -> None:

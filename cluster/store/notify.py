@@ -1,4 +1,5 @@
-"""LISTEN/NOTIFY wake-ups: admin writes notify the job's shard; claim loops listen.
+"""LISTEN/NOTIFY wake-ups: admin writes notify the job's shard; claim loops listen. A
+request to cancel a run goes the same way, as ``cancel:<job id>:<lease token>:<who>``.
 
 The listener uses its own connection (named ``<node id>/listen`` so it never counts as the
 node's lock session) and only wakes the claim loop early: losing it delays nothing beyond
@@ -18,6 +19,8 @@ from psycopg import sql
 from cluster.errors import StoreError
 from cluster.settings import ClusterSettings
 from cluster.store.connect import connect, describe
+
+CANCEL_PREFIX = "cancel:"
 
 
 async def listen(

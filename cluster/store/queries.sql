@@ -13,7 +13,7 @@ INSERT INTO jobs AS j (
     id, tenant_id, name, schedule, tz, dst_repeated, dst_skipped, handler, payload,
     status, paused, shard_id, next_run_at, slot_at, catch_up, grace_s, max_backfill,
     timeout_s, max_retries, retry_backoff_s, keep_for_s, keep_runs, output_limit,
-    late_after_s, pause_after_failures)
+    late_after_s, pause_after_failures, overlap, max_concurrent, cancel_grace_s)
 VALUES (
     %(id)s, %(tenant_id)s, %(name)s, %(schedule)s, %(tz)s, %(dst_repeated)s, %(dst_skipped)s,
     %(handler)s, %(payload)s, CASE WHEN %(paused)s THEN 'paused' ELSE 'idle' END, %(paused)s,
@@ -21,7 +21,8 @@ VALUES (
     CASE WHEN %(paused)s THEN '9999-01-01Z'::timestamptz ELSE %(next_run_at)s END,
     %(next_run_at)s, %(catch_up)s, %(grace_s)s,
     %(max_backfill)s, %(timeout_s)s, %(max_retries)s, %(retry_backoff_s)s, %(keep_for_s)s,
-    %(keep_runs)s, %(output_limit)s, %(late_after_s)s, %(pause_after_failures)s)
+    %(keep_runs)s, %(output_limit)s, %(late_after_s)s, %(pause_after_failures)s,
+    %(overlap)s, %(max_concurrent)s, %(cancel_grace_s)s)
 ON CONFLICT (tenant_id, name) DO UPDATE SET
     schedule = excluded.schedule,
     tz = excluded.tz,
@@ -41,6 +42,9 @@ ON CONFLICT (tenant_id, name) DO UPDATE SET
     output_limit = excluded.output_limit,
     late_after_s = excluded.late_after_s,
     pause_after_failures = excluded.pause_after_failures,
+    overlap = excluded.overlap,
+    max_concurrent = excluded.max_concurrent,
+    cancel_grace_s = excluded.cancel_grace_s,
     status = CASE
         WHEN j.status = 'running' THEN 'running'
         WHEN excluded.paused THEN 'paused'
@@ -60,13 +64,15 @@ ON CONFLICT (tenant_id, name) DO UPDATE SET
 WHERE %(replace)s
   AND (j.schedule, j.tz, j.dst_repeated, j.dst_skipped, j.handler, j.payload, j.paused,
        j.catch_up, j.grace_s, j.max_backfill, j.timeout_s, j.max_retries, j.retry_backoff_s,
-       j.keep_for_s, j.keep_runs, j.output_limit, j.late_after_s, j.pause_after_failures)
+       j.keep_for_s, j.keep_runs, j.output_limit, j.late_after_s, j.pause_after_failures,
+       j.overlap, j.max_concurrent, j.cancel_grace_s)
     IS DISTINCT FROM
       (excluded.schedule, excluded.tz, excluded.dst_repeated, excluded.dst_skipped,
        excluded.handler, excluded.payload, excluded.paused, excluded.catch_up,
        excluded.grace_s, excluded.max_backfill, excluded.timeout_s, excluded.max_retries,
        excluded.retry_backoff_s, excluded.keep_for_s, excluded.keep_runs,
-       excluded.output_limit, excluded.late_after_s, excluded.pause_after_failures)
+       excluded.output_limit, excluded.late_after_s, excluded.pause_after_failures,
+       excluded.overlap, excluded.max_concurrent, excluded.cancel_grace_s)
 RETURNING id, shard_id, (xmax = 0) AS inserted;
 
 -- name: list_jobs
@@ -119,6 +125,14 @@ UPDATE jobs SET
 FROM (SELECT coalesce(%(now)s::timestamptz, now()) AS t) AS n
 WHERE tenant_id = %(tenant_id)s AND name = %(name)s AND status <> 'running'
 RETURNING id, shard_id, slot_at;
+
+-- name: cancel_job
+-- Asks whoever runs the job's slot to cancel it: the given slot, or whichever is running.
+-- The request stays on the job row until the slot ends (every attempt of the slot sees it).
+UPDATE jobs SET cancel_by = %(by)s
+WHERE tenant_id = %(tenant_id)s AND name = %(name)s AND status = 'running'
+  AND (%(slot)s::timestamptz IS NULL OR slot_at = %(slot)s)
+RETURNING id, shard_id, slot_at, attempt, lease_token, locked_by;
 
 -- name: remove_job
 DELETE FROM jobs WHERE tenant_id = %(tenant_id)s AND name = %(name)s RETURNING id, shard_id;
@@ -314,7 +328,8 @@ claimed AS (
     RETURNING j.id, j.tenant_id, j.name, j.schedule, j.tz, j.dst_repeated, j.dst_skipped,
               j.handler, nullif(j.payload, '{}'::jsonb) AS payload, j.shard_id, j.slot_at,
               j.attempt, j.lease_token, j.catch_up, j.grace_s, j.max_backfill, j.timeout_s,
-              j.max_retries, j.retry_backoff_s, j.next_run_at, j.output_limit
+              j.max_retries, j.retry_backoff_s, j.next_run_at, j.output_limit, j.overlap,
+              j.cancel_grace_s, j.cancel_by
 ),
 next_due AS (
     SELECT min(x.next_run_at) AS t
@@ -374,6 +389,7 @@ done AS (
         locked_at = NULL,
         locked_zone = NULL,
         lease_expires_at = NULL,
+        cancel_by = NULL,
         updated_at = k.t,
         failed_slots = CASE WHEN i.outcome = 'succeeded' THEN 0
                             ELSE j.failed_slots + f.fail::int END,
@@ -434,14 +450,15 @@ skipped AS (
 SELECT id FROM done;
 
 -- name: renew
--- Extends the leases of the caller's running jobs; returns the ids still held. The ids
--- are an index condition, as in `complete` (test_lease_plans.py).
+-- Extends the leases of the caller's running jobs; returns the ids still held, each with
+-- who asked to cancel it, if anyone did. The ids are an index condition, as in `complete`
+-- (test_lease_plans.py).
 UPDATE jobs j SET lease_expires_at = k.t + make_interval(secs => %(lease_s)s)
 FROM unnest(%(ids)s::uuid[], %(tokens)s::bigint[]) AS i(id, token),
      (SELECT coalesce(%(now)s::timestamptz, now()) AS t) AS k
 WHERE j.id = ANY(%(ids)s::uuid[])
   AND j.id = i.id AND j.lease_token = i.token AND j.status = 'running'
-RETURNING j.id;
+RETURNING j.id, j.cancel_by;
 
 -- name: release
 -- Hands running jobs back for another attempt of the same slot, due at once (a node
@@ -479,7 +496,8 @@ SELECT id FROM freed;
 -- due again at once as its next attempt; the lost one is recorded (test_session.py) and
 -- raises `lost`. A lost attempt counts against the retries: a slot whose last attempt was
 -- lost (`poison`) is handed to the caller instead, which records it failed and moves the
--- job on, so a job that kills its node kills at most retries + 1 (test_poison.py).
+-- job on, so a job that kills its node kills at most retries + 1 (test_poison.py). So is a
+-- slot someone asked to cancel: it is recorded cancelled, never run again.
 WITH clock AS (
     SELECT coalesce(%(now)s::timestamptz, now()) AS t
 ),
@@ -496,7 +514,7 @@ dead AS (
         SELECT j.ctid, j.id, j.lease_token, j.attempt, j.locked_by, j.locked_zone, j.locked_at,
                CASE WHEN j.lease_expires_at < k.t THEN 'lease expired'
                     ELSE 'owner gone' END AS reason,
-               j.attempt > j.max_retries AS poison
+               j.attempt > j.max_retries OR j.cancel_by IS NOT NULL AS poison
         FROM jobs j CROSS JOIN clock k
         WHERE j.shard_id = s.shard AND j.status = 'running'
           AND j.next_run_at <= k.t + interval '1 minute'
@@ -509,7 +527,8 @@ dead AS (
     UNION ALL
     SELECT o.* FROM (
         SELECT j.ctid, j.id, j.lease_token, j.attempt, j.locked_by, j.locked_zone, j.locked_at,
-               'previous process gone' AS reason, j.attempt > j.max_retries AS poison
+               'previous process gone' AS reason,
+               j.attempt > j.max_retries OR j.cancel_by IS NOT NULL AS poison
         FROM jobs j
         WHERE %(own)s AND j.status = 'running' AND j.locked_by = %(node_id)s
         FOR UPDATE OF j SKIP LOCKED
@@ -537,7 +556,8 @@ reset AS (
     RETURNING j.id, j.tenant_id, j.name, j.slot_at, j.attempt, d.locked_by, d.reason, d.poison,
               j.schedule, j.tz, j.dst_repeated, j.dst_skipped, j.handler, j.payload, j.shard_id,
               j.lease_token, j.catch_up, j.grace_s, j.max_backfill, j.timeout_s, j.max_retries,
-              j.retry_backoff_s, j.next_run_at,
+              j.retry_backoff_s, j.next_run_at, j.output_limit, j.overlap, j.cancel_grace_s,
+              j.cancel_by,
               record_run(j.id, j.tenant_id, j.name, j.slot_at, d.attempt, d.locked_by,
                          d.locked_zone, 'lost', d.lease_token, d.locked_at, k.t, NULL,
                          d.reason || ' (node ' || coalesce(d.locked_by, '?') || ')', NULL),
@@ -548,7 +568,8 @@ reset AS (
 SELECT r.id, r.tenant_id, r.name, r.slot_at, r.attempt, r.locked_by, r.reason, r.poison,
        r.schedule, r.tz, r.dst_repeated, r.dst_skipped, r.handler, r.payload, r.shard_id,
        r.lease_token, r.catch_up, r.grace_s, r.max_backfill, r.timeout_s, r.max_retries,
-       r.retry_backoff_s, r.next_run_at
+       r.retry_backoff_s, r.next_run_at, r.output_limit, r.overlap, r.cancel_grace_s,
+       r.cancel_by
 FROM reset r;
 
 -- name: live_sessions

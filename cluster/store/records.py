@@ -16,7 +16,7 @@ from datetime import datetime
 from typing import Any, NamedTuple
 from uuid import UUID
 
-from cluster.jobspec import DEFAULT_OUTPUT_LIMIT
+from cluster.jobspec import DEFAULT_CANCEL_GRACE_S, DEFAULT_OUTPUT_LIMIT, DEFAULT_OVERLAP
 
 __all__ = [
     "ClaimResult",
@@ -76,6 +76,9 @@ class ClaimedJob(NamedTuple):
     # looks ahead returns jobs due a moment later; they start then.
     due: datetime
     output_limit: int = DEFAULT_OUTPUT_LIMIT  # bytes kept per part of the run's output
+    overlap: str = DEFAULT_OVERLAP  # forbid | allow | replace
+    cancel_grace_s: float = DEFAULT_CANCEL_GRACE_S
+    cancel_by: str | None = None  # who asked to cancel the slot before this claim
 
 
 _FIELDS = len(ClaimedJob._fields)
@@ -85,7 +88,7 @@ def claimed_jobs(rows: Sequence[tuple[Any, ...]], skip: int) -> list[ClaimedJob]
     """The claimed jobs of a claim's rows, whose fields follow ``skip`` leading columns; a
     row with a null id is the claim's report alone (nothing was claimed).
 
-    Built by position with ``tuple.__new__``, cheaper than passing a named tuple's 21
+    Built by position with ``tuple.__new__``, cheaper than passing a named tuple's 24
     fields one by one; the width is checked once per claim instead
     (tests/unit/test_claim_rows.py)."""
     if rows and len(rows[0]) != skip + _FIELDS:
@@ -108,7 +111,7 @@ class Completion(NamedTuple):
     id: UUID
     token: int
     slot: datetime
-    outcome: str  # succeeded | failed | timed_out | skipped
+    outcome: str  # succeeded | failed | timed_out | cancelled | skipped
     error: str | None
     duration_s: float | None
     next_run_at: datetime

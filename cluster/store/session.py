@@ -243,9 +243,11 @@ class LockSession:
 
     async def renew(
         self, leases: Sequence[tuple[UUID, int]], lease_s: float, now: datetime | None = None
-    ) -> set[UUID]:
+    ) -> dict[UUID, str | None]:
+        """Extend the leases still held; each held id maps to who asked to cancel its
+        slot (None: nobody)."""
         if not leases:
-            return set()
+            return {}
         rows = await self._run(
             "renew",
             {
@@ -255,7 +257,7 @@ class LockSession:
                 "now": now,
             },
         )
-        return {row[0] for row in rows}
+        return {row[0]: row[1] for row in rows}
 
     async def release(
         self, leases: Sequence[tuple[UUID, int]], reason: str, now: datetime | None = None

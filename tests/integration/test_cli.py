@@ -42,6 +42,7 @@ JOB_KEYS = {
     "catch_up", "grace_s", "max_backfill", "timeout_s", "retries", "retry_backoff_s",
     "dst_repeated", "dst_skipped", "created_at", "updated_at", "keep_for_s", "keep_runs",
     "output_limit", "late_after_s", "pause_after_failures", "failed_slots", "pause_note",
+    "overlap", "max_concurrent", "cancel_grace_s", "cancel_by",
 }  # fmt: skip
 SHOW_KEYS = JOB_KEYS | {"next_slots", "recent_runs"}
 RUN_KEYS = {
@@ -311,6 +312,11 @@ BAD_ADD = [
     (["--output-limit", "lots"], "output_limit"),
     (["--late-after", "0s"], "late_after"),
     (["--pause-after-failures", "0"], "pause_after_failures"),
+    (["--overlap", "queue"], "overlap"),
+    (["--overlap", "allow"], "overlap"),
+    (["--max-concurrent", "3"], "max_concurrent"),
+    (["--overlap", "replace", "--max-concurrent", "3"], "max_concurrent"),
+    (["--cancel-grace", "-1s"], "cancel_grace"),
 ]
 
 
@@ -319,6 +325,24 @@ def test_add_bad_input_writes_nothing(shared: Shared, extra: list[str], field: s
     settings, invoke = shared
     before = jobs_rows(settings)
     assert_bad_input(invoke(*add_args("tick", *extra)), field)
+    assert jobs_rows(settings) == before
+
+
+def test_steering_options_round_trip(initialised: Invoke) -> None:
+    result = initialised(
+        *add_args("steered", "--overlap", "replace", "--cancel-grace", "30s", "--json")
+    )
+    assert result.exit_code == 0, result.output
+    job = json.loads(result.output)
+    assert (job["overlap"], job["cancel_grace_s"], job["cancel_by"]) == ("replace", 30.0, None)
+
+
+def test_runs_cancel_bad_input_writes_nothing(shared: Shared) -> None:
+    settings, invoke = shared
+    before = jobs_rows(settings)
+    both = invoke("runs", "cancel", "existing", "--all", "--slot", "2026-01-01T00:00:00Z")
+    assert both.exit_code == 2 and both.output.count("\n") == 1, both.output
+    assert_bad_input(invoke("runs", "cancel", "existing", "--slot", "yesterday"), "slot")
     assert jobs_rows(settings) == before
 
 
@@ -870,9 +894,8 @@ def test_shared_options_after_the_command(
     assert_bad_input(bad, "database_url")
 
 
-def test_readme_documents_the_json_keys() -> None:
-    readme = (REPO / "README.md").read_text("utf-8")
-    section = readme.split("### JSON output", 1)[1].split("\n## ", 1)[0]
+def test_the_json_keys_are_documented() -> None:
+    section = (REPO / "docs" / "json.md").read_text("utf-8")
     for key in sorted(SHOW_KEYS | RUN_KEYS):
         assert f"`{key}`" in section, key
     assert "`{created, updated, unchanged, removed}`" in section

@@ -110,13 +110,13 @@ def test_histogram_keeps_counting_past_the_window() -> None:
 def test_labels_are_bounded() -> None:
     stats = Stats()
     state = NodeState("n-1", "a", 16)
-    for outcome in ("succeeded", "failed", "timed_out"):
+    for outcome in ("succeeded", "failed", "timed_out", "cancelled"):
         stats.outcomes[outcome] += 1
     samples = scrape_registry(build_registry(stats, lambda: state, lambda: 0))
     pulse = [(name, labels) for name, labels in samples if name.startswith("pulse_")]
     assert pulse
     assert {key for _, labels in pulse for key, _ in labels} <= ALLOWED_LABELS
-    assert len({labels for name, labels in pulse if name == "pulse_runs_total"}) == 3
+    assert len({labels for name, labels in pulse if name == "pulse_runs_total"}) == 4
 
 
 def _version(samples: Samples) -> str:

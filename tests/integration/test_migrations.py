@@ -297,7 +297,8 @@ JOB_COLUMNS = {
     "last_run_at", "locked_by", "locked_at", "locked_zone", "lease_expires_at", "lease_token",
     "catch_up", "grace_s", "max_backfill", "timeout_s", "max_retries", "retry_backoff_s",
     "created_at", "updated_at", "keep_for_s", "keep_runs", "output_limit", "late_after_s",
-    "late_slot", "pause_after_failures", "failed_slots", "pause_note",
+    "late_slot", "pause_after_failures", "failed_slots", "pause_note", "overlap",
+    "max_concurrent", "cancel_grace_s", "cancel_by",
 }  # fmt: skip
 RUN_COLUMNS = {
     "id", "job_id", "tenant_id", "job_name", "scheduled_for", "attempt", "node_id", "zone",
@@ -363,5 +364,5 @@ async def test_migrations_produce_the_expected_schema(settings: ClusterSettings)
         (f"{schema}.runs",),
     )
     (status_check,) = [d for (d,) in checks if "status" in d]
-    for status in ("running", "succeeded", "failed", "timed_out", "skipped", "lost"):
+    for status in ("running", "succeeded", "failed", "timed_out", "cancelled", "skipped", "lost"):
         assert f"'{status}'" in status_check

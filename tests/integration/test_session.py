@@ -425,11 +425,11 @@ async def test_renewal_extends_the_lease_and_refuses_stale_tokens(
     first, second = (await a.claim(ALL, 10, 30.0, now=at(10))).jobs
     assert (await store.get(first.name)).lease_expires_at == at(40)
 
-    assert await a.renew([(first.id, first.lease_token)], 30.0, now=at(25)) == {first.id}
+    assert await a.renew([(first.id, first.lease_token)], 30.0, now=at(25)) == {first.id: None}
     assert (await store.get(first.name)).lease_expires_at == at(55)
     # A token from before the claim, or another job's token, renews nothing.
-    assert await a.renew([(first.id, first.lease_token - 1)], 30.0, now=at(26)) == set()
-    assert await a.renew([(second.id, first.lease_token - 1)], 30.0, now=at(26)) == set()
+    assert await a.renew([(first.id, first.lease_token - 1)], 30.0, now=at(26)) == {}
+    assert await a.renew([(second.id, first.lease_token - 1)], 30.0, now=at(26)) == {}
     assert (await store.get(first.name)).lease_expires_at == at(55)
     assert (await store.get(second.name)).lease_expires_at == at(40)
 
@@ -438,7 +438,7 @@ async def test_renewal_extends_the_lease_and_refuses_stale_tokens(
     kept = await a.renew(
         [(first.id, first.lease_token), (second.id, second.lease_token)], 60.0, now=at(28)
     )
-    assert kept == {first.id}
+    assert kept == {first.id: None}
     assert (await store.get(first.name)).lease_expires_at == at(88)
     assert (await store.get(second.name)).lease_expires_at is None
     # A renewed lease is not recovered at a time the original lease would have expired.
@@ -764,7 +764,7 @@ async def test_a_statement_cancelled_by_its_caller_leaves_the_session_working(
     # psycopg cancelled the statement on the server; the session, its locks and its
     # prepared statement are still there.
     assert a.connected
-    assert await a.renew([(job.id, job.lease_token)], 30.0, now=at(13)) == {job.id}
+    assert await a.renew([(job.id, job.lease_token)], 30.0, now=at(13)) == {job.id: None}
     assert await a.my_locks() == set(ALL)
     assert await _executions(a, "renew") == [3]
 

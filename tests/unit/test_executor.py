@@ -332,14 +332,17 @@ async def test_the_context_a_handler_gets_is_an_ordinary_run_context() -> None:
         node_id="n1",
         zone="z1",
         output_limit=100,
+        fencing_token=j.lease_token,
     )
     assert ctx == expected
 
     def fields(c: RunContext) -> dict[str, object]:
-        return {k: v for k, v in vars(c).items() if k != "_log"}  # each run logs on its own
+        # Each run logs, and is cancelled, on its own.
+        return {k: v for k, v in vars(c).items() if k not in ("_log", "cancelled")}
 
     assert fields(ctx) == fields(expected)  # every field set, none more
     assert ctx._log is not expected._log
+    assert ctx.cancelled is not expected.cancelled and not ctx.cancelled.is_set()
     assert ctx.idempotency_key == f"{j.id}:{j.slot.isoformat()}"
     with pytest.raises(AttributeError):
         ctx.attempt = 3  # type: ignore[misc]

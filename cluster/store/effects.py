@@ -1,0 +1,101 @@
+"""Handler transactions committed with their run's completion (``ctx.transaction()``).
+
+A handler writes its effects on a connection opened here, in a transaction left open when
+its block ends. When the run succeeds, the node runs the fenced ``complete`` statement in
+that same transaction and commits only if the completion applied: a run whose lease was
+taken over (a zombie node waking up) writes nothing, so a slot's effects commit exactly
+once even though execution is at least once (docs/design/effects.md,
+tests/integration/test_effects.py). Pulse's statement runs on the cluster's schema; the
+handler's connection keeps ``public`` on its ``search_path`` for the user's tables.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Sequence
+from typing import Any
+
+import psycopg
+from psycopg import sql
+
+from cluster.errors import StoreError
+from cluster.settings import ClusterSettings
+from cluster.store.connect import Conn, Row, connect, connect_sync, describe
+from cluster.store.queries import query
+from cluster.store.records import Completion, Skip, complete_params
+
+SyncConn = psycopg.Connection[Row]
+
+
+class EffectsStore:
+    """Opens handler transactions and commits them with a run's completion."""
+
+    def __init__(self, settings: ClusterSettings, node_id: str, zone: str) -> None:
+        self._settings = settings
+        self.node_id = node_id
+        self.zone = zone
+        self._name = f"{node_id}/effects"[:63]
+        # SET LOCAL: Pulse's statement runs on its schema until the commit.
+        self._on_schema = sql.SQL("SET LOCAL search_path TO {}").format(
+            sql.Identifier(settings.schema)
+        )
+
+    async def open(self, timeout_s: float) -> Conn:
+        """A connection in a transaction (the first statement begins it)."""
+        return await connect(
+            self._settings, self._name, statement_timeout_s=timeout_s, autocommit=False
+        )
+
+    def open_sync(self, timeout_s: float) -> SyncConn:
+        return connect_sync(self._settings, self._name, statement_timeout_s=timeout_s)
+
+    def _params(self, done: Completion, skips: Sequence[Skip]) -> dict[str, Any]:
+        return complete_params([done], skips, self.node_id, self.zone, None)
+
+    async def commit(self, conn: Conn, done: Completion, skips: Sequence[Skip]) -> bool:
+        """Complete the run in the handler's transaction: commit when the completion
+        applied (True), roll everything back when it was fenced (False). ``StoreError``
+        when the database failed: then nothing committed, or, if the commit itself broke,
+        possibly everything (the run's completion is fenced either way)."""
+        try:
+            async with conn.cursor() as cur:
+                await cur.execute(self._on_schema)
+                await cur.execute(query("complete"), self._params(done, skips))
+                applied = bool(await cur.fetchall())
+            if applied:
+                await conn.commit()
+            else:
+                await conn.rollback()
+            return applied
+        except psycopg.Error as exc:
+            raise StoreError(f"run transaction: {describe(exc)}") from exc
+        finally:
+            await close(conn)
+
+    def commit_sync(self, conn: SyncConn, done: Completion, skips: Sequence[Skip]) -> bool:
+        """``commit`` for a sync handler's connection (call it on a thread)."""
+        try:
+            with conn.cursor() as cur:
+                cur.execute(self._on_schema)
+                cur.execute(query("complete"), self._params(done, skips))
+                applied = bool(cur.fetchall())
+            if applied:
+                conn.commit()
+            else:
+                conn.rollback()
+            return applied
+        except psycopg.Error as exc:
+            raise StoreError(f"run transaction: {describe(exc)}") from exc
+        finally:
+            close_sync(conn)
+
+
+async def close(conn: Conn) -> None:
+    """Close, rolling back whatever is uncommitted; errors are moot by then."""
+    with contextlib.suppress(psycopg.Error, OSError):
+        await conn.close()
+
+
+def close_sync(conn: SyncConn) -> None:
+    with contextlib.suppress(psycopg.Error, OSError):
+        conn.close()

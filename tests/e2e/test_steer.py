@@ -1,0 +1,173 @@
+"""Runs you can steer, end to end with real node processes and the real CLI.
+
+- ``pulse runs cancel`` (from a separate process, as from another host) stops an async, a
+  sync and a shell handler on the nodes running them; each slot is recorded ``cancelled``
+  with who asked, not retried, and the shell's process group is gone.
+- A cancel request for a frozen (SIGSTOPped) node is carried out by recovery: the slot is
+  recorded cancelled and never run again, and the frozen node's late write is fenced.
+- Overlap ``replace`` cancels a run when the next slot falls due and starts that slot after
+  it has ended: runs of the job never overlap.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import signal
+from pathlib import Path
+
+import pytest
+
+from cluster.jobspec import JobSpec
+from cluster.settings import ClusterSettings
+from cluster.store.jobs import JobStore
+from tests.e2e.fleet import Fleet
+from tests.integration.test_cli import env_of, real_pulse
+from tests.nodeprocs import init_cluster, pid_gone, wait_until
+
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(150)]
+HANDLERS = "tests.e2e.steer_handlers"
+
+
+def trigger(settings: ClusterSettings, *names: str) -> None:
+    async def go() -> None:
+        async with JobStore.open(settings) as store:
+            for name in names:
+                await store.trigger(name)
+
+    asyncio.run(go())
+
+
+def runs_of(fleet: Fleet, job: str) -> list[dict[str, object]]:
+    return fleet.sql(
+        "SELECT scheduled_for, status, attempt, node_id, last_error, started_at, finished_at"
+        " FROM runs WHERE job_name = %s ORDER BY scheduled_for",
+        (job,),
+    )
+
+
+def test_cancel_stops_async_sync_and_shell_handlers(
+    settings: ClusterSettings, fleet: Fleet, tmp_path: Path
+) -> None:
+    pids = tmp_path / "shell.pids"
+    payload = {"dir": str(tmp_path)}
+    specs = [
+        JobSpec.build("async", "@daily", f"{HANDLERS}:sleeps", payload=payload, retries=2),
+        JobSpec.build("sync", "@daily", f"{HANDLERS}:polls", payload=payload, retries=2),
+        JobSpec.build(
+            "shell",
+            "@daily",
+            f"shell:echo $$ > {pids}; sleep 600 & echo $! >> {pids}; wait",
+            retries=2,
+            cancel_grace="5s",
+        ),
+    ]
+    init_cluster(settings, *specs)
+    fleet.start("n1", "a")
+    fleet.start("n2", "b")
+    trigger(settings, "async", "sync", "shell")
+    wait_until(
+        lambda: (
+            (tmp_path / "async.started").exists()
+            and (tmp_path / "sync.started").exists()
+            and len(pids.read_text().split()) == 2
+            if pids.exists()
+            else False
+        ),
+        30,
+        "the three handlers to start",
+    )
+    group = [int(p) for p in pids.read_text().split()]
+    env = env_of(settings)
+    for name in ("async", "sync", "shell"):
+        done = real_pulse(env, "runs", "cancel", name, "--by", "tester")
+        assert done.returncode == 0, done.stderr
+        assert done.stdout.startswith(f"cancelling {name} (tenant default) slot "), done.stdout
+
+    def cancelled() -> bool:
+        fleet.check_alive()
+        return all(
+            [r["status"] for r in runs_of(fleet, n)] == ["cancelled"]
+            for n in ("async", "sync", "shell")
+        )
+
+    wait_until(cancelled, 30, "the three runs to be recorded cancelled")
+    for name in ("async", "sync", "shell"):
+        (run,) = runs_of(fleet, name)
+        assert run["last_error"] == "cancelled by tester" and run["attempt"] == 1
+    wait_until(lambda: all(pid_gone(p) for p in group), 10, "the shell's process group to end")
+    jobs = fleet.sql("SELECT name, status, cancel_by FROM jobs ORDER BY name")
+    assert [(j["status"], j["cancel_by"]) for j in jobs] == [("idle", None)] * 3
+
+    # Not retried: nothing started again; and nothing is running to cancel now.
+    assert len((tmp_path / "async.started").read_text().splitlines()) == 1
+    again = real_pulse(env, "runs", "cancel", "async")
+    assert again.returncode == 1 and again.stdout == ""
+    assert again.stderr.strip() == "pulse: no job 'async' in tenant 'default' is running"
+    missing = real_pulse(env, "runs", "cancel", "nope")
+    assert missing.returncode == 1 and "no job named 'nope'" in missing.stderr
+
+
+def test_a_cancel_for_a_frozen_node_is_carried_out_by_recovery(
+    settings: ClusterSettings, fleet: Fleet, tmp_path: Path
+) -> None:
+    spec = JobSpec.build(
+        "long", "@daily", f"{HANDLERS}:sleeps", payload={"dir": str(tmp_path)}, retries=3
+    )
+    init_cluster(settings, spec)
+    timing = ("--lease", "3s", "--renew-interval", "1s", "--session-timeout", "4s")
+    frozen = fleet.start("n1", "a", *timing)
+    trigger(settings, "long")
+    started = tmp_path / "long.started"
+    wait_until(started.exists, 30, "the run to start on n1")
+    fleet.start("n2", "b", *timing)
+    frozen.signal(signal.SIGSTOP)
+    try:
+        done = real_pulse(env_of(settings), "runs", "cancel", "long", "--by", "tester")
+        assert done.returncode == 0, done.stderr
+
+        def recorded() -> list[dict[str, object]]:
+            return [r for r in runs_of(fleet, "long") if r["status"] == "cancelled"]
+
+        (run,) = wait_until(recorded, 60, "recovery to record the slot cancelled")
+        assert str(run["last_error"]).startswith("cancelled by tester; lost with its node n1")
+    finally:
+        frozen.signal(signal.SIGCONT)
+    # n1 wakes, finds its lease gone and stops the run; its write is fenced. The slot ran
+    # once: no other attempt started anywhere.
+    wait_until(
+        lambda: fleet.sql("SELECT status FROM jobs")[0]["status"] == "idle", 30, "the job idle"
+    )
+    assert [r["status"] for r in runs_of(fleet, "long")] == ["cancelled"]
+    assert started.read_text().splitlines() == [started.read_text().splitlines()[0]]
+    assert fleet.stop_all() == {"n1": 0, "n2": 0}
+
+
+def test_overlap_replace_cancels_the_running_slot_and_starts_the_next(
+    settings: ClusterSettings, fleet: Fleet, tmp_path: Path
+) -> None:
+    spec = JobSpec.build(
+        "replaced",
+        "@every 2s",
+        f"{HANDLERS}:sleeps",
+        payload={"dir": str(tmp_path)},
+        overlap="replace",
+        cancel_grace="1s",
+        catch_up="skip",
+    )
+    init_cluster(settings, spec)
+    fleet.start("n1", "a")
+
+    def replaced() -> list[dict[str, object]]:
+        fleet.check_alive()
+        rows = [r for r in runs_of(fleet, "replaced") if r["status"] == "cancelled"]
+        return rows if len(rows) >= 3 else []
+
+    rows = wait_until(replaced, 60, "three slots replaced by their successors")
+    for row in rows:
+        assert "overlap replace" in str(row["last_error"])
+    # One after the other: each slot started once the one before had ended.
+    for before, after in itertools.pairwise(rows):
+        assert after["scheduled_for"] > before["scheduled_for"]  # type: ignore[operator]
+        assert after["started_at"] >= before["finished_at"]  # type: ignore[operator]
+    assert fleet.stop_all() == {"n1": 0}

@@ -1,0 +1,234 @@
+"""Stopping a run on request (``Executor.stop``): each kind of handler ends in one
+``cancelled`` outcome naming who asked, a shell's whole process group is gone, a handler
+that ignores the request is abandoned after its grace, overlap ``replace`` stops a run when
+the next slot falls due, and a cancelled slot is never retried."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+
+from cluster.errors import InvalidInput
+from cluster.jobspec import JobSpec
+from node.executor import Executor
+from node.handlers import Outcome, RunContext
+from node.outcomes import after_run
+from tests.nodeprocs import pid_gone
+from tests.unit.test_executor import Outcomes, job
+
+HERE = __name__
+started = threading.Event()
+ignore = threading.Event()
+
+
+@pytest.fixture(autouse=True)
+def _reset() -> None:
+    started.clear()
+    ignore.clear()
+
+
+async def sleeps_async(ctx: RunContext) -> None:
+    ctx.log("going")
+    started.set()
+    await asyncio.sleep(60)
+
+
+def polls_sync(ctx: RunContext) -> None:
+    started.set()
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        ctx.raise_if_cancelled()
+        ctx.cancelled.wait(0.01)
+
+
+def ignores_sync(ctx: RunContext) -> None:
+    started.set()
+    ignore.wait(30)
+
+
+def finishes_anyway(ctx: RunContext) -> str:
+    started.set()
+    ctx.cancelled.wait(30)
+    return "done"
+
+
+async def wait_started() -> None:
+    assert await asyncio.to_thread(started.wait, 20), "the handler did not start"
+
+
+def written(path: Path) -> str:
+    """The text of ``path`` once something is in it (polled with a deadline)."""
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        if path.exists() and (text := path.read_text().strip()):
+            return text
+        time.sleep(0.01)
+    raise AssertionError(f"nothing written to {path}")
+
+
+@pytest.mark.parametrize("handler", ["sleeps_async", "polls_sync"])
+async def test_a_python_handler_stops_and_is_recorded_cancelled(handler: str) -> None:
+    done = Outcomes()
+    executor = Executor(2, "n1", "z", done)
+    j = job(f"{HERE}:{handler}")
+    executor.submit(j)
+    await wait_started()
+    assert executor.stop(j.id, j.lease_token, "ops@host")
+    await done.wait_for(1)
+    outcome = done.got["j"]
+    assert outcome.status == "cancelled"
+    assert outcome.error == "cancelled by ops@host"
+    assert executor.free == 2
+    executor.shutdown()
+
+
+async def test_an_async_handler_keeps_its_log_when_cancelled() -> None:
+    done = Outcomes()
+    executor = Executor(1, "n1", "z", done)
+    j = job(f"{HERE}:sleeps_async")
+    executor.submit(j)
+    await wait_started()
+    executor.stop(j.id, j.lease_token, "ops")
+    await done.wait_for(1)
+    assert '"going"' in (done.got["j"].output or "")
+    executor.shutdown()
+
+
+async def test_a_shell_process_group_gets_sigterm_then_is_gone(tmp_path: Path) -> None:
+    done = Outcomes()
+    executor = Executor(1, "n1", "z", done)
+    # The shell starts a child in its group and reports both pids; SIGTERM ends them.
+    pids = tmp_path / "pids"
+    j = job(f"shell:sleep 60 & echo $$ $! > {pids}; wait")._replace(cancel_grace_s=5.0)
+    executor.submit(j)
+    group = [int(p) for p in (await asyncio.to_thread(written, pids)).split()]
+    executor.stop(j.id, j.lease_token, "ops")
+    await done.wait_for(1)
+    assert done.got["j"].status == "cancelled"
+    assert done.got["j"].duration_s < 5.0  # SIGTERM was enough: no wait for the grace
+    for pid in group:
+        await asyncio.to_thread(wait_gone, pid)
+    executor.shutdown()
+
+
+async def test_a_shell_that_ignores_sigterm_is_killed_after_the_grace(tmp_path: Path) -> None:
+    done = Outcomes()
+    executor = Executor(1, "n1", "z", done)
+    ready = tmp_path / "ready"
+    j = job(f"shell:trap '' TERM; echo up > {ready}; sleep 60 & wait")._replace(cancel_grace_s=0.5)
+    executor.submit(j)
+    await asyncio.to_thread(written, ready)
+    executor.stop(j.id, j.lease_token, "ops")
+    await done.wait_for(1)
+    assert done.got["j"].status == "cancelled"
+    assert done.got["j"].duration_s >= 0.5
+    executor.shutdown()
+
+
+async def test_a_sync_handler_that_ignores_the_request_is_abandoned_after_the_grace() -> None:
+    done = Outcomes()
+    executor = Executor(1, "n1", "z", done)
+    j = job(f"{HERE}:ignores_sync")._replace(cancel_grace_s=0.0)
+    executor.submit(j)
+    await wait_started()
+    executor.stop(j.id, j.lease_token, "ops")
+    await done.wait_for(1)
+    assert done.got["j"].status == "cancelled"
+    assert "abandoned" in (done.got["j"].error or "")
+    assert executor.free == 1
+    ignore.set()
+    executor.shutdown()
+
+
+async def test_a_run_that_finishes_its_work_despite_the_request_keeps_its_outcome() -> None:
+    done = Outcomes()
+    executor = Executor(1, "n1", "z", done)
+    j = job(f"{HERE}:finishes_anyway")
+    executor.submit(j)
+    await wait_started()
+    executor.stop(j.id, j.lease_token, "ops")
+    await done.wait_for(1)
+    assert done.got["j"].status == "succeeded"
+    executor.shutdown()
+
+
+async def test_stop_names_one_lease() -> None:
+    done = Outcomes()
+    executor = Executor(1, "n1", "z", done)
+    j = job(f"{HERE}:sleeps_async")
+    executor.submit(j)
+    await wait_started()
+    assert not executor.stop(j.id, j.lease_token + 1, "ops")  # another claim's run
+    assert executor.running
+    assert executor.stop(j.id, j.lease_token, "ops")
+    assert executor.stop(j.id, j.lease_token, "ops again")  # already stopping: once
+    await done.wait_for(1)
+    assert done.got["j"].error == "cancelled by ops"
+    executor.shutdown()
+
+
+async def test_a_slot_claimed_with_a_cancel_request_does_not_run() -> None:
+    done = Outcomes()
+    executor = Executor(1, "n1", "z", done)
+    executor.submit(job(f"{HERE}:sleeps_async")._replace(cancel_by="ops"))
+    await done.wait_for(1)
+    assert done.got["j"] == Outcome("cancelled", "cancelled by ops", 0.0)
+    assert not started.is_set()
+    executor.shutdown()
+
+
+async def test_replace_stops_a_run_when_the_next_slot_is_due() -> None:
+    done = Outcomes()
+    executor = Executor(1, "n1", "z", done)
+    executor.submit(job(f"{HERE}:sleeps_async")._replace(overlap="replace"), replace_in_s=0.2)
+    await done.wait_for(1)
+    assert done.got["j"].status == "cancelled"
+    assert "overlap replace" in (done.got["j"].error or "")
+    executor.shutdown()
+
+
+async def test_replace_leaves_a_run_that_ended_in_time_alone() -> None:
+    done = Outcomes()
+    executor = Executor(1, "n1", "z", done)
+    executor.submit(job("shell:true")._replace(overlap="replace"), replace_in_s=0.5)
+    await done.wait_for(1)
+    assert done.got["j"].status == "succeeded"
+    await asyncio.sleep(0.6)  # the timer went with the run: nothing more is reported
+    assert list(done.got) == ["j"]
+    executor.shutdown()
+
+
+def test_a_cancelled_slot_is_not_retried() -> None:
+    j = job(f"{HERE}:x")._replace(max_retries=3)
+    now = datetime(2026, 1, 1, 0, 0, 5, tzinfo=UTC)
+    done, _ = after_run(j, Outcome("cancelled", "cancelled by ops", 1.0), now)
+    assert done.next_attempt == 1 and done.next_slot > j.slot
+    failed, _ = after_run(j, Outcome("failed", "boom", 1.0), now)
+    assert failed.next_attempt == 2 and failed.next_slot == j.slot
+
+
+def test_overlap_options_are_validated() -> None:
+    spec = JobSpec.build("j", "@every 1m", "m:f", overlap="replace", cancel_grace="3s")
+    assert (spec.overlap, spec.cancel_grace_s) == ("replace", 3.0)
+    for kwargs, field in [
+        ({"overlap": "queue"}, "overlap"),
+        ({"overlap": "allow", "max_concurrent": 2}, "overlap"),
+        ({"max_concurrent": 2}, "max_concurrent"),  # forbid has no in-flight limit
+        ({"overlap": "replace", "max_concurrent": 2}, "max_concurrent"),
+        ({"cancel_grace": "-1s"}, "cancel_grace"),
+    ]:
+        with pytest.raises(InvalidInput) as caught:
+            JobSpec.build("j", "@every 1m", "m:f", **kwargs)  # type: ignore[arg-type]
+        assert caught.value.field == field
+
+
+def wait_gone(pid: int) -> None:
+    deadline = time.monotonic() + 10
+    while not pid_gone(pid):
+        assert time.monotonic() < deadline, f"process {pid} still runs"
+        time.sleep(0.02)
