@@ -21,6 +21,7 @@ from typing import Any
 from uuid import UUID
 
 from cluster.store.records import ClaimedJob
+from node.forwarding import Forwarders
 from node.handlers import Outcome, RunContext, awaited, finished, invoke, sync_handler, timed_out
 from node.service import Signal
 from node.threads import HandlerThreads, ThreadRun
@@ -47,8 +48,10 @@ class Executor:
         node_id: str,
         zone: str,
         on_done: Callable[[ClaimedJob, Outcome], None],
+        forwarders: Forwarders | None = None,
     ) -> None:
         self.concurrency = concurrency
+        self.forwarders = forwarders or Forwarders()
         self.node_id = node_id
         self.zone = zone
         self._on_done = on_done
@@ -125,7 +128,8 @@ class Executor:
     async def _run(self, found: Running) -> None:
         job = found.job
         ctx = self.context(job)
-        await self._report(found, invoke(job.handler, ctx, job.timeout_s, self.threads))
+        run = invoke(job.handler, ctx, job.timeout_s, self.threads, self.forwarders.run)
+        await self._report(found, run)
 
     async def _report(self, found: Running, outcome: Awaitable[Outcome]) -> None:
         try:
