@@ -40,7 +40,8 @@ class CeleryApps:
             found = self._apps.get(url)
             if found is None:
                 celery = importlib.import_module("celery")
-                found = celery.Celery("pulse", broker=url, backend=url, set_as_current=False)
+                backend = _backend(url)
+                found = celery.Celery("pulse", broker=url, backend=backend, set_as_current=False)
                 found.conf.task_publish_retry_policy = {
                     "max_retries": PUBLISH_RETRIES,
                     "interval_start": 0.2,
@@ -57,6 +58,11 @@ class CeleryApps:
             app.close()
 
 
+def _backend(url: str) -> str:
+    """Where ``wait`` reads results: the broker itself, or RPC replies over AMQP."""
+    return "rpc://" if url.startswith(("amqp:", "amqps:", "pyamqp:")) else url
+
+
 def _scrub(text: str, url: str) -> str:
     return text.replace(url, mask_url(url)) if url else text
 
@@ -67,6 +73,7 @@ def _send(app: Any, target: CeleryTarget, ctx: RunContext) -> Any:
         kwargs=dict(ctx.payload),
         task_id=ctx.idempotency_key,
         queue=target.queue,
+        ignore_result=not target.wait,  # else the backend subscribes to every result
     )
 
 

@@ -20,7 +20,7 @@ from cluster.jobspec import JobSpec
 from cluster.settings import ClusterSettings
 from cluster.store.jobs import JobStore
 from tests.e2e.fleet import Fleet
-from tests.integration.test_cli import env_of, real_pulse
+from tests.integration.test_cli import env_of, real_pulses
 from tests.nodeprocs import wait_until
 from tests.receiver import Receiver, Route, receiver
 
@@ -143,9 +143,12 @@ def test_http_handlers_against_a_real_server(
     log = (fleet.workdir / "n1.log").read_text("utf-8")
     assert secret not in log and "n1" in log
 
-    # pulse jobs show prints the handler readably, with the reference, not the value
-    shown = real_pulse(env_of(settings), "jobs", "show", "ok")
-    assert shown.returncode == 0, shown.stderr
+    # pulse jobs show prints the handler readably, with the reference, not the value;
+    # pulse runs show prints the status and body kept
+    env = env_of(settings)
+    shown, run = real_pulses((env, ["jobs", "show", "ok"]), (env, ["runs", "show", "flaky"]))
+    assert shown.returncode == 0 and run.returncode == 0, (shown.stderr, run.stderr)
     assert f"handler:          http:POST {url}/ok" in shown.stdout
     assert "header Authorization: Bearer ${env:HOOK_TOKEN}" in shown.stdout
     assert secret not in shown.stdout
+    assert "failed (attempt 3)" in run.stdout and '"status": 500' in run.stdout
