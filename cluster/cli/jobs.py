@@ -11,6 +11,7 @@ import click
 from cluster import handlerspec
 from cluster import jobspec as spec
 from cluster.cli.base import PulseGroup, duration_option, emit_json, with_store
+from cluster.errors import InvalidInput
 from cluster.jobfile import load_specs
 from cluster.jobspec import JobSpec
 from cluster.models import Job, iso
@@ -103,8 +104,11 @@ async def add_job(store: JobStore, name: str, as_json: bool, **options: Any) -> 
 async def apply_jobs(store: JobStore, file: str, prune: bool, as_json: bool) -> None:
     """Create or update the jobs of a YAML or JSON file (idempotent)."""
     specs = load_specs(file)
-    for entry in specs:
-        handlerspec.require_broker(entry.handler, os.environ)
+    for position, entry in enumerate(specs, 1):
+        try:
+            handlerspec.require_broker(entry.handler, os.environ)
+        except InvalidInput as exc:
+            raise InvalidInput("file", f"entry {position} ({entry.name}): {exc}") from exc
     result = await store.apply(specs, prune=prune)
     if as_json:
         emit_json(

@@ -86,7 +86,9 @@ def test_a_celery_job_without_a_broker_needs_pulse_celery_broker(
     before = jobs_rows(settings)
     path = tmp_path / "jobs.yaml"
     path.write_text("- {name: c, schedule: '@daily', handler: 'celery:app.tasks.rollup'}\n")
-    assert_bad_input(invoke("jobs", "apply", str(path)), "handler.celery.broker")
+    result = invoke("jobs", "apply", str(path))
+    assert_bad_input(result, "file")
+    assert "entry 1 (c): handler.celery.broker: no broker" in result.stderr
     assert jobs_rows(settings) == before
 
 
