@@ -16,6 +16,7 @@ from typing import Any
 from cluster.catchup import parse_catch_up
 from cluster.durations import parse_duration
 from cluster.errors import InvalidInput
+from cluster.handlerspec import canonical, is_forwarded
 from cluster.schedule import Schedule, parse_schedule
 
 MAX_PAYLOAD_BYTES = 1024 * 1024
@@ -66,8 +67,11 @@ def check_text(value: str, field_name: str) -> str:
 
 
 def validate_handler(ref: str) -> str:
-    """``package.module:function`` or ``shell:<command>``."""
+    """``package.module:function``, ``shell:<command>``, or ``http:`` / ``celery:``
+    (``cluster.handlerspec``)."""
     ref = check_text(ref, "handler").strip()
+    if is_forwarded(ref):
+        return canonical(ref)
     if ref.startswith("shell:"):
         if not ref[len("shell:") :].strip():
             raise InvalidInput("handler", "shell: needs a command")
@@ -218,7 +222,7 @@ class JobSpec:
         cls,
         name: str,
         schedule: str,
-        handler: str,
+        handler: str | Mapping[str, Any],
         *,
         tenant: str = DEFAULT_TENANT,
         tz: str = DEFAULT_TZ,
@@ -249,11 +253,10 @@ class JobSpec:
         if not isinstance(tz, str):
             raise InvalidInput("tz", "must be a string")
         parsed = parse_schedule(schedule, tz, dst_repeated, dst_skipped)  # type: ignore[arg-type]
-        if not isinstance(handler, str):
-            raise InvalidInput("handler", "must be a string")
         timeout_s = _duration(timeout, "timeout")
         if timeout_s <= 0:
             raise InvalidInput("timeout", "must be positive")
+        handler = canonical(handler, timeout_s)  # a job file's {http: ...} becomes text
         if not isinstance(paused, bool):
             raise InvalidInput("paused", "must be true or false")
         limit = parse_size(output_limit, "output_limit")

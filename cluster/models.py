@@ -7,6 +7,7 @@ from datetime import datetime
 from typing import Any
 from uuid import UUID
 
+from cluster.handlerspec import redacted
 from cluster.schedule import Schedule, parse_schedule
 
 
@@ -110,7 +111,7 @@ class Job:
             "name": self.name,
             "schedule": self.schedule,
             "tz": self.tz,
-            "handler": self.handler,
+            "handler": redacted(self.handler),  # a broker URL's password masked
             "payload": self.payload,
             "status": self.status,
             "paused": self.paused,

@@ -131,6 +131,7 @@ class NodeSettings:
     prune_interval_s: float = DEFAULT_PRUNE_INTERVAL_S
     shards: int | None = None
     metrics_port: int | None = None
+    celery_broker: str | None = None  # for celery: jobs that name none; may hold a password
 
     def validate(self) -> NodeSettings:
         if not _NODE_ID.match(self.node_id):

@@ -114,6 +114,12 @@ def _seconds(value: str, field: str) -> float:
     help="Serve Prometheus metrics on this port (off by default).",
 )
 @click.option(
+    "--celery-broker",
+    envvar="PULSE_CELERY_BROKER",
+    default=None,
+    help="Broker URL for celery: jobs that name none (never logged).",
+)
+@click.option(
     "--path",
     "paths",
     multiple=True,
@@ -136,6 +142,7 @@ def node_command(
     drain_timeout: str,
     prune_interval: str,
     metrics_port: int | None,
+    celery_broker: str | None,
     paths: tuple[str, ...],
 ) -> None:
     """Run one scheduler node until SIGTERM or Ctrl-C."""
@@ -155,6 +162,7 @@ def node_command(
             drain_timeout_s=_seconds(drain_timeout, "drain-timeout"),
             prune_interval_s=_seconds(prune_interval, "prune-interval"),
             metrics_port=metrics_port,
+            celery_broker=celery_broker or None,
         ).validate()
     except InvalidInput as exc:
         fail(f"invalid {exc}", 2)

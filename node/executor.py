@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 from uuid import UUID
 
 from cluster.store.records import ClaimedJob
+from node.forwarding import Forwarders
 from node.handlers import (
     Outcome,
     RunCancelled,
@@ -67,8 +68,10 @@ class Executor:
         zone: str,
         on_done: Callable[[ClaimedJob, Outcome], None],
         effects: Effects | None = None,
+        forwarders: Forwarders | None = None,
     ) -> None:
         self.concurrency = concurrency
+        self.forwarders = forwarders or Forwarders()
         self.node_id = node_id
         self.zone = zone
         self._on_done = on_done
@@ -163,7 +166,8 @@ class Executor:
     async def _run(self, found: Running) -> None:
         job = found.job
         assert found.ctx is not None
-        await self._report(found, invoke(job.handler, found.ctx, job.timeout_s, self.threads))
+        run = invoke(job.handler, found.ctx, job.timeout_s, self.threads, self.forwarders.run)
+        await self._report(found, run)
 
     async def _report(self, found: Running, outcome: Awaitable[Outcome]) -> None:
         try:

@@ -24,12 +24,13 @@ import signal
 import threading
 import time
 import traceback
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, NamedTuple
 from uuid import UUID
 
+from cluster.handlerspec import is_forwarded
 from cluster.jobspec import DEFAULT_CANCEL_GRACE_S, DEFAULT_OUTPUT_LIMIT
 from node.output import RunLog, TailBuffer, compose, storable
 from node.threads import HandlerThreads
@@ -122,6 +123,9 @@ class HandlerError(Exception):
     """The handler reference cannot be resolved."""
 
 
+# Runs an http: or celery: handler (node.forwarding); passed in, so this module needs none.
+Forward = Callable[[str, "RunContext", float], Awaitable[Outcome]]
+
 _resolved: dict[str, Callable[..., Any]] = {}
 
 
@@ -145,7 +149,7 @@ def sync_handler(ref: str) -> Callable[..., Any] | None:
     """The function behind ``ref`` when it is a plain (sync) Python handler; None for
     async and ``shell:`` handlers and for references that do not resolve (``invoke``
     reports those)."""
-    if ref.startswith("shell:"):
+    if ref.startswith("shell:") or is_forwarded(ref):
         return None
     try:
         fn = resolve(ref)
@@ -192,11 +196,22 @@ async def awaited(ctx: RunContext, result: Any, left_s: float, started: float) -
     return finished(ctx, None, time.monotonic() - started, value)
 
 
-async def invoke(ref: str, ctx: RunContext, timeout_s: float, threads: HandlerThreads) -> Outcome:
-    """Run the handler behind ``ref`` within ``timeout_s``; sync ones on ``threads``. The
-    executor runs sync handlers on its own path (``node.executor``), the rest here."""
+async def invoke(
+    ref: str,
+    ctx: RunContext,
+    timeout_s: float,
+    threads: HandlerThreads,
+    forward: Forward | None = None,
+) -> Outcome:
+    """Run the handler behind ``ref`` within ``timeout_s``; sync ones on ``threads``,
+    ``http:`` and ``celery:`` ones with ``forward``. The executor runs sync handlers on its
+    own path (``node.executor``), the rest here."""
     started = time.monotonic()
     try:
+        if is_forwarded(ref):
+            if forward is None:
+                raise HandlerError(f"{ref.partition(':')[0]}: handlers are not set up here")
+            return await forward(ref, ctx, timeout_s)
         if ref.startswith("shell:"):
             return await _shell(ref[len("shell:") :], ctx, timeout_s, started)
         fn = resolve(ref)

@@ -34,6 +34,7 @@ from node.clock import DbClock
 from node.completer import Completer
 from node.effects import Effects
 from node.executor import Executor
+from node.forwarding import Forwarders
 from node.heartbeat import Heartbeat
 from node.lateness import INTERVAL_S as LATE_INTERVAL_S
 from node.lateness import LatePass
@@ -178,6 +179,7 @@ class Node:
         await self.stop.wait()
         await parts.shutdown.run(services)
         await parts.alerts.close()
+        await parts.executor.forwarders.close()
         logger.info("node stopped", extra={"event": "node_stopped"})
         return 1 if self._crashed else 0
 
@@ -191,7 +193,10 @@ class Node:
         )
         effects = Effects(EffectsStore(self.cluster, s.node_id, s.zone))
         completer = Completer(writer, clock, stats, state.wake, pacing, effects)
-        executor = Executor(s.concurrency, s.node_id, s.zone, completer.run_done, effects)
+        forwarders = Forwarders(s.celery_broker)
+        executor = Executor(
+            s.concurrency, s.node_id, s.zone, completer.run_done, effects, forwarders
+        )
         recovery = Recovery(state, session, stats, completer.run_done, lease_s=s.lease_s)
         alert_store = AlertStore(
             self.cluster, f"{s.node_id}/alerts", statement_timeout_s=s.statement_timeout_s

@@ -1,5 +1,6 @@
-"""A real HTTP receiver for alert tests: records every request, and can answer 500, be slow,
-or be down (stopped, then started again on the same port)."""
+"""A real HTTP receiver for alert and http: handler tests: records every request (any of
+GET, POST, PUT, PATCH, DELETE), and can answer 500, be slow, or be down (stopped, then
+started again on the same port); ``routes`` answer chosen paths their own way."""
 
 from __future__ import annotations
 
@@ -19,17 +20,27 @@ class Request:
     body: bytes
     at: float
     status: int  # what it was answered with
+    method: str = "POST"
 
     def json(self) -> Any:
         return json.loads(self.body)
 
 
+@dataclass(frozen=True)
+class Route:
+    status: int = 200
+    delay_s: float = 0.0
+    body: bytes = b""
+
+
 @dataclass
 class Receiver:
-    """``url`` accepts POSTs; ``status`` and ``delay_s`` say how it answers."""
+    """``url`` accepts requests; ``status`` and ``delay_s`` say how it answers, or the
+    ``routes`` entry of the request's path."""
 
     status: int = 200
     delay_s: float = 0.0
+    routes: dict[str, Route] = field(default_factory=dict)
     requests: list[Request] = field(default_factory=list)
     port: int = 0
     _server: ThreadingHTTPServer | None = None
@@ -46,16 +57,22 @@ class Receiver:
             def do_POST(self) -> None:
                 length = int(self.headers.get("Content-Length") or 0)
                 body = self.rfile.read(length)
-                status = receiver.status
+                route = receiver.routes.get(self.path.partition("?")[0])
+                if route is None:
+                    route = Route(receiver.status, receiver.delay_s)
+                headers = dict(self.headers.items())
+                found = Request(self.path, headers, body, time.time(), route.status, self.command)
                 with receiver._lock:
-                    receiver.requests.append(
-                        Request(self.path, dict(self.headers.items()), body, time.time(), status)
-                    )
-                if receiver.delay_s:
-                    time.sleep(receiver.delay_s)
-                self.send_response(status)
-                self.send_header("Content-Length", "0")
+                    receiver.requests.append(found)
+                if route.delay_s:
+                    time.sleep(route.delay_s)
+                self.send_response(route.status)
+                self.send_header("Content-Length", str(len(route.body)))
                 self.end_headers()
+                if route.body:
+                    self.wfile.write(route.body)
+
+            do_GET = do_PUT = do_PATCH = do_DELETE = do_POST
 
             def log_message(self, format: str, *args: Any) -> None:
                 pass

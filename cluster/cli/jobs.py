@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import json
+import os
 from typing import Any
 
 import click
 
+from cluster import handlerspec
 from cluster import jobspec as spec
 from cluster.cli.base import PulseGroup, duration_option, emit_json, with_store
+from cluster.errors import InvalidInput
 from cluster.jobfile import load_specs
 from cluster.jobspec import JobSpec
 from cluster.models import Job, iso
@@ -30,7 +33,18 @@ tenant_option = click.option(
 @jobs.command("add")
 @click.argument("name")
 @click.option("--schedule", required=True, help="Cron (5 or 6 fields), @hourly..., @every 30s.")
-@click.option("--handler", required=True, help="package.module:function or shell:<command>.")
+@click.option(
+    "--handler",
+    required=True,
+    help="package.module:function, shell:<command>, http:METHOD URL or celery:<task>.",
+)
+@click.option(
+    "--celery-broker",
+    default=None,
+    help="Broker URL of a celery: handler (write secrets as ${env:NAME}) "
+    "[default: the node's --celery-broker].",
+)
+@click.option("--celery-wait", is_flag=True, help="A celery: run waits for the task's result.")
 @click.option("--tz", default=spec.DEFAULT_TZ, show_default=True, help="IANA time zone.")
 @click.option("--payload", default=None, help="A JSON object passed to the handler.")
 @tenant_option
@@ -78,7 +92,11 @@ tenant_option = click.option(
 @with_store
 async def add_job(store: JobStore, name: str, as_json: bool, **options: Any) -> None:
     """Create a job."""
-    spec = JobSpec.build(name, options.pop("schedule"), options.pop("handler"), **options)
+    handler = handlerspec.with_celery_options(
+        options.pop("handler"), options.pop("celery_broker"), options.pop("celery_wait")
+    )
+    spec = JobSpec.build(name, options.pop("schedule"), handler, **options)
+    handlerspec.require_broker(spec.handler, os.environ)
     job = await store.add(spec)
     if as_json:
         emit_json(job.to_json())
@@ -93,7 +111,13 @@ async def add_job(store: JobStore, name: str, as_json: bool, **options: Any) -> 
 @with_store
 async def apply_jobs(store: JobStore, file: str, prune: bool, as_json: bool) -> None:
     """Create or update the jobs of a YAML or JSON file (idempotent)."""
-    result = await store.apply(load_specs(file), prune=prune)
+    specs = load_specs(file)
+    for position, entry in enumerate(specs, 1):
+        try:
+            handlerspec.require_broker(entry.handler, os.environ)
+        except InvalidInput as exc:
+            raise InvalidInput("file", f"entry {position} ({entry.name}): {exc}") from exc
+    result = await store.apply(specs, prune=prune)
     if as_json:
         emit_json(
             {
@@ -147,7 +171,10 @@ async def list_jobs(store: JobStore, tenant: str | None, as_json: bool) -> None:
         emit_json([job.to_json() for job in found])
         return
     header = ["TENANT", "NAME", "SCHEDULE", "TZ", "STATUS", "NEXT RUN", "HANDLER"]
-    body = [[j.tenant, j.name, j.schedule, j.tz, j.status, _when(j), j.handler] for j in found]
+    body = [
+        [j.tenant, j.name, j.schedule, j.tz, j.status, _when(j), handlerspec.describe(j.handler)[0]]
+        for j in found
+    ]
     if any(j.pause_note for j in found):
         header.append("NOTE")
         for row, job in zip(body, found, strict=True):
@@ -178,6 +205,12 @@ async def show_job(store: JobStore, name: str, tenant: str, as_json: bool) -> No
         emit_json(data)
         return
     for key, value in job.to_json().items():
+        if key == "handler":  # an http: or celery: handler: its summary, then its options
+            first, *more = handlerspec.describe(job.handler)
+            click.echo(f"{'handler:':<18}{first}")
+            for line in more:
+                click.echo(f"{'':<20}{line}")
+            continue
         shown = json.dumps(value, ensure_ascii=False) if isinstance(value, dict) else value
         click.echo(f"{key + ':':<18}{'-' if shown is None else shown}")
     click.echo("next slots:")

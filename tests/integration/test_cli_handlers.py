@@ -1,0 +1,147 @@
+"""``pulse jobs add`` and ``pulse jobs apply`` with http: and celery: handlers: every bad
+input exits 2 with one line and writes nothing; good ones are stored as references and
+shown readably, a broker password masked."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from cluster.settings import ClusterSettings
+from tests.integration.test_cli import (  # the fixtures too
+    Invoke,
+    Shared,
+    assert_bad_input,
+    env,
+    env_of,
+    initialised,
+    jobs_rows,
+    pulse,
+    real_pulse,
+    shared,
+)
+
+__all__ = ["env", "initialised", "pulse", "shared"]  # fixtures, used by name
+
+BROKER = "redis://127.0.0.1:6379/14"
+
+
+def add(name: str, handler: str, *extra: str) -> list[str]:
+    return ["jobs", "add", name, "--schedule", "@daily", "--handler", handler, *extra]
+
+
+BAD_ADD = [
+    (["http:FETCH https://example.com/x"], "handler.http.method"),
+    (["http:POST ftp://example.com/x"], "handler.http.url"),
+    (["http:POST example.com/x"], "handler.http.url"),
+    (['http:{"url": "https://e.com", "ok_status": "2xx"}'], "handler.http.ok_status"),
+    (['http:{"url": "https://e.com", "ok_status": 700}'], "handler.http.ok_status"),
+    (['http:{"url": "https://e.com", "timeout": "10m"}', "--timeout", "1m"], "handler.http"),
+    (["celery:"], "handler.celery.task"),
+    (["celery: ", "--celery-broker", BROKER], "handler.celery.task"),
+    (["celery:app.tasks.rollup"], "handler.celery.broker"),  # no broker anywhere
+    (["shell:echo", "--celery-wait"], "celery-broker"),
+]
+
+
+@pytest.mark.parametrize(("args", "field"), BAD_ADD, ids=[f"{f}:{a[0][:24]}" for a, f in BAD_ADD])
+def test_bad_handlers_are_refused_and_nothing_is_written(
+    shared: Shared, args: list[str], field: str
+) -> None:
+    settings, invoke = shared
+    before = jobs_rows(settings)
+    assert_bad_input(invoke(*add("h", *args)), field)
+    assert jobs_rows(settings) == before
+
+
+BAD_FILES = [
+    "{name: a, schedule: '@daily', handler: {http: {method: FETCH, url: 'https://e.com'}}}",
+    "{name: a, schedule: '@daily', handler: {http: {url: 'file:///etc/passwd'}}}",
+    "{name: a, schedule: '@daily', handler: {http: {url: 'https://e.com', ok_status: ok}}}",
+    "{name: a, schedule: '@daily', handler: {celery: {task: ''}}}",
+    "{name: a, schedule: '@daily', handler: {smtp: {to: x}}}",
+]
+
+
+@pytest.mark.parametrize("entry", BAD_FILES)
+def test_bad_handlers_in_a_job_file_apply_nothing(
+    shared: Shared, tmp_path: Path, entry: str
+) -> None:
+    settings, invoke = shared
+    before = jobs_rows(settings)
+    path = tmp_path / "jobs.yaml"
+    path.write_text(f"- {{name: fine, schedule: '@daily', handler: 'a.b:c'}}\n- {entry}\n")
+    result = invoke("jobs", "apply", str(path))
+    assert_bad_input(result, "file")
+    assert "entry 2 (a): handler" in result.stderr
+    assert jobs_rows(settings) == before
+
+
+def test_a_celery_job_without_a_broker_needs_pulse_celery_broker(
+    shared: Shared, tmp_path: Path
+) -> None:
+    settings, invoke = shared
+    before = jobs_rows(settings)
+    path = tmp_path / "jobs.yaml"
+    path.write_text("- {name: c, schedule: '@daily', handler: 'celery:app.tasks.rollup'}\n")
+    result = invoke("jobs", "apply", str(path))
+    assert_bad_input(result, "file")
+    assert "entry 1 (c): handler.celery.broker: no broker" in result.stderr
+    assert jobs_rows(settings) == before
+
+
+def test_good_handlers_are_stored_as_references_and_shown(
+    initialised: Invoke, settings: ClusterSettings, tmp_path: Path
+) -> None:
+    pulse = initialised
+    result = pulse(*add("hook", "http:post https://example.com/hook"))
+    assert result.exit_code == 0, result.stderr
+    result = pulse(
+        *add("rollup", "celery:app.tasks.rollup", "--celery-broker", "${env:BROKER_URL}"),
+        "--celery-wait",
+    )
+    assert result.exit_code == 0, result.stderr
+    path = tmp_path / "jobs.yaml"
+    path.write_text(
+        "- name: notify\n"
+        "  schedule: '@hourly'\n"
+        "  timeout: 30s\n"
+        "  handler:\n"
+        "    http:\n"
+        "      method: PATCH\n"
+        "      url: https://example.com/notify\n"
+        "      headers: {Authorization: 'Bearer ${env:TOKEN}'}\n"
+        "      body: {kind: hourly}\n"
+        "      ok_status: [200-299, 409]\n"
+        "      timeout: 10s\n"
+        "- name: literal\n"
+        "  schedule: '@hourly'\n"
+        "  handler: {celery: {task: app.tasks.x, broker: 'redis://:hunter2@127.0.0.1:6379/3',"
+        " queue: reports}}\n"
+    )
+    assert pulse("jobs", "apply", str(path)).exit_code == 0
+    again = pulse("jobs", "apply", str(path))
+    assert "no changes (2 jobs unchanged)" in again.stdout  # the stored text is canonical
+    listed = {j["name"]: j["handler"] for j in json.loads(pulse("jobs", "list", "--json").stdout)}
+    assert listed["hook"] == "http:POST https://example.com/hook"
+    assert json.loads(listed["rollup"].removeprefix("celery:")) == {
+        "task": "app.tasks.rollup",
+        "broker": "${env:BROKER_URL}",
+        "wait": True,
+    }
+    assert "hunter2" not in json.dumps(listed) and ":***@" in listed["literal"]
+    show = pulse("jobs", "show", "notify").stdout
+    for line in (
+        "handler:          http:PATCH https://example.com/notify",
+        "                    header Authorization: Bearer ${env:TOKEN}",
+        '                    body {"kind": "hourly"}',
+        "                    ok_status 200-299,409",
+        "                    timeout 10s",
+    ):
+        assert line in show.splitlines(), show
+    show = real_pulse(env_of(settings), "jobs", "show", "literal")
+    assert "hunter2" not in show.stdout + show.stderr and "queue reports" in show.stdout
+    show = pulse("jobs", "show", "literal", "--json").stdout
+    assert "hunter2" not in show
