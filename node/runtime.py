@@ -1,10 +1,11 @@
 """A running node: wires the services together, starts them, supervises them, and hands
 over to ``node.shutdown`` when stopped.
 
-Startup: open the lock session (refusing settings that break the guarantees), take back
-runs an earlier process of this node left, register the heartbeat, then run heartbeat,
-membership watch, shard keeper, claim loop, recovery, NOTIFY listener, lease renewal,
-completer, pruner, alert delivery and late pass. SIGTERM/SIGINT drains (``node.shutdown``)
+Startup: open the lock session (refusing settings that break the guarantees), create the
+missing jobs of ``--sync-jobs`` (``JobStore.sync``), take back runs an earlier process of
+this node left, register the heartbeat, then run heartbeat, membership watch, shard
+keeper, claim loop, recovery, NOTIFY listener, lease renewal, completer, pruner, alert
+delivery and late pass. SIGTERM/SIGINT drains (``node.shutdown``)
 and exits 0; a second signal exits at once; a vital service that crashes drains and exits 1.
 """
 
@@ -15,14 +16,16 @@ import logging
 import os
 import signal
 import socket
-from collections.abc import Coroutine
+from collections.abc import Coroutine, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from cluster.errors import ConfigError, MembershipError, StoreError
+from cluster.errors import ConfigError, InvalidInput, MembershipError, StoreError
+from cluster.jobspec import JobSpec
 from cluster.members import MemberInfo, MemberRegistry
 from cluster.settings import ClusterSettings, NodeSettings, mask_url
+from cluster.store import JobStore
 from cluster.store.alerting import AlertStore
 from cluster.store.pruning import PruneConnection
 from cluster.store.session import LockSession
@@ -76,9 +79,17 @@ class Parts:
 
 
 class Node:
-    def __init__(self, cluster: ClusterSettings, settings: NodeSettings) -> None:
+    def __init__(
+        self,
+        cluster: ClusterSettings,
+        settings: NodeSettings,
+        sync_specs: Sequence[JobSpec] = (),
+    ) -> None:
         self.cluster = cluster
         self.settings = settings
+        self.sync_specs = list(sync_specs)
+        self.started = asyncio.Event()  # set once every service runs
+        self.parts: Parts | None = None
         self.stats = Stats()
         self.stop = Signal()
         self._signals = 0
@@ -119,6 +130,36 @@ class Node:
                 if self.stop.is_set():
                     raise
 
+    async def _sync_jobs(self) -> bool:
+        """Create the jobs of ``--sync-jobs`` that are missing; warn about those whose
+        applied definition differs (docs/design/python-api.md). False on bad input."""
+        if not self.sync_specs:
+            return True
+        try:
+            async with JobStore.open(self.cluster, f"{self.settings.node_id}/sync") as store:
+                result = await store.sync(self.sync_specs)
+        except InvalidInput as exc:
+            logger.error("refusing to start: invalid %s", exc, extra={"event": "config_error"})
+            return False
+        except StoreError as exc:
+            logger.warning("jobs not synced: %s", exc, extra={"event": "sync_failed"})
+            return True
+        for label in result.differing:
+            logger.warning(
+                "job %s differs from its applied definition; left as applied "
+                "(run `pulse jobs apply --module` to change it)",
+                label,
+                extra={"event": "sync_differs", "job": label},
+            )
+        logger.info(
+            "jobs synced: %d created, %d unchanged, %d differ",
+            len(result.created),
+            len(result.unchanged),
+            len(result.differing),
+            extra={"event": "jobs_synced"},
+        )
+        return True
+
     def _log_start(self) -> None:
         s = self.settings
         logger.info(
@@ -139,9 +180,11 @@ class Node:
             extra={"event": "node_starting"},
         )
 
-    async def run(self) -> int:
-        """Run until stopped; returns the process exit code."""
-        self._install_signals()
+    async def run(self, *, signals: bool = True) -> int:
+        """Run until stopped; returns the process exit code. Without ``signals`` the
+        caller stops the node (``stop.set()``): an application hosting it keeps its own."""
+        if signals:
+            self._install_signals()
         self._log_start()
         s = self.settings
         session = LockSession(
@@ -159,6 +202,9 @@ class Node:
             return 2
         except StoreError:
             return 0  # stopped before Postgres ever answered
+        if not await self._sync_jobs():
+            await session.close()
+            return 2
         registry = MemberRegistry(self.cluster, timeout_s=s.redis_timeout_s)
         try:
             return await self._serve(session, registry, shard_count)
@@ -167,12 +213,13 @@ class Node:
             await registry.close()
 
     async def _serve(self, session: LockSession, registry: MemberRegistry, shard_count: int) -> int:
-        parts = self._wire(session, registry, shard_count)
+        parts = self.parts = self._wire(session, registry, shard_count)
         if self.settings.metrics_port is not None:
             self._serve_metrics(self.settings.metrics_port, parts.executor)
         await self._recover_own(parts.recovery)
         await self._first_heartbeat(parts.heartbeat)
         services = self._start(parts)
+        self.started.set()
         await self.stop.wait()
         await parts.shutdown.run(services)
         await parts.alerts.close()
