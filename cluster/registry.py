@@ -21,7 +21,7 @@ import yaml
 
 from cluster.durations import format_duration
 from cluster.errors import InvalidInput
-from cluster.jobspec import DEFAULT_TENANT, JobSpec
+from cluster.jobspec import DEFAULT_TENANT, JobSpec, validate_name
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -68,7 +68,7 @@ class Registry:
     """
 
     def __init__(self, tenant: str = DEFAULT_TENANT) -> None:
-        self.tenant = tenant
+        self.tenant = validate_name(tenant, "tenant")
         self._entries: dict[str, Entry] = {}
 
     def cron(self, expr: str, *, name: str | None = None, **options: Any) -> Callable[[F], F]:

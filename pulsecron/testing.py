@@ -63,9 +63,11 @@ def run(
     an async handler is run to completion on a new event loop (from async code, ``arun``)."""
     ctx = _context(ctx, context_args)
     if inspect.iscoroutinefunction(handler):
+        _no_running_loop()
         return asyncio.run(handler(ctx))
     result = handler(ctx)
     if inspect.isawaitable(result):
+        _no_running_loop()
         return asyncio.run(_awaited(result))
     return result
 
@@ -83,6 +85,14 @@ def _context(ctx: RunContext | None, context_args: Mapping[str, Any]) -> RunCont
     if ctx is not None and context_args:
         raise TypeError("give a ctx or context arguments, not both")
     return ctx if ctx is not None else context(**context_args)
+
+
+def _no_running_loop() -> None:
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return
+    raise RuntimeError("an event loop is running here: use `await pulsecron.testing.arun(...)`")
 
 
 async def _awaited(value: Any) -> Any:

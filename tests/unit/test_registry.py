@@ -153,7 +153,9 @@ def test_functions_other_nodes_cannot_import_are_refused() -> None:
     assert handler_ref(rollup) == f"{__name__}:rollup"
 
 
-def test_reserved_keys_and_duplicates_are_refused() -> None:
+def test_reserved_keys_bad_tenants_and_duplicates_are_refused() -> None:
+    with pytest.raises(InvalidInput, match=r"^tenant: must not be empty"):
+        Registry(tenant=" ")
     registry = Registry()
     with pytest.raises(InvalidInput, match=r"^handler: "):
         registry.cron("0 * * * *", handler="x.y:z")(rollup)

@@ -57,6 +57,8 @@ def test_run_propagates_the_handlers_error() -> None:
 
 
 async def test_arun_awaits_on_the_running_loop() -> None:
+    with pytest.raises(RuntimeError, match="arun"):
+        testing.run(async_handler)
     ctx = testing.context(scheduled_for=SLOT)
     assert await testing.arun(async_handler, ctx) == ctx.idempotency_key
     assert (await testing.arun(sync_handler, payload={"plan": "x"}))["plan"] == "x"
