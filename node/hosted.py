@@ -65,7 +65,12 @@ class HostedNode:
             raise ConfigError("this node was already started")
         self._task = asyncio.create_task(self._node.run(signals=False))
         started = asyncio.create_task(self._node.started.wait())
-        await asyncio.wait({self._task, started}, return_when=asyncio.FIRST_COMPLETED)
+        try:
+            await asyncio.wait({self._task, started}, return_when=asyncio.FIRST_COMPLETED)
+        except asyncio.CancelledError:  # the application gave up starting (e.g. no Postgres)
+            started.cancel()
+            await self.stop()
+            raise
         if not self._node.started.is_set():
             started.cancel()
             code = await self._task

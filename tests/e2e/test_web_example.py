@@ -79,8 +79,10 @@ def test_the_fastapi_example_fires_jobs_and_drains_on_sigterm(
         wait_until(lambda: len(pings()) >= 2, 60, "two successful pings")
 
         def report_in_flight() -> Run | None:
+            """A report run the database and the health route both show in flight."""
             running = [r for r in asyncio.run(_runs(settings, "report")) if r.status == "running"]
-            return running[0] if running else None
+            health = _health(port)
+            return running[0] if running and health and health["runs_in_flight"] else None
 
         in_flight = wait_until(report_in_flight, 60, "a report run in flight")
         # uvicorn re-raises the signal once its shutdown (our drain included) is complete.
