@@ -3,7 +3,8 @@ registries of a module for ``pulse jobs apply --module`` and ``pulse node --sync
 
 A decorator turns its keywords into a job-file entry (the keys of ``JobSpec.from_mapping``)
 and validates it at once, so an option added to job files works here unchanged and a bad
-one fails at import time with the one-line ``InvalidInput`` the CLI prints. The handler
+one fails at import time with the one-line ``InvalidInput`` the CLI prints (while
+``apply --module`` imports a module, every refusal of the module is collected instead). The handler
 reference is ``fn.__module__:fn.__qualname__``; a function another node could not import
 by that name (defined in ``__main__``, nested, a lambda, a method) is refused.
 """
@@ -14,6 +15,7 @@ import importlib
 import os
 import sys
 from collections.abc import Callable, Iterable
+from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -24,6 +26,10 @@ from cluster.errors import InvalidInput
 from cluster.jobspec import DEFAULT_TENANT, JobSpec, validate_name
 
 F = TypeVar("F", bound=Callable[..., Any])
+
+# While ``registries_in`` imports a module, the decorators' refusals are collected here
+# (so one run reports every bad job, as a job file does); otherwise they raise at once.
+_collecting: ContextVar[list[str] | None] = ContextVar("pulse_registry_problems", default=None)
 
 
 @dataclass(frozen=True)
@@ -75,7 +81,14 @@ class Registry:
         """Register the decorated function on a cron schedule (5 or 6 fields, or a macro)."""
 
         def register(fn: F) -> F:
-            self.add(fn, expr, name=name, **options)
+            try:
+                self.add(fn, expr, name=name, **options)
+            except InvalidInput as exc:
+                problems = _collecting.get()
+                if problems is None:
+                    raise
+                label = name if isinstance(name, str) else getattr(fn, "__qualname__", repr(fn))
+                problems.append(f"{label}: {exc}")
             return fn
 
         return register
@@ -135,9 +148,11 @@ def registries_in(module_name: str) -> list[Registry]:
     directory on the path; ``InvalidInput("module")`` if it does not import or has none."""
     if os.getcwd() not in sys.path:
         sys.path.insert(0, os.getcwd())
+    problems: list[str] = []
+    token = _collecting.set(problems)
     try:
         module = importlib.import_module(module_name)
-    except InvalidInput as exc:  # a decorator refused an entry
+    except InvalidInput as exc:  # raised by the module's own code
         raise InvalidInput("module", f"{module_name}: {exc}") from exc
     except BaseException as exc:  # any failure of user code (even SystemExit) is bad input
         if isinstance(exc, KeyboardInterrupt):
@@ -146,6 +161,11 @@ def registries_in(module_name: str) -> list[Registry]:
         raise InvalidInput(
             "module", f"{module_name} does not import ({type(exc).__name__}: {first})"
         ) from exc
+    finally:
+        _collecting.reset(token)
+    if problems:
+        sys.modules.pop(module_name, None)  # half-registered: import it afresh next time
+        raise InvalidInput("module", f"{module_name}: {'; '.join(problems)}")
     found = [value for value in vars(module).values() if isinstance(value, Registry)]
     if not found:
         raise InvalidInput("module", f"{module_name} holds no pulsecron Registry")

@@ -1,4 +1,5 @@
-"""A module whose decorator is refused at import time (a bad time zone)."""
+"""A module with two decorators refused at import time (a bad time zone, a bad timeout)
+between good ones: ``apply --module`` reports both and applies nothing."""
 
 from __future__ import annotations
 
@@ -7,6 +8,16 @@ from pulsecron import Registry, RunContext
 jobs = Registry()
 
 
+@jobs.cron("0 * * * *")
+def fine(ctx: RunContext) -> None:
+    return None
+
+
 @jobs.cron("0 * * * *", tz="Mars/Olympus")
 def rollup(ctx: RunContext) -> None:
+    return None
+
+
+@jobs.every("1m", name="cleanup", timeout="soon")
+def cleanup(ctx: RunContext) -> None:
     return None

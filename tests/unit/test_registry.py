@@ -182,7 +182,7 @@ def test_a_module_is_found_by_its_registries() -> None:
     [
         ("tests.registries.missing", "tests.registries.missing does not import"),
         ("tests.registries.empty", "tests.registries.empty holds no pulsecron Registry"),
-        ("tests.registries.broken", "tests.registries.broken: tz: unknown time zone"),
+        ("tests.registries.broken", "tests.registries.broken: rollup: tz: unknown time zone"),
     ],
 )
 def test_modules_that_do_not_import_or_hold_no_registry_are_refused(
@@ -203,3 +203,14 @@ def test_export_is_a_job_file_of_the_same_specs(tmp_path: Path) -> None:
     path = tmp_path / "jobs.yaml"
     path.write_text(export_yaml(registries), "utf-8")
     assert load_specs(str(path)) == specs_of(registries)
+
+
+def test_every_refused_decorator_of_a_module_is_reported() -> None:
+    with pytest.raises(InvalidInput) as raised:
+        registries_in("tests.registries.broken")
+    problem = raised.value.problem
+    assert "rollup: tz: unknown time zone" in problem and "cleanup: timeout: " in problem
+    assert "fine" not in problem
+    # Outside ``registries_in`` the same decorator raises at once.
+    with pytest.raises(InvalidInput, match=r"^tz: "):
+        Registry().cron("0 * * * *", tz="Mars/Olympus")(rollup)
