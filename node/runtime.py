@@ -21,11 +21,10 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from cluster.errors import ConfigError, InvalidInput, MembershipError, StoreError
+from cluster.errors import ConfigError, MembershipError, StoreError
 from cluster.jobspec import JobSpec
 from cluster.members import MemberInfo, MemberRegistry
 from cluster.settings import ClusterSettings, NodeSettings, mask_url
-from cluster.store import JobStore
 from cluster.store.alerting import AlertStore
 from cluster.store.pruning import PruneConnection
 from cluster.store.session import LockSession
@@ -36,6 +35,7 @@ from node.clock import DbClock
 from node.completer import Completer
 from node.executor import Executor
 from node.heartbeat import Heartbeat
+from node.jobsync import sync_jobs
 from node.lateness import INTERVAL_S as LATE_INTERVAL_S
 from node.lateness import LatePass
 from node.listener import WakeListener
@@ -130,36 +130,6 @@ class Node:
                 if self.stop.is_set():
                     raise
 
-    async def _sync_jobs(self) -> bool:
-        """Create the jobs of ``--sync-jobs`` that are missing; warn about those whose
-        applied definition differs (docs/design/python-api.md). False on bad input."""
-        if not self.sync_specs:
-            return True
-        try:
-            async with JobStore.open(self.cluster, f"{self.settings.node_id}/sync") as store:
-                result = await store.sync(self.sync_specs)
-        except InvalidInput as exc:
-            logger.error("refusing to start: invalid %s", exc, extra={"event": "config_error"})
-            return False
-        except StoreError as exc:
-            logger.warning("jobs not synced: %s", exc, extra={"event": "sync_failed"})
-            return True
-        for label in result.differing:
-            logger.warning(
-                "job %s differs from its applied definition; left as applied "
-                "(run `pulse jobs apply --module` to change it)",
-                label,
-                extra={"event": "sync_differs", "job": label},
-            )
-        logger.info(
-            "jobs synced: %d created, %d unchanged, %d differ",
-            len(result.created),
-            len(result.unchanged),
-            len(result.differing),
-            extra={"event": "jobs_synced"},
-        )
-        return True
-
     def _log_start(self) -> None:
         s = self.settings
         logger.info(
@@ -202,7 +172,7 @@ class Node:
             return 2
         except StoreError:
             return 0  # stopped before Postgres ever answered
-        if not await self._sync_jobs():
+        if not await sync_jobs(self.cluster, s.node_id, self.sync_specs):
             await session.close()
             return 2
         registry = MemberRegistry(self.cluster, timeout_s=s.redis_timeout_s)
