@@ -126,7 +126,8 @@ def _seconds(value: str, field: str) -> float:
     "sync_modules",
     multiple=True,
     envvar="PULSE_SYNC_JOBS",
-    help="At start, create the missing jobs of this module's pulsecron Registry (repeatable).",
+    help="At start, create the missing jobs of this module's pulsecron Registry objects "
+    "(repeatable) [env PULSE_SYNC_JOBS].",
 )
 @click.pass_context
 def node_command(

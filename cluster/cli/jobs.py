@@ -85,7 +85,7 @@ module_option = click.option(
     "modules",
     multiple=True,
     envvar="PULSE_JOB_MODULES",
-    help="Import this module and use its pulsecron Registry objects (repeatable).",
+    help="Use the pulsecron Registry objects of this module (repeatable) [env PULSE_JOB_MODULES].",
 )
 
 
