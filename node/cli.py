@@ -18,6 +18,7 @@ from cluster.cli.app import cli
 from cluster.cli.base import duration_option, fail, settings_of
 from cluster.durations import parse_duration
 from cluster.errors import ConfigError, InvalidInput
+from cluster.registry import load_modules, specs_of
 from cluster.settings import NodeSettings, default_node_id
 from node.runtime import Node
 
@@ -126,6 +127,14 @@ def _seconds(value: str, field: str) -> float:
     type=click.Path(file_okay=False),
     help="Extra import path for handler modules (the working directory is on it).",
 )
+@click.option(
+    "--sync-jobs",
+    "sync_modules",
+    multiple=True,
+    envvar="PULSE_SYNC_JOBS",
+    help="At start, create the missing jobs of this module's pulsecron Registry objects "
+    "(repeatable) [env PULSE_SYNC_JOBS].",
+)
 @click.pass_context
 def node_command(
     ctx: click.Context,
@@ -144,6 +153,7 @@ def node_command(
     metrics_port: int | None,
     celery_broker: str | None,
     paths: tuple[str, ...],
+    sync_modules: tuple[str, ...],
 ) -> None:
     """Run one scheduler node until SIGTERM or Ctrl-C."""
     cluster = settings_of(ctx)
@@ -171,8 +181,12 @@ def node_command(
     for extra in (*reversed(paths), os.getcwd()):
         if extra not in sys.path:
             sys.path.insert(0, extra)
+    try:
+        specs = specs_of(load_modules(sync_modules))
+    except InvalidInput as exc:
+        fail(f"invalid {exc}", 2)
     logging.getLogger().handlers[0].addFilter(NodeContext(settings.node_id, settings.zone))
-    code = asyncio.run(Node(cluster, settings).run())
+    code = asyncio.run(Node(cluster, settings, specs).run())
     sys.exit(code)
 
 

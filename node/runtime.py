@@ -1,10 +1,11 @@
 """A running node: wires the services together, starts them, supervises them, and hands
 over to ``node.shutdown`` when stopped.
 
-Startup: open the lock session (refusing settings that break the guarantees), take back
-runs an earlier process of this node left, register the heartbeat, then run heartbeat,
-membership watch, shard keeper, claim loop, recovery, NOTIFY listener, lease renewal,
-completer, pruner, alert delivery and late pass. SIGTERM/SIGINT drains (``node.shutdown``)
+Startup: open the lock session (refusing settings that break the guarantees), create the
+missing jobs of ``--sync-jobs`` (``JobStore.sync``), take back runs an earlier process of
+this node left, register the heartbeat, then run heartbeat, membership watch, shard
+keeper, claim loop, recovery, NOTIFY listener, lease renewal, completer, pruner, alert
+delivery and late pass. SIGTERM/SIGINT drains (``node.shutdown``)
 and exits 0; a second signal exits at once; a vital service that crashes drains and exits 1.
 """
 
@@ -15,12 +16,13 @@ import logging
 import os
 import signal
 import socket
-from collections.abc import Coroutine
+from collections.abc import Coroutine, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
 from cluster.errors import ConfigError, MembershipError, StoreError
+from cluster.jobspec import JobSpec
 from cluster.members import MemberInfo, MemberRegistry
 from cluster.settings import ClusterSettings, NodeSettings, mask_url
 from cluster.store.alerting import AlertStore
@@ -36,6 +38,7 @@ from node.effects import Effects
 from node.executor import Executor
 from node.forwarding import Forwarders
 from node.heartbeat import Heartbeat
+from node.jobsync import sync_jobs
 from node.lateness import INTERVAL_S as LATE_INTERVAL_S
 from node.lateness import LatePass
 from node.listener import WakeListener
@@ -79,9 +82,17 @@ class Parts:
 
 
 class Node:
-    def __init__(self, cluster: ClusterSettings, settings: NodeSettings) -> None:
+    def __init__(
+        self,
+        cluster: ClusterSettings,
+        settings: NodeSettings,
+        sync_specs: Sequence[JobSpec] = (),
+    ) -> None:
         self.cluster = cluster
         self.settings = settings
+        self.sync_specs = list(sync_specs)
+        self.started = asyncio.Event()  # set once every service runs
+        self.parts: Parts | None = None
         self.stats = Stats()
         self.stop = Signal()
         self._signals = 0
@@ -142,9 +153,11 @@ class Node:
             extra={"event": "node_starting"},
         )
 
-    async def run(self) -> int:
-        """Run until stopped; returns the process exit code."""
-        self._install_signals()
+    async def run(self, *, signals: bool = True) -> int:
+        """Run until stopped; returns the process exit code. Without ``signals`` the
+        caller stops the node (``stop.set()``): an application hosting it keeps its own."""
+        if signals:
+            self._install_signals()
         self._log_start()
         s = self.settings
         session = LockSession(
@@ -162,6 +175,9 @@ class Node:
             return 2
         except StoreError:
             return 0  # stopped before Postgres ever answered
+        if not await sync_jobs(self.cluster, s.node_id, self.sync_specs):
+            await session.close()
+            return 2
         registry = MemberRegistry(self.cluster, timeout_s=s.redis_timeout_s)
         try:
             return await self._serve(session, registry, shard_count)
@@ -170,12 +186,13 @@ class Node:
             await registry.close()
 
     async def _serve(self, session: LockSession, registry: MemberRegistry, shard_count: int) -> int:
-        parts = self._wire(session, registry, shard_count)
+        parts = self.parts = self._wire(session, registry, shard_count)
         if self.settings.metrics_port is not None:
             self._serve_metrics(self.settings.metrics_port, parts.executor)
         await self._recover_own(parts.recovery)
         await self._first_heartbeat(parts.heartbeat)
         services = self._start(parts)
+        self.started.set()
         await self.stop.wait()
         await parts.shutdown.run(services)
         await parts.alerts.close()

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-PACKAGES = ("cluster", "node", "ring")
+PACKAGES = ("cluster", "node", "ring", "pulsecron")
 
 
 @pytest.mark.parametrize("name", PACKAGES)
@@ -27,8 +27,8 @@ def test_installed_venv_resolves_to_this_repo_from_elsewhere(tmp_path: Path) -> 
     # From another directory the repo root is not on sys.path by accident: only the
     # installed distribution can make these imports work.
     code = (
-        "import json, cluster, node, ring; "
-        "print(json.dumps([cluster.__file__, node.__file__, ring.__file__]))"
+        "import json, cluster, node, ring, pulsecron; "
+        "print(json.dumps([m.__file__ for m in (cluster, node, ring, pulsecron)]))"
     )
     out = subprocess.run(
         [sys.executable, "-I", "-c", code], cwd=tmp_path, capture_output=True, text=True, check=True

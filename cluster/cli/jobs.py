@@ -10,11 +10,12 @@ import click
 
 from cluster import handlerspec
 from cluster import jobspec as spec
-from cluster.cli.base import PulseGroup, duration_option, emit_json, with_store
+from cluster.cli.base import PulseGroup, duration_option, emit_json, fail, with_store
 from cluster.errors import InvalidInput
 from cluster.jobfile import load_specs
 from cluster.jobspec import JobSpec
 from cluster.models import Job, iso
+from cluster.registry import export_yaml, load_modules, specs_of
 from cluster.store.jobs import JobStore
 
 SHOW_SLOTS = 5
@@ -104,14 +105,38 @@ async def add_job(store: JobStore, name: str, as_json: bool, **options: Any) -> 
         click.echo(f"created {job.name} (tenant {job.tenant}); next run {_next_run(job)}")
 
 
+module_option = click.option(
+    "--module",
+    "modules",
+    multiple=True,
+    envvar="PULSE_JOB_MODULES",
+    help="Use the pulsecron Registry objects of this module (repeatable) [env PULSE_JOB_MODULES].",
+)
+
+
+def _specs(file: str | None, modules: tuple[str, ...]) -> list[JobSpec]:
+    """The jobs of FILE or of the registries of ``--module``s (exactly one of the two)."""
+    if file is not None and modules:
+        raise InvalidInput("jobs", "give a FILE or --module, not both")
+    if file is None and not modules:
+        raise InvalidInput("jobs", "give a FILE or --module MODULE")
+    if file is not None:
+        return load_specs(file)
+    return specs_of(load_modules(modules))
+
+
 @jobs.command("apply")
-@click.argument("file", type=click.Path(dir_okay=False))
-@click.option("--prune", is_flag=True, help="Remove jobs that are not in FILE.")
+@click.argument("file", type=click.Path(dir_okay=False), required=False)
+@module_option
+@click.option("--prune", is_flag=True, help="Remove jobs that are not in FILE or the modules.")
 @click.option("--json", "as_json", is_flag=True)
 @with_store
-async def apply_jobs(store: JobStore, file: str, prune: bool, as_json: bool) -> None:
-    """Create or update the jobs of a YAML or JSON file (idempotent)."""
-    specs = load_specs(file)
+async def apply_jobs(
+    store: JobStore, file: str | None, modules: tuple[str, ...], prune: bool, as_json: bool
+) -> None:
+    """Create or update the jobs of a YAML or JSON file, or of the registries of Python
+    modules (idempotent, all or nothing)."""
+    specs = _specs(file, modules)
     for position, entry in enumerate(specs, 1):
         try:
             handlerspec.require_broker(entry.handler, os.environ)
@@ -142,6 +167,20 @@ async def apply_jobs(store: JobStore, file: str, prune: bool, as_json: bool) -> 
         f"{len(result.created)} created, {len(result.updated)} updated, "
         f"{len(result.removed)} removed, {len(result.unchanged)} unchanged"
     )
+
+
+@jobs.command("export")
+@module_option
+def export_jobs(modules: tuple[str, ...]) -> None:
+    """Print the jobs of the registries of Python modules as a job file."""
+    if not modules:
+        fail("invalid module: give at least one --module MODULE", 2)
+    try:
+        registries = load_modules(modules)
+        specs_of(registries)
+    except InvalidInput as exc:
+        fail(f"invalid {exc}", 2)
+    click.echo(export_yaml(registries), nl=False)
 
 
 def table(rows: list[list[str]]) -> None:

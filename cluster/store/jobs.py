@@ -36,6 +36,13 @@ from ring import shard_for
 
 
 @dataclass
+class SyncResult:
+    created: list[str] = field(default_factory=list)
+    differing: list[str] = field(default_factory=list)
+    unchanged: list[str] = field(default_factory=list)
+
+
+@dataclass
 class ApplyResult:
     created: list[str] = field(default_factory=list)
     updated: list[str] = field(default_factory=list)
@@ -62,6 +69,34 @@ def _check_params(params: dict[str, Any]) -> None:
 
 def _label(tenant: str, name: str) -> str:
     return name if tenant == DEFAULT_TENANT else f"{tenant}/{name}"
+
+
+def _checked(specs: Sequence[JobSpec]) -> list[JobSpec]:
+    """Every spec validated, each (tenant, name) once; one error listing every bad entry."""
+    checked: list[JobSpec] = []
+    problems: list[str] = []
+    for position, spec in enumerate(specs, 1):
+        try:
+            checked.append(spec.validated())
+        except InvalidInput as exc:
+            problems.append(f"entry {position}: {exc}")
+    if problems:
+        raise InvalidInput("jobs", "; ".join(problems))
+    seen: set[tuple[str, str]] = set()
+    for position, spec in enumerate(checked, 1):
+        key = (spec.tenant, spec.name)
+        if key in seen:
+            raise InvalidInput(
+                f"entry {position}: name",
+                f"{spec.name!r} appears twice in tenant {spec.tenant!r}",
+            )
+        seen.add(key)
+    return checked
+
+
+class _Probe(Exception):  # a rollback carrying an answer, never an error
+    def __init__(self, changed: bool) -> None:
+        self.changed = changed
 
 
 @dataclass(frozen=True)
@@ -153,25 +188,7 @@ class JobStore:
         self, specs: Sequence[JobSpec], *, prune: bool = False, now: datetime | None = None
     ) -> ApplyResult:
         """Create or update every spec by (tenant, name), all or nothing."""
-        checked: list[JobSpec] = []
-        problems: list[str] = []
-        for position, spec in enumerate(specs, 1):
-            try:
-                checked.append(spec.validated())
-            except InvalidInput as exc:
-                problems.append(f"entry {position}: {exc}")
-        if problems:
-            raise InvalidInput("jobs", "; ".join(problems))
-        specs = checked
-        seen: set[tuple[str, str]] = set()
-        for position, spec in enumerate(specs, 1):
-            key = (spec.tenant, spec.name)
-            if key in seen:
-                raise InvalidInput(
-                    f"entry {position}: name",
-                    f"{spec.name!r} appears twice in tenant {spec.tenant!r}",
-                )
-            seen.add(key)
+        specs = _checked(specs)
         shards = await self.shard_count()
         result = ApplyResult()
         try:
@@ -199,6 +216,45 @@ class JobStore:
         except psycopg.Error as exc:
             raise StoreError(describe(exc)) from exc
         return result
+
+    async def sync(self, specs: Sequence[JobSpec], *, now: datetime | None = None) -> SyncResult:
+        """Create the jobs of ``specs`` that do not exist yet and report, never overwrite,
+        the existing ones whose definition differs (``pulse node --sync-jobs``).
+
+        One transaction under an advisory lock: nodes starting together sync one after
+        another, and the later ones find their jobs created (docs/design/python-api.md).
+        """
+        specs = _checked(specs)
+        shards = await self.shard_count()
+        result = SyncResult()
+        try:
+            async with self._conn.transaction():
+                await self._conn.execute(query("lock_job_sync"), {"schema": self.settings.schema})
+                db_now = await self.db_now(now)
+                for spec in specs:
+                    params = self._params(spec, shards, db_now)
+                    label = _label(spec.tenant, spec.name)
+                    row = await self._one("upsert_job", {**params, "replace": False})
+                    if row is not None:
+                        result.created.append(label)
+                        await self._notify(row["shard_id"])
+                    elif await self._would_change(params):
+                        result.differing.append(label)
+                    else:
+                        result.unchanged.append(label)
+        except psycopg.Error as exc:
+            raise StoreError(describe(exc)) from exc
+        return result
+
+    async def _would_change(self, params: dict[str, Any]) -> bool:
+        """Whether applying would update the job: the upsert, run in a savepoint that is
+        then rolled back, so "differs" means exactly what ``apply`` would change."""
+        try:
+            async with self._conn.transaction():
+                row = await self._one("upsert_job", {**params, "replace": True})
+                raise _Probe(row is not None)
+        except _Probe as probe:
+            return probe.changed
 
     async def pause(
         self, name: str, tenant: str = DEFAULT_TENANT, *, note: str | None = None

@@ -972,3 +972,7 @@ marked AS (
                           || 's after it was due (late after ' || j.late_after_s || 's)')
 )
 SELECT id, tenant_id, name, slot_at, late_s FROM marked;
+
+-- name: lock_job_sync
+-- Held until the syncing transaction ends: nodes started together sync jobs in turn.
+SELECT pg_advisory_xact_lock(hashtext('pulse.sync-jobs'), hashtext(%(schema)s));

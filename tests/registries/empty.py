@@ -1,0 +1,5 @@
+"""A module without a registry: ``apply --module`` refuses it."""
+
+from __future__ import annotations
+
+JOBS: list[str] = []

@@ -1,0 +1,218 @@
+"""The public API of ``import pulsecron``: its names and their signatures.
+
+A change here is a deliberate change to Pulse's API: update ``EXPECTED`` in the same
+commit, and say so in the CHANGELOG.
+"""
+
+from __future__ import annotations
+
+import inspect
+from typing import Any
+
+import pulsecron
+from pulsecron import testing
+
+
+def describe() -> dict[str, dict[str, str]]:
+    """Each public class: its constructor and public methods' signatures (an error: its
+    bases)."""
+    found: dict[str, dict[str, str]] = {}
+    for name in sorted(pulsecron.__all__):
+        if name == "__version__":
+            continue
+        obj = getattr(pulsecron, name)
+        entry: dict[str, str] = {}
+        if issubclass(obj, BaseException):
+            entry["bases"] = ", ".join(b.__name__ for b in obj.__mro__[1:-1])
+        else:
+            entry["__init__"] = str(inspect.signature(obj))
+        for attr, value in sorted(vars(obj).items()):
+            if attr.startswith("_") and attr not in ("__aenter__", "__aexit__"):
+                continue
+            function: Any = (
+                value.__func__ if isinstance(value, classmethod | staticmethod) else value
+            )
+            if inspect.isfunction(function):
+                entry[attr] = str(inspect.signature(function))
+        found[name] = entry
+    return found
+
+
+def test_public_names_and_signatures_are_stable() -> None:
+    assert describe() == EXPECTED
+
+
+def test_testing_helpers_are_stable() -> None:
+    assert sorted(testing.__all__) == ["arun", "context", "run"]
+    assert str(inspect.signature(testing.run)) == (
+        "(handler: 'Callable[[RunContext], Any]', ctx: 'RunContext | None' = None, "
+        "**context_args: 'Any') -> 'Any'"
+    )
+
+
+def test_version_is_the_distributions() -> None:
+    from importlib import metadata
+
+    assert pulsecron.__version__ == metadata.version("pulsecron")
+
+
+EXPECTED: dict[str, dict[str, str]] = {
+    "ApplyResult": {
+        "__init__": "(created: 'list[str]' = <factory>, updated: 'list[str]' = "
+        "<factory>, unchanged: 'list[str]' = <factory>, removed: "
+        "'list[str]' = <factory>) -> None"
+    },
+    "ClusterSettings": {
+        "__init__": "(database_url: 'str' = "
+        "'postgresql://postgres@127.0.0.1:5432/postgres', redis_url: "
+        "'str' = 'redis://127.0.0.1:6379/0', schema: 'str' = 'pulse', "
+        "cluster: 'str' = 'pulse') -> None",
+        "from_env": "(cls, **overrides: 'str | None') -> 'ClusterSettings'",
+        "validate": "(self) -> 'ClusterSettings'",
+    },
+    "ConfigError": {"bases": "PulseError, Exception, BaseException"},
+    "InvalidInput": {"bases": "PulseError, ValueError, Exception, BaseException"},
+    "Job": {
+        "__init__": "(id: 'UUID', tenant: 'str', name: 'str', schedule: 'str', tz: 'str', "
+        "handler: 'str', payload: 'dict[str, Any]', status: 'str', paused: "
+        "'bool', shard: 'int', next_run_at: 'datetime | None', slot_at: "
+        "'datetime', attempt: 'int', last_run_at: 'datetime | None', locked_by: "
+        "'str | None', lease_expires_at: 'datetime | None', lease_token: 'int', "
+        "catch_up: 'str', grace_s: 'float', max_backfill: 'int', timeout_s: "
+        "'float', retries: 'int', retry_backoff_s: 'float', dst_repeated: 'str', "
+        "dst_skipped: 'str', created_at: 'datetime', updated_at: 'datetime', "
+        "keep_for_s: 'float | None', keep_runs: 'int | None', output_limit: "
+        "'int', late_after_s: 'float', pause_after_failures: 'int | None', "
+        "failed_slots: 'int', pause_note: 'str | None', overlap: 'str', "
+        "max_concurrent: 'int', cancel_grace_s: 'float', cancel_by: 'str | None') "
+        "-> None",
+        "from_row": "(cls, row: 'dict[str, Any]') -> 'Job'",
+        "parsed_schedule": "(self) -> 'Schedule'",
+        "to_json": "(self) -> 'dict[str, Any]'",
+    },
+    "JobSpec": {
+        "__init__": "(name: 'str', schedule: 'str', handler: 'str', tenant: 'str' = "
+        "'default', tz: 'str' = 'UTC', payload: 'dict[str, Any]' = <factory>, "
+        "catch_up: 'str' = 'once', grace_s: 'float' = 60.0, max_backfill: "
+        "'int' = 100, timeout_s: 'float' = 300.0, retries: 'int' = 0, "
+        "retry_backoff_s: 'float' = 10.0, paused: 'bool' = False, "
+        "dst_repeated: 'str' = 'once', dst_skipped: 'str' = 'shift', "
+        "keep_for_s: 'float | None' = None, keep_runs: 'int | None' = None, "
+        "output_limit: 'int' = 16384, late_after_s: 'float' = 60.0, "
+        "pause_after_failures: 'int | None' = None, overlap: 'str' = "
+        "'forbid', max_concurrent: 'int' = 10, cancel_grace_s: 'float' = "
+        "10.0) -> None",
+        "build": "(cls, name: 'str', schedule: 'str', handler: 'str | Mapping[str, Any]', "
+        "*, tenant: 'str' = 'default', tz: 'str' = 'UTC', payload: 'str | "
+        "Mapping[str, Any] | None' = None, catch_up: 'str' = 'once', grace: 'str "
+        "| float' = 60.0, max_backfill: 'int | str' = 100, timeout: 'str | "
+        "float' = 300.0, retries: 'int | str' = 0, retry_backoff: 'str | float' "
+        "= 10.0, paused: 'bool' = False, dst_repeated: 'str' = 'once', "
+        "dst_skipped: 'str' = 'shift', keep_for: 'str | float | None' = None, "
+        "keep_runs: 'int | str | None' = None, output_limit: 'int | str' = "
+        "16384, late_after: 'str | float' = 60.0, pause_after_failures: 'int | "
+        "str | None' = None, overlap: 'str' = 'forbid', max_concurrent: 'int | "
+        "str | None' = None, cancel_grace: 'str | float' = 10.0) -> 'JobSpec'",
+        "from_mapping": "(cls, entry: 'Mapping[str, Any]') -> 'JobSpec'",
+        "parsed_schedule": "(self) -> 'Schedule'",
+        "validated": "(self) -> 'JobSpec'",
+    },
+    "JobStore": {
+        "__init__": "(conn: 'Conn', settings: 'ClusterSettings') -> 'None'",
+        "add": "(self, spec: 'JobSpec', *, now: 'datetime | None' = None) -> 'Job'",
+        "apply": "(self, specs: 'Sequence[JobSpec]', *, prune: 'bool' = False, now: "
+        "'datetime | None' = None) -> 'ApplyResult'",
+        "cancel": "(self, name: 'str', tenant: 'str' = 'default', *, by: 'str', slot: "
+        "'datetime | None' = None) -> 'list[CancelRequest]'",
+        "config": "(self) -> 'list[tuple[str, str, datetime]]'",
+        "db_now": "(self, now: 'datetime | None' = None) -> 'datetime'",
+        "get": "(self, name: 'str', tenant: 'str' = 'default') -> 'Job'",
+        "init": "(self, shards: 'int | None' = None) -> 'InitResult'",
+        "jobs": "(self, tenant: 'str | None' = None) -> 'list[Job]'",
+        "open": "(cls, settings: 'ClusterSettings', application_name: 'str' = "
+        "'pulse-admin') -> 'AsyncIterator[JobStore]'",
+        "pause": "(self, name: 'str', tenant: 'str' = 'default', *, note: 'str | None' = "
+        "None) -> 'Job'",
+        "prune": "(self, *, dry_run: 'bool' = False, now: 'datetime | None' = None) -> "
+        "'PruneResult'",
+        "remove": "(self, name: 'str', tenant: 'str' = 'default') -> 'None'",
+        "resume": "(self, name: 'str', tenant: 'str' = 'default', *, now: 'datetime | "
+        "None' = None) -> 'Job'",
+        "run": "(self, name: 'str', tenant: 'str' = 'default', *, slot: 'datetime | "
+        "None' = None) -> 'Run'",
+        "runs": "(self, job: 'str | None' = None, tenant: 'str | None' = None, status: "
+        "'str | None' = None, limit: 'int' = 50) -> 'list[Run]'",
+        "set_config": "(self, key: 'str', value: 'str') -> 'str'",
+        "shard_count": "(self) -> 'int'",
+        "sync": "(self, specs: 'Sequence[JobSpec]', *, now: 'datetime | None' = None) -> "
+        "'SyncResult'",
+        "trigger": "(self, name: 'str', tenant: 'str' = 'default', *, now: 'datetime | "
+        "None' = None) -> 'Job'",
+    },
+    "MembershipError": {"bases": "PulseError, Exception, BaseException"},
+    "Node": {
+        "__aenter__": "(self) -> 'HostedNode'",
+        "__aexit__": "(self, exc_type: 'type[BaseException] | None', exc: 'BaseException | "
+        "None', tb: 'TracebackType | None') -> 'None'",
+        "__init__": "(settings: 'NodeSettings | None' = None, *, cluster: 'ClusterSettings | "
+        "None' = None, sync_jobs: 'Sequence[Registry]' = ()) -> 'None'",
+        "start": "(self) -> 'None'",
+        "status": "(self) -> 'NodeStatus'",
+        "stop": "(self) -> 'int'",
+    },
+    "NodeSettings": {
+        "__init__": "(node_id: 'str' = <factory>, zone: 'str' = 'default', "
+        "concurrency: 'int' = 32, heartbeat_interval_s: 'float' = 1.0, "
+        "heartbeat_ttl_s: 'float' = 5.0, poll_interval_s: 'float' = 1.0, "
+        "session_timeout_s: 'float' = 10.0, lease_s: 'float' = 30.0, "
+        "renew_interval_s: 'float' = 5.0, drain_timeout_s: 'float' = "
+        "30.0, statement_timeout_s: 'float' = 5.0, redis_timeout_s: "
+        "'float' = 2.0, prune_interval_s: 'float' = 30.0, shards: 'int | "
+        "None' = None, metrics_port: 'int | None' = None, celery_broker: "
+        "'str | None' = None) -> None",
+        "validate": "(self) -> 'NodeSettings'",
+    },
+    "NodeStatus": {
+        "__init__": "(node_id: 'str', running: 'bool', members: 'tuple[str, ...]', "
+        "held_shards: 'tuple[int, ...]', runs_in_flight: 'int') -> None"
+    },
+    "NotFound": {"bases": "PulseError, LookupError, Exception, BaseException"},
+    "PulseError": {"bases": "Exception, BaseException"},
+    "Registry": {
+        "__init__": "(tenant: 'str' = 'default') -> 'None'",
+        "add": "(self, fn: 'Callable[..., Any]', schedule: 'str', *, name: 'str | None' "
+        "= None, **options: 'Any') -> 'JobSpec'",
+        "cron": "(self, expr: 'str', *, name: 'str | None' = None, **options: 'Any') -> "
+        "'Callable[[F], F]'",
+        "every": "(self, interval: 'str | float', *, name: 'str | None' = None, "
+        "**options: 'Any') -> 'Callable[[F], F]'",
+        "mappings": "(self) -> 'list[dict[str, Any]]'",
+        "specs": "(self) -> 'list[JobSpec]'",
+    },
+    "Run": {
+        "__init__": "(id: 'int | None', job_id: 'UUID', tenant: 'str', job_name: 'str', "
+        "scheduled_for: 'datetime', attempt: 'int', node_id: 'str | None', zone: "
+        "'str | None', status: 'str', started_at: 'datetime | None', finished_at: "
+        "'datetime | None', duration_s: 'float | None', last_error: 'str | None', "
+        "output: 'dict[str, Any] | None' = None) -> None",
+        "from_row": "(cls, row: 'dict[str, Any]') -> 'Run'",
+        "output_json": "(self) -> 'dict[str, Any]'",
+        "to_json": "(self) -> 'dict[str, Any]'",
+    },
+    "RunContext": {
+        "__init__": "(job_id: 'UUID', job_name: 'str', tenant_id: 'str', payload: "
+        "'dict[str, Any]', scheduled_for: 'datetime', attempt: 'int', "
+        "timeout_s: 'float', node_id: 'str', zone: 'str', output_limit: "
+        "'int' = 16384, fencing_token: 'int' = 0, cancel_grace_s: 'float' "
+        "= 10.0, cancelled: 'threading.Event' = <factory>, effects: "
+        "'Effects | None' = None) -> None",
+        "log": "(self, message: 'str') -> 'None'",
+        "raise_if_cancelled": "(self) -> 'None'",
+        "transaction": "(self) -> 'RunTransaction'",
+    },
+    "StoreError": {"bases": "PulseError, Exception, BaseException"},
+    "SyncResult": {
+        "__init__": "(created: 'list[str]' = <factory>, differing: 'list[str]' = "
+        "<factory>, unchanged: 'list[str]' = <factory>) -> None"
+    },
+}
