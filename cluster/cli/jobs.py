@@ -84,7 +84,7 @@ tenant_option = click.option(
     "--overlap",
     default=spec.DEFAULT_OVERLAP,
     show_default=True,
-    help="A slot due while the last still runs: forbid (waits) | replace (cancels it).",
+    help="A slot due while the last runs: forbid (waits) | allow (runs too) | replace.",
 )
 @click.option("--max-concurrent", default=None, help="Slots in flight at once (overlap allow).")
 @duration_option("--cancel-grace", spec.DEFAULT_CANCEL_GRACE_S, "SIGTERM to SIGKILL on cancel.")

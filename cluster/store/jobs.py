@@ -300,23 +300,38 @@ class JobStore:
         *,
         by: str,
         slot: datetime | None = None,
+        every: bool = False,
     ) -> list[CancelRequest]:
-        """Ask the node running the job's slot (``slot``, else whichever runs) to stop it:
-        at once through NOTIFY when that node listens, else at its next lease renewal, or
-        by recovery if it is gone. The slot is recorded ``cancelled`` (``by`` says who
-        asked) and not retried. ``NotRunning`` when no such slot is running."""
+        """Ask the node running the job's slot (``slot``, else whichever runs; with
+        ``every``, each slot of an overlap ``allow`` job in flight) to stop it: at once
+        through NOTIFY when that node listens, else at its next lease renewal, or by
+        recovery if it is gone. The slot is recorded ``cancelled`` (``by`` says who asked)
+        and not retried. ``NotRunning`` when no such slot is running; ``InvalidInput`` when
+        several are and neither ``slot`` nor ``every`` says which."""
         by = " ".join(check_text(by, "by").split())[:MAX_NOTE_LENGTH] or "unknown"
         params = {"tenant_id": tenant, "name": name, "slot": slot, "by": by}
-        rows = await self._all("cancel_job", params)
+        try:
+            async with self._conn.transaction():
+                rows = await self._all("cancel_job", params)
+                rows += await self._all("cancel_flights", params)
+                if len(rows) > 1 and slot is None and not every:
+                    raise InvalidInput(
+                        "slot", f"{len(rows)} slots of {name!r} are running: give --slot or --all"
+                    )
+                for row in rows:  # delivered when the transaction commits
+                    slot_us = (
+                        int(row["slot_at"].timestamp() * 1e6) if row["overlap"] == "allow" else ""
+                    )
+                    payload = f"{CANCEL_PREFIX}{row['id']}:{row['lease_token']}:{slot_us}:{by}"
+                    await self._conn.execute(
+                        query("notify"), {"channel": self.settings.wake_channel, "payload": payload}
+                    )
+        except psycopg.Error as exc:
+            raise StoreError(describe(exc)) from exc
         if not rows:
             await self.get(name, tenant)  # NotFound when there is no such job
             which = f"slot {slot.isoformat()} of " if slot is not None else ""
             raise NotRunning(f"no {which}job {name!r} in tenant {tenant!r} is running")
-        for row in rows:
-            payload = f"{CANCEL_PREFIX}{row['id']}:{row['lease_token']}:{by}"
-            await self._conn.execute(
-                query("notify"), {"channel": self.settings.wake_channel, "payload": payload}
-            )
         return [CancelRequest(row["slot_at"], row["attempt"], row["locked_by"]) for row in rows]
 
     async def remove(self, name: str, tenant: str = DEFAULT_TENANT) -> None:

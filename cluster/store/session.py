@@ -30,6 +30,7 @@ from cluster.errors import ConfigError, StoreError
 from cluster.settings import DEFAULT_LEASE_S, ClusterSettings
 from cluster.store.connect import Conn, connect, describe
 from cluster.store.deadline import fetch_within
+from cluster.store.flights import FlightStatements
 from cluster.store.migrate import stored_shard_count
 from cluster.store.queries import query
 from cluster.store.records import (
@@ -50,7 +51,7 @@ class SessionLost(StoreError):
     """The lock session is gone (or cannot be trusted): every shard lock with it."""
 
 
-class LockSession:
+class LockSession(FlightStatements):
     def __init__(
         self,
         settings: ClusterSettings,

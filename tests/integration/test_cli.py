@@ -313,7 +313,7 @@ BAD_ADD = [
     (["--late-after", "0s"], "late_after"),
     (["--pause-after-failures", "0"], "pause_after_failures"),
     (["--overlap", "queue"], "overlap"),
-    (["--overlap", "allow"], "overlap"),
+    (["--overlap", "allow", "--max-concurrent", "0"], "max_concurrent"),
     (["--max-concurrent", "3"], "max_concurrent"),
     (["--overlap", "replace", "--max-concurrent", "3"], "max_concurrent"),
     (["--cancel-grace", "-1s"], "cancel_grace"),

@@ -123,7 +123,8 @@ EXPECTED: dict[str, dict[str, str]] = {
         "apply": "(self, specs: 'Sequence[JobSpec]', *, prune: 'bool' = False, now: "
         "'datetime | None' = None) -> 'ApplyResult'",
         "cancel": "(self, name: 'str', tenant: 'str' = 'default', *, by: 'str', slot: "
-        "'datetime | None' = None) -> 'list[CancelRequest]'",
+        "'datetime | None' = None, every: 'bool' = False) -> "
+        "'list[CancelRequest]'",
         "config": "(self) -> 'list[tuple[str, str, datetime]]'",
         "db_now": "(self, now: 'datetime | None' = None) -> 'datetime'",
         "get": "(self, name: 'str', tenant: 'str' = 'default') -> 'Job'",
