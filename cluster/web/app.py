@@ -168,7 +168,8 @@ def create_app(
         """Whether this process answers (no token needed; reads nothing)."""
         return {"ok": True}
 
-    for module in (jobs, runs, status, audit, console):
+    # runs first: GET .../{name:path}/run must match before GET .../{name:path}
+    for module in (runs, jobs, status, audit, console):
         app.include_router(module.router)
     app.mount("/console/static", console.static_files(), name="static")
     app.add_middleware(Guard)

@@ -125,14 +125,14 @@ async def apply_jobs(request: Request, who: Writer) -> dict[str, Any]:
     }
 
 
-@router.get("/api/jobs/{tenant}/{name}")
+@router.get("/api/jobs/{tenant}/{name:path}")
 async def get_job(request: Request, tenant: str, name: str, who: Reader) -> dict[str, Any]:
     """The job, its next slots and its latest runs (``pulse jobs show --json``)."""
     async with state_of(request).pool.store(who.scope) as store:
         return await store.details(name, tenant)
 
 
-@router.put("/api/jobs/{tenant}/{name}", openapi_extra=_JOB_BODY)
+@router.put("/api/jobs/{tenant}/{name:path}", openapi_extra=_JOB_BODY)
 async def replace_job(request: Request, tenant: str, name: str, who: Writer) -> dict[str, Any]:
     """Replace the definition of an existing job (404 if there is none)."""
     entry = await json_object(request)
@@ -149,7 +149,7 @@ async def replace_job(request: Request, tenant: str, name: str, who: Writer) -> 
         return await store.details(name, tenant)
 
 
-@router.delete("/api/jobs/{tenant}/{name}", status_code=204)
+@router.delete("/api/jobs/{tenant}/{name:path}", status_code=204)
 async def delete_job(request: Request, tenant: str, name: str, who: Writer) -> Response:
     """Delete the job and its run history."""
     async with state_of(request).pool.store(who.scope) as store, store.transaction():
@@ -177,21 +177,21 @@ async def _control(request: Request, who: Principal, verb: str, tenant: str, nam
         return await store.details(name, tenant)
 
 
-@router.post("/api/jobs/{tenant}/{name}/pause")
+@router.post("/api/jobs/{tenant}/{name:path}/pause")
 async def pause_job(request: Request, tenant: str, name: str, who: Writer) -> dict[str, Any]:
     """Stop scheduling the job; an optional body {"note": "..."} says why."""
     result: dict[str, Any] = await _control(request, who, "pause", tenant, name)
     return result
 
 
-@router.post("/api/jobs/{tenant}/{name}/resume")
+@router.post("/api/jobs/{tenant}/{name:path}/resume")
 async def resume_job(request: Request, tenant: str, name: str, who: Writer) -> dict[str, Any]:
     """Resume a paused job at its next future slot."""
     result: dict[str, Any] = await _control(request, who, "resume", tenant, name)
     return result
 
 
-@router.post("/api/jobs/{tenant}/{name}/trigger")
+@router.post("/api/jobs/{tenant}/{name:path}/trigger")
 async def trigger_job(request: Request, tenant: str, name: str, who: Writer) -> dict[str, Any]:
     """Run the job now, keeping its schedule (409 while it runs)."""
     result: dict[str, Any] = await _control(request, who, "trigger", tenant, name)

@@ -62,7 +62,7 @@ async def list_runs(
     }
 
 
-@router.get("/api/jobs/{tenant}/{name}/run")
+@router.get("/api/jobs/{tenant}/{name:path}/run")
 async def show_run(
     who: Reader,
     request: Request,

@@ -23,10 +23,10 @@ LAG_WINDOW_S = 3600.0
 @router.get("/api/status")
 async def status(request: Request, who: Reader) -> dict[str, Any]:
     """Members by zone, shard coverage, backlog, fire lag, outcomes (every tenant's, so a
-    token scoped to a tenant gets 403)."""
+    token scoped to a tenant gets 403); ``holders`` maps each held shard to its node."""
     unscoped(who)
     found = await collect(state_of(request).pool.settings)
-    return found.to_json()
+    return {**found.to_json(), "holders": {str(s): n for s, n in sorted(found.holders.items())}}
 
 
 @router.get("/api/lag")
