@@ -73,6 +73,9 @@ async def list_tokens(store: JobStore, as_json: bool) -> None:
     if as_json:
         emit_json([t.to_json() for t in found])
         return
+    if not found:
+        click.echo("no tokens")
+        return
     rows = [["NAME", "ROLE", "TENANT", "CREATED", "EXPIRES", "LAST USED"]]
     for t in found:
         rows.append(
@@ -86,8 +89,6 @@ async def list_tokens(store: JobStore, as_json: bool) -> None:
             ]
         )
     table(rows)
-    if not found:
-        click.echo("no tokens")
 
 
 @tokens.command("revoke")
@@ -110,11 +111,12 @@ async def audit(store: JobStore, tenant: str | None, limit: int, as_json: bool) 
     if as_json:
         emit_json([e.to_json() for e in found])
         return
+    if not found:
+        click.echo("no audit entries")
+        return
     rows = [["AT", "TOKEN", "ACTION", "TENANT", "JOB", "SOURCE"]]
     for e in found:
         rows.append(
             [iso(e.at) or "-", e.token, e.action, e.tenant or "-", e.job or "-", e.source or "-"]
         )
     table(rows)
-    if not found:
-        click.echo("no audit entries")

@@ -64,8 +64,10 @@ def _refuse_limited(limiter: FailureLimiter, source: str) -> None:
         )
 
 
-async def check_token(request: Request, secret: str | None) -> TokenInfo:
-    """The live token ``secret`` names; 401 (counted against the source) if none."""
+async def check_token(request: Request, secret: str | None, *, cookie: bool = False) -> TokenInfo:
+    """The live token ``secret`` names, else 401. A token presented and refused counts
+    against the source address (none presented is not a guess); a refused session cookie
+    is cleared, so a stale one does not count again at every page load."""
     state = state_of(request)
     source = source_of(request)
     _refuse_limited(state.limiter, source)
@@ -74,11 +76,15 @@ async def check_token(request: Request, secret: str | None) -> TokenInfo:
         async with state.pool.store() as store:
             info = await store.access.authenticate(token_hash(secret))
     if info is None:
-        state.limiter.failed(source)
+        headers = {"WWW-Authenticate": "Bearer"}
+        if secret:
+            state.limiter.failed(source)
+        if cookie:
+            headers["Set-Cookie"] = (
+                f"{SESSION_COOKIE}=; Max-Age=0; Path=/; HttpOnly; SameSite=Strict"
+            )
         raise HTTPException(
-            401,
-            "a valid token is needed (Authorization: Bearer ...)",
-            headers={"WWW-Authenticate": "Bearer"},
+            401, "a valid token is needed (Authorization: Bearer ...)", headers=headers
         )
     return info
 
@@ -88,7 +94,7 @@ def need(role: str) -> Callable[[Request], Awaitable[Principal]]:
 
     async def dependency(request: Request) -> Principal:
         secret, from_cookie = _presented(request)
-        info = await check_token(request, secret)
+        info = await check_token(request, secret, cookie=from_cookie)
         assert secret is not None
         if (
             from_cookie

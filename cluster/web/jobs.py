@@ -14,7 +14,7 @@ from fastapi import APIRouter, HTTPException, Query, Request, Response
 
 from cluster.errors import InvalidInput
 from cluster.jobfile import specs_of
-from cluster.jobspec import JobSpec
+from cluster.jobspec import DEFAULT_TENANT, JobSpec
 from cluster.web.audit import record
 from cluster.web.auth import Principal, Reader, Writer
 from cluster.web.bodies import decode_cursor, encode_cursor, json_body, json_object
@@ -112,9 +112,10 @@ async def apply_jobs(request: Request, who: Writer) -> dict[str, Any]:
     await _check_handlers(request, specs, many=True)
     async with state_of(request).pool.store(who.scope) as store, store.transaction():
         result = await store.apply(specs)
-        for verb, labels in (("create", result.created), ("update", result.updated)):
-            for spec in specs:
-                label = spec.name if spec.tenant == "default" else f"{spec.tenant}/{spec.name}"
+        changed = {"create": set(result.created), "update": set(result.updated)}
+        for spec in specs:
+            label = spec.name if spec.tenant == DEFAULT_TENANT else f"{spec.tenant}/{spec.name}"
+            for verb, labels in changed.items():
                 if label in labels:
                     await record(store, who, verb, spec.tenant, spec.name, "apply")
     return {

@@ -369,6 +369,23 @@ def test_a_console_session_needs_the_csrf_token_to_change_anything(api: Api) -> 
         assert "secure" in behind.headers["set-cookie"].lower()
 
 
+def test_a_revoked_token_ends_its_console_session(api: Api) -> None:
+    secret = make_token(api.settings, "short-lived", "read")
+    with httpx.Client(base_url=api.web.url) as browser:
+        assert browser.post("/console/session", json={"token": secret}).status_code == 200
+        assert browser.get("/api/jobs").status_code == 200
+
+        async def revoke() -> None:
+            async with JobStore.open(api.settings) as store:
+                await store.access.revoke_token("short-lived")
+
+        asyncio.run(revoke())
+        ended = browser.get("/console/session")
+        assert ended.status_code == 401
+        assert "max-age=0" in ended.headers["set-cookie"].lower(), "the stale cookie is cleared"
+        assert "pulse_session" not in browser.cookies
+
+
 def test_every_change_leaves_an_audit_row(api: Api) -> None:
     api.set_config("api.handlers", "billing.*:*")
     with api.as_("write") as client:
@@ -424,6 +441,8 @@ def test_failed_authentications_are_rate_limited_per_address(
     asyncio.run(init())
     good = make_token(settings, "good", "read")
     with web_process(settings, tmp_path, "--auth-failures", "3", "--auth-window", "1h") as web:
+        with web.client() as anonymous:  # no token presented: not a guess, not counted
+            assert [anonymous.get("/api/jobs").status_code for _ in range(5)] == [401] * 5
         with web.client("pulse_wrong") as bad:
             assert [bad.get("/api/jobs").status_code for _ in range(3)] == [401] * 3
             limited = bad.get("/api/jobs")
