@@ -31,7 +31,6 @@ class StorePool:
             max_size=max_size,
             open=False,
             timeout=CONNECT_TIMEOUT_S,
-            check=AsyncConnectionPool.check_connection,
         )
 
     async def open(self) -> None:

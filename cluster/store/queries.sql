@@ -1048,6 +1048,9 @@ SELECT x.* FROM (
      FROM runs r
      WHERE (%(scope)s::text IS NULL OR r.tenant_id = %(scope)s)
        AND (%(job_name)s::text IS NULL OR r.job_name = %(job_name)s)
+       -- One job's runs by UNIQUE (job_id, scheduled_for), not by scanning runs_recent.
+       AND (%(job_name)s::text IS NULL OR %(tenant_id)s::text IS NULL OR r.job_id = (
+            SELECT id FROM jobs WHERE tenant_id = %(tenant_id)s AND name = %(job_name)s))
        AND (%(tenant_id)s::text IS NULL OR r.tenant_id = %(tenant_id)s)
        AND (%(status)s::text IS NULL OR r.status = %(status)s)
        AND (%(since)s::timestamptz IS NULL OR r.scheduled_for >= %(since)s)
