@@ -1021,18 +1021,27 @@ LIMIT %(limit)s;
 
 -- name: runs_page
 -- One page of the run history, newest slot first, before the cursor (slot, id): run rows,
--- and the attempts in flight as 'running' (as list_runs reads them).
+-- and the attempts in flight as 'running' (as list_runs reads them). Those are found as
+-- recovery finds them, by a probe of the due index per shard (a running job was due by its
+-- claim), not by reading every job (bench/web.py).
 WITH live AS (
     SELECT r.id, j.id AS job_id, j.tenant_id, j.name AS job_name, j.slot_at AS scheduled_for,
            j.attempt, j.locked_by AS node_id, j.locked_zone AS zone, 'running'::text AS status,
            j.locked_at AS started_at, NULL::timestamptz AS finished_at,
            NULL::float8 AS duration_s, r.last_error
-    FROM jobs j
+    FROM generate_series(0, (SELECT value::int - 1 FROM meta WHERE key = 'shard_count'))
+        AS s(shard)
+    -- OFFSET 0 keeps the probe per shard: flattened, the planner reads every job instead.
+    CROSS JOIN LATERAL (
+        SELECT j.* FROM jobs j
+        WHERE j.shard_id = s.shard AND j.next_run_at <= now() + interval '1 minute'
+          AND j.status = 'running'
+          AND (%(scope)s::text IS NULL OR j.tenant_id = %(scope)s)
+          AND (%(job_name)s::text IS NULL OR j.name = %(job_name)s)
+          AND (%(tenant_id)s::text IS NULL OR j.tenant_id = %(tenant_id)s)
+        OFFSET 0
+    ) AS j
     LEFT JOIN runs r ON r.job_id = j.id AND r.scheduled_for = j.slot_at
-    WHERE j.status = 'running'
-      AND (%(scope)s::text IS NULL OR j.tenant_id = %(scope)s)
-      AND (%(job_name)s::text IS NULL OR j.name = %(job_name)s)
-      AND (%(tenant_id)s::text IS NULL OR j.tenant_id = %(tenant_id)s)
 )
 SELECT x.* FROM (
     (SELECT l.* FROM live l

@@ -78,9 +78,22 @@ class Console:
     def find(self, css: str) -> list[object]:
         return list(self.browser.find_elements(By.CSS_SELECTOR, css))
 
+    # Read in one script call: the overview redraws itself, so a handle found by one call
+    # can be stale by the next.
     def text(self, css: str) -> str:
-        found = self.browser.find_elements(By.CSS_SELECTOR, css)
-        return str(found[0].text) if found else ""
+        script = "const e = document.querySelector(arguments[0]); return e ? e.innerText : '';"
+        return str(self.browser.execute_script(script, css))
+
+    def count(self, css: str) -> int:
+        script = "return document.querySelectorAll(arguments[0]).length;"
+        return int(self.browser.execute_script(script, css))
+
+    def attributes(self, css: str, name: str) -> list[str]:
+        script = (
+            "return Array.from(document.querySelectorAll(arguments[0]))"
+            ".map(e => e.getAttribute(arguments[1]));"
+        )
+        return list(self.browser.execute_script(script, css, name))
 
     def sign_in(self) -> None:
         self.open("")
@@ -145,12 +158,11 @@ def _allow(settings: ClusterSettings) -> None:
 
 def test_the_overview_shows_three_nodes_in_three_zones(console: Console) -> None:
     console.open("#/overview")
-    wait_until(lambda: len(console.find("tr.member")) == 3, 20, "three members")
-    zones = {z.get_attribute("data-zone") for z in console.find("section.zone")}
-    assert zones == {"zone-a", "zone-b", "zone-c"}
+    wait_until(lambda: console.count("tr.member") == 3, 20, "three members")
+    assert set(console.attributes("section.zone", "data-zone")) == {"zone-a", "zone-b", "zone-c"}
     wait_until(lambda: "Healthy" in console.text("#health"), 30, "every shard held")
-    assert len(console.find(".shards li")) == 16
-    assert console.find("svg.chart polyline.p99") or "No run" in console.text("#lag")
+    assert console.count(".shards li") == 16
+    assert console.count("svg.chart polyline.p99") or "No run" in console.text("#lag")
     path = screenshot(console.browser, "overview")
     if os.environ.get("PULSE_UPDATE_SCREENSHOTS") == "1":
         shutil.copy(path, REPO / "docs" / "images" / "console-overview.png")
@@ -161,20 +173,20 @@ def test_run_now_shows_the_run_and_pause_changes_the_status(console: Console) ->
     link = wait_until(lambda: console.find("a.job-link"), 20, "the job in the list")[0]
     link.click()
     wait_until(lambda: console.text("#job-name") == "nightly", 20, "the job's page")
-    assert len(console.find("#next-slots tbody tr")) == 5
-    assert not console.find("#job-runs tbody tr")
+    assert console.count("#next-slots tbody tr") == 5
+    assert not console.count("#job-runs tbody tr")
     console.find("#do-trigger")[0].click()
-    wait_until(lambda: console.find("#job-runs tbody tr.run"), 60, "the triggered run")
+    wait_until(lambda: console.count("#job-runs tbody tr.run"), 60, "the triggered run")
     console.find("#do-pause")[0].click()
     wait_until(lambda: console.text("#job-status") == "paused", 20, "the paused status")
     assert console.find("#do-resume:not([disabled])")
     screenshot(console.browser, "job")
 
     console.open("#/runs?job=nightly")
-    wait_until(lambda: len(console.find("#runs tbody tr")) == 1, 20, "the runs page")
+    wait_until(lambda: console.count("#runs tbody tr") == 1, 20, "the runs page")
     with console.api() as api:
         assert api.post("/api/jobs/default/nightly/trigger").status_code == 200
-    wait_until(lambda: len(console.find("#runs tbody tr")) == 2, 60, "a new run, no reload")
+    wait_until(lambda: console.count("#runs tbody tr") == 2, 60, "a new run, no reload")
     screenshot(console.browser, "runs")
 
 
@@ -192,6 +204,6 @@ def test_a_name_that_looks_like_markup_is_shown_as_text(console: Console) -> Non
 
 def test_the_audit_page_lists_the_changes(console: Console) -> None:
     console.open("#/audit")
-    wait_until(lambda: console.find("#audit tbody tr"), 20, "audit rows")
+    wait_until(lambda: console.count("#audit tbody tr"), 20, "audit rows")
     assert "create" in console.text("#audit")
     screenshot(console.browser, "audit")
