@@ -321,6 +321,21 @@ def test_runs_are_listed_a_page_at_a_time_with_filters(api: Api) -> None:
         for params in ({"since": "yesterday"}, {"status": "great"}, {"cursor": "eA"}):
             assert client.get("/api/runs", params=params).status_code == 422, params
 
+    # An attempt in flight (as a claim leaves its job row) is listed first, as running.
+    api.sql(
+        "UPDATE jobs SET status = 'running', slot_at = %s, next_run_at = now(), "
+        "locked_by = 'node-x', locked_at = now() WHERE name = 'runner'",
+        (base + timedelta(minutes=10),),
+    )
+    with api.as_("read") as client:
+        for params in ({"job": "runner"}, {"job": "runner", "tenant": "runs"}, {}):
+            first = client.get("/api/runs", params={**params, "limit": 1}).json()["runs"][0]
+            assert (first["job"], first["status"], first["node_id"]) == (
+                "runner",
+                "running",
+                "node-x",
+            ), params
+
 
 def test_status_and_schedule(api: Api) -> None:
     with api.as_("read") as client:
