@@ -148,6 +148,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     db = BenchDatabase.new()
     asyncio.run(db.create())
+    print(f"database {db.name} (dropped at the end)")
     settings = db.cluster("pulse", "web")
     process = None
     try:
