@@ -122,7 +122,11 @@ function lagChart(minutes) {
     el("text", { svg: true, x: pad, y: height - 6 }, "-60 min"),
     el("text", { svg: true, x: width - 30, y: height - 6 }, "now"),
     el("polyline", { svg: true, class: "p50", points: line("p50_s") }),
-    el("polyline", { svg: true, class: "p99", points: line("p99_s") }));
+    el("polyline", { svg: true, class: "p99", points: line("p99_s") }),
+    minutes.flatMap((m) => [
+      el("circle", { svg: true, class: "p50", cx: x(m.minute).toFixed(1), cy: y(m.p50_s || 0).toFixed(1), r: 2.5 }),
+      el("circle", { svg: true, class: "p99", cx: x(m.minute).toFixed(1), cy: y(m.p99_s || 0).toFixed(1), r: 2.5 }),
+    ]));
 }
 
 function colour(index) { return `hsl(${(index * 67) % 360} 55% 38%)`; }
@@ -165,7 +169,7 @@ async function overview() {
     el("h2", {}, "Backlog"),
     el("p", { id: "backlog" }, `${st.backlog_due} due jobs`, st.backlog_due ? `, oldest ${ms(st.backlog_oldest_s)} late` : ""),
     el("h2", {}, "Fire lag, last hour"),
-    el("p", { class: "legend" }, `Last minute: p50 ${ms(st.lag_p50_s)}, p99 ${ms(st.lag_p99_s)} (${st.lag_samples} runs). Solid: p50; dashed: p99.`),
+    el("p", { class: "legend" }, `Last minute: p50 ${ms(st.lag_p50_s)}, p99 ${ms(st.lag_p99_s)} (${st.lag_samples} runs). Blue, solid: p50; red, dashed: p99.`),
     lag.minutes.length ? lagChart(lag.minutes) : el("p", { id: "lag" }, "No run started in the last hour."),
     el("h2", {}, "Run outcomes, last hour"),
     el("dl", { class: "facts", id: "outcomes" }, Object.entries(o).map(([k, v]) => [el("dt", {}, k.replace("_", " ")), el("dd", { class: `status-${k}` }, v)])),
