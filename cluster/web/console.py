@@ -81,7 +81,8 @@ async def session(who: Reader) -> dict[str, Any]:
 
 
 @router.delete("/console/session", status_code=204)
-async def sign_out(response: Response, who: Reader) -> Response:
+async def sign_out(who: Reader) -> Response:
+    """End the session: the cookie is cleared (the token itself stays valid)."""
     response = Response(status_code=204)
     response.delete_cookie(SESSION_COOKIE, path="/", httponly=True, samesite="strict")
     return response

@@ -377,6 +377,10 @@ def test_a_console_session_needs_the_csrf_token_to_change_anything(api: Api) -> 
         ok = browser.post("/api/jobs/default/csrf/pause", headers={"X-CSRF-Token": csrf})
         assert ok.status_code == 200 and ok.json()["status"] == "paused"
         assert browser.get("/console/session").json()["name"] == "deployer"
+        assert browser.delete("/console/session").status_code == 403, "sign-out needs it too"
+        out = browser.delete("/console/session", headers={"X-CSRF-Token": csrf})
+        assert out.status_code == 204 and "pulse_session" not in browser.cookies
+        assert browser.get("/api/jobs").status_code == 401
     with httpx.Client(base_url=api.web.url) as tls:
         behind = tls.post(
             "/console/session", json={"token": secret}, headers={"X-Forwarded-Proto": "https"}
