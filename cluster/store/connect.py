@@ -44,12 +44,14 @@ async def connect(
     try:
         return await psycopg.AsyncConnection.connect(
             settings.database_url,
-            autocommit=autocommit,
-            row_factory=dict_row,
-            prepare_threshold=prepare_threshold,
-            application_name=application_name[:63],
-            connect_timeout=CONNECT_TIMEOUT_S,
-            options=_options(settings, statement_timeout_s, idle_session_timeout_s),
+            **connect_kwargs(
+                settings,
+                application_name,
+                statement_timeout_s=statement_timeout_s,
+                idle_session_timeout_s=idle_session_timeout_s,
+                autocommit=autocommit,
+                prepare_threshold=prepare_threshold,
+            ),
         )
     except psycopg.Error as exc:
         raise StoreError(cannot_connect(settings, exc)) from exc
@@ -84,6 +86,30 @@ def _options(
 
 def cannot_connect(settings: ClusterSettings, exc: BaseException) -> str:
     return f"cannot connect to Postgres at {mask_url(settings.database_url)}: {_first_line(exc)}"
+
+
+def connect_kwargs(
+    settings: ClusterSettings,
+    application_name: str,
+    *,
+    statement_timeout_s: float = 30.0,
+    idle_session_timeout_s: float | None = None,
+    autocommit: bool = True,
+    prepare_threshold: int | None = None,
+) -> dict[str, Any]:
+    """The connection arguments of ``connect`` (a pool opens its connections with them)."""
+    options = f"-c search_path={settings.schema},public -c TimeZone=UTC"
+    options += f" -c statement_timeout={int(statement_timeout_s * 1000)}"
+    if idle_session_timeout_s is not None:
+        options += f" -c idle_session_timeout={int(idle_session_timeout_s * 1000)}"
+    return {
+        "autocommit": autocommit,
+        "row_factory": dict_row,
+        "application_name": application_name[:63],
+        "connect_timeout": CONNECT_TIMEOUT_S,
+        "options": options,
+        "prepare_threshold": prepare_threshold,
+    }
 
 
 @asynccontextmanager

@@ -20,16 +20,18 @@ from typing import Any
 import psycopg
 from psycopg.types.json import Jsonb
 
-from cluster.errors import InvalidInput, NotFound, NotRunning, StoreError
+from cluster.errors import Conflict, InvalidInput, NotFound, NotRunning, StoreError
 from cluster.jobspec import DEFAULT_TENANT, JobSpec, check_text
-from cluster.models import Job, Run
+from cluster.models import Job, Run, iso
 from cluster.retention import Retention
 from cluster.settings import ClusterSettings
 from cluster.store import config as cluster_config
 from cluster.store import pruning
+from cluster.store.access import Access
 from cluster.store.connect import Conn, connect, connection, describe
 from cluster.store.migrate import InitResult, migrate, stored_shard_count
 from cluster.store.notify import CANCEL_PREFIX
+from cluster.store.pages import Pages
 from cluster.store.pruning import PruneResult
 from cluster.store.queries import query
 from ring import shard_for
@@ -109,10 +111,25 @@ class CancelRequest:
 
 
 class JobStore:
-    def __init__(self, conn: Conn, settings: ClusterSettings) -> None:
+    """``scope``: the one tenant this store reads and changes (an API token's), else all;
+    every statement on a job filters by it (``%(scope)s`` in queries.sql)."""
+
+    def __init__(self, conn: Conn, settings: ClusterSettings, *, scope: str | None = None) -> None:
         self._conn = conn
         self.settings = settings
+        self.scope = scope
         self._shards: int | None = None
+        self.access = Access(conn)
+        self.pages = Pages(conn, scope)
+
+    @asynccontextmanager
+    async def transaction(self) -> AsyncIterator[None]:
+        """One transaction around several calls (a change and its audit row)."""
+        try:
+            async with self._conn.transaction():
+                yield
+        except psycopg.Error as exc:
+            raise StoreError(describe(exc)) from exc
 
     @classmethod
     @asynccontextmanager
@@ -136,6 +153,10 @@ class JobStore:
     async def config(self) -> list[tuple[str, str, datetime]]:
         """The cluster's stored settings (``pulse config show``): (key, value, updated_at)."""
         return await cluster_config.config_rows(self._conn)
+
+    async def config_values(self) -> dict[str, str]:
+        """The stored settings as {key: value}."""
+        return await cluster_config.read_config(self._conn)
 
     async def set_config(self, key: str, value: str) -> str:
         """Set a cluster setting (``pulse config set``); returns the value as stored.
@@ -173,7 +194,7 @@ class JobStore:
                 params = self._params(spec, shards, await self.db_now(now))
                 row = await self._one("upsert_job", {**params, "replace": False})
                 if row is None:
-                    raise InvalidInput(
+                    raise Conflict(
                         "name",
                         f"a job named {spec.name!r} already exists in tenant {spec.tenant!r}",
                     )
@@ -289,7 +310,7 @@ class JobStore:
         row = await self._one("trigger_job", {"tenant_id": tenant, "name": name, "now": now})
         if row is None:
             job = await self.get(name, tenant)  # raises NotFound
-            raise InvalidInput("name", f"{job.name!r} is running now; trigger it when it ends")
+            raise Conflict("name", f"{job.name!r} is running now; trigger it when it ends")
         await self._notify(row["shard_id"])
         return await self.get(name, tenant)
 
@@ -344,6 +365,21 @@ class JobStore:
         if row is None:
             raise NotFound(f"no job named {name!r} in tenant {tenant!r}")
         return Job.from_row(row)
+
+    async def details(
+        self, name: str, tenant: str = DEFAULT_TENANT, *, slots: int = 5, runs: int = 5
+    ) -> dict[str, Any]:
+        """What ``pulse jobs show --json`` prints: the job, its next slots, its latest runs."""
+        job = await self.get(name, tenant)
+        now = await self.db_now()
+        upcoming = job.parsed_schedule().next_n(max(job.next_run_at or now, now), slots)
+        if job.status == "idle" and job.next_run_at and job.next_run_at not in upcoming:
+            upcoming = [job.next_run_at, *upcoming[: slots - 1]]
+        recent = await self.runs(job=job.name, tenant=job.tenant, limit=runs)
+        data = job.to_json()
+        data["next_slots"] = [iso(s) for s in upcoming]
+        data["recent_runs"] = [r.to_json() for r in recent]
+        return data
 
     async def jobs(self, tenant: str | None = None) -> list[Job]:
         rows = await self._all("list_jobs", {"tenant_id": tenant})
@@ -429,6 +465,7 @@ class JobStore:
         await self._notify(row["shard_id"])
 
     async def _one(self, name: str, params: dict[str, Any]) -> dict[str, Any] | None:
+        params = {"scope": self.scope, **params}
         _check_params(params)
         try:
             cur = await self._conn.execute(query(name), params)
@@ -439,6 +476,7 @@ class JobStore:
             raise StoreError(describe(exc)) from exc
 
     async def _all(self, name: str, params: dict[str, Any]) -> list[dict[str, Any]]:
+        params = {"scope": self.scope, **params}
         _check_params(params)
         try:
             cur = await self._conn.execute(query(name), params)

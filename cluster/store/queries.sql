@@ -81,10 +81,14 @@ WHERE (%(tenant_id)s::text IS NULL OR tenant_id = %(tenant_id)s)
 ORDER BY tenant_id, name;
 
 -- name: get_job
-SELECT * FROM jobs WHERE tenant_id = %(tenant_id)s AND name = %(name)s;
+-- %(scope)s: the tenant an API token is scoped to, else NULL (here and below).
+SELECT * FROM jobs WHERE tenant_id = %(tenant_id)s AND name = %(name)s
+    AND (%(scope)s::text IS NULL OR tenant_id = %(scope)s);
 
 -- name: lock_job
-SELECT * FROM jobs WHERE tenant_id = %(tenant_id)s AND name = %(name)s FOR UPDATE;
+SELECT * FROM jobs WHERE tenant_id = %(tenant_id)s AND name = %(name)s
+    AND (%(scope)s::text IS NULL OR tenant_id = %(scope)s)
+FOR UPDATE;
 
 -- name: pause_job
 UPDATE jobs SET
@@ -95,6 +99,7 @@ UPDATE jobs SET
                        ELSE '9999-01-01Z'::timestamptz END,
     updated_at = now()
 WHERE tenant_id = %(tenant_id)s AND name = %(name)s
+  AND (%(scope)s::text IS NULL OR tenant_id = %(scope)s)
 RETURNING id, shard_id, status;
 
 -- name: resume_job
@@ -110,6 +115,7 @@ UPDATE jobs SET
     attempt = CASE WHEN status = 'paused' THEN 1 ELSE attempt END,
     updated_at = now()
 WHERE tenant_id = %(tenant_id)s AND name = %(name)s
+  AND (%(scope)s::text IS NULL OR tenant_id = %(scope)s)
 RETURNING id, shard_id, status;
 
 -- name: trigger_job
@@ -124,6 +130,7 @@ UPDATE jobs SET
     updated_at = n.t
 FROM (SELECT coalesce(%(now)s::timestamptz, now()) AS t) AS n
 WHERE tenant_id = %(tenant_id)s AND name = %(name)s AND status <> 'running'
+  AND (%(scope)s::text IS NULL OR tenant_id = %(scope)s)
 RETURNING id, shard_id, slot_at;
 
 -- name: cancel_job
@@ -136,7 +143,9 @@ WHERE tenant_id = %(tenant_id)s AND name = %(name)s AND status = 'running'
 RETURNING id, shard_id, slot_at, attempt, lease_token, locked_by, overlap;
 
 -- name: remove_job
-DELETE FROM jobs WHERE tenant_id = %(tenant_id)s AND name = %(name)s RETURNING id, shard_id;
+DELETE FROM jobs WHERE tenant_id = %(tenant_id)s AND name = %(name)s
+    AND (%(scope)s::text IS NULL OR tenant_id = %(scope)s)
+RETURNING id, shard_id;
 
 -- name: remove_jobs_except
 DELETE FROM jobs
@@ -197,6 +206,7 @@ LIMIT %(limit)s;
 -- are found by job id, on UNIQUE (job_id, scheduled_for) (tests/integration/test_run_output.py).
 WITH job AS (
     SELECT j.* FROM jobs j WHERE j.tenant_id = %(tenant_id)s AND j.name = %(job_name)s
+        AND (%(scope)s::text IS NULL OR j.tenant_id = %(scope)s)
 )
 SELECT x.* FROM (
     SELECT r.id, j.id AS job_id, j.tenant_id, j.name AS job_name, j.slot_at AS scheduled_for,
@@ -1243,3 +1253,131 @@ SELECT id, tenant_id, name, slot_at, late_s FROM marked;
 -- name: lock_job_sync
 -- Held until the syncing transaction ends: nodes started together sync jobs in turn.
 SELECT pg_advisory_xact_lock(hashtext('pulse.sync-jobs'), hashtext(%(schema)s));
+
+-- web
+-- API tokens, the audit trail and the pages the HTTP API reads (cluster/web/,
+-- docs/design/web.md). A tenant-scoped token's reads and writes carry %(scope)s, so the
+-- tenant scope is enforced by the statement itself.
+
+-- name: token_insert
+INSERT INTO api_tokens (name, role, tenant_id, hash, expires_at)
+VALUES (%(name)s, %(role)s, %(tenant_id)s, %(hash)s,
+        coalesce(%(now)s::timestamptz, now()) + make_interval(secs => %(expires_s)s))
+ON CONFLICT (name) DO NOTHING
+RETURNING name, role, tenant_id, created_at, expires_at, last_used_at;
+
+-- name: token_list
+SELECT name, role, tenant_id, created_at, expires_at, last_used_at
+FROM api_tokens ORDER BY name;
+
+-- name: token_revoke
+DELETE FROM api_tokens WHERE name = %(name)s RETURNING name;
+
+-- name: token_authenticate
+-- The live token with this hash; its last use is stamped at most once a minute.
+WITH t AS (
+    SELECT name, role, tenant_id, last_used_at FROM api_tokens
+    WHERE hash = %(hash)s AND (expires_at IS NULL OR expires_at > now())
+), touched AS (
+    UPDATE api_tokens a SET last_used_at = now()
+    FROM t
+    WHERE a.name = t.name
+      AND (t.last_used_at IS NULL OR t.last_used_at < now() - interval '1 minute')
+)
+SELECT name, role, tenant_id FROM t;
+
+-- name: audit_insert
+INSERT INTO api_audit (token_name, action, tenant_id, job_name, source, detail)
+VALUES (%(token_name)s, %(action)s, %(tenant_id)s, %(job_name)s, %(source)s, %(detail)s);
+
+-- name: audit_list
+SELECT id, at, token_name, action, tenant_id, job_name, source, detail
+FROM api_audit
+WHERE (%(scope)s::text IS NULL OR tenant_id = %(scope)s)
+  AND (%(before)s::bigint IS NULL OR id < %(before)s)
+ORDER BY id DESC
+LIMIT %(limit)s;
+
+-- name: jobs_page
+-- One page of jobs by (tenant, name) after the cursor; q matches the name or the handler.
+SELECT * FROM jobs
+WHERE (%(scope)s::text IS NULL OR tenant_id = %(scope)s)
+  AND (%(tenant_id)s::text IS NULL OR tenant_id = %(tenant_id)s)
+  AND (%(status)s::text IS NULL OR status = %(status)s)
+  AND (%(q)s::text IS NULL OR strpos(lower(name), lower(%(q)s)) > 0
+       OR strpos(lower(handler), lower(%(q)s)) > 0)
+  AND (%(after_tenant)s::text IS NULL
+       OR (tenant_id, name) > (%(after_tenant)s::text, %(after_name)s::text))
+ORDER BY tenant_id, name
+LIMIT %(limit)s;
+
+-- name: runs_page
+-- One page of the run history, newest slot first, before the cursor (slot, id): run rows,
+-- and the attempts in flight as 'running' (as list_runs reads them). Those are found as
+-- recovery finds them, by a probe of the due index per shard (a running job was due by its
+-- claim), not by reading every job (bench/web.py).
+WITH live AS (
+    SELECT r.id, j.id AS job_id, j.tenant_id, j.name AS job_name, j.slot_at AS scheduled_for,
+           j.attempt, j.locked_by AS node_id, j.locked_zone AS zone, 'running'::text AS status,
+           j.locked_at AS started_at, NULL::timestamptz AS finished_at,
+           NULL::float8 AS duration_s, r.last_error
+    FROM generate_series(0, (SELECT value::int - 1 FROM meta WHERE key = 'shard_count'))
+        AS s(shard)
+    -- OFFSET 0 keeps the probe per shard: flattened, the planner reads every job instead.
+    CROSS JOIN LATERAL (
+        SELECT j.* FROM jobs j
+        WHERE j.shard_id = s.shard AND j.next_run_at <= now() + interval '1 minute'
+          AND j.status = 'running'
+          AND (%(scope)s::text IS NULL OR j.tenant_id = %(scope)s)
+          AND (%(job_name)s::text IS NULL OR j.name = %(job_name)s)
+          AND (%(tenant_id)s::text IS NULL OR j.tenant_id = %(tenant_id)s)
+        OFFSET 0
+    ) AS j
+    LEFT JOIN runs r ON r.job_id = j.id AND r.scheduled_for = j.slot_at
+)
+SELECT x.* FROM (
+    (SELECT l.* FROM live l
+     WHERE (%(status)s::text IS NULL OR %(status)s = 'running')
+       AND (%(since)s::timestamptz IS NULL OR l.scheduled_for >= %(since)s)
+       AND (%(before_at)s::timestamptz IS NULL
+            OR (l.scheduled_for, coalesce(l.id, 0)) < (%(before_at)s, %(before_id)s::bigint))
+     ORDER BY l.scheduled_for DESC, l.id DESC
+     LIMIT %(limit)s)
+    UNION ALL
+    (SELECT r.id, r.job_id, r.tenant_id, r.job_name, r.scheduled_for, r.attempt, r.node_id,
+            r.zone, r.status, r.started_at, r.finished_at, r.duration_s, r.last_error
+     FROM runs r
+     WHERE (%(scope)s::text IS NULL OR r.tenant_id = %(scope)s)
+       AND (%(job_name)s::text IS NULL OR r.job_name = %(job_name)s)
+       -- One job's runs by UNIQUE (job_id, scheduled_for), not by scanning runs_recent.
+       AND (%(job_name)s::text IS NULL OR %(tenant_id)s::text IS NULL OR r.job_id = (
+            SELECT id FROM jobs WHERE tenant_id = %(tenant_id)s AND name = %(job_name)s))
+       AND (%(tenant_id)s::text IS NULL OR r.tenant_id = %(tenant_id)s)
+       AND (%(status)s::text IS NULL OR r.status = %(status)s)
+       AND (%(since)s::timestamptz IS NULL OR r.scheduled_for >= %(since)s)
+       AND (%(before_at)s::timestamptz IS NULL
+            OR (r.scheduled_for, r.id) < (%(before_at)s, %(before_id)s::bigint))
+       AND r.id NOT IN (SELECT l.id FROM live l WHERE l.id IS NOT NULL)
+     ORDER BY r.scheduled_for DESC, r.id DESC
+     LIMIT %(limit)s)
+) AS x
+ORDER BY x.scheduled_for DESC, x.id DESC NULLS FIRST
+LIMIT %(limit)s;
+
+-- name: lag_series
+-- Fire lag of first attempts per minute over the window (the console's chart).
+WITH clock AS NOT MATERIALIZED (
+    SELECT coalesce(%(now)s::timestamptz, now()) AS t
+)
+SELECT date_trunc('minute', r.started_at) AS minute,
+       percentile_cont(0.5) WITHIN GROUP (
+           ORDER BY extract(epoch FROM r.started_at - r.scheduled_for))::float8 AS p50_s,
+       percentile_cont(0.99) WITHIN GROUP (
+           ORDER BY extract(epoch FROM r.started_at - r.scheduled_for))::float8 AS p99_s,
+       count(*)::int AS samples
+FROM runs r CROSS JOIN clock k
+WHERE r.scheduled_for > k.t - make_interval(secs => %(window_s)s) - interval '1 hour'
+  AND r.started_at > k.t - make_interval(secs => %(window_s)s)
+  AND r.attempt = 1
+GROUP BY 1
+ORDER BY 1;

@@ -198,7 +198,7 @@ async def test_uninitialised_schema_says_run_init(settings: ClusterSettings) -> 
 
 EXPECTED_TABLES = {
     "meta", "schema_version", "jobs", "runs", "config", "alert_rules", "alert_events",
-    "alert_deliveries", "flights",
+    "alert_deliveries", "flights", "api_tokens", "api_audit",
 }  # fmt: skip
 
 # pg_indexes.indexdef with the schema name replaced by "S".
@@ -247,6 +247,13 @@ EXPECTED_INDEXES = {
     "flights_by_shard": (
         "CREATE INDEX flights_by_shard ON S.flights USING btree (shard_id, status, due_at)"
     ),
+    # migration 010: the HTTP API's tokens and audit trail
+    "api_tokens_pkey": "CREATE UNIQUE INDEX api_tokens_pkey ON S.api_tokens USING btree (name)",
+    "api_tokens_hash_key": (
+        "CREATE UNIQUE INDEX api_tokens_hash_key ON S.api_tokens USING btree (hash)"
+    ),
+    "api_audit_pkey": "CREATE UNIQUE INDEX api_audit_pkey ON S.api_audit USING btree (id)",
+    "api_audit_at": "CREATE INDEX api_audit_at ON S.api_audit USING btree (at DESC, id DESC)",
 }
 
 EXPECTED_CONSTRAINTS = {
@@ -268,6 +275,9 @@ EXPECTED_CONSTRAINTS = {
     ),
     ("flights", "PRIMARY KEY (job_id, slot)"),
     ("flights", "FOREIGN KEY (job_id) REFERENCES S.jobs(id) ON DELETE CASCADE"),
+    ("api_tokens", "PRIMARY KEY (name)"),
+    ("api_tokens", "UNIQUE (hash)"),
+    ("api_audit", "PRIMARY KEY (id)"),
 }
 
 # Functions, with their identity arguments.
