@@ -6,6 +6,11 @@ connect timeout and a statement timeout. Sessions run in UTC whatever the server
 ``TimeZone``: Pulse's times print the same everywhere, and psycopg decodes them into
 ``datetime.timezone.utc``, cheaper than a named zone. Job time zones are applied in Python,
 never by the session. Driver errors become ``StoreError`` here.
+
+A URL with a host list (a primary and its standbys) connects only to the server that
+accepts writes unless it says otherwise (``target_session_attrs=read-write`` by default):
+every Pulse connection writes, so after a failover a reconnect finds the new primary
+(docs/design/failover.md).
 """
 
 from __future__ import annotations
@@ -15,10 +20,12 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 import psycopg
+from psycopg.conninfo import make_conninfo
 from psycopg.rows import dict_row
 
 from cluster.errors import StoreError
 from cluster.settings import ClusterSettings, mask_url
+from cluster.urls import is_multi_host
 
 CONNECT_TIMEOUT_S = 5
 
@@ -43,7 +50,7 @@ async def connect(
     """
     try:
         return await psycopg.AsyncConnection.connect(
-            settings.database_url,
+            _conninfo(settings),
             autocommit=autocommit,
             row_factory=dict_row,
             prepare_threshold=prepare_threshold,
@@ -62,7 +69,7 @@ def connect_sync(
     for sync handlers' ``ctx.transaction()``, opened on their thread."""
     try:
         return psycopg.Connection.connect(
-            settings.database_url,
+            _conninfo(settings),
             row_factory=dict_row,
             application_name=application_name[:63],
             connect_timeout=CONNECT_TIMEOUT_S,
@@ -70,6 +77,15 @@ def connect_sync(
         )
     except psycopg.Error as exc:
         raise StoreError(cannot_connect(settings, exc)) from exc
+
+
+def _conninfo(settings: ClusterSettings) -> str:
+    """The URL, with ``target_session_attrs=read-write`` added to a host list that does not
+    choose for itself."""
+    url = settings.database_url
+    if is_multi_host(url) and "target_session_attrs" not in url:
+        return make_conninfo(url, target_session_attrs="read-write")
+    return url
 
 
 def _options(
