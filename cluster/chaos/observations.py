@@ -80,6 +80,9 @@ class FaultRecord:
     ended: float
     bound_s: float
     detail: str = ""
+    # A failover's measured figure: the promotion time (pg-failover), or how long until
+    # every node heartbeated on the new primary (redis-failover).
+    measured_s: float | None = None
 
     @property
     def global_(self) -> bool:

@@ -43,6 +43,8 @@ class FaultRow:
     bound_s: float
     ok: bool
     detail: str
+    measured_s: float | None = None  # a failover's promotion (pg) or settling (redis) time
+    job_gaps: dict[str, float] | None = None  # a failover's gap of every job it touched
 
 
 @dataclass
@@ -109,8 +111,10 @@ def build_report(obs: Observations, settings: Mapping[str, Any]) -> Report:
                 max_unheld_s=round(unheld, 2),
                 reruns=sum(1 for r in reruns if r.fault == index),
                 bound_s=round(fault.bound_s, 1),
-                ok=gap.gap_s <= fault.bound_s and unheld <= fault.bound_s,
+                ok=max(gap.gap_s, unheld, fault.measured_s or 0.0) <= fault.bound_s,
                 detail=fault.detail,
+                measured_s=None if fault.measured_s is None else round(fault.measured_s, 2),
+                job_gaps=gap.per_job if fault.measured_s is not None else None,
             )
         )
     return Report(
@@ -163,6 +167,12 @@ def render_table(report: Report) -> str:
     table = [header, *body]
     widths = [max(len(r[i]) for r in table) for i in range(len(header))]
     lines += ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in table]
+    for row in report.faults:
+        if row.measured_s is not None:
+            lines.append(
+                f"  {row.kind} at +{row.at_s:.1f}s: {row.detail}; longest gap of any job "
+                f"{_secs(row.max_gap_s)} ({row.worst_job or '-'}), bound {row.bound_s:.1f}s"
+            )
     events = report.log_events
     worst = report.max_unheld
     unheld = "none" if worst is None else f"{_secs(worst.duration_s)} (shard {worst.shard})"

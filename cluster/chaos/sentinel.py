@@ -8,8 +8,8 @@ new primary, not Sentinel's own agreement. It notices a dead primary after 1 s
 always is in Redis: the last heartbeats before a failover may be lost, which only delays a
 rebalance (Redis never decides who owns a shard).
 
-Servers run without persistence; a killed primary restarted later comes back empty and the
-sentinel turns it into a replica of the new primary. ``redis-cli`` (from ``redis-tools``)
+Servers run without persistence; a killed primary restarted later comes back empty, as a
+replica of the new primary. ``redis-cli`` (from ``redis-tools``)
 asks the sentinel and the servers their roles: ``cluster.members`` alone imports redis.
 The API is blocking; ``pulse chaos`` calls it from a thread.
 """
@@ -59,7 +59,7 @@ class SentinelSet:
     def start(self) -> None:
         self._server("r1")
         self._server("r2", replica_of=self.ports["r1"])
-        self.wait(lambda: self._role("r2") == "slave" and self._linked("r2"), "r2 to replicate")
+        self.wait(lambda: self.replicating("r2"), "r2 to replicate")
         conf = self.root / "sentinel.conf"
         conf.write_text(
             f"port {self.sentinel_port}\n"
@@ -104,8 +104,11 @@ class SentinelSet:
             proc.wait(10)
 
     def restart(self, name: str) -> None:
-        """Start a killed server again, empty; the sentinel makes it a replica."""
-        self._server(name)
+        """Start a killed server again, empty, as a replica of the current primary (as its
+        host's configuration would, rewritten by Sentinel; Sentinel alone would take a
+        further 10 s or so to convert it)."""
+        primary = self.primary()
+        self._server(name, replica_of=self.ports[primary] if primary else None)
 
     def close(self) -> None:
         for name in list(self._procs):
@@ -146,6 +149,10 @@ class SentinelSet:
         self.kill(old)
         new = self.wait(lambda: self._other_primary(old), f"a primary other than {old}")
         return old, new, time.monotonic() - began
+
+    def replicating(self, name: str) -> bool:
+        """``name`` is a replica with its link to the primary up."""
+        return self._role(name) == "slave" and self._linked(name)
 
     def _other_primary(self, old: str) -> str | None:
         found = self.primary()

@@ -1,0 +1,96 @@
+"""The failover faults of ``pulse chaos`` (pure): which combinations are allowed, their
+bounds, and how the report holds a failover to its measured figure."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from cluster.chaos.observations import Execution, FaultRecord, JobInfo, Observations
+from cluster.chaos.plan import Bounds, _fault, make_plan, parse_kinds
+from cluster.chaos.report import build_report, render_table
+from cluster.errors import InvalidInput
+
+BOUNDS = Bounds(kill_s=5.0, stop_s=9.0, session_timeout_s=4.0)
+NODES = {"n1": "zone-a", "n2": "zone-b"}
+
+
+def test_all_means_the_faults_that_apply() -> None:
+    plain = parse_kinds("all", external=False)
+    assert "pg-failover" not in plain and "redis-failover" not in plain
+    assert "pg-stall" in plain and "redis-restart" in plain
+    ha = parse_kinds("all", external=False, pg_ha=True)
+    assert {"pg-failover", "redis-failover", "zone-kill"} <= set(ha)
+    assert not {"pg-stall", "pg-restart", "redis-cut", "redis-restart"} & set(ha)
+
+
+@pytest.mark.parametrize(
+    ("faults", "external", "pg_ha", "problem"),
+    [
+        ("pg-failover", False, False, "needs --pg-ha"),
+        ("redis-failover", True, False, "own servers"),
+        ("sigkill", True, True, "excludes --external"),
+        ("pg-failover,pg-stall", False, True, "single Postgres"),
+        ("pg-restart", False, True, "single Postgres"),
+        ("redis-failover,redis-cut", False, False, "single Redis"),
+    ],
+)
+def test_failover_faults_refuse_what_cannot_work(
+    faults: str, external: bool, pg_ha: bool, problem: str
+) -> None:
+    with pytest.raises(InvalidInput) as raised:
+        parse_kinds(faults, external=external, pg_ha=pg_ha)
+    assert problem in str(raised.value)
+
+
+def test_failover_faults_and_their_bounds() -> None:
+    assert parse_kinds("pg-failover,redis-failover,zone-kill", external=False, pg_ha=True) == (
+        "pg-failover",
+        "redis-failover",
+        "zone-kill",
+    )
+    rng = random.Random(1)
+    pg = _fault("pg-failover", 3.0, rng, NODES, BOUNDS)
+    assert (pg.targets, pg.label, pg.bound_s) == ((), "postgres", 5.0)  # + promotion, measured
+    redis = _fault("redis-failover", 3.0, rng, NODES, BOUNDS)
+    assert (redis.label, redis.bound_s) == ("redis", BOUNDS.heartbeat_ttl_s + 5.0)
+    plan = make_plan(("pg-failover", "redis-failover"), NODES, 80.0, 3, BOUNDS)
+    assert {f.kind for f in plan} == {"pg-failover", "redis-failover"}
+
+
+def observations(fault: FaultRecord) -> Observations:
+    # One job every second, run at each slot but for a 6 s hole during the fault.
+    slots = [s for s in range(100, 130) if not 111 <= s <= 116]
+    return Observations(
+        jobs={"j": JobInfo("j", 1, "backfill", 0.0, 0)},
+        runs=[],
+        executions=[Execution("j", s * 1000, 1, "n1", s + 0.05) for s in slots],
+        samples=[],
+        faults=[fault],
+        shards=1,
+        window_start=130.0,  # nothing owed in the window: only the gap is under test
+        window_end=129.0,
+        phase_start=100.0,
+        phase_end=130.0,
+        kill_bound_s=5.0,
+    )
+
+
+def test_a_pg_failover_is_held_to_its_promotion_time_plus_the_kill_bound() -> None:
+    ok = FaultRecord("pg-failover", "postgres", (), 110.5, 120.0, 4.0 + 5.0, "n1 killed", 4.0)
+    row = build_report(observations(ok), {}).faults[0]
+    assert (row.max_gap_s, row.measured_s, row.ok) == (pytest.approx(6.0, abs=0.1), 4.0, True)
+    assert row.job_gaps == {"j": pytest.approx(6.0, abs=0.1)}
+    assert "pg-failover at +10.5s: n1 killed; longest gap of any job" in render_table(
+        build_report(observations(ok), {})
+    )
+    short = FaultRecord("pg-failover", "postgres", (), 110.5, 120.0, 0.5 + 5.0, "", 0.5)
+    assert not build_report(observations(short), {}).faults[0].ok
+
+
+def test_a_redis_failover_fails_when_membership_settles_too_late() -> None:
+    late = FaultRecord("redis-failover", "redis", (), 110.5, 120.0, 30.0, "", 31.0)
+    assert not build_report(observations(late), {}).faults[0].ok
+    fine = FaultRecord("redis-failover", "redis", (), 110.5, 120.0, 30.0, "", 4.0)
+    assert build_report(observations(fine), {}).faults[0].ok
