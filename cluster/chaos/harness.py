@@ -62,6 +62,7 @@ class ChaosOptions:
     stop_bound_s: float | None = None  # default: session timeout + kill bound
     external: bool = False
     pg_ha: bool = False  # a pg_auto_failover formation instead of one Postgres server
+    pg_async: bool = False  # ... with asynchronous replication (it can lose commits)
     workdir: Path | None = None
     keep: bool = False
 
@@ -92,6 +93,7 @@ class ChaosOptions:
             "faults": list(self.faults),
             "external": self.external,
             "pg_ha": self.pg_ha,
+            "pg_async": self.pg_async,
             "redis_sentinel": self.sentinel,
         }
 
@@ -144,7 +146,9 @@ class ChaosRun:
             return replace(self._external, schema=f"chaos_{tag}", cluster=f"chaos-{tag}")
         if self.options.pg_ha:
             # Blocking (pg_autoctl, maybe apt-get): off the loop.
-            self._formation = await asyncio.to_thread(PgFormation, self.workdir)
+            self._formation = await asyncio.to_thread(
+                lambda: PgFormation(self.workdir, synchronous=not self.options.pg_async)
+            )
             await asyncio.to_thread(self._formation.start)
             database_url = self._formation.url
         else:
@@ -271,6 +275,7 @@ class ChaosRun:
             node_exits=tuple(fleet.exits),
             poison_job=poison.JOB if "poison-job" in o.faults else None,
             poison_retries=poison.RETRIES,
+            async_replication=o.pg_async,
         )
         report = build_report(obs, o.summary())
         dump(obs, self.workdir)

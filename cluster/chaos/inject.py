@@ -7,7 +7,8 @@ triggered and held until Pulse has recorded its slot, every node it killed resta
 
 A failover kills the primary's host and waits for the standby's promotion (measured); the
 lost server comes back as the new standby after the hold, so the next failover has one.
-A Postgres failover's bound is its measured promotion time + the kill bound; a Redis
+A Postgres failover's bound is its measured promotion time + the kill bound (+ the lease
+with asynchronous replication, docs/design/failover.md); a Redis
 failover's is the heartbeat TTL + the kill bound, held against how long after the kill
 every running node heartbeats on the new primary.
 """
@@ -30,7 +31,12 @@ from cluster.chaos.sentinel import SentinelSet
 from cluster.chaos.servers import PostgresServer, RedisServer, ServerError
 from cluster.errors import MembershipError, PulseError
 from cluster.members import MemberRegistry
-from cluster.settings import DEFAULT_HEARTBEAT_INTERVAL_S, DEFAULT_HEARTBEAT_TTL_S, ClusterSettings
+from cluster.settings import (
+    DEFAULT_HEARTBEAT_INTERVAL_S,
+    DEFAULT_HEARTBEAT_TTL_S,
+    DEFAULT_LEASE_S,
+    ClusterSettings,
+)
 from cluster.store.jobs import JobStore
 
 logger = logging.getLogger(__name__)
@@ -158,7 +164,10 @@ class Injector:
         pg = self._formation
         assert pg is not None
         old, new, promotion_s = await asyncio.to_thread(pg.fail_primary)
-        self._measured = (promotion_s, promotion_s + fault.bound_s)
+        # Asynchronous replication may lose a completion: its slot runs again only once
+        # the lease the new primary still shows has expired.
+        lease_s = 0.0 if pg.synchronous else DEFAULT_LEASE_S
+        self._measured = (promotion_s, promotion_s + fault.bound_s + lease_s)
         await asyncio.sleep(fault.hold_s)
         await asyncio.to_thread(pg.restart, old)
         await asyncio.to_thread(pg.wait, pg.settled, f"{old} to rejoin as a standby")

@@ -5,9 +5,10 @@ Pulse's failover guarantees are tested against a real primary switch, not a simu
 installed when missing) creates a monitor and a primary, then a secondary by base backup,
 with the formation's defaults: one synchronous standby (``synchronous_standby_names`` is
 ``ANY 1 (...)`` while the secondary is up), so a commit acknowledged to a node is on both
-servers. ``pg_autoctl`` refuses to run as root; under root every process runs as the
-``postgres`` user on a folder it owns. Its configuration and state live in the folder too
-(``XDG_*``), never in a home directory.
+servers (``synchronous=False`` takes every node out of the write quorum: asynchronous
+replication, which can lose the last commits). ``pg_autoctl`` refuses to run as root;
+under root every process runs as the ``postgres`` user on a folder it owns. Its
+configuration and state live in the folder too (``XDG_*``), never in a home directory.
 
 Each node's keeper runs in a process group of its own with its Postgres, so ``kill``
 takes a whole host down (killing Postgres alone would only make its keeper restart it).
@@ -79,7 +80,8 @@ class NodeState:
 class PgFormation:
     """A monitor and nodes ``n1`` (the first primary) and ``n2``, each on a free port."""
 
-    def __init__(self, log_dir: Path | None = None) -> None:
+    def __init__(self, log_dir: Path | None = None, *, synchronous: bool = True) -> None:
+        self.synchronous = synchronous
         self.pg_autoctl = ensure_command("pg_autoctl", *PACKAGES)
         self.root = Path(tempfile.mkdtemp(prefix="pulse-pgha-"))
         self.log_dir = log_dir or self.root
@@ -164,7 +166,10 @@ class PgFormation:
         self._configure("monitor", MONITOR_SETTINGS)
         self._spawn("monitor", "run", "--pgdata", str(self.root / "monitor"))
         self._wait_port(self.monitor_port)
-        node = ["--monitor", self.monitor_uri, "--name"]
+        # Asynchronous: no node takes part in the write quorum, so synchronous_standby_names
+        # stays empty and a commit is acknowledged before the standby has it.
+        quorum = "true" if self.synchronous else "false"
+        node = ["--monitor", self.monitor_uri, "--replication-quorum", quorum, "--name"]
         self._run(
             "create", "postgres", *self._common("n1", self.ports["n1"]), *node, "n1", log="n1"
         )

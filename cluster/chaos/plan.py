@@ -71,9 +71,13 @@ class Fault:
         return self.hold_s + SETTLE_S + extra
 
 
-def parse_kinds(text: str, *, external: bool, pg_ha: bool = False) -> tuple[str, ...]:
+def parse_kinds(
+    text: str, *, external: bool, pg_ha: bool = False, pg_async: bool = False
+) -> tuple[str, ...]:
     """The comma list of ``--faults`` (``all`` for every kind that applies); restarts and
     failovers need own servers, ``pg-failover`` needs ``--pg-ha``."""
+    if pg_async and not pg_ha:
+        raise InvalidInput("pg-async", "applies to the formation of --pg-ha only")
     if pg_ha and external:
         raise InvalidInput("pg-ha", "starts its own Postgres formation; it excludes --external")
     wanted = [k.strip() for k in text.split(",") if k.strip()]

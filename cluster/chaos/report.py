@@ -16,6 +16,8 @@ from typing import Any
 from cluster.chaos.failover import Unheld, fault_gaps, unheld_stretches
 from cluster.chaos.observations import Observations
 from cluster.chaos.safety import (
+    CLAIM_LOST,
+    LEASE_LOST,
     PoisonSummary,
     Rerun,
     Violation,
@@ -176,7 +178,8 @@ def render_table(report: Report) -> str:
     events = report.log_events
     worst = report.max_unheld
     unheld = "none" if worst is None else f"{_secs(worst.duration_s)} (shard {worst.shard})"
-    blamed = sum(1 for r in report.reruns if r.fault is not None)
+    blamed = sum(1 for r in report.reruns if r.fault is not None and r.cause == LEASE_LOST)
+    claims_lost = sum(1 for r in report.reruns if r.cause == CLAIM_LOST)
     lines += [
         "",
         f"slots expected        {report.expected_slots} (lost: {len(report.lost)})",
@@ -184,6 +187,11 @@ def render_table(report: Report) -> str:
         f"skipped by catch-up {report.skipped})",
         f"re-runs (lost lease)  {blamed} attributed to faults "
         f"({sum(r.late for r in report.reruns)} witnessed after their successor)",
+        *(
+            [f"claims lost           {claims_lost} (asynchronous replication: run again)"]
+            if claims_lost
+            else []
+        ),
         f"safety violations     {len(report.violations)}",
         f"longest unheld shard  {unheld}",
         f"fenced writes         {events.get('fenced_write', 0)} "

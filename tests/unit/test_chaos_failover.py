@@ -4,10 +4,11 @@ bounds, and how the report holds a failover to its measured figure."""
 from __future__ import annotations
 
 import random
+from dataclasses import replace
 
 import pytest
 
-from cluster.chaos.observations import Execution, FaultRecord, JobInfo, Observations
+from cluster.chaos.observations import Execution, FaultRecord, JobInfo, Observations, RunRecord
 from cluster.chaos.plan import Bounds, _fault, make_plan, parse_kinds
 from cluster.chaos.report import build_report, render_table
 from cluster.errors import InvalidInput
@@ -94,3 +95,43 @@ def test_a_redis_failover_fails_when_membership_settles_too_late() -> None:
     assert not build_report(observations(late), {}).faults[0].ok
     fine = FaultRecord("redis-failover", "redis", (), 110.5, 120.0, 30.0, "", 4.0)
     assert build_report(observations(fine), {}).faults[0].ok
+
+
+def doubled(async_replication: bool, fault_at: float = 111.0) -> Observations:
+    """Slot 110 of job j: attempt 1 ran at 110.05 on n1, and again at 118 on n2 after a
+    pg-failover that began at ``fault_at``."""
+    first_at = 110.05
+    fault = FaultRecord("pg-failover", "postgres", (), fault_at, 125.0, 40.0, "", 5.0)
+    executions = [Execution("j", s * 1000, 1, "n1", s + 0.05) for s in range(100, 110)]
+    executions += [Execution("j", 110_000, 1, "n1", first_at)]
+    executions += [Execution("j", s * 1000, 1, "n2", 118.0) for s in range(110, 119)]
+    last = {e.slot_ms: e for e in executions}
+    runs = [RunRecord("j", slot, 1, e.node, "succeeded", e.at + 0.1) for slot, e in last.items()]
+    return replace(
+        observations(fault),
+        executions=executions,
+        runs=runs,
+        async_replication=async_replication,
+    )
+
+
+def test_an_attempt_run_twice_is_a_violation_with_synchronous_replication() -> None:
+    report = build_report(doubled(False), {})
+    assert [v.kind for v in report.violations] == ["double execution"]
+    assert report.reruns == []
+
+
+def test_a_claim_lost_to_asynchronous_replication_is_attributed_to_the_failover() -> None:
+    report = build_report(doubled(True), {})
+    assert report.violations == []
+    (rerun,) = report.reruns
+    assert (rerun.cause, rerun.fault, rerun.attempts, rerun.nodes) == (
+        "claim lost",
+        0,
+        (1, 1),
+        ("n1", "n2"),
+    )
+    assert "claims lost           1" in render_table(report)
+    # Begun long before the failover: no unreplicated commit explains it.
+    early = build_report(doubled(True, fault_at=116.0), {})
+    assert [v.kind for v in early.violations] == ["double execution"]
