@@ -34,9 +34,10 @@ from cluster.chaos.sentinel import SentinelSet
 from cluster.chaos.servers import PostgresServer, RedisServer, ServerError
 from cluster.chaos.witness import read_witness
 from cluster.chaos.workload import JobDef, make_workload
-from cluster.errors import PulseError
+from cluster.errors import InvalidInput, PulseError
 from cluster.settings import ClusterSettings
 from cluster.store.jobs import JobStore
+from cluster.urls import SENTINEL_SCHEME, is_multi_host
 
 logger = logging.getLogger(__name__)
 
@@ -104,6 +105,14 @@ def plan_for(options: ChaosOptions) -> list[Fault]:
     return make_plan(options.faults, nodes, options.duration_s, options.seed, options.bounds)
 
 
+def _check_proxiable(settings: ClusterSettings) -> None:
+    """``--external`` puts a proxy per node in front of each store: one server each."""
+    if is_multi_host(settings.database_url):
+        raise InvalidInput("database_url", "--external needs one Postgres host, not a host list")
+    if settings.redis_url.startswith(SENTINEL_SCHEME + "://"):
+        raise InvalidInput("redis_url", "--external needs one Redis server, not a Sentinel URL")
+
+
 class ChaosRun:
     def __init__(self, options: ChaosOptions, external: ClusterSettings | None) -> None:
         self.options = options
@@ -111,6 +120,8 @@ class ChaosRun:
         self.workdir = options.workdir or Path(tempfile.mkdtemp(prefix="pulse-chaos-"))
         self.workdir.mkdir(parents=True, exist_ok=True)
         self.witness = self.workdir / "witness.jsonl"
+        if external is not None:
+            _check_proxiable(external)
         self._external = external
         self._postgres: PostgresServer | None = None
         self._redis: RedisServer | None = None

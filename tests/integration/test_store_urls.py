@@ -13,6 +13,8 @@ from click.testing import CliRunner, Result
 
 from cluster.local.processes import free_port
 from cluster.settings import ClusterSettings
+from cluster.store.jobs import JobStore
+from cluster.store.session import LockSession, SessionLost
 from node.cli import cli
 from tests.conftest import REDIS_URL
 
@@ -94,3 +96,54 @@ def test_a_host_list_that_answers_nowhere_fails_on_one_masked_line(
     assert result.exit_code == 1, result.output
     assert len(result.stderr.splitlines()) == 1, result.stderr
     assert secret not in result.stderr and "pulse:***@127.0.0.1" in result.stderr
+
+
+async def test_a_read_only_server_ends_the_lock_session(
+    store: JobStore, settings: ClusterSettings
+) -> None:
+    """What pg_auto_failover does to a primary it demotes (``default_transaction_read_only``
+    on, then a restart as a standby): a write refused as read-only drops the session and
+    its shards, like a lost connection, so the node reconnects to the new primary."""
+    database = settings.database_url.rpartition("/")[2]
+    lost: list[bool] = []
+    with psycopg.connect(settings.database_url, autocommit=True) as admin:
+        admin.execute(f'ALTER DATABASE "{database}" SET default_transaction_read_only = on')
+        try:
+            session = LockSession(
+                settings, "ro", "z", session_timeout_s=10, statement_timeout_s=5,
+                on_lost=lambda: lost.append(True),
+            )  # fmt: skip
+            await session.open()  # advisory locks work on a read-only server, and a standby
+        finally:
+            admin.execute(f'ALTER DATABASE "{database}" RESET default_transaction_read_only')
+    try:
+        assert await session.try_lock([1, 2]) == {1, 2}
+        with pytest.raises(SessionLost, match="read-only"):
+            await session.claim([1, 2], limit=10, lease_s=30)
+        assert lost == [True] and not session.connected
+        await session.open()  # a new connection: writable again
+        assert (await session.claim([1, 2], limit=10, lease_s=30)).jobs == []
+    finally:
+        await session.close()
+
+
+@pytest.mark.parametrize(
+    ("variable", "url", "field"),
+    [
+        ("PULSE_DATABASE_URL", "postgresql://postgres@127.0.0.1:1,127.0.0.1:2/x", "database_url"),
+        ("PULSE_REDIS_URL", "redis+sentinel://127.0.0.1:26379/main", "redis_url"),
+    ],
+)
+def test_chaos_external_refuses_urls_it_cannot_proxy(
+    settings: ClusterSettings, variable: str, url: str, field: str
+) -> None:
+    result = invoke(settings, "chaos", "--external", "--faults", "sigkill", **{variable: url})
+    assert result.exit_code == 2, result.output
+    assert result.stderr.splitlines() == [
+        f"pulse: invalid {field}: --external needs one "
+        + (
+            "Postgres host, not a host list"
+            if field == "database_url"
+            else "Redis server, not a Sentinel URL"
+        )
+    ]
