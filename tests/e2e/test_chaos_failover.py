@@ -4,7 +4,7 @@ seeded workload on two nodes, must lose no slot, claim no attempt twice, keep ev
 gap within the measured promotion time + 5 s (Postgres) and membership settled within the
 heartbeat TTL + 5 s (Redis), and report those figures.
 
-It costs about 75 s (10 s of it the formation); it is skipped, saying why, only when
+It costs about 60-70 s (10 s of it the formation); it is skipped, saying why, only when
 pg_auto_failover or redis-sentinel is missing and cannot be installed here.
 """
 

@@ -9,7 +9,7 @@ primary's host being killed (the standby is promoted). The witness file, kept ou
 Postgres, must show each slot once; the runs table must show each slot succeeded at its
 first attempt; both nodes must have kept running. Timings are printed, not asserted.
 
-It costs about 45 s (12 s of it the formation's start); it is skipped, saying why, only
+It costs about 30 s (10 s of it the formation's start); it is skipped, saying why, only
 when pg_auto_failover is missing and cannot be installed here.
 """
 

@@ -9,7 +9,7 @@ primary, ``pulse status`` healthy through the Sentinel URL, every shard held by 
 and prints it with the promotion time; the bound (heartbeat TTL + 5 s) is checked by
 ``pulse chaos``, since tests never assert on speed.
 
-It costs about 20 s; it is skipped, saying why, only when ``redis-sentinel`` is missing and
+It costs about 6-10 s; it is skipped, saying why, only when ``redis-sentinel`` is missing and
 cannot be installed here.
 """
 
