@@ -15,7 +15,7 @@ from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
 from cluster.errors import StoreError
 from cluster.settings import ClusterSettings, mask_url
-from cluster.store.connect import CONNECT_TIMEOUT_S, Conn, connect_kwargs, describe
+from cluster.store.connect import CONNECT_TIMEOUT_S, Conn, connect_kwargs, conninfo, describe
 from cluster.store.jobs import JobStore
 
 
@@ -25,7 +25,7 @@ class StorePool:
     ) -> None:
         self.settings = settings
         self._pool: AsyncConnectionPool[Conn] = AsyncConnectionPool(
-            settings.database_url,
+            conninfo(settings),
             kwargs=connect_kwargs(settings, application_name),
             min_size=1,
             max_size=max_size,

@@ -158,7 +158,9 @@ class LockSession(FlightStatements):
             except TimeoutError as exc:
                 await self._lost()
                 raise SessionLost(f"{name}: no answer within {self.statement_timeout_s}s") from exc
-            except psycopg.OperationalError as exc:
+            except (psycopg.OperationalError, psycopg.errors.ReadOnlySqlTransaction) as exc:
+                # A read-only refusal means the server was demoted to a standby (a
+                # failover's old primary): the locks held there guard nothing.
                 await self._lost()
                 raise SessionLost(f"{name}: {describe(exc)}") from exc
             except psycopg.Error as exc:
