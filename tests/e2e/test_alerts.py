@@ -203,7 +203,8 @@ def test_a_slot_in_a_frozen_nodes_shard_is_reported_late_by_another_node(
     init_cluster(settings, JobSpec.build("tick", "@every 2s", WITNESS, late_after="1s"))
     job = store_call(settings, lambda s: s.get("tick"))
     for node_id, zone in (("n1", "a"), ("n2", "b")):
-        fleet.start(node_id, zone, "--session-timeout", "15s")
+        # A long session timeout: the frozen owner keeps its lock while the late pass runs.
+        fleet.start(node_id, zone, "--session-timeout", "40s")
     owner = wait_until(lambda: fleet.holders().get(job.shard), 30, "the shard's owner")
     wait_until(lambda: fleet.holders().get(job.shard) == owner, 30, "a settled owner")
     frozen = fleet.node(owner)

@@ -24,19 +24,13 @@ from cluster.settings import ClusterSettings
 from cluster.store.jobs import JobStore
 from cluster.web.tokens import csrf_token
 from tests.conftest import REDIS_URL
+from tests.integration.test_cli import SHOW_KEYS as cli_show_keys
 from tests.nodeprocs import REPO
 from tests.webproc import Web, make_token, web_process
 
 pytestmark = pytest.mark.e2e
 
-SHOW_KEYS = {
-    "id", "tenant", "name", "schedule", "tz", "handler", "payload", "status", "paused",
-    "shard", "next_run_at", "attempt", "last_run_at", "locked_by", "lease_expires_at",
-    "catch_up", "grace_s", "max_backfill", "timeout_s", "retries", "retry_backoff_s",
-    "dst_repeated", "dst_skipped", "created_at", "updated_at", "keep_for_s", "keep_runs",
-    "output_limit", "late_after_s", "pause_after_failures", "failed_slots", "pause_note",
-    "next_slots", "recent_runs",
-}  # fmt: skip
+SHOW_KEYS = cli_show_keys  # the keys of `pulse jobs show --json`
 
 
 @dataclass
