@@ -164,7 +164,7 @@ WITH live AS (
            NULL::float8 AS duration_s, r.last_error
     FROM jobs j
     LEFT JOIN runs r ON r.job_id = j.id AND r.scheduled_for = j.slot_at
-    WHERE j.status = 'running'
+    WHERE j.status = 'running' AND j.overlap <> 'allow'  -- its slots: the flights below
       AND (%(job_name)s::text IS NULL OR j.name = %(job_name)s)
       AND (%(tenant_id)s::text IS NULL OR j.tenant_id = %(tenant_id)s)
     UNION ALL
@@ -1327,13 +1327,24 @@ WITH live AS (
     CROSS JOIN LATERAL (
         SELECT j.* FROM jobs j
         WHERE j.shard_id = s.shard AND j.next_run_at <= now() + interval '1 minute'
-          AND j.status = 'running'
+          AND j.status = 'running' AND j.overlap <> 'allow'  -- its slots: the flights below
           AND (%(scope)s::text IS NULL OR j.tenant_id = %(scope)s)
           AND (%(job_name)s::text IS NULL OR j.name = %(job_name)s)
           AND (%(tenant_id)s::text IS NULL OR j.tenant_id = %(tenant_id)s)
         OFFSET 0
     ) AS j
     LEFT JOIN runs r ON r.job_id = j.id AND r.scheduled_for = j.slot_at
+    UNION ALL
+    -- Flights of overlap `allow` jobs (migration 009): few, read whole.
+    SELECT r.id, j.id, j.tenant_id, j.name, f.slot, f.attempt, f.locked_by, f.locked_zone,
+           'running'::text, f.locked_at, NULL::timestamptz, NULL::float8, r.last_error
+    FROM flights f
+    JOIN jobs j ON j.id = f.job_id
+    LEFT JOIN runs r ON r.job_id = f.job_id AND r.scheduled_for = f.slot
+    WHERE f.status = 'running'
+      AND (%(scope)s::text IS NULL OR j.tenant_id = %(scope)s)
+      AND (%(job_name)s::text IS NULL OR j.name = %(job_name)s)
+      AND (%(tenant_id)s::text IS NULL OR j.tenant_id = %(tenant_id)s)
 )
 SELECT x.* FROM (
     (SELECT l.* FROM live l
