@@ -109,12 +109,16 @@ class Executor:
 
     def reserve(self) -> None:
         """Hold a slot for an `allow` claim until its flight starts (``submit(reserved=True)``)
-        or it gets none (``unreserve``), so the claim loop never takes more than fits."""
+        or it gets none (``unreserve``), so the claim loop never takes more than fits; a
+        drain waits for it as for a run."""
         self.reserved += 1
+        self.idle.clear()
 
     def unreserve(self) -> None:
         self.reserved -= 1
         self.slot_freed.set()
+        if not self.running and not self.reserved:
+            self.idle.set()
 
     def submit(
         self,
@@ -309,7 +313,7 @@ class Executor:
         for timer in found.timers or ():
             timer.cancel()
         self.slot_freed.set()
-        if not self.running:
+        if not self.running and not self.reserved:
             self.idle.set()
 
     def cancel(
