@@ -35,6 +35,7 @@ from cluster.store.pages import Pages
 from cluster.store.pruning import PruneResult
 from cluster.store.queries import query
 from ring import shard_for
+from ring.zones import ZONE_SHARD_BASE, zone_shard_for
 
 
 @dataclass
@@ -198,6 +199,7 @@ class JobStore:
                         "name",
                         f"a job named {spec.name!r} already exists in tenant {spec.tenant!r}",
                     )
+                await self._place(spec, shards)
                 await self._notify(row["shard_id"])
                 job = await self._one("get_job", {"tenant_id": spec.tenant, "name": spec.name})
         except psycopg.Error as exc:
@@ -219,6 +221,9 @@ class JobStore:
                     params = {**self._params(spec, shards, db_now), "replace": True}
                     row = await self._one("upsert_job", params)
                     label = _label(spec.tenant, spec.name)
+                    placed = await self._place(spec, shards)
+                    if row is None and placed:
+                        row = {"inserted": False, "shard_id": placed}
                     if row is None:
                         result.unchanged.append(label)
                         continue
@@ -257,6 +262,7 @@ class JobStore:
                     label = _label(spec.tenant, spec.name)
                     row = await self._one("upsert_job", {**params, "replace": False})
                     if row is not None:
+                        await self._place(spec, shards)
                         result.created.append(label)
                         await self._notify(row["shard_id"])
                     elif await self._would_change(params):
@@ -452,6 +458,35 @@ class JobStore:
             "max_concurrent": spec.max_concurrent,
             "cancel_grace_s": spec.cancel_grace_s,
         }
+
+    async def _place(self, spec: JobSpec, shards: int) -> int | None:
+        """Move the job to the shard of its zone set (or back to the default shards).
+
+        Returns the new shard if the job moved, None if it was already in place. A
+        separate statement from ``upsert_job``, in the same transaction: nobody sees the
+        job in the wrong shard (docs/design/zones.md)."""
+        job = await self._one("get_job", {"tenant_id": spec.tenant, "name": spec.name})
+        assert job is not None
+        if tuple(job.get("zones") or ()) == spec.zones and (
+            spec.zones or job["shard_id"] < ZONE_SHARD_BASE
+        ):
+            return None
+        if spec.zones:
+            space = None
+            while space is None:  # none: a concurrent first use; it has committed now
+                found = await self._one("zone_space", {"zones": list(spec.zones)})
+                space = None if found is None else int(found["space"])
+            shard = zone_shard_for(job["id"], space)
+        else:
+            shard = shard_for(job["id"], shards)
+        params = {
+            "tenant_id": spec.tenant,
+            "name": spec.name,
+            "zones": list(spec.zones) or None,
+            "shard_id": shard,
+        }
+        moved = await self._one("set_job_zones", params)
+        return None if moved is None else shard
 
     async def _notify(self, shard: int) -> None:
         await self._conn.execute(

@@ -1229,7 +1229,12 @@ WITH clock AS (
     SELECT coalesce(%(now)s::timestamptz, now()) AS t
 ),
 late AS (
-    SELECT c.ctid FROM generate_series(0, %(shards)s - 1) AS s(shard)
+    -- The default shards and those of every zone space (migration 012).
+    SELECT c.ctid FROM (
+        SELECT generate_series(0, %(shards)s - 1)
+        UNION ALL
+        SELECT generate_series(z.first_shard, z.first_shard + 15) FROM zone_spaces z
+    ) AS s(shard)
     CROSS JOIN LATERAL (
         SELECT j.ctid FROM jobs j
         WHERE j.shard_id = s.shard AND j.next_run_at < (SELECT t FROM clock)
@@ -1381,3 +1386,31 @@ WHERE r.scheduled_for > k.t - make_interval(secs => %(window_s)s) - interval '1 
   AND r.attempt = 1
 GROUP BY 1
 ORDER BY 1;
+
+-- zone placement (docs/design/zones.md)
+
+-- name: zone_space
+-- The space number of a zone set, allocated on first use. A concurrent first use of the
+-- same set may leave this statement without a row; the caller asks again.
+WITH new AS (
+    INSERT INTO zone_spaces (zones) VALUES (%(zones)s::text[])
+    ON CONFLICT (zones) DO NOTHING RETURNING space
+)
+SELECT space FROM new
+UNION ALL
+SELECT space FROM zone_spaces WHERE zones = %(zones)s::text[];
+
+-- name: set_job_zones
+-- Pins (or unpins) a job and moves it to the shard of its zone set; nothing if unchanged.
+UPDATE jobs SET zones = %(zones)s::text[], shard_id = %(shard_id)s, updated_at = now()
+WHERE tenant_id = %(tenant_id)s AND name = %(name)s
+  AND (zones, shard_id) IS DISTINCT FROM (%(zones)s::text[], %(shard_id)s)
+RETURNING id, shard_id;
+
+-- name: zone_spaces
+SELECT space, zones FROM zone_spaces ORDER BY space;
+
+-- name: status_pinned
+-- Jobs pinned to zones, for `pulse status` (unplaced ones make the cluster unhealthy).
+SELECT tenant_id, name, zones, paused FROM jobs WHERE zones IS NOT NULL
+ORDER BY tenant_id, name;

@@ -194,6 +194,11 @@ class LockSession(FlightStatements):
         rows = await self._run("unlock_shards", {"ns": self.namespace, "shards": list(shards)})
         return {shard for shard, released in rows if released}
 
+    async def zone_spaces(self) -> dict[int, tuple[str, ...]]:
+        """Every zone space and its zone set (docs/design/zones.md)."""
+        rows = await self._run("zone_spaces", {})
+        return {int(space): tuple(zones) for space, zones in rows}
+
     async def my_locks(self) -> set[int]:
         rows = await self._run("my_shard_locks", {"ns": self.namespace})
         return {row[0] for row in rows}
