@@ -152,6 +152,14 @@ def parse_zones(value: str | Sequence[str] | None) -> tuple[str, ...]:
         raise InvalidInput("zones", str(exc)) from exc
 
 
+def _each_zone(value: object, zones: str | Sequence[str] | None) -> bool:
+    if not isinstance(value, bool):
+        raise InvalidInput("each_zone", "must be true or false")
+    if value and len(parse_zones(zones)) == 1:
+        raise InvalidInput("each_zone", "with a single zone is --zones alone; name two or more")
+    return value
+
+
 def _duration(value: object, field_name: str) -> float:
     if isinstance(value, bool):
         raise InvalidInput(field_name, "must be a duration such as 30s or 5m")
@@ -229,6 +237,7 @@ class JobSpec:
     max_concurrent: int = DEFAULT_MAX_CONCURRENT
     cancel_grace_s: float = DEFAULT_CANCEL_GRACE_S
     zones: tuple[str, ...] = ()  # pinned to these zones (docs/zones.md); empty: any zone
+    each_zone: bool = False  # one run per slot in every zone with a live node (of `zones`)
 
     @classmethod
     def build(
@@ -258,6 +267,7 @@ class JobSpec:
         max_concurrent: int | str | None = None,
         cancel_grace: str | float = DEFAULT_CANCEL_GRACE_S,
         zones: str | Sequence[str] | None = None,
+        each_zone: bool = False,
     ) -> JobSpec:
         """Validate every field; raise ``InvalidInput`` naming the first bad one."""
         name = validate_name(name)
@@ -310,6 +320,7 @@ class JobSpec:
             max_concurrent=max_concurrent,
             cancel_grace_s=_duration(cancel_grace, "cancel_grace"),
             zones=parse_zones(zones),
+            each_zone=_each_zone(each_zone, zones),
         )
 
     @classmethod
@@ -322,7 +333,7 @@ class JobSpec:
             "max_backfill", "timeout", "retries", "retry_backoff", "paused", "dst_repeated",
             "dst_skipped", "keep_for", "keep_runs", "output_limit", "late_after",
             "pause_after_failures", "overlap", "max_concurrent", "cancel_grace",
-            "zones",
+            "zones", "each_zone",
         }  # fmt: skip
         unknown = sorted(set(entry) - known)
         if unknown:
@@ -363,6 +374,7 @@ class JobSpec:
             max_concurrent=self.max_concurrent if self.overlap == "allow" else None,
             cancel_grace=self.cancel_grace_s,
             zones=self.zones or None,
+            each_zone=self.each_zone,
         )
 
     def parsed_schedule(self) -> Schedule:

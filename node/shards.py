@@ -15,6 +15,7 @@ from collections.abc import Awaitable, Callable
 
 from cluster.errors import StoreError
 from cluster.store.session import LockSession, SessionLost
+from node.eachzone import ZoneChildren
 from node.state import NodeState
 from node.stats import Stats
 from ring import Ring, diff
@@ -45,6 +46,7 @@ class ShardKeeper:
         self._ring = Ring([state.node_id])
         self._missing_since: dict[str, float] = {}
         self._spaces_read = 0.0  # monotonic time the zone spaces were last read
+        self._children = ZoneChildren(state, session)
 
     async def reconnect(self) -> None:
         state = self._state
@@ -129,9 +131,16 @@ class ShardKeeper:
         state = self._state
         now = time.monotonic()
         if state.spaces_stale or now - self._spaces_read >= SPACES_REFRESH_S:
-            state.spaces = await self._session.zone_spaces()
             state.spaces_stale = False
             self._spaces_read = now
+            try:
+                await self._children.run_once()  # may add the space of this node's zone
+            except SessionLost:
+                raise
+            except Exception:
+                # The shards come first: a bad each-zone job must not stop the keeper.
+                logger.exception("each-zone children not kept", extra={"event": "zone_children"})
+            state.spaces = await self._session.zone_spaces()
         zones = {m: z for m, z in state.member_zones.items() if m in state.alive}
         return zone_owned(state.node_id, state.zone, zones, state.spaces)
 

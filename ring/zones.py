@@ -23,6 +23,9 @@ from ring.shards import MAX_SHARD_COUNT, shard_for
 
 ZONE_SHARDS = 16
 ZONE_SHARD_BASE = MAX_SHARD_COUNT
+# Where an each-zone job's parent row is parked: no node ever locks it, so the parent
+# itself never runs; its children, one per zone, do (docs/design/zones.md).
+PARKED_SHARD = 2**31 - 1
 
 # The same names a node's --zone accepts (cluster/settings.py).
 _ZONE = re.compile(r"[A-Za-z0-9_.\-]{1,64}")
@@ -53,8 +56,8 @@ def zone_shard_for(job_id: uuid.UUID | str, space: int) -> int:
 
 
 def space_of(shard: int) -> int | None:
-    """The zone space a shard belongs to, or None for a default shard."""
-    if shard < ZONE_SHARD_BASE:
+    """The zone space a shard belongs to, or None for a default or the parked shard."""
+    if shard < ZONE_SHARD_BASE or shard == PARKED_SHARD:
         return None
     return (shard - ZONE_SHARD_BASE) // ZONE_SHARDS + 1
 
@@ -87,3 +90,17 @@ def zone_owned(
         shards = space_shards(space)
         owned.update(shards[i] for i in ring.owned(node_id, ZONE_SHARDS))
     return frozenset(owned)
+
+
+def dark_shards(
+    member_zones: Mapping[str, str], spaces: Mapping[int, tuple[str, ...]]
+) -> frozenset[int]:
+    """The shards of the spaces none of whose zones has a member: nobody locks them, so
+    their orphaned runs are recovered by any node (docs/design/zones.md)."""
+    live = set(member_zones.values())
+    return frozenset(
+        shard
+        for space, zones in spaces.items()
+        if not live.intersection(zones)
+        for shard in space_shards(space)
+    )

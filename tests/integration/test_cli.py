@@ -43,6 +43,7 @@ JOB_KEYS = {
     "dst_repeated", "dst_skipped", "created_at", "updated_at", "keep_for_s", "keep_runs",
     "output_limit", "late_after_s", "pause_after_failures", "failed_slots", "pause_note",
     "overlap", "max_concurrent", "cancel_grace_s", "cancel_by", "zones",
+    "each_zone",
 }  # fmt: skip
 SHOW_KEYS = JOB_KEYS | {"next_slots", "recent_runs"}
 RUN_KEYS = {

@@ -257,6 +257,9 @@ EXPECTED_INDEXES = {
     "api_audit_at": "CREATE INDEX api_audit_at ON S.api_audit USING btree (at DESC, id DESC)",
     # migration 012: a shard space per zone set
     "zone_spaces_pkey": "CREATE UNIQUE INDEX zone_spaces_pkey ON S.zone_spaces USING btree (space)",
+    "jobs_children": (
+        "CREATE INDEX jobs_children ON S.jobs USING btree (parent_id) WHERE (parent_id IS NOT NULL)"
+    ),
     "zone_spaces_zones_key": (
         "CREATE UNIQUE INDEX zone_spaces_zones_key ON S.zone_spaces USING btree (zones)"
     ),
@@ -323,7 +326,7 @@ JOB_COLUMNS = {
     "created_at", "updated_at", "keep_for_s", "keep_runs", "output_limit", "late_after_s",
     "late_slot", "pause_after_failures", "failed_slots", "pause_note", "overlap",
     "max_concurrent", "cancel_grace_s", "cancel_by",
-    "zones",  # migration 012
+    "zones", "each_zone", "parent_id",  # migration 012
 }  # fmt: skip
 RUN_COLUMNS = {
     "id", "job_id", "tenant_id", "job_name", "scheduled_for", "attempt", "node_id", "zone",

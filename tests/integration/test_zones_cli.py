@@ -11,7 +11,7 @@ from click.testing import CliRunner, Result
 
 from cluster.settings import ClusterSettings
 from node.cli import cli
-from ring.zones import space_shards
+from ring.zones import PARKED_SHARD, space_shards
 from tests.integration.test_cli import env_of
 
 
@@ -67,3 +67,22 @@ def test_pinned_jobs_live_in_their_zone_sets_space(
     assert pulse("jobs", "apply", str(jobs)).exit_code == 0  # type: ignore[operator]
     rows = {name: (zones, shard) for name, zones, shard in _jobs(settings)}
     assert rows["k"][0] is None and rows["k"][1] < 16, "unpinned: back in the default shards"
+
+
+@pytest.mark.parametrize("zones", ["a", "a,a"])
+def test_each_zone_with_a_single_zone_is_refused(
+    pulse: object, settings: ClusterSettings, zones: str
+) -> None:
+    result = pulse(*ADD, "--each-zone", "--zones", zones)  # type: ignore[operator]
+    assert result.exit_code == 2, result.output
+    assert len(result.output.strip().splitlines()) == 1 and "each_zone" in result.output
+    assert _jobs(settings) == []
+
+
+def test_an_each_zone_job_is_parked(pulse: object, settings: ClusterSettings) -> None:
+    result = pulse(*ADD, "--each-zone", "--json")  # type: ignore[operator]
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.output)["each_zone"] is True
+    assert _jobs(settings) == [("j", None, PARKED_SHARD)]
+    assert pulse(*ADD[:2], "k", *ADD[3:], "--each-zone", "--zones", "b,a").exit_code == 0  # type: ignore[operator]
+    assert _jobs(settings)[1] == ("k", ["a", "b"], PARKED_SHARD)

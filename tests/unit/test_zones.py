@@ -12,6 +12,7 @@ from ring import MAX_SHARD_COUNT, Ring
 from ring.zones import (
     ZONE_SHARD_BASE,
     ZONE_SHARDS,
+    dark_shards,
     normalize_zones,
     space_of,
     space_shards,
@@ -74,3 +75,10 @@ def test_zone_sets_are_normalised_and_bad_names_refused() -> None:
         {"name": "j", "schedule": "@hourly", "handler": "m:f", "zones": ["b", "a"]}
     )
     assert spec.zones == ("a", "b") and spec.validated() == spec
+
+
+def test_dark_shards_are_those_of_spaces_with_no_live_zone() -> None:
+    assert dark_shards(MEMBERS, SPACES) == frozenset()
+    alive = {"b1": "b", "c1": "c"}
+    assert dark_shards(alive, SPACES) == frozenset(space_shards(1))
+    assert dark_shards({}, SPACES) == frozenset(s for n in SPACES for s in space_shards(n))

@@ -12,3 +12,10 @@ CREATE TABLE zone_spaces (
     first_shard int GENERATED ALWAYS AS (65536 + (space - 1) * 16) STORED,
     created_at  timestamptz NOT NULL DEFAULT now()
 );
+
+-- An each-zone job is a parent that never runs itself (parked: shard 2147483647, which no
+-- node locks, and no due time); nodes keep one child per live zone, pinned to that zone
+-- and pointing at its parent (parent_id), whose runs carry the zone.
+ALTER TABLE jobs ADD COLUMN each_zone boolean NOT NULL DEFAULT false;
+ALTER TABLE jobs ADD COLUMN parent_id uuid;
+CREATE INDEX jobs_children ON jobs (parent_id) WHERE parent_id IS NOT NULL;
