@@ -148,9 +148,11 @@ DELETE FROM jobs WHERE tenant_id = %(tenant_id)s AND name = %(name)s
 RETURNING id, shard_id;
 
 -- name: remove_jobs_except
+-- An each-zone job's children (parent_id) are not in job files: they go with their parent.
 DELETE FROM jobs
 WHERE NOT ((tenant_id, name) IN (
     SELECT * FROM unnest(%(tenant_ids)s::text[], %(names)s::text[])))
+  AND parent_id IS NULL
 RETURNING tenant_id, name;
 
 -- name: list_runs

@@ -20,6 +20,7 @@ import pytest
 from cluster.jobspec import JobSpec
 from cluster.local.processes import pulse_env
 from cluster.status import collect
+from cluster.store.jobs import ApplyResult
 from tests.e2e.fleet import Fleet, doubles
 from tests.nodeprocs import REPO, init_cluster, wait_until
 
@@ -32,10 +33,10 @@ def _slots(fleet: Fleet, job: str) -> dict[datetime, str]:
     return {e.slot: e.node for e in fleet.executions() if e.job == job}
 
 
-def _status_exit(fleet: Fleet) -> int:
+def _status(fleet: Fleet) -> subprocess.CompletedProcess[str]:
     env = pulse_env(fleet.settings)
     argv = [str(Path(sys.executable).parent / "pulse"), "status"]
-    return subprocess.run(argv, env=env, cwd=REPO, capture_output=True, check=False).returncode
+    return subprocess.run(argv, env=env, cwd=REPO, capture_output=True, text=True, check=False)
 
 
 def test_pinned_jobs_run_only_in_their_zones_through_a_zone_kill(fleet: Fleet) -> None:
@@ -61,7 +62,10 @@ def test_pinned_jobs_run_only_in_their_zones_through_a_zone_kill(fleet: Fleet) -
         "in-a to be shown unplaced",
     )
     assert not st.healthy and [p.name for p in st.pinned if not p.placed] == ["in-a"]
-    assert _status_exit(fleet) == 1
+    shown = _status(fleet)
+    assert shown.returncode == 1, shown.stderr
+    assert "unplaced (no live node in their zones): default/in-a" in shown.stdout, shown.stdout
+    assert "pinned: default/in-a, default/in-ab" in shown.stdout
     wait_until(
         lambda: any(s > killed_at and n == "b1" for s, n in _slots(fleet, "in-ab").items()),
         30,
@@ -103,7 +107,8 @@ async def _db_now(fleet: Fleet) -> datetime:
 
 
 def test_an_each_zone_job_runs_once_per_zone_per_slot(fleet: Fleet) -> None:
-    init_cluster(fleet.settings, JobSpec.build("ping", "@every 1s", WITNESS, each_zone=True))
+    ping = JobSpec.build("ping", "@every 1s", WITNESS, each_zone=True)
+    init_cluster(fleet.settings, ping)
     for node_id, zone in (("a1", "a"), ("b1", "b"), ("b2", "b")):
         fleet.start(node_id, zone)
 
@@ -112,6 +117,7 @@ def test_an_each_zone_job_runs_once_per_zone_per_slot(fleet: Fleet) -> None:
         return {"ping@a", "ping@b"} <= done and len(_slots(fleet, "ping@b")) >= 3
 
     wait_until(both_zones, 30, "ping to run in zones a and b")
+    assert asyncio.run(_apply_pruning(fleet, ping)).removed == [], "children go with the parent"
     fleet.node("a1").signal(signal.SIGKILL)  # zone a goes dark: its child goes
     wait_until(
         lambda: not fleet.sql("SELECT 1 FROM jobs WHERE name = 'ping@a'"),
@@ -126,3 +132,10 @@ def test_an_each_zone_job_runs_once_per_zone_per_slot(fleet: Fleet) -> None:
     runs = fleet.sql("SELECT job_name, zone FROM runs WHERE job_name LIKE 'ping@%%'")
     assert runs and all(r["job_name"] == f"ping@{r['zone']}" for r in runs)
     assert fleet.node("b1").running and fleet.node("b2").running, fleet.logs()
+
+
+async def _apply_pruning(fleet: Fleet, spec: JobSpec) -> ApplyResult:
+    from cluster.store.jobs import JobStore
+
+    async with JobStore.open(fleet.settings) as store:
+        return await store.apply([spec], prune=True)
