@@ -260,6 +260,7 @@ EXPECTED_INDEXES = {
     "jobs_children": (
         "CREATE INDEX jobs_children ON S.jobs USING btree (parent_id) WHERE (parent_id IS NOT NULL)"
     ),
+    "jobs_each_zone": "CREATE INDEX jobs_each_zone ON S.jobs USING btree (id) WHERE each_zone",
     "zone_spaces_zones_key": (
         "CREATE UNIQUE INDEX zone_spaces_zones_key ON S.zone_spaces USING btree (zones)"
     ),

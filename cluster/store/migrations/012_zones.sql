@@ -19,3 +19,5 @@ CREATE TABLE zone_spaces (
 ALTER TABLE jobs ADD COLUMN each_zone boolean NOT NULL DEFAULT false;
 ALTER TABLE jobs ADD COLUMN parent_id uuid;
 CREATE INDEX jobs_children ON jobs (parent_id) WHERE parent_id IS NOT NULL;
+-- Every node reads the each-zone parents every few seconds: a probe, not a scan.
+CREATE INDEX jobs_each_zone ON jobs (id) WHERE each_zone;
