@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import math
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -18,6 +18,7 @@ from cluster.durations import parse_duration
 from cluster.errors import InvalidInput
 from cluster.handlerspec import canonical, is_forwarded
 from cluster.schedule import Schedule, parse_schedule
+from ring.zones import normalize_zones
 
 MAX_PAYLOAD_BYTES = 1024 * 1024
 MAX_NAME_LENGTH = 200
@@ -138,6 +139,27 @@ def parse_payload(value: str | Mapping[str, Any] | None) -> dict[str, Any]:
     return dict(loaded)
 
 
+def parse_zones(value: str | Sequence[str] | None) -> tuple[str, ...]:
+    """``a,b`` (or a list) as a sorted zone set; () for none; each name as a node's --zone."""
+    if value is None:
+        return ()
+    names = value.split(",") if isinstance(value, str) else value
+    if not isinstance(names, Sequence) or not names:
+        raise InvalidInput("zones", "must name at least one zone")
+    try:
+        return normalize_zones(n.strip() if isinstance(n, str) else n for n in names)
+    except ValueError as exc:
+        raise InvalidInput("zones", str(exc)) from exc
+
+
+def _each_zone(value: object, zones: str | Sequence[str] | None) -> bool:
+    if not isinstance(value, bool):
+        raise InvalidInput("each_zone", "must be true or false")
+    if value and len(parse_zones(zones)) == 1:
+        raise InvalidInput("each_zone", "with a single zone is --zones alone; name two or more")
+    return value
+
+
 def _duration(value: object, field_name: str) -> float:
     if isinstance(value, bool):
         raise InvalidInput(field_name, "must be a duration such as 30s or 5m")
@@ -214,6 +236,8 @@ class JobSpec:
     overlap: str = DEFAULT_OVERLAP
     max_concurrent: int = DEFAULT_MAX_CONCURRENT
     cancel_grace_s: float = DEFAULT_CANCEL_GRACE_S
+    zones: tuple[str, ...] = ()  # pinned to these zones (docs/zones.md); empty: any zone
+    each_zone: bool = False  # one run per slot in every zone with a live node (of `zones`)
 
     @classmethod
     def build(
@@ -242,6 +266,8 @@ class JobSpec:
         overlap: str = DEFAULT_OVERLAP,
         max_concurrent: int | str | None = None,
         cancel_grace: str | float = DEFAULT_CANCEL_GRACE_S,
+        zones: str | Sequence[str] | None = None,
+        each_zone: bool = False,
     ) -> JobSpec:
         """Validate every field; raise ``InvalidInput`` naming the first bad one."""
         name = validate_name(name)
@@ -293,6 +319,8 @@ class JobSpec:
             overlap=overlap,
             max_concurrent=max_concurrent,
             cancel_grace_s=_duration(cancel_grace, "cancel_grace"),
+            zones=parse_zones(zones),
+            each_zone=_each_zone(each_zone, zones),
         )
 
     @classmethod
@@ -305,6 +333,7 @@ class JobSpec:
             "max_backfill", "timeout", "retries", "retry_backoff", "paused", "dst_repeated",
             "dst_skipped", "keep_for", "keep_runs", "output_limit", "late_after",
             "pause_after_failures", "overlap", "max_concurrent", "cancel_grace",
+            "zones", "each_zone",
         }  # fmt: skip
         unknown = sorted(set(entry) - known)
         if unknown:
@@ -344,6 +373,8 @@ class JobSpec:
             overlap=self.overlap,
             max_concurrent=self.max_concurrent if self.overlap == "allow" else None,
             cancel_grace=self.cancel_grace_s,
+            zones=self.zones or None,
+            each_zone=self.each_zone,
         )
 
     def parsed_schedule(self) -> Schedule:

@@ -55,6 +55,8 @@ class Job:
     max_concurrent: int
     cancel_grace_s: float
     cancel_by: str | None  # who asked to cancel the running slot, until it ends
+    zones: tuple[str, ...] = ()  # pinned to these zones; empty: any zone
+    each_zone: bool = False  # runs through one child per live zone (docs/zones.md)
 
     def parsed_schedule(self) -> Schedule:
         return parse_schedule(self.schedule, self.tz, self.dst_repeated, self.dst_skipped)  # type: ignore[arg-type]
@@ -102,6 +104,8 @@ class Job:
             max_concurrent=row["max_concurrent"],
             cancel_grace_s=row["cancel_grace_s"],
             cancel_by=row["cancel_by"],
+            zones=tuple(row.get("zones") or ()),
+            each_zone=bool(row.get("each_zone")),
         )
 
     def to_json(self) -> dict[str, Any]:
@@ -140,6 +144,8 @@ class Job:
             "max_concurrent": self.max_concurrent,
             "cancel_grace_s": self.cancel_grace_s,
             "cancel_by": self.cancel_by,
+            "zones": list(self.zones) or None,
+            "each_zone": self.each_zone,
             "created_at": iso(self.created_at),
             "updated_at": iso(self.updated_at),
         }

@@ -58,6 +58,17 @@ class PausedJob:
     note: str | None
 
 
+@dataclass(frozen=True)
+class PinnedJob:
+    """A job pinned to zones; unplaced while no alive node is in any of them."""
+
+    tenant: str
+    name: str
+    zones: list[str]
+    paused: bool
+    placed: bool
+
+
 @dataclass
 class Status:
     cluster: str
@@ -84,6 +95,7 @@ class Status:
     fenced_writes: int = 0  # summed over live members, each since it started
     problems: list[str] = field(default_factory=list)
     holders: dict[int, str] = field(default_factory=dict)  # shard -> node; not in to_json
+    pinned: list[PinnedJob] = field(default_factory=list)  # jobs pinned to zones
 
     @property
     def healthy(self) -> bool:
@@ -202,8 +214,26 @@ async def collect(
         fenced_writes=sum(m.info.fenced_writes for m in live),
         holders=holders,
     )
+    alive_zones = {m.zone for m in members if m.node_id in alive_ids}
+    status.pinned = [
+        PinnedJob(
+            r["tenant_id"],
+            r["name"],
+            list(r["zones"]),
+            r["paused"],
+            bool(alive_zones & set(r["zones"])),
+        )
+        for r in rows.pinned
+    ]
+    unplaced = [p for p in status.pinned if not p.placed and not p.paused]
     if not alive_ids:
         status.problems.append("no node is alive")
+    if unplaced and alive_ids:
+        names = ", ".join(f"{p.tenant}/{p.name}" for p in unplaced[:5])
+        more = f" and {len(unplaced) - 5} more" if len(unplaced) > 5 else ""
+        status.problems.append(
+            f"{len(unplaced)} pinned jobs unplaced (no live node in their zones): {names}{more}"
+        )
     if unheld:
         status.problems.append(f"{len(unheld)} of {shard_count} shards are held by no node")
     return status

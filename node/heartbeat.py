@@ -46,7 +46,10 @@ class Heartbeat:
             self._stats.redis_errors += 1
             raise
         before = self._state.live
-        if self._state.set_live(live):
+        changed = self._state.set_live(live)
+        if any(m not in self._state.member_zones for m in live) or changed:
+            await self._learn_zones(live)
+        if changed:
             self._stats.membership_changes += 1
             logger.info(
                 "members: %s (was %s)",
@@ -54,6 +57,18 @@ class Heartbeat:
                 ", ".join(before) or "-",
                 extra={"event": "membership_changed", "members": len(live)},
             )
+
+    async def _learn_zones(self, live: list[str]) -> None:
+        """Each live member's zone, for the zone spaces' rings (docs/design/zones.md).
+
+        Read only when the member list changed or a member's zone is not known yet."""
+        members = await self._registry.live(self._ttl_s)
+        zones = {m.info.node_id: m.info.zone for m in members if m.info.zone != "?"}
+        zones[self._info.node_id] = self._info.zone
+        known = {m: zones[m] for m in live if m in zones}
+        if known != self._state.member_zones:
+            self._state.member_zones = known
+            self._state.rebalance.set()
 
     async def watch(self, stop: asyncio.Event) -> None:
         """Follow join/leave messages; each one triggers a heartbeat right away."""

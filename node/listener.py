@@ -16,6 +16,7 @@ from uuid import UUID
 from cluster.settings import ClusterSettings
 from cluster.store import notify
 from node.state import NodeState
+from ring.zones import PARKED_SHARD, space_of
 
 CANCEL_PREFIX = notify.CANCEL_PREFIX
 
@@ -49,6 +50,9 @@ class WakeListener:
             return
         if shard in self._state.held:
             self._state.wake.set()
+        elif shard == PARKED_SHARD or space_of(shard) not in (None, *self._state.spaces):
+            self._state.spaces_stale = True  # an each-zone job, or a new zone set
+            self._state.rebalance.set()
 
     def _on_cancel(self, payload: str) -> None:
         job, token, slot, by = [*payload[len(CANCEL_PREFIX) :].split(":", 3), "", "", ""][:4]

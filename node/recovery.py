@@ -26,6 +26,7 @@ from node.completer import job_extra
 from node.handlers import Outcome
 from node.state import NodeState
 from node.stats import Stats
+from ring.zones import dark_shards
 
 logger = logging.getLogger(__name__)
 
@@ -191,3 +192,21 @@ class Recovery:
     async def run_once(self) -> None:
         if self._state.held and self._session.connected:
             await self.recover(self._state.held)
+        dark = self._dark()
+        if dark and self._session.connected:
+            await self.recover(dark)
+
+    def _dark(self) -> frozenset[int]:
+        """Shards of zone spaces with no live node in their zones: nobody holds them, so
+        a run left there by a dead zone is taken back here; its job stays unclaimed until
+        a node of its zones returns, and the late pass reports its slot meanwhile. Only
+        when every alive member's zone is known (docs/design/zones.md)."""
+        state = self._state
+        if (
+            not state.spaces
+            or state.node_id not in state.alive  # the shard keeper has not judged yet
+            or any(m not in state.member_zones for m in state.alive)
+        ):
+            return frozenset()
+        zones = {m: state.member_zones[m] for m in state.alive}
+        return dark_shards({**zones, state.node_id: state.zone}, state.spaces)

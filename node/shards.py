@@ -15,14 +15,17 @@ from collections.abc import Awaitable, Callable
 
 from cluster.errors import StoreError
 from cluster.store.session import LockSession, SessionLost
+from node.eachzone import ZoneChildren
 from node.state import NodeState
 from node.stats import Stats
 from ring import Ring, diff
+from ring.zones import zone_owned
 
 logger = logging.getLogger(__name__)
 
 DEAD_SESSION_GRACE_S = 2.0
 RETRY_MISSING_S = 0.25
+SPACES_REFRESH_S = 5.0
 
 
 class ShardKeeper:
@@ -42,6 +45,8 @@ class ShardKeeper:
         self._expected = expected_shards
         self._ring = Ring([state.node_id])
         self._missing_since: dict[str, float] = {}
+        self._spaces_read = 0.0  # monotonic time the zone spaces were last read
+        self._children = ZoneChildren(state, session)
 
     async def reconnect(self) -> None:
         state = self._state
@@ -80,7 +85,7 @@ class ShardKeeper:
         if alive != state.alive:
             state.alive = alive
             self._ring = Ring(alive)
-        desired = self._ring.owned(state.node_id, state.shard_count)
+        desired = self._ring.owned(state.node_id, state.shard_count) | await self._zone_shards()
         state.desired = desired
         change = diff(state.held, desired)
         if change.release:
@@ -118,6 +123,26 @@ class ShardKeeper:
         if desired - state.held:
             return RETRY_MISSING_S
         return None
+
+    async def _zone_shards(self) -> frozenset[int]:
+        """The shards of the zone spaces this node's zone belongs to (docs/design/zones.md).
+
+        The spaces are re-read every few seconds and when a NOTIFY names an unknown one."""
+        state = self._state
+        now = time.monotonic()
+        if state.spaces_stale or now - self._spaces_read >= SPACES_REFRESH_S:
+            state.spaces_stale = False
+            self._spaces_read = now
+            try:
+                await self._children.run_once()  # may add the space of this node's zone
+            except SessionLost:
+                raise
+            except Exception:
+                # The shards come first: a bad each-zone job must not stop the keeper.
+                logger.exception("each-zone children not kept", extra={"event": "zone_children"})
+            state.spaces = await self._session.zone_spaces()
+        zones = {m: z for m, z in state.member_zones.items() if m in state.alive}
+        return zone_owned(state.node_id, state.zone, zones, state.spaces)
 
     async def _unlock(self, shards: frozenset[int]) -> None:
         """Unlock ``shards``; if that fails, reconnect so the session drops every lock."""

@@ -22,6 +22,9 @@ class NodeState:
     alive: tuple[str, ...] = ()  # live members whose lock session exists (the shard keeper's)
     desired: frozenset[int] = frozenset()
     held: frozenset[int] = frozenset()
+    member_zones: dict[str, str] = field(default_factory=dict)  # live member -> its zone
+    spaces: dict[int, tuple[str, ...]] = field(default_factory=dict)  # zone space -> zones
+    spaces_stale: bool = True  # re-read the zone spaces on the next rebalance
     claiming: bool = True
     reconnect: bool = False
     wake: asyncio.Event = field(default_factory=Signal)

@@ -89,6 +89,10 @@ tenant_option = click.option(
 @click.option("--max-concurrent", default=None, help="Slots in flight at once (overlap allow).")
 @duration_option("--cancel-grace", spec.DEFAULT_CANCEL_GRACE_S, "SIGTERM to SIGKILL on cancel.")
 @click.option("--paused", is_flag=True, help="Create the job paused.")
+@click.option("--zones", default=None, help="Run only on nodes of these zones (a,b).")
+@click.option(
+    "--each-zone", is_flag=True, help="Run each slot once in every zone with a live node."
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the job as JSON.")
 @with_store
 async def add_job(store: JobStore, name: str, as_json: bool, **options: Any) -> None:

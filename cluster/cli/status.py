@@ -44,6 +44,19 @@ def _ranges(shards: list[int]) -> str:
     return ", ".join(parts)
 
 
+def _pinned_by_zone(st: Status, shown: int = 8) -> dict[str, str]:
+    """Per zone, the pinned jobs it may run (at most ``shown`` named)."""
+    names: dict[str, list[str]] = {}
+    for p in st.pinned:
+        for zone in p.zones:
+            names.setdefault(zone, []).append(f"{p.tenant}/{p.name}")
+    return {
+        zone: ", ".join(jobs[:shown])
+        + (f" and {len(jobs) - shown} more" if len(jobs) > shown else "")
+        for zone, jobs in names.items()
+    }
+
+
 def render(st: Status) -> str:
     verdict = "HEALTHY" if st.healthy else "UNHEALTHY: " + "; ".join(st.problems)
     out = [
@@ -76,9 +89,15 @@ def render(st: Status) -> str:
 
     if zones:
         out.append(line(rows[0]))
-    for zone, members in sorted(zones.items()):
-        out.append(f"  zone {zone}")
-        out.extend(line(r) for r in members)
+    carried = _pinned_by_zone(st)
+    for zone in sorted(zones.keys() | carried.keys()):
+        out.append(f"  zone {zone}" + ("" if zone in zones else ": no live node"))
+        out.extend(line(r) for r in zones.get(zone, []))
+        if zone in carried:
+            out.append(f"    pinned: {carried[zone]}")
+    unplaced = [f"{p.tenant}/{p.name}" for p in st.pinned if not p.placed]
+    if unplaced:
+        out.append(f"  unplaced (no live node in their zones): {', '.join(unplaced)}")
     for node, count in st.held_by_non_members.items():
         out.append(f"  {node}: holds {count} shards but has no live heartbeat")
     for node, count in st.in_flight_by_non_members.items():

@@ -35,6 +35,7 @@ from cluster.store.pages import Pages
 from cluster.store.pruning import PruneResult
 from cluster.store.queries import query
 from ring import shard_for
+from ring.zones import PARKED_SHARD, ZONE_SHARD_BASE, zone_shard_for
 
 
 @dataclass
@@ -198,7 +199,8 @@ class JobStore:
                         "name",
                         f"a job named {spec.name!r} already exists in tenant {spec.tenant!r}",
                     )
-                await self._notify(row["shard_id"])
+                placed = await self._place(spec, shards, params["next_run_at"])
+                await self._notify(row["shard_id"] if placed is None else placed)
                 job = await self._one("get_job", {"tenant_id": spec.tenant, "name": spec.name})
         except psycopg.Error as exc:
             raise StoreError(describe(exc)) from exc
@@ -219,6 +221,9 @@ class JobStore:
                     params = {**self._params(spec, shards, db_now), "replace": True}
                     row = await self._one("upsert_job", params)
                     label = _label(spec.tenant, spec.name)
+                    placed = await self._place(spec, shards, params["next_run_at"])
+                    if placed is not None:
+                        row = {"inserted": row is not None and row["inserted"], "shard_id": placed}
                     if row is None:
                         result.unchanged.append(label)
                         continue
@@ -257,8 +262,9 @@ class JobStore:
                     label = _label(spec.tenant, spec.name)
                     row = await self._one("upsert_job", {**params, "replace": False})
                     if row is not None:
+                        placed = await self._place(spec, shards, params["next_run_at"])
                         result.created.append(label)
-                        await self._notify(row["shard_id"])
+                        await self._notify(row["shard_id"] if placed is None else placed)
                     elif await self._would_change(params):
                         result.differing.append(label)
                     else:
@@ -452,6 +458,40 @@ class JobStore:
             "max_concurrent": spec.max_concurrent,
             "cancel_grace_s": spec.cancel_grace_s,
         }
+
+    async def _place(self, spec: JobSpec, shards: int, next_run_at: datetime) -> int | None:
+        """Move the job to the shard of its zone set, back to the default shards, or park
+        it as an each-zone parent (docs/design/zones.md).
+
+        Returns the new shard if the job moved, None if it was already in place. Separate
+        statements from ``upsert_job``, in the same transaction: nobody sees the job in
+        the wrong shard."""
+        job = await self._one("get_job", {"tenant_id": spec.tenant, "name": spec.name})
+        assert job is not None
+        key = {"tenant_id": spec.tenant, "name": spec.name}
+        zones = list(spec.zones) or None
+        if spec.each_zone:
+            parked = {**key, "zones": zones, "shard_id": PARKED_SHARD}
+            return None if await self._one("park_each_zone", parked) is None else PARKED_SHARD
+        if job.get("each_zone"):
+            await self._one("unpark_each_zone", {**key, "next_run_at": next_run_at})
+        elif tuple(job.get("zones") or ()) == spec.zones and (
+            spec.zones or job["shard_id"] < ZONE_SHARD_BASE
+        ):
+            return None
+        if spec.zones:
+            space = await self._zone_space(spec.zones)
+            shard = zone_shard_for(job["id"], space)
+        else:
+            shard = shard_for(job["id"], shards)
+        moved = await self._one("set_job_zones", {**key, "zones": zones, "shard_id": shard})
+        return None if moved is None else shard
+
+    async def _zone_space(self, zones: tuple[str, ...]) -> int:
+        while True:  # no row: a concurrent first use of the set, committed by now
+            found = await self._one("zone_space", {"zones": list(zones)})
+            if found is not None:
+                return int(found["space"])
 
     async def _notify(self, shard: int) -> None:
         await self._conn.execute(

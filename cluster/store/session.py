@@ -194,6 +194,47 @@ class LockSession(FlightStatements):
         rows = await self._run("unlock_shards", {"ns": self.namespace, "shards": list(shards)})
         return {shard for shard, released in rows if released}
 
+    async def zone_spaces(self) -> dict[int, tuple[str, ...]]:
+        """Every zone space and its zone set (docs/design/zones.md)."""
+        rows = await self._run("zone_spaces", {})
+        return {int(space): tuple(zones) for space, zones in rows}
+
+    async def zone_space(self, zones: Sequence[str]) -> int:
+        """The space number of a zone set, allocated on first use."""
+        while True:  # no row: a concurrent first use of the set, committed by now
+            rows = await self._run("zone_space", {"zones": list(zones)})
+            if rows:
+                return int(rows[0][0])
+
+    async def each_zone_parents(self, zone: str) -> list[dict[str, Any]]:
+        """The each-zone jobs that want a child in ``zone``."""
+        return await self._run("each_zone_parents", {"zone": zone}, dict_row)
+
+    async def upsert_zone_child(
+        self, parent_id: UUID, zone: str, child_id: UUID, shard: int, next_run_at: datetime
+    ) -> bool:
+        """Create the parent's child for ``zone`` or align its definition; True if written."""
+        params = {
+            "parent_id": parent_id,
+            "zone": zone,
+            "id": child_id,
+            "shard_id": shard,
+            "next_run_at": next_run_at,
+        }
+        return bool(await self._run("upsert_zone_child", params))
+
+    async def zone_children(self) -> list[dict[str, Any]]:
+        return await self._run("zone_children", {}, dict_row)
+
+    async def remove_zone_children(self, ids: Sequence[UUID]) -> list[str]:
+        rows = await self._run("remove_zone_children", {"ids": list(ids)})
+        return [row[1] for row in rows]
+
+    async def db_now(self) -> datetime:
+        rows = await self._run("db_now", {"now": None})
+        now: datetime = rows[0][0]
+        return now
+
     async def my_locks(self) -> set[int]:
         rows = await self._run("my_shard_locks", {"ns": self.namespace})
         return {row[0] for row in rows}

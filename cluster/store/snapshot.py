@@ -5,7 +5,7 @@ the health report."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
@@ -28,6 +28,7 @@ class Snapshot:
     lag: Row  # samples, p50_s, p99_s
     outcomes: list[Row]  # status, runs
     paused: list[Row]  # tenant_id, name, pause_note, total
+    pinned: list[Row] = field(default_factory=list)  # tenant_id, name, zones, paused
 
 
 async def _rows(conn: Conn, name: str, params: dict[str, Any]) -> list[Row]:
@@ -59,6 +60,7 @@ async def read_snapshot(
                 conn, "status_outcomes", {**windows, "window_s": outcome_window_s}
             )
             paused = await _rows(conn, "status_paused", {"limit": paused_limit})
+            pinned = await _rows(conn, "status_pinned", {})
     except psycopg.errors.UndefinedTable as exc:
         raise StoreError("the schema is not initialised; run `pulse init` first") from exc
     except psycopg.Error as exc:
@@ -72,4 +74,5 @@ async def read_snapshot(
         lag=lag[0],
         outcomes=outcomes,
         paused=paused,
+        pinned=pinned,
     )

@@ -42,7 +42,8 @@ JOB_KEYS = {
     "catch_up", "grace_s", "max_backfill", "timeout_s", "retries", "retry_backoff_s",
     "dst_repeated", "dst_skipped", "created_at", "updated_at", "keep_for_s", "keep_runs",
     "output_limit", "late_after_s", "pause_after_failures", "failed_slots", "pause_note",
-    "overlap", "max_concurrent", "cancel_grace_s", "cancel_by",
+    "overlap", "max_concurrent", "cancel_grace_s", "cancel_by", "zones",
+    "each_zone",
 }  # fmt: skip
 SHOW_KEYS = JOB_KEYS | {"next_slots", "recent_runs"}
 RUN_KEYS = {

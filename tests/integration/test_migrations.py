@@ -199,6 +199,7 @@ async def test_uninitialised_schema_says_run_init(settings: ClusterSettings) -> 
 EXPECTED_TABLES = {
     "meta", "schema_version", "jobs", "runs", "config", "alert_rules", "alert_events",
     "alert_deliveries", "flights", "api_tokens", "api_audit",
+    "zone_spaces",  # migration 012
 }  # fmt: skip
 
 # pg_indexes.indexdef with the schema name replaced by "S".
@@ -254,6 +255,15 @@ EXPECTED_INDEXES = {
     ),
     "api_audit_pkey": "CREATE UNIQUE INDEX api_audit_pkey ON S.api_audit USING btree (id)",
     "api_audit_at": "CREATE INDEX api_audit_at ON S.api_audit USING btree (at DESC, id DESC)",
+    # migration 012: a shard space per zone set
+    "zone_spaces_pkey": "CREATE UNIQUE INDEX zone_spaces_pkey ON S.zone_spaces USING btree (space)",
+    "jobs_children": (
+        "CREATE INDEX jobs_children ON S.jobs USING btree (parent_id) WHERE (parent_id IS NOT NULL)"
+    ),
+    "jobs_each_zone": "CREATE INDEX jobs_each_zone ON S.jobs USING btree (id) WHERE each_zone",
+    "zone_spaces_zones_key": (
+        "CREATE UNIQUE INDEX zone_spaces_zones_key ON S.zone_spaces USING btree (zones)"
+    ),
 }
 
 EXPECTED_CONSTRAINTS = {
@@ -278,6 +288,8 @@ EXPECTED_CONSTRAINTS = {
     ("api_tokens", "PRIMARY KEY (name)"),
     ("api_tokens", "UNIQUE (hash)"),
     ("api_audit", "PRIMARY KEY (id)"),
+    ("zone_spaces", "PRIMARY KEY (space)"),
+    ("zone_spaces", "UNIQUE (zones)"),
 }
 
 # Functions, with their identity arguments.
@@ -315,6 +327,7 @@ JOB_COLUMNS = {
     "created_at", "updated_at", "keep_for_s", "keep_runs", "output_limit", "late_after_s",
     "late_slot", "pause_after_failures", "failed_slots", "pause_note", "overlap",
     "max_concurrent", "cancel_grace_s", "cancel_by",
+    "zones", "each_zone", "parent_id",  # migration 012
 }  # fmt: skip
 RUN_COLUMNS = {
     "id", "job_id", "tenant_id", "job_name", "scheduled_for", "attempt", "node_id", "zone",

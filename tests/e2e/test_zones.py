@@ -1,0 +1,142 @@
+"""Zone-pinned jobs end to end: real nodes in zones a, b and c.
+
+A job pinned to zone a runs only on zone a's node, one pinned to a,b only on a or b, and
+an unpinned one anywhere. Zone a is killed (SIGKILL of its only node): its job is unplaced
+(`pulse status` exits 1), its slot is marked late, the a,b job moves to zone b; when a
+node of zone a returns, the missed slots are caught up there. No slot runs twice.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import subprocess
+import sys
+from datetime import datetime
+from pathlib import Path
+
+import pytest
+
+from cluster.jobspec import JobSpec
+from cluster.local.processes import pulse_env
+from cluster.status import collect
+from cluster.store.jobs import ApplyResult
+from tests.e2e.fleet import Fleet, doubles
+from tests.nodeprocs import REPO, init_cluster, wait_until
+
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(120)]
+
+WITNESS = "cluster.chaos.witness:record"
+
+
+def _slots(fleet: Fleet, job: str) -> dict[datetime, str]:
+    return {e.slot: e.node for e in fleet.executions() if e.job == job}
+
+
+def _status(fleet: Fleet) -> subprocess.CompletedProcess[str]:
+    env = pulse_env(fleet.settings)
+    argv = [str(Path(sys.executable).parent / "pulse"), "status"]
+    return subprocess.run(argv, env=env, cwd=REPO, capture_output=True, text=True, check=False)
+
+
+def test_pinned_jobs_run_only_in_their_zones_through_a_zone_kill(fleet: Fleet) -> None:
+    every = {"catch_up": "backfill", "late_after": "2s"}
+    init_cluster(
+        fleet.settings,
+        # Busy most of the time: the kill most likely lands mid-run, whose slot is then
+        # recovered by a node of another zone (the zone is dark) and reported late.
+        JobSpec.build("in-a", "@every 1s", WITNESS, zones="a", payload={"sleep_s": 0.8}, **every),  # type: ignore[arg-type]
+        JobSpec.build("in-ab", "@every 1s", WITNESS, zones="a,b", **every),  # type: ignore[arg-type]
+        JobSpec.build("anywhere", "@every 1s", WITNESS, **every),  # type: ignore[arg-type]
+    )
+    for node_id, zone in (("a1", "a"), ("b1", "b"), ("c1", "c")):
+        fleet.start(node_id, zone)
+    wait_until(lambda: len(_slots(fleet, "in-a")) >= 3, 30, "in-a to run")
+    wait_until(lambda: len(_slots(fleet, "in-ab")) >= 3, 30, "in-ab to run")
+
+    fleet.node("a1").signal(signal.SIGKILL)  # zone a goes dark
+    killed_at = asyncio.run(_db_now(fleet))
+    st = wait_until(
+        lambda: (s := asyncio.run(collect(fleet.settings))) and _unplaced(s) and s,
+        30,
+        "in-a to be shown unplaced",
+    )
+    assert not st.healthy and [p.name for p in st.pinned if not p.placed] == ["in-a"]
+    shown = _status(fleet)
+    assert shown.returncode == 1, shown.stderr
+    assert "unplaced (no live node in their zones): default/in-a" in shown.stdout, shown.stdout
+    assert "pinned: default/in-a, default/in-ab" in shown.stdout
+    wait_until(
+        lambda: any(s > killed_at and n == "b1" for s, n in _slots(fleet, "in-ab").items()),
+        30,
+        "in-ab to move to zone b",
+    )
+    wait_until(
+        lambda: fleet.sql("SELECT late_slot FROM jobs WHERE name = 'in-a'")[0]["late_slot"],
+        30,
+        "in-a's slot to be marked late",
+    )
+    dark_until = asyncio.run(_db_now(fleet))
+
+    fleet.start("a2", "a")  # zone a returns
+    wait_until(lambda: any(s > dark_until for s in _slots(fleet, "in-a")), 30, "in-a to run again")
+    runs = _slots(fleet, "in-a")
+    missed = [s for s in runs if killed_at < s <= dark_until]
+    assert missed and {runs[s] for s in missed} == {"a2"}, "the dark slots are caught up in a"
+
+    assert all(fleet.node(n).running for n in ("b1", "c1", "a2")), fleet.logs()
+    assert set(_slots(fleet, "in-a").values()) <= {"a1", "a2"}
+    assert set(_slots(fleet, "in-ab").values()) <= {"a1", "a2", "b1"}
+    assert not doubles(e for e in fleet.executions() if e.attempt == 1 and e.node != "a1")
+    # Every run row names zone a, but a slot lost with a1 on its last attempt: that one
+    # is recorded failed by the node that recovered it (whose zone the row shows).
+    rows = fleet.sql("SELECT zone, last_error FROM runs WHERE job_name = 'in-a'")
+    ran = [r for r in rows if not (r["last_error"] or "").startswith("lost with its node")]
+    assert ran and {r["zone"] for r in ran} == {"a"}
+
+
+def _unplaced(st: object) -> bool:
+    return any(not p.placed for p in getattr(st, "pinned", []))
+
+
+async def _db_now(fleet: Fleet) -> datetime:
+    from cluster.store.jobs import JobStore
+
+    async with JobStore.open(fleet.settings) as store:
+        return await store.db_now()
+
+
+def test_an_each_zone_job_runs_once_per_zone_per_slot(fleet: Fleet) -> None:
+    ping = JobSpec.build("ping", "@every 1s", WITNESS, each_zone=True)
+    init_cluster(fleet.settings, ping)
+    for node_id, zone in (("a1", "a"), ("b1", "b"), ("b2", "b")):
+        fleet.start(node_id, zone)
+
+    def both_zones() -> bool:
+        done = {e.job for e in fleet.executions()}
+        return {"ping@a", "ping@b"} <= done and len(_slots(fleet, "ping@b")) >= 3
+
+    wait_until(both_zones, 30, "ping to run in zones a and b")
+    assert asyncio.run(_apply_pruning(fleet, ping)).removed == [], "children go with the parent"
+    fleet.node("a1").signal(signal.SIGKILL)  # zone a goes dark: its child goes
+    wait_until(
+        lambda: not fleet.sql("SELECT 1 FROM jobs WHERE name = 'ping@a'"),
+        40,
+        "ping@a to be removed",
+    )
+    executions = fleet.executions()
+    assert "ping" not in {e.job for e in executions}, "the parent never runs itself"
+    assert {e.node for e in executions if e.job == "ping@a"} == {"a1"}
+    assert {e.node for e in executions if e.job == "ping@b"} <= {"b1", "b2"}
+    assert not doubles(e for e in executions if e.job.startswith("ping@")), "once per zone"
+    assert set(_slots(fleet, "ping@a")) & set(_slots(fleet, "ping@b")), "slots run in both"
+    runs = fleet.sql("SELECT job_name, zone FROM runs WHERE job_name LIKE 'ping@%%'")
+    assert runs and all(r["job_name"] == f"ping@{r['zone']}" for r in runs)
+    assert fleet.node("b1").running and fleet.node("b2").running, fleet.logs()
+
+
+async def _apply_pruning(fleet: Fleet, spec: JobSpec) -> ApplyResult:
+    from cluster.store.jobs import JobStore
+
+    async with JobStore.open(fleet.settings) as store:
+        return await store.apply([spec], prune=True)

@@ -1,0 +1,88 @@
+"""`pulse jobs add --zones` and job files' `zones`: pinning, and bad input refused whole."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import psycopg
+import pytest
+from click.testing import CliRunner, Result
+
+from cluster.settings import ClusterSettings
+from node.cli import cli
+from ring.zones import PARKED_SHARD, space_shards
+from tests.integration.test_cli import env_of
+
+
+@pytest.fixture
+def pulse(settings: ClusterSettings) -> object:
+    env = env_of(settings)
+
+    def invoke(*args: str) -> Result:
+        return CliRunner().invoke(cli, list(args), env=env, prog_name="pulse")
+
+    assert invoke("init", "--shards", "16").exit_code == 0
+    return invoke
+
+
+def _jobs(settings: ClusterSettings) -> list[tuple[str, list[str] | None, int]]:
+    with psycopg.connect(settings.database_url, options=f"-c search_path={settings.schema}") as c:
+        rows = c.execute("SELECT name, zones, shard_id FROM jobs ORDER BY name").fetchall()
+    return [(r[0], r[1], r[2]) for r in rows]
+
+
+ADD = ("jobs", "add", "j", "--schedule", "@hourly", "--handler", "m:f")
+
+
+@pytest.mark.parametrize("zones", ["", " ", "a,,b", "a b", "a,b/c", "x" * 65])
+def test_a_bad_zone_list_is_refused_and_nothing_written(
+    pulse: object, settings: ClusterSettings, zones: str
+) -> None:
+    result = pulse(*ADD, "--zones", zones)  # type: ignore[operator]
+    assert result.exit_code == 2, result.output
+    assert len(result.output.strip().splitlines()) == 1 and "zones" in result.output
+    assert _jobs(settings) == []
+
+
+def test_pinned_jobs_live_in_their_zone_sets_space(
+    pulse: object, settings: ClusterSettings, tmp_path: Path
+) -> None:
+    result = pulse(*ADD, "--zones", "b,a,b", "--json")  # type: ignore[operator]
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.output)["zones"] == ["a", "b"]
+    jobs = tmp_path / "jobs.yaml"
+    jobs.write_text(
+        "jobs:\n"
+        "  - {name: j, schedule: '@hourly', handler: 'm:f', zones: [a, b]}\n"
+        "  - {name: k, schedule: '@hourly', handler: 'm:f', zones: c}\n"
+        "  - {name: free, schedule: '@hourly', handler: 'm:f'}\n"
+    )
+    assert pulse("jobs", "apply", str(jobs)).exit_code == 0  # type: ignore[operator]
+    rows = {name: (zones, shard) for name, zones, shard in _jobs(settings)}
+    assert rows["j"][0] == ["a", "b"] and rows["j"][1] in space_shards(1)
+    assert rows["k"][0] == ["c"] and rows["k"][1] in space_shards(2)
+    assert rows["free"][0] is None and rows["free"][1] < 16
+    jobs.write_text("jobs:\n  - {name: k, schedule: '@hourly', handler: 'm:f'}\n")
+    assert pulse("jobs", "apply", str(jobs)).exit_code == 0  # type: ignore[operator]
+    rows = {name: (zones, shard) for name, zones, shard in _jobs(settings)}
+    assert rows["k"][0] is None and rows["k"][1] < 16, "unpinned: back in the default shards"
+
+
+@pytest.mark.parametrize("zones", ["a", "a,a"])
+def test_each_zone_with_a_single_zone_is_refused(
+    pulse: object, settings: ClusterSettings, zones: str
+) -> None:
+    result = pulse(*ADD, "--each-zone", "--zones", zones)  # type: ignore[operator]
+    assert result.exit_code == 2, result.output
+    assert len(result.output.strip().splitlines()) == 1 and "each_zone" in result.output
+    assert _jobs(settings) == []
+
+
+def test_an_each_zone_job_is_parked(pulse: object, settings: ClusterSettings) -> None:
+    result = pulse(*ADD, "--each-zone", "--json")  # type: ignore[operator]
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.output)["each_zone"] is True
+    assert _jobs(settings) == [("j", None, PARKED_SHARD)]
+    assert pulse(*ADD[:2], "k", *ADD[3:], "--each-zone", "--zones", "b,a").exit_code == 0  # type: ignore[operator]
+    assert _jobs(settings)[1] == ("k", ["a", "b"], PARKED_SHARD)
