@@ -21,6 +21,11 @@ class InvalidInput(PulseError, ValueError):
         self.problem = problem
 
 
+class Conflict(InvalidInput):
+    """Input that clashes with what exists (a duplicate name, a job running now); the CLI
+    treats it as bad input, the HTTP API answers 409."""
+
+
 class NotFound(PulseError, LookupError):
     """A job (or other named thing) that does not exist."""
 

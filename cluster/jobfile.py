@@ -26,12 +26,18 @@ def load_specs(path: str) -> list[JobSpec]:
     except (json.JSONDecodeError, yaml.YAMLError) as exc:
         first = str(exc).splitlines()[0]
         raise InvalidInput("file", f"{path} is not valid YAML/JSON ({first})") from exc
+    return specs_of(data, "file")
+
+
+def specs_of(data: object, field: str = "jobs") -> list[JobSpec]:
+    """The specs of a parsed job file (a list, or a mapping with a ``jobs`` list), or one
+    ``InvalidInput`` naming ``field`` that lists every bad entry."""
     if isinstance(data, dict) and isinstance(data.get("jobs"), list):
         data = data["jobs"]
     if data is None:
         data = []
     if not isinstance(data, list):
-        raise InvalidInput("file", "must hold a list of jobs (or a mapping with a 'jobs' list)")
+        raise InvalidInput(field, "must hold a list of jobs (or a mapping with a 'jobs' list)")
     specs, problems = [], []
     for position, entry in enumerate(data, 1):
         try:
@@ -42,5 +48,5 @@ def load_specs(path: str) -> list[JobSpec]:
             where = f"entry {position}" + (f" ({shown})" if isinstance(label, str) else "")
             problems.append(f"{where}: {exc}")
     if problems:
-        raise InvalidInput("file", "; ".join(problems))
+        raise InvalidInput(field, "; ".join(problems))
     return specs

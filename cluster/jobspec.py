@@ -88,8 +88,6 @@ def parse_overlap(value: object, max_concurrent: int | str | None) -> tuple[str,
     if value not in OVERLAPS:
         raise InvalidInput("overlap", f"{value!r} is not one of {', '.join(OVERLAPS)}")
     assert isinstance(value, str)
-    if value == "allow":  # needs a lease per slot (docs/design/effects.md)
-        raise InvalidInput("overlap", "allow is not available yet; use forbid or replace")
     if max_concurrent is None:
         return value, DEFAULT_MAX_CONCURRENT
     if value != "allow":

@@ -4,6 +4,10 @@ A sorted set maps node id -> time of its last heartbeat by the REDIS clock (``TI
 a script), so node clocks never decide liveness. One script call renews a heartbeat,
 evicts expired members, publishes joins and leaves, and returns the live list. Redis only
 expresses the desired assignment; losing it delays rebalancing and nothing else.
+
+A ``redis+sentinel://`` URL connects through Sentinel: every new connection asks the
+sentinels for the current primary, and a connection to a demoted primary is dropped on its
+first refused write, so after a failover the next heartbeat reaches the new primary.
 """
 
 from __future__ import annotations
@@ -17,10 +21,12 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 import redis.asyncio as aioredis
+from redis.asyncio.sentinel import Sentinel
 from redis.exceptions import RedisError
 
 from cluster.errors import MembershipError
 from cluster.settings import ClusterSettings
+from cluster.urls import SENTINEL_SCHEME, sentinel_target
 
 logger = logging.getLogger(__name__)
 
@@ -76,19 +82,39 @@ class LiveMember:
     heartbeat_age_s: float
 
 
+def connect_redis(url: str, timeout_s: float) -> aioredis.Redis:
+    """A client of the Redis primary ``url`` names, directly or through its sentinels."""
+    options: dict[str, Any] = {
+        "socket_timeout": timeout_s,
+        "socket_connect_timeout": timeout_s,
+        "health_check_interval": 0,
+        "decode_responses": True,
+    }
+    if not url.startswith(SENTINEL_SCHEME + "://"):
+        return aioredis.Redis.from_url(url, **options)
+    target = sentinel_target(url)
+    sentinel_options: dict[str, Any] = {
+        "socket_timeout": timeout_s,
+        "socket_connect_timeout": timeout_s,
+    }
+    if target.sentinel_password is not None:
+        sentinel_options["password"] = target.sentinel_password
+    sentinel = Sentinel(  # type: ignore[no-untyped-call]
+        list(target.sentinels), sentinel_kwargs=sentinel_options, **options
+    )
+    primary: aioredis.Redis = sentinel.master_for(
+        target.service, db=target.db, username=target.username, password=target.password
+    )
+    return primary
+
+
 class MemberRegistry:
     def __init__(self, settings: ClusterSettings, *, timeout_s: float = 2.0) -> None:
         self._prefix = settings.key_prefix
         self._members_key = self._prefix + "members"
         self._info_prefix = self._prefix + "node:"
         self.channel = self._prefix + "membership"
-        self._redis = aioredis.Redis.from_url(
-            settings.redis_url,
-            socket_timeout=timeout_s,
-            socket_connect_timeout=timeout_s,
-            health_check_interval=0,
-            decode_responses=True,
-        )
+        self._redis = connect_redis(settings.redis_url, timeout_s)
         self._heartbeat = self._redis.register_script(_HEARTBEAT)
         # The info a node sends changes rarely (its fenced-write count); it is encoded
         # once per change, not on every beat.

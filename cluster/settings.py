@@ -13,9 +13,10 @@ import re
 import secrets
 import socket
 from dataclasses import dataclass, field
-from urllib.parse import urlsplit, urlunsplit
 
 from cluster.errors import ConfigError, InvalidInput
+from cluster.urls import check_database_url, check_redis_url
+from cluster.urls import mask_url as mask_url  # the one masking, kept importable here
 
 DEFAULT_DATABASE_URL = "postgresql://postgres@127.0.0.1:5432/postgres"
 DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
@@ -40,18 +41,6 @@ MIN_PRUNE_INTERVAL_S = 1.0
 _IDENT = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
 _CLUSTER = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
 _NODE_ID = re.compile(r"^[A-Za-z0-9_.:-]{1,63}$")
-
-
-def mask_url(url: str) -> str:
-    """The URL with any password replaced by ``***``, safe for logs and output."""
-    parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    host = parts.hostname or ""
-    if parts.port is not None:
-        host = f"{host}:{parts.port}"
-    user = parts.username or ""
-    return urlunsplit(parts._replace(netloc=f"{user}:***@{host}"))
 
 
 def _env(name: str, default: str) -> str:
@@ -84,10 +73,8 @@ class ClusterSettings:
             raise InvalidInput("schema", f"{self.schema!r} is not a lower-case SQL identifier")
         if not _CLUSTER.match(self.cluster):
             raise InvalidInput("cluster", f"{self.cluster!r}: use 1-64 of A-Z a-z 0-9 _ . -")
-        if urlsplit(self.database_url).scheme not in ("postgresql", "postgres"):
-            raise InvalidInput("database_url", "must start with postgresql://")
-        if urlsplit(self.redis_url).scheme not in ("redis", "rediss", "unix"):
-            raise InvalidInput("redis_url", "must start with redis://, rediss:// or unix://")
+        check_database_url(self.database_url)
+        check_redis_url(self.redis_url)
         return self
 
     @property

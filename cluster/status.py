@@ -83,6 +83,7 @@ class Status:
     paused_total: int = 0
     fenced_writes: int = 0  # summed over live members, each since it started
     problems: list[str] = field(default_factory=list)
+    holders: dict[int, str] = field(default_factory=dict)  # shard -> node; not in to_json
 
     @property
     def healthy(self) -> bool:
@@ -90,6 +91,7 @@ class Status:
 
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)
+        del data["holders"]
         data["db_now"] = self.db_now.isoformat()
         data["healthy"] = self.healthy
         data["alive"] = len(self.alive_nodes)
@@ -198,6 +200,7 @@ async def collect(
         paused_jobs=[PausedJob(r["tenant_id"], r["name"], r["pause_note"]) for r in rows.paused],
         paused_total=rows.paused[0]["total"] if rows.paused else 0,
         fenced_writes=sum(m.info.fenced_writes for m in live),
+        holders=holders,
     )
     if not alive_ids:
         status.problems.append("no node is alive")

@@ -6,6 +6,11 @@ sooner, and wakes at once on NOTIFY, on gaining shards, and when a full executor
 slot. It claims only while the lock session is trusted: if the session has not answered
 within ``session_timeout - margin`` the node may already have lost its locks, so it claims
 nothing.
+
+A claimed slot of an overlap ``allow`` job is handed to a flight (``Completer.spawn``) and
+runs once that is written; queued flights (retries, and those taken back from dead nodes)
+are claimed every ``FLIGHT_POLL_S`` once the node has seen any, else every
+``FLIGHT_IDLE_POLL_S`` (docs/design/overlap.md).
 """
 
 from __future__ import annotations
@@ -35,6 +40,8 @@ MAX_CLAIM = 500
 # its slot idle until it falls due (tests/integration/test_node_claimer.py).
 CLAIM_BATCH_S = 0.1
 SLOT_BATCH_WINDOW_S = 0.005
+FLIGHT_POLL_S = 2.0
+FLIGHT_IDLE_POLL_S = 30.0
 
 
 class Claimer:
@@ -63,6 +70,13 @@ class Claimer:
         self._lease_s = lease_s
         self._margin_s = trust_margin_s
         self._failures = Failures("claims")
+        self._flights_at = 0.0  # monotonic time of the next claim of queued flights
+        self._flights_seen = False
+
+    def flights_queued(self) -> None:
+        """Flights may be due in held shards (taken back from a dead node): claim them soon."""
+        self._flights_seen = True
+        self._flights_at = 0.0
 
     async def run_once(self) -> float:
         """Claim once; return how long to sleep before the next claim."""
@@ -98,12 +112,23 @@ class Claimer:
         self._pacing.set_catching_up(len(result.jobs) >= limit)
         if len(result.jobs) >= limit:
             return 0.0  # more may be due: claim again as soon as slots allow
-        delay = until_beat(self._poll_s)
+        if self._executor.free > 0 and time.monotonic() >= self._flights_at:
+            await self._claim_flights(now)
+        delay = min(until_beat(self._poll_s), max(0.0, self._flights_at - time.monotonic()))
         if result.next_due is not None:
             until_due = (result.next_due - result.db_now).total_seconds() - elapsed
             until_due -= CLAIM_AHEAD_S
             delay = min(delay, max(0.0, until_due + WAKE_MARGIN_S))
         return delay
+
+    async def _claim_flights(self, now: datetime) -> None:
+        limit = min(self._executor.free, MAX_CLAIM)
+        flights = await self._session.claim_flights(self._state.held, limit, self._lease_s)
+        for flight in flights:
+            self._executor.submit(flight, max(0.0, (flight.due - now).total_seconds()))
+        self._flights_seen = self._flights_seen or bool(flights)
+        wait_s = FLIGHT_POLL_S if self._flights_seen else FLIGHT_IDLE_POLL_S
+        self._flights_at = time.monotonic() + (0.0 if len(flights) >= limit else wait_s)
 
     def _dispatch(self, job: ClaimedJob, now: datetime) -> None:
         try:
@@ -118,6 +143,11 @@ class Claimer:
             return
         self._stats.fired += 1
         self._stats.fire_lag_seconds.append(max(0.0, (now - job.slot).total_seconds()))
+        if job.overlap == "allow":  # the slot runs as a flight once it is handed over
+            self._flights_seen = True
+            self._executor.reserve()
+            self._completer.spawn(job)
+            return
         start_in_s = (job.due - now).total_seconds()
         if start_in_s > 0:
             self._pacing.claimed_ahead(start_in_s)

@@ -20,12 +20,13 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import Protocol
 from uuid import UUID
 
 from cluster.errors import PulseError, StoreError
+from cluster.settings import DEFAULT_LEASE_S
 from cluster.store.records import ClaimedJob, Completion, Skip
 from node.clock import DbClock
 from node.effects import Effects, Pending
@@ -52,6 +53,22 @@ class CompletionSink(Protocol):
         self, done: Sequence[Completion], skips: Sequence[Skip] = ..., now: datetime | None = ...
     ) -> set[UUID]: ...
 
+    async def complete_flights(
+        self, done: Sequence[Completion], now: datetime | None = ...
+    ) -> set[tuple[UUID, datetime]]: ...
+
+    async def spawn(
+        self,
+        spawns: Sequence[Completion],
+        skips: Sequence[Skip],
+        lease_s: float,
+        now: datetime | None = ...,
+    ) -> dict[UUID, bool]: ...
+
+
+Entry = tuple[ClaimedJob, Completion, list[Skip]]
+SPAWNED = "spawned"  # the outcome of an `allow` claim: its slot goes to a flight
+
 
 class Completer:
     def __init__(
@@ -62,15 +79,21 @@ class Completer:
         wake: asyncio.Event,
         pacing: Pacing,
         effects: Effects | None = None,
+        *,
+        lease_s: float = DEFAULT_LEASE_S,
+        on_spawned: Callable[[ClaimedJob | None], None] | None = None,
     ) -> None:
         self._session = session
+        self._lease_s = lease_s
+        # Told of each `allow` claim handed over: its flight to run, or None (no flight).
+        self._on_spawned = on_spawned or (lambda _: None)
         self._effects = effects
         self._commits: set[asyncio.Task[None]] = set()
         self._wake = wake
         self._clock = clock
         self._stats = stats
         self._pacing = pacing
-        self._queue: list[tuple[ClaimedJob, Completion, list[Skip]]] = []
+        self._queue: list[Entry] = []
         self._queued_at = 0.0  # monotonic time the oldest queued completion arrived
         self._ready = Signal()
         self._full = Signal()
@@ -106,7 +129,9 @@ class Completer:
                 f": {outcome.error}" if outcome.error else "",
                 extra=job_extra(job, "run_finished"),
             )
-        pending = None if self._effects is None else self._effects.take(job.id, job.lease_token)
+        pending = (
+            None if self._effects is None else self._effects.take(job.id, job.slot, job.lease_token)
+        )
         if pending is not None:
             task = asyncio.create_task(self._commit(job, outcome, done, skips, pending))
             self._commits.add(task)
@@ -127,10 +152,10 @@ class Completer:
             return
         try:
             if tx.conn is not None:
-                applied = await asyncio.shield(store.commit(tx.conn, done, skips))
+                applied = await asyncio.shield(store.commit(tx.conn, done, skips, job.flight))
             else:
                 assert tx.sync_conn is not None
-                commit = asyncio.to_thread(store.commit_sync, tx.sync_conn, done, skips)
+                commit = asyncio.to_thread(store.commit_sync, tx.sync_conn, done, skips, job.flight)
                 applied = await asyncio.shield(commit)
         except StoreError as exc:
             # Nothing committed; or the commit broke after the completion applied, and this
@@ -143,11 +168,22 @@ class Completer:
             self._stats.outcomes["succeeded"] -= 1
             self.run_done(job, failed)
             return
-        self._account([(job, done, skips)], {job.id} if applied else set())
+        self._account([(job, done, skips)], lambda _: applied)
         if applied:
             self._pacing.due_at(done.next_run_at)
             if done.next_run_at <= self._clock.now():
                 self._wake.set()
+
+    def spawn(self, job: ClaimedJob) -> None:
+        """Hand the claimed slot of an overlap `allow` job to a flight and move the job on
+        to its next slot (``on_spawned`` then gets the flight to run)."""
+        try:
+            done, skips = after_run(job, Outcome("succeeded", None, 0.0), self._clock.now())
+        except PulseError as exc:
+            self._on_spawned(None)
+            self.reject(job, exc)
+            return
+        self.submit(job, done._replace(outcome=SPAWNED), skips)
 
     def submit(self, job: ClaimedJob, done: Completion, skips: list[Skip]) -> None:
         if not self._queue:
@@ -186,36 +222,64 @@ class Completer:
                 await asyncio.sleep(self._failures.backoff_s(0.2, 5.0))
 
     async def flush_once(self) -> bool:
+        """Write what is queued: completions of job claims, of flights, and the hand-over
+        of `allow` claims to flights, one statement each; False if the database failed
+        (what was written by then is off the queue)."""
         batch = self._queue[:MAX_BATCH]
         if not batch:
             return True
-        completions = [done for _, done, _ in batch]
-        skips = [s for _, _, ss in batch for s in ss]
-        try:
-            applied = await self._session.complete(completions, skips)
-        except StoreError as exc:
-            self._stats.db_errors += 1
-            self._failures.failed(exc)
-            return False
+        kinds = (
+            [e for e in batch if not e[0].flight and e[1].outcome != SPAWNED],
+            [e for e in batch if e[0].flight],
+            [e for e in batch if e[1].outcome == SPAWNED],
+        )
+        writes = (self._complete, self._complete_flights, self._spawn)
+        for entries, write in zip(kinds, writes, strict=True):
+            if not entries:
+                continue
+            try:
+                await write(entries)
+            except StoreError as exc:
+                self._stats.db_errors += 1
+                self._failures.failed(exc)
+                return False
+            written = {id(e) for e in entries}
+            self._queue = [e for e in self._queue if id(e) not in written]
         self._failures.succeeded()
-        del self._queue[: len(batch)]
         self._queued_at = time.monotonic()  # what is left waits from now
-        self._account(batch, applied)
-        upcoming = [done.next_run_at for job, done, _ in batch if job.id in applied]
-        if upcoming:
-            self._pacing.due_at(min(upcoming))
         now = self._clock.now()
-        if any(done.next_run_at <= now for done in completions):
+        if any(done.next_run_at <= now for _, done, _ in batch):
             self._wake.set()  # a slot is due again already (catch-up, retry, release)
         return True
 
-    def _account(
-        self,
-        batch: list[tuple[ClaimedJob, Completion, list[Skip]]],
-        applied: set[UUID],
-    ) -> None:
-        for job, done, skips in batch:
-            if job.id in applied:
+    async def _complete(self, entries: list[Entry]) -> None:
+        skips = [s for _, _, ss in entries for s in ss]
+        applied = await self._session.complete([done for _, done, _ in entries], skips)
+        self._account(entries, lambda job: job.id in applied)
+        upcoming = [done.next_run_at for job, done, _ in entries if job.id in applied]
+        if upcoming:
+            self._pacing.due_at(min(upcoming))
+
+    async def _complete_flights(self, entries: list[Entry]) -> None:
+        applied = await self._session.complete_flights([done for _, done, _ in entries])
+        self._account(entries, lambda job: (job.id, job.slot) in applied)
+
+    async def _spawn(self, entries: list[Entry]) -> None:
+        skips = [s for _, _, ss in entries for s in ss]
+        moved = await self._session.spawn([d for _, d, _ in entries], skips, self._lease_s)
+        self._account(entries, lambda job: job.id in moved)
+        for job, _, _ in entries:
+            if moved.get(job.id):
+                self._on_spawned(job._replace(flight=True))
+            else:  # fenced, or the job is at its limit: due again in a second
+                self._on_spawned(None)
+        upcoming = [done.next_run_at for job, done, _ in entries if moved.get(job.id)]
+        if upcoming:
+            self._pacing.due_at(min(upcoming))
+
+    def _account(self, entries: list[Entry], applied: Callable[[ClaimedJob], bool]) -> None:
+        for job, done, skips in entries:
+            if applied(job):
                 self._stats.skipped_slots += len(skips) + (done.outcome == "skipped")
                 continue
             self._stats.fenced_writes += 1

@@ -16,6 +16,7 @@ import asyncio
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass
+from datetime import datetime
 from types import TracebackType
 from typing import Protocol
 from uuid import UUID
@@ -30,12 +31,14 @@ class RunIdentity(Protocol):
     @property
     def job_id(self) -> UUID: ...
     @property
+    def scheduled_for(self) -> datetime: ...
+    @property
     def fencing_token(self) -> int: ...
     @property
     def timeout_s(self) -> float: ...
 
 
-Key = tuple[UUID, int]  # job id, lease token: one run
+Key = tuple[UUID, datetime, int]  # job id, slot, lease token: one run
 REPORTED_MAX = 4096
 
 
@@ -81,9 +84,9 @@ class Effects:
             self._pending[key] = pending
             return True
 
-    def take(self, job_id: UUID, token: int) -> Pending | None:
+    def take(self, job_id: UUID, slot: datetime, token: int) -> Pending | None:
         """The run's parked transaction, if any; the run counts as reported from now on."""
-        key = (job_id, token)
+        key = (job_id, slot, token)
         with self._lock:
             self._opened.discard(key)
             self._reported[key] = None
@@ -98,7 +101,7 @@ class RunTransaction:
 
     def __init__(self, effects: Effects, ctx: RunIdentity) -> None:
         self._effects = effects
-        self._key: Key = (ctx.job_id, ctx.fencing_token)
+        self._key: Key = (ctx.job_id, ctx.scheduled_for, ctx.fencing_token)
         self._timeout_s = ctx.timeout_s
         self._conn: Conn | None = None
         self._sync_conn: SyncConn | None = None

@@ -20,6 +20,7 @@ import logging
 import math
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
 from uuid import UUID
 
@@ -43,6 +44,14 @@ if TYPE_CHECKING:
     from node.effects import Effects
 
 logger = logging.getLogger(__name__)
+
+
+# A run in flight: a job's claim (slot None), or a flight of an overlap `allow` job.
+RunKey = tuple[UUID, datetime | None]
+
+
+def key_of(job: ClaimedJob) -> RunKey:
+    return (job.id, job.slot if job.flight else None)
 
 
 @dataclass(eq=False)
@@ -76,7 +85,8 @@ class Executor:
         self.zone = zone
         self._on_done = on_done
         self._effects = effects
-        self.running: dict[UUID, Running] = {}
+        self.running: dict[RunKey, Running] = {}
+        self.reserved = 0  # slots held for `allow` claims being handed to flights
         self.slot_freed = Signal()
         self.idle = Signal()
         self.idle.set()
@@ -87,18 +97,39 @@ class Executor:
 
     @property
     def free(self) -> int:
-        return self.concurrency - len(self.running)
+        return self.concurrency - len(self.running) - self.reserved
 
     def leases(self) -> list[tuple[UUID, int]]:
-        return [(r.job.id, r.job.lease_token) for r in self.running.values()]
+        return [(r.job.id, r.job.lease_token) for r in self.running.values() if not r.job.flight]
+
+    def flight_leases(self) -> list[tuple[UUID, datetime, int]]:
+        return [
+            (r.job.id, r.job.slot, r.job.lease_token) for r in self.running.values() if r.job.flight
+        ]
+
+    def reserve(self) -> None:
+        """Hold a slot for an `allow` claim until its flight starts (``submit(reserved=True)``)
+        or it gets none (``unreserve``), so the claim loop never takes more than fits."""
+        self.reserved += 1
+
+    def unreserve(self) -> None:
+        self.reserved -= 1
+        self.slot_freed.set()
 
     def submit(
-        self, job: ClaimedJob, start_in_s: float = 0.0, replace_in_s: float | None = None
+        self,
+        job: ClaimedJob,
+        start_in_s: float = 0.0,
+        replace_in_s: float | None = None,
+        *,
+        reserved: bool = False,
     ) -> None:
         """Run ``job`` now, or in ``start_in_s`` (claimed ahead of its due time: it holds
         its slot meanwhile). With ``replace_in_s`` (overlap ``replace``: when the job's next
         slot falls due) a run still going then is stopped to make way for it."""
-        stale = self.running.get(job.id)
+        if reserved:
+            self.reserved -= 1
+        stale = self.running.get(key_of(job))
         if stale is not None:
             # Claimed again, so the lease of this earlier run is gone (a claim takes only
             # idle rows): its result would be fenced. Stop caring about it now rather
@@ -112,7 +143,7 @@ class Executor:
         if self.free <= 0:
             raise RuntimeError(f"executor cannot take {job.name}: no free slot")
         self.idle.clear()
-        found = self.running[job.id] = Running(job, self._loop.time() + max(0.0, start_in_s))
+        found = self.running[key_of(job)] = Running(job, self._loop.time() + max(0.0, start_in_s))
         if job.cancel_by is not None:  # asked to stop before this attempt began
             self._finish(found)
             self._on_done(job, Outcome("cancelled", f"cancelled by {job.cancel_by}", 0.0))
@@ -120,7 +151,7 @@ class Executor:
         if replace_in_s is not None:
             by = f"overlap replace: the slot after {job.slot.isoformat()} is due"
             timer = self._loop.call_later(
-                max(0.0, replace_in_s), self.stop, job.id, job.lease_token, by
+                max(0.0, replace_in_s), self.stop, job.id, job.lease_token, by, None
             )
             found.timers = [timer]
         if start_in_s > 0:
@@ -130,7 +161,7 @@ class Executor:
 
     def _start_if_current(self, found: Running) -> None:
         # Dropped meanwhile (lease lost, drained): not in ``running`` any more.
-        if self.running.get(found.job.id) is found:
+        if self.running.get(key_of(found.job)) is found:
             self._start(found)
 
     def _start(self, found: Running) -> None:
@@ -141,7 +172,7 @@ class Executor:
         if fn is None:  # async, shell:, or not resolvable: invoke() deals with each
             found.task = asyncio.create_task(self._run(found), name=f"run:{job.tenant}/{job.name}")
         else:
-            found.thread = ThreadRun(fn, found.ctx, job.id)
+            found.thread = ThreadRun(fn, found.ctx, key_of(job))
             self.threads.submit(found.thread)
             if now + job.timeout_s < self._timer_at:
                 self._arm(now + job.timeout_s)
@@ -179,7 +210,7 @@ class Executor:
                 raise
             task.uncancel()  # stopped as asked: reported as cancelled
             done = cancelled(found.ctx, found.cancelled_by, self._loop.time() - found.started)
-        if self.running.get(found.job.id) is found:  # else dropped: reported to nobody
+        if self.running.get(key_of(found.job)) is found:  # else dropped: reported to nobody
             self._finish(found)
             self._on_done(found.job, self._as_asked(found, done))
 
@@ -191,11 +222,11 @@ class Executor:
             return outcome
         return outcome._replace(status="cancelled", error=f"cancelled by {found.cancelled_by}")
 
-    def stop(self, job_id: UUID, lease_token: int, by: str) -> bool:
+    def stop(self, job_id: UUID, lease_token: int, by: str, slot: datetime | None = None) -> bool:
         """Ask the run of that lease to stop (False: no such run here). A task is cancelled
         (a shell's process group gets SIGTERM, then SIGKILL after the grace), a thread sees
         ``ctx.cancelled``; a run still going after the job's cancel grace is abandoned."""
-        found = self.running.get(job_id)
+        found = self.running.get((job_id, slot))
         if found is None or found.job.lease_token != lease_token:
             return False
         if found.cancelled_by is not None:
@@ -219,7 +250,7 @@ class Executor:
 
     def _abandon(self, found: Running) -> None:
         """A cancelled run still going after its grace: reported cancelled, left behind."""
-        if self.running.get(found.job.id) is not found or found.ctx is None:
+        if self.running.get(key_of(found.job)) is not found or found.ctx is None:
             return
         by = found.cancelled_by or "?"
         duration = self._loop.time() - found.started
@@ -271,7 +302,7 @@ class Executor:
             self._arm(following)
 
     def _finish(self, found: Running) -> None:
-        key = found.job.id
+        key = key_of(found.job)
         if self.running.get(key) is not found:
             return  # already dropped (a later claim of the same job may hold the id now)
         del self.running[key]
@@ -281,10 +312,12 @@ class Executor:
         if not self.running:
             self.idle.set()
 
-    def cancel(self, job_id: UUID, lease_token: int) -> ClaimedJob | None:
+    def cancel(
+        self, job_id: UUID, lease_token: int, slot: datetime | None = None
+    ) -> ClaimedJob | None:
         """Stop caring about the run of that lease (it is lost): a task is cancelled; a
         thread cannot be, so its result is dropped when it comes."""
-        found = self.running.get(job_id)
+        found = self.running.get((job_id, slot))
         if found is None or found.job.lease_token != lease_token:
             return None
         if found.task is not None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
+from datetime import datetime
 from uuid import UUID
 
 from cluster.settings import ClusterSettings
@@ -19,8 +20,9 @@ from node.state import NodeState
 CANCEL_PREFIX = notify.CANCEL_PREFIX
 
 
-# Stop the run of (job id, lease token), asked by someone (node.executor.Executor.stop).
-CancelRun = Callable[[UUID, int, str], bool]
+# Stop the run of (job id, lease token), asked by someone; with a slot, that flight of an
+# overlap `allow` job (node.executor.Executor.stop).
+CancelRun = Callable[[UUID, int, str, datetime | None], bool]
 
 
 class WakeListener:
@@ -49,13 +51,14 @@ class WakeListener:
             self._state.wake.set()
 
     def _on_cancel(self, payload: str) -> None:
-        job, token, by = [*payload[len(CANCEL_PREFIX) :].split(":", 2), "", ""][:3]
+        job, token, slot, by = [*payload[len(CANCEL_PREFIX) :].split(":", 3), "", "", ""][:4]
         try:
             job_id, lease_token = UUID(job), int(token)
+            flight = notify.slot_of(slot) if slot else None
         except ValueError:
             return
         if self._cancel is not None:
-            self._cancel(job_id, lease_token, by or "?")
+            self._cancel(job_id, lease_token, by or "?", flight)
 
     async def run_once(self) -> None:
         """Listen until the stop event is set; ``StoreError`` when the connection breaks."""

@@ -19,8 +19,10 @@ from collections.abc import Callable
 from typing import Any
 
 from cluster.settings import DEFAULT_LEASE_S
+from cluster.store.flights import RecoveredFlight
 from cluster.store.records import ClaimedJob
 from cluster.store.session import LockSession
+from node.completer import job_extra
 from node.handlers import Outcome
 from node.state import NodeState
 from node.stats import Stats
@@ -79,7 +81,9 @@ class Recovery:
         fail_slot: FailSlot | None = None,
         *,
         lease_s: float = DEFAULT_LEASE_S,
+        flights_queued: Callable[[], None] = lambda: None,
     ) -> None:
+        self._flights_queued = flights_queued
         self._state = state
         self._session = session
         self._stats = stats
@@ -91,12 +95,47 @@ class Recovery:
         as alive, and of expired leases."""
         alive = self._state.alive or (self._state.node_id,)
         rows = await self._session.recover(shards, alive, lease_s=self._lease_s)
-        return self._took_back(rows)
+        flights = await self._session.recover_flights(shards, alive, lease_s=self._lease_s)
+        return self._took_back(rows) + self._flights_back(flights)
 
     async def recover_own(self) -> int:
         """Runs left by an earlier process of this node id (killed, restarted under the
         same id) look alive to everyone's recovery; take them back before claiming."""
-        return self._took_back(await self._session.recover_own(lease_s=self._lease_s))
+        rows = await self._session.recover_own(lease_s=self._lease_s)
+        flights = await self._session.recover_flights((), (), lease_s=self._lease_s, own=True)
+        return self._took_back(rows) + self._flights_back(flights)
+
+    def _flights_back(self, flights: list[RecoveredFlight]) -> int:
+        """Flights are queued again (the claim loop takes them) or, poison, ended here."""
+        for found in flights:
+            job = found.job
+            extra = job_extra(job, "run_recovered")
+            if not found.poison:
+                logger.warning(
+                    "recovered flight from %s (%s); attempt %d is due now",
+                    found.lost_by,
+                    found.reason,
+                    job.attempt,
+                    extra=extra,
+                )
+                continue
+            if job.cancel_by is not None:
+                error = f"cancelled by {job.cancel_by}; lost with its node {found.lost_by}"
+                outcome = Outcome("cancelled", error, 0.0)
+            else:
+                allowed = job.max_retries + 1
+                error = (
+                    f"lost with its node on attempt {job.attempt} of {allowed} ({found.reason}, "
+                    f"node {found.lost_by}); retries exhausted, the slot is not run again"
+                )
+                outcome = Outcome("failed", error, 0.0)
+            logger.error("flight lost for good: %s", error, extra={**extra, "event": "poison_slot"})
+            if self._fail_slot is not None:
+                self._fail_slot(job, outcome)
+        if flights:
+            self._stats.recovered += len(flights)
+            self._flights_queued()
+        return len(flights)
 
     def _took_back(self, rows: list[dict[str, Any]]) -> int:
         for row in rows:

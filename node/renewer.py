@@ -9,6 +9,8 @@ cancel is stopped here if the NOTIFY that asked was missed.
 from __future__ import annotations
 
 import logging
+from datetime import datetime
+from uuid import UUID
 
 from cluster.store.session import LockSession
 from node.completer import job_extra
@@ -29,16 +31,26 @@ class Renewer:
 
     async def run_once(self) -> None:
         leases = self._executor.leases()
-        if not leases:
+        flights = self._executor.flight_leases()
+        if leases:
+            kept = await self._session.renew(leases, self._lease_s)
+            for job_id, token in leases:
+                self._follow(job_id, token, None, job_id in kept, kept.get(job_id))
+        if flights:
+            held = await self._session.renew_flights(flights, self._lease_s)
+            for job_id, slot, token in flights:
+                key = (job_id, slot)
+                self._follow(job_id, token, slot, key in held, held.get(key))
+
+    def _follow(
+        self, job_id: UUID, token: int, slot: datetime | None, kept: bool, cancel_by: str | None
+    ) -> None:
+        """Stop the run whose lease is gone; pass on a request to cancel one still held."""
+        if kept:
+            if cancel_by is not None:
+                self._executor.stop(job_id, token, cancel_by, slot)
             return
-        kept = await self._session.renew(leases, self._lease_s)
-        for job_id, token in leases:
-            if job_id in kept:
-                cancel_by = kept[job_id]
-                if cancel_by is not None:
-                    self._executor.stop(job_id, token, cancel_by)
-                continue
-            job = self._executor.cancel(job_id, token)
-            if job is not None:
-                self._stats.leases_lost += 1
-                logger.warning("lease lost; run cancelled", extra=job_extra(job, "lease_lost"))
+        job = self._executor.cancel(job_id, token, slot)
+        if job is not None:
+            self._stats.leases_lost += 1
+            logger.warning("lease lost; run cancelled", extra=job_extra(job, "lease_lost"))

@@ -28,6 +28,7 @@ from cluster.settings import ClusterSettings, NodeSettings, mask_url
 from cluster.store.alerting import AlertStore
 from cluster.store.effects import EffectsStore
 from cluster.store.pruning import PruneConnection
+from cluster.store.records import ClaimedJob
 from cluster.store.session import LockSession
 from cluster.store.writer import ResultWriter
 from node.alerting import AlertDelivery
@@ -209,12 +210,30 @@ class Node:
             self.cluster, s.node_id, s.zone, statement_timeout_s=s.statement_timeout_s
         )
         effects = Effects(EffectsStore(self.cluster, s.node_id, s.zone))
-        completer = Completer(writer, clock, stats, state.wake, pacing, effects)
+
+        def spawned(flight: ClaimedJob | None) -> None:
+            """An `allow` claim handed over: run its flight in the slot held for it."""
+            if flight is None:
+                executor.unreserve()
+                return
+            start_in_s = max(0.0, (flight.due - clock.now()).total_seconds())
+            executor.submit(flight, start_in_s, reserved=True)
+
+        completer = Completer(
+            writer, clock, stats, state.wake, pacing, effects, lease_s=s.lease_s, on_spawned=spawned
+        )
         forwarders = Forwarders(s.celery_broker)
         executor = Executor(
             s.concurrency, s.node_id, s.zone, completer.run_done, effects, forwarders
         )
-        recovery = Recovery(state, session, stats, completer.run_done, lease_s=s.lease_s)
+        recovery = Recovery(
+            state,
+            session,
+            stats,
+            completer.run_done,
+            lease_s=s.lease_s,
+            flights_queued=lambda: claimer.flights_queued(),
+        )
         alert_store = AlertStore(
             self.cluster, f"{s.node_id}/alerts", statement_timeout_s=s.statement_timeout_s
         )

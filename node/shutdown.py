@@ -95,9 +95,13 @@ class Shutdown:
     async def _release(self, left: list[ClaimedJob]) -> None:
         if not left:
             return
+        reason = "node shut down before the run ended"
         try:
             await self.session.release(
-                [(j.id, j.lease_token) for j in left], "node shut down before the run ended"
+                [(j.id, j.lease_token) for j in left if not j.flight], reason
+            )
+            await self.session.release_flights(
+                [(j.id, j.slot, j.lease_token) for j in left if j.flight], reason
             )
         except StoreError as exc:
             logger.warning("could not release unfinished runs (recovery will): %s", exc)

@@ -102,6 +102,15 @@ def test_commands_are_real_pulse_commands(services: dict[str, dict[str, Any]]) -
         assert _resolve(services[name]["command"]).name == "node"
 
 
+def test_a_web_service_serves_the_api_and_console(services: dict[str, dict[str, Any]]) -> None:
+    web = services["web"]
+    assert _resolve(web["command"]).name == "web"
+    assert web["depends_on"]["init"]["condition"] == "service_completed_successfully"
+    bind = web["command"][web["command"].index("--bind") + 1]
+    assert [p.rsplit(":", 1)[1] for p in web["ports"]] == [bind.rsplit(":", 1)[1]]
+    assert "[web]" in (COMPOSE / "Dockerfile").read_text()
+
+
 def test_environment_is_read_by_the_cli(services: dict[str, dict[str, Any]]) -> None:
     known = _envvars(cli)
     used = {

@@ -16,7 +16,7 @@ from __future__ import annotations
 import bisect
 from collections import defaultdict
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from cluster.chaos.observations import FaultRecord, LockSample, Observations
 
@@ -29,6 +29,7 @@ class Gap:
     affected: int
     gap_s: float
     job: str | None
+    per_job: dict[str, float] = field(default_factory=dict)  # each affected job's gap
 
 
 @dataclass(frozen=True)
@@ -90,6 +91,7 @@ def fault_gaps(obs: Observations) -> list[Gap]:
         # What comes due once the next fault has begun is that fault's to answer for.
         until = obs.faults[index + 1].started if index + 1 < len(obs.faults) else end
         worst, worst_job = 0.0, None
+        per_job = {}
         jobs = affected_jobs(obs, fault)
         for name in jobs:
             events = history[name]
@@ -99,9 +101,10 @@ def fault_gaps(obs: Observations) -> list[Gap]:
             at = bisect.bisect_left([h.at for h in events], fault.started)
             fired = events[at].at if at < len(events) else end
             gap = max(0.0, fired - owed)
+            per_job[name] = round(gap, 2)
             if gap > worst:
                 worst, worst_job = gap, name
-        gaps.append(Gap(index, len(jobs), worst, worst_job))
+        gaps.append(Gap(index, len(jobs), worst, worst_job, per_job))
     return gaps
 
 

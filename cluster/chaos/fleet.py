@@ -1,5 +1,8 @@
 """The node processes of a chaos run, each behind its own Postgres and Redis proxies.
 
+A store with a standby (``--pg-ha``, or Sentinel for ``redis-failover``) is reached
+directly: a proxy in front of one server cannot follow the primary to another.
+
 Nodes are started by ``cluster.local.processes`` (the harness never imports ``node``), with
 JSON logs, one log file per incarnation, and the cluster selected through ``PULSE_*``
 variables that point at the node's proxies. A restarted node keeps its node id, as a pod of
@@ -40,8 +43,8 @@ class FleetConfig:
 class NodeProcess:
     node_id: str
     zone: str
-    pg: Proxy
-    redis: Proxy
+    pg: Proxy | None  # None: straight to the servers (a primary that may move)
+    redis: Proxy | None
     proc: asyncio.subprocess.Process | None = None
     incarnation: int = 0
     logs: list[Path] = field(default_factory=list)
@@ -91,11 +94,13 @@ class Fleet:
         node.incarnation += 1
         log_path = c.workdir / f"{node.node_id}.{node.incarnation}.log"
         node.logs.append(log_path)
-        settings = replace(
-            c.settings,
-            database_url=via_proxy(c.settings.database_url, node.pg.port),
-            redis_url=via_proxy(c.settings.redis_url, node.redis.port),
-        )
+        settings = c.settings
+        if node.pg is not None:
+            settings = replace(
+                settings, database_url=via_proxy(settings.database_url, node.pg.port)
+            )
+        if node.redis is not None:
+            settings = replace(settings, redis_url=via_proxy(settings.redis_url, node.redis.port))
         argv = node_argv(
             node.node_id, node.zone, "--session-timeout", f"{c.session_timeout_s:g}s", *c.extra_args
         )

@@ -1,7 +1,8 @@
 """One chaos run from start to verdict.
 
 Plan the faults (bad options fail before anything starts), start the servers (or use the
-configured ones with ``--external``), create the schema and the workload, start one proxy
+configured ones with ``--external``; a pg_auto_failover formation with ``--pg-ha``, Redis
+Sentinel with a ``redis-failover`` fault), create the schema and the workload, start one proxy
 pair and one node per node id, wait until every shard is held, inject the faults while
 sampling the shard locks, let the cluster settle for the quiet period, kill the nodes, and
 check what the runs table, the witness file, the effect jobs' ledger and the node logs say.
@@ -25,15 +26,18 @@ from cluster.chaos import poison, probes
 from cluster.chaos.fleet import Fleet, FleetConfig, NodeProcess, endpoint, node_ids
 from cluster.chaos.inject import Injector
 from cluster.chaos.observations import Execution, JobInfo, Observations, dump
+from cluster.chaos.pgha import PgFormation
 from cluster.chaos.plan import Bounds, Fault, make_plan
 from cluster.chaos.proxy import Proxy
 from cluster.chaos.report import Report, build_report
+from cluster.chaos.sentinel import SentinelSet
 from cluster.chaos.servers import PostgresServer, RedisServer, ServerError
 from cluster.chaos.witness import read_witness
 from cluster.chaos.workload import JobDef, make_workload
-from cluster.errors import PulseError
+from cluster.errors import InvalidInput, PulseError
 from cluster.settings import ClusterSettings
 from cluster.store.jobs import JobStore
+from cluster.urls import SENTINEL_SCHEME, is_multi_host
 
 logger = logging.getLogger(__name__)
 
@@ -58,8 +62,15 @@ class ChaosOptions:
     kill_bound_s: float = 5.0
     stop_bound_s: float | None = None  # default: session timeout + kill bound
     external: bool = False
+    pg_ha: bool = False  # a pg_auto_failover formation instead of one Postgres server
+    pg_async: bool = False  # ... with asynchronous replication (it can lose commits)
     workdir: Path | None = None
     keep: bool = False
+
+    @property
+    def sentinel(self) -> bool:
+        """Redis behind Sentinel (a primary and a replica) instead of one server."""
+        return "redis-failover" in self.faults
 
     @property
     def bounds(self) -> Bounds:
@@ -82,6 +93,9 @@ class ChaosOptions:
             "stop_bound_s": self.bounds.stop_s,
             "faults": list(self.faults),
             "external": self.external,
+            "pg_ha": self.pg_ha,
+            "pg_async": self.pg_async,
+            "redis_sentinel": self.sentinel,
         }
 
 
@@ -91,6 +105,14 @@ def plan_for(options: ChaosOptions) -> list[Fault]:
     return make_plan(options.faults, nodes, options.duration_s, options.seed, options.bounds)
 
 
+def _check_proxiable(settings: ClusterSettings) -> None:
+    """``--external`` puts a proxy per node in front of each store: one server each."""
+    if is_multi_host(settings.database_url):
+        raise InvalidInput("database_url", "--external needs one Postgres host, not a host list")
+    if settings.redis_url.startswith(SENTINEL_SCHEME + "://"):
+        raise InvalidInput("redis_url", "--external needs one Redis server, not a Sentinel URL")
+
+
 class ChaosRun:
     def __init__(self, options: ChaosOptions, external: ClusterSettings | None) -> None:
         self.options = options
@@ -98,9 +120,13 @@ class ChaosRun:
         self.workdir = options.workdir or Path(tempfile.mkdtemp(prefix="pulse-chaos-"))
         self.workdir.mkdir(parents=True, exist_ok=True)
         self.witness = self.workdir / "witness.jsonl"
+        if external is not None:
+            _check_proxiable(external)
         self._external = external
         self._postgres: PostgresServer | None = None
         self._redis: RedisServer | None = None
+        self._formation: PgFormation | None = None
+        self._sentinels: SentinelSet | None = None
         self._proxies: list[Proxy] = []
         self._settings: ClusterSettings | None = None
 
@@ -121,16 +147,34 @@ class ChaosRun:
             for server in (self._postgres, self._redis):
                 if server is not None:
                     await server.close()
+            for ha in (self._formation, self._sentinels):
+                if ha is not None:
+                    await asyncio.to_thread(ha.close)
 
     async def _servers(self) -> ClusterSettings:
         if self._external is not None:
             tag = secrets.token_hex(3)
             return replace(self._external, schema=f"chaos_{tag}", cluster=f"chaos-{tag}")
-        self._postgres = PostgresServer(self.workdir / "postgres.log")
-        self._redis = RedisServer(self.workdir / "redis.log")
-        await self._postgres.start()
-        await self._redis.start()
-        return ClusterSettings(self._postgres.url, self._redis.url, "pulse", "chaos")
+        if self.options.pg_ha:
+            # Blocking (pg_autoctl, maybe apt-get): off the loop.
+            self._formation = await asyncio.to_thread(
+                lambda: PgFormation(self.workdir, synchronous=not self.options.pg_async)
+            )
+            await asyncio.to_thread(self._formation.start)
+            database_url = self._formation.url
+        else:
+            self._postgres = PostgresServer(self.workdir / "postgres.log")
+            await self._postgres.start()
+            database_url = self._postgres.url
+        if self.options.sentinel:
+            self._sentinels = await asyncio.to_thread(SentinelSet, self.workdir)
+            await asyncio.to_thread(self._sentinels.start)
+            redis_url = self._sentinels.url
+        else:
+            self._redis = RedisServer(self.workdir / "redis.log")
+            await self._redis.start()
+            redis_url = self._redis.url
+        return ClusterSettings(database_url, redis_url, "pulse", "chaos")
 
     async def _load(self, settings: ClusterSettings, workload: list[JobDef]) -> None:
         specs = [job.spec() for job in workload]
@@ -143,14 +187,17 @@ class ChaosRun:
 
     async def _fleet(self, settings: ClusterSettings) -> Fleet:
         o = self.options
-        pg, redis = endpoint(settings.database_url, 5432), endpoint(settings.redis_url, 6379)
         nodes = []
         for node_id, zone in node_ids(o.nodes, o.zones):
-            pair = (Proxy(f"{node_id}-pg", pg), Proxy(f"{node_id}-redis", redis))
-            for proxy in pair:
-                await proxy.start()
-                self._proxies.append(proxy)
-            nodes.append(NodeProcess(node_id, zone, *pair))
+            pg = (
+                None if o.pg_ha else await self._proxy(f"{node_id}-pg", settings.database_url, 5432)
+            )
+            redis = (
+                None
+                if o.sentinel
+                else await self._proxy(f"{node_id}-redis", settings.redis_url, 6379)
+            )
+            nodes.append(NodeProcess(node_id, zone, pg, redis))
         config = FleetConfig(
             settings=settings,
             workdir=self.workdir,
@@ -160,6 +207,12 @@ class ChaosRun:
             extra_args=("--drain-timeout", "5s", "--concurrency", "64"),
         )
         return Fleet(config, nodes)
+
+    async def _proxy(self, name: str, url: str, default_port: int) -> Proxy:
+        proxy = Proxy(name, endpoint(url, default_port))
+        await proxy.start()
+        self._proxies.append(proxy)
+        return proxy
 
     async def _wait_ready(self, sampler: probes.LockSampler) -> None:
         deadline = time.monotonic() + READY_TIMEOUT_S
@@ -192,6 +245,8 @@ class ChaosRun:
                 self._redis,
                 lambda node: probes.terminate_backends(settings, node),
                 settings,
+                formation=self._formation,
+                sentinels=self._sentinels,
             )
             await injector.run(self.plan, phase_mono)
             await asyncio.sleep(max(0.0, phase_mono + o.duration_s - time.monotonic()))
@@ -233,6 +288,7 @@ class ChaosRun:
             poison_job=poison.JOB if "poison-job" in o.faults else None,
             poison_retries=poison.RETRIES,
             ledger=await probes.collect_ledger(settings),
+            async_replication=o.pg_async,
         )
         report = build_report(obs, o.summary())
         dump(obs, self.workdir)

@@ -4,6 +4,13 @@ Each fault is applied at its planned offset, held, then undone (a killed node is
 again under the same id, a stopped one continued, a proxy restored, a server restarted),
 and recorded with the wall-clock times it actually began and ended. The poison job is
 triggered and held until Pulse has recorded its slot, every node it killed restarted.
+
+A failover kills the primary's host and waits for the standby's promotion (measured); the
+lost server comes back as the new standby after the hold, so the next failover has one.
+A Postgres failover's bound is its measured promotion time + the kill bound (+ the lease
+with asynchronous replication, docs/design/failover.md); a Redis
+failover's is the heartbeat TTL + the kill bound, held against how long after the kill
+every running node heartbeats on the new primary.
 """
 
 from __future__ import annotations
@@ -17,20 +24,43 @@ from collections.abc import Awaitable, Callable
 from cluster.chaos import poison
 from cluster.chaos.fleet import Fleet, NodeProcess
 from cluster.chaos.observations import FaultRecord
+from cluster.chaos.pgha import PgFormation
 from cluster.chaos.plan import Fault
-from cluster.chaos.servers import PostgresServer, RedisServer
-from cluster.errors import PulseError
-from cluster.settings import ClusterSettings
+from cluster.chaos.proxy import Proxy
+from cluster.chaos.sentinel import SentinelSet
+from cluster.chaos.servers import PostgresServer, RedisServer, ServerError
+from cluster.errors import MembershipError, PulseError
+from cluster.members import MemberRegistry
+from cluster.settings import (
+    DEFAULT_HEARTBEAT_INTERVAL_S,
+    DEFAULT_HEARTBEAT_TTL_S,
+    DEFAULT_LEASE_S,
+    ClusterSettings,
+)
 from cluster.store.jobs import JobStore
 
 logger = logging.getLogger(__name__)
+
+SETTLE_TIMEOUT_S = 60.0
+FRESH_S = 2 * DEFAULT_HEARTBEAT_INTERVAL_S  # a heartbeat this recent is a live one
+
+
+def _pg(node: NodeProcess) -> Proxy:
+    assert node.pg is not None, "pg-stall needs the nodes' Postgres proxies"
+    return node.pg
+
+
+def _redis(node: NodeProcess) -> Proxy:
+    assert node.redis is not None, "redis-cut needs the nodes' Redis proxies"
+    return node.redis
+
 
 _Switch = Callable[[NodeProcess], None]
 # Faults switched on for every target node, held, then switched off: (on, off, report note).
 _SWITCHED: dict[str, tuple[_Switch, _Switch, str]] = {
     "sigstop": (lambda n: n.signal(signal.SIGSTOP), lambda n: n.signal(signal.SIGCONT), "paused"),
-    "pg-stall": (lambda n: n.pg.stall(), lambda n: n.pg.restore(), "postgres traffic stalled"),
-    "redis-cut": (lambda n: n.redis.cut(), lambda n: n.redis.restore(), "redis traffic cut"),
+    "pg-stall": (lambda n: _pg(n).stall(), lambda n: _pg(n).restore(), "postgres traffic stalled"),
+    "redis-cut": (lambda n: _redis(n).cut(), lambda n: _redis(n).restore(), "redis traffic cut"),
 }
 _SWITCHED["sigstop-short"] = _SWITCHED["sigstop"]
 
@@ -43,12 +73,18 @@ class Injector:
         redis: RedisServer | None,
         terminate: Callable[[str], Awaitable[int]],
         settings: ClusterSettings | None = None,
+        *,
+        formation: PgFormation | None = None,
+        sentinels: SentinelSet | None = None,
     ) -> None:
         self._fleet = fleet
         self._postgres = postgres
         self._redis = redis
         self._terminate = terminate
-        self._settings = settings  # for the poison job
+        self._settings = settings  # for the poison job and the members of a Redis failover
+        self._formation = formation
+        self._sentinels = sentinels
+        self._measured: tuple[float, float] | None = None  # (figure, bound) of a failover
         self.records: list[FaultRecord] = []
 
     async def run(self, plan: list[Fault], phase_start: float) -> None:
@@ -66,7 +102,9 @@ class Injector:
                 extra={"event": "fault"},
             )
             started = time.time()
+            self._measured = None
             detail = await self.apply(fault)
+            measured, bound = self._measured or (None, fault.bound_s)
             self.records.append(
                 FaultRecord(
                     kind=fault.kind,
@@ -74,8 +112,9 @@ class Injector:
                     targets=fault.targets,
                     started=started,
                     ended=time.time(),
-                    bound_s=fault.bound_s,
+                    bound_s=bound,
                     detail=detail,
+                    measured_s=measured,
                 )
             )
 
@@ -105,6 +144,10 @@ class Injector:
             return f"{ended} backends terminated"
         if kind == "poison-job":
             return await self._poison()
+        if kind == "pg-failover":
+            return await self._pg_failover(fault)
+        if kind == "redis-failover":
+            return await self._redis_failover(fault)
         if kind == "redis-restart":
             assert self._redis is not None
             await self._redis.stop()
@@ -116,6 +159,56 @@ class Injector:
         await asyncio.sleep(hold)
         await self._postgres.start()
         return f"{fault.mode} stop, down {hold:.1f}s"
+
+    async def _pg_failover(self, fault: Fault) -> str:
+        pg = self._formation
+        assert pg is not None
+        old, new, promotion_s = await asyncio.to_thread(pg.fail_primary)
+        # Asynchronous replication may lose a completion: its slot runs again only once
+        # the lease the new primary still shows has expired.
+        lease_s = 0.0 if pg.synchronous else DEFAULT_LEASE_S
+        self._measured = (promotion_s, promotion_s + fault.bound_s + lease_s)
+        await asyncio.sleep(fault.hold_s)
+        await asyncio.to_thread(pg.restart, old)
+        await asyncio.to_thread(pg.wait, pg.settled, f"{old} to rejoin as a standby")
+        return f"{old} killed, {new} promoted in {promotion_s:.1f}s; {old} back as its standby"
+
+    async def _redis_failover(self, fault: Fault) -> str:
+        sentinels = self._sentinels
+        assert sentinels is not None
+        killed_at = time.monotonic()
+        old, new, promotion_s = await asyncio.to_thread(sentinels.fail_primary)
+        settle_s = await self._members_settled(killed_at)
+        self._measured = (settle_s, fault.bound_s)
+        await asyncio.sleep(fault.hold_s)
+        await asyncio.to_thread(sentinels.restart, old)
+        await asyncio.to_thread(sentinels.wait, lambda: sentinels.replicating(old), "rejoin")
+        return (
+            f"{old} killed, {new} promoted in {promotion_s:.1f}s; every node heartbeating "
+            f"on it {settle_s:.1f}s after the kill; {old} back as its replica"
+        )
+
+    async def _members_settled(self, since: float) -> float:
+        """Seconds from ``since`` until every running node has a fresh heartbeat in Redis."""
+        assert self._settings is not None
+        registry = MemberRegistry(self._settings)
+        deadline = time.monotonic() + SETTLE_TIMEOUT_S
+        try:
+            while time.monotonic() < deadline:
+                running = {n.node_id for n in self._fleet if n.running}
+                try:
+                    live = await registry.live(DEFAULT_HEARTBEAT_TTL_S)
+                except MembershipError:
+                    live = []
+                fresh = {m.info.node_id for m in live if m.heartbeat_age_s <= FRESH_S}
+                if running <= fresh:
+                    return time.monotonic() - since
+                await asyncio.sleep(0.1)
+        finally:
+            await registry.close()
+        raise ServerError(
+            f"nodes did not heartbeat on the new Redis primary in {SETTLE_TIMEOUT_S:g}s"
+        )
 
     async def _poison(self) -> str:
         """Run one slot of the poison job; restart every node it kills (after

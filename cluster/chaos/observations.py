@@ -93,6 +93,9 @@ class FaultRecord:
     ended: float
     bound_s: float
     detail: str = ""
+    # A failover's measured figure: the promotion time (pg-failover), or how long until
+    # every node heartbeated on the new primary (redis-failover).
+    measured_s: float | None = None
 
     @property
     def global_(self) -> bool:
@@ -120,6 +123,9 @@ class Observations:
     poison_job: str | None = None
     poison_retries: int = 0
     ledger: Sequence[LedgerRow] = ()  # the effect jobs' committed rows
+    # Postgres replicated asynchronously (``--pg-async``): a failover may lose the last
+    # claims and completions committed on the old primary.
+    async_replication: bool = False
 
     def slot_time(self, slot_ms: int) -> float:
         """A slot on the harness's clock."""

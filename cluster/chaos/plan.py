@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 from cluster.chaos import poison
 from cluster.errors import InvalidInput
+from cluster.settings import DEFAULT_HEARTBEAT_TTL_S
 
 KINDS = (
     "sigkill",
@@ -25,8 +26,19 @@ KINDS = (
     "redis-restart",
     "pg-restart",
     "poison-job",
+    "pg-failover",
+    "redis-failover",
 )
-RESTART_KINDS = frozenset({"redis-restart", "pg-restart"})
+RESTART_KINDS = frozenset({"redis-restart", "pg-restart", "pg-failover", "redis-failover"})
+# A failover needs a primary and a standby the harness starts: pg_auto_failover for
+# pg-failover (only with --pg-ha), Redis Sentinel for redis-failover. Nodes then reach the
+# servers directly (a proxy cannot follow a primary), so the faults of one server or of
+# one node's proxy do not apply to that store.
+HA_KINDS = frozenset({"pg-failover", "redis-failover"})
+SINGLE_PG_KINDS = frozenset({"pg-stall", "pg-restart"})
+SINGLE_REDIS_KINDS = frozenset({"redis-cut", "redis-restart"})
+# Time after a failover's hold for the lost server to rejoin as a standby.
+REJOIN_S = {"pg-failover": 8.0, "redis-failover": 4.0}
 SETTLE_S = 6.0
 GAP_S = (2.0, 5.0)
 START_S = 3.0
@@ -40,6 +52,7 @@ class Bounds:
     kill_s: float  # after SIGKILL of a node or a zone, and after any brief disruption
     stop_s: float  # after a node froze or stalled past the session timeout
     session_timeout_s: float
+    heartbeat_ttl_s: float = DEFAULT_HEARTBEAT_TTL_S
 
 
 @dataclass(frozen=True)
@@ -54,19 +67,37 @@ class Fault:
 
     @property
     def span_s(self) -> float:
-        return self.hold_s + SETTLE_S + (2.0 if self.kind == "pg-restart" else 0.0)
+        extra = 2.0 if self.kind == "pg-restart" else REJOIN_S.get(self.kind, 0.0)
+        return self.hold_s + SETTLE_S + extra
 
 
-def parse_kinds(text: str, *, external: bool) -> tuple[str, ...]:
-    """The comma list of ``--faults`` (``all`` for every kind); restarts need own servers."""
+def parse_kinds(
+    text: str, *, external: bool, pg_ha: bool = False, pg_async: bool = False
+) -> tuple[str, ...]:
+    """The comma list of ``--faults`` (``all`` for every kind that applies); restarts and
+    failovers need own servers, ``pg-failover`` needs ``--pg-ha``."""
+    if pg_async and not pg_ha:
+        raise InvalidInput("pg-async", "applies to the formation of --pg-ha only")
+    if pg_ha and external:
+        raise InvalidInput("pg-ha", "starts its own Postgres formation; it excludes --external")
     wanted = [k.strip() for k in text.split(",") if k.strip()]
     if wanted in ([], ["all"]):
-        return tuple(k for k in KINDS if not (external and k in RESTART_KINDS))
+        if not pg_ha:
+            return tuple(
+                k for k in KINDS if k not in HA_KINDS and not (external and k in RESTART_KINDS)
+            )
+        return tuple(k for k in KINDS if k not in SINGLE_PG_KINDS | SINGLE_REDIS_KINDS)
     for kind in wanted:
         if kind not in KINDS:
             raise InvalidInput("faults", f"unknown fault {kind!r}; choose from {', '.join(KINDS)}")
         if external and kind in RESTART_KINDS:
             raise InvalidInput("faults", f"{kind} needs the harness's own servers (no --external)")
+        if kind == "pg-failover" and not pg_ha:
+            raise InvalidInput("faults", "pg-failover needs --pg-ha (a pg_auto_failover formation)")
+        if pg_ha and kind in SINGLE_PG_KINDS:
+            raise InvalidInput("faults", f"{kind} needs a single Postgres server (no --pg-ha)")
+        if "redis-failover" in wanted and kind in SINGLE_REDIS_KINDS:
+            raise InvalidInput("faults", f"{kind} needs a single Redis server (no redis-failover)")
     return tuple(dict.fromkeys(wanted))
 
 
@@ -93,6 +124,15 @@ def _fault(
         return Fault(kind, at_s, 0.0, (target,), target, bounds.kill_s)
     if kind == "redis-restart":
         return Fault(kind, at_s, rng.uniform(1.0, 4.0), (), "redis", bounds.kill_s)
+    if kind == "pg-failover":
+        # The primary's host is killed; it comes back as a standby after the hold. The
+        # bound is the promotion time measured during the run + the kill bound.
+        return Fault(kind, at_s, rng.uniform(2.0, 4.0), (), "postgres", bounds.kill_s)
+    if kind == "redis-failover":
+        # Firing never waits on Redis; the bound is how soon membership settles on the
+        # new primary: the heartbeat TTL + the kill bound.
+        bound = bounds.heartbeat_ttl_s + bounds.kill_s
+        return Fault(kind, at_s, rng.uniform(1.0, 3.0), (), "redis", bound)
     if kind == "poison-job":
         # Whichever nodes run it die, one after another: each attempt is a kill.
         bound = (poison.RETRIES + 1) * bounds.kill_s

@@ -10,6 +10,15 @@ node frozen while starting a run, or a zombie acting on a stale claim), and the 
 slots that were neither run nor recorded as skipped. The poison job is held to its own
 rule instead: each of its slots ran at most retries + 1 times (each time killing its node)
 and was recorded failed, written by the node that took the slot back.
+
+With asynchronous replication (``--pg-async``) a Postgres failover may lose the last
+commits of the old primary. A lost completion leaves its run ``running`` on the new one:
+it runs again, as the next attempt, once its lease expires, a re-run attributed like any
+other. A lost claim leaves the slot due: it is claimed again under the same attempt, so
+that attempt runs twice; that is attributed to the failover (a re-run with cause
+``claim lost``) when the first execution began at most ``ATTRIBUTION_LEAD_S`` before the
+kill (or within the slack after it) and the second after it. Anything else stays a
+double execution. With synchronous replication nothing is attributed this way.
 """
 
 from __future__ import annotations
@@ -29,6 +38,9 @@ from cluster.chaos.observations import (
 
 EARLY_TOLERANCE_S = 0.05
 ATTRIBUTION_LEAD_S = 5.0  # a run lost to a fault may have started this long before it
+CLAIM_SLACK_S = 1.0  # a claim committed just before a kill may start its run just after
+LEASE_LOST = "lease lost"
+CLAIM_LOST = "claim lost"  # with the old primary's unreplicated commits
 
 
 @dataclass(frozen=True)
@@ -50,6 +62,7 @@ class Rerun:
     lost_at: float
     fault: int | None  # index into Observations.faults
     late: bool = False  # a lost attempt was witnessed only after a later attempt was
+    cause: str = LEASE_LOST
 
 
 def _v(kind: str, job: str, slot_ms: int | None, detail: str) -> Violation:
@@ -63,7 +76,7 @@ def check_executions(obs: Observations) -> list[Violation]:
     seen: dict[tuple[str, int, int], Execution] = {}
     for e in obs.executions:
         key = (e.job, e.slot_ms, e.attempt)
-        if key in seen:
+        if key in seen and lost_claim(obs, seen[key], e) is None:
             first = seen[key]
             found.append(
                 _v(
@@ -114,6 +127,20 @@ def check_executions(obs: Observations) -> list[Violation]:
     return found
 
 
+def lost_claim(obs: Observations, first: Execution, again: Execution) -> int | None:
+    """The Postgres failover whose unreplicated commits lost ``first``'s claim, so that
+    ``again`` ran the same attempt (asynchronous replication only)."""
+    if not obs.async_replication:
+        return None
+    for index, fault in enumerate(obs.faults):
+        if fault.kind != "pg-failover":
+            continue
+        began_before = fault.started - ATTRIBUTION_LEAD_S <= first.at
+        if began_before and first.at <= fault.started + CLAIM_SLACK_S <= again.at + CLAIM_SLACK_S:
+            return index
+    return None
+
+
 def _blame(obs: Observations, lost: Execution, rerun_at: float) -> int | None:
     """The latest fault that touched ``lost``'s node around it and began before the re-run."""
     best: int | None = None
@@ -135,9 +162,23 @@ def find_reruns(obs: Observations) -> list[Rerun]:
     found = []
     for (job, slot_ms), runs in sorted(by_slot.items()):
         attempts = sorted({e.attempt for e in runs})
+        runs.sort(key=lambda e: (e.attempt, e.at))
+        for first, again in itertools.pairwise(runs):
+            fault = lost_claim(obs, first, again) if first.attempt == again.attempt else None
+            if fault is not None:
+                found.append(
+                    Rerun(
+                        job=job,
+                        slot_ms=slot_ms,
+                        attempts=(first.attempt, again.attempt),
+                        nodes=(first.node, again.node),
+                        lost_at=first.at,
+                        fault=fault,
+                        cause=CLAIM_LOST,
+                    )
+                )
         if len(attempts) < 2:
             continue
-        runs.sort(key=lambda e: (e.attempt, e.at))
         lost, again = runs[0], runs[-1]
         found.append(
             Rerun(

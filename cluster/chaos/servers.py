@@ -64,7 +64,7 @@ def _version_key(path: str) -> float:
         return 0.0
 
 
-def _as_postgres() -> list[str]:
+def as_postgres() -> list[str]:
     """The command prefix that drops root to the ``postgres`` user (empty when not root)."""
     if os.geteuid() != 0:
         return []
@@ -100,7 +100,7 @@ class PostgresServer:
     async def _run(self, *args: str) -> None:
         with self.log_path.open("ab") as log:
             proc = await asyncio.create_subprocess_exec(
-                *_as_postgres(), *args, stdout=log, stderr=log, stdin=asyncio.subprocess.DEVNULL
+                *as_postgres(), *args, stdout=log, stderr=log, stdin=asyncio.subprocess.DEVNULL
             )
             if await proc.wait() != 0:
                 raise ServerError(f"{Path(args[0]).name} failed; see {self.log_path}")
@@ -135,7 +135,7 @@ class PostgresServer:
             args += ["-c", f"{key}={value}"]
         with self.log_path.open("ab") as log:
             self._proc = await asyncio.create_subprocess_exec(
-                *_as_postgres(), *args, stdout=log, stderr=log, stdin=asyncio.subprocess.DEVNULL
+                *as_postgres(), *args, stdout=log, stderr=log, stdin=asyncio.subprocess.DEVNULL
             )
         await wait_port(self.port)
         await self._wait_ready()

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import click
 
-from cluster.cli import alerts, chaos, config, jobs, runs, schedule, status, up
+from cluster.cli import alerts, chaos, config, jobs, runs, schedule, status, tokens, up, web
 from cluster.cli.base import PulseGroup, global_options, with_store
 from cluster.settings import DEFAULT_SHARDS
 from cluster.store import JobStore
@@ -52,5 +52,8 @@ for command in (
     status.status,
     up.up,
     chaos.chaos,
+    tokens.tokens,
+    tokens.audit,
+    web.web,
 ):
     cli.add_command(command)

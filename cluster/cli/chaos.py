@@ -50,6 +50,10 @@ def _opt(*names: str, **kwargs: Any) -> Callable[[FC], FC]:
 @_opt("--json", "json_path", default=None, metavar="FILE", help="Also write the report as "
       "JSON to FILE (- for stdout, the table then goes to stderr).")  # fmt: skip
 @_opt("--external", is_flag=True, help="Use the configured Postgres and Redis (no restarts).")
+@_opt("--pg-ha", is_flag=True, help="Postgres as a pg_auto_failover formation (a primary and "
+      "its synchronous standby) on a multi-host URL; enables pg-failover.")  # fmt: skip
+@_opt("--pg-async", is_flag=True, help="With --pg-ha: replicate asynchronously (a failover "
+      "may lose the last claims and completions; see docs/failover.md).")  # fmt: skip
 @_opt("--workdir", type=click.Path(file_okay=False), default=None, help="Keep logs here.")
 @_opt("--keep", is_flag=True, help="Keep the work folder even when the run passes.")
 @click.pass_context
@@ -68,6 +72,8 @@ def chaos(
     stop_bound: str | None,
     json_path: str | None,
     external: bool,
+    pg_ha: bool,
+    pg_async: bool,
     workdir: str | None,
     keep: bool,
 ) -> None:
@@ -75,12 +81,13 @@ def chaos(
 
     Faults: sigkill, sigstop (a pause past the session timeout), sigstop-short, zone-kill,
     pg-stall, pg-terminate, redis-cut, redis-restart, pg-restart, poison-job (a job that
-    kills every node that runs it). See docs/chaos.md.
+    kills every node that runs it), pg-failover (needs --pg-ha), redis-failover (Redis
+    behind Sentinel). See docs/chaos.md and docs/failover.md.
     """
     try:
         options = ChaosOptions(
             seed=seed if seed is not None else random.randrange(1, 1_000_000),
-            faults=parse_kinds(faults, external=external),
+            faults=parse_kinds(faults, external=external, pg_ha=pg_ha, pg_async=pg_async),
             nodes=nodes,
             zones=min(zones, nodes),
             duration_s=parse_duration(duration, "duration"),
@@ -91,6 +98,8 @@ def chaos(
             kill_bound_s=parse_duration(kill_bound, "kill-bound"),
             stop_bound_s=parse_duration(stop_bound, "stop-bound") if stop_bound else None,
             external=external,
+            pg_ha=pg_ha,
+            pg_async=pg_async,
             workdir=Path(workdir) if workdir else None,
             keep=keep,
         )

@@ -8,14 +8,15 @@ import click
 
 from cluster.cli.base import PulseGroup, emit_json, with_store
 from cluster.cli.jobs import table
+from cluster.configkeys import KEYS, canonical, defaults
 from cluster.models import iso
-from cluster.retention import KEEP_RUNS, KEYS, Retention, canonical
+from cluster.retention import KEEP_RUNS
 from cluster.store.jobs import JobStore
 
 
 @click.group("config", cls=PulseGroup)
 def config() -> None:
-    """Show and set the cluster's settings: keep_for, keep_runs, keep_failed_for."""
+    """Show and set the cluster's settings: keep_for, keep_runs, keep_failed_for, api.handlers."""
 
 
 @config.command("show")
@@ -24,12 +25,12 @@ def config() -> None:
 async def show(store: JobStore, as_json: bool) -> None:
     """Show every setting; one not stored shows its default."""
     stored = {key: (value, at) for key, value, at in await store.config()}
-    defaults = Retention().to_config()
+    default = defaults()
     keys = [*KEYS, *sorted(set(stored) - set(KEYS))]
     if as_json:
         found: dict[str, Any] = {}
         for key in keys:
-            value = stored[key][0] if key in stored else defaults[key]
+            value = stored[key][0] if key in stored else default[key]
             found[key] = int(value) if key == KEEP_RUNS else value
         emit_json(found)
         return
@@ -39,7 +40,7 @@ async def show(store: JobStore, as_json: bool) -> None:
             value, at = stored[key]
             rows.append([key, value, iso(at) or "-"])
         else:
-            rows.append([key, defaults[key], "(default, not stored)"])
+            rows.append([key, default[key], "(default, not stored)"])
     table(rows)
 
 
@@ -50,7 +51,8 @@ async def show(store: JobStore, as_json: bool) -> None:
 @with_store
 async def set_value(store: JobStore, key: str, value: str) -> None:
     """Set KEY to VALUE: keep_for and keep_failed_for take a duration (30d, 12h),
-    keep_runs a whole number. Nodes use it from their next prune."""
+    keep_runs a whole number, api.handlers the handler patterns the HTTP API may use
+    ('billing.*:*,reports.jobs:*'). Nodes use retention from their next prune."""
     canonical(key, value)  # bad input: one line naming the key, before anything is written
     stored = await store.set_config(key, value)
     click.echo(f"{key} = {stored}")

@@ -84,7 +84,7 @@ tenant_option = click.option(
     "--overlap",
     default=spec.DEFAULT_OVERLAP,
     show_default=True,
-    help="A slot due while the last still runs: forbid (waits) | replace (cancels it).",
+    help="A slot due while the last runs: forbid (waits) | allow (runs too) | replace.",
 )
 @click.option("--max-concurrent", default=None, help="Slots in flight at once (overlap allow).")
 @duration_option("--cancel-grace", spec.DEFAULT_CANCEL_GRACE_S, "SIGTERM to SIGKILL on cancel.")
@@ -230,22 +230,14 @@ async def list_jobs(store: JobStore, tenant: str | None, as_json: bool) -> None:
 @with_store
 async def show_job(store: JobStore, name: str, tenant: str, as_json: bool) -> None:
     """Show one job, its next slots and its latest runs."""
-    job = await store.get(name, tenant)
-    schedule = job.parsed_schedule()
-    now = await store.db_now()
-    upcoming = schedule.next_n(max(job.next_run_at or now, now), SHOW_SLOTS)
-    if job.status == "idle" and job.next_run_at and job.next_run_at not in upcoming:
-        upcoming = [job.next_run_at, *upcoming[: SHOW_SLOTS - 1]]
-    recent = await store.runs(job=job.name, tenant=job.tenant, limit=5)
+    data = await store.details(name, tenant, slots=SHOW_SLOTS)
     if as_json:
-        data = job.to_json()
-        data["next_slots"] = [iso(s) for s in upcoming]
-        data["recent_runs"] = [r.to_json() for r in recent]
         emit_json(data)
         return
-    for key, value in job.to_json().items():
+    upcoming, recent = data.pop("next_slots"), data.pop("recent_runs")
+    for key, value in data.items():
         if key == "handler":  # an http: or celery: handler: its summary, then its options
-            first, *more = handlerspec.describe(job.handler)
+            first, *more = handlerspec.describe(value)
             click.echo(f"{'handler:':<18}{first}")
             for line in more:
                 click.echo(f"{'':<20}{line}")
@@ -254,11 +246,11 @@ async def show_job(store: JobStore, name: str, tenant: str, as_json: bool) -> No
         click.echo(f"{key + ':':<18}{'-' if shown is None else shown}")
     click.echo("next slots:")
     for slot in upcoming:
-        click.echo(f"  {iso(slot)}")
+        click.echo(f"  {slot}")
     click.echo("recent runs:" if recent else "recent runs: none")
     for run in recent:
-        node = run.node_id or "-"
-        click.echo(f"  {iso(run.scheduled_for)}  {run.status:<9} attempt {run.attempt}  {node}")
+        node = run["node_id"] or "-"
+        click.echo(f"  {run['scheduled_for']}  {run['status']:<9} attempt {run['attempt']}  {node}")
 
 
 def _done(verb: str, job: Job) -> None:

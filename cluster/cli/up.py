@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import importlib.util
+import socket
 import sys
 from collections.abc import Iterator
 from dataclasses import replace
@@ -18,14 +20,18 @@ from urllib.parse import urlsplit
 import click
 
 from cluster.cli.base import PulseCommand, fail, logging_of, run, settings_of
+from cluster.cli.web import DEFAULT_BIND, parse_bind
+from cluster.errors import InvalidInput, NotFound
 from cluster.jobfile import load_specs
 from cluster.local import embedded
-from cluster.local.launcher import Launcher, plan_nodes, plural, use_colour
+from cluster.local.launcher import Launcher, plan_nodes, plural, use_colour, web_spec
 from cluster.local.processes import pulse_env
 from cluster.settings import ClusterSettings, mask_url
 from cluster.store.jobs import JobStore
+from cluster.web.tokens import new_token, token_hash
 
 EXAMPLE_FILE = Path("examples") / "jobs.yaml"
+UP_TOKEN = "pulse-up"  # the admin token `pulse up` makes afresh at every start
 
 
 def example_root() -> Path | None:
@@ -43,7 +49,9 @@ def _zones(value: str) -> list[str]:
     return zones
 
 
-async def _prepare(settings: ClusterSettings, example: Path | None) -> str:
+async def _prepare(settings: ClusterSettings, example: Path | None, token: str | None) -> str:
+    """Init the schema, apply the examples, and store ``token`` as the ``pulse-up`` admin
+    token (replacing the one of the previous start)."""
     async with JobStore.open(settings, "pulse-up") as store:
         result = await store.init()
         summary = f"schema {settings.schema} at version {result.version}, {result.shards} shards"
@@ -53,7 +61,24 @@ async def _prepare(settings: ClusterSettings, example: Path | None) -> str:
                 f"; example jobs: {len(applied.created)} created, "
                 f"{len(applied.updated)} updated, {len(applied.unchanged)} unchanged"
             )
+        if token is not None:
+            with contextlib.suppress(NotFound):
+                await store.access.revoke_token(UP_TOKEN)
+            await store.access.create_token(UP_TOKEN, "admin", token_hash(token))
         return summary
+
+
+def _web_problem(bind: str) -> str | None:
+    """Why ``pulse web`` cannot start on ``bind`` (the extra missing, the port taken)."""
+    if any(importlib.util.find_spec(m) is None for m in ("fastapi", "uvicorn")):
+        return "the web extra is not installed (pip install 'pulsecron[web]')"
+    host, port = parse_bind(bind)
+    with socket.socket() as probe:
+        try:
+            probe.bind((host, port))
+        except OSError as exc:
+            return f"{bind} is not free ({exc.strerror}); pass --web-bind HOST:PORT"
+    return None
 
 
 @contextlib.contextmanager
@@ -96,6 +121,19 @@ def _servers(settings: ClusterSettings, use: bool, data_dir: Path) -> Iterator[C
     default=None,
     help="Serve metrics: node i listens on this port + i.",
 )
+@click.option(
+    "--web/--no-web",
+    default=None,
+    help="Also run pulse web, and print its URL and an admin token "
+    "[default: when the web extra is installed and the address is free].",
+)
+@click.option(
+    "--web-bind",
+    default=DEFAULT_BIND,
+    show_default=True,
+    envvar="PULSE_UP_WEB_BIND",
+    help="Where pulse web listens.",
+)
 @click.pass_context
 def up(
     ctx: click.Context,
@@ -106,9 +144,20 @@ def up(
     data_dir: Path,
     restart: bool,
     metrics_port_base: int | None,
+    web: bool | None,
+    web_bind: str,
 ) -> None:
     """Run a local cluster: N nodes spread over zones, in the foreground (Ctrl-C stops it)."""
     zone_list = _zones(zones)
+    web_skipped = None
+    if web is not False:
+        try:
+            web_skipped = _web_problem(web_bind)
+        except InvalidInput as exc:
+            fail(f"invalid {exc}", 2)
+        if web_skipped is not None and web:
+            fail(f"invalid --web: {web_skipped}", 2)
+    with_web = web is not False and web_skipped is None
     log_format, log_level = logging_of(ctx)
     example_file: Path | None = None
     extra_args: list[str] = []
@@ -124,8 +173,9 @@ def up(
         except embedded.EmbeddedMissing as exc:
             fail(str(exc), 2)
     with _servers(settings_of(ctx), use_embedded, data_dir) as settings:
+        specs = plan_nodes(nodes, zone_list, extra_args, metrics_port_base)
         launcher = Launcher(
-            plan_nodes(nodes, zone_list, extra_args, metrics_port_base),
+            [*specs, web_spec(web_bind)] if with_web else specs,
             # The shell's other PULSE_* settings (intervals, concurrency) reach every node.
             pulse_env(
                 settings, inherit=True, PULSE_LOG_FORMAT=log_format, PULSE_LOG_LEVEL=log_level
@@ -134,7 +184,8 @@ def up(
             prefix=log_format == "text",
             restart=restart,
         )
-        launcher.say(run(_prepare(settings, example_file)))
+        token = new_token() if with_web else None
+        launcher.say(run(_prepare(settings, example_file, token)))
         launcher.say(
             f"{plural(nodes, 'node')} in zones {', '.join(zone_list[:nodes])}; database "
             f"{mask_url(settings.database_url)}, redis {mask_url(settings.redis_url)}, "
@@ -148,5 +199,12 @@ def up(
             )
         else:
             launcher.say("watch it with `pulse status --watch` in another terminal")
+        if with_web:
+            launcher.say(f"console and API: http://{web_bind}/ (pulse web)")
+            launcher.say(
+                f"admin token, shown once: {token} (`pulse tokens revoke {UP_TOKEN}` drops it)"
+            )
+        elif web_skipped is not None:
+            launcher.say(f"pulse web not started: {web_skipped}")
         code = asyncio.run(launcher.run())
     ctx.exit(code)

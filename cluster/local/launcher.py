@@ -1,6 +1,7 @@
 """The local cluster launcher behind ``pulse up``: N node processes in the foreground.
 
-Each node is ``python -m node node --node-id <zone>-<i> --zone <zone>``, started by
+Each node is ``python -m node node --node-id <zone>-<i> --zone <zone>`` (and ``pulse web``,
+when asked, is one more process supervised the same way), started by
 ``cluster.local.processes`` in its own process group (so a terminal's Ctrl-C reaches only
 the launcher, which then signals each node exactly once), with the launcher's ``PULSE_*``
 environment. Their output lines are
@@ -37,9 +38,16 @@ _COLOURS = (36, 35, 33, 32, 34, 96, 95, 93, 92, 94)
 
 @dataclass(frozen=True)
 class NodeSpec:
+    """One process to supervise: a node, or (``zone`` None) the ``pulse web`` beside them."""
+
     name: str
-    zone: str
+    zone: str | None
     argv: tuple[str, ...]
+
+
+def web_spec(bind: str) -> NodeSpec:
+    """``pulse web`` on ``bind``, supervised like a node."""
+    return NodeSpec("web", None, (sys.executable, "-m", "node", "web", "--bind", bind))
 
 
 def plan_nodes(
@@ -126,7 +134,8 @@ class Launcher:
         proc = await Command(node.spec.argv, self.env).start_async(limit=LINE_LIMIT)
         node.proc = proc
         node.started = time.monotonic()
-        self.say(f"started {node.spec.name} in zone {node.spec.zone} (pid {proc.pid})")
+        where = f" in zone {node.spec.zone}" if node.spec.zone is not None else ""
+        self.say(f"started {node.spec.name}{where} (pid {proc.pid})")
         return proc
 
     async def _pump(self, node: _Node, proc: asyncio.subprocess.Process) -> None:
@@ -187,9 +196,12 @@ class Launcher:
             self._stopping = True
             assert self._stop is not None
             self._stop.set()
-            live = sum(1 for n in self._nodes if n.proc and n.proc.returncode is None)
+            live = [n for n in self._nodes if n.proc and n.proc.returncode is None]
+            nodes = sum(1 for n in live if n.spec.zone is not None)
+            web = " and pulse web" if len(live) > nodes else ""
             self.say(
-                f"stopping {plural(live, 'node')}: waiting for them to drain (Ctrl-C again to kill)"
+                f"stopping {plural(nodes, 'node')}{web}: waiting for them to drain "
+                "(Ctrl-C again to kill)"
             )
             self._signal_all(signal.SIGTERM)
         elif not self._killed:

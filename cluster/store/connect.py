@@ -6,6 +6,11 @@ connect timeout and a statement timeout. Sessions run in UTC whatever the server
 ``TimeZone``: Pulse's times print the same everywhere, and psycopg decodes them into
 ``datetime.timezone.utc``, cheaper than a named zone. Job time zones are applied in Python,
 never by the session. Driver errors become ``StoreError`` here.
+
+A URL with a host list (a primary and its standbys) connects only to the server that
+accepts writes unless it says otherwise (``target_session_attrs=read-write`` by default):
+every Pulse connection writes, so after a failover a reconnect finds the new primary
+(docs/design/failover.md).
 """
 
 from __future__ import annotations
@@ -15,10 +20,12 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 import psycopg
+from psycopg.conninfo import make_conninfo
 from psycopg.rows import dict_row
 
 from cluster.errors import StoreError
 from cluster.settings import ClusterSettings, mask_url
+from cluster.urls import is_multi_host
 
 CONNECT_TIMEOUT_S = 5
 
@@ -43,13 +50,15 @@ async def connect(
     """
     try:
         return await psycopg.AsyncConnection.connect(
-            settings.database_url,
-            autocommit=autocommit,
-            row_factory=dict_row,
-            prepare_threshold=prepare_threshold,
-            application_name=application_name[:63],
-            connect_timeout=CONNECT_TIMEOUT_S,
-            options=_options(settings, statement_timeout_s, idle_session_timeout_s),
+            conninfo(settings),
+            **connect_kwargs(
+                settings,
+                application_name,
+                statement_timeout_s=statement_timeout_s,
+                idle_session_timeout_s=idle_session_timeout_s,
+                autocommit=autocommit,
+                prepare_threshold=prepare_threshold,
+            ),
         )
     except psycopg.Error as exc:
         raise StoreError(cannot_connect(settings, exc)) from exc
@@ -62,28 +71,53 @@ def connect_sync(
     for sync handlers' ``ctx.transaction()``, opened on their thread."""
     try:
         return psycopg.Connection.connect(
-            settings.database_url,
-            row_factory=dict_row,
-            application_name=application_name[:63],
-            connect_timeout=CONNECT_TIMEOUT_S,
-            options=_options(settings, statement_timeout_s, None),
+            conninfo(settings),
+            **connect_kwargs(
+                settings,
+                application_name,
+                statement_timeout_s=statement_timeout_s,
+                autocommit=False,
+            ),
         )
     except psycopg.Error as exc:
         raise StoreError(cannot_connect(settings, exc)) from exc
 
 
-def _options(
-    settings: ClusterSettings, statement_timeout_s: float, idle_session_timeout_s: float | None
-) -> str:
-    options = f"-c search_path={settings.schema},public -c TimeZone=UTC"
-    options += f" -c statement_timeout={int(statement_timeout_s * 1000)}"
-    if idle_session_timeout_s is not None:
-        options += f" -c idle_session_timeout={int(idle_session_timeout_s * 1000)}"
-    return options
+def conninfo(settings: ClusterSettings) -> str:
+    """The URL, with ``target_session_attrs=read-write`` added to a host list that does not
+    choose for itself."""
+    url = settings.database_url
+    if is_multi_host(url) and "target_session_attrs" not in url:
+        return make_conninfo(url, target_session_attrs="read-write")
+    return url
 
 
 def cannot_connect(settings: ClusterSettings, exc: BaseException) -> str:
     return f"cannot connect to Postgres at {mask_url(settings.database_url)}: {_first_line(exc)}"
+
+
+def connect_kwargs(
+    settings: ClusterSettings,
+    application_name: str,
+    *,
+    statement_timeout_s: float = 30.0,
+    idle_session_timeout_s: float | None = None,
+    autocommit: bool = True,
+    prepare_threshold: int | None = None,
+) -> dict[str, Any]:
+    """The connection arguments of ``connect`` (a pool opens its connections with them)."""
+    options = f"-c search_path={settings.schema},public -c TimeZone=UTC"
+    options += f" -c statement_timeout={int(statement_timeout_s * 1000)}"
+    if idle_session_timeout_s is not None:
+        options += f" -c idle_session_timeout={int(idle_session_timeout_s * 1000)}"
+    return {
+        "autocommit": autocommit,
+        "row_factory": dict_row,
+        "application_name": application_name[:63],
+        "connect_timeout": CONNECT_TIMEOUT_S,
+        "options": options,
+        "prepare_threshold": prepare_threshold,
+    }
 
 
 @asynccontextmanager

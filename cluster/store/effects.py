@@ -22,7 +22,7 @@ from cluster.errors import StoreError
 from cluster.settings import ClusterSettings
 from cluster.store.connect import Conn, Row, connect, connect_sync, describe
 from cluster.store.queries import query
-from cluster.store.records import Completion, Skip, complete_params
+from cluster.store.records import Completion, Skip, complete_params, flight_params
 
 SyncConn = psycopg.Connection[Row]
 
@@ -49,10 +49,17 @@ class EffectsStore:
     def open_sync(self, timeout_s: float) -> SyncConn:
         return connect_sync(self._settings, self._name, statement_timeout_s=timeout_s)
 
-    def _params(self, done: Completion, skips: Sequence[Skip]) -> dict[str, Any]:
-        return complete_params([done], skips, self.node_id, self.zone, None)
+    def _statement(
+        self, done: Completion, skips: Sequence[Skip], flight: bool
+    ) -> tuple[bytes, dict[str, Any]]:
+        """The fenced completion of the run: of its job's claim, or of its flight."""
+        if flight:
+            return query("complete_flights"), flight_params([done], self.node_id, self.zone, None)
+        return query("complete"), complete_params([done], skips, self.node_id, self.zone, None)
 
-    async def commit(self, conn: Conn, done: Completion, skips: Sequence[Skip]) -> bool:
+    async def commit(
+        self, conn: Conn, done: Completion, skips: Sequence[Skip], flight: bool = False
+    ) -> bool:
         """Complete the run in the handler's transaction: commit when the completion
         applied (True), roll everything back when it was fenced (False). ``StoreError``
         when the database failed: then nothing committed, or, if the commit itself broke,
@@ -60,7 +67,7 @@ class EffectsStore:
         try:
             async with conn.cursor() as cur:
                 await cur.execute(self._on_schema)
-                await cur.execute(query("complete"), self._params(done, skips))
+                await cur.execute(*self._statement(done, skips, flight))
                 applied = bool(await cur.fetchall())
             if applied:
                 await conn.commit()
@@ -72,12 +79,14 @@ class EffectsStore:
         finally:
             await close(conn)
 
-    def commit_sync(self, conn: SyncConn, done: Completion, skips: Sequence[Skip]) -> bool:
+    def commit_sync(
+        self, conn: SyncConn, done: Completion, skips: Sequence[Skip], flight: bool = False
+    ) -> bool:
         """``commit`` for a sync handler's connection (call it on a thread)."""
         try:
             with conn.cursor() as cur:
                 cur.execute(self._on_schema)
-                cur.execute(query("complete"), self._params(done, skips))
+                cur.execute(*self._statement(done, skips, flight))
                 applied = bool(cur.fetchall())
             if applied:
                 conn.commit()

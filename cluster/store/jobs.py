@@ -20,16 +20,18 @@ from typing import Any
 import psycopg
 from psycopg.types.json import Jsonb
 
-from cluster.errors import InvalidInput, NotFound, NotRunning, StoreError
+from cluster.errors import Conflict, InvalidInput, NotFound, NotRunning, StoreError
 from cluster.jobspec import DEFAULT_TENANT, JobSpec, check_text
-from cluster.models import Job, Run
+from cluster.models import Job, Run, iso
 from cluster.retention import Retention
 from cluster.settings import ClusterSettings
 from cluster.store import config as cluster_config
 from cluster.store import pruning
+from cluster.store.access import Access
 from cluster.store.connect import Conn, connect, connection, describe
 from cluster.store.migrate import InitResult, migrate, stored_shard_count
 from cluster.store.notify import CANCEL_PREFIX
+from cluster.store.pages import Pages
 from cluster.store.pruning import PruneResult
 from cluster.store.queries import query
 from ring import shard_for
@@ -109,10 +111,25 @@ class CancelRequest:
 
 
 class JobStore:
-    def __init__(self, conn: Conn, settings: ClusterSettings) -> None:
+    """``scope``: the one tenant this store reads and changes (an API token's), else all;
+    every statement on a job filters by it (``%(scope)s`` in queries.sql)."""
+
+    def __init__(self, conn: Conn, settings: ClusterSettings, *, scope: str | None = None) -> None:
         self._conn = conn
         self.settings = settings
+        self.scope = scope
         self._shards: int | None = None
+        self.access = Access(conn)
+        self.pages = Pages(conn, scope)
+
+    @asynccontextmanager
+    async def transaction(self) -> AsyncIterator[None]:
+        """One transaction around several calls (a change and its audit row)."""
+        try:
+            async with self._conn.transaction():
+                yield
+        except psycopg.Error as exc:
+            raise StoreError(describe(exc)) from exc
 
     @classmethod
     @asynccontextmanager
@@ -136,6 +153,10 @@ class JobStore:
     async def config(self) -> list[tuple[str, str, datetime]]:
         """The cluster's stored settings (``pulse config show``): (key, value, updated_at)."""
         return await cluster_config.config_rows(self._conn)
+
+    async def config_values(self) -> dict[str, str]:
+        """The stored settings as {key: value}."""
+        return await cluster_config.read_config(self._conn)
 
     async def set_config(self, key: str, value: str) -> str:
         """Set a cluster setting (``pulse config set``); returns the value as stored.
@@ -173,7 +194,7 @@ class JobStore:
                 params = self._params(spec, shards, await self.db_now(now))
                 row = await self._one("upsert_job", {**params, "replace": False})
                 if row is None:
-                    raise InvalidInput(
+                    raise Conflict(
                         "name",
                         f"a job named {spec.name!r} already exists in tenant {spec.tenant!r}",
                     )
@@ -289,7 +310,7 @@ class JobStore:
         row = await self._one("trigger_job", {"tenant_id": tenant, "name": name, "now": now})
         if row is None:
             job = await self.get(name, tenant)  # raises NotFound
-            raise InvalidInput("name", f"{job.name!r} is running now; trigger it when it ends")
+            raise Conflict("name", f"{job.name!r} is running now; trigger it when it ends")
         await self._notify(row["shard_id"])
         return await self.get(name, tenant)
 
@@ -300,23 +321,38 @@ class JobStore:
         *,
         by: str,
         slot: datetime | None = None,
+        every: bool = False,
     ) -> list[CancelRequest]:
-        """Ask the node running the job's slot (``slot``, else whichever runs) to stop it:
-        at once through NOTIFY when that node listens, else at its next lease renewal, or
-        by recovery if it is gone. The slot is recorded ``cancelled`` (``by`` says who
-        asked) and not retried. ``NotRunning`` when no such slot is running."""
+        """Ask the node running the job's slot (``slot``, else whichever runs; with
+        ``every``, each slot of an overlap ``allow`` job in flight) to stop it: at once
+        through NOTIFY when that node listens, else at its next lease renewal, or by
+        recovery if it is gone. The slot is recorded ``cancelled`` (``by`` says who asked)
+        and not retried. ``NotRunning`` when no such slot is running; ``InvalidInput`` when
+        several are and neither ``slot`` nor ``every`` says which."""
         by = " ".join(check_text(by, "by").split())[:MAX_NOTE_LENGTH] or "unknown"
         params = {"tenant_id": tenant, "name": name, "slot": slot, "by": by}
-        rows = await self._all("cancel_job", params)
+        try:
+            async with self._conn.transaction():
+                rows = await self._all("cancel_job", params)
+                rows += await self._all("cancel_flights", params)
+                if len(rows) > 1 and slot is None and not every:
+                    raise InvalidInput(
+                        "slot", f"{len(rows)} slots of {name!r} are running: give --slot or --all"
+                    )
+                for row in rows:  # delivered when the transaction commits
+                    slot_us = (
+                        int(row["slot_at"].timestamp() * 1e6) if row["overlap"] == "allow" else ""
+                    )
+                    payload = f"{CANCEL_PREFIX}{row['id']}:{row['lease_token']}:{slot_us}:{by}"
+                    await self._conn.execute(
+                        query("notify"), {"channel": self.settings.wake_channel, "payload": payload}
+                    )
+        except psycopg.Error as exc:
+            raise StoreError(describe(exc)) from exc
         if not rows:
             await self.get(name, tenant)  # NotFound when there is no such job
             which = f"slot {slot.isoformat()} of " if slot is not None else ""
             raise NotRunning(f"no {which}job {name!r} in tenant {tenant!r} is running")
-        for row in rows:
-            payload = f"{CANCEL_PREFIX}{row['id']}:{row['lease_token']}:{by}"
-            await self._conn.execute(
-                query("notify"), {"channel": self.settings.wake_channel, "payload": payload}
-            )
         return [CancelRequest(row["slot_at"], row["attempt"], row["locked_by"]) for row in rows]
 
     async def remove(self, name: str, tenant: str = DEFAULT_TENANT) -> None:
@@ -329,6 +365,21 @@ class JobStore:
         if row is None:
             raise NotFound(f"no job named {name!r} in tenant {tenant!r}")
         return Job.from_row(row)
+
+    async def details(
+        self, name: str, tenant: str = DEFAULT_TENANT, *, slots: int = 5, runs: int = 5
+    ) -> dict[str, Any]:
+        """What ``pulse jobs show --json`` prints: the job, its next slots, its latest runs."""
+        job = await self.get(name, tenant)
+        now = await self.db_now()
+        upcoming = job.parsed_schedule().next_n(max(job.next_run_at or now, now), slots)
+        if job.status == "idle" and job.next_run_at and job.next_run_at not in upcoming:
+            upcoming = [job.next_run_at, *upcoming[: slots - 1]]
+        recent = await self.runs(job=job.name, tenant=job.tenant, limit=runs)
+        data = job.to_json()
+        data["next_slots"] = [iso(s) for s in upcoming]
+        data["recent_runs"] = [r.to_json() for r in recent]
+        return data
 
     async def jobs(self, tenant: str | None = None) -> list[Job]:
         rows = await self._all("list_jobs", {"tenant_id": tenant})
@@ -414,6 +465,7 @@ class JobStore:
         await self._notify(row["shard_id"])
 
     async def _one(self, name: str, params: dict[str, Any]) -> dict[str, Any] | None:
+        params = {"scope": self.scope, **params}
         _check_params(params)
         try:
             cur = await self._conn.execute(query(name), params)
@@ -424,6 +476,7 @@ class JobStore:
             raise StoreError(describe(exc)) from exc
 
     async def _all(self, name: str, params: dict[str, Any]) -> list[dict[str, Any]]:
+        params = {"scope": self.scope, **params}
         _check_params(params)
         try:
             cur = await self._conn.execute(query(name), params)

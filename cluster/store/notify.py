@@ -1,5 +1,6 @@
 """LISTEN/NOTIFY wake-ups: admin writes notify the job's shard; claim loops listen. A
-request to cancel a run goes the same way, as ``cancel:<job id>:<lease token>:<who>``.
+request to cancel a run goes the same way, as ``cancel:<job id>:<lease token>:<slot>:<who>``
+(the slot, in microseconds since the epoch, only for a flight of an overlap ``allow`` job).
 
 The listener uses its own connection (named ``<node id>/listen`` so it never counts as the
 node's lock session) and only wakes the claim loop early: losing it delays nothing beyond
@@ -12,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
 
 import psycopg
 from psycopg import sql
@@ -21,6 +23,17 @@ from cluster.settings import ClusterSettings
 from cluster.store.connect import connect, describe
 
 CANCEL_PREFIX = "cancel:"
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_US = timedelta(microseconds=1)
+
+
+def slot_text(slot: datetime) -> str:
+    """A slot in a cancel request: whole microseconds since the epoch (no colons)."""
+    return str((slot - _EPOCH) // _US)
+
+
+def slot_of(text: str) -> datetime:
+    return _EPOCH + int(text) * _US
 
 
 async def listen(

@@ -81,10 +81,14 @@ WHERE (%(tenant_id)s::text IS NULL OR tenant_id = %(tenant_id)s)
 ORDER BY tenant_id, name;
 
 -- name: get_job
-SELECT * FROM jobs WHERE tenant_id = %(tenant_id)s AND name = %(name)s;
+-- %(scope)s: the tenant an API token is scoped to, else NULL (here and below).
+SELECT * FROM jobs WHERE tenant_id = %(tenant_id)s AND name = %(name)s
+    AND (%(scope)s::text IS NULL OR tenant_id = %(scope)s);
 
 -- name: lock_job
-SELECT * FROM jobs WHERE tenant_id = %(tenant_id)s AND name = %(name)s FOR UPDATE;
+SELECT * FROM jobs WHERE tenant_id = %(tenant_id)s AND name = %(name)s
+    AND (%(scope)s::text IS NULL OR tenant_id = %(scope)s)
+FOR UPDATE;
 
 -- name: pause_job
 UPDATE jobs SET
@@ -95,6 +99,7 @@ UPDATE jobs SET
                        ELSE '9999-01-01Z'::timestamptz END,
     updated_at = now()
 WHERE tenant_id = %(tenant_id)s AND name = %(name)s
+  AND (%(scope)s::text IS NULL OR tenant_id = %(scope)s)
 RETURNING id, shard_id, status;
 
 -- name: resume_job
@@ -110,6 +115,7 @@ UPDATE jobs SET
     attempt = CASE WHEN status = 'paused' THEN 1 ELSE attempt END,
     updated_at = now()
 WHERE tenant_id = %(tenant_id)s AND name = %(name)s
+  AND (%(scope)s::text IS NULL OR tenant_id = %(scope)s)
 RETURNING id, shard_id, status;
 
 -- name: trigger_job
@@ -124,6 +130,7 @@ UPDATE jobs SET
     updated_at = n.t
 FROM (SELECT coalesce(%(now)s::timestamptz, now()) AS t) AS n
 WHERE tenant_id = %(tenant_id)s AND name = %(name)s AND status <> 'running'
+  AND (%(scope)s::text IS NULL OR tenant_id = %(scope)s)
 RETURNING id, shard_id, slot_at;
 
 -- name: cancel_job
@@ -131,11 +138,14 @@ RETURNING id, shard_id, slot_at;
 -- The request stays on the job row until the slot ends (every attempt of the slot sees it).
 UPDATE jobs SET cancel_by = %(by)s
 WHERE tenant_id = %(tenant_id)s AND name = %(name)s AND status = 'running'
+  AND overlap <> 'allow'  -- its slots run as flights (cancel_flights)
   AND (%(slot)s::timestamptz IS NULL OR slot_at = %(slot)s)
-RETURNING id, shard_id, slot_at, attempt, lease_token, locked_by;
+RETURNING id, shard_id, slot_at, attempt, lease_token, locked_by, overlap;
 
 -- name: remove_job
-DELETE FROM jobs WHERE tenant_id = %(tenant_id)s AND name = %(name)s RETURNING id, shard_id;
+DELETE FROM jobs WHERE tenant_id = %(tenant_id)s AND name = %(name)s
+    AND (%(scope)s::text IS NULL OR tenant_id = %(scope)s)
+RETURNING id, shard_id;
 
 -- name: remove_jobs_except
 DELETE FROM jobs
@@ -155,6 +165,17 @@ WITH live AS (
     FROM jobs j
     LEFT JOIN runs r ON r.job_id = j.id AND r.scheduled_for = j.slot_at
     WHERE j.status = 'running'
+      AND (%(job_name)s::text IS NULL OR j.name = %(job_name)s)
+      AND (%(tenant_id)s::text IS NULL OR j.tenant_id = %(tenant_id)s)
+    UNION ALL
+    -- Flights of overlap `allow` jobs (migration 009).
+    SELECT r.id, j.id, j.tenant_id, j.name, f.slot, f.attempt, f.locked_by, f.locked_zone,
+           'running'::text, f.lease_token, f.locked_at, NULL::timestamptz, NULL::float8,
+           r.last_error
+    FROM flights f
+    JOIN jobs j ON j.id = f.job_id
+    LEFT JOIN runs r ON r.job_id = f.job_id AND r.scheduled_for = f.slot
+    WHERE f.status = 'running'
       AND (%(job_name)s::text IS NULL OR j.name = %(job_name)s)
       AND (%(tenant_id)s::text IS NULL OR j.tenant_id = %(tenant_id)s)
 )
@@ -185,6 +206,7 @@ LIMIT %(limit)s;
 -- are found by job id, on UNIQUE (job_id, scheduled_for) (tests/integration/test_run_output.py).
 WITH job AS (
     SELECT j.* FROM jobs j WHERE j.tenant_id = %(tenant_id)s AND j.name = %(job_name)s
+        AND (%(scope)s::text IS NULL OR j.tenant_id = %(scope)s)
 )
 SELECT x.* FROM (
     SELECT r.id, j.id AS job_id, j.tenant_id, j.name AS job_name, j.slot_at AS scheduled_for,
@@ -329,7 +351,7 @@ claimed AS (
               j.handler, nullif(j.payload, '{}'::jsonb) AS payload, j.shard_id, j.slot_at,
               j.attempt, j.lease_token, j.catch_up, j.grace_s, j.max_backfill, j.timeout_s,
               j.max_retries, j.retry_backoff_s, j.next_run_at, j.output_limit, j.overlap,
-              j.cancel_grace_s, j.cancel_by
+              j.cancel_grace_s, j.cancel_by, false AS flight
 ),
 next_due AS (
     SELECT min(x.next_run_at) AS t
@@ -572,6 +594,258 @@ SELECT r.id, r.tenant_id, r.name, r.slot_at, r.attempt, r.locked_by, r.reason, r
        r.cancel_by
 FROM reset r;
 
+-- flights
+-- The slots of overlap `allow` jobs, each under a lease of its own (migration 009,
+-- docs/design/overlap.md, tests/integration/test_flights.py).
+
+-- name: spawn
+-- Hands claimed slots of `allow` jobs to flights, fenced on the claim's token like
+-- `complete`. A job with fewer than max_concurrent flights gets one for its slot, running
+-- at once under the caller and a lease of its own (first token: the claim's), and moves on
+-- to its next slot; a job at its limit keeps its slot, due again in a second, and so waits
+-- for a free place. Returns each job moved and whether its slot got a flight (`room`).
+WITH clock AS (
+    SELECT coalesce(%(now)s::timestamptz, now()) AS t
+),
+-- Per claim: [id, token, slot, next_run_at, next_slot].
+input AS MATERIALIZED (
+    SELECT (e->>0)::uuid AS id, (e->>1)::bigint AS token, (e->>2)::timestamptz AS slot,
+           (e->>3)::timestamptz AS next_run_at, (e->>4)::timestamptz AS next_slot
+    FROM json_array_elements(%(spawns)s::json) AS e
+),
+skip_in AS MATERIALIZED (
+    SELECT (e->>0)::uuid AS job_id, (e->>1)::timestamptz AS slot, e->>2 AS reason
+    FROM json_array_elements(%(skips)s::json) AS e
+),
+claimed AS MATERIALIZED (
+    SELECT j.id, j.tenant_id, j.name, j.shard_id, j.attempt, j.locked_at, i.token, i.slot,
+           i.next_run_at, i.next_slot,
+           (SELECT count(*) FROM flights f WHERE f.job_id = j.id) < j.max_concurrent AS room
+    FROM jobs j JOIN input i ON i.id = j.id
+    WHERE j.id = ANY(ARRAY(SELECT x.id FROM input x))
+      AND j.lease_token = i.token AND j.status = 'running'
+    FOR UPDATE OF j
+),
+flown AS (
+    INSERT INTO flights (job_id, slot, shard_id, status, attempt, due_at, lease_token,
+                         locked_by, locked_zone, locked_at, lease_expires_at)
+    SELECT c.id, c.slot, c.shard_id, 'running', c.attempt, c.slot, c.token, %(node_id)s,
+           %(zone)s, c.locked_at, k.t + make_interval(secs => %(lease_s)s)
+    FROM claimed c CROSS JOIN clock k
+    WHERE c.room
+    ON CONFLICT (job_id, slot) DO NOTHING
+),
+skipped AS (
+    INSERT INTO runs (job_id, tenant_id, job_name, scheduled_for, attempt, node_id, zone,
+                      status, finished_at, last_error)
+    SELECT c.id, c.tenant_id, c.name, s.slot, 1, %(node_id)s, %(zone)s, 'skipped', k.t,
+           s.reason
+    FROM skip_in s JOIN claimed c ON c.id = s.job_id AND c.room AND s.slot <> c.slot
+    CROSS JOIN clock k
+    ON CONFLICT (job_id, scheduled_for) DO NOTHING
+),
+moved AS (
+    UPDATE jobs j SET
+        status = CASE WHEN j.paused THEN 'paused' ELSE 'idle' END,
+        next_run_at = CASE WHEN j.paused THEN '9999-01-01Z'::timestamptz
+                           WHEN c.room THEN c.next_run_at
+                           ELSE k.t + interval '1 second' END,
+        slot_at = CASE WHEN c.room THEN c.next_slot ELSE j.slot_at END,
+        attempt = CASE WHEN c.room THEN 1 ELSE j.attempt END,
+        last_run_at = CASE WHEN c.room THEN c.slot ELSE j.last_run_at END,
+        locked_by = NULL,
+        locked_at = NULL,
+        locked_zone = NULL,
+        lease_expires_at = NULL,
+        cancel_by = NULL,
+        updated_at = k.t
+    FROM claimed c CROSS JOIN clock k
+    WHERE j.id = c.id
+    RETURNING j.id, c.room
+)
+SELECT id, room FROM moved;
+
+-- name: claim_flights
+-- Queued flights of the held shards that are due (a retry's backoff is over, or the flight
+-- was taken back from a dead node), oldest first, at most %(limit)s: running under the
+-- caller and a new token. Rows as `claim` returns them (cluster.store.records.ClaimedJob).
+WITH clock AS (
+    SELECT coalesce(%(now)s::timestamptz, now()) AS t
+),
+picked AS (
+    SELECT p.ctid FROM unnest(%(shards)s::int[]) AS s(shard)
+    CROSS JOIN LATERAL (
+        SELECT f.ctid FROM flights f
+        WHERE f.shard_id = s.shard AND f.status = 'queued'
+          AND f.due_at <= (SELECT t FROM clock)
+        ORDER BY f.due_at
+        LIMIT %(limit)s
+        FOR UPDATE OF f SKIP LOCKED
+    ) AS p
+    LIMIT %(limit)s
+)
+UPDATE flights f SET
+    status = 'running',
+    locked_by = %(node_id)s,
+    locked_zone = %(zone)s,
+    locked_at = k.t,
+    lease_expires_at = k.t + make_interval(secs => %(lease_s)s),
+    lease_token = f.lease_token + 1
+FROM picked p, clock k, jobs j
+WHERE f.ctid = p.ctid AND j.id = f.job_id
+RETURNING j.id, j.tenant_id, j.name, j.schedule, j.tz, j.dst_repeated, j.dst_skipped,
+          j.handler, nullif(j.payload, '{}'::jsonb) AS payload, j.shard_id, f.slot,
+          f.attempt, f.lease_token, j.catch_up, j.grace_s, j.max_backfill, j.timeout_s,
+          j.max_retries, j.retry_backoff_s, f.due_at, j.output_limit, j.overlap,
+          j.cancel_grace_s, f.cancel_by, true AS flight;
+
+-- name: complete_flights
+-- Fenced completion of flights, one per ended attempt: the last attempt of a slot deletes
+-- its flight, a failed one with retries left queues it again for its backoff. Each
+-- attempt's run row is written as by `complete`, and a slot that failed for good raises
+-- `failed`. Returns the (job id, slot) pairs applied; the rest were fenced.
+WITH clock AS (
+    SELECT coalesce(%(now)s::timestamptz, now()) AS t
+),
+-- Per attempt: [job id, slot, token, outcome, error, duration_us, retry_at or null,
+-- output as JSON text or null] (cluster.store.records.flight_params).
+input AS MATERIALIZED (
+    SELECT (e->>0)::uuid AS id, (e->>1)::timestamptz AS slot, (e->>2)::bigint AS token,
+           e->>3 AS outcome, e->>4 AS error, (e->>5)::bigint / 1e6::float8 AS duration_s,
+           (e->>6)::timestamptz AS retry_at, (e->>7)::jsonb AS output
+    FROM json_array_elements(%(done)s::json) AS e
+),
+ended AS (
+    DELETE FROM flights f USING input i, jobs j, clock k
+    WHERE f.job_id = i.id AND f.slot = i.slot AND f.lease_token = i.token
+      AND f.status = 'running' AND i.retry_at IS NULL AND j.id = f.job_id
+    RETURNING f.job_id, f.slot,
+              record_run(j.id, j.tenant_id, j.name, f.slot, f.attempt, %(node_id)s, %(zone)s,
+                         i.outcome, i.token, f.locked_at, k.t, i.duration_s, i.error,
+                         i.output),
+              CASE WHEN i.outcome IN ('failed', 'timed_out') THEN raise_alert('failed', j.id,
+                  j.tenant_id, j.name, f.slot, f.attempt, %(node_id)s, %(zone)s, i.error,
+                  NULL) END
+),
+retried AS (
+    UPDATE flights f SET
+        status = 'queued',
+        attempt = f.attempt + 1,
+        due_at = i.retry_at,
+        locked_by = NULL,
+        locked_zone = NULL,
+        locked_at = NULL,
+        lease_expires_at = NULL
+    FROM input i JOIN flights o ON o.job_id = i.id AND o.slot = i.slot, jobs j, clock k
+    WHERE f.job_id = i.id AND f.slot = i.slot AND f.lease_token = i.token
+      AND f.status = 'running' AND i.retry_at IS NOT NULL AND j.id = f.job_id
+    RETURNING f.job_id, f.slot,
+              record_run(j.id, j.tenant_id, j.name, f.slot, o.attempt, %(node_id)s, %(zone)s,
+                         i.outcome, i.token, o.locked_at, k.t, i.duration_s, i.error,
+                         i.output)
+)
+SELECT job_id, slot FROM ended
+UNION ALL
+SELECT job_id, slot FROM retried;
+
+-- name: renew_flights
+-- Extends the leases of the caller's running flights; returns those still held, each with
+-- who asked to cancel it, if anyone did.
+UPDATE flights f SET lease_expires_at = k.t + make_interval(secs => %(lease_s)s)
+FROM unnest(%(ids)s::uuid[], %(slots)s::timestamptz[], %(tokens)s::bigint[])
+         AS i(id, slot, token),
+     (SELECT coalesce(%(now)s::timestamptz, now()) AS t) AS k
+WHERE f.job_id = i.id AND f.slot = i.slot AND f.lease_token = i.token
+  AND f.status = 'running'
+RETURNING f.job_id, f.slot, f.cancel_by;
+
+-- name: release_flights
+-- Hands running flights back for another attempt, due at once (a node shutting down),
+-- recording the attempt as lost; fenced like `complete_flights`.
+WITH clock AS (
+    SELECT coalesce(%(now)s::timestamptz, now()) AS t
+)
+UPDATE flights f SET
+    status = 'queued',
+    attempt = f.attempt + 1,
+    due_at = k.t,
+    locked_by = NULL,
+    locked_zone = NULL,
+    locked_at = NULL,
+    lease_expires_at = NULL,
+    lease_token = f.lease_token + 1
+FROM unnest(%(ids)s::uuid[], %(slots)s::timestamptz[], %(tokens)s::bigint[])
+         AS i(id, slot, token)
+     JOIN flights o ON o.job_id = i.id AND o.slot = i.slot,
+     jobs j, clock k
+WHERE f.job_id = i.id AND f.slot = i.slot AND f.lease_token = i.token
+  AND f.status = 'running' AND j.id = f.job_id
+RETURNING f.job_id, f.slot,
+          record_run(j.id, j.tenant_id, j.name, f.slot, o.attempt, o.locked_by,
+                     o.locked_zone, 'lost', i.token, o.locked_at, k.t, NULL, %(reason)s,
+                     NULL);
+
+-- name: recover_flights
+-- Takes back the running flights of dead owners and expired leases in the held shards (as
+-- `recover` does jobs; with %(own)s, those this node id left before a restart): queued
+-- again, due at once, as the next attempt, the lost one recorded and raising `lost`. A
+-- flight whose last allowed attempt was lost, or that was asked to cancel, is handed to
+-- the caller (`poison`) to be recorded failed or cancelled, never run again. Rows as
+-- `claim_flights` returns them, then poison, reason and the node that lost it.
+WITH clock AS (
+    SELECT coalesce(%(now)s::timestamptz, now()) AS t
+),
+sessions AS (
+    SELECT DISTINCT application_name AS node_id FROM pg_stat_activity
+    WHERE application_name <> '' AND datname = current_database()
+),
+dead AS (
+    SELECT f.ctid, f.lease_token, f.attempt, f.locked_by, f.locked_zone, f.locked_at,
+           CASE WHEN %(own)s THEN 'previous process gone'
+                WHEN f.lease_expires_at < k.t THEN 'lease expired'
+                ELSE 'owner gone' END AS reason,
+           f.attempt > j.max_retries OR f.cancel_by IS NOT NULL AS poison
+    FROM flights f JOIN jobs j ON j.id = f.job_id CROSS JOIN clock k
+    WHERE f.status = 'running'
+      AND CASE WHEN %(own)s THEN f.locked_by = %(node_id)s
+               ELSE f.shard_id = ANY(%(shards)s::int[])
+                    AND (f.lease_expires_at < k.t
+                         OR (NOT (f.locked_by = ANY(%(live)s::text[]))
+                             AND f.locked_by NOT IN (SELECT node_id FROM sessions))) END
+    FOR UPDATE OF f SKIP LOCKED
+)
+UPDATE flights f SET
+    status = CASE WHEN d.poison THEN 'running' ELSE 'queued' END,
+    attempt = f.attempt + (NOT d.poison)::int,
+    due_at = CASE WHEN d.poison THEN f.due_at ELSE k.t END,
+    locked_by = CASE WHEN d.poison THEN %(node_id)s END,
+    locked_zone = CASE WHEN d.poison THEN %(zone)s END,
+    locked_at = CASE WHEN d.poison THEN d.locked_at END,
+    lease_expires_at = CASE WHEN d.poison THEN k.t + make_interval(secs => %(lease_s)s) END,
+    lease_token = f.lease_token + 1
+FROM dead d, clock k, jobs j
+WHERE f.ctid = d.ctid AND f.lease_token = d.lease_token AND j.id = f.job_id
+RETURNING j.id, j.tenant_id, j.name, j.schedule, j.tz, j.dst_repeated, j.dst_skipped,
+          j.handler, nullif(j.payload, '{}'::jsonb) AS payload, j.shard_id, f.slot,
+          f.attempt, f.lease_token, j.catch_up, j.grace_s, j.max_backfill, j.timeout_s,
+          j.max_retries, j.retry_backoff_s, f.due_at, j.output_limit, j.overlap,
+          j.cancel_grace_s, f.cancel_by, true AS flight, d.poison, d.reason, d.locked_by,
+          record_run(j.id, j.tenant_id, j.name, f.slot, d.attempt, d.locked_by,
+                     d.locked_zone, 'lost', d.lease_token, d.locked_at, k.t, NULL,
+                     d.reason || ' (node ' || coalesce(d.locked_by, '?') || ')', NULL),
+          raise_alert('lost', j.id, j.tenant_id, j.name, f.slot, d.attempt, d.locked_by,
+                      d.locked_zone, NULL,
+                      d.reason || ' (node ' || coalesce(d.locked_by, '?') || ')');
+
+-- name: cancel_flights
+-- Asks whoever runs the job's flights to cancel them: the given slot, or every one running.
+UPDATE flights f SET cancel_by = %(by)s
+FROM jobs j
+WHERE j.tenant_id = %(tenant_id)s AND j.name = %(name)s AND f.job_id = j.id
+  AND f.status = 'running' AND (%(slot)s::timestamptz IS NULL OR f.slot = %(slot)s)
+RETURNING j.id, j.shard_id, f.slot AS slot_at, f.attempt, f.lease_token, f.locked_by,
+          j.overlap;
+
 -- name: live_sessions
 -- The given node ids with a session in this database (a lock session is named after its
 -- node); a namesake in another database is another cluster's node (test_session.py).
@@ -582,11 +856,14 @@ WHERE application_name = ANY(%(ids)s::text[]) AND datname = current_database();
 -- Read-only statements behind `pulse status`.
 
 -- name: status_in_flight
--- Runs in flight per node: jobs running under a lease, by the node that claimed them.
-SELECT j.locked_by AS node_id, count(*)::int AS runs
-FROM jobs j
-WHERE j.status = 'running'
-GROUP BY j.locked_by
+-- Runs in flight per node: jobs and flights running under a lease, by the node that
+-- claimed them (an `allow` job's row is running only while it hands its slot over).
+SELECT x.node_id, count(*)::int AS runs
+FROM (SELECT j.locked_by AS node_id FROM jobs j
+      WHERE j.status = 'running' AND j.overlap <> 'allow'
+      UNION ALL
+      SELECT f.locked_by FROM flights f WHERE f.status = 'running') AS x
+GROUP BY x.node_id
 ORDER BY 1;
 
 -- name: status_backlog
@@ -976,3 +1253,131 @@ SELECT id, tenant_id, name, slot_at, late_s FROM marked;
 -- name: lock_job_sync
 -- Held until the syncing transaction ends: nodes started together sync jobs in turn.
 SELECT pg_advisory_xact_lock(hashtext('pulse.sync-jobs'), hashtext(%(schema)s));
+
+-- web
+-- API tokens, the audit trail and the pages the HTTP API reads (cluster/web/,
+-- docs/design/web.md). A tenant-scoped token's reads and writes carry %(scope)s, so the
+-- tenant scope is enforced by the statement itself.
+
+-- name: token_insert
+INSERT INTO api_tokens (name, role, tenant_id, hash, expires_at)
+VALUES (%(name)s, %(role)s, %(tenant_id)s, %(hash)s,
+        coalesce(%(now)s::timestamptz, now()) + make_interval(secs => %(expires_s)s))
+ON CONFLICT (name) DO NOTHING
+RETURNING name, role, tenant_id, created_at, expires_at, last_used_at;
+
+-- name: token_list
+SELECT name, role, tenant_id, created_at, expires_at, last_used_at
+FROM api_tokens ORDER BY name;
+
+-- name: token_revoke
+DELETE FROM api_tokens WHERE name = %(name)s RETURNING name;
+
+-- name: token_authenticate
+-- The live token with this hash; its last use is stamped at most once a minute.
+WITH t AS (
+    SELECT name, role, tenant_id, last_used_at FROM api_tokens
+    WHERE hash = %(hash)s AND (expires_at IS NULL OR expires_at > now())
+), touched AS (
+    UPDATE api_tokens a SET last_used_at = now()
+    FROM t
+    WHERE a.name = t.name
+      AND (t.last_used_at IS NULL OR t.last_used_at < now() - interval '1 minute')
+)
+SELECT name, role, tenant_id FROM t;
+
+-- name: audit_insert
+INSERT INTO api_audit (token_name, action, tenant_id, job_name, source, detail)
+VALUES (%(token_name)s, %(action)s, %(tenant_id)s, %(job_name)s, %(source)s, %(detail)s);
+
+-- name: audit_list
+SELECT id, at, token_name, action, tenant_id, job_name, source, detail
+FROM api_audit
+WHERE (%(scope)s::text IS NULL OR tenant_id = %(scope)s)
+  AND (%(before)s::bigint IS NULL OR id < %(before)s)
+ORDER BY id DESC
+LIMIT %(limit)s;
+
+-- name: jobs_page
+-- One page of jobs by (tenant, name) after the cursor; q matches the name or the handler.
+SELECT * FROM jobs
+WHERE (%(scope)s::text IS NULL OR tenant_id = %(scope)s)
+  AND (%(tenant_id)s::text IS NULL OR tenant_id = %(tenant_id)s)
+  AND (%(status)s::text IS NULL OR status = %(status)s)
+  AND (%(q)s::text IS NULL OR strpos(lower(name), lower(%(q)s)) > 0
+       OR strpos(lower(handler), lower(%(q)s)) > 0)
+  AND (%(after_tenant)s::text IS NULL
+       OR (tenant_id, name) > (%(after_tenant)s::text, %(after_name)s::text))
+ORDER BY tenant_id, name
+LIMIT %(limit)s;
+
+-- name: runs_page
+-- One page of the run history, newest slot first, before the cursor (slot, id): run rows,
+-- and the attempts in flight as 'running' (as list_runs reads them). Those are found as
+-- recovery finds them, by a probe of the due index per shard (a running job was due by its
+-- claim), not by reading every job (bench/web.py).
+WITH live AS (
+    SELECT r.id, j.id AS job_id, j.tenant_id, j.name AS job_name, j.slot_at AS scheduled_for,
+           j.attempt, j.locked_by AS node_id, j.locked_zone AS zone, 'running'::text AS status,
+           j.locked_at AS started_at, NULL::timestamptz AS finished_at,
+           NULL::float8 AS duration_s, r.last_error
+    FROM generate_series(0, (SELECT value::int - 1 FROM meta WHERE key = 'shard_count'))
+        AS s(shard)
+    -- OFFSET 0 keeps the probe per shard: flattened, the planner reads every job instead.
+    CROSS JOIN LATERAL (
+        SELECT j.* FROM jobs j
+        WHERE j.shard_id = s.shard AND j.next_run_at <= now() + interval '1 minute'
+          AND j.status = 'running'
+          AND (%(scope)s::text IS NULL OR j.tenant_id = %(scope)s)
+          AND (%(job_name)s::text IS NULL OR j.name = %(job_name)s)
+          AND (%(tenant_id)s::text IS NULL OR j.tenant_id = %(tenant_id)s)
+        OFFSET 0
+    ) AS j
+    LEFT JOIN runs r ON r.job_id = j.id AND r.scheduled_for = j.slot_at
+)
+SELECT x.* FROM (
+    (SELECT l.* FROM live l
+     WHERE (%(status)s::text IS NULL OR %(status)s = 'running')
+       AND (%(since)s::timestamptz IS NULL OR l.scheduled_for >= %(since)s)
+       AND (%(before_at)s::timestamptz IS NULL
+            OR (l.scheduled_for, coalesce(l.id, 0)) < (%(before_at)s, %(before_id)s::bigint))
+     ORDER BY l.scheduled_for DESC, l.id DESC
+     LIMIT %(limit)s)
+    UNION ALL
+    (SELECT r.id, r.job_id, r.tenant_id, r.job_name, r.scheduled_for, r.attempt, r.node_id,
+            r.zone, r.status, r.started_at, r.finished_at, r.duration_s, r.last_error
+     FROM runs r
+     WHERE (%(scope)s::text IS NULL OR r.tenant_id = %(scope)s)
+       AND (%(job_name)s::text IS NULL OR r.job_name = %(job_name)s)
+       -- One job's runs by UNIQUE (job_id, scheduled_for), not by scanning runs_recent.
+       AND (%(job_name)s::text IS NULL OR %(tenant_id)s::text IS NULL OR r.job_id = (
+            SELECT id FROM jobs WHERE tenant_id = %(tenant_id)s AND name = %(job_name)s))
+       AND (%(tenant_id)s::text IS NULL OR r.tenant_id = %(tenant_id)s)
+       AND (%(status)s::text IS NULL OR r.status = %(status)s)
+       AND (%(since)s::timestamptz IS NULL OR r.scheduled_for >= %(since)s)
+       AND (%(before_at)s::timestamptz IS NULL
+            OR (r.scheduled_for, r.id) < (%(before_at)s, %(before_id)s::bigint))
+       AND r.id NOT IN (SELECT l.id FROM live l WHERE l.id IS NOT NULL)
+     ORDER BY r.scheduled_for DESC, r.id DESC
+     LIMIT %(limit)s)
+) AS x
+ORDER BY x.scheduled_for DESC, x.id DESC NULLS FIRST
+LIMIT %(limit)s;
+
+-- name: lag_series
+-- Fire lag of first attempts per minute over the window (the console's chart).
+WITH clock AS NOT MATERIALIZED (
+    SELECT coalesce(%(now)s::timestamptz, now()) AS t
+)
+SELECT date_trunc('minute', r.started_at) AS minute,
+       percentile_cont(0.5) WITHIN GROUP (
+           ORDER BY extract(epoch FROM r.started_at - r.scheduled_for))::float8 AS p50_s,
+       percentile_cont(0.99) WITHIN GROUP (
+           ORDER BY extract(epoch FROM r.started_at - r.scheduled_for))::float8 AS p99_s,
+       count(*)::int AS samples
+FROM runs r CROSS JOIN clock k
+WHERE r.scheduled_for > k.t - make_interval(secs => %(window_s)s) - interval '1 hour'
+  AND r.started_at > k.t - make_interval(secs => %(window_s)s)
+  AND r.attempt = 1
+GROUP BY 1
+ORDER BY 1;

@@ -79,6 +79,9 @@ class ClaimedJob(NamedTuple):
     overlap: str = DEFAULT_OVERLAP  # forbid | allow | replace
     cancel_grace_s: float = DEFAULT_CANCEL_GRACE_S
     cancel_by: str | None = None  # who asked to cancel the slot before this claim
+    # A slot of an overlap `allow` job running as a flight, under a lease of its own
+    # (migration 009): its writes go to the flights statements, keyed by (id, slot).
+    flight: bool = False
 
 
 _FIELDS = len(ClaimedJob._fields)
@@ -88,7 +91,7 @@ def claimed_jobs(rows: Sequence[tuple[Any, ...]], skip: int) -> list[ClaimedJob]
     """The claimed jobs of a claim's rows, whose fields follow ``skip`` leading columns; a
     row with a null id is the claim's report alone (nothing was claimed).
 
-    Built by position with ``tuple.__new__``, cheaper than passing a named tuple's 24
+    Built by position with ``tuple.__new__``, cheaper than passing a named tuple's 25
     fields one by one; the width is checked once per claim instead
     (tests/unit/test_claim_rows.py)."""
     if rows and len(rows[0]) != skip + _FIELDS:
@@ -174,5 +177,56 @@ def complete_params(
         "skips": json.dumps(skipped, ensure_ascii=False),
         "node_id": node_id,
         "zone": zone,
+        "now": now,
+    }
+
+
+def flight_params(
+    done: Sequence[Completion], node_id: str, zone: str, now: datetime | None
+) -> dict[str, Any]:
+    """Parameters of ``complete_flights``: per attempt [job id, slot, token, outcome,
+    error, duration_us, retry_at (the next attempt's time, null for a slot's last
+    attempt), output]."""
+    rows = [
+        (
+            c.id.hex,
+            c.slot.isoformat(),
+            c.token,
+            c.outcome,
+            c.error,
+            None if c.duration_s is None else round(c.duration_s * 1e6),
+            c.next_run_at.isoformat() if c.next_attempt > 1 else None,
+            c.output,
+        )
+        for c in done
+    ]
+    return {
+        "done": json.dumps(rows, ensure_ascii=False),
+        "node_id": node_id,
+        "zone": zone,
+        "now": now,
+    }
+
+
+def spawn_params(
+    spawns: Sequence[Completion],
+    skips: Sequence[Skip],
+    node_id: str,
+    zone: str,
+    lease_s: float,
+    now: datetime | None,
+) -> dict[str, Any]:
+    """Parameters of ``spawn``: per claimed slot [id, token, slot, next_run_at, next_slot]."""
+    rows = [
+        (c.id.hex, c.token, c.slot.isoformat(), c.next_run_at.isoformat(), c.next_slot.isoformat())
+        for c in spawns
+    ]
+    skipped = [(s.job_id.hex, s.slot.isoformat(), s.reason) for s in skips]
+    return {
+        "spawns": json.dumps(rows),
+        "skips": json.dumps(skipped, ensure_ascii=False),
+        "node_id": node_id,
+        "zone": zone,
+        "lease_s": lease_s,
         "now": now,
     }

@@ -30,6 +30,7 @@ from cluster.errors import ConfigError, StoreError
 from cluster.settings import DEFAULT_LEASE_S, ClusterSettings
 from cluster.store.connect import Conn, connect, describe
 from cluster.store.deadline import fetch_within
+from cluster.store.flights import FlightStatements
 from cluster.store.migrate import stored_shard_count
 from cluster.store.queries import query
 from cluster.store.records import (
@@ -50,7 +51,7 @@ class SessionLost(StoreError):
     """The lock session is gone (or cannot be trusted): every shard lock with it."""
 
 
-class LockSession:
+class LockSession(FlightStatements):
     def __init__(
         self,
         settings: ClusterSettings,
@@ -157,7 +158,9 @@ class LockSession:
             except TimeoutError as exc:
                 await self._lost()
                 raise SessionLost(f"{name}: no answer within {self.statement_timeout_s}s") from exc
-            except psycopg.OperationalError as exc:
+            except (psycopg.OperationalError, psycopg.errors.ReadOnlySqlTransaction) as exc:
+                # A read-only refusal means the server was demoted to a standby (a
+                # failover's old primary): the locks held there guard nothing.
                 await self._lost()
                 raise SessionLost(f"{name}: {describe(exc)}") from exc
             except psycopg.Error as exc:

@@ -15,6 +15,7 @@ import contextlib
 import time
 from collections.abc import Sequence
 from datetime import datetime
+from typing import Any
 from uuid import UUID
 
 import psycopg
@@ -26,7 +27,13 @@ from cluster.settings import ClusterSettings
 from cluster.store.connect import connect, describe
 from cluster.store.deadline import fetch_within
 from cluster.store.queries import query
-from cluster.store.records import Completion, Skip, complete_params
+from cluster.store.records import (
+    Completion,
+    Skip,
+    complete_params,
+    flight_params,
+    spawn_params,
+)
 
 
 class ResultWriter:
@@ -46,7 +53,36 @@ class ResultWriter:
         """Apply completions; returns the ids applied (the rest were fenced)."""
         if not done:
             return set()
-        params = complete_params(done, skips, self.node_id, self.zone, now)
+        rows = await self._fetch(
+            "complete", complete_params(done, skips, self.node_id, self.zone, now)
+        )
+        return {row[0] for row in rows}
+
+    async def complete_flights(
+        self, done: Sequence[Completion], now: datetime | None = None
+    ) -> set[tuple[UUID, datetime]]:
+        """Apply flight completions; returns the (job id, slot) pairs applied."""
+        if not done:
+            return set()
+        rows = await self._fetch(
+            "complete_flights", flight_params(done, self.node_id, self.zone, now)
+        )
+        return {(row[0], row[1]) for row in rows}
+
+    async def spawn(
+        self,
+        spawns: Sequence[Completion],
+        skips: Sequence[Skip],
+        lease_s: float,
+        now: datetime | None = None,
+    ) -> dict[UUID, bool]:
+        """Hand claimed `allow` slots to flights; each job moved, and whether it had room."""
+        if not spawns:
+            return {}
+        params = spawn_params(spawns, skips, self.node_id, self.zone, lease_s, now)
+        return {row[0]: row[1] for row in await self._fetch("spawn", params)}
+
+    async def _fetch(self, name: str, params: dict[str, Any]) -> list[TupleRow]:
         async with self._lock:
             deadline = time.monotonic() + self._timeout_s + 1.0
             try:
@@ -62,12 +98,11 @@ class ResultWriter:
                     )
                     self._cur = conn.cursor(row_factory=tuple_row)
                 left_s = deadline - time.monotonic()
-                rows = await fetch_within(self._cur, query("complete"), params, left_s)
+                return await fetch_within(self._cur, query(name), params, left_s)
             except (TimeoutError, psycopg.Error, StoreError) as exc:
                 await self.close()
                 reason = "no answer in time" if isinstance(exc, TimeoutError) else describe(exc)
-                raise StoreError(f"complete: {reason}") from exc
-        return {row[0] for row in rows}
+                raise StoreError(f"{name}: {reason}") from exc
 
     async def close(self) -> None:
         cur, self._cur = self._cur, None

@@ -7,6 +7,7 @@ ones insert one row per run into a user table through ``ctx.transaction()``.
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from pathlib import Path
 
@@ -52,3 +53,18 @@ def effects_sync(ctx: RunContext) -> None:
         params = (ctx.job_name, ctx.scheduled_for, ctx.fencing_token, ctx.node_id)
         conn.execute(_insert(ctx), params)
         time.sleep(ctx.payload.get("hold_s", 0.2))
+
+
+async def overlaps(ctx: RunContext) -> None:
+    """Record when this attempt ran (wall clock, one JSON line at each end)."""
+    path = Path(ctx.payload["dir"]) / f"{ctx.job_name}.jsonl"
+    slot, attempt = ctx.scheduled_for.isoformat(), ctx.attempt
+    with path.open("a") as out:
+        out.write(
+            json.dumps({"slot": slot, "attempt": attempt, "at": time.time(), "end": 0}) + "\n"
+        )
+    await asyncio.sleep(ctx.payload["hold_s"])
+    with path.open("a") as out:
+        out.write(
+            json.dumps({"slot": slot, "attempt": attempt, "at": time.time(), "end": 1}) + "\n"
+        )

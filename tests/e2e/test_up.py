@@ -75,7 +75,7 @@ def launched(
     asyncio.run(_place_examples(settings))
     log = tmp_path / "up.log"
     # In a process group of its own, like a terminal job.
-    argv = [sys.executable, "-m", "node", "up", "--nodes", "3", "--example"]
+    argv = [sys.executable, "-m", "node", "up", "--nodes", "3", "--example", "--no-web"]
     proc = Command(argv, pulse_env(settings), REPO).start("pulse up", log).proc
     try:
         yield proc, log

@@ -41,7 +41,7 @@ async def test_cancel_marks_the_running_claim_and_renewal_reports_it(
         (asked,) = await store.cancel("job-0000", by="ops\non call", slot=claimed.slot)
         assert (asked.slot, asked.attempt, asked.node_id) == (claimed.slot, 1, "node-a")
         assert (await store.get("job-0000")).cancel_by == "ops on call"
-        expected = f"cancel:{job.id}:{claimed.lease_token}:ops on call"
+        expected = f"cancel:{job.id}:{claimed.lease_token}::ops on call"
         async with asyncio.timeout(10):
             while True:
                 with contextlib.suppress(TimeoutError):

@@ -14,7 +14,7 @@ from cluster.settings import ClusterSettings
 from node.cli import cli
 from tests.integration.test_cli import assert_bad_input, assert_one_line_error, env_of, real_pulse
 
-DEFAULTS = {"keep_for": "30d", "keep_runs": 1000, "keep_failed_for": "90d"}
+DEFAULTS = {"keep_for": "30d", "keep_runs": 1000, "keep_failed_for": "90d", "api.handlers": ""}
 
 
 @pytest.fixture
@@ -48,11 +48,12 @@ def test_init_seeds_the_defaults_that_show_prints(pulse: Any) -> None:
     assert text.exit_code == 0
     lines = text.stdout.splitlines()
     assert lines[0].split() == ["KEY", "VALUE", "UPDATED"]
-    assert [line.split()[:2] for line in lines[1:]] == [
+    assert [line.split()[:2] for line in lines[1:4]] == [
         ["keep_for", "30d"],
         ["keep_runs", "1000"],
         ["keep_failed_for", "90d"],
     ]
+    assert lines[4].split()[0] == "api.handlers"
 
 
 def test_set_stores_the_canonical_value_and_init_keeps_it(
@@ -69,8 +70,13 @@ def test_set_stores_the_canonical_value_and_init_keeps_it(
         assert result.stdout == f"{key} = {stored}\n"
     assert pulse("init").exit_code == 0
     shown = json.loads(pulse("config", "show", "--json").stdout)
-    assert shown == {"keep_for": "7d", "keep_runs": 50, "keep_failed_for": "1d12h"}
-    assert len(config_rows(settings)) == 3
+    assert shown == {
+        "keep_for": "7d",
+        "keep_runs": 50,
+        "keep_failed_for": "1d12h",
+        "api.handlers": "",
+    }
+    assert len(config_rows(settings)) == 3  # api.handlers is shown at its default, not stored
 
 
 @pytest.mark.parametrize(

@@ -198,7 +198,7 @@ async def test_uninitialised_schema_says_run_init(settings: ClusterSettings) -> 
 
 EXPECTED_TABLES = {
     "meta", "schema_version", "jobs", "runs", "config", "alert_rules", "alert_events",
-    "alert_deliveries",
+    "alert_deliveries", "flights", "api_tokens", "api_audit",
 }  # fmt: skip
 
 # pg_indexes.indexdef with the schema name replaced by "S".
@@ -243,6 +243,17 @@ EXPECTED_INDEXES = {
         "CREATE INDEX alert_deliveries_by_rule_job ON S.alert_deliveries"
         " USING btree (rule_name, job_id, id) WHERE (status = 'pending'::text)"
     ),
+    "flights_pkey": "CREATE UNIQUE INDEX flights_pkey ON S.flights USING btree (job_id, slot)",
+    "flights_by_shard": (
+        "CREATE INDEX flights_by_shard ON S.flights USING btree (shard_id, status, due_at)"
+    ),
+    # migration 010: the HTTP API's tokens and audit trail
+    "api_tokens_pkey": "CREATE UNIQUE INDEX api_tokens_pkey ON S.api_tokens USING btree (name)",
+    "api_tokens_hash_key": (
+        "CREATE UNIQUE INDEX api_tokens_hash_key ON S.api_tokens USING btree (hash)"
+    ),
+    "api_audit_pkey": "CREATE UNIQUE INDEX api_audit_pkey ON S.api_audit USING btree (id)",
+    "api_audit_at": "CREATE INDEX api_audit_at ON S.api_audit USING btree (at DESC, id DESC)",
 }
 
 EXPECTED_CONSTRAINTS = {
@@ -262,6 +273,11 @@ EXPECTED_CONSTRAINTS = {
         "alert_deliveries",
         "FOREIGN KEY (rule_name) REFERENCES S.alert_rules(name) ON DELETE CASCADE",
     ),
+    ("flights", "PRIMARY KEY (job_id, slot)"),
+    ("flights", "FOREIGN KEY (job_id) REFERENCES S.jobs(id) ON DELETE CASCADE"),
+    ("api_tokens", "PRIMARY KEY (name)"),
+    ("api_tokens", "UNIQUE (hash)"),
+    ("api_audit", "PRIMARY KEY (id)"),
 }
 
 # Functions, with their identity arguments.

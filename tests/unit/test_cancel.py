@@ -215,9 +215,11 @@ def test_a_cancelled_slot_is_not_retried() -> None:
 def test_overlap_options_are_validated() -> None:
     spec = JobSpec.build("j", "@every 1m", "m:f", overlap="replace", cancel_grace="3s")
     assert (spec.overlap, spec.cancel_grace_s) == ("replace", 3.0)
+    allow = JobSpec.build("j", "@every 1m", "m:f", overlap="allow", max_concurrent="4")
+    assert (allow.overlap, allow.max_concurrent) == ("allow", 4)
     for kwargs, field in [
         ({"overlap": "queue"}, "overlap"),
-        ({"overlap": "allow", "max_concurrent": 2}, "overlap"),
+        ({"overlap": "allow", "max_concurrent": 0}, "max_concurrent"),
         ({"max_concurrent": 2}, "max_concurrent"),  # forbid has no in-flight limit
         ({"overlap": "replace", "max_concurrent": 2}, "max_concurrent"),
         ({"cancel_grace": "-1s"}, "cancel_grace"),

@@ -118,14 +118,19 @@ EXPECTED: dict[str, dict[str, str]] = {
         "validated": "(self) -> 'JobSpec'",
     },
     "JobStore": {
-        "__init__": "(conn: 'Conn', settings: 'ClusterSettings') -> 'None'",
+        "__init__": "(conn: 'Conn', settings: 'ClusterSettings', *, scope: 'str | None' "
+        "= None) -> 'None'",
         "add": "(self, spec: 'JobSpec', *, now: 'datetime | None' = None) -> 'Job'",
         "apply": "(self, specs: 'Sequence[JobSpec]', *, prune: 'bool' = False, now: "
         "'datetime | None' = None) -> 'ApplyResult'",
         "cancel": "(self, name: 'str', tenant: 'str' = 'default', *, by: 'str', slot: "
-        "'datetime | None' = None) -> 'list[CancelRequest]'",
+        "'datetime | None' = None, every: 'bool' = False) -> "
+        "'list[CancelRequest]'",
         "config": "(self) -> 'list[tuple[str, str, datetime]]'",
+        "config_values": "(self) -> 'dict[str, str]'",
         "db_now": "(self, now: 'datetime | None' = None) -> 'datetime'",
+        "details": "(self, name: 'str', tenant: 'str' = 'default', *, slots: 'int' = 5, "
+        "runs: 'int' = 5) -> 'dict[str, Any]'",
         "get": "(self, name: 'str', tenant: 'str' = 'default') -> 'Job'",
         "init": "(self, shards: 'int | None' = None) -> 'InitResult'",
         "jobs": "(self, tenant: 'str | None' = None) -> 'list[Job]'",
@@ -146,6 +151,7 @@ EXPECTED: dict[str, dict[str, str]] = {
         "shard_count": "(self) -> 'int'",
         "sync": "(self, specs: 'Sequence[JobSpec]', *, now: 'datetime | None' = None) -> "
         "'SyncResult'",
+        "transaction": "(self) -> 'AsyncIterator[None]'",
         "trigger": "(self, name: 'str', tenant: 'str' = 'default', *, now: 'datetime | "
         "None' = None) -> 'Job'",
     },

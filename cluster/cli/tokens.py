@@ -1,0 +1,122 @@
+"""``pulse tokens ...`` and ``pulse audit``: the HTTP API's tokens and its audit trail.
+
+Tokens are made here, on a host with the database's credentials, never through the API.
+"""
+
+from __future__ import annotations
+
+import click
+
+from cluster.cli.base import PulseCommand, PulseGroup, emit_json, fail, with_store
+from cluster.cli.jobs import table
+from cluster.durations import parse_duration
+from cluster.jobspec import validate_name
+from cluster.models import iso
+from cluster.store.jobs import JobStore
+from cluster.web.tokens import ROLES, new_token, token_hash
+
+
+@click.group("tokens", cls=PulseGroup)
+def tokens() -> None:
+    """Create, list and revoke the tokens of the HTTP API (pulse web)."""
+
+
+@tokens.command("create")
+@click.argument("name")
+@click.option(
+    "--role",
+    type=click.Choice(ROLES),
+    required=True,
+    envvar="PULSE_TOKEN_ROLE",
+    help="read: read only; write: change jobs; admin: also read the audit trail.",
+)
+@click.option("--tenant", default=None, envvar="PULSE_TOKEN_TENANT", help="Only this tenant.")
+@click.option("--expires", default=None, envvar="PULSE_TOKEN_EXPIRES", help="e.g. 90d [never].")
+@click.option("--json", "as_json", is_flag=True, help="Print the token and its facts as JSON.")
+@with_store
+async def create(
+    store: JobStore,
+    name: str,
+    role: str,
+    tenant: str | None,
+    expires: str | None,
+    as_json: bool,
+) -> None:
+    """Create a token and print it once: only its hash is stored."""
+    validate_name(name)
+    if tenant is not None:
+        validate_name(tenant, "tenant")
+    expires_s = None
+    if expires is not None:
+        expires_s = parse_duration(expires, "expires")
+        if expires_s <= 0:
+            fail("invalid expires: must be positive", 2)
+    secret = new_token()
+    info = await store.access.create_token(
+        name, role, token_hash(secret), tenant=tenant, expires_s=expires_s
+    )
+    if as_json:
+        emit_json({**info.to_json(), "token": secret})
+        return
+    click.echo(secret)
+    scope = f"tenant {tenant}" if tenant else "every tenant"
+    until = f"until {iso(info.expires_at)}" if info.expires_at else "no expiry"
+    click.echo(f"token {name}: role {role}, {scope}, {until}; shown once, keep it safe", err=True)
+
+
+@tokens.command("list")
+@click.option("--json", "as_json", is_flag=True)
+@with_store
+async def list_tokens(store: JobStore, as_json: bool) -> None:
+    """List tokens (never their secrets)."""
+    found = await store.access.tokens()
+    if as_json:
+        emit_json([t.to_json() for t in found])
+        return
+    if not found:
+        click.echo("no tokens")
+        return
+    rows = [["NAME", "ROLE", "TENANT", "CREATED", "EXPIRES", "LAST USED"]]
+    for t in found:
+        rows.append(
+            [
+                t.name,
+                t.role,
+                t.tenant or "*",
+                iso(t.created_at) or "-",
+                iso(t.expires_at) or "never",
+                iso(t.last_used_at) or "-",
+            ]
+        )
+    table(rows)
+
+
+@tokens.command("revoke")
+@click.argument("name")
+@with_store
+async def revoke(store: JobStore, name: str) -> None:
+    """Revoke a token: it stops working at once."""
+    await store.access.revoke_token(name)
+    click.echo(f"revoked {name}")
+
+
+@click.command("audit", cls=PulseCommand)
+@click.option("--tenant", default=None, envvar="PULSE_AUDIT_TENANT", help="Only this tenant.")
+@click.option("--limit", type=click.IntRange(1, 100_000), default=100, show_default=True)
+@click.option("--json", "as_json", is_flag=True)
+@with_store
+async def audit(store: JobStore, tenant: str | None, limit: int, as_json: bool) -> None:
+    """The changes made through the HTTP API, newest first."""
+    found = await store.access.audit_entries(scope=tenant, limit=limit)
+    if as_json:
+        emit_json([e.to_json() for e in found])
+        return
+    if not found:
+        click.echo("no audit entries")
+        return
+    rows = [["AT", "TOKEN", "ACTION", "TENANT", "JOB", "SOURCE"]]
+    for e in found:
+        rows.append(
+            [iso(e.at) or "-", e.token, e.action, e.tenant or "-", e.job or "-", e.source or "-"]
+        )
+    table(rows)

@@ -1,0 +1,149 @@
+"""The flights statements of the lock session: claims, renewals, releases and recoveries of
+the slots of overlap ``allow`` jobs, each under a lease of its own (migration 009,
+docs/design/overlap.md). A mix-in of ``LockSession``, which runs them as it runs the job
+statements; completions and spawns go through the result writer (``cluster.store.writer``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Sequence
+from datetime import datetime
+from typing import Any, NamedTuple
+from uuid import UUID
+
+from psycopg.rows import AsyncRowFactory, tuple_row
+
+from cluster.settings import DEFAULT_LEASE_S
+from cluster.store.records import (
+    ClaimedJob,
+    Completion,
+    Skip,
+    claimed_jobs,
+    flight_params,
+    int_array,
+    spawn_params,
+)
+
+_FIELDS = len(ClaimedJob._fields)
+
+FlightLease = tuple[UUID, datetime, int]  # job id, slot, token
+FlightKey = tuple[UUID, datetime]
+
+
+class RecoveredFlight(NamedTuple):
+    """A flight taken back from a dead owner: queued again, or (``poison``) handed to the
+    caller to record as failed or cancelled."""
+
+    job: ClaimedJob
+    poison: bool
+    reason: str
+    lost_by: str | None
+
+
+class FlightStatements:
+    node_id: str
+    zone: str
+
+    async def _run(
+        self, name: str, params: dict[str, Any], rows: AsyncRowFactory[Any] = tuple_row
+    ) -> list[Any]:
+        raise NotImplementedError
+
+    async def claim_flights(
+        self,
+        shards: Collection[int],
+        limit: int,
+        lease_s: float,
+        now: datetime | None = None,
+    ) -> list[ClaimedJob]:
+        """Queued flights of ``shards`` that are due, now running under this node."""
+        if not shards or limit <= 0:
+            return []
+        params = {
+            "shards": int_array(shards),
+            "limit": limit,
+            "lease_s": lease_s,
+            "node_id": self.node_id,
+            "zone": self.zone,
+            "now": now,
+        }
+        return claimed_jobs(await self._run("claim_flights", params), 0)
+
+    async def renew_flights(
+        self, leases: Sequence[FlightLease], lease_s: float, now: datetime | None = None
+    ) -> dict[FlightKey, str | None]:
+        """Extend the flight leases still held; each maps to who asked to cancel it."""
+        if not leases:
+            return {}
+        rows = await self._run("renew_flights", {**_arrays(leases), "lease_s": lease_s, "now": now})
+        return {(row[0], row[1]): row[2] for row in rows}
+
+    async def release_flights(
+        self, leases: Sequence[FlightLease], reason: str, now: datetime | None = None
+    ) -> set[FlightKey]:
+        if not leases:
+            return set()
+        rows = await self._run("release_flights", {**_arrays(leases), "reason": reason, "now": now})
+        return {(row[0], row[1]) for row in rows}
+
+    async def recover_flights(
+        self,
+        shards: Collection[int],
+        live: Sequence[str],
+        now: datetime | None = None,
+        lease_s: float = DEFAULT_LEASE_S,
+        *,
+        own: bool = False,
+    ) -> list[RecoveredFlight]:
+        """Take back the running flights of dead owners and expired leases in ``shards``;
+        with ``own``, those an earlier process of this node id left."""
+        if not shards and not own:
+            return []
+        params = {
+            "own": own,
+            "shards": int_array(shards),
+            "live": list(live),
+            "node_id": self.node_id,
+            "zone": self.zone,
+            "lease_s": lease_s,
+            "now": now,
+        }
+        rows = await self._run("recover_flights", params)
+        return [
+            RecoveredFlight(
+                ClaimedJob(*row[:_FIELDS]), row[_FIELDS], row[_FIELDS + 1], row[_FIELDS + 2]
+            )
+            for row in rows
+        ]
+
+    # The result writer's statements, also here so a lock session can stand in for it.
+
+    async def complete_flights(
+        self, done: Sequence[Completion], now: datetime | None = None
+    ) -> set[FlightKey]:
+        if not done:
+            return set()
+        rows = await self._run(
+            "complete_flights", flight_params(done, self.node_id, self.zone, now)
+        )
+        return {(row[0], row[1]) for row in rows}
+
+    async def spawn(
+        self,
+        spawns: Sequence[Completion],
+        skips: Sequence[Skip],
+        lease_s: float,
+        now: datetime | None = None,
+    ) -> dict[UUID, bool]:
+        if not spawns:
+            return {}
+        params = spawn_params(spawns, skips, self.node_id, self.zone, lease_s, now)
+        return {row[0]: row[1] for row in await self._run("spawn", params)}
+
+
+def _arrays(leases: Sequence[FlightLease]) -> dict[str, Any]:
+    return {
+        "ids": [i for i, _, _ in leases],
+        "slots": [s for _, s, _ in leases],
+        "tokens": [t for _, _, t in leases],
+    }

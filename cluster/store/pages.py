@@ -1,0 +1,92 @@
+"""Paged reads for the HTTP API and the console: jobs by (tenant, name) after a cursor, runs
+newest first before a cursor, and the fire lag per minute. Each carries the store's tenant
+scope into its statement."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+import psycopg
+
+from cluster.errors import StoreError
+from cluster.jobspec import check_text
+from cluster.models import Job, Run
+from cluster.store.connect import Conn, describe
+from cluster.store.queries import query
+
+
+class Pages:
+    def __init__(self, conn: Conn, scope: str | None) -> None:
+        self._conn = conn
+        self._scope = scope
+
+    async def jobs(
+        self,
+        *,
+        tenant: str | None = None,
+        status: str | None = None,
+        q: str | None = None,
+        after: tuple[str, str] | None = None,
+        limit: int = 100,
+    ) -> list[Job]:
+        """Jobs by (tenant, name), those after ``after`` only."""
+        params = {
+            "tenant_id": tenant,
+            "status": status,
+            "q": q or None,
+            "after_tenant": after[0] if after else None,
+            "after_name": after[1] if after else None,
+            "limit": limit,
+        }
+        return [Job.from_row(r) for r in await self._rows("jobs_page", params)]
+
+    async def runs(
+        self,
+        *,
+        tenant: str | None = None,
+        job: str | None = None,
+        status: str | None = None,
+        since: datetime | None = None,
+        before: tuple[datetime, int] | None = None,
+        limit: int = 100,
+    ) -> list[Run]:
+        """Runs newest slot first, those before ``before`` (slot, id) only."""
+        params = {
+            "tenant_id": tenant,
+            "job_name": job,
+            "status": status,
+            "since": since,
+            "before_at": before[0] if before else None,
+            "before_id": before[1] if before else None,
+            "limit": limit,
+        }
+        return [Run.from_row(r) for r in await self._rows("runs_page", params)]
+
+    async def lag_series(
+        self, window_s: float = 3600.0, now: datetime | None = None
+    ) -> list[dict[str, Any]]:
+        """Fire lag p50/p99 of first attempts, per minute of the window (all tenants)."""
+        rows = await self._rows("lag_series", {"window_s": window_s, "now": now})
+        return [
+            {
+                "minute": r["minute"].isoformat(),
+                "p50_s": r["p50_s"],
+                "p99_s": r["p99_s"],
+                "samples": r["samples"],
+            }
+            for r in rows
+        ]
+
+    async def _rows(self, name: str, params: dict[str, Any]) -> list[dict[str, Any]]:
+        params = {"scope": self._scope, **params}
+        for key, value in params.items():
+            if isinstance(value, str):
+                check_text(value, key)
+        try:
+            cur = await self._conn.execute(query(name), params)
+            return await cur.fetchall()
+        except psycopg.errors.UndefinedTable as exc:
+            raise StoreError("the schema is not initialised; run `pulse init` first") from exc
+        except psycopg.Error as exc:
+            raise StoreError(describe(exc)) from exc

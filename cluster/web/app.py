@@ -1,0 +1,176 @@
+"""The ASGI application of ``pulse web``: the API routers, the console, error answers,
+the 1 MiB body limit and the security headers of every response.
+
+Stateless: every request reads Postgres (and Redis for status) through the pool; sessions
+live in a cookie and CSRF tokens derive from it, so replicas behind a load balancer need
+nothing in common but the database (docs/design/web.md).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from http import HTTPStatus
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from cluster.errors import Conflict, InvalidInput, NotFound, PulseError, StoreError
+from cluster.settings import ClusterSettings
+from cluster.store.pool import StorePool
+from cluster.web import audit, console, jobs, runs, status
+from cluster.web.limits import DEFAULT_AUTH_FAILURES, DEFAULT_AUTH_WINDOW_S, FailureLimiter
+from cluster.web.state import WebState
+
+logger = logging.getLogger(__name__)
+
+MAX_BODY_BYTES = 1024 * 1024
+SECURITY_HEADERS = [
+    (
+        b"content-security-policy",
+        b"default-src 'self'; img-src 'self' data:; object-src 'none'; "
+        b"base-uri 'none'; frame-ancestors 'none'; form-action 'self'",
+    ),
+    (b"x-content-type-options", b"nosniff"),
+    (b"referrer-policy", b"no-referrer"),
+    (b"x-frame-options", b"DENY"),
+    (b"cache-control", b"no-store"),
+]
+
+
+def _error(status_code: int, message: str, field: str | None = None) -> JSONResponse:
+    """``{"error": "Not Found", "message": "...", "field": "..."}`` (``field`` for bad input)."""
+    body: dict[str, Any] = {"error": HTTPStatus(status_code).phrase, "message": message}
+    if field is not None:
+        body["field"] = field
+    return JSONResponse(body, status_code=status_code)
+
+
+class Guard:
+    """Refuses a body over ``MAX_BODY_BYTES`` with 413 before the app reads it, and adds
+    the security headers to every response."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+
+        async def send_guarded(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                headers = [h for h in message.get("headers", []) if h[0] != b"cache-control"]
+                message["headers"] = headers + SECURITY_HEADERS
+            await send(message)
+
+        length = dict(scope.get("headers", [])).get(b"content-length")
+        if length is not None and (not length.isdigit() or int(length) > MAX_BODY_BYTES):
+            await _error(413, "the body is larger than 1 MiB")(scope, receive, send_guarded)
+            return
+        chunks: list[bytes] = []
+        size = 0
+        more = True
+        while more:  # read the body up to the limit, then hand it on
+            message = await receive()
+            if message["type"] != "http.request":
+                break
+            chunks.append(message.get("body", b""))
+            size += len(chunks[-1])
+            if size > MAX_BODY_BYTES:
+                await _error(413, "the body is larger than 1 MiB")(scope, receive, send_guarded)
+                return
+            more = message.get("more_body", False)
+        body = b"".join(chunks)
+        sent = False
+
+        async def replay() -> Message:
+            nonlocal sent
+            if not sent:
+                sent = True
+                return {"type": "http.request", "body": body, "more_body": False}
+            return await receive()
+
+        await self.app(scope, replay, send_guarded)
+
+
+def create_app(
+    settings: ClusterSettings,
+    *,
+    auth_failures: int = DEFAULT_AUTH_FAILURES,
+    auth_window_s: float = DEFAULT_AUTH_WINDOW_S,
+) -> FastAPI:
+    pool = StorePool(settings)
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        await pool.open()
+        try:
+            yield
+        finally:
+            await pool.close()
+
+    app = FastAPI(
+        title="Pulse",
+        summary="The HTTP API of Pulse, a distributed cron scheduler.",
+        openapi_url="/api/openapi.json",
+        docs_url="/api/docs",
+        redoc_url=None,
+        lifespan=lifespan,
+    )
+    app.state.pulse = WebState(pool, FailureLimiter(auth_failures, auth_window_s))
+
+    @app.exception_handler(Conflict)
+    async def conflict(request: Request, exc: Conflict) -> JSONResponse:
+        return _error(409, exc.problem, exc.field)
+
+    @app.exception_handler(InvalidInput)
+    async def invalid(request: Request, exc: InvalidInput) -> JSONResponse:
+        return _error(422, exc.problem, exc.field)
+
+    @app.exception_handler(NotFound)
+    async def not_found(request: Request, exc: NotFound) -> JSONResponse:
+        return _error(404, str(exc))
+
+    @app.exception_handler(StoreError)
+    async def unavailable(request: Request, exc: StoreError) -> JSONResponse:
+        logger.warning("store error: %s", exc, extra={"event": "web_store_error"})
+        return _error(503, str(exc))
+
+    @app.exception_handler(PulseError)
+    async def failed(request: Request, exc: PulseError) -> JSONResponse:
+        return _error(500, str(exc))
+
+    @app.exception_handler(RequestValidationError)
+    async def bad_request(request: Request, exc: RequestValidationError) -> JSONResponse:
+        first = exc.errors()[0] if exc.errors() else {}
+        where = [str(p) for p in first.get("loc", ()) if p not in ("query", "path", "body")]
+        return _error(422, str(first.get("msg", "bad request")), ".".join(where) or "request")
+
+    @app.exception_handler(HTTPException)
+    async def http_error(request: Request, exc: HTTPException) -> JSONResponse:
+        detail = exc.detail
+        if isinstance(detail, dict):
+            response = _error(exc.status_code, detail["message"], detail["field"])
+        else:
+            response = _error(exc.status_code, str(detail))
+        for key, value in (exc.headers or {}).items():
+            response.headers[key] = value
+        return response
+
+    @app.get("/api/health", tags=["cluster"])
+    async def health() -> dict[str, bool]:
+        """Whether this process answers (no token needed; reads nothing)."""
+        return {"ok": True}
+
+    # runs first: GET .../{name:path}/run must match before GET .../{name:path}
+    for module in (runs, jobs, status, audit, console):
+        app.include_router(module.router)
+    app.mount("/console/static", console.static_files(), name="static")
+    app.add_middleware(Guard)
+    return app

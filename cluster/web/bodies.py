@@ -1,0 +1,49 @@
+"""Reading request bodies and query cursors: JSON text to Python values, or ``InvalidInput``
+naming what is wrong (the API answers 422 with that field)."""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+from typing import Any
+
+from fastapi import Request
+
+from cluster.errors import InvalidInput
+
+
+async def json_body(request: Request) -> Any:
+    raw = await request.body()
+    if not raw.strip():
+        raise InvalidInput("body", "a JSON body is needed")
+    try:
+        return json.loads(raw)
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise InvalidInput("body", f"not valid JSON ({exc})") from exc
+    except RecursionError as exc:
+        raise InvalidInput("body", "nested too deeply") from exc
+
+
+async def json_object(request: Request) -> dict[str, Any]:
+    data = await json_body(request)
+    if not isinstance(data, dict):
+        raise InvalidInput("body", "must be a JSON object with the keys of a job file")
+    return data
+
+
+def encode_cursor(*parts: Any) -> str:
+    text = json.dumps(list(parts), separators=(",", ":"), ensure_ascii=False)
+    return base64.urlsafe_b64encode(text.encode()).decode().rstrip("=")
+
+
+def decode_cursor(cursor: str, arity: int) -> list[Any]:
+    """The parts of a cursor made by ``encode_cursor``; ``InvalidInput`` if it is not one."""
+    try:
+        text = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode()
+        parts = json.loads(text)
+    except (ValueError, binascii.Error, UnicodeDecodeError) as exc:
+        raise InvalidInput("cursor", "not a cursor this API returned") from exc
+    if not isinstance(parts, list) or len(parts) != arity:
+        raise InvalidInput("cursor", "not a cursor this API returned")
+    return parts

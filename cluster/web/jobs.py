@@ -1,0 +1,199 @@
+"""``/api/jobs``: list, read, create, change, delete, pause, resume and trigger jobs.
+
+Bodies take the keys of job files and go through the job-file parsing (``JobSpec``), so
+every job option works here as in ``pulse jobs apply``; responses take the keys of
+``pulse jobs show --json``. Writes check the token's tenant scope and the handler
+allow-list first, then change the job and write its audit row in one transaction.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter, HTTPException, Query, Request, Response
+
+from cluster.errors import InvalidInput
+from cluster.jobfile import specs_of
+from cluster.jobspec import DEFAULT_TENANT, JobSpec
+from cluster.web.audit import record
+from cluster.web.auth import Principal, Reader, Writer
+from cluster.web.bodies import decode_cursor, encode_cursor, json_body, json_object
+from cluster.web.state import allow_list, state_of
+
+router = APIRouter(tags=["jobs"])
+
+STATUSES = ("idle", "running", "paused", "done")
+_JOB_BODY = {
+    "requestBody": {
+        "required": True,
+        "content": {
+            "application/json": {
+                "schema": {
+                    "type": "object",
+                    "description": "A job-file entry: name, tenant, schedule, handler, "
+                    "payload, tz, catch_up, ... (docs/web.md)",
+                }
+            }
+        },
+    }
+}
+
+
+def _scoped(who: Principal, entry: dict[str, Any]) -> dict[str, Any]:
+    """A scoped token's entries belong to its tenant (filled in when absent)."""
+    if who.scope is not None:
+        entry = {"tenant": who.scope, **entry}
+        if entry["tenant"] != who.scope:
+            raise HTTPException(403, f"this token reaches only tenant {who.scope!r}")
+    return entry
+
+
+async def _check_handlers(request: Request, specs: list[JobSpec], many: bool = False) -> None:
+    async with state_of(request).pool.store() as store:
+        allowed = await allow_list(store)
+    for position, spec in enumerate(specs, 1):
+        if not allowed.allows(spec.handler):
+            field = f"entry {position}: handler" if many else "handler"
+            try:
+                allowed.check(spec.handler, field)
+            except InvalidInput as exc:
+                raise HTTPException(403, {"field": exc.field, "message": exc.problem}) from exc
+
+
+@router.get("/api/jobs")
+async def list_jobs(
+    who: Reader,
+    request: Request,
+    tenant: str | None = Query(None),
+    status: str | None = Query(None, description="idle, running, paused or done"),
+    q: str | None = Query(None, description="Part of the name or handler."),
+    cursor: str | None = Query(None, description="next_cursor of the previous page."),
+    limit: int = Query(100, ge=1, le=500),
+) -> dict[str, Any]:
+    """A page of jobs by (tenant, name)."""
+    if status is not None and status not in STATUSES:
+        raise InvalidInput("status", f"must be one of {', '.join(STATUSES)}")
+    after = None
+    if cursor is not None:
+        parts = decode_cursor(cursor, 2)
+        if not all(isinstance(p, str) for p in parts):
+            raise InvalidInput("cursor", "not a cursor this API returned")
+        after = (parts[0], parts[1])
+    async with state_of(request).pool.store(who.scope) as store:
+        found = await store.pages.jobs(tenant=tenant, status=status, q=q, after=after, limit=limit)
+    last = found[-1] if len(found) == limit else None
+    return {
+        "jobs": [job.to_json() for job in found],
+        "next_cursor": encode_cursor(last.tenant, last.name) if last else None,
+    }
+
+
+@router.post("/api/jobs", status_code=201, openapi_extra=_JOB_BODY)
+async def create_job(request: Request, who: Writer) -> dict[str, Any]:
+    """Create a job (409 if its name is taken in its tenant)."""
+    spec = JobSpec.from_mapping(_scoped(who, await json_object(request)))
+    await _check_handlers(request, [spec])
+    async with state_of(request).pool.store(who.scope) as store:
+        async with store.transaction():
+            await store.add(spec)
+            await record(store, who, "create", spec.tenant, spec.name)
+        return await store.details(spec.name, spec.tenant)
+
+
+@router.post("/api/jobs:apply", openapi_extra=_JOB_BODY)
+async def apply_jobs(request: Request, who: Writer) -> dict[str, Any]:
+    """Create or update a list of jobs, all or nothing (``pulse jobs apply``)."""
+    data = await json_body(request)
+    if isinstance(data, dict) and "jobs" in data:
+        data = data["jobs"]
+    if not isinstance(data, list):
+        raise InvalidInput("body", "must be a list of jobs (or an object with a 'jobs' list)")
+    specs = specs_of([_scoped(who, e) if isinstance(e, dict) else e for e in data])
+    await _check_handlers(request, specs, many=True)
+    async with state_of(request).pool.store(who.scope) as store, store.transaction():
+        result = await store.apply(specs)
+        changed = {"create": set(result.created), "update": set(result.updated)}
+        for spec in specs:
+            label = spec.name if spec.tenant == DEFAULT_TENANT else f"{spec.tenant}/{spec.name}"
+            for verb, labels in changed.items():
+                if label in labels:
+                    await record(store, who, verb, spec.tenant, spec.name, "apply")
+    return {
+        "created": result.created,
+        "updated": result.updated,
+        "unchanged": result.unchanged,
+        "removed": result.removed,
+    }
+
+
+@router.get("/api/jobs/{tenant}/{name:path}")
+async def get_job(request: Request, tenant: str, name: str, who: Reader) -> dict[str, Any]:
+    """The job, its next slots and its latest runs (``pulse jobs show --json``)."""
+    async with state_of(request).pool.store(who.scope) as store:
+        return await store.details(name, tenant)
+
+
+@router.put("/api/jobs/{tenant}/{name:path}", openapi_extra=_JOB_BODY)
+async def replace_job(request: Request, tenant: str, name: str, who: Writer) -> dict[str, Any]:
+    """Replace the definition of an existing job (404 if there is none)."""
+    entry = await json_object(request)
+    for key, value in (("tenant", tenant), ("name", name)):
+        if key in entry and entry[key] != value:
+            raise InvalidInput(key, f"must be {value!r} as in the path, or left out")
+    spec = JobSpec.from_mapping({**entry, "tenant": tenant, "name": name})
+    await _check_handlers(request, [spec])
+    async with state_of(request).pool.store(who.scope) as store:
+        async with store.transaction():
+            await store.get(name, tenant)  # 404 if absent or out of scope
+            await store.apply([spec])
+            await record(store, who, "update", tenant, name)
+        return await store.details(name, tenant)
+
+
+@router.delete("/api/jobs/{tenant}/{name:path}", status_code=204)
+async def delete_job(request: Request, tenant: str, name: str, who: Writer) -> Response:
+    """Delete the job and its run history."""
+    async with state_of(request).pool.store(who.scope) as store, store.transaction():
+        await store.remove(name, tenant)
+        await record(store, who, "delete", tenant, name)
+    return Response(status_code=204)
+
+
+async def _control(request: Request, who: Principal, verb: str, tenant: str, name: str) -> Any:
+    note = None
+    if verb == "pause" and (await request.body()).strip():
+        body = await json_object(request)
+        note = body.get("note")
+        if note is not None and not isinstance(note, str):
+            raise InvalidInput("note", "must be text")
+    async with state_of(request).pool.store(who.scope) as store:
+        async with store.transaction():
+            if verb == "pause":
+                await store.pause(name, tenant, note=note)
+            elif verb == "resume":
+                await store.resume(name, tenant)
+            else:
+                await store.trigger(name, tenant)
+            await record(store, who, verb, tenant, name, note)
+        return await store.details(name, tenant)
+
+
+@router.post("/api/jobs/{tenant}/{name:path}/pause")
+async def pause_job(request: Request, tenant: str, name: str, who: Writer) -> dict[str, Any]:
+    """Stop scheduling the job; an optional body {"note": "..."} says why."""
+    result: dict[str, Any] = await _control(request, who, "pause", tenant, name)
+    return result
+
+
+@router.post("/api/jobs/{tenant}/{name:path}/resume")
+async def resume_job(request: Request, tenant: str, name: str, who: Writer) -> dict[str, Any]:
+    """Resume a paused job at its next future slot."""
+    result: dict[str, Any] = await _control(request, who, "resume", tenant, name)
+    return result
+
+
+@router.post("/api/jobs/{tenant}/{name:path}/trigger")
+async def trigger_job(request: Request, tenant: str, name: str, who: Writer) -> dict[str, Any]:
+    """Run the job now, keeping its schedule (409 while it runs)."""
+    result: dict[str, Any] = await _control(request, who, "trigger", tenant, name)
+    return result

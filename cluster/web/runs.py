@@ -1,0 +1,77 @@
+"""``/api/runs``: the run history, newest slot first, a page at a time, and one run of a
+job with its output."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from fastapi import APIRouter, Query, Request
+
+from cluster.errors import InvalidInput
+from cluster.web.auth import Reader
+from cluster.web.bodies import decode_cursor, encode_cursor
+from cluster.web.state import state_of
+
+router = APIRouter(tags=["runs"])
+
+STATUSES = ("running", "succeeded", "failed", "timed_out", "skipped", "lost", "cancelled")
+
+
+def _time(value: str, field: str) -> datetime:
+    try:
+        parsed = datetime.fromisoformat(value)
+    except ValueError as exc:
+        raise InvalidInput(field, f"{value!r} is not an ISO 8601 time") from exc
+    if parsed.tzinfo is None:
+        raise InvalidInput(field, "needs a UTC offset, e.g. 2026-01-01T00:00:00+00:00")
+    return parsed
+
+
+@router.get("/api/runs")
+async def list_runs(
+    who: Reader,
+    request: Request,
+    tenant: str | None = Query(None),
+    job: str | None = Query(None),
+    status: str | None = Query(None, description=", ".join(STATUSES)),
+    since: str | None = Query(None, description="Slots at or after this ISO 8601 time."),
+    cursor: str | None = Query(None, description="next_cursor of the previous page."),
+    limit: int = Query(100, ge=1, le=500),
+) -> dict[str, Any]:
+    """A page of runs, newest slot first; attempts in flight are ``running``."""
+    if status is not None and status not in STATUSES:
+        raise InvalidInput("status", f"must be one of {', '.join(STATUSES)}")
+    since_at = _time(since, "since") if since is not None else None
+    before = None
+    if cursor is not None:
+        at, run_id = decode_cursor(cursor, 2)
+        if not isinstance(at, str) or not isinstance(run_id, int):
+            raise InvalidInput("cursor", "not a cursor this API returned")
+        before = (_time(at, "cursor"), run_id)
+    async with state_of(request).pool.store(who.scope) as store:
+        found = await store.pages.runs(
+            tenant=tenant, job=job, status=status, since=since_at, before=before, limit=limit
+        )
+    last = found[-1] if len(found) == limit else None
+    return {
+        "runs": [r.to_json() for r in found],
+        "next_cursor": (
+            encode_cursor(last.scheduled_for.isoformat(), last.id or 0) if last else None
+        ),
+    }
+
+
+@router.get("/api/jobs/{tenant}/{name:path}/run")
+async def show_run(
+    who: Reader,
+    request: Request,
+    tenant: str,
+    name: str,
+    slot: str | None = Query(None, description="The run of this slot [default: the latest]."),
+) -> dict[str, Any]:
+    """One run of the job with its output (``pulse runs show --json``)."""
+    at = _time(slot, "slot") if slot is not None else None
+    async with state_of(request).pool.store(who.scope) as store:
+        found = await store.run(name, tenant, slot=at)
+    return {**found.to_json(), "output": found.output_json()}

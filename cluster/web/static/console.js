@@ -1,0 +1,352 @@
+// The Pulse console: one page that reads and changes Pulse through /api/ like any client.
+// Data is only ever written with textContent (el() below), never parsed as markup.
+"use strict";
+
+const state = { session: null, timers: [] };
+const main = () => document.getElementById("main");
+
+function el(tag, attrs, ...children) {
+  const node = tag === "svg" || attrs?.svg
+    ? document.createElementNS("http://www.w3.org/2000/svg", tag)
+    : document.createElement(tag);
+  for (const [key, value] of Object.entries(attrs || {})) {
+    if (key === "svg" || value === null || value === undefined || value === false) continue;
+    if (key.startsWith("on")) node.addEventListener(key.slice(2), value);
+    else node.setAttribute(key, value === true ? "" : String(value));
+  }
+  for (const child of children.flat(Infinity)) {
+    if (child === null || child === undefined) continue;
+    node.append(child instanceof Node ? child : document.createTextNode(String(child)));
+  }
+  return node;
+}
+
+function say(text) { document.getElementById("message").textContent = text || ""; }
+
+async function api(method, path, body) {
+  const headers = { Accept: "application/json" };
+  if (body !== undefined) headers["Content-Type"] = "application/json";
+  if (method !== "GET" && state.session) headers["X-CSRF-Token"] = state.session.csrf;
+  const answer = await fetch(path, {
+    method, headers, credentials: "same-origin",
+    body: body === undefined ? undefined : JSON.stringify(body),
+  });
+  const data = answer.status === 204 ? null : await answer.json().catch(() => null);
+  if (answer.status === 401 && path !== "/console/session") { signedOut(); throw new Error("signed out"); }
+  if (!answer.ok) {
+    const text = data && data.message ? (data.field ? `${data.field}: ${data.message}` : data.message) : answer.statusText;
+    throw new Error(text);
+  }
+  return data;
+}
+
+function every(ms, fn) { state.timers.push(setInterval(() => fn().catch((e) => say(e.message)), ms)); }
+function stopTimers() { state.timers.forEach(clearInterval); state.timers = []; }
+
+function ago(seconds) { return seconds === null || seconds === undefined ? "-" : `${Number(seconds).toFixed(1)} s ago`; }
+function ms(seconds) { return seconds === null || seconds === undefined ? "-" : `${(seconds * 1000).toFixed(0)} ms`; }
+function when(iso) { return iso ? iso.replace("T", " ").replace(/\.\d+/, "") : "-"; }
+function inZone(iso, tz) {
+  if (!iso) return "-";
+  const parts = new Intl.DateTimeFormat("sv-SE", {
+    timeZone: tz, year: "numeric", month: "2-digit", day: "2-digit", hour: "2-digit",
+    minute: "2-digit", second: "2-digit", timeZoneName: "short",
+  }).format(new Date(iso));
+  return parts;
+}
+function jobHref(tenant, name) { return `#/job/${encodeURIComponent(tenant)}/${encodeURIComponent(name)}`; }
+function jobPath(tenant, name) { return `/api/jobs/${encodeURIComponent(tenant)}/${encodeURIComponent(name)}`; }
+function query(params) {
+  const q = new URLSearchParams();
+  for (const [k, v] of Object.entries(params)) if (v !== "" && v !== null && v !== undefined) q.set(k, v);
+  const text = q.toString();
+  return text ? `?${text}` : "";
+}
+function table(caption, headers, rows, attrs) {
+  return el("table", attrs || {},
+    el("caption", {}, caption),
+    el("thead", {}, el("tr", {}, headers.map((h) => el("th", { scope: "col" }, h)))),
+    el("tbody", {}, rows));
+}
+function show(...nodes) { const m = main(); m.replaceChildren(...nodes); }
+
+// -- session ---------------------------------------------------------------------------
+
+function signedOut() {
+  state.session = null;
+  stopTimers();
+  document.getElementById("nav").hidden = true;
+  document.getElementById("sign-out").hidden = true;
+  document.getElementById("who").textContent = "";
+  const input = el("input", { type: "password", id: "token", name: "token", autocomplete: "off", required: true });
+  const form = el("form", { class: "signin", "aria-labelledby": "signin-title" },
+    el("h1", { id: "signin-title" }, "Sign in"),
+    el("label", { for: "token" }, "API token (pulse tokens create)", input),
+    el("p", {}, el("button", { type: "submit", id: "sign-in" }, "Sign in")));
+  form.addEventListener("submit", async (event) => {
+    event.preventDefault();
+    try {
+      signedIn(await api("POST", "/console/session", { token: input.value }));
+      say("");
+      route();
+    } catch (e) { say(`Sign-in failed: ${e.message}`); input.focus(); }
+  });
+  show(form);
+  input.focus();
+}
+
+function signedIn(session) {
+  state.session = session;
+  document.getElementById("nav").hidden = false;
+  document.getElementById("sign-out").hidden = false;
+  const scope = session.tenant ? `tenant ${session.tenant}` : "all tenants";
+  document.getElementById("who").textContent = `${session.name} (${session.role}, ${scope})`;
+}
+
+// -- overview --------------------------------------------------------------------------
+
+function lagChart(minutes) {
+  const width = 600, height = 150, pad = 28;
+  const values = minutes.flatMap((m) => [m.p50_s || 0, m.p99_s || 0]);
+  const top = Math.max(0.001, ...values);
+  const now = Date.now();
+  const x = (iso) => pad + ((new Date(iso).getTime() - (now - 3600e3)) / 3600e3) * (width - pad - 4);
+  const y = (v) => height - pad + 4 - (v / top) * (height - pad - 8);
+  const line = (key) => minutes.map((m) => `${x(m.minute).toFixed(1)},${y(m[key] || 0).toFixed(1)}`).join(" ");
+  const label = `Fire lag per minute over the last hour: p50 up to ${ms(Math.max(0, ...minutes.map((m) => m.p50_s || 0)))}, p99 up to ${ms(Math.max(0, ...minutes.map((m) => m.p99_s || 0)))}`;
+  return el("svg", { class: "chart", viewBox: `0 0 ${width} ${height}`, role: "img", "aria-label": label },
+    el("title", { svg: true }, label),
+    el("line", { svg: true, x1: pad, y1: height - pad + 4, x2: width, y2: height - pad + 4, stroke: "#d0d7de" }),
+    el("text", { svg: true, x: 2, y: 12 }, ms(top)),
+    el("text", { svg: true, x: 2, y: height - pad + 4 }, "0"),
+    el("text", { svg: true, x: pad, y: height - 6 }, "-60 min"),
+    el("text", { svg: true, x: width - 30, y: height - 6 }, "now"),
+    el("polyline", { svg: true, class: "p50", points: line("p50_s") }),
+    el("polyline", { svg: true, class: "p99", points: line("p99_s") }),
+    minutes.flatMap((m) => [
+      el("circle", { svg: true, class: "p50", cx: x(m.minute).toFixed(1), cy: y(m.p50_s || 0).toFixed(1), r: 2.5 }),
+      el("circle", { svg: true, class: "p99", cx: x(m.minute).toFixed(1), cy: y(m.p99_s || 0).toFixed(1), r: 2.5 }),
+    ]));
+}
+
+function colour(index) { return `hsl(${(index * 67) % 360} 55% 38%)`; }
+
+async function overview() {
+  const [st, lag] = await Promise.all([api("GET", "/api/status"), api("GET", "/api/lag")]);
+  const zones = {};
+  for (const m of st.members) (zones[m.zone] = zones[m.zone] || []).push(m);
+  const nodes = st.members.map((m) => m.node_id);
+  const holders = {};
+  for (const m of st.members) holders[m.node_id] = m;
+  const unheld = new Set(st.unheld);
+  const shards = [];
+  for (let s = 0; s < st.shard_count; s++) {
+    const isUnheld = unheld.has(s);
+    const node = st.holders[String(s)];
+    const item = el("li", { class: isUnheld ? "shard unheld" : "shard held", title: isUnheld ? `shard ${s}: unheld` : `shard ${s}: ${node}` }, isUnheld ? `${s}!` : String(s));
+    if (!isUnheld) item.style.background = colour(nodes.indexOf(node) + 1);
+    shards.push(item);
+  }
+  const o = st.outcomes_1h;
+  show(
+    el("h1", {}, `Cluster ${st.cluster}`),
+    el("p", { id: "health", class: st.healthy ? "ok" : "bad" },
+      st.healthy ? "Healthy" : `Unhealthy: ${st.problems.join("; ")}`,
+      ` · ${st.alive_nodes.length} nodes alive · ${st.shards_held}/${st.shard_count} shards held · as of ${when(st.db_now)}`),
+    el("h2", {}, "Members by zone"),
+    st.members.length ? el("div", { class: "zones" }, Object.keys(zones).sort().map((zone) =>
+      el("section", { class: "zone", "data-zone": zone, "aria-label": `Zone ${zone}` },
+        table(`Zone ${zone}`, ["Node", "Heartbeat", "Shards held", "In flight", "Version"],
+          zones[zone].map((m) => el("tr", { class: "member", "data-node": m.node_id },
+            el("td", {}, m.node_id, m.has_session ? "" : " (no Postgres session)"),
+            el("td", {}, ago(m.heartbeat_age_s)), el("td", {}, m.shards_held),
+            el("td", {}, `${m.runs_in_flight}/${m.concurrency}`), el("td", {}, m.version))))))) :
+      el("p", { class: "bad" }, st.members_error || "No member has a live heartbeat."),
+    el("h2", {}, "Shard map"),
+    el("p", { class: "legend" }, unheld.size ? `${unheld.size} unheld shards, marked with !` : "Every shard is held.",
+      nodes.length ? ` Holders: ${nodes.join(", ")}.` : ""),
+    el("ul", { class: "shards", "aria-label": `Shard map: ${st.shards_held} of ${st.shard_count} held` }, shards),
+    el("h2", {}, "Backlog"),
+    el("p", { id: "backlog" }, `${st.backlog_due} due jobs`, st.backlog_due ? `, oldest ${ms(st.backlog_oldest_s)} late` : ""),
+    el("h2", {}, "Fire lag, last hour"),
+    el("p", { class: "legend" }, `Last minute: p50 ${ms(st.lag_p50_s)}, p99 ${ms(st.lag_p99_s)} (${st.lag_samples} runs). Blue, solid: p50; red, dashed: p99.`),
+    lag.minutes.length ? lagChart(lag.minutes) : el("p", { id: "lag" }, "No run started in the last hour."),
+    el("h2", {}, "Run outcomes, last hour"),
+    el("dl", { class: "facts", id: "outcomes" }, Object.entries(o).map(([k, v]) => [el("dt", {}, k.replace("_", " ")), el("dd", { class: `status-${k}` }, v)])),
+  );
+}
+
+// -- jobs ------------------------------------------------------------------------------
+
+function jobsRows(jobs) {
+  return jobs.map((j) => el("tr", {},
+    el("td", {}, j.tenant),
+    el("td", {}, el("a", { href: jobHref(j.tenant, j.name), class: "job-link" }, j.name)),
+    el("td", {}, j.schedule, j.tz !== "UTC" ? ` (${j.tz})` : ""),
+    el("td", { class: `status-${j.status}` }, j.status),
+    el("td", {}, when(j.next_run_at)),
+    el("td", {}, j.handler)));
+}
+
+async function jobsPage(params) {
+  const q = el("input", { id: "f-q", type: "search", value: params.get("q") || "" });
+  const tenant = el("input", { id: "f-tenant", value: params.get("tenant") || "" });
+  const status = el("select", { id: "f-status" }, ["", "idle", "running", "paused", "done"].map((s) =>
+    el("option", { value: s, selected: (params.get("status") || "") === s }, s || "any")));
+  const form = el("form", { class: "filters", role: "search", "aria-label": "Filter jobs" },
+    el("label", { for: "f-q" }, "Name or handler", q),
+    el("label", { for: "f-tenant" }, "Tenant", tenant),
+    el("label", { for: "f-status" }, "Status", status),
+    el("button", { type: "submit" }, "Filter"));
+  form.addEventListener("submit", (event) => {
+    event.preventDefault();
+    location.hash = `#/jobs${query({ q: q.value, tenant: tenant.value, status: status.value })}`;
+  });
+  const filters = { q: params.get("q"), tenant: params.get("tenant"), status: params.get("status") };
+  const page = await api("GET", `/api/jobs${query(filters)}`);
+  const body = table("Jobs", ["Tenant", "Name", "Schedule", "Status", "Next run", "Handler"], jobsRows(page.jobs), { id: "jobs" });
+  const more = el("button", { type: "button", hidden: !page.next_cursor }, "More jobs");
+  let cursor = page.next_cursor;
+  more.addEventListener("click", async () => {
+    const next = await api("GET", `/api/jobs${query({ ...filters, cursor })}`);
+    body.querySelector("tbody").append(...jobsRows(next.jobs));
+    cursor = next.next_cursor;
+    more.hidden = !cursor;
+  });
+  show(el("h1", {}, "Jobs"), form, body, page.jobs.length ? more : el("p", {}, "No jobs match."));
+}
+
+function runRows(runs, withJob, onOutput) {
+  return runs.map((r) => el("tr", { class: "run", "data-status": r.status },
+    el("td", {}, when(r.scheduled_for)),
+    withJob ? el("td", {}, r.tenant) : null,
+    withJob ? el("td", {}, el("a", { href: jobHref(r.tenant, r.job) }, r.job)) : null,
+    el("td", { class: `status-${r.status}` }, r.status),
+    el("td", {}, r.attempt),
+    el("td", {}, r.node_id || "-", r.zone ? ` (${r.zone})` : ""),
+    el("td", {}, r.duration_s === null ? "-" : `${r.duration_s.toFixed(3)} s`),
+    el("td", {}, r.error ? r.error.split("\n")[0] : ""),
+    onOutput ? el("td", {}, el("button", { type: "button", onclick: () => onOutput(r) }, "Output")) : null));
+}
+
+async function jobPage(tenant, name) {
+  const path = jobPath(tenant, name);
+  const job = await api("GET", path);
+  const statusCell = el("span", { id: "job-status", class: `status-${job.status}` }, job.status);
+  const output = el("section", { id: "output", "aria-live": "polite" });
+  const showOutput = async (run) => {
+    const found = await api("GET", `${path}/run${query({ slot: run.scheduled_for })}`);
+    const parts = ["stdout", "stderr", "result", "log"].filter((k) => found.output[k] !== null);
+    output.replaceChildren(el("h2", {}, `Output of ${when(run.scheduled_for)}`),
+      ...(parts.length ? parts.flatMap((k) => [el("h3", {}, k), el("pre", {}, typeof found.output[k] === "string" ? found.output[k] : JSON.stringify(found.output[k], null, 2))]) : [el("p", {}, "No output.")]));
+  };
+  const runs = table("Recent runs", ["Slot", "Status", "Attempt", "Node", "Duration", "Error", "Output"], [], { id: "job-runs" });
+  const facts = el("dl", { class: "facts", id: "definition" });
+  const slots = table("Next slots", [`In ${job.tz}`, "UTC"], [], { id: "next-slots" });
+  const buttons = {};
+  const act = async (verb) => {
+    try {
+      const changed = await api("POST", `${path}/${verb}`);
+      say("");
+      render(changed);
+      document.getElementById("action-result").textContent = `${verb === "trigger" ? "Triggered" : verb === "pause" ? "Paused" : "Resumed"}: now ${changed.status}`;
+    } catch (e) { say(e.message); }
+  };
+  for (const [verb, label] of [["pause", "Pause"], ["resume", "Resume"], ["trigger", "Run now"]]) {
+    buttons[verb] = el("button", { type: "button", id: `do-${verb}`, onclick: () => act(verb) }, label);
+  }
+  const render = (j) => {
+    statusCell.textContent = j.status;
+    statusCell.className = `status-${j.status}`;
+    const canWrite = state.session.role !== "read";
+    buttons.pause.disabled = !canWrite || j.paused;
+    buttons.resume.disabled = !canWrite || !j.paused;
+    buttons.trigger.disabled = !canWrite || j.status === "running";
+    facts.replaceChildren(...Object.entries(j).filter(([k]) => !["next_slots", "recent_runs"].includes(k))
+      .flatMap(([k, v]) => [el("dt", {}, k), el("dd", {}, v === null ? "-" : typeof v === "object" ? JSON.stringify(v) : String(v))]));
+    slots.querySelector("tbody").replaceChildren(...j.next_slots.map((s) => el("tr", {}, el("td", {}, inZone(s, j.tz)), el("td", {}, new Date(s).toISOString()))));
+    runs.querySelector("tbody").replaceChildren(...runRows(j.recent_runs, false, showOutput));
+  };
+  show(
+    el("h1", {}, el("span", { id: "job-name" }, job.name), el("span", { class: "legend" }, ` (tenant ${job.tenant})`)),
+    el("p", {}, "Status: ", statusCell),
+    el("div", { class: "actions", role: "group", "aria-label": "Job actions" }, buttons.pause, buttons.resume, buttons.trigger),
+    el("p", { id: "action-result", role: "status", "aria-live": "polite" }),
+    runs, output, slots, el("h2", {}, "Definition"), facts);
+  render(job);
+  every(2000, async () => render(await api("GET", path)));
+}
+
+// -- runs and audit --------------------------------------------------------------------
+
+async function runsPage(params) {
+  const tenant = el("input", { id: "r-tenant", value: params.get("tenant") || "" });
+  const job = el("input", { id: "r-job", value: params.get("job") || "" });
+  const status = el("select", { id: "r-status" }, ["", "running", "succeeded", "failed", "timed_out", "skipped", "lost", "cancelled"].map((s) =>
+    el("option", { value: s, selected: (params.get("status") || "") === s }, s || "any")));
+  const form = el("form", { class: "filters", role: "search", "aria-label": "Filter runs" },
+    el("label", { for: "r-tenant" }, "Tenant", tenant),
+    el("label", { for: "r-job" }, "Job", job),
+    el("label", { for: "r-status" }, "Status", status),
+    el("button", { type: "submit" }, "Filter"));
+  form.addEventListener("submit", (event) => {
+    event.preventDefault();
+    location.hash = `#/runs${query({ tenant: tenant.value, job: job.value, status: status.value })}`;
+  });
+  const filters = { tenant: params.get("tenant"), job: params.get("job"), status: params.get("status"), limit: 100 };
+  const runs = table("Runs, newest first (refreshed every 2 s)", ["Slot", "Tenant", "Job", "Status", "Attempt", "Node", "Duration", "Error"], [], { id: "runs" });
+  const refresh = async () => {
+    const page = await api("GET", `/api/runs${query(filters)}`);
+    runs.querySelector("tbody").replaceChildren(...runRows(page.runs, true, null));
+  };
+  show(el("h1", {}, "Runs"), form, runs);
+  await refresh();
+  every(2000, refresh);
+}
+
+async function auditPage() {
+  if (state.session.role !== "admin") { show(el("h1", {}, "Audit"), el("p", {}, "The audit trail needs an admin token.")); return; }
+  const page = await api("GET", "/api/audit?limit=200");
+  show(el("h1", {}, "Audit"), table("Changes made through the API, newest first", ["At", "Token", "Action", "Tenant", "Job", "Source", "Note"],
+    page.entries.map((e) => el("tr", {}, el("td", {}, when(e.at)), el("td", {}, e.token), el("td", {}, e.action),
+      el("td", {}, e.tenant || "-"), el("td", {}, e.job || "-"), el("td", {}, e.source || "-"), el("td", {}, e.detail || ""))), { id: "audit" }));
+}
+
+// -- routing ---------------------------------------------------------------------------
+
+async function route() {
+  stopTimers();
+  if (!state.session) return signedOut();
+  const [path, search] = (location.hash.slice(1) || "/overview").split("?");
+  const params = new URLSearchParams(search || "");
+  const parts = path.split("/").filter(Boolean);
+  document.querySelectorAll("nav a").forEach((a) => {
+    if (a.getAttribute("href") === `#/${parts[0] === "job" ? "jobs" : parts[0]}`) a.setAttribute("aria-current", "page");
+    else a.removeAttribute("aria-current");
+  });
+  say("");
+  try {
+    if (parts[0] === "jobs") await jobsPage(params);
+    else if (parts[0] === "job" && parts.length === 3) await jobPage(decodeURIComponent(parts[1]), decodeURIComponent(parts[2]));
+    else if (parts[0] === "runs") await runsPage(params);
+    else if (parts[0] === "audit") await auditPage();
+    else if (state.session.tenant) show(el("h1", {}, "Overview"), el("p", {}, `The overview spans every tenant; this token reaches tenant ${state.session.tenant} only. See Jobs and Runs.`));
+    else { await overview(); every(5000, overview); }
+    document.title = `Pulse: ${main().querySelector("h1")?.textContent || ""}`;
+    main().focus({ preventScroll: true });
+  } catch (e) { if (state.session) say(e.message); }
+}
+
+async function start() {
+  document.getElementById("sign-out").addEventListener("click", async () => {
+    try { await api("DELETE", "/console/session"); } catch (e) { /* signed out either way */ }
+    signedOut();
+  });
+  window.addEventListener("hashchange", route);
+  try {
+    signedIn(await api("GET", "/console/session"));
+    route();
+  } catch (e) { signedOut(); }
+}
+
+document.addEventListener("DOMContentLoaded", start);

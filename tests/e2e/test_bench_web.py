@@ -1,0 +1,40 @@
+"""``python -m bench.web`` at tiny sizes: it loads, serves, measures and cleans up."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+
+import psycopg
+import pytest
+
+from tests.conftest import ADMIN_URL, REDIS_URL
+from tests.nodeprocs import REPO
+
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(120)]
+
+
+def bench_databases() -> set[str]:
+    with psycopg.connect(ADMIN_URL) as conn:
+        rows = conn.execute("SELECT datname FROM pg_database WHERE datname LIKE 'pulse_bench_%'")
+        return {name for (name,) in rows}
+
+
+def test_bench_web_runs_at_tiny_sizes() -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PULSE_")}
+    env.update(PULSE_BENCH_ADMIN_URL=ADMIN_URL, PULSE_REDIS_URL=REDIS_URL)
+    done = subprocess.run(
+        [sys.executable, "-m", "bench.web", "--jobs", "300", "--runs", "1500", "--samples", "5"],
+        env=env,
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=110,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "| runs, first page |" in done.stdout and "target p99 ratio" in done.stdout
+    name = re.search(r"^database (pulse_bench_\w+)", done.stdout, flags=re.MULTILINE)
+    assert name is not None and name[1] not in bench_databases(), "its database is dropped"

@@ -1,0 +1,491 @@
+"""The HTTP API against a real ``pulse web`` process: every endpoint with good and bad
+input, and every security rule (401, 403, tenant scope as 404, CSRF, 413, rate limiting,
+the handler allow-list, audit rows, no token in the log)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import secrets
+import subprocess
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import httpx
+import psycopg
+import pytest
+
+from cluster.settings import ClusterSettings
+from cluster.store.jobs import JobStore
+from cluster.web.tokens import csrf_token
+from tests.conftest import REDIS_URL
+from tests.nodeprocs import REPO
+from tests.webproc import Web, make_token, web_process
+
+pytestmark = pytest.mark.e2e
+
+SHOW_KEYS = {
+    "id", "tenant", "name", "schedule", "tz", "handler", "payload", "status", "paused",
+    "shard", "next_run_at", "attempt", "last_run_at", "locked_by", "lease_expires_at",
+    "catch_up", "grace_s", "max_backfill", "timeout_s", "retries", "retry_backoff_s",
+    "dst_repeated", "dst_skipped", "created_at", "updated_at", "keep_for_s", "keep_runs",
+    "output_limit", "late_after_s", "pause_after_failures", "failed_slots", "pause_note",
+    "next_slots", "recent_runs",
+}  # fmt: skip
+
+
+@dataclass
+class Api:
+    settings: ClusterSettings
+    web: Web
+    tokens: dict[str, str]
+
+    def as_(self, who: str) -> httpx.Client:
+        return self.web.client(self.tokens[who])
+
+    def set_config(self, key: str, value: str) -> None:
+        async def go() -> None:
+            async with JobStore.open(self.settings) as store:
+                await store.set_config(key, value)
+
+        asyncio.run(go())
+
+    def sql(self, statement: str, params: Any = None) -> list[tuple[Any, ...]]:
+        with psycopg.connect(self.settings.database_url, autocommit=True) as conn:
+            conn.execute(f"SET search_path TO {self.settings.schema}")
+            cur = conn.execute(statement.encode(), params)
+            return cur.fetchall() if cur.description else []
+
+
+@pytest.fixture(scope="module")
+def api(database_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Api]:
+    tag = secrets.token_hex(4)
+    settings = ClusterSettings(
+        database_url=database_url, redis_url=REDIS_URL, schema=f"t_{tag}", cluster=f"test-{tag}"
+    )
+
+    async def init() -> None:
+        async with JobStore.open(settings) as store:
+            await store.init(16)
+
+    asyncio.run(init())
+    tokens = {
+        "admin": make_token(settings, "ops", "admin"),
+        "write": make_token(settings, "deployer", "write"),
+        "read": make_token(settings, "viewer", "read"),
+        "acme": make_token(settings, "acme-writer", "write", tenant="acme"),
+    }
+    with web_process(settings, tmp_path_factory.mktemp("web")) as web:
+        yield Api(settings, web, tokens)
+
+
+def job(name: str, handler: str = "billing.jobs:rollup", **extra: Any) -> dict[str, Any]:
+    return {"name": name, "schedule": "@every 1h", "handler": handler, **extra}
+
+
+def job_count(api: Api) -> int:
+    return int(api.sql("SELECT count(*) FROM jobs")[0][0])
+
+
+def test_openapi_lists_every_endpoint(api: Api) -> None:
+    doc = httpx.get(f"{api.web.url}/api/openapi.json").json()
+    paths = set(doc["paths"])
+    for path in (
+        "/api/jobs", "/api/jobs:apply", "/api/jobs/{tenant}/{name}",
+        "/api/jobs/{tenant}/{name}/pause", "/api/jobs/{tenant}/{name}/resume",
+        "/api/jobs/{tenant}/{name}/trigger", "/api/runs", "/api/status", "/api/schedule",
+        "/api/audit",
+    ):  # fmt: skip
+        assert path in paths
+
+
+def test_a_request_without_a_valid_token_is_401(api: Api) -> None:
+    with api.web.client() as anonymous:
+        assert anonymous.get("/api/jobs").status_code == 401
+    for bad in ("pulse_not-a-token", "Basic abc"):
+        with httpx.Client(base_url=api.web.url, headers={"Authorization": bad}) as client:
+            answer = client.get("/api/jobs")
+            assert answer.status_code == 401
+            assert bad not in answer.text
+
+
+def test_a_token_without_the_role_is_403(api: Api) -> None:
+    api.set_config("api.handlers", "billing.*:*")
+    with api.as_("read") as reader:
+        assert reader.get("/api/jobs").status_code == 200
+        answer = reader.post("/api/jobs", json=job("by-reader"))
+        assert answer.status_code == 403, answer.text
+        assert reader.get("/api/audit").status_code == 403
+    with api.as_("write") as writer:
+        assert writer.get("/api/audit").status_code == 403
+    with api.as_("admin") as admin:
+        assert admin.get("/api/audit").status_code == 200
+
+
+def test_create_read_replace_control_and_delete_a_job(api: Api) -> None:
+    api.set_config("api.handlers", "billing.*:*")
+    with api.as_("write") as client:
+        created = client.post("/api/jobs", json=job("crud", payload={"a": 1}, tz="Europe/Paris"))
+        assert created.status_code == 201, created.text
+        assert set(created.json()) == SHOW_KEYS
+        assert created.json()["payload"] == {"a": 1}
+        assert client.post("/api/jobs", json=job("crud")).status_code == 409
+
+        shown = client.get("/api/jobs/default/crud").json()
+        assert shown["tz"] == "Europe/Paris" and len(shown["next_slots"]) == 5
+
+        replaced = client.put("/api/jobs/default/crud", json=job("crud", timeout="5m"))
+        assert replaced.status_code == 200 and replaced.json()["timeout_s"] == 300
+        wrong = client.put("/api/jobs/default/crud", json=job("other"))
+        assert wrong.status_code == 422 and wrong.json()["field"] == "name"
+        assert client.put("/api/jobs/default/absent", json=job("absent")).status_code == 404
+
+        paused = client.post("/api/jobs/default/crud/pause", json={"note": "maintenance"})
+        assert paused.json()["status"] == "paused"
+        assert paused.json()["pause_note"] == "maintenance"
+        assert client.post("/api/jobs/default/crud/resume").json()["status"] == "idle"
+        triggered = client.post("/api/jobs/default/crud/trigger").json()
+        assert datetime.fromisoformat(triggered["next_run_at"]) <= datetime.now(UTC)
+        for verb in ("pause", "resume", "trigger"):
+            assert client.post(f"/api/jobs/default/absent/{verb}").status_code == 404
+
+        assert client.delete("/api/jobs/default/crud").status_code == 204
+        assert client.get("/api/jobs/default/crud").status_code == 404
+        assert client.delete("/api/jobs/default/crud").status_code == 404
+
+
+@pytest.mark.parametrize(
+    ("body", "field"),
+    [
+        (job("bad-schedule", schedule="61 * * * *"), "schedule"),
+        (job("bad-tz", tz="Mars/Olympus"), "tz"),
+        (job("bad-payload", payload=[1, 2]), "payload"),
+        (job("bad-key", colour="red"), "colour"),
+        (job("bad-timeout", timeout="-5s"), "timeout"),
+        ({"schedule": "@hourly", "handler": "billing.jobs:x"}, "name"),
+        (job("bad-handler", handler="not a handler"), "handler"),
+        ([1, 2], "body"),
+    ],
+)
+def test_bad_input_is_422_with_the_field_and_nothing_is_written(
+    api: Api, body: Any, field: str
+) -> None:
+    api.set_config("api.handlers", "billing.*:*")
+    before = job_count(api)
+    with api.as_("write") as client:
+        answer = client.post("/api/jobs", json=body)
+    assert answer.status_code == 422, answer.text
+    assert answer.json()["field"] == field and answer.json()["message"]
+    assert job_count(api) == before
+
+
+def test_a_body_that_is_not_json_is_422(api: Api) -> None:
+    with api.as_("write") as client:
+        answer = client.post("/api/jobs", content=b"{not json", headers={"content-type": "x"})
+    assert answer.status_code == 422 and answer.json()["field"] == "body"
+
+
+def test_a_body_over_one_mib_is_413(api: Api) -> None:
+    big = job("big", payload={"blob": "x" * (1024 * 1024)})
+    with api.as_("write") as client:
+        assert client.post("/api/jobs", json=big).status_code == 413
+
+        def chunks() -> Iterator[bytes]:  # no Content-Length: counted as it arrives
+            for _ in range(17):
+                yield b" " * 65536
+
+        assert client.post("/api/jobs", content=chunks()).status_code == 413
+    assert api.sql("SELECT count(*) FROM jobs WHERE name = 'big'")[0][0] == 0
+
+
+def test_apply_is_all_or_nothing(api: Api) -> None:
+    api.set_config("api.handlers", "billing.*:*")
+    entries = [job("apply-1"), job("apply-2", schedule="nonsense")]
+    with api.as_("write") as client:
+        answer = client.post("/api/jobs:apply", json=entries)
+        assert answer.status_code == 422 and "entry 2" in answer.json()["message"]
+        assert api.sql("SELECT count(*) FROM jobs WHERE name LIKE 'apply-%%'")[0][0] == 0
+        entries[1]["schedule"] = "@daily"
+        applied = client.post("/api/jobs:apply", json={"jobs": entries}).json()
+        assert applied["created"] == ["apply-1", "apply-2"]
+        again = client.post("/api/jobs:apply", json=entries).json()
+        assert again["unchanged"] == ["apply-1", "apply-2"]
+        refused = client.post("/api/jobs:apply", json=[job("apply-3", handler="other.x:y")])
+        assert refused.status_code == 403 and refused.json()["field"] == "entry 1: handler"
+
+
+def test_the_handler_allow_list(api: Api) -> None:
+    with api.as_("admin") as client:
+        api.set_config("api.handlers", "")
+        answer = client.post("/api/jobs", json=job("al-empty"))
+        assert answer.status_code == 403 and answer.json()["field"] == "handler"
+
+        api.set_config("api.handlers", "reports.jobs:*, *:*")
+        assert client.post("/api/jobs", json=job("al-any", "anything.here:run")).status_code == 201
+        shell = client.post("/api/jobs", json=job("al-shell", "shell:echo hi"))
+        assert shell.status_code == 403, "a wildcard never allows shell: handlers"
+
+        api.set_config("api.handlers", "reports.jobs:*,shell:echo *")
+        assert client.post("/api/jobs", json=job("al-shell", "shell:echo hi")).status_code == 201
+        assert client.post("/api/jobs", json=job("al-rm", "shell:rm -rf /")).status_code == 403
+        # Reads and controls need no allow-list entry.
+        assert client.post("/api/jobs/default/al-any/pause").status_code == 200
+        changed = client.put("/api/jobs/default/al-any", json=job("al-any", "anything.here:run"))
+        assert changed.status_code == 403
+
+
+def test_a_tenant_scoped_token_reaches_only_its_tenant(api: Api) -> None:
+    api.set_config("api.handlers", "billing.*:*")
+    with api.as_("admin") as admin:
+        admin.post("/api/jobs", json=job("theirs", tenant="globex"))
+    with api.as_("acme") as acme:
+        mine = acme.post("/api/jobs", json=job("mine"))
+        assert mine.status_code == 201 and mine.json()["tenant"] == "acme"
+        assert acme.post("/api/jobs", json=job("x", tenant="globex")).status_code == 403
+        assert acme.get("/api/jobs/globex/theirs").status_code == 404
+        for verb in ("pause", "resume", "trigger"):
+            assert acme.post(f"/api/jobs/globex/theirs/{verb}").status_code == 404
+        assert acme.delete("/api/jobs/globex/theirs").status_code == 404
+        put = acme.put("/api/jobs/globex/theirs", json=job("theirs"))
+        assert put.status_code in (403, 404)
+        listed = acme.get("/api/jobs", params={"tenant": "globex"}).json()["jobs"]
+        assert listed == []
+        assert {j["tenant"] for j in acme.get("/api/jobs").json()["jobs"]} == {"acme"}
+        assert acme.get("/api/runs", params={"tenant": "globex"}).json()["runs"] == []
+        assert acme.get("/api/status").status_code == 403
+    with api.as_("admin") as admin:
+        assert admin.get("/api/jobs/globex/theirs").json()["status"] == "idle"
+
+
+def test_jobs_are_listed_a_page_at_a_time_with_filters(api: Api) -> None:
+    api.set_config("api.handlers", "billing.*:*")
+    with api.as_("write") as client:
+        for i in range(5):
+            client.post("/api/jobs", json=job(f"page-{i}", tenant="paging"))
+        client.post("/api/jobs/paging/page-3/pause")
+        names: list[str] = []
+        cursor = None
+        while True:
+            params: dict[str, Any] = {"tenant": "paging", "limit": 2}
+            if cursor:
+                params["cursor"] = cursor
+            page = client.get("/api/jobs", params=params).json()
+            names += [j["name"] for j in page["jobs"]]
+            cursor = page["next_cursor"]
+            if cursor is None:
+                break
+        assert names == [f"page-{i}" for i in range(5)]
+        paused = client.get("/api/jobs", params={"tenant": "paging", "status": "paused"})
+        assert [j["name"] for j in paused.json()["jobs"]] == ["page-3"]
+        found = client.get("/api/jobs", params={"q": "PAGE-4"}).json()["jobs"]
+        assert [j["name"] for j in found] == ["page-4"]
+        for params in ({"status": "sleepy"}, {"cursor": "%%%"}, {"limit": 0}):
+            answer = client.get("/api/jobs", params=params)
+            assert answer.status_code == 422, params
+
+
+def test_runs_are_listed_a_page_at_a_time_with_filters(api: Api) -> None:
+    api.set_config("api.handlers", "billing.*:*")
+    with api.as_("write") as client:
+        created = client.post("/api/jobs", json=job("runner", tenant="runs")).json()
+    base = datetime(2026, 1, 1, tzinfo=UTC)
+    for i in range(5):
+        api.sql(
+            "INSERT INTO runs (job_id, tenant_id, job_name, scheduled_for, status) "
+            "VALUES (%s, 'runs', 'runner', %s, %s)",
+            (created["id"], base + timedelta(minutes=i), "failed" if i == 2 else "succeeded"),
+        )
+    with api.as_("read") as client:
+        seen: list[str] = []
+        cursor = None
+        while True:
+            params: dict[str, Any] = {"job": "runner", "tenant": "runs", "limit": 2}
+            if cursor:
+                params["cursor"] = cursor
+            page = client.get("/api/runs", params=params).json()
+            seen += [r["scheduled_for"] for r in page["runs"]]
+            cursor = page["next_cursor"]
+            if cursor is None:
+                break
+        assert seen == [(base + timedelta(minutes=i)).isoformat() for i in range(4, -1, -1)]
+        failed = client.get("/api/runs", params={"job": "runner", "status": "failed"}).json()
+        assert [r["status"] for r in failed["runs"]] == ["failed"]
+        since = (base + timedelta(minutes=3)).isoformat()
+        recent = client.get("/api/runs", params={"job": "runner", "since": since}).json()
+        assert len(recent["runs"]) == 2
+        for params in ({"since": "yesterday"}, {"status": "great"}, {"cursor": "eA"}):
+            assert client.get("/api/runs", params=params).status_code == 422, params
+
+    # An attempt in flight (as a claim leaves its job row) is listed first, as running.
+    api.sql(
+        "UPDATE jobs SET status = 'running', slot_at = %s, next_run_at = now(), "
+        "locked_by = 'node-x', locked_at = now() WHERE name = 'runner'",
+        (base + timedelta(minutes=10),),
+    )
+    with api.as_("read") as client:
+        for params in ({"job": "runner"}, {"job": "runner", "tenant": "runs"}, {}):
+            first = client.get("/api/runs", params={**params, "limit": 1}).json()["runs"][0]
+            assert (first["job"], first["status"], first["node_id"]) == (
+                "runner",
+                "running",
+                "node-x",
+            ), params
+
+
+def test_status_and_schedule(api: Api) -> None:
+    with api.as_("read") as client:
+        status = client.get("/api/status").json()
+        assert status["shard_count"] == 16 and "members" in status and "healthy" in status
+        slots = client.get(
+            "/api/schedule", params={"expr": "0 9 * * *", "tz": "Europe/Paris", "count": 3}
+        ).json()
+        assert len(slots["slots"]) == 3 and slots["slots"][0].endswith(("+01:00", "+02:00"))
+        assert len(slots["slots_utc"]) == 3
+        bad = client.get("/api/schedule", params={"expr": "0 25 * * *"})
+        assert bad.status_code == 422 and bad.json()["field"] == "schedule"
+        assert (
+            client.get("/api/schedule", params={"expr": "@daily", "tz": "Nowhere"}).json()["field"]
+            == "tz"
+        )
+        assert client.get("/api/lag").status_code == 200
+
+
+def test_a_console_session_needs_the_csrf_token_to_change_anything(api: Api) -> None:
+    api.set_config("api.handlers", "billing.*:*")
+    with api.as_("write") as client:
+        client.post("/api/jobs", json=job("csrf"))
+    secret = api.tokens["write"]
+    with httpx.Client(base_url=api.web.url) as browser:
+        form = browser.post("/console/session", data={"token": secret})
+        assert form.status_code == 415, "a cross-site form cannot sign in"
+        signed = browser.post("/console/session", json={"token": secret})
+        assert signed.status_code == 200 and secret not in signed.text
+        cookie = signed.headers["set-cookie"].lower()
+        assert "httponly" in cookie and "samesite=strict" in cookie and "secure" not in cookie
+        csrf = signed.json()["csrf"]
+        assert csrf == csrf_token(secret)
+        assert browser.get("/api/jobs/default/csrf").status_code == 200
+        refused = browser.post("/api/jobs/default/csrf/pause")
+        assert refused.status_code == 403 and "CSRF" in refused.json()["message"]
+        wrong = browser.post("/api/jobs/default/csrf/pause", headers={"X-CSRF-Token": "0" * 64})
+        assert wrong.status_code == 403
+        ok = browser.post("/api/jobs/default/csrf/pause", headers={"X-CSRF-Token": csrf})
+        assert ok.status_code == 200 and ok.json()["status"] == "paused"
+        assert browser.get("/console/session").json()["name"] == "deployer"
+        assert browser.delete("/console/session").status_code == 403, "sign-out needs it too"
+        out = browser.delete("/console/session", headers={"X-CSRF-Token": csrf})
+        assert out.status_code == 204 and "pulse_session" not in browser.cookies
+        assert browser.get("/api/jobs").status_code == 401
+    with httpx.Client(base_url=api.web.url) as tls:
+        behind = tls.post(
+            "/console/session", json={"token": secret}, headers={"X-Forwarded-Proto": "https"}
+        )
+        assert "secure" in behind.headers["set-cookie"].lower()
+
+
+def test_a_revoked_token_ends_its_console_session(api: Api) -> None:
+    secret = make_token(api.settings, "short-lived", "read")
+    with httpx.Client(base_url=api.web.url) as browser:
+        assert browser.post("/console/session", json={"token": secret}).status_code == 200
+        assert browser.get("/api/jobs").status_code == 200
+
+        async def revoke() -> None:
+            async with JobStore.open(api.settings) as store:
+                await store.access.revoke_token("short-lived")
+
+        asyncio.run(revoke())
+        ended = browser.get("/console/session")
+        assert ended.status_code == 401
+        assert "max-age=0" in ended.headers["set-cookie"].lower(), "the stale cookie is cleared"
+        assert "pulse_session" not in browser.cookies
+
+
+def test_every_change_leaves_an_audit_row(api: Api) -> None:
+    api.set_config("api.handlers", "billing.*:*")
+    with api.as_("write") as client:
+        client.post("/api/jobs", json=job("audited", tenant="audit"))
+        client.post("/api/jobs/audit/audited/pause", json={"note": "why"})
+        client.post("/api/jobs/audit/audited/resume")
+        client.post("/api/jobs/audit/audited/trigger")
+        client.put("/api/jobs/audit/audited", json=job("audited", schedule="@daily"))
+        client.delete("/api/jobs/audit/audited")
+        client.post("/api/jobs/audit/absent/pause")  # refused: no row
+    with api.as_("admin") as admin:
+        entries = admin.get("/api/audit", params={"limit": 1000}).json()["entries"]
+    mine = [e for e in entries if e["tenant"] == "audit"]
+    assert [e["action"] for e in reversed(mine)] == [
+        "create", "pause", "resume", "trigger", "update", "delete",
+    ]  # fmt: skip
+    assert {(e["token"], e["job"], e["source"]) for e in mine} == {
+        ("deployer", "audited", "127.0.0.1")
+    }
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PULSE_")}
+    env.update(
+        PULSE_DATABASE_URL=api.settings.database_url,
+        PULSE_SCHEMA=api.settings.schema,
+        PULSE_CLUSTER=api.settings.cluster,
+    )
+    cli = subprocess.run(
+        [sys.executable, "-m", "node", "audit", "--tenant", "audit", "--json"],
+        env=env,
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert [e["action"] for e in json.loads(cli.stdout)] == [e["action"] for e in mine]
+
+
+def test_zz_no_token_appears_in_the_log(api: Api) -> None:
+    """Runs last in this module: the log holds every request the tests above made."""
+    log = api.web.log()
+    assert "POST /api/jobs" in log
+    for secret in api.tokens.values():
+        assert secret not in log
+        assert csrf_token(secret) not in log
+
+
+def test_failed_authentications_are_rate_limited_per_address(
+    settings: ClusterSettings, tmp_path: Path
+) -> None:
+    async def init() -> None:
+        async with JobStore.open(settings) as store:
+            await store.init(16)
+
+    asyncio.run(init())
+    good = make_token(settings, "good", "read")
+    with web_process(settings, tmp_path, "--auth-failures", "3", "--auth-window", "1h") as web:
+        with web.client() as anonymous:  # no token presented: not a guess, not counted
+            assert [anonymous.get("/api/jobs").status_code for _ in range(5)] == [401] * 5
+        with web.client("pulse_wrong") as bad:
+            assert [bad.get("/api/jobs").status_code for _ in range(3)] == [401] * 3
+            limited = bad.get("/api/jobs")
+            assert limited.status_code == 429 and int(limited.headers["retry-after"]) > 0
+        with web.client(good) as client:
+            assert client.get("/api/jobs").status_code == 429, "the address is refused"
+        with httpx.Client(base_url=web.url) as browser:
+            assert browser.post("/console/session", json={"token": good}).status_code == 429
+
+
+def test_pulse_web_without_the_extra_fails_in_one_line(tmp_path: Path) -> None:
+    fake = tmp_path / "fastapi"
+    fake.mkdir()
+    (fake / "__init__.py").write_text("raise ImportError('No module named fastapi')\n")
+    env = {**os.environ, "PYTHONPATH": str(tmp_path)}
+    done = subprocess.run(
+        [sys.executable, "-m", "node", "web", "--bind", "127.0.0.1:1"],
+        env=env,
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 1
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and "pulsecron[web]" in lines[0], done.stderr

@@ -1,0 +1,167 @@
+"""Flights in Postgres, the slots of overlap ``allow`` jobs each under a lease of its own:
+a claim hands its slot to a flight while the job has room (``spawn``), a job at its limit
+waits; a flight completes, is retried after its backoff (``claim_flights``), renewed,
+released, taken back from a dead owner or, poison or cancelled, handed over to be ended;
+every write is fenced on the flight's own token."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+import pytest
+
+from cluster.errors import InvalidInput
+from cluster.jobspec import JobSpec
+from cluster.store.jobs import JobStore
+from cluster.store.records import ClaimedJob, Completion
+from cluster.store.session import LockSession
+from tests.conftest import Opener
+from tests.integration.test_session import ALL, T0, at, run_rows
+
+HANDLER = "cluster.chaos.witness:record"
+
+
+async def allow_job(store: JobStore, retries: int = 3, limit: int = 2) -> None:
+    spec = JobSpec.build(
+        "fan", "@every 10s", HANDLER, overlap="allow", max_concurrent=limit, retries=retries
+    )
+    await store.apply([spec], now=T0)
+
+
+def handed(job: ClaimedJob, next_slot: datetime) -> Completion:
+    return Completion(
+        job.id, job.lease_token, job.slot, "spawned", None, None, next_slot, next_slot, 1
+    )
+
+
+def ended(
+    job: ClaimedJob, outcome: str = "succeeded", retry_at: datetime | None = None
+) -> Completion:
+    if retry_at is None:
+        return Completion(
+            job.id, job.lease_token, job.slot, outcome, None, 1.0, at(999), at(999), 1
+        )
+    return Completion(
+        job.id, job.lease_token, job.slot, outcome, "boom", 1.0, retry_at, job.slot, job.attempt + 1
+    )
+
+
+async def claim_and_spawn(a: LockSession, t: float) -> tuple[ClaimedJob, bool]:
+    (job,) = (await a.claim(ALL, 10, 30.0, now=at(t))).jobs
+    assert job.overlap == "allow" and not job.flight
+    moved = await a.spawn([handed(job, at(t + 10))], [], 30.0, now=at(t))
+    return job, moved[job.id]
+
+
+async def flights(store: JobStore) -> list[tuple[datetime, str, int, str | None]]:
+    conn = store._conn  # the test reads the table as it is
+    cur = await conn.execute("SELECT slot, status, attempt, locked_by FROM flights ORDER BY slot")
+    return [(r["slot"], r["status"], r["attempt"], r["locked_by"]) for r in await cur.fetchall()]
+
+
+async def test_slots_run_side_by_side_up_to_the_limit(
+    store: JobStore, open_session: Opener
+) -> None:
+    await allow_job(store)
+    a = await open_session("node-a")
+    first, room = await claim_and_spawn(a, 10)
+    assert room
+    job = await store.get("fan")
+    assert (job.status, job.slot_at, job.locked_by) == ("idle", at(20), None)
+    _second, room = await claim_and_spawn(a, 20)
+    assert room
+    assert await flights(store) == [
+        (at(10), "running", 1, "node-a"),
+        (at(20), "running", 1, "node-a"),
+    ]
+    # At its limit: the job keeps its slot, due again in a second.
+    third, room = await claim_and_spawn(a, 30)
+    assert not room
+    job = await store.get("fan")
+    assert (job.status, job.slot_at, job.next_run_at) == ("idle", at(30), at(31))
+    assert len(await flights(store)) == 2
+
+    # A flight's completion is fenced on its own token, and frees a place.
+    stale = ended(first)._replace(token=first.lease_token + 1)
+    assert await a.complete_flights([stale], now=at(31)) == set()
+    assert await a.complete_flights([ended(first)], now=at(31)) == {(first.id, at(10))}
+    assert await run_rows(store, "fan") == [  # a flight in flight is listed as running
+        (at(10), "succeeded", "node-a", 1),
+        (at(20), "running", "node-a", 1),
+    ]
+    third, room = await claim_and_spawn(a, 31)
+    assert room and third.slot == at(30)
+    assert [f[0] for f in await flights(store)] == [at(20), at(30)]
+
+
+async def test_cancel_names_a_flight_renewal_reports_it(
+    store: JobStore, open_session: Opener
+) -> None:
+    await allow_job(store)
+    a = await open_session("node-a")
+    first, _ = await claim_and_spawn(a, 10)
+    second, _ = await claim_and_spawn(a, 20)
+    with pytest.raises(InvalidInput, match="2 slots of 'fan' are running"):
+        await store.cancel("fan", by="ops")
+    (asked,) = await store.cancel("fan", by="ops", slot=at(20))
+    assert asked.slot == at(20)
+    leases = [(f.id, f.slot, f.lease_token) for f in (first, second)]
+    assert await a.renew_flights(leases, 30.0, now=at(21)) == {
+        (first.id, at(10)): None,
+        (second.id, at(20)): "ops",
+    }
+    assert len(await store.cancel("fan", by="ops", every=True)) == 2
+
+
+async def test_a_failed_flight_waits_out_its_backoff_then_is_claimed_again(
+    store: JobStore, open_session: Opener
+) -> None:
+    await allow_job(store)
+    a = await open_session("node-a")
+    first, _ = await claim_and_spawn(a, 10)
+    assert await a.complete_flights([ended(first, "failed", at(25))], now=at(15))
+    assert await flights(store) == [(at(10), "queued", 2, None)]
+    assert await run_rows(store, "fan") == [(at(10), "failed", "node-a", 1)]
+    assert await a.claim_flights(ALL, 10, 30.0, now=at(24)) == []
+    (again,) = await a.claim_flights(ALL, 10, 30.0, now=at(25))
+    assert (again.flight, again.slot, again.attempt) == (True, at(10), 2)
+    assert again.lease_token == first.lease_token + 1
+    assert await a.complete_flights([ended(again)], now=at(26)) == {(first.id, at(10))}
+    assert await run_rows(store, "fan") == [(at(10), "succeeded", "node-a", 2)]
+    assert await flights(store) == []
+
+
+async def test_a_dead_owners_flight_is_queued_again_or_handed_over_when_poison(
+    store: JobStore, open_session: Opener
+) -> None:
+    await allow_job(store, retries=1)
+    a = await open_session("node-a")
+    first, _ = await claim_and_spawn(a, 10)
+    b = await open_session("node-b")
+    (back,) = await b.recover_flights(ALL, ["node-b"], now=at(50))  # a's lease ended at 40
+    assert not back.poison and back.reason == "lease expired"
+    assert await flights(store) == [(at(10), "queued", 2, None)]
+    assert await run_rows(store, "fan") == [(at(10), "lost", "node-a", 1)]
+    # a's late completion is fenced; b claims the retry, and dies too: its last attempt.
+    assert await a.complete_flights([ended(first)], now=at(51)) == set()
+    (_retry,) = await b.claim_flights(ALL, 10, 30.0, now=at(51))
+    c = await open_session("node-c")
+    (poison,) = await c.recover_flights(ALL, ["node-c"], now=at(90))
+    assert poison.poison and poison.job.attempt == 2
+    assert await flights(store) == [(at(10), "running", 2, "node-c")]
+    assert await c.complete_flights([ended(poison.job, "failed")], now=at(91))
+    assert await flights(store) == []
+
+
+async def test_released_flights_are_due_again_at_once(
+    store: JobStore, open_session: Opener
+) -> None:
+    await allow_job(store)
+    a = await open_session("node-a")
+    first, _ = await claim_and_spawn(a, 10)
+    lease = (first.id, first.slot, first.lease_token)
+    assert await a.release_flights([lease], "node shut down", now=at(12)) == {(first.id, at(10))}
+    assert await flights(store) == [(at(10), "queued", 2, None)]
+    b = await open_session("node-b")
+    (again,) = await b.claim_flights(ALL, 10, 30.0, now=at(12))
+    assert again.attempt == 2

@@ -1,0 +1,85 @@
+"""``pulse tokens`` and ``pulse config set api.handlers``: tokens printed once and stored
+only as a hash, listed without secrets, revoked at once; bad input is one line, exit 2."""
+
+from __future__ import annotations
+
+import json
+
+import psycopg
+import pytest
+from click.testing import CliRunner, Result
+
+from cluster.settings import ClusterSettings
+from cluster.web.tokens import token_hash
+from node.cli import cli
+from tests.integration.test_cli import Invoke, env_of
+
+
+@pytest.fixture
+def pulse(settings: ClusterSettings) -> Invoke:
+    def invoke(*args: str) -> Result:
+        return CliRunner().invoke(cli, list(args), env=env_of(settings), prog_name="pulse")
+
+    return invoke
+
+
+def stored(settings: ClusterSettings) -> list[tuple[str, bytes]]:
+    with psycopg.connect(settings.database_url) as conn:
+        rows = conn.execute(f"SELECT name, hash FROM {settings.schema}.api_tokens").fetchall()
+    return [(name, bytes(digest)) for name, digest in rows]
+
+
+def test_a_token_is_printed_once_and_stored_as_a_hash(
+    pulse: Invoke, settings: ClusterSettings
+) -> None:
+    assert pulse("init").exit_code == 0
+    made = pulse("tokens", "create", "ci", "--role", "write", "--tenant", "acme", "--expires", "1d")
+    assert made.exit_code == 0, made.output
+    secret = made.stdout.strip()
+    assert secret.startswith("pulse_") and len(secret) > 40
+    assert stored(settings) == [("ci", token_hash(secret))]
+
+    listed = pulse("tokens", "list", "--json")
+    [entry] = json.loads(listed.stdout)
+    assert entry["name"] == "ci" and entry["role"] == "write" and entry["tenant"] == "acme"
+    assert entry["expires_at"] is not None
+    assert secret not in listed.output and secret not in pulse("tokens", "list").output
+
+    again = pulse("tokens", "create", "ci", "--role", "read")
+    assert again.exit_code == 2 and len(again.stderr.splitlines()) == 1
+    assert pulse("tokens", "revoke", "ci").exit_code == 0
+    assert stored(settings) == []
+    missing = pulse("tokens", "revoke", "ci")
+    assert missing.exit_code == 1 and "no token named" in missing.stderr
+
+
+def test_bad_token_input_is_one_line_and_writes_nothing(
+    pulse: Invoke, settings: ClusterSettings
+) -> None:
+    assert pulse("init").exit_code == 0
+    for args in (
+        ("tokens", "create", "x", "--role", "root"),
+        ("tokens", "create", "x", "--role", "read", "--expires", "soon"),
+        ("tokens", "create", "x", "--role", "read", "--expires", "0s"),
+        ("tokens", "create", "", "--role", "read"),
+        ("tokens", "create", "x", "--role", "read", "--tenant", ""),
+    ):
+        result = pulse(*args)
+        assert result.exit_code == 2, (args, result.output)
+        assert len(result.stderr.strip().splitlines()) == 1
+    assert stored(settings) == []
+
+
+def test_the_handler_allow_list_is_a_config_key(pulse: Invoke) -> None:
+    assert pulse("init").exit_code == 0
+    shown = json.loads(pulse("config", "show", "--json").stdout)
+    assert shown["api.handlers"] == ""
+    done = pulse("config", "set", "api.handlers", " billing.*:*, shell:backup * ")
+    assert (
+        done.exit_code == 0 and done.stdout.strip() == "api.handlers = billing.*:*,shell:backup *"
+    )
+    bad = pulse("config", "set", "api.handlers", "billing")
+    assert bad.exit_code == 2 and "api.handlers" in bad.stderr
+    shown = json.loads(pulse("config", "show", "--json").stdout)
+    assert shown["api.handlers"] == "billing.*:*,shell:backup *"
+    assert pulse("config", "set", "api.handlers", "").exit_code == 0

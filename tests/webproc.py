@@ -1,0 +1,71 @@
+"""A real ``pulse web`` process for tests, started like a node (``cluster.local.processes``):
+against one test's schema, its output in a log file, never outliving the test."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import signal
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+
+from cluster.local.processes import Command, Process, free_port, pulse_env
+from cluster.settings import ClusterSettings
+from cluster.store.jobs import JobStore
+from cluster.web.tokens import new_token, token_hash
+from tests.nodeprocs import REPO, wait_until
+
+
+@dataclass
+class Web:
+    process: Process
+    url: str
+
+    def client(self, token: str | None = None) -> httpx.Client:
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        return httpx.Client(base_url=self.url, headers=headers, timeout=10)
+
+    def log(self) -> str:
+        return "\n".join(self.process.lines())
+
+
+@contextlib.contextmanager
+def web_process(settings: ClusterSettings, workdir: Path, *options: str) -> Iterator[Web]:
+    """Start ``pulse web`` on a free port; yield once it answers /api/health."""
+    port = free_port()
+    argv = (sys.executable, "-m", "node", "web", "--bind", f"127.0.0.1:{port}", *options)
+    log = workdir / f"web-{port}.log"
+    process = Command(argv, pulse_env(settings), REPO).start("web", log)
+    web = Web(process, f"http://127.0.0.1:{port}")
+
+    def up() -> bool:
+        if not process.running:
+            raise AssertionError(f"pulse web exited:\n{process.tail()}")
+        with contextlib.suppress(httpx.HTTPError):
+            return httpx.get(f"{web.url}/api/health", timeout=2).status_code == 200
+        return False
+
+    try:
+        wait_until(up, 30, "pulse web to answer")
+        yield web
+    finally:
+        process.signal(signal.SIGTERM)
+        if process.wait(10) is None:
+            process.signal(signal.SIGKILL)
+            process.wait(10)
+
+
+def make_token(settings: ClusterSettings, name: str, role: str, tenant: str | None = None) -> str:
+    """Create a token as ``pulse tokens create`` does; the secret."""
+    secret = new_token()
+
+    async def go() -> None:
+        async with JobStore.open(settings) as store:
+            await store.access.create_token(name, role, token_hash(secret), tenant=tenant)
+
+    asyncio.run(go())
+    return secret
