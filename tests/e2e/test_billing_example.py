@@ -1,5 +1,5 @@
-"""The billing example (``examples/billing.py``) through a real node: its usage rollup,
-every second instead of hourly, writes exactly one usage row per slot through
+"""The billing example (``examples/billing_rollup.py``) through a real node: its usage
+rollup, every second instead of hourly, writes exactly one usage row per slot through
 ``ctx.transaction()``, carrying the fencing token of the run that completed the slot, and
 rolls up exactly the requests of its period."""
 
@@ -15,7 +15,7 @@ import psycopg
 import pytest
 
 from cluster.settings import ClusterSettings
-from examples.billing import SCHEMA, jobs
+from examples.billing_rollup import SCHEMA, jobs
 from tests.e2e.fleet import Fleet
 from tests.nodeprocs import init_cluster, wait_until
 
@@ -29,7 +29,7 @@ def test_the_usage_rollup_writes_one_row_per_slot_with_its_runs_token(
 ) -> None:
     (spec,) = jobs.specs()
     assert (spec.name, spec.schedule, spec.handler) == (
-        "usage-rollup", "@hourly", "examples.billing:usage_rollup"
+        "usage-rollup", "@hourly", "examples.billing_rollup:usage_rollup"
     )  # fmt: skip
     payload = {"period_s": 1, "price_per_1k": 50.0}
     fast = dataclasses.replace(spec, schedule="@every 1s", payload=payload)

@@ -9,7 +9,7 @@ turns that into exactly one usage row per hour:
 1. Keep the tables in Pulse's database, in ``public`` or any schema on its search path
    (``SCHEMA`` below creates this example's two)::
 
-       psql "$PULSE_DATABASE_URL" -c "$(python -c 'import examples.billing as b; print(b.SCHEMA)')"
+       python -c 'import examples.billing_rollup as b; print(b.SCHEMA)' | psql "$PULSE_DATABASE_URL"
 
 2. Write the run's rows inside ``async with ctx.transaction() as conn:`` (sync handlers:
    ``with``), on the psycopg connection it gives, and do not commit: Pulse commits them
@@ -22,7 +22,7 @@ turns that into exactly one usage row per hour:
 No ``ON CONFLICT`` or unique key is needed for correctness: only the committed run's rows
 exist. The rollup itself must read what it aggregates in the same transaction, as here.
 
-    pulse jobs apply --module examples.billing     # or Node(..., sync_jobs=[jobs])
+    pulse jobs apply --module examples.billing_rollup   # or Node(..., sync_jobs=[jobs])
 
 ``tests/e2e/test_billing_example.py`` runs it through a real node and finds exactly one
 usage row per slot, carrying the fencing token of that slot's run.
