@@ -5,7 +5,7 @@ configured ones with ``--external``; a pg_auto_failover formation with ``--pg-ha
 Sentinel with a ``redis-failover`` fault), create the schema and the workload, start one proxy
 pair and one node per node id, wait until every shard is held, inject the faults while
 sampling the shard locks, let the cluster settle for the quiet period, kill the nodes, and
-check what the runs table, the witness file and the node logs say.
+check what the runs table, the witness file, the effect jobs' ledger and the node logs say.
 """
 
 from __future__ import annotations
@@ -183,6 +183,7 @@ class ChaosRun:
         async with JobStore.open(settings, probes.APP_NAME) as store:
             await store.init(self.options.shards)
             await store.apply(specs)
+        await probes.create_ledger(settings)
 
     async def _fleet(self, settings: ClusterSettings) -> Fleet:
         o = self.options
@@ -268,7 +269,7 @@ class ChaosRun:
         shards, runs = await probes.collect(settings, offset)
         obs = Observations(
             jobs={
-                j.name: JobInfo(j.name, j.interval_s, j.catch_up, j.sleep_s, shards[j.name])
+                j.name: JobInfo(j.name, j.interval_s, j.catch_up, j.sleep_s, shards[j.name], j.kind)
                 for j in workload
             },
             runs=runs,
@@ -286,6 +287,7 @@ class ChaosRun:
             node_exits=tuple(fleet.exits),
             poison_job=poison.JOB if "poison-job" in o.faults else None,
             poison_retries=poison.RETRIES,
+            ledger=await probes.collect_ledger(settings),
             async_replication=o.pg_async,
         )
         report = build_report(obs, o.summary())

@@ -32,6 +32,7 @@ class JobInfo:
     catch_up: str
     sleep_s: float
     shard: int
+    kind: str = "witness"  # which checks beyond the common ones apply (workload.HANDLERS)
 
 
 @dataclass(frozen=True)
@@ -59,6 +60,18 @@ class RunRecord:
     node: str | None
     status: str
     finished_at: float | None
+    token: int | None = None  # the lease (fencing) token of the slot's last write
+
+
+@dataclass(frozen=True)
+class LedgerRow:
+    """A row an effect job's run committed through ``ctx.transaction()``."""
+
+    job: str
+    slot_ms: int
+    attempt: int
+    token: int
+    node: str
 
 
 @dataclass(frozen=True)
@@ -109,6 +122,7 @@ class Observations:
     # The poison job (not in ``jobs``: its slots are meant to fail) and its retries.
     poison_job: str | None = None
     poison_retries: int = 0
+    ledger: Sequence[LedgerRow] = ()  # the effect jobs' committed rows
     # Postgres replicated asynchronously (``--pg-async``): a failover may lose the last
     # claims and completions committed on the old primary.
     async_replication: bool = False
@@ -156,5 +170,6 @@ def load(path: Path) -> Observations:
         ],
         faults=[FaultRecord(**{**f, "targets": tuple(f["targets"])}) for f in data.pop("faults")],
         node_exits=tuple(data.pop("node_exits")),
+        ledger=tuple(LedgerRow(**r) for r in data.pop("ledger", [])),
         **data,
     )

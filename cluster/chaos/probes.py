@@ -12,10 +12,10 @@ import contextlib
 import time
 from datetime import datetime
 
-from cluster.chaos.observations import LockSample, RunRecord, to_ms
+from cluster.chaos.observations import LedgerRow, LockSample, RunRecord, to_ms
 from cluster.members import MemberRegistry
 from cluster.settings import ClusterSettings
-from cluster.store import diagnostics
+from cluster.store import diagnostics, ledger
 from cluster.store.diagnostics import HolderSampler
 from cluster.store.jobs import JobStore
 
@@ -83,7 +83,9 @@ async def wait_caught_up(
 async def collect(
     settings: ClusterSettings, offset_s: float
 ) -> tuple[dict[str, int], list[RunRecord]]:
-    """(job name -> shard, every runs row), database times moved to this host's clock."""
+    """(job name -> shard, every runs row with its lease token), database times moved to
+    this host's clock."""
+    tokens = await diagnostics.run_tokens(settings, APP_NAME)
     async with JobStore.open(settings, APP_NAME) as store:
         shards = {job.name: job.shard for job in await store.jobs()}
         runs = [
@@ -94,10 +96,23 @@ async def collect(
                 node=r.node_id,
                 status=r.status,
                 finished_at=r.finished_at.timestamp() - offset_s if r.finished_at else None,
+                token=tokens.get((r.job_name, r.scheduled_for)),
             )
             for r in await store.runs(limit=10_000_000)
         ]
     return shards, runs
+
+
+async def create_ledger(settings: ClusterSettings) -> None:
+    """The user table the effect jobs write (``cluster.chaos.ledger``)."""
+    await ledger.create(settings, APP_NAME)
+
+
+async def collect_ledger(settings: ClusterSettings) -> list[LedgerRow]:
+    return [
+        LedgerRow(r["job"], to_ms(r["slot"]), r["attempt"], r["token"], r["node"])
+        for r in await ledger.rows(settings, APP_NAME)
+    ]
 
 
 async def drop_cluster(settings: ClusterSettings) -> None:

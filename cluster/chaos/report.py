@@ -3,7 +3,8 @@
 A run passes when there is no safety violation (double execution, unexplained execution
 or completion, early fire, re-run no fault explains, a poison slot run more than retries + 1
 times or not recorded failed), no lost slot, no node that exited on its own (but for those
-the poison job killed), and every fault's gap and unheld stretch stayed within its bound.
+the poison job killed), every fault's gap and unheld stretch stayed within its bound, and
+every named check of a job kind (``checks``: exactly-once effects) found nothing wrong.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+from cluster.chaos.checks import CheckResult, run_checks
 from cluster.chaos.failover import Unheld, fault_gaps, unheld_stretches
 from cluster.chaos.observations import Observations
 from cluster.chaos.safety import (
@@ -65,6 +67,7 @@ class Report:
     log_events: Mapping[str, int]
     node_exits: list[str] = field(default_factory=list)
     poison: PoisonSummary | None = None
+    checks: list[CheckResult] = field(default_factory=list)
 
     @property
     def bounds_ok(self) -> bool:
@@ -72,15 +75,19 @@ class Report:
 
     @property
     def passed(self) -> bool:
-        return not (self.violations or self.lost or self.node_exits) and self.bounds_ok
+        problems = self.violations or self.lost or self.node_exits
+        return not problems and self.bounds_ok and all(check.ok for check in self.checks)
 
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)
         data["passed"] = self.passed
         data["bounds_ok"] = self.bounds_ok
-        for key in ("violations", "lost", "reruns"):
-            for item in data[key]:
-                item["slot"] = _iso(item.pop("slot_ms"))
+        items = [*data["violations"], *data["lost"], *data["reruns"]]
+        for check in data["checks"]:
+            check["ok"] = not check["violations"]
+            items += check["violations"]
+        for item in items:
+            item["slot"] = _iso(item.pop("slot_ms"))
         return data
 
 
@@ -134,6 +141,7 @@ def build_report(obs: Observations, settings: Mapping[str, Any]) -> Report:
         log_events=dict(obs.log_events),
         node_exits=list(obs.node_exits),
         poison=poison,
+        checks=run_checks(obs),
     )
 
 
@@ -205,7 +213,12 @@ def render_table(report: Report) -> str:
             f"poison job            {p.slots} slots, {p.executions} nodes killed "
             f"(at most {p.most_per_slot} per slot, {p.allowed_per_slot} allowed)"
         )
-    for title, items in (("VIOLATION", report.violations), ("LOST", report.lost)):
+    for check in report.checks:
+        verdict = "ok" if check.ok else f"{len(check.violations)} VIOLATIONS"
+        lines.append(f"{check.name:<21} {verdict} ({check.summary})")
+    shown = [("VIOLATION", report.violations), ("LOST", report.lost)]
+    shown += [(f"CHECK {c.name}", c.violations) for c in report.checks]
+    for title, items in shown:
         for v in items[:SHOWN]:
             lines.append(f"  {title}: {v.kind}: {v.job} slot {_iso(v.slot_ms)}: {v.detail}")
         if len(items) > SHOWN:

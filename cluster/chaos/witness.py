@@ -62,6 +62,13 @@ def _descriptor(path: str) -> int:
 
 
 def record(ctx: Any) -> None:
+    witness_line(ctx)
+    hold(ctx)
+    act_on_payload(ctx)
+
+
+def witness_line(ctx: Any) -> None:
+    """Append the run's witness line (the first thing any chaos handler does)."""
     line = json.dumps(
         {
             "job": ctx.job_name,
@@ -74,9 +81,17 @@ def record(ctx: Any) -> None:
         }
     )
     os.write(_descriptor(os.environ["PULSE_WITNESS_FILE"]), (line + "\n").encode())
+
+
+def hold(ctx: Any) -> None:
+    """Sleep ``payload["sleep_s"]`` seconds: the run's length."""
     sleep_s = float(ctx.payload.get("sleep_s") or 0)
     if sleep_s > 0:
         time.sleep(sleep_s)
+
+
+def act_on_payload(ctx: Any) -> None:
+    """Fail, exit or crash as the payload asks (after the run's work)."""
     if ctx.payload.get("fail"):
         raise RuntimeError(str(ctx.payload["fail"]))
     if "exit" in ctx.payload:

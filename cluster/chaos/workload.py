@@ -6,6 +6,15 @@ mixed (``once``, ``skip`` with a short grace, ``backfill`` with a small cap) so 
 policy's bookkeeping of missed slots is checked. Every job has ``RETRIES`` retries: a lost
 attempt counts against them, and the checks expect an attempt a fault took away to run
 again (a slot whose last attempt was lost is recorded failed instead).
+
+Every ``EFFECTS_EVERY``-th job, unless it is a long one, is an effect job (``kind``
+``effects``), run by ``cluster.chaos.ledger:record``, which writes one row per run through
+``ctx.transaction()`` and holds the transaction open for the run; the checks then hold the
+ledger to exactly one row per slot that succeeded. A Postgres fault breaks the transactions
+in flight, and a handler learns it only when its block ends: the run then fails and is
+retried. Effect jobs are short and retry after ``EFFECTS_RETRY_BACKOFF_S``, so that re-run
+comes within the failover bound like any other. ``kind`` names the checks a job is subject
+to beyond the common ones (``cluster.chaos.checks``).
 """
 
 from __future__ import annotations
@@ -13,9 +22,14 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 
+from cluster.chaos import ledger
+from cluster.jobspec import DEFAULT_RETRY_BACKOFF_S as DEFAULT_BACKOFF_S
 from cluster.jobspec import JobSpec
 
 HANDLER = "cluster.chaos.witness:record"
+HANDLERS = {"witness": HANDLER, "effects": ledger.HANDLER}
+EFFECTS_EVERY = 8
+EFFECTS_RETRY_BACKOFF_S = 1.0
 SHORT_INTERVALS_S = (1, 2, 3, 5)
 LONG_INTERVALS_S = (10, 12, 15)
 LONG_SHARE = 0.15
@@ -35,18 +49,20 @@ class JobDef:
     grace_s: float
     max_backfill: int
     sleep_s: float
+    kind: str = "witness"  # a key of HANDLERS
 
     def spec(self) -> JobSpec:
         return JobSpec.build(
             self.name,
             f"@every {self.interval_s}s",
-            HANDLER,
+            HANDLERS[self.kind],
             payload={"sleep_s": self.sleep_s} if self.sleep_s else {},
             catch_up=self.catch_up,
             grace=self.grace_s,
             max_backfill=self.max_backfill,
             timeout=RUN_TIMEOUT_S,
             retries=RETRIES,
+            retry_backoff=EFFECTS_RETRY_BACKOFF_S if self.kind == "effects" else DEFAULT_BACKOFF_S,
         )
 
 
@@ -59,14 +75,18 @@ def make_workload(count: int, seed: int) -> list[JobDef]:
         interval = rng.choice(LONG_INTERVALS_S if long else SHORT_INTERVALS_S)
         sleep_s = round(rng.uniform(6.0, 8.0), 1) if long else rng.choice((0.0, 0.0, 0.2, 0.5))
         policy = rng.choices(("once", "skip", "backfill"), weights=(4, 3, 3))[0]
+        effects = i % EFFECTS_EVERY == EFFECTS_EVERY - 1 and not long
+        kind = "effects" if effects else "witness"
+        suffix = ("-long" if long else "") + ("-effects" if kind == "effects" else "")
         jobs.append(
             JobDef(
-                name=f"chaos-{i:04d}{'-long' if long else ''}",
+                name=f"chaos-{i:04d}{suffix}",
                 interval_s=interval,
                 catch_up=policy,
                 grace_s=float(rng.choice((1, 2))) if policy == "skip" else 60.0,
                 max_backfill=rng.randint(5, 20) if policy == "backfill" else 100,
                 sleep_s=sleep_s,
+                kind=kind,
             )
         )
     return jobs

@@ -1,5 +1,6 @@
 """Statements for tools that watch a cluster from outside (the chaos harness, tests):
-sampling shard holders, ending a node's backends, counting jobs behind, dropping a schema.
+sampling shard holders, ending a node's backends, counting jobs behind, reading the lease
+token of each run row, dropping a schema.
 Diagnostic only; the nodes' own statements are in ``queries.sql``."""
 
 from __future__ import annotations
@@ -23,6 +24,8 @@ WHERE application_name = %(node)s OR starts_with(application_name, %(prefix)s)
 BEHIND = b"""
 SELECT count(*)::int AS n FROM jobs WHERE status <> 'paused' AND slot_at <= %(until)s
 """
+
+RUN_TOKENS = b"SELECT job_name, scheduled_for, lease_token FROM runs"
 
 
 class HolderSampler:
@@ -78,6 +81,17 @@ async def jobs_behind(settings: ClusterSettings, until: datetime, app: str) -> i
     except (StoreError, psycopg.Error, OSError):
         return None
     return int(row["n"]) if row else 0
+
+
+async def run_tokens(settings: ClusterSettings, app: str) -> dict[tuple[str, datetime], int]:
+    """(job name, slot) -> the lease (fencing) token of the slot's run row: the token of
+    the write that recorded its last outcome."""
+    conn = await connect(settings, app, statement_timeout_s=60)
+    try:
+        cur = await conn.execute(RUN_TOKENS)
+        return {(r["job_name"], r["scheduled_for"]): r["lease_token"] for r in await cur.fetchall()}
+    finally:
+        await conn.close()
 
 
 async def drop_schema(settings: ClusterSettings, app: str) -> None:

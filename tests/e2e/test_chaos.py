@@ -5,7 +5,9 @@ throwaway Postgres and Redis the harness starts (so it can restart them). The ru
 a SIGKILL, a SIGSTOP past the (short, 4 s) session timeout, a zone kill, a Redis restart, a
 Postgres restart and a silently stalled Postgres connection, and must show no safety
 violation, no lost slot, and every failover within its bound (5 s after a kill; session
-timeout + 5 s after a freeze or stall).
+timeout + 5 s after a freeze or stall). Its effect jobs write one ledger row per run through
+``ctx.transaction()``: every slot that succeeded has exactly one, carrying the fencing
+token of the run whose completion applied, and no other slot has any.
 
 Seed 58 restarts the SIGKILLed node 1.2 s after the kill, under the same node id, as a
 supervisor restarting a crashed process would: before the other nodes notice it has gone.
@@ -64,4 +66,8 @@ def test_a_ci_sized_chaos_run_keeps_every_guarantee(tmp_path: Path) -> None:
         assert row["max_unheld_s"] <= row["bound_s"], table
     assert report["expected_slots"] > 3000
     assert all(rerun["fault"] is not None for rerun in report["reruns"])
+    (effects,) = report["checks"]
+    assert effects["name"] == "exactly-once effects" and effects["violations"] == [], table
+    assert "exactly-once effects  ok" in table
+    assert int(effects["summary"].split()[2]) > 100, "too few effect slots to prove much"
     assert report["passed"] and done.returncode == 0, table

@@ -1,5 +1,6 @@
 """The chaos checker on hand-made observations: what counts as a violation, a loss, a re-run,
-a gap and an unheld shard; plus the seeded fault plan and workload (all pure)."""
+a gap and an unheld shard, the named checks of job kinds (exactly-once effects); plus the
+seeded fault plan and workload (all pure)."""
 
 from __future__ import annotations
 
@@ -11,11 +12,13 @@ from pathlib import Path
 
 import pytest
 
+from cluster.chaos.checks import exactly_once_effects, run_checks
 from cluster.chaos.failover import fault_gaps, unheld_stretches
 from cluster.chaos.observations import (
     Execution,
     FaultRecord,
     JobInfo,
+    LedgerRow,
     LockSample,
     Observations,
     RunRecord,
@@ -248,6 +251,60 @@ def test_a_fault_beyond_its_bound_fails_the_run() -> None:
     json.dumps(report.to_json())
 
 
+# -- exactly-once effects ----------------------------------------------------------------
+
+EFFECTS = JobInfo("fx", interval_s=1, catch_up="once", sleep_s=0.0, shard=0, kind="effects")
+
+
+def effects_run(**changes: object) -> Observations:
+    """Effect job "fx" succeeded at T0..T0+3 with token 10 + i and one ledger row each; slot
+    T0 + 4 failed (no row)."""
+    runs, execs = steady("fx", T0, T0 + 3)
+    runs = [replace(r, token=10 + i) for i, r in enumerate(runs)]
+    runs.append(RunRecord("fx", ms(T0 + 4), 1, "n1", "failed", T0 + 5, token=20))
+    execs.append(ran("fx", T0 + 4))
+    rows = [LedgerRow("fx", r.slot_ms, 1, 10 + i, "n1") for i, r in enumerate(runs[:4])]
+    obs = observe(runs, execs, jobs=[EFFECTS], window=(T0, T0 + 4))
+    return replace(obs, ledger=tuple(rows), **changes)  # type: ignore[arg-type]
+
+
+def test_one_effect_per_succeeded_slot_with_its_completions_token_passes() -> None:
+    obs = effects_run()
+    (result,) = run_checks(obs)
+    assert result.name == "exactly-once effects" and result.ok
+    assert result.summary == "1 jobs, 4 slots succeeded, 4 rows"
+    report = build_report(obs, {})
+    assert report.passed and "exactly-once effects  ok" in render_table(report)
+    assert run_checks(observe()) == []  # no effect job: the check is left out
+
+
+def test_effects_twice_fenced_missing_or_of_slots_that_did_not_succeed_are_violations() -> None:
+    obs = effects_run()
+    rows = list(obs.ledger)
+    rows.append(LedgerRow("fx", ms(T0), 1, 10, "n2"))  # committed twice
+    rows[1] = replace(rows[1], token=9)  # a zombie's row: not the applied completion's token
+    del rows[2]  # a success whose effect is missing
+    rows.append(LedgerRow("fx", ms(T0 + 4), 2, 19, "n2"))  # the slot failed
+    rows.append(LedgerRow("fx", ms(T0 + 7), 1, 30, "n2"))  # no run row at all
+    result = exactly_once_effects(replace(obs, ledger=rows))
+    assert result is not None
+    assert sorted((v.kind, v.slot_ms) for v in result.violations) == [
+        ("effect committed twice", ms(T0)),
+        ("effect of a fenced run", ms(T0 + 1)),
+        ("effect of a slot that did not succeed", ms(T0 + 4)),
+        ("effect of a slot that did not succeed", ms(T0 + 7)),
+        ("success without its effect", ms(T0 + 2)),
+    ]
+    report = build_report(replace(obs, ledger=rows), {})
+    assert not report.passed and report.violations == [] and report.lost == []
+    table = render_table(report)
+    assert "exactly-once effects  5 VIOLATIONS" in table
+    assert "CHECK exactly-once effects: effect of a fenced run: fx slot" in table
+    data = report.to_json()
+    assert data["checks"][0]["ok"] is False and "slot" in data["checks"][0]["violations"][0]
+    json.dumps(data)
+
+
 # -- parsing, plan, workload ------------------------------------------------------------
 
 
@@ -274,6 +331,9 @@ def test_witness_and_log_lines_are_parsed(tmp_path: Path) -> None:
     assert count_log_events(logs) == {"fenced_write": 1}
     runs, execs = steady("job", T0, T0 + 2)
     obs = observe(runs, execs, [kill()], [LockSample(T0, {0: "n1"}), LockSample(T0, None)])
+    dump(obs, tmp_path)
+    assert load(tmp_path / "observations.json") == obs
+    obs = effects_run()
     dump(obs, tmp_path)
     assert load(tmp_path / "observations.json") == obs
 
@@ -365,3 +425,8 @@ def test_the_workload_is_seeded_and_mixed() -> None:
     long = [j for j in jobs if j.sleep_s >= 6]
     assert 20 <= len(long) <= 80 and all(j.interval_s > j.sleep_s for j in long)
     assert jobs[0].spec().schedule.startswith("@every")
+    effects = [j for j in jobs if j.kind == "effects"]
+    assert 20 <= len(effects) <= 300 // 8 and all(j.name.endswith("-effects") for j in effects)
+    assert all(j.sleep_s < 1 for j in effects)
+    spec = effects[0].spec()
+    assert spec.handler == "cluster.chaos.ledger:record" and spec.retry_backoff_s == 1.0
