@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections import OrderedDict
 from dataclasses import dataclass
 from datetime import datetime
 from types import TracebackType
@@ -36,10 +35,11 @@ class RunIdentity(Protocol):
     def fencing_token(self) -> int: ...
     @property
     def timeout_s(self) -> float: ...
+    @property
+    def reported(self) -> bool: ...
 
 
 Key = tuple[UUID, datetime, int]  # job id, slot, lease token: one run
-REPORTED_MAX = 4096
 
 
 @dataclass
@@ -63,36 +63,26 @@ class Effects:
         self.store = store
         self._lock = threading.Lock()
         self._pending: dict[Key, Pending] = {}
-        self._opened: set[Key] = set()
-        self._reported: OrderedDict[Key, None] = OrderedDict()
 
     def transaction(self, ctx: RunIdentity) -> RunTransaction:
         return RunTransaction(self, ctx)
 
-    def _open(self, key: Key) -> None:
-        with self._lock:
-            if key in self._opened:
-                raise RuntimeError("ctx.transaction() may be used once per run")
-            self._opened.add(key)
-
-    def _park(self, key: Key, pending: Pending) -> bool:
+    def _park(self, key: Key, pending: Pending, ctx: RunIdentity) -> bool:
         """Keep a cleanly ended block's transaction for the run's outcome; False when the
         run was reported already (the caller rolls back)."""
         with self._lock:
-            if key in self._reported:
+            if ctx.reported:
                 return False
             self._pending[key] = pending
             return True
 
     def take(self, job_id: UUID, slot: datetime, token: int) -> Pending | None:
-        """The run's parked transaction, if any; the run counts as reported from now on."""
-        key = (job_id, slot, token)
+        """The run's parked transaction, if any. The executor marks a run reported before
+        this is called, so a block that ends later rolls back rather than park."""
+        if not self._pending:  # most runs: no lock taken
+            return None
         with self._lock:
-            self._opened.discard(key)
-            self._reported[key] = None
-            if len(self._reported) > REPORTED_MAX:
-                self._reported.popitem(last=False)
-            return self._pending.pop(key, None)
+            return self._pending.pop((job_id, slot, token), None)
 
 
 class RunTransaction:
@@ -102,12 +92,12 @@ class RunTransaction:
     def __init__(self, effects: Effects, ctx: RunIdentity) -> None:
         self._effects = effects
         self._key: Key = (ctx.job_id, ctx.scheduled_for, ctx.fencing_token)
+        self._ctx = ctx
         self._timeout_s = ctx.timeout_s
         self._conn: Conn | None = None
         self._sync_conn: SyncConn | None = None
 
     async def __aenter__(self) -> Conn:
-        self._effects._open(self._key)
         self._conn = await self._effects.store.open(self._timeout_s)
         return self._conn
 
@@ -118,11 +108,13 @@ class RunTransaction:
         tb: TracebackType | None,
     ) -> None:
         assert self._conn is not None
-        if exc_type is not None or not self._effects._park(self._key, Pending(conn=self._conn)):
+        parked = exc_type is None and self._effects._park(
+            self._key, Pending(conn=self._conn), self._ctx
+        )
+        if not parked:
             await close(self._conn)  # closing an open transaction rolls it back
 
     def __enter__(self) -> SyncConn:
-        self._effects._open(self._key)
         self._sync_conn = self._effects.store.open_sync(self._timeout_s)
         return self._sync_conn
 
@@ -134,5 +126,5 @@ class RunTransaction:
     ) -> None:
         assert self._sync_conn is not None
         pending = Pending(sync_conn=self._sync_conn)
-        if exc_type is not None or not self._effects._park(self._key, pending):
+        if exc_type is not None or not self._effects._park(self._key, pending, self._ctx):
             close_sync(self._sync_conn)

@@ -307,6 +307,8 @@ class Executor:
 
     def _finish(self, found: Running) -> None:
         key = key_of(found.job)
+        if found.ctx is not None:  # its transaction, if any, waits for no one after this
+            object.__setattr__(found.ctx, "_reported", True)
         if self.running.get(key) is not found:
             return  # already dropped (a later claim of the same job may hold the id now)
         del self.running[key]

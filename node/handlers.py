@@ -45,6 +45,9 @@ CHUNK_BYTES = 65536
 DRAIN_AFTER_KILL_S = 1.0
 
 
+_CANCEL_LOCK = threading.Lock()  # a context's lazily made parts, made once
+
+
 @dataclass(frozen=True)
 class RunContext:
     """What a handler is told about the slot it runs."""
@@ -63,18 +66,41 @@ class RunContext:
     # writes that carry a lower one, so a run whose lease was taken over is fenced there too.
     fencing_token: int = 0
     cancel_grace_s: float = DEFAULT_CANCEL_GRACE_S
-    # Set when the run is asked to stop; a sync handler checks it (raise_if_cancelled).
-    cancelled: threading.Event = field(default_factory=threading.Event, repr=False, compare=False)
     effects: Effects | None = field(default=None, repr=False, compare=False)
     _log: RunLog = field(init=False, repr=False, compare=False)
+    # Made on first use (few runs are ever cancelled; an Event costs a lock and a condition).
+    _cancelled: threading.Event | None = field(default=None, init=False, repr=False, compare=False)
+    # Set by the executor once the run's outcome is reported (node.effects reads it).
+    _reported: bool = field(default=False, init=False, repr=False, compare=False)
+    _transaction_used: bool = field(default=False, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "_log", RunLog(self.output_limit))
 
+    @property
+    def cancelled(self) -> threading.Event:
+        """Set when the run is asked to stop: a sync handler waits on it or checks it."""
+        found = self._cancelled
+        if found is None:
+            with _CANCEL_LOCK:
+                found = self._cancelled
+                if found is None:
+                    found = threading.Event()
+                    object.__setattr__(self, "_cancelled", found)
+        return found
+
+    @property
+    def reported(self) -> bool:
+        return self._reported
+
+    @property
+    def is_cancelled(self) -> bool:
+        return self._cancelled is not None and self._cancelled.is_set()
+
     def raise_if_cancelled(self) -> None:
         """Raise ``RunCancelled`` if the run was asked to stop; the run is then recorded
         ``cancelled`` (and not retried)."""
-        if self.cancelled.is_set():
+        if self.is_cancelled:
             raise RunCancelled("the run was cancelled")
 
     def transaction(self) -> RunTransaction:
@@ -84,6 +110,10 @@ class RunContext:
         rolled back. See docs/design/effects.md."""
         if self.effects is None:
             raise RuntimeError("ctx.transaction() needs a run started by a Pulse node")
+        with _CANCEL_LOCK:
+            if self._transaction_used:
+                raise RuntimeError("ctx.transaction() may be used once per run")
+            object.__setattr__(self, "_transaction_used", True)
         return self.effects.transaction(self)
 
     def log(self, message: str) -> None:
@@ -271,17 +301,17 @@ async def _shell(command: str, ctx: RunContext, timeout_s: float, started: float
             await asyncio.wait(pumps)  # unlike gather, a timeout here leaves them running
             await proc.wait()
     except (TimeoutError, asyncio.CancelledError) as exc:
-        if ctx.cancelled.is_set():  # asked to stop: a chance to end cleanly first
+        if ctx.is_cancelled:  # asked to stop: a chance to end cleanly first
             await _terminate_group(proc, ctx.cancel_grace_s)
         _kill_group(proc.pid)
-        if isinstance(exc, TimeoutError) or ctx.cancelled.is_set():
+        if isinstance(exc, TimeoutError) or ctx.is_cancelled:
             await asyncio.wait(pumps, timeout=DRAIN_AFTER_KILL_S)  # what it printed is kept
         for pump in pumps:
             pump.cancel()
         await proc.wait()
         if isinstance(exc, asyncio.CancelledError):
             task = asyncio.current_task()
-            if not ctx.cancelled.is_set() or task is None:
+            if not ctx.is_cancelled or task is None:
                 raise
             task.uncancel()  # stopped as asked: the outcome says so
             return Outcome(

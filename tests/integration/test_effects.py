@@ -173,9 +173,13 @@ async def test_a_block_that_ends_after_its_run_was_reported_is_rolled_back(
     ctx = context(first, node.effects)
     async with ctx.transaction() as conn:
         await conn.execute(f"INSERT INTO {table} (slot, token) VALUES (now(), 1)")  # type: ignore[arg-type]
-        # The run timed out meanwhile: reported before its block ended.
+        # The run timed out meanwhile: reported before its block ended (the executor marks
+        # the context so when it reports the run).
+        object.__setattr__(ctx, "_reported", True)
         await node.finish(first, Outcome("timed_out", "timed out after 30s", 30.0))
+        assert not node.effects._pending
     assert await rows(settings, table) == []
+    assert not node.effects._pending  # rolled back at the block's end, not parked
 
 
 def test_a_context_without_a_node_has_no_transaction() -> None:

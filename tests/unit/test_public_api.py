@@ -212,8 +212,7 @@ EXPECTED: dict[str, dict[str, str]] = {
         "'dict[str, Any]', scheduled_for: 'datetime', attempt: 'int', "
         "timeout_s: 'float', node_id: 'str', zone: 'str', output_limit: "
         "'int' = 16384, fencing_token: 'int' = 0, cancel_grace_s: 'float' "
-        "= 10.0, cancelled: 'threading.Event' = <factory>, effects: "
-        "'Effects | None' = None) -> None",
+        "= 10.0, effects: 'Effects | None' = None) -> None",
         "log": "(self, message: 'str') -> 'None'",
         "raise_if_cancelled": "(self) -> 'None'",
         "transaction": "(self) -> 'RunTransaction'",
