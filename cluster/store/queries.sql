@@ -138,6 +138,7 @@ RETURNING id, shard_id, slot_at;
 -- The request stays on the job row until the slot ends (every attempt of the slot sees it).
 UPDATE jobs SET cancel_by = %(by)s
 WHERE tenant_id = %(tenant_id)s AND name = %(name)s AND status = 'running'
+  AND (%(scope)s::text IS NULL OR tenant_id = %(scope)s)
   AND overlap <> 'allow'  -- its slots run as flights (cancel_flights)
   AND (%(slot)s::timestamptz IS NULL OR slot_at = %(slot)s)
 RETURNING id, shard_id, slot_at, attempt, lease_token, locked_by, overlap;
@@ -844,6 +845,7 @@ RETURNING j.id, j.tenant_id, j.name, j.schedule, j.tz, j.dst_repeated, j.dst_ski
 UPDATE flights f SET cancel_by = %(by)s
 FROM jobs j
 WHERE j.tenant_id = %(tenant_id)s AND j.name = %(name)s AND f.job_id = j.id
+  AND (%(scope)s::text IS NULL OR j.tenant_id = %(scope)s)
   AND f.status = 'running' AND (%(slot)s::timestamptz IS NULL OR f.slot = %(slot)s)
 RETURNING j.id, j.shard_id, f.slot AS slot_at, f.attempt, f.lease_token, f.locked_by,
           j.overlap;

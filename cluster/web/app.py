@@ -20,7 +20,7 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from cluster.errors import Conflict, InvalidInput, NotFound, PulseError, StoreError
+from cluster.errors import Conflict, InvalidInput, NotFound, NotRunning, PulseError, StoreError
 from cluster.settings import ClusterSettings
 from cluster.store.pool import StorePool
 from cluster.web import audit, console, jobs, runs, status
@@ -128,6 +128,10 @@ def create_app(
     @app.exception_handler(Conflict)
     async def conflict(request: Request, exc: Conflict) -> JSONResponse:
         return _error(409, exc.problem, exc.field)
+
+    @app.exception_handler(NotRunning)
+    async def not_running(request: Request, exc: NotRunning) -> JSONResponse:
+        return _error(409, str(exc))
 
     @app.exception_handler(InvalidInput)
     async def invalid(request: Request, exc: InvalidInput) -> JSONResponse:

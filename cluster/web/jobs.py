@@ -8,6 +8,7 @@ allow-list first, then change the job and write its audit row in one transaction
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any
 
 from fastapi import APIRouter, HTTPException, Query, Request, Response
@@ -15,6 +16,7 @@ from fastapi import APIRouter, HTTPException, Query, Request, Response
 from cluster.errors import InvalidInput
 from cluster.jobfile import specs_of
 from cluster.jobspec import DEFAULT_TENANT, JobSpec
+from cluster.models import iso
 from cluster.web.audit import record
 from cluster.web.auth import Principal, Reader, Writer
 from cluster.web.bodies import decode_cursor, encode_cursor, json_body, json_object
@@ -197,3 +199,39 @@ async def trigger_job(request: Request, tenant: str, name: str, who: Writer) -> 
     """Run the job now, keeping its schedule (409 while it runs)."""
     result: dict[str, Any] = await _control(request, who, "trigger", tenant, name)
     return result
+
+
+@router.post("/api/jobs/{tenant}/{name:path}/cancel")
+async def cancel_job(request: Request, tenant: str, name: str, who: Writer) -> list[dict[str, Any]]:
+    """Stop a running slot (body {"slot": ISO 8601} or {"all": true} when several of an
+    overlap `allow` job run); it is recorded cancelled by this token. 409 when none runs."""
+    body = await json_object(request) if (await request.body()).strip() else {}
+    unknown = sorted(set(body) - {"slot", "all"})
+    if unknown:
+        raise InvalidInput(unknown[0], "unknown key")
+    slot = parse_slot(body.get("slot"))
+    every = body.get("all", False)
+    if not isinstance(every, bool):
+        raise InvalidInput("all", "must be true or false")
+    if every and slot is not None:
+        raise InvalidInput("all", "give either slot or all")
+    async with state_of(request).pool.store(who.scope) as store, store.transaction():
+        asked = await store.cancel(name, tenant, by=f"token {who.name}", slot=slot, every=every)
+        await record(
+            store, who, "cancel", tenant, name, ", ".join(iso(a.slot) or "" for a in asked)
+        )
+    return [{"slot": iso(a.slot), "attempt": a.attempt, "node_id": a.node_id} for a in asked]
+
+
+def parse_slot(value: object) -> datetime | None:
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise InvalidInput("slot", "must be an ISO 8601 time")
+    try:
+        slot = datetime.fromisoformat(value)
+    except ValueError as exc:
+        raise InvalidInput("slot", f"{value!r} is not an ISO 8601 time") from exc
+    if slot.tzinfo is None:
+        raise InvalidInput("slot", "needs an offset (Z or +01:00)")
+    return slot

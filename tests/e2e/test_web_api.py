@@ -483,3 +483,27 @@ def test_pulse_web_without_the_extra_fails_in_one_line(tmp_path: Path) -> None:
     assert done.returncode == 1
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and "pulsecron[web]" in lines[0], done.stderr
+
+
+def test_cancel_asks_for_the_running_slot_and_is_scoped_and_audited(api: Api) -> None:
+    api.set_config("api.handlers", "billing.*:*")
+    with api.as_("write") as client:
+        client.post("/api/jobs", json=job("long", tenant="acme"))
+        client.post("/api/jobs", json=job("long", tenant="globex"))
+        assert client.post("/api/jobs/acme/long/cancel").status_code == 409  # nothing runs
+        # As a claim leaves a job: running under a node's lease.
+        api.sql(
+            "UPDATE jobs SET status = 'running', locked_by = 'n1', lease_token = lease_token + 1"
+            " WHERE name = 'long' RETURNING id"
+        )
+        assert client.post("/api/jobs/acme/long/cancel", json={"all": 1}).status_code == 422
+        assert client.post("/api/jobs/acme/long/cancel", json={"slot": "soon"}).status_code == 422
+        asked = client.post("/api/jobs/acme/long/cancel")
+        assert asked.status_code == 200, asked.text
+        assert [a["node_id"] for a in asked.json()] == ["n1"]
+    with api.as_("acme") as acme:
+        assert acme.post("/api/jobs/globex/long/cancel").status_code == 404
+    requested = api.sql("SELECT tenant_id, cancel_by FROM jobs WHERE name = 'long' ORDER BY 1")
+    assert requested == [("acme", "token deployer"), ("globex", None)]
+    actions = api.sql("SELECT action, tenant_id, job_name FROM api_audit WHERE action = 'cancel'")
+    assert actions == [("cancel", "acme", "long")]

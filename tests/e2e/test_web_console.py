@@ -188,6 +188,23 @@ def test_run_now_shows_the_run_and_pause_changes_the_status(console: Console) ->
     screenshot(console.browser, "runs")
 
 
+def test_cancel_stops_the_running_slot(console: Console) -> None:
+    with console.api() as api:
+        created = api.post(
+            "/api/jobs",
+            json={"name": "sleepy", "schedule": "0 3 * * *", "cancel_grace": "0s",
+                  "handler": "cluster.chaos.witness:record", "payload": {"sleep_s": 120}},
+        )  # fmt: skip
+        assert created.status_code == 201, created.text
+        assert api.post("/api/jobs/default/sleepy/trigger").status_code == 200
+    console.open("#/job/default/sleepy")
+    wait_until(lambda: console.text("#job-name") == "sleepy", 20, "the job's page")
+    wait_until(lambda: console.find("#do-cancel:not([disabled])"), 60, "a running slot")
+    console.find("#do-cancel")[0].click()
+    wait_until(lambda: "cancelled" in console.text("#job-runs"), 30, "the cancelled run")
+    screenshot(console.browser, "cancelled")
+
+
 def test_a_name_that_looks_like_markup_is_shown_as_text(console: Console) -> None:
     console.open("#/jobs?q=script")
     link = wait_until(lambda: console.find("a.job-link"), 20, "the job in the list")[0]

@@ -246,13 +246,20 @@ async function jobPage(tenant, name) {
   const buttons = {};
   const act = async (verb) => {
     try {
+      if (verb === "cancel") {  // every running slot; the job page refreshes as they stop
+        const asked = await api("POST", `${path}/cancel`, { all: true });
+        say("");
+        document.getElementById("action-result").textContent = `Cancelling ${asked.length} running slot(s)`;
+        render(await api("GET", path));
+        return;
+      }
       const changed = await api("POST", `${path}/${verb}`);
       say("");
       render(changed);
       document.getElementById("action-result").textContent = `${verb === "trigger" ? "Triggered" : verb === "pause" ? "Paused" : "Resumed"}: now ${changed.status}`;
     } catch (e) { say(e.message); }
   };
-  for (const [verb, label] of [["pause", "Pause"], ["resume", "Resume"], ["trigger", "Run now"]]) {
+  for (const [verb, label] of [["pause", "Pause"], ["resume", "Resume"], ["trigger", "Run now"], ["cancel", "Cancel run"]]) {
     buttons[verb] = el("button", { type: "button", id: `do-${verb}`, onclick: () => act(verb) }, label);
   }
   const render = (j) => {
@@ -262,6 +269,7 @@ async function jobPage(tenant, name) {
     buttons.pause.disabled = !canWrite || j.paused;
     buttons.resume.disabled = !canWrite || !j.paused;
     buttons.trigger.disabled = !canWrite || j.status === "running";
+    buttons.cancel.disabled = !canWrite || !(j.recent_runs || []).some((r) => r.status === "running");
     facts.replaceChildren(...Object.entries(j).filter(([k]) => !["next_slots", "recent_runs"].includes(k))
       .flatMap(([k, v]) => [el("dt", {}, k), el("dd", {}, v === null ? "-" : typeof v === "object" ? JSON.stringify(v) : String(v))]));
     slots.querySelector("tbody").replaceChildren(...j.next_slots.map((s) => el("tr", {}, el("td", {}, inZone(s, j.tz)), el("td", {}, new Date(s).toISOString()))));
@@ -270,7 +278,7 @@ async function jobPage(tenant, name) {
   show(
     el("h1", {}, el("span", { id: "job-name" }, job.name), el("span", { class: "legend" }, ` (tenant ${job.tenant})`)),
     el("p", {}, "Status: ", statusCell),
-    el("div", { class: "actions", role: "group", "aria-label": "Job actions" }, buttons.pause, buttons.resume, buttons.trigger),
+    el("div", { class: "actions", role: "group", "aria-label": "Job actions" }, buttons.pause, buttons.resume, buttons.trigger, buttons.cancel),
     el("p", { id: "action-result", role: "status", "aria-live": "polite" }),
     runs, output, slots, el("h2", {}, "Definition"), facts);
   render(job);
