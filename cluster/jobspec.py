@@ -17,6 +17,7 @@ from cluster.catchup import parse_catch_up
 from cluster.durations import parse_duration
 from cluster.errors import InvalidInput
 from cluster.handlerspec import canonical, is_forwarded
+from cluster.jitter import check_jitter
 from cluster.schedule import Schedule, parse_schedule
 
 MAX_PAYLOAD_BYTES = 1024 * 1024
@@ -214,6 +215,8 @@ class JobSpec:
     overlap: str = DEFAULT_OVERLAP
     max_concurrent: int = DEFAULT_MAX_CONCURRENT
     cancel_grace_s: float = DEFAULT_CANCEL_GRACE_S
+    jitter_s: float = 0.0  # each slot starts within [slot, slot + jitter) (cluster.jitter)
+    remove_when_done: bool = False  # a one-off (@at) job is deleted once its slot has run
 
     @classmethod
     def build(
@@ -242,6 +245,8 @@ class JobSpec:
         overlap: str = DEFAULT_OVERLAP,
         max_concurrent: int | str | None = None,
         cancel_grace: str | float = DEFAULT_CANCEL_GRACE_S,
+        jitter: str | float = 0.0,
+        remove_when_done: bool = False,
     ) -> JobSpec:
         """Validate every field; raise ``InvalidInput`` naming the first bad one."""
         name = validate_name(name)
@@ -265,6 +270,9 @@ class JobSpec:
         late_after_s = _optional_duration(late_after, "late_after")
         assert late_after_s is not None
         overlap, max_concurrent = parse_overlap(overlap, max_concurrent)
+        jitter_s = check_jitter(parsed, _duration(jitter, "jitter"))
+        if not isinstance(remove_when_done, bool):
+            raise InvalidInput("remove_when_done", "must be true or false")
         return cls(
             name=name,
             schedule=parsed.expr,
@@ -293,6 +301,8 @@ class JobSpec:
             overlap=overlap,
             max_concurrent=max_concurrent,
             cancel_grace_s=_duration(cancel_grace, "cancel_grace"),
+            jitter_s=jitter_s,
+            remove_when_done=remove_when_done,
         )
 
     @classmethod
@@ -305,6 +315,7 @@ class JobSpec:
             "max_backfill", "timeout", "retries", "retry_backoff", "paused", "dst_repeated",
             "dst_skipped", "keep_for", "keep_runs", "output_limit", "late_after",
             "pause_after_failures", "overlap", "max_concurrent", "cancel_grace",
+            "jitter", "remove_when_done",
         }  # fmt: skip
         unknown = sorted(set(entry) - known)
         if unknown:
@@ -344,6 +355,8 @@ class JobSpec:
             overlap=self.overlap,
             max_concurrent=self.max_concurrent if self.overlap == "allow" else None,
             cancel_grace=self.cancel_grace_s,
+            jitter=self.jitter_s,
+            remove_when_done=self.remove_when_done,
         )
 
     def parsed_schedule(self) -> Schedule:

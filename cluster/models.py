@@ -55,6 +55,8 @@ class Job:
     max_concurrent: int
     cancel_grace_s: float
     cancel_by: str | None  # who asked to cancel the running slot, until it ends
+    jitter_s: float = 0.0  # a slot starts within [slot, slot + jitter_s) (cluster.jitter)
+    remove_when_done: bool = False  # a one-off job is deleted once its slot has run
 
     def parsed_schedule(self) -> Schedule:
         return parse_schedule(self.schedule, self.tz, self.dst_repeated, self.dst_skipped)  # type: ignore[arg-type]
@@ -102,6 +104,8 @@ class Job:
             max_concurrent=row["max_concurrent"],
             cancel_grace_s=row["cancel_grace_s"],
             cancel_by=row["cancel_by"],
+            jitter_s=row.get("jitter_s", 0.0),
+            remove_when_done=row.get("remove_when_done", False),
         )
 
     def to_json(self) -> dict[str, Any]:
@@ -140,6 +144,9 @@ class Job:
             "max_concurrent": self.max_concurrent,
             "cancel_grace_s": self.cancel_grace_s,
             "cancel_by": self.cancel_by,
+            "jitter_s": self.jitter_s,
+            "slot_at": iso(self.slot_at),
+            "remove_when_done": self.remove_when_done,
             "created_at": iso(self.created_at),
             "updated_at": iso(self.updated_at),
         }

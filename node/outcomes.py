@@ -14,6 +14,7 @@ from typing import TypeVar
 
 from cluster.catchup import CatchUp, CatchUpPlan, plan_catchup
 from cluster.durations import format_duration
+from cluster.jitter import jittered
 from cluster.schedule import Schedule, parse_schedule
 from cluster.store.records import ClaimedJob, Completion, Skip
 from node.handlers import Outcome
@@ -61,6 +62,17 @@ def catch_up_of(job: ClaimedJob) -> CatchUp:
     return _catch_up(job.catch_up, job.grace_s, job.max_backfill)
 
 
+def start_of(job: ClaimedJob, slot: datetime) -> datetime:
+    """When ``slot`` of the job starts: the slot plus its jitter offset (cluster.jitter)."""
+    return jittered(job.tenant, job.name, slot, job.jitter_s) if job.jitter_s else slot
+
+
+def nominal_now(job: ClaimedJob, now: datetime) -> datetime:
+    """The clock catch-up reads: ``jitter_s`` behind, so a slot counts as missed only once
+    its whole start window has passed (docs/design/time.md)."""
+    return now - timedelta(seconds=job.jitter_s) if job.jitter_s else now
+
+
 def broken(job: ClaimedJob, exc: Exception, now: datetime) -> Completion:
     """The slot of a job whose stored definition no longer parses: recorded as failed, and
     tried again in an hour (fix the job meanwhile). It never stops the node."""
@@ -102,6 +114,7 @@ def plan_at_claim(job: ClaimedJob, now: datetime) -> tuple[Completion, list[Skip
     """
     if job.attempt > 1:
         return None
+    now = nominal_now(job, now)
     if following_slot(job) > now:
         return None  # the usual case: no later slot is due yet, nothing to catch up
     plan = plan_catchup(schedule_of(job), job.slot, now, catch_up_of(job))
@@ -116,7 +129,7 @@ def plan_at_claim(job: ClaimedJob, now: datetime) -> tuple[Completion, list[Skip
         outcome="skipped",
         error=reason,
         duration_s=None,
-        next_run_at=plan.next_slot,
+        next_run_at=start_of(job, plan.next_slot),
         next_slot=plan.next_slot,
         next_attempt=1,
     )
@@ -144,9 +157,10 @@ def after_run(job: ClaimedJob, outcome: Outcome, now: datetime) -> tuple[Complet
         return done, []
     following = following_slot(job)
     skips: list[Skip] = []
-    if following <= now:  # a later slot is due already: the catch-up policy decides
-        plan = plan_catchup(schedule_of(job), following, now, catch_up_of(job))
-        following, skips = plan.next_slot, _skips(job, plan, now)
+    nominal = nominal_now(job, now)
+    if following <= nominal:  # a later slot is due already: the catch-up policy decides
+        plan = plan_catchup(schedule_of(job), following, nominal, catch_up_of(job))
+        following, skips = plan.next_slot, _skips(job, plan, nominal)
     done = Completion(
         id=job.id,
         token=job.lease_token,
@@ -154,7 +168,7 @@ def after_run(job: ClaimedJob, outcome: Outcome, now: datetime) -> tuple[Complet
         outcome=outcome.status,
         error=outcome.error,
         duration_s=outcome.duration_s,
-        next_run_at=following,
+        next_run_at=start_of(job, following),
         next_slot=following,
         next_attempt=1,
         output=outcome.output,

@@ -88,6 +88,7 @@ tenant_option = click.option(
 )
 @click.option("--max-concurrent", default=None, help="Slots in flight at once (overlap allow).")
 @duration_option("--cancel-grace", spec.DEFAULT_CANCEL_GRACE_S, "SIGTERM to SIGKILL on cancel.")
+@duration_option("--jitter", 0.0, "Each slot starts within [slot, slot + jitter).")
 @click.option("--paused", is_flag=True, help="Create the job paused.")
 @click.option("--json", "as_json", is_flag=True, help="Print the job as JSON.")
 @with_store
@@ -235,6 +236,7 @@ async def show_job(store: JobStore, name: str, tenant: str, as_json: bool) -> No
         emit_json(data)
         return
     upcoming, recent = data.pop("next_slots"), data.pop("recent_runs")
+    starts = data.pop("next_starts")
     for key, value in data.items():
         if key == "handler":  # an http: or celery: handler: its summary, then its options
             first, *more = handlerspec.describe(value)
@@ -244,9 +246,9 @@ async def show_job(store: JobStore, name: str, tenant: str, as_json: bool) -> No
             continue
         shown = json.dumps(value, ensure_ascii=False) if isinstance(value, dict) else value
         click.echo(f"{key + ':':<18}{'-' if shown is None else shown}")
-    click.echo("next slots:")
-    for slot in upcoming:
-        click.echo(f"  {slot}")
+    click.echo("next slots:" if upcoming else "next slots: none")
+    for slot, start in zip(upcoming, starts, strict=True):
+        click.echo(f"  {slot}" if start == slot else f"  {slot}  starts {start}")
     click.echo("recent runs:" if recent else "recent runs: none")
     for run in recent:
         node = run["node_id"] or "-"

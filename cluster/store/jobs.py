@@ -21,6 +21,7 @@ import psycopg
 from psycopg.types.json import Jsonb
 
 from cluster.errors import Conflict, InvalidInput, NotFound, NotRunning, StoreError
+from cluster.jitter import jittered
 from cluster.jobspec import DEFAULT_TENANT, JobSpec, check_text
 from cluster.models import Job, Run, iso
 from cluster.retention import Retention
@@ -297,8 +298,11 @@ class JobStore:
                     raise NotFound(f"no job named {name!r} in tenant {tenant!r}")
                 job = Job.from_row(row)
                 spec = self._spec_of(job)
-                next_run_at = spec.parsed_schedule().next_after(await self.db_now(now))
-                await self._write("resume_job", name, tenant, {"next_run_at": next_run_at})
+                slot = spec.parsed_schedule().next_after(await self.db_now(now))
+                start = jittered(tenant, name, slot, job.jitter_s)
+                await self._write(
+                    "resume_job", name, tenant, {"next_run_at": start, "slot_at": slot}
+                )
         except psycopg.Error as exc:
             raise StoreError(describe(exc)) from exc
         return await self.get(name, tenant)
@@ -372,12 +376,19 @@ class JobStore:
         """What ``pulse jobs show --json`` prints: the job, its next slots, its latest runs."""
         job = await self.get(name, tenant)
         now = await self.db_now()
-        upcoming = job.parsed_schedule().next_n(max(job.next_run_at or now, now), slots)
-        if job.status == "idle" and job.next_run_at and job.next_run_at not in upcoming:
-            upcoming = [job.next_run_at, *upcoming[: slots - 1]]
+        schedule = job.parsed_schedule()
+        if job.status == "idle" and job.next_run_at is not None:  # its slot, then the next
+            upcoming = [job.slot_at, *schedule.next_n(job.slot_at, slots - 1)]
+            starts = [job.next_run_at]  # the slot's start, or a retry's
+        elif job.status == "done":
+            upcoming, starts = [], []
+        else:
+            upcoming, starts = schedule.next_n(now, slots), []
+        starts += [jittered(job.tenant, job.name, s, job.jitter_s) for s in upcoming[len(starts) :]]
         recent = await self.runs(job=job.name, tenant=job.tenant, limit=runs)
         data = job.to_json()
         data["next_slots"] = [iso(s) for s in upcoming]
+        data["next_starts"] = [iso(s) for s in starts]
         data["recent_runs"] = [r.to_json() for r in recent]
         return data
 
@@ -424,6 +435,7 @@ class JobStore:
 
     def _params(self, spec: JobSpec, shards: int, db_now: datetime) -> dict[str, Any]:
         job_id = uuid.uuid4()
+        slot = spec.parsed_schedule().next_after(db_now)
         return {
             "id": job_id,
             "tenant_id": spec.tenant,
@@ -436,7 +448,8 @@ class JobStore:
             "payload": Jsonb(spec.payload),
             "paused": spec.paused,
             "shard_id": shard_for(job_id, shards),
-            "next_run_at": spec.parsed_schedule().next_after(db_now),
+            "next_run_at": jittered(spec.tenant, spec.name, slot, spec.jitter_s),
+            "slot_at": slot,
             "catch_up": spec.catch_up,
             "grace_s": spec.grace_s,
             "max_backfill": spec.max_backfill,
@@ -451,6 +464,8 @@ class JobStore:
             "overlap": spec.overlap,
             "max_concurrent": spec.max_concurrent,
             "cancel_grace_s": spec.cancel_grace_s,
+            "jitter_s": spec.jitter_s,
+            "remove_when_done": spec.remove_when_done,
         }
 
     async def _notify(self, shard: int) -> None:

@@ -13,16 +13,17 @@ INSERT INTO jobs AS j (
     id, tenant_id, name, schedule, tz, dst_repeated, dst_skipped, handler, payload,
     status, paused, shard_id, next_run_at, slot_at, catch_up, grace_s, max_backfill,
     timeout_s, max_retries, retry_backoff_s, keep_for_s, keep_runs, output_limit,
-    late_after_s, pause_after_failures, overlap, max_concurrent, cancel_grace_s)
+    late_after_s, pause_after_failures, overlap, max_concurrent, cancel_grace_s, jitter_s,
+    remove_when_done)
 VALUES (
     %(id)s, %(tenant_id)s, %(name)s, %(schedule)s, %(tz)s, %(dst_repeated)s, %(dst_skipped)s,
     %(handler)s, %(payload)s, CASE WHEN %(paused)s THEN 'paused' ELSE 'idle' END, %(paused)s,
     %(shard_id)s,
     CASE WHEN %(paused)s THEN '9999-01-01Z'::timestamptz ELSE %(next_run_at)s END,
-    %(next_run_at)s, %(catch_up)s, %(grace_s)s,
+    %(slot_at)s, %(catch_up)s, %(grace_s)s,
     %(max_backfill)s, %(timeout_s)s, %(max_retries)s, %(retry_backoff_s)s, %(keep_for_s)s,
     %(keep_runs)s, %(output_limit)s, %(late_after_s)s, %(pause_after_failures)s,
-    %(overlap)s, %(max_concurrent)s, %(cancel_grace_s)s)
+    %(overlap)s, %(max_concurrent)s, %(cancel_grace_s)s, %(jitter_s)s, %(remove_when_done)s)
 ON CONFLICT (tenant_id, name) DO UPDATE SET
     schedule = excluded.schedule,
     tz = excluded.tz,
@@ -45,34 +46,38 @@ ON CONFLICT (tenant_id, name) DO UPDATE SET
     overlap = excluded.overlap,
     max_concurrent = excluded.max_concurrent,
     cancel_grace_s = excluded.cancel_grace_s,
+    jitter_s = excluded.jitter_s,
+    remove_when_done = excluded.remove_when_done,
     status = CASE
         WHEN j.status = 'running' THEN 'running'
         WHEN excluded.paused THEN 'paused'
         ELSE 'idle' END,
-    -- An idle job moves to the new next slot when its timing changed or it is resumed.
+    -- An idle job moves to the new next slot when its timing changed or it is resumed;
+    -- excluded.next_run_at is that slot's jittered start, excluded.slot_at the slot.
     (next_run_at, slot_at, attempt) = (
         SELECT CASE WHEN m.moves OR (j.status <> 'running' AND excluded.paused)
                     THEN excluded.next_run_at ELSE j.next_run_at END,
-               CASE WHEN m.moves THEN excluded.next_run_at ELSE j.slot_at END,
+               CASE WHEN m.moves THEN excluded.slot_at ELSE j.slot_at END,
                CASE WHEN m.moves THEN 1 ELSE j.attempt END
         FROM (SELECT j.status <> 'running' AND (
-                  (j.schedule, j.tz, j.dst_repeated, j.dst_skipped)
+                  (j.schedule, j.tz, j.dst_repeated, j.dst_skipped, j.jitter_s)
                       IS DISTINCT FROM (excluded.schedule, excluded.tz, excluded.dst_repeated,
-                                        excluded.dst_skipped)
+                                        excluded.dst_skipped, excluded.jitter_s)
                   OR (j.paused AND NOT excluded.paused)) AS moves) m),
     updated_at = now()
 WHERE %(replace)s
   AND (j.schedule, j.tz, j.dst_repeated, j.dst_skipped, j.handler, j.payload, j.paused,
        j.catch_up, j.grace_s, j.max_backfill, j.timeout_s, j.max_retries, j.retry_backoff_s,
        j.keep_for_s, j.keep_runs, j.output_limit, j.late_after_s, j.pause_after_failures,
-       j.overlap, j.max_concurrent, j.cancel_grace_s)
+       j.overlap, j.max_concurrent, j.cancel_grace_s, j.jitter_s, j.remove_when_done)
     IS DISTINCT FROM
       (excluded.schedule, excluded.tz, excluded.dst_repeated, excluded.dst_skipped,
        excluded.handler, excluded.payload, excluded.paused, excluded.catch_up,
        excluded.grace_s, excluded.max_backfill, excluded.timeout_s, excluded.max_retries,
        excluded.retry_backoff_s, excluded.keep_for_s, excluded.keep_runs,
        excluded.output_limit, excluded.late_after_s, excluded.pause_after_failures,
-       excluded.overlap, excluded.max_concurrent, excluded.cancel_grace_s)
+       excluded.overlap, excluded.max_concurrent, excluded.cancel_grace_s, excluded.jitter_s,
+       excluded.remove_when_done)
 RETURNING id, shard_id, (xmax = 0) AS inserted;
 
 -- name: list_jobs
@@ -111,7 +116,7 @@ UPDATE jobs SET
     failed_slots = 0,
     status = CASE WHEN status = 'paused' THEN 'idle' ELSE status END,
     next_run_at = CASE WHEN status = 'paused' THEN %(next_run_at)s ELSE next_run_at END,
-    slot_at = CASE WHEN status = 'paused' THEN %(next_run_at)s ELSE slot_at END,
+    slot_at = CASE WHEN status = 'paused' THEN %(slot_at)s ELSE slot_at END,
     attempt = CASE WHEN status = 'paused' THEN 1 ELSE attempt END,
     updated_at = now()
 WHERE tenant_id = %(tenant_id)s AND name = %(name)s
@@ -351,7 +356,7 @@ claimed AS (
               j.handler, nullif(j.payload, '{}'::jsonb) AS payload, j.shard_id, j.slot_at,
               j.attempt, j.lease_token, j.catch_up, j.grace_s, j.max_backfill, j.timeout_s,
               j.max_retries, j.retry_backoff_s, j.next_run_at, j.output_limit, j.overlap,
-              j.cancel_grace_s, j.cancel_by, false AS flight
+              j.cancel_grace_s, j.cancel_by, false AS flight, j.jitter_s
 ),
 next_due AS (
     SELECT min(x.next_run_at) AS t
@@ -579,7 +584,7 @@ reset AS (
               j.schedule, j.tz, j.dst_repeated, j.dst_skipped, j.handler, j.payload, j.shard_id,
               j.lease_token, j.catch_up, j.grace_s, j.max_backfill, j.timeout_s, j.max_retries,
               j.retry_backoff_s, j.next_run_at, j.output_limit, j.overlap, j.cancel_grace_s,
-              j.cancel_by,
+              j.cancel_by, j.jitter_s,
               record_run(j.id, j.tenant_id, j.name, j.slot_at, d.attempt, d.locked_by,
                          d.locked_zone, 'lost', d.lease_token, d.locked_at, k.t, NULL,
                          d.reason || ' (node ' || coalesce(d.locked_by, '?') || ')', NULL),
@@ -591,7 +596,7 @@ SELECT r.id, r.tenant_id, r.name, r.slot_at, r.attempt, r.locked_by, r.reason, r
        r.schedule, r.tz, r.dst_repeated, r.dst_skipped, r.handler, r.payload, r.shard_id,
        r.lease_token, r.catch_up, r.grace_s, r.max_backfill, r.timeout_s, r.max_retries,
        r.retry_backoff_s, r.next_run_at, r.output_limit, r.overlap, r.cancel_grace_s,
-       r.cancel_by
+       r.cancel_by, r.jitter_s
 FROM reset r;
 
 -- flights
@@ -697,7 +702,7 @@ RETURNING j.id, j.tenant_id, j.name, j.schedule, j.tz, j.dst_repeated, j.dst_ski
           j.handler, nullif(j.payload, '{}'::jsonb) AS payload, j.shard_id, f.slot,
           f.attempt, f.lease_token, j.catch_up, j.grace_s, j.max_backfill, j.timeout_s,
           j.max_retries, j.retry_backoff_s, f.due_at, j.output_limit, j.overlap,
-          j.cancel_grace_s, f.cancel_by, true AS flight;
+          j.cancel_grace_s, f.cancel_by, true AS flight, j.jitter_s;
 
 -- name: complete_flights
 -- Fenced completion of flights, one per ended attempt: the last attempt of a slot deletes
@@ -829,7 +834,8 @@ RETURNING j.id, j.tenant_id, j.name, j.schedule, j.tz, j.dst_repeated, j.dst_ski
           j.handler, nullif(j.payload, '{}'::jsonb) AS payload, j.shard_id, f.slot,
           f.attempt, f.lease_token, j.catch_up, j.grace_s, j.max_backfill, j.timeout_s,
           j.max_retries, j.retry_backoff_s, f.due_at, j.output_limit, j.overlap,
-          j.cancel_grace_s, f.cancel_by, true AS flight, d.poison, d.reason, d.locked_by,
+          j.cancel_grace_s, f.cancel_by, true AS flight, j.jitter_s, d.poison, d.reason,
+          d.locked_by,
           record_run(j.id, j.tenant_id, j.name, f.slot, d.attempt, d.locked_by,
                      d.locked_zone, 'lost', d.lease_token, d.locked_at, k.t, NULL,
                      d.reason || ' (node ' || coalesce(d.locked_by, '?') || ')', NULL),

@@ -82,6 +82,7 @@ class ClaimedJob(NamedTuple):
     # A slot of an overlap `allow` job running as a flight, under a lease of its own
     # (migration 009): its writes go to the flights statements, keyed by (id, slot).
     flight: bool = False
+    jitter_s: float = 0.0  # the slot starts at slot + its offset (cluster.jitter)
 
 
 _FIELDS = len(ClaimedJob._fields)

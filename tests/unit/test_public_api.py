@@ -84,8 +84,8 @@ EXPECTED: dict[str, dict[str, str]] = {
         "keep_for_s: 'float | None', keep_runs: 'int | None', output_limit: "
         "'int', late_after_s: 'float', pause_after_failures: 'int | None', "
         "failed_slots: 'int', pause_note: 'str | None', overlap: 'str', "
-        "max_concurrent: 'int', cancel_grace_s: 'float', cancel_by: 'str | None') "
-        "-> None",
+        "max_concurrent: 'int', cancel_grace_s: 'float', cancel_by: 'str | None', "
+        "jitter_s: 'float' = 0.0, remove_when_done: 'bool' = False) -> None",
         "from_row": "(cls, row: 'dict[str, Any]') -> 'Job'",
         "parsed_schedule": "(self) -> 'Schedule'",
         "to_json": "(self) -> 'dict[str, Any]'",
@@ -101,7 +101,7 @@ EXPECTED: dict[str, dict[str, str]] = {
         "output_limit: 'int' = 16384, late_after_s: 'float' = 60.0, "
         "pause_after_failures: 'int | None' = None, overlap: 'str' = "
         "'forbid', max_concurrent: 'int' = 10, cancel_grace_s: 'float' = "
-        "10.0) -> None",
+        "10.0, jitter_s: 'float' = 0.0, remove_when_done: 'bool' = False) -> None",
         "build": "(cls, name: 'str', schedule: 'str', handler: 'str | Mapping[str, Any]', "
         "*, tenant: 'str' = 'default', tz: 'str' = 'UTC', payload: 'str | "
         "Mapping[str, Any] | None' = None, catch_up: 'str' = 'once', grace: 'str "
@@ -112,7 +112,8 @@ EXPECTED: dict[str, dict[str, str]] = {
         "keep_runs: 'int | str | None' = None, output_limit: 'int | str' = "
         "16384, late_after: 'str | float' = 60.0, pause_after_failures: 'int | "
         "str | None' = None, overlap: 'str' = 'forbid', max_concurrent: 'int | "
-        "str | None' = None, cancel_grace: 'str | float' = 10.0) -> 'JobSpec'",
+        "str | None' = None, cancel_grace: 'str | float' = 10.0, jitter: 'str | "
+        "float' = 0.0, remove_when_done: 'bool' = False) -> 'JobSpec'",
         "from_mapping": "(cls, entry: 'Mapping[str, Any]') -> 'JobSpec'",
         "parsed_schedule": "(self) -> 'Schedule'",
         "validated": "(self) -> 'JobSpec'",

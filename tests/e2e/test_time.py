@@ -1,0 +1,56 @@
+"""Time you can shape, end to end on real nodes: jittered slots start spread over their
+window, each at the start every node computes, never before it, while the slot's identity
+(its run row) stays the nominal time."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+
+from cluster.jitter import jittered
+from cluster.jobspec import JobSpec
+from cluster.settings import ClusterSettings
+from tests.e2e.fleet import Fleet
+from tests.nodeprocs import init_cluster, wait_until
+
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(90)]
+WITNESS = "cluster.chaos.witness:record"
+EARLY_S = 0.05  # the node's and the test's clocks are the same host's; rounding only
+
+
+def test_jittered_slots_start_spread_at_their_offsets_with_nominal_identity(
+    settings: ClusterSettings, fleet: Fleet
+) -> None:
+    every_s, jitter_s, jobs = 4, 3.0, 6
+    specs = [
+        JobSpec.build(f"j{i}", f"@every {every_s}s", WITNESS, jitter=jitter_s, catch_up="skip")
+        for i in range(jobs)
+    ]
+    init_cluster(settings, *specs)
+    fleet.start("n1", "a")
+    fleet.start("n2", "b")
+
+    def two_slots_each() -> bool:
+        fleet.check_alive()
+        names = [e.job for e in fleet.executions()]
+        return all(names.count(f"j{i}") >= 2 for i in range(jobs))
+
+    wait_until(two_slots_each, 40, "two slots of every job")
+    offsets = []
+    for run in fleet.executions():
+        assert run.slot.timestamp() % every_s == 0, "the slot is the nominal time"
+        start = jittered(run.tenant, run.job, run.slot, jitter_s)
+        offset = start - run.slot
+        assert timedelta(0) <= offset < timedelta(seconds=jitter_s)
+        assert run.at >= start.timestamp() - EARLY_S, f"{run} started before {start}"
+        offsets.append(offset.total_seconds())
+    assert max(offsets) - min(offsets) > 0.5, f"starts not spread: {offsets}"
+    rows = fleet.sql("SELECT job_name, scheduled_for FROM runs WHERE status = 'succeeded'")
+    assert rows
+    assert all(r["scheduled_for"].timestamp() % every_s == 0 for r in rows)
+    due = fleet.sql("SELECT tenant_id, name, slot_at, next_run_at, status FROM jobs")
+    for job in due:
+        if job["status"] == "idle":
+            expected = jittered(job["tenant_id"], job["name"], job["slot_at"], jitter_s)
+            assert job["next_run_at"] == expected
