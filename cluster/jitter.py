@@ -67,6 +67,8 @@ def check_jitter(schedule: Schedule, jitter_s: float) -> float:
         raise InvalidInput("jitter", f"must not be negative, got {jitter_s!r}")
     if jitter_s == 0:
         return 0.0
+    if schedule.at is not None:
+        raise InvalidInput("jitter", "a one-off (@at) job has one slot: there is nothing to spread")
     smallest = smallest_interval(schedule)
     if jitter_s >= smallest:
         raise InvalidInput(

@@ -271,6 +271,8 @@ class JobSpec:
         assert late_after_s is not None
         overlap, max_concurrent = parse_overlap(overlap, max_concurrent)
         jitter_s = check_jitter(parsed, _duration(jitter, "jitter"))
+        if parsed.at is not None and overlap == "allow":
+            raise InvalidInput("overlap", "a one-off (@at) job has one slot: allow does not apply")
         if not isinstance(remove_when_done, bool):
             raise InvalidInput("remove_when_done", "must be true or false")
         return cls(

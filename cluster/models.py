@@ -27,7 +27,7 @@ class Job:
     status: str
     paused: bool
     shard: int
-    next_run_at: datetime | None  # None while paused: a paused job is never due
+    next_run_at: datetime | None  # None while paused or done: such a job is never due
     slot_at: datetime
     attempt: int
     last_run_at: datetime | None
@@ -76,7 +76,7 @@ class Job:
             shard=row["shard_id"],
             # The stored next_run_at of a paused job is a far-future marker (9999-01-01)
             # that keeps it out of the claim's index range.
-            next_run_at=row["next_run_at"] if row["status"] != "paused" else None,
+            next_run_at=row["next_run_at"] if row["status"] not in ("paused", "done") else None,
             slot_at=row["slot_at"],
             attempt=row["attempt"],
             last_run_at=row["last_run_at"],

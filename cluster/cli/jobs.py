@@ -33,7 +33,9 @@ tenant_option = click.option(
 
 @jobs.command("add")
 @click.argument("name")
-@click.option("--schedule", required=True, help="Cron (5 or 6 fields), @hourly..., @every 30s.")
+@click.option("--schedule", default=None, help="Cron (5 or 6 fields), @hourly..., @every 30s.")
+@click.option("--at", default=None, help="Run once at this ISO 8601 time with offset (@at).")
+@click.option("--remove-when-done", is_flag=True, help="Delete a one-off job once it has run.")
 @click.option(
     "--handler",
     required=True,
@@ -97,7 +99,12 @@ async def add_job(store: JobStore, name: str, as_json: bool, **options: Any) -> 
     handler = handlerspec.with_celery_options(
         options.pop("handler"), options.pop("celery_broker"), options.pop("celery_wait")
     )
-    spec = JobSpec.build(name, options.pop("schedule"), handler, **options)
+    schedule, at = options.pop("schedule"), options.pop("at")
+    if schedule is None and at is None:
+        raise click.UsageError("Missing option '--schedule' (or '--at' for a one-off job).")
+    if schedule is not None and at is not None:
+        raise click.UsageError("give --schedule or --at, not both.")
+    spec = JobSpec.build(name, schedule or f"@at {at}", handler, **options)
     handlerspec.require_broker(spec.handler, os.environ)
     job = await store.add(spec)
     if as_json:
@@ -197,6 +204,8 @@ def _when(job: Job) -> str:
 
 
 def _next_run(job: Job) -> str:
+    if job.status == "done":
+        return "none (done: its one slot has run)"
     return iso(job.next_run_at) or "none while paused"
 
 

@@ -70,6 +70,14 @@ def _check_params(params: dict[str, Any]) -> None:
             check_text(value, _FIELD_OF_PARAM.get(key, key))
 
 
+def _refuse_past(spec: JobSpec, params: dict[str, Any], db_now: datetime) -> None:
+    """``InvalidInput`` for a one-off job whose time has passed (nothing is written: the
+    caller's transaction rolls back)."""
+    if params["slot_at"] <= db_now and spec.parsed_schedule().at is not None:
+        when = params["slot_at"].isoformat()
+        raise InvalidInput("schedule", f"@at {when} is in the past (now {db_now.isoformat()})")
+
+
 def _label(tenant: str, name: str) -> str:
     return name if tenant == DEFAULT_TENANT else f"{tenant}/{name}"
 
@@ -193,6 +201,7 @@ class JobStore:
         try:
             async with self._conn.transaction():
                 params = self._params(spec, shards, await self.db_now(now))
+                _refuse_past(spec, params, await self.db_now(now))
                 row = await self._one("upsert_job", {**params, "replace": False})
                 if row is None:
                     raise Conflict(
@@ -223,6 +232,8 @@ class JobStore:
                     if row is None:
                         result.unchanged.append(label)
                         continue
+                    if row["status"] != "done":  # a changed or new job due again
+                        _refuse_past(spec, params, db_now)
                     (result.created if row["inserted"] else result.updated).append(label)
                     await self._notify(row["shard_id"])
                 if prune:
@@ -258,6 +269,7 @@ class JobStore:
                     label = _label(spec.tenant, spec.name)
                     row = await self._one("upsert_job", {**params, "replace": False})
                     if row is not None:
+                        _refuse_past(spec, params, db_now)
                         result.created.append(label)
                         await self._notify(row["shard_id"])
                     elif await self._would_change(params):
@@ -435,7 +447,8 @@ class JobStore:
 
     def _params(self, spec: JobSpec, shards: int, db_now: datetime) -> dict[str, Any]:
         job_id = uuid.uuid4()
-        slot = spec.parsed_schedule().next_after(db_now)
+        schedule = spec.parsed_schedule()
+        slot = schedule.at or schedule.next_after(db_now)  # @at: its one slot, even if past
         return {
             "id": job_id,
             "tenant_id": spec.tenant,

@@ -51,6 +51,9 @@ ON CONFLICT (tenant_id, name) DO UPDATE SET
     status = CASE
         WHEN j.status = 'running' THEN 'running'
         WHEN excluded.paused THEN 'paused'
+        -- A done one-off job stays done unless it is given another time.
+        WHEN j.status = 'done' AND (j.schedule, j.tz) = (excluded.schedule, excluded.tz)
+            THEN 'done'
         ELSE 'idle' END,
     -- An idle job moves to the new next slot when its timing changed or it is resumed;
     -- excluded.next_run_at is that slot's jittered start, excluded.slot_at the slot.
@@ -78,7 +81,7 @@ WHERE %(replace)s
        excluded.output_limit, excluded.late_after_s, excluded.pause_after_failures,
        excluded.overlap, excluded.max_concurrent, excluded.cancel_grace_s, excluded.jitter_s,
        excluded.remove_when_done)
-RETURNING id, shard_id, (xmax = 0) AS inserted;
+RETURNING id, shard_id, (xmax = 0) AS inserted, status;
 
 -- name: list_jobs
 SELECT * FROM jobs
@@ -99,7 +102,7 @@ FOR UPDATE;
 UPDATE jobs SET
     paused = true,
     pause_note = %(note)s,
-    status = CASE WHEN status = 'running' THEN status ELSE 'paused' END,
+    status = CASE WHEN status IN ('running', 'done') THEN status ELSE 'paused' END,
     next_run_at = CASE WHEN status = 'running' THEN next_run_at
                        ELSE '9999-01-01Z'::timestamptz END,
     updated_at = now()
@@ -406,7 +409,9 @@ skip_in AS MATERIALIZED (
 -- slots were skipped (one `skipped` event per catch-up).
 done AS (
     UPDATE jobs j SET
-        status = CASE WHEN j.paused OR f.pause THEN 'paused' ELSE 'idle' END,
+        -- next_run_at 9999-01-01 (records.NEVER): a one-off job's slot has run for good.
+        status = CASE WHEN i.next_run_at >= '9999-01-01Z'::timestamptz THEN 'done'
+                      WHEN j.paused OR f.pause THEN 'paused' ELSE 'idle' END,
         next_run_at = CASE WHEN j.paused OR f.pause THEN '9999-01-01Z'::timestamptz
                            ELSE i.next_run_at END,
         slot_at = i.next_slot,
@@ -475,6 +480,30 @@ skipped AS (
     ON CONFLICT (job_id, scheduled_for) DO NOTHING
 )
 SELECT id FROM done;
+
+-- name: remove_done_jobs
+-- Deletes the given jobs that are done and asked to be removed then (`--remove-when-done`),
+-- right after the completion that made them done; the pruner removes any this missed.
+DELETE FROM jobs
+WHERE id = ANY(%(ids)s::uuid[]) AND status = 'done' AND remove_when_done
+RETURNING id;
+
+-- name: prune_done_jobs
+-- Deletes the done one-off jobs of the given shards that asked to be removed, or whose runs
+-- retention has removed. Found through jobs_due: a done job's next_run_at is 9999-01-01.
+DELETE FROM jobs j
+WHERE j.id IN (
+    SELECT d.id FROM unnest(%(shards)s::int[]) AS s(shard)
+    CROSS JOIN LATERAL (
+        SELECT x.id FROM jobs x
+        WHERE x.shard_id = s.shard AND x.next_run_at >= '9999-01-01Z'::timestamptz
+          AND x.status = 'done'
+          AND (x.remove_when_done
+               OR NOT EXISTS (SELECT 1 FROM runs r WHERE r.job_id = x.id))
+        LIMIT %(batch)s
+    ) AS d)
+  AND j.status = 'done'
+RETURNING j.id;
 
 -- name: renew
 -- Extends the leases of the caller's running jobs; returns the ids still held, each with
@@ -889,6 +918,10 @@ SELECT tenant_id, name, pause_note, count(*) OVER ()::int AS total
 FROM jobs WHERE paused
 ORDER BY updated_at DESC, tenant_id, name
 LIMIT %(limit)s;
+
+-- name: status_done
+-- One-off jobs whose slot has run (status `done`), kept until their runs are pruned.
+SELECT count(*)::int AS done FROM jobs WHERE status = 'done';
 
 -- name: status_fire_lag
 -- Fire lag (claim time minus slot time) of first attempts started within the window, from

@@ -28,6 +28,7 @@ class Snapshot:
     lag: Row  # samples, p50_s, p99_s
     outcomes: list[Row]  # status, runs
     paused: list[Row]  # tenant_id, name, pause_note, total
+    done: int = 0  # one-off jobs done (migration 011)
 
 
 async def _rows(conn: Conn, name: str, params: dict[str, Any]) -> list[Row]:
@@ -59,6 +60,7 @@ async def read_snapshot(
                 conn, "status_outcomes", {**windows, "window_s": outcome_window_s}
             )
             paused = await _rows(conn, "status_paused", {"limit": paused_limit})
+            done = await _rows(conn, "status_done", {})
     except psycopg.errors.UndefinedTable as exc:
         raise StoreError("the schema is not initialised; run `pulse init` first") from exc
     except psycopg.Error as exc:
@@ -72,4 +74,5 @@ async def read_snapshot(
         lag=lag[0],
         outcomes=outcomes,
         paused=paused,
+        done=done[0]["done"],
     )

@@ -4,7 +4,7 @@ window, each at the start every node computes, never before it, while the slot's
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
@@ -54,3 +54,26 @@ def test_jittered_slots_start_spread_at_their_offsets_with_nominal_identity(
         if job["status"] == "idle":
             expected = jittered(job["tenant_id"], job["name"], job["slot_at"], jitter_s)
             assert job["next_run_at"] == expected
+
+
+def test_a_one_off_job_runs_once_then_is_done_or_removed(
+    settings: ClusterSettings, fleet: Fleet
+) -> None:
+    at = (datetime.now(UTC) + timedelta(seconds=3)).replace(microsecond=0)
+    schedule = f"@at {at.isoformat()}"
+    keep = JobSpec.build("keep", schedule, WITNESS)
+    gone = JobSpec.build("gone", schedule, WITNESS, remove_when_done=True)
+    init_cluster(settings, keep, gone)
+    fleet.start("n1", "a")
+
+    def finished() -> list[dict[str, object]] | None:
+        fleet.check_alive()
+        rows = fleet.sql("SELECT name, status FROM jobs")
+        return rows if rows == [{"name": "keep", "status": "done"}] else None
+
+    wait_until(finished, 30, "keep done and gone removed")
+    runs = fleet.executions()
+    assert sorted(r.job for r in runs) == ["gone", "keep"]
+    assert all(r.slot == at and r.at >= at.timestamp() - EARLY_S for r in runs)
+    (row,) = fleet.sql("SELECT status, scheduled_for FROM runs WHERE job_name = 'keep'")
+    assert row == {"status": "succeeded", "scheduled_for": at}
