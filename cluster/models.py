@@ -176,6 +176,8 @@ class Run:
     last_error: str | None
     # What the attempt produced (``runs.output``); read by ``JobStore.run``, not by listings.
     output: dict[str, Any] | None = None
+    # Who asked for the slot: schedule, or backfill (migration 011; docs/time.md).
+    origin: str = "schedule"
 
     @classmethod
     def from_row(cls, row: dict[str, Any]) -> Run:
@@ -194,6 +196,7 @@ class Run:
             duration_s=row["duration_s"],
             last_error=row["last_error"],
             output=row.get("output"),
+            origin=row.get("origin") or "schedule",
         )
 
     def to_json(self) -> dict[str, Any]:
@@ -211,6 +214,7 @@ class Run:
             "finished_at": iso(self.finished_at),
             "duration_s": self.duration_s,
             "error": self.last_error,
+            "origin": self.origin,
         }
 
     def output_json(self) -> dict[str, Any]:

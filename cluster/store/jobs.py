@@ -26,9 +26,10 @@ from cluster.jobspec import DEFAULT_TENANT, JobSpec, check_text
 from cluster.models import Job, Run, iso
 from cluster.retention import Retention
 from cluster.settings import ClusterSettings
+from cluster.store import backfills, pruning
 from cluster.store import config as cluster_config
-from cluster.store import pruning
 from cluster.store.access import Access
+from cluster.store.backfills import Backfill, BackfillPlan
 from cluster.store.connect import Conn, connect, connection, describe
 from cluster.store.migrate import InitResult, migrate, stored_shard_count
 from cluster.store.notify import CANCEL_PREFIX
@@ -373,6 +374,74 @@ class JobStore:
 
     async def remove(self, name: str, tenant: str = DEFAULT_TENANT) -> None:
         await self._write("remove_job", name, tenant, {})
+
+    async def backfill(
+        self,
+        name: str,
+        tenant: str = DEFAULT_TENANT,
+        *,
+        start: datetime,
+        end: datetime,
+        only_missing: bool = False,
+        max_parallel: int = 1,
+        dry_run: bool = False,
+    ) -> BackfillPlan:
+        """Ask for the job's slots in ``[start, end)`` to run again, oldest first, at most
+        ``max_parallel`` at once (``only_missing``: those without a succeeded run). With
+        ``dry_run``, only the slots it would run. ``InvalidInput`` for a reversed, empty or
+        too large range, or a paused or done job; nothing is written then."""
+        if isinstance(max_parallel, bool) or not isinstance(max_parallel, int) or max_parallel < 1:
+            raise InvalidInput("max_parallel", f"must be a whole number >= 1, got {max_parallel!r}")
+        try:
+            async with self._conn.transaction():
+                row = await self._one("lock_job", {"tenant_id": tenant, "name": name})
+                if row is None:
+                    raise NotFound(f"no job named {name!r} in tenant {tenant!r}")
+                job = Job.from_row(row)
+                if job.paused or job.status == "done":
+                    state = "paused" if job.paused else "done"
+                    raise InvalidInput(
+                        "job", f"{name!r} is {state}; a backfill needs an active job"
+                    )
+                slots = backfills.plan_slots(job.parsed_schedule(), start, end)
+                if only_missing:
+                    ok = await backfills.succeeded(self._conn, job.id, slots)
+                    slots = [s for s in slots if s not in ok]
+                if dry_run:
+                    return BackfillPlan(slots)
+                if not slots:
+                    raise InvalidInput("from", "every slot of the range has succeeded already")
+                params = {
+                    "job_id": job.id,
+                    "tenant_id": job.tenant,
+                    "job_name": job.name,
+                    "shard_id": job.shard,
+                    "range_from": start,
+                    "range_to": end,
+                    "only_missing": only_missing,
+                    "max_parallel": max_parallel,
+                    "slots_total": len(slots),
+                }
+                made = await self._one("backfill_insert", params)
+                assert made is not None
+                await self._notify(job.shard)
+        except psycopg.Error as exc:
+            raise StoreError(describe(exc)) from exc
+        return BackfillPlan(slots, Backfill.from_row(made))
+
+    async def backfills(self, tenant: str | None = None) -> list[Backfill]:
+        """Every backfill request, oldest first, with its progress."""
+        return [
+            Backfill.from_row(r) for r in await self._all("backfill_list", {"tenant_id": tenant})
+        ]
+
+    async def cancel_backfill(self, backfill_id: int) -> Backfill:
+        """Stop a backfill: nothing more is queued, queued slots are dropped, running ones
+        finish. ``InvalidInput`` for an unknown id."""
+        row = await self._one("backfill_cancel", {"id": backfill_id})
+        if row is None:
+            raise InvalidInput("id", f"no backfill {backfill_id}")
+        return Backfill.from_row(row)
 
     # -- reads ------------------------------------------------------------------------
 

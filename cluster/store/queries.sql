@@ -169,7 +169,7 @@ WITH live AS (
     SELECT r.id, j.id AS job_id, j.tenant_id, j.name AS job_name, j.slot_at AS scheduled_for,
            j.attempt, j.locked_by AS node_id, j.locked_zone AS zone, 'running'::text AS status,
            j.lease_token, j.locked_at AS started_at, NULL::timestamptz AS finished_at,
-           NULL::float8 AS duration_s, r.last_error
+           NULL::float8 AS duration_s, r.last_error, 'schedule'::text AS origin
     FROM jobs j
     LEFT JOIN runs r ON r.job_id = j.id AND r.scheduled_for = j.slot_at
     WHERE j.status = 'running'
@@ -179,7 +179,7 @@ WITH live AS (
     -- Flights of overlap `allow` jobs (migration 009).
     SELECT r.id, j.id, j.tenant_id, j.name, f.slot, f.attempt, f.locked_by, f.locked_zone,
            'running'::text, f.lease_token, f.locked_at, NULL::timestamptz, NULL::float8,
-           r.last_error
+           r.last_error, coalesce(f.origin, 'schedule')
     FROM flights f
     JOIN jobs j ON j.id = f.job_id
     LEFT JOIN runs r ON r.job_id = f.job_id AND r.scheduled_for = f.slot
@@ -196,7 +196,7 @@ SELECT x.* FROM (
     -- Ordered and limited on its own, so it walks an index of runs instead of sorting it.
     (SELECT r.id, r.job_id, r.tenant_id, r.job_name, r.scheduled_for, r.attempt, r.node_id,
             r.zone, r.status, r.lease_token, r.started_at, r.finished_at, r.duration_s,
-            r.last_error
+            r.last_error, coalesce(r.origin, 'schedule')
      FROM runs r
      WHERE (%(job_name)s::text IS NULL OR r.job_name = %(job_name)s)
        AND (%(tenant_id)s::text IS NULL OR r.tenant_id = %(tenant_id)s)
@@ -338,6 +338,11 @@ candidates AS (
 locked AS (
     SELECT j.ctid FROM jobs j JOIN candidates c ON j.ctid = c.ctid
     WHERE j.status = 'idle' AND j.next_run_at <= (SELECT due FROM clock)
+      -- A regular slot of a job that is not `allow` waits while a backfill slot of it runs
+      -- (migration 011): one probe of flights_pkey per candidate, none found as a rule.
+      AND (j.overlap = 'allow' OR NOT EXISTS (
+          SELECT 1 FROM flights f
+          WHERE f.job_id = j.id AND f.status = 'running' AND f.origin = 'backfill'))
     FOR UPDATE OF j SKIP LOCKED
 ),
 -- No index names a column this writes: a HOT update (migration 003, test_hot_claim.py).
@@ -712,6 +717,10 @@ picked AS (
         SELECT f.ctid FROM flights f
         WHERE f.shard_id = s.shard AND f.status = 'queued'
           AND f.due_at <= (SELECT t FROM clock)
+          -- A backfill slot of a job that is not `allow` waits while its regular slot runs.
+          AND (f.origin IS DISTINCT FROM 'backfill' OR NOT EXISTS (
+              SELECT 1 FROM jobs x
+              WHERE x.id = f.job_id AND x.status = 'running' AND x.overlap <> 'allow'))
         ORDER BY f.due_at
         LIMIT %(limit)s
         FOR UPDATE OF f SKIP LOCKED
@@ -756,7 +765,7 @@ ended AS (
     RETURNING f.job_id, f.slot,
               record_run(j.id, j.tenant_id, j.name, f.slot, f.attempt, %(node_id)s, %(zone)s,
                          i.outcome, i.token, f.locked_at, k.t, i.duration_s, i.error,
-                         i.output),
+                         i.output, f.origin),
               CASE WHEN i.outcome IN ('failed', 'timed_out') THEN raise_alert('failed', j.id,
                   j.tenant_id, j.name, f.slot, f.attempt, %(node_id)s, %(zone)s, i.error,
                   NULL) END
@@ -776,7 +785,7 @@ retried AS (
     RETURNING f.job_id, f.slot,
               record_run(j.id, j.tenant_id, j.name, f.slot, o.attempt, %(node_id)s, %(zone)s,
                          i.outcome, i.token, o.locked_at, k.t, i.duration_s, i.error,
-                         i.output)
+                         i.output, o.origin)
 )
 SELECT job_id, slot FROM ended
 UNION ALL
@@ -817,7 +826,7 @@ WHERE f.job_id = i.id AND f.slot = i.slot AND f.lease_token = i.token
 RETURNING f.job_id, f.slot,
           record_run(j.id, j.tenant_id, j.name, f.slot, o.attempt, o.locked_by,
                      o.locked_zone, 'lost', i.token, o.locked_at, k.t, NULL, %(reason)s,
-                     NULL);
+                     NULL, o.origin);
 
 -- name: recover_flights
 -- Takes back the running flights of dead owners and expired leases in the held shards (as
@@ -867,7 +876,8 @@ RETURNING j.id, j.tenant_id, j.name, j.schedule, j.tz, j.dst_repeated, j.dst_ski
           d.locked_by,
           record_run(j.id, j.tenant_id, j.name, f.slot, d.attempt, d.locked_by,
                      d.locked_zone, 'lost', d.lease_token, d.locked_at, k.t, NULL,
-                     d.reason || ' (node ' || coalesce(d.locked_by, '?') || ')', NULL),
+                     d.reason || ' (node ' || coalesce(d.locked_by, '?') || ')', NULL,
+                     f.origin),
           raise_alert('lost', j.id, j.tenant_id, j.name, f.slot, d.attempt, d.locked_by,
                       d.locked_zone, NULL,
                       d.reason || ' (node ' || coalesce(d.locked_by, '?') || ')');
@@ -1420,3 +1430,92 @@ WHERE r.scheduled_for > k.t - make_interval(secs => %(window_s)s) - interval '1 
   AND r.attempt = 1
 GROUP BY 1
 ORDER BY 1;
+
+-- name: backfill_insert
+-- A backfill request (cluster/store/backfills.py): the nodes holding the job's shard queue
+-- its slots as flights from cursor_at on.
+INSERT INTO backfills (job_id, tenant_id, job_name, shard_id, range_from, range_to, cursor_at,
+                       only_missing, max_parallel, slots_total)
+VALUES (%(job_id)s, %(tenant_id)s, %(job_name)s, %(shard_id)s, %(range_from)s, %(range_to)s,
+        %(range_from)s, %(only_missing)s, %(max_parallel)s, %(slots_total)s)
+RETURNING *, 0 AS in_flight;
+
+-- name: backfill_succeeded
+-- Of the given slots of a job, those whose run succeeded (`--only-missing` leaves them out).
+SELECT r.scheduled_for FROM runs r
+WHERE r.job_id = %(job_id)s AND r.scheduled_for = ANY(%(slots)s::timestamptz[])
+  AND r.status = 'succeeded';
+
+-- name: backfill_list
+SELECT b.*, (SELECT count(*) FROM flights f WHERE f.backfill_id = b.id)::int AS in_flight
+FROM backfills b
+WHERE (%(tenant_id)s::text IS NULL OR b.tenant_id = %(tenant_id)s)
+  AND (%(scope)s::text IS NULL OR b.tenant_id = %(scope)s)
+ORDER BY b.id;
+
+-- name: backfill_cancel
+-- Stops a backfill: no more slots are queued and its queued ones are dropped; slots already
+-- running finish. Cancelling one that has ended changes nothing.
+WITH found AS (
+    SELECT b.id FROM backfills b
+    WHERE b.id = %(id)s AND (%(scope)s::text IS NULL OR b.tenant_id = %(scope)s)
+    FOR UPDATE
+),
+stopped AS (
+    UPDATE backfills b SET status = 'cancelled', updated_at = now()
+    FROM found x WHERE b.id = x.id AND b.status = 'active'
+    RETURNING b.id
+),
+dropped AS (
+    DELETE FROM flights f USING stopped s
+    WHERE f.backfill_id = s.id AND f.status = 'queued'
+    RETURNING 1
+)
+-- The statement sees the rows as they were before it: the status is the one just set.
+SELECT b.id, b.tenant_id, b.job_name, b.range_from, b.range_to, b.cursor_at, b.only_missing,
+       b.max_parallel, b.slots_total, b.slots_queued, b.created_at,
+       CASE WHEN EXISTS (SELECT 1 FROM stopped) THEN 'cancelled' ELSE b.status END AS status,
+       (SELECT count(*) FROM dropped)::int AS dropped,
+       (SELECT count(*) FROM flights f WHERE f.backfill_id = b.id AND f.status = 'running')::int
+           AS in_flight
+FROM backfills b JOIN found x ON b.id = x.id;
+
+-- name: backfill_active
+-- The active backfills of the held shards, each with its job's schedule and its slots in
+-- flight, locked so one node at a time moves a request's cursor (a shard changing hands).
+SELECT b.id, b.job_id, b.shard_id, b.cursor_at, b.range_to, b.only_missing, b.max_parallel,
+       j.schedule, j.tz, j.dst_repeated, j.dst_skipped, j.status AS job_status,
+       (SELECT count(*) FROM flights f WHERE f.backfill_id = b.id)::int AS in_flight
+FROM backfills b JOIN jobs j ON j.id = b.job_id
+WHERE b.shard_id = ANY(%(shards)s::int[]) AND b.status = 'active'
+ORDER BY b.id
+FOR UPDATE OF b SKIP LOCKED;
+
+-- name: backfill_queue
+-- Queues the given slots of a backfill as flights (origin `backfill`) due now and moves its
+-- cursor, in the caller's transaction. A slot already in flight, or whose regular run is
+-- going on, is not queued again (one claim per slot). The request is done once its cursor
+-- passed the range and none of its slots is in flight.
+WITH clock AS (
+    SELECT coalesce(%(now)s::timestamptz, now()) AS t
+),
+queued AS (
+    INSERT INTO flights (job_id, slot, shard_id, status, attempt, due_at, lease_token, origin,
+                         backfill_id)
+    SELECT j.id, s.slot, j.shard_id, 'queued', 1, k.t, j.lease_token, 'backfill', %(id)s
+    FROM unnest(%(slots)s::timestamptz[]) AS s(slot)
+    JOIN jobs j ON j.id = %(job_id)s
+    CROSS JOIN clock k
+    WHERE NOT (j.status = 'running' AND j.slot_at = s.slot)
+    ON CONFLICT (job_id, slot) DO NOTHING
+    RETURNING 1
+)
+UPDATE backfills b SET
+    cursor_at = %(cursor)s,
+    slots_queued = b.slots_queued + (SELECT count(*) FROM queued),
+    status = CASE WHEN %(cursor)s >= b.range_to AND %(in_flight)s = 0
+                       AND (SELECT count(*) FROM queued) = 0 THEN 'done' ELSE b.status END,
+    updated_at = k.t
+FROM clock k
+WHERE b.id = %(id)s
+RETURNING (SELECT count(*) FROM queued)::int AS queued, b.status;

@@ -4,6 +4,8 @@ window, each at the start every node computes, never before it, while the slot's
 
 from __future__ import annotations
 
+import asyncio
+import signal
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -11,11 +13,13 @@ import pytest
 from cluster.jitter import jittered
 from cluster.jobspec import JobSpec
 from cluster.settings import ClusterSettings
+from cluster.store.jobs import JobStore
 from tests.e2e.fleet import Fleet
 from tests.nodeprocs import init_cluster, wait_until
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(90)]
 WITNESS = "cluster.chaos.witness:record"
+US = timedelta(microseconds=1)
 EARLY_S = 0.05  # the node's and the test's clocks are the same host's; rounding only
 
 
@@ -77,3 +81,45 @@ def test_a_one_off_job_runs_once_then_is_done_or_removed(
     assert all(r.slot == at and r.at >= at.timestamp() - EARLY_S for r in runs)
     (row,) = fleet.sql("SELECT status, scheduled_for FROM runs WHERE job_name = 'keep'")
     assert row == {"status": "succeeded", "scheduled_for": at}
+
+
+def test_a_backfill_carries_on_after_the_node_running_it_is_killed(
+    settings: ClusterSettings, fleet: Fleet
+) -> None:
+    timing = ("--lease", "3s", "--renew-interval", "1s", "--session-timeout", "4s")
+    spec = JobSpec.build(
+        "roll", "@every 1h", WITNESS, payload={"sleep_s": 0.5}, retries=2, tenant="acme"
+    )
+    init_cluster(settings, spec)
+    start = datetime(2026, 1, 1, tzinfo=UTC)
+    slots = [start + timedelta(hours=h) for h in range(12)]
+
+    async def ask() -> None:
+        async with JobStore.open(settings) as store:
+            await store.backfill(
+                "roll", "acme", start=start, end=slots[-1] + timedelta(hours=1), max_parallel=2
+            )
+
+    asyncio.run(ask())
+    fleet.start("n1", "a", *timing)
+
+    def backfilled(count: int) -> bool:
+        return len({e.slot for e in fleet.executions() if e.slot < slots[-1] + US}) >= count
+
+    wait_until(lambda: backfilled(3), 30, "three backfill slots to start")
+    fleet.node("n1").signal(signal.SIGKILL)
+    fleet.start("n2", "b", *timing)
+
+    def done() -> bool:
+        assert fleet.node("n2").running, fleet.node("n2").tail(20)
+        return fleet.sql("SELECT status FROM backfills") == [{"status": "done"}]
+
+    wait_until(done, 60, "the backfill to finish on n2")
+    runs = fleet.sql(
+        "SELECT scheduled_for, status, origin FROM runs WHERE scheduled_for <= %s"
+        " ORDER BY scheduled_for",
+        (slots[-1],),
+    )
+    assert [r["scheduled_for"] for r in runs] == slots
+    assert {(r["status"], r["origin"]) for r in runs} == {("succeeded", "backfill")}
+    assert {e.node for e in fleet.executions()} == {"n1", "n2"}

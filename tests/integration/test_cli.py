@@ -48,7 +48,7 @@ JOB_KEYS = {
 SHOW_KEYS = JOB_KEYS | {"next_slots", "next_starts", "recent_runs"}
 RUN_KEYS = {
     "id", "job_id", "tenant", "job", "scheduled_for", "attempt", "node_id", "zone", "status",
-    "started_at", "finished_at", "duration_s", "error",
+    "started_at", "finished_at", "duration_s", "error", "origin",
 }  # fmt: skip
 APPLY_KEYS = {"created", "updated", "unchanged", "removed"}
 

@@ -97,3 +97,30 @@ def test_schedule_jitter_needs_a_job_and_a_small_enough_jitter(initialised: Invo
     assert_bad_input(initialised("schedule", "@hourly", "--jitter", "1m"), "jitter")
     too_big = initialised("schedule", "@hourly", "--jitter", "1h", "--job-id", "r")
     assert_bad_input(too_big, "jitter")
+
+
+def test_backfill_commands(initialised: Invoke) -> None:
+    add = initialised("jobs", "add", "r", "--schedule", "@hourly", "--handler", H)
+    assert add.exit_code == 0, add.stderr
+    span = ["--from", "2026-01-01T00:00:00Z", "--to", "2026-01-01T03:00:00Z"]
+    dry = initialised("jobs", "backfill", "r", *span, "--dry-run")
+    assert dry.stdout.splitlines() == [f"2026-01-01T0{h}:00:00+00:00" for h in range(3)]
+    assert json.loads(initialised("backfills", "list", "--json").stdout) == []
+    made = initialised("jobs", "backfill", "r", *span, "--max-parallel", "2", "--json")
+    assert made.exit_code == 0, made.stderr
+    request = json.loads(made.stdout)
+    assert (request["slots_total"], request["status"], request["max_parallel"]) == (3, "active", 2)
+    assert "0/3" in initialised("backfills", "list").stdout
+    cancelled = initialised("backfills", "cancel", str(request["id"]))
+    assert cancelled.stdout.strip().endswith(": cancelled"), cancelled.output
+    (shown,) = json.loads(initialised("backfills", "list", "--json").stdout)
+    assert shown["status"] == "cancelled"
+    assert_bad_input(initialised("backfills", "cancel", "12345"), "id")
+    reversed_ = ["--from", "2026-01-02T00:00:00Z", "--to", "2026-01-01T00:00:00Z"]
+    assert_bad_input(initialised("jobs", "backfill", "r", *reversed_), "to")
+    huge = ["--from", "2000-01-01T00:00:00Z", "--to", "2026-01-01T00:00:00Z"]
+    assert_bad_input(initialised("jobs", "backfill", "r", *huge), "to")
+    assert_bad_input(
+        initialised("jobs", "backfill", "r", *span, "--max-parallel", "0"), "max_parallel"
+    )
+    assert len(json.loads(initialised("backfills", "list", "--json").stdout)) == 1

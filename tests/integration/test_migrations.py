@@ -198,7 +198,7 @@ async def test_uninitialised_schema_says_run_init(settings: ClusterSettings) -> 
 
 EXPECTED_TABLES = {
     "meta", "schema_version", "jobs", "runs", "config", "alert_rules", "alert_events",
-    "alert_deliveries", "flights", "api_tokens", "api_audit",
+    "alert_deliveries", "flights", "api_tokens", "api_audit", "backfills",
 }  # fmt: skip
 
 # pg_indexes.indexdef with the schema name replaced by "S".
@@ -254,6 +254,16 @@ EXPECTED_INDEXES = {
     ),
     "api_audit_pkey": "CREATE UNIQUE INDEX api_audit_pkey ON S.api_audit USING btree (id)",
     "api_audit_at": "CREATE INDEX api_audit_at ON S.api_audit USING btree (at DESC, id DESC)",
+    # migration 011: backfill requests, and the flights they queue
+    "backfills_pkey": "CREATE UNIQUE INDEX backfills_pkey ON S.backfills USING btree (id)",
+    "backfills_active": (
+        "CREATE INDEX backfills_active ON S.backfills USING btree (shard_id)"
+        " WHERE (status = 'active'::text)"
+    ),
+    "flights_by_backfill": (
+        "CREATE INDEX flights_by_backfill ON S.flights USING btree (backfill_id)"
+        " WHERE (backfill_id IS NOT NULL)"
+    ),
 }
 
 EXPECTED_CONSTRAINTS = {
@@ -278,6 +288,9 @@ EXPECTED_CONSTRAINTS = {
     ("api_tokens", "PRIMARY KEY (name)"),
     ("api_tokens", "UNIQUE (hash)"),
     ("api_audit", "PRIMARY KEY (id)"),
+    ("backfills", "PRIMARY KEY (id)"),
+    ("backfills", "FOREIGN KEY (job_id) REFERENCES S.jobs(id) ON DELETE CASCADE"),
+    ("flights", "FOREIGN KEY (backfill_id) REFERENCES S.backfills(id) ON DELETE SET NULL"),
 }
 
 # Functions, with their identity arguments.
@@ -298,6 +311,15 @@ EXPECTED_FUNCTIONS = {
         " run_zone text, run_status text, run_lease_token bigint,"
         " run_started_at timestamp with time zone, run_finished_at timestamp with time zone,"
         " run_duration_s double precision, run_last_error text, run_output jsonb",
+    ),
+    (  # migration 011: with the run's origin
+        "record_run",
+        "run_job_id uuid, run_tenant_id text, run_job_name text,"
+        " run_scheduled_for timestamp with time zone, run_attempt integer, run_node_id text,"
+        " run_zone text, run_status text, run_lease_token bigint,"
+        " run_started_at timestamp with time zone, run_finished_at timestamp with time zone,"
+        " run_duration_s double precision, run_last_error text, run_output jsonb,"
+        " run_origin text",
     ),
     (
         "raise_alert",
@@ -320,6 +342,7 @@ JOB_COLUMNS = {
 RUN_COLUMNS = {
     "id", "job_id", "tenant_id", "job_name", "scheduled_for", "attempt", "node_id", "zone",
     "status", "lease_token", "started_at", "finished_at", "duration_s", "last_error", "output",
+    "origin",  # migration 011
 }  # fmt: skip
 
 

@@ -122,6 +122,11 @@ EXPECTED: dict[str, dict[str, str]] = {
         "__init__": "(conn: 'Conn', settings: 'ClusterSettings', *, scope: 'str | None' "
         "= None) -> 'None'",
         "add": "(self, spec: 'JobSpec', *, now: 'datetime | None' = None) -> 'Job'",
+        "backfill": "(self, name: 'str', tenant: 'str' = 'default', *, start: 'datetime', "
+        "end: 'datetime', only_missing: 'bool' = False, max_parallel: 'int' = 1, dry_run: "
+        "'bool' = False) -> 'BackfillPlan'",
+        "backfills": "(self, tenant: 'str | None' = None) -> 'list[Backfill]'",
+        "cancel_backfill": "(self, backfill_id: 'int') -> 'Backfill'",
         "apply": "(self, specs: 'Sequence[JobSpec]', *, prune: 'bool' = False, now: "
         "'datetime | None' = None) -> 'ApplyResult'",
         "cancel": "(self, name: 'str', tenant: 'str' = 'default', *, by: 'str', slot: "
@@ -201,7 +206,7 @@ EXPECTED: dict[str, dict[str, str]] = {
         "scheduled_for: 'datetime', attempt: 'int', node_id: 'str | None', zone: "
         "'str | None', status: 'str', started_at: 'datetime | None', finished_at: "
         "'datetime | None', duration_s: 'float | None', last_error: 'str | None', "
-        "output: 'dict[str, Any] | None' = None) -> None",
+        "output: 'dict[str, Any] | None' = None, origin: 'str' = 'schedule') -> None",
         "from_row": "(cls, row: 'dict[str, Any]') -> 'Run'",
         "output_json": "(self) -> 'dict[str, Any]'",
         "to_json": "(self) -> 'dict[str, Any]'",
