@@ -57,11 +57,12 @@ ON CONFLICT (tenant_id, name) DO UPDATE SET
         ELSE 'idle' END,
     -- An idle job moves to the new next slot when its timing changed or it is resumed;
     -- excluded.next_run_at is that slot's jittered start, excluded.slot_at the slot.
-    (next_run_at, slot_at, attempt) = (
+    (next_run_at, slot_at, attempt, slot_origin) = (
         SELECT CASE WHEN m.moves OR (j.status <> 'running' AND excluded.paused)
                     THEN excluded.next_run_at ELSE j.next_run_at END,
                CASE WHEN m.moves THEN excluded.slot_at ELSE j.slot_at END,
-               CASE WHEN m.moves THEN 1 ELSE j.attempt END
+               CASE WHEN m.moves THEN 1 ELSE j.attempt END,
+               CASE WHEN m.moves THEN NULL ELSE j.slot_origin END
         FROM (SELECT j.status <> 'running' AND (
                   (j.schedule, j.tz, j.dst_repeated, j.dst_skipped, j.jitter_s)
                       IS DISTINCT FROM (excluded.schedule, excluded.tz, excluded.dst_repeated,
@@ -120,6 +121,7 @@ UPDATE jobs SET
     status = CASE WHEN status = 'paused' THEN 'idle' ELSE status END,
     next_run_at = CASE WHEN status = 'paused' THEN %(next_run_at)s ELSE next_run_at END,
     slot_at = CASE WHEN status = 'paused' THEN %(slot_at)s ELSE slot_at END,
+    slot_origin = CASE WHEN status = 'paused' THEN NULL ELSE slot_origin END,
     attempt = CASE WHEN status = 'paused' THEN 1 ELSE attempt END,
     updated_at = now()
 WHERE tenant_id = %(tenant_id)s AND name = %(name)s
@@ -132,6 +134,8 @@ RETURNING id, shard_id, status;
 -- stays paused (tests/integration/test_store.py).
 UPDATE jobs SET
     status = 'idle',
+    slot_origin = CASE WHEN status = 'paused' OR slot_at > n.t THEN 'trigger'
+                       ELSE slot_origin END,
     slot_at = CASE WHEN status = 'paused' OR slot_at > n.t THEN n.t ELSE slot_at END,
     attempt = CASE WHEN status = 'paused' OR slot_at > n.t THEN 1 ELSE attempt END,
     next_run_at = CASE WHEN status = 'paused' OR next_run_at > n.t THEN n.t ELSE next_run_at END,
@@ -169,7 +173,8 @@ WITH live AS (
     SELECT r.id, j.id AS job_id, j.tenant_id, j.name AS job_name, j.slot_at AS scheduled_for,
            j.attempt, j.locked_by AS node_id, j.locked_zone AS zone, 'running'::text AS status,
            j.lease_token, j.locked_at AS started_at, NULL::timestamptz AS finished_at,
-           NULL::float8 AS duration_s, r.last_error, 'schedule'::text AS origin
+           NULL::float8 AS duration_s, r.last_error,
+           coalesce(j.slot_origin, 'schedule') AS origin
     FROM jobs j
     LEFT JOIN runs r ON r.job_id = j.id AND r.scheduled_for = j.slot_at
     WHERE j.status = 'running'
@@ -421,6 +426,10 @@ done AS (
                            ELSE i.next_run_at END,
         slot_at = i.next_slot,
         attempt = i.next_attempt,
+        -- A retry keeps its slot's origin; a slot reached past skipped ones is catch-up's.
+        slot_origin = CASE WHEN i.next_slot = i.slot AND i.outcome <> 'skipped'
+                                THEN o.slot_origin
+                           WHEN f.skips > 0 THEN 'catch-up' END,
         last_run_at = CASE WHEN i.outcome = 'skipped' THEN j.last_run_at ELSE i.slot END,
         locked_by = NULL,
         locked_at = NULL,
@@ -454,7 +463,7 @@ done AS (
               record_run(j.id, j.tenant_id, j.name, i.slot, o.attempt, %(node_id)s, %(zone)s,
                          i.outcome, i.token,
                          CASE WHEN i.outcome = 'skipped' THEN NULL ELSE o.locked_at END,
-                         k.t, i.duration_s, i.error, i.output),
+                         k.t, i.duration_s, i.error, i.output, o.slot_origin),
               CASE WHEN f.late THEN raise_alert('late', j.id, j.tenant_id, j.name, i.slot,
                   o.attempt, %(node_id)s, %(zone)s, NULL, 'started '
                   || round(extract(epoch FROM o.locked_at - o.next_run_at))
@@ -658,7 +667,7 @@ skip_in AS MATERIALIZED (
 ),
 claimed AS MATERIALIZED (
     SELECT j.id, j.tenant_id, j.name, j.shard_id, j.attempt, j.locked_at, i.token, i.slot,
-           i.next_run_at, i.next_slot,
+           i.next_run_at, i.next_slot, j.slot_origin,
            (SELECT count(*) FROM flights f WHERE f.job_id = j.id) < j.max_concurrent AS room
     FROM jobs j JOIN input i ON i.id = j.id
     WHERE j.id = ANY(ARRAY(SELECT x.id FROM input x))
@@ -667,9 +676,9 @@ claimed AS MATERIALIZED (
 ),
 flown AS (
     INSERT INTO flights (job_id, slot, shard_id, status, attempt, due_at, lease_token,
-                         locked_by, locked_zone, locked_at, lease_expires_at)
+                         locked_by, locked_zone, locked_at, lease_expires_at, origin)
     SELECT c.id, c.slot, c.shard_id, 'running', c.attempt, c.slot, c.token, %(node_id)s,
-           %(zone)s, c.locked_at, k.t + make_interval(secs => %(lease_s)s)
+           %(zone)s, c.locked_at, k.t + make_interval(secs => %(lease_s)s), c.slot_origin
     FROM claimed c CROSS JOIN clock k
     WHERE c.room
     ON CONFLICT (job_id, slot) DO NOTHING
@@ -691,6 +700,7 @@ moved AS (
                            ELSE k.t + interval '1 second' END,
         slot_at = CASE WHEN c.room THEN c.next_slot ELSE j.slot_at END,
         attempt = CASE WHEN c.room THEN 1 ELSE j.attempt END,
+        slot_origin = CASE WHEN c.room THEN NULL ELSE j.slot_origin END,
         last_run_at = CASE WHEN c.room THEN c.slot ELSE j.last_run_at END,
         locked_by = NULL,
         locked_at = NULL,

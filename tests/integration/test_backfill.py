@@ -19,7 +19,7 @@ from cluster.store import backfills
 from cluster.store.connect import connection
 from cluster.store.jobs import JobStore
 from node.handlers import Outcome
-from node.outcomes import after_run
+from node.outcomes import after_run, plan_at_claim
 from tests.conftest import Opener
 
 T0 = datetime(2031, 3, 4, 12, 0, tzinfo=UTC)
@@ -157,3 +157,27 @@ async def test_forbid_keeps_backfill_and_regular_slots_apart(
     assert (await node.claim(ALL, 10, 30.0, now=later)).jobs == [], "waits for the backfill"
     await node.complete_flights([after_run(flight, OK, later)[0]], now=later)
     assert len((await node.claim(ALL, 10, 30.0, now=later)).jobs) == 1
+
+
+async def test_runs_say_why_their_slot_ran(store: JobStore, open_session: Opener) -> None:
+    spec = JobSpec.build("tick", "@every 1m", "shell:true", catch_up="once")
+    await store.add(spec, now=T0)
+    node = await open_session("n1")
+    late = T0 + timedelta(minutes=5, seconds=10)  # slots 12:01..12:05 are due
+    (job,) = (await node.claim(ALL, 10, 30.0, now=late)).jobs
+    planned = plan_at_claim(job, late)
+    assert planned is not None  # 12:01..12:04 skipped, 12:05 runs as catch-up
+    await node.complete([planned[0]], planned[1], now=late)
+    (job,) = (await node.claim(ALL, 10, 30.0, now=late)).jobs
+    assert job.slot == T0 + timedelta(minutes=5)
+    await node.complete([after_run(job, OK, late)[0]], now=late)
+    triggered = await store.trigger("tick", now=late + timedelta(seconds=1))
+    (job,) = (await node.claim(ALL, 10, 30.0, now=late + timedelta(seconds=1))).jobs
+    await node.complete([after_run(job, OK, late)[0]], now=late + timedelta(seconds=2))
+    (job,) = (await node.claim(ALL, 10, 30.0, now=T0 + timedelta(minutes=6))).jobs
+    await node.complete([after_run(job, OK, late)[0]], now=T0 + timedelta(minutes=6))
+    origins = {(r.scheduled_for, r.status): r.origin for r in await store.runs("tick")}
+    assert origins[(T0 + timedelta(minutes=5), "succeeded")] == "catch-up"
+    assert origins[(triggered.slot_at, "succeeded")] == "trigger"
+    assert origins[(T0 + timedelta(minutes=6), "succeeded")] == "schedule"
+    assert origins[(T0 + timedelta(minutes=1), "skipped")] == "schedule"

@@ -337,7 +337,7 @@ JOB_COLUMNS = {
     "created_at", "updated_at", "keep_for_s", "keep_runs", "output_limit", "late_after_s",
     "late_slot", "pause_after_failures", "failed_slots", "pause_note", "overlap",
     "max_concurrent", "cancel_grace_s", "cancel_by",
-    "jitter_s", "remove_when_done",  # migration 011
+    "jitter_s", "remove_when_done", "slot_origin",  # migration 011
 }  # fmt: skip
 RUN_COLUMNS = {
     "id", "job_id", "tenant_id", "job_name", "scheduled_for", "attempt", "node_id", "zone",

@@ -8,7 +8,10 @@
 ALTER TABLE jobs
     ADD COLUMN jitter_s double precision NOT NULL DEFAULT 0 CHECK (jitter_s >= 0),
     -- A one-off job is deleted as soon as it is done (else when its runs are pruned).
-    ADD COLUMN remove_when_done boolean NOT NULL DEFAULT false;
+    ADD COLUMN remove_when_done boolean NOT NULL DEFAULT false,
+    -- Why the job's current slot is due, for its run row: 'trigger' (pulse jobs trigger),
+    -- 'catch-up' (reached after catch-up skipped slots), NULL: its schedule.
+    ADD COLUMN slot_origin text;
 
 ALTER TABLE jobs DROP CONSTRAINT jobs_status_check;
 ALTER TABLE jobs ADD CONSTRAINT jobs_status_check
