@@ -1,6 +1,8 @@
 """Time you can shape, end to end on real nodes: jittered slots start spread over their
 window, each at the start every node computes, never before it, while the slot's identity
-(its run row) stays the nominal time."""
+(its run row) stays the nominal time; a one-off job runs once and is done (or removed); a
+backfill carries on after the only node running it is SIGKILLed (the whole cluster gone)
+and another node starts, each slot of its range succeeding once with origin backfill."""
 
 from __future__ import annotations
 
