@@ -71,10 +71,14 @@ def _check_params(params: dict[str, Any]) -> None:
             check_text(value, _FIELD_OF_PARAM.get(key, key))
 
 
+def _past_one_off(spec: JobSpec, params: dict[str, Any], db_now: datetime) -> bool:
+    return bool(params["slot_at"] <= db_now and spec.parsed_schedule().at is not None)
+
+
 def _refuse_past(spec: JobSpec, params: dict[str, Any], db_now: datetime) -> None:
     """``InvalidInput`` for a one-off job whose time has passed (nothing is written: the
     caller's transaction rolls back)."""
-    if params["slot_at"] <= db_now and spec.parsed_schedule().at is not None:
+    if _past_one_off(spec, params, db_now):
         when = params["slot_at"].isoformat()
         raise InvalidInput("schedule", f"@at {when} is in the past (now {db_now.isoformat()})")
 
@@ -268,9 +272,13 @@ class JobStore:
                 for spec in specs:
                     params = self._params(spec, shards, db_now)
                     label = _label(spec.tenant, spec.name)
+                    if _past_one_off(spec, params, db_now):
+                        # A one-off that ran (and may have been removed) stays declared in
+                        # code: never created again, and never a reason not to start.
+                        result.unchanged.append(label)
+                        continue
                     row = await self._one("upsert_job", {**params, "replace": False})
                     if row is not None:
-                        _refuse_past(spec, params, db_now)
                         result.created.append(label)
                         await self._notify(row["shard_id"])
                     elif await self._would_change(params):

@@ -74,3 +74,11 @@ async def test_pruning_removes_a_done_job_once_its_runs_are_gone(
         gone = await pruning.prune(conn, Retention(), ALL, now=AT + timedelta(hours=2))
         assert (gone.runs, gone.done_jobs) == (1, 1)
     assert await store.jobs() == []
+
+
+async def test_sync_passes_over_a_past_one_off_instead_of_failing_to_start(
+    store: JobStore,
+) -> None:
+    result = await store.sync([one_off("ran", T0 - timedelta(hours=1)), one_off("soon")], now=T0)
+    assert (result.created, result.unchanged) == (["soon"], ["ran"])
+    assert [j.name for j in await store.jobs()] == ["soon"]
