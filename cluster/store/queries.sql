@@ -668,7 +668,9 @@ skip_in AS MATERIALIZED (
 claimed AS MATERIALIZED (
     SELECT j.id, j.tenant_id, j.name, j.shard_id, j.attempt, j.locked_at, i.token, i.slot,
            i.next_run_at, i.next_slot, j.slot_origin,
-           (SELECT count(*) FROM flights f WHERE f.job_id = j.id) < j.max_concurrent AS room
+           -- Backfill flights (migration 011) never take a regular slot's place.
+           (SELECT count(*) FROM flights f WHERE f.job_id = j.id
+                AND f.origin IS DISTINCT FROM 'backfill') < j.max_concurrent AS room
     FROM jobs j JOIN input i ON i.id = j.id
     WHERE j.id = ANY(ARRAY(SELECT x.id FROM input x))
       AND j.lease_token = i.token AND j.status = 'running'
@@ -1379,7 +1381,8 @@ WITH live AS (
     SELECT r.id, j.id AS job_id, j.tenant_id, j.name AS job_name, j.slot_at AS scheduled_for,
            j.attempt, j.locked_by AS node_id, j.locked_zone AS zone, 'running'::text AS status,
            j.locked_at AS started_at, NULL::timestamptz AS finished_at,
-           NULL::float8 AS duration_s, r.last_error
+           NULL::float8 AS duration_s, r.last_error,
+           coalesce(j.slot_origin, 'schedule') AS origin
     FROM generate_series(0, (SELECT value::int - 1 FROM meta WHERE key = 'shard_count'))
         AS s(shard)
     -- OFFSET 0 keeps the probe per shard: flattened, the planner reads every job instead.
@@ -1404,7 +1407,8 @@ SELECT x.* FROM (
      LIMIT %(limit)s)
     UNION ALL
     (SELECT r.id, r.job_id, r.tenant_id, r.job_name, r.scheduled_for, r.attempt, r.node_id,
-            r.zone, r.status, r.started_at, r.finished_at, r.duration_s, r.last_error
+            r.zone, r.status, r.started_at, r.finished_at, r.duration_s, r.last_error,
+            coalesce(r.origin, 'schedule')
      FROM runs r
      WHERE (%(scope)s::text IS NULL OR r.tenant_id = %(scope)s)
        AND (%(job_name)s::text IS NULL OR r.job_name = %(job_name)s)

@@ -35,7 +35,8 @@ SHOW_KEYS = {
     "catch_up", "grace_s", "max_backfill", "timeout_s", "retries", "retry_backoff_s",
     "dst_repeated", "dst_skipped", "created_at", "updated_at", "keep_for_s", "keep_runs",
     "output_limit", "late_after_s", "pause_after_failures", "failed_slots", "pause_note",
-    "next_slots", "recent_runs",
+    "overlap", "max_concurrent", "cancel_grace_s", "cancel_by", "jitter_s", "slot_at",
+    "remove_when_done", "next_slots", "next_starts", "recent_runs",
 }  # fmt: skip
 
 
