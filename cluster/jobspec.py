@@ -17,6 +17,7 @@ from cluster.catchup import parse_catch_up
 from cluster.durations import parse_duration
 from cluster.errors import InvalidInput
 from cluster.handlerspec import canonical, is_forwarded
+from cluster.jitter import check_jitter
 from cluster.schedule import Schedule, parse_schedule
 from ring.zones import normalize_zones
 
@@ -238,6 +239,8 @@ class JobSpec:
     cancel_grace_s: float = DEFAULT_CANCEL_GRACE_S
     zones: tuple[str, ...] = ()  # pinned to these zones (docs/zones.md); empty: any zone
     each_zone: bool = False  # one run per slot in every zone with a live node (of `zones`)
+    jitter_s: float = 0.0  # each slot starts within [slot, slot + jitter) (cluster.jitter)
+    remove_when_done: bool = False  # a one-off (@at) job is deleted once its slot has run
 
     @classmethod
     def build(
@@ -268,6 +271,8 @@ class JobSpec:
         cancel_grace: str | float = DEFAULT_CANCEL_GRACE_S,
         zones: str | Sequence[str] | None = None,
         each_zone: bool = False,
+        jitter: str | float = 0.0,
+        remove_when_done: bool = False,
     ) -> JobSpec:
         """Validate every field; raise ``InvalidInput`` naming the first bad one."""
         name = validate_name(name)
@@ -291,6 +296,11 @@ class JobSpec:
         late_after_s = _optional_duration(late_after, "late_after")
         assert late_after_s is not None
         overlap, max_concurrent = parse_overlap(overlap, max_concurrent)
+        jitter_s = check_jitter(parsed, _duration(jitter, "jitter"))
+        if parsed.at is not None and overlap == "allow":
+            raise InvalidInput("overlap", "a one-off (@at) job has one slot: allow does not apply")
+        if not isinstance(remove_when_done, bool):
+            raise InvalidInput("remove_when_done", "must be true or false")
         return cls(
             name=name,
             schedule=parsed.expr,
@@ -321,6 +331,8 @@ class JobSpec:
             cancel_grace_s=_duration(cancel_grace, "cancel_grace"),
             zones=parse_zones(zones),
             each_zone=_each_zone(each_zone, zones),
+            jitter_s=jitter_s,
+            remove_when_done=remove_when_done,
         )
 
     @classmethod
@@ -334,6 +346,7 @@ class JobSpec:
             "dst_skipped", "keep_for", "keep_runs", "output_limit", "late_after",
             "pause_after_failures", "overlap", "max_concurrent", "cancel_grace",
             "zones", "each_zone",
+            "jitter", "remove_when_done",
         }  # fmt: skip
         unknown = sorted(set(entry) - known)
         if unknown:
@@ -375,6 +388,8 @@ class JobSpec:
             cancel_grace=self.cancel_grace_s,
             zones=self.zones or None,
             each_zone=self.each_zone,
+            jitter=self.jitter_s,
+            remove_when_done=self.remove_when_done,
         )
 
     def parsed_schedule(self) -> Schedule:

@@ -27,7 +27,7 @@ class Job:
     status: str
     paused: bool
     shard: int
-    next_run_at: datetime | None  # None while paused: a paused job is never due
+    next_run_at: datetime | None  # None while paused or done: such a job is never due
     slot_at: datetime
     attempt: int
     last_run_at: datetime | None
@@ -57,6 +57,8 @@ class Job:
     cancel_by: str | None  # who asked to cancel the running slot, until it ends
     zones: tuple[str, ...] = ()  # pinned to these zones; empty: any zone
     each_zone: bool = False  # runs through one child per live zone (docs/zones.md)
+    jitter_s: float = 0.0  # a slot starts within [slot, slot + jitter_s) (cluster.jitter)
+    remove_when_done: bool = False  # a one-off job is deleted once its slot has run
 
     def parsed_schedule(self) -> Schedule:
         return parse_schedule(self.schedule, self.tz, self.dst_repeated, self.dst_skipped)  # type: ignore[arg-type]
@@ -76,7 +78,7 @@ class Job:
             shard=row["shard_id"],
             # The stored next_run_at of a paused job is a far-future marker (9999-01-01)
             # that keeps it out of the claim's index range.
-            next_run_at=row["next_run_at"] if row["status"] != "paused" else None,
+            next_run_at=row["next_run_at"] if row["status"] not in ("paused", "done") else None,
             slot_at=row["slot_at"],
             attempt=row["attempt"],
             last_run_at=row["last_run_at"],
@@ -106,6 +108,8 @@ class Job:
             cancel_by=row["cancel_by"],
             zones=tuple(row.get("zones") or ()),
             each_zone=bool(row.get("each_zone")),
+            jitter_s=row.get("jitter_s", 0.0),
+            remove_when_done=row.get("remove_when_done", False),
         )
 
     def to_json(self) -> dict[str, Any]:
@@ -146,6 +150,9 @@ class Job:
             "cancel_by": self.cancel_by,
             "zones": list(self.zones) or None,
             "each_zone": self.each_zone,
+            "jitter_s": self.jitter_s,
+            "slot_at": iso(self.slot_at),
+            "remove_when_done": self.remove_when_done,
             "created_at": iso(self.created_at),
             "updated_at": iso(self.updated_at),
         }
@@ -175,6 +182,8 @@ class Run:
     last_error: str | None
     # What the attempt produced (``runs.output``); read by ``JobStore.run``, not by listings.
     output: dict[str, Any] | None = None
+    # Who asked for the slot: schedule, or backfill (migration 011; docs/time.md).
+    origin: str = "schedule"
 
     @classmethod
     def from_row(cls, row: dict[str, Any]) -> Run:
@@ -193,6 +202,7 @@ class Run:
             duration_s=row["duration_s"],
             last_error=row["last_error"],
             output=row.get("output"),
+            origin=row.get("origin") or "schedule",
         )
 
     def to_json(self) -> dict[str, Any]:
@@ -210,6 +220,7 @@ class Run:
             "finished_at": iso(self.finished_at),
             "duration_s": self.duration_s,
             "error": self.last_error,
+            "origin": self.origin,
         }
 
     def output_json(self) -> dict[str, Any]:

@@ -1,7 +1,8 @@
 """Schedules: when a job's slots fall, as pure math on aware datetimes (no I/O, no clock).
 
 Owns the schedule grammar (5-field cron, 6-field cron with SECONDS FIRST, ``@yearly``-style
-macros, ``@every <duration>``) and the mapping from a job's local wall clock to UTC instants.
+macros, ``@every <duration>``, ``@at <ISO 8601 time with offset>``: the one slot of a one-off
+job) and the mapping from a job's local wall clock to UTC instants.
 Every node must derive the same slots for the same job, so slots depend only on the schedule
 and tzdata, never on a node's clock; ``@every`` slots are multiples of the interval since the
 Unix epoch (UTC), whatever the zone.
@@ -91,10 +92,12 @@ class Schedule:
     _every_us: int | None = field(init=False, repr=False, compare=False)
     _day_expr: str = field(init=False, repr=False, compare=False)
     _times: tuple[tuple[int, ...], ...] = field(init=False, repr=False, compare=False)
+    _at: datetime | None = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        expr = _normalize_expr(self.expr)
-        every_us, day_expr, times = _compile(expr)
+        expr, at = _one_off(_normalize_expr(self.expr))
+        object.__setattr__(self, "_at", at)
+        every_us, day_expr, times = _compile(expr) if at is None else (None, "", ())
         tz = self.tz.strip() if isinstance(self.tz, str) else self.tz
         zone = _zone(tz)
         _check_choice("dst_repeated", self.dst_repeated, ("once", "twice"))
@@ -107,6 +110,11 @@ class Schedule:
     def interval(self) -> timedelta | None:
         """The ``@every`` interval (slots are its multiples since the epoch); None for cron."""
         return None if self._every_us is None else self._every_us * _US
+
+    @property
+    def at(self) -> datetime | None:
+        """The one slot of an ``@at`` schedule (UTC); None for a recurring one."""
+        return self._at
 
     def next_after(self, after: datetime) -> datetime:
         """The first slot strictly after the aware datetime ``after``, in UTC."""
@@ -129,6 +137,8 @@ class Schedule:
     def iter_after(self, after: datetime) -> Iterator[datetime]:
         """Every slot strictly after ``after``, in UTC, strictly increasing."""
         after = _utc(after, "after")
+        if self._at is not None:
+            return iter([self._at] if self._at > after else [])
         if self._every_us is not None:
             return self._every_after(after, self._every_us)
         return self._cron_after(after)
@@ -228,6 +238,22 @@ def _normalize_expr(expr: object) -> str:
     return text
 
 
+def _one_off(expr: str) -> tuple[str, datetime | None]:
+    """(normalized expression, its instant) of ``@at <ISO 8601 with offset>``, else
+    (expr, None). The text keeps the offset it was given; the instant is UTC."""
+    if expr.split(" ", 1)[0] != "@at":
+        return expr, None
+    text = expr[len("@at") :].strip()
+    try:
+        moment = datetime.fromisoformat(text)
+    except ValueError as exc:
+        raise InvalidInput("schedule", f"@at needs an ISO 8601 time, got {text!r}") from exc
+    if moment.tzinfo is None or moment.utcoffset() is None:
+        example = "2026-01-01T09:00:00+01:00"
+        raise InvalidInput("schedule", f"@at needs a time with a UTC offset, e.g. {example}")
+    return f"@at {moment.isoformat()}", moment.astimezone(UTC)
+
+
 def _check_choice(name: str, value: object, choices: tuple[str, ...]) -> None:
     if value not in choices:
         raise InvalidInput(name, f"must be one of {', '.join(choices)}, got {value!r}")
@@ -264,7 +290,7 @@ def _compile(expr: str) -> tuple[int | None, str, tuple[tuple[int, ...], ...]]:
         return round(seconds * 1_000_000), "", ()
     text = MACROS.get(expr, expr)
     if text.startswith("@"):
-        known = ", ".join([*MACROS, "@every <duration>"])
+        known = ", ".join([*MACROS, "@every <duration>", "@at <ISO time>"])
         raise InvalidInput("schedule", f"unknown macro {expr!r}; expected one of {known}")
     fields = text.split(" ")
     if len(fields) not in (5, 6):

@@ -92,6 +92,7 @@ class Status:
     outcomes_1h: dict[str, int]
     paused_jobs: list[PausedJob] = field(default_factory=list)  # at most PAUSED_SHOWN
     paused_total: int = 0
+    done_jobs: int = 0  # one-off jobs whose slot has run
     fenced_writes: int = 0  # summed over live members, each since it started
     problems: list[str] = field(default_factory=list)
     holders: dict[int, str] = field(default_factory=dict)  # shard -> node; not in to_json
@@ -211,6 +212,7 @@ async def collect(
         outcomes_1h={k: 0 for k in OUTCOMES} | {r["status"]: r["runs"] for r in rows.outcomes},
         paused_jobs=[PausedJob(r["tenant_id"], r["name"], r["pause_note"]) for r in rows.paused],
         paused_total=rows.paused[0]["total"] if rows.paused else 0,
+        done_jobs=rows.done,
         fenced_writes=sum(m.info.fenced_writes for m in live),
         holders=holders,
     )

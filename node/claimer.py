@@ -26,7 +26,7 @@ from cluster.store.session import LockSession
 from node.clock import DbClock
 from node.completer import Completer, job_extra
 from node.executor import Executor
-from node.outcomes import following_slot, plan_at_claim
+from node.outcomes import following_slot, plan_at_claim, start_of
 from node.pacing import CLAIM_AHEAD_S, WAKE_MARGIN_S, Pacing
 from node.service import Failures, until_beat
 from node.state import NodeState
@@ -142,7 +142,8 @@ class Claimer:
             self._completer.submit(job, done, skips)
             return
         self._stats.fired += 1
-        self._stats.fire_lag_seconds.append(max(0.0, (now - job.slot).total_seconds()))
+        start = start_of(job, job.slot)  # lag counts from the jittered start
+        self._stats.fire_lag_seconds.append(max(0.0, (now - start).total_seconds()))
         if job.overlap == "allow":  # the slot runs as a flight once it is handed over
             self._flights_seen = True
             self._executor.reserve()
@@ -153,7 +154,7 @@ class Claimer:
             self._pacing.claimed_ahead(start_in_s)
         replace_in_s = None
         if job.overlap == "replace":  # a run still going when the next slot is due stops
-            replace_in_s = (following_slot(job) - now).total_seconds()
+            replace_in_s = (start_of(job, following_slot(job)) - now).total_seconds()
         self._executor.submit(job, start_in_s, replace_in_s)
 
     async def run(self, stop: asyncio.Event) -> None:

@@ -14,8 +14,9 @@ from typing import TypeVar
 
 from cluster.catchup import CatchUp, CatchUpPlan, plan_catchup
 from cluster.durations import format_duration
+from cluster.jitter import jittered
 from cluster.schedule import Schedule, parse_schedule
-from cluster.store.records import ClaimedJob, Completion, Skip
+from cluster.store.records import NEVER, ClaimedJob, Completion, Skip
 from node.handlers import Outcome
 
 MAX_RETRY_DELAY_S = 3600.0
@@ -49,7 +50,14 @@ def following_slot(job: ClaimedJob) -> datetime:
     """The slot after the job's slot. Remembered: in a fan-out every job of a schedule has
     the same slot, and both the claim and the completion of each ask."""
     key = (job.schedule, job.tz, job.dst_repeated, job.dst_skipped, job.slot)
-    return _remember(_following, key, lambda: schedule_of(job).next_after(job.slot))
+    return _remember(_following, key, lambda: _after(schedule_of(job), job.slot))
+
+
+def _after(schedule: Schedule, slot: datetime) -> datetime:
+    """The slot after ``slot``; ``NEVER`` after the one slot of a one-off (@at) job."""
+    if schedule.at is not None:
+        return NEVER
+    return schedule.next_after(slot)
 
 
 @functools.lru_cache(maxsize=1024)
@@ -59,6 +67,20 @@ def _catch_up(policy: str, grace_s: float, max_backfill: int) -> CatchUp:
 
 def catch_up_of(job: ClaimedJob) -> CatchUp:
     return _catch_up(job.catch_up, job.grace_s, job.max_backfill)
+
+
+def start_of(job: ClaimedJob, slot: datetime) -> datetime:
+    """When ``slot`` of the job starts: the slot plus its jitter offset (cluster.jitter);
+    ``NEVER`` stays never (the job is done)."""
+    if not job.jitter_s or slot >= NEVER:
+        return slot
+    return jittered(job.tenant, job.name, slot, job.jitter_s)
+
+
+def nominal_now(job: ClaimedJob, now: datetime) -> datetime:
+    """The clock catch-up reads: ``jitter_s`` behind, so a slot counts as missed only once
+    its whole start window has passed (docs/design/time.md)."""
+    return now - timedelta(seconds=job.jitter_s) if job.jitter_s else now
 
 
 def broken(job: ClaimedJob, exc: Exception, now: datetime) -> Completion:
@@ -102,6 +124,9 @@ def plan_at_claim(job: ClaimedJob, now: datetime) -> tuple[Completion, list[Skip
     """
     if job.attempt > 1:
         return None
+    now = nominal_now(job, now)
+    if schedule_of(job).at is not None:  # a one-off: it runs late unless `skip` says no
+        return _one_off_at_claim(job, now)
     if following_slot(job) > now:
         return None  # the usual case: no later slot is due yet, nothing to catch up
     plan = plan_catchup(schedule_of(job), job.slot, now, catch_up_of(job))
@@ -116,11 +141,30 @@ def plan_at_claim(job: ClaimedJob, now: datetime) -> tuple[Completion, list[Skip
         outcome="skipped",
         error=reason,
         duration_s=None,
-        next_run_at=plan.next_slot,
+        next_run_at=start_of(job, plan.next_slot),
         next_slot=plan.next_slot,
         next_attempt=1,
     )
     return done, skips
+
+
+def _one_off_at_claim(job: ClaimedJob, now: datetime) -> tuple[Completion, list[Skip]] | None:
+    late_s = (now - job.slot).total_seconds()
+    if job.catch_up != "skip" or late_s <= job.grace_s:
+        return None
+    late, grace = format_duration(late_s), format_duration(job.grace_s)
+    done = Completion(
+        id=job.id,
+        token=job.lease_token,
+        slot=job.slot,
+        outcome="skipped",
+        error=f"missed by {late} (catch-up skip, grace {grace}); the one-off job is done",
+        duration_s=None,
+        next_run_at=NEVER,
+        next_slot=job.slot,
+        next_attempt=1,
+    )
+    return done, []
 
 
 def after_run(job: ClaimedJob, outcome: Outcome, now: datetime) -> tuple[Completion, list[Skip]]:
@@ -144,9 +188,25 @@ def after_run(job: ClaimedJob, outcome: Outcome, now: datetime) -> tuple[Complet
         return done, []
     following = following_slot(job)
     skips: list[Skip] = []
-    if following <= now:  # a later slot is due already: the catch-up policy decides
-        plan = plan_catchup(schedule_of(job), following, now, catch_up_of(job))
-        following, skips = plan.next_slot, _skips(job, plan, now)
+    nominal = nominal_now(job, now)
+    if following >= NEVER:  # a one-off job's slot has run: the job is done
+        following = job.slot
+        done = Completion(
+            id=job.id,
+            token=job.lease_token,
+            slot=job.slot,
+            outcome=outcome.status,
+            error=outcome.error,
+            duration_s=outcome.duration_s,
+            next_run_at=NEVER,
+            next_slot=job.slot,
+            next_attempt=1,
+            output=outcome.output,
+        )
+        return done, skips
+    if following <= nominal:  # a later slot is due already: the catch-up policy decides
+        plan = plan_catchup(schedule_of(job), following, nominal, catch_up_of(job))
+        following, skips = plan.next_slot, _skips(job, plan, nominal)
     done = Completion(
         id=job.id,
         token=job.lease_token,
@@ -154,7 +214,7 @@ def after_run(job: ClaimedJob, outcome: Outcome, now: datetime) -> tuple[Complet
         outcome=outcome.status,
         error=outcome.error,
         duration_s=outcome.duration_s,
-        next_run_at=following,
+        next_run_at=start_of(job, following),
         next_slot=following,
         next_attempt=1,
         output=outcome.output,

@@ -61,6 +61,7 @@ def poisoned(row: dict[str, Any]) -> ClaimedJob:
         overlap=row["overlap"],
         cancel_grace_s=row["cancel_grace_s"],
         cancel_by=row["cancel_by"],
+        jitter_s=row["jitter_s"],
     )
 
 

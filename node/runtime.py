@@ -26,12 +26,14 @@ from cluster.jobspec import JobSpec
 from cluster.members import MemberInfo, MemberRegistry
 from cluster.settings import ClusterSettings, NodeSettings, mask_url
 from cluster.store.alerting import AlertStore
+from cluster.store.backfills import BackfillConnection
 from cluster.store.effects import EffectsStore
 from cluster.store.pruning import PruneConnection
 from cluster.store.records import ClaimedJob
 from cluster.store.session import LockSession
 from cluster.store.writer import ResultWriter
 from node.alerting import AlertDelivery
+from node.backfiller import BACKFILL_POLL_S, Backfiller
 from node.claimer import Claimer
 from node.clock import DbClock
 from node.completer import Completer
@@ -80,6 +82,7 @@ class Parts:
     pruner: Pruner
     alerts: AlertDelivery
     late: LatePass
+    backfiller: Backfiller
 
 
 class Node:
@@ -285,6 +288,14 @@ class Node:
             # One connection of its own, never the lock session or the result writer.
             alerts=AlertDelivery(alert_store, s.node_id, stats),
             late=LatePass(alert_store, shard_count, stats),
+            backfiller=Backfiller(
+                BackfillConnection(
+                    self.cluster, s.node_id, statement_timeout_s=s.statement_timeout_s
+                ),
+                state,
+                stats,
+                claimer.flights_queued,
+            ),
         )
 
     def _serve_metrics(self, port: int, executor: Executor) -> None:
@@ -372,7 +383,18 @@ class Node:
         ]
         if s.prune_interval_s > 0:
             followers.append(self._spawn(p.pruner.run(claiming)))
+        followers.append(self._spawn(self._backfill(p.backfiller, claiming)))
         return Services(claiming, writing, heartbeat, lockers, writers, followers)
+
+    @staticmethod
+    async def _backfill(backfiller: Backfiller, stop: Signal) -> None:
+        async def once() -> None:  # run_once's count is not a delay
+            await backfiller.run_once()
+
+        try:
+            await run_service("backfill", once, interval_s=BACKFILL_POLL_S, stop=stop)
+        finally:
+            await backfiller.close()
 
     def _spawn(self, service: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
         task = asyncio.create_task(service)

@@ -8,7 +8,19 @@ from __future__ import annotations
 
 import click
 
-from cluster.cli import alerts, chaos, config, jobs, runs, schedule, status, tokens, up, web
+from cluster.cli import (
+    alerts,
+    backfills,
+    chaos,
+    config,
+    jobs,
+    runs,
+    schedule,
+    status,
+    tokens,
+    up,
+    web,
+)
 from cluster.cli.base import PulseGroup, global_options, with_store
 from cluster.settings import DEFAULT_SHARDS
 from cluster.store import JobStore
@@ -55,5 +67,7 @@ for command in (
     tokens.tokens,
     tokens.audit,
     web.web,
+    backfills.backfills,
 ):
     cli.add_command(command)
+jobs.jobs.add_command(backfills.backfill_job)

@@ -33,7 +33,9 @@ tenant_option = click.option(
 
 @jobs.command("add")
 @click.argument("name")
-@click.option("--schedule", required=True, help="Cron (5 or 6 fields), @hourly..., @every 30s.")
+@click.option("--schedule", default=None, help="Cron (5 or 6 fields), @hourly..., @every 30s.")
+@click.option("--at", default=None, help="Run once at this ISO 8601 time with offset (@at).")
+@click.option("--remove-when-done", is_flag=True, help="Delete a one-off job once it has run.")
 @click.option(
     "--handler",
     required=True,
@@ -88,6 +90,7 @@ tenant_option = click.option(
 )
 @click.option("--max-concurrent", default=None, help="Slots in flight at once (overlap allow).")
 @duration_option("--cancel-grace", spec.DEFAULT_CANCEL_GRACE_S, "SIGTERM to SIGKILL on cancel.")
+@duration_option("--jitter", 0.0, "Each slot starts within [slot, slot + jitter).")
 @click.option("--paused", is_flag=True, help="Create the job paused.")
 @click.option("--zones", default=None, help="Run only on nodes of these zones (a,b).")
 @click.option(
@@ -100,7 +103,12 @@ async def add_job(store: JobStore, name: str, as_json: bool, **options: Any) -> 
     handler = handlerspec.with_celery_options(
         options.pop("handler"), options.pop("celery_broker"), options.pop("celery_wait")
     )
-    spec = JobSpec.build(name, options.pop("schedule"), handler, **options)
+    schedule, at = options.pop("schedule"), options.pop("at")
+    if schedule is None and at is None:
+        raise click.UsageError("Missing option '--schedule' (or '--at' for a one-off job).")
+    if schedule is not None and at is not None:
+        raise click.UsageError("give --schedule or --at, not both.")
+    spec = JobSpec.build(name, schedule or f"@at {at}", handler, **options)
     handlerspec.require_broker(spec.handler, os.environ)
     job = await store.add(spec)
     if as_json:
@@ -200,6 +208,8 @@ def _when(job: Job) -> str:
 
 
 def _next_run(job: Job) -> str:
+    if job.status == "done":
+        return "none (done: its one slot has run)"
     return iso(job.next_run_at) or "none while paused"
 
 
@@ -239,6 +249,7 @@ async def show_job(store: JobStore, name: str, tenant: str, as_json: bool) -> No
         emit_json(data)
         return
     upcoming, recent = data.pop("next_slots"), data.pop("recent_runs")
+    starts = data.pop("next_starts")
     for key, value in data.items():
         if key == "handler":  # an http: or celery: handler: its summary, then its options
             first, *more = handlerspec.describe(value)
@@ -248,9 +259,9 @@ async def show_job(store: JobStore, name: str, tenant: str, as_json: bool) -> No
             continue
         shown = json.dumps(value, ensure_ascii=False) if isinstance(value, dict) else value
         click.echo(f"{key + ':':<18}{'-' if shown is None else shown}")
-    click.echo("next slots:")
-    for slot in upcoming:
-        click.echo(f"  {slot}")
+    click.echo("next slots:" if upcoming else "next slots: none")
+    for slot, start in zip(upcoming, starts, strict=True):
+        click.echo(f"  {slot}" if start == slot else f"  {slot}  starts {start}")
     click.echo("recent runs:" if recent else "recent runs: none")
     for run in recent:
         node = run["node_id"] or "-"

@@ -61,6 +61,7 @@ def runs(
             "ATTEMPT",
             "NODE",
             "DURATION",
+            "ORIGIN",
             "ERROR",
         ]
         body = [
@@ -72,6 +73,7 @@ def runs(
                 str(r.attempt),
                 r.node_id or "-",
                 f"{r.duration_s:.3f}s" if r.duration_s is not None else "-",
+                r.origin,
                 (r.last_error or "").splitlines()[0][:60] if r.last_error else "",
             ]
             for r in found

@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime
+from typing import Any
 from zoneinfo import ZoneInfo
 
 import click
 
 from cluster.cli.base import PulseCommand, emit_json, fail, parse_time
+from cluster.durations import parse_duration
 from cluster.errors import InvalidInput
+from cluster.jitter import check_jitter, jittered
+from cluster.jobspec import DEFAULT_TENANT
 from cluster.models import iso
 from cluster.schedule import parse_schedule
 
@@ -20,6 +24,9 @@ from cluster.schedule import parse_schedule
 @click.option("--after", default=None, help="ISO 8601 time with offset [default: now].")
 @click.option("--dst-repeated", default="once", show_default=True, help="once | twice")
 @click.option("--dst-skipped", default="shift", show_default=True, help="shift | skip")
+@click.option("--jitter", default="0s", show_default=True, help="A job's start jitter.")
+@click.option("--job-id", default=None, help="The job's name, whose slots --jitter offsets.")
+@click.option("--tenant", default=DEFAULT_TENANT, show_default=True, help="The job's tenant.")
 @click.option("--json", "as_json", is_flag=True)
 def schedule_command(
     expr: str,
@@ -28,17 +35,35 @@ def schedule_command(
     after: str | None,
     dst_repeated: str,
     dst_skipped: str,
+    jitter: str,
+    job_id: str | None,
+    tenant: str,
     as_json: bool,
 ) -> None:
-    """Print the next COUNT slots of EXPR, one aware ISO 8601 time a line."""
+    """Print the next COUNT slots of EXPR, one aware ISO 8601 time a line; with --jitter
+    and --job-id, each slot followed by the instant that job's slot starts."""
     start = parse_time(after, "after") or datetime.now(UTC)
     try:
         schedule = parse_schedule(expr, tz, dst_repeated, dst_skipped)  # type: ignore[arg-type]
+        jitter_s = check_jitter(schedule, parse_duration(jitter, "jitter"))
     except InvalidInput as exc:
         fail(f"invalid {exc}", 2)
-    slots = [iso(s.astimezone(ZoneInfo(schedule.tz))) for s in schedule.next_n(start, count)]
-    if as_json:
-        emit_json(slots)
+    if jitter_s and job_id is None:
+        fail("invalid jitter: give --job-id too (each job's slots start at their own offsets)", 2)
+    zone = ZoneInfo(schedule.tz)
+    slots = schedule.next_n(start, count)
+    if not jitter_s or job_id is None:
+        shown: list[Any] = [iso(s.astimezone(zone)) for s in slots]
+        lines = [str(s) for s in shown]
     else:
-        for slot in slots:
-            click.echo(slot)
+        starts = [jittered(tenant, job_id, s, jitter_s).astimezone(zone) for s in slots]
+        shown = [
+            {"slot": iso(s.astimezone(zone)), "start": iso(t)}
+            for s, t in zip(slots, starts, strict=True)
+        ]
+        lines = [f"{item['slot']}  starts {item['start']}" for item in shown]
+    if as_json:
+        emit_json(shown)
+    else:
+        for line in lines:
+            click.echo(line)

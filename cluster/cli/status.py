@@ -132,6 +132,8 @@ def render(st: Status) -> str:
             out.append(f"  {job.tenant}/{job.name}" + (f": {job.note}" if job.note else ""))
         if st.paused_total > len(st.paused_jobs):
             out.append(f"  ... and {st.paused_total - len(st.paused_jobs)} more")
+    if st.done_jobs:
+        out.append(f"done one-off jobs: {st.done_jobs} (kept until their runs are pruned)")
     return "\n".join(out)
 
 

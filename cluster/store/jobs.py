@@ -21,13 +21,15 @@ import psycopg
 from psycopg.types.json import Jsonb
 
 from cluster.errors import Conflict, InvalidInput, NotFound, NotRunning, StoreError
+from cluster.jitter import jittered
 from cluster.jobspec import DEFAULT_TENANT, JobSpec, check_text
 from cluster.models import Job, Run, iso
 from cluster.retention import Retention
 from cluster.settings import ClusterSettings
+from cluster.store import backfills, pruning
 from cluster.store import config as cluster_config
-from cluster.store import pruning
 from cluster.store.access import Access
+from cluster.store.backfills import Backfill, BackfillPlan
 from cluster.store.connect import Conn, connect, connection, describe
 from cluster.store.migrate import InitResult, migrate, stored_shard_count
 from cluster.store.notify import CANCEL_PREFIX
@@ -68,6 +70,18 @@ def _check_params(params: dict[str, Any]) -> None:
     for key, value in params.items():
         if isinstance(value, str):
             check_text(value, _FIELD_OF_PARAM.get(key, key))
+
+
+def _past_one_off(spec: JobSpec, params: dict[str, Any], db_now: datetime) -> bool:
+    return bool(params["slot_at"] <= db_now and spec.parsed_schedule().at is not None)
+
+
+def _refuse_past(spec: JobSpec, params: dict[str, Any], db_now: datetime) -> None:
+    """``InvalidInput`` for a one-off job whose time has passed (nothing is written: the
+    caller's transaction rolls back)."""
+    if _past_one_off(spec, params, db_now):
+        when = params["slot_at"].isoformat()
+        raise InvalidInput("schedule", f"@at {when} is in the past (now {db_now.isoformat()})")
 
 
 def _label(tenant: str, name: str) -> str:
@@ -193,6 +207,7 @@ class JobStore:
         try:
             async with self._conn.transaction():
                 params = self._params(spec, shards, await self.db_now(now))
+                _refuse_past(spec, params, await self.db_now(now))
                 row = await self._one("upsert_job", {**params, "replace": False})
                 if row is None:
                     raise Conflict(
@@ -222,11 +237,17 @@ class JobStore:
                     row = await self._one("upsert_job", params)
                     label = _label(spec.tenant, spec.name)
                     placed = await self._place(spec, shards, params["next_run_at"])
-                    if placed is not None:
-                        row = {"inserted": row is not None and row["inserted"], "shard_id": placed}
+                    if placed is not None:  # moved to its zone set's shard
+                        row = {
+                            "inserted": row is not None and row["inserted"],
+                            "shard_id": placed,
+                            "status": "idle" if row is None else row["status"],
+                        }
                     if row is None:
                         result.unchanged.append(label)
                         continue
+                    if row["status"] != "done":  # a changed or new job due again
+                        _refuse_past(spec, params, db_now)
                     (result.created if row["inserted"] else result.updated).append(label)
                     await self._notify(row["shard_id"])
                 if prune:
@@ -260,6 +281,11 @@ class JobStore:
                 for spec in specs:
                     params = self._params(spec, shards, db_now)
                     label = _label(spec.tenant, spec.name)
+                    if _past_one_off(spec, params, db_now):
+                        # A one-off that ran (and may have been removed) stays declared in
+                        # code: never created again, and never a reason not to start.
+                        result.unchanged.append(label)
+                        continue
                     row = await self._one("upsert_job", {**params, "replace": False})
                     if row is not None:
                         placed = await self._place(spec, shards, params["next_run_at"])
@@ -303,8 +329,11 @@ class JobStore:
                     raise NotFound(f"no job named {name!r} in tenant {tenant!r}")
                 job = Job.from_row(row)
                 spec = self._spec_of(job)
-                next_run_at = spec.parsed_schedule().next_after(await self.db_now(now))
-                await self._write("resume_job", name, tenant, {"next_run_at": next_run_at})
+                slot = spec.parsed_schedule().next_after(await self.db_now(now))
+                start = jittered(tenant, name, slot, job.jitter_s)
+                await self._write(
+                    "resume_job", name, tenant, {"next_run_at": start, "slot_at": slot}
+                )
         except psycopg.Error as exc:
             raise StoreError(describe(exc)) from exc
         return await self.get(name, tenant)
@@ -364,6 +393,74 @@ class JobStore:
     async def remove(self, name: str, tenant: str = DEFAULT_TENANT) -> None:
         await self._write("remove_job", name, tenant, {})
 
+    async def backfill(
+        self,
+        name: str,
+        tenant: str = DEFAULT_TENANT,
+        *,
+        start: datetime,
+        end: datetime,
+        only_missing: bool = False,
+        max_parallel: int = 1,
+        dry_run: bool = False,
+    ) -> BackfillPlan:
+        """Ask for the job's slots in ``[start, end)`` to run again, oldest first, at most
+        ``max_parallel`` at once (``only_missing``: those without a succeeded run). With
+        ``dry_run``, only the slots it would run. ``InvalidInput`` for a reversed, empty or
+        too large range, or a paused or done job; nothing is written then."""
+        if isinstance(max_parallel, bool) or not isinstance(max_parallel, int) or max_parallel < 1:
+            raise InvalidInput("max_parallel", f"must be a whole number >= 1, got {max_parallel!r}")
+        try:
+            async with self._conn.transaction():
+                row = await self._one("lock_job", {"tenant_id": tenant, "name": name})
+                if row is None:
+                    raise NotFound(f"no job named {name!r} in tenant {tenant!r}")
+                job = Job.from_row(row)
+                if job.paused or job.status == "done":
+                    state = "paused" if job.paused else "done"
+                    raise InvalidInput(
+                        "job", f"{name!r} is {state}; a backfill needs an active job"
+                    )
+                slots = backfills.plan_slots(job.parsed_schedule(), start, end)
+                if only_missing:
+                    ok = await backfills.succeeded(self._conn, job.id, slots)
+                    slots = [s for s in slots if s not in ok]
+                if dry_run:
+                    return BackfillPlan(slots)
+                if not slots:
+                    raise InvalidInput("from", "every slot of the range has succeeded already")
+                params = {
+                    "job_id": job.id,
+                    "tenant_id": job.tenant,
+                    "job_name": job.name,
+                    "shard_id": job.shard,
+                    "range_from": start,
+                    "range_to": end,
+                    "only_missing": only_missing,
+                    "max_parallel": max_parallel,
+                    "slots_total": len(slots),
+                }
+                made = await self._one("backfill_insert", params)
+                assert made is not None
+                await self._notify(job.shard)
+        except psycopg.Error as exc:
+            raise StoreError(describe(exc)) from exc
+        return BackfillPlan(slots, Backfill.from_row(made))
+
+    async def backfills(self, tenant: str | None = None) -> list[Backfill]:
+        """Every backfill request, oldest first, with its progress."""
+        return [
+            Backfill.from_row(r) for r in await self._all("backfill_list", {"tenant_id": tenant})
+        ]
+
+    async def cancel_backfill(self, backfill_id: int) -> Backfill:
+        """Stop a backfill: nothing more is queued, queued slots are dropped, running ones
+        finish. ``InvalidInput`` for an unknown id."""
+        row = await self._one("backfill_cancel", {"id": backfill_id})
+        if row is None:
+            raise InvalidInput("id", f"no backfill {backfill_id}")
+        return Backfill.from_row(row)
+
     # -- reads ------------------------------------------------------------------------
 
     async def get(self, name: str, tenant: str = DEFAULT_TENANT) -> Job:
@@ -378,12 +475,19 @@ class JobStore:
         """What ``pulse jobs show --json`` prints: the job, its next slots, its latest runs."""
         job = await self.get(name, tenant)
         now = await self.db_now()
-        upcoming = job.parsed_schedule().next_n(max(job.next_run_at or now, now), slots)
-        if job.status == "idle" and job.next_run_at and job.next_run_at not in upcoming:
-            upcoming = [job.next_run_at, *upcoming[: slots - 1]]
+        schedule = job.parsed_schedule()
+        if job.status == "idle" and job.next_run_at is not None:  # its slot, then the next
+            upcoming = [job.slot_at, *schedule.next_n(job.slot_at, slots - 1)]
+            starts = [job.next_run_at]  # the slot's start, or a retry's
+        elif job.status == "done":
+            upcoming, starts = [], []
+        else:
+            upcoming, starts = schedule.next_n(now, slots), []
+        starts += [jittered(job.tenant, job.name, s, job.jitter_s) for s in upcoming[len(starts) :]]
         recent = await self.runs(job=job.name, tenant=job.tenant, limit=runs)
         data = job.to_json()
         data["next_slots"] = [iso(s) for s in upcoming]
+        data["next_starts"] = [iso(s) for s in starts]
         data["recent_runs"] = [r.to_json() for r in recent]
         return data
 
@@ -430,6 +534,8 @@ class JobStore:
 
     def _params(self, spec: JobSpec, shards: int, db_now: datetime) -> dict[str, Any]:
         job_id = uuid.uuid4()
+        schedule = spec.parsed_schedule()
+        slot = schedule.at or schedule.next_after(db_now)  # @at: its one slot, even if past
         return {
             "id": job_id,
             "tenant_id": spec.tenant,
@@ -442,7 +548,8 @@ class JobStore:
             "payload": Jsonb(spec.payload),
             "paused": spec.paused,
             "shard_id": shard_for(job_id, shards),
-            "next_run_at": spec.parsed_schedule().next_after(db_now),
+            "next_run_at": jittered(spec.tenant, spec.name, slot, spec.jitter_s),
+            "slot_at": slot,
             "catch_up": spec.catch_up,
             "grace_s": spec.grace_s,
             "max_backfill": spec.max_backfill,
@@ -457,6 +564,8 @@ class JobStore:
             "overlap": spec.overlap,
             "max_concurrent": spec.max_concurrent,
             "cancel_grace_s": spec.cancel_grace_s,
+            "jitter_s": spec.jitter_s,
+            "remove_when_done": spec.remove_when_done,
         }
 
     async def _place(self, spec: JobSpec, shards: int, next_run_at: datetime) -> int | None:

@@ -43,6 +43,7 @@ class PruneResult:
     runs: int = 0
     alert_events: int = 0
     statements: int = 0
+    done_jobs: int = 0  # one-off jobs removed: done, and their runs gone or never wanted
 
 
 @dataclass(frozen=True)
@@ -68,6 +69,18 @@ async def _row(
         raise StoreError(f"{name}: {describe(exc)}") from exc
     assert row is not None
     return row
+
+
+async def _count(conn: Conn, name: str, params: dict[str, Any], deadline_s: float | None) -> int:
+    """How many rows the statement ``name`` returned."""
+    try:
+        async with contextlib.AsyncExitStack() as stack:
+            if deadline_s is not None:
+                await stack.enter_async_context(Deadline(conn, deadline_s))
+            cur = await conn.execute(query(name), params)
+            return len(await cur.fetchall())
+    except psycopg.Error as exc:
+        raise StoreError(f"{name}: {describe(exc)}") from exc
 
 
 def _after(job_id: UUID) -> UUID | None:
@@ -116,6 +129,10 @@ async def prune(
                 start = row["resume_id"]
                 continue
         start = None if row["last_id"] is None else _after(row["last_id"])
+    if shards and not dry_run:  # done one-off jobs whose runs are gone (docs/time.md)
+        result.statements += 1
+        done = {"shards": sorted(shards), "batch": batch}
+        result.done_jobs = await _count(conn, "prune_done_jobs", done, deadline_s)
     # Events belong to no shard: every pass takes its share, SKIP LOCKED.
     events = {"now": now, "keep_s": retention.keep_failed_for_s, "batch": batch}
     while True:

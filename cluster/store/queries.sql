@@ -13,16 +13,17 @@ INSERT INTO jobs AS j (
     id, tenant_id, name, schedule, tz, dst_repeated, dst_skipped, handler, payload,
     status, paused, shard_id, next_run_at, slot_at, catch_up, grace_s, max_backfill,
     timeout_s, max_retries, retry_backoff_s, keep_for_s, keep_runs, output_limit,
-    late_after_s, pause_after_failures, overlap, max_concurrent, cancel_grace_s)
+    late_after_s, pause_after_failures, overlap, max_concurrent, cancel_grace_s, jitter_s,
+    remove_when_done)
 VALUES (
     %(id)s, %(tenant_id)s, %(name)s, %(schedule)s, %(tz)s, %(dst_repeated)s, %(dst_skipped)s,
     %(handler)s, %(payload)s, CASE WHEN %(paused)s THEN 'paused' ELSE 'idle' END, %(paused)s,
     %(shard_id)s,
     CASE WHEN %(paused)s THEN '9999-01-01Z'::timestamptz ELSE %(next_run_at)s END,
-    %(next_run_at)s, %(catch_up)s, %(grace_s)s,
+    %(slot_at)s, %(catch_up)s, %(grace_s)s,
     %(max_backfill)s, %(timeout_s)s, %(max_retries)s, %(retry_backoff_s)s, %(keep_for_s)s,
     %(keep_runs)s, %(output_limit)s, %(late_after_s)s, %(pause_after_failures)s,
-    %(overlap)s, %(max_concurrent)s, %(cancel_grace_s)s)
+    %(overlap)s, %(max_concurrent)s, %(cancel_grace_s)s, %(jitter_s)s, %(remove_when_done)s)
 ON CONFLICT (tenant_id, name) DO UPDATE SET
     schedule = excluded.schedule,
     tz = excluded.tz,
@@ -45,35 +46,43 @@ ON CONFLICT (tenant_id, name) DO UPDATE SET
     overlap = excluded.overlap,
     max_concurrent = excluded.max_concurrent,
     cancel_grace_s = excluded.cancel_grace_s,
+    jitter_s = excluded.jitter_s,
+    remove_when_done = excluded.remove_when_done,
     status = CASE
         WHEN j.status = 'running' THEN 'running'
         WHEN excluded.paused THEN 'paused'
+        -- A done one-off job stays done unless it is given another time.
+        WHEN j.status = 'done' AND (j.schedule, j.tz) = (excluded.schedule, excluded.tz)
+            THEN 'done'
         ELSE 'idle' END,
-    -- An idle job moves to the new next slot when its timing changed or it is resumed.
-    (next_run_at, slot_at, attempt) = (
+    -- An idle job moves to the new next slot when its timing changed or it is resumed;
+    -- excluded.next_run_at is that slot's jittered start, excluded.slot_at the slot.
+    (next_run_at, slot_at, attempt, slot_origin) = (
         SELECT CASE WHEN m.moves OR (j.status <> 'running' AND excluded.paused)
                     THEN excluded.next_run_at ELSE j.next_run_at END,
-               CASE WHEN m.moves THEN excluded.next_run_at ELSE j.slot_at END,
-               CASE WHEN m.moves THEN 1 ELSE j.attempt END
+               CASE WHEN m.moves THEN excluded.slot_at ELSE j.slot_at END,
+               CASE WHEN m.moves THEN 1 ELSE j.attempt END,
+               CASE WHEN m.moves THEN NULL ELSE j.slot_origin END
         FROM (SELECT j.status <> 'running' AND (
-                  (j.schedule, j.tz, j.dst_repeated, j.dst_skipped)
+                  (j.schedule, j.tz, j.dst_repeated, j.dst_skipped, j.jitter_s)
                       IS DISTINCT FROM (excluded.schedule, excluded.tz, excluded.dst_repeated,
-                                        excluded.dst_skipped)
+                                        excluded.dst_skipped, excluded.jitter_s)
                   OR (j.paused AND NOT excluded.paused)) AS moves) m),
     updated_at = now()
 WHERE %(replace)s
   AND (j.schedule, j.tz, j.dst_repeated, j.dst_skipped, j.handler, j.payload, j.paused,
        j.catch_up, j.grace_s, j.max_backfill, j.timeout_s, j.max_retries, j.retry_backoff_s,
        j.keep_for_s, j.keep_runs, j.output_limit, j.late_after_s, j.pause_after_failures,
-       j.overlap, j.max_concurrent, j.cancel_grace_s)
+       j.overlap, j.max_concurrent, j.cancel_grace_s, j.jitter_s, j.remove_when_done)
     IS DISTINCT FROM
       (excluded.schedule, excluded.tz, excluded.dst_repeated, excluded.dst_skipped,
        excluded.handler, excluded.payload, excluded.paused, excluded.catch_up,
        excluded.grace_s, excluded.max_backfill, excluded.timeout_s, excluded.max_retries,
        excluded.retry_backoff_s, excluded.keep_for_s, excluded.keep_runs,
        excluded.output_limit, excluded.late_after_s, excluded.pause_after_failures,
-       excluded.overlap, excluded.max_concurrent, excluded.cancel_grace_s)
-RETURNING id, shard_id, (xmax = 0) AS inserted;
+       excluded.overlap, excluded.max_concurrent, excluded.cancel_grace_s, excluded.jitter_s,
+       excluded.remove_when_done)
+RETURNING id, shard_id, (xmax = 0) AS inserted, status;
 
 -- name: list_jobs
 SELECT * FROM jobs
@@ -94,7 +103,7 @@ FOR UPDATE;
 UPDATE jobs SET
     paused = true,
     pause_note = %(note)s,
-    status = CASE WHEN status = 'running' THEN status ELSE 'paused' END,
+    status = CASE WHEN status IN ('running', 'done') THEN status ELSE 'paused' END,
     next_run_at = CASE WHEN status = 'running' THEN next_run_at
                        ELSE '9999-01-01Z'::timestamptz END,
     updated_at = now()
@@ -111,7 +120,8 @@ UPDATE jobs SET
     failed_slots = 0,
     status = CASE WHEN status = 'paused' THEN 'idle' ELSE status END,
     next_run_at = CASE WHEN status = 'paused' THEN %(next_run_at)s ELSE next_run_at END,
-    slot_at = CASE WHEN status = 'paused' THEN %(next_run_at)s ELSE slot_at END,
+    slot_at = CASE WHEN status = 'paused' THEN %(slot_at)s ELSE slot_at END,
+    slot_origin = CASE WHEN status = 'paused' THEN NULL ELSE slot_origin END,
     attempt = CASE WHEN status = 'paused' THEN 1 ELSE attempt END,
     updated_at = now()
 WHERE tenant_id = %(tenant_id)s AND name = %(name)s
@@ -124,6 +134,8 @@ RETURNING id, shard_id, status;
 -- stays paused (tests/integration/test_store.py).
 UPDATE jobs SET
     status = 'idle',
+    slot_origin = CASE WHEN status = 'paused' OR slot_at > n.t THEN 'trigger'
+                       ELSE slot_origin END,
     slot_at = CASE WHEN status = 'paused' OR slot_at > n.t THEN n.t ELSE slot_at END,
     attempt = CASE WHEN status = 'paused' OR slot_at > n.t THEN 1 ELSE attempt END,
     next_run_at = CASE WHEN status = 'paused' OR next_run_at > n.t THEN n.t ELSE next_run_at END,
@@ -164,7 +176,8 @@ WITH live AS (
     SELECT r.id, j.id AS job_id, j.tenant_id, j.name AS job_name, j.slot_at AS scheduled_for,
            j.attempt, j.locked_by AS node_id, j.locked_zone AS zone, 'running'::text AS status,
            j.lease_token, j.locked_at AS started_at, NULL::timestamptz AS finished_at,
-           NULL::float8 AS duration_s, r.last_error
+           NULL::float8 AS duration_s, r.last_error,
+           coalesce(j.slot_origin, 'schedule') AS origin
     FROM jobs j
     LEFT JOIN runs r ON r.job_id = j.id AND r.scheduled_for = j.slot_at
     WHERE j.status = 'running' AND j.overlap <> 'allow'  -- its slots: the flights below
@@ -174,7 +187,7 @@ WITH live AS (
     -- Flights of overlap `allow` jobs (migration 009).
     SELECT r.id, j.id, j.tenant_id, j.name, f.slot, f.attempt, f.locked_by, f.locked_zone,
            'running'::text, f.lease_token, f.locked_at, NULL::timestamptz, NULL::float8,
-           r.last_error
+           r.last_error, coalesce(f.origin, 'schedule')
     FROM flights f
     JOIN jobs j ON j.id = f.job_id
     LEFT JOIN runs r ON r.job_id = f.job_id AND r.scheduled_for = f.slot
@@ -191,7 +204,7 @@ SELECT x.* FROM (
     -- Ordered and limited on its own, so it walks an index of runs instead of sorting it.
     (SELECT r.id, r.job_id, r.tenant_id, r.job_name, r.scheduled_for, r.attempt, r.node_id,
             r.zone, r.status, r.lease_token, r.started_at, r.finished_at, r.duration_s,
-            r.last_error
+            r.last_error, coalesce(r.origin, 'schedule')
      FROM runs r
      WHERE (%(job_name)s::text IS NULL OR r.job_name = %(job_name)s)
        AND (%(tenant_id)s::text IS NULL OR r.tenant_id = %(tenant_id)s)
@@ -333,6 +346,11 @@ candidates AS (
 locked AS (
     SELECT j.ctid FROM jobs j JOIN candidates c ON j.ctid = c.ctid
     WHERE j.status = 'idle' AND j.next_run_at <= (SELECT due FROM clock)
+      -- A regular slot of a job that is not `allow` waits while a backfill slot of it runs
+      -- (migration 011): one probe of flights_pkey per candidate, none found as a rule.
+      AND (j.overlap = 'allow' OR NOT EXISTS (
+          SELECT 1 FROM flights f
+          WHERE f.job_id = j.id AND f.status = 'running' AND f.origin = 'backfill'))
     FOR UPDATE OF j SKIP LOCKED
 ),
 -- No index names a column this writes: a HOT update (migration 003, test_hot_claim.py).
@@ -354,7 +372,7 @@ claimed AS (
               j.handler, nullif(j.payload, '{}'::jsonb) AS payload, j.shard_id, j.slot_at,
               j.attempt, j.lease_token, j.catch_up, j.grace_s, j.max_backfill, j.timeout_s,
               j.max_retries, j.retry_backoff_s, j.next_run_at, j.output_limit, j.overlap,
-              j.cancel_grace_s, j.cancel_by, false AS flight
+              j.cancel_grace_s, j.cancel_by, false AS flight, j.jitter_s
 ),
 next_due AS (
     SELECT min(x.next_run_at) AS t
@@ -404,11 +422,17 @@ skip_in AS MATERIALIZED (
 -- slots were skipped (one `skipped` event per catch-up).
 done AS (
     UPDATE jobs j SET
-        status = CASE WHEN j.paused OR f.pause THEN 'paused' ELSE 'idle' END,
+        -- next_run_at 9999-01-01 (records.NEVER): a one-off job's slot has run for good.
+        status = CASE WHEN i.next_run_at >= '9999-01-01Z'::timestamptz THEN 'done'
+                      WHEN j.paused OR f.pause THEN 'paused' ELSE 'idle' END,
         next_run_at = CASE WHEN j.paused OR f.pause THEN '9999-01-01Z'::timestamptz
                            ELSE i.next_run_at END,
         slot_at = i.next_slot,
         attempt = i.next_attempt,
+        -- A retry keeps its slot's origin; a slot reached past skipped ones is catch-up's.
+        slot_origin = CASE WHEN i.next_slot = i.slot AND i.outcome <> 'skipped'
+                                THEN o.slot_origin
+                           WHEN f.skips > 0 THEN 'catch-up' END,
         last_run_at = CASE WHEN i.outcome = 'skipped' THEN j.last_run_at ELSE i.slot END,
         locked_by = NULL,
         locked_at = NULL,
@@ -442,7 +466,7 @@ done AS (
               record_run(j.id, j.tenant_id, j.name, i.slot, o.attempt, %(node_id)s, %(zone)s,
                          i.outcome, i.token,
                          CASE WHEN i.outcome = 'skipped' THEN NULL ELSE o.locked_at END,
-                         k.t, i.duration_s, i.error, i.output),
+                         k.t, i.duration_s, i.error, i.output, o.slot_origin),
               CASE WHEN f.late THEN raise_alert('late', j.id, j.tenant_id, j.name, i.slot,
                   o.attempt, %(node_id)s, %(zone)s, NULL, 'started '
                   || round(extract(epoch FROM o.locked_at - o.next_run_at))
@@ -473,6 +497,30 @@ skipped AS (
     ON CONFLICT (job_id, scheduled_for) DO NOTHING
 )
 SELECT id FROM done;
+
+-- name: remove_done_jobs
+-- Deletes the given jobs that are done and asked to be removed then (`--remove-when-done`),
+-- right after the completion that made them done; the pruner removes any this missed.
+DELETE FROM jobs
+WHERE id = ANY(%(ids)s::uuid[]) AND status = 'done' AND remove_when_done
+RETURNING id;
+
+-- name: prune_done_jobs
+-- Deletes the done one-off jobs of the given shards that asked to be removed, or whose runs
+-- retention has removed. Found through jobs_due: a done job's next_run_at is 9999-01-01.
+DELETE FROM jobs j
+WHERE j.id IN (
+    SELECT d.id FROM unnest(%(shards)s::int[]) AS s(shard)
+    CROSS JOIN LATERAL (
+        SELECT x.id FROM jobs x
+        WHERE x.shard_id = s.shard AND x.next_run_at >= '9999-01-01Z'::timestamptz
+          AND x.status = 'done'
+          AND (x.remove_when_done
+               OR NOT EXISTS (SELECT 1 FROM runs r WHERE r.job_id = x.id))
+        LIMIT %(batch)s
+    ) AS d)
+  AND j.status = 'done'
+RETURNING j.id;
 
 -- name: renew
 -- Extends the leases of the caller's running jobs; returns the ids still held, each with
@@ -582,7 +630,7 @@ reset AS (
               j.schedule, j.tz, j.dst_repeated, j.dst_skipped, j.handler, j.payload, j.shard_id,
               j.lease_token, j.catch_up, j.grace_s, j.max_backfill, j.timeout_s, j.max_retries,
               j.retry_backoff_s, j.next_run_at, j.output_limit, j.overlap, j.cancel_grace_s,
-              j.cancel_by,
+              j.cancel_by, j.jitter_s,
               record_run(j.id, j.tenant_id, j.name, j.slot_at, d.attempt, d.locked_by,
                          d.locked_zone, 'lost', d.lease_token, d.locked_at, k.t, NULL,
                          d.reason || ' (node ' || coalesce(d.locked_by, '?') || ')', NULL),
@@ -594,7 +642,7 @@ SELECT r.id, r.tenant_id, r.name, r.slot_at, r.attempt, r.locked_by, r.reason, r
        r.schedule, r.tz, r.dst_repeated, r.dst_skipped, r.handler, r.payload, r.shard_id,
        r.lease_token, r.catch_up, r.grace_s, r.max_backfill, r.timeout_s, r.max_retries,
        r.retry_backoff_s, r.next_run_at, r.output_limit, r.overlap, r.cancel_grace_s,
-       r.cancel_by
+       r.cancel_by, r.jitter_s
 FROM reset r;
 
 -- flights
@@ -622,8 +670,10 @@ skip_in AS MATERIALIZED (
 ),
 claimed AS MATERIALIZED (
     SELECT j.id, j.tenant_id, j.name, j.shard_id, j.attempt, j.locked_at, i.token, i.slot,
-           i.next_run_at, i.next_slot,
-           (SELECT count(*) FROM flights f WHERE f.job_id = j.id) < j.max_concurrent AS room
+           i.next_run_at, i.next_slot, j.slot_origin,
+           -- Backfill flights (migration 011) never take a regular slot's place.
+           (SELECT count(*) FROM flights f WHERE f.job_id = j.id
+                AND f.origin IS DISTINCT FROM 'backfill') < j.max_concurrent AS room
     FROM jobs j JOIN input i ON i.id = j.id
     WHERE j.id = ANY(ARRAY(SELECT x.id FROM input x))
       AND j.lease_token = i.token AND j.status = 'running'
@@ -631,9 +681,9 @@ claimed AS MATERIALIZED (
 ),
 flown AS (
     INSERT INTO flights (job_id, slot, shard_id, status, attempt, due_at, lease_token,
-                         locked_by, locked_zone, locked_at, lease_expires_at)
+                         locked_by, locked_zone, locked_at, lease_expires_at, origin)
     SELECT c.id, c.slot, c.shard_id, 'running', c.attempt, c.slot, c.token, %(node_id)s,
-           %(zone)s, c.locked_at, k.t + make_interval(secs => %(lease_s)s)
+           %(zone)s, c.locked_at, k.t + make_interval(secs => %(lease_s)s), c.slot_origin
     FROM claimed c CROSS JOIN clock k
     WHERE c.room
     ON CONFLICT (job_id, slot) DO NOTHING
@@ -655,6 +705,7 @@ moved AS (
                            ELSE k.t + interval '1 second' END,
         slot_at = CASE WHEN c.room THEN c.next_slot ELSE j.slot_at END,
         attempt = CASE WHEN c.room THEN 1 ELSE j.attempt END,
+        slot_origin = CASE WHEN c.room THEN NULL ELSE j.slot_origin END,
         last_run_at = CASE WHEN c.room THEN c.slot ELSE j.last_run_at END,
         locked_by = NULL,
         locked_at = NULL,
@@ -681,6 +732,10 @@ picked AS (
         SELECT f.ctid FROM flights f
         WHERE f.shard_id = s.shard AND f.status = 'queued'
           AND f.due_at <= (SELECT t FROM clock)
+          -- A backfill slot of a job that is not `allow` waits while its regular slot runs.
+          AND (f.origin IS DISTINCT FROM 'backfill' OR NOT EXISTS (
+              SELECT 1 FROM jobs x
+              WHERE x.id = f.job_id AND x.status = 'running' AND x.overlap <> 'allow'))
         ORDER BY f.due_at
         LIMIT %(limit)s
         FOR UPDATE OF f SKIP LOCKED
@@ -700,7 +755,7 @@ RETURNING j.id, j.tenant_id, j.name, j.schedule, j.tz, j.dst_repeated, j.dst_ski
           j.handler, nullif(j.payload, '{}'::jsonb) AS payload, j.shard_id, f.slot,
           f.attempt, f.lease_token, j.catch_up, j.grace_s, j.max_backfill, j.timeout_s,
           j.max_retries, j.retry_backoff_s, f.due_at, j.output_limit, j.overlap,
-          j.cancel_grace_s, f.cancel_by, true AS flight;
+          j.cancel_grace_s, f.cancel_by, true AS flight, j.jitter_s;
 
 -- name: complete_flights
 -- Fenced completion of flights, one per ended attempt: the last attempt of a slot deletes
@@ -725,7 +780,7 @@ ended AS (
     RETURNING f.job_id, f.slot,
               record_run(j.id, j.tenant_id, j.name, f.slot, f.attempt, %(node_id)s, %(zone)s,
                          i.outcome, i.token, f.locked_at, k.t, i.duration_s, i.error,
-                         i.output),
+                         i.output, f.origin),
               CASE WHEN i.outcome IN ('failed', 'timed_out') THEN raise_alert('failed', j.id,
                   j.tenant_id, j.name, f.slot, f.attempt, %(node_id)s, %(zone)s, i.error,
                   NULL) END
@@ -745,7 +800,7 @@ retried AS (
     RETURNING f.job_id, f.slot,
               record_run(j.id, j.tenant_id, j.name, f.slot, o.attempt, %(node_id)s, %(zone)s,
                          i.outcome, i.token, o.locked_at, k.t, i.duration_s, i.error,
-                         i.output)
+                         i.output, o.origin)
 )
 SELECT job_id, slot FROM ended
 UNION ALL
@@ -786,7 +841,7 @@ WHERE f.job_id = i.id AND f.slot = i.slot AND f.lease_token = i.token
 RETURNING f.job_id, f.slot,
           record_run(j.id, j.tenant_id, j.name, f.slot, o.attempt, o.locked_by,
                      o.locked_zone, 'lost', i.token, o.locked_at, k.t, NULL, %(reason)s,
-                     NULL);
+                     NULL, o.origin);
 
 -- name: recover_flights
 -- Takes back the running flights of dead owners and expired leases in the held shards (as
@@ -832,10 +887,12 @@ RETURNING j.id, j.tenant_id, j.name, j.schedule, j.tz, j.dst_repeated, j.dst_ski
           j.handler, nullif(j.payload, '{}'::jsonb) AS payload, j.shard_id, f.slot,
           f.attempt, f.lease_token, j.catch_up, j.grace_s, j.max_backfill, j.timeout_s,
           j.max_retries, j.retry_backoff_s, f.due_at, j.output_limit, j.overlap,
-          j.cancel_grace_s, f.cancel_by, true AS flight, d.poison, d.reason, d.locked_by,
+          j.cancel_grace_s, f.cancel_by, true AS flight, j.jitter_s, d.poison, d.reason,
+          d.locked_by,
           record_run(j.id, j.tenant_id, j.name, f.slot, d.attempt, d.locked_by,
                      d.locked_zone, 'lost', d.lease_token, d.locked_at, k.t, NULL,
-                     d.reason || ' (node ' || coalesce(d.locked_by, '?') || ')', NULL),
+                     d.reason || ' (node ' || coalesce(d.locked_by, '?') || ')', NULL,
+                     f.origin),
           raise_alert('lost', j.id, j.tenant_id, j.name, f.slot, d.attempt, d.locked_by,
                       d.locked_zone, NULL,
                       d.reason || ' (node ' || coalesce(d.locked_by, '?') || ')');
@@ -887,6 +944,10 @@ SELECT tenant_id, name, pause_note, count(*) OVER ()::int AS total
 FROM jobs WHERE paused
 ORDER BY updated_at DESC, tenant_id, name
 LIMIT %(limit)s;
+
+-- name: status_done
+-- One-off jobs whose slot has run (status `done`), kept until their runs are pruned.
+SELECT count(*)::int AS done FROM jobs WHERE status = 'done';
 
 -- name: status_fire_lag
 -- Fire lag (claim time minus slot time) of first attempts started within the window, from
@@ -1329,7 +1390,8 @@ WITH live AS (
     SELECT r.id, j.id AS job_id, j.tenant_id, j.name AS job_name, j.slot_at AS scheduled_for,
            j.attempt, j.locked_by AS node_id, j.locked_zone AS zone, 'running'::text AS status,
            j.locked_at AS started_at, NULL::timestamptz AS finished_at,
-           NULL::float8 AS duration_s, r.last_error
+           NULL::float8 AS duration_s, r.last_error,
+           coalesce(j.slot_origin, 'schedule') AS origin
     FROM generate_series(0, (SELECT value::int - 1 FROM meta WHERE key = 'shard_count'))
         AS s(shard)
     -- OFFSET 0 keeps the probe per shard: flattened, the planner reads every job instead.
@@ -1365,7 +1427,8 @@ SELECT x.* FROM (
      LIMIT %(limit)s)
     UNION ALL
     (SELECT r.id, r.job_id, r.tenant_id, r.job_name, r.scheduled_for, r.attempt, r.node_id,
-            r.zone, r.status, r.started_at, r.finished_at, r.duration_s, r.last_error
+            r.zone, r.status, r.started_at, r.finished_at, r.duration_s, r.last_error,
+            coalesce(r.origin, 'schedule')
      FROM runs r
      WHERE (%(scope)s::text IS NULL OR r.tenant_id = %(scope)s)
        AND (%(job_name)s::text IS NULL OR r.job_name = %(job_name)s)
@@ -1530,3 +1593,92 @@ WHERE c.parent_id IS NOT NULL;
 DELETE FROM jobs WHERE id = ANY(%(ids)s::uuid[]) AND parent_id IS NOT NULL
   AND status <> 'running'
 RETURNING id, name;
+
+-- name: backfill_insert
+-- A backfill request (cluster/store/backfills.py): the nodes holding the job's shard queue
+-- its slots as flights from cursor_at on.
+INSERT INTO backfills (job_id, tenant_id, job_name, shard_id, range_from, range_to, cursor_at,
+                       only_missing, max_parallel, slots_total)
+VALUES (%(job_id)s, %(tenant_id)s, %(job_name)s, %(shard_id)s, %(range_from)s, %(range_to)s,
+        %(range_from)s, %(only_missing)s, %(max_parallel)s, %(slots_total)s)
+RETURNING *, 0 AS in_flight;
+
+-- name: backfill_succeeded
+-- Of the given slots of a job, those whose run succeeded (`--only-missing` leaves them out).
+SELECT r.scheduled_for FROM runs r
+WHERE r.job_id = %(job_id)s AND r.scheduled_for = ANY(%(slots)s::timestamptz[])
+  AND r.status = 'succeeded';
+
+-- name: backfill_list
+SELECT b.*, (SELECT count(*) FROM flights f WHERE f.backfill_id = b.id)::int AS in_flight
+FROM backfills b
+WHERE (%(tenant_id)s::text IS NULL OR b.tenant_id = %(tenant_id)s)
+  AND (%(scope)s::text IS NULL OR b.tenant_id = %(scope)s)
+ORDER BY b.id;
+
+-- name: backfill_cancel
+-- Stops a backfill: no more slots are queued and its queued ones are dropped; slots already
+-- running finish. Cancelling one that has ended changes nothing.
+WITH found AS (
+    SELECT b.id FROM backfills b
+    WHERE b.id = %(id)s AND (%(scope)s::text IS NULL OR b.tenant_id = %(scope)s)
+    FOR UPDATE
+),
+stopped AS (
+    UPDATE backfills b SET status = 'cancelled', updated_at = now()
+    FROM found x WHERE b.id = x.id AND b.status = 'active'
+    RETURNING b.id
+),
+dropped AS (
+    DELETE FROM flights f USING stopped s
+    WHERE f.backfill_id = s.id AND f.status = 'queued'
+    RETURNING 1
+)
+-- The statement sees the rows as they were before it: the status is the one just set.
+SELECT b.id, b.tenant_id, b.job_name, b.range_from, b.range_to, b.cursor_at, b.only_missing,
+       b.max_parallel, b.slots_total, b.slots_queued, b.created_at,
+       CASE WHEN EXISTS (SELECT 1 FROM stopped) THEN 'cancelled' ELSE b.status END AS status,
+       (SELECT count(*) FROM dropped)::int AS dropped,
+       (SELECT count(*) FROM flights f WHERE f.backfill_id = b.id AND f.status = 'running')::int
+           AS in_flight
+FROM backfills b JOIN found x ON b.id = x.id;
+
+-- name: backfill_active
+-- The active backfills of the held shards, each with its job's schedule and its slots in
+-- flight, locked so one node at a time moves a request's cursor (a shard changing hands).
+SELECT b.id, b.job_id, b.shard_id, b.cursor_at, b.range_to, b.only_missing, b.max_parallel,
+       j.schedule, j.tz, j.dst_repeated, j.dst_skipped, j.status AS job_status,
+       (SELECT count(*) FROM flights f WHERE f.backfill_id = b.id)::int AS in_flight
+FROM backfills b JOIN jobs j ON j.id = b.job_id
+WHERE b.shard_id = ANY(%(shards)s::int[]) AND b.status = 'active'
+ORDER BY b.id
+FOR UPDATE OF b SKIP LOCKED;
+
+-- name: backfill_queue
+-- Queues the given slots of a backfill as flights (origin `backfill`) due now and moves its
+-- cursor, in the caller's transaction. A slot already in flight, or whose regular run is
+-- going on, is not queued again (one claim per slot). The request is done once its cursor
+-- passed the range and none of its slots is in flight.
+WITH clock AS (
+    SELECT coalesce(%(now)s::timestamptz, now()) AS t
+),
+queued AS (
+    INSERT INTO flights (job_id, slot, shard_id, status, attempt, due_at, lease_token, origin,
+                         backfill_id)
+    SELECT j.id, s.slot, j.shard_id, 'queued', 1, k.t, j.lease_token, 'backfill', %(id)s
+    FROM unnest(%(slots)s::timestamptz[]) AS s(slot)
+    JOIN jobs j ON j.id = %(job_id)s
+    CROSS JOIN clock k
+    WHERE NOT (j.status = 'running' AND j.slot_at = s.slot)
+    ON CONFLICT (job_id, slot) DO NOTHING
+    RETURNING 1
+)
+UPDATE backfills b SET
+    cursor_at = %(cursor)s,
+    slots_queued = b.slots_queued + (SELECT count(*) FROM queued),
+    status = CASE WHEN %(cursor)s >= b.range_to AND %(in_flight)s = 0
+                       AND (SELECT count(*) FROM queued) = 0 THEN 'done' ELSE b.status END,
+    updated_at = k.t
+FROM clock k
+WHERE b.id = %(id)s
+RETURNING (SELECT count(*) FROM queued)::int AS queued, b.status;

@@ -12,19 +12,21 @@ from __future__ import annotations
 import json
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any, NamedTuple
 from uuid import UUID
 
 from cluster.jobspec import DEFAULT_CANCEL_GRACE_S, DEFAULT_OUTPUT_LIMIT, DEFAULT_OVERLAP
 
 __all__ = [
+    "NEVER",
     "ClaimResult",
     "ClaimedJob",
     "Completion",
     "Skip",
     "claimed_jobs",
     "complete_params",
+    "finished_one_offs",
     "int_array",
 ]
 
@@ -45,6 +47,11 @@ def int_array(values: Collection[int]) -> str:
             _arrays.clear()
         found = _arrays[key] = "{" + ",".join(map(str, sorted(key))) + "}"
     return found
+
+
+# The next_run_at of a job that is never due: paused (the SQL's '9999-01-01Z'), or done (a
+# one-off job whose slot has run: a completion with this next_run_at marks the job `done`).
+NEVER = datetime(9999, 1, 1, tzinfo=UTC)
 
 
 class ClaimedJob(NamedTuple):
@@ -82,6 +89,7 @@ class ClaimedJob(NamedTuple):
     # A slot of an overlap `allow` job running as a flight, under a lease of its own
     # (migration 009): its writes go to the flights statements, keyed by (id, slot).
     flight: bool = False
+    jitter_s: float = 0.0  # the slot starts at slot + its offset (cluster.jitter)
 
 
 _FIELDS = len(ClaimedJob._fields)
@@ -130,6 +138,11 @@ class Skip:
     job_id: UUID
     slot: datetime
     reason: str
+
+
+def finished_one_offs(done: Sequence[Completion], applied: Collection[UUID]) -> list[UUID]:
+    """The jobs of ``done`` whose completion, applied, made them ``done`` (one-off jobs)."""
+    return [d.id for d in done if d.next_run_at >= NEVER and d.id in applied]
 
 
 def complete_params(

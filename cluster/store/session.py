@@ -39,6 +39,7 @@ from cluster.store.records import (
     Skip,
     claimed_jobs,
     complete_params,
+    finished_one_offs,
     int_array,
 )
 
@@ -283,7 +284,11 @@ class LockSession(FlightStatements):
         rows = await self._run(
             "complete", complete_params(done, skips, self.node_id, self.zone, now)
         )
-        return {row[0] for row in rows}
+        applied = {row[0] for row in rows}
+        finished = finished_one_offs(done, applied)
+        if finished:  # rare: a one-off job is done; remove it if it asked to be
+            await self._run("remove_done_jobs", {"ids": finished})
+        return applied
 
     async def renew(
         self, leases: Sequence[tuple[UUID, int]], lease_s: float, now: datetime | None = None

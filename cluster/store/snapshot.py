@@ -29,6 +29,7 @@ class Snapshot:
     outcomes: list[Row]  # status, runs
     paused: list[Row]  # tenant_id, name, pause_note, total
     pinned: list[Row] = field(default_factory=list)  # tenant_id, name, zones, paused
+    done: int = 0  # one-off jobs done (migration 011)
 
 
 async def _rows(conn: Conn, name: str, params: dict[str, Any]) -> list[Row]:
@@ -61,6 +62,7 @@ async def read_snapshot(
             )
             paused = await _rows(conn, "status_paused", {"limit": paused_limit})
             pinned = await _rows(conn, "status_pinned", {})
+            done = await _rows(conn, "status_done", {})
     except psycopg.errors.UndefinedTable as exc:
         raise StoreError("the schema is not initialised; run `pulse init` first") from exc
     except psycopg.Error as exc:
@@ -75,4 +77,5 @@ async def read_snapshot(
         outcomes=outcomes,
         paused=paused,
         pinned=pinned,
+        done=done[0]["done"],
     )

@@ -31,6 +31,7 @@ from cluster.store.records import (
     Completion,
     Skip,
     complete_params,
+    finished_one_offs,
     flight_params,
     spawn_params,
 )
@@ -56,7 +57,11 @@ class ResultWriter:
         rows = await self._fetch(
             "complete", complete_params(done, skips, self.node_id, self.zone, now)
         )
-        return {row[0] for row in rows}
+        applied = {row[0] for row in rows}
+        finished = finished_one_offs(done, applied)
+        if finished:  # rare: a one-off job is done; remove it if it asked to be
+            await self._fetch("remove_done_jobs", {"ids": finished})
+        return applied
 
     async def complete_flights(
         self, done: Sequence[Completion], now: datetime | None = None

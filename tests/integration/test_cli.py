@@ -44,11 +44,12 @@ JOB_KEYS = {
     "output_limit", "late_after_s", "pause_after_failures", "failed_slots", "pause_note",
     "overlap", "max_concurrent", "cancel_grace_s", "cancel_by", "zones",
     "each_zone",
+    "jitter_s", "slot_at", "remove_when_done",
 }  # fmt: skip
-SHOW_KEYS = JOB_KEYS | {"next_slots", "recent_runs"}
+SHOW_KEYS = JOB_KEYS | {"next_slots", "next_starts", "recent_runs"}
 RUN_KEYS = {
     "id", "job_id", "tenant", "job", "scheduled_for", "attempt", "node_id", "zone", "status",
-    "started_at", "finished_at", "duration_s", "error",
+    "started_at", "finished_at", "duration_s", "error", "origin",
 }  # fmt: skip
 APPLY_KEYS = {"created", "updated", "unchanged", "removed"}
 

@@ -198,7 +198,7 @@ async def test_uninitialised_schema_says_run_init(settings: ClusterSettings) -> 
 
 EXPECTED_TABLES = {
     "meta", "schema_version", "jobs", "runs", "config", "alert_rules", "alert_events",
-    "alert_deliveries", "flights", "api_tokens", "api_audit",
+    "alert_deliveries", "flights", "api_tokens", "api_audit", "backfills",
     "zone_spaces",  # migration 012
 }  # fmt: skip
 
@@ -264,6 +264,16 @@ EXPECTED_INDEXES = {
     "zone_spaces_zones_key": (
         "CREATE UNIQUE INDEX zone_spaces_zones_key ON S.zone_spaces USING btree (zones)"
     ),
+    # migration 011: backfill requests, and the flights they queue
+    "backfills_pkey": "CREATE UNIQUE INDEX backfills_pkey ON S.backfills USING btree (id)",
+    "backfills_active": (
+        "CREATE INDEX backfills_active ON S.backfills USING btree (shard_id)"
+        " WHERE (status = 'active'::text)"
+    ),
+    "flights_by_backfill": (
+        "CREATE INDEX flights_by_backfill ON S.flights USING btree (backfill_id)"
+        " WHERE (backfill_id IS NOT NULL)"
+    ),
 }
 
 EXPECTED_CONSTRAINTS = {
@@ -290,6 +300,9 @@ EXPECTED_CONSTRAINTS = {
     ("api_audit", "PRIMARY KEY (id)"),
     ("zone_spaces", "PRIMARY KEY (space)"),
     ("zone_spaces", "UNIQUE (zones)"),
+    ("backfills", "PRIMARY KEY (id)"),
+    ("backfills", "FOREIGN KEY (job_id) REFERENCES S.jobs(id) ON DELETE CASCADE"),
+    ("flights", "FOREIGN KEY (backfill_id) REFERENCES S.backfills(id) ON DELETE SET NULL"),
 }
 
 # Functions, with their identity arguments.
@@ -311,6 +324,15 @@ EXPECTED_FUNCTIONS = {
         " run_started_at timestamp with time zone, run_finished_at timestamp with time zone,"
         " run_duration_s double precision, run_last_error text, run_output jsonb",
     ),
+    (  # migration 011: with the run's origin
+        "record_run",
+        "run_job_id uuid, run_tenant_id text, run_job_name text,"
+        " run_scheduled_for timestamp with time zone, run_attempt integer, run_node_id text,"
+        " run_zone text, run_status text, run_lease_token bigint,"
+        " run_started_at timestamp with time zone, run_finished_at timestamp with time zone,"
+        " run_duration_s double precision, run_last_error text, run_output jsonb,"
+        " run_origin text",
+    ),
     (
         "raise_alert",
         "a_event text, a_job_id uuid, a_tenant_id text, a_job_name text,"
@@ -328,10 +350,12 @@ JOB_COLUMNS = {
     "late_slot", "pause_after_failures", "failed_slots", "pause_note", "overlap",
     "max_concurrent", "cancel_grace_s", "cancel_by",
     "zones", "each_zone", "parent_id",  # migration 012
+    "jitter_s", "remove_when_done", "slot_origin",  # migration 011
 }  # fmt: skip
 RUN_COLUMNS = {
     "id", "job_id", "tenant_id", "job_name", "scheduled_for", "attempt", "node_id", "zone",
     "status", "lease_token", "started_at", "finished_at", "duration_s", "last_error", "output",
+    "origin",  # migration 011
 }  # fmt: skip
 
 

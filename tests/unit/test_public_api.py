@@ -85,7 +85,8 @@ EXPECTED: dict[str, dict[str, str]] = {
         "'int', late_after_s: 'float', pause_after_failures: 'int | None', "
         "failed_slots: 'int', pause_note: 'str | None', overlap: 'str', "
         "max_concurrent: 'int', cancel_grace_s: 'float', cancel_by: 'str | None', "
-        "zones: 'tuple[str, ...]' = (), each_zone: 'bool' = False) -> None",
+        "zones: 'tuple[str, ...]' = (), each_zone: 'bool' = False, jitter_s: "
+        "'float' = 0.0, remove_when_done: 'bool' = False) -> None",
         "from_row": "(cls, row: 'dict[str, Any]') -> 'Job'",
         "parsed_schedule": "(self) -> 'Schedule'",
         "to_json": "(self) -> 'dict[str, Any]'",
@@ -101,8 +102,8 @@ EXPECTED: dict[str, dict[str, str]] = {
         "output_limit: 'int' = 16384, late_after_s: 'float' = 60.0, "
         "pause_after_failures: 'int | None' = None, overlap: 'str' = "
         "'forbid', max_concurrent: 'int' = 10, cancel_grace_s: 'float' = "
-        "10.0, zones: 'tuple[str, ...]' = (), each_zone: 'bool' = False) -> "
-        "None",
+        "10.0, zones: 'tuple[str, ...]' = (), each_zone: 'bool' = False, "
+        "jitter_s: 'float' = 0.0, remove_when_done: 'bool' = False) -> None",
         "build": "(cls, name: 'str', schedule: 'str', handler: 'str | Mapping[str, Any]', "
         "*, tenant: 'str' = 'default', tz: 'str' = 'UTC', payload: 'str | "
         "Mapping[str, Any] | None' = None, catch_up: 'str' = 'once', grace: 'str "
@@ -114,7 +115,8 @@ EXPECTED: dict[str, dict[str, str]] = {
         "16384, late_after: 'str | float' = 60.0, pause_after_failures: 'int | "
         "str | None' = None, overlap: 'str' = 'forbid', max_concurrent: 'int | "
         "str | None' = None, cancel_grace: 'str | float' = 10.0, zones: 'str | "
-        "Sequence[str] | None' = None, each_zone: 'bool' = False) -> 'JobSpec'",
+        "Sequence[str] | None' = None, each_zone: 'bool' = False, jitter: 'str | "
+        "float' = 0.0, remove_when_done: 'bool' = False) -> 'JobSpec'",
         "from_mapping": "(cls, entry: 'Mapping[str, Any]') -> 'JobSpec'",
         "parsed_schedule": "(self) -> 'Schedule'",
         "validated": "(self) -> 'JobSpec'",
@@ -125,9 +127,14 @@ EXPECTED: dict[str, dict[str, str]] = {
         "add": "(self, spec: 'JobSpec', *, now: 'datetime | None' = None) -> 'Job'",
         "apply": "(self, specs: 'Sequence[JobSpec]', *, prune: 'bool' = False, now: "
         "'datetime | None' = None) -> 'ApplyResult'",
+        "backfill": "(self, name: 'str', tenant: 'str' = 'default', *, start: "
+        "'datetime', end: 'datetime', only_missing: 'bool' = False, "
+        "max_parallel: 'int' = 1, dry_run: 'bool' = False) -> 'BackfillPlan'",
+        "backfills": "(self, tenant: 'str | None' = None) -> 'list[Backfill]'",
         "cancel": "(self, name: 'str', tenant: 'str' = 'default', *, by: 'str', slot: "
         "'datetime | None' = None, every: 'bool' = False) -> "
         "'list[CancelRequest]'",
+        "cancel_backfill": "(self, backfill_id: 'int') -> 'Backfill'",
         "config": "(self) -> 'list[tuple[str, str, datetime]]'",
         "config_values": "(self) -> 'dict[str, str]'",
         "db_now": "(self, now: 'datetime | None' = None) -> 'datetime'",
@@ -202,7 +209,8 @@ EXPECTED: dict[str, dict[str, str]] = {
         "scheduled_for: 'datetime', attempt: 'int', node_id: 'str | None', zone: "
         "'str | None', status: 'str', started_at: 'datetime | None', finished_at: "
         "'datetime | None', duration_s: 'float | None', last_error: 'str | None', "
-        "output: 'dict[str, Any] | None' = None) -> None",
+        "output: 'dict[str, Any] | None' = None, origin: 'str' = 'schedule') -> "
+        "None",
         "from_row": "(cls, row: 'dict[str, Any]') -> 'Run'",
         "output_json": "(self) -> 'dict[str, Any]'",
         "to_json": "(self) -> 'dict[str, Any]'",

@@ -36,7 +36,7 @@ SAMPLES: dict[str, Any] = {
     "pause_after_failures": 4,
     "paused": True,
 }
-SET_BY_REGISTRY = {"name", "schedule", "handler", "tenant", "as_json"}
+SET_BY_REGISTRY = {"name", "schedule", "at", "handler", "tenant", "as_json"}
 
 
 def rollup(ctx: RunContext) -> None:

@@ -1,0 +1,197 @@
+"""Backfills: requests to run a job's slots of a range again, and queuing their slots.
+
+A request is a row (``backfills``) with a cursor; the nodes holding the job's shard turn
+its next slots into queued flights of origin ``backfill`` (``fill``, run by
+``node/backfiller.py``), at most ``max_parallel`` in flight, oldest first, and the flights
+run as any flight does (``claim_flights``, docs/design/overlap.md). The request, its
+cursor and its flights are rows, so a backfill carries on after any node or the whole
+cluster dies. Slots come from the schedule in Python, as everywhere (DST included); with
+``only_missing`` the slots whose run succeeded are left out. Why so: docs/design/time.md.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Collection, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+import psycopg
+
+from cluster.errors import InvalidInput, StoreError
+from cluster.models import iso
+from cluster.schedule import Schedule, parse_schedule
+from cluster.settings import ClusterSettings
+from cluster.store.connect import Conn, connect, describe
+from cluster.store.queries import query
+
+__all__ = ["MAX_SLOTS", "Backfill", "BackfillConnection", "BackfillPlan", "fill", "plan_slots"]
+
+MAX_SLOTS = 100_000  # slots per request
+SCAN = 1000  # slots of a request read per pass at most (only_missing skips many)
+_US = timedelta(microseconds=1)
+
+
+@dataclass(frozen=True)
+class Backfill:
+    id: int
+    tenant: str
+    job: str
+    range_from: datetime
+    range_to: datetime
+    cursor: datetime
+    only_missing: bool
+    max_parallel: int
+    slots_total: int
+    slots_queued: int
+    in_flight: int
+    status: str  # active | done | cancelled
+    created_at: datetime
+
+    @classmethod
+    def from_row(cls, row: dict[str, Any]) -> Backfill:
+        return cls(
+            id=row["id"],
+            tenant=row["tenant_id"],
+            job=row["job_name"],
+            range_from=row["range_from"],
+            range_to=row["range_to"],
+            cursor=row["cursor_at"],
+            only_missing=row["only_missing"],
+            max_parallel=row["max_parallel"],
+            slots_total=row["slots_total"],
+            slots_queued=row["slots_queued"],
+            in_flight=row["in_flight"],
+            status=row["status"],
+            created_at=row["created_at"],
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "tenant": self.tenant,
+            "job": self.job,
+            "from": iso(self.range_from),
+            "to": iso(self.range_to),
+            "cursor": iso(self.cursor),
+            "only_missing": self.only_missing,
+            "max_parallel": self.max_parallel,
+            "slots_total": self.slots_total,
+            "slots_queued": self.slots_queued,
+            "in_flight": self.in_flight,
+            "status": self.status,
+            "created_at": iso(self.created_at),
+        }
+
+
+@dataclass(frozen=True)
+class BackfillPlan:
+    """What a request would run (``--dry-run``), or the request made."""
+
+    slots: list[datetime]
+    backfill: Backfill | None = None
+
+
+def plan_slots(schedule: Schedule, start: datetime, end: datetime) -> list[datetime]:
+    """The slots in ``[start, end)``, oldest first; ``InvalidInput`` for a reversed or empty
+    range or one of more than ``MAX_SLOTS`` slots."""
+    if start.tzinfo is None or end.tzinfo is None:
+        raise InvalidInput("from", "--from and --to need a UTC offset")
+    if start >= end:
+        raise InvalidInput("to", f"must be after --from ({start.isoformat()})")
+    slots = schedule.slots_between(start, end - _US, MAX_SLOTS + 1)
+    if not slots:
+        raise InvalidInput("from", "the range holds no slot of the job's schedule")
+    if len(slots) > MAX_SLOTS:
+        raise InvalidInput("to", f"the range holds more than {MAX_SLOTS:,} slots")
+    return slots
+
+
+async def succeeded(conn: Conn, job_id: Any, slots: Sequence[datetime]) -> set[datetime]:
+    cur = await conn.execute(query("backfill_succeeded"), {"job_id": job_id, "slots": slots})
+    return {row["scheduled_for"] for row in await cur.fetchall()}
+
+
+async def fill(conn: Conn, shards: Collection[int], now: datetime | None = None) -> int:
+    """Queue the next slots of the active backfills of ``shards``; the slots queued."""
+    if not shards:
+        return 0
+    total = 0
+    try:
+        async with conn.transaction():
+            cur = await conn.execute(query("backfill_active"), {"shards": sorted(shards)})
+            for row in await cur.fetchall():
+                total += await _fill_one(conn, row, now)
+    except psycopg.Error as exc:
+        raise StoreError(f"backfill: {describe(exc)}") from exc
+    return total
+
+
+async def _fill_one(conn: Conn, row: dict[str, Any], now: datetime | None) -> int:
+    if row["job_status"] in ("paused", "done"):
+        return 0  # a paused job's backfill waits for it to be resumed
+    schedule = parse_schedule(row["schedule"], row["tz"], row["dst_repeated"], row["dst_skipped"])
+    room = row["max_parallel"] - row["in_flight"]
+    cursor, end = row["cursor_at"], row["range_to"]
+    taken: list[datetime] = []
+    if room > 0 and cursor < end:
+        scanned = schedule.slots_between(cursor, end - _US, SCAN)
+        done = await succeeded(conn, row["job_id"], scanned) if row["only_missing"] else set()
+        for slot in scanned:
+            if slot not in done:
+                if len(taken) >= room:
+                    break
+                taken.append(slot)
+            cursor = slot + _US
+        else:
+            if len(scanned) < SCAN:
+                cursor = end  # no slot of the range is left
+    params = {
+        "id": row["id"],
+        "job_id": row["job_id"],
+        "slots": taken,
+        "cursor": cursor,
+        "in_flight": row["in_flight"],
+        "now": now,
+    }
+    cur = await conn.execute(query("backfill_queue"), params)
+    result = await cur.fetchone()
+    return 0 if result is None else int(result["queued"])
+
+
+class BackfillConnection:
+    """A node's backfill connection, ``<node id>/backfill``: opened on first use and again
+    after any error, never the lock session or the result writer, so queuing a backfill's
+    slots never delays a claim or a completion."""
+
+    def __init__(
+        self, settings: ClusterSettings, node_id: str, *, statement_timeout_s: float
+    ) -> None:
+        self._settings = settings
+        self._name = f"{node_id}/backfill"[:63]
+        self._timeout_s = statement_timeout_s
+        self._conn: Conn | None = None
+
+    async def fill(self, shards: Collection[int], now: datetime | None = None) -> int:
+        """``fill`` on this connection; ``StoreError`` (and a fresh connection next time)."""
+        if not shards:
+            return 0
+        try:
+            if self._conn is None or self._conn.closed:
+                self._conn = await asyncio.wait_for(
+                    connect(self._settings, self._name, statement_timeout_s=self._timeout_s),
+                    self._timeout_s + 1.0,
+                )
+            return await asyncio.wait_for(fill(self._conn, shards, now), self._timeout_s + 1.0)
+        except (TimeoutError, StoreError, psycopg.Error, OSError) as exc:
+            await self.close()
+            reason = "no answer in time" if isinstance(exc, TimeoutError) else str(exc)
+            raise StoreError(f"backfill: {reason}") from exc
+
+    async def close(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is not None and not conn.closed:
+            with contextlib.suppress(TimeoutError, psycopg.Error, OSError):
+                await asyncio.wait_for(conn.close(), 2.0)

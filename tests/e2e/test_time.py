@@ -1,0 +1,127 @@
+"""Time you can shape, end to end on real nodes: jittered slots start spread over their
+window, each at the start every node computes, never before it, while the slot's identity
+(its run row) stays the nominal time; a one-off job runs once and is done (or removed); a
+backfill carries on after the only node running it is SIGKILLed (the whole cluster gone)
+and another node starts, each slot of its range succeeding once with origin backfill."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from cluster.jitter import jittered
+from cluster.jobspec import JobSpec
+from cluster.settings import ClusterSettings
+from cluster.store.jobs import JobStore
+from tests.e2e.fleet import Fleet
+from tests.nodeprocs import init_cluster, wait_until
+
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(90)]
+WITNESS = "cluster.chaos.witness:record"
+US = timedelta(microseconds=1)
+EARLY_S = 0.05  # the node's and the test's clocks are the same host's; rounding only
+
+
+def test_jittered_slots_start_spread_at_their_offsets_with_nominal_identity(
+    settings: ClusterSettings, fleet: Fleet
+) -> None:
+    every_s, jitter_s, jobs = 4, 3.0, 6
+    specs = [
+        JobSpec.build(f"j{i}", f"@every {every_s}s", WITNESS, jitter=jitter_s, catch_up="skip")
+        for i in range(jobs)
+    ]
+    init_cluster(settings, *specs)
+    fleet.start("n1", "a")
+    fleet.start("n2", "b")
+
+    def two_slots_each() -> bool:
+        fleet.check_alive()
+        names = [e.job for e in fleet.executions()]
+        return all(names.count(f"j{i}") >= 2 for i in range(jobs))
+
+    wait_until(two_slots_each, 40, "two slots of every job")
+    offsets = []
+    for run in fleet.executions():
+        assert run.slot.timestamp() % every_s == 0, "the slot is the nominal time"
+        start = jittered(run.tenant, run.job, run.slot, jitter_s)
+        offset = start - run.slot
+        assert timedelta(0) <= offset < timedelta(seconds=jitter_s)
+        assert run.at >= start.timestamp() - EARLY_S, f"{run} started before {start}"
+        offsets.append(offset.total_seconds())
+    assert max(offsets) - min(offsets) > 0.5, f"starts not spread: {offsets}"
+    rows = fleet.sql("SELECT job_name, scheduled_for FROM runs WHERE status = 'succeeded'")
+    assert rows
+    assert all(r["scheduled_for"].timestamp() % every_s == 0 for r in rows)
+    due = fleet.sql("SELECT tenant_id, name, slot_at, next_run_at, status FROM jobs")
+    for job in due:
+        if job["status"] == "idle":
+            expected = jittered(job["tenant_id"], job["name"], job["slot_at"], jitter_s)
+            assert job["next_run_at"] == expected
+
+
+def test_a_one_off_job_runs_once_then_is_done_or_removed(
+    settings: ClusterSettings, fleet: Fleet
+) -> None:
+    at = (datetime.now(UTC) + timedelta(seconds=3)).replace(microsecond=0)
+    schedule = f"@at {at.isoformat()}"
+    keep = JobSpec.build("keep", schedule, WITNESS)
+    gone = JobSpec.build("gone", schedule, WITNESS, remove_when_done=True)
+    init_cluster(settings, keep, gone)
+    fleet.start("n1", "a")
+
+    def finished() -> list[dict[str, object]] | None:
+        fleet.check_alive()
+        rows = fleet.sql("SELECT name, status FROM jobs")
+        return rows if rows == [{"name": "keep", "status": "done"}] else None
+
+    wait_until(finished, 30, "keep done and gone removed")
+    runs = fleet.executions()
+    assert sorted(r.job for r in runs) == ["gone", "keep"]
+    assert all(r.slot == at and r.at >= at.timestamp() - EARLY_S for r in runs)
+    (row,) = fleet.sql("SELECT status, scheduled_for FROM runs WHERE job_name = 'keep'")
+    assert row == {"status": "succeeded", "scheduled_for": at}
+
+
+def test_a_backfill_carries_on_after_the_node_running_it_is_killed(
+    settings: ClusterSettings, fleet: Fleet
+) -> None:
+    timing = ("--lease", "3s", "--renew-interval", "1s", "--session-timeout", "4s")
+    spec = JobSpec.build(
+        "roll", "@every 1h", WITNESS, payload={"sleep_s": 0.5}, retries=2, tenant="acme"
+    )
+    init_cluster(settings, spec)
+    start = datetime(2026, 1, 1, tzinfo=UTC)
+    slots = [start + timedelta(hours=h) for h in range(12)]
+
+    async def ask() -> None:
+        async with JobStore.open(settings) as store:
+            await store.backfill(
+                "roll", "acme", start=start, end=slots[-1] + timedelta(hours=1), max_parallel=2
+            )
+
+    asyncio.run(ask())
+    fleet.start("n1", "a", *timing)
+
+    def backfilled(count: int) -> bool:
+        return len({e.slot for e in fleet.executions() if e.slot < slots[-1] + US}) >= count
+
+    wait_until(lambda: backfilled(3), 30, "three backfill slots to start")
+    fleet.node("n1").signal(signal.SIGKILL)
+    fleet.start("n2", "b", *timing)
+
+    def done() -> bool:
+        assert fleet.node("n2").running, fleet.node("n2").tail(20)
+        return fleet.sql("SELECT status FROM backfills") == [{"status": "done"}]
+
+    wait_until(done, 60, "the backfill to finish on n2")
+    runs = fleet.sql(
+        "SELECT scheduled_for, status, origin FROM runs WHERE scheduled_for <= %s"
+        " ORDER BY scheduled_for",
+        (slots[-1],),
+    )
+    assert [r["scheduled_for"] for r in runs] == slots
+    assert {(r["status"], r["origin"]) for r in runs} == {("succeeded", "backfill")}
+    assert {e.node for e in fleet.executions()} == {"n1", "n2"}

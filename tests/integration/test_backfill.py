@@ -1,0 +1,183 @@
+"""Backfills against a real Postgres (``JobStore.backfill`` and ``backfills.fill``, as the
+node's backfiller runs it): slots are queued as flights oldest first, at most
+``max_parallel`` in flight, run through ``claim_flights`` with origin ``backfill`` until the
+request is done; ``only_missing`` leaves succeeded slots out; cancel drops queued slots;
+bad ranges and paused jobs are refused with nothing written; with overlap ``forbid`` a
+backfill slot and the job's regular slot never run at once."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+
+from cluster.errors import InvalidInput
+from cluster.jobspec import JobSpec
+from cluster.settings import ClusterSettings
+from cluster.store import backfills
+from cluster.store.connect import connection
+from cluster.store.jobs import JobStore
+from node.handlers import Outcome
+from node.outcomes import after_run, plan_at_claim
+from tests.conftest import Opener
+
+T0 = datetime(2031, 3, 4, 12, 0, tzinfo=UTC)
+ALL = range(16)
+OK = Outcome("succeeded", None, 0.01)
+
+
+async def fill(settings: ClusterSettings, now: datetime) -> int:
+    async with connection(settings, "pulse-test") as conn:
+        return await backfills.fill(conn, ALL, now)
+
+
+async def rows(settings: ClusterSettings, statement: str) -> list[dict[str, Any]]:
+    async with connection(settings, "pulse-test") as conn:
+        cur = await conn.execute(statement)
+        return await cur.fetchall()
+
+
+async def add(store: JobStore, **options: Any) -> None:
+    spec = JobSpec.build("roll", "@every 1m", "shell:true", tenant="acme", **options)
+    await store.add(spec, now=T0 + timedelta(days=1))
+
+
+async def test_a_backfill_runs_its_slots_oldest_first_max_parallel_at_a_time(
+    store: JobStore, open_session: Opener, settings: ClusterSettings
+) -> None:
+    await add(store)
+    plan = await store.backfill(
+        "roll", "acme", start=T0, end=T0 + timedelta(minutes=7), max_parallel=3
+    )
+    assert plan.backfill is not None and plan.backfill.slots_total == 7
+    node = await open_session("n1")
+    now, ran = T0 + timedelta(days=1), []
+    while True:
+        queued = await fill(settings, now)
+        assert await fill(settings, now) == 0, "no room until a slot ends"
+        flights = await node.claim_flights(ALL, 10, 30.0, now=now)
+        assert len(flights) == queued <= 3
+        if not flights:
+            break
+        ran += [f.slot for f in flights]
+        done = [after_run(f, OK, now)[0] for f in flights]
+        assert len(await node.complete_flights(done, now=now)) == len(flights)
+    assert ran == [T0 + timedelta(minutes=m) for m in range(7)]
+    (request,) = await store.backfills()
+    assert (request.status, request.slots_queued, request.in_flight) == ("done", 7, 0)
+    runs = await store.runs("roll", "acme")
+    assert sorted(r.scheduled_for for r in runs) == ran
+    assert {r.origin for r in runs} == {"backfill"} and {r.status for r in runs} == {"succeeded"}
+
+
+async def test_only_missing_leaves_succeeded_slots_out_and_dry_run_writes_nothing(
+    store: JobStore, open_session: Opener, settings: ClusterSettings
+) -> None:
+    await add(store)
+    node = await open_session("n1")
+    await store.backfill("roll", "acme", start=T0, end=T0 + timedelta(minutes=2))
+    now = T0 + timedelta(days=1)
+    for _ in range(2):
+        await fill(settings, now)
+        (flight,) = await node.claim_flights(ALL, 10, 30.0, now=now)
+        await node.complete_flights([after_run(flight, OK, now)[0]], now=now)
+    end = T0 + timedelta(minutes=5)
+    dry = await store.backfill("roll", "acme", start=T0, end=end, only_missing=True, dry_run=True)
+    assert dry.backfill is None
+    assert dry.slots == [T0 + timedelta(minutes=m) for m in (2, 3, 4)]
+    assert len(await store.backfills()) == 1
+    everything = await store.backfill("roll", "acme", start=T0, end=end, dry_run=True)
+    assert len(everything.slots) == 5
+    with pytest.raises(InvalidInput, match="has succeeded already"):
+        await store.backfill("roll", "acme", start=T0, end=T0 + timedelta(minutes=2),
+                             only_missing=True)  # fmt: skip
+
+
+async def test_cancel_drops_queued_slots_and_running_ones_finish(
+    store: JobStore, open_session: Opener, settings: ClusterSettings
+) -> None:
+    await add(store)
+    plan = await store.backfill(
+        "roll", "acme", start=T0, end=T0 + timedelta(hours=1), max_parallel=4
+    )
+    assert plan.backfill is not None
+    now = T0 + timedelta(days=1)
+    assert await fill(settings, now) == 4
+    node = await open_session("n1")
+    running = await node.claim_flights(ALL, 2, 30.0, now=now)
+    cancelled = await store.cancel_backfill(plan.backfill.id)
+    assert (cancelled.status, cancelled.in_flight) == ("cancelled", 2)
+    left = await rows(settings, "SELECT status FROM flights")
+    assert [r["status"] for r in left] == ["running", "running"]
+    assert await fill(settings, now) == 0
+    done = [after_run(f, OK, now)[0] for f in running]
+    assert len(await node.complete_flights(done, now=now)) == 2
+    assert (await store.cancel_backfill(plan.backfill.id)).status == "cancelled"
+    with pytest.raises(InvalidInput, match="no backfill 999"):
+        await store.cancel_backfill(999)
+
+
+@pytest.mark.parametrize(
+    ("start", "end", "message"),
+    [
+        (T0, T0, "must be after --from"),
+        (T0, T0 - timedelta(hours=1), "must be after --from"),
+        (T0 + timedelta(seconds=1), T0 + timedelta(seconds=59), "holds no slot"),
+        (T0, T0 + timedelta(days=70), "more than 100,000 slots"),
+    ],
+)
+async def test_bad_ranges_are_refused_with_nothing_written(
+    store: JobStore, start: datetime, end: datetime, message: str
+) -> None:
+    await add(store)
+    with pytest.raises(InvalidInput, match=message):
+        await store.backfill("roll", "acme", start=start, end=end)
+    with pytest.raises(InvalidInput, match="max_parallel"):
+        await store.backfill("roll", "acme", start=T0, end=T0 + timedelta(hours=1), max_parallel=0)
+    await store.pause("roll", "acme")
+    with pytest.raises(InvalidInput, match="is paused"):
+        await store.backfill("roll", "acme", start=T0, end=T0 + timedelta(hours=1))
+    assert await store.backfills() == []
+
+
+async def test_forbid_keeps_backfill_and_regular_slots_apart(
+    store: JobStore, open_session: Opener, settings: ClusterSettings
+) -> None:
+    await add(store)
+    await store.backfill("roll", "acme", start=T0, end=T0 + timedelta(minutes=2))
+    node = await open_session("n1")
+    due = T0 + timedelta(days=2)  # the regular slot is due too
+    (regular,) = (await node.claim(ALL, 10, 30.0, now=due)).jobs
+    assert await fill(settings, due) == 1
+    assert await node.claim_flights(ALL, 10, 30.0, now=due) == [], "waits for the regular slot"
+    await node.complete([after_run(regular, OK, due)[0]], now=due)
+    (flight,) = await node.claim_flights(ALL, 10, 30.0, now=due)
+    later = due + timedelta(days=1)
+    assert (await node.claim(ALL, 10, 30.0, now=later)).jobs == [], "waits for the backfill"
+    await node.complete_flights([after_run(flight, OK, later)[0]], now=later)
+    assert len((await node.claim(ALL, 10, 30.0, now=later)).jobs) == 1
+
+
+async def test_runs_say_why_their_slot_ran(store: JobStore, open_session: Opener) -> None:
+    spec = JobSpec.build("tick", "@every 1m", "shell:true", catch_up="once")
+    await store.add(spec, now=T0)
+    node = await open_session("n1")
+    late = T0 + timedelta(minutes=5, seconds=10)  # slots 12:01..12:05 are due
+    (job,) = (await node.claim(ALL, 10, 30.0, now=late)).jobs
+    planned = plan_at_claim(job, late)
+    assert planned is not None  # 12:01..12:04 skipped, 12:05 runs as catch-up
+    await node.complete([planned[0]], planned[1], now=late)
+    (job,) = (await node.claim(ALL, 10, 30.0, now=late)).jobs
+    assert job.slot == T0 + timedelta(minutes=5)
+    await node.complete([after_run(job, OK, late)[0]], now=late)
+    triggered = await store.trigger("tick", now=late + timedelta(seconds=1))
+    (job,) = (await node.claim(ALL, 10, 30.0, now=late + timedelta(seconds=1))).jobs
+    await node.complete([after_run(job, OK, late)[0]], now=late + timedelta(seconds=2))
+    (job,) = (await node.claim(ALL, 10, 30.0, now=T0 + timedelta(minutes=6))).jobs
+    await node.complete([after_run(job, OK, late)[0]], now=T0 + timedelta(minutes=6))
+    origins = {(r.scheduled_for, r.status): r.origin for r in await store.runs("tick")}
+    assert origins[(T0 + timedelta(minutes=5), "succeeded")] == "catch-up"
+    assert origins[(triggered.slot_at, "succeeded")] == "trigger"
+    assert origins[(T0 + timedelta(minutes=6), "succeeded")] == "schedule"
+    assert origins[(T0 + timedelta(minutes=1), "skipped")] == "schedule"
