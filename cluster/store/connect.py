@@ -106,7 +106,10 @@ def connect_kwargs(
     prepare_threshold: int | None = None,
 ) -> dict[str, Any]:
     """The connection arguments of ``connect`` (a pool opens its connections with them)."""
-    options = f"-c search_path={settings.schema},public -c TimeZone=UTC"
+    # jit off: Pulse runs short statements, and a cost estimate that crosses the JIT
+    # threshold (a set-returning function over a small table can) would compile each
+    # execution, hundreds of milliseconds of server CPU for a statement of one.
+    options = f"-c search_path={settings.schema},public -c TimeZone=UTC -c jit=off"
     options += f" -c statement_timeout={int(statement_timeout_s * 1000)}"
     if idle_session_timeout_s is not None:
         options += f" -c idle_session_timeout={int(idle_session_timeout_s * 1000)}"
