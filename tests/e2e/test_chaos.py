@@ -9,8 +9,8 @@ timeout + 5 s after a freeze or stall). Its effect jobs write one ledger row per
 ``ctx.transaction()``: every slot that succeeded has exactly one, carrying the fencing
 token of the run whose completion applied, and no other slot has any. Its ``allow`` jobs
 (2.5 s runs every second, 3 at once) never ran more than 3 slots at once nor an attempt
-twice, and its zone-pinned jobs ran only in their zones, the one pinned to the killed zone
-caught up when the zone returned.
+twice, and its zone-pinned jobs ran only in their zones, those whose zones a fault left
+without a node catching up when their zones returned.
 
 Seed 58 restarts the SIGKILLed node 1.2 s after the kill, under the same node id, as a
 supervisor restarting a crashed process would: before the other nodes notice it has gone.
@@ -76,5 +76,6 @@ def test_a_ci_sized_chaos_run_keeps_every_guarantee(tmp_path: Path) -> None:
     assert "exactly-once effects  ok" in table
     assert int(effects["summary"].split()[2]) > 100, "too few effect slots to prove much"
     assert int(checks["allow slots"]["summary"].split()[2]) > 100, table
-    assert "1 dark through a fault" in checks["zone placement"]["summary"], table
+    # Zone-kill, and faults of the only node of zone-b or zone-c, leave pinned jobs dark.
+    assert int(checks["zone placement"]["summary"].split()[4]) >= 1, table
     assert report["passed"] and done.returncode == 0, table
