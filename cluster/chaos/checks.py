@@ -14,8 +14,10 @@ by ``harness`` into ``Observations``).
   completion may remain.
 - ``allow slots`` (kind ``allow``: overlap ``allow``, docs/design/overlap.md): no attempt of
   a slot executed twice (re-runs are later attempts, after a lost lease, which the common
-  checks attribute); at most one succeeded runs row per slot; never more than
-  ``max_concurrent`` executions of a job at once; and no slot started later than
+  checks attribute; with ``--pg-async``, an attempt whose claim a failover lost may run
+  again, ``safety.lost_claim``, and the first execution then ends where the second
+  began); at most one succeeded runs row per slot; never more than ``max_concurrent``
+  executions of a job at once; and no slot started later than
   ``allow_lateness_s`` after it fell due. The witness records starts only, so each
   execution is taken to last ``[start, start + hold]`` (its handler sleeps the hold, and
   its flight is freed only after the handler returns): an interval inside the true one,
@@ -38,7 +40,7 @@ from dataclasses import dataclass, field
 
 from cluster.chaos.failover import dark
 from cluster.chaos.observations import Execution, Observations
-from cluster.chaos.safety import Violation, find_lost
+from cluster.chaos.safety import Violation, find_lost, lost_claim
 
 # How late an allow slot may start beyond the worst fault bound of the run: a slot owed
 # during a fault is claimed within that bound, then waits for a place while the flights
@@ -95,6 +97,12 @@ def allow_lateness_s(obs: Observations, hold_s: float, max_concurrent: int) -> f
     return worst + max_concurrent * hold_s + ALLOW_SLACK_S
 
 
+def _reclaimed(obs: Observations, first: Execution, again: Execution) -> bool:
+    """``again`` ran ``first``'s attempt after a failover lost its claim (``--pg-async``)."""
+    same = (first.attempt, first.slot_ms) == (again.attempt, again.slot_ms)
+    return same and first.at < again.at and lost_claim(obs, first, again) is not None
+
+
 def _intervals(obs: Observations, runs: list[Execution]) -> list[tuple[float, float]]:
     """Each execution's time surely spent running: [start, start + hold], cut at the start
     of the same slot's next attempt (the same attempt run twice is not cut: it overlaps)."""
@@ -106,7 +114,7 @@ def _intervals(obs: Observations, runs: list[Execution]) -> list[tuple[float, fl
         attempts.sort(key=lambda e: (e.attempt, e.at))
         for e in attempts:
             end = e.at + obs.jobs[e.job].sleep_s
-            later = [a.at for a in attempts if a.attempt > e.attempt]
+            later = [a.at for a in attempts if a.attempt > e.attempt or _reclaimed(obs, e, a)]
             if later:
                 end = max(e.at, min(end, *later))
             found.append((e.at, end))
@@ -133,11 +141,13 @@ def allow_slots(obs: Observations) -> CheckResult | None:
     for e in obs.executions:
         if e.job in jobs:
             per_job[e.job].append(e)
-    attempts = Counter((e.job, e.slot_ms, e.attempt) for runs in per_job.values() for e in runs)
-    for (job, slot_ms, attempt), count in sorted(attempts.items()):
-        if count > 1:
-            detail = f"attempt {attempt} executed {count} times"
-            found.append(Violation("attempt executed twice", job, slot_ms, detail))
+    seen: dict[tuple[str, int, int], Execution] = {}
+    for e in sorted((e for runs in per_job.values() for e in runs), key=lambda e: e.at):
+        key = (e.job, e.slot_ms, e.attempt)
+        if key in seen and not _reclaimed(obs, seen[key], e):
+            detail = f"attempt {e.attempt} ran on {seen[key].node} and again on {e.node}"
+            found.append(Violation("attempt executed twice", e.job, e.slot_ms, detail))
+        seen[key] = e
     succeeded = Counter(
         (r.job, r.slot_ms) for r in obs.runs if r.job in jobs and r.status == "succeeded"
     )

@@ -367,6 +367,16 @@ def test_allow_too_many_at_once_twice_run_attempts_double_success_and_late_slots
     assert "4 executions at once, 3 allowed" in [
         v.detail for v in result.violations if v.kind == "too many at once"
     ]
+    # With an asynchronous primary, a failover that lost the claim explains the same
+    # attempt run again; the first execution then ends where the second began.
+    failover = FaultRecord("pg-failover", "postgres", (), T0 + 9.5, T0 + 14, 12.0)
+    again = [*obs.executions, ran("al", T0 + 9, node="n2", at=T0 + 10.2)]
+    reclaimed = replace(obs, executions=again, faults=[failover])
+    result = allow_slots(replace(reclaimed, async_replication=True))
+    assert result is not None and result.ok, result.violations
+    result = allow_slots(reclaimed)
+    assert result is not None
+    assert [v.kind for v in result.violations] == ["attempt executed twice"]
     # Slots of an allow job left unfinished are the common loss check's, counted here.
     obs = allow_run()
     unfinished = [replace(r, status="running") if r.slot_ms == ms(T0 + 2) else r for r in obs.runs]
