@@ -12,16 +12,41 @@ by ``harness`` into ``Observations``).
   slot. Execution is at least once: a run lost to a fault ran again, and a zombie's run
   may have inserted its row too, but only a transaction committed with the fenced
   completion may remain.
+- ``allow slots`` (kind ``allow``: overlap ``allow``, docs/design/overlap.md): no attempt of
+  a slot executed twice (re-runs are later attempts, after a lost lease, which the common
+  checks attribute; with ``--pg-async``, an attempt whose claim a failover lost may run
+  again, ``safety.lost_claim``, and the first execution then ends where the second
+  began); at most one succeeded runs row per slot; never more than ``max_concurrent``
+  executions of a job at once; and no slot started later than
+  ``allow_lateness_s`` after it fell due. The witness records starts only, so each
+  execution is taken to last ``[start, start + hold]`` (its handler sleeps the hold, and
+  its flight is freed only after the handler returns): an interval inside the true one,
+  so the count at any moment is at most the true count, and a count above the limit is
+  a real breach, never an artefact. A lost attempt's interval ends where the slot's next
+  attempt starts (its node died or was cut off: the flight was taken back). Missing slots
+  are the common loss check's (L1), which covers these jobs like any other; their
+  lateness is bounded here instead, as lag is not loss.
+- ``zone placement`` (kind ``pinned``): every execution of a pinned job ran on a node of
+  one of its zones (node -> zone from the fleet). A pinned job whose zones were all dark
+  during a fault owes nothing while they are (``failover.dark``); it backfills, so the
+  loss check still proves every one of its slots ran once the zone returned.
 """
 
 from __future__ import annotations
 
-from collections import Counter
+from collections import Counter, defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from cluster.chaos.observations import Observations
-from cluster.chaos.safety import Violation
+from cluster.chaos.failover import dark
+from cluster.chaos.observations import Execution, Observations
+from cluster.chaos.safety import Violation, find_lost, lost_claim
+
+# How late an allow slot may start beyond the worst fault bound of the run: a slot owed
+# during a fault is claimed within that bound, then waits for a place while the flights
+# ahead of it (at most max_concurrent, each holding the job's hold) finish; a flight
+# queued after a lost attempt is looked for every 2 s, and a claim comes within a second.
+ALLOW_SLACK_S = 3.0
 
 
 @dataclass(frozen=True)
@@ -66,7 +91,125 @@ def exactly_once_effects(obs: Observations) -> CheckResult | None:
     return CheckResult("exactly-once effects", summary, found)
 
 
-CHECKS: tuple[Callable[[Observations], CheckResult | None], ...] = (exactly_once_effects,)
+def allow_lateness_s(obs: Observations, hold_s: float, max_concurrent: int) -> float:
+    """How long after its slot an allow job's slot may start (see ``ALLOW_SLACK_S``)."""
+    worst = max((f.bound_s for f in obs.faults), default=obs.kill_bound_s)
+    return worst + max_concurrent * hold_s + ALLOW_SLACK_S
+
+
+def _reclaimed(obs: Observations, first: Execution, again: Execution) -> bool:
+    """``again`` ran ``first``'s attempt after a failover lost its claim (``--pg-async``)."""
+    same = (first.attempt, first.slot_ms) == (again.attempt, again.slot_ms)
+    return same and first.at < again.at and lost_claim(obs, first, again) is not None
+
+
+def _intervals(obs: Observations, runs: list[Execution]) -> list[tuple[float, float]]:
+    """Each execution's time surely spent running: [start, start + hold], cut at the start
+    of the same slot's next attempt (the same attempt run twice is not cut: it overlaps)."""
+    by_slot: dict[int, list[Execution]] = defaultdict(list)
+    for e in runs:
+        by_slot[e.slot_ms].append(e)
+    found = []
+    for attempts in by_slot.values():
+        attempts.sort(key=lambda e: (e.attempt, e.at))
+        for e in attempts:
+            end = e.at + obs.jobs[e.job].sleep_s
+            later = [a.at for a in attempts if a.attempt > e.attempt or _reclaimed(obs, e, a)]
+            if later:
+                end = max(e.at, min(end, *later))
+            found.append((e.at, end))
+    return found
+
+
+def _most_at_once(intervals: list[tuple[float, float]]) -> int:
+    """The largest number of intervals open at one moment (one ending as another starts
+    does not count as overlap)."""
+    edges = sorted([(start, 1) for start, _ in intervals] + [(end, -1) for _, end in intervals])
+    most = current = 0
+    for _, step in edges:  # at equal times, -1 sorts first
+        current += step
+        most = max(most, current)
+    return most
+
+
+def allow_slots(obs: Observations) -> CheckResult | None:
+    jobs = {name: job for name, job in obs.jobs.items() if job.kind == "allow"}
+    if not jobs:
+        return None
+    found: list[Violation] = []
+    per_job: dict[str, list[Execution]] = defaultdict(list)
+    for e in obs.executions:
+        if e.job in jobs:
+            per_job[e.job].append(e)
+    seen: dict[tuple[str, int, int], Execution] = {}
+    for e in sorted((e for runs in per_job.values() for e in runs), key=lambda e: e.at):
+        key = (e.job, e.slot_ms, e.attempt)
+        if key in seen and not _reclaimed(obs, seen[key], e):
+            detail = f"attempt {e.attempt} ran on {seen[key].node} and again on {e.node}"
+            found.append(Violation("attempt executed twice", e.job, e.slot_ms, detail))
+        seen[key] = e
+    succeeded = Counter(
+        (r.job, r.slot_ms) for r in obs.runs if r.job in jobs and r.status == "succeeded"
+    )
+    for (job, slot_ms), count in sorted(succeeded.items()):
+        if count > 1:
+            found.append(Violation("slot succeeded twice", job, slot_ms, f"{count} runs rows"))
+    most = 0
+    worst_lag = 0.0
+    for name, runs in sorted(per_job.items()):
+        info = jobs[name]
+        at_once = _most_at_once(_intervals(obs, runs))
+        most = max(most, at_once)
+        if at_once > info.max_concurrent:
+            detail = f"{at_once} executions at once, {info.max_concurrent} allowed"
+            found.append(Violation("too many at once", name, None, detail))
+        bound = allow_lateness_s(obs, info.sleep_s, info.max_concurrent)
+        first: dict[int, Execution] = {}
+        for e in runs:
+            if e.slot_ms not in first or e.at < first[e.slot_ms].at:
+                first[e.slot_ms] = e
+        for slot_ms, e in sorted(first.items()):
+            lag = e.at - obs.slot_time(slot_ms)
+            worst_lag = max(worst_lag, lag)
+            if lag > bound and obs.phase_start <= e.at <= obs.phase_end:
+                detail = f"started {lag:.2f}s after its slot on {e.node}; bound {bound:.1f}s"
+                found.append(Violation("slot started late", name, slot_ms, detail))
+    _, lost = find_lost(obs)
+    lost_here = sum(1 for v in lost if v.job in jobs)
+    allowed = max(job.max_concurrent for job in jobs.values())
+    summary = (
+        f"{len(jobs)} jobs, {sum(succeeded.values())} slots succeeded ({lost_here} lost), "
+        f"at most {most} at once ({allowed} allowed), latest start {worst_lag:.2f}s"
+    )
+    return CheckResult("allow slots", summary, found)
+
+
+def zone_placement(obs: Observations) -> CheckResult | None:
+    jobs = {name: job for name, job in obs.jobs.items() if job.kind == "pinned"}
+    if not jobs:
+        return None
+    found: list[Violation] = []
+    checked = 0
+    for e in obs.executions:
+        info = jobs.get(e.job)
+        if info is None:
+            continue
+        checked += 1
+        zone = obs.node_zones.get(e.node)
+        if zone not in info.zones:
+            where = f"{e.node} in {zone or 'an unknown zone'}"
+            detail = f"attempt {e.attempt} ran on {where}; pinned to {','.join(info.zones)}"
+            found.append(Violation("ran outside its zones", e.job, e.slot_ms, detail))
+    darkened = sum(1 for fault in obs.faults for name in jobs if dark(obs, fault, name))
+    summary = f"{len(jobs)} jobs, {checked} executions, {darkened} dark through a fault"
+    return CheckResult("zone placement", summary, found)
+
+
+CHECKS: tuple[Callable[[Observations], CheckResult | None], ...] = (
+    exactly_once_effects,
+    allow_slots,
+    zone_placement,
+)
 
 
 def run_checks(obs: Observations) -> list[CheckResult]:

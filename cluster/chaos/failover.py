@@ -5,7 +5,10 @@
   began; every job for a server fault), the time from when the job was next owed a start
   (the fault's start if its run in flight was lost, else its next slot, or the end of its
   run in flight if that is later) to when it was next handled (an execution, or a slot
-  recorded as skipped). A fault's gap is the worst.
+  recorded as skipped). A fault's gap is the worst. A job pinned to zones the fault left
+  without any live node (``dark``: every node of its zones a target, as in a zone-kill) is
+  not owed anything while they are dark: its gap runs from the fault's end (the restart
+  of its zones' nodes), and its missed slots are caught up by its policy then.
 * Unheld shards: from the pg_locks samples, every stretch during which a shard had no
   holder, blamed on the fault it began under (a sample Postgres did not answer counts as
   unheld: its locks are gone). A stretch no fault explains is held to the kill bound.
@@ -49,6 +52,14 @@ def _holders_at(samples: Sequence[LockSample], moment: float) -> dict[int, str]:
         if holders is not None:
             return dict(holders)
     return {}
+
+
+def dark(obs: Observations, fault: FaultRecord, job: str) -> bool:
+    """Every node of ``job``'s zones is a target of ``fault``: the job cannot run until
+    the fault ends (an unpinned job never is)."""
+    zones = obs.jobs[job].zones
+    nodes = {node for node, zone in obs.node_zones.items() if zone in zones}
+    return bool(nodes) and not fault.global_ and nodes <= set(fault.targets)
 
 
 def affected_jobs(obs: Observations, fault: FaultRecord) -> list[str]:
@@ -96,6 +107,8 @@ def fault_gaps(obs: Observations) -> list[Gap]:
         for name in jobs:
             events = history[name]
             owed = _owed(obs, fault, name, events, final)
+            if dark(obs, fault, name):
+                owed = max(owed, fault.ended)
             if owed >= until:
                 continue
             at = bisect.bisect_left([h.at for h in events], fault.started)

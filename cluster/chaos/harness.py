@@ -225,7 +225,8 @@ class ChaosRun:
 
     async def _run(self, settings: ClusterSettings) -> Report:
         o = self.options
-        workload = make_workload(o.jobs, o.seed)
+        fleet_zones = dict(node_ids(o.nodes, o.zones))
+        workload = make_workload(o.jobs, o.seed, sorted(set(fleet_zones.values())))
         await self._load(settings, workload)
         offset = await probes.clock_offset(settings)
         fleet = await self._fleet(settings)
@@ -269,7 +270,16 @@ class ChaosRun:
         shards, runs = await probes.collect(settings, offset)
         obs = Observations(
             jobs={
-                j.name: JobInfo(j.name, j.interval_s, j.catch_up, j.sleep_s, shards[j.name], j.kind)
+                j.name: JobInfo(
+                    j.name,
+                    j.interval_s,
+                    j.catch_up,
+                    j.sleep_s,
+                    shards[j.name],
+                    j.kind,
+                    max_concurrent=j.max_concurrent,
+                    zones=j.zones,
+                )
                 for j in workload
             },
             runs=runs,
@@ -289,6 +299,7 @@ class ChaosRun:
             poison_retries=poison.RETRIES,
             ledger=await probes.collect_ledger(settings),
             async_replication=o.pg_async,
+            node_zones=fleet_zones,
         )
         report = build_report(obs, o.summary())
         dump(obs, self.workdir)

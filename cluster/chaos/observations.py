@@ -33,6 +33,8 @@ class JobInfo:
     sleep_s: float
     shard: int
     kind: str = "witness"  # which checks beyond the common ones apply (workload.HANDLERS)
+    max_concurrent: int = 1  # slots run side by side (overlap allow, kind ``allow``)
+    zones: tuple[str, ...] = ()  # pinned to these zones (kind ``pinned``); empty: any
 
 
 @dataclass(frozen=True)
@@ -126,6 +128,7 @@ class Observations:
     # Postgres replicated asynchronously (``--pg-async``): a failover may lose the last
     # claims and completions committed on the old primary.
     async_replication: bool = False
+    node_zones: Mapping[str, str] = field(default_factory=dict)  # node id -> its zone
 
     def slot_time(self, slot_ms: int) -> float:
         """A slot on the harness's clock."""
@@ -158,7 +161,10 @@ def load(path: Path) -> Observations:
     """The inverse of ``dump``: re-check a finished run offline."""
     data = json.loads(path.read_text("utf-8"))
     return Observations(
-        jobs={k: JobInfo(**v) for k, v in data.pop("jobs").items()},
+        jobs={
+            k: JobInfo(**{**v, "zones": tuple(v.get("zones", ()))})
+            for k, v in data.pop("jobs").items()
+        },
         runs=[RunRecord(**r) for r in data.pop("runs")],
         executions=[Execution(**e) for e in data.pop("executions")],
         samples=[

@@ -15,11 +15,24 @@ in flight, and a handler learns it only when its block ends: the run then fails 
 retried. Effect jobs are short and retry after ``EFFECTS_RETRY_BACKOFF_S``, so that re-run
 comes within the failover bound like any other. ``kind`` names the checks a job is subject
 to beyond the common ones (``cluster.chaos.checks``).
+
+Two more kinds are appended after the ``count`` jobs, whatever the seed:
+
+- ``allow``: ``ALLOW_JOBS`` jobs ``@every 1s`` with overlap ``allow``, whose runs hold
+  ``ALLOW_HOLD_S`` (longer than the interval), so up to ``ALLOW_MAX_CONCURRENT`` of their
+  slots run side by side as flights, each under its own lease (docs/design/overlap.md).
+  Their places suffice for the steady state (three 2.5 s runs per 3 s), so slots wait for
+  a free place only around faults, and catch-up ``once`` bounds how far behind they fall.
+- ``pinned``: one job pinned to each zone, and one to each pair of neighbouring zones
+  (``zone-a,zone-b``, ...; with two zones, one job pinned to both). They backfill
+  (``PINNED_MAX_BACKFILL``), so the slots a dark zone missed run when it returns and the
+  loss check still holds them all to account.
 """
 
 from __future__ import annotations
 
 import random
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from cluster.chaos import ledger
@@ -27,7 +40,7 @@ from cluster.jobspec import DEFAULT_RETRY_BACKOFF_S as DEFAULT_BACKOFF_S
 from cluster.jobspec import JobSpec
 
 HANDLER = "cluster.chaos.witness:record"
-HANDLERS = {"witness": HANDLER, "effects": ledger.HANDLER}
+HANDLERS = {"witness": HANDLER, "effects": ledger.HANDLER, "allow": HANDLER, "pinned": HANDLER}
 EFFECTS_EVERY = 8
 EFFECTS_RETRY_BACKOFF_S = 1.0
 SHORT_INTERVALS_S = (1, 2, 3, 5)
@@ -37,6 +50,11 @@ RUN_TIMEOUT_S = 60.0
 # More than one fault can take from a slot: faults never overlap, but a long run lost to one
 # may run again on a node the next fault hits.
 RETRIES = 2
+ALLOW_JOBS = 3
+ALLOW_HOLD_S = 2.5
+ALLOW_MAX_CONCURRENT = 3
+PINNED_INTERVAL_S = 2
+PINNED_MAX_BACKFILL = 100
 
 
 @dataclass(frozen=True)
@@ -50,8 +68,11 @@ class JobDef:
     max_backfill: int
     sleep_s: float
     kind: str = "witness"  # a key of HANDLERS
+    max_concurrent: int = 1  # > 1: overlap allow (kind ``allow``)
+    zones: tuple[str, ...] = ()  # pinned to these zones (kind ``pinned``)
 
     def spec(self) -> JobSpec:
+        allow = self.kind == "allow"
         return JobSpec.build(
             self.name,
             f"@every {self.interval_s}s",
@@ -63,11 +84,15 @@ class JobDef:
             timeout=RUN_TIMEOUT_S,
             retries=RETRIES,
             retry_backoff=EFFECTS_RETRY_BACKOFF_S if self.kind == "effects" else DEFAULT_BACKOFF_S,
+            overlap="allow" if allow else "forbid",
+            max_concurrent=self.max_concurrent if allow else None,
+            zones=self.zones or None,
         )
 
 
-def make_workload(count: int, seed: int) -> list[JobDef]:
-    """``count`` jobs, the same ones for the same seed."""
+def make_workload(count: int, seed: int, zones: Sequence[str] = ()) -> list[JobDef]:
+    """``count`` jobs, the same ones for the same seed, then the ``allow`` jobs and the jobs
+    pinned to ``zones`` (none without zones)."""
     rng = random.Random(f"workload:{seed}")
     jobs = []
     for i in range(count):
@@ -89,4 +114,41 @@ def make_workload(count: int, seed: int) -> list[JobDef]:
                 kind=kind,
             )
         )
-    return jobs
+    return jobs + allow_jobs() + pinned_jobs(zones)
+
+
+def allow_jobs() -> list[JobDef]:
+    return [
+        JobDef(
+            name=f"chaos-allow-{i}",
+            interval_s=1,
+            catch_up="once",
+            grace_s=60.0,
+            max_backfill=100,
+            sleep_s=ALLOW_HOLD_S,
+            kind="allow",
+            max_concurrent=ALLOW_MAX_CONCURRENT,
+        )
+        for i in range(ALLOW_JOBS)
+    ]
+
+
+def pinned_jobs(zones: Sequence[str]) -> list[JobDef]:
+    sets: list[tuple[str, ...]] = [(zone,) for zone in zones]
+    if len(zones) == 2:
+        sets.append((zones[0], zones[1]))
+    elif len(zones) > 2:
+        sets += [(zone, zones[(i + 1) % len(zones)]) for i, zone in enumerate(zones)]
+    return [
+        JobDef(
+            name=f"chaos-pinned-{'-'.join(z.removeprefix('zone-') for z in pinned)}",
+            interval_s=PINNED_INTERVAL_S,
+            catch_up="backfill",
+            grace_s=60.0,
+            max_backfill=PINNED_MAX_BACKFILL,
+            sleep_s=0.0,
+            kind="pinned",
+            zones=pinned,
+        )
+        for pinned in sets
+    ]

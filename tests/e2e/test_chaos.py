@@ -7,7 +7,10 @@ Postgres restart and a silently stalled Postgres connection, and must show no sa
 violation, no lost slot, and every failover within its bound (5 s after a kill; session
 timeout + 5 s after a freeze or stall). Its effect jobs write one ledger row per run through
 ``ctx.transaction()``: every slot that succeeded has exactly one, carrying the fencing
-token of the run whose completion applied, and no other slot has any.
+token of the run whose completion applied, and no other slot has any. Its ``allow`` jobs
+(2.5 s runs every second, 3 at once) never ran more than 3 slots at once nor an attempt
+twice, and its zone-pinned jobs ran only in their zones, those whose zones a fault left
+without a node catching up when their zones returned.
 
 Seed 58 restarts the SIGKILLed node 1.2 s after the kill, under the same node id, as a
 supervisor restarting a crashed process would: before the other nodes notice it has gone.
@@ -66,8 +69,13 @@ def test_a_ci_sized_chaos_run_keeps_every_guarantee(tmp_path: Path) -> None:
         assert row["max_unheld_s"] <= row["bound_s"], table
     assert report["expected_slots"] > 3000
     assert all(rerun["fault"] is not None for rerun in report["reruns"])
-    (effects,) = report["checks"]
-    assert effects["name"] == "exactly-once effects" and effects["violations"] == [], table
+    checks = {check["name"]: check for check in report["checks"]}
+    assert set(checks) == {"exactly-once effects", "allow slots", "zone placement"}
+    assert all(check["violations"] == [] for check in checks.values()), table
+    effects = checks["exactly-once effects"]
     assert "exactly-once effects  ok" in table
     assert int(effects["summary"].split()[2]) > 100, "too few effect slots to prove much"
+    assert int(checks["allow slots"]["summary"].split()[2]) > 100, table
+    # Zone-kill, and faults of the only node of zone-b or zone-c, leave pinned jobs dark.
+    assert int(checks["zone placement"]["summary"].split()[4]) >= 1, table
     assert report["passed"] and done.returncode == 0, table

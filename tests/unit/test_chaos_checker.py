@@ -1,5 +1,6 @@
 """The chaos checker on hand-made observations: what counts as a violation, a loss, a re-run,
-a gap and an unheld shard, the named checks of job kinds (exactly-once effects); plus the
+a gap and an unheld shard, the named checks of job kinds (exactly-once effects, allow slots,
+zone placement); plus the
 seeded fault plan and workload (all pure)."""
 
 from __future__ import annotations
@@ -12,7 +13,13 @@ from pathlib import Path
 
 import pytest
 
-from cluster.chaos.checks import exactly_once_effects, run_checks
+from cluster.chaos.checks import (
+    allow_lateness_s,
+    allow_slots,
+    exactly_once_effects,
+    run_checks,
+    zone_placement,
+)
 from cluster.chaos.failover import fault_gaps, unheld_stretches
 from cluster.chaos.observations import (
     Execution,
@@ -305,6 +312,149 @@ def test_effects_twice_fenced_missing_or_of_slots_that_did_not_succeed_are_viola
     json.dumps(data)
 
 
+# -- allow slots ---------------------------------------------------------------------------
+
+ALLOW = JobInfo("al", 1, "once", sleep_s=2.5, shard=0, kind="allow", max_concurrent=3)
+
+
+def allow_run(**changes: object) -> Observations:
+    """Allow job "al" (@every 1s, 2.5 s runs, 3 at once) ran every slot T0..T0+9 on time."""
+    runs, execs = steady("al", T0, T0 + 9)
+    obs = observe(runs, execs, jobs=[ALLOW], window=(T0, T0 + 9))
+    return replace(obs, **changes)  # type: ignore[arg-type]
+
+
+def test_allow_slots_side_by_side_within_the_limit_pass() -> None:
+    obs = allow_run()
+    (result,) = run_checks(obs)
+    assert result.name == "allow slots" and result.ok
+    assert result.summary == (
+        "1 jobs, 10 slots succeeded (0 lost), at most 3 at once (3 allowed), latest start 0.01s"
+    )
+    assert build_report(obs, {}).passed
+    # A lost attempt ends where the slot's next one starts: a run killed at once and taken
+    # back 0.5 s later overlaps nothing more.
+    execs = [*obs.executions]
+    execs[4] = ran("al", T0 + 4, attempt=1, at=T0 + 4.01)
+    execs.insert(5, ran("al", T0 + 4, node="n2", attempt=2, at=T0 + 4.5))
+    runs = [replace(r, attempt=2, node="n2") if r.slot_ms == ms(T0 + 4) else r for r in obs.runs]
+    kill_n1 = FaultRecord("sigkill", "n1", ("n1",), T0 + 4.2, T0 + 5, 5.0)
+    result = allow_slots(replace(obs, executions=execs, runs=runs, faults=[kill_n1]))
+    assert result is not None and result.ok, result.violations
+    # Waiting for a free place is lateness, not loss, up to the bound.
+    bound = allow_lateness_s(obs, 2.5, 3)
+    assert bound == 5.0 + 3 * 2.5 + 3.0
+    late = [ran("al", T0 + i, at=T0 + i + (3.0 if i == 9 else 0.01)) for i in range(10)]
+    result = allow_slots(replace(obs, executions=late))
+    assert result is not None and result.ok
+
+
+def test_allow_too_many_at_once_twice_run_attempts_double_success_and_late_slots_fail() -> None:
+    obs = allow_run()
+    execs = [*obs.executions, ran("al", T0 + 3, node="n2")]  # attempt 1 of T0 + 3 again
+    runs = [*obs.runs, ok_run("al", T0 + 5)]  # a second succeeded row for T0 + 5
+    execs.append(ran("al", T0 + 12, at=T0 + 12 + 20.0))  # far beyond the lateness bound
+    runs.append(ok_run("al", T0 + 12))
+    phase = replace(obs, executions=execs, runs=runs, phase_end=T0 + 40)
+    result = allow_slots(phase)
+    assert result is not None
+    assert sorted((v.kind, v.slot_ms) for v in result.violations) == [
+        ("attempt executed twice", ms(T0 + 3)),
+        ("slot started late", ms(T0 + 12)),
+        ("slot succeeded twice", ms(T0 + 5)),
+        ("too many at once", None),
+    ]
+    assert "4 executions at once, 3 allowed" in [
+        v.detail for v in result.violations if v.kind == "too many at once"
+    ]
+    # With an asynchronous primary, a failover that lost the claim explains the same
+    # attempt run again; the first execution then ends where the second began.
+    failover = FaultRecord("pg-failover", "postgres", (), T0 + 9.5, T0 + 14, 12.0)
+    again = [*obs.executions, ran("al", T0 + 9, node="n2", at=T0 + 10.2)]
+    reclaimed = replace(obs, executions=again, faults=[failover])
+    result = allow_slots(replace(reclaimed, async_replication=True))
+    assert result is not None and result.ok, result.violations
+    result = allow_slots(reclaimed)
+    assert result is not None
+    assert [v.kind for v in result.violations] == ["attempt executed twice"]
+    # Slots of an allow job left unfinished are the common loss check's, counted here.
+    obs = allow_run()
+    unfinished = [replace(r, status="running") if r.slot_ms == ms(T0 + 2) else r for r in obs.runs]
+    report = build_report(replace(obs, runs=unfinished), {})
+    assert [v.job for v in report.lost] == ["al"] and not report.passed
+    assert "allow slots           ok (1 jobs, 9 slots succeeded (1 lost)" in render_table(report)
+
+
+# -- zone placement --------------------------------------------------------------------------
+
+PIN_A = JobInfo("pa", 2, "backfill", 0.0, shard=65536, kind="pinned", zones=("zone-a",))
+PIN_AB = JobInfo("pab", 2, "backfill", 0.0, shard=65552, kind="pinned", zones=("zone-a", "zone-b"))
+NODE_ZONES = {"n1": "zone-a", "n2": "zone-b", "n3": "zone-c", "n4": "zone-a"}
+
+
+def pinned_run(**changes: object) -> Observations:
+    """ "pa" (zone-a) ran on n1 and "pab" (zone-a, zone-b) on n2, every 2 s."""
+    runs_a, execs_a = steady("pa", T0, T0 + 8, step=2, node="n1")
+    runs_ab, execs_ab = steady("pab", T0, T0 + 8, step=2, node="n2")
+    obs = observe(runs_a + runs_ab, execs_a + execs_ab, jobs=[PIN_A, PIN_AB], window=(T0, T0 + 8))
+    return replace(obs, node_zones=NODE_ZONES, **changes)  # type: ignore[arg-type]
+
+
+def test_pinned_jobs_in_their_zones_pass_and_elsewhere_fail() -> None:
+    obs = pinned_run()
+    (result,) = run_checks(obs)
+    assert result.name == "zone placement" and result.ok
+    assert result.summary == "2 jobs, 10 executions, 0 dark through a fault"
+    assert build_report(obs, {}).passed
+    execs = [*obs.executions]
+    execs[0] = replace(execs[0], node="n2")  # pa ran in zone-b
+    execs[6] = replace(execs[6], node="n3")  # pab ran in zone-c
+    execs.append(ran("pa", T0 + 2, node="n9", attempt=2))  # a node of no known zone
+    result = zone_placement(replace(obs, executions=execs))
+    assert result is not None
+    assert sorted((v.job, v.slot_ms) for v in result.violations) == [
+        ("pa", ms(T0)),
+        ("pa", ms(T0 + 2)),
+        ("pab", ms(T0 + 2)),
+    ]
+    assert any(
+        "ran on n9 in an unknown zone; pinned to zone-a" in v.detail for v in result.violations
+    )
+
+
+def test_a_job_whose_zones_are_dark_owes_nothing_until_they_return() -> None:
+    # zone-a (n1, n4) killed at T0 + 2.5 for 8 s: "pa" is dark, and runs again (its
+    # missed slots backfilled) 1 s after the restart; "pab" moves to n2 at once.
+    zone_kill = FaultRecord("zone-kill", "zone-a", ("n1", "n4"), T0 + 2.5, T0 + 10.5, 5.0)
+    holders = {65536: "n1", 65552: "n1"}
+    samples = [LockSample(T0 + 2, holders)]
+    runs_a, execs_a = steady("pa", T0, T0 + 2, step=2, node="n1")
+    for slot in (T0 + 4, T0 + 6, T0 + 8, T0 + 10):
+        runs_a.append(ok_run("pa", slot, "n4"))
+        execs_a.append(ran("pa", slot, "n4", at=T0 + 11.5 + (slot - T0) / 100))
+    runs_ab, execs_ab = steady("pab", T0, T0 + 2, step=2, node="n1")
+    more_ab, more_ex = steady("pab", T0 + 4, T0 + 10, step=2, node="n2")
+    obs = observe(
+        runs_a + runs_ab + more_ab,
+        execs_a + execs_ab + more_ex,
+        faults=[zone_kill],
+        samples=samples,
+        jobs=[PIN_A, PIN_AB],
+        window=(T0, T0 + 10),
+    )
+    obs = replace(obs, node_zones=NODE_ZONES)
+    (gap,) = fault_gaps(obs)
+    assert gap.affected == 2 and gap.job == "pa" and gap.gap_s == pytest.approx(1.04)
+    report = build_report(obs, {})
+    assert report.passed and report.lost == []
+    (result,) = report.checks
+    assert result.summary == "2 jobs, 12 executions, 1 dark through a fault"
+    # Had n4 (zone-a) lived, "pa" should have moved to it: the same history is a 9 s gap.
+    obs = replace(obs, faults=[replace(zone_kill, targets=("n1",))])
+    (gap,) = fault_gaps(obs)
+    assert gap.gap_s > 5.0 and not build_report(obs, {}).faults[0].ok
+
+
 # -- parsing, plan, workload ------------------------------------------------------------
 
 
@@ -430,3 +580,24 @@ def test_the_workload_is_seeded_and_mixed() -> None:
     assert all(j.sleep_s < 1 for j in effects)
     spec = effects[0].spec()
     assert spec.handler == "cluster.chaos.ledger:record" and spec.retry_backoff_s == 1.0
+
+
+def test_the_workload_adds_allow_jobs_and_jobs_pinned_to_the_fleets_zones() -> None:
+    jobs = make_workload(10, 3, ["zone-a", "zone-b", "zone-c"])
+    assert jobs[:10] == make_workload(10, 3)[:10]
+    allow = [j.spec() for j in jobs if j.kind == "allow"]
+    assert len(allow) == 3
+    assert all(s.overlap == "allow" and s.max_concurrent == 3 and s.retries == 2 for s in allow)
+    assert all(s.schedule == "@every 1s" and s.payload == {"sleep_s": 2.5} for s in allow)
+    pinned = {j.name: j.spec() for j in jobs if j.kind == "pinned"}
+    assert {name: s.zones for name, s in pinned.items()} == {
+        "chaos-pinned-a": ("zone-a",),
+        "chaos-pinned-b": ("zone-b",),
+        "chaos-pinned-c": ("zone-c",),
+        "chaos-pinned-a-b": ("zone-a", "zone-b"),
+        "chaos-pinned-b-c": ("zone-b", "zone-c"),
+        "chaos-pinned-c-a": ("zone-a", "zone-c"),
+    }
+    assert all(s.catch_up == "backfill" for s in pinned.values())
+    two = [j.zones for j in make_workload(0, 3, ["zone-a", "zone-b"]) if j.kind == "pinned"]
+    assert two == [("zone-a",), ("zone-b",), ("zone-a", "zone-b")]
