@@ -1408,7 +1408,8 @@ WITH live AS (
     UNION ALL
     -- Flights of overlap `allow` jobs (migration 009): few, read whole.
     SELECT r.id, j.id, j.tenant_id, j.name, f.slot, f.attempt, f.locked_by, f.locked_zone,
-           'running'::text, f.locked_at, NULL::timestamptz, NULL::float8, r.last_error
+           'running'::text, f.locked_at, NULL::timestamptz, NULL::float8, r.last_error,
+           coalesce(f.origin, 'schedule')
     FROM flights f
     JOIN jobs j ON j.id = f.job_id
     LEFT JOIN runs r ON r.job_id = f.job_id AND r.scheduled_for = f.slot
