@@ -507,3 +507,43 @@ def test_cancel_asks_for_the_running_slot_and_is_scoped_and_audited(api: Api) ->
     assert requested == [("acme", "token deployer"), ("globex", None)]
     actions = api.sql("SELECT action, tenant_id, job_name FROM api_audit WHERE action = 'cancel'")
     assert actions == [("cancel", "acme", "long")]
+
+
+def test_backfills_are_made_listed_and_cancelled_within_the_tokens_tenant(api: Api) -> None:
+    api.set_config("api.handlers", "billing.*:*")
+    span = {"from": "2026-01-01T00:00:00Z", "to": "2026-01-01T05:00:00Z"}
+    with api.as_("write") as client:
+        for tenant in ("acme", "globex"):
+            client.post("/api/jobs", json=job("hourly", tenant=tenant, schedule="@hourly"))
+        dry = client.post("/api/jobs/acme/hourly/backfill", json={**span, "dry_run": True})
+        assert dry.status_code == 201 and dry.json()["dry_run"] and len(dry.json()["slots"]) == 5
+        assert not api.sql("SELECT 1 FROM backfills")
+        for bad, field in (
+            ({**span, "to": "2025-01-01T00:00:00Z"}, "to"),
+            ({"from": "yesterday", "to": span["to"]}, "from"),
+            ({**span, "max_parallel": 0}, "max_parallel"),
+            ({**span, "colour": "red"}, "colour"),
+        ):
+            answer = client.post("/api/jobs/acme/hourly/backfill", json=bad)
+            assert answer.status_code == 422 and answer.json()["field"] == field, answer.text
+        made = client.post("/api/jobs/globex/hourly/backfill", json={**span, "max_parallel": 2})
+        assert made.status_code == 201 and made.json()["slots_total"] == 5
+        other = made.json()["id"]
+    with api.as_("acme") as acme:
+        assert acme.post("/api/jobs/globex/hourly/backfill", json=span).status_code == 404
+        mine = acme.post("/api/jobs/acme/hourly/backfill", json=span).json()
+        assert [b["id"] for b in acme.get("/api/backfills").json()] == [mine["id"]]
+        assert acme.post(f"/api/backfills/{other}/cancel").status_code == 404
+        assert acme.post(f"/api/backfills/{mine['id']}/cancel").json()["status"] == "cancelled"
+    actions = api.sql("SELECT action FROM api_audit WHERE action LIKE '%%backfill%%' ORDER BY id")
+    assert [a for (a,) in actions] == ["backfill", "backfill", "cancel backfill"]
+
+
+def test_alert_rules_and_deliveries_are_read_by_admins_only(api: Api) -> None:
+    with api.as_("write") as client:
+        assert client.get("/api/alerts").status_code == 403
+    with api.as_("admin") as client:
+        assert client.get("/api/alerts").json() == []
+        assert client.get("/api/alerts/deliveries").json() == []
+        assert client.get("/api/alerts/deliveries?status=lost").status_code == 422
+        assert client.post("/api/alerts", json={"name": "x"}).status_code in (404, 405)
