@@ -31,7 +31,8 @@ from cluster.jobspec import JobSpec
 from cluster.models import Job, Run
 from cluster.registry import Registry
 from cluster.settings import ClusterSettings, NodeSettings
-from cluster.store.jobs import ApplyResult, JobStore, SyncResult
+from cluster.store.jobs import JobStore
+from cluster.store.specs import ApplyResult, SyncResult
 from node.handlers import RunContext
 from node.hosted import HostedNode as Node
 from node.hosted import NodeStatus

@@ -13,102 +13,39 @@ from __future__ import annotations
 import uuid
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
-from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
 import psycopg
 from psycopg.types.json import Jsonb
 
-from cluster.errors import Conflict, InvalidInput, NotFound, NotRunning, StoreError
+from cluster.errors import Conflict, NotFound, StoreError
 from cluster.jitter import jittered
 from cluster.jobspec import DEFAULT_TENANT, JobSpec, check_text
 from cluster.models import Job, Run, iso
 from cluster.retention import Retention
 from cluster.settings import ClusterSettings
-from cluster.store import backfills, pruning
 from cluster.store import config as cluster_config
+from cluster.store import pruning
 from cluster.store.access import Access
-from cluster.store.backfills import Backfill, BackfillPlan
 from cluster.store.connect import Conn, connect, connection, describe
 from cluster.store.migrate import InitResult, migrate, stored_shard_count
-from cluster.store.notify import CANCEL_PREFIX
 from cluster.store.pages import Pages
 from cluster.store.pruning import PruneResult
 from cluster.store.queries import query
+from cluster.store.runcontrol import RunControl
+from cluster.store.specs import (
+    MAX_NOTE_LENGTH,
+    ApplyResult,
+    SyncResult,
+    check_params,
+    checked,
+    label_of,
+    past_one_off,
+    refuse_past,
+)
 from ring import shard_for
 from ring.zones import PARKED_SHARD, ZONE_SHARD_BASE, zone_shard_for
-
-
-@dataclass
-class SyncResult:
-    created: list[str] = field(default_factory=list)
-    differing: list[str] = field(default_factory=list)
-    unchanged: list[str] = field(default_factory=list)
-
-
-@dataclass
-class ApplyResult:
-    created: list[str] = field(default_factory=list)
-    updated: list[str] = field(default_factory=list)
-    unchanged: list[str] = field(default_factory=list)
-    removed: list[str] = field(default_factory=list)
-
-    @property
-    def changed(self) -> bool:
-        return bool(self.created or self.updated or self.removed)
-
-
-MAX_NOTE_LENGTH = 500
-
-# Statement parameters named differently from the user-facing field they carry.
-_FIELD_OF_PARAM = {"tenant_id": "tenant", "job_name": "job", "max_retries": "retries"}
-
-
-def _check_params(params: dict[str, Any]) -> None:
-    """Text the driver could not send (lone surrogates, NUL) is bad input, not a store error."""
-    for key, value in params.items():
-        if isinstance(value, str):
-            check_text(value, _FIELD_OF_PARAM.get(key, key))
-
-
-def _past_one_off(spec: JobSpec, params: dict[str, Any], db_now: datetime) -> bool:
-    return bool(params["slot_at"] <= db_now and spec.parsed_schedule().at is not None)
-
-
-def _refuse_past(spec: JobSpec, params: dict[str, Any], db_now: datetime) -> None:
-    """``InvalidInput`` for a one-off job whose time has passed (nothing is written: the
-    caller's transaction rolls back)."""
-    if _past_one_off(spec, params, db_now):
-        when = params["slot_at"].isoformat()
-        raise InvalidInput("schedule", f"@at {when} is in the past (now {db_now.isoformat()})")
-
-
-def _label(tenant: str, name: str) -> str:
-    return name if tenant == DEFAULT_TENANT else f"{tenant}/{name}"
-
-
-def _checked(specs: Sequence[JobSpec]) -> list[JobSpec]:
-    """Every spec validated, each (tenant, name) once; one error listing every bad entry."""
-    checked: list[JobSpec] = []
-    problems: list[str] = []
-    for position, spec in enumerate(specs, 1):
-        try:
-            checked.append(spec.validated())
-        except InvalidInput as exc:
-            problems.append(f"entry {position}: {exc}")
-    if problems:
-        raise InvalidInput("jobs", "; ".join(problems))
-    seen: set[tuple[str, str]] = set()
-    for position, spec in enumerate(checked, 1):
-        key = (spec.tenant, spec.name)
-        if key in seen:
-            raise InvalidInput(
-                f"entry {position}: name",
-                f"{spec.name!r} appears twice in tenant {spec.tenant!r}",
-            )
-        seen.add(key)
-    return checked
 
 
 class _Probe(Exception):  # a rollback carrying an answer, never an error
@@ -116,16 +53,7 @@ class _Probe(Exception):  # a rollback carrying an answer, never an error
         self.changed = changed
 
 
-@dataclass(frozen=True)
-class CancelRequest:
-    """A running slot asked to stop: which, which attempt, and the node running it."""
-
-    slot: datetime
-    attempt: int
-    node_id: str | None
-
-
-class JobStore:
+class JobStore(RunControl):
     """``scope``: the one tenant this store reads and changes (an API token's), else all;
     every statement on a job filters by it (``%(scope)s`` in queries.sql)."""
 
@@ -207,7 +135,7 @@ class JobStore:
         try:
             async with self._conn.transaction():
                 params = self._params(spec, shards, await self.db_now(now))
-                _refuse_past(spec, params, await self.db_now(now))
+                refuse_past(spec, params, await self.db_now(now))
                 row = await self._one("upsert_job", {**params, "replace": False})
                 if row is None:
                     raise Conflict(
@@ -226,7 +154,7 @@ class JobStore:
         self, specs: Sequence[JobSpec], *, prune: bool = False, now: datetime | None = None
     ) -> ApplyResult:
         """Create or update every spec by (tenant, name), all or nothing."""
-        specs = _checked(specs)
+        specs = checked(specs)
         shards = await self.shard_count()
         result = ApplyResult()
         try:
@@ -235,7 +163,7 @@ class JobStore:
                 for spec in specs:
                     params = {**self._params(spec, shards, db_now), "replace": True}
                     row = await self._one("upsert_job", params)
-                    label = _label(spec.tenant, spec.name)
+                    label = label_of(spec.tenant, spec.name)
                     placed = await self._place(spec, shards, params["next_run_at"])
                     if placed is not None:  # moved to its zone set's shard
                         row = {
@@ -247,7 +175,7 @@ class JobStore:
                         result.unchanged.append(label)
                         continue
                     if row["status"] != "done":  # a changed or new job due again
-                        _refuse_past(spec, params, db_now)
+                        refuse_past(spec, params, db_now)
                     (result.created if row["inserted"] else result.updated).append(label)
                     await self._notify(row["shard_id"])
                 if prune:
@@ -259,7 +187,7 @@ class JobStore:
                         },
                     )
                     rows = await cur.fetchall()
-                    result.removed = [_label(r["tenant_id"], r["name"]) for r in rows]
+                    result.removed = [label_of(r["tenant_id"], r["name"]) for r in rows]
         except psycopg.Error as exc:
             raise StoreError(describe(exc)) from exc
         return result
@@ -271,7 +199,7 @@ class JobStore:
         One transaction under an advisory lock: nodes starting together sync one after
         another, and the later ones find their jobs created (docs/design/python-api.md).
         """
-        specs = _checked(specs)
+        specs = checked(specs)
         shards = await self.shard_count()
         result = SyncResult()
         try:
@@ -280,8 +208,8 @@ class JobStore:
                 db_now = await self.db_now(now)
                 for spec in specs:
                     params = self._params(spec, shards, db_now)
-                    label = _label(spec.tenant, spec.name)
-                    if _past_one_off(spec, params, db_now):
+                    label = label_of(spec.tenant, spec.name)
+                    if past_one_off(spec, params, db_now):
                         # A one-off that ran (and may have been removed) stays declared in
                         # code: never created again, and never a reason not to start.
                         result.unchanged.append(label)
@@ -349,117 +277,8 @@ class JobStore:
         await self._notify(row["shard_id"])
         return await self.get(name, tenant)
 
-    async def cancel(
-        self,
-        name: str,
-        tenant: str = DEFAULT_TENANT,
-        *,
-        by: str,
-        slot: datetime | None = None,
-        every: bool = False,
-    ) -> list[CancelRequest]:
-        """Ask the node running the job's slot (``slot``, else whichever runs; with
-        ``every``, each slot of an overlap ``allow`` job in flight) to stop it: at once
-        through NOTIFY when that node listens, else at its next lease renewal, or by
-        recovery if it is gone. The slot is recorded ``cancelled`` (``by`` says who asked)
-        and not retried. ``NotRunning`` when no such slot is running; ``InvalidInput`` when
-        several are and neither ``slot`` nor ``every`` says which."""
-        by = " ".join(check_text(by, "by").split())[:MAX_NOTE_LENGTH] or "unknown"
-        params = {"tenant_id": tenant, "name": name, "slot": slot, "by": by}
-        try:
-            async with self._conn.transaction():
-                rows = await self._all("cancel_job", params)
-                rows += await self._all("cancel_flights", params)
-                if len(rows) > 1 and slot is None and not every:
-                    raise InvalidInput(
-                        "slot", f"{len(rows)} slots of {name!r} are running: give --slot or --all"
-                    )
-                for row in rows:  # delivered when the transaction commits
-                    slot_us = (
-                        int(row["slot_at"].timestamp() * 1e6) if row["overlap"] == "allow" else ""
-                    )
-                    payload = f"{CANCEL_PREFIX}{row['id']}:{row['lease_token']}:{slot_us}:{by}"
-                    await self._conn.execute(
-                        query("notify"), {"channel": self.settings.wake_channel, "payload": payload}
-                    )
-        except psycopg.Error as exc:
-            raise StoreError(describe(exc)) from exc
-        if not rows:
-            await self.get(name, tenant)  # NotFound when there is no such job
-            which = f"slot {slot.isoformat()} of " if slot is not None else ""
-            raise NotRunning(f"no {which}job {name!r} in tenant {tenant!r} is running")
-        return [CancelRequest(row["slot_at"], row["attempt"], row["locked_by"]) for row in rows]
-
     async def remove(self, name: str, tenant: str = DEFAULT_TENANT) -> None:
         await self._write("remove_job", name, tenant, {})
-
-    async def backfill(
-        self,
-        name: str,
-        tenant: str = DEFAULT_TENANT,
-        *,
-        start: datetime,
-        end: datetime,
-        only_missing: bool = False,
-        max_parallel: int = 1,
-        dry_run: bool = False,
-    ) -> BackfillPlan:
-        """Ask for the job's slots in ``[start, end)`` to run again, oldest first, at most
-        ``max_parallel`` at once (``only_missing``: those without a succeeded run). With
-        ``dry_run``, only the slots it would run. ``InvalidInput`` for a reversed, empty or
-        too large range, or a paused or done job; nothing is written then."""
-        if isinstance(max_parallel, bool) or not isinstance(max_parallel, int) or max_parallel < 1:
-            raise InvalidInput("max_parallel", f"must be a whole number >= 1, got {max_parallel!r}")
-        try:
-            async with self._conn.transaction():
-                row = await self._one("lock_job", {"tenant_id": tenant, "name": name})
-                if row is None:
-                    raise NotFound(f"no job named {name!r} in tenant {tenant!r}")
-                job = Job.from_row(row)
-                if job.paused or job.status == "done":
-                    state = "paused" if job.paused else "done"
-                    raise InvalidInput(
-                        "job", f"{name!r} is {state}; a backfill needs an active job"
-                    )
-                slots = backfills.plan_slots(job.parsed_schedule(), start, end)
-                if only_missing:
-                    ok = await backfills.succeeded(self._conn, job.id, slots)
-                    slots = [s for s in slots if s not in ok]
-                if dry_run:
-                    return BackfillPlan(slots)
-                if not slots:
-                    raise InvalidInput("from", "every slot of the range has succeeded already")
-                params = {
-                    "job_id": job.id,
-                    "tenant_id": job.tenant,
-                    "job_name": job.name,
-                    "shard_id": job.shard,
-                    "range_from": start,
-                    "range_to": end,
-                    "only_missing": only_missing,
-                    "max_parallel": max_parallel,
-                    "slots_total": len(slots),
-                }
-                made = await self._one("backfill_insert", params)
-                assert made is not None
-                await self._notify(job.shard)
-        except psycopg.Error as exc:
-            raise StoreError(describe(exc)) from exc
-        return BackfillPlan(slots, Backfill.from_row(made))
-
-    async def backfills(self, tenant: str | None = None) -> list[Backfill]:
-        """Every backfill request, oldest first, with its progress."""
-        return [
-            Backfill.from_row(r) for r in await self._all("backfill_list", {"tenant_id": tenant})
-        ]
-
-    async def cancel_backfill(self, backfill_id: int) -> Backfill:
-        """Stop a backfill: nothing more is queued, queued slots are dropped, running ones
-        finish. ``InvalidInput`` for an unknown id."""
-        row = await self._one("backfill_cancel", {"id": backfill_id})
-        if row is None:
-            raise InvalidInput("id", f"no backfill {backfill_id}")
-        return Backfill.from_row(row)
 
     # -- reads ------------------------------------------------------------------------
 
@@ -615,7 +434,7 @@ class JobStore:
 
     async def _one(self, name: str, params: dict[str, Any]) -> dict[str, Any] | None:
         params = {"scope": self.scope, **params}
-        _check_params(params)
+        check_params(params)
         try:
             cur = await self._conn.execute(query(name), params)
             return await cur.fetchone()
@@ -626,7 +445,7 @@ class JobStore:
 
     async def _all(self, name: str, params: dict[str, Any]) -> list[dict[str, Any]]:
         params = {"scope": self.scope, **params}
-        _check_params(params)
+        check_params(params)
         try:
             cur = await self._conn.execute(query(name), params)
             return await cur.fetchall()

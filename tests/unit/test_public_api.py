@@ -26,7 +26,11 @@ def describe() -> dict[str, dict[str, str]]:
             entry["bases"] = ", ".join(b.__name__ for b in obj.__mro__[1:-1])
         else:
             entry["__init__"] = str(inspect.signature(obj))
-        for attr, value in sorted(vars(obj).items()):
+        own: dict[str, Any] = {}
+        for klass in reversed(obj.__mro__):  # methods a Pulse base class (a mix-in) gives
+            if klass.__module__.split(".")[0] in ("cluster", "node", "ring", "pulsecron"):
+                own.update(vars(klass))
+        for attr, value in sorted(own.items()):
             if attr.startswith("_") and attr not in ("__aenter__", "__aexit__"):
                 continue
             function: Any = (
