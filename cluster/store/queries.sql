@@ -1644,6 +1644,13 @@ SELECT b.id, b.tenant_id, b.job_name, b.range_from, b.range_to, b.cursor_at, b.o
            AS in_flight
 FROM backfills b JOIN found x ON b.id = x.id;
 
+-- name: backfills_any
+-- Whether a held shard has an active backfill: the one statement of an idle pass.
+SELECT EXISTS (
+    SELECT 1 FROM backfills b
+    WHERE b.shard_id = ANY(%(shards)s::int[]) AND b.status = 'active'
+) AS any;
+
 -- name: backfill_active
 -- The active backfills of the held shards, each with its job's schedule and its slots in
 -- flight, locked so one node at a time moves a request's cursor (a shard changing hands).
