@@ -205,6 +205,24 @@ def test_cancel_stops_the_running_slot(console: Console) -> None:
     screenshot(console.browser, "cancelled")
 
 
+def test_a_backfill_is_asked_for_from_the_jobs_page(console: Console) -> None:
+    with console.api() as api:
+        created = api.post(
+            "/api/jobs",
+            json={"name": "daily", "schedule": "@daily", "handler": "cluster.chaos.witness:record"},
+        )
+        assert created.status_code == 201, created.text
+    console.open("#/job/default/daily")
+    wait_until(lambda: console.find("#backfill"), 20, "the backfill form")
+    console.find("#bf-from")[0].send_keys("2026-01-01T00:00:00Z")
+    console.find("#bf-to")[0].send_keys("2026-01-04T00:00:00Z")
+    console.find("#do-backfill")[0].click()
+    wait_until(lambda: "3 slots queued" in console.text("#action-result"), 20, "the request")
+    with console.api() as api:
+        (made,) = api.get("/api/backfills").json()
+    assert (made["job"], made["slots_total"]) == ("daily", 3)
+
+
 def test_a_name_that_looks_like_markup_is_shown_as_text(console: Console) -> None:
     console.open("#/jobs?q=script")
     link = wait_until(lambda: console.find("a.job-link"), 20, "the job in the list")[0]

@@ -68,7 +68,7 @@ function table(caption, headers, rows, attrs) {
     el("thead", {}, el("tr", {}, headers.map((h) => el("th", { scope: "col" }, h)))),
     el("tbody", {}, rows));
 }
-function show(...nodes) { const m = main(); m.replaceChildren(...nodes); }
+function show(...nodes) { const m = main(); m.replaceChildren(...nodes.filter((n) => n !== null)); }
 
 // -- session ---------------------------------------------------------------------------
 
@@ -275,12 +275,32 @@ async function jobPage(tenant, name) {
     slots.querySelector("tbody").replaceChildren(...j.next_slots.map((s) => el("tr", {}, el("td", {}, inZone(s, j.tz)), el("td", {}, new Date(s).toISOString()))));
     runs.querySelector("tbody").replaceChildren(...runRows(j.recent_runs, false, showOutput));
   };
+  // Backfill: run the slots of a range again (times in UTC, as ISO 8601 with Z).
+  const from = el("input", { id: "bf-from", type: "text", placeholder: "2026-01-01T00:00:00Z" });
+  const to = el("input", { id: "bf-to", type: "text", placeholder: "2026-01-02T00:00:00Z" });
+  const missing = el("input", { id: "bf-missing", type: "checkbox" });
+  const backfill = el("form", {
+    id: "backfill", "aria-label": "Backfill",
+    onsubmit: async (event) => {
+      event.preventDefault();
+      try {
+        const made = await api("POST", `${path}/backfill`, { from: from.value, to: to.value, only_missing: missing.checked });
+        say("");
+        document.getElementById("action-result").textContent = `Backfill ${made.id}: ${made.slots_total} slots queued`;
+      } catch (e) { say(e.message); }
+    },
+  },
+  el("h2", {}, "Backfill"),
+  el("label", { for: "bf-from" }, "From (UTC) "), from, " ",
+  el("label", { for: "bf-to" }, "To (UTC, excluded) "), to, " ",
+  el("label", { for: "bf-missing" }, missing, " only missing slots"), " ",
+  el("button", { type: "submit", id: "do-backfill" }, "Backfill"));
   show(
     el("h1", {}, el("span", { id: "job-name" }, job.name), el("span", { class: "legend" }, ` (tenant ${job.tenant})`)),
     el("p", {}, "Status: ", statusCell),
     el("div", { class: "actions", role: "group", "aria-label": "Job actions" }, buttons.pause, buttons.resume, buttons.trigger, buttons.cancel),
     el("p", { id: "action-result", role: "status", "aria-live": "polite" }),
-    runs, output, slots, el("h2", {}, "Definition"), facts);
+    runs, output, slots, state.session.role !== "read" ? backfill : null, el("h2", {}, "Definition"), facts);
   render(job);
   every(2000, async () => render(await api("GET", path)));
 }
