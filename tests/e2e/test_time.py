@@ -93,7 +93,9 @@ def test_a_backfill_carries_on_after_the_node_running_it_is_killed(
         "roll", "@every 1h", WITNESS, payload={"sleep_s": 0.5}, retries=2, tenant="acme"
     )
     init_cluster(settings, spec)
-    start = datetime(2026, 1, 1, tzinfo=UTC)
+    # Within the runs' retention (age counts from the slot): older runs would be pruned.
+    hour = datetime.now(UTC).replace(minute=0, second=0, microsecond=0)
+    start = hour - timedelta(days=1)
     slots = [start + timedelta(hours=h) for h in range(12)]
 
     async def ask() -> None:
