@@ -67,7 +67,13 @@ def test_a_poison_job_kills_at_most_retries_plus_one_nodes_per_slot_and_others_k
 
         asyncio.run(rule())
         for node_id, zone in NODES:
-            fleet.start(node_id, zone)
+            try:
+                fleet.start(node_id, zone)
+            except AssertionError:
+                # The poison slot may fall due while a node joins: it dies as any node that
+                # runs it does, and the supervisor below restarts it.
+                if fleet.node(node_id).proc.returncode != CRASH:
+                    raise
         start: datetime = fleet.sql("SELECT now() AS t")[0]["t"]
 
         def poison_failed() -> list[dict[str, object]]:
