@@ -8,10 +8,10 @@ from __future__ import annotations
 
 from collections.abc import Collection, Sequence
 from datetime import datetime
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Protocol
 from uuid import UUID
 
-from psycopg.rows import AsyncRowFactory, tuple_row
+from psycopg.rows import AsyncRowFactory
 
 from cluster.settings import DEFAULT_LEASE_S
 from cluster.store.records import (
@@ -40,17 +40,20 @@ class RecoveredFlight(NamedTuple):
     lost_by: str | None
 
 
-class FlightStatements:
+class Session(Protocol):
+    """What the mix-in uses of ``LockSession``."""
+
     node_id: str
     zone: str
 
     async def _run(
-        self, name: str, params: dict[str, Any], rows: AsyncRowFactory[Any] = tuple_row
-    ) -> list[Any]:
-        raise NotImplementedError
+        self: Session, name: str, params: dict[str, Any], rows: AsyncRowFactory[Any] = ...
+    ) -> list[Any]: ...
 
+
+class FlightStatements:
     async def claim_flights(
-        self,
+        self: Session,
         shards: Collection[int],
         limit: int,
         lease_s: float,
@@ -70,7 +73,7 @@ class FlightStatements:
         return claimed_jobs(await self._run("claim_flights", params), 0)
 
     async def renew_flights(
-        self, leases: Sequence[FlightLease], lease_s: float, now: datetime | None = None
+        self: Session, leases: Sequence[FlightLease], lease_s: float, now: datetime | None = None
     ) -> dict[FlightKey, str | None]:
         """Extend the flight leases still held; each maps to who asked to cancel it."""
         if not leases:
@@ -79,7 +82,7 @@ class FlightStatements:
         return {(row[0], row[1]): row[2] for row in rows}
 
     async def release_flights(
-        self, leases: Sequence[FlightLease], reason: str, now: datetime | None = None
+        self: Session, leases: Sequence[FlightLease], reason: str, now: datetime | None = None
     ) -> set[FlightKey]:
         if not leases:
             return set()
@@ -87,7 +90,7 @@ class FlightStatements:
         return {(row[0], row[1]) for row in rows}
 
     async def recover_flights(
-        self,
+        self: Session,
         shards: Collection[int],
         live: Sequence[str],
         now: datetime | None = None,
@@ -119,7 +122,7 @@ class FlightStatements:
     # The result writer's statements, also here so a lock session can stand in for it.
 
     async def complete_flights(
-        self, done: Sequence[Completion], now: datetime | None = None
+        self: Session, done: Sequence[Completion], now: datetime | None = None
     ) -> set[FlightKey]:
         if not done:
             return set()
@@ -129,7 +132,7 @@ class FlightStatements:
         return {(row[0], row[1]) for row in rows}
 
     async def spawn(
-        self,
+        self: Session,
         spawns: Sequence[Completion],
         skips: Sequence[Skip],
         lease_s: float,

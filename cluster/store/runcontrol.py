@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, Protocol
 
 import psycopg
 
@@ -32,24 +32,21 @@ class CancelRequest:
     node_id: str | None
 
 
-class RunControl:
+class Store(Protocol):
+    """What the mix-in uses of ``JobStore``."""
+
     settings: ClusterSettings
     _conn: Conn
 
-    async def get(self, name: str, tenant: str = DEFAULT_TENANT) -> Job:
-        raise NotImplementedError
+    async def get(self, name: str, tenant: str = ...) -> Job: ...
+    async def _notify(self, shard: int) -> None: ...
+    async def _one(self, name: str, params: dict[str, Any]) -> dict[str, Any] | None: ...
+    async def _all(self, name: str, params: dict[str, Any]) -> list[dict[str, Any]]: ...
 
-    async def _notify(self, shard: int) -> None:
-        raise NotImplementedError
 
-    async def _one(self, name: str, params: dict[str, Any]) -> dict[str, Any] | None:
-        raise NotImplementedError
-
-    async def _all(self, name: str, params: dict[str, Any]) -> list[dict[str, Any]]:
-        raise NotImplementedError
-
+class RunControl:
     async def cancel(
-        self,
+        self: Store,
         name: str,
         tenant: str = DEFAULT_TENANT,
         *,
@@ -90,7 +87,7 @@ class RunControl:
         return [CancelRequest(row["slot_at"], row["attempt"], row["locked_by"]) for row in rows]
 
     async def backfill(
-        self,
+        self: Store,
         name: str,
         tenant: str = DEFAULT_TENANT,
         *,
@@ -143,13 +140,13 @@ class RunControl:
             raise StoreError(describe(exc)) from exc
         return BackfillPlan(slots, Backfill.from_row(made))
 
-    async def backfills(self, tenant: str | None = None) -> list[Backfill]:
+    async def backfills(self: Store, tenant: str | None = None) -> list[Backfill]:
         """Every backfill request, oldest first, with its progress."""
         return [
             Backfill.from_row(r) for r in await self._all("backfill_list", {"tenant_id": tenant})
         ]
 
-    async def cancel_backfill(self, backfill_id: int) -> Backfill:
+    async def cancel_backfill(self: Store, backfill_id: int) -> Backfill:
         """Stop a backfill: nothing more is queued, queued slots are dropped, running ones
         finish. ``InvalidInput`` for an unknown id."""
         row = await self._one("backfill_cancel", {"id": backfill_id})
