@@ -52,7 +52,16 @@ def test_each_completed_slot_has_exactly_one_effect_through_kills_and_freezes(
     fleet.node("n1").signal(signal.SIGKILL)
     fleet.node("n1").wait(10)
     frozen = fleet.node("n2")
-    frozen.signal(signal.SIGSTOP)
+
+    def frozen_in_flight() -> bool:
+        """Freeze n2; keep it frozen only if it holds a run (else try again shortly)."""
+        frozen.signal(signal.SIGSTOP)
+        held = fleet.sql("SELECT 1 FROM jobs WHERE status = 'running' AND locked_by = 'n2'")
+        if not held:
+            frozen.signal(signal.SIGCONT)
+        return bool(held)
+
+    wait_until(frozen_in_flight, 30, "n2 to be frozen with a run in flight", interval_s=0.05)
     # Frozen past its lease and session timeout: the others take its slots over.
     before = effects()
     wait_until(lambda: effects() >= before + 50, 60, "the survivor to carry on")
