@@ -64,6 +64,7 @@ def _params(system: str, shards: list[int], limit: int, now: datetime) -> dict[s
             "limit": limit,
             "lease_s": LEASE_S,
             "ahead_s": 0.0,
+            "fair": False,
             "node_id": "pulse-1",
             "zone": "a",
             "now": now,

@@ -118,6 +118,7 @@ class NodeSettings:
     prune_interval_s: float = DEFAULT_PRUNE_INTERVAL_S
     shards: int | None = None
     metrics_port: int | None = None
+    fairness: bool = True  # claim across tenants in turn when more is due than it can run
     celery_broker: str | None = None  # for celery: jobs that name none; may hold a password
 
     def validate(self) -> NodeSettings:

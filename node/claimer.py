@@ -7,6 +7,10 @@ slot. It claims only while the lock session is trusted: if the session has not a
 within ``session_timeout - margin`` the node may already have lost its locks, so it claims
 nothing.
 
+While more is due than the node can run (its last claim took all it asked for), the claim
+takes jobs across tenants in turn, oldest first within each (fair fan-out, unless the node
+runs with ``--no-fairness``; docs/design/fairness.md).
+
 A claimed slot of an overlap ``allow`` job is handed to a flight (``Completer.spawn``) and
 runs once that is written; queued flights (retries, and those taken back from dead nodes)
 are claimed every ``FLIGHT_POLL_S`` once the node has seen any, else every
@@ -58,6 +62,7 @@ class Claimer:
         poll_interval_s: float,
         lease_s: float,
         trust_margin_s: float,
+        fairness: bool = True,
     ) -> None:
         self._state = state
         self._session = session
@@ -72,6 +77,8 @@ class Claimer:
         self._failures = Failures("claims")
         self._flights_at = 0.0  # monotonic time of the next claim of queued flights
         self._flights_seen = False
+        self._fairness = fairness
+        self._full = False  # the last claim took all it asked for: more is due than it runs
 
     def flights_queued(self) -> None:
         """Flights may be due in held shards (taken back from a dead node): claim them soon."""
@@ -98,7 +105,8 @@ class Claimer:
         limit = min(free, MAX_CLAIM)
         started = time.monotonic()
         ahead_s = CLAIM_AHEAD_S + CLAIM_BATCH_S
-        result = await self._session.claim(held, limit, self._lease_s, ahead_s=ahead_s)
+        fair = self._fairness and self._full
+        result = await self._session.claim(held, limit, self._lease_s, ahead_s=ahead_s, fair=fair)
         elapsed = time.monotonic() - started
         # db_now (the statement's start) is a lower bound of the database clock now; `elapsed`
         # also holds waits for the session and the backend, so adding it could start a run
@@ -109,8 +117,9 @@ class Claimer:
         now = self._clock.now()  # one reading for the batch: they arrived together
         for job in result.jobs:
             self._dispatch(job, now)
-        self._pacing.set_catching_up(len(result.jobs) >= limit)
-        if len(result.jobs) >= limit:
+        self._full = len(result.jobs) >= limit
+        self._pacing.set_catching_up(self._full)
+        if self._full:
             return 0.0  # more may be due: claim again as soon as slots allow
         if self._executor.free > 0 and time.monotonic() >= self._flights_at:
             await self._claim_flights(now)

@@ -115,6 +115,13 @@ def _seconds(value: str, field: str) -> float:
     help="Serve Prometheus metrics on this port (off by default).",
 )
 @click.option(
+    "--fairness/--no-fairness",
+    envvar="PULSE_FAIRNESS",
+    default=True,
+    show_default=True,
+    help="When more is due than the node can run, claim across tenants in turn.",
+)
+@click.option(
     "--celery-broker",
     envvar="PULSE_CELERY_BROKER",
     default=None,
@@ -151,6 +158,7 @@ def node_command(
     drain_timeout: str,
     prune_interval: str,
     metrics_port: int | None,
+    fairness: bool,
     celery_broker: str | None,
     paths: tuple[str, ...],
     sync_modules: tuple[str, ...],
@@ -172,6 +180,7 @@ def node_command(
             drain_timeout_s=_seconds(drain_timeout, "drain-timeout"),
             prune_interval_s=_seconds(prune_interval, "prune-interval"),
             metrics_port=metrics_port,
+            fairness=fairness,
             celery_broker=celery_broker or None,
         ).validate()
     except InvalidInput as exc:

@@ -254,6 +254,7 @@ class Node:
             poll_interval_s=s.poll_interval_s,
             lease_s=s.lease_s,
             trust_margin_s=trust_margin_s,
+            fairness=s.fairness,
         )
         stop_claiming = Signal()
         return Parts(

@@ -291,8 +291,10 @@ SELECT coalesce(%(now)s::timestamptz, now()) AS now;
 -- name: claim
 -- The oldest jobs due by now + %(ahead_s)s in the held shards, at most %(limit)s, marked
 -- running under a fresh lease token, and when the next job of these shards falls due.
--- Why so: docs/design/claim-plan.md; guarded by tests/integration/test_claim_plan.py.
-WITH clock AS (
+-- With %(fair)s, across tenants in turn, oldest first within each.
+-- Why so: docs/design/claim-plan.md, fairness.md; guarded by tests/integration/
+-- test_claim_plan.py and test_fair_claim.py.
+WITH RECURSIVE clock AS (
     SELECT c.t, c.t + make_interval(secs => %(ahead_s)s) AS due
     FROM (SELECT coalesce(%(now)s::timestamptz, now()) AS t) AS c
 ),
@@ -302,10 +304,10 @@ quota AS (
     SELECT ceil(%(limit)s::float8 / greatest(cardinality(%(shards)s::int[]), 1))::int + 1 AS n
 ),
 heads AS (
-    SELECT s.shard, c.id, c.next_run_at, c.ctid
+    SELECT s.shard, c.id, c.next_run_at, c.ctid, c.tenant_id
     FROM unnest(%(shards)s::int[]) AS s(shard)
     CROSS JOIN LATERAL (
-        SELECT j.id, j.next_run_at, j.ctid FROM jobs j
+        SELECT j.id, j.next_run_at, j.ctid, j.tenant_id FROM jobs j
         WHERE j.shard_id = s.shard AND j.status = 'idle'
           AND j.next_run_at <= (SELECT due FROM clock)
         ORDER BY j.next_run_at
@@ -321,12 +323,12 @@ cutoff AS (
         'infinity') AS t
 ),
 deeper AS (
-    SELECT c.id, c.next_run_at, c.ctid
+    SELECT c.id, c.next_run_at, c.ctid, c.tenant_id
     FROM (SELECT h.shard FROM heads h GROUP BY h.shard
           HAVING count(*) >= (SELECT n FROM quota)
              AND max(h.next_run_at) < (SELECT t FROM cutoff)) AS s
     CROSS JOIN LATERAL (
-        SELECT j.id, j.next_run_at, j.ctid FROM jobs j
+        SELECT j.id, j.next_run_at, j.ctid, j.tenant_id FROM jobs j
         WHERE j.shard_id = s.shard AND j.status = 'idle'
           AND j.next_run_at <= (SELECT due FROM clock)
           AND j.next_run_at < (SELECT t FROM cutoff)
@@ -334,11 +336,53 @@ deeper AS (
         LIMIT %(limit)s
     ) AS c
 ),
+-- Fair fan-out, asked for by a node whose last claim was full (node/claimer.py): the
+-- tenants with jobs in each held shard, one probe of jobs_tenant_due each (a loose index
+-- scan, migration 013); those with a job due there; then each such tenant's oldest due
+-- jobs in the shard, as many as its turns in this claim can take.
+present AS (
+    SELECT s.shard, (SELECT min(j.tenant_id) FROM jobs j WHERE j.shard_id = s.shard) AS tenant
+    FROM unnest(%(shards)s::int[]) AS s(shard)
+    WHERE %(fair)s
+    UNION ALL
+    SELECT p.shard, (SELECT min(j.tenant_id) FROM jobs j
+                     WHERE j.shard_id = p.shard AND j.tenant_id > p.tenant)
+    FROM present p
+    WHERE p.tenant IS NOT NULL
+),
+-- A lateral probe, not EXISTS: that may become a semi-join over every row of jobs.
+pairs AS (
+    SELECT p.shard, p.tenant, count(*) OVER (PARTITION BY p.tenant) AS spread
+    FROM present p
+    CROSS JOIN LATERAL (
+        SELECT 1 FROM jobs j
+        WHERE j.shard_id = p.shard AND j.tenant_id = p.tenant
+          AND j.next_run_at <= (SELECT due FROM clock)
+        LIMIT 1
+    ) AS d
+),
+-- Each tenant's share of this claim (limit / tenants), read evenly from its shards.
+fair AS (
+    SELECT c.id, c.next_run_at, c.ctid, c.tenant_id
+    FROM pairs p
+    CROSS JOIN LATERAL (
+        SELECT j.id, j.next_run_at, j.ctid, j.tenant_id FROM jobs j
+        WHERE j.shard_id = p.shard AND j.tenant_id = p.tenant AND j.status = 'idle'
+          AND j.next_run_at <= (SELECT due FROM clock)
+        ORDER BY j.next_run_at
+        LIMIT ceil(%(limit)s::float8 / (SELECT count(DISTINCT tenant) FROM pairs)
+                   / p.spread)::int + 1
+    ) AS c
+),
+-- Oldest first; fair: by turn (each tenant's oldest, then each one's second oldest, ...),
+-- then oldest first. Beyond its read turns a tenant is served from the oldest (heads).
 candidates AS (
-    SELECT h.id, h.next_run_at, h.ctid FROM heads h
-    UNION
-    SELECT d.id, d.next_run_at, d.ctid FROM deeper d
-    ORDER BY next_run_at
+    SELECT u.id, u.next_run_at, u.ctid FROM (
+        SELECT x.*, row_number() OVER (PARTITION BY x.tenant_id ORDER BY x.next_run_at) AS turn
+        FROM (SELECT h.id, h.next_run_at, h.ctid, h.tenant_id FROM heads h
+              UNION SELECT * FROM deeper UNION SELECT * FROM fair) AS x
+    ) AS u
+    ORDER BY CASE WHEN %(fair)s THEN u.turn END, u.next_run_at
     LIMIT %(limit)s
 ),
 -- Locked and updated by ctid. A row changed since this statement's snapshot is locked in
@@ -381,7 +425,8 @@ next_due AS (
         SELECT j.next_run_at FROM jobs j
         WHERE j.shard_id = s.shard AND j.status = 'idle'
           AND j.next_run_at > (SELECT due FROM clock)
-          AND j.next_run_at < '9999-01-01Z'::timestamptz  -- paused jobs
+          -- Not paused jobs:
+          AND j.next_run_at < '9999-01-01Z'::timestamptz
         ORDER BY j.next_run_at
         LIMIT 1
     ) AS x

@@ -258,8 +258,11 @@ class LockSession(FlightStatements):
         lease_s: float,
         now: datetime | None = None,
         ahead_s: float = 0.0,
+        *,
+        fair: bool = False,
     ) -> ClaimResult:
-        """Claim jobs due by ``now + ahead_s``; ``next_due`` is the first due after that."""
+        """Claim jobs due by ``now + ahead_s``, oldest first, or across tenants in turn when
+        ``fair``; ``next_due`` is the first due after that."""
         rows = await self._run(
             "claim",
             {
@@ -267,6 +270,7 @@ class LockSession(FlightStatements):
                 "limit": limit,
                 "lease_s": lease_s,
                 "ahead_s": ahead_s,
+                "fair": fair,
                 "node_id": self.node_id,
                 "zone": self.zone,
                 "now": now,

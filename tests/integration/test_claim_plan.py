@@ -91,6 +91,7 @@ def claim_params(shards: list[int], limit: int = LIMIT) -> dict[str, Any]:
         "limit": limit,
         "lease_s": 30.0,
         "ahead_s": 0.0,
+        "fair": False,
         "node_id": "n1",
         "zone": "z",
         "now": T0,
@@ -165,6 +166,19 @@ async def test_claim_plan_reads_the_due_index_shard_by_shard(big: Conn) -> None:
         f"\nclaim of {LIMIT} over {len(held)} of {SHARDS} shards, {JOBS} jobs: "
         f"{plan['Execution Time']:.1f} ms under EXPLAIN ANALYZE, {read} job rows read"
     )
+
+
+async def test_a_fair_claim_probes_each_tenant_of_each_shard_and_reads_a_bounded_number(
+    big: Conn,
+) -> None:
+    """Fair (docs/design/fairness.md): besides the heads, one loose-scan step of
+    jobs_tenant_due per tenant of each held shard, and the tenants' oldest due jobs."""
+    held = held_shards()
+    plan = await explain(big, {**claim_params(held), "fair": True})
+    assert_per_shard_plan(plan)
+    read = jobs_rows_read(plan)  # one tenant here: about twice a plain claim's reads
+    assert read <= 3 * (len(held) * 3 + LIMIT) + 4 * len(held), read
+    print(f"\nfair claim of {LIMIT} over {len(held)} shards: {plan['Execution Time']:.1f} ms")
 
 
 async def test_claim_reads_nothing_of_other_nodes_backlog(big: Conn) -> None:

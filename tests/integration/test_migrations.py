@@ -261,6 +261,9 @@ EXPECTED_INDEXES = {
         "CREATE INDEX jobs_children ON S.jobs USING btree (parent_id) WHERE (parent_id IS NOT NULL)"
     ),
     "jobs_each_zone": "CREATE INDEX jobs_each_zone ON S.jobs USING btree (id) WHERE each_zone",
+    # migration 013: fair fan-out's loose scan of the tenants of a shard
+    "jobs_tenant_due": "CREATE INDEX jobs_tenant_due ON S.jobs USING btree "
+    "(shard_id, tenant_id, next_run_at)",
     "zone_spaces_zones_key": (
         "CREATE UNIQUE INDEX zone_spaces_zones_key ON S.zone_spaces USING btree (zones)"
     ),

@@ -1,6 +1,7 @@
 """The claim loop on real Postgres: it sleeps until the next due slot, including the slots
-its own completions write (the claim that planned the sleep saw those jobs running), and
-takes jobs due one after another in batches."""
+its own completions write (the claim that planned the sleep saw those jobs running), takes
+jobs due one after another in batches, and, with more due than it can run, takes them
+across tenants in turn."""
 
 from __future__ import annotations
 
@@ -35,10 +36,13 @@ class Loop:
     stats: Stats
     witness: Path
 
-    def slots(self) -> list[str]:
+    def records(self) -> list[dict[str, str]]:
         if not self.witness.exists():
             return []
-        return [json.loads(line)["slot"] for line in self.witness.read_text().splitlines()]
+        return [json.loads(line) for line in self.witness.read_text().splitlines()]
+
+    def slots(self) -> list[str]:
+        return [r["slot"] for r in self.records()]
 
     async def wait_for_runs(self, n: int, timeout_s: float = 20.0) -> None:
         deadline = time.monotonic() + timeout_s
@@ -48,7 +52,9 @@ class Loop:
 
 
 @contextlib.asynccontextmanager
-async def claim_loop(settings: ClusterSettings, witness: Path) -> AsyncIterator[Loop]:
+async def claim_loop(
+    settings: ClusterSettings, witness: Path, concurrency: int = 64
+) -> AsyncIterator[Loop]:
     """One node's claim loop, completer and executor over every shard. The poll interval
     is far longer than a test: only due times wake the loop."""
     session = LockSession(settings, "n1", "z", session_timeout_s=10, statement_timeout_s=5)
@@ -58,7 +64,7 @@ async def claim_loop(settings: ClusterSettings, witness: Path) -> AsyncIterator[
     stats, clock = Stats(), DbClock()
     pacing = Pacing(clock)
     completer = Completer(session, clock, stats, state.wake, pacing)
-    executor = Executor(64, "n1", "z", completer.run_done)
+    executor = Executor(concurrency, "n1", "z", completer.run_done)
     claimer = Claimer(
         state, session, executor, completer, clock, stats, pacing,
         poll_interval_s=60.0, lease_s=30.0, trust_margin_s=2.0,
@@ -118,3 +124,30 @@ async def test_jobs_due_one_after_another_are_claimed_in_batches(
     # where a claim per job would be forty. Slower wake-ups only make batches bigger.
     assert CLAIM_BATCH_S >= 0.1
     assert loop.stats.claims <= 10, loop.stats.claims
+
+
+async def test_with_more_due_than_it_runs_the_loop_takes_the_tenants_in_turn(
+    store: JobStore, settings: ClusterSettings, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    witness = tmp_path / "witness.jsonl"
+    monkeypatch.setenv("PULSE_WITNESS_FILE", str(witness))
+    # All due at the same moment: 40 jobs of one tenant, created first (so first among
+    # equals in the due index), then 3 of another; 4 execution slots.
+    for tenant, count in (("big", 40), ("small", 3)):
+        for i in range(count):
+            spec = JobSpec.build(
+                f"{tenant}-{i:02d}", "@every 1h", "cluster.chaos.witness:record",
+                tenant=tenant, payload={"sleep_s": 0.05},
+            )  # fmt: skip
+            await store.add(spec)
+    conn = await connect(settings, "setup")
+    try:
+        await conn.execute("UPDATE jobs SET next_run_at = now(), slot_at = now()")
+    finally:
+        await conn.close()
+    async with claim_loop(settings, witness, concurrency=4) as loop:
+        await loop.wait_for_runs(12)
+    # The first claim is full, so the next ones are fair: the small tenant gets a turn in
+    # each, and all of its jobs start within the first three claims.
+    first = [r["tenant"] for r in loop.records()[:12]]
+    assert first.count("small") == 3, first

@@ -275,7 +275,7 @@ async def test_the_claim_returns_the_claimed_job_fields_in_order(
     await a.try_lock(ALL)
     conn = await connect(a.settings, "observer")
     try:
-        params = {"shards": ALL, "limit": 10, "lease_s": 30.0, "ahead_s": 0.0}
+        params = {"shards": ALL, "limit": 10, "lease_s": 30.0, "ahead_s": 0.0, "fair": False}
         params |= {"node_id": "node-x", "zone": "z", "now": at(60)}
         async with conn.transaction(force_rollback=True):
             cur = await conn.execute(query("claim"), params)
@@ -328,6 +328,7 @@ async def _claim_in_transaction(conn: Conn, shards: list[int], limit: int) -> li
         "limit": limit,
         "lease_s": 30.0,
         "ahead_s": 0.0,
+        "fair": False,
         "node_id": str(conn.info.parameter_status("application_name")),
         "zone": "z",
         "now": at(60),

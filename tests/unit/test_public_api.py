@@ -187,8 +187,8 @@ EXPECTED: dict[str, dict[str, str]] = {
         "renew_interval_s: 'float' = 5.0, drain_timeout_s: 'float' = "
         "30.0, statement_timeout_s: 'float' = 5.0, redis_timeout_s: "
         "'float' = 2.0, prune_interval_s: 'float' = 30.0, shards: 'int | "
-        "None' = None, metrics_port: 'int | None' = None, celery_broker: "
-        "'str | None' = None) -> None",
+        "None' = None, metrics_port: 'int | None' = None, fairness: 'bool' = "
+        "True, celery_broker: 'str | None' = None) -> None",
         "validate": "(self) -> 'NodeSettings'",
     },
     "NodeStatus": {
