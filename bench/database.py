@@ -7,6 +7,7 @@ with ``shard_id`` from ``ring.shard_for`` exactly as the job store computes it.
 
 from __future__ import annotations
 
+import json
 import os
 import secrets
 import uuid
@@ -119,17 +120,27 @@ async def load_jobs(
     shards: int,
     first: datetime,
     spread_s: float = 0.0,
+    *,
+    tenants: Sequence[str] = (),
+    payload: dict[str, Any] | None = None,
 ) -> list[str]:
     """COPY ``count`` jobs running the witness handler; job ``i`` is first due at
-    ``first + spread_s * i / count``. Returns the job names."""
+    ``first + spread_s * i / count``, in tenant ``tenants[i]`` (``default`` without
+    ``tenants``), with ``payload``. Returns the job names (unique across tenants)."""
+    if tenants and len(tenants) != count:
+        raise ValueError(f"{len(tenants)} tenants for {count} jobs")
     names = [job_name(i) for i in range(count)]
-    columns = "id, name, schedule, handler, shard_id, next_run_at, slot_at, max_retries"
+    columns = "id, tenant_id, name, schedule, handler, payload, shard_id, next_run_at, slot_at,"
+    columns += " max_retries"
+    body = json.dumps(payload or {})  # COPY's text format: jsonb reads it as is
     async with conn.cursor() as cur, cur.copy(f"COPY jobs ({columns}) FROM STDIN") as copy:
         for i, name in enumerate(names):
             job_id = uuid.uuid4()
+            tenant = tenants[i] if tenants else "default"
             due = first + timedelta(seconds=spread_s * i / count) if spread_s else first
+            shard = shard_for(job_id, shards)
             await copy.write_row(
-                (job_id, name, schedule, HANDLER, shard_for(job_id, shards), due, due, RETRIES)
+                (job_id, tenant, name, schedule, HANDLER, body, shard, due, due, RETRIES)
             )
     await conn.execute("VACUUM ANALYZE jobs")
     return names

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import signal
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from cluster.local.processes import Command, Process, node_argv, pulse_env, stop_all
@@ -44,11 +44,13 @@ class Fleet:
         concurrency: int,
         metrics_port: int | None = None,
         extra: Sequence[str] = (),
+        env: Mapping[str, str] | None = None,
     ) -> Process:
+        """``extra`` options on its command line, ``env`` in its environment."""
         options = ["--concurrency", str(concurrency), *extra]
         if metrics_port is not None:
             options += ["--metrics-port", str(metrics_port)]
-        return self._start(node_id, node_argv(node_id, zone, *options))
+        return self._start(node_id, node_argv(node_id, zone, *options), **(env or {}))
 
     def start_baseline(self, name: str, limit: int) -> Process:
         argv = [sys.executable, "-m", "bench.baseline", "--name", name, "--limit", str(limit)]

@@ -15,6 +15,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from bench.fanout import DRAIN_TARGET, SHARE_TARGET
 from bench.results import RATIO_EXTRAS, RATIO_FIELDS, Measure, ScenarioResult
 from bench.sizes import DEFAULT
 
@@ -108,6 +109,8 @@ def notes(result: ScenarioResult) -> list[str]:
             f"ratio, live: claim p50 {_x(r.get('live_claim_p50_ms'))}, "
             f"p99 {_x(r.get('live_claim_p99_ms'))}"
         )
+    if result.scenario == "fanout":
+        found.extend(_fanout_notes(result))
     if "longest_gap_s" in p:
         found.append(
             f"killed {p.get('killed')}: longest gap of any job "
@@ -144,6 +147,31 @@ def notes(result: ScenarioResult) -> list[str]:
     return found
 
 
+def _met(value: float | None, target: float) -> str:
+    return "-" if value is None else ("met" if value <= target else "missed")
+
+
+def _fanout_notes(result: ScenarioResult) -> list[str]:
+    others = f"B..{chr(ord('A') + int(result.params.get('fanout_tenants', 10)))}"
+    found = []
+    for label, e in (("fairness on", result.pulse.extra), ("fairness off", result.baseline.extra)):
+        found.append(
+            f"{label}: A drained in {_num(e.get('a_drain_s'), 2)} s (due second to the start "
+            f"of A's last run); {others} started {e.get('others_started')} runs, start lag "
+            f"p50/p99/max {_num(e.get('others_lag_p50_ms'))}/{_num(e.get('others_lag_p99_ms'))}"
+            f"/{_num(e.get('others_lag_max_ms'))} ms, the last at "
+            f"{_num(e.get('others_share_of_a_drain'), 3)} of A's drain"
+        )
+    share = result.pulse.extra.get("others_share_of_a_drain")
+    drain = result.ratios().get("a_drain_s")
+    found.append(
+        f"targets, fairness on: last {others} start / A's drain {_num(share, 3)} <= "
+        f"{SHARE_TARGET:.2f} ({_met(share, SHARE_TARGET)}); A's drain on / off {_x(drain)} "
+        f"<= {DRAIN_TARGET:.2f}x ({_met(drain, DRAIN_TARGET)})"
+    )
+    return found
+
+
 def render(results: Sequence[ScenarioResult]) -> str:
     lines = [_row([name for name, _ in COLUMNS]), _row(["-" * w for _, w in COLUMNS])]
     for result in results:
@@ -160,6 +188,7 @@ def render(results: Sequence[ScenarioResult]) -> str:
 
 SPREAD_LABELS = dict(
     zip(RATIO_FIELDS, [name for name, _ in COLUMNS[6:]], strict=True),
+    a_drain_s="A's drain",
     claim_p50_ms="claim p50",
     claim_p99_ms="claim p99",
     idle_claim_p99_ms="idle claim p99",

@@ -54,6 +54,7 @@ RATIO_FIELDS = (
     "peak_rss_mb",
 )
 RATIO_EXTRAS = (
+    "a_drain_s",
     "claim_p50_ms",
     "claim_p99_ms",
     "idle_claim_p99_ms",

@@ -15,6 +15,7 @@ from typing import Any
 
 from bench import report, results
 from bench.database import BenchDatabase
+from bench.fanout import run_fanout
 from bench.prune import run_prune
 from bench.results import ScenarioResult
 from bench.scale import run_scale
@@ -28,6 +29,7 @@ Scenario = Callable[[Bench, Baselines], Awaitable[ScenarioResult]]
 SCENARIOS: dict[str, Scenario] = {
     "steady": run_steady,
     "burst": run_burst,
+    "fanout": run_fanout,
     "failover": run_failover,
     "scale": run_scale,
     "rebalance": run_rebalance,

@@ -87,7 +87,7 @@ def _window_claims(start: Scraped, end: Scraped) -> dict[str, Any]:
     }
 
 
-async def _measure(
+async def measure_window(
     trial: Trial,
     names: list[str],
     slots: list[float],
@@ -162,7 +162,7 @@ async def periodic(
         drain_s = await trial.wait_drained(slots[-1])
         extra = await task if task else {}
         stopped_at = time.time()
-        measure = await _measure(trial, names, slots, cpu0, scraped0, drain_s, ready_s)
+        measure = await measure_window(trial, names, slots, cpu0, scraped0, drain_s, ready_s)
         if "killed_at" in extra:
             killed_at = extra.pop("killed_at")
             extra["longest_gap_s"] = longest_gap(trial.fires(), killed_at, stopped_at)
@@ -188,7 +188,7 @@ async def burst(bench: Bench, system: str) -> Measure:
         cpu0 = await trial.sampler.mark()
         trial.profile_start()
         drain_s = await trial.wait_drained(t0)
-        return await _measure(trial, names, [t0], cpu0, scraped0, drain_s, ready_s)
+        return await measure_window(trial, names, [t0], cpu0, scraped0, drain_s, ready_s)
 
 
 def _failover(sizes: Sizes) -> Event:

@@ -19,6 +19,12 @@ class Sizes:
     steady_duration_s: float = 60.0
     # burst
     burst_jobs: int = 10_000
+    # fanout: one big tenant and a few small ones due at the same second, on fewer slots
+    fanout_jobs: int = 10_000  # tenant A
+    fanout_tenants: int = 10  # B, C, ...
+    fanout_tenant_jobs: int = 10  # each
+    fanout_concurrency: int = 32
+    fanout_sleep_s: float = 0.05
     # failover: SIGKILL one node this long after the first slot
     kill_at_s: float = 20.0
     # rebalance: a node joins, then one of the first ones leaves (SIGTERM)
@@ -51,6 +57,9 @@ QUICK = Sizes(
     steady_every_s=2,
     steady_duration_s=4.0,
     burst_jobs=300,
+    fanout_jobs=400,
+    fanout_tenant_jobs=2,
+    fanout_concurrency=8,
     kill_at_s=1.0,
     join_at_s=0.2,
     leave_at_s=2.0,

@@ -15,7 +15,7 @@ import subprocess
 import sys
 import time
 import urllib.request
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -64,11 +64,14 @@ class Trial:
         system: str,
         schema: str | None = None,
         node_options: Sequence[str] = (),
+        node_env: Mapping[str, str] | None = None,
     ) -> None:
         """A fresh schema of its own, or ``schema`` (kept afterwards) if given;
-        ``node_options`` are added to every Pulse node's command line."""
+        ``node_options`` are added to every Pulse node's command line, ``node_env`` to its
+        environment."""
         self.bench = bench
         self.node_options = tuple(node_options)
+        self.node_env = dict(node_env or {})
         self.system = system
         self.name = f"{scenario}_{system}"
         self.schema = schema or self.name
@@ -127,7 +130,9 @@ class Trial:
         if self.system == "pulse":
             port = self.metrics_ports[name] = free_port()
             zone = ZONES[(i - 1) % len(ZONES)]
-            self.fleet.start_node(name, zone, sizes.concurrency, port, self.node_options)
+            self.fleet.start_node(
+                name, zone, sizes.concurrency, port, self.node_options, self.node_env
+            )
         else:
             self.fleet.start_baseline(name, sizes.concurrency)
         return name

@@ -2,7 +2,7 @@
 
 Never a speed: the machine is shared, so only whether the runner works and counts
 right is asserted (every slot of steady and burst fired exactly once, for Pulse and for
-the baseline, and the table printed).
+the baseline, and the table printed; fanout's figures reported, whatever they are).
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ import math
 import re
 import subprocess
 import sys
+from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -30,10 +31,13 @@ from bench.analysis import (
     reruns_of,
     since,
 )
+from bench.fanout import figures, tenants
 from bench.report import spread
 from bench.results import Measure, ScenarioResult
 from bench.scale_live import claim_figures, window_schedule, window_size
 from bench.scenarios import MAX_EVERY_S, burst_slot
+from bench.sizes import DEFAULT
+from cluster.chaos.witness import Execution
 from node.metrics import CLAIM_BUCKETS
 from tests.conftest import ADMIN_URL
 
@@ -61,11 +65,12 @@ def test_quick_bench_runs_and_counts(tmp_path: Path) -> None:
     proc = _bench("--quick", "--out", str(out))
     lines = proc.stdout.splitlines()
     assert lines[0].split()[:3] == ["scenario", "system", "expected"]
-    assert sum(1 for line in lines if line.split()[:1] == ["ratio"]) == 6
+    assert sum(1 for line in lines if line.split()[:1] == ["ratio"]) == 7
     assert "claim plan (pulse" in proc.stdout
+    assert "targets, fairness on: last B..K start / A's drain" in proc.stdout
 
     records = {r["scenario"]: r for r in map(json.loads, out.read_text().splitlines())}
-    assert set(records) == {"steady", "burst", "failover", "scale", "rebalance", "prune"}
+    assert set(records) == {"steady", "burst", "fanout", "failover", "scale", "rebalance", "prune"}
     for scenario in ("steady", "burst"):
         for system in ("pulse", "baseline"):
             m = records[scenario][system]
@@ -85,6 +90,17 @@ def test_quick_bench_runs_and_counts(tmp_path: Path) -> None:
             assert ratios["node_cpu_per_1k_s"] == pytest.approx(pulse / base)
         else:
             assert "node_cpu_per_1k_s" not in ratios
+    # Fanout: both trials are Pulse (fairness on, then off) and report their figures.
+    fanout = records["fanout"]
+    for system in ("pulse", "baseline"):
+        m = fanout[system]
+        assert (m["fires"], m["missing"], m["duplicates"]) == (m["expected"], 0, 0), m
+        extra = m["extra"]
+        assert extra["others_started"] == 10 * 2  # the quick size: 10 small tenants of 2
+        for key in ("a_drain_s", "others_lag_p50_ms", "others_lag_p99_ms", "others_lag_max_ms"):
+            assert extra[key] is not None, (system, key)
+        assert extra["others_share_of_a_drain"] is not None
+    assert "a_drain_s" in fanout["ratios"]
     failover = records["failover"]["pulse"]
     assert failover["extra"]["longest_gap_s"] is not None
     assert failover["extra"]["reruns_of_killed"] >= 0
@@ -198,6 +214,38 @@ def test_burst_slot_is_a_slot_of_its_schedule() -> None:
         assert earliest <= t0 < earliest + 10
         assert t0 % every == 0 and every <= MAX_EVERY_S
         assert every > 365 * 86400  # the next slot is years away
+
+
+def test_fanout_tenants_are_shuffled_the_same_way_every_run() -> None:
+    sizes = replace(DEFAULT, fanout_jobs=50, fanout_tenants=3, fanout_tenant_jobs=2)
+    order = tenants(sizes)
+    assert sorted(order) == ["A"] * 50 + ["B", "B", "C", "C", "D", "D"]
+    assert order == tenants(sizes)
+    assert order[-6:] != ["B", "B", "C", "C", "D", "D"]  # not loaded last
+
+
+def test_fanout_figures_take_each_jobs_first_start_of_the_slot() -> None:
+    due = datetime(2026, 5, 1, tzinfo=UTC)
+
+    def start(job: str, tenant: str, after_s: float, slot: datetime = due) -> Execution:
+        return Execution(job, tenant, slot, 1, "n", None, due.timestamp() + after_s)
+
+    found = figures(
+        [
+            start("a1", "A", 0.5),
+            start("a2", "A", 4.0),
+            start("a1", "A", 6.0),  # a1 again: its first start counts
+            start("a3", "A", 9.0, due.replace(hour=1)),  # another slot: not counted
+            start("b1", "B", 0.1),
+            start("c1", "C", 0.3),
+        ],
+        due.timestamp(),
+    )
+    assert found["a_drain_s"] == pytest.approx(4.0)
+    assert found["others_started"] == 2
+    assert found["others_lag_p50_ms"] == pytest.approx(100.0)
+    assert found["others_lag_max_ms"] == pytest.approx(300.0)
+    assert found["others_share_of_a_drain"] == pytest.approx(0.075)
 
 
 def test_histogram_quantiles_interpolate_inside_a_bucket() -> None:
