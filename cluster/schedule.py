@@ -1,16 +1,16 @@
 """Schedules: when a job's slots fall, as pure math on aware datetimes (no I/O, no clock).
 
-Owns the schedule grammar (5-field cron, 6-field cron with SECONDS FIRST, ``@yearly``-style
-macros, ``@every <duration>``, ``@at <ISO 8601 time with offset>``: the one slot of a one-off
-job) and the mapping from a job's local wall clock to UTC instants.
+Owns the schedule grammar's top level (``@every <duration>``, ``@at <ISO 8601 time with
+offset>``: the one slot of a one-off job; cron text and macros go to ``cluster.cron``), time
+zone names, and the mapping from a job's local wall clock to UTC instants.
 Every node must derive the same slots for the same job, so slots depend only on the schedule
 and tzdata, never on a node's clock; ``@every`` slots are multiples of the interval since the
 Unix epoch (UTC), whatever the zone.
 
-``cluster.cron`` validates cron text and macros through croniter and walks the matching days
-and times of day in local wall time. We do not use croniter's own time-zone handling (it fires
-``30 2 * * *`` twice on Berlin's autumn change): each naive local wall time is mapped to UTC
-here with zoneinfo's ``fold``:
+``cluster.cron`` validates cron text (5 fields, or 6 with SECONDS FIRST) and ``@yearly``-style
+macros through croniter, and walks the matching days and times of day in local wall time. We
+do not use croniter's own time-zone handling (it fires ``30 2 * * *`` twice on Berlin's
+autumn change): each naive local wall time is mapped to UTC here with zoneinfo's ``fold``:
 
 * a repeated wall time fires once at its first occurrence (``dst_repeated="once"``) or at
   both (``"twice"``);
