@@ -1,16 +1,16 @@
 """Schedules: when a job's slots fall, as pure math on aware datetimes (no I/O, no clock).
 
-Owns the schedule grammar (5-field cron, 6-field cron with SECONDS FIRST, ``@yearly``-style
-macros, ``@every <duration>``, ``@at <ISO 8601 time with offset>``: the one slot of a one-off
-job) and the mapping from a job's local wall clock to UTC instants.
+Owns the schedule grammar's top level (``@every <duration>``, ``@at <ISO 8601 time with
+offset>``: the one slot of a one-off job; cron text and macros go to ``cluster.cron``), time
+zone names, and the mapping from a job's local wall clock to UTC instants.
 Every node must derive the same slots for the same job, so slots depend only on the schedule
 and tzdata, never on a node's clock; ``@every`` slots are multiples of the interval since the
 Unix epoch (UTC), whatever the zone.
 
-croniter parses and validates cron text and finds the matching *days*; the times of day come
-from its expanded second/minute/hour sets. We do not use croniter's own time-zone handling
-(it fires ``30 2 * * *`` twice on Berlin's autumn change): each naive local wall time is mapped
-to UTC here with zoneinfo's ``fold``:
+``cluster.cron`` validates cron text (5 fields, or 6 with SECONDS FIRST) and ``@yearly``-style
+macros through croniter, and walks the matching days and times of day in local wall time. We
+do not use croniter's own time-zone handling (it fires ``30 2 * * *`` twice on Berlin's
+autumn change): each naive local wall time is mapped to UTC here with zoneinfo's ``fold``:
 
 * a repeated wall time fires once at its first occurrence (``dst_repeated="once"``) or at
   both (``"twice"``);
@@ -26,22 +26,19 @@ from __future__ import annotations
 import functools
 import itertools
 import math
-import re
-from bisect import bisect_left, bisect_right
 from collections import deque
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import Any, Literal
+from typing import Literal
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError, available_timezones
 
-from croniter import CroniterBadDateError, CroniterError, croniter
-
+from cluster.cron import FIELDS_HINT, MACROS, Times, compile_cron, days_after
 from cluster.durations import parse_duration
 from cluster.errors import InvalidInput
 
 __all__ = [
-    "MACROS",
+    "MACROS",  # defined with the rest of the cron grammar, in cluster.cron
     "MAX_EVERY_S",
     "MIN_EVERY_S",
     "DstRepeated",
@@ -53,31 +50,11 @@ __all__ = [
 DstRepeated = Literal["once", "twice"]
 DstSkipped = Literal["shift", "skip"]
 
-MACROS: dict[str, str] = {
-    "@yearly": "0 0 1 1 *",
-    "@annually": "0 0 1 1 *",
-    "@monthly": "0 0 1 * *",
-    "@weekly": "0 0 * * 0",
-    "@daily": "0 0 * * *",
-    "@midnight": "0 0 * * *",
-    "@hourly": "0 * * * *",
-}
 MIN_EVERY_S = 1.0
 MAX_EVERY_S = 3650 * 86400.0  # ten years; far beyond any real job, far from datetime's limits
-# croniter gives up on a day pattern after this many years; the sparsest satisfiable one
-# ("0 0 * 2 1#5", a fifth Monday in February) recurs within 40 years.
-_MAX_YEARS = 50
-_PROBE_FROM = datetime(2000, 1, 1)
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _US = timedelta(microseconds=1)
-_SECOND = timedelta(seconds=1)
 _UTC_ZONE = ZoneInfo("UTC")  # ZoneInfo caches instances: the default zone takes a fast path
-# Hashed (H) and random (R) fields would give every node different slots.
-_NODE_DEPENDENT = re.compile(r"(?<![a-z])[hr](?![a-z])", re.IGNORECASE)
-_CRON_ECHO = re.compile(r"^\[[^\]]*\]\s*(is not acceptable[,.]?\s*)?")
-_FIELD_NUMBER = re.compile(r"in field ([0-5])")
-_FIELD_NAMES = ("minute", "hour", "day-of-month", "month", "day-of-week", "second")
-_FIELDS_HINT = "expected 5 fields (min hour dom mon dow) or 6 (sec min hour dom mon dow)"
 
 
 @dataclass(frozen=True)
@@ -91,7 +68,7 @@ class Schedule:
     _zone: ZoneInfo = field(init=False, repr=False, compare=False)
     _every_us: int | None = field(init=False, repr=False, compare=False)
     _day_expr: str = field(init=False, repr=False, compare=False)
-    _times: tuple[tuple[int, ...], ...] = field(init=False, repr=False, compare=False)
+    _times: Times = field(init=False, repr=False, compare=False)
     _at: datetime | None = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -171,7 +148,7 @@ class Schedule:
         zone = self._zone
         later: deque[datetime] = deque()
         gap_end: datetime | None = None
-        days = _days_after(self._day_expr, self._times, start)
+        days = days_after(self._day_expr, self._times, start)
         if zone is _UTC_ZONE:
             for year, month, mday, times in days:
                 for hour, minute, second in times:
@@ -231,7 +208,7 @@ def _normalize_expr(expr: object) -> str:
         raise InvalidInput("schedule", f"must be a string, got {type(expr).__name__}")
     text = " ".join(expr.split())
     if not text:
-        raise InvalidInput("schedule", f"is empty; {_FIELDS_HINT}, a macro or @every <duration>")
+        raise InvalidInput("schedule", f"is empty; {FIELDS_HINT}, a macro or @every <duration>")
     if text.startswith("@"):
         head, _, rest = text.partition(" ")
         text = f"{head.lower()} {rest}".rstrip()
@@ -279,7 +256,7 @@ def _zone(tz: object) -> ZoneInfo:
         raise InvalidInput("tz", f"unknown time zone {tz!r}") from exc
 
 
-def _compile(expr: str) -> tuple[int | None, str, tuple[tuple[int, ...], ...]]:
+def _compile(expr: str) -> tuple[int | None, str, Times]:
     """(every_us, day_expr, (hours, minutes, seconds)) for a normalized expression."""
     if expr.split(" ", 1)[0] == "@every":
         seconds = parse_duration(expr[len("@every") :], field="schedule")
@@ -288,93 +265,7 @@ def _compile(expr: str) -> tuple[int | None, str, tuple[tuple[int, ...], ...]]:
         if seconds > MAX_EVERY_S:
             raise InvalidInput("schedule", f"@every interval must be at most 3650d, got {expr!r}")
         return round(seconds * 1_000_000), "", ()
-    text = MACROS.get(expr, expr)
-    if text.startswith("@"):
-        known = ", ".join([*MACROS, "@every <duration>", "@at <ISO time>"])
-        raise InvalidInput("schedule", f"unknown macro {expr!r}; expected one of {known}")
-    fields = text.split(" ")
-    if len(fields) not in (5, 6):
-        raise InvalidInput("schedule", f"{_FIELDS_HINT}, got {len(fields)} in {expr!r}")
-    if len(fields) == 5:
-        fields.insert(0, "0")
-    if _NODE_DEPENDENT.search(text):
-        problem = "hashed (H) and random (R) fields are not supported"
-        raise InvalidInput("schedule", f"{problem}: {expr!r}")
-    day_expr = "0 0 " + " ".join("*" if f == "?" else f for f in fields[3:])
-    try:
-        expanded = croniter(" ".join(fields), _PROBE_FROM, second_at_beginning=True).expanded
-        times = tuple(_values(expanded[i], size) for i, size in ((1, 24), (0, 60), (5, 60)))
-        croniter(day_expr, _PROBE_FROM, max_years_between_matches=_MAX_YEARS).get_next(datetime)
-    except CroniterBadDateError as exc:
-        raise InvalidInput("schedule", f"{expr!r} never fires") from exc
-    except (CroniterError, ValueError, TypeError, KeyError, IndexError) as exc:
-        raise InvalidInput("schedule", f"invalid cron expression {expr!r}: {_reason(exc)}") from exc
-    return None, day_expr, times
-
-
-def _reason(exc: Exception) -> str:
-    """croniter's message without its echo of the reordered expression and field numbers."""
-    text = _CRON_ECHO.sub("", str(exc)).strip() or "a field is malformed"
-    return _FIELD_NUMBER.sub(lambda m: f"in the {_FIELD_NAMES[int(m.group(1))]} field", text)
-
-
-def _values(raw: list[Any], size: int) -> tuple[int, ...]:
-    if raw == ["*"]:
-        return tuple(range(size))
-    if not raw or not all(isinstance(v, int) and 0 <= v < size for v in raw):
-        raise ValueError(f"unsupported field values {raw!r}")
-    return tuple(sorted(set(raw)))
-
-
-def _days_after(
-    day_expr: str, times: tuple[tuple[int, ...], ...], start: datetime
-) -> Iterator[tuple[int, int, int, Iterator[tuple[int, ...]]]]:
-    """Matching (year, month, day, times of day) strictly after naive ``start``, in order."""
-    first_day = (start.year, start.month, start.day)
-    year, month, empty_months = start.year, start.month, 0
-    while empty_months <= 12 * _MAX_YEARS and year <= 9999:
-        days = _month_days(day_expr, year, month)
-        for mday in days:
-            if (year, month, mday) == first_day:
-                bound = (start.hour, start.minute, start.second)
-                yield year, month, mday, _tuples_after(times, bound)
-            elif (year, month, mday) > first_day:
-                yield year, month, mday, itertools.product(*times)
-        empty_months = 0 if days else empty_months + 1
-        year, month = (year + 1, 1) if month == 12 else (year, month + 1)
-
-
-@functools.lru_cache(maxsize=4096)
-def _month_days(day_expr: str, year: int, month: int) -> tuple[int, ...]:
-    """Days of a month matching ``day_expr``; cached, as croniter steps are slow."""
-    found: list[int] = []
-    try:
-        days = croniter(
-            day_expr, datetime(year, month, 1) - _SECOND, max_years_between_matches=_MAX_YEARS
-        )
-        for day in days.all_next(datetime):
-            if (day.year, day.month) != (year, month):
-                break
-            found.append(day.day)
-    except (ValueError, OverflowError):  # the search ran past year 1 or 9999
-        pass
-    return tuple(found)
-
-
-def _tuples_after(
-    levels: Sequence[Sequence[int]], bound: tuple[int, ...]
-) -> Iterator[tuple[int, ...]]:
-    """The tuples of ``product(*levels)`` greater than ``bound``, in lexicographic order."""
-    head, rest = levels[0], levels[1:]
-    if not rest:
-        yield from ((value,) for value in head[bisect_right(head, bound[0]) :])
-        return
-    index = bisect_left(head, bound[0])
-    if index < len(head) and head[index] == bound[0]:
-        yield from ((head[index], *tail) for tail in _tuples_after(rest, bound[1:]))
-        index += 1
-    for value in head[index:]:
-        yield from ((value, *tail) for tail in itertools.product(*rest))
+    return None, *compile_cron(expr)
 
 
 def _transition(zone: ZoneInfo, before: datetime, after: datetime) -> datetime:

@@ -1,5 +1,5 @@
-"""A running node: wires the services together, starts them, supervises them, and hands
-over to ``node.shutdown`` when stopped.
+"""A running node: its lifecycle. Has its services wired (``node.parts``), starts them,
+supervises them, and hands over to ``node.shutdown`` when stopped.
 
 Startup: open the lock session (refusing settings that break the guarantees), create the
 missing jobs of ``--sync-jobs`` (``JobStore.sync``), take back runs an earlier process of
@@ -15,74 +15,31 @@ import asyncio
 import logging
 import os
 import signal
-import socket
 from collections.abc import Coroutine, Sequence
-from dataclasses import dataclass
-from datetime import UTC, datetime
 from typing import Any
 
 from cluster.errors import ConfigError, MembershipError, StoreError
 from cluster.jobspec import JobSpec
-from cluster.members import MemberInfo, MemberRegistry
+from cluster.members import MemberRegistry
 from cluster.settings import ClusterSettings, NodeSettings, mask_url
-from cluster.store.alerting import AlertStore
-from cluster.store.backfills import BackfillConnection
-from cluster.store.effects import EffectsStore
-from cluster.store.pruning import PruneConnection
-from cluster.store.records import ClaimedJob
 from cluster.store.session import LockSession
-from cluster.store.writer import ResultWriter
-from node.alerting import AlertDelivery
 from node.backfiller import BACKFILL_POLL_S, Backfiller
-from node.claimer import Claimer
-from node.clock import DbClock
-from node.completer import Completer
-from node.effects import Effects
 from node.executor import Executor
-from node.forwarding import Forwarders
 from node.heartbeat import Heartbeat
 from node.jobsync import sync_jobs
 from node.lateness import INTERVAL_S as LATE_INTERVAL_S
-from node.lateness import LatePass
-from node.listener import WakeListener
-from node.metrics import pulse_version, serve_metrics
-from node.pacing import Pacing
-from node.pruner import Pruner
+from node.metrics import serve_metrics
+from node.parts import Parts, wire
 from node.recovery import Recovery
-from node.renewer import Renewer
 from node.service import Failures, Signal, run_service, wait_any
-from node.shards import ShardKeeper
-from node.shutdown import Services, Shutdown
+from node.shutdown import Services
 from node.state import NodeState
 from node.stats import Stats
 
 logger = logging.getLogger(__name__)
 
 RECOVERY_INTERVAL_S = 2.0
-TRUST_MARGIN_S = 2.0
 LISTENER_RETRY_S = 0.5
-
-
-@dataclass(frozen=True)
-class Parts:
-    """A node's services, wired and not started yet."""
-
-    state: NodeState
-    heartbeat: Heartbeat
-    keeper: ShardKeeper
-    claimer: Claimer
-    recovery: Recovery
-    listener: WakeListener
-    renewer: Renewer
-    completer: Completer
-    executor: Executor
-    stop_claiming: Signal
-    stop_writing: Signal
-    shutdown: Shutdown
-    pruner: Pruner
-    alerts: AlertDelivery
-    late: LatePass
-    backfiller: Backfiller
 
 
 class Node:
@@ -190,7 +147,10 @@ class Node:
             await registry.close()
 
     async def _serve(self, session: LockSession, registry: MemberRegistry, shard_count: int) -> int:
-        parts = self.parts = self._wire(session, registry, shard_count)
+        parts = self.parts = wire(
+            self.cluster, self.settings, self.stats, session, registry, shard_count
+        )
+        self.state = parts.state
         if self.settings.metrics_port is not None:
             self._serve_metrics(self.settings.metrics_port, parts.executor)
         await self._recover_own(parts.recovery)
@@ -204,114 +164,8 @@ class Node:
         logger.info("node stopped", extra={"event": "node_stopped"})
         return 1 if self._crashed else 0
 
-    def _wire(self, session: LockSession, registry: MemberRegistry, shard_count: int) -> Parts:
-        s, stats = self.settings, self.stats
-        clock = DbClock()
-        pacing = Pacing(clock)
-        state = self.state = NodeState(s.node_id, s.zone, shard_count)
-        writer = ResultWriter(
-            self.cluster, s.node_id, s.zone, statement_timeout_s=s.statement_timeout_s
-        )
-        effects = Effects(EffectsStore(self.cluster, s.node_id, s.zone))
-
-        def spawned(flight: ClaimedJob | None) -> None:
-            """An `allow` claim handed over: run its flight in the slot held for it."""
-            if flight is None:
-                executor.unreserve()
-                return
-            start_in_s = max(0.0, (flight.due - clock.now()).total_seconds())
-            executor.submit(flight, start_in_s, reserved=True)
-
-        completer = Completer(
-            writer, clock, stats, state.wake, pacing, effects, lease_s=s.lease_s, on_spawned=spawned
-        )
-        forwarders = Forwarders(s.celery_broker)
-        executor = Executor(
-            s.concurrency, s.node_id, s.zone, completer.run_done, effects, forwarders
-        )
-        recovery = Recovery(
-            state,
-            session,
-            stats,
-            completer.run_done,
-            lease_s=s.lease_s,
-            flights_queued=lambda: claimer.flights_queued(),
-        )
-        alert_store = AlertStore(
-            self.cluster, f"{s.node_id}/alerts", statement_timeout_s=s.statement_timeout_s
-        )
-        keeper = ShardKeeper(state, session, stats, recovery.recover, expected_shards=s.shards)
-        trust_margin_s = min(TRUST_MARGIN_S, s.session_timeout_s / 4)
-        ttl_s = s.heartbeat_ttl_s
-        claimer = Claimer(
-            state,
-            session,
-            executor,
-            completer,
-            clock,
-            stats,
-            pacing,
-            poll_interval_s=s.poll_interval_s,
-            lease_s=s.lease_s,
-            trust_margin_s=trust_margin_s,
-            fairness=s.fairness,
-        )
-        stop_claiming = Signal()
-        return Parts(
-            state=state,
-            heartbeat=Heartbeat(registry, self._member_info(), state, stats, ttl_s=ttl_s),
-            keeper=keeper,
-            claimer=claimer,
-            recovery=recovery,
-            listener=WakeListener(self.cluster, state, stop_claiming, executor.stop),
-            renewer=Renewer(session, executor, stats, lease_s=s.lease_s),
-            completer=completer,
-            executor=executor,
-            stop_claiming=stop_claiming,
-            stop_writing=Signal(),
-            shutdown=Shutdown(
-                node_id=s.node_id,
-                state=state,
-                registry=registry,
-                keeper=keeper,
-                session=session,
-                executor=executor,
-                completer=completer,
-                writer=writer,
-                drain_timeout_s=s.drain_timeout_s,
-            ),
-            pruner=Pruner(
-                PruneConnection(self.cluster, s.node_id, statement_timeout_s=s.statement_timeout_s),
-                state,
-                stats,
-                interval_s=s.prune_interval_s,
-            ),
-            # One connection of its own, never the lock session or the result writer.
-            alerts=AlertDelivery(alert_store, s.node_id, stats),
-            late=LatePass(alert_store, shard_count, stats),
-            backfiller=Backfiller(
-                BackfillConnection(
-                    self.cluster, s.node_id, statement_timeout_s=s.statement_timeout_s
-                ),
-                state,
-                stats,
-                claimer.flights_queued,
-            ),
-        )
-
     def _serve_metrics(self, port: int, executor: Executor) -> None:
         serve_metrics(port, self.stats, lambda: self.state, lambda: len(executor.running))
-
-    def _member_info(self) -> MemberInfo:
-        return MemberInfo(
-            node_id=self.settings.node_id,
-            zone=self.settings.zone,
-            host=socket.gethostname(),
-            pid=os.getpid(),
-            started_at=datetime.now(UTC).isoformat(timespec="seconds"),
-            version=pulse_version(),
-            concurrency=self.settings.concurrency,
-        )
 
     async def _recover_own(self, recovery: Recovery) -> None:
         """Before this process claims anything (see ``Recovery.recover_own``)."""

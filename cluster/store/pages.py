@@ -7,13 +7,10 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-import psycopg
-
-from cluster.errors import StoreError
 from cluster.jobspec import check_text
 from cluster.models import Job, Run
-from cluster.store.connect import Conn, describe
-from cluster.store.queries import query
+from cluster.store.connect import Conn
+from cluster.store.queries import fetch_all
 
 
 class Pages:
@@ -83,10 +80,4 @@ class Pages:
         for key, value in params.items():
             if isinstance(value, str):
                 check_text(value, key)
-        try:
-            cur = await self._conn.execute(query(name), params)
-            return await cur.fetchall()
-        except psycopg.errors.UndefinedTable as exc:
-            raise StoreError("the schema is not initialised; run `pulse init` first") from exc
-        except psycopg.Error as exc:
-            raise StoreError(describe(exc)) from exc
+        return await fetch_all(self._conn, name, params)

@@ -1,4 +1,5 @@
 """Loads the named statements of ``queries.sql`` once; the store and lock adapters run them.
+``fetch_one`` and ``fetch_all`` run one on a connection, driver errors becoming ``StoreError``.
 
 Sections start with ``-- name: <name>``; everything up to the next section is the statement.
 Keeping SQL in one file makes every statement easy to review, EXPLAIN and grep.
@@ -13,6 +14,12 @@ from __future__ import annotations
 import re
 from functools import cache
 from importlib import resources
+from typing import Any
+
+import psycopg
+
+from cluster.errors import StoreError
+from cluster.store.connect import Conn, Row, describe
 
 _SECTION = re.compile(r"^-- name: ([a-z_]+)\s*$", re.MULTILINE)
 
@@ -40,3 +47,28 @@ def query(name: str) -> bytes:
 
 def names() -> list[str]:
     return sorted(_all())
+
+
+def store_error(exc: psycopg.Error) -> StoreError:
+    """A driver error as Pulse's; a missing table means ``pulse init`` never ran."""
+    if isinstance(exc, psycopg.errors.UndefinedTable):
+        return StoreError("the schema is not initialised; run `pulse init` first")
+    return StoreError(describe(exc))
+
+
+async def fetch_one(conn: Conn, name: str, params: dict[str, Any]) -> Row | None:
+    """The first row of statement ``name``, None if none."""
+    try:
+        cur = await conn.execute(query(name), params)
+        return await cur.fetchone()
+    except psycopg.Error as exc:
+        raise store_error(exc) from exc
+
+
+async def fetch_all(conn: Conn, name: str, params: dict[str, Any]) -> list[Row]:
+    """Every row of statement ``name``."""
+    try:
+        cur = await conn.execute(query(name), params)
+        return await cur.fetchall()
+    except psycopg.Error as exc:
+        raise store_error(exc) from exc

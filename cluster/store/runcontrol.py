@@ -11,7 +11,7 @@ from typing import Any, Protocol
 
 import psycopg
 
-from cluster.errors import InvalidInput, NotFound, NotRunning, StoreError
+from cluster.errors import InvalidInput, NotRunning, StoreError
 from cluster.jobspec import DEFAULT_TENANT, check_text
 from cluster.models import Job
 from cluster.settings import ClusterSettings
@@ -39,6 +39,7 @@ class Store(Protocol):
     _conn: Conn
 
     async def get(self, name: str, tenant: str = ...) -> Job: ...
+    async def _job(self, statement: str, name: str, tenant: str) -> Job: ...
     async def _notify(self, shard: int) -> None: ...
     async def _one(self, name: str, params: dict[str, Any]) -> dict[str, Any] | None: ...
     async def _all(self, name: str, params: dict[str, Any]) -> list[dict[str, Any]]: ...
@@ -105,10 +106,7 @@ class RunControl:
             raise InvalidInput("max_parallel", f"must be a whole number >= 1, got {max_parallel!r}")
         try:
             async with self._conn.transaction():
-                row = await self._one("lock_job", {"tenant_id": tenant, "name": name})
-                if row is None:
-                    raise NotFound(f"no job named {name!r} in tenant {tenant!r}")
-                job = Job.from_row(row)
+                job = await self._job("lock_job", name, tenant)
                 if job.paused or job.status == "done":
                     state = "paused" if job.paused else "done"
                     raise InvalidInput(

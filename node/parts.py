@@ -1,0 +1,178 @@
+"""What a node is made of: every service it runs, built and wired to the others and to their
+connections (``wire``), before anything starts.
+
+Kept apart from ``node.runtime``, which owns the lifecycle (open the lock session, start the
+services, supervise them, drain): who talks to whom is read here, when things run there.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+from cluster.members import MemberInfo, MemberRegistry
+from cluster.settings import ClusterSettings, NodeSettings
+from cluster.store.alerting import AlertStore
+from cluster.store.backfills import BackfillConnection
+from cluster.store.effects import EffectsStore
+from cluster.store.pruning import PruneConnection
+from cluster.store.records import ClaimedJob
+from cluster.store.session import LockSession
+from cluster.store.writer import ResultWriter
+from node.alerting import AlertDelivery
+from node.backfiller import Backfiller
+from node.claimer import Claimer
+from node.clock import DbClock
+from node.completer import Completer
+from node.effects import Effects
+from node.executor import Executor
+from node.forwarding import Forwarders
+from node.heartbeat import Heartbeat
+from node.lateness import LatePass
+from node.listener import WakeListener
+from node.metrics import pulse_version
+from node.pacing import Pacing
+from node.pruner import Pruner
+from node.recovery import Recovery
+from node.renewer import Renewer
+from node.service import Signal
+from node.shards import ShardKeeper
+from node.shutdown import Shutdown
+from node.state import NodeState
+from node.stats import Stats
+
+TRUST_MARGIN_S = 2.0
+
+
+@dataclass(frozen=True)
+class Parts:
+    """A node's services, wired and not started yet."""
+
+    state: NodeState
+    heartbeat: Heartbeat
+    keeper: ShardKeeper
+    claimer: Claimer
+    recovery: Recovery
+    listener: WakeListener
+    renewer: Renewer
+    completer: Completer
+    executor: Executor
+    stop_claiming: Signal
+    stop_writing: Signal
+    shutdown: Shutdown
+    pruner: Pruner
+    alerts: AlertDelivery
+    late: LatePass
+    backfiller: Backfiller
+
+
+def wire(
+    cluster: ClusterSettings,
+    settings: NodeSettings,
+    stats: Stats,
+    session: LockSession,
+    registry: MemberRegistry,
+    shard_count: int,
+) -> Parts:
+    """The node's services, wired to each other and to their connections, not started."""
+    s = settings
+    clock = DbClock()
+    pacing = Pacing(clock)
+    state = NodeState(s.node_id, s.zone, shard_count)
+    writer = ResultWriter(cluster, s.node_id, s.zone, statement_timeout_s=s.statement_timeout_s)
+    effects = Effects(EffectsStore(cluster, s.node_id, s.zone))
+
+    def spawned(flight: ClaimedJob | None) -> None:
+        """An `allow` claim handed over: run its flight in the slot held for it."""
+        if flight is None:
+            executor.unreserve()
+            return
+        start_in_s = max(0.0, (flight.due - clock.now()).total_seconds())
+        executor.submit(flight, start_in_s, reserved=True)
+
+    completer = Completer(
+        writer, clock, stats, state.wake, pacing, effects, lease_s=s.lease_s, on_spawned=spawned
+    )
+    forwarders = Forwarders(s.celery_broker)
+    executor = Executor(s.concurrency, s.node_id, s.zone, completer.run_done, effects, forwarders)
+    recovery = Recovery(
+        state,
+        session,
+        stats,
+        completer.run_done,
+        lease_s=s.lease_s,
+        flights_queued=lambda: claimer.flights_queued(),
+    )
+    alert_store = AlertStore(
+        cluster, f"{s.node_id}/alerts", statement_timeout_s=s.statement_timeout_s
+    )
+    keeper = ShardKeeper(state, session, stats, recovery.recover, expected_shards=s.shards)
+    trust_margin_s = min(TRUST_MARGIN_S, s.session_timeout_s / 4)
+    ttl_s = s.heartbeat_ttl_s
+    claimer = Claimer(
+        state,
+        session,
+        executor,
+        completer,
+        clock,
+        stats,
+        pacing,
+        poll_interval_s=s.poll_interval_s,
+        lease_s=s.lease_s,
+        trust_margin_s=trust_margin_s,
+        fairness=s.fairness,
+    )
+    stop_claiming = Signal()
+    return Parts(
+        state=state,
+        heartbeat=Heartbeat(registry, _member_info(s), state, stats, ttl_s=ttl_s),
+        keeper=keeper,
+        claimer=claimer,
+        recovery=recovery,
+        listener=WakeListener(cluster, state, stop_claiming, executor.stop),
+        renewer=Renewer(session, executor, stats, lease_s=s.lease_s),
+        completer=completer,
+        executor=executor,
+        stop_claiming=stop_claiming,
+        stop_writing=Signal(),
+        shutdown=Shutdown(
+            node_id=s.node_id,
+            state=state,
+            registry=registry,
+            keeper=keeper,
+            session=session,
+            executor=executor,
+            completer=completer,
+            writer=writer,
+            drain_timeout_s=s.drain_timeout_s,
+        ),
+        pruner=Pruner(
+            PruneConnection(cluster, s.node_id, statement_timeout_s=s.statement_timeout_s),
+            state,
+            stats,
+            interval_s=s.prune_interval_s,
+        ),
+        # One connection of its own, never the lock session or the result writer.
+        alerts=AlertDelivery(alert_store, s.node_id, stats),
+        late=LatePass(alert_store, shard_count, stats),
+        backfiller=Backfiller(
+            BackfillConnection(cluster, s.node_id, statement_timeout_s=s.statement_timeout_s),
+            state,
+            stats,
+            claimer.flights_queued,
+        ),
+    )
+
+
+def _member_info(settings: NodeSettings) -> MemberInfo:
+    return MemberInfo(
+        node_id=settings.node_id,
+        zone=settings.zone,
+        host=socket.gethostname(),
+        pid=os.getpid(),
+        started_at=datetime.now(UTC).isoformat(timespec="seconds"),
+        version=pulse_version(),
+        concurrency=settings.concurrency,
+    )
