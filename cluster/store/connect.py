@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from typing import Any
+from typing import Any, TypedDict, Unpack
 
 import psycopg
 from psycopg.conninfo import make_conninfo
@@ -33,14 +33,17 @@ Row = dict[str, Any]
 Conn = psycopg.AsyncConnection[Row]
 
 
+class SessionOptions(TypedDict, total=False):
+    """The keyword options of ``connect``; ``connect_kwargs`` holds their defaults."""
+
+    statement_timeout_s: float
+    idle_session_timeout_s: float | None
+    autocommit: bool
+    prepare_threshold: int | None
+
+
 async def connect(
-    settings: ClusterSettings,
-    application_name: str,
-    *,
-    statement_timeout_s: float = 30.0,
-    idle_session_timeout_s: float | None = None,
-    autocommit: bool = True,
-    prepare_threshold: int | None = None,
+    settings: ClusterSettings, application_name: str, **options: Unpack[SessionOptions]
 ) -> Conn:
     """A new dedicated connection (never pooled) with Pulse's session settings.
 
@@ -50,15 +53,7 @@ async def connect(
     """
     try:
         return await psycopg.AsyncConnection.connect(
-            conninfo(settings),
-            **connect_kwargs(
-                settings,
-                application_name,
-                statement_timeout_s=statement_timeout_s,
-                idle_session_timeout_s=idle_session_timeout_s,
-                autocommit=autocommit,
-                prepare_threshold=prepare_threshold,
-            ),
+            conninfo(settings), **connect_kwargs(settings, application_name, **options)
         )
     except psycopg.Error as exc:
         raise StoreError(cannot_connect(settings, exc)) from exc

@@ -14,15 +14,7 @@ from uuid import UUID
 from psycopg.rows import AsyncRowFactory
 
 from cluster.settings import DEFAULT_LEASE_S
-from cluster.store.records import (
-    ClaimedJob,
-    Completion,
-    Skip,
-    claimed_jobs,
-    flight_params,
-    int_array,
-    spawn_params,
-)
+from cluster.store.records import ClaimedJob, claimed_jobs, int_array
 
 _FIELDS = len(ClaimedJob._fields)
 
@@ -118,30 +110,6 @@ class FlightStatements:
             )
             for row in rows
         ]
-
-    # The result writer's statements, also here so a lock session can stand in for it.
-
-    async def complete_flights(
-        self: Session, done: Sequence[Completion], now: datetime | None = None
-    ) -> set[FlightKey]:
-        if not done:
-            return set()
-        rows = await self._run(
-            "complete_flights", flight_params(done, self.node_id, self.zone, now)
-        )
-        return {(row[0], row[1]) for row in rows}
-
-    async def spawn(
-        self: Session,
-        spawns: Sequence[Completion],
-        skips: Sequence[Skip],
-        lease_s: float,
-        now: datetime | None = None,
-    ) -> dict[UUID, bool]:
-        if not spawns:
-            return {}
-        params = spawn_params(spawns, skips, self.node_id, self.zone, lease_s, now)
-        return {row[0]: row[1] for row in await self._run("spawn", params)}
 
 
 def _arrays(leases: Sequence[FlightLease]) -> dict[str, Any]:

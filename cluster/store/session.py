@@ -33,15 +33,8 @@ from cluster.store.deadline import fetch_within
 from cluster.store.flights import FlightStatements
 from cluster.store.migrate import stored_shard_count
 from cluster.store.queries import query
-from cluster.store.records import (
-    ClaimResult,
-    Completion,
-    Skip,
-    claimed_jobs,
-    complete_params,
-    finished_one_offs,
-    int_array,
-)
+from cluster.store.records import ClaimResult, claimed_jobs, int_array
+from cluster.store.writer import CompletionStatements
 
 logger = logging.getLogger(__name__)
 
@@ -52,7 +45,7 @@ class SessionLost(StoreError):
     """The lock session is gone (or cannot be trusted): every shard lock with it."""
 
 
-class LockSession(FlightStatements):
+class LockSession(FlightStatements, CompletionStatements):
     def __init__(
         self,
         settings: ClusterSettings,
@@ -278,21 +271,6 @@ class LockSession(FlightStatements):
         )
         # Rows are (db_now, next_due, *the ClaimedJob fields in order).
         return ClaimResult(rows[0][0], rows[0][1], claimed_jobs(rows, 2))
-
-    async def complete(
-        self, done: Sequence[Completion], skips: Sequence[Skip] = (), now: datetime | None = None
-    ) -> set[UUID]:
-        """Apply completions; returns the ids applied (the rest were fenced)."""
-        if not done:
-            return set()
-        rows = await self._run(
-            "complete", complete_params(done, skips, self.node_id, self.zone, now)
-        )
-        applied = {row[0] for row in rows}
-        finished = finished_one_offs(done, applied)
-        if finished:  # rare: a one-off job is done; remove it if it asked to be
-            await self._run("remove_done_jobs", {"ids": finished})
-        return applied
 
     async def renew(
         self, leases: Sequence[tuple[UUID, int]], lease_s: float, now: datetime | None = None

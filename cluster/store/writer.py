@@ -15,7 +15,7 @@ import contextlib
 import time
 from collections.abc import Sequence
 from datetime import datetime
-from typing import Any
+from typing import Any, Protocol
 from uuid import UUID
 
 import psycopg
@@ -37,7 +37,63 @@ from cluster.store.records import (
 )
 
 
-class ResultWriter:
+class Host(Protocol):
+    """What the completion statements use of their host."""
+
+    node_id: str
+    zone: str
+
+    async def _run(self: Host, name: str, params: dict[str, Any]) -> list[Any]: ...
+
+
+class CompletionStatements:
+    """The statements that write run outcomes. A mix-in of ``ResultWriter``, and of
+    ``LockSession`` too, so tests can hand the completer a lock session as its sink."""
+
+    async def complete(
+        self: Host,
+        done: Sequence[Completion],
+        skips: Sequence[Skip] = (),
+        now: datetime | None = None,
+    ) -> set[UUID]:
+        """Apply completions; returns the ids applied (the rest were fenced)."""
+        if not done:
+            return set()
+        rows = await self._run(
+            "complete", complete_params(done, skips, self.node_id, self.zone, now)
+        )
+        applied = {row[0] for row in rows}
+        finished = finished_one_offs(done, applied)
+        if finished:  # rare: a one-off job is done; remove it if it asked to be
+            await self._run("remove_done_jobs", {"ids": finished})
+        return applied
+
+    async def complete_flights(
+        self: Host, done: Sequence[Completion], now: datetime | None = None
+    ) -> set[tuple[UUID, datetime]]:
+        """Apply flight completions; returns the (job id, slot) pairs applied."""
+        if not done:
+            return set()
+        rows = await self._run(
+            "complete_flights", flight_params(done, self.node_id, self.zone, now)
+        )
+        return {(row[0], row[1]) for row in rows}
+
+    async def spawn(
+        self: Host,
+        spawns: Sequence[Completion],
+        skips: Sequence[Skip],
+        lease_s: float,
+        now: datetime | None = None,
+    ) -> dict[UUID, bool]:
+        """Hand claimed `allow` slots to flights; each job moved, and whether it had room."""
+        if not spawns:
+            return {}
+        params = spawn_params(spawns, skips, self.node_id, self.zone, lease_s, now)
+        return {row[0]: row[1] for row in await self._run("spawn", params)}
+
+
+class ResultWriter(CompletionStatements):
     def __init__(
         self, settings: ClusterSettings, node_id: str, zone: str, *, statement_timeout_s: float
     ) -> None:
@@ -48,46 +104,7 @@ class ResultWriter:
         self._cur: AsyncCursor[TupleRow] | None = None
         self._lock = asyncio.Lock()
 
-    async def complete(
-        self, done: Sequence[Completion], skips: Sequence[Skip] = (), now: datetime | None = None
-    ) -> set[UUID]:
-        """Apply completions; returns the ids applied (the rest were fenced)."""
-        if not done:
-            return set()
-        rows = await self._fetch(
-            "complete", complete_params(done, skips, self.node_id, self.zone, now)
-        )
-        applied = {row[0] for row in rows}
-        finished = finished_one_offs(done, applied)
-        if finished:  # rare: a one-off job is done; remove it if it asked to be
-            await self._fetch("remove_done_jobs", {"ids": finished})
-        return applied
-
-    async def complete_flights(
-        self, done: Sequence[Completion], now: datetime | None = None
-    ) -> set[tuple[UUID, datetime]]:
-        """Apply flight completions; returns the (job id, slot) pairs applied."""
-        if not done:
-            return set()
-        rows = await self._fetch(
-            "complete_flights", flight_params(done, self.node_id, self.zone, now)
-        )
-        return {(row[0], row[1]) for row in rows}
-
-    async def spawn(
-        self,
-        spawns: Sequence[Completion],
-        skips: Sequence[Skip],
-        lease_s: float,
-        now: datetime | None = None,
-    ) -> dict[UUID, bool]:
-        """Hand claimed `allow` slots to flights; each job moved, and whether it had room."""
-        if not spawns:
-            return {}
-        params = spawn_params(spawns, skips, self.node_id, self.zone, lease_s, now)
-        return {row[0]: row[1] for row in await self._fetch("spawn", params)}
-
-    async def _fetch(self, name: str, params: dict[str, Any]) -> list[TupleRow]:
+    async def _run(self, name: str, params: dict[str, Any]) -> list[TupleRow]:
         async with self._lock:
             deadline = time.monotonic() + self._timeout_s + 1.0
             try:

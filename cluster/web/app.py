@@ -42,6 +42,16 @@ SECURITY_HEADERS = [
     (b"cache-control", b"no-store"),
 ]
 
+# The answer to each Pulse error, the first class it is an instance of.
+ERROR_STATUS: tuple[tuple[type[PulseError], int], ...] = (
+    (Conflict, 409),
+    (InvalidInput, 422),
+    (NotRunning, 409),
+    (NotFound, 404),
+    (StoreError, 503),
+    (PulseError, 500),
+)
+
 
 def _error(status_code: int, message: str, field: str | None = None) -> JSONResponse:
     """``{"error": "Not Found", "message": "...", "field": "..."}`` (``field`` for bad input)."""
@@ -125,30 +135,14 @@ def create_app(
     )
     app.state.pulse = WebState(pool, FailureLimiter(auth_failures, auth_window_s))
 
-    @app.exception_handler(Conflict)
-    async def conflict(request: Request, exc: Conflict) -> JSONResponse:
-        return _error(409, exc.problem, exc.field)
-
-    @app.exception_handler(NotRunning)
-    async def not_running(request: Request, exc: NotRunning) -> JSONResponse:
-        return _error(409, str(exc))
-
-    @app.exception_handler(InvalidInput)
-    async def invalid(request: Request, exc: InvalidInput) -> JSONResponse:
-        return _error(422, exc.problem, exc.field)
-
-    @app.exception_handler(NotFound)
-    async def not_found(request: Request, exc: NotFound) -> JSONResponse:
-        return _error(404, str(exc))
-
-    @app.exception_handler(StoreError)
-    async def unavailable(request: Request, exc: StoreError) -> JSONResponse:
-        logger.warning("store error: %s", exc, extra={"event": "web_store_error"})
-        return _error(503, str(exc))
-
     @app.exception_handler(PulseError)
-    async def failed(request: Request, exc: PulseError) -> JSONResponse:
-        return _error(500, str(exc))
+    async def pulse_error(request: Request, exc: PulseError) -> JSONResponse:
+        status_code = next(code for kind, code in ERROR_STATUS if isinstance(exc, kind))
+        if isinstance(exc, StoreError):
+            logger.warning("store error: %s", exc, extra={"event": "web_store_error"})
+        if isinstance(exc, InvalidInput):
+            return _error(status_code, exc.problem, exc.field)
+        return _error(status_code, str(exc))
 
     @app.exception_handler(RequestValidationError)
     async def bad_request(request: Request, exc: RequestValidationError) -> JSONResponse:

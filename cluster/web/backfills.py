@@ -4,7 +4,6 @@ tenant-scoped token reaches only its tenant's (the statements filter by ``%(scop
 
 from __future__ import annotations
 
-from datetime import datetime
 from typing import Any
 
 from fastapi import APIRouter, HTTPException, Request
@@ -13,24 +12,11 @@ from cluster.errors import InvalidInput
 from cluster.models import iso
 from cluster.web.audit import record
 from cluster.web.auth import Reader, Writer
-from cluster.web.bodies import json_object
+from cluster.web.bodies import body_time, json_object
 from cluster.web.state import state_of
 
 router = APIRouter(tags=["backfills"])
 KEYS = {"from", "to", "only_missing", "max_parallel", "dry_run"}
-
-
-def _time(body: dict[str, Any], key: str) -> datetime:
-    value = body.get(key)
-    if not isinstance(value, str):
-        raise InvalidInput(key, "must be an ISO 8601 time")
-    try:
-        found = datetime.fromisoformat(value)
-    except ValueError as exc:
-        raise InvalidInput(key, f"{value!r} is not an ISO 8601 time") from exc
-    if found.tzinfo is None:
-        raise InvalidInput(key, "needs an offset (Z or +01:00)")
-    return found
 
 
 def _flag(body: dict[str, Any], key: str) -> bool:
@@ -48,7 +34,7 @@ async def backfill(request: Request, tenant: str, name: str, who: Writer) -> dic
     unknown = sorted(set(body) - KEYS)
     if unknown:
         raise InvalidInput(unknown[0], "unknown key")
-    start, end = _time(body, "from"), _time(body, "to")
+    start, end = body_time(body.get("from"), "from"), body_time(body.get("to"), "to")
     max_parallel = body.get("max_parallel", 1)
     dry_run = _flag(body, "dry_run")
     async with state_of(request).pool.store(who.scope) as store, store.transaction():

@@ -6,6 +6,7 @@ from __future__ import annotations
 import base64
 import binascii
 import json
+from datetime import datetime
 from typing import Any
 
 from fastapi import Request
@@ -30,6 +31,19 @@ async def json_object(request: Request) -> dict[str, Any]:
     if not isinstance(data, dict):
         raise InvalidInput("body", "must be a JSON object with the keys of a job file")
     return data
+
+
+def body_time(value: object, field: str) -> datetime:
+    """An ISO 8601 time with its offset, as a body's ``field`` gives it."""
+    if not isinstance(value, str):
+        raise InvalidInput(field, "must be an ISO 8601 time")
+    try:
+        found = datetime.fromisoformat(value)
+    except ValueError as exc:
+        raise InvalidInput(field, f"{value!r} is not an ISO 8601 time") from exc
+    if found.tzinfo is None:
+        raise InvalidInput(field, "needs an offset (Z or +01:00)")
+    return found
 
 
 def encode_cursor(*parts: Any) -> str:

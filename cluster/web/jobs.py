@@ -8,7 +8,6 @@ allow-list first, then change the job and write its audit row in one transaction
 
 from __future__ import annotations
 
-from datetime import datetime
 from typing import Any
 
 from fastapi import APIRouter, HTTPException, Query, Request, Response
@@ -19,7 +18,7 @@ from cluster.jobspec import DEFAULT_TENANT, JobSpec
 from cluster.models import iso
 from cluster.web.audit import record
 from cluster.web.auth import Principal, Reader, Writer
-from cluster.web.bodies import decode_cursor, encode_cursor, json_body, json_object
+from cluster.web.bodies import body_time, decode_cursor, encode_cursor, json_body, json_object
 from cluster.web.state import allow_list, state_of
 
 router = APIRouter(tags=["jobs"])
@@ -209,7 +208,7 @@ async def cancel_job(request: Request, tenant: str, name: str, who: Writer) -> l
     unknown = sorted(set(body) - {"slot", "all"})
     if unknown:
         raise InvalidInput(unknown[0], "unknown key")
-    slot = parse_slot(body.get("slot"))
+    slot = None if body.get("slot") is None else body_time(body["slot"], "slot")
     every = body.get("all", False)
     if not isinstance(every, bool):
         raise InvalidInput("all", "must be true or false")
@@ -221,17 +220,3 @@ async def cancel_job(request: Request, tenant: str, name: str, who: Writer) -> l
             store, who, "cancel", tenant, name, ", ".join(iso(a.slot) or "" for a in asked)
         )
     return [{"slot": iso(a.slot), "attempt": a.attempt, "node_id": a.node_id} for a in asked]
-
-
-def parse_slot(value: object) -> datetime | None:
-    if value is None:
-        return None
-    if not isinstance(value, str):
-        raise InvalidInput("slot", "must be an ISO 8601 time")
-    try:
-        slot = datetime.fromisoformat(value)
-    except ValueError as exc:
-        raise InvalidInput("slot", f"{value!r} is not an ISO 8601 time") from exc
-    if slot.tzinfo is None:
-        raise InvalidInput("slot", "needs an offset (Z or +01:00)")
-    return slot
