@@ -112,13 +112,10 @@ async def test_a_shell_process_group_gets_sigterm_then_is_gone(
     # The shell starts a child in its group and reports both pids; SIGTERM ends them.
     pids = tmp_path / "pids"
     j = job(f"shell:sleep 60 & echo $$ $! > {pids}; wait")._replace(cancel_grace_s=5.0)
-    executor.submit(j)
-    group = [int(p) for p in (await asyncio.to_thread(written, pids)).split()]
-    executor.stop(j.id, j.lease_token, "ops")
-    await done.wait_for(1)
-    assert done.got["j"].status == "cancelled"
-    assert done.got["j"].duration_s < 5.0  # SIGTERM was enough: no wait for the grace
-    for pid in group:
+    outcome = await stopped(executor, done, j, until=lambda: asyncio.to_thread(written, pids))
+    assert outcome.status == "cancelled"
+    assert outcome.duration_s < 5.0  # SIGTERM was enough: no wait for the grace
+    for pid in [int(p) for p in pids.read_text().split()]:
         await asyncio.to_thread(wait_gone, pid)
 
 
