@@ -1,7 +1,7 @@
 """What the failover tests share: a high-availability server set (skipped, saying why, when
 its packages are missing and cannot be installed here), a fleet whose jobs fire every
 second with catch-up ``backfill`` (so every slot must run) on a cluster whose URL names
-that set, and the wait until every slot of a window has run."""
+that set, and the check that every slot of a window ran, once."""
 
 from __future__ import annotations
 
@@ -16,10 +16,11 @@ import pytest
 
 from cluster.chaos.packages import PackagesMissing
 from cluster.chaos.serverset import ServerSet
+from cluster.chaos.witness import Execution
 from cluster.jobspec import JobSpec
 from cluster.settings import ClusterSettings
 from cluster.store.jobs import JobStore
-from tests.e2e.fleet import Fleet, every_slots
+from tests.e2e.fleet import Fleet, doubles, every_slots
 from tests.nodeprocs import wait_until
 
 SHARDS = 16
@@ -71,10 +72,13 @@ def ran_since(fleet: Fleet, jobs: list[str], since: float) -> bool:
     return {e.job for e in fleet.executions() if e.at > since} == set(jobs)
 
 
-def wait_every_slot(
-    fleet: Fleet, jobs: list[str], start: datetime, end: datetime
-) -> set[tuple[str, datetime]]:
-    """Wait until every (job, slot) of [start, end] has run; those pairs."""
+def every_slot_ran_once(
+    fleet: Fleet, jobs: list[str], start: datetime
+) -> tuple[datetime, set[tuple[str, datetime]], list[Execution]]:
+    """Wait until every (job, slot) from ``start`` to now (database time) has run, then
+    stop the nodes: each must exit cleanly, and no slot may have run twice. Returns (the
+    window's end, its (job, slot) pairs, every execution)."""
+    end = db_now(fleet)
     expected = {(job, slot) for job in jobs for slot in every_slots(1, start, end)}
 
     def all_ran() -> bool:
@@ -82,4 +86,7 @@ def wait_every_slot(
         return expected <= {(e.job, e.slot) for e in fleet.executions()}
 
     wait_until(all_ran, 30, "every slot of the window to have run")
-    return expected
+    assert fleet.stop_all() == {node.name: 0 for node in fleet.started}, fleet.logs()
+    executions = fleet.executions()
+    assert doubles(executions) == []
+    return end, expected, executions

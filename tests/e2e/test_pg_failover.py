@@ -24,8 +24,8 @@ import pytest
 
 from cluster.chaos.pgha import PgFormation
 from cluster.settings import ClusterSettings
-from tests.e2e.failover import db_now, ran_since, started, ticking_fleet, wait_every_slot
-from tests.e2e.fleet import Fleet, doubles
+from tests.e2e.failover import db_now, every_slot_ran_once, ran_since, started, ticking_fleet
+from tests.e2e.fleet import Fleet
 from tests.nodeprocs import wait_until
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(240)]
@@ -81,12 +81,7 @@ def test_nodes_ride_through_a_switchover_and_a_failover(
     wait_until(lambda: resumed(fleet, promoted), 30, "claims after the failover")
     after_fail = time.monotonic() - began
 
-    end = db_now(fleet)
-    expected = wait_every_slot(fleet, JOBS, start, end)
-    assert fleet.stop_all() == {"pa": 0, "pb": 0}, fleet.logs()
-
-    executions = fleet.executions()
-    assert doubles(executions) == []
+    end, expected, executions = every_slot_ran_once(fleet, JOBS, start)
     runs = fleet.sql(
         "SELECT job_name, scheduled_for, attempt, status FROM runs "
         "WHERE scheduled_for BETWEEN %s AND %s",

@@ -26,8 +26,8 @@ import pytest
 from cluster.chaos.sentinel import SentinelSet
 from cluster.settings import ClusterSettings
 from cluster.status import collect
-from tests.e2e.failover import db_now, ran_since, started, ticking_fleet, wait_every_slot
-from tests.e2e.fleet import Fleet, doubles
+from tests.e2e.failover import db_now, every_slot_ran_once, ran_since, started, ticking_fleet
+from tests.e2e.fleet import Fleet
 from tests.nodeprocs import wait_until
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(180)]
@@ -80,11 +80,7 @@ def test_nodes_ride_through_a_sentinel_failover(
     since = time.time()
     wait_until(lambda: resumed(fleet, since), 20, "claims after the failover")
 
-    end = db_now(fleet)
-    expected = wait_every_slot(fleet, JOBS, start, end)
-    assert fleet.stop_all() == {"sa": 0, "sb": 0}, fleet.logs()
-    executions = fleet.executions()
-    assert doubles(executions) == []
+    end, expected, executions = every_slot_ran_once(fleet, JOBS, start)
     runs = fleet.sql(
         "SELECT status, attempt FROM runs WHERE scheduled_for BETWEEN %s AND %s", (start, end)
     )
