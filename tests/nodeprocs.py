@@ -14,13 +14,12 @@ import contextlib
 import os
 import signal
 import threading
-import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
-from cluster.local.processes import Command, Process, node_argv, pulse_env, stop_all
+from cluster.local.processes import Command, Process, node_argv, poll, pulse_env, stop_all
 from cluster.local.processes import free_port as free_port  # for the tests that import it here
 from cluster.members import MemberInfo, MemberRegistry
 from cluster.settings import ClusterSettings
@@ -34,13 +33,9 @@ def wait_until(
     probe: Callable[[], T | None], timeout_s: float, what: str, interval_s: float = 0.2
 ) -> T:
     """Call ``probe`` until it returns something truthy; fail with ``what`` at the deadline."""
-    deadline = time.monotonic() + timeout_s
-    last: T | None = None
-    while time.monotonic() < deadline:
-        last = probe()
-        if last:
-            return last
-        time.sleep(interval_s)
+    last = poll(probe, timeout_s, interval_s)
+    if last:
+        return last
     raise AssertionError(f"timed out after {timeout_s}s waiting for {what} (last: {last!r})")
 
 

@@ -14,31 +14,26 @@ Each node's keeper runs in a process group of its own with its Postgres, so ``ki
 takes a whole host down (killing Postgres alone would only make its keeper restart it).
 The monitor's health checks are tightened (1 s period, unhealthy after 2 s, 3 s for the
 lost primary to demote itself) so a failover takes seconds, not the default 50 or so.
-The API is blocking; ``pulse chaos`` calls it from a thread.
+Its processes, their life cycle and the wait for a promotion are ``serverset``'s; the
+API is blocking, and ``pulse chaos`` calls it from a thread.
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import pwd
-import shutil
-import signal
 import socket
 import subprocess
-import tempfile
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TypeVar
 
 from cluster.chaos.packages import ensure_command
 from cluster.chaos.servers import ServerError, as_postgres, pg_bin_dir
+from cluster.chaos.serverset import ServerSet
 from cluster.local.processes import free_port
 
-T = TypeVar("T")
 PACKAGES = ("pg-auto-failover-cli", "postgresql-15-auto-failover")
 START_TIMEOUT_S = 60.0
 COMMAND_TIMEOUT_S = 60.0
@@ -77,18 +72,20 @@ class NodeState:
         return self.reported in primary and self.reported == self.assigned
 
 
-class PgFormation:
+class PgFormation(ServerSet):
     """A monitor and nodes ``n1`` (the first primary) and ``n2``, each on a free port."""
+
+    prefix = "pgha"
+    start_timeout_s = START_TIMEOUT_S
+    poll_s = POLL_S
 
     def __init__(self, log_dir: Path | None = None, *, synchronous: bool = True) -> None:
         self.synchronous = synchronous
         self.pg_autoctl = ensure_command("pg_autoctl", *PACKAGES)
-        self.root = Path(tempfile.mkdtemp(prefix="pulse-pgha-"))
-        self.log_dir = log_dir or self.root
+        super().__init__(log_dir)
         self._pg_ctl = str(pg_bin_dir() / "pg_ctl")
         self.monitor_port = free_port()
         self.ports = {"n1": free_port(), "n2": free_port()}
-        self._procs: dict[str, subprocess.Popen[bytes]] = {}
         if os.geteuid() == 0:
             user = pwd.getpwnam("postgres")
             os.chown(self.root, user.pw_uid, user.pw_gid)
@@ -132,18 +129,6 @@ class PgFormation:
             raise ServerError(f"pg_autoctl {args[0]} {args[1]} failed; see {out.name}")
         return done.stdout.decode()
 
-    def _spawn(self, name: str, *args: str) -> None:
-        log = (self.log_dir / f"pgha-{name}.log").open("ab")
-        with log:
-            self._procs[name] = subprocess.Popen(
-                self._argv(*args),
-                stdout=log,
-                stderr=log,
-                stdin=subprocess.DEVNULL,
-                start_new_session=True,  # keeper and its Postgres: one group to kill
-                cwd=self.root,
-            )
-
     def _common(self, name: str, port: int) -> list[str]:
         return [
             "--pgdata", str(self.root / name),
@@ -164,7 +149,7 @@ class PgFormation:
         """Create and run the monitor, then n1 (primary), then n2 (synchronous standby)."""
         self._run("create", "monitor", *self._common("monitor", self.monitor_port), log="monitor")
         self._configure("monitor", MONITOR_SETTINGS)
-        self._spawn("monitor", "run", "--pgdata", str(self.root / "monitor"))
+        self._spawn("monitor", self._argv("run", "--pgdata", str(self.root / "monitor")))
         self._wait_port(self.monitor_port)
         # Asynchronous: no node takes part in the write quorum, so synchronous_standby_names
         # stays empty and a commit is acknowledged before the standby has it.
@@ -174,41 +159,15 @@ class PgFormation:
             "create", "postgres", *self._common("n1", self.ports["n1"]), *node, "n1", log="n1"
         )
         self._configure("n1", NODE_SETTINGS)
-        self._spawn("n1", "run", "--pgdata", str(self.root / "n1"))
+        self._spawn("n1", self._argv("run", "--pgdata", str(self.root / "n1")))
         self.wait(lambda: self.primary() == "n1", "n1 to become primary")
-        self._spawn(
-            "n2", "create", "postgres", *self._common("n2", self.ports["n2"]), *node, "n2", "--run"
-        )
+        create = ["create", "postgres", *self._common("n2", self.ports["n2"]), *node, "n2"]
+        self._spawn("n2", self._argv(*create, "--run"))
         self.wait(self.settled, "n1 primary and n2 its synchronous secondary")
 
     def restart(self, name: str) -> None:
         """Start a killed node's keeper again; it rejoins as a secondary."""
-        self._spawn(name, "run", "--pgdata", str(self.root / name))
-
-    def kill(self, name: str) -> None:
-        """SIGKILL the node's keeper and its Postgres: its host is gone."""
-        proc = self._procs.pop(name, None)
-        if proc is None:
-            return
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait(10)
-
-    def close(self) -> None:
-        for name in list(self._procs):
-            self.kill(name)
-        shutil.rmtree(self.root, ignore_errors=True)
-
-    def __enter__(self) -> PgFormation:
-        try:
-            self.start()
-        except BaseException:
-            self.close()
-            raise
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
+        self._spawn(name, self._argv("run", "--pgdata", str(self.root / name)))
 
     # -- what the monitor says --------------------------------------------------------
 
@@ -248,33 +207,6 @@ class PgFormation:
         self._run("perform", "switchover", "--monitor", self.monitor_uri, log="switchover")
         self.wait(self.settled, "the formation to settle after the switchover")
         return time.monotonic() - began
-
-    def fail_primary(self) -> tuple[str, str, float]:
-        """Kill the primary's host; wait until the secondary is promoted and accepts
-        writes. Returns (old primary, new primary, seconds from the kill to promotion)."""
-        old = self.primary()
-        if old is None:
-            raise ServerError("no single primary to fail")
-        began = time.monotonic()
-        self.kill(old)
-        new = self.wait(lambda: self._other_primary(old), f"a primary other than {old}")
-        return old, new, time.monotonic() - began
-
-    def _other_primary(self, old: str) -> str | None:
-        found = self.primary()
-        return found if found != old else None
-
-    def wait(self, probe: Callable[[], T | None], what: str) -> T:
-        deadline = time.monotonic() + START_TIMEOUT_S
-        while time.monotonic() < deadline:
-            found = probe()
-            if found:
-                return found
-            for name, proc in self._procs.items():
-                if proc.poll() not in (None, 0):
-                    raise ServerError(f"pg_autoctl of {name} exited with {proc.returncode}")
-            time.sleep(POLL_S)
-        raise ServerError(f"timed out waiting for {what}; see {self.log_dir}/pgha-*.log")
 
     def _wait_port(self, port: int) -> None:
         def listening() -> bool:

@@ -11,25 +11,19 @@ rebalance (Redis never decides who owns a shard).
 Servers run without persistence; a killed primary restarted later comes back empty, as a
 replica of the new primary. ``redis-cli`` (from ``redis-tools``)
 asks the sentinel and the servers their roles: ``cluster.members`` alone imports redis.
-The API is blocking; ``pulse chaos`` calls it from a thread.
+Its processes, their life cycle and the wait for a promotion are ``serverset``'s; the API
+is blocking, and ``pulse chaos`` calls it from a thread.
 """
 
 from __future__ import annotations
 
-import contextlib
-import shutil
 import subprocess
-import tempfile
-import time
-from collections.abc import Callable
 from pathlib import Path
-from typing import TypeVar
 
 from cluster.chaos.packages import ensure_command
-from cluster.chaos.servers import ServerError
+from cluster.chaos.serverset import ServerSet
 from cluster.local.processes import free_port
 
-T = TypeVar("T")
 SERVICE = "pulse"
 START_TIMEOUT_S = 30.0
 POLL_S = 0.1
@@ -37,18 +31,20 @@ DOWN_AFTER_MS = 1000
 FAILOVER_TIMEOUT_MS = 5000
 
 
-class SentinelSet:
+class SentinelSet(ServerSet):
     """Redis servers ``r1`` (first primary) and ``r2`` (its replica) and one sentinel."""
+
+    prefix = "sentinel"
+    start_timeout_s = START_TIMEOUT_S
+    poll_s = POLL_S
 
     def __init__(self, log_dir: Path | None = None) -> None:
         self.sentinel_bin = ensure_command("redis-sentinel", "redis-sentinel")
         self.server_bin = ensure_command("redis-server", "redis-server")
         self.cli_bin = ensure_command("redis-cli", "redis-tools")
-        self.root = Path(tempfile.mkdtemp(prefix="pulse-sentinel-"))
-        self.log_dir = log_dir or self.root
+        super().__init__(log_dir)
         self.ports = {"r1": free_port(), "r2": free_port()}
         self.sentinel_port = free_port()
-        self._procs: dict[str, subprocess.Popen[bytes]] = {}
 
     @property
     def url(self) -> str:
@@ -90,41 +86,12 @@ class SentinelSet:
         self._spawn(name, args)
         self.wait(lambda: self._cli(self.ports[name], "PING") == "PONG", f"{name} to answer")
 
-    def _spawn(self, name: str, args: list[str]) -> None:
-        with (self.log_dir / f"sentinel-{name}.log").open("ab") as log:
-            self._procs[name] = subprocess.Popen(
-                args, stdout=log, stderr=log, stdin=subprocess.DEVNULL, start_new_session=True
-            )
-
-    def kill(self, name: str) -> None:
-        proc = self._procs.pop(name, None)
-        if proc is not None:
-            with contextlib.suppress(ProcessLookupError):
-                proc.kill()
-            proc.wait(10)
-
     def restart(self, name: str) -> None:
         """Start a killed server again, empty, as a replica of the current primary (as its
         host's configuration would, rewritten by Sentinel; Sentinel alone would take a
         further 10 s or so to convert it)."""
         primary = self.primary()
         self._server(name, replica_of=self.ports[primary] if primary else None)
-
-    def close(self) -> None:
-        for name in list(self._procs):
-            self.kill(name)
-        shutil.rmtree(self.root, ignore_errors=True)
-
-    def __enter__(self) -> SentinelSet:
-        try:
-            self.start()
-        except BaseException:
-            self.close()
-            raise
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
     # -- roles ------------------------------------------------------------------------
 
@@ -139,24 +106,9 @@ class SentinelSet:
             return named[0]
         return None
 
-    def fail_primary(self) -> tuple[str, str, float]:
-        """SIGKILL the primary; wait for the sentinel to promote the replica. Returns (old,
-        new, seconds from the kill until the new primary is named and takes writes)."""
-        old = self.primary()
-        if old is None:
-            raise ServerError("no primary to fail")
-        began = time.monotonic()
-        self.kill(old)
-        new = self.wait(lambda: self._other_primary(old), f"a primary other than {old}")
-        return old, new, time.monotonic() - began
-
     def replicating(self, name: str) -> bool:
         """``name`` is a replica with its link to the primary up."""
         return self._role(name) == "slave" and self._linked(name)
-
-    def _other_primary(self, old: str) -> str | None:
-        found = self.primary()
-        return found if found != old else None
 
     def _role(self, name: str) -> str:
         for line in self._cli(self.ports[name], "INFO", "replication").splitlines():
@@ -182,12 +134,3 @@ class SentinelSet:
         except subprocess.TimeoutExpired:
             return ""
         return done.stdout.strip() if done.returncode == 0 else ""
-
-    def wait(self, probe: Callable[[], T | None], what: str) -> T:
-        deadline = time.monotonic() + START_TIMEOUT_S
-        while time.monotonic() < deadline:
-            found = probe()
-            if found:
-                return found
-            time.sleep(POLL_S)
-        raise ServerError(f"timed out waiting for {what}; see {self.log_dir}/sentinel-*.log")

@@ -12,7 +12,8 @@ that started it dies, so start children from a thread that lives as long as they
 Output goes to a log file, appended to, or to a pipe.
 
 ``Command.start`` starts one with ``subprocess`` and returns a ``Process`` (benchmarks,
-tests); ``Command.start_async`` with asyncio (``pulse up``, ``pulse chaos``).
+tests); ``Command.start_async`` with asyncio (``pulse up``, ``pulse chaos``). ``poll``
+waits, with a deadline, for what a child does to become visible.
 """
 
 from __future__ import annotations
@@ -31,10 +32,11 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Protocol, TypedDict
+from typing import IO, Protocol, TypedDict, TypeVar
 
 from cluster.settings import ClusterSettings
 
+T = TypeVar("T")
 STOP_TIMEOUT_S = 40.0
 KILL_WAIT_S = 10.0
 # Settings that name one node: each node gets its own on its command line, never the
@@ -226,3 +228,16 @@ def free_port() -> int:
         sock.bind(("127.0.0.1", 0))
         port: int = sock.getsockname()[1]
         return port
+
+
+def poll(probe: Callable[[], T | None], timeout_s: float, interval_s: float) -> T | None:
+    """Call ``probe`` every ``interval_s`` until it returns something truthy, for at most
+    ``timeout_s``: that answer, else the last one (``None`` if it was never asked)."""
+    deadline = time.monotonic() + timeout_s
+    last: T | None = None
+    while time.monotonic() < deadline:
+        last = probe()
+        if last:
+            return last
+        time.sleep(interval_s)
+    return last

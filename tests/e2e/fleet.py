@@ -9,6 +9,7 @@ fixed sleeps, and ``Fleet.close`` kills whatever is still running, whatever happ
 
 from __future__ import annotations
 
+import asyncio
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -19,8 +20,11 @@ import psycopg
 from psycopg.rows import dict_row
 
 from cluster.chaos.witness import Execution, read_witness
+from cluster.jobspec import JobSpec
+from cluster.settings import ClusterSettings
+from cluster.store.jobs import JobStore
 from cluster.store.queries import query
-from tests.nodeprocs import Nodes
+from tests.nodeprocs import Nodes, wait_until
 
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 US = timedelta(microseconds=1)
@@ -52,6 +56,38 @@ class Fleet(Nodes):
 
     def shards_per_node(self) -> Counter[str]:
         return Counter(self.holders().values())
+
+    def ended_runs(
+        self, jobs: int, retried: str, attempts: int, what: str
+    ) -> dict[str, dict[str, Any]]:
+        """Wait until ``jobs`` jobs have a run that ended, ``retried``'s at attempt
+        ``attempts`` or later; those runs rows by job name."""
+
+        def ended() -> dict[str, dict[str, Any]] | None:
+            self.check_alive()
+            done = {
+                r["job_name"]: r for r in self.sql("SELECT * FROM runs WHERE status <> 'running'")
+            }
+            if len(done) < jobs or done[retried]["attempt"] < attempts:
+                return None
+            return done
+
+        return wait_until(ended, 60, what)
+
+
+def triggered(settings: ClusterSettings, jobs: list[JobSpec]) -> dict[str, str]:
+    """Create the schema (16 shards), apply ``jobs`` and trigger each of them now; job name
+    -> job id."""
+
+    async def go() -> dict[str, str]:
+        async with JobStore.open(settings) as store:
+            await store.init(16)
+            await store.apply(jobs)
+            for spec in jobs:
+                await store.trigger(spec.name)
+            return {j.name: str(j.id) for j in await store.jobs()}
+
+    return asyncio.run(go())
 
 
 def every_slots(every_s: int, start: datetime, end: datetime) -> list[datetime]:

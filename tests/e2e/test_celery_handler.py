@@ -9,7 +9,6 @@ is kept with the run; a waited task that raises fails the attempt, and its retry
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import secrets
@@ -24,8 +23,7 @@ import pytest
 
 from cluster.jobspec import JobSpec
 from cluster.settings import ClusterSettings
-from cluster.store.jobs import JobStore
-from tests.e2e.fleet import Fleet
+from tests.e2e.fleet import Fleet, triggered
 from tests.nodeprocs import REPO, wait_until
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(120)]
@@ -52,18 +50,6 @@ def worker(tmp_path: Path) -> Iterator[tuple[str, Path]]:
     finally:
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait(10)
-
-
-def setup(settings: ClusterSettings, jobs: list[JobSpec]) -> dict[str, str]:
-    async def go() -> dict[str, str]:
-        async with JobStore.open(settings) as store:
-            await store.init(16)
-            await store.apply(jobs)
-            for spec in jobs:
-                await store.trigger(spec.name)
-            return {j.name: str(j.id) for j in await store.jobs()}
-
-    return asyncio.run(go())
 
 
 def received(out: Path) -> list[dict[str, Any]]:
@@ -104,18 +90,9 @@ def test_celery_handlers_with_a_real_worker(
             timeout="30s",
         ),
     ]
-    ids = setup(settings, jobs)
+    ids = triggered(settings, jobs)
     fleet.start("n1", "a", "--celery-broker", BROKER)
-
-    def settled() -> dict[str, dict[str, Any]] | None:
-        fleet.check_alive()
-        rows = fleet.sql("SELECT * FROM runs WHERE status <> 'running'")
-        done = {r["job_name"]: r for r in rows}
-        if len(done) < 3 or done["explodes"]["attempt"] < 2:
-            return None
-        return done
-
-    runs = wait_until(settled, 60, "every celery job to end")
+    runs = fleet.ended_runs(3, "explodes", 2, "every celery job to end")
     assert runs["send"]["status"] == "succeeded", runs["send"]["last_error"]
     key = f"{ids['send']}:{runs['send']['scheduled_for'].isoformat()}"
     assert runs["send"]["output"]["result"] == {"task_id": key, "sent": True}

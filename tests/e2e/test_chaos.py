@@ -19,43 +19,26 @@ Its runs in flight must still run again within the kill bound.
 
 from __future__ import annotations
 
-import json
-import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from cluster.chaos.servers import ServerError, pg_bin_dir
+from tests.e2e.chaosrun import run_chaos, servers_available
 
 FAULTS = ("sigkill", "sigstop", "zone-kill", "redis-restart", "pg-restart", "pg-stall")
 
 
-def _servers_available() -> bool:
-    try:
-        pg_bin_dir()
-    except ServerError:
-        return False
-    return shutil.which("redis-server") is not None
-
-
 @pytest.mark.e2e
 @pytest.mark.timeout(240)
-@pytest.mark.skipif(not _servers_available(), reason="needs postgres/initdb and redis-server")
+@pytest.mark.skipif(not servers_available(), reason="needs postgres/initdb and redis-server")
 def test_a_ci_sized_chaos_run_keeps_every_guarantee(tmp_path: Path) -> None:
-    report_path = tmp_path / "report.json"
-    command = [
-        sys.executable, "-m", "node", "chaos",
+    report, table, code = run_chaos(
+        tmp_path,
         "--nodes", "4", "--zones", "3", "--jobs", "150", "--seed", "58",
         "--duration", "90s", "--quiet", "15s", "--session-timeout", "4s",
         "--faults", ",".join(FAULTS),
-        "--json", str(report_path), "--workdir", str(tmp_path / "run"),
-    ]  # fmt: skip
-    done = subprocess.run(command, capture_output=True, text=True, timeout=230, check=False)
-    assert report_path.exists(), f"no report (exit {done.returncode}):\n{done.stderr[-4000:]}"
-    report = json.loads(report_path.read_text())
-    table = done.stdout
+        timeout_s=230,
+    )  # fmt: skip
 
     assert report["violations"] == [], table
     assert report["lost"] == [], table
@@ -78,4 +61,4 @@ def test_a_ci_sized_chaos_run_keeps_every_guarantee(tmp_path: Path) -> None:
     assert int(checks["allow slots"]["summary"].split()[2]) > 100, table
     # Zone-kill, and faults of the only node of zone-b or zone-c, leave pinned jobs dark.
     assert int(checks["zone placement"]["summary"].split()[4]) >= 1, table
-    assert report["passed"] and done.returncode == 0, table
+    assert report["passed"] and code == 0, table

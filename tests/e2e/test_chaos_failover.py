@@ -10,15 +10,13 @@ pg_auto_failover or redis-sentinel is missing and cannot be installed here.
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from cluster.chaos.packages import PackagesMissing, ensure_command
 from cluster.chaos.pgha import PACKAGES
+from tests.e2e.chaosrun import run_chaos
 
 FAULTS = ("pg-failover", "redis-failover")
 
@@ -38,18 +36,14 @@ def test_a_chaos_run_through_both_failovers_keeps_every_guarantee(tmp_path: Path
     missing = _packages()
     if missing:
         pytest.skip(f"failover servers are not available: {missing}")
-    report_path = tmp_path / "report.json"
-    command = [
-        sys.executable, "-m", "node", "chaos", "--pg-ha",
+    report, table, code = run_chaos(
+        tmp_path,
+        "--pg-ha",
         "--nodes", "2", "--zones", "2", "--jobs", "30", "--shards", "8", "--seed", "11",
         "--duration", "45s", "--quiet", "6s", "--session-timeout", "4s",
         "--faults", ",".join(FAULTS),
-        "--json", str(report_path), "--workdir", str(tmp_path / "run"),
-    ]  # fmt: skip
-    done = subprocess.run(command, capture_output=True, text=True, timeout=230, check=False)
-    assert report_path.exists(), f"no report (exit {done.returncode}):\n{done.stderr[-4000:]}"
-    report = json.loads(report_path.read_text())
-    table = done.stdout
+        timeout_s=230,
+    )  # fmt: skip
 
     assert report["settings"]["pg_ha"] and report["settings"]["redis_sentinel"], table
     assert report["violations"] == [], table
@@ -62,5 +56,5 @@ def test_a_chaos_run_through_both_failovers_keeps_every_guarantee(tmp_path: Path
     pg = report["faults"][0]
     assert pg["bound_s"] == pytest.approx(pg["measured_s"] + 5.0, abs=0.1), table
     assert "promoted in" in pg["detail"], table
-    assert report["passed"] and done.returncode == 0, table
+    assert report["passed"] and code == 0, table
     print(table)

@@ -6,35 +6,27 @@ failover within its bound."""
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from cluster.chaos import poison
-from tests.e2e.test_chaos import _servers_available
+from tests.e2e.chaosrun import run_chaos, servers_available
 
 
 @pytest.mark.e2e
 @pytest.mark.timeout(180)
-@pytest.mark.skipif(not _servers_available(), reason="needs postgres/initdb and redis-server")
+@pytest.mark.skipif(not servers_available(), reason="needs postgres/initdb and redis-server")
 def test_a_poison_job_is_contained_while_every_other_job_keeps_its_guarantees(
     tmp_path: Path,
 ) -> None:
-    report_path = tmp_path / "report.json"
-    command = [
-        sys.executable, "-m", "node", "chaos",
+    report, table, code = run_chaos(
+        tmp_path,
         "--nodes", "4", "--zones", "3", "--jobs", "100", "--seed", "5",
         "--duration", "45s", "--quiet", "10s", "--session-timeout", "4s",
         "--faults", "poison-job,sigkill",
-        "--json", str(report_path), "--workdir", str(tmp_path / "run"),
-    ]  # fmt: skip
-    done = subprocess.run(command, capture_output=True, text=True, timeout=170, check=False)
-    assert report_path.exists(), f"no report (exit {done.returncode}):\n{done.stderr[-4000:]}"
-    report = json.loads(report_path.read_text())
-    table = done.stdout
+        timeout_s=170,
+    )  # fmt: skip
     assert report["violations"] == [], table
     assert report["lost"] == [], table
     assert report["node_exits"] == [], table
@@ -50,4 +42,4 @@ def test_a_poison_job_is_contained_while_every_other_job_keeps_its_guarantees(
     }, table
     for row in report["faults"]:
         assert row["max_gap_s"] <= row["bound_s"], table
-    assert report["passed"] and done.returncode == 0, table
+    assert report["passed"] and code == 0, table

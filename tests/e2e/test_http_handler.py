@@ -9,7 +9,6 @@ jobs row, not the runs rows, not the node's log.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import secrets
 from typing import Any
@@ -18,10 +17,8 @@ import pytest
 
 from cluster.jobspec import JobSpec
 from cluster.settings import ClusterSettings
-from cluster.store.jobs import JobStore
-from tests.e2e.fleet import Fleet
+from tests.e2e.fleet import Fleet, triggered
 from tests.integration.test_cli import env_of, real_pulses
-from tests.nodeprocs import wait_until
 from tests.receiver import Receiver, Route, receiver
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(120)]
@@ -51,18 +48,6 @@ def specs(url: str) -> list[JobSpec]:
     ]
 
 
-def setup(settings: ClusterSettings, jobs: list[JobSpec]) -> dict[str, str]:
-    async def go() -> dict[str, str]:
-        async with JobStore.open(settings) as store:
-            await store.init(16)
-            await store.apply(jobs)
-            for spec in jobs:
-                await store.trigger(spec.name)
-            return {j.name: str(j.id) for j in await store.jobs()}
-
-    return asyncio.run(go())
-
-
 def paths(target: Receiver, path: str) -> list[Any]:
     return [r for r in target.received() if r.path == path]
 
@@ -80,19 +65,9 @@ def test_http_handlers_against_a_real_server(
     }
     with receiver(routes=routes) as target:
         url = f"http://127.0.0.1:{target.port}"
-        ids = setup(settings, specs(url))
+        ids = triggered(settings, specs(url))
         fleet.start("n1")
-
-        def settled() -> list[dict[str, Any]] | None:
-            fleet.check_alive()
-            rows = fleet.sql("SELECT * FROM runs WHERE status <> 'running' ORDER BY job_name")
-            done = {r["job_name"]: r for r in rows}
-            if len(done) < 5 or done["flaky"]["attempt"] < 3:
-                return None
-            return rows
-
-        rows = wait_until(settled, 60, "every job to end (flaky after 3 attempts)")
-        runs = {r["job_name"]: r for r in rows}
+        runs = fleet.ended_runs(5, "flaky", 3, "every job to end (flaky after 3 attempts)")
 
         # success: the context as JSON, the secret header, the idempotency key
         (ok,) = paths(target, "/ok")

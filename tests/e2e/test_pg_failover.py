@@ -15,70 +15,38 @@ when pg_auto_failover is missing and cannot be installed here.
 
 from __future__ import annotations
 
-import asyncio
 import time
 from collections.abc import Iterator
 from dataclasses import replace
-from datetime import datetime
 from pathlib import Path
 
 import pytest
 
-from cluster.chaos.packages import PackagesMissing
 from cluster.chaos.pgha import PgFormation
-from cluster.jobspec import JobSpec
 from cluster.settings import ClusterSettings
-from cluster.store.jobs import JobStore
-from tests.e2e.fleet import Fleet, doubles, every_slots
+from tests.e2e.failover import db_now, every_slot_ran_once, ran_since, started, ticking_fleet
+from tests.e2e.fleet import Fleet
 from tests.nodeprocs import wait_until
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(240)]
 
-SHARDS = 16
 JOBS = [f"tick-{i:02d}" for i in range(12)]
 
 
 @pytest.fixture(scope="module")
 def formation(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PgFormation]:
-    try:
-        pg = PgFormation(tmp_path_factory.mktemp("pgha"))
-    except PackagesMissing as exc:
-        pytest.skip(f"pg_auto_failover is not available: {exc}")
-    with pg:
+    with started(PgFormation, tmp_path_factory.mktemp("pgha"), "pg_auto_failover") as pg:
         yield pg
 
 
 @pytest.fixture
 def ha_fleet(formation: PgFormation, settings: ClusterSettings, tmp_path: Path) -> Iterator[Fleet]:
-    ha = replace(settings, database_url=formation.url)
-    specs = [
-        JobSpec.build(name, "@every 1s", "cluster.chaos.witness:record", catch_up="backfill")
-        for name in JOBS
-    ]
-
-    async def init() -> None:
-        async with JobStore.open(ha) as store:
-            await store.init(shards=SHARDS)
-            await store.apply(specs)
-
-    asyncio.run(init())
-    nodes = Fleet(ha, tmp_path)
-    try:
+    with ticking_fleet(replace(settings, database_url=formation.url), tmp_path, JOBS) as nodes:
         yield nodes
-    finally:
-        nodes.close()
-
-
-def db_now(fleet: Fleet) -> datetime:
-    value: datetime = fleet.sql("SELECT now() AS t")[0]["t"]
-    return value
 
 
 def resumed(fleet: Fleet, after: float) -> bool:
-    """Every job has run a slot that started after ``after`` (epoch seconds)."""
-    fleet.check_alive()
-    ran = {e.job for e in fleet.executions() if e.at > after}
-    return ran == set(JOBS)
+    return ran_since(fleet, JOBS, after)
 
 
 def longest_gaps(fleet: Fleet) -> dict[str, float]:
@@ -113,18 +81,7 @@ def test_nodes_ride_through_a_switchover_and_a_failover(
     wait_until(lambda: resumed(fleet, promoted), 30, "claims after the failover")
     after_fail = time.monotonic() - began
 
-    end = db_now(fleet)
-    expected = {(job, slot) for job in JOBS for slot in every_slots(1, start, end)}
-
-    def all_ran() -> bool:
-        fleet.check_alive()
-        return expected <= {(e.job, e.slot) for e in fleet.executions()}
-
-    wait_until(all_ran, 30, "every slot of the window to have run")
-    assert fleet.stop_all() == {"pa": 0, "pb": 0}, fleet.logs()
-
-    executions = fleet.executions()
-    assert doubles(executions) == []
+    end, expected, executions = every_slot_ran_once(fleet, JOBS, start)
     runs = fleet.sql(
         "SELECT job_name, scheduled_for, attempt, status FROM runs "
         "WHERE scheduled_for BETWEEN %s AND %s",

@@ -19,34 +19,26 @@ import asyncio
 import time
 from collections.abc import Iterator
 from dataclasses import replace
-from datetime import datetime
 from pathlib import Path
 
 import pytest
 
-from cluster.chaos.packages import PackagesMissing
 from cluster.chaos.sentinel import SentinelSet
-from cluster.jobspec import JobSpec
 from cluster.settings import ClusterSettings
 from cluster.status import collect
-from cluster.store.jobs import JobStore
-from tests.e2e.fleet import Fleet, doubles, every_slots
+from tests.e2e.failover import db_now, every_slot_ran_once, ran_since, started, ticking_fleet
+from tests.e2e.fleet import Fleet
 from tests.nodeprocs import wait_until
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(180)]
 
-SHARDS = 16
 JOBS = [f"beat-{i:02d}" for i in range(12)]
 FRESH_S = 2.0  # a heartbeat at most this old (twice the interval) is a live one
 
 
 @pytest.fixture(scope="module")
 def sentinels(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SentinelSet]:
-    try:
-        found = SentinelSet(tmp_path_factory.mktemp("sentinel"))
-    except PackagesMissing as exc:
-        pytest.skip(f"redis-sentinel is not available: {exc}")
-    with found:
+    with started(SentinelSet, tmp_path_factory.mktemp("sentinel"), "redis-sentinel") as found:
         yield found
 
 
@@ -54,23 +46,8 @@ def sentinels(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SentinelSet]
 def sentinel_fleet(
     sentinels: SentinelSet, settings: ClusterSettings, tmp_path: Path
 ) -> Iterator[Fleet]:
-    via_sentinel = replace(settings, redis_url=sentinels.url)
-    specs = [
-        JobSpec.build(name, "@every 1s", "cluster.chaos.witness:record", catch_up="backfill")
-        for name in JOBS
-    ]
-
-    async def init() -> None:
-        async with JobStore.open(via_sentinel) as store:
-            await store.init(shards=SHARDS)
-            await store.apply(specs)
-
-    asyncio.run(init())
-    nodes = Fleet(via_sentinel, tmp_path)
-    try:
+    with ticking_fleet(replace(settings, redis_url=sentinels.url), tmp_path, JOBS) as nodes:
         yield nodes
-    finally:
-        nodes.close()
 
 
 def settled(fleet: Fleet, nodes: set[str]) -> bool:
@@ -81,14 +58,8 @@ def settled(fleet: Fleet, nodes: set[str]) -> bool:
     return status.members_error is None and fresh == nodes and status.healthy
 
 
-def ran_since(fleet: Fleet, since: float) -> bool:
-    fleet.check_alive()
-    return {e.job for e in fleet.executions() if e.at > since} == set(JOBS)
-
-
-def db_now(fleet: Fleet) -> datetime:
-    value: datetime = fleet.sql("SELECT now() AS t")[0]["t"]
-    return value
+def resumed(fleet: Fleet, since: float) -> bool:
+    return ran_since(fleet, JOBS, since)
 
 
 def test_nodes_ride_through_a_sentinel_failover(
@@ -100,26 +71,16 @@ def test_nodes_ride_through_a_sentinel_failover(
     wait_until(lambda: settled(fleet, {"sa", "sb"}), 30, "both nodes settled")
     start = db_now(fleet)
     first = time.time()
-    wait_until(lambda: ran_since(fleet, first), 20, "every job to run")
+    wait_until(lambda: resumed(fleet, first), 20, "every job to run")
 
     killed_at = time.monotonic()
     old, new, promotion_s = sentinels.fail_primary()
     wait_until(lambda: settled(fleet, {"sa", "sb"}), 30, "the cluster settled on the new primary")
     settle_s = time.monotonic() - killed_at
     since = time.time()
-    wait_until(lambda: ran_since(fleet, since), 20, "claims after the failover")
+    wait_until(lambda: resumed(fleet, since), 20, "claims after the failover")
 
-    end = db_now(fleet)
-    expected = {(job, slot) for job in JOBS for slot in every_slots(1, start, end)}
-
-    def all_ran() -> bool:
-        fleet.check_alive()
-        return expected <= {(e.job, e.slot) for e in fleet.executions()}
-
-    wait_until(all_ran, 30, "every slot of the window to have run")
-    assert fleet.stop_all() == {"sa": 0, "sb": 0}, fleet.logs()
-    executions = fleet.executions()
-    assert doubles(executions) == []
+    end, expected, executions = every_slot_ran_once(fleet, JOBS, start)
     runs = fleet.sql(
         "SELECT status, attempt FROM runs WHERE scheduled_for BETWEEN %s AND %s", (start, end)
     )

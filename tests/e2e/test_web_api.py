@@ -256,23 +256,29 @@ def test_a_tenant_scoped_token_reaches_only_its_tenant(api: Api) -> None:
         assert admin.get("/api/jobs/globex/theirs").json()["status"] == "idle"
 
 
+def every_page(
+    client: httpx.Client, path: str, key: str, params: dict[str, Any]
+) -> list[dict[str, Any]]:
+    """The items under ``key`` of every page of ``path``, following ``next_cursor`` from the
+    first page to the last."""
+    items: list[dict[str, Any]] = []
+    cursor = None
+    while True:
+        page = client.get(path, params={**params, "cursor": cursor} if cursor else params).json()
+        items += page[key]
+        cursor = page["next_cursor"]
+        if cursor is None:
+            return items
+
+
 def test_jobs_are_listed_a_page_at_a_time_with_filters(api: Api) -> None:
     api.set_config("api.handlers", "billing.*:*")
     with api.as_("write") as client:
         for i in range(5):
             client.post("/api/jobs", json=job(f"page-{i}", tenant="paging"))
         client.post("/api/jobs/paging/page-3/pause")
-        names: list[str] = []
-        cursor = None
-        while True:
-            params: dict[str, Any] = {"tenant": "paging", "limit": 2}
-            if cursor:
-                params["cursor"] = cursor
-            page = client.get("/api/jobs", params=params).json()
-            names += [j["name"] for j in page["jobs"]]
-            cursor = page["next_cursor"]
-            if cursor is None:
-                break
+        pages = every_page(client, "/api/jobs", "jobs", {"tenant": "paging", "limit": 2})
+        names = [j["name"] for j in pages]
         assert names == [f"page-{i}" for i in range(5)]
         paused = client.get("/api/jobs", params={"tenant": "paging", "status": "paused"})
         assert [j["name"] for j in paused.json()["jobs"]] == ["page-3"]
@@ -295,17 +301,10 @@ def test_runs_are_listed_a_page_at_a_time_with_filters(api: Api) -> None:
             (created["id"], base + timedelta(minutes=i), "failed" if i == 2 else "succeeded"),
         )
     with api.as_("read") as client:
-        seen: list[str] = []
-        cursor = None
-        while True:
-            params: dict[str, Any] = {"job": "runner", "tenant": "runs", "limit": 2}
-            if cursor:
-                params["cursor"] = cursor
-            page = client.get("/api/runs", params=params).json()
-            seen += [r["scheduled_for"] for r in page["runs"]]
-            cursor = page["next_cursor"]
-            if cursor is None:
-                break
+        pages = every_page(
+            client, "/api/runs", "runs", {"job": "runner", "tenant": "runs", "limit": 2}
+        )
+        seen = [r["scheduled_for"] for r in pages]
         assert seen == [(base + timedelta(minutes=i)).isoformat() for i in range(4, -1, -1)]
         failed = client.get("/api/runs", params={"job": "runner", "status": "failed"}).json()
         assert [r["status"] for r in failed["runs"]] == ["failed"]

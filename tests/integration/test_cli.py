@@ -77,12 +77,36 @@ def env(settings: ClusterSettings) -> dict[str, str | None]:
 Invoke = Callable[..., Result]
 
 
-@pytest.fixture
-def pulse(env: dict[str, str | None]) -> Invoke:
-    def invoke(*args: str) -> Result:
-        return CliRunner().invoke(cli, list(args), env=env, prog_name="pulse")
+def invoker(settings: ClusterSettings) -> Invoke:
+    """``pulse ARGS`` in-process against ``settings``, with ``PULSE_*`` variables given by
+    keyword on top; the root logger is put back after each call (the module-scoped
+    ``shared`` outlives any one test's ``restore_logging``)."""
+
+    def invoke(*args: str, **env: str) -> Result:
+        root = logging.getLogger()
+        handlers, level = root.handlers[:], root.level
+        try:
+            return CliRunner().invoke(
+                cli, list(args), env=env_of(settings, **env), prog_name="pulse"
+            )
+        finally:
+            root.handlers[:] = handlers
+            root.setLevel(level)
 
     return invoke
+
+
+def initialised_pulse(settings: ClusterSettings) -> Invoke:
+    """``invoker(settings)`` once ``pulse init --shards 16`` has created the schema."""
+    invoke = invoker(settings)
+    result = invoke("init", "--shards", "16")
+    assert result.exit_code == 0, result.stderr
+    return invoke
+
+
+@pytest.fixture
+def pulse(settings: ClusterSettings) -> Invoke:
+    return invoker(settings)
 
 
 Shared = tuple[ClusterSettings, Invoke]
@@ -95,18 +119,7 @@ def shared(database_url: str) -> Shared:
     settings = ClusterSettings(
         database_url=database_url, redis_url=REDIS_URL, schema=f"t_{tag}", cluster=f"test-{tag}"
     )
-    env = env_of(settings)
-
-    def invoke(*args: str) -> Result:
-        root = logging.getLogger()
-        handlers, level = root.handlers[:], root.level
-        try:
-            return CliRunner().invoke(cli, list(args), env=env, prog_name="pulse")
-        finally:
-            root.handlers[:] = handlers
-            root.setLevel(level)
-
-    assert invoke("init", "--shards", "16").exit_code == 0
+    invoke = initialised_pulse(settings)
     assert invoke(*add_args("existing")).exit_code == 0
     assert invoke(*add_args("other", "--tenant", "acme", "--paused")).exit_code == 0
     assert len(jobs_rows(settings)) == 2
@@ -114,10 +127,8 @@ def shared(database_url: str) -> Shared:
 
 
 @pytest.fixture
-def initialised(pulse: Invoke) -> Invoke:
-    result = pulse("init", "--shards", "16")
-    assert result.exit_code == 0, result.stderr
-    return pulse
+def initialised(settings: ClusterSettings) -> Invoke:
+    return initialised_pulse(settings)
 
 
 def real_pulses(

@@ -8,24 +8,24 @@ from typing import Any
 
 import psycopg
 import pytest
-from click.testing import CliRunner, Result
+from click.testing import CliRunner
 
 from cluster.settings import ClusterSettings
 from node.cli import cli
-from tests.integration.test_cli import assert_bad_input, assert_one_line_error, env_of, real_pulse
+from tests.integration.test_cli import (
+    assert_bad_input,
+    assert_one_line_error,
+    env_of,
+    initialised_pulse,
+    real_pulse,
+)
 
 DEFAULTS = {"keep_for": "30d", "keep_runs": 1000, "keep_failed_for": "90d", "api.handlers": ""}
 
 
 @pytest.fixture
 def pulse(settings: ClusterSettings) -> Any:
-    env = env_of(settings)
-
-    def invoke(*args: str) -> Result:
-        return CliRunner().invoke(cli, list(args), env=env, prog_name="pulse")
-
-    assert invoke("init", "--shards", "16").exit_code == 0
-    return invoke
+    return initialised_pulse(settings)
 
 
 def config_rows(settings: ClusterSettings) -> list[tuple[Any, ...]]:

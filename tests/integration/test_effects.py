@@ -18,6 +18,7 @@ from cluster.settings import ClusterSettings
 from cluster.store.effects import EffectsStore
 from cluster.store.jobs import JobStore
 from cluster.store.records import ClaimedJob
+from cluster.store.session import LockSession
 from node.clock import DbClock
 from node.completer import Completer
 from node.effects import Effects
@@ -79,6 +80,17 @@ class Node:
         await asyncio.wait_for(self.completer.run(stop), 10)
 
 
+async def first_run(
+    store: JobStore, open_session: Opener, settings: ClusterSettings
+) -> tuple[LockSession, Node, ClaimedJob]:
+    """One job (one retry), and node-a's session, node parts and claim of its first slot
+    (due at 10)."""
+    await add_jobs(store, 1, retries=1)
+    a = await open_session("node-a")
+    (first,) = (await a.claim(ALL, 10, 30.0, now=at(10))).jobs
+    return a, Node(settings, a), first
+
+
 async def async_handler(ctx: RunContext, table: str) -> None:
     async with ctx.transaction() as conn:
         insert = f"INSERT INTO {table} (slot, token) VALUES (%s, %s)"
@@ -106,10 +118,7 @@ async def test_effects_commit_with_the_completion_exactly_once(
     table: str,
     handler: Callable[[RunContext, str], Any],
 ) -> None:
-    await add_jobs(store, 1)
-    a = await open_session("node-a")
-    node = Node(settings, a)
-    (first,) = (await a.claim(ALL, 10, 30.0, now=at(10))).jobs
+    a, node, first = await first_run(store, open_session, settings)
     await call(handler, context(first, node.effects), table)
     assert await rows(settings, table) == []  # not before the run's completion
     await node.finish(first, OK)
@@ -132,10 +141,7 @@ async def test_effects_commit_with_the_completion_exactly_once(
 async def test_a_run_that_fails_rolls_its_effects_back_and_is_retried(
     store: JobStore, open_session: Opener, settings: ClusterSettings, table: str
 ) -> None:
-    await add_jobs(store, 1, retries=1)
-    a = await open_session("node-a")
-    node = Node(settings, a)
-    (first,) = (await a.claim(ALL, 10, 30.0, now=at(10))).jobs
+    _, node, first = await first_run(store, open_session, settings)
     await async_handler(context(first, node.effects), table)
     await node.finish(first, Outcome("failed", "boom after the block", 0.1))
     assert await rows(settings, table) == []
@@ -146,10 +152,7 @@ async def test_a_run_that_fails_rolls_its_effects_back_and_is_retried(
 async def test_a_block_that_raises_writes_nothing_and_one_transaction_per_run(
     store: JobStore, open_session: Opener, settings: ClusterSettings, table: str
 ) -> None:
-    await add_jobs(store, 1)
-    a = await open_session("node-a")
-    node = Node(settings, a)
-    (first,) = (await a.claim(ALL, 10, 30.0, now=at(10))).jobs
+    _, node, first = await first_run(store, open_session, settings)
     ctx = context(first, node.effects)
     with pytest.raises(ZeroDivisionError):
         async with ctx.transaction() as conn:
@@ -166,10 +169,7 @@ async def test_a_block_that_raises_writes_nothing_and_one_transaction_per_run(
 async def test_a_block_that_ends_after_its_run_was_reported_is_rolled_back(
     store: JobStore, open_session: Opener, settings: ClusterSettings, table: str
 ) -> None:
-    await add_jobs(store, 1)
-    a = await open_session("node-a")
-    node = Node(settings, a)
-    (first,) = (await a.claim(ALL, 10, 30.0, now=at(10))).jobs
+    _, node, first = await first_run(store, open_session, settings)
     ctx = context(first, node.effects)
     async with ctx.transaction() as conn:
         await conn.execute(f"INSERT INTO {table} (slot, token) VALUES (now(), 1)")  # type: ignore[arg-type]

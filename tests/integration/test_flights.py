@@ -53,6 +53,18 @@ async def claim_and_spawn(a: LockSession, t: float) -> tuple[ClaimedJob, bool]:
     return job, moved[job.id]
 
 
+async def first_flight(
+    store: JobStore, open_session: Opener, retries: int = 3
+) -> tuple[LockSession, ClaimedJob]:
+    """The allow job applied, and node-a's session with the job's first slot (due at 10)
+    handed to a flight."""
+    await allow_job(store, retries=retries)
+    a = await open_session("node-a")
+    first, room = await claim_and_spawn(a, 10)
+    assert room
+    return a, first
+
+
 async def flights(store: JobStore) -> list[tuple[datetime, str, int, str | None]]:
     conn = store._conn  # the test reads the table as it is
     cur = await conn.execute("SELECT slot, status, attempt, locked_by FROM flights ORDER BY slot")
@@ -62,10 +74,7 @@ async def flights(store: JobStore) -> list[tuple[datetime, str, int, str | None]
 async def test_slots_run_side_by_side_up_to_the_limit(
     store: JobStore, open_session: Opener
 ) -> None:
-    await allow_job(store)
-    a = await open_session("node-a")
-    first, room = await claim_and_spawn(a, 10)
-    assert room
+    a, first = await first_flight(store, open_session)
     job = await store.get("fan")
     assert (job.status, job.slot_at, job.locked_by) == ("idle", at(20), None)
     _second, room = await claim_and_spawn(a, 20)
@@ -97,9 +106,7 @@ async def test_slots_run_side_by_side_up_to_the_limit(
 async def test_cancel_names_a_flight_renewal_reports_it(
     store: JobStore, open_session: Opener
 ) -> None:
-    await allow_job(store)
-    a = await open_session("node-a")
-    first, _ = await claim_and_spawn(a, 10)
+    a, first = await first_flight(store, open_session)
     second, _ = await claim_and_spawn(a, 20)
     with pytest.raises(InvalidInput, match="2 slots of 'fan' are running"):
         await store.cancel("fan", by="ops")
@@ -116,9 +123,7 @@ async def test_cancel_names_a_flight_renewal_reports_it(
 async def test_a_failed_flight_waits_out_its_backoff_then_is_claimed_again(
     store: JobStore, open_session: Opener
 ) -> None:
-    await allow_job(store)
-    a = await open_session("node-a")
-    first, _ = await claim_and_spawn(a, 10)
+    a, first = await first_flight(store, open_session)
     assert await a.complete_flights([ended(first, "failed", at(25))], now=at(15))
     assert await flights(store) == [(at(10), "queued", 2, None)]
     assert await run_rows(store, "fan") == [(at(10), "failed", "node-a", 1)]
@@ -134,9 +139,7 @@ async def test_a_failed_flight_waits_out_its_backoff_then_is_claimed_again(
 async def test_a_dead_owners_flight_is_queued_again_or_handed_over_when_poison(
     store: JobStore, open_session: Opener
 ) -> None:
-    await allow_job(store, retries=1)
-    a = await open_session("node-a")
-    first, _ = await claim_and_spawn(a, 10)
+    a, first = await first_flight(store, open_session, retries=1)
     b = await open_session("node-b")
     (back,) = await b.recover_flights(ALL, ["node-b"], now=at(50))  # a's lease ended at 40
     assert not back.poison and back.reason == "lease expired"
@@ -156,9 +159,7 @@ async def test_a_dead_owners_flight_is_queued_again_or_handed_over_when_poison(
 async def test_released_flights_are_due_again_at_once(
     store: JobStore, open_session: Opener
 ) -> None:
-    await allow_job(store)
-    a = await open_session("node-a")
-    first, _ = await claim_and_spawn(a, 10)
+    a, first = await first_flight(store, open_session)
     lease = (first.id, first.slot, first.lease_token)
     assert await a.release_flights([lease], "node shut down", now=at(12)) == {(first.id, at(10))}
     assert await flights(store) == [(at(10), "queued", 2, None)]

@@ -3,40 +3,24 @@ an unknown scheme or no host are bad input (exit 2, one line, nothing written)."
 
 from __future__ import annotations
 
-import logging
-import os
 import secrets
 
 import psycopg
 import pytest
-from click.testing import CliRunner, Result
+from click.testing import Result
 
 from cluster.local.processes import free_port
 from cluster.settings import ClusterSettings
 from cluster.store.jobs import JobStore
 from cluster.store.session import LockSession, SessionLost
-from node.cli import cli
 from tests.conftest import REDIS_URL
+from tests.integration.test_cli import invoker
 
 ADD = ("jobs", "add", "tick", "--schedule", "*/5 * * * *", "--handler", "app.jobs:tick")
 
 
 def invoke(settings: ClusterSettings, *args: str, **env: str) -> Result:
-    environ: dict[str, str | None] = {k: None for k in os.environ if k.startswith("PULSE_")}
-    environ.update(
-        PULSE_DATABASE_URL=settings.database_url,
-        PULSE_REDIS_URL=settings.redis_url,
-        PULSE_SCHEMA=settings.schema,
-        PULSE_CLUSTER=settings.cluster,
-    )
-    environ.update(env)
-    root = logging.getLogger()
-    handlers, level = root.handlers[:], root.level
-    try:
-        return CliRunner().invoke(cli, list(args), env=environ, prog_name="pulse")
-    finally:
-        root.handlers[:] = handlers
-        root.setLevel(level)
+    return invoker(settings)(*args, **env)
 
 
 def schema_exists(database_url: str, schema: str) -> bool:

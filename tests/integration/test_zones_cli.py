@@ -7,23 +7,15 @@ from pathlib import Path
 
 import psycopg
 import pytest
-from click.testing import CliRunner, Result
 
 from cluster.settings import ClusterSettings
-from node.cli import cli
 from ring.zones import PARKED_SHARD, space_shards
-from tests.integration.test_cli import env_of
+from tests.integration.test_cli import initialised_pulse
 
 
 @pytest.fixture
 def pulse(settings: ClusterSettings) -> object:
-    env = env_of(settings)
-
-    def invoke(*args: str) -> Result:
-        return CliRunner().invoke(cli, list(args), env=env, prog_name="pulse")
-
-    assert invoke("init", "--shards", "16").exit_code == 0
-    return invoke
+    return initialised_pulse(settings)
 
 
 def _jobs(settings: ClusterSettings) -> list[tuple[str, list[str] | None, int]]:

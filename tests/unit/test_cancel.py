@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
+from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -15,11 +16,12 @@ import pytest
 
 from cluster.errors import InvalidInput
 from cluster.jobspec import JobSpec
+from cluster.store.records import ClaimedJob
 from node.executor import Executor
 from node.handlers import Outcome, RunContext
 from node.outcomes import after_run
 from tests.nodeprocs import pid_gone
-from tests.unit.test_executor import Outcomes, job
+from tests.unit.claimed import Executors, Outcomes, job
 
 HERE = __name__
 started = threading.Event()
@@ -71,95 +73,86 @@ def written(path: Path) -> str:
     raise AssertionError(f"nothing written to {path}")
 
 
-@pytest.mark.parametrize("handler", ["sleeps_async", "polls_sync"])
-async def test_a_python_handler_stops_and_is_recorded_cancelled(handler: str) -> None:
-    done = Outcomes()
-    executor = Executor(2, "n1", "z", done)
-    j = job(f"{HERE}:{handler}")
+async def stopped(
+    executor: Executor,
+    done: Outcomes,
+    j: ClaimedJob,
+    by: str = "ops",
+    until: Callable[[], Awaitable[object]] = wait_started,
+) -> Outcome:
+    """Submit ``j``, ask to stop it once ``until`` shows it has started; its one outcome."""
     executor.submit(j)
-    await wait_started()
-    assert executor.stop(j.id, j.lease_token, "ops@host")
+    await until()
+    assert executor.stop(j.id, j.lease_token, by)
     await done.wait_for(1)
-    outcome = done.got["j"]
+    return done.got[j.name]
+
+
+@pytest.mark.parametrize("handler", ["sleeps_async", "polls_sync"])
+async def test_a_python_handler_stops_and_is_recorded_cancelled(
+    executors: Executors, handler: str
+) -> None:
+    executor, done = executors(2)
+    outcome = await stopped(executor, done, job(f"{HERE}:{handler}"), "ops@host")
     assert outcome.status == "cancelled"
     assert outcome.error == "cancelled by ops@host"
     assert executor.free == 2
-    executor.shutdown()
 
 
-async def test_an_async_handler_keeps_its_log_when_cancelled() -> None:
-    done = Outcomes()
-    executor = Executor(1, "n1", "z", done)
-    j = job(f"{HERE}:sleeps_async")
-    executor.submit(j)
-    await wait_started()
-    executor.stop(j.id, j.lease_token, "ops")
-    await done.wait_for(1)
-    assert '"going"' in (done.got["j"].output or "")
-    executor.shutdown()
+async def test_an_async_handler_keeps_its_log_when_cancelled(executors: Executors) -> None:
+    executor, done = executors(1)
+    outcome = await stopped(executor, done, job(f"{HERE}:sleeps_async"))
+    assert '"going"' in (outcome.output or "")
 
 
-async def test_a_shell_process_group_gets_sigterm_then_is_gone(tmp_path: Path) -> None:
-    done = Outcomes()
-    executor = Executor(1, "n1", "z", done)
+async def test_a_shell_process_group_gets_sigterm_then_is_gone(
+    executors: Executors, tmp_path: Path
+) -> None:
+    executor, done = executors(1)
     # The shell starts a child in its group and reports both pids; SIGTERM ends them.
     pids = tmp_path / "pids"
     j = job(f"shell:sleep 60 & echo $$ $! > {pids}; wait")._replace(cancel_grace_s=5.0)
-    executor.submit(j)
-    group = [int(p) for p in (await asyncio.to_thread(written, pids)).split()]
-    executor.stop(j.id, j.lease_token, "ops")
-    await done.wait_for(1)
-    assert done.got["j"].status == "cancelled"
-    assert done.got["j"].duration_s < 5.0  # SIGTERM was enough: no wait for the grace
-    for pid in group:
+    outcome = await stopped(executor, done, j, until=lambda: asyncio.to_thread(written, pids))
+    assert outcome.status == "cancelled"
+    assert outcome.duration_s < 5.0  # SIGTERM was enough: no wait for the grace
+    for pid in [int(p) for p in pids.read_text().split()]:
         await asyncio.to_thread(wait_gone, pid)
-    executor.shutdown()
 
 
-async def test_a_shell_that_ignores_sigterm_is_killed_after_the_grace(tmp_path: Path) -> None:
-    done = Outcomes()
-    executor = Executor(1, "n1", "z", done)
+async def test_a_shell_that_ignores_sigterm_is_killed_after_the_grace(
+    executors: Executors, tmp_path: Path
+) -> None:
+    executor, done = executors(1)
     ready = tmp_path / "ready"
     j = job(f"shell:trap '' TERM; echo up > {ready}; sleep 60 & wait")._replace(cancel_grace_s=0.5)
-    executor.submit(j)
-    await asyncio.to_thread(written, ready)
-    executor.stop(j.id, j.lease_token, "ops")
-    await done.wait_for(1)
-    assert done.got["j"].status == "cancelled"
-    assert done.got["j"].duration_s >= 0.5
-    executor.shutdown()
+    outcome = await stopped(executor, done, j, until=lambda: asyncio.to_thread(written, ready))
+    assert outcome.status == "cancelled"
+    assert outcome.duration_s >= 0.5
 
 
-async def test_a_sync_handler_that_ignores_the_request_is_abandoned_after_the_grace() -> None:
-    done = Outcomes()
-    executor = Executor(1, "n1", "z", done)
-    j = job(f"{HERE}:ignores_sync")._replace(cancel_grace_s=0.0)
-    executor.submit(j)
-    await wait_started()
-    executor.stop(j.id, j.lease_token, "ops")
-    await done.wait_for(1)
-    assert done.got["j"].status == "cancelled"
-    assert "abandoned" in (done.got["j"].error or "")
+async def test_a_sync_handler_that_ignores_the_request_is_abandoned_after_the_grace(
+    executors: Executors,
+) -> None:
+    executor, done = executors(1)
+    outcome = await stopped(
+        executor, done, job(f"{HERE}:ignores_sync")._replace(cancel_grace_s=0.0)
+    )
+    assert outcome.status == "cancelled"
+    assert "abandoned" in (outcome.error or "")
     assert executor.free == 1
     ignore.set()
-    executor.shutdown()
 
 
-async def test_a_run_that_finishes_its_work_despite_the_request_keeps_its_outcome() -> None:
-    done = Outcomes()
-    executor = Executor(1, "n1", "z", done)
-    j = job(f"{HERE}:finishes_anyway")
-    executor.submit(j)
-    await wait_started()
-    executor.stop(j.id, j.lease_token, "ops")
-    await done.wait_for(1)
-    assert done.got["j"].status == "succeeded"
-    executor.shutdown()
+async def test_a_run_that_finishes_its_work_despite_the_request_keeps_its_outcome(
+    executors: Executors,
+) -> None:
+    executor, done = executors(1)
+    outcome = await stopped(executor, done, job(f"{HERE}:finishes_anyway"))
+    assert outcome.status == "succeeded"
 
 
-async def test_stop_names_one_lease() -> None:
-    done = Outcomes()
-    executor = Executor(1, "n1", "z", done)
+async def test_stop_names_one_lease(executors: Executors) -> None:
+    executor, done = executors(1)
     j = job(f"{HERE}:sleeps_async")
     executor.submit(j)
     await wait_started()
@@ -169,38 +162,31 @@ async def test_stop_names_one_lease() -> None:
     assert executor.stop(j.id, j.lease_token, "ops again")  # already stopping: once
     await done.wait_for(1)
     assert done.got["j"].error == "cancelled by ops"
-    executor.shutdown()
 
 
-async def test_a_slot_claimed_with_a_cancel_request_does_not_run() -> None:
-    done = Outcomes()
-    executor = Executor(1, "n1", "z", done)
+async def test_a_slot_claimed_with_a_cancel_request_does_not_run(executors: Executors) -> None:
+    executor, done = executors(1)
     executor.submit(job(f"{HERE}:sleeps_async")._replace(cancel_by="ops"))
     await done.wait_for(1)
     assert done.got["j"] == Outcome("cancelled", "cancelled by ops", 0.0)
     assert not started.is_set()
-    executor.shutdown()
 
 
-async def test_replace_stops_a_run_when_the_next_slot_is_due() -> None:
-    done = Outcomes()
-    executor = Executor(1, "n1", "z", done)
+async def test_replace_stops_a_run_when_the_next_slot_is_due(executors: Executors) -> None:
+    executor, done = executors(1)
     executor.submit(job(f"{HERE}:sleeps_async")._replace(overlap="replace"), replace_in_s=0.2)
     await done.wait_for(1)
     assert done.got["j"].status == "cancelled"
     assert "overlap replace" in (done.got["j"].error or "")
-    executor.shutdown()
 
 
-async def test_replace_leaves_a_run_that_ended_in_time_alone() -> None:
-    done = Outcomes()
-    executor = Executor(1, "n1", "z", done)
+async def test_replace_leaves_a_run_that_ended_in_time_alone(executors: Executors) -> None:
+    executor, done = executors(1)
     executor.submit(job("shell:true")._replace(overlap="replace"), replace_in_s=0.5)
     await done.wait_for(1)
     assert done.got["j"].status == "succeeded"
     await asyncio.sleep(0.6)  # the timer went with the run: nothing more is reported
     assert list(done.got) == ["j"]
-    executor.shutdown()
 
 
 def test_a_cancelled_slot_is_not_retried() -> None:

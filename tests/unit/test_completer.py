@@ -20,7 +20,7 @@ from node.handlers import Outcome
 from node.outcomes import after_run
 from node.pacing import Pacing
 from node.stats import Stats
-from tests.unit.test_executor import job
+from tests.unit.claimed import job
 
 
 class Sink:

@@ -6,15 +6,13 @@ from __future__ import annotations
 import asyncio
 import sys
 import threading
-import uuid
 from collections.abc import Awaitable
 from datetime import UTC, datetime
 
 import pytest
 
-from cluster.store.records import ClaimedJob
-from node.executor import Executor
-from node.handlers import Outcome, RunContext
+from node.handlers import RunContext
+from tests.unit.claimed import Executors, job
 
 HERE = __name__
 release = threading.Event()
@@ -46,58 +44,14 @@ def returns_awaitable(ctx: RunContext) -> Awaitable[None]:
     return coro(ctx)
 
 
-def job(handler: str, name: str = "j", timeout_s: float = 30.0) -> ClaimedJob:
-    slot = datetime(2026, 1, 1, tzinfo=UTC)
-    return ClaimedJob(
-        id=uuid.uuid4(),
-        tenant="t",
-        name=name,
-        schedule="@every 1m",
-        tz="UTC",
-        dst_repeated="once",
-        dst_skipped="shift",
-        handler=handler,
-        payload={},
-        shard=0,
-        slot=slot,
-        attempt=1,
-        lease_token=1,
-        catch_up="once",
-        grace_s=60.0,
-        max_backfill=100,
-        timeout_s=timeout_s,
-        max_retries=0,
-        retry_backoff_s=10.0,
-        due=slot,
-    )
-
-
-class Outcomes:
-    def __init__(self) -> None:
-        self.got: dict[str, Outcome] = {}
-        self.changed = asyncio.Event()
-
-    def __call__(self, job: ClaimedJob, outcome: Outcome) -> None:
-        assert job.name not in self.got, f"{job.name} reported twice"
-        self.got[job.name] = outcome
-        self.changed.set()
-
-    async def wait_for(self, count: int) -> None:
-        async with asyncio.timeout(20):
-            while len(self.got) < count:
-                self.changed.clear()
-                await self.changed.wait()
-
-
 @pytest.fixture(autouse=True)
 def _reset() -> None:
     release.clear()
     seen.clear()
 
 
-async def test_each_kind_of_handler_ends_in_one_outcome() -> None:
-    done = Outcomes()
-    executor = Executor(10, "n1", "z", done)
+async def test_each_kind_of_handler_ends_in_one_outcome(executors: Executors) -> None:
+    executor, done = executors(10)
     cases = {
         "ok": f"{HERE}:ok",
         "boom": f"{HERE}:boom",
@@ -127,12 +81,10 @@ async def test_each_kind_of_handler_ends_in_one_outcome() -> None:
     assert "exit status 4" in (done.got["shell"].error or "")
     assert sorted(seen) == ["async", "awaitable", "ok"]
     assert executor.free == 10 and executor.idle.is_set()
-    executor.shutdown()
 
 
-async def test_many_sync_runs_free_every_slot() -> None:
-    done = Outcomes()
-    executor = Executor(50, "n1", "z", done)
+async def test_many_sync_runs_free_every_slot(executors: Executors) -> None:
+    executor, done = executors(50)
     for round_ in range(4):
         for i in range(50):
             executor.submit(job(f"{HERE}:ok", f"r{round_}-{i}"))
@@ -142,12 +94,12 @@ async def test_many_sync_runs_free_every_slot() -> None:
     assert all(o.status == "succeeded" for o in done.got.values())
     assert len(seen) == 200
     assert executor.threads.threads <= 50
-    executor.shutdown()
 
 
-async def test_a_stuck_sync_handler_times_out_and_does_not_block_others() -> None:
-    done = Outcomes()
-    executor = Executor(1, "n1", "z", done)
+async def test_a_stuck_sync_handler_times_out_and_does_not_block_others(
+    executors: Executors,
+) -> None:
+    executor, done = executors(1)
     executor.submit(job(f"{HERE}:stuck", "stuck", timeout_s=0.2))
     await done.wait_for(1)
     assert done.got["stuck"].status == "timed_out"
@@ -158,12 +110,10 @@ async def test_a_stuck_sync_handler_times_out_and_does_not_block_others() -> Non
     await done.wait_for(2)
     assert done.got["next"].status == "succeeded"
     release.set()
-    executor.shutdown()
 
 
-async def test_cancel_and_drain_report_nothing_and_free_the_slots() -> None:
-    done = Outcomes()
-    executor = Executor(4, "n1", "z", done)
+async def test_cancel_and_drain_report_nothing_and_free_the_slots(executors: Executors) -> None:
+    executor, done = executors(4)
     a, b = job(f"{HERE}:stuck", "a"), job("shell:sleep 30", "b")
     executor.submit(a)
     executor.submit(b)
@@ -179,12 +129,10 @@ async def test_cancel_and_drain_report_nothing_and_free_the_slots() -> None:
             await asyncio.sleep(0.01)
     await asyncio.sleep(0)  # a delivery scheduled by that thread would run here
     assert done.got == {}
-    executor.shutdown()
 
 
-async def test_a_shorter_deadline_submitted_later_times_out_first() -> None:
-    done = Outcomes()
-    executor = Executor(3, "n1", "z", done)
+async def test_a_shorter_deadline_submitted_later_times_out_first(executors: Executors) -> None:
+    executor, done = executors(3)
     executor.submit(job(f"{HERE}:stuck", "long", timeout_s=30))
     executor.submit(job(f"{HERE}:stuck", "short", timeout_s=0.2))
     await done.wait_for(1)
@@ -193,12 +141,10 @@ async def test_a_shorter_deadline_submitted_later_times_out_first() -> None:
     release.set()
     await done.wait_for(2)
     assert done.got["long"].status == "succeeded"
-    executor.shutdown()
 
 
-async def test_a_run_is_not_held_up_by_busy_handlers() -> None:
-    done = Outcomes()
-    executor = Executor(8, "n1", "z", done)
+async def test_a_run_is_not_held_up_by_busy_handlers(executors: Executors) -> None:
+    executor, done = executors(8)
     for round_ in range(3):
         # Each round: busy handlers hold some threads while quick runs arrive.
         for i in range(3):
@@ -212,16 +158,15 @@ async def test_a_run_is_not_held_up_by_busy_handlers() -> None:
         release.clear()
     assert all(o.status == "succeeded" for o in done.got.values())
     assert executor.threads.threads <= 8
-    executor.shutdown()
 
 
 async def test_threads_stuck_in_timed_out_runs_are_capped(
+    executors: Executors,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     """A handler that hangs every time gets at most ``concurrency`` extra threads; then
     new runs wait for one (and time out), with a warning, instead of growing threads."""
-    done = Outcomes()
-    executor = Executor(1, "n1", "z", done)
+    executor, done = executors(1)
     for i in range(5):
         executor.submit(job(f"{HERE}:stuck", f"hang{i}", timeout_s=0.1))
         await done.wait_for(i + 1)
@@ -234,12 +179,10 @@ async def test_threads_stuck_in_timed_out_runs_are_capped(
     await done.wait_for(6)
     assert done.got["after"].status == "succeeded"
     assert executor.threads.threads == 2
-    executor.shutdown()
 
 
-async def test_a_run_claimed_ahead_holds_its_slot_and_starts_when_due() -> None:
-    done = Outcomes()
-    executor = Executor(2, "n1", "z", done)
+async def test_a_run_claimed_ahead_holds_its_slot_and_starts_when_due(executors: Executors) -> None:
+    executor, done = executors(2)
     loop = asyncio.get_running_loop()
     submitted = loop.time()
     executor.submit(job(f"{HERE}:ok", "early"), start_in_s=0.2)
@@ -249,12 +192,10 @@ async def test_a_run_claimed_ahead_holds_its_slot_and_starts_when_due() -> None:
     assert loop.time() - submitted >= 0.19
     assert (seen, done.got["early"].status) == (["early"], "succeeded")
     assert executor.free == 2 and executor.idle.is_set()
-    executor.shutdown()
 
 
-async def test_a_run_cancelled_before_it_starts_never_runs() -> None:
-    done = Outcomes()
-    executor = Executor(3, "n1", "z", done)
+async def test_a_run_cancelled_before_it_starts_never_runs(executors: Executors) -> None:
+    executor, done = executors(3)
     later, kept = job(f"{HERE}:ok", "later"), job(f"{HERE}:ok", "kept")
     # Due at the same instant: they wait for the same start.
     executor.submit(later, start_in_s=0.05)
@@ -269,13 +210,13 @@ async def test_a_run_cancelled_before_it_starts_never_runs() -> None:
     executor.submit(again, start_in_s=30)
     assert await executor.drain(0.01) == [again]
     assert (seen, set(done.got), executor.free) == (["kept"], {"kept"}, 3)
-    executor.shutdown()
 
 
 @pytest.mark.parametrize("handler", [f"{HERE}:stuck", "shell:sleep 30"])
-async def test_a_job_claimed_again_replaces_the_run_of_its_earlier_lease(handler: str) -> None:
-    done = Outcomes()
-    executor = Executor(2, "n1", "z", done)
+async def test_a_job_claimed_again_replaces_the_run_of_its_earlier_lease(
+    executors: Executors, handler: str
+) -> None:
+    executor, done = executors(2)
     old = job(handler, "again")
     executor.submit(old)
     # The lease was lost meanwhile (the node was frozen, say) and the job claimed again.
@@ -287,11 +228,12 @@ async def test_a_job_claimed_again_replaces_the_run_of_its_earlier_lease(handler
     assert executor.free == 2 and executor.idle.is_set()
     release.set()  # the earlier run's thread ends; its result goes nowhere
     assert executor.cancel(new.id, old.lease_token) is None
-    executor.shutdown()
 
 
-async def test_the_context_tells_the_handler_its_slot_key_and_deadline() -> None:
-    executor = Executor(1, "n1", "zone-a", Outcomes())
+async def test_the_context_tells_the_handler_its_slot_key_and_deadline(
+    executors: Executors,
+) -> None:
+    executor, _ = executors(1, zone="zone-a")
     claimed = job(f"{HERE}:ok", timeout_s=90.0)
     ctx = executor.context(claimed)
     assert (ctx.job_id, ctx.job_name, ctx.tenant_id) == (claimed.id, "j", "t")
@@ -303,23 +245,23 @@ async def test_the_context_tells_the_handler_its_slot_key_and_deadline() -> None
     )
     assert ctx.idempotency_key == f"{claimed.id}:2026-01-01T00:00:00+00:00"
     assert ctx.deadline == datetime(2026, 1, 1, 0, 1, 30, tzinfo=UTC)
-    executor.shutdown()
 
 
-async def test_a_job_claimed_without_a_payload_gets_a_fresh_empty_one_per_run() -> None:
-    executor = Executor(1, "n1", "zone-a", Outcomes())
+async def test_a_job_claimed_without_a_payload_gets_a_fresh_empty_one_per_run(
+    executors: Executors,
+) -> None:
+    executor, _ = executors(1, zone="zone-a")
     claimed = job(f"{HERE}:ok")._replace(payload=None)
     first, second = executor.context(claimed), executor.context(claimed)
     assert first.payload == {} and second.payload == {}
     assert first.payload is not second.payload  # a handler that fills it affects no other
     rich = job(f"{HERE}:ok")._replace(payload={"n": 1})
     assert executor.context(rich).payload == {"n": 1}
-    executor.shutdown()
 
 
-async def test_the_context_a_handler_gets_is_an_ordinary_run_context() -> None:
+async def test_the_context_a_handler_gets_is_an_ordinary_run_context(executors: Executors) -> None:
     j = job(f"{HERE}:ok")._replace(payload=None, attempt=2, output_limit=100)
-    executor = Executor(1, "n1", "z1", Outcomes())
+    executor, _ = executors(1, zone="z1")
     ctx = executor.context(j)
     expected = RunContext(
         job_id=j.id,
@@ -346,4 +288,3 @@ async def test_the_context_a_handler_gets_is_an_ordinary_run_context() -> None:
     assert ctx.idempotency_key == f"{j.id}:{j.slot.isoformat()}"
     with pytest.raises(AttributeError):
         ctx.attempt = 3  # type: ignore[misc]
-    executor.shutdown()

@@ -20,7 +20,7 @@ import pytest
 from node.executor import Executor
 from node.handlers import Outcome, RunContext, invoke
 from node.threads import HandlerThreads
-from tests.unit.test_executor import Outcomes, job
+from tests.unit.claimed import Outcomes, job
 
 HERE = __name__
 pytestmark = pytest.mark.timeout(60)

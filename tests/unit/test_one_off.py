@@ -15,7 +15,7 @@ from cluster.schedule import parse_schedule
 from cluster.store.records import NEVER, ClaimedJob
 from node.handlers import Outcome
 from node.outcomes import after_run, plan_at_claim
-from tests.unit.test_executor import job
+from tests.unit.claimed import job
 
 AT = datetime(2030, 1, 1, 9, 0, tzinfo=UTC)
 

@@ -7,7 +7,7 @@ from datetime import timedelta
 
 from node.handlers import Outcome
 from node.outcomes import after_run, following_slot
-from tests.unit.test_executor import job
+from tests.unit.claimed import job
 
 OK = Outcome("succeeded", None, 0.01)
 

@@ -64,68 +64,52 @@ def test_sentinel_target() -> None:
     assert sentinel_target("redis+sentinel://a:1/main").db == 0
 
 
-@pytest.mark.parametrize(
-    "url",
-    [
-        MULTI,
-        "postgres://h/db",
-        "postgresql://postgres:@/postgres?host=/tmp/pg",  # a socket directory (embedded)
-    ],
-)
-def test_accepted_database_urls(url: str) -> None:
-    check_database_url(url)
+CHECKS = {"database_url": check_database_url, "redis_url": check_redis_url}
 
 
 @pytest.mark.parametrize(
-    "url",
+    ("field", "url"),
     [
-        "mysql://h/db",
-        "h1:5432/db",
-        "postgresql:///db",
-        "postgresql://u:pw@/db",
-        "postgresql://h1,,h2/db",
-        "postgresql://h1:port/db",
+        ("database_url", MULTI),
+        ("database_url", "postgres://h/db"),
+        # a socket directory (embedded)
+        ("database_url", "postgresql://postgres:@/postgres?host=/tmp/pg"),
+        ("redis_url", "redis://127.0.0.1:6379/0"),
+        ("redis_url", "rediss://h:6380/1"),
+        ("redis_url", "unix:///tmp/redis.sock?db=0"),
+        ("redis_url", "redis+sentinel://a:26379,b:26380/main"),
+        ("redis_url", "redis+sentinel://:pw@a/main/2"),
     ],
 )
-def test_refused_database_urls(url: str) -> None:
+def test_accepted_urls(field: str, url: str) -> None:
+    CHECKS[field](url)
+
+
+@pytest.mark.parametrize(
+    ("field", "url"),
+    [
+        ("database_url", "mysql://h/db"),
+        ("database_url", "h1:5432/db"),
+        ("database_url", "postgresql:///db"),
+        ("database_url", "postgresql://u:pw@/db"),
+        ("database_url", "postgresql://h1,,h2/db"),
+        ("database_url", "postgresql://h1:port/db"),
+        ("redis_url", "http://x"),
+        ("redis_url", "memcached://h:11211"),
+        ("redis_url", "redis://"),
+        ("redis_url", "redis://a:1,b:2/0"),
+        ("redis_url", "redis+sentinel:///main"),
+        ("redis_url", "redis+sentinel://a,,b/main"),
+        ("redis_url", "redis+sentinel://a:26379"),
+        ("redis_url", "redis+sentinel://a/main/x"),
+        ("redis_url", "redis+sentinel://a/main/1/2"),
+    ],
+)
+def test_refused_urls(field: str, url: str) -> None:
     with pytest.raises(InvalidInput) as raised:
-        check_database_url(url)
-    assert raised.value.field == "database_url"
+        CHECKS[field](url)
+    assert raised.value.field == field
     assert "pw" not in str(raised.value)
-
-
-@pytest.mark.parametrize(
-    "url",
-    [
-        "redis://127.0.0.1:6379/0",
-        "rediss://h:6380/1",
-        "unix:///tmp/redis.sock?db=0",
-        "redis+sentinel://a:26379,b:26380/main",
-        "redis+sentinel://:pw@a/main/2",
-    ],
-)
-def test_accepted_redis_urls(url: str) -> None:
-    check_redis_url(url)
-
-
-@pytest.mark.parametrize(
-    "url",
-    [
-        "http://x",
-        "memcached://h:11211",
-        "redis://",
-        "redis://a:1,b:2/0",
-        "redis+sentinel:///main",
-        "redis+sentinel://a,,b/main",
-        "redis+sentinel://a:26379",
-        "redis+sentinel://a/main/x",
-        "redis+sentinel://a/main/1/2",
-    ],
-)
-def test_refused_redis_urls(url: str) -> None:
-    with pytest.raises(InvalidInput) as raised:
-        check_redis_url(url)
-    assert raised.value.field == "redis_url"
 
 
 def test_settings_validate_both_urls() -> None:

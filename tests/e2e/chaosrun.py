@@ -1,0 +1,33 @@
+"""``pulse chaos`` run as an operator runs it (``python -m node chaos``), and the JSON report
+it writes: what the chaos e2e tests check."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from cluster.chaos.servers import ServerError, pg_bin_dir
+
+
+def servers_available() -> bool:
+    """The throwaway Postgres and Redis servers of a plain chaos run can be started here."""
+    try:
+        pg_bin_dir()
+    except ServerError:
+        return False
+    return shutil.which("redis-server") is not None
+
+
+def run_chaos(workdir: Path, *args: str, timeout_s: float) -> tuple[dict[str, Any], str, int]:
+    """``pulse chaos ARGS`` with its report and work files in ``workdir``; (the report, the
+    table it printed, its exit code). Fails, with the end of its stderr, without a report."""
+    report_path = workdir / "report.json"
+    command = [sys.executable, "-m", "node", "chaos", *args]
+    command += ["--json", str(report_path), "--workdir", str(workdir / "run")]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=timeout_s, check=False)
+    assert report_path.exists(), f"no report (exit {done.returncode}):\n{done.stderr[-4000:]}"
+    return json.loads(report_path.read_text()), done.stdout, done.returncode

@@ -1,0 +1,92 @@
+"""What the failover tests share: a high-availability server set (skipped, saying why, when
+its packages are missing and cannot be installed here), a fleet whose jobs fire every
+second with catch-up ``backfill`` (so every slot must run) on a cluster whose URL names
+that set, and the check that every slot of a window ran, once."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Callable, Iterator
+from datetime import datetime
+from pathlib import Path
+from typing import TypeVar
+
+import pytest
+
+from cluster.chaos.packages import PackagesMissing
+from cluster.chaos.serverset import ServerSet
+from cluster.chaos.witness import Execution
+from cluster.jobspec import JobSpec
+from cluster.settings import ClusterSettings
+from cluster.store.jobs import JobStore
+from tests.e2e.fleet import Fleet, doubles, every_slots
+from tests.nodeprocs import wait_until
+
+SHARDS = 16
+S = TypeVar("S", bound=ServerSet)
+
+
+@contextlib.contextmanager
+def started(make: Callable[[Path], S], workdir: Path, packages: str) -> Iterator[S]:
+    """``make(workdir)``, started and closed at the end; the test skipped when ``packages``
+    are missing and cannot be installed."""
+    try:
+        servers = make(workdir)
+    except PackagesMissing as exc:
+        pytest.skip(f"{packages} is not available: {exc}")
+    with servers:
+        yield servers
+
+
+@contextlib.contextmanager
+def ticking_fleet(settings: ClusterSettings, workdir: Path, jobs: list[str]) -> Iterator[Fleet]:
+    """A fresh cluster of ``SHARDS`` shards with ``jobs`` firing every second (the witness
+    handler), and a fleet on it whose nodes are killed at the end."""
+    specs = [
+        JobSpec.build(name, "@every 1s", "cluster.chaos.witness:record", catch_up="backfill")
+        for name in jobs
+    ]
+
+    async def init() -> None:
+        async with JobStore.open(settings) as store:
+            await store.init(shards=SHARDS)
+            await store.apply(specs)
+
+    asyncio.run(init())
+    nodes = Fleet(settings, workdir)
+    try:
+        yield nodes
+    finally:
+        nodes.close()
+
+
+def db_now(fleet: Fleet) -> datetime:
+    value: datetime = fleet.sql("SELECT now() AS t")[0]["t"]
+    return value
+
+
+def ran_since(fleet: Fleet, jobs: list[str], since: float) -> bool:
+    """Every job has run a slot that started after ``since`` (epoch seconds)."""
+    fleet.check_alive()
+    return {e.job for e in fleet.executions() if e.at > since} == set(jobs)
+
+
+def every_slot_ran_once(
+    fleet: Fleet, jobs: list[str], start: datetime
+) -> tuple[datetime, set[tuple[str, datetime]], list[Execution]]:
+    """Wait until every (job, slot) from ``start`` to now (database time) has run, then
+    stop the nodes: each must exit cleanly, and no slot may have run twice. Returns (the
+    window's end, its (job, slot) pairs, every execution)."""
+    end = db_now(fleet)
+    expected = {(job, slot) for job in jobs for slot in every_slots(1, start, end)}
+
+    def all_ran() -> bool:
+        fleet.check_alive()
+        return expected <= {(e.job, e.slot) for e in fleet.executions()}
+
+    wait_until(all_ran, 30, "every slot of the window to have run")
+    assert fleet.stop_all() == {node.name: 0 for node in fleet.started}, fleet.logs()
+    executions = fleet.executions()
+    assert doubles(executions) == []
+    return end, expected, executions

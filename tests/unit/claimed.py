@@ -1,0 +1,71 @@
+"""A claimed job to hand an executor, the outcomes it reports, and executors that the
+``executors`` fixture (tests/unit/conftest.py) shuts down after each test."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from datetime import UTC, datetime
+
+from cluster.store.records import ClaimedJob
+from node.executor import Executor
+from node.handlers import Outcome
+
+
+def job(handler: str, name: str = "j", timeout_s: float = 30.0) -> ClaimedJob:
+    slot = datetime(2026, 1, 1, tzinfo=UTC)
+    return ClaimedJob(
+        id=uuid.uuid4(),
+        tenant="t",
+        name=name,
+        schedule="@every 1m",
+        tz="UTC",
+        dst_repeated="once",
+        dst_skipped="shift",
+        handler=handler,
+        payload={},
+        shard=0,
+        slot=slot,
+        attempt=1,
+        lease_token=1,
+        catch_up="once",
+        grace_s=60.0,
+        max_backfill=100,
+        timeout_s=timeout_s,
+        max_retries=0,
+        retry_backoff_s=10.0,
+        due=slot,
+    )
+
+
+class Outcomes:
+    def __init__(self) -> None:
+        self.got: dict[str, Outcome] = {}
+        self.changed = asyncio.Event()
+
+    def __call__(self, job: ClaimedJob, outcome: Outcome) -> None:
+        assert job.name not in self.got, f"{job.name} reported twice"
+        self.got[job.name] = outcome
+        self.changed.set()
+
+    async def wait_for(self, count: int) -> None:
+        async with asyncio.timeout(20):
+            while len(self.got) < count:
+                self.changed.clear()
+                await self.changed.wait()
+
+
+class Executors:
+    """Makes executors, each reporting to fresh ``Outcomes``, and shuts them all down."""
+
+    def __init__(self) -> None:
+        self.made: list[Executor] = []
+
+    def __call__(self, concurrency: int, zone: str = "z") -> tuple[Executor, Outcomes]:
+        done = Outcomes()
+        self.made.append(Executor(concurrency, "n1", zone, done))
+        return self.made[-1], done
+
+    def shutdown(self) -> None:
+        for executor in self.made:
+            executor.shutdown()
