@@ -2,7 +2,8 @@
 window, each at the start every node computes, never before it, while the slot's identity
 (its run row) stays the nominal time; a one-off job runs once and is done (or removed); a
 backfill carries on after the only node running it is SIGKILLed (the whole cluster gone)
-and another node starts, each slot of its range succeeding once with origin backfill."""
+and another node starts, and after the node running it dies while another lives and then
+the whole cluster restarts, each slot of its range succeeding once with origin backfill."""
 
 from __future__ import annotations
 
@@ -127,3 +128,54 @@ def test_a_backfill_carries_on_after_the_node_running_it_is_killed(
     assert [r["scheduled_for"] for r in runs] == slots
     assert {(r["status"], r["origin"]) for r in runs} == {("succeeded", "backfill")}
     assert {e.node for e in fleet.executions()} == {"n1", "n2"}
+
+
+def test_a_backfill_survives_its_node_and_then_a_restart_of_the_whole_cluster(
+    settings: ClusterSettings, fleet: Fleet
+) -> None:
+    timing = ("--lease", "3s", "--renew-interval", "1s", "--session-timeout", "4s")
+    spec = JobSpec.build(
+        "roll", "@every 1h", WITNESS, payload={"sleep_s": 0.8}, retries=2, tenant="acme"
+    )
+    init_cluster(settings, spec)
+    hour = datetime.now(UTC).replace(minute=0, second=0, microsecond=0)
+    start = hour - timedelta(hours=16)
+    slots = [start + timedelta(hours=h) for h in range(16)]
+
+    async def ask() -> None:
+        async with JobStore.open(settings) as store:
+            await store.backfill("roll", "acme", start=start, end=hour, max_parallel=1)
+
+    asyncio.run(ask())
+    nodes = (("n1", "a"), ("n2", "b"))
+    for node_id, zone in nodes:
+        fleet.start(node_id, zone, *timing)
+
+    def backfilled(node: str | None = None) -> int:
+        ran = fleet.executions()
+        return len({e.slot for e in ran if e.slot < hour and node in (None, e.node)})
+
+    wait_until(lambda: backfilled() >= 3, 30, "three backfill slots to start")
+    runner = fleet.executions()[-1].node
+    survivor = next(n for n, _ in nodes if n != runner)
+    fleet.node(runner).signal(signal.SIGKILL)
+    fleet.node(runner).wait(10)
+    wait_until(lambda: backfilled(survivor) >= 3, 30, f"{survivor} to carry the backfill on")
+    fleet.node(survivor).signal(signal.SIGKILL)  # the whole cluster is gone
+    fleet.node(survivor).wait(10)
+    assert fleet.sql("SELECT status FROM backfills") == [{"status": "active"}]
+    for node_id, zone in nodes:
+        fleet.start(node_id, zone, *timing)
+
+    def done() -> bool:
+        return fleet.sql("SELECT status FROM backfills") == [{"status": "done"}]
+
+    wait_until(done, 90, "the backfill to finish after the restart")
+    runs = fleet.sql(
+        "SELECT scheduled_for, status, origin FROM runs WHERE scheduled_for < %s"
+        " ORDER BY scheduled_for",
+        (hour,),
+    )
+    assert [r["scheduled_for"] for r in runs] == slots
+    assert {(r["status"], r["origin"]) for r in runs} == {("succeeded", "backfill")}
+    assert {e.slot for e in fleet.executions() if e.slot < hour} == set(slots)
