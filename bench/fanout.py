@@ -26,7 +26,6 @@ with fairness on over off (target: at most ``DRAIN_TARGET``).
 from __future__ import annotations
 
 import dataclasses
-import math
 import random
 import string
 from collections.abc import Iterable, Mapping
@@ -35,9 +34,9 @@ from typing import Any
 from bench import database as db
 from bench.analysis import percentile
 from bench.results import Measure, ScenarioResult
-from bench.scenarios import FAR_AHEAD, Baselines, Scraped, burst_slot, measure_window
+from bench.scenarios import FAR_AHEAD, Baselines, fire_burst
 from bench.sizes import Sizes
-from bench.trial import Bench, Trial, db_time
+from bench.trial import Bench, Trial
 from cluster.chaos.witness import Execution, read_witness
 
 BIG = "A"
@@ -99,16 +98,7 @@ async def fanout(bench: Bench, scenario: str, node_env: Mapping[str, str]) -> Me
             trial.conn, len(owners), "@every 1h", sizes.shards, now + FAR_AHEAD,
             tenants=owners, payload=payload,
         )  # fmt: skip
-        procs = trial.start_all()
-        ready_s = await trial.wait_ready(procs)
-        now_s = (await db.db_now(trial.conn)).timestamp()
-        t0, every = burst_slot(math.ceil(now_s + sizes.lead_s))
-        await db.make_due(trial.conn, db_time(t0), f"@every {every}s")
-        scraped0 = await Scraped.read(trial)
-        cpu0 = await trial.sampler.mark()
-        trial.profile_start()
-        drain_s = await trial.wait_drained(t0)
-        measure = await measure_window(trial, names, [t0], cpu0, scraped0, drain_s, ready_s)
+        measure, t0 = await fire_burst(trial, names)
         measure.extra.update(figures(read_witness(trial.witness), t0))
         return measure
 

@@ -179,16 +179,23 @@ async def burst(bench: Bench, system: str) -> Measure:
         names = await db.load_jobs(
             trial.conn, sizes.burst_jobs, "@every 1h", sizes.shards, now + FAR_AHEAD
         )
-        procs = trial.start_all()
-        ready_s = await trial.wait_ready(procs)
-        now_s = (await db.db_now(trial.conn)).timestamp()
-        t0, every = burst_slot(math.ceil(now_s + sizes.lead_s))
-        await db.make_due(trial.conn, db_time(t0), f"@every {every}s")
-        scraped0 = await Scraped.read(trial)
-        cpu0 = await trial.sampler.mark()
-        trial.profile_start()
-        drain_s = await trial.wait_drained(t0)
-        return await measure_window(trial, names, [t0], cpu0, scraped0, drain_s, ready_s)
+        measure, _ = await fire_burst(trial, names)
+        return measure
+
+
+async def fire_burst(trial: Trial, names: list[str]) -> tuple[Measure, float]:
+    """Start the trial's nodes, make the loaded jobs due at one second once they are ready,
+    and measure until they have drained; (the measure, that second)."""
+    procs = trial.start_all()
+    ready_s = await trial.wait_ready(procs)
+    now_s = (await db.db_now(trial.conn)).timestamp()
+    t0, every = burst_slot(math.ceil(now_s + trial.bench.sizes.lead_s))
+    await db.make_due(trial.conn, db_time(t0), f"@every {every}s")
+    scraped0 = await Scraped.read(trial)
+    cpu0 = await trial.sampler.mark()
+    trial.profile_start()
+    drain_s = await trial.wait_drained(t0)
+    return await measure_window(trial, names, [t0], cpu0, scraped0, drain_s, ready_s), t0
 
 
 def _failover(sizes: Sizes) -> Event:

@@ -7,8 +7,11 @@ from __future__ import annotations
 from collections import Counter
 from datetime import UTC, datetime, timedelta
 
+import pytest
+
 from cluster.jobspec import JobSpec
 from cluster.store.jobs import JobStore
+from cluster.store.session import LockSession
 from tests.conftest import Opener
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
@@ -30,20 +33,20 @@ async def add(store: JobStore, tenant: str, count: int, created_s: float, first:
         await store.add(spec, now=at(created_s))
 
 
-async def populate(store: JobStore) -> None:
+@pytest.fixture
+async def node(store: JobStore, open_session: Opener) -> LockSession:
+    """A session holding every shard, over the jobs of a big and two small tenants."""
     # The big tenant's jobs are due at 10 s (the first 20) and 20 s; the others' at 20 s.
     await add(store, "big", 20, 0.0)
     await add(store, "big", 20, 10.0, first=20)
     await add(store, "small-b", 4, 12.0)
     await add(store, "small-c", 3, 12.0)
+    session = await open_session("n1")
+    await session.try_lock(ALL)
+    return session
 
 
-async def test_a_fair_claim_takes_the_tenants_in_turn(
-    store: JobStore, open_session: Opener
-) -> None:
-    await populate(store)
-    node = await open_session("n1")
-    await node.try_lock(ALL)
+async def test_a_fair_claim_takes_the_tenants_in_turn(node: LockSession) -> None:
     claimed = (await node.claim(ALL, 9, 30.0, now=at(60), fair=True)).jobs
     assert Counter(j.tenant for j in claimed) == {"big": 3, "small-b": 3, "small-c": 3}
     # Oldest first within a tenant: the big tenant's first generation.
@@ -53,32 +56,19 @@ async def test_a_fair_claim_takes_the_tenants_in_turn(
     assert Counter(j.tenant for j in claimed) == {"big": 8, "small-b": 1}
 
 
-async def test_a_plain_claim_takes_the_oldest_first(store: JobStore, open_session: Opener) -> None:
-    await populate(store)
-    node = await open_session("n1")
-    await node.try_lock(ALL)
+async def test_a_plain_claim_takes_the_oldest_first(node: LockSession) -> None:
     claimed = (await node.claim(ALL, 9, 30.0, now=at(60))).jobs
     assert {j.tenant for j in claimed} == {"big"}
     assert {j.due for j in claimed} == {at(10)}
 
 
-async def test_a_fair_claim_with_room_for_all_takes_all(
-    store: JobStore, open_session: Opener
-) -> None:
-    await populate(store)
-    node = await open_session("n1")
-    await node.try_lock(ALL)
+async def test_a_fair_claim_with_room_for_all_takes_all(node: LockSession) -> None:
     claimed = (await node.claim(ALL, 100, 30.0, now=at(60), fair=True)).jobs
     assert Counter(j.tenant for j in claimed) == {"big": 40, "small-b": 4, "small-c": 3}
     assert len({j.id for j in claimed}) == 47
 
 
-async def test_a_fair_claim_reads_only_held_shards_and_due_jobs(
-    store: JobStore, open_session: Opener
-) -> None:
-    await populate(store)
-    node = await open_session("n1")
-    await node.try_lock(ALL[:8])
+async def test_a_fair_claim_reads_only_held_shards_and_due_jobs(node: LockSession) -> None:
     claimed = (await node.claim(ALL[:8], 100, 30.0, now=at(15), fair=True)).jobs
     assert claimed and {j.shard for j in claimed} <= set(ALL[:8])
     assert {(j.tenant, j.due) for j in claimed} == {("big", at(10))}  # the rest: due at 20
