@@ -99,7 +99,9 @@ async def control(settings: ClusterSettings) -> AConn:
         autocommit=True,
         row_factory=dict_row,
         application_name=CONTROL_APP,
-        options=f"-c search_path={settings.schema},public",
+        # jit off, as on every connection of Pulse (cluster/store/connect.py): timed claims
+        # must be planned and run as a node's are.
+        options=f"-c search_path={settings.schema},public -c jit=off",
         prepare_threshold=None,
     )
 

@@ -45,6 +45,17 @@ def query(name: str) -> bytes:
     return _all()[name]
 
 
+@cache
+def variant(name: str, flag: str, value: bool) -> bytes:
+    """The statement ``name`` with its ``%(flag)s`` parameter written in as a constant.
+
+    A flag that selects a branch of a statement (the claim's ``fair``) is better a constant:
+    the planner drops the branch not taken, and each variant keeps a cheap generic plan of
+    its own once prepared. As a parameter, the generic plan would carry both branches and
+    cost more than the custom plans, so Postgres would plan the statement at every call."""
+    return query(name).replace(f"%({flag})s".encode(), b"true" if value else b"false")
+
+
 def names() -> list[str]:
     return sorted(_all())
 

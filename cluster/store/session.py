@@ -32,7 +32,7 @@ from cluster.store.connect import Conn, connect, describe
 from cluster.store.deadline import fetch_within
 from cluster.store.flights import FlightStatements
 from cluster.store.migrate import stored_shard_count
-from cluster.store.queries import query
+from cluster.store.queries import query, variant
 from cluster.store.records import ClaimResult, claimed_jobs, int_array
 from cluster.store.writer import CompletionStatements
 
@@ -139,16 +139,20 @@ class LockSession(FlightStatements, CompletionStatements):
         name: str,
         params: dict[str, Any],
         rows: AsyncRowFactory[Any] = tuple_row,
+        *,
+        text: bytes | None = None,
     ) -> list[Any]:
-        """Rows of the statement, as tuples unless ``rows`` says otherwise (the statements
-        run every second, and tuples need no column names)."""
+        """Rows of the statement ``name`` (or ``text``, a variant of it), as tuples unless
+        ``rows`` says otherwise (the statements run every second, and tuples need no column
+        names)."""
         async with self._lock:
             conn, cur = self._conn, self._cur
             if conn is None or cur is None or conn.closed:
                 raise SessionLost("lock session is not connected")
             cur.row_factory = rows
             try:
-                found = await fetch_within(cur, query(name), params, self.statement_timeout_s + 1.0)
+                statement = text or query(name)
+                found = await fetch_within(cur, statement, params, self.statement_timeout_s + 1.0)
             except TimeoutError as exc:
                 await self._lost()
                 raise SessionLost(f"{name}: no answer within {self.statement_timeout_s}s") from exc
@@ -263,11 +267,11 @@ class LockSession(FlightStatements, CompletionStatements):
                 "limit": limit,
                 "lease_s": lease_s,
                 "ahead_s": ahead_s,
-                "fair": fair,
                 "node_id": self.node_id,
                 "zone": self.zone,
                 "now": now,
             },
+            text=variant("claim", "fair", fair),
         )
         # Rows are (db_now, next_due, *the ClaimedJob fields in order).
         return ClaimResult(rows[0][0], rows[0][1], claimed_jobs(rows, 2))

@@ -27,7 +27,7 @@ from cluster.settings import ClusterSettings
 from cluster.store import notify
 from cluster.store.connect import Conn, connect
 from cluster.store.jobs import JobStore
-from cluster.store.queries import query
+from cluster.store.queries import query, variant
 from cluster.store.records import ClaimedJob, Completion
 from cluster.store.session import LockSession, SessionLost
 from node.handlers import Outcome
@@ -660,9 +660,8 @@ async def test_a_listener_whose_connection_is_killed_fails_at_once(
 # -- the driver: prepared statements, refused and cancelled statements, the deadline ------
 
 
-def _as_prepared(name: str) -> str:
-    """The text of statement ``name`` as psycopg prepares it: ``%(x)s`` numbered ``$1..$n``
-    in order of first use."""
+def _as_prepared(text: bytes) -> str:
+    """``text`` as psycopg prepares it: ``%(x)s`` numbered ``$1..$n`` in order of first use."""
     order: list[str] = []
 
     def number(match: re.Match[str]) -> str:
@@ -670,19 +669,24 @@ def _as_prepared(name: str) -> str:
             order.append(match[1])
         return f"${order.index(match[1]) + 1}"
 
-    return re.sub(r"%\((\w+)\)s", number, query(name).decode())
+    return re.sub(r"%\((\w+)\)s", number, text.decode())
+
+
+async def _plans(session: LockSession, text: bytes) -> list[tuple[int, int]]:
+    """(generic, custom) plans of each prepared statement of ``text`` on the session."""
+    conn = session._conn
+    assert conn is not None
+    cur = await conn.execute(
+        "SELECT generic_plans, custom_plans FROM pg_prepared_statements"
+        " WHERE statement = %(text)s ORDER BY prepare_time",
+        {"text": _as_prepared(text)},
+    )
+    return [(row["generic_plans"], row["custom_plans"]) for row in await cur.fetchall()]
 
 
 async def _executions(session: LockSession, name: str) -> list[int]:
     """Executions of each prepared statement of ``name`` on the session's own backend."""
-    conn = session._conn
-    assert conn is not None
-    cur = await conn.execute(
-        "SELECT generic_plans + custom_plans AS runs FROM pg_prepared_statements"
-        " WHERE statement = %(text)s ORDER BY prepare_time",
-        {"text": _as_prepared(name)},
-    )
-    return [row["runs"] for row in await cur.fetchall()]
+    return [sum(plans) for plans in await _plans(session, query(name))]
 
 
 async def test_the_lock_session_runs_its_statements_prepared_on_the_server(
@@ -698,8 +702,10 @@ async def test_the_lock_session_runs_its_statements_prepared_on_the_server(
     assert await a.complete([completion(j, at(11)) for j in claimed], now=at(11)) == {
         j.id for j in claimed
     }
-    # Prepared once each, at first use; every later call runs the same statement.
-    assert await _executions(a, "claim") == [6]
+    # Prepared once each, at first use; every later call runs the same statement. The
+    # claim (its plain variant) settles on a generic plan: planned once, not at every call.
+    (plain,) = await _plans(a, variant("claim", "fair", False))
+    assert sum(plain) == 6 and plain[0] >= 1, plain
     assert await _executions(a, "ping") == [5]
     assert await _executions(a, "complete") == [1]
 
