@@ -283,20 +283,32 @@ def _shell_env(ctx: RunContext) -> dict[str, str]:
 
 async def _shell(command: str, ctx: RunContext, timeout_s: float, started: float) -> Outcome:
     limit = ctx.output_limit
-    proc = await asyncio.create_subprocess_shell(
-        command,
-        stdin=asyncio.subprocess.DEVNULL,
-        stdout=asyncio.subprocess.PIPE if limit > 0 else asyncio.subprocess.DEVNULL,
-        stderr=asyncio.subprocess.PIPE,
-        env=_shell_env(ctx),
-        start_new_session=True,
+    spawn = asyncio.ensure_future(
+        asyncio.create_subprocess_shell(
+            command,
+            stdin=asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.PIPE if limit > 0 else asyncio.subprocess.DEVNULL,
+            stderr=asyncio.subprocess.PIPE,
+            env=_shell_env(ctx),
+            start_new_session=True,
+        )
     )
+    early: asyncio.CancelledError | None = None
+    try:
+        proc = await asyncio.shield(spawn)
+    except asyncio.CancelledError as exc:
+        # Cancelled while the process starts: asyncio cannot undo a half-made process
+        # transport (its wait would never return, and the process group would live on),
+        # so let it start and end it below as a run cancelled while it runs.
+        proc, early = await spawn, exc
     stdout = TailBuffer(limit)
     stderr = TailBuffer(max(limit, 4 * MAX_ERROR_CHARS))  # the error message's tail too
     pumps = [asyncio.create_task(_pump(proc.stderr, stderr))]
     if proc.stdout is not None:
         pumps.append(asyncio.create_task(_pump(proc.stdout, stdout)))
     try:
+        if early is not None:
+            raise early
         async with asyncio.timeout(timeout_s):
             await asyncio.wait(pumps)  # unlike gather, a timeout here leaves them running
             await proc.wait()

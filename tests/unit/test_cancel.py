@@ -119,6 +119,24 @@ async def test_a_shell_process_group_gets_sigterm_then_is_gone(
         await asyncio.to_thread(wait_gone, pid)
 
 
+async def test_a_shell_cancelled_while_its_process_starts_is_stopped_at_once(
+    executors: Executors,
+) -> None:
+    """The stop lands while asyncio is still connecting the new process's pipes: the run
+    must not hang (asyncio cannot undo a half-made transport) nor leave its group behind."""
+    executor, done = executors(1)
+    marker = f"{60 + time.monotonic_ns() % 1000 / 1000:.3f}"  # a sleep only this run starts
+    j = job(f"shell:sleep {marker} & wait")._replace(cancel_grace_s=5.0)
+    executor.submit(j)
+    await asyncio.sleep(0)  # the run's task forks the shell, then waits for its pipes
+    assert executor.stop(j.id, j.lease_token, "ops")
+    await done.wait_for(1)
+    outcome = done.got[j.name]
+    assert outcome.status == "cancelled" and "abandoned" not in (outcome.error or "")
+    assert outcome.duration_s < 5.0
+    await asyncio.to_thread(wait_no_process_with, marker)
+
+
 async def test_a_shell_that_ignores_sigterm_is_killed_after_the_grace(
     executors: Executors, tmp_path: Path
 ) -> None:
@@ -213,6 +231,23 @@ def test_overlap_options_are_validated() -> None:
         with pytest.raises(InvalidInput) as caught:
             JobSpec.build("j", "@every 1m", "m:f", **kwargs)  # type: ignore[arg-type]
         assert caught.value.field == field
+
+
+def wait_no_process_with(text: str) -> None:
+    """Until no process's command line holds ``text`` (polled with a deadline)."""
+    deadline = time.monotonic() + 10
+    while True:
+        left = []
+        for proc in Path("/proc").glob("[0-9]*"):
+            try:
+                if text.encode() in (proc / "cmdline").read_bytes():
+                    left.append(proc.name)
+            except OSError:
+                continue  # gone meanwhile
+        if not left:
+            return
+        assert time.monotonic() < deadline, f"processes {left} still run"
+        time.sleep(0.02)
 
 
 def wait_gone(pid: int) -> None:
