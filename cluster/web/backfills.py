@@ -12,7 +12,7 @@ from cluster.errors import InvalidInput
 from cluster.models import iso
 from cluster.web.audit import record
 from cluster.web.auth import Reader, Writer
-from cluster.web.bodies import body_time, json_object
+from cluster.web.bodies import iso_time, json_object
 from cluster.web.state import state_of
 
 router = APIRouter(tags=["backfills"])
@@ -34,7 +34,7 @@ async def backfill(request: Request, tenant: str, name: str, who: Writer) -> dic
     unknown = sorted(set(body) - KEYS)
     if unknown:
         raise InvalidInput(unknown[0], "unknown key")
-    start, end = body_time(body.get("from"), "from"), body_time(body.get("to"), "to")
+    start, end = iso_time(body.get("from"), "from"), iso_time(body.get("to"), "to")
     max_parallel = body.get("max_parallel", 1)
     dry_run = _flag(body, "dry_run")
     async with state_of(request).pool.store(who.scope) as store, store.transaction():

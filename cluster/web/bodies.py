@@ -33,8 +33,9 @@ async def json_object(request: Request) -> dict[str, Any]:
     return data
 
 
-def body_time(value: object, field: str) -> datetime:
-    """An ISO 8601 time with its offset, as a body's ``field`` gives it."""
+def iso_time(value: object, field: str) -> datetime:
+    """An ISO 8601 time with its offset, from a body's or a query's ``field``; the CLI's
+    wording when it is not one."""
     if not isinstance(value, str):
         raise InvalidInput(field, "must be an ISO 8601 time")
     try:
@@ -42,7 +43,7 @@ def body_time(value: object, field: str) -> datetime:
     except ValueError as exc:
         raise InvalidInput(field, f"{value!r} is not an ISO 8601 time") from exc
     if found.tzinfo is None:
-        raise InvalidInput(field, "needs an offset (Z or +01:00)")
+        raise InvalidInput(field, "needs a UTC offset, e.g. 2026-01-01T00:00:00+00:00")
     return found
 
 

@@ -18,7 +18,7 @@ from cluster.jobspec import DEFAULT_TENANT, JobSpec
 from cluster.models import iso
 from cluster.web.audit import record
 from cluster.web.auth import Principal, Reader, Writer
-from cluster.web.bodies import body_time, decode_cursor, encode_cursor, json_body, json_object
+from cluster.web.bodies import decode_cursor, encode_cursor, iso_time, json_body, json_object
 from cluster.web.state import allow_list, state_of
 
 router = APIRouter(tags=["jobs"])
@@ -208,7 +208,7 @@ async def cancel_job(request: Request, tenant: str, name: str, who: Writer) -> l
     unknown = sorted(set(body) - {"slot", "all"})
     if unknown:
         raise InvalidInput(unknown[0], "unknown key")
-    slot = None if body.get("slot") is None else body_time(body["slot"], "slot")
+    slot = None if body.get("slot") is None else iso_time(body["slot"], "slot")
     every = body.get("all", False)
     if not isinstance(every, bool):
         raise InvalidInput("all", "must be true or false")

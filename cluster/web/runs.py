@@ -3,29 +3,18 @@ job with its output."""
 
 from __future__ import annotations
 
-from datetime import datetime
 from typing import Any
 
 from fastapi import APIRouter, Query, Request
 
 from cluster.errors import InvalidInput
 from cluster.web.auth import Reader
-from cluster.web.bodies import decode_cursor, encode_cursor
+from cluster.web.bodies import decode_cursor, encode_cursor, iso_time
 from cluster.web.state import state_of
 
 router = APIRouter(tags=["runs"])
 
 STATUSES = ("running", "succeeded", "failed", "timed_out", "skipped", "lost", "cancelled")
-
-
-def _time(value: str, field: str) -> datetime:
-    try:
-        parsed = datetime.fromisoformat(value)
-    except ValueError as exc:
-        raise InvalidInput(field, f"{value!r} is not an ISO 8601 time") from exc
-    if parsed.tzinfo is None:
-        raise InvalidInput(field, "needs a UTC offset, e.g. 2026-01-01T00:00:00+00:00")
-    return parsed
 
 
 @router.get("/api/runs")
@@ -42,13 +31,13 @@ async def list_runs(
     """A page of runs, newest slot first; attempts in flight are ``running``."""
     if status is not None and status not in STATUSES:
         raise InvalidInput("status", f"must be one of {', '.join(STATUSES)}")
-    since_at = _time(since, "since") if since is not None else None
+    since_at = iso_time(since, "since") if since is not None else None
     before = None
     if cursor is not None:
         at, run_id = decode_cursor(cursor, 2)
         if not isinstance(at, str) or not isinstance(run_id, int):
             raise InvalidInput("cursor", "not a cursor this API returned")
-        before = (_time(at, "cursor"), run_id)
+        before = (iso_time(at, "cursor"), run_id)
     async with state_of(request).pool.store(who.scope) as store:
         found = await store.pages.runs(
             tenant=tenant, job=job, status=status, since=since_at, before=before, limit=limit
@@ -71,7 +60,7 @@ async def show_run(
     slot: str | None = Query(None, description="The run of this slot [default: the latest]."),
 ) -> dict[str, Any]:
     """One run of the job with its output (``pulse runs show --json``)."""
-    at = _time(slot, "slot") if slot is not None else None
+    at = iso_time(slot, "slot") if slot is not None else None
     async with state_of(request).pool.store(who.scope) as store:
         found = await store.run(name, tenant, slot=at)
     return {**found.to_json(), "output": found.output_json()}
