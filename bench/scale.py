@@ -37,8 +37,9 @@ from bench.database import AConn
 from bench.results import Measure, ScenarioResult
 from bench.scale_live import run_live
 from bench.trial import Bench, Trial
-from cluster.store.queries import query
-from cluster.store.records import Completion, complete_params, int_array
+from cluster.store.queries import query, variant
+from cluster.store.records import Completion, complete_params
+from cluster.store.session import claim_params
 from ring import Ring
 
 # The due range starts this far after loading, so the idle phases have nothing due.
@@ -54,21 +55,12 @@ COMMIT_ALONE = b"UPDATE commit_floor SET n = n + 1"
 
 
 def _statement(system: str) -> bytes:
-    return query("claim") if system == "pulse" else bare.CLAIM.encode()
+    return variant("claim", "fair", False) if system == "pulse" else bare.CLAIM.encode()
 
 
 def _params(system: str, shards: list[int], limit: int, now: datetime) -> dict[str, Any]:
     if system == "pulse":
-        return {
-            "shards": int_array(shards),
-            "limit": limit,
-            "lease_s": LEASE_S,
-            "ahead_s": 0.0,
-            "fair": False,
-            "node_id": "pulse-1",
-            "zone": "a",
-            "now": now,
-        }
+        return claim_params(shards, limit, LEASE_S, "pulse-1", "a", now)
     return {"limit": limit, "name": "base-1", "now": now}
 
 

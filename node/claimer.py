@@ -9,7 +9,10 @@ nothing.
 
 While more is due than the node can run (its last claim took all it asked for), the claim
 takes jobs across tenants in turn, oldest first within each (fair fan-out, unless the node
-runs with ``--no-fairness``; docs/design/fairness.md).
+runs with ``--no-fairness``; docs/design/fairness.md). A claim that passed due jobs over
+(a tenant at its limit of concurrent runs) is followed at once by one across tenants, with
+or without fairness, so the jobs of a tenant at its limit never hide the others'; a place
+given back wakes the loop through NOTIFY.
 
 A claimed slot of an overlap ``allow`` job is handed to a flight (``Completer.spawn``) and
 runs once that is written; queued flights (retries, and those taken back from dead nodes)
@@ -79,6 +82,7 @@ class Claimer:
         self._flights_seen = False
         self._fairness = fairness
         self._full = False  # the last claim took all it asked for: more is due than it runs
+        self._held = False  # the last claim passed a due job over (a tenant at its limit)
 
     def flights_queued(self) -> None:
         """Flights may be due in held shards (taken back from a dead node): claim them soon."""
@@ -105,7 +109,9 @@ class Claimer:
         limit = min(free, MAX_CLAIM)
         started = time.monotonic()
         ahead_s = CLAIM_AHEAD_S + CLAIM_BATCH_S
-        fair = self._fairness and self._full
+        # A claim that passed jobs over reads across tenants next, even without fairness:
+        # else the oldest jobs of a tenant at its limit would hide the other tenants' jobs.
+        fair = (self._fairness and self._full) or self._held
         result = await self._session.claim(held, limit, self._lease_s, ahead_s=ahead_s, fair=fair)
         elapsed = time.monotonic() - started
         # db_now (the statement's start) is a lower bound of the database clock now; `elapsed`
@@ -118,9 +124,12 @@ class Claimer:
         for job in result.jobs:
             self._dispatch(job, now)
         self._full = len(result.jobs) >= limit
+        self._held = result.held
         self._pacing.set_catching_up(self._full)
         if self._full:
             return 0.0  # more may be due: claim again as soon as slots allow
+        if self._held and not fair:
+            return 0.0  # at once, across tenants: jobs behind those passed over may be due
         if self._executor.free > 0 and time.monotonic() >= self._flights_at:
             await self._claim_flights(now)
         delay = min(until_beat(self._poll_s), max(0.0, self._flights_at - time.monotonic()))

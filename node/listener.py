@@ -1,5 +1,6 @@
-"""The NOTIFY listener: wakes the claim loop when an admin write touches a held shard, and
-passes on requests to cancel a run (``cancel:<job id>:<lease token>:<who>``).
+"""The NOTIFY listener: wakes the claim loop when an admin write touches a held shard or a
+tenant at its limit gets a place back, and passes on requests to cancel a run
+(``cancel:<job id>:<lease token>:<who>``).
 
 It only makes things happen early: while it is down, jobs still fire on the claim loop's
 own schedule and lease renewal carries cancel requests, so its failures are retried with
@@ -19,6 +20,7 @@ from node.state import NodeState
 from ring.zones import PARKED_SHARD, space_of
 
 CANCEL_PREFIX = notify.CANCEL_PREFIX
+TENANT_PLACE_FREED = notify.TENANT_PLACE_FREED
 
 
 # Stop the run of (job id, lease token), asked by someone; with a slot, that flight of an
@@ -43,6 +45,9 @@ class WakeListener:
         """The payload names the shard whose job changed, or a run to cancel."""
         if payload.startswith(CANCEL_PREFIX):
             self._on_cancel(payload)
+            return
+        if payload == TENANT_PLACE_FREED:
+            self._state.wake.set()  # a tenant at its limit got a place back (migration 014)
             return
         try:
             shard = int(payload)

@@ -17,6 +17,7 @@ from cluster.cli import (
     runs,
     schedule,
     status,
+    tenants,
     tokens,
     up,
     web,
@@ -68,6 +69,7 @@ for command in (
     tokens.audit,
     web.web,
     backfills.backfills,
+    tenants.tenants,
 ):
     cli.add_command(command)
 jobs.jobs.add_command(backfills.backfill_job)

@@ -39,6 +39,7 @@ from cluster.store.pruning import PruneResult
 from cluster.store.queries import fetch_all, fetch_one, query
 from cluster.store.runcontrol import RunControl
 from cluster.store.specs import MAX_NOTE_LENGTH, check_params
+from cluster.store.tenants import Tenants
 
 
 class JobStore(Definitions, RunControl):
@@ -52,6 +53,7 @@ class JobStore(Definitions, RunControl):
         self._shards: int | None = None
         self.access = Access(conn)
         self.pages = Pages(conn, scope)
+        self.tenants = Tenants(conn)
 
     @asynccontextmanager
     async def transaction(self) -> AsyncIterator[None]:

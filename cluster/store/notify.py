@@ -1,6 +1,7 @@
 """LISTEN/NOTIFY wake-ups: admin writes notify the job's shard; claim loops listen. A
 request to cancel a run goes the same way, as ``cancel:<job id>:<lease token>:<slot>:<who>``
-(the slot, in microseconds since the epoch, only for a flight of an overlap ``allow`` job).
+(the slot, in microseconds since the epoch, only for a flight of an overlap ``allow`` job),
+and a tenant at its limit of concurrent runs getting a place back as ``tenant``.
 
 The listener uses its own connection (named ``<node id>/listen`` so it never counts as the
 node's lock session) and only wakes the claim loop early: losing it delays nothing beyond
@@ -23,6 +24,8 @@ from cluster.settings import ClusterSettings
 from cluster.store.connect import connect, describe
 
 CANCEL_PREFIX = "cancel:"
+# Sent by the place triggers of migration 014 when a tenant at its limit gets a place back.
+TENANT_PLACE_FREED = "tenant"
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _US = timedelta(microseconds=1)
 

@@ -298,11 +298,9 @@ WITH RECURSIVE clock AS (
     SELECT c.t, c.t + make_interval(secs => %(ahead_s)s) AS due
     FROM (SELECT coalesce(%(now)s::timestamptz, now()) AS t) AS c
 ),
--- Each held shard offers its oldest few due jobs (heads), one index probe per shard, so
--- the work never depends on what is due in other nodes' shards.
-quota AS (
-    SELECT ceil(%(limit)s::float8 / greatest(cardinality(%(shards)s::int[]), 1))::int + 1 AS n
-),
+-- Each held shard offers its oldest few due jobs (heads: %(quota)s, a little more than its
+-- even share of the limit), one index probe per shard, so the work never depends on what
+-- is due in other nodes' shards.
 heads AS (
     SELECT s.shard, c.id, c.next_run_at, c.ctid, c.tenant_id
     FROM unnest(%(shards)s::int[]) AS s(shard)
@@ -311,7 +309,7 @@ heads AS (
         WHERE j.shard_id = s.shard AND j.status = 'idle'
           AND j.next_run_at <= (SELECT due FROM clock)
         ORDER BY j.next_run_at
-        LIMIT (SELECT n FROM quota)
+        LIMIT %(quota)s
     ) AS c
 ),
 -- Only a shard whose whole quota came before the limit-th oldest head can hold more jobs
@@ -325,7 +323,7 @@ cutoff AS (
 deeper AS (
     SELECT c.id, c.next_run_at, c.ctid, c.tenant_id
     FROM (SELECT h.shard FROM heads h GROUP BY h.shard
-          HAVING count(*) >= (SELECT n FROM quota)
+          HAVING count(*) >= %(quota)s
              AND max(h.next_run_at) < (SELECT t FROM cutoff)) AS s
     CROSS JOIN LATERAL (
         SELECT j.id, j.next_run_at, j.ctid, j.tenant_id FROM jobs j
@@ -376,20 +374,23 @@ fair AS (
 ),
 -- Oldest first; fair: by turn (each tenant's oldest, then each one's second oldest, ...),
 -- then oldest first. Beyond its read turns a tenant is served from the oldest (heads).
+-- A tenant's turns beyond its free places (migration 014) are `held`, and come last. Ties
+-- (a fan-out's jobs share their due time) go by lot, so a claim smaller than the tenants
+-- due does not favour the same tenant every time.
 candidates AS (
-    SELECT u.id, u.next_run_at, u.ctid FROM (
+    SELECT u.id, u.next_run_at, u.ctid, u.turn > r.room IS TRUE AS held FROM (
         SELECT x.*, row_number() OVER (PARTITION BY x.tenant_id ORDER BY x.next_run_at) AS turn
         FROM (SELECT h.id, h.next_run_at, h.ctid, h.tenant_id FROM heads h
               UNION SELECT * FROM deeper UNION SELECT * FROM fair) AS x
-    ) AS u
-    ORDER BY CASE WHEN %(fair)s THEN u.turn END, u.next_run_at
+    ) AS u LEFT JOIN tenant_room r USING (tenant_id)
+    ORDER BY held, CASE WHEN %(fair)s THEN u.turn END, u.next_run_at, random()
     LIMIT %(limit)s
 ),
 -- Locked and updated by ctid. A row changed since this statement's snapshot is locked in
 -- a version the update cannot see: it is left for the next claim, never claimed twice.
 locked AS (
     SELECT j.ctid FROM jobs j JOIN candidates c ON j.ctid = c.ctid
-    WHERE j.status = 'idle' AND j.next_run_at <= (SELECT due FROM clock)
+    WHERE NOT c.held AND j.status = 'idle' AND j.next_run_at <= (SELECT due FROM clock)
       -- A regular slot of a job that is not `allow` waits while a backfill slot of it runs
       -- (migration 011): one probe of flights_pkey per candidate, none found as a rule.
       AND (j.overlap = 'allow' OR NOT EXISTS (
@@ -426,13 +427,16 @@ next_due AS (
         WHERE j.shard_id = s.shard AND j.status = 'idle'
           AND j.next_run_at > (SELECT due FROM clock)
           -- Not paused jobs:
-          AND j.next_run_at < '9999-01-01Z'::timestamptz
+          AND j.next_run_at < '9999-01-01Z'
         ORDER BY j.next_run_at
         LIMIT 1
     ) AS x
     WHERE (SELECT count(*) FROM locked) < %(limit)s
 )
-SELECT k.t AS db_now, (SELECT t FROM next_due) AS next_due, c.*
+-- held: a due job was passed over (a tenant's limit, a row locked by another claim or a
+-- tenant's place refused by tenant_take), for the claim loop's next claim to go fair.
+SELECT k.t AS db_now, (SELECT t FROM next_due) AS next_due,
+       (SELECT count(*) FROM candidates) > (SELECT count(*) FROM claimed) AS held, c.*
 FROM clock k LEFT JOIN claimed c ON true
 ORDER BY c.slot_at;
 
@@ -777,6 +781,10 @@ picked AS (
         SELECT f.ctid FROM flights f
         WHERE f.shard_id = s.shard AND f.status = 'queued'
           AND f.due_at <= (SELECT t FROM clock)
+          -- A flight of a tenant at its limit is passed over, so it never hides the flights
+          -- of other tenants (migration 014; the place trigger has the last word).
+          AND (f.limit_tenant IS NULL OR EXISTS (
+              SELECT 1 FROM tenant_room r WHERE r.tenant_id = f.limit_tenant AND r.room > 0))
           -- A backfill slot of a job that is not `allow` waits while its regular slot runs.
           AND (f.origin IS DISTINCT FROM 'backfill' OR NOT EXISTS (
               SELECT 1 FROM jobs x
@@ -1735,3 +1743,54 @@ UPDATE backfills b SET
 FROM clock k
 WHERE b.id = %(id)s
 RETURNING (SELECT count(*) FROM queued)::int AS queued, b.status;
+
+-- name: tenant_limit_lock
+-- Setting or clearing a tenant's limit marks its rows under this lock; inserts of its jobs
+-- and flights wait for it (migration 014).
+SELECT pg_advisory_xact_lock(tenant_lock_key(%(tenant_id)s));
+
+-- name: tenant_limit_upsert
+-- The tenant's limit, its row locked for the rest of the transaction: no claim takes one of
+-- its places meanwhile (tenant_take skips a locked row).
+INSERT INTO tenant_limits AS l (tenant_id, max_concurrent) VALUES (%(tenant_id)s, %(max)s)
+ON CONFLICT (tenant_id) DO UPDATE SET max_concurrent = excluded.max_concurrent,
+    updated_at = now();
+
+-- name: tenant_mark
+-- Marks (or unmarks) the tenant's jobs and flights for the place triggers of migration 014.
+WITH marked AS (
+    UPDATE jobs j SET limited = %(limited)s
+    WHERE j.tenant_id = %(tenant_id)s AND j.limited <> %(limited)s
+)
+UPDATE flights f SET limit_tenant = CASE WHEN %(limited)s THEN j.tenant_id END
+FROM jobs j
+WHERE j.id = f.job_id AND j.tenant_id = %(tenant_id)s
+  AND f.limit_tenant IS DISTINCT FROM (CASE WHEN %(limited)s THEN j.tenant_id END);
+
+-- name: tenant_recount
+-- The places in use, counted from the rows themselves, the journal as of the same snapshot
+-- folded away: exact, as the caller holds the limits row and every row of the tenant.
+WITH gone AS (
+    DELETE FROM tenant_moves m WHERE m.tenant_id = %(tenant_id)s
+)
+UPDATE tenant_limits l SET taken =
+    (SELECT count(*) FROM jobs j
+     WHERE j.tenant_id = l.tenant_id AND j.status = 'running' AND j.limited)
+  + (SELECT count(*) FROM flights f
+     WHERE f.limit_tenant = l.tenant_id AND f.status = 'running')
+WHERE l.tenant_id = %(tenant_id)s
+RETURNING l.tenant_id, l.max_concurrent, l.taken AS running, l.updated_at;
+
+-- name: tenant_limit_remove
+WITH gone AS (
+    DELETE FROM tenant_moves m WHERE m.tenant_id = %(tenant_id)s
+)
+DELETE FROM tenant_limits l WHERE l.tenant_id = %(tenant_id)s
+RETURNING l.tenant_id;
+
+-- name: tenant_limits
+-- Every limit with the places in use now (max - room).
+SELECT l.tenant_id, l.max_concurrent, l.max_concurrent - r.room AS running, l.updated_at
+FROM tenant_limits l JOIN tenant_room r USING (tenant_id)
+WHERE %(tenant_id)s::text IS NULL OR l.tenant_id = %(tenant_id)s
+ORDER BY l.tenant_id;

@@ -113,6 +113,7 @@ class ClaimResult:
     db_now: datetime
     next_due: datetime | None
     jobs: list[ClaimedJob]
+    held: bool = False
 
 
 class Completion(NamedTuple):

@@ -45,6 +45,30 @@ class SessionLost(StoreError):
     """The lock session is gone (or cannot be trusted): every shard lock with it."""
 
 
+def claim_params(
+    shards: Collection[int],
+    limit: int,
+    lease_s: float,
+    node_id: str,
+    zone: str | None,
+    now: datetime | None = None,
+    ahead_s: float = 0.0,
+) -> dict[str, Any]:
+    """The parameters of the ``claim`` statement (its ``fair`` flag is written into the
+    text: ``queries.variant``)."""
+    return {
+        "shards": int_array(shards),
+        "limit": limit,
+        # Each shard's heads: a little more than its even share of the claim.
+        "quota": -(-limit // max(len(shards), 1)) + 1,
+        "lease_s": lease_s,
+        "ahead_s": ahead_s,
+        "node_id": node_id,
+        "zone": zone,
+        "now": now,
+    }
+
+
 class LockSession(FlightStatements, CompletionStatements):
     def __init__(
         self,
@@ -259,22 +283,15 @@ class LockSession(FlightStatements, CompletionStatements):
         fair: bool = False,
     ) -> ClaimResult:
         """Claim jobs due by ``now + ahead_s``, oldest first, or across tenants in turn when
-        ``fair``; ``next_due`` is the first due after that."""
+        ``fair``; ``next_due`` is the first due after that, ``held`` whether a due job was
+        passed over (a tenant at its limit, or a row another claim holds)."""
         rows = await self._run(
             "claim",
-            {
-                "shards": int_array(shards),
-                "limit": limit,
-                "lease_s": lease_s,
-                "ahead_s": ahead_s,
-                "node_id": self.node_id,
-                "zone": self.zone,
-                "now": now,
-            },
+            claim_params(shards, limit, lease_s, self.node_id, self.zone, now, ahead_s),
             text=variant("claim", "fair", fair),
         )
-        # Rows are (db_now, next_due, *the ClaimedJob fields in order).
-        return ClaimResult(rows[0][0], rows[0][1], claimed_jobs(rows, 2))
+        # Rows are (db_now, next_due, held, *the ClaimedJob fields in order).
+        return ClaimResult(rows[0][0], rows[0][1], claimed_jobs(rows, 3), rows[0][2])
 
     async def renew(
         self, leases: Sequence[tuple[UUID, int]], lease_s: float, now: datetime | None = None

@@ -20,7 +20,7 @@ from cluster.store.jobs import JobStore
 from tests.e2e.fleet import Fleet
 from tests.nodeprocs import init_cluster, wait_until
 
-pytestmark = [pytest.mark.e2e, pytest.mark.timeout(90)]
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(120)]
 WITNESS = "cluster.chaos.witness:record"
 US = timedelta(microseconds=1)
 EARLY_S = 0.05  # the node's and the test's clocks are the same host's; rounding only
@@ -135,3 +135,64 @@ def test_a_backfill_survives_its_node_and_then_a_restart_of_the_whole_cluster(
     assert [r["scheduled_for"] for r in runs] == slots
     assert {(r["status"], r["origin"]) for r in runs} == {("succeeded", "backfill")}
     assert {e.slot for e in fleet.executions() if e.slot < hour} == set(slots)
+
+
+def test_a_tenant_limit_holds_across_nodes_through_a_kill_and_hides_no_other_tenant(
+    settings: ClusterSettings, fleet: Fleet
+) -> None:
+    specs = [
+        JobSpec.build(f"{tenant}-{i}", "@every 1h", WITNESS, tenant=tenant, retries=2,
+                      payload={"sleep_s": sleep_s})
+        for tenant, count, sleep_s in (("big", 8, 1.5), ("small", 3, 0.1))
+        for i in range(count)
+    ]  # fmt: skip
+
+    async def setup() -> None:
+        async with JobStore.open(settings) as store:
+            await store.init(16)
+            await store.apply(specs)
+            await store.tenants.set_limit("big", 2)
+            for spec in specs:
+                await store.trigger(spec.name, spec.tenant)
+
+    asyncio.run(setup())
+    fleet.start("n1", "a")
+    fleet.start("n2", "b")
+    started = wait_until(
+        lambda: [e for e in fleet.executions() if e.tenant == "big"] or None, 30, "a big run"
+    )
+    fleet.node(started[0].node).signal(signal.SIGKILL)  # its places come back on recovery
+
+    peak_in_flight = 0
+
+    def all_succeeded() -> list[dict[str, object]] | None:
+        nonlocal peak_in_flight
+        (row,) = fleet.sql(
+            "SELECT count(*) AS n FROM jobs WHERE tenant_id = 'big' AND status = 'running'"
+        )
+        peak_in_flight = max(peak_in_flight, row["n"])
+        rows = fleet.sql("SELECT * FROM runs")
+        done = {r["job_name"] for r in rows if r["status"] == "succeeded"}
+        return rows if done == {s.name for s in specs} else None
+
+    runs = wait_until(all_succeeded, 60, "every job to succeed")
+    assert peak_in_flight <= 2
+    big = [r for r in runs if r["tenant_id"] == "big"]
+    assert any(r["attempt"] > 1 for r in big), "the kill cost no big run: nothing shown"
+    # Never more than 2 of big's runs at once over both nodes: the runs that ended (a run
+    # row holds its slot's last attempt).
+    edges = sorted(
+        [(r["started_at"], 1) for r in big] + [(r["finished_at"], -1) for r in big],
+        key=lambda e: (e[0], e[1]),
+    )
+    at_once = peak = 0
+    for _, step in edges:
+        at_once += step
+        peak = max(peak, at_once)
+    assert peak <= 2, big
+    # The small tenant's runs started before big's third: that needed a place given back.
+    starts = sorted((e.at, e.tenant) for e in fleet.executions())
+    third_big = [at for at, tenant in starts if tenant == "big"][2]
+    assert all(at < third_big for at, tenant in starts if tenant == "small"), starts
+    # Every place came back.
+    assert fleet.sql("SELECT room FROM tenant_room") == [{"room": 2}]

@@ -23,9 +23,10 @@ import pytest
 from psycopg import sql
 
 from cluster.settings import ClusterSettings
+from cluster.store import session
 from cluster.store.connect import Conn, connect
 from cluster.store.jobs import JobStore
-from cluster.store.queries import query
+from cluster.store.queries import variant
 from ring import Ring
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
@@ -86,16 +87,7 @@ def held_shards() -> list[int]:
 
 
 def claim_params(shards: list[int], limit: int = LIMIT) -> dict[str, Any]:
-    return {
-        "shards": shards,
-        "limit": limit,
-        "lease_s": 30.0,
-        "ahead_s": 0.0,
-        "fair": False,
-        "node_id": "n1",
-        "zone": "z",
-        "now": T0,
-    }
+    return session.claim_params(shards, limit, 30.0, "n1", "z", T0)
 
 
 def walk(node: dict[str, Any], parents: tuple[dict[str, Any], ...] = ()) -> Iterator[Any]:
@@ -108,7 +100,7 @@ async def explain(conn: Conn, params: dict[str, Any]) -> dict[str, Any]:
     """EXPLAIN ANALYZE the claim (it runs, so it is rolled back)."""
     async with conn.transaction(force_rollback=True):
         cur = await conn.execute(
-            b"EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) " + query("claim"), params
+            b"EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) " + variant("claim", "fair", False), params
         )
         row = await cur.fetchone()
     assert row is not None
@@ -190,7 +182,7 @@ async def test_claim_reads_nothing_of_other_nodes_backlog(big: Conn) -> None:
             {"t": at(600), "held": held},
         )
         plan = await explain(big, claim_params(held))
-        cur = await big.execute(query("claim"), claim_params(held))
+        cur = await big.execute(variant("claim", "fair", False), claim_params(held))
         rows = await cur.fetchall()
     assert_per_shard_plan(plan)
     # One probe of the due index per held shard, and one for its next due time.
@@ -208,7 +200,7 @@ async def test_claim_takes_exactly_the_oldest_due_jobs(big: Conn) -> None:
             (T0, held, LIMIT),
         )
         expected = [r["next_run_at"] for r in await cur.fetchall()]
-        cur = await big.execute(query("claim"), params)
+        cur = await big.execute(variant("claim", "fair", False), params)
         claimed = [r for r in await cur.fetchall() if r["id"] is not None]
     assert len(claimed) == LIMIT
     assert {r["shard_id"] for r in claimed} <= set(held)
@@ -230,7 +222,9 @@ async def test_claim_timing_at_scale(big: Conn) -> None:
         for _ in range(9):
             async with big.transaction(force_rollback=True):
                 started = time.perf_counter()
-                cur = await big.execute(query("claim"), {**claim_params(shards, limit), "now": now})
+                cur = await big.execute(
+                    variant("claim", "fair", False), {**claim_params(shards, limit), "now": now}
+                )
                 got = [r for r in await cur.fetchall() if r["id"] is not None]
                 samples.append((time.perf_counter() - started) * 1000)
             assert len(got) == (0 if now < T0 else limit)
@@ -271,7 +265,7 @@ async def test_claim_is_exact_oldest_first_under_skew_and_ties(
                 (T0, shards, limit),
             )
             expected = [r["next_run_at"] for r in await cur.fetchall()]
-            cur = await conn.execute(query("claim"), claim_params(shards, limit))
+            cur = await conn.execute(variant("claim", "fair", False), claim_params(shards, limit))
             claimed = [r for r in await cur.fetchall() if r["id"] is not None]
             assert {r["shard_id"] for r in claimed} <= set(shards)
             assert sorted(r["next_run_at"] for r in claimed) == expected, (shards, limit)

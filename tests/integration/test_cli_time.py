@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 from datetime import UTC, datetime, timedelta
 
+import psycopg
 import pytest
 
 from cluster.jitter import jittered
@@ -124,3 +125,52 @@ def test_backfill_commands(initialised: Invoke) -> None:
         initialised("jobs", "backfill", "r", *span, "--max-parallel", "0"), "max_parallel"
     )
     assert len(json.loads(initialised("backfills", "list", "--json").stdout)) == 1
+
+
+def tenant_limits(settings: ClusterSettings) -> list[tuple[object, ...]]:
+    with psycopg.connect(settings.database_url, autocommit=True) as conn:
+        return conn.execute(
+            f"SELECT tenant_id, max_concurrent FROM {settings.schema}.tenant_limits"
+        ).fetchall()
+
+
+def test_tenant_limits_are_set_listed_and_lifted(
+    initialised: Invoke, settings: ClusterSettings
+) -> None:
+    add = initialised("jobs", "add", "r", "--schedule", "@hourly", "--handler", H,
+                      "--tenant", "acme")  # fmt: skip
+    assert add.exit_code == 0, add.stderr
+    done = initialised("tenants", "set", "acme", "--max-concurrent", "3")
+    assert done.exit_code == 0, done.stderr
+    assert done.stdout.strip() == "tenant acme: at most 3 at once (0 running)"
+    assert initialised("tenants", "set", "acme", "--max-concurrent", "5").exit_code == 0
+    listed = json.loads(initialised("tenants", "list", "--json").stdout)
+    assert [(x["tenant"], x["max_concurrent"], x["running"]) for x in listed] == [("acme", 5, 0)]
+    text = initialised("tenants", "list").stdout.splitlines()
+    assert text[0].split()[:2] == ["TENANT", "MAX"] and text[1].split()[:3] == ["acme", "5", "0"]
+    # Its jobs, and those added later, count against it.
+    assert [r[0] for r in jobs_limited(settings)] == [True]
+    assert initialised("tenants", "clear", "acme").exit_code == 0
+    assert tenant_limits(settings) == [] and [r[0] for r in jobs_limited(settings)] == [False]
+    assert initialised("tenants", "list").stdout.strip() == "no tenant limits"
+
+
+def jobs_limited(settings: ClusterSettings) -> list[tuple[object, ...]]:
+    with psycopg.connect(settings.database_url, autocommit=True) as conn:
+        return conn.execute(f"SELECT limited FROM {settings.schema}.jobs").fetchall()
+
+
+@pytest.mark.parametrize("value", ["0", "-2", "1000001"])
+def test_a_tenant_limit_below_one_or_too_large_is_refused(
+    initialised: Invoke, settings: ClusterSettings, value: str
+) -> None:
+    result = initialised("tenants", "set", "acme", "--max-concurrent", value)
+    assert_bad_input(result, "max_concurrent")
+    assert tenant_limits(settings) == []
+
+
+def test_lifting_a_limit_a_tenant_does_not_have_is_refused(initialised: Invoke) -> None:
+    assert_bad_input(initialised("tenants", "clear", "nobody"), "tenant")
+    result = initialised("tenants", "set", "acme", "--max-concurrent", "many")
+    assert result.exit_code == 2
+    assert_one_line_error(result.stderr, "--max-concurrent")

@@ -200,6 +200,7 @@ EXPECTED_TABLES = {
     "meta", "schema_version", "jobs", "runs", "config", "alert_rules", "alert_events",
     "alert_deliveries", "flights", "api_tokens", "api_audit", "backfills",
     "zone_spaces",  # migration 012
+    "tenant_limits", "tenant_moves",  # migration 014
 }  # fmt: skip
 
 # pg_indexes.indexdef with the schema name replaced by "S".
@@ -264,6 +265,13 @@ EXPECTED_INDEXES = {
     # migration 013: fair fan-out's loose scan of the tenants of a shard
     "jobs_tenant_due": "CREATE INDEX jobs_tenant_due ON S.jobs USING btree "
     "(shard_id, tenant_id, next_run_at)",
+    # migration 014: per-tenant limits
+    "tenant_limits_pkey": (
+        "CREATE UNIQUE INDEX tenant_limits_pkey ON S.tenant_limits USING btree (tenant_id)"
+    ),
+    "tenant_moves_by_tenant": (
+        "CREATE INDEX tenant_moves_by_tenant ON S.tenant_moves USING btree (tenant_id)"
+    ),
     "zone_spaces_zones_key": (
         "CREATE UNIQUE INDEX zone_spaces_zones_key ON S.zone_spaces USING btree (zones)"
     ),
@@ -298,6 +306,7 @@ EXPECTED_CONSTRAINTS = {
     ),
     ("flights", "PRIMARY KEY (job_id, slot)"),
     ("flights", "FOREIGN KEY (job_id) REFERENCES S.jobs(id) ON DELETE CASCADE"),
+    ("tenant_limits", "PRIMARY KEY (tenant_id)"),
     ("api_tokens", "PRIMARY KEY (name)"),
     ("api_tokens", "UNIQUE (hash)"),
     ("api_audit", "PRIMARY KEY (id)"),
@@ -342,6 +351,17 @@ EXPECTED_FUNCTIONS = {
         " a_slot timestamp with time zone, a_attempt integer, a_node_id text, a_zone text,"
         " a_error text, a_detail text",
     ),
+    # migration 014: places of tenants with a limit
+    ("tenant_lock_key", "tenant text"),
+    ("tenant_take", "tenant text"),
+    ("tenant_free", "tenant text"),
+    ("tenant_mark_job", ""),
+    ("tenant_mark_flight", ""),
+    ("tenant_flight_born", ""),
+    ("tenant_job_status", ""),
+    ("tenant_flight_status", ""),
+    ("tenant_job_deleted", ""),
+    ("tenant_flight_deleted", ""),
 }
 
 JOB_COLUMNS = {
@@ -354,6 +374,7 @@ JOB_COLUMNS = {
     "max_concurrent", "cancel_grace_s", "cancel_by",
     "zones", "each_zone", "parent_id",  # migration 012
     "jitter_s", "remove_when_done", "slot_origin",  # migration 011
+    "limited",  # migration 014
 }  # fmt: skip
 RUN_COLUMNS = {
     "id", "job_id", "tenant_id", "job_name", "scheduled_for", "attempt", "node_id", "zone",
@@ -394,7 +415,17 @@ async def test_migrations_produce_the_expected_schema(settings: ClusterSettings)
         " action_orientation FROM information_schema.triggers WHERE trigger_schema = %s",
         (schema,),
     )
-    assert set(triggers) == {("jobs", "jobs_forget_runs", "AFTER", "DELETE", "STATEMENT")}
+    assert set(triggers) == {
+        ("jobs", "jobs_forget_runs", "AFTER", "DELETE", "STATEMENT"),
+        # migration 014: a tenant's places, kept by the rows of tenants with a limit
+        ("jobs", "tenant_mark", "BEFORE", "INSERT", "ROW"),
+        ("jobs", "tenant_place", "BEFORE", "UPDATE", "ROW"),
+        ("jobs", "tenant_place_deleted", "AFTER", "DELETE", "ROW"),
+        ("flights", "tenant_mark", "BEFORE", "INSERT", "ROW"),
+        ("flights", "tenant_place_born", "AFTER", "INSERT", "ROW"),
+        ("flights", "tenant_place", "BEFORE", "UPDATE", "ROW"),
+        ("flights", "tenant_place_deleted", "AFTER", "DELETE", "ROW"),
+    }
 
     functions = fetch(
         settings,

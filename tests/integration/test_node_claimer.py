@@ -53,7 +53,7 @@ class Loop:
 
 @contextlib.asynccontextmanager
 async def claim_loop(
-    settings: ClusterSettings, witness: Path, concurrency: int = 64
+    settings: ClusterSettings, witness: Path, concurrency: int = 64, fairness: bool = True
 ) -> AsyncIterator[Loop]:
     """One node's claim loop, completer and executor over every shard. The poll interval
     is far longer than a test: only due times wake the loop."""
@@ -67,7 +67,7 @@ async def claim_loop(
     executor = Executor(concurrency, "n1", "z", completer.run_done)
     claimer = Claimer(
         state, session, executor, completer, clock, stats, pacing,
-        poll_interval_s=60.0, lease_s=30.0, trust_margin_s=2.0,
+        poll_interval_s=60.0, lease_s=30.0, trust_margin_s=2.0, fairness=fairness,
     )  # fmt: skip
     stop = asyncio.Event()
     tasks = [asyncio.create_task(claimer.run(stop)), asyncio.create_task(completer.run(stop))]
@@ -133,7 +133,19 @@ async def test_with_more_due_than_it_runs_the_loop_takes_the_tenants_in_turn(
     monkeypatch.setenv("PULSE_WITNESS_FILE", str(witness))
     # All due at the same moment: 40 jobs of one tenant, created first (so first among
     # equals in the due index), then 3 of another; 4 execution slots.
-    for tenant, count in (("big", 40), ("small", 3)):
+    await all_due(store, settings, {"big": 40, "small": 3})
+    async with claim_loop(settings, witness, concurrency=4) as loop:
+        await loop.wait_for_runs(24)
+    # The first claim is full, so the next ones are fair: the small tenant gets a turn in
+    # each (in a claim of one slot, the tenants' tied turns go by lot), and all of its jobs
+    # start among the first 24 of 43 (oldest first: among the last 3).
+    first = [r["tenant"] for r in loop.records()[:24]]
+    assert first.count("small") == 3, first
+
+
+async def all_due(store: JobStore, settings: ClusterSettings, counts: dict[str, int]) -> None:
+    """``counts`` jobs per tenant, made in that order and all due now (50 ms runs)."""
+    for tenant, count in counts.items():
         for i in range(count):
             spec = JobSpec.build(
                 f"{tenant}-{i:02d}", "@every 1h", "cluster.chaos.witness:record",
@@ -145,9 +157,18 @@ async def test_with_more_due_than_it_runs_the_loop_takes_the_tenants_in_turn(
         await conn.execute("UPDATE jobs SET next_run_at = now(), slot_at = now()")
     finally:
         await conn.close()
-    async with claim_loop(settings, witness, concurrency=4) as loop:
-        await loop.wait_for_runs(12)
-    # The first claim is full, so the next ones are fair: the small tenant gets a turn in
-    # each, and all of its jobs start within the first three claims.
-    first = [r["tenant"] for r in loop.records()[:12]]
+
+
+async def test_a_tenant_at_its_limit_holds_back_no_other_even_without_fairness(
+    store: JobStore, settings: ClusterSettings, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    witness = tmp_path / "witness.jsonl"
+    monkeypatch.setenv("PULSE_WITNESS_FILE", str(witness))
+    await all_due(store, settings, {"big": 40, "small": 3})
+    await store.tenants.set_limit("big", 2)
+    async with claim_loop(settings, witness, concurrency=8, fairness=False) as loop:
+        await loop.wait_for_runs(9)
+    # Oldest first, the first claim finds only the big tenant's jobs, takes its 2 places
+    # and passes the rest over; the next claim reads across tenants.
+    first = [r["tenant"] for r in loop.records()[:5]]
     assert first.count("small") == 3, first

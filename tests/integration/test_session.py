@@ -29,7 +29,7 @@ from cluster.store.connect import Conn, connect
 from cluster.store.jobs import JobStore
 from cluster.store.queries import query, variant
 from cluster.store.records import ClaimedJob, Completion
-from cluster.store.session import LockSession, SessionLost
+from cluster.store.session import LockSession, SessionLost, claim_params
 from node.handlers import Outcome
 from node.outcomes import after_run
 from tests.conftest import ADMIN_URL, Opener
@@ -275,17 +275,16 @@ async def test_the_claim_returns_the_claimed_job_fields_in_order(
     await a.try_lock(ALL)
     conn = await connect(a.settings, "observer")
     try:
-        params = {"shards": ALL, "limit": 10, "lease_s": 30.0, "ahead_s": 0.0, "fair": False}
-        params |= {"node_id": "node-x", "zone": "z", "now": at(60)}
+        params = claim_params(ALL, 10, 30.0, "node-x", "z", at(60))
         async with conn.transaction(force_rollback=True):
-            cur = await conn.execute(query("claim"), params)
+            cur = await conn.execute(variant("claim", "fair", False), params)
             assert cur.description is not None
             names = [c.name for c in cur.description]
     finally:
         await conn.close()
     renamed = {"tenant_id": "tenant", "shard_id": "shard", "slot_at": "slot", "next_run_at": "due"}
-    assert names[:2] == ["db_now", "next_due"]
-    assert [renamed.get(n, n) for n in names[2:]] == list(ClaimedJob._fields)
+    assert names[:3] == ["db_now", "next_due", "held"]
+    assert [renamed.get(n, n) for n in names[3:]] == list(ClaimedJob._fields)
 
 
 async def test_the_claim_returns_an_empty_payload_as_none_and_others_parsed(
@@ -323,17 +322,9 @@ async def test_two_sessions_on_different_shards_never_claim_the_same_job(
 
 
 async def _claim_in_transaction(conn: Conn, shards: list[int], limit: int) -> list[UUID]:
-    params = {
-        "shards": shards,
-        "limit": limit,
-        "lease_s": 30.0,
-        "ahead_s": 0.0,
-        "fair": False,
-        "node_id": str(conn.info.parameter_status("application_name")),
-        "zone": "z",
-        "now": at(60),
-    }
-    cur = await conn.execute(query("claim"), params)
+    node_id = str(conn.info.parameter_status("application_name"))
+    params = claim_params(shards, limit, 30.0, node_id, "z", at(60))
+    cur = await conn.execute(variant("claim", "fair", False), params)
     return [row["id"] for row in await cur.fetchall() if row["id"] is not None]
 
 
