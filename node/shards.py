@@ -5,6 +5,8 @@ session has been missing for longer than a short grace is treated as dead even w
 heartbeat lives, so a killed node's shards move within seconds, not after the heartbeat
 TTL. Lost shards are unlocked, gained ones locked (a shard still locked by its previous
 owner is retried until free), and every gained shard is recovered before it is claimed.
+A new session of a running node first takes back what the lost one may have claimed
+without the node hearing of it (``Recovery.take_back_untracked``).
 """
 
 from __future__ import annotations
@@ -37,7 +39,10 @@ class ShardKeeper:
         recover: Callable[[frozenset[int]], Awaitable[int]],
         *,
         expected_shards: int | None,
+        take_back: Callable[[], Awaitable[int]] | None = None,
     ) -> None:
+        self._take_back = take_back
+        self._take_back_due = False  # a session was lost: its answers may have been too
         self._state = state
         self._session = session
         self._stats = stats
@@ -52,6 +57,7 @@ class ShardKeeper:
         state = self._state
         self._stats.locks_lost += state.session_untrusted()
         state.reconnect = False
+        self._take_back_due = self._take_back is not None
         state.shard_count = await self._session.open(self._expected or state.shard_count)
         logger.info("lock session connected", extra={"event": "session_connected"})
 
@@ -79,6 +85,9 @@ class ShardKeeper:
         state = self._state
         if state.reconnect or not self._session.connected:
             await self.reconnect()
+        if self._take_back_due and self._take_back is not None:
+            await self._take_back()  # retried on the next pass if it fails
+            self._take_back_due = False
         if not state.members_known or not state.claiming:
             return RETRY_MISSING_S
         alive = await self.members_alive()

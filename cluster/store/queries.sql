@@ -608,6 +608,18 @@ freed AS (
 )
 SELECT id FROM freed;
 
+-- name: held_runs
+-- Every job and flight running under this node id, with its lease token (slot NULL: a
+-- job's claim). After its lock session was lost, a node compares them with the runs it
+-- tracks: a claim whose answer was lost with the session ran, and left its row running
+-- under the node with nobody to run it (node/recovery.py, test_lost_answers.py). Read
+-- after a reconnect only, so no index serves it.
+SELECT j.id, NULL::timestamptz AS slot, j.lease_token FROM jobs j
+WHERE j.status = 'running' AND j.locked_by = %(node_id)s
+UNION ALL
+SELECT f.job_id, f.slot, f.lease_token FROM flights f
+WHERE f.status = 'running' AND f.locked_by = %(node_id)s;
+
 -- name: recover
 -- Takes back the slots of runs whose owner is dead (neither live nor connected) or whose
 -- lease expired; with %(own)s, those this node id left running before a restart. Each is

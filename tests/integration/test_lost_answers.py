@@ -1,0 +1,112 @@
+"""A statement that ran while its answer was lost with the lock session leaves nothing behind.
+
+The node reaches Postgres through a chaos proxy that stalls the moment the answer of the
+claim of one job passes through it, as a network that drops packets silently would: the
+claim ran, the row is running under the node, and the node never hears of it. The node
+gives up on its session, reconnects once the stall ends, and is alive all along, so
+neither its own recovery of dead owners nor anyone else's applies to the row. It must
+still take the slot back at once rather than leave it running until its lease expires.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import replace
+
+import pytest
+
+from cluster.chaos.fleet import endpoint, via_proxy
+from cluster.chaos.proxy import Proxy
+from cluster.jobspec import JobSpec
+from cluster.settings import ClusterSettings, NodeSettings
+from cluster.store.jobs import JobStore
+from node.runtime import Node
+
+pytestmark = pytest.mark.timeout(60)
+
+MARKER = "answer-lost-marker"
+LEASE_S = 30.0
+
+
+async def until(probe: Callable[[], bool | Awaitable[bool]], what: str, timeout_s: float) -> None:
+    """Poll ``probe`` (a check, or a query) on the node's loop until a deadline."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout_s
+    while loop.time() < deadline:
+        found = probe()
+        if await found if inspect.isawaitable(found) else found:
+            return
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"timed out after {timeout_s}s waiting for {what}")
+
+
+class Events(logging.Handler):
+    """The ``event`` of every log record of the node."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.seen: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.seen.append(str(getattr(record, "event", "")))
+
+
+@pytest.fixture
+async def proxy(settings: ClusterSettings) -> AsyncIterator[Proxy]:
+    found = Proxy("postgres", endpoint(settings.database_url, 5432))
+    await found.start()
+    try:
+        yield found
+    finally:
+        await found.close()
+
+
+async def test_a_claim_whose_answer_was_lost_is_taken_back_when_the_session_returns(
+    store: JobStore, settings: ClusterSettings, proxy: Proxy
+) -> None:
+    events = Events()
+    logging.getLogger().addHandler(events)
+    node = Node(
+        replace(settings, database_url=via_proxy(settings.database_url, proxy.port)),
+        NodeSettings(
+            node_id="n1",
+            session_timeout_s=4.0,
+            statement_timeout_s=2.0,  # the node gives up on an answer after 3 s
+            lease_s=LEASE_S,
+            drain_timeout_s=1.0,
+        ),
+    )
+    task = asyncio.create_task(node.run(signals=False))
+    try:
+        await until(
+            lambda: node.state is not None and len(node.state.held) == 16,
+            "the node to hold every shard",
+            20,
+        )
+        proxy.stall_on(MARKER.encode())
+        await store.add(JobSpec.build("lost", "@every 2s", "shell:true", payload={"m": MARKER}))
+        await asyncio.wait_for(proxy.tripped.wait(), 10)
+        job = await store.get("lost")
+        assert (job.status, job.locked_by) == ("running", "n1"), "the claim did not apply"
+        slot, token = job.slot_at, job.lease_token
+
+        # The node has given up on the answer (and on its session) before the network heals.
+        await until(lambda: "session_lost" in events.seen, "the session to be lost", 10)
+        proxy.restore()
+
+        async def slot_ran() -> bool:
+            runs = await store.runs(job="lost")
+            return any(r.scheduled_for == slot and r.status == "succeeded" for r in runs)
+
+        # Well within the lease: before, the row stayed running under token `token` until
+        # the lease expired and recovery took it back.
+        await until(slot_ran, f"slot {slot} (claimed under token {token}) to run", 10)
+        runs = {r.scheduled_for: r for r in await store.runs(job="lost")}
+        assert runs[slot].attempt == 2, runs[slot]  # the lost claim counts as a lost attempt
+    finally:
+        logging.getLogger().removeHandler(events)
+        node.stop.set()
+        await asyncio.wait_for(task, 20)
