@@ -6,6 +6,9 @@ claim ran, the row is running under the node, and the node never hears of it. Th
 gives up on its session, reconnects once the stall ends, and is alive all along, so
 neither its own recovery of dead owners nor anyone else's applies to the row. It must
 still take the slot back at once rather than leave it running until its lease expires.
+
+What it takes back is only what none of its runs holds: a run in flight, a completion not
+written yet, a claim being handed to a flight keep their rows.
 """
 
 from __future__ import annotations
@@ -23,7 +26,13 @@ from cluster.chaos.proxy import Proxy
 from cluster.jobspec import JobSpec
 from cluster.settings import ClusterSettings, NodeSettings
 from cluster.store.jobs import JobStore
+from node.recovery import Recovery
 from node.runtime import Node
+from node.state import NodeState
+from node.stats import Stats
+from tests.conftest import Opener
+from tests.integration.test_flights import HANDLER, allow_job, flights, handed
+from tests.integration.test_session import ALL, T0, at
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -110,3 +119,35 @@ async def test_a_claim_whose_answer_was_lost_is_taken_back_when_the_session_retu
         logging.getLogger().removeHandler(events)
         node.stop.set()
         await asyncio.wait_for(task, 20)
+
+
+async def test_only_rows_no_run_of_the_node_holds_are_taken_back(
+    store: JobStore, open_session: Opener
+) -> None:
+    for name in ("kept", "lost"):
+        await store.add(JobSpec.build(name, "@every 10s", HANDLER), now=T0)
+    await allow_job(store)
+    session = await open_session("n1")
+    claimed = {job.name: job for job in (await session.claim(ALL, 10, 30.0, now=at(10))).jobs}
+    assert set(claimed) == {"kept", "lost", "fan"}
+    kept, fan = claimed["kept"], claimed["fan"]
+    # The `allow` claim's flight exists, and the claim is still queued for its hand-over.
+    assert await session.spawn([handed(fan, at(20))], [], 30.0, now=at(10)) == {fan.id: True}
+    held_jobs = {(kept.id, kept.lease_token)}
+    held_flights = {(fan.id, fan.slot, fan.lease_token)}
+    state = NodeState("n1", "z", 16)
+    recovery = Recovery(state, session, Stats(), tracked=lambda: (held_jobs, held_flights))
+
+    assert await recovery.take_back_untracked() == 1
+    rows = {name: await store.get(name) for name in ("kept", "lost")}
+    assert (rows["kept"].status, rows["kept"].lease_token) == ("running", kept.lease_token)
+    assert (rows["lost"].status, rows["lost"].attempt, rows["lost"].locked_by) == ("idle", 2, None)
+    assert [f[1:] for f in await flights(store)] == [("running", 1, "n1")]
+    (run,) = await store.runs(job="lost")
+    assert run.status == "lost" and "answer was lost" in (run.last_error or "")
+
+    # Once the hand-over is written, the flight is nobody's if the node does not run it.
+    held_flights.clear()
+    assert await recovery.take_back_untracked() == 1
+    assert [f[1:] for f in await flights(store)] == [("queued", 2, None)]
+    assert await recovery.take_back_untracked() == 0
