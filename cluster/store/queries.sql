@@ -712,6 +712,10 @@ FROM reset r;
 -- at once under the caller and a lease of its own (first token: the claim's), and moves on
 -- to its next slot; a job at its limit keeps its slot, due again in a second, and so waits
 -- for a free place. Returns each job moved and whether its slot got a flight (`room`).
+-- A claim whose flight already runs under the caller with the claim's token was handed
+-- over by an earlier try of this write, whose answer was lost with its connection: it
+-- comes back as moved with room again (`again`), so the retry runs the flight rather than
+-- leave it to its lease (test_lost_answers.py).
 WITH clock AS (
     SELECT coalesce(%(now)s::timestamptz, now()) AS t
 ),
@@ -773,8 +777,16 @@ moved AS (
     FROM claimed c CROSS JOIN clock k
     WHERE j.id = c.id
     RETURNING j.id, c.room
+),
+again AS (
+    SELECT i.id, true AS room FROM input i
+    JOIN flights f ON f.job_id = i.id AND f.slot = i.slot AND f.lease_token = i.token
+    WHERE f.status = 'running' AND f.locked_by = %(node_id)s
+      AND i.id NOT IN (SELECT c.id FROM claimed c)
 )
-SELECT id, room FROM moved;
+SELECT id, room FROM moved
+UNION ALL
+SELECT id, room FROM again;
 
 -- name: claim_flights
 -- Queued flights of the held shards that are due (a retry's backoff is over, or the flight

@@ -8,7 +8,9 @@ neither its own recovery of dead owners nor anyone else's applies to the row. It
 still take the slot back at once rather than leave it running until its lease expires.
 
 What it takes back is only what none of its runs holds: a run in flight, a completion not
-written yet, a claim being handed to a flight keep their rows.
+written yet, a claim being handed to a flight keep their rows. And a hand-over to a flight
+(`spawn`, on the result writer) retried after its answer was lost runs the flight its
+first try made.
 """
 
 from __future__ import annotations
@@ -151,3 +153,24 @@ async def test_only_rows_no_run_of_the_node_holds_are_taken_back(
     assert await recovery.take_back_untracked() == 1
     assert [f[1:] for f in await flights(store)] == [("queued", 2, None)]
     assert await recovery.take_back_untracked() == 0
+
+
+async def test_a_hand_over_to_a_flight_retried_after_its_answer_was_lost_runs_the_flight(
+    store: JobStore, open_session: Opener
+) -> None:
+    # The result writer's `spawn` ran, its answer was lost with the connection, and the
+    # completer writes it again on a new one: the job has moved on, so the claim's token
+    # no longer matches; the flight it made is the node's to run all the same.
+    await allow_job(store)
+    session = await open_session("n1")
+    (fan,) = (await session.claim(ALL, 10, 30.0, now=at(10))).jobs
+    write = [handed(fan, at(20))]
+    assert await session.spawn(write, [], 30.0, now=at(10)) == {fan.id: True}
+    assert await session.spawn(write, [], 30.0, now=at(11)) == {fan.id: True}
+    assert [f[1:] for f in await flights(store)] == [("running", 1, "n1")]
+    job = await store.get("fan")
+    assert (job.status, job.slot_at) == ("idle", at(20))
+
+    # Another node's write of that claim is fenced as ever.
+    other = await open_session("n2")
+    assert await other.spawn(write, [], 30.0, now=at(11)) == {}
