@@ -61,6 +61,22 @@ class ShardKeeper:
         state.shard_count = await self._session.open(self._expected or state.shard_count)
         logger.info("lock session connected", extra={"event": "session_connected"})
 
+    async def _take_back_untracked(self, take_back: Callable[[], Awaitable[int]]) -> None:
+        """Once per new session; again after a reconnect if the session broke meanwhile.
+        Any other failure leaves those runs to their leases rather than keep the node
+        from its shards."""
+        try:
+            await take_back()
+        except SessionLost:
+            raise
+        except StoreError as exc:
+            logger.warning(
+                "runs a lost answer may have left under this node wait for their leases: %s",
+                exc,
+                extra={"event": "take_back_failed"},
+            )
+        self._take_back_due = False
+
     async def members_alive(self) -> tuple[str, ...]:
         """Live Redis members whose lock session exists (or vanished only just now)."""
         live = list(self._state.live)
@@ -86,8 +102,7 @@ class ShardKeeper:
         if state.reconnect or not self._session.connected:
             await self.reconnect()
         if self._take_back_due and self._take_back is not None:
-            await self._take_back()  # retried on the next pass if it fails
-            self._take_back_due = False
+            await self._take_back_untracked(self._take_back)
         if not state.members_known or not state.claiming:
             return RETRY_MISSING_S
         alive = await self.members_alive()
