@@ -88,7 +88,8 @@ class Completer:
         # Told of each `allow` claim handed over: its flight to run, or None (no flight).
         self._on_spawned = on_spawned or (lambda _: None)
         self._effects = effects
-        self._commits: set[asyncio.Task[None]] = set()
+        # Runs being completed inside their handler's transaction, by the task doing it.
+        self._commits: dict[asyncio.Task[None], ClaimedJob] = {}
         self._wake = wake
         self._clock = clock
         self._stats = stats
@@ -134,10 +135,29 @@ class Completer:
         )
         if pending is not None:
             task = asyncio.create_task(self._commit(job, outcome, done, skips, pending))
-            self._commits.add(task)
-            task.add_done_callback(self._commits.discard)
+            self._commits[task] = job
+            task.add_done_callback(self._commit_done)
             return
         self.submit(job, done, skips)
+
+    def _commit_done(self, task: asyncio.Task[None]) -> None:
+        self._commits.pop(task, None)
+
+    def leases(self) -> set[tuple[UUID, int]]:
+        """The job leases (id, token) of the runs that ended and whose completions are not
+        written yet, and of the `allow` claims not handed to flights yet: their rows still
+        run under this node."""
+        ended = [job for job, _, _ in self._queue] + list(self._commits.values())
+        return {(job.id, job.lease_token) for job in ended if not job.flight}
+
+    def flight_leases(self) -> set[tuple[UUID, datetime, int]]:
+        """The flight leases (id, slot, token) of the flights that ended and whose
+        completions are not written yet, and of those the queued `allow` claims may have
+        created already (a flight's first token is its claim's)."""
+        ended = [job for job, _, _ in self._queue] + list(self._commits.values())
+        flights = {(job.id, job.slot, job.lease_token) for job in ended if job.flight}
+        spawns = {(d.id, d.slot, d.token) for _, d, _ in self._queue if d.outcome == SPAWNED}
+        return flights | spawns
 
     async def _commit(
         self, job: ClaimedJob, outcome: Outcome, done: Completion, skips: list[Skip], tx: Pending

@@ -104,11 +104,22 @@ def wire(
         completer.run_done,
         lease_s=s.lease_s,
         flights_queued=lambda: claimer.flights_queued(),
+        tracked=lambda: (
+            set(executor.leases()) | completer.leases(),
+            set(executor.flight_leases()) | completer.flight_leases(),
+        ),
     )
     alert_store = AlertStore(
         cluster, f"{s.node_id}/alerts", statement_timeout_s=s.statement_timeout_s
     )
-    keeper = ShardKeeper(state, session, stats, recovery.recover, expected_shards=s.shards)
+    keeper = ShardKeeper(
+        state,
+        session,
+        stats,
+        recovery.recover,
+        expected_shards=s.shards,
+        take_back=recovery.take_back_untracked,
+    )
     trust_margin_s = min(TRUST_MARGIN_S, s.session_timeout_s / 4)
     ttl_s = s.heartbeat_ttl_s
     claimer = Claimer(

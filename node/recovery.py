@@ -10,6 +10,14 @@ which writes it as failed through the completer (the ``failed`` alert, auto-paus
 next slot follow as for any failed slot). So a job that kills whatever node runs it (a
 poison job) kills at most retries + 1 nodes per slot (tests/integration/test_poison.py).
 A slot someone asked to cancel is handed over the same way and recorded ``cancelled``.
+
+A node whose lock session was lost takes back, once the new session is open, the rows that
+run under its node id while none of its runs holds their lease (``take_back_untracked``).
+A statement whose answer was lost with the session (the network stalled after it ran, and
+the node gave up waiting) can leave such rows: a claim, mostly. The node is alive all
+along, so nobody's recovery of dead owners applies, and until this the slot waited for its
+lease to expire (tests/integration/test_lost_answers.py). They are released as a shutdown
+releases runs: due again at once, the lost attempt recorded.
 """
 
 from __future__ import annotations
@@ -17,9 +25,10 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from typing import Any
+from uuid import UUID
 
 from cluster.settings import DEFAULT_LEASE_S
-from cluster.store.flights import RecoveredFlight
+from cluster.store.flights import FlightLease, RecoveredFlight
 from cluster.store.records import ClaimedJob
 from cluster.store.session import LockSession
 from node.completer import job_extra
@@ -32,6 +41,9 @@ logger = logging.getLogger(__name__)
 
 # Where a poison slot's failure goes: the completer's ``run_done``.
 FailSlot = Callable[[ClaimedJob, Outcome], None]
+# The leases of every run this node tracks: jobs (id, token) and flights (id, slot, token).
+Tracked = tuple[set[tuple[UUID, int]], set[FlightLease]]
+ANSWER_LOST = "left running here by a statement whose answer was lost with its connection"
 
 
 def poisoned(row: dict[str, Any]) -> ClaimedJob:
@@ -84,8 +96,10 @@ class Recovery:
         *,
         lease_s: float = DEFAULT_LEASE_S,
         flights_queued: Callable[[], None] = lambda: None,
+        tracked: Callable[[], Tracked] = lambda: (set(), set()),
     ) -> None:
         self._flights_queued = flights_queued
+        self._tracked = tracked
         self._state = state
         self._session = session
         self._stats = stats
@@ -106,6 +120,32 @@ class Recovery:
         rows = await self._session.recover_own(lease_s=self._lease_s)
         flights = await self._session.recover_flights((), (), lease_s=self._lease_s, own=True)
         return self._took_back(rows) + self._flights_back(flights)
+
+    async def take_back_untracked(self) -> int:
+        """Release the jobs and flights running under this node id that no run of this
+        node holds (see the module docstring); returns how many."""
+        jobs, flights = await self._session.held_runs()
+        # Read after the answer: a claim answered before it is dispatched by now, and one
+        # answered after it is not in it. A lease held here is never released.
+        tracked_jobs, tracked_flights = self._tracked()
+        lost_jobs = [lease for lease in jobs if lease not in tracked_jobs]
+        lost_flights = [lease for lease in flights if lease not in tracked_flights]
+        if not lost_jobs and not lost_flights:
+            return 0
+        released = len(await self._session.release(lost_jobs, ANSWER_LOST))
+        released += len(await self._session.release_flights(lost_flights, ANSWER_LOST))
+        logger.warning(
+            "took back %d slots running under this node that none of its runs holds: %s",
+            released,
+            ANSWER_LOST,
+            extra={"event": "untracked_runs_released"},
+        )
+        if released:
+            self._stats.recovered += released
+            self._state.wake.set()
+            if lost_flights:
+                self._flights_queued()
+        return released
 
     def _flights_back(self, flights: list[RecoveredFlight]) -> int:
         """Flights are queued again (the claim loop takes them) or, poison, ended here."""

@@ -5,6 +5,8 @@ session has been missing for longer than a short grace is treated as dead even w
 heartbeat lives, so a killed node's shards move within seconds, not after the heartbeat
 TTL. Lost shards are unlocked, gained ones locked (a shard still locked by its previous
 owner is retried until free), and every gained shard is recovered before it is claimed.
+A new session of a running node first takes back what the lost one may have claimed
+without the node hearing of it (``Recovery.take_back_untracked``).
 """
 
 from __future__ import annotations
@@ -37,7 +39,10 @@ class ShardKeeper:
         recover: Callable[[frozenset[int]], Awaitable[int]],
         *,
         expected_shards: int | None,
+        take_back: Callable[[], Awaitable[int]] | None = None,
     ) -> None:
+        self._take_back = take_back
+        self._take_back_due = False  # a session was lost: its answers may have been too
         self._state = state
         self._session = session
         self._stats = stats
@@ -52,8 +57,25 @@ class ShardKeeper:
         state = self._state
         self._stats.locks_lost += state.session_untrusted()
         state.reconnect = False
+        self._take_back_due = self._take_back is not None
         state.shard_count = await self._session.open(self._expected or state.shard_count)
         logger.info("lock session connected", extra={"event": "session_connected"})
+
+    async def _take_back_untracked(self, take_back: Callable[[], Awaitable[int]]) -> None:
+        """Once per new session; again after a reconnect if the session broke meanwhile.
+        Any other failure leaves those runs to their leases rather than keep the node
+        from its shards."""
+        try:
+            await take_back()
+        except SessionLost:
+            raise
+        except StoreError as exc:
+            logger.warning(
+                "runs a lost answer may have left under this node wait for their leases: %s",
+                exc,
+                extra={"event": "take_back_failed"},
+            )
+        self._take_back_due = False
 
     async def members_alive(self) -> tuple[str, ...]:
         """Live Redis members whose lock session exists (or vanished only just now)."""
@@ -79,6 +101,8 @@ class ShardKeeper:
         state = self._state
         if state.reconnect or not self._session.connected:
             await self.reconnect()
+        if self._take_back_due and self._take_back is not None:
+            await self._take_back_untracked(self._take_back)
         if not state.members_known or not state.claiming:
             return RETRY_MISSING_S
         alive = await self.members_alive()

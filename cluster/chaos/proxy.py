@@ -10,6 +10,10 @@ Modes:
   closes its side is not reported to the client, and new connections hang before reaching
   the server. When the stall ends everything held is delivered, as TCP retransmission
   would after a partition heals, including the close of a session the server ended.
+
+``stall_on(marker)`` stalls the moment the server answers with bytes that hold ``marker``,
+before that answer is forwarded: the statement ran, and its answer is held with the rest
+(tests/integration/test_lost_answers.py).
 """
 
 from __future__ import annotations
@@ -49,6 +53,8 @@ class Proxy:
         self._flowing.set()
         self._links: set[_Link] = set()
         self._server: asyncio.Server | None = None
+        self._marker: bytes | None = None
+        self.tripped = asyncio.Event()  # set when ``stall_on``'s marker stalled the proxy
 
     async def start(self) -> None:
         self._server = await asyncio.start_server(self._accept, "127.0.0.1", 0)
@@ -63,6 +69,11 @@ class Proxy:
     def stall(self) -> None:
         self.mode = "stall"
         self._flowing.clear()
+
+    def stall_on(self, marker: bytes) -> None:
+        """Stall once an answer from the server holds ``marker`` (``tripped`` is set then)."""
+        self.tripped.clear()
+        self._marker = marker
 
     def restore(self) -> None:
         self.mode = "pass"
@@ -107,6 +118,10 @@ class Proxy:
         try:
             while not link.closed:
                 data = await source.read(CHUNK)
+                if self._marker is not None and sink is link.client and self._marker in data:
+                    self._marker = None
+                    self.stall()
+                    self.tripped.set()
                 await self._flowing.wait()
                 if link.closed or not data:
                     return

@@ -612,6 +612,18 @@ freed AS (
 )
 SELECT id FROM freed;
 
+-- name: held_runs
+-- Every job and flight running under this node id, with its lease token (slot NULL: a
+-- job's claim). After its lock session was lost, a node compares them with the runs it
+-- tracks: a claim whose answer was lost with the session ran, and left its row running
+-- under the node with nobody to run it (node/recovery.py, test_lost_answers.py). Read
+-- after a reconnect only, so no index serves it.
+SELECT j.id, NULL::timestamptz AS slot, j.lease_token FROM jobs j
+WHERE j.status = 'running' AND j.locked_by = %(node_id)s
+UNION ALL
+SELECT f.job_id, f.slot, f.lease_token FROM flights f
+WHERE f.status = 'running' AND f.locked_by = %(node_id)s;
+
 -- name: recover
 -- Takes back the slots of runs whose owner is dead (neither live nor connected) or whose
 -- lease expired; with %(own)s, those this node id left running before a restart. Each is
@@ -704,6 +716,10 @@ FROM reset r;
 -- at once under the caller and a lease of its own (first token: the claim's), and moves on
 -- to its next slot; a job at its limit keeps its slot, due again in a second, and so waits
 -- for a free place. Returns each job moved and whether its slot got a flight (`room`).
+-- A claim whose flight already runs under the caller with the claim's token was handed
+-- over by an earlier try of this write, whose answer was lost with its connection: it
+-- comes back as moved with room again (`again`), so the retry runs the flight rather than
+-- leave it to its lease (test_lost_answers.py).
 WITH clock AS (
     SELECT coalesce(%(now)s::timestamptz, now()) AS t
 ),
@@ -765,8 +781,16 @@ moved AS (
     FROM claimed c CROSS JOIN clock k
     WHERE j.id = c.id
     RETURNING j.id, c.room
+),
+again AS (
+    SELECT i.id, true AS room FROM input i
+    JOIN flights f ON f.job_id = i.id AND f.slot = i.slot AND f.lease_token = i.token
+    WHERE f.status = 'running' AND f.locked_by = %(node_id)s
+      AND i.id NOT IN (SELECT c.id FROM claimed c)
 )
-SELECT id, room FROM moved;
+SELECT id, room FROM moved
+UNION ALL
+SELECT id, room FROM again;
 
 -- name: claim_flights
 -- Queued flights of the held shards that are due (a retry's backoff is over, or the flight

@@ -30,7 +30,7 @@ from cluster.errors import ConfigError, StoreError
 from cluster.settings import DEFAULT_LEASE_S, ClusterSettings
 from cluster.store.connect import Conn, connect, describe
 from cluster.store.deadline import fetch_within
-from cluster.store.flights import FlightStatements
+from cluster.store.flights import FlightLease, FlightStatements
 from cluster.store.migrate import stored_shard_count
 from cluster.store.queries import query, variant
 from cluster.store.records import ClaimResult, claimed_jobs, int_array
@@ -326,6 +326,14 @@ class LockSession(FlightStatements, CompletionStatements):
             },
         )
         return {row[0] for row in rows}
+
+    async def held_runs(self) -> tuple[list[tuple[UUID, int]], list[FlightLease]]:
+        """The leases of every job (id, token) and flight (id, slot, token) running under
+        this node id, whoever claimed them."""
+        rows = await self._run("held_runs", {"node_id": self.node_id})
+        jobs = [(job_id, token) for job_id, slot, token in rows if slot is None]
+        flights = [(job_id, slot, token) for job_id, slot, token in rows if slot is not None]
+        return jobs, flights
 
     async def recover(
         self,

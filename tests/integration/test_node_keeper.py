@@ -10,7 +10,7 @@ import pytest
 from cluster.errors import StoreError
 from cluster.settings import ClusterSettings
 from cluster.store.jobs import JobStore
-from cluster.store.session import LockSession
+from cluster.store.session import LockSession, SessionLost
 from node.shards import ShardKeeper
 from node.state import NodeState
 from node.stats import Stats
@@ -119,3 +119,44 @@ async def test_a_shard_whose_recovery_failed_is_unlocked_not_leaked(
     # Each shard is locked once: a single unlock per shard frees them all.
     assert await n1.session.unlock(sorted(ALL)) == ALL
     assert await n1.session.my_locks() == set()
+
+
+async def test_a_new_session_takes_back_untracked_runs_once_before_its_shards(
+    store: JobStore, settings: ClusterSettings
+) -> None:
+    node = Node(settings, "n1")
+    failures: list[StoreError] = []
+    calls: list[frozenset[int]] = []
+
+    async def take_back() -> int:
+        calls.append(node.state.held)  # before any shard is locked again
+        if failures:
+            raise failures.pop(0)
+        return 0
+
+    keeper = ShardKeeper(
+        node.state, node.session, Stats(), _no_recovery, expected_shards=16, take_back=take_back
+    )
+    node.state.set_live(["n1"])
+    await node.session.open()  # as the node opens it at start
+    try:
+        await keeper.run_once()  # the first session of the process: nothing to take back
+        assert calls == [] and node.state.held == ALL
+
+        failures.append(SessionLost("held_runs: no answer within 5.0s"))
+        node.state.session_untrusted()
+        with pytest.raises(SessionLost):
+            await keeper.run_once()
+        await keeper.run_once()  # retried on the next session, then the shards
+        assert calls == [frozenset(), frozenset()] and node.state.held == ALL
+        await keeper.run_once()
+        assert len(calls) == 2
+
+        # Any other failure leaves those runs to their leases: the shards come first.
+        failures.append(StoreError("held_runs: canceling statement due to statement timeout"))
+        node.state.session_untrusted()
+        await keeper.run_once()
+        await keeper.run_once()
+        assert len(calls) == 3 and node.state.held == ALL
+    finally:
+        await node.session.close()
