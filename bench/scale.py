@@ -152,7 +152,9 @@ async def idle_claims_ms(
         await cur.execute(_statement(system), params)
         found = await cur.fetchall()
         times.append((time.perf_counter() - started) * 1000)
-        if any(row[2] is not None for row in found):  # (db_now, next_due, id, ...)
+        assert cur.description is not None
+        at = [c.name for c in cur.description].index("id")
+        if any(row[at] is not None for row in found):
             raise RuntimeError("an idle claim took a job: nothing should be due yet")
     return times
 

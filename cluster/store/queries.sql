@@ -295,12 +295,13 @@ SELECT coalesce(%(now)s::timestamptz, now()) AS now;
 -- Why so: docs/design/claim-plan.md, fairness.md; guarded by tests/integration/
 -- test_claim_plan.py and test_fair_claim.py.
 WITH RECURSIVE clock AS (
-    SELECT c.t, c.t + make_interval(secs => %(ahead_s)s) AS due
+    SELECT c.t, c.t + %(ahead_s)s * interval '1s' AS due
     FROM (SELECT coalesce(%(now)s::timestamptz, now()) AS t) AS c
 ),
 -- Each held shard offers its oldest few due jobs (heads: %(quota)s, a little more than its
 -- even share of the limit), one index probe per shard, so the work never depends on what
--- is due in other nodes' shards.
+-- is due in other nodes' shards. The quota is read by a subquery, unknown when planned:
+-- planned for a known quota of 2 or 3, a small claim cost 0.8 ms more.
 heads AS (
     SELECT s.shard, c.id, c.next_run_at, c.ctid, c.tenant_id
     FROM unnest(%(shards)s::int[]) AS s(shard)
@@ -309,7 +310,7 @@ heads AS (
         WHERE j.shard_id = s.shard AND j.status = 'idle'
           AND j.next_run_at <= (SELECT due FROM clock)
         ORDER BY j.next_run_at
-        LIMIT %(quota)s
+        LIMIT (SELECT %(quota)s::int)
     ) AS c
 ),
 -- Only a shard whose whole quota came before the limit-th oldest head can hold more jobs
@@ -406,7 +407,7 @@ claimed AS (
         locked_by = %(node_id)s,
         locked_at = greatest(k.t, j.next_run_at),
         locked_zone = %(zone)s,
-        lease_expires_at = k.t + make_interval(secs => %(lease_s)s),
+        lease_expires_at = k.t + %(lease_s)s * interval '1s',
         lease_token = j.lease_token + 1,
         updated_at = k.t
     FROM locked l, clock k
