@@ -358,10 +358,8 @@ EXPECTED_FUNCTIONS = {
     ("tenant_mark_job", ""),
     ("tenant_mark_flight", ""),
     ("tenant_flight_born", ""),
-    ("tenant_job_status", ""),
-    ("tenant_flight_status", ""),
-    ("tenant_job_deleted", ""),
-    ("tenant_flight_deleted", ""),
+    ("tenant_status", ""),
+    ("tenant_deleted", ""),
 }
 
 JOB_COLUMNS = {

@@ -113,39 +113,25 @@ BEGIN
     RETURN NULL;
 END $$;
 
-CREATE FUNCTION tenant_job_status() RETURNS trigger
+-- The place triggers of both tables; TG_ARGV[0] names the row's tenant column (a job's
+-- tenant_id, a flight's limit_tenant).
+CREATE FUNCTION tenant_status() RETURNS trigger
 LANGUAGE plpgsql SET search_path FROM CURRENT AS $$
+DECLARE
+    tenant text := to_jsonb(NEW) ->> TG_ARGV[0];
 BEGIN
     IF NEW.status <> 'running' THEN
-        PERFORM tenant_free(NEW.tenant_id);
-    ELSIF NOT tenant_take(NEW.tenant_id) THEN
+        PERFORM tenant_free(tenant);
+    ELSIF NOT tenant_take(tenant) THEN
         RETURN NULL;
     END IF;
     RETURN NEW;
 END $$;
 
-CREATE FUNCTION tenant_flight_status() RETURNS trigger
+CREATE FUNCTION tenant_deleted() RETURNS trigger
 LANGUAGE plpgsql SET search_path FROM CURRENT AS $$
 BEGIN
-    IF NEW.status <> 'running' THEN
-        PERFORM tenant_free(NEW.limit_tenant);
-    ELSIF NOT tenant_take(NEW.limit_tenant) THEN
-        RETURN NULL;
-    END IF;
-    RETURN NEW;
-END $$;
-
-CREATE FUNCTION tenant_job_deleted() RETURNS trigger
-LANGUAGE plpgsql SET search_path FROM CURRENT AS $$
-BEGIN
-    PERFORM tenant_free(OLD.tenant_id);
-    RETURN NULL;
-END $$;
-
-CREATE FUNCTION tenant_flight_deleted() RETURNS trigger
-LANGUAGE plpgsql SET search_path FROM CURRENT AS $$
-BEGIN
-    PERFORM tenant_free(OLD.limit_tenant);
+    PERFORM tenant_free(to_jsonb(OLD) ->> TG_ARGV[0]);
     RETURN NULL;
 END $$;
 
@@ -158,14 +144,14 @@ FOR EACH ROW WHEN (NEW.limit_tenant IS NOT NULL AND NEW.status = 'running')
 EXECUTE FUNCTION tenant_flight_born();
 CREATE TRIGGER tenant_place BEFORE UPDATE OF status ON jobs
 FOR EACH ROW WHEN (NEW.limited AND (OLD.status = 'running') <> (NEW.status = 'running'))
-EXECUTE FUNCTION tenant_job_status();
+EXECUTE FUNCTION tenant_status('tenant_id');
 CREATE TRIGGER tenant_place BEFORE UPDATE OF status ON flights
 FOR EACH ROW
 WHEN (NEW.limit_tenant IS NOT NULL AND (OLD.status = 'running') <> (NEW.status = 'running'))
-EXECUTE FUNCTION tenant_flight_status();
+EXECUTE FUNCTION tenant_status('limit_tenant');
 CREATE TRIGGER tenant_place_deleted AFTER DELETE ON jobs
 FOR EACH ROW WHEN (OLD.limited AND OLD.status = 'running')
-EXECUTE FUNCTION tenant_job_deleted();
+EXECUTE FUNCTION tenant_deleted('tenant_id');
 CREATE TRIGGER tenant_place_deleted AFTER DELETE ON flights
 FOR EACH ROW WHEN (OLD.limit_tenant IS NOT NULL AND OLD.status = 'running')
-EXECUTE FUNCTION tenant_flight_deleted();
+EXECUTE FUNCTION tenant_deleted('limit_tenant');
