@@ -60,9 +60,8 @@ async def set_limit(request: Request, tenant: str, who: Admin) -> dict[str, Any]
     unknown = sorted(set(body) - {"max_concurrent"})
     if unknown:
         raise InvalidInput(unknown[0], "unknown key")
-    max_concurrent = body.get("max_concurrent")
+    max_concurrent: Any = body.get("max_concurrent")  # set_limit checks it
     async with state_of(request).pool.store(who.scope) as store, store.transaction():
-        # set_limit checks the tenant and the number before it writes anything.
         found = await store.tenants.set_limit(tenant, max_concurrent)
         detail = f"max_concurrent {found.max_concurrent}"
         await record(store, who, "set limit", found.tenant, None, detail)
