@@ -23,7 +23,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from cluster.errors import Conflict, InvalidInput, NotFound, NotRunning, PulseError, StoreError
 from cluster.settings import ClusterSettings
 from cluster.store.pool import StorePool
-from cluster.web import alerts, audit, backfills, console, jobs, runs, status
+from cluster.web import alerts, audit, backfills, console, jobs, runs, status, tenants
 from cluster.web.limits import DEFAULT_AUTH_FAILURES, DEFAULT_AUTH_WINDOW_S, FailureLimiter
 from cluster.web.state import WebState
 
@@ -167,7 +167,7 @@ def create_app(
         return {"ok": True}
 
     # runs first: GET .../{name:path}/run must match before GET .../{name:path}
-    for module in (runs, jobs, backfills, status, alerts, audit, console):
+    for module in (runs, jobs, backfills, tenants, status, alerts, audit, console):
         app.include_router(module.router)
     app.mount("/console/static", console.static_files(), name="static")
     app.add_middleware(Guard)

@@ -93,7 +93,7 @@ def test_openapi_lists_every_endpoint(api: Api) -> None:
         "/api/jobs", "/api/jobs:apply", "/api/jobs/{tenant}/{name}",
         "/api/jobs/{tenant}/{name}/pause", "/api/jobs/{tenant}/{name}/resume",
         "/api/jobs/{tenant}/{name}/trigger", "/api/runs", "/api/status", "/api/schedule",
-        "/api/audit",
+        "/api/audit", "/api/tenants/limits", "/api/tenants/{tenant}/limit",
     ):  # fmt: skip
         assert path in paths
 
@@ -546,3 +546,71 @@ def test_alert_rules_and_deliveries_are_read_by_admins_only(api: Api) -> None:
         assert client.get("/api/alerts/deliveries").json() == []
         assert client.get("/api/alerts/deliveries?status=lost").status_code == 422
         assert client.post("/api/alerts", json={"name": "x"}).status_code in (404, 405)
+
+
+def test_tenant_limits_are_set_by_admins_read_in_scope_and_audited(api: Api) -> None:
+    path = "/api/tenants/limited/limit"
+    for who in ("read", "write", "acme"):
+        with api.as_(who) as client:
+            assert client.put(path, json={"max_concurrent": 3}).status_code == 403
+            assert client.delete(path).status_code == 403
+    with api.as_("admin") as admin:
+        for bad, field in (
+            ({"max_concurrent": 0}, "max_concurrent"),
+            ({"max_concurrent": 1_000_001}, "max_concurrent"),
+            ({"max_concurrent": "3"}, "max_concurrent"),
+            ({"max_concurrent": True}, "max_concurrent"),
+            ({}, "max_concurrent"),
+            ({"max_concurrent": 3, "colour": "red"}, "colour"),
+            ([3], "body"),
+        ):
+            answer = admin.put(path, json=bad)
+            assert answer.status_code == 422 and answer.json()["field"] == field, answer.text
+            assert "\n" not in answer.json()["message"]
+        assert admin.get("/api/tenants/limits").json() == []
+        made = admin.put(path, json={"max_concurrent": 3})
+        assert made.status_code == 200, made.text
+        assert {k: v for k, v in made.json().items() if k != "updated_at"} == {
+            "tenant": "limited", "max_concurrent": 3, "running": 0,
+        }  # fmt: skip
+        assert admin.put("/api/tenants/acme/limit", json={"max_concurrent": 5}).status_code == 200
+        listed = admin.get("/api/tenants/limits").json()
+        assert [(x["tenant"], x["max_concurrent"]) for x in listed] == [("acme", 5), ("limited", 3)]
+    cli = subprocess.run(
+        [sys.executable, "-m", "node", "tenants", "list", "--json"],
+        env={
+            **{k: v for k, v in os.environ.items() if not k.startswith("PULSE_")},
+            "PULSE_DATABASE_URL": api.settings.database_url,
+            "PULSE_SCHEMA": api.settings.schema,
+            "PULSE_CLUSTER": api.settings.cluster,
+        },
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert json.loads(cli.stdout) == listed
+    with api.as_("acme") as acme:  # a scoped token reads its tenant's limit only
+        assert [x["tenant"] for x in acme.get("/api/tenants/limits").json()] == ["acme"]
+    acme_admin = make_token(api.settings, "acme-admin", "admin", tenant="acme")
+    with api.web.client(acme_admin) as scoped:  # a scoped admin changes its tenant's only
+        assert scoped.put(path, json={"max_concurrent": 9}).status_code == 403
+        assert scoped.delete(path).status_code == 404
+        assert scoped.put("/api/tenants/acme/limit", json={"max_concurrent": 4}).status_code == 200
+        assert scoped.delete("/api/tenants/acme/limit").status_code == 204
+    with api.as_("admin") as admin:
+        assert admin.delete(path).status_code == 204
+        missing = admin.delete(path)
+        assert missing.status_code == 404 and "has no limit" in missing.json()["message"]
+        assert admin.get("/api/tenants/limits").json() == []
+    audited = api.sql(
+        "SELECT token_name, action, tenant_id, job_name, detail FROM api_audit"
+        " WHERE action LIKE '%%limit' ORDER BY id"
+    )
+    assert audited == [
+        ("ops", "set limit", "limited", None, "max_concurrent 3"),
+        ("ops", "set limit", "acme", None, "max_concurrent 5"),
+        ("acme-admin", "set limit", "acme", None, "max_concurrent 4"),
+        ("acme-admin", "clear limit", "acme", None, None),
+        ("ops", "clear limit", "limited", None, None),
+    ]
