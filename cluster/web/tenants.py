@@ -2,10 +2,9 @@
 reads and sets them (docs/time.md, docs/design/fairness.md).
 
 Any token reads the limits; a tenant-scoped token reads only its tenant's (the statement
-filters by it). Setting or lifting a limit is a cluster operator's decision: admin tokens
-only, and a scoped admin token reaches only its own tenant (another tenant's limit answers
-403 to a set and 404 to a clear, as for jobs). Each change writes its audit row in its
-transaction.
+filters by it). Setting or lifting a limit is a cluster operator's decision, since it
+shields the other tenants: admin tokens not scoped to a tenant only (a tenant's own admin
+must not lift its cap). Each change writes its audit row in its transaction.
 """
 
 from __future__ import annotations
@@ -17,7 +16,7 @@ from fastapi import APIRouter, HTTPException, Request, Response
 from cluster.errors import InvalidInput
 from cluster.jobspec import validate_name
 from cluster.web.audit import record
-from cluster.web.auth import Admin, Reader
+from cluster.web.auth import Admin, Reader, unscoped
 from cluster.web.bodies import json_body
 from cluster.web.state import state_of
 
@@ -52,8 +51,7 @@ async def limits(request: Request, who: Reader) -> list[dict[str, Any]]:
 async def set_limit(request: Request, tenant: str, who: Admin) -> dict[str, Any]:
     """Run at most {"max_concurrent": N} of the tenant's slots at once across the cluster
     (1 to 1,000,000), counting those running now."""
-    if who.scope is not None and tenant != who.scope:
-        raise HTTPException(403, f"this token reaches only tenant {who.scope!r}")
+    unscoped(who)
     body = await json_body(request)
     if not isinstance(body, dict):
         raise InvalidInput("body", 'must be a JSON object: {"max_concurrent": N}')
@@ -71,9 +69,8 @@ async def set_limit(request: Request, tenant: str, who: Admin) -> dict[str, Any]
 @router.delete("/api/tenants/{tenant}/limit", status_code=204)
 async def clear_limit(request: Request, tenant: str, who: Admin) -> Response:
     """Lift the tenant's limit (404 if it has none)."""
+    unscoped(who)
     tenant = validate_name(tenant, "tenant")
-    if who.scope is not None and tenant != who.scope:  # as if absent
-        raise HTTPException(404, f"{tenant!r} has no limit")
     async with state_of(request).pool.store(who.scope) as store, store.transaction():
         try:
             await store.tenants.clear_limit(tenant)
