@@ -18,26 +18,26 @@ from cluster.jobspec import DEFAULT_TENANT, JobSpec
 from cluster.models import iso
 from cluster.web.audit import record
 from cluster.web.auth import Principal, Reader, Writer
-from cluster.web.bodies import decode_cursor, encode_cursor, iso_time, json_body, json_object
+from cluster.web.bodies import (
+    decode_cursor,
+    encode_cursor,
+    iso_time,
+    json_body,
+    json_object,
+    request_body,
+)
 from cluster.web.state import allow_list, state_of
 
 router = APIRouter(tags=["jobs"])
 
 STATUSES = ("idle", "running", "paused", "done")
-_JOB_BODY = {
-    "requestBody": {
-        "required": True,
-        "content": {
-            "application/json": {
-                "schema": {
-                    "type": "object",
-                    "description": "A job-file entry: name, tenant, schedule, handler, "
-                    "payload, tz, catch_up, ... (docs/web.md)",
-                }
-            }
-        },
+_JOB_BODY = request_body(
+    {
+        "type": "object",
+        "description": "A job-file entry: name, tenant, schedule, handler, "
+        "payload, tz, catch_up, ... (docs/web.md)",
     }
-}
+)
 
 
 def _scoped(who: Principal, entry: dict[str, Any]) -> dict[str, Any]:
@@ -204,10 +204,7 @@ async def trigger_job(request: Request, tenant: str, name: str, who: Writer) -> 
 async def cancel_job(request: Request, tenant: str, name: str, who: Writer) -> list[dict[str, Any]]:
     """Stop a running slot (body {"slot": ISO 8601} or {"all": true} when several of an
     overlap `allow` job run); it is recorded cancelled by this token. 409 when none runs."""
-    body = await json_object(request) if (await request.body()).strip() else {}
-    unknown = sorted(set(body) - {"slot", "all"})
-    if unknown:
-        raise InvalidInput(unknown[0], "unknown key")
+    body = await json_object(request, {"slot", "all"}) if (await request.body()).strip() else {}
     slot = None if body.get("slot") is None else iso_time(body["slot"], "slot")
     every = body.get("all", False)
     if not isinstance(every, bool):

@@ -17,27 +17,18 @@ from cluster.errors import InvalidInput
 from cluster.jobspec import validate_name
 from cluster.web.audit import record
 from cluster.web.auth import Admin, Reader, unscoped
-from cluster.web.bodies import json_body
+from cluster.web.bodies import json_object, request_body
 from cluster.web.state import state_of
 
 router = APIRouter(tags=["tenants"])
-_LIMIT_BODY = {
-    "requestBody": {
-        "required": True,
-        "content": {
-            "application/json": {
-                "schema": {
-                    "type": "object",
-                    "required": ["max_concurrent"],
-                    "properties": {
-                        "max_concurrent": {"type": "integer", "minimum": 1, "maximum": 1_000_000}
-                    },
-                    "additionalProperties": False,
-                }
-            }
-        },
+_LIMIT_BODY = request_body(
+    {
+        "type": "object",
+        "required": ["max_concurrent"],
+        "properties": {"max_concurrent": {"type": "integer", "minimum": 1, "maximum": 1_000_000}},
+        "additionalProperties": False,
     }
-}
+)
 
 
 @router.get("/api/tenants/limits")
@@ -52,12 +43,7 @@ async def set_limit(request: Request, tenant: str, who: Admin) -> dict[str, Any]
     """Run at most {"max_concurrent": N} of the tenant's slots at once across the cluster
     (1 to 1,000,000), counting those running now."""
     unscoped(who)
-    body = await json_body(request)
-    if not isinstance(body, dict):
-        raise InvalidInput("body", 'must be a JSON object: {"max_concurrent": N}')
-    unknown = sorted(set(body) - {"max_concurrent"})
-    if unknown:
-        raise InvalidInput(unknown[0], "unknown key")
+    body = await json_object(request, {"max_concurrent"})
     max_concurrent: Any = body.get("max_concurrent")  # set_limit checks it
     async with state_of(request).pool.store(who.scope) as store, store.transaction():
         found = await store.tenants.set_limit(tenant, max_concurrent)

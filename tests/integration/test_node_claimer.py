@@ -51,6 +51,14 @@ class Loop:
             await asyncio.sleep(0.05)
 
 
+@pytest.fixture
+def witness(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """The file the witness handler of this test's runs writes to."""
+    path = tmp_path / "witness.jsonl"
+    monkeypatch.setenv("PULSE_WITNESS_FILE", str(path))
+    return path
+
+
 @contextlib.asynccontextmanager
 async def claim_loop(
     settings: ClusterSettings, witness: Path, concurrency: int = 64, fairness: bool = True
@@ -81,10 +89,8 @@ async def claim_loop(
 
 
 async def test_claim_loop_wakes_for_the_slot_its_completion_wrote(
-    store: JobStore, settings: ClusterSettings, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    store: JobStore, settings: ClusterSettings, witness: Path
 ) -> None:
-    witness = tmp_path / "witness.jsonl"
-    monkeypatch.setenv("PULSE_WITNESS_FILE", str(witness))
     # The one job is running whenever the claim looks: only its completions can say when
     # it is due next.
     await store.add(JobSpec.build("tick", "@every 1s", "cluster.chaos.witness:record"))
@@ -96,10 +102,8 @@ async def test_claim_loop_wakes_for_the_slot_its_completion_wrote(
 
 
 async def test_jobs_due_one_after_another_are_claimed_in_batches(
-    store: JobStore, settings: ClusterSettings, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    store: JobStore, settings: ClusterSettings, witness: Path
 ) -> None:
-    witness = tmp_path / "witness.jsonl"
-    monkeypatch.setenv("PULSE_WITNESS_FILE", str(witness))
     n, apart_s = 40, 0.01
     for i in range(n):
         await store.add(
@@ -127,10 +131,8 @@ async def test_jobs_due_one_after_another_are_claimed_in_batches(
 
 
 async def test_with_more_due_than_it_runs_the_loop_takes_the_tenants_in_turn(
-    store: JobStore, settings: ClusterSettings, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    store: JobStore, settings: ClusterSettings, witness: Path
 ) -> None:
-    witness = tmp_path / "witness.jsonl"
-    monkeypatch.setenv("PULSE_WITNESS_FILE", str(witness))
     # All due at the same moment: 40 jobs of one tenant, created first (so first among
     # equals in the due index), then 3 of another; 4 execution slots.
     await all_due(store, settings, {"big": 40, "small": 3})
@@ -160,10 +162,8 @@ async def all_due(store: JobStore, settings: ClusterSettings, counts: dict[str, 
 
 
 async def test_a_tenant_at_its_limit_holds_back_no_other_even_without_fairness(
-    store: JobStore, settings: ClusterSettings, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    store: JobStore, settings: ClusterSettings, witness: Path
 ) -> None:
-    witness = tmp_path / "witness.jsonl"
-    monkeypatch.setenv("PULSE_WITNESS_FILE", str(witness))
     await all_due(store, settings, {"big": 40, "small": 3})
     await store.tenants.set_limit("big", 2)
     async with claim_loop(settings, witness, concurrency=8, fairness=False) as loop:
