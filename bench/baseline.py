@@ -30,8 +30,8 @@ import psycopg
 from psycopg.rows import dict_row
 
 from cluster.chaos.witness import record
-from cluster.durations import parse_duration
 from cluster.settings import ClusterSettings
+from cluster.timing.durations import parse_duration
 
 POLL_INTERVAL_S = 1.0
 WAKE_MARGIN_S = 0.002

@@ -14,8 +14,8 @@ from __future__ import annotations
 from bench.results import ScenarioResult
 from bench.scenarios import Baselines, periodic
 from bench.trial import Bench, Trial
-from cluster.durations import format_duration
 from cluster.store.config import write_config
+from cluster.timing.durations import format_duration
 
 NOTE = "the same steady, runs table pre-filled, with pruning off (--prune-interval 0)"
 

@@ -35,7 +35,7 @@ from bench.trial import Bench, BenchError, Trial, db_time, sleep_until
 FAR_AHEAD = timedelta(days=1)
 # Failover kills just after a tick fired, so the victim dies with runs in flight.
 KILL_AFTER_TICK_S = 0.02
-MAX_EVERY_S = 3650 * 86400  # cluster/schedule.py's cap on @every
+MAX_EVERY_S = 3650 * 86400  # cluster/timing/schedule.py's cap on @every
 
 
 def burst_slot(earliest: int) -> tuple[int, int]:

@@ -16,10 +16,10 @@ import click
 from cluster import settings as defaults
 from cluster.cli.app import cli
 from cluster.cli.base import duration_option, fail, settings_of
-from cluster.durations import parse_duration
 from cluster.errors import ConfigError, InvalidInput
-from cluster.registry import load_modules, specs_of
+from cluster.jobs.registry import load_modules, specs_of
 from cluster.settings import NodeSettings, default_node_id
+from cluster.timing.durations import parse_duration
 from node.runtime import Node
 
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from types import TracebackType
 
 from cluster.errors import ConfigError
-from cluster.registry import Registry, specs_of
+from cluster.jobs.registry import Registry, specs_of
 from cluster.settings import ClusterSettings, NodeSettings
 from node.runtime import Node
 

@@ -19,18 +19,18 @@ from collections.abc import Coroutine, Sequence
 from typing import Any
 
 from cluster.errors import ConfigError, MembershipError, StoreError
-from cluster.jobspec import JobSpec
+from cluster.jobs.spec import JobSpec
 from cluster.members import MemberRegistry
 from cluster.settings import ClusterSettings, NodeSettings, mask_url
 from cluster.store.session import LockSession
-from node.backfiller import BACKFILL_POLL_S, Backfiller
-from node.executor import Executor
-from node.heartbeat import Heartbeat
-from node.jobsync import sync_jobs
-from node.lateness import INTERVAL_S as LATE_INTERVAL_S
+from node.maintenance.backfiller import BACKFILL_POLL_S, Backfiller
+from node.maintenance.jobsync import sync_jobs
+from node.maintenance.lateness import INTERVAL_S as LATE_INTERVAL_S
+from node.maintenance.recovery import Recovery
+from node.membership.heartbeat import Heartbeat
 from node.metrics import serve_metrics
 from node.parts import Parts, wire
-from node.recovery import Recovery
+from node.pipeline.executor import Executor
 from node.service import Failures, Signal, run_service, wait_any
 from node.shutdown import Services
 from node.state import NodeState

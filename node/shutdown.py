@@ -15,10 +15,10 @@ from cluster.members import MemberRegistry
 from cluster.store.records import ClaimedJob
 from cluster.store.session import LockSession
 from cluster.store.writer import ResultWriter
-from node.completer import Completer
-from node.executor import Executor
+from node.membership.shards import ShardKeeper
+from node.pipeline.completer import Completer
+from node.pipeline.executor import Executor
 from node.service import Signal
-from node.shards import ShardKeeper
 from node.state import NodeState
 
 logger = logging.getLogger(__name__)

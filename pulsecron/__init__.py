@@ -27,13 +27,13 @@ from cluster.errors import (
     PulseError,
     StoreError,
 )
-from cluster.jobspec import JobSpec
-from cluster.models import Job, Run
-from cluster.registry import Registry
+from cluster.jobs.models import Job, Run
+from cluster.jobs.registry import Registry
+from cluster.jobs.spec import JobSpec
 from cluster.settings import ClusterSettings, NodeSettings
 from cluster.store.jobs import JobStore
 from cluster.store.specs import ApplyResult, SyncResult
-from node.handlers import RunContext
+from node.handlers.context import RunContext
 from node.hosted import HostedNode as Node
 from node.hosted import NodeStatus
 

@@ -16,8 +16,8 @@ from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
-from cluster.jobspec import DEFAULT_OUTPUT_LIMIT, DEFAULT_TENANT, DEFAULT_TIMEOUT_S
-from node.handlers import RunContext
+from cluster.jobs.spec import DEFAULT_OUTPUT_LIMIT, DEFAULT_TENANT, DEFAULT_TIMEOUT_S
+from node.handlers.context import RunContext
 
 __all__ = ["arun", "context", "run"]
 

@@ -19,11 +19,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
+from cluster.health.status import collect
 from cluster.local.processes import Command, Process, node_argv, poll, pulse_env, stop_all
 from cluster.local.processes import free_port as free_port  # for the tests that import it here
 from cluster.members import MemberInfo, MemberRegistry
 from cluster.settings import ClusterSettings
-from cluster.status import collect
 
 REPO = Path(__file__).resolve().parent.parent
 T = TypeVar("T")

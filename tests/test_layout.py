@@ -41,3 +41,29 @@ def test_no_other_distribution_provides_the_packages() -> None:
     owners = importlib.metadata.packages_distributions()
     for name in PACKAGES:
         assert set(owners.get(name, [])) == {"pulsecron"}, (name, owners.get(name))
+
+
+# What may stay at the root of `cluster` and `node` (docs/design/code.md): everything else
+# lives in a subpackage named after its responsibility.
+ROOT_MODULES = {
+    "cluster": {"__init__", "errors", "logs", "members", "settings", "urls"},
+    "node": {
+        "__init__",
+        "__main__",
+        "cli",
+        "hosted",
+        "metrics",
+        "parts",
+        "runtime",
+        "service",
+        "shutdown",
+        "state",
+        "stats",
+    },
+}
+
+
+@pytest.mark.parametrize("package", sorted(ROOT_MODULES))
+def test_only_shared_and_lifecycle_modules_stay_at_the_root(package: str) -> None:
+    found = {p.stem for p in (REPO / package).glob("*.py")}
+    assert found == ROOT_MODULES[package]

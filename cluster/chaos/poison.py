@@ -10,7 +10,7 @@ every other job keeps its guarantees (docs/chaos.md).
 
 from __future__ import annotations
 
-from cluster.jobspec import JobSpec
+from cluster.jobs.spec import JobSpec
 
 JOB = "chaos-poison"
 RETRIES = 1

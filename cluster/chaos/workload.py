@@ -36,8 +36,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from cluster.chaos import ledger
-from cluster.jobspec import DEFAULT_RETRY_BACKOFF_S as DEFAULT_BACKOFF_S
-from cluster.jobspec import JobSpec
+from cluster.jobs.spec import DEFAULT_RETRY_BACKOFF_S as DEFAULT_BACKOFF_S
+from cluster.jobs.spec import JobSpec
 
 HANDLER = "cluster.chaos.witness:record"
 HANDLERS = {"witness": HANDLER, "effects": ledger.HANDLER, "allow": HANDLER, "pinned": HANDLER}

@@ -1,7 +1,7 @@
 """``pulse alerts ...``: alert rules, a test event, and the outbox's deliveries.
 
 Webhook URLs often carry a token, so every command prints them redacted
-(``cluster.alerts.redact_url``); only a delivering node and ``alerts test`` use the full URL.
+(``cluster.alerts.rules.redact_url``); only a delivering node and ``alerts test`` use the full URL.
 """
 
 from __future__ import annotations
@@ -16,11 +16,11 @@ from typing import Any, TypeVar
 import click
 import httpx
 
-from cluster.alerts import EVENTS, FORMATS, AlertEvent, AlertRule, body, redact_url
+from cluster.alerts.rules import EVENTS, FORMATS, AlertEvent, AlertRule, body, redact_url
+from cluster.alerts.webhook import Answer, post
 from cluster.cli.base import PulseGroup, emit_json, fail, run, settings_of
 from cluster.cli.jobs import table
-from cluster.store.alerting import DELIVERY_STATUSES, AlertStore
-from cluster.webhook import Answer, post
+from cluster.store.alerts import DELIVERY_STATUSES, AlertStore
 
 T = TypeVar("T")
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import click
 
-from cluster import jobspec as spec
 from cluster.cli.base import PulseCommand, PulseGroup, emit_json, parse_time, with_store
 from cluster.cli.jobs import table
-from cluster.models import iso
+from cluster.jobs import spec
+from cluster.jobs.models import iso
 from cluster.store.backfills import Backfill
 from cluster.store.jobs import JobStore
 

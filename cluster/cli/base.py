@@ -19,7 +19,6 @@ from typing import IO, Any, NoReturn, TypeVar
 import click
 
 from cluster import logs
-from cluster.durations import format_duration
 from cluster.errors import InvalidInput, NotFound, PulseError
 from cluster.settings import (
     DEFAULT_CLUSTER,
@@ -29,6 +28,7 @@ from cluster.settings import (
     ClusterSettings,
 )
 from cluster.store import JobStore
+from cluster.timing.durations import format_duration
 
 T = TypeVar("T")
 F = TypeVar("F", bound=Callable[..., Any])

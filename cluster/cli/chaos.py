@@ -22,8 +22,8 @@ from cluster.chaos.harness import ChaosOptions, ChaosRun
 from cluster.chaos.plan import parse_kinds
 from cluster.chaos.report import Report, render_table
 from cluster.cli.base import PulseCommand, fail, settings_of
-from cluster.durations import parse_duration
 from cluster.errors import InvalidInput, PulseError
+from cluster.timing.durations import parse_duration
 
 FC = TypeVar("FC", bound=Callable[..., Any] | click.Command)
 

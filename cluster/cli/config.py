@@ -8,9 +8,9 @@ import click
 
 from cluster.cli.base import PulseGroup, emit_json, with_store
 from cluster.cli.jobs import table
-from cluster.configkeys import KEYS, canonical, defaults
-from cluster.models import iso
-from cluster.retention import KEEP_RUNS
+from cluster.config.keys import KEYS, canonical, defaults
+from cluster.config.retention import KEEP_RUNS
+from cluster.jobs.models import iso
 from cluster.store.jobs import JobStore
 
 

@@ -8,14 +8,13 @@ from typing import Any
 
 import click
 
-from cluster import handlerspec
-from cluster import jobspec as spec
 from cluster.cli.base import PulseGroup, duration_option, emit_json, fail, with_store
 from cluster.errors import InvalidInput
-from cluster.jobfile import load_specs
-from cluster.jobspec import JobSpec
-from cluster.models import Job, iso
-from cluster.registry import export_yaml, load_modules, specs_of
+from cluster.jobs import handlerrefs, spec
+from cluster.jobs.files import load_specs
+from cluster.jobs.models import Job, iso
+from cluster.jobs.registry import export_yaml, load_modules, specs_of
+from cluster.jobs.spec import JobSpec
 from cluster.store.jobs import JobStore
 
 SHOW_SLOTS = 5
@@ -100,7 +99,7 @@ tenant_option = click.option(
 @with_store
 async def add_job(store: JobStore, name: str, as_json: bool, **options: Any) -> None:
     """Create a job."""
-    handler = handlerspec.with_celery_options(
+    handler = handlerrefs.with_celery_options(
         options.pop("handler"), options.pop("celery_broker"), options.pop("celery_wait")
     )
     schedule, at = options.pop("schedule"), options.pop("at")
@@ -109,7 +108,7 @@ async def add_job(store: JobStore, name: str, as_json: bool, **options: Any) -> 
     if schedule is not None and at is not None:
         raise click.UsageError("give --schedule or --at, not both.")
     spec = JobSpec.build(name, schedule or f"@at {at}", handler, **options)
-    handlerspec.require_broker(spec.handler, os.environ)
+    handlerrefs.require_broker(spec.handler, os.environ)
     job = await store.add(spec)
     if as_json:
         emit_json(job.to_json())
@@ -151,7 +150,7 @@ async def apply_jobs(
     specs = _specs(file, modules)
     for position, entry in enumerate(specs, 1):
         try:
-            handlerspec.require_broker(entry.handler, os.environ)
+            handlerrefs.require_broker(entry.handler, os.environ)
         except InvalidInput as exc:
             raise InvalidInput("file", f"entry {position} ({entry.name}): {exc}") from exc
     result = await store.apply(specs, prune=prune)
@@ -225,7 +224,7 @@ async def list_jobs(store: JobStore, tenant: str | None, as_json: bool) -> None:
         return
     header = ["TENANT", "NAME", "SCHEDULE", "TZ", "STATUS", "NEXT RUN", "HANDLER"]
     body = [
-        [j.tenant, j.name, j.schedule, j.tz, j.status, _when(j), handlerspec.describe(j.handler)[0]]
+        [j.tenant, j.name, j.schedule, j.tz, j.status, _when(j), handlerrefs.describe(j.handler)[0]]
         for j in found
     ]
     if any(j.pause_note for j in found):
@@ -252,7 +251,7 @@ async def show_job(store: JobStore, name: str, tenant: str, as_json: bool) -> No
     starts = data.pop("next_starts")
     for key, value in data.items():
         if key == "handler":  # an http: or celery: handler: its summary, then its options
-            first, *more = handlerspec.describe(value)
+            first, *more = handlerrefs.describe(value)
             click.echo(f"{'handler:':<18}{first}")
             for line in more:
                 click.echo(f"{'':<20}{line}")

@@ -21,7 +21,7 @@ from cluster.cli.base import (
 )
 from cluster.cli.jobs import table, tenant_option
 from cluster.cli.prune import prune_runs
-from cluster.models import Run, iso
+from cluster.jobs.models import Run, iso
 from cluster.store import JobStore
 
 STATUSES = ["running", "succeeded", "failed", "timed_out", "cancelled", "skipped", "lost"]

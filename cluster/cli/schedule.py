@@ -9,12 +9,12 @@ from zoneinfo import ZoneInfo
 import click
 
 from cluster.cli.base import PulseCommand, emit_json, fail, parse_time
-from cluster.durations import parse_duration
 from cluster.errors import InvalidInput
-from cluster.jitter import check_jitter, jittered
-from cluster.jobspec import DEFAULT_TENANT
-from cluster.models import iso
-from cluster.schedule import parse_schedule
+from cluster.jobs.models import iso
+from cluster.jobs.spec import DEFAULT_TENANT
+from cluster.timing.durations import parse_duration
+from cluster.timing.jitter import check_jitter, jittered
+from cluster.timing.schedule import parse_schedule
 
 
 @click.command("schedule", cls=PulseCommand)

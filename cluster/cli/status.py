@@ -15,10 +15,10 @@ import sys
 import click
 
 from cluster.cli.base import PulseCommand, duration_option, fail, run, settings_of
-from cluster.durations import format_duration, parse_duration
 from cluster.errors import InvalidInput
+from cluster.health.status import Status, UnheldTracker, collect
 from cluster.settings import DEFAULT_HEARTBEAT_TTL_S, ClusterSettings
-from cluster.status import Status, UnheldTracker, collect
+from cluster.timing.durations import format_duration, parse_duration
 
 CLEAR = "\x1b[H\x1b[2J"
 WATCH_INTERVAL_S = 2.0

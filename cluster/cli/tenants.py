@@ -7,7 +7,7 @@ import click
 
 from cluster.cli.base import PulseGroup, emit_json, with_store
 from cluster.cli.jobs import table
-from cluster.models import iso
+from cluster.jobs.models import iso
 from cluster.store.jobs import JobStore
 
 

@@ -9,10 +9,10 @@ import click
 
 from cluster.cli.base import PulseCommand, PulseGroup, emit_json, fail, with_store
 from cluster.cli.jobs import table
-from cluster.durations import parse_duration
-from cluster.jobspec import validate_name
-from cluster.models import iso
+from cluster.jobs.models import iso
+from cluster.jobs.spec import validate_name
 from cluster.store.jobs import JobStore
+from cluster.timing.durations import parse_duration
 from cluster.web.tokens import ROLES, new_token, token_hash
 
 

@@ -22,7 +22,7 @@ import click
 from cluster.cli.base import PulseCommand, fail, logging_of, run, settings_of
 from cluster.cli.web import DEFAULT_BIND, parse_bind
 from cluster.errors import InvalidInput, NotFound
-from cluster.jobfile import load_specs
+from cluster.jobs.files import load_specs
 from cluster.local import embedded
 from cluster.local.launcher import Launcher, plan_nodes, plural, use_colour, web_spec
 from cluster.local.processes import pulse_env

@@ -5,8 +5,8 @@ from __future__ import annotations
 import click
 
 from cluster.cli.base import PulseCommand, duration_option, fail, settings_of
-from cluster.durations import parse_duration
 from cluster.errors import InvalidInput
+from cluster.timing.durations import parse_duration
 
 DEFAULT_BIND = "127.0.0.1:8080"
 DEFAULT_AUTH_FAILURES = 10  # as cluster.web.limits, which needs the extra to import

@@ -14,8 +14,8 @@ from typing import Any
 import psycopg
 
 from cluster.errors import Conflict, NotFound, StoreError
-from cluster.jobspec import check_text
-from cluster.models import iso
+from cluster.jobs.models import iso
+from cluster.jobs.spec import check_text
 from cluster.store.connect import Conn, describe
 from cluster.store.queries import query
 

@@ -2,8 +2,8 @@
 
 A request is a row (``backfills``) with a cursor; the nodes holding the job's shard turn
 its next slots into queued flights of origin ``backfill`` (``fill``, run by
-``node/backfiller.py``), at most ``max_parallel`` in flight, oldest first, and the flights
-run as any flight does (``claim_flights``, docs/design/overlap.md). The request, its
+``node.maintenance.backfiller``), at most ``max_parallel`` in flight, oldest first, and
+the flights run as any flight does (``claim_flights``, docs/design/overlap.md). The request, its
 cursor and its flights are rows, so a backfill carries on after any node or the whole
 cluster dies. Slots come from the schedule in Python, as everywhere (DST included); with
 ``only_missing`` the slots whose run succeeded are left out. Why so: docs/design/time.md.
@@ -21,11 +21,11 @@ from typing import Any
 import psycopg
 
 from cluster.errors import InvalidInput, StoreError
-from cluster.models import iso
-from cluster.schedule import Schedule, parse_schedule
+from cluster.jobs.models import iso
 from cluster.settings import ClusterSettings
 from cluster.store.connect import Conn, connect, describe
 from cluster.store.queries import query
+from cluster.timing.schedule import Schedule, parse_schedule
 
 __all__ = ["MAX_SLOTS", "Backfill", "BackfillConnection", "BackfillPlan", "fill", "plan_slots"]
 

@@ -1,5 +1,5 @@
 """The cluster's run-time settings, the ``config`` table (``pulse config``): text values
-checked and parsed by ``cluster.configkeys`` before anything is written."""
+checked and parsed by ``cluster.config.keys`` before anything is written."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from datetime import datetime
 
 import psycopg
 
-from cluster.configkeys import canonical
+from cluster.config.keys import canonical
 from cluster.errors import StoreError
 from cluster.store.connect import Conn, describe
 from cluster.store.queries import query

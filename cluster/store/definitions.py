@@ -15,9 +15,8 @@ import psycopg
 from psycopg.types.json import Jsonb
 
 from cluster.errors import Conflict, StoreError
-from cluster.jitter import jittered
-from cluster.jobspec import JobSpec
-from cluster.models import Job
+from cluster.jobs.models import Job
+from cluster.jobs.spec import JobSpec
 from cluster.settings import ClusterSettings
 from cluster.store.connect import Conn, describe
 from cluster.store.queries import query
@@ -29,6 +28,7 @@ from cluster.store.specs import (
     past_one_off,
     refuse_past,
 )
+from cluster.timing.jitter import jittered
 from ring import shard_for
 from ring.zones import PARKED_SHARD, ZONE_SHARD_BASE, zone_shard_for
 

@@ -22,11 +22,10 @@ from typing import Any
 
 import psycopg
 
+from cluster.config.retention import Retention
 from cluster.errors import Conflict, NotFound, StoreError
-from cluster.jitter import jittered
-from cluster.jobspec import DEFAULT_TENANT, JobSpec, check_text
-from cluster.models import Job, Run, iso
-from cluster.retention import Retention
+from cluster.jobs.models import Job, Run, iso
+from cluster.jobs.spec import DEFAULT_TENANT, JobSpec, check_text
 from cluster.settings import ClusterSettings
 from cluster.store import config as cluster_config
 from cluster.store import pruning
@@ -40,6 +39,7 @@ from cluster.store.queries import fetch_all, fetch_one, query
 from cluster.store.runcontrol import RunControl
 from cluster.store.specs import MAX_NOTE_LENGTH, check_params
 from cluster.store.tenants import Tenants
+from cluster.timing.jitter import jittered
 
 
 class JobStore(Definitions, RunControl):

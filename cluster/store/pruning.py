@@ -22,8 +22,8 @@ from uuid import UUID
 
 import psycopg
 
+from cluster.config.retention import MAX_KEEP_S, Retention
 from cluster.errors import StoreError
-from cluster.retention import MAX_KEEP_S, Retention
 from cluster.settings import ClusterSettings
 from cluster.store.config import read_config
 from cluster.store.connect import Conn, connect, describe

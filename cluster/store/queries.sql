@@ -335,7 +335,7 @@ deeper AS (
         LIMIT %(limit)s
     ) AS c
 ),
--- Fair fan-out, asked for by a node whose last claim was full (node/claimer.py): the
+-- Fair fan-out, asked for by a node whose last claim was full (node/pipeline/claimer.py): the
 -- tenants with jobs in each held shard, one probe of jobs_tenant_due each (a loose index
 -- scan, migration 013); those with a job due there; then each such tenant's oldest due
 -- jobs in the shard, as many as its turns in this claim can take.
@@ -617,7 +617,7 @@ SELECT id FROM freed;
 -- Every job and flight running under this node id, with its lease token (slot NULL: a
 -- job's claim). After its lock session was lost, a node compares them with the runs it
 -- tracks: a claim whose answer was lost with the session ran, and left its row running
--- under the node with nobody to run it (node/recovery.py, test_lost_answers.py). Read
+-- under the node with nobody to run it (node/maintenance/recovery.py, test_lost_answers.py). Read
 -- after a reconnect only, so no index serves it.
 SELECT j.id, NULL::timestamptz AS slot, j.lease_token FROM jobs j
 WHERE j.status = 'running' AND j.locked_by = %(node_id)s
@@ -1079,7 +1079,7 @@ WHERE l.slot_at > k.t - make_interval(secs => %(horizon_s)s)
 ORDER BY 1;
 
 -- retention
--- Cluster config and pruning (cluster/retention.py, cluster/store/pruning.py,
+-- Cluster config and pruning (cluster/config/retention.py, cluster/store/pruning.py,
 -- docs/design/retention.md).
 
 -- name: config_rows
@@ -1108,7 +1108,7 @@ SELECT set_config('jit', 'off', false), set_config('enable_bitmapscan', 'off', f
 -- Deletes up to %(batch)s expired runs of the next %(jobs)s jobs that have runs, by id from
 -- %(from_id)s, of the given shards: runs older than their job's keep_for (failed, timed-out
 -- and lost ones: the longer of that and keep_failed_for), or behind its newest keep_runs
--- (the rule of cluster/retention.py). The jobs are found by skipping through runs
+-- (the rule of cluster/config/retention.py). The jobs are found by skipping through runs
 -- (job_id, scheduled_for) one job at a time, so a job without runs costs nothing; then per
 -- job two probes of that index, oldest first, never a scan of runs
 -- (tests/integration/test_prune_plan.py). Never the row of a slot its job is running.
@@ -1255,7 +1255,7 @@ SELECT CASE WHEN c.reltuples < 0 THEN NULL ELSE c.reltuples::float8 END AS rows,
 FROM pg_class c WHERE c.oid = 'runs'::regclass;
 
 -- alerts
--- Rules, the outbox's deliveries and the late pass (cluster/store/alerting.py).
+-- Rules, the outbox's deliveries and the late pass (cluster/store/alerts.py).
 
 -- name: alert_rule_insert
 INSERT INTO alert_rules (name, url, events, format, secret_env, tenant_id, job_name)

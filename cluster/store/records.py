@@ -16,7 +16,7 @@ from datetime import UTC, datetime
 from typing import Any, NamedTuple
 from uuid import UUID
 
-from cluster.jobspec import DEFAULT_CANCEL_GRACE_S, DEFAULT_OUTPUT_LIMIT, DEFAULT_OVERLAP
+from cluster.jobs.spec import DEFAULT_CANCEL_GRACE_S, DEFAULT_OUTPUT_LIMIT, DEFAULT_OVERLAP
 
 __all__ = [
     "NEVER",
@@ -89,7 +89,7 @@ class ClaimedJob(NamedTuple):
     # A slot of an overlap `allow` job running as a flight, under a lease of its own
     # (migration 009): its writes go to the flights statements, keyed by (id, slot).
     flight: bool = False
-    jitter_s: float = 0.0  # the slot starts at slot + its offset (cluster.jitter)
+    jitter_s: float = 0.0  # the slot starts at slot + its offset (cluster.timing.jitter)
 
 
 _FIELDS = len(ClaimedJob._fields)
@@ -129,7 +129,7 @@ class Completion(NamedTuple):
     next_run_at: datetime
     next_slot: datetime
     next_attempt: int
-    output: str | None = None  # the run's output object as JSON text (node.output)
+    output: str | None = None  # the run's output object as JSON text (node.handlers.output)
 
 
 @dataclass(frozen=True)

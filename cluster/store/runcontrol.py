@@ -12,8 +12,8 @@ from typing import Any, Protocol
 import psycopg
 
 from cluster.errors import InvalidInput, NotRunning, StoreError
-from cluster.jobspec import DEFAULT_TENANT, check_text
-from cluster.models import Job
+from cluster.jobs.models import Job
+from cluster.jobs.spec import DEFAULT_TENANT, check_text
 from cluster.settings import ClusterSettings
 from cluster.store import backfills
 from cluster.store.backfills import Backfill, BackfillPlan

@@ -1,5 +1,5 @@
 """The rows behind ``pulse status``: shard holders, live lock sessions, runs in flight,
-backlog, fire lag and outcomes, read in one connection. ``cluster.status`` turns them into
+backlog, fire lag and outcomes, read in one connection. ``cluster.health.status`` turns them into
 the health report."""
 
 from __future__ import annotations

@@ -10,7 +10,7 @@ from datetime import datetime
 from typing import Any
 
 from cluster.errors import InvalidInput
-from cluster.jobspec import DEFAULT_TENANT, JobSpec, check_text
+from cluster.jobs.spec import DEFAULT_TENANT, JobSpec, check_text
 
 
 @dataclass

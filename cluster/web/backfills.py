@@ -9,7 +9,7 @@ from typing import Any
 from fastapi import APIRouter, HTTPException, Request
 
 from cluster.errors import InvalidInput
-from cluster.models import iso
+from cluster.jobs.models import iso
 from cluster.web.audit import record
 from cluster.web.auth import Reader, Writer
 from cluster.web.bodies import iso_time, json_object

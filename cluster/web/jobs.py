@@ -13,9 +13,9 @@ from typing import Any
 from fastapi import APIRouter, HTTPException, Query, Request, Response
 
 from cluster.errors import InvalidInput
-from cluster.jobfile import specs_of
-from cluster.jobspec import DEFAULT_TENANT, JobSpec
-from cluster.models import iso
+from cluster.jobs.files import specs_of
+from cluster.jobs.models import iso
+from cluster.jobs.spec import DEFAULT_TENANT, JobSpec
 from cluster.web.audit import record
 from cluster.web.auth import Principal, Reader, Writer
 from cluster.web.bodies import (

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from fastapi import Request
 
-from cluster.allowlist import AllowList
+from cluster.config.allowlist import AllowList
 from cluster.store.jobs import JobStore
 from cluster.store.pool import StorePool
 from cluster.web.limits import FailureLimiter

@@ -9,9 +9,9 @@ from zoneinfo import ZoneInfo
 
 from fastapi import APIRouter, Query, Request
 
-from cluster.models import iso
-from cluster.schedule import parse_schedule
-from cluster.status import collect
+from cluster.health.status import collect
+from cluster.jobs.models import iso
+from cluster.timing.schedule import parse_schedule
 from cluster.web.auth import Reader, unscoped
 from cluster.web.state import state_of
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from node.handlers import RunContext
+from node.handlers.context import RunContext
 
 
 def fails_once(ctx: RunContext) -> None:

@@ -17,7 +17,7 @@ import pytest
 from cluster.chaos.packages import PackagesMissing
 from cluster.chaos.serverset import ServerSet
 from cluster.chaos.witness import Execution
-from cluster.jobspec import JobSpec
+from cluster.jobs.spec import JobSpec
 from cluster.settings import ClusterSettings
 from cluster.store.jobs import JobStore
 from tests.e2e.fleet import Fleet, doubles, every_slots

@@ -20,7 +20,7 @@ import psycopg
 from psycopg.rows import dict_row
 
 from cluster.chaos.witness import Execution, read_witness
-from cluster.jobspec import JobSpec
+from cluster.jobs.spec import JobSpec
 from cluster.settings import ClusterSettings
 from cluster.store.jobs import JobStore
 from cluster.store.queries import query

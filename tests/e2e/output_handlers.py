@@ -6,7 +6,7 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-from node.handlers import RunContext
+from node.handlers.context import RunContext
 
 
 def report(ctx: RunContext) -> dict[str, Any]:

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from psycopg import sql
 
-from node.handlers import RunContext
+from node.handlers.context import RunContext
 
 
 def _started(ctx: RunContext) -> None:

@@ -19,10 +19,10 @@ from typing import Any
 
 import pytest
 
-from cluster.alerts import AlertRule, verify
-from cluster.jobspec import JobSpec
+from cluster.alerts.rules import AlertRule, verify
+from cluster.jobs.spec import JobSpec
 from cluster.settings import ClusterSettings
-from cluster.store.alerting import AlertStore
+from cluster.store.alerts import AlertStore
 from cluster.store.jobs import JobStore
 from tests.e2e.fleet import Fleet
 from tests.nodeprocs import init_cluster, wait_until

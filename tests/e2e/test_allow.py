@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from cluster.jobspec import JobSpec
+from cluster.jobs.spec import JobSpec
 from cluster.settings import ClusterSettings
 from cluster.store.jobs import JobStore
 from tests.e2e.fleet import Fleet

@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from cluster.jobspec import JobSpec
+from cluster.jobs.spec import JobSpec
 from cluster.settings import ClusterSettings
 from tests.e2e.fleet import Fleet, triggered
 from tests.nodeprocs import REPO, wait_until

@@ -14,7 +14,7 @@ from collections import Counter
 import psycopg
 import pytest
 
-from cluster.jobspec import JobSpec
+from cluster.jobs.spec import JobSpec
 from cluster.settings import ClusterSettings
 from tests.e2e.fleet import Fleet
 from tests.nodeprocs import init_cluster, wait_until

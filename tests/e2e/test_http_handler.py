@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from cluster.jobspec import JobSpec
+from cluster.jobs.spec import JobSpec
 from cluster.settings import ClusterSettings
 from tests.e2e.fleet import Fleet, triggered
 from tests.integration.test_cli import env_of, real_pulses

@@ -21,7 +21,7 @@ from datetime import datetime, timedelta
 
 import pytest
 
-from cluster.jobspec import JobSpec
+from cluster.jobs.spec import JobSpec
 from cluster.settings import ClusterSettings
 from cluster.store.jobs import JobStore
 from ring import Ring

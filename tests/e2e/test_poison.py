@@ -15,10 +15,10 @@ from datetime import datetime
 
 import pytest
 
-from cluster.alerts import AlertRule
-from cluster.jobspec import JobSpec
+from cluster.alerts.rules import AlertRule
+from cluster.jobs.spec import JobSpec
 from cluster.settings import ClusterSettings
-from cluster.store.alerting import AlertStore
+from cluster.store.alerts import AlertStore
 from tests.e2e.fleet import Fleet, every_slots
 from tests.nodeprocs import init_cluster, wait_until
 from tests.receiver import receiver

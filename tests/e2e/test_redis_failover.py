@@ -24,8 +24,8 @@ from pathlib import Path
 import pytest
 
 from cluster.chaos.sentinel import SentinelSet
+from cluster.health.status import collect
 from cluster.settings import ClusterSettings
-from cluster.status import collect
 from tests.e2e.failover import db_now, every_slot_ran_once, ran_since, started, ticking_fleet
 from tests.e2e.fleet import Fleet
 from tests.nodeprocs import wait_until

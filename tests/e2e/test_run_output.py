@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from cluster.jobspec import JobSpec
+from cluster.jobs.spec import JobSpec
 from cluster.settings import ClusterSettings
 from cluster.store.jobs import JobStore
 from tests.e2e.fleet import Fleet

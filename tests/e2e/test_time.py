@@ -13,10 +13,10 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from cluster.jitter import jittered
-from cluster.jobspec import JobSpec
+from cluster.jobs.spec import JobSpec
 from cluster.settings import ClusterSettings
 from cluster.store.jobs import JobStore
+from cluster.timing.jitter import jittered
 from tests.e2e.fleet import Fleet
 from tests.nodeprocs import init_cluster, wait_until
 

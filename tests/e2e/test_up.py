@@ -17,10 +17,10 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from cluster.jobfile import load_specs
+from cluster.health.status import collect
+from cluster.jobs.files import load_specs
 from cluster.local.processes import Command, pulse_env
 from cluster.settings import ClusterSettings
-from cluster.status import collect
 from cluster.store.jobs import JobStore
 from ring import Ring
 from tests.nodeprocs import REPO, wait_until

@@ -15,9 +15,9 @@ from typing import Any
 import httpx
 import pytest
 
+from cluster.jobs.models import Run
 from cluster.local.processes import Command, free_port, pulse_env
 from cluster.members import MemberRegistry
-from cluster.models import Run
 from cluster.settings import ClusterSettings
 from cluster.store.jobs import JobStore
 from tests.nodeprocs import REPO, wait_until

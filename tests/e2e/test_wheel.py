@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pytest
 
+from cluster.health.status import collect
 from cluster.local.processes import Command, pulse_env
 from cluster.settings import ClusterSettings
-from cluster.status import collect
 from tests.nodeprocs import REPO, wait_until
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]

@@ -17,9 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from cluster.jobspec import JobSpec
+from cluster.health.status import collect
+from cluster.jobs.spec import JobSpec
 from cluster.local.processes import pulse_env
-from cluster.status import collect
 from cluster.store.specs import ApplyResult
 from tests.e2e.fleet import Fleet, doubles
 from tests.nodeprocs import REPO, init_cluster, wait_until

@@ -6,15 +6,15 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from cluster.alerts import AlertRule
-from cluster.jobspec import JobSpec
+from cluster.alerts.rules import AlertRule
+from cluster.jobs.spec import JobSpec
 from cluster.settings import ClusterSettings
-from cluster.store.alerting import AlertStore
+from cluster.store.alerts import AlertStore
 from cluster.store.connect import connect
 from cluster.store.records import ClaimedJob
 from cluster.store.session import LockSession
-from node.handlers import Outcome
-from node.outcomes import after_run, plan_at_claim
+from node.handlers.context import Outcome
+from node.pipeline.outcomes import after_run, plan_at_claim
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 ALL = list(range(16))

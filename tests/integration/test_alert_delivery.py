@@ -11,11 +11,11 @@ from typing import Any
 
 import pytest
 
-from cluster.alerts import SIGNATURE_HEADER, verify
+from cluster.alerts.rules import SIGNATURE_HEADER, verify
 from cluster.settings import ClusterSettings
-from cluster.store.alerting import AlertStore
+from cluster.store.alerts import AlertStore
 from cluster.store.jobs import JobStore
-from node.alerting import MAX_AGE_S, AlertDelivery, retry_delay_s
+from node.maintenance.outbox import MAX_AGE_S, AlertDelivery, retry_delay_s
 from node.stats import Stats
 from tests.conftest import Opener
 from tests.integration.outbox import T0, add_rule, at, events, every_10s, run_slot, sql

@@ -9,7 +9,7 @@ import pytest
 
 from cluster.settings import ClusterSettings
 from cluster.store.jobs import JobStore
-from node.outcomes import after_run
+from node.pipeline.outcomes import after_run
 from tests.conftest import Opener
 from tests.integration.outbox import (
     ALL,

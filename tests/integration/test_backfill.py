@@ -13,13 +13,13 @@ from typing import Any
 import pytest
 
 from cluster.errors import InvalidInput
-from cluster.jobspec import JobSpec
+from cluster.jobs.spec import JobSpec
 from cluster.settings import ClusterSettings
 from cluster.store import backfills
 from cluster.store.connect import connection
 from cluster.store.jobs import JobStore
-from node.handlers import Outcome
-from node.outcomes import after_run, plan_at_claim
+from node.handlers.context import Outcome
+from node.pipeline.outcomes import after_run, plan_at_claim
 from tests.conftest import Opener
 
 T0 = datetime(2031, 3, 4, 12, 0, tzinfo=UTC)

@@ -6,15 +6,15 @@ from datetime import UTC, datetime, timedelta
 
 import psycopg
 
-from cluster.jobspec import JobSpec
+from cluster.jobs.spec import JobSpec
 from cluster.settings import ClusterSettings
 from cluster.store.jobs import JobStore
 from cluster.store.session import LockSession
-from node.claimer import Claimer
-from node.clock import DbClock
-from node.completer import Completer
-from node.executor import Executor
-from node.pacing import Pacing
+from node.pipeline.claimer import Claimer
+from node.pipeline.clock import DbClock
+from node.pipeline.completer import Completer
+from node.pipeline.executor import Executor
+from node.pipeline.pacing import Pacing
 from node.state import NodeState
 from node.stats import Stats
 

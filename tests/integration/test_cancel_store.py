@@ -14,8 +14,8 @@ from cluster.errors import NotFound, NotRunning
 from cluster.settings import ClusterSettings
 from cluster.store import notify
 from cluster.store.jobs import JobStore
-from node.handlers import Outcome
-from node.outcomes import after_run
+from node.handlers.context import Outcome
+from node.pipeline.outcomes import after_run
 from tests.conftest import Opener
 from tests.integration.test_session import ALL, add_jobs, at, run_rows
 

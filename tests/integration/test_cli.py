@@ -25,9 +25,9 @@ import psycopg
 import pytest
 from click.testing import CliRunner, Result
 
-from cluster.schedule import parse_schedule
 from cluster.settings import ClusterSettings
 from cluster.store.migrate import available
+from cluster.timing.schedule import parse_schedule
 from node.cli import cli
 from tests.conftest import REDIS_URL
 
@@ -35,7 +35,7 @@ REPO = Path(__file__).resolve().parents[2]
 HANDLER = "app.jobs:tick"
 UNREACHABLE = "postgresql://postgres:s3cret-pw@127.0.0.1:1/nowhere"
 
-# The documented --json shapes (cluster/models.py to_json).
+# The documented --json shapes (cluster/jobs/models.py to_json).
 JOB_KEYS = {
     "id", "tenant", "name", "schedule", "tz", "handler", "payload", "status", "paused",
     "shard", "next_run_at", "attempt", "last_run_at", "locked_by", "lease_expires_at",

@@ -11,7 +11,7 @@ import psycopg
 import pytest
 from click.testing import CliRunner, Result
 
-from cluster.alerts import SIGNATURE_HEADER, verify
+from cluster.alerts.rules import SIGNATURE_HEADER, verify
 from cluster.settings import ClusterSettings
 from node.cli import cli
 from tests.integration.test_cli import add_args, assert_bad_input, assert_one_line_error, env_of

@@ -10,8 +10,8 @@ from datetime import UTC, datetime, timedelta
 import psycopg
 import pytest
 
-from cluster.jitter import jittered
 from cluster.settings import ClusterSettings
+from cluster.timing.jitter import jittered
 from tests.integration.test_cli import (  # the fixtures too
     Invoke,
     assert_bad_input,

@@ -19,11 +19,11 @@ from cluster.store.effects import EffectsStore
 from cluster.store.jobs import JobStore
 from cluster.store.records import ClaimedJob
 from cluster.store.session import LockSession
-from node.clock import DbClock
-from node.completer import Completer
-from node.effects import Effects
-from node.handlers import Outcome, RunContext
-from node.pacing import Pacing
+from node.handlers.context import Outcome, RunContext
+from node.handlers.effects import Effects
+from node.pipeline.clock import DbClock
+from node.pipeline.completer import Completer
+from node.pipeline.pacing import Pacing
 from node.stats import Stats
 from tests.conftest import Opener
 from tests.integration.test_session import ALL, add_jobs, at

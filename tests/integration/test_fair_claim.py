@@ -9,7 +9,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from cluster.jobspec import JobSpec
+from cluster.jobs.spec import JobSpec
 from cluster.store.jobs import JobStore
 from cluster.store.session import LockSession
 from tests.conftest import Opener

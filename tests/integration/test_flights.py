@@ -11,7 +11,7 @@ from datetime import datetime
 import pytest
 
 from cluster.errors import InvalidInput
-from cluster.jobspec import JobSpec
+from cluster.jobs.spec import JobSpec
 from cluster.store.jobs import JobStore
 from cluster.store.records import ClaimedJob, Completion
 from cluster.store.session import LockSession

@@ -15,10 +15,10 @@ from typing import Any
 from uuid import UUID
 from zoneinfo import ZoneInfo
 
-from cluster.jobspec import JobSpec
-from cluster.models import Run
+from cluster.health.status import collect
+from cluster.jobs.models import Run
+from cluster.jobs.spec import JobSpec
 from cluster.settings import ClusterSettings
-from cluster.status import collect
 from cluster.store.connect import connect
 from cluster.store.jobs import JobStore
 from cluster.store.queries import query

@@ -14,12 +14,12 @@ import time
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from cluster.jobspec import JobSpec
+from cluster.jobs.spec import JobSpec
 from cluster.settings import ClusterSettings
 from cluster.store.connect import connect
 from cluster.store.jobs import JobStore
-from node.handlers import Outcome
-from node.outcomes import after_run
+from node.handlers.context import Outcome
+from node.pipeline.outcomes import after_run
 from tests.conftest import Opener
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner, Result
 
-from cluster.registry import registries_in, specs_of
+from cluster.jobs.registry import registries_in, specs_of
 from cluster.settings import ClusterSettings
 from cluster.store.jobs import JobStore
 from node.cli import cli

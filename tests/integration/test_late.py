@@ -9,7 +9,7 @@ import asyncio
 import pytest
 
 from cluster.settings import ClusterSettings
-from cluster.store.alerting import AlertStore
+from cluster.store.alerts import AlertStore
 from cluster.store.connect import connect
 from cluster.store.jobs import JobStore
 from tests.conftest import Opener

@@ -10,7 +10,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 import pytest
 
-from cluster.jobspec import JobSpec
+from cluster.jobs.spec import JobSpec
 from cluster.settings import ClusterSettings
 from tests.nodeprocs import Nodes, init_cluster, wait_until
 

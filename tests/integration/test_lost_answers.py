@@ -25,10 +25,10 @@ import pytest
 
 from cluster.chaos.fleet import endpoint, via_proxy
 from cluster.chaos.proxy import Proxy
-from cluster.jobspec import JobSpec
+from cluster.jobs.spec import JobSpec
 from cluster.settings import ClusterSettings, NodeSettings
 from cluster.store.jobs import JobStore
-from node.recovery import Recovery
+from node.maintenance.recovery import Recovery
 from node.runtime import Node
 from node.state import NodeState
 from node.stats import Stats

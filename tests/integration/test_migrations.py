@@ -14,7 +14,7 @@ import psycopg
 import pytest
 
 from cluster.errors import InvalidInput, StoreError
-from cluster.jobspec import JobSpec
+from cluster.jobs.spec import JobSpec
 from cluster.settings import ClusterSettings
 from cluster.store.connect import connect
 from cluster.store.jobs import JobStore

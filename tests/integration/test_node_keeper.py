@@ -11,7 +11,7 @@ from cluster.errors import StoreError
 from cluster.settings import ClusterSettings
 from cluster.store.jobs import JobStore
 from cluster.store.session import LockSession, SessionLost
-from node.shards import ShardKeeper
+from node.membership.shards import ShardKeeper
 from node.state import NodeState
 from node.stats import Stats
 from ring import Ring

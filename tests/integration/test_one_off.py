@@ -9,15 +9,15 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from cluster.config.retention import Retention
 from cluster.errors import InvalidInput
-from cluster.jobspec import JobSpec
-from cluster.retention import Retention
+from cluster.jobs.spec import JobSpec
 from cluster.settings import ClusterSettings
 from cluster.store import pruning
 from cluster.store.connect import connection
 from cluster.store.jobs import JobStore
-from node.handlers import Outcome
-from node.outcomes import after_run
+from node.handlers.context import Outcome
+from node.pipeline.outcomes import after_run
 from tests.conftest import Opener
 
 T0 = datetime(2031, 3, 4, 12, 0, tzinfo=UTC)

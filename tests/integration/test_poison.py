@@ -17,15 +17,15 @@ from typing import Any
 
 import pytest
 
-from cluster.jobspec import JobSpec
+from cluster.jobs.spec import JobSpec
 from cluster.settings import ClusterSettings
 from cluster.store.jobs import JobStore
 from cluster.store.records import ClaimedJob
 from cluster.store.session import LockSession
-from node.clock import DbClock
-from node.completer import Completer
-from node.pacing import Pacing
-from node.recovery import Recovery
+from node.maintenance.recovery import Recovery
+from node.pipeline.clock import DbClock
+from node.pipeline.completer import Completer
+from node.pipeline.pacing import Pacing
 from node.state import NodeState
 from node.stats import Stats
 from tests.conftest import Opener

@@ -17,18 +17,18 @@ import pytest
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
+from cluster.config.retention import Retention
 from cluster.errors import InvalidInput, StoreError
-from cluster.jobspec import JobSpec
-from cluster.models import Job
-from cluster.retention import Retention
+from cluster.jobs.models import Job
+from cluster.jobs.spec import JobSpec
 from cluster.settings import ClusterSettings
 from cluster.store.config import read_config
 from cluster.store.connect import Conn, connect
 from cluster.store.jobs import JobStore
 from cluster.store.pruning import PruneConnection, prune
 from cluster.store.queries import query
+from node.maintenance.pruner import Pruner
 from node.metrics import build_registry
-from node.pruner import Pruner
 from node.state import NodeState
 from node.stats import Stats
 from tests.conftest import Opener
@@ -79,7 +79,7 @@ async def kept(conn: Conn) -> dict[str, list[tuple[datetime, str]]]:
 async def expected_by_rule(
     conn: Conn, retention: Retention
 ) -> dict[str, list[tuple[datetime, str]]]:
-    """What the Python rule (cluster/retention.py) keeps of the rows there now."""
+    """What the Python rule (cluster/config/retention.py) keeps of the rows there now."""
     cur = await conn.execute("SELECT name, keep_for_s, keep_runs FROM jobs")
     rules = {
         r["name"]: retention.for_job(r["keep_for_s"], r["keep_runs"]) for r in await cur.fetchall()

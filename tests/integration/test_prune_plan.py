@@ -20,7 +20,7 @@ import psycopg
 import pytest
 from psycopg import sql
 
-from cluster.retention import MAX_KEEP_S
+from cluster.config.retention import MAX_KEEP_S
 from cluster.settings import ClusterSettings
 from cluster.store.connect import Conn, connect
 from cluster.store.jobs import JobStore

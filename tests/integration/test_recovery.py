@@ -16,20 +16,20 @@ import psycopg
 import pytest
 
 from cluster.errors import MembershipError
-from cluster.jobspec import JobSpec
+from cluster.jobs.spec import JobSpec
 from cluster.members import MemberInfo, MemberRegistry
 from cluster.settings import ClusterSettings
 from cluster.store.jobs import JobStore
 from cluster.store.session import LockSession, SessionLost
-from node.claimer import Claimer
-from node.clock import DbClock
-from node.completer import Completer
-from node.executor import Executor
-from node.handlers import Outcome
-from node.heartbeat import Heartbeat
-from node.outcomes import after_run, plan_at_claim
-from node.pacing import Pacing
-from node.shards import ShardKeeper
+from node.handlers.context import Outcome
+from node.membership.heartbeat import Heartbeat
+from node.membership.shards import ShardKeeper
+from node.pipeline.claimer import Claimer
+from node.pipeline.clock import DbClock
+from node.pipeline.completer import Completer
+from node.pipeline.executor import Executor
+from node.pipeline.outcomes import after_run, plan_at_claim
+from node.pipeline.pacing import Pacing
 from node.state import NodeState
 from node.stats import Stats
 

@@ -14,16 +14,16 @@ import pytest
 from click.testing import CliRunner, Result
 
 from cluster.errors import NotFound
-from cluster.jobspec import JobSpec
+from cluster.jobs.spec import JobSpec
 from cluster.settings import ClusterSettings
 from cluster.store.jobs import JobStore
 from cluster.store.records import ClaimedJob, Completion
 from cluster.store.session import LockSession
 from cluster.store.writer import ResultWriter
 from node.cli import cli
-from node.handlers import Outcome
-from node.outcomes import after_run
-from node.output import RunLog, TailBuffer, compose
+from node.handlers.context import Outcome
+from node.handlers.output import RunLog, TailBuffer, compose
+from node.pipeline.outcomes import after_run
 from tests.conftest import Opener
 from tests.integration.test_cli import RUN_KEYS, assert_bad_input, assert_one_line_error, env_of
 from tests.integration.test_history import rows, run_rows

@@ -21,8 +21,8 @@ import psycopg
 import pytest
 
 from cluster.errors import StoreError
-from cluster.jobspec import JobSpec
-from cluster.models import Job
+from cluster.jobs.models import Job
+from cluster.jobs.spec import JobSpec
 from cluster.settings import ClusterSettings
 from cluster.store import notify
 from cluster.store.connect import Conn, connect
@@ -30,8 +30,8 @@ from cluster.store.jobs import JobStore
 from cluster.store.queries import query, variant
 from cluster.store.records import ClaimedJob, Completion
 from cluster.store.session import LockSession, SessionLost, claim_params
-from node.handlers import Outcome
-from node.outcomes import after_run
+from node.handlers.context import Outcome
+from node.pipeline.outcomes import after_run
 from tests.conftest import ADMIN_URL, Opener
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)

@@ -21,10 +21,10 @@ from click.testing import CliRunner
 import node.cli  # noqa: F401  (registers `pulse node` beside `pulse status`)
 from cluster.cli.app import cli
 from cluster.cli.status import _ranges
-from cluster.jobspec import JobSpec
+from cluster.health.status import Status, UnheldTracker, collect
+from cluster.jobs.spec import JobSpec
 from cluster.local.processes import pulse_env
 from cluster.settings import ClusterSettings
-from cluster.status import Status, UnheldTracker, collect
 from ring import Ring
 from tests.nodeprocs import REPO, Nodes, ghost_member, init_cluster, wait_until
 

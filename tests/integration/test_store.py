@@ -11,12 +11,12 @@ from zoneinfo import ZoneInfo
 import pytest
 
 from cluster.errors import InvalidInput, NotFound, PulseError
-from cluster.jobspec import JobSpec
-from cluster.models import Job
-from cluster.schedule import parse_schedule
+from cluster.jobs.models import Job
+from cluster.jobs.spec import JobSpec
 from cluster.settings import ClusterSettings
 from cluster.store.connect import connection
 from cluster.store.jobs import JobStore
+from cluster.timing.schedule import parse_schedule
 from ring import shard_for
 
 T0 = datetime(2031, 3, 4, 12, 0, tzinfo=UTC)  # on every minute/hour boundary

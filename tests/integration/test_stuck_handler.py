@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from cluster.jobspec import JobSpec
+from cluster.jobs.spec import JobSpec
 from cluster.settings import ClusterSettings
 from cluster.store.jobs import JobStore
 from tests.nodeprocs import Nodes, init_cluster, wait_until

@@ -12,7 +12,7 @@ import psycopg
 import pytest
 
 from cluster.errors import InvalidInput
-from cluster.jobspec import JobSpec
+from cluster.jobs.spec import JobSpec
 from cluster.settings import ClusterSettings
 from cluster.store import notify
 from cluster.store.jobs import JobStore

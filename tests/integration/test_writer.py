@@ -8,13 +8,13 @@ import psycopg
 import pytest
 
 from cluster.errors import StoreError
-from cluster.jobspec import JobSpec
+from cluster.jobs.spec import JobSpec
 from cluster.settings import ClusterSettings
 from cluster.store.jobs import JobStore
 from cluster.store.session import LockSession
 from cluster.store.writer import ResultWriter
-from node.handlers import Outcome
-from node.outcomes import after_run
+from node.handlers.context import Outcome
+from node.pipeline.outcomes import after_run
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 ALL = list(range(16))

@@ -8,8 +8,8 @@ import uuid
 from datetime import UTC, datetime
 
 from cluster.store.records import ClaimedJob
-from node.executor import Executor
-from node.handlers import Outcome
+from node.handlers.context import Outcome
+from node.pipeline.executor import Executor
 
 
 def job(handler: str, name: str = "j", timeout_s: float = 30.0) -> ClaimedJob:

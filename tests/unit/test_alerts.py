@@ -7,7 +7,7 @@ from datetime import UTC, datetime
 
 import pytest
 
-from cluster.alerts import (
+from cluster.alerts.rules import (
     EVENTS,
     AlertEvent,
     AlertRule,

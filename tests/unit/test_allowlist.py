@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from cluster.allowlist import AllowList, parse
+from cluster.config.allowlist import AllowList, parse
 from cluster.errors import InvalidInput
 from cluster.web.limits import FailureLimiter
 

@@ -15,11 +15,11 @@ from pathlib import Path
 import pytest
 
 from cluster.errors import InvalidInput
-from cluster.jobspec import JobSpec
+from cluster.jobs.spec import JobSpec
 from cluster.store.records import ClaimedJob
-from node.executor import Executor
-from node.handlers import Outcome, RunContext
-from node.outcomes import after_run
+from node.handlers.context import Outcome, RunContext
+from node.pipeline.executor import Executor
+from node.pipeline.outcomes import after_run
 from tests.nodeprocs import pid_gone
 from tests.unit.claimed import Executors, Outcomes, job
 

@@ -11,9 +11,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from cluster.catchup import CatchUp, CatchUpPlan, parse_catch_up, plan_catchup
 from cluster.errors import InvalidInput
-from cluster.schedule import Schedule, parse_schedule
+from cluster.timing.catchup import CatchUp, CatchUpPlan, parse_catch_up, plan_catchup
+from cluster.timing.schedule import Schedule, parse_schedule
 
 T = datetime(2026, 5, 13, 10, tzinfo=UTC)
 MINUTE = timedelta(minutes=1)

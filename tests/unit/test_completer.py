@@ -13,12 +13,12 @@ from uuid import UUID
 import pytest
 
 from cluster.store.records import ClaimedJob, Completion, Skip
-from node import completer as completer_module
-from node.clock import DbClock
-from node.completer import Completer
-from node.handlers import Outcome
-from node.outcomes import after_run
-from node.pacing import Pacing
+from node.handlers.context import Outcome
+from node.pipeline import completer as completer_module
+from node.pipeline.clock import DbClock
+from node.pipeline.completer import Completer
+from node.pipeline.outcomes import after_run
+from node.pipeline.pacing import Pacing
 from node.stats import Stats
 from tests.unit.claimed import job
 

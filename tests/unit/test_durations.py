@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from cluster.durations import format_duration, parse_duration
 from cluster.errors import InvalidInput
+from cluster.timing.durations import format_duration, parse_duration
 
 FORMATTED = re.compile(r"-?(\d+d)?(\d+h)?(\d+m)?(\d+s)?(\d+ms)?")
 

@@ -11,7 +11,7 @@ from datetime import UTC, datetime
 
 import pytest
 
-from node.handlers import RunContext
+from node.handlers.context import RunContext
 from tests.unit.claimed import Executors, job
 
 HERE = __name__

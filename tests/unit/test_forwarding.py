@@ -1,6 +1,6 @@
 """What a node does with a celery: or http: run it cannot carry out: one line naming the
 cause (Celery missing, no broker, a secret's variable unset), never the secret's value, and
-the attempt fails so retries apply (node/forwarding.py, node/celery_handler.py)."""
+the attempt fails so retries apply (node/handlers/forwarding.py, node/handlers/celerytask.py)."""
 
 from __future__ import annotations
 
@@ -10,9 +10,11 @@ from uuid import uuid4
 
 import pytest
 
-from node.forwarding import Forwarders
-from node.handlers import RunContext, invoke, sync_handler
-from node.threads import HandlerThreads
+from node.handlers.context import RunContext
+from node.handlers.forwarding import Forwarders
+from node.handlers.invoke import invoke
+from node.handlers.python import sync_handler
+from node.handlers.threads import HandlerThreads
 
 
 def context() -> RunContext:

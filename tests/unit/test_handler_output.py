@@ -17,9 +17,10 @@ from typing import Any
 
 import pytest
 
-from node.executor import Executor
-from node.handlers import Outcome, RunContext, invoke
-from node.threads import HandlerThreads
+from node.handlers.context import Outcome, RunContext
+from node.handlers.invoke import invoke
+from node.handlers.threads import HandlerThreads
+from node.pipeline.executor import Executor
 from tests.unit.claimed import Outcomes, job
 
 HERE = __name__

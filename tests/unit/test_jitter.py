@@ -12,13 +12,13 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from cluster.errors import InvalidInput
-from cluster.jitter import check_jitter, jitter_offset, jittered, smallest_interval
-from cluster.jobspec import JobSpec
-from cluster.schedule import parse_schedule
+from cluster.jobs.spec import JobSpec
+from cluster.timing.jitter import check_jitter, jitter_offset, jittered, smallest_interval
+from cluster.timing.schedule import parse_schedule
 
 SLOT = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 PROBE = (
-    "from datetime import datetime; from cluster.jitter import jitter_offset; "
+    "from datetime import datetime; from cluster.timing.jitter import jitter_offset; "
     "print(jitter_offset('acme', 'rollup', datetime.fromisoformat('2026-03-01T12:00:00+00:00'),"
     " 600.0).total_seconds())"
 )
@@ -99,8 +99,8 @@ def test_job_specs_carry_the_jitter_from_options_and_job_files() -> None:
 
 
 def test_the_node_moves_on_to_the_next_slots_jittered_start_and_plans_on_nominal_slots() -> None:
-    from node.handlers import Outcome
-    from node.outcomes import after_run, plan_at_claim, start_of
+    from node.handlers.context import Outcome
+    from node.pipeline.outcomes import after_run, plan_at_claim, start_of
     from tests.unit.claimed import job
 
     j = job("m:f")._replace(schedule="@every 1m", jitter_s=50.0, catch_up="skip", grace_s=0.0)

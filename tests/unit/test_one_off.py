@@ -10,11 +10,11 @@ from typing import Any
 import pytest
 
 from cluster.errors import InvalidInput
-from cluster.jobspec import JobSpec
-from cluster.schedule import parse_schedule
+from cluster.jobs.spec import JobSpec
 from cluster.store.records import NEVER, ClaimedJob
-from node.handlers import Outcome
-from node.outcomes import after_run, plan_at_claim
+from cluster.timing.schedule import parse_schedule
+from node.handlers.context import Outcome
+from node.pipeline.outcomes import after_run, plan_at_claim
 from tests.unit.claimed import job
 
 AT = datetime(2030, 1, 1, 9, 0, tzinfo=UTC)

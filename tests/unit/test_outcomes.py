@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from node.handlers import Outcome
-from node.outcomes import after_run, following_slot
+from node.handlers.context import Outcome
+from node.pipeline.outcomes import after_run, following_slot
 from tests.unit.claimed import job
 
 OK = Outcome("succeeded", None, 0.01)

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from node.output import RunLog, TailBuffer, compose, fit, result_json
+from node.handlers.output import RunLog, TailBuffer, compose, fit, result_json
 
 SNOWMAN = "☃"  # three bytes of UTF-8
 EMOJI = "😀"  # four

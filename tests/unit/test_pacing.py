@@ -7,8 +7,8 @@ import asyncio
 import time
 from datetime import timedelta
 
-from node.clock import DbClock
-from node.pacing import CLAIM_AHEAD_S, Pacing
+from node.pipeline.clock import DbClock
+from node.pipeline.pacing import CLAIM_AHEAD_S, Pacing
 
 
 async def test_more_runs_are_coming_while_catching_up_or_until_runs_claimed_ahead_start() -> None:

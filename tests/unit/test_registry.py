@@ -1,4 +1,4 @@
-"""Jobs defined in code (``cluster.registry``): every option of ``pulse jobs add`` is a
+"""Jobs defined in code (``cluster.jobs.registry``): every option of ``pulse jobs add`` is a
 keyword validated as job files are, unimportable handlers are refused at decoration time,
 modules are found and refused with one line, and the export is a job file that applies the
 same specs."""
@@ -13,9 +13,9 @@ import pytest
 
 from cluster.cli.jobs import jobs as jobs_group
 from cluster.errors import InvalidInput
-from cluster.jobfile import load_specs
-from cluster.jobspec import JobSpec
-from cluster.registry import export_yaml, handler_ref, load_modules, registries_in, specs_of
+from cluster.jobs.files import load_specs
+from cluster.jobs.registry import export_yaml, handler_ref, load_modules, registries_in, specs_of
+from cluster.jobs.spec import JobSpec
 from pulsecron import Registry, RunContext
 
 SAMPLES: dict[str, Any] = {

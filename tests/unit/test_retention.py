@@ -7,8 +7,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from cluster.errors import InvalidInput
-from cluster.retention import (
+from cluster.config.retention import (
     DEFAULT_KEEP_FAILED_FOR_S,
     DEFAULT_KEEP_FOR_S,
     DEFAULT_KEEP_RUNS,
@@ -17,6 +16,7 @@ from cluster.retention import (
     Retention,
     canonical,
 )
+from cluster.errors import InvalidInput
 
 DAY = 86400.0
 

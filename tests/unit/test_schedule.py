@@ -11,7 +11,7 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from cluster.errors import InvalidInput
-from cluster.schedule import MACROS, Schedule, parse_schedule
+from cluster.timing.schedule import MACROS, Schedule, parse_schedule
 
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 T0 = datetime(2026, 5, 13, 10, 7, 30, tzinfo=UTC)

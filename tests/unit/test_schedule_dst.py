@@ -20,7 +20,7 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from cluster.errors import InvalidInput
-from cluster.schedule import parse_schedule
+from cluster.timing.schedule import parse_schedule
 
 
 def utc(year: int, month: int, day: int, hour: int = 0, minute: int = 0) -> datetime:

@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from node.threads import HandlerThreads, ThreadRun
+from node.handlers.threads import HandlerThreads, ThreadRun
 
 WAIT_S = 20.0
 

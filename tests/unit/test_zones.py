@@ -7,7 +7,7 @@ import uuid
 import pytest
 
 from cluster.errors import InvalidInput
-from cluster.jobspec import JobSpec, parse_zones
+from cluster.jobs.spec import JobSpec, parse_zones
 from ring import MAX_SHARD_COUNT, Ring
 from ring.zones import (
     ZONE_SHARD_BASE,

@@ -3,7 +3,7 @@
 -- completing beside nodes of this version (tests/integration/test_migrations.py).
 
 -- Cluster-wide settings an operator changes at run time (`pulse config set`); values are
--- text, parsed by cluster/retention.py. `pulse init` seeds the defaults.
+-- text, parsed by cluster/config/retention.py. `pulse init` seeds the defaults.
 CREATE TABLE config (
     key        text PRIMARY KEY,
     value      text NOT NULL,

@@ -1,0 +1,192 @@
+"""Alert rules and the events they deliver (pure, no I/O): validation, webhook bodies, and
+the signature a receiver checks.
+
+A rule names a channel (a webhook URL), the events it wants and its scope (one job, one
+tenant, or the whole cluster). Events are written to an outbox by the statement that
+changes the state they report, and delivered by ``node.maintenance.outbox``; this module decides
+what a rule accepts and what goes over the wire.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+from urllib.parse import urlsplit
+
+from cluster.errors import InvalidInput
+from cluster.jobs.spec import check_text, validate_name
+
+EVENTS = ("failed", "recovered", "lost", "late", "skipped", "paused")
+FORMATS = ("json", "slack")
+SIGNATURE_HEADER = "X-Pulse-Signature"
+IDEMPOTENCY_HEADER = "Idempotency-Key"
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+MAX_URL_LENGTH = 2048
+
+
+@dataclass(frozen=True)
+class AlertRule:
+    name: str
+    url: str
+    events: tuple[str, ...] = EVENTS
+    format: str = "json"
+    secret_env: str | None = None
+    tenant: str | None = None
+    job: str | None = None
+
+    @classmethod
+    def build(
+        cls,
+        name: str,
+        url: str,
+        *,
+        events: str | Iterable[str] | None = None,
+        format: str = "json",
+        secret_env: str | None = None,
+        tenant: str | None = None,
+        job: str | None = None,
+    ) -> AlertRule:
+        """Validate every field; ``InvalidInput`` names the first bad one."""
+        name = validate_name(name)
+        url = check_text(url, "webhook").strip()
+        parts = urlsplit(url)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise InvalidInput("webhook", f"{url!r} is not an http:// or https:// URL")
+        if len(url) > MAX_URL_LENGTH:
+            raise InvalidInput("webhook", f"must be at most {MAX_URL_LENGTH} characters")
+        if format not in FORMATS:
+            raise InvalidInput("format", f"{format!r}: use {' or '.join(FORMATS)}")
+        if secret_env is not None and not _ENV_NAME.match(secret_env):
+            raise InvalidInput("secret-env", f"{secret_env!r} is not an environment variable name")
+        if tenant is not None:
+            tenant = validate_name(tenant, "tenant")
+        if job is not None:
+            job = validate_name(job, "job")
+        return cls(name, url, parse_events(events), format, secret_env, tenant, job)
+
+    def wants(self, event: str, tenant: str, job: str) -> bool:
+        if event not in self.events:
+            return False
+        if self.tenant is not None and self.tenant != tenant:
+            return False
+        return self.job is None or self.job == job
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "webhook": redact_url(self.url),
+            "events": list(self.events),
+            "format": self.format,
+            "secret_env": self.secret_env,
+            "tenant": self.tenant,
+            "job": self.job,
+        }
+
+
+def parse_events(value: str | Iterable[str] | None) -> tuple[str, ...]:
+    """``failed,lost`` or a list; every name known, order of ``EVENTS``, none twice."""
+    if value is None:
+        return EVENTS
+    names = [v.strip() for v in (value.split(",") if isinstance(value, str) else value)]
+    names = [n for n in names if n]
+    if not names:
+        raise InvalidInput("on", f"name at least one event of {', '.join(EVENTS)}")
+    unknown = [n for n in names if n not in EVENTS]
+    if unknown:
+        raise InvalidInput("on", f"unknown event {unknown[0]!r}; use {', '.join(EVENTS)}")
+    return tuple(e for e in EVENTS if e in names)
+
+
+def redact_url(url: str) -> str:
+    """The URL without credentials, query or fragment: webhook URLs often carry a token
+    (Slack's path does too, so only scheme, host and the path's first segment stay)."""
+    parts = urlsplit(url)
+    host = parts.hostname or ""
+    if parts.port is not None:
+        host = f"{host}:{parts.port}"
+    first = parts.path.strip("/").split("/", 1)[0]
+    hidden = "/..." if parts.path.strip("/").count("/") or parts.query else ""
+    return f"{parts.scheme}://{host}/{first}{hidden}" if first else f"{parts.scheme}://{host}/"
+
+
+@dataclass(frozen=True)
+class AlertEvent:
+    """One event of the outbox; ``id`` is stable across retries and nodes."""
+
+    id: str
+    event: str
+    tenant: str
+    job: str
+    slot: datetime | None
+    attempt: int | None
+    node: str | None
+    zone: str | None
+    error: str | None
+    detail: str | None
+    created_at: datetime
+
+    @classmethod
+    def from_row(cls, row: Mapping[str, Any]) -> AlertEvent:
+        return cls(
+            id=str(row["id"]),
+            event=row["event"],
+            tenant=row["tenant_id"],
+            job=row["job_name"],
+            slot=row["slot"],
+            attempt=row["attempt"],
+            node=row["node_id"],
+            zone=row["zone"],
+            error=row["error"],
+            detail=row["detail"],
+            created_at=row["created_at"],
+        )
+
+    def summary(self) -> str:
+        """One line a person can read, with no links."""
+        slot = f" slot {self.slot.isoformat()}" if self.slot else ""
+        where = f" on {self.node}" + (f" ({self.zone})" if self.zone else "") if self.node else ""
+        text = f"Pulse: job {self.job} (tenant {self.tenant}){slot} {self.event}{where}"
+        if self.detail:
+            text += f": {self.detail}"
+        elif self.error:
+            text += f": {self.error.splitlines()[0] if self.error.strip() else ''}"
+        return text[:1000]
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "event": self.event,
+            "job": self.job,
+            "tenant": self.tenant,
+            "slot": self.slot.isoformat() if self.slot else None,
+            "attempt": self.attempt,
+            "node": self.node,
+            "zone": self.zone,
+            "error": self.error,
+            "summary": self.summary(),
+            "created_at": self.created_at.isoformat(),
+        }
+
+
+def body(event: AlertEvent, fmt: str) -> bytes:
+    """The request body for a rule of format ``fmt``."""
+    if fmt == "slack":
+        return json.dumps({"text": event.summary()}, ensure_ascii=False).encode()
+    return json.dumps(event.to_json(), ensure_ascii=False, sort_keys=True).encode()
+
+
+def signature(payload: bytes, secret: str) -> str:
+    """``sha256=<hex HMAC-SHA256 of the body>`` keyed by the secret."""
+    digest = hmac.new(secret.encode(), payload, hashlib.sha256).hexdigest()
+    return f"sha256={digest}"
+
+
+def verify(payload: bytes, secret: str, header: str) -> bool:
+    """What a receiver does with ``X-Pulse-Signature`` (constant-time comparison)."""
+    return hmac.compare_digest(signature(payload, secret), header)

@@ -1,0 +1,230 @@
+"""Read models for jobs and runs, and their stable JSON shape (documented in the README)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+from uuid import UUID
+
+from cluster.jobs.handlerrefs import redacted
+from cluster.timing.schedule import Schedule, parse_schedule
+
+
+def iso(value: datetime | None) -> str | None:
+    return value.isoformat() if value is not None else None
+
+
+@dataclass(frozen=True)
+class Job:
+    id: UUID
+    tenant: str
+    name: str
+    schedule: str
+    tz: str
+    handler: str
+    payload: dict[str, Any]
+    status: str
+    paused: bool
+    shard: int
+    next_run_at: datetime | None  # None while paused or done: such a job is never due
+    slot_at: datetime
+    attempt: int
+    last_run_at: datetime | None
+    locked_by: str | None
+    lease_expires_at: datetime | None
+    lease_token: int
+    catch_up: str
+    grace_s: float
+    max_backfill: int
+    timeout_s: float
+    retries: int
+    retry_backoff_s: float
+    dst_repeated: str
+    dst_skipped: str
+    created_at: datetime
+    updated_at: datetime
+    keep_for_s: float | None
+    keep_runs: int | None
+    output_limit: int
+    late_after_s: float
+    pause_after_failures: int | None
+    failed_slots: int
+    pause_note: str | None
+    overlap: str
+    max_concurrent: int
+    cancel_grace_s: float
+    cancel_by: str | None  # who asked to cancel the running slot, until it ends
+    zones: tuple[str, ...] = ()  # pinned to these zones; empty: any zone
+    each_zone: bool = False  # runs through one child per live zone (docs/zones.md)
+    jitter_s: float = 0.0  # a slot starts within [slot, slot + jitter_s) (cluster.timing.jitter)
+    remove_when_done: bool = False  # a one-off job is deleted once its slot has run
+
+    def parsed_schedule(self) -> Schedule:
+        return parse_schedule(self.schedule, self.tz, self.dst_repeated, self.dst_skipped)  # type: ignore[arg-type]
+
+    @classmethod
+    def from_row(cls, row: dict[str, Any]) -> Job:
+        return cls(
+            id=row["id"],
+            tenant=row["tenant_id"],
+            name=row["name"],
+            schedule=row["schedule"],
+            tz=row["tz"],
+            handler=row["handler"],
+            payload=row["payload"],
+            status=row["status"],
+            paused=row["paused"],
+            shard=row["shard_id"],
+            # The stored next_run_at of a paused job is a far-future marker (9999-01-01)
+            # that keeps it out of the claim's index range.
+            next_run_at=row["next_run_at"] if row["status"] not in ("paused", "done") else None,
+            slot_at=row["slot_at"],
+            attempt=row["attempt"],
+            last_run_at=row["last_run_at"],
+            locked_by=row["locked_by"],
+            lease_expires_at=row["lease_expires_at"],
+            lease_token=row["lease_token"],
+            catch_up=row["catch_up"],
+            grace_s=row["grace_s"],
+            max_backfill=row["max_backfill"],
+            timeout_s=row["timeout_s"],
+            retries=row["max_retries"],
+            retry_backoff_s=row["retry_backoff_s"],
+            dst_repeated=row["dst_repeated"],
+            dst_skipped=row["dst_skipped"],
+            created_at=row["created_at"],
+            updated_at=row["updated_at"],
+            keep_for_s=row["keep_for_s"],
+            keep_runs=row["keep_runs"],
+            output_limit=row["output_limit"],
+            late_after_s=row["late_after_s"],
+            pause_after_failures=row["pause_after_failures"],
+            failed_slots=row["failed_slots"],
+            pause_note=row["pause_note"],
+            overlap=row["overlap"],
+            max_concurrent=row["max_concurrent"],
+            cancel_grace_s=row["cancel_grace_s"],
+            cancel_by=row["cancel_by"],
+            zones=tuple(row.get("zones") or ()),
+            each_zone=bool(row.get("each_zone")),
+            jitter_s=row.get("jitter_s", 0.0),
+            remove_when_done=row.get("remove_when_done", False),
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "id": str(self.id),
+            "tenant": self.tenant,
+            "name": self.name,
+            "schedule": self.schedule,
+            "tz": self.tz,
+            "handler": redacted(self.handler),  # a broker URL's password masked
+            "payload": self.payload,
+            "status": self.status,
+            "paused": self.paused,
+            "shard": self.shard,
+            "next_run_at": iso(self.next_run_at),
+            "attempt": self.attempt,
+            "last_run_at": iso(self.last_run_at),
+            "locked_by": self.locked_by,
+            "lease_expires_at": iso(self.lease_expires_at),
+            "catch_up": self.catch_up,
+            "grace_s": self.grace_s,
+            "max_backfill": self.max_backfill,
+            "timeout_s": self.timeout_s,
+            "retries": self.retries,
+            "retry_backoff_s": self.retry_backoff_s,
+            "dst_repeated": self.dst_repeated,
+            "dst_skipped": self.dst_skipped,
+            "keep_for_s": self.keep_for_s,
+            "keep_runs": self.keep_runs,
+            "output_limit": self.output_limit,
+            "late_after_s": self.late_after_s,
+            "pause_after_failures": self.pause_after_failures,
+            "failed_slots": self.failed_slots,
+            "pause_note": self.pause_note,
+            "overlap": self.overlap,
+            "max_concurrent": self.max_concurrent,
+            "cancel_grace_s": self.cancel_grace_s,
+            "cancel_by": self.cancel_by,
+            "zones": list(self.zones) or None,
+            "each_zone": self.each_zone,
+            "jitter_s": self.jitter_s,
+            "slot_at": iso(self.slot_at),
+            "remove_when_done": self.remove_when_done,
+            "created_at": iso(self.created_at),
+            "updated_at": iso(self.updated_at),
+        }
+
+
+@dataclass(frozen=True)
+class Run:
+    """One slot's run: its row in the run history, or the attempt in flight.
+
+    The run row is written when an attempt ends; an attempt in flight (status ``running``)
+    is read from its job row, and has no ``id`` unless an earlier attempt of the slot left
+    a row (the one this attempt will update).
+    """
+
+    id: int | None
+    job_id: UUID
+    tenant: str
+    job_name: str
+    scheduled_for: datetime
+    attempt: int
+    node_id: str | None
+    zone: str | None
+    status: str
+    started_at: datetime | None
+    finished_at: datetime | None
+    duration_s: float | None
+    last_error: str | None
+    # What the attempt produced (``runs.output``); read by ``JobStore.run``, not by listings.
+    output: dict[str, Any] | None = None
+    # Who asked for the slot: schedule, or backfill (migration 011; docs/time.md).
+    origin: str = "schedule"
+
+    @classmethod
+    def from_row(cls, row: dict[str, Any]) -> Run:
+        return cls(
+            id=row["id"],
+            job_id=row["job_id"],
+            tenant=row["tenant_id"],
+            job_name=row["job_name"],
+            scheduled_for=row["scheduled_for"],
+            attempt=row["attempt"],
+            node_id=row["node_id"],
+            zone=row["zone"],
+            status=row["status"],
+            started_at=row["started_at"],
+            finished_at=row["finished_at"],
+            duration_s=row["duration_s"],
+            last_error=row["last_error"],
+            output=row.get("output"),
+            origin=row.get("origin") or "schedule",
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "job_id": str(self.job_id),
+            "tenant": self.tenant,
+            "job": self.job_name,
+            "scheduled_for": iso(self.scheduled_for),
+            "attempt": self.attempt,
+            "node_id": self.node_id,
+            "zone": self.zone,
+            "status": self.status,
+            "started_at": iso(self.started_at),
+            "finished_at": iso(self.finished_at),
+            "duration_s": self.duration_s,
+            "error": self.last_error,
+            "origin": self.origin,
+        }
+
+    def output_json(self) -> dict[str, Any]:
+        """The output object of ``pulse runs show --json``: every part, null if absent."""
+        found = self.output or {}
+        parts: dict[str, Any] = {k: found.get(k) for k in ("stdout", "stderr", "result", "log")}
+        return {**parts, "truncated": list(found.get("truncated") or [])}

@@ -1,0 +1,294 @@
+"""Schedules: when a job's slots fall, as pure math on aware datetimes (no I/O, no clock).
+
+Owns the schedule grammar's top level (``@every <duration>``, ``@at <ISO 8601 time with
+offset>``: the one slot of a one-off job; cron text and macros go to
+``cluster.timing.cron``), time zone names, and the mapping from a job's local wall clock to
+UTC instants. Every node must derive the same slots for the same job, so slots depend only
+on the schedule and tzdata, never on a node's clock; ``@every`` slots are multiples of the
+interval since the Unix epoch (UTC), whatever the zone.
+
+``cluster.timing.cron`` validates cron text (5 fields, or 6 with SECONDS FIRST) and
+``@yearly``-style macros through croniter, and walks the matching days and times of day in
+local wall time. We do not use croniter's own time-zone handling (it fires ``30 2 * * *``
+twice on Berlin's autumn change): each naive local wall time is mapped to UTC here with
+zoneinfo's ``fold``:
+
+* a repeated wall time fires once at its first occurrence (``dst_repeated="once"``) or at
+  both (``"twice"``);
+* a wall time skipped by a spring-forward gap fires once at the transition instant, the first
+  valid instant after the gap (``dst_skipped="shift"``), or not at all (``"skip"``).
+
+Slots come out strictly increasing; instants reached twice (several gap times shifted onto the
+transition, or onto a slot) fire once.
+"""
+
+from __future__ import annotations
+
+import functools
+import itertools
+import math
+from collections import deque
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Literal
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError, available_timezones
+
+from cluster.errors import InvalidInput
+from cluster.timing.cron import FIELDS_HINT, MACROS, Times, compile_cron, days_after
+from cluster.timing.durations import parse_duration
+
+__all__ = [
+    "MACROS",  # defined with the rest of the cron grammar, in cluster.timing.cron
+    "MAX_EVERY_S",
+    "MIN_EVERY_S",
+    "DstRepeated",
+    "DstSkipped",
+    "Schedule",
+    "parse_schedule",
+]
+
+DstRepeated = Literal["once", "twice"]
+DstSkipped = Literal["shift", "skip"]
+
+MIN_EVERY_S = 1.0
+MAX_EVERY_S = 3650 * 86400.0  # ten years; far beyond any real job, far from datetime's limits
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_US = timedelta(microseconds=1)
+_UTC_ZONE = ZoneInfo("UTC")  # ZoneInfo caches instances: the default zone takes a fast path
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """A validated schedule; build one with ``parse_schedule`` (cached) or directly."""
+
+    expr: str
+    tz: str = "UTC"
+    dst_repeated: DstRepeated = "once"
+    dst_skipped: DstSkipped = "shift"
+    _zone: ZoneInfo = field(init=False, repr=False, compare=False)
+    _every_us: int | None = field(init=False, repr=False, compare=False)
+    _day_expr: str = field(init=False, repr=False, compare=False)
+    _times: Times = field(init=False, repr=False, compare=False)
+    _at: datetime | None = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        expr, at = _one_off(_normalize_expr(self.expr))
+        object.__setattr__(self, "_at", at)
+        every_us, day_expr, times = _compile(expr) if at is None else (None, "", ())
+        tz = self.tz.strip() if isinstance(self.tz, str) else self.tz
+        zone = _zone(tz)
+        _check_choice("dst_repeated", self.dst_repeated, ("once", "twice"))
+        _check_choice("dst_skipped", self.dst_skipped, ("shift", "skip"))
+        normalized = {"expr": expr, "tz": tz, "_zone": zone, "_every_us": every_us}
+        for name, value in {**normalized, "_day_expr": day_expr, "_times": times}.items():
+            object.__setattr__(self, name, value)  # frozen: set once, here
+
+    @property
+    def interval(self) -> timedelta | None:
+        """The ``@every`` interval (slots are its multiples since the epoch); None for cron."""
+        return None if self._every_us is None else self._every_us * _US
+
+    @property
+    def at(self) -> datetime | None:
+        """The one slot of an ``@at`` schedule (UTC); None for a recurring one."""
+        return self._at
+
+    def next_after(self, after: datetime) -> datetime:
+        """The first slot strictly after the aware datetime ``after``, in UTC."""
+        for slot in self.iter_after(after):
+            return slot
+        raise InvalidInput("schedule", f"{self.expr!r} has no slot after {after.isoformat()}")
+
+    def next_n(self, after: datetime, n: int) -> list[datetime]:
+        """The first ``n`` slots strictly after ``after``, in UTC."""
+        return list(itertools.islice(self.iter_after(after), n))
+
+    def slots_between(
+        self, start_inclusive: datetime, end_inclusive: datetime, limit: int
+    ) -> list[datetime]:
+        """At most ``limit`` slots ``s`` with ``start <= s <= end``, earliest first."""
+        slots = self.iter_after(_utc(start_inclusive, "start_inclusive") - _US)
+        end = _utc(end_inclusive, "end_inclusive")
+        return list(itertools.islice(itertools.takewhile(lambda slot: slot <= end, slots), limit))
+
+    def iter_after(self, after: datetime) -> Iterator[datetime]:
+        """Every slot strictly after ``after``, in UTC, strictly increasing."""
+        after = _utc(after, "after")
+        if self._at is not None:
+            return iter([self._at] if self._at > after else [])
+        if self._every_us is not None:
+            return self._every_after(after, self._every_us)
+        return self._cron_after(after)
+
+    def _every_after(self, after: datetime, every_us: int) -> Iterator[datetime]:
+        index = (after - _EPOCH) // _US // every_us + 1
+        while True:
+            yield _EPOCH + index * every_us * _US
+            index += 1
+
+    def _cron_after(self, after: datetime) -> Iterator[datetime]:
+        local = after.astimezone(self._zone)
+        start = local.replace(tzinfo=None, fold=0)
+        # Inside a repeated hour, wall times before ``start`` can still have a second
+        # occurrence after ``after``: start one DST shift earlier and filter.
+        shift = _offset(local.replace(fold=0)) - _offset(local.replace(fold=1))
+        start -= abs(shift)
+        last = after
+        for slot in self._instants(start):
+            if slot > last:
+                last = slot
+                yield slot
+
+    def _instants(self, start: datetime) -> Iterator[datetime]:
+        """UTC instants of the wall times strictly after naive ``start``, non-decreasing.
+
+        Mapping each wall time to its first occurrence (or the gap's end) is monotonic, so only
+        second occurrences ("twice") arrive out of order; they wait in ``later``.
+        """
+        zone = self._zone
+        later: deque[datetime] = deque()
+        gap_end: datetime | None = None
+        days = days_after(self._day_expr, self._times, start)
+        if zone is _UTC_ZONE:
+            for year, month, mday, times in days:
+                for hour, minute, second in times:
+                    yield datetime(year, month, mday, hour, minute, second, 0, UTC)
+            return
+        for year, month, mday, times in days:
+            for hour, minute, second in times:
+                local = datetime(year, month, mday, hour, minute, second, 0, zone)
+                first_offset = zone.utcoffset(local)
+                repeat_offset = zone.utcoffset(
+                    datetime(year, month, mday, hour, minute, second, 0, zone, fold=1)
+                )
+                if first_offset == repeat_offset:
+                    first = local.astimezone(UTC)
+                    repeat = first
+                else:
+                    naive = datetime(year, month, mday, hour, minute, second, 0, UTC)
+                    first = naive - _offset(local)
+                    repeat = naive - _offset(local.replace(fold=1))
+                if repeat < first:  # inside a spring-forward gap: (repeat, first] holds the change
+                    if self.dst_skipped == "skip":
+                        continue
+                    if gap_end is None or not repeat < gap_end <= first:
+                        gap_end = _transition(zone, repeat, first)
+                    first = gap_end
+                while later and later[0] <= first:
+                    yield later.popleft()
+                yield first
+                if repeat > first and self.dst_repeated == "twice":
+                    later.append(repeat)
+        yield from later
+
+
+def parse_schedule(
+    expr: str,
+    tz: str = "UTC",
+    dst_repeated: DstRepeated = "once",
+    dst_skipped: DstSkipped = "shift",
+) -> Schedule:
+    """Validate and build a schedule; ``InvalidInput`` names the bad field.
+
+    Cached on the normalized arguments: the claim loop calls this once per job.
+    """
+    tz = tz.strip() if isinstance(tz, str) else tz
+    return _parse_cached(_normalize_expr(expr), tz, dst_repeated, dst_skipped)
+
+
+@functools.lru_cache(maxsize=4096)
+def _parse_cached(
+    expr: str, tz: str, dst_repeated: DstRepeated, dst_skipped: DstSkipped
+) -> Schedule:
+    return Schedule(expr, tz, dst_repeated, dst_skipped)
+
+
+def _normalize_expr(expr: object) -> str:
+    if not isinstance(expr, str):
+        raise InvalidInput("schedule", f"must be a string, got {type(expr).__name__}")
+    text = " ".join(expr.split())
+    if not text:
+        raise InvalidInput("schedule", f"is empty; {FIELDS_HINT}, a macro or @every <duration>")
+    if text.startswith("@"):
+        head, _, rest = text.partition(" ")
+        text = f"{head.lower()} {rest}".rstrip()
+    return text
+
+
+def _one_off(expr: str) -> tuple[str, datetime | None]:
+    """(normalized expression, its instant) of ``@at <ISO 8601 with offset>``, else
+    (expr, None). The text keeps the offset it was given; the instant is UTC."""
+    if expr.split(" ", 1)[0] != "@at":
+        return expr, None
+    text = expr[len("@at") :].strip()
+    try:
+        moment = datetime.fromisoformat(text)
+    except ValueError as exc:
+        raise InvalidInput("schedule", f"@at needs an ISO 8601 time, got {text!r}") from exc
+    if moment.tzinfo is None or moment.utcoffset() is None:
+        example = "2026-01-01T09:00:00+01:00"
+        raise InvalidInput("schedule", f"@at needs a time with a UTC offset, e.g. {example}")
+    return f"@at {moment.isoformat()}", moment.astimezone(UTC)
+
+
+def _check_choice(name: str, value: object, choices: tuple[str, ...]) -> None:
+    if value not in choices:
+        raise InvalidInput(name, f"must be one of {', '.join(choices)}, got {value!r}")
+
+
+@functools.cache
+def _iana_names() -> frozenset[str]:
+    host_dependent = {"localtime", "posixrules", "Factory"}
+    return frozenset(available_timezones() - host_dependent) | {"UTC"}
+
+
+def _zone(tz: object) -> ZoneInfo:
+    if not isinstance(tz, str) or not tz:
+        raise InvalidInput("tz", f"expected an IANA time zone like Europe/Berlin, got {tz!r}")
+    # Only canonical IANA names: `localtime`, `posixrules`, `posix/...` or `right/...` would
+    # mean different things on different hosts, and every node must compute the same slots.
+    # Listing the names walks the whole tz database, so the default zone skips it.
+    if tz != "UTC" and tz not in _iana_names():
+        raise InvalidInput("tz", f"unknown time zone {tz!r}; use an IANA name like Europe/Berlin")
+    try:
+        return ZoneInfo(tz)
+    except (ZoneInfoNotFoundError, ValueError, OSError) as exc:
+        raise InvalidInput("tz", f"unknown time zone {tz!r}") from exc
+
+
+def _compile(expr: str) -> tuple[int | None, str, Times]:
+    """(every_us, day_expr, (hours, minutes, seconds)) for a normalized expression."""
+    if expr.split(" ", 1)[0] == "@every":
+        seconds = parse_duration(expr[len("@every") :], field="schedule")
+        if seconds < MIN_EVERY_S:
+            raise InvalidInput("schedule", f"@every interval must be at least 1s, got {expr!r}")
+        if seconds > MAX_EVERY_S:
+            raise InvalidInput("schedule", f"@every interval must be at most 3650d, got {expr!r}")
+        return round(seconds * 1_000_000), "", ()
+    return None, *compile_cron(expr)
+
+
+def _transition(zone: ZoneInfo, before: datetime, after: datetime) -> datetime:
+    """The instant in ``(before, after]`` where ``zone``'s offset changes (tzdata: whole s)."""
+    low, high = math.floor(before.timestamp()), math.ceil(after.timestamp())
+    low_offset = datetime.fromtimestamp(low, zone).utcoffset()
+    while high - low > 1:
+        middle = (low + high) // 2
+        if datetime.fromtimestamp(middle, zone).utcoffset() == low_offset:
+            low = middle
+        else:
+            high = middle
+    return datetime.fromtimestamp(high, UTC)
+
+
+def _offset(local: datetime) -> timedelta:
+    offset = local.utcoffset()
+    assert offset is not None, "aware by construction"
+    return offset
+
+
+def _utc(moment: datetime, name: str) -> datetime:
+    if moment.tzinfo is None or moment.utcoffset() is None:
+        raise InvalidInput(name, f"must be a timezone-aware datetime, got {moment!r}")
+    return moment.astimezone(UTC)

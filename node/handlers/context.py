@@ -1,0 +1,163 @@
+"""The context a handler receives and the outcome a run produces, for every kind of handler.
+
+A handler that raises, times out, cannot be imported or calls ``sys.exit`` produces an
+``Outcome``; it never brings the node down (tests/unit/test_executor.py). The outcome
+carries what the run produced (``node.handlers.output``): a Python handler's return value
+and ``ctx.log`` lines, or a shell command's stdout and stderr
+(tests/unit/test_handler_output.py). A cancelled run (``pulse runs cancel``, overlap
+``replace``) sets ``ctx.cancelled``.
+"""
+
+from __future__ import annotations
+
+import threading
+import traceback
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any, NamedTuple
+from uuid import UUID
+
+from cluster.jobs.spec import DEFAULT_CANCEL_GRACE_S, DEFAULT_OUTPUT_LIMIT
+from node.handlers.output import RunLog, compose, storable
+
+if TYPE_CHECKING:
+    from node.handlers.effects import Effects, RunTransaction
+
+MAX_ERROR_CHARS = 2000
+
+_CANCEL_LOCK = threading.Lock()  # a context's lazily made parts, made once
+
+
+@dataclass(frozen=True)
+class RunContext:
+    """What a handler is told about the slot it runs."""
+
+    job_id: UUID
+    job_name: str
+    tenant_id: str
+    payload: dict[str, Any]
+    scheduled_for: datetime
+    attempt: int
+    timeout_s: float
+    node_id: str
+    zone: str
+    output_limit: int = DEFAULT_OUTPUT_LIMIT
+    # Increases with every claim of the job: stamp it on writes to other systems and refuse
+    # writes that carry a lower one, so a run whose lease was taken over is fenced there too.
+    fencing_token: int = 0
+    cancel_grace_s: float = DEFAULT_CANCEL_GRACE_S
+    effects: Effects | None = field(default=None, repr=False, compare=False)
+    _log: RunLog = field(init=False, repr=False, compare=False)
+    # Made on first use (few runs are ever cancelled; an Event costs a lock and a condition).
+    _cancelled: threading.Event | None = field(default=None, init=False, repr=False, compare=False)
+    # Set by the executor once the run's outcome is reported (node.handlers.effects reads it).
+    _reported: bool = field(default=False, init=False, repr=False, compare=False)
+    _transaction_used: bool = field(default=False, init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_log", RunLog(self.output_limit))
+
+    @property
+    def cancelled(self) -> threading.Event:
+        """Set when the run is asked to stop: a sync handler waits on it or checks it."""
+        found = self._cancelled
+        if found is None:
+            with _CANCEL_LOCK:
+                found = self._cancelled
+                if found is None:
+                    found = threading.Event()
+                    object.__setattr__(self, "_cancelled", found)
+        return found
+
+    @property
+    def reported(self) -> bool:
+        return self._reported
+
+    @property
+    def is_cancelled(self) -> bool:
+        return self._cancelled is not None and self._cancelled.is_set()
+
+    def raise_if_cancelled(self) -> None:
+        """Raise ``RunCancelled`` if the run was asked to stop; the run is then recorded
+        ``cancelled`` (and not retried)."""
+        if self.is_cancelled:
+            raise RunCancelled("the run was cancelled")
+
+    def transaction(self) -> RunTransaction:
+        """``async with ctx.transaction() as conn`` (``with`` in a sync handler): a psycopg
+        connection to Pulse's database in a transaction committed together with this run's
+        fenced completion, and only if the run succeeds and still holds its lease; else
+        rolled back. See docs/design/effects.md."""
+        if self.effects is None:
+            raise RuntimeError("ctx.transaction() needs a run started by a Pulse node")
+        with _CANCEL_LOCK:
+            if self._transaction_used:
+                raise RuntimeError("ctx.transaction() may be used once per run")
+            object.__setattr__(self, "_transaction_used", True)
+        return self.effects.transaction(self)
+
+    def log(self, message: str) -> None:
+        """Add a line to the run's recorded output (``pulse runs show``); from any thread.
+        The newest lines within the job's output limit are kept."""
+        self._log.add(message)
+
+    @property
+    def idempotency_key(self) -> str:
+        """``<job id>:<slot>``: the same for every attempt of a slot."""
+        return f"{self.job_id}:{self.scheduled_for.isoformat()}"
+
+    @property
+    def deadline(self) -> datetime:
+        """When the run times out, counted from its slot."""
+        return self.scheduled_for + timedelta(seconds=self.timeout_s)
+
+
+class Outcome(NamedTuple):
+    """How a run ended."""
+
+    status: str  # succeeded | failed | timed_out
+    error: str | None
+    duration_s: float
+    output: str | None = None  # JSON text of the run's output object (node.handlers.output.compose)
+
+
+class RunCancelled(Exception):
+    """Raised by ``ctx.raise_if_cancelled()`` in a run that was asked to stop."""
+
+
+def cancelled(ctx: RunContext, by: str, duration_s: float, note: str = "") -> Outcome:
+    return Outcome("cancelled", f"cancelled by {by}{note}", duration_s, output_of(ctx))
+
+
+class HandlerError(Exception):
+    """The handler reference cannot be resolved."""
+
+
+# Runs an http: or celery: handler (node.handlers.forwarding); passed in, so this module needs none.
+Forward = Callable[[str, "RunContext", float], Awaitable[Outcome]]
+
+
+def error_text(exc: BaseException) -> str:
+    if isinstance(exc, SystemExit):
+        return f"handler called sys.exit({exc.code!r})"
+    text = "".join(traceback.format_exception_only(type(exc), exc)).strip()
+    return storable(text[-MAX_ERROR_CHARS:])[0]  # NUL or a lone surrogate would fail the write
+
+
+def finished(
+    ctx: RunContext, error: BaseException | None, duration_s: float, result: Any = None
+) -> Outcome:
+    """The outcome of a Python handler that returned ``result`` (``error`` None) or raised,
+    with what it logged."""
+    if error is None:
+        return Outcome("succeeded", None, duration_s, output_of(ctx, result))
+    return Outcome("failed", error_text(error), duration_s, output_of(ctx))
+
+
+def timed_out(ctx: RunContext, timeout_s: float, duration_s: float) -> Outcome:
+    return Outcome("timed_out", f"timed out after {timeout_s:g}s", duration_s, output_of(ctx))
+
+
+def output_of(ctx: RunContext, result: Any = None) -> str | None:
+    return compose(result=result, log=ctx._log, limit=ctx.output_limit)

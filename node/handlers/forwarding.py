@@ -1,0 +1,60 @@
+"""The node's handlers that hand a run on to another system (``http:``, ``celery:``), and the
+clients they share: one pooled ``httpx.AsyncClient`` per node and one Celery app per broker,
+both made on first use and closed when the node stops (``node.runtime``).
+
+``node.handlers.invoke`` calls ``run`` for these references; the stored reference is parsed
+once per distinct text (``cluster.jobs.handlerrefs``), so a run costs a dict lookup.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import httpx
+
+from cluster.errors import InvalidInput
+from cluster.jobs.handlerrefs import CeleryTarget, HttpTarget, parse
+from node.handlers.celerytask import CeleryApps, run_celery
+from node.handlers.context import Outcome, RunContext
+from node.handlers.httpcall import run_http
+
+CACHE_MAX = 1024
+MAX_CONNECTIONS = 100
+
+
+class Forwarders:
+    def __init__(self, celery_broker: str | None = None) -> None:
+        self._client: httpx.AsyncClient | None = None
+        self.celery = CeleryApps(celery_broker)
+        self._targets: dict[str, HttpTarget | CeleryTarget] = {}
+
+    @property
+    def client(self) -> httpx.AsyncClient:
+        if self._client is None:
+            limits = httpx.Limits(max_connections=MAX_CONNECTIONS)
+            self._client = httpx.AsyncClient(limits=limits, follow_redirects=False)
+        return self._client
+
+    def _target(self, ref: str) -> HttpTarget | CeleryTarget:
+        found = self._targets.get(ref)
+        if found is None:
+            if len(self._targets) >= CACHE_MAX:
+                self._targets.clear()
+            found = self._targets[ref] = parse(ref)
+        return found
+
+    async def run(self, ref: str, ctx: RunContext, timeout_s: float) -> Outcome:
+        """The outcome of one attempt; a stored reference that no longer parses fails it."""
+        try:
+            target = self._target(ref)
+        except InvalidInput as exc:
+            return Outcome("failed", f"invalid handler: {exc}", 0.0)
+        if isinstance(target, HttpTarget):
+            return await run_http(self.client, target, ctx, timeout_s)
+        return await run_celery(self.celery, target, ctx, timeout_s)
+
+    async def close(self) -> None:
+        client, self._client = self._client, None
+        if client is not None:
+            await client.aclose()
+        await asyncio.to_thread(self.celery.close)

@@ -1,0 +1,47 @@
+"""``pulse node --sync-jobs``: at start, create the jobs of the node's registries that do
+not exist yet, and warn about those whose applied definition differs, never overwriting
+it (docs/design/python-api.md). The store does the work under an advisory lock
+(``JobStore.sync``); this module decides what a node does with the outcome."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+
+from cluster.errors import InvalidInput, StoreError
+from cluster.jobs.spec import JobSpec
+from cluster.settings import ClusterSettings
+from cluster.store import JobStore
+
+logger = logging.getLogger(__name__)
+
+
+async def sync_jobs(cluster: ClusterSettings, node_id: str, specs: Sequence[JobSpec]) -> bool:
+    """Sync ``specs``; False if they are bad input (the node refuses to start). A database
+    error is logged and the node starts anyway: its jobs may well exist already."""
+    if not specs:
+        return True
+    try:
+        async with JobStore.open(cluster, f"{node_id}/sync") as store:
+            result = await store.sync(specs)
+    except InvalidInput as exc:
+        logger.error("refusing to start: invalid %s", exc, extra={"event": "config_error"})
+        return False
+    except StoreError as exc:
+        logger.warning("jobs not synced: %s", exc, extra={"event": "sync_failed"})
+        return True
+    for label in result.differing:
+        logger.warning(
+            "job %s differs from its applied definition; left as applied "
+            "(run `pulse jobs apply --module` to change it)",
+            label,
+            extra={"event": "sync_differs", "job": label},
+        )
+    logger.info(
+        "jobs synced: %d created, %d unchanged, %d differ",
+        len(result.created),
+        len(result.unchanged),
+        len(result.differing),
+        extra={"event": "jobs_synced"},
+    )
+    return True

@@ -1,0 +1,176 @@
+"""Delivers the alert outbox: every live node leases due deliveries, POSTs them, and
+records what the receiver said.
+
+Delivery is at least once. A delivery is leased for ``LEASE_S`` (more than a request may
+take) and its attempt counted when leased, so one held by a node that dies is taken over
+by another when the lease runs out. Only the oldest pending delivery of each (rule, job) is
+leased, so one job's events reach a receiver in order, and one waiting for a retry holds
+back the later ones. A failed attempt is retried with exponential backoff (capped at
+``MAX_BACKOFF_S``) until ``MAX_AGE_S`` after the event, then the delivery is ``failed``.
+
+A rule's secret is read from this node's environment (``secret_env`` names the variable);
+it is never stored, logged or put in an error. A node without it leaves the delivery for
+a later attempt, on a node that has it (tests/integration/test_alert_delivery.py).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import time
+from collections.abc import Mapping
+from datetime import datetime
+
+import httpx
+
+from cluster.alerts.rules import body, redact_url
+from cluster.alerts.webhook import DEFAULT_TIMEOUT_S, post
+from cluster.store.alerts import AlertStore, Delivery
+from node.stats import Stats
+
+logger = logging.getLogger(__name__)
+
+INTERVAL_S = 1.0
+BATCH = 20
+TIMEOUT_S = DEFAULT_TIMEOUT_S
+# Longer than a request may take (they run side by side), short enough that a killed
+# node's deliveries go out soon after from another node.
+LEASE_S = 2 * TIMEOUT_S
+BACKOFF_BASE_S = 5.0
+MAX_BACKOFF_S = 600.0
+MAX_AGE_S = 24 * 3600.0
+MISSING_SECRET_WARNING_S = 60.0
+
+
+def retry_delay_s(attempts: int) -> float:
+    """The wait after a failed ``attempts``-th attempt: 5 s, 10 s, 20 s, ... up to 10 min."""
+    return min(MAX_BACKOFF_S, BACKOFF_BASE_S * 2.0 ** min(max(attempts, 1) - 1, 30))
+
+
+class AlertDelivery:
+    def __init__(
+        self,
+        store: AlertStore,
+        node_id: str,
+        stats: Stats,
+        *,
+        environ: Mapping[str, str] = os.environ,
+        batch: int = BATCH,
+        lease_s: float = LEASE_S,
+        timeout_s: float = TIMEOUT_S,
+    ) -> None:
+        self._store = store
+        self._node_id = node_id
+        self._stats = stats
+        self._environ = environ
+        self._batch = batch
+        self._lease_s = lease_s
+        self._timeout_s = timeout_s
+        self._client: httpx.AsyncClient | None = None
+        self._warned: dict[str, float] = {}  # secret_env -> monotonic time of the warning
+
+    async def run_once(self, now: datetime | None = None) -> float | None:
+        """Deliver what is due (by the database clock, or ``now`` in tests). Asks to run
+        again at once after a delivery: a later event of that job may wait behind it."""
+        leased = await self._store.claim(self._node_id, self._batch, self._lease_s, now)
+        if not leased:
+            return None
+        if self._client is None:
+            self._client = httpx.AsyncClient(follow_redirects=False)
+        results = await asyncio.gather(
+            *(self._deliver(self._client, d, now) for d in leased), return_exceptions=True
+        )
+        for result in results:
+            if isinstance(result, BaseException):
+                raise result
+        return 0.0 if any(results) else None
+
+    async def _deliver(self, client: httpx.AsyncClient, d: Delivery, now: datetime | None) -> bool:
+        """True if the receiver took it."""
+        secret = None
+        if d.secret_env is not None:
+            secret = self._environ.get(d.secret_env) or None
+            if secret is None:
+                self._missing_secret(d)
+                await self._retry(d, f"${d.secret_env} is not set on node {self._node_id}", now)
+                return False
+        payload = body(d.event, d.format)
+        answer = await post(
+            client, d.url, payload, event_id=d.event.id, secret=secret, timeout_s=self._timeout_s
+        )
+        if answer.ok:
+            if await self._store.delivered(d, self._node_id, now):
+                self._stats.alerts["delivered"] += 1
+                logger.info(
+                    "alert %s delivered to rule %s (attempt %d)",
+                    d.event.event,
+                    d.rule,
+                    d.attempts,
+                    extra=self._extra(d, "alert_delivered"),
+                )
+            return True
+        await self._retry(d, answer.describe(), now)
+        return False
+
+    async def _retry(self, d: Delivery, error: str, now: datetime | None) -> None:
+        delay_s = retry_delay_s(d.attempts)
+        status = await self._store.retry(
+            d, self._node_id, delay_s=delay_s, max_age_s=MAX_AGE_S, error=error, now=now
+        )
+        if status is None:
+            return  # the lease ran out and another node has it now
+        self._stats.alerts[status if status == "failed" else "retried"] += 1
+        if status == "failed":
+            logger.error(
+                "alert %s to rule %s (%s) given up after %d attempts: %s",
+                d.event.event,
+                d.rule,
+                redact_url(d.url),
+                d.attempts,
+                error,
+                extra=self._extra(d, "alert_failed"),
+            )
+            return
+        logger.warning(
+            "alert %s to rule %s (%s) not delivered (attempt %d): %s; next try in %.0fs",
+            d.event.event,
+            d.rule,
+            redact_url(d.url),
+            d.attempts,
+            error,
+            delay_s,
+            extra=self._extra(d, "alert_retry"),
+        )
+
+    def _missing_secret(self, d: Delivery) -> None:
+        assert d.secret_env is not None
+        now = time.monotonic()
+        last = self._warned.get(d.secret_env)
+        if last is not None and now - last < MISSING_SECRET_WARNING_S:
+            return
+        self._warned[d.secret_env] = now
+        logger.warning(
+            "alert rule %s signs with $%s, which is not set on this node; its deliveries "
+            "wait for a node that has it",
+            d.rule,
+            d.secret_env,
+            extra=self._extra(d, "alert_secret_missing"),
+        )
+
+    @staticmethod
+    def _extra(d: Delivery, event: str) -> dict[str, object]:
+        return {
+            "event": event,
+            "job": d.event.job,
+            "tenant": d.event.tenant,
+            "alert": d.event.event,
+            "rule": d.rule,
+            "delivery": d.id,
+        }
+
+    async def close(self) -> None:
+        client, self._client = self._client, None
+        if client is not None:
+            await client.aclose()
+        await self._store.close()

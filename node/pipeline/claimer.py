@@ -1,0 +1,199 @@
+"""The claim loop: claim due jobs of held shards, up to the free execution slots.
+
+It sleeps until the earliest ``next_run_at`` of its shards (reported by the claim statement
+itself, and by completions for the slots they set) or the poll interval, whichever is
+sooner, and wakes at once on NOTIFY, on gaining shards, and when a full executor frees a
+slot. It claims only while the lock session is trusted: if the session has not answered
+within ``session_timeout - margin`` the node may already have lost its locks, so it claims
+nothing.
+
+While more is due than the node can run (its last claim took all it asked for), the claim
+takes jobs across tenants in turn, oldest first within each (fair fan-out, unless the node
+runs with ``--no-fairness``; docs/design/fairness.md). A claim that passed due jobs over
+(a tenant at its limit of concurrent runs) is followed at once by one across tenants, with
+or without fairness, so the jobs of a tenant at its limit never hide the others'; a place
+given back wakes the loop through NOTIFY.
+
+A claimed slot of an overlap ``allow`` job is handed to a flight (``Completer.spawn``) and
+runs once that is written; queued flights (retries, and those taken back from dead nodes)
+are claimed every ``FLIGHT_POLL_S`` once the node has seen any, else every
+``FLIGHT_IDLE_POLL_S`` (docs/design/overlap.md).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from datetime import datetime
+
+from cluster.errors import PulseError, StoreError
+from cluster.store.records import ClaimedJob
+from cluster.store.session import LockSession
+from node.pipeline.clock import DbClock
+from node.pipeline.completer import Completer, job_extra
+from node.pipeline.executor import Executor
+from node.pipeline.outcomes import following_slot, plan_at_claim, start_of
+from node.pipeline.pacing import CLAIM_AHEAD_S, WAKE_MARGIN_S, Pacing
+from node.service import Failures, until_beat
+from node.state import NodeState
+from node.stats import Stats
+
+logger = logging.getLogger(__name__)
+
+MAX_CLAIM = 500
+# Each claim also takes the jobs due in this much time after that wake-up's, so jobs due
+# one after another come in batches rather than a claim each; a job claimed ahead holds
+# its slot idle until it falls due (tests/integration/test_node_claimer.py).
+CLAIM_BATCH_S = 0.1
+SLOT_BATCH_WINDOW_S = 0.005
+FLIGHT_POLL_S = 2.0
+FLIGHT_IDLE_POLL_S = 5.0
+
+
+class Claimer:
+    def __init__(
+        self,
+        state: NodeState,
+        session: LockSession,
+        executor: Executor,
+        completer: Completer,
+        clock: DbClock,
+        stats: Stats,
+        pacing: Pacing,
+        *,
+        poll_interval_s: float,
+        lease_s: float,
+        trust_margin_s: float,
+        fairness: bool = True,
+    ) -> None:
+        self._state = state
+        self._session = session
+        self._executor = executor
+        self._completer = completer
+        self._clock = clock
+        self._stats = stats
+        self._pacing = pacing
+        self._poll_s = poll_interval_s
+        self._lease_s = lease_s
+        self._margin_s = trust_margin_s
+        self._failures = Failures("claims")
+        self._flights_at = 0.0  # monotonic time of the next claim of queued flights
+        self._flights_seen = False
+        self._fairness = fairness
+        self._full = False  # the last claim took all it asked for: more is due than it runs
+        self._held = False  # the last claim passed a due job over (a tenant at its limit)
+
+    def flights_queued(self) -> None:
+        """Flights may be due in held shards (taken back from a dead node): claim them soon."""
+        self._flights_seen = True
+        self._flights_at = 0.0
+
+    async def run_once(self) -> float:
+        """Claim once; return how long to sleep before the next claim."""
+        held = self._state.held
+        if not self._session.trusted(self._margin_s):
+            self._pacing.set_catching_up(False)
+            if held:
+                self._stats.locks_lost += self._state.session_untrusted()
+            return self._poll_s
+        free = self._executor.free
+        if free <= 0:
+            # No claim while every slot is busy, but the lock session must not look idle
+            # to Postgres, or it would end the session and the node would lose its shards.
+            if time.monotonic() - self._session.last_ok >= self._poll_s:
+                self._clock.observe(await self._session.ping())
+            # Runs that ended during the ping freed slots without waking the loop (it only
+            # listens for that while the executor is full): claim again at once.
+            return 0.0 if self._executor.free > 0 else self._poll_s
+        limit = min(free, MAX_CLAIM)
+        started = time.monotonic()
+        ahead_s = CLAIM_AHEAD_S + CLAIM_BATCH_S
+        # A claim that passed jobs over reads across tenants next, even without fairness:
+        # else the oldest jobs of a tenant at its limit would hide the other tenants' jobs.
+        fair = (self._fairness and self._full) or self._held
+        result = await self._session.claim(held, limit, self._lease_s, ahead_s=ahead_s, fair=fair)
+        elapsed = time.monotonic() - started
+        # db_now (the statement's start) is a lower bound of the database clock now; `elapsed`
+        # also holds waits for the session and the backend, so adding it could start a run
+        # claimed ahead before its slot (S4, tests/e2e/test_nodes.py).
+        self._clock.observe(result.db_now)
+        self._stats.claims += 1
+        self._stats.claim_seconds.append(elapsed)
+        now = self._clock.now()  # one reading for the batch: they arrived together
+        for job in result.jobs:
+            self._dispatch(job, now)
+        self._full = len(result.jobs) >= limit
+        self._held = result.held
+        self._pacing.set_catching_up(self._full)
+        if self._full:
+            return 0.0  # more may be due: claim again as soon as slots allow
+        if self._held and not fair:
+            return 0.0  # at once, across tenants: jobs behind those passed over may be due
+        if self._executor.free > 0 and time.monotonic() >= self._flights_at:
+            await self._claim_flights(now)
+        delay = min(until_beat(self._poll_s), max(0.0, self._flights_at - time.monotonic()))
+        if result.next_due is not None:
+            until_due = (result.next_due - result.db_now).total_seconds() - elapsed
+            until_due -= CLAIM_AHEAD_S
+            delay = min(delay, max(0.0, until_due + WAKE_MARGIN_S))
+        return delay
+
+    async def _claim_flights(self, now: datetime) -> None:
+        limit = min(self._executor.free, MAX_CLAIM)
+        flights = await self._session.claim_flights(self._state.held, limit, self._lease_s)
+        for flight in flights:
+            self._executor.submit(flight, max(0.0, (flight.due - now).total_seconds()))
+        self._flights_seen = self._flights_seen or bool(flights)
+        wait_s = FLIGHT_POLL_S if self._flights_seen else FLIGHT_IDLE_POLL_S
+        self._flights_at = time.monotonic() + (0.0 if len(flights) >= limit else wait_s)
+
+    def _dispatch(self, job: ClaimedJob, now: datetime) -> None:
+        try:
+            skip = plan_at_claim(job, now)
+        except PulseError as exc:
+            self._completer.reject(job, exc)
+            return
+        if skip is not None:
+            done, skips = skip
+            logger.info("slot skipped: %s", done.error, extra=job_extra(job, "slot_skipped"))
+            self._completer.submit(job, done, skips)
+            return
+        self._stats.fired += 1
+        start = start_of(job, job.slot)  # lag counts from the jittered start
+        self._stats.fire_lag_seconds.append(max(0.0, (now - start).total_seconds()))
+        if job.overlap == "allow":  # the slot runs as a flight once it is handed over
+            self._flights_seen = True
+            self._executor.reserve()
+            self._completer.spawn(job)
+            return
+        start_in_s = (job.due - now).total_seconds()
+        if start_in_s > 0:
+            self._pacing.claimed_ahead(start_in_s)
+        replace_in_s = None
+        if job.overlap == "replace":  # a run still going when the next slot is due stops
+            replace_in_s = (start_of(job, following_slot(job)) - now).total_seconds()
+        self._executor.submit(job, start_in_s, replace_in_s)
+
+    async def run(self, stop: asyncio.Event) -> None:
+        wake = self._state.wake
+        while not stop.is_set() and self._state.claiming:
+            wake.clear()
+            self._executor.slot_freed.clear()
+            try:
+                delay = await self.run_once()
+                self._failures.succeeded()
+            except StoreError as exc:
+                self._pacing.set_catching_up(False)
+                self._stats.db_errors += 1
+                self._failures.failed(exc)
+                delay = self._failures.backoff_s(0.1, 2.0)
+            events = [stop, wake]
+            if self._executor.free <= 0:
+                events.append(self._executor.slot_freed)
+            await self._pacing.sleep(delay, *events)
+            if self._executor.slot_freed.is_set() and not (wake.is_set() or stop.is_set()):
+                # Slots free one by one as runs end; a moment's wait lets the next claim
+                # fill many at once instead of paying a round trip per slot.
+                await asyncio.sleep(SLOT_BATCH_WINDOW_S)
+        self._pacing.set_catching_up(False)  # no more claims: nothing for completions to wait for
