@@ -1,4 +1,5 @@
-"""Handlers that hand a run on to another system: ``http:`` and ``celery:`` references.
+"""The text of ``http:`` and ``celery:`` handler references: parsing, checking, masking and
+describing them wherever a job is written or shown (the node runs them: node.handlers).
 
 A reference is stored as text in ``jobs.handler``, so no schema change is needed:
 

@@ -1,6 +1,6 @@
-"""The node's handlers that hand a run on to another system (``http:``, ``celery:``), and the
-clients they share: one pooled ``httpx.AsyncClient`` per node and one Celery app per broker,
-both made on first use and closed when the node stops (``node.runtime``).
+"""Running ``http:`` and ``celery:`` handlers on a node, and the clients they share: one
+pooled ``httpx.AsyncClient`` per node and one Celery app per broker, both made on first use
+and closed when the node stops (``node.runtime``).
 
 ``node.handlers.invoke`` calls ``run`` for these references; the stored reference is parsed
 once per distinct text (``cluster.jobs.handlerrefs``), so a run costs a dict lookup.
