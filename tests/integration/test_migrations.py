@@ -1,25 +1,27 @@
 """`pulse init` against a real Postgres: fresh, repeated, concurrent, shard count fixed at the
-first init, schemas isolated. The schema the migrations make is compared with schema.sql in
-test_schema.py."""
+first init, schemas isolated, and the checksum of every applied migration recorded and
+checked. The schema the migrations make is compared with schema.sql in test_schema.py."""
 
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import os
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import psycopg
 import pytest
 
-from cluster.errors import InvalidInput, StoreError
+from cluster.errors import ConfigError, InvalidInput, StoreError
 from cluster.jobspec import JobSpec
 from cluster.settings import ClusterSettings
 from cluster.store.connect import connect
 from cluster.store.jobs import JobStore
-from cluster.store.migrate import available, migrate
+from cluster.store.migrate import Migration, available, migrate
 
 REPO = Path(__file__).resolve().parents[2]
 ALL_VERSIONS = tuple(m.version for m in available())
@@ -53,10 +55,16 @@ def fetch(settings: ClusterSettings, sql: str, params: Any = None) -> list[tuple
         return conn.execute(sql, params).fetchall()
 
 
+def execute(settings: ClusterSettings, sql: str, params: Any = None) -> None:
+    with psycopg.connect(settings.database_url, autocommit=True) as conn:
+        conn.execute(sql, params)
+
+
 def versions(settings: ClusterSettings) -> list[tuple[Any, ...]]:
     return fetch(
         settings,
-        f"SELECT version, name, applied_at FROM {settings.schema}.schema_version ORDER BY 1",
+        f"SELECT version, name, applied_at, checksum FROM {settings.schema}.schema_version"
+        " ORDER BY 1",
     )
 
 
@@ -83,7 +91,8 @@ async def test_fresh_init_applies_every_migration(settings: ClusterSettings) -> 
     assert result.applied == ALL_VERSIONS
     assert result.version == ALL_VERSIONS[-1]
     assert result.shards == 16
-    assert [(v, n) for v, n, _ in versions(settings)] == [(m.version, m.name) for m in available()]
+    recorded = [(v, n) for v, n, _, _ in versions(settings)]
+    assert recorded == [(m.version, m.name) for m in available()]
     assert stored_shards(settings) == "16"
 
 
@@ -105,7 +114,7 @@ async def test_repeated_init_applies_nothing(settings: ClusterSettings) -> None:
     assert again.applied == () and same_count.applied == ()
     assert again.version == same_count.version == first.version
     assert again.shards == same_count.shards == 16
-    assert versions(settings) == before, "schema_version untouched, applied_at included"
+    assert versions(settings) == before, "schema_version untouched, applied_at and checksum too"
 
 
 async def test_concurrent_init_on_separate_connections(settings: ClusterSettings) -> None:
@@ -117,7 +126,7 @@ async def test_concurrent_init_on_separate_connections(settings: ClusterSettings
             await conn.close()
     assert sorted(r.applied for r in results) == [()] * 7 + [ALL_VERSIONS]
     assert {(r.version, r.shards) for r in results} == {(ALL_VERSIONS[-1], 16)}
-    assert [v for v, _, _ in versions(settings)] == list(ALL_VERSIONS)
+    assert [v for v, _, _, _ in versions(settings)] == list(ALL_VERSIONS)
     assert stored_shards(settings) == "16"
 
 
@@ -130,7 +139,7 @@ def test_concurrent_pulse_init_processes(settings: ClusterSettings) -> None:
     assert sum(f"(applied: {applied})" in line for line in lines) == 1, lines
     assert sum("(applied: none)" in line for line in lines) == 3, lines
     assert all(line.endswith("; 16 shards") for line in lines), lines
-    assert [v for v, _, _ in versions(settings)] == list(ALL_VERSIONS)
+    assert [v for v, _, _, _ in versions(settings)] == list(ALL_VERSIONS)
     assert stored_shards(settings) == "16"
 
 
@@ -195,3 +204,84 @@ async def test_uninitialised_schema_says_run_init(settings: ClusterSettings) -> 
             with pytest.raises(StoreError, match="pulse init"):
                 await call
     assert not schema_exists(settings)
+
+
+# -- checksums of applied migrations --------------------------------------------------------
+
+
+def checksums_of_the_files() -> list[tuple[int, str]]:
+    folder = REPO / "cluster" / "store" / "migrations"
+    return sorted(
+        (int(path.name[:3]), hashlib.sha256(path.read_bytes()).hexdigest())
+        for path in folder.glob("[0-9][0-9][0-9]_*.sql")
+    )
+
+
+async def test_fresh_init_records_the_checksum_of_every_file(settings: ClusterSettings) -> None:
+    async with JobStore.open(settings) as store:
+        await store.init(shards=16)
+    assert [(v, c) for v, _, _, c in versions(settings)] == checksums_of_the_files()
+
+
+async def test_a_schema_at_014_gets_the_checksums_of_its_files_with_015(
+    settings: ClusterSettings,
+) -> None:
+    conn = await connect(settings, "init")
+    try:
+        old = await migrate(conn, settings.schema, 16, [m for m in available() if m.version < 15])
+        columns = fetch(
+            settings,
+            "SELECT column_name FROM information_schema.columns"
+            " WHERE table_schema = %s AND table_name = 'schema_version'",
+            (settings.schema,),
+        )
+        assert {c for (c,) in columns} == {"version", "name", "applied_at"}
+        new = await migrate(conn, settings.schema)
+    finally:
+        await conn.close()
+    assert (old.version, new.applied) == (14, (15,))
+    assert [(v, c) for v, _, _, c in versions(settings)] == checksums_of_the_files()
+
+
+async def test_an_edited_migration_is_refused_with_nothing_written(
+    settings: ClusterSettings,
+) -> None:
+    async with JobStore.open(settings) as store:
+        await store.init(shards=16)
+    before = versions(settings)
+    edited = [
+        replace(m, text=m.text + "-- edited\n", checksum=hashlib.sha256(b"edited").hexdigest())
+        if m.version == 14
+        else m
+        for m in available()
+    ]
+    later = Migration(99, "later", "CREATE TABLE later (x integer);", "0" * 64)
+    conn = await connect(settings, "init")
+    try:
+        with pytest.raises(ConfigError, match=r"^migration 014_tenant_limits\.sql was edited"):
+            await migrate(conn, settings.schema, migrations=[*edited, later])
+    finally:
+        await conn.close()
+    assert versions(settings) == before
+    later_tables = "SELECT 1 FROM pg_tables WHERE schemaname = %s AND tablename = 'later'"
+    assert fetch(settings, later_tables, (settings.schema,)) == [], "no later migration applied"
+
+
+def test_pulse_init_refuses_an_edited_migration(settings: ClusterSettings) -> None:
+    first = pulse(settings, "init", "--shards", "16")
+    first.communicate(timeout=60)
+    assert first.returncode == 0
+    # As if 014_tenant_limits.sql had changed since it was applied.
+    execute(
+        settings,
+        f"UPDATE {settings.schema}.schema_version SET checksum = %s WHERE version = 14",
+        ("0" * 64,),
+    )
+    before = versions(settings)
+    again = pulse(settings, "init")
+    out, err = again.communicate(timeout=60)
+    assert again.returncode == 2
+    assert out == ""
+    assert len(err.splitlines()) == 1, err
+    assert "014_tenant_limits.sql was edited" in err and "new migration" in err, err
+    assert versions(settings) == before

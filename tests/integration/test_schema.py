@@ -148,7 +148,7 @@ def catalogs() -> Iterator[tuple[Catalog, Catalog]]:
 def test_both_databases_hold_the_schema(catalogs: tuple[Catalog, Catalog]) -> None:
     for found in catalogs:
         assert {"jobs r fillfactor=80", "runs r", "tenant_room v"} <= set(found["relations"])
-        assert any(line.startswith("record_run/14: ") for line in found["functions"])
+        assert any(line.startswith("record_run/15: ") for line in found["functions"])
 
 
 @pytest.mark.parametrize("kind", [*LINES, *DEFINITIONS])
