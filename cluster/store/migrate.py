@@ -3,7 +3,7 @@
 They run in one transaction under a transaction-scoped advisory lock keyed by the schema,
 so ``pulse init`` is safe to run twice or from several processes at once. Applied versions
 are recorded in ``schema_version`` with the sha256 of the file applied: a landed migration
-is never edited, and init refuses a schema whose file has changed since
+is never edited, and init and a starting node refuse a schema whose file has changed since
 (docs/design/schema.md). The shard count is fixed by the first init and stored in
 ``meta``; it never changes afterwards.
 """
@@ -29,6 +29,11 @@ from ring import validate_shard_count
 logger = logging.getLogger(__name__)
 
 _FILE = re.compile(r"^(\d{3})_([a-z0-9_]+)\.sql$")
+
+# A node of this release runs on schema versions REQUIRED_VERSION..KNOWN_VERSION and refuses
+# any other at start (tests/integration/test_node_startup.py).
+REQUIRED_VERSION = 15
+KNOWN_VERSION = 15
 
 # The migration that adds schema_version.checksum; rows applied before it get theirs after.
 _CHECKSUMS_SINCE = 15
@@ -160,6 +165,30 @@ async def _record_checksums(conn: Conn, files: Sequence[Migration]) -> None:
         " WHERE s.version = f.version AND s.checksum IS NULL",
         {"v": [m.version for m in files], "c": [m.checksum for m in files]},
     )
+
+
+async def check_schema(conn: Conn) -> None:
+    """ConfigError unless the schema is at a version this node runs on, made by migration
+    files as this release ships them; a node checks it once, at start."""
+    try:
+        cur = await conn.execute("SELECT * FROM schema_version")
+        rows = await cur.fetchall()
+    except psycopg.errors.UndefinedTable as exc:
+        raise StoreError("the schema is not initialised; run `pulse init` first") from exc
+    except psycopg.Error as exc:
+        raise StoreError(describe(exc)) from exc
+    version = max((row["version"] for row in rows), default=0)
+    if version < REQUIRED_VERSION:
+        raise ConfigError(
+            f"the schema is at version {version} but this node needs {REQUIRED_VERSION}; "
+            "run `pulse init` with this release"
+        )
+    if version > KNOWN_VERSION:
+        raise ConfigError(
+            f"the schema is at version {version}, newer than this node knows "
+            f"({KNOWN_VERSION}); upgrade this node"
+        )
+    _check_unedited(rows, available())
 
 
 async def _shard_count(conn: Conn) -> int | None:

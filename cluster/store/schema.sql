@@ -10,8 +10,8 @@
 -- == Bookkeeping =========================================================================
 
 -- One row per applied migration, written by cluster/store/migrate.py (which creates the
--- table before the first migration). checksum: the sha256 of the file as applied; init
--- refuses a schema whose file has changed since.
+-- table before the first migration). checksum: the sha256 of the file as applied; init and
+-- a starting node refuse a schema whose file has changed since.
 CREATE TABLE schema_version (
     version    integer PRIMARY KEY,
     name       text NOT NULL,

@@ -21,7 +21,13 @@ from cluster.jobspec import JobSpec
 from cluster.settings import ClusterSettings
 from cluster.store.connect import connect
 from cluster.store.jobs import JobStore
-from cluster.store.migrate import Migration, available, migrate
+from cluster.store.migrate import (
+    KNOWN_VERSION,
+    REQUIRED_VERSION,
+    Migration,
+    available,
+    migrate,
+)
 
 REPO = Path(__file__).resolve().parents[2]
 ALL_VERSIONS = tuple(m.version for m in available())
@@ -215,6 +221,11 @@ def checksums_of_the_files() -> list[tuple[int, str]]:
         (int(path.name[:3]), hashlib.sha256(path.read_bytes()).hexdigest())
         for path in folder.glob("[0-9][0-9][0-9]_*.sql")
     )
+
+
+def test_this_release_runs_on_the_newest_schema() -> None:
+    assert KNOWN_VERSION == ALL_VERSIONS[-1] == 15
+    assert REQUIRED_VERSION == 15
 
 
 async def test_fresh_init_records_the_checksum_of_every_file(settings: ClusterSettings) -> None:
