@@ -22,7 +22,8 @@ from cluster.cli import (
     up,
     web,
 )
-from cluster.cli.base import PulseGroup, global_options, with_store
+from cluster.cli.base import PulseGroup, fail, global_options, with_store
+from cluster.errors import ConfigError
 from cluster.settings import DEFAULT_SHARDS
 from cluster.store import JobStore
 
@@ -48,7 +49,10 @@ def cli() -> None:
 @with_store
 async def init(store: JobStore, shards: int | None) -> None:
     """Create or upgrade the database schema (safe to repeat)."""
-    result = await store.init(shards)
+    try:
+        result = await store.init(shards)
+    except ConfigError as exc:  # an applied migration's file was edited: nothing written
+        fail(str(exc), 2)
     applied = ", ".join(f"{v:03d}" for v in result.applied) or "none"
     click.echo(
         f"schema {store.settings.schema} at version {result.version} "

@@ -2,21 +2,26 @@
 
 They run in one transaction under a transaction-scoped advisory lock keyed by the schema,
 so ``pulse init`` is safe to run twice or from several processes at once. Applied versions
-are recorded in ``schema_version``. The shard count is fixed by the first init and stored
-in ``meta``; it never changes afterwards.
+are recorded in ``schema_version`` with the sha256 of the file applied: a landed migration
+is never edited, and init and a starting node refuse a schema whose file has changed since
+(docs/design/schema.md). The shard count is fixed by the first init and stored in
+``meta``; it never changes afterwards.
 """
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import re
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from importlib import resources
+from typing import Any
 
 import psycopg
 from psycopg import sql
 
-from cluster.errors import InvalidInput, StoreError
+from cluster.errors import ConfigError, InvalidInput, StoreError
 from cluster.settings import DEFAULT_SHARDS
 from cluster.store.connect import Conn, describe
 from ring import validate_shard_count
@@ -25,12 +30,25 @@ logger = logging.getLogger(__name__)
 
 _FILE = re.compile(r"^(\d{3})_([a-z0-9_]+)\.sql$")
 
+# A node of this release runs on schema versions REQUIRED_VERSION..KNOWN_VERSION and refuses
+# any other at start (tests/integration/test_node_startup.py).
+REQUIRED_VERSION = 15
+KNOWN_VERSION = 15
+
+# The migration that adds schema_version.checksum; rows applied before it get theirs after.
+_CHECKSUMS_SINCE = 15
+
 
 @dataclass(frozen=True)
 class Migration:
     version: int
     name: str
     text: str
+    checksum: str  # sha256 of the file's bytes, in hex
+
+    @property
+    def filename(self) -> str:
+        return f"{self.version:03d}_{self.name}.sql"
 
 
 @dataclass(frozen=True)
@@ -45,12 +63,36 @@ def available() -> list[Migration]:
     for entry in resources.files("cluster.store.migrations").iterdir():
         match = _FILE.match(entry.name)
         if match:
-            found.append(Migration(int(match[1]), match[2], entry.read_text("utf-8")))
+            data = entry.read_bytes()
+            checksum = hashlib.sha256(data).hexdigest()
+            found.append(Migration(int(match[1]), match[2], data.decode("utf-8"), checksum))
     return sorted(found, key=lambda m: m.version)
 
 
-async def migrate(conn: Conn, schema: str, shards: int | None = None) -> InitResult:
-    """Bring ``schema`` up to date; fix the shard count on first run."""
+def _check_unedited(rows: Iterable[Mapping[str, Any]], files: Sequence[Migration]) -> None:
+    """ConfigError if an applied migration's recorded checksum is not its file's."""
+    by_version = {m.version: m for m in files}
+    for row in rows:
+        migration = by_version.get(row["version"])
+        stored = row.get("checksum")  # no such column before migration 015
+        if migration is not None and stored is not None and stored != migration.checksum:
+            raise ConfigError(
+                f"migration {migration.filename} was edited after it was applied to this "
+                "schema (its sha256 differs from the one recorded); restore the file as "
+                "released and put the change in a new migration"
+            )
+
+
+async def migrate(
+    conn: Conn,
+    schema: str,
+    shards: int | None = None,
+    migrations: Sequence[Migration] | None = None,
+) -> InitResult:
+    """Bring ``schema`` up to date; fix the shard count on first run. ``migrations`` stands
+    in for the packaged files (tests: an older release's set, an edited file). ConfigError,
+    with nothing written, if an applied migration's file was edited since."""
+    files = available() if migrations is None else sorted(migrations, key=lambda m: m.version)
     if shards is not None:
         try:
             validate_shard_count(shards)
@@ -73,10 +115,12 @@ async def migrate(conn: Conn, schema: str, shards: int | None = None) -> InitRes
                 " version integer PRIMARY KEY, name text NOT NULL,"
                 " applied_at timestamptz NOT NULL DEFAULT now())"
             )
-            cur = await conn.execute("SELECT version FROM schema_version")
-            done = {row["version"] for row in await cur.fetchall()}
+            cur = await conn.execute("SELECT * FROM schema_version")
+            rows = await cur.fetchall()
+            _check_unedited(rows, files)
+            done = {row["version"] for row in rows}
             applied = []
-            for migration in available():
+            for migration in files:
                 if migration.version in done:
                     continue
                 await conn.execute(migration.text.encode())
@@ -91,6 +135,9 @@ async def migrate(conn: Conn, schema: str, shards: int | None = None) -> InitRes
                     migration.name,
                     extra={"event": "migration_applied"},
                 )
+            version = max(done | set(applied), default=0)
+            if version >= _CHECKSUMS_SINCE:
+                await _record_checksums(conn, files)
             stored = await _shard_count(conn)
             if stored is None:
                 stored = shards or DEFAULT_SHARDS
@@ -104,10 +151,44 @@ async def migrate(conn: Conn, schema: str, shards: int | None = None) -> InitRes
                     f"the database was initialised with {stored} shards; "
                     "the shard count never changes",
                 )
-            version = max(done | set(applied), default=0)
     except psycopg.Error as exc:
         raise StoreError(f"migration failed: {describe(exc)}") from exc
     return InitResult(tuple(applied), version, stored)
+
+
+async def _record_checksums(conn: Conn, files: Sequence[Migration]) -> None:
+    """The checksum of every applied migration that has none yet: those applied in this
+    transaction, and on the first init with migration 015, every earlier one."""
+    await conn.execute(
+        "UPDATE schema_version s SET checksum = f.checksum"
+        " FROM unnest(%(v)s::integer[], %(c)s::text[]) AS f (version, checksum)"
+        " WHERE s.version = f.version AND s.checksum IS NULL",
+        {"v": [m.version for m in files], "c": [m.checksum for m in files]},
+    )
+
+
+async def check_schema(conn: Conn) -> None:
+    """ConfigError unless the schema is at a version this node runs on, made by migration
+    files as this release ships them; a node checks it once, at start."""
+    try:
+        cur = await conn.execute("SELECT * FROM schema_version")
+        rows = await cur.fetchall()
+    except psycopg.errors.UndefinedTable as exc:
+        raise StoreError("the schema is not initialised; run `pulse init` first") from exc
+    except psycopg.Error as exc:
+        raise StoreError(describe(exc)) from exc
+    version = max((row["version"] for row in rows), default=0)
+    if version < REQUIRED_VERSION:
+        raise ConfigError(
+            f"the schema is at version {version} but this node needs {REQUIRED_VERSION}; "
+            "run `pulse init` with this release"
+        )
+    if version > KNOWN_VERSION:
+        raise ConfigError(
+            f"the schema is at version {version}, newer than this node knows "
+            f"({KNOWN_VERSION}); upgrade this node"
+        )
+    _check_unedited(rows, available())
 
 
 async def _shard_count(conn: Conn) -> int | None:

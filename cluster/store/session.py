@@ -31,7 +31,7 @@ from cluster.settings import DEFAULT_LEASE_S, ClusterSettings
 from cluster.store.connect import Conn, connect, describe
 from cluster.store.deadline import fetch_within
 from cluster.store.flights import FlightLease, FlightStatements
-from cluster.store.migrate import stored_shard_count
+from cluster.store.migrate import check_schema, stored_shard_count
 from cluster.store.queries import query, variant
 from cluster.store.records import ClaimResult, claimed_jobs, int_array
 from cluster.store.writer import CompletionStatements
@@ -104,7 +104,8 @@ class LockSession(FlightStatements, CompletionStatements):
         )
 
     async def open(self, expected_shards: int | None = None) -> int:
-        """Connect, check the guarantees hold, and return the database's shard count."""
+        """Connect, check the guarantees hold (the first time, the schema's version too),
+        and return the database's shard count."""
         await self.close()
         conn = await connect(
             self.settings,
@@ -115,6 +116,10 @@ class LockSession(FlightStatements, CompletionStatements):
         )
         try:
             shards = await asyncio.wait_for(stored_shard_count(conn), self.statement_timeout_s)
+            if self.generation == 0:
+                # At start only: a node already running keeps working across a migration
+                # of a rolling upgrade (docs/design/schema.md).
+                await asyncio.wait_for(check_schema(conn), self.statement_timeout_s)
             if expected_shards is not None and expected_shards != shards:
                 raise ConfigError(
                     f"this node was started with --shards {expected_shards} but the database "

@@ -56,7 +56,8 @@ def test_the_wheel_installs_and_runs_outside_the_repository(
     wheel, sdist = build(tmp_path)
     assert wheel.name == f"pulsecron-{VERSION}-py3-none-any.whl"
     files = set(zipfile.ZipFile(wheel).namelist())
-    inside = {"cluster/store/queries.sql", "pulsecron/__init__.py", "pulsecron/py.typed"}
+    inside = {"cluster/store/queries.sql", "cluster/store/schema.sql"}
+    inside |= {"pulsecron/__init__.py", "pulsecron/py.typed"}
     inside |= {f"cluster/store/migrations/{name}" for name in MIGRATIONS}
     assert inside <= files, inside - files
     assert not any(f.startswith(("tests/", "examples/", "bench/")) for f in files)

@@ -6,9 +6,14 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
+
+import psycopg
 
 from cluster.settings import ClusterSettings
+from cluster.store.connect import connect
 from cluster.store.jobs import JobStore
+from cluster.store.migrate import KNOWN_VERSION, REQUIRED_VERSION, available, migrate
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -68,3 +73,49 @@ async def test_uninitialised_schema_is_reported_not_crashed(settings: ClusterSet
     result = pulse(settings, "jobs", "list")
     assert result.returncode == 1
     assert "pulse init" in result.stderr and "Traceback" not in result.stderr
+
+
+# -- the schema's version and migrations --------------------------------------------------
+
+
+def execute(settings: ClusterSettings, statement: str, params: Any = None) -> None:
+    with psycopg.connect(settings.database_url, autocommit=True) as conn:
+        conn.execute(statement, params)
+
+
+async def test_a_schema_older_than_the_node_needs_is_refused(settings: ClusterSettings) -> None:
+    conn = await connect(settings, "init")
+    try:
+        older = [m for m in available() if m.version < REQUIRED_VERSION]
+        await migrate(conn, settings.schema, 16, older)
+    finally:
+        await conn.close()
+    result = pulse(settings, "node", "--node-id", "n1")
+    assert result.returncode == 2
+    assert f"needs {REQUIRED_VERSION}; run `pulse init`" in result.stderr, result.stderr
+
+
+async def test_a_schema_newer_than_the_node_knows_is_refused(
+    store: JobStore, settings: ClusterSettings
+) -> None:
+    execute(
+        settings,
+        f"INSERT INTO {settings.schema}.schema_version (version, name) VALUES (%s, 'later')",
+        (KNOWN_VERSION + 1,),
+    )
+    result = pulse(settings, "node", "--node-id", "n1")
+    assert result.returncode == 2
+    assert f"newer than this node knows ({KNOWN_VERSION}); upgrade this node" in result.stderr
+
+
+async def test_a_schema_made_by_an_edited_migration_is_refused(
+    store: JobStore, settings: ClusterSettings
+) -> None:
+    execute(
+        settings,
+        f"UPDATE {settings.schema}.schema_version SET checksum = %s WHERE version = 14",
+        ("0" * 64,),
+    )
+    result = pulse(settings, "node", "--node-id", "n1")
+    assert result.returncode == 2
+    assert "migration 014_tenant_limits.sql was edited" in result.stderr, result.stderr

@@ -1,7 +1,7 @@
 """Run output against a real Postgres: the claim carries the job's output limit, the output
 travels with the completion into ``runs.output`` (one row per slot: a later attempt's
 replaces it, a lost attempt clears it), ``JobStore.run`` and ``pulse runs show`` read one
-run with it, and the record_run of the previous release still writes run rows."""
+run with it."""
 
 from __future__ import annotations
 
@@ -26,7 +26,7 @@ from node.handlers.output import RunLog, TailBuffer, compose
 from node.pipeline.outcomes import after_run
 from tests.conftest import Opener
 from tests.integration.test_cli import RUN_KEYS, assert_bad_input, assert_one_line_error, env_of
-from tests.integration.test_history import rows, run_rows
+from tests.integration.test_history import rows
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 ALL = list(range(16))
@@ -171,34 +171,6 @@ async def test_one_run_by_slot_or_the_latest_and_the_attempt_in_flight(
     running = await store.run("tick")
     assert (running.status, running.scheduled_for, running.output) == ("running", at(30), None)
     assert (await store.run("tick", slot=at(20))).status == "succeeded"
-
-
-async def test_the_record_run_of_the_previous_release_still_writes_run_rows(
-    store: JobStore, settings: ClusterSettings
-) -> None:
-    job = await store.add(every_10s("old"), now=T0)
-    args = (
-        job.id,
-        "default",
-        "old",
-        at(10),
-        1,
-        "n-old",
-        "z",
-        "succeeded",
-        1,
-        at(10),
-        at(11),
-        0.5,
-        None,
-    )
-    await rows(
-        settings,
-        "SELECT record_run(%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)::text AS x",
-        args,
-    )
-    (row,) = await run_rows(settings)
-    assert (row["node_id"], row["status"], row["output"]) == ("n-old", "succeeded", None)
 
 
 # -- pulse runs show ---------------------------------------------------------------------------

@@ -1,0 +1,589 @@
+-- The Pulse schema as it stands after the newest migration (version 15), for readers.
+--
+-- `pulse init` never runs this file: it applies cluster/store/migrations/NNN_*.sql in
+-- order. This file is edited in the same commit as each new migration, and
+-- tests/integration/test_schema.py applies both to empty databases and fails on any
+-- difference in their catalogs (docs/design/schema.md). Columns are listed in the order
+-- the migrations left them in. Runs with search_path set to the cluster's schema.
+
+
+-- == Bookkeeping =========================================================================
+
+-- One row per applied migration, written by cluster/store/migrate.py (which creates the
+-- table before the first migration). checksum: the sha256 of the file as applied; init and
+-- a starting node refuse a schema whose file has changed since.
+CREATE TABLE schema_version (
+    version    integer PRIMARY KEY,
+    name       text NOT NULL,
+    applied_at timestamptz NOT NULL DEFAULT now(),
+    checksum   text CHECK (checksum ~ '^[0-9a-f]{64}$')
+);
+
+-- Facts fixed at the first init: the shard count ('shard_count') never changes.
+CREATE TABLE meta (
+    key   text PRIMARY KEY,
+    value text NOT NULL
+);
+
+-- Cluster-wide settings an operator changes at run time (`pulse config set`); values are
+-- text, parsed by cluster/retention.py. `pulse init` seeds the defaults.
+CREATE TABLE config (
+    key        text PRIMARY KEY,
+    value      text NOT NULL,
+    updated_at timestamptz NOT NULL DEFAULT now()
+);
+
+
+-- == Jobs ================================================================================
+
+-- A job is its definition and, while an attempt is in flight, that attempt's only record
+-- (locked_by, locked_zone, locked_at, slot_at, attempt, lease_token): the run row is
+-- written when the attempt ends. fillfactor 80 leaves room on each page for the claim's
+-- HOT updates (docs/design/claim-plan.md).
+CREATE TABLE jobs (
+    id               uuid PRIMARY KEY,
+    tenant_id        text NOT NULL DEFAULT 'default' CHECK (tenant_id <> ''),
+    name             text NOT NULL CHECK (name <> ''),
+    schedule         text NOT NULL,
+    tz               text NOT NULL DEFAULT 'UTC',
+    dst_repeated     text NOT NULL DEFAULT 'once' CHECK (dst_repeated IN ('once', 'twice')),
+    dst_skipped      text NOT NULL DEFAULT 'shift' CHECK (dst_skipped IN ('shift', 'skip')),
+    handler          text NOT NULL,
+    payload          jsonb NOT NULL DEFAULT '{}'::jsonb CHECK (jsonb_typeof(payload) = 'object'),
+    -- idle: waiting for next_run_at; running: claimed under a lease; paused: not claimed
+    -- (its next_run_at is 9999-01-01, out of the due range); done: a one-off whose slot ran.
+    -- The check was added NOT VALID by a migration, to spare a scan under lock.
+    status           text NOT NULL DEFAULT 'idle'
+                     CONSTRAINT jobs_status_check
+                     CHECK (status IN ('idle', 'running', 'paused', 'done')),
+    paused           boolean NOT NULL DEFAULT false,
+    shard_id         integer NOT NULL CHECK (shard_id >= 0),
+    -- next_run_at is when the job is due to be claimed; slot_at is the scheduled slot that
+    -- claim runs (they differ only while a failed attempt waits out its retry backoff).
+    next_run_at      timestamptz NOT NULL,
+    slot_at          timestamptz NOT NULL,
+    attempt          integer NOT NULL DEFAULT 1 CHECK (attempt >= 1),
+    last_run_at      timestamptz,
+    locked_by        text,
+    locked_at        timestamptz,
+    lease_expires_at timestamptz,
+    lease_token      bigint NOT NULL DEFAULT 0,
+    catch_up         text NOT NULL DEFAULT 'once' CHECK (catch_up IN ('skip', 'once', 'backfill')),
+    grace_s          double precision NOT NULL DEFAULT 60 CHECK (grace_s >= 0),
+    max_backfill     integer NOT NULL DEFAULT 100 CHECK (max_backfill >= 1),
+    timeout_s        double precision NOT NULL DEFAULT 300 CHECK (timeout_s > 0),
+    max_retries      integer NOT NULL DEFAULT 0 CHECK (max_retries >= 0),
+    retry_backoff_s  double precision NOT NULL DEFAULT 10 CHECK (retry_backoff_s >= 0),
+    created_at       timestamptz NOT NULL DEFAULT now(),
+    updated_at       timestamptz NOT NULL DEFAULT now(),
+    -- The zone of the node running the attempt in flight, for its run row.
+    locked_zone      text,
+    -- Retention of this job's runs; NULL follows the cluster's config.
+    keep_for_s       double precision CHECK (keep_for_s > 0),
+    keep_runs        integer CHECK (keep_runs >= 1),
+    -- Bytes of output kept per stream (stdout, stderr, result, log) of a run.
+    output_limit     integer NOT NULL DEFAULT 16384 CHECK (output_limit BETWEEN 0 AND 262144),
+    -- A slot not started this long after it was due raises a `late` alert, once per slot
+    -- (late_slot).
+    late_after_s     double precision NOT NULL DEFAULT 60 CHECK (late_after_s > 0),
+    late_slot        timestamptz,
+    -- Auto-pause after this many failed slots in a row (NULL: never); failed_slots counts
+    -- them, a successful slot sets it back to 0; pause_note says why the job is paused.
+    pause_after_failures integer CHECK (pause_after_failures >= 1),
+    failed_slots     integer NOT NULL DEFAULT 0,
+    pause_note       text,
+    -- Overlap policy (docs/design/overlap.md); `allow` runs slots as flights, at most
+    -- max_concurrent at once.
+    overlap          text NOT NULL DEFAULT 'forbid' CHECK (overlap IN ('forbid', 'allow', 'replace')),
+    max_concurrent   integer NOT NULL DEFAULT 10 CHECK (max_concurrent >= 1),
+    cancel_grace_s   double precision NOT NULL DEFAULT 10 CHECK (cancel_grace_s >= 0),
+    -- Who asked to cancel the running claim (NULL: nobody). Every statement that ends a
+    -- claim clears it, so a request never outlives the run it was made for.
+    cancel_by        text,
+    -- Start jitter, and one-offs (docs/design/time.md). slot_origin: why the current slot
+    -- is due, for its run row ('trigger', 'catch-up'; NULL: its schedule).
+    jitter_s         double precision NOT NULL DEFAULT 0 CHECK (jitter_s >= 0),
+    remove_when_done boolean NOT NULL DEFAULT false,
+    slot_origin      text,
+    -- The zone set a job is pinned to (sorted, de-duplicated; NULL: any zone). An each-zone
+    -- job is a parent that never runs itself; its children (parent_id) run one per zone.
+    zones            text[],
+    each_zone        boolean NOT NULL DEFAULT false,
+    parent_id        uuid,
+    -- The job's tenant has a limit of concurrent runs: the place triggers below fire.
+    limited          boolean NOT NULL DEFAULT false,
+    UNIQUE (tenant_id, name)
+) WITH (fillfactor = 80);
+
+-- The claim's due range, for every status: an index on a column the claim writes would
+-- make its update non-HOT (docs/design/claim-plan.md). Recovery reads running jobs here too.
+CREATE INDEX jobs_due ON jobs (shard_id, next_run_at);
+-- Fair fan-out's loose scan of the tenants with jobs in a shard (docs/design/fairness.md).
+CREATE INDEX jobs_tenant_due ON jobs (shard_id, tenant_id, next_run_at);
+CREATE INDEX jobs_children ON jobs (parent_id) WHERE parent_id IS NOT NULL;
+-- Every node reads the each-zone parents every few seconds: a probe, not a scan.
+CREATE INDEX jobs_each_zone ON jobs (id) WHERE each_zone;
+
+
+-- == Backfills ===========================================================================
+
+-- A request to run a job's slots of [range_from, range_to) again, oldest first; the nodes
+-- holding its shard turn the slots before cursor_at into queued flights, at most
+-- max_parallel in flight (docs/design/time.md).
+CREATE TABLE backfills (
+    id            bigserial PRIMARY KEY,
+    job_id        uuid NOT NULL REFERENCES jobs (id) ON DELETE CASCADE,
+    tenant_id     text NOT NULL,
+    job_name      text NOT NULL,
+    shard_id      integer NOT NULL CHECK (shard_id >= 0),
+    range_from    timestamptz NOT NULL,
+    range_to      timestamptz NOT NULL CHECK (range_to > range_from),
+    cursor_at     timestamptz NOT NULL,
+    only_missing  boolean NOT NULL DEFAULT false,
+    max_parallel  integer NOT NULL DEFAULT 1 CHECK (max_parallel >= 1),
+    slots_total   integer NOT NULL CHECK (slots_total >= 0),
+    slots_queued  integer NOT NULL DEFAULT 0,
+    status        text NOT NULL DEFAULT 'active'
+                  CHECK (status IN ('active', 'done', 'cancelled')),
+    created_at    timestamptz NOT NULL DEFAULT now(),
+    updated_at    timestamptz NOT NULL DEFAULT now()
+);
+
+CREATE INDEX backfills_active ON backfills (shard_id) WHERE status = 'active';
+
+
+-- == Flights =============================================================================
+
+-- A slot of an overlap `allow` job (or of a backfill) in flight under a lease of its own,
+-- so several slots of one job run at once; deleted when its last attempt ends
+-- (docs/design/overlap.md).
+CREATE TABLE flights (
+    job_id           uuid NOT NULL REFERENCES jobs (id) ON DELETE CASCADE,
+    slot             timestamptz NOT NULL,
+    shard_id         integer NOT NULL CHECK (shard_id >= 0),
+    status           text NOT NULL CHECK (status IN ('queued', 'running')),
+    attempt          integer NOT NULL DEFAULT 1 CHECK (attempt >= 1),
+    due_at           timestamptz NOT NULL,
+    lease_token      bigint NOT NULL,
+    locked_by        text,
+    locked_zone      text,
+    locked_at        timestamptz,
+    lease_expires_at timestamptz,
+    cancel_by        text,
+    -- Who asked for the slot: NULL is the schedule.
+    origin           text,
+    backfill_id      bigint REFERENCES backfills (id) ON DELETE SET NULL,
+    -- The tenant, if it has a limit: a flight deleted with its job can no longer look it up.
+    limit_tenant     text,
+    PRIMARY KEY (job_id, slot)
+);
+
+-- Claims of queued flights and recovery of running ones, per held shard.
+CREATE INDEX flights_by_shard ON flights (shard_id, status, due_at);
+CREATE INDEX flights_by_backfill ON flights (backfill_id) WHERE backfill_id IS NOT NULL;
+
+
+-- == Runs ================================================================================
+
+-- The history: one row per (job, slot), written when an attempt ends and rewritten by a
+-- later attempt of the slot. No foreign key to jobs: every run row is written from a job
+-- row updated in the same statement, and a key checked per row cost every completion;
+-- jobs_forget_runs deletes a job's history with it.
+CREATE TABLE runs (
+    id            bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    job_id        uuid NOT NULL,
+    tenant_id     text NOT NULL,
+    job_name      text NOT NULL,
+    scheduled_for timestamptz NOT NULL,
+    attempt       integer NOT NULL DEFAULT 1,
+    node_id       text,
+    zone          text,
+    -- Added NOT VALID by a migration, to spare a scan of the whole table under lock.
+    status        text NOT NULL
+                  CONSTRAINT runs_status_check
+                  CHECK (status IN ('running', 'succeeded', 'failed', 'timed_out', 'skipped',
+                                    'lost', 'cancelled')),
+    lease_token   bigint,
+    started_at    timestamptz,
+    finished_at   timestamptz,
+    duration_s    double precision,
+    last_error    text,
+    -- What the run produced: {"stdout", "stderr", "result", "log", "truncated"}.
+    output        jsonb,
+    -- Why the slot ran: NULL is its schedule ('trigger', 'catch-up', 'backfill').
+    origin        text,
+    UNIQUE (job_id, scheduled_for)
+);
+
+-- Recent runs of a job use UNIQUE (job_id, scheduled_for) backwards. Runs by status serve
+-- the rare outcomes only: successes, nearly every row written, skip that index.
+CREATE INDEX runs_by_status ON runs (status, scheduled_for DESC) WHERE status <> 'succeeded';
+CREATE INDEX runs_recent ON runs (scheduled_for DESC);
+
+-- A statement trigger, after the job rows are gone: its DELETE takes a fresh snapshot, so
+-- it also sees run rows committed meanwhile by completions in flight.
+CREATE FUNCTION forget_deleted_jobs_runs() RETURNS trigger
+LANGUAGE plpgsql SET search_path FROM CURRENT AS $$
+BEGIN
+    DELETE FROM runs r USING deleted_jobs d WHERE r.job_id = d.id;
+    RETURN NULL;
+END
+$$;
+
+CREATE TRIGGER jobs_forget_runs AFTER DELETE ON jobs
+REFERENCING OLD TABLE AS deleted_jobs
+FOR EACH STATEMENT EXECUTE FUNCTION forget_deleted_jobs_runs();
+
+-- The run row of an attempt that ended, for complete, release and recover alike. Two
+-- versions live: with the origin (complete, the flights' statements) and without it
+-- (release and recover of jobs); the one without the output went in 015.
+CREATE FUNCTION record_run(
+    run_job_id uuid,
+    run_tenant_id text,
+    run_job_name text,
+    run_scheduled_for timestamptz,
+    run_attempt integer,
+    run_node_id text,
+    run_zone text,
+    run_status text,
+    run_lease_token bigint,
+    run_started_at timestamptz,
+    run_finished_at timestamptz,
+    run_duration_s double precision,
+    run_last_error text,
+    run_output jsonb
+) RETURNS void
+LANGUAGE sql SET search_path FROM CURRENT AS $$
+    INSERT INTO runs AS r (job_id, tenant_id, job_name, scheduled_for, attempt, node_id, zone,
+                           status, lease_token, started_at, finished_at, duration_s,
+                           last_error, output)
+    VALUES (run_job_id, run_tenant_id, run_job_name, run_scheduled_for, run_attempt,
+            run_node_id, run_zone, run_status, run_lease_token, run_started_at,
+            run_finished_at, run_duration_s, run_last_error, run_output)
+    ON CONFLICT (job_id, scheduled_for) DO UPDATE SET
+        attempt = excluded.attempt,
+        node_id = excluded.node_id,
+        zone = excluded.zone,
+        status = excluded.status,
+        lease_token = excluded.lease_token,
+        started_at = excluded.started_at,
+        finished_at = excluded.finished_at,
+        duration_s = excluded.duration_s,
+        last_error = excluded.last_error,
+        output = excluded.output
+$$;
+
+CREATE FUNCTION record_run(
+    run_job_id uuid,
+    run_tenant_id text,
+    run_job_name text,
+    run_scheduled_for timestamptz,
+    run_attempt integer,
+    run_node_id text,
+    run_zone text,
+    run_status text,
+    run_lease_token bigint,
+    run_started_at timestamptz,
+    run_finished_at timestamptz,
+    run_duration_s double precision,
+    run_last_error text,
+    run_output jsonb,
+    run_origin text
+) RETURNS void
+LANGUAGE sql SET search_path FROM CURRENT AS $$
+    INSERT INTO runs AS r (job_id, tenant_id, job_name, scheduled_for, attempt, node_id, zone,
+                           status, lease_token, started_at, finished_at, duration_s,
+                           last_error, output, origin)
+    VALUES (run_job_id, run_tenant_id, run_job_name, run_scheduled_for, run_attempt,
+            run_node_id, run_zone, run_status, run_lease_token, run_started_at,
+            run_finished_at, run_duration_s, run_last_error, run_output, run_origin)
+    ON CONFLICT (job_id, scheduled_for) DO UPDATE SET
+        attempt = excluded.attempt,
+        node_id = excluded.node_id,
+        zone = excluded.zone,
+        status = excluded.status,
+        lease_token = excluded.lease_token,
+        started_at = excluded.started_at,
+        finished_at = excluded.finished_at,
+        duration_s = excluded.duration_s,
+        last_error = excluded.last_error,
+        output = excluded.output,
+        origin = excluded.origin
+$$;
+
+
+-- == Alerts ==============================================================================
+
+-- Rules say who wants which events; events are an outbox written in the same transaction
+-- as the state change they report; a delivery is one event for one rule
+-- (docs/design/alerts.md).
+CREATE TABLE alert_rules (
+    name       text PRIMARY KEY CHECK (name <> ''),
+    url        text NOT NULL,
+    events     text[] NOT NULL,
+    format     text NOT NULL DEFAULT 'json' CHECK (format IN ('json', 'slack')),
+    secret_env text,  -- the NAME of a variable on the delivering node, never its value
+    tenant_id  text,  -- NULL: every tenant
+    job_name   text,  -- NULL: every job of the tenant scope
+    created_at timestamptz NOT NULL DEFAULT now()
+);
+
+CREATE TABLE alert_events (
+    id         uuid PRIMARY KEY DEFAULT gen_random_uuid(),
+    event      text NOT NULL
+               CHECK (event IN ('failed', 'recovered', 'lost', 'late', 'skipped', 'paused')),
+    job_id     uuid,
+    tenant_id  text NOT NULL,
+    job_name   text NOT NULL,
+    slot       timestamptz,
+    attempt    integer,
+    node_id    text,
+    zone       text,
+    error      text,
+    detail     text,
+    created_at timestamptz NOT NULL DEFAULT now()
+);
+
+CREATE INDEX alert_events_created ON alert_events (created_at);
+
+CREATE TABLE alert_deliveries (
+    id              bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,  -- delivery order
+    event_id        uuid NOT NULL REFERENCES alert_events (id) ON DELETE CASCADE,
+    rule_name       text NOT NULL REFERENCES alert_rules (name) ON DELETE CASCADE,
+    job_id          uuid,
+    status          text NOT NULL DEFAULT 'pending'
+                    CHECK (status IN ('pending', 'delivered', 'failed')),
+    attempts        integer NOT NULL DEFAULT 0,
+    next_attempt_at timestamptz NOT NULL DEFAULT now(),
+    locked_by       text,
+    locked_until    timestamptz,
+    last_error      text,
+    delivered_at    timestamptz,
+    created_at      timestamptz NOT NULL DEFAULT now(),
+    UNIQUE (event_id, rule_name)
+);
+
+CREATE INDEX alert_deliveries_pending ON alert_deliveries (next_attempt_at)
+    WHERE status = 'pending';
+-- Order per job: only the oldest pending delivery of each (rule, job) can be leased.
+CREATE INDEX alert_deliveries_by_rule_job ON alert_deliveries (rule_name, job_id, id)
+    WHERE status = 'pending';
+
+-- The outbox write: an event and one delivery per rule that wants it, in the caller's
+-- transaction; nothing is written when no rule wants it.
+CREATE FUNCTION raise_alert(
+    a_event text,
+    a_job_id uuid,
+    a_tenant_id text,
+    a_job_name text,
+    a_slot timestamptz,
+    a_attempt integer,
+    a_node_id text,
+    a_zone text,
+    a_error text,
+    a_detail text
+) RETURNS void
+LANGUAGE sql SET search_path FROM CURRENT AS $$
+    WITH wanted AS (
+        SELECT name FROM alert_rules
+        WHERE a_event = ANY (events)
+          AND (tenant_id IS NULL OR tenant_id = a_tenant_id)
+          AND (job_name IS NULL OR job_name = a_job_name)
+    ), event AS (
+        INSERT INTO alert_events (event, job_id, tenant_id, job_name, slot, attempt, node_id,
+                                  zone, error, detail)
+        SELECT a_event, a_job_id, a_tenant_id, a_job_name, a_slot, a_attempt, a_node_id,
+               a_zone, a_error, a_detail
+        WHERE EXISTS (SELECT 1 FROM wanted)
+        RETURNING id
+    )
+    INSERT INTO alert_deliveries (event_id, rule_name, job_id)
+    SELECT event.id, wanted.name, a_job_id FROM event CROSS JOIN wanted
+$$;
+
+
+-- == Zones ===============================================================================
+
+-- One shard space per zone set, numbered once and for good. Its shards are
+-- 65536 + (space - 1) * 16 .. + 15 (ring/zones.py: ZONE_SHARD_BASE, ZONE_SHARDS).
+CREATE TABLE zone_spaces (
+    space       int GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    zones       text[] NOT NULL UNIQUE CHECK (cardinality(zones) > 0),
+    first_shard int GENERATED ALWAYS AS (65536 + (space - 1) * 16) STORED,
+    created_at  timestamptz NOT NULL DEFAULT now()
+);
+
+
+-- == Tenant limits =======================================================================
+
+-- A tenant with a limit has a row in tenant_limits, and its jobs (limited) and flights
+-- (limit_tenant) fire the place triggers below; other tenants' rows never do. A run holds
+-- a place from when its row turns `running` until it leaves that status or is deleted.
+-- A claim takes a place under the limits row's lock (SKIP LOCKED: claims never wait);
+-- places given back are journal rows in tenant_moves, written without a lock, so a
+-- completion never waits. Places in use: taken + sum(tenant_moves.change)
+-- (docs/design/fairness.md).
+CREATE TABLE tenant_limits (
+    tenant_id      text PRIMARY KEY,
+    max_concurrent integer NOT NULL CHECK (max_concurrent >= 1),
+    taken          integer NOT NULL DEFAULT 0,
+    updated_at     timestamptz NOT NULL DEFAULT now()
+);
+
+CREATE TABLE tenant_moves (
+    tenant_id text NOT NULL,
+    change    integer NOT NULL CHECK (change IN (-1, 1))
+);
+CREATE INDEX tenant_moves_by_tenant ON tenant_moves (tenant_id);
+
+-- A tenant's free places as a claim's snapshot sees them (no lock): the claim passes over
+-- jobs beyond them, so a tenant at its limit never fills a claim meant for others.
+CREATE VIEW tenant_room AS
+SELECT l.tenant_id,
+       l.max_concurrent - l.taken
+           - coalesce((SELECT sum(m.change) FROM tenant_moves m
+                       WHERE m.tenant_id = l.tenant_id), 0) AS room
+FROM tenant_limits l;
+
+-- Setting or clearing a tenant's limit (cluster/store/tenants.py) holds this lock
+-- exclusively while it marks the tenant's rows; rows being inserted hold it shared, so a
+-- job or flight added at that moment is marked too.
+CREATE FUNCTION tenant_lock_key(tenant text) RETURNS bigint
+LANGUAGE sql IMMUTABLE AS $$
+    SELECT (hashtext('pulse.tenant')::bigint << 32) | (hashtext(tenant)::bigint & 4294967295)
+$$;
+
+-- One place for `tenant`: false at its limit, or while another claim holds its row.
+CREATE FUNCTION tenant_take(tenant text) RETURNS boolean
+LANGUAGE plpgsql SET search_path FROM CURRENT AS $$
+DECLARE
+    cap integer;
+    used integer;
+BEGIN
+    SELECT l.max_concurrent, l.taken INTO cap, used
+    FROM tenant_limits l WHERE l.tenant_id = tenant
+    FOR UPDATE SKIP LOCKED;
+    IF NOT FOUND THEN
+        -- Held by another claim, or the limit was cleared after the row was marked.
+        RETURN NOT EXISTS (SELECT 1 FROM tenant_limits l WHERE l.tenant_id = tenant);
+    END IF;
+    WITH folded AS (DELETE FROM tenant_moves m WHERE m.tenant_id = tenant RETURNING m.change)
+    SELECT used + coalesce(sum(f.change), 0) INTO used FROM folded f;
+    IF used < cap THEN
+        UPDATE tenant_limits SET taken = used + 1 WHERE tenant_id = tenant;
+        RETURN true;
+    END IF;
+    UPDATE tenant_limits SET taken = used WHERE tenant_id = tenant;
+    RETURN false;
+END $$;
+
+-- A place given back; the first one a tenant at its limit gets back wakes the claim loops.
+CREATE FUNCTION tenant_free(tenant text) RETURNS void
+LANGUAGE plpgsql SET search_path FROM CURRENT AS $$
+BEGIN
+    INSERT INTO tenant_moves (tenant_id, change) VALUES (tenant, -1);
+    IF EXISTS (SELECT 1 FROM tenant_room r WHERE r.tenant_id = tenant AND r.room = 1) THEN
+        PERFORM pg_notify(current_schema() || '_wake', 'tenant');
+    END IF;
+END $$;
+
+CREATE FUNCTION tenant_mark_job() RETURNS trigger
+LANGUAGE plpgsql SET search_path FROM CURRENT AS $$
+BEGIN
+    PERFORM pg_advisory_xact_lock_shared(tenant_lock_key(NEW.tenant_id));
+    NEW.limited := EXISTS (SELECT 1 FROM tenant_limits l WHERE l.tenant_id = NEW.tenant_id);
+    RETURN NEW;
+END $$;
+
+CREATE FUNCTION tenant_mark_flight() RETURNS trigger
+LANGUAGE plpgsql SET search_path FROM CURRENT AS $$
+DECLARE
+    tenant text;
+BEGIN
+    SELECT j.tenant_id INTO tenant FROM jobs j WHERE j.id = NEW.job_id;
+    PERFORM pg_advisory_xact_lock_shared(tenant_lock_key(tenant));
+    NEW.limit_tenant := (SELECT l.tenant_id FROM tenant_limits l WHERE l.tenant_id = tenant);
+    RETURN NEW;
+END $$;
+
+-- A flight born running (a slot an `allow` job hands over while its job row gives back
+-- the place its claim took). After the insert, not before: a flight that ON CONFLICT DO
+-- NOTHING leaves out takes no place.
+CREATE FUNCTION tenant_flight_born() RETURNS trigger
+LANGUAGE plpgsql SET search_path FROM CURRENT AS $$
+BEGIN
+    INSERT INTO tenant_moves (tenant_id, change) VALUES (NEW.limit_tenant, 1);
+    RETURN NULL;
+END $$;
+
+-- The place triggers of both tables; TG_ARGV[0] names the row's tenant column (a job's
+-- tenant_id, a flight's limit_tenant). Returning NULL refuses the claim's update.
+CREATE FUNCTION tenant_status() RETURNS trigger
+LANGUAGE plpgsql SET search_path FROM CURRENT AS $$
+DECLARE
+    tenant text := to_jsonb(NEW) ->> TG_ARGV[0];
+BEGIN
+    IF NEW.status <> 'running' THEN
+        PERFORM tenant_free(tenant);
+    ELSIF NOT tenant_take(tenant) THEN
+        RETURN NULL;
+    END IF;
+    RETURN NEW;
+END $$;
+
+CREATE FUNCTION tenant_deleted() RETURNS trigger
+LANGUAGE plpgsql SET search_path FROM CURRENT AS $$
+BEGIN
+    PERFORM tenant_free(to_jsonb(OLD) ->> TG_ARGV[0]);
+    RETURN NULL;
+END $$;
+
+CREATE TRIGGER tenant_mark BEFORE INSERT ON jobs
+FOR EACH ROW EXECUTE FUNCTION tenant_mark_job();
+CREATE TRIGGER tenant_mark BEFORE INSERT ON flights
+FOR EACH ROW EXECUTE FUNCTION tenant_mark_flight();
+CREATE TRIGGER tenant_place_born AFTER INSERT ON flights
+FOR EACH ROW WHEN (NEW.limit_tenant IS NOT NULL AND NEW.status = 'running')
+EXECUTE FUNCTION tenant_flight_born();
+CREATE TRIGGER tenant_place BEFORE UPDATE OF status ON jobs
+FOR EACH ROW WHEN (NEW.limited AND (OLD.status = 'running') <> (NEW.status = 'running'))
+EXECUTE FUNCTION tenant_status('tenant_id');
+CREATE TRIGGER tenant_place BEFORE UPDATE OF status ON flights
+FOR EACH ROW
+WHEN (NEW.limit_tenant IS NOT NULL AND (OLD.status = 'running') <> (NEW.status = 'running'))
+EXECUTE FUNCTION tenant_status('limit_tenant');
+CREATE TRIGGER tenant_place_deleted AFTER DELETE ON jobs
+FOR EACH ROW WHEN (OLD.limited AND OLD.status = 'running')
+EXECUTE FUNCTION tenant_deleted('tenant_id');
+CREATE TRIGGER tenant_place_deleted AFTER DELETE ON flights
+FOR EACH ROW WHEN (OLD.limit_tenant IS NOT NULL AND OLD.status = 'running')
+EXECUTE FUNCTION tenant_deleted('limit_tenant');
+
+
+-- == The HTTP API ========================================================================
+
+-- API tokens: only the SHA-256 of the secret is kept; the secret is printed once by
+-- `pulse tokens create`. A token scoped to a tenant (tenant_id) reaches only its jobs.
+CREATE TABLE api_tokens (
+    name         text PRIMARY KEY CHECK (name <> ''),
+    role         text NOT NULL CHECK (role IN ('admin', 'write', 'read')),
+    tenant_id    text,  -- NULL: every tenant
+    hash         bytea NOT NULL UNIQUE,
+    created_at   timestamptz NOT NULL DEFAULT now(),
+    expires_at   timestamptz,  -- NULL: never
+    last_used_at timestamptz
+);
+
+-- Every mutation made through the API, written in the transaction of the change itself.
+CREATE TABLE api_audit (
+    id         bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    at         timestamptz NOT NULL DEFAULT now(),
+    token_name text NOT NULL,
+    action     text NOT NULL,
+    tenant_id  text,
+    job_name   text,
+    source     text,
+    detail     text
+);
+
+CREATE INDEX api_audit_at ON api_audit (at DESC, id DESC);
