@@ -1,16 +1,20 @@
-"""The statements: each name defined once across ``cluster/store/sql/*.sql``; as sent,
-without comment lines, placeholders intact, short enough for psycopg to cache their
-placeholder conversion; the run history written in one place."""
+"""The statements: each name defined once across ``cluster/store/sql/*.sql`` and run by some
+code; as sent, without comment lines, placeholders intact, short enough for psycopg to cache
+their placeholder conversion; the run history written in one place."""
 
 from __future__ import annotations
 
+import ast
 import re
 from collections import Counter
+from pathlib import Path
 
 import pytest
 
 from cluster.store import queries
 from cluster.store.queries import _sections, _sources, names, query
+
+REPO = Path(__file__).resolve().parents[2]
 
 # psycopg converts ``%(name)s`` placeholders of a longer statement afresh on every call
 # (psycopg._queries.MAX_CACHED_STATEMENT_LENGTH).
@@ -39,6 +43,34 @@ def test_a_name_defined_twice_is_an_error_at_load(monkeypatch: pytest.MonkeyPatc
     monkeypatch.setattr(queries, "_sources", lambda: twice)
     with pytest.raises(RuntimeError, match=r"'ping' is defined in a\.sql and b\.sql"):
         queries._all.__wrapped__()
+
+
+def _statement_references() -> set[str]:
+    """Every string literal of the Python sources of cluster/, node/ and bench/ that could
+    name a statement: dict keys and subscripts (``row["db_now"]``) are column names, so they
+    do not count. Statements are named by literals (``query("claim")``, ``variant("claim",
+    ...)``, ``self._run("renew", ...)``, a tuple of names in a loop); none is built."""
+    found: set[str] = set()
+    for tree in ("cluster", "node", "bench"):
+        for path in (REPO / tree).rglob("*.py"):
+            module = ast.parse(path.read_text("utf-8"), str(path))
+            keys = {id(n.slice) for n in ast.walk(module) if isinstance(n, ast.Subscript)}
+            for node in ast.walk(module):
+                if isinstance(node, ast.Dict):
+                    keys.update(id(k) for k in node.keys if k is not None)
+            found.update(
+                node.value
+                for node in ast.walk(module)
+                if isinstance(node, ast.Constant)
+                and isinstance(node.value, str)
+                and id(node) not in keys
+            )
+    return found
+
+
+def test_every_statement_is_named_by_the_code_that_runs_it() -> None:
+    referenced = _statement_references()
+    assert [name for name in names() if name not in referenced] == []
 
 
 def test_statements_are_sent_without_comment_lines_or_indentation() -> None:
