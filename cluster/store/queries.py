@@ -8,9 +8,9 @@ A name is unique across the files: a second definition is an error at load, neve
 override. Time-dependent statements take ``coalesce(%(now)s, now())`` so tests can drive the
 clock.
 
-Comment lines and indentation are left out of the statement sent: psycopg caches its
-conversion of ``%(name)s`` placeholders only for statements under 4 KiB, and the node's
-longest statements run every second (tests/unit/test_queries.py).
+Comment lines and indentation are left out of the statement sent: psycopg would take a
+placeholder (or any ``%``) in a comment for its own, and ``pg_stat_activity`` shows only a
+statement's first kilobyte (tests/unit/test_queries.py).
 """
 
 from __future__ import annotations

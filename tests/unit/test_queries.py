@@ -1,6 +1,6 @@
 """The statements: each name defined once across ``cluster/store/sql/*.sql`` and run by some
-code; as sent, without comment lines, placeholders intact, short enough for psycopg to cache
-their placeholder conversion; the run history written in one place."""
+code; as sent, without comment lines, placeholders intact; the run history written in one
+place."""
 
 from __future__ import annotations
 
@@ -15,10 +15,6 @@ from cluster.store import queries
 from cluster.store.queries import _sections, _sources, names, query
 
 REPO = Path(__file__).resolve().parents[2]
-
-# psycopg converts ``%(name)s`` placeholders of a longer statement afresh on every call
-# (psycopg._queries.MAX_CACHED_STATEMENT_LENGTH).
-PSYCOPG_CACHED_BYTES = 4096
 PLACEHOLDER = re.compile(rb"%\([a-z_]+\)s")
 
 
@@ -88,11 +84,6 @@ def test_compacting_keeps_every_placeholder_of_the_statement_itself() -> None:
             assert sorted(PLACEHOLDER.findall(query(name))) == sorted(
                 PLACEHOLDER.findall(code.encode())
             ), name
-
-
-def test_every_statement_is_short_enough_for_psycopg_to_cache() -> None:
-    too_long = {n: len(query(n)) for n in names() if len(query(n)) > PSYCOPG_CACHED_BYTES}
-    assert not too_long
 
 
 def test_the_run_row_of_an_ended_attempt_is_written_in_one_place() -> None:
