@@ -1,5 +1,5 @@
 """Postgres: the only package that talks to psycopg. Connections, the named statements of
-``queries.sql``, migrations, the job store, the node's lock session and result writer, run
+``sql/*.sql``, migrations, the job store, the node's lock session and result writer, run
 records and LISTEN/NOTIFY. Driver errors become ``StoreError`` at this seam."""
 
 from cluster.store.jobs import JobStore

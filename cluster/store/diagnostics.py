@@ -1,7 +1,7 @@
 """Statements for tools that watch a cluster from outside (the chaos harness, tests):
 sampling shard holders, ending a node's backends, counting jobs behind, reading the lease
 token of each run row, dropping a schema.
-Diagnostic only; the nodes' own statements are in ``queries.sql``."""
+Diagnostic only; the nodes' own statements are in ``sql/*.sql``."""
 
 from __future__ import annotations
 

@@ -44,7 +44,7 @@ from cluster.timing.jitter import jittered
 
 class JobStore(Definitions, RunControl):
     """``scope``: the one tenant this store reads and changes (an API token's), else all;
-    every statement on a job filters by it (``%(scope)s`` in queries.sql)."""
+    every statement on a job filters by it (``%(scope)s`` in sql/jobs.sql)."""
 
     def __init__(self, conn: Conn, settings: ClusterSettings, *, scope: str | None = None) -> None:
         self._conn = conn

@@ -2,7 +2,7 @@
 
 A pass walks the jobs that have runs a page at a time (by id, skipping through the runs
 index, so jobs without runs cost nothing), keeps those of the given shards, and deletes
-their expired runs in batches of at most ``BATCH`` rows (``prune_runs`` in queries.sql).
+their expired runs in batches of at most ``BATCH`` rows (``prune_runs`` in sql/retention.sql).
 Every statement is short and autocommit: a prune never holds locks for long, never
 touches the job rows a claim locks, and shares with completions only the rare old run row
 a retry rewrites. Nodes prune on a connection of their own, ``<node id>/prune``

@@ -1,12 +1,16 @@
-"""Loads the named statements of ``queries.sql`` once; the store and lock adapters run them.
-``fetch_one`` and ``fetch_all`` run one on a connection, driver errors becoming ``StoreError``.
+"""Loads the named statements of ``cluster/store/sql/*.sql`` once; the store and lock
+adapters run them. ``fetch_one`` and ``fetch_all`` run one on a connection, driver errors
+becoming ``StoreError``.
 
+Each file holds the statements of one responsibility (jobs, claim, completion, flights, ...).
 Sections start with ``-- name: <name>``; everything up to the next section is the statement.
-Keeping SQL in one file makes every statement easy to review, EXPLAIN and grep.
+A name is unique across the files: a second definition is an error at load, never a silent
+override. Time-dependent statements take ``coalesce(%(now)s, now())`` so tests can drive the
+clock.
 
-Comment lines and indentation are left out of the statement sent: psycopg caches its
-conversion of ``%(name)s`` placeholders only for statements under 4 KiB, and the node's
-longest statements run every second (tests/unit/test_queries.py).
+Comment lines and indentation are left out of the statement sent: psycopg would take a
+placeholder (or any ``%``) in a comment for its own, and ``pg_stat_activity`` shows only a
+statement's first kilobyte (tests/unit/test_queries.py).
 """
 
 from __future__ import annotations
@@ -24,13 +28,29 @@ from cluster.store.connect import Conn, Row, describe
 _SECTION = re.compile(r"^-- name: ([a-z_]+)\s*$", re.MULTILINE)
 
 
+def _sources() -> dict[str, str]:
+    """Each file of the folder by name (``claim.sql``), as written."""
+    folder = resources.files("cluster.store").joinpath("sql")
+    files = (f for f in folder.iterdir() if f.name.endswith(".sql"))
+    return {f.name: f.read_text("utf-8") for f in sorted(files, key=lambda f: f.name)}
+
+
+def _sections(text: str) -> list[tuple[str, str]]:
+    """The (name, body as written) of each section of one file, in order."""
+    parts = _SECTION.split(text)
+    return list(zip(parts[1::2], parts[2::2], strict=True))
+
+
 @cache
 def _all() -> dict[str, bytes]:
-    text = resources.files("cluster.store").joinpath("queries.sql").read_text("utf-8")
-    parts = _SECTION.split(text)
     found: dict[str, bytes] = {}
-    for name, body in zip(parts[1::2], parts[2::2], strict=True):
-        found[name] = _compact(body).rstrip(";").encode()
+    where: dict[str, str] = {}
+    for file, text in _sources().items():
+        for name, body in _sections(text):
+            if name in where:
+                raise RuntimeError(f"statement {name!r} is defined in {where[name]} and {file}")
+            where[name] = file
+            found[name] = _compact(body).rstrip(";").encode()
     return found
 
 

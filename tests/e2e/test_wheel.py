@@ -25,6 +25,7 @@ pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
 
 VERSION = tomllib.loads((REPO / "pyproject.toml").read_text("utf-8"))["project"]["version"]
 MIGRATIONS = sorted(p.name for p in (REPO / "cluster/store/migrations").glob("*.sql"))
+STATEMENTS = sorted(p.name for p in (REPO / "cluster/store/sql").glob("*.sql"))
 
 
 def run(argv: list[str], cwd: Path, env: dict[str, str] | None = None) -> str:
@@ -56,14 +57,14 @@ def test_the_wheel_installs_and_runs_outside_the_repository(
     wheel, sdist = build(tmp_path)
     assert wheel.name == f"pulsecron-{VERSION}-py3-none-any.whl"
     files = set(zipfile.ZipFile(wheel).namelist())
-    inside = {"cluster/store/queries.sql", "cluster/store/schema.sql"}
-    inside |= {"pulsecron/__init__.py", "pulsecron/py.typed"}
+    inside = {"cluster/store/schema.sql", "pulsecron/__init__.py", "pulsecron/py.typed"}
+    inside |= {f"cluster/store/sql/{name}" for name in STATEMENTS}
     inside |= {f"cluster/store/migrations/{name}" for name in MIGRATIONS}
     assert inside <= files, inside - files
     assert not any(f.startswith(("tests/", "examples/", "bench/")) for f in files)
     with tarfile.open(sdist) as archive:
         names = {n.split("/", 1)[1] for n in archive.getnames() if "/" in n}
-    assert {"cluster/store/queries.sql", "pyproject.toml"} <= names
+    assert {"cluster/store/sql/claim.sql", "pyproject.toml"} <= names
 
     venv, elsewhere = tmp_path / "venv", tmp_path / "elsewhere"
     elsewhere.mkdir()

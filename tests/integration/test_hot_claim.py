@@ -27,7 +27,7 @@ ALL = list(range(16))
 PAUSED_AT = datetime(9999, 1, 1, tzinfo=UTC)
 LATER = T0 + timedelta(days=3650)  # every slot of every job is due by then
 
-# What the claim writes (cluster/store/queries.sql: claim).
+# What the claim writes (cluster/store/sql/claim.sql: claim).
 CLAIM_WRITES = {
     "status", "locked_by", "locked_at", "locked_zone", "lease_expires_at", "lease_token",
     "updated_at",

@@ -1,23 +1,72 @@
-"""The statements as sent: without comment lines, placeholders intact, short enough for
-psycopg to cache their placeholder conversion; the run history written in one place."""
+"""The statements: each name defined once across ``cluster/store/sql/*.sql`` and run by some
+code; as sent, without comment lines, placeholders intact; the run history written in one
+place."""
 
 from __future__ import annotations
 
+import ast
 import re
-from importlib import resources
+from collections import Counter
+from pathlib import Path
 
-from cluster.store.queries import _SECTION, names, query
+import pytest
 
-# psycopg converts ``%(name)s`` placeholders of a longer statement afresh on every call
-# (psycopg._queries.MAX_CACHED_STATEMENT_LENGTH).
-PSYCOPG_CACHED_BYTES = 4096
+from cluster.store import queries
+from cluster.store.queries import _sections, _sources, names, query
+
+REPO = Path(__file__).resolve().parents[2]
 PLACEHOLDER = re.compile(rb"%\([a-z_]+\)s")
 
 
-def _sources() -> dict[str, str]:
-    text = resources.files("cluster.store").joinpath("queries.sql").read_text("utf-8")
-    parts = _SECTION.split(text)
-    return dict(zip(parts[1::2], parts[2::2], strict=True))
+def test_every_file_holds_named_statements_only() -> None:
+    files = _sources()
+    assert "claim.sql" in files and "jobs.sql" in files
+    for file, text in files.items():
+        assert _sections(text), file
+        # Before the first section only the file's header comment: no statement lost there.
+        head = text.split("-- name: ", 1)[0]
+        assert all(x.startswith("--") for x in head.splitlines() if x.strip()), file
+
+
+def test_statement_names_are_unique_across_the_files() -> None:
+    defined = Counter(name for text in _sources().values() for name, _ in _sections(text))
+    assert [name for name, n in defined.items() if n > 1] == []
+    assert sorted(defined) == names()
+
+
+def test_a_name_defined_twice_is_an_error_at_load(monkeypatch: pytest.MonkeyPatch) -> None:
+    twice = {"a.sql": "-- name: ping\nSELECT 1;\n", "b.sql": "-- name: ping\nSELECT 2;\n"}
+    monkeypatch.setattr(queries, "_sources", lambda: twice)
+    with pytest.raises(RuntimeError, match=r"'ping' is defined in a\.sql and b\.sql"):
+        queries._all.__wrapped__()
+
+
+def _statement_references() -> set[str]:
+    """Every string literal of the Python sources of cluster/, node/ and bench/ that could
+    name a statement: dict keys and subscripts (``row["db_now"]``) are column names, so they
+    do not count. Statements are named by literals (``query("claim")``, ``variant("claim",
+    ...)``, ``self._run("renew", ...)``, a tuple of names in a loop); none is built."""
+    found: set[str] = set()
+    for tree in ("cluster", "node", "bench"):
+        for path in (REPO / tree).rglob("*.py"):
+            module = ast.parse(path.read_text("utf-8"), str(path))
+            keys = {id(n.slice) for n in ast.walk(module) if isinstance(n, ast.Subscript)}
+            for node in ast.walk(module):
+                if isinstance(node, ast.Dict):
+                    keys.update(id(k) for k in node.keys if k is not None)
+            found.update(
+                node.value
+                for node in ast.walk(module)
+                if isinstance(node, ast.Constant)
+                and isinstance(node.value, str)
+                and id(node) not in keys
+            )
+    return found
+
+
+def test_every_statement_is_named_by_the_code_that_runs_it() -> None:
+    referenced = _statement_references()
+    assert [name for name in names() if name not in referenced] == []
 
 
 def test_statements_are_sent_without_comment_lines_or_indentation() -> None:
@@ -29,16 +78,12 @@ def test_statements_are_sent_without_comment_lines_or_indentation() -> None:
 
 
 def test_compacting_keeps_every_placeholder_of_the_statement_itself() -> None:
-    for name, source in _sources().items():
-        code = "\n".join(x for x in source.splitlines() if not x.strip().startswith("--"))
-        assert sorted(PLACEHOLDER.findall(query(name))) == sorted(
-            PLACEHOLDER.findall(code.encode())
-        ), name
-
-
-def test_every_statement_is_short_enough_for_psycopg_to_cache() -> None:
-    too_long = {n: len(query(n)) for n in names() if len(query(n)) > PSYCOPG_CACHED_BYTES}
-    assert not too_long
+    for text in _sources().values():
+        for name, source in _sections(text):
+            code = "\n".join(x for x in source.splitlines() if not x.strip().startswith("--"))
+            assert sorted(PLACEHOLDER.findall(query(name))) == sorted(
+                PLACEHOLDER.findall(code.encode())
+            ), name
 
 
 def test_the_run_row_of_an_ended_attempt_is_written_in_one_place() -> None:

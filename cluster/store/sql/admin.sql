@@ -1,0 +1,57 @@
+-- What operators set up: the cluster's settings (`pulse config`, cluster/store/config.py),
+-- API tokens and the audit trail (cluster/store/access.py, docs/design/web.md). A
+-- tenant-scoped token's reads and writes carry %(scope)s, so the tenant scope is enforced
+-- by the statement itself.
+
+-- name: config_rows
+SELECT key, value, updated_at FROM config ORDER BY key;
+
+-- name: set_config
+INSERT INTO config (key, value, updated_at) VALUES (%(key)s, %(value)s, now())
+ON CONFLICT (key) DO UPDATE SET value = excluded.value, updated_at = excluded.updated_at
+RETURNING key, value, updated_at;
+
+-- name: seed_config
+-- The defaults of keys not set yet; an operator's values stay.
+INSERT INTO config (key, value)
+SELECT k, v FROM unnest(%(keys)s::text[], %(values)s::text[]) AS c(k, v)
+ON CONFLICT (key) DO NOTHING;
+
+-- name: token_insert
+INSERT INTO api_tokens (name, role, tenant_id, hash, expires_at)
+VALUES (%(name)s, %(role)s, %(tenant_id)s, %(hash)s,
+        coalesce(%(now)s::timestamptz, now()) + make_interval(secs => %(expires_s)s))
+ON CONFLICT (name) DO NOTHING
+RETURNING name, role, tenant_id, created_at, expires_at, last_used_at;
+
+-- name: token_list
+SELECT name, role, tenant_id, created_at, expires_at, last_used_at
+FROM api_tokens ORDER BY name;
+
+-- name: token_revoke
+DELETE FROM api_tokens WHERE name = %(name)s RETURNING name;
+
+-- name: token_authenticate
+-- The live token with this hash; its last use is stamped at most once a minute.
+WITH t AS (
+    SELECT name, role, tenant_id, last_used_at FROM api_tokens
+    WHERE hash = %(hash)s AND (expires_at IS NULL OR expires_at > now())
+), touched AS (
+    UPDATE api_tokens a SET last_used_at = now()
+    FROM t
+    WHERE a.name = t.name
+      AND (t.last_used_at IS NULL OR t.last_used_at < now() - interval '1 minute')
+)
+SELECT name, role, tenant_id FROM t;
+
+-- name: audit_insert
+INSERT INTO api_audit (token_name, action, tenant_id, job_name, source, detail)
+VALUES (%(token_name)s, %(action)s, %(tenant_id)s, %(job_name)s, %(source)s, %(detail)s);
+
+-- name: audit_list
+SELECT id, at, token_name, action, tenant_id, job_name, source, detail
+FROM api_audit
+WHERE (%(scope)s::text IS NULL OR tenant_id = %(scope)s)
+  AND (%(before)s::bigint IS NULL OR id < %(before)s)
+ORDER BY id DESC
+LIMIT %(limit)s;

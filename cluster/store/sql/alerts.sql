@@ -1,0 +1,143 @@
+-- Alerts: rules, the outbox's deliveries and the late pass (cluster/store/alerts.py,
+-- docs/design/alerts.md).
+
+-- name: alert_rule_insert
+INSERT INTO alert_rules (name, url, events, format, secret_env, tenant_id, job_name)
+VALUES (%(name)s, %(url)s, %(events)s, %(format)s, %(secret_env)s, %(tenant_id)s,
+        %(job_name)s)
+ON CONFLICT (name) DO NOTHING
+RETURNING name;
+
+-- name: alert_scope_exists
+-- Whether any job is in the scope a rule names (a tenant exists while it has a job).
+SELECT EXISTS (
+    SELECT 1 FROM jobs
+    WHERE (%(tenant_id)s::text IS NULL OR tenant_id = %(tenant_id)s)
+      AND (%(job_name)s::text IS NULL OR name = %(job_name)s)
+) AS found;
+
+-- name: alert_rules_list
+SELECT * FROM alert_rules ORDER BY name;
+
+-- name: alert_rule_get
+SELECT * FROM alert_rules WHERE name = %(name)s;
+
+-- name: alert_rule_remove
+-- Its deliveries go with it (ON DELETE CASCADE): nobody would deliver them.
+DELETE FROM alert_rules WHERE name = %(name)s RETURNING name;
+
+-- name: alert_deliveries_list
+SELECT d.id, d.rule_name, d.status, d.attempts, d.next_attempt_at, d.locked_by,
+       d.last_error, d.delivered_at, d.created_at, e.id AS event_id, e.event, e.tenant_id,
+       e.job_name, e.slot
+FROM alert_deliveries d JOIN alert_events e ON e.id = d.event_id
+WHERE (%(status)s::text IS NULL OR d.status = %(status)s)
+ORDER BY d.id DESC
+LIMIT %(limit)s;
+
+-- name: claim_deliveries
+-- Leases the oldest pending delivery of each (rule, job) that is due and not leased, at
+-- most %(limit)s: a job's deliveries to one rule go out one at a time, in order, and one
+-- that waits for a retry holds back the later ones (tests/integration/test_alert_delivery.py).
+-- The attempt is counted here, so one lost with a killed node counts too.
+WITH clock AS (
+    SELECT coalesce(%(now)s::timestamptz, now()) AS t
+),
+heads AS (
+    SELECT DISTINCT ON (d.rule_name, d.job_id) d.id
+    FROM alert_deliveries d
+    WHERE d.status = 'pending'
+    ORDER BY d.rule_name, d.job_id, d.id
+),
+-- The conditions are on the locked row itself, so a row another node leased or finished
+-- since this statement's snapshot is re-checked and left alone.
+leased AS (
+    SELECT d.id FROM alert_deliveries d
+    WHERE d.id IN (SELECT h.id FROM heads h) AND d.status = 'pending'
+      AND d.next_attempt_at <= (SELECT t FROM clock)
+      AND (d.locked_until IS NULL OR d.locked_until < (SELECT t FROM clock))
+    ORDER BY d.id
+    LIMIT %(limit)s
+    FOR UPDATE OF d SKIP LOCKED
+),
+claimed AS (
+    UPDATE alert_deliveries d SET
+        locked_by = %(node_id)s,
+        locked_until = k.t + make_interval(secs => %(lease_s)s),
+        attempts = d.attempts + 1
+    FROM leased l, clock k
+    WHERE d.id = l.id
+    RETURNING d.id, d.event_id, d.rule_name, d.attempts
+)
+SELECT c.id AS delivery_id, c.attempts, c.rule_name, r.url, r.format, r.secret_env,
+       (SELECT t FROM clock) AS db_now, e.*
+FROM claimed c
+JOIN alert_events e ON e.id = c.event_id
+JOIN alert_rules r ON r.name = c.rule_name
+ORDER BY c.id;
+
+-- name: delivery_delivered
+-- Fenced by the lease holder and its attempt: a node whose lease ran out and was taken
+-- over changes nothing.
+UPDATE alert_deliveries SET
+    status = 'delivered',
+    delivered_at = coalesce(%(now)s::timestamptz, now()),
+    locked_by = NULL,
+    locked_until = NULL,
+    last_error = NULL
+WHERE id = %(id)s AND status = 'pending' AND locked_by = %(node_id)s
+  AND attempts = %(attempts)s
+RETURNING status;
+
+-- name: delivery_retry
+-- Due again after %(delay_s)s, or failed for good once that would be past the event's
+-- age limit; fenced like delivery_delivered.
+UPDATE alert_deliveries d SET
+    status = CASE
+        WHEN k.t + make_interval(secs => %(delay_s)s)
+             > e.created_at + make_interval(secs => %(max_age_s)s)
+        THEN 'failed' ELSE 'pending' END,
+    next_attempt_at = k.t + make_interval(secs => %(delay_s)s),
+    last_error = %(error)s,
+    locked_by = NULL,
+    locked_until = NULL
+FROM alert_events e, (SELECT coalesce(%(now)s::timestamptz, now()) AS t) AS k
+WHERE d.id = %(id)s AND e.id = d.event_id AND d.status = 'pending'
+  AND d.locked_by = %(node_id)s AND d.attempts = %(attempts)s
+RETURNING d.status;
+
+-- name: late_pass
+-- Marks every idle slot, in all shards, not started within its job's late_after_s of its
+-- due time, and raises its `late` event in the same statement (a slot that started late is
+-- reported by `complete`). late_slot makes it once per slot: a row another node's pass
+-- holds is skipped, and one it marked meanwhile fails the re-check on the locked row
+-- (tests/integration/test_late.py). One probe of the due index per shard.
+WITH clock AS (
+    SELECT coalesce(%(now)s::timestamptz, now()) AS t
+),
+late AS (
+    -- The default shards and those of every zone space (migration 012).
+    SELECT c.ctid FROM (
+        SELECT generate_series(0, %(shards)s - 1)
+        UNION ALL
+        SELECT generate_series(z.first_shard, z.first_shard + 15) FROM zone_spaces z
+    ) AS s(shard)
+    CROSS JOIN LATERAL (
+        SELECT j.ctid FROM jobs j
+        WHERE j.shard_id = s.shard AND j.next_run_at < (SELECT t FROM clock)
+          AND j.status = 'idle' AND j.late_slot IS DISTINCT FROM j.slot_at
+          AND j.next_run_at + make_interval(secs => j.late_after_s) < (SELECT t FROM clock)
+        FOR UPDATE OF j SKIP LOCKED
+    ) AS c
+),
+marked AS (
+    UPDATE jobs j SET late_slot = j.slot_at
+    FROM clock k
+    WHERE j.ctid = ANY(ARRAY(SELECT ctid FROM late))
+    RETURNING j.id, j.tenant_id, j.name, j.slot_at,
+              extract(epoch FROM k.t - j.next_run_at)::float8 AS late_s,
+              raise_alert('late', j.id, j.tenant_id, j.name, j.slot_at, j.attempt, NULL, NULL,
+                          NULL, 'not started ' || round(extract(epoch FROM k.t - j.next_run_at))
+                          || 's after it was due (late after ' || j.late_after_s || 's)')
+)
+SELECT id, tenant_id, name, slot_at, late_s FROM marked;

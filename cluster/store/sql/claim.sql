@@ -1,0 +1,291 @@
+-- The single-lease path: the claim of due job rows, and the lease it gives (renewed,
+-- released, recovered from a dead node), run on the lock session (cluster/store/session.py,
+-- docs/design/claim-plan.md, recovery.md). Overlap `allow` slots: flights.sql.
+
+-- name: claim
+-- The oldest jobs due by now + %(ahead_s)s in the held shards, at most %(limit)s, marked
+-- running under a fresh lease token, and when the next job of these shards falls due.
+-- With %(fair)s, across tenants in turn, oldest first within each.
+-- Why so: docs/design/claim-plan.md, fairness.md; guarded by tests/integration/
+-- test_claim_plan.py and test_fair_claim.py.
+WITH RECURSIVE clock AS (
+    SELECT c.t, c.t + %(ahead_s)s * interval '1s' AS due
+    FROM (SELECT coalesce(%(now)s::timestamptz, now()) AS t) AS c
+),
+-- Each held shard offers its oldest few due jobs (heads: %(quota)s, a little more than its
+-- even share of the limit), one index probe per shard, so the work never depends on what
+-- is due in other nodes' shards. The quota is read by a subquery, unknown when planned:
+-- planned for a known quota of 2 or 3, a small claim cost 0.8 ms more.
+heads AS (
+    SELECT s.shard, c.id, c.next_run_at, c.ctid, c.tenant_id
+    FROM unnest(%(shards)s::int[]) AS s(shard)
+    CROSS JOIN LATERAL (
+        SELECT j.id, j.next_run_at, j.ctid, j.tenant_id FROM jobs j
+        WHERE j.shard_id = s.shard AND j.status = 'idle'
+          AND j.next_run_at <= (SELECT due FROM clock)
+        ORDER BY j.next_run_at
+        LIMIT (SELECT %(quota)s::int)
+    ) AS c
+),
+-- Only a shard whose whole quota came before the limit-th oldest head can hold more jobs
+-- older than it: only those are read further (deeper). Exact oldest-first, ties in any order.
+cutoff AS (
+    SELECT coalesce(
+        (SELECT h.next_run_at FROM heads h ORDER BY h.next_run_at
+         OFFSET greatest(%(limit)s - 1, 0) LIMIT 1),
+        'infinity') AS t
+),
+deeper AS (
+    SELECT c.id, c.next_run_at, c.ctid, c.tenant_id
+    FROM (SELECT h.shard FROM heads h GROUP BY h.shard
+          HAVING count(*) >= %(quota)s
+             AND max(h.next_run_at) < (SELECT t FROM cutoff)) AS s
+    CROSS JOIN LATERAL (
+        SELECT j.id, j.next_run_at, j.ctid, j.tenant_id FROM jobs j
+        WHERE j.shard_id = s.shard AND j.status = 'idle'
+          AND j.next_run_at <= (SELECT due FROM clock)
+          AND j.next_run_at < (SELECT t FROM cutoff)
+        ORDER BY j.next_run_at
+        LIMIT %(limit)s
+    ) AS c
+),
+-- Fair fan-out, asked for by a node whose last claim was full (node/pipeline/claimer.py): the
+-- tenants with jobs in each held shard, one probe of jobs_tenant_due each (a loose index
+-- scan, migration 013); those with a job due there; then each such tenant's oldest due
+-- jobs in the shard, as many as its turns in this claim can take.
+present AS (
+    SELECT s.shard, (SELECT min(j.tenant_id) FROM jobs j WHERE j.shard_id = s.shard) AS tenant
+    FROM unnest(%(shards)s::int[]) AS s(shard)
+    WHERE %(fair)s
+    UNION ALL
+    SELECT p.shard, (SELECT min(j.tenant_id) FROM jobs j
+                     WHERE j.shard_id = p.shard AND j.tenant_id > p.tenant)
+    FROM present p
+    WHERE p.tenant IS NOT NULL
+),
+-- A lateral probe, not EXISTS: that may become a semi-join over every row of jobs.
+pairs AS (
+    SELECT p.shard, p.tenant, count(*) OVER (PARTITION BY p.tenant) AS spread
+    FROM present p
+    CROSS JOIN LATERAL (
+        SELECT 1 FROM jobs j
+        WHERE j.shard_id = p.shard AND j.tenant_id = p.tenant
+          AND j.next_run_at <= (SELECT due FROM clock)
+        LIMIT 1
+    ) AS d
+),
+-- Each tenant's share of this claim (limit / tenants), read evenly from its shards.
+fair AS (
+    SELECT c.id, c.next_run_at, c.ctid, c.tenant_id
+    FROM pairs p
+    CROSS JOIN LATERAL (
+        SELECT j.id, j.next_run_at, j.ctid, j.tenant_id FROM jobs j
+        WHERE j.shard_id = p.shard AND j.tenant_id = p.tenant AND j.status = 'idle'
+          AND j.next_run_at <= (SELECT due FROM clock)
+        ORDER BY j.next_run_at
+        LIMIT ceil(%(limit)s::float8 / (SELECT count(DISTINCT tenant) FROM pairs)
+                   / p.spread)::int + 1
+    ) AS c
+),
+-- Oldest first; fair: by turn (each tenant's oldest, then each one's second oldest, ...),
+-- then oldest first. Beyond its read turns a tenant is served from the oldest (heads).
+-- A tenant's turns beyond its free places (migration 014) are `held`, and come last. Ties
+-- (a fan-out's jobs share their due time) go by lot, so a claim smaller than the tenants
+-- due does not favour the same tenant every time.
+candidates AS (
+    SELECT u.id, u.next_run_at, u.ctid, u.turn > r.room IS TRUE AS held FROM (
+        SELECT x.*, row_number() OVER (PARTITION BY x.tenant_id ORDER BY x.next_run_at) AS turn
+        FROM (SELECT h.id, h.next_run_at, h.ctid, h.tenant_id FROM heads h
+              UNION SELECT * FROM deeper UNION SELECT * FROM fair) AS x
+    ) AS u LEFT JOIN tenant_room r USING (tenant_id)
+    ORDER BY held, CASE WHEN %(fair)s THEN u.turn END, u.next_run_at, random()
+    LIMIT %(limit)s
+),
+-- Locked and updated by ctid. A row changed since this statement's snapshot is locked in
+-- a version the update cannot see: it is left for the next claim, never claimed twice.
+locked AS (
+    SELECT j.ctid FROM jobs j JOIN candidates c ON j.ctid = c.ctid
+    WHERE NOT c.held AND j.status = 'idle' AND j.next_run_at <= (SELECT due FROM clock)
+      -- A regular slot of a job that is not `allow` waits while a backfill slot of it runs
+      -- (migration 011): one probe of flights_pkey per candidate, none found as a rule.
+      AND (j.overlap = 'allow' OR NOT EXISTS (
+          SELECT 1 FROM flights f
+          WHERE f.job_id = j.id AND f.status = 'running' AND f.origin = 'backfill'))
+    FOR UPDATE OF j SKIP LOCKED
+),
+-- No index names a column this writes: a HOT update (migration 003, test_hot_claim.py).
+-- The claim writes no run row; whatever ends the attempt does (record_run).
+claimed AS (
+    UPDATE jobs j SET
+        status = 'running',
+        locked_by = %(node_id)s,
+        locked_at = greatest(k.t, j.next_run_at),
+        locked_zone = %(zone)s,
+        lease_expires_at = k.t + %(lease_s)s * interval '1s',
+        lease_token = j.lease_token + 1,
+        updated_at = k.t
+    FROM locked l, clock k
+    WHERE j.ctid = l.ctid
+    -- In the order of cluster.store.records.ClaimedJob's fields: built by position. An empty
+    -- payload comes back as NULL: no JSON to parse for most jobs.
+    RETURNING j.id, j.tenant_id, j.name, j.schedule, j.tz, j.dst_repeated, j.dst_skipped,
+              j.handler, nullif(j.payload, '{}'::jsonb) AS payload, j.shard_id, j.slot_at,
+              j.attempt, j.lease_token, j.catch_up, j.grace_s, j.max_backfill, j.timeout_s,
+              j.max_retries, j.retry_backoff_s, j.next_run_at, j.output_limit, j.overlap,
+              j.cancel_grace_s, j.cancel_by, false AS flight, j.jitter_s
+),
+next_due AS (
+    SELECT min(x.next_run_at) AS t
+    FROM unnest(%(shards)s::int[]) AS s(shard)
+    CROSS JOIN LATERAL (
+        SELECT j.next_run_at FROM jobs j
+        WHERE j.shard_id = s.shard AND j.status = 'idle'
+          AND j.next_run_at > (SELECT due FROM clock)
+          -- Not paused jobs:
+          AND j.next_run_at < '9999-01-01Z'
+        ORDER BY j.next_run_at
+        LIMIT 1
+    ) AS x
+    WHERE (SELECT count(*) FROM locked) < %(limit)s
+)
+-- held: a due job was passed over (a tenant's limit, a row locked by another claim or a
+-- tenant's place refused by tenant_take), for the claim loop's next claim to go fair.
+SELECT k.t AS db_now, (SELECT t FROM next_due) AS next_due,
+       (SELECT count(*) FROM candidates) > (SELECT count(*) FROM claimed) AS held, c.*
+FROM clock k LEFT JOIN claimed c ON true
+ORDER BY c.slot_at;
+
+-- name: renew
+-- Extends the leases of the caller's running jobs; returns the ids still held, each with
+-- who asked to cancel it, if anyone did. The ids are an index condition, as in `complete`
+-- (test_lease_plans.py).
+UPDATE jobs j SET lease_expires_at = k.t + make_interval(secs => %(lease_s)s)
+FROM unnest(%(ids)s::uuid[], %(tokens)s::bigint[]) AS i(id, token),
+     (SELECT coalesce(%(now)s::timestamptz, now()) AS t) AS k
+WHERE j.id = ANY(%(ids)s::uuid[])
+  AND j.id = i.id AND j.lease_token = i.token AND j.status = 'running'
+RETURNING j.id, j.cancel_by;
+
+-- name: release
+-- Hands running jobs back for another attempt of the same slot, due at once (a node
+-- shutting down), recording the attempt as lost; fenced and read by id like `complete`
+-- (test_history.py, test_lease_plans.py).
+WITH clock AS (
+    SELECT coalesce(%(now)s::timestamptz, now()) AS t
+),
+freed AS (
+    UPDATE jobs j SET
+        status = CASE WHEN j.paused THEN 'paused' ELSE 'idle' END,
+        next_run_at = CASE WHEN j.paused THEN '9999-01-01Z'::timestamptz ELSE k.t END,
+        attempt = j.attempt + 1,
+        locked_by = NULL,
+        locked_at = NULL,
+        locked_zone = NULL,
+        lease_expires_at = NULL,
+        lease_token = j.lease_token + 1,
+        updated_at = k.t
+    FROM unnest(%(ids)s::uuid[], %(tokens)s::bigint[]) AS i(id, token)
+         JOIN jobs o ON o.id = i.id,
+         clock k
+    WHERE j.id = ANY(%(ids)s::uuid[])
+      AND j.id = i.id AND j.lease_token = i.token AND j.status = 'running'
+    RETURNING j.id,
+              record_run(j.id, j.tenant_id, j.name, j.slot_at, o.attempt, o.locked_by,
+                         o.locked_zone, 'lost', i.token, o.locked_at, k.t, NULL,
+                         %(reason)s, NULL)
+)
+SELECT id FROM freed;
+
+-- name: held_runs
+-- Every job and flight running under this node id, with its lease token (slot NULL: a
+-- job's claim). After its lock session was lost, a node compares them with the runs it
+-- tracks: a claim whose answer was lost with the session ran, and left its row running
+-- under the node with nobody to run it (node/maintenance/recovery.py, test_lost_answers.py). Read
+-- after a reconnect only, so no index serves it.
+SELECT j.id, NULL::timestamptz AS slot, j.lease_token FROM jobs j
+WHERE j.status = 'running' AND j.locked_by = %(node_id)s
+UNION ALL
+SELECT f.job_id, f.slot, f.lease_token FROM flights f
+WHERE f.status = 'running' AND f.locked_by = %(node_id)s;
+
+-- name: recover
+-- Takes back the slots of runs whose owner is dead (neither live nor connected) or whose
+-- lease expired; with %(own)s, those this node id left running before a restart. Each is
+-- due again at once as its next attempt; the lost one is recorded (test_session.py) and
+-- raises `lost`. A lost attempt counts against the retries: a slot whose last attempt was
+-- lost (`poison`) is handed to the caller instead, which records it failed and moves the
+-- job on, so a job that kills its node kills at most retries + 1 (test_poison.py). So is a
+-- slot someone asked to cancel: it is recorded cancelled, never run again.
+WITH clock AS (
+    SELECT coalesce(%(now)s::timestamptz, now()) AS t
+),
+sessions AS (
+    SELECT DISTINCT application_name AS node_id FROM pg_stat_activity
+    WHERE application_name <> '' AND datname = current_database()
+),
+-- A locking probe of the due index per shard (a running job was due by its claim), kept
+-- as such by the planner because it locks (test_lease_plans.py). %(own)s is a constant
+-- when planned: only its branch is read.
+dead AS (
+    SELECT d.* FROM unnest(%(shards)s::int[]) AS s(shard)
+    CROSS JOIN LATERAL (
+        SELECT j.ctid, j.id, j.lease_token, j.attempt, j.locked_by, j.locked_zone, j.locked_at,
+               CASE WHEN j.lease_expires_at < k.t THEN 'lease expired'
+                    ELSE 'owner gone' END AS reason,
+               j.attempt > j.max_retries OR j.cancel_by IS NOT NULL AS poison
+        FROM jobs j CROSS JOIN clock k
+        WHERE j.shard_id = s.shard AND j.status = 'running'
+          AND j.next_run_at <= k.t + interval '1 minute'
+          AND (j.lease_expires_at < k.t
+               OR (NOT (j.locked_by = ANY(%(live)s::text[]))
+                   AND j.locked_by NOT IN (SELECT node_id FROM sessions)))
+        FOR UPDATE OF j SKIP LOCKED
+    ) AS d
+    WHERE NOT %(own)s
+    UNION ALL
+    SELECT o.* FROM (
+        SELECT j.ctid, j.id, j.lease_token, j.attempt, j.locked_by, j.locked_zone, j.locked_at,
+               'previous process gone' AS reason,
+               j.attempt > j.max_retries OR j.cancel_by IS NOT NULL AS poison
+        FROM jobs j
+        WHERE %(own)s AND j.status = 'running' AND j.locked_by = %(node_id)s
+        FOR UPDATE OF j SKIP LOCKED
+    ) AS o
+),
+-- A poison slot stays running, under the caller and a new token, with its lost attempt's
+-- number and start, for the caller's completion to record.
+reset AS (
+    UPDATE jobs j SET
+        status = CASE WHEN d.poison THEN 'running' WHEN j.paused THEN 'paused' ELSE 'idle' END,
+        next_run_at = CASE WHEN d.poison THEN j.next_run_at
+                           WHEN j.paused THEN '9999-01-01Z'::timestamptz ELSE k.t END,
+        attempt = j.attempt + (NOT d.poison)::int,
+        locked_by = CASE WHEN d.poison THEN %(node_id)s END,
+        locked_at = CASE WHEN d.poison THEN d.locked_at END,
+        locked_zone = CASE WHEN d.poison THEN %(zone)s END,
+        lease_expires_at = CASE WHEN d.poison THEN k.t + make_interval(secs => %(lease_s)s) END,
+        lease_token = j.lease_token + 1,
+        updated_at = k.t
+    FROM dead d, clock k
+    -- The rows are locked, so their ctids hold; looked up as a list, so the update reads
+    -- them alone however few jobs the table has.
+    WHERE j.ctid = ANY(ARRAY(SELECT ctid FROM dead))
+      AND j.id = d.id AND j.lease_token = d.lease_token AND j.status = 'running'
+    RETURNING j.id, j.tenant_id, j.name, j.slot_at, j.attempt, d.locked_by, d.reason, d.poison,
+              j.schedule, j.tz, j.dst_repeated, j.dst_skipped, j.handler, j.payload, j.shard_id,
+              j.lease_token, j.catch_up, j.grace_s, j.max_backfill, j.timeout_s, j.max_retries,
+              j.retry_backoff_s, j.next_run_at, j.output_limit, j.overlap, j.cancel_grace_s,
+              j.cancel_by, j.jitter_s,
+              record_run(j.id, j.tenant_id, j.name, j.slot_at, d.attempt, d.locked_by,
+                         d.locked_zone, 'lost', d.lease_token, d.locked_at, k.t, NULL,
+                         d.reason || ' (node ' || coalesce(d.locked_by, '?') || ')', NULL),
+              raise_alert('lost', j.id, j.tenant_id, j.name, j.slot_at, d.attempt, d.locked_by,
+                          d.locked_zone, NULL,
+                          d.reason || ' (node ' || coalesce(d.locked_by, '?') || ')')
+)
+SELECT r.id, r.tenant_id, r.name, r.slot_at, r.attempt, r.locked_by, r.reason, r.poison,
+       r.schedule, r.tz, r.dst_repeated, r.dst_skipped, r.handler, r.payload, r.shard_id,
+       r.lease_token, r.catch_up, r.grace_s, r.max_backfill, r.timeout_s, r.max_retries,
+       r.retry_backoff_s, r.next_run_at, r.output_limit, r.overlap, r.cancel_grace_s,
+       r.cancel_by, r.jitter_s
+FROM reset r;

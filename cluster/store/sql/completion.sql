@@ -1,0 +1,116 @@
+-- Results of the single-lease path, written by the node's result writer
+-- (cluster/store/writer.py, docs/design/completions.md).
+
+-- name: complete
+-- Fenced, batched completion: rows still running under the caller's lease token move to
+-- their next slot, record_run writes each attempt's run row, and the slots the catch-up
+-- policy skipped are recorded. Returns the ids applied (tests/integration/test_history.py).
+-- Alert events are written with the state they report (tests/integration/test_alert_events.py).
+WITH clock AS (
+    SELECT coalesce(%(now)s::timestamptz, now()) AS t
+),
+-- One JSON text per batch, cheap for the client to encode: per completion [id, token,
+-- slot, outcome, error, duration_us, next_run_at, next_slot or null, next_attempt,
+-- output as JSON text or null] (cluster.store.records.complete_params), parsed once.
+input AS MATERIALIZED (
+    SELECT (e->>0)::uuid AS id, (e->>1)::bigint AS token, (e->>2)::timestamptz AS slot,
+           e->>3 AS outcome, e->>4 AS error, (e->>5)::bigint / 1e6::float8 AS duration_s,
+           (e->>6)::timestamptz AS next_run_at,
+           coalesce(e->>7, e->>6)::timestamptz AS next_slot,
+           (e->>8)::int AS next_attempt, (e->>9)::jsonb AS output
+    FROM json_array_elements(%(done)s::json) AS e
+),
+skip_in AS MATERIALIZED (
+    SELECT (e->>0)::uuid AS job_id, (e->>1)::timestamptz AS slot, e->>2 AS reason
+    FROM json_array_elements(%(skips)s::json) AS e
+),
+-- The ids are an index condition: the planner, whose statistics saw few running jobs,
+-- must not scan the table for them (test_lease_plans.py). `o` is the job row before this
+-- update: its attempt and claim time belong to the attempt that ended. `f`: the slot's last
+-- attempt failed (`fail`), which makes N failed slots in a row and auto-pauses (`pause`);
+-- the attempt started late (`late`: the late pass reports slots not started yet); `skips`
+-- slots were skipped (one `skipped` event per catch-up).
+done AS (
+    UPDATE jobs j SET
+        -- next_run_at 9999-01-01 (records.NEVER): a one-off job's slot has run for good.
+        status = CASE WHEN i.next_run_at >= '9999-01-01Z'::timestamptz THEN 'done'
+                      WHEN j.paused OR f.pause THEN 'paused' ELSE 'idle' END,
+        next_run_at = CASE WHEN j.paused OR f.pause THEN '9999-01-01Z'::timestamptz
+                           ELSE i.next_run_at END,
+        slot_at = i.next_slot,
+        attempt = i.next_attempt,
+        -- A retry keeps its slot's origin; a slot reached past skipped ones is catch-up's.
+        slot_origin = CASE WHEN i.next_slot = i.slot AND i.outcome <> 'skipped'
+                                THEN o.slot_origin
+                           WHEN f.skips > 0 THEN 'catch-up' END,
+        last_run_at = CASE WHEN i.outcome = 'skipped' THEN j.last_run_at ELSE i.slot END,
+        locked_by = NULL,
+        locked_at = NULL,
+        locked_zone = NULL,
+        lease_expires_at = NULL,
+        cancel_by = NULL,
+        updated_at = k.t,
+        failed_slots = CASE WHEN i.outcome = 'succeeded' THEN 0
+                            ELSE j.failed_slots + f.fail::int END,
+        paused = j.paused OR f.pause,
+        pause_note = CASE WHEN f.pause THEN 'paused after ' || j.failed_slots + 1
+            || ' failed slots in a row; last error: ' || coalesce(left(i.error, 300), '-')
+            ELSE j.pause_note END,
+        late_slot = CASE WHEN f.late THEN i.slot ELSE j.late_slot END
+    FROM input i JOIN jobs o ON o.id = i.id
+    CROSS JOIN LATERAL (
+        SELECT x.*, x.fail AND NOT o.paused
+                    AND coalesce(o.failed_slots + 1 >= o.pause_after_failures, false) AS pause
+        FROM (SELECT i.outcome IN ('failed', 'timed_out') AND i.next_attempt <= o.attempt AS fail,
+                     i.outcome <> 'skipped' AND o.late_slot IS DISTINCT FROM i.slot
+                         AND o.locked_at > o.next_run_at + make_interval(secs => o.late_after_s)
+                         AS late,
+                     (i.outcome = 'skipped')::int + (SELECT count(*) FROM skip_in s
+                         WHERE s.job_id = i.id AND s.slot <> i.slot) AS skips,
+                     (SELECT min(s.slot) FROM skip_in s WHERE s.job_id = i.id) AS first_skip
+             ) AS x
+    ) AS f, clock k
+    WHERE j.id = ANY(ARRAY(SELECT x.id FROM input x))
+      AND j.id = i.id AND j.lease_token = i.token AND j.status = 'running'
+    RETURNING j.id, j.tenant_id, j.name, i.slot,
+              record_run(j.id, j.tenant_id, j.name, i.slot, o.attempt, %(node_id)s, %(zone)s,
+                         i.outcome, i.token,
+                         CASE WHEN i.outcome = 'skipped' THEN NULL ELSE o.locked_at END,
+                         k.t, i.duration_s, i.error, i.output, o.slot_origin),
+              CASE WHEN f.late THEN raise_alert('late', j.id, j.tenant_id, j.name, i.slot,
+                  o.attempt, %(node_id)s, %(zone)s, NULL, 'started '
+                  || round(extract(epoch FROM o.locked_at - o.next_run_at))
+                  || 's after it was due (late after ' || o.late_after_s || 's)') END,
+              CASE WHEN f.fail THEN raise_alert('failed', j.id, j.tenant_id, j.name, i.slot,
+                  o.attempt, %(node_id)s, %(zone)s, i.error, NULL) END,
+              CASE WHEN i.outcome = 'succeeded' AND o.failed_slots > 0 THEN raise_alert(
+                  'recovered', j.id, j.tenant_id, j.name, i.slot, o.attempt, %(node_id)s,
+                  %(zone)s, NULL, 'succeeded after ' || o.failed_slots || ' failed slots')
+              END,
+              CASE WHEN f.skips > 0 THEN raise_alert('skipped', j.id, j.tenant_id, j.name,
+                  least(f.first_skip, CASE WHEN i.outcome = 'skipped' THEN i.slot END),
+                  NULL, %(node_id)s, %(zone)s, NULL,
+                  f.skips || CASE WHEN f.skips = 1 THEN ' slot' ELSE ' slots' END
+                  || ' skipped by catch-up ' || o.catch_up) END,
+              CASE WHEN f.pause THEN raise_alert('paused', j.id, j.tenant_id, j.name, i.slot,
+                  o.attempt, %(node_id)s, %(zone)s, i.error, j.pause_note) END
+),
+skipped AS (
+    -- Never the completed slot itself: one statement cannot write a run row twice.
+    INSERT INTO runs (job_id, tenant_id, job_name, scheduled_for, attempt, node_id, zone,
+                      status, finished_at, last_error)
+    SELECT d.id, d.tenant_id, d.name, s.slot, 1, %(node_id)s, %(zone)s, 'skipped', k.t,
+           s.reason
+    FROM skip_in s
+    JOIN done d ON d.id = s.job_id AND d.slot <> s.slot
+    CROSS JOIN clock k
+    ON CONFLICT (job_id, scheduled_for) DO NOTHING
+)
+SELECT id FROM done;
+
+-- name: remove_done_jobs
+-- Deletes the given jobs that are done and asked to be removed then (`--remove-when-done`),
+-- right after the completion that made them done; the pruner removes any this missed.
+DELETE FROM jobs
+WHERE id = ANY(%(ids)s::uuid[]) AND status = 'done' AND remove_when_done
+RETURNING id;

@@ -1,0 +1,276 @@
+-- Flights: the slots of overlap `allow` jobs, each under a lease of its own (migration 009,
+-- cluster/store/flights.py, docs/design/overlap.md, tests/integration/test_flights.py).
+
+-- name: spawn
+-- Hands claimed slots of `allow` jobs to flights, fenced on the claim's token like
+-- `complete`. A job with fewer than max_concurrent flights gets one for its slot, running
+-- at once under the caller and a lease of its own (first token: the claim's), and moves on
+-- to its next slot; a job at its limit keeps its slot, due again in a second, and so waits
+-- for a free place. Returns each job moved and whether its slot got a flight (`room`).
+-- A claim whose flight already runs under the caller with the claim's token was handed
+-- over by an earlier try of this write, whose answer was lost with its connection: it
+-- comes back as moved with room again (`again`), so the retry runs the flight rather than
+-- leave it to its lease (test_lost_answers.py).
+WITH clock AS (
+    SELECT coalesce(%(now)s::timestamptz, now()) AS t
+),
+-- Per claim: [id, token, slot, next_run_at, next_slot].
+input AS MATERIALIZED (
+    SELECT (e->>0)::uuid AS id, (e->>1)::bigint AS token, (e->>2)::timestamptz AS slot,
+           (e->>3)::timestamptz AS next_run_at, (e->>4)::timestamptz AS next_slot
+    FROM json_array_elements(%(spawns)s::json) AS e
+),
+skip_in AS MATERIALIZED (
+    SELECT (e->>0)::uuid AS job_id, (e->>1)::timestamptz AS slot, e->>2 AS reason
+    FROM json_array_elements(%(skips)s::json) AS e
+),
+claimed AS MATERIALIZED (
+    SELECT j.id, j.tenant_id, j.name, j.shard_id, j.attempt, j.locked_at, i.token, i.slot,
+           i.next_run_at, i.next_slot, j.slot_origin,
+           -- Backfill flights (migration 011) never take a regular slot's place.
+           (SELECT count(*) FROM flights f WHERE f.job_id = j.id
+                AND f.origin IS DISTINCT FROM 'backfill') < j.max_concurrent AS room
+    FROM jobs j JOIN input i ON i.id = j.id
+    WHERE j.id = ANY(ARRAY(SELECT x.id FROM input x))
+      AND j.lease_token = i.token AND j.status = 'running'
+    FOR UPDATE OF j
+),
+flown AS (
+    INSERT INTO flights (job_id, slot, shard_id, status, attempt, due_at, lease_token,
+                         locked_by, locked_zone, locked_at, lease_expires_at, origin)
+    SELECT c.id, c.slot, c.shard_id, 'running', c.attempt, c.slot, c.token, %(node_id)s,
+           %(zone)s, c.locked_at, k.t + make_interval(secs => %(lease_s)s), c.slot_origin
+    FROM claimed c CROSS JOIN clock k
+    WHERE c.room
+    ON CONFLICT (job_id, slot) DO NOTHING
+),
+skipped AS (
+    INSERT INTO runs (job_id, tenant_id, job_name, scheduled_for, attempt, node_id, zone,
+                      status, finished_at, last_error)
+    SELECT c.id, c.tenant_id, c.name, s.slot, 1, %(node_id)s, %(zone)s, 'skipped', k.t,
+           s.reason
+    FROM skip_in s JOIN claimed c ON c.id = s.job_id AND c.room AND s.slot <> c.slot
+    CROSS JOIN clock k
+    ON CONFLICT (job_id, scheduled_for) DO NOTHING
+),
+moved AS (
+    UPDATE jobs j SET
+        status = CASE WHEN j.paused THEN 'paused' ELSE 'idle' END,
+        next_run_at = CASE WHEN j.paused THEN '9999-01-01Z'::timestamptz
+                           WHEN c.room THEN c.next_run_at
+                           ELSE k.t + interval '1 second' END,
+        slot_at = CASE WHEN c.room THEN c.next_slot ELSE j.slot_at END,
+        attempt = CASE WHEN c.room THEN 1 ELSE j.attempt END,
+        slot_origin = CASE WHEN c.room THEN NULL ELSE j.slot_origin END,
+        last_run_at = CASE WHEN c.room THEN c.slot ELSE j.last_run_at END,
+        locked_by = NULL,
+        locked_at = NULL,
+        locked_zone = NULL,
+        lease_expires_at = NULL,
+        cancel_by = NULL,
+        updated_at = k.t
+    FROM claimed c CROSS JOIN clock k
+    WHERE j.id = c.id
+    RETURNING j.id, c.room
+),
+again AS (
+    SELECT i.id, true AS room FROM input i
+    JOIN flights f ON f.job_id = i.id AND f.slot = i.slot AND f.lease_token = i.token
+    WHERE f.status = 'running' AND f.locked_by = %(node_id)s
+      AND i.id NOT IN (SELECT c.id FROM claimed c)
+)
+SELECT id, room FROM moved
+UNION ALL
+SELECT id, room FROM again;
+
+-- name: claim_flights
+-- Queued flights of the held shards that are due (a retry's backoff is over, or the flight
+-- was taken back from a dead node), oldest first, at most %(limit)s: running under the
+-- caller and a new token. Rows as `claim` returns them (cluster.store.records.ClaimedJob).
+WITH clock AS (
+    SELECT coalesce(%(now)s::timestamptz, now()) AS t
+),
+picked AS (
+    SELECT p.ctid FROM unnest(%(shards)s::int[]) AS s(shard)
+    CROSS JOIN LATERAL (
+        SELECT f.ctid FROM flights f
+        WHERE f.shard_id = s.shard AND f.status = 'queued'
+          AND f.due_at <= (SELECT t FROM clock)
+          -- A flight of a tenant at its limit is passed over, so it never hides the flights
+          -- of other tenants (migration 014; the place trigger has the last word).
+          AND (f.limit_tenant IS NULL OR EXISTS (
+              SELECT 1 FROM tenant_room r WHERE r.tenant_id = f.limit_tenant AND r.room > 0))
+          -- A backfill slot of a job that is not `allow` waits while its regular slot runs.
+          AND (f.origin IS DISTINCT FROM 'backfill' OR NOT EXISTS (
+              SELECT 1 FROM jobs x
+              WHERE x.id = f.job_id AND x.status = 'running' AND x.overlap <> 'allow'))
+        ORDER BY f.due_at
+        LIMIT %(limit)s
+        FOR UPDATE OF f SKIP LOCKED
+    ) AS p
+    LIMIT %(limit)s
+)
+UPDATE flights f SET
+    status = 'running',
+    locked_by = %(node_id)s,
+    locked_zone = %(zone)s,
+    locked_at = k.t,
+    lease_expires_at = k.t + make_interval(secs => %(lease_s)s),
+    lease_token = f.lease_token + 1
+FROM picked p, clock k, jobs j
+WHERE f.ctid = p.ctid AND j.id = f.job_id
+RETURNING j.id, j.tenant_id, j.name, j.schedule, j.tz, j.dst_repeated, j.dst_skipped,
+          j.handler, nullif(j.payload, '{}'::jsonb) AS payload, j.shard_id, f.slot,
+          f.attempt, f.lease_token, j.catch_up, j.grace_s, j.max_backfill, j.timeout_s,
+          j.max_retries, j.retry_backoff_s, f.due_at, j.output_limit, j.overlap,
+          j.cancel_grace_s, f.cancel_by, true AS flight, j.jitter_s;
+
+-- name: complete_flights
+-- Fenced completion of flights, one per ended attempt: the last attempt of a slot deletes
+-- its flight, a failed one with retries left queues it again for its backoff. Each
+-- attempt's run row is written as by `complete`, and a slot that failed for good raises
+-- `failed`. Returns the (job id, slot) pairs applied; the rest were fenced.
+WITH clock AS (
+    SELECT coalesce(%(now)s::timestamptz, now()) AS t
+),
+-- Per attempt: [job id, slot, token, outcome, error, duration_us, retry_at or null,
+-- output as JSON text or null] (cluster.store.records.flight_params).
+input AS MATERIALIZED (
+    SELECT (e->>0)::uuid AS id, (e->>1)::timestamptz AS slot, (e->>2)::bigint AS token,
+           e->>3 AS outcome, e->>4 AS error, (e->>5)::bigint / 1e6::float8 AS duration_s,
+           (e->>6)::timestamptz AS retry_at, (e->>7)::jsonb AS output
+    FROM json_array_elements(%(done)s::json) AS e
+),
+ended AS (
+    DELETE FROM flights f USING input i, jobs j, clock k
+    WHERE f.job_id = i.id AND f.slot = i.slot AND f.lease_token = i.token
+      AND f.status = 'running' AND i.retry_at IS NULL AND j.id = f.job_id
+    RETURNING f.job_id, f.slot,
+              record_run(j.id, j.tenant_id, j.name, f.slot, f.attempt, %(node_id)s, %(zone)s,
+                         i.outcome, i.token, f.locked_at, k.t, i.duration_s, i.error,
+                         i.output, f.origin),
+              CASE WHEN i.outcome IN ('failed', 'timed_out') THEN raise_alert('failed', j.id,
+                  j.tenant_id, j.name, f.slot, f.attempt, %(node_id)s, %(zone)s, i.error,
+                  NULL) END
+),
+retried AS (
+    UPDATE flights f SET
+        status = 'queued',
+        attempt = f.attempt + 1,
+        due_at = i.retry_at,
+        locked_by = NULL,
+        locked_zone = NULL,
+        locked_at = NULL,
+        lease_expires_at = NULL
+    FROM input i JOIN flights o ON o.job_id = i.id AND o.slot = i.slot, jobs j, clock k
+    WHERE f.job_id = i.id AND f.slot = i.slot AND f.lease_token = i.token
+      AND f.status = 'running' AND i.retry_at IS NOT NULL AND j.id = f.job_id
+    RETURNING f.job_id, f.slot,
+              record_run(j.id, j.tenant_id, j.name, f.slot, o.attempt, %(node_id)s, %(zone)s,
+                         i.outcome, i.token, o.locked_at, k.t, i.duration_s, i.error,
+                         i.output, o.origin)
+)
+SELECT job_id, slot FROM ended
+UNION ALL
+SELECT job_id, slot FROM retried;
+
+-- name: renew_flights
+-- Extends the leases of the caller's running flights; returns those still held, each with
+-- who asked to cancel it, if anyone did.
+UPDATE flights f SET lease_expires_at = k.t + make_interval(secs => %(lease_s)s)
+FROM unnest(%(ids)s::uuid[], %(slots)s::timestamptz[], %(tokens)s::bigint[])
+         AS i(id, slot, token),
+     (SELECT coalesce(%(now)s::timestamptz, now()) AS t) AS k
+WHERE f.job_id = i.id AND f.slot = i.slot AND f.lease_token = i.token
+  AND f.status = 'running'
+RETURNING f.job_id, f.slot, f.cancel_by;
+
+-- name: release_flights
+-- Hands running flights back for another attempt, due at once (a node shutting down),
+-- recording the attempt as lost; fenced like `complete_flights`.
+WITH clock AS (
+    SELECT coalesce(%(now)s::timestamptz, now()) AS t
+)
+UPDATE flights f SET
+    status = 'queued',
+    attempt = f.attempt + 1,
+    due_at = k.t,
+    locked_by = NULL,
+    locked_zone = NULL,
+    locked_at = NULL,
+    lease_expires_at = NULL,
+    lease_token = f.lease_token + 1
+FROM unnest(%(ids)s::uuid[], %(slots)s::timestamptz[], %(tokens)s::bigint[])
+         AS i(id, slot, token)
+     JOIN flights o ON o.job_id = i.id AND o.slot = i.slot,
+     jobs j, clock k
+WHERE f.job_id = i.id AND f.slot = i.slot AND f.lease_token = i.token
+  AND f.status = 'running' AND j.id = f.job_id
+RETURNING f.job_id, f.slot,
+          record_run(j.id, j.tenant_id, j.name, f.slot, o.attempt, o.locked_by,
+                     o.locked_zone, 'lost', i.token, o.locked_at, k.t, NULL, %(reason)s,
+                     NULL, o.origin);
+
+-- name: recover_flights
+-- Takes back the running flights of dead owners and expired leases in the held shards (as
+-- `recover` does jobs; with %(own)s, those this node id left before a restart): queued
+-- again, due at once, as the next attempt, the lost one recorded and raising `lost`. A
+-- flight whose last allowed attempt was lost, or that was asked to cancel, is handed to
+-- the caller (`poison`) to be recorded failed or cancelled, never run again. Rows as
+-- `claim_flights` returns them, then poison, reason and the node that lost it.
+WITH clock AS (
+    SELECT coalesce(%(now)s::timestamptz, now()) AS t
+),
+sessions AS (
+    SELECT DISTINCT application_name AS node_id FROM pg_stat_activity
+    WHERE application_name <> '' AND datname = current_database()
+),
+dead AS (
+    SELECT f.ctid, f.lease_token, f.attempt, f.locked_by, f.locked_zone, f.locked_at,
+           CASE WHEN %(own)s THEN 'previous process gone'
+                WHEN f.lease_expires_at < k.t THEN 'lease expired'
+                ELSE 'owner gone' END AS reason,
+           f.attempt > j.max_retries OR f.cancel_by IS NOT NULL AS poison
+    FROM flights f JOIN jobs j ON j.id = f.job_id CROSS JOIN clock k
+    WHERE f.status = 'running'
+      AND CASE WHEN %(own)s THEN f.locked_by = %(node_id)s
+               ELSE f.shard_id = ANY(%(shards)s::int[])
+                    AND (f.lease_expires_at < k.t
+                         OR (NOT (f.locked_by = ANY(%(live)s::text[]))
+                             AND f.locked_by NOT IN (SELECT node_id FROM sessions))) END
+    FOR UPDATE OF f SKIP LOCKED
+)
+UPDATE flights f SET
+    status = CASE WHEN d.poison THEN 'running' ELSE 'queued' END,
+    attempt = f.attempt + (NOT d.poison)::int,
+    due_at = CASE WHEN d.poison THEN f.due_at ELSE k.t END,
+    locked_by = CASE WHEN d.poison THEN %(node_id)s END,
+    locked_zone = CASE WHEN d.poison THEN %(zone)s END,
+    locked_at = CASE WHEN d.poison THEN d.locked_at END,
+    lease_expires_at = CASE WHEN d.poison THEN k.t + make_interval(secs => %(lease_s)s) END,
+    lease_token = f.lease_token + 1
+FROM dead d, clock k, jobs j
+WHERE f.ctid = d.ctid AND f.lease_token = d.lease_token AND j.id = f.job_id
+RETURNING j.id, j.tenant_id, j.name, j.schedule, j.tz, j.dst_repeated, j.dst_skipped,
+          j.handler, nullif(j.payload, '{}'::jsonb) AS payload, j.shard_id, f.slot,
+          f.attempt, f.lease_token, j.catch_up, j.grace_s, j.max_backfill, j.timeout_s,
+          j.max_retries, j.retry_backoff_s, f.due_at, j.output_limit, j.overlap,
+          j.cancel_grace_s, f.cancel_by, true AS flight, j.jitter_s, d.poison, d.reason,
+          d.locked_by,
+          record_run(j.id, j.tenant_id, j.name, f.slot, d.attempt, d.locked_by,
+                     d.locked_zone, 'lost', d.lease_token, d.locked_at, k.t, NULL,
+                     d.reason || ' (node ' || coalesce(d.locked_by, '?') || ')', NULL,
+                     f.origin),
+          raise_alert('lost', j.id, j.tenant_id, j.name, f.slot, d.attempt, d.locked_by,
+                      d.locked_zone, NULL,
+                      d.reason || ' (node ' || coalesce(d.locked_by, '?') || ')');
+
+-- name: cancel_flights
+-- Asks whoever runs the job's flights to cancel them: the given slot, or every one running.
+UPDATE flights f SET cancel_by = %(by)s
+FROM jobs j
+WHERE j.tenant_id = %(tenant_id)s AND j.name = %(name)s AND f.job_id = j.id
+  AND (%(scope)s::text IS NULL OR j.tenant_id = %(scope)s)
+  AND f.status = 'running' AND (%(slot)s::timestamptz IS NULL OR f.slot = %(slot)s)
+RETURNING j.id, j.shard_id, f.slot AS slot_at, f.attempt, f.lease_token, f.locked_by,
+          j.overlap;

@@ -1,0 +1,189 @@
+-- Jobs: their definitions and the operator's actions on one job (cluster/store/jobs.py,
+-- definitions.py, runcontrol.py), the wake-up NOTIFY and the console's jobs page.
+
+-- name: db_now
+SELECT coalesce(%(now)s::timestamptz, now()) AS now;
+
+-- name: upsert_job
+-- Create, or update the definition of, the job (tenant_id, name). An unchanged definition,
+-- or an existing one when `replace` is false (`jobs add`), touches nothing (no row
+-- returned). A running job keeps its slot; an idle one whose timing changed moves to the
+-- new schedule's next slot.
+INSERT INTO jobs AS j (
+    id, tenant_id, name, schedule, tz, dst_repeated, dst_skipped, handler, payload,
+    status, paused, shard_id, next_run_at, slot_at, catch_up, grace_s, max_backfill,
+    timeout_s, max_retries, retry_backoff_s, keep_for_s, keep_runs, output_limit,
+    late_after_s, pause_after_failures, overlap, max_concurrent, cancel_grace_s, jitter_s,
+    remove_when_done)
+VALUES (
+    %(id)s, %(tenant_id)s, %(name)s, %(schedule)s, %(tz)s, %(dst_repeated)s, %(dst_skipped)s,
+    %(handler)s, %(payload)s, CASE WHEN %(paused)s THEN 'paused' ELSE 'idle' END, %(paused)s,
+    %(shard_id)s,
+    CASE WHEN %(paused)s THEN '9999-01-01Z'::timestamptz ELSE %(next_run_at)s END,
+    %(slot_at)s, %(catch_up)s, %(grace_s)s,
+    %(max_backfill)s, %(timeout_s)s, %(max_retries)s, %(retry_backoff_s)s, %(keep_for_s)s,
+    %(keep_runs)s, %(output_limit)s, %(late_after_s)s, %(pause_after_failures)s,
+    %(overlap)s, %(max_concurrent)s, %(cancel_grace_s)s, %(jitter_s)s, %(remove_when_done)s)
+ON CONFLICT (tenant_id, name) DO UPDATE SET
+    schedule = excluded.schedule,
+    tz = excluded.tz,
+    dst_repeated = excluded.dst_repeated,
+    dst_skipped = excluded.dst_skipped,
+    handler = excluded.handler,
+    payload = excluded.payload,
+    paused = excluded.paused,
+    catch_up = excluded.catch_up,
+    grace_s = excluded.grace_s,
+    max_backfill = excluded.max_backfill,
+    timeout_s = excluded.timeout_s,
+    max_retries = excluded.max_retries,
+    retry_backoff_s = excluded.retry_backoff_s,
+    keep_for_s = excluded.keep_for_s,
+    keep_runs = excluded.keep_runs,
+    output_limit = excluded.output_limit,
+    late_after_s = excluded.late_after_s,
+    pause_after_failures = excluded.pause_after_failures,
+    overlap = excluded.overlap,
+    max_concurrent = excluded.max_concurrent,
+    cancel_grace_s = excluded.cancel_grace_s,
+    jitter_s = excluded.jitter_s,
+    remove_when_done = excluded.remove_when_done,
+    status = CASE
+        WHEN j.status = 'running' THEN 'running'
+        WHEN excluded.paused THEN 'paused'
+        -- A done one-off job stays done unless it is given another time.
+        WHEN j.status = 'done' AND (j.schedule, j.tz) = (excluded.schedule, excluded.tz)
+            THEN 'done'
+        ELSE 'idle' END,
+    -- An idle job moves to the new next slot when its timing changed or it is resumed;
+    -- excluded.next_run_at is that slot's jittered start, excluded.slot_at the slot.
+    (next_run_at, slot_at, attempt, slot_origin) = (
+        SELECT CASE WHEN m.moves OR (j.status <> 'running' AND excluded.paused)
+                    THEN excluded.next_run_at ELSE j.next_run_at END,
+               CASE WHEN m.moves THEN excluded.slot_at ELSE j.slot_at END,
+               CASE WHEN m.moves THEN 1 ELSE j.attempt END,
+               CASE WHEN m.moves THEN NULL ELSE j.slot_origin END
+        FROM (SELECT j.status <> 'running' AND (
+                  (j.schedule, j.tz, j.dst_repeated, j.dst_skipped, j.jitter_s)
+                      IS DISTINCT FROM (excluded.schedule, excluded.tz, excluded.dst_repeated,
+                                        excluded.dst_skipped, excluded.jitter_s)
+                  OR (j.paused AND NOT excluded.paused)) AS moves) m),
+    updated_at = now()
+WHERE %(replace)s
+  AND (j.schedule, j.tz, j.dst_repeated, j.dst_skipped, j.handler, j.payload, j.paused,
+       j.catch_up, j.grace_s, j.max_backfill, j.timeout_s, j.max_retries, j.retry_backoff_s,
+       j.keep_for_s, j.keep_runs, j.output_limit, j.late_after_s, j.pause_after_failures,
+       j.overlap, j.max_concurrent, j.cancel_grace_s, j.jitter_s, j.remove_when_done)
+    IS DISTINCT FROM
+      (excluded.schedule, excluded.tz, excluded.dst_repeated, excluded.dst_skipped,
+       excluded.handler, excluded.payload, excluded.paused, excluded.catch_up,
+       excluded.grace_s, excluded.max_backfill, excluded.timeout_s, excluded.max_retries,
+       excluded.retry_backoff_s, excluded.keep_for_s, excluded.keep_runs,
+       excluded.output_limit, excluded.late_after_s, excluded.pause_after_failures,
+       excluded.overlap, excluded.max_concurrent, excluded.cancel_grace_s, excluded.jitter_s,
+       excluded.remove_when_done)
+RETURNING id, shard_id, (xmax = 0) AS inserted, status;
+
+-- name: list_jobs
+SELECT * FROM jobs
+WHERE (%(tenant_id)s::text IS NULL OR tenant_id = %(tenant_id)s)
+ORDER BY tenant_id, name;
+
+-- name: get_job
+-- %(scope)s: the tenant an API token is scoped to, else NULL (here and below).
+SELECT * FROM jobs WHERE tenant_id = %(tenant_id)s AND name = %(name)s
+    AND (%(scope)s::text IS NULL OR tenant_id = %(scope)s);
+
+-- name: lock_job
+SELECT * FROM jobs WHERE tenant_id = %(tenant_id)s AND name = %(name)s
+    AND (%(scope)s::text IS NULL OR tenant_id = %(scope)s)
+FOR UPDATE;
+
+-- name: pause_job
+UPDATE jobs SET
+    paused = true,
+    pause_note = %(note)s,
+    status = CASE WHEN status IN ('running', 'done') THEN status ELSE 'paused' END,
+    next_run_at = CASE WHEN status = 'running' THEN next_run_at
+                       ELSE '9999-01-01Z'::timestamptz END,
+    updated_at = now()
+WHERE tenant_id = %(tenant_id)s AND name = %(name)s
+  AND (%(scope)s::text IS NULL OR tenant_id = %(scope)s)
+RETURNING id, shard_id, status;
+
+-- name: resume_job
+-- A paused job continues at the schedule's next future slot (computed by the caller);
+-- the slots it missed while paused are not run.
+UPDATE jobs SET
+    paused = false,
+    pause_note = NULL,
+    failed_slots = 0,
+    status = CASE WHEN status = 'paused' THEN 'idle' ELSE status END,
+    next_run_at = CASE WHEN status = 'paused' THEN %(next_run_at)s ELSE next_run_at END,
+    slot_at = CASE WHEN status = 'paused' THEN %(slot_at)s ELSE slot_at END,
+    slot_origin = CASE WHEN status = 'paused' THEN NULL ELSE slot_origin END,
+    attempt = CASE WHEN status = 'paused' THEN 1 ELSE attempt END,
+    updated_at = now()
+WHERE tenant_id = %(tenant_id)s AND name = %(name)s
+  AND (%(scope)s::text IS NULL OR tenant_id = %(scope)s)
+RETURNING id, shard_id, status;
+
+-- name: trigger_job
+-- Due now, for one extra slot stamped with the current time; the schedule goes on after
+-- it. A due slot or pending retry is just brought forward; a paused job runs once and
+-- stays paused (tests/integration/test_store.py).
+UPDATE jobs SET
+    status = 'idle',
+    slot_origin = CASE WHEN status = 'paused' OR slot_at > n.t THEN 'trigger'
+                       ELSE slot_origin END,
+    slot_at = CASE WHEN status = 'paused' OR slot_at > n.t THEN n.t ELSE slot_at END,
+    attempt = CASE WHEN status = 'paused' OR slot_at > n.t THEN 1 ELSE attempt END,
+    next_run_at = CASE WHEN status = 'paused' OR next_run_at > n.t THEN n.t ELSE next_run_at END,
+    updated_at = n.t
+FROM (SELECT coalesce(%(now)s::timestamptz, now()) AS t) AS n
+WHERE tenant_id = %(tenant_id)s AND name = %(name)s AND status <> 'running'
+  AND (%(scope)s::text IS NULL OR tenant_id = %(scope)s)
+RETURNING id, shard_id, slot_at;
+
+-- name: cancel_job
+-- Asks whoever runs the job's slot to cancel it: the given slot, or whichever is running.
+-- The request stays on the job row until the slot ends (every attempt of the slot sees it).
+UPDATE jobs SET cancel_by = %(by)s
+WHERE tenant_id = %(tenant_id)s AND name = %(name)s AND status = 'running'
+  AND (%(scope)s::text IS NULL OR tenant_id = %(scope)s)
+  AND overlap <> 'allow'  -- its slots run as flights (cancel_flights)
+  AND (%(slot)s::timestamptz IS NULL OR slot_at = %(slot)s)
+RETURNING id, shard_id, slot_at, attempt, lease_token, locked_by, overlap;
+
+-- name: remove_job
+DELETE FROM jobs WHERE tenant_id = %(tenant_id)s AND name = %(name)s
+    AND (%(scope)s::text IS NULL OR tenant_id = %(scope)s)
+RETURNING id, shard_id;
+
+-- name: remove_jobs_except
+-- An each-zone job's children (parent_id) are not in job files: they go with their parent.
+DELETE FROM jobs
+WHERE NOT ((tenant_id, name) IN (
+    SELECT * FROM unnest(%(tenant_ids)s::text[], %(names)s::text[])))
+  AND parent_id IS NULL
+RETURNING tenant_id, name;
+
+-- name: notify
+SELECT pg_notify(%(channel)s, %(payload)s);
+
+-- name: lock_job_sync
+-- Held until the syncing transaction ends: nodes started together sync jobs in turn.
+SELECT pg_advisory_xact_lock(hashtext('pulse.sync-jobs'), hashtext(%(schema)s));
+
+-- name: jobs_page
+-- One page of jobs by (tenant, name) after the cursor; q matches the name or the handler.
+SELECT * FROM jobs
+WHERE (%(scope)s::text IS NULL OR tenant_id = %(scope)s)
+  AND (%(tenant_id)s::text IS NULL OR tenant_id = %(tenant_id)s)
+  AND (%(status)s::text IS NULL OR status = %(status)s)
+  AND (%(q)s::text IS NULL OR strpos(lower(name), lower(%(q)s)) > 0
+       OR strpos(lower(handler), lower(%(q)s)) > 0)
+  AND (%(after_tenant)s::text IS NULL
+       OR (tenant_id, name) > (%(after_tenant)s::text, %(after_name)s::text))
+ORDER BY tenant_id, name
+LIMIT %(limit)s;

@@ -1,0 +1,53 @@
+-- Tenants' limits on runs at once across the cluster (migration 014,
+-- cluster/store/tenants.py, docs/design/fairness.md).
+
+-- name: tenant_limit_lock
+-- Setting or clearing a tenant's limit marks its rows under this lock; inserts of its jobs
+-- and flights wait for it (migration 014).
+SELECT pg_advisory_xact_lock(tenant_lock_key(%(tenant_id)s));
+
+-- name: tenant_limit_upsert
+-- The tenant's limit, its row locked for the rest of the transaction: no claim takes one of
+-- its places meanwhile (tenant_take skips a locked row).
+INSERT INTO tenant_limits AS l (tenant_id, max_concurrent) VALUES (%(tenant_id)s, %(max)s)
+ON CONFLICT (tenant_id) DO UPDATE SET max_concurrent = excluded.max_concurrent,
+    updated_at = now();
+
+-- name: tenant_mark
+-- Marks (or unmarks) the tenant's jobs and flights for the place triggers of migration 014.
+WITH marked AS (
+    UPDATE jobs j SET limited = %(limited)s
+    WHERE j.tenant_id = %(tenant_id)s AND j.limited <> %(limited)s
+)
+UPDATE flights f SET limit_tenant = CASE WHEN %(limited)s THEN j.tenant_id END
+FROM jobs j
+WHERE j.id = f.job_id AND j.tenant_id = %(tenant_id)s
+  AND f.limit_tenant IS DISTINCT FROM (CASE WHEN %(limited)s THEN j.tenant_id END);
+
+-- name: tenant_recount
+-- The places in use, counted from the rows themselves, the journal as of the same snapshot
+-- folded away: exact, as the caller holds the limits row and every row of the tenant.
+WITH gone AS (
+    DELETE FROM tenant_moves m WHERE m.tenant_id = %(tenant_id)s
+)
+UPDATE tenant_limits l SET taken =
+    (SELECT count(*) FROM jobs j
+     WHERE j.tenant_id = l.tenant_id AND j.status = 'running' AND j.limited)
+  + (SELECT count(*) FROM flights f
+     WHERE f.limit_tenant = l.tenant_id AND f.status = 'running')
+WHERE l.tenant_id = %(tenant_id)s
+RETURNING l.tenant_id, l.max_concurrent, l.taken AS running, l.updated_at;
+
+-- name: tenant_limit_remove
+WITH gone AS (
+    DELETE FROM tenant_moves m WHERE m.tenant_id = %(tenant_id)s
+)
+DELETE FROM tenant_limits l WHERE l.tenant_id = %(tenant_id)s
+RETURNING l.tenant_id;
+
+-- name: tenant_limits
+-- Every limit with the places in use now (max - room).
+SELECT l.tenant_id, l.max_concurrent, l.max_concurrent - r.room AS running, l.updated_at
+FROM tenant_limits l JOIN tenant_room r USING (tenant_id)
+WHERE %(tenant_id)s::text IS NULL OR l.tenant_id = %(tenant_id)s
+ORDER BY l.tenant_id;
