@@ -1,5 +1,6 @@
 """The fanout scenario: one big tenant and ten small ones due at the same second, on fewer
-execution slots than jobs.
+execution slots than jobs; then the same with one-off (``@at``) jobs on one node of few
+slots (``fanout_once``).
 
 With fair fan-out, a claim that finds more jobs due in a node's shards than the node has
 free slots takes them across tenants in turn (round robin over tenants, oldest first within
@@ -11,9 +12,11 @@ both trials claim oldest first.
 
 ``fanout_jobs`` jobs of tenant A and ``fanout_tenant_jobs`` of each of ``fanout_tenants``
 more (B, C, ...) fall due at one second, each holding its slot ``fanout_sleep_s``, on nodes
-of ``fanout_concurrency`` slots. The jobs are loaded in a shuffled order (the same every
-run): jobs due at the same instant are claimed in no set order, so loading the small
-tenants last (or first) would make strict oldest-first look worse (or better) than chance.
+of ``fanout_concurrency`` slots; ``fanout_once`` takes the ``fanout_once_*`` sizes, one
+node, and jobs whose schedule is ``@at`` the due second. The jobs are loaded in a shuffled
+order (the same every run): jobs due at the same instant are claimed in no set order, so
+loading the small tenants last (or first) would make strict oldest-first look worse (or
+better) than chance.
 
 Starts are the handler starts of the witness file, as every scenario's lag: the runs
 table's ``started_at`` is the claim's time, which for a run claimed ahead of its slot comes
@@ -47,13 +50,40 @@ FAIRNESS_OFF = {"PULSE_FAIRNESS": "off"}
 NOTE = "the same jobs with fairness off (PULSE_FAIRNESS=off)"
 
 
-def tenants(sizes: Sizes) -> list[str]:
+@dataclasses.dataclass(frozen=True)
+class Shape:
+    """One fan-out trial's jobs and nodes."""
+
+    scenario: str
+    jobs: int  # tenant A's
+    tenants: int  # B, C, ...
+    tenant_jobs: int  # each
+    concurrency: int
+    sleep_s: float
+    nodes: int
+    one_off: bool
+
+    @classmethod
+    def of(cls, sizes: Sizes, one_off: bool = False) -> Shape:
+        if one_off:
+            return cls(
+                "fanout_once", sizes.fanout_once_jobs, sizes.fanout_once_tenants,
+                sizes.fanout_once_tenant_jobs, sizes.fanout_once_concurrency,
+                sizes.fanout_once_sleep_s, 1, True,
+            )  # fmt: skip
+        return cls(
+            "fanout", sizes.fanout_jobs, sizes.fanout_tenants, sizes.fanout_tenant_jobs,
+            sizes.fanout_concurrency, sizes.fanout_sleep_s, sizes.nodes, False,
+        )  # fmt: skip
+
+
+def tenants(shape: Shape) -> list[str]:
     """The tenant of each job, in load order: A's jobs and the small tenants', shuffled."""
-    small = string.ascii_uppercase[1 : 1 + sizes.fanout_tenants]
-    if len(small) < sizes.fanout_tenants:
-        raise ValueError(f"fanout_tenants: at most {len(small)}, got {sizes.fanout_tenants}")
-    order = [BIG] * sizes.fanout_jobs
-    order += [t for t in small for _ in range(sizes.fanout_tenant_jobs)]
+    small = string.ascii_uppercase[1 : 1 + shape.tenants]
+    if len(small) < shape.tenants:
+        raise ValueError(f"fanout tenants: at most {len(small)}, got {shape.tenants}")
+    order = [BIG] * shape.jobs
+    order += [t for t in small for _ in range(shape.tenant_jobs)]
     random.Random(SEED).shuffle(order)
     return order
 
@@ -84,31 +114,35 @@ def figures(fires: Iterable[Execution], due: float) -> dict[str, Any]:
     }
 
 
-async def fanout(bench: Bench, scenario: str, node_env: Mapping[str, str]) -> Measure:
-    """One trial: every job due at one second, on nodes of ``fanout_concurrency`` slots."""
-    sizes = bench.sizes
-    narrow = dataclasses.replace(
-        bench, sizes=dataclasses.replace(sizes, concurrency=sizes.fanout_concurrency)
-    )
-    async with Trial(narrow, scenario, "pulse", node_env=node_env) as trial:
+async def fanout(
+    bench: Bench, shape: Shape, trial_name: str, node_env: Mapping[str, str]
+) -> Measure:
+    """One trial: every job due at one second, on nodes of ``shape.concurrency`` slots."""
+    sizes = dataclasses.replace(bench.sizes, concurrency=shape.concurrency, nodes=shape.nodes)
+    narrow = dataclasses.replace(bench, sizes=sizes)
+    async with Trial(narrow, trial_name, "pulse", node_env=node_env) as trial:
         now = await db.db_now(trial.conn)
-        owners = tenants(sizes)
-        payload = {"sleep_s": sizes.fanout_sleep_s}
+        owners = tenants(shape)
+        payload = {"sleep_s": shape.sleep_s}
         names = await db.load_jobs(
             trial.conn, len(owners), "@every 1h", sizes.shards, now + FAR_AHEAD,
             tenants=owners, payload=payload,
         )  # fmt: skip
-        measure, t0 = await fire_burst(trial, names)
+        measure, t0 = await fire_burst(trial, names, one_off=shape.one_off)
         measure.extra.update(figures(read_witness(trial.witness), t0))
         return measure
 
 
-async def run_fanout(bench: Bench, baselines: Baselines) -> ScenarioResult:
-    off = await fanout(bench, "fanout_off", FAIRNESS_OFF)
-    on = await fanout(bench, "fanout", {})
-    params = bench.sizes.params(
-        "fanout_jobs", "fanout_tenants", "fanout_tenant_jobs", "fanout_concurrency",
-        "fanout_sleep_s",
-    )  # fmt: skip
-    del params["concurrency"]  # the nodes run at fanout_concurrency
-    return ScenarioResult("fanout", params, on, off, NOTE)
+async def run_fanout(bench: Bench, baselines: Baselines) -> list[ScenarioResult]:
+    found = []
+    for shape in (Shape.of(bench.sizes), Shape.of(bench.sizes, one_off=True)):
+        off = await fanout(bench, shape, f"{shape.scenario}_off", FAIRNESS_OFF)
+        on = await fanout(bench, shape, shape.scenario, {})
+        prefix = "fanout_once_" if shape.one_off else "fanout_"
+        names = [f"{prefix}{n}" for n in ("jobs", "tenants", "tenant_jobs", "concurrency")]
+        params = bench.sizes.params(*names, f"{prefix}sleep_s")
+        del params["concurrency"]  # the nodes run at the shape's concurrency
+        if shape.one_off:
+            del params["nodes"]  # one node
+        found.append(ScenarioResult(shape.scenario, params, on, off, NOTE))
+    return found

@@ -109,7 +109,7 @@ def notes(result: ScenarioResult) -> list[str]:
             f"ratio, live: claim p50 {_x(r.get('live_claim_p50_ms'))}, "
             f"p99 {_x(r.get('live_claim_p99_ms'))}"
         )
-    if result.scenario == "fanout":
+    if result.scenario in ("fanout", "fanout_once"):
         found.extend(_fanout_notes(result))
     if "longest_gap_s" in p:
         found.append(
@@ -152,7 +152,8 @@ def _met(value: float | None, target: float) -> str:
 
 
 def _fanout_notes(result: ScenarioResult) -> list[str]:
-    others = f"B..{chr(ord('A') + int(result.params.get('fanout_tenants', 10)))}"
+    small = result.params.get("fanout_tenants", result.params.get("fanout_once_tenants", 10))
+    others = f"B..{chr(ord('A') + int(small))}"
     found = []
     for label, e in (("fairness on", result.pulse.extra), ("fairness off", result.baseline.extra)):
         found.append(

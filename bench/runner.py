@@ -25,7 +25,8 @@ from bench.trial import Bench
 
 logger = logging.getLogger(__name__)
 
-Scenario = Callable[[Bench, Baselines], Awaitable[ScenarioResult]]
+# A scenario measures one thing, or several of one kind (fanout: periodic and one-off jobs).
+Scenario = Callable[[Bench, Baselines], Awaitable[ScenarioResult | list[ScenarioResult]]]
 SCENARIOS: dict[str, Scenario] = {
     "steady": run_steady,
     "burst": run_burst,
@@ -80,16 +81,17 @@ async def run(
                 _say(f"{label}: running")
                 started = time.monotonic()
                 try:
-                    result = await SCENARIOS[name](bench, baselines)
+                    measured = await SCENARIOS[name](bench, baselines)
                 except Exception as exc:  # one broken scenario should not cost the others
                     logger.warning("%s failed", label, exc_info=True)
                     _say(f"{label}: FAILED: {type(exc).__name__}: {exc}")
                     failed.append(label)
                     continue
                 _say(f"{label}: done in {time.monotonic() - started:.0f}s")
-                result.round = round_no
-                results.append(out, run_info, result)
-                done.append(result)
+                for result in measured if isinstance(measured, list) else [measured]:
+                    result.round = round_no
+                    results.append(out, run_info, result)
+                    done.append(result)
     finally:
         await database.drop()
         if keep:

@@ -183,14 +183,18 @@ async def burst(bench: Bench, system: str) -> Measure:
         return measure
 
 
-async def fire_burst(trial: Trial, names: list[str]) -> tuple[Measure, float]:
-    """Start the trial's nodes, make the loaded jobs due at one second once they are ready,
-    and measure until they have drained; (the measure, that second)."""
+async def fire_burst(
+    trial: Trial, names: list[str], *, one_off: bool = False
+) -> tuple[Measure, float]:
+    """Start the trial's nodes, make the loaded jobs due at one second once they are ready
+    (``one_off``: as ``@at`` jobs of that second), and measure until they have drained;
+    (the measure, that second)."""
     procs = trial.start_all()
     ready_s = await trial.wait_ready(procs)
     now_s = (await db.db_now(trial.conn)).timestamp()
     t0, every = burst_slot(math.ceil(now_s + trial.bench.sizes.lead_s))
-    await db.make_due(trial.conn, db_time(t0), f"@every {every}s")
+    schedule = f"@at {db_time(t0).isoformat()}" if one_off else f"@every {every}s"
+    await db.make_due(trial.conn, db_time(t0), schedule)
     scraped0 = await Scraped.read(trial)
     cpu0 = await trial.sampler.mark()
     trial.profile_start()

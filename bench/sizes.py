@@ -25,6 +25,12 @@ class Sizes:
     fanout_tenant_jobs: int = 10  # each
     fanout_concurrency: int = 32
     fanout_sleep_s: float = 0.05
+    # fanout-once: the same with one-off (@at) jobs, on one node of few slots
+    fanout_once_jobs: int = 1500  # tenant A
+    fanout_once_tenants: int = 6
+    fanout_once_tenant_jobs: int = 5
+    fanout_once_concurrency: int = 4
+    fanout_once_sleep_s: float = 0.02
     # failover: SIGKILL one node this long after the first slot
     kill_at_s: float = 20.0
     # rebalance: a node joins, then one of the first ones leaves (SIGTERM)
@@ -60,6 +66,9 @@ QUICK = Sizes(
     fanout_jobs=400,
     fanout_tenant_jobs=2,
     fanout_concurrency=8,
+    fanout_once_jobs=200,
+    fanout_once_tenants=3,
+    fanout_once_tenant_jobs=2,
     kill_at_s=1.0,
     join_at_s=0.2,
     leave_at_s=2.0,

@@ -31,7 +31,7 @@ from bench.analysis import (
     reruns_of,
     since,
 )
-from bench.fanout import figures, tenants
+from bench.fanout import Shape, figures, tenants
 from bench.report import spread
 from bench.results import Measure, ScenarioResult
 from bench.scale_live import claim_figures, window_schedule, window_size
@@ -65,12 +65,14 @@ def test_quick_bench_runs_and_counts(tmp_path: Path) -> None:
     proc = _bench("--quick", "--out", str(out))
     lines = proc.stdout.splitlines()
     assert lines[0].split()[:3] == ["scenario", "system", "expected"]
-    assert sum(1 for line in lines if line.split()[:1] == ["ratio"]) == 7
+    assert sum(1 for line in lines if line.split()[:1] == ["ratio"]) == 8
     assert "claim plan (pulse" in proc.stdout
     assert "targets, fairness on: last B..K start / A's drain" in proc.stdout
 
     records = {r["scenario"]: r for r in map(json.loads, out.read_text().splitlines())}
-    assert set(records) == {"steady", "burst", "fanout", "failover", "scale", "rebalance", "prune"}
+    assert set(records) == {
+        "steady", "burst", "fanout", "fanout_once", "failover", "scale", "rebalance", "prune"
+    }  # fmt: skip
     for scenario in ("steady", "burst"):
         for system in ("pulse", "baseline"):
             m = records[scenario][system]
@@ -101,6 +103,11 @@ def test_quick_bench_runs_and_counts(tmp_path: Path) -> None:
             assert extra[key] is not None, (system, key)
         assert extra["others_share_of_a_drain"] is not None
     assert "a_drain_s" in fanout["ratios"]
+    once = records["fanout_once"]  # one-off jobs on one node of 4 slots: 3 small tenants of 2
+    for system in ("pulse", "baseline"):
+        m = once[system]
+        assert (m["fires"], m["missing"], m["duplicates"]) == (m["expected"], 0, 0), m
+        assert m["extra"]["others_started"] == 3 * 2 and m["extra"]["a_drain_s"] is not None
     failover = records["failover"]["pulse"]
     assert failover["extra"]["longest_gap_s"] is not None
     assert failover["extra"]["reruns_of_killed"] >= 0
@@ -218,9 +225,9 @@ def test_burst_slot_is_a_slot_of_its_schedule() -> None:
 
 def test_fanout_tenants_are_shuffled_the_same_way_every_run() -> None:
     sizes = replace(DEFAULT, fanout_jobs=50, fanout_tenants=3, fanout_tenant_jobs=2)
-    order = tenants(sizes)
+    order = tenants(Shape.of(sizes))
     assert sorted(order) == ["A"] * 50 + ["B", "B", "C", "C", "D", "D"]
-    assert order == tenants(sizes)
+    assert order == tenants(Shape.of(sizes))
     assert order[-6:] != ["B", "B", "C", "C", "D", "D"]  # not loaded last
 
 
