@@ -134,6 +134,13 @@ def _first_line(exc: BaseException) -> str:
     return text.splitlines()[0]
 
 
+class SchemaMissing(StoreError):
+    """The cluster's schema has no tables (or no shard count) yet: ``pulse init`` never ran."""
+
+    def __init__(self) -> None:
+        super().__init__("the schema is not initialised; run `pulse init` first")
+
+
 def describe(exc: BaseException) -> str:
     """One line describing a driver error, for logs and CLI messages."""
     return _first_line(exc)

@@ -18,7 +18,8 @@ from psycopg import sql
 
 from cluster.errors import InvalidInput, StoreError
 from cluster.settings import DEFAULT_SHARDS
-from cluster.store.connect import Conn, describe
+from cluster.store.connect import Conn, SchemaMissing, describe
+from cluster.store.queries import store_error
 from ring import validate_shard_count
 
 logger = logging.getLogger(__name__)
@@ -120,14 +121,12 @@ async def stored_shard_count(conn: Conn) -> int:
     """The shard count fixed at init; StoreError if the schema was never initialised."""
     try:
         return await _current_shard_count(conn)
-    except psycopg.errors.UndefinedTable as exc:
-        raise StoreError("the schema is not initialised; run `pulse init` first") from exc
     except psycopg.Error as exc:
-        raise StoreError(describe(exc)) from exc
+        raise store_error(exc) from exc
 
 
 async def _current_shard_count(conn: Conn) -> int:
     count = await _shard_count(conn)
     if count is None:
-        raise StoreError("the schema is not initialised; run `pulse init` first")
+        raise SchemaMissing
     return count
