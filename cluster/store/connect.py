@@ -28,6 +28,7 @@ from cluster.settings import ClusterSettings, mask_url
 from cluster.urls import is_multi_host
 
 CONNECT_TIMEOUT_S = 5
+ADMIN_STATEMENT_TIMEOUT_S = 30.0  # admin commands and tools, unless they say otherwise
 
 Row = dict[str, Any]
 Conn = psycopg.AsyncConnection[Row]
@@ -95,7 +96,7 @@ def connect_kwargs(
     settings: ClusterSettings,
     application_name: str,
     *,
-    statement_timeout_s: float = 30.0,
+    statement_timeout_s: float = ADMIN_STATEMENT_TIMEOUT_S,
     idle_session_timeout_s: float | None = None,
     autocommit: bool = True,
     prepare_threshold: int | None = None,

@@ -30,7 +30,7 @@ from cluster.settings import ClusterSettings
 from cluster.store import config as cluster_config
 from cluster.store import pruning
 from cluster.store.access import Access
-from cluster.store.connect import Conn, connect, connection, describe
+from cluster.store.connect import ADMIN_STATEMENT_TIMEOUT_S, Conn, connect, describe
 from cluster.store.definitions import Definitions
 from cluster.store.migrate import InitResult, migrate, stored_shard_count
 from cluster.store.pages import Pages
@@ -101,9 +101,11 @@ class JobStore(Definitions, RunControl):
         with, in small batches (``pulse runs prune``), on a connection of its own."""
         retention = Retention.from_config(await cluster_config.read_config(self._conn))
         shards = range(await self.shard_count())
-        async with connection(self.settings, "pulse-admin/prune") as conn:
-            await pruning.setup(conn)
-            return await pruning.prune(conn, retention, shards, now=now, dry_run=dry_run)
+        side = pruning.side_connection(
+            self.settings, "pulse-admin/prune", statement_timeout_s=ADMIN_STATEMENT_TIMEOUT_S
+        )
+        async with side.using():
+            return await pruning.prune(side, retention, shards, now=now, dry_run=dry_run)
 
     async def shard_count(self) -> int:
         if self._shards is None:

@@ -114,7 +114,7 @@ class RunControl:
                     )
                 slots = backfills.plan_slots(job.parsed_schedule(), start, end)
                 if only_missing:
-                    ok = await backfills.succeeded(self._conn, job.id, slots)
+                    ok = await backfills.succeeded(self._all, job.id, slots)
                     slots = [s for s in slots if s not in ok]
                 if dry_run:
                     return BackfillPlan(slots)
