@@ -32,6 +32,7 @@ from prometheus_client.platform_collector import PlatformCollector
 from prometheus_client.process_collector import ProcessCollector
 from prometheus_client.registry import Collector
 
+from cluster.jobs.models import ATTEMPT_OUTCOMES
 from node.state import NodeState
 from node.stats import Stats
 
@@ -43,7 +44,6 @@ CLAIM_BUCKETS = (
     *(0.0005, 0.001, 0.0015, 0.002, 0.003, 0.004, 0.005, 0.0075, 0.01),
     *(0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5),
 )
-OUTCOMES = ("succeeded", "failed", "timed_out", "cancelled")
 SERVE_POLL_S = 3600.0
 
 
@@ -140,7 +140,7 @@ class NodeCollector(Collector):
 
         yield counter("pulse_slots_fired", "Slots claimed and started on this node.", s.fired)
         runs = CounterMetricFamily("pulse_runs", "Finished runs by outcome.", labels=["outcome"])
-        for outcome in sorted(set(OUTCOMES) | set(s.outcomes)):
+        for outcome in sorted({*ATTEMPT_OUTCOMES, *s.outcomes}):
             runs.add_metric([outcome], s.outcomes.get(outcome, 0))
         yield runs
         yield counter("pulse_retries", "Failed runs scheduled for another attempt.", s.retries)

@@ -14,12 +14,12 @@ from datetime import UTC, datetime
 
 from cluster.members import MemberInfo, MemberRegistry
 from cluster.settings import ClusterSettings, NodeSettings
+from cluster.store import pruning
 from cluster.store.alerts import AlertStore
-from cluster.store.backfills import BackfillConnection
 from cluster.store.effects import EffectsStore
-from cluster.store.pruning import PruneConnection
 from cluster.store.records import ClaimedJob
 from cluster.store.session import LockSession
+from cluster.store.side import SideConnection
 from cluster.store.writer import ResultWriter
 from node.handlers.effects import Effects
 from node.handlers.forwarding import Forwarders
@@ -109,9 +109,8 @@ def wire(
             set(executor.flight_leases()) | completer.flight_leases(),
         ),
     )
-    alert_store = AlertStore(
-        cluster, f"{s.node_id}/alerts", statement_timeout_s=s.statement_timeout_s
-    )
+    timeout_s = s.statement_timeout_s
+    alert_store = AlertStore(cluster, f"{s.node_id}/alerts", statement_timeout_s=timeout_s)
     keeper = ShardKeeper(
         state,
         session,
@@ -160,7 +159,7 @@ def wire(
             drain_timeout_s=s.drain_timeout_s,
         ),
         pruner=Pruner(
-            PruneConnection(cluster, s.node_id, statement_timeout_s=s.statement_timeout_s),
+            pruning.side_connection(cluster, f"{s.node_id}/prune", statement_timeout_s=timeout_s),
             state,
             stats,
             interval_s=s.prune_interval_s,
@@ -169,7 +168,7 @@ def wire(
         alerts=AlertDelivery(alert_store, s.node_id, stats),
         late=LatePass(alert_store, shard_count, stats),
         backfiller=Backfiller(
-            BackfillConnection(cluster, s.node_id, statement_timeout_s=s.statement_timeout_s),
+            SideConnection(cluster, f"{s.node_id}/backfill", statement_timeout_s=timeout_s),
             state,
             stats,
             claimer.flights_queued,

@@ -17,8 +17,6 @@ from pathlib import Path
 
 from cluster.chaos import witness
 
-FINISHED = frozenset({"succeeded", "failed", "timed_out"})
-
 
 def to_ms(moment: datetime | float) -> int:
     seconds = moment.timestamp() if isinstance(moment, datetime) else moment

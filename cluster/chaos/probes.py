@@ -16,8 +16,8 @@ from cluster.chaos.observations import LedgerRow, LockSample, RunRecord, to_ms
 from cluster.members import MemberRegistry
 from cluster.settings import ClusterSettings
 from cluster.store import diagnostics, ledger
-from cluster.store.diagnostics import HolderSampler
 from cluster.store.jobs import JobStore
+from cluster.store.side import SideConnection
 
 APP_NAME = "pulse-chaos"
 SAMPLE_INTERVAL_S = 0.2
@@ -27,7 +27,8 @@ class LockSampler:
     """Records which node holds each shard lock, every ``interval_s``, until stopped."""
 
     def __init__(self, settings: ClusterSettings, interval_s: float = SAMPLE_INTERVAL_S) -> None:
-        self._sampler = HolderSampler(settings, APP_NAME)
+        # Its own connection, opened again after an error; a sample waits at most 2 s.
+        self._conn = SideConnection(settings, APP_NAME, statement_timeout_s=1.0)
         self._interval_s = interval_s
         self.samples: list[LockSample] = []
 
@@ -35,13 +36,13 @@ class LockSampler:
         try:
             while not stop.is_set():
                 started = time.monotonic()
-                holders = await self._sampler.sample()
+                holders = await diagnostics.shard_holders(self._conn)
                 self.samples.append(LockSample(time.time(), holders))
                 wait = self._interval_s - (time.monotonic() - started)
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(stop.wait(), max(0.0, wait))
         finally:
-            await self._sampler.close()
+            await self._conn.close()
 
 
 async def terminate_backends(settings: ClusterSettings, node_id: str) -> int:

@@ -28,13 +28,8 @@ from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from cluster.chaos.observations import (
-    FINISHED,
-    Execution,
-    JobInfo,
-    Observations,
-    RunRecord,
-)
+from cluster.chaos.observations import Execution, JobInfo, Observations, RunRecord
+from cluster.jobs.models import FINISHED, RunStatus
 
 EARLY_TOLERANCE_S = 0.05
 ATTRIBUTION_LEAD_S = 5.0  # a run lost to a fault may have started this long before it
@@ -212,7 +207,7 @@ def find_lost(obs: Observations) -> tuple[int, list[Violation]]:
         for slot_ms in expected_slots(job, start, end):
             expected += 1
             run = runs.get((job.name, slot_ms))
-            if run is not None and (run.status in FINISHED or run.status == "skipped"):
+            if run is not None and (run.status in FINISHED or run.status == RunStatus.SKIPPED):
                 continue
             why = "no run row" if run is None else f"left {run.status} (attempt {run.attempt})"
             lost.append(_v("lost slot", job.name, slot_ms, why))

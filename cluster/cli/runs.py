@@ -21,16 +21,14 @@ from cluster.cli.base import (
 )
 from cluster.cli.jobs import table, tenant_option
 from cluster.cli.prune import prune_runs
-from cluster.jobs.models import Run, iso
+from cluster.jobs.models import RUN_STATUSES, Run, iso
 from cluster.store import JobStore
-
-STATUSES = ["running", "succeeded", "failed", "timed_out", "cancelled", "skipped", "lost"]
 
 
 @click.group("runs", cls=PulseGroup, invoke_without_command=True, params=global_options())
 @click.option("--job", default=None, help="Only this job.")
 @click.option("--tenant", default=None, help="Only this tenant.")
-@click.option("--status", type=click.Choice(STATUSES), default=None)
+@click.option("--status", type=click.Choice(RUN_STATUSES), default=None)
 @click.option("--limit", type=click.IntRange(1, 100_000), default=50, show_default=True)
 @click.option("--json", "as_json", is_flag=True)
 @click.pass_context

@@ -18,6 +18,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from cluster.errors import InvalidInput
+from cluster.jobs.models import FAILURES
 from cluster.timing.durations import format_duration, parse_duration
 
 KEEP_FOR = "keep_for"
@@ -31,8 +32,6 @@ DEFAULT_KEEP_FAILED_FOR_S = 90 * 86400.0
 # Longer is read as this: a cutoff further back would leave Postgres's timestamp range.
 MAX_KEEP_S = 36500 * 86400.0
 MAX_KEEP_RUNS = 2**31 - 1  # Postgres integer
-
-FAILED_STATUSES = frozenset({"failed", "timed_out", "lost"})
 
 
 def _duration(key: str, text: str) -> float:
@@ -124,5 +123,5 @@ class JobRetention:
         job with a later slot."""
         if newer_runs >= self.keep_runs:
             return True
-        keep_s = self.keep_failed_for_s if status in FAILED_STATUSES else self.keep_for_s
+        keep_s = self.keep_failed_for_s if status in FAILURES else self.keep_for_s
         return age_s > keep_s

@@ -18,6 +18,7 @@ from datetime import datetime
 from typing import Any
 
 from cluster.errors import MembershipError
+from cluster.jobs.models import RUN_STATUSES
 from cluster.members import MemberRegistry
 from cluster.settings import DEFAULT_HEARTBEAT_TTL_S, ClusterSettings
 from cluster.store.snapshot import read_snapshot
@@ -27,7 +28,6 @@ LAG_WINDOW_S = 60.0
 OUTCOME_WINDOW_S = 3600.0
 HORIZON_S = 86400.0
 PAUSED_SHOWN = 20
-OUTCOMES = ("succeeded", "failed", "timed_out", "cancelled", "lost", "skipped", "running")
 
 
 @dataclass(frozen=True)
@@ -209,7 +209,8 @@ async def collect(
         lag_samples=rows.lag["samples"],
         lag_p50_s=rows.lag["p50_s"],
         lag_p99_s=rows.lag["p99_s"],
-        outcomes_1h={k: 0 for k in OUTCOMES} | {r["status"]: r["runs"] for r in rows.outcomes},
+        outcomes_1h=dict.fromkeys(RUN_STATUSES, 0)
+        | {r["status"]: r["runs"] for r in rows.outcomes},
         paused_jobs=[PausedJob(r["tenant_id"], r["name"], r["pause_note"]) for r in rows.paused],
         paused_total=rows.paused[0]["total"] if rows.paused else 0,
         done_jobs=rows.done,

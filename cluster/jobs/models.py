@@ -4,11 +4,35 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
+from enum import StrEnum
 from typing import Any
 from uuid import UUID
 
 from cluster.jobs.handlerrefs import redacted
 from cluster.timing.schedule import Schedule, parse_schedule
+
+
+class RunStatus(StrEnum):
+    """What became of a slot's attempt (the ``runs.status`` check of the schema), in the
+    order Pulse lists them: in flight, what a handler's attempt ends as, then the slots
+    that ended without one (skipped at claim, lost with their node)."""
+
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    TIMED_OUT = "timed_out"
+    CANCELLED = "cancelled"
+    SKIPPED = "skipped"
+    LOST = "lost"
+
+
+RUN_STATUSES: tuple[str, ...] = tuple(s.value for s in RunStatus)  # all, in that order
+# How an attempt a node ran ends (a metric counts each, even at zero).
+ATTEMPT_OUTCOMES = (RunStatus.SUCCEEDED, RunStatus.FAILED, RunStatus.TIMED_OUT, RunStatus.CANCELLED)
+# The handler ran to its end, whatever it said.
+FINISHED = frozenset({RunStatus.SUCCEEDED, RunStatus.FAILED, RunStatus.TIMED_OUT})
+# Kept for keep_failed_for rather than keep_for (docs/retention.md).
+FAILURES = frozenset({RunStatus.FAILED, RunStatus.TIMED_OUT, RunStatus.LOST})
 
 
 def iso(value: datetime | None) -> str | None:
@@ -175,7 +199,7 @@ class Run:
     attempt: int
     node_id: str | None
     zone: str | None
-    status: str
+    status: str  # a RunStatus
     started_at: datetime | None
     finished_at: datetime | None
     duration_s: float | None

@@ -13,11 +13,11 @@ from typing import Any
 
 import psycopg
 
-from cluster.errors import Conflict, NotFound, StoreError
+from cluster.errors import Conflict, NotFound
 from cluster.jobs.models import iso
 from cluster.jobs.spec import check_text
-from cluster.store.connect import Conn, describe
-from cluster.store.queries import query
+from cluster.store.connect import Conn
+from cluster.store.queries import query, store_error
 
 
 @dataclass(frozen=True)
@@ -163,7 +163,5 @@ class Access:
         try:
             cur = await self._conn.execute(query(name), params)
             return await cur.fetchall() if fetch else []
-        except psycopg.errors.UndefinedTable as exc:
-            raise StoreError("the schema is not initialised; run `pulse init` first") from exc
         except psycopg.Error as exc:
-            raise StoreError(describe(exc)) from exc
+            raise store_error(exc) from exc

@@ -1,31 +1,26 @@
 """Alerts in Postgres: the rules (admin), and the outbox's deliveries and the late pass (a
 node's alert services).
 
-``AlertStore`` holds one connection of its own: the admin's, or a node's ``<node id>/alerts``,
-never the lock session or the result writer, so a slow webhook or a long outbox never
-delays a claim or a completion. It connects on first use and again after any error. Events
+``AlertStore`` holds one side connection (``cluster.store.side``): the admin's, or a node's
+``<node id>/alerts``, never the lock session or the result writer, so a slow webhook or a
+long outbox never delays a claim or a completion. Events
 themselves are written by the statements that change the state they report (``complete``,
 ``recover``, ``late_pass``) through ``raise_alert`` (migration 006).
 """
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-import psycopg
-
 from cluster.alerts.rules import AlertEvent, AlertRule
-from cluster.errors import InvalidInput, NotFound, StoreError
+from cluster.errors import InvalidInput, NotFound
+from cluster.jobs.models import iso
 from cluster.settings import ClusterSettings
-from cluster.store.connect import Conn, connect, describe
-from cluster.store.deadline import Deadline
-from cluster.store.queries import query
+from cluster.store.side import Fetch, SideConnection
 
 DELIVERY_STATUSES = ("pending", "delivered", "failed")
 
@@ -64,9 +59,6 @@ class DeliveryRow:
     slot: datetime | None
 
     def to_json(self) -> dict[str, Any]:
-        def iso(value: datetime | None) -> str | None:
-            return value.isoformat() if value is not None else None
-
         return {
             "id": self.id,
             "rule": self.rule,
@@ -85,6 +77,18 @@ class DeliveryRow:
         }
 
 
+async def _check_scope(fetch: Fetch, rule: AlertRule) -> None:
+    async def exists(tenant: str | None, job: str | None) -> bool:
+        rows = await fetch("alert_scope_exists", {"tenant_id": tenant, "job_name": job})
+        return bool(rows and rows[0]["found"])
+
+    if rule.tenant is not None and not await exists(rule.tenant, None):
+        raise InvalidInput("tenant", f"no job in tenant {rule.tenant!r}")
+    if rule.job is not None and not await exists(rule.tenant, rule.job):
+        where = f" in tenant {rule.tenant!r}" if rule.tenant is not None else ""
+        raise InvalidInput("job", f"no job named {rule.job!r}{where}")
+
+
 def _rule(row: dict[str, Any]) -> AlertRule:
     return AlertRule(
         name=row["name"],
@@ -101,11 +105,9 @@ class AlertStore:
     def __init__(
         self, settings: ClusterSettings, application_name: str, *, statement_timeout_s: float = 5.0
     ) -> None:
-        self.settings = settings
-        self._name = application_name
-        self._timeout_s = statement_timeout_s
-        self._conn: Conn | None = None
-        self._lock = asyncio.Lock()
+        self._side = SideConnection(
+            settings, application_name, statement_timeout_s=statement_timeout_s
+        )
 
     @classmethod
     @asynccontextmanager
@@ -119,10 +121,7 @@ class AlertStore:
             await store.close()
 
     async def close(self) -> None:
-        conn, self._conn = self._conn, None
-        if conn is not None and not conn.closed:
-            with contextlib.suppress(TimeoutError, psycopg.Error, OSError):
-                await asyncio.wait_for(conn.close(), 2.0)
+        await self._side.close()
 
     # -- rules --------------------------------------------------------------------------
 
@@ -137,52 +136,30 @@ class AlertStore:
             "tenant_id": rule.tenant,
             "job_name": rule.job,
         }
-        async with self._lock:
-            conn = await self._connected()
-            try:
-                async with conn.transaction():
-                    await self._check_scope(conn, rule)
-                    cur = await conn.execute(query("alert_rule_insert"), params)
-                    if await cur.fetchone() is None:
-                        raise InvalidInput(
-                            "name", f"an alert rule named {rule.name!r} already exists"
-                        )
-            except psycopg.Error as exc:
-                await self._broken(conn)
-                raise StoreError(describe(exc)) from exc
+        async with self._side.transaction("alert_rule_insert") as fetch:
+            await _check_scope(fetch, rule)
+            if not await fetch("alert_rule_insert", params):
+                raise InvalidInput("name", f"an alert rule named {rule.name!r} already exists")
         return rule
 
-    async def _check_scope(self, conn: Conn, rule: AlertRule) -> None:
-        async def exists(tenant: str | None, job: str | None) -> bool:
-            params = {"tenant_id": tenant, "job_name": job}
-            cur = await conn.execute(query("alert_scope_exists"), params)
-            row = await cur.fetchone()
-            return bool(row and row["found"])
-
-        if rule.tenant is not None and not await exists(rule.tenant, None):
-            raise InvalidInput("tenant", f"no job in tenant {rule.tenant!r}")
-        if rule.job is not None and not await exists(rule.tenant, rule.job):
-            where = f" in tenant {rule.tenant!r}" if rule.tenant is not None else ""
-            raise InvalidInput("job", f"no job named {rule.job!r}{where}")
-
     async def rules(self) -> list[AlertRule]:
-        return [_rule(row) for row in await self._rows("alert_rules_list", {})]
+        return [_rule(row) for row in await self._side.fetch("alert_rules_list", {})]
 
     async def rule(self, name: str) -> AlertRule:
-        rows = await self._rows("alert_rule_get", {"name": name})
+        rows = await self._side.fetch("alert_rule_get", {"name": name})
         if not rows:
             raise NotFound(f"no alert rule named {name!r}")
         return _rule(rows[0])
 
     async def remove_rule(self, name: str) -> None:
-        if not await self._rows("alert_rule_remove", {"name": name}):
+        if not await self._side.fetch("alert_rule_remove", {"name": name}):
             raise NotFound(f"no alert rule named {name!r}")
 
     async def deliveries(self, status: str | None = None, limit: int = 50) -> list[DeliveryRow]:
         """Deliveries, newest first."""
         if status is not None and status not in DELIVERY_STATUSES:
             raise InvalidInput("status", f"{status!r}: use {', '.join(DELIVERY_STATUSES)}")
-        rows = await self._rows("alert_deliveries_list", {"status": status, "limit": limit})
+        rows = await self._side.fetch("alert_deliveries_list", {"status": status, "limit": limit})
         return [
             DeliveryRow(
                 id=r["id"],
@@ -221,13 +198,13 @@ class AlertStore:
                 db_now=r["db_now"],
                 event=AlertEvent.from_row(r),
             )
-            for r in await self._rows("claim_deliveries", params)
+            for r in await self._side.fetch("claim_deliveries", params)
         ]
 
     async def delivered(self, d: Delivery, node_id: str, now: datetime | None = None) -> bool:
         """Mark a leased delivery delivered; False if the lease was lost meanwhile."""
         params = {"id": d.id, "node_id": node_id, "attempts": d.attempts, "now": now}
-        return bool(await self._rows("delivery_delivered", params))
+        return bool(await self._side.fetch("delivery_delivered", params))
 
     async def retry(
         self,
@@ -250,39 +227,10 @@ class AlertStore:
             "error": error,
             "now": now,
         }
-        rows = await self._rows("delivery_retry", params)
+        rows = await self._side.fetch("delivery_retry", params)
         return str(rows[0]["status"]) if rows else None
 
     async def late_pass(self, shards: int, now: datetime | None = None) -> list[dict[str, Any]]:
         """Mark every slot that is late (in all ``shards``) once, raising its ``late`` event;
         returns the slots marked."""
-        return await self._rows("late_pass", {"shards": shards, "now": now})
-
-    # -- helpers -----------------------------------------------------------------------
-
-    async def _connected(self) -> Conn:
-        if self._conn is None or self._conn.closed:
-            self._conn = await connect(
-                self.settings, self._name, statement_timeout_s=self._timeout_s
-            )
-        return self._conn
-
-    async def _broken(self, conn: Conn) -> None:
-        if conn.closed or conn.broken:
-            await self.close()
-
-    async def _rows(self, name: str, params: dict[str, Any]) -> list[dict[str, Any]]:
-        async with self._lock:
-            conn = await self._connected()
-            try:
-                async with Deadline(conn, self._timeout_s + 1.0):
-                    cur = await conn.execute(query(name), params)
-                    return await cur.fetchall() if cur.description is not None else []
-            except TimeoutError as exc:
-                await self.close()
-                raise StoreError(f"{name}: no answer within {self._timeout_s:g}s") from exc
-            except psycopg.errors.UndefinedTable as exc:
-                raise StoreError("the schema is not initialised; run `pulse init` first") from exc
-            except psycopg.Error as exc:
-                await self._broken(conn)
-                raise StoreError(f"{name}: {describe(exc)}") from exc
+        return await self._side.fetch("late_pass", {"shards": shards, "now": now})

@@ -11,23 +11,17 @@ cluster dies. Slots come from the schedule in Python, as everywhere (DST include
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-import psycopg
-
-from cluster.errors import InvalidInput, StoreError
+from cluster.errors import InvalidInput
 from cluster.jobs.models import iso
-from cluster.settings import ClusterSettings
-from cluster.store.connect import Conn, connect, describe
-from cluster.store.queries import query
+from cluster.store.side import Fetch, SideConnection
 from cluster.timing.schedule import Schedule, parse_schedule
 
-__all__ = ["MAX_SLOTS", "Backfill", "BackfillConnection", "BackfillPlan", "fill", "plan_slots"]
+__all__ = ["MAX_SLOTS", "Backfill", "BackfillPlan", "fill", "plan_slots"]
 
 MAX_SLOTS = 100_000  # slots per request
 SCAN = 1000  # slots of a request read per pass at most (only_missing skips many)
@@ -109,32 +103,27 @@ def plan_slots(schedule: Schedule, start: datetime, end: datetime) -> list[datet
     return slots
 
 
-async def succeeded(conn: Conn, job_id: Any, slots: Sequence[datetime]) -> set[datetime]:
-    cur = await conn.execute(query("backfill_succeeded"), {"job_id": job_id, "slots": slots})
-    return {row["scheduled_for"] for row in await cur.fetchall()}
+async def succeeded(fetch: Fetch, job_id: Any, slots: Sequence[datetime]) -> set[datetime]:
+    rows = await fetch("backfill_succeeded", {"job_id": job_id, "slots": slots})
+    return {row["scheduled_for"] for row in rows}
 
 
-async def fill(conn: Conn, shards: Collection[int], now: datetime | None = None) -> int:
+async def fill(side: SideConnection, shards: Collection[int], now: datetime | None = None) -> int:
     """Queue the next slots of the active backfills of ``shards``; the slots queued."""
     if not shards:
         return 0
+    # Most passes find nothing: one statement, outside a transaction, says so.
+    (found,) = await side.fetch("backfills_any", {"shards": sorted(shards)})
+    if not found["any"]:
+        return 0
     total = 0
-    try:
-        # Most passes find nothing: one statement, outside a transaction, says so.
-        cur = await conn.execute(query("backfills_any"), {"shards": sorted(shards)})
-        found = await cur.fetchone()
-        if found is None or not found["any"]:
-            return 0
-        async with conn.transaction():
-            cur = await conn.execute(query("backfill_active"), {"shards": sorted(shards)})
-            for row in await cur.fetchall():
-                total += await _fill_one(conn, row, now)
-    except psycopg.Error as exc:
-        raise StoreError(f"backfill: {describe(exc)}") from exc
+    async with side.transaction("backfill") as fetch:
+        for row in await fetch("backfill_active", {"shards": sorted(shards)}):
+            total += await _fill_one(fetch, row, now)
     return total
 
 
-async def _fill_one(conn: Conn, row: dict[str, Any], now: datetime | None) -> int:
+async def _fill_one(fetch: Fetch, row: dict[str, Any], now: datetime | None) -> int:
     if row["job_status"] in ("paused", "done"):
         return 0  # a paused job's backfill waits for it to be resumed
     schedule = parse_schedule(row["schedule"], row["tz"], row["dst_repeated"], row["dst_skipped"])
@@ -143,7 +132,7 @@ async def _fill_one(conn: Conn, row: dict[str, Any], now: datetime | None) -> in
     taken: list[datetime] = []
     if room > 0 and cursor < end:
         scanned = schedule.slots_between(cursor, end - _US, SCAN)
-        done = await succeeded(conn, row["job_id"], scanned) if row["only_missing"] else set()
+        done = await succeeded(fetch, row["job_id"], scanned) if row["only_missing"] else set()
         for slot in scanned:
             if slot not in done:
                 if len(taken) >= room:
@@ -161,42 +150,5 @@ async def _fill_one(conn: Conn, row: dict[str, Any], now: datetime | None) -> in
         "in_flight": row["in_flight"],
         "now": now,
     }
-    cur = await conn.execute(query("backfill_queue"), params)
-    result = await cur.fetchone()
-    return 0 if result is None else int(result["queued"])
-
-
-class BackfillConnection:
-    """A node's backfill connection, ``<node id>/backfill``: opened on first use and again
-    after any error, never the lock session or the result writer, so queuing a backfill's
-    slots never delays a claim or a completion."""
-
-    def __init__(
-        self, settings: ClusterSettings, node_id: str, *, statement_timeout_s: float
-    ) -> None:
-        self._settings = settings
-        self._name = f"{node_id}/backfill"[:63]
-        self._timeout_s = statement_timeout_s
-        self._conn: Conn | None = None
-
-    async def fill(self, shards: Collection[int], now: datetime | None = None) -> int:
-        """``fill`` on this connection; ``StoreError`` (and a fresh connection next time)."""
-        if not shards:
-            return 0
-        try:
-            if self._conn is None or self._conn.closed:
-                self._conn = await asyncio.wait_for(
-                    connect(self._settings, self._name, statement_timeout_s=self._timeout_s),
-                    self._timeout_s + 1.0,
-                )
-            return await asyncio.wait_for(fill(self._conn, shards, now), self._timeout_s + 1.0)
-        except (TimeoutError, StoreError, psycopg.Error, OSError) as exc:
-            await self.close()
-            reason = "no answer in time" if isinstance(exc, TimeoutError) else str(exc)
-            raise StoreError(f"backfill: {reason}") from exc
-
-    async def close(self) -> None:
-        conn, self._conn = self._conn, None
-        if conn is not None and not conn.closed:
-            with contextlib.suppress(TimeoutError, psycopg.Error, OSError):
-                await asyncio.wait_for(conn.close(), 2.0)
+    queued = await fetch("backfill_queue", params)
+    return int(queued[0]["queued"]) if queued else 0

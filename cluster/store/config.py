@@ -9,15 +9,8 @@ from datetime import datetime
 import psycopg
 
 from cluster.config.keys import canonical
-from cluster.errors import StoreError
-from cluster.store.connect import Conn, describe
-from cluster.store.queries import query
-
-
-def _failed(exc: psycopg.Error) -> StoreError:
-    if isinstance(exc, psycopg.errors.UndefinedTable):
-        return StoreError("the schema is not initialised; run `pulse init` first")
-    return StoreError(describe(exc))
+from cluster.store.connect import Conn
+from cluster.store.queries import query, store_error
 
 
 async def config_rows(conn: Conn) -> list[tuple[str, str, datetime]]:
@@ -26,7 +19,7 @@ async def config_rows(conn: Conn) -> list[tuple[str, str, datetime]]:
         cur = await conn.execute(query("config_rows"))
         rows = await cur.fetchall()
     except psycopg.Error as exc:
-        raise _failed(exc) from exc
+        raise store_error(exc) from exc
     return [(r["key"], r["value"], r["updated_at"]) for r in rows]
 
 
@@ -41,7 +34,7 @@ async def write_config(conn: Conn, key: str, value: str) -> str:
     try:
         await conn.execute(query("set_config"), {"key": key, "value": stored})
     except psycopg.Error as exc:
-        raise _failed(exc) from exc
+        raise store_error(exc) from exc
     return stored
 
 
@@ -52,4 +45,4 @@ async def seed_config(conn: Conn, defaults: Mapping[str, str]) -> None:
             query("seed_config"), {"keys": list(defaults), "values": list(defaults.values())}
         )
     except psycopg.Error as exc:
-        raise _failed(exc) from exc
+        raise store_error(exc) from exc

@@ -28,6 +28,7 @@ from cluster.settings import ClusterSettings, mask_url
 from cluster.urls import is_multi_host
 
 CONNECT_TIMEOUT_S = 5
+ADMIN_STATEMENT_TIMEOUT_S = 30.0  # admin commands and tools, unless they say otherwise
 
 Row = dict[str, Any]
 Conn = psycopg.AsyncConnection[Row]
@@ -95,7 +96,7 @@ def connect_kwargs(
     settings: ClusterSettings,
     application_name: str,
     *,
-    statement_timeout_s: float = 30.0,
+    statement_timeout_s: float = ADMIN_STATEMENT_TIMEOUT_S,
     idle_session_timeout_s: float | None = None,
     autocommit: bool = True,
     prepare_threshold: int | None = None,
@@ -132,6 +133,13 @@ async def connection(
 def _first_line(exc: BaseException) -> str:
     text = str(exc).strip() or type(exc).__name__
     return text.splitlines()[0]
+
+
+class SchemaMissing(StoreError):
+    """The cluster's schema has no tables (or no shard count) yet: ``pulse init`` never ran."""
+
+    def __init__(self) -> None:
+        super().__init__("the schema is not initialised; run `pulse init` first")
 
 
 def describe(exc: BaseException) -> str:

@@ -1,4 +1,5 @@
-"""Statements with a deadline, for the node's own connections (lock session, result writer).
+"""Statements with a deadline, for the node's own connections (lock session, result writer,
+side connections).
 
 A statement cancelled inside psycopg is first cancelled on the server and waited for, which
 takes seconds when the server or the network no longer answers. At the deadline the
@@ -16,9 +17,13 @@ from psycopg import AsyncCursor
 
 from cluster.store.connect import Conn
 
-__all__ = ["Deadline", "fetch_within"]
+__all__ = ["MARGIN_S", "Deadline", "fetch_within"]
 
 R = TypeVar("R")
+
+# How long after its statement_timeout a statement's deadline falls: the server's own
+# timeout answers first, the deadline is for a server or network that no longer answers.
+MARGIN_S = 1.0
 
 
 async def fetch_within(

@@ -1,25 +1,23 @@
 """Job definitions, the part of ``JobStore`` that turns ``JobSpec``s into job rows: ``add``,
 ``apply`` and ``sync`` (``pulse jobs add``, ``pulse apply``, ``pulse node --sync-jobs``), and
 where each row goes: its first slot and jittered start, its default shard, or the shard of its
-zone set, or parked as an each-zone parent (docs/design/zones.md). A mix-in of ``JobStore``,
-on its connection, scope and statements; the store keeps what acts on jobs that exist."""
+zone set, or parked as an each-zone parent (docs/design/zones.md). A part of ``JobStore``, on
+its scoped connection; the store keeps what acts on jobs that exist."""
 
 from __future__ import annotations
 
 import uuid
 from collections.abc import Sequence
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any
 
-import psycopg
 from psycopg.types.json import Jsonb
 
-from cluster.errors import Conflict, StoreError
+from cluster.errors import Conflict
 from cluster.jobs.models import Job
 from cluster.jobs.spec import JobSpec
-from cluster.settings import ClusterSettings
-from cluster.store.connect import Conn, describe
 from cluster.store.queries import query
+from cluster.store.scoped import ScopedConnection
 from cluster.store.specs import (
     ApplyResult,
     SyncResult,
@@ -33,51 +31,31 @@ from ring import shard_for
 from ring.zones import PARKED_SHARD, ZONE_SHARD_BASE, zone_shard_for
 
 
-class Store(Protocol):
-    """What the mix-in uses of ``JobStore``."""
-
-    settings: ClusterSettings
-    _conn: Conn
-
-    async def shard_count(self) -> int: ...
-    async def db_now(self, now: datetime | None = None) -> datetime: ...
-    async def _notify(self, shard: int) -> None: ...
-    async def _one(self, name: str, params: dict[str, Any]) -> dict[str, Any] | None: ...
-
-
-# ``self`` stays unannotated, as the public API snapshot shows these methods
-# (tests/unit/test_public_api.py): the type checker alone sees the Protocol as a base.
-if TYPE_CHECKING:
-    _Host = Store
-else:
-    _Host = object
-
-
 class _Probe(Exception):  # a rollback carrying an answer, never an error
     def __init__(self, changed: bool) -> None:
         self.changed = changed
 
 
-class Definitions(_Host):
+class Definitions:
+    def __init__(self, db: ScopedConnection) -> None:
+        self._db = db
+
     async def add(self, spec: JobSpec, *, now: datetime | None = None) -> Job:
         """Create a job; ``InvalidInput`` if (tenant, name) exists."""
         spec = spec.validated()
-        shards = await self.shard_count()
-        try:
-            async with self._conn.transaction():
-                params = self._params(spec, shards, await self.db_now(now))
-                refuse_past(spec, params, await self.db_now(now))
-                row = await self._one("upsert_job", {**params, "replace": False})
-                if row is None:
-                    raise Conflict(
-                        "name",
-                        f"a job named {spec.name!r} already exists in tenant {spec.tenant!r}",
-                    )
-                placed = await self._place(spec, shards, params["next_run_at"])
-                await self._notify(row["shard_id"] if placed is None else placed)
-                job = await self._one("get_job", {"tenant_id": spec.tenant, "name": spec.name})
-        except psycopg.Error as exc:
-            raise StoreError(describe(exc)) from exc
+        shards = await self._db.shard_count()
+        async with self._db.transaction():
+            params = self._params(spec, shards, await self._db.db_now(now))
+            refuse_past(spec, params, await self._db.db_now(now))
+            row = await self._db.one("upsert_job", {**params, "replace": False})
+            if row is None:
+                raise Conflict(
+                    "name",
+                    f"a job named {spec.name!r} already exists in tenant {spec.tenant!r}",
+                )
+            placed = await self._place(spec, shards, params["next_run_at"])
+            await self._db.notify(row["shard_id"] if placed is None else placed)
+            job = await self._db.one("get_job", {"tenant_id": spec.tenant, "name": spec.name})
         assert job is not None
         return Job.from_row(job)
 
@@ -86,41 +64,38 @@ class Definitions(_Host):
     ) -> ApplyResult:
         """Create or update every spec by (tenant, name), all or nothing."""
         specs = checked(specs)
-        shards = await self.shard_count()
+        shards = await self._db.shard_count()
         result = ApplyResult()
-        try:
-            async with self._conn.transaction():
-                db_now = await self.db_now(now)
-                for spec in specs:
-                    params = {**self._params(spec, shards, db_now), "replace": True}
-                    row = await self._one("upsert_job", params)
-                    label = label_of(spec.tenant, spec.name)
-                    placed = await self._place(spec, shards, params["next_run_at"])
-                    if placed is not None:  # moved to its zone set's shard
-                        row = {
-                            "inserted": row is not None and row["inserted"],
-                            "shard_id": placed,
-                            "status": "idle" if row is None else row["status"],
-                        }
-                    if row is None:
-                        result.unchanged.append(label)
-                        continue
-                    if row["status"] != "done":  # a changed or new job due again
-                        refuse_past(spec, params, db_now)
-                    (result.created if row["inserted"] else result.updated).append(label)
-                    await self._notify(row["shard_id"])
-                if prune:
-                    cur = await self._conn.execute(
-                        query("remove_jobs_except"),
-                        {
-                            "tenant_ids": [s.tenant for s in specs],
-                            "names": [s.name for s in specs],
-                        },
-                    )
-                    rows = await cur.fetchall()
-                    result.removed = [label_of(r["tenant_id"], r["name"]) for r in rows]
-        except psycopg.Error as exc:
-            raise StoreError(describe(exc)) from exc
+        async with self._db.transaction():
+            db_now = await self._db.db_now(now)
+            for spec in specs:
+                params = {**self._params(spec, shards, db_now), "replace": True}
+                row = await self._db.one("upsert_job", params)
+                label = label_of(spec.tenant, spec.name)
+                placed = await self._place(spec, shards, params["next_run_at"])
+                if placed is not None:  # moved to its zone set's shard
+                    row = {
+                        "inserted": row is not None and row["inserted"],
+                        "shard_id": placed,
+                        "status": "idle" if row is None else row["status"],
+                    }
+                if row is None:
+                    result.unchanged.append(label)
+                    continue
+                if row["status"] != "done":  # a changed or new job due again
+                    refuse_past(spec, params, db_now)
+                (result.created if row["inserted"] else result.updated).append(label)
+                await self._db.notify(row["shard_id"])
+            if prune:
+                cur = await self._db.conn.execute(
+                    query("remove_jobs_except"),
+                    {
+                        "tenant_ids": [s.tenant for s in specs],
+                        "names": [s.name for s in specs],
+                    },
+                )
+                rows = await cur.fetchall()
+                result.removed = [label_of(r["tenant_id"], r["name"]) for r in rows]
         return result
 
     async def sync(self, specs: Sequence[JobSpec], *, now: datetime | None = None) -> SyncResult:
@@ -131,39 +106,38 @@ class Definitions(_Host):
         another, and the later ones find their jobs created (docs/design/python-api.md).
         """
         specs = checked(specs)
-        shards = await self.shard_count()
+        shards = await self._db.shard_count()
         result = SyncResult()
-        try:
-            async with self._conn.transaction():
-                await self._conn.execute(query("lock_job_sync"), {"schema": self.settings.schema})
-                db_now = await self.db_now(now)
-                for spec in specs:
-                    params = self._params(spec, shards, db_now)
-                    label = label_of(spec.tenant, spec.name)
-                    if past_one_off(spec, params, db_now):
-                        # A one-off that ran (and may have been removed) stays declared in
-                        # code: never created again, and never a reason not to start.
-                        result.unchanged.append(label)
-                        continue
-                    row = await self._one("upsert_job", {**params, "replace": False})
-                    if row is not None:
-                        placed = await self._place(spec, shards, params["next_run_at"])
-                        result.created.append(label)
-                        await self._notify(row["shard_id"] if placed is None else placed)
-                    elif await self._would_change(params):
-                        result.differing.append(label)
-                    else:
-                        result.unchanged.append(label)
-        except psycopg.Error as exc:
-            raise StoreError(describe(exc)) from exc
+        async with self._db.transaction():
+            await self._db.conn.execute(
+                query("lock_job_sync"), {"schema": self._db.settings.schema}
+            )
+            db_now = await self._db.db_now(now)
+            for spec in specs:
+                params = self._params(spec, shards, db_now)
+                label = label_of(spec.tenant, spec.name)
+                if past_one_off(spec, params, db_now):
+                    # A one-off that ran (and may have been removed) stays declared in
+                    # code: never created again, and never a reason not to start.
+                    result.unchanged.append(label)
+                    continue
+                row = await self._db.one("upsert_job", {**params, "replace": False})
+                if row is not None:
+                    placed = await self._place(spec, shards, params["next_run_at"])
+                    result.created.append(label)
+                    await self._db.notify(row["shard_id"] if placed is None else placed)
+                elif await self._would_change(params):
+                    result.differing.append(label)
+                else:
+                    result.unchanged.append(label)
         return result
 
     async def _would_change(self, params: dict[str, Any]) -> bool:
         """Whether applying would update the job: the upsert, run in a savepoint that is
         then rolled back, so "differs" means exactly what ``apply`` would change."""
         try:
-            async with self._conn.transaction():
-                row = await self._one("upsert_job", {**params, "replace": True})
+            async with self._db.transaction():
+                row = await self._db.one("upsert_job", {**params, "replace": True})
                 raise _Probe(row is not None)
         except _Probe as probe:
             return probe.changed
@@ -211,15 +185,15 @@ class Definitions(_Host):
         Returns the new shard if the job moved, None if it was already in place. Separate
         statements from ``upsert_job``, in the same transaction: nobody sees the job in
         the wrong shard."""
-        job = await self._one("get_job", {"tenant_id": spec.tenant, "name": spec.name})
+        job = await self._db.one("get_job", {"tenant_id": spec.tenant, "name": spec.name})
         assert job is not None
         key = {"tenant_id": spec.tenant, "name": spec.name}
         zones = list(spec.zones) or None
         if spec.each_zone:
             parked = {**key, "zones": zones, "shard_id": PARKED_SHARD}
-            return None if await self._one("park_each_zone", parked) is None else PARKED_SHARD
+            return None if await self._db.one("park_each_zone", parked) is None else PARKED_SHARD
         if job.get("each_zone"):
-            await self._one("unpark_each_zone", {**key, "next_run_at": next_run_at})
+            await self._db.one("unpark_each_zone", {**key, "next_run_at": next_run_at})
         elif tuple(job.get("zones") or ()) == spec.zones and (
             spec.zones or job["shard_id"] < ZONE_SHARD_BASE
         ):
@@ -229,11 +203,11 @@ class Definitions(_Host):
             shard = zone_shard_for(job["id"], space)
         else:
             shard = shard_for(job["id"], shards)
-        moved = await self._one("set_job_zones", {**key, "zones": zones, "shard_id": shard})
+        moved = await self._db.one("set_job_zones", {**key, "zones": zones, "shard_id": shard})
         return None if moved is None else shard
 
     async def _zone_space(self, zones: tuple[str, ...]) -> int:
         while True:  # no row: a concurrent first use of the set, committed by now
-            found = await self._one("zone_space", {"zones": list(zones)})
+            found = await self._db.one("zone_space", {"zones": list(zones)})
             if found is not None:
                 return int(found["space"])

@@ -5,7 +5,6 @@ Diagnostic only; the nodes' own statements are in ``sql/*.sql``."""
 
 from __future__ import annotations
 
-import asyncio
 from datetime import datetime
 
 import psycopg
@@ -13,8 +12,8 @@ from psycopg import sql
 
 from cluster.errors import StoreError
 from cluster.settings import ClusterSettings
-from cluster.store.connect import Conn, connect, describe
-from cluster.store.queries import query
+from cluster.store.connect import connect, describe
+from cluster.store.side import SideConnection
 
 TERMINATE = b"""
 SELECT count(*) FILTER (WHERE pg_terminate_backend(pid)) AS n FROM pg_stat_activity
@@ -28,33 +27,14 @@ SELECT count(*)::int AS n FROM jobs WHERE status <> 'paused' AND slot_at <= %(un
 RUN_TOKENS = b"SELECT job_name, scheduled_for, lease_token FROM runs"
 
 
-class HolderSampler:
-    """Reads shard -> holding node id from ``pg_locks`` on a connection of its own, opened
-    again after any error; ``None`` when Postgres cannot be read right now."""
-
-    def __init__(self, settings: ClusterSettings, application_name: str) -> None:
-        self._settings = settings
-        self._name = application_name
-        self._conn: Conn | None = None
-
-    async def sample(self, timeout_s: float = 2.0) -> dict[int, str] | None:
-        try:
-            async with asyncio.timeout(timeout_s):
-                if self._conn is None or self._conn.closed:
-                    self._conn = await connect(self._settings, self._name, statement_timeout_s=2)
-                cur = await self._conn.execute(
-                    query("shard_holders"), {"ns": self._settings.lock_namespace}
-                )
-                rows = await cur.fetchall()
-        except (StoreError, psycopg.Error, OSError, TimeoutError):
-            await self.close()
-            return None
-        return {row["shard"]: row["node_id"] for row in rows}
-
-    async def close(self) -> None:
-        conn, self._conn = self._conn, None
-        if conn is not None:
-            await conn.close()
+async def shard_holders(side: SideConnection) -> dict[int, str] | None:
+    """Shard -> holding node id, from ``pg_locks``; ``None`` when Postgres cannot be read
+    right now (``side`` opens again at the next call)."""
+    try:
+        rows = await side.fetch("shard_holders", {"ns": side.settings.lock_namespace})
+    except StoreError:
+        return None
+    return {row["shard"]: row["node_id"] for row in rows}
 
 
 async def terminate_backends(settings: ClusterSettings, node_id: str, app: str) -> int:

@@ -4,10 +4,12 @@
 one transaction, and wakes the claim loops of the job's shard with ``NOTIFY``. The CLI is a
 thin layer over this class.
 
-This module owns the store's connection and scope, the statements every part runs through,
-the cluster's settings and pruning, and what acts on jobs that exist (pause, resume,
-trigger, remove, and the reads). Its mix-ins hold the rest: creating and placing job rows
-(``cluster.store.definitions``) and steering running slots (``cluster.store.runcontrol``).
+This module owns the cluster's settings and pruning, and what acts on jobs that exist
+(pause, resume, trigger, remove, and the reads). Its parts hold the rest, on the store's
+scoped connection (``cluster.store.scoped``): creating and placing job rows
+(``definitions``), steering running slots (``runcontrol``), tokens and audit (``access``),
+paged reads (``pages``) and tenant limits (``tenants``). The methods of the first two that
+users call are the store's too.
 
     async with JobStore.open(ClusterSettings.from_env()) as store:
         await store.add(JobSpec.build("rollup", "0 * * * *", "billing.jobs:rollup"))
@@ -15,42 +17,42 @@ trigger, remove, and the reads). Its mix-ins hold the rest: creating and placing
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from datetime import datetime
 from typing import Any
 
-import psycopg
-
 from cluster.config.retention import Retention
-from cluster.errors import Conflict, NotFound, StoreError
+from cluster.errors import Conflict, NotFound
 from cluster.jobs.models import Job, Run, iso
 from cluster.jobs.spec import DEFAULT_TENANT, JobSpec, check_text
 from cluster.settings import ClusterSettings
 from cluster.store import config as cluster_config
 from cluster.store import pruning
 from cluster.store.access import Access
-from cluster.store.connect import Conn, connect, connection, describe
+from cluster.store.backfills import Backfill, BackfillPlan
+from cluster.store.connect import ADMIN_STATEMENT_TIMEOUT_S, Conn, connect
 from cluster.store.definitions import Definitions
-from cluster.store.migrate import InitResult, migrate, stored_shard_count
+from cluster.store.migrate import InitResult, migrate
 from cluster.store.pages import Pages
 from cluster.store.pruning import PruneResult
-from cluster.store.queries import fetch_all, fetch_one, query
-from cluster.store.runcontrol import RunControl
-from cluster.store.specs import MAX_NOTE_LENGTH, check_params
+from cluster.store.runcontrol import CancelRequest, RunControl
+from cluster.store.scoped import ScopedConnection
+from cluster.store.specs import MAX_NOTE_LENGTH, ApplyResult, SyncResult
 from cluster.store.tenants import Tenants
 from cluster.timing.jitter import jittered
 
 
-class JobStore(Definitions, RunControl):
+class JobStore:
     """``scope``: the one tenant this store reads and changes (an API token's), else all;
     every statement on a job filters by it (``%(scope)s`` in sql/jobs.sql)."""
 
     def __init__(self, conn: Conn, settings: ClusterSettings, *, scope: str | None = None) -> None:
-        self._conn = conn
+        self.db = ScopedConnection(conn, settings, scope)
         self.settings = settings
         self.scope = scope
-        self._shards: int | None = None
+        self.definitions = Definitions(self.db)
+        self.runcontrol = RunControl(self.db)
         self.access = Access(conn)
         self.pages = Pages(conn, scope)
         self.tenants = Tenants(conn)
@@ -58,11 +60,8 @@ class JobStore(Definitions, RunControl):
     @asynccontextmanager
     async def transaction(self) -> AsyncIterator[None]:
         """One transaction around several calls (a change and its audit row)."""
-        try:
-            async with self._conn.transaction():
-                yield
-        except psycopg.Error as exc:
-            raise StoreError(describe(exc)) from exc
+        async with self.db.transaction():
+            yield
 
     @classmethod
     @asynccontextmanager
@@ -78,43 +77,99 @@ class JobStore(Definitions, RunControl):
     async def init(self, shards: int | None = None) -> InitResult:
         """Create or upgrade the schema; fix the shard count on first run; store the
         default retention where the operator has set none."""
-        result = await migrate(self._conn, self.settings.schema, shards)
-        self._shards = result.shards
-        await cluster_config.seed_config(self._conn, Retention().to_config())
+        result = await migrate(self.db.conn, self.settings.schema, shards)
+        self.db.fix_shard_count(result.shards)
+        await cluster_config.seed_config(self.db.conn, Retention().to_config())
         return result
 
     async def config(self) -> list[tuple[str, str, datetime]]:
         """The cluster's stored settings (``pulse config show``): (key, value, updated_at)."""
-        return await cluster_config.config_rows(self._conn)
+        return await cluster_config.config_rows(self.db.conn)
 
     async def config_values(self) -> dict[str, str]:
         """The stored settings as {key: value}."""
-        return await cluster_config.read_config(self._conn)
+        return await cluster_config.read_config(self.db.conn)
 
     async def set_config(self, key: str, value: str) -> str:
         """Set a cluster setting (``pulse config set``); returns the value as stored.
         ``InvalidInput`` naming the key, with nothing written, if the key or value is bad."""
-        return await cluster_config.write_config(self._conn, key, value)
+        return await cluster_config.write_config(self.db.conn, key, value)
 
     async def prune(self, *, dry_run: bool = False, now: datetime | None = None) -> PruneResult:
         """Delete (or count) the expired runs of every shard and the alert events done
         with, in small batches (``pulse runs prune``), on a connection of its own."""
-        retention = Retention.from_config(await cluster_config.read_config(self._conn))
+        retention = Retention.from_config(await cluster_config.read_config(self.db.conn))
         shards = range(await self.shard_count())
-        async with connection(self.settings, "pulse-admin/prune") as conn:
-            await pruning.setup(conn)
-            return await pruning.prune(conn, retention, shards, now=now, dry_run=dry_run)
+        side = pruning.side_connection(
+            self.settings, "pulse-admin/prune", statement_timeout_s=ADMIN_STATEMENT_TIMEOUT_S
+        )
+        async with side.using():
+            return await pruning.prune(side, retention, shards, now=now, dry_run=dry_run)
 
     async def shard_count(self) -> int:
-        if self._shards is None:
-            self._shards = await stored_shard_count(self._conn)
-        return self._shards
+        return await self.db.shard_count()
 
     async def db_now(self, now: datetime | None = None) -> datetime:
-        row = await self._one("db_now", {"now": now})
-        assert row is not None
-        value: datetime = row["now"]
-        return value
+        return await self.db.db_now(now)
+
+    # -- the parts' methods users call ------------------------------------------------
+
+    async def add(self, spec: JobSpec, *, now: datetime | None = None) -> Job:
+        """Create a job; ``InvalidInput`` if (tenant, name) exists."""
+        return await self.definitions.add(spec, now=now)
+
+    async def apply(
+        self, specs: Sequence[JobSpec], *, prune: bool = False, now: datetime | None = None
+    ) -> ApplyResult:
+        """Create or update every spec by (tenant, name), all or nothing."""
+        return await self.definitions.apply(specs, prune=prune, now=now)
+
+    async def sync(self, specs: Sequence[JobSpec], *, now: datetime | None = None) -> SyncResult:
+        """Create the jobs of ``specs`` that do not exist yet; report, never overwrite, the
+        others that differ (``Definitions.sync``)."""
+        return await self.definitions.sync(specs, now=now)
+
+    async def cancel(
+        self,
+        name: str,
+        tenant: str = DEFAULT_TENANT,
+        *,
+        by: str,
+        slot: datetime | None = None,
+        every: bool = False,
+    ) -> list[CancelRequest]:
+        """Ask the node running the job's slot to stop it (``RunControl.cancel``)."""
+        return await self.runcontrol.cancel(name, tenant, by=by, slot=slot, every=every)
+
+    async def backfill(
+        self,
+        name: str,
+        tenant: str = DEFAULT_TENANT,
+        *,
+        start: datetime,
+        end: datetime,
+        only_missing: bool = False,
+        max_parallel: int = 1,
+        dry_run: bool = False,
+    ) -> BackfillPlan:
+        """Ask for the job's slots in ``[start, end)`` to run again (``RunControl.backfill``)."""
+        return await self.runcontrol.backfill(
+            name,
+            tenant,
+            start=start,
+            end=end,
+            only_missing=only_missing,
+            max_parallel=max_parallel,
+            dry_run=dry_run,
+        )
+
+    async def backfills(self, tenant: str | None = None) -> list[Backfill]:
+        """Every backfill request, oldest first, with its progress."""
+        return await self.runcontrol.backfills(tenant)
+
+    async def cancel_backfill(self, backfill_id: int) -> Backfill:
+        """Stop a backfill; ``InvalidInput`` for an unknown id."""
+        return await self.runcontrol.cancel_backfill(backfill_id)
 
     # -- jobs that exist ----------------------------------------------------------------
 
@@ -131,28 +186,23 @@ class JobStore(Definitions, RunControl):
         self, name: str, tenant: str = DEFAULT_TENANT, *, now: datetime | None = None
     ) -> Job:
         """Unpause; the job continues at its next future slot."""
-        try:
-            async with self._conn.transaction():
-                job = await self._job("lock_job", name, tenant)
-                spec = self._spec_of(job)
-                slot = spec.parsed_schedule().next_after(await self.db_now(now))
-                start = jittered(tenant, name, slot, job.jitter_s)
-                await self._write(
-                    "resume_job", name, tenant, {"next_run_at": start, "slot_at": slot}
-                )
-        except psycopg.Error as exc:
-            raise StoreError(describe(exc)) from exc
+        async with self.db.transaction():
+            job = await self.db.job("lock_job", name, tenant)
+            spec = self._spec_of(job)
+            slot = spec.parsed_schedule().next_after(await self.db_now(now))
+            start = jittered(tenant, name, slot, job.jitter_s)
+            await self._write("resume_job", name, tenant, {"next_run_at": start, "slot_at": slot})
         return await self.get(name, tenant)
 
     async def trigger(
         self, name: str, tenant: str = DEFAULT_TENANT, *, now: datetime | None = None
     ) -> Job:
         """Make the job due now without changing its regular schedule."""
-        row = await self._one("trigger_job", {"tenant_id": tenant, "name": name, "now": now})
+        row = await self.db.one("trigger_job", {"tenant_id": tenant, "name": name, "now": now})
         if row is None:
             job = await self.get(name, tenant)  # raises NotFound
             raise Conflict("name", f"{job.name!r} is running now; trigger it when it ends")
-        await self._notify(row["shard_id"])
+        await self.db.notify(row["shard_id"])
         return await self.get(name, tenant)
 
     async def remove(self, name: str, tenant: str = DEFAULT_TENANT) -> None:
@@ -161,7 +211,7 @@ class JobStore(Definitions, RunControl):
     # -- reads ------------------------------------------------------------------------
 
     async def get(self, name: str, tenant: str = DEFAULT_TENANT) -> Job:
-        return await self._job("get_job", name, tenant)
+        return await self.db.job("get_job", name, tenant)
 
     async def details(
         self, name: str, tenant: str = DEFAULT_TENANT, *, slots: int = 5, runs: int = 5
@@ -186,7 +236,7 @@ class JobStore(Definitions, RunControl):
         return data
 
     async def jobs(self, tenant: str | None = None) -> list[Job]:
-        rows = await self._all("list_jobs", {"tenant_id": tenant})
+        rows = await self.db.all("list_jobs", {"tenant_id": tenant})
         return [Job.from_row(r) for r in rows]
 
     async def runs(
@@ -198,7 +248,7 @@ class JobStore(Definitions, RunControl):
     ) -> list[Run]:
         """Run history, newest slot first; attempts in flight are listed as ``running``."""
         params = {"job_name": job, "tenant_id": tenant, "status": status, "limit": limit}
-        return [Run.from_row(r) for r in await self._all("list_runs", params)]
+        return [Run.from_row(r) for r in await self.db.all("list_runs", params)]
 
     async def run(
         self, name: str, tenant: str = DEFAULT_TENANT, *, slot: datetime | None = None
@@ -206,7 +256,7 @@ class JobStore(Definitions, RunControl):
         """One run of the job with its output: the run of ``slot``, else the newest (an
         attempt in flight is ``running``, its output not written yet); ``NotFound`` if none."""
         params = {"job_name": name, "tenant_id": tenant, "slot": slot}
-        row = await self._one("show_run", params)
+        row = await self.db.one("show_run", params)
         if row is None:
             which = f"of slot {slot.isoformat()} " if slot is not None else ""
             raise NotFound(f"no run {which}of job {name!r} in tenant {tenant!r}")
@@ -226,31 +276,8 @@ class JobStore(Definitions, RunControl):
             dst_skipped=job.dst_skipped,
         )
 
-    async def _job(self, statement: str, name: str, tenant: str) -> Job:
-        """The job read by ``statement`` (``get_job``, or ``lock_job``: its row locked until
-        the transaction ends); ``NotFound`` if there is none."""
-        row = await self._one(statement, {"tenant_id": tenant, "name": name})
-        if row is None:
-            raise NotFound(f"no job named {name!r} in tenant {tenant!r}")
-        return Job.from_row(row)
-
-    async def _notify(self, shard: int) -> None:
-        await self._conn.execute(
-            query("notify"), {"channel": self.settings.wake_channel, "payload": str(shard)}
-        )
-
     async def _write(self, name: str, job: str, tenant: str, extra: dict[str, Any]) -> None:
-        row = await self._one(name, {"tenant_id": tenant, "name": job, **extra})
+        row = await self.db.one(name, {"tenant_id": tenant, "name": job, **extra})
         if row is None:
             raise NotFound(f"no job named {job!r} in tenant {tenant!r}")
-        await self._notify(row["shard_id"])
-
-    async def _one(self, name: str, params: dict[str, Any]) -> dict[str, Any] | None:
-        params = {"scope": self.scope, **params}
-        check_params(params)
-        return await fetch_one(self._conn, name, params)
-
-    async def _all(self, name: str, params: dict[str, Any]) -> list[dict[str, Any]]:
-        params = {"scope": self.scope, **params}
-        check_params(params)
-        return await fetch_all(self._conn, name, params)
+        await self.db.notify(row["shard_id"])

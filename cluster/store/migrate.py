@@ -23,7 +23,8 @@ from psycopg import sql
 
 from cluster.errors import ConfigError, InvalidInput, StoreError
 from cluster.settings import DEFAULT_SHARDS
-from cluster.store.connect import Conn, describe
+from cluster.store.connect import Conn, SchemaMissing, describe
+from cluster.store.queries import store_error
 from ring import validate_shard_count
 
 logger = logging.getLogger(__name__)
@@ -173,10 +174,8 @@ async def check_schema(conn: Conn) -> None:
     try:
         cur = await conn.execute("SELECT * FROM schema_version")
         rows = await cur.fetchall()
-    except psycopg.errors.UndefinedTable as exc:
-        raise StoreError("the schema is not initialised; run `pulse init` first") from exc
     except psycopg.Error as exc:
-        raise StoreError(describe(exc)) from exc
+        raise store_error(exc) from exc
     version = max((row["version"] for row in rows), default=0)
     if version < REQUIRED_VERSION:
         raise ConfigError(
@@ -201,14 +200,12 @@ async def stored_shard_count(conn: Conn) -> int:
     """The shard count fixed at init; StoreError if the schema was never initialised."""
     try:
         return await _current_shard_count(conn)
-    except psycopg.errors.UndefinedTable as exc:
-        raise StoreError("the schema is not initialised; run `pulse init` first") from exc
     except psycopg.Error as exc:
-        raise StoreError(describe(exc)) from exc
+        raise store_error(exc) from exc
 
 
 async def _current_shard_count(conn: Conn) -> int:
     count = await _shard_count(conn)
     if count is None:
-        raise StoreError("the schema is not initialised; run `pulse init` first")
+        raise SchemaMissing
     return count

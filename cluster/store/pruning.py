@@ -5,30 +5,23 @@ index, so jobs without runs cost nothing), keeps those of the given shards, and 
 their expired runs in batches of at most ``BATCH`` rows (``prune_runs`` in sql/retention.sql).
 Every statement is short and autocommit: a prune never holds locks for long, never
 touches the job rows a claim locks, and shares with completions only the rare old run row
-a retry rewrites. Nodes prune on a connection of their own, ``<node id>/prune``
-(``PruneConnection``); ``pulse runs prune`` on one it opens for the purpose.
+a retry rewrites. Nodes prune on a side connection of their own, ``<node id>/prune``;
+``pulse runs prune`` on one it opens for the purpose, ``pulse-admin/prune``.
 Why so: docs/design/retention.md.
 """
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 from collections.abc import Collection
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 from uuid import UUID
 
-import psycopg
-
 from cluster.config.retention import MAX_KEEP_S, Retention
-from cluster.errors import StoreError
 from cluster.settings import ClusterSettings
-from cluster.store.config import read_config
-from cluster.store.connect import Conn, connect, describe
-from cluster.store.deadline import Deadline
-from cluster.store.queries import query
+from cluster.store.connect import Row
+from cluster.store.side import SideConnection
 
 PAGE_JOBS = 200  # jobs with runs per statement, of every shard; two probes per held one
 BATCH = 500  # run rows deleted per statement at most
@@ -52,35 +45,9 @@ class TableSize:
     bytes: int
 
 
-async def _row(
-    conn: Conn, name: str, params: dict[str, Any], deadline_s: float | None = None
-) -> dict[str, Any]:
-    try:
-        if deadline_s is None:
-            cur = await conn.execute(query(name), params)
-            row = await cur.fetchone()
-        else:
-            async with Deadline(conn, deadline_s):
-                cur = await conn.execute(query(name), params)
-                row = await cur.fetchone()
-    except psycopg.errors.UndefinedTable as exc:
-        raise StoreError("the schema is not initialised; run `pulse init` first") from exc
-    except psycopg.Error as exc:
-        raise StoreError(f"{name}: {describe(exc)}") from exc
-    assert row is not None
+async def _row(side: SideConnection, name: str, params: dict[str, Any]) -> Row:
+    (row,) = await side.fetch(name, params)
     return row
-
-
-async def _count(conn: Conn, name: str, params: dict[str, Any], deadline_s: float | None) -> int:
-    """How many rows the statement ``name`` returned."""
-    try:
-        async with contextlib.AsyncExitStack() as stack:
-            if deadline_s is not None:
-                await stack.enter_async_context(Deadline(conn, deadline_s))
-            cur = await conn.execute(query(name), params)
-            return len(await cur.fetchall())
-    except psycopg.Error as exc:
-        raise StoreError(f"{name}: {describe(exc)}") from exc
 
 
 def _after(job_id: UUID) -> UUID | None:
@@ -89,7 +56,7 @@ def _after(job_id: UUID) -> UUID | None:
 
 
 async def prune(
-    conn: Conn,
+    side: SideConnection,
     retention: Retention,
     shards: Collection[int],
     *,
@@ -97,11 +64,9 @@ async def prune(
     dry_run: bool = False,
     page_jobs: int = PAGE_JOBS,
     batch: int = BATCH,
-    deadline_s: float | None = None,
 ) -> PruneResult:
     """One pass over the jobs of ``shards``: delete (or with ``dry_run`` count) their
-    expired runs, then the alert events done with. ``deadline_s`` bounds each statement
-    (the connection is closed when it passes)."""
+    expired runs, then the alert events done with."""
     result = PruneResult()
     params: dict[str, Any] = {
         "now": now,
@@ -118,10 +83,10 @@ async def prune(
         params["from_id"] = start
         result.statements += 1
         if dry_run:
-            row = await _row(conn, "count_prunable_runs", params, deadline_s)
+            row = await _row(side, "count_prunable_runs", params)
             result.runs += row["chosen"]
         else:
-            row = await _row(conn, "prune_runs", params, deadline_s)
+            row = await _row(side, "prune_runs", params)
             result.runs += row["removed"]
             if row["chosen"] >= batch and row["removed"]:
                 # A full batch: its last job may have more, the jobs before it are done.
@@ -132,74 +97,38 @@ async def prune(
     if shards and not dry_run:  # done one-off jobs whose runs are gone (docs/time.md)
         result.statements += 1
         done = {"shards": sorted(shards), "batch": batch}
-        result.done_jobs = await _count(conn, "prune_done_jobs", done, deadline_s)
+        result.done_jobs = len(await side.fetch("prune_done_jobs", done))
     # Events belong to no shard: every pass takes its share, SKIP LOCKED.
     events = {"now": now, "keep_s": retention.keep_failed_for_s, "batch": batch}
     while True:
         result.statements += 1
         if dry_run:
-            row = await _row(conn, "count_prunable_alert_events", events, deadline_s)
+            row = await _row(side, "count_prunable_alert_events", events)
             result.alert_events += row["chosen"]
             return result
-        gone = (await _row(conn, "prune_alert_events", events, deadline_s))["removed"]
+        gone = (await _row(side, "prune_alert_events", events))["removed"]
         result.alert_events += gone
         if gone < batch:
             return result
 
 
-async def setup(conn: Conn, deadline_s: float | None = None) -> None:
-    """Give ``conn`` the settings of a pruning connection (``prune_setup``)."""
-    await _row(conn, "prune_setup", {}, deadline_s)
+def side_connection(
+    settings: ClusterSettings, application_name: str, *, statement_timeout_s: float
+) -> SideConnection:
+    """A pruning connection: never the lock session or the result writer, so a pass never
+    waits behind a claim or a completion, nor they behind it (``prune_setup`` gives it its
+    settings)."""
+    return SideConnection(
+        settings, application_name, statement_timeout_s=statement_timeout_s, setup="prune_setup"
+    )
 
 
-async def table_size(conn: Conn, deadline_s: float | None = None) -> TableSize:
-    row = await _row(conn, "runs_table_size", {}, deadline_s)
-    return TableSize(row["rows"], int(row["bytes"]))
-
-
-class PruneConnection:
-    """A node's pruning connection, ``<node id>/prune``: opened on first use and again
-    after any error, never the lock session or the result writer, so a pass never waits
-    behind a claim or a completion, nor they behind it. Every statement has a deadline."""
-
-    def __init__(
-        self, settings: ClusterSettings, node_id: str, *, statement_timeout_s: float
-    ) -> None:
-        self._settings = settings
-        self._name = f"{node_id}/prune"[:63]
-        self._timeout_s = statement_timeout_s
-        self._conn: Conn | None = None
-
-    async def _open(self) -> Conn:
-        if self._conn is None or self._conn.closed:
-            conn = await asyncio.wait_for(
-                connect(self._settings, self._name, statement_timeout_s=self._timeout_s),
-                self._timeout_s + 1.0,
-            )
-            self._conn = conn
-            await setup(conn, self._timeout_s + 1.0)
-        return self._conn
-
-    async def prune(
-        self, shards: Collection[int], now: datetime | None = None
-    ) -> tuple[PruneResult, TableSize]:
-        """Read the cluster's retention, prune ``shards``, then measure the runs table.
-        A bad value in the config table is ``InvalidInput``, and nothing is pruned."""
-        deadline_s = self._timeout_s + 1.0
-        try:
-            conn = await self._open()
-            async with Deadline(conn, deadline_s):
-                retention = Retention.from_config(await read_config(conn))
-            result = await prune(conn, retention, shards, now=now, deadline_s=deadline_s)
-            size = await table_size(conn, deadline_s)
-        except (TimeoutError, StoreError, psycopg.Error, OSError) as exc:
-            await self.close()
-            reason = "no answer in time" if isinstance(exc, TimeoutError) else str(exc)
-            raise StoreError(f"prune: {reason}") from exc
-        return result, size
-
-    async def close(self) -> None:
-        conn, self._conn = self._conn, None
-        if conn is not None and not conn.closed:
-            with contextlib.suppress(TimeoutError, psycopg.Error, OSError):
-                await asyncio.wait_for(conn.close(), 2.0)
+async def prune_held(
+    side: SideConnection, shards: Collection[int], now: datetime | None = None
+) -> tuple[PruneResult, TableSize]:
+    """A node's pass: read the cluster's retention, prune ``shards``, then measure the runs
+    table. A bad value in the config table is ``InvalidInput``, and nothing is pruned."""
+    config = {row["key"]: row["value"] for row in await side.fetch("config_rows")}
+    result = await prune(side, Retention.from_config(config), shards, now=now)
+    size = await _row(side, "runs_table_size", {})
+    return result, TableSize(size["rows"], int(size["bytes"]))

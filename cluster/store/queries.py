@@ -23,7 +23,7 @@ from typing import Any
 import psycopg
 
 from cluster.errors import StoreError
-from cluster.store.connect import Conn, Row, describe
+from cluster.store.connect import Conn, Row, SchemaMissing, describe
 
 _SECTION = re.compile(r"^-- name: ([a-z_]+)\s*$", re.MULTILINE)
 
@@ -80,11 +80,12 @@ def names() -> list[str]:
     return sorted(_all())
 
 
-def store_error(exc: psycopg.Error) -> StoreError:
-    """A driver error as Pulse's; a missing table means ``pulse init`` never ran."""
+def store_error(exc: psycopg.Error, context: str | None = None) -> StoreError:
+    """A driver error as Pulse's, after ``context`` (what failed) if given; a missing table
+    means ``pulse init`` never ran."""
     if isinstance(exc, psycopg.errors.UndefinedTable):
-        return StoreError("the schema is not initialised; run `pulse init` first")
-    return StoreError(describe(exc))
+        return SchemaMissing()
+    return StoreError(describe(exc) if context is None else f"{context}: {describe(exc)}")
 
 
 async def fetch_one(conn: Conn, name: str, params: dict[str, Any]) -> Row | None:

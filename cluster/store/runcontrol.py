@@ -1,25 +1,20 @@
 """Steering what runs, the part of ``JobStore`` that acts on slots rather than on job
 definitions: cancelling running slots (``pulse runs cancel``; docs/design/effects.md) and
 backfill requests (``pulse jobs backfill``, ``pulse backfills``; docs/design/time.md).
-A mix-in of ``JobStore``, on its connection, scope and statements."""
+A part of ``JobStore``, on its scoped connection."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Protocol
 
-import psycopg
-
-from cluster.errors import InvalidInput, NotRunning, StoreError
-from cluster.jobs.models import Job
+from cluster.errors import InvalidInput, NotRunning
 from cluster.jobs.spec import DEFAULT_TENANT, check_text
-from cluster.settings import ClusterSettings
 from cluster.store import backfills
 from cluster.store.backfills import Backfill, BackfillPlan
-from cluster.store.connect import Conn, describe
 from cluster.store.notify import CANCEL_PREFIX
 from cluster.store.queries import query
+from cluster.store.scoped import ScopedConnection
 from cluster.store.specs import MAX_NOTE_LENGTH
 
 
@@ -32,22 +27,12 @@ class CancelRequest:
     node_id: str | None
 
 
-class Store(Protocol):
-    """What the mix-in uses of ``JobStore``."""
-
-    settings: ClusterSettings
-    _conn: Conn
-
-    async def get(self, name: str, tenant: str = ...) -> Job: ...
-    async def _job(self, statement: str, name: str, tenant: str) -> Job: ...
-    async def _notify(self, shard: int) -> None: ...
-    async def _one(self, name: str, params: dict[str, Any]) -> dict[str, Any] | None: ...
-    async def _all(self, name: str, params: dict[str, Any]) -> list[dict[str, Any]]: ...
-
-
 class RunControl:
+    def __init__(self, db: ScopedConnection) -> None:
+        self._db = db
+
     async def cancel(
-        self: Store,
+        self,
         name: str,
         tenant: str = DEFAULT_TENANT,
         *,
@@ -63,32 +48,27 @@ class RunControl:
         several are and neither ``slot`` nor ``every`` says which."""
         by = " ".join(check_text(by, "by").split())[:MAX_NOTE_LENGTH] or "unknown"
         params = {"tenant_id": tenant, "name": name, "slot": slot, "by": by}
-        try:
-            async with self._conn.transaction():
-                rows = await self._all("cancel_job", params)
-                rows += await self._all("cancel_flights", params)
-                if len(rows) > 1 and slot is None and not every:
-                    raise InvalidInput(
-                        "slot", f"{len(rows)} slots of {name!r} are running: give --slot or --all"
-                    )
-                for row in rows:  # delivered when the transaction commits
-                    slot_us = (
-                        int(row["slot_at"].timestamp() * 1e6) if row["overlap"] == "allow" else ""
-                    )
-                    payload = f"{CANCEL_PREFIX}{row['id']}:{row['lease_token']}:{slot_us}:{by}"
-                    await self._conn.execute(
-                        query("notify"), {"channel": self.settings.wake_channel, "payload": payload}
-                    )
-        except psycopg.Error as exc:
-            raise StoreError(describe(exc)) from exc
+        async with self._db.transaction():
+            rows = await self._db.all("cancel_job", params)
+            rows += await self._db.all("cancel_flights", params)
+            if len(rows) > 1 and slot is None and not every:
+                raise InvalidInput(
+                    "slot", f"{len(rows)} slots of {name!r} are running: give --slot or --all"
+                )
+            for row in rows:  # delivered when the transaction commits
+                slot_us = int(row["slot_at"].timestamp() * 1e6) if row["overlap"] == "allow" else ""
+                payload = f"{CANCEL_PREFIX}{row['id']}:{row['lease_token']}:{slot_us}:{by}"
+                await self._db.conn.execute(
+                    query("notify"), {"channel": self._db.settings.wake_channel, "payload": payload}
+                )
         if not rows:
-            await self.get(name, tenant)  # NotFound when there is no such job
+            await self._db.job("get_job", name, tenant)  # NotFound when there is no such job
             which = f"slot {slot.isoformat()} of " if slot is not None else ""
             raise NotRunning(f"no {which}job {name!r} in tenant {tenant!r} is running")
         return [CancelRequest(row["slot_at"], row["attempt"], row["locked_by"]) for row in rows]
 
     async def backfill(
-        self: Store,
+        self,
         name: str,
         tenant: str = DEFAULT_TENANT,
         *,
@@ -104,50 +84,45 @@ class RunControl:
         too large range, or a paused or done job; nothing is written then."""
         if isinstance(max_parallel, bool) or not isinstance(max_parallel, int) or max_parallel < 1:
             raise InvalidInput("max_parallel", f"must be a whole number >= 1, got {max_parallel!r}")
-        try:
-            async with self._conn.transaction():
-                job = await self._job("lock_job", name, tenant)
-                if job.paused or job.status == "done":
-                    state = "paused" if job.paused else "done"
-                    raise InvalidInput(
-                        "job", f"{name!r} is {state}; a backfill needs an active job"
-                    )
-                slots = backfills.plan_slots(job.parsed_schedule(), start, end)
-                if only_missing:
-                    ok = await backfills.succeeded(self._conn, job.id, slots)
-                    slots = [s for s in slots if s not in ok]
-                if dry_run:
-                    return BackfillPlan(slots)
-                if not slots:
-                    raise InvalidInput("from", "every slot of the range has succeeded already")
-                params = {
-                    "job_id": job.id,
-                    "tenant_id": job.tenant,
-                    "job_name": job.name,
-                    "shard_id": job.shard,
-                    "range_from": start,
-                    "range_to": end,
-                    "only_missing": only_missing,
-                    "max_parallel": max_parallel,
-                    "slots_total": len(slots),
-                }
-                made = await self._one("backfill_insert", params)
-                assert made is not None
-                await self._notify(job.shard)
-        except psycopg.Error as exc:
-            raise StoreError(describe(exc)) from exc
+        async with self._db.transaction():
+            job = await self._db.job("lock_job", name, tenant)
+            if job.paused or job.status == "done":
+                state = "paused" if job.paused else "done"
+                raise InvalidInput("job", f"{name!r} is {state}; a backfill needs an active job")
+            slots = backfills.plan_slots(job.parsed_schedule(), start, end)
+            if only_missing:
+                ok = await backfills.succeeded(self._db.all, job.id, slots)
+                slots = [s for s in slots if s not in ok]
+            if dry_run:
+                return BackfillPlan(slots)
+            if not slots:
+                raise InvalidInput("from", "every slot of the range has succeeded already")
+            params = {
+                "job_id": job.id,
+                "tenant_id": job.tenant,
+                "job_name": job.name,
+                "shard_id": job.shard,
+                "range_from": start,
+                "range_to": end,
+                "only_missing": only_missing,
+                "max_parallel": max_parallel,
+                "slots_total": len(slots),
+            }
+            made = await self._db.one("backfill_insert", params)
+            assert made is not None
+            await self._db.notify(job.shard)
         return BackfillPlan(slots, Backfill.from_row(made))
 
-    async def backfills(self: Store, tenant: str | None = None) -> list[Backfill]:
+    async def backfills(self, tenant: str | None = None) -> list[Backfill]:
         """Every backfill request, oldest first, with its progress."""
         return [
-            Backfill.from_row(r) for r in await self._all("backfill_list", {"tenant_id": tenant})
+            Backfill.from_row(r) for r in await self._db.all("backfill_list", {"tenant_id": tenant})
         ]
 
-    async def cancel_backfill(self: Store, backfill_id: int) -> Backfill:
+    async def cancel_backfill(self, backfill_id: int) -> Backfill:
         """Stop a backfill: nothing more is queued, queued slots are dropped, running ones
         finish. ``InvalidInput`` for an unknown id."""
-        row = await self._one("backfill_cancel", {"id": backfill_id})
+        row = await self._db.one("backfill_cancel", {"id": backfill_id})
         if row is None:
             raise InvalidInput("id", f"no backfill {backfill_id}")
         return Backfill.from_row(row)

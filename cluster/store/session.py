@@ -29,7 +29,7 @@ from psycopg.rows import AsyncRowFactory, dict_row, tuple_row
 from cluster.errors import ConfigError, StoreError
 from cluster.settings import DEFAULT_LEASE_S, ClusterSettings
 from cluster.store.connect import Conn, connect, describe
-from cluster.store.deadline import fetch_within
+from cluster.store.deadline import MARGIN_S, fetch_within
 from cluster.store.flights import FlightLease, FlightStatements
 from cluster.store.migrate import check_schema, stored_shard_count
 from cluster.store.queries import query, variant
@@ -181,7 +181,8 @@ class LockSession(FlightStatements, CompletionStatements):
             cur.row_factory = rows
             try:
                 statement = text or query(name)
-                found = await fetch_within(cur, statement, params, self.statement_timeout_s + 1.0)
+                deadline_s = self.statement_timeout_s + MARGIN_S
+                found = await fetch_within(cur, statement, params, deadline_s)
             except TimeoutError as exc:
                 await self._lost()
                 raise SessionLost(f"{name}: no answer within {self.statement_timeout_s}s") from exc

@@ -11,11 +11,10 @@ from typing import Any
 
 import psycopg
 
-from cluster.errors import StoreError
 from cluster.settings import ClusterSettings
-from cluster.store.connect import Conn, Row, connection, describe
+from cluster.store.connect import Conn, Row, connection
 from cluster.store.migrate import stored_shard_count
-from cluster.store.queries import query
+from cluster.store.queries import query, store_error
 
 
 @dataclass(frozen=True)
@@ -63,10 +62,8 @@ async def read_snapshot(
             paused = await _rows(conn, "status_paused", {"limit": paused_limit})
             pinned = await _rows(conn, "status_pinned", {})
             done = await _rows(conn, "status_done", {})
-    except psycopg.errors.UndefinedTable as exc:
-        raise StoreError("the schema is not initialised; run `pulse init` first") from exc
     except psycopg.Error as exc:
-        raise StoreError(f"cannot read the cluster state: {describe(exc)}") from exc
+        raise store_error(exc, "cannot read the cluster state") from exc
     return Snapshot(
         shard_count=shard_count,
         holders=holders,

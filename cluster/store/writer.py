@@ -25,7 +25,7 @@ from psycopg.rows import TupleRow, tuple_row
 from cluster.errors import StoreError
 from cluster.settings import ClusterSettings
 from cluster.store.connect import connect, describe
-from cluster.store.deadline import fetch_within
+from cluster.store.deadline import MARGIN_S, fetch_within
 from cluster.store.queries import query
 from cluster.store.records import (
     Completion,
@@ -106,7 +106,7 @@ class ResultWriter(CompletionStatements):
 
     async def _run(self, name: str, params: dict[str, Any]) -> list[TupleRow]:
         async with self._lock:
-            deadline = time.monotonic() + self._timeout_s + 1.0
+            deadline = time.monotonic() + self._timeout_s + MARGIN_S
             try:
                 if self._cur is None or self._cur.connection.closed:
                     conn = await asyncio.wait_for(

@@ -8,13 +8,12 @@ from typing import Any
 from fastapi import APIRouter, Query, Request
 
 from cluster.errors import InvalidInput
+from cluster.jobs.models import RUN_STATUSES
 from cluster.web.auth import Reader
 from cluster.web.bodies import decode_cursor, encode_cursor, iso_time
 from cluster.web.state import state_of
 
 router = APIRouter(tags=["runs"])
-
-STATUSES = ("running", "succeeded", "failed", "timed_out", "skipped", "lost", "cancelled")
 
 
 @router.get("/api/runs")
@@ -23,14 +22,14 @@ async def list_runs(
     request: Request,
     tenant: str | None = Query(None),
     job: str | None = Query(None),
-    status: str | None = Query(None, description=", ".join(STATUSES)),
+    status: str | None = Query(None, description=", ".join(RUN_STATUSES)),
     since: str | None = Query(None, description="Slots at or after this ISO 8601 time."),
     cursor: str | None = Query(None, description="next_cursor of the previous page."),
     limit: int = Query(100, ge=1, le=500),
 ) -> dict[str, Any]:
     """A page of runs, newest slot first; attempts in flight are ``running``."""
-    if status is not None and status not in STATUSES:
-        raise InvalidInput("status", f"must be one of {', '.join(STATUSES)}")
+    if status is not None and status not in RUN_STATUSES:
+        raise InvalidInput("status", f"must be one of {', '.join(RUN_STATUSES)}")
     since_at = iso_time(since, "since") if since is not None else None
     before = None
     if cursor is not None:

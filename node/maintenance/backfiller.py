@@ -15,7 +15,8 @@ from collections.abc import Callable
 from datetime import datetime
 
 from cluster.errors import StoreError
-from cluster.store.backfills import BackfillConnection
+from cluster.store.backfills import fill
+from cluster.store.side import SideConnection
 from node.state import NodeState
 from node.stats import Stats
 
@@ -27,7 +28,7 @@ BACKFILL_POLL_S = 1.0
 class Backfiller:
     def __init__(
         self,
-        connection: BackfillConnection,
+        connection: SideConnection,
         state: NodeState,
         stats: Stats,
         on_queued: Callable[[], None],
@@ -40,7 +41,7 @@ class Backfiller:
     async def run_once(self, now: datetime | None = None) -> int:
         """One pass over the shards held now; returns the slots queued."""
         try:
-            queued = await self._connection.fill(self._state.held, now)
+            queued = await fill(self._connection, self._state.held, now)
         except StoreError:
             self._stats.db_errors += 1
             raise

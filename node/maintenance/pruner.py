@@ -1,9 +1,9 @@
 """The pruner: deletes the runs of this node's held shards that passed their retention,
 and alert events done with, every prune interval, off the claim path.
 
-It prunes on its own connection (``<node id>/prune``), never the lock session or the
-result writer, in short statements of small batches (``cluster.store.pruning``), so a
-pass never delays a claim or a completion. A shard that moves during a pass may be pruned
+It prunes on a side connection of its own (``<node id>/prune``), never the lock session
+or the result writer, in short statements of small batches (``cluster.store.pruning``), so
+a pass never delays a claim or a completion. A shard that moves during a pass may be pruned
 by both nodes for a while: the same rule deletes the same rows. Runs of shards nobody
 holds wait until someone holds them. It also refreshes the runs table's size for the
 metrics, so a scrape never queries Postgres.
@@ -15,7 +15,8 @@ import logging
 from datetime import datetime
 
 from cluster.errors import StoreError
-from cluster.store.pruning import PruneConnection
+from cluster.store.pruning import prune_held
+from cluster.store.side import SideConnection
 from node.service import Signal, run_service
 from node.state import NodeState
 from node.stats import Stats
@@ -26,7 +27,7 @@ logger = logging.getLogger(__name__)
 class Pruner:
     def __init__(
         self,
-        connection: PruneConnection,
+        connection: SideConnection,
         state: NodeState,
         stats: Stats,
         *,
@@ -40,7 +41,7 @@ class Pruner:
     async def run_once(self, now: datetime | None = None) -> int:
         """One pass over the shards held now; returns the runs removed."""
         try:
-            result, size = await self._connection.prune(self._state.held, now)
+            result, size = await prune_held(self._connection, self._state.held, now)
         except StoreError:
             self._stats.db_errors += 1
             raise

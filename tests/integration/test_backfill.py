@@ -18,6 +18,7 @@ from cluster.settings import ClusterSettings
 from cluster.store import backfills
 from cluster.store.connect import connection
 from cluster.store.jobs import JobStore
+from cluster.store.side import SideConnection
 from node.handlers.context import Outcome
 from node.pipeline.outcomes import after_run, plan_at_claim
 from tests.conftest import Opener
@@ -28,8 +29,8 @@ OK = Outcome("succeeded", None, 0.01)
 
 
 async def fill(settings: ClusterSettings, now: datetime) -> int:
-    async with connection(settings, "pulse-test") as conn:
-        return await backfills.fill(conn, ALL, now)
+    async with SideConnection(settings, "n1/backfill", statement_timeout_s=5).using() as side:
+        return await backfills.fill(side, ALL, now)
 
 
 async def rows(settings: ClusterSettings, statement: str) -> list[dict[str, Any]]:

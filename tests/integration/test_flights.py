@@ -66,7 +66,7 @@ async def first_flight(
 
 
 async def flights(store: JobStore) -> list[tuple[datetime, str, int, str | None]]:
-    conn = store._conn  # the test reads the table as it is
+    conn = store.db.conn  # the test reads the table as it is
     cur = await conn.execute("SELECT slot, status, attempt, locked_by FROM flights ORDER BY slot")
     return [(r["slot"], r["status"], r["attempt"], r["locked_by"]) for r in await cur.fetchall()]
 

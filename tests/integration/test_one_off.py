@@ -14,7 +14,6 @@ from cluster.errors import InvalidInput
 from cluster.jobs.spec import JobSpec
 from cluster.settings import ClusterSettings
 from cluster.store import pruning
-from cluster.store.connect import connection
 from cluster.store.jobs import JobStore
 from node.handlers.context import Outcome
 from node.pipeline.outcomes import after_run
@@ -68,10 +67,12 @@ async def test_pruning_removes_a_done_job_once_its_runs_are_gone(
     node = await open_session("n1")
     (job,) = (await node.claim(ALL, 10, 30.0, now=AT)).jobs
     await node.complete([after_run(job, Outcome("succeeded", None, 0.1), AT)[0]], now=AT)
-    async with connection(settings, "pulse-test") as conn:
-        kept = await pruning.prune(conn, Retention(), ALL, now=AT + timedelta(minutes=5))
+    async with pruning.side_connection(
+        settings, "pulse-test", statement_timeout_s=30
+    ).using() as side:
+        kept = await pruning.prune(side, Retention(), ALL, now=AT + timedelta(minutes=5))
         assert (kept.runs, kept.done_jobs) == (0, 0)
-        gone = await pruning.prune(conn, Retention(), ALL, now=AT + timedelta(hours=2))
+        gone = await pruning.prune(side, Retention(), ALL, now=AT + timedelta(hours=2))
         assert (gone.runs, gone.done_jobs) == (1, 1)
     assert await store.jobs() == []
 

@@ -25,8 +25,9 @@ from cluster.settings import ClusterSettings
 from cluster.store.config import read_config
 from cluster.store.connect import Conn, connect
 from cluster.store.jobs import JobStore
-from cluster.store.pruning import PruneConnection, prune
+from cluster.store.pruning import prune, side_connection
 from cluster.store.queries import query
+from cluster.store.side import SideConnection
 from node.maintenance.pruner import Pruner
 from node.metrics import build_registry
 from node.state import NodeState
@@ -42,6 +43,13 @@ FAILED = ("failed", "timed_out", "lost")
 
 def ago(delta: timedelta) -> datetime:
     return T0 - delta
+
+
+@pytest.fixture
+async def side(store: JobStore, settings: ClusterSettings) -> Any:
+    """A pruning connection, as ``pulse runs prune`` opens."""
+    async with side_connection(settings, "test-prune/prune", statement_timeout_s=30).using() as s:
+        yield s
 
 
 @pytest.fixture
@@ -144,7 +152,9 @@ async def test_a_prune_removes_exactly_the_runs_past_their_retention(
     assert (await store.prune(now=T0)).runs == 0
 
 
-async def test_the_sql_rule_is_the_python_rule(store: JobStore, conn: Conn) -> None:
+async def test_the_sql_rule_is_the_python_rule(
+    store: JobStore, conn: Conn, side: SideConnection
+) -> None:
     """Random jobs, overrides and runs; pruned in tiny pages and batches."""
     rng = random.Random(11)
     await store.set_config("keep_runs", "25")
@@ -161,8 +171,8 @@ async def test_the_sql_rule_is_the_python_rule(store: JobStore, conn: Conn) -> N
     retention = Retention.from_config(await read_config(conn))
     expected = await expected_by_rule(conn, retention)
     before = sum(len(v) for v in (await kept(conn)).values())
-    counted = await prune(conn, retention, ALL, now=T0, dry_run=True, page_jobs=7)
-    result = await prune(conn, retention, ALL, now=T0, page_jobs=7, batch=13)
+    counted = await prune(side, retention, ALL, now=T0, dry_run=True, page_jobs=7)
+    result = await prune(side, retention, ALL, now=T0, page_jobs=7, batch=13)
     assert await kept(conn) == expected
     assert result.runs == counted.runs == before - sum(len(v) for v in expected.values())
     assert result.runs > 100  # the data must give the rule something to do
@@ -217,18 +227,20 @@ async def test_the_slot_a_job_is_running_keeps_its_row(store: JobStore, conn: Co
     assert (await store.prune(now=T0)).runs == 1
 
 
-async def test_only_the_given_shards_are_pruned(store: JobStore, conn: Conn) -> None:
+async def test_only_the_given_shards_are_pruned(
+    store: JobStore, conn: Conn, side: SideConnection
+) -> None:
     jobs = [await add(store, f"s{i}", keep_for="1h") for i in range(12)]
     for job in jobs:
         await put_runs(conn, job, [(ago(DAY), "succeeded"), (T0, "succeeded")])
     mine = {j.shard for j in jobs[:6]}
     # Pages of two jobs with runs, of any shard: some hold none of ours.
-    result = await prune(conn, Retention(), mine, now=T0, page_jobs=2)
+    result = await prune(side, Retention(), mine, now=T0, page_jobs=2)
     left = await kept(conn)
     for job in jobs:
         assert len(left[job.name]) == (1 if job.shard in mine else 2), job.shard
     assert result.runs == sum(1 for j in jobs if j.shard in mine)
-    assert (await prune(conn, Retention(), (), now=T0)).runs == 0
+    assert (await prune(side, Retention(), (), now=T0)).runs == 0
 
 
 async def test_a_prune_in_flight_holds_up_neither_claims_nor_completions(
@@ -333,7 +345,7 @@ async def test_the_node_pruner_prunes_its_held_shards_on_its_own_connection(
     state = NodeState("n1", "z", 16, held=held)
     stats = Stats()
     pruner = Pruner(
-        PruneConnection(settings, "n1", statement_timeout_s=5), state, stats, interval_s=30
+        side_connection(settings, "n1/prune", statement_timeout_s=5), state, stats, interval_s=30
     )
     try:
         removed = await pruner.run_once(now=T0)
@@ -370,7 +382,7 @@ async def test_the_pruner_deletes_nothing_under_a_bad_config_value(
     await conn.execute("UPDATE config SET value = 'forever' WHERE key = 'keep_for'")
     state = NodeState("n1", "z", 16, held=frozenset(ALL))
     pruner = Pruner(
-        PruneConnection(settings, "n1", statement_timeout_s=5), state, Stats(), interval_s=30
+        side_connection(settings, "n1/prune", statement_timeout_s=5), state, Stats(), interval_s=30
     )
     try:
         with pytest.raises(InvalidInput) as caught:
@@ -388,7 +400,7 @@ async def test_the_pruner_reconnects_after_its_connection_is_lost(
     state = NodeState("n1", "z", 16, held=frozenset(ALL))
     stats = Stats()
     pruner = Pruner(
-        PruneConnection(settings, "n1", statement_timeout_s=5), state, stats, interval_s=30
+        side_connection(settings, "n1/prune", statement_timeout_s=5), state, stats, interval_s=30
     )
     try:
         assert await pruner.run_once(now=T0) == 0
@@ -413,7 +425,9 @@ async def test_an_unreachable_database_is_an_error_without_the_password(
     )
     stats = Stats()
     state = NodeState("n1", "z", 16, held=frozenset(ALL))
-    pruner = Pruner(PruneConnection(gone, "n1", statement_timeout_s=2), state, stats, interval_s=30)
+    pruner = Pruner(
+        side_connection(gone, "n1/prune", statement_timeout_s=2), state, stats, interval_s=30
+    )
     with pytest.raises(StoreError) as caught:
         await pruner.run_once()
     assert "s3cret" not in str(caught.value) and "***" in str(caught.value)

@@ -24,7 +24,6 @@ from cluster.config.retention import MAX_KEEP_S
 from cluster.settings import ClusterSettings
 from cluster.store.connect import Conn, connect
 from cluster.store.jobs import JobStore
-from cluster.store.pruning import setup
 from cluster.store.queries import query
 from ring import Ring
 from tests.integration.test_claim_plan import walk
@@ -76,7 +75,7 @@ def big_settings(database_url: str) -> Iterator[ClusterSettings]:
 @pytest.fixture
 async def big(big_settings: ClusterSettings) -> AsyncIterator[Conn]:
     conn = await connect(big_settings, "n1/prune", statement_timeout_s=60)
-    await setup(conn)  # as the node's pruning connection runs
+    await conn.execute(query("prune_setup"))  # as the node's pruning connection runs
     try:
         yield conn
     finally:

@@ -35,7 +35,7 @@ async def add(store: JobStore, tenant: str, count: int, **options: object) -> No
 
 
 async def in_flight(store: JobStore, tenant: str) -> int:
-    cur = await store._conn.execute(  # the test reads the tables as they are
+    cur = await store.db.conn.execute(  # the test reads the tables as they are
         "SELECT (SELECT count(*) FROM jobs WHERE tenant_id = %(t)s AND status = 'running')"
         " + (SELECT count(*) FROM flights f JOIN jobs j ON j.id = f.job_id"
         "    WHERE j.tenant_id = %(t)s AND f.status = 'running') AS n",

@@ -131,14 +131,14 @@ EXPECTED: dict[str, dict[str, str]] = {
         "add": "(self, spec: 'JobSpec', *, now: 'datetime | None' = None) -> 'Job'",
         "apply": "(self, specs: 'Sequence[JobSpec]', *, prune: 'bool' = False, now: "
         "'datetime | None' = None) -> 'ApplyResult'",
-        "backfill": "(self: 'Store', name: 'str', tenant: 'str' = 'default', *, start: "
+        "backfill": "(self, name: 'str', tenant: 'str' = 'default', *, start: "
         "'datetime', end: 'datetime', only_missing: 'bool' = False, "
         "max_parallel: 'int' = 1, dry_run: 'bool' = False) -> 'BackfillPlan'",
-        "backfills": "(self: 'Store', tenant: 'str | None' = None) -> 'list[Backfill]'",
-        "cancel": "(self: 'Store', name: 'str', tenant: 'str' = 'default', *, by: 'str', "
+        "backfills": "(self, tenant: 'str | None' = None) -> 'list[Backfill]'",
+        "cancel": "(self, name: 'str', tenant: 'str' = 'default', *, by: 'str', "
         "slot: 'datetime | None' = None, every: 'bool' = False) -> "
         "'list[CancelRequest]'",
-        "cancel_backfill": "(self: 'Store', backfill_id: 'int') -> 'Backfill'",
+        "cancel_backfill": "(self, backfill_id: 'int') -> 'Backfill'",
         "config": "(self) -> 'list[tuple[str, str, datetime]]'",
         "config_values": "(self) -> 'dict[str, str]'",
         "db_now": "(self, now: 'datetime | None' = None) -> 'datetime'",
