@@ -6,7 +6,9 @@ its next slots into queued flights of origin ``backfill`` (``fill``, run by
 the flights run as any flight does (``claim_flights``, docs/design/overlap.md). The request, its
 cursor and its flights are rows, so a backfill carries on after any node or the whole
 cluster dies. Slots come from the schedule in Python, as everywhere (DST included); with
-``only_missing`` the slots whose run succeeded are left out. Why so: docs/design/time.md.
+``only_missing`` the slots whose run succeeded are left out, and a slot that ran after the
+request was made (another request, the schedule) is never run again by it. Why so:
+docs/design/time.md.
 """
 
 from __future__ import annotations
@@ -103,9 +105,20 @@ def plan_slots(schedule: Schedule, start: datetime, end: datetime) -> list[datet
     return slots
 
 
-async def succeeded(fetch: Fetch, job_id: Any, slots: Sequence[datetime]) -> set[datetime]:
-    rows = await fetch("backfill_succeeded", {"job_id": job_id, "slots": slots})
-    return {row["scheduled_for"] for row in rows}
+async def ran(
+    fetch: Fetch,
+    job_id: Any,
+    slots: Sequence[datetime],
+    *,
+    only_missing: bool,
+    since: datetime | None = None,
+) -> set[datetime]:
+    """Of ``slots``, those a request leaves out: with ``only_missing`` those whose run
+    succeeded, and those whose attempt ended (a skip aside) at or after ``since``, the
+    request's creation. So a slot that another request or the schedule ran meanwhile is
+    not run again (S1)."""
+    params = {"job_id": job_id, "slots": slots, "only_missing": only_missing, "since": since}
+    return {row["scheduled_for"] for row in await fetch("backfill_ran", params)}
 
 
 async def fill(side: SideConnection, shards: Collection[int], now: datetime | None = None) -> int:
@@ -132,7 +145,13 @@ async def _fill_one(fetch: Fetch, row: dict[str, Any], now: datetime | None) -> 
     taken: list[datetime] = []
     if room > 0 and cursor < end:
         scanned = schedule.slots_between(cursor, end - _US, SCAN)
-        done = await succeeded(fetch, row["job_id"], scanned) if row["only_missing"] else set()
+        done = await ran(
+            fetch,
+            row["job_id"],
+            scanned,
+            only_missing=row["only_missing"],
+            since=row["created_at"],
+        )
         for slot in scanned:
             if slot not in done:
                 if len(taken) >= room:

@@ -151,6 +151,7 @@ class JobStore:
         only_missing: bool = False,
         max_parallel: int = 1,
         dry_run: bool = False,
+        now: datetime | None = None,
     ) -> BackfillPlan:
         """Ask for the job's slots in ``[start, end)`` to run again (``RunControl.backfill``)."""
         return await self.runcontrol.backfill(
@@ -161,6 +162,7 @@ class JobStore:
             only_missing=only_missing,
             max_parallel=max_parallel,
             dry_run=dry_run,
+            now=now,
         )
 
     async def backfills(self, tenant: str | None = None) -> list[Backfill]:

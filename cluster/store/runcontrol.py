@@ -77,10 +77,12 @@ class RunControl:
         only_missing: bool = False,
         max_parallel: int = 1,
         dry_run: bool = False,
+        now: datetime | None = None,
     ) -> BackfillPlan:
         """Ask for the job's slots in ``[start, end)`` to run again, oldest first, at most
         ``max_parallel`` at once (``only_missing``: those without a succeeded run). With
-        ``dry_run``, only the slots it would run. ``InvalidInput`` for a reversed, empty or
+        ``dry_run``, only the slots it would run. A slot that runs after the request is
+        made, by the schedule or another request, is not run again by it (S1). ``InvalidInput`` for a reversed, empty or
         too large range, or a paused or done job; nothing is written then."""
         if isinstance(max_parallel, bool) or not isinstance(max_parallel, int) or max_parallel < 1:
             raise InvalidInput("max_parallel", f"must be a whole number >= 1, got {max_parallel!r}")
@@ -91,7 +93,7 @@ class RunControl:
                 raise InvalidInput("job", f"{name!r} is {state}; a backfill needs an active job")
             slots = backfills.plan_slots(job.parsed_schedule(), start, end)
             if only_missing:
-                ok = await backfills.succeeded(self._db.all, job.id, slots)
+                ok = await backfills.ran(self._db.all, job.id, slots, only_missing=True)
                 slots = [s for s in slots if s not in ok]
             if dry_run:
                 return BackfillPlan(slots)
@@ -107,6 +109,7 @@ class RunControl:
                 "only_missing": only_missing,
                 "max_parallel": max_parallel,
                 "slots_total": len(slots),
+                "now": now,
             }
             made = await self._db.one("backfill_insert", params)
             assert made is not None

@@ -95,6 +95,36 @@ async def test_only_missing_leaves_succeeded_slots_out_and_dry_run_writes_nothin
                              only_missing=True)  # fmt: skip
 
 
+async def test_two_requests_over_one_range_never_run_a_slot_twice(
+    store: JobStore, open_session: Opener, settings: ClusterSettings
+) -> None:
+    """A plain request still going when an ``--only-missing`` one over the same range is
+    made: each slot runs once, whichever request reaches it first."""
+    await add(store)
+    node = await open_session("n1")
+    now = T0 + timedelta(days=1)
+    end = T0 + timedelta(minutes=4)
+    await store.backfill("roll", "acme", start=T0, end=end, now=now)  # one at a time
+    ran: list[datetime] = []
+
+    async def run_queued() -> None:
+        flights = await node.claim_flights(ALL, 10, 30.0, now=now)
+        ran.extend(f.slot for f in flights)
+        await node.complete_flights([after_run(f, OK, now)[0] for f in flights], now=now)
+
+    await fill(settings, now)
+    await run_queued()  # the first request ran its first slot
+    await store.backfill(
+        "roll", "acme", start=T0, end=end, only_missing=True, max_parallel=4, now=now
+    )
+    for _ in range(8):
+        now += timedelta(seconds=1)
+        await fill(settings, now)
+        await run_queued()
+    assert sorted(ran) == [T0 + timedelta(minutes=m) for m in range(4)]  # each once
+    assert {b.status for b in await store.backfills()} == {"done"}
+
+
 async def test_cancel_drops_queued_slots_and_running_ones_finish(
     store: JobStore, open_session: Opener, settings: ClusterSettings
 ) -> None:

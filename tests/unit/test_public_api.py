@@ -133,7 +133,8 @@ EXPECTED: dict[str, dict[str, str]] = {
         "'datetime | None' = None) -> 'ApplyResult'",
         "backfill": "(self, name: 'str', tenant: 'str' = 'default', *, start: "
         "'datetime', end: 'datetime', only_missing: 'bool' = False, "
-        "max_parallel: 'int' = 1, dry_run: 'bool' = False) -> 'BackfillPlan'",
+        "max_parallel: 'int' = 1, dry_run: 'bool' = False, now: 'datetime | None' = None) "
+        "-> 'BackfillPlan'",
         "backfills": "(self, tenant: 'str | None' = None) -> 'list[Backfill]'",
         "cancel": "(self, name: 'str', tenant: 'str' = 'default', *, by: 'str', "
         "slot: 'datetime | None' = None, every: 'bool' = False) -> "

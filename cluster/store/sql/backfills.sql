@@ -5,16 +5,20 @@
 -- A backfill request (cluster/store/backfills.py): the nodes holding the job's shard queue
 -- its slots as flights from cursor_at on.
 INSERT INTO backfills (job_id, tenant_id, job_name, shard_id, range_from, range_to, cursor_at,
-                       only_missing, max_parallel, slots_total)
-VALUES (%(job_id)s, %(tenant_id)s, %(job_name)s, %(shard_id)s, %(range_from)s, %(range_to)s,
-        %(range_from)s, %(only_missing)s, %(max_parallel)s, %(slots_total)s)
+                       only_missing, max_parallel, slots_total, created_at, updated_at)
+SELECT %(job_id)s, %(tenant_id)s, %(job_name)s, %(shard_id)s, %(range_from)s, %(range_to)s,
+       %(range_from)s, %(only_missing)s, %(max_parallel)s, %(slots_total)s, k.t, k.t
+FROM (SELECT coalesce(%(now)s::timestamptz, now()) AS t) AS k
 RETURNING *, 0 AS in_flight;
 
--- name: backfill_succeeded
--- Of the given slots of a job, those whose run succeeded (`--only-missing` leaves them out).
+-- name: backfill_ran
+-- Of the given slots of a job, those a request leaves out: with only_missing, those whose
+-- run succeeded; and those whose attempt ended, a skip aside, since the request was made
+-- (another request over the range, or the schedule, ran them meanwhile).
 SELECT r.scheduled_for FROM runs r
 WHERE r.job_id = %(job_id)s AND r.scheduled_for = ANY(%(slots)s::timestamptz[])
-  AND r.status = 'succeeded';
+  AND ((%(only_missing)s AND r.status = 'succeeded')
+       OR (r.status <> 'skipped' AND r.finished_at >= %(since)s::timestamptz));
 
 -- name: backfill_list
 SELECT b.*, (SELECT count(*) FROM flights f WHERE f.backfill_id = b.id)::int AS in_flight
@@ -61,6 +65,7 @@ SELECT EXISTS (
 -- The active backfills of the held shards, each with its job's schedule and its slots in
 -- flight, locked so one node at a time moves a request's cursor (a shard changing hands).
 SELECT b.id, b.job_id, b.shard_id, b.cursor_at, b.range_to, b.only_missing, b.max_parallel,
+       b.created_at,
        j.schedule, j.tz, j.dst_repeated, j.dst_skipped, j.status AS job_status,
        (SELECT count(*) FROM flights f WHERE f.backfill_id = b.id)::int AS in_flight
 FROM backfills b JOIN jobs j ON j.id = b.job_id
