@@ -6,10 +6,12 @@ starts when it falls due. Sync handlers run on the node's handler threads
 (``node.handlers.threads``); one timer, set for the earliest deadline, times them out. Async and
 ``shell:`` handlers run as asyncio tasks. Each finished run is handed to ``on_done``; a run
 whose lease was lost is cancelled and reported to nobody (its completion would be fenced
-anyway). A run asked to stop (``stop``: ``pulse runs cancel``, or overlap ``replace`` when
-the job's next slot falls due) is cancelled and reported ``cancelled``; one that does not
-end within the job's cancel grace is abandoned and reported so. Guarded by
-tests/unit/test_executor.py and tests/unit/test_cancel.py.
+anyway). A run asked to stop (``stop``: ``pulse runs cancel``) is cancelled and reported
+``cancelled``; one that does not end within the job's cancel grace is abandoned and
+reported so. Overlap ``replace`` does not wait: when the job's next slot falls due the run
+is told to stop, reported ``cancelled`` at once and left to wind down (``replace``), so
+the next slot starts whatever the handler does. Guarded by tests/unit/test_executor.py and
+tests/unit/test_cancel.py.
 """
 
 from __future__ import annotations
@@ -82,6 +84,8 @@ class Executor:
         self.slot_freed = Signal()
         self.idle = Signal()
         self.idle.set()
+        # Tasks of replaced runs still winding down (a shell's grace): held so they finish.
+        self._winding_down: set[asyncio.Task[None]] = set()
         self._loop = asyncio.get_running_loop()
         self.threads = HandlerThreads(concurrency, self._thread_results)
         self._timer: asyncio.TimerHandle | None = None
@@ -145,11 +149,9 @@ class Executor:
             self._on_done(job, Outcome("cancelled", f"cancelled by {job.cancel_by}", 0.0))
             return
         if replace_in_s is not None:
-            by = f"overlap replace: the slot after {job.slot.isoformat()} is due"
-            timer = self._loop.call_later(
-                max(0.0, replace_in_s), self.stop, job.id, job.lease_token, by, None
-            )
-            found.timers = [timer]
+            found.timers = [
+                self._loop.call_later(max(0.0, replace_in_s), self.replace, job.id, job.lease_token)
+            ]
         if start_in_s > 0:
             self._loop.call_at(found.started, self._start_if_current, found)
         else:
@@ -242,6 +244,34 @@ class Executor:
             found.task.cancel()
         grace = self._loop.call_later(found.job.cancel_grace_s + 1.0, self._abandon, found)
         found.timers = [*(found.timers or []), grace]
+        return True
+
+    def replace(self, job_id: UUID, lease_token: int) -> bool:
+        """Overlap ``replace``: the job's next slot is due. The run of that lease is told
+        to stop as by ``stop`` and reported ``cancelled`` now, so its lease goes back and the
+        next slot starts at once; whatever it still does (a shell within its grace, a sync
+        handler that ignores ``ctx.cancelled``) is reported to nobody. False: no such run."""
+        found = self.running.get((job_id, None))
+        if found is None or found.job.lease_token != lease_token:
+            return False
+        job = found.job
+        by = f"overlap replace: the slot after {job.slot.isoformat()} is due"
+        found.cancelled_by = by
+        logger.info(
+            "run replaced by the next slot",
+            extra={"event": "run_replaced", "job": job.name, "tenant": job.tenant},
+        )
+        if found.ctx is None:  # claimed ahead, not started: nothing to stop
+            self._finish(found)
+            self._on_done(job, Outcome("cancelled", f"cancelled by {by}", 0.0))
+            return True
+        found.ctx.cancelled.set()
+        if found.task is not None:
+            self._winding_down.add(found.task)
+            found.task.add_done_callback(self._winding_down.discard)
+        duration = self._loop.time() - found.started
+        self._drop(found)
+        self._on_done(job, cancelled(found.ctx, by, duration))
         return True
 
     def _abandon(self, found: Running) -> None:

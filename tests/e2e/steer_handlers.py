@@ -27,6 +27,12 @@ async def sleeps(ctx: RunContext) -> None:
     await asyncio.sleep(600)
 
 
+def ignores(ctx: RunContext) -> None:
+    """Blocks for ``sleep_s`` whatever is asked of it (Python cannot stop a thread)."""
+    _started(ctx)
+    time.sleep(ctx.payload["sleep_s"])
+
+
 def polls(ctx: RunContext) -> None:
     _started(ctx)
     deadline = time.monotonic() + 600

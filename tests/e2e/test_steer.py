@@ -5,8 +5,9 @@
   with who asked, not retried, and the shell's process group is gone.
 - A cancel request for a frozen (SIGSTOPped) node is carried out by recovery: the slot is
   recorded cancelled and never run again, and the frozen node's late write is fenced.
-- Overlap ``replace`` cancels a run when the next slot falls due and starts that slot after
-  it has ended: runs of the job never overlap.
+- Overlap ``replace`` cancels a run when the next slot falls due and starts that slot at
+  once, also when the handler ignores the request (a sync function in its thread, a shell
+  that traps SIGTERM): every slot runs, none is coalesced away.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import signal
+from datetime import datetime
 from pathlib import Path
 
 import pytest
@@ -170,4 +172,38 @@ def test_overlap_replace_cancels_the_running_slot_and_starts_the_next(
     for before, after in itertools.pairwise(rows):
         assert after["scheduled_for"] > before["scheduled_for"]  # type: ignore[operator]
         assert after["started_at"] >= before["finished_at"]  # type: ignore[operator]
+    assert fleet.stop_all() == {"n1": 0}
+
+
+def test_overlap_replace_does_not_wait_for_handlers_that_ignore_it(
+    settings: ClusterSettings, fleet: Fleet, tmp_path: Path
+) -> None:
+    """A sync handler that sleeps 10 s through every request, and a shell that traps
+    SIGTERM, on ``@every 3s`` with the default cancel grace (10 s): each slot is recorded
+    cancelled when the next falls due, and that slot runs, so no slot is skipped."""
+    common = {"overlap": "replace", "catch_up": "once"}
+    specs = [
+        JobSpec.build(
+            "rp-sync", "@every 3s", f"{HANDLERS}:ignores",
+            payload={"dir": str(tmp_path), "sleep_s": 10}, **common,
+        ),
+        JobSpec.build("rp-shell", "@every 3s", "shell:trap '' TERM; sleep 10", **common),
+    ]  # fmt: skip
+    init_cluster(settings, *specs)
+    fleet.start("n1", "a")
+
+    def replaced(job: str) -> list[dict[str, object]]:
+        fleet.check_alive()
+        rows = [r for r in runs_of(fleet, job) if r["status"] == "cancelled"]
+        return rows if len(rows) >= 3 else []
+
+    for name in ("rp-sync", "rp-shell"):
+        rows = wait_until(lambda n=name: replaced(n), 60, f"{name}: three slots replaced")
+        for row in rows:
+            assert "overlap replace" in str(row["last_error"]), row
+        slots: list[datetime] = [r["scheduled_for"] for r in rows]
+        assert {(b - a).total_seconds() for a, b in itertools.pairwise(slots)} == {3.0}, slots
+        first, last = slots[0], slots[-1]
+        between = [r for r in runs_of(fleet, name) if first <= r["scheduled_for"] <= last]
+        assert {r["status"] for r in between} == {"cancelled"}, between  # nothing skipped
     assert fleet.stop_all() == {"n1": 0}

@@ -6,6 +6,8 @@ the next slot falls due, and a cancelled slot is never retried."""
 from __future__ import annotations
 
 import asyncio
+import os
+import signal
 import threading
 import time
 from collections.abc import Awaitable, Callable
@@ -205,6 +207,45 @@ async def test_replace_leaves_a_run_that_ended_in_time_alone(executors: Executor
     assert done.got["j"].status == "succeeded"
     await asyncio.sleep(0.6)  # the timer went with the run: nothing more is reported
     assert list(done.got) == ["j"]
+
+
+async def test_replace_does_not_wait_for_a_sync_handler_that_ignores_the_request(
+    executors: Executors,
+) -> None:
+    """Python cannot stop a thread: the run is recorded cancelled when the next slot is due
+    and its execution slot freed for that slot, while the thread runs on, reported to
+    nobody (before, the next slot waited for the handler or the cancel grace)."""
+    executor, done = executors(1)
+    j = job(f"{HERE}:ignores_sync")._replace(overlap="replace", cancel_grace_s=600.0)
+    executor.submit(j, replace_in_s=600.0)
+    await wait_started()
+    assert executor.replace(j.id, j.lease_token)  # as when the next slot is due
+    await done.wait_for(1)  # long before the grace
+    outcome = done.got["j"]
+    assert outcome.status == "cancelled" and "overlap replace" in (outcome.error or "")
+    assert executor.free == 1 and executor.threads.stuck == 1 and not ignore.is_set()
+    ignore.set()
+
+
+async def test_replace_does_not_wait_for_a_shell_within_its_grace(
+    executors: Executors, tmp_path: Path
+) -> None:
+    """A shell that ignores SIGTERM: the run is recorded cancelled at once; its group is
+    still killed when the grace ends."""
+    executor, done = executors(1)
+    pids = tmp_path / "pids"
+    command = f"shell:trap '' TERM; sleep 60 & echo $$ $! > {pids}; wait"
+    j = job(command)._replace(overlap="replace", cancel_grace_s=600.0)
+    executor.submit(j, replace_in_s=600.0)
+    shell, child = (int(p) for p in (await asyncio.to_thread(written, pids)).split())
+    try:
+        assert executor.replace(j.id, j.lease_token)
+        await done.wait_for(1)  # long before the grace
+        assert done.got["j"].status == "cancelled" and executor.free == 1
+        assert not pid_gone(child)  # SIGTERM is ignored: it winds down within its grace
+    finally:
+        os.killpg(shell, signal.SIGKILL)
+    await asyncio.to_thread(wait_gone, child)
 
 
 def test_a_cancelled_slot_is_not_retried() -> None:
