@@ -26,6 +26,12 @@ by ``harness`` into ``Observations``).
   attempt starts (its node died or was cut off: the flight was taken back). Missing slots
   are the common loss check's (L1), which covers these jobs like any other; their
   lateness is bounded here instead, as lag is not loss.
+- ``replace slots`` (kind ``replace``: overlap ``replace``, docs/jobs.md): a run whose
+  next slot started while its handler still held (the sync witness handler ignores
+  ``ctx.cancelled``) was replaced, so it must not be recorded ``succeeded``: it is
+  ``cancelled``; and no slot started later than ``replace_lateness_s`` after it fell due,
+  so a slot never waits for the run it replaces. Slots whose run took more than one attempt
+  (a fault took one) are left to the common checks.
 - ``zone placement`` (kind ``pinned``): every execution of a pinned job ran on a node of
   one of its zones (node -> zone from the fleet). A pinned job whose zones were all dark
   during a fault owes nothing while they are (``failover.dark``); it backfills, so the
@@ -34,6 +40,7 @@ by ``harness`` into ``Observations``).
 
 from __future__ import annotations
 
+import itertools
 from collections import Counter, defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -41,12 +48,16 @@ from dataclasses import dataclass, field
 from cluster.chaos.failover import dark
 from cluster.chaos.observations import Execution, Observations
 from cluster.chaos.safety import Violation, find_lost, lost_claim
+from cluster.jobs.models import RunStatus
 
 # How late an allow slot may start beyond the worst fault bound of the run: a slot owed
 # during a fault is claimed within that bound, then waits for a place while the flights
 # ahead of it (at most max_concurrent, each holding the job's hold) finish; a flight
 # queued after a lost attempt is looked for every 2 s, and a claim comes within a second.
 ALLOW_SLACK_S = 3.0
+# How late a replace slot may start beyond the worst fault bound of the run: the replaced
+# run's completion is written, then the next poll of a claim loop takes the slot.
+REPLACE_SLACK_S = 2.0
 
 
 @dataclass(frozen=True)
@@ -184,6 +195,45 @@ def allow_slots(obs: Observations) -> CheckResult | None:
     return CheckResult("allow slots", summary, found)
 
 
+def replace_lateness_s(obs: Observations) -> float:
+    """How long after its slot a replace job's slot may start (see ``REPLACE_SLACK_S``)."""
+    worst = max((f.bound_s for f in obs.faults), default=obs.kill_bound_s)
+    return worst + REPLACE_SLACK_S
+
+
+def replace_slots(obs: Observations) -> CheckResult | None:
+    jobs = {name: job for name, job in obs.jobs.items() if job.kind == "replace"}
+    if not jobs:
+        return None
+    found: list[Violation] = []
+    runs = {(r.job, r.slot_ms): r for r in obs.runs if r.job in jobs}
+    first: dict[str, dict[int, Execution]] = defaultdict(dict)
+    for e in obs.executions:
+        if e.job in jobs and (e.slot_ms not in first[e.job] or e.at < first[e.job][e.slot_ms].at):
+            first[e.job][e.slot_ms] = e
+    bound = replace_lateness_s(obs)
+    replaced = 0
+    worst_lag = 0.0
+    for name, starts in sorted(first.items()):
+        ordered = sorted(starts.values(), key=lambda e: e.slot_ms)
+        for e, successor in itertools.pairwise(ordered):
+            run = runs.get((name, e.slot_ms))
+            if run is None or run.attempt > 1 or successor.at >= e.at + jobs[name].sleep_s:
+                continue  # not overlapped by its successor, or a fault took an attempt
+            replaced += 1
+            if run.status == RunStatus.SUCCEEDED:
+                detail = f"the next slot started {successor.at - e.at:.2f}s after it, on {e.node}"
+                found.append(Violation("replaced run succeeded", name, e.slot_ms, detail))
+        for e in ordered:
+            lag = e.at - obs.slot_time(e.slot_ms)
+            worst_lag = max(worst_lag, lag)
+            if lag > bound and obs.phase_start <= e.at <= obs.phase_end:
+                detail = f"started {lag:.2f}s after its slot on {e.node}; bound {bound:.1f}s"
+                found.append(Violation("slot started late", name, e.slot_ms, detail))
+    summary = f"{len(jobs)} jobs, {replaced} runs replaced, latest start {worst_lag:.2f}s"
+    return CheckResult("replace slots", summary, found)
+
+
 def zone_placement(obs: Observations) -> CheckResult | None:
     jobs = {name: job for name, job in obs.jobs.items() if job.kind == "pinned"}
     if not jobs:
@@ -208,6 +258,7 @@ def zone_placement(obs: Observations) -> CheckResult | None:
 CHECKS: tuple[Callable[[Observations], CheckResult | None], ...] = (
     exactly_once_effects,
     allow_slots,
+    replace_slots,
     zone_placement,
 )
 

@@ -31,6 +31,9 @@ from dataclasses import dataclass
 from cluster.chaos.observations import Execution, JobInfo, Observations, RunRecord
 from cluster.jobs.models import FINISHED, RunStatus
 
+# Besides a finished run: a slot skipped at its claim, or one that started and was stopped
+# (overlap replace, a cancel request) is accounted for too.
+_ACCOUNTED = frozenset({RunStatus.SKIPPED, RunStatus.CANCELLED})
 EARLY_TOLERANCE_S = 0.05
 ATTRIBUTION_LEAD_S = 5.0  # a run lost to a fault may have started this long before it
 CLAIM_SLACK_S = 1.0  # a claim committed just before a kill may start its run just after
@@ -207,7 +210,7 @@ def find_lost(obs: Observations) -> tuple[int, list[Violation]]:
         for slot_ms in expected_slots(job, start, end):
             expected += 1
             run = runs.get((job.name, slot_ms))
-            if run is not None and (run.status in FINISHED or run.status == RunStatus.SKIPPED):
+            if run is not None and (run.status in FINISHED or run.status in _ACCOUNTED):
                 continue
             why = "no run row" if run is None else f"left {run.status} (attempt {run.attempt})"
             lost.append(_v("lost slot", job.name, slot_ms, why))

@@ -23,6 +23,9 @@ Two more kinds are appended after the ``count`` jobs, whatever the seed:
   slots run side by side as flights, each under its own lease (docs/design/overlap.md).
   Their places suffice for the steady state (three 2.5 s runs per 3 s), so slots wait for
   a free place only around faults, and catch-up ``once`` bounds how far behind they fall.
+- ``replace``: ``REPLACE_JOBS`` jobs ``@every 2s`` with overlap ``replace`` whose runs
+  hold ``REPLACE_HOLD_S``, more than two intervals: the sync witness handler never looks at
+  ``ctx.cancelled``, so every slot is replaced by the next one, which must start at once.
 - ``pinned``: one job pinned to each zone, and one to each pair of neighbouring zones
   (``zone-a,zone-b``, ...; with two zones, one job pinned to both). They backfill
   (``PINNED_MAX_BACKFILL``), so the slots a dark zone missed run when it returns and the
@@ -40,7 +43,13 @@ from cluster.jobs.spec import DEFAULT_RETRY_BACKOFF_S as DEFAULT_BACKOFF_S
 from cluster.jobs.spec import JobSpec
 
 HANDLER = "cluster.chaos.witness:record"
-HANDLERS = {"witness": HANDLER, "effects": ledger.HANDLER, "allow": HANDLER, "pinned": HANDLER}
+HANDLERS = {
+    "witness": HANDLER,
+    "effects": ledger.HANDLER,
+    "allow": HANDLER,
+    "replace": HANDLER,
+    "pinned": HANDLER,
+}
 EFFECTS_EVERY = 8
 EFFECTS_RETRY_BACKOFF_S = 1.0
 SHORT_INTERVALS_S = (1, 2, 3, 5)
@@ -53,6 +62,9 @@ RETRIES = 2
 ALLOW_JOBS = 3
 ALLOW_HOLD_S = 2.5
 ALLOW_MAX_CONCURRENT = 3
+REPLACE_JOBS = 2
+REPLACE_INTERVAL_S = 2
+REPLACE_HOLD_S = 5.0
 PINNED_INTERVAL_S = 2
 PINNED_MAX_BACKFILL = 100
 
@@ -84,15 +96,15 @@ class JobDef:
             timeout=RUN_TIMEOUT_S,
             retries=RETRIES,
             retry_backoff=EFFECTS_RETRY_BACKOFF_S if self.kind == "effects" else DEFAULT_BACKOFF_S,
-            overlap="allow" if allow else "forbid",
+            overlap="allow" if allow else "replace" if self.kind == "replace" else "forbid",
             max_concurrent=self.max_concurrent if allow else None,
             zones=self.zones or None,
         )
 
 
 def make_workload(count: int, seed: int, zones: Sequence[str] = ()) -> list[JobDef]:
-    """``count`` jobs, the same ones for the same seed, then the ``allow`` jobs and the jobs
-    pinned to ``zones`` (none without zones)."""
+    """``count`` jobs, the same ones for the same seed, then the ``allow`` and ``replace``
+    jobs and the jobs pinned to ``zones`` (none without zones)."""
     rng = random.Random(f"workload:{seed}")
     jobs = []
     for i in range(count):
@@ -114,7 +126,7 @@ def make_workload(count: int, seed: int, zones: Sequence[str] = ()) -> list[JobD
                 kind=kind,
             )
         )
-    return jobs + allow_jobs() + pinned_jobs(zones)
+    return jobs + allow_jobs() + replace_jobs() + pinned_jobs(zones)
 
 
 def allow_jobs() -> list[JobDef]:
@@ -130,6 +142,21 @@ def allow_jobs() -> list[JobDef]:
             max_concurrent=ALLOW_MAX_CONCURRENT,
         )
         for i in range(ALLOW_JOBS)
+    ]
+
+
+def replace_jobs() -> list[JobDef]:
+    return [
+        JobDef(
+            name=f"chaos-replace-{i}",
+            interval_s=REPLACE_INTERVAL_S,
+            catch_up="once",
+            grace_s=60.0,
+            max_backfill=100,
+            sleep_s=REPLACE_HOLD_S,
+            kind="replace",
+        )
+        for i in range(REPLACE_JOBS)
     ]
 
 

@@ -53,12 +53,15 @@ def test_a_ci_sized_chaos_run_keeps_every_guarantee(tmp_path: Path) -> None:
     assert report["expected_slots"] > 3000
     assert all(rerun["fault"] is not None for rerun in report["reruns"])
     checks = {check["name"]: check for check in report["checks"]}
-    assert set(checks) == {"exactly-once effects", "allow slots", "zone placement"}
+    assert set(checks) == {
+        "exactly-once effects", "allow slots", "replace slots", "zone placement"
+    }  # fmt: skip
     assert all(check["violations"] == [] for check in checks.values()), table
     effects = checks["exactly-once effects"]
     assert "exactly-once effects  ok" in table
     assert int(effects["summary"].split()[2]) > 100, "too few effect slots to prove much"
     assert int(checks["allow slots"]["summary"].split()[2]) > 100, table
+    assert int(checks["replace slots"]["summary"].split()[2]) > 50, table  # runs replaced
     # Zone-kill, and faults of the only node of zone-b or zone-c, leave pinned jobs dark.
     assert int(checks["zone placement"]["summary"].split()[4]) >= 1, table
     assert report["passed"] and code == 0, table

@@ -17,6 +17,8 @@ from cluster.chaos.checks import (
     allow_lateness_s,
     allow_slots,
     exactly_once_effects,
+    replace_lateness_s,
+    replace_slots,
     run_checks,
     zone_placement,
 )
@@ -385,6 +387,50 @@ def test_allow_too_many_at_once_twice_run_attempts_double_success_and_late_slots
     assert "allow slots           ok (1 jobs, 9 slots succeeded (1 lost)" in render_table(report)
 
 
+# -- replace slots ----------------------------------------------------------------------------
+
+REPLACED = JobInfo("rp", interval_s=2, catch_up="once", sleep_s=5.0, shard=3, kind="replace")
+
+
+def replace_run(**changes: object) -> Observations:
+    """Replace job "rp" (@every 2s, 5 s runs that ignore cancellation) started every slot
+    T0..T0+8 on time; each but the last was replaced by the next and recorded cancelled."""
+    slots = [T0 + i for i in range(0, 10, 2)]
+    runs = [replace(ok_run("rp", s), status="cancelled") for s in slots[:-1]]
+    runs.append(ok_run("rp", slots[-1]))
+    obs = observe(runs, [ran("rp", s) for s in slots], jobs=[REPLACED], window=(T0, T0 + 8))
+    return replace(obs, **changes)  # type: ignore[arg-type]
+
+
+def test_replaced_runs_recorded_cancelled_and_slots_started_on_time_pass() -> None:
+    obs = replace_run()
+    (result,) = run_checks(obs)
+    assert result.name == "replace slots" and result.ok, result.violations
+    assert result.summary == "1 jobs, 4 runs replaced, latest start 0.01s"
+    report = build_report(obs, {})
+    assert report.passed and report.lost == []  # a cancelled slot is accounted for
+    # A fault took an attempt of T0 + 2: its retry succeeding is not a replace matter.
+    runs = [replace(r, status="succeeded", attempt=2) if r.slot_ms == ms(T0 + 2) else r
+            for r in obs.runs]  # fmt: skip
+    result = replace_slots(replace(obs, runs=runs))
+    assert result is not None and result.ok
+
+
+def test_a_replaced_run_that_succeeded_or_a_slot_that_waited_fails() -> None:
+    obs = replace_run()
+    # As when the next slot waited for the handler and it ran to its end: it succeeded,
+    # and the next slot started late.
+    runs = [replace(r, status="succeeded") if r.slot_ms == ms(T0 + 2) else r for r in obs.runs]
+    execs = [ran("rp", T0 + i, at=T0 + i + (9.0 if i == 6 else 0.01)) for i in range(0, 10, 2)]
+    result = replace_slots(replace(obs, runs=runs, executions=execs, phase_end=T0 + 20))
+    assert result is not None
+    assert sorted((v.kind, v.slot_ms) for v in result.violations) == [
+        ("replaced run succeeded", ms(T0 + 2)),
+        ("slot started late", ms(T0 + 6)),
+    ]
+    assert replace_lateness_s(obs) == 5.0 + 2.0
+
+
 # -- zone placement --------------------------------------------------------------------------
 
 PIN_A = JobInfo("pa", 2, "backfill", 0.0, shard=65536, kind="pinned", zones=("zone-a",))
@@ -599,5 +645,8 @@ def test_the_workload_adds_allow_jobs_and_jobs_pinned_to_the_fleets_zones() -> N
         "chaos-pinned-c-a": ("zone-a", "zone-c"),
     }
     assert all(s.catch_up == "backfill" for s in pinned.values())
+    replaced = [j.spec() for j in jobs if j.kind == "replace"]
+    assert len(replaced) == 2 and all(s.overlap == "replace" for s in replaced)
+    assert all(s.schedule == "@every 2s" and s.payload == {"sleep_s": 5.0} for s in replaced)
     two = [j.zones for j in make_workload(0, 3, ["zone-a", "zone-b"]) if j.kind == "pinned"]
     assert two == [("zone-a",), ("zone-b",), ("zone-a", "zone-b")]
