@@ -28,13 +28,13 @@ from psycopg.rows import AsyncRowFactory, dict_row, tuple_row
 
 from cluster.errors import ConfigError, StoreError
 from cluster.settings import DEFAULT_LEASE_S, ClusterSettings
+from cluster.store.completions import Completions
 from cluster.store.connect import Conn, connect, describe
 from cluster.store.deadline import MARGIN_S, fetch_within
 from cluster.store.flights import FlightLease, FlightStatements
 from cluster.store.migrate import check_schema, stored_shard_count
 from cluster.store.queries import query, variant
 from cluster.store.records import ClaimResult, claimed_jobs, int_array
-from cluster.store.writer import CompletionStatements
 
 logger = logging.getLogger(__name__)
 
@@ -69,7 +69,7 @@ def claim_params(
     }
 
 
-class LockSession(FlightStatements, CompletionStatements):
+class LockSession(FlightStatements):
     def __init__(
         self,
         settings: ClusterSettings,
@@ -92,6 +92,8 @@ class LockSession(FlightStatements, CompletionStatements):
         self._lock = asyncio.Lock()
         self.last_ok = 0.0  # monotonic time of the last successful round trip
         self.generation = 0  # bumps on every new connection
+        # A node writes its completions on the result writer; tests, on the session too.
+        self.completions = Completions(self._run, node_id, zone)
 
     @property
     def connected(self) -> bool:
