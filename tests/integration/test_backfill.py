@@ -57,7 +57,7 @@ async def test_a_backfill_runs_its_slots_oldest_first_max_parallel_at_a_time(
     while True:
         queued = await fill(settings, now)
         assert await fill(settings, now) == 0, "no room until a slot ends"
-        flights = await node.claim_flights(ALL, 10, 30.0, now=now)
+        flights = await node.flights.claim(ALL, 10, 30.0, now=now)
         assert len(flights) == queued <= 3
         if not flights:
             break
@@ -81,7 +81,7 @@ async def test_only_missing_leaves_succeeded_slots_out_and_dry_run_writes_nothin
     now = T0 + timedelta(days=1)
     for _ in range(2):
         await fill(settings, now)
-        (flight,) = await node.claim_flights(ALL, 10, 30.0, now=now)
+        (flight,) = await node.flights.claim(ALL, 10, 30.0, now=now)
         await node.completions.complete_flights([after_run(flight, OK, now)[0]], now=now)
     end = T0 + timedelta(minutes=5)
     dry = await store.backfill("roll", "acme", start=T0, end=end, only_missing=True, dry_run=True)
@@ -106,7 +106,7 @@ async def test_cancel_drops_queued_slots_and_running_ones_finish(
     now = T0 + timedelta(days=1)
     assert await fill(settings, now) == 4
     node = await open_session("n1")
-    running = await node.claim_flights(ALL, 2, 30.0, now=now)
+    running = await node.flights.claim(ALL, 2, 30.0, now=now)
     cancelled = await store.cancel_backfill(plan.backfill.id)
     assert (cancelled.status, cancelled.in_flight) == ("cancelled", 2)
     left = await rows(settings, "SELECT status FROM flights")
@@ -151,9 +151,9 @@ async def test_forbid_keeps_backfill_and_regular_slots_apart(
     due = T0 + timedelta(days=2)  # the regular slot is due too
     (regular,) = (await node.claim(ALL, 10, 30.0, now=due)).jobs
     assert await fill(settings, due) == 1
-    assert await node.claim_flights(ALL, 10, 30.0, now=due) == [], "waits for the regular slot"
+    assert await node.flights.claim(ALL, 10, 30.0, now=due) == [], "waits for the regular slot"
     await node.completions.complete([after_run(regular, OK, due)[0]], now=due)
-    (flight,) = await node.claim_flights(ALL, 10, 30.0, now=due)
+    (flight,) = await node.flights.claim(ALL, 10, 30.0, now=due)
     later = due + timedelta(days=1)
     assert (await node.claim(ALL, 10, 30.0, now=later)).jobs == [], "waits for the backfill"
     await node.completions.complete_flights([after_run(flight, OK, later)[0]], now=later)

@@ -194,7 +194,7 @@ async def test_flights_hold_places_from_their_claim_to_their_end(
     # again when it is claimed, and its end gives it back for good.
     await n1.completions.complete_flights([ended(first, "failed", at(31))], now=at(31))
     assert await running(store, "a") == 1
-    (retry,) = await n1.claim_flights(ALL, 10, 30.0, now=at(32))
+    (retry,) = await n1.flights.claim(ALL, 10, 30.0, now=at(32))
     assert retry.slot == first.slot
     assert await running(store, "a") == 2
     await n1.completions.complete_flights([ended(retry)], now=at(33))
