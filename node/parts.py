@@ -93,7 +93,14 @@ def wire(
         executor.submit(flight, start_in_s, reserved=True)
 
     completer = Completer(
-        writer, clock, stats, state.wake, pacing, effects, lease_s=s.lease_s, on_spawned=spawned
+        writer.completions,
+        clock,
+        stats,
+        state.wake,
+        pacing,
+        effects,
+        lease_s=s.lease_s,
+        on_spawned=spawned,
     )
     forwarders = Forwarders(s.celery_broker)
     executor = Executor(s.concurrency, s.node_id, s.zone, completer.run_done, effects, forwarders)

@@ -100,7 +100,7 @@ class Shutdown:
             await self.session.release(
                 [(j.id, j.lease_token) for j in left if not j.flight], reason
             )
-            await self.session.release_flights(
+            await self.session.flights.release(
                 [(j.id, j.slot, j.lease_token) for j in left if j.flight], reason
             )
         except StoreError as exc:

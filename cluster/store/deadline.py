@@ -9,7 +9,7 @@ connection is closed first, so the caller hears of it at once (test_session.py).
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from types import TracebackType
 from typing import Any, TypeVar
 
@@ -17,9 +17,13 @@ from psycopg import AsyncCursor
 
 from cluster.store.connect import Conn
 
-__all__ = ["MARGIN_S", "Deadline", "fetch_within"]
+__all__ = ["MARGIN_S", "Deadline", "Statement", "fetch_within"]
 
 R = TypeVar("R")
+
+# Runs a named statement with its parameters on one connection of the node, within its
+# deadline, and returns the rows: what the parts of that connection are built with.
+Statement = Callable[[str, dict[str, Any]], Awaitable[list[Any]]]
 
 # How long after its statement_timeout a statement's deadline falls: the server's own
 # timeout answers first, the deadline is for a server or network that no longer answers.

@@ -1,19 +1,19 @@
 """The flights statements of the lock session: claims, renewals, releases and recoveries of
 the slots of overlap ``allow`` jobs, each under a lease of its own (migration 009,
-docs/design/overlap.md). A mix-in of ``LockSession``, which runs them as it runs the job
-statements; completions and spawns go through the result writer (``cluster.store.writer``).
+docs/design/overlap.md). ``Flights`` is a part of ``LockSession``, run on its connection as
+the job statements are; completions and spawns go through the result writer
+(``cluster.store.completions``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Collection, Sequence
 from datetime import datetime
-from typing import Any, NamedTuple, Protocol
+from typing import Any, NamedTuple
 from uuid import UUID
 
-from psycopg.rows import AsyncRowFactory
-
 from cluster.settings import DEFAULT_LEASE_S
+from cluster.store.deadline import Statement
 from cluster.store.records import ClaimedJob, claimed_jobs, int_array
 
 _FIELDS = len(ClaimedJob._fields)
@@ -32,20 +32,17 @@ class RecoveredFlight(NamedTuple):
     lost_by: str | None
 
 
-class Session(Protocol):
-    """What the mix-in uses of ``LockSession``."""
+class Flights:
+    """``run``: runs a statement on the lock session, within its deadline; ``node_id`` and
+    ``zone``: the node's, written into the flights it takes."""
 
-    node_id: str
-    zone: str
+    def __init__(self, run: Statement, node_id: str, zone: str) -> None:
+        self._run = run
+        self.node_id = node_id
+        self.zone = zone
 
-    async def _run(
-        self: Session, name: str, params: dict[str, Any], rows: AsyncRowFactory[Any] = ...
-    ) -> list[Any]: ...
-
-
-class FlightStatements:
-    async def claim_flights(
-        self: Session,
+    async def claim(
+        self,
         shards: Collection[int],
         limit: int,
         lease_s: float,
@@ -64,8 +61,8 @@ class FlightStatements:
         }
         return claimed_jobs(await self._run("claim_flights", params), 0)
 
-    async def renew_flights(
-        self: Session, leases: Sequence[FlightLease], lease_s: float, now: datetime | None = None
+    async def renew(
+        self, leases: Sequence[FlightLease], lease_s: float, now: datetime | None = None
     ) -> dict[FlightKey, str | None]:
         """Extend the flight leases still held; each maps to who asked to cancel it."""
         if not leases:
@@ -73,16 +70,16 @@ class FlightStatements:
         rows = await self._run("renew_flights", {**_arrays(leases), "lease_s": lease_s, "now": now})
         return {(row[0], row[1]): row[2] for row in rows}
 
-    async def release_flights(
-        self: Session, leases: Sequence[FlightLease], reason: str, now: datetime | None = None
+    async def release(
+        self, leases: Sequence[FlightLease], reason: str, now: datetime | None = None
     ) -> set[FlightKey]:
         if not leases:
             return set()
         rows = await self._run("release_flights", {**_arrays(leases), "reason": reason, "now": now})
         return {(row[0], row[1]) for row in rows}
 
-    async def recover_flights(
-        self: Session,
+    async def recover(
+        self,
         shards: Collection[int],
         live: Sequence[str],
         now: datetime | None = None,

@@ -1,10 +1,11 @@
 """The node's lock session: one dedicated Postgres connection that is the node's authority.
 
 Shard advisory locks live on this session, so if it drops the node owns nothing. Claims,
-completions, renewals, releases and recoveries run on the same session (a node whose
-session was terminated cannot claim). ``idle_session_timeout`` makes Postgres end the
-session of a frozen or partitioned node by itself. Every call has a deadline; a timeout or
-a connection error marks the session lost, and the caller drops its shards at once.
+renewals, releases and recoveries of jobs, and of flights (its ``flights`` part), run on the
+same session (a node whose session was terminated cannot claim); a node writes completions
+on its result writer. ``idle_session_timeout`` makes Postgres end the session of a frozen
+or partitioned node by itself. Every call has a deadline; a timeout or a connection error
+marks the session lost, and the caller drops its shards at once.
 
 The session runs a few statements thousands of times, so psycopg prepares each on the
 server at first use; it runs in autocommit and never rolls back, so psycopg never
@@ -28,13 +29,13 @@ from psycopg.rows import AsyncRowFactory, dict_row, tuple_row
 
 from cluster.errors import ConfigError, StoreError
 from cluster.settings import DEFAULT_LEASE_S, ClusterSettings
+from cluster.store.completions import Completions
 from cluster.store.connect import Conn, connect, describe
 from cluster.store.deadline import MARGIN_S, fetch_within
-from cluster.store.flights import FlightLease, FlightStatements
+from cluster.store.flights import FlightLease, Flights
 from cluster.store.migrate import check_schema, stored_shard_count
 from cluster.store.queries import query, variant
 from cluster.store.records import ClaimResult, claimed_jobs, int_array
-from cluster.store.writer import CompletionStatements
 
 logger = logging.getLogger(__name__)
 
@@ -69,7 +70,7 @@ def claim_params(
     }
 
 
-class LockSession(FlightStatements, CompletionStatements):
+class LockSession:
     def __init__(
         self,
         settings: ClusterSettings,
@@ -92,6 +93,9 @@ class LockSession(FlightStatements, CompletionStatements):
         self._lock = asyncio.Lock()
         self.last_ok = 0.0  # monotonic time of the last successful round trip
         self.generation = 0  # bumps on every new connection
+        self.flights = Flights(self._run, node_id, zone)
+        # A node writes its completions on the result writer; tests, on the session too.
+        self.completions = Completions(self._run, node_id, zone)
 
     @property
     def connected(self) -> bool:

@@ -111,14 +111,14 @@ class Recovery:
         as alive, and of expired leases."""
         alive = self._state.alive or (self._state.node_id,)
         rows = await self._session.recover(shards, alive, lease_s=self._lease_s)
-        flights = await self._session.recover_flights(shards, alive, lease_s=self._lease_s)
+        flights = await self._session.flights.recover(shards, alive, lease_s=self._lease_s)
         return self._took_back(rows) + self._flights_back(flights)
 
     async def recover_own(self) -> int:
         """Runs left by an earlier process of this node id (killed, restarted under the
         same id) look alive to everyone's recovery; take them back before claiming."""
         rows = await self._session.recover_own(lease_s=self._lease_s)
-        flights = await self._session.recover_flights((), (), lease_s=self._lease_s, own=True)
+        flights = await self._session.flights.recover((), (), lease_s=self._lease_s, own=True)
         return self._took_back(rows) + self._flights_back(flights)
 
     async def take_back_untracked(self) -> int:
@@ -133,7 +133,7 @@ class Recovery:
         if not lost_jobs and not lost_flights:
             return 0
         released = len(await self._session.release(lost_jobs, ANSWER_LOST))
-        released += len(await self._session.release_flights(lost_flights, ANSWER_LOST))
+        released += len(await self._session.flights.release(lost_flights, ANSWER_LOST))
         logger.warning(
             "took back %d slots running under this node that none of its runs holds: %s",
             released,

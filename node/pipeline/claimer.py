@@ -141,7 +141,7 @@ class Claimer:
 
     async def _claim_flights(self, now: datetime) -> None:
         limit = min(self._executor.free, MAX_CLAIM)
-        flights = await self._session.claim_flights(self._state.held, limit, self._lease_s)
+        flights = await self._session.flights.claim(self._state.held, limit, self._lease_s)
         for flight in flights:
             self._executor.submit(flight, max(0.0, (flight.due - now).total_seconds()))
         self._flights_seen = self._flights_seen or bool(flights)

@@ -20,13 +20,13 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from datetime import datetime
-from typing import Protocol
 from uuid import UUID
 
 from cluster.errors import PulseError, StoreError
 from cluster.settings import DEFAULT_LEASE_S
+from cluster.store.completions import Completions
 from cluster.store.records import ClaimedJob, Completion, Skip
 from node.handlers.context import Outcome
 from node.handlers.effects import Effects, Pending
@@ -46,26 +46,6 @@ MAX_DEFER_S = 0.1
 IDLE_WAIT_S = 3600.0
 
 
-class CompletionSink(Protocol):
-    """Where completions are written: the result writer (or, in tests, a lock session)."""
-
-    async def complete(
-        self, done: Sequence[Completion], skips: Sequence[Skip] = ..., now: datetime | None = ...
-    ) -> set[UUID]: ...
-
-    async def complete_flights(
-        self, done: Sequence[Completion], now: datetime | None = ...
-    ) -> set[tuple[UUID, datetime]]: ...
-
-    async def spawn(
-        self,
-        spawns: Sequence[Completion],
-        skips: Sequence[Skip],
-        lease_s: float,
-        now: datetime | None = ...,
-    ) -> dict[UUID, bool]: ...
-
-
 Entry = tuple[ClaimedJob, Completion, list[Skip]]
 SPAWNED = "spawned"  # the outcome of an `allow` claim: its slot goes to a flight
 
@@ -73,7 +53,7 @@ SPAWNED = "spawned"  # the outcome of an `allow` claim: its slot goes to a fligh
 class Completer:
     def __init__(
         self,
-        session: CompletionSink,
+        completions: Completions,
         clock: DbClock,
         stats: Stats,
         wake: asyncio.Event,
@@ -83,7 +63,7 @@ class Completer:
         lease_s: float = DEFAULT_LEASE_S,
         on_spawned: Callable[[ClaimedJob | None], None] | None = None,
     ) -> None:
-        self._session = session
+        self._completions = completions  # the result writer's (in tests, a lock session's)
         self._lease_s = lease_s
         # Told of each `allow` claim handed over: its flight to run, or None (no flight).
         self._on_spawned = on_spawned or (lambda _: None)
@@ -274,19 +254,19 @@ class Completer:
 
     async def _complete(self, entries: list[Entry]) -> None:
         skips = [s for _, _, ss in entries for s in ss]
-        applied = await self._session.complete([done for _, done, _ in entries], skips)
+        applied = await self._completions.complete([done for _, done, _ in entries], skips)
         self._account(entries, lambda job: job.id in applied)
         upcoming = [done.next_run_at for job, done, _ in entries if job.id in applied]
         if upcoming:
             self._pacing.due_at(min(upcoming))
 
     async def _complete_flights(self, entries: list[Entry]) -> None:
-        applied = await self._session.complete_flights([done for _, done, _ in entries])
+        applied = await self._completions.complete_flights([done for _, done, _ in entries])
         self._account(entries, lambda job: (job.id, job.slot) in applied)
 
     async def _spawn(self, entries: list[Entry]) -> None:
         skips = [s for _, _, ss in entries for s in ss]
-        moved = await self._session.spawn([d for _, d, _ in entries], skips, self._lease_s)
+        moved = await self._completions.spawn([d for _, d, _ in entries], skips, self._lease_s)
         self._account(entries, lambda job: job.id in moved)
         for job, _, _ in entries:
             if moved.get(job.id):

@@ -37,7 +37,7 @@ class Renewer:
             for job_id, token in leases:
                 self._follow(job_id, token, None, job_id in kept, kept.get(job_id))
         if flights:
-            held = await self._session.renew_flights(flights, self._lease_s)
+            held = await self._session.flights.renew(flights, self._lease_s)
             for job_id, slot, token in flights:
                 key = (job_id, slot)
                 self._follow(job_id, token, slot, key in held, held.get(key))

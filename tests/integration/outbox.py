@@ -70,5 +70,5 @@ async def run_slot(
     assert claimed, f"nothing due at {now}"
     for job in claimed:
         done, skips = plan_at_claim(job, now) or after_run(job, outcome(status, error), now)
-        assert await session.complete([done], skips, now=now) == {job.id}
+        assert await session.completions.complete([done], skips, now=now) == {job.id}
     return claimed

@@ -100,7 +100,7 @@ async def test_a_catch_up_raises_one_skipped_event(
     jobs = {j.name: j for j in (await node.claim(ALL, 10, 30.0, now=at(10))).jobs}
     for name, ended in (("late", 11), ("slow", 35)):
         done, skips = after_run(jobs[name], outcome(), at(ended))
-        assert await node.complete([done], skips, now=at(ended)) == {jobs[name].id}
+        assert await node.completions.complete([done], skips, now=at(ended)) == {jobs[name].id}
     # "slow" ran until 35 s: 20 s was missed and 30 s runs next (catch-up once). At 45 s
     # "late" skips 20 and 30 s at its claim and runs 40 s; "slow" skips 30 s.
     await run_slot(node, at(45))
@@ -150,7 +150,7 @@ async def test_auto_pause_leaves_a_job_paused_by_hand_alone(
     job = (await node.claim(ALL, 10, 30.0, now=at(10))).jobs[0]
     await store.pause("a", note="maintenance")  # while it runs
     done = finish(job, "failed", error="boom")
-    assert await node.complete([done], now=at(11)) == {job.id}
+    assert await node.completions.complete([done], now=at(11)) == {job.id}
     after = await store.get("a")
     assert (after.status, after.pause_note, after.failed_slots) == ("paused", "maintenance", 1)
     assert await names(settings) == [("failed", "a")]
@@ -173,5 +173,7 @@ async def test_recovery_raises_lost_and_a_fenced_completion_raises_nothing(
         "lease expired (node n1)",
     )
     # The stale node finishes late and fails: fenced, so no failed event either.
-    assert await stale.complete([finish(job, "failed", error="late")], now=at(45)) == set()
+    assert (
+        await stale.completions.complete([finish(job, "failed", error="late")], now=at(45)) == set()
+    )
     assert await names(settings) == [("lost", "a")]

@@ -57,13 +57,13 @@ async def test_a_backfill_runs_its_slots_oldest_first_max_parallel_at_a_time(
     while True:
         queued = await fill(settings, now)
         assert await fill(settings, now) == 0, "no room until a slot ends"
-        flights = await node.claim_flights(ALL, 10, 30.0, now=now)
+        flights = await node.flights.claim(ALL, 10, 30.0, now=now)
         assert len(flights) == queued <= 3
         if not flights:
             break
         ran += [f.slot for f in flights]
         done = [after_run(f, OK, now)[0] for f in flights]
-        assert len(await node.complete_flights(done, now=now)) == len(flights)
+        assert len(await node.completions.complete_flights(done, now=now)) == len(flights)
     assert ran == [T0 + timedelta(minutes=m) for m in range(7)]
     (request,) = await store.backfills()
     assert (request.status, request.slots_queued, request.in_flight) == ("done", 7, 0)
@@ -81,8 +81,8 @@ async def test_only_missing_leaves_succeeded_slots_out_and_dry_run_writes_nothin
     now = T0 + timedelta(days=1)
     for _ in range(2):
         await fill(settings, now)
-        (flight,) = await node.claim_flights(ALL, 10, 30.0, now=now)
-        await node.complete_flights([after_run(flight, OK, now)[0]], now=now)
+        (flight,) = await node.flights.claim(ALL, 10, 30.0, now=now)
+        await node.completions.complete_flights([after_run(flight, OK, now)[0]], now=now)
     end = T0 + timedelta(minutes=5)
     dry = await store.backfill("roll", "acme", start=T0, end=end, only_missing=True, dry_run=True)
     assert dry.backfill is None
@@ -136,14 +136,14 @@ async def test_cancel_drops_queued_slots_and_running_ones_finish(
     now = T0 + timedelta(days=1)
     assert await fill(settings, now) == 4
     node = await open_session("n1")
-    running = await node.claim_flights(ALL, 2, 30.0, now=now)
+    running = await node.flights.claim(ALL, 2, 30.0, now=now)
     cancelled = await store.cancel_backfill(plan.backfill.id)
     assert (cancelled.status, cancelled.in_flight) == ("cancelled", 2)
     left = await rows(settings, "SELECT status FROM flights")
     assert [r["status"] for r in left] == ["running", "running"]
     assert await fill(settings, now) == 0
     done = [after_run(f, OK, now)[0] for f in running]
-    assert len(await node.complete_flights(done, now=now)) == 2
+    assert len(await node.completions.complete_flights(done, now=now)) == 2
     assert (await store.cancel_backfill(plan.backfill.id)).status == "cancelled"
     with pytest.raises(InvalidInput, match="no backfill 999"):
         await store.cancel_backfill(999)
@@ -181,12 +181,12 @@ async def test_forbid_keeps_backfill_and_regular_slots_apart(
     due = T0 + timedelta(days=2)  # the regular slot is due too
     (regular,) = (await node.claim(ALL, 10, 30.0, now=due)).jobs
     assert await fill(settings, due) == 1
-    assert await node.claim_flights(ALL, 10, 30.0, now=due) == [], "waits for the regular slot"
-    await node.complete([after_run(regular, OK, due)[0]], now=due)
-    (flight,) = await node.claim_flights(ALL, 10, 30.0, now=due)
+    assert await node.flights.claim(ALL, 10, 30.0, now=due) == [], "waits for the regular slot"
+    await node.completions.complete([after_run(regular, OK, due)[0]], now=due)
+    (flight,) = await node.flights.claim(ALL, 10, 30.0, now=due)
     later = due + timedelta(days=1)
     assert (await node.claim(ALL, 10, 30.0, now=later)).jobs == [], "waits for the backfill"
-    await node.complete_flights([after_run(flight, OK, later)[0]], now=later)
+    await node.completions.complete_flights([after_run(flight, OK, later)[0]], now=later)
     assert len((await node.claim(ALL, 10, 30.0, now=later)).jobs) == 1
 
 
@@ -198,15 +198,15 @@ async def test_runs_say_why_their_slot_ran(store: JobStore, open_session: Opener
     (job,) = (await node.claim(ALL, 10, 30.0, now=late)).jobs
     planned = plan_at_claim(job, late)
     assert planned is not None  # 12:01..12:04 skipped, 12:05 runs as catch-up
-    await node.complete([planned[0]], planned[1], now=late)
+    await node.completions.complete([planned[0]], planned[1], now=late)
     (job,) = (await node.claim(ALL, 10, 30.0, now=late)).jobs
     assert job.slot == T0 + timedelta(minutes=5)
-    await node.complete([after_run(job, OK, late)[0]], now=late)
+    await node.completions.complete([after_run(job, OK, late)[0]], now=late)
     triggered = await store.trigger("tick", now=late + timedelta(seconds=1))
     (job,) = (await node.claim(ALL, 10, 30.0, now=late + timedelta(seconds=1))).jobs
-    await node.complete([after_run(job, OK, late)[0]], now=late + timedelta(seconds=2))
+    await node.completions.complete([after_run(job, OK, late)[0]], now=late + timedelta(seconds=2))
     (job,) = (await node.claim(ALL, 10, 30.0, now=T0 + timedelta(minutes=6))).jobs
-    await node.complete([after_run(job, OK, late)[0]], now=T0 + timedelta(minutes=6))
+    await node.completions.complete([after_run(job, OK, late)[0]], now=T0 + timedelta(minutes=6))
     origins = {(r.scheduled_for, r.status): r.origin for r in await store.runs("tick")}
     assert origins[(T0 + timedelta(minutes=5), "succeeded")] == "catch-up"
     assert origins[(triggered.slot_at, "succeeded")] == "trigger"

@@ -42,7 +42,7 @@ async def test_unparsable_stored_schedule_fails_the_slot_not_the_node(
     stats = Stats()
     clock = DbClock()
     pacing = Pacing(clock)
-    completer = Completer(session, clock, stats, state.wake, pacing)
+    completer = Completer(session.completions, clock, stats, state.wake, pacing)
     executor = Executor(4, "n1", "z", completer.run_done)
     claimer = Claimer(
         state, session, executor, completer, clock, stats, pacing,

@@ -55,7 +55,7 @@ async def test_cancel_marks_the_running_claim_and_renewal_reports_it(
     assert renewed == {claimed.id: "ops on call"}
 
     done, _ = after_run(claimed, Outcome("cancelled", "cancelled by ops on call", 1.0), at(12))
-    assert await a.complete([done], now=at(12)) == {claimed.id}
+    assert await a.completions.complete([done], now=at(12)) == {claimed.id}
     after = await store.get("job-0000")
     assert (after.status, after.cancel_by, after.slot_at) == ("idle", None, at(20))
     assert await run_rows(store, "job-0000") == [(at(10), "cancelled", "node-a", 1)]

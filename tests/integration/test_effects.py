@@ -70,7 +70,7 @@ class Node:
         self.stats = Stats()
         clock = DbClock()
         self.completer = Completer(
-            writer, clock, self.stats, asyncio.Event(), Pacing(clock), self.effects
+            writer.completions, clock, self.stats, asyncio.Event(), Pacing(clock), self.effects
         )
 
     async def finish(self, job: ClaimedJob, outcome: Outcome) -> None:

@@ -49,7 +49,7 @@ def ended(
 async def claim_and_spawn(a: LockSession, t: float) -> tuple[ClaimedJob, bool]:
     (job,) = (await a.claim(ALL, 10, 30.0, now=at(t))).jobs
     assert job.overlap == "allow" and not job.flight
-    moved = await a.spawn([handed(job, at(t + 10))], [], 30.0, now=at(t))
+    moved = await a.completions.spawn([handed(job, at(t + 10))], [], 30.0, now=at(t))
     return job, moved[job.id]
 
 
@@ -92,8 +92,8 @@ async def test_slots_run_side_by_side_up_to_the_limit(
 
     # A flight's completion is fenced on its own token, and frees a place.
     stale = ended(first)._replace(token=first.lease_token + 1)
-    assert await a.complete_flights([stale], now=at(31)) == set()
-    assert await a.complete_flights([ended(first)], now=at(31)) == {(first.id, at(10))}
+    assert await a.completions.complete_flights([stale], now=at(31)) == set()
+    assert await a.completions.complete_flights([ended(first)], now=at(31)) == {(first.id, at(10))}
     assert await run_rows(store, "fan") == [  # a flight in flight is listed as running
         (at(10), "succeeded", "node-a", 1),
         (at(20), "running", "node-a", 1),
@@ -113,7 +113,7 @@ async def test_cancel_names_a_flight_renewal_reports_it(
     (asked,) = await store.cancel("fan", by="ops", slot=at(20))
     assert asked.slot == at(20)
     leases = [(f.id, f.slot, f.lease_token) for f in (first, second)]
-    assert await a.renew_flights(leases, 30.0, now=at(21)) == {
+    assert await a.flights.renew(leases, 30.0, now=at(21)) == {
         (first.id, at(10)): None,
         (second.id, at(20)): "ops",
     }
@@ -124,14 +124,14 @@ async def test_a_failed_flight_waits_out_its_backoff_then_is_claimed_again(
     store: JobStore, open_session: Opener
 ) -> None:
     a, first = await first_flight(store, open_session)
-    assert await a.complete_flights([ended(first, "failed", at(25))], now=at(15))
+    assert await a.completions.complete_flights([ended(first, "failed", at(25))], now=at(15))
     assert await flights(store) == [(at(10), "queued", 2, None)]
     assert await run_rows(store, "fan") == [(at(10), "failed", "node-a", 1)]
-    assert await a.claim_flights(ALL, 10, 30.0, now=at(24)) == []
-    (again,) = await a.claim_flights(ALL, 10, 30.0, now=at(25))
+    assert await a.flights.claim(ALL, 10, 30.0, now=at(24)) == []
+    (again,) = await a.flights.claim(ALL, 10, 30.0, now=at(25))
     assert (again.flight, again.slot, again.attempt) == (True, at(10), 2)
     assert again.lease_token == first.lease_token + 1
-    assert await a.complete_flights([ended(again)], now=at(26)) == {(first.id, at(10))}
+    assert await a.completions.complete_flights([ended(again)], now=at(26)) == {(first.id, at(10))}
     assert await run_rows(store, "fan") == [(at(10), "succeeded", "node-a", 2)]
     assert await flights(store) == []
 
@@ -141,18 +141,18 @@ async def test_a_dead_owners_flight_is_queued_again_or_handed_over_when_poison(
 ) -> None:
     a, first = await first_flight(store, open_session, retries=1)
     b = await open_session("node-b")
-    (back,) = await b.recover_flights(ALL, ["node-b"], now=at(50))  # a's lease ended at 40
+    (back,) = await b.flights.recover(ALL, ["node-b"], now=at(50))  # a's lease ended at 40
     assert not back.poison and back.reason == "lease expired"
     assert await flights(store) == [(at(10), "queued", 2, None)]
     assert await run_rows(store, "fan") == [(at(10), "lost", "node-a", 1)]
     # a's late completion is fenced; b claims the retry, and dies too: its last attempt.
-    assert await a.complete_flights([ended(first)], now=at(51)) == set()
-    (_retry,) = await b.claim_flights(ALL, 10, 30.0, now=at(51))
+    assert await a.completions.complete_flights([ended(first)], now=at(51)) == set()
+    (_retry,) = await b.flights.claim(ALL, 10, 30.0, now=at(51))
     c = await open_session("node-c")
-    (poison,) = await c.recover_flights(ALL, ["node-c"], now=at(90))
+    (poison,) = await c.flights.recover(ALL, ["node-c"], now=at(90))
     assert poison.poison and poison.job.attempt == 2
     assert await flights(store) == [(at(10), "running", 2, "node-c")]
-    assert await c.complete_flights([ended(poison.job, "failed")], now=at(91))
+    assert await c.completions.complete_flights([ended(poison.job, "failed")], now=at(91))
     assert await flights(store) == []
 
 
@@ -161,8 +161,8 @@ async def test_released_flights_are_due_again_at_once(
 ) -> None:
     a, first = await first_flight(store, open_session)
     lease = (first.id, first.slot, first.lease_token)
-    assert await a.release_flights([lease], "node shut down", now=at(12)) == {(first.id, at(10))}
+    assert await a.flights.release([lease], "node shut down", now=at(12)) == {(first.id, at(10))}
     assert await flights(store) == [(at(10), "queued", 2, None)]
     b = await open_session("node-b")
-    (again,) = await b.claim_flights(ALL, 10, 30.0, now=at(12))
+    (again,) = await b.flights.claim(ALL, 10, 30.0, now=at(12))
     assert again.attempt == 2

@@ -115,7 +115,7 @@ async def test_complete_writes_the_run_row_with_the_claim_time(
     a, b = sorted((await node.claim(ALL, 10, 30.0, now=at(10))).jobs, key=lambda j: j.name)
     error = 'RuntimeError: l\'amont a répondu « 503 » ✗\nsecond line, "quoted" \\ and \t'
     done = [finish(a, duration_s=0.125), finish(b, "failed", error=error, duration_s=None)]
-    assert await node.complete(done, now=at(13.5)) == {a.id, b.id}
+    assert await node.completions.complete(done, now=at(13.5)) == {a.id, b.id}
 
     row_a, row_b = await run_rows(settings)
     assert fields(row_a, *RUN) == (
@@ -146,7 +146,7 @@ async def test_a_retry_of_the_same_slot_updates_its_one_run_row(
     first_node, second_node = await open_session("n1", "za"), await open_session("n2", "zb")
     (first,) = (await first_node.claim(ALL, 10, 30.0, now=at(10))).jobs
     retry = finish(first, "failed", error="boom", retry_at=at(20))
-    assert await first_node.complete([retry], now=at(11)) == {first.id}
+    assert await first_node.completions.complete([retry], now=at(11)) == {first.id}
     (failed,) = await run_rows(settings)
     assert fields(failed, *RUN, "last_error") == (
         "failed", 1, "n1", "za", first.lease_token, at(10), at(11), "boom"
@@ -167,7 +167,7 @@ async def test_a_retry_of_the_same_slot_updates_its_one_run_row(
     )
     assert (live.started_at, live.finished_at, live.duration_s) == (at(20), None, None)
 
-    assert await second_node.complete([finish(second)], now=at(22)) == {second.id}
+    assert await second_node.completions.complete([finish(second)], now=at(22)) == {second.id}
     (row,) = await run_rows(settings)
     assert row["id"] == failed["id"]
     assert fields(row, *RUN, "last_error") == (
@@ -190,7 +190,7 @@ async def test_a_slot_skipped_at_claim_has_no_start_and_its_skips_are_recorded(
         Skip(job.id, at(30), "missed 30"),
         Skip(job.id, job.slot, "the completed slot itself is not a skip"),
     ]
-    assert await node.complete([skipped], skips, now=at(45)) == {job.id}
+    assert await node.completions.complete([skipped], skips, now=at(45)) == {job.id}
     got = [
         fields(r, "scheduled_for", "status", "attempt", "started_at", "finished_at", "last_error")
         for r in await run_rows(settings)
@@ -222,10 +222,13 @@ async def test_a_fenced_completion_writes_no_run_row(
     other = next(j for j in await store.jobs() if j.id != stale.id)
     never = Completion(other.id, 12345, other.slot_at, "succeeded", None, 0.1, at(50), at(50), 1)
     late = [finish(stale), never]
-    assert await stale_node.complete(late, [Skip(stale.id, at(20), "x")], now=at(45)) == set()
+    assert (
+        await stale_node.completions.complete(late, [Skip(stale.id, at(20), "x")], now=at(45))
+        == set()
+    )
     assert await run_rows(settings) == lost
 
-    assert await heir.complete([finish(fresh)], now=at(46)) == {fresh.id}
+    assert await heir.completions.complete([finish(fresh)], now=at(46)) == {fresh.id}
     (row,) = [r for r in await run_rows(settings) if r["job_id"] == stale.id]
     assert (row["id"], row["status"], row["attempt"], row["node_id"]) == (
         lost[0]["id"],
@@ -244,7 +247,9 @@ async def test_completion_times_keep_their_instant_and_microseconds(
     (job,) = (await node.claim(ALL, 10, 30.0, now=at(10))).jobs
     retry_at = datetime(2026, 1, 1, 1, 0, 15, 654321, tzinfo=ZoneInfo("Europe/Berlin"))
     assert retry_at == at(15.654321)
-    assert await node.complete([finish(job, "failed", retry_at=retry_at)], now=at(11)) == {job.id}
+    assert await node.completions.complete(
+        [finish(job, "failed", retry_at=retry_at)], now=at(11)
+    ) == {job.id}
     row = await job_row(settings, job.id)
     assert (row["next_run_at"], row["slot_at"], row["attempt"]) == (at(15.654321), at(10), 2)
 
@@ -348,9 +353,9 @@ async def _history_with_attempts_in_flight(
     )
     node = await open_session("n1", "za")
     first = {j.name: j for j in (await node.claim(ALL, 10, 30.0, now=at(10))).jobs}
-    assert len(await node.complete([finish(first["c"])], now=at(11))) == 1
+    assert len(await node.completions.complete([finish(first["c"])], now=at(11))) == 1
     retry = finish(first["a"], "failed", error="boom", retry_at=at(15))
-    assert len(await node.complete([retry], now=at(12))) == 1  # a's row is the newer
+    assert len(await node.completions.complete([retry], now=at(12))) == 1  # a's row is the newer
     second = {j.name: j for j in (await node.claim(ALL, 10, 30.0, now=at(20))).jobs}
     assert sorted(second) == ["a", "c"]
     return {"first": list(first.values()), "second": list(second.values())}

@@ -122,7 +122,7 @@ async def test_a_paused_job_is_never_claimed_until_triggered_or_resumed(
     (job,) = (await a.claim(ALL, 100, 30.0, now=LATER)).jobs
     assert job.name == "tick"
     done, _ = after_run(job, Outcome("succeeded", None, 0.01), LATER)
-    assert await a.complete([done], now=LATER) == {job.id}
+    assert await a.completions.complete([done], now=LATER) == {job.id}
     assert await stored(settings, "tick") == ("paused", PAUSED_AT)
 
     # Resumed, it is due at its next slot again.
@@ -153,7 +153,7 @@ async def test_a_run_paused_in_flight_ends_paused_however_it_ends(
 
     job = claimed["completed"]
     done, _ = after_run(job, Outcome("failed", "boom", 0.01), LATER)
-    assert await a.complete([done], now=LATER) == {job.id}
+    assert await a.completions.complete([done], now=LATER) == {job.id}
     job = claimed["released"]
     assert await a.release([(job.id, job.lease_token)], "stopping", now=LATER) == {job.id}
     recovered = await a.recover(ALL, [], now=LATER + timedelta(minutes=5))  # lease expired

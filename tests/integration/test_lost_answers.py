@@ -134,7 +134,9 @@ async def test_only_rows_no_run_of_the_node_holds_are_taken_back(
     assert set(claimed) == {"kept", "lost", "fan"}
     kept, fan = claimed["kept"], claimed["fan"]
     # The `allow` claim's flight exists, and the claim is still queued for its hand-over.
-    assert await session.spawn([handed(fan, at(20))], [], 30.0, now=at(10)) == {fan.id: True}
+    assert await session.completions.spawn([handed(fan, at(20))], [], 30.0, now=at(10)) == {
+        fan.id: True
+    }
     held_jobs = {(kept.id, kept.lease_token)}
     held_flights = {(fan.id, fan.slot, fan.lease_token)}
     state = NodeState("n1", "z", 16)
@@ -165,12 +167,12 @@ async def test_a_hand_over_to_a_flight_retried_after_its_answer_was_lost_runs_th
     session = await open_session("n1")
     (fan,) = (await session.claim(ALL, 10, 30.0, now=at(10))).jobs
     write = [handed(fan, at(20))]
-    assert await session.spawn(write, [], 30.0, now=at(10)) == {fan.id: True}
-    assert await session.spawn(write, [], 30.0, now=at(11)) == {fan.id: True}
+    assert await session.completions.spawn(write, [], 30.0, now=at(10)) == {fan.id: True}
+    assert await session.completions.spawn(write, [], 30.0, now=at(11)) == {fan.id: True}
     assert [f[1:] for f in await flights(store)] == [("running", 1, "n1")]
     job = await store.get("fan")
     assert (job.status, job.slot_at) == ("idle", at(20))
 
     # Another node's write of that claim is fenced as ever.
     other = await open_session("n2")
-    assert await other.spawn(write, [], 30.0, now=at(11)) == {}
+    assert await other.completions.spawn(write, [], 30.0, now=at(11)) == {}

@@ -71,7 +71,7 @@ async def claim_loop(
     state = NodeState("n1", "z", 16, held=ALL)
     stats, clock = Stats(), DbClock()
     pacing = Pacing(clock)
-    completer = Completer(session, clock, stats, state.wake, pacing)
+    completer = Completer(session.completions, clock, stats, state.wake, pacing)
     executor = Executor(concurrency, "n1", "z", completer.run_done)
     claimer = Claimer(
         state, session, executor, completer, clock, stats, pacing,

@@ -46,7 +46,7 @@ async def test_a_one_off_runs_once_then_is_done_and_stays_so(
     claimed = await node.claim(ALL, 10, 30.0, now=AT + timedelta(seconds=1))
     assert sorted(j.name for j in claimed.jobs) == ["gone", "once"]
     done = [after_run(j, Outcome("succeeded", None, 0.1), AT)[0] for j in claimed.jobs]
-    assert len(await node.complete(done, now=AT + timedelta(seconds=2))) == 2
+    assert len(await node.completions.complete(done, now=AT + timedelta(seconds=2))) == 2
     shown = await store.details("once")
     assert (shown["status"], shown["next_run_at"], shown["next_slots"]) == ("done", None, [])
     assert [r["status"] for r in shown["recent_runs"]] == ["succeeded"]
@@ -66,7 +66,9 @@ async def test_pruning_removes_a_done_job_once_its_runs_are_gone(
     await store.add(one_off("once", keep_for="1h"), now=T0)
     node = await open_session("n1")
     (job,) = (await node.claim(ALL, 10, 30.0, now=AT)).jobs
-    await node.complete([after_run(job, Outcome("succeeded", None, 0.1), AT)[0]], now=AT)
+    await node.completions.complete(
+        [after_run(job, Outcome("succeeded", None, 0.1), AT)[0]], now=AT
+    )
     async with pruning.side_connection(
         settings, "pulse-test", statement_timeout_s=30
     ).using() as side:

@@ -58,7 +58,9 @@ class Heir:
         self.state.set_live([session.node_id])
         self.stats = Stats()
         clock = DbClock()
-        self.completer = Completer(session, clock, self.stats, asyncio.Event(), Pacing(clock))
+        self.completer = Completer(
+            session.completions, clock, self.stats, asyncio.Event(), Pacing(clock)
+        )
         self.recovery = Recovery(self.state, session, self.stats, self.completer.run_done)
 
     async def recover(self) -> int:

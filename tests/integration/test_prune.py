@@ -270,7 +270,7 @@ async def test_a_prune_in_flight_holds_up_neither_claims_nor_completions(
         claimed = (await asyncio.wait_for(node.claim(ALL, 10, 30.0, now=history.at(10)), 3)).jobs
         assert len(claimed) == 4
         done = [history.finish(job) for job in claimed]
-        applied = await asyncio.wait_for(node.complete(done, now=history.at(11)), 3)
+        applied = await asyncio.wait_for(node.completions.complete(done, now=history.at(11)), 3)
         assert applied == {job.id for job in claimed}
     left = await kept(conn)
     assert {name: [at for at, _ in rows] for name, rows in left.items()} == {

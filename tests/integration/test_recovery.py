@@ -71,7 +71,7 @@ async def drive(session: LockSession, now: datetime) -> None:
             return
         for job in result.jobs:
             planned = plan_at_claim(job, now) or after_run(job, OK, now)
-            assert await session.complete([planned[0]], planned[1], now=now) == {job.id}
+            assert await session.completions.complete([planned[0]], planned[1], now=now) == {job.id}
     raise AssertionError("still claiming after 100 rounds")
 
 
@@ -129,7 +129,7 @@ async def test_late_completion_after_recovery_is_fenced_and_counted(
         await n2.close()
     stats = Stats()
     clock = DbClock()
-    completer = Completer(n1, clock, stats, asyncio.Event(), Pacing(clock))
+    completer = Completer(n1.completions, clock, stats, asyncio.Event(), Pacing(clock))
     completer.run_done(job, OK)
     assert await completer.flush_once()
     assert stats.fenced_writes == 1
@@ -144,7 +144,7 @@ async def test_recovery_never_overwrites_a_run_that_just_finished(
     await store.add(JobSpec.build("j", "@every 10s", "cluster.chaos.witness:record"), now=T0)
     (job,) = (await n1.claim(ALL, 10, 30.0, now=at(10))).jobs
     done, skips = after_run(job, OK, at(12))
-    assert await n1.complete([done], skips, now=at(12)) == {job.id}
+    assert await n1.completions.complete([done], skips, now=at(12)) == {job.id}
     # Even with n1 declared dead and the lease long gone, a finished run stays finished.
     assert await n1.recover(ALL, [], now=at(500)) == []
     assert await statuses(store, "j") == [(10, "succeeded")]
@@ -265,7 +265,7 @@ async def test_claimer_stops_claiming_outside_its_trust_window(
     stats = Stats()
     clock = DbClock()
     pacing = Pacing(clock)
-    completer = Completer(n1, clock, stats, state.wake, pacing)
+    completer = Completer(n1.completions, clock, stats, state.wake, pacing)
     executor = Executor(4, "n1", "z", completer.run_done)
     claimer = Claimer(
         state, n1, executor, completer, clock, stats, pacing,

@@ -87,7 +87,7 @@ async def test_output_travels_with_the_completion_into_the_run_row(
             after_run(talks, outcome("succeeded", text), at(11))[0],
             after_run(silent, outcome("succeeded", None), at(11))[0],
         ]
-        assert await writer.complete(done, now=at(11)) == {talks.id, silent.id}
+        assert await writer.completions.complete(done, now=at(11)) == {talks.id, silent.id}
     finally:
         await writer.close()
     expected = {
@@ -121,7 +121,7 @@ async def test_a_later_attempt_replaces_the_output_and_a_lost_one_clears_it(
     first = await claim(at(10))
     done, _ = after_run(first, outcome("failed", produced(b"attempt 1\n")), at(11))
     assert done.next_attempt == 2 and done.output is not None
-    assert await node.complete([done], now=at(11)) == {first.id}
+    assert await node.completions.complete([done], now=at(11)) == {first.id}
     assert (await output_of(settings, first))["stdout"] == "attempt 1\n"
 
     second = await claim(at(12))
@@ -136,7 +136,7 @@ async def test_a_later_attempt_replaces_the_output_and_a_lost_one_clears_it(
 
     fourth = await claim(at(101))
     done, _ = after_run(fourth, outcome("succeeded", produced(result="done")), at(102))
-    assert await node.complete([done], now=at(102)) == {fourth.id}
+    assert await node.completions.complete([done], now=at(102)) == {fourth.id}
     run = await store.run("flaky")
     assert (run.status, run.attempt, run.scheduled_for) == ("succeeded", 4, at(10))
     assert run.output is not None and run.output["result"] == "done"
@@ -155,7 +155,7 @@ async def test_one_run_by_slot_or_the_latest_and_the_attempt_in_flight(
         done = [
             after_run(j, outcome("succeeded", produced(text)), at(slot + 1))[0] for j in claimed
         ]
-        assert len(await node.complete(done, now=at(slot + 1))) == 2
+        assert len(await node.completions.complete(done, now=at(slot + 1))) == 2
     latest = await store.run("tick")
     assert latest.scheduled_for == at(20) and latest.output is not None
     assert latest.output["stdout"] == "second\n"
@@ -193,7 +193,7 @@ async def seed_failed_run(settings: ClusterSettings, output: str) -> None:
             job.id, job.lease_token, job.slot, "failed", "exit status 1", 0.5, at(20), at(20), 1,
             output,
         )  # fmt: skip
-        assert await session.complete([done], now=at(11)) == {job.id}
+        assert await session.completions.complete([done], now=at(11)) == {job.id}
     finally:
         await session.close()
 

@@ -397,12 +397,12 @@ async def test_a_stale_completion_changes_nothing_and_returns_no_id(
 
     # a finishes late: fenced, whatever it says about the next slot.
     late = completion(stale, at(45))
-    assert await a.complete([late], now=at(45)) == set()
+    assert await a.completions.complete([late], now=at(45)) == set()
     assert await store.get("job-0000") == before
     assert await run_rows(store, "job-0000") == runs_before == [(at(10), "running", "node-b", 2)]
 
     # Fenced in a batch too: the live completion in the same statement still applies.
-    assert await b.complete([late, completion(fresh, at(46))], now=at(46)) == {fresh.id}
+    assert await b.completions.complete([late, completion(fresh, at(46))], now=at(46)) == {fresh.id}
     after = await store.get("job-0000")
     # Catch-up "once": slots 20, 30 and 40 s are all due at 46 s; only 40 s runs.
     assert (after.status, after.next_run_at, after.locked_by) == ("idle", at(40), None)
@@ -426,7 +426,7 @@ async def test_renewal_extends_the_lease_and_refuses_stale_tokens(
     assert (await store.get(second.name)).lease_expires_at == at(40)
 
     # One statement renews every lease; a finished run's lease is gone for good.
-    assert await a.complete([completion(second, at(27))], now=at(27)) == {second.id}
+    assert await a.completions.complete([completion(second, at(27))], now=at(27)) == {second.id}
     kept = await a.renew(
         [(first.id, first.lease_token), (second.id, second.lease_token)], 60.0, now=at(28)
     )
@@ -458,7 +458,7 @@ async def test_release_hands_the_slot_back_for_another_attempt(
     assert (run.status, run.last_error) == ("lost", "draining")
     # Releasing again with the old token is fenced; so is a completion.
     assert await a.release([(first.id, first.lease_token)], "again", now=at(13)) == set()
-    assert await a.complete([completion(first, at(13))], now=at(13)) == set()
+    assert await a.completions.complete([completion(first, at(13))], now=at(13)) == set()
 
     # Another node runs the same slot as attempt 2; the other job is untouched.
     (again,) = (await b.claim(ALL, 10, 30.0, now=at(13))).jobs
@@ -553,9 +553,9 @@ async def test_a_restarted_node_takes_back_what_its_previous_process_left_runnin
     assert {r["id"] for r in taken} == {j.id for j in mine}
     assert {(r["reason"], r["attempt"]) for r in taken} == {("previous process gone", 2)}
     # Only its own runs: n2's are untouched and its completions still apply.
-    assert await other.complete([completion(j, at(13)) for j in theirs], now=at(13)) == {
-        j.id for j in theirs
-    }
+    assert await other.completions.complete(
+        [completion(j, at(13)) for j in theirs], now=at(13)
+    ) == {j.id for j in theirs}
     runs = {r.job_id: (r.status, r.last_error) for r in await store.runs(limit=100)}
     assert {runs[j.id] for j in mine} == {("lost", "previous process gone (node n1)")}
     again = (await after.claim(ALL, 100, 30.0, now=at(14))).jobs
@@ -690,7 +690,7 @@ async def test_the_lock_session_runs_its_statements_prepared_on_the_server(
         assert (await a.claim(ALL, 10, 30.0, now=at(1))).jobs == []
         await a.ping()
     claimed = (await a.claim(ALL, 10, 30.0, now=at(10))).jobs
-    assert await a.complete([completion(j, at(11)) for j in claimed], now=at(11)) == {
+    assert await a.completions.complete([completion(j, at(11)) for j in claimed], now=at(11)) == {
         j.id for j in claimed
     }
     # Prepared once each, at first use; every later call runs the same statement. The
@@ -714,16 +714,16 @@ async def test_statements_refused_by_the_server_leave_the_session_working(
         await a.claim(ALL, -1, 30.0, now=at(10))
     assert not isinstance(refused.value, SessionLost)
     first, second = (await a.claim(ALL, 10, 30.0, now=at(10))).jobs
-    assert await a.complete([completion(first, at(11))], now=at(11)) == {first.id}
+    assert await a.completions.complete([completion(first, at(11))], now=at(11)) == {first.id}
 
     # Refused once prepared: runs.status has no such outcome, and the whole completion,
     # the job row's update included, is undone.
     bad = completion(second, at(11))._replace(outcome="exploded")
     with pytest.raises(StoreError, match="check constraint") as refused:
-        await a.complete([bad], now=at(11))
+        await a.completions.complete([bad], now=at(11))
     assert not isinstance(refused.value, SessionLost)
     assert (await store.get(second.name)).status == "running"
-    assert await a.complete([completion(second, at(12))], now=at(12)) == {second.id}
+    assert await a.completions.complete([completion(second, at(12))], now=at(12)) == {second.id}
 
     assert a.connected and await a.my_locks() == set(ALL)
     assert (await a.claim(ALL, 10, 30.0, now=at(13))).jobs == []

@@ -74,7 +74,7 @@ async def test_a_claim_takes_no_more_of_a_tenant_than_its_limit(
     # A run that ends gives its place back, and the next claim takes one more of a.
     done = next(j for j in taken if j.tenant == "a")
     owner = n1 if done in first.jobs else n2
-    assert await owner.complete([completion(done, at(16))], now=at(16)) == {done.id}
+    assert await owner.completions.complete([completion(done, at(16))], now=at(16)) == {done.id}
     assert await running(store, "a") == 1
     again = await n1.claim(ALL[:8], 20, 30.0, now=at(17))
     again2 = await n2.claim(ALL[8:], 20, 30.0, now=at(17))
@@ -102,7 +102,7 @@ async def test_claims_at_the_same_moment_never_exceed_the_limit(
         assert await running(store, "a") == len(held)
         # Two of the runs end between rounds, on whichever sessions hold them.
         for s, job in held[:2]:
-            await s.complete([completion(job, now)], now=now)
+            await s.completions.complete([completion(job, now)], now=now)
         held = held[2:]
     # The places are taken again as they come back (a claim that found the tenant's row
     # held by another claim took none of its jobs, and the next one does).
@@ -139,7 +139,7 @@ async def test_a_limit_set_while_runs_are_in_flight_counts_them(
     assert (limit.max_concurrent, limit.running) == (2, 3)
     assert (await n1.claim(ALL, 10, 30.0, now=at(16))).jobs == []
     # Two runs end: one place is free again (3 - 2 = 1 < 2).
-    await n1.complete([completion(j, at(17)) for j in claimed[:2]], now=at(17))
+    await n1.completions.complete([completion(j, at(17)) for j in claimed[:2]], now=at(17))
     assert await running(store, "a") == 1
     assert len((await n1.claim(ALL, 10, 30.0, now=at(18))).jobs) == 1
     # Lifting the limit lets the rest run.
@@ -158,7 +158,7 @@ async def test_every_way_a_run_ends_gives_its_place_back(
     await n1.try_lock(ALL)
     one, two, three, four = (await n1.claim(ALL, 10, 30.0, now=at(15))).jobs
     assert await running(store, "a") == 4
-    await n1.complete([completion(one, at(16))], now=at(16))  # ends
+    await n1.completions.complete([completion(one, at(16))], now=at(16))  # ends
     await n1.release([(two.id, two.lease_token)], "node stopping", now=at(16))  # given back
     await store.remove(three.name, "a")  # removed while it runs
     assert await running(store, "a") == 1
@@ -183,7 +183,7 @@ async def test_flights_hold_places_from_their_claim_to_their_end(
     handed_flights = []
     for t in (10, 20):
         (job,) = (await n1.claim(ALL, 10, 30.0, now=at(t))).jobs
-        assert (await n1.spawn([handed(job, at(t + 10))], [], 30.0, now=at(t)))[job.id]
+        assert (await n1.completions.spawn([handed(job, at(t + 10))], [], 30.0, now=at(t)))[job.id]
         assert await running(store, "a") == t // 10
         handed_flights.append(job)
     first = handed_flights[0]
@@ -192,12 +192,12 @@ async def test_flights_hold_places_from_their_claim_to_their_end(
     assert third.jobs == [] and third.held
     # A flight's failed attempt queues a retry and gives its place back; the retry takes one
     # again when it is claimed, and its end gives it back for good.
-    await n1.complete_flights([ended(first, "failed", at(31))], now=at(31))
+    await n1.completions.complete_flights([ended(first, "failed", at(31))], now=at(31))
     assert await running(store, "a") == 1
-    (retry,) = await n1.claim_flights(ALL, 10, 30.0, now=at(32))
+    (retry,) = await n1.flights.claim(ALL, 10, 30.0, now=at(32))
     assert retry.slot == first.slot
     assert await running(store, "a") == 2
-    await n1.complete_flights([ended(retry)], now=at(33))
+    await n1.completions.complete_flights([ended(retry)], now=at(33))
     assert await running(store, "a") == 1
 
 
@@ -213,7 +213,7 @@ async def test_a_freed_place_of_a_tenant_at_its_limit_wakes_the_claim_loops(
     listener = await psycopg.AsyncConnection.connect(settings.database_url, autocommit=True)
     try:
         await listener.execute(f'LISTEN "{settings.wake_channel}"')
-        await n1.complete([completion(job, at(16))], now=at(16))
+        await n1.completions.complete([completion(job, at(16))], now=at(16))
         gen = listener.notifies(timeout=10.0)
         async for note in gen:
             heard.append(note.payload)

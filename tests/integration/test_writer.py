@@ -41,15 +41,17 @@ async def test_writer_applies_fenced_completions_and_reconnects(
         await session.try_lock(ALL)
         first, second = (await session.claim(ALL, 10, 30.0, now=T0 + timedelta(seconds=10))).jobs
         done, skips = after_run(first, OK, T0 + timedelta(seconds=11))
-        assert await writer.complete([done], skips, now=T0 + timedelta(seconds=11)) == {first.id}
+        assert await writer.completions.complete([done], skips, now=T0 + timedelta(seconds=11)) == {
+            first.id
+        }
         # The same completion again is stale: the row is idle now.
-        assert await writer.complete([done], skips) == set()
+        assert await writer.completions.complete([done], skips) == set()
 
         _kill_writer(settings)
         done2, skips2 = after_run(second, OK, T0 + timedelta(seconds=12))
         with pytest.raises(StoreError):
-            await writer.complete([done2], skips2)
-        assert await writer.complete([done2], skips2) == {second.id}  # a new connection
+            await writer.completions.complete([done2], skips2)
+        assert await writer.completions.complete([done2], skips2) == {second.id}  # a new connection
         assert {r.status for r in await store.runs()} == {"succeeded"}
     finally:
         await writer.close()
@@ -67,15 +69,15 @@ async def test_writer_prepares_its_statement_and_recovers_from_a_refused_complet
         await session.open()
         first, second = (await session.claim(ALL, 10, 30.0, now=T0 + timedelta(seconds=10))).jobs
         done, _ = after_run(first, OK, T0 + timedelta(seconds=11))
-        assert await writer.complete([done]) == {first.id}
+        assert await writer.completions.complete([done]) == {first.id}
 
         # Refused by the server (runs.status has no such outcome): nothing of it is written.
         late, _ = after_run(second, OK, T0 + timedelta(seconds=11))
         with pytest.raises(StoreError, match="check constraint"):
-            await writer.complete([late._replace(outcome="exploded")])
+            await writer.completions.complete([late._replace(outcome="exploded")])
         assert (await store.get(second.name)).status == "running"
-        assert await writer.complete([late]) == {second.id}
-        assert await writer.complete([late]) == set()  # fenced: the row is idle now
+        assert await writer.completions.complete([late]) == {second.id}
+        assert await writer.completions.complete([late]) == set()  # fenced: the row is idle now
         assert {(r.job_name, r.status) for r in await store.runs()} == {
             ("a", "succeeded"),
             ("b", "succeeded"),
