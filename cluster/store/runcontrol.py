@@ -82,8 +82,9 @@ class RunControl:
         """Ask for the job's slots in ``[start, end)`` to run again, oldest first, at most
         ``max_parallel`` at once (``only_missing``: those without a succeeded run). With
         ``dry_run``, only the slots it would run. A slot that runs after the request is
-        made, by the schedule or another request, is not run again by it (S1). ``InvalidInput`` for a reversed, empty or
-        too large range, or a paused or done job; nothing is written then."""
+        made, by the schedule or another request, is not run again by it (S1).
+        ``InvalidInput`` for a reversed, empty or too large range, or a paused or done job;
+        nothing is written then."""
         if isinstance(max_parallel, bool) or not isinstance(max_parallel, int) or max_parallel < 1:
             raise InvalidInput("max_parallel", f"must be a whole number >= 1, got {max_parallel!r}")
         async with self._db.transaction():

@@ -108,9 +108,11 @@ async def test_two_requests_over_one_range_never_run_a_slot_twice(
     ran: list[datetime] = []
 
     async def run_queued() -> None:
-        flights = await node.claim_flights(ALL, 10, 30.0, now=now)
+        flights = await node.flights.claim(ALL, 10, 30.0, now=now)
         ran.extend(f.slot for f in flights)
-        await node.complete_flights([after_run(f, OK, now)[0] for f in flights], now=now)
+        await node.completions.complete_flights(
+            [after_run(f, OK, now)[0] for f in flights], now=now
+        )
 
     await fill(settings, now)
     await run_queued()  # the first request ran its first slot
