@@ -214,3 +214,23 @@ async def test_runs_say_why_their_slot_ran(store: JobStore, open_session: Opener
     assert origins[(triggered.slot_at, "succeeded")] == "trigger"
     assert origins[(T0 + timedelta(minutes=6), "succeeded")] == "schedule"
     assert origins[(T0 + timedelta(minutes=1), "skipped")] == "schedule"
+
+
+async def test_a_released_or_recovered_attempt_keeps_its_slots_origin(
+    store: JobStore, open_session: Opener
+) -> None:
+    """A triggered slot's attempt lost at a shutdown (release) and again with its node
+    (recover) is recorded ``lost`` with origin ``trigger``, not as a scheduled slot."""
+    await store.add(JobSpec.build("tick", "@daily", "shell:true", retries=3), now=T0)
+    triggered = await store.trigger("tick", now=T0)
+    n1 = await open_session("n1")
+    (job,) = (await n1.claim(ALL, 10, 30.0, now=T0)).jobs
+    assert await n1.release([(job.id, job.lease_token)], "shutting down", now=T0) == {job.id}
+    (run,) = await store.runs("tick")
+    assert (run.scheduled_for, run.status, run.origin) == (triggered.slot_at, "lost", "trigger")
+    (job,) = (await n1.claim(ALL, 10, 30.0, now=T0)).jobs
+    n2 = await open_session("n2")
+    later = T0 + timedelta(minutes=5)  # n1's lease has expired
+    assert len(await n2.recover(ALL, ["n2"], now=later)) == 1
+    (run,) = await store.runs("tick")
+    assert (run.status, run.attempt, run.origin) == ("lost", 2, "trigger")

@@ -192,7 +192,7 @@ freed AS (
     RETURNING j.id,
               record_run(j.id, j.tenant_id, j.name, j.slot_at, o.attempt, o.locked_by,
                          o.locked_zone, 'lost', i.token, o.locked_at, k.t, NULL,
-                         %(reason)s, NULL)
+                         %(reason)s, NULL, o.slot_origin)
 )
 SELECT id FROM freed;
 
@@ -278,7 +278,8 @@ reset AS (
               j.cancel_by, j.jitter_s,
               record_run(j.id, j.tenant_id, j.name, j.slot_at, d.attempt, d.locked_by,
                          d.locked_zone, 'lost', d.lease_token, d.locked_at, k.t, NULL,
-                         d.reason || ' (node ' || coalesce(d.locked_by, '?') || ')', NULL),
+                         d.reason || ' (node ' || coalesce(d.locked_by, '?') || ')', NULL,
+                         j.slot_origin),
               raise_alert('lost', j.id, j.tenant_id, j.name, j.slot_at, d.attempt, d.locked_by,
                           d.locked_zone, NULL,
                           d.reason || ' (node ' || coalesce(d.locked_by, '?') || ')')
