@@ -65,7 +65,8 @@ present AS (
 ),
 -- A lateral probe, not EXISTS: that may become a semi-join over every row of jobs.
 pairs AS (
-    SELECT p.shard, p.tenant, count(*) OVER (PARTITION BY p.tenant) AS spread
+    SELECT p.shard, p.tenant, count(*) OVER (PARTITION BY p.tenant) AS spread,
+           row_number() OVER (PARTITION BY p.tenant ORDER BY random()) AS pick
     FROM present p
     CROSS JOIN LATERAL (
         SELECT 1 FROM jobs j
@@ -74,18 +75,23 @@ pairs AS (
         LIMIT 1
     ) AS d
 ),
--- Each tenant's share of this claim (limit / tenants), read evenly from its shards.
+-- Each tenant's share of this claim (limit / tenants), read evenly from at most share + 1
+-- of its shards picked by lot: a tenant spread over many shards costs what its turns can
+-- take, not a read in every shard (its oldest there are among the heads anyway).
+turns AS (
+    SELECT ceil(%(limit)s::float8 / nullif(count(DISTINCT tenant), 0))::int AS share FROM pairs
+),
 fair AS (
     SELECT c.id, c.next_run_at, c.ctid, c.tenant_id
-    FROM pairs p
+    FROM pairs p CROSS JOIN turns s
     CROSS JOIN LATERAL (
         SELECT j.id, j.next_run_at, j.ctid, j.tenant_id FROM jobs j
         WHERE j.shard_id = p.shard AND j.tenant_id = p.tenant AND j.status = 'idle'
           AND j.next_run_at <= (SELECT due FROM clock)
         ORDER BY j.next_run_at
-        LIMIT ceil(%(limit)s::float8 / (SELECT count(DISTINCT tenant) FROM pairs)
-                   / p.spread)::int + 1
+        LIMIT ceil(s.share::float8 / least(p.spread, s.share + 1))::int + 1
     ) AS c
+    WHERE p.pick <= s.share + 1
 ),
 -- Oldest first; fair: by turn (each tenant's oldest, then each one's second oldest, ...),
 -- then oldest first. Beyond its read turns a tenant is served from the oldest (heads).
