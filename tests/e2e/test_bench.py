@@ -39,7 +39,7 @@ from bench.scenarios import MAX_EVERY_S, burst_slot
 from bench.sizes import DEFAULT
 from cluster.chaos.witness import Execution
 from node.metrics import CLAIM_BUCKETS
-from tests.conftest import ADMIN_URL
+from tests.helpers.databases import ADMIN_URL
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.chaosrun import run_chaos, servers_available
+from tests.helpers.chaosrun import run_chaos, servers_available
 
 FAULTS = ("sigkill", "sigstop", "zone-kill", "redis-restart", "pg-restart", "pg-stall")
 

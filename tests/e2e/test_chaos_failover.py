@@ -16,7 +16,7 @@ import pytest
 
 from cluster.chaos.packages import PackagesMissing, ensure_command
 from cluster.chaos.pgha import PACKAGES
-from tests.e2e.chaosrun import run_chaos
+from tests.helpers.chaosrun import run_chaos
 
 FAULTS = ("pg-failover", "redis-failover")
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from cluster.chaos import poison
-from tests.e2e.chaosrun import run_chaos, servers_available
+from tests.helpers.chaosrun import run_chaos, servers_available
 
 
 @pytest.mark.e2e

@@ -11,7 +11,6 @@ overview also replaces ``docs/images/console-overview.png``, which the docs show
 from __future__ import annotations
 
 import os
-import secrets
 import shutil
 import tempfile
 from collections.abc import Iterator
@@ -22,9 +21,11 @@ import httpx
 import pytest
 
 from cluster.settings import ClusterSettings
-from tests.conftest import REDIS_URL
-from tests.nodeprocs import REPO, Nodes, init_cluster, wait_until
-from tests.webproc import Web, make_token, web_process
+from tests.helpers import REPO
+from tests.helpers.databases import fresh_settings
+from tests.helpers.nodes import Nodes, init_cluster
+from tests.helpers.waiting import until
+from tests.helpers.web import Web, make_token, web_process
 
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMEDRIVER = Path("/usr/bin/chromedriver")
@@ -97,17 +98,14 @@ class Console:
 
     def sign_in(self) -> None:
         self.open("")
-        field = wait_until(lambda: self.find("#token"), 20, "the sign-in form")[0]
+        field = until(lambda: self.find("#token"), "the sign-in form", 20)[0]
         field.send_keys(self.token, Keys.ENTER)
-        wait_until(lambda: self.find("#nav:not([hidden])"), 20, "signed in")
+        until(lambda: self.find("#nav:not([hidden])"), "signed in", 20)
 
 
 @pytest.fixture(scope="module")
 def console(database_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Console]:
-    tag = secrets.token_hex(4)
-    settings = ClusterSettings(
-        database_url=database_url, redis_url=REDIS_URL, schema=f"t_{tag}", cluster=f"test-{tag}"
-    )
+    settings = fresh_settings(database_url)
     init_cluster(settings)
     workdir = tmp_path_factory.mktemp("console")
     nodes = Nodes(settings, workdir)
@@ -158,9 +156,9 @@ def _allow(settings: ClusterSettings) -> None:
 
 def test_the_overview_shows_three_nodes_in_three_zones(console: Console) -> None:
     console.open("#/overview")
-    wait_until(lambda: console.count("tr.member") == 3, 20, "three members")
+    until(lambda: console.count("tr.member") == 3, "three members", 20)
     assert set(console.attributes("section.zone", "data-zone")) == {"zone-a", "zone-b", "zone-c"}
-    wait_until(lambda: "Healthy" in console.text("#health"), 30, "every shard held")
+    until(lambda: "Healthy" in console.text("#health"), "every shard held", 30)
     assert console.count(".shards li") == 16
     assert console.count("svg.chart polyline.p99") or "No run" in console.text("#lag")
     screenshot(console.browser, "overview")
@@ -168,23 +166,23 @@ def test_the_overview_shows_three_nodes_in_three_zones(console: Console) -> None
 
 def test_run_now_shows_the_run_and_pause_changes_the_status(console: Console) -> None:
     console.open("#/jobs?q=nightly")
-    link = wait_until(lambda: console.find("a.job-link"), 20, "the job in the list")[0]
+    link = until(lambda: console.find("a.job-link"), "the job in the list", 20)[0]
     link.click()
-    wait_until(lambda: console.text("#job-name") == "nightly", 20, "the job's page")
+    until(lambda: console.text("#job-name") == "nightly", "the job's page", 20)
     assert console.count("#next-slots tbody tr") == 5
     assert not console.count("#job-runs tbody tr")
     console.find("#do-trigger")[0].click()
-    wait_until(lambda: console.count("#job-runs tbody tr.run"), 60, "the triggered run")
+    until(lambda: console.count("#job-runs tbody tr.run"), "the triggered run", 60)
     console.find("#do-pause")[0].click()
-    wait_until(lambda: console.text("#job-status") == "paused", 20, "the paused status")
+    until(lambda: console.text("#job-status") == "paused", "the paused status", 20)
     assert console.find("#do-resume:not([disabled])")
     screenshot(console.browser, "job")
 
     console.open("#/runs?job=nightly")
-    wait_until(lambda: console.count("#runs tbody tr") == 1, 20, "the runs page")
+    until(lambda: console.count("#runs tbody tr") == 1, "the runs page", 20)
     with console.api() as api:
         assert api.post("/api/jobs/default/nightly/trigger").status_code == 200
-    wait_until(lambda: console.count("#runs tbody tr") == 2, 60, "a new run, no reload")
+    until(lambda: console.count("#runs tbody tr") == 2, "a new run, no reload", 60)
     screenshot(console.browser, "runs")
 
 
@@ -198,10 +196,10 @@ def test_cancel_stops_the_running_slot(console: Console) -> None:
         assert created.status_code == 201, created.text
         assert api.post("/api/jobs/default/sleepy/trigger").status_code == 200
     console.open("#/job/default/sleepy")
-    wait_until(lambda: console.text("#job-name") == "sleepy", 20, "the job's page")
-    wait_until(lambda: console.find("#do-cancel:not([disabled])"), 60, "a running slot")
+    until(lambda: console.text("#job-name") == "sleepy", "the job's page", 20)
+    until(lambda: console.find("#do-cancel:not([disabled])"), "a running slot", 60)
     console.find("#do-cancel")[0].click()
-    wait_until(lambda: "cancelled" in console.text("#job-runs"), 30, "the cancelled run")
+    until(lambda: "cancelled" in console.text("#job-runs"), "the cancelled run", 30)
     screenshot(console.browser, "cancelled")
 
 
@@ -213,11 +211,11 @@ def test_a_backfill_is_asked_for_from_the_jobs_page(console: Console) -> None:
         )
         assert created.status_code == 201, created.text
     console.open("#/job/default/daily")
-    wait_until(lambda: console.find("#backfill"), 20, "the backfill form")
+    until(lambda: console.find("#backfill"), "the backfill form", 20)
     console.find("#bf-from")[0].send_keys("2026-01-01T00:00:00Z")
     console.find("#bf-to")[0].send_keys("2026-01-04T00:00:00Z")
     console.find("#do-backfill")[0].click()
-    wait_until(lambda: "3 slots queued" in console.text("#action-result"), 20, "the request")
+    until(lambda: "3 slots queued" in console.text("#action-result"), "the request", 20)
     with console.api() as api:
         (made,) = api.get("/api/backfills").json()
     assert (made["job"], made["slots_total"]) == ("daily", 3)
@@ -225,10 +223,10 @@ def test_a_backfill_is_asked_for_from_the_jobs_page(console: Console) -> None:
 
 def test_a_name_that_looks_like_markup_is_shown_as_text(console: Console) -> None:
     console.open("#/jobs?q=script")
-    link = wait_until(lambda: console.find("a.job-link"), 20, "the job in the list")[0]
+    link = until(lambda: console.find("a.job-link"), "the job in the list", 20)[0]
     assert link.text == SCRIPT_NAME
     link.click()
-    wait_until(lambda: console.text("#job-name") == SCRIPT_NAME, 20, "the job's page")
+    until(lambda: console.text("#job-name") == SCRIPT_NAME, "the job's page", 20)
     with pytest.raises(NoAlertPresentException):
         console.browser.switch_to.alert.text  # noqa: B018
     assert not console.browser.find_elements(By.XPATH, "//main//script")
@@ -237,7 +235,7 @@ def test_a_name_that_looks_like_markup_is_shown_as_text(console: Console) -> Non
 
 def test_the_audit_page_lists_the_changes(console: Console) -> None:
     console.open("#/audit")
-    wait_until(lambda: console.count("#audit tbody tr"), 20, "audit rows")
+    until(lambda: console.count("#audit tbody tr"), "audit rows", 20)
     assert "create" in console.text("#audit")
     screenshot(console.browser, "audit")
 
@@ -245,8 +243,8 @@ def test_the_audit_page_lists_the_changes(console: Console) -> None:
 def test_the_overview_charts_the_runs_of_the_tests_above(console: Console) -> None:
     """Runs last: the runs started above are on the chart (the docs show this screenshot)."""
     console.open("#/overview")
-    wait_until(lambda: console.count("svg.chart circle.p99"), 30, "the fire lag chart")
-    wait_until(lambda: "Healthy" in console.text("#health"), 30, "every shard held")
+    until(lambda: console.count("svg.chart circle.p99"), "the fire lag chart", 30)
+    until(lambda: "Healthy" in console.text("#health"), "every shard held", 30)
     path = screenshot(console.browser, "overview-with-runs")
     if os.environ.get("PULSE_UPDATE_SCREENSHOTS") == "1":
         shutil.copy(path, REPO / "docs" / "images" / "console-overview.png")

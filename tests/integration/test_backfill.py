@@ -20,7 +20,7 @@ from cluster.store.connect import connection
 from cluster.store.jobs import JobStore
 from node.handlers.context import Outcome
 from node.pipeline.outcomes import after_run, plan_at_claim
-from tests.conftest import Opener
+from tests.helpers.sessions import Opener
 
 T0 = datetime(2031, 3, 4, 12, 0, tzinfo=UTC)
 ALL = range(16)

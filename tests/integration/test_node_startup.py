@@ -2,40 +2,15 @@
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-from pathlib import Path
-
 from cluster.settings import ClusterSettings
 from cluster.store.jobs import JobStore
-
-ROOT = Path(__file__).resolve().parents[2]
-
-
-def pulse(settings: ClusterSettings, *args: str) -> subprocess.CompletedProcess[str]:
-    env = {
-        **os.environ,
-        "PULSE_DATABASE_URL": settings.database_url,
-        "PULSE_REDIS_URL": settings.redis_url,
-        "PULSE_SCHEMA": settings.schema,
-        "PULSE_CLUSTER": settings.cluster,
-    }
-    return subprocess.run(
-        [sys.executable, "-m", "node", *args],
-        env=env,
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+from tests.helpers.cli import spawn
 
 
 async def test_shard_count_differing_from_the_database_is_refused(
     store: JobStore, settings: ClusterSettings
 ) -> None:
-    result = pulse(settings, "node", "--node-id", "n1", "--shards", "32")
+    result = spawn(settings, "node", "--node-id", "n1", "--shards", "32").result()
     assert result.returncode == 2
     assert "--shards 32 but the database has 16" in result.stderr
 
@@ -43,7 +18,7 @@ async def test_shard_count_differing_from_the_database_is_refused(
 async def test_session_timeout_too_close_to_poll_interval_is_refused(
     store: JobStore, settings: ClusterSettings
 ) -> None:
-    result = pulse(settings, "node", "--session-timeout", "2s", "--poll-interval", "1s")
+    result = spawn(settings, "node", "--session-timeout", "2s", "--poll-interval", "1s").result()
     assert result.returncode == 2
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and "session timeout 2.0s is not well above" in lines[0]
@@ -57,7 +32,7 @@ async def test_bad_node_flags_exit_2_with_one_line(
         (["--lease", "-3s"], "lease"),
         (["--node-id", "bad id"], "node_id"),
     ):
-        result = pulse(settings, "node", *args)
+        result = spawn(settings, "node", *args).result()
         lines = result.stderr.strip().splitlines()
         assert result.returncode == 2, (args, result.stderr)
         assert len(lines) == 1 and field in lines[0], (args, lines)
@@ -65,6 +40,6 @@ async def test_bad_node_flags_exit_2_with_one_line(
 
 async def test_uninitialised_schema_is_reported_not_crashed(settings: ClusterSettings) -> None:
     # No `pulse init` ran for this schema: the node keeps retrying; jobs commands say why.
-    result = pulse(settings, "jobs", "list")
+    result = spawn(settings, "jobs", "list").result()
     assert result.returncode == 1
     assert "pulse init" in result.stderr and "Traceback" not in result.stderr
