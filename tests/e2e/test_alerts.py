@@ -198,6 +198,7 @@ def test_events_wait_for_a_receiver_that_is_down_and_arrive_in_order(
     assert [e["slot"] for e in events] == sorted(e["slot"] for e in events)
 
 
+@pytest.mark.slow
 def test_a_slot_in_a_frozen_nodes_shard_is_reported_late_by_another_node(
     fleet: Fleet, settings: ClusterSettings
 ) -> None:

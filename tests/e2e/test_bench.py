@@ -59,6 +59,7 @@ def _bench(*argv: str) -> subprocess.CompletedProcess[str]:
 
 
 @pytest.mark.e2e
+@pytest.mark.slow
 @pytest.mark.timeout(400)
 def test_quick_bench_runs_and_counts(tmp_path: Path) -> None:
     out = tmp_path / "results.jsonl"

@@ -31,6 +31,7 @@ def _packages() -> str | None:
 
 
 @pytest.mark.e2e
+@pytest.mark.slow
 @pytest.mark.timeout(240)
 def test_a_chaos_run_through_both_failovers_keeps_every_guarantee(tmp_path: Path) -> None:
     missing = _packages()

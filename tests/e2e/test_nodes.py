@@ -169,6 +169,7 @@ def assert_runs_agree_with_witness(fleet: Fleet) -> None:
     assert {r["status"] for r in jobs} == {"idle"}, jobs
 
 
+@pytest.mark.slow
 def test_three_nodes_in_two_zones_run_every_slot_exactly_once(
     fleet: Fleet, settings: ClusterSettings
 ) -> None:

@@ -28,7 +28,7 @@ from tests.helpers.failover import db_now, every_slot_ran_once, ran_since, start
 from tests.helpers.fleet import Fleet
 from tests.helpers.waiting import until
 
-pytestmark = [pytest.mark.e2e, pytest.mark.timeout(240)]
+pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(240)]
 
 JOBS = [f"tick-{i:02d}" for i in range(12)]
 

@@ -25,7 +25,7 @@ from cluster.store.pruning import BATCH
 from tests.helpers.fleet import Fleet
 from tests.helpers.waiting import until
 
-pytestmark = [pytest.mark.e2e, pytest.mark.timeout(180)]
+pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(180)]
 
 JOBS = 300
 KEEP_S = 30

@@ -87,6 +87,7 @@ def test_a_one_off_job_runs_once_then_is_done_or_removed(
     assert row == {"status": "succeeded", "scheduled_for": at}
 
 
+@pytest.mark.slow
 def test_a_backfill_survives_its_node_and_then_a_restart_of_the_whole_cluster(
     settings: ClusterSettings, fleet: Fleet
 ) -> None:

@@ -22,7 +22,7 @@ from cluster.settings import ClusterSettings
 from tests.helpers import REPO
 from tests.helpers.waiting import until
 
-pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
+pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(300)]
 
 VERSION = tomllib.loads((REPO / "pyproject.toml").read_text("utf-8"))["project"]["version"]
 MIGRATIONS = sorted(p.name for p in (REPO / "cluster/store/migrations").glob("*.sql"))
