@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from cluster.settings import ClusterSettings
-from tests.e2e.fleet import Fleet
+from tests.helpers.fleet import Fleet
 
 
 @pytest.fixture

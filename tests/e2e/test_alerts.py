@@ -24,9 +24,10 @@ from cluster.jobs.spec import JobSpec
 from cluster.settings import ClusterSettings
 from cluster.store.alerts import AlertStore
 from cluster.store.jobs import JobStore
-from tests.e2e.fleet import Fleet
-from tests.nodeprocs import init_cluster, wait_until
-from tests.receiver import Receiver, Request, receiver
+from tests.helpers.fleet import Fleet
+from tests.helpers.nodes import init_cluster
+from tests.helpers.receiver import Receiver, Request, receiver
+from tests.helpers.waiting import until
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(150)]
 WITNESS = "cluster.chaos.witness:record"
@@ -89,11 +90,11 @@ def test_every_event_reaches_a_healthy_receiver_once_signed_and_in_order(
         # lost: the node running "sleeper" is killed before any other event exists, so it
         # never held a delivery.
         store_call(settings, lambda s: s.trigger("sleeper"))
-        owner = wait_until(
-            lambda: store_call(settings, lambda s: s.get("sleeper")).locked_by, 30, "sleeper"
+        owner = until(
+            lambda: store_call(settings, lambda s: s.get("sleeper")).locked_by, "sleeper", 30
         )
         fleet.node(owner).signal(signal.SIGKILL)
-        wait_until(lambda: kinds(r.received())[("lost", "sleeper")], 30, "the lost event")
+        until(lambda: kinds(r.received())[("lost", "sleeper")], "the lost event", 30)
 
         # failed, paused, recovered, skipped and late, from the survivor.
         for name in ("broken", "flaky", "slow"):
@@ -109,11 +110,11 @@ def test_every_event_reaches_a_healthy_receiver_once_signed_and_in_order(
             ("recovered", "flaky"), ("skipped", "slow"), ("late", "behind"),
         ]  # fmt: skip
         try:
-            wait_until(lambda: all(kinds(r.received())[k] for k in wanted), 60, "every kind")
+            until(lambda: all(kinds(r.received())[k] for k in wanted), "every kind", 60)
         except AssertionError as exc:
             raise AssertionError(f"{exc}: got {kinds(r.received())}\n{fleet.logs()}") from exc
         store_call(settings, lambda s: s.pause("slow"))
-        wait_until(lambda: all_delivered(fleet), 30, "every delivery done")
+        until(lambda: all_delivered(fleet), "every delivery done", 30)
         assert fleet.node("n2" if owner == "n1" else "n1").running
         requests = r.received()
 
@@ -151,12 +152,12 @@ def test_a_delivery_held_by_a_killed_node_is_delivered_by_another(
         for node_id, zone in (("n1", "a"), ("n2", "b")):
             fleet.start(node_id, zone)
         store_call(settings, lambda s: s.trigger("broken"))
-        wait_until(lambda: r.received(), 30, "the first request")
+        until(lambda: r.received(), "the first request", 30)
         (leased,) = outbox(fleet)
         holder = leased["locked_by"]
         fleet.node(holder).signal(signal.SIGKILL)  # mid-request
         r.delay_s = 0
-        wait_until(lambda: all_delivered(fleet), 60, "delivery by the survivor")
+        until(lambda: all_delivered(fleet), "delivery by the survivor", 60)
         requests = r.received()
     (row,) = outbox(fleet)
     assert (row["status"], row["attempts"]) == ("delivered", 2)
@@ -180,15 +181,15 @@ def test_events_wait_for_a_receiver_that_is_down_and_arrive_in_order(
             rows = outbox(fleet)
             return len(rows) >= 4 and rows[0]["attempts"] >= 1
 
-        wait_until(tried_while_down, 30, "events raised and tried while the receiver is down")
+        until(tried_while_down, "events raised and tried while the receiver is down", 30)
         store_call(settings, lambda s: s.pause("broken"))
-        wait_until(
-            lambda: store_call(settings, lambda s: s.get("broken")).status == "paused", 30, "pause"
+        until(
+            lambda: store_call(settings, lambda s: s.get("broken")).status == "paused", "pause", 30
         )
         waiting = outbox(fleet)
         assert all(row["status"] == "pending" for row in waiting)
         r.start()  # back on the same port
-        wait_until(lambda: all_delivered(fleet), 60, "delivery once the receiver is back")
+        until(lambda: all_delivered(fleet), "delivery once the receiver is back", 60)
         requests = r.accepted()
     finally:
         r.stop()
@@ -197,6 +198,7 @@ def test_events_wait_for_a_receiver_that_is_down_and_arrive_in_order(
     assert [e["slot"] for e in events] == sorted(e["slot"] for e in events)
 
 
+@pytest.mark.slow
 def test_a_slot_in_a_frozen_nodes_shard_is_reported_late_by_another_node(
     fleet: Fleet, settings: ClusterSettings
 ) -> None:
@@ -205,8 +207,8 @@ def test_a_slot_in_a_frozen_nodes_shard_is_reported_late_by_another_node(
     for node_id, zone in (("n1", "a"), ("n2", "b")):
         # A long session timeout: the frozen owner keeps its lock while the late pass runs.
         fleet.start(node_id, zone, "--session-timeout", "40s")
-    owner = wait_until(lambda: fleet.holders().get(job.shard), 30, "the shard's owner")
-    wait_until(lambda: fleet.holders().get(job.shard) == owner, 30, "a settled owner")
+    owner = until(lambda: fleet.holders().get(job.shard), "the shard's owner", 30)
+    until(lambda: fleet.holders().get(job.shard) == owner, "a settled owner", 30)
     frozen = fleet.node(owner)
     frozen.signal(signal.SIGSTOP)
     try:
@@ -215,7 +217,7 @@ def test_a_slot_in_a_frozen_nodes_shard_is_reported_late_by_another_node(
             return fleet.sql("SELECT * FROM alert_events WHERE event = 'late'")
 
         add_rule(settings, "http://127.0.0.1:9/hook", events="late")
-        (late, *_) = wait_until(late_events, 30, "a late event")
+        (late, *_) = until(late_events, "a late event", 30)
         still_held = fleet.holders().get(job.shard)
     finally:
         frozen.signal(signal.SIGCONT)

@@ -18,8 +18,9 @@ import pytest
 from cluster.jobs.spec import JobSpec
 from cluster.settings import ClusterSettings
 from cluster.store.jobs import JobStore
-from tests.e2e.fleet import Fleet
-from tests.nodeprocs import init_cluster, wait_until
+from tests.helpers.fleet import Fleet
+from tests.helpers.nodes import init_cluster
+from tests.helpers.waiting import until
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(150)]
 TIMING = ("--lease", "3s", "--renew-interval", "1s", "--session-timeout", "4s")
@@ -82,15 +83,15 @@ def test_allow_runs_slots_side_by_side_up_to_the_limit_each_once(
             assert node.running or node.name in killed, node.tail(20)
         return log.exists() and len(intervals(log)) >= count
 
-    wait_until(lambda: finished(6), 60, "six slots to finish")
+    until(lambda: finished(6), "six slots to finish", 60)
     victim = fleet.sql("SELECT locked_by FROM flights WHERE status = 'running' LIMIT 1")
     if victim:  # kill a node with flights in flight; the survivor takes them back
         killed.append(str(victim[0]["locked_by"]))
         fleet.node(killed[0]).signal(signal.SIGKILL)
     before = len(intervals(log))
-    wait_until(lambda: finished(before + 6), 60, "six more slots after the kill")
+    until(lambda: finished(before + 6), "six more slots after the kill", 60)
     pause(settings, "fan")
-    wait_until(lambda: not fleet.sql("SELECT 1 FROM flights"), 60, "the flights in flight to end")
+    until(lambda: not fleet.sql("SELECT 1 FROM flights"), "the flights in flight to end", 60)
     fleet.stop_all()
 
     spans = intervals(log)

@@ -39,7 +39,7 @@ from bench.scenarios import MAX_EVERY_S, burst_slot
 from bench.sizes import DEFAULT
 from cluster.chaos.witness import Execution
 from node.metrics import CLAIM_BUCKETS
-from tests.conftest import ADMIN_URL
+from tests.helpers.databases import ADMIN_URL
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -59,6 +59,7 @@ def _bench(*argv: str) -> subprocess.CompletedProcess[str]:
 
 
 @pytest.mark.e2e
+@pytest.mark.slow
 @pytest.mark.timeout(400)
 def test_quick_bench_runs_and_counts(tmp_path: Path) -> None:
     out = tmp_path / "results.jsonl"

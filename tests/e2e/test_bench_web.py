@@ -10,8 +10,8 @@ import sys
 import psycopg
 import pytest
 
-from tests.conftest import ADMIN_URL, REDIS_URL
-from tests.nodeprocs import REPO
+from tests.helpers import REPO
+from tests.helpers.databases import ADMIN_URL, REDIS_URL
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(120)]
 

@@ -16,8 +16,9 @@ import pytest
 
 from cluster.settings import ClusterSettings
 from examples.billing_rollup import SCHEMA, jobs
-from tests.e2e.fleet import Fleet
-from tests.nodeprocs import init_cluster, wait_until
+from tests.helpers.fleet import Fleet
+from tests.helpers.nodes import init_cluster
+from tests.helpers.waiting import until
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(90)]
 PER_SECOND = 4
@@ -52,7 +53,7 @@ def test_the_usage_rollup_writes_one_row_per_slot_with_its_runs_token(
         return int(rows[0]["n"])
 
     fleet.start("n1", "a")
-    wait_until(lambda: succeeded() >= 6, 40, "six slots of the rollup to succeed")
+    until(lambda: succeeded() >= 6, "six slots of the rollup to succeed", 40)
     fleet.stop_all()
 
     rows = fleet.sql(

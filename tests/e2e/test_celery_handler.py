@@ -23,8 +23,9 @@ import pytest
 
 from cluster.jobs.spec import JobSpec
 from cluster.settings import ClusterSettings
-from tests.e2e.fleet import Fleet, triggered
-from tests.nodeprocs import REPO, wait_until
+from tests.helpers import REPO
+from tests.helpers.fleet import Fleet, triggered
+from tests.helpers.waiting import until
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(120)]
 
@@ -101,7 +102,7 @@ def test_celery_handlers_with_a_real_worker(
         seen = {row["task_id"]: row["kwargs"] for row in received(out)}
         return seen if len(seen) == 2 else None
 
-    seen = wait_until(recorded, 30, "the worker to run both record tasks")
+    seen = until(recorded, "the worker to run both record tasks", 30)
     assert seen[key] == {"region": "eu", "n": 3}
 
     assert runs["waited"]["status"] == "succeeded", runs["waited"]["last_error"]

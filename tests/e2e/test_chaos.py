@@ -23,12 +23,13 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.chaosrun import run_chaos, servers_available
+from tests.helpers.chaosrun import run_chaos, servers_available
 
 FAULTS = ("sigkill", "sigstop", "zone-kill", "redis-restart", "pg-restart", "pg-stall")
 
 
 @pytest.mark.e2e
+@pytest.mark.slow
 @pytest.mark.timeout(240)
 @pytest.mark.skipif(not servers_available(), reason="needs postgres/initdb and redis-server")
 def test_a_ci_sized_chaos_run_keeps_every_guarantee(tmp_path: Path) -> None:

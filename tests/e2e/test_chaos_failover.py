@@ -16,7 +16,7 @@ import pytest
 
 from cluster.chaos.packages import PackagesMissing, ensure_command
 from cluster.chaos.pgha import PACKAGES
-from tests.e2e.chaosrun import run_chaos
+from tests.helpers.chaosrun import run_chaos
 
 FAULTS = ("pg-failover", "redis-failover")
 
@@ -31,6 +31,7 @@ def _packages() -> str | None:
 
 
 @pytest.mark.e2e
+@pytest.mark.slow
 @pytest.mark.timeout(240)
 def test_a_chaos_run_through_both_failovers_keeps_every_guarantee(tmp_path: Path) -> None:
     missing = _packages()

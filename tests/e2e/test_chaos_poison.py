@@ -11,10 +11,11 @@ from pathlib import Path
 import pytest
 
 from cluster.chaos import poison
-from tests.e2e.chaosrun import run_chaos, servers_available
+from tests.helpers.chaosrun import run_chaos, servers_available
 
 
 @pytest.mark.e2e
+@pytest.mark.slow
 @pytest.mark.timeout(180)
 @pytest.mark.skipif(not servers_available(), reason="needs postgres/initdb and redis-server")
 def test_a_poison_job_is_contained_while_every_other_job_keeps_its_guarantees(

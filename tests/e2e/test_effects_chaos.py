@@ -16,8 +16,9 @@ import pytest
 
 from cluster.jobs.spec import JobSpec
 from cluster.settings import ClusterSettings
-from tests.e2e.fleet import Fleet
-from tests.nodeprocs import init_cluster, wait_until
+from tests.helpers.fleet import Fleet
+from tests.helpers.nodes import init_cluster
+from tests.helpers.waiting import until
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(180)]
 HANDLERS = "tests.e2e.steer_handlers"
@@ -48,7 +49,7 @@ def test_each_completed_slot_has_exactly_one_effect_through_kills_and_freezes(
     def effects() -> int:
         return int(fleet.sql(f"SELECT count(*) AS n FROM public.{table}")[0]["n"])
 
-    wait_until(lambda: effects() >= 50, 60, "the jobs to write effects")
+    until(lambda: effects() >= 50, "the jobs to write effects", 60)
     fleet.node("n1").signal(signal.SIGKILL)
     fleet.node("n1").wait(10)
     frozen = fleet.node("n2")
@@ -61,19 +62,19 @@ def test_each_completed_slot_has_exactly_one_effect_through_kills_and_freezes(
             frozen.signal(signal.SIGCONT)
         return bool(held)
 
-    wait_until(frozen_in_flight, 30, "n2 to be frozen with a run in flight", interval_s=0.05)
+    until(frozen_in_flight, "n2 to be frozen with a run in flight", 30, interval_s=0.05)
     # Frozen past its lease and session timeout: the others take its slots over.
     before = effects()
-    wait_until(lambda: effects() >= before + 50, 60, "the survivor to carry on")
-    wait_until(
+    until(lambda: effects() >= before + 50, "the survivor to carry on", 60)
+    until(
         lambda: not fleet.sql("SELECT 1 FROM pg_stat_activity WHERE application_name = 'n2'"),
-        30,
         "the frozen node's lock session to time out",
+        30,
     )
     frozen.signal(signal.SIGCONT)
     fleet.start("n1", "a", *TIMING)
     after = effects()
-    wait_until(lambda: effects() >= after + 50, 60, "the cluster to carry on after the faults")
+    until(lambda: effects() >= after + 50, "the cluster to carry on after the faults", 60)
     fleet.stop_all()
     # The frozen node woke with runs in flight: they were stopped (lease lost), their
     # completions were fenced, or their transactions, closed by the server meanwhile, did

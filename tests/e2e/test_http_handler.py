@@ -17,9 +17,9 @@ import pytest
 
 from cluster.jobs.spec import JobSpec
 from cluster.settings import ClusterSettings
-from tests.e2e.fleet import Fleet, triggered
-from tests.integration.test_cli import env_of, real_pulses
-from tests.receiver import Receiver, Route, receiver
+from tests.helpers.cli import spawn
+from tests.helpers.fleet import Fleet, triggered
+from tests.helpers.receiver import Receiver, Route, receiver
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(120)]
 
@@ -120,8 +120,8 @@ def test_http_handlers_against_a_real_server(
 
     # pulse jobs show prints the handler readably, with the reference, not the value;
     # pulse runs show prints the status and body kept
-    env = env_of(settings)
-    shown, run = real_pulses((env, ["jobs", "show", "ok"]), (env, ["runs", "show", "flaky"]))
+    started = [spawn(settings, "jobs", "show", "ok"), spawn(settings, "runs", "show", "flaky")]
+    shown, run = (p.result() for p in started)
     assert shown.returncode == 0 and run.returncode == 0, (shown.stderr, run.stderr)
     assert f"handler:          http:POST {url}/ok" in shown.stdout
     assert "header Authorization: Bearer ${env:HOOK_TOKEN}" in shown.stdout

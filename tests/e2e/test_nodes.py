@@ -14,6 +14,7 @@ but never lost and never run twice. No assertion is about speed; lags are printe
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import statistics
 import time
 from dataclasses import dataclass
@@ -25,8 +26,8 @@ from cluster.jobs.spec import JobSpec
 from cluster.settings import ClusterSettings
 from cluster.store.jobs import JobStore
 from ring import Ring
-from tests.e2e.fleet import Execution, Fleet, doubles, every_slots
-from tests.nodeprocs import wait_until
+from tests.helpers.fleet import Execution, Fleet, doubles, every_slots
+from tests.helpers.waiting import until
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(150)]
 
@@ -83,7 +84,7 @@ def start_nodes(fleet: Fleet, *nodes: tuple[str, str]) -> None:
         fleet.check_alive()
         return fleet.holders() == owners
 
-    wait_until(settled, 45, f"every shard held by its owner on the ring of {ids}")
+    until(settled, f"every shard held by its owner on the ring of {ids}", 45)
 
 
 def run_for(fleet: Fleet, seconds: float) -> None:
@@ -126,9 +127,9 @@ def assert_exactly_once(
     """Every slot in [start, end] ran (or, for catch-up once, was recorded skipped), no slot
     of the whole run ran twice, none ran before its time. Returns the window's executions."""
     # Late slots still come: wait for them (polling the witness) rather than guess a margin.
-    deadline = time.monotonic() + 60
-    while (missing := missing_slots(fleet, jobs, start, end)) and time.monotonic() < deadline:
-        time.sleep(0.5)
+    with contextlib.suppress(AssertionError):  # the assertion below names what is missing
+        until(lambda: not missing_slots(fleet, jobs, start, end), "every slot", 60, interval_s=0.5)
+    missing = missing_slots(fleet, jobs, start, end)
     assert missing == [], f"{len(missing)} slots never ran: {missing[:10]}\n{fleet.logs()}"
     executions = fleet.executions()
     assert doubles(executions) == [], fleet.logs()
@@ -168,6 +169,7 @@ def assert_runs_agree_with_witness(fleet: Fleet) -> None:
     assert {r["status"] for r in jobs} == {"idle"}, jobs
 
 
+@pytest.mark.slow
 def test_three_nodes_in_two_zones_run_every_slot_exactly_once(
     fleet: Fleet, settings: ClusterSettings
 ) -> None:
@@ -203,16 +205,16 @@ def test_a_node_added_mid_run_takes_its_share(fleet: Fleet, settings: ClusterSet
 
     joined = time.time()
     fleet.start("n4", "b", wait=False)
-    wait_until(
+    until(
         lambda: fleet.check_alive() or fleet.shards_per_node().get("n4", 0) > 0,
-        30,
         "n4 to hold shards",
+        30,
     )
     moved = time.time()
-    first_run = wait_until(
+    first_run = until(
         lambda: min((e.at for e in fleet.executions() if e.node == "n4"), default=None),
-        30,
         "n4 to run a job",
+        30,
     )
     run_for(fleet, 8)
     end = db_now(fleet) - timedelta(seconds=1)
@@ -239,10 +241,10 @@ def test_a_node_stopped_with_sigterm_hands_its_shards_over(
     jobs, created = plant_jobs(settings)
     start = created + timedelta(seconds=1)
     run_for(fleet, 6)
-    wait_until(
+    until(
         lambda: {e.node for e in fleet.executions()} == {"n1", "n2", "n3"},
-        30,
         "every node to run jobs",
+        30,
     )
     leaving = set(fleet.holders()) - {s for s, n in fleet.holders().items() if n != "n2"}
     assert leaving
@@ -250,13 +252,13 @@ def test_a_node_stopped_with_sigterm_hands_its_shards_over(
     stopping = time.time()
     assert fleet.stop("n2") == 0, fleet.logs()
     stopped = time.time()
-    wait_until(
+    until(
         lambda: (
             fleet.check_alive()
             or (set(fleet.shards_per_node()) == {"n1", "n3"} and len(fleet.holders()) == SHARDS)
         ),
-        30,
         "n1 and n3 to hold every shard",
+        30,
     )
     taken = time.time()
     last_by_n2 = max(e.at for e in fleet.executions() if e.node == "n2")

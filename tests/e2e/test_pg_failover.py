@@ -24,11 +24,11 @@ import pytest
 
 from cluster.chaos.pgha import PgFormation
 from cluster.settings import ClusterSettings
-from tests.e2e.failover import db_now, every_slot_ran_once, ran_since, started, ticking_fleet
-from tests.e2e.fleet import Fleet
-from tests.nodeprocs import wait_until
+from tests.helpers.failover import db_now, every_slot_ran_once, ran_since, started, ticking_fleet
+from tests.helpers.fleet import Fleet
+from tests.helpers.waiting import until
 
-pytestmark = [pytest.mark.e2e, pytest.mark.timeout(240)]
+pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(240)]
 
 JOBS = [f"tick-{i:02d}" for i in range(12)]
 
@@ -66,19 +66,19 @@ def test_nodes_ride_through_a_switchover_and_a_failover(
     fleet = ha_fleet
     fleet.start("pa", "a", wait=False)
     fleet.start("pb", "b", wait=False)
-    wait_until(lambda: len(set(fleet.holders().values())) == 2, 30, "both nodes hold shards")
+    until(lambda: len(set(fleet.holders().values())) == 2, "both nodes hold shards", 30)
     start = db_now(fleet)
     first = time.time()
-    wait_until(lambda: resumed(fleet, first), 20, "every job to run")
+    until(lambda: resumed(fleet, first), "every job to run", 20)
 
     switched = formation.switchover()
     began, since = time.monotonic(), time.time()
-    wait_until(lambda: resumed(fleet, since), 30, "claims after the switchover")
+    until(lambda: resumed(fleet, since), "claims after the switchover", 30)
     after_switch = time.monotonic() - began
 
     old, new, promotion_s = formation.fail_primary()
     began, promoted = time.monotonic(), time.time()
-    wait_until(lambda: resumed(fleet, promoted), 30, "claims after the failover")
+    until(lambda: resumed(fleet, promoted), "claims after the failover", 30)
     after_fail = time.monotonic() - began
 
     end, expected, executions = every_slot_ran_once(fleet, JOBS, start)

@@ -8,7 +8,6 @@ other job keeps firing and loses no slot.
 from __future__ import annotations
 
 import asyncio
-import time
 from collections import Counter, defaultdict
 from collections.abc import Callable
 from datetime import datetime
@@ -19,9 +18,10 @@ from cluster.alerts.rules import AlertRule
 from cluster.jobs.spec import JobSpec
 from cluster.settings import ClusterSettings
 from cluster.store.alerts import AlertStore
-from tests.e2e.fleet import Fleet, every_slots
-from tests.nodeprocs import init_cluster, wait_until
-from tests.receiver import receiver
+from tests.helpers.fleet import Fleet, every_slots
+from tests.helpers.nodes import init_cluster
+from tests.helpers.receiver import receiver
+from tests.helpers.waiting import until
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(180)]
 WITNESS = "cluster.chaos.witness:record"
@@ -32,12 +32,11 @@ NODES = (("n1", "a"), ("n2", "b"), ("n3", "c"))
 POISON_SLOTS = 2
 
 
-def supervise(fleet: Fleet, deaths: list[tuple[str, int]], until: Callable[[], bool]) -> None:
-    """Restart every node that dies (same id), until ``until()`` or a 90 s deadline."""
+def supervise(fleet: Fleet, deaths: list[tuple[str, int]], done: Callable[[], bool]) -> None:
+    """Restart every node that dies (same id), until ``done()`` or a 90 s deadline."""
     zones = dict(NODES)
-    deadline = time.monotonic() + 90
-    while not until():
-        assert time.monotonic() < deadline, f"not done within 90 s; deaths {deaths}"
+
+    def restart_the_dead() -> bool:
         for node_id in zones:
             node = fleet.node(node_id)
             if not node.running:
@@ -45,7 +44,9 @@ def supervise(fleet: Fleet, deaths: list[tuple[str, int]], until: Callable[[], b
                 assert code == CRASH, f"{node_id} exited with {code}:\n{node.tail(30)}"
                 deaths.append((node_id, code))
                 fleet.start(node_id, zones[node_id], wait=False)
-        time.sleep(0.2)
+        return done()
+
+    until(restart_the_dead, "the run to end, dead nodes restarted", 90)
 
 
 def test_a_poison_job_kills_at_most_retries_plus_one_nodes_per_slot_and_others_keep_firing(
@@ -86,12 +87,12 @@ def test_a_poison_job_kills_at_most_retries_plus_one_nodes_per_slot_and_others_k
         supervise(fleet, deaths, lambda: len(poison_failed()) >= POISON_SLOTS)
         end: datetime = fleet.sql("SELECT now() AS t")[0]["t"]
         failed_slots = {row["scheduled_for"] for row in poison_failed()}
-        wait_until(
+        until(
             lambda: (
                 {r.json()["slot"] for r in r.received()} >= {s.isoformat() for s in failed_slots}
-            ),  # type: ignore[attr-defined]
-            30,
+            ),
             "a failed alert for every poison slot",
+            30,
         )
         # Let the others catch up on what they owed over the window, still supervised.
         supervise(fleet, deaths, lambda: not missing(fleet, start, end))

@@ -26,9 +26,9 @@ import pytest
 from cluster.chaos.sentinel import SentinelSet
 from cluster.health.status import collect
 from cluster.settings import ClusterSettings
-from tests.e2e.failover import db_now, every_slot_ran_once, ran_since, started, ticking_fleet
-from tests.e2e.fleet import Fleet
-from tests.nodeprocs import wait_until
+from tests.helpers.failover import db_now, every_slot_ran_once, ran_since, started, ticking_fleet
+from tests.helpers.fleet import Fleet
+from tests.helpers.waiting import until
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(180)]
 
@@ -68,17 +68,17 @@ def test_nodes_ride_through_a_sentinel_failover(
     fleet = sentinel_fleet
     fleet.start("sa", "a", wait=False)
     fleet.start("sb", "b", wait=False)
-    wait_until(lambda: settled(fleet, {"sa", "sb"}), 30, "both nodes settled")
+    until(lambda: settled(fleet, {"sa", "sb"}), "both nodes settled", 30)
     start = db_now(fleet)
     first = time.time()
-    wait_until(lambda: resumed(fleet, first), 20, "every job to run")
+    until(lambda: resumed(fleet, first), "every job to run", 20)
 
     killed_at = time.monotonic()
     old, new, promotion_s = sentinels.fail_primary()
-    wait_until(lambda: settled(fleet, {"sa", "sb"}), 30, "the cluster settled on the new primary")
+    until(lambda: settled(fleet, {"sa", "sb"}), "the cluster settled on the new primary", 30)
     settle_s = time.monotonic() - killed_at
     since = time.time()
-    wait_until(lambda: resumed(fleet, since), 20, "claims after the failover")
+    until(lambda: resumed(fleet, since), "claims after the failover", 20)
 
     end, expected, executions = every_slot_ran_once(fleet, JOBS, start)
     runs = fleet.sql(

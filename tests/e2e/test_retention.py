@@ -18,13 +18,14 @@ import urllib.request
 import pytest
 
 from cluster.jobs.spec import JobSpec
+from cluster.local.processes import free_port
 from cluster.settings import ClusterSettings
 from cluster.store.jobs import JobStore
 from cluster.store.pruning import BATCH
-from tests.e2e.fleet import Fleet
-from tests.nodeprocs import free_port, wait_until
+from tests.helpers.fleet import Fleet
+from tests.helpers.waiting import until
 
-pytestmark = [pytest.mark.e2e, pytest.mark.timeout(180)]
+pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(180)]
 
 JOBS = 300
 KEEP_S = 30
@@ -95,22 +96,22 @@ def test_nodes_keep_the_runs_table_bounded(fleet: Fleet, settings: ClusterSettin
     port = free_port()
     fleet.start("a", "a", *PRUNE, "--metrics-port", str(port))
     fleet.start("b", "b", *PRUNE)
-    wait_until(lambda: set(fleet.shards_per_node()) == {"a", "b"}, 30, "both nodes to hold shards")
+    until(lambda: set(fleet.shards_per_node()) == {"a", "b"}, "both nodes to hold shards", 30)
     # Until the first slots pass 30 s there is nothing to prune: wait for the first prune.
-    wait_until(
+    until(
         lambda: alive(fleet, "a", "b") or scrape(port).get("pulse_runs_pruned_total", 0) > 0,
-        90,
         "node a to prune runs",
+        90,
     )
     samples: list[tuple[int, int, float]] = []
     watch(fleet, 15, samples, "a", "b")
 
     fleet.node("b").signal(signal.SIGKILL)
     assert fleet.node("b").wait(10) is not None
-    wait_until(
+    until(
         lambda: alive(fleet, "a") or fleet.shards_per_node() == {"a": SHARDS},
-        30,
         "a to hold every shard",
+        30,
     )
     # Longer than keep_for: rows of b's shards would pass 2 x 30 s unless a prunes them now.
     watch(fleet, KEEP_S + 5, samples, "a")

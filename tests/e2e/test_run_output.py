@@ -15,9 +15,9 @@ import pytest
 from cluster.jobs.spec import JobSpec
 from cluster.settings import ClusterSettings
 from cluster.store.jobs import JobStore
-from tests.e2e.fleet import Fleet
-from tests.integration.test_cli import env_of, real_pulses
-from tests.nodeprocs import wait_until
+from tests.helpers.cli import spawn
+from tests.helpers.fleet import Fleet
+from tests.helpers.waiting import until
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(120)]
 
@@ -54,8 +54,8 @@ def trigger_all(settings: ClusterSettings) -> None:
 
 
 def show_all(settings: ClusterSettings) -> dict[str, dict[str, Any]]:
-    env = env_of(settings)
-    done = real_pulses(*[(env, ["runs", "show", s.name, "--json"]) for s in SPECS])
+    started = [spawn(settings, "runs", "show", s.name, "--json") for s in SPECS]
+    done = [p.result() for p in started]
     for proc in done:
         assert proc.returncode == 0 and proc.stderr == "", (proc.args, proc.stderr)
     return {s.name: json.loads(p.stdout) for s, p in zip(SPECS, done, strict=True)}
@@ -73,7 +73,7 @@ def test_output_of_shell_and_python_handlers_reaches_pulse_runs_show(
         rows = fleet.sql("SELECT job_name FROM runs WHERE status <> 'running'")
         return len(rows) == len(SPECS)
 
-    wait_until(finished, 60, "every triggered job to finish")
+    until(finished, "every triggered job to finish", 60)
     runs = show_all(settings)
     status = {name: run["status"] for name, run in runs.items()}
     assert status == {

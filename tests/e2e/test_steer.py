@@ -23,9 +23,10 @@ import pytest
 from cluster.jobs.spec import JobSpec
 from cluster.settings import ClusterSettings
 from cluster.store.jobs import JobStore
-from tests.e2e.fleet import Fleet
-from tests.integration.test_cli import env_of, real_pulse
-from tests.nodeprocs import init_cluster, pid_gone, wait_until
+from tests.helpers.cli import spawn
+from tests.helpers.fleet import Fleet
+from tests.helpers.nodes import init_cluster, pid_gone
+from tests.helpers.waiting import until
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(150)]
 HANDLERS = "tests.e2e.steer_handlers"
@@ -68,7 +69,7 @@ def test_cancel_stops_async_sync_and_shell_handlers(
     fleet.start("n1", "a")
     fleet.start("n2", "b")
     trigger(settings, "async", "sync", "shell")
-    wait_until(
+    until(
         lambda: (
             (tmp_path / "async.started").exists()
             and (tmp_path / "sync.started").exists()
@@ -76,13 +77,12 @@ def test_cancel_stops_async_sync_and_shell_handlers(
             if pids.exists()
             else False
         ),
-        30,
         "the three handlers to start",
+        30,
     )
     group = [int(p) for p in pids.read_text().split()]
-    env = env_of(settings)
     for name in ("async", "sync", "shell"):
-        done = real_pulse(env, "runs", "cancel", name, "--by", "tester")
+        done = spawn(settings, "runs", "cancel", name, "--by", "tester").result()
         assert done.returncode == 0, done.stderr
         assert done.stdout.startswith(f"cancelling {name} (tenant default) slot "), done.stdout
 
@@ -93,20 +93,20 @@ def test_cancel_stops_async_sync_and_shell_handlers(
             for n in ("async", "sync", "shell")
         )
 
-    wait_until(cancelled, 30, "the three runs to be recorded cancelled")
+    until(cancelled, "the three runs to be recorded cancelled", 30)
     for name in ("async", "sync", "shell"):
         (run,) = runs_of(fleet, name)
         assert run["last_error"] == "cancelled by tester" and run["attempt"] == 1
-    wait_until(lambda: all(pid_gone(p) for p in group), 10, "the shell's process group to end")
+    until(lambda: all(pid_gone(p) for p in group), "the shell's process group to end", 10)
     jobs = fleet.sql("SELECT name, status, cancel_by FROM jobs ORDER BY name")
     assert [(j["status"], j["cancel_by"]) for j in jobs] == [("idle", None)] * 3
 
     # Not retried: nothing started again; and nothing is running to cancel now.
     assert len((tmp_path / "async.started").read_text().splitlines()) == 1
-    again = real_pulse(env, "runs", "cancel", "async")
+    again = spawn(settings, "runs", "cancel", "async").result()
     assert again.returncode == 1 and again.stdout == ""
     assert again.stderr.strip() == "pulse: no job 'async' in tenant 'default' is running"
-    missing = real_pulse(env, "runs", "cancel", "nope")
+    missing = spawn(settings, "runs", "cancel", "nope").result()
     assert missing.returncode == 1 and "no job named 'nope'" in missing.stderr
 
 
@@ -121,25 +121,23 @@ def test_a_cancel_for_a_frozen_node_is_carried_out_by_recovery(
     frozen = fleet.start("n1", "a", *timing)
     trigger(settings, "long")
     started = tmp_path / "long.started"
-    wait_until(started.exists, 30, "the run to start on n1")
+    until(started.exists, "the run to start on n1", 30)
     fleet.start("n2", "b", *timing)
     frozen.signal(signal.SIGSTOP)
     try:
-        done = real_pulse(env_of(settings), "runs", "cancel", "long", "--by", "tester")
+        done = spawn(settings, "runs", "cancel", "long", "--by", "tester").result()
         assert done.returncode == 0, done.stderr
 
         def recorded() -> list[dict[str, object]]:
             return [r for r in runs_of(fleet, "long") if r["status"] == "cancelled"]
 
-        (run,) = wait_until(recorded, 60, "recovery to record the slot cancelled")
+        (run,) = until(recorded, "recovery to record the slot cancelled", 60)
         assert str(run["last_error"]).startswith("cancelled by tester; lost with its node n1")
     finally:
         frozen.signal(signal.SIGCONT)
     # n1 wakes, finds its lease gone and stops the run; its write is fenced. The slot ran
     # once: no other attempt started anywhere.
-    wait_until(
-        lambda: fleet.sql("SELECT status FROM jobs")[0]["status"] == "idle", 30, "the job idle"
-    )
+    until(lambda: fleet.sql("SELECT status FROM jobs")[0]["status"] == "idle", "the job idle", 30)
     assert [r["status"] for r in runs_of(fleet, "long")] == ["cancelled"]
     assert started.read_text().splitlines() == [started.read_text().splitlines()[0]]
     assert fleet.stop_all() == {"n1": 0, "n2": 0}
@@ -165,7 +163,7 @@ def test_overlap_replace_cancels_the_running_slot_and_starts_the_next(
         rows = [r for r in runs_of(fleet, "replaced") if r["status"] == "cancelled"]
         return rows if len(rows) >= 3 else []
 
-    rows = wait_until(replaced, 60, "three slots replaced by their successors")
+    rows = until(replaced, "three slots replaced by their successors", 60)
     for row in rows:
         assert "overlap replace" in str(row["last_error"])
     # One after the other: each slot started once the one before had ended.
@@ -198,7 +196,7 @@ def test_overlap_replace_does_not_wait_for_handlers_that_ignore_it(
         return rows if len(rows) >= 3 else []
 
     for name in ("rp-sync", "rp-shell"):
-        rows = wait_until(lambda n=name: replaced(n), 60, f"{name}: three slots replaced")
+        rows = until(lambda n=name: replaced(n), f"{name}: three slots replaced", 60)
         for row in rows:
             assert "overlap replace" in str(row["last_error"]), row
         slots: list[datetime] = [r["scheduled_for"] for r in rows]

@@ -15,7 +15,9 @@ import pytest
 from cluster.local.processes import node_argv, pulse_env
 from cluster.settings import ClusterSettings
 from cluster.store.jobs import JobStore
-from tests.nodeprocs import REPO, Nodes, wait_until
+from tests.helpers import REPO
+from tests.helpers.nodes import Nodes
+from tests.helpers.waiting import until
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(120)]
 
@@ -49,15 +51,15 @@ def test_nodes_starting_together_sync_once(settings: ClusterSettings, tmp_path: 
         for name in names:
             nodes.start(name, "a", *SYNC, wait=False)
         for name in names:
-            wait_until(_probe(nodes._joined, nodes.node(name)), 60, f"{name} to join")
-        lines = [wait_until(_probe(_synced, nodes, name), 30, "a sync line") for name in names]
+            until(_probe(nodes._joined, nodes.node(name)), f"{name} to join", 60)
+        lines = [until(_probe(_synced, nodes, name), "a sync line", 30) for name in names]
         assert sum("2 created, 0 unchanged" in ln for ln in lines) == 1, lines
         assert sum("0 created, 2 unchanged, 0 differ" in ln for ln in lines) == 2, lines
         expected = {"acme/billing_rollup": "0 * * * *", "default/beat": "@every 1s"}
         assert asyncio.run(_jobs(settings)) == expected
 
         nodes.start("s4", "a", "--sync-jobs", "tests.registries.changed")
-        warning = wait_until(lambda: _synced(nodes, "s4"), 30, "s4 sync line")
+        warning = until(lambda: _synced(nodes, "s4"), "s4 sync line", 30)
         assert "0 created, 0 unchanged, 1 differ" in warning
         log = "\n".join(nodes.node("s4").lines())
         assert "job beat differs from its applied definition; left as applied" in log

@@ -17,8 +17,9 @@ from cluster.jobs.spec import JobSpec
 from cluster.settings import ClusterSettings
 from cluster.store.jobs import JobStore
 from cluster.timing.jitter import jittered
-from tests.e2e.fleet import Fleet
-from tests.nodeprocs import init_cluster, wait_until
+from tests.helpers.fleet import Fleet
+from tests.helpers.nodes import init_cluster
+from tests.helpers.waiting import until
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(120)]
 WITNESS = "cluster.chaos.witness:record"
@@ -43,7 +44,7 @@ def test_jittered_slots_start_spread_at_their_offsets_with_nominal_identity(
         names = [e.job for e in fleet.executions()]
         return all(names.count(f"j{i}") >= 2 for i in range(jobs))
 
-    wait_until(two_slots_each, 40, "two slots of every job")
+    until(two_slots_each, "two slots of every job", 40)
     offsets = []
     for run in fleet.executions():
         assert run.slot.timestamp() % every_s == 0, "the slot is the nominal time"
@@ -78,7 +79,7 @@ def test_a_one_off_job_runs_once_then_is_done_or_removed(
         rows = fleet.sql("SELECT name, status FROM jobs")
         return rows if rows == [{"name": "keep", "status": "done"}] else None
 
-    wait_until(finished, 30, "keep done and gone removed")
+    until(finished, "keep done and gone removed", 30)
     runs = fleet.executions()
     assert sorted(r.job for r in runs) == ["gone", "keep"]
     assert all(r.slot == at and r.at >= at.timestamp() - EARLY_S for r in runs)
@@ -86,6 +87,7 @@ def test_a_one_off_job_runs_once_then_is_done_or_removed(
     assert row == {"status": "succeeded", "scheduled_for": at}
 
 
+@pytest.mark.slow
 def test_a_backfill_survives_its_node_and_then_a_restart_of_the_whole_cluster(
     settings: ClusterSettings, fleet: Fleet
 ) -> None:
@@ -111,12 +113,12 @@ def test_a_backfill_survives_its_node_and_then_a_restart_of_the_whole_cluster(
         ran = fleet.executions()
         return len({e.slot for e in ran if e.slot < hour and node in (None, e.node)})
 
-    wait_until(lambda: backfilled() >= 3, 30, "three backfill slots to start")
+    until(lambda: backfilled() >= 3, "three backfill slots to start", 30)
     runner = fleet.executions()[-1].node
     survivor = next(n for n, _ in nodes if n != runner)
     fleet.node(runner).signal(signal.SIGKILL)
     fleet.node(runner).wait(10)
-    wait_until(lambda: backfilled(survivor) >= 3, 30, f"{survivor} to carry the backfill on")
+    until(lambda: backfilled(survivor) >= 3, f"{survivor} to carry the backfill on", 30)
     fleet.node(survivor).signal(signal.SIGKILL)  # the whole cluster is gone
     fleet.node(survivor).wait(10)
     assert fleet.sql("SELECT status FROM backfills") == [{"status": "active"}]
@@ -126,7 +128,7 @@ def test_a_backfill_survives_its_node_and_then_a_restart_of_the_whole_cluster(
     def done() -> bool:
         return fleet.sql("SELECT status FROM backfills") == [{"status": "done"}]
 
-    wait_until(done, 90, "the backfill to finish after the restart")
+    until(done, "the backfill to finish after the restart", 90)
     runs = fleet.sql(
         "SELECT scheduled_for, status, origin FROM runs WHERE scheduled_for < %s"
         " ORDER BY scheduled_for",
@@ -158,8 +160,8 @@ def test_a_tenant_limit_holds_across_nodes_through_a_kill_and_hides_no_other_ten
     asyncio.run(setup())
     fleet.start("n1", "a")
     fleet.start("n2", "b")
-    started = wait_until(
-        lambda: [e for e in fleet.executions() if e.tenant == "big"] or None, 30, "a big run"
+    started = until(
+        lambda: [e for e in fleet.executions() if e.tenant == "big"] or None, "a big run", 30
     )
     fleet.node(started[0].node).signal(signal.SIGKILL)  # its places come back on recovery
 
@@ -175,7 +177,7 @@ def test_a_tenant_limit_holds_across_nodes_through_a_kill_and_hides_no_other_ten
         done = {r["job_name"] for r in rows if r["status"] == "succeeded"}
         return rows if done == {s.name for s in specs} else None
 
-    runs = wait_until(all_succeeded, 60, "every job to succeed")
+    runs = until(all_succeeded, "every job to succeed", 60)
     assert peak_in_flight <= 2
     big = [r for r in runs if r["tenant_id"] == "big"]
     assert any(r["attempt"] > 1 for r in big), "the kill cost no big run: nothing shown"

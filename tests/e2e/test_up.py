@@ -23,7 +23,8 @@ from cluster.local.processes import Command, pulse_env
 from cluster.settings import ClusterSettings
 from cluster.store.jobs import JobStore
 from ring import Ring
-from tests.nodeprocs import REPO, wait_until
+from tests.helpers import REPO
+from tests.helpers.waiting import until
 
 NODE_IDS = ("a-1", "b-1", "c-1")
 STARTED = re.compile(r"started (\S+) in zone \S+ \(pid (\d+)\)")
@@ -97,7 +98,7 @@ def test_up_fires_examples_on_three_nodes_and_stops_cleanly(
             raise AssertionError(f"pulse up exited with {proc.returncode}:\n{log.read_text()}")
         return log.read_text()
 
-    wait_until(lambda: _succeeded_on(settings) == set(NODE_IDS), 60, "runs on a-1, b-1, c-1")
+    until(lambda: _succeeded_on(settings) == set(NODE_IDS), "runs on a-1, b-1, c-1", 60)
     text = output()
     assert "example jobs: 0 created" in text  # the placed jobs were already up to date
     for node_id in NODE_IDS:
@@ -106,16 +107,16 @@ def test_up_fires_examples_on_three_nodes_and_stops_cleanly(
     # A node that dies is reported and restarted.
     victim = dict(STARTED.findall(text))["c-1"]
     os.kill(int(victim), signal.SIGKILL)
-    wait_until(lambda: "c-1 died unexpectedly (signal SIGKILL)" in output(), 30, "the report")
-    wait_until(lambda: len(STARTED.findall(output())) == 4, 30, "c-1 to be restarted")
+    until(lambda: "c-1 died unexpectedly (signal SIGKILL)" in output(), "the report", 30)
+    until(lambda: len(STARTED.findall(output())) == 4, "c-1 to be restarted", 30)
     restarted = int(STARTED.findall(output())[-1][1])
-    wait_until(
+    until(
         lambda: any(
             m.node_id == "c-1" and m.pid == restarted and m.has_session
             for m in asyncio.run(collect(settings)).members
         ),
-        30,
         "the restarted c-1 to rejoin",
+        30,
     )
 
     # Ctrl-C in the terminal: SIGINT to the foreground process group.

@@ -17,7 +17,8 @@ import pytest
 
 from cluster.local.processes import Command, free_port, pulse_env
 from cluster.settings import ClusterSettings
-from tests.nodeprocs import REPO, wait_until
+from tests.helpers import REPO
+from tests.helpers.waiting import until
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(120)]
 
@@ -39,7 +40,7 @@ def test_up_runs_pulse_web_with_a_first_admin_token(
                 raise AssertionError(f"pulse up exited:\n{log.read_text()}")
             return log.read_text()
 
-        token = wait_until(lambda: TOKEN.search(output()), 60, "the admin token")[1]
+        token = until(lambda: TOKEN.search(output()), "the admin token", 60)[1]
         assert f"console and API: http://127.0.0.1:{port}/" in output()
 
         def status() -> dict[str, object] | None:
@@ -53,7 +54,7 @@ def test_up_runs_pulse_web_with_a_first_admin_token(
                     return dict(answer.json())
             return None
 
-        wait_until(status, 60, "pulse web to report the node")
+        until(status, "pulse web to report the node", 60)
         assert re.search(r"^web +\| .*pulse web on http", output(), flags=re.MULTILINE)
         assert output().count(token) == 1, "the token is printed once, never logged"
         os.killpg(proc.pid, signal.SIGINT)

@@ -6,10 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
-import secrets
-import subprocess
-import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -23,10 +19,10 @@ import pytest
 from cluster.settings import ClusterSettings
 from cluster.store.jobs import JobStore
 from cluster.web.tokens import csrf_token
-from tests.conftest import REDIS_URL
-from tests.integration.test_cli import SHOW_KEYS as cli_show_keys
-from tests.nodeprocs import REPO
-from tests.webproc import Web, make_token, web_process
+from tests.helpers.cli import SHOW_KEYS as cli_show_keys
+from tests.helpers.cli import spawn
+from tests.helpers.databases import fresh_settings
+from tests.helpers.web import Web, make_token, web_process
 
 pytestmark = pytest.mark.e2e
 
@@ -58,10 +54,7 @@ class Api:
 
 @pytest.fixture(scope="module")
 def api(database_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Api]:
-    tag = secrets.token_hex(4)
-    settings = ClusterSettings(
-        database_url=database_url, redis_url=REDIS_URL, schema=f"t_{tag}", cluster=f"test-{tag}"
-    )
+    settings = fresh_settings(database_url)
 
     async def init() -> None:
         async with JobStore.open(settings) as store:
@@ -417,20 +410,8 @@ def test_every_change_leaves_an_audit_row(api: Api) -> None:
     assert {(e["token"], e["job"], e["source"]) for e in mine} == {
         ("deployer", "audited", "127.0.0.1")
     }
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PULSE_")}
-    env.update(
-        PULSE_DATABASE_URL=api.settings.database_url,
-        PULSE_SCHEMA=api.settings.schema,
-        PULSE_CLUSTER=api.settings.cluster,
-    )
-    cli = subprocess.run(
-        [sys.executable, "-m", "node", "audit", "--tenant", "audit", "--json"],
-        env=env,
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        check=True,
-    )
+    cli = spawn(api.settings, "audit", "--tenant", "audit", "--json").result()
+    assert cli.returncode == 0, cli.stderr
     assert [e["action"] for e in json.loads(cli.stdout)] == [e["action"] for e in mine]
 
 
@@ -469,16 +450,7 @@ def test_pulse_web_without_the_extra_fails_in_one_line(tmp_path: Path) -> None:
     fake = tmp_path / "fastapi"
     fake.mkdir()
     (fake / "__init__.py").write_text("raise ImportError('No module named fastapi')\n")
-    env = {**os.environ, "PYTHONPATH": str(tmp_path)}
-    done = subprocess.run(
-        [sys.executable, "-m", "node", "web", "--bind", "127.0.0.1:1"],
-        env=env,
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    done = spawn({"PYTHONPATH": str(tmp_path)}, "web", "--bind", "127.0.0.1:1").result()
     assert done.returncode == 1
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and "pulsecron[web]" in lines[0], done.stderr
@@ -576,19 +548,8 @@ def test_tenant_limits_are_set_by_admins_read_in_scope_and_audited(api: Api) -> 
         assert admin.put("/api/tenants/acme/limit", json={"max_concurrent": 5}).status_code == 200
         listed = admin.get("/api/tenants/limits").json()
         assert [(x["tenant"], x["max_concurrent"]) for x in listed] == [("acme", 5), ("limited", 3)]
-    cli = subprocess.run(
-        [sys.executable, "-m", "node", "tenants", "list", "--json"],
-        env={
-            **{k: v for k, v in os.environ.items() if not k.startswith("PULSE_")},
-            "PULSE_DATABASE_URL": api.settings.database_url,
-            "PULSE_SCHEMA": api.settings.schema,
-            "PULSE_CLUSTER": api.settings.cluster,
-        },
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        check=True,
-    )
+    cli = spawn(api.settings, "tenants", "list", "--json").result()
+    assert cli.returncode == 0, cli.stderr
     assert json.loads(cli.stdout) == listed
     with api.as_("acme") as acme:  # a scoped token reads its tenant's limit only
         assert [x["tenant"] for x in acme.get("/api/tenants/limits").json()] == ["acme"]

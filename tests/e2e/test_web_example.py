@@ -20,7 +20,8 @@ from cluster.local.processes import Command, free_port, pulse_env
 from cluster.members import MemberRegistry
 from cluster.settings import ClusterSettings
 from cluster.store.jobs import JobStore
-from tests.nodeprocs import REPO, wait_until
+from tests.helpers import REPO
+from tests.helpers.waiting import until
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(120)]
 
@@ -68,15 +69,15 @@ def test_the_fastapi_example_fires_jobs_and_drains_on_sigterm(
     )
     web = Command(argv, env, REPO).start("web", tmp_path / "web.log")
     try:
-        health = wait_until(
-            lambda: (h := _health(port)) and h["held_shards"] == 16 and h, 60, "a healthy node"
+        health = until(
+            lambda: (h := _health(port)) and h["held_shards"] == 16 and h, "a healthy node", 60
         )
         assert (health["node"], health["running"], health["members"]) == ("web-1", True, ["web-1"])
 
         def pings() -> list[Run]:
             return [r for r in asyncio.run(_runs(settings, "ping")) if r.status == "succeeded"]
 
-        wait_until(lambda: len(pings()) >= 2, 60, "two successful pings")
+        until(lambda: len(pings()) >= 2, "two successful pings", 60)
 
         def report_in_flight() -> Run | None:
             """A report run the database and the health route both show in flight."""
@@ -84,7 +85,7 @@ def test_the_fastapi_example_fires_jobs_and_drains_on_sigterm(
             health = _health(port)
             return running[0] if running and health and health["runs_in_flight"] else None
 
-        in_flight = wait_until(report_in_flight, 60, "a report run in flight")
+        in_flight = until(report_in_flight, "a report run in flight", 60)
         # uvicorn re-raises the signal once its shutdown (our drain included) is complete.
         assert web.stop(60) in (0, -signal.SIGTERM), web.tail()
         # Drained, not abandoned: the run that was in flight finished and was recorded.

@@ -19,9 +19,10 @@ import pytest
 from cluster.health.status import collect
 from cluster.local.processes import Command, pulse_env
 from cluster.settings import ClusterSettings
-from tests.nodeprocs import REPO, wait_until
+from tests.helpers import REPO
+from tests.helpers.waiting import until
 
-pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
+pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(300)]
 
 VERSION = tomllib.loads((REPO / "pyproject.toml").read_text("utf-8"))["project"]["version"]
 MIGRATIONS = sorted(p.name for p in (REPO / "cluster/store/migrations").glob("*.sql"))
@@ -100,7 +101,7 @@ def test_the_wheel_installs_and_runs_outside_the_repository(
             members = asyncio.run(collect(settings)).members
             return any(m.node_id == "wheel-1" and m.has_session for m in members)
 
-        wait_until(joined, 60, "the installed node to join")
+        until(joined, "the installed node to join", 60)
         assert node.stop(30) == 0, node.tail()
     finally:
         node.stop(5)

@@ -21,8 +21,10 @@ from cluster.health.status import collect
 from cluster.jobs.spec import JobSpec
 from cluster.local.processes import pulse_env
 from cluster.store.specs import ApplyResult
-from tests.e2e.fleet import Fleet, doubles
-from tests.nodeprocs import REPO, init_cluster, wait_until
+from tests.helpers import REPO
+from tests.helpers.fleet import Fleet, doubles
+from tests.helpers.nodes import init_cluster
+from tests.helpers.waiting import until
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(120)]
 
@@ -51,35 +53,35 @@ def test_pinned_jobs_run_only_in_their_zones_through_a_zone_kill(fleet: Fleet) -
     )
     for node_id, zone in (("a1", "a"), ("b1", "b"), ("c1", "c")):
         fleet.start(node_id, zone)
-    wait_until(lambda: len(_slots(fleet, "in-a")) >= 3, 30, "in-a to run")
-    wait_until(lambda: len(_slots(fleet, "in-ab")) >= 3, 30, "in-ab to run")
+    until(lambda: len(_slots(fleet, "in-a")) >= 3, "in-a to run", 30)
+    until(lambda: len(_slots(fleet, "in-ab")) >= 3, "in-ab to run", 30)
 
     fleet.node("a1").signal(signal.SIGKILL)  # zone a goes dark
     killed_at = asyncio.run(_db_now(fleet))
-    st = wait_until(
+    st = until(
         lambda: (s := asyncio.run(collect(fleet.settings))) and _unplaced(s) and s,
-        30,
         "in-a to be shown unplaced",
+        30,
     )
     assert not st.healthy and [p.name for p in st.pinned if not p.placed] == ["in-a"]
     shown = _status(fleet)
     assert shown.returncode == 1, shown.stderr
     assert "unplaced (no live node in their zones): default/in-a" in shown.stdout, shown.stdout
     assert "pinned: default/in-a, default/in-ab" in shown.stdout
-    wait_until(
+    until(
         lambda: any(s > killed_at and n == "b1" for s, n in _slots(fleet, "in-ab").items()),
-        30,
         "in-ab to move to zone b",
-    )
-    wait_until(
-        lambda: fleet.sql("SELECT late_slot FROM jobs WHERE name = 'in-a'")[0]["late_slot"],
         30,
+    )
+    until(
+        lambda: fleet.sql("SELECT late_slot FROM jobs WHERE name = 'in-a'")[0]["late_slot"],
         "in-a's slot to be marked late",
+        30,
     )
     dark_until = asyncio.run(_db_now(fleet))
 
     fleet.start("a2", "a")  # zone a returns
-    wait_until(lambda: any(s > dark_until for s in _slots(fleet, "in-a")), 30, "in-a to run again")
+    until(lambda: any(s > dark_until for s in _slots(fleet, "in-a")), "in-a to run again", 30)
     runs = _slots(fleet, "in-a")
     missed = [s for s in runs if killed_at < s <= dark_until]
     assert missed and {runs[s] for s in missed} == {"a2"}, "the dark slots are caught up in a"
@@ -116,13 +118,13 @@ def test_an_each_zone_job_runs_once_per_zone_per_slot(fleet: Fleet) -> None:
         done = {e.job for e in fleet.executions()}
         return {"ping@a", "ping@b"} <= done and len(_slots(fleet, "ping@b")) >= 3
 
-    wait_until(both_zones, 30, "ping to run in zones a and b")
+    until(both_zones, "ping to run in zones a and b", 30)
     assert asyncio.run(_apply_pruning(fleet, ping)).removed == [], "children go with the parent"
     fleet.node("a1").signal(signal.SIGKILL)  # zone a goes dark: its child goes
-    wait_until(
+    until(
         lambda: not fleet.sql("SELECT 1 FROM jobs WHERE name = 'ping@a'"),
-        40,
         "ping@a to be removed",
+        40,
     )
     executions = fleet.executions()
     assert "ping" not in {e.job for e in executions}, "the parent never runs itself"

@@ -17,9 +17,9 @@ from cluster.store.alerts import AlertStore
 from cluster.store.jobs import JobStore
 from node.maintenance.outbox import MAX_AGE_S, AlertDelivery, retry_delay_s
 from node.stats import Stats
-from tests.conftest import Opener
-from tests.integration.outbox import T0, add_rule, at, events, every_10s, run_slot, sql
-from tests.receiver import Receiver, receiver
+from tests.helpers.outbox import T0, add_rule, at, events, every_10s, run_slot, sql
+from tests.helpers.receiver import Receiver, receiver
+from tests.helpers.sessions import Opener
 
 pytestmark = pytest.mark.timeout(60)
 SECRET = "s3cret-signing-key"

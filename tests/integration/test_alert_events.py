@@ -10,8 +10,8 @@ import pytest
 from cluster.settings import ClusterSettings
 from cluster.store.jobs import JobStore
 from node.pipeline.outcomes import after_run
-from tests.conftest import Opener
-from tests.integration.outbox import (
+from tests.helpers.history import finish
+from tests.helpers.outbox import (
     ALL,
     T0,
     add_rule,
@@ -23,7 +23,7 @@ from tests.integration.outbox import (
     run_slot,
     sql,
 )
-from tests.integration.test_history import finish
+from tests.helpers.sessions import Opener
 
 pytestmark = pytest.mark.timeout(60)
 HOOK = "http://127.0.0.1:9/hook"

@@ -21,7 +21,7 @@ from cluster.store.jobs import JobStore
 from cluster.store.side import SideConnection
 from node.handlers.context import Outcome
 from node.pipeline.outcomes import after_run, plan_at_claim
-from tests.conftest import Opener
+from tests.helpers.sessions import Opener
 
 T0 = datetime(2031, 3, 4, 12, 0, tzinfo=UTC)
 ALL = range(16)

@@ -16,8 +16,7 @@ from cluster.store import notify
 from cluster.store.jobs import JobStore
 from node.handlers.context import Outcome
 from node.pipeline.outcomes import after_run
-from tests.conftest import Opener
-from tests.integration.test_session import ALL, add_jobs, at, run_rows
+from tests.helpers.sessions import ALL, Opener, add_jobs, at, run_rows
 
 
 async def test_cancel_marks_the_running_claim_and_renewal_reports_it(

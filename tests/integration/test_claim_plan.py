@@ -28,6 +28,7 @@ from cluster.store.connect import Conn, connect
 from cluster.store.jobs import JobStore
 from cluster.store.queries import variant
 from ring import Ring
+from tests.helpers.plans import walk_with_parents
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 JOBS = 200_000
@@ -90,12 +91,6 @@ def claim_params(shards: list[int], limit: int = LIMIT) -> dict[str, Any]:
     return session.claim_params(shards, limit, 30.0, "n1", "z", T0)
 
 
-def walk(node: dict[str, Any], parents: tuple[dict[str, Any], ...] = ()) -> Iterator[Any]:
-    yield node, parents
-    for child in node.get("Plans", []):
-        yield from walk(child, (*parents, node))
-
-
 async def explain(conn: Conn, params: dict[str, Any]) -> dict[str, Any]:
     """EXPLAIN ANALYZE the claim (it runs, so it is rolled back)."""
     async with conn.transaction(force_rollback=True):
@@ -113,7 +108,7 @@ async def explain(conn: Conn, params: dict[str, Any]) -> dict[str, Any]:
 def jobs_rows_read(plan: dict[str, Any]) -> int:
     """Rows every scan of the jobs table produced or threw away, over all its loops."""
     total = 0
-    for node, _ in walk(plan["Plan"]):
+    for node, _ in walk_with_parents(plan["Plan"]):
         if node.get("Relation Name") == "jobs" and "Scan" in node["Node Type"]:
             rows = node["Actual Rows"] + node.get("Rows Removed by Filter", 0)
             total += rows * node["Actual Loops"]
@@ -121,7 +116,7 @@ def jobs_rows_read(plan: dict[str, Any]) -> int:
 
 
 def assert_per_shard_plan(plan: dict[str, Any]) -> None:
-    nodes = list(walk(plan["Plan"]))
+    nodes = list(walk_with_parents(plan["Plan"]))
     assert not [
         n for n, _ in nodes if n["Node Type"] == "Seq Scan" and n.get("Relation Name") == "jobs"
     ], "the claim scans the whole jobs table"
@@ -152,7 +147,7 @@ async def test_claim_plan_reads_the_due_index_shard_by_shard(big: Conn) -> None:
     # does is over those candidates, never over the due rows.
     read = jobs_rows_read(plan)
     assert read <= 3 * (len(held) * 3 + LIMIT), read
-    for node, _ in walk(plan["Plan"]):
+    for node, _ in walk_with_parents(plan["Plan"]):
         if node["Node Type"] == "Sort":
             assert node["Actual Rows"] <= len(held) * 3 + LIMIT, node["Actual Rows"]
     assert "JIT" not in plan  # a JIT compile would cost more than the claim itself

@@ -9,12 +9,7 @@ from __future__ import annotations
 
 import itertools
 import json
-import logging
-import os
-import secrets
-import subprocess
-import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -23,176 +18,39 @@ from zoneinfo import ZoneInfo
 import click
 import psycopg
 import pytest
-from click.testing import CliRunner, Result
 
 from cluster.settings import ClusterSettings
 from cluster.store.migrate import available
 from cluster.timing.schedule import parse_schedule
 from node.cli import cli
-from tests.conftest import REDIS_URL
+from tests.helpers import REPO
+from tests.helpers.cli import (
+    HANDLER,
+    JOB_KEYS,
+    RUN_KEYS,
+    SHOW_KEYS,
+    Invoke,
+    Shared,
+    add_args,
+    assert_bad_input,
+    assert_one_line_error,
+    invoke,
+    jobs_rows,
+    spawn,
+)
 
-REPO = Path(__file__).resolve().parents[2]
-HANDLER = "app.jobs:tick"
 UNREACHABLE = "postgresql://postgres:s3cret-pw@127.0.0.1:1/nowhere"
 
-# The documented --json shapes (cluster/jobs/models.py to_json).
-JOB_KEYS = {
-    "id", "tenant", "name", "schedule", "tz", "handler", "payload", "status", "paused",
-    "shard", "next_run_at", "attempt", "last_run_at", "locked_by", "lease_expires_at",
-    "catch_up", "grace_s", "max_backfill", "timeout_s", "retries", "retry_backoff_s",
-    "dst_repeated", "dst_skipped", "created_at", "updated_at", "keep_for_s", "keep_runs",
-    "output_limit", "late_after_s", "pause_after_failures", "failed_slots", "pause_note",
-    "overlap", "max_concurrent", "cancel_grace_s", "cancel_by", "zones",
-    "each_zone",
-    "jitter_s", "slot_at", "remove_when_done",
-}  # fmt: skip
-SHOW_KEYS = JOB_KEYS | {"next_slots", "next_starts", "recent_runs"}
-RUN_KEYS = {
-    "id", "job_id", "tenant", "job", "scheduled_for", "attempt", "node_id", "zone", "status",
-    "started_at", "finished_at", "duration_s", "error", "origin",
-}  # fmt: skip
 APPLY_KEYS = {"created", "updated", "unchanged", "removed"}
 
 
 # -- helpers -------------------------------------------------------------------------------
 
 
-def env_of(settings: ClusterSettings, **overrides: str) -> dict[str, str | None]:
-    env: dict[str, str | None] = {k: None for k in os.environ if k.startswith("PULSE_")}
-    env.update(
-        PULSE_DATABASE_URL=settings.database_url,
-        PULSE_REDIS_URL=settings.redis_url,
-        PULSE_SCHEMA=settings.schema,
-        PULSE_CLUSTER=settings.cluster,
-    )
-    env.update(overrides)
-    return env
-
-
-@pytest.fixture
-def env(settings: ClusterSettings) -> dict[str, str | None]:
-    return env_of(settings)
-
-
-Invoke = Callable[..., Result]
-
-
-def invoker(settings: ClusterSettings) -> Invoke:
-    """``pulse ARGS`` in-process against ``settings``, with ``PULSE_*`` variables given by
-    keyword on top; the root logger is put back after each call (the module-scoped
-    ``shared`` outlives any one test's ``restore_logging``)."""
-
-    def invoke(*args: str, **env: str) -> Result:
-        root = logging.getLogger()
-        handlers, level = root.handlers[:], root.level
-        try:
-            return CliRunner().invoke(
-                cli, list(args), env=env_of(settings, **env), prog_name="pulse"
-            )
-        finally:
-            root.handlers[:] = handlers
-            root.setLevel(level)
-
-    return invoke
-
-
-def initialised_pulse(settings: ClusterSettings) -> Invoke:
-    """``invoker(settings)`` once ``pulse init --shards 16`` has created the schema."""
-    invoke = invoker(settings)
-    result = invoke("init", "--shards", "16")
-    assert result.exit_code == 0, result.stderr
-    return invoke
-
-
-@pytest.fixture
-def pulse(settings: ClusterSettings) -> Invoke:
-    return invoker(settings)
-
-
-Shared = tuple[ClusterSettings, Invoke]
-
-
-@pytest.fixture(scope="module")
-def shared(database_url: str) -> Shared:
-    """One initialised schema for the many bad-input cases, which must never write to it."""
-    tag = secrets.token_hex(4)
-    settings = ClusterSettings(
-        database_url=database_url, redis_url=REDIS_URL, schema=f"t_{tag}", cluster=f"test-{tag}"
-    )
-    invoke = initialised_pulse(settings)
-    assert invoke(*add_args("existing")).exit_code == 0
-    assert invoke(*add_args("other", "--tenant", "acme", "--paused")).exit_code == 0
-    assert len(jobs_rows(settings)) == 2
-    return settings, invoke
-
-
-@pytest.fixture
-def initialised(settings: ClusterSettings) -> Invoke:
-    return initialised_pulse(settings)
-
-
-def real_pulses(
-    *commands: tuple[dict[str, str | None], list[str]],
-) -> list[subprocess.CompletedProcess[str]]:
-    """Run the real CLI once per (env, args), all at once; wait for every one."""
-    procs = []
-    for env, args in commands:
-        full = {k: v for k, v in os.environ.items() if not k.startswith("PULSE_")}
-        full.update({k: v for k, v in env.items() if v is not None})
-        procs.append(
-            subprocess.Popen(
-                [sys.executable, "-m", "node", *args],
-                cwd=REPO,
-                env=full,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                text=True,
-            )
-        )
-    done = []
-    for proc in procs:
-        out, err = proc.communicate(timeout=60)
-        done.append(subprocess.CompletedProcess(proc.args, proc.returncode, out, err))
-    return done
-
-
-def real_pulse(env: dict[str, str | None], *args: str) -> subprocess.CompletedProcess[str]:
-    return real_pulses((env, list(args)))[0]
-
-
-def jobs_rows(settings: ClusterSettings) -> list[tuple[Any, ...]]:
-    with psycopg.connect(settings.database_url, autocommit=True) as conn:
-        return conn.execute(f"SELECT * FROM {settings.schema}.jobs ORDER BY id").fetchall()
-
-
 def execute(settings: ClusterSettings, statement: str, params: Any = None) -> None:
     with psycopg.connect(settings.database_url, autocommit=True) as conn:
         conn.execute(f"SET search_path TO {settings.schema}")
         conn.execute(statement, params)
-
-
-def assert_bad_input(result: Result, field: str) -> None:
-    """Exit 2, nothing on stdout, exactly one line on stderr naming the field."""
-    assert result.exit_code == 2, (result.exit_code, result.output)
-    assert result.stdout == ""
-    lines = result.stderr.splitlines()
-    assert len(lines) == 1, result.stderr
-    assert lines[0].startswith(f"pulse: invalid {field}"), lines[0]
-    assert "Traceback" not in result.stderr
-    assert isinstance(result.exception, SystemExit)
-
-
-def assert_one_line_error(stderr: str, *needles: str) -> None:
-    lines = stderr.splitlines()
-    assert len(lines) == 1, stderr
-    assert lines[0].startswith("pulse: ")
-    assert "Traceback" not in stderr
-    for needle in needles:
-        assert needle in lines[0], (needle, lines[0])
-
-
-def add_args(name: str = "tick", *extra: str) -> list[str]:
-    return ["jobs", "add", name, "--schedule", "*/5 * * * *", "--handler", HANDLER, *extra]
 
 
 def is_aware_iso(text: str) -> datetime:
@@ -883,9 +741,8 @@ def test_flags_override_environment(
 ) -> None:
     initialised(*add_args())
     other = settings.schema + "_flag"
-    runner = CliRunner()
-    assert runner.invoke(cli, ["--schema", other, "init"], env=env).exit_code == 0
-    flagged = runner.invoke(cli, ["--schema", other, "jobs", "list", "--json"], env=env)
+    assert invoke(env, "--schema", other, "init").exit_code == 0
+    flagged = invoke(env, "--schema", other, "jobs", "list", "--json")
     assert json.loads(flagged.stdout) == []
     assert len(json.loads(initialised("jobs", "list", "--json").stdout)) == 1
 
@@ -894,16 +751,13 @@ def test_shared_options_after_the_command(
     initialised: Invoke, settings: ClusterSettings, env: dict[str, str | None]
 ) -> None:
     other = settings.schema + "_after"
-    runner = CliRunner()
-    assert runner.invoke(cli, ["init", "--schema", other], env=env).exit_code == 0
+    assert invoke(env, "init", "--schema", other).exit_code == 0
     initialised(*add_args())
     # After the command beats before it, and both beat the environment.
-    after = runner.invoke(
-        cli, ["--schema", settings.schema, "jobs", "list", "--json", "--schema", other], env=env
-    )
+    after = invoke(env, "--schema", settings.schema, "jobs", "list", "--json", "--schema", other)
     assert after.exit_code == 0, after.output
     assert json.loads(after.stdout) == []
-    bad = runner.invoke(cli, ["jobs", "list", "--database-url", "mysql://x@y/z"], env=env)
+    bad = invoke(env, "jobs", "list", "--database-url", "mysql://x@y/z")
     assert_bad_input(bad, "database_url")
 
 
@@ -932,11 +786,10 @@ def test_every_command_has_help() -> None:
     expected |= {("jobs", v) for v in ("pause", "resume", "trigger", "remove")}
     expected |= {("runs",), ("schedule",), ("node",)}
     assert expected <= set(paths)
-    runner = CliRunner()
     env = {"PULSE_DATABASE_URL": UNREACHABLE}  # --help must not touch the database
     for path in paths:
         for flag in ("--help", "-h"):
-            result = runner.invoke(cli, [*path, flag], env=env, prog_name="pulse")
+            result = invoke(env, *path, flag)
             assert result.exit_code == 0, (path, result.output)
             assert result.stdout.startswith(f"Usage: {' '.join(('pulse', *path))}"), path
             assert "Traceback" not in result.output
@@ -946,15 +799,17 @@ def test_every_command_has_help() -> None:
 
 
 def test_real_process_round_trip(settings: ClusterSettings) -> None:
-    env = env_of(settings)
-    init = real_pulse(env, "init", "--shards", "16")
+    init = spawn(settings, "init", "--shards", "16").result()
     assert init.returncode == 0, init.stderr
     assert init.stdout.strip().endswith("16 shards")
-    added, bad, schedule = real_pulses(
-        (env, add_args("tick", "--payload", '{"q": "it\'s"}', "--json")),
-        (env, add_args("other", "--schedule", "0 0 30 2 *")),
-        (env, ["schedule", "@daily", "--count", "3", "--after", "2030-06-01T12:00:00+02:00"]),
-    )
+    started = [
+        spawn(settings, *add_args("tick", "--payload", '{"q": "it\'s"}', "--json")),
+        spawn(settings, *add_args("other", "--schedule", "0 0 30 2 *")),
+        spawn(
+            settings, "schedule", "@daily", "--count", "3", "--after", "2030-06-01T12:00:00+02:00"
+        ),
+    ]
+    added, bad, schedule = (p.result() for p in started)
     assert added.returncode == 0, added.stderr
     assert json.loads(added.stdout)["payload"] == {"q": "it's"}
     assert bad.returncode == 2 and bad.stdout == ""
@@ -965,7 +820,8 @@ def test_real_process_round_trip(settings: ClusterSettings) -> None:
         "2030-06-03T00:00:00+00:00",
         "2030-06-04T00:00:00+00:00",
     ]
-    listed, dup = real_pulses((env, ["jobs", "list", "--json"]), (env, add_args("tick")))
+    started = [spawn(settings, "jobs", "list", "--json"), spawn(settings, *add_args("tick"))]
+    listed, dup = (p.result() for p in started)
     assert [j["name"] for j in json.loads(listed.stdout)] == ["tick"]
     assert dup.returncode == 2 and dup.stdout == ""
     assert_one_line_error(dup.stderr, "invalid name", "already exists")
@@ -973,7 +829,6 @@ def test_real_process_round_trip(settings: ClusterSettings) -> None:
 
 
 def test_real_process_unreachable_database(settings: ClusterSettings) -> None:
-    env = env_of(settings, PULSE_DATABASE_URL=UNREACHABLE)
     commands = [
         ["init"],
         ["jobs", "list"],
@@ -981,7 +836,8 @@ def test_real_process_unreachable_database(settings: ClusterSettings) -> None:
         ["jobs", "trigger", "x"],
         ["runs", "--json"],
     ]
-    for args, result in zip(commands, real_pulses(*((env, c) for c in commands)), strict=True):
+    started = [spawn(settings, *c, PULSE_DATABASE_URL=UNREACHABLE) for c in commands]
+    for args, result in zip(commands, (p.result() for p in started), strict=True):
         assert result.returncode == 1, args
         assert result.stdout == ""
         assert_one_line_error(result.stderr, "cannot connect to Postgres", "127.0.0.1:1")
@@ -990,9 +846,10 @@ def test_real_process_unreachable_database(settings: ClusterSettings) -> None:
 
 
 def test_real_process_help_and_version(settings: ClusterSettings) -> None:
-    helped, version = real_pulses(
-        (env_of(settings, PULSE_DATABASE_URL=UNREACHABLE), ["jobs", "add", "--help"]),
-        (env_of(settings), ["--version"]),
-    )
+    started = [
+        spawn(settings, "jobs", "add", "--help", PULSE_DATABASE_URL=UNREACHABLE),
+        spawn(settings, "--version"),
+    ]
+    helped, version = (p.result() for p in started)
     assert helped.returncode == 0 and helped.stdout.startswith("Usage: pulse jobs add")
     assert version.returncode == 0 and version.stdout.startswith("pulse, version ")

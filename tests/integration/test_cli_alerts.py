@@ -4,18 +4,17 @@ webhook URLs are shown redacted everywhere."""
 
 from __future__ import annotations
 
+import functools
 import json
 from typing import Any
 
 import psycopg
 import pytest
-from click.testing import CliRunner, Result
 
 from cluster.alerts.rules import SIGNATURE_HEADER, verify
 from cluster.settings import ClusterSettings
-from node.cli import cli
-from tests.integration.test_cli import add_args, assert_bad_input, assert_one_line_error, env_of
-from tests.receiver import receiver
+from tests.helpers.cli import add_args, assert_bad_input, assert_one_line_error, invoke
+from tests.helpers.receiver import receiver
 
 pytestmark = pytest.mark.timeout(60)
 TOKEN_URL = "https://hooks.example.com/services/T000/B000/XXXXSECRET?token=abc123"
@@ -28,14 +27,10 @@ DELIVERY_KEYS = {
 
 @pytest.fixture
 def pulse(settings: ClusterSettings) -> Any:
-    def invoke(*args: str, **env: str) -> Result:
-        return CliRunner().invoke(
-            cli, list(args), env={**env_of(settings), **env}, prog_name="pulse"
-        )
-
-    assert invoke("init", "--shards", "16").exit_code == 0
-    assert invoke(*add_args("rollup", "--tenant", "acme")).exit_code == 0
-    return invoke
+    pulse = functools.partial(invoke, settings)
+    assert pulse("init", "--shards", "16").exit_code == 0
+    assert pulse(*add_args("rollup", "--tenant", "acme")).exit_code == 0
+    return pulse
 
 
 def rules(settings: ClusterSettings) -> list[tuple[Any, ...]]:

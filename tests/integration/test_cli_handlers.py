@@ -10,20 +10,7 @@ from pathlib import Path
 import pytest
 
 from cluster.settings import ClusterSettings
-from tests.integration.test_cli import (  # the fixtures too
-    Invoke,
-    Shared,
-    assert_bad_input,
-    env,
-    env_of,
-    initialised,
-    jobs_rows,
-    pulse,
-    real_pulse,
-    shared,
-)
-
-__all__ = ["env", "initialised", "pulse", "shared"]  # fixtures, used by name
+from tests.helpers.cli import Invoke, Shared, assert_bad_input, jobs_rows, spawn
 
 BROKER = "redis://127.0.0.1:6379/14"
 
@@ -141,7 +128,7 @@ def test_good_handlers_are_stored_as_references_and_shown(
         "                    timeout 10s",
     ):
         assert line in show.splitlines(), show
-    show = real_pulse(env_of(settings), "jobs", "show", "literal")
+    show = spawn(settings, "jobs", "show", "literal").result()
     assert "hunter2" not in show.stdout + show.stderr and "queue reports" in show.stdout
     show = pulse("jobs", "show", "literal", "--json").stdout
     assert "hunter2" not in show

@@ -8,16 +8,14 @@ from typing import Any
 
 import psycopg
 import pytest
-from click.testing import CliRunner
 
 from cluster.settings import ClusterSettings
-from node.cli import cli
-from tests.integration.test_cli import (
+from tests.helpers.cli import (
     assert_bad_input,
     assert_one_line_error,
-    env_of,
     initialised_pulse,
-    real_pulse,
+    invoke,
+    spawn,
 )
 
 DEFAULTS = {"keep_for": "30d", "keep_runs": 1000, "keep_failed_for": "90d", "api.handlers": ""}
@@ -113,9 +111,8 @@ def test_missing_arguments_are_usage_errors(pulse: Any, settings: ClusterSetting
 
 
 def test_an_uninitialised_schema_is_one_line_exit_1(settings: ClusterSettings) -> None:
-    env = env_of(settings)
     for args in (["config", "show"], ["config", "set", "keep_runs", "5"], ["runs", "prune"]):
-        result = CliRunner().invoke(cli, args, env=env, prog_name="pulse")
+        result = invoke(settings, *args)
         assert result.exit_code == 1, (args, result.output)
         assert_one_line_error(result.stderr, "pulse init")
 
@@ -156,17 +153,14 @@ def test_runs_prune_rejects_unknown_options(pulse: Any, settings: ClusterSetting
 
 @pytest.mark.parametrize("value", ["-5s", "soon", "", "500ms"])
 def test_node_refuses_a_bad_prune_interval(settings: ClusterSettings, value: str) -> None:
-    result = CliRunner().invoke(
-        cli, ["node", f"--prune-interval={value}"], env=env_of(settings), prog_name="pulse"
-    )
+    result = invoke(settings, "node", f"--prune-interval={value}")
     assert_bad_input(result, "prune-interval")
 
 
 def test_the_real_cli_prints_one_line(settings: ClusterSettings) -> None:
-    env = env_of(settings)
-    assert real_pulse(env, "init").returncode == 0
-    bad = real_pulse(env, "config", "set", "keep_runs", "none")
+    assert spawn(settings, "init").result().returncode == 0
+    bad = spawn(settings, "config", "set", "keep_runs", "none").result()
     assert bad.returncode == 2 and bad.stdout == ""
     assert_one_line_error(bad.stderr, "invalid keep_runs")
-    good = real_pulse(env, "config", "set", "keep_runs", "10")
+    good = spawn(settings, "config", "set", "keep_runs", "10").result()
     assert (good.returncode, good.stdout) == (0, "keep_runs = 10\n")

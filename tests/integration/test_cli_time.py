@@ -12,17 +12,7 @@ import pytest
 
 from cluster.settings import ClusterSettings
 from cluster.timing.jitter import jittered
-from tests.integration.test_cli import (  # the fixtures too
-    Invoke,
-    assert_bad_input,
-    assert_one_line_error,
-    env,
-    initialised,
-    jobs_rows,
-    pulse,
-)
-
-__all__ = ["env", "initialised", "pulse"]  # fixtures, used by name
+from tests.helpers.cli import Invoke, assert_bad_input, assert_one_line_error, jobs_rows
 
 H = "shell:true"
 

@@ -25,8 +25,7 @@ from node.pipeline.clock import DbClock
 from node.pipeline.completer import Completer
 from node.pipeline.pacing import Pacing
 from node.stats import Stats
-from tests.conftest import Opener
-from tests.integration.test_session import ALL, add_jobs, at
+from tests.helpers.sessions import ALL, Opener, add_jobs, at
 
 OK = Outcome("succeeded", None, 0.01)
 

@@ -12,7 +12,7 @@ import pytest
 from cluster.jobs.spec import JobSpec
 from cluster.store.jobs import JobStore
 from cluster.store.session import LockSession
-from tests.conftest import Opener
+from tests.helpers.sessions import Opener
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 ALL = list(range(16))

@@ -6,44 +6,14 @@ every write is fenced on the flight's own token."""
 
 from __future__ import annotations
 
-from datetime import datetime
-
 import pytest
 
 from cluster.errors import InvalidInput
-from cluster.jobs.spec import JobSpec
 from cluster.store.jobs import JobStore
-from cluster.store.records import ClaimedJob, Completion
+from cluster.store.records import ClaimedJob
 from cluster.store.session import LockSession
-from tests.conftest import Opener
-from tests.integration.test_session import ALL, T0, at, run_rows
-
-HANDLER = "cluster.chaos.witness:record"
-
-
-async def allow_job(store: JobStore, retries: int = 3, limit: int = 2) -> None:
-    spec = JobSpec.build(
-        "fan", "@every 10s", HANDLER, overlap="allow", max_concurrent=limit, retries=retries
-    )
-    await store.apply([spec], now=T0)
-
-
-def handed(job: ClaimedJob, next_slot: datetime) -> Completion:
-    return Completion(
-        job.id, job.lease_token, job.slot, "spawned", None, None, next_slot, next_slot, 1
-    )
-
-
-def ended(
-    job: ClaimedJob, outcome: str = "succeeded", retry_at: datetime | None = None
-) -> Completion:
-    if retry_at is None:
-        return Completion(
-            job.id, job.lease_token, job.slot, outcome, None, 1.0, at(999), at(999), 1
-        )
-    return Completion(
-        job.id, job.lease_token, job.slot, outcome, "boom", 1.0, retry_at, job.slot, job.attempt + 1
-    )
+from tests.helpers.flights import allow_job, ended, flights, handed
+from tests.helpers.sessions import ALL, Opener, at, run_rows
 
 
 async def claim_and_spawn(a: LockSession, t: float) -> tuple[ClaimedJob, bool]:
@@ -63,12 +33,6 @@ async def first_flight(
     first, room = await claim_and_spawn(a, 10)
     assert room
     return a, first
-
-
-async def flights(store: JobStore) -> list[tuple[datetime, str, int, str | None]]:
-    conn = store.db.conn  # the test reads the table as it is
-    cur = await conn.execute("SELECT slot, status, attempt, locked_by FROM flights ORDER BY slot")
-    return [(r["slot"], r["status"], r["attempt"], r["locked_by"]) for r in await cur.fetchall()]
 
 
 async def test_slots_run_side_by_side_up_to_the_limit(

@@ -8,77 +8,27 @@ pass the lease-token fence. Database time is driven with explicit ``now=`` value
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import Awaitable, Callable, Sequence
-from datetime import UTC, datetime, timedelta
+from collections.abc import Sequence
+from datetime import datetime
 from typing import Any
 from uuid import UUID
 from zoneinfo import ZoneInfo
 
 from cluster.health.status import collect
 from cluster.jobs.models import Run
-from cluster.jobs.spec import JobSpec
 from cluster.settings import ClusterSettings
 from cluster.store.connect import connect
 from cluster.store.jobs import JobStore
 from cluster.store.queries import query
 from cluster.store.records import ClaimedJob, Completion, Skip
-from tests.conftest import Opener
-
-T0 = datetime(2026, 1, 1, tzinfo=UTC)
-ALL = list(range(16))
-
-
-def at(seconds: float) -> datetime:
-    return T0 + timedelta(seconds=seconds)
-
-
-async def add(store: JobStore, *specs: JobSpec) -> None:
-    """Jobs created at T0; with ``@every 10s`` each is first due at T0 + 10 s."""
-    await store.apply(list(specs), now=T0)
-
-
-def every_10s(name: str, **kw: Any) -> JobSpec:
-    return JobSpec.build(name, "@every 10s", "cluster.chaos.witness:record", **kw)
-
-
-async def rows(settings: ClusterSettings, sql: str, params: Any = None) -> list[dict[str, Any]]:
-    conn = await connect(settings, "observer")
-    try:
-        cur = await conn.execute(sql.encode(), params)
-        return await cur.fetchall()
-    finally:
-        await conn.close()
-
-
-async def run_rows(settings: ClusterSettings) -> list[dict[str, Any]]:
-    """The runs table itself (not the listing, which adds the attempts in flight)."""
-    return await rows(settings, "SELECT * FROM runs ORDER BY job_name, scheduled_for")
+from tests.helpers.history import add, every_10s, finish, rows, run_rows
+from tests.helpers.sessions import ALL, T0, Opener, at
+from tests.helpers.waiting import until
 
 
 async def job_row(settings: ClusterSettings, job_id: UUID) -> dict[str, Any]:
     (row,) = await rows(settings, "SELECT * FROM jobs WHERE id = %s", (job_id,))
     return row
-
-
-def finish(
-    job: ClaimedJob,
-    outcome: str = "succeeded",
-    *,
-    error: str | None = None,
-    duration_s: float | None = 0.25,
-    retry_at: datetime | None = None,
-) -> Completion:
-    """The completion of ``job``: a retry of its slot at ``retry_at``, else its next slot."""
-    if retry_at is not None:
-        return Completion(
-            job.id, job.lease_token, job.slot, outcome, error, duration_s, retry_at, job.slot,
-            job.attempt + 1,
-        )  # fmt: skip
-    following = job.slot + timedelta(seconds=10)
-    return Completion(
-        job.id, job.lease_token, job.slot, outcome, error, duration_s, following, following, 1
-    )
 
 
 def fields(row: dict[str, Any], *names: str) -> tuple[Any, ...]:
@@ -298,7 +248,7 @@ async def test_recovery_records_the_dead_owners_attempt_as_lost(
     async def recovered() -> list[dict[str, Any]]:
         return await heir.recover(ALL, ["heir"], now=at(12))
 
-    taken = await _eventually(recovered)
+    taken = await until(recovered, "the dead session's slot recovered", 5, interval_s=0.025)
     assert [(r["id"], r["attempt"], r["locked_by"]) for r in taken] == [(job.id, 2, "dead")]
     (row,) = await run_rows(settings)
     assert fields(row, *RUN, "last_error") == (
@@ -323,18 +273,6 @@ async def test_a_restarted_node_records_its_previous_process_attempts_as_lost(
             "lost", 1, "n1", "za", job.lease_token, at(10), at(12),
             "previous process gone (node n1)",
         )  # fmt: skip
-
-
-async def _eventually(
-    read: Callable[[], Awaitable[list[dict[str, Any]]]], tries: int = 200
-) -> list[dict[str, Any]]:
-    """The first non-empty answer (a closed session takes a moment to leave the server)."""
-    for _ in range(tries):
-        found = await read()
-        if found:
-            return found
-        await asyncio.sleep(0.025)
-    raise AssertionError("nothing recovered in time")
 
 
 # -- the listing and the status ------------------------------------------------------------

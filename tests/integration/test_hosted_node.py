@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import signal
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -15,20 +14,10 @@ from cluster.errors import ConfigError
 from cluster.members import MemberRegistry
 from cluster.settings import ClusterSettings, NodeSettings
 from cluster.store.jobs import JobStore
+from tests.helpers.waiting import until
 from tests.registries import billing
 
 pytestmark = pytest.mark.timeout(60)
-
-
-async def until(probe: Callable[[], bool], what: str, timeout_s: float = 20.0) -> None:
-    """Poll ``probe`` on the loop the node runs on, until a deadline."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout_s
-    while loop.time() < deadline:
-        if probe():
-            return
-        await asyncio.sleep(0.05)
-    raise AssertionError(f"timed out after {timeout_s}s waiting for {what}")
 
 
 async def test_a_hosted_node_runs_synced_jobs_and_drains_on_exit(
@@ -46,8 +35,10 @@ async def test_a_hosted_node_runs_synced_jobs_and_drains_on_exit(
     async with node:
         assert {sig: signal.getsignal(sig) for sig in handlers} == handlers
         assert sorted(j.name for j in await store.jobs()) == ["beat", "billing_rollup"]
-        await until(lambda: len(node.status().held_shards) == 16, "all 16 shards held")
-        await until(lambda: beats.exists() and beats.read_text().count("hosted-1") >= 2, "beats")
+        await until(lambda: len(node.status().held_shards) == 16, "all 16 shards held", 20)
+        await until(
+            lambda: beats.exists() and beats.read_text().count("hosted-1") >= 2, "beats", 20
+        )
         status = node.status()
         assert (status.node_id, status.running, status.members) == (
             "hosted-1",

@@ -9,8 +9,6 @@ paused job's run back, sets it, and that trigger and resume bring the job back.
 
 from __future__ import annotations
 
-import asyncio
-import time
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -20,7 +18,8 @@ from cluster.store.connect import connect
 from cluster.store.jobs import JobStore
 from node.handlers.context import Outcome
 from node.pipeline.outcomes import after_run
-from tests.conftest import Opener
+from tests.helpers.sessions import Opener
+from tests.helpers.waiting import until
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 ALL = list(range(16))
@@ -95,10 +94,10 @@ async def test_the_claim_updates_job_rows_in_place(
     # 60 updates on freshly filled pages with a fifth of their room free (fillfactor 80):
     # a good part fit beside their old version (16 here). With an index on status (the
     # version 2 schema) none could be HOT.
-    deadline = time.monotonic() + 10
-    while (hot := await _hot_updates(settings) - before) < 8:
-        assert time.monotonic() < deadline, f"only {hot} of 60 claim updates were HOT"
-        await asyncio.sleep(0.05)
+    async def hot() -> bool:
+        return await _hot_updates(settings) - before >= 8
+
+    await until(hot, "8 of the 60 claim updates to be HOT", 10, interval_s=0.05)
 
 
 async def test_a_paused_job_is_never_claimed_until_triggered_or_resumed(

@@ -8,31 +8,25 @@ import json
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner, Result
 
 from cluster.jobs.registry import registries_in, specs_of
 from cluster.settings import ClusterSettings
 from cluster.store.jobs import JobStore
-from node.cli import cli
-from tests.integration.test_cli import add_args, assert_bad_input, env_of, jobs_rows
+from tests.helpers.cli import add_args, assert_bad_input, invoke, jobs_rows
 
 BILLING = "tests.registries.billing"
 
 
-def pulse(settings: ClusterSettings, *args: str) -> Result:
-    return CliRunner().invoke(cli, list(args), env=env_of(settings), prog_name="pulse")
-
-
 @pytest.fixture
 def initialised(settings: ClusterSettings) -> ClusterSettings:
-    assert pulse(settings, "init", "--shards", "16").exit_code == 0
+    assert invoke(settings, "init", "--shards", "16").exit_code == 0
     return settings
 
 
 def test_apply_module_is_idempotent_and_matches_the_exported_file(
     initialised: ClusterSettings, tmp_path: Path
 ) -> None:
-    first = pulse(initialised, "jobs", "apply", "--module", BILLING)
+    first = invoke(initialised, "jobs", "apply", "--module", BILLING)
     assert first.exit_code == 0, first.output
     assert first.stdout.splitlines() == [
         "created acme/billing_rollup",
@@ -40,17 +34,17 @@ def test_apply_module_is_idempotent_and_matches_the_exported_file(
         "2 created, 0 updated, 0 removed, 0 unchanged",
     ]
     rows = jobs_rows(initialised)
-    again = pulse(initialised, "jobs", "apply", "--module", BILLING, "--json")
+    again = invoke(initialised, "jobs", "apply", "--module", BILLING, "--json")
     assert json.loads(again.stdout)["unchanged"] == ["acme/billing_rollup", "beat"]
-    exported = pulse(initialised, "jobs", "export", "--module", BILLING)
+    exported = invoke(initialised, "jobs", "export", "--module", BILLING)
     assert exported.exit_code == 0, exported.output
     path = tmp_path / "jobs.yaml"
     path.write_text(exported.stdout, "utf-8")
-    from_file = pulse(initialised, "jobs", "apply", str(path))
+    from_file = invoke(initialised, "jobs", "apply", str(path))
     assert from_file.stdout.strip() == "no changes (2 jobs unchanged)"
     assert jobs_rows(initialised) == rows
     show = ("jobs", "show", "billing_rollup", "--tenant", "acme", "--json")
-    shown = json.loads(pulse(initialised, *show).stdout)
+    shown = json.loads(invoke(initialised, *show).stdout)
     assert (shown["catch_up"], shown["timeout_s"], shown["payload"]) == (
         "backfill",
         600.0,
@@ -60,15 +54,17 @@ def test_apply_module_is_idempotent_and_matches_the_exported_file(
 
 
 def test_apply_module_updates_and_prunes(initialised: ClusterSettings) -> None:
-    assert pulse(initialised, *add_args("stray")).exit_code == 0
-    pulse(initialised, "jobs", "apply", "--module", BILLING)
-    changed = pulse(initialised, "jobs", "apply", "--module", "tests.registries.changed", "--prune")
+    assert invoke(initialised, *add_args("stray")).exit_code == 0
+    invoke(initialised, "jobs", "apply", "--module", BILLING)
+    changed = invoke(
+        initialised, "jobs", "apply", "--module", "tests.registries.changed", "--prune"
+    )
     assert changed.exit_code == 0, changed.output
     lines = changed.stdout.splitlines()
     assert lines[0] == "updated beat"
     assert sorted(lines[1:3]) == ["removed acme/billing_rollup", "removed stray"]
     assert lines[3:] == ["0 created, 1 updated, 2 removed, 0 unchanged"]
-    listed = json.loads(pulse(initialised, "jobs", "list", "--json").stdout)
+    listed = json.loads(invoke(initialised, "jobs", "list", "--json").stdout)
     assert [(j["name"], j["schedule"]) for j in listed] == [("beat", "@every 2s")]
 
 
@@ -86,16 +82,16 @@ def test_apply_module_updates_and_prunes(initialised: ClusterSettings) -> None:
 def test_bad_modules_exit_2_with_one_line_and_write_nothing(
     initialised: ClusterSettings, args: list[str], field: str
 ) -> None:
-    assert pulse(initialised, *add_args("existing")).exit_code == 0
+    assert invoke(initialised, *add_args("existing")).exit_code == 0
     before = jobs_rows(initialised)
-    assert_bad_input(pulse(initialised, "jobs", "apply", *args), field)
+    assert_bad_input(invoke(initialised, "jobs", "apply", *args), field)
     assert jobs_rows(initialised) == before
 
 
 def test_export_refuses_bad_modules_with_one_line(initialised: ClusterSettings) -> None:
-    empty = pulse(initialised, "jobs", "export", "--module", "tests.registries.empty")
+    empty = invoke(initialised, "jobs", "export", "--module", "tests.registries.empty")
     assert_bad_input(empty, "module")
-    assert_bad_input(pulse(initialised, "jobs", "export"), "module")
+    assert_bad_input(invoke(initialised, "jobs", "export"), "module")
 
 
 async def test_sync_creates_once_and_reports_what_differs(settings: ClusterSettings) -> None:

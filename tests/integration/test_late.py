@@ -12,9 +12,9 @@ from cluster.settings import ClusterSettings
 from cluster.store.alerts import AlertStore
 from cluster.store.connect import connect
 from cluster.store.jobs import JobStore
-from tests.conftest import Opener
-from tests.integration.outbox import T0, add_rule, at, events, every_10s, run_slot
-from tests.integration.test_lease_plans import FILL, job_scans, plan_of
+from tests.helpers.outbox import T0, add_rule, at, events, every_10s, run_slot
+from tests.helpers.plans import FILL, job_scans, plan_of
+from tests.helpers.sessions import Opener
 
 pytestmark = pytest.mark.timeout(60)
 HOOK = "http://127.0.0.1:9/hook"

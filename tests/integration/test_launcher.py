@@ -15,15 +15,14 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner
 
 import node.cli  # noqa: F401  (the full command tree, as `pulse` has it)
-from cluster.cli.app import cli
 from cluster.local import embedded
 from cluster.local.launcher import Launcher, NodeSpec, plan_nodes, use_colour
 from cluster.local.processes import NODE_ONLY, Command, node_argv, pulse_env, stop_all
 from cluster.settings import ClusterSettings
-from tests.nodeprocs import wait_until
+from tests.helpers.cli import invoke
+from tests.helpers.waiting import until
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -59,7 +58,7 @@ class Output(io.StringIO):
         return super().write(text)
 
 
-async def until(out: Output, text: str, count: int = 1) -> None:
+async def printed(out: Output, text: str, count: int = 1) -> None:
     async with asyncio.timeout(20):
         while out.getvalue().count(text) < count:
             out.changed.clear()
@@ -132,7 +131,7 @@ async def test_a_dead_node_is_restarted_then_everything_drains() -> None:
             [child(crash_once)], {"MARKER": f"{tmp}/crashed"}, out=out, restart=True
         )
         task = asyncio.create_task(launcher.run())
-        await until(out, "ready")
+        await printed(out, "ready")
         launcher.request_stop()
         assert await task == 0
     text = out.getvalue()
@@ -147,7 +146,7 @@ async def test_stop_drains_every_node() -> None:
     specs = [child(GRACEFUL, "a-1"), child(GRACEFUL, "b-1")]
     launcher = Launcher(specs, {}, out=out, stagger_s=0)
     task = asyncio.create_task(launcher.run())
-    await until(out, "| ready", 2)
+    await printed(out, "| ready", 2)
     launcher.request_stop()
     assert await task == 0, out.getvalue()
     text = out.getvalue()
@@ -160,7 +159,7 @@ async def test_second_stop_kills() -> None:
     out = Output()
     launcher = Launcher([child(STUBBORN)], {}, out=out)
     task = asyncio.create_task(launcher.run())
-    await until(out, "| ready")
+    await printed(out, "| ready")
     launcher.request_stop()
     launcher.request_stop()
     assert await task == 130
@@ -173,7 +172,7 @@ def test_embedded_without_the_extra_exits_2_with_a_hint(monkeypatch: pytest.Monk
         raise embedded.EmbeddedMissing(embedded.INSTALL_HINT)
 
     monkeypatch.setattr(embedded, "check_available", missing)
-    result = CliRunner().invoke(cli, ["up", "--embedded"])
+    result = invoke({}, "up", "--embedded")
     assert result.exit_code == 2
     assert result.output.strip() == f"pulse: {embedded.INSTALL_HINT}"
     assert "pip install 'pulsecron[embedded]'" in result.output
@@ -220,18 +219,18 @@ def test_a_child_has_a_group_of_its_own_and_its_output_in_the_log(tmp_path: Path
     """
     command = Command([sys.executable, "-c", textwrap.dedent(code)], os.environ)
     proc = command.start("c", tmp_path / "child.log")
-    ready = wait_until(lambda: [x for x in proc.lines() if x[:5] == "ready"], 20, "the start")
+    ready = until(lambda: [x for x in proc.lines() if x[:5] == "ready"], "the start", 20)
     _, group, grandchild = ready[0].split()
     assert int(group) == proc.pid != os.getpgid(0)
     assert stop_all([proc], timeout_s=20) == {"c": 0}
     assert "draining" in proc.lines()
-    wait_until(lambda: not _alive(int(grandchild)), 20, "the grandchild to get the SIGTERM")
+    until(lambda: not _alive(int(grandchild)), "the grandchild to get the SIGTERM", 20)
 
 
 def test_stop_kills_a_child_that_does_not_drain(tmp_path: Path) -> None:
     stubborn = Command([sys.executable, "-c", textwrap.dedent(STUBBORN)], os.environ)
     proc = stubborn.start("s", tmp_path / "s.log")
-    wait_until(lambda: "ready" in proc.lines(), 20, "the child to start")
+    until(lambda: "ready" in proc.lines(), "the child to start", 20)
     assert proc.stop(timeout_s=0.5) == -signal.SIGKILL
     assert proc.stop() == -signal.SIGKILL  # stopped already: nothing more is sent
 
@@ -251,7 +250,7 @@ def test_a_child_gets_sigterm_when_its_parent_dies(tmp_path: Path) -> None:
     )
     assert done.wait(20) == 0
     orphan = int(done.lines()[0])
-    wait_until(lambda: not _alive(orphan), 20, "the orphan to get its SIGTERM")
+    until(lambda: not _alive(orphan), "the orphan to get its SIGTERM", 20)
 
 
 def _alive(pid: int) -> bool:

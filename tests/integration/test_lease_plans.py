@@ -10,59 +10,24 @@ while 3,000 jobs do, and each plan must reach ``jobs`` by ``jobs_pkey`` only.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
-from typing import Any
 from uuid import UUID
 
 from cluster.settings import ClusterSettings
-from cluster.store.connect import Conn, connect
+from cluster.store.connect import connect
 from cluster.store.jobs import JobStore
 from cluster.store.queries import query
 from cluster.store.records import Completion, complete_params
+from tests.helpers.plans import FILL, job_scans, plan_of
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 JOBS = 3000
 BATCH = 100
 
-FILL = """
-INSERT INTO jobs (id, name, schedule, handler, shard_id, next_run_at, slot_at)
-SELECT gen_random_uuid(), 'bulk-' || g, '@every 5s', 'cluster.chaos.witness:record', g %% 256,
-       %(t0)s, %(t0)s
-FROM generate_series(1, %(n)s) AS g
-"""
 RUN_ALL = """
 UPDATE jobs SET status = 'running', lease_token = 1, locked_by = 'n1', locked_at = %(t0)s,
                 lease_expires_at = %(t0)s + interval '30 seconds'
 """
-
-
-def walk(node: dict[str, Any]) -> Iterator[dict[str, Any]]:
-    yield node
-    for child in node.get("Plans", []):
-        yield from walk(child)
-
-
-async def plan_of(conn: Conn, name: str, params: dict[str, Any]) -> dict[str, Any]:
-    async with conn.transaction(force_rollback=True):
-        cur = await conn.execute(b"EXPLAIN (FORMAT JSON) " + query(name), params)
-        row = await cur.fetchone()
-    assert row is not None
-    plan: dict[str, Any] = row["QUERY PLAN"][0]["Plan"]
-    return plan
-
-
-def job_scans(plan: dict[str, Any]) -> list[tuple[str, str | None]]:
-    """(scan, index) of every read of ``jobs``; a bitmap scan names its index below it."""
-    found = []
-    for n in walk(plan):
-        if n.get("Relation Name") != "jobs" or "Scan" not in n["Node Type"]:
-            continue
-        index = n.get("Index Name")
-        if n["Node Type"] == "Bitmap Heap Scan":
-            index = next((c.get("Index Name") for c in walk(n) if c.get("Index Name")), None)
-        found.append((n["Node Type"], index))
-    return found
 
 
 async def test_lease_statements_read_jobs_by_primary_key_while_many_run(

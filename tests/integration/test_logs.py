@@ -12,7 +12,8 @@ import pytest
 
 from cluster.jobs.spec import JobSpec
 from cluster.settings import ClusterSettings
-from tests.nodeprocs import Nodes, init_cluster, wait_until
+from tests.helpers.nodes import Nodes, init_cluster
+from tests.helpers.waiting import until
 
 SECRET = "s3cret-pw"
 JOB_FIELDS = {"job", "tenant", "slot", "attempt", "node_id"}
@@ -66,7 +67,7 @@ def test_json_logs(settings: ClusterSettings, nodes: Nodes, where: str) -> None:
         done = [r for r in found if r.get("event") == "run_finished"]
         return found if handler and done else []
 
-    found = wait_until(finished, 30, "a finished run in the JSON log")
+    found = until(finished, "a finished run in the JSON log", 30)
     assert all({"ts", "level", "logger", "msg"} <= set(r) for r in found)
     assert all(r["node_id"] == "j-1" and r["zone"] == "z" for r in found)
 

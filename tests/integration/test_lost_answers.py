@@ -16,9 +16,8 @@ first try made.
 from __future__ import annotations
 
 import asyncio
-import inspect
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from dataclasses import replace
 
 import pytest
@@ -32,26 +31,14 @@ from node.maintenance.recovery import Recovery
 from node.runtime import Node
 from node.state import NodeState
 from node.stats import Stats
-from tests.conftest import Opener
-from tests.integration.test_flights import HANDLER, allow_job, flights, handed
-from tests.integration.test_session import ALL, T0, at
+from tests.helpers.flights import HANDLER, allow_job, flights, handed
+from tests.helpers.sessions import ALL, T0, Opener, at
+from tests.helpers.waiting import until
 
 pytestmark = pytest.mark.timeout(60)
 
 MARKER = "answer-lost-marker"
 LEASE_S = 30.0
-
-
-async def until(probe: Callable[[], bool | Awaitable[bool]], what: str, timeout_s: float) -> None:
-    """Poll ``probe`` (a check, or a query) on the node's loop until a deadline."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout_s
-    while loop.time() < deadline:
-        found = probe()
-        if await found if inspect.isawaitable(found) else found:
-            return
-        await asyncio.sleep(0.05)
-    raise AssertionError(f"timed out after {timeout_s}s waiting for {what}")
 
 
 class Events(logging.Handler):

@@ -9,6 +9,7 @@ import redis.asyncio
 
 from cluster.members import MemberInfo, MemberRegistry
 from cluster.settings import ClusterSettings
+from tests.helpers.waiting import until
 
 INFO = MemberInfo("n1", "a", "host", 1, "2026-01-01T00:00:00+00:00", "dev", 8)
 
@@ -111,7 +112,7 @@ async def test_watch_ends_at_stop_without_waiting_for_a_message(
     try:
         await subscribed(settings, registry.channel)
         await registry.heartbeat(INFO, ttl_s=5)
-        await wait_for_message(messages, "join:n1")
+        await until(lambda: "join:n1" in messages, "the join:n1 message", 5, interval_s=0.01)
         stop.set()
         await asyncio.wait_for(watcher, timeout=10)
         await unsubscribed(settings, registry.channel)
@@ -121,22 +122,14 @@ async def test_watch_ends_at_stop_without_waiting_for_a_message(
         await registry.close()
 
 
-async def wait_for_message(messages: list[str], expected: str) -> None:
-    for _ in range(500):
-        if expected in messages:
-            return
-        await asyncio.sleep(0.01)
-    raise AssertionError(f"no {expected!r} message: {messages}")
-
-
 async def unsubscribed(settings: ClusterSettings, channel: str) -> None:
     client = redis.asyncio.Redis.from_url(settings.redis_url)
+
+    async def nobody_listens() -> bool:
+        counts = dict(await client.pubsub_numsub(channel))
+        return counts.get(channel.encode(), 0) == 0
+
     try:
-        for _ in range(500):
-            counts = dict(await client.pubsub_numsub(channel))
-            if counts.get(channel.encode(), 0) == 0:
-                return
-            await asyncio.sleep(0.01)
-        raise AssertionError("the watcher is still subscribed")
+        await until(nobody_listens, "the watcher to unsubscribe", 5, interval_s=0.01)
     finally:
         await client.aclose()

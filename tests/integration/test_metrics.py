@@ -12,11 +12,13 @@ from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from cluster.jobs.spec import JobSpec
+from cluster.local.processes import free_port
 from cluster.settings import ClusterSettings
 from node.metrics import FIRE_LAG_BUCKETS, build_registry
 from node.state import NodeState
 from node.stats import Stats
-from tests.nodeprocs import Nodes, free_port, init_cluster, wait_until
+from tests.helpers.nodes import Nodes, init_cluster
+from tests.helpers.waiting import until
 
 Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
 ALLOWED_LABELS = {"outcome", "dependency", "node_id", "zone", "version", "le"}
@@ -146,16 +148,16 @@ def test_node_serves_metrics_that_move(nodes: Nodes) -> None:
     port = free_port()
     nodes.start("m-1", "a", "--metrics-port", str(port))
 
-    first = wait_until(
+    first = until(
         lambda: (s := scrape(port)) and value(s, "pulse_slots_fired_total") >= 1 and s,
-        30,
         "a first fired slot in the metrics",
+        30,
     )
     fired = value(first, "pulse_slots_fired_total")
-    second = wait_until(
+    second = until(
         lambda: (s := scrape(port)) and value(s, "pulse_slots_fired_total") > fired and s,
-        30,
         "the fired counter to move",
+        30,
     )
     assert value(second, "pulse_shards_held") == 16
     assert value(second, "pulse_shards") == 16
@@ -176,9 +178,9 @@ def test_busy_metrics_port_does_not_stop_the_node(nodes: Nodes) -> None:
         taken.bind(("0.0.0.0", 0))
         taken.listen()
         node = nodes.start("m-1", "a", "--metrics-port", str(taken.getsockname()[1]))
-        wait_until(
+        until(
             lambda: any("cannot serve metrics" in line for line in node.lines()),
-            30,
             "the metrics error to be logged",
+            30,
         )
         assert node.proc.poll() is None

@@ -6,11 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-import os
-import subprocess
-import sys
 from dataclasses import replace
-from pathlib import Path
 from typing import Any
 
 import psycopg
@@ -28,32 +24,10 @@ from cluster.store.migrate import (
     available,
     migrate,
 )
+from tests.helpers import REPO
+from tests.helpers.cli import spawn
 
-REPO = Path(__file__).resolve().parents[2]
 ALL_VERSIONS = tuple(m.version for m in available())
-
-
-def pulse_env(settings: ClusterSettings) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PULSE_")}
-    env.update(
-        PULSE_DATABASE_URL=settings.database_url,
-        PULSE_REDIS_URL=settings.redis_url,
-        PULSE_SCHEMA=settings.schema,
-        PULSE_CLUSTER=settings.cluster,
-    )
-    return env
-
-
-def pulse(settings: ClusterSettings, *args: str) -> subprocess.Popen[str]:
-    """Start the real `pulse` CLI (``python -m node`` is its entry point)."""
-    return subprocess.Popen(
-        [sys.executable, "-m", "node", *args],
-        cwd=REPO,
-        env=pulse_env(settings),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
 
 
 def fetch(settings: ClusterSettings, sql: str, params: Any = None) -> list[tuple[Any, ...]]:
@@ -137,8 +111,8 @@ async def test_concurrent_init_on_separate_connections(settings: ClusterSettings
 
 
 def test_concurrent_pulse_init_processes(settings: ClusterSettings) -> None:
-    procs = [pulse(settings, "init", "--shards", "16") for _ in range(4)]
-    outputs = [p.communicate(timeout=60) for p in procs]
+    procs = [spawn(settings, "init", "--shards", "16") for _ in range(4)]
+    outputs = [(done.stdout, done.stderr) for done in (p.result() for p in procs)]
     assert [p.returncode for p in procs] == [0] * 4, outputs
     lines = [out.strip() for out, _ in outputs]
     applied = ", ".join(f"{v:03d}" for v in ALL_VERSIONS)
@@ -150,11 +124,11 @@ def test_concurrent_pulse_init_processes(settings: ClusterSettings) -> None:
 
 
 def test_shard_count_never_changes_after_first_init(settings: ClusterSettings) -> None:
-    first = pulse(settings, "init", "--shards", "16")
-    assert first.communicate(timeout=60)[0].strip().endswith("16 shards")
+    first = spawn(settings, "init", "--shards", "16").result()
+    assert first.stdout.strip().endswith("16 shards")
     assert first.returncode == 0
-    second = pulse(settings, "init", "--shards", "32")
-    out, err = second.communicate(timeout=60)
+    second = spawn(settings, "init", "--shards", "32").result()
+    out, err = second.stdout, second.stderr
     assert second.returncode == 2
     assert out == ""
     assert len(err.splitlines()) == 1, err
@@ -279,9 +253,8 @@ async def test_an_edited_migration_is_refused_with_nothing_written(
 
 
 def test_pulse_init_refuses_an_edited_migration(settings: ClusterSettings) -> None:
-    first = pulse(settings, "init", "--shards", "16")
-    first.communicate(timeout=60)
-    assert first.returncode == 0
+    first = spawn(settings, "init", "--shards", "16").result()
+    assert first.returncode == 0, first.stderr
     # As if 014_tenant_limits.sql had changed since it was applied.
     execute(
         settings,
@@ -289,8 +262,8 @@ def test_pulse_init_refuses_an_edited_migration(settings: ClusterSettings) -> No
         ("0" * 64,),
     )
     before = versions(settings)
-    again = pulse(settings, "init")
-    out, err = again.communicate(timeout=60)
+    again = spawn(settings, "init").result()
+    out, err = again.stdout, again.stderr
     assert again.returncode == 2
     assert out == ""
     assert len(err.splitlines()) == 1, err

@@ -8,7 +8,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,6 +26,7 @@ from node.pipeline.executor import Executor
 from node.pipeline.pacing import Pacing
 from node.state import NodeState
 from node.stats import Stats
+from tests.helpers.waiting import until
 
 ALL = frozenset(range(16))
 
@@ -45,10 +45,12 @@ class Loop:
         return [r["slot"] for r in self.records()]
 
     async def wait_for_runs(self, n: int, timeout_s: float = 20.0) -> None:
-        deadline = time.monotonic() + timeout_s
-        while len(self.slots()) < n:
-            assert time.monotonic() < deadline, f"ran {self.slots()} ({self.stats.claims} claims)"
-            await asyncio.sleep(0.05)
+        try:
+            await until(lambda: len(self.slots()) >= n, f"{n} runs", timeout_s, interval_s=0.05)
+        except AssertionError as exc:
+            raise AssertionError(
+                f"{exc}: ran {self.slots()} ({self.stats.claims} claims)"
+            ) from None
 
 
 @pytest.fixture

@@ -2,10 +2,6 @@
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-from pathlib import Path
 from typing import Any
 
 import psycopg
@@ -14,33 +10,13 @@ from cluster.settings import ClusterSettings
 from cluster.store.connect import connect
 from cluster.store.jobs import JobStore
 from cluster.store.migrate import KNOWN_VERSION, REQUIRED_VERSION, available, migrate
-
-ROOT = Path(__file__).resolve().parents[2]
-
-
-def pulse(settings: ClusterSettings, *args: str) -> subprocess.CompletedProcess[str]:
-    env = {
-        **os.environ,
-        "PULSE_DATABASE_URL": settings.database_url,
-        "PULSE_REDIS_URL": settings.redis_url,
-        "PULSE_SCHEMA": settings.schema,
-        "PULSE_CLUSTER": settings.cluster,
-    }
-    return subprocess.run(
-        [sys.executable, "-m", "node", *args],
-        env=env,
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+from tests.helpers.cli import spawn
 
 
 async def test_shard_count_differing_from_the_database_is_refused(
     store: JobStore, settings: ClusterSettings
 ) -> None:
-    result = pulse(settings, "node", "--node-id", "n1", "--shards", "32")
+    result = spawn(settings, "node", "--node-id", "n1", "--shards", "32").result()
     assert result.returncode == 2
     assert "--shards 32 but the database has 16" in result.stderr
 
@@ -48,7 +24,7 @@ async def test_shard_count_differing_from_the_database_is_refused(
 async def test_session_timeout_too_close_to_poll_interval_is_refused(
     store: JobStore, settings: ClusterSettings
 ) -> None:
-    result = pulse(settings, "node", "--session-timeout", "2s", "--poll-interval", "1s")
+    result = spawn(settings, "node", "--session-timeout", "2s", "--poll-interval", "1s").result()
     assert result.returncode == 2
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and "session timeout 2.0s is not well above" in lines[0]
@@ -62,7 +38,7 @@ async def test_bad_node_flags_exit_2_with_one_line(
         (["--lease", "-3s"], "lease"),
         (["--node-id", "bad id"], "node_id"),
     ):
-        result = pulse(settings, "node", *args)
+        result = spawn(settings, "node", *args).result()
         lines = result.stderr.strip().splitlines()
         assert result.returncode == 2, (args, result.stderr)
         assert len(lines) == 1 and field in lines[0], (args, lines)
@@ -70,7 +46,7 @@ async def test_bad_node_flags_exit_2_with_one_line(
 
 async def test_uninitialised_schema_is_reported_not_crashed(settings: ClusterSettings) -> None:
     # No `pulse init` ran for this schema: the node keeps retrying; jobs commands say why.
-    result = pulse(settings, "jobs", "list")
+    result = spawn(settings, "jobs", "list").result()
     assert result.returncode == 1
     assert "pulse init" in result.stderr and "Traceback" not in result.stderr
 
@@ -90,7 +66,7 @@ async def test_a_schema_older_than_the_node_needs_is_refused(settings: ClusterSe
         await migrate(conn, settings.schema, 16, older)
     finally:
         await conn.close()
-    result = pulse(settings, "node", "--node-id", "n1")
+    result = spawn(settings, "node", "--node-id", "n1").result()
     assert result.returncode == 2
     assert f"needs {REQUIRED_VERSION}; run `pulse init`" in result.stderr, result.stderr
 
@@ -103,7 +79,7 @@ async def test_a_schema_newer_than_the_node_knows_is_refused(
         f"INSERT INTO {settings.schema}.schema_version (version, name) VALUES (%s, 'later')",
         (KNOWN_VERSION + 1,),
     )
-    result = pulse(settings, "node", "--node-id", "n1")
+    result = spawn(settings, "node", "--node-id", "n1").result()
     assert result.returncode == 2
     assert f"newer than this node knows ({KNOWN_VERSION}); upgrade this node" in result.stderr
 
@@ -116,6 +92,6 @@ async def test_a_schema_made_by_an_edited_migration_is_refused(
         f"UPDATE {settings.schema}.schema_version SET checksum = %s WHERE version = 14",
         ("0" * 64,),
     )
-    result = pulse(settings, "node", "--node-id", "n1")
+    result = spawn(settings, "node", "--node-id", "n1").result()
     assert result.returncode == 2
     assert "migration 014_tenant_limits.sql was edited" in result.stderr, result.stderr

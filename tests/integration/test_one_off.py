@@ -17,7 +17,7 @@ from cluster.store import pruning
 from cluster.store.jobs import JobStore
 from node.handlers.context import Outcome
 from node.pipeline.outcomes import after_run
-from tests.conftest import Opener
+from tests.helpers.sessions import Opener
 
 T0 = datetime(2031, 3, 4, 12, 0, tzinfo=UTC)
 AT = T0 + timedelta(hours=1)

@@ -12,7 +12,6 @@ database clock, as a node's does.
 from __future__ import annotations
 
 import asyncio
-import time
 from typing import Any
 
 import pytest
@@ -28,8 +27,9 @@ from node.pipeline.completer import Completer
 from node.pipeline.pacing import Pacing
 from node.state import NodeState
 from node.stats import Stats
-from tests.conftest import Opener
-from tests.integration.outbox import ALL, HANDLER, add_rule, names, sql
+from tests.helpers.outbox import ALL, HANDLER, add_rule, names, sql
+from tests.helpers.sessions import Opener
+from tests.helpers.waiting import until
 
 pytestmark = pytest.mark.timeout(60)
 HOOK = "http://127.0.0.1:9/hook"
@@ -65,10 +65,9 @@ class Heir:
 
     async def recover(self) -> int:
         """Recover once the dead sessions have left the server, then write completions."""
-        deadline = time.monotonic() + 10
-        while not (taken := await self.recovery.recover(frozenset(ALL))):
-            assert time.monotonic() < deadline, "nothing recovered"
-            await asyncio.sleep(0.02)
+        taken: int = await until(
+            lambda: self.recovery.recover(frozenset(ALL)), "the dead sessions' slots recovered"
+        )
         assert await self.completer.flush_once()
         return taken
 

@@ -32,8 +32,8 @@ from node.maintenance.pruner import Pruner
 from node.metrics import build_registry
 from node.state import NodeState
 from node.stats import Stats
-from tests.conftest import Opener
-from tests.integration import test_history as history
+from tests.helpers import history
+from tests.helpers.sessions import Opener
 
 T0 = datetime(2026, 6, 1, tzinfo=UTC)
 DAY = timedelta(days=1)

@@ -26,7 +26,7 @@ from cluster.store.connect import Conn, connect
 from cluster.store.jobs import JobStore
 from cluster.store.queries import query
 from ring import Ring
-from tests.integration.test_claim_plan import walk
+from tests.helpers.plans import walk_with_parents
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 JOBS = 5000
@@ -111,7 +111,7 @@ async def explain(conn: Conn, name: str, p: dict[str, Any]) -> dict[str, Any]:
 
 
 def runs_scans(plan: dict[str, Any]) -> list[dict[str, Any]]:
-    return [n for n, _ in walk(plan["Plan"]) if n.get("Relation Name") == "runs"]
+    return [n for n, _ in walk_with_parents(plan["Plan"]) if n.get("Relation Name") == "runs"]
 
 
 def runs_rows_read(plan: dict[str, Any]) -> int:
@@ -127,7 +127,7 @@ def runs_rows_read(plan: dict[str, Any]) -> int:
 def assert_per_job_probes(plan: dict[str, Any]) -> None:
     scans = runs_scans(plan)
     assert not [n for n in scans if n["Node Type"] == "Seq Scan"], "a scan of the runs table"
-    jobs = [n for n, _ in walk(plan["Plan"]) if n.get("Relation Name") == "jobs"]
+    jobs = [n for n, _ in walk_with_parents(plan["Plan"]) if n.get("Relation Name") == "jobs"]
     assert jobs and all(n.get("Index Name") == "jobs_pkey" for n in jobs), "jobs not by id"
     # Only the page's jobs are read, not every job of the held shards.
     assert sum(n["Actual Rows"] * n["Actual Loops"] for n in jobs) <= PAGE
@@ -135,7 +135,7 @@ def assert_per_job_probes(plan: dict[str, Any]) -> None:
     assert not [n for n in scans if n["Node Type"] == "Bitmap Heap Scan"]
     probes = [
         n
-        for n, parents in walk(plan["Plan"])
+        for n, parents in walk_with_parents(plan["Plan"])
         if n["Node Type"] in ("Index Scan", "Index Only Scan")
         and n.get("Index Name") == "runs_job_id_scheduled_for_key"
         and any(p["Node Type"] == "Nested Loop" for p in parents)

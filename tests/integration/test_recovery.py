@@ -32,6 +32,7 @@ from node.pipeline.outcomes import after_run, plan_at_claim
 from node.pipeline.pacing import Pacing
 from node.state import NodeState
 from node.stats import Stats
+from tests.helpers.waiting import until
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 ALL = list(range(16))
@@ -159,7 +160,7 @@ async def test_dead_owner_is_recovered_without_waiting_for_its_lease(
     await doomed.try_lock(ALL)
     await doomed.claim(ALL, 10, 300.0, now=at(10))
     await doomed.close()  # the process died: its session and locks are gone
-    await wait_until(lambda: not _backends(settings, "doomed"))
+    await until(lambda: not _backends(settings, "doomed"), "the doomed backends to end")
     heir = await open_session(settings, "heir")
     try:
         assert await heir.try_lock(ALL) == set(ALL)
@@ -185,13 +186,6 @@ def _backends(settings: ClusterSettings, node_id: str, *, terminate: bool = Fals
         ).fetchone()
     assert row is not None
     return int(row[0])
-
-
-async def wait_until(predicate: object, timeout_s: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not predicate():  # type: ignore[operator]
-        assert time.monotonic() < deadline, "condition not reached in time"
-        await asyncio.sleep(0.02)
 
 
 async def test_session_loss_drops_every_shard_then_reacquires(

@@ -11,7 +11,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
-from click.testing import CliRunner, Result
+from click.testing import Result
 
 from cluster.errors import NotFound
 from cluster.jobs.spec import JobSpec
@@ -20,13 +20,12 @@ from cluster.store.jobs import JobStore
 from cluster.store.records import ClaimedJob, Completion
 from cluster.store.session import LockSession
 from cluster.store.writer import ResultWriter
-from node.cli import cli
 from node.handlers.context import Outcome
 from node.handlers.output import RunLog, TailBuffer, compose
 from node.pipeline.outcomes import after_run
-from tests.conftest import Opener
-from tests.integration.test_cli import RUN_KEYS, assert_bad_input, assert_one_line_error, env_of
-from tests.integration.test_history import rows
+from tests.helpers.cli import RUN_KEYS, assert_bad_input, assert_one_line_error, invoke
+from tests.helpers.history import rows
+from tests.helpers.sessions import Opener
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 ALL = list(range(16))
@@ -177,7 +176,7 @@ async def test_one_run_by_slot_or_the_latest_and_the_attempt_in_flight(
 
 
 def show(settings: ClusterSettings, *args: str) -> Result:
-    return CliRunner().invoke(cli, ["runs", "show", *args], env=env_of(settings), prog_name="pulse")
+    return invoke(settings, "runs", "show", *args)
 
 
 async def seed_failed_run(settings: ClusterSettings, output: str) -> None:

@@ -17,7 +17,7 @@ from psycopg import sql
 from psycopg.rows import dict_row
 
 from cluster.store.migrate import available, migrate
-from tests.conftest import ADMIN_URL, _with_database
+from tests.helpers.databases import ADMIN_URL, _with_database
 
 SCHEMA = "pulse"  # the same name in both databases, so the catalogs compare as they are
 

@@ -12,67 +12,27 @@ import dataclasses
 import re
 import time
 from collections import Counter
-from collections.abc import Awaitable, Callable
-from datetime import UTC, datetime, timedelta
-from urllib.parse import urlsplit
+from datetime import UTC
 from uuid import UUID
 
 import psycopg
 import pytest
 
 from cluster.errors import StoreError
-from cluster.jobs.models import Job
 from cluster.jobs.spec import JobSpec
 from cluster.settings import ClusterSettings
 from cluster.store import notify
 from cluster.store.connect import Conn, connect
 from cluster.store.jobs import JobStore
 from cluster.store.queries import query, variant
-from cluster.store.records import ClaimedJob, Completion
+from cluster.store.records import ClaimedJob
 from cluster.store.session import LockSession, SessionLost, claim_params
-from node.handlers.context import Outcome
-from node.pipeline.outcomes import after_run
-from tests.conftest import ADMIN_URL, Opener
+from tests.helpers.databases import ADMIN_URL
+from tests.helpers.partition import Partition
+from tests.helpers.sessions import ALL, T0, Opener, add_jobs, at, completion, run_rows
+from tests.helpers.waiting import until
 
-T0 = datetime(2026, 1, 1, tzinfo=UTC)
-ALL = list(range(16))
 LOW, HIGH = list(range(8)), list(range(8, 16))
-OK = Outcome("succeeded", None, 0.01)
-
-
-def at(seconds: float) -> datetime:
-    return T0 + timedelta(seconds=seconds)
-
-
-async def add_jobs(
-    store: JobStore, count: int, every: str = "@every 10s", retries: int = 1
-) -> list[Job]:
-    """``count`` jobs created at T0; with ``@every 10s`` each is first due at T0 + 10 s. One
-    retry by default: a lost attempt counts against the retries, and these tests take lost
-    slots back to run them again (a last attempt lost: tests/integration/test_poison.py)."""
-    specs = [
-        JobSpec.build(f"job-{i:04d}", every, "cluster.chaos.witness:record", retries=retries)
-        for i in range(count)
-    ]
-    await store.apply(specs, now=T0)
-    return await store.jobs()
-
-
-def completion(job: ClaimedJob, now: datetime) -> Completion:
-    done, _ = after_run(job, OK, now)
-    return done
-
-
-async def run_rows(store: JobStore, name: str) -> list[tuple[datetime, str, str | None, int]]:
-    runs = await store.runs(job=name, limit=100)
-    return sorted((r.scheduled_for, r.status, r.node_id, r.attempt) for r in runs)
-
-
-async def _wait_for(predicate: Callable[[], Awaitable[bool]], timeout_s: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not await predicate():
-        assert time.monotonic() < deadline, "condition not reached in time"
-        await asyncio.sleep(0.02)
 
 
 # -- shard locks -----------------------------------------------------------------------
@@ -110,7 +70,7 @@ async def test_shard_locks_are_exclusive_across_sessions(
     async def b_has_them_all() -> bool:
         return await b.try_lock(list(range(8))) == set(range(8))
 
-    await _wait_for(b_has_them_all)
+    await until(b_has_them_all, "b has them all")
     assert await b.my_locks() == set(range(12))
 
     # Locking a held shard again does not stack the lock: one unlock hands it over.
@@ -486,7 +446,7 @@ async def test_recovery_takes_back_only_runs_of_dead_owners_or_expired_leases(
     async def session_gone() -> bool:
         return not await heir.live_sessions(["dead"])
 
-    await _wait_for(session_gone)
+    await until(session_gone, "session gone")
 
     # Redis still lists "dead" (heartbeat not yet expired): nobody takes its runs yet.
     assert await heir.recover(ALL, ["dead", "alive", "heir"], now=at(11)) == []
@@ -531,7 +491,7 @@ async def test_runs_claimed_ahead_of_their_due_time_are_recovered_too(
     async def session_gone() -> bool:
         return not await heir.live_sessions(["dead"])
 
-    await _wait_for(session_gone)
+    await until(session_gone, "session gone")
     taken = await heir.recover(ALL, ["heir"], now=at(9.96))  # before they fall due
     assert {r["id"] for r in taken} == {j.id for j in early}
 
@@ -577,7 +537,7 @@ async def test_a_namesake_in_another_database_does_not_keep_a_dead_node_alive(
         async def only_the_namesake_left() -> bool:
             return not await heir.live_sessions(["doomed"])
 
-        await _wait_for(only_the_namesake_left)
+        await until(only_the_namesake_left, "only the namesake left")
         taken = await heir.recover(ALL, ["heir"], now=at(11))
         assert {r["id"] for r in taken} == {j.id for j in claimed}
     finally:
@@ -606,7 +566,7 @@ async def test_job_writes_wake_listeners_with_the_shard(
         return await asyncio.wait_for(payloads.get(), 10.0)
 
     try:
-        await _wait_for(listening)
+        await until(listening, "listening")
         job = await store.add(JobSpec.build("woken", "@every 1h", "cluster.chaos.witness:record"))
         assert await next_payload() == str(job.shard)
         await store.trigger("woken")
@@ -638,7 +598,7 @@ async def test_a_listener_whose_connection_is_killed_fails_at_once(
         return await cur.fetchone() is not None
 
     try:
-        await _wait_for(killed)
+        await until(killed, "killed")
         # Well within the claim loop's poll interval: the node reconnects with backoff.
         with pytest.raises(StoreError, match="wake-up listener"):
             await asyncio.wait_for(task, 5.0)
@@ -753,7 +713,7 @@ async def test_a_statement_cancelled_by_its_caller_leaves_the_session_working(
             )
             return await cur.fetchone() is not None
 
-        await _wait_for(waiting_for_the_row)
+        await until(waiting_for_the_row, "waiting for the row")
         renewal.cancel()
         with pytest.raises(asyncio.CancelledError):
             await renewal
@@ -766,53 +726,6 @@ async def test_a_statement_cancelled_by_its_caller_leaves_the_session_working(
     assert await a.renew([(job.id, job.lease_token)], 30.0, now=at(13)) == {job.id: None}
     assert await a.my_locks() == set(ALL)
     assert await _executions(a, "renew") == [3]
-
-
-class Partition:
-    """A TCP relay to Postgres that stops passing bytes either way when ``cut`` is set, as a
-    network partition does (new connections, a cancel request's too, are accepted and
-    then hear nothing)."""
-
-    def __init__(self, url: str) -> None:
-        parts = urlsplit(url)
-        self._upstream = (parts.hostname or "127.0.0.1", parts.port or 5432)
-        self._url = parts
-        self.cut = False
-        self._server: asyncio.Server | None = None
-        self._pipes: set[asyncio.Task[None]] = set()
-
-    async def __aenter__(self) -> str:
-        """The URL that goes through the relay."""
-        self._server = await asyncio.start_server(self._relay, "127.0.0.1", 0)
-        port = self._server.sockets[0].getsockname()[1]
-        netloc = self._url.netloc.rsplit("@", 1)
-        host = f"127.0.0.1:{port}"
-        return self._url._replace(
-            netloc=f"{netloc[0]}@{host}" if len(netloc) > 1 else host
-        ).geturl()
-
-    async def __aexit__(self, *exc: object) -> None:
-        assert self._server is not None
-        self._server.close()
-        for pipe in self._pipes:
-            pipe.cancel()
-        await asyncio.gather(*self._pipes, return_exceptions=True)
-
-    async def _relay(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        up_reader, up_writer = await asyncio.open_connection(*self._upstream)
-        for source, sink in ((reader, up_writer), (up_reader, writer)):
-            pipe = asyncio.create_task(self._pipe(source, sink))
-            self._pipes.add(pipe)
-            pipe.add_done_callback(self._pipes.discard)
-
-    async def _pipe(self, source: asyncio.StreamReader, sink: asyncio.StreamWriter) -> None:
-        try:
-            while data := await source.read(65536):
-                if not self.cut:
-                    sink.write(data)
-                    await sink.drain()
-        finally:
-            sink.close()
 
 
 async def test_a_session_that_hears_nothing_is_lost_at_its_deadline(

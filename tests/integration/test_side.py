@@ -14,7 +14,7 @@ from cluster.settings import ClusterSettings
 from cluster.store.connect import SchemaMissing, connect
 from cluster.store.jobs import JobStore
 from cluster.store.side import SideConnection
-from tests.integration.test_session import Partition
+from tests.helpers.partition import Partition
 
 
 async def names(settings: ClusterSettings) -> set[str]:

@@ -9,24 +9,21 @@ from __future__ import annotations
 import asyncio
 import json
 import signal
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from click.testing import CliRunner
 
 import node.cli  # noqa: F401  (registers `pulse node` beside `pulse status`)
-from cluster.cli.app import cli
 from cluster.cli.status import _ranges
 from cluster.health.status import Status, UnheldTracker, collect
 from cluster.jobs.spec import JobSpec
-from cluster.local.processes import pulse_env
 from cluster.settings import ClusterSettings
 from ring import Ring
-from tests.nodeprocs import REPO, Nodes, ghost_member, init_cluster, wait_until
+from tests.helpers.cli import invoke, spawn
+from tests.helpers.nodes import Nodes, ghost_member, init_cluster
+from tests.helpers.waiting import until
 
 SHARDS = 16
 pytestmark = pytest.mark.timeout(120)
@@ -52,21 +49,11 @@ def snapshot(settings: ClusterSettings) -> Status:
 
 
 def status_cli(settings: ClusterSettings, *args: str) -> tuple[int, str]:
-    result = CliRunner().invoke(
-        cli,
-        [
-            "--database-url",
-            settings.database_url,
-            "--redis-url",
-            settings.redis_url,
-            "--schema",
-            settings.schema,
-            "--cluster",
-            settings.cluster,
-            "status",
-            *args,
-        ],
-    )
+    flags = (
+        "--database-url", settings.database_url, "--redis-url", settings.redis_url,
+        "--schema", settings.schema, "--cluster", settings.cluster,
+    )  # fmt: skip
+    result = invoke({}, *flags, "status", *args)  # flags, not the environment
     return result.exit_code, result.output
 
 
@@ -91,8 +78,8 @@ def settled(settings: ClusterSettings, alive: set[str]) -> Status | None:
 def test_healthy_cluster_text_and_json(settings: ClusterSettings, nodes: Nodes) -> None:
     nodes.start("a-1", "a")
     nodes.start("b-1", "b")
-    wait_until(lambda: settled(settings, {"a-1", "b-1"}), 30, "two nodes sharing all shards")
-    wait_until(lambda: snapshot(settings).lag_samples > 0, 30, "a fired slot")
+    until(lambda: settled(settings, {"a-1", "b-1"}), "two nodes sharing all shards", 30)
+    until(lambda: snapshot(settings).lag_samples > 0, "a fired slot", 30)
 
     code, data = status_json(settings)
     assert code == 0
@@ -129,16 +116,16 @@ def _ghost_id(node_id: str) -> tuple[str, frozenset[int]]:
 
 def test_unheld_shards_make_status_unhealthy(settings: ClusterSettings, nodes: Nodes) -> None:
     nodes.start("a-1", "a")
-    wait_until(lambda: settled(settings, {"a-1"}), 30, "one node holding every shard")
+    until(lambda: settled(settings, {"a-1"}), "one node holding every shard", 30)
     ghost, owned = _ghost_id("a-1")
 
     with ghost_member(settings, ghost):
         # The ghost is a live member with a session, so a-1 hands it its ring share, but
         # the ghost never locks anything: those shards stay held by nobody.
-        st = wait_until(
+        st = until(
             lambda: (s := snapshot(settings)).unheld == sorted(owned) and s,
-            30,
             "the ghost's shards to be unheld",
+            30,
         )
         assert not st.healthy
         code, data = status_json(settings)
@@ -155,25 +142,25 @@ def test_unheld_shards_make_status_unhealthy(settings: ClusterSettings, nodes: N
 
         tracker = UnheldTracker()
         first = asyncio.run(collect(settings, tracker=tracker))
-        second = wait_until(
+        second = until(
             lambda: (s := asyncio.run(collect(settings, tracker=tracker))).unheld_for_s and s,
-            10,
             "the watch view to age the unheld shards",
+            10,
         )
         assert first.unheld_for_s is None
         assert second.unheld_for_s is not None and second.unheld_for_s > 0
 
-    wait_until(lambda: settled(settings, {"a-1"}), 30, "a-1 to take the ghost's shards back")
+    until(lambda: settled(settings, {"a-1"}), "a-1 to take the ghost's shards back", 30)
     assert status_cli(settings)[0] == 0
 
 
 def test_killed_nodes(settings: ClusterSettings, nodes: Nodes) -> None:
     procs = [nodes.start(f"{zone}-1", zone) for zone in "abc"]
-    wait_until(lambda: settled(settings, {"a-1", "b-1", "c-1"}), 30, "three settled nodes")
+    until(lambda: settled(settings, {"a-1", "b-1", "c-1"}), "three settled nodes", 30)
 
     procs[2].signal(signal.SIGKILL)
     procs[2].proc.wait(10)
-    st = wait_until(lambda: settled(settings, {"a-1", "b-1"}), 30, "failover to a-1 and b-1")
+    st = until(lambda: settled(settings, {"a-1", "b-1"}), "failover to a-1 and b-1", 30)
     assert sum(m.shards_held for m in st.members) == SHARDS
     code, data = status_json(settings)
     assert code == 0 and data["alive"] == 2
@@ -182,7 +169,7 @@ def test_killed_nodes(settings: ClusterSettings, nodes: Nodes) -> None:
     for proc in procs[:2]:
         proc.signal(signal.SIGKILL)
         proc.proc.wait(10)
-    wait_until(lambda: not snapshot(settings).members, 30, "the dead nodes' heartbeats to expire")
+    until(lambda: not snapshot(settings).members, "the dead nodes' heartbeats to expire", 30)
     code, data = status_json(settings)
     assert code == 1
     assert data["alive"] == 0 and data["members"] == []
@@ -197,19 +184,14 @@ def test_watch_json_streams_one_document_per_refresh(
     settings: ClusterSettings, nodes: Nodes
 ) -> None:
     nodes.start("a-1", "a")
-    wait_until(lambda: settled(settings, {"a-1"}), 30, "one settled node")
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "node", "status", "--watch", "--json", "--interval", "0.2s"],
-        stdout=subprocess.PIPE,
-        env=pulse_env(settings),
-        cwd=REPO,
-    )
+    until(lambda: settled(settings, {"a-1"}), "one settled node", 30)
+    proc = spawn(settings, "status", "--watch", "--json", "--interval", "0.2s")
     try:
         assert proc.stdout is not None
         docs = [json.loads(proc.stdout.readline()) for _ in range(2)]
     finally:
         proc.send_signal(signal.SIGINT)
-        proc.wait(10)
+        proc.result(10)
     assert all(d["healthy"] and d["alive"] == 1 for d in docs)
 
 

@@ -18,6 +18,7 @@ from cluster.store.connect import connection
 from cluster.store.jobs import JobStore
 from cluster.timing.schedule import parse_schedule
 from ring import shard_for
+from tests.helpers.waiting import until
 
 T0 = datetime(2031, 3, 4, 12, 0, tzinfo=UTC)  # on every minute/hour boundary
 HANDLER = "app.jobs:tick"
@@ -331,13 +332,11 @@ async def test_a_run_row_committed_while_its_job_is_deleted_goes_with_the_job(
             {"id": job.id, "slot": T0},
         )
         removing = asyncio.create_task(store.remove("tick"))
-        async with asyncio.timeout(20):
-            while not await sql(  # noqa: ASYNC110 - a poll with a deadline
-                settings,
-                "SELECT 1 FROM pg_stat_activity WHERE datname = current_database()"
-                " AND wait_event_type = 'Lock' AND query LIKE 'DELETE FROM jobs%'",
-            ):
-                await asyncio.sleep(0.01)
+        waiting = (
+            "SELECT 1 FROM pg_stat_activity WHERE datname = current_database()"
+            " AND wait_event_type = 'Lock' AND query LIKE 'DELETE FROM jobs%'"
+        )
+        await until(lambda: sql(settings, waiting), "the delete to wait", 20, interval_s=0.01)
     # Committed while the delete waited for the job row.
     await removing
     assert await sql(settings, "SELECT count(*) AS n FROM runs") == [{"n": 0}]

@@ -7,20 +7,15 @@ import secrets
 
 import psycopg
 import pytest
-from click.testing import Result
 
 from cluster.local.processes import free_port
 from cluster.settings import ClusterSettings
 from cluster.store.jobs import JobStore
 from cluster.store.session import LockSession, SessionLost
-from tests.conftest import REDIS_URL
-from tests.integration.test_cli import invoker
+from tests.helpers.cli import invoke
+from tests.helpers.databases import REDIS_URL
 
 ADD = ("jobs", "add", "tick", "--schedule", "*/5 * * * *", "--handler", "app.jobs:tick")
-
-
-def invoke(settings: ClusterSettings, *args: str, **env: str) -> Result:
-    return invoker(settings)(*args, **env)
 
 
 def schema_exists(database_url: str, schema: str) -> bool:

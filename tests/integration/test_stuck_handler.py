@@ -15,7 +15,8 @@ import pytest
 from cluster.jobs.spec import JobSpec
 from cluster.settings import ClusterSettings
 from cluster.store.jobs import JobStore
-from tests.nodeprocs import Nodes, init_cluster, wait_until
+from tests.helpers.nodes import Nodes, init_cluster
+from tests.helpers.waiting import until
 
 CONCURRENCY = 2
 
@@ -52,9 +53,12 @@ def threads(pid: int) -> int:
 def test_a_handler_that_always_hangs_is_contained(settings: ClusterSettings, nodes: Nodes) -> None:
     node = nodes.start("n1", "a", "--concurrency", str(CONCURRENCY))
     # Enough timed-out runs to reach the cap: then runs wait for a thread (and time out).
-    wait_until(lambda: any("handler threads are stuck" in line for line in node.lines()), 60,
-               "the stuck-threads warning")  # fmt: skip
-    wait_until(lambda: timed_out(settings) >= 4 * CONCURRENCY, 60, "more runs to time out")
+
+    def warned() -> bool:
+        return any("handler threads are stuck" in line for line in node.lines())
+
+    until(warned, "the stuck-threads warning", 60)
+    until(lambda: timed_out(settings) >= 4 * CONCURRENCY, "more runs to time out", 60)
     # The main thread, 2 x concurrency handler threads all stuck, and at most a few of
     # asyncio's own (name resolution): not one more per run that timed out.
     assert 2 * CONCURRENCY + 1 <= threads(node.proc.pid) <= 2 * CONCURRENCY + 4

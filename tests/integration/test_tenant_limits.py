@@ -18,9 +18,8 @@ from cluster.store import notify
 from cluster.store.jobs import JobStore
 from cluster.store.records import ClaimedJob
 from cluster.store.session import LockSession
-from tests.conftest import Opener
-from tests.integration.test_flights import ended, handed
-from tests.integration.test_session import ALL, T0, at, completion
+from tests.helpers.flights import ended, handed
+from tests.helpers.sessions import ALL, T0, Opener, at, completion
 
 HANDLER = "cluster.chaos.witness:record"
 

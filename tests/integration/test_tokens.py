@@ -6,21 +6,10 @@ from __future__ import annotations
 import json
 
 import psycopg
-import pytest
-from click.testing import CliRunner, Result
 
 from cluster.settings import ClusterSettings
 from cluster.web.tokens import token_hash
-from node.cli import cli
-from tests.integration.test_cli import Invoke, env_of
-
-
-@pytest.fixture
-def pulse(settings: ClusterSettings) -> Invoke:
-    def invoke(*args: str) -> Result:
-        return CliRunner().invoke(cli, list(args), env=env_of(settings), prog_name="pulse")
-
-    return invoke
+from tests.helpers.cli import Invoke
 
 
 def stored(settings: ClusterSettings) -> list[tuple[str, bytes]]:

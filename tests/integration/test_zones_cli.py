@@ -10,7 +10,7 @@ import pytest
 
 from cluster.settings import ClusterSettings
 from ring.zones import PARKED_SHARD, space_shards
-from tests.integration.test_cli import initialised_pulse
+from tests.helpers.cli import initialised_pulse
 
 
 @pytest.fixture

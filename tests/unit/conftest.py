@@ -6,7 +6,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from tests.unit.claimed import Executors
+from tests.helpers.claimed import Executors
 
 
 @pytest.fixture

@@ -22,8 +22,9 @@ from cluster.store.records import ClaimedJob
 from node.handlers.context import Outcome, RunContext
 from node.pipeline.executor import Executor
 from node.pipeline.outcomes import after_run
-from tests.nodeprocs import pid_gone
-from tests.unit.claimed import Executors, Outcomes, job
+from tests.helpers.claimed import Executors, Outcomes, job
+from tests.helpers.nodes import pid_gone
+from tests.helpers.waiting import until
 
 HERE = __name__
 started = threading.Event()
@@ -65,14 +66,12 @@ async def wait_started() -> None:
     assert await asyncio.to_thread(started.wait, 20), "the handler did not start"
 
 
-def written(path: Path) -> str:
-    """The text of ``path`` once something is in it (polled with a deadline)."""
-    deadline = time.monotonic() + 20
-    while time.monotonic() < deadline:
-        if path.exists() and (text := path.read_text().strip()):
-            return text
-        time.sleep(0.01)
-    raise AssertionError(f"nothing written to {path}")
+async def written(path: Path) -> str:
+    """The text of ``path`` once something is in it."""
+    text: str = await until(
+        lambda: path.exists() and path.read_text().strip(), f"a line in {path}", 20, interval_s=0.01
+    )
+    return text
 
 
 async def stopped(
@@ -80,11 +79,11 @@ async def stopped(
     done: Outcomes,
     j: ClaimedJob,
     by: str = "ops",
-    until: Callable[[], Awaitable[object]] = wait_started,
+    started_when: Callable[[], Awaitable[object]] = wait_started,
 ) -> Outcome:
-    """Submit ``j``, ask to stop it once ``until`` shows it has started; its one outcome."""
+    """Submit ``j``, ask to stop it once ``started_when`` shows it has; its one outcome."""
     executor.submit(j)
-    await until()
+    await started_when()
     assert executor.stop(j.id, j.lease_token, by)
     await done.wait_for(1)
     return done.got[j.name]
@@ -114,11 +113,11 @@ async def test_a_shell_process_group_gets_sigterm_then_is_gone(
     # The shell starts a child in its group and reports both pids; SIGTERM ends them.
     pids = tmp_path / "pids"
     j = job(f"shell:sleep 60 & echo $$ $! > {pids}; wait")._replace(cancel_grace_s=5.0)
-    outcome = await stopped(executor, done, j, until=lambda: asyncio.to_thread(written, pids))
+    outcome = await stopped(executor, done, j, started_when=lambda: written(pids))
     assert outcome.status == "cancelled"
     assert outcome.duration_s < 5.0  # SIGTERM was enough: no wait for the grace
     for pid in [int(p) for p in pids.read_text().split()]:
-        await asyncio.to_thread(wait_gone, pid)
+        await until(lambda p=pid: pid_gone(p), f"process {pid} to end", interval_s=0.02)
 
 
 async def test_a_shell_cancelled_while_its_process_starts_is_stopped_at_once(
@@ -136,7 +135,7 @@ async def test_a_shell_cancelled_while_its_process_starts_is_stopped_at_once(
     outcome = done.got[j.name]
     assert outcome.status == "cancelled" and "abandoned" not in (outcome.error or "")
     assert outcome.duration_s < 5.0
-    await asyncio.to_thread(wait_no_process_with, marker)
+    await until(lambda: not running(marker), f"no process to run {marker}", interval_s=0.02)
 
 
 async def test_a_shell_that_ignores_sigterm_is_killed_after_the_grace(
@@ -145,7 +144,7 @@ async def test_a_shell_that_ignores_sigterm_is_killed_after_the_grace(
     executor, done = executors(1)
     ready = tmp_path / "ready"
     j = job(f"shell:trap '' TERM; echo up > {ready}; sleep 60 & wait")._replace(cancel_grace_s=0.5)
-    outcome = await stopped(executor, done, j, until=lambda: asyncio.to_thread(written, ready))
+    outcome = await stopped(executor, done, j, started_when=lambda: written(ready))
     assert outcome.status == "cancelled"
     assert outcome.duration_s >= 0.5
 
@@ -237,7 +236,7 @@ async def test_replace_does_not_wait_for_a_shell_within_its_grace(
     command = f"shell:trap '' TERM; sleep 60 & echo $$ $! > {pids}; wait"
     j = job(command)._replace(overlap="replace", cancel_grace_s=600.0)
     executor.submit(j, replace_in_s=600.0)
-    shell, child = (int(p) for p in (await asyncio.to_thread(written, pids)).split())
+    shell, child = (int(p) for p in (await written(pids)).split())
     try:
         assert executor.replace(j.id, j.lease_token)
         await done.wait_for(1)  # long before the grace
@@ -245,7 +244,7 @@ async def test_replace_does_not_wait_for_a_shell_within_its_grace(
         assert not pid_gone(child)  # SIGTERM is ignored: it winds down within its grace
     finally:
         os.killpg(shell, signal.SIGKILL)
-    await asyncio.to_thread(wait_gone, child)
+    await until(lambda: pid_gone(child), f"process {child} to end", interval_s=0.02)
 
 
 def test_a_cancelled_slot_is_not_retried() -> None:
@@ -274,25 +273,13 @@ def test_overlap_options_are_validated() -> None:
         assert caught.value.field == field
 
 
-def wait_no_process_with(text: str) -> None:
-    """Until no process's command line holds ``text`` (polled with a deadline)."""
-    deadline = time.monotonic() + 10
-    while True:
-        left = []
-        for proc in Path("/proc").glob("[0-9]*"):
-            try:
-                if text.encode() in (proc / "cmdline").read_bytes():
-                    left.append(proc.name)
-            except OSError:
-                continue  # gone meanwhile
-        if not left:
-            return
-        assert time.monotonic() < deadline, f"processes {left} still run"
-        time.sleep(0.02)
-
-
-def wait_gone(pid: int) -> None:
-    deadline = time.monotonic() + 10
-    while not pid_gone(pid):
-        assert time.monotonic() < deadline, f"process {pid} still runs"
-        time.sleep(0.02)
+def running(text: str) -> list[str]:
+    """The processes whose command line holds ``text``."""
+    found = []
+    for proc in Path("/proc").glob("[0-9]*"):
+        try:
+            if text.encode() in (proc / "cmdline").read_bytes():
+                found.append(proc.name)
+        except OSError:
+            continue  # gone meanwhile
+    return found

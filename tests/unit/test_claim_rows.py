@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from cluster.store.records import ClaimedJob, claimed_jobs
-from tests.unit.claimed import job
+from tests.helpers.claimed import job
 
 
 def test_rows_become_jobs_field_by_field() -> None:

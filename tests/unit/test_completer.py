@@ -20,7 +20,7 @@ from node.pipeline.completer import Completer
 from node.pipeline.outcomes import after_run
 from node.pipeline.pacing import Pacing
 from node.stats import Stats
-from tests.unit.claimed import job
+from tests.helpers.claimed import job
 
 
 class Sink:

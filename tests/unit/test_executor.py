@@ -12,7 +12,8 @@ from datetime import UTC, datetime
 import pytest
 
 from node.handlers.context import RunContext
-from tests.unit.claimed import Executors, job
+from tests.helpers.claimed import Executors, job
+from tests.helpers.waiting import until
 
 HERE = __name__
 release = threading.Event()
@@ -124,9 +125,8 @@ async def test_cancel_and_drain_report_nothing_and_free_the_slots(executors: Exe
     assert left == [b]
     assert executor.free == 4 and executor.idle.is_set()
     release.set()
-    async with asyncio.timeout(10):  # a's thread ends now; its result must go nowhere
-        while executor.threads.stuck:  # noqa: ASYNC110 - a poll with a deadline
-            await asyncio.sleep(0.01)
+    # a's thread ends now; its result must go nowhere
+    await until(lambda: not executor.threads.stuck, "a's thread to end", 10, interval_s=0.01)
     await asyncio.sleep(0)  # a delivery scheduled by that thread would run here
     assert done.got == {}
 

@@ -21,7 +21,7 @@ from node.handlers.context import Outcome, RunContext
 from node.handlers.invoke import invoke
 from node.handlers.threads import HandlerThreads
 from node.pipeline.executor import Executor
-from tests.unit.claimed import Outcomes, job
+from tests.helpers.claimed import Outcomes, job
 
 HERE = __name__
 pytestmark = pytest.mark.timeout(60)

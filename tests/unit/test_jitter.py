@@ -101,7 +101,7 @@ def test_job_specs_carry_the_jitter_from_options_and_job_files() -> None:
 def test_the_node_moves_on_to_the_next_slots_jittered_start_and_plans_on_nominal_slots() -> None:
     from node.handlers.context import Outcome
     from node.pipeline.outcomes import after_run, plan_at_claim, start_of
-    from tests.unit.claimed import job
+    from tests.helpers.claimed import job
 
     j = job("m:f")._replace(schedule="@every 1m", jitter_s=50.0, catch_up="skip", grace_s=0.0)
     slot = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)

@@ -3,14 +3,13 @@ is on unless ``--no-fairness`` or ``PULSE_FAIRNESS=off`` turns it off."""
 
 from __future__ import annotations
 
-import logging
 from typing import Any
 
 import pytest
-from click.testing import CliRunner
 
 import node.cli
 from cluster.settings import NodeSettings
+from tests.helpers.cli import invoke
 
 
 @pytest.mark.parametrize(
@@ -35,11 +34,6 @@ def test_fairness_is_on_unless_turned_off(
             return 0
 
     monkeypatch.setattr(node.cli, "Node", Node)
-    root = logging.getLogger()  # the command configures it: give it back as it was
-    monkeypatch.setattr(root, "handlers", root.handlers[:])
-    monkeypatch.setattr(root, "level", root.level)
-    result = CliRunner().invoke(
-        node.cli.cli, ["node", "--node-id", "n1", *args], env=env, prog_name="pulse"
-    )
+    result = invoke(env, "node", "--node-id", "n1", *args)
     assert result.exit_code == 0, result.output
     assert [s.fairness for s in seen] == [fair]

@@ -15,7 +15,7 @@ from cluster.store.records import NEVER, ClaimedJob
 from cluster.timing.schedule import parse_schedule
 from node.handlers.context import Outcome
 from node.pipeline.outcomes import after_run, plan_at_claim
-from tests.unit.claimed import job
+from tests.helpers.claimed import job
 
 AT = datetime(2030, 1, 1, 9, 0, tzinfo=UTC)
 

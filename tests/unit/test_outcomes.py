@@ -7,7 +7,7 @@ from datetime import timedelta
 
 from node.handlers.context import Outcome
 from node.pipeline.outcomes import after_run, following_slot
-from tests.unit.claimed import job
+from tests.helpers.claimed import job
 
 OK = Outcome("succeeded", None, 0.01)
 

@@ -3,8 +3,8 @@
 ``Nodes`` starts nodes against one test's schema and Redis prefix (``PULSE_*`` from the
 ``settings`` fixture), with the witness handler writing to a file in the test's folder,
 each node's output in its own log file there, and each node in its own process group so
-the test can signal or kill it cleanly; none outlives the test. ``wait_until`` polls with a
-deadline: tests synchronise on observable state, never sleeps.
+the test can signal or kill it cleanly; none outlives the test. Also: a ghost member, whether
+a process is gone, and a fresh cluster with some jobs.
 """
 
 from __future__ import annotations
@@ -14,29 +14,17 @@ import contextlib
 import os
 import signal
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 from cluster.health.status import collect
-from cluster.local.processes import Command, Process, node_argv, poll, pulse_env, stop_all
-from cluster.local.processes import free_port as free_port  # for the tests that import it here
+from cluster.local.processes import Command, Process, node_argv, pulse_env, stop_all
 from cluster.members import MemberInfo, MemberRegistry
 from cluster.settings import ClusterSettings
-
-REPO = Path(__file__).resolve().parent.parent
-T = TypeVar("T")
-
-
-def wait_until(
-    probe: Callable[[], T | None], timeout_s: float, what: str, interval_s: float = 0.2
-) -> T:
-    """Call ``probe`` until it returns something truthy; fail with ``what`` at the deadline."""
-    last = poll(probe, timeout_s, interval_s)
-    if last:
-        return last
-    raise AssertionError(f"timed out after {timeout_s}s waiting for {what} (last: {last!r})")
+from tests.helpers import REPO
+from tests.helpers.waiting import until
 
 
 @dataclass
@@ -72,7 +60,7 @@ class Nodes:
         node = Command(argv, env, REPO).start(node_id, self.workdir / f"{node_id}.log")
         self.started.append(node)
         if wait:
-            wait_until(lambda: self._joined(node), 30, f"{node_id} to join")
+            until(lambda: self._joined(node), f"{node_id} to join", 30)
         return node
 
     def node(self, node_id: str) -> Process:

@@ -5,12 +5,11 @@ from __future__ import annotations
 
 import json
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 from cluster.chaos.servers import ServerError, pg_bin_dir
+from tests.helpers.cli import spawn
 
 
 def servers_available() -> bool:
@@ -26,8 +25,7 @@ def run_chaos(workdir: Path, *args: str, timeout_s: float) -> tuple[dict[str, An
     """``pulse chaos ARGS`` with its report and work files in ``workdir``; (the report, the
     table it printed, its exit code). Fails, with the end of its stderr, without a report."""
     report_path = workdir / "report.json"
-    command = [sys.executable, "-m", "node", "chaos", *args]
-    command += ["--json", str(report_path), "--workdir", str(workdir / "run")]
-    done = subprocess.run(command, capture_output=True, text=True, timeout=timeout_s, check=False)
+    files = ("--json", str(report_path), "--workdir", str(workdir / "run"))
+    done = spawn({}, "chaos", *args, *files).result(timeout_s)
     assert report_path.exists(), f"no report (exit {done.returncode}):\n{done.stderr[-4000:]}"
     return json.loads(report_path.read_text()), done.stdout, done.returncode

@@ -3,7 +3,7 @@
 A ``Fleet`` is the test helper ``Nodes`` (each node against one test's schema and Redis
 prefix, the witness handler writing to a file in the test's tmp dir, output in a log file,
 its own process group) that also reads what the nodes did: the witness file and the
-database. Tests wait on observable state (``wait_until`` polls with a deadline), never on
+database. Tests wait on observable state (``until`` polls with a deadline), never on
 fixed sleeps, and ``Fleet.close`` kills whatever is still running, whatever happened.
 """
 
@@ -24,7 +24,8 @@ from cluster.jobs.spec import JobSpec
 from cluster.settings import ClusterSettings
 from cluster.store.jobs import JobStore
 from cluster.store.queries import query
-from tests.nodeprocs import Nodes, wait_until
+from tests.helpers.nodes import Nodes
+from tests.helpers.waiting import until
 
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 US = timedelta(microseconds=1)
@@ -72,7 +73,7 @@ class Fleet(Nodes):
                 return None
             return done
 
-        return wait_until(ended, 60, what)
+        return until(ended, what, 60)
 
 
 def triggered(settings: ClusterSettings, jobs: list[JobSpec]) -> dict[str, str]:

@@ -17,7 +17,8 @@ from cluster.local.processes import Command, Process, free_port, pulse_env
 from cluster.settings import ClusterSettings
 from cluster.store.jobs import JobStore
 from cluster.web.tokens import new_token, token_hash
-from tests.nodeprocs import REPO, wait_until
+from tests.helpers import REPO
+from tests.helpers.waiting import until
 
 
 @dataclass
@@ -50,7 +51,7 @@ def web_process(settings: ClusterSettings, workdir: Path, *options: str) -> Iter
         return False
 
     try:
-        wait_until(up, 30, "pulse web to answer")
+        until(up, "pulse web to answer", 30)
         yield web
     finally:
         process.signal(signal.SIGTERM)

@@ -20,8 +20,8 @@ from cluster.chaos.witness import Execution
 from cluster.jobs.spec import JobSpec
 from cluster.settings import ClusterSettings
 from cluster.store.jobs import JobStore
-from tests.e2e.fleet import Fleet, doubles, every_slots
-from tests.nodeprocs import wait_until
+from tests.helpers.fleet import Fleet, doubles, every_slots
+from tests.helpers.waiting import until
 
 SHARDS = 16
 S = TypeVar("S", bound=ServerSet)
@@ -85,7 +85,7 @@ def every_slot_ran_once(
         fleet.check_alive()
         return expected <= {(e.job, e.slot) for e in fleet.executions()}
 
-    wait_until(all_ran, 30, "every slot of the window to have run")
+    until(all_ran, "every slot of the window to have run", 30)
     assert fleet.stop_all() == {node.name: 0 for node in fleet.started}, fleet.logs()
     executions = fleet.executions()
     assert doubles(executions) == []

@@ -1,0 +1,84 @@
+"""The test suite's own rules, read from its source: a test module imports what it shares
+from ``tests.helpers`` (or ``tests.registries``), never from another test module or a
+conftest; and async code awaits ``until`` (``tests/helpers/waiting.py``), which otherwise
+would hand back a coroutine that never runs."""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+from pathlib import Path
+
+TESTS = Path(__file__).resolve().parent
+SOURCES = sorted(p for p in TESTS.rglob("*.py") if "__pycache__" not in p.parts)
+
+
+def _name(path: Path) -> str:
+    return path.relative_to(TESTS.parent).with_suffix("").as_posix().replace("/", ".")
+
+
+def imported(tree: ast.Module) -> Iterator[tuple[int, str]]:
+    """(line, module) of every import, ``from a import b`` counted as ``a.b`` too."""
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            yield from ((node.lineno, alias.name) for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            yield node.lineno, node.module
+            yield from ((node.lineno, f"{node.module}.{alias.name}") for alias in node.names)
+
+
+def is_test_module(module: str) -> bool:
+    parts = module.split(".")
+    return parts[0] == "tests" and (parts[-1].startswith("test_") or parts[-1] == "conftest")
+
+
+def test_no_module_imports_a_test_module_or_a_conftest() -> None:
+    found = [
+        f"{_name(path)}:{line} imports {module}"
+        for path in SOURCES
+        for line, module in imported(ast.parse(path.read_text("utf-8")))
+        if is_test_module(module)
+    ]
+    assert found == [], "move what is shared to tests/helpers/"
+
+
+def unawaited_until(tree: ast.Module) -> Iterator[int]:
+    """Lines where code of an ``async def`` calls ``until`` without awaiting it."""
+
+    def visit(node: ast.AST, in_async: bool, awaited: bool) -> Iterator[int]:
+        if isinstance(node, ast.AsyncFunctionDef):
+            in_async = True
+        elif isinstance(node, ast.FunctionDef | ast.Lambda):
+            in_async = False
+        called = isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id
+        if called == "until" and in_async and not awaited:
+            yield node.lineno
+        for child in ast.iter_child_nodes(node):
+            yield from visit(child, in_async, isinstance(node, ast.Await))
+
+    yield from visit(tree, False, False)
+
+
+def test_async_code_awaits_until() -> None:
+    found = [
+        f"{_name(path)}:{line}"
+        for path in SOURCES
+        for line in unawaited_until(ast.parse(path.read_text("utf-8")))
+    ]
+    assert found == []
+
+
+def test_the_checks_see_what_they_look_for() -> None:
+    tree = ast.parse(
+        "from tests.integration.test_cli import x\n"
+        "from tests.integration import test_history\n"
+        "import tests.conftest\n"
+        "async def f():\n    until(p, 'w')\n    await until(p, 'w')\n"
+        "    def g():\n        until(p, 'w')\n"
+    )
+    assert [m for _, m in imported(tree) if is_test_module(m)] == [
+        "tests.integration.test_cli",
+        "tests.integration.test_history",
+        "tests.conftest",
+    ]
+    assert list(unawaited_until(tree)) == [5]
