@@ -363,11 +363,15 @@ class Executor:
         self._finish(found)
 
     async def drain(self, timeout_s: float) -> list[ClaimedJob]:
-        """Wait for in-flight runs; cancel and return those still running at the deadline."""
-        if self.running:
+        """Wait for in-flight runs; cancel and return those still running at the deadline.
+        Replaced runs winding down (a shell's group within its grace) are waited for too,
+        so no process group outlives the node."""
+        if self.running or self._winding_down:
             try:
                 async with asyncio.timeout(timeout_s):
                     await self.idle.wait()
+                    if self._winding_down:
+                        await asyncio.wait(set(self._winding_down))
             except TimeoutError:
                 pass
         left = [r.job for r in self.running.values()]

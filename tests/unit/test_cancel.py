@@ -247,6 +247,22 @@ async def test_replace_does_not_wait_for_a_shell_within_its_grace(
     await until(lambda: pid_gone(child), f"process {child} to end", interval_s=0.02)
 
 
+async def test_a_drain_waits_for_a_replaced_shell_to_wind_down(
+    executors: Executors, tmp_path: Path
+) -> None:
+    """No process group outlives the node: the drain waits for a replaced shell's grace."""
+    executor, done = executors(1)
+    pids = tmp_path / "pids"
+    command = f"shell:trap '' TERM; sleep 60 & echo $$ $! > {pids}; wait"
+    j = job(command)._replace(overlap="replace", cancel_grace_s=0.5)
+    executor.submit(j, replace_in_s=600.0)
+    _, child = (int(p) for p in (await written(pids)).split())
+    assert executor.replace(j.id, j.lease_token)
+    await done.wait_for(1)
+    assert await executor.drain(30.0) == []
+    assert pid_gone(child)
+
+
 def test_a_cancelled_slot_is_not_retried() -> None:
     j = job(f"{HERE}:x")._replace(max_retries=3)
     now = datetime(2026, 1, 1, 0, 0, 5, tzinfo=UTC)
