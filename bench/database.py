@@ -168,9 +168,11 @@ async def db_now(conn: AConn) -> datetime:
 
 
 async def unfinished(conn: AConn, last_slot: datetime) -> int:
-    """Jobs whose slot at or before ``last_slot`` has not been completed yet."""
+    """Jobs whose slot at or before ``last_slot`` has not been completed yet (a one-off job
+    that ran is ``done``, its slot left as it was)."""
     cur = await conn.execute(
-        "SELECT count(*) AS n FROM jobs WHERE slot_at <= %(t)s", {"t": last_slot}
+        "SELECT count(*) AS n FROM jobs WHERE slot_at <= %(t)s AND status <> 'done'",
+        {"t": last_slot},
     )
     row = await cur.fetchone()
     assert row is not None
