@@ -1,8 +1,8 @@
 """Retention end to end: real nodes keep a busy runs table bounded while they claim.
 
-300 jobs ``@every 1s`` with ``--keep-for 30s`` on two nodes pruning every 2 s: once the
-first runs pass 30 s, every job keeps at most 2 x 30 rows (and the table at most that plus
-one prune batch), no row is older than 2 x 30 s, and that stays so after one node is
+300 jobs ``@every 1s`` with ``--keep-for 15s`` on two nodes pruning every 2 s: once the
+first runs pass 15 s, every job keeps at most 2 x 15 rows (and the table at most that plus
+one prune batch), no row is older than 2 x 15 s, and that stays so after one node is
 SIGKILLed and the other takes its shards. The rows counted are the slots' ages in the
 database, so a slow machine (late runs) does not move the bound; no assertion is about
 speed.
@@ -28,7 +28,7 @@ from tests.helpers.waiting import until
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(180)]
 
 JOBS = 300
-KEEP_S = 30
+KEEP_S = 15
 SHARDS = 32
 PRUNE = ("--prune-interval", "2s")
 
@@ -97,7 +97,7 @@ def test_nodes_keep_the_runs_table_bounded(fleet: Fleet, settings: ClusterSettin
     fleet.start("a", "a", *PRUNE, "--metrics-port", str(port))
     fleet.start("b", "b", *PRUNE)
     until(lambda: set(fleet.shards_per_node()) == {"a", "b"}, "both nodes to hold shards", 30)
-    # Until the first slots pass 30 s there is nothing to prune: wait for the first prune.
+    # Until the first slots pass keep_for there is nothing to prune: wait for the first prune.
     until(
         lambda: alive(fleet, "a", "b") or scrape(port).get("pulse_runs_pruned_total", 0) > 0,
         "node a to prune runs",
@@ -113,7 +113,7 @@ def test_nodes_keep_the_runs_table_bounded(fleet: Fleet, settings: ClusterSettin
         "a to hold every shard",
         30,
     )
-    # Longer than keep_for: rows of b's shards would pass 2 x 30 s unless a prunes them now.
+    # Longer than keep_for: rows of b's shards would pass 2 x keep_for unless a prunes them now.
     watch(fleet, KEEP_S + 5, samples, "a")
 
     metrics = scrape(port)

@@ -102,7 +102,7 @@ def test_a_backfill_survives_its_node_and_then_a_restart_of_the_whole_cluster(
 
     async def ask() -> None:
         async with JobStore.open(settings) as store:
-            await store.backfill("roll", "acme", start=start, end=hour, max_parallel=1)
+            await store.backfill("roll", "acme", start=start, end=hour, max_parallel=2)
 
     asyncio.run(ask())
     nodes = (("n1", "a"), ("n2", "b"))
