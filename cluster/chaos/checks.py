@@ -143,6 +143,30 @@ def _most_at_once(intervals: list[tuple[float, float]]) -> int:
     return most
 
 
+def _first_starts(executions: list[Execution]) -> list[Execution]:
+    """The first execution of each slot of one job, oldest slot first."""
+    first: dict[int, Execution] = {}
+    for e in executions:
+        if e.slot_ms not in first or e.at < first[e.slot_ms].at:
+            first[e.slot_ms] = e
+    return [first[slot_ms] for slot_ms in sorted(first)]
+
+
+def _late_starts(
+    obs: Observations, starts: list[Execution], bound_s: float, found: list[Violation]
+) -> float:
+    """Adds a violation for each start during the phase more than ``bound_s`` after its
+    slot; returns the latest start seen."""
+    worst = 0.0
+    for e in starts:
+        lag = e.at - obs.slot_time(e.slot_ms)
+        worst = max(worst, lag)
+        if lag > bound_s and obs.phase_start <= e.at <= obs.phase_end:
+            detail = f"started {lag:.2f}s after its slot on {e.node}; bound {bound_s:.1f}s"
+            found.append(Violation("slot started late", e.job, e.slot_ms, detail))
+    return worst
+
+
 def allow_slots(obs: Observations) -> CheckResult | None:
     jobs = {name: job for name, job in obs.jobs.items() if job.kind == "allow"}
     if not jobs:
@@ -175,16 +199,7 @@ def allow_slots(obs: Observations) -> CheckResult | None:
             detail = f"{at_once} executions at once, {info.max_concurrent} allowed"
             found.append(Violation("too many at once", name, None, detail))
         bound = allow_lateness_s(obs, info.sleep_s, info.max_concurrent)
-        first: dict[int, Execution] = {}
-        for e in runs:
-            if e.slot_ms not in first or e.at < first[e.slot_ms].at:
-                first[e.slot_ms] = e
-        for slot_ms, e in sorted(first.items()):
-            lag = e.at - obs.slot_time(slot_ms)
-            worst_lag = max(worst_lag, lag)
-            if lag > bound and obs.phase_start <= e.at <= obs.phase_end:
-                detail = f"started {lag:.2f}s after its slot on {e.node}; bound {bound:.1f}s"
-                found.append(Violation("slot started late", name, slot_ms, detail))
+        worst_lag = max(worst_lag, _late_starts(obs, _first_starts(runs), bound, found))
     _, lost = find_lost(obs)
     lost_here = sum(1 for v in lost if v.job in jobs)
     allowed = max(job.max_concurrent for job in jobs.values())
@@ -207,15 +222,15 @@ def replace_slots(obs: Observations) -> CheckResult | None:
         return None
     found: list[Violation] = []
     runs = {(r.job, r.slot_ms): r for r in obs.runs if r.job in jobs}
-    first: dict[str, dict[int, Execution]] = defaultdict(dict)
+    per_job: dict[str, list[Execution]] = defaultdict(list)
     for e in obs.executions:
-        if e.job in jobs and (e.slot_ms not in first[e.job] or e.at < first[e.job][e.slot_ms].at):
-            first[e.job][e.slot_ms] = e
+        if e.job in jobs:
+            per_job[e.job].append(e)
     bound = replace_lateness_s(obs)
     replaced = 0
     worst_lag = 0.0
-    for name, starts in sorted(first.items()):
-        ordered = sorted(starts.values(), key=lambda e: e.slot_ms)
+    for name, executions in sorted(per_job.items()):
+        ordered = _first_starts(executions)
         for e, successor in itertools.pairwise(ordered):
             run = runs.get((name, e.slot_ms))
             if run is None or run.attempt > 1 or successor.at >= e.at + jobs[name].sleep_s:
@@ -224,12 +239,7 @@ def replace_slots(obs: Observations) -> CheckResult | None:
             if run.status == RunStatus.SUCCEEDED:
                 detail = f"the next slot started {successor.at - e.at:.2f}s after it, on {e.node}"
                 found.append(Violation("replaced run succeeded", name, e.slot_ms, detail))
-        for e in ordered:
-            lag = e.at - obs.slot_time(e.slot_ms)
-            worst_lag = max(worst_lag, lag)
-            if lag > bound and obs.phase_start <= e.at <= obs.phase_end:
-                detail = f"started {lag:.2f}s after its slot on {e.node}; bound {bound:.1f}s"
-                found.append(Violation("slot started late", name, e.slot_ms, detail))
+        worst_lag = max(worst_lag, _late_starts(obs, ordered, bound, found))
     summary = f"{len(jobs)} jobs, {replaced} runs replaced, latest start {worst_lag:.2f}s"
     return CheckResult("replace slots", summary, found)
 
