@@ -226,19 +226,28 @@ async def test_replace_does_not_wait_for_a_sync_handler_that_ignores_the_request
     ignore.set()
 
 
+async def replaced_shell(
+    executor: Executor, tmp_path: Path, grace_s: float
+) -> tuple[int, int]:
+    """A shell that ignores SIGTERM, running, then replaced as when its next slot is due:
+    (the shell's pid, its child's pid)."""
+    pids = tmp_path / "pids"
+    command = f"shell:trap '' TERM; sleep 60 & echo $$ $! > {pids}; wait"
+    j = job(command)._replace(overlap="replace", cancel_grace_s=grace_s)
+    executor.submit(j, replace_in_s=600.0)
+    shell, child = (int(p) for p in (await written(pids)).split())
+    assert executor.replace(j.id, j.lease_token)
+    return shell, child
+
+
 async def test_replace_does_not_wait_for_a_shell_within_its_grace(
     executors: Executors, tmp_path: Path
 ) -> None:
     """A shell that ignores SIGTERM: the run is recorded cancelled at once; its group is
     still killed when the grace ends."""
     executor, done = executors(1)
-    pids = tmp_path / "pids"
-    command = f"shell:trap '' TERM; sleep 60 & echo $$ $! > {pids}; wait"
-    j = job(command)._replace(overlap="replace", cancel_grace_s=600.0)
-    executor.submit(j, replace_in_s=600.0)
-    shell, child = (int(p) for p in (await written(pids)).split())
+    shell, child = await replaced_shell(executor, tmp_path, 600.0)
     try:
-        assert executor.replace(j.id, j.lease_token)
         await done.wait_for(1)  # long before the grace
         assert done.got["j"].status == "cancelled" and executor.free == 1
         assert not pid_gone(child)  # SIGTERM is ignored: it winds down within its grace
@@ -252,12 +261,7 @@ async def test_a_drain_waits_for_a_replaced_shell_to_wind_down(
 ) -> None:
     """No process group outlives the node: the drain waits for a replaced shell's grace."""
     executor, done = executors(1)
-    pids = tmp_path / "pids"
-    command = f"shell:trap '' TERM; sleep 60 & echo $$ $! > {pids}; wait"
-    j = job(command)._replace(overlap="replace", cancel_grace_s=0.5)
-    executor.submit(j, replace_in_s=600.0)
-    _, child = (int(p) for p in (await written(pids)).split())
-    assert executor.replace(j.id, j.lease_token)
+    _, child = await replaced_shell(executor, tmp_path, 0.5)
     await done.wait_for(1)
     assert await executor.drain(30.0) == []
     assert pid_gone(child)
