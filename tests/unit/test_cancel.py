@@ -226,9 +226,7 @@ async def test_replace_does_not_wait_for_a_sync_handler_that_ignores_the_request
     ignore.set()
 
 
-async def replaced_shell(
-    executor: Executor, tmp_path: Path, grace_s: float
-) -> tuple[int, int]:
+async def replaced_shell(executor: Executor, tmp_path: Path, grace_s: float) -> tuple[int, int]:
     """A shell that ignores SIGTERM, running, then replaced as when its next slot is due:
     (the shell's pid, its child's pid)."""
     pids = tmp_path / "pids"
