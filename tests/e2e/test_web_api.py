@@ -7,13 +7,11 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import Iterator
-from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import httpx
-import psycopg
 import pytest
 
 from cluster.settings import ClusterSettings
@@ -21,54 +19,17 @@ from cluster.store.jobs import JobStore
 from cluster.web.tokens import csrf_token
 from tests.helpers.cli import SHOW_KEYS as cli_show_keys
 from tests.helpers.cli import spawn
-from tests.helpers.databases import fresh_settings
-from tests.helpers.web import Web, make_token, web_process
+from tests.helpers.web import Api, api_cluster, make_token, web_process
 
 pytestmark = pytest.mark.e2e
 
 SHOW_KEYS = cli_show_keys  # the keys of `pulse jobs show --json`
 
 
-@dataclass
-class Api:
-    settings: ClusterSettings
-    web: Web
-    tokens: dict[str, str]
-
-    def as_(self, who: str) -> httpx.Client:
-        return self.web.client(self.tokens[who])
-
-    def set_config(self, key: str, value: str) -> None:
-        async def go() -> None:
-            async with JobStore.open(self.settings) as store:
-                await store.set_config(key, value)
-
-        asyncio.run(go())
-
-    def sql(self, statement: str, params: Any = None) -> list[tuple[Any, ...]]:
-        with psycopg.connect(self.settings.database_url, autocommit=True) as conn:
-            conn.execute(f"SET search_path TO {self.settings.schema}")
-            cur = conn.execute(statement.encode(), params)
-            return cur.fetchall() if cur.description else []
-
-
 @pytest.fixture(scope="module")
 def api(database_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Api]:
-    settings = fresh_settings(database_url)
-
-    async def init() -> None:
-        async with JobStore.open(settings) as store:
-            await store.init(16)
-
-    asyncio.run(init())
-    tokens = {
-        "admin": make_token(settings, "ops", "admin"),
-        "write": make_token(settings, "deployer", "write"),
-        "read": make_token(settings, "viewer", "read"),
-        "acme": make_token(settings, "acme-writer", "write", tenant="acme"),
-    }
-    with web_process(settings, tmp_path_factory.mktemp("web")) as web:
-        yield Api(settings, web, tokens)
+    with api_cluster(database_url, tmp_path_factory.mktemp("web")) as running:
+        yield running
 
 
 def job(name: str, handler: str = "billing.jobs:rollup", **extra: Any) -> dict[str, Any]:

@@ -10,14 +10,17 @@ import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import httpx
+import psycopg
 
 from cluster.local.processes import Command, Process, free_port, pulse_env
 from cluster.settings import ClusterSettings
 from cluster.store.jobs import JobStore
 from cluster.web.tokens import new_token, token_hash
 from tests.helpers import REPO
+from tests.helpers.databases import fresh_settings
 from tests.helpers.waiting import until
 
 
@@ -70,3 +73,49 @@ def make_token(settings: ClusterSettings, name: str, role: str, tenant: str | No
 
     asyncio.run(go())
     return secret
+
+
+@dataclass
+class Api:
+    """A running ``pulse web`` on its own schema, with tokens of each role by name:
+    ``admin``, ``write``, ``read`` and ``acme`` (write, scoped to tenant acme)."""
+
+    settings: ClusterSettings
+    web: Web
+    tokens: dict[str, str]
+
+    def as_(self, who: str) -> httpx.Client:
+        return self.web.client(self.tokens[who])
+
+    def set_config(self, key: str, value: str) -> None:
+        async def go() -> None:
+            async with JobStore.open(self.settings) as store:
+                await store.set_config(key, value)
+
+        asyncio.run(go())
+
+    def sql(self, statement: str, params: Any = None) -> list[tuple[Any, ...]]:
+        with psycopg.connect(self.settings.database_url, autocommit=True) as conn:
+            conn.execute(f"SET search_path TO {self.settings.schema}")
+            cur = conn.execute(statement.encode(), params)
+            return cur.fetchall() if cur.description else []
+
+
+@contextlib.contextmanager
+def api_cluster(database_url: str, workdir: Path, *options: str) -> Iterator[Api]:
+    """A fresh schema, its tokens and a ``pulse web`` serving it."""
+    settings = fresh_settings(database_url)
+
+    async def init() -> None:
+        async with JobStore.open(settings) as store:
+            await store.init(16)
+
+    asyncio.run(init())
+    tokens = {
+        "admin": make_token(settings, "ops", "admin"),
+        "write": make_token(settings, "deployer", "write"),
+        "read": make_token(settings, "viewer", "read"),
+        "acme": make_token(settings, "acme-writer", "write", tenant="acme"),
+    }
+    with web_process(settings, workdir, *options) as web:
+        yield Api(settings, web, tokens)
