@@ -105,7 +105,7 @@ def test_http_entries_are_parsed_into_parts() -> None:
         "https://hooks.example.com/billing/../admin",
         "https://hooks.example.com/billing/%2e%2e/admin",
         "https://hooks.example.com/billing%2fx",
-        "https://hooks.exаmple.com/",
+        "https://hooks.ex\u0430mple.com/",  # a Cyrillic a
         "https://hooks.example.com:99999/",
     ],
 )

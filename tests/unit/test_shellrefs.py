@@ -65,7 +65,7 @@ def test_job_files_and_the_cli_write_every_form() -> None:
         "/opt/backup/run x && env",
         "/opt/backup/run > /etc/passwd",
         "/opt/backup/run 'x;y'",
-        "/opt/backup/run \"a'b\"",
+        '/opt/backup/run "a\'b"',
         "/opt/backup/run ~root",
         "/opt/backup/run *",
         "/opt/backup/run x\tenv\x07",
