@@ -1,5 +1,5 @@
 """What the HTTP API does with a job's handler before it writes the job: the stored form it
-gets, or why it is refused (docs/design/handlers.md).
+gets, or why it is refused (docs/design/api-handlers.md).
 
 - Python (``module:function``): named exactly in ``api.handlers``, or registered by a
   ``Registry`` the nodes loaded (for a tenant-scoped token, one of its tenant). Nothing is

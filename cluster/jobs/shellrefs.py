@@ -1,5 +1,5 @@
 """The stored form of ``shell:`` handlers, and how a shell job written over the HTTP API is
-turned into one that runs without a shell (docs/design/handlers.md).
+turned into one that runs without a shell (docs/design/api-handlers.md).
 
 Three forms, stored as text in ``jobs.handler`` like ``http:{...}`` (``handlerrefs``):
 

@@ -1,7 +1,7 @@
 """``pulse node --sync-jobs``: at start, create the jobs of the node's registries that do
 not exist yet, and warn about those whose applied definition differs, never overwriting
 it (docs/design/python-api.md); and record the handlers the registries offer to the HTTP
-API (docs/design/handlers.md). The store does the work (``JobStore.sync`` under an
+API (docs/design/api-handlers.md). The store does the work (``JobStore.sync`` under an
 advisory lock, ``RegisteredHandlers``); this module decides what a node does with the
 outcome."""
 

@@ -1,5 +1,5 @@
 -- Pulse schema, version 17: Python handlers offered to the HTTP API by code
--- (docs/design/handlers.md). Nodes that load registries (`pulse node --sync-jobs`) and
+-- (docs/design/api-handlers.md). Nodes that load registries (`pulse node --sync-jobs`) and
 -- `pulse jobs apply --module` record the handler of every registered job and every
 -- function a Registry offers with `Registry.handler`, per tenant of the Registry; the API
 -- accepts a Python handler it finds here (or that `api.handlers` names exactly) and
