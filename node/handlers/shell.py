@@ -80,12 +80,9 @@ async def run_shell(ref: str, ctx: RunContext, timeout_s: float, started: float)
     try:
         proc = await asyncio.shield(spawn)
     except OSError as exc:  # exec of a program that is not there, or not executable
-        return Outcome(
-            "failed",
-            f"cannot run {found.argv and found.argv[0]!r}: {exc.strerror}",
-            time.monotonic() - started,
-            None,
-        )
+        program = found.argv[0] if found.argv else "/bin/sh"
+        error = f"cannot run {program!r}: {exc.strerror or exc}"
+        return Outcome("failed", error, time.monotonic() - started, None)
     except asyncio.CancelledError as exc:
         # Cancelled while the process starts: asyncio cannot undo a half-made process
         # transport (its wait would never return, and the process group would live on),
