@@ -8,9 +8,11 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 import psycopg
 
+from cluster.jobs.models import iso
 from cluster.store.connect import Conn
 from cluster.store.queries import query, store_error
 
@@ -21,6 +23,14 @@ class Registered:
     handler: str
     registered_by: str
     registered_at: datetime
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "tenant": self.tenant,
+            "handler": self.handler,
+            "registered_by": self.registered_by,
+            "registered_at": iso(self.registered_at),
+        }
 
 
 class RegisteredHandlers:
@@ -52,6 +62,15 @@ class RegisteredHandlers:
         except psycopg.Error as exc:
             raise store_error(exc) from exc
         return frozenset(r["handler"] for r in rows)
+
+    async def remove(self, handler: str, tenant: str | None = None) -> int:
+        """Stop offering ``handler`` (``tenant``'s offer only, or every one); how many."""
+        params = {"handler": handler, "tenant_id": tenant}
+        try:
+            cur = await self._conn.execute(query("handlers_remove"), params)
+        except psycopg.Error as exc:
+            raise store_error(exc) from exc
+        return cur.rowcount
 
     async def all(self) -> list[Registered]:
         try:

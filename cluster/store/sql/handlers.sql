@@ -16,3 +16,7 @@ ORDER BY handler;
 -- name: handlers_list
 SELECT tenant_id, handler, registered_by, registered_at FROM registered_handlers
 ORDER BY tenant_id, handler;
+
+-- name: handlers_remove
+DELETE FROM registered_handlers
+WHERE handler = %(handler)s AND (%(tenant_id)s::text IS NULL OR tenant_id = %(tenant_id)s);
