@@ -17,7 +17,7 @@ from cluster import settings as defaults
 from cluster.cli.app import cli
 from cluster.cli.base import duration_option, fail, settings_of
 from cluster.errors import ConfigError, InvalidInput
-from cluster.jobs.registry import load_modules, specs_of
+from cluster.jobs.registry import handlers_of, load_modules, specs_of
 from cluster.settings import NodeSettings, default_node_id
 from cluster.timing.durations import parse_duration
 from node.runtime import Node
@@ -191,11 +191,12 @@ def node_command(
         if extra not in sys.path:
             sys.path.insert(0, extra)
     try:
-        specs = specs_of(load_modules(sync_modules))
+        registries = load_modules(sync_modules)
+        specs = specs_of(registries)
     except InvalidInput as exc:
         fail(f"invalid {exc}", 2)
     logging.getLogger().handlers[0].addFilter(NodeContext(settings.node_id, settings.zone))
-    code = asyncio.run(Node(cluster, settings, specs).run())
+    code = asyncio.run(Node(cluster, settings, specs, handlers_of(registries)).run())
     sys.exit(code)
 
 

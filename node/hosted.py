@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from types import TracebackType
 
 from cluster.errors import ConfigError
-from cluster.jobs.registry import Registry, specs_of
+from cluster.jobs.registry import Registry, handlers_of, specs_of
 from cluster.settings import ClusterSettings, NodeSettings
 from node.runtime import Node
 
@@ -51,7 +51,7 @@ class HostedNode:
     ) -> None:
         self.settings = (settings or NodeSettings()).validate()
         self.cluster = (cluster or ClusterSettings.from_env()).validate()
-        self._node = Node(self.cluster, self.settings, specs_of(sync_jobs))
+        self._node = Node(self.cluster, self.settings, specs_of(sync_jobs), handlers_of(sync_jobs))
         self._task: asyncio.Task[int] | None = None
 
     @property

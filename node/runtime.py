@@ -48,10 +48,12 @@ class Node:
         cluster: ClusterSettings,
         settings: NodeSettings,
         sync_specs: Sequence[JobSpec] = (),
+        sync_handlers: Sequence[tuple[str, str]] = (),
     ) -> None:
         self.cluster = cluster
         self.settings = settings
         self.sync_specs = list(sync_specs)
+        self.sync_handlers = list(sync_handlers)  # (tenant, handler) offered to the API
         self.started = asyncio.Event()  # set once every service runs
         self.parts: Parts | None = None
         self.stats = Stats()
@@ -136,7 +138,7 @@ class Node:
             return 2
         except StoreError:
             return 0  # stopped before Postgres ever answered
-        if not await sync_jobs(self.cluster, s.node_id, self.sync_specs):
+        if not await sync_jobs(self.cluster, s.node_id, self.sync_specs, self.sync_handlers):
             await session.close()
             return 2
         registry = MemberRegistry(self.cluster, timeout_s=s.redis_timeout_s)

@@ -13,6 +13,7 @@ from cluster.cli import (
     backfills,
     chaos,
     config,
+    handlers,
     jobs,
     runs,
     schedule,
@@ -74,6 +75,7 @@ for command in (
     web.web,
     backfills.backfills,
     tenants.tenants,
+    handlers.handlers,
 ):
     cli.add_command(command)
 jobs.jobs.add_command(backfills.backfill_job)

@@ -16,7 +16,8 @@ from cluster.store.jobs import JobStore
 
 @click.group("config", cls=PulseGroup)
 def config() -> None:
-    """Show and set the cluster's settings: keep_for, keep_runs, keep_failed_for, api.handlers."""
+    """Show and set the cluster's settings: keep_for, keep_runs, keep_failed_for, api.handlers,
+    api.env."""
 
 
 @config.command("show")
@@ -51,8 +52,10 @@ async def show(store: JobStore, as_json: bool) -> None:
 @with_store
 async def set_value(store: JobStore, key: str, value: str) -> None:
     """Set KEY to VALUE: keep_for and keep_failed_for take a duration (30d, 12h),
-    keep_runs a whole number, api.handlers the handler patterns the HTTP API may use
-    ('billing.*:*,reports.jobs:*'). Nodes use retention from their next prune."""
+    keep_runs a whole number, api.handlers the handlers the HTTP API may use
+    ('billing.jobs:rollup,shell:/opt/backup/run *,http:POST https://hooks.example.com/'),
+    api.env the node variables its jobs may name ('BILLING_*'). Nodes use retention from
+    their next prune."""
     canonical(key, value)  # bad input: one line naming the key, before anything is written
     stored = await store.set_config(key, value)
     click.echo(f"{key} = {stored}")

@@ -10,10 +10,10 @@ import click
 
 from cluster.cli.base import PulseGroup, duration_option, emit_json, fail, with_store
 from cluster.errors import InvalidInput
-from cluster.jobs import handlerrefs, spec
+from cluster.jobs import handlerrefs, shellrefs, spec
 from cluster.jobs.files import load_specs
 from cluster.jobs.models import Job, iso
-from cluster.jobs.registry import export_yaml, load_modules, specs_of
+from cluster.jobs.registry import export_yaml, handlers_of, load_modules, specs_of
 from cluster.jobs.spec import JobSpec
 from cluster.store.jobs import JobStore
 
@@ -47,6 +47,12 @@ tenant_option = click.option(
     "[default: the node's --celery-broker].",
 )
 @click.option("--celery-wait", is_flag=True, help="A celery: run waits for the task's result.")
+@click.option(
+    "--env",
+    "env_names",
+    multiple=True,
+    help="A node environment variable a shell: job gets (repeatable; it gets no other).",
+)
 @click.option("--tz", default=spec.DEFAULT_TZ, show_default=True, help="IANA time zone.")
 @click.option("--payload", default=None, help="A JSON object passed to the handler.")
 @tenant_option
@@ -102,6 +108,7 @@ async def add_job(store: JobStore, name: str, as_json: bool, **options: Any) -> 
     handler = handlerrefs.with_celery_options(
         options.pop("handler"), options.pop("celery_broker"), options.pop("celery_wait")
     )
+    handler = shellrefs.with_env(handler, options.pop("env_names"))
     schedule, at = options.pop("schedule"), options.pop("at")
     if schedule is None and at is None:
         raise click.UsageError("Missing option '--schedule' (or '--at' for a one-off job).")
@@ -125,15 +132,19 @@ module_option = click.option(
 )
 
 
-def _specs(file: str | None, modules: tuple[str, ...]) -> list[JobSpec]:
-    """The jobs of FILE or of the registries of ``--module``s (exactly one of the two)."""
+def _specs(
+    file: str | None, modules: tuple[str, ...]
+) -> tuple[list[JobSpec], list[tuple[str, str]]]:
+    """The jobs of FILE or of the registries of ``--module``s (exactly one of the two), and
+    the (tenant, handler) pairs the registries offer to the HTTP API."""
     if file is not None and modules:
         raise InvalidInput("jobs", "give a FILE or --module, not both")
     if file is None and not modules:
         raise InvalidInput("jobs", "give a FILE or --module MODULE")
     if file is not None:
-        return load_specs(file)
-    return specs_of(load_modules(modules))
+        return load_specs(file), []
+    registries = load_modules(modules)
+    return specs_of(registries), handlers_of(registries)
 
 
 @jobs.command("apply")
@@ -147,13 +158,15 @@ async def apply_jobs(
 ) -> None:
     """Create or update the jobs of a YAML or JSON file, or of the registries of Python
     modules (idempotent, all or nothing)."""
-    specs = _specs(file, modules)
+    specs, handlers = _specs(file, modules)
     for position, entry in enumerate(specs, 1):
         try:
             handlerrefs.require_broker(entry.handler, os.environ)
         except InvalidInput as exc:
             raise InvalidInput("file", f"entry {position} ({entry.name}): {exc}") from exc
-    result = await store.apply(specs, prune=prune)
+    async with store.transaction():
+        result = await store.apply(specs, prune=prune)
+        await store.handlers.register(handlers, "pulse jobs apply")
     if as_json:
         emit_json(
             {

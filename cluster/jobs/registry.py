@@ -1,5 +1,6 @@
-"""Jobs defined in code: ``Registry`` and its ``cron``/``every`` decorators, and finding the
-registries of a module for ``pulse jobs apply --module`` and ``pulse node --sync-jobs``.
+"""Jobs defined in code: ``Registry`` and its ``cron``/``every`` decorators, the functions it
+offers to jobs written over the HTTP API (``handler``), and finding the registries of a
+module for ``pulse jobs apply --module`` and ``pulse node --sync-jobs``.
 
 A decorator turns its keywords into a job-file entry (the keys of ``JobSpec.from_mapping``)
 and validates it at once, so an option added to job files works here unchanged and a bad
@@ -17,7 +18,7 @@ import sys
 from collections.abc import Callable, Iterable
 from contextvars import ContextVar
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, TypeVar, overload
 
 import yaml
 
@@ -30,6 +31,14 @@ F = TypeVar("F", bound=Callable[..., Any])
 # While ``registries_in`` imports a module, the decorators' refusals are collected here
 # (so one run reports every bad job, as a job file does); otherwise they raise at once.
 _collecting: ContextVar[list[str] | None] = ContextVar("pulse_registry_problems", default=None)
+
+
+def _refused(label: str, exc: InvalidInput) -> None:
+    """Raise ``exc``, or collect it while ``registries_in`` imports a module."""
+    problems = _collecting.get()
+    if problems is None:
+        raise exc
+    problems.append(f"{label}: {exc}")
 
 
 @dataclass(frozen=True)
@@ -76,6 +85,32 @@ class Registry:
     def __init__(self, tenant: str = DEFAULT_TENANT) -> None:
         self.tenant = validate_name(tenant, "tenant")
         self._entries: dict[str, Entry] = {}
+        self._offered: dict[str, None] = {}  # handler refs, in registration order
+
+    @overload
+    def handler(self, fn: F) -> F: ...
+
+    @overload
+    def handler(self, fn: None = None) -> Callable[[F], F]: ...
+
+    def handler(self, fn: F | None = None) -> F | Callable[[F], F]:
+        """Offer ``fn`` to jobs of this registry's tenant written over the HTTP API, without
+        making a job of it: ``@registry.handler``, or ``registry.handler(some_function)``
+        for a function defined elsewhere. The jobs a registry defines are offered too."""
+
+        def offer(target: F) -> F:
+            try:
+                self._offered[handler_ref(target)] = None
+            except InvalidInput as exc:
+                _refused(getattr(target, "__qualname__", repr(target)), exc)
+            return target
+
+        return offer if fn is None else offer(fn)
+
+    def handler_refs(self) -> list[str]:
+        """The handlers this registry offers to the API: its jobs' and ``handler``'s."""
+        refs = dict.fromkeys(entry.spec.handler for entry in self._entries.values())
+        return list({**refs, **self._offered})
 
     def cron(self, expr: str, *, name: str | None = None, **options: Any) -> Callable[[F], F]:
         """Register the decorated function on a cron schedule (5 or 6 fields, or a macro)."""
@@ -84,11 +119,8 @@ class Registry:
             try:
                 self.add(fn, expr, name=name, **options)
             except InvalidInput as exc:
-                problems = _collecting.get()
-                if problems is None:
-                    raise
                 label = name if isinstance(name, str) else getattr(fn, "__qualname__", repr(fn))
-                problems.append(f"{label}: {exc}")
+                _refused(label, exc)
             return fn
 
         return register
@@ -141,6 +173,11 @@ class Registry:
 
     def __repr__(self) -> str:
         return f"Registry(tenant={self.tenant!r}, jobs={list(self._entries)!r})"
+
+
+def handlers_of(registries: Iterable[Registry]) -> list[tuple[str, str]]:
+    """(tenant, handler) of everything the registries offer to the API."""
+    return [(r.tenant, ref) for r in registries for ref in r.handler_refs()]
 
 
 def registries_in(module_name: str) -> list[Registry]:

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from cluster.errors import InvalidInput
+from cluster.jobs import shellrefs
 from cluster.jobs.handlerrefs import canonical, is_forwarded
 from cluster.timing.catchup import parse_catch_up
 from cluster.timing.durations import parse_duration
@@ -69,15 +70,13 @@ def check_text(value: str, field_name: str) -> str:
 
 
 def validate_handler(ref: str) -> str:
-    """``package.module:function``, ``shell:<command>``, or ``http:`` / ``celery:``
-    (``cluster.jobs.handlerrefs``)."""
+    """``package.module:function``, ``shell:`` (``cluster.jobs.shellrefs``), or ``http:`` /
+    ``celery:`` (``cluster.jobs.handlerrefs``)."""
     ref = check_text(ref, "handler").strip()
     if is_forwarded(ref):
         return canonical(ref)
-    if ref.startswith("shell:"):
-        if not ref[len("shell:") :].strip():
-            raise InvalidInput("handler", "shell: needs a command")
-        return ref
+    if shellrefs.is_shell(ref):
+        return shellrefs.canonical(ref)
     if not _PY_REF.match(ref):
         raise InvalidInput(
             "handler", f"{ref!r} is not 'package.module:function' or 'shell:<command>'"
@@ -285,7 +284,11 @@ class JobSpec:
         timeout_s = _duration(timeout, "timeout")
         if timeout_s <= 0:
             raise InvalidInput("timeout", "must be positive")
-        handler = canonical(handler, timeout_s)  # a job file's {http: ...} becomes text
+        # A job file's {http: ...}, {celery: ...} or {shell: ...} becomes text.
+        if isinstance(handler, Mapping) and set(handler) == {"shell"}:
+            handler = shellrefs.canonical(handler)
+        else:
+            handler = canonical(handler, timeout_s)
         if not isinstance(paused, bool):
             raise InvalidInput("paused", "must be true or false")
         limit = parse_size(output_limit, "output_limit")

@@ -8,7 +8,8 @@ This module owns the cluster's settings and pruning, and what acts on jobs that 
 (pause, resume, trigger, remove, and the reads). Its parts hold the rest, on the store's
 scoped connection (``cluster.store.scoped``): creating and placing job rows
 (``definitions``), steering running slots (``runcontrol``), tokens and audit (``access``),
-paged reads (``pages``) and tenant limits (``tenants``). The methods of the first two that
+paged reads (``pages``), tenant limits (``tenants``) and the handlers registries offer
+the API (``handlers``). The methods of the first two that
 users call are the store's too.
 
     async with JobStore.open(ClusterSettings.from_env()) as store:
@@ -33,6 +34,7 @@ from cluster.store.access import Access
 from cluster.store.backfills import Backfill, BackfillPlan
 from cluster.store.connect import ADMIN_STATEMENT_TIMEOUT_S, Conn, connect
 from cluster.store.definitions import Definitions
+from cluster.store.handlers import RegisteredHandlers
 from cluster.store.migrate import InitResult, migrate
 from cluster.store.pages import Pages
 from cluster.store.pruning import PruneResult
@@ -56,6 +58,7 @@ class JobStore:
         self.access = Access(conn)
         self.pages = Pages(conn, scope)
         self.tenants = Tenants(conn)
+        self.handlers = RegisteredHandlers(conn)
 
     @asynccontextmanager
     async def transaction(self) -> AsyncIterator[None]:

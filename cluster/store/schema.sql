@@ -551,3 +551,16 @@ CREATE TABLE api_audit (
 );
 
 CREATE INDEX api_audit_at ON api_audit (at DESC, id DESC);
+
+-- Python handlers offered to the API by code: the handler of every job of a Registry loaded
+-- by `pulse node --sync-jobs` or `pulse jobs apply --module`, and every function a Registry
+-- offers with `Registry.handler`, per tenant of the Registry (cluster/store/handlers.py).
+CREATE TABLE registered_handlers (
+    tenant_id     text NOT NULL,
+    handler       text NOT NULL CHECK (handler <> ''),
+    registered_by text NOT NULL,
+    registered_at timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (tenant_id, handler)
+);
+
+CREATE INDEX registered_handlers_by_handler ON registered_handlers (handler);

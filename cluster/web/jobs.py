@@ -3,15 +3,18 @@
 Bodies take the keys of job files and go through the job-file parsing (``JobSpec``), so
 every job option works here as in ``pulse jobs apply``; responses take the keys of
 ``pulse jobs show --json``. Writes check the token's tenant scope and the handler
-allow-list first, then change the job and write its audit row in one transaction.
+allow-list first (``cluster.config.admission``: a shell command is stored as
+argv), then change the job and write its audit row in one transaction.
 """
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from fastapi import APIRouter, HTTPException, Query, Request, Response
 
+from cluster.config.admission import NotAllowed, admit
 from cluster.errors import InvalidInput
 from cluster.jobs.files import specs_of
 from cluster.jobs.models import iso
@@ -26,7 +29,7 @@ from cluster.web.bodies import (
     json_object,
     request_body,
 )
-from cluster.web.state import allow_list, state_of
+from cluster.web.state import api_policy, state_of
 
 router = APIRouter(tags=["jobs"])
 
@@ -49,16 +52,22 @@ def _scoped(who: Principal, entry: dict[str, Any]) -> dict[str, Any]:
     return entry
 
 
-async def _check_handlers(request: Request, specs: list[JobSpec], many: bool = False) -> None:
+async def _admitted(
+    request: Request, who: Principal, specs: list[JobSpec], many: bool = False
+) -> list[JobSpec]:
+    """The specs with their handlers as the API stores them (``cluster.config.admission``);
+    403 naming the field for a handler the cluster does not let this token write."""
     async with state_of(request).pool.store() as store:
-        allowed = await allow_list(store)
+        policy = await api_policy(store, who.scope)
+    admitted = []
     for position, spec in enumerate(specs, 1):
-        if not allowed.allows(spec.handler):
-            field = f"entry {position}: handler" if many else "handler"
-            try:
-                allowed.check(spec.handler, field)
-            except InvalidInput as exc:
-                raise HTTPException(403, {"field": exc.field, "message": exc.problem}) from exc
+        field = f"entry {position}: handler" if many else "handler"
+        try:
+            handler = admit(spec.handler, policy, field)
+        except NotAllowed as exc:
+            raise HTTPException(403, {"field": exc.field, "message": exc.problem}) from exc
+        admitted.append(replace(spec, handler=handler))
+    return admitted
 
 
 @router.get("/api/jobs")
@@ -93,7 +102,7 @@ async def list_jobs(
 async def create_job(request: Request, who: Writer) -> dict[str, Any]:
     """Create a job (409 if its name is taken in its tenant)."""
     spec = JobSpec.from_mapping(_scoped(who, await json_object(request)))
-    await _check_handlers(request, [spec])
+    (spec,) = await _admitted(request, who, [spec])
     async with state_of(request).pool.store(who.scope) as store:
         async with store.transaction():
             await store.add(spec)
@@ -110,7 +119,7 @@ async def apply_jobs(request: Request, who: Writer) -> dict[str, Any]:
     if not isinstance(data, list):
         raise InvalidInput("body", "must be a list of jobs (or an object with a 'jobs' list)")
     specs = specs_of([_scoped(who, e) if isinstance(e, dict) else e for e in data])
-    await _check_handlers(request, specs, many=True)
+    specs = await _admitted(request, who, specs, many=True)
     async with state_of(request).pool.store(who.scope) as store, store.transaction():
         result = await store.apply(specs)
         changed = {"create": set(result.created), "update": set(result.updated)}
@@ -142,7 +151,7 @@ async def replace_job(request: Request, tenant: str, name: str, who: Writer) -> 
         if key in entry and entry[key] != value:
             raise InvalidInput(key, f"must be {value!r} as in the path, or left out")
     spec = JobSpec.from_mapping({**entry, "tenant": tenant, "name": name})
-    await _check_handlers(request, [spec])
+    (spec,) = await _admitted(request, who, [spec])
     async with state_of(request).pool.store(who.scope) as store:
         async with store.transaction():
             await store.get(name, tenant)  # 404 if absent or out of scope

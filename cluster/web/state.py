@@ -7,7 +7,9 @@ from dataclasses import dataclass
 
 from fastapi import Request
 
+from cluster.config.admission import ApiPolicy
 from cluster.config.allowlist import AllowList
+from cluster.config.envlist import EnvAllowList
 from cluster.store.jobs import JobStore
 from cluster.store.pool import StorePool
 from cluster.web.limits import FailureLimiter
@@ -24,6 +26,12 @@ def state_of(request: Request) -> WebState:
     return state
 
 
-async def allow_list(store: JobStore) -> AllowList:
-    """The allow-list as stored now (read per change, so ``pulse config set`` applies at once)."""
-    return AllowList.from_config(await store.config_values())
+async def api_policy(store: JobStore, scope: str | None) -> ApiPolicy:
+    """What jobs a token of ``scope`` may write, as stored now (read per change, so ``pulse
+    config set`` and a newly registered handler apply at once)."""
+    values = await store.config_values()
+    return ApiPolicy(
+        handlers=AllowList.from_config(values),
+        env=EnvAllowList.from_config(values),
+        registered=await store.handlers.usable(scope),
+    )

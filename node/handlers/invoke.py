@@ -41,7 +41,7 @@ async def invoke(
                 raise HandlerError(f"{ref.partition(':')[0]}: handlers are not set up here")
             return await forward(ref, ctx, timeout_s)
         if ref.startswith("shell:"):
-            return await run_shell(ref[len("shell:") :], ctx, timeout_s, started)
+            return await run_shell(ref, ctx, timeout_s, started)
         fn = resolve(ref)
         async with asyncio.timeout(timeout_s):
             if inspect.iscoroutinefunction(fn):

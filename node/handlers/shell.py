@@ -1,7 +1,10 @@
-"""Shell handlers, ``shell:<command>``: a subprocess in its own process group, with the run's
-identity in ``PULSE_*`` variables, its stdout and stderr read while it runs (so a full pipe
-never blocks it), killed with its group on timeout. A cancelled run's group gets SIGTERM,
-then SIGKILL after the job's cancel grace.
+"""Shell handlers (``cluster.jobs.shellrefs``): ``shell:<command>`` run by ``/bin/sh -c``,
+the argv form run with exec and no shell. A subprocess in its own process group, with a
+minimal environment (``PATH``, ``HOME``, the locale, the run's identity in ``PULSE_*``
+variables and the variables its ``env`` list names: never the node's database or Redis
+URL), its stdout and stderr read while it runs (so a full pipe never blocks it), killed
+with its group on timeout. A cancelled run's group gets SIGTERM, then SIGKILL after the
+job's cancel grace.
 """
 
 from __future__ import annotations
@@ -12,18 +15,29 @@ import json
 import os
 import signal
 import time
+from collections.abc import Awaitable
+from typing import Any
 
-from node.handlers.context import MAX_ERROR_CHARS, Outcome, RunContext
+from cluster.errors import InvalidInput
+from cluster.jobs import shellrefs
+from cluster.jobs.shellrefs import RESERVED_PREFIX, ShellCommand
+from node.handlers.context import MAX_ERROR_CHARS, HandlerError, Outcome, RunContext
 from node.handlers.output import TailBuffer, compose
 
 CHUNK_BYTES = 65536
 # After a timeout kills the process group, its pipes close; what they still hold is read
 # for at most this long (a process that left the group may keep them open).
 DRAIN_AFTER_KILL_S = 1.0
+# Taken from the node's environment when set; everything else only when the job names it.
+BASICS = ("HOME", "LANG", "LC_ALL", "TZ")
 
 
-def _shell_env(ctx: RunContext) -> dict[str, str]:
-    env = dict(os.environ)
+def _shell_env(ctx: RunContext, names: tuple[str, ...]) -> dict[str, str]:
+    """What the process sees: the basics, the variables the job names, the run's own."""
+    env = {"PATH": os.environ.get("PATH", os.defpath)}
+    for name in (*BASICS, *names):
+        if name in os.environ and not name.startswith(RESERVED_PREFIX):
+            env[name] = os.environ[name]
     env.update(
         {
             "PULSE_JOB_ID": str(ctx.job_id),
@@ -40,21 +54,35 @@ def _shell_env(ctx: RunContext) -> dict[str, str]:
     return env
 
 
-async def run_shell(command: str, ctx: RunContext, timeout_s: float, started: float) -> Outcome:
+def _spawn(found: ShellCommand, ctx: RunContext) -> Awaitable[asyncio.subprocess.Process]:
+    options: dict[str, Any] = {
+        "stdin": asyncio.subprocess.DEVNULL,
+        "stdout": asyncio.subprocess.PIPE if ctx.output_limit > 0 else asyncio.subprocess.DEVNULL,
+        "stderr": asyncio.subprocess.PIPE,
+        "env": _shell_env(ctx, found.env),
+        "start_new_session": True,
+    }
+    if found.argv is not None:
+        return asyncio.create_subprocess_exec(*found.argv, **options)
+    assert found.command is not None
+    return asyncio.create_subprocess_shell(found.command, **options)
+
+
+async def run_shell(ref: str, ctx: RunContext, timeout_s: float, started: float) -> Outcome:
+    """Run the ``shell:`` reference ``ref`` for ``ctx`` within ``timeout_s``."""
     limit = ctx.output_limit
-    spawn = asyncio.ensure_future(
-        asyncio.create_subprocess_shell(
-            command,
-            stdin=asyncio.subprocess.DEVNULL,
-            stdout=asyncio.subprocess.PIPE if limit > 0 else asyncio.subprocess.DEVNULL,
-            stderr=asyncio.subprocess.PIPE,
-            env=_shell_env(ctx),
-            start_new_session=True,
-        )
-    )
+    try:
+        found = shellrefs.parse(ref)
+    except InvalidInput as exc:
+        raise HandlerError(f"bad shell handler: {exc.problem}") from exc
+    spawn = asyncio.ensure_future(_spawn(found, ctx))
     early: asyncio.CancelledError | None = None
     try:
         proc = await asyncio.shield(spawn)
+    except OSError as exc:  # exec of a program that is not there, or not executable
+        program = found.argv[0] if found.argv else "/bin/sh"
+        error = f"cannot run {program!r}: {exc.strerror or exc}"
+        return Outcome("failed", error, time.monotonic() - started, None)
     except asyncio.CancelledError as exc:
         # Cancelled while the process starts: asyncio cannot undo a half-made process
         # transport (its wait would never return, and the process group would live on),

@@ -142,7 +142,7 @@ def _allow(settings: ClusterSettings) -> None:
 
     async def go() -> None:
         async with JobStore.open(settings) as store:
-            await store.set_config("api.handlers", "cluster.chaos.witness:*")
+            await store.set_config("api.handlers", "cluster.chaos.witness:record")
 
     asyncio.run(go())
 

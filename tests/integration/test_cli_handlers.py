@@ -1,5 +1,5 @@
-"""``pulse jobs add`` and ``pulse jobs apply`` with http: and celery: handlers: every bad
-input exits 2 with one line and writes nothing; good ones are stored as references and
+"""``pulse jobs add`` and ``pulse jobs apply`` with http:, celery: and shell: handlers: every
+bad input exits 2 with one line and writes nothing; good ones are stored as references and
 shown readably, a broker password masked."""
 
 from __future__ import annotations
@@ -30,6 +30,10 @@ BAD_ADD = [
     (["celery: ", "--celery-broker", BROKER], "handler.celery.task"),
     (["celery:app.tasks.rollup"], "handler.celery.broker"),  # no broker anywhere
     (["shell:echo", "--celery-wait"], "celery-broker"),
+    (["a.b:c", "--env", "TOKEN"], "env"),
+    (["shell:backup", "--env", "PULSE_DATABASE_URL"], "env"),
+    (["shell:backup", "--env", "NOT-A-NAME"], "env"),
+    (['shell:{"argv": []}'], "handler.shell.argv"),
 ]
 
 
@@ -49,6 +53,8 @@ BAD_FILES = [
     "{name: a, schedule: '@daily', handler: {http: {url: 'https://e.com', ok_status: ok}}}",
     "{name: a, schedule: '@daily', handler: {celery: {task: ''}}}",
     "{name: a, schedule: '@daily', handler: {smtp: {to: x}}}",
+    "{name: a, schedule: '@daily', handler: {shell: {argv: [], env: [X]}}}",
+    "{name: a, schedule: '@daily', handler: {shell: {command: x, env: [PULSE_REDIS_URL]}}}",
 ]
 
 
@@ -132,3 +138,21 @@ def test_good_handlers_are_stored_as_references_and_shown(
     assert "hunter2" not in show.stdout + show.stderr and "queue reports" in show.stdout
     show = pulse("jobs", "show", "literal", "--json").stdout
     assert "hunter2" not in show
+
+
+def test_shell_handlers_take_an_env_list_from_the_cli_and_job_files(
+    initialised: Invoke, tmp_path: Path
+) -> None:
+    pulse = initialised
+    done = pulse(*add("dump", "shell:pg_dump -f /backups/x", "--env", "PGPASS", "--env", "A"))
+    assert done.exit_code == 0, done.stderr
+    path = tmp_path / "jobs.yaml"
+    path.write_text(
+        "- {name: exec, schedule: '@daily', handler: {shell: {argv: [/opt/run, a b], env: [K]}}}\n"
+        "- {name: group, schedule: '@daily', handler: 'shell:{ echo a; echo b; }'}\n"
+    )
+    assert pulse("jobs", "apply", str(path)).exit_code == 0
+    listed = {j["name"]: j["handler"] for j in json.loads(pulse("jobs", "list", "--json").stdout)}
+    assert listed["dump"] == 'shell:{"command":"pg_dump -f /backups/x","env":["A","PGPASS"]}'
+    assert listed["exec"] == 'shell:{"argv":["/opt/run","a b"],"env":["K"]}'
+    assert listed["group"] == "shell:{ echo a; echo b; }", "a shell group stays command text"

@@ -18,7 +18,13 @@ from tests.helpers.cli import (
     spawn,
 )
 
-DEFAULTS = {"keep_for": "30d", "keep_runs": 1000, "keep_failed_for": "90d", "api.handlers": ""}
+DEFAULTS = {
+    "keep_for": "30d",
+    "keep_runs": 1000,
+    "keep_failed_for": "90d",
+    "api.handlers": "",
+    "api.env": "",
+}
 
 
 @pytest.fixture
@@ -52,6 +58,7 @@ def test_init_seeds_the_defaults_that_show_prints(pulse: Any) -> None:
         ["keep_failed_for", "90d"],
     ]
     assert lines[4].split()[0] == "api.handlers"
+    assert lines[5].split()[0] == "api.env"
 
 
 def test_set_stores_the_canonical_value_and_init_keeps_it(
@@ -73,8 +80,9 @@ def test_set_stores_the_canonical_value_and_init_keeps_it(
         "keep_runs": 50,
         "keep_failed_for": "1d12h",
         "api.handlers": "",
+        "api.env": "",
     }
-    assert len(config_rows(settings)) == 3  # api.handlers is shown at its default, not stored
+    assert len(config_rows(settings)) == 3  # the api.* keys are shown at their default
 
 
 @pytest.mark.parametrize(

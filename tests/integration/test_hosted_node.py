@@ -35,6 +35,11 @@ async def test_a_hosted_node_runs_synced_jobs_and_drains_on_exit(
     async with node:
         assert {sig: signal.getsignal(sig) for sig in handlers} == handlers
         assert sorted(j.name for j in await store.jobs()) == ["beat", "billing_rollup"]
+        offered = {(r.tenant, r.handler, r.registered_by) for r in await store.handlers.all()}
+        assert offered == {
+            ("acme", "tests.registries.billing:billing_rollup", "hosted-1"),
+            ("default", "tests.registries.billing:beat", "hosted-1"),
+        }, "the handlers of synced registries are offered to the API"
         await until(lambda: len(node.status().held_shards) == 16, "all 16 shards held", 20)
         await until(
             lambda: beats.exists() and beats.read_text().count("hosted-1") >= 2, "beats", 20

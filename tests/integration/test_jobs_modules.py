@@ -117,3 +117,51 @@ async def test_sync_creates_once_and_reports_what_differs(settings: ClusterSetti
         after = await store.get("beat")
         # Left as applied: the savepoint that compared the definitions was rolled back.
         assert (after.schedule, after.updated_at) == (before.schedule, before.updated_at)
+
+
+def test_apply_module_offers_the_registries_handlers_to_the_api(
+    initialised: ClusterSettings,
+) -> None:
+    for module in (BILLING, "tests.registries.offers"):
+        done = invoke(initialised, "jobs", "apply", "--module", module)
+        assert done.exit_code == 0, done.output
+
+    async def read() -> tuple[set[tuple[str, str, str]], frozenset[str], frozenset[str]]:
+        async with JobStore.open(initialised) as store:
+            rows = await store.handlers.all()
+            return (
+                {(r.tenant, r.handler, r.registered_by) for r in rows},
+                await store.handlers.usable("acme"),
+                await store.handlers.usable(None),
+            )
+
+    found, acme, anyone = asyncio.run(read())
+    assert found == {
+        ("acme", f"{BILLING}:billing_rollup", "pulse jobs apply"),
+        ("default", f"{BILLING}:beat", "pulse jobs apply"),
+        ("acme", "tests.registries.offers:acme_report", "pulse jobs apply"),
+        ("globex", "tests.registries.offers:globex_report", "pulse jobs apply"),
+    }
+    assert acme == {f"{BILLING}:billing_rollup", "tests.registries.offers:acme_report"}
+    assert anyone == {handler for _, handler, _ in found}
+
+
+def test_pulse_handlers_lists_and_removes_offers(initialised: ClusterSettings) -> None:
+    assert invoke(initialised, "handlers", "list").stdout.strip() == "no handlers offered"
+    assert (
+        invoke(initialised, "jobs", "apply", "--module", "tests.registries.offers").exit_code == 0
+    )
+    listed = json.loads(invoke(initialised, "handlers", "list", "--json").stdout)
+    assert [(r["tenant"], r["handler"], r["registered_by"]) for r in listed] == [
+        ("acme", "tests.registries.offers:acme_report", "pulse jobs apply"),
+        ("globex", "tests.registries.offers:globex_report", "pulse jobs apply"),
+    ]
+    assert set(listed[0]) == {"tenant", "handler", "registered_by", "registered_at"}
+    text = invoke(initialised, "handlers", "list").stdout.splitlines()
+    assert text[0].split() == ["TENANT", "HANDLER", "BY", "REGISTERED"]
+    gone = invoke(initialised, "handlers", "remove", "tests.registries.offers:acme_report")
+    assert gone.stdout.strip() == "removed 1 offer of tests.registries.offers:acme_report"
+    left = json.loads(invoke(initialised, "handlers", "list", "--json").stdout)
+    assert [r["tenant"] for r in left] == ["globex"]
+    none = invoke(initialised, "handlers", "remove", "x.y:z", "--tenant", "acme")
+    assert none.exit_code == 0 and none.stdout.strip() == "removed 0 offers of x.y:z"

@@ -198,8 +198,8 @@ def checksums_of_the_files() -> list[tuple[int, str]]:
 
 
 def test_this_release_runs_on_the_newest_schema() -> None:
-    assert KNOWN_VERSION == ALL_VERSIONS[-1] == 16
-    assert REQUIRED_VERSION == 15
+    assert KNOWN_VERSION == ALL_VERSIONS[-1] == 17
+    assert REQUIRED_VERSION == 17
 
 
 async def test_fresh_init_records_the_checksum_of_every_file(settings: ClusterSettings) -> None:
@@ -224,7 +224,7 @@ async def test_a_schema_at_014_gets_the_checksums_of_its_files_with_015(
         new = await migrate(conn, settings.schema)
     finally:
         await conn.close()
-    assert (old.version, new.applied) == (14, (15, 16))
+    assert (old.version, new.applied) == (14, (15, 16, 17))
     assert [(v, c) for v, _, _, c in versions(settings)] == checksums_of_the_files()
 
 

@@ -63,12 +63,18 @@ def test_the_handler_allow_list_is_a_config_key(pulse: Invoke) -> None:
     assert pulse("init").exit_code == 0
     shown = json.loads(pulse("config", "show", "--json").stdout)
     assert shown["api.handlers"] == ""
-    done = pulse("config", "set", "api.handlers", " billing.*:*, shell:backup * ")
-    assert (
-        done.exit_code == 0 and done.stdout.strip() == "api.handlers = billing.*:*,shell:backup *"
-    )
-    bad = pulse("config", "set", "api.handlers", "billing")
-    assert bad.exit_code == 2 and "api.handlers" in bad.stderr
+    done = pulse("config", "set", "api.handlers", " billing.jobs:rollup, shell:backup * ")
+    assert done.exit_code == 0
+    assert done.stdout.strip() == "api.handlers = billing.jobs:rollup,shell:backup *"
+    for bad_value in ("billing", "billing.*:*", "*:*", "http:* https://hooks.example.com*"):
+        bad = pulse("config", "set", "api.handlers", bad_value)
+        assert bad.exit_code == 2 and "api.handlers" in bad.stderr, bad_value
+        assert len(bad.stderr.strip().splitlines()) == 1
     shown = json.loads(pulse("config", "show", "--json").stdout)
-    assert shown["api.handlers"] == "billing.*:*,shell:backup *"
+    assert shown["api.handlers"] == "billing.jobs:rollup,shell:backup *"
     assert pulse("config", "set", "api.handlers", "").exit_code == 0
+    assert pulse("config", "set", "api.env", "BILLING_*, REPORTS_TOKEN").exit_code == 0
+    assert json.loads(pulse("config", "show", "--json").stdout)["api.env"] == (
+        "BILLING_*,REPORTS_TOKEN"
+    )
+    assert pulse("config", "set", "api.env", "A B").exit_code == 2

@@ -27,7 +27,7 @@ def test_fairness_is_on_unless_turned_off(
     seen: list[NodeSettings] = []
 
     class Node:
-        def __init__(self, cluster: Any, settings: NodeSettings, specs: Any) -> None:
+        def __init__(self, cluster: Any, settings: NodeSettings, *synced: Any) -> None:
             seen.append(settings)
 
         async def run(self) -> int:

@@ -206,6 +206,8 @@ EXPECTED: dict[str, dict[str, str]] = {
         "'Callable[[F], F]'",
         "every": "(self, interval: 'str | float', *, name: 'str | None' = None, "
         "**options: 'Any') -> 'Callable[[F], F]'",
+        "handler": "(self, fn: 'F | None' = None) -> 'F | Callable[[F], F]'",
+        "handler_refs": "(self) -> 'list[str]'",
         "mappings": "(self) -> 'list[dict[str, Any]]'",
         "specs": "(self) -> 'list[JobSpec]'",
     },

@@ -14,7 +14,14 @@ import pytest
 from cluster.cli.jobs import jobs as jobs_group
 from cluster.errors import InvalidInput
 from cluster.jobs.files import load_specs
-from cluster.jobs.registry import export_yaml, handler_ref, load_modules, registries_in, specs_of
+from cluster.jobs.registry import (
+    export_yaml,
+    handler_ref,
+    handlers_of,
+    load_modules,
+    registries_in,
+    specs_of,
+)
 from cluster.jobs.spec import JobSpec
 from pulsecron import Registry, RunContext
 
@@ -57,8 +64,8 @@ def test_every_option_of_jobs_add_is_a_keyword() -> None:
     assert {"timeout", "retries", "catch_up", "paused"} <= {o.name for o in options}
     for option in options:
         assert option.name is not None
-        if option.name in ("celery_broker", "celery_wait"):
-            continue  # they shape a celery: handler; a registry's handler is its function
+        if option.name in ("celery_broker", "celery_wait", "env_names"):
+            continue  # they shape a celery: or shell: handler; a registry's is its function
         # An option added later without a sample here is still checked with its default.
         value = SAMPLES.get(option.name, True if option.is_flag else option.default)
         registry = Registry(tenant="acme")
@@ -216,3 +223,23 @@ def test_every_refused_decorator_of_a_module_is_reported() -> None:
     # Outside ``registries_in`` the same decorator raises at once.
     with pytest.raises(InvalidInput, match=r"^tz: "):
         Registry().cron("0 * * * *", tz="Mars/Olympus")(rollup)
+
+
+def report(ctx: RunContext) -> None:
+    return None
+
+
+def test_a_registry_offers_its_jobs_and_its_handlers_to_the_api() -> None:
+    registry = Registry(tenant="acme")
+    registry.cron("@hourly")(rollup)
+    assert registry.handler(report) is report, "the function is returned as it was"
+    registry.handler()(report)
+    assert registry.handler_refs() == [f"{__name__}:rollup", f"{__name__}:report"]
+    assert len(registry) == 1, "an offered handler is not a job"
+    other = Registry()
+    assert handlers_of([registry, other]) == [
+        ("acme", f"{__name__}:rollup"),
+        ("acme", f"{__name__}:report"),
+    ]
+    with pytest.raises(InvalidInput):
+        registry.handler(lambda ctx: None)
