@@ -1,17 +1,26 @@
 """Every key of the cluster's ``config`` table (``pulse config``), its default and how its
-value is checked: the retention keys (``cluster.config.retention``) and the API's handler
-allow-list (``cluster.config.allowlist``)."""
+value is checked: the retention keys (``cluster.config.retention``), the API's handler
+allow-list (``cluster.config.allowlist``), the egress guard and kept bodies
+(``cluster.config.egress``) and Celery brokers by name (``cluster.config.brokers``)."""
 
 from __future__ import annotations
 
-from cluster.config import allowlist, retention
+from collections.abc import Callable
+
+from cluster.config import allowlist, brokers, egress, retention
 from cluster.errors import InvalidInput
 
-KEYS = (*retention.KEYS, allowlist.API_HANDLERS)
+_CHECKS: dict[str, Callable[[str], str]] = {**egress.CHECKS, **brokers.CHECKS}
+KEYS = (*retention.KEYS, allowlist.API_HANDLERS, *_CHECKS)
 
 
 def defaults() -> dict[str, str]:
-    return {**retention.Retention().to_config(), allowlist.API_HANDLERS: ""}
+    return {
+        **retention.Retention().to_config(),
+        allowlist.API_HANDLERS: "",
+        **egress.DEFAULTS,
+        **brokers.DEFAULTS,
+    }
 
 
 def canonical(key: str, text: str) -> str:
@@ -19,6 +28,8 @@ def canonical(key: str, text: str) -> str:
     the key if either is bad."""
     if key == allowlist.API_HANDLERS:
         return allowlist.canonical(text)
+    if key in _CHECKS:
+        return _CHECKS[key](text)
     if key not in retention.KEYS:
         raise InvalidInput(key, f"unknown config key; use one of {', '.join(KEYS)}")
     return retention.canonical(key, text)
