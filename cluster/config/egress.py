@@ -38,7 +38,7 @@ _RULES: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("unique-local", ("fc00::/7",)),
     ("cgnat", ("100.64.0.0/10",)),
     ("multicast", ("224.0.0.0/4", "ff00::/8")),
-    ("reserved", ("240.0.0.0/4", "fec0::/10")),
+    ("reserved", ("240.0.0.0/4", "192.0.0.0/24", "fec0::/10")),
 )
 RULES = tuple((name, tuple(ipaddress.ip_network(n) for n in nets)) for name, nets in _RULES)
 _NAT64 = ipaddress.ip_network("64:ff9b::/96")

@@ -83,9 +83,12 @@ async def run_http(
         headers["Content-Type"] = content_type
     headers["Idempotency-Key"] = ctx.idempotency_key
     limit_s = min(timeout_s, target.timeout_s or timeout_s)
-    request = client.build_request(
-        target.method, target.url, headers=headers, content=body, timeout=limit_s
-    )
+    try:
+        request = client.build_request(
+            target.method, target.url, headers=headers, content=body, timeout=limit_s
+        )
+    except httpx.InvalidURL as exc:  # e.g. 0177.0.0.1, which urlsplit let through
+        return Outcome("failed", f"{mask_url(target.url)}: {exc}", time.monotonic() - started)
     try:
         async with asyncio.timeout(limit_s):
             response = await client.send(request, stream=True)
