@@ -9,8 +9,10 @@ A reference is stored as text in ``jobs.handler``, so no schema change is needed
 
 Secrets are written ``${env:NAME}`` (a header value, a broker URL) and resolved on the node
 at run time (``resolve``); what is stored and shown is the reference, never the value, and a
-literal password in a broker URL is masked wherever a job is shown (``redacted``). Parsing
-is the same for ``pulse jobs add``, job files and the node (tests/unit/test_handlerrefs.py).
+literal password in a broker URL is masked wherever a job is shown (``redacted``). A broker
+may also be a name of the cluster's ``celery.brokers`` (``is_broker_name``), looked up on
+the node. Parsing is the same for ``pulse jobs add``, job files and the node
+(tests/unit/test_handlerrefs.py).
 """
 
 from __future__ import annotations
