@@ -16,6 +16,7 @@ from cluster.members import MemberInfo, MemberRegistry
 from cluster.settings import ClusterSettings, NodeSettings
 from cluster.store import pruning
 from cluster.store.alerts import AlertStore
+from cluster.store.config import ConfigCache
 from cluster.store.effects import EffectsStore
 from cluster.store.records import ClaimedJob
 from cluster.store.session import LockSession
@@ -66,6 +67,7 @@ class Parts:
     alerts: AlertDelivery
     late: LatePass
     backfiller: Backfiller
+    config: ConfigCache
 
 
 def wire(
@@ -102,7 +104,8 @@ def wire(
         lease_s=s.lease_s,
         on_spawned=spawned,
     )
-    forwarders = Forwarders(s.celery_broker)
+    config = ConfigCache(cluster, f"{s.node_id}/config")
+    forwarders = Forwarders(s.celery_broker, config.values)
     executor = Executor(s.concurrency, s.node_id, s.zone, completer.run_done, effects, forwarders)
     recovery = Recovery(
         state,
@@ -172,7 +175,7 @@ def wire(
             interval_s=s.prune_interval_s,
         ),
         # One connection of its own, never the lock session or the result writer.
-        alerts=AlertDelivery(alert_store, s.node_id, stats),
+        alerts=AlertDelivery(alert_store, s.node_id, stats, config=config.values),
         late=LatePass(alert_store, shard_count, stats),
         backfiller=Backfiller(
             SideConnection(cluster, f"{s.node_id}/backfill", statement_timeout_s=timeout_s),
@@ -180,6 +183,7 @@ def wire(
             stats,
             claimer.flights_queued,
         ),
+        config=config,
     )
 
 

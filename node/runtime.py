@@ -163,6 +163,7 @@ class Node:
         await parts.shutdown.run(services)
         await parts.alerts.close()
         await parts.executor.forwarders.close()
+        await parts.config.close()
         logger.info("node stopped", extra={"event": "node_stopped"})
         return 1 if self._crashed else 0
 

@@ -1,21 +1,35 @@
 """Posting one alert event to a webhook: the request every sender makes (a node delivering
 the outbox, ``pulse alerts test`` from the CLI host) and a one-line account of the answer.
 
-The request carries the event id as ``Idempotency-Key`` (stable across retries and nodes,
-so a receiver can drop repeats) and, with a secret, ``X-Pulse-Signature``: the HMAC of the
-exact body sent. Neither the secret nor the webhook's full URL, which may hold a token, ever
-appears in an ``Answer``: it is stored as the delivery's last error and logged.
+The request carries the event id as ``Idempotency-Key`` and ``webhook-id`` (stable across
+retries and nodes, so a receiver can drop repeats), the send time as ``webhook-timestamp``
+and, with a secret, ``webhook-signature`` as Standard Webhooks define it: the HMAC of id,
+time and exact body, so a receiver can refuse a replay (an old time, an id seen), and
+``X-Pulse-Signature`` (the body's alone) for receivers written before. The request goes
+through the egress guard of the client it is given (``cluster.outbound``). Neither the
+secret nor the webhook's full URL, which may hold a token, ever appears in an ``Answer``:
+it is stored as the delivery's last error and logged.
 """
 
 from __future__ import annotations
 
 import asyncio
+import time
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
 import httpx
 
-from cluster.alerts.rules import IDEMPOTENCY_HEADER, SIGNATURE_HEADER, redact_url, signature
+from cluster.alerts.rules import (
+    IDEMPOTENCY_HEADER,
+    SIGNATURE_HEADER,
+    WEBHOOK_ID,
+    WEBHOOK_SIGNATURE,
+    WEBHOOK_TIMESTAMP,
+    redact_url,
+    signature,
+    standard_signature,
+)
 
 DEFAULT_TIMEOUT_S = 10.0
 USER_AGENT = "pulse-alerts"
@@ -39,13 +53,21 @@ class Answer:
         return self.error or "no answer"
 
 
-def headers(payload: bytes, event_id: str, secret: str | None) -> dict[str, str]:
+def headers(
+    payload: bytes, event_id: str, secret: str | None, timestamp: int | None = None
+) -> dict[str, str]:
+    """The request's headers, signed at ``timestamp`` (Unix seconds, now by default);
+    ``ValueError`` for a ``whsec_`` secret that is not base64."""
+    sent_at = int(time.time()) if timestamp is None else timestamp
     found = {
         "Content-Type": "application/json",
         "User-Agent": USER_AGENT,
         IDEMPOTENCY_HEADER: event_id,
+        WEBHOOK_ID: event_id,
+        WEBHOOK_TIMESTAMP: str(sent_at),
     }
     if secret is not None:
+        found[WEBHOOK_SIGNATURE] = standard_signature(payload, secret, event_id, sent_at)
         found[SIGNATURE_HEADER] = signature(payload, secret)
     return found
 
@@ -77,11 +99,15 @@ async def post(
 ) -> Answer:
     """POST ``payload``; never raises for what the network or the receiver does."""
     try:
+        signed = headers(payload, event_id, secret)
+    except ValueError as exc:
+        return Answer(None, str(exc))
+    try:
         async with asyncio.timeout(timeout_s):
             response = await client.post(
                 url,
                 content=payload,
-                headers=headers(payload, event_id, secret),
+                headers=signed,
                 timeout=timeout_s,
             )
     except TimeoutError:

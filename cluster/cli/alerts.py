@@ -14,12 +14,13 @@ from datetime import UTC, datetime
 from typing import Any, TypeVar
 
 import click
-import httpx
 
 from cluster.alerts.rules import EVENTS, FORMATS, AlertEvent, AlertRule, body, redact_url
 from cluster.alerts.webhook import Answer, post
 from cluster.cli.base import PulseGroup, emit_json, fail, run, settings_of
 from cluster.cli.jobs import table
+from cluster.config.egress import EgressPolicy
+from cluster.outbound.transport import fixed, guarded_client
 from cluster.store.alerts import DELIVERY_STATUSES, AlertStore
 
 T = TypeVar("T")
@@ -140,6 +141,7 @@ def test_rule(ctx: click.Context, name: str) -> None:
     async def go() -> tuple[AlertRule, Answer]:
         async with AlertStore.open(settings_of(ctx)) as store:
             rule = await store.rule(name)
+            egress = EgressPolicy.from_config(await store.config_values())
         secret = None
         if rule.secret_env is not None:
             secret = os.environ.get(rule.secret_env)
@@ -158,7 +160,7 @@ def test_rule(ctx: click.Context, name: str) -> None:
             detail=TEST_DETAIL,
             created_at=datetime.now(UTC),
         )
-        async with httpx.AsyncClient() as client:
+        async with guarded_client(fixed(egress)) as client:
             answer = await post(
                 client, rule.url, body(event, rule.format), event_id=event.id, secret=secret
             )

@@ -1,4 +1,5 @@
-"""``pulse config``: the cluster's run-time settings (retention), shown and set."""
+"""``pulse config``: the cluster's run-time settings (retention, the API's allow-list, the
+egress guard, Celery brokers), shown and set."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ from cluster.store.jobs import JobStore
 @click.group("config", cls=PulseGroup)
 def config() -> None:
     """Show and set the cluster's settings: keep_for, keep_runs, keep_failed_for, api.handlers,
-    api.env."""
+    api.env, api.http_body, egress.allow, celery.brokers."""
 
 
 @config.command("show")
@@ -54,8 +55,10 @@ async def set_value(store: JobStore, key: str, value: str) -> None:
     """Set KEY to VALUE: keep_for and keep_failed_for take a duration (30d, 12h),
     keep_runs a whole number, api.handlers the handlers the HTTP API may use
     ('billing.jobs:rollup,shell:/opt/backup/run *,http:POST https://hooks.example.com/'),
-    api.env the node variables its jobs may name ('BILLING_*'). Nodes use retention from
-    their next prune."""
+    api.env the node variables its jobs may name ('BILLING_*'), api.http_body keep or
+    drop, egress.allow the networks nodes may reach ('10.1.0.0/16,127.0.0.0/8'),
+    celery.brokers names to broker URLs ('main=${env:CELERY_MAIN_URL}'). Nodes use
+    retention from their next prune, the rest within seconds."""
     canonical(key, value)  # bad input: one line naming the key, before anything is written
     stored = await store.set_config(key, value)
     click.echo(f"{key} = {stored}")

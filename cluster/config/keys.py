@@ -1,27 +1,40 @@
 """Every key of the cluster's ``config`` table (``pulse config``), its default and how its
 value is checked: the retention keys (``cluster.config.retention``), the API's handler
 allow-list (``cluster.config.allowlist``) and the variables it may name
-(``cluster.config.envlist``)."""
+(``cluster.config.envlist``), the egress guard and kept bodies (``cluster.config.egress``)
+and Celery brokers by name (``cluster.config.brokers``)."""
 
 from __future__ import annotations
 
-from cluster.config import allowlist, envlist, retention
+from collections.abc import Callable
+
+from cluster.config import allowlist, brokers, egress, envlist, retention
 from cluster.errors import InvalidInput
 
-KEYS = (*retention.KEYS, allowlist.API_HANDLERS, envlist.API_ENV)
+_CHECKS: dict[str, Callable[[str], str]] = {
+    allowlist.API_HANDLERS: allowlist.canonical,
+    envlist.API_ENV: envlist.canonical,
+    **egress.CHECKS,
+    **brokers.CHECKS,
+}
+KEYS = (*retention.KEYS, *_CHECKS)
 
 
 def defaults() -> dict[str, str]:
-    return {**retention.Retention().to_config(), allowlist.API_HANDLERS: "", envlist.API_ENV: ""}
+    return {
+        **retention.Retention().to_config(),
+        allowlist.API_HANDLERS: "",
+        envlist.API_ENV: "",
+        **egress.DEFAULTS,
+        **brokers.DEFAULTS,
+    }
 
 
 def canonical(key: str, text: str) -> str:
     """``text`` checked as the value of ``key``, in its stored form; ``InvalidInput`` naming
     the key if either is bad."""
-    if key == allowlist.API_HANDLERS:
-        return allowlist.canonical(text)
-    if key == envlist.API_ENV:
-        return envlist.canonical(text)
+    if key in _CHECKS:
+        return _CHECKS[key](text)
     if key not in retention.KEYS:
         raise InvalidInput(key, f"unknown config key; use one of {', '.join(KEYS)}")
     return retention.canonical(key, text)

@@ -9,8 +9,10 @@ A reference is stored as text in ``jobs.handler``, so no schema change is needed
 
 Secrets are written ``${env:NAME}`` (a header value, a broker URL) and resolved on the node
 at run time (``resolve``); what is stored and shown is the reference, never the value, and a
-literal password in a broker URL is masked wherever a job is shown (``redacted``). Parsing
-is the same for ``pulse jobs add``, job files and the node (tests/unit/test_handlerrefs.py).
+literal password in a broker URL is masked wherever a job is shown (``redacted``). A broker
+may also be a name of the cluster's ``celery.brokers`` (``is_broker_name``), looked up on
+the node. Parsing is the same for ``pulse jobs add``, job files and the node
+(tests/unit/test_handlerrefs.py).
 """
 
 from __future__ import annotations
@@ -34,9 +36,10 @@ DEFAULT_OK = ((200, 299),)
 CELERY_BROKER_ENV = "PULSE_CELERY_BROKER"
 _ENV_REF = re.compile(r"\$\{env:([A-Za-z_][A-Za-z0-9_]*)\}")
 _TASK = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*([.:][A-Za-z_][A-Za-z0-9_]*)*$")
+_BROKER_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_-]{0,62}$")
 _HEADER = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")  # an RFC 9110 token
 _STATUS = re.compile(r"^\s*(\d{3})\s*(?:-\s*(\d{3})\s*)?$")
-_HTTP_KEYS = ("method", "url", "headers", "body", "ok_status", "timeout")
+_HTTP_KEYS = ("method", "url", "headers", "body", "ok_status", "timeout", "keep_body")
 _CELERY_KEYS = ("task", "broker", "wait", "queue")
 
 
@@ -52,6 +55,12 @@ def is_forwarded(ref: str) -> bool:
     return ref.startswith(PREFIXES)
 
 
+def is_broker_name(reference: str) -> bool:
+    """A ``broker`` that names one of the cluster's ``celery.brokers`` (``main``) rather
+    than giving a URL or ``${env:NAME}``."""
+    return _BROKER_NAME.match(reference) is not None
+
+
 @dataclass(frozen=True)
 class HttpTarget:
     method: str
@@ -61,6 +70,7 @@ class HttpTarget:
     has_body: bool = False
     ok_status: tuple[tuple[int, int], ...] = DEFAULT_OK
     timeout_s: float | None = None  # None: the job's timeout
+    keep_body: bool = True  # False: only the status is kept as the run's output
 
     def accepts(self, status: int) -> bool:
         return any(low <= status <= high for low, high in self.ok_status)
@@ -75,6 +85,8 @@ class HttpTarget:
             extra["ok_status"] = _format_status(self.ok_status)
         if self.timeout_s is not None:
             extra["timeout"] = format_duration(self.timeout_s)
+        if not self.keep_body:
+            extra["keep_body"] = False
         if not extra:
             return f"{HTTP}{self.method} {self.url}"
         return HTTP + _compact({"method": self.method, "url": self.url, **extra})
@@ -83,7 +95,7 @@ class HttpTarget:
 @dataclass(frozen=True)
 class CeleryTarget:
     task: str
-    broker: str | None = None  # None: the node's --celery-broker
+    broker: str | None = None  # None: the node's --celery-broker; a name: celery.brokers
     wait: bool = False
     queue: str | None = None
 
@@ -196,6 +208,9 @@ def http_from(options: Mapping[str, Any]) -> HttpTarget:
     timeout_s = None
     if options.get("timeout") is not None:
         timeout_s = _timeout(options["timeout"], f"{where}.timeout")
+    keep_body = options.get("keep_body", True)
+    if not isinstance(keep_body, bool):
+        raise InvalidInput(f"{where}.keep_body", "must be true or false")
     body = options.get("body")
     if "body" in options:
         try:
@@ -210,6 +225,7 @@ def http_from(options: Mapping[str, Any]) -> HttpTarget:
         has_body="body" in options,
         ok_status=parse_ok_status(options.get("ok_status", "200-299")),
         timeout_s=timeout_s,
+        keep_body=keep_body,
     )
 
 
@@ -265,8 +281,9 @@ def celery_from(options: Mapping[str, Any]) -> CeleryTarget:
         broker = _text(broker, f"{where}.broker").strip()
         if not broker:
             broker = None
-        elif not _ENV_REF.fullmatch(broker) and "://" not in broker:
-            raise InvalidInput(f"{where}.broker", "must be a URL or ${env:NAME}")
+        elif not (_ENV_REF.fullmatch(broker) or "://" in broker or is_broker_name(broker)):
+            message = "must be a broker's name (celery.brokers), a URL or ${env:NAME}"
+            raise InvalidInput(f"{where}.broker", message)
     wait = options.get("wait", False)
     if not isinstance(wait, bool):
         raise InvalidInput(f"{where}.wait", "must be true or false")
@@ -349,9 +366,13 @@ def describe(ref: str) -> list[str]:
             lines.append(f"ok_status {_format_status(target.ok_status)}")
         if target.timeout_s is not None:
             lines.append(f"timeout {format_duration(target.timeout_s)}")
+        if not target.keep_body:
+            lines.append("the answer's body is not kept")
         return lines
     lines = [CELERY + target.task]
-    lines.append(f"broker {target.broker or 'the node default (--celery-broker)'}")
+    named = target.broker is not None and is_broker_name(target.broker)
+    broker = f"{target.broker} (celery.brokers)" if named else target.broker
+    lines.append(f"broker {broker or 'the node default (--celery-broker)'}")
     if target.queue is not None:
         lines.append(f"queue {target.queue}")
     if target.wait:

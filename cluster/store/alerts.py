@@ -123,6 +123,10 @@ class AlertStore:
     async def close(self) -> None:
         await self._side.close()
 
+    async def config_values(self) -> dict[str, str]:
+        """The ``config`` table (``pulse alerts test`` sends through the egress guard)."""
+        return {row["key"]: row["value"] for row in await self._side.fetch("config_rows")}
+
     # -- rules --------------------------------------------------------------------------
 
     async def add_rule(self, rule: AlertRule) -> AlertRule:

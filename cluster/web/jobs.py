@@ -2,9 +2,10 @@
 
 Bodies take the keys of job files and go through the job-file parsing (``JobSpec``), so
 every job option works here as in ``pulse jobs apply``; responses take the keys of
-``pulse jobs show --json``. Writes check the token's tenant scope and the handler
-allow-list first (``cluster.config.admission``: a shell command is stored as
-argv), then change the job and write its audit row in one transaction.
+``pulse jobs show --json``. Writes check the token's tenant scope, the handler
+allow-list (``cluster.config.admission``: a shell command is stored as argv) and the rules
+for forwarded handlers (``cluster.web.forwarded``) first, then change the job and write its
+audit row in one transaction.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from cluster.web.bodies import (
     json_object,
     request_body,
 )
+from cluster.web.forwarded import api_targets
 from cluster.web.state import api_policy, state_of
 
 router = APIRouter(tags=["jobs"])
@@ -103,6 +105,7 @@ async def create_job(request: Request, who: Writer) -> dict[str, Any]:
     """Create a job (409 if its name is taken in its tenant)."""
     spec = JobSpec.from_mapping(_scoped(who, await json_object(request)))
     (spec,) = await _admitted(request, who, [spec])
+    (spec,) = await api_targets(request, [spec])
     async with state_of(request).pool.store(who.scope) as store:
         async with store.transaction():
             await store.add(spec)
@@ -120,6 +123,7 @@ async def apply_jobs(request: Request, who: Writer) -> dict[str, Any]:
         raise InvalidInput("body", "must be a list of jobs (or an object with a 'jobs' list)")
     specs = specs_of([_scoped(who, e) if isinstance(e, dict) else e for e in data])
     specs = await _admitted(request, who, specs, many=True)
+    specs = await api_targets(request, specs, many=True)
     async with state_of(request).pool.store(who.scope) as store, store.transaction():
         result = await store.apply(specs)
         changed = {"create": set(result.created), "update": set(result.updated)}
@@ -152,6 +156,7 @@ async def replace_job(request: Request, tenant: str, name: str, who: Writer) -> 
             raise InvalidInput(key, f"must be {value!r} as in the path, or left out")
     spec = JobSpec.from_mapping({**entry, "tenant": tenant, "name": name})
     (spec,) = await _admitted(request, who, [spec])
+    (spec,) = await api_targets(request, [spec])
     async with state_of(request).pool.store(who.scope) as store:
         async with store.transaction():
             await store.get(name, tenant)  # 404 if absent or out of scope

@@ -6,8 +6,10 @@ so a retried slot sends the same id. The attempt succeeds once the broker accept
 message; with ``wait`` it waits (within the timeout) for the task's result, read from the
 broker used as result backend, and fails if the task failed. Celery's client is sync: each
 send or wait runs in a worker thread (``asyncio.to_thread``), never on the loop. One Celery
-app is kept per broker URL. The broker URL (job or node, ``${env:NAME}`` resolved here)
-appears in no error or log line. Celery is the optional extra ``pulsecron[celery]``.
+app is kept per broker URL. A broker given by name is looked up in the cluster's
+``celery.brokers`` at run time. The broker URL (job, name or node, ``${env:NAME}`` resolved
+here) appears in no error or log line, nor its password in any spelling
+(``node.handlers.scrubbing``). Celery is the optional extra ``pulsecron[celery]``.
 Guarded by tests/e2e/test_celery_handler.py.
 """
 
@@ -18,11 +20,20 @@ import importlib
 import os
 import threading
 import time
+from collections.abc import Mapping
 from typing import Any
 
-from cluster.jobs.handlerrefs import CELERY_BROKER_ENV, CeleryTarget, MissingSecret, resolve
+from cluster.config.brokers import CELERY_BROKERS
+from cluster.jobs.handlerrefs import (
+    CELERY_BROKER_ENV,
+    CeleryTarget,
+    MissingSecret,
+    is_broker_name,
+    resolve,
+)
 from cluster.settings import mask_url
 from node.handlers.context import Outcome, RunContext, finished, timed_out
+from node.handlers.scrubbing import scrub, url_secrets
 
 PUBLISH_RETRIES = 2
 
@@ -64,7 +75,10 @@ def _backend(url: str) -> str:
 
 
 def _scrub(text: str, url: str) -> str:
-    return text.replace(url, mask_url(url)) if url else text
+    """``text`` with the URL masked and its password hidden in every spelling."""
+    if not url:
+        return text
+    return scrub(text.replace(url, mask_url(url)), url_secrets(url))
 
 
 def _send(app: Any, target: CeleryTarget, ctx: RunContext) -> Any:
@@ -83,8 +97,13 @@ def _wait(result: Any, left_s: float) -> tuple[str, Any]:
 
 
 async def run_celery(
-    apps: CeleryApps, target: CeleryTarget, ctx: RunContext, timeout_s: float
+    apps: CeleryApps,
+    target: CeleryTarget,
+    ctx: RunContext,
+    timeout_s: float,
+    brokers: Mapping[str, str] | None = None,
 ) -> Outcome:
+    """``brokers``: the cluster's ``celery.brokers``, names to URLs."""
     started = time.monotonic()
     try:
         importlib.import_module("celery")
@@ -95,6 +114,12 @@ async def run_celery(
     if not reference:
         error = f"no Celery broker: the job names none and the node has no {CELERY_BROKER_ENV}"
         return Outcome("failed", error, 0.0)
+    if is_broker_name(reference):
+        named = (brokers or {}).get(reference)
+        if named is None:
+            error = f"broker {reference!r} is not in {CELERY_BROKERS} (pulse config set ...)"
+            return Outcome("failed", error, 0.0)
+        reference = named
     try:
         url = resolve(reference, os.environ)
     except MissingSecret as exc:

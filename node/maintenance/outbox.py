@@ -8,6 +8,10 @@ leased, so one job's events reach a receiver in order, and one waiting for a ret
 back the later ones. A failed attempt is retried with exponential backoff (capped at
 ``MAX_BACKOFF_S``) until ``MAX_AGE_S`` after the event, then the delivery is ``failed``.
 
+Webhooks are posted through the egress guard (``cluster.outbound``) with the cluster's
+``egress.allow`` (``config``, the node's cached view of the ``config`` table): a rule's
+address that the guard refuses fails its attempt like a refused connection.
+
 A rule's secret is read from this node's environment (``secret_env`` names the variable);
 it is never stored, logged or put in an error. A node without it leaves the delivery for
 a later attempt, on a node that has it (tests/integration/test_alert_delivery.py).
@@ -19,13 +23,15 @@ import asyncio
 import logging
 import os
 import time
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from datetime import datetime
 
 import httpx
 
 from cluster.alerts.rules import body, redact_url
 from cluster.alerts.webhook import DEFAULT_TIMEOUT_S, post
+from cluster.config.egress import EgressPolicy
+from cluster.outbound.transport import guarded_client
 from cluster.store.alerts import AlertStore, Delivery
 from node.stats import Stats
 
@@ -41,6 +47,10 @@ BACKOFF_BASE_S = 5.0
 MAX_BACKOFF_S = 600.0
 MAX_AGE_S = 24 * 3600.0
 MISSING_SECRET_WARNING_S = 60.0
+
+
+async def _no_config() -> Mapping[str, str]:
+    return {}
 
 
 def retry_delay_s(attempts: int) -> float:
@@ -59,6 +69,7 @@ class AlertDelivery:
         batch: int = BATCH,
         lease_s: float = LEASE_S,
         timeout_s: float = TIMEOUT_S,
+        config: Callable[[], Awaitable[Mapping[str, str]]] = _no_config,
     ) -> None:
         self._store = store
         self._node_id = node_id
@@ -67,6 +78,7 @@ class AlertDelivery:
         self._batch = batch
         self._lease_s = lease_s
         self._timeout_s = timeout_s
+        self._config = config
         self._client: httpx.AsyncClient | None = None
         self._warned: dict[str, float] = {}  # secret_env -> monotonic time of the warning
 
@@ -77,7 +89,7 @@ class AlertDelivery:
         if not leased:
             return None
         if self._client is None:
-            self._client = httpx.AsyncClient(follow_redirects=False)
+            self._client = guarded_client(self._egress)
         results = await asyncio.gather(
             *(self._deliver(self._client, d, now) for d in leased), return_exceptions=True
         )
@@ -85,6 +97,9 @@ class AlertDelivery:
             if isinstance(result, BaseException):
                 raise result
         return 0.0 if any(results) else None
+
+    async def _egress(self) -> EgressPolicy:
+        return EgressPolicy.from_config(dict(await self._config()))
 
     async def _deliver(self, client: httpx.AsyncClient, d: Delivery, now: datetime | None) -> bool:
         """True if the receiver took it."""

@@ -26,7 +26,7 @@ from cluster.store.alerts import AlertStore
 from cluster.store.jobs import JobStore
 from tests.helpers.fleet import Fleet
 from tests.helpers.nodes import init_cluster
-from tests.helpers.receiver import Receiver, Request, receiver
+from tests.helpers.receiver import Receiver, Request, allow_local, receiver
 from tests.helpers.waiting import until
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(150)]
@@ -82,6 +82,7 @@ def test_every_event_reaches_a_healthy_receiver_once_signed_and_in_order(
         JobSpec.build("slow", "@every 1s", WITNESS, payload={"sleep_s": 2.5}, **paused),
         JobSpec.build("behind", "@every 1h", WITNESS, late_after="1s", **paused),
     )  # fmt: skip
+    allow_local(settings)
     with receiver() as r:
         add_rule(settings, r.url, secret_env=SECRET_ENV)
         for node_id, zone in (("n1", "a"), ("n2", "b")):
@@ -147,6 +148,7 @@ def test_a_delivery_held_by_a_killed_node_is_delivered_by_another(
     fleet: Fleet, settings: ClusterSettings
 ) -> None:
     init_cluster(settings, JobSpec.build("broken", "@every 1h", WITNESS, payload={"fail": "x"}))
+    allow_local(settings)
     with receiver(delay_s=60) as r:  # slow: holds the first request
         add_rule(settings, r.url, events="failed")
         for node_id, zone in (("n1", "a"), ("n2", "b")):
@@ -170,6 +172,7 @@ def test_events_wait_for_a_receiver_that_is_down_and_arrive_in_order(
     fleet: Fleet, settings: ClusterSettings
 ) -> None:
     init_cluster(settings, JobSpec.build("broken", "@every 1s", WITNESS, payload={"fail": "x"}))
+    allow_local(settings)
     r = Receiver().start()
     r.stop()  # down: its port refuses connections
     try:
@@ -203,6 +206,7 @@ def test_a_slot_in_a_frozen_nodes_shard_is_reported_late_by_another_node(
     fleet: Fleet, settings: ClusterSettings
 ) -> None:
     init_cluster(settings, JobSpec.build("tick", "@every 2s", WITNESS, late_after="1s"))
+    allow_local(settings)
     job = store_call(settings, lambda s: s.get("tick"))
     for node_id, zone in (("n1", "a"), ("n2", "b")):
         # A long session timeout: the frozen owner keeps its lock while the late pass runs.

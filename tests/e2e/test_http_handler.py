@@ -19,7 +19,7 @@ from cluster.jobs.spec import JobSpec
 from cluster.settings import ClusterSettings
 from tests.helpers.cli import spawn
 from tests.helpers.fleet import Fleet, triggered
-from tests.helpers.receiver import Receiver, Route, receiver
+from tests.helpers.receiver import Receiver, Route, allow_local, receiver
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(120)]
 
@@ -66,6 +66,7 @@ def test_http_handlers_against_a_real_server(
     with receiver(routes=routes) as target:
         url = f"http://127.0.0.1:{target.port}"
         ids = triggered(settings, specs(url))
+        allow_local(settings)
         fleet.start("n1")
         runs = fleet.ended_runs(5, "flaky", 3, "every job to end (flaky after 3 attempts)")
 

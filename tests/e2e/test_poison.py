@@ -20,7 +20,7 @@ from cluster.settings import ClusterSettings
 from cluster.store.alerts import AlertStore
 from tests.helpers.fleet import Fleet, every_slots
 from tests.helpers.nodes import init_cluster
-from tests.helpers.receiver import receiver
+from tests.helpers.receiver import allow_local, receiver
 from tests.helpers.waiting import until
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(180)]
@@ -60,6 +60,7 @@ def test_a_poison_job_kills_at_most_retries_plus_one_nodes_per_slot_and_others_k
         "poison", "@every 10s", WITNESS, payload={"crash": CRASH}, retries=RETRIES
     )
     init_cluster(settings, *innocents, poison)
+    allow_local(settings)
     with receiver() as r:
 
         async def rule() -> None:

@@ -8,15 +8,35 @@ quotas and bodies; database roles and webhooks.
 
 from __future__ import annotations
 
+import asyncio
+import base64
 import contextlib
+import json
+import os
+import time
+import types
 from collections.abc import Iterator
 from typing import Any
+from urllib.parse import urlsplit
 
 import httpx
 import pytest
 
+from cluster.alerts.rules import AlertRule
 from cluster.errors import InvalidInput
+from cluster.store.alerts import AlertStore
+from tests.helpers.egress import (
+    METADATA,
+    config_as,
+    docs_receiver,
+    ended_run,
+    loopback_name,
+    metadata_address,
+    serve_docs_receiver,
+    stored_text,
+)
 from tests.helpers.nodes import Nodes
+from tests.helpers.receiver import Route, receiver
 from tests.helpers.waiting import until
 from tests.helpers.web import Api, api_cluster
 
@@ -197,6 +217,182 @@ def test_an_allowed_shell_job_runs_without_the_nodes_secrets(
 
 # --- Secrets and egress ------------------------------------------------------------------
 
+# The node of this section: the cluster opens 127.0.0.2 (a stand-in for a remote host) and
+# all of link-local, which still leaves the metadata address shut.
+EGRESS_ALLOW = "127.0.0.2/32,169.254.0.0/16"
+HOOK_SECRET_ENV = "EGRESS_ATTACK_HOOK_SECRET"
+HOOK_SECRET = "whsec_" + base64.b64encode(b"attack-suite-signing-key-0123456").decode()
+CREDENTIALS = b'{"AccessKeyId": "ASIA-METADATA-SECRET", "Token": "metadata-token-secret"}'
+
+
+@pytest.fixture(scope="module")
+def egress_node(api: Api, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Nodes]:
+    """One node serving the module's cluster, started once egress.allow is set (so its first
+    read of the config sees it), with the webhook secret in its environment."""
+    api.set_config("egress.allow", EGRESS_ALLOW)
+    nodes = Nodes(api.settings, tmp_path_factory.mktemp("egress-node"))
+    os.environ[HOOK_SECRET_ENV] = HOOK_SECRET
+    try:
+        nodes.start("egress-1")
+    finally:
+        del os.environ[HOOK_SECRET_ENV]
+    try:
+        yield nodes
+    finally:
+        nodes.close()
+
+
+def http_entry(url: str) -> str:
+    """The ``api.handlers`` entry that lets the API write GETs to ``url``'s origin."""
+    parts = urlsplit(url)
+    return f"http:GET {parts.scheme}://{parts.netloc}/"
+
+
+def run_over_api(api: Api, name: str, handler: dict[str, Any]) -> dict[str, Any]:
+    """Create ``name`` through the API (a write token, its URL allowed), trigger it, wait
+    for its run: what the egress guard refuses is an address the allow-list let through."""
+    entry = http_entry(handler["http"]["url"])
+    with config_as(api, api_handlers=entry), api.as_("write") as client:
+        created = client.post(
+            "/api/jobs", json={"name": name, "schedule": "@daily", "handler": handler}
+        )
+        assert created.status_code == 201, created.text
+        assert client.post(f"/api/jobs/default/{name}/trigger").status_code == 200
+    return ended_run(api, name, f"{name}'s run to end")
+
+
+def assert_nowhere(api: Api, nodes: Nodes, *secrets: str) -> None:
+    """No secret in the rows, the node's log or what the API shows of runs."""
+    stored = stored_text(api)
+    with api.as_("read") as client:
+        shown = client.get("/api/runs").text
+    for secret in secrets:
+        assert secret not in stored and secret not in nodes.logs() and secret not in shown
+
+
+def test_the_metadata_address_is_refused_even_with_link_local_allowed(
+    api: Api, egress_node: Nodes
+) -> None:
+    route = "/latest/meta-data/iam/security-credentials/pulse"
+    with (
+        metadata_address() as address,
+        receiver(host=address, routes={route: Route(200, body=CREDENTIALS)}) as metadata,
+    ):
+        url = f"http://{address}:{metadata.port}{route}"
+        run = run_over_api(api, "steal-metadata", {"http": {"method": "GET", "url": url}})
+        assert metadata.received() == []
+    # Without the alias (not root), 127.0.0.1 stands in, refused by the loopback rule.
+    rule = "metadata" if address == METADATA else "loopback"
+    assert run["status"] == "failed"
+    assert f"egress to {address} refused: {rule} address" in run["last_error"]
+    assert "\n" not in run["last_error"]
+    assert_nowhere(api, egress_node, "ASIA-METADATA-SECRET", "metadata-token-secret")
+
+
+@pytest.mark.parametrize(
+    "host", ["localhost", "2130706433", "0x7f.1", "0x7f000001", "[::ffff:127.0.0.1]"]
+)
+def test_loopback_by_name_and_by_other_spellings_is_refused(
+    api: Api, egress_node: Nodes, host: str
+) -> None:
+    secret = f"loopback-secret-{abs(hash(host))}"
+    with (
+        receiver(routes={"/admin": Route(200, body=secret.encode())}) as local,
+    ):
+        url = f"http://{host}:{local.port}/admin"
+        name = f"loopback-{abs(hash(host))}"
+        run = run_over_api(api, name, {"http": {"method": "GET", "url": url}})
+        assert local.received() == []
+    assert run["status"] == "failed"
+    assert f"egress to {host.strip('[]')}" in run["last_error"]
+    assert "refused: loopback address" in run["last_error"]
+    assert_nowhere(api, egress_node, secret)
+
+
+def test_a_dns_name_that_resolves_to_loopback_is_refused(api: Api, egress_node: Nodes) -> None:
+    name = loopback_name()
+    with (
+        receiver(routes={"/admin": Route(200, body=b"dns-loopback-secret")}) as local,
+    ):
+        url = f"http://{name}:{local.port}/admin"
+        run = run_over_api(api, "dns-loopback", {"http": {"method": "GET", "url": url}})
+        assert local.received() == []
+    assert run["status"] == "failed"
+    assert (
+        f"egress to {name} (127." in run["last_error"]
+        or f"egress to {name} (::1)" in (run["last_error"])
+    )
+    assert_nowhere(api, egress_node, "dns-loopback-secret")
+
+
+def test_a_redirect_to_loopback_from_an_allowed_host_is_not_followed(
+    api: Api, egress_node: Nodes
+) -> None:
+    with (
+        receiver(routes={"/admin": Route(200, body=b"behind-the-redirect-secret")}) as local,
+    ):
+        hop = Route(302, headers=(("Location", f"http://127.0.0.1:{local.port}/admin"),))
+        with receiver(host="127.0.0.2", routes={"/go": hop}) as allowed:
+            url = f"http://127.0.0.2:{allowed.port}/go"
+            run = run_over_api(api, "redirected", {"http": {"method": "GET", "url": url}})
+            assert [r.path for r in allowed.received()] == ["/go"]
+        assert local.received() == []
+    assert run["status"] == "failed" and run["last_error"].startswith("HTTP 302 from GET")
+    assert_nowhere(api, egress_node, "behind-the-redirect-secret")
+
+
+@pytest.mark.parametrize(
+    "broker",
+    ["redis://:broker-password-secret@attacker.example:6379/0", "${env:PULSE_DATABASE_URL}",
+     "amqp://guest:guest@10.0.0.5//"],
+)  # fmt: skip
+def test_a_celery_job_over_the_api_cannot_choose_its_broker(api: Api, broker: str) -> None:
+    name = f"own-broker-{abs(hash(broker))}"
+    body = {"name": name, "schedule": "@daily",
+            "handler": {"celery": {"task": "app.tasks.t", "broker": broker}}}  # fmt: skip
+    brokers = "main=redis://127.0.0.2:6379/9"
+    with (
+        config_as(api, api_handlers="celery:*", celery_brokers=brokers),
+        api.as_("write") as client,
+    ):
+        refused = client.post("/api/jobs", json=body)
+        assert refused.status_code == 422, refused.text
+        assert refused.json()["field"] == "handler.celery.broker"
+        assert "broker-password-secret" not in refused.text
+        # naming a broker of celery.brokers is how an API job picks one
+        named = {**body, "name": f"{name}-named"}
+        named["handler"] = {"celery": {"task": "app.tasks.t", "broker": "main"}}
+        assert client.post("/api/jobs", json=named).status_code == 201
+        assert client.delete(f"/api/jobs/default/{name}-named").status_code == 204
+    assert api.sql("SELECT 1 FROM jobs WHERE name = %s", (name,)) == []
+    assert "broker-password-secret" not in stored_text(api)
+
+
+def test_an_api_http_jobs_answer_is_not_kept_without_opt_in(api: Api, egress_node: Nodes) -> None:
+    answer = b'{"internal": "kept-body-secret"}'
+    with (
+        receiver(host="127.0.0.2", routes={"/report": Route(200, body=answer)}) as allowed,
+    ):
+        url = f"http://127.0.0.2:{allowed.port}/report"
+        run = run_over_api(api, "read-answer", {"http": {"method": "GET", "url": url}})
+        assert [r.path for r in allowed.received()] == ["/report"]
+    assert run["status"] == "succeeded"
+    assert json.loads(run["output"])["result"] == {"status": 200, "body_kept": False}
+    (handler,) = api.sql("SELECT handler FROM jobs WHERE name = 'read-answer'")[0]
+    assert '"keep_body":false' in handler
+    with api.as_("read") as client:
+        latest = client.get("/api/jobs/default/read-answer/run")
+        assert latest.status_code == 200 and "kept-body-secret" not in latest.text
+    assert_nowhere(api, egress_node, "kept-body-secret")
+    # with the opt-in, a job written over the API keeps it again
+    with config_as(api, api_handlers=http_entry(url), api_http_body="keep"):
+        body = {"name": "kept-answer", "schedule": "@daily",
+                "handler": {"http": {"method": "GET", "url": url}}}  # fmt: skip
+        with api.as_("write") as client:
+            assert client.post("/api/jobs", json=body).status_code == 201
+    (handler,) = api.sql("SELECT handler FROM jobs WHERE name = 'kept-answer'")[0]
+    assert "keep_body" not in handler
+
 
 # --- Console sessions and sign-in --------------------------------------------------------
 
@@ -205,3 +401,59 @@ def test_an_allowed_shell_job_runs_without_the_nodes_secrets(
 
 
 # --- Database roles and webhooks ---------------------------------------------------------
+
+
+def test_a_replayed_webhook_is_rejected_by_the_documented_receiver(
+    api: Api, egress_node: Nodes
+) -> None:
+    """A node delivers a failed event to the receiver of docs/alerts.md, which accepts it;
+    the same request sent again is dropped, and one sent 6 minutes later is refused."""
+    handled: list[dict[str, Any]] = []
+    captured: list[tuple[dict[str, str], bytes]] = []
+    os.environ[HOOK_SECRET_ENV] = HOOK_SECRET
+    try:
+        docs = docs_receiver(HOOK_SECRET_ENV)
+    finally:
+        del os.environ[HOOK_SECRET_ENV]
+    docs["handle"] = handled.append
+    with serve_docs_receiver(docs, "127.0.0.2", captured) as url:
+
+        async def rule() -> None:
+            async with AlertStore.open(api.settings) as alerts:
+                await alerts.add_rule(
+                    AlertRule.build(
+                        "replayed", url, events="failed", job="hooked", secret_env=HOOK_SECRET_ENV
+                    )
+                )
+
+        with config_as(api, api_handlers="http:GET http://127.0.0.1:9/"):
+            with api.as_("write") as client:
+                job = {"name": "hooked", "schedule": "@daily",
+                       "handler": "http:GET http://127.0.0.1:9/nothing-here"}  # fmt: skip
+                assert client.post("/api/jobs", json=job).status_code == 201
+            asyncio.run(rule())
+            with api.as_("write") as client:
+                assert client.post("/api/jobs/default/hooked/trigger").status_code == 200
+            until(lambda: handled, "the failed event to reach the documented receiver", 60)
+        (event,) = handled
+        assert (event["event"], event["job"]) == ("failed", "hooked")
+        headers, body = captured[0]
+        assert headers["webhook-signature"].startswith("v1,")
+
+        # the very request again: verified, acknowledged, not handled twice
+        replay = httpx.post(url, content=body, headers=headers, timeout=10)
+        assert replay.status_code == 204 and len(handled) == 1
+        # the same bytes 6 minutes later: too old, refused
+        real_time = docs["time"]
+        docs["time"] = types.SimpleNamespace(time=lambda: real_time.time() + 360)
+        late = httpx.post(url, content=body, headers=headers, timeout=10)
+        docs["time"] = real_time
+        assert late.status_code == 401
+        # a fresh timestamp without a fresh signature, or a changed body: refused
+        fresh = {**headers, "webhook-timestamp": str(int(time.time()) + 1)}
+        assert httpx.post(url, content=body, headers=fresh, timeout=10).status_code == 401
+        forged = body.replace(b"hooked", b"hacked")
+        assert httpx.post(url, content=forged, headers=headers, timeout=10).status_code == 401
+        assert len(handled) == 1
+    assert HOOK_SECRET not in stored_text(api) and HOOK_SECRET not in egress_node.logs()
+    assert HOOK_SECRET[6:] not in egress_node.logs()

@@ -1,16 +1,24 @@
 """A real HTTP receiver for alert and http: handler tests: records every request (any of
 GET, POST, PUT, PATCH, DELETE), and can answer 500, be slow, or be down (stopped, then
-started again on the same port); ``routes`` answer chosen paths their own way."""
+started again on the same port); ``routes`` answer chosen paths their own way. It listens on
+127.0.0.1, which the egress guard refuses by default: ``allow_local`` opens loopback for a
+test's nodes and commands, ``local_config`` for a service built in the test."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import threading
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
+
+from cluster.config.egress import EGRESS_ALLOW
+from cluster.settings import ClusterSettings
+from cluster.store.jobs import JobStore
 
 
 @dataclass(frozen=True)
@@ -31,6 +39,7 @@ class Route:
     status: int = 200
     delay_s: float = 0.0
     body: bytes = b""
+    headers: tuple[tuple[str, str], ...] = ()  # e.g. (("Location", url),) with a 302
 
 
 @dataclass
@@ -43,12 +52,13 @@ class Receiver:
     routes: dict[str, Route] = field(default_factory=dict)
     requests: list[Request] = field(default_factory=list)
     port: int = 0
+    host: str = "127.0.0.1"  # another loopback address (127.0.0.2) stands in for a remote host
     _server: ThreadingHTTPServer | None = None
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}/hook"
+        return f"http://{self.host}:{self.port}/hook"
 
     def start(self) -> Receiver:
         receiver = self
@@ -68,6 +78,8 @@ class Receiver:
                     time.sleep(route.delay_s)
                 self.send_response(route.status)
                 self.send_header("Content-Length", str(len(route.body)))
+                for name, value in route.headers:
+                    self.send_header(name, value)
                 self.end_headers()
                 if route.body:
                     self.wfile.write(route.body)
@@ -78,7 +90,7 @@ class Receiver:
                 pass
 
         ThreadingHTTPServer.allow_reuse_address = True
-        self._server = ThreadingHTTPServer(("127.0.0.1", self.port), Handler)
+        self._server = ThreadingHTTPServer((self.host, self.port), Handler)
         self._server.daemon_threads = True
         self.port = self._server.server_address[1]
         threading.Thread(target=self._server.serve_forever, daemon=True).start()
@@ -106,3 +118,21 @@ def receiver(**kwargs: Any) -> Any:
         yield r
     finally:
         r.stop()
+
+
+LOCAL = {EGRESS_ALLOW: "127.0.0.0/8"}
+
+
+def allow_local(settings: ClusterSettings) -> None:
+    """``pulse config set egress.allow 127.0.0.0/8`` on the test's cluster."""
+
+    async def go() -> None:
+        async with JobStore.open(settings) as store:
+            await store.set_config(EGRESS_ALLOW, LOCAL[EGRESS_ALLOW])
+
+    asyncio.run(go())
+
+
+async def local_config() -> Mapping[str, str]:
+    """A ``config`` source for a service built in a test: loopback allowed."""
+    return LOCAL

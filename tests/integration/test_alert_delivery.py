@@ -18,7 +18,7 @@ from cluster.store.jobs import JobStore
 from node.maintenance.outbox import MAX_AGE_S, AlertDelivery, retry_delay_s
 from node.stats import Stats
 from tests.helpers.outbox import T0, add_rule, at, events, every_10s, run_slot, sql
-from tests.helpers.receiver import Receiver, receiver
+from tests.helpers.receiver import Receiver, local_config, receiver
 from tests.helpers.sessions import Opener
 
 pytestmark = pytest.mark.timeout(60)
@@ -32,7 +32,7 @@ async def alerts(settings: ClusterSettings) -> Any:
 
 
 def service(alerts: AlertStore, node_id: str = "n1", **kw: Any) -> AlertDelivery:
-    return AlertDelivery(alerts, node_id, Stats(), **kw)
+    return AlertDelivery(alerts, node_id, Stats(), **{"config": local_config, **kw})
 
 
 async def failures(store: JobStore, open_session: Opener, *slots: float) -> None:

@@ -29,6 +29,7 @@ DELIVERY_KEYS = {
 def pulse(settings: ClusterSettings) -> Any:
     pulse = functools.partial(invoke, settings)
     assert pulse("init", "--shards", "16").exit_code == 0
+    assert pulse("config", "set", "egress.allow", "127.0.0.0/8").exit_code == 0
     assert pulse(*add_args("rollup", "--tenant", "acme")).exit_code == 0
     return pulse
 

@@ -24,6 +24,9 @@ DEFAULTS = {
     "keep_failed_for": "90d",
     "api.handlers": "",
     "api.env": "",
+    "egress.allow": "",
+    "api.http_body": "drop",
+    "celery.brokers": "",
 }
 
 
@@ -76,13 +79,12 @@ def test_set_stores_the_canonical_value_and_init_keeps_it(
     assert pulse("init").exit_code == 0
     shown = json.loads(pulse("config", "show", "--json").stdout)
     assert shown == {
+        **DEFAULTS,
         "keep_for": "7d",
         "keep_runs": 50,
         "keep_failed_for": "1d12h",
-        "api.handlers": "",
-        "api.env": "",
     }
-    assert len(config_rows(settings)) == 3  # the api.* keys are shown at their default
+    assert len(config_rows(settings)) == 3  # the other keys are shown at their defaults
 
 
 @pytest.mark.parametrize(
@@ -99,13 +101,20 @@ def test_set_stores_the_canonical_value_and_init_keeps_it(
         (["keep_runs", "many"], "keep_runs"),
         (["keep_forever", "1d"], "keep_forever"),
         (["KEEP_FOR", "1d"], "KEEP_FOR"),
+        (["egress.allow", "10.0.0.0/33"], "egress.allow"),
+        (["egress.allow", "intranet"], "egress.allow"),
+        (["api.http_body", "sometimes"], "api.http_body"),
+        (["celery.brokers", "main=redis://:hunter2@broker:6379/0"], "celery.brokers"),
+        (["celery.brokers", "redis://broker:6379/0"], "celery.brokers"),
     ],
 )
 def test_bad_input_names_the_key_and_writes_nothing(
     pulse: Any, settings: ClusterSettings, args: list[str], field: str
 ) -> None:
     before = config_rows(settings)
-    assert_bad_input(pulse("config", "set", *args), field)
+    result = pulse("config", "set", *args)
+    assert_bad_input(result, field)
+    assert "hunter2" not in result.output + result.stderr
     assert config_rows(settings) == before
 
 

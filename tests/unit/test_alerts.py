@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import json
 from datetime import UTC, datetime
 
@@ -15,8 +16,11 @@ from cluster.alerts.rules import (
     parse_events,
     redact_url,
     signature,
+    signing_key,
+    standard_signature,
     verify,
 )
+from cluster.alerts.webhook import headers
 from cluster.errors import InvalidInput
 
 T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
@@ -115,3 +119,33 @@ def test_signature_is_the_hex_hmac_of_the_body() -> None:
     assert verify(payload, "s3cret", header)
     assert not verify(payload + b" ", "s3cret", header)
     assert not verify(payload, "other", header)
+
+
+def test_standard_webhooks_signature_matches_the_reference_vector() -> None:
+    # The test vector of https://github.com/standard-webhooks/standard-webhooks.
+    secret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
+    found = standard_signature(
+        b'{"test": 2432232314}', secret, "msg_p5jXN8AQM9LWM0D4loKWxJek", 1614265330
+    )
+    assert found == "v1,g0hM9SsE+OTPJTGt/tmIKtSyZlE3uFJELVlNIOLJ1OE="
+
+
+def test_a_plain_secret_signs_with_its_bytes_and_a_bad_whsec_secret_is_named_not_shown() -> None:
+    assert signing_key("s3cret") == b"s3cret"
+    assert signing_key("whsec_" + base64.b64encode(b"key").decode()) == b"key"
+    with pytest.raises(ValueError) as caught:
+        signing_key("whsec_not*base64!")
+    assert "not*base64" not in str(caught.value)
+
+
+def test_webhook_headers_carry_id_time_and_both_signatures() -> None:
+    payload = body(event(), "json")
+    found = headers(payload, "evt-1", "s3cret", timestamp=1_700_000_000)
+    assert found["webhook-id"] == found["Idempotency-Key"] == "evt-1"
+    assert found["webhook-timestamp"] == "1700000000"
+    assert found["webhook-signature"] == standard_signature(
+        payload, "s3cret", "evt-1", 1_700_000_000
+    )
+    assert verify(payload, "s3cret", found["X-Pulse-Signature"])
+    unsigned = headers(payload, "evt-1", None)
+    assert "webhook-signature" not in unsigned and "X-Pulse-Signature" not in unsigned

@@ -94,7 +94,7 @@ BAD: list[tuple[Any, str]] = [
     ({"celery": {"task": ""}}, "handler.celery.task"),
     ({"celery": {"task": "a b"}}, "handler.celery.task"),
     ({"celery": {"task": "t", "wait": "yes"}}, "handler.celery.wait"),
-    ({"celery": {"task": "t", "broker": "nohost"}}, "handler.celery.broker"),
+    ({"celery": {"task": "t", "broker": "host/0"}}, "handler.celery.broker"),
     (5, "handler"),
 ]
 
