@@ -343,7 +343,7 @@ def test_a_redirect_to_loopback_from_an_allowed_host_is_not_followed(
 
 @pytest.mark.parametrize(
     "broker",
-    ["redis://:broker-password-secret@attacker.example:6379/0", "${env:PULSE_DATABASE_URL}",
+    ["redis://:broker-password-secret@attacker.example:6379/0", "${env:CELERY_SECRET_URL}",
      "amqp://guest:guest@10.0.0.5//"],
 )  # fmt: skip
 def test_a_celery_job_over_the_api_cannot_choose_its_broker(api: Api, broker: str) -> None:
@@ -352,7 +352,7 @@ def test_a_celery_job_over_the_api_cannot_choose_its_broker(api: Api, broker: st
             "handler": {"celery": {"task": "app.tasks.t", "broker": broker}}}  # fmt: skip
     brokers = "main=redis://127.0.0.2:6379/9"
     with (
-        config_as(api, api_handlers="celery:*", celery_brokers=brokers),
+        config_as(api, api_handlers="celery:*", api_env="CELERY_*", celery_brokers=brokers),
         api.as_("write") as client,
     ):
         refused = client.post("/api/jobs", json=body)
