@@ -1,4 +1,4 @@
--- The Pulse schema as it stands after the newest migration (version 15), for readers.
+-- The Pulse schema as it stands after the newest migration (version 18), for readers.
 --
 -- `pulse init` never runs this file: it applies cluster/store/migrations/NNN_*.sql in
 -- order. This file is edited in the same commit as each new migration, and
@@ -551,3 +551,16 @@ CREATE TABLE api_audit (
 );
 
 CREATE INDEX api_audit_at ON api_audit (at DESC, id DESC);
+
+-- Console sessions: the cookie carries a random id, this table its SHA-256. Revoking the
+-- token deletes its sessions (the cascade); an expired token's sessions stop at lookup.
+CREATE TABLE console_sessions (
+    id_hash      bytea PRIMARY KEY,
+    token_name   text NOT NULL REFERENCES api_tokens (name) ON DELETE CASCADE,
+    created_at   timestamptz NOT NULL DEFAULT now(),
+    expires_at   timestamptz NOT NULL,
+    last_seen_at timestamptz NOT NULL DEFAULT now()
+);
+
+CREATE INDEX console_sessions_token ON console_sessions (token_name);
+CREATE INDEX console_sessions_expires ON console_sessions (expires_at);
