@@ -72,3 +72,28 @@ def test_the_handler_allow_list_is_a_config_key(pulse: Invoke) -> None:
     shown = json.loads(pulse("config", "show", "--json").stdout)
     assert shown["api.handlers"] == "billing.*:*,shell:backup *"
     assert pulse("config", "set", "api.handlers", "").exit_code == 0
+
+
+def test_a_token_expires_after_90_days_unless_told_and_never_warns(
+    pulse: Invoke, settings: ClusterSettings
+) -> None:
+    assert pulse("init").exit_code == 0
+    assert pulse("tokens", "create", "default", "--role", "read").exit_code == 0
+    dated = pulse("tokens", "create", "dated", "--role", "read", "--expires", "2099-01-01")
+    assert dated.exit_code == 0, dated.output
+    forever = pulse("tokens", "create", "forever", "--role", "read", "--expires", "never")
+    assert forever.exit_code == 0
+    assert "warning" in forever.stderr and "never expires" in forever.stderr
+    assert forever.stdout.strip().startswith("pulse_"), "the token alone on stdout"
+    with psycopg.connect(settings.database_url) as conn:
+        rows = conn.execute(
+            "SELECT name, round(extract(epoch FROM expires_at - created_at) / 86400)"
+            f" FROM {settings.schema}.api_tokens WHERE name = 'default'"
+        ).fetchall()
+    assert rows == [("default", 90)]
+    listed = {
+        t["name"]: t["expires_at"] for t in json.loads(pulse("tokens", "list", "--json").stdout)
+    }
+    assert listed["dated"].startswith("2099-01-01T00:00:00") and listed["forever"] is None
+    table = pulse("tokens", "list").stdout
+    assert "EXPIRES" in table and "never" in table and "2099-01-01" in table
