@@ -336,6 +336,8 @@ def test_a_console_session_needs_the_csrf_token_to_change_anything(api: Api) -> 
             "/console/session", json={"token": secret}, headers={"X-Forwarded-Proto": "https"}
         )
         assert "secure" in behind.headers["set-cookie"].lower()
+        assert behind.headers["strict-transport-security"] == "max-age=31536000"
+        assert "strict-transport-security" not in tls.get("/api/health").headers
 
 
 def test_a_revoked_token_ends_its_console_session(api: Api) -> None:
