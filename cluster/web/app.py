@@ -169,6 +169,12 @@ def create_app(
                 return _error(status_code, said)
         return _error(status_code, str(exc))
 
+    @app.exception_handler(OverflowError)
+    async def out_of_range(request: Request, exc: OverflowError) -> JSONResponse:
+        """Date or number arithmetic on a value no check above caught: the caller's value."""
+        logger.warning("out of range: %s", exc, extra={"event": "web_out_of_range"})
+        return _error(422, "a value is out of range", "body")
+
     @app.exception_handler(RequestValidationError)
     async def bad_request(request: Request, exc: RequestValidationError) -> JSONResponse:
         first = exc.errors()[0] if exc.errors() else {}

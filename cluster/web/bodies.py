@@ -23,6 +23,7 @@ from cluster.errors import InvalidInput
 
 # What a body may be sent as: JSON, or curl's default for -d (the documented examples).
 JSON_TYPES = frozenset({"application/json", "application/x-www-form-urlencoded"})
+MIN_YEAR, MAX_YEAR = 1900, 9000
 
 
 def _no_constant(name: str) -> Any:
@@ -111,6 +112,8 @@ def iso_time(value: object, field: str) -> datetime:
         raise InvalidInput(field, f"{value!r} is not an ISO 8601 time") from exc
     if found.tzinfo is None:
         raise InvalidInput(field, "needs a UTC offset, e.g. 2026-01-01T00:00:00+00:00")
+    if not MIN_YEAR <= found.year <= MAX_YEAR:  # arithmetic on slots near year 1 or 9999 overflows
+        raise InvalidInput(field, f"must be between the years {MIN_YEAR} and {MAX_YEAR}")
     return found
 
 

@@ -282,6 +282,37 @@ def test_malformed_json_is_422_and_writes_nothing(api: Api) -> None:
         refused_everywhere(api, body)
 
 
+def test_durations_and_times_past_what_sql_can_add_are_422(api: Api) -> None:
+    """A late-after of 1e300 seconds would overflow the late pass's timestamp arithmetic for
+    every job of every tenant; a backfill from year 1 the slot arithmetic. Both are bad input."""
+    before = written(api)
+    job = {"name": "forever", "schedule": "@every 1h", "handler": "billing.jobs:rollup"}
+    with api.as_("admin") as admin:
+        answers = [
+            admin.post("/api/jobs", json={**job, "late_after": 1e300}),
+            admin.post("/api/jobs", json={**job, "timeout": "99999999999999d"}),
+            admin.post(
+                "/api/jobs/default/forever/backfill",
+                json={
+                    "from": "0001-01-01T00:00:00+00:00",
+                    "to": "2026-01-01T00:00:00+00:00",
+                },
+            ),
+            admin.post(
+                "/api/jobs/default/forever/backfill",
+                json={
+                    "from": "2026-01-01T00:00:00+00:00",
+                    "to": "2026-01-02T00:00:00+00:00",
+                    "max_parallel": 10**30,
+                },
+            ),
+        ]
+    assert [(a.status_code, a.json()["field"]) for a in answers] == [
+        (422, "late_after"), (422, "timeout"), (422, "from"), (422, "max_parallel"),
+    ]  # fmt: skip
+    assert written(api) == before
+
+
 def test_postgres_down_is_503_naming_no_host_or_user(database_url: str, tmp_path: Path) -> None:
     """``pulse web`` started against a closed port: /api/health answers without a token,
     and what needs the store says only that it is unavailable."""
