@@ -1,5 +1,6 @@
-"""``pulse tokens`` and ``pulse config set api.handlers``: tokens printed once and stored
-only as a hash, listed without secrets, revoked at once; bad input is one line, exit 2."""
+"""``pulse tokens``, ``pulse config set api.handlers`` and ``pulse web``'s options: tokens
+printed once and stored only as a hash, expiring in 90 days unless told, listed without
+secrets, revoked at once; bad input is one line, exit 2."""
 
 from __future__ import annotations
 
@@ -97,3 +98,16 @@ def test_a_token_expires_after_90_days_unless_told_and_never_warns(
     assert listed["dated"].startswith("2099-01-01T00:00:00") and listed["forever"] is None
     table = pulse("tokens", "list").stdout
     assert "EXPIRES" in table and "never" in table and "2099-01-01" in table
+
+
+def test_bad_pulse_web_options_are_one_line_and_exit_2(pulse: Invoke) -> None:
+    for args in (
+        ("--forwarded-allow-ips", "proxy.example.com"),
+        ("--forwarded-allow-ips", "10.0.0.0/33"),
+        ("--session-idle", "0s"),
+        ("--session-max", "400d"),
+        ("--session-max", "soon"),
+    ):
+        result = pulse("web", "--bind", "127.0.0.1:1", *args)
+        assert result.exit_code == 2, (args, result.output)
+        assert len(result.stderr.strip().splitlines()) == 1
