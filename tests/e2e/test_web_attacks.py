@@ -65,10 +65,10 @@ def from_client(api: Api, address: str, **headers: str) -> httpx.Client:
 
 
 @contextlib.contextmanager
-def signed_in(api: Api, who: str, address: str) -> Iterator[tuple[httpx.Client, str, str]]:
-    """A browser signed in with token ``who``: the client, its session id and CSRF token."""
+def signed_in(api: Api, token: str, address: str) -> Iterator[tuple[httpx.Client, str, str]]:
+    """A browser signed in with ``token``: the client, its session id and CSRF token."""
     with from_client(api, address) as browser:
-        answer = browser.post("/console/session", json={"token": api.tokens[who]})
+        answer = browser.post("/console/session", json={"token": token})
         assert answer.status_code == 200, answer.text
         yield browser, browser.cookies[COOKIE], answer.json()["csrf"]
 
@@ -110,7 +110,7 @@ def test_a_cookie_holding_a_raw_api_token_is_refused(api: Api) -> None:
 
 
 def test_a_session_cookie_after_sign_out_is_refused(api: Api) -> None:
-    with signed_in(api, "read", "198.51.100.12") as (browser, session, csrf):
+    with signed_in(api, api.tokens["read"], "198.51.100.12") as (browser, session, csrf):
         assert browser.get("/api/jobs").status_code == 200
         out = browser.delete("/console/session", headers={"X-CSRF-Token": csrf})
         assert out.status_code == 204
@@ -122,8 +122,8 @@ def test_a_session_cookie_after_sign_out_is_refused(api: Api) -> None:
 
 
 def test_a_session_after_its_tokens_revocation_is_refused(api: Api) -> None:
-    api.tokens["doomed"] = make_token(api.settings, "doomed", "admin")
-    with signed_in(api, "doomed", "198.51.100.13") as (browser, session, csrf):
+    doomed = make_token(api.settings, "doomed", "admin")
+    with signed_in(api, doomed, "198.51.100.13") as (browser, session, csrf):
         assert browser.get("/console/session").json()["name"] == "doomed"
         assert sessions_of(api, "doomed") == 1
         revoked = spawn(api.settings, "tokens", "revoke", "doomed").result()
@@ -138,13 +138,13 @@ def test_a_session_after_its_tokens_revocation_is_refused(api: Api) -> None:
         ]
     assert [a.status_code for a in answers] == [401, 401]
     assert written(api) == before
-    assert_no_secret(api, answers, session, api.tokens["doomed"])
-    assert api.tokens["doomed"] not in revoked.stdout + revoked.stderr
+    assert_no_secret(api, answers, session, doomed)
+    assert doomed not in revoked.stdout + revoked.stderr
 
 
 def test_a_session_cookie_without_csrf_on_post_is_403(api: Api) -> None:
     before = written(api)
-    with signed_in(api, "admin", "198.51.100.14") as (browser, session, csrf):
+    with signed_in(api, api.tokens["admin"], "198.51.100.14") as (browser, session, csrf):
         answers = [
             browser.put("/api/tenants/csrf/limit", json=LIMIT),
             browser.put(
