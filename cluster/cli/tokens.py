@@ -7,12 +7,12 @@ from __future__ import annotations
 
 import click
 
-from cluster.cli.base import PulseCommand, PulseGroup, emit_json, fail, with_store
+from cluster.cli.base import PulseCommand, PulseGroup, emit_json, with_store
 from cluster.cli.jobs import table
 from cluster.jobs.models import iso
 from cluster.jobs.spec import validate_name
 from cluster.store.jobs import JobStore
-from cluster.timing.durations import parse_duration
+from cluster.timing.expiry import DEFAULT_EXPIRES, parse_expiry
 from cluster.web.tokens import ROLES, new_token, token_hash
 
 
@@ -31,7 +31,13 @@ def tokens() -> None:
     help="read: read only; write: change jobs; admin: also read the audit trail.",
 )
 @click.option("--tenant", default=None, envvar="PULSE_TOKEN_TENANT", help="Only this tenant.")
-@click.option("--expires", default=None, envvar="PULSE_TOKEN_EXPIRES", help="e.g. 90d [never].")
+@click.option(
+    "--expires",
+    default=DEFAULT_EXPIRES,
+    show_default=True,
+    envvar="PULSE_TOKEN_EXPIRES",
+    help="A duration (30d), an ISO 8601 time (UTC without an offset) or never.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the token and its facts as JSON.")
 @with_store
 async def create(
@@ -39,22 +45,26 @@ async def create(
     name: str,
     role: str,
     tenant: str | None,
-    expires: str | None,
+    expires: str,
     as_json: bool,
 ) -> None:
-    """Create a token and print it once: only its hash is stored."""
+    """Create a token and print it once: only its hash is stored. It expires after 90
+    days unless --expires says otherwise."""
     validate_name(name)
     if tenant is not None:
         validate_name(tenant, "tenant")
-    expires_s = None
-    if expires is not None:
-        expires_s = parse_duration(expires, "expires")
-        if expires_s <= 0:
-            fail("invalid expires: must be positive", 2)
+    expiry = parse_expiry(expires)
     secret = new_token()
     info = await store.access.create_token(
-        name, role, token_hash(secret), tenant=tenant, expires_s=expires_s
+        name,
+        role,
+        token_hash(secret),
+        tenant=tenant,
+        expires_s=expiry.after_s,
+        expires_at=expiry.at,
     )
+    if expiry.never:
+        click.echo(f"pulse: warning: token {name} never expires; revoke it when done", err=True)
     if as_json:
         emit_json({**info.to_json(), "token": secret})
         return

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import ipaddress
+
 import click
 
 from cluster.cli.base import PulseCommand, duration_option, fail, settings_of
@@ -9,8 +11,13 @@ from cluster.errors import InvalidInput
 from cluster.timing.durations import parse_duration
 
 DEFAULT_BIND = "127.0.0.1:8080"
-DEFAULT_AUTH_FAILURES = 10  # as cluster.web.limits, which needs the extra to import
+# As cluster.web.limits and cluster.store.sessions, which need the extra to import.
+DEFAULT_AUTH_FAILURES = 10
 DEFAULT_AUTH_WINDOW_S = 60.0
+DEFAULT_SESSION_IDLE_S = 2 * 3600.0
+DEFAULT_SESSION_MAX_S = 12 * 3600.0
+DEFAULT_FORWARDED_ALLOW_IPS = "127.0.0.1,::1"
+MAX_SESSION_S = 366 * 86400.0
 
 
 def parse_bind(bind: str) -> tuple[str, int]:
@@ -18,6 +25,31 @@ def parse_bind(bind: str) -> tuple[str, int]:
     if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
         raise InvalidInput("bind", f"{bind!r} is not HOST:PORT, e.g. 127.0.0.1:8080")
     return host.strip("[]"), int(port)
+
+
+def parse_proxies(text: str) -> list[str]:
+    """``--forwarded-allow-ips``: addresses or networks, comma-separated, ``*`` for any peer,
+    empty or ``none`` for no proxy (forwarded headers are then ignored)."""
+    items = [item.strip() for item in text.split(",") if item.strip()]
+    if items in ([], ["none"]):
+        return []
+    for item in items:
+        if item == "*":
+            continue
+        try:
+            ipaddress.ip_network(item, strict=False)
+        except ValueError as exc:
+            raise InvalidInput(
+                "forwarded-allow-ips", f"{item!r} is not an IP address or network"
+            ) from exc
+    return items
+
+
+def _session_duration(text: str, field: str) -> float:
+    seconds = parse_duration(text, field)
+    if not 0 < seconds <= MAX_SESSION_S:
+        raise InvalidInput(field, "must be more than 0s and at most 366d")
+    return seconds
 
 
 @click.command("web", cls=PulseCommand)
@@ -34,7 +66,7 @@ def parse_bind(bind: str) -> tuple[str, int]:
     default=DEFAULT_AUTH_FAILURES,
     show_default=True,
     envvar="PULSE_WEB_AUTH_FAILURES",
-    help="Failed authentications per address and window before it is refused (429).",
+    help="Failed sign-ins per address (and per token prefix) and window before 429.",
 )
 @duration_option(
     "--auth-window",
@@ -42,16 +74,56 @@ def parse_bind(bind: str) -> tuple[str, int]:
     "Window of --auth-failures.",
     envvar="PULSE_WEB_AUTH_WINDOW",
 )
+@click.option(
+    "--forwarded-allow-ips",
+    default=DEFAULT_FORWARDED_ALLOW_IPS,
+    show_default=True,
+    envvar="PULSE_WEB_FORWARDED_ALLOW_IPS",
+    help="Proxies whose X-Forwarded-For/-Proto are believed: addresses or networks, "
+    "comma-separated; none for no proxy.",
+)
+@duration_option(
+    "--session-idle",
+    DEFAULT_SESSION_IDLE_S,
+    "A console session unused this long ends.",
+    envvar="PULSE_WEB_SESSION_IDLE",
+)
+@duration_option(
+    "--session-max",
+    DEFAULT_SESSION_MAX_S,
+    "A console session ends this long after sign-in, used or not.",
+    envvar="PULSE_WEB_SESSION_MAX",
+)
 @click.pass_context
-def web(ctx: click.Context, bind: str, auth_failures: int, auth_window: str) -> None:
+def web(
+    ctx: click.Context,
+    bind: str,
+    auth_failures: int,
+    auth_window: str,
+    forwarded_allow_ips: str,
+    session_idle: str,
+    session_max: str,
+) -> None:
     """Serve the HTTP API (/api/, OpenAPI at /api/openapi.json) and the console (/console/)."""
     try:
         host, port = parse_bind(bind)
         window_s = parse_duration(auth_window, "auth-window")
+        proxies = parse_proxies(forwarded_allow_ips)
+        idle_s = _session_duration(session_idle, "session-idle")
+        max_s = _session_duration(session_max, "session-max")
     except InvalidInput as exc:
         fail(f"invalid {exc}", 2)
     try:
         from cluster.web import server
     except ImportError as exc:
         fail(f"pulse web needs the web extra: pip install 'pulsecron[web]' ({exc})", 1)
-    server.serve(settings_of(ctx), host, port, auth_failures=auth_failures, auth_window_s=window_s)
+    server.serve(
+        settings_of(ctx),
+        host,
+        port,
+        auth_failures=auth_failures,
+        auth_window_s=window_s,
+        forwarded_allow_ips=proxies,
+        session_idle_s=idle_s,
+        session_max_s=max_s,
+    )

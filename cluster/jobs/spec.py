@@ -25,6 +25,9 @@ from ring.zones import normalize_zones
 MAX_PAYLOAD_BYTES = 1024 * 1024
 MAX_NAME_LENGTH = 200
 MAX_COUNT = 2**31 - 1  # Postgres integer
+# Added to a timestamp in SQL (the late pass, leases): more would overflow it there, for
+# every job of the statement, not just this one.
+MAX_DURATION_S = 100 * 365 * 86400.0
 DEFAULT_TENANT = "default"
 DEFAULT_TZ = "UTC"
 DEFAULT_CATCH_UP = "once"
@@ -168,10 +171,14 @@ def _duration(value: object, field_name: str) -> float:
             raise InvalidInput(field_name, f"must be a finite duration, got {value!r}")
         if value < 0:
             raise InvalidInput(field_name, "must not be negative")
-        return float(value)
-    if not isinstance(value, str):
+        seconds = float(value)
+    elif isinstance(value, str):
+        seconds = parse_duration(value, field_name)
+    else:
         raise InvalidInput(field_name, "must be a duration such as 30s or 5m")
-    return parse_duration(value, field_name)
+    if seconds > MAX_DURATION_S:
+        raise InvalidInput(field_name, "must be at most 100 years")
+    return seconds
 
 
 def _count(value: object, field_name: str, minimum: int) -> int:

@@ -89,9 +89,11 @@ class Access:
         *,
         tenant: str | None = None,
         expires_s: float | None = None,
+        expires_at: datetime | None = None,
         now: datetime | None = None,
     ) -> TokenInfo:
-        """Store a token's hash; ``Conflict`` if the name is taken."""
+        """Store a token's hash, live for ``expires_s`` or until ``expires_at`` (neither:
+        for ever); ``Conflict`` if the name is taken."""
         check_text(name, "name")
         params = {
             "name": name,
@@ -99,6 +101,7 @@ class Access:
             "tenant_id": tenant,
             "hash": token_hash,
             "expires_s": expires_s,
+            "expires_at": expires_at,
             "now": now,
         }
         rows = await self._rows("token_insert", params)

@@ -8,8 +8,8 @@ This module owns the cluster's settings and pruning, and what acts on jobs that 
 (pause, resume, trigger, remove, and the reads). Its parts hold the rest, on the store's
 scoped connection (``cluster.store.scoped``): creating and placing job rows
 (``definitions``), steering running slots (``runcontrol``), tokens and audit (``access``),
-paged reads (``pages``), tenant limits (``tenants``) and the handlers registries offer
-the API (``handlers``). The methods of the first two that
+paged reads (``pages``), tenant limits (``tenants``), console sessions (``sessions``) and
+the handlers registries offer the API (``handlers``). The methods of the first two that
 users call are the store's too.
 
     async with JobStore.open(ClusterSettings.from_env()) as store:
@@ -40,6 +40,7 @@ from cluster.store.pages import Pages
 from cluster.store.pruning import PruneResult
 from cluster.store.runcontrol import CancelRequest, RunControl
 from cluster.store.scoped import ScopedConnection
+from cluster.store.sessions import ConsoleSessions
 from cluster.store.specs import MAX_NOTE_LENGTH, ApplyResult, SyncResult
 from cluster.store.tenants import Tenants
 from cluster.timing.jitter import jittered
@@ -59,6 +60,7 @@ class JobStore:
         self.pages = Pages(conn, scope)
         self.tenants = Tenants(conn)
         self.handlers = RegisteredHandlers(conn)
+        self.sessions = ConsoleSessions(conn)
 
     @asynccontextmanager
     async def transaction(self) -> AsyncIterator[None]:

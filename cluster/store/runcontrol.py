@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from cluster.errors import InvalidInput, NotRunning
-from cluster.jobs.spec import DEFAULT_TENANT, check_text
+from cluster.jobs.spec import DEFAULT_TENANT, MAX_COUNT, check_text
 from cluster.store import backfills
 from cluster.store.backfills import Backfill, BackfillPlan
 from cluster.store.notify import CANCEL_PREFIX
@@ -87,6 +87,8 @@ class RunControl:
         nothing is written then."""
         if isinstance(max_parallel, bool) or not isinstance(max_parallel, int) or max_parallel < 1:
             raise InvalidInput("max_parallel", f"must be a whole number >= 1, got {max_parallel!r}")
+        if max_parallel > MAX_COUNT:
+            raise InvalidInput("max_parallel", f"must be at most {MAX_COUNT}")
         async with self._db.transaction():
             job = await self._db.job("lock_job", name, tenant)
             if job.paused or job.status == "done":

@@ -1,4 +1,4 @@
--- The Pulse schema as it stands after the newest migration (version 15), for readers.
+-- The Pulse schema as it stands after the newest migration (version 18), for readers.
 --
 -- `pulse init` never runs this file: it applies cluster/store/migrations/NNN_*.sql in
 -- order. This file is edited in the same commit as each new migration, and
@@ -564,3 +564,16 @@ CREATE TABLE registered_handlers (
 );
 
 CREATE INDEX registered_handlers_by_handler ON registered_handlers (handler);
+
+-- Console sessions: the cookie carries a random id, this table its SHA-256. Revoking the
+-- token deletes its sessions (the cascade); an expired token's sessions stop at lookup.
+CREATE TABLE console_sessions (
+    id_hash      bytea PRIMARY KEY,
+    token_name   text NOT NULL REFERENCES api_tokens (name) ON DELETE CASCADE,
+    created_at   timestamptz NOT NULL DEFAULT now(),
+    expires_at   timestamptz NOT NULL,
+    last_seen_at timestamptz NOT NULL DEFAULT now()
+);
+
+CREATE INDEX console_sessions_token ON console_sessions (token_name);
+CREATE INDEX console_sessions_expires ON console_sessions (expires_at);

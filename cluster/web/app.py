@@ -1,9 +1,11 @@
 """The ASGI application of ``pulse web``: the API routers, the console, error answers,
 the 1 MiB body limit and the security headers of every response.
 
-Stateless: every request reads Postgres (and Redis for status) through the pool; sessions
-live in a cookie and CSRF tokens derive from it, so replicas behind a load balancer need
-nothing in common but the database (docs/design/web.md).
+Stateless: every request reads Postgres (and Redis for status) through the pool; console
+sessions are rows in Postgres and CSRF tokens derive from their ids, so replicas behind a
+load balancer need nothing in common but the database (docs/design/web.md). An error
+answer never carries a driver's message: those name hosts, users and ports, so they go to
+the log and the caller reads only that the store is unavailable.
 """
 
 from __future__ import annotations
@@ -20,12 +22,20 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from cluster.errors import Conflict, InvalidInput, NotFound, NotRunning, PulseError, StoreError
+from cluster.errors import (
+    Conflict,
+    InvalidInput,
+    MembershipError,
+    NotFound,
+    NotRunning,
+    PulseError,
+    StoreError,
+)
 from cluster.settings import ClusterSettings
 from cluster.store.pool import StorePool
 from cluster.web import alerts, audit, backfills, console, jobs, runs, status, tenants
-from cluster.web.limits import DEFAULT_AUTH_FAILURES, DEFAULT_AUTH_WINDOW_S, FailureLimiter
-from cluster.web.state import WebState
+from cluster.web.limits import DEFAULT_AUTH_FAILURES, DEFAULT_AUTH_WINDOW_S, SignInThrottle
+from cluster.web.state import SessionPolicy, WebState
 
 logger = logging.getLogger(__name__)
 
@@ -41,6 +51,9 @@ SECURITY_HEADERS = [
     (b"x-frame-options", b"DENY"),
     (b"cache-control", b"no-store"),
 ]
+# Only over TLS (directly, or from a trusted proxy's X-Forwarded-Proto): a browser ignores
+# it over plain HTTP, and a loopback console without TLS must stay reachable.
+HSTS = (b"strict-transport-security", b"max-age=31536000")
 
 # The answer to each Pulse error, the first class it is an instance of.
 ERROR_STATUS: tuple[tuple[type[PulseError], int], ...] = (
@@ -49,7 +62,13 @@ ERROR_STATUS: tuple[tuple[type[PulseError], int], ...] = (
     (NotRunning, 409),
     (NotFound, 404),
     (StoreError, 503),
+    (MembershipError, 503),
     (PulseError, 500),
+)
+# What a 503 says: the driver's own message names hosts, users and ports.
+UNAVAILABLE: tuple[tuple[type[PulseError], str], ...] = (
+    (StoreError, "the store is unavailable; try again later"),
+    (MembershipError, "the member registry is unavailable; try again later"),
 )
 
 
@@ -76,7 +95,8 @@ class Guard:
         async def send_guarded(message: Message) -> None:
             if message["type"] == "http.response.start":
                 headers = [h for h in message.get("headers", []) if h[0] != b"cache-control"]
-                message["headers"] = headers + SECURITY_HEADERS
+                tls = [HSTS] if scope.get("scheme") == "https" else []
+                message["headers"] = headers + SECURITY_HEADERS + tls
             await send(message)
 
         length = dict(scope.get("headers", [])).get(b"content-length")
@@ -114,6 +134,7 @@ def create_app(
     *,
     auth_failures: int = DEFAULT_AUTH_FAILURES,
     auth_window_s: float = DEFAULT_AUTH_WINDOW_S,
+    sessions: SessionPolicy | None = None,
 ) -> FastAPI:
     pool = StorePool(settings)
 
@@ -133,16 +154,26 @@ def create_app(
         redoc_url=None,
         lifespan=lifespan,
     )
-    app.state.pulse = WebState(pool, FailureLimiter(auth_failures, auth_window_s))
+    app.state.pulse = WebState(
+        pool, SignInThrottle(auth_failures, auth_window_s), sessions or SessionPolicy()
+    )
 
     @app.exception_handler(PulseError)
     async def pulse_error(request: Request, exc: PulseError) -> JSONResponse:
         status_code = next(code for kind, code in ERROR_STATUS if isinstance(exc, kind))
-        if isinstance(exc, StoreError):
-            logger.warning("store error: %s", exc, extra={"event": "web_store_error"})
         if isinstance(exc, InvalidInput):
             return _error(status_code, exc.problem, exc.field)
+        for kind, said in UNAVAILABLE:
+            if isinstance(exc, kind):
+                logger.warning("%s: %s", said, exc, extra={"event": "web_store_error"})
+                return _error(status_code, said)
         return _error(status_code, str(exc))
+
+    @app.exception_handler(OverflowError)
+    async def out_of_range(request: Request, exc: OverflowError) -> JSONResponse:
+        """Date or number arithmetic on a value no check above caught: the caller's value."""
+        logger.warning("out of range: %s", exc, extra={"event": "web_out_of_range"})
+        return _error(422, "a value is out of range", "body")
 
     @app.exception_handler(RequestValidationError)
     async def bad_request(request: Request, exc: RequestValidationError) -> JSONResponse:

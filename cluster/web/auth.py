@@ -1,10 +1,12 @@
 """Who is calling: the token of a request (``Authorization: Bearer`` for API clients, the
-session cookie for the console), its role and tenant scope, and the CSRF check.
+console's session cookie, which names a session of a token), its role and tenant scope,
+and the CSRF check.
 
 A request authenticated by its cookie must carry the session's CSRF token in
 ``X-CSRF-Token`` on every method that changes something; a bearer token needs none (a
-browser never attaches one on its own). Failed authentications count against the source
-address (``limits``). No token is ever logged or echoed.
+browser never attaches one on its own). A presented secret is always looked up, and a
+failed one counts against its source address and prefix (``limits``): past the limit a
+failure answers 429, never a valid token. No secret is ever logged or echoed.
 """
 
 from __future__ import annotations
@@ -16,20 +18,22 @@ from typing import Annotated
 from fastapi import Depends, HTTPException, Request
 
 from cluster.store.access import TokenInfo
-from cluster.web.limits import FailureLimiter
 from cluster.web.state import state_of
 from cluster.web.tokens import allows, csrf_matches, token_hash
 
 SESSION_COOKIE = "pulse_session"
 CSRF_HEADER = "X-CSRF-Token"
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
+CLEAR_COOKIE = f"{SESSION_COOKIE}=; Max-Age=0; Path=/; HttpOnly; SameSite=Strict"
 
 
 @dataclass(frozen=True)
 class Principal:
     token: TokenInfo
     source: str
-    secret: str  # kept only for the session's CSRF token; never logged or returned
+    # the session id (cookie) or the token (bearer); never logged or returned
+    secret: str
+    from_cookie: bool = False
 
     @property
     def scope(self) -> str | None:
@@ -41,11 +45,13 @@ class Principal:
 
 
 def source_of(request: Request) -> str:
+    """The client's address: the peer's, or a trusted proxy's ``X-Forwarded-For`` (uvicorn
+    rewrites the peer only for the addresses of ``--forwarded-allow-ips``)."""
     return request.client.host if request.client else "unknown"
 
 
 def _presented(request: Request) -> tuple[str | None, bool]:
-    """The token a request presents, and whether it came from the session cookie."""
+    """The secret a request presents, and whether it came from the session cookie."""
     header = request.headers.get("authorization")
     if header:
         scheme, _, value = header.partition(" ")
@@ -54,39 +60,31 @@ def _presented(request: Request) -> tuple[str | None, bool]:
     return cookie or None, cookie is not None
 
 
-def _refuse_limited(limiter: FailureLimiter, source: str) -> None:
-    wait_s = limiter.retry_after_s(source)
-    if wait_s is not None:
-        raise HTTPException(
-            429,
-            "too many failed authentications from this address; try again later",
-            headers={"Retry-After": str(int(wait_s) + 1)},
-        )
-
-
 async def check_token(request: Request, secret: str | None, *, cookie: bool = False) -> TokenInfo:
-    """The live token ``secret`` names, else 401. A token presented and refused counts
-    against the source address (none presented is not a guess); a refused session cookie
-    is cleared, so a stale one does not count again at every page load."""
+    """The live token ``secret`` is (or, from the cookie, whose live session it names), else
+    401, or 429 for a failure from a throttled source or prefix. None presented is not a
+    guess and is not counted; a refused cookie is cleared, so a stale one does not count
+    again at every page load."""
     state = state_of(request)
-    source = source_of(request)
-    _refuse_limited(state.limiter, source)
     info = None
     if secret:
         async with state.pool.store() as store:
-            info = await store.access.authenticate(token_hash(secret))
-    if info is None:
-        headers = {"WWW-Authenticate": "Bearer"}
-        if secret:
-            state.limiter.failed(source)
-        if cookie:
-            headers["Set-Cookie"] = (
-                f"{SESSION_COOKIE}=; Max-Age=0; Path=/; HttpOnly; SameSite=Strict"
-            )
-        raise HTTPException(
-            401, "a valid token is needed (Authorization: Bearer ...)", headers=headers
-        )
-    return info
+            if cookie:
+                info = await store.sessions.authenticate(
+                    token_hash(secret), idle_s=state.sessions.idle_s
+                )
+            else:
+                info = await store.access.authenticate(token_hash(secret))
+    if info is not None:
+        return info
+    headers = {"WWW-Authenticate": "Bearer"}
+    if cookie:
+        headers["Set-Cookie"] = CLEAR_COOKIE
+    wait_s = state.throttle.refused(source_of(request), secret) if secret else None
+    if wait_s is not None:
+        headers["Retry-After"] = str(int(wait_s) + 1)
+        raise HTTPException(429, "too many failed sign-ins; try again later", headers=headers)
+    raise HTTPException(401, "a valid token is needed (Authorization: Bearer ...)", headers=headers)
 
 
 def need(role: str) -> Callable[[Request], Awaitable[Principal]]:
@@ -104,7 +102,7 @@ def need(role: str) -> Callable[[Request], Awaitable[Principal]]:
             raise HTTPException(403, f"missing or wrong {CSRF_HEADER} for this session")
         if not allows(info.role, role):
             raise HTTPException(403, f"this needs a token with role {role} (this one: {info.role})")
-        return Principal(info, source_of(request), secret)
+        return Principal(info, source_of(request), secret, from_cookie)
 
     return dependency
 

@@ -1,10 +1,13 @@
 """The console: a static page and script served by ``pulse web`` itself (no build step, no
 asset from elsewhere), which reads and changes Pulse through the same API as any client.
 
-Signing in exchanges a token for a session cookie (HttpOnly, SameSite=Strict, Secure behind
-TLS) holding that token, so revoking the token ends the session too. The page learns the
-session's CSRF token from ``GET /console/session`` and sends it on every change. The script
-writes text only through ``textContent``, so data never becomes markup.
+Signing in exchanges a token for a server-side session (``cluster.store.sessions``) whose
+random id the cookie carries (HttpOnly, SameSite=Strict, Secure unless the server listens
+on loopback only and the request came over plain HTTP): the token itself never reaches the
+browser's cookie jar. Signing out deletes the session; revoking the token deletes all of
+its sessions. The page learns the session's CSRF token from ``GET /console/session`` and
+sends it on every change. The script writes text only through ``textContent``, so data
+never becomes markup.
 """
 
 from __future__ import annotations
@@ -17,13 +20,12 @@ from fastapi import APIRouter, HTTPException, Request, Response
 from fastapi.responses import HTMLResponse, RedirectResponse
 from fastapi.staticfiles import StaticFiles
 
-from cluster.web.auth import SESSION_COOKIE, Principal, Reader, check_token
+from cluster.web.auth import SESSION_COOKIE, Principal, Reader, check_token, source_of
 from cluster.web.bodies import json_object
-from cluster.web.tokens import csrf_token
+from cluster.web.state import state_of
+from cluster.web.tokens import csrf_token, new_session_id, token_hash
 
 router = APIRouter(include_in_schema=False)
-
-SESSION_MAX_AGE_S = 12 * 3600
 
 
 def _static_dir() -> Path:
@@ -58,20 +60,27 @@ async def sign_in(request: Request, response: Response) -> dict[str, Any]:
     """Exchange a token for a session cookie. JSON only: a cross-site form cannot send it."""
     if request.headers.get("content-type", "").split(";")[0].strip() != "application/json":
         raise HTTPException(415, 'send the token as JSON: {"token": "..."}')
-    secret = (await json_object(request)).get("token")
+    secret = (await json_object(request, {"token"})).get("token")
     info = await check_token(request, secret if isinstance(secret, str) else None)
-    assert isinstance(secret, str)
+    state = state_of(request)
+    policy = state.sessions
+    session_id = new_session_id()
+    async with state.pool.store() as store:
+        expires_at = await store.sessions.create(
+            info.name, token_hash(session_id), idle_s=policy.idle_s, max_age_s=policy.max_age_s
+        )
+    if expires_at is None:  # the token was revoked or expired since the check above
+        raise HTTPException(401, "a valid token is needed (Authorization: Bearer ...)")
     response.set_cookie(
         SESSION_COOKIE,
-        secret,
-        max_age=SESSION_MAX_AGE_S,
+        session_id,
+        max_age=int(policy.max_age_s),
         httponly=True,
         samesite="strict",
-        secure=request.url.scheme == "https",
+        secure=policy.secure_always or request.url.scheme == "https",
         path="/",
     )
-    source = request.client.host if request.client else "unknown"
-    return _session(Principal(info, source, secret))
+    return _session(Principal(info, source_of(request), session_id, from_cookie=True))
 
 
 @router.get("/console/session")
@@ -81,8 +90,11 @@ async def session(who: Reader) -> dict[str, Any]:
 
 
 @router.delete("/console/session", status_code=204)
-async def sign_out(who: Reader) -> Response:
-    """End the session: the cookie is cleared (the token itself stays valid)."""
+async def sign_out(request: Request, who: Reader) -> Response:
+    """End the session: its row is deleted, so the cookie is worthless even if kept."""
+    if who.from_cookie:
+        async with state_of(request).pool.store() as store:
+            await store.sessions.delete(token_hash(who.secret))
     response = Response(status_code=204)
     response.delete_cookie(SESSION_COOKIE, path="/", httponly=True, samesite="strict")
     return response

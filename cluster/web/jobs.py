@@ -177,7 +177,7 @@ async def delete_job(request: Request, tenant: str, name: str, who: Writer) -> R
 async def _control(request: Request, who: Principal, verb: str, tenant: str, name: str) -> Any:
     note = None
     if verb == "pause" and (await request.body()).strip():
-        body = await json_object(request)
+        body = await json_object(request, {"note"})
         note = body.get("note")
         if note is not None and not isinstance(note, str):
             raise InvalidInput("note", "must be text")

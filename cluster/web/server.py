@@ -1,16 +1,34 @@
 """Running the application under uvicorn, with Pulse's logging (uvicorn's own log config
-is left out, so ``--log-format json`` covers its lines too)."""
+is left out, so ``--log-format json`` covers its lines too).
+
+Proxy headers go through uvicorn's public ``proxy_headers``/``forwarded_allow_ips``: only a
+peer in ``forwarded_allow_ips`` may say, with ``X-Forwarded-For`` and ``-Proto``, who the
+client is and whether it came over TLS; anyone else's headers are ignored.
+"""
 
 from __future__ import annotations
 
+import ipaddress
 import logging
 
 import uvicorn
 
 from cluster.settings import ClusterSettings
+from cluster.store.sessions import DEFAULT_SESSION_IDLE_S, DEFAULT_SESSION_MAX_S
 from cluster.web.app import create_app
+from cluster.web.state import SessionPolicy
 
 logger = logging.getLogger(__name__)
+
+
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` (a bind address) reaches only this machine."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
 def serve(
@@ -20,14 +38,21 @@ def serve(
     *,
     auth_failures: int,
     auth_window_s: float,
+    forwarded_allow_ips: list[str],
+    session_idle_s: float = DEFAULT_SESSION_IDLE_S,
+    session_max_s: float = DEFAULT_SESSION_MAX_S,
 ) -> None:
-    app = create_app(settings, auth_failures=auth_failures, auth_window_s=auth_window_s)
+    sessions = SessionPolicy(session_idle_s, session_max_s, secure_always=not is_loopback(host))
+    app = create_app(
+        settings, auth_failures=auth_failures, auth_window_s=auth_window_s, sessions=sessions
+    )
     config = uvicorn.Config(
         app,
         host=host,
         port=port,
         log_config=None,
-        proxy_headers=True,
+        proxy_headers=bool(forwarded_allow_ips),
+        forwarded_allow_ips=forwarded_allow_ips or None,
         server_header=False,
         lifespan="on",
     )

@@ -1,5 +1,5 @@
-"""What one ``pulse web`` process holds between requests: the connection pool and the failed
-authentication counts. Nothing a second replica would need to agree with."""
+"""What one ``pulse web`` process holds between requests: the connection pool, the failed
+sign-in counts and its session settings. Nothing a second replica would need to agree with."""
 
 from __future__ import annotations
 
@@ -12,13 +12,25 @@ from cluster.config.allowlist import AllowList
 from cluster.config.envlist import EnvAllowList
 from cluster.store.jobs import JobStore
 from cluster.store.pool import StorePool
-from cluster.web.limits import FailureLimiter
+from cluster.store.sessions import DEFAULT_SESSION_IDLE_S, DEFAULT_SESSION_MAX_S
+from cluster.web.limits import SignInThrottle
+
+
+@dataclass(frozen=True)
+class SessionPolicy:
+    """How long a console session lives, and whether its cookie is ``Secure`` over plain
+    HTTP (it is unless the server listens on loopback only, where no TLS can sit)."""
+
+    idle_s: float = DEFAULT_SESSION_IDLE_S
+    max_age_s: float = DEFAULT_SESSION_MAX_S
+    secure_always: bool = False
 
 
 @dataclass
 class WebState:
     pool: StorePool
-    limiter: FailureLimiter
+    throttle: SignInThrottle
+    sessions: SessionPolicy
 
 
 def state_of(request: Request) -> WebState:

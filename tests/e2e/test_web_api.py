@@ -134,8 +134,10 @@ def test_bad_input_is_422_with_the_field_and_nothing_is_written(
 
 def test_a_body_that_is_not_json_is_422(api: Api) -> None:
     with api.as_("write") as client:
-        answer = client.post("/api/jobs", content=b"{not json", headers={"content-type": "x"})
+        answer = client.post("/api/jobs", content=b"{not json")
+        typed = client.post("/api/jobs", content=b"{}", headers={"content-type": "text/plain"})
     assert answer.status_code == 422 and answer.json()["field"] == "body"
+    assert typed.status_code == 422 and typed.json()["field"] == "content-type"
 
 
 def test_a_body_over_one_mib_is_413(api: Api) -> None:
@@ -317,7 +319,8 @@ def test_a_console_session_needs_the_csrf_token_to_change_anything(api: Api) -> 
         cookie = signed.headers["set-cookie"].lower()
         assert "httponly" in cookie and "samesite=strict" in cookie and "secure" not in cookie
         csrf = signed.json()["csrf"]
-        assert csrf == csrf_token(secret)
+        session_id = browser.cookies["pulse_session"]
+        assert session_id != secret and csrf == csrf_token(session_id) != csrf_token(secret)
         assert browser.get("/api/jobs/default/csrf").status_code == 200
         refused = browser.post("/api/jobs/default/csrf/pause")
         assert refused.status_code == 403 and "CSRF" in refused.json()["message"]
@@ -335,6 +338,8 @@ def test_a_console_session_needs_the_csrf_token_to_change_anything(api: Api) -> 
             "/console/session", json={"token": secret}, headers={"X-Forwarded-Proto": "https"}
         )
         assert "secure" in behind.headers["set-cookie"].lower()
+        assert behind.headers["strict-transport-security"] == "max-age=31536000"
+        assert "strict-transport-security" not in tls.get("/api/health").headers
 
 
 def test_a_revoked_token_ends_its_console_session(api: Api) -> None:
@@ -387,7 +392,7 @@ def test_zz_no_token_appears_in_the_log(api: Api) -> None:
         assert csrf_token(secret) not in log
 
 
-def test_failed_authentications_are_rate_limited_per_address(
+def test_failed_authentications_are_rate_limited_per_address_not_valid_tokens(
     settings: ClusterSettings, tmp_path: Path
 ) -> None:
     async def init() -> None:
@@ -403,10 +408,12 @@ def test_failed_authentications_are_rate_limited_per_address(
             assert [bad.get("/api/jobs").status_code for _ in range(3)] == [401] * 3
             limited = bad.get("/api/jobs")
             assert limited.status_code == 429 and int(limited.headers["retry-after"]) > 0
-        with web.client(good) as client:
-            assert client.get("/api/jobs").status_code == 429, "the address is refused"
+        with web.client(good) as client:  # only failures are refused, never a valid token
+            assert client.get("/api/jobs").status_code == 200
         with httpx.Client(base_url=web.url) as browser:
-            assert browser.post("/console/session", json={"token": good}).status_code == 429
+            assert browser.post("/console/session", json={"token": good}).status_code == 200
+        with web.client("pulse_other") as bad:
+            assert bad.get("/api/jobs").status_code == 429, "the address is refused"
 
 
 def test_pulse_web_without_the_extra_fails_in_one_line(tmp_path: Path) -> None:

@@ -1,5 +1,6 @@
-"""``pulse tokens`` and ``pulse config set api.handlers``: tokens printed once and stored
-only as a hash, listed without secrets, revoked at once; bad input is one line, exit 2."""
+"""``pulse tokens``, ``pulse config set api.handlers`` and ``pulse web``'s options: tokens
+printed once and stored only as a hash, expiring in 90 days unless told, listed without
+secrets, revoked at once; bad input is one line, exit 2."""
 
 from __future__ import annotations
 
@@ -78,3 +79,41 @@ def test_the_handler_allow_list_is_a_config_key(pulse: Invoke) -> None:
         "BILLING_*,REPORTS_TOKEN"
     )
     assert pulse("config", "set", "api.env", "A B").exit_code == 2
+
+
+def test_a_token_expires_after_90_days_unless_told_and_never_warns(
+    pulse: Invoke, settings: ClusterSettings
+) -> None:
+    assert pulse("init").exit_code == 0
+    assert pulse("tokens", "create", "default", "--role", "read").exit_code == 0
+    dated = pulse("tokens", "create", "dated", "--role", "read", "--expires", "2099-01-01")
+    assert dated.exit_code == 0, dated.output
+    forever = pulse("tokens", "create", "forever", "--role", "read", "--expires", "never")
+    assert forever.exit_code == 0
+    assert "warning" in forever.stderr and "never expires" in forever.stderr
+    assert forever.stdout.strip().startswith("pulse_"), "the token alone on stdout"
+    with psycopg.connect(settings.database_url) as conn:
+        rows = conn.execute(
+            "SELECT name, round(extract(epoch FROM expires_at - created_at) / 86400)"
+            f" FROM {settings.schema}.api_tokens WHERE name = 'default'"
+        ).fetchall()
+    assert rows == [("default", 90)]
+    listed = {
+        t["name"]: t["expires_at"] for t in json.loads(pulse("tokens", "list", "--json").stdout)
+    }
+    assert listed["dated"].startswith("2099-01-01T00:00:00") and listed["forever"] is None
+    table = pulse("tokens", "list").stdout
+    assert "EXPIRES" in table and "never" in table and "2099-01-01" in table
+
+
+def test_bad_pulse_web_options_are_one_line_and_exit_2(pulse: Invoke) -> None:
+    for args in (
+        ("--forwarded-allow-ips", "proxy.example.com"),
+        ("--forwarded-allow-ips", "10.0.0.0/33"),
+        ("--session-idle", "0s"),
+        ("--session-max", "400d"),
+        ("--session-max", "soon"),
+    ):
+        result = pulse("web", "--bind", "127.0.0.1:1", *args)
+        assert result.exit_code == 2, (args, result.output)
+        assert len(result.stderr.strip().splitlines()) == 1

@@ -20,7 +20,8 @@ ON CONFLICT (key) DO NOTHING;
 -- name: token_insert
 INSERT INTO api_tokens (name, role, tenant_id, hash, expires_at)
 VALUES (%(name)s, %(role)s, %(tenant_id)s, %(hash)s,
-        coalesce(%(now)s::timestamptz, now()) + make_interval(secs => %(expires_s)s))
+        coalesce(%(expires_at)s::timestamptz,
+                 coalesce(%(now)s::timestamptz, now()) + make_interval(secs => %(expires_s)s)))
 ON CONFLICT (name) DO NOTHING
 RETURNING name, role, tenant_id, created_at, expires_at, last_used_at;
 
