@@ -8,8 +8,8 @@ This module owns the cluster's settings and pruning, and what acts on jobs that 
 (pause, resume, trigger, remove, and the reads). Its parts hold the rest, on the store's
 scoped connection (``cluster.store.scoped``): creating and placing job rows
 (``definitions``), steering running slots (``runcontrol``), tokens and audit (``access``),
-paged reads (``pages``) and tenant limits (``tenants``). The methods of the first two that
-users call are the store's too.
+paged reads (``pages``), tenant limits (``tenants``) and quotas (``quotas``). The methods
+of the first two that users call are the store's too.
 
     async with JobStore.open(ClusterSettings.from_env()) as store:
         await store.add(JobSpec.build("rollup", "0 * * * *", "billing.jobs:rollup"))
@@ -36,6 +36,7 @@ from cluster.store.definitions import Definitions
 from cluster.store.migrate import InitResult, migrate
 from cluster.store.pages import Pages
 from cluster.store.pruning import PruneResult
+from cluster.store.quotas import Quotas
 from cluster.store.runcontrol import CancelRequest, RunControl
 from cluster.store.scoped import ScopedConnection
 from cluster.store.specs import MAX_NOTE_LENGTH, ApplyResult, SyncResult
@@ -56,6 +57,7 @@ class JobStore:
         self.access = Access(conn)
         self.pages = Pages(conn, scope)
         self.tenants = Tenants(conn)
+        self.quotas = Quotas(conn)
 
     @asynccontextmanager
     async def transaction(self) -> AsyncIterator[None]:
