@@ -6,9 +6,10 @@ from typing import Any
 
 import click
 
+from cluster.cli import audited
 from cluster.cli.base import PulseGroup, emit_json, with_store
 from cluster.cli.jobs import table
-from cluster.config.keys import KEYS, canonical, defaults
+from cluster.config.keys import KEYS, audit_text, canonical, defaults
 from cluster.config.retention import KEEP_RUNS
 from cluster.jobs.models import iso
 from cluster.store.jobs import JobStore
@@ -52,7 +53,10 @@ async def show(store: JobStore, as_json: bool) -> None:
 async def set_value(store: JobStore, key: str, value: str) -> None:
     """Set KEY to VALUE: keep_for and keep_failed_for take a duration (30d, 12h),
     keep_runs a whole number, api.handlers the handler patterns the HTTP API may use
-    ('billing.*:*,reports.jobs:*'). Nodes use retention from their next prune."""
+    ('billing.*:*,reports.jobs:*'). Nodes use retention from their next prune. The change
+    is written to the audit trail (pulse audit)."""
     canonical(key, value)  # bad input: one line naming the key, before anything is written
-    stored = await store.set_config(key, value)
+    async with store.transaction():
+        stored = await store.set_config(key, value)
+        await audited.record(store, "set config", detail=audit_text(key, stored))
     click.echo(f"{key} = {stored}")

@@ -11,6 +11,7 @@ from cluster.timing.durations import parse_duration
 DEFAULT_BIND = "127.0.0.1:8080"
 DEFAULT_AUTH_FAILURES = 10  # as cluster.web.limits, which needs the extra to import
 DEFAULT_AUTH_WINDOW_S = 60.0
+DEFAULT_TOKEN_REQUESTS = 4  # as cluster.web.inflight: half the pool
 
 
 def parse_bind(bind: str) -> tuple[str, int]:
@@ -42,8 +43,19 @@ def parse_bind(bind: str) -> tuple[str, int]:
     "Window of --auth-failures.",
     envvar="PULSE_WEB_AUTH_WINDOW",
 )
+@click.option(
+    "--token-requests",
+    type=click.IntRange(1, 1000),
+    default=DEFAULT_TOKEN_REQUESTS,
+    show_default=True,
+    envvar="PULSE_WEB_TOKEN_REQUESTS",
+    help="Requests of one token in flight at once; past it, 429 (keeps one client from "
+    "holding every database connection).",
+)
 @click.pass_context
-def web(ctx: click.Context, bind: str, auth_failures: int, auth_window: str) -> None:
+def web(
+    ctx: click.Context, bind: str, auth_failures: int, auth_window: str, token_requests: int
+) -> None:
     """Serve the HTTP API (/api/, OpenAPI at /api/openapi.json) and the console (/console/)."""
     try:
         host, port = parse_bind(bind)
@@ -54,4 +66,11 @@ def web(ctx: click.Context, bind: str, auth_failures: int, auth_window: str) -> 
         from cluster.web import server
     except ImportError as exc:
         fail(f"pulse web needs the web extra: pip install 'pulsecron[web]' ({exc})", 1)
-    server.serve(settings_of(ctx), host, port, auth_failures=auth_failures, auth_window_s=window_s)
+    server.serve(
+        settings_of(ctx),
+        host,
+        port,
+        auth_failures=auth_failures,
+        auth_window_s=window_s,
+        token_requests=token_requests,
+    )

@@ -8,6 +8,10 @@ from cluster.config import allowlist, retention
 from cluster.errors import InvalidInput
 
 KEYS = (*retention.KEYS, allowlist.API_HANDLERS)
+# Keys whose values may go into an audit row. Listed by name, not derived from KEYS: a key
+# added later (one holding a URL with a password, say) is audited without its value until
+# someone decides it holds no secret.
+_SHOWN_IN_AUDIT = frozenset((*retention.KEYS, allowlist.API_HANDLERS))
 
 
 def defaults() -> dict[str, str]:
@@ -22,3 +26,11 @@ def canonical(key: str, text: str) -> str:
     if key not in retention.KEYS:
         raise InvalidInput(key, f"unknown config key; use one of {', '.join(KEYS)}")
     return retention.canonical(key, text)
+
+
+def audit_text(key: str, stored: str) -> str:
+    """What the audit row of ``pulse config set KEY`` says: the value only for a key known
+    to hold no secret."""
+    if key in _SHOWN_IN_AUDIT:
+        return f"{key} = {stored}"
+    return f"{key} changed (value not recorded)"

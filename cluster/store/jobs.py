@@ -167,9 +167,11 @@ class JobStore:
             now=now,
         )
 
-    async def backfills(self, tenant: str | None = None) -> list[Backfill]:
-        """Every backfill request, oldest first, with its progress."""
-        return await self.runcontrol.backfills(tenant)
+    async def backfills(
+        self, tenant: str | None = None, limit: int | None = None
+    ) -> list[Backfill]:
+        """Every backfill request (the newest ``limit``), oldest first, with its progress."""
+        return await self.runcontrol.backfills(tenant, limit)
 
     async def cancel_backfill(self, backfill_id: int) -> Backfill:
         """Stop a backfill; ``InvalidInput`` for an unknown id."""

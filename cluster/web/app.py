@@ -23,7 +23,8 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from cluster.errors import Conflict, InvalidInput, NotFound, NotRunning, PulseError, StoreError
 from cluster.settings import ClusterSettings
 from cluster.store.pool import StorePool
-from cluster.web import alerts, audit, backfills, console, jobs, runs, status, tenants
+from cluster.web import alerts, audit, backfills, console, jobs, quotas, runs, status, tenants
+from cluster.web.inflight import DEFAULT_TOKEN_REQUESTS, TokenGate
 from cluster.web.limits import DEFAULT_AUTH_FAILURES, DEFAULT_AUTH_WINDOW_S, FailureLimiter
 from cluster.web.state import WebState
 
@@ -114,6 +115,7 @@ def create_app(
     *,
     auth_failures: int = DEFAULT_AUTH_FAILURES,
     auth_window_s: float = DEFAULT_AUTH_WINDOW_S,
+    token_requests: int = DEFAULT_TOKEN_REQUESTS,
 ) -> FastAPI:
     pool = StorePool(settings)
 
@@ -167,8 +169,9 @@ def create_app(
         return {"ok": True}
 
     # runs first: GET .../{name:path}/run must match before GET .../{name:path}
-    for module in (runs, jobs, backfills, tenants, status, alerts, audit, console):
+    for module in (runs, jobs, backfills, tenants, quotas, status, alerts, audit, console):
         app.include_router(module.router)
     app.mount("/console/static", console.static_files(), name="static")
+    app.add_middleware(TokenGate, per_token=token_requests)  # inside Guard: 429s get its headers
     app.add_middleware(Guard)
     return app

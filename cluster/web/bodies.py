@@ -14,6 +14,12 @@ from fastapi import Request
 
 from cluster.errors import InvalidInput
 
+# Bounds of free-text query parameters (names are bounded by MAX_NAME_LENGTH): a search
+# term or expression longer than any real one is refused (422) before it reaches a query.
+MAX_QUERY_LENGTH = 200
+MAX_TIME_LENGTH = 64
+MAX_CURSOR_LENGTH = 4096  # a cursor carries a (tenant, name) key, JSON-escaped, in base64
+
 
 async def json_body(request: Request) -> Any:
     raw = await request.body()

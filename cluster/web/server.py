@@ -20,8 +20,14 @@ def serve(
     *,
     auth_failures: int,
     auth_window_s: float,
+    token_requests: int,
 ) -> None:
-    app = create_app(settings, auth_failures=auth_failures, auth_window_s=auth_window_s)
+    app = create_app(
+        settings,
+        auth_failures=auth_failures,
+        auth_window_s=auth_window_s,
+        token_requests=token_requests,
+    )
     config = uvicorn.Config(
         app,
         host=host,
