@@ -38,7 +38,7 @@ DEFAULT_REDIS_TIMEOUT_S = 2.0
 DEFAULT_PRUNE_INTERVAL_S = 30.0  # 0: this node does not prune
 MIN_PRUNE_INTERVAL_S = 1.0
 
-_IDENT = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
+IDENTIFIER = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
 _CLUSTER = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
 _NODE_ID = re.compile(r"^[A-Za-z0-9_.:-]{1,63}$")
 
@@ -69,7 +69,7 @@ class ClusterSettings:
         return cls(**values).validate()
 
     def validate(self) -> ClusterSettings:
-        if not _IDENT.match(self.schema):
+        if not IDENTIFIER.match(self.schema):
             raise InvalidInput("schema", f"{self.schema!r} is not a lower-case SQL identifier")
         if not _CLUSTER.match(self.cluster):
             raise InvalidInput("cluster", f"{self.cluster!r}: use 1-64 of A-Z a-z 0-9 _ . -")

@@ -26,6 +26,7 @@ from cluster.cli.base import PulseGroup, fail, global_options, with_store
 from cluster.errors import ConfigError
 from cluster.settings import DEFAULT_SHARDS
 from cluster.store import JobStore
+from cluster.store.roles import NODE_ROLE, WEB_ROLE, RoleNames, create_roles
 
 
 @click.group(
@@ -46,9 +47,23 @@ def cli() -> None:
     default=None,
     help=f"Number of shards, fixed at the first init [default {DEFAULT_SHARDS}].",
 )
+@click.option(
+    "--roles",
+    is_flag=True,
+    envvar="PULSE_INIT_ROLES",
+    help="Also make the nodes' and the web's database roles and set their grants.",
+)
+@click.option("--node-role", default=NODE_ROLE, show_default=True, envvar="PULSE_NODE_ROLE")
+@click.option("--web-role", default=WEB_ROLE, show_default=True, envvar="PULSE_WEB_ROLE")
 @with_store
-async def init(store: JobStore, shards: int | None) -> None:
-    """Create or upgrade the database schema (safe to repeat)."""
+async def init(
+    store: JobStore, shards: int | None, roles: bool, node_role: str, web_role: str
+) -> None:
+    """Create or upgrade the database schema (safe to repeat). With --roles, also make the
+    NOLOGIN roles nodes and pulse web log in through (by members:
+    CREATE ROLE billing_node LOGIN PASSWORD '...' IN ROLE pulse_node) with only the grants
+    each needs; run it again after each upgrade."""
+    names = RoleNames(node_role, web_role).validate()  # bad names: nothing written
     try:
         result = await store.init(shards)
     except ConfigError as exc:  # an applied migration's file was edited: nothing written
@@ -58,6 +73,10 @@ async def init(store: JobStore, shards: int | None) -> None:
         f"schema {store.settings.schema} at version {result.version} "
         f"(applied: {applied}); {result.shards} shards"
     )
+    if roles:
+        made = await create_roles(store.db.conn, store.settings.schema, names)
+        new = f" (made: {', '.join(made)})" if made else ""
+        click.echo(f"roles {names.node} (nodes), {names.web} (web): grants set{new}")
 
 
 for command in (

@@ -1,0 +1,129 @@
+"""Least-privilege database roles: ``pulse init --roles`` makes the group roles a node and
+``pulse web`` log in through, and grants each only what its statements need.
+
+Both are NOLOGIN group roles; an operator makes login users in them
+(``CREATE ROLE billing_node LOGIN PASSWORD '...' IN ROLE pulse_node``). Neither owns
+anything, so neither may alter or drop the schema: only the owner, who runs ``pulse init``
+and the migrations, may. The grants below are worked out from ``cluster/store/sql/*.sql``
+and who runs each statement; a table missing here gets no grant at all (least privilege
+by default), and ``tests/integration/test_roles.py`` fails until it is placed. What fires
+in a trigger runs as the caller unless the function is SECURITY DEFINER (migration 019:
+the quota checks, the forgetting of a deleted job's runs). Why so: docs/design/roles.md.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import psycopg
+from psycopg import sql
+
+from cluster.errors import InvalidInput, StoreError
+from cluster.settings import IDENTIFIER
+from cluster.store.connect import Conn, describe
+
+__all__ = ["GRANTS", "NODE_ROLE", "WEB_ROLE", "RoleNames", "create_roles"]
+
+NODE_ROLE = "pulse_node"
+WEB_ROLE = "pulse_web"
+
+READ = "SELECT"
+# table: (the node's privileges, the web's); "" is none.
+GRANTS: Mapping[str, tuple[str, str]] = {
+    "schema_version": (READ, READ),
+    "meta": (READ, READ),
+    # Written by `pulse config set` on the owner's host only.
+    "config": (READ, READ),
+    # The web: create, replace, pause, resume, trigger, cancel and delete jobs.
+    "jobs": ("SELECT, INSERT, UPDATE, DELETE", "SELECT, INSERT, UPDATE, DELETE"),
+    # The web: make and cancel requests; the node moves their cursors.
+    "backfills": ("SELECT, UPDATE", "SELECT, INSERT, UPDATE"),
+    # The web: mark a running flight cancelled, drop a cancelled backfill's queued ones.
+    "flights": ("SELECT, INSERT, UPDATE, DELETE", "SELECT, UPDATE, DELETE"),
+    # History: written and pruned by nodes only.
+    "runs": ("SELECT, INSERT, UPDATE, DELETE", READ),
+    # Rules are made with `pulse alerts add` (the owner's host); the outbox is the node's.
+    "alert_rules": (READ, READ),
+    # UPDATE for the row locks of pruning (FOR UPDATE SKIP LOCKED), which need it.
+    "alert_events": ("SELECT, INSERT, UPDATE, DELETE", READ),
+    "alert_deliveries": ("SELECT, INSERT, UPDATE, DELETE", READ),
+    "zone_spaces": ("SELECT, INSERT", "SELECT, INSERT"),
+    # A claim takes a tenant's place (tenant_take), a run's end gives it back; the web sets
+    # limits (and deleting a running job gives its place back).
+    "tenant_limits": ("SELECT, UPDATE", "SELECT, INSERT, UPDATE, DELETE"),
+    "tenant_moves": ("SELECT, INSERT, DELETE", "SELECT, INSERT, DELETE"),
+    "tenant_room": (READ, READ),
+    # Read by the quota checks, which run as the owner.
+    "tenant_quotas": ("", "SELECT, INSERT, UPDATE, DELETE"),
+    # The web authenticates tokens (stamping their last use) and writes the audit trail;
+    # tokens are made and revoked with `pulse tokens` on the owner's host.
+    "api_tokens": ("", "SELECT, UPDATE"),
+    "api_audit": ("", "SELECT, INSERT"),
+}
+
+
+@dataclass(frozen=True)
+class RoleNames:
+    node: str = NODE_ROLE
+    web: str = WEB_ROLE
+
+    def validate(self) -> RoleNames:
+        for field, name in (("node-role", self.node), ("web-role", self.web)):
+            if not IDENTIFIER.match(name):
+                raise InvalidInput(field, f"{name!r} is not a lower-case SQL identifier")
+        if self.node == self.web:
+            raise InvalidInput("web-role", "must differ from the node's role")
+        return self
+
+
+async def create_roles(conn: Conn, schema: str, names: RoleNames) -> list[str]:
+    """Make the roles that do not exist yet (NOLOGIN) and set their grants on ``schema`` to
+    exactly ``GRANTS``; safe to repeat. The roles made now (the others existed)."""
+    names = names.validate()
+    made = []
+    try:
+        async with conn.transaction():
+            await conn.execute("SELECT pg_advisory_xact_lock(hashtext('pulse.roles'))")
+            cur = await conn.execute(
+                "SELECT c.relname FROM pg_class c"
+                " WHERE c.relnamespace = %(s)s::regnamespace AND c.relkind IN ('r', 'v')",
+                {"s": schema},
+            )
+            tables = {row["relname"] for row in await cur.fetchall()}
+            for index, role in enumerate((names.node, names.web)):
+                cur = await conn.execute(
+                    "SELECT 1 FROM pg_roles WHERE rolname = %(r)s", {"r": role}
+                )
+                if await cur.fetchone() is None:
+                    await conn.execute(
+                        sql.SQL("CREATE ROLE {} NOLOGIN").format(sql.Identifier(role))
+                    )
+                    made.append(role)
+                grants = {t: g[index] for t, g in GRANTS.items() if t in tables}
+                await _grant(conn, schema, role, grants)
+    except psycopg.Error as exc:
+        raise StoreError(f"cannot set up roles: {describe(exc)}") from exc
+    return made
+
+
+async def _grant(conn: Conn, schema: str, role: str, grants: Mapping[str, str]) -> None:
+    ident = sql.Identifier(role)
+    on_schema = sql.Identifier(schema)
+    await conn.execute(sql.SQL("GRANT USAGE ON SCHEMA {} TO {}").format(on_schema, ident))
+    await conn.execute(
+        sql.SQL("REVOKE ALL ON ALL TABLES IN SCHEMA {} FROM {}").format(on_schema, ident)
+    )
+    await conn.execute(
+        sql.SQL("REVOKE ALL ON ALL SEQUENCES IN SCHEMA {} FROM {}").format(on_schema, ident)
+    )
+    for table, privileges in grants.items():
+        if privileges:
+            statement = sql.SQL("GRANT {} ON {}.{} TO {}").format(
+                sql.SQL(privileges), on_schema, sql.Identifier(table), ident
+            )
+            await conn.execute(statement)
+    # A serial column's default calls nextval(), which needs USAGE (identity columns do not).
+    await conn.execute(
+        sql.SQL("GRANT USAGE ON ALL SEQUENCES IN SCHEMA {} TO {}").format(on_schema, ident)
+    )

@@ -1,0 +1,151 @@
+"""Least-privilege roles (``pulse init --roles``, cluster/store/roles.py): made once and
+granted again on every run; every table of the schema has its place in the grants; a
+``pulse_web`` login and a ``pulse_node`` login do their jobs through the real store and a
+real node process, and neither may alter or drop the schema, nor the web write runs, nor
+the node read tokens."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+from cluster.jobs.spec import JobSpec
+from cluster.settings import ClusterSettings
+from cluster.store.jobs import JobStore
+from cluster.store.roles import GRANTS
+from tests.helpers.cli import Invoke
+from tests.helpers.nodes import Nodes
+from tests.helpers.roles import Logins, grant_roles, refused
+from tests.helpers.waiting import until
+from tests.helpers.web import make_token, web_process
+
+DENIED = "InsufficientPrivilege"
+HANDLER = "cluster.chaos.witness:record"
+
+
+def owner_rows(settings: ClusterSettings, statement: str) -> list[tuple[object, ...]]:
+    import psycopg
+
+    with psycopg.connect(settings.database_url, autocommit=True) as conn:
+        conn.execute(f"SET search_path TO {settings.schema}")
+        return conn.execute(statement.encode()).fetchall()
+
+
+def test_init_roles_makes_them_once_and_places_every_table(
+    settings: ClusterSettings, initialised: Invoke, logins: Logins
+) -> None:
+    names = logins.names
+    args = ["init", "--roles", "--node-role", names.node, "--web-role", names.web]
+    first = initialised(*args)
+    assert first.exit_code == 0, first.output
+    again = initialised(*args)
+    assert again.exit_code == 0 and "made" not in again.output, again.output
+    tables = {
+        name
+        for (name,) in owner_rows(
+            settings,
+            "SELECT relname FROM pg_class WHERE relnamespace = current_schema()::regnamespace"
+            " AND relkind IN ('r', 'v')",
+        )
+    }
+    assert tables == set(GRANTS)  # a new table needs its line in cluster/store/roles.py
+    bad = initialised("init", "--roles", "--node-role", "Robert'); DROP", "--web-role", "w")
+    assert bad.exit_code == 2 and "node-role" in bad.output
+
+
+async def test_the_web_role_changes_jobs_but_never_runs_nor_the_schema(
+    settings: ClusterSettings, store: JobStore, logins: Logins
+) -> None:
+    await asyncio.to_thread(grant_roles, settings, logins)
+    web = logins.as_web(settings)
+    async with JobStore.open(web) as as_web:
+        await as_web.add(JobSpec.build("rollup", "@hourly", HANDLER, tenant="a"))
+        await as_web.pause("rollup", "a", note="as the web")
+        await as_web.resume("rollup", "a")
+        await as_web.tenants.set_limit("a", 3)
+        await as_web.quotas.set("a", {"max_jobs": 5})
+        await as_web.access.audit("t", "check", tenant="a", job=None, source=None)
+        assert [j.name for j in await as_web.jobs()] == ["rollup"]
+        await as_web.remove("rollup", "a")  # forgets its runs as the owner (migration 019)
+    url, schema = web.database_url, settings.schema
+    for statement in (
+        "ALTER TABLE jobs ADD COLUMN evil int",
+        "DROP TABLE runs",
+        "TRUNCATE jobs",
+        "CREATE TABLE mine (x int)",
+        "INSERT INTO runs (job_id, tenant_id, job_name, scheduled_for, status)"
+        " VALUES (gen_random_uuid(), 'a', 'x', now(), 'succeeded')",
+        "UPDATE runs SET status = 'failed'",
+        "DELETE FROM runs",
+        "UPDATE config SET value = '*:*'",
+        "INSERT INTO api_tokens (name, role, hash) VALUES ('x', 'admin', '\\x00')",
+        "DELETE FROM api_audit",
+    ):
+        assert await asyncio.to_thread(refused, url, schema, statement) == DENIED, statement
+
+
+async def test_the_node_role_reads_no_token_and_alters_nothing(
+    settings: ClusterSettings, store: JobStore, logins: Logins
+) -> None:
+    await asyncio.to_thread(grant_roles, settings, logins)
+    url, schema = logins.as_node(settings).database_url, settings.schema
+    for statement in (
+        "ALTER TABLE runs ADD COLUMN evil int",
+        "DROP TABLE jobs",
+        "SELECT hash FROM api_tokens",
+        "INSERT INTO api_audit (token_name, action) VALUES ('x', 'y')",
+        "UPDATE config SET value = '*:*'",
+        "SELECT * FROM tenant_quotas",
+    ):
+        assert await asyncio.to_thread(refused, url, schema, statement) == DENIED, statement
+
+
+def test_a_node_logged_in_through_the_node_role_claims_and_completes_runs(
+    settings: ClusterSettings, logins: Logins, tmp_path: Path
+) -> None:
+    async def init() -> None:
+        async with JobStore.open(settings) as owner:
+            await owner.init(16)
+            await owner.add(JobSpec.build("tick", "@every 1s", HANDLER))
+
+    asyncio.run(init())
+    grant_roles(settings, logins)
+    nodes = Nodes(logins.as_node(settings), tmp_path)
+    try:
+        nodes.start("n1")
+
+        def succeeded() -> int:
+            rows = owner_rows(settings, "SELECT count(*) FROM runs WHERE status = 'succeeded'")
+            nodes.check_alive()
+            return int(str(rows[0][0]))
+
+        until(lambda: succeeded() >= 2, "two runs completed by the node role", 30)
+        assert nodes.stop("n1") == 0
+        assert "permission denied" not in nodes.logs()
+    finally:
+        nodes.close()
+
+
+def test_pulse_web_logged_in_through_the_web_role_serves_the_api(
+    settings: ClusterSettings, initialised: Invoke, logins: Logins, tmp_path: Path
+) -> None:
+    assert initialised("config", "set", "api.handlers", "cluster.chaos.*:*").exit_code == 0
+    grant_roles(settings, logins)
+    token = make_token(settings, "ops", "admin")
+    with web_process(logins.as_web(settings), tmp_path) as web, web.client(token) as api:
+        job = {"name": "tick", "tenant": "a", "schedule": "@hourly", "handler": HANDLER}
+        assert api.post("/api/jobs", json=job).status_code == 201
+        assert api.post("/api/jobs/a/tick/pause", json={"note": "web role"}).status_code == 200
+        assert api.post("/api/jobs/a/tick/resume").status_code == 200
+        backfill = {"from": "2031-01-01T00:00:00Z", "to": "2031-01-01T03:00:00Z"}
+        made = api.post("/api/jobs/a/tick/backfill", json=backfill)
+        assert made.status_code == 201, made.text
+        assert api.post(f"/api/backfills/{made.json()['id']}/cancel").status_code == 200
+        assert api.put("/api/tenants/a/limit", json={"max_concurrent": 2}).status_code == 200
+        assert api.put("/api/tenants/a/quota", json={"max_jobs": 9}).status_code == 200
+        for path in ("/api/jobs", "/api/runs", "/api/backfills", "/api/audit", "/api/status"):
+            assert api.get(path).status_code == 200, path
+        assert api.delete("/api/jobs/a/tick").status_code == 204
+        assert [a for (a,) in owner_rows(settings, "SELECT action FROM api_audit ORDER BY id")]
+        log = web.log()
+    assert "permission denied" not in log and "store error" not in log, log
