@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 from datetime import UTC, datetime
+from typing import Any
 
 import pytest
 
@@ -20,7 +21,7 @@ T0 = datetime(2031, 3, 4, 12, 0, tzinfo=UTC)
 HANDLER = "cluster.chaos.witness:record"
 
 
-def spec(name: str, tenant: str = "a", **options: object) -> JobSpec:
+def spec(name: str, tenant: str = "a", **options: Any) -> JobSpec:
     return JobSpec.build(name, "@hourly", HANDLER, tenant=tenant, **options)
 
 
