@@ -120,6 +120,7 @@ class NodeSettings:
     metrics_port: int | None = None
     fairness: bool = True  # claim across tenants in turn when more is due than it can run
     celery_broker: str | None = None  # for celery: jobs that name none; may hold a password
+    handler_role: str | None = None  # ctx.transaction() statements run as it (SET LOCAL ROLE)
 
     def validate(self) -> NodeSettings:
         if not _NODE_ID.match(self.node_id):
@@ -156,6 +157,8 @@ class NodeSettings:
             )
         if self.lease_s < 2 * self.renew_interval_s:
             raise ConfigError("lease must be at least twice the renew interval")
+        if self.handler_role is not None and not IDENTIFIER.match(self.handler_role):
+            raise InvalidInput("handler-role", f"{self.handler_role!r} is not a SQL identifier")
         if self.metrics_port is not None and not 0 <= self.metrics_port <= 65535:
             raise InvalidInput("metrics-port", "must be a TCP port")
         return self

@@ -26,7 +26,7 @@ from cluster.cli.base import PulseGroup, fail, global_options, with_store
 from cluster.errors import ConfigError
 from cluster.settings import DEFAULT_SHARDS
 from cluster.store import JobStore
-from cluster.store.roles import NODE_ROLE, WEB_ROLE, RoleNames, create_roles
+from cluster.store.roles import HANDLER_ROLE, NODE_ROLE, WEB_ROLE, RoleNames, create_roles
 
 
 @click.group(
@@ -55,15 +55,23 @@ def cli() -> None:
 )
 @click.option("--node-role", default=NODE_ROLE, show_default=True, envvar="PULSE_NODE_ROLE")
 @click.option("--web-role", default=WEB_ROLE, show_default=True, envvar="PULSE_WEB_ROLE")
+@click.option(
+    "--handler-role", default=HANDLER_ROLE, show_default=True, envvar="PULSE_HANDLER_ROLE"
+)
 @with_store
 async def init(
-    store: JobStore, shards: int | None, roles: bool, node_role: str, web_role: str
+    store: JobStore,
+    shards: int | None,
+    roles: bool,
+    node_role: str,
+    web_role: str,
+    handler_role: str,
 ) -> None:
     """Create or upgrade the database schema (safe to repeat). With --roles, also make the
     NOLOGIN roles nodes and pulse web log in through (by members:
     CREATE ROLE billing_node LOGIN PASSWORD '...' IN ROLE pulse_node) with only the grants
     each needs; run it again after each upgrade."""
-    names = RoleNames(node_role, web_role).validate()  # bad names: nothing written
+    names = RoleNames(node_role, web_role, handler_role).validate()  # bad names: nothing written
     try:
         result = await store.init(shards)
     except ConfigError as exc:  # an applied migration's file was edited: nothing written
@@ -76,7 +84,10 @@ async def init(
     if roles:
         made = await create_roles(store.db.conn, store.settings.schema, names)
         new = f" (made: {', '.join(made)})" if made else ""
-        click.echo(f"roles {names.node} (nodes), {names.web} (web): grants set{new}")
+        click.echo(
+            f"roles {names.node} (nodes), {names.web} (web), {names.handler} (handlers' "
+            f"transactions): grants set{new}"
+        )
 
 
 for command in (

@@ -1,7 +1,10 @@
 """Least-privilege database roles: ``pulse init --roles`` makes the group roles a node and
 ``pulse web`` log in through, and grants each only what its statements need.
 
-Both are NOLOGIN group roles; an operator makes login users in them
+A third, ``pulse_handler``, has no right on Pulse's tables at all: a node started with
+``--handler-role pulse_handler`` runs its handlers' ``ctx.transaction()`` statements as it,
+and the node role is made a member so its logins may switch to it; grant it what the
+handlers' own tables need. All are NOLOGIN group roles; an operator makes login users in them
 (``CREATE ROLE billing_node LOGIN PASSWORD '...' IN ROLE pulse_node``). Neither owns
 anything, so neither may alter or drop the schema: only the owner, who runs ``pulse init``
 and the migrations, may. The grants below are worked out from ``cluster/store/sql/*.sql``
@@ -23,10 +26,11 @@ from cluster.errors import InvalidInput, StoreError
 from cluster.settings import IDENTIFIER
 from cluster.store.connect import Conn, describe
 
-__all__ = ["GRANTS", "NODE_ROLE", "WEB_ROLE", "RoleNames", "create_roles"]
+__all__ = ["GRANTS", "HANDLER_ROLE", "NODE_ROLE", "WEB_ROLE", "RoleNames", "create_roles"]
 
 NODE_ROLE = "pulse_node"
 WEB_ROLE = "pulse_web"
+HANDLER_ROLE = "pulse_handler"
 
 READ = "SELECT"
 # table: (the node's privileges, the web's); "" is none.
@@ -67,13 +71,15 @@ GRANTS: Mapping[str, tuple[str, str]] = {
 class RoleNames:
     node: str = NODE_ROLE
     web: str = WEB_ROLE
+    handler: str = HANDLER_ROLE
 
     def validate(self) -> RoleNames:
-        for field, name in (("node-role", self.node), ("web-role", self.web)):
+        given = (("node-role", self.node), ("web-role", self.web), ("handler-role", self.handler))
+        for field, name in given:
             if not IDENTIFIER.match(name):
                 raise InvalidInput(field, f"{name!r} is not a lower-case SQL identifier")
-        if self.node == self.web:
-            raise InvalidInput("web-role", "must differ from the node's role")
+        if len({self.node, self.web, self.handler}) < 3:
+            raise InvalidInput("web-role", "the node, web and handler roles must differ")
         return self
 
 
@@ -91,7 +97,7 @@ async def create_roles(conn: Conn, schema: str, names: RoleNames) -> list[str]:
                 {"s": schema},
             )
             tables = {row["relname"] for row in await cur.fetchall()}
-            for index, role in enumerate((names.node, names.web)):
+            for index, role in enumerate((names.node, names.web, names.handler)):
                 cur = await conn.execute(
                     "SELECT 1 FROM pg_roles WHERE rolname = %(r)s", {"r": role}
                 )
@@ -100,8 +106,13 @@ async def create_roles(conn: Conn, schema: str, names: RoleNames) -> list[str]:
                         sql.SQL("CREATE ROLE {} NOLOGIN").format(sql.Identifier(role))
                     )
                     made.append(role)
-                grants = {t: g[index] for t, g in GRANTS.items() if t in tables}
+                grants = {t: g[index] for t, g in GRANTS.items() if t in tables and index < 2}
                 await _grant(conn, schema, role, grants)
+            handler, node = sql.Identifier(names.handler), sql.Identifier(names.node)
+            await conn.execute(
+                sql.SQL("REVOKE USAGE ON SCHEMA {} FROM {}").format(sql.Identifier(schema), handler)
+            )
+            await conn.execute(sql.SQL("GRANT {} TO {}").format(handler, node))
     except psycopg.Error as exc:
         raise StoreError(f"cannot set up roles: {describe(exc)}") from exc
     return made

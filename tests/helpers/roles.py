@@ -76,13 +76,13 @@ def session_logins(database_url: str) -> Iterator[Logins]:
     """Role names for this session (made by ``grant_roles``); at the end every grant they
     hold in ``database_url``'s database goes, then the roles."""
     tag = secrets.token_hex(4)
-    names = RoleNames(f"pulse_node_{tag}", f"pulse_web_{tag}")
+    names = RoleNames(f"pulse_node_{tag}", f"pulse_web_{tag}", f"pulse_handler_{tag}")
     logins = Logins(names, f"{names.node}_login", f"{names.web}_login")
     try:
         yield logins
     finally:
         with psycopg.connect(ADMIN_URL, autocommit=True) as conn:
-            every = [names.node, names.web, logins.node_user, logins.web_user]
+            every = [names.node, names.web, names.handler, logins.node_user, logins.web_user]
             found = [
                 r
                 for (r,) in conn.execute(

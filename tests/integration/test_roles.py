@@ -7,15 +7,27 @@ the node read tokens."""
 from __future__ import annotations
 
 import asyncio
+import secrets
 from pathlib import Path
+
+import psycopg
+import pytest
 
 from cluster.jobs.spec import JobSpec
 from cluster.settings import ClusterSettings
+from cluster.store.effects import EffectsStore
 from cluster.store.jobs import JobStore
 from cluster.store.roles import GRANTS
+from node.handlers.context import RunContext
+from node.handlers.effects import Effects
+from node.pipeline.clock import DbClock
+from node.pipeline.completer import Completer
+from node.pipeline.pacing import Pacing
+from node.stats import Stats
 from tests.helpers.cli import Invoke
 from tests.helpers.nodes import Nodes
 from tests.helpers.roles import Logins, grant_roles, refused
+from tests.helpers.sessions import ALL, OK, Opener, add_jobs, at
 from tests.helpers.waiting import until
 from tests.helpers.web import make_token, web_process
 
@@ -24,11 +36,10 @@ HANDLER = "cluster.chaos.witness:record"
 
 
 def owner_rows(settings: ClusterSettings, statement: str) -> list[tuple[object, ...]]:
-    import psycopg
-
     with psycopg.connect(settings.database_url, autocommit=True) as conn:
         conn.execute(f"SET search_path TO {settings.schema}")
-        return conn.execute(statement.encode()).fetchall()
+        cur = conn.execute(statement.encode())
+        return cur.fetchall() if cur.description else []
 
 
 def test_init_roles_makes_them_once_and_places_every_table(
@@ -36,6 +47,7 @@ def test_init_roles_makes_them_once_and_places_every_table(
 ) -> None:
     names = logins.names
     args = ["init", "--roles", "--node-role", names.node, "--web-role", names.web]
+    args += ["--handler-role", names.handler]
     first = initialised(*args)
     assert first.exit_code == 0, first.output
     again = initialised(*args)
@@ -149,3 +161,58 @@ def test_pulse_web_logged_in_through_the_web_role_serves_the_api(
         assert [a for (a,) in owner_rows(settings, "SELECT action FROM api_audit ORDER BY id")]
         log = web.log()
     assert "permission denied" not in log and "store error" not in log, log
+
+
+async def test_a_handlers_transaction_runs_as_the_handler_role(
+    settings: ClusterSettings, store: JobStore, open_session: Opener, logins: Logins
+) -> None:
+    """The handler's statements run as the handler role, which reaches its own table but
+    none of Pulse's; the run's completion in the same transaction runs as the node."""
+    await asyncio.to_thread(grant_roles, settings, logins)
+    table = f"app_{secrets.token_hex(4)}"
+    owner_rows(settings, f"CREATE TABLE public.{table} (slot timestamptz)")
+    owner_rows(settings, f"GRANT SELECT, INSERT ON public.{table} TO {logins.names.handler}")
+    try:
+        await add_jobs(store, 1)
+        a = await open_session("node-a")
+        (job,) = (await a.claim(ALL, 10, 30.0, now=at(10))).jobs
+        node = logins.as_node(settings)
+        effects = Effects(EffectsStore(node, "node-a", "z", logins.names.handler))
+        clock = DbClock()
+        completer = Completer(
+            a.completions, clock, Stats(), asyncio.Event(), Pacing(clock), effects
+        )
+        ctx = RunContext(
+            job_id=job.id,
+            job_name=job.name,
+            tenant_id=job.tenant,
+            payload={},
+            scheduled_for=job.slot,
+            attempt=job.attempt,
+            timeout_s=30.0,
+            node_id="node-a",
+            zone="z",
+            fencing_token=job.lease_token,
+            effects=effects,
+        )
+        async with ctx.transaction() as conn:
+            await conn.execute(f"INSERT INTO public.{table} VALUES (%s)".encode(), (job.slot,))
+            cur = await conn.execute("SELECT current_user AS who")
+            assert (await cur.fetchone()) == {"who": logins.names.handler}
+        completer.run_done(job, OK)
+        stop = asyncio.Event()
+        stop.set()
+        await asyncio.wait_for(completer.run(stop), 10)
+        assert owner_rows(settings, f"SELECT slot FROM public.{table}") == [(job.slot,)]
+        assert (await store.get(job.name)).slot_at > job.slot  # completed, as the node
+
+        schema = settings.schema
+        for statement in (f"UPDATE {schema}.jobs SET paused = true", f"DELETE FROM {schema}.runs"):
+            conn = await effects.store.open(5.0)
+            try:
+                with pytest.raises(psycopg.errors.InsufficientPrivilege):
+                    await conn.execute(statement.encode())
+            finally:
+                await conn.close()
+    finally:
+        owner_rows(settings, f"DROP TABLE public.{table}")
