@@ -16,6 +16,7 @@ the quota checks, the forgetting of a deleted job's runs). Why so: docs/design/r
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -26,7 +27,16 @@ from cluster.errors import InvalidInput, StoreError
 from cluster.settings import IDENTIFIER
 from cluster.store.connect import Conn, describe
 
-__all__ = ["GRANTS", "HANDLER_ROLE", "NODE_ROLE", "WEB_ROLE", "RoleNames", "create_roles"]
+__all__ = [
+    "GRANTS",
+    "HANDLER_ROLE",
+    "NODE_ROLE",
+    "WEB_ROLE",
+    "RoleNames",
+    "can_create_roles",
+    "create_roles",
+    "set_login",
+]
 
 NODE_ROLE = "pulse_node"
 WEB_ROLE = "pulse_web"
@@ -72,6 +82,16 @@ class RoleNames:
     node: str = NODE_ROLE
     web: str = WEB_ROLE
     handler: str = HANDLER_ROLE
+
+    @classmethod
+    def from_env(cls) -> RoleNames:
+        """The names ``PULSE_NODE_ROLE``, ``PULSE_WEB_ROLE`` and ``PULSE_HANDLER_ROLE`` give,
+        as ``pulse init --roles`` reads them."""
+        return cls(
+            os.environ.get("PULSE_NODE_ROLE") or NODE_ROLE,
+            os.environ.get("PULSE_WEB_ROLE") or WEB_ROLE,
+            os.environ.get("PULSE_HANDLER_ROLE") or HANDLER_ROLE,
+        ).validate()
 
     def validate(self) -> RoleNames:
         given = (("node-role", self.node), ("web-role", self.web), ("handler-role", self.handler))
@@ -138,3 +158,31 @@ async def _grant(conn: Conn, schema: str, role: str, grants: Mapping[str, str]) 
     await conn.execute(
         sql.SQL("GRANT USAGE ON ALL SEQUENCES IN SCHEMA {} TO {}").format(on_schema, ident)
     )
+
+
+async def can_create_roles(conn: Conn) -> bool:
+    """Whether the connection's user may make roles (a superuser, or CREATEROLE)."""
+    try:
+        cur = await conn.execute(
+            "SELECT rolsuper OR rolcreaterole AS can FROM pg_roles WHERE rolname = current_user"
+        )
+        row = await cur.fetchone()
+    except psycopg.Error as exc:
+        raise StoreError(describe(exc)) from exc
+    return bool(row and row["can"])
+
+
+async def set_login(conn: Conn, user: str, group: str, password: str) -> None:
+    """Make ``user`` a LOGIN member of ``group`` with ``password`` (made if missing, its
+    password replaced if not): the local cluster's users (``pulse up``)."""
+    ident = sql.Identifier(user)
+    try:
+        async with conn.transaction():
+            cur = await conn.execute("SELECT 1 FROM pg_roles WHERE rolname = %(r)s", {"r": user})
+            verb = "ALTER" if await cur.fetchone() else "CREATE"
+            await conn.execute(
+                sql.SQL(verb + " ROLE {} LOGIN PASSWORD {}").format(ident, sql.Literal(password))
+            )
+            await conn.execute(sql.SQL("GRANT {} TO {}").format(sql.Identifier(group), ident))
+    except psycopg.Error as exc:
+        raise StoreError(f"cannot set up the login {user}: {describe(exc)}") from exc

@@ -16,6 +16,7 @@ from urllib.parse import urlsplit, urlunsplit
 import psycopg
 from psycopg import sql
 
+from cluster.local.logins import login_names
 from cluster.settings import ClusterSettings
 from cluster.store.jobs import JobStore
 from cluster.store.roles import RoleNames, create_roles
@@ -83,6 +84,7 @@ def session_logins(database_url: str) -> Iterator[Logins]:
     finally:
         with psycopg.connect(ADMIN_URL, autocommit=True) as conn:
             every = [names.node, names.web, names.handler, logins.node_user, logins.web_user]
+            every += login_names(names)  # pulse up --roles
             found = [
                 r
                 for (r,) in conn.execute(

@@ -7,13 +7,19 @@ the node read tokens."""
 from __future__ import annotations
 
 import asyncio
+import os
+import re
 import secrets
+import signal
+import sys
 from pathlib import Path
 
 import psycopg
 import pytest
 
 from cluster.jobs.spec import JobSpec
+from cluster.local.logins import login_names
+from cluster.local.processes import Command, pulse_env
 from cluster.settings import ClusterSettings
 from cluster.store.effects import EffectsStore
 from cluster.store.jobs import JobStore
@@ -24,9 +30,10 @@ from node.pipeline.clock import DbClock
 from node.pipeline.completer import Completer
 from node.pipeline.pacing import Pacing
 from node.stats import Stats
+from tests.helpers import REPO
 from tests.helpers.cli import Invoke
 from tests.helpers.nodes import Nodes
-from tests.helpers.roles import Logins, grant_roles, refused
+from tests.helpers.roles import PASSWORD, Logins, grant_roles, refused
 from tests.helpers.sessions import ALL, OK, Opener, add_jobs, at
 from tests.helpers.waiting import until
 from tests.helpers.web import make_token, web_process
@@ -63,6 +70,10 @@ def test_init_roles_makes_them_once_and_places_every_table(
     assert tables == set(GRANTS)  # a new table needs its line in cluster/store/roles.py
     bad = initialised("init", "--roles", "--node-role", "Robert'); DROP", "--web-role", "w")
     assert bad.exit_code == 2 and "node-role" in bad.output
+    unset = initialised(*args, "--node-login", logins.node_user, PULSE_NODE_LOGIN_PASSWORD=None)
+    assert unset.exit_code == 2 and "PULSE_NODE_LOGIN_PASSWORD" in unset.output
+    login = initialised(*args, "--web-login", logins.web_user, PULSE_WEB_LOGIN_PASSWORD=PASSWORD)
+    assert login.exit_code == 0 and PASSWORD not in login.output, login.output
 
 
 async def test_the_web_role_changes_jobs_but_never_runs_nor_the_schema(
@@ -216,3 +227,50 @@ async def test_a_handlers_transaction_runs_as_the_handler_role(
                 await conn.close()
     finally:
         owner_rows(settings, f"DROP TABLE public.{table}")
+
+
+def test_pulse_up_with_roles_runs_its_nodes_and_web_as_their_logins(
+    settings: ClusterSettings, logins: Logins, tmp_path: Path
+) -> None:
+    asyncio.run(_with_job(settings))
+    names = logins.names
+    env = pulse_env(
+        settings,
+        PULSE_NODE_ROLE=names.node,
+        PULSE_WEB_ROLE=names.web,
+        PULSE_HANDLER_ROLE=names.handler,
+        PULSE_WITNESS_FILE=str(tmp_path / "witness.jsonl"),
+    )
+    argv = [sys.executable, "-m", "node", "up", "--nodes", "1", "--roles", "--no-web"]
+    log = tmp_path / "up.log"
+    proc = Command(argv, env, REPO).start("pulse up", log).proc
+    node_user, _ = login_names(names)
+    try:
+
+        def users() -> set[str]:
+            if proc.poll() is not None:
+                raise AssertionError(f"pulse up exited:\n{log.read_text()}")
+            rows = owner_rows(
+                settings,
+                "SELECT DISTINCT usename FROM pg_stat_activity WHERE application_name = 'a-1'",
+            )
+            return {str(u) for (u,) in rows}
+
+        until(lambda: users() == {node_user}, "a-1 logged in as its login", 30)
+        until(
+            lambda: owner_rows(settings, "SELECT 1 FROM runs WHERE status = 'succeeded'"),
+            "a run completed",
+            30,
+        )
+        assert not re.search(r"://[^@/\s]*:(?!\*\*\*@)[^@/\s]*@", log.read_text())  # masked
+    finally:
+        os.killpg(proc.pid, signal.SIGINT)
+        assert proc.wait(60) == 0, log.read_text()
+    text = log.read_text()
+    assert f"nodes log in as {node_user}" in text and "permission denied" not in text, text
+
+
+async def _with_job(settings: ClusterSettings) -> None:
+    async with JobStore.open(settings) as owner:
+        await owner.init(16)
+        await owner.add(JobSpec.build("tick", "@every 1s", HANDLER))
