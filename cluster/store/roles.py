@@ -16,7 +16,11 @@ the quota checks, the forgetting of a deleted job's runs). Why so: docs/design/r
 
 from __future__ import annotations
 
+import base64
+import hashlib
+import hmac
 import os
+import secrets
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -172,16 +176,36 @@ async def can_create_roles(conn: Conn) -> bool:
     return bool(row and row["can"])
 
 
+SCRAM_ITERATIONS = 4096  # Postgres's default
+
+
+def scram_verifier(password: str, salt: bytes | None = None) -> str:
+    """The SCRAM-SHA-256 verifier Postgres stores for ``password`` (RFC 5802, as ``psql
+    \\password`` sends it): the password itself never reaches the server, nor its logs."""
+    salt = secrets.token_bytes(16) if salt is None else salt
+    salted = hashlib.pbkdf2_hmac("sha256", password.encode(), salt, SCRAM_ITERATIONS)
+    client_key = hmac.digest(salted, b"Client Key", "sha256")
+    stored_key = hashlib.sha256(client_key).digest()
+    server_key = hmac.digest(salted, b"Server Key", "sha256")
+
+    def b64(data: bytes) -> str:
+        return base64.b64encode(data).decode()
+
+    return f"SCRAM-SHA-256${SCRAM_ITERATIONS}:{b64(salt)}${b64(stored_key)}:{b64(server_key)}"
+
+
 async def set_login(conn: Conn, user: str, group: str, password: str) -> None:
     """Make ``user`` a LOGIN member of ``group`` with ``password`` (made if missing, its
-    password replaced if not): the local cluster's users (``pulse up``)."""
+    password replaced if not), sent as its SCRAM verifier."""
     ident = sql.Identifier(user)
     try:
         async with conn.transaction():
             cur = await conn.execute("SELECT 1 FROM pg_roles WHERE rolname = %(r)s", {"r": user})
             verb = "ALTER" if await cur.fetchone() else "CREATE"
             await conn.execute(
-                sql.SQL(verb + " ROLE {} LOGIN PASSWORD {}").format(ident, sql.Literal(password))
+                sql.SQL(verb + " ROLE {} LOGIN PASSWORD {}").format(
+                    ident, sql.Literal(scram_verifier(password))
+                )
             )
             await conn.execute(sql.SQL("GRANT {} TO {}").format(sql.Identifier(group), ident))
     except psycopg.Error as exc:

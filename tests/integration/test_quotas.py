@@ -7,6 +7,7 @@ have it; a tenant without a quota is not capped."""
 from __future__ import annotations
 
 import asyncio
+import json
 from datetime import UTC, datetime
 from typing import Any
 
@@ -16,6 +17,7 @@ from cluster.errors import Conflict, InvalidInput
 from cluster.jobs.spec import JobSpec
 from cluster.settings import ClusterSettings
 from cluster.store.jobs import JobStore
+from tests.helpers.cli import Invoke, add_args, assert_bad_input, jobs_rows
 
 T0 = datetime(2031, 3, 4, 12, 0, tzinfo=UTC)
 HANDLER = "cluster.chaos.witness:record"
@@ -97,3 +99,36 @@ async def test_bad_caps_are_refused_with_nothing_written(store: JobStore) -> Non
     with pytest.raises(InvalidInput):
         await store.quotas.clear("a")
     assert await store.quotas.quotas() == []
+
+
+def test_the_cli_sets_quotas_refuses_past_them_and_audits_its_changes(
+    settings: ClusterSettings, initialised: Invoke
+) -> None:
+    quota = initialised("tenants", "quota", "acme", "--max-jobs", "1", "--max-parallel", "3")
+    assert quota.exit_code == 0 and "max_jobs 1, max_parallel 3" in quota.stdout
+    assert initialised(*add_args("one", "--tenant", "acme")).exit_code == 0
+    assert_bad_input(initialised(*add_args("two", "--tenant", "acme")), "max_jobs")
+    assert len(jobs_rows(settings)) == 1
+    assert_bad_input(initialised("tenants", "quota", "acme", "--max-jobs", "lots"), "max_jobs")
+    assert_bad_input(initialised("tenants", "quota", "acme"), "quota")
+    listed = initialised("tenants", "quotas", "--json")
+    assert json.loads(listed.stdout)[0]["max_jobs"] == 1
+
+    token = initialised("tokens", "create", "ci", "--role", "write", "--tenant", "acme")
+    secret = token.stdout.strip()
+    assert initialised("config", "set", "keep_runs", "500").exit_code == 0
+    assert initialised("tenants", "set", "acme", "--max-concurrent", "4").exit_code == 0
+    assert initialised("tokens", "revoke", "ci").exit_code == 0
+    assert initialised("tenants", "quota", "acme", "--clear").exit_code == 0
+    entries = json.loads(initialised("audit", "--json").stdout)
+    assert [e["action"] for e in entries] == [
+        "clear quota",
+        "revoke token",
+        "set limit",
+        "set config",
+        "create token",
+        "set quota",
+    ]
+    assert all(e["token"].startswith("cli:") for e in entries)
+    assert entries[3]["detail"] == "keep_runs = 500"
+    assert secret not in json.dumps(entries) and secret not in initialised("audit").stdout

@@ -7,6 +7,7 @@ the node read tokens."""
 from __future__ import annotations
 
 import asyncio
+import base64
 import os
 import re
 import secrets
@@ -23,7 +24,7 @@ from cluster.local.processes import Command, pulse_env
 from cluster.settings import ClusterSettings
 from cluster.store.effects import EffectsStore
 from cluster.store.jobs import JobStore
-from cluster.store.roles import GRANTS
+from cluster.store.roles import GRANTS, scram_verifier
 from node.handlers.context import RunContext
 from node.handlers.effects import Effects
 from node.pipeline.clock import DbClock
@@ -274,3 +275,23 @@ async def _with_job(settings: ClusterSettings) -> None:
     async with JobStore.open(settings) as owner:
         await owner.init(16)
         await owner.add(JobSpec.build("tick", "@every 1s", HANDLER))
+
+
+def test_a_login_password_is_sent_as_the_verifier_postgres_would_store(
+    settings: ClusterSettings,
+) -> None:
+    """Postgres stores the same verifier for the plain password as the one Pulse sends, so
+    the plain password never reaches the server (nor a log of its statements)."""
+    user = f"pulse_verifier_{secrets.token_hex(4)}"
+    with psycopg.connect(settings.database_url, autocommit=True) as conn:
+        conn.execute(f"CREATE ROLE {user} LOGIN PASSWORD 'hunter2-ü'".encode())
+        try:
+            row = conn.execute(
+                "SELECT rolpassword FROM pg_authid WHERE rolname = %s", (user,)
+            ).fetchone()
+        finally:
+            conn.execute(f"DROP ROLE {user}".encode())
+    assert row is not None
+    stored = str(row[0])
+    salt = base64.b64decode(stored.split("$")[1].split(":")[1])
+    assert scram_verifier("hunter2-ü", salt) == stored
