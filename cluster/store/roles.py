@@ -130,28 +130,32 @@ async def create_roles(conn: Conn, schema: str, names: RoleNames) -> list[str]:
                         sql.SQL("CREATE ROLE {} NOLOGIN").format(sql.Identifier(role))
                     )
                     made.append(role)
-                grants = {t: g[index] for t, g in GRANTS.items() if t in tables and index < 2}
-                await _grant(conn, schema, role, grants)
+                if role == names.handler:  # nothing of Pulse's at all
+                    await _grant(conn, schema, role, None)
+                else:
+                    grants = {t: g[index] for t, g in GRANTS.items() if t in tables}
+                    await _grant(conn, schema, role, grants)
             handler, node = sql.Identifier(names.handler), sql.Identifier(names.node)
-            await conn.execute(
-                sql.SQL("REVOKE USAGE ON SCHEMA {} FROM {}").format(sql.Identifier(schema), handler)
-            )
             await conn.execute(sql.SQL("GRANT {} TO {}").format(handler, node))
     except psycopg.Error as exc:
         raise StoreError(f"cannot set up roles: {describe(exc)}") from exc
     return made
 
 
-async def _grant(conn: Conn, schema: str, role: str, grants: Mapping[str, str]) -> None:
+async def _grant(conn: Conn, schema: str, role: str, grants: Mapping[str, str] | None) -> None:
+    """Exactly ``grants`` to ``role`` on ``schema``; None: no use of the schema at all."""
     ident = sql.Identifier(role)
     on_schema = sql.Identifier(schema)
-    await conn.execute(sql.SQL("GRANT USAGE ON SCHEMA {} TO {}").format(on_schema, ident))
     await conn.execute(
         sql.SQL("REVOKE ALL ON ALL TABLES IN SCHEMA {} FROM {}").format(on_schema, ident)
     )
     await conn.execute(
         sql.SQL("REVOKE ALL ON ALL SEQUENCES IN SCHEMA {} FROM {}").format(on_schema, ident)
     )
+    if grants is None:
+        await conn.execute(sql.SQL("REVOKE USAGE ON SCHEMA {} FROM {}").format(on_schema, ident))
+        return
+    await conn.execute(sql.SQL("GRANT USAGE ON SCHEMA {} TO {}").format(on_schema, ident))
     for table, privileges in grants.items():
         if privileges:
             statement = sql.SQL("GRANT {} ON {}.{} TO {}").format(
