@@ -38,7 +38,7 @@ DEFAULT_REDIS_TIMEOUT_S = 2.0
 DEFAULT_PRUNE_INTERVAL_S = 30.0  # 0: this node does not prune
 MIN_PRUNE_INTERVAL_S = 1.0
 
-_IDENT = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
+IDENTIFIER = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
 _CLUSTER = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
 _NODE_ID = re.compile(r"^[A-Za-z0-9_.:-]{1,63}$")
 
@@ -69,7 +69,7 @@ class ClusterSettings:
         return cls(**values).validate()
 
     def validate(self) -> ClusterSettings:
-        if not _IDENT.match(self.schema):
+        if not IDENTIFIER.match(self.schema):
             raise InvalidInput("schema", f"{self.schema!r} is not a lower-case SQL identifier")
         if not _CLUSTER.match(self.cluster):
             raise InvalidInput("cluster", f"{self.cluster!r}: use 1-64 of A-Z a-z 0-9 _ . -")
@@ -120,6 +120,7 @@ class NodeSettings:
     metrics_port: int | None = None
     fairness: bool = True  # claim across tenants in turn when more is due than it can run
     celery_broker: str | None = None  # for celery: jobs that name none; may hold a password
+    handler_role: str | None = None  # ctx.transaction() statements run as it (SET LOCAL ROLE)
 
     def validate(self) -> NodeSettings:
         if not _NODE_ID.match(self.node_id):
@@ -156,6 +157,8 @@ class NodeSettings:
             )
         if self.lease_s < 2 * self.renew_interval_s:
             raise ConfigError("lease must be at least twice the renew interval")
+        if self.handler_role is not None and not IDENTIFIER.match(self.handler_role):
+            raise InvalidInput("handler-role", f"{self.handler_role!r} is not a SQL identifier")
         if self.metrics_port is not None and not 0 <= self.metrics_port <= 65535:
             raise InvalidInput("metrics-port", "must be a TCP port")
         return self

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from urllib.parse import parse_qsl, unquote, urlsplit, urlunsplit
+from urllib.parse import parse_qsl, quote, unquote, urlsplit, urlunsplit
 
 from cluster.errors import InvalidInput
 
@@ -168,3 +168,11 @@ def sentinel_target(url: str) -> SentinelTarget:
 def _scheme(url: str) -> str:
     scheme = urlsplit(url).scheme
     return f"{scheme}://" if scheme else "a URL without a scheme"
+
+
+def with_login(url: str, user: str, password: str) -> str:
+    """``url`` logging in as ``user`` with ``password`` (URL-quoted), hosts and the rest kept."""
+    parts = urlsplit(url)
+    hosts = parts.netloc.rpartition("@")[2]
+    login = f"{quote(user, safe='')}:{quote(password, safe='')}"
+    return urlunsplit(parts._replace(netloc=f"{login}@{hosts}"))

@@ -108,6 +108,13 @@ def _seconds(value: str, field: str) -> float:
     envvar="PULSE_PRUNE_INTERVAL",
 )
 @click.option(
+    "--handler-role",
+    envvar="PULSE_HANDLER_ROLE",
+    default=None,
+    help="Database role handlers' ctx.transaction() statements run as (pulse init --roles "
+    "makes pulse_handler); Pulse's own statement of the run, as the node's login.",
+)
+@click.option(
     "--metrics-port",
     envvar="PULSE_METRICS_PORT",
     type=int,
@@ -158,6 +165,7 @@ def node_command(
     drain_timeout: str,
     prune_interval: str,
     metrics_port: int | None,
+    handler_role: str | None,
     fairness: bool,
     celery_broker: str | None,
     paths: tuple[str, ...],
@@ -182,6 +190,7 @@ def node_command(
             metrics_port=metrics_port,
             fairness=fairness,
             celery_broker=celery_broker or None,
+            handler_role=handler_role or None,
         ).validate()
     except InvalidInput as exc:
         fail(f"invalid {exc}", 2)

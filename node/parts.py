@@ -84,7 +84,7 @@ def wire(
     pacing = Pacing(clock)
     state = NodeState(s.node_id, s.zone, shard_count)
     writer = ResultWriter(cluster, s.node_id, s.zone, statement_timeout_s=s.statement_timeout_s)
-    effects = Effects(EffectsStore(cluster, s.node_id, s.zone))
+    effects = Effects(EffectsStore(cluster, s.node_id, s.zone, s.handler_role))
 
     def spawned(flight: ClaimedJob | None) -> None:
         """An `allow` claim handed over: run its flight in the slot held for it."""

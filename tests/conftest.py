@@ -11,6 +11,7 @@ import pytest
 from cluster.settings import ClusterSettings
 from cluster.store.jobs import JobStore
 from tests.helpers.databases import forget_redis_keys, fresh_settings, throwaway_database
+from tests.helpers.roles import Logins, session_logins
 from tests.helpers.sessions import LockSessions, Opener
 
 
@@ -18,6 +19,13 @@ from tests.helpers.sessions import LockSessions, Opener
 def database_url() -> Iterator[str]:
     with throwaway_database() as url:
         yield url
+
+
+@pytest.fixture(scope="session")
+def logins(database_url: str) -> Iterator[Logins]:
+    """Database roles named for this session, and a login in each; dropped at the end."""
+    with session_logins(database_url) as found:
+        yield found
 
 
 @pytest.fixture

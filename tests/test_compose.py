@@ -190,3 +190,16 @@ def test_docker_compose_config_accepts_the_file() -> None:
         text=True,
     )
     assert result.returncode == 0, result.stderr
+
+
+def test_nodes_and_web_log_in_through_their_roles(services: dict[str, dict[str, Any]]) -> None:
+    def user(url: str) -> str:
+        return url.split("//", 1)[1].split(":", 1)[0]
+
+    init = services["init"]["environment"]
+    assert "pulse init --roles" in services["init"]["command"][2]
+    owner = user(init["PULSE_DATABASE_URL"])
+    for name in NODES:
+        assert user(services[name]["environment"]["PULSE_DATABASE_URL"]) == init["PULSE_NODE_LOGIN"]
+    assert user(services["web"]["environment"]["PULSE_DATABASE_URL"]) == init["PULSE_WEB_LOGIN"]
+    assert owner not in (init["PULSE_NODE_LOGIN"], init["PULSE_WEB_LOGIN"])

@@ -24,9 +24,17 @@ from cluster.cli import (
     web,
 )
 from cluster.cli.base import PulseGroup, fail, global_options, with_store
-from cluster.errors import ConfigError
-from cluster.settings import DEFAULT_SHARDS
+from cluster.errors import ConfigError, InvalidInput
+from cluster.settings import DEFAULT_SHARDS, IDENTIFIER
 from cluster.store import JobStore
+from cluster.store.roles import (
+    HANDLER_ROLE,
+    NODE_ROLE,
+    WEB_ROLE,
+    RoleNames,
+    create_roles,
+    set_login,
+)
 
 
 @click.group(
@@ -47,9 +55,65 @@ def cli() -> None:
     default=None,
     help=f"Number of shards, fixed at the first init [default {DEFAULT_SHARDS}].",
 )
+@click.option(
+    "--roles",
+    is_flag=True,
+    envvar="PULSE_INIT_ROLES",
+    help="Also make the nodes' and the web's database roles and set their grants.",
+)
+@click.option("--node-role", default=NODE_ROLE, show_default=True, envvar="PULSE_NODE_ROLE")
+@click.option("--web-role", default=WEB_ROLE, show_default=True, envvar="PULSE_WEB_ROLE")
+@click.option(
+    "--handler-role", default=HANDLER_ROLE, show_default=True, envvar="PULSE_HANDLER_ROLE"
+)
+@click.option(
+    "--node-login",
+    default=None,
+    envvar="PULSE_NODE_LOGIN",
+    help="With --roles: also make (or update) this LOGIN user in the node role, its "
+    "password from PULSE_NODE_LOGIN_PASSWORD.",
+)
+@click.option(
+    "--web-login",
+    default=None,
+    envvar="PULSE_WEB_LOGIN",
+    help="With --roles: the same for the web role, from PULSE_WEB_LOGIN_PASSWORD.",
+)
+@click.option("--node-login-password", envvar="PULSE_NODE_LOGIN_PASSWORD", hidden=True)
+@click.option("--web-login-password", envvar="PULSE_WEB_LOGIN_PASSWORD", hidden=True)
 @with_store
-async def init(store: JobStore, shards: int | None) -> None:
-    """Create or upgrade the database schema (safe to repeat)."""
+async def init(
+    store: JobStore,
+    shards: int | None,
+    roles: bool,
+    node_role: str,
+    web_role: str,
+    handler_role: str,
+    node_login: str | None,
+    web_login: str | None,
+    node_login_password: str | None,
+    web_login_password: str | None,
+) -> None:
+    """Create or upgrade the database schema (safe to repeat). With --roles, also make the
+    NOLOGIN roles nodes and pulse web log in through (by members:
+    CREATE ROLE billing_node LOGIN PASSWORD '...' IN ROLE pulse_node) with only the grants
+    each needs; run it again after each upgrade."""
+    names = RoleNames(node_role, web_role, handler_role).validate()  # bad names: nothing written
+    logins = [
+        (user, group, password, field)
+        for user, group, password, field in (
+            (node_login, names.node, node_login_password, "node-login"),
+            (web_login, names.web, web_login_password, "web-login"),
+        )
+        if user
+    ]
+    for user, _, password, field in logins:
+        if not roles:
+            raise InvalidInput(field, "needs --roles")
+        if not IDENTIFIER.match(user):
+            raise InvalidInput(field, f"{user!r} is not a lower-case SQL identifier")
+        if not password:
+            raise InvalidInput(field, f"set PULSE_{field.upper().replace('-', '_')}_PASSWORD")
     try:
         result = await store.init(shards)
     except ConfigError as exc:  # an applied migration's file was edited: nothing written
@@ -59,6 +123,17 @@ async def init(store: JobStore, shards: int | None) -> None:
         f"schema {store.settings.schema} at version {result.version} "
         f"(applied: {applied}); {result.shards} shards"
     )
+    if roles:
+        made = await create_roles(store.db.conn, store.settings.schema, names)
+        for user, group, password, _ in logins:
+            assert password is not None
+            await set_login(store.db.conn, user, group, password)
+            made.append(f"login {user}")
+        new = f" (made: {', '.join(made)})" if made else ""
+        click.echo(
+            f"roles {names.node} (nodes), {names.web} (web), {names.handler} (handlers' "
+            f"transactions): grants set{new}"
+        )
 
 
 for command in (

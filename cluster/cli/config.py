@@ -7,9 +7,10 @@ from typing import Any
 
 import click
 
+from cluster.cli import audited
 from cluster.cli.base import PulseGroup, emit_json, with_store
 from cluster.cli.jobs import table
-from cluster.config.keys import KEYS, canonical, defaults
+from cluster.config.keys import KEYS, audit_text, canonical, defaults
 from cluster.config.retention import KEEP_RUNS
 from cluster.jobs.models import iso
 from cluster.store.jobs import JobStore
@@ -58,7 +59,10 @@ async def set_value(store: JobStore, key: str, value: str) -> None:
     api.env the node variables its jobs may name ('BILLING_*'), api.http_body keep or
     drop, egress.allow the networks nodes may reach ('10.1.0.0/16,127.0.0.0/8'),
     celery.brokers names to broker URLs ('main=${env:CELERY_MAIN_URL}'). Nodes use
-    retention from their next prune, the rest within seconds."""
+    retention from their next prune, the rest within seconds. The change is written to
+    the audit trail (pulse audit)."""
     canonical(key, value)  # bad input: one line naming the key, before anything is written
-    stored = await store.set_config(key, value)
+    async with store.transaction():
+        stored = await store.set_config(key, value)
+        await audited.record(store, "set config", detail=audit_text(key, stored))
     click.echo(f"{key} = {stored}")

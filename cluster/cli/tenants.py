@@ -1,19 +1,22 @@
 """``pulse tenants ...``: limits of concurrent runs per tenant, enforced across the cluster
-by the claim (docs/jobs.md, docs/design/fairness.md)."""
+by the claim, and quotas on what a tenant may ask for, enforced by the database on every
+write (docs/jobs.md, docs/design/fairness.md). Every change writes its audit row."""
 
 from __future__ import annotations
 
 import click
 
+from cluster.cli import audited
 from cluster.cli.base import PulseGroup, emit_json, with_store
 from cluster.cli.jobs import table
+from cluster.errors import InvalidInput
 from cluster.jobs.models import iso
 from cluster.store.jobs import JobStore
 
 
 @click.group(cls=PulseGroup)
 def tenants() -> None:
-    """Limit how many runs of a tenant run at once."""
+    """Limit how many runs of a tenant run at once, and what a tenant may ask for."""
 
 
 @tenants.command("set")
@@ -24,7 +27,10 @@ def tenants() -> None:
 @with_store
 async def set_limit(store: JobStore, tenant: str, max_concurrent: int) -> None:
     """Run at most --max-concurrent of TENANT's slots at once across the cluster."""
-    limit = await store.tenants.set_limit(tenant, max_concurrent)
+    async with store.transaction():
+        limit = await store.tenants.set_limit(tenant, max_concurrent)
+        detail = f"max_concurrent {limit.max_concurrent}"
+        await audited.record(store, "set limit", tenant=limit.tenant, detail=detail)
     click.echo(
         f"tenant {limit.tenant}: at most {limit.max_concurrent} at once ({limit.running} running)"
     )
@@ -35,7 +41,9 @@ async def set_limit(store: JobStore, tenant: str, max_concurrent: int) -> None:
 @with_store
 async def clear_limit(store: JobStore, tenant: str) -> None:
     """Lift TENANT's limit."""
-    await store.tenants.clear_limit(tenant)
+    async with store.transaction():
+        await store.tenants.clear_limit(tenant)
+        await audited.record(store, "clear limit", tenant=tenant)
     click.echo(f"tenant {tenant}: no limit")
 
 
@@ -55,3 +63,92 @@ async def list_limits(store: JobStore, as_json: bool) -> None:
         [x.tenant, str(x.max_concurrent), str(x.running), iso(x.updated_at) or ""] for x in found
     ]
     table([["TENANT", "MAX CONCURRENT", "RUNNING", "UPDATED"], *rows])
+
+
+def _cap(field: str, text: str | None) -> int | None:
+    """A cap as given on the command line: a whole number, or ``none`` to lift it."""
+    if text is None or text.strip().lower() == "none":
+        return None
+    try:
+        return int(text)
+    except ValueError:
+        raise InvalidInput(field, f"must be a whole number or none, got {text!r}") from None
+
+
+_CAP_HELP = "a whole number, or none to lift it"
+
+
+@tenants.command("quota")
+@click.argument("tenant")
+@click.option("--max-jobs", default=None, help=f"Jobs the tenant may have ({_CAP_HELP}).")
+@click.option(
+    "--max-backfill-slots",
+    default=None,
+    help=f"Backfill slots requested and not yet run ({_CAP_HELP}).",
+)
+@click.option(
+    "--max-parallel",
+    default=None,
+    help=f"Slots one job (overlap allow) or backfill may run at once ({_CAP_HELP}).",
+)
+@click.option("--clear", is_flag=True, help="Lift every cap of TENANT.")
+@with_store
+async def quota(
+    store: JobStore,
+    tenant: str,
+    max_jobs: str | None,
+    max_backfill_slots: str | None,
+    max_parallel: str | None,
+    clear: bool,
+) -> None:
+    """Cap what TENANT may ask for from now on (what it has stays); only the caps given
+    change."""
+    given = {
+        "max_jobs": max_jobs,
+        "max_backfill_slots": max_backfill_slots,
+        "max_parallel": max_parallel,
+    }
+    changes = {k: _cap(k, v) for k, v in given.items() if v is not None}
+    if clear:
+        if changes:
+            raise InvalidInput("clear", "give either --clear or caps, not both")
+        async with store.transaction():
+            await store.quotas.clear(tenant)
+            await audited.record(store, "clear quota", tenant=tenant)
+        click.echo(f"tenant {tenant}: no quota")
+        return
+    async with store.transaction():
+        found = await store.quotas.set(tenant, changes)
+        detail = found.describe() if found is not None else "no cap"
+        await audited.record(store, "set quota", tenant=tenant, detail=detail)
+    click.echo(f"tenant {tenant}: {detail}")
+
+
+@tenants.command("quotas")
+@click.option("--json", "as_json", is_flag=True)
+@with_store
+async def list_quotas(store: JobStore, as_json: bool) -> None:
+    """List the tenants' quotas with the jobs each has."""
+    found = await store.quotas.quotas()
+    if as_json:
+        emit_json([x.to_json() for x in found])
+        return
+    if not found:
+        click.echo("no tenant quotas")
+        return
+
+    def cap(value: int | None) -> str:
+        return "-" if value is None else str(value)
+
+    rows = [
+        [
+            x.tenant,
+            cap(x.max_jobs),
+            str(x.jobs),
+            cap(x.max_backfill_slots),
+            cap(x.max_parallel),
+            iso(x.updated_at) or "",
+        ]
+        for x in found
+    ]
+    table([["TENANT", "MAX JOBS", "JOBS", "MAX BACKFILL SLOTS", "MAX PARALLEL", "UPDATED"], *rows])

@@ -1,12 +1,14 @@
 """``pulse tokens ...`` and ``pulse audit``: the HTTP API's tokens and its audit trail.
 
-Tokens are made here, on a host with the database's credentials, never through the API.
+Tokens are made here, on a host with the database's credentials, never through the API;
+making and revoking one writes its audit row (``cluster.cli.audited``), never its secret.
 """
 
 from __future__ import annotations
 
 import click
 
+from cluster.cli import audited
 from cluster.cli.base import PulseCommand, PulseGroup, emit_json, with_store
 from cluster.cli.jobs import table
 from cluster.jobs.models import iso
@@ -55,14 +57,18 @@ async def create(
         validate_name(tenant, "tenant")
     expiry = parse_expiry(expires)
     secret = new_token()
-    info = await store.access.create_token(
-        name,
-        role,
-        token_hash(secret),
-        tenant=tenant,
-        expires_s=expiry.after_s,
-        expires_at=expiry.at,
-    )
+    async with store.transaction():
+        info = await store.access.create_token(
+            name,
+            role,
+            token_hash(secret),
+            tenant=tenant,
+            expires_s=expiry.after_s,
+            expires_at=expiry.at,
+        )
+        until = f", expires {iso(info.expires_at)}" if info.expires_at else ""
+        detail = f"token {name}: role {role}{until}"
+        await audited.record(store, "create token", tenant=tenant, detail=detail)
     if expiry.never:
         click.echo(f"pulse: warning: token {name} never expires; revoke it when done", err=True)
     if as_json:
@@ -106,7 +112,9 @@ async def list_tokens(store: JobStore, as_json: bool) -> None:
 @with_store
 async def revoke(store: JobStore, name: str) -> None:
     """Revoke a token: it stops working at once."""
-    await store.access.revoke_token(name)
+    async with store.transaction():
+        await store.access.revoke_token(name)
+        await audited.record(store, "revoke token", detail=f"token {name}")
     click.echo(f"revoked {name}")
 
 
@@ -116,7 +124,8 @@ async def revoke(store: JobStore, name: str) -> None:
 @click.option("--json", "as_json", is_flag=True)
 @with_store
 async def audit(store: JobStore, tenant: str | None, limit: int, as_json: bool) -> None:
-    """The changes made through the HTTP API, newest first."""
+    """The changes made through the HTTP API and by pulse tokens, config and tenants,
+    newest first."""
     found = await store.access.audit_entries(scope=tenant, limit=limit)
     if as_json:
         emit_json([e.to_json() for e in found])
@@ -124,9 +133,17 @@ async def audit(store: JobStore, tenant: str | None, limit: int, as_json: bool) 
     if not found:
         click.echo("no audit entries")
         return
-    rows = [["AT", "TOKEN", "ACTION", "TENANT", "JOB", "SOURCE"]]
+    rows = [["AT", "BY", "ACTION", "TENANT", "JOB", "SOURCE", "DETAIL"]]
     for e in found:
         rows.append(
-            [iso(e.at) or "-", e.token, e.action, e.tenant or "-", e.job or "-", e.source or "-"]
+            [
+                iso(e.at) or "-",
+                e.token,
+                e.action,
+                e.tenant or "-",
+                e.job or "-",
+                e.source or "-",
+                e.detail or "-",
+            ]
         )
     table(rows)

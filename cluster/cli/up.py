@@ -24,10 +24,12 @@ from cluster.cli.web import DEFAULT_BIND, parse_bind
 from cluster.errors import InvalidInput, NotFound
 from cluster.jobs.files import load_specs
 from cluster.local import embedded
-from cluster.local.launcher import Launcher, plan_nodes, plural, use_colour, web_spec
+from cluster.local.launcher import Launcher, NodeSpec, plan_nodes, plural, use_colour, web_spec
+from cluster.local.logins import Logins, set_up_logins
 from cluster.local.processes import pulse_env
 from cluster.settings import ClusterSettings, mask_url
 from cluster.store.jobs import JobStore
+from cluster.store.roles import RoleNames
 from cluster.web.tokens import new_token, token_hash
 
 EXAMPLE_FILE = Path("examples") / "jobs.yaml"
@@ -49,10 +51,14 @@ def _zones(value: str) -> list[str]:
     return zones
 
 
-async def _prepare(settings: ClusterSettings, example: Path | None, token: str | None) -> str:
-    """Init the schema, apply the examples, and store ``token`` as the ``pulse-up`` admin
-    token (replacing the one of the previous start)."""
+async def _prepare(
+    settings: ClusterSettings, example: Path | None, token: str | None, roles: bool
+) -> tuple[str, Logins | None]:
+    """Init the schema, apply the examples, store ``token`` as the ``pulse-up`` admin
+    token (replacing the one of the previous start), and with ``roles`` set up the logins
+    of the nodes and the web."""
     async with JobStore.open(settings, "pulse-up") as store:
+        logins = await set_up_logins(store, RoleNames.from_env()) if roles else None
         result = await store.init()
         summary = f"schema {settings.schema} at version {result.version}, {result.shards} shards"
         if example is not None:
@@ -65,7 +71,15 @@ async def _prepare(settings: ClusterSettings, example: Path | None, token: str |
             with contextlib.suppress(NotFound):
                 await store.access.revoke_token(UP_TOKEN)
             await store.access.create_token(UP_TOKEN, "admin", token_hash(token))
-        return summary
+        return summary, logins
+
+
+def _logged_in(spec: NodeSpec, logins: Logins | None) -> NodeSpec:
+    """``spec`` with the database URL of its login (the web's or the nodes')."""
+    if logins is None:
+        return spec
+    url = (logins.web if spec.zone is None else logins.node).database_url
+    return replace(spec, env={"PULSE_DATABASE_URL": url})
 
 
 def _web_problem(bind: str) -> str | None:
@@ -134,6 +148,12 @@ def _servers(settings: ClusterSettings, use: bool, data_dir: Path) -> Iterator[C
     envvar="PULSE_UP_WEB_BIND",
     help="Where pulse web listens.",
 )
+@click.option(
+    "--roles/--no-roles",
+    default=None,
+    help="Nodes and pulse web log in through the pulse_node and pulse_web roles (pulse "
+    "init --roles), the owner only running init [default: with --embedded].",
+)
 @click.pass_context
 def up(
     ctx: click.Context,
@@ -146,6 +166,7 @@ def up(
     metrics_port_base: int | None,
     web: bool | None,
     web_bind: str,
+    roles: bool | None,
 ) -> None:
     """Run a local cluster: N nodes spread over zones, in the foreground (Ctrl-C stops it)."""
     zone_list = _zones(zones)
@@ -174,8 +195,11 @@ def up(
             fail(str(exc), 2)
     with _servers(settings_of(ctx), use_embedded, data_dir) as settings:
         specs = plan_nodes(nodes, zone_list, extra_args, metrics_port_base)
+        token = new_token() if with_web else None
+        use_roles = use_embedded if roles is None else roles
+        summary, logins = run(_prepare(settings, example_file, token, use_roles))
         launcher = Launcher(
-            [*specs, web_spec(web_bind)] if with_web else specs,
+            [_logged_in(s, logins) for s in [*specs, *([web_spec(web_bind)] if with_web else [])]],
             # The shell's other PULSE_* settings (intervals, concurrency) reach every node.
             pulse_env(
                 settings, inherit=True, PULSE_LOG_FORMAT=log_format, PULSE_LOG_LEVEL=log_level
@@ -184,8 +208,9 @@ def up(
             prefix=log_format == "text",
             restart=restart,
         )
-        token = new_token() if with_web else None
-        launcher.say(run(_prepare(settings, example_file, token)))
+        launcher.say(summary)
+        if logins is not None:
+            launcher.say(f"nodes log in as {logins.node_user}, pulse web as {logins.web_user}")
         launcher.say(
             f"{plural(nodes, 'node')} in zones {', '.join(zone_list[:nodes])}; database "
             f"{mask_url(settings.database_url)}, redis {mask_url(settings.redis_url)}, "

@@ -18,6 +18,7 @@ DEFAULT_SESSION_IDLE_S = 2 * 3600.0
 DEFAULT_SESSION_MAX_S = 12 * 3600.0
 DEFAULT_FORWARDED_ALLOW_IPS = "127.0.0.1,::1"
 MAX_SESSION_S = 366 * 86400.0
+DEFAULT_TOKEN_REQUESTS = 4  # as cluster.web.inflight: half the pool
 
 
 def parse_bind(bind: str) -> tuple[str, int]:
@@ -94,6 +95,15 @@ def _session_duration(text: str, field: str) -> float:
     "A console session ends this long after sign-in, used or not.",
     envvar="PULSE_WEB_SESSION_MAX",
 )
+@click.option(
+    "--token-requests",
+    type=click.IntRange(1, 1000),
+    default=DEFAULT_TOKEN_REQUESTS,
+    show_default=True,
+    envvar="PULSE_WEB_TOKEN_REQUESTS",
+    help="Requests of one token in flight at once; past it, 429 (keeps one client from "
+    "holding every database connection).",
+)
 @click.pass_context
 def web(
     ctx: click.Context,
@@ -103,6 +113,7 @@ def web(
     forwarded_allow_ips: str,
     session_idle: str,
     session_max: str,
+    token_requests: int,
 ) -> None:
     """Serve the HTTP API (/api/, OpenAPI at /api/openapi.json) and the console (/console/)."""
     try:
@@ -126,4 +137,5 @@ def web(
         forwarded_allow_ips=proxies,
         session_idle_s=idle_s,
         session_max_s=max_s,
+        token_requests=token_requests,
     )

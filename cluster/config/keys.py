@@ -18,6 +18,12 @@ _CHECKS: dict[str, Callable[[str], str]] = {
     **brokers.CHECKS,
 }
 KEYS = (*retention.KEYS, *_CHECKS)
+# Keys whose values may go into an audit row. Listed by name, not derived from KEYS: a key
+# added later (one holding a URL with a password, say) is audited without its value until
+# someone decides it holds no secret.
+_SHOWN_IN_AUDIT = frozenset(
+    (*retention.KEYS, allowlist.API_HANDLERS, envlist.API_ENV, *egress.CHECKS)
+)
 
 
 def defaults() -> dict[str, str]:
@@ -38,3 +44,11 @@ def canonical(key: str, text: str) -> str:
     if key not in retention.KEYS:
         raise InvalidInput(key, f"unknown config key; use one of {', '.join(KEYS)}")
     return retention.canonical(key, text)
+
+
+def audit_text(key: str, stored: str) -> str:
+    """What the audit row of ``pulse config set KEY`` says: the value only for a key known
+    to hold no secret."""
+    if key in _SHOWN_IN_AUDIT:
+        return f"{key} = {stored}"
+    return f"{key} changed (value not recorded)"

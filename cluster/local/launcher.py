@@ -43,6 +43,7 @@ class NodeSpec:
     name: str
     zone: str | None
     argv: tuple[str, ...]
+    env: Mapping[str, str] = field(default_factory=dict)  # over the launcher's
 
 
 def web_spec(bind: str) -> NodeSpec:
@@ -131,7 +132,8 @@ class Launcher:
     # -- processes --------------------------------------------------------------------
 
     async def _start(self, node: _Node) -> asyncio.subprocess.Process:
-        proc = await Command(node.spec.argv, self.env).start_async(limit=LINE_LIMIT)
+        env = {**self.env, **node.spec.env}
+        proc = await Command(node.spec.argv, env).start_async(limit=LINE_LIMIT)
         node.proc = proc
         node.started = time.monotonic()
         where = f" in zone {node.spec.zone}" if node.spec.zone is not None else ""

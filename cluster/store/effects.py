@@ -7,6 +7,13 @@ taken over (a zombie node waking up) writes nothing, so a slot's effects commit 
 once even though execution is at least once (docs/design/effects.md,
 tests/integration/test_effects.py). Pulse's statement runs on the cluster's schema; the
 handler's connection keeps ``public`` on its ``search_path`` for the user's tables.
+
+With a handler role (``pulse node --handler-role``), the handler's statements run under
+``SET LOCAL ROLE`` to it, a role with no right on Pulse's tables, and the node takes its own
+role back for the completion. A guard against a handler's mistakes, not a sandbox: code in
+the node's process can ``RESET ROLE`` (docs/security.md). Pulse's statement names its
+schema with ``pg_temp`` last, so a temporary table of the handler never stands in for one
+of Pulse's.
 """
 
 from __future__ import annotations
@@ -25,29 +32,52 @@ from cluster.store.queries import query
 from cluster.store.records import Completion, Skip, complete_params, flight_params
 
 SyncConn = psycopg.Connection[Row]
+_AS_NODE = sql.SQL("RESET ROLE")  # whatever role the handler left set
 
 
 class EffectsStore:
     """Opens handler transactions and commits them with a run's completion."""
 
-    def __init__(self, settings: ClusterSettings, node_id: str, zone: str) -> None:
+    def __init__(
+        self, settings: ClusterSettings, node_id: str, zone: str, handler_role: str | None = None
+    ) -> None:
         self._settings = settings
         self.node_id = node_id
         self.zone = zone
         self._name = f"{node_id}/effects"[:63]
-        # SET LOCAL: Pulse's statement runs on its schema until the commit.
-        self._on_schema = sql.SQL("SET LOCAL search_path TO {}").format(
+        # SET LOCAL: Pulse's statement runs on its schema, as the node, until the commit.
+        self._on_schema = sql.SQL("SET LOCAL search_path TO {}, pg_temp").format(
             sql.Identifier(settings.schema)
+        )
+        self._as_handler = (
+            sql.SQL("SET LOCAL ROLE {}").format(sql.Identifier(handler_role))
+            if handler_role
+            else None
         )
 
     async def open(self, timeout_s: float) -> Conn:
-        """A connection in a transaction (the first statement begins it)."""
-        return await connect(
+        """A connection in a transaction (the first statement begins it), as the handler
+        role if there is one."""
+        conn = await connect(
             self._settings, self._name, statement_timeout_s=timeout_s, autocommit=False
         )
+        if self._as_handler is not None:
+            try:
+                await conn.execute(self._as_handler)
+            except psycopg.Error as exc:
+                await close(conn)
+                raise StoreError(f"run transaction: {describe(exc)}") from exc
+        return conn
 
     def open_sync(self, timeout_s: float) -> SyncConn:
-        return connect_sync(self._settings, self._name, statement_timeout_s=timeout_s)
+        conn = connect_sync(self._settings, self._name, statement_timeout_s=timeout_s)
+        if self._as_handler is not None:
+            try:
+                conn.execute(self._as_handler)
+            except psycopg.Error as exc:
+                close_sync(conn)
+                raise StoreError(f"run transaction: {describe(exc)}") from exc
+        return conn
 
     def _statement(
         self, done: Completion, skips: Sequence[Skip], flight: bool
@@ -66,6 +96,7 @@ class EffectsStore:
         possibly everything (the run's completion is fenced either way)."""
         try:
             async with conn.cursor() as cur:
+                await cur.execute(_AS_NODE)
                 await cur.execute(self._on_schema)
                 await cur.execute(*self._statement(done, skips, flight))
                 applied = bool(await cur.fetchall())
@@ -85,6 +116,7 @@ class EffectsStore:
         """``commit`` for a sync handler's connection (call it on a thread)."""
         try:
             with conn.cursor() as cur:
+                cur.execute(_AS_NODE)
                 cur.execute(self._on_schema)
                 cur.execute(*self._statement(done, skips, flight))
                 applied = bool(cur.fetchall())

@@ -8,9 +8,9 @@ This module owns the cluster's settings and pruning, and what acts on jobs that 
 (pause, resume, trigger, remove, and the reads). Its parts hold the rest, on the store's
 scoped connection (``cluster.store.scoped``): creating and placing job rows
 (``definitions``), steering running slots (``runcontrol``), tokens and audit (``access``),
-paged reads (``pages``), tenant limits (``tenants``), console sessions (``sessions``) and
-the handlers registries offer the API (``handlers``). The methods of the first two that
-users call are the store's too.
+paged reads (``pages``), tenant limits (``tenants``) and quotas (``quotas``), console
+sessions (``sessions``) and the handlers registries offer the API (``handlers``). The
+methods of the first two that users call are the store's too.
 
     async with JobStore.open(ClusterSettings.from_env()) as store:
         await store.add(JobSpec.build("rollup", "0 * * * *", "billing.jobs:rollup"))
@@ -38,6 +38,7 @@ from cluster.store.handlers import RegisteredHandlers
 from cluster.store.migrate import InitResult, migrate
 from cluster.store.pages import Pages
 from cluster.store.pruning import PruneResult
+from cluster.store.quotas import Quotas
 from cluster.store.runcontrol import CancelRequest, RunControl
 from cluster.store.scoped import ScopedConnection
 from cluster.store.sessions import ConsoleSessions
@@ -61,6 +62,7 @@ class JobStore:
         self.tenants = Tenants(conn)
         self.handlers = RegisteredHandlers(conn)
         self.sessions = ConsoleSessions(conn)
+        self.quotas = Quotas(conn)
 
     @asynccontextmanager
     async def transaction(self) -> AsyncIterator[None]:
@@ -170,9 +172,11 @@ class JobStore:
             now=now,
         )
 
-    async def backfills(self, tenant: str | None = None) -> list[Backfill]:
-        """Every backfill request, oldest first, with its progress."""
-        return await self.runcontrol.backfills(tenant)
+    async def backfills(
+        self, tenant: str | None = None, limit: int | None = None
+    ) -> list[Backfill]:
+        """Every backfill request (the newest ``limit``), oldest first, with its progress."""
+        return await self.runcontrol.backfills(tenant, limit)
 
     async def cancel_backfill(self, backfill_id: int) -> Backfill:
         """Stop a backfill; ``InvalidInput`` for an unknown id."""

@@ -18,10 +18,15 @@ from cluster.settings import ClusterSettings, mask_url
 from cluster.store.connect import CONNECT_TIMEOUT_S, Conn, connect_kwargs, conninfo, describe
 from cluster.store.jobs import JobStore
 
+POOL_SIZE = 8  # connections per process; cluster.web.inflight gives each token a share
+
 
 class StorePool:
     def __init__(
-        self, settings: ClusterSettings, application_name: str = "pulse-web", max_size: int = 8
+        self,
+        settings: ClusterSettings,
+        application_name: str = "pulse-web",
+        max_size: int = POOL_SIZE,
     ) -> None:
         self.settings = settings
         self._pool: AsyncConnectionPool[Conn] = AsyncConnectionPool(

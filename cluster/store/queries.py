@@ -22,7 +22,7 @@ from typing import Any
 
 import psycopg
 
-from cluster.errors import StoreError
+from cluster.errors import Conflict, InvalidInput, PulseError, StoreError
 from cluster.store.connect import Conn, Row, SchemaMissing, describe
 
 _SECTION = re.compile(r"^-- name: ([a-z_]+)\s*$", re.MULTILINE)
@@ -80,11 +80,22 @@ def names() -> list[str]:
     return sorted(_all())
 
 
-def store_error(exc: psycopg.Error, context: str | None = None) -> StoreError:
+QUOTA_CONSTRAINT = "tenant_quota"  # what migration 019's quota checks raise
+_COUNTED = frozenset({"max_jobs", "max_backfill_slots"})
+
+
+def store_error(exc: psycopg.Error, context: str | None = None) -> PulseError:
     """A driver error as Pulse's, after ``context`` (what failed) if given; a missing table
-    means ``pulse init`` never ran."""
+    means ``pulse init`` never ran; a tenant's quota refusing a write is bad input (a cap
+    on a count is full: ``Conflict``; a value past a cap: ``InvalidInput``)."""
     if isinstance(exc, psycopg.errors.UndefinedTable):
         return SchemaMissing()
+    if isinstance(exc, psycopg.errors.CheckViolation) and (
+        exc.diag.constraint_name == QUOTA_CONSTRAINT
+    ):
+        field = exc.diag.column_name or "tenant"
+        problem = exc.diag.message_primary or "past the tenant's quota"
+        return Conflict(field, problem) if field in _COUNTED else InvalidInput(field, problem)
     return StoreError(describe(exc) if context is None else f"{context}: {describe(exc)}")
 
 

@@ -119,11 +119,12 @@ class RunControl:
             await self._db.notify(job.shard)
         return BackfillPlan(slots, Backfill.from_row(made))
 
-    async def backfills(self, tenant: str | None = None) -> list[Backfill]:
-        """Every backfill request, oldest first, with its progress."""
-        return [
-            Backfill.from_row(r) for r in await self._db.all("backfill_list", {"tenant_id": tenant})
-        ]
+    async def backfills(
+        self, tenant: str | None = None, limit: int | None = None
+    ) -> list[Backfill]:
+        """Every backfill request (the newest ``limit``), oldest first, with its progress."""
+        params = {"tenant_id": tenant, "limit": limit}
+        return [Backfill.from_row(r) for r in await self._db.all("backfill_list", params)]
 
     async def cancel_backfill(self, backfill_id: int) -> Backfill:
         """Stop a backfill: nothing more is queued, queued slots are dropped, running ones

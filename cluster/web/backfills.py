@@ -6,10 +6,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from fastapi import APIRouter, HTTPException, Request
+from fastapi import APIRouter, HTTPException, Query, Request
 
 from cluster.errors import InvalidInput
 from cluster.jobs.models import iso
+from cluster.jobs.spec import MAX_NAME_LENGTH
 from cluster.web.audit import record
 from cluster.web.auth import Reader, Writer
 from cluster.web.bodies import iso_time, json_object
@@ -53,10 +54,15 @@ async def backfill(request: Request, tenant: str, name: str, who: Writer) -> dic
 
 
 @router.get("/api/backfills")
-async def backfills(request: Request, who: Reader, tenant: str | None = None) -> list[Any]:
-    """Every backfill request with its progress, oldest first."""
+async def backfills(
+    request: Request,
+    who: Reader,
+    tenant: str | None = Query(None, max_length=MAX_NAME_LENGTH),
+    limit: int = Query(100, ge=1, le=500, description="The newest requests, at most."),
+) -> list[Any]:
+    """The newest ``limit`` backfill requests with their progress, oldest first."""
     async with state_of(request).pool.store(who.scope) as store:
-        return [b.to_json() for b in await store.backfills(tenant)]
+        return [b.to_json() for b in await store.backfills(tenant, limit)]
 
 
 @router.post("/api/backfills/{backfill_id}/cancel")

@@ -74,6 +74,12 @@ def parse_json(raw: bytes | str) -> Any:
     except RecursionError as exc:
         raise InvalidInput("body", "nested too deeply") from exc
 
+# Bounds of free-text query parameters (names are bounded by MAX_NAME_LENGTH): a search
+# term or expression longer than any real one is refused (422) before it reaches a query.
+MAX_QUERY_LENGTH = 200
+MAX_TIME_LENGTH = 64
+MAX_CURSOR_LENGTH = 4096  # a cursor carries a (tenant, name) key, JSON-escaped, in base64
+
 
 async def json_body(request: Request) -> Any:
     _content_type(request)

@@ -19,10 +19,12 @@ from cluster.config.admission import NotAllowed, admit
 from cluster.errors import InvalidInput
 from cluster.jobs.files import specs_of
 from cluster.jobs.models import iso
-from cluster.jobs.spec import DEFAULT_TENANT, JobSpec
+from cluster.jobs.spec import DEFAULT_TENANT, MAX_NAME_LENGTH, JobSpec
 from cluster.web.audit import record
 from cluster.web.auth import Principal, Reader, Writer
 from cluster.web.bodies import (
+    MAX_CURSOR_LENGTH,
+    MAX_QUERY_LENGTH,
     decode_cursor,
     encode_cursor,
     iso_time,
@@ -76,10 +78,14 @@ async def _admitted(
 async def list_jobs(
     who: Reader,
     request: Request,
-    tenant: str | None = Query(None),
-    status: str | None = Query(None, description="idle, running, paused or done"),
-    q: str | None = Query(None, description="Part of the name or handler."),
-    cursor: str | None = Query(None, description="next_cursor of the previous page."),
+    tenant: str | None = Query(None, max_length=MAX_NAME_LENGTH),
+    status: str | None = Query(None, max_length=20, description="idle, running, paused or done"),
+    q: str | None = Query(
+        None, max_length=MAX_QUERY_LENGTH, description="Part of the name or handler."
+    ),
+    cursor: str | None = Query(
+        None, max_length=MAX_CURSOR_LENGTH, description="next_cursor of the previous page."
+    ),
     limit: int = Query(100, ge=1, le=500),
 ) -> dict[str, Any]:
     """A page of jobs by (tenant, name)."""

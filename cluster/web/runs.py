@@ -9,8 +9,15 @@ from fastapi import APIRouter, Query, Request
 
 from cluster.errors import InvalidInput
 from cluster.jobs.models import RUN_STATUSES
+from cluster.jobs.spec import MAX_NAME_LENGTH
 from cluster.web.auth import Reader
-from cluster.web.bodies import decode_cursor, encode_cursor, iso_time
+from cluster.web.bodies import (
+    MAX_CURSOR_LENGTH,
+    MAX_TIME_LENGTH,
+    decode_cursor,
+    encode_cursor,
+    iso_time,
+)
 from cluster.web.state import state_of
 
 router = APIRouter(tags=["runs"])
@@ -20,11 +27,15 @@ router = APIRouter(tags=["runs"])
 async def list_runs(
     who: Reader,
     request: Request,
-    tenant: str | None = Query(None),
-    job: str | None = Query(None),
-    status: str | None = Query(None, description=", ".join(RUN_STATUSES)),
-    since: str | None = Query(None, description="Slots at or after this ISO 8601 time."),
-    cursor: str | None = Query(None, description="next_cursor of the previous page."),
+    tenant: str | None = Query(None, max_length=MAX_NAME_LENGTH),
+    job: str | None = Query(None, max_length=MAX_NAME_LENGTH),
+    status: str | None = Query(None, max_length=20, description=", ".join(RUN_STATUSES)),
+    since: str | None = Query(
+        None, max_length=MAX_TIME_LENGTH, description="Slots at or after this ISO 8601 time."
+    ),
+    cursor: str | None = Query(
+        None, max_length=MAX_CURSOR_LENGTH, description="next_cursor of the previous page."
+    ),
     limit: int = Query(100, ge=1, le=500),
 ) -> dict[str, Any]:
     """A page of runs, newest slot first; attempts in flight are ``running``."""
@@ -56,7 +67,9 @@ async def show_run(
     request: Request,
     tenant: str,
     name: str,
-    slot: str | None = Query(None, description="The run of this slot [default: the latest]."),
+    slot: str | None = Query(
+        None, max_length=MAX_TIME_LENGTH, description="The run of this slot [default: the latest]."
+    ),
 ) -> dict[str, Any]:
     """One run of the job with its output (``pulse runs show --json``)."""
     at = iso_time(slot, "slot") if slot is not None else None

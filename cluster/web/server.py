@@ -41,10 +41,15 @@ def serve(
     forwarded_allow_ips: list[str],
     session_idle_s: float = DEFAULT_SESSION_IDLE_S,
     session_max_s: float = DEFAULT_SESSION_MAX_S,
+    token_requests: int,
 ) -> None:
     sessions = SessionPolicy(session_idle_s, session_max_s, secure_always=not is_loopback(host))
     app = create_app(
-        settings, auth_failures=auth_failures, auth_window_s=auth_window_s, sessions=sessions
+        settings,
+        auth_failures=auth_failures,
+        auth_window_s=auth_window_s,
+        sessions=sessions,
+        token_requests=token_requests,
     )
     config = uvicorn.Config(
         app,

@@ -13,6 +13,7 @@ from cluster.health.status import collect
 from cluster.jobs.models import iso
 from cluster.timing.schedule import parse_schedule
 from cluster.web.auth import Reader, unscoped
+from cluster.web.bodies import MAX_QUERY_LENGTH
 from cluster.web.state import state_of
 
 router = APIRouter(tags=["cluster"])
@@ -41,8 +42,12 @@ async def lag(request: Request, who: Reader) -> dict[str, Any]:
 @router.get("/api/schedule")
 async def schedule(
     who: Reader,
-    expr: str = Query(..., description="Cron (5 or 6 fields), @hourly..., @every 30s."),
-    tz: str = Query("UTC", description="IANA time zone."),
+    expr: str = Query(
+        ...,
+        max_length=MAX_QUERY_LENGTH,
+        description="Cron (5 or 6 fields), @hourly..., @every 30s.",
+    ),
+    tz: str = Query("UTC", max_length=MAX_QUERY_LENGTH, description="IANA time zone."),
     count: int = Query(5, ge=1, le=1000),
 ) -> dict[str, Any]:
     """The next ``count`` slots of ``expr`` in ``tz`` (and in UTC)."""

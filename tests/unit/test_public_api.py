@@ -135,7 +135,9 @@ EXPECTED: dict[str, dict[str, str]] = {
         "'datetime', end: 'datetime', only_missing: 'bool' = False, "
         "max_parallel: 'int' = 1, dry_run: 'bool' = False, now: 'datetime | None' = None) "
         "-> 'BackfillPlan'",
-        "backfills": "(self, tenant: 'str | None' = None) -> 'list[Backfill]'",
+        "backfills": (
+            "(self, tenant: 'str | None' = None, limit: 'int | None' = None) -> 'list[Backfill]'"
+        ),
         "cancel": "(self, name: 'str', tenant: 'str' = 'default', *, by: 'str', "
         "slot: 'datetime | None' = None, every: 'bool' = False) -> "
         "'list[CancelRequest]'",
@@ -189,7 +191,7 @@ EXPECTED: dict[str, dict[str, str]] = {
         "30.0, statement_timeout_s: 'float' = 5.0, redis_timeout_s: "
         "'float' = 2.0, prune_interval_s: 'float' = 30.0, shards: 'int | "
         "None' = None, metrics_port: 'int | None' = None, fairness: 'bool' = "
-        "True, celery_broker: 'str | None' = None) -> None",
+        "True, celery_broker: 'str | None' = None, handler_role: 'str | None' = None) -> None",
         "validate": "(self) -> 'NodeSettings'",
     },
     "NodeStatus": {

@@ -21,11 +21,16 @@ WHERE r.job_id = %(job_id)s AND r.scheduled_for = ANY(%(slots)s::timestamptz[])
        OR (r.status <> 'skipped' AND r.finished_at >= %(since)s::timestamptz));
 
 -- name: backfill_list
-SELECT b.*, (SELECT count(*) FROM flights f WHERE f.backfill_id = b.id)::int AS in_flight
-FROM backfills b
-WHERE (%(tenant_id)s::text IS NULL OR b.tenant_id = %(tenant_id)s)
-  AND (%(scope)s::text IS NULL OR b.tenant_id = %(scope)s)
-ORDER BY b.id;
+-- The newest %(limit)s requests (NULL: all), oldest first.
+SELECT * FROM (
+    SELECT b.*, (SELECT count(*) FROM flights f WHERE f.backfill_id = b.id)::int AS in_flight
+    FROM backfills b
+    WHERE (%(tenant_id)s::text IS NULL OR b.tenant_id = %(tenant_id)s)
+      AND (%(scope)s::text IS NULL OR b.tenant_id = %(scope)s)
+    ORDER BY b.id DESC
+    LIMIT %(limit)s
+) AS newest
+ORDER BY id;
 
 -- name: backfill_cancel
 -- Stops a backfill: no more slots are queued and its queued ones are dropped; slots already

@@ -51,3 +51,47 @@ SELECT l.tenant_id, l.max_concurrent, l.max_concurrent - r.room AS running, l.up
 FROM tenant_limits l JOIN tenant_room r USING (tenant_id)
 WHERE %(tenant_id)s::text IS NULL OR l.tenant_id = %(tenant_id)s
 ORDER BY l.tenant_id;
+
+-- name: quota_set
+-- Sets the caps named in %(changes)s (a JSON object: a number sets one, null lifts it) and
+-- keeps the others; a row left with no cap goes.
+WITH given AS (
+    SELECT %(changes)s::jsonb AS c
+),
+merged AS (
+    INSERT INTO tenant_quotas AS q (tenant_id, max_jobs, max_backfill_slots, max_parallel)
+    SELECT %(tenant_id)s, (g.c ->> 'max_jobs')::int, (g.c ->> 'max_backfill_slots')::int,
+           (g.c ->> 'max_parallel')::int
+    FROM given g
+    ON CONFLICT (tenant_id) DO UPDATE SET
+        max_jobs = CASE WHEN (SELECT c ? 'max_jobs' FROM given)
+                        THEN excluded.max_jobs ELSE q.max_jobs END,
+        max_backfill_slots = CASE WHEN (SELECT c ? 'max_backfill_slots' FROM given)
+                                  THEN excluded.max_backfill_slots ELSE q.max_backfill_slots END,
+        max_parallel = CASE WHEN (SELECT c ? 'max_parallel' FROM given)
+                            THEN excluded.max_parallel ELSE q.max_parallel END,
+        updated_at = now()
+    RETURNING q.*
+)
+SELECT m.*,
+       (SELECT count(*) FROM jobs j
+        WHERE j.tenant_id = m.tenant_id AND j.parent_id IS NULL)::int AS jobs
+FROM merged m;
+
+-- name: quota_prune
+DELETE FROM tenant_quotas
+WHERE tenant_id = %(tenant_id)s
+  AND max_jobs IS NULL AND max_backfill_slots IS NULL AND max_parallel IS NULL
+RETURNING tenant_id;
+
+-- name: quota_remove
+DELETE FROM tenant_quotas WHERE tenant_id = %(tenant_id)s RETURNING tenant_id;
+
+-- name: tenant_quotas
+-- Every quota, with the tenant's jobs now.
+SELECT q.*,
+       (SELECT count(*) FROM jobs j
+        WHERE j.tenant_id = q.tenant_id AND j.parent_id IS NULL)::int AS jobs
+FROM tenant_quotas q
+WHERE %(tenant_id)s::text IS NULL OR q.tenant_id = %(tenant_id)s
+ORDER BY q.tenant_id;
