@@ -74,6 +74,7 @@ def parse_json(raw: bytes | str) -> Any:
     except RecursionError as exc:
         raise InvalidInput("body", "nested too deeply") from exc
 
+
 # Bounds of free-text query parameters (names are bounded by MAX_NAME_LENGTH): a search
 # term or expression longer than any real one is refused (422) before it reaches a query.
 MAX_QUERY_LENGTH = 200

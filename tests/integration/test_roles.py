@@ -153,7 +153,7 @@ def test_a_node_logged_in_through_the_node_role_claims_and_completes_runs(
 def test_pulse_web_logged_in_through_the_web_role_serves_the_api(
     settings: ClusterSettings, initialised: Invoke, logins: Logins, tmp_path: Path
 ) -> None:
-    assert initialised("config", "set", "api.handlers", "cluster.chaos.*:*").exit_code == 0
+    assert initialised("config", "set", "api.handlers", HANDLER).exit_code == 0
     grant_roles(settings, logins)
     token = make_token(settings, "ops", "admin")
     with web_process(logins.as_web(settings), tmp_path) as web, web.client(token) as api:
