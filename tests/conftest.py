@@ -1,6 +1,7 @@
-"""Shared fixtures: one throwaway database per test session, one schema and one Redis key
-prefix per test (``tests/helpers/databases.py``), so runs and parallel CI jobs never
-collide."""
+"""Shared fixtures: one throwaway database per test session (per xdist worker), one schema
+and one Redis key prefix per test (``tests/helpers/databases.py``), so runs, workers and
+parallel CI jobs never collide; and the order the tests run in
+(``tests/helpers/scheduling.py``)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,12 @@ from cluster.settings import ClusterSettings
 from cluster.store.jobs import JobStore
 from tests.helpers.databases import forget_redis_keys, fresh_settings, throwaway_database
 from tests.helpers.roles import Logins, session_logins
+from tests.helpers.scheduling import slow_modules_first
 from tests.helpers.sessions import LockSessions, Opener
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    slow_modules_first(items)
 
 
 @pytest.fixture(scope="session")

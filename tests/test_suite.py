@@ -9,6 +9,8 @@ import ast
 from collections.abc import Iterator
 from pathlib import Path
 
+from tests.helpers.scheduling import slow_modules_first
+
 TESTS = Path(__file__).resolve().parent
 SOURCES = sorted(p for p in TESTS.rglob("*.py") if "__pycache__" not in p.parts)
 
@@ -82,3 +84,38 @@ def test_the_checks_see_what_they_look_for() -> None:
         "tests.conftest",
     ]
     assert list(unawaited_until(tree)) == [5]
+
+
+def test_the_tiers_run_on_workers_and_the_fast_one_leaves_out_e2e() -> None:
+    full = (TESTS.parent / "bin" / "test").read_text("utf-8")
+    fast = (TESTS.parent / "bin" / "test-fast").read_text("utf-8")
+    assert 'exec .venv/bin/pytest -n 2 --maxschedchunk 1 "$@"' in full
+    assert 'exec .venv/bin/pytest -n 2 --maxschedchunk 1 -m "not e2e" "$@"' in fast
+
+
+class _Item:
+    def __init__(self, nodeid: str, slow: bool = False) -> None:
+        self.nodeid, self.slow = nodeid, slow
+
+    def get_closest_marker(self, name: str) -> object:
+        return "slow" if name == "slow" and self.slow else None
+
+
+def test_modules_with_a_slow_test_run_first_whole_and_in_their_order() -> None:
+    items = [
+        _Item("tests/e2e/test_a.py::one"),
+        _Item("tests/e2e/test_b.py::quick"),
+        _Item("tests/e2e/test_b.py::long", slow=True),
+        _Item("tests/e2e/test_b.py::also_quick"),
+        _Item("tests/unit/test_c.py::one"),
+        _Item("tests/unit/test_d.py::long", slow=True),
+    ]
+    slow_modules_first(items)  # type: ignore[arg-type]
+    assert [i.nodeid.rsplit("/", 1)[1] for i in items] == [
+        "test_b.py::quick",
+        "test_b.py::long",
+        "test_b.py::also_quick",
+        "test_d.py::long",
+        "test_a.py::one",
+        "test_c.py::one",
+    ]

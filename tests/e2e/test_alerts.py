@@ -43,6 +43,11 @@ def store_call(settings: ClusterSettings, fn: Callable[[JobStore], Any]) -> Any:
     return asyncio.run(go())
 
 
+def _stopped(pid: int) -> bool:
+    with open(f"/proc/{pid}/stat") as stat:
+        return stat.read().rsplit(")", 1)[1].split()[0] == "T"
+
+
 def add_rule(settings: ClusterSettings, url: str, **kw: Any) -> None:
     async def go() -> None:
         async with AlertStore.open(settings) as alerts:
@@ -213,9 +218,16 @@ def test_a_slot_in_a_frozen_nodes_shard_is_reported_late_by_another_node(
         fleet.start(node_id, zone, "--session-timeout", "40s")
     owner = until(lambda: fleet.holders().get(job.shard), "the shard's owner", 30)
     until(lambda: fleet.holders().get(job.shard) == owner, "a settled owner", 30)
+    # Frozen with a slot claimed (claims run ahead), the job would stay running until its
+    # lease ran out, and only an idle slot is late: freeze the owner with the job paused,
+    # so with nothing in flight, then resume it.
+    store_call(settings, lambda s: s.pause("tick"))
+    until(lambda: store_call(settings, lambda s: s.get("tick")).status == "paused", "pause", 30)
     frozen = fleet.node(owner)
     frozen.signal(signal.SIGSTOP)
     try:
+        until(lambda: _stopped(frozen.pid), "the owner stopped", 10)
+        store_call(settings, lambda s: s.resume("tick"))
 
         def late_events() -> list[dict[str, Any]]:
             return fleet.sql("SELECT * FROM alert_events WHERE event = 'late'")

@@ -67,7 +67,12 @@ def test_each_completed_slot_has_exactly_one_effect_through_kills_and_freezes(
     before = effects()
     until(lambda: effects() >= before + 50, "the survivor to carry on", 60)
     until(
-        lambda: not fleet.sql("SELECT 1 FROM pg_stat_activity WHERE application_name = 'n2'"),
+        lambda: (
+            not fleet.sql(
+                "SELECT 1 FROM pg_stat_activity"
+                " WHERE application_name = 'n2' AND datname = current_database()"
+            )
+        ),
         "the frozen node's lock session to time out",
         30,
     )

@@ -39,7 +39,10 @@ pytestmark = [
 ]
 
 webdriver = pytest.importorskip("selenium.webdriver")
-from selenium.common.exceptions import NoAlertPresentException  # noqa: E402
+from selenium.common.exceptions import (  # noqa: E402
+    NoAlertPresentException,
+    StaleElementReferenceException,
+)
 from selenium.webdriver.chrome.service import Service  # noqa: E402
 from selenium.webdriver.common.by import By  # noqa: E402
 from selenium.webdriver.common.keys import Keys  # noqa: E402
@@ -78,6 +81,19 @@ class Console:
     def count(self, css: str) -> int:
         script = "return document.querySelectorAll(arguments[0]).length;"
         return int(self.browser.execute_script(script, css))
+
+    # Pages redraw themselves (the list as its query loads, the overview on its timer): an
+    # element found can be gone by the click, which then did nothing and is tried again.
+    def click(self, css: str) -> None:
+        def clicked() -> bool:
+            found = self.find(css)
+            try:
+                found[0].click()
+            except (IndexError, StaleElementReferenceException):
+                return False
+            return True
+
+        until(clicked, f"a click on {css}", 20)
 
     def attributes(self, css: str, name: str) -> list[str]:
         script = (
@@ -162,14 +178,13 @@ def test_run_now_shows_the_run_and_pause_changes_the_status(
 ) -> None:
     console.open("#/jobs?q=nightly")
     until(lambda: console.text("a.job-link") == "nightly", "the job in the list", 20)
-    link = console.find("a.job-link")[0]
-    link.click()
+    console.click("a.job-link")
     until(lambda: console.text("#job-name") == "nightly", "the job's page", 20)
     assert console.count("#next-slots tbody tr") == 5
     assert not console.count("#job-runs tbody tr")
-    console.find("#do-trigger")[0].click()
+    console.click("#do-trigger")
     until(lambda: console.count("#job-runs tbody tr.run"), "the triggered run", 60)
-    console.find("#do-pause")[0].click()
+    console.click("#do-pause")
     until(lambda: console.text("#job-status") == "paused", "the paused status", 20)
     assert console.find("#do-resume:not([disabled])")
     screenshot(console.browser, tmp_path, "job")
@@ -194,7 +209,7 @@ def test_cancel_stops_the_running_slot(console: Console, tmp_path: Path) -> None
     console.open("#/job/default/sleepy")
     until(lambda: console.text("#job-name") == "sleepy", "the job's page", 20)
     until(lambda: console.find("#do-cancel:not([disabled])"), "a running slot", 60)
-    console.find("#do-cancel")[0].click()
+    console.click("#do-cancel")
     until(lambda: "cancelled" in console.text("#job-runs"), "the cancelled run", 30)
     screenshot(console.browser, tmp_path, "cancelled")
 
@@ -212,7 +227,7 @@ def test_a_backfill_is_asked_for_from_the_jobs_page(console: Console) -> None:
     until(lambda: console.find("#backfill"), "the backfill form", 20)
     console.find("#bf-from")[0].send_keys("2026-01-01T00:00:00Z")
     console.find("#bf-to")[0].send_keys("2026-01-04T00:00:00Z")
-    console.find("#do-backfill")[0].click()
+    console.click("#do-backfill")
     until(lambda: "3 slots queued" in console.text("#action-result"), "the request", 20)
     with console.api() as api:
         (made,) = api.get("/api/backfills").json()
@@ -222,9 +237,7 @@ def test_a_backfill_is_asked_for_from_the_jobs_page(console: Console) -> None:
 def test_a_name_that_looks_like_markup_is_shown_as_text(console: Console, tmp_path: Path) -> None:
     console.open("#/jobs?q=script")
     until(lambda: console.text("a.job-link") == SCRIPT_NAME, "the job in the list", 20)
-    link = console.find("a.job-link")[0]
-    assert link.text == SCRIPT_NAME
-    link.click()
+    console.click("a.job-link")
     until(lambda: console.text("#job-name") == SCRIPT_NAME, "the job's page", 20)
     with pytest.raises(NoAlertPresentException):
         console.browser.switch_to.alert.text  # noqa: B018
