@@ -2,7 +2,8 @@
 client holding many slow requests cannot take every connection of the pool and starve the
 others.
 
-The gate runs before anything else reads the database and keys on the SHA-256 of the token
+The gate runs before anything else reads the database (on ``/api/`` and the console's
+session, not on static files) and keys on the SHA-256 of the token
 presented (the bearer token, else the session cookie), so even the lookup of the token
 counts; requests presenting none pass (they are answered 401 without a query). Kept in the
 process, like ``limits``: each replica gates on its own. Memory is bounded by the requests
@@ -22,6 +23,9 @@ from cluster.web.auth import SESSION_COOKIE
 from cluster.web.tokens import token_hash
 
 DEFAULT_TOKEN_REQUESTS = POOL_SIZE // 2
+# What reads the database; the console's page and its static files do not, and a browser
+# fetches them side by side with its cookie.
+GATED_PATHS = ("/api/", "/console/session")
 
 
 def presented(headers: Headers) -> str | None:
@@ -50,7 +54,8 @@ class TokenGate:
         return sum(self._in_flight.values())
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        secret = presented(Headers(scope=scope)) if scope["type"] == "http" else None
+        gated = scope["type"] == "http" and scope["path"].startswith(GATED_PATHS)
+        secret = presented(Headers(scope=scope)) if gated else None
         if secret is None:
             await self.app(scope, receive, send)
             return

@@ -40,7 +40,16 @@ async function api(method, path, body) {
   return data;
 }
 
-function every(ms, fn) { state.timers.push(setInterval(() => fn().catch((e) => say(e.message)), ms)); }
+// A refresh starts only when the one before it ended: slow answers never pile up requests
+// (pulse web refuses a token's requests past --token-requests in flight).
+function every(ms, fn) {
+  let busy = false;
+  state.timers.push(setInterval(() => {
+    if (busy) return;
+    busy = true;
+    fn().catch((e) => say(e.message)).finally(() => { busy = false; });
+  }, ms));
+}
 function stopTimers() { state.timers.forEach(clearInterval); state.timers = []; }
 
 function ago(seconds) { return seconds === null || seconds === undefined ? "-" : `${Number(seconds).toFixed(1)} s ago`; }
