@@ -11,6 +11,7 @@ import click
 from cluster.cli import (
     alerts,
     backfills,
+    calendars,
     chaos,
     config,
     handlers,
@@ -76,6 +77,7 @@ for command in (
     backfills.backfills,
     tenants.tenants,
     handlers.handlers,
+    calendars.calendars,
 ):
     cli.add_command(command)
 jobs.jobs.add_command(backfills.backfill_job)

@@ -96,6 +96,16 @@ tenant_option = click.option(
 @click.option("--max-concurrent", default=None, help="Slots in flight at once (overlap allow).")
 @duration_option("--cancel-grace", spec.DEFAULT_CANCEL_GRACE_S, "SIGTERM to SIGKILL on cancel.")
 @duration_option("--jitter", 0.0, "Each slot starts within [slot, slot + jitter).")
+@click.option("--calendar", default=None, help="A business calendar (pulse calendars).")
+@click.option(
+    "--on-excluded",
+    default=spec.DEFAULT_ON_EXCLUDED,
+    show_default=True,
+    help="A slot on an excluded date: skip | next-business-day | previous-business-day.",
+)
+@click.option(
+    "--business-day", default=None, help="Only the N-th business day of each month (-1: last)."
+)
 @click.option("--paused", is_flag=True, help="Create the job paused.")
 @click.option("--zones", default=None, help="Run only on nodes of these zones (a,b).")
 @click.option(

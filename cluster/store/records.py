@@ -90,6 +90,9 @@ class ClaimedJob(NamedTuple):
     # (migration 009): its writes go to the flights statements, keyed by (id, slot).
     flight: bool = False
     jitter_s: float = 0.0  # the slot starts at slot + its offset (cluster.timing.jitter)
+    # The job's calendar with its on_excluded and business_day, as JSON text (None: no
+    # calendar); node.pipeline.outcomes plans its slots against it.
+    calendar_rule: str | None = None
 
 
 _FIELDS = len(ClaimedJob._fields)

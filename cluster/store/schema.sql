@@ -34,6 +34,19 @@ CREATE TABLE config (
 );
 
 
+-- Business calendars, shared by every tenant: business weekdays (0 = Monday) minus excluded
+-- dates (cluster/store/calendars.py, docs/design/calendars.md).
+CREATE TABLE calendars (
+    name       text PRIMARY KEY CHECK (name <> ''),
+    weekdays   smallint[] NOT NULL,
+    excluded   date[] NOT NULL DEFAULT '{}',
+    source     text NOT NULL DEFAULT '',
+    version    bigint NOT NULL DEFAULT 1,
+    created_at timestamptz NOT NULL DEFAULT now(),
+    updated_at timestamptz NOT NULL DEFAULT now()
+);
+
+
 -- == Jobs ================================================================================
 
 -- A job is its definition and, while an attempt is in flight, that attempt's only record
@@ -112,6 +125,14 @@ CREATE TABLE jobs (
     parent_id        uuid,
     -- The job's tenant has a limit of concurrent runs: the place triggers below fire.
     limited          boolean NOT NULL DEFAULT false,
+    -- A business calendar (docs/design/calendars.md): its name, what excluded slots do, the
+    -- business-day index of a "n-th business day" schedule, and the calendar as it stands
+    -- with those two (JSON text), handed to the node by the claim.
+    calendar         text REFERENCES calendars (name),
+    on_excluded      text CHECK (on_excluded IN
+                         ('skip', 'next-business-day', 'previous-business-day')),
+    business_day     integer CHECK (business_day <> 0),
+    calendar_rule    text,
     UNIQUE (tenant_id, name)
 ) WITH (fillfactor = 80);
 
@@ -123,6 +144,7 @@ CREATE INDEX jobs_tenant_due ON jobs (shard_id, tenant_id, next_run_at);
 CREATE INDEX jobs_children ON jobs (parent_id) WHERE parent_id IS NOT NULL;
 -- Every node reads the each-zone parents every few seconds: a probe, not a scan.
 CREATE INDEX jobs_each_zone ON jobs (id) WHERE each_zone;
+CREATE INDEX jobs_calendar ON jobs (calendar) WHERE calendar IS NOT NULL;
 
 
 -- == Backfills ===========================================================================

@@ -18,6 +18,7 @@ last); the other slots are not slots at all. Pure, like the rest of ``cluster.ti
 from __future__ import annotations
 
 import itertools
+import json
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, time, timedelta
@@ -26,9 +27,17 @@ from zoneinfo import ZoneInfo
 
 from cluster.errors import InvalidInput
 from cluster.timing.calendars import Calendar
+from cluster.timing.jitter import jitter_offset
 from cluster.timing.schedule import Schedule
 
-__all__ = ["ON_EXCLUDED", "CalendarRule", "Decision", "parse_on_excluded"]
+__all__ = [
+    "ON_EXCLUDED",
+    "CalendarRule",
+    "Decision",
+    "first_run",
+    "jittered_start",
+    "parse_on_excluded",
+]
 
 OnExcluded = Literal["skip", "next-business-day", "previous-business-day"]
 ON_EXCLUDED: tuple[OnExcluded, ...] = ("skip", "next-business-day", "previous-business-day")
@@ -72,6 +81,23 @@ class CalendarRule:
             raise InvalidInput("business_day", f"must be a non-zero whole number, got {n!r}")
         if n is not None and not -23 <= n <= 23:
             raise InvalidInput("business_day", f"must be between -23 and 23, got {n}")
+
+    def to_json(self) -> str:
+        """Canonical text, as job rows keep it (equal rules give equal text)."""
+        return json.dumps(
+            {
+                "calendar": json.loads(self.calendar.to_json()),
+                "on_excluded": self.on_excluded,
+                "business_day": self.business_day,
+            },
+            separators=(",", ":"),
+        )
+
+    @classmethod
+    def from_json(cls, text: str) -> CalendarRule:
+        data = json.loads(text)
+        calendar = Calendar.from_json(json.dumps(data["calendar"]))
+        return cls(calendar, data["on_excluded"], data.get("business_day"))
 
     def decide(self, schedule: Schedule, slot: datetime) -> Decision:
         """The decision of one slot of ``schedule`` (moved slots: not checked for coalescing)."""
@@ -254,3 +280,20 @@ def _on(slot: datetime, target: date, zone: ZoneInfo) -> datetime:
     """``slot``'s wall time on the date ``target`` (a skipped wall time: fold 0's instant)."""
     local = slot.astimezone(zone)
     return datetime.combine(target, local.timetz().replace(tzinfo=None), zone).astimezone(UTC)
+
+
+def first_run(schedule: Schedule, rule: CalendarRule | None, after: datetime) -> Decision:
+    """The first run starting after ``after`` (a one-off: its slot, even if past)."""
+    if schedule.at is not None:
+        return Decision(schedule.at, schedule.at, True)
+    if rule is None:
+        slot = schedule.next_after(after)
+        return Decision(slot, slot, True)
+    return rule.next_run(schedule, after)[0]
+
+
+def jittered_start(run: Decision, tenant: str, name: str, jitter_s: float) -> datetime:
+    """When ``run`` starts: its (maybe moved) start plus its slot's jitter offset."""
+    if not jitter_s:
+        return run.start
+    return run.start + jitter_offset(tenant, name, run.slot, jitter_s)

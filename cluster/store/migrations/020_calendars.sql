@@ -1,0 +1,27 @@
+-- Pulse schema, version 20: business calendars (cluster/store/calendars.py,
+-- docs/design/calendars.md). Additive: a node of an earlier release ignores the new
+-- columns and plans calendar jobs as plain schedules until it is upgraded.
+--
+-- A calendar is business weekdays (0 = Monday) minus excluded dates, shared by every
+-- tenant. A job that uses one keeps, in calendar_rule, the calendar as it stood with its
+-- on_excluded and business_day (JSON text): the claim hands it to the node in the same
+-- row, so a calendar job costs no extra statement. Changing a calendar rewrites that
+-- copy and re-plans each job's next slot in the same transaction.
+CREATE TABLE calendars (
+    name       text PRIMARY KEY CHECK (name <> ''),
+    weekdays   smallint[] NOT NULL,
+    excluded   date[] NOT NULL DEFAULT '{}',
+    source     text NOT NULL DEFAULT '',
+    version    bigint NOT NULL DEFAULT 1,
+    created_at timestamptz NOT NULL DEFAULT now(),
+    updated_at timestamptz NOT NULL DEFAULT now()
+);
+
+ALTER TABLE jobs
+    ADD COLUMN calendar      text REFERENCES calendars (name),
+    ADD COLUMN on_excluded   text CHECK (on_excluded IN
+                                 ('skip', 'next-business-day', 'previous-business-day')),
+    ADD COLUMN business_day  integer CHECK (business_day <> 0),
+    ADD COLUMN calendar_rule text;
+
+CREATE INDEX jobs_calendar ON jobs (calendar) WHERE calendar IS NOT NULL;
