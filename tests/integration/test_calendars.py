@@ -106,9 +106,7 @@ async def test_changing_a_calendar_replans_its_jobs_in_one_transaction(
 
     # A change the jobs cannot live with is refused whole: nothing written.
     weekends = Calendar("office", weekdays=frozenset({5}), excluded=frozenset())
-    await store.add(
-        JobSpec.build("weekly", "0 9 * * mon", "shell:true", calendar="office"), now=T0
-    )
+    await store.add(JobSpec.build("weekly", "0 9 * * mon", "shell:true", calendar="office"), now=T0)
     with pytest.raises(InvalidInput, match="weekly"):
         await store.calendars.put(weekends, now=T0)
     assert (await store.calendars.get("office")).version == 3
