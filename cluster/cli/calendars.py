@@ -1,4 +1,4 @@
-"""``pulse calendars ...``: business calendars jobs plan their slots with (docs/calendars.md).
+"""``pulse calendars ...``: business calendars jobs plan their slots with (docs/time.md).
 
 ``add`` creates a calendar or replaces one, re-planning the next slot of every job that
 uses it in the same transaction."""

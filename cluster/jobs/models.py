@@ -84,7 +84,7 @@ class Job:
     each_zone: bool = False  # runs through one child per live zone (docs/zones.md)
     jitter_s: float = 0.0  # a slot starts within [slot, slot + jitter_s) (cluster.timing.jitter)
     remove_when_done: bool = False  # a one-off job is deleted once its slot has run
-    calendar: str | None = None  # a business calendar (docs/calendars.md)
+    calendar: str | None = None  # a business calendar (docs/time.md)
     on_excluded: str | None = None
     business_day: int | None = None
     calendar_rule: str | None = None  # the calendar as the job plans with it (JSON text)

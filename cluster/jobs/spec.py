@@ -277,7 +277,7 @@ class JobSpec:
     each_zone: bool = False  # one run per slot in every zone with a live node (of `zones`)
     jitter_s: float = 0.0  # each slot starts within [slot, slot + jitter) (cluster.timing.jitter)
     remove_when_done: bool = False  # a one-off (@at) job is deleted once its slot has run
-    # A business calendar by name (docs/calendars.md): what its excluded slots do, and
+    # A business calendar by name (docs/time.md): what its excluded slots do, and
     # "the n-th business day of the month" (negative: from its end).
     calendar: str | None = None
     on_excluded: str = DEFAULT_ON_EXCLUDED

@@ -22,6 +22,7 @@ __all__ = ["HORIZON_FIRST_YEAR", "HORIZON_LAST_YEAR", "MAX_DATES", "ics_dates"]
 HORIZON_FIRST_YEAR = 2000
 HORIZON_LAST_YEAR = 2060
 MAX_DATES = 20_000  # a calendar is copied into each job that uses it: keep it bounded
+MAX_WALK = 200_000  # occurrences of one RRULE walked, before the horizon too
 _MAX_SPAN_DAYS = 366
 
 
@@ -82,11 +83,14 @@ def _starts(event: Any, start: date | datetime) -> list[date | datetime]:
     last = datetime(HORIZON_LAST_YEAR, 12, 31, 23, 59, 59)
     excluded = _exdates(event)
     occurrences: list[date | datetime] = []
-    for occurrence in recurrence.between(first, last, inc=True):
-        if occurrence.date() not in excluded:
+    # Walked one by one and bounded: an RRULE can recur every second for ever.
+    for walked, occurrence in enumerate(recurrence):
+        if occurrence > last:
+            break
+        if walked > MAX_WALK:
+            raise ValueError(f"recurs more than {MAX_WALK} times before {HORIZON_LAST_YEAR}")
+        if occurrence >= first and occurrence.date() not in excluded:
             occurrences.append(occurrence)
-        if len(occurrences) > MAX_DATES:
-            raise ValueError(f"recurs more than {MAX_DATES} times")
     return occurrences
 
 

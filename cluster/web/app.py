@@ -33,7 +33,17 @@ from cluster.errors import (
 )
 from cluster.settings import ClusterSettings
 from cluster.store.pool import StorePool
-from cluster.web import alerts, audit, backfills, console, jobs, runs, status, tenants
+from cluster.web import (
+    alerts,
+    audit,
+    backfills,
+    calendars,
+    console,
+    jobs,
+    runs,
+    status,
+    tenants,
+)
 from cluster.web.limits import DEFAULT_AUTH_FAILURES, DEFAULT_AUTH_WINDOW_S, SignInThrottle
 from cluster.web.state import SessionPolicy, WebState
 
@@ -198,7 +208,7 @@ def create_app(
         return {"ok": True}
 
     # runs first: GET .../{name:path}/run must match before GET .../{name:path}
-    for module in (runs, jobs, backfills, tenants, status, alerts, audit, console):
+    for module in (runs, jobs, backfills, tenants, calendars, status, alerts, audit, console):
         app.include_router(module.router)
     app.mount("/console/static", console.static_files(), name="static")
     app.add_middleware(Guard)

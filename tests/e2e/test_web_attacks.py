@@ -3,7 +3,7 @@ nothing written, no secret in any response, row, log or output. The list, with t
 model, is in docs/security.md; a new attack goes in both.
 
 Sections: handlers written over the API; secrets and egress; console sessions and sign-in;
-quotas and bodies; database roles and webhooks.
+quotas and bodies; database roles and webhooks; calendars.
 """
 
 from __future__ import annotations
@@ -769,3 +769,42 @@ def test_a_replayed_webhook_is_rejected_by_the_documented_receiver(
         assert len(handled) == 1
     assert HOOK_SECRET not in stored_text(api) and HOOK_SECRET not in egress_node.logs()
     assert HOOK_SECRET[6:] not in egress_node.logs()
+
+
+# --- Calendars ---------------------------------------------------------------------------
+
+
+def test_a_job_naming_an_unknown_calendar_or_business_day_0_is_422(api: Api) -> None:
+    before = written(api)
+    base = {"schedule": "0 9 * * *", "handler": "shell:/bin/true"}
+    bodies = [
+        {**base, "name": "cal-unknown", "calendar": "nope"},
+        {**base, "name": "cal-zero", "calendar": "nope", "business_day": 0},
+        {**base, "name": "cal-policy", "on_excluded": "next-business-day"},
+        {**base, "name": "cal-bad-policy", "calendar": "nope", "on_excluded": "sometimes"},
+    ]
+    with allowed(api, "shell:/bin/true"), api.as_("admin") as admin:
+        answers = [admin.post("/api/jobs", json=body) for body in bodies]
+    fields = []
+    for answer in answers:
+        assert answer.status_code == 422, answer.text
+        assert "\n" not in answer.json()["message"]
+        fields.append(answer.json()["field"])
+    assert fields == ["calendar", "business_day", "on_excluded", "on_excluded"]
+    assert written(api) == before
+    assert_no_secret(api, answers, *api.tokens.values())
+
+
+def test_calendars_cannot_be_written_over_the_api(api: Api) -> None:
+    before = api.sql("SELECT count(*) FROM calendars")[0][0]
+    with api.as_("admin") as admin:
+        answers = [
+            admin.put("/api/calendars/office", json={"weekdays": "mon-sun"}),
+            admin.post("/api/calendars", json={"name": "office"}),
+            admin.delete("/api/calendars/office"),
+        ]
+        listed = admin.get("/api/calendars")
+    assert [a.status_code for a in answers] == [405, 405, 405]
+    assert listed.status_code == 200
+    assert api.sql("SELECT count(*) FROM calendars")[0][0] == before
+    assert_no_secret(api, [*answers, listed], *api.tokens.values())
