@@ -156,6 +156,7 @@ class Calendars:
                 "calendar_rule": rule.to_json(),
                 "next_run_at": start,
                 "slot_at": run.slot,
+                "slot_origin": "calendar" if run.moved else None,
             }
             updated = await self._db.one("replan_calendar_job", params)
             if updated is not None:

@@ -187,6 +187,7 @@ class Definitions:
             "on_excluded": None if rule is None else spec.on_excluded,
             "business_day": spec.business_day,
             "calendar_rule": None if rule is None else rule.to_json(),
+            "slot_origin": "calendar" if run.moved else None,
         }
 
     async def _place(self, spec: JobSpec, shards: int, next_run_at: datetime) -> int | None:

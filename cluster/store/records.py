@@ -133,6 +133,7 @@ class Completion(NamedTuple):
     next_slot: datetime
     next_attempt: int
     output: str | None = None  # the run's output object as JSON text (node.handlers.output)
+    origin: str | None = None  # why the next slot runs: 'calendar' when the calendar moved it
 
 
 @dataclass(frozen=True)
@@ -185,6 +186,7 @@ def complete_params(
             None if c.next_slot == c.next_run_at else iso(c.next_slot),
             c.next_attempt,
             c.output,
+            *((c.origin,) if c.origin else ()),
         )
         for c in done
     ]

@@ -175,6 +175,7 @@ def _calendar_at_claim(job: ClaimedJob, now: datetime) -> tuple[Completion, list
         next_run_at=calendaring.start_at(job, target),
         next_slot=target.slot,
         next_attempt=1,
+        origin="calendar" if target.moved else None,
     )
     return done, [s for s in skips if s.slot != job.slot]
 
@@ -275,5 +276,6 @@ def _calendar_after_run(
         next_slot=following.slot,
         next_attempt=1,
         output=outcome.output,
+        origin="calendar" if following.moved else None,
     )
     return done, skips

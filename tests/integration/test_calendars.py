@@ -61,8 +61,8 @@ async def test_holidays_are_skipped_with_the_calendar_as_reason_and_moves_keep_i
     for done, skips in finished:
         await node.completions.complete([done], skips, now=friday)
     invoice_runs = (await store.details("invoice"))["recent_runs"]
-    assert [(r["scheduled_for"], r["status"]) for r in invoice_runs] == [
-        (XMAS.isoformat(), "succeeded")
+    assert [(r["scheduled_for"], r["status"], r["origin"]) for r in invoice_runs] == [
+        (XMAS.isoformat(), "succeeded", "calendar")
     ]
     report_runs = (await store.details("report"))["recent_runs"]
     # The weekend ahead is recorded skipped by the completion that plans past it.
@@ -73,6 +73,7 @@ async def test_holidays_are_skipped_with_the_calendar_as_reason_and_moves_keep_i
         ("2031-12-25", "skipped"),
         ("2031-12-24", "succeeded"),
     ]
+    assert report_runs[2]["origin"] == "schedule", "a calendar's skips are not catch-up"
     assert "not a business weekday" in (report_runs[0]["error"] or "")
     assert "is a holiday" in (report_runs[3]["error"] or "")
 

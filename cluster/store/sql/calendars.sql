@@ -53,7 +53,7 @@ UPDATE jobs SET
     (next_run_at, slot_at, slot_origin) = (
         SELECT CASE WHEN m.moves THEN %(next_run_at)s ELSE next_run_at END,
                CASE WHEN m.moves THEN %(slot_at)s ELSE slot_at END,
-               CASE WHEN m.moves THEN NULL ELSE slot_origin END
+               CASE WHEN m.moves THEN %(slot_origin)s ELSE slot_origin END
         FROM (SELECT status = 'idle' AND attempt = 1 AS moves) m),
     updated_at = now()
 WHERE id = %(id)s

@@ -14,7 +14,7 @@ INSERT INTO jobs AS j (
     status, paused, shard_id, next_run_at, slot_at, catch_up, grace_s, max_backfill,
     timeout_s, max_retries, retry_backoff_s, keep_for_s, keep_runs, output_limit,
     late_after_s, pause_after_failures, overlap, max_concurrent, cancel_grace_s, jitter_s,
-    remove_when_done, calendar, on_excluded, business_day, calendar_rule)
+    remove_when_done, calendar, on_excluded, business_day, calendar_rule, slot_origin)
 VALUES (
     %(id)s, %(tenant_id)s, %(name)s, %(schedule)s, %(tz)s, %(dst_repeated)s, %(dst_skipped)s,
     %(handler)s, %(payload)s, CASE WHEN %(paused)s THEN 'paused' ELSE 'idle' END, %(paused)s,
@@ -24,7 +24,7 @@ VALUES (
     %(max_backfill)s, %(timeout_s)s, %(max_retries)s, %(retry_backoff_s)s, %(keep_for_s)s,
     %(keep_runs)s, %(output_limit)s, %(late_after_s)s, %(pause_after_failures)s,
     %(overlap)s, %(max_concurrent)s, %(cancel_grace_s)s, %(jitter_s)s, %(remove_when_done)s,
-    %(calendar)s, %(on_excluded)s, %(business_day)s, %(calendar_rule)s)
+    %(calendar)s, %(on_excluded)s, %(business_day)s, %(calendar_rule)s, %(slot_origin)s)
 ON CONFLICT (tenant_id, name) DO UPDATE SET
     schedule = excluded.schedule,
     tz = excluded.tz,
@@ -67,7 +67,7 @@ ON CONFLICT (tenant_id, name) DO UPDATE SET
                     THEN excluded.next_run_at ELSE j.next_run_at END,
                CASE WHEN m.moves THEN excluded.slot_at ELSE j.slot_at END,
                CASE WHEN m.moves THEN 1 ELSE j.attempt END,
-               CASE WHEN m.moves THEN NULL ELSE j.slot_origin END
+               CASE WHEN m.moves THEN excluded.slot_origin ELSE j.slot_origin END
         FROM (SELECT j.status <> 'running' AND (
                   (j.schedule, j.tz, j.dst_repeated, j.dst_skipped, j.jitter_s,
                    j.calendar_rule)
