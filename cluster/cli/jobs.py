@@ -8,7 +8,14 @@ from typing import Any
 
 import click
 
-from cluster.cli.base import PulseGroup, duration_option, emit_json, fail, with_store
+from cluster.cli.base import (
+    PulseGroup,
+    duration_option,
+    emit_json,
+    fail,
+    parse_time,
+    with_store,
+)
 from cluster.errors import InvalidInput
 from cluster.jobs import handlerrefs, shellrefs, spec
 from cluster.jobs.files import load_specs
@@ -298,10 +305,32 @@ def _done(verb: str, job: Job) -> None:
 @click.argument("name")
 @tenant_option
 @click.option("--note", default=None, help="Why it is paused (shown by list, show, status).")
+@click.option("--until", default=None, help="Resume by itself at this ISO 8601 time (with offset).")
 @with_store
-async def pause_job(store: JobStore, name: str, tenant: str, note: str | None) -> None:
-    """Stop scheduling a job (a running slot finishes)."""
-    _done("paused", await store.pause(name, tenant, note=note))
+async def pause_job(
+    store: JobStore, name: str, tenant: str, note: str | None, until: str | None
+) -> None:
+    """Stop scheduling a job (a running slot finishes), or until --until."""
+    if until is None:
+        _done("paused", await store.pause(name, tenant, note=note))
+        return
+    moment = parse_time(until, "until")
+    assert moment is not None
+    await store.holds.pause_until(name, tenant, moment, note=note)
+    _done(f"paused until {moment.isoformat()}", await store.get(name, tenant))
+
+
+@jobs.command("skip-next")
+@click.argument("name")
+@tenant_option
+@click.option("--count", default=1, show_default=True, type=int, help="How many runs to skip.")
+@with_store
+async def skip_next(store: JobStore, name: str, tenant: str, count: int) -> None:
+    """Record a job's next runs skipped; it continues at the one after them."""
+    skipped = await store.holds.skip_next(name, tenant, count)
+    for slot in skipped:
+        click.echo(f"skipped {slot.isoformat()}")
+    _done("skipping", await store.get(name, tenant))
 
 
 def _control(verb: str) -> click.Command:

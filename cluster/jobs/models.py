@@ -88,6 +88,7 @@ class Job:
     on_excluded: str | None = None
     business_day: int | None = None
     calendar_rule: str | None = None  # the calendar as the job plans with it (JSON text)
+    paused_until: datetime | None = None  # `pause --until`: idle, its next slot at or after
 
     def rule(self) -> CalendarRule | None:
         """The calendar the job plans with (its copy), or None."""
@@ -147,6 +148,7 @@ class Job:
             on_excluded=row.get("on_excluded"),
             business_day=row.get("business_day"),
             calendar_rule=row.get("calendar_rule"),
+            paused_until=row.get("paused_until"),
         )
 
     def to_json(self) -> dict[str, Any]:
@@ -193,6 +195,7 @@ class Job:
             "calendar": self.calendar,
             "on_excluded": self.on_excluded,
             "business_day": self.business_day,
+            "paused_until": iso(self.paused_until),
             "created_at": iso(self.created_at),
             "updated_at": iso(self.updated_at),
         }

@@ -36,6 +36,7 @@ from cluster.store.calendars import Calendars
 from cluster.store.connect import ADMIN_STATEMENT_TIMEOUT_S, Conn, connect
 from cluster.store.definitions import Definitions
 from cluster.store.handlers import RegisteredHandlers
+from cluster.store.holds import Holds
 from cluster.store.migrate import InitResult, migrate
 from cluster.store.pages import Pages
 from cluster.store.pruning import PruneResult
@@ -58,6 +59,7 @@ class JobStore:
         self.settings = settings
         self.scope = scope
         self.calendars = Calendars(self.db)
+        self.holds = Holds(self.db)
         self.definitions = Definitions(self.db, self.calendars)
         self.runcontrol = RunControl(self.db)
         self.access = Access(conn)

@@ -133,6 +133,8 @@ CREATE TABLE jobs (
                          ('skip', 'next-business-day', 'previous-business-day')),
     business_day     integer CHECK (business_day <> 0),
     calendar_rule    text,
+    -- `pulse jobs pause --until`: idle, its next slot at or after this time.
+    paused_until     timestamptz,
     UNIQUE (tenant_id, name)
 ) WITH (fillfactor = 80);
 

@@ -34,9 +34,11 @@ __all__ = [
     "ON_EXCLUDED",
     "CalendarRule",
     "Decision",
+    "current_run",
     "first_run",
     "jittered_start",
     "parse_on_excluded",
+    "run_after",
 ]
 
 OnExcluded = Literal["skip", "next-business-day", "previous-business-day"]
@@ -297,3 +299,19 @@ def jittered_start(run: Decision, tenant: str, name: str, jitter_s: float) -> da
     if not jitter_s:
         return run.start
     return run.start + jitter_offset(tenant, name, run.slot, jitter_s)
+
+
+def current_run(schedule: Schedule, rule: CalendarRule | None, slot: datetime) -> Decision:
+    """The planned slot ``slot`` as a run (moved or not, as ``rule`` says)."""
+    decision = rule.decide(schedule, slot) if rule is not None else None
+    return decision if decision is not None and decision.runs else Decision(slot, slot, True)
+
+
+def run_after(
+    schedule: Schedule, rule: CalendarRule | None, run: Decision
+) -> tuple[Decision, list[Decision]]:
+    """The run after ``run`` and the slots the calendar skips before it."""
+    if rule is None:
+        slot = schedule.next_after(run.slot)
+        return Decision(slot, slot, True), []
+    return rule.next_run(schedule, run)

@@ -22,6 +22,9 @@ ALTER TABLE jobs
     ADD COLUMN on_excluded   text CHECK (on_excluded IN
                                  ('skip', 'next-business-day', 'previous-business-day')),
     ADD COLUMN business_day  integer CHECK (business_day <> 0),
-    ADD COLUMN calendar_rule text;
+    ADD COLUMN calendar_rule text,
+    -- `pulse jobs pause NAME --until T`: the job is idle with its next slot at or after T
+    -- (nothing needs to wake it); kept to show the pause and for `resume` to undo it.
+    ADD COLUMN paused_until  timestamptz;
 
 CREATE INDEX jobs_calendar ON jobs (calendar) WHERE calendar IS NOT NULL;

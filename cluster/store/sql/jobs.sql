@@ -120,18 +120,66 @@ WHERE tenant_id = %(tenant_id)s AND name = %(name)s
   AND (%(scope)s::text IS NULL OR tenant_id = %(scope)s)
 RETURNING id, shard_id, status;
 
+-- name: pause_job_until
+-- `pause --until`: an idle or paused job skips to its first slot at or after the time
+-- (computed by the caller) and is idle again, so it resumes by itself; the slots between
+-- are not run, as for a pause. A running job is left alone (no row): its completion
+-- would plan over the pause.
+UPDATE jobs SET
+    paused = false,
+    pause_note = %(note)s,
+    paused_until = %(until)s,
+    failed_slots = 0,
+    status = 'idle',
+    next_run_at = %(next_run_at)s,
+    slot_at = %(slot_at)s,
+    slot_origin = NULL,
+    attempt = 1,
+    updated_at = now()
+WHERE tenant_id = %(tenant_id)s AND name = %(name)s AND status IN ('idle', 'paused')
+  AND (%(scope)s::text IS NULL OR tenant_id = %(scope)s)
+RETURNING id, shard_id, status;
+
+-- name: skip_next_slots
+-- `skip-next`: an idle job's next slots are recorded skipped (a JSON list of [slot,
+-- reason]) and it moves to the slot after them. No row: the job is not idle.
+WITH moved AS (
+    UPDATE jobs SET
+        next_run_at = %(next_run_at)s,
+        slot_at = %(slot_at)s,
+        slot_origin = %(slot_origin)s,
+        attempt = 1,
+        updated_at = now()
+    WHERE tenant_id = %(tenant_id)s AND name = %(name)s AND status = 'idle'
+      AND (%(scope)s::text IS NULL OR tenant_id = %(scope)s)
+    RETURNING id, tenant_id, name, shard_id
+),
+skipped AS (
+    INSERT INTO runs (job_id, tenant_id, job_name, scheduled_for, attempt, status,
+                      finished_at, last_error)
+    SELECT m.id, m.tenant_id, m.name, (e->>0)::timestamptz, 1, 'skipped',
+           coalesce(%(now)s::timestamptz, now()), e->>1
+    FROM moved m CROSS JOIN json_array_elements(%(skips)s::json) AS e
+    ON CONFLICT (job_id, scheduled_for) DO NOTHING
+)
+SELECT id, shard_id, 'idle' AS status FROM moved;
+
 -- name: resume_job
--- A paused job continues at the schedule's next future slot (computed by the caller);
--- the slots it missed while paused are not run.
+-- A paused job (or one paused until a time) continues at the schedule's next future slot
+-- (computed by the caller); the slots it missed while paused are not run.
 UPDATE jobs SET
     paused = false,
     pause_note = NULL,
     failed_slots = 0,
     status = CASE WHEN status = 'paused' THEN 'idle' ELSE status END,
-    next_run_at = CASE WHEN status = 'paused' THEN %(next_run_at)s ELSE next_run_at END,
-    slot_at = CASE WHEN status = 'paused' THEN %(slot_at)s ELSE slot_at END,
-    slot_origin = CASE WHEN status = 'paused' THEN NULL ELSE slot_origin END,
-    attempt = CASE WHEN status = 'paused' THEN 1 ELSE attempt END,
+    (next_run_at, slot_at, slot_origin, attempt) = (
+        SELECT CASE WHEN m.moves THEN %(next_run_at)s ELSE next_run_at END,
+               CASE WHEN m.moves THEN %(slot_at)s ELSE slot_at END,
+               CASE WHEN m.moves THEN NULL ELSE slot_origin END,
+               CASE WHEN m.moves THEN 1 ELSE attempt END
+        FROM (SELECT status = 'paused' OR (status = 'idle' AND paused_until IS NOT NULL)
+                  AS moves) m),
+    paused_until = NULL,
     updated_at = now()
 WHERE tenant_id = %(tenant_id)s AND name = %(name)s
   AND (%(scope)s::text IS NULL OR tenant_id = %(scope)s)
