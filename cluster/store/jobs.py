@@ -244,6 +244,7 @@ class JobStore:
         data = job.to_json()
         data["next_slots"] = [iso(s) for s in upcoming]
         data["next_starts"] = [iso(s) for s in starts]
+        data["next_reasons"], data["calendar_skips"] = [None] * len(upcoming), []
         rule = job.rule()
         if rule is not None and job.status != "done":
             data.update(calendar_timeline(job, rule, now, slots))
