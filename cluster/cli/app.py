@@ -23,6 +23,7 @@ from cluster.cli import (
     tokens,
     up,
     web,
+    windows,
 )
 from cluster.cli.base import PulseGroup, fail, global_options, with_store
 from cluster.errors import ConfigError
@@ -78,6 +79,7 @@ for command in (
     tenants.tenants,
     handlers.handlers,
     calendars.calendars,
+    windows.windows,
 ):
     cli.add_command(command)
 jobs.jobs.add_command(backfills.backfill_job)

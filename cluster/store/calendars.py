@@ -13,13 +13,12 @@ from dataclasses import dataclass
 from datetime import date, datetime
 from typing import Any
 
-from cluster.errors import Conflict, InvalidInput, NotFound
+from cluster.errors import Conflict, NotFound
 from cluster.jobs.models import iso
-from cluster.jobs.spec import JobSpec, validate_name
+from cluster.jobs.spec import validate_name
+from cluster.store.rules import Rules
 from cluster.store.scoped import ScopedConnection
-from cluster.timing.calendared import CalendarRule, first_run, jittered_start
 from cluster.timing.calendars import Calendar, format_weekdays
-from cluster.timing.schedule import parse_schedule
 
 __all__ = ["CalendarInfo", "Calendars", "ReplanResult"]
 
@@ -80,8 +79,9 @@ class ReplanResult:
 
 
 class Calendars:
-    def __init__(self, db: ScopedConnection) -> None:
+    def __init__(self, db: ScopedConnection, rules: Rules) -> None:
         self._db = db
+        self._rules = rules
 
     async def put(
         self, calendar: Calendar, *, source: str = "", now: datetime | None = None
@@ -101,8 +101,8 @@ class Calendars:
                 },
             )
             assert row is not None
-            info = CalendarInfo.from_row({**row, "jobs": 0})
-            replanned = await self._replan(info.calendar(), await self._db.db_now(now))
+            jobs = await self._db.all("calendar_jobs", {"name": name})
+            replanned = await self._rules.replan(jobs, await self._db.db_now(now))
         info = await self.get(name)
         return ReplanResult(info, bool(row["inserted"]), replanned)
 
@@ -122,46 +122,3 @@ class Calendars:
                 raise Conflict(
                     "calendar", f"{name!r} is used by {info.jobs} job(s); change them first"
                 )
-
-    async def rule_for(self, spec: JobSpec) -> CalendarRule | None:
-        """The spec's calendar rule, its calendar read and held (FOR SHARE) until the
-        transaction ends; ``InvalidInput`` for an unknown calendar."""
-        if spec.calendar is None:
-            return None
-        row = await self._db.one("lock_calendar", {"name": spec.calendar})
-        if row is None:
-            raise InvalidInput(
-                "calendar", f"unknown calendar {spec.calendar!r} (pulse calendars list)"
-            )
-        calendar = Calendar(row["name"], frozenset(row["weekdays"]), frozenset(row["excluded"]))
-        return CalendarRule(calendar, spec.on_excluded, spec.business_day)  # type: ignore[arg-type]
-
-    async def _replan(self, calendar: Calendar, db_now: datetime) -> tuple[str, ...]:
-        rows = await self._db.all("calendar_jobs", {"name": calendar.name})
-        done: list[str] = []
-        shards: set[int] = set()
-        for job in rows:
-            label = f"{job['tenant_id']}/{job['name']}"
-            rule = CalendarRule(calendar, job["on_excluded"] or "skip", job["business_day"])
-            schedule = parse_schedule(
-                job["schedule"], job["tz"], job["dst_repeated"], job["dst_skipped"]
-            )
-            try:
-                run = first_run(schedule, rule, db_now)
-            except InvalidInput as exc:
-                raise InvalidInput("calendar", f"job {label}: {exc}") from exc
-            start = jittered_start(run, job["tenant_id"], job["name"], job["jitter_s"])
-            params = {
-                "id": job["id"],
-                "calendar_rule": rule.to_json(),
-                "next_run_at": start,
-                "slot_at": run.slot,
-                "slot_origin": "calendar" if run.moved else None,
-            }
-            updated = await self._db.one("replan_calendar_job", params)
-            if updated is not None:
-                shards.add(updated["shard_id"])
-            done.append(label)
-        for shard in sorted(shards):
-            await self._db.notify(shard)
-        return tuple(done)

@@ -16,8 +16,8 @@ from psycopg.types.json import Jsonb
 from cluster.errors import Conflict
 from cluster.jobs.models import Job
 from cluster.jobs.spec import JobSpec
-from cluster.store.calendars import Calendars
 from cluster.store.queries import query
+from cluster.store.rules import Rules
 from cluster.store.scoped import ScopedConnection
 from cluster.store.specs import (
     ApplyResult,
@@ -27,7 +27,7 @@ from cluster.store.specs import (
     past_one_off,
     refuse_past,
 )
-from cluster.timing.calendared import CalendarRule, first_run, jittered_start
+from cluster.timing.calendared import CalendarRule, first_run, jittered_start, origin_of
 from ring import shard_for
 from ring.zones import PARKED_SHARD, ZONE_SHARD_BASE, zone_shard_for
 
@@ -38,17 +38,18 @@ class _Probe(Exception):  # a rollback carrying an answer, never an error
 
 
 class Definitions:
-    def __init__(self, db: ScopedConnection, calendars: Calendars) -> None:
+    def __init__(self, db: ScopedConnection, rules: Rules) -> None:
         self._db = db
-        self._calendars = calendars
+        self._rules = rules
 
     async def add(self, spec: JobSpec, *, now: datetime | None = None) -> Job:
         """Create a job; ``InvalidInput`` if (tenant, name) exists."""
         spec = spec.validated()
         shards = await self._db.shard_count()
         async with self._db.transaction():
-            rule = await self._calendars.rule_for(spec)
-            params = self._params(spec, shards, await self._db.db_now(now), rule)
+            db_now = await self._db.db_now(now)
+            rule = await self._rules.for_spec(spec, db_now)
+            params = self._params(spec, shards, db_now, rule)
             refuse_past(spec, params, await self._db.db_now(now))
             row = await self._db.one("upsert_job", {**params, "replace": False})
             if row is None:
@@ -71,8 +72,9 @@ class Definitions:
         result = ApplyResult()
         async with self._db.transaction():
             db_now = await self._db.db_now(now)
+            windows = await self._rules.active(db_now)
             for spec in specs:
-                rule = await self._calendars.rule_for(spec)
+                rule = await self._rules.for_spec(spec, db_now, windows)
                 params = {**self._params(spec, shards, db_now, rule), "replace": True}
                 row = await self._db.one("upsert_job", params)
                 label = label_of(spec.tenant, spec.name)
@@ -117,8 +119,9 @@ class Definitions:
                 query("lock_job_sync"), {"schema": self._db.settings.schema}
             )
             db_now = await self._db.db_now(now)
+            windows = await self._rules.active(db_now)
             for spec in specs:
-                rule = await self._calendars.rule_for(spec)
+                rule = await self._rules.for_spec(spec, db_now, windows)
                 params = self._params(spec, shards, db_now, rule)
                 label = label_of(spec.tenant, spec.name)
                 if past_one_off(spec, params, db_now):
@@ -187,7 +190,7 @@ class Definitions:
             "on_excluded": None if rule is None else spec.on_excluded,
             "business_day": spec.business_day,
             "calendar_rule": None if rule is None else rule.to_json(),
-            "slot_origin": "calendar" if run.moved else None,
+            "slot_origin": origin_of(run),
         }
 
     async def _place(self, spec: JobSpec, shards: int, next_run_at: datetime) -> int | None:

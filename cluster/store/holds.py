@@ -13,7 +13,7 @@ from typing import Any
 from cluster.errors import Conflict, InvalidInput
 from cluster.jobs.models import Job
 from cluster.store.scoped import ScopedConnection
-from cluster.timing.calendared import current_run, first_run, jittered_start, run_after
+from cluster.timing.calendared import current_run, first_run, jittered_start, origin_of, run_after
 from cluster.timing.schedule import Schedule
 
 __all__ = ["MAX_SKIP", "Holds"]
@@ -70,7 +70,7 @@ class Holds:
             params = {
                 "next_run_at": jittered_start(run, job.tenant, job.name, job.jitter_s),
                 "slot_at": run.slot,
-                "slot_origin": "calendar" if run.moved else None,
+                "slot_origin": origin_of(run),
                 "skips": _json([*skipped, *calendar]),
                 "now": now,
             }

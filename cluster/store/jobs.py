@@ -40,12 +40,14 @@ from cluster.store.holds import Holds
 from cluster.store.migrate import InitResult, migrate
 from cluster.store.pages import Pages
 from cluster.store.pruning import PruneResult
+from cluster.store.rules import Rules
 from cluster.store.runcontrol import CancelRequest, RunControl
 from cluster.store.scoped import ScopedConnection
 from cluster.store.sessions import ConsoleSessions
 from cluster.store.specs import MAX_NOTE_LENGTH, ApplyResult, SyncResult
 from cluster.store.tenants import Tenants
 from cluster.store.timeline import calendar_timeline
+from cluster.store.windows import Windows
 from cluster.timing.calendared import first_run, jittered_start
 from cluster.timing.jitter import jittered
 
@@ -58,9 +60,11 @@ class JobStore:
         self.db = ScopedConnection(conn, settings, scope)
         self.settings = settings
         self.scope = scope
-        self.calendars = Calendars(self.db)
+        self.rules = Rules(self.db)
+        self.calendars = Calendars(self.db, self.rules)
+        self.windows = Windows(self.db, self.rules)
         self.holds = Holds(self.db)
-        self.definitions = Definitions(self.db, self.calendars)
+        self.definitions = Definitions(self.db, self.rules)
         self.runcontrol = RunControl(self.db)
         self.access = Access(conn)
         self.pages = Pages(conn, scope)

@@ -46,6 +46,25 @@ CREATE TABLE calendars (
     updated_at timestamptz NOT NULL DEFAULT now()
 );
 
+-- Blackout windows: slots starting inside are skipped, or deferred to the end (`defer`),
+-- for one job, a tenant's jobs or the cluster's (cluster/store/windows.py).
+CREATE TABLE windows (
+    id           bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    starts_at    timestamptz NOT NULL,
+    ends_at      timestamptz NOT NULL,
+    window_scope text NOT NULL CHECK (window_scope IN ('job', 'tenant', 'cluster')),
+    tenant_id    text,
+    job_name     text,
+    defer        boolean NOT NULL DEFAULT false,
+    note         text,
+    created_at   timestamptz NOT NULL DEFAULT now(),
+    CHECK (ends_at > starts_at),
+    CHECK ((window_scope = 'cluster') = (tenant_id IS NULL)),
+    CHECK ((window_scope = 'job') = (job_name IS NOT NULL))
+);
+
+CREATE INDEX windows_ends ON windows (ends_at);
+
 
 -- == Jobs ================================================================================
 

@@ -45,6 +45,6 @@ def calendar_timeline(job: Job, rule: CalendarRule, now: datetime, runs: int) ->
     return {
         "next_slots": [iso(d.slot) for d in found],
         "next_starts": [iso(s) for s in starts],
-        "next_reasons": [d.reason if d.moved else None for d in found],
+        "next_reasons": [d.reason if d.moved or d.deferred else None for d in found],
         "calendar_skips": [{"slot": iso(d.slot), "reason": d.reason} for d in skips],
     }

@@ -31,12 +31,15 @@ from cluster.timing.jitter import jitter_offset
 from cluster.timing.schedule import Schedule
 
 __all__ = [
+    "EVERY_DAY",
     "ON_EXCLUDED",
     "CalendarRule",
     "Decision",
+    "Window",
     "current_run",
     "first_run",
     "jittered_start",
+    "origin_of",
     "parse_on_excluded",
     "run_after",
 ]
@@ -66,15 +69,33 @@ class Decision(NamedTuple):
     runs: bool
     reason: str | None = None
     moved: bool = False
+    deferred: bool = False  # moved to the end of a blackout window: catch-up decides it
+
+
+class Window(NamedTuple):
+    """A blackout window ``[start, end)``: its slots are skipped, or deferred to its end."""
+
+    id: int
+    start: datetime
+    end: datetime
+    defer: bool = False
+
+    def describe(self) -> str:
+        return f"blackout window {self.id} ({self.start.isoformat()} to {self.end.isoformat()})"
+
+
+EVERY_DAY = Calendar("", frozenset(range(7)))  # the calendar of a job with windows only
 
 
 @dataclass(frozen=True)
 class CalendarRule:
-    """A job's calendar, what to do with excluded slots, and its business-day index."""
+    """A job's calendar, what to do with excluded slots, its business-day index, and the
+    blackout windows that apply to it."""
 
-    calendar: Calendar
+    calendar: Calendar = EVERY_DAY
     on_excluded: OnExcluded = "skip"
     business_day: int | None = None
+    windows: tuple[Window, ...] = ()
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "on_excluded", parse_on_excluded(self.on_excluded))
@@ -86,11 +107,15 @@ class CalendarRule:
 
     def to_json(self) -> str:
         """Canonical text, as job rows keep it (equal rules give equal text)."""
+        windows = [[w.id, w.start.isoformat(), w.end.isoformat(), w.defer] for w in self.windows]
         return json.dumps(
             {
-                "calendar": json.loads(self.calendar.to_json()),
+                "calendar": None
+                if self.calendar == EVERY_DAY
+                else json.loads(self.calendar.to_json()),
                 "on_excluded": self.on_excluded,
                 "business_day": self.business_day,
+                "windows": windows,
             },
             separators=(",", ":"),
         )
@@ -98,11 +123,37 @@ class CalendarRule:
     @classmethod
     def from_json(cls, text: str) -> CalendarRule:
         data = json.loads(text)
-        calendar = Calendar.from_json(json.dumps(data["calendar"]))
-        return cls(calendar, data["on_excluded"], data.get("business_day"))
+        found = data.get("calendar")
+        calendar = EVERY_DAY if found is None else Calendar.from_json(json.dumps(found))
+        windows = tuple(
+            Window(int(i), datetime.fromisoformat(a), datetime.fromisoformat(b), bool(d))
+            for i, a, b, d in data.get("windows", ())
+        )
+        return cls(calendar, data["on_excluded"], data.get("business_day"), windows)
 
     def decide(self, schedule: Schedule, slot: datetime) -> Decision:
         """The decision of one slot of ``schedule`` (moved slots: not checked for coalescing)."""
+        return self._windowed(self._decide(schedule, slot))
+
+    def _windowed(self, decision: Decision) -> Decision:
+        """A run inside a blackout window: skipped, or deferred to the window's end (and
+        past any window that end falls in)."""
+        for _ in range(len(self.windows)):
+            inside = next((w for w in self.windows if w.start <= decision.start < w.end), None)
+            if not decision.runs or inside is None:
+                return decision
+            if not inside.defer:
+                return Decision(decision.slot, decision.slot, False, inside.describe())
+            reason = f"deferred to {inside.end.isoformat()} by {inside.describe()}"
+            decision = decision._replace(start=inside.end, reason=reason, deferred=True)
+        return decision
+
+    def _calendar_moves(self, schedule: Schedule, slot: datetime) -> bool:
+        if self.on_excluded == "skip" or self.business_day is not None:
+            return False
+        return not self.calendar.is_business_day(slot.astimezone(ZoneInfo(schedule.tz)).date())
+
+    def _decide(self, schedule: Schedule, slot: datetime) -> Decision:
         zone = ZoneInfo(schedule.tz)
         day = slot.astimezone(zone).date()
         if self.calendar.is_business_day(day):
@@ -118,10 +169,18 @@ class CalendarRule:
 
         Runs come in non-decreasing start order; a skip comes before the run that passes it.
         """
+        for decision in self._calendar_decisions(schedule, after):
+            yield self._windowed(decision)
+
+    def _calendar_decisions(
+        self, schedule: Schedule, after: Decision | datetime
+    ) -> Iterator[Decision]:
         zone = ZoneInfo(schedule.tz)
         if isinstance(after, Decision):
             cursor = after.slot
-            if after.moved:  # the rest of its group, then on from the group's last slot
+            if self._calendar_moves(
+                schedule, after.slot
+            ):  # the rest of its group, then on from the group's last slot
                 group, last = self._group(schedule, zone, after.slot)
                 slots = [decision.slot for decision in group]
                 if after.slot in slots:
@@ -177,7 +236,7 @@ class CalendarRule:
                     cursor = _day_start(_next_month(day), zone) - _US
                 continue
             if self.calendar.is_business_day(day) or self.on_excluded == "skip":
-                group, last = [self.decide(schedule, slot)], slot
+                group, last = [self._decide(schedule, slot)], slot
             else:
                 group, last = self._group(schedule, zone, slot)
             for decision in group:
@@ -315,3 +374,11 @@ def run_after(
         slot = schedule.next_after(run.slot)
         return Decision(slot, slot, True), []
     return rule.next_run(schedule, run)
+
+
+def origin_of(run: Decision) -> str | None:
+    """The run row's origin of ``run``: ``window`` (deferred to a blackout window's end),
+    ``calendar`` (moved to another business day), else None (its schedule)."""
+    if run.deferred:
+        return "window"
+    return "calendar" if run.moved else None

@@ -1,8 +1,10 @@
-"""``/api/calendars``: the business calendars jobs plan with, read over HTTP as
-``pulse calendars list/show`` prints them (docs/time.md).
+"""``/api/calendars`` and ``/api/windows``: the business calendars and blackout windows
+jobs plan with, read over HTTP as ``pulse calendars`` and ``pulse windows list`` print them
+(docs/time.md).
 
-Calendars are shared by every tenant and hold no secret: any token reads them. Changing one
-re-plans jobs of every tenant, so it stays an operator's command (``pulse calendars add``).
+Calendars are shared by every tenant and hold no secret: any token reads them; a scoped
+token sees the windows of the cluster and of its tenant. Changing either re-plans jobs of
+many tenants, so it stays an operator's command (``pulse calendars``, ``pulse windows``).
 """
 
 from __future__ import annotations
@@ -31,3 +33,11 @@ async def show_calendar(request: Request, name: str, who: Reader) -> dict[str, A
     name = validate_name(name, "calendar")
     async with state_of(request).pool.store(who.scope) as store:
         return (await store.calendars.get(name)).to_json()  # NotFound: 404
+
+
+@router.get("/api/windows")
+async def list_windows(request: Request, who: Reader) -> list[dict[str, Any]]:
+    """Every blackout window, past ones too (a scoped token: the cluster's and its tenant's)."""
+    async with state_of(request).pool.store(who.scope) as store:
+        found = await store.windows.list()
+    return [w.to_json() for w in found if who.scope is None or w.tenant in (None, who.scope)]

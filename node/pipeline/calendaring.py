@@ -86,7 +86,8 @@ def catch_up(
         due.append(decision)
     runs = list(due)
     if job.catch_up == "skip":
-        kept = [d for d in runs if d.start >= now - grace]
+        # A slot deferred by a blackout window is as late as its nominal time says.
+        kept = [d for d in runs if (d.slot if d.deferred else d.start) >= now - grace]
         target = kept[0] if kept else future
     elif job.catch_up == "backfill":
         target = runs[max(0, len(runs) - job.max_backfill)]

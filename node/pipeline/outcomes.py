@@ -13,6 +13,7 @@ from datetime import datetime, timedelta
 from typing import TypeVar
 
 from cluster.store.records import NEVER, ClaimedJob, Completion, Skip
+from cluster.timing.calendared import origin_of
 from cluster.timing.catchup import CatchUp, CatchUpPlan, plan_catchup
 from cluster.timing.durations import format_duration
 from cluster.timing.jitter import jittered
@@ -175,7 +176,7 @@ def _calendar_at_claim(job: ClaimedJob, now: datetime) -> tuple[Completion, list
         next_run_at=calendaring.start_at(job, target),
         next_slot=target.slot,
         next_attempt=1,
-        origin="calendar" if target.moved else None,
+        origin=origin_of(target),
     )
     return done, [s for s in skips if s.slot != job.slot]
 
@@ -276,6 +277,6 @@ def _calendar_after_run(
         next_slot=following.slot,
         next_attempt=1,
         output=outcome.output,
-        origin="calendar" if following.moved else None,
+        origin=origin_of(following),
     )
     return done, skips

@@ -795,16 +795,20 @@ def test_a_job_naming_an_unknown_calendar_or_business_day_0_is_422(api: Api) -> 
     assert_no_secret(api, answers, *api.tokens.values())
 
 
-def test_calendars_cannot_be_written_over_the_api(api: Api) -> None:
+def test_calendars_and_windows_cannot_be_written_over_the_api(api: Api) -> None:
     before = api.sql("SELECT count(*) FROM calendars")[0][0]
     with api.as_("admin") as admin:
         answers = [
             admin.put("/api/calendars/office", json={"weekdays": "mon-sun"}),
             admin.post("/api/calendars", json={"name": "office"}),
             admin.delete("/api/calendars/office"),
+            admin.post("/api/windows", json={"from": "2030-01-01T00:00:00Z"}),
+            admin.delete("/api/windows/1"),
         ]
         listed = admin.get("/api/calendars")
-    assert [a.status_code for a in answers] == [405, 405, 405]
+        assert admin.get("/api/windows").json() == []
+    assert [a.status_code for a in answers] == [405, 405, 405, 405, 404]
     assert listed.status_code == 200
     assert api.sql("SELECT count(*) FROM calendars")[0][0] == before
+    assert api.sql("SELECT count(*) FROM windows")[0][0] == 0
     assert_no_secret(api, [*answers, listed], *api.tokens.values())

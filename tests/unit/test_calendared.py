@@ -8,7 +8,7 @@ from datetime import UTC, datetime
 import pytest
 
 from cluster.errors import InvalidInput
-from cluster.timing.calendared import CalendarRule, Decision
+from cluster.timing.calendared import CalendarRule, Decision, Window
 from cluster.timing.calendars import Calendar, parse_dates, parse_weekdays
 from cluster.timing.schedule import parse_schedule
 
@@ -117,3 +117,36 @@ def test_a_schedule_the_calendar_never_lets_run_is_refused() -> None:
         CalendarRule(CAL, business_day=1).next_run(parse_schedule("0 9 31 * *"), utc(2026, 1, 1))
     with pytest.raises(InvalidInput, match="business_day"):
         CalendarRule(CAL, business_day=0)
+
+
+def test_a_blackout_window_skips_or_defers_its_slots() -> None:
+    window = Window(7, utc(2026, 12, 1, 10), utc(2026, 12, 1, 13))
+    skipping = CalendarRule(windows=(window,))
+    found = walk(skipping, "0 * * * *", utc(2026, 12, 1, 8, 30), 3)
+    assert [(d.slot.hour, d.runs) for d in found] == [
+        (9, True),
+        (10, False),
+        (11, False),
+        (12, False),
+        (13, True),
+        (14, True),
+    ]
+    assert "blackout window 7" in (found[1].reason or "")
+    deferring = CalendarRule(windows=(window._replace(defer=True),))
+    runs = walk(deferring, "0 * * * *", utc(2026, 12, 1, 8, 30), 5)
+    assert [(d.slot.hour, d.start.hour, d.deferred) for d in runs] == [
+        (9, 9, False),
+        (10, 13, True),
+        (11, 13, True),
+        (12, 13, True),
+        (13, 13, False),
+    ]
+
+
+def test_a_rule_round_trips_through_its_json_text_with_windows() -> None:
+    rule = CalendarRule(
+        CAL, "next-business-day", None, (Window(1, utc(2026, 1, 1), utc(2026, 1, 2), True),)
+    )
+    assert CalendarRule.from_json(rule.to_json()) == rule
+    windows_only = CalendarRule(windows=rule.windows)
+    assert CalendarRule.from_json(windows_only.to_json()) == windows_only

@@ -28,3 +28,23 @@ ALTER TABLE jobs
     ADD COLUMN paused_until  timestamptz;
 
 CREATE INDEX jobs_calendar ON jobs (calendar) WHERE calendar IS NOT NULL;
+
+-- Blackout windows: slots starting in [starts_at, ends_at) of the jobs in scope (one job,
+-- a tenant's, or the cluster's) are skipped, or with `defer` run at ends_at under the
+-- job's catch-up policy. Jobs keep the windows that concern them in calendar_rule too.
+CREATE TABLE windows (
+    id           bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    starts_at    timestamptz NOT NULL,
+    ends_at      timestamptz NOT NULL,
+    window_scope text NOT NULL CHECK (window_scope IN ('job', 'tenant', 'cluster')),
+    tenant_id    text,
+    job_name     text,
+    defer        boolean NOT NULL DEFAULT false,
+    note         text,
+    created_at   timestamptz NOT NULL DEFAULT now(),
+    CHECK (ends_at > starts_at),
+    CHECK ((window_scope = 'cluster') = (tenant_id IS NULL)),
+    CHECK ((window_scope = 'job') = (job_name IS NOT NULL))
+);
+
+CREATE INDEX windows_ends ON windows (ends_at);
