@@ -23,6 +23,8 @@ from cluster.jobs.models import Job, iso
 from cluster.jobs.registry import export_yaml, handlers_of, load_modules, specs_of
 from cluster.jobs.spec import JobSpec
 from cluster.store.jobs import JobStore
+from cluster.store.timeline import explain_job, outage_of
+from cluster.timing.timeline import Step
 
 SHOW_SLOTS = 5
 
@@ -269,10 +271,28 @@ async def list_jobs(store: JobStore, tenant: str | None, as_json: bool) -> None:
 @jobs.command("show")
 @click.argument("name")
 @tenant_option
+@click.option(
+    "--explain", is_flag=True, help="Each coming slot with DST, calendar, window, jitter."
+)
+@click.option("--outage", default=None, help="FROM..TO: what catch-up does after such an outage.")
 @click.option("--json", "as_json", is_flag=True)
 @with_store
-async def show_job(store: JobStore, name: str, tenant: str, as_json: bool) -> None:
-    """Show one job, its next slots and its latest runs."""
+async def show_job(
+    store: JobStore, name: str, tenant: str, explain: bool, outage: str | None, as_json: bool
+) -> None:
+    """Show one job, its next slots and its latest runs (or its timeline explained)."""
+    if explain or outage is not None:
+        job = await store.get(name, tenant)
+        if outage is not None:
+            start, _, end = outage.partition("..")
+            begin, until = parse_time(start, "outage"), parse_time(end or None, "outage")
+            if begin is None or until is None:
+                raise InvalidInput("outage", "give FROM..TO, two ISO 8601 times with offsets")
+            steps = outage_of(job, begin, until)
+        else:
+            steps = explain_job(job, await store.db_now(), SHOW_SLOTS * 2)
+        print_steps(steps, as_json)
+        return
     data = await store.details(name, tenant, slots=SHOW_SLOTS)
     if as_json:
         emit_json(data)
@@ -295,6 +315,22 @@ async def show_job(store: JobStore, name: str, tenant: str, as_json: bool) -> No
     for run in recent:
         node = run["node_id"] or "-"
         click.echo(f"  {run['scheduled_for']}  {run['status']:<9} attempt {run['attempt']}  {node}")
+
+
+def print_steps(steps: list[Step], as_json: bool) -> None:
+    """A timeline, one slot a line and its notes indented below (or as JSON)."""
+    if as_json:
+        emit_json([step.to_json() for step in steps])
+        return
+    for step in steps:
+        start = (
+            "" if step.start is None or step.start == step.slot else f" starts {iso(step.start)}"
+        )
+        click.echo(f"{iso(step.slot)}  {step.action}{start}")
+        for note in step.notes:
+            click.echo(f"    {note}")
+    if not steps:
+        click.echo("no slots")
 
 
 def _done(verb: str, job: Job) -> None:

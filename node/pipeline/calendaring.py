@@ -9,13 +9,14 @@ calendar job costs no statement of its own (docs/design/calendars.md).
 from __future__ import annotations
 
 from collections import deque
-from datetime import datetime, timedelta
+from datetime import datetime
 
 from cluster.store.records import ClaimedJob, Skip
 from cluster.timing.calendared import CalendarRule, Decision, jittered_start
-from cluster.timing.catchup import DEFAULT_RECORD_LIMIT
+from cluster.timing.catchup import DEFAULT_RECORD_LIMIT, CatchUp
 from cluster.timing.durations import format_duration
 from cluster.timing.schedule import Schedule
+from cluster.timing.timeline import first_kept
 
 __all__ = ["catch_up", "current", "next_run", "rule_of", "start_at"]
 
@@ -70,7 +71,6 @@ def catch_up(
     slots skipped on the way: by the calendar, and the due runs the catch-up policy drops.
     """
     rule = rule_of(job)
-    grace = timedelta(seconds=job.grace_s)
     due: deque[Decision] = deque(maxlen=DEFAULT_RECORD_LIMIT + max(1, job.max_backfill))
     calendar_skips: deque[Skip] = deque(maxlen=DEFAULT_RECORD_LIMIT)
     future: Decision | None = None
@@ -85,20 +85,18 @@ def catch_up(
             break
         due.append(decision)
     runs = list(due)
-    if job.catch_up == "skip":
-        # A slot deferred by a blackout window is as late as its nominal time says.
-        kept = [d for d in runs if (d.slot if d.deferred else d.start) >= now - grace]
-        target = kept[0] if kept else future
-    elif job.catch_up == "backfill":
-        target = runs[max(0, len(runs) - job.max_backfill)]
-    else:
-        target = runs[-1]
+    kept = first_kept(runs, catch_up_of(job), now)
+    target = runs[kept] if kept < len(runs) else future
     assert target is not None, "the walk ends at a future run"
     dropped = [d for d in runs if d.slot < target.slot]
     skips = [s for s in calendar_skips if s.slot < target.slot]
     skips += [Skip(job.id, d.slot, _missed(job, d, target, now)) for d in dropped]
     skips.sort(key=lambda skip: skip.slot)
     return target, skips
+
+
+def catch_up_of(job: ClaimedJob) -> CatchUp:
+    return CatchUp(job.catch_up, job.grace_s, job.max_backfill)  # type: ignore[arg-type]
 
 
 def _skip(job: ClaimedJob, decision: Decision) -> Skip:

@@ -6,6 +6,7 @@ writes nothing."""
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -149,3 +150,25 @@ def test_the_cli_refuses_bad_calendars_in_one_line(initialised: Invoke, tmp_path
     listed = initialised("calendars", "list", "--json")
     assert listed.exit_code == 0 and listed.output.strip() == "[]"
     assert initialised("jobs", "list", "--json").output.strip() == "[]"
+
+
+def test_jobs_show_explains_the_timeline_and_an_outage(initialised: Invoke) -> None:
+    assert initialised("calendars", "add", "office", "--dates", "2031-12-25").exit_code == 0
+    added = initialised(
+        "jobs", "add", "report", "--schedule", "0 9 * * *", "--handler", "shell:true",
+        "--calendar", "office", "--tz", "Europe/Berlin",
+    )  # fmt: skip
+    assert added.exit_code == 0, added.output
+    explained = initialised("jobs", "show", "report", "--explain", "--json")
+    steps = json.loads(explained.output)
+    assert steps and all(set(s) == {"slot", "start", "action", "notes"} for s in steps)
+    assert any("Europe/Berlin" in s["notes"][0] for s in steps)
+    outage = initialised(
+        "jobs", "show", "report", "--outage", "2031-12-24T00:00:00Z..2031-12-26T12:00:00Z"
+    )
+    assert outage.exit_code == 0, outage.output
+    assert "2031-12-25T08:00:00+00:00  skipped" in outage.output
+    assert "2031-12-26T08:00:00+00:00  catch-up" in outage.output
+    for bad in ("yesterday..today", "2031-12-26T00:00:00Z..2031-12-24T00:00:00Z"):
+        refused = initialised("jobs", "show", "report", "--outage", bad)
+        assert refused.exit_code == 2 and len(refused.output.strip().splitlines()) == 1
