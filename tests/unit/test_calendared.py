@@ -150,3 +150,20 @@ def test_a_rule_round_trips_through_its_json_text_with_windows() -> None:
     assert CalendarRule.from_json(rule.to_json()) == rule
     windows_only = CalendarRule(windows=rule.windows)
     assert CalendarRule.from_json(windows_only.to_json()) == windows_only
+
+
+def report() -> None:
+    """A job function for the registry test."""
+
+
+def test_registry_decorators_take_the_calendar_options() -> None:
+    from cluster.jobs.registry import Registry
+
+    registry = Registry("acme")
+    registry.cron("0 18 * * *", calendar="us", business_day=-1)(report)
+    registry.every("1h", name="hourly", calendar="us", on_excluded="next-business-day")(report)
+    specs = {s.name: s for s in registry.specs()}
+    assert (specs["report"].calendar, specs["report"].business_day) == ("us", -1)
+    assert specs["hourly"].on_excluded == "next-business-day"
+    with pytest.raises(InvalidInput, match="business_day"):
+        Registry().cron("0 9 * * *", name="bad", calendar="us", business_day=0)(report)

@@ -242,7 +242,7 @@ async function jobPage(tenant, name) {
   };
   const runs = table("Recent runs", ["Slot", "Status", "Attempt", "Node", "Duration", "Error", "Output"], [], { id: "job-runs" });
   const facts = el("dl", { class: "facts", id: "definition" });
-  const slots = table("Next slots", [`In ${job.tz}`, "UTC"], [], { id: "next-slots" });
+  const slots = table("Next slots", [`In ${job.tz}`, "UTC", "Starts", "Why"], [], { id: "next-slots" });
   const buttons = {};
   const act = async (verb) => {
     try {
@@ -270,9 +270,15 @@ async function jobPage(tenant, name) {
     buttons.resume.disabled = !canWrite || !j.paused;
     buttons.trigger.disabled = !canWrite || j.status === "running";
     buttons.cancel.disabled = !canWrite || !(j.recent_runs || []).some((r) => r.status === "running");
-    facts.replaceChildren(...Object.entries(j).filter(([k]) => !["next_slots", "recent_runs"].includes(k))
+    facts.replaceChildren(...Object.entries(j).filter(([k]) => !["next_slots", "next_starts", "next_reasons", "calendar_skips", "recent_runs"].includes(k))
       .flatMap(([k, v]) => [el("dt", {}, k), el("dd", {}, v === null ? "-" : typeof v === "object" ? JSON.stringify(v) : String(v))]));
-    slots.querySelector("tbody").replaceChildren(...j.next_slots.map((s) => el("tr", {}, el("td", {}, inZone(s, j.tz)), el("td", {}, new Date(s).toISOString()))));
+    // Runs and the slots the calendar or a blackout window skips, in slot order, each with why.
+    const planned = j.next_slots.map((s, i) => ({ slot: s, start: (j.next_starts || [])[i], why: (j.next_reasons || [])[i] }));
+    const skipped = (j.calendar_skips || []).map((k) => ({ slot: k.slot, start: null, why: k.reason }));
+    const rows = [...planned, ...skipped].sort((a, b) => new Date(a.slot) - new Date(b.slot));
+    slots.querySelector("tbody").replaceChildren(...rows.map((r) => el("tr", {},
+      el("td", {}, inZone(r.slot, j.tz)), el("td", {}, new Date(r.slot).toISOString()),
+      el("td", {}, r.start ? new Date(r.start).toISOString() : "skipped"), el("td", {}, r.why || ""))));
     runs.querySelector("tbody").replaceChildren(...runRows(j.recent_runs, false, showOutput));
   };
   // Backfill: run the slots of a range again (times in UTC, as ISO 8601 with Z).
