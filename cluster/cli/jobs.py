@@ -16,15 +16,16 @@ from cluster.cli.base import (
     parse_time,
     with_store,
 )
+from cluster.cli.timelines import print_steps
 from cluster.errors import InvalidInput
 from cluster.jobs import handlerrefs, shellrefs, spec
 from cluster.jobs.files import load_specs
 from cluster.jobs.models import Job, iso
 from cluster.jobs.registry import export_yaml, handlers_of, load_modules, specs_of
 from cluster.jobs.spec import JobSpec
+from cluster.jobs.timerules import DEFAULT_ON_EXCLUDED
 from cluster.store.jobs import JobStore
 from cluster.store.timeline import explain_job, outage_of
-from cluster.timing.timeline import Step
 
 SHOW_SLOTS = 5
 
@@ -108,7 +109,7 @@ tenant_option = click.option(
 @click.option("--calendar", default=None, help="A business calendar (pulse calendars).")
 @click.option(
     "--on-excluded",
-    default=spec.DEFAULT_ON_EXCLUDED,
+    default=DEFAULT_ON_EXCLUDED,
     show_default=True,
     help="A slot on an excluded date: skip | next-business-day | previous-business-day.",
 )
@@ -315,22 +316,6 @@ async def show_job(
     for run in recent:
         node = run["node_id"] or "-"
         click.echo(f"  {run['scheduled_for']}  {run['status']:<9} attempt {run['attempt']}  {node}")
-
-
-def print_steps(steps: list[Step], as_json: bool) -> None:
-    """A timeline, one slot a line and its notes indented below (or as JSON)."""
-    if as_json:
-        emit_json([step.to_json() for step in steps])
-        return
-    for step in steps:
-        start = (
-            "" if step.start is None or step.start == step.slot else f" starts {iso(step.start)}"
-        )
-        click.echo(f"{iso(step.slot)}  {step.action}{start}")
-        for note in step.notes:
-            click.echo(f"    {note}")
-    if not steps:
-        click.echo("no slots")
 
 
 def _done(verb: str, job: Job) -> None:

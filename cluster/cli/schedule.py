@@ -9,7 +9,7 @@ from zoneinfo import ZoneInfo
 import click
 
 from cluster.cli.base import PulseCommand, emit_json, fail, parse_time
-from cluster.cli.jobs import print_steps
+from cluster.cli.timelines import print_steps
 from cluster.errors import InvalidInput
 from cluster.jobs.models import iso
 from cluster.jobs.spec import DEFAULT_TENANT

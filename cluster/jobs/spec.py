@@ -16,7 +16,7 @@ from typing import Any
 from cluster.errors import InvalidInput
 from cluster.jobs import shellrefs
 from cluster.jobs.handlerrefs import canonical, is_forwarded
-from cluster.timing.calendared import parse_on_excluded
+from cluster.jobs.timerules import DEFAULT_ON_EXCLUDED, calendar_fields
 from cluster.timing.catchup import parse_catch_up
 from cluster.timing.durations import parse_duration
 from cluster.timing.jitter import check_jitter
@@ -42,7 +42,6 @@ OVERLAPS = ("forbid", "allow", "replace")
 DEFAULT_OVERLAP = "forbid"
 DEFAULT_MAX_CONCURRENT = 10
 DEFAULT_CANCEL_GRACE_S = 10.0
-DEFAULT_ON_EXCLUDED = "skip"
 _SIZE = re.compile(r"^\s*(\d+)\s*(b|k|kb|kib|m|mb|mib)?\s*$", re.IGNORECASE)
 _SIZE_UNITS = {
     "b": 1,
@@ -209,34 +208,6 @@ def parse_size(value: object, field_name: str) -> int:
     return int(match[1]) * _SIZE_UNITS[(match[2] or "b").lower()]
 
 
-def _calendar_fields(
-    schedule: Schedule, calendar: object, on_excluded: object, business_day: object
-) -> tuple[str | None, str, int | None]:
-    """The calendar's name, what its excluded slots do, and the business-day index."""
-    choice = parse_on_excluded(on_excluded)
-    index = None if business_day is None else _business_day(business_day)
-    if calendar is None:
-        if index is not None or choice != DEFAULT_ON_EXCLUDED:
-            field_name = "business_day" if index is not None else "on_excluded"
-            raise InvalidInput(field_name, "needs a calendar (--calendar NAME)")
-        return None, choice, None
-    if schedule.at is not None:
-        raise InvalidInput("calendar", "a one-off (@at) job has one slot: it takes no calendar")
-    return validate_name(calendar, "calendar"), choice, index  # type: ignore[arg-type]
-
-
-def _business_day(value: object) -> int:
-    if isinstance(value, bool) or not isinstance(value, int | str):
-        raise InvalidInput("business_day", "must be a whole number like 1 or -1")
-    try:
-        number = int(value)
-    except ValueError as exc:
-        raise InvalidInput("business_day", "must be a whole number like 1 or -1") from exc
-    if number == 0 or not -23 <= number <= 23:
-        raise InvalidInput("business_day", f"must be 1..23 or -1..-23 (-1: the last), got {number}")
-    return number
-
-
 def _optional_duration(value: object, field_name: str) -> float | None:
     if value is None:
         return None
@@ -349,7 +320,9 @@ class JobSpec:
             raise InvalidInput("overlap", "a one-off (@at) job has one slot: allow does not apply")
         if not isinstance(remove_when_done, bool):
             raise InvalidInput("remove_when_done", "must be true or false")
-        calendar, on_excluded, business_day = _calendar_fields(
+        if calendar is not None:
+            calendar = validate_name(calendar, "calendar")
+        calendar, on_excluded, business_day = calendar_fields(
             parsed, calendar, on_excluded, business_day
         )
         return cls(
