@@ -92,7 +92,7 @@ EXPECTED: dict[str, dict[str, str]] = {
         "zones: 'tuple[str, ...]' = (), each_zone: 'bool' = False, jitter_s: "
         "'float' = 0.0, remove_when_done: 'bool' = False, calendar: 'str | None' = None, "
         "on_excluded: 'str | None' = None, business_day: 'int | None' = None, "
-        "calendar_rule: 'str | None' = None) -> None",
+        "calendar_rule: 'str | None' = None, paused_until: 'datetime | None' = None) -> None",
         "from_row": "(cls, row: 'dict[str, Any]') -> 'Job'",
         "parsed_schedule": "(self) -> 'Schedule'",
         "rule": "(self) -> 'CalendarRule | None'",
