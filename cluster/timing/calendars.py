@@ -63,16 +63,30 @@ class Calendar:
         object.__setattr__(self, "weekdays", weekdays)
         object.__setattr__(self, "excluded", frozenset(self.excluded))
 
+    @classmethod
+    def of(
+        cls,
+        name: str = "",
+        weekdays: str | Iterable[int] = "mon-fri",
+        holidays: Iterable[date | str] = (),
+    ) -> Calendar:
+        """A calendar from a weekday rule (``"mon-fri"`` or 0..6) and dates or ISO texts."""
+        days = parse_weekdays(weekdays) if isinstance(weekdays, str) else frozenset(weekdays)
+        dated = {d for d in holidays if isinstance(d, date)}
+        texts = [d for d in holidays if isinstance(d, str)]
+        return cls(name, days, frozenset({_day(d) for d in dated} | parse_dates(texts)))
+
     def is_business_day(self, day: date) -> bool:
+        day = _day(day)
         return day.weekday() in self.weekdays and day not in self.excluded
 
     def next_business_day(self, day: date) -> date:
         """The first business day strictly after ``day``."""
-        return self._walk(day, _DAY)
+        return self._walk(_day(day), _DAY)
 
     def previous_business_day(self, day: date) -> date:
         """The last business day strictly before ``day``."""
-        return self._walk(day, -_DAY)
+        return self._walk(_day(day), -_DAY)
 
     def nth_business_day(self, year: int, month: int, n: int) -> date | None:
         """The ``n``-th business day of the month (``-1``: the last); None if there is none."""
@@ -172,6 +186,11 @@ def parse_dates(values: Iterable[str]) -> frozenset[date]:
                     "dates", f"{text.strip()!r} is not a date like 2026-12-25"
                 ) from exc
     return frozenset(found)
+
+
+def _day(value: date) -> date:
+    """A date; a datetime gives its own date (on its own clock: see ``local_date``)."""
+    return value.date() if isinstance(value, datetime) else value
 
 
 def _weekday(name: str) -> int:

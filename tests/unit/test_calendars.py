@@ -169,3 +169,14 @@ def test_unparsable_ics_is_refused_in_one_line(text: str) -> None:
     with pytest.raises(InvalidInput, match="ics") as caught:
         ics_dates(text)
     assert "\n" not in str(caught.value)
+
+
+def test_a_calendar_of_weekday_rules_and_dates_in_any_form() -> None:
+    built = Calendar.of("us", "mon-fri", ["2026-12-25", date(2027, 1, 1)])
+    assert built == Calendar("us", parse_weekdays("mon-fri"), frozenset(HOLIDAYS) - {
+        date(2026, 11, 26), date(2026, 1, 1), date(2026, 3, 30)
+    })  # fmt: skip
+    assert not built.is_business_day(datetime(2026, 12, 25, 23, 0, tzinfo=UTC))
+    sun_thu = Calendar.of("il", "sun-thu")
+    assert next_business_day(sun_thu, date(2026, 12, 3)) == date(2026, 12, 6)  # Thu -> Sun
+    assert nth_business_day(sun_thu, 2026, 12, -1) == date(2026, 12, 31)
