@@ -325,6 +325,8 @@ class JobSpec:
         calendar, on_excluded, business_day = calendar_fields(
             parsed, calendar, on_excluded, business_day
         )
+        if calendar is not None and each_zone:
+            raise InvalidInput("calendar", "does not apply to an --each-zone job")
         return cls(
             name=name,
             schedule=parsed.expr,
