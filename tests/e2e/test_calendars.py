@@ -54,7 +54,7 @@ def test_a_holiday_inside_the_window_is_skipped_or_moved_and_nothing_runs_twice(
 
     def caught_up() -> list[dict[str, object]] | None:
         fleet.check_alive()
-        rows = fleet.sql("SELECT job_name, scheduled_for, status, last_error FROM runs")
+        rows = fleet.sql("SELECT job_name, scheduled_for, status, last_error, origin FROM runs")
         daily_done = {r["scheduled_for"] for r in rows if r["job_name"] == "daily"}
         yearly_done = [r for r in rows if r["job_name"] == "yearly"]
         return rows if expected_daily | {holiday} <= daily_done and yearly_done else None
@@ -65,7 +65,11 @@ def test_a_holiday_inside_the_window_is_skipped_or_moved_and_nothing_runs_twice(
     assert "calendar office" in str(daily_rows[holiday]["last_error"])
     assert all(daily_rows[s]["status"] == "succeeded" for s in expected_daily)
     (moved,) = [r for r in rows if r["job_name"] == "yearly"]
-    assert (moved["scheduled_for"], moved["status"]) == (holiday, "succeeded")
+    assert (moved["scheduled_for"], moved["status"], moved["origin"]) == (
+        holiday,
+        "succeeded",
+        "calendar",
+    )
 
     runs = Counter((e.job, e.slot) for e in fleet.executions())
     assert runs, "the witness saw the runs"
