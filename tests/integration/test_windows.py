@@ -87,3 +87,12 @@ async def test_bad_windows_write_nothing(store: JobStore) -> None:
         await store.windows.add(ELEVEN, ELEVEN + H, job="absent", now=T0)
     assert await store.windows.list() == []
     assert await store.get("sync") == before
+
+
+async def test_a_window_that_ends_does_not_change_the_jobs_definition(store: JobStore) -> None:
+    await store.apply([hourly()], now=T0)
+    await store.windows.add(ELEVEN, ELEVEN + H, tenant="default", now=T0)
+    assert (await store.get("sync")).slot_at == ELEVEN + H
+    again = await store.apply([hourly()], now=ELEVEN + 2 * H)
+    assert again.unchanged == ["sync"], "a window over is no change of definition"
+    assert (await store.sync([hourly()], now=ELEVEN + 2 * H)).differing == []

@@ -8,7 +8,8 @@ SELECT coalesce(%(now)s::timestamptz, now()) AS now;
 -- Create, or update the definition of, the job (tenant_id, name). An unchanged definition,
 -- or an existing one when `replace` is false (`jobs add`), touches nothing (no row
 -- returned). A running job keeps its slot; an idle one whose timing changed moves to the
--- new schedule's next slot.
+-- new schedule's next slot. calendar_rule (the calendar and windows as they stand) is not
+-- part of the definition: `pulse calendars` and `pulse windows` re-plan on their changes.
 INSERT INTO jobs AS j (
     id, tenant_id, name, schedule, tz, dst_repeated, dst_skipped, handler, payload,
     status, paused, shard_id, next_run_at, slot_at, catch_up, grace_s, max_backfill,
@@ -69,11 +70,12 @@ ON CONFLICT (tenant_id, name) DO UPDATE SET
                CASE WHEN m.moves THEN 1 ELSE j.attempt END,
                CASE WHEN m.moves THEN excluded.slot_origin ELSE j.slot_origin END
         FROM (SELECT j.status <> 'running' AND (
-                  (j.schedule, j.tz, j.dst_repeated, j.dst_skipped, j.jitter_s,
-                   j.calendar_rule)
+                  (j.schedule, j.tz, j.dst_repeated, j.dst_skipped, j.jitter_s, j.calendar,
+                   j.on_excluded, j.business_day)
                       IS DISTINCT FROM (excluded.schedule, excluded.tz, excluded.dst_repeated,
                                         excluded.dst_skipped, excluded.jitter_s,
-                                        excluded.calendar_rule)
+                                        excluded.calendar, excluded.on_excluded,
+                                        excluded.business_day)
                   OR (j.paused AND NOT excluded.paused)) AS moves) m),
     updated_at = now()
 WHERE %(replace)s
@@ -81,7 +83,7 @@ WHERE %(replace)s
        j.catch_up, j.grace_s, j.max_backfill, j.timeout_s, j.max_retries, j.retry_backoff_s,
        j.keep_for_s, j.keep_runs, j.output_limit, j.late_after_s, j.pause_after_failures,
        j.overlap, j.max_concurrent, j.cancel_grace_s, j.jitter_s, j.remove_when_done,
-       j.calendar, j.on_excluded, j.business_day, j.calendar_rule)
+       j.calendar, j.on_excluded, j.business_day)
     IS DISTINCT FROM
       (excluded.schedule, excluded.tz, excluded.dst_repeated, excluded.dst_skipped,
        excluded.handler, excluded.payload, excluded.paused, excluded.catch_up,
@@ -90,7 +92,7 @@ WHERE %(replace)s
        excluded.output_limit, excluded.late_after_s, excluded.pause_after_failures,
        excluded.overlap, excluded.max_concurrent, excluded.cancel_grace_s, excluded.jitter_s,
        excluded.remove_when_done, excluded.calendar, excluded.on_excluded,
-       excluded.business_day, excluded.calendar_rule)
+       excluded.business_day)
 RETURNING id, shard_id, (xmax = 0) AS inserted, status;
 
 -- name: list_jobs
