@@ -68,9 +68,9 @@ done AS (
                      i.outcome <> 'skipped' AND o.late_slot IS DISTINCT FROM i.slot
                          AND o.locked_at > o.next_run_at + make_interval(secs => o.late_after_s)
                          AS late,
-                     (i.outcome = 'skipped' AND coalesce(i.error, '') NOT LIKE 'calendar %%')::int
+                     (i.outcome = 'skipped' AND NOT starts_with(coalesce(i.error, ''), 'calendar '))::int
                          + (SELECT count(*) FROM skip_in s WHERE s.job_id = i.id
-                            AND s.slot <> i.slot AND s.reason NOT LIKE 'calendar %%') AS skips,
+                            AND s.slot <> i.slot AND NOT starts_with(s.reason, 'calendar ')) AS skips,
                      (SELECT min(s.slot) FROM skip_in s WHERE s.job_id = i.id) AS first_skip
              ) AS x
     ) AS f, clock k
