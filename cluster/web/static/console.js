@@ -346,6 +346,18 @@ async function auditPage() {
       el("td", {}, e.tenant || "-"), el("td", {}, e.job || "-"), el("td", {}, e.source || "-"), el("td", {}, e.detail || ""))), { id: "audit" }));
 }
 
+async function calendarsPage() {
+  const [calendars, windows] = await Promise.all([api("GET", "/api/calendars"), api("GET", "/api/windows")]);
+  show(el("h1", {}, "Calendars"),
+    table("Business calendars (changed with pulse calendars)", ["Name", "Weekdays", "Excluded dates", "Jobs", "Version", "Updated"],
+      calendars.map((c) => el("tr", {}, el("td", {}, c.name), el("td", {}, c.weekdays), el("td", {}, String(c.excluded_count)),
+        el("td", {}, String(c.jobs)), el("td", {}, String(c.version)), el("td", {}, when(c.updated_at)))), { id: "calendars" }),
+    table("Blackout windows (changed with pulse windows)", ["Id", "From", "To", "For", "Slots", "Note"],
+      windows.map((w) => el("tr", {}, el("td", {}, String(w.id)), el("td", {}, when(w.from)), el("td", {}, when(w.to)),
+        el("td", {}, w.scope === "cluster" ? "cluster" : w.scope === "tenant" ? `tenant ${w.tenant}` : `job ${w.tenant}/${w.job}`),
+        el("td", {}, w.defer ? "deferred" : "skipped"), el("td", {}, w.note || ""))), { id: "windows" }));
+}
+
 // -- routing ---------------------------------------------------------------------------
 
 async function route() {
@@ -364,6 +376,7 @@ async function route() {
     else if (parts[0] === "job" && parts.length === 3) await jobPage(decodeURIComponent(parts[1]), decodeURIComponent(parts[2]));
     else if (parts[0] === "runs") await runsPage(params);
     else if (parts[0] === "audit") await auditPage();
+    else if (parts[0] === "calendars") await calendarsPage();
     else if (state.session.tenant) show(el("h1", {}, "Overview"), el("p", {}, `The overview spans every tenant; this token reaches tenant ${state.session.tenant} only. See Jobs and Runs.`));
     else { await overview(); every(5000, overview); }
     document.title = `Pulse: ${main().querySelector("h1")?.textContent || ""}`;
