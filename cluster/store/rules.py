@@ -10,7 +10,7 @@ transaction (docs/design/calendars.md). A part of ``JobStore``.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from cluster.errors import InvalidInput
@@ -27,7 +27,9 @@ from cluster.timing.calendared import (
 from cluster.timing.calendars import Calendar
 from cluster.timing.schedule import parse_schedule
 
-__all__ = ["Rules", "covers", "window_of"]
+__all__ = ["KEEP_PAST", "Rules", "covers", "window_of"]
+
+KEEP_PAST = timedelta(days=400)
 
 
 def window_of(row: dict[str, Any]) -> Window:
@@ -62,7 +64,7 @@ class Rules:
             if row is None:
                 known = "pulse calendars list"
                 raise InvalidInput("calendar", f"unknown calendar {spec.calendar!r} ({known})")
-            calendar = _calendar(row)
+            calendar = _calendar(row, db_now)
         if windows is None:
             windows = await self.active(db_now)
         mine = tuple(window_of(w) for w in windows if covers(w, spec.tenant, spec.name))
@@ -79,7 +81,7 @@ class Rules:
         shards: set[int] = set()
         for job in jobs:
             label = f"{job['tenant_id']}/{job['name']}"
-            rule = await self._rule(job, calendars, windows)
+            rule = await self._rule(job, calendars, windows, db_now)
             schedule = parse_schedule(
                 job["schedule"], job["tz"], job["dst_repeated"], job["dst_skipped"]
             )
@@ -107,6 +109,7 @@ class Rules:
         job: dict[str, Any],
         calendars: dict[str, Calendar],
         windows: Sequence[dict[str, Any]],
+        db_now: datetime,
     ) -> CalendarRule | None:
         mine = tuple(window_of(w) for w in windows if covers(w, job["tenant_id"], job["name"]))
         name = job["calendar"]
@@ -117,10 +120,14 @@ class Rules:
             if name not in calendars:
                 row = await self._db.one("lock_calendar", {"name": name})
                 assert row is not None, "a foreign key keeps a used calendar"
-                calendars[name] = _calendar(row)
+                calendars[name] = _calendar(row, db_now)
             calendar = calendars[name]
         return CalendarRule(calendar, job["on_excluded"] or "skip", job["business_day"], mine)
 
 
-def _calendar(row: dict[str, Any]) -> Calendar:
-    return Calendar(row["name"], frozenset(row["weekdays"]), frozenset(row["excluded"]))
+def _calendar(row: dict[str, Any], db_now: datetime) -> Calendar:
+    """The calendar of ``row`` as a job keeps it: without the dates long past, which no
+    plan looks at (catch-up reaches back as far as an outage, not years)."""
+    cutoff = db_now.date() - KEEP_PAST
+    excluded = frozenset(d for d in row["excluded"] if d >= cutoff)
+    return Calendar(row["name"], frozenset(row["weekdays"]), excluded)
