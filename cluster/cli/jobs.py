@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+from datetime import UTC, datetime
 from typing import Any
 
 import click
@@ -235,6 +236,13 @@ def table(rows: list[list[str]]) -> None:
         click.echo("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip())
 
 
+def _note(job: Job) -> str:
+    """The job's pause note, and its `pause --until` while that time is ahead."""
+    held = job.paused_until is not None and job.paused_until > datetime.now(UTC)
+    until = f"paused until {iso(job.paused_until)}" if held else ""
+    return "; ".join(n for n in (until, job.pause_note or "") if n)
+
+
 def _when(job: Job) -> str:
     return job.next_run_at.strftime("%Y-%m-%d %H:%M:%S%z") if job.next_run_at else "-"
 
@@ -260,10 +268,11 @@ async def list_jobs(store: JobStore, tenant: str | None, as_json: bool) -> None:
         [j.tenant, j.name, j.schedule, j.tz, j.status, _when(j), handlerrefs.describe(j.handler)[0]]
         for j in found
     ]
-    if any(j.pause_note for j in found):
+    notes = [_note(j) for j in found]
+    if any(notes):
         header.append("NOTE")
-        for row, job in zip(body, found, strict=True):
-            row.append(job.pause_note or "")
+        for row, note in zip(body, notes, strict=True):
+            row.append(note)
     table([header, *body])
     if not found:
         click.echo("no jobs")

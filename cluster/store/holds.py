@@ -41,7 +41,7 @@ class Holds:
             run = first_run(schedule, job.rule(), until - _US)
             params = {
                 "until": until,
-                "note": note or f"paused until {until.isoformat()}",
+                "note": note,
                 "next_run_at": jittered_start(run, job.tenant, job.name, job.jitter_s),
                 "slot_at": run.slot,
             }

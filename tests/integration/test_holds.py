@@ -89,3 +89,6 @@ def test_the_cli_refuses_a_bad_until_in_one_line(initialised: Invoke) -> None:
     assert result.exit_code == 2, result.output
     listed = initialised("jobs", "list", "--json")
     assert '"paused_until": null' in listed.output
+    held = initialised("jobs", "pause", "j", "--until", "2099-01-01T00:00:00+00:00")
+    assert held.exit_code == 0, held.output
+    assert "paused until 2099-01-01T00:00:00+00:00" in initialised("jobs", "list").output
