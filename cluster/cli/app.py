@@ -11,6 +11,7 @@ import click
 from cluster.cli import (
     alerts,
     backfills,
+    calendars,
     chaos,
     config,
     handlers,
@@ -22,6 +23,7 @@ from cluster.cli import (
     tokens,
     up,
     web,
+    windows,
 )
 from cluster.cli.base import PulseGroup, fail, global_options, with_store
 from cluster.errors import ConfigError, InvalidInput
@@ -151,6 +153,8 @@ for command in (
     backfills.backfills,
     tenants.tenants,
     handlers.handlers,
+    calendars.calendars,
+    windows.windows,
 ):
     cli.add_command(command)
 jobs.jobs.add_command(backfills.backfill_job)

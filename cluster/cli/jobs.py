@@ -4,18 +4,29 @@ from __future__ import annotations
 
 import json
 import os
+from datetime import UTC, datetime
 from typing import Any
 
 import click
 
-from cluster.cli.base import PulseGroup, duration_option, emit_json, fail, with_store
+from cluster.cli.base import (
+    PulseGroup,
+    duration_option,
+    emit_json,
+    fail,
+    parse_time,
+    with_store,
+)
+from cluster.cli.timelines import print_steps
 from cluster.errors import InvalidInput
 from cluster.jobs import handlerrefs, shellrefs, spec
 from cluster.jobs.files import load_specs
 from cluster.jobs.models import Job, iso
 from cluster.jobs.registry import export_yaml, handlers_of, load_modules, specs_of
 from cluster.jobs.spec import JobSpec
+from cluster.jobs.timerules import DEFAULT_ON_EXCLUDED
 from cluster.store.jobs import JobStore
+from cluster.store.timeline import explain_job, outage_of
 
 SHOW_SLOTS = 5
 
@@ -96,6 +107,16 @@ tenant_option = click.option(
 @click.option("--max-concurrent", default=None, help="Slots in flight at once (overlap allow).")
 @duration_option("--cancel-grace", spec.DEFAULT_CANCEL_GRACE_S, "SIGTERM to SIGKILL on cancel.")
 @duration_option("--jitter", 0.0, "Each slot starts within [slot, slot + jitter).")
+@click.option("--calendar", default=None, help="A business calendar (pulse calendars).")
+@click.option(
+    "--on-excluded",
+    default=DEFAULT_ON_EXCLUDED,
+    show_default=True,
+    help="A slot on an excluded date: skip | next-business-day | previous-business-day.",
+)
+@click.option(
+    "--business-day", default=None, help="Only the N-th business day of each month (-1: last)."
+)
 @click.option("--paused", is_flag=True, help="Create the job paused.")
 @click.option("--zones", default=None, help="Run only on nodes of these zones (a,b).")
 @click.option(
@@ -215,6 +236,13 @@ def table(rows: list[list[str]]) -> None:
         click.echo("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip())
 
 
+def _note(job: Job) -> str:
+    """The job's pause note, and its `pause --until` while that time is ahead."""
+    held = job.paused_until is not None and job.paused_until > datetime.now(UTC)
+    until = f"paused until {iso(job.paused_until)}" if held else ""
+    return "; ".join(n for n in (until, job.pause_note or "") if n)
+
+
 def _when(job: Job) -> str:
     return job.next_run_at.strftime("%Y-%m-%d %H:%M:%S%z") if job.next_run_at else "-"
 
@@ -240,10 +268,11 @@ async def list_jobs(store: JobStore, tenant: str | None, as_json: bool) -> None:
         [j.tenant, j.name, j.schedule, j.tz, j.status, _when(j), handlerrefs.describe(j.handler)[0]]
         for j in found
     ]
-    if any(j.pause_note for j in found):
+    notes = [_note(j) for j in found]
+    if any(notes):
         header.append("NOTE")
-        for row, job in zip(body, found, strict=True):
-            row.append(job.pause_note or "")
+        for row, note in zip(body, notes, strict=True):
+            row.append(note)
     table([header, *body])
     if not found:
         click.echo("no jobs")
@@ -252,10 +281,28 @@ async def list_jobs(store: JobStore, tenant: str | None, as_json: bool) -> None:
 @jobs.command("show")
 @click.argument("name")
 @tenant_option
+@click.option(
+    "--explain", is_flag=True, help="Each coming slot with DST, calendar, window, jitter."
+)
+@click.option("--outage", default=None, help="FROM..TO: what catch-up does after such an outage.")
 @click.option("--json", "as_json", is_flag=True)
 @with_store
-async def show_job(store: JobStore, name: str, tenant: str, as_json: bool) -> None:
-    """Show one job, its next slots and its latest runs."""
+async def show_job(
+    store: JobStore, name: str, tenant: str, explain: bool, outage: str | None, as_json: bool
+) -> None:
+    """Show one job, its next slots and its latest runs (or its timeline explained)."""
+    if explain or outage is not None:
+        job = await store.get(name, tenant)
+        if outage is not None:
+            start, _, end = outage.partition("..")
+            begin, until = parse_time(start, "outage"), parse_time(end or None, "outage")
+            if begin is None or until is None:
+                raise InvalidInput("outage", "give FROM..TO, two ISO 8601 times with offsets")
+            steps = outage_of(job, begin, until)
+        else:
+            steps = explain_job(job, await store.db_now(), SHOW_SLOTS * 2)
+        print_steps(steps, as_json)
+        return
     data = await store.details(name, tenant, slots=SHOW_SLOTS)
     if as_json:
         emit_json(data)
@@ -288,10 +335,32 @@ def _done(verb: str, job: Job) -> None:
 @click.argument("name")
 @tenant_option
 @click.option("--note", default=None, help="Why it is paused (shown by list, show, status).")
+@click.option("--until", default=None, help="Resume by itself at this ISO 8601 time (with offset).")
 @with_store
-async def pause_job(store: JobStore, name: str, tenant: str, note: str | None) -> None:
-    """Stop scheduling a job (a running slot finishes)."""
-    _done("paused", await store.pause(name, tenant, note=note))
+async def pause_job(
+    store: JobStore, name: str, tenant: str, note: str | None, until: str | None
+) -> None:
+    """Stop scheduling a job (a running slot finishes), or until --until."""
+    if until is None:
+        _done("paused", await store.pause(name, tenant, note=note))
+        return
+    moment = parse_time(until, "until")
+    assert moment is not None
+    await store.holds.pause_until(name, tenant, moment, note=note)
+    _done(f"paused until {moment.isoformat()}", await store.get(name, tenant))
+
+
+@jobs.command("skip-next")
+@click.argument("name")
+@tenant_option
+@click.option("--count", default=1, show_default=True, type=int, help="How many runs to skip.")
+@with_store
+async def skip_next(store: JobStore, name: str, tenant: str, count: int) -> None:
+    """Record a job's next runs skipped; it continues at the one after them."""
+    skipped = await store.holds.skip_next(name, tenant, count)
+    for slot in skipped:
+        click.echo(f"skipped {slot.isoformat()}")
+    _done("skipping", await store.get(name, tenant))
 
 
 def _control(verb: str) -> click.Command:

@@ -9,9 +9,11 @@ from zoneinfo import ZoneInfo
 import click
 
 from cluster.cli.base import PulseCommand, emit_json, fail, parse_time
+from cluster.cli.timelines import print_steps
 from cluster.errors import InvalidInput
 from cluster.jobs.models import iso
 from cluster.jobs.spec import DEFAULT_TENANT
+from cluster.timing import timeline
 from cluster.timing.durations import parse_duration
 from cluster.timing.jitter import check_jitter, jittered
 from cluster.timing.schedule import parse_schedule
@@ -27,6 +29,7 @@ from cluster.timing.schedule import parse_schedule
 @click.option("--jitter", default="0s", show_default=True, help="A job's start jitter.")
 @click.option("--job-id", default=None, help="The job's name, whose slots --jitter offsets.")
 @click.option("--tenant", default=DEFAULT_TENANT, show_default=True, help="The job's tenant.")
+@click.option("--explain", is_flag=True, help="Each slot with its DST rule and jitter.")
 @click.option("--json", "as_json", is_flag=True)
 def schedule_command(
     expr: str,
@@ -38,6 +41,7 @@ def schedule_command(
     jitter: str,
     job_id: str | None,
     tenant: str,
+    explain: bool,
     as_json: bool,
 ) -> None:
     """Print the next COUNT slots of EXPR, one aware ISO 8601 time a line; with --jitter
@@ -50,6 +54,12 @@ def schedule_command(
         fail(f"invalid {exc}", 2)
     if jitter_s and job_id is None:
         fail("invalid jitter: give --job-id too (each job's slots start at their own offsets)", 2)
+    if explain:  # a job's calendar and windows: `pulse jobs show NAME --explain`
+        steps = timeline.explain(
+            schedule, None, start, count, tenant=tenant, name=job_id or "", jitter_s=jitter_s
+        )
+        print_steps(steps, as_json)
+        return
     zone = ZoneInfo(schedule.tz)
     slots = schedule.next_n(start, count)
     if not jitter_s or job_id is None:

@@ -9,6 +9,7 @@ from typing import Any
 from uuid import UUID
 
 from cluster.jobs.handlerrefs import redacted
+from cluster.timing.calendared import CalendarRule
 from cluster.timing.schedule import Schedule, parse_schedule
 
 
@@ -83,6 +84,15 @@ class Job:
     each_zone: bool = False  # runs through one child per live zone (docs/zones.md)
     jitter_s: float = 0.0  # a slot starts within [slot, slot + jitter_s) (cluster.timing.jitter)
     remove_when_done: bool = False  # a one-off job is deleted once its slot has run
+    calendar: str | None = None  # a business calendar (docs/time.md)
+    on_excluded: str | None = None
+    business_day: int | None = None
+    calendar_rule: str | None = None  # the calendar as the job plans with it (JSON text)
+    paused_until: datetime | None = None  # `pause --until`: idle, its next slot at or after
+
+    def rule(self) -> CalendarRule | None:
+        """The calendar the job plans with (its copy), or None."""
+        return None if self.calendar_rule is None else CalendarRule.from_json(self.calendar_rule)
 
     def parsed_schedule(self) -> Schedule:
         return parse_schedule(self.schedule, self.tz, self.dst_repeated, self.dst_skipped)  # type: ignore[arg-type]
@@ -134,6 +144,11 @@ class Job:
             each_zone=bool(row.get("each_zone")),
             jitter_s=row.get("jitter_s", 0.0),
             remove_when_done=row.get("remove_when_done", False),
+            calendar=row.get("calendar"),
+            on_excluded=row.get("on_excluded"),
+            business_day=row.get("business_day"),
+            calendar_rule=row.get("calendar_rule"),
+            paused_until=row.get("paused_until"),
         )
 
     def to_json(self) -> dict[str, Any]:
@@ -177,6 +192,10 @@ class Job:
             "jitter_s": self.jitter_s,
             "slot_at": iso(self.slot_at),
             "remove_when_done": self.remove_when_done,
+            "calendar": self.calendar,
+            "on_excluded": self.on_excluded,
+            "business_day": self.business_day,
+            "paused_until": iso(self.paused_until),
             "created_at": iso(self.created_at),
             "updated_at": iso(self.updated_at),
         }

@@ -16,6 +16,7 @@ from typing import Any
 from cluster.errors import InvalidInput
 from cluster.jobs import shellrefs
 from cluster.jobs.handlerrefs import canonical, is_forwarded
+from cluster.jobs.timerules import DEFAULT_ON_EXCLUDED, calendar_fields
 from cluster.timing.catchup import parse_catch_up
 from cluster.timing.durations import parse_duration
 from cluster.timing.jitter import check_jitter
@@ -247,6 +248,11 @@ class JobSpec:
     each_zone: bool = False  # one run per slot in every zone with a live node (of `zones`)
     jitter_s: float = 0.0  # each slot starts within [slot, slot + jitter) (cluster.timing.jitter)
     remove_when_done: bool = False  # a one-off (@at) job is deleted once its slot has run
+    # A business calendar by name (docs/time.md): what its excluded slots do, and
+    # "the n-th business day of the month" (negative: from its end).
+    calendar: str | None = None
+    on_excluded: str = DEFAULT_ON_EXCLUDED
+    business_day: int | None = None
 
     @classmethod
     def build(
@@ -279,6 +285,9 @@ class JobSpec:
         each_zone: bool = False,
         jitter: str | float = 0.0,
         remove_when_done: bool = False,
+        calendar: str | None = None,
+        on_excluded: str = DEFAULT_ON_EXCLUDED,
+        business_day: int | str | None = None,
     ) -> JobSpec:
         """Validate every field; raise ``InvalidInput`` naming the first bad one."""
         name = validate_name(name)
@@ -311,6 +320,13 @@ class JobSpec:
             raise InvalidInput("overlap", "a one-off (@at) job has one slot: allow does not apply")
         if not isinstance(remove_when_done, bool):
             raise InvalidInput("remove_when_done", "must be true or false")
+        if calendar is not None:
+            calendar = validate_name(calendar, "calendar")
+        calendar, on_excluded, business_day = calendar_fields(
+            parsed, calendar, on_excluded, business_day
+        )
+        if calendar is not None and each_zone:
+            raise InvalidInput("calendar", "does not apply to an --each-zone job")
         return cls(
             name=name,
             schedule=parsed.expr,
@@ -343,6 +359,9 @@ class JobSpec:
             each_zone=_each_zone(each_zone, zones),
             jitter_s=jitter_s,
             remove_when_done=remove_when_done,
+            calendar=calendar,
+            on_excluded=on_excluded,
+            business_day=business_day,
         )
 
     @classmethod
@@ -356,7 +375,7 @@ class JobSpec:
             "dst_skipped", "keep_for", "keep_runs", "output_limit", "late_after",
             "pause_after_failures", "overlap", "max_concurrent", "cancel_grace",
             "zones", "each_zone",
-            "jitter", "remove_when_done",
+            "jitter", "remove_when_done", "calendar", "on_excluded", "business_day",
         }  # fmt: skip
         unknown = sorted(set(entry) - known)
         if unknown:
@@ -400,6 +419,9 @@ class JobSpec:
             each_zone=self.each_zone,
             jitter=self.jitter_s,
             remove_when_done=self.remove_when_done,
+            calendar=self.calendar,
+            on_excluded=self.on_excluded,
+            business_day=self.business_day,
         )
 
     def parsed_schedule(self) -> Schedule:

@@ -17,6 +17,7 @@ from cluster.errors import Conflict
 from cluster.jobs.models import Job
 from cluster.jobs.spec import JobSpec
 from cluster.store.queries import query
+from cluster.store.rules import Rules
 from cluster.store.scoped import ScopedConnection
 from cluster.store.specs import (
     ApplyResult,
@@ -26,7 +27,7 @@ from cluster.store.specs import (
     past_one_off,
     refuse_past,
 )
-from cluster.timing.jitter import jittered
+from cluster.timing.calendared import CalendarRule, first_run, jittered_start, origin_of
 from ring import shard_for
 from ring.zones import PARKED_SHARD, ZONE_SHARD_BASE, zone_shard_for
 
@@ -37,15 +38,18 @@ class _Probe(Exception):  # a rollback carrying an answer, never an error
 
 
 class Definitions:
-    def __init__(self, db: ScopedConnection) -> None:
+    def __init__(self, db: ScopedConnection, rules: Rules) -> None:
         self._db = db
+        self._rules = rules
 
     async def add(self, spec: JobSpec, *, now: datetime | None = None) -> Job:
         """Create a job; ``InvalidInput`` if (tenant, name) exists."""
         spec = spec.validated()
         shards = await self._db.shard_count()
         async with self._db.transaction():
-            params = self._params(spec, shards, await self._db.db_now(now))
+            db_now = await self._db.db_now(now)
+            rule = await self._rules.for_spec(spec, db_now)
+            params = self._params(spec, shards, db_now, rule)
             refuse_past(spec, params, await self._db.db_now(now))
             row = await self._db.one("upsert_job", {**params, "replace": False})
             if row is None:
@@ -68,8 +72,10 @@ class Definitions:
         result = ApplyResult()
         async with self._db.transaction():
             db_now = await self._db.db_now(now)
+            windows = await self._rules.active(db_now)
             for spec in specs:
-                params = {**self._params(spec, shards, db_now), "replace": True}
+                rule = await self._rules.for_spec(spec, db_now, windows)
+                params = {**self._params(spec, shards, db_now, rule), "replace": True}
                 row = await self._db.one("upsert_job", params)
                 label = label_of(spec.tenant, spec.name)
                 placed = await self._place(spec, shards, params["next_run_at"])
@@ -113,8 +119,10 @@ class Definitions:
                 query("lock_job_sync"), {"schema": self._db.settings.schema}
             )
             db_now = await self._db.db_now(now)
+            windows = await self._rules.active(db_now)
             for spec in specs:
-                params = self._params(spec, shards, db_now)
+                rule = await self._rules.for_spec(spec, db_now, windows)
+                params = self._params(spec, shards, db_now, rule)
                 label = label_of(spec.tenant, spec.name)
                 if past_one_off(spec, params, db_now):
                     # A one-off that ran (and may have been removed) stays declared in
@@ -142,10 +150,12 @@ class Definitions:
         except _Probe as probe:
             return probe.changed
 
-    def _params(self, spec: JobSpec, shards: int, db_now: datetime) -> dict[str, Any]:
+    def _params(
+        self, spec: JobSpec, shards: int, db_now: datetime, rule: CalendarRule | None
+    ) -> dict[str, Any]:
         job_id = uuid.uuid4()
-        schedule = spec.parsed_schedule()
-        slot = schedule.at or schedule.next_after(db_now)  # @at: its one slot, even if past
+        run = first_run(spec.parsed_schedule(), rule, db_now)  # @at: its one slot, even if past
+        slot = run.slot
         return {
             "id": job_id,
             "tenant_id": spec.tenant,
@@ -158,7 +168,7 @@ class Definitions:
             "payload": Jsonb(spec.payload),
             "paused": spec.paused,
             "shard_id": shard_for(job_id, shards),
-            "next_run_at": jittered(spec.tenant, spec.name, slot, spec.jitter_s),
+            "next_run_at": jittered_start(run, spec.tenant, spec.name, spec.jitter_s),
             "slot_at": slot,
             "catch_up": spec.catch_up,
             "grace_s": spec.grace_s,
@@ -176,6 +186,11 @@ class Definitions:
             "cancel_grace_s": spec.cancel_grace_s,
             "jitter_s": spec.jitter_s,
             "remove_when_done": spec.remove_when_done,
+            "calendar": spec.calendar,
+            "on_excluded": None if rule is None else spec.on_excluded,
+            "business_day": spec.business_day,
+            "calendar_rule": None if rule is None else rule.to_json(),
+            "slot_origin": origin_of(run),
         }
 
     async def _place(self, spec: JobSpec, shards: int, next_run_at: datetime) -> int | None:

@@ -32,18 +32,24 @@ from cluster.store import config as cluster_config
 from cluster.store import pruning
 from cluster.store.access import Access
 from cluster.store.backfills import Backfill, BackfillPlan
+from cluster.store.calendars import Calendars
 from cluster.store.connect import ADMIN_STATEMENT_TIMEOUT_S, Conn, connect
 from cluster.store.definitions import Definitions
 from cluster.store.handlers import RegisteredHandlers
+from cluster.store.holds import Holds
 from cluster.store.migrate import InitResult, migrate
 from cluster.store.pages import Pages
 from cluster.store.pruning import PruneResult
 from cluster.store.quotas import Quotas
+from cluster.store.rules import Rules
 from cluster.store.runcontrol import CancelRequest, RunControl
 from cluster.store.scoped import ScopedConnection
 from cluster.store.sessions import ConsoleSessions
 from cluster.store.specs import MAX_NOTE_LENGTH, ApplyResult, SyncResult
 from cluster.store.tenants import Tenants
+from cluster.store.timeline import calendar_timeline
+from cluster.store.windows import Windows
+from cluster.timing.calendared import first_run, jittered_start
 from cluster.timing.jitter import jittered
 
 
@@ -55,7 +61,11 @@ class JobStore:
         self.db = ScopedConnection(conn, settings, scope)
         self.settings = settings
         self.scope = scope
-        self.definitions = Definitions(self.db)
+        self.rules = Rules(self.db)
+        self.calendars = Calendars(self.db, self.rules)
+        self.windows = Windows(self.db, self.rules)
+        self.holds = Holds(self.db)
+        self.definitions = Definitions(self.db, self.rules)
         self.runcontrol = RunControl(self.db)
         self.access = Access(conn)
         self.pages = Pages(conn, scope)
@@ -199,9 +209,8 @@ class JobStore:
         """Unpause; the job continues at its next future slot."""
         async with self.db.transaction():
             job = await self.db.job("lock_job", name, tenant)
-            spec = self._spec_of(job)
-            slot = spec.parsed_schedule().next_after(await self.db_now(now))
-            start = jittered(tenant, name, slot, job.jitter_s)
+            run = first_run(job.parsed_schedule(), job.rule(), await self.db_now(now))
+            slot, start = run.slot, jittered_start(run, tenant, name, job.jitter_s)
             await self._write("resume_job", name, tenant, {"next_run_at": start, "slot_at": slot})
         return await self.get(name, tenant)
 
@@ -243,6 +252,10 @@ class JobStore:
         data = job.to_json()
         data["next_slots"] = [iso(s) for s in upcoming]
         data["next_starts"] = [iso(s) for s in starts]
+        data["next_reasons"], data["calendar_skips"] = [None] * len(upcoming), []
+        rule = job.rule()
+        if rule is not None and job.status != "done":
+            data.update(calendar_timeline(job, rule, now, slots))
         data["recent_runs"] = [r.to_json() for r in recent]
         return data
 

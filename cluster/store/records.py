@@ -90,6 +90,9 @@ class ClaimedJob(NamedTuple):
     # (migration 009): its writes go to the flights statements, keyed by (id, slot).
     flight: bool = False
     jitter_s: float = 0.0  # the slot starts at slot + its offset (cluster.timing.jitter)
+    # The job's calendar with its on_excluded and business_day, as JSON text (None: no
+    # calendar); node.pipeline.outcomes plans its slots against it.
+    calendar_rule: str | None = None
 
 
 _FIELDS = len(ClaimedJob._fields)
@@ -130,6 +133,7 @@ class Completion(NamedTuple):
     next_slot: datetime
     next_attempt: int
     output: str | None = None  # the run's output object as JSON text (node.handlers.output)
+    origin: str | None = None  # why the next slot runs: 'calendar' when the calendar moved it
 
 
 @dataclass(frozen=True)
@@ -182,6 +186,7 @@ def complete_params(
             None if c.next_slot == c.next_run_at else iso(c.next_slot),
             c.next_attempt,
             c.output,
+            *((c.origin,) if c.origin else ()),
         )
         for c in done
     ]

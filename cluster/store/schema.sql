@@ -1,4 +1,4 @@
--- The Pulse schema as it stands after the newest migration (version 19), for readers.
+-- The Pulse schema as it stands after the newest migration (version 20), for readers.
 --
 -- `pulse init` never runs this file: it applies cluster/store/migrations/NNN_*.sql in
 -- order. This file is edited in the same commit as each new migration, and
@@ -32,6 +32,38 @@ CREATE TABLE config (
     value      text NOT NULL,
     updated_at timestamptz NOT NULL DEFAULT now()
 );
+
+
+-- Business calendars, shared by every tenant: business weekdays (0 = Monday) minus excluded
+-- dates (cluster/store/calendars.py, docs/design/calendars.md).
+CREATE TABLE calendars (
+    name       text PRIMARY KEY CHECK (name <> ''),
+    weekdays   smallint[] NOT NULL,
+    excluded   date[] NOT NULL DEFAULT '{}',
+    source     text NOT NULL DEFAULT '',
+    version    bigint NOT NULL DEFAULT 1,
+    created_at timestamptz NOT NULL DEFAULT now(),
+    updated_at timestamptz NOT NULL DEFAULT now()
+);
+
+-- Blackout windows: slots starting inside are skipped, or deferred to the end (`defer`),
+-- for one job, a tenant's jobs or the cluster's (cluster/store/windows.py).
+CREATE TABLE windows (
+    id           bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    starts_at    timestamptz NOT NULL,
+    ends_at      timestamptz NOT NULL,
+    window_scope text NOT NULL CHECK (window_scope IN ('job', 'tenant', 'cluster')),
+    tenant_id    text,
+    job_name     text,
+    defer        boolean NOT NULL DEFAULT false,
+    note         text,
+    created_at   timestamptz NOT NULL DEFAULT now(),
+    CHECK (ends_at > starts_at),
+    CHECK ((window_scope = 'cluster') = (tenant_id IS NULL)),
+    CHECK ((window_scope = 'job') = (job_name IS NOT NULL))
+);
+
+CREATE INDEX windows_ends ON windows (ends_at);
 
 
 -- == Jobs ================================================================================
@@ -112,6 +144,16 @@ CREATE TABLE jobs (
     parent_id        uuid,
     -- The job's tenant has a limit of concurrent runs: the place triggers below fire.
     limited          boolean NOT NULL DEFAULT false,
+    -- A business calendar (docs/design/calendars.md): its name, what excluded slots do, the
+    -- business-day index of a "n-th business day" schedule, and the calendar as it stands
+    -- with those two (JSON text), handed to the node by the claim.
+    calendar         text REFERENCES calendars (name),
+    on_excluded      text CHECK (on_excluded IN
+                         ('skip', 'next-business-day', 'previous-business-day')),
+    business_day     integer CHECK (business_day <> 0),
+    calendar_rule    text,
+    -- `pulse jobs pause --until`: idle, its next slot at or after this time.
+    paused_until     timestamptz,
     UNIQUE (tenant_id, name)
 ) WITH (fillfactor = 80);
 
@@ -123,6 +165,7 @@ CREATE INDEX jobs_tenant_due ON jobs (shard_id, tenant_id, next_run_at);
 CREATE INDEX jobs_children ON jobs (parent_id) WHERE parent_id IS NOT NULL;
 -- Every node reads the each-zone parents every few seconds: a probe, not a scan.
 CREATE INDEX jobs_each_zone ON jobs (id) WHERE each_zone;
+CREATE INDEX jobs_calendar ON jobs (calendar) WHERE calendar IS NOT NULL;
 
 
 -- == Backfills ===========================================================================

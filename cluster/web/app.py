@@ -33,7 +33,18 @@ from cluster.errors import (
 )
 from cluster.settings import ClusterSettings
 from cluster.store.pool import StorePool
-from cluster.web import alerts, audit, backfills, console, jobs, quotas, runs, status, tenants
+from cluster.web import (
+    alerts,
+    audit,
+    backfills,
+    calendars,
+    console,
+    jobs,
+    quotas,
+    runs,
+    status,
+    tenants,
+)
 from cluster.web.inflight import DEFAULT_TOKEN_REQUESTS, TokenGate
 from cluster.web.limits import DEFAULT_AUTH_FAILURES, DEFAULT_AUTH_WINDOW_S, SignInThrottle
 from cluster.web.state import SessionPolicy, WebState
@@ -200,7 +211,8 @@ def create_app(
         return {"ok": True}
 
     # runs first: GET .../{name:path}/run must match before GET .../{name:path}
-    for module in (runs, jobs, backfills, tenants, quotas, status, alerts, audit, console):
+    routers = (runs, jobs, backfills, tenants, quotas, calendars, status, alerts, audit, console)
+    for module in routers:
         app.include_router(module.router)
     app.mount("/console/static", console.static_files(), name="static")
     app.add_middleware(TokenGate, per_token=token_requests)  # inside Guard: 429s get its headers

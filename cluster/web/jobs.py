@@ -181,15 +181,23 @@ async def delete_job(request: Request, tenant: str, name: str, who: Writer) -> R
 
 
 async def _control(request: Request, who: Principal, verb: str, tenant: str, name: str) -> Any:
-    note = None
-    if verb == "pause" and (await request.body()).strip():
-        body = await json_object(request, {"note"})
+    note, until, count = None, None, 1
+    if verb in ("pause", "skip-next") and (await request.body()).strip():
+        body = await json_object(request, {"note", "until"} if verb == "pause" else {"count"})
         note = body.get("note")
         if note is not None and not isinstance(note, str):
             raise InvalidInput("note", "must be text")
+        until = None if body.get("until") is None else iso_time(body["until"], "until")
+        count = body.get("count", 1)
     async with state_of(request).pool.store(who.scope) as store:
         async with store.transaction():
-            if verb == "pause":
+            if verb == "pause" and until is not None:
+                await store.holds.pause_until(name, tenant, until, note=note)
+                note = f"until {until.isoformat()}" + (f": {note}" if note else "")
+            elif verb == "skip-next":
+                skipped = await store.holds.skip_next(name, tenant, count)
+                note = ", ".join(iso(s) or "" for s in skipped)
+            elif verb == "pause":
                 await store.pause(name, tenant, note=note)
             elif verb == "resume":
                 await store.resume(name, tenant)
@@ -201,8 +209,16 @@ async def _control(request: Request, who: Principal, verb: str, tenant: str, nam
 
 @router.post("/api/jobs/{tenant}/{name:path}/pause")
 async def pause_job(request: Request, tenant: str, name: str, who: Writer) -> dict[str, Any]:
-    """Stop scheduling the job; an optional body {"note": "..."} says why."""
+    """Stop scheduling the job; an optional body {"note": "..."} says why, and
+    {"until": ISO 8601} makes it resume by itself at its first slot from then."""
     result: dict[str, Any] = await _control(request, who, "pause", tenant, name)
+    return result
+
+
+@router.post("/api/jobs/{tenant}/{name:path}/skip-next")
+async def skip_next(request: Request, tenant: str, name: str, who: Writer) -> dict[str, Any]:
+    """Record the job's next runs skipped (body {"count": N}, default 1; 409 while it runs)."""
+    result: dict[str, Any] = await _control(request, who, "skip-next", tenant, name)
     return result
 
 

@@ -74,6 +74,7 @@ def poisoned(row: dict[str, Any]) -> ClaimedJob:
         cancel_grace_s=row["cancel_grace_s"],
         cancel_by=row["cancel_by"],
         jitter_s=row["jitter_s"],
+        calendar_rule=row["calendar_rule"],
     )
 
 

@@ -13,11 +13,13 @@ from datetime import datetime, timedelta
 from typing import TypeVar
 
 from cluster.store.records import NEVER, ClaimedJob, Completion, Skip
+from cluster.timing.calendared import origin_of
 from cluster.timing.catchup import CatchUp, CatchUpPlan, plan_catchup
 from cluster.timing.durations import format_duration
 from cluster.timing.jitter import jittered
 from cluster.timing.schedule import Schedule, parse_schedule
 from node.handlers.context import Outcome
+from node.pipeline import calendaring
 
 MAX_RETRY_DELAY_S = 3600.0
 BROKEN_RETRY_S = 3600.0
@@ -49,6 +51,8 @@ def schedule_of(job: ClaimedJob) -> Schedule:
 def following_slot(job: ClaimedJob) -> datetime:
     """The slot after the job's slot. Remembered: in a fan-out every job of a schedule has
     the same slot, and both the claim and the completion of each ask."""
+    if job.calendar_rule is not None and schedule_of(job).at is None:
+        return calendaring.next_run(job, schedule_of(job))[0].slot
     key = (job.schedule, job.tz, job.dst_repeated, job.dst_skipped, job.slot)
     return _remember(_following, key, lambda: _after(schedule_of(job), job.slot))
 
@@ -72,6 +76,8 @@ def catch_up_of(job: ClaimedJob) -> CatchUp:
 def start_of(job: ClaimedJob, slot: datetime) -> datetime:
     """When ``slot`` of the job starts: the slot plus its jitter offset (cluster.timing.jitter);
     ``NEVER`` stays never (the job is done)."""
+    if job.calendar_rule is not None and slot < NEVER and schedule_of(job).at is None:
+        return calendaring.start_at(job, calendaring.current(job, schedule_of(job), slot))
     if not job.jitter_s or slot >= NEVER:
         return slot
     return jittered(job.tenant, job.name, slot, job.jitter_s)
@@ -127,6 +133,8 @@ def plan_at_claim(job: ClaimedJob, now: datetime) -> tuple[Completion, list[Skip
     now = nominal_now(job, now)
     if schedule_of(job).at is not None:  # a one-off: it runs late unless `skip` says no
         return _one_off_at_claim(job, now)
+    if job.calendar_rule is not None:
+        return _calendar_at_claim(job, now)
     if following_slot(job) > now:
         return None  # the usual case: no later slot is due yet, nothing to catch up
     plan = plan_catchup(schedule_of(job), job.slot, now, catch_up_of(job))
@@ -146,6 +154,31 @@ def plan_at_claim(job: ClaimedJob, now: datetime) -> tuple[Completion, list[Skip
         next_attempt=1,
     )
     return done, skips
+
+
+def _calendar_at_claim(job: ClaimedJob, now: datetime) -> tuple[Completion, list[Skip]] | None:
+    schedule = schedule_of(job)
+    following, _ = calendaring.next_run(job, schedule)
+    if following.start > now:
+        return None
+    this = calendaring.current(job, schedule)
+    target, skips = calendaring.catch_up(job, schedule, this, now)
+    if target.slot == job.slot:
+        return None
+    reason = next((s.reason for s in skips if s.slot == job.slot), "missed (catch-up)")
+    done = Completion(
+        id=job.id,
+        token=job.lease_token,
+        slot=job.slot,
+        outcome="skipped",
+        error=reason,
+        duration_s=None,
+        next_run_at=calendaring.start_at(job, target),
+        next_slot=target.slot,
+        next_attempt=1,
+        origin=origin_of(target),
+    )
+    return done, [s for s in skips if s.slot != job.slot]
 
 
 def _one_off_at_claim(job: ClaimedJob, now: datetime) -> tuple[Completion, list[Skip]] | None:
@@ -186,6 +219,8 @@ def after_run(job: ClaimedJob, outcome: Outcome, now: datetime) -> tuple[Complet
             output=outcome.output,
         )
         return done, []
+    if job.calendar_rule is not None and schedule_of(job).at is None:
+        return _calendar_after_run(job, outcome, nominal_now(job, now))
     following = following_slot(job)
     skips: list[Skip] = []
     nominal = nominal_now(job, now)
@@ -218,5 +253,30 @@ def after_run(job: ClaimedJob, outcome: Outcome, now: datetime) -> tuple[Complet
         next_slot=following,
         next_attempt=1,
         output=outcome.output,
+    )
+    return done, skips
+
+
+def _calendar_after_run(
+    job: ClaimedJob, outcome: Outcome, nominal: datetime
+) -> tuple[Completion, list[Skip]]:
+    schedule = schedule_of(job)
+    following, passed = calendaring.next_run(job, schedule)
+    skips = list(passed)
+    if following.start <= nominal:  # a later run is due already: the catch-up policy decides
+        following, caught = calendaring.catch_up(job, schedule, following, nominal)
+        skips += caught
+    done = Completion(
+        id=job.id,
+        token=job.lease_token,
+        slot=job.slot,
+        outcome=outcome.status,
+        error=outcome.error,
+        duration_s=outcome.duration_s,
+        next_run_at=calendaring.start_at(job, following),
+        next_slot=following.slot,
+        next_attempt=1,
+        output=outcome.output,
+        origin=origin_of(following),
     )
     return done, skips

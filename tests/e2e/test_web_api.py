@@ -99,8 +99,16 @@ def test_create_read_replace_control_and_delete_a_job(api: Api) -> None:
         assert client.post("/api/jobs/default/crud/resume").json()["status"] == "idle"
         triggered = client.post("/api/jobs/default/crud/trigger").json()
         assert datetime.fromisoformat(triggered["next_run_at"]) <= datetime.now(UTC)
-        for verb in ("pause", "resume", "trigger"):
+        for verb in ("pause", "resume", "trigger", "skip-next"):
             assert client.post(f"/api/jobs/default/absent/{verb}").status_code == 404
+        later = (datetime.now(UTC) + timedelta(days=3)).isoformat()
+        held = client.post("/api/jobs/default/crud/pause", json={"until": later}).json()
+        assert held["status"] == "idle" and held["paused_until"] == later
+        assert datetime.fromisoformat(held["next_run_at"]) >= datetime.fromisoformat(later)
+        slot = client.post("/api/jobs/default/crud/resume").json()["next_slots"][0]
+        skipped = client.post("/api/jobs/default/crud/skip-next", json={"count": 2}).json()
+        assert slot not in skipped["next_slots"]
+        assert client.post("/api/jobs/default/crud/skip-next", json={"count": 0}).status_code == 422
 
         assert client.delete("/api/jobs/default/crud").status_code == 204
         assert client.get("/api/jobs/default/crud").status_code == 404

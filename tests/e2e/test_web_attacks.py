@@ -3,7 +3,7 @@ nothing written, no secret in any response, row, log or output. The list, with t
 model, is in docs/security.md; a new attack goes in both.
 
 Sections: handlers written over the API; secrets and egress; console sessions and sign-in;
-quotas and bodies; database roles and webhooks.
+quotas and bodies; database roles and webhooks; calendars.
 """
 
 from __future__ import annotations
@@ -936,3 +936,46 @@ def test_a_tenant_token_reads_only_its_tenants_audit_trail(api: Api) -> None:
     assert {"create token", "set config", "set quota"} <= actions
     with api.as_("acme") as scoped_writer:
         assert scoped_writer.get("/api/audit").status_code == 403
+
+
+# --- Calendars ---------------------------------------------------------------------------
+
+
+def test_a_job_naming_an_unknown_calendar_or_business_day_0_is_422(api: Api) -> None:
+    before = written(api)
+    base = {"schedule": "0 9 * * *", "handler": "shell:/bin/true"}
+    bodies = [
+        {**base, "name": "cal-unknown", "calendar": "nope"},
+        {**base, "name": "cal-zero", "calendar": "nope", "business_day": 0},
+        {**base, "name": "cal-policy", "on_excluded": "next-business-day"},
+        {**base, "name": "cal-bad-policy", "calendar": "nope", "on_excluded": "sometimes"},
+    ]
+    with allowed(api, "shell:/bin/true"), api.as_("admin") as admin:
+        answers = [admin.post("/api/jobs", json=body) for body in bodies]
+    fields = []
+    for answer in answers:
+        assert answer.status_code == 422, answer.text
+        assert "\n" not in answer.json()["message"]
+        fields.append(answer.json()["field"])
+    assert fields == ["calendar", "business_day", "on_excluded", "on_excluded"]
+    assert written(api) == before
+    assert_no_secret(api, answers, *api.tokens.values())
+
+
+def test_calendars_and_windows_cannot_be_written_over_the_api(api: Api) -> None:
+    before = api.sql("SELECT count(*) FROM calendars")[0][0]
+    with api.as_("admin") as admin:
+        answers = [
+            admin.put("/api/calendars/office", json={"weekdays": "mon-sun"}),
+            admin.post("/api/calendars", json={"name": "office"}),
+            admin.delete("/api/calendars/office"),
+            admin.post("/api/windows", json={"from": "2030-01-01T00:00:00Z"}),
+            admin.delete("/api/windows/1"),
+        ]
+        listed = admin.get("/api/calendars")
+        assert admin.get("/api/windows").json() == []
+    assert [a.status_code for a in answers] == [405, 405, 405, 405, 404]
+    assert listed.status_code == 200
+    assert api.sql("SELECT count(*) FROM calendars")[0][0] == before
+    assert api.sql("SELECT count(*) FROM windows")[0][0] == 0
+    assert_no_secret(api, [*answers, listed], *api.tokens.values())

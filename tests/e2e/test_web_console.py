@@ -11,14 +11,18 @@ jobs and runs it looks at.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterator
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import httpx
 import pytest
 
 from cluster.settings import ClusterSettings
+from cluster.store.jobs import JobStore
+from cluster.timing.calendars import Calendar
 from tests.helpers.databases import fresh_settings
 from tests.helpers.nodes import Nodes, init_cluster
 from tests.helpers.waiting import until
@@ -62,6 +66,7 @@ class Console:
     web: Web
     token: str
     browser: WebDriver
+    settings: ClusterSettings | None = None  # the cluster's, for what the API cannot write
 
     def api(self) -> httpx.Client:
         return self.web.client(self.token)
@@ -142,7 +147,7 @@ def console(database_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iter
                 options=options, service=Service(executable_path=str(CHROMEDRIVER))
             )
             browser.implicitly_wait(0)
-            console = Console(web, token, browser)
+            console = Console(web, token, browser, settings)
             console.sign_in()
             yield console
     finally:
@@ -250,6 +255,24 @@ def test_the_audit_page_lists_the_changes(console: Console, tmp_path: Path) -> N
     until(lambda: console.count("#audit tbody tr"), "audit rows", 20)
     assert "create" in console.text("#audit")
     screenshot(console.browser, tmp_path, "audit")
+
+
+def test_the_calendars_page_lists_calendars_and_windows(console: Console, tmp_path: Path) -> None:
+    assert console.settings is not None
+    settings = console.settings
+
+    async def create() -> None:
+        async with JobStore.open(settings) as store:
+            await store.calendars.put(Calendar.of("office", "mon-fri", ["2031-12-25"]))
+            start = datetime.now(UTC) + timedelta(days=30)
+            await store.windows.add(start, start + timedelta(hours=2), tenant="default")
+
+    asyncio.run(create())
+    console.open("#/calendars")
+    until(lambda: console.count("#calendars tbody tr"), "calendar rows", 20)
+    assert "office" in console.text("#calendars")
+    assert "tenant default" in console.text("#windows")
+    screenshot(console.browser, tmp_path, "calendars")
 
 
 def test_the_overview_charts_the_runs(console: Console, tmp_path: Path) -> None:

@@ -110,10 +110,13 @@ JOB_KEYS = {
     "overlap", "max_concurrent", "cancel_grace_s", "cancel_by", "zones",
     "each_zone",
     "jitter_s", "slot_at", "remove_when_done",
+    "calendar", "on_excluded", "business_day", "paused_until",
 }  # fmt: skip
 
 
-SHOW_KEYS = JOB_KEYS | {"next_slots", "next_starts", "recent_runs"}
+SHOW_KEYS = JOB_KEYS | {
+    "next_slots", "next_starts", "next_reasons", "calendar_skips", "recent_runs",
+}  # fmt: skip
 
 
 RUN_KEYS = {

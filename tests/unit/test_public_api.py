@@ -90,9 +90,12 @@ EXPECTED: dict[str, dict[str, str]] = {
         "failed_slots: 'int', pause_note: 'str | None', overlap: 'str', "
         "max_concurrent: 'int', cancel_grace_s: 'float', cancel_by: 'str | None', "
         "zones: 'tuple[str, ...]' = (), each_zone: 'bool' = False, jitter_s: "
-        "'float' = 0.0, remove_when_done: 'bool' = False) -> None",
+        "'float' = 0.0, remove_when_done: 'bool' = False, calendar: 'str | None' = None, "
+        "on_excluded: 'str | None' = None, business_day: 'int | None' = None, "
+        "calendar_rule: 'str | None' = None, paused_until: 'datetime | None' = None) -> None",
         "from_row": "(cls, row: 'dict[str, Any]') -> 'Job'",
         "parsed_schedule": "(self) -> 'Schedule'",
+        "rule": "(self) -> 'CalendarRule | None'",
         "to_json": "(self) -> 'dict[str, Any]'",
     },
     "JobSpec": {
@@ -107,7 +110,8 @@ EXPECTED: dict[str, dict[str, str]] = {
         "pause_after_failures: 'int | None' = None, overlap: 'str' = "
         "'forbid', max_concurrent: 'int' = 10, cancel_grace_s: 'float' = "
         "10.0, zones: 'tuple[str, ...]' = (), each_zone: 'bool' = False, "
-        "jitter_s: 'float' = 0.0, remove_when_done: 'bool' = False) -> None",
+        "jitter_s: 'float' = 0.0, remove_when_done: 'bool' = False, calendar: 'str | None' = "
+        "None, on_excluded: 'str' = 'skip', business_day: 'int | None' = None) -> None",
         "build": "(cls, name: 'str', schedule: 'str', handler: 'str | Mapping[str, Any]', "
         "*, tenant: 'str' = 'default', tz: 'str' = 'UTC', payload: 'str | "
         "Mapping[str, Any] | None' = None, catch_up: 'str' = 'once', grace: 'str "
@@ -120,7 +124,8 @@ EXPECTED: dict[str, dict[str, str]] = {
         "str | None' = None, overlap: 'str' = 'forbid', max_concurrent: 'int | "
         "str | None' = None, cancel_grace: 'str | float' = 10.0, zones: 'str | "
         "Sequence[str] | None' = None, each_zone: 'bool' = False, jitter: 'str | "
-        "float' = 0.0, remove_when_done: 'bool' = False) -> 'JobSpec'",
+        "float' = 0.0, remove_when_done: 'bool' = False, calendar: 'str | None' = None, "
+        "on_excluded: 'str' = 'skip', business_day: 'int | str | None' = None) -> 'JobSpec'",
         "from_mapping": "(cls, entry: 'Mapping[str, Any]') -> 'JobSpec'",
         "parsed_schedule": "(self) -> 'Schedule'",
         "validated": "(self) -> 'JobSpec'",

@@ -138,7 +138,7 @@ claimed AS (
               j.handler, nullif(j.payload, '{}'::jsonb) AS payload, j.shard_id, j.slot_at,
               j.attempt, j.lease_token, j.catch_up, j.grace_s, j.max_backfill, j.timeout_s,
               j.max_retries, j.retry_backoff_s, j.next_run_at, j.output_limit, j.overlap,
-              j.cancel_grace_s, j.cancel_by, false AS flight, j.jitter_s
+              j.cancel_grace_s, j.cancel_by, false AS flight, j.jitter_s, j.calendar_rule
 ),
 next_due AS (
     SELECT min(x.next_run_at) AS t
@@ -281,7 +281,7 @@ reset AS (
               j.schedule, j.tz, j.dst_repeated, j.dst_skipped, j.handler, j.payload, j.shard_id,
               j.lease_token, j.catch_up, j.grace_s, j.max_backfill, j.timeout_s, j.max_retries,
               j.retry_backoff_s, j.next_run_at, j.output_limit, j.overlap, j.cancel_grace_s,
-              j.cancel_by, j.jitter_s,
+              j.cancel_by, j.jitter_s, j.calendar_rule,
               record_run(j.id, j.tenant_id, j.name, j.slot_at, d.attempt, d.locked_by,
                          d.locked_zone, 'lost', d.lease_token, d.locked_at, k.t, NULL,
                          d.reason || ' (node ' || coalesce(d.locked_by, '?') || ')', NULL,
@@ -294,5 +294,5 @@ SELECT r.id, r.tenant_id, r.name, r.slot_at, r.attempt, r.locked_by, r.reason, r
        r.schedule, r.tz, r.dst_repeated, r.dst_skipped, r.handler, r.payload, r.shard_id,
        r.lease_token, r.catch_up, r.grace_s, r.max_backfill, r.timeout_s, r.max_retries,
        r.retry_backoff_s, r.next_run_at, r.output_limit, r.overlap, r.cancel_grace_s,
-       r.cancel_by, r.jitter_s
+       r.cancel_by, r.jitter_s, r.calendar_rule
 FROM reset r;

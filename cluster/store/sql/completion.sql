@@ -11,13 +11,14 @@ WITH clock AS (
 ),
 -- One JSON text per batch, cheap for the client to encode: per completion [id, token,
 -- slot, outcome, error, duration_us, next_run_at, next_slot or null, next_attempt,
--- output as JSON text or null] (cluster.store.records.complete_params), parsed once.
+-- output as JSON text or null, and only when set the next slot's origin]
+-- (cluster.store.records.complete_params), parsed once.
 input AS MATERIALIZED (
     SELECT (e->>0)::uuid AS id, (e->>1)::bigint AS token, (e->>2)::timestamptz AS slot,
            e->>3 AS outcome, e->>4 AS error, (e->>5)::bigint / 1e6::float8 AS duration_s,
            (e->>6)::timestamptz AS next_run_at,
            coalesce(e->>7, e->>6)::timestamptz AS next_slot,
-           (e->>8)::int AS next_attempt, (e->>9)::jsonb AS output
+           (e->>8)::int AS next_attempt, (e->>9)::jsonb AS output, e->>10 AS origin
     FROM json_array_elements(%(done)s::json) AS e
 ),
 skip_in AS MATERIALIZED (
@@ -29,7 +30,8 @@ skip_in AS MATERIALIZED (
 -- update: its attempt and claim time belong to the attempt that ended. `f`: the slot's last
 -- attempt failed (`fail`), which makes N failed slots in a row and auto-pauses (`pause`);
 -- the attempt started late (`late`: the late pass reports slots not started yet); `skips`
--- slots were skipped (one `skipped` event per catch-up).
+-- slots were skipped (one `skipped` event per catch-up; a business calendar's planned
+-- skips, reasons 'calendar ...', are neither catch-up nor an event).
 done AS (
     UPDATE jobs j SET
         -- next_run_at 9999-01-01 (records.NEVER): a one-off job's slot has run for good.
@@ -42,6 +44,7 @@ done AS (
         -- A retry keeps its slot's origin; a slot reached past skipped ones is catch-up's.
         slot_origin = CASE WHEN i.next_slot = i.slot AND i.outcome <> 'skipped'
                                 THEN o.slot_origin
+                           WHEN i.origin IS NOT NULL THEN i.origin
                            WHEN f.skips > 0 THEN 'catch-up' END,
         last_run_at = CASE WHEN i.outcome = 'skipped' THEN j.last_run_at ELSE i.slot END,
         locked_by = NULL,
@@ -65,8 +68,9 @@ done AS (
                      i.outcome <> 'skipped' AND o.late_slot IS DISTINCT FROM i.slot
                          AND o.locked_at > o.next_run_at + make_interval(secs => o.late_after_s)
                          AS late,
-                     (i.outcome = 'skipped')::int + (SELECT count(*) FROM skip_in s
-                         WHERE s.job_id = i.id AND s.slot <> i.slot) AS skips,
+                     (i.outcome = 'skipped' AND NOT starts_with(coalesce(i.error, ''), 'calendar '))::int
+                         + (SELECT count(*) FROM skip_in s WHERE s.job_id = i.id
+                            AND s.slot <> i.slot AND NOT starts_with(s.reason, 'calendar ')) AS skips,
                      (SELECT min(s.slot) FROM skip_in s WHERE s.job_id = i.id) AS first_skip
              ) AS x
     ) AS f, clock k

@@ -8,13 +8,14 @@ SELECT coalesce(%(now)s::timestamptz, now()) AS now;
 -- Create, or update the definition of, the job (tenant_id, name). An unchanged definition,
 -- or an existing one when `replace` is false (`jobs add`), touches nothing (no row
 -- returned). A running job keeps its slot; an idle one whose timing changed moves to the
--- new schedule's next slot.
+-- new schedule's next slot. calendar_rule (the calendar and windows as they stand) is not
+-- part of the definition: `pulse calendars` and `pulse windows` re-plan on their changes.
 INSERT INTO jobs AS j (
     id, tenant_id, name, schedule, tz, dst_repeated, dst_skipped, handler, payload,
     status, paused, shard_id, next_run_at, slot_at, catch_up, grace_s, max_backfill,
     timeout_s, max_retries, retry_backoff_s, keep_for_s, keep_runs, output_limit,
     late_after_s, pause_after_failures, overlap, max_concurrent, cancel_grace_s, jitter_s,
-    remove_when_done)
+    remove_when_done, calendar, on_excluded, business_day, calendar_rule, slot_origin)
 VALUES (
     %(id)s, %(tenant_id)s, %(name)s, %(schedule)s, %(tz)s, %(dst_repeated)s, %(dst_skipped)s,
     %(handler)s, %(payload)s, CASE WHEN %(paused)s THEN 'paused' ELSE 'idle' END, %(paused)s,
@@ -23,7 +24,8 @@ VALUES (
     %(slot_at)s, %(catch_up)s, %(grace_s)s,
     %(max_backfill)s, %(timeout_s)s, %(max_retries)s, %(retry_backoff_s)s, %(keep_for_s)s,
     %(keep_runs)s, %(output_limit)s, %(late_after_s)s, %(pause_after_failures)s,
-    %(overlap)s, %(max_concurrent)s, %(cancel_grace_s)s, %(jitter_s)s, %(remove_when_done)s)
+    %(overlap)s, %(max_concurrent)s, %(cancel_grace_s)s, %(jitter_s)s, %(remove_when_done)s,
+    %(calendar)s, %(on_excluded)s, %(business_day)s, %(calendar_rule)s, %(slot_origin)s)
 ON CONFLICT (tenant_id, name) DO UPDATE SET
     schedule = excluded.schedule,
     tz = excluded.tz,
@@ -48,6 +50,10 @@ ON CONFLICT (tenant_id, name) DO UPDATE SET
     cancel_grace_s = excluded.cancel_grace_s,
     jitter_s = excluded.jitter_s,
     remove_when_done = excluded.remove_when_done,
+    calendar = excluded.calendar,
+    on_excluded = excluded.on_excluded,
+    business_day = excluded.business_day,
+    calendar_rule = excluded.calendar_rule,
     status = CASE
         WHEN j.status = 'running' THEN 'running'
         WHEN excluded.paused THEN 'paused'
@@ -62,18 +68,22 @@ ON CONFLICT (tenant_id, name) DO UPDATE SET
                     THEN excluded.next_run_at ELSE j.next_run_at END,
                CASE WHEN m.moves THEN excluded.slot_at ELSE j.slot_at END,
                CASE WHEN m.moves THEN 1 ELSE j.attempt END,
-               CASE WHEN m.moves THEN NULL ELSE j.slot_origin END
+               CASE WHEN m.moves THEN excluded.slot_origin ELSE j.slot_origin END
         FROM (SELECT j.status <> 'running' AND (
-                  (j.schedule, j.tz, j.dst_repeated, j.dst_skipped, j.jitter_s)
+                  (j.schedule, j.tz, j.dst_repeated, j.dst_skipped, j.jitter_s, j.calendar,
+                   j.on_excluded, j.business_day)
                       IS DISTINCT FROM (excluded.schedule, excluded.tz, excluded.dst_repeated,
-                                        excluded.dst_skipped, excluded.jitter_s)
+                                        excluded.dst_skipped, excluded.jitter_s,
+                                        excluded.calendar, excluded.on_excluded,
+                                        excluded.business_day)
                   OR (j.paused AND NOT excluded.paused)) AS moves) m),
     updated_at = now()
 WHERE %(replace)s
   AND (j.schedule, j.tz, j.dst_repeated, j.dst_skipped, j.handler, j.payload, j.paused,
        j.catch_up, j.grace_s, j.max_backfill, j.timeout_s, j.max_retries, j.retry_backoff_s,
        j.keep_for_s, j.keep_runs, j.output_limit, j.late_after_s, j.pause_after_failures,
-       j.overlap, j.max_concurrent, j.cancel_grace_s, j.jitter_s, j.remove_when_done)
+       j.overlap, j.max_concurrent, j.cancel_grace_s, j.jitter_s, j.remove_when_done,
+       j.calendar, j.on_excluded, j.business_day)
     IS DISTINCT FROM
       (excluded.schedule, excluded.tz, excluded.dst_repeated, excluded.dst_skipped,
        excluded.handler, excluded.payload, excluded.paused, excluded.catch_up,
@@ -81,7 +91,8 @@ WHERE %(replace)s
        excluded.retry_backoff_s, excluded.keep_for_s, excluded.keep_runs,
        excluded.output_limit, excluded.late_after_s, excluded.pause_after_failures,
        excluded.overlap, excluded.max_concurrent, excluded.cancel_grace_s, excluded.jitter_s,
-       excluded.remove_when_done)
+       excluded.remove_when_done, excluded.calendar, excluded.on_excluded,
+       excluded.business_day)
 RETURNING id, shard_id, (xmax = 0) AS inserted, status;
 
 -- name: list_jobs
@@ -111,18 +122,66 @@ WHERE tenant_id = %(tenant_id)s AND name = %(name)s
   AND (%(scope)s::text IS NULL OR tenant_id = %(scope)s)
 RETURNING id, shard_id, status;
 
+-- name: pause_job_until
+-- `pause --until`: an idle or paused job skips to its first slot at or after the time
+-- (computed by the caller) and is idle again, so it resumes by itself; the slots between
+-- are not run, as for a pause. A running job is left alone (no row): its completion
+-- would plan over the pause.
+UPDATE jobs SET
+    paused = false,
+    pause_note = %(note)s,
+    paused_until = %(until)s,
+    failed_slots = 0,
+    status = 'idle',
+    next_run_at = %(next_run_at)s,
+    slot_at = %(slot_at)s,
+    slot_origin = NULL,
+    attempt = 1,
+    updated_at = now()
+WHERE tenant_id = %(tenant_id)s AND name = %(name)s AND status IN ('idle', 'paused')
+  AND (%(scope)s::text IS NULL OR tenant_id = %(scope)s)
+RETURNING id, shard_id, status;
+
+-- name: skip_next_slots
+-- `skip-next`: an idle job's next slots are recorded skipped (a JSON list of [slot,
+-- reason]) and it moves to the slot after them. No row: the job is not idle.
+WITH moved AS (
+    UPDATE jobs SET
+        next_run_at = %(next_run_at)s,
+        slot_at = %(slot_at)s,
+        slot_origin = %(slot_origin)s,
+        attempt = 1,
+        updated_at = now()
+    WHERE tenant_id = %(tenant_id)s AND name = %(name)s AND status = 'idle'
+      AND (%(scope)s::text IS NULL OR tenant_id = %(scope)s)
+    RETURNING id, tenant_id, name, shard_id
+),
+skipped AS (
+    INSERT INTO runs (job_id, tenant_id, job_name, scheduled_for, attempt, status,
+                      finished_at, last_error)
+    SELECT m.id, m.tenant_id, m.name, (e->>0)::timestamptz, 1, 'skipped',
+           coalesce(%(now)s::timestamptz, now()), e->>1
+    FROM moved m CROSS JOIN json_array_elements(%(skips)s::json) AS e
+    ON CONFLICT (job_id, scheduled_for) DO NOTHING
+)
+SELECT id, shard_id, 'idle' AS status FROM moved;
+
 -- name: resume_job
--- A paused job continues at the schedule's next future slot (computed by the caller);
--- the slots it missed while paused are not run.
+-- A paused job (or one paused until a time) continues at the schedule's next future slot
+-- (computed by the caller); the slots it missed while paused are not run.
 UPDATE jobs SET
     paused = false,
     pause_note = NULL,
     failed_slots = 0,
     status = CASE WHEN status = 'paused' THEN 'idle' ELSE status END,
-    next_run_at = CASE WHEN status = 'paused' THEN %(next_run_at)s ELSE next_run_at END,
-    slot_at = CASE WHEN status = 'paused' THEN %(slot_at)s ELSE slot_at END,
-    slot_origin = CASE WHEN status = 'paused' THEN NULL ELSE slot_origin END,
-    attempt = CASE WHEN status = 'paused' THEN 1 ELSE attempt END,
+    (next_run_at, slot_at, slot_origin, attempt) = (
+        SELECT CASE WHEN m.moves THEN %(next_run_at)s ELSE next_run_at END,
+               CASE WHEN m.moves THEN %(slot_at)s ELSE slot_at END,
+               CASE WHEN m.moves THEN NULL ELSE slot_origin END,
+               CASE WHEN m.moves THEN 1 ELSE attempt END
+        FROM (SELECT status = 'paused' OR (status = 'idle' AND paused_until IS NOT NULL)
+                  AS moves) m),
+    paused_until = NULL,
     updated_at = now()
 WHERE tenant_id = %(tenant_id)s AND name = %(name)s
   AND (%(scope)s::text IS NULL OR tenant_id = %(scope)s)

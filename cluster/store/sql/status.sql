@@ -46,12 +46,15 @@ started AS (
     WHERE r.scheduled_for > k.t - make_interval(secs => %(horizon_s)s)
       AND r.attempt = 1 AND r.status <> 'running'
       AND r.started_at > k.t - make_interval(secs => %(window_s)s)
+      -- A slot a calendar or a blackout window moved started late (or early) on purpose.
+      AND r.origin IS DISTINCT FROM 'calendar' AND r.origin IS DISTINCT FROM 'window'
     UNION ALL
     SELECT j.locked_at, j.slot_at
     FROM jobs j CROSS JOIN clock k
     WHERE j.status = 'running' AND j.attempt = 1
       AND j.slot_at > k.t - make_interval(secs => %(horizon_s)s)
       AND j.locked_at > k.t - make_interval(secs => %(window_s)s)
+      AND j.slot_origin IS DISTINCT FROM 'calendar' AND j.slot_origin IS DISTINCT FROM 'window'
 )
 SELECT count(*)::int AS samples,
        percentile_cont(0.5) WITHIN GROUP (

@@ -251,7 +251,7 @@ async function jobPage(tenant, name) {
   };
   const runs = table("Recent runs", ["Slot", "Status", "Attempt", "Node", "Duration", "Error", "Output"], [], { id: "job-runs" });
   const facts = el("dl", { class: "facts", id: "definition" });
-  const slots = table("Next slots", [`In ${job.tz}`, "UTC"], [], { id: "next-slots" });
+  const slots = table("Next slots", [`In ${job.tz}`, "UTC", "Starts", "Why"], [], { id: "next-slots" });
   const buttons = {};
   const act = async (verb) => {
     try {
@@ -279,9 +279,15 @@ async function jobPage(tenant, name) {
     buttons.resume.disabled = !canWrite || !j.paused;
     buttons.trigger.disabled = !canWrite || j.status === "running";
     buttons.cancel.disabled = !canWrite || !(j.recent_runs || []).some((r) => r.status === "running");
-    facts.replaceChildren(...Object.entries(j).filter(([k]) => !["next_slots", "recent_runs"].includes(k))
+    facts.replaceChildren(...Object.entries(j).filter(([k]) => !["next_slots", "next_starts", "next_reasons", "calendar_skips", "recent_runs"].includes(k))
       .flatMap(([k, v]) => [el("dt", {}, k), el("dd", {}, v === null ? "-" : typeof v === "object" ? JSON.stringify(v) : String(v))]));
-    slots.querySelector("tbody").replaceChildren(...j.next_slots.map((s) => el("tr", {}, el("td", {}, inZone(s, j.tz)), el("td", {}, new Date(s).toISOString()))));
+    // Runs and the slots the calendar or a blackout window skips, in slot order, each with why.
+    const planned = j.next_slots.map((s, i) => ({ slot: s, start: (j.next_starts || [])[i], why: (j.next_reasons || [])[i] }));
+    const skipped = (j.calendar_skips || []).map((k) => ({ slot: k.slot, start: null, why: k.reason }));
+    const rows = [...planned, ...skipped].sort((a, b) => new Date(a.slot) - new Date(b.slot));
+    slots.querySelector("tbody").replaceChildren(...rows.map((r) => el("tr", {},
+      el("td", {}, inZone(r.slot, j.tz)), el("td", {}, new Date(r.slot).toISOString()),
+      el("td", {}, r.start ? new Date(r.start).toISOString() : "skipped"), el("td", {}, r.why || ""))));
     runs.querySelector("tbody").replaceChildren(...runRows(j.recent_runs, false, showOutput));
   };
   // Backfill: run the slots of a range again (times in UTC, as ISO 8601 with Z).
@@ -349,6 +355,18 @@ async function auditPage() {
       el("td", {}, e.tenant || "-"), el("td", {}, e.job || "-"), el("td", {}, e.source || "-"), el("td", {}, e.detail || ""))), { id: "audit" }));
 }
 
+async function calendarsPage() {
+  const [calendars, windows] = await Promise.all([api("GET", "/api/calendars"), api("GET", "/api/windows")]);
+  show(el("h1", {}, "Calendars"),
+    table("Business calendars (changed with pulse calendars)", ["Name", "Weekdays", "Excluded dates", "Jobs", "Version", "Updated"],
+      calendars.map((c) => el("tr", {}, el("td", {}, c.name), el("td", {}, c.weekdays), el("td", {}, String(c.excluded_count)),
+        el("td", {}, String(c.jobs)), el("td", {}, String(c.version)), el("td", {}, when(c.updated_at)))), { id: "calendars" }),
+    table("Blackout windows (changed with pulse windows)", ["Id", "From", "To", "For", "Slots", "Note"],
+      windows.map((w) => el("tr", {}, el("td", {}, String(w.id)), el("td", {}, when(w.from)), el("td", {}, when(w.to)),
+        el("td", {}, w.scope === "cluster" ? "cluster" : w.scope === "tenant" ? `tenant ${w.tenant}` : `job ${w.tenant}/${w.job}`),
+        el("td", {}, w.defer ? "deferred" : "skipped"), el("td", {}, w.note || ""))), { id: "windows" }));
+}
+
 // -- routing ---------------------------------------------------------------------------
 
 async function route() {
@@ -367,6 +385,7 @@ async function route() {
     else if (parts[0] === "job" && parts.length === 3) await jobPage(decodeURIComponent(parts[1]), decodeURIComponent(parts[2]));
     else if (parts[0] === "runs") await runsPage(params);
     else if (parts[0] === "audit") await auditPage();
+    else if (parts[0] === "calendars") await calendarsPage();
     else if (state.session.tenant) show(el("h1", {}, "Overview"), el("p", {}, `The overview spans every tenant; this token reaches tenant ${state.session.tenant} only. See Jobs and Runs.`));
     else { await overview(); every(5000, overview); }
     document.title = `Pulse: ${main().querySelector("h1")?.textContent || ""}`;

@@ -1,0 +1,94 @@
+-- Business calendars, blackout windows and the jobs that plan with them (cluster/store/calendars.py,
+-- docs/design/calendars.md).
+
+-- name: upsert_calendar
+-- Create or replace a calendar; `version` counts its changes. Returns the row and whether
+-- it is new.
+INSERT INTO calendars AS c (name, weekdays, excluded, source)
+VALUES (%(name)s, %(weekdays)s, %(excluded)s, %(source)s)
+ON CONFLICT (name) DO UPDATE SET
+    weekdays = excluded.weekdays,
+    excluded = excluded.excluded,
+    source = excluded.source,
+    version = c.version + 1,
+    updated_at = now()
+RETURNING c.*, (xmax = 0) AS inserted;
+
+-- name: list_calendars
+-- Every calendar with how many jobs use it (the exclusions counted, not listed).
+SELECT c.name, c.weekdays, cardinality(c.excluded) AS excluded_count, c.source, c.version,
+       c.created_at, c.updated_at,
+       (SELECT count(*) FROM jobs j WHERE j.calendar = c.name) AS jobs
+FROM calendars c
+ORDER BY c.name;
+
+-- name: get_calendar
+SELECT c.*, (SELECT count(*) FROM jobs j WHERE j.calendar = c.name) AS jobs
+FROM calendars c WHERE c.name = %(name)s;
+
+-- name: lock_calendar
+-- Held until the transaction ends: a job added meanwhile plans with the calendar as it
+-- is then, and a change re-plans only after such an add has committed.
+SELECT * FROM calendars WHERE name = %(name)s FOR SHARE;
+
+-- name: remove_calendar
+-- Refused (no row) while a job uses the calendar: the foreign key would fail anyway.
+DELETE FROM calendars c
+WHERE c.name = %(name)s AND NOT EXISTS (SELECT 1 FROM jobs j WHERE j.calendar = c.name)
+RETURNING c.name;
+
+-- name: calendar_jobs
+-- The jobs that use the calendar, locked: their next slot is planned again.
+SELECT j.id, j.tenant_id, j.name, j.schedule, j.tz, j.dst_repeated, j.dst_skipped,
+       j.status, j.shard_id, j.jitter_s, j.calendar, j.on_excluded, j.business_day
+FROM jobs j WHERE j.calendar = %(name)s
+ORDER BY j.id
+FOR UPDATE;
+
+-- name: window_jobs
+-- The jobs a blackout window of %(window_scope)s covers, locked, as calendar_jobs.
+SELECT j.id, j.tenant_id, j.name, j.schedule, j.tz, j.dst_repeated, j.dst_skipped,
+       j.status, j.shard_id, j.jitter_s, j.calendar, j.on_excluded, j.business_day
+FROM jobs j
+WHERE j.parent_id IS NULL AND NOT j.each_zone
+  AND (%(window_scope)s = 'cluster'
+       OR (j.tenant_id = %(tenant_id)s AND (%(window_scope)s = 'tenant' OR j.name = %(job_name)s)))
+ORDER BY j.id
+FOR UPDATE;
+
+-- name: active_windows
+-- The blackout windows that have not ended by %(now)s, each job's filtered by the caller.
+SELECT id, starts_at, ends_at, window_scope, tenant_id, job_name, defer, note, created_at
+FROM windows WHERE ends_at > %(now)s
+ORDER BY starts_at, id;
+
+-- name: list_windows
+SELECT id, starts_at, ends_at, window_scope, tenant_id, job_name, defer, note, created_at
+FROM windows ORDER BY starts_at, id;
+
+-- name: add_window
+INSERT INTO windows (starts_at, ends_at, window_scope, tenant_id, job_name, defer, note)
+VALUES (%(starts_at)s, %(ends_at)s, %(window_scope)s, %(tenant_id)s, %(job_name)s,
+        %(defer)s, %(note)s)
+RETURNING id, starts_at, ends_at, window_scope, tenant_id, job_name, defer, note, created_at;
+
+-- name: remove_window
+DELETE FROM windows WHERE id = %(id)s
+RETURNING id, starts_at, ends_at, window_scope, tenant_id, job_name, defer, note, created_at;
+
+-- name: replan_calendar_job
+-- The job's copy of its calendar and windows, and for an idle job on its first attempt its
+-- next slot (a running slot, or one retrying, keeps its slot: its completion plans the
+-- next; a triggered slot and a pause until a time stay as they are).
+UPDATE jobs SET
+    calendar_rule = %(calendar_rule)s,
+    (next_run_at, slot_at, slot_origin) = (
+        SELECT CASE WHEN m.moves THEN %(next_run_at)s ELSE next_run_at END,
+               CASE WHEN m.moves THEN %(slot_at)s ELSE slot_at END,
+               CASE WHEN m.moves THEN %(slot_origin)s ELSE slot_origin END
+        FROM (SELECT status = 'idle' AND attempt = 1
+                     AND slot_origin IS DISTINCT FROM 'trigger'
+                     AND (paused_until IS NULL OR paused_until <= %(now)s) AS moves) m),
+    updated_at = now()
+WHERE id = %(id)s
+RETURNING id, shard_id, status;

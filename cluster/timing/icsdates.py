@@ -1,0 +1,111 @@
+"""The dates an iCalendar (RFC 5545) file excludes: every date one of its events covers.
+
+Parsing is the ``icalendar`` library's; recurring events (``RRULE``, less ``EXDATE``) are
+expanded by ``dateutil.rrule`` over a fixed horizon of years, because a calendar is stored
+as a plain set of dates that every node reads the same way (docs/design/calendars.md). An
+all-day event covers ``[DTSTART, DTEND)``; a timed event covers the date of its start. Pure:
+it reads text handed to it, never a file.
+"""
+
+from __future__ import annotations
+
+from datetime import date, datetime, timedelta
+from typing import Any
+
+import icalendar
+from dateutil.rrule import rrulestr  # type: ignore[import-untyped]
+
+from cluster.errors import InvalidInput
+
+__all__ = ["HORIZON_FIRST_YEAR", "HORIZON_LAST_YEAR", "MAX_DATES", "ics_dates"]
+
+HORIZON_FIRST_YEAR = 2000
+HORIZON_LAST_YEAR = 2060
+MAX_DATES = 20_000  # a calendar is copied into each job that uses it: keep it bounded
+MAX_WALK = 200_000  # occurrences of one RRULE walked, before the horizon too
+_MAX_SPAN_DAYS = 366
+
+
+def ics_dates(text: str | bytes) -> frozenset[date]:
+    """The dates the events of the iCalendar ``text`` cover; ``InvalidInput`` if unparsable."""
+    try:
+        parsed = icalendar.Calendar.from_ical(text)
+        events = parsed.walk("VEVENT")
+    except (ValueError, KeyError, IndexError, TypeError) as exc:
+        raise InvalidInput("ics", f"not a valid iCalendar file ({_first_line(exc)})") from exc
+    if parsed.name != "VCALENDAR":
+        raise InvalidInput("ics", "not a valid iCalendar file (no VCALENDAR)")
+    found: set[date] = set()
+    for event in events:
+        try:
+            found.update(_event_dates(event))
+        except (ValueError, KeyError, TypeError, OverflowError) as exc:
+            summary = str(event.get("SUMMARY", "?"))
+            raise InvalidInput("ics", f"event {summary!r}: {_first_line(exc)}") from exc
+        if len(found) > MAX_DATES:
+            raise InvalidInput("ics", f"covers more than {MAX_DATES} dates")
+    return frozenset(found)
+
+
+def _event_dates(event: Any) -> set[date]:
+    if event.get("DTSTART") is None:
+        raise ValueError("has no DTSTART")
+    start = event.decoded("DTSTART")
+    span = _span_days(event, start)
+    firsts = _starts(event, start)
+    return {_as_date(first) + timedelta(days=i) for first in firsts for i in range(span)}
+
+
+def _span_days(event: Any, start: date | datetime) -> int:
+    """How many dates one occurrence covers: all-day events to DTEND (exclusive)."""
+    if isinstance(start, datetime):
+        return 1
+    if event.get("DTEND") is not None:
+        end = event.decoded("DTEND")
+        days = (_as_date(end) - start).days
+    elif event.get("DURATION") is not None:
+        days = event.decoded("DURATION").days
+    else:
+        days = 1
+    if not 1 <= days <= _MAX_SPAN_DAYS:
+        raise ValueError(f"an event must span 1 to {_MAX_SPAN_DAYS} days, not {days}")
+    return int(days)
+
+
+def _starts(event: Any, start: date | datetime) -> list[date | datetime]:
+    rule = event.get("RRULE")
+    if rule is None:
+        return [start]
+    moment = start if isinstance(start, datetime) else datetime(start.year, start.month, start.day)
+    naive = moment.replace(tzinfo=None)
+    recurrence = rrulestr(rule.to_ical().decode(), dtstart=naive)
+    first = max(naive, datetime(HORIZON_FIRST_YEAR, 1, 1))
+    last = datetime(HORIZON_LAST_YEAR, 12, 31, 23, 59, 59)
+    excluded = _exdates(event)
+    occurrences: list[date | datetime] = []
+    # Walked one by one and bounded: an RRULE can recur every second for ever.
+    for walked, occurrence in enumerate(recurrence):
+        if occurrence > last:
+            break
+        if walked > MAX_WALK:
+            raise ValueError(f"recurs more than {MAX_WALK} times before {HORIZON_LAST_YEAR}")
+        if occurrence >= first and occurrence.date() not in excluded:
+            occurrences.append(occurrence)
+    return occurrences
+
+
+def _exdates(event: Any) -> set[date]:
+    values = event.get("EXDATE")
+    if values is None:
+        return set()
+    lists = values if isinstance(values, list) else [values]
+    return {_as_date(d.dt) for exdate in lists for d in exdate.dts}
+
+
+def _as_date(value: date | datetime) -> date:
+    return value.date() if isinstance(value, datetime) else value
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return text[0][:200] if text else type(exc).__name__

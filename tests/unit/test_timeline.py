@@ -1,0 +1,64 @@
+"""The explained timeline: DST notes on repeated and skipped wall times, the calendar's and
+a window's decisions, jitter; and what each catch-up policy does after an outage."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+import pytest
+
+from cluster.timing.calendared import CalendarRule, Window
+from cluster.timing.calendars import Calendar, parse_dates
+from cluster.timing.catchup import CatchUp
+from cluster.timing.schedule import parse_schedule
+from cluster.timing.timeline import explain, outage
+
+
+def utc(*parts: int) -> datetime:
+    return datetime(*parts, tzinfo=UTC)  # type: ignore[misc]
+
+
+def test_explain_names_the_dst_rule_of_each_slot() -> None:
+    berlin = parse_schedule("30 2 * * *", "Europe/Berlin")
+    spring = explain(berlin, None, utc(2026, 3, 28, 12), 1)
+    assert "first instant after the DST gap (dst_skipped=shift)" in spring[0].notes[0]
+    autumn = explain(berlin, None, utc(2026, 10, 24, 12), 1)
+    assert "repeated hour: its first occurrence (dst_repeated=once)" in autumn[0].notes[0]
+    assert explain(berlin, None, utc(2026, 6, 1), 1)[0].notes == (
+        "Mon 2026-06-01 02:30:00 Europe/Berlin (UTC+02:00)",
+    )
+
+
+def test_explain_shows_calendar_window_and_jitter_decisions() -> None:
+    calendar = Calendar("us", excluded=parse_dates(["2026-12-25"]))
+    window = Window(3, utc(2026, 12, 28, 8), utc(2026, 12, 28, 10), defer=True)
+    rule = CalendarRule(calendar, "skip", None, (window,))
+    steps = explain(
+        parse_schedule("0 9 * * *"), rule, utc(2026, 12, 24, 10), 2,
+        tenant="t", name="j", jitter_s=60.0,
+    )  # fmt: skip
+    assert [(s.slot.day, s.action) for s in steps] == [
+        (25, "skipped"), (26, "skipped"), (27, "skipped"), (28, "deferred"), (29, "runs")
+    ]  # fmt: skip
+    assert any("is a holiday" in note for note in steps[0].notes)
+    assert any("blackout window 3" in note for note in steps[3].notes)
+    assert steps[3].start is not None and steps[3].start >= utc(2026, 12, 28, 10)
+    assert any(note.startswith("jitter +") for note in steps[4].notes)
+
+
+@pytest.mark.parametrize(
+    ("policy", "actions"),
+    [
+        ("once", ["missed", "missed", "missed", "catch-up"]),
+        ("backfill", ["backfill", "backfill", "backfill", "backfill"]),
+        ("skip", ["missed", "missed", "missed", "catch-up"]),
+    ],
+)
+def test_outage_shows_what_each_catch_up_policy_does(policy: str, actions: list[str]) -> None:
+    grace = 1800.0  # the 03:00 slot is 30 minutes late at 03:30
+    steps = outage(
+        parse_schedule("0 * * * *"), None, CatchUp(policy, grace, 100),  # type: ignore[arg-type]
+        utc(2026, 1, 1), utc(2026, 1, 1, 3, 30),
+    )  # fmt: skip
+    assert [s.action for s in steps] == actions
+    assert all(s.start == utc(2026, 1, 1, 3, 30) for s in steps if s.action != "missed")
