@@ -91,6 +91,7 @@ class Calendars:
         name = validate_name(calendar.name, "calendar")
         source = source[:MAX_SOURCE_LENGTH]
         async with self._db.transaction():
+            await self._db.one("change_calendar", {"name": name})
             row = await self._db.one(
                 "upsert_calendar",
                 {
@@ -117,6 +118,7 @@ class Calendars:
 
     async def remove(self, name: str) -> None:
         async with self._db.transaction():
+            await self._db.one("change_calendar", {"name": name})
             info = await self.get(name)
             if await self._db.one("remove_calendar", {"name": name}) is None:
                 raise Conflict(

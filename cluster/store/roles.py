@@ -82,6 +82,10 @@ GRANTS: Mapping[str, tuple[str, str]] = {
     "console_sessions": ("", "SELECT, INSERT, UPDATE, DELETE"),
     # A node loading registries records what they offer; the web reads it at each write.
     "registered_handlers": ("SELECT, INSERT, UPDATE", READ),
+    # Calendars and windows are written with `pulse calendars` / `pulse windows` on the
+    # owner's host; a node (--sync-jobs) and the web read them to plan the jobs they write.
+    "calendars": (READ, READ),
+    "windows": (READ, READ),
 }
 
 

@@ -56,11 +56,12 @@ class Rules:
         self, spec: JobSpec, db_now: datetime, windows: Sequence[dict[str, Any]] | None = None
     ) -> CalendarRule | None:
         """The rule ``spec`` plans with (``windows``: ``active``'s, read if not given); its
-        calendar row is held (FOR SHARE) until the transaction ends. ``InvalidInput`` for
+        calendar is held (``lock_calendar``) until the transaction ends. ``InvalidInput`` for
         an unknown calendar."""
         calendar = EVERY_DAY
         if spec.calendar is not None:
-            row = await self._db.one("lock_calendar", {"name": spec.calendar})
+            await self._db.one("lock_calendar", {"name": spec.calendar})
+            row = await self._db.one("read_calendar", {"name": spec.calendar})
             if row is None:
                 known = "pulse calendars list"
                 raise InvalidInput("calendar", f"unknown calendar {spec.calendar!r} ({known})")
@@ -118,7 +119,8 @@ class Rules:
         calendar = EVERY_DAY
         if name is not None:
             if name not in calendars:
-                row = await self._db.one("lock_calendar", {"name": name})
+                await self._db.one("lock_calendar", {"name": name})
+                row = await self._db.one("read_calendar", {"name": name})
                 assert row is not None, "a foreign key keeps a used calendar"
                 calendars[name] = _calendar(row, db_now)
             calendar = calendars[name]

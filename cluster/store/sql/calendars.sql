@@ -27,9 +27,23 @@ SELECT c.*, (SELECT count(*) FROM jobs j WHERE j.calendar = c.name) AS jobs
 FROM calendars c WHERE c.name = %(name)s;
 
 -- name: lock_calendar
--- Held until the transaction ends: a job added meanwhile plans with the calendar as it
--- is then, and a change re-plans only after such an add has committed.
-SELECT * FROM calendars WHERE name = %(name)s FOR SHARE;
+-- A job written with calendar %(name)s holds this until its transaction ends, and a change
+-- of that calendar waits for it (change_calendar), so the change re-plans the job. An
+-- advisory lock, not FOR SHARE: that would need UPDATE on calendars, which neither the
+-- node's nor the web's role has (cluster/store/roles.py).
+SELECT count(*) FROM pg_advisory_xact_lock_shared(
+    hashtextextended(current_schema() || ':calendar:' || %(name)s, 0));
+
+-- name: change_calendar
+-- Taken by a change or removal of calendar %(name)s before it writes: it waits for the
+-- jobs being written with the calendar, and they wait for it.
+SELECT count(*) FROM pg_advisory_xact_lock(
+    hashtextextended(current_schema() || ':calendar:' || %(name)s, 0));
+
+-- name: read_calendar
+-- Read after lock_calendar, in a statement of its own, so it sees a change that committed
+-- while the lock waited.
+SELECT * FROM calendars WHERE name = %(name)s;
 
 -- name: remove_calendar
 -- Refused (no row) while a job uses the calendar: the foreign key would fail anyway.
