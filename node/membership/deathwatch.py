@@ -17,8 +17,8 @@ from node.state import NodeState
 logger = logging.getLogger(__name__)
 
 # How long one wait lasts before the target is looked at again (a membership change may
-# have given this node another one).
-WAIT_S = 2.0
+# have given this node another one; meanwhile the keeper's beat covers a newcomer).
+WAIT_S = 5.0
 # After a grant, the same peer is not watched again before this: a peer without a life
 # lock (an older release, or a namesake holds it) grants every wait at once.
 AFTER_GRANT_S = 1.0
