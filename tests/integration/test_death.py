@@ -1,0 +1,144 @@
+"""Telling a death from a blip (docs/design/failover.md): the life lock tells a peer at
+once that a lock session ended, and the shard keeper counts a member without a session as
+dead at once only when its Redis subscription is gone too."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+
+import pytest
+
+from cluster.members import MemberInfo, MemberRegistry
+from cluster.settings import ClusterSettings
+from cluster.store.lifelock import LifeWatch, life_key
+from node.membership.deathwatch import DeathWatch
+from node.membership.shards import ShardKeeper
+from node.state import NodeState
+from node.stats import Stats
+from tests.helpers.sessions import Opener
+from tests.helpers.waiting import until
+
+
+def _info(node_id: str) -> MemberInfo:
+    return MemberInfo(node_id, "z", "host", 1, "2026-01-01T00:00:00+00:00", "dev", 8)
+
+
+async def _no_recovery(shards: frozenset[int]) -> int:
+    return 0
+
+
+@pytest.fixture
+async def registry(settings: ClusterSettings) -> AsyncIterator[MemberRegistry]:
+    made = MemberRegistry(settings)
+    yield made
+    await made.close()
+
+
+@contextlib.asynccontextmanager
+async def subscribed(settings: ClusterSettings, node_id: str) -> AsyncIterator[None]:
+    """``node_id``'s membership subscription, open while inside (a live process's)."""
+    registry, stop = MemberRegistry(settings), asyncio.Event()
+
+    async def ignore(message: str) -> None:
+        return None
+
+    task = asyncio.create_task(registry.watch(ignore, stop, node_id))
+    try:
+        await until(lambda: registry.connected([node_id]), f"{node_id} subscribed")
+        yield
+    finally:
+        stop.set()
+        await task
+        await registry.close()
+
+
+async def test_life_keys_are_below_every_probe_and_shard() -> None:
+    keys = {life_key(f"n{i}") for i in range(1000)}
+    assert len(keys) == 1000
+    assert all(-(2**31) <= k < -(2**22) for k in keys)
+
+
+async def test_a_watcher_is_granted_the_life_lock_when_the_session_ends(
+    settings: ClusterSettings, open_session: Opener
+) -> None:
+    peer = await open_session("peer")
+    assert peer.life_locked and await peer.my_locks() == set()  # not a shard
+    watch = LifeWatch(settings, "watcher")
+    try:
+        assert not await watch.wait_gone("peer", 0.2)  # alive: the wait times out
+        waiting = asyncio.create_task(watch.wait_gone("peer", 30.0))
+        await asyncio.sleep(0)
+        await peer.close()  # the process died
+        assert await asyncio.wait_for(waiting, 30.0)
+        # Released again at once: a new session of that node takes its life lock back.
+        again = await open_session("peer")
+        assert again.life_locked
+    finally:
+        await watch.close()
+
+
+async def test_the_death_watch_wakes_the_keeper_when_its_peer_dies(
+    settings: ClusterSettings, open_session: Opener
+) -> None:
+    peer = await open_session("b")
+    state = NodeState("a", "z", 16)
+    state.set_live(["a", "b"])
+    state.rebalance.clear()
+    watch = DeathWatch(state, LifeWatch(settings, "a"), wait_s=30.0)
+    try:
+        running = asyncio.create_task(watch.run_once())
+        await asyncio.sleep(0)
+        assert not state.rebalance.is_set()
+        await peer.close()
+        await asyncio.wait_for(running, 30.0)
+        assert state.rebalance.is_set()
+    finally:
+        await watch.close()
+
+
+async def test_a_member_without_session_or_subscription_is_dead_at_once_and_evicted(
+    settings: ClusterSettings, open_session: Opener, registry: MemberRegistry
+) -> None:
+    session = await open_session("a")
+    await registry.heartbeat(_info("a"), ttl_s=60)
+    assert await registry.heartbeat(_info("dead"), ttl_s=60) == ["a", "dead"]
+    state = NodeState("a", "z", 16)
+    state.set_live(["a", "dead"])
+    keeper = ShardKeeper(
+        state,
+        session,
+        Stats(),
+        _no_recovery,
+        expected_shards=16,
+        connected=registry.connected,
+        evict=registry.deregister,
+    )
+    # Its heartbeat would live for another minute; its shards move now.
+    assert await keeper.members_alive() == ("a",)
+    assert [m.info.node_id for m in await registry.live(ttl_s=60)] == ["a"]
+
+
+async def test_a_member_that_lost_only_its_session_keeps_its_grace(
+    settings: ClusterSettings, open_session: Opener, registry: MemberRegistry
+) -> None:
+    session = await open_session("a")
+    await registry.heartbeat(_info("blipped"), ttl_s=60)
+    state = NodeState("a", "z", 16)
+    state.set_live(["a", "blipped"])
+    keeper = ShardKeeper(
+        state,
+        session,
+        Stats(),
+        _no_recovery,
+        expected_shards=16,
+        connected=registry.connected,
+        evict=registry.deregister,
+    )
+    async with subscribed(settings, "blipped"):
+        # No session (it is reconnecting), but the process is still connected to Redis.
+        assert await keeper.members_alive() == ("a", "blipped")
+        assert "blipped" in {m.info.node_id for m in await registry.live(ttl_s=60)}
+    # The subscription gone as well: now a death.
+    assert await keeper.members_alive() == ("a",)
