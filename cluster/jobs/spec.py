@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from cluster.errors import InvalidInput
-from cluster.jobs import shellrefs
+from cluster.jobs import gates, shellrefs
 from cluster.jobs.handlerrefs import canonical, is_forwarded
 from cluster.timing.catchup import parse_catch_up
 from cluster.timing.durations import parse_duration
@@ -247,6 +247,10 @@ class JobSpec:
     each_zone: bool = False  # one run per slot in every zone with a live node (of `zones`)
     jitter_s: float = 0.0  # each slot starts within [slot, slot + jitter) (cluster.timing.jitter)
     remove_when_done: bool = False  # a one-off (@at) job is deleted once its slot has run
+    after: tuple[str, ...] = ()  # upstream jobs of the same tenant (cluster.jobs.gates)
+    after_match: str = gates.DEFAULT_MATCH
+    after_timeout_s: float | None = None  # a slot held longer is skipped; None: no limit
+    after_failure: str = gates.DEFAULT_FAILURE
 
     @classmethod
     def build(
@@ -279,6 +283,10 @@ class JobSpec:
         each_zone: bool = False,
         jitter: str | float = 0.0,
         remove_when_done: bool = False,
+        after: str | Sequence[str] | None = None,
+        after_match: str = gates.DEFAULT_MATCH,
+        after_timeout: str | float | None = None,
+        after_failure: str = gates.DEFAULT_FAILURE,
     ) -> JobSpec:
         """Validate every field; raise ``InvalidInput`` naming the first bad one."""
         name = validate_name(name)
@@ -343,6 +351,10 @@ class JobSpec:
             each_zone=_each_zone(each_zone, zones),
             jitter_s=jitter_s,
             remove_when_done=remove_when_done,
+            after=gates.parse_after(after),
+            after_match=gates.parse_match(after_match),
+            after_timeout_s=_optional_duration(after_timeout, "after_timeout"),
+            after_failure=gates.parse_failure(after_failure),
         )
 
     @classmethod
@@ -357,6 +369,7 @@ class JobSpec:
             "pause_after_failures", "overlap", "max_concurrent", "cancel_grace",
             "zones", "each_zone",
             "jitter", "remove_when_done",
+            "after", "after_match", "after_timeout", "after_failure",
         }  # fmt: skip
         unknown = sorted(set(entry) - known)
         if unknown:
@@ -400,6 +413,10 @@ class JobSpec:
             each_zone=self.each_zone,
             jitter=self.jitter_s,
             remove_when_done=self.remove_when_done,
+            after=self.after or None,
+            after_match=self.after_match,
+            after_timeout=self.after_timeout_s,
+            after_failure=self.after_failure,
         )
 
     def parsed_schedule(self) -> Schedule:

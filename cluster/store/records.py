@@ -90,6 +90,7 @@ class ClaimedJob(NamedTuple):
     # (migration 009): its writes go to the flights statements, keyed by (id, slot).
     flight: bool = False
     jitter_s: float = 0.0  # the slot starts at slot + its offset (cluster.timing.jitter)
+    gated: bool = False  # the job has upstreams: its first attempt asks its gate (migration 021)
 
 
 _FIELDS = len(ClaimedJob._fields)

@@ -169,8 +169,9 @@ def _one_off_at_claim(job: ClaimedJob, now: datetime) -> tuple[Completion, list[
 
 def after_run(job: ClaimedJob, outcome: Outcome, now: datetime) -> tuple[Completion, list[Skip]]:
     """The completion of a run: retry the same slot, or move on to the next one."""
-    # A cancelled slot is not retried: someone asked for it to stop.
-    if outcome.status not in ("succeeded", "cancelled") and job.attempt <= job.max_retries:
+    # A cancelled slot is not retried (someone asked for it to stop), nor a skipped one.
+    retried = outcome.status not in ("succeeded", "cancelled", "skipped")
+    if retried and job.attempt <= job.max_retries:
         delay = min(MAX_RETRY_DELAY_S, job.retry_backoff_s * 2 ** (job.attempt - 1))
         retry_at = now + timedelta(seconds=delay)
         done = Completion(
@@ -220,3 +221,11 @@ def after_run(job: ClaimedJob, outcome: Outcome, now: datetime) -> tuple[Complet
         output=outcome.output,
     )
     return done, skips
+
+
+def gate_skip(job: ClaimedJob, verdict: str, now: datetime) -> tuple[Completion, list[Skip]]:
+    """The write that records a gated slot skipped: ``verdict`` is its gate's ``skip: why``
+    (an upstream failed under after-failure skip) or ``wait: why`` (its after-timeout)."""
+    why = verdict.split(": ", 1)[-1]
+    done, skips = after_run(job, Outcome("skipped", why, 0.0), now)
+    return done._replace(duration_s=None), skips

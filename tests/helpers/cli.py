@@ -113,7 +113,7 @@ JOB_KEYS = {
 }  # fmt: skip
 
 
-SHOW_KEYS = JOB_KEYS | {"next_slots", "next_starts", "recent_runs"}
+SHOW_KEYS = JOB_KEYS | {"next_slots", "next_starts", "recent_runs", "upstreams", "downstreams"}
 
 
 RUN_KEYS = {

@@ -107,7 +107,9 @@ EXPECTED: dict[str, dict[str, str]] = {
         "pause_after_failures: 'int | None' = None, overlap: 'str' = "
         "'forbid', max_concurrent: 'int' = 10, cancel_grace_s: 'float' = "
         "10.0, zones: 'tuple[str, ...]' = (), each_zone: 'bool' = False, "
-        "jitter_s: 'float' = 0.0, remove_when_done: 'bool' = False) -> None",
+        "jitter_s: 'float' = 0.0, remove_when_done: 'bool' = False, "
+        "after: 'tuple[str, ...]' = (), after_match: 'str' = 'same', "
+        "after_timeout_s: 'float | None' = None, after_failure: 'str' = 'block') -> None",
         "build": "(cls, name: 'str', schedule: 'str', handler: 'str | Mapping[str, Any]', "
         "*, tenant: 'str' = 'default', tz: 'str' = 'UTC', payload: 'str | "
         "Mapping[str, Any] | None' = None, catch_up: 'str' = 'once', grace: 'str "
@@ -120,7 +122,9 @@ EXPECTED: dict[str, dict[str, str]] = {
         "str | None' = None, overlap: 'str' = 'forbid', max_concurrent: 'int | "
         "str | None' = None, cancel_grace: 'str | float' = 10.0, zones: 'str | "
         "Sequence[str] | None' = None, each_zone: 'bool' = False, jitter: 'str | "
-        "float' = 0.0, remove_when_done: 'bool' = False) -> 'JobSpec'",
+        "float' = 0.0, remove_when_done: 'bool' = False, "
+        "after: 'str | Sequence[str] | None' = None, after_match: 'str' = 'same', "
+        "after_timeout: 'str | float | None' = None, after_failure: 'str' = 'block') -> 'JobSpec'",
         "from_mapping": "(cls, entry: 'Mapping[str, Any]') -> 'JobSpec'",
         "parsed_schedule": "(self) -> 'Schedule'",
         "validated": "(self) -> 'JobSpec'",
@@ -146,6 +150,7 @@ EXPECTED: dict[str, dict[str, str]] = {
         "details": "(self, name: 'str', tenant: 'str' = 'default', *, slots: 'int' = 5, "
         "runs: 'int' = 5) -> 'dict[str, Any]'",
         "get": "(self, name: 'str', tenant: 'str' = 'default') -> 'Job'",
+        "graph": "(self, tenant: 'str' = 'default') -> 'list[dict[str, str]]'",
         "init": "(self, shards: 'int | None' = None) -> 'InitResult'",
         "jobs": "(self, tenant: 'str | None' = None) -> 'list[Job]'",
         "open": "(cls, settings: 'ClusterSettings', application_name: 'str' = "

@@ -90,10 +90,15 @@ done AS (
               CASE WHEN f.skips > 0 THEN raise_alert('skipped', j.id, j.tenant_id, j.name,
                   least(f.first_skip, CASE WHEN i.outcome = 'skipped' THEN i.slot END),
                   NULL, %(node_id)s, %(zone)s, NULL,
-                  f.skips || CASE WHEN f.skips = 1 THEN ' slot' ELSE ' slots' END
-                  || ' skipped by catch-up ' || o.catch_up) END,
+                  -- A gate's or a handler's skip (pulsecron.Skip) says why in its own words.
+                  CASE WHEN f.skips = 1 AND i.outcome = 'skipped'
+                           AND i.error NOT LIKE 'missed by %%' THEN '1 slot skipped: ' || i.error
+                       ELSE f.skips || CASE WHEN f.skips = 1 THEN ' slot' ELSE ' slots' END
+                           || ' skipped by catch-up ' || o.catch_up END) END,
               CASE WHEN f.pause THEN raise_alert('paused', j.id, j.tenant_id, j.name, i.slot,
-                  o.attempt, %(node_id)s, %(zone)s, i.error, j.pause_note) END
+                  o.attempt, %(node_id)s, %(zone)s, i.error, j.pause_note) END,
+              -- After record_run: the downstreams' gates read this run row (migration 021).
+              CASE WHEN o.feeds THEN gate_release(j.id) END
 ),
 skipped AS (
     -- Never the completed slot itself: one statement cannot write a run row twice.
