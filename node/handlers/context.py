@@ -116,7 +116,7 @@ class RunContext:
 class Outcome(NamedTuple):
     """How a run ended."""
 
-    status: str  # succeeded | failed | timed_out
+    status: str  # succeeded | failed | timed_out | cancelled | skipped (pulsecron.Skip)
     error: str | None
     duration_s: float
     output: str | None = None  # JSON text of the run's output object (node.handlers.output.compose)
@@ -128,6 +128,11 @@ class RunCancelled(Exception):
 
 def cancelled(ctx: RunContext, by: str, duration_s: float, note: str = "") -> Outcome:
     return Outcome("cancelled", f"cancelled by {by}{note}", duration_s, output_of(ctx))
+
+
+class Skip(Exception):  # noqa: N818 - read as a verb: `raise pulsecron.Skip("no new data")`
+    """Raised by a handler to record its slot ``skipped`` with the given reason: not
+    retried, not counted toward auto-pause, a ``skipped`` alert naming the reason."""
 
 
 class HandlerError(Exception):
@@ -152,6 +157,9 @@ def finished(
     with what it logged."""
     if error is None:
         return Outcome("succeeded", None, duration_s, output_of(ctx, result))
+    if isinstance(error, Skip):
+        reason = storable(str(error)[-MAX_ERROR_CHARS:] or "skipped by its handler")[0]
+        return Outcome("skipped", reason, duration_s, output_of(ctx))
     return Outcome("failed", error_text(error), duration_s, output_of(ctx))
 
 

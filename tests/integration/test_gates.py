@@ -252,3 +252,19 @@ async def test_removing_the_last_upstream_frees_a_held_slot(
     assert result.updated == ["b"]
     b = (await job_rows(settings))["b"]
     assert (b["gated"], b["gate_wait"], b["next_run_at"]) == (False, False, at(10))
+
+
+async def test_a_handlers_skip_is_recorded_with_its_reason_not_as_catch_up(
+    store: JobStore, settings: ClusterSettings, open_session: Opener
+) -> None:
+    await add_rule(settings, "all", "http://127.0.0.1:9/hook")
+    await store.apply([job("a", retries=3)], now=T0)
+    a = (await claim(open_session, at(10)))["a"]
+    skipped = done(a, "skipped", at(20))._replace(error="no new rows")
+    await complete(open_session, skipped, now=at(11))
+    (run,) = await rows(settings, "SELECT * FROM runs")
+    assert (run["status"], run["last_error"]) == ("skipped", "no new rows")
+    (event,) = await rows(settings, "SELECT * FROM alert_events")
+    assert event["detail"] == "1 slot skipped: no new rows"
+    row = (await job_rows(settings))["a"]
+    assert (row["slot_at"], row["slot_origin"], row["failed_slots"]) == (at(20), None, 0)

@@ -237,6 +237,7 @@ EXPECTED: dict[str, dict[str, str]] = {
         "raise_if_cancelled": "(self) -> 'None'",
         "transaction": "(self) -> 'RunTransaction'",
     },
+    "Skip": {"bases": "Exception, BaseException"},
     "StoreError": {"bases": "PulseError, Exception, BaseException"},
     "SyncResult": {
         "__init__": "(created: 'list[str]' = <factory>, differing: 'list[str]' = "

@@ -42,7 +42,7 @@ done AS (
         -- A retry keeps its slot's origin; a slot reached past skipped ones is catch-up's.
         slot_origin = CASE WHEN i.next_slot = i.slot AND i.outcome <> 'skipped'
                                 THEN o.slot_origin
-                           WHEN f.skips > 0 THEN 'catch-up' END,
+                           WHEN f.skips > f.own::int THEN 'catch-up' END,
         last_run_at = CASE WHEN i.outcome = 'skipped' THEN j.last_run_at ELSE i.slot END,
         locked_by = NULL,
         locked_at = NULL,
@@ -67,7 +67,9 @@ done AS (
                          AS late,
                      (i.outcome = 'skipped')::int + (SELECT count(*) FROM skip_in s
                          WHERE s.job_id = i.id AND s.slot <> i.slot) AS skips,
-                     (SELECT min(s.slot) FROM skip_in s WHERE s.job_id = i.id) AS first_skip
+                     (SELECT min(s.slot) FROM skip_in s WHERE s.job_id = i.id) AS first_skip,
+                     -- A gate's or a handler's skip (pulsecron.Skip), not catch-up's.
+                     i.outcome = 'skipped' AND i.error NOT LIKE 'missed by %%' AS own
              ) AS x
     ) AS f, clock k
     WHERE j.id = ANY(ARRAY(SELECT x.id FROM input x))
@@ -90,9 +92,7 @@ done AS (
               CASE WHEN f.skips > 0 THEN raise_alert('skipped', j.id, j.tenant_id, j.name,
                   least(f.first_skip, CASE WHEN i.outcome = 'skipped' THEN i.slot END),
                   NULL, %(node_id)s, %(zone)s, NULL,
-                  -- A gate's or a handler's skip (pulsecron.Skip) says why in its own words.
-                  CASE WHEN f.skips = 1 AND i.outcome = 'skipped'
-                           AND i.error NOT LIKE 'missed by %%' THEN '1 slot skipped: ' || i.error
+                  CASE WHEN f.skips = 1 AND f.own THEN '1 slot skipped: ' || i.error
                        ELSE f.skips || CASE WHEN f.skips = 1 THEN ' slot' ELSE ' slots' END
                            || ' skipped by catch-up ' || o.catch_up END) END,
               CASE WHEN f.pause THEN raise_alert('paused', j.id, j.tenant_id, j.name, i.slot,
