@@ -130,7 +130,7 @@ def cancelled(ctx: RunContext, by: str, duration_s: float, note: str = "") -> Ou
     return Outcome("cancelled", f"cancelled by {by}{note}", duration_s, output_of(ctx))
 
 
-class Skip(Exception):  # noqa: N818 - read as a verb: `raise pulsecron.Skip("no new data")`
+class Skip(Exception):
     """Raised by a handler to record its slot ``skipped`` with the given reason: not
     retried, not counted toward auto-pause, a ``skipped`` alert naming the reason."""
 
