@@ -91,6 +91,9 @@ class ClaimedJob(NamedTuple):
     flight: bool = False
     jitter_s: float = 0.0  # the slot starts at slot + its offset (cluster.timing.jitter)
     gated: bool = False  # the job has upstreams: its first attempt asks its gate (migration 021)
+    previous_slot: datetime | None = None  # the slot handled before this one
+    last_success: datetime | None = None  # the newest slot that succeeded
+    state: dict[str, Any] | None = None  # what the last successful run left (ctx.state)
 
 
 _FIELDS = len(ClaimedJob._fields)
@@ -131,6 +134,7 @@ class Completion(NamedTuple):
     next_slot: datetime
     next_attempt: int
     output: str | None = None  # the run's output object as JSON text (node.handlers.output)
+    state: str | None = None  # ctx.state as JSON text when a successful run changed it
 
 
 @dataclass(frozen=True)
@@ -183,6 +187,7 @@ def complete_params(
             None if c.next_slot == c.next_run_at else iso(c.next_slot),
             c.next_attempt,
             c.output,
+            c.state,
         )
         for c in done
     ]

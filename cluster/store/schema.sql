@@ -120,7 +120,13 @@ CREATE TABLE jobs (
     gate_wait        boolean NOT NULL DEFAULT false,
     after_timeout_s  double precision CHECK (after_timeout_s > 0),
     after_failure    text NOT NULL DEFAULT 'block'
-                     CHECK (after_failure IN ('block', 'run', 'skip'))
+                     CHECK (after_failure IN ('block', 'run', 'skip')),
+    -- Incremental runs (ctx.previous_slot, ctx.last_success_slot, ctx.state): the slot
+    -- handled before the current one, the newest that succeeded, and the JSON object the
+    -- last successful run left (written by the fenced completion).
+    prev_slot        timestamptz,
+    last_success_at  timestamptz,
+    state            jsonb
 ) WITH (fillfactor = 80);
 
 -- The claim's due range, for every status: an index on a column the claim writes would

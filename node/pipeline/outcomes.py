@@ -185,6 +185,7 @@ def after_run(job: ClaimedJob, outcome: Outcome, now: datetime) -> tuple[Complet
             next_slot=job.slot,
             next_attempt=job.attempt + 1,
             output=outcome.output,
+            state=outcome.state,
         )
         return done, []
     following = following_slot(job)
@@ -203,6 +204,7 @@ def after_run(job: ClaimedJob, outcome: Outcome, now: datetime) -> tuple[Complet
             next_slot=job.slot,
             next_attempt=1,
             output=outcome.output,
+            state=outcome.state,
         )
         return done, skips
     if following <= nominal:  # a later slot is due already: the catch-up policy decides
@@ -219,6 +221,7 @@ def after_run(job: ClaimedJob, outcome: Outcome, now: datetime) -> tuple[Complet
         next_slot=following,
         next_attempt=1,
         output=outcome.output,
+        state=outcome.state,
     )
     return done, skips
 

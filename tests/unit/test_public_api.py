@@ -232,9 +232,12 @@ EXPECTED: dict[str, dict[str, str]] = {
         "'dict[str, Any]', scheduled_for: 'datetime', attempt: 'int', "
         "timeout_s: 'float', node_id: 'str', zone: 'str', output_limit: "
         "'int' = 16384, fencing_token: 'int' = 0, cancel_grace_s: 'float' "
-        "= 10.0, effects: 'Effects | None' = None) -> None",
+        "= 10.0, effects: 'Effects | None' = None, previous_slot: 'datetime | None' = "
+        "None, last_success_slot: 'datetime | None' = None, state: 'dict[str, Any]' = "
+        "<factory>) -> None",
         "log": "(self, message: 'str') -> 'None'",
         "raise_if_cancelled": "(self) -> 'None'",
+        "set_state": "(self, state: 'dict[str, Any]') -> 'None'",
         "transaction": "(self) -> 'RunTransaction'",
     },
     "Skip": {"bases": "Exception, BaseException"},

@@ -16,6 +16,13 @@ ALTER TABLE jobs ADD COLUMN after_timeout_s double precision CHECK (after_timeou
 ALTER TABLE jobs ADD COLUMN after_failure text NOT NULL DEFAULT 'block'
     CHECK (after_failure IN ('block', 'run', 'skip'));
 
+-- Incremental runs: what a handler is told at claim. prev_slot: the slot the job handled
+-- before its current one; last_success_at: its newest slot that succeeded; state: the
+-- small JSON object its last successful run left, written by the fenced completion.
+ALTER TABLE jobs ADD COLUMN prev_slot timestamptz;
+ALTER TABLE jobs ADD COLUMN last_success_at timestamptz;
+ALTER TABLE jobs ADD COLUMN state jsonb;
+
 -- An edge: `downstream_id` runs a slot only after the slot of `upstream_id` that `match`
 -- names succeeded: same, latest, period:day or period:hour (in the downstream's zone).
 CREATE TABLE job_edges (

@@ -11,13 +11,14 @@ WITH clock AS (
 ),
 -- One JSON text per batch, cheap for the client to encode: per completion [id, token,
 -- slot, outcome, error, duration_us, next_run_at, next_slot or null, next_attempt,
--- output as JSON text or null] (cluster.store.records.complete_params), parsed once.
+-- output as JSON text or null, state as JSON text or null]
+-- (cluster.store.records.complete_params), parsed once.
 input AS MATERIALIZED (
     SELECT (e->>0)::uuid AS id, (e->>1)::bigint AS token, (e->>2)::timestamptz AS slot,
            e->>3 AS outcome, e->>4 AS error, (e->>5)::bigint / 1e6::float8 AS duration_s,
            (e->>6)::timestamptz AS next_run_at,
            coalesce(e->>7, e->>6)::timestamptz AS next_slot,
-           (e->>8)::int AS next_attempt, (e->>9)::jsonb AS output
+           (e->>8)::int AS next_attempt, (e->>9)::jsonb AS output, (e->>10)::jsonb AS state
     FROM json_array_elements(%(done)s::json) AS e
 ),
 skip_in AS MATERIALIZED (
@@ -56,7 +57,14 @@ done AS (
         pause_note = CASE WHEN f.pause THEN 'paused after ' || j.failed_slots + 1
             || ' failed slots in a row; last error: ' || coalesce(left(i.error, 300), '-')
             ELSE j.pause_note END,
-        late_slot = CASE WHEN f.late THEN i.slot ELSE j.late_slot END
+        late_slot = CASE WHEN f.late THEN i.slot ELSE j.late_slot END,
+        prev_slot = CASE WHEN i.next_slot <> i.slot THEN i.slot ELSE j.prev_slot END,
+        last_success_at = CASE WHEN i.outcome = 'succeeded' THEN i.slot ELSE j.last_success_at END,
+        -- Only a success moves the state: a retry, or a run whose lease was lost, reads
+        -- the state the last success left (tests/integration/test_state.py).
+        state = CASE WHEN i.outcome = 'succeeded' AND i.state IS NOT NULL THEN
+                          nullif(i.state, '{}'::jsonb)
+                     ELSE j.state END
     FROM input i JOIN jobs o ON o.id = i.id
     CROSS JOIN LATERAL (
         SELECT x.*, x.fail AND NOT o.paused
