@@ -270,8 +270,11 @@ async function jobPage(tenant, name) {
     buttons.resume.disabled = !canWrite || !j.paused;
     buttons.trigger.disabled = !canWrite || j.status === "running";
     buttons.cancel.disabled = !canWrite || !(j.recent_runs || []).some((r) => r.status === "running");
+    // Upstreams and downstreams (--after) link to their jobs, of the same tenant.
+    const linked = (names) => names.length ? names.flatMap((n, i) => [i ? ", " : "", el("a", { href: jobHref(j.tenant, n) }, n)]) : ["-"];
     facts.replaceChildren(...Object.entries(j).filter(([k]) => !["next_slots", "recent_runs"].includes(k))
-      .flatMap(([k, v]) => [el("dt", {}, k), el("dd", {}, v === null ? "-" : typeof v === "object" ? JSON.stringify(v) : String(v))]));
+      .flatMap(([k, v]) => [el("dt", {}, k), ["upstreams", "downstreams"].includes(k) ? el("dd", {}, ...linked(v))
+        : el("dd", {}, v === null ? "-" : typeof v === "object" ? JSON.stringify(v) : String(v))]));
     slots.querySelector("tbody").replaceChildren(...j.next_slots.map((s) => el("tr", {}, el("td", {}, inZone(s, j.tz)), el("td", {}, new Date(s).toISOString()))));
     runs.querySelector("tbody").replaceChildren(...runRows(j.recent_runs, false, showOutput));
   };
