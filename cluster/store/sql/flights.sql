@@ -104,6 +104,10 @@ picked AS (
           AND (f.origin IS DISTINCT FROM 'backfill' OR NOT EXISTS (
               SELECT 1 FROM jobs x
               WHERE x.id = f.job_id AND x.status = 'running' AND x.overlap <> 'allow'))
+          -- A backfill slot of a job with upstreams waits for theirs (migration 021).
+          AND (f.origin IS DISTINCT FROM 'backfill' OR NOT EXISTS (
+              SELECT 1 FROM jobs x
+              WHERE x.id = f.job_id AND x.gated AND gate_verdict(x.id, f.slot) IS NOT NULL))
         ORDER BY f.due_at
         LIMIT %(limit)s
         FOR UPDATE OF f SKIP LOCKED
