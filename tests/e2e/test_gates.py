@@ -51,7 +51,7 @@ def test_a_chain_survives_a_kill_between_an_upstream_success_and_its_downstream(
     released = sorted(_succeeded(fleet, "a"))
     held = fleet.sql("SELECT gate_wait, next_run_at, slot_at FROM jobs WHERE name = 'b'")[0]
     assert not _starts(fleet, "b") and not held["gate_wait"], held
-    assert held["next_run_at"] == held["slot_at"] and held["slot_at"] in released  # due
+    assert held["next_run_at"] >= held["slot_at"] and held["slot_at"] in released  # due
 
     fleet.start("n2", "z2")
     fleet.start("n3", "z1")

@@ -65,7 +65,8 @@ async def test_same_holds_the_slot_until_the_upstream_slot_succeeds(
     assert set(first) == {"a"}
     await complete(open_session, done(first["a"], "succeeded", at(20)), now=at(11))
     b = (await job_rows(settings))["b"]
-    assert (b["gate_wait"], b["next_run_at"], b["slot_at"]) == (False, at(10), at(10))
+    # Due from its release (the completion's time): lateness counts from there.
+    assert (b["gate_wait"], b["next_run_at"], b["slot_at"]) == (False, at(11), at(10))
     second = await claim(open_session, at(11))
     assert set(second) == {"b"} and second["b"].slot == at(10)
     # B's next slot waits for A's slot 20, which is not run yet.
@@ -95,7 +96,7 @@ async def test_period_day_pairs_with_any_success_in_the_day(
     assert set(first) == {"a"}
     await complete(open_session, done(first["a"], "succeeded", T0 + timedelta(days=1)), now=at(5))
     b = (await job_rows(settings))["b"]
-    assert (b["gate_wait"], b["next_run_at"]) == (False, T0)  # b's slot 00:00, released
+    assert (b["gate_wait"], b["slot_at"], b["next_run_at"]) == (False, T0, at(5))  # released
     second = await claim(open_session, at(6))
     one = T0 + timedelta(hours=1)
     await complete(open_session, done(second["b"], "succeeded", one), now=at(7))
@@ -197,7 +198,8 @@ async def test_the_gate_pass_releases_what_a_locked_row_missed(
     finally:
         await blocker.close()
     assert (await job_rows(settings))["b"]["gate_wait"] is True
-    (released,) = await rows(settings, "SELECT gate_release(NULL, %s::int[]) AS n", (ALL,))
+    statement = "SELECT gate_release(NULL, %s::int[], %s) AS n"
+    (released,) = await rows(settings, statement, (ALL, at(11.5)))
     assert released["n"] == 1
     assert set(await claim(open_session, at(12))) == {"b"}
 

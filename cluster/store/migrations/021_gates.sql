@@ -121,8 +121,11 @@ EXECUTE FUNCTION gate_hold();
 
 -- Asks again for the held downstreams of `upstream` (its completion, or the gate pass
 -- when `upstream` is NULL: every held job of `shards`). A row locked this instant is left
--- to the gate pass, so a completion never waits for a claim. Wakes the released shards.
-CREATE FUNCTION gate_release(upstream uuid, shards integer[] DEFAULT NULL) RETURNS integer
+-- to the gate pass, so a completion never waits for a claim. A released slot is due from
+-- `at`: its lateness (the late pass, `late` alerts) counts from its release, not from a
+-- slot it could not start before. Wakes the released shards.
+CREATE FUNCTION gate_release(upstream uuid, shards integer[] DEFAULT NULL,
+                             at timestamptz DEFAULT now()) RETURNS integer
 LANGUAGE plpgsql SET search_path FROM CURRENT AS $$
 DECLARE
     released integer := 0;
@@ -137,7 +140,7 @@ BEGIN
               AND (shards IS NULL OR d.shard_id = ANY(shards))
             FOR UPDATE OF d SKIP LOCKED
         )
-        UPDATE jobs j SET next_run_at = j.slot_at, updated_at = now()
+        UPDATE jobs j SET next_run_at = greatest(j.slot_at, at), updated_at = at
         FROM held h WHERE j.id = h.id
         RETURNING CASE WHEN NOT j.gate_wait THEN j.shard_id END
     LOOP

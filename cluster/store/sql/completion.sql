@@ -107,7 +107,7 @@ done AS (
               CASE WHEN f.pause THEN raise_alert('paused', j.id, j.tenant_id, j.name, i.slot,
                   o.attempt, %(node_id)s, %(zone)s, i.error, j.pause_note) END,
               -- After record_run: the downstreams' gates read this run row (migration 021).
-              CASE WHEN o.feeds THEN gate_release(j.id) END
+              CASE WHEN o.feeds THEN gate_release(j.id, NULL, k.t) END
 ),
 skipped AS (
     -- Never the completed slot itself: one statement cannot write a run row twice.
