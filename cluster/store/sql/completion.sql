@@ -77,7 +77,7 @@ done AS (
                          WHERE s.job_id = i.id AND s.slot <> i.slot) AS skips,
                      (SELECT min(s.slot) FROM skip_in s WHERE s.job_id = i.id) AS first_skip,
                      -- A gate's or a handler's skip (pulsecron.Skip), not catch-up's.
-                     i.outcome = 'skipped' AND coalesce(i.error NOT LIKE 'missed by %%', false)
+                     i.outcome = 'skipped' AND NOT coalesce(starts_with(i.error, 'missed by '), true)
                          AS own
              ) AS x
     ) AS f, clock k

@@ -128,7 +128,8 @@ RETURNING j.id, j.tenant_id, j.name, j.schedule, j.tz, j.dst_repeated, j.dst_ski
           f.attempt, f.lease_token, j.catch_up, j.grace_s, j.max_backfill, j.timeout_s,
           j.max_retries, j.retry_backoff_s, f.due_at, j.output_limit, j.overlap,
           j.cancel_grace_s, f.cancel_by, true AS flight, j.jitter_s, false AS gated,
-          NULL::timestamptz, NULL::timestamptz, NULL::jsonb;
+          NULL::timestamptz AS previous_slot, NULL::timestamptz AS last_success,
+          NULL::jsonb AS state;
 
 -- name: complete_flights
 -- Fenced completion of flights, one per ended attempt: the last attempt of a slot deletes
@@ -261,7 +262,8 @@ RETURNING j.id, j.tenant_id, j.name, j.schedule, j.tz, j.dst_repeated, j.dst_ski
           f.attempt, f.lease_token, j.catch_up, j.grace_s, j.max_backfill, j.timeout_s,
           j.max_retries, j.retry_backoff_s, f.due_at, j.output_limit, j.overlap,
           j.cancel_grace_s, f.cancel_by, true AS flight, j.jitter_s, false AS gated,
-          NULL::timestamptz, NULL::timestamptz, NULL::jsonb, d.poison, d.reason,
+          NULL::timestamptz AS previous_slot, NULL::timestamptz AS last_success,
+          NULL::jsonb AS state, d.poison, d.reason,
           d.locked_by,
           record_run(j.id, j.tenant_id, j.name, f.slot, d.attempt, d.locked_by,
                      d.locked_zone, 'lost', d.lease_token, d.locked_at, k.t, NULL,
