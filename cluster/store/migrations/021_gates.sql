@@ -119,9 +119,10 @@ CREATE TRIGGER jobs_gate_hold BEFORE INSERT OR UPDATE OF next_run_at ON jobs
 FOR EACH ROW WHEN (NEW.gated AND NEW.status = 'idle' AND NEW.next_run_at < '9999-01-01Z')
 EXECUTE FUNCTION gate_hold();
 
--- Asks again for the held downstreams of `upstream` (its completion, or the gate pass
--- when `upstream` is NULL: every held job of `shards`). A row locked this instant is left
--- to the gate pass, so a completion never waits for a claim. A released slot is due from
+-- Releases the held downstreams of `upstream` whose gate now opens (its completion, or the
+-- gate pass when `upstream` is NULL: every held job of `shards`). Only those are locked, so
+-- a pass never holds a row a completion is releasing; a row locked this instant is left to
+-- the gate pass, so a completion never waits for a claim. A released slot is due from
 -- `at`: its lateness (the late pass, `late` alerts) counts from its release, not from a
 -- slot it could not start before. Wakes the released shards.
 CREATE FUNCTION gate_release(upstream uuid, shards integer[] DEFAULT NULL,
@@ -138,6 +139,7 @@ BEGIN
               AND (upstream IS NULL OR d.id IN (
                   SELECT e.downstream_id FROM job_edges e WHERE e.upstream_id = upstream))
               AND (shards IS NULL OR d.shard_id = ANY(shards))
+              AND coalesce(gate_verdict(d.id, d.slot_at) NOT LIKE 'wait: %', true)
             FOR UPDATE OF d SKIP LOCKED
         )
         UPDATE jobs j SET next_run_at = greatest(j.slot_at, at), updated_at = at
