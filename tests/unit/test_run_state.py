@@ -48,3 +48,16 @@ def test_a_failed_run_writes_no_state() -> None:
     ctx = context({"cursor": 3})
     ctx.state["cursor"] = 4
     assert finished(ctx, RuntimeError("boom"), 0.1).state is None
+
+
+def test_testing_context_takes_the_incremental_fields() -> None:
+    from pulsecron import testing
+
+    slot = datetime(2026, 1, 1, tzinfo=UTC)
+    ctx = testing.context(previous_slot=slot, last_success_slot=slot, state={"cursor": 1})
+
+    def handler(ctx: RunContext) -> None:
+        ctx.state["cursor"] += 1
+
+    testing.run(handler, ctx)
+    assert (ctx.previous_slot, ctx.last_success_slot, ctx.state) == (slot, slot, {"cursor": 2})
