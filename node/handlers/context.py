@@ -87,6 +87,8 @@ class RunContext:
     def _changed_state(self) -> str | None:
         """``state`` as JSON text if the run changed it, else None; ``ValueError`` if it is
         not JSON or larger than ``MAX_STATE_BYTES``."""
+        if not self.state and not self._state_read:  # most jobs keep none: no encoding
+            return None
         text = state_text(self.state)
         if text == (self._state_read or "{}"):
             return None

@@ -16,7 +16,10 @@ from cluster.settings import ClusterSettings
 from cluster.store.connect import connect
 from cluster.store.jobs import JobStore
 from cluster.store.records import NEVER, ClaimedJob, Completion
+from cluster.store.side import SideConnection
+from node.maintenance.gatepass import IDLE_INTERVAL_S, INTERVAL_S, GatePass
 from node.pipeline.outcomes import gate_skip
+from node.state import NodeState
 from tests.helpers.history import rows
 from tests.helpers.outbox import add_rule
 from tests.helpers.sessions import ALL, T0, Opener, at
@@ -270,3 +273,17 @@ async def test_a_handlers_skip_is_recorded_with_its_reason_not_as_catch_up(
     assert event["detail"] == "1 slot skipped: no new rows"
     row = (await job_rows(settings))["a"]
     assert (row["slot_at"], row["slot_origin"], row["failed_slots"]) == (at(20), None, 0)
+
+
+async def test_the_gate_pass_asks_often_only_while_a_slot_is_held(
+    store: JobStore, settings: ClusterSettings
+) -> None:
+    state = NodeState("n1", "zone-a", 16, held=frozenset(ALL))
+    gates = GatePass(SideConnection(settings, "n1/gates", statement_timeout_s=5.0), state)
+    try:
+        await store.apply([job("a")], now=T0)
+        assert await gates.run_once() == IDLE_INTERVAL_S
+        await store.apply([job("a"), job("b", after="a")], now=T0)
+        assert await gates.run_once() == INTERVAL_S  # b waits for a's slot 10
+    finally:
+        await gates.close()

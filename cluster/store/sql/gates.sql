@@ -65,9 +65,12 @@ SELECT v.id, gate_verdict(v.id, v.slot) AS verdict
 FROM unnest(%(ids)s::uuid[], %(slots)s::timestamptz[]) AS v (id, slot);
 
 -- name: gate_pass
--- Asks the held jobs of the given shards again: a release its upstream's completion left
--- (the row was locked then, or the upstream's node runs an older release).
-SELECT gate_release(NULL, %(shards)s::int[]) AS released;
+-- Releases the held jobs of the given shards whose gate opened: a release its upstream's
+-- completion left (the row was locked then, or the upstream's node runs an older release).
+-- `held`: whether any slot of these shards still waits (one probe of jobs_gate_wait).
+SELECT gate_release(NULL, %(shards)s::int[]) AS released,
+       EXISTS (SELECT 1 FROM jobs j
+               WHERE j.gate_wait AND j.shard_id = ANY(%(shards)s::int[])) AS held;
 
 -- name: gate_neighbours
 -- Upstreams (`up`) and downstreams (`down`) of a job, and whether its slot is held.
