@@ -596,15 +596,30 @@ CREATE INDEX console_sessions_expires ON console_sessions (expires_at);
 
 -- An edge: `downstream_id` runs a slot only after the slot of `upstream_id` that `match`
 -- names succeeded: same, latest, period:day or period:hour (in the downstream's zone).
+-- No foreign keys: their triggers would check every update of every job (as for runs,
+-- migration 004); a statement trigger drops the edges of deleted jobs instead.
 CREATE TABLE job_edges (
-    downstream_id uuid NOT NULL REFERENCES jobs (id) ON DELETE CASCADE,
-    upstream_id   uuid NOT NULL REFERENCES jobs (id) ON DELETE CASCADE,
+    downstream_id uuid NOT NULL,
+    upstream_id   uuid NOT NULL,
     match         text NOT NULL
                   CHECK (match IN ('same', 'latest', 'period:day', 'period:hour')),
     PRIMARY KEY (downstream_id, upstream_id),
     CHECK (downstream_id <> upstream_id)
 );
 CREATE INDEX job_edges_upstream ON job_edges (upstream_id);
+
+CREATE FUNCTION forget_deleted_jobs_edges() RETURNS trigger
+LANGUAGE plpgsql SET search_path FROM CURRENT AS $$
+BEGIN
+    DELETE FROM job_edges e USING deleted_jobs d
+    WHERE e.downstream_id = d.id OR e.upstream_id = d.id;
+    RETURN NULL;
+END
+$$;
+
+CREATE TRIGGER jobs_forget_edges AFTER DELETE ON jobs
+REFERENCING OLD TABLE AS deleted_jobs
+FOR EACH STATEMENT EXECUTE FUNCTION forget_deleted_jobs_edges();
 -- The gate pass reads the held jobs of its shards: a probe, not a scan of every job.
 CREATE INDEX jobs_gate_wait ON jobs (shard_id) WHERE gate_wait;
 

@@ -287,3 +287,15 @@ async def test_the_gate_pass_asks_often_only_while_a_slot_is_held(
         assert await gates.run_once() == INTERVAL_S  # b waits for a's slot 10
     finally:
         await gates.close()
+
+
+async def test_removing_an_upstream_drops_its_edges_and_the_pass_frees_the_slot(
+    store: JobStore, settings: ClusterSettings
+) -> None:
+    await store.apply([job("a"), job("b", after="a")], now=T0)
+    await store.remove("a")
+    assert await rows(settings, "SELECT * FROM job_edges") == []
+    statement = "SELECT gate_release(NULL, %s::int[], %s) AS n"
+    (released,) = await rows(settings, statement, (ALL, at(1)))
+    assert released["n"] == 1
+    assert (await job_rows(settings))["b"]["next_run_at"] == at(10)
