@@ -111,6 +111,13 @@ def notes(result: ScenarioResult) -> list[str]:
         )
     if result.scenario in ("fanout", "fanout_once"):
         found.extend(_fanout_notes(result))
+    if "release_p99_ms" in p:
+        found.append(
+            f"{_num(p.get('released'), 0)} slots released; a downstream started "
+            f"{_num(p.get('release_p50_ms'), 1)}/{_num(p.get('release_p99_ms'), 1)}/"
+            f"{_num(p.get('release_max_ms'), 1)} ms (p50/p99/max) after its upstream's "
+            "completion (target p99 <= 1000 ms)"
+        )
     if "longest_gap_s" in p:
         found.append(
             f"killed {p.get('killed')}: longest gap of any job "

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from bench import report, results
+from bench.chain import run_chain
 from bench.database import BenchDatabase
 from bench.fanout import run_fanout
 from bench.prune import run_prune
@@ -35,6 +36,7 @@ SCENARIOS: dict[str, Scenario] = {
     "scale": run_scale,
     "rebalance": run_rebalance,
     "prune": run_prune,
+    "chain": run_chain,
 }
 
 

@@ -26,6 +26,7 @@ from cluster.store.writer import ResultWriter
 from node.handlers.effects import Effects
 from node.handlers.forwarding import Forwarders
 from node.maintenance.backfiller import Backfiller
+from node.maintenance.gatepass import GatePass
 from node.maintenance.lateness import LatePass
 from node.maintenance.outbox import AlertDelivery
 from node.maintenance.pruner import Pruner
@@ -69,6 +70,7 @@ class Parts:
     pruner: Pruner
     alerts: AlertDelivery
     late: LatePass
+    gates: GatePass
     backfiller: Backfiller
     config: ConfigCache
 
@@ -183,6 +185,9 @@ def wire(
         # One connection of its own, never the lock session or the result writer.
         alerts=AlertDelivery(alert_store, s.node_id, stats, config=config.values),
         late=LatePass(alert_store, shard_count, stats),
+        gates=GatePass(
+            SideConnection(cluster, f"{s.node_id}/gates", statement_timeout_s=timeout_s), state
+        ),
         backfiller=Backfiller(
             SideConnection(cluster, f"{s.node_id}/backfill", statement_timeout_s=timeout_s),
             state,

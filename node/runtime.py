@@ -24,6 +24,7 @@ from cluster.members import MemberRegistry
 from cluster.settings import ClusterSettings, NodeSettings, mask_url
 from cluster.store.session import LockSession
 from node.maintenance.backfiller import BACKFILL_POLL_S, Backfiller
+from node.maintenance.gatepass import INTERVAL_S as GATE_INTERVAL_S
 from node.maintenance.jobsync import sync_jobs
 from node.maintenance.lateness import INTERVAL_S as LATE_INTERVAL_S
 from node.maintenance.recovery import Recovery
@@ -163,6 +164,7 @@ class Node:
         await self.stop.wait()
         await parts.shutdown.run(services)
         await parts.alerts.close()
+        await parts.gates.close()
         await parts.executor.forwarders.close()
         await parts.config.close()
         logger.info("node stopped", extra={"event": "node_stopped"})
@@ -239,6 +241,11 @@ class Node:
             ),
             self._spawn(
                 run_service("late pass", p.late.run_once, interval_s=LATE_INTERVAL_S, stop=claiming)
+            ),
+            self._spawn(
+                run_service(
+                    "gate pass", p.gates.run_once, interval_s=GATE_INTERVAL_S, stop=claiming
+                )
             ),
         ]
         if s.prune_interval_s > 0:

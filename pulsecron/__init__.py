@@ -33,7 +33,7 @@ from cluster.jobs.spec import JobSpec
 from cluster.settings import ClusterSettings, NodeSettings
 from cluster.store.jobs import JobStore
 from cluster.store.specs import ApplyResult, SyncResult
-from node.handlers.context import RunContext
+from node.handlers.context import RunContext, Skip
 from node.hosted import HostedNode as Node
 from node.hosted import NodeStatus
 
@@ -59,6 +59,7 @@ __all__ = [
     "Registry",
     "Run",
     "RunContext",
+    "Skip",
     "StoreError",
     "SyncResult",
     "__version__",

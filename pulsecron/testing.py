@@ -34,6 +34,9 @@ def context(
     node_id: str = "test-node",
     zone: str = "default",
     output_limit: int = DEFAULT_OUTPUT_LIMIT,
+    previous_slot: datetime | None = None,
+    last_success_slot: datetime | None = None,
+    state: Mapping[str, Any] | None = None,
 ) -> RunContext:
     """A ``RunContext`` as a node builds it; ``scheduled_for`` defaults to now (UTC) and
     must be timezone-aware, ``attempt`` is 1-based."""
@@ -53,6 +56,9 @@ def context(
         node_id=node_id,
         zone=zone,
         output_limit=output_limit,
+        previous_slot=previous_slot,
+        last_success_slot=last_success_slot,
+        state=dict(state or {}),
     )
 
 

@@ -38,6 +38,11 @@ by ``harness`` into ``Observations``).
   loss check still proves every one of its slots ran once the zone returned.
 - ``blips move no shard`` (faults ``pg-blip``, ``cluster.chaos.blips``): no shard of a
   node whose Postgres connections were cut for less than the grace went to another node.
+- ``dependencies`` (jobs with upstreams, kind ``dependent``): no slot of a downstream ran
+  its first attempt twice; every execution ran a slot whose upstreams' same slots
+  succeeded, and started after their completions were written; and every slot in the
+  window whose upstreams all succeeded has a run row (none lost). Slots skipped because
+  an upstream failed are the common loss check's, which counts them accounted for.
 """
 
 from __future__ import annotations
@@ -61,6 +66,9 @@ ALLOW_SLACK_S = 3.0
 # How late a replace slot may start beyond the worst fault bound of the run: the replaced
 # run's completion is written, then the next poll of a claim loop takes the slot.
 REPLACE_SLACK_S = 2.0
+# The witness stamps a start with the node's clock, a completion's time is the database's
+# minus the measured offset: a start this much before it is within that measurement.
+DEPENDENCY_CLOCK_SLACK_S = 0.05
 
 
 @dataclass(frozen=True)
@@ -273,12 +281,51 @@ def blip_shards(obs: Observations) -> CheckResult | None:
     return None if found is None else CheckResult("blips move no shard", *found)
 
 
+def dependencies(obs: Observations) -> CheckResult | None:
+    jobs = {name: job for name, job in obs.jobs.items() if job.after}
+    if not jobs:
+        return None
+    runs = {(r.job, r.slot_ms): r for r in obs.runs}
+    first = Counter((e.job, e.slot_ms) for e in obs.executions if e.job in jobs and e.attempt == 1)
+    found = [
+        Violation("downstream slot ran twice", job, slot_ms, f"attempt 1 witnessed {n} times")
+        for (job, slot_ms), n in sorted(first.items())
+        if n > 1
+    ]
+    executions = [e for e in obs.executions if e.job in jobs]
+    for e in executions:
+        for upstream in jobs[e.job].after:
+            up = runs.get((upstream, e.slot_ms))
+            if up is None or up.status != "succeeded" or up.finished_at is None:
+                status = "no run row" if up is None else f"run {up.status}"
+                detail = f"attempt {e.attempt} on {e.node}; {upstream}: {status}"
+            elif e.at < up.finished_at - DEPENDENCY_CLOCK_SLACK_S:
+                detail = f"started {up.finished_at - e.at:.3f}s before {upstream} completed"
+            else:
+                continue
+            found.append(Violation("ran before its upstream succeeded", e.job, e.slot_ms, detail))
+    start_ms = (obs.window_start + obs.clock_offset_s) * 1000
+    end_ms = (obs.window_end + obs.clock_offset_s) * 1000
+    succeeded = {(r.job, r.slot_ms) for r in obs.runs if r.status == "succeeded"}
+    released = 0
+    for name, info in jobs.items():
+        slots = set.intersection(*({s for j, s in succeeded if j == u} for u in info.after))
+        for slot_ms in sorted(s for s in slots if start_ms <= s <= end_ms):
+            released += 1
+            if (name, slot_ms) not in runs:
+                detail = f"every upstream succeeded ({', '.join(info.after)})"
+                found.append(Violation("released slot never ran", name, slot_ms, detail))
+    summary = f"{len(jobs)} downstream jobs, {released} slots released, {len(executions)} runs"
+    return CheckResult("dependencies", summary, found)
+
+
 CHECKS: tuple[Callable[[Observations], CheckResult | None], ...] = (
     exactly_once_effects,
     allow_slots,
     replace_slots,
     zone_placement,
     blip_shards,
+    dependencies,
 )
 
 

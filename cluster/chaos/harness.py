@@ -279,6 +279,7 @@ class ChaosRun:
                     j.kind,
                     max_concurrent=j.max_concurrent,
                     zones=j.zones,
+                    after=j.after,
                 )
                 for j in workload
             },

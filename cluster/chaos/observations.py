@@ -33,6 +33,7 @@ class JobInfo:
     kind: str = "witness"  # which checks beyond the common ones apply (workload.HANDLERS)
     max_concurrent: int = 1  # slots run side by side (overlap allow, kind ``allow``)
     zones: tuple[str, ...] = ()  # pinned to these zones (kind ``pinned``); empty: any
+    after: tuple[str, ...] = ()  # upstream jobs (kind ``dependent``)
 
 
 @dataclass(frozen=True)
@@ -160,7 +161,9 @@ def load(path: Path) -> Observations:
     data = json.loads(path.read_text("utf-8"))
     return Observations(
         jobs={
-            k: JobInfo(**{**v, "zones": tuple(v.get("zones", ()))})
+            k: JobInfo(
+                **{**v, "zones": tuple(v.get("zones", ())), "after": tuple(v.get("after", ()))}
+            )
             for k, v in data.pop("jobs").items()
         },
         runs=[RunRecord(**r) for r in data.pop("runs")],

@@ -26,6 +26,10 @@ Two more kinds are appended after the ``count`` jobs, whatever the seed:
 - ``replace``: ``REPLACE_JOBS`` jobs ``@every 2s`` with overlap ``replace`` whose runs
   hold ``REPLACE_HOLD_S``, more than two intervals: the sync witness handler never looks at
   ``ctx.cancelled``, so every slot is replaced by the next one, which must start at once.
+- ``dependent``: a chain with a fan-in, every ``DEPENDENT_INTERVAL_S``: ``chaos-dep-up``,
+  two jobs after it, one after both (``--after``, match ``same``, after-failure ``skip``, so
+  a slot whose upstream failed is recorded skipped and still accounted for; they backfill,
+  so every slot runs in order however late its upstream was).
 - ``pinned``: one job pinned to each zone, and one to each pair of neighbouring zones
   (``zone-a,zone-b``, ...; with two zones, one job pinned to both). They backfill
   (``PINNED_MAX_BACKFILL``), so the slots a dark zone missed run when it returns and the
@@ -49,6 +53,7 @@ HANDLERS = {
     "allow": HANDLER,
     "replace": HANDLER,
     "pinned": HANDLER,
+    "dependent": HANDLER,
 }
 EFFECTS_EVERY = 8
 EFFECTS_RETRY_BACKOFF_S = 1.0
@@ -67,6 +72,8 @@ REPLACE_INTERVAL_S = 2
 REPLACE_HOLD_S = 5.0
 PINNED_INTERVAL_S = 2
 PINNED_MAX_BACKFILL = 100
+DEPENDENT_INTERVAL_S = 2
+DEPENDENT_SLEEP_S = 0.3
 
 
 @dataclass(frozen=True)
@@ -82,6 +89,7 @@ class JobDef:
     kind: str = "witness"  # a key of HANDLERS
     max_concurrent: int = 1  # > 1: overlap allow (kind ``allow``)
     zones: tuple[str, ...] = ()  # pinned to these zones (kind ``pinned``)
+    after: tuple[str, ...] = ()  # upstream jobs (kind ``dependent``)
 
     def spec(self) -> JobSpec:
         allow = self.kind == "allow"
@@ -99,6 +107,8 @@ class JobDef:
             overlap="allow" if allow else "replace" if self.kind == "replace" else "forbid",
             max_concurrent=self.max_concurrent if allow else None,
             zones=self.zones or None,
+            after=self.after or None,
+            after_failure="skip",  # a slot whose upstream failed is accounted for, skipped
         )
 
 
@@ -126,7 +136,7 @@ def make_workload(count: int, seed: int, zones: Sequence[str] = ()) -> list[JobD
                 kind=kind,
             )
         )
-    return jobs + allow_jobs() + replace_jobs() + pinned_jobs(zones)
+    return jobs + allow_jobs() + replace_jobs() + pinned_jobs(zones) + dependent_jobs()
 
 
 def allow_jobs() -> list[JobDef]:
@@ -178,4 +188,27 @@ def pinned_jobs(zones: Sequence[str]) -> list[JobDef]:
             zones=pinned,
         )
         for pinned in sets
+    ]
+
+
+def dependent_jobs() -> list[JobDef]:
+    """A chain with a fan-in: ``up`` -> ``mid-1`` and ``mid-2`` -> ``down`` (after both)."""
+    chain = {
+        "chaos-dep-up": (),
+        "chaos-dep-mid-1": ("chaos-dep-up",),
+        "chaos-dep-mid-2": ("chaos-dep-up",),
+        "chaos-dep-down": ("chaos-dep-mid-1", "chaos-dep-mid-2"),
+    }
+    return [
+        JobDef(
+            name=name,
+            interval_s=DEPENDENT_INTERVAL_S,
+            catch_up="backfill",
+            grace_s=60.0,
+            max_backfill=100,
+            sleep_s=DEPENDENT_SLEEP_S,
+            kind="dependent",
+            after=after,
+        )
+        for name, after in chain.items()
     ]

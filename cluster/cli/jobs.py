@@ -122,6 +122,20 @@ tenant_option = click.option(
 @click.option(
     "--each-zone", is_flag=True, help="Run each slot once in every zone with a live node."
 )
+@click.option("--after", default=None, help="Run a slot only after these jobs' (A,B) succeeded.")
+@click.option(
+    "--after-match",
+    default="same",
+    show_default=True,
+    help="Which upstream slot: same | latest | period:day | period:hour.",
+)
+@click.option("--after-timeout", default=None, help="Skip a slot held this long [default: never].")
+@click.option(
+    "--after-failure",
+    default="block",
+    show_default=True,
+    help="An upstream slot failed: block | run | skip.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the job as JSON.")
 @with_store
 async def add_job(store: JobStore, name: str, as_json: bool, **options: Any) -> None:
@@ -317,6 +331,8 @@ async def show_job(
                 click.echo(f"{'':<20}{line}")
             continue
         shown = json.dumps(value, ensure_ascii=False) if isinstance(value, dict) else value
+        if isinstance(value, list):  # upstreams, downstreams
+            shown = ", ".join(value) or None
         click.echo(f"{key + ':':<18}{'-' if shown is None else shown}")
     click.echo("next slots:" if upcoming else "next slots: none")
     for slot, start in zip(upcoming, starts, strict=True):
@@ -325,6 +341,30 @@ async def show_job(
     for run in recent:
         node = run["node_id"] or "-"
         click.echo(f"  {run['scheduled_for']}  {run['status']:<9} attempt {run['attempt']}  {node}")
+
+
+@jobs.command("graph")
+@tenant_option
+@click.option("--dot", is_flag=True, help="Print Graphviz DOT instead of text.")
+@click.option("--json", "as_json", is_flag=True, help="Print the edges as JSON.")
+@with_store
+async def graph_jobs(store: JobStore, tenant: str, dot: bool, as_json: bool) -> None:
+    """Print the dependencies between a tenant's jobs (upstream -> downstream)."""
+    edges = await store.graph(tenant)
+    if as_json:
+        emit_json(edges)
+    elif dot:
+        click.echo(f"digraph {json.dumps(tenant)} {{")
+        for e in edges:
+            label = json.dumps(e["match"])
+            click.echo(
+                f"  {json.dumps(e['upstream'])} -> {json.dumps(e['downstream'])} [label={label}];"
+            )
+        click.echo("}")
+    elif not edges:
+        click.echo(f"no dependencies in tenant {tenant}")
+    for e in [] if as_json or dot else edges:
+        click.echo(f"{e['upstream']} -> {e['downstream']}  ({e['match']})")
 
 
 def _done(verb: str, job: Job) -> None:

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from cluster.errors import InvalidInput
-from cluster.jobs import shellrefs
+from cluster.jobs import gates, shellrefs
 from cluster.jobs.handlerrefs import canonical, is_forwarded
 from cluster.jobs.timerules import DEFAULT_ON_EXCLUDED, calendar_fields
 from cluster.timing.catchup import parse_catch_up
@@ -253,6 +253,10 @@ class JobSpec:
     calendar: str | None = None
     on_excluded: str = DEFAULT_ON_EXCLUDED
     business_day: int | None = None
+    after: tuple[str, ...] = ()  # upstream jobs of the same tenant (cluster.jobs.gates)
+    after_match: str = gates.DEFAULT_MATCH
+    after_timeout_s: float | None = None  # a slot held longer is skipped; None: no limit
+    after_failure: str = gates.DEFAULT_FAILURE
 
     @classmethod
     def build(
@@ -288,6 +292,10 @@ class JobSpec:
         calendar: str | None = None,
         on_excluded: str = DEFAULT_ON_EXCLUDED,
         business_day: int | str | None = None,
+        after: str | Sequence[str] | None = None,
+        after_match: str = gates.DEFAULT_MATCH,
+        after_timeout: str | float | None = None,
+        after_failure: str = gates.DEFAULT_FAILURE,
     ) -> JobSpec:
         """Validate every field; raise ``InvalidInput`` naming the first bad one."""
         name = validate_name(name)
@@ -362,6 +370,10 @@ class JobSpec:
             calendar=calendar,
             on_excluded=on_excluded,
             business_day=business_day,
+            after=gates.parse_after(after),
+            after_match=gates.parse_match(after_match),
+            after_timeout_s=_optional_duration(after_timeout, "after_timeout"),
+            after_failure=gates.parse_failure(after_failure),
         )
 
     @classmethod
@@ -376,6 +388,7 @@ class JobSpec:
             "pause_after_failures", "overlap", "max_concurrent", "cancel_grace",
             "zones", "each_zone",
             "jitter", "remove_when_done", "calendar", "on_excluded", "business_day",
+            "after", "after_match", "after_timeout", "after_failure",
         }  # fmt: skip
         unknown = sorted(set(entry) - known)
         if unknown:
@@ -422,6 +435,10 @@ class JobSpec:
             calendar=self.calendar,
             on_excluded=self.on_excluded,
             business_day=self.business_day,
+            after=self.after or None,
+            after_match=self.after_match,
+            after_timeout=self.after_timeout_s,
+            after_failure=self.after_failure,
         )
 
     def parsed_schedule(self) -> Schedule:

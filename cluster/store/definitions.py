@@ -16,6 +16,7 @@ from psycopg.types.json import Jsonb
 from cluster.errors import Conflict
 from cluster.jobs.models import Job
 from cluster.jobs.spec import JobSpec
+from cluster.store.gates import Gates
 from cluster.store.queries import query
 from cluster.store.rules import Rules
 from cluster.store.scoped import ScopedConnection
@@ -41,6 +42,7 @@ class Definitions:
     def __init__(self, db: ScopedConnection, rules: Rules) -> None:
         self._db = db
         self._rules = rules
+        self._gates = Gates(db)
 
     async def add(self, spec: JobSpec, *, now: datetime | None = None) -> Job:
         """Create a job; ``InvalidInput`` if (tenant, name) exists."""
@@ -59,6 +61,7 @@ class Definitions:
                 )
             placed = await self._place(spec, shards, params["next_run_at"])
             await self._db.notify(row["shard_id"] if placed is None else placed)
+            await self._gates.write([spec], await self._db.db_now(now))
             job = await self._db.one("get_job", {"tenant_id": spec.tenant, "name": spec.name})
         assert job is not None
         return Job.from_row(job)
@@ -92,6 +95,10 @@ class Definitions:
                     refuse_past(spec, params, db_now)
                 (result.created if row["inserted"] else result.updated).append(label)
                 await self._db.notify(row["shard_id"])
+            for label in await self._gates.write(specs, db_now):
+                if label in result.unchanged:  # only its edges changed
+                    result.unchanged.remove(label)
+                    result.updated.append(label)
             if prune:
                 cur = await self._db.conn.execute(
                     query("remove_jobs_except"),
@@ -138,6 +145,10 @@ class Definitions:
                     result.differing.append(label)
                 else:
                     result.unchanged.append(label)
+            created = set(result.created)
+            await self._gates.write(
+                [s for s in specs if label_of(s.tenant, s.name) in created], db_now
+            )
         return result
 
     async def _would_change(self, params: dict[str, Any]) -> bool:

@@ -22,6 +22,7 @@ from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from datetime import datetime
 from typing import Any
+from uuid import UUID
 
 from cluster.config.retention import Retention
 from cluster.errors import Conflict, NotFound
@@ -257,7 +258,30 @@ class JobStore:
         if rule is not None and job.status != "done":
             data.update(calendar_timeline(job, rule, now, slots))
         data["recent_runs"] = [r.to_json() for r in recent]
+        data.update(await self._links(job.id))
         return data
+
+    async def _links(self, job_id: UUID) -> dict[str, Any]:
+        """Upstreams and downstreams (docs/design/gates.md) and what the slot waits for."""
+        links = await self.db.all("gate_neighbours", {"id": job_id})
+        ups = [r["name"] for r in links if r["side"] == "up"]
+        found: dict[str, Any] = {
+            "upstreams": ups,
+            "downstreams": [r["name"] for r in links if r["side"] == "down"],
+        }
+        if ups:
+            gate = await self.db.one("gate_waits_for", {"id": job_id})
+            assert gate is not None
+            verdict = gate["verdict"]
+            found["after_match"] = links[0]["match"]
+            found["after_timeout_s"] = gate["after_timeout_s"]
+            found["after_failure"] = gate["after_failure"]
+            found["waits_for"] = None if verdict is None else verdict.split(": ", 1)[1]
+        return found
+
+    async def graph(self, tenant: str = DEFAULT_TENANT) -> list[dict[str, str]]:
+        """Every edge of ``tenant``: upstream, downstream, match rule."""
+        return [dict(r) for r in await self.db.all("gate_graph", {"tenant_id": tenant})]
 
     async def jobs(self, tenant: str | None = None) -> list[Job]:
         rows = await self.db.all("list_jobs", {"tenant_id": tenant})

@@ -93,6 +93,10 @@ class ClaimedJob(NamedTuple):
     # The job's calendar with its on_excluded and business_day, as JSON text (None: no
     # calendar); node.pipeline.outcomes plans its slots against it.
     calendar_rule: str | None = None
+    gated: bool = False  # the job has upstreams: its first attempt asks its gate (migration 021)
+    previous_slot: datetime | None = None  # the slot handled before this one
+    last_success: datetime | None = None  # the newest slot that succeeded
+    state: dict[str, Any] | None = None  # what the last successful run left (ctx.state)
 
 
 _FIELDS = len(ClaimedJob._fields)
@@ -134,6 +138,7 @@ class Completion(NamedTuple):
     next_attempt: int
     output: str | None = None  # the run's output object as JSON text (node.handlers.output)
     origin: str | None = None  # why the next slot runs: 'calendar' when the calendar moved it
+    state: str | None = None  # ctx.state as JSON text when a successful run changed it
 
 
 @dataclass(frozen=True)
@@ -186,7 +191,8 @@ def complete_params(
             None if c.next_slot == c.next_run_at else iso(c.next_slot),
             c.next_attempt,
             c.output,
-            *((c.origin,) if c.origin else ()),
+            c.origin,
+            c.state,
         )
         for c in done
     ]

@@ -86,6 +86,8 @@ GRANTS: Mapping[str, tuple[str, str]] = {
     # owner's host; a node (--sync-jobs) and the web read them to plan the jobs they write.
     "calendars": (READ, READ),
     "windows": (READ, READ),
+    # Edges are written with the jobs they join (the API, --sync-jobs) and dropped with them.
+    "job_edges": ("SELECT, INSERT, UPDATE, DELETE", "SELECT, INSERT, UPDATE, DELETE"),
 }
 
 

@@ -355,6 +355,13 @@ class LockSession:
         )
         return {row[0] for row in rows}
 
+    async def gate_verdicts(self, jobs: Sequence[tuple[UUID, datetime]]) -> dict[UUID, str]:
+        """Of the claimed slots of gated jobs, those whose gate says not to run them, with
+        why (``'skip: ...'`` or ``'wait: ...'``; migration 021)."""
+        params = {"ids": [i for i, _ in jobs], "slots": [s for _, s in jobs]}
+        rows = await self._run("gate_verdicts", params)
+        return {row[0]: row[1] for row in rows if row[1] is not None}
+
     async def held_runs(self) -> tuple[list[tuple[UUID, int]], list[FlightLease]]:
         """The leases of every job (id, token) and flight (id, slot, token) running under
         this node id, whoever claimed them."""

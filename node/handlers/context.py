@@ -10,6 +10,7 @@ and ``ctx.log`` lines, or a shell command's stdout and stderr
 
 from __future__ import annotations
 
+import json
 import threading
 import traceback
 from collections.abc import Awaitable, Callable
@@ -25,6 +26,16 @@ if TYPE_CHECKING:
     from node.handlers.effects import Effects, RunTransaction
 
 MAX_ERROR_CHARS = 2000
+MAX_STATE_BYTES = 64 * 1024
+
+
+def state_text(state: dict[str, Any]) -> str:
+    """``ctx.state`` as the JSON text the completion writes; ``ValueError`` if it is not JSON."""
+    try:
+        return json.dumps(state, ensure_ascii=False, allow_nan=False, sort_keys=True)
+    except (TypeError, ValueError, RecursionError) as exc:
+        raise ValueError(f"ctx.state is not a JSON object ({exc})") from exc
+
 
 _CANCEL_LOCK = threading.Lock()  # a context's lazily made parts, made once
 
@@ -48,6 +59,13 @@ class RunContext:
     fencing_token: int = 0
     cancel_grace_s: float = DEFAULT_CANCEL_GRACE_S
     effects: Effects | None = field(default=None, repr=False, compare=False)
+    # Incremental runs (docs/jobs.md): read at claim. `state` is what the job's last
+    # successful run left; a successful run's changes (in place, or set_state) are written
+    # by its fenced completion, so a retry or a lost lease never advances it twice.
+    previous_slot: datetime | None = None
+    last_success_slot: datetime | None = None
+    state: dict[str, Any] = field(default_factory=dict, compare=False)
+    _state_read: str = field(default="", init=False, repr=False, compare=False)
     _log: RunLog = field(init=False, repr=False, compare=False)
     # Made on first use (few runs are ever cancelled; an Event costs a lock and a condition).
     _cancelled: threading.Event | None = field(default=None, init=False, repr=False, compare=False)
@@ -57,6 +75,26 @@ class RunContext:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "_log", RunLog(self.output_limit))
+        if self.state:
+            object.__setattr__(self, "_state_read", state_text(self.state))
+
+    def set_state(self, state: dict[str, Any]) -> None:
+        """Replace ``ctx.state``; written if this run succeeds."""
+        if not isinstance(state, dict):
+            raise TypeError("ctx.state must be a JSON object (a dict)")
+        object.__setattr__(self, "state", state)
+
+    def _changed_state(self) -> str | None:
+        """``state`` as JSON text if the run changed it, else None; ``ValueError`` if it is
+        not JSON or larger than ``MAX_STATE_BYTES``."""
+        if not self.state and not self._state_read:  # most jobs keep none: no encoding
+            return None
+        text = state_text(self.state)
+        if text == (self._state_read or "{}"):
+            return None
+        if len(text.encode()) > MAX_STATE_BYTES:
+            raise ValueError(f"ctx.state is larger than {MAX_STATE_BYTES // 1024} KiB")
+        return text
 
     @property
     def cancelled(self) -> threading.Event:
@@ -116,10 +154,11 @@ class RunContext:
 class Outcome(NamedTuple):
     """How a run ended."""
 
-    status: str  # succeeded | failed | timed_out
+    status: str  # succeeded | failed | timed_out | cancelled | skipped (pulsecron.Skip)
     error: str | None
     duration_s: float
     output: str | None = None  # JSON text of the run's output object (node.handlers.output.compose)
+    state: str | None = None  # ctx.state as JSON text, when a successful run changed it
 
 
 class RunCancelled(Exception):
@@ -128,6 +167,11 @@ class RunCancelled(Exception):
 
 def cancelled(ctx: RunContext, by: str, duration_s: float, note: str = "") -> Outcome:
     return Outcome("cancelled", f"cancelled by {by}{note}", duration_s, output_of(ctx))
+
+
+class Skip(Exception):
+    """Raised by a handler to record its slot ``skipped`` with the given reason: not
+    retried, not counted toward auto-pause, a ``skipped`` alert naming the reason."""
 
 
 class HandlerError(Exception):
@@ -151,7 +195,14 @@ def finished(
     """The outcome of a Python handler that returned ``result`` (``error`` None) or raised,
     with what it logged."""
     if error is None:
-        return Outcome("succeeded", None, duration_s, output_of(ctx, result))
+        try:
+            state = ctx._changed_state()
+        except ValueError as exc:  # the run's work is done, but its cursor cannot be kept
+            return Outcome("failed", str(exc), duration_s, output_of(ctx, result))
+        return Outcome("succeeded", None, duration_s, output_of(ctx, result), state)
+    if isinstance(error, Skip):
+        reason = storable(str(error)[-MAX_ERROR_CHARS:] or "skipped by its handler")[0]
+        return Outcome("skipped", reason, duration_s, output_of(ctx))
     return Outcome("failed", error_text(error), duration_s, output_of(ctx))
 
 

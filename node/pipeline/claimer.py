@@ -33,7 +33,7 @@ from cluster.store.session import LockSession
 from node.pipeline.clock import DbClock
 from node.pipeline.completer import Completer, job_extra
 from node.pipeline.executor import Executor
-from node.pipeline.outcomes import following_slot, plan_at_claim, start_of
+from node.pipeline.outcomes import following_slot, gate_skip, plan_at_claim, start_of
 from node.pipeline.pacing import CLAIM_AHEAD_S, WAKE_MARGIN_S, Pacing
 from node.service import Failures, until_beat
 from node.state import NodeState
@@ -121,8 +121,10 @@ class Claimer:
         self._stats.claims += 1
         self._stats.claim_seconds.append(elapsed)
         now = self._clock.now()  # one reading for the batch: they arrived together
+        gated = [(job.id, job.slot) for job in result.jobs if job.gated and job.attempt == 1]
+        verdicts = await self._session.gate_verdicts(gated) if gated else {}
         for job in result.jobs:
-            self._dispatch(job, now)
+            self._dispatch(job, now, verdicts.get(job.id))
         self._full = len(result.jobs) >= limit
         self._held = result.held
         self._pacing.set_catching_up(self._full)
@@ -148,9 +150,11 @@ class Claimer:
         wait_s = FLIGHT_POLL_S if self._flights_seen else FLIGHT_IDLE_POLL_S
         self._flights_at = time.monotonic() + (0.0 if len(flights) >= limit else wait_s)
 
-    def _dispatch(self, job: ClaimedJob, now: datetime) -> None:
+    def _dispatch(self, job: ClaimedJob, now: datetime, verdict: str | None = None) -> None:
         try:
-            skip = plan_at_claim(job, now)
+            # A gated slot claimed at its after-timeout, or whose upstream failed under
+            # after-failure skip, is recorded skipped (tests/integration/test_gates.py).
+            skip = plan_at_claim(job, now) if verdict is None else gate_skip(job, verdict, now)
         except PulseError as exc:
             self._completer.reject(job, exc)
             return

@@ -190,6 +190,9 @@ class Executor:
             fencing_token=job.lease_token,
             cancel_grace_s=job.cancel_grace_s,
             effects=self._effects,
+            previous_slot=job.previous_slot,
+            last_success_slot=job.last_success,
+            state=dict(job.state or {}),
         )
 
     async def _run(self, found: Running) -> None:

@@ -202,8 +202,9 @@ def _one_off_at_claim(job: ClaimedJob, now: datetime) -> tuple[Completion, list[
 
 def after_run(job: ClaimedJob, outcome: Outcome, now: datetime) -> tuple[Completion, list[Skip]]:
     """The completion of a run: retry the same slot, or move on to the next one."""
-    # A cancelled slot is not retried: someone asked for it to stop.
-    if outcome.status not in ("succeeded", "cancelled") and job.attempt <= job.max_retries:
+    # A cancelled slot is not retried (someone asked for it to stop), nor a skipped one.
+    retried = outcome.status not in ("succeeded", "cancelled", "skipped")
+    if retried and job.attempt <= job.max_retries:
         delay = min(MAX_RETRY_DELAY_S, job.retry_backoff_s * 2 ** (job.attempt - 1))
         retry_at = now + timedelta(seconds=delay)
         done = Completion(
@@ -217,6 +218,7 @@ def after_run(job: ClaimedJob, outcome: Outcome, now: datetime) -> tuple[Complet
             next_slot=job.slot,
             next_attempt=job.attempt + 1,
             output=outcome.output,
+            state=outcome.state,
         )
         return done, []
     if job.calendar_rule is not None and schedule_of(job).at is None:
@@ -237,6 +239,7 @@ def after_run(job: ClaimedJob, outcome: Outcome, now: datetime) -> tuple[Complet
             next_slot=job.slot,
             next_attempt=1,
             output=outcome.output,
+            state=outcome.state,
         )
         return done, skips
     if following <= nominal:  # a later slot is due already: the catch-up policy decides
@@ -253,6 +256,7 @@ def after_run(job: ClaimedJob, outcome: Outcome, now: datetime) -> tuple[Complet
         next_slot=following,
         next_attempt=1,
         output=outcome.output,
+        state=outcome.state,
     )
     return done, skips
 
@@ -278,5 +282,14 @@ def _calendar_after_run(
         next_attempt=1,
         output=outcome.output,
         origin=origin_of(following),
+        state=outcome.state,
     )
     return done, skips
+
+
+def gate_skip(job: ClaimedJob, verdict: str, now: datetime) -> tuple[Completion, list[Skip]]:
+    """The write that records a gated slot skipped: ``verdict`` is its gate's ``skip: why``
+    (an upstream failed under after-failure skip) or ``wait: why`` (its after-timeout)."""
+    why = verdict.split(": ", 1)[-1]
+    done, skips = after_run(job, Outcome("skipped", why, 0.0), now)
+    return done._replace(duration_s=None), skips

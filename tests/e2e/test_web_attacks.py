@@ -979,3 +979,47 @@ def test_calendars_and_windows_cannot_be_written_over_the_api(api: Api) -> None:
     assert api.sql("SELECT count(*) FROM calendars")[0][0] == before
     assert api.sql("SELECT count(*) FROM windows")[0][0] == 0
     assert_no_secret(api, [*answers, listed], *api.tokens.values())
+
+
+# --- Dependencies between jobs -----------------------------------------------------------
+
+GATED = "shell:/bin/true"
+
+
+def refused_edge(api: Api, who: str, jobs: list[dict[str, Any]], needle: str) -> None:
+    """``jobs`` applied by ``who``: one line of 422 naming ``after`` and ``needle``, nothing
+    written (no job, no edge, no audit row), no secret in the answer or the log."""
+    before = written(api), api.sql("SELECT count(*) FROM job_edges")[0][0]
+    with api.as_(who) as client:
+        answer = client.post("/api/jobs:apply", json={"jobs": jobs})
+    assert answer.status_code == 422, answer.text
+    found = answer.json()
+    assert found["field"] == "after" and needle in found["message"], found
+    assert "\n" not in found["message"]
+    assert (written(api), api.sql("SELECT count(*) FROM job_edges")[0][0]) == before
+    assert_no_secret(api, [answer], *api_secrets(api))
+
+
+def test_an_upstream_in_another_tenant_is_unknown_and_nothing_is_written(api: Api) -> None:
+    with allowed(api, GATED):
+        with api.as_("admin") as admin:
+            made = {"name": "payroll-export", "schedule": "@hourly", "handler": GATED}
+            assert admin.post("/api/jobs", json={**made, "tenant": "globex"}).status_code == 201
+        try:
+            spy = {"name": "spy", "schedule": "@hourly", "handler": GATED, "tenant": "acme"}
+            # The answer for another tenant's job is the answer for a name nobody has: a
+            # scoped token learns nothing of the names of other tenants' jobs.
+            refused_edge(api, "acme", [{**spy, "after": "payroll-export"}], "unknown upstream")
+            refused_edge(api, "acme", [{**spy, "after": "no-such-job"}], "unknown upstream")
+        finally:
+            with api.as_("admin") as admin:
+                admin.delete("/api/jobs/globex/payroll-export")
+
+
+def test_a_cycle_is_refused_naming_it_and_nothing_is_written(api: Api) -> None:
+    with allowed(api, GATED):
+        ring = [
+            {"name": n, "schedule": "@hourly", "handler": GATED, "after": up}
+            for n, up in (("ring-a", "ring-c"), ("ring-b", "ring-a"), ("ring-c", "ring-b"))
+        ]
+        refused_edge(api, "write", ring, "cycle: ring-")

@@ -116,6 +116,7 @@ JOB_KEYS = {
 
 SHOW_KEYS = JOB_KEYS | {
     "next_slots", "next_starts", "next_reasons", "calendar_skips", "recent_runs",
+    "upstreams", "downstreams",
 }  # fmt: skip
 
 

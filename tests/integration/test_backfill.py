@@ -234,3 +234,31 @@ async def test_a_released_or_recovered_attempt_keeps_its_slots_origin(
     assert len(await n2.recover(ALL, ["n2"], now=later)) == 1
     (run,) = await store.runs("tick")
     assert (run.status, run.attempt, run.origin) == ("lost", 2, "trigger")
+
+
+async def test_a_backfill_of_a_gated_job_runs_each_slot_after_its_upstreams(
+    store: JobStore, open_session: Opener, settings: ClusterSettings
+) -> None:
+    made = T0 + timedelta(days=1)
+    specs = [
+        JobSpec.build("extract", "@every 1m", "shell:true", tenant="acme"),
+        JobSpec.build("load", "@every 1m", "shell:true", tenant="acme", after="extract"),
+    ]
+    await store.apply(specs, now=made)
+    for name in ("load", "extract"):  # the downstream first: its slots still wait
+        end = T0 + timedelta(minutes=3)
+        await store.backfill(name, "acme", start=T0, end=end, max_parallel=3)
+    node = await open_session("n1")
+    batch: dict[tuple[str, datetime], int] = {}  # (job, slot) -> the claim that took it
+    while True:
+        await fill(settings, made)
+        flights = await node.flights.claim(ALL, 10, 30.0, now=made)
+        if not flights:
+            break
+        batch.update({(f.name, f.slot): len(set(batch.values())) for f in flights})
+        done = [after_run(f, OK, made)[0] for f in flights]
+        await node.completions.complete_flights(done, now=made)
+    slots = [T0 + timedelta(minutes=m) for m in range(3)]
+    assert sorted(batch) == sorted([("extract", s) for s in slots] + [("load", s) for s in slots])
+    # Each slot of load was claimed only after the claim that ran extract's slot ended.
+    assert all(batch[("extract", s)] < batch[("load", s)] for s in slots), batch

@@ -111,7 +111,9 @@ EXPECTED: dict[str, dict[str, str]] = {
         "'forbid', max_concurrent: 'int' = 10, cancel_grace_s: 'float' = "
         "10.0, zones: 'tuple[str, ...]' = (), each_zone: 'bool' = False, "
         "jitter_s: 'float' = 0.0, remove_when_done: 'bool' = False, calendar: 'str | None' = "
-        "None, on_excluded: 'str' = 'skip', business_day: 'int | None' = None) -> None",
+        "None, on_excluded: 'str' = 'skip', business_day: 'int | None' = None, "
+        "after: 'tuple[str, ...]' = (), after_match: 'str' = 'same', "
+        "after_timeout_s: 'float | None' = None, after_failure: 'str' = 'block') -> None",
         "build": "(cls, name: 'str', schedule: 'str', handler: 'str | Mapping[str, Any]', "
         "*, tenant: 'str' = 'default', tz: 'str' = 'UTC', payload: 'str | "
         "Mapping[str, Any] | None' = None, catch_up: 'str' = 'once', grace: 'str "
@@ -125,7 +127,9 @@ EXPECTED: dict[str, dict[str, str]] = {
         "str | None' = None, cancel_grace: 'str | float' = 10.0, zones: 'str | "
         "Sequence[str] | None' = None, each_zone: 'bool' = False, jitter: 'str | "
         "float' = 0.0, remove_when_done: 'bool' = False, calendar: 'str | None' = None, "
-        "on_excluded: 'str' = 'skip', business_day: 'int | str | None' = None) -> 'JobSpec'",
+        "on_excluded: 'str' = 'skip', business_day: 'int | str | None' = None, "
+        "after: 'str | Sequence[str] | None' = None, after_match: 'str' = 'same', "
+        "after_timeout: 'str | float | None' = None, after_failure: 'str' = 'block') -> 'JobSpec'",
         "from_mapping": "(cls, entry: 'Mapping[str, Any]') -> 'JobSpec'",
         "parsed_schedule": "(self) -> 'Schedule'",
         "validated": "(self) -> 'JobSpec'",
@@ -153,6 +157,7 @@ EXPECTED: dict[str, dict[str, str]] = {
         "details": "(self, name: 'str', tenant: 'str' = 'default', *, slots: 'int' = 5, "
         "runs: 'int' = 5) -> 'dict[str, Any]'",
         "get": "(self, name: 'str', tenant: 'str' = 'default') -> 'Job'",
+        "graph": "(self, tenant: 'str' = 'default') -> 'list[dict[str, str]]'",
         "init": "(self, shards: 'int | None' = None) -> 'InitResult'",
         "jobs": "(self, tenant: 'str | None' = None) -> 'list[Job]'",
         "open": "(cls, settings: 'ClusterSettings', application_name: 'str' = "
@@ -234,11 +239,15 @@ EXPECTED: dict[str, dict[str, str]] = {
         "'dict[str, Any]', scheduled_for: 'datetime', attempt: 'int', "
         "timeout_s: 'float', node_id: 'str', zone: 'str', output_limit: "
         "'int' = 16384, fencing_token: 'int' = 0, cancel_grace_s: 'float' "
-        "= 10.0, effects: 'Effects | None' = None) -> None",
+        "= 10.0, effects: 'Effects | None' = None, previous_slot: 'datetime | None' = "
+        "None, last_success_slot: 'datetime | None' = None, state: 'dict[str, Any]' = "
+        "<factory>) -> None",
         "log": "(self, message: 'str') -> 'None'",
         "raise_if_cancelled": "(self) -> 'None'",
+        "set_state": "(self, state: 'dict[str, Any]') -> 'None'",
         "transaction": "(self) -> 'RunTransaction'",
     },
+    "Skip": {"bases": "Exception, BaseException"},
     "StoreError": {"bases": "PulseError, Exception, BaseException"},
     "SyncResult": {
         "__init__": "(created: 'list[str]' = <factory>, differing: 'list[str]' = "

@@ -138,7 +138,9 @@ claimed AS (
               j.handler, nullif(j.payload, '{}'::jsonb) AS payload, j.shard_id, j.slot_at,
               j.attempt, j.lease_token, j.catch_up, j.grace_s, j.max_backfill, j.timeout_s,
               j.max_retries, j.retry_backoff_s, j.next_run_at, j.output_limit, j.overlap,
-              j.cancel_grace_s, j.cancel_by, false AS flight, j.jitter_s, j.calendar_rule
+              j.cancel_grace_s, j.cancel_by, false AS flight, j.jitter_s, j.calendar_rule,
+              j.gated,
+              j.prev_slot AS previous_slot, j.last_success_at AS last_success, j.state
 ),
 next_due AS (
     SELECT min(x.next_run_at) AS t

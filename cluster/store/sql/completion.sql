@@ -11,14 +11,15 @@ WITH clock AS (
 ),
 -- One JSON text per batch, cheap for the client to encode: per completion [id, token,
 -- slot, outcome, error, duration_us, next_run_at, next_slot or null, next_attempt,
--- output as JSON text or null, and only when set the next slot's origin]
+-- output as JSON text or null, the next slot's origin or null, state as JSON text or null]
 -- (cluster.store.records.complete_params), parsed once.
 input AS MATERIALIZED (
     SELECT (e->>0)::uuid AS id, (e->>1)::bigint AS token, (e->>2)::timestamptz AS slot,
            e->>3 AS outcome, e->>4 AS error, (e->>5)::bigint / 1e6::float8 AS duration_s,
            (e->>6)::timestamptz AS next_run_at,
            coalesce(e->>7, e->>6)::timestamptz AS next_slot,
-           (e->>8)::int AS next_attempt, (e->>9)::jsonb AS output, e->>10 AS origin
+           (e->>8)::int AS next_attempt, (e->>9)::jsonb AS output, e->>10 AS origin,
+           (e->>11)::jsonb AS state
     FROM json_array_elements(%(done)s::json) AS e
 ),
 skip_in AS MATERIALIZED (
@@ -45,7 +46,7 @@ done AS (
         slot_origin = CASE WHEN i.next_slot = i.slot AND i.outcome <> 'skipped'
                                 THEN o.slot_origin
                            WHEN i.origin IS NOT NULL THEN i.origin
-                           WHEN f.skips > 0 THEN 'catch-up' END,
+                           WHEN f.skips > f.own::int THEN 'catch-up' END,
         last_run_at = CASE WHEN i.outcome = 'skipped' THEN j.last_run_at ELSE i.slot END,
         locked_by = NULL,
         locked_at = NULL,
@@ -59,7 +60,14 @@ done AS (
         pause_note = CASE WHEN f.pause THEN 'paused after ' || j.failed_slots + 1
             || ' failed slots in a row; last error: ' || coalesce(left(i.error, 300), '-')
             ELSE j.pause_note END,
-        late_slot = CASE WHEN f.late THEN i.slot ELSE j.late_slot END
+        late_slot = CASE WHEN f.late THEN i.slot ELSE j.late_slot END,
+        prev_slot = CASE WHEN i.next_slot <> i.slot THEN i.slot ELSE j.prev_slot END,
+        last_success_at = CASE WHEN i.outcome = 'succeeded' THEN i.slot ELSE j.last_success_at END,
+        -- Only a success moves the state: a retry, or a run whose lease was lost, reads
+        -- the state the last success left (tests/integration/test_state.py).
+        state = CASE WHEN i.outcome = 'succeeded' AND i.state IS NOT NULL THEN
+                          nullif(i.state, '{}'::jsonb)
+                     ELSE j.state END
     FROM input i JOIN jobs o ON o.id = i.id
     CROSS JOIN LATERAL (
         SELECT x.*, x.fail AND NOT o.paused
@@ -71,7 +79,11 @@ done AS (
                      (i.outcome = 'skipped' AND NOT starts_with(coalesce(i.error, ''), 'calendar '))::int
                          + (SELECT count(*) FROM skip_in s WHERE s.job_id = i.id
                             AND s.slot <> i.slot AND NOT starts_with(s.reason, 'calendar ')) AS skips,
-                     (SELECT min(s.slot) FROM skip_in s WHERE s.job_id = i.id) AS first_skip
+                     (SELECT min(s.slot) FROM skip_in s WHERE s.job_id = i.id) AS first_skip,
+                     -- A gate's or a handler's skip (pulsecron.Skip): neither catch-up's
+                     -- nor a calendar's.
+                     i.outcome = 'skipped' AND NOT coalesce(starts_with(i.error, 'missed by ')
+                         OR starts_with(i.error, 'calendar '), true) AS own
              ) AS x
     ) AS f, clock k
     WHERE j.id = ANY(ARRAY(SELECT x.id FROM input x))
@@ -94,10 +106,13 @@ done AS (
               CASE WHEN f.skips > 0 THEN raise_alert('skipped', j.id, j.tenant_id, j.name,
                   least(f.first_skip, CASE WHEN i.outcome = 'skipped' THEN i.slot END),
                   NULL, %(node_id)s, %(zone)s, NULL,
-                  f.skips || CASE WHEN f.skips = 1 THEN ' slot' ELSE ' slots' END
-                  || ' skipped by catch-up ' || o.catch_up) END,
+                  CASE WHEN f.skips = 1 AND f.own THEN '1 slot skipped: ' || i.error
+                       ELSE f.skips || CASE WHEN f.skips = 1 THEN ' slot' ELSE ' slots' END
+                           || ' skipped by catch-up ' || o.catch_up END) END,
               CASE WHEN f.pause THEN raise_alert('paused', j.id, j.tenant_id, j.name, i.slot,
-                  o.attempt, %(node_id)s, %(zone)s, i.error, j.pause_note) END
+                  o.attempt, %(node_id)s, %(zone)s, i.error, j.pause_note) END,
+              -- After record_run: the downstreams' gates read this run row (migration 021).
+              CASE WHEN o.feeds THEN gate_release(j.id, NULL, k.t) END
 ),
 skipped AS (
     -- Never the completed slot itself: one statement cannot write a run row twice.

@@ -104,6 +104,10 @@ picked AS (
           AND (f.origin IS DISTINCT FROM 'backfill' OR NOT EXISTS (
               SELECT 1 FROM jobs x
               WHERE x.id = f.job_id AND x.status = 'running' AND x.overlap <> 'allow'))
+          -- A backfill slot of a job with upstreams waits for theirs (migration 021).
+          AND (f.origin IS DISTINCT FROM 'backfill' OR NOT EXISTS (
+              SELECT 1 FROM jobs x
+              WHERE x.id = f.job_id AND x.gated AND gate_verdict(x.id, f.slot) IS NOT NULL))
         ORDER BY f.due_at
         LIMIT %(limit)s
         FOR UPDATE OF f SKIP LOCKED
@@ -123,7 +127,10 @@ RETURNING j.id, j.tenant_id, j.name, j.schedule, j.tz, j.dst_repeated, j.dst_ski
           j.handler, nullif(j.payload, '{}'::jsonb) AS payload, j.shard_id, f.slot,
           f.attempt, f.lease_token, j.catch_up, j.grace_s, j.max_backfill, j.timeout_s,
           j.max_retries, j.retry_backoff_s, f.due_at, j.output_limit, j.overlap,
-          j.cancel_grace_s, f.cancel_by, true AS flight, j.jitter_s, j.calendar_rule;
+          j.cancel_grace_s, f.cancel_by, true AS flight, j.jitter_s, j.calendar_rule,
+          false AS gated,
+          NULL::timestamptz AS previous_slot, NULL::timestamptz AS last_success,
+          NULL::jsonb AS state;
 
 -- name: complete_flights
 -- Fenced completion of flights, one per ended attempt: the last attempt of a slot deletes
@@ -256,7 +263,9 @@ RETURNING j.id, j.tenant_id, j.name, j.schedule, j.tz, j.dst_repeated, j.dst_ski
           f.attempt, f.lease_token, j.catch_up, j.grace_s, j.max_backfill, j.timeout_s,
           j.max_retries, j.retry_backoff_s, f.due_at, j.output_limit, j.overlap,
           j.cancel_grace_s, f.cancel_by, true AS flight, j.jitter_s, j.calendar_rule,
-          d.poison, d.reason,
+          false AS gated,
+          NULL::timestamptz AS previous_slot, NULL::timestamptz AS last_success,
+          NULL::jsonb AS state, d.poison, d.reason,
           d.locked_by,
           record_run(j.id, j.tenant_id, j.name, f.slot, d.attempt, d.locked_by,
                      d.locked_zone, 'lost', d.lease_token, d.locked_at, k.t, NULL,

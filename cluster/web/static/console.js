@@ -279,8 +279,11 @@ async function jobPage(tenant, name) {
     buttons.resume.disabled = !canWrite || !j.paused;
     buttons.trigger.disabled = !canWrite || j.status === "running";
     buttons.cancel.disabled = !canWrite || !(j.recent_runs || []).some((r) => r.status === "running");
+    // Upstreams and downstreams (--after) link to their jobs, of the same tenant.
+    const linked = (names) => names.length ? names.flatMap((n, i) => [i ? ", " : "", el("a", { href: jobHref(j.tenant, n) }, n)]) : ["-"];
     facts.replaceChildren(...Object.entries(j).filter(([k]) => !["next_slots", "next_starts", "next_reasons", "calendar_skips", "recent_runs"].includes(k))
-      .flatMap(([k, v]) => [el("dt", {}, k), el("dd", {}, v === null ? "-" : typeof v === "object" ? JSON.stringify(v) : String(v))]));
+      .flatMap(([k, v]) => [el("dt", {}, k), ["upstreams", "downstreams"].includes(k) ? el("dd", {}, ...linked(v))
+        : el("dd", {}, v === null ? "-" : typeof v === "object" ? JSON.stringify(v) : String(v))]));
     // Runs and the slots the calendar or a blackout window skips, in slot order, each with why.
     const planned = j.next_slots.map((s, i) => ({ slot: s, start: (j.next_starts || [])[i], why: (j.next_reasons || [])[i] }));
     const skipped = (j.calendar_skips || []).map((k) => ({ slot: k.slot, start: null, why: k.reason }));

@@ -1,0 +1,99 @@
+"""Dependencies between jobs as users write them: ``after`` (upstream names), the match rule
+that pairs a downstream slot with its upstream's, and what an upstream failure does.
+
+Pure checks, no I/O: the store resolves names, refuses cycles and asks ``check_match`` with
+the upstreams' schedules before it writes an edge (docs/design/gates.md).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime, timedelta
+from zoneinfo import ZoneInfo
+
+from cluster.errors import InvalidInput
+from cluster.timing.schedule import Schedule
+
+MATCHES = ("same", "latest", "period:day", "period:hour")
+DEFAULT_MATCH = "same"
+FAILURES = ("block", "run", "skip")
+DEFAULT_FAILURE = "block"
+MAX_UPSTREAMS = 32
+# Slots of the downstream checked against the upstream's schedule at apply.
+_PROBE_SLOTS = 48
+_TICK = timedelta(microseconds=1)
+
+
+def parse_after(value: str | Sequence[str] | None) -> tuple[str, ...]:
+    """Upstream job names: a comma-separated string or a list; sorted, de-duplicated."""
+    if value is None:
+        return ()
+    items = value.split(",") if isinstance(value, str) else list(value)
+    names: set[str] = set()
+    for item in items:
+        if not isinstance(item, str) or not item.strip():
+            raise InvalidInput("after", "upstream names must be non-empty strings")
+        names.add(item.strip())
+    if len(names) > MAX_UPSTREAMS:
+        raise InvalidInput("after", f"at most {MAX_UPSTREAMS} upstreams")
+    return tuple(sorted(names))
+
+
+def parse_match(value: object) -> str:
+    if value not in MATCHES:
+        raise InvalidInput("after_match", f"{value!r} is not one of {', '.join(MATCHES)}")
+    assert isinstance(value, str)
+    return value
+
+
+def parse_failure(value: object) -> str:
+    if value not in FAILURES:
+        raise InvalidInput("after_failure", f"{value!r} is not one of {', '.join(FAILURES)}")
+    assert isinstance(value, str)
+    return value
+
+
+def _period(slot: datetime, unit: str, tz: str) -> tuple[datetime, datetime]:
+    local = slot.astimezone(ZoneInfo(tz))
+    if unit == "day":
+        start = local.replace(hour=0, minute=0, second=0, microsecond=0)
+        return start, start + timedelta(days=1)  # wall-clock arithmetic: DST days too
+    start = local.replace(minute=0, second=0, microsecond=0)
+    return start, start + timedelta(hours=1)
+
+
+def check_match(
+    name: str,
+    schedule: Schedule,
+    tz: str,
+    upstream: str,
+    upstream_schedule: Schedule,
+    match: str,
+    now: datetime,
+) -> None:
+    """``InvalidInput`` when ``match`` can never pair a slot of the downstream with one of
+    ``upstream``'s: ``same`` with a slot the upstream does not have, ``period`` with a period
+    in which it has none. Checked over the downstream's next slots."""
+    if match == "latest":
+        return
+    slot = schedule.at or schedule.next_after(now)
+    for _ in range(_PROBE_SLOTS):
+        if match == "same":
+            hit = upstream_schedule.at or upstream_schedule.next_after(slot - _TICK)
+            if hit != slot:
+                raise InvalidInput(
+                    "after_match",
+                    f"same: {name}'s slot {slot.isoformat()} is not a slot of {upstream}",
+                )
+        else:
+            lo, hi = _period(slot, match.split(":")[1], tz)
+            hit = upstream_schedule.at or upstream_schedule.next_after(lo - _TICK)
+            if not lo <= hit < hi:
+                raise InvalidInput(
+                    "after_match",
+                    f"{match}: {upstream} has no slot in the period of {name}'s slot "
+                    f"{slot.isoformat()}",
+                )
+        if schedule.at is not None:
+            return
+        slot = schedule.next_after(slot)

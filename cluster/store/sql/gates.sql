@@ -1,0 +1,96 @@
+-- Dependencies between jobs (migration 021, docs/design/gates.md): edges written at apply,
+-- the verdicts a claim asks for gated jobs, and the gate pass.
+
+-- name: gate_upstreams
+-- The upstreams named by a job, in its tenant only: another tenant's jobs are never named.
+SELECT j.id, j.name, j.schedule, j.tz, j.dst_repeated, j.dst_skipped
+FROM jobs j
+WHERE j.tenant_id = %(tenant_id)s AND j.name = ANY(%(names)s::text[]);
+
+-- name: gate_edges_of
+SELECT e.upstream_id, e.match FROM job_edges e WHERE e.downstream_id = %(id)s;
+
+-- name: gate_clear_edges
+DELETE FROM job_edges e WHERE e.downstream_id = %(id)s RETURNING e.upstream_id;
+
+-- name: gate_add_edges
+INSERT INTO job_edges (downstream_id, upstream_id, match)
+SELECT %(id)s, u, %(match)s FROM unnest(%(upstreams)s::uuid[]) AS u
+RETURNING upstream_id;
+
+-- name: gate_set_job
+-- A job that loses its last upstream is due at its slot again, unheld.
+UPDATE jobs j SET
+    gated = %(gated)s,
+    after_timeout_s = %(after_timeout_s)s,
+    after_failure = %(after_failure)s,
+    gate_wait = j.gate_wait AND %(gated)s,
+    next_run_at = CASE WHEN j.gate_wait AND NOT %(gated)s THEN j.slot_at ELSE j.next_run_at END
+WHERE j.id = %(id)s
+  AND (j.gated, j.after_timeout_s, j.after_failure)
+      IS DISTINCT FROM (%(gated)s, %(after_timeout_s)s::float8, %(after_failure)s)
+RETURNING j.id;
+
+-- name: gate_cycle
+-- A cycle through one of the given downstreams, as the names along it (first = last).
+WITH RECURSIVE walk (start, node, path) AS (
+    SELECT e.downstream_id, e.upstream_id, ARRAY[e.downstream_id, e.upstream_id]
+    FROM job_edges e WHERE e.downstream_id = ANY(%(ids)s::uuid[])
+    UNION ALL
+    SELECT w.start, e.upstream_id, w.path || e.upstream_id
+    FROM walk w JOIN job_edges e ON e.downstream_id = w.node
+    WHERE w.node <> w.start AND e.upstream_id <> ALL(w.path[2:])
+)
+SELECT (SELECT array_agg(j.name ORDER BY p.ord)
+        FROM unnest(w.path) WITH ORDINALITY AS p (id, ord) JOIN jobs j ON j.id = p.id) AS names
+FROM walk w WHERE w.node = w.start
+LIMIT 1;
+
+-- name: gate_refresh
+-- Marks the jobs that feed a downstream (their completions call gate_release), and asks
+-- the gates of the given downstreams again: a slot held or released by the new edges.
+WITH feeds AS (
+    UPDATE jobs j SET feeds = EXISTS (SELECT 1 FROM job_edges e WHERE e.upstream_id = j.id)
+    WHERE j.id = ANY(%(upstreams)s::uuid[])
+      AND j.feeds IS DISTINCT FROM EXISTS (SELECT 1 FROM job_edges e WHERE e.upstream_id = j.id)
+)
+UPDATE jobs j SET next_run_at = CASE WHEN j.gate_wait THEN j.slot_at ELSE j.next_run_at END
+WHERE j.id = ANY(%(downstreams)s::uuid[]) AND j.gated AND j.status = 'idle'
+RETURNING j.id, j.shard_id;
+
+-- name: gate_verdicts
+-- Asked by the claim loop for the first attempts of gated jobs it claimed: NULL runs the
+-- slot, 'skip: ...' or 'wait: ...' (an after-timeout reached) records it skipped.
+SELECT v.id, gate_verdict(v.id, v.slot) AS verdict
+FROM unnest(%(ids)s::uuid[], %(slots)s::timestamptz[]) AS v (id, slot);
+
+-- name: gate_pass
+-- Releases the held jobs of the given shards whose gate opened: a release its upstream's
+-- completion left (the row was locked then, or the upstream's node runs an older release).
+-- `held`: whether any slot of these shards still waits (one probe of jobs_gate_wait).
+SELECT gate_release(NULL, %(shards)s::int[]) AS released,
+       EXISTS (SELECT 1 FROM jobs j
+               WHERE j.gate_wait AND j.shard_id = ANY(%(shards)s::int[])) AS held;
+
+-- name: gate_neighbours
+-- Upstreams (`up`) and downstreams (`down`) of a job, and whether its slot is held.
+SELECT 'up' AS side, u.name, e.match, u.slot_at, u.status
+FROM job_edges e JOIN jobs u ON u.id = e.upstream_id WHERE e.downstream_id = %(id)s
+UNION ALL
+SELECT 'down', d.name, e.match, d.slot_at, d.status
+FROM job_edges e JOIN jobs d ON d.id = e.downstream_id WHERE e.upstream_id = %(id)s
+ORDER BY 1 DESC, 2;
+
+-- name: gate_graph
+-- Every edge of a tenant, downstream after upstream.
+SELECT u.name AS upstream, d.name AS downstream, e.match
+FROM job_edges e
+JOIN jobs d ON d.id = e.downstream_id
+JOIN jobs u ON u.id = e.upstream_id
+WHERE d.tenant_id = %(tenant_id)s
+ORDER BY u.name, d.name;
+
+-- name: gate_waits_for
+-- Why a held slot waits: the first upstream its gate is still waiting for.
+SELECT gate_verdict(j.id, j.slot_at) AS verdict, j.after_timeout_s, j.after_failure
+FROM jobs j WHERE j.id = %(id)s;

@@ -1,0 +1,65 @@
+"""`pulse jobs add --after`, `jobs show` and `jobs graph`: what an operator sees of the
+dependencies between jobs, and bad edges refused in one line with exit 2, nothing written."""
+
+from __future__ import annotations
+
+import json
+
+from cluster.settings import ClusterSettings
+from tests.helpers.cli import HANDLER, Invoke, assert_bad_input, jobs_rows
+
+
+def add(pulse: Invoke, name: str, *extra: str) -> None:
+    extra = extra if "--schedule" in extra else ("--schedule", "@hourly", *extra)
+    result = pulse("jobs", "add", name, "--handler", HANDLER, *extra)
+    assert result.exit_code == 0, result.output
+
+
+def test_show_and_graph_name_the_edges(initialised: Invoke) -> None:
+    add(initialised, "extract")
+    add(initialised, "load", "--after", "extract", "--after-timeout", "2h")
+    add(initialised, "report", "--after", "load", "--after-failure", "skip")
+    shown = initialised("jobs", "show", "load", "--json")
+    assert shown.exit_code == 0, shown.output
+    data = json.loads(shown.stdout)
+    assert (data["upstreams"], data["downstreams"]) == (["extract"], ["report"])
+    assert (data["after_match"], data["after_timeout_s"], data["after_failure"]) == (
+        "same",
+        7200.0,
+        "block",
+    )
+    assert data["waits_for"].startswith("upstream extract slot ")
+    text = initialised("jobs", "show", "load").stdout
+    assert "upstreams:        extract" in text and "waits_for:" in text
+    graph = initialised("jobs", "graph")
+    assert graph.stdout.splitlines() == [
+        "extract -> load  (same)",
+        "load -> report  (same)",
+    ]
+    dot = initialised("jobs", "graph", "--dot").stdout
+    assert '"extract" -> "load" [label="same"];' in dot and dot.startswith('digraph "default" {')
+
+
+def test_bad_edges_exit_2_and_write_nothing(settings: ClusterSettings, initialised: Invoke) -> None:
+    add(initialised, "extract", "--schedule", "@daily")
+    before = jobs_rows(settings)
+    base = ["jobs", "add", "load", "--handler", HANDLER]
+    cases = [
+        ([*base, "--schedule", "@hourly", "--after", "nope"], "after"),
+        ([*base, "--schedule", "@hourly", "--after", "extract"], "after_match"),
+        (
+            [*base, "--schedule", "@daily", "--after", "extract", "--after-match", "x"],
+            "after_match",
+        ),
+        (
+            [*base, "--schedule", "@daily", "--after", "extract", "--after-failure", "x"],
+            "after_failure",
+        ),
+        (
+            [*base, "--schedule", "@daily", "--after", "extract", "--after-timeout", "0s"],
+            "after_timeout",
+        ),
+    ]
+    for args, field in cases:
+        assert_bad_input(initialised(*args), field)
+    assert jobs_rows(settings) == before
