@@ -323,6 +323,8 @@ async def show_job(
         return
     upcoming, recent = data.pop("next_slots"), data.pop("recent_runs")
     starts = data.pop("next_starts")
+    reasons = data.pop("next_reasons", None) or [None] * len(upcoming)
+    skipped = data.pop("calendar_skips", None) or []
     for key, value in data.items():
         if key == "handler":  # an http: or celery: handler: its summary, then its options
             first, *more = handlerrefs.describe(value)
@@ -335,8 +337,11 @@ async def show_job(
             shown = ", ".join(value) or None
         click.echo(f"{key + ':':<18}{'-' if shown is None else shown}")
     click.echo("next slots:" if upcoming else "next slots: none")
-    for slot, start in zip(upcoming, starts, strict=True):
-        click.echo(f"  {slot}" if start == slot else f"  {slot}  starts {start}")
+    for slot, start, why in zip(upcoming, starts, reasons, strict=True):
+        line = f"  {slot}" if start == slot else f"  {slot}  starts {start}"
+        click.echo(line + (f"  ({why})" if why else ""))
+    for skip in skipped:
+        click.echo(f"  {skip['slot']}  skipped ({skip['reason']})")
     click.echo("recent runs:" if recent else "recent runs: none")
     for run in recent:
         node = run["node_id"] or "-"

@@ -28,7 +28,7 @@ async def complete(
     next_run = at(seconds + 1) if retry else following
     done = Completion(
         job.id, job.lease_token, job.slot, outcome, None, 0.1, next_run, following,
-        job.attempt + 1 if retry else 1, None, state,
+        job.attempt + 1 if retry else 1, None, state=state,
     )  # fmt: skip
     return await node.completions.complete([done], now=at(seconds))
 
