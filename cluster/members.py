@@ -16,7 +16,7 @@ import asyncio
 import contextlib
 import json
 import logging
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -114,7 +114,6 @@ class MemberRegistry:
         self._members_key = self._prefix + "members"
         self._info_prefix = self._prefix + "node:"
         self.channel = self._prefix + "membership"
-        self._presence_prefix = self._prefix + "present:"
         self._redis = connect_redis(settings.redis_url, timeout_s)
         self._heartbeat = self._redis.register_script(_HEARTBEAT)
         # The info a node sends changes rarely (its fenced-write count); it is encoded
@@ -187,29 +186,8 @@ class MemberRegistry:
             found.append(LiveMember(info, max(0.0, (now_ms - score) / 1000)))
         return sorted(found, key=lambda m: m.info.node_id)
 
-    async def connected(self, node_ids: Sequence[str]) -> set[str]:
-        """The given nodes whose membership subscription is open right now.
-
-        Each node's subscription also listens on a channel of its own, so Redis drops it
-        the moment the node's process dies: unlike its heartbeat, which outlives it by up
-        to the TTL, this says at once whether the process is still connected."""
-        if not node_ids:
-            return set()
-        try:
-            counts = await self._redis.pubsub_numsub(*(self._presence_prefix + n for n in node_ids))
-        except (RedisError, OSError) as exc:
-            raise MembershipError(f"cannot read subscriptions: {exc}") from exc
-        cut = len(self._presence_prefix)
-        return {str(channel)[cut:] for channel, count in counts if int(count) > 0}
-
-    async def watch(
-        self,
-        on_change: Callable[[str], Awaitable[None]],
-        stop: asyncio.Event,
-        node_id: str | None = None,
-    ) -> None:
-        """Call ``on_change(message)`` for every join/leave until ``stop`` is set; with
-        ``node_id``, the subscription also marks that node as connected (``connected``).
+    async def watch(self, on_change: Callable[[str], Awaitable[None]], stop: asyncio.Event) -> None:
+        """Call ``on_change(message)`` for every join/leave until ``stop`` is set.
 
         Between messages it waits on the subscription's socket and on ``stop``, not on a
         timer: an idle node should spend nothing on a subscription that has nothing to say.
@@ -220,10 +198,7 @@ class MemberRegistry:
         stopping = asyncio.ensure_future(stop.wait())
         reading: asyncio.Future[Any] | None = None
         try:
-            channels = [self.channel]
-            if node_id is not None:
-                channels.append(self._presence_prefix + node_id)
-            await pubsub.subscribe(*channels)
+            await pubsub.subscribe(self.channel)
             while not stop.is_set():
                 reading = asyncio.ensure_future(pubsub.get_message(timeout=None))
                 await asyncio.wait((reading, stopping), return_when=asyncio.FIRST_COMPLETED)

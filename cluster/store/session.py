@@ -33,7 +33,6 @@ from cluster.store.completions import Completions
 from cluster.store.connect import Conn, connect, describe
 from cluster.store.deadline import MARGIN_S, fetch_within
 from cluster.store.flights import FlightLease, Flights
-from cluster.store.lifelock import life_key
 from cluster.store.migrate import check_schema, stored_shard_count
 from cluster.store.queries import query, variant
 from cluster.store.records import ClaimResult, claimed_jobs, int_array
@@ -94,7 +93,6 @@ class LockSession:
         self._lock = asyncio.Lock()
         self.last_ok = 0.0  # monotonic time of the last successful round trip
         self.generation = 0  # bumps on every new connection
-        self.life_locked = False  # this session holds the node's life lock (lifelock.py)
         self.flights = Flights(self._run, node_id, zone)
         # A node writes its completions on the result writer; tests, on the session too.
         self.completions = Completions(self._run, node_id, zone)
@@ -139,23 +137,7 @@ class LockSession:
         self._conn, self._cur = conn, conn.cursor(row_factory=tuple_row)
         self.generation += 1
         self.last_ok = time.monotonic()
-        self.life_locked = False
-        await self.keep_life_lock()
         return shards
-
-    async def keep_life_lock(self) -> None:
-        """Take the node's life lock if this session does not hold it yet. A namesake
-        session (an earlier process of this node id, not ended yet) may hold it: then
-        peers notice this node's death at their next poll instead, until it is taken."""
-        if self.life_locked:
-            return
-        params = {"ns": self.namespace, "key": life_key(self.node_id)}
-        self.life_locked = bool((await self._run("take_life_lock", params))[0][0])
-        if not self.life_locked:
-            logger.info(
-                "life lock held by another session of this node id; retrying",
-                extra={"event": "life_lock_busy"},
-            )
 
     async def _check_session_locks(self, conn: Conn) -> None:
         """Refuse a transaction-mode pooler: session locks must outlive their statement.

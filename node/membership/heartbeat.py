@@ -80,7 +80,7 @@ class Heartbeat:
 
         while not stop.is_set():
             try:
-                await self._registry.watch(on_change, stop, self._info.node_id)
+                await self._registry.watch(on_change, stop)
                 failures.succeeded()
             except MembershipError as exc:
                 failures.failed(exc)

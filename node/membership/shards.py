@@ -1,12 +1,10 @@
 """The shard keeper: turns the ring's desired shards into advisory locks this node holds.
 
-Members are the live Redis members whose lock session exists in Postgres. A member whose
-session is missing and whose Redis subscription is gone too has died: it is dead at once,
-and evicted from the registry so every peer rebuilds its ring now. A member that lost only
-its session had a blip: it stays a member for a short grace, time to reconnect
-(docs/design/failover.md). Lost shards are unlocked, gained ones locked (a shard still
-locked by its previous owner is retried until free), and every gained shard is recovered
-before it is claimed.
+Members are the live Redis members whose lock session exists in Postgres; a member whose
+session has been missing for longer than a short grace is treated as dead even while its
+heartbeat lives, so a killed node's shards move within seconds, not after the heartbeat
+TTL. Lost shards are unlocked, gained ones locked (a shard still locked by its previous
+owner is retried until free), and every gained shard is recovered before it is claimed.
 A new session of a running node first takes back what the lost one may have claimed
 without the node hearing of it (``Recovery.take_back_untracked``).
 """
@@ -15,9 +13,9 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable
 
-from cluster.errors import MembershipError, StoreError
+from cluster.errors import StoreError
 from cluster.store.session import LockSession, SessionLost
 from node.membership.eachzone import ZoneChildren
 from node.state import NodeState
@@ -42,11 +40,7 @@ class ShardKeeper:
         *,
         expected_shards: int | None,
         take_back: Callable[[], Awaitable[int]] | None = None,
-        connected: Callable[[Sequence[str]], Awaitable[set[str]]] | None = None,
-        evict: Callable[[str], Awaitable[None]] | None = None,
     ) -> None:
-        self._connected = connected
-        self._evict = evict
         self._take_back = take_back
         self._take_back_due = False  # a session was lost: its answers may have been too
         self._state = state
@@ -84,58 +78,24 @@ class ShardKeeper:
         self._take_back_due = False
 
     async def members_alive(self) -> tuple[str, ...]:
-        """Live Redis members whose lock session exists, or vanished only just now while
-        their Redis subscription stayed (a blip, not a death)."""
+        """Live Redis members whose lock session exists (or vanished only just now)."""
         live = list(self._state.live)
-        me = self._state.node_id
         with_session = await self._session.live_sessions(live)
-        missing = [m for m in live if m not in with_session and m != me]
-        dead = set(missing) - await self._still_connected(missing)
         now = time.monotonic()
         alive = []
         for member in live:
-            if member not in missing:
+            if member in with_session or member == self._state.node_id:
                 self._missing_since.pop(member, None)
                 alive.append(member)
-                continue
-            if member in dead:
-                await self._died(member)
                 continue
             since = self._missing_since.setdefault(member, now)
             if now - since < DEAD_SESSION_GRACE_S:
                 alive.append(member)
         for gone in set(self._missing_since) - set(live):
             del self._missing_since[gone]
-        if me not in alive:
-            alive.append(me)
+        if self._state.node_id not in alive:
+            alive.append(self._state.node_id)
         return tuple(sorted(alive))
-
-    async def _still_connected(self, members: list[str]) -> set[str]:
-        """Which of ``members`` still have their Redis subscription; all of them when
-        Redis cannot say, so that only the grace decides."""
-        if not members or self._connected is None:
-            return set(members)
-        try:
-            return await self._connected(members)
-        except MembershipError:
-            return set(members)
-
-    async def _died(self, member: str) -> None:
-        """Session and subscription gone: a death. Out of the registry, so that every
-        peer's heartbeat hears the ``leave`` now instead of at the heartbeat TTL."""
-        if member in self._missing_since and self._missing_since[member] < 0:
-            return  # already evicted; the next heartbeat drops it from ``live``
-        self._missing_since[member] = -1.0
-        logger.warning(
-            "member %s died (no lock session, no Redis connection)",
-            member,
-            extra={"event": "member_died", "member": member},
-        )
-        if self._evict is not None:
-            try:
-                await self._evict(member)
-            except MembershipError as exc:
-                logger.info("could not evict %s: %s", member, exc)
 
     async def run_once(self) -> float | None:
         state = self._state
@@ -143,7 +103,6 @@ class ShardKeeper:
             await self.reconnect()
         if self._take_back_due and self._take_back is not None:
             await self._take_back_untracked(self._take_back)
-        await self._session.keep_life_lock()
         if not state.members_known or not state.claiming:
             return RETRY_MISSING_S
         alive = await self.members_alive()

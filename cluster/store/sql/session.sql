@@ -25,10 +25,9 @@ SELECT s.shard, pg_advisory_unlock(%(ns)s, s.shard) AS released
 FROM unnest(%(shards)s::int[]) AS s(shard);
 
 -- name: my_shard_locks
--- Shards and the start-up probe (-pid, at least -2^22); not the life lock (below that).
 SELECT objid::int AS shard FROM pg_locks
 WHERE locktype = 'advisory' AND pid = pg_backend_pid() AND granted
-  AND classid = %(ns)s::int::oid AND objsubid = 2 AND objid::int >= -4194304
+  AND classid = %(ns)s::int::oid AND objsubid = 2
 ORDER BY 1;
 
 -- name: shard_holders
@@ -47,18 +46,3 @@ SELECT coalesce(%(now)s::timestamptz, now()) AS now;
 -- node); a namesake in another database is another cluster's node (test_session.py).
 SELECT DISTINCT application_name AS node_id FROM pg_stat_activity
 WHERE application_name = ANY(%(ids)s::text[]) AND datname = current_database();
-
--- name: take_life_lock
--- The node's life lock (cluster/store/lifelock.py): held by its lock session while it
--- lives, so a peer waiting for it learns at once that the session ended.
-SELECT pg_try_advisory_lock(%(ns)s, %(key)s) AS got;
-
--- name: await_life_lock
--- Granted only once the peer's lock session has ended, or fails at the lock_timeout.
-SELECT pg_advisory_lock(%(ns)s, %(key)s);
-
--- name: release_life_lock
-SELECT pg_advisory_unlock(%(ns)s, %(key)s);
-
--- name: life_watch_setup
-SELECT set_config('lock_timeout', %(ms)s, false);
