@@ -16,7 +16,7 @@ from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
-from cluster.jobs.spec import DEFAULT_OUTPUT_LIMIT, DEFAULT_TENANT, DEFAULT_TIMEOUT_S
+from cluster.jobs.fields import DEFAULT_OUTPUT_LIMIT, DEFAULT_TENANT, DEFAULT_TIMEOUT_S
 from node.handlers.context import RunContext
 
 __all__ = ["arun", "context", "run"]

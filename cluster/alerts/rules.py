@@ -22,7 +22,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from cluster.errors import InvalidInput
-from cluster.jobs.spec import check_text, validate_name
+from cluster.jobs.fields import check_text, validate_name
 
 EVENTS = ("failed", "recovered", "lost", "late", "skipped", "paused")
 FORMATS = ("json", "slack")

@@ -43,7 +43,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from cluster.chaos import ledger
-from cluster.jobs.spec import DEFAULT_RETRY_BACKOFF_S as DEFAULT_BACKOFF_S
+from cluster.jobs.fields import DEFAULT_RETRY_BACKOFF_S as DEFAULT_BACKOFF_S
 from cluster.jobs.spec import JobSpec
 
 HANDLER = "cluster.chaos.witness:record"

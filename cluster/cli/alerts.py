@@ -18,7 +18,7 @@ import click
 from cluster.alerts.rules import EVENTS, FORMATS, AlertEvent, AlertRule, body, redact_url
 from cluster.alerts.webhook import Answer, post
 from cluster.cli.base import PulseGroup, emit_json, fail, run, settings_of
-from cluster.cli.jobs import table
+from cluster.cli.table import table
 from cluster.config.egress import EgressPolicy
 from cluster.outbound.transport import fixed, guarded_client
 from cluster.store.alerts import DELIVERY_STATUSES, AlertStore

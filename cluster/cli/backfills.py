@@ -6,8 +6,8 @@ from __future__ import annotations
 import click
 
 from cluster.cli.base import PulseCommand, PulseGroup, emit_json, parse_time, with_store
-from cluster.cli.jobs import table
-from cluster.jobs import spec
+from cluster.cli.table import table
+from cluster.jobs import fields
 from cluster.jobs.models import iso
 from cluster.store.backfills import Backfill
 from cluster.store.jobs import JobStore
@@ -15,7 +15,9 @@ from cluster.store.jobs import JobStore
 
 @click.command("backfill", cls=PulseCommand)
 @click.argument("name")
-@click.option("--tenant", default=spec.DEFAULT_TENANT, show_default=True, help="The job's tenant.")
+@click.option(
+    "--tenant", default=fields.DEFAULT_TENANT, show_default=True, help="The job's tenant."
+)
 @click.option("--from", "start", required=True, help="First instant, ISO 8601 with offset.")
 @click.option("--to", "end", required=True, help="End instant (excluded), ISO 8601 with offset.")
 @click.option("--only-missing", is_flag=True, help="Leave out slots whose run succeeded.")

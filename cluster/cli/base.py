@@ -20,6 +20,7 @@ import click
 
 from cluster import logs
 from cluster.errors import InvalidInput, NotFound, PulseError
+from cluster.jobs.fields import DEFAULT_TENANT
 from cluster.settings import (
     DEFAULT_CLUSTER,
     DEFAULT_DATABASE_URL,
@@ -155,6 +156,11 @@ def with_store(
         return run(go())
 
     return wrapper
+
+
+tenant_option = click.option(
+    "--tenant", default=DEFAULT_TENANT, show_default=True, help="Tenant the job belongs to."
+)
 
 
 def duration_option(flag: str, default_s: float, help: str, **kw: Any) -> Callable[[F], F]:

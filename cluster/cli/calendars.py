@@ -10,7 +10,7 @@ from pathlib import Path
 import click
 
 from cluster.cli.base import PulseGroup, emit_json, with_store
-from cluster.cli.jobs import table
+from cluster.cli.table import table
 from cluster.errors import InvalidInput
 from cluster.jobs.models import iso
 from cluster.store.jobs import JobStore

@@ -9,7 +9,7 @@ import click
 
 from cluster.cli import audited
 from cluster.cli.base import PulseGroup, emit_json, with_store
-from cluster.cli.jobs import table
+from cluster.cli.table import table
 from cluster.config.keys import KEYS, audit_text, canonical, defaults
 from cluster.config.retention import KEEP_RUNS
 from cluster.jobs.models import iso

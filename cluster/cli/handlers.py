@@ -7,7 +7,7 @@ from __future__ import annotations
 import click
 
 from cluster.cli.base import PulseGroup, emit_json, with_store
-from cluster.cli.jobs import table
+from cluster.cli.table import table
 from cluster.jobs.models import iso
 from cluster.store.jobs import JobStore
 

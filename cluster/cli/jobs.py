@@ -2,33 +2,29 @@
 
 from __future__ import annotations
 
-import json
 import os
-from datetime import UTC, datetime
 from typing import Any
 
 import click
 
+from cluster.cli import jobviews
 from cluster.cli.base import (
     PulseGroup,
     duration_option,
     emit_json,
     fail,
     parse_time,
+    tenant_option,
     with_store,
 )
-from cluster.cli.timelines import print_steps
 from cluster.errors import InvalidInput
-from cluster.jobs import handlerrefs, shellrefs, spec
+from cluster.jobs import fields, handlerrefs, shellrefs
 from cluster.jobs.files import load_specs
 from cluster.jobs.models import Job, iso
 from cluster.jobs.registry import export_yaml, handlers_of, load_modules, specs_of
 from cluster.jobs.spec import JobSpec
 from cluster.jobs.timerules import DEFAULT_ON_EXCLUDED
 from cluster.store.jobs import JobStore
-from cluster.store.timeline import explain_job, outage_of
-
-SHOW_SLOTS = 5
 
 
 @click.group(cls=PulseGroup)
@@ -36,9 +32,8 @@ def jobs() -> None:
     """Create, list and control jobs."""
 
 
-tenant_option = click.option(
-    "--tenant", default=spec.DEFAULT_TENANT, show_default=True, help="Tenant the job belongs to."
-)
+for _command in jobviews.COMMANDS:
+    jobs.add_command(_command)
 
 
 @jobs.command("add")
@@ -64,48 +59,48 @@ tenant_option = click.option(
     multiple=True,
     help="A node environment variable a shell: job gets (repeatable; it gets no other).",
 )
-@click.option("--tz", default=spec.DEFAULT_TZ, show_default=True, help="IANA time zone.")
+@click.option("--tz", default=fields.DEFAULT_TZ, show_default=True, help="IANA time zone.")
 @click.option("--payload", default=None, help="A JSON object passed to the handler.")
 @tenant_option
 @click.option(
-    "--catch-up", default=spec.DEFAULT_CATCH_UP, show_default=True, help="skip | once | backfill"
+    "--catch-up", default=fields.DEFAULT_CATCH_UP, show_default=True, help="skip | once | backfill"
 )
-@duration_option("--grace", spec.DEFAULT_GRACE_S, "Lateness tolerated by skip.")
+@duration_option("--grace", fields.DEFAULT_GRACE_S, "Lateness tolerated by skip.")
 @click.option(
     "--max-backfill",
-    default=str(spec.DEFAULT_MAX_BACKFILL),
+    default=str(fields.DEFAULT_MAX_BACKFILL),
     show_default=True,
     help="Backfill cap.",
 )
-@duration_option("--timeout", spec.DEFAULT_TIMEOUT_S, "Per-run time limit.")
+@duration_option("--timeout", fields.DEFAULT_TIMEOUT_S, "Per-run time limit.")
 @click.option(
-    "--retries", default=str(spec.DEFAULT_RETRIES), show_default=True, help="Retries of a slot."
+    "--retries", default=str(fields.DEFAULT_RETRIES), show_default=True, help="Retries of a slot."
 )
-@duration_option("--retry-backoff", spec.DEFAULT_RETRY_BACKOFF_S, "First retry delay.")
+@duration_option("--retry-backoff", fields.DEFAULT_RETRY_BACKOFF_S, "First retry delay.")
 @click.option(
-    "--dst-repeated", default=spec.DEFAULT_DST_REPEATED, show_default=True, help="once | twice"
+    "--dst-repeated", default=fields.DEFAULT_DST_REPEATED, show_default=True, help="once | twice"
 )
 @click.option(
-    "--dst-skipped", default=spec.DEFAULT_DST_SKIPPED, show_default=True, help="shift | skip"
+    "--dst-skipped", default=fields.DEFAULT_DST_SKIPPED, show_default=True, help="shift | skip"
 )
 @click.option("--keep-for", default=None, help="Keep runs this long [default: cluster config].")
 @click.option("--keep-runs", default=None, help="Keep at most N runs [default: cluster config].")
 @click.option(
     "--output-limit",
-    default=f"{spec.DEFAULT_OUTPUT_LIMIT // 1024}KiB",
+    default=f"{fields.DEFAULT_OUTPUT_LIMIT // 1024}KiB",
     show_default=True,
     help="Output kept per stream of a run (at most 256KiB).",
 )
-@duration_option("--late-after", spec.DEFAULT_LATE_AFTER_S, "Alert when a slot starts this late.")
+@duration_option("--late-after", fields.DEFAULT_LATE_AFTER_S, "Alert when a slot starts this late.")
 @click.option("--pause-after-failures", default=None, help="Pause after N failed slots in a row.")
 @click.option(
     "--overlap",
-    default=spec.DEFAULT_OVERLAP,
+    default=fields.DEFAULT_OVERLAP,
     show_default=True,
     help="A slot due while the last runs: forbid (waits) | allow (runs too) | replace.",
 )
 @click.option("--max-concurrent", default=None, help="Slots in flight at once (overlap allow).")
-@duration_option("--cancel-grace", spec.DEFAULT_CANCEL_GRACE_S, "SIGTERM to SIGKILL on cancel.")
+@duration_option("--cancel-grace", fields.DEFAULT_CANCEL_GRACE_S, "SIGTERM to SIGKILL on cancel.")
 @duration_option("--jitter", 0.0, "Each slot starts within [slot, slot + jitter).")
 @click.option("--calendar", default=None, help="A business calendar (pulse calendars).")
 @click.option(
@@ -242,134 +237,10 @@ def export_jobs(modules: tuple[str, ...]) -> None:
     click.echo(export_yaml(registries), nl=False)
 
 
-def table(rows: list[list[str]]) -> None:
-    if not rows:
-        return
-    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
-    for row in rows:
-        click.echo("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip())
-
-
-def _note(job: Job) -> str:
-    """The job's pause note, and its `pause --until` while that time is ahead."""
-    held = job.paused_until is not None and job.paused_until > datetime.now(UTC)
-    until = f"paused until {iso(job.paused_until)}" if held else ""
-    return "; ".join(n for n in (until, job.pause_note or "") if n)
-
-
-def _when(job: Job) -> str:
-    return job.next_run_at.strftime("%Y-%m-%d %H:%M:%S%z") if job.next_run_at else "-"
-
-
 def _next_run(job: Job) -> str:
     if job.status == "done":
         return "none (done: its one slot has run)"
     return iso(job.next_run_at) or "none while paused"
-
-
-@jobs.command("list")
-@click.option("--tenant", default=None, help="Only this tenant.")
-@click.option("--json", "as_json", is_flag=True)
-@with_store
-async def list_jobs(store: JobStore, tenant: str | None, as_json: bool) -> None:
-    """List jobs."""
-    found = await store.jobs(tenant)
-    if as_json:
-        emit_json([job.to_json() for job in found])
-        return
-    header = ["TENANT", "NAME", "SCHEDULE", "TZ", "STATUS", "NEXT RUN", "HANDLER"]
-    body = [
-        [j.tenant, j.name, j.schedule, j.tz, j.status, _when(j), handlerrefs.describe(j.handler)[0]]
-        for j in found
-    ]
-    notes = [_note(j) for j in found]
-    if any(notes):
-        header.append("NOTE")
-        for row, note in zip(body, notes, strict=True):
-            row.append(note)
-    table([header, *body])
-    if not found:
-        click.echo("no jobs")
-
-
-@jobs.command("show")
-@click.argument("name")
-@tenant_option
-@click.option(
-    "--explain", is_flag=True, help="Each coming slot with DST, calendar, window, jitter."
-)
-@click.option("--outage", default=None, help="FROM..TO: what catch-up does after such an outage.")
-@click.option("--json", "as_json", is_flag=True)
-@with_store
-async def show_job(
-    store: JobStore, name: str, tenant: str, explain: bool, outage: str | None, as_json: bool
-) -> None:
-    """Show one job, its next slots and its latest runs (or its timeline explained)."""
-    if explain or outage is not None:
-        job = await store.get(name, tenant)
-        if outage is not None:
-            start, _, end = outage.partition("..")
-            begin, until = parse_time(start, "outage"), parse_time(end or None, "outage")
-            if begin is None or until is None:
-                raise InvalidInput("outage", "give FROM..TO, two ISO 8601 times with offsets")
-            steps = outage_of(job, begin, until)
-        else:
-            steps = explain_job(job, await store.db_now(), SHOW_SLOTS * 2)
-        print_steps(steps, as_json)
-        return
-    data = await store.details(name, tenant, slots=SHOW_SLOTS)
-    if as_json:
-        emit_json(data)
-        return
-    upcoming, recent = data.pop("next_slots"), data.pop("recent_runs")
-    starts = data.pop("next_starts")
-    reasons = data.pop("next_reasons", None) or [None] * len(upcoming)
-    skipped = data.pop("calendar_skips", None) or []
-    for key, value in data.items():
-        if key == "handler":  # an http: or celery: handler: its summary, then its options
-            first, *more = handlerrefs.describe(value)
-            click.echo(f"{'handler:':<18}{first}")
-            for line in more:
-                click.echo(f"{'':<20}{line}")
-            continue
-        shown = json.dumps(value, ensure_ascii=False) if isinstance(value, dict) else value
-        if isinstance(value, list):  # upstreams, downstreams
-            shown = ", ".join(value) or None
-        click.echo(f"{key + ':':<18}{'-' if shown is None else shown}")
-    click.echo("next slots:" if upcoming else "next slots: none")
-    for slot, start, why in zip(upcoming, starts, reasons, strict=True):
-        line = f"  {slot}" if start == slot else f"  {slot}  starts {start}"
-        click.echo(line + (f"  ({why})" if why else ""))
-    for skip in skipped:
-        click.echo(f"  {skip['slot']}  skipped ({skip['reason']})")
-    click.echo("recent runs:" if recent else "recent runs: none")
-    for run in recent:
-        node = run["node_id"] or "-"
-        click.echo(f"  {run['scheduled_for']}  {run['status']:<9} attempt {run['attempt']}  {node}")
-
-
-@jobs.command("graph")
-@tenant_option
-@click.option("--dot", is_flag=True, help="Print Graphviz DOT instead of text.")
-@click.option("--json", "as_json", is_flag=True, help="Print the edges as JSON.")
-@with_store
-async def graph_jobs(store: JobStore, tenant: str, dot: bool, as_json: bool) -> None:
-    """Print the dependencies between a tenant's jobs (upstream -> downstream)."""
-    edges = await store.graph(tenant)
-    if as_json:
-        emit_json(edges)
-    elif dot:
-        click.echo(f"digraph {json.dumps(tenant)} {{")
-        for e in edges:
-            label = json.dumps(e["match"])
-            click.echo(
-                f"  {json.dumps(e['upstream'])} -> {json.dumps(e['downstream'])} [label={label}];"
-            )
-        click.echo("}")
-    elif not edges:
-        click.echo(f"no dependencies in tenant {tenant}")
-    for e in [] if as_json or dot else edges:
-        click.echo(f"{e['upstream']} -> {e['downstream']}  ({e['match']})")
 
 
 def _done(verb: str, job: Job) -> None:
@@ -436,4 +307,4 @@ for _verb in ("resume", "trigger", "remove"):
     _control(_verb)
 
 
-__all__ = ["jobs", "table"]
+__all__ = ["jobs"]

@@ -18,9 +18,10 @@ from cluster.cli.base import (
     parse_time,
     run,
     settings_of,
+    tenant_option,
 )
-from cluster.cli.jobs import table, tenant_option
 from cluster.cli.prune import prune_runs
+from cluster.cli.table import table
 from cluster.jobs.models import RUN_STATUSES, Run, iso
 from cluster.store import JobStore
 

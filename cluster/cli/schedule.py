@@ -11,8 +11,8 @@ import click
 from cluster.cli.base import PulseCommand, emit_json, fail, parse_time
 from cluster.cli.timelines import print_steps
 from cluster.errors import InvalidInput
+from cluster.jobs.fields import DEFAULT_TENANT
 from cluster.jobs.models import iso
-from cluster.jobs.spec import DEFAULT_TENANT
 from cluster.timing import timeline
 from cluster.timing.durations import parse_duration
 from cluster.timing.jitter import check_jitter, jittered

@@ -8,7 +8,7 @@ import click
 
 from cluster.cli import audited
 from cluster.cli.base import PulseGroup, emit_json, with_store
-from cluster.cli.jobs import table
+from cluster.cli.table import table
 from cluster.errors import InvalidInput
 from cluster.jobs.models import iso
 from cluster.store.jobs import JobStore

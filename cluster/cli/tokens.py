@@ -10,9 +10,9 @@ import click
 
 from cluster.cli import audited
 from cluster.cli.base import PulseCommand, PulseGroup, emit_json, with_store
-from cluster.cli.jobs import table
+from cluster.cli.table import table
+from cluster.jobs.fields import validate_name
 from cluster.jobs.models import iso
-from cluster.jobs.spec import validate_name
 from cluster.store.jobs import JobStore
 from cluster.timing.expiry import DEFAULT_EXPIRES, parse_expiry
 from cluster.web.tokens import ROLES, new_token, token_hash

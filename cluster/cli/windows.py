@@ -6,7 +6,7 @@ from __future__ import annotations
 import click
 
 from cluster.cli.base import PulseGroup, emit_json, parse_time, with_store
-from cluster.cli.jobs import table
+from cluster.cli.table import table
 from cluster.errors import InvalidInput
 from cluster.jobs.models import iso
 from cluster.store.jobs import JobStore

@@ -23,7 +23,8 @@ from typing import Any, TypeVar, overload
 import yaml
 
 from cluster.errors import InvalidInput
-from cluster.jobs.spec import DEFAULT_TENANT, JobSpec, validate_name
+from cluster.jobs.fields import DEFAULT_TENANT, validate_name
+from cluster.jobs.spec import JobSpec
 from cluster.timing.durations import format_duration
 
 F = TypeVar("F", bound=Callable[..., Any])

@@ -14,8 +14,8 @@ from typing import Any
 import psycopg
 
 from cluster.errors import Conflict, NotFound
+from cluster.jobs.fields import check_text
 from cluster.jobs.models import iso
-from cluster.jobs.spec import check_text
 from cluster.store.connect import Conn
 from cluster.store.queries import query, store_error
 

@@ -14,8 +14,8 @@ from datetime import date, datetime
 from typing import Any
 
 from cluster.errors import Conflict, NotFound
+from cluster.jobs.fields import validate_name
 from cluster.jobs.models import iso
-from cluster.jobs.spec import validate_name
 from cluster.store.rules import Rules
 from cluster.store.scoped import ScopedConnection
 from cluster.timing.calendars import Calendar, format_weekdays

@@ -26,8 +26,9 @@ from uuid import UUID
 
 from cluster.config.retention import Retention
 from cluster.errors import Conflict, NotFound
+from cluster.jobs.fields import DEFAULT_TENANT, check_text
 from cluster.jobs.models import Job, Run, iso
-from cluster.jobs.spec import DEFAULT_TENANT, JobSpec, check_text
+from cluster.jobs.spec import JobSpec
 from cluster.settings import ClusterSettings
 from cluster.store import config as cluster_config
 from cluster.store import pruning

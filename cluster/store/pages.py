@@ -7,8 +7,8 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
+from cluster.jobs.fields import check_text
 from cluster.jobs.models import Job, Run
-from cluster.jobs.spec import check_text
 from cluster.store.connect import Conn
 from cluster.store.queries import fetch_all
 

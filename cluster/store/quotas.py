@@ -19,8 +19,8 @@ from typing import Any
 from psycopg.types.json import Jsonb
 
 from cluster.errors import InvalidInput
+from cluster.jobs.fields import validate_name
 from cluster.jobs.models import iso
-from cluster.jobs.spec import validate_name
 from cluster.store.connect import Conn
 from cluster.store.queries import fetch_all, fetch_one
 

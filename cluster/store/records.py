@@ -16,7 +16,7 @@ from datetime import UTC, datetime
 from typing import Any, NamedTuple
 from uuid import UUID
 
-from cluster.jobs.spec import DEFAULT_CANCEL_GRACE_S, DEFAULT_OUTPUT_LIMIT, DEFAULT_OVERLAP
+from cluster.jobs.fields import DEFAULT_CANCEL_GRACE_S, DEFAULT_OUTPUT_LIMIT, DEFAULT_OVERLAP
 
 __all__ = [
     "NEVER",

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from cluster.errors import InvalidInput, NotRunning
-from cluster.jobs.spec import DEFAULT_TENANT, MAX_COUNT, check_text
+from cluster.jobs.fields import DEFAULT_TENANT, MAX_COUNT, check_text
 from cluster.store import backfills
 from cluster.store.backfills import Backfill, BackfillPlan
 from cluster.store.notify import CANCEL_PREFIX

@@ -10,7 +10,8 @@ from datetime import datetime
 from typing import Any
 
 from cluster.errors import InvalidInput
-from cluster.jobs.spec import DEFAULT_TENANT, JobSpec, check_text
+from cluster.jobs.fields import DEFAULT_TENANT, check_text
+from cluster.jobs.spec import JobSpec
 
 
 @dataclass

@@ -17,8 +17,8 @@ from typing import Any
 import psycopg
 
 from cluster.errors import InvalidInput, StoreError
+from cluster.jobs.fields import validate_name
 from cluster.jobs.models import iso
-from cluster.jobs.spec import validate_name
 from cluster.store.connect import Conn, describe
 from cluster.store.queries import query
 

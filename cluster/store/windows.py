@@ -11,8 +11,8 @@ from datetime import datetime
 from typing import Any
 
 from cluster.errors import InvalidInput, NotFound
+from cluster.jobs.fields import check_text, validate_name
 from cluster.jobs.models import iso
-from cluster.jobs.spec import check_text, validate_name
 from cluster.store.rules import Rules
 from cluster.store.scoped import ScopedConnection
 

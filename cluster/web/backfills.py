@@ -9,8 +9,8 @@ from typing import Any
 from fastapi import APIRouter, HTTPException, Query, Request
 
 from cluster.errors import InvalidInput
+from cluster.jobs.fields import MAX_NAME_LENGTH
 from cluster.jobs.models import iso
-from cluster.jobs.spec import MAX_NAME_LENGTH
 from cluster.web.audit import record
 from cluster.web.auth import Reader, Writer
 from cluster.web.bodies import iso_time, json_object

@@ -13,7 +13,7 @@ from typing import Any
 
 from fastapi import APIRouter, Request
 
-from cluster.jobs.spec import validate_name
+from cluster.jobs.fields import validate_name
 from cluster.web.auth import Reader
 from cluster.web.state import state_of
 

@@ -17,9 +17,10 @@ from fastapi import APIRouter, HTTPException, Query, Request, Response
 
 from cluster.config.admission import NotAllowed, admit
 from cluster.errors import InvalidInput
+from cluster.jobs.fields import DEFAULT_TENANT, MAX_NAME_LENGTH
 from cluster.jobs.files import specs_of
 from cluster.jobs.models import iso
-from cluster.jobs.spec import DEFAULT_TENANT, MAX_NAME_LENGTH, JobSpec
+from cluster.jobs.spec import JobSpec
 from cluster.web.audit import record
 from cluster.web.auth import Principal, Reader, Writer
 from cluster.web.bodies import (

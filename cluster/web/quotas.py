@@ -15,7 +15,7 @@ from typing import Any
 from fastapi import APIRouter, HTTPException, Request, Response
 
 from cluster.errors import InvalidInput
-from cluster.jobs.spec import validate_name
+from cluster.jobs.fields import validate_name
 from cluster.store.quotas import CAPS, MAX_CAP
 from cluster.web.audit import record
 from cluster.web.auth import Admin, Reader, unscoped

@@ -8,8 +8,8 @@ from typing import Any
 from fastapi import APIRouter, Query, Request
 
 from cluster.errors import InvalidInput
+from cluster.jobs.fields import MAX_NAME_LENGTH
 from cluster.jobs.models import RUN_STATUSES
-from cluster.jobs.spec import MAX_NAME_LENGTH
 from cluster.web.auth import Reader
 from cluster.web.bodies import (
     MAX_CURSOR_LENGTH,

@@ -14,7 +14,7 @@ from typing import Any
 from fastapi import APIRouter, HTTPException, Request, Response
 
 from cluster.errors import InvalidInput
-from cluster.jobs.spec import validate_name
+from cluster.jobs.fields import validate_name
 from cluster.web.audit import record
 from cluster.web.auth import Admin, Reader, unscoped
 from cluster.web.bodies import json_object, request_body

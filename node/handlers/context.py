@@ -19,7 +19,7 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, NamedTuple
 from uuid import UUID
 
-from cluster.jobs.spec import DEFAULT_CANCEL_GRACE_S, DEFAULT_OUTPUT_LIMIT
+from cluster.jobs.fields import DEFAULT_CANCEL_GRACE_S, DEFAULT_OUTPUT_LIMIT
 from node.handlers.output import RunLog, compose, storable
 
 if TYPE_CHECKING:

@@ -6,8 +6,9 @@ import pytest
 
 from cluster.errors import InvalidInput
 from cluster.jobs import shellrefs
+from cluster.jobs.fields import validate_handler
 from cluster.jobs.shellrefs import ShellCommand
-from cluster.jobs.spec import JobSpec, validate_handler
+from cluster.jobs.spec import JobSpec
 
 
 def test_command_text_stays_text_and_json_forms_are_canonical() -> None:

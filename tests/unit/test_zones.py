@@ -7,7 +7,8 @@ import uuid
 import pytest
 
 from cluster.errors import InvalidInput
-from cluster.jobs.spec import JobSpec, parse_zones
+from cluster.jobs.fields import parse_zones
+from cluster.jobs.spec import JobSpec
 from ring import MAX_SHARD_COUNT, Ring
 from ring.zones import (
     ZONE_SHARD_BASE,
