@@ -123,6 +123,24 @@ def _skips(job: ClaimedJob, plan: CatchUpPlan, now: datetime) -> list[Skip]:
     return skips
 
 
+def _skipped_at_claim(
+    job: ClaimedJob, reason: str, next_run_at: datetime, next_slot: datetime, origin: str | None
+) -> Completion:
+    """The write that records the claimed slot skipped and moves the job to ``next_slot``."""
+    return Completion(
+        id=job.id,
+        token=job.lease_token,
+        slot=job.slot,
+        outcome="skipped",
+        error=reason,
+        duration_s=None,
+        next_run_at=next_run_at,
+        next_slot=next_slot,
+        next_attempt=1,
+        origin=origin,
+    )
+
+
 def plan_at_claim(job: ClaimedJob, now: datetime) -> tuple[Completion, list[Skip]] | None:
     """None when the claimed slot should run; else the write that skips it instead.
 
@@ -142,16 +160,8 @@ def plan_at_claim(job: ClaimedJob, now: datetime) -> tuple[Completion, list[Skip
         return None
     skips = [s for s in _skips(job, plan, now) if s.slot != job.slot]
     reason = _reason(job, plan, job.slot, now)
-    done = Completion(
-        id=job.id,
-        token=job.lease_token,
-        slot=job.slot,
-        outcome="skipped",
-        error=reason,
-        duration_s=None,
-        next_run_at=start_of(job, plan.next_slot),
-        next_slot=plan.next_slot,
-        next_attempt=1,
+    done = _skipped_at_claim(
+        job, reason, start_of(job, plan.next_slot), plan.next_slot, origin=None
     )
     return done, skips
 
@@ -166,17 +176,8 @@ def _calendar_at_claim(job: ClaimedJob, now: datetime) -> tuple[Completion, list
     if target.slot == job.slot:
         return None
     reason = next((s.reason for s in skips if s.slot == job.slot), "missed (catch-up)")
-    done = Completion(
-        id=job.id,
-        token=job.lease_token,
-        slot=job.slot,
-        outcome="skipped",
-        error=reason,
-        duration_s=None,
-        next_run_at=calendaring.start_at(job, target),
-        next_slot=target.slot,
-        next_attempt=1,
-        origin=origin_of(target),
+    done = _skipped_at_claim(
+        job, reason, calendaring.start_at(job, target), target.slot, origin_of(target)
     )
     return done, [s for s in skips if s.slot != job.slot]
 
@@ -186,17 +187,8 @@ def _one_off_at_claim(job: ClaimedJob, now: datetime) -> tuple[Completion, list[
     if job.catch_up != "skip" or late_s <= job.grace_s:
         return None
     late, grace = format_duration(late_s), format_duration(job.grace_s)
-    done = Completion(
-        id=job.id,
-        token=job.lease_token,
-        slot=job.slot,
-        outcome="skipped",
-        error=f"missed by {late} (catch-up skip, grace {grace}); the one-off job is done",
-        duration_s=None,
-        next_run_at=NEVER,
-        next_slot=job.slot,
-        next_attempt=1,
-    )
+    reason = f"missed by {late} (catch-up skip, grace {grace}); the one-off job is done"
+    done = _skipped_at_claim(job, reason, NEVER, job.slot, origin=None)
     return done, []
 
 
