@@ -45,11 +45,23 @@ class StorePool:
         await self._pool.close()
 
     @asynccontextmanager
-    async def store(self, scope: str | None = None) -> AsyncIterator[JobStore]:
-        """A job store on a pooled connection; ``scope``: the only tenant it reaches."""
+    async def store(
+        self, scope: str | None = None, *, actor: str | None = None
+    ) -> AsyncIterator[JobStore]:
+        """A job store on a pooled connection; ``scope``: the only tenant it reaches;
+        ``actor``: who the job revisions it writes name (an API token's name), unset again
+        before the connection goes back to the pool."""
         try:
             async with self._pool.connection() as conn:
-                yield JobStore(conn, self.settings, scope=scope)
+                store = JobStore(conn, self.settings, scope=scope)
+                if actor is None:
+                    yield store
+                    return
+                await store.act_as(actor, "api")
+                try:
+                    yield store
+                finally:
+                    await store.act_as("", "")
         except PoolTimeout as exc:
             raise StoreError(
                 f"cannot connect to Postgres at {mask_url(self.settings.database_url)}"
