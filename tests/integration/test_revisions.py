@@ -232,3 +232,16 @@ async def test_act_as_refuses_an_unknown_how(store: JobStore, how: str) -> None:
     await store.apply([JobSpec.build("x", "@hourly", "app.jobs:x")])
     (revision,) = await store.revisions.history("x", "default")
     assert (revision.who, revision.how) == ("someone", how)
+
+
+async def test_a_change_of_paused_and_more_at_once_is_one_revision(store: JobStore) -> None:
+    await store.apply([every_10s("both")], now=T0)
+    await store.apply([JobSpec.build("both", "@every 20s", "app.jobs:x", paused=True)], now=T0)
+    newest, first = await store.revisions.history("both", "default")
+    assert (newest.revision, first.revision) == (2, 1)
+    assert newest.diff == {
+        "schedule": ["@every 10s", "@every 20s"],
+        "handler": ["cluster.chaos.witness:record", "app.jobs:x"],
+        "paused": [False, True],
+    }
+    assert (await store.get("both")).revision == 2

@@ -109,7 +109,8 @@ DECLARE
     before jsonb := job_definition(OLD);
     after jsonb := job_definition(NEW);
 BEGIN
-    IF before = after THEN
+    -- Both triggers below fire for a statement that pauses and changes more: one row.
+    IF before = after OR NEW.revision <> OLD.revision THEN
         RETURN NEW;
     END IF;
     NEW.revision := OLD.revision + 1;
@@ -138,24 +139,28 @@ FOR EACH ROW WHEN (NEW.parent_id IS NULL) EXECUTE FUNCTION job_revision_number()
 CREATE TRIGGER jobs_revision_created AFTER INSERT ON jobs
 REFERENCING NEW TABLE AS created_jobs
 FOR EACH STATEMENT EXECUTE FUNCTION job_revision_created();
--- Only statements that set a field of the definition, and only rows whose fields changed:
--- neither the claim nor a completion that leaves `paused` as it was fires it.
+-- Only statements that set a field of the definition, and only rows whose fields changed.
+-- The claim sets none of them: never considered. A completion sets `paused` alone among
+-- them (auto-pause), so `paused` has a trigger of its own, whose WHEN compares one column.
+CREATE TRIGGER jobs_revision_paused BEFORE UPDATE OF paused ON jobs
+FOR EACH ROW WHEN (NEW.parent_id IS NULL AND OLD.paused <> NEW.paused)
+EXECUTE FUNCTION job_revision_updated();
 CREATE TRIGGER jobs_revision_updated BEFORE UPDATE OF
-    schedule, tz, dst_repeated, dst_skipped, handler, payload, paused, catch_up, grace_s,
+    schedule, tz, dst_repeated, dst_skipped, handler, payload, catch_up, grace_s,
     max_backfill, timeout_s, max_retries, retry_backoff_s, keep_for_s, keep_runs,
     output_limit, late_after_s, pause_after_failures, overlap, max_concurrent,
     cancel_grace_s, jitter_s, remove_when_done, calendar, on_excluded, business_day, zones,
     each_zone, after_timeout_s, after_failure ON jobs
 FOR EACH ROW WHEN (NEW.parent_id IS NULL AND (
     OLD.schedule, OLD.tz, OLD.dst_repeated, OLD.dst_skipped, OLD.handler, OLD.payload,
-    OLD.paused, OLD.catch_up, OLD.grace_s, OLD.max_backfill, OLD.timeout_s, OLD.max_retries,
+    OLD.catch_up, OLD.grace_s, OLD.max_backfill, OLD.timeout_s, OLD.max_retries,
     OLD.retry_backoff_s, OLD.keep_for_s, OLD.keep_runs, OLD.output_limit, OLD.late_after_s,
     OLD.pause_after_failures, OLD.overlap, OLD.max_concurrent, OLD.cancel_grace_s,
     OLD.jitter_s, OLD.remove_when_done, OLD.calendar, OLD.on_excluded, OLD.business_day,
     OLD.zones, OLD.each_zone, OLD.after_timeout_s, OLD.after_failure)
     IS DISTINCT FROM (
     NEW.schedule, NEW.tz, NEW.dst_repeated, NEW.dst_skipped, NEW.handler, NEW.payload,
-    NEW.paused, NEW.catch_up, NEW.grace_s, NEW.max_backfill, NEW.timeout_s, NEW.max_retries,
+    NEW.catch_up, NEW.grace_s, NEW.max_backfill, NEW.timeout_s, NEW.max_retries,
     NEW.retry_backoff_s, NEW.keep_for_s, NEW.keep_runs, NEW.output_limit, NEW.late_after_s,
     NEW.pause_after_failures, NEW.overlap, NEW.max_concurrent, NEW.cancel_grace_s,
     NEW.jitter_s, NEW.remove_when_done, NEW.calendar, NEW.on_excluded, NEW.business_day,
