@@ -116,7 +116,11 @@ class Plans:
                     old = before[(spec.tenant, spec.name)]
                     new = await self._job(spec.tenant, spec.name)
                     assert new is not None
-                    jobs.append(await self._job_plan(old, new, db_now, slots))
+                    plan = await self._job_plan(old, new, db_now, slots)
+                    if plan.action == "unchanged" and plan.label in result.updated:
+                        plan.action = "update"  # only its edges (after:) change
+                        plan.notes.append("its upstreams (after) change")
+                    jobs.append(plan)
                 for label in result.removed:
                     jobs.append(await self._removed(label, specs, db_now, slots))
                 raise _Rollback(Plan(db_now, digest, jobs))

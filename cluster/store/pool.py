@@ -13,7 +13,7 @@ from contextlib import asynccontextmanager
 import psycopg
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
-from cluster.errors import StoreError
+from cluster.errors import PulseError, StoreError
 from cluster.settings import ClusterSettings, mask_url
 from cluster.store.connect import CONNECT_TIMEOUT_S, Conn, connect_kwargs, conninfo, describe
 from cluster.store.jobs import JobStore
@@ -61,7 +61,10 @@ class StorePool:
                 try:
                     yield store
                 finally:
-                    await store.act_as("", "")
+                    try:
+                        await store.act_as("", "")
+                    except PulseError:  # never lend it to another token: the pool drops it
+                        await conn.close()
         except PoolTimeout as exc:
             raise StoreError(
                 f"cannot connect to Postgres at {mask_url(self.settings.database_url)}"

@@ -960,6 +960,9 @@ CREATE TABLE job_revisions (
     how         text NOT NULL,
     definition  jsonb NOT NULL,
     diff        jsonb NOT NULL,
+    -- The transaction that wrote it: later statements of the same transaction (an apply
+    -- moving the job to its zones' shard) fold their change into it.
+    xact        xid8 NOT NULL DEFAULT pg_current_xact_id(),
     PRIMARY KEY (tenant_id, job_name, revision)
 );
 
@@ -1040,6 +1043,19 @@ DECLARE
 BEGIN
     -- Both triggers below fire for a statement that pauses and changes more: one row.
     IF before = after OR NEW.revision <> OLD.revision THEN
+        RETURN NEW;
+    END IF;
+    -- A revision this transaction wrote already takes the change in: one per apply.
+    UPDATE job_revisions r SET
+        definition = after,
+        diff = job_definition_diff(
+            CASE WHEN r.change = 'created' THEN NULL
+                 ELSE r.definition || (SELECT coalesce(jsonb_object_agg(k, r.diff -> k -> 0), '{}')
+                                       FROM jsonb_object_keys(r.diff) AS k) END,
+            after)
+    WHERE r.tenant_id = NEW.tenant_id AND r.job_name = NEW.name AND r.revision = OLD.revision
+      AND r.xact = pg_current_xact_id();
+    IF FOUND THEN
         RETURN NEW;
     END IF;
     NEW.revision := OLD.revision + 1;

@@ -164,3 +164,15 @@ async def test_a_plan_shows_the_catch_up_a_change_sets_off(store: JobStore) -> N
     assert job.dropped == 5 and job.catch_up == []
     assert any("5 overdue slot(s) of the old timing" in n for n in job.notes)
     assert (await store.get("hourly")).revision == 1
+
+
+def test_a_module_plan_lists_its_jobs_and_writes_nothing(
+    initialised: Invoke, settings: ClusterSettings
+) -> None:
+    result = initialised("jobs", "apply", "--module", "tests.registries.billing", "--plan")
+    assert result.exit_code == 0, result.output
+    lines = result.stdout.splitlines()
+    assert "create acme/billing_rollup (revision 0)" in lines
+    assert "create beat (revision 0)" in lines
+    assert '  payload: null -> {"plan": "pro"}' in lines
+    assert jobs_rows(settings) == []

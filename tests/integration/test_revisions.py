@@ -17,6 +17,7 @@ import pytest
 from cluster.config.retention import DEFAULT_KEEP_FAILED_FOR_S
 from cluster.jobs.spec import JobSpec
 from cluster.settings import ClusterSettings
+from cluster.store.connect import connect
 from cluster.store.jobs import JobStore
 from tests.helpers.cli import Invoke, add_args, assert_bad_input, jobs_rows
 from tests.helpers.history import add, every_10s, finish, rows, run_rows
@@ -245,3 +246,36 @@ async def test_a_change_of_paused_and_more_at_once_is_one_revision(store: JobSto
         "paused": [False, True],
     }
     assert (await store.get("both")).revision == 2
+
+
+async def test_a_node_of_the_previous_release_still_records_its_runs(
+    store: JobStore, settings: ClusterSettings, open_session: Opener
+) -> None:
+    # Its completions call record_run without a revision (migration 011's signature),
+    # kept by migration 026 beside the new one: the run row has no revision.
+    await add(store, every_10s("old"))
+    job = await store.get("old")
+    conn = await connect(settings, "old-node")
+    try:
+        await conn.execute(
+            b"SELECT record_run(%s, 'default', 'old', %s, 1, 'old-node', 'z', 'succeeded', 1,"
+            b" %s, %s, 0.1, NULL, NULL, NULL)",
+            (job.id, at(10), at(10), at(11)),
+        )
+    finally:
+        await conn.close()
+    (row,) = await run_rows(settings)
+    assert (row["status"], row["revision"]) == ("succeeded", None)
+
+
+async def test_an_apply_that_moves_a_job_to_its_zones_is_one_revision(store: JobStore) -> None:
+    await store.apply([JobSpec.build("pinned", "@hourly", "app.jobs:x", zones="eu")])
+    (created,) = await store.revisions.history("pinned", "default")
+    assert (created.revision, created.definition["zones"]) == (1, ["eu"])
+    assert created.diff["zones"] == [None, ["eu"]]
+    moved = JobSpec.build("pinned", "@daily", "app.jobs:x", zones="us")
+    await store.apply([moved])
+    newest, _ = await store.revisions.history("pinned", "default")
+    assert newest.revision == 2
+    assert newest.diff == {"schedule": ["@hourly", "@daily"], "zones": [["eu"], ["us"]]}
+    assert (await store.get("pinned")).revision == 2
