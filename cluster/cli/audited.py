@@ -16,12 +16,18 @@ import socket
 from cluster.store.jobs import JobStore
 
 
+def os_user() -> str:
+    """Who runs this command, as this host names them (``unknown`` if it cannot): what
+    the audit rows and the job revisions of the command's changes record."""
+    try:
+        return getpass.getuser()
+    except (KeyError, OSError):  # no passwd entry and no LOGNAME/USER
+        return "unknown"
+
+
 def actor() -> str:
     """``cli:<os user>``, or ``cli:unknown`` when the user has no name here."""
-    try:
-        return f"cli:{getpass.getuser()}"
-    except (KeyError, OSError):  # no passwd entry and no LOGNAME/USER
-        return "cli:unknown"
+    return f"cli:{os_user()}"
 
 
 async def record(

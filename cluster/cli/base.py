@@ -19,6 +19,7 @@ from typing import IO, Any, NoReturn, TypeVar
 import click
 
 from cluster import logs
+from cluster.cli.audited import os_user
 from cluster.errors import InvalidInput, NotFound, PulseError
 from cluster.jobs.fields import DEFAULT_TENANT
 from cluster.settings import (
@@ -151,6 +152,7 @@ def with_store(
     def wrapper(ctx: click.Context, /, **kwargs: Any) -> T:
         async def go() -> T:
             async with JobStore.open(settings_of(ctx)) as store:
+                await store.act_as(os_user(), "cli")  # for the revisions of its changes
                 return await fn(store, **kwargs)
 
         return run(go())

@@ -7,7 +7,8 @@ from typing import Any
 
 import click
 
-from cluster.cli import jobviews
+from cluster.cli import jobhistory, jobplans, jobviews
+from cluster.cli.audited import os_user
 from cluster.cli.base import (
     PulseGroup,
     duration_option,
@@ -32,7 +33,7 @@ def jobs() -> None:
     """Create, list and control jobs."""
 
 
-for _command in jobviews.COMMANDS:
+for _command in (*jobviews.COMMANDS, *jobhistory.COMMANDS):
     jobs.add_command(_command)
 
 
@@ -181,21 +182,46 @@ def _specs(
 @click.argument("file", type=click.Path(dir_okay=False), required=False)
 @module_option
 @click.option("--prune", is_flag=True, help="Remove jobs that are not in FILE or the modules.")
+@click.option("--plan", "plan_only", is_flag=True, help="Print what would change; write nothing.")
+@click.option(
+    "--plan-file",
+    default=None,
+    type=click.Path(dir_okay=False),
+    help="Apply only if no job changed since this `--plan --json` output was made.",
+)
+@click.option(
+    "--expect-revision",
+    "expect",
+    multiple=True,
+    help="[TENANT/]NAME=REV: apply only if the job is at this revision (0: absent).",
+)
 @click.option("--json", "as_json", is_flag=True)
 @with_store
 async def apply_jobs(
-    store: JobStore, file: str | None, modules: tuple[str, ...], prune: bool, as_json: bool
+    store: JobStore,
+    file: str | None,
+    modules: tuple[str, ...],
+    prune: bool,
+    plan_only: bool,
+    plan_file: str | None,
+    expect: tuple[str, ...],
+    as_json: bool,
 ) -> None:
     """Create or update the jobs of a YAML or JSON file, or of the registries of Python
-    modules (idempotent, all or nothing)."""
+    modules (idempotent, all or nothing), or with --plan say what that would change."""
     specs, handlers = _specs(file, modules)
     for position, entry in enumerate(specs, 1):
         try:
             handlerrefs.require_broker(entry.handler, os.environ)
         except InvalidInput as exc:
             raise InvalidInput("file", f"entry {position} ({entry.name}): {exc}") from exc
+    await store.act_as(os_user(), "module" if modules else "file")
+    if plan_only:
+        jobplans.print_plan(await store.plans.plan(specs, prune=prune), as_json)
+        return
+    expected = jobplans.expectations(specs, prune, plan_file, expect)
     async with store.transaction():
-        result = await store.apply(specs, prune=prune)
+        result = await store.apply(specs, prune=prune, expect=expected)
         await store.handlers.register(handlers, "pulse jobs apply")
     if as_json:
         emit_json(

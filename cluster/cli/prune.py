@@ -20,5 +20,7 @@ async def prune_runs(store: JobStore, dry_run: bool, as_json: bool) -> None:
         emit_json({"would_remove": result.runs} if dry_run else {"removed": result.runs})
         return
     events = f" and {result.alert_events} alert events" if result.alert_events else ""
+    if result.revisions:
+        events += f" and {result.revisions} revisions of removed jobs"
     verb = "would remove" if dry_run else "removed"
     click.echo(f"{verb} {result.runs} runs{events}")

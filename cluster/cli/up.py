@@ -19,6 +19,7 @@ from urllib.parse import urlsplit
 
 import click
 
+from cluster.cli.audited import os_user
 from cluster.cli.base import PulseCommand, fail, logging_of, run, settings_of
 from cluster.cli.web import DEFAULT_BIND, parse_bind
 from cluster.errors import InvalidInput, NotFound
@@ -62,6 +63,7 @@ async def _prepare(
         result = await store.init()
         summary = f"schema {settings.schema} at version {result.version}, {result.shards} shards"
         if example is not None:
+            await store.act_as(os_user(), "file")
             applied = await store.apply(load_specs(str(example)))
             summary += (
                 f"; example jobs: {len(applied.created)} created, "

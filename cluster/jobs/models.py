@@ -89,6 +89,7 @@ class Job:
     business_day: int | None = None
     calendar_rule: str | None = None  # the calendar as the job plans with it (JSON text)
     paused_until: datetime | None = None  # `pause --until`: idle, its next slot at or after
+    revision: int = 1  # of its definition (job_revisions, docs/jobs.md)
 
     def rule(self) -> CalendarRule | None:
         """The calendar the job plans with (its copy), or None."""
@@ -149,6 +150,7 @@ class Job:
             business_day=row.get("business_day"),
             calendar_rule=row.get("calendar_rule"),
             paused_until=row.get("paused_until"),
+            revision=row.get("revision", 1),
         )
 
     def to_json(self) -> dict[str, Any]:
@@ -196,6 +198,7 @@ class Job:
             "on_excluded": self.on_excluded,
             "business_day": self.business_day,
             "paused_until": iso(self.paused_until),
+            "revision": self.revision,
             "created_at": iso(self.created_at),
             "updated_at": iso(self.updated_at),
         }
@@ -227,6 +230,8 @@ class Run:
     output: dict[str, Any] | None = None
     # Who asked for the slot: schedule, or backfill (migration 011; docs/time.md).
     origin: str = "schedule"
+    # The job's revision the slot was claimed under (None: claimed before migration 026).
+    revision: int | None = None
 
     @classmethod
     def from_row(cls, row: dict[str, Any]) -> Run:
@@ -246,6 +251,7 @@ class Run:
             last_error=row["last_error"],
             output=row.get("output"),
             origin=row.get("origin") or "schedule",
+            revision=row.get("revision"),
         )
 
     def to_json(self) -> dict[str, Any]:
@@ -264,6 +270,7 @@ class Run:
             "duration_s": self.duration_s,
             "error": self.last_error,
             "origin": self.origin,
+            "revision": self.revision,
         }
 
     def output_json(self) -> dict[str, Any]:

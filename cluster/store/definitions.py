@@ -7,7 +7,7 @@ its scoped connection; the store keeps what acts on jobs that exist."""
 from __future__ import annotations
 
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -67,13 +67,22 @@ class Definitions:
         return Job.from_row(job)
 
     async def apply(
-        self, specs: Sequence[JobSpec], *, prune: bool = False, now: datetime | None = None
+        self,
+        specs: Sequence[JobSpec],
+        *,
+        prune: bool = False,
+        now: datetime | None = None,
+        expect: Mapping[tuple[str, str], int] | None = None,
     ) -> ApplyResult:
-        """Create or update every spec by (tenant, name), all or nothing."""
+        """Create or update every spec by (tenant, name), all or nothing. ``expect``: the
+        revision each (tenant, name) must be at (0: absent), else ``Conflict`` on ``plan``
+        and nothing is written (a plan gone stale, docs/jobs.md)."""
         specs = checked(specs)
         shards = await self._db.shard_count()
         result = ApplyResult()
         async with self._db.transaction():
+            if expect:
+                await self._expect(expect)
             db_now = await self._db.db_now(now)
             windows = await self._rules.active(db_now)
             for spec in specs:
@@ -110,6 +119,17 @@ class Definitions:
                 rows = await cur.fetchall()
                 result.removed = [label_of(r["tenant_id"], r["name"]) for r in rows]
         return result
+
+    async def _expect(self, expect: Mapping[tuple[str, str], int]) -> None:
+        for (tenant, name), revision in sorted(expect.items()):
+            row = await self._db.one("lock_job", {"tenant_id": tenant, "name": name})
+            found = 0 if row is None else int(row["revision"])
+            if found != revision:
+                raise Conflict(
+                    "plan",
+                    f"stale: job {label_of(tenant, name)} is at revision {found}, the plan "
+                    f"saw {revision}; plan again",
+                )
 
     async def sync(self, specs: Sequence[JobSpec], *, now: datetime | None = None) -> SyncResult:
         """Create the jobs of ``specs`` that do not exist yet and report, never overwrite,

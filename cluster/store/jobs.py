@@ -7,10 +7,10 @@ thin layer over this class.
 This module owns the cluster's settings and pruning, and what acts on jobs that exist
 (pause, resume, trigger, remove, and the reads). Its parts hold the rest, on the store's
 scoped connection (``cluster.store.scoped``): creating and placing job rows
-(``definitions``), steering running slots (``runcontrol``), tokens and audit (``access``),
-paged reads (``pages``), tenant limits (``tenants``) and quotas (``quotas``), console
-sessions (``sessions``) and the handlers registries offer the API (``handlers``). The
-methods of the first two that users call are the store's too.
+(``definitions``), steering running slots (``runcontrol``), their history (``revisions``),
+tokens and audit (``access``), paged reads (``pages``), tenant limits (``tenants``) and
+quotas (``quotas``), console sessions (``sessions``) and the handlers registries offer the
+API (``handlers``). The methods of the first two that users call are the store's too.
 
     async with JobStore.open(ClusterSettings.from_env()) as store:
         await store.add(JobSpec.build("rollup", "0 * * * *", "billing.jobs:rollup"))
@@ -18,7 +18,7 @@ methods of the first two that users call are the store's too.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
 from datetime import datetime
 from typing import Any
@@ -41,8 +41,10 @@ from cluster.store.handlers import RegisteredHandlers
 from cluster.store.holds import Holds
 from cluster.store.migrate import InitResult, migrate
 from cluster.store.pages import Pages
+from cluster.store.plans import Plans
 from cluster.store.pruning import PruneResult
 from cluster.store.quotas import Quotas
+from cluster.store.revisions import Revisions
 from cluster.store.rules import Rules
 from cluster.store.runcontrol import CancelRequest, RunControl
 from cluster.store.scoped import ScopedConnection
@@ -68,6 +70,8 @@ class JobStore:
         self.windows = Windows(self.db, self.rules)
         self.holds = Holds(self.db)
         self.definitions = Definitions(self.db, self.rules)
+        self.revisions = Revisions(self.db, self.definitions)
+        self.plans = Plans(self.db, self.definitions)
         self.runcontrol = RunControl(self.db)
         self.access = Access(conn)
         self.pages = Pages(conn, scope)
@@ -75,6 +79,11 @@ class JobStore:
         self.handlers = RegisteredHandlers(conn)
         self.sessions = ConsoleSessions(conn)
         self.quotas = Quotas(conn)
+
+    async def act_as(self, who: str, how: str) -> None:
+        """Who changes jobs through this store and how (cli, file, module, sync, api): what
+        the revisions of its changes record (``cluster.store.revisions``)."""
+        await self.revisions.act_as(who, how)
 
     @asynccontextmanager
     async def transaction(self) -> AsyncIterator[None]:
@@ -138,10 +147,16 @@ class JobStore:
         return await self.definitions.add(spec, now=now)
 
     async def apply(
-        self, specs: Sequence[JobSpec], *, prune: bool = False, now: datetime | None = None
+        self,
+        specs: Sequence[JobSpec],
+        *,
+        prune: bool = False,
+        now: datetime | None = None,
+        expect: Mapping[tuple[str, str], int] | None = None,
     ) -> ApplyResult:
-        """Create or update every spec by (tenant, name), all or nothing."""
-        return await self.definitions.apply(specs, prune=prune, now=now)
+        """Create or update every spec by (tenant, name), all or nothing; with ``expect``,
+        only if each job is still at the revision a plan saw (``Conflict`` if not)."""
+        return await self.definitions.apply(specs, prune=prune, now=now, expect=expect)
 
     async def sync(self, specs: Sequence[JobSpec], *, now: datetime | None = None) -> SyncResult:
         """Create the jobs of ``specs`` that do not exist yet; report, never overwrite, the

@@ -13,7 +13,7 @@ from contextlib import asynccontextmanager
 import psycopg
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
-from cluster.errors import StoreError
+from cluster.errors import PulseError, StoreError
 from cluster.settings import ClusterSettings, mask_url
 from cluster.store.connect import CONNECT_TIMEOUT_S, Conn, connect_kwargs, conninfo, describe
 from cluster.store.jobs import JobStore
@@ -45,11 +45,26 @@ class StorePool:
         await self._pool.close()
 
     @asynccontextmanager
-    async def store(self, scope: str | None = None) -> AsyncIterator[JobStore]:
-        """A job store on a pooled connection; ``scope``: the only tenant it reaches."""
+    async def store(
+        self, scope: str | None = None, *, actor: str | None = None
+    ) -> AsyncIterator[JobStore]:
+        """A job store on a pooled connection; ``scope``: the only tenant it reaches;
+        ``actor``: who the job revisions it writes name (an API token's name), unset again
+        before the connection goes back to the pool."""
         try:
             async with self._pool.connection() as conn:
-                yield JobStore(conn, self.settings, scope=scope)
+                store = JobStore(conn, self.settings, scope=scope)
+                if actor is None:
+                    yield store
+                    return
+                await store.act_as(actor, "api")
+                try:
+                    yield store
+                finally:
+                    try:
+                        await store.act_as("", "")
+                    except PulseError:  # never lend it to another token: the pool drops it
+                        await conn.close()
         except PoolTimeout as exc:
             raise StoreError(
                 f"cannot connect to Postgres at {mask_url(self.settings.database_url)}"

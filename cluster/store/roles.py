@@ -88,6 +88,9 @@ GRANTS: Mapping[str, tuple[str, str]] = {
     "windows": (READ, READ),
     # Edges are written with the jobs they join (the API, --sync-jobs) and dropped with them.
     "job_edges": ("SELECT, INSERT, UPDATE, DELETE", "SELECT, INSERT, UPDATE, DELETE"),
+    # Revisions are written by the triggers on jobs alone (as the owner), so no role can
+    # forge one; nodes prune those of removed jobs.
+    "job_revisions": ("SELECT, DELETE", READ),
 }
 
 

@@ -41,6 +41,7 @@ from cluster.web import (
     console,
     jobs,
     quotas,
+    revisions,
     runs,
     status,
     tenants,
@@ -210,8 +211,21 @@ def create_app(
         """Whether this process answers (no token needed; reads nothing)."""
         return {"ok": True}
 
-    # runs first: GET .../{name:path}/run must match before GET .../{name:path}
-    routers = (runs, jobs, backfills, tenants, quotas, calendars, status, alerts, audit, console)
+    # runs and revisions first: GET .../{name:path}/run and .../revisions must match
+    # before GET .../{name:path}
+    routers = (
+        runs,
+        revisions,
+        jobs,
+        backfills,
+        tenants,
+        quotas,
+        calendars,
+        status,
+        alerts,
+        audit,
+        console,
+    )
     for module in routers:
         app.include_router(module.router)
     app.mount("/console/static", console.static_files(), name="static")

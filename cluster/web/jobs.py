@@ -57,7 +57,7 @@ def _scoped(who: Principal, entry: dict[str, Any]) -> dict[str, Any]:
     return entry
 
 
-async def _admitted(
+async def admitted(
     request: Request, who: Principal, specs: list[JobSpec], many: bool = False
 ) -> list[JobSpec]:
     """The specs with their handlers as the API stores them (``cluster.config.admission``);
@@ -111,28 +111,55 @@ async def list_jobs(
 async def create_job(request: Request, who: Writer) -> dict[str, Any]:
     """Create a job (409 if its name is taken in its tenant)."""
     spec = JobSpec.from_mapping(_scoped(who, await json_object(request)))
-    (spec,) = await _admitted(request, who, [spec])
+    (spec,) = await admitted(request, who, [spec])
     (spec,) = await api_targets(request, [spec])
-    async with state_of(request).pool.store(who.scope) as store:
+    async with state_of(request).pool.store(who.scope, actor=who.name) as store:
         async with store.transaction():
             await store.add(spec)
             await record(store, who, "create", spec.tenant, spec.name)
         return await store.details(spec.name, spec.tenant)
 
 
-@router.post("/api/jobs:apply", openapi_extra=_JOB_BODY)
-async def apply_jobs(request: Request, who: Writer) -> dict[str, Any]:
-    """Create or update a list of jobs, all or nothing (``pulse jobs apply``)."""
+async def _batch(request: Request, who: Principal) -> tuple[list[JobSpec], Any]:
+    """The admitted specs of an apply or plan body, and its ``expect_revisions``."""
     data = await json_body(request)
+    expect = None
     if isinstance(data, dict) and "jobs" in data:
+        expect = data.get("expect_revisions")
         data = data["jobs"]
     if not isinstance(data, list):
         raise InvalidInput("body", "must be a list of jobs (or an object with a 'jobs' list)")
     specs = specs_of([_scoped(who, e) if isinstance(e, dict) else e for e in data])
-    specs = await _admitted(request, who, specs, many=True)
-    specs = await api_targets(request, specs, many=True)
-    async with state_of(request).pool.store(who.scope) as store, store.transaction():
-        result = await store.apply(specs)
+    specs = await admitted(request, who, specs, many=True)
+    return await api_targets(request, specs, many=True), expect
+
+
+def _expected(expect: Any) -> dict[tuple[str, str], int] | None:
+    """``{"tenant/name": revision}`` as ``apply(expect=...)`` takes it."""
+    if expect is None:
+        return None
+    if not isinstance(expect, dict) or not all(
+        isinstance(k, str) and "/" in k and isinstance(v, int) and not isinstance(v, bool)
+        for k, v in expect.items()
+    ):
+        raise InvalidInput("expect_revisions", 'must map "tenant/name" to a revision number')
+    found = {}
+    for key, revision in expect.items():
+        tenant, _, name = key.partition("/")
+        found[(tenant, name)] = revision
+    return found
+
+
+@router.post("/api/jobs:apply", openapi_extra=_JOB_BODY)
+async def apply_jobs(request: Request, who: Writer) -> dict[str, Any]:
+    """Create or update a list of jobs, all or nothing (``pulse jobs apply``); with
+    {"expect_revisions": {"tenant/name": N}}, only if each job is still at that revision
+    (409 for a plan gone stale, nothing written)."""
+    specs, expect = await _batch(request, who)
+    expected = _expected(expect)
+    pool = state_of(request).pool
+    async with pool.store(who.scope, actor=who.name) as store, store.transaction():
+        result = await store.apply(specs, expect=expected)
         changed = {"create": set(result.created), "update": set(result.updated)}
         for spec in specs:
             label = spec.name if spec.tenant == DEFAULT_TENANT else f"{spec.tenant}/{spec.name}"
@@ -145,6 +172,16 @@ async def apply_jobs(request: Request, who: Writer) -> dict[str, Any]:
         "unchanged": result.unchanged,
         "removed": result.removed,
     }
+
+
+@router.post("/api/jobs:plan", openapi_extra=_JOB_BODY)
+async def plan_jobs(request: Request, who: Writer) -> dict[str, Any]:
+    """What ``/api/jobs:apply`` of the same body would change (``pulse jobs apply --plan
+    --json``); writes nothing. Feed each job's ``revision`` back as expect_revisions."""
+    specs, _ = await _batch(request, who)
+    async with state_of(request).pool.store(who.scope, actor=who.name) as store:
+        plan: dict[str, Any] = (await store.plans.plan(specs)).to_json()
+    return plan
 
 
 @router.get("/api/jobs/{tenant}/{name:path}")
@@ -162,9 +199,9 @@ async def replace_job(request: Request, tenant: str, name: str, who: Writer) -> 
         if key in entry and entry[key] != value:
             raise InvalidInput(key, f"must be {value!r} as in the path, or left out")
     spec = JobSpec.from_mapping({**entry, "tenant": tenant, "name": name})
-    (spec,) = await _admitted(request, who, [spec])
+    (spec,) = await admitted(request, who, [spec])
     (spec,) = await api_targets(request, [spec])
-    async with state_of(request).pool.store(who.scope) as store:
+    async with state_of(request).pool.store(who.scope, actor=who.name) as store:
         async with store.transaction():
             await store.get(name, tenant)  # 404 if absent or out of scope
             await store.apply([spec])
@@ -175,7 +212,10 @@ async def replace_job(request: Request, tenant: str, name: str, who: Writer) -> 
 @router.delete("/api/jobs/{tenant}/{name:path}", status_code=204)
 async def delete_job(request: Request, tenant: str, name: str, who: Writer) -> Response:
     """Delete the job and its run history."""
-    async with state_of(request).pool.store(who.scope) as store, store.transaction():
+    async with (
+        state_of(request).pool.store(who.scope, actor=who.name) as store,
+        store.transaction(),
+    ):
         await store.remove(name, tenant)
         await record(store, who, "delete", tenant, name)
     return Response(status_code=204)
@@ -190,7 +230,7 @@ async def _control(request: Request, who: Principal, verb: str, tenant: str, nam
             raise InvalidInput("note", "must be text")
         until = None if body.get("until") is None else iso_time(body["until"], "until")
         count = body.get("count", 1)
-    async with state_of(request).pool.store(who.scope) as store:
+    async with state_of(request).pool.store(who.scope, actor=who.name) as store:
         async with store.transaction():
             if verb == "pause" and until is not None:
                 await store.holds.pause_until(name, tenant, until, note=note)

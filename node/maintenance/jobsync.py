@@ -31,6 +31,7 @@ async def sync_jobs(
         return True
     try:
         async with JobStore.open(cluster, f"{node_id}/sync") as store:
+            await store.act_as(node_id, "sync")
             result = await store.sync(specs)
             await store.handlers.register(handlers, node_id)
     except InvalidInput as exc:

@@ -48,11 +48,12 @@ class Pruner:
         self._stats.runs_pruned += result.runs
         self._stats.runs_table_rows = size.rows
         self._stats.runs_table_bytes = size.bytes
-        if result.runs or result.alert_events:
+        if result.runs or result.alert_events or result.revisions:
             logger.debug(
-                "pruned %d runs and %d alert events in %d statements",
+                "pruned %d runs, %d alert events and %d job revisions in %d statements",
                 result.runs,
                 result.alert_events,
+                result.revisions,
                 result.statements,
                 extra={"event": "runs_pruned", "runs": result.runs},
             )

@@ -28,7 +28,9 @@ import pytest
 
 from cluster.alerts.rules import AlertRule
 from cluster.errors import InvalidInput
+from cluster.jobs.spec import JobSpec
 from cluster.store.alerts import AlertStore
+from cluster.store.jobs import JobStore
 from cluster.web.tokens import csrf_token, new_token, token_hash
 from tests.helpers.cli import invoke, spawn
 from tests.helpers.databases import fresh_settings
@@ -1023,3 +1025,53 @@ def test_a_cycle_is_refused_naming_it_and_nothing_is_written(api: Api) -> None:
             for n, up in (("ring-a", "ring-c"), ("ring-b", "ring-a"), ("ring-c", "ring-b"))
         ]
         refused_edge(api, "write", ring, "cycle: ring-")
+
+
+# --- Revisions ------------------------------------------------------------------------------
+
+
+def _operator_writes(api: Api, *specs: JobSpec) -> None:
+    """Jobs written by an operator on the owner's host, one apply each (a revision each)."""
+
+    async def go() -> None:
+        async with JobStore.open(api.settings) as store:
+            for spec in specs:
+                await store.apply([spec])
+
+    asyncio.run(go())
+
+
+def test_a_rollback_to_a_handler_the_allow_list_refuses_is_403(api: Api) -> None:
+    # Revision 1 ran a handler the operator wrote from the CLI; the API may write only
+    # the safe one. Rolling back over the API is writing that handler: refused.
+    _operator_writes(
+        api,
+        JobSpec.build("reverted", "@hourly", "os:system"),
+        JobSpec.build("reverted", "@hourly", HANDLER),
+    )
+    with allowing(api, HANDLER):
+        before = (written(api), api.sql("SELECT * FROM job_revisions ORDER BY 1, 2, 3"))
+        with api.as_("write") as client:
+            answer = client.post("/api/jobs/default/reverted/rollback", json={"to": 1})
+        assert answer.status_code == 403, answer.text
+        assert answer.json()["field"] == "handler"
+        assert (written(api), api.sql("SELECT * FROM job_revisions ORDER BY 1, 2, 3")) == before
+        assert api.sql("SELECT handler FROM jobs WHERE name = 'reverted'") == [(HANDLER,)]
+
+
+def test_a_tenant_token_cannot_read_or_roll_back_another_tenants_history(api: Api) -> None:
+    _operator_writes(
+        api,
+        JobSpec.build("ledger", "@hourly", HANDLER, tenant="globex"),
+        JobSpec.build("ledger", "@daily", HANDLER, tenant="globex"),
+    )
+    with allowing(api, HANDLER):
+        before = api.sql("SELECT * FROM job_revisions ORDER BY 1, 2, 3")
+        token = tenant_token(api, "acme-history", "write", "acme")
+        with api.web.client(token) as acme:
+            read = acme.get("/api/jobs/globex/ledger/revisions")
+            undo = acme.post("/api/jobs/globex/ledger/rollback", json={"to": 1})
+        # The answers for another tenant's job are those for a name nobody has.
+        assert (read.status_code, undo.status_code) == (404, 404)
+        assert "@hourly" not in read.text + undo.text
+        assert api.sql("SELECT * FROM job_revisions ORDER BY 1, 2, 3") == before

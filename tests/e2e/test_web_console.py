@@ -295,3 +295,29 @@ def test_the_overview_charts_the_runs(console: Console, tmp_path: Path) -> None:
     until(lambda: console.count("svg.chart circle.p99"), "the fire lag chart", 30)
     until(lambda: "Healthy" in console.text("#health"), "every shard held", 30)
     screenshot(console.browser, tmp_path, "overview-with-runs")
+
+
+def test_the_job_page_shows_its_history_and_rolls_back(console: Console, tmp_path: Path) -> None:
+    with console.api() as api:
+        made = {"name": "versioned", "schedule": "0 3 * * *",
+                "handler": "cluster.chaos.witness:record"}  # fmt: skip
+        assert api.post("/api/jobs", json=made).status_code == 201
+        changed = api.put("/api/jobs/default/versioned", json={**made, "schedule": "0 4 * * *"})
+        assert changed.status_code == 200, changed.text
+    console.open("#/job/default/versioned")
+    until(lambda: console.text("#job-name") == "versioned", "the job's page", 20)
+    until(lambda: console.count("#job-history tr.revision") == 2, "two revisions", 20)
+    assert console.attributes("#job-history tr.revision", "data-revision") == ["2", "1"]
+    newest = console.text("#job-history tr.revision")
+    assert "console" in newest and "api" in newest  # the token's name, and how
+    assert 'schedule: "0 3 * * *" → "0 4 * * *"' in newest
+    console.click('#job-history tr[data-revision="1"] button.rollback')
+    until(
+        lambda: "Rolled back to revision 1: now revision 3" in console.text("#action-result"),
+        "the rollback's result",
+        20,
+    )
+    until(lambda: console.count("#job-history tr.revision") == 3, "the new revision listed", 20)
+    with console.api() as api:
+        assert api.get("/api/jobs/default/versioned").json()["schedule"] == "0 3 * * *"
+    screenshot(console.browser, tmp_path, "history")

@@ -110,7 +110,7 @@ JOB_KEYS = {
     "overlap", "max_concurrent", "cancel_grace_s", "cancel_by", "zones",
     "each_zone",
     "jitter_s", "slot_at", "remove_when_done",
-    "calendar", "on_excluded", "business_day", "paused_until",
+    "calendar", "on_excluded", "business_day", "paused_until", "revision",
 }  # fmt: skip
 
 
@@ -122,7 +122,7 @@ SHOW_KEYS = JOB_KEYS | {
 
 RUN_KEYS = {
     "id", "job_id", "tenant", "job", "scheduled_for", "attempt", "node_id", "zone", "status",
-    "started_at", "finished_at", "duration_s", "error", "origin",
+    "started_at", "finished_at", "duration_s", "error", "origin", "revision",
 }  # fmt: skip
 
 

@@ -88,8 +88,9 @@ WITH clock AS (
 ),
 queued AS (
     INSERT INTO flights (job_id, slot, shard_id, status, attempt, due_at, lease_token, origin,
-                         backfill_id)
-    SELECT j.id, s.slot, j.shard_id, 'queued', 1, k.t, j.lease_token, 'backfill', %(id)s
+                         backfill_id, revision)
+    SELECT j.id, s.slot, j.shard_id, 'queued', 1, k.t, j.lease_token, 'backfill', %(id)s,
+           j.revision
     FROM unnest(%(slots)s::timestamptz[]) AS s(slot)
     JOIN jobs j ON j.id = %(job_id)s
     CROSS JOIN clock k

@@ -129,6 +129,7 @@ claimed AS (
         locked_zone = %(zone)s,
         lease_expires_at = k.t + %(lease_s)s * interval '1s',
         lease_token = j.lease_token + 1,
+        run_revision = j.revision,
         updated_at = k.t
     FROM locked l, clock k
     WHERE j.ctid = l.ctid
@@ -200,7 +201,7 @@ freed AS (
     RETURNING j.id,
               record_run(j.id, j.tenant_id, j.name, j.slot_at, o.attempt, o.locked_by,
                          o.locked_zone, 'lost', i.token, o.locked_at, k.t, NULL,
-                         %(reason)s, NULL, o.slot_origin)
+                         %(reason)s, NULL, o.slot_origin, o.run_revision)
 )
 SELECT id FROM freed;
 
@@ -287,7 +288,7 @@ reset AS (
               record_run(j.id, j.tenant_id, j.name, j.slot_at, d.attempt, d.locked_by,
                          d.locked_zone, 'lost', d.lease_token, d.locked_at, k.t, NULL,
                          d.reason || ' (node ' || coalesce(d.locked_by, '?') || ')', NULL,
-                         j.slot_origin),
+                         j.slot_origin, j.run_revision),
               raise_alert('lost', j.id, j.tenant_id, j.name, j.slot_at, d.attempt, d.locked_by,
                           d.locked_zone, NULL,
                           d.reason || ' (node ' || coalesce(d.locked_by, '?') || ')')

@@ -92,7 +92,8 @@ done AS (
               record_run(j.id, j.tenant_id, j.name, i.slot, o.attempt, %(node_id)s, %(zone)s,
                          i.outcome, i.token,
                          CASE WHEN i.outcome = 'skipped' THEN NULL ELSE o.locked_at END,
-                         k.t, i.duration_s, i.error, i.output, o.slot_origin),
+                         k.t, i.duration_s, i.error, i.output, o.slot_origin,
+                         o.run_revision),
               CASE WHEN f.late THEN raise_alert('late', j.id, j.tenant_id, j.name, i.slot,
                   o.attempt, %(node_id)s, %(zone)s, NULL, 'started '
                   || round(extract(epoch FROM o.locked_at - o.next_run_at))

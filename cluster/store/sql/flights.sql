@@ -26,7 +26,7 @@ skip_in AS MATERIALIZED (
 ),
 claimed AS MATERIALIZED (
     SELECT j.id, j.tenant_id, j.name, j.shard_id, j.attempt, j.locked_at, i.token, i.slot,
-           i.next_run_at, i.next_slot, j.slot_origin,
+           i.next_run_at, i.next_slot, j.slot_origin, j.run_revision,
            -- Backfill flights (migration 011) never take a regular slot's place.
            (SELECT count(*) FROM flights f WHERE f.job_id = j.id
                 AND f.origin IS DISTINCT FROM 'backfill') < j.max_concurrent AS room
@@ -37,9 +37,11 @@ claimed AS MATERIALIZED (
 ),
 flown AS (
     INSERT INTO flights (job_id, slot, shard_id, status, attempt, due_at, lease_token,
-                         locked_by, locked_zone, locked_at, lease_expires_at, origin)
+                         locked_by, locked_zone, locked_at, lease_expires_at, origin,
+                         revision)
     SELECT c.id, c.slot, c.shard_id, 'running', c.attempt, c.slot, c.token, %(node_id)s,
-           %(zone)s, c.locked_at, k.t + make_interval(secs => %(lease_s)s), c.slot_origin
+           %(zone)s, c.locked_at, k.t + make_interval(secs => %(lease_s)s), c.slot_origin,
+           c.run_revision
     FROM claimed c CROSS JOIN clock k
     WHERE c.room
     ON CONFLICT (job_id, slot) DO NOTHING
@@ -155,7 +157,7 @@ ended AS (
     RETURNING f.job_id, f.slot,
               record_run(j.id, j.tenant_id, j.name, f.slot, f.attempt, %(node_id)s, %(zone)s,
                          i.outcome, i.token, f.locked_at, k.t, i.duration_s, i.error,
-                         i.output, f.origin),
+                         i.output, f.origin, f.revision),
               CASE WHEN i.outcome IN ('failed', 'timed_out') THEN raise_alert('failed', j.id,
                   j.tenant_id, j.name, f.slot, f.attempt, %(node_id)s, %(zone)s, i.error,
                   NULL) END
@@ -175,7 +177,7 @@ retried AS (
     RETURNING f.job_id, f.slot,
               record_run(j.id, j.tenant_id, j.name, f.slot, o.attempt, %(node_id)s, %(zone)s,
                          i.outcome, i.token, o.locked_at, k.t, i.duration_s, i.error,
-                         i.output, o.origin)
+                         i.output, o.origin, o.revision)
 )
 SELECT job_id, slot FROM ended
 UNION ALL
@@ -216,7 +218,7 @@ WHERE f.job_id = i.id AND f.slot = i.slot AND f.lease_token = i.token
 RETURNING f.job_id, f.slot,
           record_run(j.id, j.tenant_id, j.name, f.slot, o.attempt, o.locked_by,
                      o.locked_zone, 'lost', i.token, o.locked_at, k.t, NULL, %(reason)s,
-                     NULL, o.origin);
+                     NULL, o.origin, o.revision);
 
 -- name: recover_flights
 -- Takes back the running flights of dead owners and expired leases in the held shards (as
@@ -270,7 +272,7 @@ RETURNING j.id, j.tenant_id, j.name, j.schedule, j.tz, j.dst_repeated, j.dst_ski
           record_run(j.id, j.tenant_id, j.name, f.slot, d.attempt, d.locked_by,
                      d.locked_zone, 'lost', d.lease_token, d.locked_at, k.t, NULL,
                      d.reason || ' (node ' || coalesce(d.locked_by, '?') || ')', NULL,
-                     f.origin),
+                     f.origin, f.revision),
           raise_alert('lost', j.id, j.tenant_id, j.name, f.slot, d.attempt, d.locked_by,
                       d.locked_zone, NULL,
                       d.reason || ' (node ' || coalesce(d.locked_by, '?') || ')');

@@ -4,6 +4,11 @@
 -- name: db_now
 SELECT coalesce(%(now)s::timestamptz, now()) AS now;
 
+-- name: act_as
+-- Who changes jobs on this connection and how (cli, file, module, sync, api), for the
+-- job_revisions rows the triggers on jobs write (migration 026); '' unsets them.
+SELECT set_config('pulse.who', %(who)s, false), set_config('pulse.how', %(how)s, false);
+
 -- name: upsert_job
 -- Create, or update the definition of, the job (tenant_id, name). An unchanged definition,
 -- or an existing one when `replace` is false (`jobs add`), touches nothing (no row
@@ -246,3 +251,24 @@ WHERE (%(scope)s::text IS NULL OR tenant_id = %(scope)s)
        OR (tenant_id, name) > (%(after_tenant)s::text, %(after_name)s::text))
 ORDER BY tenant_id, name
 LIMIT %(limit)s;
+
+-- name: job_revisions
+-- A job's revisions by (tenant, name), newest first, before %(before)s if given; those of
+-- a job removed and created again continue one history (migration 026).
+SELECT r.* FROM job_revisions r
+WHERE r.tenant_id = %(tenant_id)s AND r.job_name = %(name)s
+  AND (%(scope)s::text IS NULL OR r.tenant_id = %(scope)s)
+  AND (%(before)s::int IS NULL OR r.revision < %(before)s)
+ORDER BY r.revision DESC
+LIMIT %(limit)s;
+
+-- name: job_revision
+SELECT r.* FROM job_revisions r
+WHERE r.tenant_id = %(tenant_id)s AND r.job_name = %(name)s AND r.revision = %(revision)s
+  AND (%(scope)s::text IS NULL OR r.tenant_id = %(scope)s);
+
+-- name: job_masked_handler
+-- The job's handler as its revisions record it (a literal password masked).
+SELECT (job_definition(j)) ->> 'handler' AS handler FROM jobs j
+WHERE j.tenant_id = %(tenant_id)s AND j.name = %(name)s
+  AND (%(scope)s::text IS NULL OR j.tenant_id = %(scope)s);

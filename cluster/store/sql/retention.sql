@@ -175,3 +175,38 @@ WHERE e.created_at < coalesce(%(now)s::timestamptz, now()) - make_interval(secs 
 SELECT CASE WHEN c.reltuples < 0 THEN NULL ELSE c.reltuples::float8 END AS rows,
        pg_total_relation_size(c.oid) AS bytes
 FROM pg_class c WHERE c.oid = 'runs'::regclass;
+
+-- name: prune_revisions
+-- The revisions of job names whose last revision removed the job, once that removal is
+-- older than keep_failed_for (the longest retention of runs): a job's revisions stay as
+-- long as it exists (docs/retention.md). A name in use again keeps its whole history.
+WITH doomed AS (
+    SELECT r.tenant_id, r.job_name FROM job_revisions r
+    WHERE r.change = 'removed'
+      AND r.at < coalesce(%(now)s::timestamptz, now()) - make_interval(secs => %(keep_s)s)
+      AND NOT EXISTS (SELECT 1 FROM jobs j
+                      WHERE j.tenant_id = r.tenant_id AND j.name = r.job_name)
+      AND NOT EXISTS (SELECT 1 FROM job_revisions l
+                      WHERE l.tenant_id = r.tenant_id AND l.job_name = r.job_name
+                        AND l.revision > r.revision)
+    ORDER BY r.at
+    LIMIT %(batch)s
+),
+gone AS (
+    DELETE FROM job_revisions x USING doomed d
+    WHERE x.tenant_id = d.tenant_id AND x.job_name = d.job_name
+    RETURNING 1
+)
+SELECT count(*)::int AS removed, (SELECT count(*) FROM doomed)::int AS names FROM gone;
+
+-- name: count_prunable_revisions
+SELECT count(*)::int AS chosen FROM job_revisions x
+WHERE EXISTS (
+    SELECT 1 FROM job_revisions r
+    WHERE r.tenant_id = x.tenant_id AND r.job_name = x.job_name AND r.change = 'removed'
+      AND r.at < coalesce(%(now)s::timestamptz, now()) - make_interval(secs => %(keep_s)s)
+      AND NOT EXISTS (SELECT 1 FROM jobs j
+                      WHERE j.tenant_id = r.tenant_id AND j.name = r.job_name)
+      AND NOT EXISTS (SELECT 1 FROM job_revisions l
+                      WHERE l.tenant_id = r.tenant_id AND l.job_name = r.job_name
+                        AND l.revision > r.revision));

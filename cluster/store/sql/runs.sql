@@ -11,7 +11,7 @@ WITH live AS (
            j.attempt, j.locked_by AS node_id, j.locked_zone AS zone, 'running'::text AS status,
            j.lease_token, j.locked_at AS started_at, NULL::timestamptz AS finished_at,
            NULL::float8 AS duration_s, r.last_error,
-           coalesce(j.slot_origin, 'schedule') AS origin
+           coalesce(j.slot_origin, 'schedule') AS origin, j.run_revision AS revision
     FROM jobs j
     LEFT JOIN runs r ON r.job_id = j.id AND r.scheduled_for = j.slot_at
     WHERE j.status = 'running' AND j.overlap <> 'allow'  -- its slots: the flights below
@@ -21,7 +21,7 @@ WITH live AS (
     -- Flights of overlap `allow` jobs (migration 009).
     SELECT r.id, j.id, j.tenant_id, j.name, f.slot, f.attempt, f.locked_by, f.locked_zone,
            'running'::text, f.lease_token, f.locked_at, NULL::timestamptz, NULL::float8,
-           r.last_error, coalesce(f.origin, 'schedule')
+           r.last_error, coalesce(f.origin, 'schedule'), f.revision
     FROM flights f
     JOIN jobs j ON j.id = f.job_id
     LEFT JOIN runs r ON r.job_id = f.job_id AND r.scheduled_for = f.slot
@@ -38,7 +38,7 @@ SELECT x.* FROM (
     -- Ordered and limited on its own, so it walks an index of runs instead of sorting it.
     (SELECT r.id, r.job_id, r.tenant_id, r.job_name, r.scheduled_for, r.attempt, r.node_id,
             r.zone, r.status, r.lease_token, r.started_at, r.finished_at, r.duration_s,
-            r.last_error, coalesce(r.origin, 'schedule')
+            r.last_error, coalesce(r.origin, 'schedule'), r.revision
      FROM runs r
      WHERE (%(job_name)s::text IS NULL OR r.job_name = %(job_name)s)
        AND (%(tenant_id)s::text IS NULL OR r.tenant_id = %(tenant_id)s)
@@ -62,7 +62,8 @@ SELECT x.* FROM (
     SELECT r.id, j.id AS job_id, j.tenant_id, j.name AS job_name, j.slot_at AS scheduled_for,
            j.attempt, j.locked_by AS node_id, j.locked_zone AS zone, 'running'::text AS status,
            j.lease_token, j.locked_at AS started_at, NULL::timestamptz AS finished_at,
-           NULL::float8 AS duration_s, r.last_error, NULL::jsonb AS output, 0 AS settled
+           NULL::float8 AS duration_s, r.last_error, NULL::jsonb AS output,
+           j.run_revision AS revision, 0 AS settled
     FROM job j
     LEFT JOIN runs r ON r.job_id = j.id AND r.scheduled_for = j.slot_at
     WHERE j.status = 'running'
@@ -70,7 +71,7 @@ SELECT x.* FROM (
     UNION ALL
     (SELECT r.id, r.job_id, r.tenant_id, r.job_name, r.scheduled_for, r.attempt, r.node_id,
             r.zone, r.status, r.lease_token, r.started_at, r.finished_at, r.duration_s,
-            r.last_error, r.output, 1
+            r.last_error, r.output, r.revision, 1
      FROM job j JOIN runs r ON r.job_id = j.id
      WHERE (%(slot)s::timestamptz IS NULL OR r.scheduled_for = %(slot)s::timestamptz)
      ORDER BY r.scheduled_for DESC
@@ -89,7 +90,7 @@ WITH live AS (
            j.attempt, j.locked_by AS node_id, j.locked_zone AS zone, 'running'::text AS status,
            j.locked_at AS started_at, NULL::timestamptz AS finished_at,
            NULL::float8 AS duration_s, r.last_error,
-           coalesce(j.slot_origin, 'schedule') AS origin
+           coalesce(j.slot_origin, 'schedule') AS origin, j.run_revision AS revision
     FROM generate_series(0, (SELECT value::int - 1 FROM meta WHERE key = 'shard_count'))
         AS s(shard)
     -- OFFSET 0 keeps the probe per shard: flattened, the planner reads every job instead.
@@ -107,7 +108,7 @@ WITH live AS (
     -- Flights of overlap `allow` jobs (migration 009): few, read whole.
     SELECT r.id, j.id, j.tenant_id, j.name, f.slot, f.attempt, f.locked_by, f.locked_zone,
            'running'::text, f.locked_at, NULL::timestamptz, NULL::float8, r.last_error,
-           coalesce(f.origin, 'schedule')
+           coalesce(f.origin, 'schedule'), f.revision
     FROM flights f
     JOIN jobs j ON j.id = f.job_id
     LEFT JOIN runs r ON r.job_id = f.job_id AND r.scheduled_for = f.slot
@@ -127,7 +128,7 @@ SELECT x.* FROM (
     UNION ALL
     (SELECT r.id, r.job_id, r.tenant_id, r.job_name, r.scheduled_for, r.attempt, r.node_id,
             r.zone, r.status, r.started_at, r.finished_at, r.duration_s, r.last_error,
-            coalesce(r.origin, 'schedule')
+            coalesce(r.origin, 'schedule'), r.revision
      FROM runs r
      WHERE (%(scope)s::text IS NULL OR r.tenant_id = %(scope)s)
        AND (%(job_name)s::text IS NULL OR r.job_name = %(job_name)s)

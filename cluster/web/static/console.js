@@ -252,6 +252,30 @@ async function jobPage(tenant, name) {
   const runs = table("Recent runs", ["Slot", "Status", "Attempt", "Node", "Duration", "Error", "Output"], [], { id: "job-runs" });
   const facts = el("dl", { class: "facts", id: "definition" });
   const slots = table("Next slots", [`In ${job.tz}`, "UTC", "Starts", "Why"], [], { id: "next-slots" });
+  // Its revisions (docs/jobs.md#revisions), read again when the job's revision moves on.
+  const history = table("History", ["Rev", "At", "Who", "How", "Changes", ""], [], { id: "job-history" });
+  let shownRevision = null;
+  const changes = (r) => r.change !== "updated" ? r.change
+    : Object.entries(r.diff).map(([k, [a, b]]) => `${k}: ${JSON.stringify(a)} → ${JSON.stringify(b)}`).join("; ");
+  const loadHistory = async (j) => {
+    if (j.revision === shownRevision) return;
+    shownRevision = j.revision;
+    const found = await api("GET", `${path}/revisions?limit=50`);
+    const canWrite = state.session.role !== "read";
+    history.querySelector("tbody").replaceChildren(...found.revisions.map((r, i) => el("tr", { class: "revision", "data-revision": r.revision },
+      el("td", {}, r.revision), el("td", {}, when(r.at)), el("td", {}, r.who), el("td", {}, r.how), el("td", {}, changes(r)),
+      el("td", {}, canWrite && i > 0 ? el("button", { type: "button", class: "rollback", onclick: async () => {
+        try {
+          const done = await api("POST", `${path}/rollback`, { to: r.revision });
+          say("");
+          document.getElementById("action-result").textContent = done.revision === null
+            ? `Already at revision ${r.revision}'s definition` : `Rolled back to revision ${r.revision}: now revision ${done.revision}`;
+          const now = await api("GET", path);
+          render(now);
+          await loadHistory(now);
+        } catch (e) { say(e.message); }
+      } }, "Roll back") : ""))));
+  };
   const buttons = {};
   const act = async (verb) => {
     try {
@@ -318,9 +342,10 @@ async function jobPage(tenant, name) {
     el("p", {}, "Status: ", statusCell),
     el("div", { class: "actions", role: "group", "aria-label": "Job actions" }, buttons.pause, buttons.resume, buttons.trigger, buttons.cancel),
     el("p", { id: "action-result", role: "status", "aria-live": "polite" }),
-    runs, output, slots, state.session.role !== "read" ? backfill : null, el("h2", {}, "Definition"), facts);
+    runs, output, slots, state.session.role !== "read" ? backfill : null, el("h2", {}, "Definition"), facts, history);
   render(job);
-  every(2000, async () => render(await api("GET", path)));
+  await loadHistory(job);
+  every(2000, async () => { const now = await api("GET", path); render(now); await loadHistory(now); });
 }
 
 // -- runs and audit --------------------------------------------------------------------
