@@ -135,6 +135,14 @@ def _seconds(value: str, field: str) -> float:
     help="Broker URL for celery: jobs that name none (never logged).",
 )
 @click.option(
+    "--otel/--no-otel",
+    envvar="PULSE_OTEL",
+    default=False,
+    show_default=True,
+    help="Export one OpenTelemetry span per attempt over OTLP/HTTP (the OTEL_* variables "
+    "configure it; needs pulsecron[otel]).",
+)
+@click.option(
     "--path",
     "paths",
     multiple=True,
@@ -168,6 +176,7 @@ def node_command(
     handler_role: str | None,
     fairness: bool,
     celery_broker: str | None,
+    otel: bool,
     paths: tuple[str, ...],
     sync_modules: tuple[str, ...],
 ) -> None:
@@ -191,6 +200,7 @@ def node_command(
             fairness=fairness,
             celery_broker=celery_broker or None,
             handler_role=handler_role or None,
+            otel=otel,
         ).validate()
     except InvalidInput as exc:
         fail(f"invalid {exc}", 2)

@@ -89,6 +89,7 @@ class Job:
     business_day: int | None = None
     calendar_rule: str | None = None  # the calendar as the job plans with it (JSON text)
     paused_until: datetime | None = None  # `pause --until`: idle, its next slot at or after
+    payload_schema: dict[str, Any] | None = None  # every payload matches it (cluster.jobs.payloads)
 
     def rule(self) -> CalendarRule | None:
         """The calendar the job plans with (its copy), or None."""
@@ -149,6 +150,7 @@ class Job:
             business_day=row.get("business_day"),
             calendar_rule=row.get("calendar_rule"),
             paused_until=row.get("paused_until"),
+            payload_schema=row.get("payload_schema"),
         )
 
     def to_json(self) -> dict[str, Any]:
@@ -196,6 +198,7 @@ class Job:
             "on_excluded": self.on_excluded,
             "business_day": self.business_day,
             "paused_until": iso(self.paused_until),
+            "payload_schema": self.payload_schema,
             "created_at": iso(self.created_at),
             "updated_at": iso(self.updated_at),
         }

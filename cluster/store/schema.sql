@@ -1,4 +1,4 @@
--- The Pulse schema as it stands after the newest migration (version 21), for readers.
+-- The Pulse schema as it stands after the newest migration (version 27), for readers.
 --
 -- `pulse init` never runs this file: it applies cluster/store/migrations/NNN_*.sql in
 -- order. This file is edited in the same commit as each new migration, and
@@ -168,7 +168,10 @@ CREATE TABLE jobs (
     -- last successful run left (written by the fenced completion).
     prev_slot        timestamptz,
     last_success_at  timestamptz,
-    state            jsonb
+    state            jsonb,
+    -- The JSON Schema every payload of the job matches, checked by add, apply and trigger
+    -- (docs/design/inputs.md); NULL: any JSON object.
+    payload_schema   jsonb
 ) WITH (fillfactor = 80);
 
 -- The claim's due range, for every status: an index on a column the claim writes would
@@ -203,7 +206,11 @@ CREATE TABLE backfills (
     status        text NOT NULL DEFAULT 'active'
                   CHECK (status IN ('active', 'done', 'cancelled')),
     created_at    timestamptz NOT NULL DEFAULT now(),
-    updated_at    timestamptz NOT NULL DEFAULT now()
+    updated_at    timestamptz NOT NULL DEFAULT now(),
+    -- 'rerun': one past slot run again (`pulse jobs trigger --slot`).
+    origin        text NOT NULL DEFAULT 'backfill' CHECK (origin IN ('backfill', 'rerun')),
+    -- The input of the slots it queues (NULL: the job's payload).
+    payload       jsonb
 );
 
 CREATE INDEX backfills_active ON backfills (shard_id) WHERE status = 'active';
@@ -232,6 +239,8 @@ CREATE TABLE flights (
     backfill_id      bigint REFERENCES backfills (id) ON DELETE SET NULL,
     -- The tenant, if it has a limit: a flight deleted with its job can no longer look it up.
     limit_tenant     text,
+    -- The slot's input, when one was given (trigger --payload, a rerun); NULL: the job's.
+    payload          jsonb,
     PRIMARY KEY (job_id, slot)
 );
 

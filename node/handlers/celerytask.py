@@ -88,6 +88,9 @@ def _send(app: Any, target: CeleryTarget, ctx: RunContext) -> Any:
         task_id=ctx.idempotency_key,
         queue=target.queue,
         ignore_result=not target.wait,  # else the backend subscribes to every result
+        # The attempt's span (--otel), in the message headers as OpenTelemetry's Celery
+        # instrumentation reads them.
+        headers=None if ctx.traceparent is None else {"traceparent": ctx.traceparent},
     )
 
 
