@@ -4,7 +4,8 @@ the merge of ``pulse jobs trigger --merge-payload``.
 The schema is checked by whoever writes a payload (``jobs add``, ``jobs apply``, the API,
 the Python API, ``jobs trigger``), never by a node: a fire costs nothing more. The
 ``jsonschema`` library does the work; Pulse bounds the schema's size and never fetches a
-remote ``$ref`` (the library's registry retrieves nothing unless told to). Why so:
+remote ``$ref``: validators get an empty registry, which retrieves nothing (without one, the
+library would fetch a remote ``$ref`` over HTTP); only references inside the schema resolve. Why so:
 docs/design/inputs.md.
 """
 
@@ -16,6 +17,7 @@ from typing import Any
 
 from jsonschema import exceptions, validators
 from jsonschema.protocols import Validator
+from referencing import Registry
 from referencing.exceptions import Unresolvable
 
 from cluster.errors import InvalidInput
@@ -53,7 +55,10 @@ def check_payload(
         return
     cls = _validator(schema) or validators.Draft202012Validator
     try:
-        error = exceptions.best_match(cls(schema).iter_errors(payload))
+        # An explicit, empty registry that retrieves nothing: without one the library falls
+        # back to fetching remote $refs over HTTP (tests/e2e/test_web_attacks.py).
+        validator = cls(schema, registry=Registry())
+        error = exceptions.best_match(validator.iter_errors(payload))
     except exceptions.SchemaError as exc:
         raise InvalidInput("payload_schema", _line(exc.message)) from exc
     except (Unresolvable, RecursionError, ValueError) as exc:

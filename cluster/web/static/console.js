@@ -318,7 +318,12 @@ async function jobPage(tenant, name) {
     el("p", {}, "Status: ", statusCell),
     el("div", { class: "actions", role: "group", "aria-label": "Job actions" }, buttons.pause, buttons.resume, buttons.trigger, buttons.cancel),
     el("p", { id: "action-result", role: "status", "aria-live": "polite" }),
-    runs, output, slots, state.session.role !== "read" ? backfill : null, el("h2", {}, "Definition"), facts);
+    runs, output, slots, state.session.role !== "read" ? backfill : null,
+    state.session.role !== "read" ? triggerForm(path, job, (a) => {
+      render(a);
+      document.getElementById("action-result").textContent = `Queued ${a.queued.origin} of ${when(a.queued.slot)}`;
+    }) : null,
+    el("h2", {}, "Definition"), facts);
   render(job);
   every(2000, async () => render(await api("GET", path)));
 }
