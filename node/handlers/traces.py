@@ -85,6 +85,10 @@ class Tracing:
         self._provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
         self._tracer = self._provider.get_tracer(SCOPE)
         self._spans: dict[tuple[UUID, datetime, int], Span] = {}
+        logger.info(
+            "tracing every attempt: OpenTelemetry spans over OTLP/HTTP (OTEL_* settings)",
+            extra={"event": "tracing_on"},
+        )
 
     def _parent(self, job: ClaimedJob) -> Any:
         from opentelemetry import trace
