@@ -25,6 +25,9 @@ from cluster.jobs.payloads import check_payload, merge_payload
 from cluster.store.scoped import ScopedConnection
 
 _US = timedelta(microseconds=1)
+# Triggered runs with a payload that may wait for a node at once, per job: a write token
+# cannot queue an unbounded number (docs/security.md).
+MAX_WAITING = 10
 
 
 @dataclass(frozen=True)
@@ -93,11 +96,14 @@ class Inputs:
             chosen = chosen_payload(job, payload, merge)
             stored = None if chosen is None else Jsonb(chosen)
             if slot is None:
-                row = await self._db.one(
-                    "trigger_flight", {"job_id": job.id, "payload": stored, "now": now}
-                )
+                params = {"job_id": job.id, "payload": stored, "now": now, "most": MAX_WAITING}
+                row = await self._db.one("trigger_flight", params)
                 if row is None:
-                    raise Conflict("name", f"{name!r} was triggered this very moment already")
+                    raise Conflict(
+                        "name",
+                        f"{name!r} has {MAX_WAITING} triggered runs waiting already, or one "
+                        "was triggered this very moment",
+                    )
                 await self._db.notify(job.shard)
                 return Triggered(job.name, job.tenant, row["slot"], "trigger", chosen)
             await self._check_rerun(job, slot, now)

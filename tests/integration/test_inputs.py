@@ -226,3 +226,13 @@ def test_cli_trigger_with_input_and_its_refusals(
     assert [r for r in json.loads(pulse("jobs", "list", "--json").stdout)] == [
         r for r in json.loads(pulse("jobs", "list", "--json").stdout) if r["name"] == "roll"
     ]
+
+
+async def test_at_most_ten_triggered_runs_wait_per_job(store: JobStore) -> None:
+    await add(store)
+    for i in range(10):
+        now = T0 + timedelta(seconds=i)
+        await store.trigger_with("roll", "acme", payload={"region": "us"}, now=now)
+    with pytest.raises(Conflict, match="10 triggered runs waiting"):
+        await store.trigger_with("roll", "acme", payload={"region": "us"}, now=T0 + timedelta(1))
+    assert len(table(store.settings, "flights")) == 10
