@@ -93,6 +93,8 @@ class Inputs:
             raise InvalidInput("slot", "needs a UTC offset (ISO 8601)")
         async with self._db.transaction():
             job = await self._db.job("lock_job", name, tenant)
+            if job.each_zone:  # its slots run as its children's, one per zone
+                raise InvalidInput("name", f"{name!r} runs one child job per zone: trigger one")
             chosen = chosen_payload(job, payload, merge)
             stored = None if chosen is None else Jsonb(chosen)
             if slot is None:

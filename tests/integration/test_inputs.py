@@ -236,3 +236,10 @@ async def test_at_most_ten_triggered_runs_wait_per_job(store: JobStore) -> None:
     with pytest.raises(Conflict, match="10 triggered runs waiting"):
         await store.trigger_with("roll", "acme", payload={"region": "us"}, now=T0 + timedelta(1))
     assert len(table(store.settings, "flights")) == 10
+
+
+async def test_an_each_zone_parent_is_not_triggered_with_input(store: JobStore) -> None:
+    await store.add(JobSpec.build("everywhere", "@daily", "shell:true", each_zone=True), now=T0)
+    with pytest.raises(InvalidInput, match="one child job per zone") as bad:
+        await store.trigger_with("everywhere", payload={}, now=T0)
+    assert bad.value.field == "name" and table(store.settings, "flights") == []

@@ -103,3 +103,18 @@ def test_a_spec_checks_its_payload_against_its_schema() -> None:
     with pytest.raises(InvalidInput) as bad:
         JobSpec.from_mapping({**entry, "payload_schema": ["not", "a", "schema"]})
     assert bad.value.field == "payload_schema"
+
+
+def test_a_registry_job_takes_a_payload_schema() -> None:
+    from cluster.chaos.witness import record
+    from cluster.jobs.registry import export_yaml, specs_of
+    from pulsecron import Registry
+
+    jobs = Registry("acme")
+    jobs.add(record, "@daily", name="ok", payload={"region": "eu"}, payload_schema=SCHEMA)
+    (spec,) = specs_of([jobs])
+    assert spec.payload_schema == SCHEMA
+    assert "payload_schema:" in export_yaml([jobs])
+    with pytest.raises(InvalidInput) as bad:
+        jobs.add(record, "@daily", name="bad", payload={"region": "mars"}, payload_schema=SCHEMA)
+    assert bad.value.field == "payload"
