@@ -6,12 +6,14 @@ node without ``--otel`` that loads no tracing at all."""
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 import sys
 import uuid
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 import pytest
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
@@ -138,3 +140,26 @@ def test_a_node_without_otel_loads_no_tracing() -> None:
         [sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True
     )
     assert json.loads(out.stdout) == []
+
+
+def test_otel_without_the_extra_is_one_line_exit_2(tmp_path: Path) -> None:
+    """A node started with --otel where OpenTelemetry's SDK is not installed (a bare
+    ``opentelemetry`` package shadows it here) refuses to start, before connecting."""
+    (tmp_path / "opentelemetry").mkdir()
+    (tmp_path / "opentelemetry" / "__init__.py").write_text("")
+    out = subprocess.run(
+        [sys.executable, "-m", "node", "node", "--otel"],
+        cwd=REPO,
+        env={
+            **os.environ,
+            "PYTHONPATH": str(tmp_path),
+            "PULSE_DATABASE_URL": "postgresql://x@127.0.0.1:1/x",
+        },
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert out.returncode == 2 and out.stdout == ""
+    assert out.stderr.splitlines() == [
+        "pulse: refusing to start: --otel needs OpenTelemetry: pip install 'pulsecron[otel]'"
+    ]
