@@ -14,13 +14,18 @@ import uuid
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
+import httpx
 import pytest
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import StatusCode
 
+from cluster.jobs import handlerrefs
+from node.handlers.celerytask import _send
 from node.handlers.context import RunContext
+from node.handlers.httpcall import run_http
 from node.handlers.shell import _shell_env
 from node.handlers.traces import Tracing, slot_ids, traceparent_of
 from tests.helpers import REPO
@@ -163,3 +168,52 @@ def test_otel_without_the_extra_is_one_line_exit_2(tmp_path: Path) -> None:
     assert out.stderr.splitlines() == [
         "pulse: refusing to start: --otel needs OpenTelemetry: pip install 'pulsecron[otel]'"
     ]
+
+
+def _ctx(traceparent: str | None) -> RunContext:
+    return RunContext(
+        job_id=JOB_ID,
+        job_name="j",
+        tenant_id="t",
+        payload={"a": 1},
+        scheduled_for=SLOT,
+        attempt=1,
+        timeout_s=5.0,
+        node_id="n1",
+        zone="z",
+        traceparent=traceparent,
+    )
+
+
+async def test_an_http_request_carries_the_traceparent_only_when_traced() -> None:
+    seen: list[httpx.Request] = []
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        seen.append(request)
+        return httpx.Response(200)
+
+    target = handlerrefs.parse("http:POST https://hooks.example.com/run")
+    assert isinstance(target, handlerrefs.HttpTarget)
+    parent = traceparent_of(*slot_ids(JOB_ID, SLOT))
+    async with httpx.AsyncClient(transport=httpx.MockTransport(answer)) as client:
+        for given in (parent, None):
+            done = await run_http(client, target, _ctx(given), 5.0)
+            assert done.status == "succeeded"
+    assert seen[0].headers["traceparent"] == parent
+    assert "traceparent" not in seen[1].headers
+
+
+def test_a_celery_task_carries_the_traceparent_only_when_traced() -> None:
+    sent: list[dict[str, Any]] = []
+
+    class App:
+        def send_task(self, name: str, **options: Any) -> None:
+            sent.append(options)
+
+    target = handlerrefs.parse("celery:app.tasks.rollup")
+    assert isinstance(target, handlerrefs.CeleryTarget)
+    parent = traceparent_of(*slot_ids(JOB_ID, SLOT))
+    _send(App(), target, _ctx(parent))
+    _send(App(), target, _ctx(None))
+    assert sent[0]["headers"] == {"traceparent": parent}
+    assert "headers" not in sent[1]
