@@ -72,6 +72,7 @@ class Tracing:
 
     def __init__(self, node_id: str, zone: str) -> None:
         try:
+            from opentelemetry import trace
             from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
             from opentelemetry.sdk.resources import Resource
             from opentelemetry.sdk.trace import TracerProvider
@@ -80,6 +81,8 @@ class Tracing:
             raise ConfigError("--otel needs OpenTelemetry: pip install 'pulsecron[otel]'") from exc
         self.node_id = node_id
         self.zone = zone
+        self._trace = trace  # the API module, imported once: a span costs no import lookup
+        self._sampled = trace.TraceFlags(trace.TraceFlags.SAMPLED)
         resource = Resource.create({"service.name": "pulse", "service.instance.id": node_id})
         self._provider = TracerProvider(resource=resource)  # OTEL_SERVICE_NAME overrides
         self._provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
@@ -91,13 +94,13 @@ class Tracing:
         )
 
     def _parent(self, job: ClaimedJob) -> Any:
-        from opentelemetry import trace
-
+        trace = self._trace
         trace_id, span_id = slot_ids(job.id, job.slot)
-        slot_span = trace.SpanContext(
-            trace_id, span_id, is_remote=True, trace_flags=trace.TraceFlags(1)
-        )
+        slot_span = trace.SpanContext(trace_id, span_id, is_remote=True, trace_flags=self._sampled)
         return trace.set_span_in_context(trace.NonRecordingSpan(slot_span))
+
+    def _error(self, span: Span, text: str) -> None:
+        span.set_status(self._trace.Status(self._trace.StatusCode.ERROR, text[:200]))
 
     def start(self, job: ClaimedJob) -> str:
         """Open the span of the attempt ``job`` begins; its ``traceparent``."""
@@ -112,21 +115,17 @@ class Tracing:
 
     def end(self, job: ClaimedJob, status: str, error: str | None = None) -> None:
         """Close the attempt's span with its outcome (a no-op if it has none)."""
-        from opentelemetry.trace import Status, StatusCode
-
         span = self._spans.pop((job.id, job.slot, job.lease_token), None)
         if span is None:
             return
         span.set_attribute("pulse.status", status)
         if status != "succeeded":
-            span.set_status(Status(StatusCode.ERROR, (error or status)[:200]))
+            self._error(span, error or status)
         span.end()
 
     def lost(self, job: ClaimedJob, attempt: int, node: str | None, reason: str) -> None:
         """The span of an attempt lost with its node, written by the node that took the
         slot back: in the slot's trace, with the lost node's name."""
-        from opentelemetry.trace import Status, StatusCode
-
         span = self._tracer.start_span(
             f"pulse run {job.name}",
             context=self._parent(job),
@@ -137,7 +136,7 @@ class Tracing:
             },
             start_time=time.time_ns(),
         )
-        span.set_status(Status(StatusCode.ERROR, f"lost: {reason}"[:200]))
+        self._error(span, f"lost: {reason}")
         span.end()
 
     def fenced(self, job: ClaimedJob) -> None:
