@@ -8,12 +8,14 @@ import argparse
 import asyncio
 import logging
 import shlex
+import subprocess
 import sys
 from pathlib import Path
 
-from bench import report
+from bench import fleet, report
 from bench.runner import SCENARIOS, print_report, run
 from bench.sizes import DEFAULT, QUICK, override
+from cluster.local.processes import free_port
 
 HERE = Path(__file__).resolve().parent
 DEFAULT_OUT = HERE / "results.jsonl"
@@ -40,6 +42,16 @@ def write_report(results: Path, readme: Path) -> int:
         return 1
     print(f"{readme}: the run of {latest.info.get('date')} ({latest.info.get('command')})")
     return 0
+
+
+def _otel_sink() -> subprocess.Popen[bytes]:
+    """Start the OTLP sink and make every Pulse node trace into it."""
+    port = free_port()
+    sink = subprocess.Popen([sys.executable, "-m", "bench.otlpsink", str(port)], cwd=HERE.parent)
+    fleet.NODE_ENV.update(
+        PULSE_OTEL="true", OTEL_EXPORTER_OTLP_TRACES_ENDPOINT=f"http://127.0.0.1:{port}/v1/traces"
+    )
+    return sink
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -77,6 +89,11 @@ def main(argv: list[str] | None = None) -> int:
         help="run the scenarios N times over, both systems each time, and print each "
         "ratio's median and range [default: 1]",
     )
+    parser.add_argument(
+        "--otel",
+        action="store_true",
+        help="Pulse nodes trace (--otel), exporting to a sink process started here",
+    )
     parser.add_argument("-v", "--verbose", action="store_true", help="log each phase")
     parser.add_argument("--keep", action="store_true", help="keep node logs and witness files")
     parser.add_argument(
@@ -108,9 +125,15 @@ def main(argv: list[str] | None = None) -> int:
         sizes = override(QUICK if args.quick else DEFAULT, args.set)
     except ValueError as exc:
         parser.error(str(exc))
-    done, failed = asyncio.run(
-        run(names, sizes, args.out, command, args.keep, args.profile, args.rounds)
-    )
+    sink = _otel_sink() if args.otel else None
+    try:
+        done, failed = asyncio.run(
+            run(names, sizes, args.out, command, args.keep, args.profile, args.rounds)
+        )
+    finally:
+        if sink is not None:
+            sink.kill()
+            sink.wait()
     print_report(done)
     if failed:
         print(f"failed: {', '.join(failed)} (see the messages above)", file=sys.stderr)

@@ -21,6 +21,10 @@ REPO = Path(__file__).resolve().parent.parent
 STOP_TIMEOUT_S = 20.0
 
 
+# Set by ``python -m bench --otel``: what every Pulse node's environment gets besides.
+NODE_ENV: dict[str, str] = {}
+
+
 class Fleet:
     """The processes of one (scenario, system) run."""
 
@@ -50,7 +54,8 @@ class Fleet:
         options = ["--concurrency", str(concurrency), *extra]
         if metrics_port is not None:
             options += ["--metrics-port", str(metrics_port)]
-        return self._start(node_id, node_argv(node_id, zone, *options), **(env or {}))
+        argv = node_argv(node_id, zone, *options)
+        return self._start(node_id, argv, **{**NODE_ENV, **(env or {})})
 
     def start_baseline(self, name: str, limit: int) -> Process:
         argv = [sys.executable, "-m", "bench.baseline", "--name", name, "--limit", str(limit)]

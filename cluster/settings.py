@@ -121,6 +121,7 @@ class NodeSettings:
     fairness: bool = True  # claim across tenants in turn when more is due than it can run
     celery_broker: str | None = None  # for celery: jobs that name none; may hold a password
     handler_role: str | None = None  # ctx.transaction() statements run as it (SET LOCAL ROLE)
+    otel: bool = False  # one OpenTelemetry span per attempt (node.handlers.traces; OTEL_* env)
 
     def validate(self) -> NodeSettings:
         if not _NODE_ID.match(self.node_id):

@@ -7,6 +7,7 @@ code, so the import layers stay one way (node -> cluster -> ring).
 from __future__ import annotations
 
 import asyncio
+import importlib.util
 import logging
 import os
 import sys
@@ -135,6 +136,14 @@ def _seconds(value: str, field: str) -> float:
     help="Broker URL for celery: jobs that name none (never logged).",
 )
 @click.option(
+    "--otel/--no-otel",
+    envvar="PULSE_OTEL",
+    default=False,
+    show_default=True,
+    help="Export one OpenTelemetry span per attempt over OTLP/HTTP (the OTEL_* variables "
+    "configure it; needs pulsecron[otel]).",
+)
+@click.option(
     "--path",
     "paths",
     multiple=True,
@@ -168,6 +177,7 @@ def node_command(
     handler_role: str | None,
     fairness: bool,
     celery_broker: str | None,
+    otel: bool,
     paths: tuple[str, ...],
     sync_modules: tuple[str, ...],
 ) -> None:
@@ -191,11 +201,14 @@ def node_command(
             fairness=fairness,
             celery_broker=celery_broker or None,
             handler_role=handler_role or None,
+            otel=otel,
         ).validate()
     except InvalidInput as exc:
         fail(f"invalid {exc}", 2)
     except ConfigError as exc:
         fail(f"refusing to start: {exc}", 2)
+    if settings.otel and not _otel_installed():
+        fail("refusing to start: --otel needs OpenTelemetry: pip install 'pulsecron[otel]'", 2)
     for extra in (*reversed(paths), os.getcwd()):
         if extra not in sys.path:
             sys.path.insert(0, extra)
@@ -207,6 +220,17 @@ def node_command(
     logging.getLogger().handlers[0].addFilter(NodeContext(settings.node_id, settings.zone))
     code = asyncio.run(Node(cluster, settings, specs, handlers_of(registries)).run())
     sys.exit(code)
+
+
+def _otel_installed() -> bool:
+    """Whether the ``otel`` extra is there (looked up only for a node started with --otel)."""
+    try:
+        return all(
+            importlib.util.find_spec(name) is not None
+            for name in ("opentelemetry.sdk.trace", "opentelemetry.exporter.otlp.proto.http")
+        )
+    except ImportError:
+        return False
 
 
 def main() -> None:

@@ -108,7 +108,15 @@ def wire(
     )
     config = ConfigCache(cluster, f"{s.node_id}/config")
     forwarders = Forwarders(s.celery_broker, config.values)
-    executor = Executor(s.concurrency, s.node_id, s.zone, completer.run_done, effects, forwarders)
+    tracing = None
+    if s.otel:  # imported only then: a node without --otel loads no OpenTelemetry
+        from node.handlers.traces import Tracing
+
+        tracing = Tracing(s.node_id, s.zone)
+        completer.tracing = tracing
+    executor = Executor(
+        s.concurrency, s.node_id, s.zone, completer.run_done, effects, forwarders, tracing
+    )
     recovery = Recovery(
         state,
         session,
@@ -116,6 +124,7 @@ def wire(
         completer.run_done,
         lease_s=s.lease_s,
         flights_queued=lambda: claimer.flights_queued(),
+        tracing=tracing,
         tracked=lambda: (
             set(executor.leases()) | completer.leases(),
             set(executor.flight_leases()) | completer.flight_leases(),

@@ -165,6 +165,8 @@ class Node:
         await parts.alerts.close()
         await parts.gates.close()
         await parts.executor.forwarders.close()
+        if parts.executor.tracing is not None:  # export the spans still queued
+            await asyncio.to_thread(parts.executor.tracing.shutdown)
         await parts.config.close()
         logger.info("node stopped", extra={"event": "node_stopped"})
         return 1 if self._crashed else 0

@@ -7,7 +7,7 @@ from typing import Any
 
 import click
 
-from cluster.cli import jobhistory, jobplans, jobviews
+from cluster.cli import jobhistory, jobplans, jobviews, triggers
 from cluster.cli.audited import os_user
 from cluster.cli.base import (
     PulseGroup,
@@ -33,7 +33,7 @@ def jobs() -> None:
     """Create, list and control jobs."""
 
 
-for _command in (*jobviews.COMMANDS, *jobhistory.COMMANDS):
+for _command in (*jobviews.COMMANDS, *jobhistory.COMMANDS, triggers.trigger_job):
     jobs.add_command(_command)
 
 
@@ -62,6 +62,9 @@ for _command in (*jobviews.COMMANDS, *jobhistory.COMMANDS):
 )
 @click.option("--tz", default=fields.DEFAULT_TZ, show_default=True, help="IANA time zone.")
 @click.option("--payload", default=None, help="A JSON object passed to the handler.")
+@click.option(
+    "--payload-schema", default=None, help="A JSON Schema every payload of the job must match."
+)
 @tenant_option
 @click.option(
     "--catch-up", default=fields.DEFAULT_CATCH_UP, show_default=True, help="skip | once | backfill"
@@ -312,24 +315,21 @@ def _control(verb: str) -> click.Command:
     async def command(store: JobStore, name: str, tenant: str) -> None:
         if verb == "resume":
             job = await store.resume(name, tenant)
-        elif verb == "trigger":
-            job = await store.trigger(name, tenant)
         else:
             await store.remove(name, tenant)
             click.echo(f"removed {name} (tenant {tenant})")
             return
-        _done({"resume": "resumed", "trigger": "triggered"}[verb], job)
+        _done("resumed", job)
 
     docs = {
         "resume": "Resume a paused job at its next future slot.",
-        "trigger": "Run a job now, keeping its regular schedule.",
         "remove": "Delete a job and its run history.",
     }
     command.__doc__ = docs[verb]
     return jobs.command(verb)(command)
 
 
-for _verb in ("resume", "trigger", "remove"):
+for _verb in ("resume", "remove"):
     _control(_verb)
 
 

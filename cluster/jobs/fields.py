@@ -106,7 +106,9 @@ def validate_name(value: str, field_name: str = "name") -> str:
     return value
 
 
-def parse_payload(value: str | Mapping[str, Any] | None) -> dict[str, Any]:
+def parse_payload(
+    value: str | Mapping[str, Any] | None, field_name: str = "payload"
+) -> dict[str, Any]:
     """A JSON object (given as text or as a mapping), at most 1 MiB encoded."""
     if value is None:
         return {}
@@ -114,26 +116,26 @@ def parse_payload(value: str | Mapping[str, Any] | None) -> dict[str, Any]:
         try:
             loaded = json.loads(value)
         except json.JSONDecodeError as exc:
-            raise InvalidInput("payload", f"not valid JSON ({exc.msg})") from exc
+            raise InvalidInput(field_name, f"not valid JSON ({exc.msg})") from exc
         except RecursionError as exc:
-            raise InvalidInput("payload", "nested too deeply") from exc
+            raise InvalidInput(field_name, "nested too deeply") from exc
     else:
         loaded = value
     if not isinstance(loaded, dict):
-        raise InvalidInput("payload", "must be a JSON object")
+        raise InvalidInput(field_name, "must be a JSON object")
     try:
         encoded = json.dumps(loaded, ensure_ascii=False, allow_nan=False).encode()
     except UnicodeEncodeError as exc:
-        raise InvalidInput("payload", "is not valid UTF-8 text") from exc
+        raise InvalidInput(field_name, "is not valid UTF-8 text") from exc
     except RecursionError as exc:
-        raise InvalidInput("payload", "nested too deeply") from exc
+        raise InvalidInput(field_name, "nested too deeply") from exc
     except (TypeError, ValueError) as exc:
-        raise InvalidInput("payload", f"not JSON-serialisable ({exc})") from exc
+        raise InvalidInput(field_name, f"not JSON-serialisable ({exc})") from exc
     if len(encoded) > MAX_PAYLOAD_BYTES:
-        raise InvalidInput("payload", "larger than 1 MiB")
+        raise InvalidInput(field_name, "larger than 1 MiB")
     if _JSON_NUL.search(encoded):
         # jsonb cannot store \u0000: Postgres would refuse the write.
-        raise InvalidInput("payload", "must not contain NUL characters (\\u0000)")
+        raise InvalidInput(field_name, "must not contain NUL characters (\\u0000)")
     return dict(loaded)
 
 

@@ -90,6 +90,7 @@ class Job:
     calendar_rule: str | None = None  # the calendar as the job plans with it (JSON text)
     paused_until: datetime | None = None  # `pause --until`: idle, its next slot at or after
     revision: int = 1  # of its definition (job_revisions, docs/jobs.md)
+    payload_schema: dict[str, Any] | None = None  # every payload matches it (cluster.jobs.payloads)
 
     def rule(self) -> CalendarRule | None:
         """The calendar the job plans with (its copy), or None."""
@@ -151,6 +152,7 @@ class Job:
             calendar_rule=row.get("calendar_rule"),
             paused_until=row.get("paused_until"),
             revision=row.get("revision", 1),
+            payload_schema=row.get("payload_schema"),
         )
 
     def to_json(self) -> dict[str, Any]:
@@ -199,6 +201,7 @@ class Job:
             "business_day": self.business_day,
             "paused_until": iso(self.paused_until),
             "revision": self.revision,
+            "payload_schema": self.payload_schema,
             "created_at": iso(self.created_at),
             "updated_at": iso(self.updated_at),
         }

@@ -41,6 +41,7 @@ from cluster.jobs.fields import (
     validate_name,
 )
 from cluster.jobs.handlerrefs import canonical
+from cluster.jobs.payloads import check_payload, parse_payload_schema
 from cluster.jobs.timerules import DEFAULT_ON_EXCLUDED, calendar_fields
 from cluster.timing.catchup import parse_catch_up
 from cluster.timing.jitter import check_jitter
@@ -87,6 +88,7 @@ class JobSpec:
     after_match: str = gates.DEFAULT_MATCH
     after_timeout_s: float | None = None  # a slot held longer is skipped; None: no limit
     after_failure: str = gates.DEFAULT_FAILURE
+    payload_schema: dict[str, Any] | None = None  # a JSON Schema (cluster.jobs.payloads)
 
     @classmethod
     def build(
@@ -126,6 +128,7 @@ class JobSpec:
         after_match: str = gates.DEFAULT_MATCH,
         after_timeout: str | float | None = None,
         after_failure: str = gates.DEFAULT_FAILURE,
+        payload_schema: str | Mapping[str, Any] | None = None,
     ) -> JobSpec:
         """Validate every field; raise ``InvalidInput`` naming the first bad one."""
         name = validate_name(name)
@@ -165,13 +168,16 @@ class JobSpec:
         )
         if calendar is not None and each_zone:
             raise InvalidInput("calendar", "does not apply to an --each-zone job")
+        checked_payload = parse_payload(payload)
+        schema = parse_payload_schema(payload_schema)
+        check_payload(schema, checked_payload)
         return cls(
             name=name,
             schedule=parsed.expr,
             handler=validate_handler(handler),
             tenant=tenant,
             tz=parsed.tz,
-            payload=parse_payload(payload),
+            payload=checked_payload,
             catch_up=parse_catch_up(catch_up),
             grace_s=duration_field(grace, "grace"),
             max_backfill=count_field(max_backfill, "max_backfill", 1),
@@ -204,6 +210,7 @@ class JobSpec:
             after_match=gates.parse_match(after_match),
             after_timeout_s=optional_duration(after_timeout, "after_timeout"),
             after_failure=gates.parse_failure(after_failure),
+            payload_schema=schema,
         )
 
     @classmethod
@@ -218,7 +225,7 @@ class JobSpec:
             "pause_after_failures", "overlap", "max_concurrent", "cancel_grace",
             "zones", "each_zone",
             "jitter", "remove_when_done", "calendar", "on_excluded", "business_day",
-            "after", "after_match", "after_timeout", "after_failure",
+            "after", "after_match", "after_timeout", "after_failure", "payload_schema",
         }  # fmt: skip
         unknown = sorted(set(entry) - known)
         if unknown:
@@ -230,6 +237,9 @@ class JobSpec:
         payload = kwargs.get("payload")
         if payload is not None and not isinstance(payload, Mapping | str):
             raise InvalidInput("payload", "must be a JSON object")
+        schema = kwargs.get("payload_schema")
+        if schema is not None and not isinstance(schema, Mapping | str):
+            raise InvalidInput("payload_schema", "must be a JSON object")
         return cls.build(entry["name"], entry["schedule"], entry["handler"], **kwargs)
 
     def validated(self) -> JobSpec:
@@ -269,6 +279,7 @@ class JobSpec:
             after_match=self.after_match,
             after_timeout=self.after_timeout_s,
             after_failure=self.after_failure,
+            payload_schema=self.payload_schema,
         )
 
     def parsed_schedule(self) -> Schedule:

@@ -45,6 +45,7 @@ class Backfill:
     in_flight: int
     status: str  # active | done | cancelled
     created_at: datetime
+    origin: str = "backfill"  # or rerun: one past slot (`pulse jobs trigger --slot`)
 
     @classmethod
     def from_row(cls, row: dict[str, Any]) -> Backfill:
@@ -62,6 +63,7 @@ class Backfill:
             in_flight=row["in_flight"],
             status=row["status"],
             created_at=row["created_at"],
+            origin=row.get("origin") or "backfill",
         )
 
     def to_json(self) -> dict[str, Any]:
@@ -79,6 +81,7 @@ class Backfill:
             "in_flight": self.in_flight,
             "status": self.status,
             "created_at": iso(self.created_at),
+            "origin": self.origin,
         }
 
 

@@ -222,6 +222,7 @@ class Definitions:
             "business_day": spec.business_day,
             "calendar_rule": None if rule is None else rule.to_json(),
             "slot_origin": origin_of(run),
+            "payload_schema": None if spec.payload_schema is None else Jsonb(spec.payload_schema),
         }
 
     async def _place(self, spec: JobSpec, shards: int, next_run_at: datetime) -> int | None:

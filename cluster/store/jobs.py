@@ -7,10 +7,11 @@ thin layer over this class.
 This module owns the cluster's settings and pruning, and what acts on jobs that exist
 (pause, resume, trigger, remove, and the reads). Its parts hold the rest, on the store's
 scoped connection (``cluster.store.scoped``): creating and placing job rows
-(``definitions``), steering running slots (``runcontrol``), their history (``revisions``),
-tokens and audit (``access``), paged reads (``pages``), tenant limits (``tenants``) and
-quotas (``quotas``), console sessions (``sessions``) and the handlers registries offer the
-API (``handlers``). The methods of the first two that users call are the store's too.
+(``definitions``), steering running slots (``runcontrol``), runs with inputs (``inputs``),
+their history (``revisions``), tokens and audit (``access``), paged reads (``pages``), tenant
+limits (``tenants``) and quotas (``quotas``), console sessions (``sessions``) and the
+handlers registries offer the API (``handlers``). The methods of the first two that users
+call are the store's too.
 
     async with JobStore.open(ClusterSettings.from_env()) as store:
         await store.add(JobSpec.build("rollup", "0 * * * *", "billing.jobs:rollup"))
@@ -39,6 +40,7 @@ from cluster.store.connect import ADMIN_STATEMENT_TIMEOUT_S, Conn, connect
 from cluster.store.definitions import Definitions
 from cluster.store.handlers import RegisteredHandlers
 from cluster.store.holds import Holds
+from cluster.store.inputs import Inputs, Triggered
 from cluster.store.migrate import InitResult, migrate
 from cluster.store.pages import Pages
 from cluster.store.plans import Plans
@@ -73,6 +75,7 @@ class JobStore:
         self.revisions = Revisions(self.db, self.definitions)
         self.plans = Plans(self.db, self.definitions)
         self.runcontrol = RunControl(self.db)
+        self.inputs = Inputs(self.db)
         self.access = Access(conn)
         self.pages = Pages(conn, scope)
         self.tenants = Tenants(conn)
@@ -234,13 +237,31 @@ class JobStore:
     async def trigger(
         self, name: str, tenant: str = DEFAULT_TENANT, *, now: datetime | None = None
     ) -> Job:
-        """Make the job due now without changing its regular schedule."""
+        """Make the job due now without changing its regular schedule (with a payload or a
+        past slot: ``trigger_with``)."""
         row = await self.db.one("trigger_job", {"tenant_id": tenant, "name": name, "now": now})
         if row is None:
             job = await self.get(name, tenant)  # raises NotFound
             raise Conflict("name", f"{job.name!r} is running now; trigger it when it ends")
         await self.db.notify(row["shard_id"])
         return await self.get(name, tenant)
+
+    async def trigger_with(
+        self,
+        name: str,
+        tenant: str = DEFAULT_TENANT,
+        *,
+        payload: str | Mapping[str, Any] | None = None,
+        merge_payload: str | Mapping[str, Any] | None = None,
+        slot: datetime | None = None,
+        now: datetime | None = None,
+    ) -> Triggered:
+        """Run the job now with ``payload`` (or its own with ``merge_payload`` merged in, RFC
+        7386), or run its past ``slot`` again (origin ``rerun``), checked against its
+        ``payload_schema``; ``InvalidInput`` with nothing written otherwise."""
+        return await self.inputs.trigger(
+            name, tenant, payload=payload, merge=merge_payload, slot=slot, now=now
+        )
 
     async def remove(self, name: str, tenant: str = DEFAULT_TENANT) -> None:
         await self._write("remove_job", name, tenant, {})

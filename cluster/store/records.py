@@ -97,6 +97,7 @@ class ClaimedJob(NamedTuple):
     previous_slot: datetime | None = None  # the slot handled before this one
     last_success: datetime | None = None  # the newest slot that succeeded
     state: dict[str, Any] | None = None  # what the last successful run left (ctx.state)
+    origin: str | None = None  # why the slot runs (NULL: its schedule), for its trace span
 
 
 _FIELDS = len(ClaimedJob._fields)

@@ -112,6 +112,8 @@ class RunControl:
                 "only_missing": only_missing,
                 "max_parallel": max_parallel,
                 "slots_total": len(slots),
+                "origin": None,
+                "payload": None,
                 "now": now,
             }
             made = await self._db.one("backfill_insert", params)

@@ -1,4 +1,4 @@
--- The Pulse schema as it stands after the newest migration (version 21), for readers.
+-- The Pulse schema as it stands after the newest migration (version 27), for readers.
 --
 -- `pulse init` never runs this file: it applies cluster/store/migrations/NNN_*.sql in
 -- order. This file is edited in the same commit as each new migration, and
@@ -172,7 +172,10 @@ CREATE TABLE jobs (
     -- The definition's revision (job_revisions; docs/design/revisions.md), and the one the
     -- slot in flight was claimed under, copied by the claim for the run row.
     revision         integer NOT NULL DEFAULT 1,
-    run_revision     integer
+    run_revision     integer,
+    -- The JSON Schema every payload of the job matches, checked by add, apply and trigger
+    -- (docs/design/inputs.md); NULL: any JSON object.
+    payload_schema   jsonb
 ) WITH (fillfactor = 80);
 
 -- The claim's due range, for every status: an index on a column the claim writes would
@@ -207,7 +210,11 @@ CREATE TABLE backfills (
     status        text NOT NULL DEFAULT 'active'
                   CHECK (status IN ('active', 'done', 'cancelled')),
     created_at    timestamptz NOT NULL DEFAULT now(),
-    updated_at    timestamptz NOT NULL DEFAULT now()
+    updated_at    timestamptz NOT NULL DEFAULT now(),
+    -- 'rerun': one past slot run again (`pulse jobs trigger --slot`).
+    origin        text NOT NULL DEFAULT 'backfill' CHECK (origin IN ('backfill', 'rerun')),
+    -- The input of the slots it queues (NULL: the job's payload).
+    payload       jsonb
 );
 
 CREATE INDEX backfills_active ON backfills (shard_id) WHERE status = 'active';
@@ -238,6 +245,8 @@ CREATE TABLE flights (
     limit_tenant     text,
     -- The job's revision when the flight was made, for its run row.
     revision         integer,
+    -- The slot's input, when one was given (trigger --payload, a rerun); NULL: the job's.
+    payload          jsonb,
     PRIMARY KEY (job_id, slot)
 );
 

@@ -272,9 +272,29 @@ async def resume_job(request: Request, tenant: str, name: str, who: Writer) -> d
 
 @router.post("/api/jobs/{tenant}/{name:path}/trigger")
 async def trigger_job(request: Request, tenant: str, name: str, who: Writer) -> dict[str, Any]:
-    """Run the job now, keeping its schedule (409 while it runs)."""
-    result: dict[str, Any] = await _control(request, who, "trigger", tenant, name)
-    return result
+    """Run the job now, keeping its schedule (409 while it runs). An optional body
+    {"payload": {...}} or {"merge_payload": {...}} runs it with that input, {"slot": ISO
+    8601} runs that past slot again; the answer then has "queued" (docs/web.md)."""
+    if not (await request.body()).strip():
+        result: dict[str, Any] = await _control(request, who, "trigger", tenant, name)
+        return result
+    body = await json_object(request, {"payload", "merge_payload", "slot"})
+    slot = None if body.get("slot") is None else iso_time(body["slot"], "slot")
+    for key in ("payload", "merge_payload"):
+        if key in body and not isinstance(body[key], dict):
+            raise InvalidInput(key, "must be a JSON object")
+    async with state_of(request).pool.store(who.scope) as store:
+        async with store.transaction():
+            queued = await store.trigger_with(
+                name,
+                tenant,
+                payload=body.get("payload"),
+                merge_payload=body.get("merge_payload"),
+                slot=slot,
+            )
+            await record(store, who, "trigger", tenant, name, f"{queued.origin} {iso(queued.slot)}")
+        details: dict[str, Any] = await store.details(name, tenant)
+    return {**details, "queued": queued.to_json()}
 
 
 @router.post("/api/jobs/{tenant}/{name:path}/cancel")

@@ -82,12 +82,16 @@ def _scrub(text: str, url: str) -> str:
 
 
 def _send(app: Any, target: CeleryTarget, ctx: RunContext) -> Any:
+    # The attempt's span (--otel) in the message headers, where OpenTelemetry's Celery
+    # instrumentation reads it; without tracing, the call is as it always was.
+    traced = {} if ctx.traceparent is None else {"headers": {"traceparent": ctx.traceparent}}
     return app.send_task(
         target.task,
         kwargs=dict(ctx.payload),
         task_id=ctx.idempotency_key,
         queue=target.queue,
         ignore_result=not target.wait,  # else the backend subscribes to every result
+        **traced,
     )
 
 

@@ -65,6 +65,9 @@ class RunContext:
     previous_slot: datetime | None = None
     last_success_slot: datetime | None = None
     state: dict[str, Any] = field(default_factory=dict, compare=False)
+    # The W3C traceparent of this attempt's span when the node traces (--otel), else None:
+    # pass it on to what the handler calls (node.handlers.traces).
+    traceparent: str | None = None
     _state_read: str = field(default="", init=False, repr=False, compare=False)
     _log: RunLog = field(init=False, repr=False, compare=False)
     # Made on first use (few runs are ever cancelled; an Event costs a lock and a condition).

@@ -82,6 +82,8 @@ async def run_http(
     if content_type is not None and not any(k.lower() == "content-type" for k in headers):
         headers["Content-Type"] = content_type
     headers["Idempotency-Key"] = ctx.idempotency_key
+    if ctx.traceparent is not None:  # the attempt's span (--otel): the receiver's parent
+        headers["traceparent"] = ctx.traceparent
     limit_s = min(timeout_s, target.timeout_s or timeout_s)
     try:
         request = client.build_request(

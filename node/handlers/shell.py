@@ -51,6 +51,8 @@ def _shell_env(ctx: RunContext, names: tuple[str, ...]) -> dict[str, str]:
             "PULSE_NODE_ID": ctx.node_id,
         }
     )
+    if ctx.traceparent is not None:  # the attempt's span (--otel), the W3C way
+        env["TRACEPARENT"] = ctx.traceparent
     return env
 
 

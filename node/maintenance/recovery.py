@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from uuid import UUID
 
 from cluster.settings import DEFAULT_LEASE_S
@@ -36,6 +36,9 @@ from node.pipeline.completer import job_extra
 from node.state import NodeState
 from node.stats import Stats
 from ring.zones import dark_shards
+
+if TYPE_CHECKING:
+    from node.handlers.traces import Tracing
 
 logger = logging.getLogger(__name__)
 
@@ -75,6 +78,7 @@ def poisoned(row: dict[str, Any]) -> ClaimedJob:
         cancel_by=row["cancel_by"],
         jitter_s=row["jitter_s"],
         calendar_rule=row["calendar_rule"],
+        origin=row.get("origin"),
     )
 
 
@@ -98,7 +102,9 @@ class Recovery:
         lease_s: float = DEFAULT_LEASE_S,
         flights_queued: Callable[[], None] = lambda: None,
         tracked: Callable[[], Tracked] = lambda: (set(), set()),
+        tracing: Tracing | None = None,
     ) -> None:
+        self._tracing = tracing  # with --otel: a lost attempt gets a span in its slot's trace
         self._flights_queued = flights_queued
         self._tracked = tracked
         self._state = state
@@ -153,6 +159,9 @@ class Recovery:
         for found in flights:
             job = found.job
             extra = job_extra(job, "run_recovered")
+            if self._tracing is not None:
+                lost = job.attempt if found.poison else job.attempt - 1
+                self._tracing.lost(job, lost, found.lost_by, found.reason)
             if not found.poison:
                 logger.warning(
                     "recovered flight from %s (%s); attempt %d is due now",
@@ -182,6 +191,9 @@ class Recovery:
 
     def _took_back(self, rows: list[dict[str, Any]]) -> int:
         for row in rows:
+            if self._tracing is not None:
+                lost = row["attempt"] if row["poison"] else row["attempt"] - 1
+                self._tracing.lost(poisoned(row), lost, row["locked_by"], row["reason"])
             extra = {
                 "event": "run_recovered",
                 "job": row["name"],

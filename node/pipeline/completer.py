@@ -22,6 +22,7 @@ import logging
 import time
 from collections.abc import Callable
 from datetime import datetime
+from typing import TYPE_CHECKING
 from uuid import UUID
 
 from cluster.errors import PulseError, StoreError
@@ -35,6 +36,9 @@ from node.pipeline.outcomes import after_run, broken
 from node.pipeline.pacing import Pacing
 from node.service import Failures, Signal, wait_any
 from node.stats import Stats
+
+if TYPE_CHECKING:
+    from node.handlers.traces import Tracing
 
 logger = logging.getLogger(__name__)
 
@@ -68,6 +72,7 @@ class Completer:
         # Told of each `allow` claim handed over: its flight to run, or None (no flight).
         self._on_spawned = on_spawned or (lambda _: None)
         self._effects = effects
+        self.tracing: Tracing | None = None  # with --otel: a fenced write gets a span
         # Runs being completed inside their handler's transaction, by the task doing it.
         self._commits: dict[asyncio.Task[None], ClaimedJob] = {}
         self._wake = wake
@@ -283,6 +288,8 @@ class Completer:
                 self._stats.skipped_slots += len(skips) + (done.outcome == "skipped")
                 continue
             self._stats.fenced_writes += 1
+            if self.tracing is not None:
+                self.tracing.fenced(job)
             logger.warning(
                 "stale %s write rejected: the lease (token %d) was lost",
                 done.outcome,

@@ -36,6 +36,7 @@ from node.service import Signal
 
 if TYPE_CHECKING:
     from node.handlers.effects import Effects
+    from node.handlers.traces import Tracing
 
 logger = logging.getLogger(__name__)
 
@@ -72,8 +73,13 @@ class Executor:
         on_done: Callable[[ClaimedJob, Outcome], None],
         effects: Effects | None = None,
         forwarders: Forwarders | None = None,
+        tracing: Tracing | None = None,
     ) -> None:
         self.concurrency = concurrency
+        # With --otel, every attempt's span opens at its start and closes with its outcome.
+        self.tracing = tracing
+        if tracing is not None:
+            on_done = self._traced(tracing, on_done)
         self.forwarders = forwarders or Forwarders()
         self.node_id = node_id
         self.zone = zone
@@ -90,6 +96,16 @@ class Executor:
         self.threads = HandlerThreads(concurrency, self._thread_results)
         self._timer: asyncio.TimerHandle | None = None
         self._timer_at = math.inf
+
+    @staticmethod
+    def _traced(
+        tracing: Tracing, on_done: Callable[[ClaimedJob, Outcome], None]
+    ) -> Callable[[ClaimedJob, Outcome], None]:
+        def done(job: ClaimedJob, outcome: Outcome) -> None:
+            tracing.end(job, outcome.status, outcome.error)
+            on_done(job, outcome)
+
+        return done
 
     @property
     def free(self) -> int:
@@ -193,6 +209,7 @@ class Executor:
             previous_slot=job.previous_slot,
             last_success_slot=job.last_success,
             state=dict(job.state or {}),
+            traceparent=None if self.tracing is None else self.tracing.start(job),
         )
 
     async def _run(self, found: Running) -> None:
@@ -273,7 +290,7 @@ class Executor:
             self._winding_down.add(found.task)
             found.task.add_done_callback(self._winding_down.discard)
         duration = self._loop.time() - found.started
-        self._drop(found)
+        self._drop(found, "cancelled")
         self._on_done(job, cancelled(found.ctx, by, duration))
         return True
 
@@ -284,7 +301,7 @@ class Executor:
         by = found.cancelled_by or "?"
         duration = self._loop.time() - found.started
         note = f"; it did not stop within {found.job.cancel_grace_s:g}s and was abandoned"
-        self._drop(found)
+        self._drop(found, "cancelled")
         self._on_done(found.job, cancelled(found.ctx, by, duration, note))
 
     def _thread_results(self, batch: list[ThreadRun]) -> None:
@@ -357,12 +374,14 @@ class Executor:
             self._drop(found)
         return found.job
 
-    def _drop(self, found: Running) -> None:
+    def _drop(self, found: Running, status: str = "abandoned") -> None:
         """Free the run's slot now; whatever it still does is reported to nobody."""
         if found.thread is not None:
             self.threads.abandon(found.thread)
         if found.task is not None:
             found.task.cancel()
+        if self.tracing is not None:
+            self.tracing.end(found.job, status)
         self._finish(found)
 
     async def drain(self, timeout_s: float) -> list[ClaimedJob]:

@@ -1075,3 +1075,102 @@ def test_a_tenant_token_cannot_read_or_roll_back_another_tenants_history(api: Ap
         assert (read.status_code, undo.status_code) == (404, 404)
         assert "@hourly" not in read.text + undo.text
         assert api.sql("SELECT * FROM job_revisions ORDER BY 1, 2, 3") == before
+
+
+# -- runs with inputs ------------------------------------------------------------------------
+
+INPUT_JOB = {
+    "name": "regional",
+    "schedule": "@hourly",
+    "handler": GATED,
+    "payload": {"region": "eu"},
+    "payload_schema": {
+        "type": "object",
+        "properties": {"region": {"enum": ["eu", "us"]}},
+        "required": ["region"],
+    },
+}
+
+
+def flights_and_backfills(api: Api) -> tuple[int, int]:
+    return (
+        int(api.sql("SELECT count(*) FROM flights")[0][0]),
+        int(api.sql("SELECT count(*) FROM backfills")[0][0]),
+    )
+
+
+def test_a_trigger_with_bad_input_is_422_and_writes_nothing(api: Api) -> None:
+    """A payload its schema refuses, both payload forms, a slot in the future or off the
+    schedule, a payload that is not an object, an unknown key: 422 naming the field."""
+    with allowed(api, GATED), api.as_("write") as client:
+        assert client.post("/api/jobs", json=INPUT_JOB).status_code == 201
+        try:
+            before = (written(api), flights_and_backfills(api))
+            cases = [
+                ({"payload": {"region": "mars"}}, "payload"),
+                ({"merge_payload": {"region": None}}, "merge_payload"),
+                ({"payload": {"region": "us"}, "merge_payload": {}}, "merge_payload"),
+                ({"payload": ["region"]}, "payload"),
+                ({"slot": "2999-01-01T00:00:00+00:00"}, "slot"),
+                ({"slot": "2026-01-01T00:30:00+00:00"}, "slot"),
+                ({"slot": "yesterday"}, "slot"),
+                ({"command": "rm -rf /"}, "command"),
+            ]
+            answers = []
+            for body, field in cases:
+                answer = client.post("/api/jobs/default/regional/trigger", json=body)
+                assert answer.status_code == 422, (body, answer.text)
+                assert answer.json()["field"] == field, (body, answer.json())
+                assert "\n" not in answer.json()["message"]
+                answers.append(answer)
+            assert (written(api), flights_and_backfills(api)) == before
+            assert_no_secret(api, answers, *api_secrets(api))
+        finally:
+            client.delete("/api/jobs/default/regional")
+
+
+def test_a_schema_with_a_remote_ref_never_fetches_it(api: Api) -> None:
+    """A `$ref` to an address (here the cloud metadata one) is not retrieved: the schema
+    cannot be applied, so the job is refused, and nothing was asked of that address."""
+    with allowed(api, GATED), receiver() as spy:
+        schema = {"$ref": f"{spy.url}/schema.json"}
+        before = written(api)
+        with api.as_("write") as client:
+            answer = client.post("/api/jobs", json={**INPUT_JOB, "payload_schema": schema})
+            metadata = {"$ref": f"http://{METADATA}/latest/meta-data/"}
+            second = client.post("/api/jobs", json={**INPUT_JOB, "payload_schema": metadata})
+        for found in (answer, second):
+            assert found.status_code == 422, found.text
+            assert found.json()["field"] == "payload_schema"
+        assert spy.received() == [] and written(api) == before
+
+
+def test_a_huge_or_invalid_schema_is_refused(api: Api) -> None:
+    with allowed(api, GATED), api.as_("write") as client:
+        before = written(api)
+        huge = {"type": "object", "description": "x" * 70_000}
+        for schema in (huge, {"type": "objekt"}, {"$schema": "https://example.com/mine"}):
+            answer = client.post("/api/jobs", json={**INPUT_JOB, "payload_schema": schema})
+            assert answer.status_code == 422, answer.text
+            assert answer.json()["field"] == "payload_schema"
+        assert written(api) == before
+
+
+def test_a_tenant_token_cannot_trigger_another_tenants_job_with_input(api: Api) -> None:
+    with allowed(api, GATED):
+        with api.as_("admin") as admin:
+            made = {**INPUT_JOB, "tenant": "globex"}
+            assert admin.post("/api/jobs", json=made).status_code == 201
+        try:
+            before = flights_and_backfills(api)
+            with api.as_("acme") as acme:
+                for body in ({"payload": {"region": "us"}}, {"slot": "2026-01-01T00:00:00Z"}):
+                    answer = acme.post("/api/jobs/globex/regional/trigger", json=body)
+                    assert answer.status_code in (403, 404), answer.text
+            with api.as_("read") as reader:
+                answer = reader.post("/api/jobs/globex/regional/trigger", json={})
+                assert answer.status_code == 403, answer.text
+            assert flights_and_backfills(api) == before
+        finally:
+            with api.as_("admin") as admin:
+                admin.delete("/api/jobs/globex/regional")

@@ -239,6 +239,55 @@ def test_a_backfill_is_asked_for_from_the_jobs_page(console: Console) -> None:
     assert (made["job"], made["slots_total"]) == ("daily", 3)
 
 
+def test_the_trigger_form_is_built_from_the_payload_schema(console: Console) -> None:
+    schema = {
+        "type": "object",
+        "properties": {
+            "region": {"enum": ["eu", "us"]},
+            "days": {"type": "integer", "minimum": 1},
+            "dry": {"type": "boolean"},
+            "fail": {"type": "string", "description": "an error to raise"},
+        },
+        "required": ["region", "days"],
+    }
+    with console.api() as api:
+        created = api.post(
+            "/api/jobs",
+            json={"name": "regional", "schedule": "0 3 * * *", "payload_schema": schema,
+                  "payload": {"region": "eu", "days": 1},
+                  "handler": "cluster.chaos.witness:record"},
+        )  # fmt: skip
+        assert created.status_code == 201, created.text
+    console.open("#/job/default/regional")
+    until(lambda: console.text("#job-name") == "regional", "the job's page", 20)
+    until(lambda: console.find("#trigger-form #tf-region"), "the trigger form", 20)
+    assert console.text("#tf-region") == '"eu"\n"us"'  # a required enum: no empty choice
+    assert console.attributes("#tf-days", "type") == ["number"]
+    assert console.attributes("#tf-dry", "type") == ["checkbox"]
+    assert "an error to raise" in console.text("#trigger-form")
+    script = "const s = document.querySelector('#tf-region'); s.value = '1';"
+    console.browser.execute_script(script)  # "us"
+    days = console.find("#tf-days")[0]
+    days.clear()
+    days.send_keys("0")  # below the schema's minimum: the server refuses it
+    console.click("#do-trigger-input")
+    until(lambda: "days" in console.text("#message"), "the refusal naming the field", 20)
+    assert "does not match payload_schema" in console.text("#message")
+    days.clear()
+    days.send_keys("3")
+    console.find("#tf-fail")[0].send_keys("sent from the form")
+    console.click("#do-trigger-input")
+    until(lambda: "Queued trigger" in console.text("#action-result"), "the queued run", 20)
+
+    def failed_run() -> list[dict[str, object]]:
+        with console.api() as api:
+            runs = api.get("/api/runs", params={"job": "regional"}).json()["runs"]
+        return [r for r in runs if r["status"] == "failed"]
+
+    (run,) = until(failed_run, "the run with the form's payload", 60)
+    assert run["origin"] == "trigger" and "sent from the form" in str(run["error"])
+
+
 def test_a_name_that_looks_like_markup_is_shown_as_text(console: Console, tmp_path: Path) -> None:
     console.open("#/jobs?q=script")
     until(lambda: console.text("a.job-link") == SCRIPT_NAME, "the job in the list", 20)

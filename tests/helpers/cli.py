@@ -111,6 +111,7 @@ JOB_KEYS = {
     "each_zone",
     "jitter_s", "slot_at", "remove_when_done",
     "calendar", "on_excluded", "business_day", "paused_until", "revision",
+    "payload_schema",
 }  # fmt: skip
 
 

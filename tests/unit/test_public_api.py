@@ -92,7 +92,8 @@ EXPECTED: dict[str, dict[str, str]] = {
         "zones: 'tuple[str, ...]' = (), each_zone: 'bool' = False, jitter_s: "
         "'float' = 0.0, remove_when_done: 'bool' = False, calendar: 'str | None' = None, "
         "on_excluded: 'str | None' = None, business_day: 'int | None' = None, "
-        "calendar_rule: 'str | None' = None, paused_until: 'datetime | None' = None) -> None",
+        "calendar_rule: 'str | None' = None, paused_until: 'datetime | None' = None, "
+        "revision: 'int' = 1, payload_schema: 'dict[str, Any] | None' = None) -> None",
         "from_row": "(cls, row: 'dict[str, Any]') -> 'Job'",
         "parsed_schedule": "(self) -> 'Schedule'",
         "rule": "(self) -> 'CalendarRule | None'",
@@ -113,7 +114,8 @@ EXPECTED: dict[str, dict[str, str]] = {
         "jitter_s: 'float' = 0.0, remove_when_done: 'bool' = False, calendar: 'str | None' = "
         "None, on_excluded: 'str' = 'skip', business_day: 'int | None' = None, "
         "after: 'tuple[str, ...]' = (), after_match: 'str' = 'same', "
-        "after_timeout_s: 'float | None' = None, after_failure: 'str' = 'block') -> None",
+        "after_timeout_s: 'float | None' = None, after_failure: 'str' = 'block', "
+        "payload_schema: 'dict[str, Any] | None' = None) -> None",
         "build": "(cls, name: 'str', schedule: 'str', handler: 'str | Mapping[str, Any]', "
         "*, tenant: 'str' = 'default', tz: 'str' = 'UTC', payload: 'str | "
         "Mapping[str, Any] | None' = None, catch_up: 'str' = 'once', grace: 'str "
@@ -129,7 +131,8 @@ EXPECTED: dict[str, dict[str, str]] = {
         "float' = 0.0, remove_when_done: 'bool' = False, calendar: 'str | None' = None, "
         "on_excluded: 'str' = 'skip', business_day: 'int | str | None' = None, "
         "after: 'str | Sequence[str] | None' = None, after_match: 'str' = 'same', "
-        "after_timeout: 'str | float | None' = None, after_failure: 'str' = 'block') -> 'JobSpec'",
+        "after_timeout: 'str | float | None' = None, after_failure: 'str' = 'block', "
+        "payload_schema: 'str | Mapping[str, Any] | None' = None) -> 'JobSpec'",
         "from_mapping": "(cls, entry: 'Mapping[str, Any]') -> 'JobSpec'",
         "parsed_schedule": "(self) -> 'Schedule'",
         "validated": "(self) -> 'JobSpec'",
@@ -137,9 +140,11 @@ EXPECTED: dict[str, dict[str, str]] = {
     "JobStore": {
         "__init__": "(conn: 'Conn', settings: 'ClusterSettings', *, scope: 'str | None' "
         "= None) -> 'None'",
+        "act_as": "(self, who: 'str', how: 'str') -> 'None'",
         "add": "(self, spec: 'JobSpec', *, now: 'datetime | None' = None) -> 'Job'",
         "apply": "(self, specs: 'Sequence[JobSpec]', *, prune: 'bool' = False, now: "
-        "'datetime | None' = None) -> 'ApplyResult'",
+        "'datetime | None' = None, expect: 'Mapping[tuple[str, str], int] | None' = None) "
+        "-> 'ApplyResult'",
         "backfill": "(self, name: 'str', tenant: 'str' = 'default', *, start: "
         "'datetime', end: 'datetime', only_missing: 'bool' = False, "
         "max_parallel: 'int' = 1, dry_run: 'bool' = False, now: 'datetime | None' = None) "
@@ -180,6 +185,9 @@ EXPECTED: dict[str, dict[str, str]] = {
         "transaction": "(self) -> 'AsyncIterator[None]'",
         "trigger": "(self, name: 'str', tenant: 'str' = 'default', *, now: 'datetime | "
         "None' = None) -> 'Job'",
+        "trigger_with": "(self, name: 'str', tenant: 'str' = 'default', *, payload: 'str | "
+        "Mapping[str, Any] | None' = None, merge_payload: 'str | Mapping[str, Any] | None' = "
+        "None, slot: 'datetime | None' = None, now: 'datetime | None' = None) -> 'Triggered'",
     },
     "MembershipError": {"bases": "PulseError, Exception, BaseException"},
     "Node": {
@@ -201,7 +209,8 @@ EXPECTED: dict[str, dict[str, str]] = {
         "30.0, statement_timeout_s: 'float' = 5.0, redis_timeout_s: "
         "'float' = 2.0, prune_interval_s: 'float' = 30.0, shards: 'int | "
         "None' = None, metrics_port: 'int | None' = None, fairness: 'bool' = "
-        "True, celery_broker: 'str | None' = None, handler_role: 'str | None' = None) -> None",
+        "True, celery_broker: 'str | None' = None, handler_role: 'str | None' = None, "
+        "otel: 'bool' = False) -> None",
         "validate": "(self) -> 'NodeSettings'",
     },
     "NodeStatus": {
@@ -228,8 +237,8 @@ EXPECTED: dict[str, dict[str, str]] = {
         "scheduled_for: 'datetime', attempt: 'int', node_id: 'str | None', zone: "
         "'str | None', status: 'str', started_at: 'datetime | None', finished_at: "
         "'datetime | None', duration_s: 'float | None', last_error: 'str | None', "
-        "output: 'dict[str, Any] | None' = None, origin: 'str' = 'schedule') -> "
-        "None",
+        "output: 'dict[str, Any] | None' = None, origin: 'str' = 'schedule', "
+        "revision: 'int | None' = None) -> None",
         "from_row": "(cls, row: 'dict[str, Any]') -> 'Run'",
         "output_json": "(self) -> 'dict[str, Any]'",
         "to_json": "(self) -> 'dict[str, Any]'",
@@ -241,7 +250,7 @@ EXPECTED: dict[str, dict[str, str]] = {
         "'int' = 16384, fencing_token: 'int' = 0, cancel_grace_s: 'float' "
         "= 10.0, effects: 'Effects | None' = None, previous_slot: 'datetime | None' = "
         "None, last_success_slot: 'datetime | None' = None, state: 'dict[str, Any]' = "
-        "<factory>) -> None",
+        "<factory>, traceparent: 'str | None' = None) -> None",
         "log": "(self, message: 'str') -> 'None'",
         "raise_if_cancelled": "(self) -> 'None'",
         "set_state": "(self, state: 'dict[str, Any]') -> 'None'",

@@ -5,9 +5,11 @@
 -- A backfill request (cluster/store/backfills.py): the nodes holding the job's shard queue
 -- its slots as flights from cursor_at on.
 INSERT INTO backfills (job_id, tenant_id, job_name, shard_id, range_from, range_to, cursor_at,
-                       only_missing, max_parallel, slots_total, created_at, updated_at)
+                       only_missing, max_parallel, slots_total, created_at, updated_at,
+                       origin, payload)
 SELECT %(job_id)s, %(tenant_id)s, %(job_name)s, %(shard_id)s, %(range_from)s, %(range_to)s,
-       %(range_from)s, %(only_missing)s, %(max_parallel)s, %(slots_total)s, k.t, k.t
+       %(range_from)s, %(only_missing)s, %(max_parallel)s, %(slots_total)s, k.t, k.t,
+       coalesce(%(origin)s, 'backfill'), %(payload)s
 FROM (SELECT coalesce(%(now)s::timestamptz, now()) AS t) AS k
 RETURNING *, 0 AS in_flight;
 
@@ -52,7 +54,7 @@ dropped AS (
 )
 -- The statement sees the rows as they were before it: the status is the one just set.
 SELECT b.id, b.tenant_id, b.job_name, b.range_from, b.range_to, b.cursor_at, b.only_missing,
-       b.max_parallel, b.slots_total, b.slots_queued, b.created_at,
+       b.max_parallel, b.slots_total, b.slots_queued, b.created_at, b.origin,
        CASE WHEN EXISTS (SELECT 1 FROM stopped) THEN 'cancelled' ELSE b.status END AS status,
        (SELECT count(*) FROM dropped)::int AS dropped,
        (SELECT count(*) FROM flights f WHERE f.backfill_id = b.id AND f.status = 'running')::int
@@ -79,7 +81,8 @@ ORDER BY b.id
 FOR UPDATE OF b SKIP LOCKED;
 
 -- name: backfill_queue
--- Queues the given slots of a backfill as flights (origin `backfill`) due now and moves its
+-- Queues the given slots of a backfill as flights (of its origin, `backfill` or `rerun`,
+-- with its payload) due now and moves its
 -- cursor, in the caller's transaction. A slot already in flight, or whose regular run is
 -- going on, is not queued again (one claim per slot). The request is done once its cursor
 -- passed the range and none of its slots is in flight.
@@ -88,11 +91,12 @@ WITH clock AS (
 ),
 queued AS (
     INSERT INTO flights (job_id, slot, shard_id, status, attempt, due_at, lease_token, origin,
-                         backfill_id, revision)
-    SELECT j.id, s.slot, j.shard_id, 'queued', 1, k.t, j.lease_token, 'backfill', %(id)s,
-           j.revision
+                         backfill_id, revision, payload)
+    SELECT j.id, s.slot, j.shard_id, 'queued', 1, k.t, j.lease_token, b.origin, b.id,
+           j.revision, b.payload
     FROM unnest(%(slots)s::timestamptz[]) AS s(slot)
     JOIN jobs j ON j.id = %(job_id)s
+    JOIN backfills b ON b.id = %(id)s
     CROSS JOIN clock k
     WHERE NOT (j.status = 'running' AND j.slot_at = s.slot)
     ON CONFLICT (job_id, slot) DO NOTHING
@@ -107,3 +111,12 @@ UPDATE backfills b SET
 FROM clock k
 WHERE b.id = %(id)s
 RETURNING (SELECT count(*) FROM queued)::int AS queued, b.status;
+
+-- name: rerun_asked
+-- Whether a job's slot is asked for already: a rerun request not yet queued, or a flight.
+SELECT 'queued' AS status FROM backfills b
+WHERE b.job_id = %(job_id)s AND b.status = 'active' AND b.origin = 'rerun'
+  AND b.range_from = %(slot)s
+UNION ALL
+SELECT f.status FROM flights f WHERE f.job_id = %(job_id)s AND f.slot = %(slot)s
+LIMIT 1;

@@ -112,11 +112,11 @@ candidates AS (
 locked AS (
     SELECT j.ctid FROM jobs j JOIN candidates c ON j.ctid = c.ctid
     WHERE NOT c.held AND j.status = 'idle' AND j.next_run_at <= (SELECT due FROM clock)
-      -- A regular slot of a job that is not `allow` waits while a backfill slot of it runs
-      -- (migration 011): one probe of flights_pkey per candidate, none found as a rule.
+      -- A regular slot of a job that is not `allow` waits while a flight of it runs (a
+      -- backfill, a rerun, a trigger with a payload: migrations 011, 027): one probe of
+      -- flights_pkey per candidate, none found as a rule.
       AND (j.overlap = 'allow' OR NOT EXISTS (
-          SELECT 1 FROM flights f
-          WHERE f.job_id = j.id AND f.status = 'running' AND f.origin = 'backfill'))
+          SELECT 1 FROM flights f WHERE f.job_id = j.id AND f.status = 'running'))
     FOR UPDATE OF j SKIP LOCKED
 ),
 -- No index names a column this writes: a HOT update (migration 003, test_hot_claim.py).
@@ -141,7 +141,8 @@ claimed AS (
               j.max_retries, j.retry_backoff_s, j.next_run_at, j.output_limit, j.overlap,
               j.cancel_grace_s, j.cancel_by, false AS flight, j.jitter_s, j.calendar_rule,
               j.gated,
-              j.prev_slot AS previous_slot, j.last_success_at AS last_success, j.state
+              j.prev_slot AS previous_slot, j.last_success_at AS last_success, j.state,
+              j.slot_origin AS origin
 ),
 next_due AS (
     SELECT min(x.next_run_at) AS t
@@ -284,7 +285,7 @@ reset AS (
               j.schedule, j.tz, j.dst_repeated, j.dst_skipped, j.handler, j.payload, j.shard_id,
               j.lease_token, j.catch_up, j.grace_s, j.max_backfill, j.timeout_s, j.max_retries,
               j.retry_backoff_s, j.next_run_at, j.output_limit, j.overlap, j.cancel_grace_s,
-              j.cancel_by, j.jitter_s, j.calendar_rule,
+              j.cancel_by, j.jitter_s, j.calendar_rule, j.slot_origin,
               record_run(j.id, j.tenant_id, j.name, j.slot_at, d.attempt, d.locked_by,
                          d.locked_zone, 'lost', d.lease_token, d.locked_at, k.t, NULL,
                          d.reason || ' (node ' || coalesce(d.locked_by, '?') || ')', NULL,
@@ -297,5 +298,5 @@ SELECT r.id, r.tenant_id, r.name, r.slot_at, r.attempt, r.locked_by, r.reason, r
        r.schedule, r.tz, r.dst_repeated, r.dst_skipped, r.handler, r.payload, r.shard_id,
        r.lease_token, r.catch_up, r.grace_s, r.max_backfill, r.timeout_s, r.max_retries,
        r.retry_backoff_s, r.next_run_at, r.output_limit, r.overlap, r.cancel_grace_s,
-       r.cancel_by, r.jitter_s, r.calendar_rule
+       r.cancel_by, r.jitter_s, r.calendar_rule, r.slot_origin AS origin
 FROM reset r;

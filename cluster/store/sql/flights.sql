@@ -27,9 +27,10 @@ skip_in AS MATERIALIZED (
 claimed AS MATERIALIZED (
     SELECT j.id, j.tenant_id, j.name, j.shard_id, j.attempt, j.locked_at, i.token, i.slot,
            i.next_run_at, i.next_slot, j.slot_origin, j.run_revision,
-           -- Backfill flights (migration 011) never take a regular slot's place.
+           -- Backfill and rerun flights (migrations 011, 027) never take a regular slot's place.
            (SELECT count(*) FROM flights f WHERE f.job_id = j.id
-                AND f.origin IS DISTINCT FROM 'backfill') < j.max_concurrent AS room
+                AND coalesce(f.origin, '') NOT IN ('backfill', 'rerun')) < j.max_concurrent
+               AS room
     FROM jobs j JOIN input i ON i.id = j.id
     WHERE j.id = ANY(ARRAY(SELECT x.id FROM input x))
       AND j.lease_token = i.token AND j.status = 'running'
@@ -102,12 +103,13 @@ picked AS (
           -- of other tenants (migration 014; the place trigger has the last word).
           AND (f.limit_tenant IS NULL OR EXISTS (
               SELECT 1 FROM tenant_room r WHERE r.tenant_id = f.limit_tenant AND r.room > 0))
-          -- A backfill slot of a job that is not `allow` waits while its regular slot runs.
-          AND (f.origin IS DISTINCT FROM 'backfill' OR NOT EXISTS (
+          -- A flight of a job that is not `allow` (a backfill, a rerun, a trigger with a
+          -- payload) waits while its regular slot runs; a schedule's flight has no origin.
+          AND (f.origin IS NULL OR NOT EXISTS (
               SELECT 1 FROM jobs x
               WHERE x.id = f.job_id AND x.status = 'running' AND x.overlap <> 'allow'))
-          -- A backfill slot of a job with upstreams waits for theirs (migration 021).
-          AND (f.origin IS DISTINCT FROM 'backfill' OR NOT EXISTS (
+          -- A backfill or rerun slot of a job with upstreams waits for theirs (migration 021).
+          AND (coalesce(f.origin, '') NOT IN ('backfill', 'rerun') OR NOT EXISTS (
               SELECT 1 FROM jobs x
               WHERE x.id = f.job_id AND x.gated AND gate_verdict(x.id, f.slot) IS NOT NULL))
         ORDER BY f.due_at
@@ -126,13 +128,14 @@ UPDATE flights f SET
 FROM picked p, clock k, jobs j
 WHERE f.ctid = p.ctid AND j.id = f.job_id
 RETURNING j.id, j.tenant_id, j.name, j.schedule, j.tz, j.dst_repeated, j.dst_skipped,
-          j.handler, nullif(j.payload, '{}'::jsonb) AS payload, j.shard_id, f.slot,
+          j.handler, CASE WHEN f.payload IS NULL THEN nullif(j.payload, '{}'::jsonb)
+                         ELSE f.payload END AS payload, j.shard_id, f.slot,
           f.attempt, f.lease_token, j.catch_up, j.grace_s, j.max_backfill, j.timeout_s,
           j.max_retries, j.retry_backoff_s, f.due_at, j.output_limit, j.overlap,
           j.cancel_grace_s, f.cancel_by, true AS flight, j.jitter_s, j.calendar_rule,
           false AS gated,
           NULL::timestamptz AS previous_slot, NULL::timestamptz AS last_success,
-          NULL::jsonb AS state;
+          NULL::jsonb AS state, f.origin;
 
 -- name: complete_flights
 -- Fenced completion of flights, one per ended attempt: the last attempt of a slot deletes
@@ -261,13 +264,14 @@ UPDATE flights f SET
 FROM dead d, clock k, jobs j
 WHERE f.ctid = d.ctid AND f.lease_token = d.lease_token AND j.id = f.job_id
 RETURNING j.id, j.tenant_id, j.name, j.schedule, j.tz, j.dst_repeated, j.dst_skipped,
-          j.handler, nullif(j.payload, '{}'::jsonb) AS payload, j.shard_id, f.slot,
+          j.handler, CASE WHEN f.payload IS NULL THEN nullif(j.payload, '{}'::jsonb)
+                         ELSE f.payload END AS payload, j.shard_id, f.slot,
           f.attempt, f.lease_token, j.catch_up, j.grace_s, j.max_backfill, j.timeout_s,
           j.max_retries, j.retry_backoff_s, f.due_at, j.output_limit, j.overlap,
           j.cancel_grace_s, f.cancel_by, true AS flight, j.jitter_s, j.calendar_rule,
           false AS gated,
           NULL::timestamptz AS previous_slot, NULL::timestamptz AS last_success,
-          NULL::jsonb AS state, d.poison, d.reason,
+          NULL::jsonb AS state, f.origin, d.poison, d.reason,
           d.locked_by,
           record_run(j.id, j.tenant_id, j.name, f.slot, d.attempt, d.locked_by,
                      d.locked_zone, 'lost', d.lease_token, d.locked_at, k.t, NULL,
@@ -286,3 +290,19 @@ WHERE j.tenant_id = %(tenant_id)s AND j.name = %(name)s AND f.job_id = j.id
   AND f.status = 'running' AND (%(slot)s::timestamptz IS NULL OR f.slot = %(slot)s)
 RETURNING j.id, j.shard_id, f.slot AS slot_at, f.attempt, f.lease_token, f.locked_by,
           j.overlap;
+
+-- name: trigger_flight
+-- A slot stamped with the current time, queued as a flight due now with the given payload
+-- (`pulse jobs trigger --payload`; cluster/store/inputs.py). No row: one is there already at
+-- that instant, or the job has %(most)s such flights waiting (the caller tells which).
+INSERT INTO flights (job_id, slot, shard_id, status, attempt, due_at, lease_token, origin,
+                     payload, revision)
+SELECT j.id, k.t, j.shard_id, 'queued', 1, k.t, j.lease_token, 'trigger', %(payload)s,
+       j.revision
+FROM jobs j CROSS JOIN (SELECT coalesce(%(now)s::timestamptz, now()) AS t) AS k
+WHERE j.id = %(job_id)s
+  AND (SELECT count(*) FROM flights f
+       WHERE f.job_id = j.id AND f.origin = 'trigger' AND f.status = 'queued') < %(most)s
+ON CONFLICT (job_id, slot) DO NOTHING
+RETURNING slot;
+

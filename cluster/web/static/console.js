@@ -342,7 +342,12 @@ async function jobPage(tenant, name) {
     el("p", {}, "Status: ", statusCell),
     el("div", { class: "actions", role: "group", "aria-label": "Job actions" }, buttons.pause, buttons.resume, buttons.trigger, buttons.cancel),
     el("p", { id: "action-result", role: "status", "aria-live": "polite" }),
-    runs, output, slots, state.session.role !== "read" ? backfill : null, el("h2", {}, "Definition"), facts, history);
+    runs, output, slots, state.session.role !== "read" ? backfill : null,
+    state.session.role !== "read" ? triggerForm(path, job, (a) => {
+      render(a);
+      document.getElementById("action-result").textContent = `Queued ${a.queued.origin} of ${when(a.queued.slot)}`;
+    }) : null,
+    el("h2", {}, "Definition"), facts, history);
   render(job);
   await loadHistory(job);
   every(2000, async () => { const now = await api("GET", path); render(now); await loadHistory(now); });
