@@ -92,7 +92,8 @@ EXPECTED: dict[str, dict[str, str]] = {
         "zones: 'tuple[str, ...]' = (), each_zone: 'bool' = False, jitter_s: "
         "'float' = 0.0, remove_when_done: 'bool' = False, calendar: 'str | None' = None, "
         "on_excluded: 'str | None' = None, business_day: 'int | None' = None, "
-        "calendar_rule: 'str | None' = None, paused_until: 'datetime | None' = None) -> None",
+        "calendar_rule: 'str | None' = None, paused_until: 'datetime | None' = None, "
+        "revision: 'int' = 1) -> None",
         "from_row": "(cls, row: 'dict[str, Any]') -> 'Job'",
         "parsed_schedule": "(self) -> 'Schedule'",
         "rule": "(self) -> 'CalendarRule | None'",
@@ -137,9 +138,11 @@ EXPECTED: dict[str, dict[str, str]] = {
     "JobStore": {
         "__init__": "(conn: 'Conn', settings: 'ClusterSettings', *, scope: 'str | None' "
         "= None) -> 'None'",
+        "act_as": "(self, who: 'str', how: 'str') -> 'None'",
         "add": "(self, spec: 'JobSpec', *, now: 'datetime | None' = None) -> 'Job'",
         "apply": "(self, specs: 'Sequence[JobSpec]', *, prune: 'bool' = False, now: "
-        "'datetime | None' = None) -> 'ApplyResult'",
+        "'datetime | None' = None, expect: 'Mapping[tuple[str, str], int] | None' = None) "
+        "-> 'ApplyResult'",
         "backfill": "(self, name: 'str', tenant: 'str' = 'default', *, start: "
         "'datetime', end: 'datetime', only_missing: 'bool' = False, "
         "max_parallel: 'int' = 1, dry_run: 'bool' = False, now: 'datetime | None' = None) "
@@ -228,7 +231,8 @@ EXPECTED: dict[str, dict[str, str]] = {
         "scheduled_for: 'datetime', attempt: 'int', node_id: 'str | None', zone: "
         "'str | None', status: 'str', started_at: 'datetime | None', finished_at: "
         "'datetime | None', duration_s: 'float | None', last_error: 'str | None', "
-        "output: 'dict[str, Any] | None' = None, origin: 'str' = 'schedule') -> "
+        "output: 'dict[str, Any] | None' = None, origin: 'str' = 'schedule', "
+        "revision: 'int | None' = None) -> "
         "None",
         "from_row": "(cls, row: 'dict[str, Any]') -> 'Run'",
         "output_json": "(self) -> 'dict[str, Any]'",
