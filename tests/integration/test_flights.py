@@ -9,10 +9,11 @@ from __future__ import annotations
 import pytest
 
 from cluster.errors import InvalidInput
+from cluster.jobs.spec import JobSpec
 from cluster.store.jobs import JobStore
 from cluster.store.records import ClaimedJob
 from cluster.store.session import LockSession
-from tests.helpers.flights import allow_job, ended, flights, handed
+from tests.helpers.flights import HANDLER, allow_job, ended, flights, handed
 from tests.helpers.sessions import ALL, Opener, at, run_rows
 
 
@@ -130,3 +131,23 @@ async def test_released_flights_are_due_again_at_once(
     b = await open_session("node-b")
     (again,) = await b.flights.claim(ALL, 10, 30.0, now=at(12))
     assert again.attempt == 2
+
+
+async def test_a_flight_records_the_revision_its_slot_was_claimed_under(
+    store: JobStore, open_session: Opener
+) -> None:
+    a, first = await first_flight(store, open_session)
+    # Changed while the flight runs: its run keeps revision 1, the next slot's gets 2.
+    await store.apply(
+        [JobSpec.build("fan", "@every 10s", HANDLER, overlap="allow", max_concurrent=2,
+                       retries=3, timeout="2m")],
+        now=at(15),
+    )  # fmt: skip
+    second, _ = await claim_and_spawn(a, 20)
+    done = [ended(first), ended(second)]
+    assert len(await a.completions.complete_flights(done, now=at(25))) == 2
+    cur = await store.db.conn.execute("SELECT scheduled_for, revision FROM runs ORDER BY 1")
+    assert [(r["scheduled_for"], r["revision"]) for r in await cur.fetchall()] == [
+        (at(10), 1),
+        (at(20), 2),
+    ]

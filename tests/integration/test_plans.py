@@ -11,7 +11,9 @@ from pathlib import Path
 from typing import Any
 
 import psycopg
+import pytest
 
+from cluster.errors import Conflict
 from cluster.jobs.spec import JobSpec
 from cluster.settings import ClusterSettings
 from cluster.store.jobs import JobStore
@@ -176,3 +178,20 @@ def test_a_module_plan_lists_its_jobs_and_writes_nothing(
     assert "create beat (revision 0)" in lines
     assert '  payload: null -> {"plan": "pro"}' in lines
     assert jobs_rows(settings) == []
+
+
+async def test_a_pruning_plan_lists_the_jobs_it_would_remove(store: JobStore) -> None:
+    kept = JobSpec.build("kept", "@hourly", "app.jobs:k")
+    await store.apply([kept, JobSpec.build("dropped", "@daily", "app.jobs:d")])
+    plan = await store.plans.plan([kept], prune=True)
+    assert [(j.name, j.action, j.revision) for j in plan.jobs] == [
+        ("kept", "unchanged", 1),
+        ("dropped", "remove", 1),
+    ]
+    assert plan.jobs[1].changes["schedule"] == ["@daily", None]
+    assert [j.name for j in await store.jobs()] == ["dropped", "kept"]
+    # The plan's revisions refuse an apply once the job to remove has changed.
+    await store.pause("dropped")
+    with pytest.raises(Conflict, match="stale: job dropped is at revision 2"):
+        await store.apply([kept], prune=True, expect=plan.expected())
+    assert [j.name for j in await store.jobs()] == ["dropped", "kept"]

@@ -2,7 +2,7 @@
 // Data is only ever written with textContent (el() below), never parsed as markup.
 "use strict";
 
-const state = { session: null, timers: [] };
+const state = { session: null, timers: [], route: 0 };  // route: bumped by each page change
 const main = () => document.getElementById("main");
 
 function el(tag, attrs, ...children) {
@@ -141,7 +141,10 @@ function lagChart(minutes) {
 function colour(index) { return `hsl(${(index * 67) % 360} 55% 38%)`; }
 
 async function overview() {
+  const shown = state.route;
   const [st, lag] = await Promise.all([api("GET", "/api/status"), api("GET", "/api/lag")]);
+  // A refresh answered after the user went to another page must not draw over it.
+  if (state.route !== shown) return;
   const zones = {};
   for (const m of st.members) (zones[m.zone] = zones[m.zone] || []).push(m);
   const nodes = st.members.map((m) => m.node_id);
@@ -404,6 +407,7 @@ async function calendarsPage() {
 
 async function route() {
   stopTimers();
+  state.route += 1;
   if (!state.session) return signedOut();
   const [path, search] = (location.hash.slice(1) || "/overview").split("?");
   const params = new URLSearchParams(search || "");
