@@ -37,6 +37,7 @@ def context(
     previous_slot: datetime | None = None,
     last_success_slot: datetime | None = None,
     state: Mapping[str, Any] | None = None,
+    schedule_entry: int | None = None,
 ) -> RunContext:
     """A ``RunContext`` as a node builds it; ``scheduled_for`` defaults to now (UTC) and
     must be timezone-aware, ``attempt`` is 1-based."""
@@ -59,6 +60,7 @@ def context(
         previous_slot=previous_slot,
         last_success_slot=last_success_slot,
         state=dict(state or {}),
+        schedule_entry=schedule_entry,
     )
 
 

@@ -90,6 +90,8 @@ async def show_job(
     starts = data.pop("next_starts")
     reasons = data.pop("next_reasons", None) or [None] * len(upcoming)
     skipped = data.pop("calendar_skips", None) or []
+    entries = data.pop("next_entries", None) or [None] * len(upcoming)
+    data.pop("schedules", None)  # the schedule text says it all
     for key, value in data.items():
         if key == "handler":  # an http: or celery: handler: its summary, then its options
             first, *more = handlerrefs.describe(value)
@@ -102,8 +104,9 @@ async def show_job(
             shown = ", ".join(value) or None
         click.echo(f"{key + ':':<18}{'-' if shown is None else shown}")
     click.echo("next slots:" if upcoming else "next slots: none")
-    for slot, start, why in zip(upcoming, starts, reasons, strict=True):
+    for slot, start, why, entry in zip(upcoming, starts, reasons, entries, strict=True):
         line = f"  {slot}" if start == slot else f"  {slot}  starts {start}"
+        line += f"  [schedule {entry}]" if entry else ""
         click.echo(line + (f"  ({why})" if why else ""))
     for skip in skipped:
         click.echo(f"  {skip['slot']}  skipped ({skip['reason']})")

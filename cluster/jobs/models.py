@@ -89,6 +89,8 @@ class Job:
     business_day: int | None = None
     calendar_rule: str | None = None  # the calendar as the job plans with it (JSON text)
     paused_until: datetime | None = None  # `pause --until`: idle, its next slot at or after
+    max_runs: int | None = None  # done after this many runs (docs/jobs.md)
+    runs_done: int = 0
 
     def rule(self) -> CalendarRule | None:
         """The calendar the job plans with (its copy), or None."""
@@ -149,6 +151,8 @@ class Job:
             business_day=row.get("business_day"),
             calendar_rule=row.get("calendar_rule"),
             paused_until=row.get("paused_until"),
+            max_runs=row.get("max_runs"),
+            runs_done=row.get("runs_done", 0),
         )
 
     def to_json(self) -> dict[str, Any]:
@@ -196,6 +200,9 @@ class Job:
             "on_excluded": self.on_excluded,
             "business_day": self.business_day,
             "paused_until": iso(self.paused_until),
+            "schedules": [e.to_json() for e in self.parsed_schedule().entries] or None,
+            "max_runs": self.max_runs,
+            "runs_done": self.runs_done,
             "created_at": iso(self.created_at),
             "updated_at": iso(self.updated_at),
         }

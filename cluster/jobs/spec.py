@@ -8,10 +8,11 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any
 
 from cluster.errors import InvalidInput
-from cluster.jobs import gates, shellrefs
+from cluster.jobs import gates, schedules, shellrefs
 from cluster.jobs.fields import (
     DEFAULT_CANCEL_GRACE_S,
     DEFAULT_CATCH_UP,
@@ -44,7 +45,7 @@ from cluster.jobs.handlerrefs import canonical
 from cluster.jobs.timerules import DEFAULT_ON_EXCLUDED, calendar_fields
 from cluster.timing.catchup import parse_catch_up
 from cluster.timing.jitter import check_jitter
-from cluster.timing.schedule import Schedule, parse_schedule
+from cluster.timing.schedule import ENDED, Schedule, parse_schedule
 
 
 @dataclass(frozen=True)
@@ -87,12 +88,13 @@ class JobSpec:
     after_match: str = gates.DEFAULT_MATCH
     after_timeout_s: float | None = None  # a slot held longer is skipped; None: no limit
     after_failure: str = gates.DEFAULT_FAILURE
+    max_runs: int | None = None  # done after this many runs (cluster.jobs.schedules)
 
     @classmethod
     def build(
         cls,
         name: str,
-        schedule: str,
+        schedule: str | Sequence[str | Mapping[str, Any]],
         handler: str | Mapping[str, Any],
         *,
         tenant: str = DEFAULT_TENANT,
@@ -126,12 +128,12 @@ class JobSpec:
         after_match: str = gates.DEFAULT_MATCH,
         after_timeout: str | float | None = None,
         after_failure: str = gates.DEFAULT_FAILURE,
+        max_runs: int | str | None = None,
     ) -> JobSpec:
         """Validate every field; raise ``InvalidInput`` naming the first bad one."""
         name = validate_name(name)
         tenant = validate_name(tenant, "tenant")
-        if not isinstance(schedule, str):
-            raise InvalidInput("schedule", "must be a string")
+        schedule = schedules.schedule_text(schedule)
         if not isinstance(tz, str):
             raise InvalidInput("tz", "must be a string")
         parsed = parse_schedule(schedule, tz, dst_repeated, dst_skipped)  # type: ignore[arg-type]
@@ -165,13 +167,21 @@ class JobSpec:
         )
         if calendar is not None and each_zone:
             raise InvalidInput("calendar", "does not apply to an --each-zone job")
+        if calendar is not None and parsed.ends:
+            raise InvalidInput("calendar", "does not apply to schedules that all end")
+        payload = parse_payload(payload)
+        if parsed.entries:
+            now = datetime.now(UTC)
+            if parsed.ends and parsed.next_after(now) >= ENDED:
+                raise InvalidInput("schedules", "every schedule has ended: the job would never run")
+            schedules.check_collisions(parsed, payload, now)
         return cls(
             name=name,
             schedule=parsed.expr,
             handler=validate_handler(handler),
             tenant=tenant,
             tz=parsed.tz,
-            payload=parse_payload(payload),
+            payload=payload,
             catch_up=parse_catch_up(catch_up),
             grace_s=duration_field(grace, "grace"),
             max_backfill=count_field(max_backfill, "max_backfill", 1),
@@ -204,6 +214,7 @@ class JobSpec:
             after_match=gates.parse_match(after_match),
             after_timeout_s=optional_duration(after_timeout, "after_timeout"),
             after_failure=gates.parse_failure(after_failure),
+            max_runs=schedules.check_max_runs(max_runs, parsed, overlap, each_zone),
         )
 
     @classmethod
@@ -218,19 +229,27 @@ class JobSpec:
             "pause_after_failures", "overlap", "max_concurrent", "cancel_grace",
             "zones", "each_zone",
             "jitter", "remove_when_done", "calendar", "on_excluded", "business_day",
-            "after", "after_match", "after_timeout", "after_failure",
+            "after", "after_match", "after_timeout", "after_failure", "schedules", "max_runs",
         }  # fmt: skip
         unknown = sorted(set(entry) - known)
         if unknown:
             raise InvalidInput(unknown[0], "unknown key")
-        for required in ("name", "schedule", "handler"):
+        if "schedule" in entry and "schedules" in entry:
+            raise InvalidInput("schedules", "give schedule or schedules, not both")
+        timing = entry.get("schedules", entry.get("schedule"))
+        if "schedules" in entry and isinstance(timing, str):
+            raise InvalidInput("schedules", "must be a list of schedules")
+        for required in ("name", "handler"):
             if required not in entry:
                 raise InvalidInput(required, "missing")
-        kwargs = {k: v for k, v in entry.items() if k not in ("name", "schedule", "handler")}
+        if timing is None:
+            raise InvalidInput("schedule", "missing")
+        skipped = ("name", "schedule", "schedules", "handler")
+        kwargs = {k: v for k, v in entry.items() if k not in skipped}
         payload = kwargs.get("payload")
         if payload is not None and not isinstance(payload, Mapping | str):
             raise InvalidInput("payload", "must be a JSON object")
-        return cls.build(entry["name"], entry["schedule"], entry["handler"], **kwargs)
+        return cls.build(entry["name"], timing, entry["handler"], **kwargs)
 
     def validated(self) -> JobSpec:
         """This spec checked as ``build`` checks it (``JobSpec(...)`` itself validates nothing)."""
@@ -269,6 +288,7 @@ class JobSpec:
             after_match=self.after_match,
             after_timeout=self.after_timeout_s,
             after_failure=self.after_failure,
+            max_runs=self.max_runs,
         )
 
     def parsed_schedule(self) -> Schedule:

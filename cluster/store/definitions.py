@@ -202,6 +202,7 @@ class Definitions:
             "business_day": spec.business_day,
             "calendar_rule": None if rule is None else rule.to_json(),
             "slot_origin": origin_of(run),
+            "max_runs": spec.max_runs,
         }
 
     async def _place(self, spec: JobSpec, shards: int, next_run_at: datetime) -> int | None:

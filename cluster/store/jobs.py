@@ -53,6 +53,7 @@ from cluster.store.timeline import calendar_timeline
 from cluster.store.windows import Windows
 from cluster.timing.calendared import first_run, jittered_start
 from cluster.timing.jitter import jittered
+from cluster.timing.schedule import ENDED, Schedule
 
 
 class JobStore:
@@ -249,7 +250,9 @@ class JobStore:
             upcoming, starts = [], []
         else:
             upcoming, starts = schedule.next_n(now, slots), []
+        upcoming = [s for s in upcoming if s < ENDED]  # schedules that all end: no more
         starts += [jittered(job.tenant, job.name, s, job.jitter_s) for s in upcoming[len(starts) :]]
+        starts = starts[: len(upcoming)]
         recent = await self.runs(job=job.name, tenant=job.tenant, limit=runs)
         data = job.to_json()
         data["next_slots"] = [iso(s) for s in upcoming]
@@ -258,6 +261,8 @@ class JobStore:
         rule = job.rule()
         if rule is not None and job.status != "done":
             data.update(calendar_timeline(job, rule, now, slots))
+        shown = [datetime.fromisoformat(s) for s in data["next_slots"]]
+        data["next_entries"] = schedule_entries(schedule, shown)
         data["recent_runs"] = [r.to_json() for r in recent]
         data.update(await self._links(job.id))
         return data
@@ -330,3 +335,11 @@ class JobStore:
         if row is None:
             raise NotFound(f"no job named {job!r} in tenant {tenant!r}")
         await self.db.notify(row["shard_id"])
+
+
+def schedule_entries(schedule: Schedule, slots: Sequence[datetime]) -> list[int | None] | None:
+    """The 1-based schedule entry of each slot, for a job with several schedules; else None."""
+    if not schedule.entries:
+        return None
+    found = (schedule.entry_at(slot) for slot in slots)
+    return [None if index is None else index + 1 for index in found]

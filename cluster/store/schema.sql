@@ -1,4 +1,4 @@
--- The Pulse schema as it stands after the newest migration (version 21), for readers.
+-- The Pulse schema as it stands after the newest migration (version 22), for readers.
 --
 -- `pulse init` never runs this file: it applies cluster/store/migrations/NNN_*.sql in
 -- order. This file is edited in the same commit as each new migration, and
@@ -168,7 +168,11 @@ CREATE TABLE jobs (
     -- last successful run left (written by the fenced completion).
     prev_slot        timestamptz,
     last_success_at  timestamptz,
-    state            jsonb
+    state            jsonb,
+    -- max_runs: done after this many runs; runs_done: the slots whose last attempt ended
+    -- (docs/design/schedules.md).
+    max_runs         integer CHECK (max_runs >= 1),
+    runs_done        integer NOT NULL DEFAULT 0
 ) WITH (fillfactor = 80);
 
 -- The claim's due range, for every status: an index on a column the claim writes would

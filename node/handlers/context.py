@@ -65,6 +65,9 @@ class RunContext:
     previous_slot: datetime | None = None
     last_success_slot: datetime | None = None
     state: dict[str, Any] = field(default_factory=dict, compare=False)
+    # A job with several schedules: the 1-based number of the entry this slot comes from
+    # (its payload is merged into `payload`); None for one schedule.
+    schedule_entry: int | None = None
     _state_read: str = field(default="", init=False, repr=False, compare=False)
     _log: RunLog = field(init=False, repr=False, compare=False)
     # Made on first use (few runs are ever cancelled; an Event costs a lock and a condition).
