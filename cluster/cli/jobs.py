@@ -45,6 +45,7 @@ for _command in jobviews.COMMANDS:
     help="Cron (5 or 6 fields), @hourly..., @every 30s; repeat for several (their union).",
 )
 @click.option("--max-runs", default=None, help="The job is done after this many runs.")
+@click.option("--label", "labels", multiple=True, help="A key=value label (repeatable).")
 @click.option("--at", default=None, help="Run once at this ISO 8601 time with offset (@at).")
 @click.option("--remove-when-done", is_flag=True, help="Delete a one-off job once it has run.")
 @click.option(

@@ -14,6 +14,7 @@ from cluster.cli.table import table
 from cluster.cli.timelines import print_steps
 from cluster.errors import InvalidInput
 from cluster.jobs import handlerrefs
+from cluster.jobs.labels import parse_label
 from cluster.jobs.models import Job, iso
 from cluster.store.jobs import JobStore
 from cluster.store.timeline import explain_job, outage_of
@@ -34,11 +35,17 @@ def _when(job: Job) -> str:
 
 @click.command("list", cls=PulseCommand)
 @click.option("--tenant", default=None, help="Only this tenant.")
+@click.option(
+    "--label", "label_args", multiple=True, help="Only jobs with this key=value (repeatable)."
+)
 @click.option("--json", "as_json", is_flag=True)
 @with_store
-async def list_jobs(store: JobStore, tenant: str | None, as_json: bool) -> None:
+async def list_jobs(
+    store: JobStore, tenant: str | None, label_args: tuple[str, ...], as_json: bool
+) -> None:
     """List jobs."""
-    found = await store.jobs(tenant)
+    wanted = dict(parse_label(text) for text in label_args)
+    found = await store.jobs(tenant, wanted)
     if as_json:
         emit_json([job.to_json() for job in found])
         return

@@ -42,6 +42,7 @@ from cluster.jobs.fields import (
     validate_name,
 )
 from cluster.jobs.handlerrefs import canonical
+from cluster.jobs.labels import parse_labels as labels_of
 from cluster.jobs.timerules import DEFAULT_ON_EXCLUDED, calendar_fields
 from cluster.timing.catchup import parse_catch_up
 from cluster.timing.jitter import check_jitter
@@ -89,6 +90,7 @@ class JobSpec:
     after_timeout_s: float | None = None  # a slot held longer is skipped; None: no limit
     after_failure: str = gates.DEFAULT_FAILURE
     max_runs: int | None = None  # done after this many runs (cluster.jobs.schedules)
+    labels: dict[str, str] = field(default_factory=dict)  # key=value (cluster.jobs.labels)
 
     @classmethod
     def build(
@@ -129,6 +131,7 @@ class JobSpec:
         after_timeout: str | float | None = None,
         after_failure: str = gates.DEFAULT_FAILURE,
         max_runs: int | str | None = None,
+        labels: Mapping[str, str] | str | Sequence[str] | None = None,
     ) -> JobSpec:
         """Validate every field; raise ``InvalidInput`` naming the first bad one."""
         name = validate_name(name)
@@ -215,6 +218,7 @@ class JobSpec:
             after_timeout_s=optional_duration(after_timeout, "after_timeout"),
             after_failure=gates.parse_failure(after_failure),
             max_runs=schedules.check_max_runs(max_runs, parsed, overlap, each_zone),
+            labels=labels_of(labels),
         )
 
     @classmethod
@@ -230,6 +234,7 @@ class JobSpec:
             "zones", "each_zone",
             "jitter", "remove_when_done", "calendar", "on_excluded", "business_day",
             "after", "after_match", "after_timeout", "after_failure", "schedules", "max_runs",
+            "labels",
         }  # fmt: skip
         unknown = sorted(set(entry) - known)
         if unknown:
@@ -289,6 +294,7 @@ class JobSpec:
             after_timeout=self.after_timeout_s,
             after_failure=self.after_failure,
             max_runs=self.max_runs,
+            labels=self.labels,
         )
 
     def parsed_schedule(self) -> Schedule:

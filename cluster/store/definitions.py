@@ -203,6 +203,7 @@ class Definitions:
             "calendar_rule": None if rule is None else rule.to_json(),
             "slot_origin": origin_of(run),
             "max_runs": spec.max_runs,
+            "labels": Jsonb(spec.labels),
         }
 
     async def _place(self, spec: JobSpec, shards: int, next_run_at: datetime) -> int | None:

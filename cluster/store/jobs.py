@@ -18,11 +18,13 @@ methods of the first two that users call are the store's too.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
 from datetime import datetime
 from typing import Any
 from uuid import UUID
+
+from psycopg.types.json import Jsonb
 
 from cluster.config.retention import Retention
 from cluster.errors import Conflict, NotFound
@@ -289,8 +291,12 @@ class JobStore:
         """Every edge of ``tenant``: upstream, downstream, match rule."""
         return [dict(r) for r in await self.db.all("gate_graph", {"tenant_id": tenant})]
 
-    async def jobs(self, tenant: str | None = None) -> list[Job]:
-        rows = await self.db.all("list_jobs", {"tenant_id": tenant})
+    async def jobs(
+        self, tenant: str | None = None, labels: Mapping[str, str] | None = None
+    ) -> list[Job]:
+        """The jobs (of ``tenant``), those with every one of ``labels`` only."""
+        found = Jsonb(dict(labels)) if labels else None
+        rows = await self.db.all("list_jobs", {"tenant_id": tenant, "labels": found})
         return [Job.from_row(r) for r in rows]
 
     async def runs(

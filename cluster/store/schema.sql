@@ -1,4 +1,4 @@
--- The Pulse schema as it stands after the newest migration (version 22), for readers.
+-- The Pulse schema as it stands after the newest migration (version 23), for readers.
 --
 -- `pulse init` never runs this file: it applies cluster/store/migrations/NNN_*.sql in
 -- order. This file is edited in the same commit as each new migration, and
@@ -52,15 +52,25 @@ CREATE TABLE windows (
     id           bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
     starts_at    timestamptz NOT NULL,
     ends_at      timestamptz NOT NULL,
-    window_scope text NOT NULL CHECK (window_scope IN ('job', 'tenant', 'cluster')),
+    -- label (migration 023): the jobs whose label label_key is label_value, of tenant_id
+    -- or, when it is NULL, of every tenant.
+    window_scope text NOT NULL CONSTRAINT windows_window_scope_check
+                 CHECK (window_scope IN ('job', 'tenant', 'cluster', 'label')),
     tenant_id    text,
     job_name     text,
     defer        boolean NOT NULL DEFAULT false,
     note         text,
     created_at   timestamptz NOT NULL DEFAULT now(),
+    label_key    text,
+    label_value  text,
     CHECK (ends_at > starts_at),
-    CHECK ((window_scope = 'cluster') = (tenant_id IS NULL)),
-    CHECK ((window_scope = 'job') = (job_name IS NOT NULL))
+    CONSTRAINT windows_tenant_check
+        CHECK (CASE window_scope WHEN 'cluster' THEN tenant_id IS NULL
+                                 WHEN 'label' THEN true
+                                 ELSE tenant_id IS NOT NULL END),
+    CONSTRAINT windows_job_check CHECK ((window_scope = 'job') = (job_name IS NOT NULL)),
+    CONSTRAINT windows_label_check
+        CHECK ((window_scope = 'label') = (label_key IS NOT NULL AND label_value IS NOT NULL))
 );
 
 CREATE INDEX windows_ends ON windows (ends_at);
@@ -172,7 +182,10 @@ CREATE TABLE jobs (
     -- max_runs: done after this many runs; runs_done: the slots whose last attempt ended
     -- (docs/design/schedules.md).
     max_runs         integer CHECK (max_runs >= 1),
-    runs_done        integer NOT NULL DEFAULT 0
+    runs_done        integer NOT NULL DEFAULT 0,
+    -- key=value labels (`--label`), a JSON object of strings; blackout windows by label.
+    labels           jsonb NOT NULL DEFAULT '{}'::jsonb
+                     CONSTRAINT jobs_labels_check CHECK (jsonb_typeof(labels) = 'object')
 ) WITH (fillfactor = 80);
 
 -- The claim's due range, for every status: an index on a column the claim writes would

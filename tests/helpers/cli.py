@@ -111,7 +111,7 @@ JOB_KEYS = {
     "each_zone",
     "jitter_s", "slot_at", "remove_when_done",
     "calendar", "on_excluded", "business_day", "paused_until",
-    "schedules", "max_runs", "runs_done",
+    "schedules", "max_runs", "runs_done", "labels",
 }  # fmt: skip
 
 

@@ -95,7 +95,8 @@ EXPECTED: dict[str, dict[str, str]] = {
         "calendar: 'str | None' = None, on_excluded: 'str | None' = None, "
         "business_day: 'int | None' = None, calendar_rule: 'str | None' = "
         "None, paused_until: 'datetime | None' = None, max_runs: 'int | "
-        "None' = None, runs_done: 'int' = 0) -> None",
+        "None' = None, runs_done: 'int' = 0, labels: 'dict[str, str]' = "
+        "<factory>) -> None",
         "from_row": "(cls, row: 'dict[str, Any]') -> 'Job'",
         "parsed_schedule": "(self) -> 'Schedule'",
         "rule": "(self) -> 'CalendarRule | None'",
@@ -118,7 +119,8 @@ EXPECTED: dict[str, dict[str, str]] = {
         "None, on_excluded: 'str' = 'skip', business_day: 'int | None' "
         "= None, after: 'tuple[str, ...]' = (), after_match: 'str' = "
         "'same', after_timeout_s: 'float | None' = None, after_failure: "
-        "'str' = 'block', max_runs: 'int | None' = None) -> None",
+        "'str' = 'block', max_runs: 'int | None' = None, labels: "
+        "'dict[str, str]' = <factory>) -> None",
         "build": "(cls, name: 'str', schedule: 'str | Sequence[str | Mapping[str, "
         "Any]]', handler: 'str | Mapping[str, Any]', *, tenant: 'str' = "
         "'default', tz: 'str' = 'UTC', payload: 'str | Mapping[str, Any] | "
@@ -138,6 +140,7 @@ EXPECTED: dict[str, dict[str, str]] = {
         "None' = None, after: 'str | Sequence[str] | None' = None, "
         "after_match: 'str' = 'same', after_timeout: 'str | float | None' "
         "= None, after_failure: 'str' = 'block', max_runs: 'int | str | "
+        "None' = None, labels: 'Mapping[str, str] | str | Sequence[str] | "
         "None' = None) -> 'JobSpec'",
         "from_mapping": "(cls, entry: 'Mapping[str, Any]') -> 'JobSpec'",
         "parsed_schedule": "(self) -> 'Schedule'",
@@ -167,7 +170,8 @@ EXPECTED: dict[str, dict[str, str]] = {
         "get": "(self, name: 'str', tenant: 'str' = 'default') -> 'Job'",
         "graph": "(self, tenant: 'str' = 'default') -> 'list[dict[str, str]]'",
         "init": "(self, shards: 'int | None' = None) -> 'InitResult'",
-        "jobs": "(self, tenant: 'str | None' = None) -> 'list[Job]'",
+        "jobs": "(self, tenant: 'str | None' = None, labels: 'Mapping[str, str] | "
+        "None' = None) -> 'list[Job]'",
         "open": "(cls, settings: 'ClusterSettings', application_name: 'str' = "
         "'pulse-admin') -> 'AsyncIterator[JobStore]'",
         "pause": "(self, name: 'str', tenant: 'str' = 'default', *, note: 'str | "

@@ -43,6 +43,7 @@ SAMPLES: dict[str, Any] = {
     "pause_after_failures": 4,
     "paused": True,
     "max_runs": 3,
+    "labels": {"team": "billing"},
 }
 SET_BY_REGISTRY = {"name", "schedule", "schedules", "at", "handler", "tenant", "as_json"}
 
