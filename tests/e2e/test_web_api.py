@@ -573,8 +573,8 @@ def test_schedules_max_runs_and_labels_over_the_api(api: Api) -> None:
         listed = client.get("/api/jobs", params={"label": "team=api-labels"}).json()["jobs"]
         assert [j["name"] for j in listed] == ["several"]
         before = job_count(api)
-        clash = {**body, "name": "clash", "schedules": ["0 9 * * *",
-                                                         {"schedule": "0 9 * * *", "payload": {"x": 1}}]}  # fmt: skip
+        twin = {"schedule": "0 9 * * *", "payload": {"x": 1}}
+        clash = {**body, "name": "clash", "schedules": ["0 9 * * *", twin]}
         refused = client.post("/api/jobs", json=clash)
         assert refused.status_code == 422 and refused.json()["field"] == "schedules"
         assert "both have the slot" in refused.json()["message"]
