@@ -172,6 +172,14 @@ class JobSpec:
             raise InvalidInput("calendar", "does not apply to an --each-zone job")
         if calendar is not None and parsed.ends:
             raise InvalidInput("calendar", "does not apply to schedules that all end")
+        if parsed.chain:
+            after, after_match = gates.chained(
+                parsed, after, after_match, overlap, jitter_s, calendar
+            )
+            if each_zone:
+                raise InvalidInput("schedule", "a chained (@after:) job cannot run --each-zone")
+        elif after_match == gates.CHAIN:
+            raise InvalidInput("after_match", "chain is for a chained schedule (@after:A)")
         payload = parse_payload(payload)
         if parsed.entries:
             now = datetime.now(UTC)

@@ -28,7 +28,14 @@ from cluster.store.specs import (
     past_one_off,
     refuse_past,
 )
-from cluster.timing.calendared import CalendarRule, first_run, jittered_start, origin_of
+from cluster.timing.calendared import (
+    CalendarRule,
+    Decision,
+    first_run,
+    jittered_start,
+    origin_of,
+)
+from cluster.timing.schedule import CHAINED_NEXT, ENDED
 from ring import shard_for
 from ring.zones import PARKED_SHARD, ZONE_SHARD_BASE, zone_shard_for
 
@@ -165,7 +172,10 @@ class Definitions:
         self, spec: JobSpec, shards: int, db_now: datetime, rule: CalendarRule | None
     ) -> dict[str, Any]:
         job_id = uuid.uuid4()
-        run = first_run(spec.parsed_schedule(), rule, db_now)  # @at: its one slot, even if past
+        if spec.parsed_schedule().chain:  # no clock: it waits for its first release
+            run = Decision(CHAINED_NEXT, ENDED, True)
+        else:
+            run = first_run(spec.parsed_schedule(), rule, db_now)  # @at: its one slot
         slot = run.slot
         return {
             "id": job_id,

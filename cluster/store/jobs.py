@@ -55,7 +55,7 @@ from cluster.store.timeline import calendar_timeline
 from cluster.store.windows import Windows
 from cluster.timing.calendared import first_run, jittered_start
 from cluster.timing.jitter import jittered
-from cluster.timing.schedule import ENDED, Schedule
+from cluster.timing.schedule import CHAINED_NEXT, ENDED, Schedule
 
 
 class JobStore:
@@ -214,8 +214,12 @@ class JobStore:
         """Unpause; the job continues at its next future slot."""
         async with self.db.transaction():
             job = await self.db.job("lock_job", name, tenant)
-            run = first_run(job.parsed_schedule(), job.rule(), await self.db_now(now))
-            slot, start = run.slot, jittered_start(run, tenant, name, job.jitter_s)
+            if job.parsed_schedule().chain:  # its slot taken, or the next released one
+                slot = job.slot_at
+                start = slot if slot < CHAINED_NEXT else CHAINED_NEXT
+            else:
+                run = first_run(job.parsed_schedule(), job.rule(), await self.db_now(now))
+                slot, start = run.slot, jittered_start(run, tenant, name, job.jitter_s)
             await self._write("resume_job", name, tenant, {"next_run_at": start, "slot_at": slot})
         return await self.get(name, tenant)
 
@@ -252,7 +256,8 @@ class JobStore:
             upcoming, starts = [], []
         else:
             upcoming, starts = schedule.next_n(now, slots), []
-        upcoming = [s for s in upcoming if s < ENDED]  # schedules that all end: no more
+        # Schedules that all end, or a chained job waiting for a release: no more.
+        upcoming = [s for s in upcoming if s < min(ENDED, CHAINED_NEXT)]
         starts += [jittered(job.tenant, job.name, s, job.jitter_s) for s in upcoming[len(starts) :]]
         starts = starts[: len(upcoming)]
         recent = await self.runs(job=job.name, tenant=job.tenant, limit=runs)

@@ -88,6 +88,9 @@ GRANTS: Mapping[str, tuple[str, str]] = {
     "windows": (READ, READ),
     # Edges are written with the jobs they join (the API, --sync-jobs) and dropped with them.
     "job_edges": ("SELECT, INSERT, UPDATE, DELETE", "SELECT, INSERT, UPDATE, DELETE"),
+    # A chained job's released slots: written by completions (the node), taken by the
+    # statement that moves the job on (a completion, or the web's resume), dropped with it.
+    "chain_slots": ("SELECT, INSERT, UPDATE, DELETE", "SELECT, INSERT, UPDATE, DELETE"),
 }
 
 

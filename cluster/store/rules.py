@@ -61,6 +61,8 @@ class Rules:
         """The rule ``spec`` plans with (``windows``: ``active``'s, read if not given); its
         calendar is held (``lock_calendar``) until the transaction ends. ``InvalidInput`` for
         an unknown calendar."""
+        if spec.parsed_schedule().chain:
+            return None  # no clock: windows and calendars do not apply (docs/design/chains.md)
         calendar = EVERY_DAY
         if spec.calendar is not None:
             await self._db.one("lock_calendar", {"name": spec.calendar})

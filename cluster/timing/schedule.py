@@ -26,6 +26,9 @@ A job with several schedules has the expression ``@schedules [...]``
 the entry's ``start`` and ``end``, an instant shared by two entries once (it belongs to the
 first). When every entry ends, the walk ends with ``ENDED``, the instant a finished job is
 never due again.
+
+``@after:A[,B]`` is a chained job's schedule: it has no clock (no slot of its own); each
+success of its upstreams' slot makes one of its slots (docs/design/chains.md).
 """
 
 from __future__ import annotations
@@ -47,6 +50,8 @@ from cluster.timing.durations import parse_duration
 from cluster.timing.entries import Entry, entries_text, is_union, parse_entries
 
 __all__ = [
+    "CHAINED_NEXT",
+    "CHAIN_PREFIX",
     "ENDED",
     "MACROS",  # defined with the rest of the cron grammar, in cluster.timing.cron
     "MAX_EVERY_S",
@@ -67,6 +72,9 @@ _US = timedelta(microseconds=1)
 _UTC_ZONE = ZoneInfo("UTC")  # ZoneInfo caches instances: the default zone takes a fast path
 # After the last slot of a schedule whose entries all end (records.NEVER: never due again).
 ENDED = datetime(9999, 1, 1, tzinfo=UTC)
+# A chained job's "next slot" after a run: take the next released slot (migration 023).
+CHAINED_NEXT = datetime(9998, 1, 1, tzinfo=UTC)
+CHAIN_PREFIX = "@after:"
 
 
 @dataclass(frozen=True)
@@ -83,6 +91,7 @@ class Schedule:
     _times: Times = field(init=False, repr=False, compare=False)
     _at: datetime | None = field(init=False, repr=False, compare=False)
     _members: tuple[tuple[Schedule, Entry], ...] = field(init=False, repr=False, compare=False)
+    _chain: tuple[str, ...] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         tz = self.tz.strip() if isinstance(self.tz, str) else self.tz
@@ -92,7 +101,12 @@ class Schedule:
         expr = _normalize_expr(self.expr)
         members: tuple[tuple[Schedule, Entry], ...] = ()
         times: Times = ()
-        if is_union(expr):
+        chain: tuple[str, ...] = ()
+        if expr.startswith(CHAIN_PREFIX):
+            chain = _chain_names(expr)
+            expr = CHAIN_PREFIX + ",".join(chain)
+            at, every_us, day_expr = None, None, ""
+        elif is_union(expr):
             members = _union_members(expr, tz, self.dst_repeated, self.dst_skipped)
             expr = entries_text([entry for _, entry in members])
             at, every_us, day_expr, times = None, None, "", ()
@@ -101,9 +115,15 @@ class Schedule:
             every_us, day_expr, times = _compile(expr) if at is None else (None, "", ())
         object.__setattr__(self, "_at", at)
         object.__setattr__(self, "_members", members)
+        object.__setattr__(self, "_chain", chain)
         normalized = {"expr": expr, "tz": tz, "_zone": zone, "_every_us": every_us}
         for name, value in {**normalized, "_day_expr": day_expr, "_times": times}.items():
             object.__setattr__(self, name, value)  # frozen: set once, here
+
+    @property
+    def chain(self) -> tuple[str, ...]:
+        """The upstreams of a chained (``@after:``) schedule, sorted; () for a clock."""
+        return self._chain
 
     @property
     def entries(self) -> tuple[Entry, ...]:
@@ -156,6 +176,8 @@ class Schedule:
     def iter_after(self, after: datetime) -> Iterator[datetime]:
         """Every slot strictly after ``after``, in UTC, strictly increasing."""
         after = _utc(after, "after")
+        if self._chain:
+            return iter(())  # no clock: its slots are its upstreams' successes
         if self._members:
             return self._union_after(after)
         if self._at is not None:
@@ -257,6 +279,15 @@ def _parse_cached(
     return Schedule(expr, tz, dst_repeated, dst_skipped)
 
 
+def _chain_names(expr: str) -> tuple[str, ...]:
+    names = {name.strip() for name in expr[len(CHAIN_PREFIX) :].split(",")}
+    if not names or "" in names:
+        raise InvalidInput(
+            "schedule", f"{CHAIN_PREFIX}A[,B] needs upstream job names, got {expr!r}"
+        )
+    return tuple(sorted(names))
+
+
 def _bounded(member: Schedule, entry: Entry, after: datetime) -> Iterator[datetime]:
     """The slots of one entry after ``after``, inside its ``start`` and ``end``."""
     if entry.start is not None and entry.start > after:
@@ -285,6 +316,8 @@ def _normalize_expr(expr: object) -> str:
     text = " ".join(expr.split())
     if not text:
         raise InvalidInput("schedule", f"is empty; {FIELDS_HINT}, a macro or @every <duration>")
+    if text[: len(CHAIN_PREFIX)].lower() == CHAIN_PREFIX:
+        return CHAIN_PREFIX + text[len(CHAIN_PREFIX) :]  # job names keep their case
     if text.startswith("@"):
         head, _, rest = text.partition(" ")
         text = f"{head.lower()} {rest}".rstrip()

@@ -64,7 +64,7 @@ FOR UPDATE;
 SELECT j.id, j.tenant_id, j.name, j.schedule, j.tz, j.dst_repeated, j.dst_skipped,
        j.status, j.shard_id, j.jitter_s, j.calendar, j.on_excluded, j.business_day, j.labels
 FROM jobs j
-WHERE j.parent_id IS NULL AND NOT j.each_zone
+WHERE j.parent_id IS NULL AND NOT j.each_zone AND NOT starts_with(j.schedule, '@after:')
   AND (%(window_scope)s = 'cluster'
        OR (%(window_scope)s = 'label' AND j.labels ->> %(label_key)s::text = %(label_value)s
            AND (%(tenant_id)s::text IS NULL OR j.tenant_id = %(tenant_id)s))

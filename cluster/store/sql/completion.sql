@@ -116,6 +116,9 @@ done AS (
               CASE WHEN f.pause THEN raise_alert('paused', j.id, j.tenant_id, j.name, i.slot,
                   o.attempt, %(node_id)s, %(zone)s, i.error, j.pause_note) END,
               -- After record_run: the downstreams' gates read this run row (migration 021).
+              -- A success makes one slot of each chained downstream (migration 023).
+              CASE WHEN o.feeds AND i.outcome = 'succeeded' THEN chain_release(j.id, i.slot, k.t)
+              END,
               CASE WHEN o.feeds THEN gate_release(j.id, NULL, k.t) END
 ),
 skipped AS (
