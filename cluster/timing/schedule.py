@@ -60,6 +60,7 @@ __all__ = [
     "DstSkipped",
     "Schedule",
     "parse_schedule",
+    "transition",
 ]
 
 DstRepeated = Literal["once", "twice"]
@@ -248,7 +249,7 @@ class Schedule:
                     if self.dst_skipped == "skip":
                         continue
                     if gap_end is None or not repeat < gap_end <= first:
-                        gap_end = _transition(zone, repeat, first)
+                        gap_end = transition(zone, repeat, first)
                     first = gap_end
                 while later and later[0] <= first:
                     yield later.popleft()
@@ -377,8 +378,9 @@ def _compile(expr: str) -> tuple[int | None, str, Times]:
     return None, *compile_cron(expr)
 
 
-def _transition(zone: ZoneInfo, before: datetime, after: datetime) -> datetime:
-    """The instant in ``(before, after]`` where ``zone``'s offset changes (tzdata: whole s)."""
+def transition(zone: ZoneInfo, before: datetime, after: datetime) -> datetime:
+    """The instant in ``(before, after]`` where ``zone``'s offset changes (tzdata: whole s):
+    the first valid instant after a spring-forward gap."""
     low, high = math.floor(before.timestamp()), math.ceil(after.timestamp())
     low_offset = datetime.fromtimestamp(low, zone).utcoffset()
     while high - low > 1:
