@@ -18,6 +18,7 @@ from cluster.jobs.labels import parse_label
 from cluster.jobs.models import Job, iso
 from cluster.store.jobs import JobStore
 from cluster.store.timeline import explain_job, outage_of
+from cluster.timing.entries import is_union
 
 SHOW_SLOTS = 5
 
@@ -27,6 +28,12 @@ def _note(job: Job) -> str:
     held = job.paused_until is not None and job.paused_until > datetime.now(UTC)
     until = f"paused until {iso(job.paused_until)}" if held else ""
     return "; ".join(n for n in (until, job.pause_note or "") if n)
+
+
+def _schedule(job: Job) -> str:
+    """The schedule as the list shows it: several are summed up (``show`` lists them)."""
+    entries = job.parsed_schedule().entries if is_union(job.schedule) else ()
+    return f"{len(entries)} schedules" if entries else job.schedule
 
 
 def _when(job: Job) -> str:
@@ -51,7 +58,15 @@ async def list_jobs(
         return
     header = ["TENANT", "NAME", "SCHEDULE", "TZ", "STATUS", "NEXT RUN", "HANDLER"]
     body = [
-        [j.tenant, j.name, j.schedule, j.tz, j.status, _when(j), handlerrefs.describe(j.handler)[0]]
+        [
+            j.tenant,
+            j.name,
+            _schedule(j),
+            j.tz,
+            j.status,
+            _when(j),
+            handlerrefs.describe(j.handler)[0],
+        ]
         for j in found
     ]
     notes = [_note(j) for j in found]

@@ -155,6 +155,7 @@ def test_the_cli_takes_schedule_repeatedly(initialised: Invoke, settings: Cluste
     assert [e["schedule"] for e in made["schedules"]] == ["0 9 * * *", "30 17 * * 1-5"]
     shown = json.loads(initialised("jobs", "show", "twice", "--json").stdout)
     assert set(shown["next_entries"]) == {1, 2}
+    assert "2 schedules" in initialised("jobs", "list").stdout
     text = initialised("jobs", "show", "twice").stdout
     assert "[schedule 1]" in text and "[schedule 2]" in text
     explained = initialised("jobs", "show", "twice", "--explain").stdout
