@@ -272,6 +272,8 @@ class JobStore:
         data["next_entries"] = schedule_entries(schedule, shown)
         data["recent_runs"] = [r.to_json() for r in recent]
         data.update(await self._links(job.id))
+        if job.slot_at >= CHAINED_NEXT and data.get("waits_for"):  # no slot released yet
+            data["waits_for"] = f"the next success of {', '.join(data['upstreams'])}"
         return data
 
     async def _links(self, job_id: UUID) -> dict[str, Any]:

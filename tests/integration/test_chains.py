@@ -78,6 +78,7 @@ async def test_a_three_job_chain_runs_each_slot_after_its_upstream(
     assert await runs_of(settings, "c") == [(at(10), "succeeded")]
     shown = await store.details("b")
     assert shown["next_slots"] == [] and shown["upstreams"] == ["a"]
+    assert shown["waits_for"] == "the next success of a"
     assert shown["downstreams"] == ["c"]
 
 
