@@ -38,6 +38,7 @@ def context(
     last_success_slot: datetime | None = None,
     state: Mapping[str, Any] | None = None,
     traceparent: str | None = None,
+    schedule_entry: int | None = None,
 ) -> RunContext:
     """A ``RunContext`` as a node builds it; ``scheduled_for`` defaults to now (UTC) and
     must be timezone-aware, ``attempt`` is 1-based."""
@@ -61,6 +62,7 @@ def context(
         last_success_slot=last_success_slot,
         state=dict(state or {}),
         traceparent=traceparent,
+        schedule_entry=schedule_entry,
     )
 
 

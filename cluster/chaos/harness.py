@@ -280,6 +280,7 @@ class ChaosRun:
                     max_concurrent=j.max_concurrent,
                     zones=j.zones,
                     after=j.after,
+                    chained=j.chained,
                 )
                 for j in workload
             },

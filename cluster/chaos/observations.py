@@ -34,6 +34,7 @@ class JobInfo:
     max_concurrent: int = 1  # slots run side by side (overlap allow, kind ``allow``)
     zones: tuple[str, ...] = ()  # pinned to these zones (kind ``pinned``); empty: any
     after: tuple[str, ...] = ()  # upstream jobs (kind ``dependent``)
+    chained: bool = False  # an @after: job: its slots are its upstreams' successes
 
 
 @dataclass(frozen=True)

@@ -206,8 +206,12 @@ def find_lost(obs: Observations) -> tuple[int, list[Violation]]:
     expected = 0
     lost: list[Violation] = []
     start, end = (obs.window_start + obs.clock_offset_s, obs.window_end + obs.clock_offset_s)
+    succeeded = {(r.job, r.slot_ms) for r in obs.runs if r.status == "succeeded"}
     for job in obs.jobs.values():
-        for slot_ms in expected_slots(job, start, end):
+        slots = expected_slots(job, start, end)
+        if job.chained:  # its slots are the slots its upstreams succeeded
+            slots = [s for s in slots if all((u, s) in succeeded for u in job.after)]
+        for slot_ms in slots:
             expected += 1
             run = runs.get((job.name, slot_ms))
             if run is not None and (run.status in FINISHED or run.status in _ACCOUNTED):

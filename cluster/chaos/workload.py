@@ -29,7 +29,9 @@ Two more kinds are appended after the ``count`` jobs, whatever the seed:
 - ``dependent``: a chain with a fan-in, every ``DEPENDENT_INTERVAL_S``: ``chaos-dep-up``,
   two jobs after it, one after both (``--after``, match ``same``, after-failure ``skip``, so
   a slot whose upstream failed is recorded skipped and still accounted for; they backfill,
-  so every slot runs in order however late its upstream was).
+  so every slot runs in order however late its upstream was); then a chain of two chained
+  jobs, ``chaos-chain-1`` ``@after:chaos-dep-up`` and ``chaos-chain-2`` after it, whose
+  slots are the successes of their upstream (docs/design/chains.md).
 - ``pinned``: one job pinned to each zone, and one to each pair of neighbouring zones
   (``zone-a,zone-b``, ...; with two zones, one job pinned to both). They backfill
   (``PINNED_MAX_BACKFILL``), so the slots a dark zone missed run when it returns and the
@@ -90,12 +92,14 @@ class JobDef:
     max_concurrent: int = 1  # > 1: overlap allow (kind ``allow``)
     zones: tuple[str, ...] = ()  # pinned to these zones (kind ``pinned``)
     after: tuple[str, ...] = ()  # upstream jobs (kind ``dependent``)
+    chained: bool = False  # an @after: job: its slots are its upstreams' successes
 
     def spec(self) -> JobSpec:
         allow = self.kind == "allow"
+        chained = f"@after:{','.join(self.after)}" if self.chained else None
         return JobSpec.build(
             self.name,
-            f"@every {self.interval_s}s",
+            chained or f"@every {self.interval_s}s",
             HANDLERS[self.kind],
             payload={"sleep_s": self.sleep_s} if self.sleep_s else {},
             catch_up=self.catch_up,
@@ -107,7 +111,7 @@ class JobDef:
             overlap="allow" if allow else "replace" if self.kind == "replace" else "forbid",
             max_concurrent=self.max_concurrent if allow else None,
             zones=self.zones or None,
-            after=self.after or None,
+            after=None if self.chained else self.after or None,
             after_failure="skip",  # a slot whose upstream failed is accounted for, skipped
         )
 
@@ -199,6 +203,7 @@ def dependent_jobs() -> list[JobDef]:
         "chaos-dep-mid-2": ("chaos-dep-up",),
         "chaos-dep-down": ("chaos-dep-mid-1", "chaos-dep-mid-2"),
     }
+    chained = {"chaos-chain-1": ("chaos-dep-up",), "chaos-chain-2": ("chaos-chain-1",)}
     return [
         JobDef(
             name=name,
@@ -209,6 +214,7 @@ def dependent_jobs() -> list[JobDef]:
             sleep_s=DEPENDENT_SLEEP_S,
             kind="dependent",
             after=after,
+            chained=name in chained,
         )
-        for name, after in chain.items()
+        for name, after in {**chain, **chained}.items()
     ]

@@ -39,7 +39,14 @@ for _command in (*jobviews.COMMANDS, *jobhistory.COMMANDS, triggers.trigger_job)
 
 @jobs.command("add")
 @click.argument("name")
-@click.option("--schedule", default=None, help="Cron (5 or 6 fields), @hourly..., @every 30s.")
+@click.option(
+    "--schedule",
+    "schedules",
+    multiple=True,
+    help="Cron (5 or 6 fields), @hourly..., @every 30s; repeat for several (their union).",
+)
+@click.option("--max-runs", default=None, help="The job is done after this many runs.")
+@click.option("--label", "labels", multiple=True, help="A key=value label (repeatable).")
 @click.option("--at", default=None, help="Run once at this ISO 8601 time with offset (@at).")
 @click.option("--remove-when-done", is_flag=True, help="Delete a one-off job once it has run.")
 @click.option(
@@ -143,12 +150,15 @@ async def add_job(store: JobStore, name: str, as_json: bool, **options: Any) -> 
         options.pop("handler"), options.pop("celery_broker"), options.pop("celery_wait")
     )
     handler = shellrefs.with_env(handler, options.pop("env_names"))
-    schedule, at = options.pop("schedule"), options.pop("at")
-    if schedule is None and at is None:
+    given, at = options.pop("schedules"), options.pop("at")
+    if not given and at is None:
         raise click.UsageError("Missing option '--schedule' (or '--at' for a one-off job).")
-    if schedule is not None and at is not None:
+    if given and at is not None:
         raise click.UsageError("give --schedule or --at, not both.")
-    spec = JobSpec.build(name, schedule or f"@at {at}", handler, **options)
+    schedule: str | list[str] = f"@at {at}" if at is not None else list(given)
+    if len(given) == 1:
+        schedule = given[0]
+    spec = JobSpec.build(name, schedule, handler, **options)
     handlerrefs.require_broker(spec.handler, os.environ)
     job = await store.add(spec)
     if as_json:

@@ -14,9 +14,11 @@ from cluster.cli.table import table
 from cluster.cli.timelines import print_steps
 from cluster.errors import InvalidInput
 from cluster.jobs import handlerrefs
+from cluster.jobs.labels import parse_label
 from cluster.jobs.models import Job, iso
 from cluster.store.jobs import JobStore
 from cluster.store.timeline import explain_job, outage_of
+from cluster.timing.entries import is_union
 
 SHOW_SLOTS = 5
 
@@ -28,23 +30,43 @@ def _note(job: Job) -> str:
     return "; ".join(n for n in (until, job.pause_note or "") if n)
 
 
+def _schedule(job: Job) -> str:
+    """The schedule as the list shows it: several are summed up (``show`` lists them)."""
+    entries = job.parsed_schedule().entries if is_union(job.schedule) else ()
+    return f"{len(entries)} schedules" if entries else job.schedule
+
+
 def _when(job: Job) -> str:
     return job.next_run_at.strftime("%Y-%m-%d %H:%M:%S%z") if job.next_run_at else "-"
 
 
 @click.command("list", cls=PulseCommand)
 @click.option("--tenant", default=None, help="Only this tenant.")
+@click.option(
+    "--label", "label_args", multiple=True, help="Only jobs with this key=value (repeatable)."
+)
 @click.option("--json", "as_json", is_flag=True)
 @with_store
-async def list_jobs(store: JobStore, tenant: str | None, as_json: bool) -> None:
+async def list_jobs(
+    store: JobStore, tenant: str | None, label_args: tuple[str, ...], as_json: bool
+) -> None:
     """List jobs."""
-    found = await store.jobs(tenant)
+    wanted = dict(parse_label(text) for text in label_args)
+    found = await store.jobs(tenant, wanted)
     if as_json:
         emit_json([job.to_json() for job in found])
         return
     header = ["TENANT", "NAME", "SCHEDULE", "TZ", "STATUS", "NEXT RUN", "HANDLER"]
     body = [
-        [j.tenant, j.name, j.schedule, j.tz, j.status, _when(j), handlerrefs.describe(j.handler)[0]]
+        [
+            j.tenant,
+            j.name,
+            _schedule(j),
+            j.tz,
+            j.status,
+            _when(j),
+            handlerrefs.describe(j.handler)[0],
+        ]
         for j in found
     ]
     notes = [_note(j) for j in found]
@@ -90,6 +112,8 @@ async def show_job(
     starts = data.pop("next_starts")
     reasons = data.pop("next_reasons", None) or [None] * len(upcoming)
     skipped = data.pop("calendar_skips", None) or []
+    entries = data.pop("next_entries", None) or [None] * len(upcoming)
+    data.pop("schedules", None)  # the schedule text says it all
     for key, value in data.items():
         if key == "handler":  # an http: or celery: handler: its summary, then its options
             first, *more = handlerrefs.describe(value)
@@ -102,8 +126,9 @@ async def show_job(
             shown = ", ".join(value) or None
         click.echo(f"{key + ':':<18}{'-' if shown is None else shown}")
     click.echo("next slots:" if upcoming else "next slots: none")
-    for slot, start, why in zip(upcoming, starts, reasons, strict=True):
+    for slot, start, why, entry in zip(upcoming, starts, reasons, entries, strict=True):
         line = f"  {slot}" if start == slot else f"  {slot}  starts {start}"
+        line += f"  [schedule {entry}]" if entry else ""
         click.echo(line + (f"  ({why})" if why else ""))
     for skip in skipped:
         click.echo(f"  {skip['slot']}  skipped ({skip['reason']})")

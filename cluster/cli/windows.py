@@ -8,6 +8,7 @@ import click
 from cluster.cli.base import PulseGroup, emit_json, parse_time, with_store
 from cluster.cli.table import table
 from cluster.errors import InvalidInput
+from cluster.jobs.labels import parse_label
 from cluster.jobs.models import iso
 from cluster.store.jobs import JobStore
 
@@ -22,6 +23,7 @@ def windows() -> None:
 @click.option("--to", "end", required=True, help="End (exclusive), ISO 8601 with offset.")
 @click.option("--job", default=None, help="Only this job (of --tenant, default 'default').")
 @click.option("--tenant", default=None, help="Only this tenant's jobs.")
+@click.option("--label", default=None, help="Only jobs with this key=value (of --tenant, or all).")
 @click.option("--whole-cluster", "whole", is_flag=True, help="Every job of the cluster.")
 @click.option("--defer", is_flag=True, help="Run the slots at the end (catch-up decides).")
 @click.option("--note", default=None, help="Why (shown by list).")
@@ -33,18 +35,25 @@ async def add_window(
     end: str,
     job: str | None,
     tenant: str | None,
+    label: str | None,
     whole: bool,
     defer: bool,
     note: str | None,
     as_json: bool,
 ) -> None:
     """Add a blackout window; the jobs it covers are re-planned at once."""
-    if whole == (job is not None or tenant is not None):
-        raise InvalidInput("scope", "give --job (and --tenant), --tenant, or --whole-cluster")
+    if whole == (job is not None or tenant is not None or label is not None):
+        raise InvalidInput(
+            "scope",
+            "give --job (and --tenant), --label (and --tenant), --tenant, or --whole-cluster",
+        )
+    if job is not None and label is not None:
+        raise InvalidInput("label", "give --job or --label, not both")
+    pair = None if label is None else parse_label(label)
     starts_at, ends_at = parse_time(start, "from"), parse_time(end, "to")
     assert starts_at is not None and ends_at is not None
     change = await store.windows.add(
-        starts_at, ends_at, job=job, tenant=tenant, defer=defer, note=note
+        starts_at, ends_at, job=job, tenant=tenant, label=pair, defer=defer, note=note
     )
     if as_json:
         emit_json({**change.window.to_json(), "replanned": list(change.replanned)})

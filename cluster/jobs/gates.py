@@ -15,6 +15,7 @@ from cluster.errors import InvalidInput
 from cluster.timing.schedule import Schedule
 
 MATCHES = ("same", "latest", "period:day", "period:hour")
+CHAIN = "chain"  # the edges of a chained (@after:A) job: one slot per success of A
 DEFAULT_MATCH = "same"
 FAILURES = ("block", "run", "skip")
 DEFAULT_FAILURE = "block"
@@ -39,7 +40,33 @@ def parse_after(value: str | Sequence[str] | None) -> tuple[str, ...]:
     return tuple(sorted(names))
 
 
+def chained(
+    schedule: Schedule,
+    after: object,
+    match: object,
+    overlap: str,
+    jitter_s: float,
+    calendar: object,
+) -> tuple[tuple[str, ...], str]:
+    """(upstreams, ``chain``) of a job whose schedule is ``@after:A[,B]``; ``InvalidInput``
+    for options that cannot go with it."""
+    names = schedule.chain
+    if after is not None and after != () and parse_after(after) != names:  # type: ignore[arg-type]
+        raise InvalidInput("after", f"a chained job's upstreams are its schedule's: {names}")
+    if match not in (DEFAULT_MATCH, CHAIN):
+        raise InvalidInput("after_match", "a chained (@after:) job pairs the same slots")
+    if overlap != "forbid":
+        raise InvalidInput("overlap", "a chained (@after:) job runs its slots one at a time")
+    if jitter_s:
+        raise InvalidInput("jitter", "a chained (@after:) job starts when its upstreams succeed")
+    if calendar is not None:
+        raise InvalidInput("calendar", "a chained (@after:) job has no clock to shape")
+    return parse_after(list(names)), CHAIN
+
+
 def parse_match(value: object) -> str:
+    if value == CHAIN:
+        return CHAIN  # set by `chained`, checked again by JobSpec.validated
     if value not in MATCHES:
         raise InvalidInput("after_match", f"{value!r} is not one of {', '.join(MATCHES)}")
     assert isinstance(value, str)

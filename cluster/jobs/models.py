@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
 from typing import Any
@@ -91,6 +91,9 @@ class Job:
     paused_until: datetime | None = None  # `pause --until`: idle, its next slot at or after
     revision: int = 1  # of its definition (job_revisions, docs/jobs.md)
     payload_schema: dict[str, Any] | None = None  # every payload matches it (cluster.jobs.payloads)
+    max_runs: int | None = None  # done after this many runs (docs/jobs.md)
+    runs_done: int = 0
+    labels: dict[str, str] = field(default_factory=dict)  # key=value (docs/jobs.md#labels)
 
     def rule(self) -> CalendarRule | None:
         """The calendar the job plans with (its copy), or None."""
@@ -153,6 +156,9 @@ class Job:
             paused_until=row.get("paused_until"),
             revision=row.get("revision", 1),
             payload_schema=row.get("payload_schema"),
+            max_runs=row.get("max_runs"),
+            runs_done=row.get("runs_done", 0),
+            labels=row.get("labels") or {},
         )
 
     def to_json(self) -> dict[str, Any]:
@@ -202,6 +208,10 @@ class Job:
             "paused_until": iso(self.paused_until),
             "revision": self.revision,
             "payload_schema": self.payload_schema,
+            "schedules": [e.to_json() for e in self.parsed_schedule().entries] or None,
+            "max_runs": self.max_runs,
+            "runs_done": self.runs_done,
+            "labels": self.labels,
             "created_at": iso(self.created_at),
             "updated_at": iso(self.updated_at),
         }

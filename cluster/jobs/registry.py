@@ -15,7 +15,7 @@ from __future__ import annotations
 import importlib
 import os
 import sys
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any, TypeVar, overload
@@ -113,8 +113,15 @@ class Registry:
         refs = dict.fromkeys(entry.spec.handler for entry in self._entries.values())
         return list({**refs, **self._offered})
 
-    def cron(self, expr: str, *, name: str | None = None, **options: Any) -> Callable[[F], F]:
-        """Register the decorated function on a cron schedule (5 or 6 fields, or a macro)."""
+    def cron(
+        self,
+        expr: str | Sequence[str | Mapping[str, Any]],
+        *,
+        name: str | None = None,
+        **options: Any,
+    ) -> Callable[[F], F]:
+        """Register the decorated function on a cron schedule (5 or 6 fields, or a macro),
+        or on several: a list of expressions or ``{schedule, payload, start, end}`` mappings."""
 
         def register(fn: F) -> F:
             try:
@@ -138,18 +145,26 @@ class Registry:
         return self.cron(f"@every {interval}", name=name, **options)
 
     def add(
-        self, fn: Callable[..., Any], schedule: str, *, name: str | None = None, **options: Any
+        self,
+        fn: Callable[..., Any],
+        schedule: str | Sequence[str | Mapping[str, Any]],
+        *,
+        name: str | None = None,
+        **options: Any,
     ) -> JobSpec:
-        """Register ``fn`` on ``schedule``; the decorators' shared body."""
-        for reserved in ("schedule", "handler", "tenant"):
+        """Register ``fn`` on ``schedule`` (or a list of schedules); the decorators' body."""
+        for reserved in ("schedule", "schedules", "handler", "tenant"):
             if reserved in options:
                 raise InvalidInput(reserved, "is set by the registry, not as an option")
         ref = handler_ref(fn)
         mapping: dict[str, Any] = {
             "name": ref.split(":")[1] if name is None else name,
-            "schedule": schedule,
             "handler": ref,
         }
+        if isinstance(schedule, str):
+            mapping["schedule"] = schedule
+        else:
+            mapping["schedules"] = list(schedule)
         if self.tenant != DEFAULT_TENANT:
             mapping["tenant"] = self.tenant
         mapping.update(options)

@@ -8,10 +8,11 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any
 
 from cluster.errors import InvalidInput
-from cluster.jobs import gates, shellrefs
+from cluster.jobs import gates, schedules, shellrefs
 from cluster.jobs.fields import (
     DEFAULT_CANCEL_GRACE_S,
     DEFAULT_CATCH_UP,
@@ -41,11 +42,12 @@ from cluster.jobs.fields import (
     validate_name,
 )
 from cluster.jobs.handlerrefs import canonical
+from cluster.jobs.labels import parse_labels as labels_of
 from cluster.jobs.payloads import check_payload, parse_payload_schema
 from cluster.jobs.timerules import DEFAULT_ON_EXCLUDED, calendar_fields
 from cluster.timing.catchup import parse_catch_up
 from cluster.timing.jitter import check_jitter
-from cluster.timing.schedule import Schedule, parse_schedule
+from cluster.timing.schedule import ENDED, Schedule, parse_schedule
 
 
 @dataclass(frozen=True)
@@ -89,12 +91,14 @@ class JobSpec:
     after_timeout_s: float | None = None  # a slot held longer is skipped; None: no limit
     after_failure: str = gates.DEFAULT_FAILURE
     payload_schema: dict[str, Any] | None = None  # a JSON Schema (cluster.jobs.payloads)
+    max_runs: int | None = None  # done after this many runs (cluster.jobs.schedules)
+    labels: dict[str, str] = field(default_factory=dict)  # key=value (cluster.jobs.labels)
 
     @classmethod
     def build(
         cls,
         name: str,
-        schedule: str,
+        schedule: str | Sequence[str | Mapping[str, Any]],
         handler: str | Mapping[str, Any],
         *,
         tenant: str = DEFAULT_TENANT,
@@ -129,12 +133,13 @@ class JobSpec:
         after_timeout: str | float | None = None,
         after_failure: str = gates.DEFAULT_FAILURE,
         payload_schema: str | Mapping[str, Any] | None = None,
+        max_runs: int | str | None = None,
+        labels: Mapping[str, str] | str | Sequence[str] | None = None,
     ) -> JobSpec:
         """Validate every field; raise ``InvalidInput`` naming the first bad one."""
         name = validate_name(name)
         tenant = validate_name(tenant, "tenant")
-        if not isinstance(schedule, str):
-            raise InvalidInput("schedule", "must be a string")
+        schedule = schedules.schedule_text(schedule)
         if not isinstance(tz, str):
             raise InvalidInput("tz", "must be a string")
         parsed = parse_schedule(schedule, tz, dst_repeated, dst_skipped)  # type: ignore[arg-type]
@@ -168,16 +173,33 @@ class JobSpec:
         )
         if calendar is not None and each_zone:
             raise InvalidInput("calendar", "does not apply to an --each-zone job")
-        checked_payload = parse_payload(payload)
+        if calendar is not None and parsed.ends:
+            raise InvalidInput("calendar", "does not apply to schedules that all end")
+        if parsed.chain:
+            after, after_match = gates.chained(
+                parsed, after, after_match, overlap, jitter_s, calendar
+            )
+            if each_zone:
+                raise InvalidInput("schedule", "a chained (@after:) job cannot run --each-zone")
+        elif after_match == gates.CHAIN:
+            raise InvalidInput("after_match", "chain is for a chained schedule (@after:A)")
+        payload = parse_payload(payload)
         schema = parse_payload_schema(payload_schema)
-        check_payload(schema, checked_payload)
+        check_payload(schema, payload)
+        for entry in parsed.entries:  # each schedule's payload runs merged over the job's
+            check_payload(schema, schedules.effective_payload(payload, entry))
+        if parsed.entries:
+            now = datetime.now(UTC)
+            if parsed.ends and parsed.next_after(now) >= ENDED:
+                raise InvalidInput("schedules", "every schedule has ended: the job would never run")
+            schedules.check_collisions(parsed, payload, now)
         return cls(
             name=name,
             schedule=parsed.expr,
             handler=validate_handler(handler),
             tenant=tenant,
             tz=parsed.tz,
-            payload=checked_payload,
+            payload=payload,
             catch_up=parse_catch_up(catch_up),
             grace_s=duration_field(grace, "grace"),
             max_backfill=count_field(max_backfill, "max_backfill", 1),
@@ -211,6 +233,8 @@ class JobSpec:
             after_timeout_s=optional_duration(after_timeout, "after_timeout"),
             after_failure=gates.parse_failure(after_failure),
             payload_schema=schema,
+            max_runs=schedules.check_max_runs(max_runs, parsed, overlap, each_zone),
+            labels=labels_of(labels),
         )
 
     @classmethod
@@ -226,21 +250,30 @@ class JobSpec:
             "zones", "each_zone",
             "jitter", "remove_when_done", "calendar", "on_excluded", "business_day",
             "after", "after_match", "after_timeout", "after_failure", "payload_schema",
+            "schedules", "max_runs", "labels",
         }  # fmt: skip
         unknown = sorted(set(entry) - known)
         if unknown:
             raise InvalidInput(unknown[0], "unknown key")
-        for required in ("name", "schedule", "handler"):
+        if "schedule" in entry and "schedules" in entry:
+            raise InvalidInput("schedules", "give schedule or schedules, not both")
+        timing = entry.get("schedules", entry.get("schedule"))
+        if "schedules" in entry and isinstance(timing, str):
+            raise InvalidInput("schedules", "must be a list of schedules")
+        for required in ("name", "handler"):
             if required not in entry:
                 raise InvalidInput(required, "missing")
-        kwargs = {k: v for k, v in entry.items() if k not in ("name", "schedule", "handler")}
+        if timing is None:
+            raise InvalidInput("schedule", "missing")
+        skipped = ("name", "schedule", "schedules", "handler")
+        kwargs = {k: v for k, v in entry.items() if k not in skipped}
         payload = kwargs.get("payload")
         if payload is not None and not isinstance(payload, Mapping | str):
             raise InvalidInput("payload", "must be a JSON object")
         schema = kwargs.get("payload_schema")
         if schema is not None and not isinstance(schema, Mapping | str):
             raise InvalidInput("payload_schema", "must be a JSON object")
-        return cls.build(entry["name"], entry["schedule"], entry["handler"], **kwargs)
+        return cls.build(entry["name"], timing, entry["handler"], **kwargs)
 
     def validated(self) -> JobSpec:
         """This spec checked as ``build`` checks it (``JobSpec(...)`` itself validates nothing)."""
@@ -280,6 +313,8 @@ class JobSpec:
             after_timeout=self.after_timeout_s,
             after_failure=self.after_failure,
             payload_schema=self.payload_schema,
+            max_runs=self.max_runs,
+            labels=self.labels,
         )
 
     def parsed_schedule(self) -> Schedule:

@@ -28,7 +28,14 @@ from cluster.store.specs import (
     past_one_off,
     refuse_past,
 )
-from cluster.timing.calendared import CalendarRule, first_run, jittered_start, origin_of
+from cluster.timing.calendared import (
+    CalendarRule,
+    Decision,
+    first_run,
+    jittered_start,
+    origin_of,
+)
+from cluster.timing.schedule import CHAINED_NEXT, ENDED
 from ring import shard_for
 from ring.zones import PARKED_SHARD, ZONE_SHARD_BASE, zone_shard_for
 
@@ -185,7 +192,10 @@ class Definitions:
         self, spec: JobSpec, shards: int, db_now: datetime, rule: CalendarRule | None
     ) -> dict[str, Any]:
         job_id = uuid.uuid4()
-        run = first_run(spec.parsed_schedule(), rule, db_now)  # @at: its one slot, even if past
+        if spec.parsed_schedule().chain:  # no clock: it waits for its first release
+            run = Decision(CHAINED_NEXT, ENDED, True)
+        else:
+            run = first_run(spec.parsed_schedule(), rule, db_now)  # @at: its one slot
         slot = run.slot
         return {
             "id": job_id,
@@ -223,6 +233,8 @@ class Definitions:
             "calendar_rule": None if rule is None else rule.to_json(),
             "slot_origin": origin_of(run),
             "payload_schema": None if spec.payload_schema is None else Jsonb(spec.payload_schema),
+            "max_runs": spec.max_runs,
+            "labels": Jsonb(spec.labels),
         }
 
     async def _place(self, spec: JobSpec, shards: int, next_run_at: datetime) -> int | None:

@@ -10,7 +10,7 @@ from datetime import datetime
 from uuid import UUID
 
 from cluster.errors import InvalidInput
-from cluster.jobs.gates import check_match
+from cluster.jobs.gates import CHAIN, check_match
 from cluster.jobs.spec import JobSpec
 from cluster.store.scoped import ScopedConnection
 from cluster.store.specs import label_of
@@ -78,6 +78,12 @@ class Gates:
         schedule = spec.parsed_schedule()
         for name in spec.after:
             row = rows[name]
+            if spec.after_match == CHAIN:  # a success of each makes its slots: no clock
+                if row["overlap"] == "allow" or row["each_zone"]:
+                    raise InvalidInput(
+                        "after", f"upstream {name!r} runs its slots as flights: it cannot chain"
+                    )
+                continue
             theirs = parse_schedule(
                 row["schedule"], row["tz"], row["dst_repeated"], row["dst_skipped"]
             )

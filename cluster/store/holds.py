@@ -81,6 +81,8 @@ class Holds:
         schedule = job.parsed_schedule()
         if schedule.at is not None:
             raise InvalidInput("name", f"{job.name!r} is a one-off job: {what} does not apply")
+        if schedule.chain:
+            raise InvalidInput("name", f"{job.name!r} is chained (@after:): {what} does not apply")
         return schedule
 
     async def _write(self, statement: str, job: Job, params: dict[str, Any]) -> None:

@@ -25,6 +25,8 @@ from datetime import datetime
 from typing import Any
 from uuid import UUID
 
+from psycopg.types.json import Jsonb
+
 from cluster.config.retention import Retention
 from cluster.errors import Conflict, NotFound
 from cluster.jobs.fields import DEFAULT_TENANT, check_text
@@ -57,6 +59,7 @@ from cluster.store.timeline import calendar_timeline
 from cluster.store.windows import Windows
 from cluster.timing.calendared import first_run, jittered_start
 from cluster.timing.jitter import jittered
+from cluster.timing.schedule import CHAINED_NEXT, ENDED, Schedule
 
 
 class JobStore:
@@ -229,8 +232,12 @@ class JobStore:
         """Unpause; the job continues at its next future slot."""
         async with self.db.transaction():
             job = await self.db.job("lock_job", name, tenant)
-            run = first_run(job.parsed_schedule(), job.rule(), await self.db_now(now))
-            slot, start = run.slot, jittered_start(run, tenant, name, job.jitter_s)
+            if job.parsed_schedule().chain:  # its slot taken, or the next released one
+                slot = job.slot_at
+                start = slot if slot < CHAINED_NEXT else CHAINED_NEXT
+            else:
+                run = first_run(job.parsed_schedule(), job.rule(), await self.db_now(now))
+                slot, start = run.slot, jittered_start(run, tenant, name, job.jitter_s)
             await self._write("resume_job", name, tenant, {"next_run_at": start, "slot_at": slot})
         return await self.get(name, tenant)
 
@@ -285,7 +292,10 @@ class JobStore:
             upcoming, starts = [], []
         else:
             upcoming, starts = schedule.next_n(now, slots), []
+        # Schedules that all end, or a chained job waiting for a release: no more.
+        upcoming = [s for s in upcoming if s < min(ENDED, CHAINED_NEXT)]
         starts += [jittered(job.tenant, job.name, s, job.jitter_s) for s in upcoming[len(starts) :]]
+        starts = starts[: len(upcoming)]
         recent = await self.runs(job=job.name, tenant=job.tenant, limit=runs)
         data = job.to_json()
         data["next_slots"] = [iso(s) for s in upcoming]
@@ -294,8 +304,12 @@ class JobStore:
         rule = job.rule()
         if rule is not None and job.status != "done":
             data.update(calendar_timeline(job, rule, now, slots))
+        shown = [datetime.fromisoformat(s) for s in data["next_slots"]]
+        data["next_entries"] = schedule_entries(schedule, shown)
         data["recent_runs"] = [r.to_json() for r in recent]
         data.update(await self._links(job.id))
+        if job.slot_at >= CHAINED_NEXT and data.get("waits_for"):  # no slot released yet
+            data["waits_for"] = f"the next success of {', '.join(data['upstreams'])}"
         return data
 
     async def _links(self, job_id: UUID) -> dict[str, Any]:
@@ -320,8 +334,12 @@ class JobStore:
         """Every edge of ``tenant``: upstream, downstream, match rule."""
         return [dict(r) for r in await self.db.all("gate_graph", {"tenant_id": tenant})]
 
-    async def jobs(self, tenant: str | None = None) -> list[Job]:
-        rows = await self.db.all("list_jobs", {"tenant_id": tenant})
+    async def jobs(
+        self, tenant: str | None = None, labels: Mapping[str, str] | None = None
+    ) -> list[Job]:
+        """The jobs (of ``tenant``), those with every one of ``labels`` only."""
+        found = Jsonb(dict(labels)) if labels else None
+        rows = await self.db.all("list_jobs", {"tenant_id": tenant, "labels": found})
         return [Job.from_row(r) for r in rows]
 
     async def runs(
@@ -366,3 +384,11 @@ class JobStore:
         if row is None:
             raise NotFound(f"no job named {job!r} in tenant {tenant!r}")
         await self.db.notify(row["shard_id"])
+
+
+def schedule_entries(schedule: Schedule, slots: Sequence[datetime]) -> list[int | None] | None:
+    """The 1-based schedule entry of each slot, for a job with several schedules; else None."""
+    if not schedule.entries:
+        return None
+    found = (schedule.entry_at(slot) for slot in slots)
+    return [None if index is None else index + 1 for index in found]

@@ -4,8 +4,11 @@ scope into its statement."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
+
+from psycopg.types.json import Jsonb
 
 from cluster.jobs.fields import check_text
 from cluster.jobs.models import Job, Run
@@ -26,9 +29,11 @@ class Pages:
         q: str | None = None,
         after: tuple[str, str] | None = None,
         limit: int = 100,
+        labels: Mapping[str, str] | None = None,
     ) -> list[Job]:
-        """Jobs by (tenant, name), those after ``after`` only."""
+        """Jobs by (tenant, name), those after ``after`` only, with every one of ``labels``."""
         params = {
+            "labels": Jsonb(dict(labels)) if labels else None,
             "tenant_id": tenant,
             "status": status,
             "q": q or None,

@@ -91,6 +91,9 @@ GRANTS: Mapping[str, tuple[str, str]] = {
     # Revisions are written by the triggers on jobs alone (as the owner), so no role can
     # forge one; nodes prune those of removed jobs.
     "job_revisions": ("SELECT, DELETE", READ),
+    # A chained job's released slots: written by completions (the node), taken by the
+    # statement that moves the job on (a completion, or the web's resume), dropped with it.
+    "chain_slots": ("SELECT, INSERT, UPDATE, DELETE", "SELECT, INSERT, UPDATE, DELETE"),
 }
 
 

@@ -9,7 +9,7 @@ transaction (docs/design/calendars.md). A part of ``JobStore``.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -36,11 +36,14 @@ def window_of(row: dict[str, Any]) -> Window:
     return Window(row["id"], row["starts_at"], row["ends_at"], row["defer"])
 
 
-def covers(row: dict[str, Any], tenant: str, name: str) -> bool:
-    """Whether the window ``row`` applies to the job ``tenant``/``name``."""
+def covers(row: dict[str, Any], tenant: str, name: str, labels: Mapping[str, str]) -> bool:
+    """Whether the window ``row`` applies to the job ``tenant``/``name`` with ``labels``."""
     scope = row["window_scope"]
     if scope == "cluster":
         return True
+    if scope == "label":
+        mine = row["tenant_id"] is None or row["tenant_id"] == tenant
+        return bool(mine and labels.get(row["label_key"]) == row["label_value"])
     return bool(row["tenant_id"] == tenant and (scope == "tenant" or row["job_name"] == name))
 
 
@@ -58,6 +61,8 @@ class Rules:
         """The rule ``spec`` plans with (``windows``: ``active``'s, read if not given); its
         calendar is held (``lock_calendar``) until the transaction ends. ``InvalidInput`` for
         an unknown calendar."""
+        if spec.parsed_schedule().chain:
+            return None  # no clock: windows and calendars do not apply (docs/design/chains.md)
         calendar = EVERY_DAY
         if spec.calendar is not None:
             await self._db.one("lock_calendar", {"name": spec.calendar})
@@ -68,7 +73,9 @@ class Rules:
             calendar = _calendar(row, db_now)
         if windows is None:
             windows = await self.active(db_now)
-        mine = tuple(window_of(w) for w in windows if covers(w, spec.tenant, spec.name))
+        mine = tuple(
+            window_of(w) for w in windows if covers(w, spec.tenant, spec.name, spec.labels)
+        )
         if spec.calendar is None and not mine:
             return None
         return CalendarRule(calendar, spec.on_excluded, spec.business_day, mine)  # type: ignore[arg-type]
@@ -112,7 +119,10 @@ class Rules:
         windows: Sequence[dict[str, Any]],
         db_now: datetime,
     ) -> CalendarRule | None:
-        mine = tuple(window_of(w) for w in windows if covers(w, job["tenant_id"], job["name"]))
+        labels = job.get("labels") or {}
+        mine = tuple(
+            window_of(w) for w in windows if covers(w, job["tenant_id"], job["name"], labels)
+        )
         name = job["calendar"]
         if name is None and not mine:
             return None

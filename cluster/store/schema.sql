@@ -52,15 +52,25 @@ CREATE TABLE windows (
     id           bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
     starts_at    timestamptz NOT NULL,
     ends_at      timestamptz NOT NULL,
-    window_scope text NOT NULL CHECK (window_scope IN ('job', 'tenant', 'cluster')),
+    -- label (migration 023): the jobs whose label label_key is label_value, of tenant_id
+    -- or, when it is NULL, of every tenant.
+    window_scope text NOT NULL CONSTRAINT windows_window_scope_check
+                 CHECK (window_scope IN ('job', 'tenant', 'cluster', 'label')),
     tenant_id    text,
     job_name     text,
     defer        boolean NOT NULL DEFAULT false,
     note         text,
     created_at   timestamptz NOT NULL DEFAULT now(),
+    label_key    text,
+    label_value  text,
     CHECK (ends_at > starts_at),
-    CHECK ((window_scope = 'cluster') = (tenant_id IS NULL)),
-    CHECK ((window_scope = 'job') = (job_name IS NOT NULL))
+    CONSTRAINT windows_tenant_check
+        CHECK (CASE window_scope WHEN 'cluster' THEN tenant_id IS NULL
+                                 WHEN 'label' THEN true
+                                 ELSE tenant_id IS NOT NULL END),
+    CONSTRAINT windows_job_check CHECK ((window_scope = 'job') = (job_name IS NOT NULL)),
+    CONSTRAINT windows_label_check
+        CHECK ((window_scope = 'label') = (label_key IS NOT NULL AND label_value IS NOT NULL))
 );
 
 CREATE INDEX windows_ends ON windows (ends_at);
@@ -169,6 +179,13 @@ CREATE TABLE jobs (
     prev_slot        timestamptz,
     last_success_at  timestamptz,
     state            jsonb,
+    -- max_runs: done after this many runs; runs_done: the slots whose last attempt ended
+    -- (docs/design/schedules.md).
+    max_runs         integer CHECK (max_runs >= 1),
+    runs_done        integer NOT NULL DEFAULT 0,
+    -- key=value labels (`--label`), a JSON object of strings; blackout windows by label.
+    labels           jsonb NOT NULL DEFAULT '{}'::jsonb
+                     CONSTRAINT jobs_labels_check CHECK (jsonb_typeof(labels) = 'object'),
     -- The definition's revision (job_revisions; docs/design/revisions.md), and the one the
     -- slot in flight was claimed under, copied by the claim for the run row.
     revision         integer NOT NULL DEFAULT 1,
@@ -811,8 +828,8 @@ END $$;
 CREATE TABLE job_edges (
     downstream_id uuid NOT NULL,
     upstream_id   uuid NOT NULL,
-    match         text NOT NULL
-                  CHECK (match IN ('same', 'latest', 'period:day', 'period:hour')),
+    match         text NOT NULL CONSTRAINT job_edges_match_check
+                  CHECK (match IN ('same', 'latest', 'period:day', 'period:hour', 'chain')),
     PRIMARY KEY (downstream_id, upstream_id),
     CHECK (downstream_id <> upstream_id)
 );
@@ -823,6 +840,7 @@ LANGUAGE plpgsql SET search_path FROM CURRENT AS $$
 BEGIN
     DELETE FROM job_edges e USING deleted_jobs d
     WHERE e.downstream_id = d.id OR e.upstream_id = d.id;
+    DELETE FROM chain_slots c USING deleted_jobs d WHERE c.job_id = d.id;
     RETURN NULL;
 END
 $$;
@@ -851,7 +869,7 @@ BEGIN
     FOR e IN SELECT u.id, u.name, u.slot_at, u.status, x.match
              FROM job_edges x JOIN jobs u ON u.id = x.upstream_id
              WHERE x.downstream_id = job ORDER BY u.name LOOP
-        IF e.match = 'same' THEN
+        IF e.match IN ('same', 'chain') THEN
             lo := slot;
         ELSIF e.match = 'latest' THEN
             IF e.status <> 'done' AND e.slot_at <= slot THEN
@@ -898,7 +916,25 @@ END $$;
 -- A gated job's slot set by any statement: held out of the due range while it waits.
 CREATE FUNCTION gate_hold() RETURNS trigger
 LANGUAGE plpgsql SET search_path FROM CURRENT AS $$
+DECLARE
+    pulled timestamptz;
 BEGIN
+    -- A chained job done with its slot asks for the next one released (9998-01-01,
+    -- records.CHAINED_NEXT): the oldest not taken yet, due from now (updated_at).
+    IF NEW.next_run_at = '9998-01-01Z'::timestamptz THEN
+        UPDATE chain_slots c SET taken = true
+        WHERE c.job_id = NEW.id AND c.slot = (
+            SELECT min(x.slot) FROM chain_slots x WHERE x.job_id = NEW.id AND NOT x.taken)
+        RETURNING c.slot INTO pulled;
+        IF pulled IS NULL THEN  -- nothing released: it waits for its upstreams' next success
+            NEW.next_run_at := '9999-01-01Z'::timestamptz;
+            NEW.gate_wait := false;
+            RETURN NEW;
+        END IF;
+        NEW.slot_at := pulled;
+        NEW.attempt := 1;
+        NEW.next_run_at := greatest(pulled, NEW.updated_at);
+    END IF;
     IF gate_verdict(NEW.id, NEW.slot_at) LIKE 'wait: %' THEN
         NEW.gate_wait := true;
         NEW.next_run_at := CASE WHEN NEW.after_timeout_s IS NULL
@@ -1123,3 +1159,82 @@ EXECUTE FUNCTION job_revision_updated();
 CREATE TRIGGER jobs_revision_removed AFTER DELETE ON jobs
 REFERENCING OLD TABLE AS removed_jobs
 FOR EACH STATEMENT EXECUTE FUNCTION job_revision_removed();
+-- A chained job's slots (migration 023, docs/design/chains.md): each success of an upstream
+-- slot of a `chain` edge writes (downstream, slot) here, in the statement of that upstream's
+-- fenced completion; the downstream takes them oldest first (gate_hold). A row is written
+-- once and never again (taken stays), so a second upstream of a fan-in, or a completion
+-- replayed, makes no second slot.
+CREATE TABLE chain_slots (
+    job_id     uuid NOT NULL,
+    slot       timestamptz NOT NULL,
+    taken      boolean NOT NULL DEFAULT false,
+    created_at timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (job_id, slot)
+);
+CREATE INDEX chain_slots_pending ON chain_slots (job_id) WHERE NOT taken;
+
+-- Called by the fenced completion of a successful slot of `upstream` that feeds chained
+-- jobs: records the slot for each, and has those idle with nothing to do take it at once
+-- (rows locked this instant are left to the gate pass, chain_pull). Wakes their shards.
+CREATE FUNCTION chain_release(upstream uuid, slot timestamptz,
+                              at timestamptz DEFAULT now()) RETURNS integer
+LANGUAGE plpgsql SET search_path FROM CURRENT AS $$
+DECLARE
+    started integer := 0;
+    s integer;
+BEGIN
+    INSERT INTO chain_slots (job_id, slot, created_at)
+    SELECT e.downstream_id, slot, at FROM job_edges e
+    WHERE e.upstream_id = upstream AND e.match = 'chain'
+    ON CONFLICT DO NOTHING;
+    IF NOT FOUND THEN
+        RETURN 0;
+    END IF;
+    FOR s IN
+        WITH waiting AS (
+            SELECT d.id FROM jobs d
+            WHERE d.id IN (SELECT e.downstream_id FROM job_edges e
+                           WHERE e.upstream_id = upstream AND e.match = 'chain')
+              AND d.status = 'idle' AND NOT d.gate_wait
+              AND d.next_run_at = '9999-01-01Z'::timestamptz
+            FOR UPDATE OF d SKIP LOCKED
+        )
+        UPDATE jobs j SET next_run_at = '9998-01-01Z'::timestamptz, updated_at = at
+        FROM waiting w WHERE j.id = w.id
+        RETURNING CASE WHEN j.next_run_at < '9999-01-01Z'::timestamptz THEN j.shard_id END
+    LOOP
+        IF s IS NOT NULL THEN
+            started := started + 1;
+            PERFORM pg_notify(current_schema() || '_wake', s::text);
+        END IF;
+    END LOOP;
+    RETURN started;
+END $$;
+
+-- The gate pass's part for chains: the chained jobs of `shards` idle with a slot released
+-- but not taken (their row was locked at the release) take it.
+CREATE FUNCTION chain_pull(shards integer[], at timestamptz DEFAULT now()) RETURNS integer
+LANGUAGE plpgsql SET search_path FROM CURRENT AS $$
+DECLARE
+    started integer := 0;
+    s integer;
+BEGIN
+    FOR s IN
+        WITH waiting AS (
+            SELECT d.id FROM jobs d
+            WHERE d.id IN (SELECT c.job_id FROM chain_slots c WHERE NOT c.taken)
+              AND d.shard_id = ANY(shards) AND d.status = 'idle' AND NOT d.gate_wait
+              AND d.next_run_at = '9999-01-01Z'::timestamptz
+            FOR UPDATE OF d SKIP LOCKED
+        )
+        UPDATE jobs j SET next_run_at = '9998-01-01Z'::timestamptz, updated_at = at
+        FROM waiting w WHERE j.id = w.id
+        RETURNING CASE WHEN j.next_run_at < '9999-01-01Z'::timestamptz THEN j.shard_id END
+    LOOP
+        IF s IS NOT NULL THEN
+            started := started + 1;
+            PERFORM pg_notify(current_schema() || '_wake', s::text);
+        END IF;
+    END LOOP;
+    RETURN started;
+END $$;

@@ -12,6 +12,7 @@ from typing import Any
 from cluster.errors import InvalidInput
 from cluster.jobs.fields import DEFAULT_TENANT, check_text
 from cluster.jobs.spec import JobSpec
+from cluster.timing.schedule import ENDED
 
 
 @dataclass
@@ -51,8 +52,10 @@ def past_one_off(spec: JobSpec, params: dict[str, Any], db_now: datetime) -> boo
 
 
 def refuse_past(spec: JobSpec, params: dict[str, Any], db_now: datetime) -> None:
-    """``InvalidInput`` for a one-off job whose time has passed (nothing is written: the
-    caller's transaction rolls back)."""
+    """``InvalidInput`` for a one-off job whose time has passed, or one whose schedules all
+    ended (nothing is written: the caller's transaction rolls back)."""
+    if params["slot_at"] >= ENDED:
+        raise InvalidInput("schedules", f"every schedule ended before {db_now.isoformat()}")
     if past_one_off(spec, params, db_now):
         when = params["slot_at"].isoformat()
         raise InvalidInput("schedule", f"@at {when} is in the past (now {db_now.isoformat()})")

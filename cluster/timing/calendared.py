@@ -28,7 +28,7 @@ from zoneinfo import ZoneInfo
 from cluster.errors import InvalidInput
 from cluster.timing.calendars import Calendar
 from cluster.timing.jitter import jitter_offset
-from cluster.timing.schedule import Schedule
+from cluster.timing.schedule import Schedule, transition
 
 __all__ = [
     "EVERY_DAY",
@@ -338,9 +338,13 @@ def _next_month(day: date) -> date:
 
 
 def _on(slot: datetime, target: date, zone: ZoneInfo) -> datetime:
-    """``slot``'s wall time on the date ``target`` (a skipped wall time: fold 0's instant)."""
-    local = slot.astimezone(zone)
-    return datetime.combine(target, local.timetz().replace(tzinfo=None), zone).astimezone(UTC)
+    """``slot``'s wall time on the date ``target``: a repeated wall time at its first
+    occurrence, one inside a spring-forward gap at the first valid instant after the gap,
+    as a job's own slots (docs/jobs.md; tests/unit/test_calendar_reference.py)."""
+    wall = datetime.combine(target, slot.astimezone(zone).time())
+    first = wall.replace(tzinfo=zone, fold=0).astimezone(UTC)
+    other = wall.replace(tzinfo=zone, fold=1).astimezone(UTC)
+    return transition(zone, other, first) if other < first else first
 
 
 def first_run(schedule: Schedule, rule: CalendarRule | None, after: datetime) -> Decision:

@@ -20,11 +20,21 @@ zoneinfo's ``fold``:
 
 Slots come out strictly increasing; instants reached twice (several gap times shifted onto the
 transition, or onto a slot) fire once.
+
+A job with several schedules has the expression ``@schedules [...]``
+(``cluster.timing.entries``): its slots are the union of its entries' slots, each bounded by
+the entry's ``start`` and ``end``, an instant shared by two entries once (it belongs to the
+first). When every entry ends, the walk ends with ``ENDED``, the instant a finished job is
+never due again.
+
+``@after:A[,B]`` is a chained job's schedule: it has no clock (no slot of its own); each
+success of its upstreams' slot makes one of its slots (docs/design/chains.md).
 """
 
 from __future__ import annotations
 
 import functools
+import heapq
 import itertools
 import math
 from collections import deque
@@ -37,8 +47,12 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError, available_timezones
 from cluster.errors import InvalidInput
 from cluster.timing.cron import FIELDS_HINT, MACROS, Times, compile_cron, days_after
 from cluster.timing.durations import parse_duration
+from cluster.timing.entries import Entry, entries_text, is_union, parse_entries
 
 __all__ = [
+    "CHAINED_NEXT",
+    "CHAIN_PREFIX",
+    "ENDED",
     "MACROS",  # defined with the rest of the cron grammar, in cluster.timing.cron
     "MAX_EVERY_S",
     "MIN_EVERY_S",
@@ -46,6 +60,7 @@ __all__ = [
     "DstSkipped",
     "Schedule",
     "parse_schedule",
+    "transition",
 ]
 
 DstRepeated = Literal["once", "twice"]
@@ -56,6 +71,11 @@ MAX_EVERY_S = 3650 * 86400.0  # ten years; far beyond any real job, far from dat
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _US = timedelta(microseconds=1)
 _UTC_ZONE = ZoneInfo("UTC")  # ZoneInfo caches instances: the default zone takes a fast path
+# After the last slot of a schedule whose entries all end (records.NEVER: never due again).
+ENDED = datetime(9999, 1, 1, tzinfo=UTC)
+# A chained job's "next slot" after a run: take the next released slot (migration 023).
+CHAINED_NEXT = datetime(9998, 1, 1, tzinfo=UTC)
+CHAIN_PREFIX = "@after:"
 
 
 @dataclass(frozen=True)
@@ -71,18 +91,60 @@ class Schedule:
     _day_expr: str = field(init=False, repr=False, compare=False)
     _times: Times = field(init=False, repr=False, compare=False)
     _at: datetime | None = field(init=False, repr=False, compare=False)
+    _members: tuple[tuple[Schedule, Entry], ...] = field(init=False, repr=False, compare=False)
+    _chain: tuple[str, ...] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        expr, at = _one_off(_normalize_expr(self.expr))
-        object.__setattr__(self, "_at", at)
-        every_us, day_expr, times = _compile(expr) if at is None else (None, "", ())
         tz = self.tz.strip() if isinstance(self.tz, str) else self.tz
         zone = _zone(tz)
         _check_choice("dst_repeated", self.dst_repeated, ("once", "twice"))
         _check_choice("dst_skipped", self.dst_skipped, ("shift", "skip"))
+        expr = _normalize_expr(self.expr)
+        members: tuple[tuple[Schedule, Entry], ...] = ()
+        times: Times = ()
+        chain: tuple[str, ...] = ()
+        if expr.startswith(CHAIN_PREFIX):
+            chain = _chain_names(expr)
+            expr = CHAIN_PREFIX + ",".join(chain)
+            at, every_us, day_expr = None, None, ""
+        elif is_union(expr):
+            members = _union_members(expr, tz, self.dst_repeated, self.dst_skipped)
+            expr = entries_text([entry for _, entry in members])
+            at, every_us, day_expr, times = None, None, "", ()
+        else:
+            expr, at = _one_off(expr)
+            every_us, day_expr, times = _compile(expr) if at is None else (None, "", ())
+        object.__setattr__(self, "_at", at)
+        object.__setattr__(self, "_members", members)
+        object.__setattr__(self, "_chain", chain)
         normalized = {"expr": expr, "tz": tz, "_zone": zone, "_every_us": every_us}
         for name, value in {**normalized, "_day_expr": day_expr, "_times": times}.items():
             object.__setattr__(self, name, value)  # frozen: set once, here
+
+    @property
+    def chain(self) -> tuple[str, ...]:
+        """The upstreams of a chained (``@after:``) schedule, sorted; () for a clock."""
+        return self._chain
+
+    @property
+    def entries(self) -> tuple[Entry, ...]:
+        """The entries of a job with several schedules; () for one schedule."""
+        return tuple(entry for _, entry in self._members)
+
+    @property
+    def ends(self) -> bool:
+        """Whether the slots run out: every entry ends (or is one ``@at`` slot)."""
+        return bool(self._members) and all(
+            entry.end is not None or member.at is not None for member, entry in self._members
+        )
+
+    def entry_at(self, slot: datetime) -> int | None:
+        """The index of the entry ``slot`` belongs to (the first with a slot there); None
+        for one schedule or an instant that is no entry's slot."""
+        for index, (member, entry) in enumerate(self._members):
+            if entry.covers(slot) and next(member.iter_after(slot - _US), None) == slot:
+                return index
+        return None
 
     @property
     def interval(self) -> timedelta | None:
@@ -115,11 +177,25 @@ class Schedule:
     def iter_after(self, after: datetime) -> Iterator[datetime]:
         """Every slot strictly after ``after``, in UTC, strictly increasing."""
         after = _utc(after, "after")
+        if self._chain:
+            return iter(())  # no clock: its slots are its upstreams' successes
+        if self._members:
+            return self._union_after(after)
         if self._at is not None:
             return iter([self._at] if self._at > after else [])
         if self._every_us is not None:
             return self._every_after(after, self._every_us)
         return self._cron_after(after)
+
+    def _union_after(self, after: datetime) -> Iterator[datetime]:
+        walks = [_bounded(member, entry, after) for member, entry in self._members]
+        last = after
+        for slot in heapq.merge(*walks):
+            if slot > last:
+                last = slot
+                yield slot
+        if self.ends:
+            yield ENDED
 
     def _every_after(self, after: datetime, every_us: int) -> Iterator[datetime]:
         index = (after - _EPOCH) // _US // every_us + 1
@@ -173,7 +249,7 @@ class Schedule:
                     if self.dst_skipped == "skip":
                         continue
                     if gap_end is None or not repeat < gap_end <= first:
-                        gap_end = _transition(zone, repeat, first)
+                        gap_end = transition(zone, repeat, first)
                     first = gap_end
                 while later and later[0] <= first:
                     yield later.popleft()
@@ -204,12 +280,45 @@ def _parse_cached(
     return Schedule(expr, tz, dst_repeated, dst_skipped)
 
 
+def _chain_names(expr: str) -> tuple[str, ...]:
+    names = {name.strip() for name in expr[len(CHAIN_PREFIX) :].split(",")}
+    if not names or "" in names:
+        raise InvalidInput(
+            "schedule", f"{CHAIN_PREFIX}A[,B] needs upstream job names, got {expr!r}"
+        )
+    return tuple(sorted(names))
+
+
+def _bounded(member: Schedule, entry: Entry, after: datetime) -> Iterator[datetime]:
+    """The slots of one entry after ``after``, inside its ``start`` and ``end``."""
+    if entry.start is not None and entry.start > after:
+        after = entry.start - _US
+    slots = member.iter_after(after)
+    return slots if entry.end is None else itertools.takewhile(lambda s: s < entry.end, slots)  # type: ignore[operator]
+
+
+def _union_members(
+    expr: str, tz: str, dst_repeated: DstRepeated, dst_skipped: DstSkipped
+) -> tuple[tuple[Schedule, Entry], ...]:
+    found = []
+    for position, entry in enumerate(parse_entries(expr), 1):
+        if is_union(entry.expr.strip()):
+            raise InvalidInput(f"schedules[{position}]", "must be one schedule expression")
+        member = _parse_cached(_normalize_expr(entry.expr), tz, dst_repeated, dst_skipped)
+        found.append((member, Entry(member.expr, entry.payload, entry.start, entry.end)))
+    return tuple(found)
+
+
 def _normalize_expr(expr: object) -> str:
     if not isinstance(expr, str):
         raise InvalidInput("schedule", f"must be a string, got {type(expr).__name__}")
+    if is_union(expr):
+        return expr  # JSON text: its strings keep their spaces
     text = " ".join(expr.split())
     if not text:
         raise InvalidInput("schedule", f"is empty; {FIELDS_HINT}, a macro or @every <duration>")
+    if text[: len(CHAIN_PREFIX)].lower() == CHAIN_PREFIX:
+        return CHAIN_PREFIX + text[len(CHAIN_PREFIX) :]  # job names keep their case
     if text.startswith("@"):
         head, _, rest = text.partition(" ")
         text = f"{head.lower()} {rest}".rstrip()
@@ -269,8 +378,9 @@ def _compile(expr: str) -> tuple[int | None, str, Times]:
     return None, *compile_cron(expr)
 
 
-def _transition(zone: ZoneInfo, before: datetime, after: datetime) -> datetime:
-    """The instant in ``(before, after]`` where ``zone``'s offset changes (tzdata: whole s)."""
+def transition(zone: ZoneInfo, before: datetime, after: datetime) -> datetime:
+    """The instant in ``(before, after]`` where ``zone``'s offset changes (tzdata: whole s):
+    the first valid instant after a spring-forward gap."""
     low, high = math.floor(before.timestamp()), math.ceil(after.timestamp())
     low_offset = datetime.fromtimestamp(low, zone).utcoffset()
     while high - low > 1:

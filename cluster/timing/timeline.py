@@ -15,9 +15,9 @@ from zoneinfo import ZoneInfo
 from cluster.timing.calendared import CalendarRule, Decision, jittered_start
 from cluster.timing.catchup import CatchUp
 from cluster.timing.durations import format_duration
-from cluster.timing.schedule import Schedule
+from cluster.timing.schedule import ENDED, Schedule
 
-__all__ = ["Step", "decisions", "explain", "first_kept", "outage"]
+__all__ = ["Step", "decisions", "entry_note", "explain", "first_kept", "outage"]
 
 MAX_OUTAGE_SLOTS = 100_000
 _US = timedelta(microseconds=1)
@@ -62,9 +62,11 @@ def explain(
     steps: list[Step] = []
     count = 0
     for decision in itertools.islice(decisions(schedule, rule, after), runs * 50):
-        if count >= runs:
+        if count >= runs or decision.slot >= ENDED:
             break
         notes = [_dst_note(schedule, decision.slot)]
+        if schedule.entries:
+            notes.append(entry_note(schedule, decision.slot))
         if rule is not None and rule.calendar.name and decision.runs and not decision.moved:
             notes.append(f"calendar {rule.calendar.name}: a business day")
         if decision.reason:
@@ -128,6 +130,16 @@ def outage(
                 why = f"runs at {end.isoformat()}, {late} late (catch-up {catch_up.policy})"
                 steps.append(Step(decision.slot, end, action, (why,)))
     return sorted(steps, key=lambda step: step.slot)
+
+
+def entry_note(schedule: Schedule, slot: datetime) -> str:
+    """Which of a job's several schedules ``slot`` comes from."""
+    index = schedule.entry_at(slot)
+    if index is None:
+        return "no schedule's slot"
+    entry = schedule.entries[index]
+    payload = " (with its payload)" if entry.payload else ""
+    return f"schedule {index + 1} of {len(schedule.entries)}: {entry.expr}{payload}"
 
 
 def _dst_note(schedule: Schedule, slot: datetime) -> str:

@@ -19,6 +19,7 @@ from cluster.config.admission import NotAllowed, admit
 from cluster.errors import InvalidInput
 from cluster.jobs.fields import DEFAULT_TENANT, MAX_NAME_LENGTH
 from cluster.jobs.files import specs_of
+from cluster.jobs.labels import parse_label
 from cluster.jobs.models import iso
 from cluster.jobs.spec import JobSpec
 from cluster.web.audit import record
@@ -75,6 +76,10 @@ async def admitted(
     return admitted
 
 
+# ?label=key=value (repeatable): jobs with every one of these labels.
+_LABELS = Query(None, max_length=MAX_QUERY_LENGTH, description="key=value (repeatable).")
+
+
 @router.get("/api/jobs")
 async def list_jobs(
     who: Reader,
@@ -88,8 +93,10 @@ async def list_jobs(
         None, max_length=MAX_CURSOR_LENGTH, description="next_cursor of the previous page."
     ),
     limit: int = Query(100, ge=1, le=500),
+    label: list[str] | None = _LABELS,
 ) -> dict[str, Any]:
     """A page of jobs by (tenant, name)."""
+    wanted = dict(parse_label(text) for text in label or ())
     if status is not None and status not in STATUSES:
         raise InvalidInput("status", f"must be one of {', '.join(STATUSES)}")
     after = None
@@ -99,7 +106,9 @@ async def list_jobs(
             raise InvalidInput("cursor", "not a cursor this API returned")
         after = (parts[0], parts[1])
     async with state_of(request).pool.store(who.scope) as store:
-        found = await store.pages.jobs(tenant=tenant, status=status, q=q, after=after, limit=limit)
+        found = await store.pages.jobs(
+            tenant=tenant, status=status, q=q, after=after, limit=limit, labels=wanted
+        )
     last = found[-1] if len(found) == limit else None
     return {
         "jobs": [job.to_json() for job in found],

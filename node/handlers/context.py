@@ -68,6 +68,9 @@ class RunContext:
     # The W3C traceparent of this attempt's span when the node traces (--otel), else None:
     # pass it on to what the handler calls (node.handlers.traces).
     traceparent: str | None = None
+    # A job with several schedules: the 1-based number of the entry this slot comes from
+    # (its payload is merged into `payload`); None for one schedule.
+    schedule_entry: int | None = None
     _state_read: str = field(default="", init=False, repr=False, compare=False)
     _log: RunLog = field(init=False, repr=False, compare=False)
     # Made on first use (few runs are ever cancelled; an Event costs a lock and a condition).

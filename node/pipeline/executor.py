@@ -32,6 +32,7 @@ from node.handlers.forwarding import Forwarders
 from node.handlers.invoke import invoke
 from node.handlers.python import awaited, sync_handler
 from node.handlers.threads import HandlerThreads, ThreadRun
+from node.pipeline.slotentry import slot_entry
 from node.service import Signal
 
 if TYPE_CHECKING:
@@ -192,11 +193,12 @@ class Executor:
                 self._arm(now + job.timeout_s)
 
     def context(self, job: ClaimedJob) -> RunContext:
+        payload, entry = slot_entry(job)
         return RunContext(
             job_id=job.id,
             job_name=job.name,
             tenant_id=job.tenant,
-            payload={} if job.payload is None else job.payload,
+            payload=payload,
             scheduled_for=job.slot,
             attempt=job.attempt,
             timeout_s=job.timeout_s,
@@ -210,6 +212,7 @@ class Executor:
             last_success_slot=job.last_success,
             state=dict(job.state or {}),
             traceparent=None if self.tracing is None else self.tracing.start(job),
+            schedule_entry=entry,
         )
 
     async def _run(self, found: Running) -> None:

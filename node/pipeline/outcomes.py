@@ -17,7 +17,7 @@ from cluster.timing.calendared import origin_of
 from cluster.timing.catchup import CatchUp, CatchUpPlan, plan_catchup
 from cluster.timing.durations import format_duration
 from cluster.timing.jitter import jittered
-from cluster.timing.schedule import Schedule, parse_schedule
+from cluster.timing.schedule import CHAINED_NEXT, Schedule, parse_schedule
 from node.handlers.context import Outcome
 from node.pipeline import calendaring
 
@@ -61,6 +61,8 @@ def _after(schedule: Schedule, slot: datetime) -> datetime:
     """The slot after ``slot``; ``NEVER`` after the one slot of a one-off (@at) job."""
     if schedule.at is not None:
         return NEVER
+    if schedule.chain:  # the completion takes its next released slot (migration 023)
+        return CHAINED_NEXT
     return schedule.next_after(slot)
 
 

@@ -68,3 +68,40 @@ def test_a_chain_survives_a_kill_between_an_upstream_success_and_its_downstream(
             assert e.at > upstream[e.slot].timestamp(), f"{downstream} started too early"
     # None lost: every slot a succeeded before the kill ran through b and c.
     assert set(released) <= set(b_ok) and set(released) <= set(_succeeded(fleet, "c"))
+
+
+def test_a_chained_three_job_chain_survives_a_kill_between_success_and_start(
+    fleet: Fleet,
+) -> None:
+    """The same with ``@after:`` jobs (docs/design/chains.md): b and c have no clock; each
+    success of their upstream makes one of their slots, none lost, none doubled."""
+    init_cluster(
+        fleet.settings,
+        JobSpec.build("a", "@every 1s", WITNESS, zones="z1", catch_up="backfill"),
+        JobSpec.build("b", "@after:a", WITNESS, zones="z2"),
+        JobSpec.build("c", "@after:b", WITNESS, zones="z1"),
+    )
+    fleet.start("n1", "z1")
+    until(lambda: len(_succeeded(fleet, "a")) >= 3, "a to succeed a few slots", 30)
+    fleet.node("n1").signal(signal.SIGKILL)
+    released = sorted(_succeeded(fleet, "a"))
+    assert not _starts(fleet, "b"), "b's zone has no node yet"
+    queued = fleet.sql("SELECT slot FROM chain_slots ORDER BY slot")
+    held = fleet.sql("SELECT next_run_at, slot_at FROM jobs WHERE name = 'b'")[0]
+    # Every success before the kill is b's, once: taken as its slot, or queued.
+    assert sorted({held["slot_at"], *(r["slot"] for r in queued)}) == released, (held, queued)
+
+    fleet.start("n2", "z2")
+    fleet.start("n3", "z1")
+    until(lambda: released[-1] in _succeeded(fleet, "c"), "c to run a's last slot before", 60)
+    fleet.stop_all()
+
+    a_ok, b_ok = _succeeded(fleet, "a"), _succeeded(fleet, "b")
+    for downstream, upstream in (("b", a_ok), ("c", b_ok)):
+        starts = _starts(fleet, downstream)
+        slots = [e.slot for e in starts]
+        assert len(slots) == len(set(slots)), f"{downstream} ran a slot twice"
+        for e in starts:
+            assert e.slot in upstream, f"{downstream} ran {e.slot}, not a success upstream"
+            assert e.at > upstream[e.slot].timestamp(), f"{downstream} started too early"
+    assert set(released) <= set(b_ok) and set(released) <= set(_succeeded(fleet, "c"))

@@ -553,3 +553,32 @@ def test_tenant_limits_are_set_by_admins_read_in_scope_and_audited(api: Api) -> 
         ("ops", "clear limit", "acme", None, None),
         ("ops", "clear limit", "limited", None, None),
     ]
+
+
+def test_schedules_max_runs_and_labels_over_the_api(api: Api) -> None:
+    api.set_config("api.handlers", "billing.jobs:rollup")
+    body = {
+        "name": "several",
+        "handler": "billing.jobs:rollup",
+        "labels": {"team": "api-labels"},
+        "max_runs": 5,
+        "schedules": ["0 9 * * *", {"schedule": "0 18 * * *", "payload": {"part": "pm"}}],
+    }
+    with api.as_("write") as client:
+        created = client.post("/api/jobs", json=body)
+        assert created.status_code == 201, created.text
+        made = created.json()
+        assert made["labels"] == {"team": "api-labels"} and made["max_runs"] == 5
+        assert set(made["next_entries"]) == {1, 2}
+        listed = client.get("/api/jobs", params={"label": "team=api-labels"}).json()["jobs"]
+        assert [j["name"] for j in listed] == ["several"]
+        before = job_count(api)
+        twin = {"schedule": "0 9 * * *", "payload": {"x": 1}}
+        clash = {**body, "name": "clash", "schedules": ["0 9 * * *", twin]}
+        refused = client.post("/api/jobs", json=clash)
+        assert refused.status_code == 422 and refused.json()["field"] == "schedules"
+        assert "both have the slot" in refused.json()["message"]
+        bad = client.post("/api/jobs", json={**body, "name": "bad", "labels": {"a b": "x"}})
+        assert bad.status_code == 422 and bad.json()["field"] == "labels"
+        assert client.get("/api/jobs", params={"label": "nokey"}).status_code == 422
+        assert job_count(api) == before

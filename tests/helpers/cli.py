@@ -112,12 +112,13 @@ JOB_KEYS = {
     "jitter_s", "slot_at", "remove_when_done",
     "calendar", "on_excluded", "business_day", "paused_until", "revision",
     "payload_schema",
+    "schedules", "max_runs", "runs_done", "labels",
 }  # fmt: skip
 
 
 SHOW_KEYS = JOB_KEYS | {
     "next_slots", "next_starts", "next_reasons", "calendar_skips", "recent_runs",
-    "upstreams", "downstreams",
+    "upstreams", "downstreams", "next_entries",
 }  # fmt: skip
 
 
@@ -153,4 +154,7 @@ def assert_one_line_error(stderr: str, *needles: str) -> None:
 
 
 def add_args(name: str = "tick", *extra: str) -> list[str]:
-    return ["jobs", "add", name, "--schedule", "*/5 * * * *", "--handler", HANDLER, *extra]
+    """``jobs add NAME``, every five minutes unless ``extra`` gives a ``--schedule`` (a
+    repeated ``--schedule`` adds a schedule)."""
+    schedule = [] if "--schedule" in extra else ["--schedule", "*/5 * * * *"]
+    return ["jobs", "add", name, *schedule, "--handler", HANDLER, *extra]

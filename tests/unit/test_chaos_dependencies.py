@@ -7,6 +7,7 @@ from dataclasses import replace
 
 from cluster.chaos.checks import dependencies, run_checks
 from cluster.chaos.observations import Execution, JobInfo, Observations, RunRecord
+from cluster.chaos.safety import find_lost
 from cluster.chaos.workload import make_workload
 
 T0 = 1_800_000_000.0
@@ -71,6 +72,28 @@ def test_the_workload_has_a_chain_with_a_fan_in() -> None:
         "chaos-dep-mid-1": ("chaos-dep-up",),
         "chaos-dep-mid-2": ("chaos-dep-up",),
         "chaos-dep-down": ("chaos-dep-mid-1", "chaos-dep-mid-2"),
+        "chaos-chain-1": ("chaos-dep-up",),
+        "chaos-chain-2": ("chaos-chain-1",),
     }
     down = jobs["chaos-dep-down"].spec()
     assert (down.after_failure, down.catch_up, down.after_match) == ("skip", "backfill", "same")
+    chained = jobs["chaos-chain-2"].spec()
+    assert (chained.schedule, chained.after, chained.after_match) == (
+        "@after:chaos-chain-1",
+        ("chaos-chain-1",),
+        "chain",
+    )
+
+
+def test_a_chained_job_owes_only_the_slots_its_upstream_succeeded() -> None:
+    obs = chain()
+    chained = replace(DOWN, name="down", chained=True)
+    # up's slot 4 failed: a chained down has no slot there, and that is not a loss.
+    runs = [r for r in obs.runs if (r.job, r.slot_ms) != ("down", ms(T0 + 4))]
+    runs = [replace(r, status="failed") if (r.job, r.slot_ms) == ("up", ms(T0 + 4)) else r
+            for r in runs]  # fmt: skip
+    expected, lost = find_lost(replace(obs, jobs={"up": UP, "down": chained}, runs=runs))
+    assert (expected, lost) == (9, []), "up's 5 slots (a failed one is accounted), down's 4"
+    # A clocked downstream owes that slot all the same.
+    _, clocked = find_lost(replace(obs, runs=runs))
+    assert ("down", ms(T0 + 4)) in {(v.job, v.slot_ms) for v in clocked}

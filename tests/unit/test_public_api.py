@@ -62,20 +62,23 @@ def test_version_is_the_distributions() -> None:
 
 EXPECTED: dict[str, dict[str, str]] = {
     "ApplyResult": {
-        "__init__": "(created: 'list[str]' = <factory>, updated: 'list[str]' = "
-        "<factory>, unchanged: 'list[str]' = <factory>, removed: "
-        "'list[str]' = <factory>) -> None"
+        "__init__": "(created: 'list[str]' = <factory>, updated: 'list[str]' = <factory>, "
+        "unchanged: 'list[str]' = <factory>, removed: 'list[str]' = <factory>) ->"
+        " None",
     },
     "ClusterSettings": {
-        "__init__": "(database_url: 'str' = "
-        "'postgresql://postgres@127.0.0.1:5432/postgres', redis_url: "
-        "'str' = 'redis://127.0.0.1:6379/0', schema: 'str' = 'pulse', "
+        "__init__": "(database_url: 'str' = 'postgresql://postgres@127.0.0.1:5432/postgres', "
+        "redis_url: 'str' = 'redis://127.0.0.1:6379/0', schema: 'str' = 'pulse', "
         "cluster: 'str' = 'pulse') -> None",
         "from_env": "(cls, **overrides: 'str | None') -> 'ClusterSettings'",
         "validate": "(self) -> 'ClusterSettings'",
     },
-    "ConfigError": {"bases": "PulseError, Exception, BaseException"},
-    "InvalidInput": {"bases": "PulseError, ValueError, Exception, BaseException"},
+    "ConfigError": {
+        "bases": "PulseError, Exception, BaseException",
+    },
+    "InvalidInput": {
+        "bases": "PulseError, ValueError, Exception, BaseException",
+    },
     "Job": {
         "__init__": "(id: 'UUID', tenant: 'str', name: 'str', schedule: 'str', tz: 'str', "
         "handler: 'str', payload: 'dict[str, Any]', status: 'str', paused: "
@@ -88,12 +91,14 @@ EXPECTED: dict[str, dict[str, str]] = {
         "keep_for_s: 'float | None', keep_runs: 'int | None', output_limit: "
         "'int', late_after_s: 'float', pause_after_failures: 'int | None', "
         "failed_slots: 'int', pause_note: 'str | None', overlap: 'str', "
-        "max_concurrent: 'int', cancel_grace_s: 'float', cancel_by: 'str | None', "
-        "zones: 'tuple[str, ...]' = (), each_zone: 'bool' = False, jitter_s: "
-        "'float' = 0.0, remove_when_done: 'bool' = False, calendar: 'str | None' = None, "
-        "on_excluded: 'str | None' = None, business_day: 'int | None' = None, "
-        "calendar_rule: 'str | None' = None, paused_until: 'datetime | None' = None, "
-        "revision: 'int' = 1, payload_schema: 'dict[str, Any] | None' = None) -> None",
+        "max_concurrent: 'int', cancel_grace_s: 'float', cancel_by: 'str | None',"
+        " zones: 'tuple[str, ...]' = (), each_zone: 'bool' = False, jitter_s: "
+        "'float' = 0.0, remove_when_done: 'bool' = False, calendar: 'str | None' "
+        "= None, on_excluded: 'str | None' = None, business_day: 'int | None' = "
+        "None, calendar_rule: 'str | None' = None, paused_until: 'datetime | "
+        "None' = None, revision: 'int' = 1, payload_schema: 'dict[str, Any] | "
+        "None' = None, max_runs: 'int | None' = None, runs_done: 'int' = 0, "
+        "labels: 'dict[str, str]' = <factory>) -> None",
         "from_row": "(cls, row: 'dict[str, Any]') -> 'Job'",
         "parsed_schedule": "(self) -> 'Schedule'",
         "rule": "(self) -> 'CalendarRule | None'",
@@ -102,58 +107,61 @@ EXPECTED: dict[str, dict[str, str]] = {
     "JobSpec": {
         "__init__": "(name: 'str', schedule: 'str', handler: 'str', tenant: 'str' = "
         "'default', tz: 'str' = 'UTC', payload: 'dict[str, Any]' = <factory>, "
-        "catch_up: 'str' = 'once', grace_s: 'float' = 60.0, max_backfill: "
-        "'int' = 100, timeout_s: 'float' = 300.0, retries: 'int' = 0, "
-        "retry_backoff_s: 'float' = 10.0, paused: 'bool' = False, "
-        "dst_repeated: 'str' = 'once', dst_skipped: 'str' = 'shift', "
-        "keep_for_s: 'float | None' = None, keep_runs: 'int | None' = None, "
-        "output_limit: 'int' = 16384, late_after_s: 'float' = 60.0, "
-        "pause_after_failures: 'int | None' = None, overlap: 'str' = "
-        "'forbid', max_concurrent: 'int' = 10, cancel_grace_s: 'float' = "
-        "10.0, zones: 'tuple[str, ...]' = (), each_zone: 'bool' = False, "
-        "jitter_s: 'float' = 0.0, remove_when_done: 'bool' = False, calendar: 'str | None' = "
-        "None, on_excluded: 'str' = 'skip', business_day: 'int | None' = None, "
-        "after: 'tuple[str, ...]' = (), after_match: 'str' = 'same', "
-        "after_timeout_s: 'float | None' = None, after_failure: 'str' = 'block', "
-        "payload_schema: 'dict[str, Any] | None' = None) -> None",
-        "build": "(cls, name: 'str', schedule: 'str', handler: 'str | Mapping[str, Any]', "
-        "*, tenant: 'str' = 'default', tz: 'str' = 'UTC', payload: 'str | "
-        "Mapping[str, Any] | None' = None, catch_up: 'str' = 'once', grace: 'str "
-        "| float' = 60.0, max_backfill: 'int | str' = 100, timeout: 'str | "
-        "float' = 300.0, retries: 'int | str' = 0, retry_backoff: 'str | float' "
-        "= 10.0, paused: 'bool' = False, dst_repeated: 'str' = 'once', "
-        "dst_skipped: 'str' = 'shift', keep_for: 'str | float | None' = None, "
-        "keep_runs: 'int | str | None' = None, output_limit: 'int | str' = "
-        "16384, late_after: 'str | float' = 60.0, pause_after_failures: 'int | "
-        "str | None' = None, overlap: 'str' = 'forbid', max_concurrent: 'int | "
-        "str | None' = None, cancel_grace: 'str | float' = 10.0, zones: 'str | "
-        "Sequence[str] | None' = None, each_zone: 'bool' = False, jitter: 'str | "
-        "float' = 0.0, remove_when_done: 'bool' = False, calendar: 'str | None' = None, "
-        "on_excluded: 'str' = 'skip', business_day: 'int | str | None' = None, "
-        "after: 'str | Sequence[str] | None' = None, after_match: 'str' = 'same', "
-        "after_timeout: 'str | float | None' = None, after_failure: 'str' = 'block', "
-        "payload_schema: 'str | Mapping[str, Any] | None' = None) -> 'JobSpec'",
+        "catch_up: 'str' = 'once', grace_s: 'float' = 60.0, max_backfill: 'int' ="
+        " 100, timeout_s: 'float' = 300.0, retries: 'int' = 0, retry_backoff_s: "
+        "'float' = 10.0, paused: 'bool' = False, dst_repeated: 'str' = 'once', "
+        "dst_skipped: 'str' = 'shift', keep_for_s: 'float | None' = None, "
+        "keep_runs: 'int | None' = None, output_limit: 'int' = 16384, "
+        "late_after_s: 'float' = 60.0, pause_after_failures: 'int | None' = None,"
+        " overlap: 'str' = 'forbid', max_concurrent: 'int' = 10, cancel_grace_s: "
+        "'float' = 10.0, zones: 'tuple[str, ...]' = (), each_zone: 'bool' = "
+        "False, jitter_s: 'float' = 0.0, remove_when_done: 'bool' = False, "
+        "calendar: 'str | None' = None, on_excluded: 'str' = 'skip', "
+        "business_day: 'int | None' = None, after: 'tuple[str, ...]' = (), "
+        "after_match: 'str' = 'same', after_timeout_s: 'float | None' = None, "
+        "after_failure: 'str' = 'block', payload_schema: 'dict[str, Any] | None' "
+        "= None, max_runs: 'int | None' = None, labels: 'dict[str, str]' = "
+        "<factory>) -> None",
+        "build": "(cls, name: 'str', schedule: 'str | Sequence[str | Mapping[str, Any]]', "
+        "handler: 'str | Mapping[str, Any]', *, tenant: 'str' = 'default', tz: "
+        "'str' = 'UTC', payload: 'str | Mapping[str, Any] | None' = None, "
+        "catch_up: 'str' = 'once', grace: 'str | float' = 60.0, max_backfill: "
+        "'int | str' = 100, timeout: 'str | float' = 300.0, retries: 'int | str' "
+        "= 0, retry_backoff: 'str | float' = 10.0, paused: 'bool' = False, "
+        "dst_repeated: 'str' = 'once', dst_skipped: 'str' = 'shift', keep_for: "
+        "'str | float | None' = None, keep_runs: 'int | str | None' = None, "
+        "output_limit: 'int | str' = 16384, late_after: 'str | float' = 60.0, "
+        "pause_after_failures: 'int | str | None' = None, overlap: 'str' = "
+        "'forbid', max_concurrent: 'int | str | None' = None, cancel_grace: 'str "
+        "| float' = 10.0, zones: 'str | Sequence[str] | None' = None, each_zone: "
+        "'bool' = False, jitter: 'str | float' = 0.0, remove_when_done: 'bool' = "
+        "False, calendar: 'str | None' = None, on_excluded: 'str' = 'skip', "
+        "business_day: 'int | str | None' = None, after: 'str | Sequence[str] | "
+        "None' = None, after_match: 'str' = 'same', after_timeout: 'str | float |"
+        " None' = None, after_failure: 'str' = 'block', payload_schema: 'str | "
+        "Mapping[str, Any] | None' = None, max_runs: 'int | str | None' = None, "
+        "labels: 'Mapping[str, str] | str | Sequence[str] | None' = None) -> "
+        "'JobSpec'",
         "from_mapping": "(cls, entry: 'Mapping[str, Any]') -> 'JobSpec'",
         "parsed_schedule": "(self) -> 'Schedule'",
         "validated": "(self) -> 'JobSpec'",
     },
     "JobStore": {
-        "__init__": "(conn: 'Conn', settings: 'ClusterSettings', *, scope: 'str | None' "
-        "= None) -> 'None'",
+        "__init__": "(conn: 'Conn', settings: 'ClusterSettings', *, scope: 'str | None' = "
+        "None) -> 'None'",
         "act_as": "(self, who: 'str', how: 'str') -> 'None'",
         "add": "(self, spec: 'JobSpec', *, now: 'datetime | None' = None) -> 'Job'",
         "apply": "(self, specs: 'Sequence[JobSpec]', *, prune: 'bool' = False, now: "
-        "'datetime | None' = None, expect: 'Mapping[tuple[str, str], int] | None' = None) "
-        "-> 'ApplyResult'",
-        "backfill": "(self, name: 'str', tenant: 'str' = 'default', *, start: "
-        "'datetime', end: 'datetime', only_missing: 'bool' = False, "
-        "max_parallel: 'int' = 1, dry_run: 'bool' = False, now: 'datetime | None' = None) "
-        "-> 'BackfillPlan'",
-        "backfills": (
-            "(self, tenant: 'str | None' = None, limit: 'int | None' = None) -> 'list[Backfill]'"
-        ),
-        "cancel": "(self, name: 'str', tenant: 'str' = 'default', *, by: 'str', "
-        "slot: 'datetime | None' = None, every: 'bool' = False) -> "
+        "'datetime | None' = None, expect: 'Mapping[tuple[str, str], int] | None'"
+        " = None) -> 'ApplyResult'",
+        "backfill": "(self, name: 'str', tenant: 'str' = 'default', *, start: 'datetime', "
+        "end: 'datetime', only_missing: 'bool' = False, max_parallel: 'int' = 1, "
+        "dry_run: 'bool' = False, now: 'datetime | None' = None) -> "
+        "'BackfillPlan'",
+        "backfills": "(self, tenant: 'str | None' = None, limit: 'int | None' = None) -> "
+        "'list[Backfill]'",
+        "cancel": "(self, name: 'str', tenant: 'str' = 'default', *, by: 'str', slot: "
+        "'datetime | None' = None, every: 'bool' = False) -> "
         "'list[CancelRequest]'",
         "cancel_backfill": "(self, backfill_id: 'int') -> 'Backfill'",
         "config": "(self) -> 'list[tuple[str, str, datetime]]'",
@@ -164,7 +172,8 @@ EXPECTED: dict[str, dict[str, str]] = {
         "get": "(self, name: 'str', tenant: 'str' = 'default') -> 'Job'",
         "graph": "(self, tenant: 'str' = 'default') -> 'list[dict[str, str]]'",
         "init": "(self, shards: 'int | None' = None) -> 'InitResult'",
-        "jobs": "(self, tenant: 'str | None' = None) -> 'list[Job]'",
+        "jobs": "(self, tenant: 'str | None' = None, labels: 'Mapping[str, str] | None' ="
+        " None) -> 'list[Job]'",
         "open": "(cls, settings: 'ClusterSettings', application_name: 'str' = "
         "'pulse-admin') -> 'AsyncIterator[JobStore]'",
         "pause": "(self, name: 'str', tenant: 'str' = 'default', *, note: 'str | None' = "
@@ -172,8 +181,8 @@ EXPECTED: dict[str, dict[str, str]] = {
         "prune": "(self, *, dry_run: 'bool' = False, now: 'datetime | None' = None) -> "
         "'PruneResult'",
         "remove": "(self, name: 'str', tenant: 'str' = 'default') -> 'None'",
-        "resume": "(self, name: 'str', tenant: 'str' = 'default', *, now: 'datetime | "
-        "None' = None) -> 'Job'",
+        "resume": "(self, name: 'str', tenant: 'str' = 'default', *, now: 'datetime | None'"
+        " = None) -> 'Job'",
         "run": "(self, name: 'str', tenant: 'str' = 'default', *, slot: 'datetime | "
         "None' = None) -> 'Run'",
         "runs": "(self, job: 'str | None' = None, tenant: 'str | None' = None, status: "
@@ -183,13 +192,16 @@ EXPECTED: dict[str, dict[str, str]] = {
         "sync": "(self, specs: 'Sequence[JobSpec]', *, now: 'datetime | None' = None) -> "
         "'SyncResult'",
         "transaction": "(self) -> 'AsyncIterator[None]'",
-        "trigger": "(self, name: 'str', tenant: 'str' = 'default', *, now: 'datetime | "
-        "None' = None) -> 'Job'",
+        "trigger": "(self, name: 'str', tenant: 'str' = 'default', *, now: 'datetime | None'"
+        " = None) -> 'Job'",
         "trigger_with": "(self, name: 'str', tenant: 'str' = 'default', *, payload: 'str | "
-        "Mapping[str, Any] | None' = None, merge_payload: 'str | Mapping[str, Any] | None' = "
-        "None, slot: 'datetime | None' = None, now: 'datetime | None' = None) -> 'Triggered'",
+        "Mapping[str, Any] | None' = None, merge_payload: 'str | Mapping[str, "
+        "Any] | None' = None, slot: 'datetime | None' = None, now: 'datetime | "
+        "None' = None) -> 'Triggered'",
     },
-    "MembershipError": {"bases": "PulseError, Exception, BaseException"},
+    "MembershipError": {
+        "bases": "PulseError, Exception, BaseException",
+    },
     "Node": {
         "__aenter__": "(self) -> 'HostedNode'",
         "__aexit__": "(self, exc_type: 'type[BaseException] | None', exc: 'BaseException | "
@@ -201,32 +213,36 @@ EXPECTED: dict[str, dict[str, str]] = {
         "stop": "(self) -> 'int'",
     },
     "NodeSettings": {
-        "__init__": "(node_id: 'str' = <factory>, zone: 'str' = 'default', "
-        "concurrency: 'int' = 32, heartbeat_interval_s: 'float' = 1.0, "
-        "heartbeat_ttl_s: 'float' = 5.0, poll_interval_s: 'float' = 1.0, "
-        "session_timeout_s: 'float' = 10.0, lease_s: 'float' = 30.0, "
-        "renew_interval_s: 'float' = 5.0, drain_timeout_s: 'float' = "
-        "30.0, statement_timeout_s: 'float' = 5.0, redis_timeout_s: "
-        "'float' = 2.0, prune_interval_s: 'float' = 30.0, shards: 'int | "
-        "None' = None, metrics_port: 'int | None' = None, fairness: 'bool' = "
-        "True, celery_broker: 'str | None' = None, handler_role: 'str | None' = None, "
-        "otel: 'bool' = False) -> None",
+        "__init__": "(node_id: 'str' = <factory>, zone: 'str' = 'default', concurrency: 'int'"
+        " = 32, heartbeat_interval_s: 'float' = 1.0, heartbeat_ttl_s: 'float' = "
+        "5.0, poll_interval_s: 'float' = 1.0, session_timeout_s: 'float' = 10.0, "
+        "lease_s: 'float' = 30.0, renew_interval_s: 'float' = 5.0, "
+        "drain_timeout_s: 'float' = 30.0, statement_timeout_s: 'float' = 5.0, "
+        "redis_timeout_s: 'float' = 2.0, prune_interval_s: 'float' = 30.0, "
+        "shards: 'int | None' = None, metrics_port: 'int | None' = None, "
+        "fairness: 'bool' = True, celery_broker: 'str | None' = None, "
+        "handler_role: 'str | None' = None, otel: 'bool' = False) -> None",
         "validate": "(self) -> 'NodeSettings'",
     },
     "NodeStatus": {
         "__init__": "(node_id: 'str', running: 'bool', members: 'tuple[str, ...]', "
-        "held_shards: 'tuple[int, ...]', runs_in_flight: 'int') -> None"
+        "held_shards: 'tuple[int, ...]', runs_in_flight: 'int') -> None",
     },
-    "NotFound": {"bases": "PulseError, LookupError, Exception, BaseException"},
-    "PulseError": {"bases": "Exception, BaseException"},
+    "NotFound": {
+        "bases": "PulseError, LookupError, Exception, BaseException",
+    },
+    "PulseError": {
+        "bases": "Exception, BaseException",
+    },
     "Registry": {
         "__init__": "(tenant: 'str' = 'default') -> 'None'",
-        "add": "(self, fn: 'Callable[..., Any]', schedule: 'str', *, name: 'str | None' "
-        "= None, **options: 'Any') -> 'JobSpec'",
-        "cron": "(self, expr: 'str', *, name: 'str | None' = None, **options: 'Any') -> "
-        "'Callable[[F], F]'",
-        "every": "(self, interval: 'str | float', *, name: 'str | None' = None, "
-        "**options: 'Any') -> 'Callable[[F], F]'",
+        "add": "(self, fn: 'Callable[..., Any]', schedule: 'str | Sequence[str | "
+        "Mapping[str, Any]]', *, name: 'str | None' = None, **options: 'Any') -> "
+        "'JobSpec'",
+        "cron": "(self, expr: 'str | Sequence[str | Mapping[str, Any]]', *, name: 'str | "
+        "None' = None, **options: 'Any') -> 'Callable[[F], F]'",
+        "every": "(self, interval: 'str | float', *, name: 'str | None' = None, **options:"
+        " 'Any') -> 'Callable[[F], F]'",
         "handler": "(self, fn: 'F | None' = None) -> 'F | Callable[[F], F]'",
         "handler_refs": "(self) -> 'list[str]'",
         "mappings": "(self) -> 'list[dict[str, Any]]'",
@@ -235,31 +251,36 @@ EXPECTED: dict[str, dict[str, str]] = {
     "Run": {
         "__init__": "(id: 'int | None', job_id: 'UUID', tenant: 'str', job_name: 'str', "
         "scheduled_for: 'datetime', attempt: 'int', node_id: 'str | None', zone: "
-        "'str | None', status: 'str', started_at: 'datetime | None', finished_at: "
-        "'datetime | None', duration_s: 'float | None', last_error: 'str | None', "
-        "output: 'dict[str, Any] | None' = None, origin: 'str' = 'schedule', "
-        "revision: 'int | None' = None) -> None",
+        "'str | None', status: 'str', started_at: 'datetime | None', finished_at:"
+        " 'datetime | None', duration_s: 'float | None', last_error: 'str | "
+        "None', output: 'dict[str, Any] | None' = None, origin: 'str' = "
+        "'schedule', revision: 'int | None' = None) -> None",
         "from_row": "(cls, row: 'dict[str, Any]') -> 'Run'",
         "output_json": "(self) -> 'dict[str, Any]'",
         "to_json": "(self) -> 'dict[str, Any]'",
     },
     "RunContext": {
-        "__init__": "(job_id: 'UUID', job_name: 'str', tenant_id: 'str', payload: "
-        "'dict[str, Any]', scheduled_for: 'datetime', attempt: 'int', "
-        "timeout_s: 'float', node_id: 'str', zone: 'str', output_limit: "
-        "'int' = 16384, fencing_token: 'int' = 0, cancel_grace_s: 'float' "
-        "= 10.0, effects: 'Effects | None' = None, previous_slot: 'datetime | None' = "
-        "None, last_success_slot: 'datetime | None' = None, state: 'dict[str, Any]' = "
-        "<factory>, traceparent: 'str | None' = None) -> None",
+        "__init__": "(job_id: 'UUID', job_name: 'str', tenant_id: 'str', payload: 'dict[str, "
+        "Any]', scheduled_for: 'datetime', attempt: 'int', timeout_s: 'float', "
+        "node_id: 'str', zone: 'str', output_limit: 'int' = 16384, fencing_token:"
+        " 'int' = 0, cancel_grace_s: 'float' = 10.0, effects: 'Effects | None' = "
+        "None, previous_slot: 'datetime | None' = None, last_success_slot: "
+        "'datetime | None' = None, state: 'dict[str, Any]' = <factory>, "
+        "traceparent: 'str | None' = None, schedule_entry: 'int | None' = None) "
+        "-> None",
         "log": "(self, message: 'str') -> 'None'",
         "raise_if_cancelled": "(self) -> 'None'",
         "set_state": "(self, state: 'dict[str, Any]') -> 'None'",
         "transaction": "(self) -> 'RunTransaction'",
     },
-    "Skip": {"bases": "Exception, BaseException"},
-    "StoreError": {"bases": "PulseError, Exception, BaseException"},
+    "Skip": {
+        "bases": "Exception, BaseException",
+    },
+    "StoreError": {
+        "bases": "PulseError, Exception, BaseException",
+    },
     "SyncResult": {
-        "__init__": "(created: 'list[str]' = <factory>, differing: 'list[str]' = "
-        "<factory>, unchanged: 'list[str]' = <factory>) -> None"
+        "__init__": "(created: 'list[str]' = <factory>, differing: 'list[str]' = <factory>, "
+        "unchanged: 'list[str]' = <factory>) -> None",
     },
 }

@@ -42,8 +42,10 @@ SAMPLES: dict[str, Any] = {
     "late_after": "5m",
     "pause_after_failures": 4,
     "paused": True,
+    "max_runs": 3,
+    "labels": {"team": "billing"},
 }
-SET_BY_REGISTRY = {"name", "schedule", "at", "handler", "tenant", "as_json"}
+SET_BY_REGISTRY = {"name", "schedule", "schedules", "at", "handler", "tenant", "as_json"}
 
 
 def rollup(ctx: RunContext) -> None:

@@ -54,7 +54,7 @@ RETURNING c.name;
 -- name: calendar_jobs
 -- The jobs that use the calendar, locked: their next slot is planned again.
 SELECT j.id, j.tenant_id, j.name, j.schedule, j.tz, j.dst_repeated, j.dst_skipped,
-       j.status, j.shard_id, j.jitter_s, j.calendar, j.on_excluded, j.business_day
+       j.status, j.shard_id, j.jitter_s, j.calendar, j.on_excluded, j.business_day, j.labels
 FROM jobs j WHERE j.calendar = %(name)s
 ORDER BY j.id
 FOR UPDATE;
@@ -62,33 +62,40 @@ FOR UPDATE;
 -- name: window_jobs
 -- The jobs a blackout window of %(window_scope)s covers, locked, as calendar_jobs.
 SELECT j.id, j.tenant_id, j.name, j.schedule, j.tz, j.dst_repeated, j.dst_skipped,
-       j.status, j.shard_id, j.jitter_s, j.calendar, j.on_excluded, j.business_day
+       j.status, j.shard_id, j.jitter_s, j.calendar, j.on_excluded, j.business_day, j.labels
 FROM jobs j
-WHERE j.parent_id IS NULL AND NOT j.each_zone
+WHERE j.parent_id IS NULL AND NOT j.each_zone AND NOT starts_with(j.schedule, '@after:')
   AND (%(window_scope)s = 'cluster'
+       OR (%(window_scope)s = 'label' AND j.labels ->> %(label_key)s::text = %(label_value)s
+           AND (%(tenant_id)s::text IS NULL OR j.tenant_id = %(tenant_id)s))
        OR (j.tenant_id = %(tenant_id)s AND (%(window_scope)s = 'tenant' OR j.name = %(job_name)s)))
 ORDER BY j.id
 FOR UPDATE;
 
 -- name: active_windows
 -- The blackout windows that have not ended by %(now)s, each job's filtered by the caller.
-SELECT id, starts_at, ends_at, window_scope, tenant_id, job_name, defer, note, created_at
+SELECT id, starts_at, ends_at, window_scope, tenant_id, job_name, defer, note, created_at,
+       label_key, label_value
 FROM windows WHERE ends_at > %(now)s
 ORDER BY starts_at, id;
 
 -- name: list_windows
-SELECT id, starts_at, ends_at, window_scope, tenant_id, job_name, defer, note, created_at
+SELECT id, starts_at, ends_at, window_scope, tenant_id, job_name, defer, note, created_at,
+       label_key, label_value
 FROM windows ORDER BY starts_at, id;
 
 -- name: add_window
-INSERT INTO windows (starts_at, ends_at, window_scope, tenant_id, job_name, defer, note)
+INSERT INTO windows (starts_at, ends_at, window_scope, tenant_id, job_name, defer, note,
+                     label_key, label_value)
 VALUES (%(starts_at)s, %(ends_at)s, %(window_scope)s, %(tenant_id)s, %(job_name)s,
-        %(defer)s, %(note)s)
-RETURNING id, starts_at, ends_at, window_scope, tenant_id, job_name, defer, note, created_at;
+        %(defer)s, %(note)s, %(label_key)s, %(label_value)s)
+RETURNING id, starts_at, ends_at, window_scope, tenant_id, job_name, defer, note, created_at,
+          label_key, label_value;
 
 -- name: remove_window
 DELETE FROM windows WHERE id = %(id)s
-RETURNING id, starts_at, ends_at, window_scope, tenant_id, job_name, defer, note, created_at;
+RETURNING id, starts_at, ends_at, window_scope, tenant_id, job_name, defer, note, created_at,
+          label_key, label_value;
 
 -- name: replan_calendar_job
 -- The job's copy of its calendar and windows, and for an idle job on its first attempt its

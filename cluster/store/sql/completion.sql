@@ -36,10 +36,12 @@ skip_in AS MATERIALIZED (
 done AS (
     UPDATE jobs j SET
         -- next_run_at 9999-01-01 (records.NEVER): a one-off job's slot has run for good.
-        status = CASE WHEN i.next_run_at >= '9999-01-01Z'::timestamptz THEN 'done'
+        -- f.ends: the job's max_runs-th run ended (migration 022).
+        status = CASE WHEN i.next_run_at >= '9999-01-01Z'::timestamptz OR f.ends THEN 'done'
                       WHEN j.paused OR f.pause THEN 'paused' ELSE 'idle' END,
-        next_run_at = CASE WHEN j.paused OR f.pause THEN '9999-01-01Z'::timestamptz
+        next_run_at = CASE WHEN j.paused OR f.pause OR f.ends THEN '9999-01-01Z'::timestamptz
                            ELSE i.next_run_at END,
+        runs_done = j.runs_done + f.counted::int,
         slot_at = i.next_slot,
         attempt = i.next_attempt,
         -- A retry keeps its slot's origin; a slot reached past skipped ones is catch-up's.
@@ -71,8 +73,10 @@ done AS (
     FROM input i JOIN jobs o ON o.id = i.id
     CROSS JOIN LATERAL (
         SELECT x.*, x.fail AND NOT o.paused
-                    AND coalesce(o.failed_slots + 1 >= o.pause_after_failures, false) AS pause
-        FROM (SELECT i.outcome IN ('failed', 'timed_out') AND i.next_attempt <= o.attempt AS fail,
+                    AND coalesce(o.failed_slots + 1 >= o.pause_after_failures, false) AS pause,
+                    x.counted AND coalesce(o.runs_done + 1 >= o.max_runs, false) AS ends
+        FROM (SELECT i.outcome <> 'skipped' AND i.next_attempt = 1 AS counted,
+                     i.outcome IN ('failed', 'timed_out') AND i.next_attempt <= o.attempt AS fail,
                      i.outcome <> 'skipped' AND o.late_slot IS DISTINCT FROM i.slot
                          AND o.locked_at > o.next_run_at + make_interval(secs => o.late_after_s)
                          AS late,
@@ -113,6 +117,9 @@ done AS (
               CASE WHEN f.pause THEN raise_alert('paused', j.id, j.tenant_id, j.name, i.slot,
                   o.attempt, %(node_id)s, %(zone)s, i.error, j.pause_note) END,
               -- After record_run: the downstreams' gates read this run row (migration 021).
+              -- A success makes one slot of each chained downstream (migration 023).
+              CASE WHEN o.feeds AND i.outcome = 'succeeded' THEN chain_release(j.id, i.slot, k.t)
+              END,
               CASE WHEN o.feeds THEN gate_release(j.id, NULL, k.t) END
 ),
 skipped AS (

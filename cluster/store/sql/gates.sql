@@ -3,7 +3,7 @@
 
 -- name: gate_upstreams
 -- The upstreams named by a job, in its tenant only: another tenant's jobs are never named.
-SELECT j.id, j.name, j.schedule, j.tz, j.dst_repeated, j.dst_skipped
+SELECT j.id, j.name, j.schedule, j.tz, j.dst_repeated, j.dst_skipped, j.overlap, j.each_zone
 FROM jobs j
 WHERE j.tenant_id = %(tenant_id)s AND j.name = ANY(%(names)s::text[]);
 
@@ -48,14 +48,22 @@ LIMIT 1;
 
 -- name: gate_refresh
 -- Marks the jobs that feed a downstream (their completions call gate_release), and asks
--- the gates of the given downstreams again: a slot held or released by the new edges.
+-- the gates of the given downstreams again: a slot held or released by the new edges. A job
+-- both upstream and downstream (b in a -> b -> c) is marked by the second update: one
+-- statement updates a row once, so the first leaves it out.
 WITH feeds AS (
     UPDATE jobs j SET feeds = EXISTS (SELECT 1 FROM job_edges e WHERE e.upstream_id = j.id)
-    WHERE j.id = ANY(%(upstreams)s::uuid[])
+    WHERE j.id = ANY(%(upstreams)s::uuid[]) AND j.id <> ALL(%(downstreams)s::uuid[])
       AND j.feeds IS DISTINCT FROM EXISTS (SELECT 1 FROM job_edges e WHERE e.upstream_id = j.id)
 )
-UPDATE jobs j SET next_run_at = CASE WHEN j.gate_wait THEN j.slot_at ELSE j.next_run_at END
-WHERE j.id = ANY(%(downstreams)s::uuid[]) AND j.gated AND j.status = 'idle'
+UPDATE jobs j SET
+    next_run_at = CASE WHEN j.gated AND j.status = 'idle' AND j.gate_wait THEN j.slot_at
+                       ELSE j.next_run_at END,
+    feeds = CASE WHEN j.id = ANY(%(upstreams)s::uuid[])
+                 THEN EXISTS (SELECT 1 FROM job_edges e WHERE e.upstream_id = j.id)
+                 ELSE j.feeds END
+WHERE j.id = ANY(%(downstreams)s::uuid[])
+  AND (j.gated AND j.status = 'idle' OR j.id = ANY(%(upstreams)s::uuid[]))
 RETURNING j.id, j.shard_id;
 
 -- name: gate_verdicts
@@ -68,7 +76,7 @@ FROM unnest(%(ids)s::uuid[], %(slots)s::timestamptz[]) AS v (id, slot);
 -- Releases the held jobs of the given shards whose gate opened: a release its upstream's
 -- completion left (the row was locked then, or the upstream's node runs an older release).
 -- `held`: whether any slot of these shards still waits (one probe of jobs_gate_wait).
-SELECT gate_release(NULL, %(shards)s::int[]) AS released,
+SELECT gate_release(NULL, %(shards)s::int[]) + chain_pull(%(shards)s::int[]) AS released,
        EXISTS (SELECT 1 FROM jobs j
                WHERE j.gate_wait AND j.shard_id = ANY(%(shards)s::int[])) AS held;
 

@@ -21,7 +21,7 @@ INSERT INTO jobs AS j (
     timeout_s, max_retries, retry_backoff_s, keep_for_s, keep_runs, output_limit,
     late_after_s, pause_after_failures, overlap, max_concurrent, cancel_grace_s, jitter_s,
     remove_when_done, calendar, on_excluded, business_day, calendar_rule, slot_origin,
-    payload_schema)
+    payload_schema, max_runs, labels)
 VALUES (
     %(id)s, %(tenant_id)s, %(name)s, %(schedule)s, %(tz)s, %(dst_repeated)s, %(dst_skipped)s,
     %(handler)s, %(payload)s, CASE WHEN %(paused)s THEN 'paused' ELSE 'idle' END, %(paused)s,
@@ -32,7 +32,7 @@ VALUES (
     %(keep_runs)s, %(output_limit)s, %(late_after_s)s, %(pause_after_failures)s,
     %(overlap)s, %(max_concurrent)s, %(cancel_grace_s)s, %(jitter_s)s, %(remove_when_done)s,
     %(calendar)s, %(on_excluded)s, %(business_day)s, %(calendar_rule)s, %(slot_origin)s,
-    %(payload_schema)s)
+    %(payload_schema)s, %(max_runs)s, %(labels)s)
 ON CONFLICT (tenant_id, name) DO UPDATE SET
     schedule = excluded.schedule,
     tz = excluded.tz,
@@ -62,6 +62,8 @@ ON CONFLICT (tenant_id, name) DO UPDATE SET
     business_day = excluded.business_day,
     calendar_rule = excluded.calendar_rule,
     payload_schema = excluded.payload_schema,
+    max_runs = excluded.max_runs,
+    labels = excluded.labels,
     status = CASE
         WHEN j.status = 'running' THEN 'running'
         WHEN excluded.paused THEN 'paused'
@@ -78,12 +80,13 @@ ON CONFLICT (tenant_id, name) DO UPDATE SET
                CASE WHEN m.moves THEN 1 ELSE j.attempt END,
                CASE WHEN m.moves THEN excluded.slot_origin ELSE j.slot_origin END
         FROM (SELECT j.status <> 'running' AND (
+                  -- labels: a window by label may cover the job now, or no longer.
                   (j.schedule, j.tz, j.dst_repeated, j.dst_skipped, j.jitter_s, j.calendar,
-                   j.on_excluded, j.business_day)
+                   j.on_excluded, j.business_day, j.labels)
                       IS DISTINCT FROM (excluded.schedule, excluded.tz, excluded.dst_repeated,
                                         excluded.dst_skipped, excluded.jitter_s,
                                         excluded.calendar, excluded.on_excluded,
-                                        excluded.business_day)
+                                        excluded.business_day, excluded.labels)
                   OR (j.paused AND NOT excluded.paused)) AS moves) m),
     updated_at = now()
 WHERE %(replace)s
@@ -91,7 +94,8 @@ WHERE %(replace)s
        j.catch_up, j.grace_s, j.max_backfill, j.timeout_s, j.max_retries, j.retry_backoff_s,
        j.keep_for_s, j.keep_runs, j.output_limit, j.late_after_s, j.pause_after_failures,
        j.overlap, j.max_concurrent, j.cancel_grace_s, j.jitter_s, j.remove_when_done,
-       j.calendar, j.on_excluded, j.business_day, j.payload_schema)
+       j.calendar, j.on_excluded, j.business_day, j.payload_schema, j.max_runs,
+       j.labels)
     IS DISTINCT FROM
       (excluded.schedule, excluded.tz, excluded.dst_repeated, excluded.dst_skipped,
        excluded.handler, excluded.payload, excluded.paused, excluded.catch_up,
@@ -100,12 +104,14 @@ WHERE %(replace)s
        excluded.output_limit, excluded.late_after_s, excluded.pause_after_failures,
        excluded.overlap, excluded.max_concurrent, excluded.cancel_grace_s, excluded.jitter_s,
        excluded.remove_when_done, excluded.calendar, excluded.on_excluded,
-       excluded.business_day, excluded.payload_schema)
+       excluded.business_day, excluded.payload_schema, excluded.max_runs, excluded.labels)
 RETURNING id, shard_id, (xmax = 0) AS inserted, status;
 
 -- name: list_jobs
+-- %(labels)s: a JSON object of labels every job listed has, or NULL.
 SELECT * FROM jobs
 WHERE (%(tenant_id)s::text IS NULL OR tenant_id = %(tenant_id)s)
+  AND (%(labels)s::jsonb IS NULL OR labels @> %(labels)s::jsonb)
 ORDER BY tenant_id, name;
 
 -- name: get_job
@@ -250,6 +256,7 @@ WHERE (%(scope)s::text IS NULL OR tenant_id = %(scope)s)
   AND (%(status)s::text IS NULL OR status = %(status)s)
   AND (%(q)s::text IS NULL OR strpos(lower(name), lower(%(q)s)) > 0
        OR strpos(lower(handler), lower(%(q)s)) > 0)
+  AND (%(labels)s::jsonb IS NULL OR labels @> %(labels)s::jsonb)
   AND (%(after_tenant)s::text IS NULL
        OR (tenant_id, name) > (%(after_tenant)s::text, %(after_name)s::text))
 ORDER BY tenant_id, name

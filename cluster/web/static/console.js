@@ -308,11 +308,12 @@ async function jobPage(tenant, name) {
     buttons.cancel.disabled = !canWrite || !(j.recent_runs || []).some((r) => r.status === "running");
     // Upstreams and downstreams (--after) link to their jobs, of the same tenant.
     const linked = (names) => names.length ? names.flatMap((n, i) => [i ? ", " : "", el("a", { href: jobHref(j.tenant, n) }, n)]) : ["-"];
-    facts.replaceChildren(...Object.entries(j).filter(([k]) => !["next_slots", "next_starts", "next_reasons", "calendar_skips", "recent_runs"].includes(k))
+    facts.replaceChildren(...Object.entries(j).filter(([k]) => !["next_slots", "next_starts", "next_reasons", "next_entries", "calendar_skips", "recent_runs"].includes(k))
       .flatMap(([k, v]) => [el("dt", {}, k), ["upstreams", "downstreams"].includes(k) ? el("dd", {}, ...linked(v))
         : el("dd", {}, v === null ? "-" : typeof v === "object" ? JSON.stringify(v) : String(v))]));
     // Runs and the slots the calendar or a blackout window skips, in slot order, each with why.
-    const planned = j.next_slots.map((s, i) => ({ slot: s, start: (j.next_starts || [])[i], why: (j.next_reasons || [])[i] }));
+    const entryOf = (i) => ((j.next_entries || [])[i] ? `schedule ${j.next_entries[i]}` : "");
+    const planned = j.next_slots.map((s, i) => ({ slot: s, start: (j.next_starts || [])[i], why: [(j.next_reasons || [])[i], entryOf(i)].filter(Boolean).join("; ") }));
     const skipped = (j.calendar_skips || []).map((k) => ({ slot: k.slot, start: null, why: k.reason }));
     const rows = [...planned, ...skipped].sort((a, b) => new Date(a.slot) - new Date(b.slot));
     slots.querySelector("tbody").replaceChildren(...rows.map((r) => el("tr", {},

@@ -1,0 +1,192 @@
+"""Several schedules per job and ``max_runs`` against a real Postgres: slots claimed in the
+union's order, each run with its entry's payload and number, an entry's end honoured,
+catch-up over the union, a job done after its ``max_runs``-th run (skips not counted),
+``jobs show`` listing each slot's entry, and bad input refused with nothing written."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+
+from cluster.errors import InvalidInput
+from cluster.jobs.spec import JobSpec
+from cluster.settings import ClusterSettings
+from cluster.store.jobs import JobStore
+from cluster.store.records import ClaimedJob
+from cluster.store.session import LockSession
+from node.handlers.context import Outcome
+from node.pipeline.outcomes import after_run, plan_at_claim
+from node.pipeline.slotentry import slot_entry
+from tests.helpers.cli import Invoke, assert_bad_input, jobs_rows
+from tests.helpers.sessions import Opener
+
+T0 = datetime(2031, 3, 4, tzinfo=UTC)
+ALL = range(16)
+OK = Outcome("succeeded", None, 0.1)
+H = "shell:true"
+
+TWO = [
+    {"schedule": "0 9 * * *", "payload": {"part": "morning"}},
+    {"schedule": "0 18 * * *", "payload": {"part": "evening"}, "end": "2031-03-05T12:00:00Z"},
+]
+
+
+def job(name: str = "report", **options: Any) -> JobSpec:
+    entry = {"name": name, "handler": H, "schedules": TWO, "payload": {"team": "ops"}, **options}
+    return JobSpec.from_mapping(entry)
+
+
+async def run_once(node: LockSession, at: datetime, outcome: Outcome = OK) -> ClaimedJob:
+    """Claim the one due job at ``at`` and complete it with ``outcome``."""
+    (claimed,) = (await node.claim(ALL, 10, 0.0, now=at)).jobs
+    planned = plan_at_claim(claimed, at)
+    done, skips = planned if planned is not None else after_run(claimed, outcome, at)
+    assert await node.completions.complete([done], skips, now=at)
+    return claimed
+
+
+async def test_the_union_runs_in_order_with_each_entrys_payload(
+    store: JobStore, open_session: Opener
+) -> None:
+    created = await store.add(job(), now=T0)
+    assert created.slot_at == T0 + timedelta(hours=9)
+    node = await open_session("n1")
+    seen = []
+    for at in (T0 + timedelta(hours=9), T0 + timedelta(hours=18), T0 + timedelta(hours=33)):
+        claimed = await run_once(node, at)
+        seen.append((claimed.slot, *slot_entry(claimed)))
+    assert seen == [
+        (T0 + timedelta(hours=9), {"team": "ops", "part": "morning"}, 1),
+        (T0 + timedelta(hours=18), {"team": "ops", "part": "evening"}, 2),
+        # 2031-03-05T18:00 is past the second entry's end: the next slot is the first's.
+        (T0 + timedelta(hours=33), {"team": "ops", "part": "morning"}, 1),
+    ]
+    shown = await store.details("report")
+    assert shown["next_slots"][:2] == [(T0 + timedelta(hours=57)).isoformat(),
+                                       (T0 + timedelta(hours=81)).isoformat()]  # fmt: skip
+    assert shown["next_entries"][:2] == [1, 1]
+    assert [e["schedule"] for e in shown["schedules"]] == ["0 9 * * *", "0 18 * * *"]
+    assert [r["status"] for r in shown["recent_runs"]] == ["succeeded"] * 3
+
+
+async def test_catch_up_once_over_the_union_runs_the_newest_missed_slot(
+    store: JobStore, open_session: Opener
+) -> None:
+    await store.add(job(schedules=["0 9 * * *", "0 18 * * *"]), now=T0)
+    node = await open_session("n1")
+    back = T0 + timedelta(days=2, hours=20)  # four slots missed: 9, 18, 33, 42 (+ 57 due)
+    claimed = await run_once(node, back)  # skipped at claim, moved to the newest
+    assert claimed.slot == T0 + timedelta(hours=9)
+    newest = await run_once(node, back)
+    assert newest.slot == T0 + timedelta(days=2, hours=18)
+    runs = await store.runs(job="report", limit=10)
+    assert sorted((r.scheduled_for, r.status) for r in runs) == [
+        (T0 + timedelta(hours=h), "skipped") for h in (9, 18, 33, 42, 57)
+    ] + [(T0 + timedelta(hours=66), "succeeded")]
+
+
+async def test_max_runs_makes_the_job_done_and_skips_do_not_count(
+    store: JobStore, open_session: Opener
+) -> None:
+    await store.add(
+        JobSpec.build("thrice", "@hourly", H, max_runs=2, catch_up="skip", grace=60), now=T0
+    )
+    node = await open_session("n1")
+    await run_once(node, T0 + timedelta(hours=1))
+    # Two hours later: the 02:00 slot is skipped by catch-up (not a run), 03:00 runs.
+    await run_once(node, T0 + timedelta(hours=3, seconds=1))
+    after_skip = await store.get("thrice")
+    assert (after_skip.status, after_skip.runs_done) == ("idle", 1)
+    await run_once(node, T0 + timedelta(hours=3, seconds=2))
+    done = await store.get("thrice")
+    assert (done.status, done.runs_done, done.next_run_at) == ("done", 2, None)
+    nothing = await node.claim(ALL, 10, 0.0, now=T0 + timedelta(days=2))
+    assert nothing.jobs == []
+    statuses = sorted((r.scheduled_for.hour, r.status) for r in await store.runs(job="thrice"))
+    assert statuses == [(1, "succeeded"), (2, "skipped"), (3, "succeeded")]
+    assert (await store.apply([JobSpec.build("thrice", "@hourly", H, max_runs=2,
+                                             catch_up="skip", grace=60)])).unchanged  # fmt: skip
+
+
+async def test_a_retried_slot_counts_once(store: JobStore, open_session: Opener) -> None:
+    await store.add(JobSpec.build("r", "@hourly", H, max_runs=1, retries=1), now=T0)
+    node = await open_session("n1")
+    failed = Outcome("failed", "boom", 0.1)
+    await run_once(node, T0 + timedelta(hours=1), failed)
+    retried = await store.get("r")
+    assert (retried.status, retried.runs_done, retried.attempt) == ("idle", 0, 2)
+    await run_once(node, T0 + timedelta(hours=1, minutes=1), failed)
+    assert (await store.get("r")).status == "done"
+
+
+async def test_the_last_schedule_ending_makes_the_job_done(
+    store: JobStore, open_session: Opener
+) -> None:
+    ends = [{"schedule": "@hourly", "end": (T0 + timedelta(hours=2, minutes=30)).isoformat()}]
+    await store.add(JobSpec.from_mapping({"name": "e", "handler": H, "schedules": ends}), now=T0)
+    node = await open_session("n1")
+    await run_once(node, T0 + timedelta(hours=1))
+    await run_once(node, T0 + timedelta(hours=2))
+    shown = await store.details("e")
+    assert (shown["status"], shown["next_slots"]) == ("done", [])
+
+
+async def test_a_collision_or_an_ended_job_is_refused_with_nothing_written(
+    store: JobStore,
+) -> None:
+    ended = [{"schedule": "@hourly", "end": (T0 + timedelta(hours=1)).isoformat()}]
+    with pytest.raises(InvalidInput, match="every schedule ended"):
+        await store.apply(
+            [job("fine"), JobSpec.from_mapping({"name": "e", "handler": H, "schedules": ended})],
+            now=T0 + timedelta(days=1),
+        )
+    assert await store.jobs() == []
+
+
+def test_the_cli_takes_schedule_repeatedly(initialised: Invoke, settings: ClusterSettings) -> None:
+    add = initialised("jobs", "add", "twice", "--schedule", "0 9 * * *", "--schedule",
+                      "30 17 * * 1-5", "--handler", H, "--max-runs", "10", "--json")  # fmt: skip
+    assert add.exit_code == 0, add.stderr
+    made = json.loads(add.stdout)
+    assert made["max_runs"] == 10 and made["runs_done"] == 0
+    assert [e["schedule"] for e in made["schedules"]] == ["0 9 * * *", "30 17 * * 1-5"]
+    shown = json.loads(initialised("jobs", "show", "twice", "--json").stdout)
+    assert set(shown["next_entries"]) == {1, 2}
+    assert "2 schedules" in initialised("jobs", "list").stdout
+    text = initialised("jobs", "show", "twice").stdout
+    assert "[schedule 1]" in text and "[schedule 2]" in text
+    explained = initialised("jobs", "show", "twice", "--explain").stdout
+    assert "schedule 2 of 2: 30 17 * * 1-5" in explained
+    span = ["--from", "2026-01-01T00:00:00Z", "--to", "2026-01-02T00:00:00Z"]  # a Thursday
+    dry = initialised("jobs", "backfill", "twice", *span, "--dry-run")
+    assert dry.stdout.splitlines() == ["2026-01-01T09:00:00+00:00", "2026-01-01T17:30:00+00:00"]
+    before = jobs_rows(settings)
+    assert_bad_input(initialised("jobs", "add", "bad", "--schedule", "@daily", "--schedule",
+                                 "nonsense", "--handler", H), "schedule")  # fmt: skip
+    assert_bad_input(initialised("jobs", "add", "bad", "--schedule", "@daily",
+                                 "--max-runs", "0", "--handler", H), "max_runs")  # fmt: skip
+    assert jobs_rows(settings) == before
+
+
+def test_a_job_file_with_schedules(initialised: Invoke, tmp_path: Any) -> None:
+    path = tmp_path / "jobs.yaml"
+    path.write_text(
+        "- name: f\n  handler: shell:true\n  max_runs: 3\n  schedules:\n"
+        "    - '0 9 * * *'\n"
+        "    - {schedule: '0 9 * * *', payload: {x: 1}}\n"
+    )
+    refused = initialised("jobs", "apply", str(path))
+    assert_bad_input(refused, "file")
+    assert "both have the slot" in refused.stderr and "T09:00:00+00:00" in refused.stderr
+    path.write_text(
+        "- name: f\n  handler: shell:true\n  max_runs: 3\n  schedules:\n"
+        "    - '0 9 * * *'\n"
+        "    - {schedule: '0 10 * * *', payload: {x: 1}, start: '2030-01-01T00:00:00Z'}\n"
+    )
+    applied = initialised("jobs", "apply", str(path), "--json")
+    assert json.loads(applied.stdout)["created"] == ["f"], applied.stderr
+    again = initialised("jobs", "apply", str(path), "--json")
+    assert json.loads(again.stdout)["unchanged"] == ["f"]
