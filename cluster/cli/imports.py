@@ -21,7 +21,7 @@ from cluster.errors import InvalidInput
 from cluster.importers.beat import import_beat
 from cluster.importers.cronjobs import import_cronjobs
 from cluster.importers.crontabs import import_crontab
-from cluster.importers.imported import Imported, Options
+from cluster.importers.imported import WATCH_NOTE, Imported, Options
 from cluster.jobs.fields import DEFAULT_TENANT
 
 
@@ -59,6 +59,8 @@ def _finish(produce: Callable[[Options], Imported], out: str | None, **kwargs: A
         fail(f"invalid {exc}", 2)
     for line in result.problems:
         click.echo(f"not mapped: {line}", err=True)
+    if result.options.watch and result.jobs:
+        click.echo(f"note: {WATCH_NOTE}", err=True)
     if not result.jobs:
         fail(f"nothing in {result.source} could be mapped to a job", 2)
     text = result.job_file()

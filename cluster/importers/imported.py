@@ -19,8 +19,14 @@ from cluster.errors import InvalidInput
 from cluster.jobs.fields import DEFAULT_TENANT, validate_name
 from cluster.jobs.spec import JobSpec
 
-# A watch job runs nothing; its mapping is checked with this stand-in handler.
+# A watch job runs nothing; its mapping is checked with this stand-in handler, and it keeps
+# only what says when a run is expected (WATCH_NOTE says so once per import).
 _CHECK_HANDLER = "shell:true"
+WATCH_KEYS = ("name", "watch", "tenant", "schedule", "tz", "paused")
+WATCH_NOTE = (
+    "--watch: handlers, payloads and run policies (overlap, retries, timeout, catch-up) are "
+    "left out: a watch job runs nothing"
+)
 _SLUG = re.compile(r"[^a-z0-9]+")
 # Variable names whose values are secrets: never written into a job file.
 SECRET_NAME = re.compile(r"(PASS|SECRET|TOKEN|KEY|CREDENTIAL|AUTH)", re.IGNORECASE)
@@ -78,8 +84,8 @@ class Imported:
             self.problem(where, f"not imported: {exc}")
             return False
         if self.options.watch:
-            entry.pop("handler", None)
-            entry = {"name": entry["name"], "watch": True, **entry}
+            watched = {**entry, "watch": True}
+            entry = {key: watched[key] for key in WATCH_KEYS if key in watched}
         self.jobs.append(entry)
         return True
 

@@ -114,6 +114,7 @@ def test_crontab_from_stdin_with_prefix_tenant_and_watch_as_written() -> None:
     }
     assert all("handler" not in job for job in found.values())
     assert "@reboot refused" in err
+    assert "note: --watch: handlers, payloads and run policies" in err
 
 
 def test_nothing_mapped_exits_2_and_writes_nothing(tmp_path: Path) -> None:
@@ -217,6 +218,20 @@ def test_celery_beat_maps_crontab_and_intervals_refuses_solar_and_applies(
     assert shown["payload"] == {"region": "eu", "dry_run": False}
     assert shown["tz"] == "Europe/Berlin"
     assert shown["handler"].startswith("celery:")
+
+
+def test_k8s_watch_keeps_only_when_runs_are_expected() -> None:
+    result = invoke_in({}, "import", "k8s-cronjob", CRONJOBS, "--watch")
+    assert result.exit_code == 0, result.output
+    assert jobs_of(result.stdout) == {
+        "nightly-report": {
+            "name": "nightly-report", "watch": True, "schedule": "15 3 * * *",
+            "tz": "Europe/London",
+        },
+        "cache-warmer": {
+            "name": "cache-warmer", "watch": True, "schedule": "@hourly", "paused": True,
+        },
+    }  # fmt: skip
 
 
 def test_celery_beat_watch_needs_no_broker() -> None:
