@@ -1,10 +1,11 @@
 """``pulse import celery-beat``: a Celery app's ``beat_schedule`` as Pulse jobs.
 
-The module is imported by name (``proj.celery`` or ``proj.celery:app``), from the current
-directory first, as ``celery -A`` does: importing it runs its code, so name only a module
-you would start beat with. The schedule is the app's ``conf.beat_schedule``, or a
-``beat_schedule`` dict in the module (a Celery config module). Each entry becomes a
-``celery:`` job sending its task by name, in the app's ``timezone``:
+The app is found by name as ``celery -A`` finds it (``proj``, ``proj.celery`` or
+``proj.celery:app``, from the current directory first, with Celery's own ``find_app``):
+importing it runs its code, so name only a module you would start beat with. The
+schedule is the app's ``conf.beat_schedule``, or a ``beat_schedule`` dict in the module (a
+Celery config module). Each entry becomes a ``celery:`` job sending its task by name, in
+the app's ``timezone``:
 
 - ``crontab(...)``: its expanded fields as a 5-field cron line. Celery runs a crontab that
   restricts both ``day_of_month`` and ``day_of_week`` on days matching *both*, cron on days
@@ -21,8 +22,6 @@ from __future__ import annotations
 
 import importlib
 import json
-import os
-import sys
 from collections.abc import Mapping
 from datetime import timedelta
 from typing import Any
@@ -92,39 +91,44 @@ def _schedule(value: Any) -> str:
     raise ValueError(f"{type(value).__name__} schedules are not mapped")
 
 
+def _first_line(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {(str(exc).strip().splitlines() or [''])[0]}"
+
+
+def _config_module(name: str) -> Any:
+    """A Celery config module (``beat_schedule`` at its top level), or None."""
+    try:
+        module = importlib.import_module(name)
+    except Exception:  # the module's own code ran: any error is its
+        return None
+    return module if isinstance(getattr(module, "beat_schedule", None), Mapping) else None
+
+
 def load_schedule(reference: str) -> tuple[Mapping[str, Any], str | None]:
-    """The beat schedule and time zone of ``module`` or ``module:attribute``."""
+    """The beat schedule and time zone of the app ``reference`` names, found as ``celery
+    -A`` finds it (Celery's ``find_app``: ``proj``, ``proj.celery``, ``proj:app``), or of a
+    config module holding a ``beat_schedule`` dict."""
     module_name, _, attribute = reference.partition(":")
     if not module_name:
         raise InvalidInput("module", "give a module name (proj.celery or proj.celery:app)")
-    if os.getcwd() not in sys.path:
-        sys.path.insert(0, os.getcwd())
+    utils = importlib.import_module("celery.app.utils")
     try:
-        module = importlib.import_module(module_name)
-    except Exception as exc:  # the module's own code ran: any error is its
-        first = (str(exc).strip().splitlines() or [""])[0]
-        raise InvalidInput(
-            "module", f"cannot import {module_name!r}: {type(exc).__name__}: {first}"
-        ) from exc
-    target: Any = module
-    if attribute:
-        if not hasattr(module, attribute):
+        if attribute and not hasattr(utils.import_from_cwd(module_name), attribute):
             raise InvalidInput("module", f"{module_name} has no attribute {attribute!r}")
-        target = getattr(module, attribute)
-    else:
-        for name in ("app", "celery"):
-            if hasattr(getattr(module, name, None), "conf"):
-                target = getattr(module, name)
-                break
-    conf = getattr(target, "conf", None)
+        found = utils.find_app(reference)
+    except InvalidInput:
+        raise
+    except Exception as exc:  # the module's own code ran: any error is its
+        found = None if attribute else _config_module(module_name)
+        if found is None:
+            raise InvalidInput("module", f"cannot load {reference!r}: {_first_line(exc)}") from exc
+    conf = getattr(found, "conf", None)
     if conf is not None:
         return dict(conf.beat_schedule or {}), conf.timezone
-    found = getattr(target, "beat_schedule", None)
-    if not isinstance(found, Mapping):
-        raise InvalidInput(
-            "module", f"{reference} has no Celery app (app, celery) and no beat_schedule dict"
-        )
-    return found, getattr(target, "timezone", None)
+    schedule = getattr(found, "beat_schedule", None)
+    if isinstance(schedule, Mapping):
+        return schedule, getattr(found, "timezone", None)
+    raise InvalidInput("module", f"{reference} is neither a Celery app nor a beat_schedule module")
 
 
 def _entry(result: Imported, key: str, entry: Any, tz: str | None, broker: str | None) -> None:

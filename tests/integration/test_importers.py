@@ -247,3 +247,17 @@ def test_an_app_module_that_fails_to_import_is_one_line(tmp_path: Path) -> None:
     result = invoke_in({}, "import", "celery-beat", "tests.imports.beat_app:nothing")
     assert_one_line_error(result.stderr, "invalid module", "no attribute 'nothing'")
     assert result.exit_code == 2
+
+
+def test_celery_beat_reads_a_config_module() -> None:
+    result = invoke_in({}, "import", "celery-beat", "tests.imports.beat_config")
+    assert result.exit_code == 0, result.output
+    assert jobs_of(result.stdout) == {
+        "morning-digest": {
+            "name": "morning-digest",
+            "schedule": "0 7 * * *",
+            "handler": {"celery": {"task": "mail.tasks.digest"}},
+            "tz": "Asia/Tokyo",
+        }
+    }
+    assert not_mapped(result.stderr) == []
