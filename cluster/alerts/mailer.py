@@ -120,12 +120,28 @@ async def send(
     policy: EgressPolicy,
     timeout_s: float,
 ) -> Answer:
-    """Send ``mail``; never raises for what the network or the server does."""
+    """Send ``mail`` within ``timeout_s`` in all (resolving included, so an attempt ends
+    well within the outbox's lease); never raises for what the network or server does."""
     try:
         async with asyncio.timeout(timeout_s):
-            addresses = await resolve(server.host, server.port)
+            return await _checked_send(server, mail, password, policy, timeout_s)
     except TimeoutError:
-        return Answer(None, f"cannot resolve {server.host} within {timeout_s:g}s")
+        return _silent(server, timeout_s)
+
+
+def _silent(server: MailServer, timeout_s: float) -> Answer:
+    return Answer(None, f"no answer from {server.host}:{server.port} within {timeout_s:g}s")
+
+
+async def _checked_send(
+    server: MailServer,
+    mail: EmailMessage,
+    password: str | None,
+    policy: EgressPolicy,
+    timeout_s: float,
+) -> Answer:
+    try:
+        addresses = await resolve(server.host, server.port)
     except httpx.ConnectError as exc:
         return Answer(None, str(exc))
     allowed = [a for a in addresses if policy.refusal(a) is None]
@@ -135,10 +151,9 @@ async def send(
         first = addresses[0]
         return Answer(None, refused_message(server.host, first, policy.refusal(first) or ""))
     try:
-        async with asyncio.timeout(timeout_s):
-            await asyncio.to_thread(_send, server, str(allowed[0]), password, mail, timeout_s)
-    except TimeoutError:
-        return Answer(None, f"no answer from {server.host}:{server.port} within {timeout_s:g}s")
+        await asyncio.to_thread(_send, server, str(allowed[0]), password, mail, timeout_s)
+    except TimeoutError:  # the socket's own timeout, the same limit
+        return _silent(server, timeout_s)
     except (smtplib.SMTPException, OSError, ssl.SSLError) as exc:
         return Answer(None, _reason(exc, password))
     return Answer(SENT, None)

@@ -91,9 +91,9 @@ class Imported:
 
     def job_file(self) -> str:
         """The YAML job file, with a header saying where it came from."""
+        source = "".join(ch if ch.isprintable() else "?" for ch in self.source)
         header = (
-            f"# Imported from {self.source} by `pulse import`; "
-            "apply with `pulse jobs apply FILE`.\n"
+            f"# Imported from {source} by `pulse import`; apply with `pulse jobs apply FILE`.\n"
         )
         if self.problems:
             header += (

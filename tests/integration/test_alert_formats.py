@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import logging
+import socket
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -313,3 +314,22 @@ def test_alerts_add_and_test_for_email_and_pagerduty(pulse: Invoke) -> None:
         ("mail", "email", ["ops@example.com", "b@example.org"]),
         ("pd", "pagerduty", None),
     ]
+
+
+async def test_a_silent_smtp_server_fails_the_attempt_within_the_timeout(
+    store: JobStore, settings: ClusterSettings, open_session: Opener, alerts: AlertStore
+) -> None:
+    await add_rule(settings, "mail", None, format="email", to="ops@example.com")
+    await fail_then_recover(store, open_session)
+    with socket.socket() as silent:  # accepts connections (the backlog), never greets
+        silent.bind((HOST, 0))
+        silent.listen(4)
+        config = smtp_config(silent.getsockname()[1], "none")
+
+        async def values() -> Mapping[str, str]:
+            return config
+
+        deliver = AlertDelivery(alerts, "n1", Stats(), environ={}, config=values, timeout_s=0.5)
+        assert await deliver.run_once() is None
+    (row,) = [d for d in await alerts.deliveries("pending", 5) if d.event == "failed"]
+    assert row.last_error == f"no answer from {HOST}:{config['smtp.port']} within 0.5s"
