@@ -77,13 +77,16 @@ def _finish(produce: Callable[[Options], Imported], out: str | None, **kwargs: A
 
 @import_group.command("crontab")
 @click.argument("file")
+@click.option(
+    "--system", is_flag=True, help="Lines have a user field (/etc/crontab, /etc/cron.d/*)."
+)
 @_options
-def crontab(file: str, out: str | None, **kwargs: Any) -> None:
+def crontab(file: str, system: bool, out: str | None, **kwargs: Any) -> None:
     """A crontab (FILE, or - for stdin: `crontab -l | pulse import crontab -`)."""
 
     def produce(options: Options) -> Imported:
         text, source = _read(file)
-        return import_crontab(text, source, options)
+        return import_crontab(text, source, options, system=system)
 
     _finish(produce, out, **kwargs)
 

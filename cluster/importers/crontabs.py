@@ -6,15 +6,20 @@ the lines after them. Other variable assignments are carried into the commands a
 as ``export NAME='value';`` when that is safe; a variable whose name says it holds a secret
 is not copied (its value would sit in the job row) but named in the handler's ``env``, so
 nodes pass their own value; ``MAILTO``/``MAILFROM`` and a ``SHELL`` other than ``/bin/sh``
-are listed. ``@reboot`` is refused (Pulse has no boot of a host to run at), and so is an
+are listed. A system crontab (``--system``) has a user field after the schedule: it is
+dropped and listed (the node's user runs the command); a user crontab's line whose command
+starts with a login name is refused with that hint rather than run as a command named
+``root``. ``@reboot`` is refused (Pulse has no boot of a host to run at), and so is an
 unescaped ``%`` (cron feeds what follows it to stdin). Every line not mapped is listed with
 its line number.
 """
 
 from __future__ import annotations
 
+import pwd
 import re
 import shlex
+import shutil
 from typing import Any
 
 from cluster.importers.imported import SECRET_NAME, Imported, Options
@@ -64,8 +69,9 @@ def _slug(command: str) -> str:
 
 
 class _Crontab:
-    def __init__(self, result: Imported) -> None:
+    def __init__(self, result: Imported, system: bool) -> None:
         self.result = result
+        self.system = system
         self.tz: str | None = None
         self.exports: dict[str, str] = {}
         self.env: set[str] = set()
@@ -135,6 +141,18 @@ class _Crontab:
                 self.result.problem(where, "not a schedule line (five fields and a command)")
                 return
             schedule, command = " ".join(fields[:5]), fields[5]
+        if self.system:
+            user, _, command = command.partition(" ")
+            command = command.strip()
+            if command:
+                self.result.problem(where, f"user {user}: not mapped, the node's user runs it")
+        elif _is_user(command.split(None, 1)[0]):
+            self.result.problem(
+                where,
+                f"not imported: {command.split(None, 1)[0]!r} looks like the user field of a "
+                "system crontab (/etc/crontab, /etc/cron.d); import it with --system",
+            )
+            return
         if not command:
             self.result.problem(where, "no command")
             return
@@ -146,10 +164,20 @@ class _Crontab:
         self.job(where, schedule, command)
 
 
-def import_crontab(text: str, source: str, options: Options) -> Imported:
-    """The jobs of a crontab's text; lines not mapped are in ``problems``."""
+def _is_user(word: str) -> bool:
+    """A login name of this host that is not also a command: a user field, read as one."""
+    try:
+        pwd.getpwnam(word)
+    except KeyError:
+        return False
+    return shutil.which(word) is None
+
+
+def import_crontab(text: str, source: str, options: Options, *, system: bool = False) -> Imported:
+    """The jobs of a crontab's text (``system``: with a user field after the schedule, as
+    /etc/crontab has); lines not mapped are in ``problems``."""
     result = Imported(source, options.checked())
-    crontab = _Crontab(result)
+    crontab = _Crontab(result, system)
     for number, line in enumerate(text.splitlines(), 1):
         crontab.line(number, line)
     return result

@@ -98,3 +98,18 @@ spec:
 def test_a_manifest_that_is_not_yaml_is_bad_input() -> None:
     with pytest.raises(InvalidInput, match=r"^file: t is not valid YAML"):
         import_cronjobs("a: [", "t", Options())
+
+
+def test_a_system_crontab_line_is_refused_unless_system() -> None:
+    line = "17 * * * * root cd / && run-parts --report /etc/cron.hourly\n"
+    jobs, problems = crontab(line)
+    assert jobs == []
+    assert problems == [
+        "line 1: not imported: 'root' looks like the user field of a system crontab "
+        "(/etc/crontab, /etc/cron.d); import it with --system"
+    ]
+    result = import_crontab(line, "t", Options(), system=True)
+    assert [j["handler"] for j in result.jobs] == [
+        "shell:cd / && run-parts --report /etc/cron.hourly"
+    ]
+    assert result.problems == ["line 1: user root: not mapped, the node's user runs it"]
