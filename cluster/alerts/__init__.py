@@ -1,2 +1,2 @@
-"""Alerts without I/O of the database: rules and the events they deliver, and the webhook
-request every sender makes."""
+"""Alerts without I/O of the database: rules and the events they deliver, and what every
+sender sends for each format (a webhook request, a PagerDuty event, an email)."""

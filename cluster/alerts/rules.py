@@ -21,11 +21,14 @@ from datetime import datetime
 from typing import Any
 from urllib.parse import urlsplit
 
+from cluster.config.mailserver import mail_address
 from cluster.errors import InvalidInput
 from cluster.jobs.fields import check_text, validate_name
 
 EVENTS = ("failed", "recovered", "lost", "late", "skipped", "paused")
-FORMATS = ("json", "slack")
+FORMATS = ("json", "slack", "pagerduty", "email")
+PAGERDUTY_URL = "https://events.pagerduty.com/v2/enqueue"  # Events API v2
+MAILTO = "mailto:"  # an email rule's recipients, stored in its url
 SIGNATURE_HEADER = (
     "X-Pulse-Signature"  # the body's HMAC alone: replayable, kept for receivers of 0.x
 )
@@ -53,26 +56,39 @@ class AlertRule:
     def build(
         cls,
         name: str,
-        url: str,
+        url: str | None,
         *,
         events: str | Iterable[str] | None = None,
         format: str = "json",
         secret_env: str | None = None,
         tenant: str | None = None,
         job: str | None = None,
+        to: str | Iterable[str] | None = None,
     ) -> AlertRule:
-        """Validate every field; ``InvalidInput`` names the first bad one."""
+        """Validate every field; ``InvalidInput`` names the first bad one. An email rule
+        takes ``to`` (its recipients) instead of a URL; a pagerduty rule's URL defaults to
+        the Events API and its ``secret_env`` names the routing key's variable."""
         name = validate_name(name)
-        url = check_text(url, "webhook").strip()
-        parts = urlsplit(url)
-        if parts.scheme not in ("http", "https") or not parts.hostname:
-            raise InvalidInput("webhook", f"{url!r} is not an http:// or https:// URL")
-        if len(url) > MAX_URL_LENGTH:
-            raise InvalidInput("webhook", f"must be at most {MAX_URL_LENGTH} characters")
         if format not in FORMATS:
-            raise InvalidInput("format", f"{format!r}: use {' or '.join(FORMATS)}")
+            raise InvalidInput("format", f"{format!r}: use {', '.join(FORMATS)}")
+        if format == "email":
+            if url:
+                raise InvalidInput("webhook", "an email rule has recipients (--to), not a webhook")
+            url = MAILTO + ",".join(parse_recipients(to))
+        else:
+            if to:
+                raise InvalidInput("to", "applies to --format email only")
+            if not url and format == "pagerduty":
+                url = PAGERDUTY_URL
+            url = _webhook(url)
         if secret_env is not None and not _ENV_NAME.match(secret_env):
             raise InvalidInput("secret-env", f"{secret_env!r} is not an environment variable name")
+        if format == "pagerduty" and secret_env is None:
+            raise InvalidInput(
+                "secret-env", "a pagerduty rule names the variable holding its routing key"
+            )
+        if format == "email" and secret_env is not None:
+            raise InvalidInput("secret-env", "does not apply to an email rule")
         if tenant is not None:
             tenant = validate_name(tenant, "tenant")
         if job is not None:
@@ -86,16 +102,57 @@ class AlertRule:
             return False
         return self.job is None or self.job == job
 
+    @property
+    def recipients(self) -> tuple[str, ...]:
+        """An email rule's addresses (none for another format)."""
+        if not self.url.startswith(MAILTO):
+            return ()
+        return tuple(a for a in self.url[len(MAILTO) :].split(",") if a)
+
+    def target(self) -> str:
+        """Where it sends, safe to print: the recipients, or the redacted webhook."""
+        if self.format == "email":
+            return ", ".join(self.recipients)
+        return redact_url(self.url)
+
     def to_json(self) -> dict[str, Any]:
         return {
             "name": self.name,
-            "webhook": redact_url(self.url),
+            "webhook": None if self.format == "email" else redact_url(self.url),
+            "to": list(self.recipients) if self.format == "email" else None,
             "events": list(self.events),
             "format": self.format,
             "secret_env": self.secret_env,
             "tenant": self.tenant,
             "job": self.job,
         }
+
+
+def _webhook(url: str | None) -> str:
+    if not url:
+        raise InvalidInput("webhook", "missing (an http:// or https:// URL)")
+    url = check_text(url, "webhook").strip()
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise InvalidInput("webhook", f"{url!r} is not an http:// or https:// URL")
+    if len(url) > MAX_URL_LENGTH:
+        raise InvalidInput("webhook", f"must be at most {MAX_URL_LENGTH} characters")
+    return url
+
+
+def parse_recipients(value: str | Iterable[str] | None) -> tuple[str, ...]:
+    """``a@x.com,b@y.com`` or a list: each a plain address, none twice, at least one."""
+    items = (value or "").split(",") if isinstance(value, str | None) else list(value)
+    found: dict[str, None] = {}
+    for item in items:
+        for part in item.split(","):
+            if part.strip():
+                found[mail_address(part, "to")] = None
+    if not found:
+        raise InvalidInput("to", "an email rule needs at least one recipient (--to ADDRESS)")
+    if len(found) > 50:
+        raise InvalidInput("to", "at most 50 recipients")
+    return tuple(found)
 
 
 def parse_events(value: str | Iterable[str] | None) -> tuple[str, ...]:
@@ -115,6 +172,8 @@ def parse_events(value: str | Iterable[str] | None) -> tuple[str, ...]:
 def redact_url(url: str) -> str:
     """The URL without credentials, query or fragment: webhook URLs often carry a token
     (Slack's path does too, so only scheme, host and the path's first segment stay)."""
+    if url.startswith(MAILTO):
+        return url  # an email rule's recipients: addresses, no token
     parts = urlsplit(url)
     host = parts.hostname or ""
     if parts.port is not None:

@@ -2,6 +2,7 @@
 
 Webhook URLs often carry a token, so every command prints them redacted
 (``cluster.alerts.rules.redact_url``); only a delivering node and ``alerts test`` use the full URL.
+``alerts test`` sends through ``cluster.alerts.channels``, as a delivering node does.
 """
 
 from __future__ import annotations
@@ -15,8 +16,10 @@ from typing import Any, TypeVar
 
 import click
 
-from cluster.alerts.rules import EVENTS, FORMATS, AlertEvent, AlertRule, body, redact_url
-from cluster.alerts.webhook import Answer, post
+from cluster.alerts.channels import MissingVariable, send
+from cluster.alerts.mailer import SENT
+from cluster.alerts.rules import EVENTS, FORMATS, AlertEvent, AlertRule
+from cluster.alerts.webhook import Answer
 from cluster.cli.base import PulseGroup, emit_json, fail, run, settings_of
 from cluster.cli.table import table
 from cluster.config.egress import EgressPolicy
@@ -50,12 +53,18 @@ def alerts() -> None:
 
 @alerts.command("add")
 @click.argument("name")
-@click.option("--webhook", required=True, help="http:// or https:// URL to POST events to.")
+@click.option(
+    "--webhook",
+    default=None,
+    help="http:// or https:// URL to POST events to (pagerduty: the Events API by default).",
+)
 @click.option(
     "--secret-env",
     default=None,
-    help="Sign bodies with the value of this environment variable (read on the nodes).",
+    help="Sign bodies with the value of this environment variable, read on the nodes "
+    "(pagerduty: the variable holding the routing key).",
 )
+@click.option("--to", "to", multiple=True, help="email: a recipient (repeat, or a,b).")
 @click.option("--format", "fmt", default="json", show_default=True, help=" | ".join(FORMATS))
 @click.option(
     "--on", "events", default=",".join(EVENTS), show_default=True, help="Events, comma-separated."
@@ -67,8 +76,9 @@ def alerts() -> None:
 async def add_rule(
     store: AlertStore,
     name: str,
-    webhook: str,
+    webhook: str | None,
     secret_env: str | None,
+    to: tuple[str, ...],
     fmt: str,
     events: str,
     tenant: str | None,
@@ -77,7 +87,14 @@ async def add_rule(
 ) -> None:
     """Create an alert rule."""
     rule = AlertRule.build(
-        name, webhook, events=events, format=fmt, secret_env=secret_env, tenant=tenant, job=job
+        name,
+        webhook,
+        events=events,
+        format=fmt,
+        secret_env=secret_env,
+        tenant=tenant,
+        job=job,
+        to=to or None,
     )
     await store.add_rule(rule)
     if as_json:
@@ -93,7 +110,7 @@ def _scope(rule: AlertRule) -> str:
 
 
 def _where(rule: AlertRule) -> str:
-    return f"{redact_url(rule.url)} ({rule.format}) for {_scope(rule)}"
+    return f"{rule.target()} ({rule.format}) for {_scope(rule)}"
 
 
 @alerts.command("list")
@@ -116,7 +133,7 @@ async def list_rules(store: AlertStore, as_json: bool) -> None:
             _scope(r),
             r.format,
             f"${r.secret_env}" if r.secret_env else "-",
-            redact_url(r.url),
+            r.target(),
         ]
         for r in found
     ]
@@ -141,12 +158,7 @@ def test_rule(ctx: click.Context, name: str) -> None:
     async def go() -> tuple[AlertRule, Answer]:
         async with AlertStore.open(settings_of(ctx)) as store:
             rule = await store.rule(name)
-            egress = EgressPolicy.from_config(await store.config_values())
-        secret = None
-        if rule.secret_env is not None:
-            secret = os.environ.get(rule.secret_env)
-            if not secret:
-                return rule, Answer(None, f"${rule.secret_env} is not set on this host")
+            config = await store.config_values()
         event = AlertEvent(
             id=str(uuid.uuid4()),
             event="test",
@@ -160,18 +172,27 @@ def test_rule(ctx: click.Context, name: str) -> None:
             detail=TEST_DETAIL,
             created_at=datetime.now(UTC),
         )
-        async with guarded_client(fixed(egress)) as client:
-            answer = await post(
-                client, rule.url, body(event, rule.format), event_id=event.id, secret=secret
-            )
+        async with guarded_client(fixed(EgressPolicy.from_config(config))) as client:
+            try:
+                answer = await send(client, rule, event, environ=os.environ, config=config)
+            except MissingVariable as missing:
+                answer = Answer(None, f"${missing.name} is not set on this host")
         return rule, answer
 
     rule, answer = run(go())
-    target = redact_url(rule.url)
+    target = rule.target()
     if not answer.ok:
         fail(f"test event to {target} not delivered: {answer.describe()}", 1)
-    signed = f", signed with ${rule.secret_env}" if rule.secret_env else ""
-    click.echo(f"test event delivered to {target}{signed}: {answer.describe()}")
+    signed = (
+        f", signed with ${rule.secret_env}"
+        if rule.secret_env and rule.format != "pagerduty"
+        else ""
+    )
+    click.echo(f"test event delivered to {target}{signed}: {_accepted(answer)}")
+
+
+def _accepted(answer: Answer) -> str:
+    return "accepted" if answer.status == SENT else answer.describe()
 
 
 @alerts.command("deliveries")

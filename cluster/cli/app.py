@@ -15,6 +15,7 @@ from cluster.cli import (
     chaos,
     config,
     handlers,
+    imports,
     jobs,
     runs,
     schedule,
@@ -155,6 +156,7 @@ for command in (
     handlers.handlers,
     calendars.calendars,
     windows.windows,
+    imports.import_group,
 ):
     cli.add_command(command)
 jobs.jobs.add_command(backfills.backfill_job)

@@ -2,13 +2,14 @@
 value is checked: the retention keys (``cluster.config.retention``), the API's handler
 allow-list (``cluster.config.allowlist``) and the variables it may name
 (``cluster.config.envlist``), the egress guard and kept bodies (``cluster.config.egress``)
-and Celery brokers by name (``cluster.config.brokers``)."""
+Celery brokers by name (``cluster.config.brokers``) and the SMTP server of email alerts
+(``cluster.config.mailserver``)."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
-from cluster.config import allowlist, brokers, egress, envlist, retention
+from cluster.config import allowlist, brokers, egress, envlist, mailserver, retention
 from cluster.errors import InvalidInput
 
 _CHECKS: dict[str, Callable[[str], str]] = {
@@ -16,13 +17,20 @@ _CHECKS: dict[str, Callable[[str], str]] = {
     envlist.API_ENV: envlist.canonical,
     **egress.CHECKS,
     **brokers.CHECKS,
+    **mailserver.CHECKS,
 }
 KEYS = (*retention.KEYS, *_CHECKS)
 # Keys whose values may go into an audit row. Listed by name, not derived from KEYS: a key
 # added later (one holding a URL with a password, say) is audited without its value until
 # someone decides it holds no secret.
 _SHOWN_IN_AUDIT = frozenset(
-    (*retention.KEYS, allowlist.API_HANDLERS, envlist.API_ENV, *egress.CHECKS)
+    (
+        *retention.KEYS,
+        allowlist.API_HANDLERS,
+        envlist.API_ENV,
+        *egress.CHECKS,
+        *mailserver.SHOWN_IN_AUDIT,
+    )
 )
 
 
@@ -33,6 +41,7 @@ def defaults() -> dict[str, str]:
         envlist.API_ENV: "",
         **egress.DEFAULTS,
         **brokers.DEFAULTS,
+        **mailserver.DEFAULTS,
     }
 
 

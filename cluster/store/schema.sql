@@ -1,4 +1,4 @@
--- The Pulse schema as it stands after the newest migration (version 27), for readers.
+-- The Pulse schema as it stands after the newest migration (version 30), for readers.
 --
 -- `pulse init` never runs this file: it applies cluster/store/migrations/NNN_*.sql in
 -- order. This file is edited in the same commit as each new migration, and
@@ -421,7 +421,8 @@ CREATE TABLE alert_rules (
     name       text PRIMARY KEY CHECK (name <> ''),
     url        text NOT NULL,
     events     text[] NOT NULL,
-    format     text NOT NULL DEFAULT 'json' CHECK (format IN ('json', 'slack')),
+    format     text NOT NULL DEFAULT 'json'
+               CHECK (format IN ('json', 'slack', 'pagerduty', 'email')),
     secret_env text,  -- the NAME of a variable on the delivering node, never its value
     tenant_id  text,  -- NULL: every tenant
     job_name   text,  -- NULL: every job of the tenant scope

@@ -12,9 +12,12 @@ Webhooks are posted through the egress guard (``cluster.outbound``) with the clu
 ``egress.allow`` (``config``, the node's cached view of the ``config`` table): a rule's
 address that the guard refuses fails its attempt like a refused connection.
 
-A rule's secret is read from this node's environment (``secret_env`` names the variable);
-it is never stored, logged or put in an error. A node without it leaves the delivery for
-a later attempt, on a node that has it (tests/integration/test_alert_delivery.py).
+Each rule's format decides what is sent (``cluster.alerts.channels``: a webhook, a
+PagerDuty event, an email through the ``smtp.*`` server, which the egress policy checks
+too). A rule's secret (a signing secret, a routing key) and the SMTP password are read
+from this node's environment by name; they are never stored, logged or put in an error.
+A node without one leaves the delivery for a later attempt, on a node that has it
+(tests/integration/test_alert_delivery.py).
 """
 
 from __future__ import annotations
@@ -28,8 +31,9 @@ from datetime import datetime
 
 import httpx
 
-from cluster.alerts.rules import body, redact_url
-from cluster.alerts.webhook import DEFAULT_TIMEOUT_S, post
+from cluster.alerts.channels import MissingVariable, send
+from cluster.alerts.rules import AlertRule, redact_url
+from cluster.alerts.webhook import DEFAULT_TIMEOUT_S
 from cluster.config.egress import EgressPolicy
 from cluster.outbound.transport import guarded_client
 from cluster.store.alerts import AlertStore, Delivery
@@ -103,17 +107,20 @@ class AlertDelivery:
 
     async def _deliver(self, client: httpx.AsyncClient, d: Delivery, now: datetime | None) -> bool:
         """True if the receiver took it."""
-        secret = None
-        if d.secret_env is not None:
-            secret = self._environ.get(d.secret_env) or None
-            if secret is None:
-                self._missing_secret(d)
-                await self._retry(d, f"${d.secret_env} is not set on node {self._node_id}", now)
-                return False
-        payload = body(d.event, d.format)
-        answer = await post(
-            client, d.url, payload, event_id=d.event.id, secret=secret, timeout_s=self._timeout_s
-        )
+        rule = AlertRule(d.rule, d.url, format=d.format, secret_env=d.secret_env)
+        try:
+            answer = await send(
+                client,
+                rule,
+                d.event,
+                environ=self._environ,
+                config=await self._config() if d.format == "email" else {},
+                timeout_s=self._timeout_s,
+            )
+        except MissingVariable as missing:
+            self._missing_secret(d, missing.name)
+            await self._retry(d, f"${missing.name} is not set on node {self._node_id}", now)
+            return False
         if answer.ok:
             if await self._store.delivered(d, self._node_id, now):
                 self._stats.alerts["delivered"] += 1
@@ -158,18 +165,17 @@ class AlertDelivery:
             extra=self._extra(d, "alert_retry"),
         )
 
-    def _missing_secret(self, d: Delivery) -> None:
-        assert d.secret_env is not None
+    def _missing_secret(self, d: Delivery, name: str) -> None:
         now = time.monotonic()
-        last = self._warned.get(d.secret_env)
+        last = self._warned.get(name)
         if last is not None and now - last < MISSING_SECRET_WARNING_S:
             return
-        self._warned[d.secret_env] = now
+        self._warned[name] = now
         logger.warning(
-            "alert rule %s signs with $%s, which is not set on this node; its deliveries "
+            "alert rule %s needs $%s, which is not set on this node; its deliveries "
             "wait for a node that has it",
             d.rule,
-            d.secret_env,
+            name,
             extra=self._extra(d, "alert_secret_missing"),
         )
 

@@ -18,7 +18,7 @@ from tests.helpers.receiver import receiver
 
 pytestmark = pytest.mark.timeout(60)
 TOKEN_URL = "https://hooks.example.com/services/T000/B000/XXXXSECRET?token=abc123"
-RULE_KEYS = {"name", "webhook", "events", "format", "secret_env", "tenant", "job"}
+RULE_KEYS = {"name", "webhook", "to", "events", "format", "secret_env", "tenant", "job"}
 DELIVERY_KEYS = {
     "id", "rule", "event_id", "event", "tenant", "job", "slot", "status", "attempts",
     "next_attempt_at", "locked_by", "last_error", "delivered_at", "created_at",
@@ -66,6 +66,7 @@ def test_rules_are_added_listed_and_removed_with_their_webhook_redacted(
     assert ops == {
         "name": "ops",
         "webhook": "https://hooks.example.com/services/...",
+        "to": None,
         "events": ["failed", "lost"],
         "format": "json",
         "secret_env": "OPS_SECRET",

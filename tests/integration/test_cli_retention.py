@@ -27,6 +27,12 @@ DEFAULTS = {
     "egress.allow": "",
     "api.http_body": "drop",
     "celery.brokers": "",
+    "smtp.host": "",
+    "smtp.port": "",
+    "smtp.tls": "starttls",
+    "smtp.user": "",
+    "smtp.password": "",
+    "smtp.from": "",
 }
 
 
@@ -106,6 +112,8 @@ def test_set_stores_the_canonical_value_and_init_keeps_it(
         (["api.http_body", "sometimes"], "api.http_body"),
         (["celery.brokers", "main=redis://:hunter2@broker:6379/0"], "celery.brokers"),
         (["celery.brokers", "redis://broker:6379/0"], "celery.brokers"),
+        (["smtp.password", "hunter2"], "smtp.password"),
+        (["smtp.tls", "ssl"], "smtp.tls"),
     ],
 )
 def test_bad_input_names_the_key_and_writes_nothing(
