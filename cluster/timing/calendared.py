@@ -48,6 +48,7 @@ OnExcluded = Literal["skip", "next-business-day", "previous-business-day"]
 ON_EXCLUDED: tuple[OnExcluded, ...] = ("skip", "next-business-day", "previous-business-day")
 MAX_IDLE_STEPS = 200_000  # slots walked without a run: the calendar never lets this one run
 MAX_IDLE_MONTHS = 1200
+GREGORIAN_CYCLE = 400  # years after which weekdays fall on the same dates again
 MAX_GROUP = 1000  # slots moved onto one day: beyond this, the rest are recorded skipped
 _US = timedelta(microseconds=1)
 _EARLY = timedelta(hours=3)  # before any zone's local midnight of the same date, in UTC
@@ -212,9 +213,15 @@ class CalendarRule:
         self, schedule: Schedule, zone: ZoneInfo, cursor: datetime, not_before: datetime | None
     ) -> Iterator[Decision]:
         idle = 0  # steps since the last run: a schedule the calendar never lets run ends
+        # Past the last excluded date, weekdays and dates repeat every 400 years (the
+        # Gregorian cycle): a walk that found no run by then never will.
+        last_excluded = max((d.year for d in self.calendar.excluded), default=0)
+        since = cursor.year  # of the walk's start or its last run
         while True:
             idle += 1
-            if idle > MAX_IDLE_STEPS:
+            if idle == 1:
+                since = cursor.year
+            if idle > MAX_IDLE_STEPS or cursor.year > max(since, last_excluded) + GREGORIAN_CYCLE:
                 raise InvalidInput(
                     "calendar", f"{schedule.expr!r} has no slot the calendar lets run"
                 )
