@@ -12,6 +12,7 @@ from typing import Any
 
 from cluster.errors import InvalidInput
 from cluster.jobs import gates, shellrefs
+from cluster.jobs.expectations import expectations
 from cluster.jobs.fields import (
     DEFAULT_CANCEL_GRACE_S,
     DEFAULT_CATCH_UP,
@@ -87,6 +88,13 @@ class JobSpec:
     after_match: str = gates.DEFAULT_MATCH
     after_timeout_s: float | None = None  # a slot held longer is skipped; None: no limit
     after_failure: str = gates.DEFAULT_FAILURE
+    # Expectations of each run (cluster.jobs.expectations, docs/jobs.md).
+    expect_max_s: float | None = None
+    expect_min_s: float | None = None
+    deadline: str | None = None  # HH:MM in the job's zone
+    expect_baseline: float | None = None  # times the p95 of its kept successful runs
+    asserts: str | None = None  # checks of the run's metrics (cluster.jobs.assertions)
+    assert_fails: bool = False
 
     @classmethod
     def build(
@@ -126,6 +134,12 @@ class JobSpec:
         after_match: str = gates.DEFAULT_MATCH,
         after_timeout: str | float | None = None,
         after_failure: str = gates.DEFAULT_FAILURE,
+        expect_max: str | float | None = None,
+        expect_min: str | float | None = None,
+        deadline: str | None = None,
+        expect_baseline: str | float | None = None,
+        asserts: str | None = None,
+        assert_fails: bool = False,
     ) -> JobSpec:
         """Validate every field; raise ``InvalidInput`` naming the first bad one."""
         name = validate_name(name)
@@ -165,6 +179,9 @@ class JobSpec:
         )
         if calendar is not None and each_zone:
             raise InvalidInput("calendar", "does not apply to an --each-zone job")
+        expected = expectations(
+            expect_max, expect_min, deadline, expect_baseline, asserts, assert_fails
+        )
         return cls(
             name=name,
             schedule=parsed.expr,
@@ -204,6 +221,12 @@ class JobSpec:
             after_match=gates.parse_match(after_match),
             after_timeout_s=optional_duration(after_timeout, "after_timeout"),
             after_failure=gates.parse_failure(after_failure),
+            expect_max_s=expected.expect_max_s,
+            expect_min_s=expected.expect_min_s,
+            deadline=expected.deadline,
+            expect_baseline=expected.expect_baseline,
+            asserts=expected.asserts,
+            assert_fails=expected.assert_fails,
         )
 
     @classmethod
@@ -219,6 +242,8 @@ class JobSpec:
             "zones", "each_zone",
             "jitter", "remove_when_done", "calendar", "on_excluded", "business_day",
             "after", "after_match", "after_timeout", "after_failure",
+            "expect_max", "expect_min", "deadline", "expect_baseline", "assert", "asserts",
+            "assert_fails",
         }  # fmt: skip
         unknown = sorted(set(entry) - known)
         if unknown:
@@ -227,6 +252,10 @@ class JobSpec:
             if required not in entry:
                 raise InvalidInput(required, "missing")
         kwargs = {k: v for k, v in entry.items() if k not in ("name", "schedule", "handler")}
+        if "assert" in kwargs:  # a Python keyword: the argument is `asserts`
+            if "asserts" in kwargs:
+                raise InvalidInput("assert", "give assert or asserts, not both")
+            kwargs["asserts"] = kwargs.pop("assert")
         payload = kwargs.get("payload")
         if payload is not None and not isinstance(payload, Mapping | str):
             raise InvalidInput("payload", "must be a JSON object")
@@ -269,6 +298,12 @@ class JobSpec:
             after_match=self.after_match,
             after_timeout=self.after_timeout_s,
             after_failure=self.after_failure,
+            expect_max=self.expect_max_s,
+            expect_min=self.expect_min_s,
+            deadline=self.deadline,
+            expect_baseline=self.expect_baseline,
+            asserts=self.asserts,
+            assert_fails=self.assert_fails,
         )
 
     def parsed_schedule(self) -> Schedule:

@@ -202,6 +202,12 @@ class Definitions:
             "business_day": spec.business_day,
             "calendar_rule": None if rule is None else rule.to_json(),
             "slot_origin": origin_of(run),
+            "expect_max_s": spec.expect_max_s,
+            "expect_min_s": spec.expect_min_s,
+            "deadline": spec.deadline,
+            "expect_baseline": spec.expect_baseline,
+            "asserts": spec.asserts,
+            "assert_fails": spec.assert_fails,
         }
 
     async def _place(self, spec: JobSpec, shards: int, next_run_at: datetime) -> int | None:

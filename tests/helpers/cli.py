@@ -111,6 +111,8 @@ JOB_KEYS = {
     "each_zone",
     "jitter_s", "slot_at", "remove_when_done",
     "calendar", "on_excluded", "business_day", "paused_until",
+    "expect_max_s", "expect_min_s", "deadline", "expect_baseline", "assert", "assert_fails",
+    "health",
 }  # fmt: skip
 
 

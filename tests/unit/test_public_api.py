@@ -92,8 +92,11 @@ EXPECTED: dict[str, dict[str, str]] = {
         "zones: 'tuple[str, ...]' = (), each_zone: 'bool' = False, jitter_s: "
         "'float' = 0.0, remove_when_done: 'bool' = False, calendar: 'str | None' = None, "
         "on_excluded: 'str | None' = None, business_day: 'int | None' = None, "
-        "calendar_rule: 'str | None' = None, paused_until: 'datetime | None' = None) -> None",
+        "calendar_rule: 'str | None' = None, paused_until: 'datetime | None' = None, "
+        "expect: 'dict[str, Any] | None' = None, last_success_at: 'datetime | None' = None, "
+        "expect_state: 'str | None' = None, expect_state_at: 'datetime | None' = None) -> None",
         "from_row": "(cls, row: 'dict[str, Any]') -> 'Job'",
+        "health": "(self) -> 'dict[str, Any]'",
         "parsed_schedule": "(self) -> 'Schedule'",
         "rule": "(self) -> 'CalendarRule | None'",
         "to_json": "(self) -> 'dict[str, Any]'",
@@ -113,7 +116,10 @@ EXPECTED: dict[str, dict[str, str]] = {
         "jitter_s: 'float' = 0.0, remove_when_done: 'bool' = False, calendar: 'str | None' = "
         "None, on_excluded: 'str' = 'skip', business_day: 'int | None' = None, "
         "after: 'tuple[str, ...]' = (), after_match: 'str' = 'same', "
-        "after_timeout_s: 'float | None' = None, after_failure: 'str' = 'block') -> None",
+        "after_timeout_s: 'float | None' = None, after_failure: 'str' = 'block', "
+        "expect_max_s: 'float | None' = None, expect_min_s: 'float | None' = None, "
+        "deadline: 'str | None' = None, expect_baseline: 'float | None' = None, "
+        "asserts: 'str | None' = None, assert_fails: 'bool' = False) -> None",
         "build": "(cls, name: 'str', schedule: 'str', handler: 'str | Mapping[str, Any]', "
         "*, tenant: 'str' = 'default', tz: 'str' = 'UTC', payload: 'str | "
         "Mapping[str, Any] | None' = None, catch_up: 'str' = 'once', grace: 'str "
@@ -129,7 +135,10 @@ EXPECTED: dict[str, dict[str, str]] = {
         "float' = 0.0, remove_when_done: 'bool' = False, calendar: 'str | None' = None, "
         "on_excluded: 'str' = 'skip', business_day: 'int | str | None' = None, "
         "after: 'str | Sequence[str] | None' = None, after_match: 'str' = 'same', "
-        "after_timeout: 'str | float | None' = None, after_failure: 'str' = 'block') -> 'JobSpec'",
+        "after_timeout: 'str | float | None' = None, after_failure: 'str' = 'block', "
+        "expect_max: 'str | float | None' = None, expect_min: 'str | float | None' = None, "
+        "deadline: 'str | None' = None, expect_baseline: 'str | float | None' = None, "
+        "asserts: 'str | None' = None, assert_fails: 'bool' = False) -> 'JobSpec'",
         "from_mapping": "(cls, entry: 'Mapping[str, Any]') -> 'JobSpec'",
         "parsed_schedule": "(self) -> 'Schedule'",
         "validated": "(self) -> 'JobSpec'",
@@ -243,6 +252,7 @@ EXPECTED: dict[str, dict[str, str]] = {
         "None, last_success_slot: 'datetime | None' = None, state: 'dict[str, Any]' = "
         "<factory>) -> None",
         "log": "(self, message: 'str') -> 'None'",
+        "metric": "(self, name: 'str', value: 'float') -> 'None'",
         "raise_if_cancelled": "(self) -> 'None'",
         "set_state": "(self, state: 'dict[str, Any]') -> 'None'",
         "transaction": "(self) -> 'RunTransaction'",

@@ -42,6 +42,12 @@ SAMPLES: dict[str, Any] = {
     "late_after": "5m",
     "pause_after_failures": 4,
     "paused": True,
+    "expect_max": "10m",
+    "expect_min": "30s",
+    "deadline": "06:00",
+    "expect_baseline": "3x",
+    "asserts": "rows > 0",
+    "assert_fails": False,  # alone it needs an assert; together with the one above it holds
 }
 SET_BY_REGISTRY = {"name", "schedule", "at", "handler", "tenant", "as_json"}
 

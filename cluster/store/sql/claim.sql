@@ -140,7 +140,8 @@ claimed AS (
               j.max_retries, j.retry_backoff_s, j.next_run_at, j.output_limit, j.overlap,
               j.cancel_grace_s, j.cancel_by, false AS flight, j.jitter_s, j.calendar_rule,
               j.gated,
-              j.prev_slot AS previous_slot, j.last_success_at AS last_success, j.state
+              j.prev_slot AS previous_slot, j.last_success_at AS last_success, j.state,
+              j.asserts, j.assert_fails
 ),
 next_due AS (
     SELECT min(x.next_run_at) AS t
