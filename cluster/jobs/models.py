@@ -113,11 +113,11 @@ class Job:
 
     def health(self) -> dict[str, Any]:
         """What the console's jobs list shows: the last success, the next slot, and the
-        expectation state (None for a job without expectations, until it has one)."""
+        expectation state (None until a run of a job with expectations was judged)."""
         return {
             "last_success": iso(self.last_success_at),
             "next_slot": iso(self.next_run_at),
-            "state": self.expect_state if self.expect_state else ("ok" if self.expect else None),
+            "state": self.expect_state,
             "state_at": iso(self.expect_state_at),
         }
 

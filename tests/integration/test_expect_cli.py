@@ -32,7 +32,7 @@ def test_add_sets_every_expectation(initialised: Invoke) -> None:
     assert job["health"] == {
         "last_success": None,
         "next_slot": job["next_run_at"],
-        "state": "ok",
+        "state": None,  # no run judged yet
         "state_at": None,
     }
     plain = json.loads(initialised(*add_args("plain", "--json")).stdout)
@@ -40,7 +40,7 @@ def test_add_sets_every_expectation(initialised: Invoke) -> None:
     shown = initialised("jobs", "show", "nightly")
     assert shown.exit_code == 0, shown.stderr
     assert "deadline:         06:00" in shown.stdout
-    assert '"state": "ok"' in shown.stdout.split("health:", 1)[1].splitlines()[0]
+    assert '"state": null' in shown.stdout.split("health:", 1)[1].splitlines()[0]
 
 
 def test_a_job_file_sets_them_and_applying_it_again_changes_nothing(
