@@ -40,7 +40,8 @@ def test_add_sets_every_expectation(initialised: Invoke) -> None:
     shown = initialised("jobs", "show", "nightly")
     assert shown.exit_code == 0, shown.stderr
     assert "deadline:         06:00" in shown.stdout
-    assert '"state": null' in shown.stdout.split("health:", 1)[1].splitlines()[0]
+    health = shown.stdout.split("health:", 1)[1].splitlines()[0].strip()
+    assert health == f"last success -, next slot {job['next_run_at']}, expectations -"
 
 
 def test_a_job_file_sets_them_and_applying_it_again_changes_nothing(
