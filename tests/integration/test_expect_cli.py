@@ -107,3 +107,25 @@ def test_runs_show_prints_a_runs_metrics(initialised: Invoke, settings: ClusterS
     assert "lag.s=0.5, rows=142" in shown.stdout
     data = json.loads(initialised("runs", "show", "counted", "--json").stdout)
     assert data["metrics"] == {"rows": 142.0, "lag.s": 0.5}
+
+
+def test_removing_every_expectation_clears_the_health(
+    initialised: Invoke, settings: ClusterSettings, tmp_path: Path
+) -> None:
+    entry = "jobs:\n  - name: judged\n    schedule: '*/5 * * * *'\n    handler: app.jobs:tick\n"
+    file = tmp_path / "jobs.yaml"
+    file.write_text(entry + "    expect_max: 1m\n")
+    assert initialised("jobs", "apply", str(file)).exit_code == 0
+    with psycopg.connect(settings.database_url, autocommit=True) as conn:
+        conn.execute(
+            f"UPDATE {settings.schema}.jobs SET expect_state = 'slow', expect_state_at = now()"
+            " WHERE name = 'judged'"
+        )
+    file.write_text(entry + "    expect_max: 2m\n")  # still expecting: the state stays
+    assert initialised("jobs", "apply", str(file)).exit_code == 0
+    job = json.loads(initialised("jobs", "show", "judged", "--json").stdout)
+    assert (job["expect_max_s"], job["health"]["state"]) == (120.0, "slow")
+    file.write_text(entry)
+    assert initialised("jobs", "apply", str(file)).exit_code == 0
+    job = json.loads(initialised("jobs", "show", "judged", "--json").stdout)
+    assert (job["expect_max_s"], job["health"]["state"]) == (None, None)

@@ -160,7 +160,8 @@ CROSS JOIN LATERAL (
     SELECT j.slot_at AS slot, j.lease_token, j.locked_at, j.next_run_at AS due,
            false AS flight,
            CASE WHEN j.expect_slot = j.slot_at THEN j.expect_marks END AS marks
-    WHERE j.status = 'running' AND j.locked_at IS NOT NULL
+    -- An `allow` job's row runs only until its claim is handed to a flight: the flight's.
+    WHERE j.status = 'running' AND j.locked_at IS NOT NULL AND j.overlap <> 'allow'
     UNION ALL
     SELECT f.slot, f.lease_token, f.locked_at, f.due_at, true, f.expect_marks
     FROM flights f WHERE f.job_id = j.id AND f.status = 'running'

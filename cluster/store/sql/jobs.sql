@@ -63,6 +63,10 @@ ON CONFLICT (tenant_id, name) DO UPDATE SET
     expect_baseline = excluded.expect_baseline,
     asserts = excluded.asserts,
     assert_fails = excluded.assert_fails,
+    -- A job whose expectations are all removed has no health to show any more.
+    expect_state = CASE WHEN num_nonnulls(excluded.expect_max_s, excluded.expect_min_s,
+                                          excluded.deadline, excluded.expect_baseline,
+                                          excluded.asserts) > 0 THEN j.expect_state END,
     status = CASE
         WHEN j.status = 'running' THEN 'running'
         WHEN excluded.paused THEN 'paused'
