@@ -8,6 +8,7 @@ what it needs to see, with a deadline.
 from __future__ import annotations
 
 import asyncio
+import signal
 from collections import Counter
 from typing import Any
 
@@ -104,3 +105,45 @@ def test_each_expectation_reaches_the_receiver_once(
         "shell-count": None,  # --assert-fails: its failed run is a `failed` event
         "fine": "ok",
     }
+
+
+def _stopped(pid: int) -> bool:
+    with open(f"/proc/{pid}/stat") as stat:
+        return stat.read().rsplit(")", 1)[1].split()[0] == "T"
+
+
+@pytest.mark.slow
+def test_a_frozen_nodes_slow_run_is_reported_by_another_node_once(
+    fleet: Fleet, settings: ClusterSettings
+) -> None:
+    init_cluster(
+        settings,
+        JobSpec.build("stuck", "@every 1h", WITNESS, payload={"sleep_s": 12}, expect_max="3s"),
+    )
+    allow_local(settings)
+    with receiver() as r:
+
+        async def rule() -> None:
+            async with AlertStore.open(settings) as alerts:
+                await alerts.add_rule(AlertRule.build("ops", r.url, events="slow"))
+
+        asyncio.run(rule())
+        for node_id, zone in (("n1", "a"), ("n2", "b")):
+            # A long session timeout: the frozen node keeps its run while the others look.
+            fleet.start(node_id, zone, "--session-timeout", "60s")
+        store_call(settings, lambda s: s.trigger("stuck"))
+        owner = until(
+            lambda: store_call(settings, lambda s: s.get("stuck")).locked_by, "the claim", 30
+        )
+        frozen = fleet.node(owner)
+        frozen.signal(signal.SIGSTOP)
+        try:
+            until(lambda: _stopped(frozen.pid), "the owner stopped", 10)
+            until(lambda: kinds(r.received())[("slow", "stuck")], "the slow event", 30)
+            (event,) = r.received()
+        finally:
+            frozen.signal(signal.SIGCONT)
+        assert (event.json()["node"], event.json()["attempt"]) == (owner, 1)
+        # Both nodes go on passing while the run goes on; once it has ended, still one.
+        until(lambda: finished(settings, "stuck"), "the run's end", 60)
+    assert len(fleet.sql("SELECT id FROM alert_events WHERE event = 'slow'")) == 1
