@@ -1,8 +1,9 @@
 """Expectations end to end: two real node processes run jobs whose runs are slow, too fast,
-or whose metrics (from ``ctx.metric`` and a shell command's ``$PULSE_METRICS_FILE``) fail
-their ``--assert``; each event reaches a real HTTP receiver once, though both nodes run the
-late pass every few seconds while the slow run goes on. No sleeps: every step waits for
-what it needs to see, with a deadline.
+past their wall-clock deadline, or whose metrics (from ``ctx.metric`` and a shell command's
+``$PULSE_METRICS_FILE``) fail their ``--assert``; each event reaches a real HTTP receiver
+once, though both nodes run the late pass every few seconds while the run goes on, and a
+frozen (SIGSTOPped) node's slow run is reported by the other. No sleeps: every step waits
+for what it needs to see, with a deadline.
 """
 
 from __future__ import annotations
@@ -10,7 +11,9 @@ from __future__ import annotations
 import asyncio
 import signal
 from collections import Counter
+from datetime import datetime, timedelta
 from typing import Any
+from zoneinfo import ZoneInfo
 
 import pytest
 
@@ -147,3 +150,41 @@ def test_a_frozen_nodes_slow_run_is_reported_by_another_node_once(
         # Both nodes go on passing while the run goes on; once it has ended, still one.
         until(lambda: finished(settings, "stuck"), "the run's end", 60)
     assert len(fleet.sql("SELECT id FROM alert_events WHERE event = 'slow'")) == 1
+
+
+@pytest.mark.slow
+def test_a_run_going_on_past_its_deadline_is_overdue_once(
+    fleet: Fleet, settings: ClusterSettings
+) -> None:
+    # The deadline is the next whole minute, in a zone other than UTC: the run goes on
+    # until a few passes after it.
+    zone = ZoneInfo("Asia/Kolkata")  # UTC+05:30: a wall clock half an hour off UTC's
+    now = datetime.now(zone)
+    boundary = now.replace(second=0, microsecond=0) + timedelta(minutes=1)
+    if (boundary - now).total_seconds() < 10:
+        boundary += timedelta(minutes=1)
+    hold_s = (boundary - now).total_seconds() + 12
+    init_cluster(
+        settings,
+        JobSpec.build("nightly", "@every 1h", WITNESS, tz="Asia/Kolkata",
+                      deadline=boundary.strftime("%H:%M"), payload={"sleep_s": hold_s}),
+    )  # fmt: skip
+    allow_local(settings)
+    with receiver() as r:
+
+        async def rule() -> None:
+            async with AlertStore.open(settings) as alerts:
+                await alerts.add_rule(AlertRule.build("ops", r.url, events="overdue"))
+
+        asyncio.run(rule())
+        for node_id, zone_name in (("n1", "a"), ("n2", "b")):
+            fleet.start(node_id, zone_name)
+        store_call(settings, lambda s: s.trigger("nightly"))
+        until(lambda: kinds(r.received())[("overdue", "nightly")], "the overdue event", 100)
+        arrived = datetime.now(zone)
+        until(lambda: finished(settings, "nightly"), "the run's end", 60)
+    assert arrived >= boundary  # not before the deadline
+    (event,) = r.received()
+    detail = f"still running at its {boundary:%H:%M} deadline (Asia/Kolkata)"
+    assert event.json()["summary"].endswith(detail)
+    assert len(fleet.sql("SELECT id FROM alert_events WHERE event = 'overdue'")) == 1
