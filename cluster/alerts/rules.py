@@ -25,7 +25,19 @@ from cluster.config.mailserver import mail_address
 from cluster.errors import InvalidInput
 from cluster.jobs.fields import check_text, validate_name
 
-EVENTS = ("failed", "recovered", "lost", "late", "skipped", "paused")
+EVENTS = (
+    "failed",
+    "recovered",
+    "lost",
+    "late",
+    "skipped",
+    "paused",
+    # Expectations of runs (docs/jobs.md): raised once per run.
+    "slow",
+    "overdue",
+    "too_fast",
+    "assertion_failed",
+)
 FORMATS = ("json", "slack", "pagerduty", "email")
 PAGERDUTY_URL = "https://events.pagerduty.com/v2/enqueue"  # Events API v2
 MAILTO = "mailto:"  # an email rule's recipients, stored in its url

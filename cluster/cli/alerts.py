@@ -48,7 +48,8 @@ def with_alerts(fn: Callable[..., Coroutine[Any, Any, T]]) -> Callable[..., T]:
 
 @click.group(cls=PulseGroup)
 def alerts() -> None:
-    """Alert rules: who hears about failed, recovered, lost, late, skipped and paused."""
+    """Alert rules: who hears about failed, recovered, lost, late, skipped, paused, slow,
+    overdue, too_fast and assertion_failed."""
 
 
 @alerts.command("add")

@@ -18,6 +18,7 @@ from cluster.cli.base import (
     tenant_option,
     with_store,
 )
+from cluster.cli.expectations import expectation_options
 from cluster.errors import InvalidInput
 from cluster.jobs import fields, handlerrefs, shellrefs
 from cluster.jobs.files import load_specs
@@ -142,6 +143,7 @@ for _command in (*jobviews.COMMANDS, *jobhistory.COMMANDS, triggers.trigger_job)
     show_default=True,
     help="An upstream slot failed: block | run | skip.",
 )
+@expectation_options
 @click.option("--json", "as_json", is_flag=True, help="Print the job as JSON.")
 @with_store
 async def add_job(store: JobStore, name: str, as_json: bool, **options: Any) -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 from datetime import UTC, datetime
+from typing import Any
 
 import click
 
@@ -121,6 +122,9 @@ async def show_job(
             for line in more:
                 click.echo(f"{'':<20}{line}")
             continue
+        if key == "health":  # last success, next slot, expectation state
+            click.echo(f"{'health:':<18}{_health(value)}")
+            continue
         shown = json.dumps(value, ensure_ascii=False) if isinstance(value, dict) else value
         if isinstance(value, list):  # upstreams, downstreams
             shown = ", ".join(value) or None
@@ -136,6 +140,15 @@ async def show_job(
     for run in recent:
         node = run["node_id"] or "-"
         click.echo(f"  {run['scheduled_for']}  {run['status']:<9} attempt {run['attempt']}  {node}")
+
+
+def _health(h: dict[str, Any]) -> str:
+    state = h["state"] or "-"
+    if h["state_at"]:
+        state += f" since {h['state_at']}"
+    return f"last success {h['last_success'] or '-'}, next slot {h['next_slot'] or '-'}, " + (
+        f"expectations {state}"
+    )
 
 
 @click.command("graph", cls=PulseCommand)

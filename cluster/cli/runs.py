@@ -98,7 +98,7 @@ def show_run(ctx: click.Context, name: str, tenant: str, slot: str | None, as_js
         async with JobStore.open(settings_of(ctx)) as store:
             found = await store.run(name, tenant, slot=when)
         if as_json:
-            emit_json({**found.to_json(), "output": found.output_json()})
+            emit_json({**found.to_json(), "output": found.output_json(), "metrics": found.metrics})
         else:
             _print_run(found)
 
@@ -149,6 +149,9 @@ def _print_run(r: Run) -> None:
     output = r.output_json()
     if output["truncated"]:
         fields.append(["truncated", ", ".join(output["truncated"])])
+    metrics = r.metrics
+    if metrics:
+        fields.append(["metrics", ", ".join(f"{k}={v:g}" for k, v in sorted(metrics.items()))])
     table(fields)
     shown = False
     for part in ("stdout", "stderr", "result", "log"):

@@ -40,6 +40,22 @@ def iso(value: datetime | None) -> str | None:
     return value.isoformat() if value is not None else None
 
 
+_EXPECT_KEYS = ("expect_max_s", "expect_min_s", "deadline", "expect_baseline", "asserts")
+_NO_EXPECTATIONS: dict[str, Any] = {
+    **{"assert" if k == "asserts" else k: None for k in _EXPECT_KEYS},
+    "assert_fails": False,
+}
+
+
+def expectations_of(row: dict[str, Any]) -> dict[str, Any] | None:
+    """A job row's expectations under their JSON keys (``assert`` for ``asserts``), or
+    None when it has none."""
+    if all(row.get(k) is None for k in _EXPECT_KEYS):
+        return None
+    found = {"assert" if k == "asserts" else k: row.get(k) for k in _EXPECT_KEYS}
+    return {**found, "assert_fails": bool(row.get("assert_fails"))}
+
+
 @dataclass(frozen=True)
 class Job:
     id: UUID
@@ -94,6 +110,21 @@ class Job:
     max_runs: int | None = None  # done after this many runs (docs/jobs.md)
     runs_done: int = 0
     labels: dict[str, str] = field(default_factory=dict)  # key=value (docs/jobs.md#labels)
+    expect: dict[str, Any] | None = None  # its expectations (to_json's keys), None: none
+    last_success_at: datetime | None = None  # the newest slot that succeeded
+    # Health (docs/jobs.md): ok, slow, overdue, too_fast or assertion_failed, and since when.
+    expect_state: str | None = None
+    expect_state_at: datetime | None = None
+
+    def health(self) -> dict[str, Any]:
+        """What the console's jobs list shows: the last success, the next slot, and the
+        expectation state (None until a run of a job with expectations was judged)."""
+        return {
+            "last_success": iso(self.last_success_at),
+            "next_slot": iso(self.next_run_at),
+            "state": self.expect_state,
+            "state_at": iso(self.expect_state_at),
+        }
 
     def rule(self) -> CalendarRule | None:
         """The calendar the job plans with (its copy), or None."""
@@ -159,6 +190,10 @@ class Job:
             max_runs=row.get("max_runs"),
             runs_done=row.get("runs_done", 0),
             labels=row.get("labels") or {},
+            expect=expectations_of(row),
+            last_success_at=row.get("last_success_at"),
+            expect_state=row.get("expect_state"),
+            expect_state_at=row.get("expect_state_at"),
         )
 
     def to_json(self) -> dict[str, Any]:
@@ -212,6 +247,8 @@ class Job:
             "max_runs": self.max_runs,
             "runs_done": self.runs_done,
             "labels": self.labels,
+            **(self.expect or _NO_EXPECTATIONS),
+            "health": self.health(),
             "created_at": iso(self.created_at),
             "updated_at": iso(self.updated_at),
         }
@@ -291,3 +328,8 @@ class Run:
         found = self.output or {}
         parts: dict[str, Any] = {k: found.get(k) for k in ("stdout", "stderr", "result", "log")}
         return {**parts, "truncated": list(found.get("truncated") or [])}
+
+    @property
+    def metrics(self) -> dict[str, float]:
+        """The figures the run reported (``ctx.metric``, a shell's metrics file)."""
+        return dict((self.output or {}).get("metrics") or {})

@@ -81,6 +81,7 @@ class Registry:
 
     Options are the keys of a job file (``pulse jobs add``'s long options with
     underscores): ``tz``, ``payload``, ``catch_up``, ``grace``, ``timeout``, ``retries``...
+    (``asserts=`` for the job file's ``assert``).
     """
 
     def __init__(self, tenant: str = DEFAULT_TENANT) -> None:
@@ -168,6 +169,8 @@ class Registry:
         if self.tenant != DEFAULT_TENANT:
             mapping["tenant"] = self.tenant
         mapping.update(options)
+        if "asserts" in mapping:  # `assert` is a Python keyword: written `asserts=` here
+            mapping["assert"] = mapping.pop("asserts")
         spec = JobSpec.from_mapping(mapping)
         if spec.name in self._entries:
             raise InvalidInput(

@@ -13,6 +13,7 @@ from typing import Any
 
 from cluster.errors import InvalidInput
 from cluster.jobs import gates, schedules, shellrefs
+from cluster.jobs.expectations import expectations
 from cluster.jobs.fields import (
     DEFAULT_CANCEL_GRACE_S,
     DEFAULT_CATCH_UP,
@@ -93,6 +94,13 @@ class JobSpec:
     payload_schema: dict[str, Any] | None = None  # a JSON Schema (cluster.jobs.payloads)
     max_runs: int | None = None  # done after this many runs (cluster.jobs.schedules)
     labels: dict[str, str] = field(default_factory=dict)  # key=value (cluster.jobs.labels)
+    # Expectations of each run (cluster.jobs.expectations, docs/jobs.md).
+    expect_max_s: float | None = None
+    expect_min_s: float | None = None
+    deadline: str | None = None  # HH:MM in the job's zone
+    expect_baseline: float | None = None  # times the p95 of its kept successful runs
+    asserts: str | None = None  # checks of the run's metrics (cluster.jobs.assertions)
+    assert_fails: bool = False
 
     @classmethod
     def build(
@@ -135,6 +143,12 @@ class JobSpec:
         payload_schema: str | Mapping[str, Any] | None = None,
         max_runs: int | str | None = None,
         labels: Mapping[str, str] | str | Sequence[str] | None = None,
+        expect_max: str | float | None = None,
+        expect_min: str | float | None = None,
+        deadline: str | None = None,
+        expect_baseline: str | float | None = None,
+        asserts: str | None = None,
+        assert_fails: bool = False,
     ) -> JobSpec:
         """Validate every field; raise ``InvalidInput`` naming the first bad one."""
         name = validate_name(name)
@@ -193,6 +207,9 @@ class JobSpec:
             if parsed.ends and parsed.next_after(now) >= ENDED:
                 raise InvalidInput("schedules", "every schedule has ended: the job would never run")
             schedules.check_collisions(parsed, payload, now)
+        expected = expectations(
+            expect_max, expect_min, deadline, expect_baseline, asserts, assert_fails
+        )
         return cls(
             name=name,
             schedule=parsed.expr,
@@ -235,6 +252,12 @@ class JobSpec:
             payload_schema=schema,
             max_runs=schedules.check_max_runs(max_runs, parsed, overlap, each_zone),
             labels=labels_of(labels),
+            expect_max_s=expected.expect_max_s,
+            expect_min_s=expected.expect_min_s,
+            deadline=expected.deadline,
+            expect_baseline=expected.expect_baseline,
+            asserts=expected.asserts,
+            assert_fails=expected.assert_fails,
         )
 
     @classmethod
@@ -251,6 +274,8 @@ class JobSpec:
             "jitter", "remove_when_done", "calendar", "on_excluded", "business_day",
             "after", "after_match", "after_timeout", "after_failure", "payload_schema",
             "schedules", "max_runs", "labels",
+            "expect_max", "expect_min", "deadline", "expect_baseline", "assert", "asserts",
+            "assert_fails",
         }  # fmt: skip
         unknown = sorted(set(entry) - known)
         if unknown:
@@ -267,6 +292,10 @@ class JobSpec:
             raise InvalidInput("schedule", "missing")
         skipped = ("name", "schedule", "schedules", "handler")
         kwargs = {k: v for k, v in entry.items() if k not in skipped}
+        if "assert" in kwargs:  # a Python keyword: the argument is `asserts`
+            if "asserts" in kwargs:
+                raise InvalidInput("assert", "give assert or asserts, not both")
+            kwargs["asserts"] = kwargs.pop("assert")
         payload = kwargs.get("payload")
         if payload is not None and not isinstance(payload, Mapping | str):
             raise InvalidInput("payload", "must be a JSON object")
@@ -315,6 +344,12 @@ class JobSpec:
             payload_schema=self.payload_schema,
             max_runs=self.max_runs,
             labels=self.labels,
+            expect_max=self.expect_max_s,
+            expect_min=self.expect_min_s,
+            deadline=self.deadline,
+            expect_baseline=self.expect_baseline,
+            asserts=self.asserts,
+            assert_fails=self.assert_fails,
         )
 
     def parsed_schedule(self) -> Schedule:

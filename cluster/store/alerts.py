@@ -10,11 +10,13 @@ themselves are written by the statements that change the state they report (``co
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+import json
+from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
+from uuid import UUID
 
 from cluster.alerts.rules import AlertEvent, AlertRule
 from cluster.errors import InvalidInput, NotFound
@@ -23,6 +25,19 @@ from cluster.settings import ClusterSettings
 from cluster.store.side import Fetch, SideConnection
 
 DELIVERY_STATUSES = ("pending", "delivered", "failed")
+Row = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class ExpectMark:
+    """An expectation event (``slow``, ``overdue``) to raise for the run of one slot."""
+
+    job_id: UUID
+    slot: datetime
+    token: int
+    event: str
+    detail: str
+    flight: bool
 
 
 @dataclass(frozen=True)
@@ -238,3 +253,17 @@ class AlertStore:
         """Mark every slot that is late (in all ``shards``) once, raising its ``late`` event;
         returns the slots marked."""
         return await self._side.fetch("late_pass", {"shards": shards, "now": now})
+
+    async def expect_runs(self, baseline_runs: int, now: datetime | None = None) -> list[Row]:
+        """The runs going on of jobs with a time expectation (``expect_runs``)."""
+        params = {"baseline_runs": baseline_runs, "now": now}
+        return await self._side.fetch("expect_runs", params)
+
+    async def expect_mark(
+        self, marks: Sequence[ExpectMark], now: datetime | None = None
+    ) -> list[Row]:
+        """Raise each event for its run once (``expect_mark``); returns those raised now."""
+        rows = [
+            (m.job_id.hex, m.slot.isoformat(), m.token, m.event, m.detail, m.flight) for m in marks
+        ]
+        return await self._side.fetch("expect_mark", {"marks": json.dumps(rows), "now": now})

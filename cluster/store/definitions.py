@@ -235,6 +235,12 @@ class Definitions:
             "payload_schema": None if spec.payload_schema is None else Jsonb(spec.payload_schema),
             "max_runs": spec.max_runs,
             "labels": Jsonb(spec.labels),
+            "expect_max_s": spec.expect_max_s,
+            "expect_min_s": spec.expect_min_s,
+            "deadline": spec.deadline,
+            "expect_baseline": spec.expect_baseline,
+            "asserts": spec.asserts,
+            "assert_fails": spec.assert_fails,
         }
 
     async def _place(self, spec: JobSpec, shards: int, next_run_at: datetime) -> int | None:

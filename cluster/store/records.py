@@ -98,6 +98,8 @@ class ClaimedJob(NamedTuple):
     last_success: datetime | None = None  # the newest slot that succeeded
     state: dict[str, Any] | None = None  # what the last successful run left (ctx.state)
     origin: str | None = None  # why the slot runs (NULL: its schedule), for its trace span
+    asserts: str | None = None  # checks of the run's metrics (cluster.jobs.assertions)
+    assert_fails: bool = False  # a failed check fails the run rather than raising an alert
 
 
 _FIELDS = len(ClaimedJob._fields)
@@ -140,6 +142,8 @@ class Completion(NamedTuple):
     output: str | None = None  # the run's output object as JSON text (node.handlers.output)
     origin: str | None = None  # why the next slot runs: 'calendar' when the calendar moved it
     state: str | None = None  # ctx.state as JSON text when a successful run changed it
+    # Why the run's metrics failed its job's --assert: raises `assertion_failed` with it.
+    assertion: str | None = None
 
 
 @dataclass(frozen=True)
@@ -194,6 +198,7 @@ def complete_params(
             c.output,
             c.origin,
             c.state,
+            c.assertion,
         )
         for c in done
     ]
@@ -212,7 +217,7 @@ def flight_params(
 ) -> dict[str, Any]:
     """Parameters of ``complete_flights``: per attempt [job id, slot, token, outcome,
     error, duration_us, retry_at (the next attempt's time, null for a slot's last
-    attempt), output]."""
+    attempt), output, assertion]."""
     rows = [
         (
             c.id.hex,
@@ -223,6 +228,7 @@ def flight_params(
             None if c.duration_s is None else round(c.duration_s * 1e6),
             c.next_run_at.isoformat() if c.next_attempt > 1 else None,
             c.output,
+            c.assertion,
         )
         for c in done
     ]

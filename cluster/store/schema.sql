@@ -186,6 +186,21 @@ CREATE TABLE jobs (
     -- key=value labels (`--label`), a JSON object of strings; blackout windows by label.
     labels           jsonb NOT NULL DEFAULT '{}'::jsonb
                      CONSTRAINT jobs_labels_check CHECK (jsonb_typeof(labels) = 'object'),
+    -- Expectations (docs/design/expectations.md): how long a run may take, a wall-clock
+    -- deadline in the job's zone, a bound relative to its kept runs, checks of its metrics.
+    -- expect_marks: the events raised for the run of expect_slot (once per run);
+    -- expect_state: the job's health, since expect_state_at.
+    expect_max_s     double precision CHECK (expect_max_s > 0),
+    expect_min_s     double precision CHECK (expect_min_s > 0),
+    deadline         text CHECK (deadline ~ '^([01][0-9]|2[0-3]):[0-5][0-9]$'),
+    expect_baseline  double precision CHECK (expect_baseline >= 1),
+    asserts          text CHECK (asserts <> ''),
+    assert_fails     boolean NOT NULL DEFAULT false,
+    expect_slot      timestamptz,
+    expect_marks     text[],
+    expect_state     text CHECK (expect_state IN ('ok', 'slow', 'overdue', 'too_fast',
+                                                  'assertion_failed')),
+    expect_state_at  timestamptz,
     -- The definition's revision (job_revisions; docs/design/revisions.md), and the one the
     -- slot in flight was claimed under, copied by the claim for the run row.
     revision         integer NOT NULL DEFAULT 1,
@@ -204,6 +219,9 @@ CREATE INDEX jobs_children ON jobs (parent_id) WHERE parent_id IS NOT NULL;
 -- Every node reads the each-zone parents every few seconds: a probe, not a scan.
 CREATE INDEX jobs_each_zone ON jobs (id) WHERE each_zone;
 CREATE INDEX jobs_calendar ON jobs (calendar) WHERE calendar IS NOT NULL;
+-- The late pass's expectations probe (node/maintenance/lateness.py).
+CREATE INDEX jobs_expecting ON jobs (id)
+    WHERE expect_max_s IS NOT NULL OR deadline IS NOT NULL OR expect_baseline IS NOT NULL;
 
 
 -- == Backfills ===========================================================================
@@ -260,6 +278,8 @@ CREATE TABLE flights (
     backfill_id      bigint REFERENCES backfills (id) ON DELETE SET NULL,
     -- The tenant, if it has a limit: a flight deleted with its job can no longer look it up.
     limit_tenant     text,
+    -- The expectation events raised for this slot's run (migration 024).
+    expect_marks     text[],
     -- The job's revision when the flight was made, for its run row.
     revision         integer,
     -- The slot's input, when one was given (trigger --payload, a rerun); NULL: the job's.
@@ -432,7 +452,9 @@ CREATE TABLE alert_rules (
 CREATE TABLE alert_events (
     id         uuid PRIMARY KEY DEFAULT gen_random_uuid(),
     event      text NOT NULL
-               CHECK (event IN ('failed', 'recovered', 'lost', 'late', 'skipped', 'paused')),
+               CONSTRAINT alert_events_event_check
+               CHECK (event IN ('failed', 'recovered', 'lost', 'late', 'skipped', 'paused',
+                                'slow', 'overdue', 'too_fast', 'assertion_failed')),
     job_id     uuid,
     tenant_id  text NOT NULL,
     job_name   text NOT NULL,

@@ -19,6 +19,8 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, NamedTuple
 from uuid import UUID
 
+from cluster.errors import InvalidInput
+from cluster.jobs.assertions import MAX_METRICS, metric_name, metric_value
 from cluster.jobs.fields import DEFAULT_CANCEL_GRACE_S, DEFAULT_OUTPUT_LIMIT
 from node.handlers.output import RunLog, compose, storable
 
@@ -78,6 +80,8 @@ class RunContext:
     # Set by the executor once the run's outcome is reported (node.handlers.effects reads it).
     _reported: bool = field(default=False, init=False, repr=False, compare=False)
     _transaction_used: bool = field(default=False, init=False, repr=False, compare=False)
+    # ctx.metric's figures, made on first use (most runs report none).
+    _metrics: dict[str, float] | None = field(default=None, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "_log", RunLog(self.output_limit))
@@ -141,6 +145,24 @@ class RunContext:
             object.__setattr__(self, "_transaction_used", True)
         return self.effects.transaction(self)
 
+    def metric(self, name: str, value: float) -> None:
+        """Keep a figure with the run (``pulse runs show``), checked by the job's
+        ``--assert``: a name of lowercase letters, digits, ``_`` and ``.``, a finite number;
+        the last value of a name counts, at most 32 names per run. ``ValueError`` if bad."""
+        try:
+            name = metric_name(name)
+            number = metric_value(value, name)
+        except InvalidInput as exc:
+            raise ValueError(str(exc)) from None
+        with _CANCEL_LOCK:
+            found = self._metrics
+            if found is None:
+                found = {}
+                object.__setattr__(self, "_metrics", found)
+            if name not in found and len(found) >= MAX_METRICS:
+                raise ValueError(f"metric: at most {MAX_METRICS} metrics per run")
+            found[name] = number
+
     def log(self, message: str) -> None:
         """Add a line to the run's recorded output (``pulse runs show``); from any thread.
         The newest lines within the job's output limit are kept."""
@@ -165,6 +187,7 @@ class Outcome(NamedTuple):
     duration_s: float
     output: str | None = None  # JSON text of the run's output object (node.handlers.output.compose)
     state: str | None = None  # ctx.state as JSON text, when a successful run changed it
+    metrics: dict[str, float] | None = None  # what the run reported (ctx.metric)
 
 
 class RunCancelled(Exception):
@@ -205,7 +228,8 @@ def finished(
             state = ctx._changed_state()
         except ValueError as exc:  # the run's work is done, but its cursor cannot be kept
             return Outcome("failed", str(exc), duration_s, output_of(ctx, result))
-        return Outcome("succeeded", None, duration_s, output_of(ctx, result), state)
+        output = output_of(ctx, result)
+        return Outcome("succeeded", None, duration_s, output, state, ctx._metrics)
     if isinstance(error, Skip):
         reason = storable(str(error)[-MAX_ERROR_CHARS:] or "skipped by its handler")[0]
         return Outcome("skipped", reason, duration_s, output_of(ctx))
@@ -217,4 +241,4 @@ def timed_out(ctx: RunContext, timeout_s: float, duration_s: float) -> Outcome:
 
 
 def output_of(ctx: RunContext, result: Any = None) -> str | None:
-    return compose(result=result, log=ctx._log, limit=ctx.output_limit)
+    return compose(result=result, log=ctx._log, metrics=ctx._metrics, limit=ctx.output_limit)

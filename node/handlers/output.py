@@ -1,6 +1,7 @@
 """What a run produced, kept within the job's ``output_limit`` (bytes of UTF-8 per part).
 
-A run's output is one JSON object, ``{"stdout", "stderr", "result", "log", "truncated"}``,
+A run's output is one JSON object, ``{"stdout", "stderr", "result", "log", "truncated"}``
+(and ``"metrics"`` when the run reported some),
 written with its completion into ``runs.output``; a run that produced nothing writes NULL.
 A shell stream keeps its last bytes (``TailBuffer``: a chatty command never holds more), a
 Python handler's return value its first bytes (or its ``repr`` when it is not JSON), and
@@ -176,12 +177,14 @@ def compose(
     stderr: TailBuffer | None = None,
     result: Any = None,
     log: RunLog | None = None,
+    metrics: dict[str, float] | None = None,
     limit: int,
 ) -> str | None:
     """The output object of a run as JSON text, or None when it produced nothing (or its
-    job keeps no output)."""
+    job keeps no output). Metrics are kept whatever the limit: they are bounded in number
+    and size (``cluster.jobs.assertions``)."""
     if limit <= 0:
-        return None
+        return None if not metrics else '{"metrics": ' + json.dumps(metrics) + "}"
     parts: dict[str, str] = {}
     truncated: list[str] = []
     for name, stream in (("stdout", stdout), ("stderr", stderr)):
@@ -201,7 +204,8 @@ def compose(
             parts["log"] = json.dumps(lines, ensure_ascii=False)
             if cut:
                 truncated.append("log")
-    if not parts:
+    if not parts and not metrics:
         return None
     body = ", ".join(f'"{name}": {parts.get(name, "null")}' for name in PARTS)
-    return "{" + body + f', "truncated": {json.dumps(truncated)}' + "}"
+    kept = f', "metrics": {json.dumps(metrics)}' if metrics else ""
+    return "{" + body + f', "truncated": {json.dumps(truncated)}' + kept + "}"

@@ -2,7 +2,8 @@
 the argv form run with exec and no shell. A subprocess in its own process group, with a
 minimal environment (``PATH``, ``HOME``, the locale, the run's identity in ``PULSE_*``
 variables and the variables its ``env`` list names: never the node's database or Redis
-URL), its stdout and stderr read while it runs (so a full pipe never blocks it), killed
+URL; ``PULSE_METRICS_FILE`` names where it may report metrics, ``node.handlers.metricsfile``),
+its stdout and stderr read while it runs (so a full pipe never blocks it), killed
 with its group on timeout. A cancelled run's group gets SIGTERM, then SIGKILL after the
 job's cancel grace.
 """
@@ -21,6 +22,7 @@ from typing import Any
 from cluster.errors import InvalidInput
 from cluster.jobs import shellrefs
 from cluster.jobs.shellrefs import RESERVED_PREFIX, ShellCommand
+from node.handlers import metricsfile
 from node.handlers.context import MAX_ERROR_CHARS, HandlerError, Outcome, RunContext
 from node.handlers.output import TailBuffer, compose
 
@@ -32,7 +34,7 @@ DRAIN_AFTER_KILL_S = 1.0
 BASICS = ("HOME", "LANG", "LC_ALL", "TZ")
 
 
-def _shell_env(ctx: RunContext, names: tuple[str, ...]) -> dict[str, str]:
+def _shell_env(ctx: RunContext, names: tuple[str, ...], metrics: str) -> dict[str, str]:
     """What the process sees: the basics, the variables the job names, the run's own."""
     env = {"PATH": os.environ.get("PATH", os.defpath)}
     for name in (*BASICS, *names):
@@ -49,6 +51,7 @@ def _shell_env(ctx: RunContext, names: tuple[str, ...]) -> dict[str, str]:
             "PULSE_IDEMPOTENCY_KEY": ctx.idempotency_key,
             "PULSE_DEADLINE": ctx.deadline.isoformat(),
             "PULSE_NODE_ID": ctx.node_id,
+            "PULSE_METRICS_FILE": metrics,
         }
     )
     if ctx.traceparent is not None:  # the attempt's span (--otel), the W3C way
@@ -56,12 +59,14 @@ def _shell_env(ctx: RunContext, names: tuple[str, ...]) -> dict[str, str]:
     return env
 
 
-def _spawn(found: ShellCommand, ctx: RunContext) -> Awaitable[asyncio.subprocess.Process]:
+def _spawn(
+    found: ShellCommand, ctx: RunContext, metrics: str
+) -> Awaitable[asyncio.subprocess.Process]:
     options: dict[str, Any] = {
         "stdin": asyncio.subprocess.DEVNULL,
         "stdout": asyncio.subprocess.PIPE if ctx.output_limit > 0 else asyncio.subprocess.DEVNULL,
         "stderr": asyncio.subprocess.PIPE,
-        "env": _shell_env(ctx, found.env),
+        "env": _shell_env(ctx, found.env, metrics),
         "start_new_session": True,
     }
     if found.argv is not None:
@@ -77,7 +82,8 @@ async def run_shell(ref: str, ctx: RunContext, timeout_s: float, started: float)
         found = shellrefs.parse(ref)
     except InvalidInput as exc:
         raise HandlerError(f"bad shell handler: {exc.problem}") from exc
-    spawn = asyncio.ensure_future(_spawn(found, ctx))
+    metrics_path = metricsfile.new_path()
+    spawn = asyncio.ensure_future(_spawn(found, ctx, metrics_path))
     early: asyncio.CancelledError | None = None
     try:
         proc = await asyncio.shield(spawn)
@@ -110,6 +116,7 @@ async def run_shell(ref: str, ctx: RunContext, timeout_s: float, started: float)
         for pump in pumps:
             pump.cancel()
         await proc.wait()
+        metrics = metricsfile.take(metrics_path)
         if isinstance(exc, asyncio.CancelledError):
             task = asyncio.current_task()
             if not ctx.is_cancelled or task is None:
@@ -119,18 +126,19 @@ async def run_shell(ref: str, ctx: RunContext, timeout_s: float, started: float)
                 "cancelled",
                 "cancelled; process group terminated",
                 time.monotonic() - started,
-                compose(stdout=stdout, stderr=stderr, limit=limit),
+                compose(stdout=stdout, stderr=stderr, metrics=metrics, limit=limit),
             )
         return Outcome(
             "timed_out",
             f"timed out after {timeout_s:g}s; process group killed",
             time.monotonic() - started,
-            compose(stdout=stdout, stderr=stderr, limit=limit),
+            compose(stdout=stdout, stderr=stderr, metrics=metrics, limit=limit),
         )
     duration = time.monotonic() - started
-    output = compose(stdout=stdout, stderr=stderr, limit=limit)
+    metrics = metricsfile.take(metrics_path)
+    output = compose(stdout=stdout, stderr=stderr, metrics=metrics, limit=limit)
     if proc.returncode == 0:
-        return Outcome("succeeded", None, duration, output)
+        return Outcome("succeeded", None, duration, output, None, metrics)
     tail = stderr.text(4 * MAX_ERROR_CHARS)[0] or ""
     tail = tail.strip()[-MAX_ERROR_CHARS:]
     return Outcome(

@@ -31,6 +31,7 @@ from cluster.store.completions import Completions
 from cluster.store.records import ClaimedJob, Completion, Skip
 from node.handlers.context import Outcome
 from node.handlers.effects import Effects, Pending
+from node.pipeline.checks import checked
 from node.pipeline.clock import DbClock
 from node.pipeline.outcomes import after_run, broken
 from node.pipeline.pacing import Pacing
@@ -96,11 +97,16 @@ class Completer:
         self.submit(job, broken(job, exc, self._clock.now()), [])
 
     def run_done(self, job: ClaimedJob, outcome: Outcome) -> None:
+        assertion = None
+        if job.asserts is not None:
+            outcome, assertion = checked(job, outcome)
         try:
             done, skips = after_run(job, outcome, self._clock.now())
         except PulseError as exc:
             self.reject(job, exc)
             return
+        if assertion is not None:
+            done = done._replace(assertion=assertion)
         self._stats.outcomes[outcome.status] += 1
         if done.next_attempt > job.attempt:
             self._stats.retries += 1

@@ -18,3 +18,8 @@ def fails_once(ctx: RunContext) -> None:
         return
     os.close(fd)
     raise RuntimeError("first run fails")
+
+
+def counts(ctx: RunContext) -> None:
+    """Reports ``payload["rows"]`` as the metric ``rows``."""
+    ctx.metric("rows", ctx.payload.get("rows", 0))

@@ -1174,3 +1174,31 @@ def test_a_tenant_token_cannot_trigger_another_tenants_job_with_input(api: Api) 
         finally:
             with api.as_("admin") as admin:
                 admin.delete("/api/jobs/globex/regional")
+
+
+# --- Expectations --------------------------------------------------------------------------
+
+
+def test_an_assert_holding_python_is_refused_and_nothing_is_written(api: Api) -> None:
+    """``--assert`` is read by a parser of names, comparisons and numbers: code in it is bad
+    input, never run on a node; so are expectations that cannot hold together."""
+    before = written(api)
+    base = {"schedule": "0 9 * * *", "handler": "shell:/bin/true"}
+    bodies = [
+        {**base, "name": "x1", "assert": "__import__('os').system('id') > 0"},
+        {**base, "name": "x2", "assert": "rows > 0 or exec('1')"},
+        {**base, "name": "x3", "assert": "ROWS > 0"},
+        {**base, "name": "x4", "expect_min": "10m", "expect_max": "1m"},
+        {**base, "name": "x5", "deadline": "25:00"},
+        {**base, "name": "x6", "assert_fails": True},
+    ]
+    with allowed(api, "shell:/bin/true"), api.as_("admin") as admin:
+        answers = [admin.post("/api/jobs", json=body) for body in bodies]
+    fields = []
+    for answer in answers:
+        assert answer.status_code == 422, answer.text
+        assert "\n" not in answer.json()["message"]
+        fields.append(answer.json()["field"])
+    assert fields == ["assert", "assert", "assert", "expect_min", "deadline", "assert_fails"]
+    assert written(api) == before
+    assert_no_secret(api, answers, *api.tokens.values())

@@ -20,6 +20,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from cluster.jobs.spec import JobSpec
 from cluster.settings import ClusterSettings
 from cluster.store.jobs import JobStore
 from cluster.timing.calendars import Calendar
@@ -370,3 +371,51 @@ def test_the_job_page_shows_its_history_and_rolls_back(console: Console, tmp_pat
     with console.api() as api:
         assert api.get("/api/jobs/default/versioned").json()["schedule"] == "0 3 * * *"
     screenshot(console.browser, tmp_path, "history")
+
+
+def test_the_jobs_list_and_page_show_each_jobs_health(console: Console, tmp_path: Path) -> None:
+    """A run that ends too soon, and one whose metrics fail its --assert: the jobs list and
+    the job's page show the last success and the expectation state; the run's output shows
+    its metrics."""
+    assert console.settings is not None
+    settings = console.settings
+
+    async def create() -> None:
+        async with JobStore.open(settings) as store:
+            await store.add(
+                JobSpec.build("hasty", "0 3 * * *", "cluster.chaos.witness:record",
+                              expect_min="1h")
+            )  # fmt: skip
+            await store.add(
+                JobSpec.build("counted", "0 3 * * *", "tests.e2e.alert_handlers:counts",
+                              payload={"rows": 0}, asserts="rows > 0")
+            )  # fmt: skip
+
+    asyncio.run(create())
+    with console.api() as api:
+        for name in ("hasty", "counted"):
+            assert api.post(f"/api/jobs/default/{name}/trigger").status_code == 200
+
+        def states() -> dict[str, str | None]:
+            jobs = api.get("/api/jobs").json()["jobs"]
+            return {
+                j["name"]: j["health"]["state"] for j in jobs if j["name"] in ("hasty", "counted")
+            }
+
+        until(
+            lambda: states() == {"hasty": "too_fast", "counted": "assertion_failed"},
+            "both runs judged",
+            60,
+        )
+    console.open("#/jobs?q=hasty")
+    until(lambda: console.text("a.job-link") == "hasty", "the job in the list", 20)
+    until(lambda: "too_fast since" in console.text("#jobs td.health"), "its state", 20)
+    assert console.attributes("#jobs td.health", "data-state") == ["too_fast"]
+    screenshot(console.browser, tmp_path, "jobs-health")
+    console.open("#/job/default/counted")
+    until(lambda: console.text("#job-name") == "counted", "the job's page", 20)
+    until(lambda: "assertion_failed since" in console.text("#job-expectation"), "its state", 20)
+    assert console.text("#job-health tbody td") != "-"  # its last success
+    console.click("#job-runs button")
+    until(lambda: console.text("#run-metrics") == "rows=0", "the run's metrics", 20)
+    screenshot(console.browser, tmp_path, "job-health")

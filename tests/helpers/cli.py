@@ -113,6 +113,8 @@ JOB_KEYS = {
     "calendar", "on_excluded", "business_day", "paused_until", "revision",
     "payload_schema",
     "schedules", "max_runs", "runs_done", "labels",
+    "expect_max_s", "expect_min_s", "deadline", "expect_baseline", "assert", "assert_fails",
+    "health",
 }  # fmt: skip
 
 

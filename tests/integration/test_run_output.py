@@ -204,7 +204,8 @@ def test_pulse_runs_show(settings: ClusterSettings) -> None:
     result = show(settings, "talks", "--json")
     assert result.exit_code == 0, result.output
     shown = json.loads(result.stdout)
-    assert set(shown) == RUN_KEYS | {"output"}
+    assert set(shown) == RUN_KEYS | {"output", "metrics"}
+    assert shown["metrics"] == {}
     assert (shown["status"], shown["error"], shown["scheduled_for"]) == (
         "failed", "exit status 1", at(10).isoformat(),
     )  # fmt: skip

@@ -98,8 +98,11 @@ EXPECTED: dict[str, dict[str, str]] = {
         "None, calendar_rule: 'str | None' = None, paused_until: 'datetime | "
         "None' = None, revision: 'int' = 1, payload_schema: 'dict[str, Any] | "
         "None' = None, max_runs: 'int | None' = None, runs_done: 'int' = 0, "
-        "labels: 'dict[str, str]' = <factory>) -> None",
+        "labels: 'dict[str, str]' = <factory>, expect: 'dict[str, Any] | None' = "
+        "None, last_success_at: 'datetime | None' = None, expect_state: 'str | "
+        "None' = None, expect_state_at: 'datetime | None' = None) -> None",
         "from_row": "(cls, row: 'dict[str, Any]') -> 'Job'",
+        "health": "(self) -> 'dict[str, Any]'",
         "parsed_schedule": "(self) -> 'Schedule'",
         "rule": "(self) -> 'CalendarRule | None'",
         "to_json": "(self) -> 'dict[str, Any]'",
@@ -121,7 +124,10 @@ EXPECTED: dict[str, dict[str, str]] = {
         "after_match: 'str' = 'same', after_timeout_s: 'float | None' = None, "
         "after_failure: 'str' = 'block', payload_schema: 'dict[str, Any] | None' "
         "= None, max_runs: 'int | None' = None, labels: 'dict[str, str]' = "
-        "<factory>) -> None",
+        "<factory>, expect_max_s: 'float | None' = None, expect_min_s: 'float | "
+        "None' = None, deadline: 'str | None' = None, expect_baseline: 'float | "
+        "None' = None, asserts: 'str | None' = None, assert_fails: 'bool' = "
+        "False) -> None",
         "build": "(cls, name: 'str', schedule: 'str | Sequence[str | Mapping[str, Any]]', "
         "handler: 'str | Mapping[str, Any]', *, tenant: 'str' = 'default', tz: "
         "'str' = 'UTC', payload: 'str | Mapping[str, Any] | None' = None, "
@@ -140,8 +146,11 @@ EXPECTED: dict[str, dict[str, str]] = {
         "None' = None, after_match: 'str' = 'same', after_timeout: 'str | float |"
         " None' = None, after_failure: 'str' = 'block', payload_schema: 'str | "
         "Mapping[str, Any] | None' = None, max_runs: 'int | str | None' = None, "
-        "labels: 'Mapping[str, str] | str | Sequence[str] | None' = None) -> "
-        "'JobSpec'",
+        "labels: 'Mapping[str, str] | str | Sequence[str] | None' = None, "
+        "expect_max: 'str | float | None' = None, expect_min: 'str | float | "
+        "None' = None, deadline: 'str | None' = None, expect_baseline: 'str | "
+        "float | None' = None, asserts: 'str | None' = None, assert_fails: 'bool'"
+        " = False) -> 'JobSpec'",
         "from_mapping": "(cls, entry: 'Mapping[str, Any]') -> 'JobSpec'",
         "parsed_schedule": "(self) -> 'Schedule'",
         "validated": "(self) -> 'JobSpec'",
@@ -269,6 +278,7 @@ EXPECTED: dict[str, dict[str, str]] = {
         "traceparent: 'str | None' = None, schedule_entry: 'int | None' = None) "
         "-> None",
         "log": "(self, message: 'str') -> 'None'",
+        "metric": "(self, name: 'str', value: 'float') -> 'None'",
         "raise_if_cancelled": "(self) -> 'None'",
         "set_state": "(self, state: 'dict[str, Any]') -> 'None'",
         "transaction": "(self) -> 'RunTransaction'",

@@ -44,6 +44,12 @@ SAMPLES: dict[str, Any] = {
     "paused": True,
     "max_runs": 3,
     "labels": {"team": "billing"},
+    "expect_max": "10m",
+    "expect_min": "30s",
+    "deadline": "06:00",
+    "expect_baseline": "3x",
+    "asserts": "rows > 0",
+    "assert_fails": False,  # alone it needs an assert; together with the one above it holds
 }
 SET_BY_REGISTRY = {"name", "schedule", "schedules", "at", "handler", "tenant", "as_json"}
 

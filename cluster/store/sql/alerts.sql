@@ -141,3 +141,86 @@ marked AS (
                           || 's after it was due (late after ' || j.late_after_s || 's)')
 )
 SELECT id, tenant_id, name, slot_at, late_s FROM marked;
+
+-- name: expect_runs
+-- The runs going on now of jobs that expect them to end within a time (expect_max_s,
+-- deadline, expect_baseline): the job's claim or its running flights, with the events
+-- already raised for each and, for a baseline, the p95 of the newest kept successful runs.
+-- A probe of jobs_expecting: jobs without such expectations are never read.
+WITH clock AS (
+    SELECT coalesce(%(now)s::timestamptz, now()) AS t
+)
+SELECT j.id, j.tenant_id, j.name, j.tz, j.deadline, j.expect_max_s, j.expect_baseline,
+       r.slot, r.lease_token, r.flight, r.marks, k.t AS db_now,
+       extract(epoch FROM k.t - greatest(r.locked_at, r.due))::float8 AS running_s,
+       b.p95_s, coalesce(b.runs, 0) AS baseline_runs
+FROM jobs j
+CROSS JOIN clock k
+CROSS JOIN LATERAL (
+    SELECT j.slot_at AS slot, j.lease_token, j.locked_at, j.next_run_at AS due,
+           false AS flight,
+           CASE WHEN j.expect_slot = j.slot_at THEN j.expect_marks END AS marks
+    -- An `allow` job's row runs only until its claim is handed to a flight: the flight's.
+    WHERE j.status = 'running' AND j.locked_at IS NOT NULL AND j.overlap <> 'allow'
+    UNION ALL
+    SELECT f.slot, f.lease_token, f.locked_at, f.due_at, true, f.expect_marks
+    FROM flights f WHERE f.job_id = j.id AND f.status = 'running'
+) AS r
+LEFT JOIN LATERAL (
+    SELECT percentile_cont(0.95) WITHIN GROUP (ORDER BY x.duration_s) AS p95_s,
+           count(*) AS runs
+    FROM (SELECT u.duration_s FROM runs u
+          WHERE u.job_id = j.id AND u.status = 'succeeded' AND u.duration_s IS NOT NULL
+          ORDER BY u.scheduled_for DESC LIMIT %(baseline_runs)s) AS x
+) AS b ON j.expect_baseline IS NOT NULL
+WHERE (j.expect_max_s IS NOT NULL OR j.deadline IS NOT NULL OR j.expect_baseline IS NOT NULL)
+ORDER BY j.id, r.slot;
+
+-- name: expect_mark
+-- Raises each given event (`slow`, `overdue`) for the run of its slot, once: the marks on
+-- the job row (for the slot in expect_slot) or on the flight are re-checked on the locked
+-- row, so a pass of another node that marked it meanwhile, or a run that ended, changes
+-- nothing (tests/integration/test_expectations.py). At most one event per run per call.
+-- Per event: [job id, slot, lease token, event, detail, flight].
+WITH clock AS (
+    SELECT coalesce(%(now)s::timestamptz, now()) AS t
+),
+input AS MATERIALIZED (
+    SELECT (e->>0)::uuid AS id, (e->>1)::timestamptz AS slot, (e->>2)::bigint AS token,
+           e->>3 AS event, e->>4 AS detail, (e->>5)::boolean AS flight
+    FROM json_array_elements(%(marks)s::json) AS e
+),
+claims AS (
+    UPDATE jobs j SET
+        expect_marks = CASE WHEN j.expect_slot = i.slot
+                            THEN array_append(j.expect_marks, i.event)
+                            ELSE ARRAY[i.event] END,
+        expect_slot = i.slot,
+        expect_state = i.event,
+        expect_state_at = k.t
+    FROM input i, clock k
+    WHERE NOT i.flight AND j.id = i.id AND j.status = 'running' AND j.slot_at = i.slot
+      AND j.lease_token = i.token
+      AND NOT coalesce(j.expect_slot = i.slot AND i.event = ANY(j.expect_marks), false)
+    RETURNING j.id, i.slot, i.event,
+              raise_alert(i.event, j.id, j.tenant_id, j.name, i.slot, j.attempt, j.locked_by,
+                          j.locked_zone, NULL, i.detail)
+),
+flown AS (
+    UPDATE flights f SET expect_marks = array_append(f.expect_marks, i.event)
+    FROM input i, jobs j
+    WHERE i.flight AND f.job_id = i.id AND f.slot = i.slot AND f.status = 'running'
+      AND f.lease_token = i.token AND j.id = f.job_id
+      AND NOT coalesce(i.event = ANY(f.expect_marks), false)
+    RETURNING f.job_id AS id, f.slot, i.event,
+              raise_alert(i.event, j.id, j.tenant_id, j.name, f.slot, f.attempt, f.locked_by,
+                          f.locked_zone, NULL, i.detail)
+),
+flown_health AS (
+    UPDATE jobs j SET expect_state = m.event, expect_state_at = k.t
+    FROM (SELECT DISTINCT ON (id) id, event FROM flown ORDER BY id, slot DESC) AS m, clock k
+    WHERE j.id = m.id
+)
+SELECT id, slot, event FROM claims
+UNION ALL
+SELECT id, slot, event FROM flown;

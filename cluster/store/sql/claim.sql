@@ -142,7 +142,7 @@ claimed AS (
               j.cancel_grace_s, j.cancel_by, false AS flight, j.jitter_s, j.calendar_rule,
               j.gated,
               j.prev_slot AS previous_slot, j.last_success_at AS last_success, j.state,
-              j.slot_origin AS origin
+              j.slot_origin AS origin, j.asserts, j.assert_fails
 ),
 next_due AS (
     SELECT min(x.next_run_at) AS t

@@ -11,15 +11,16 @@ WITH clock AS (
 ),
 -- One JSON text per batch, cheap for the client to encode: per completion [id, token,
 -- slot, outcome, error, duration_us, next_run_at, next_slot or null, next_attempt,
--- output as JSON text or null, the next slot's origin or null, state as JSON text or null]
--- (cluster.store.records.complete_params), parsed once.
+-- output as JSON text or null, the next slot's origin or null, state as JSON text or null,
+-- why its metrics failed the job's --assert or null] (cluster.store.records.complete_params),
+-- parsed once.
 input AS MATERIALIZED (
     SELECT (e->>0)::uuid AS id, (e->>1)::bigint AS token, (e->>2)::timestamptz AS slot,
            e->>3 AS outcome, e->>4 AS error, (e->>5)::bigint / 1e6::float8 AS duration_s,
            (e->>6)::timestamptz AS next_run_at,
            coalesce(e->>7, e->>6)::timestamptz AS next_slot,
            (e->>8)::int AS next_attempt, (e->>9)::jsonb AS output, e->>10 AS origin,
-           (e->>11)::jsonb AS state
+           (e->>11)::jsonb AS state, e->>12 AS assertion
     FROM json_array_elements(%(done)s::json) AS e
 ),
 skip_in AS MATERIALIZED (
@@ -32,7 +33,8 @@ skip_in AS MATERIALIZED (
 -- attempt failed (`fail`), which makes N failed slots in a row and auto-pauses (`pause`);
 -- the attempt started late (`late`: the late pass reports slots not started yet); `skips`
 -- slots were skipped (one `skipped` event per catch-up; a business calendar's planned
--- skips, reasons 'calendar ...', are neither catch-up nor an event).
+-- skips, reasons 'calendar ...', are neither catch-up nor an event); `expect_now`: the
+-- job's health after this run, NULL for a job without expectations (migration 024).
 done AS (
     UPDATE jobs j SET
         -- next_run_at 9999-01-01 (records.NEVER): a one-off job's slot has run for good.
@@ -69,13 +71,25 @@ done AS (
         -- the state the last success left (tests/integration/test_state.py).
         state = CASE WHEN i.outcome = 'succeeded' AND i.state IS NOT NULL THEN
                           nullif(i.state, '{}'::jsonb)
-                     ELSE j.state END
+                     ELSE j.state END,
+        expect_state = coalesce(f.expect_now, j.expect_state),
+        expect_state_at = CASE WHEN f.expect_now IS NULL
+                                    OR f.expect_now = 'ok' AND j.expect_state = 'ok'
+                               THEN j.expect_state_at ELSE k.t END
     FROM input i JOIN jobs o ON o.id = i.id
     CROSS JOIN LATERAL (
         SELECT x.*, x.fail AND NOT o.paused
                     AND coalesce(o.failed_slots + 1 >= o.pause_after_failures, false) AS pause,
-                    x.counted AND coalesce(o.runs_done + 1 >= o.max_runs, false) AS ends
+                    x.counted AND coalesce(o.runs_done + 1 >= o.max_runs, false) AS ends,
+                    CASE WHEN x.too_fast THEN 'too_fast'
+                    WHEN i.assertion IS NOT NULL THEN 'assertion_failed'
+                    -- A run the late pass found slow or overdue leaves that state.
+                    WHEN i.outcome = 'succeeded' AND o.expect_slot IS DISTINCT FROM i.slot
+                         AND num_nonnulls(o.expect_max_s, o.expect_min_s, o.deadline,
+                                          o.expect_baseline, o.asserts) > 0 THEN 'ok'
+               END AS expect_now
         FROM (SELECT i.outcome <> 'skipped' AND i.next_attempt = 1 AS counted,
+                     i.outcome = 'succeeded' AND o.expect_min_s > i.duration_s AS too_fast,
                      i.outcome IN ('failed', 'timed_out') AND i.next_attempt <= o.attempt AS fail,
                      i.outcome <> 'skipped' AND o.late_slot IS DISTINCT FROM i.slot
                          AND o.locked_at > o.next_run_at + make_interval(secs => o.late_after_s)
@@ -114,6 +128,13 @@ done AS (
                   CASE WHEN f.skips = 1 AND f.own THEN '1 slot skipped: ' || i.error
                        ELSE f.skips || CASE WHEN f.skips = 1 THEN ' slot' ELSE ' slots' END
                            || ' skipped by catch-up ' || o.catch_up END) END,
+              CASE WHEN f.expect_now = 'too_fast' THEN raise_alert('too_fast', j.id,
+                  j.tenant_id, j.name, i.slot, o.attempt, %(node_id)s, %(zone)s, NULL,
+                  'ended after ' || round(i.duration_s::numeric, 3)::float8 || 's (expected at least '
+                  || o.expect_min_s || 's)') END,
+              CASE WHEN i.assertion IS NOT NULL THEN raise_alert('assertion_failed', j.id,
+                  j.tenant_id, j.name, i.slot, o.attempt, %(node_id)s, %(zone)s, NULL,
+                  'assertion failed: ' || i.assertion) END,
               CASE WHEN f.pause THEN raise_alert('paused', j.id, j.tenant_id, j.name, i.slot,
                   o.attempt, %(node_id)s, %(zone)s, i.error, j.pause_note) END,
               -- After record_run: the downstreams' gates read this run row (migration 021).

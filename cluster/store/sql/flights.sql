@@ -135,22 +135,25 @@ RETURNING j.id, j.tenant_id, j.name, j.schedule, j.tz, j.dst_repeated, j.dst_ski
           j.cancel_grace_s, f.cancel_by, true AS flight, j.jitter_s, j.calendar_rule,
           false AS gated,
           NULL::timestamptz AS previous_slot, NULL::timestamptz AS last_success,
-          NULL::jsonb AS state, f.origin;
+          NULL::jsonb AS state, f.origin, j.asserts, j.assert_fails;
 
 -- name: complete_flights
 -- Fenced completion of flights, one per ended attempt: the last attempt of a slot deletes
 -- its flight, a failed one with retries left queues it again for its backoff. Each
 -- attempt's run row is written as by `complete`, and a slot that failed for good raises
--- `failed`. Returns the (job id, slot) pairs applied; the rest were fenced.
+-- `failed`, one that ended too soon `too_fast`, one whose metrics failed the job's
+-- --assert `assertion_failed`, and those two (or a clean success of a job with
+-- expectations) set the job's health. Returns the (job id, slot) pairs applied; the rest
+-- were fenced.
 WITH clock AS (
     SELECT coalesce(%(now)s::timestamptz, now()) AS t
 ),
 -- Per attempt: [job id, slot, token, outcome, error, duration_us, retry_at or null,
--- output as JSON text or null] (cluster.store.records.flight_params).
+-- output as JSON text or null, assertion or null] (cluster.store.records.flight_params).
 input AS MATERIALIZED (
     SELECT (e->>0)::uuid AS id, (e->>1)::timestamptz AS slot, (e->>2)::bigint AS token,
            e->>3 AS outcome, e->>4 AS error, (e->>5)::bigint / 1e6::float8 AS duration_s,
-           (e->>6)::timestamptz AS retry_at, (e->>7)::jsonb AS output
+           (e->>6)::timestamptz AS retry_at, (e->>7)::jsonb AS output, e->>8 AS assertion
     FROM json_array_elements(%(done)s::json) AS e
 ),
 ended AS (
@@ -163,7 +166,32 @@ ended AS (
                          i.output, f.origin, f.revision),
               CASE WHEN i.outcome IN ('failed', 'timed_out') THEN raise_alert('failed', j.id,
                   j.tenant_id, j.name, f.slot, f.attempt, %(node_id)s, %(zone)s, i.error,
-                  NULL) END
+                  NULL) END,
+              CASE WHEN i.outcome = 'succeeded' AND j.expect_min_s > i.duration_s THEN
+                  raise_alert('too_fast', j.id, j.tenant_id, j.name, f.slot, f.attempt,
+                  %(node_id)s, %(zone)s, NULL, 'ended after '
+                  || round(i.duration_s::numeric, 3)::float8 || 's (expected at least '
+                  || j.expect_min_s || 's)') END,
+              CASE WHEN i.assertion IS NOT NULL THEN raise_alert('assertion_failed', j.id,
+                  j.tenant_id, j.name, f.slot, f.attempt, %(node_id)s, %(zone)s, NULL,
+                  'assertion failed: ' || i.assertion) END,
+              CASE WHEN i.outcome = 'succeeded' AND j.expect_min_s > i.duration_s
+                       THEN 'too_fast'
+                   WHEN i.assertion IS NOT NULL THEN 'assertion_failed'
+                   WHEN i.outcome = 'succeeded' AND f.expect_marks IS NULL
+                        AND num_nonnulls(j.expect_max_s, j.expect_min_s, j.deadline,
+                                         j.expect_baseline, j.asserts) > 0 THEN 'ok'
+              END AS expect_now
+),
+-- The job's health, for jobs with expectations only (expect_now is NULL for the rest).
+health AS (
+    UPDATE jobs j SET
+        expect_state = e.expect_now,
+        expect_state_at = CASE WHEN e.expect_now = 'ok' AND j.expect_state = 'ok'
+                               THEN j.expect_state_at ELSE k.t END
+    FROM (SELECT DISTINCT ON (job_id) job_id, expect_now FROM ended
+          WHERE expect_now IS NOT NULL ORDER BY job_id, slot DESC) AS e, clock k
+    WHERE j.id = e.job_id
 ),
 retried AS (
     UPDATE flights f SET
@@ -271,7 +299,7 @@ RETURNING j.id, j.tenant_id, j.name, j.schedule, j.tz, j.dst_repeated, j.dst_ski
           j.cancel_grace_s, f.cancel_by, true AS flight, j.jitter_s, j.calendar_rule,
           false AS gated,
           NULL::timestamptz AS previous_slot, NULL::timestamptz AS last_success,
-          NULL::jsonb AS state, f.origin, d.poison, d.reason,
+          NULL::jsonb AS state, f.origin, j.asserts, j.assert_fails, d.poison, d.reason,
           d.locked_by,
           record_run(j.id, j.tenant_id, j.name, f.slot, d.attempt, d.locked_by,
                      d.locked_zone, 'lost', d.lease_token, d.locked_at, k.t, NULL,

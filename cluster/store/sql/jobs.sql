@@ -21,7 +21,8 @@ INSERT INTO jobs AS j (
     timeout_s, max_retries, retry_backoff_s, keep_for_s, keep_runs, output_limit,
     late_after_s, pause_after_failures, overlap, max_concurrent, cancel_grace_s, jitter_s,
     remove_when_done, calendar, on_excluded, business_day, calendar_rule, slot_origin,
-    payload_schema, max_runs, labels)
+    payload_schema, max_runs, labels,
+    expect_max_s, expect_min_s, deadline, expect_baseline, asserts, assert_fails)
 VALUES (
     %(id)s, %(tenant_id)s, %(name)s, %(schedule)s, %(tz)s, %(dst_repeated)s, %(dst_skipped)s,
     %(handler)s, %(payload)s, CASE WHEN %(paused)s THEN 'paused' ELSE 'idle' END, %(paused)s,
@@ -32,7 +33,9 @@ VALUES (
     %(keep_runs)s, %(output_limit)s, %(late_after_s)s, %(pause_after_failures)s,
     %(overlap)s, %(max_concurrent)s, %(cancel_grace_s)s, %(jitter_s)s, %(remove_when_done)s,
     %(calendar)s, %(on_excluded)s, %(business_day)s, %(calendar_rule)s, %(slot_origin)s,
-    %(payload_schema)s, %(max_runs)s, %(labels)s)
+    %(payload_schema)s, %(max_runs)s, %(labels)s,
+    %(expect_max_s)s, %(expect_min_s)s, %(deadline)s, %(expect_baseline)s, %(asserts)s,
+    %(assert_fails)s)
 ON CONFLICT (tenant_id, name) DO UPDATE SET
     schedule = excluded.schedule,
     tz = excluded.tz,
@@ -64,6 +67,16 @@ ON CONFLICT (tenant_id, name) DO UPDATE SET
     payload_schema = excluded.payload_schema,
     max_runs = excluded.max_runs,
     labels = excluded.labels,
+    expect_max_s = excluded.expect_max_s,
+    expect_min_s = excluded.expect_min_s,
+    deadline = excluded.deadline,
+    expect_baseline = excluded.expect_baseline,
+    asserts = excluded.asserts,
+    assert_fails = excluded.assert_fails,
+    -- A job whose expectations are all removed has no health to show any more.
+    expect_state = CASE WHEN num_nonnulls(excluded.expect_max_s, excluded.expect_min_s,
+                                          excluded.deadline, excluded.expect_baseline,
+                                          excluded.asserts) > 0 THEN j.expect_state END,
     status = CASE
         WHEN j.status = 'running' THEN 'running'
         WHEN excluded.paused THEN 'paused'
@@ -95,7 +108,8 @@ WHERE %(replace)s
        j.keep_for_s, j.keep_runs, j.output_limit, j.late_after_s, j.pause_after_failures,
        j.overlap, j.max_concurrent, j.cancel_grace_s, j.jitter_s, j.remove_when_done,
        j.calendar, j.on_excluded, j.business_day, j.payload_schema, j.max_runs,
-       j.labels)
+       j.labels, j.expect_max_s, j.expect_min_s, j.deadline, j.expect_baseline, j.asserts,
+       j.assert_fails)
     IS DISTINCT FROM
       (excluded.schedule, excluded.tz, excluded.dst_repeated, excluded.dst_skipped,
        excluded.handler, excluded.payload, excluded.paused, excluded.catch_up,
@@ -104,7 +118,9 @@ WHERE %(replace)s
        excluded.output_limit, excluded.late_after_s, excluded.pause_after_failures,
        excluded.overlap, excluded.max_concurrent, excluded.cancel_grace_s, excluded.jitter_s,
        excluded.remove_when_done, excluded.calendar, excluded.on_excluded,
-       excluded.business_day, excluded.payload_schema, excluded.max_runs, excluded.labels)
+       excluded.business_day, excluded.payload_schema, excluded.max_runs, excluded.labels,
+       excluded.expect_max_s, excluded.expect_min_s, excluded.deadline,
+       excluded.expect_baseline, excluded.asserts, excluded.assert_fails)
 RETURNING id, shard_id, (xmax = 0) AS inserted, status;
 
 -- name: list_jobs

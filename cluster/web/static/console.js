@@ -190,6 +190,12 @@ async function overview() {
 
 // -- jobs ------------------------------------------------------------------------------
 
+// A job's expectation state (docs/jobs.md#expectations): "-" for a job without expectations.
+function healthCell(h, id) {
+  const text = h.state ? (h.state_at ? `${h.state} since ${when(h.state_at)}` : h.state) : "-";
+  return el("td", { class: `health health-${h.state || "none"}`, "data-state": h.state || "", id }, text);
+}
+
 function jobsRows(jobs) {
   return jobs.map((j) => el("tr", {},
     el("td", {}, j.tenant),
@@ -197,6 +203,8 @@ function jobsRows(jobs) {
     el("td", {}, j.schedule, j.tz !== "UTC" ? ` (${j.tz})` : ""),
     el("td", { class: `status-${j.status}` }, j.status),
     el("td", {}, when(j.next_run_at)),
+    el("td", {}, when(j.health.last_success)),
+    healthCell(j.health),
     el("td", {}, j.handler)));
 }
 
@@ -216,7 +224,7 @@ async function jobsPage(params) {
   });
   const filters = { q: params.get("q"), tenant: params.get("tenant"), status: params.get("status") };
   const page = await api("GET", `/api/jobs${query(filters)}`);
-  const body = table("Jobs", ["Tenant", "Name", "Schedule", "Status", "Next run", "Handler"], jobsRows(page.jobs), { id: "jobs" });
+  const body = table("Jobs", ["Tenant", "Name", "Schedule", "Status", "Next run", "Last success", "Expectations", "Handler"], jobsRows(page.jobs), { id: "jobs" });
   const more = el("button", { type: "button", hidden: !page.next_cursor }, "More jobs");
   let cursor = page.next_cursor;
   more.addEventListener("click", async () => {
@@ -249,11 +257,14 @@ async function jobPage(tenant, name) {
   const showOutput = async (run) => {
     const found = await api("GET", `${path}/run${query({ slot: run.scheduled_for })}`);
     const parts = ["stdout", "stderr", "result", "log"].filter((k) => found.output[k] !== null);
+    const metrics = Object.entries(found.metrics || {});
     output.replaceChildren(el("h2", {}, `Output of ${when(run.scheduled_for)}`),
+      ...(metrics.length ? [el("h3", {}, "metrics"), el("pre", { id: "run-metrics" }, metrics.map(([k, v]) => `${k}=${v}`).join("\n"))] : []),
       ...(parts.length ? parts.flatMap((k) => [el("h3", {}, k), el("pre", {}, typeof found.output[k] === "string" ? found.output[k] : JSON.stringify(found.output[k], null, 2))]) : [el("p", {}, "No output.")]));
   };
   const runs = table("Recent runs", ["Slot", "Status", "Attempt", "Node", "Duration", "Error", "Output"], [], { id: "job-runs" });
   const facts = el("dl", { class: "facts", id: "definition" });
+  const health = table("Health", ["Last success", "Next slot", "Expectations"], [], { id: "job-health" });
   const slots = table("Next slots", [`In ${job.tz}`, "UTC", "Starts", "Why"], [], { id: "next-slots" });
   // Its revisions (docs/jobs.md#revisions), read again when the job's revision moves on.
   const history = table("History", ["Rev", "At", "Who", "How", "Changes", ""], [], { id: "job-history" });
@@ -320,6 +331,8 @@ async function jobPage(tenant, name) {
       el("td", {}, inZone(r.slot, j.tz)), el("td", {}, new Date(r.slot).toISOString()),
       el("td", {}, r.start ? new Date(r.start).toISOString() : "skipped"), el("td", {}, r.why || ""))));
     runs.querySelector("tbody").replaceChildren(...runRows(j.recent_runs, false, showOutput));
+    health.querySelector("tbody").replaceChildren(el("tr", {},
+      el("td", {}, when(j.health.last_success)), el("td", {}, when(j.health.next_slot)), healthCell(j.health, "job-expectation")));
   };
   // Backfill: run the slots of a range again (times in UTC, as ISO 8601 with Z).
   const from = el("input", { id: "bf-from", type: "text", placeholder: "2026-01-01T00:00:00Z" });
@@ -346,7 +359,7 @@ async function jobPage(tenant, name) {
     el("p", {}, "Status: ", statusCell),
     el("div", { class: "actions", role: "group", "aria-label": "Job actions" }, buttons.pause, buttons.resume, buttons.trigger, buttons.cancel),
     el("p", { id: "action-result", role: "status", "aria-live": "polite" }),
-    runs, output, slots, state.session.role !== "read" ? backfill : null,
+    health, runs, output, slots, state.session.role !== "read" ? backfill : null,
     state.session.role !== "read" ? triggerForm(path, job, (a) => {
       render(a);
       document.getElementById("action-result").textContent = `Queued ${a.queued.origin} of ${when(a.queued.slot)}`;
