@@ -88,6 +88,9 @@ GRANTS: Mapping[str, tuple[str, str]] = {
     "windows": (READ, READ),
     # Edges are written with the jobs they join (the API, --sync-jobs) and dropped with them.
     "job_edges": ("SELECT, INSERT, UPDATE, DELETE", "SELECT, INSERT, UPDATE, DELETE"),
+    # Double runs are written by watch_record (a ping, SECURITY DEFINER) and read by both;
+    # they go with their job.
+    "watch_doubles": (READ, READ),
 }
 
 

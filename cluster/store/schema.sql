@@ -1,4 +1,4 @@
--- The Pulse schema as it stands after the newest migration (version 21), for readers.
+-- The Pulse schema as it stands after the newest migration (version 25), for readers.
 --
 -- `pulse init` never runs this file: it applies cluster/store/migrations/NNN_*.sql in
 -- order. This file is edited in the same commit as each new migration, and
@@ -168,7 +168,13 @@ CREATE TABLE jobs (
     -- last successful run left (written by the fenced completion).
     prev_slot        timestamptz,
     last_success_at  timestamptz,
-    state            jsonb
+    state            jsonb,
+    -- A watch job (docs/design/watch.md): never claimed (it lives in WATCH_SHARD, which no
+    -- node locks); its runs are written by pings presenting the token whose sha256 is
+    -- ping_hash. adopt_at: the first slot Pulse runs itself; the slots before stay watched.
+    watch            boolean NOT NULL DEFAULT false,
+    ping_hash        bytea CHECK (octet_length(ping_hash) = 32),
+    adopt_at         timestamptz
 ) WITH (fillfactor = 80);
 
 -- The claim's due range, for every status: an index on a column the claim writes would
@@ -180,6 +186,20 @@ CREATE INDEX jobs_children ON jobs (parent_id) WHERE parent_id IS NOT NULL;
 -- Every node reads the each-zone parents every few seconds: a probe, not a scan.
 CREATE INDEX jobs_each_zone ON jobs (id) WHERE each_zone;
 CREATE INDEX jobs_calendar ON jobs (calendar) WHERE calendar IS NOT NULL;
+CREATE UNIQUE INDEX jobs_ping ON jobs (ping_hash) WHERE ping_hash IS NOT NULL;
+
+-- A legacy ping for a slot Pulse ran (or runs) itself: a double run (`pulse jobs adopt`).
+CREATE TABLE watch_doubles (
+    id        bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    job_id    uuid NOT NULL REFERENCES jobs (id) ON DELETE CASCADE,
+    tenant_id text NOT NULL,
+    job_name  text NOT NULL,
+    slot      timestamptz NOT NULL,
+    kind      text NOT NULL CHECK (kind IN ('start', 'success', 'fail')),
+    pinged_at timestamptz NOT NULL DEFAULT now()
+);
+
+CREATE INDEX watch_doubles_job ON watch_doubles (job_id, slot);
 
 
 -- == Backfills ===========================================================================
@@ -352,8 +372,13 @@ CREATE TABLE alert_rules (
 
 CREATE TABLE alert_events (
     id         uuid PRIMARY KEY DEFAULT gen_random_uuid(),
+    -- slow, overdue, too_fast, assertion_failed: run-time expectations (migration 024);
+    -- double_run: a legacy ping for a slot Pulse runs (migration 025).
     event      text NOT NULL
-               CHECK (event IN ('failed', 'recovered', 'lost', 'late', 'skipped', 'paused')),
+               CONSTRAINT alert_events_event_check
+               CHECK (event IN ('failed', 'recovered', 'lost', 'late', 'skipped', 'paused',
+                                'slow', 'overdue', 'too_fast', 'assertion_failed',
+                                'double_run')),
     job_id     uuid,
     tenant_id  text NOT NULL,
     job_name   text NOT NULL,
@@ -422,6 +447,45 @@ LANGUAGE sql SET search_path FROM CURRENT AS $$
     INSERT INTO alert_deliveries (event_id, rule_name, job_id)
     SELECT event.id, wanted.name, a_job_id FROM event CROSS JOIN wanted
 $$;
+
+-- What a ping writes, for the web, whose role may not write runs or alert events itself:
+-- only the run of the job whose token hash it presents, and only a watched slot's; a slot
+-- from adopt_at on is recorded as a double run and raises `double_run` instead. Returns
+-- 'recorded', 'double_run', or NULL for an unknown hash.
+CREATE FUNCTION watch_record(
+    p_hash bytea,
+    p_slot timestamptz,
+    p_kind text,
+    p_started_at timestamptz,
+    p_finished_at timestamptz,
+    p_output jsonb,
+    p_error text
+) RETURNS text
+LANGUAGE plpgsql SECURITY DEFINER SET search_path FROM CURRENT AS $$
+DECLARE
+    j jobs;
+BEGIN
+    SELECT * INTO j FROM jobs WHERE ping_hash = p_hash;
+    IF NOT FOUND OR p_kind NOT IN ('start', 'success', 'fail') THEN
+        RETURN NULL;
+    END IF;
+    IF j.adopt_at IS NOT NULL AND p_slot >= j.adopt_at THEN
+        INSERT INTO watch_doubles (job_id, tenant_id, job_name, slot, kind, pinged_at)
+        VALUES (j.id, j.tenant_id, j.name, p_slot, p_kind, p_finished_at);
+        PERFORM raise_alert('double_run', j.id, j.tenant_id, j.name, p_slot, NULL, NULL, NULL,
+                            NULL, 'a legacy ' || p_kind || ' ping arrived for a slot Pulse runs');
+        RETURN 'double_run';
+    END IF;
+    PERFORM record_run(j.id, j.tenant_id, j.name, p_slot, 1, NULL, NULL,
+                       CASE p_kind WHEN 'start' THEN 'running'
+                                   WHEN 'success' THEN 'succeeded' ELSE 'failed' END,
+                       NULL, p_started_at,
+                       CASE WHEN p_kind = 'start' THEN NULL ELSE p_finished_at END,
+                       CASE WHEN p_kind = 'start' OR p_started_at IS NULL THEN NULL
+                            ELSE extract(epoch FROM p_finished_at - p_started_at)::float8 END,
+                       p_error, p_output, 'ping');
+    RETURN 'recorded';
+END $$;
 
 
 -- == Zones ===============================================================================
