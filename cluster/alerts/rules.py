@@ -24,7 +24,7 @@ from urllib.parse import urlsplit
 from cluster.errors import InvalidInput
 from cluster.jobs.fields import check_text, validate_name
 
-EVENTS = ("failed", "recovered", "lost", "late", "skipped", "paused")
+EVENTS = ("failed", "recovered", "lost", "late", "skipped", "paused", "double_run")
 FORMATS = ("json", "slack")
 SIGNATURE_HEADER = (
     "X-Pulse-Signature"  # the body's HMAC alone: replayable, kept for receivers of 0.x

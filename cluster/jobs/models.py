@@ -89,6 +89,8 @@ class Job:
     business_day: int | None = None
     calendar_rule: str | None = None  # the calendar as the job plans with it (JSON text)
     paused_until: datetime | None = None  # `pause --until`: idle, its next slot at or after
+    watch: bool = False  # runs come from pings, never from a node (docs/jobs.md)
+    adopt_at: datetime | None = None  # `jobs adopt`: the first slot Pulse runs itself
 
     def rule(self) -> CalendarRule | None:
         """The calendar the job plans with (its copy), or None."""
@@ -149,6 +151,8 @@ class Job:
             business_day=row.get("business_day"),
             calendar_rule=row.get("calendar_rule"),
             paused_until=row.get("paused_until"),
+            watch=bool(row.get("watch")),
+            adopt_at=row.get("adopt_at"),
         )
 
     def to_json(self) -> dict[str, Any]:
@@ -196,6 +200,8 @@ class Job:
             "on_excluded": self.on_excluded,
             "business_day": self.business_day,
             "paused_until": iso(self.paused_until),
+            "watch": self.watch,
+            "adopt_at": iso(self.adopt_at),
             "created_at": iso(self.created_at),
             "updated_at": iso(self.updated_at),
         }

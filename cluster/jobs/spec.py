@@ -87,13 +87,16 @@ class JobSpec:
     after_match: str = gates.DEFAULT_MATCH
     after_timeout_s: float | None = None  # a slot held longer is skipped; None: no limit
     after_failure: str = gates.DEFAULT_FAILURE
+    # Never run by Pulse: its runs come from pings (docs/jobs.md, "Watch jobs"); its handler,
+    # if any, is what Pulse runs once the job is adopted.
+    watch: bool = False
 
     @classmethod
     def build(
         cls,
         name: str,
         schedule: str,
-        handler: str | Mapping[str, Any],
+        handler: str | Mapping[str, Any] | None,
         *,
         tenant: str = DEFAULT_TENANT,
         tz: str = DEFAULT_TZ,
@@ -126,6 +129,7 @@ class JobSpec:
         after_match: str = gates.DEFAULT_MATCH,
         after_timeout: str | float | None = None,
         after_failure: str = gates.DEFAULT_FAILURE,
+        watch: bool = False,
     ) -> JobSpec:
         """Validate every field; raise ``InvalidInput`` naming the first bad one."""
         name = validate_name(name)
@@ -138,8 +142,14 @@ class JobSpec:
         timeout_s = duration_field(timeout, "timeout")
         if timeout_s <= 0:
             raise InvalidInput("timeout", "must be positive")
+        if not isinstance(watch, bool):
+            raise InvalidInput("watch", "must be true or false")
         # A job file's {http: ...}, {celery: ...} or {shell: ...} becomes text.
-        if isinstance(handler, Mapping) and set(handler) == {"shell"}:
+        if watch and handler in (None, ""):
+            handler = ""  # a watch job needs one only to be adopted
+        elif handler is None:
+            raise InvalidInput("handler", "missing")
+        elif isinstance(handler, Mapping) and set(handler) == {"shell"}:
             handler = shellrefs.canonical(handler)
         else:
             handler = canonical(handler, timeout_s)
@@ -165,10 +175,12 @@ class JobSpec:
         )
         if calendar is not None and each_zone:
             raise InvalidInput("calendar", "does not apply to an --each-zone job")
+        if watch:
+            _check_watch(parsed, zones, each_zone, overlap)
         return cls(
             name=name,
             schedule=parsed.expr,
-            handler=validate_handler(handler),
+            handler=validate_handler(handler) if handler else "",
             tenant=tenant,
             tz=parsed.tz,
             payload=parse_payload(payload),
@@ -204,6 +216,7 @@ class JobSpec:
             after_match=gates.parse_match(after_match),
             after_timeout_s=optional_duration(after_timeout, "after_timeout"),
             after_failure=gates.parse_failure(after_failure),
+            watch=watch,
         )
 
     @classmethod
@@ -218,19 +231,19 @@ class JobSpec:
             "pause_after_failures", "overlap", "max_concurrent", "cancel_grace",
             "zones", "each_zone",
             "jitter", "remove_when_done", "calendar", "on_excluded", "business_day",
-            "after", "after_match", "after_timeout", "after_failure",
+            "after", "after_match", "after_timeout", "after_failure", "watch",
         }  # fmt: skip
         unknown = sorted(set(entry) - known)
         if unknown:
             raise InvalidInput(unknown[0], "unknown key")
         for required in ("name", "schedule", "handler"):
-            if required not in entry:
+            if required not in entry and not (required == "handler" and entry.get("watch")):
                 raise InvalidInput(required, "missing")
         kwargs = {k: v for k, v in entry.items() if k not in ("name", "schedule", "handler")}
         payload = kwargs.get("payload")
         if payload is not None and not isinstance(payload, Mapping | str):
             raise InvalidInput("payload", "must be a JSON object")
-        return cls.build(entry["name"], entry["schedule"], entry["handler"], **kwargs)
+        return cls.build(entry["name"], entry["schedule"], entry.get("handler"), **kwargs)
 
     def validated(self) -> JobSpec:
         """This spec checked as ``build`` checks it (``JobSpec(...)`` itself validates nothing)."""
@@ -269,7 +282,21 @@ class JobSpec:
             after_match=self.after_match,
             after_timeout=self.after_timeout_s,
             after_failure=self.after_failure,
+            watch=self.watch,
         )
 
     def parsed_schedule(self) -> Schedule:
         return parse_schedule(self.schedule, self.tz, self.dst_repeated, self.dst_skipped)  # type: ignore[arg-type]
+
+
+def _check_watch(
+    parsed: Schedule, zones: str | Sequence[str] | None, each_zone: bool, overlap: str
+) -> None:
+    """What a watch job cannot be: it has no node to run on, and pings come for recurring
+    slots one at a time (docs/jobs.md, "Watch jobs")."""
+    if parsed.at is not None:
+        raise InvalidInput("watch", "a one-off (@at) job cannot be watched")
+    if zones or each_zone:
+        raise InvalidInput("watch", "a watch job runs on no node: zones do not apply")
+    if overlap == "allow":
+        raise InvalidInput("watch", "a watch job records one run per slot: allow does not apply")

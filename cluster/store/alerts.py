@@ -18,8 +18,9 @@ from typing import Any
 
 from cluster.alerts.rules import AlertEvent, AlertRule
 from cluster.errors import InvalidInput, NotFound
-from cluster.jobs.models import iso
+from cluster.jobs.models import Job, iso
 from cluster.settings import ClusterSettings
+from cluster.store import watches
 from cluster.store.side import Fetch, SideConnection
 
 DELIVERY_STATUSES = ("pending", "delivered", "failed")
@@ -238,3 +239,9 @@ class AlertStore:
         """Mark every slot that is late (in all ``shards``) once, raising its ``late`` event;
         returns the slots marked."""
         return await self._side.fetch("late_pass", {"shards": shards, "now": now})
+
+    async def watch_pass(self, shards: int, now: datetime | None = None) -> list[Job]:
+        """Declare missed, once each, the awaited slots of watch jobs that had no ping in
+        time, raising their ``late`` events (``cluster.store.watches.watch_pass``)."""
+        async with self._side.transaction("watch pass") as fetch:
+            return await watches.watch_pass(fetch, shards, now)

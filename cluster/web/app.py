@@ -40,13 +40,21 @@ from cluster.web import (
     calendars,
     console,
     jobs,
+    pings,
     quotas,
     runs,
     status,
     tenants,
 )
 from cluster.web.inflight import DEFAULT_TOKEN_REQUESTS, TokenGate
-from cluster.web.limits import DEFAULT_AUTH_FAILURES, DEFAULT_AUTH_WINDOW_S, SignInThrottle
+from cluster.web.limits import (
+    DEFAULT_AUTH_FAILURES,
+    DEFAULT_AUTH_WINDOW_S,
+    DEFAULT_PINGS_PER_SOURCE,
+    DEFAULT_PINGS_PER_TOKEN,
+    PingRate,
+    SignInThrottle,
+)
 from cluster.web.state import SessionPolicy, WebState
 
 logger = logging.getLogger(__name__)
@@ -148,6 +156,8 @@ def create_app(
     auth_window_s: float = DEFAULT_AUTH_WINDOW_S,
     sessions: SessionPolicy | None = None,
     token_requests: int = DEFAULT_TOKEN_REQUESTS,
+    pings_per_token: int = DEFAULT_PINGS_PER_TOKEN,
+    pings_per_source: int = DEFAULT_PINGS_PER_SOURCE,
 ) -> FastAPI:
     pool = StorePool(settings)
 
@@ -168,7 +178,10 @@ def create_app(
         lifespan=lifespan,
     )
     app.state.pulse = WebState(
-        pool, SignInThrottle(auth_failures, auth_window_s), sessions or SessionPolicy()
+        pool,
+        SignInThrottle(auth_failures, auth_window_s),
+        sessions or SessionPolicy(),
+        PingRate(pings_per_token, pings_per_source),
     )
 
     @app.exception_handler(PulseError)
@@ -211,7 +224,19 @@ def create_app(
         return {"ok": True}
 
     # runs first: GET .../{name:path}/run must match before GET .../{name:path}
-    routers = (runs, jobs, backfills, tenants, quotas, calendars, status, alerts, audit, console)
+    routers = (
+        runs,
+        jobs,
+        pings,
+        backfills,
+        tenants,
+        quotas,
+        calendars,
+        status,
+        alerts,
+        audit,
+        console,
+    )
     for module in routers:
         app.include_router(module.router)
     app.mount("/console/static", console.static_files(), name="static")

@@ -7,6 +7,11 @@ job row makes it once per slot however many nodes run the pass at the same time.
 that did start, but late, is reported by the completion of that attempt (the ``complete``
 statement), so one claimed late and finished between two passes is not missed
 (tests/integration/test_late.py).
+
+Watch jobs (never claimed: their runs come from pings) are read in their own shard by the
+same pass: an awaited slot no ping came for within ``late_after_s`` is recorded failed and
+raises ``late`` once, and the job awaits its next slot (cluster/store/watches.py,
+tests/integration/test_watch.py).
 """
 
 from __future__ import annotations
@@ -38,5 +43,17 @@ class LatePass:
                     "job": row["name"],
                     "tenant": row["tenant_id"],
                     "slot": row["slot_at"].isoformat(),
+                },
+            )
+        for job in await self._store.watch_pass(self._shards):
+            self._stats.late_slots += 1
+            logger.warning(
+                "no ping for a watched slot within %.0fs",
+                job.late_after_s,
+                extra={
+                    "event": "ping_missing",
+                    "job": job.name,
+                    "tenant": job.tenant,
+                    "slot": job.slot_at.isoformat(),
                 },
             )
