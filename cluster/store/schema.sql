@@ -450,8 +450,10 @@ $$;
 
 -- What a ping writes, for the web, whose role may not write runs or alert events itself:
 -- only the run of the job whose token hash it presents, and only a watched slot's; a slot
--- from adopt_at on is recorded as a double run and raises `double_run` instead. Returns
--- 'recorded', 'double_run', or NULL for an unknown hash.
+-- from adopt_at on is recorded as a double run and raises `double_run` instead. p_late: the
+-- `late` event's detail when the ping came for the awaited slot past its late_after_s
+-- (before the late pass saw it). Returns 'recorded', 'double_run', or NULL for an unknown
+-- hash.
 CREATE FUNCTION watch_record(
     p_hash bytea,
     p_slot timestamptz,
@@ -459,7 +461,8 @@ CREATE FUNCTION watch_record(
     p_started_at timestamptz,
     p_finished_at timestamptz,
     p_output jsonb,
-    p_error text
+    p_error text,
+    p_late text
 ) RETURNS text
 LANGUAGE plpgsql SECURITY DEFINER SET search_path FROM CURRENT AS $$
 DECLARE
@@ -484,6 +487,10 @@ BEGIN
                        CASE WHEN p_kind = 'start' OR p_started_at IS NULL THEN NULL
                             ELSE extract(epoch FROM p_finished_at - p_started_at)::float8 END,
                        p_error, p_output, 'ping');
+    IF p_late IS NOT NULL AND j.late_slot IS DISTINCT FROM p_slot THEN
+        PERFORM raise_alert('late', j.id, j.tenant_id, j.name, p_slot, 1, NULL, NULL, NULL,
+                            p_late);
+    END IF;
     RETURN 'recorded';
 END $$;
 

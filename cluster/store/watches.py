@@ -13,7 +13,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import secrets
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -34,6 +34,8 @@ PING_KINDS = ("start", "success", "fail")
 TOKEN_BYTES = 32
 # Watch jobs one pass declares missed, at most (the rest wait for the next pass).
 PASS_LIMIT = 100
+# Slots of one job one pass catches up on, at most.
+PASS_SLOTS = 100
 
 
 def new_token() -> str:
@@ -87,11 +89,15 @@ async def record_ping(
             slot, started_at = opened["scheduled_for"], opened["started_at"]
         else:
             started_at = None
+    late = None
     if slot is None:
         run = ping_run(schedule, rule, now)
         if run is None:
             raise InvalidInput("ping", "the job's schedule has no slot this early")
         slot = run.slot
+        late_s = (now - run.start).total_seconds()
+        if job.watch and slot == job.slot_at and late_s > job.late_after_s:
+            late = f"pinged {late_s:.0f}s after it was due (late after {job.late_after_s:g}s)"
     output = pingbodies.kept(body, token, job.output_limit)
     found = await _one(
         fetch,
@@ -104,13 +110,14 @@ async def record_ping(
             "finished_at": now,
             "output": None if output is None else Jsonb({"stdout": output}),
             "error": "the ping said it failed" if kind == "fail" else None,
+            "late": late,
         },
     )
     outcome = None if found is None else found["outcome"]
     if outcome is None:
         return None
     if outcome == "recorded" and job.watch and slot == job.slot_at:
-        await _advance(fetch, job, slot, shards, late=False, now=now)
+        await _advance(fetch, job, slot, shards, late=late is not None, now=now)
     return Ping(str(outcome), job, slot)
 
 
@@ -143,21 +150,31 @@ async def _advance(
 
 async def watch_pass(fetch: Fetch, shards: int, now: datetime | None = None) -> list[Job]:
     """Declare missed each awaited slot no ping came for within its job's late_after_s: a
-    failed run in its history and one ``late`` event, then the job awaits its next run.
-    Run in one transaction; returns the jobs whose slot was declared missed."""
+    failed run in its history and one ``late`` event, then the job awaits its next run;
+    a job behind by several slots catches up in one pass (at most ``PASS_SLOTS``), passing
+    the slots a ping already recorded. Run in one transaction; returns one job per slot
+    declared missed (its ``slot_at`` that slot)."""
+    at = now if now is not None else (await fetch("db_now", {"now": None}))[0]["now"]
     missed = []
     rows = await fetch(
-        "watch_overdue", {"watch_shard": WATCH_SHARD, "now": now, "limit": PASS_LIMIT}
+        "watch_overdue", {"watch_shard": WATCH_SHARD, "now": at, "limit": PASS_LIMIT}
     )
     for row in rows:
         job = Job.from_row(row)
-        slot = job.slot_at
-        seen = await _one(fetch, "watch_slot_seen", {"id": job.id, "slot": slot})
-        if not (seen and seen["seen"]):
-            error = f"no ping within {job.late_after_s:g}s of the slot (watch job)"
-            await fetch("watch_missed", {"id": job.id, "slot": slot, "error": error, "now": now})
-            missed.append(job)
-        await _advance(fetch, job, slot, shards, late=True, now=now)
+        schedule, rule = job.parsed_schedule(), job.rule()
+        slot, start = job.slot_at, job.next_run_at or job.slot_at
+        for _ in range(PASS_SLOTS):
+            late_by = timedelta(seconds=job.late_after_s)
+            if start + late_by >= at or (job.adopt_at is not None and slot >= job.adopt_at):
+                break
+            seen = await _one(fetch, "watch_slot_seen", {"id": job.id, "slot": slot})
+            if not (seen and seen["seen"]):
+                error = f"no ping within {job.late_after_s:g}s of the slot (watch job)"
+                await fetch("watch_missed", {"id": job.id, "slot": slot, "error": error, "now": at})
+                missed.append(replace(job, slot_at=slot))
+            nxt = after_slot(schedule, rule, slot)
+            await _advance(fetch, replace(job, slot_at=slot), slot, shards, late=True, now=at)
+            slot, start = nxt.slot, nxt.start
     return missed
 
 

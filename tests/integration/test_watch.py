@@ -252,3 +252,34 @@ async def test_the_status_backlog_leaves_watch_jobs_out(
     finally:
         await conn.close()
     assert row["due"] == 1  # r only: w awaits a ping, no node runs it
+
+
+async def test_a_job_behind_by_several_slots_catches_up_in_one_pass(
+    store: JobStore, settings: ClusterSettings
+) -> None:
+    await store.add(minutely("w", late_after="30s"), now=T0)
+    token = await store.ping_token("w")
+    await store.ping(token, "success", now=at(181))  # slot 180 pinged, 60 and 120 not
+    await add_rule(settings, "ops", HOOK, events="late")
+    async with AlertStore.open(settings, "n9/alerts") as alerts:
+        found = await alerts.watch_pass(SHARDS, now=at(400))
+        assert [j.slot_at for j in found] == [at(60), at(120), at(240), at(300), at(360)]
+        assert (await store.get("w")).slot_at == at(420)
+        assert await missed(alerts, 410) == []
+    assert [e["slot"] for e in await events(settings)] == [
+        at(60), at(120), at(240), at(300), at(360)
+    ]  # fmt: skip
+
+
+async def test_a_ping_past_its_late_window_before_the_pass_raises_late_once(
+    store: JobStore, settings: ClusterSettings
+) -> None:
+    await store.add(minutely("w", late_after="30s"), now=T0)
+    token = await store.ping_token("w")
+    await add_rule(settings, "ops", HOOK, events="late")
+    await store.ping(token, "success", now=at(100))  # 40 s after slot 60, no pass ran
+    async with AlertStore.open(settings, "n9/alerts") as alerts:
+        assert await missed(alerts, 105) == []
+    assert [(e["event"], e["slot"], e["detail"]) for e in await events(settings)] == [
+        ("late", at(60), "pinged 40s after it was due (late after 30s)")
+    ]

@@ -17,7 +17,7 @@ LIMIT 1;
 
 -- name: watch_record
 SELECT watch_record(%(hash)s, %(slot)s, %(kind)s, %(started_at)s, %(finished_at)s,
-                    %(output)s, %(error)s) AS outcome;
+                    %(output)s, %(error)s, %(late)s) AS outcome;
 
 -- name: watch_advance
 -- The job's awaited slot was pinged (or declared late): it waits for the next one. At the
