@@ -9,7 +9,7 @@ from pathlib import Path
 import click
 import httpx
 
-from cluster.cli.base import emit_json, fail, parse_time, tenant_option, with_store
+from cluster.cli.base import PulseCommand, emit_json, fail, parse_time, tenant_option, with_store
 from cluster.jobs.models import iso
 from cluster.store.jobs import JobStore
 from cluster.timing.durations import parse_duration
@@ -41,7 +41,7 @@ def show_ping_url(url: str) -> None:
     )
 
 
-@click.command("ping-url")
+@click.command("ping-url", cls=PulseCommand)
 @click.argument("name")
 @tenant_option
 @click.option("--rotate", is_flag=True, help="Make a new URL; the old one stops working.")
@@ -60,7 +60,7 @@ async def ping_url_command(
         show_ping_url(url)
 
 
-@click.command("adopt")
+@click.command("adopt", cls=PulseCommand)
 @click.argument("name")
 @tenant_option
 @click.option("--at", "at", required=True, help="The first slot Pulse runs (ISO 8601, offset).")
@@ -81,7 +81,7 @@ async def adopt_command(
         click.echo(f"adopted {job.name} (tenant {job.tenant}): Pulse runs it from {iso(slot)}")
 
 
-@click.command("ping")
+@click.command("ping", cls=PulseCommand)
 @click.argument("url")
 @click.option("--start", "kind", flag_value="start", help="The run starts.")
 @click.option("--fail", "kind", flag_value="fail", help="The run failed.")

@@ -21,7 +21,8 @@ SELECT watch_record(%(hash)s, %(slot)s, %(kind)s, %(started_at)s, %(finished_at)
 
 -- name: watch_advance
 -- The job's awaited slot was pinged (or declared late): it waits for the next one. At the
--- adoption slot it becomes a job Pulse runs: out of the watch shard, due at that slot.
+-- adoption slot it becomes a job Pulse runs: out of the watch shard, due at that slot (the
+-- notify channel is the settings' wake_channel, <schema>_wake).
 UPDATE jobs SET
     next_run_at = %(next_start)s,
     slot_at = %(next_slot)s,
@@ -31,7 +32,10 @@ UPDATE jobs SET
     watch = watch AND NOT %(adopt)s,
     updated_at = coalesce(%(now)s::timestamptz, now())
 WHERE id = %(id)s AND watch AND status = 'idle' AND slot_at = %(slot)s
-RETURNING shard_id;
+-- An adopted job wakes the claim loops of its home shard, as a new job does.
+RETURNING shard_id,
+          CASE WHEN %(adopt)s THEN pg_notify(current_schema() || '_wake', %(home_shard)s::text)
+          END AS woken;
 
 -- name: watch_overdue
 -- Watch jobs whose awaited slot had no ping within late_after_s: one probe of the due index
