@@ -13,9 +13,13 @@ from urllib.parse import quote
 
 MASK = "***"
 _API_TOKEN = re.compile(r"pulse_[A-Za-z0-9_\-]{16,}")
-_URL_PASSWORD = re.compile(r"(?P<head>[A-Za-z][A-Za-z0-9+.\-]*://[^\s:/@]*:)[^\s@/]+(?=@)")
+# Bounded repeats only: a body is up to 1 MiB of whatever a cron printed, and an unbounded
+# one before a literal ("://") backtracks over the rest of the text at every position.
+_URL_PASSWORD = re.compile(
+    r"(?P<head>\b[A-Za-z][A-Za-z0-9+.\-]{0,31}://[^\s:/@]{0,256}:)[^\s@/]{1,256}(?=@)"
+)
 _SECRET_PARAM = re.compile(
-    r"(?P<head>\b(?:password|passwd|pwd|secret|token|api[_-]?key)\s*[=:]\s*)[^\s&\"']+",
+    r"(?P<head>\b(?:password|passwd|pwd|secret|token|api[_-]?key)\s{0,8}[=:]\s{0,8})[^\s&\"']+",
     re.IGNORECASE,
 )
 _REPLACEMENT = "\ufffd"

@@ -22,10 +22,12 @@ from cluster.web.state import state_of
 logger = logging.getLogger(__name__)
 
 router = APIRouter(tags=["pings"])
+PREFIX = "/api/ping/"
 
 # The most of a token looked at: a real one is 43 characters.
 MAX_TOKEN_CHARS = 128
 NOT_FOUND = "no such ping URL"
+SUFFIXES = {"start": "start", "fail": "fail"}
 
 
 async def _ping(request: Request, token: str, kind: str) -> dict[str, Any]:
@@ -52,19 +54,30 @@ async def _ping(request: Request, token: str, kind: str) -> dict[str, Any]:
     return {"status": ping.outcome, "slot": ping.slot.isoformat()}
 
 
-@router.api_route("/api/ping/{token}", methods=["POST", "GET"])
-async def ping(request: Request, token: str) -> dict[str, Any]:
-    """The end of a successful run of the watch job this token names."""
-    return await _ping(request, token, "success")
+@router.api_route("/api/ping/{path:path}", methods=["POST", "GET"])
+async def ping(request: Request, path: str) -> dict[str, Any]:
+    """A ping: ``TOKEN`` the end of a successful run, ``TOKEN/start`` its start,
+    ``TOKEN/fail`` a failed end. One route for every path, so a malformed one (slashes,
+    dot segments, a trailing slash) takes the same way to the same 404 as an unknown one."""
+    token, _, suffix = path.rpartition("/")
+    kind = SUFFIXES.get(suffix) if token else None
+    return await _ping(request, token if kind else path, kind or "success")
 
 
-@router.api_route("/api/ping/{token}/start", methods=["POST", "GET"])
-async def ping_start(request: Request, token: str) -> dict[str, Any]:
-    """The start of a run: its end ping then records its duration."""
-    return await _ping(request, token, "start")
+def masked_path(path: str) -> str:
+    """A request path as logs may show it: a ping URL's token replaced by ``***``."""
+    if not path.startswith(PREFIX):
+        return path
+    _, _, suffix = path[len(PREFIX) :].partition("?")[0].rpartition("/")
+    return PREFIX + "***" + (f"/{suffix}" if suffix in SUFFIXES else "")
 
 
-@router.api_route("/api/ping/{token}/fail", methods=["POST", "GET"])
-async def ping_fail(request: Request, token: str) -> dict[str, Any]:
-    """The end of a failed run."""
-    return await _ping(request, token, "fail")
+class PingPathFilter(logging.Filter):
+    """Hides ping tokens in uvicorn's access log, whose record's third argument is the
+    request's path (installed by ``cluster.web.server``)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        args = record.args
+        if isinstance(args, tuple) and len(args) >= 3 and isinstance(args[2], str):
+            record.args = (*args[:2], masked_path(args[2]), *args[3:])
+        return True

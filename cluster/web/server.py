@@ -17,6 +17,7 @@ from cluster.settings import ClusterSettings
 from cluster.store.sessions import DEFAULT_SESSION_IDLE_S, DEFAULT_SESSION_MAX_S
 from cluster.web.app import create_app
 from cluster.web.limits import DEFAULT_PINGS_PER_SOURCE, DEFAULT_PINGS_PER_TOKEN
+from cluster.web.pings import PingPathFilter
 from cluster.web.state import SessionPolicy
 
 logger = logging.getLogger(__name__)
@@ -72,4 +73,5 @@ def serve(
         port,
         extra={"event": "web_started"},
     )
+    logging.getLogger("uvicorn.access").addFilter(PingPathFilter())  # tokens in paths
     uvicorn.Server(config).run()
