@@ -174,7 +174,9 @@ CREATE TABLE jobs (
     -- ping_hash. adopt_at: the first slot Pulse runs itself; the slots before stay watched.
     watch            boolean NOT NULL DEFAULT false,
     ping_hash        bytea CHECK (octet_length(ping_hash) = 32),
-    adopt_at         timestamptz
+    adopt_at         timestamptz,
+    -- The slot a /start ping opened that no end ping has closed yet.
+    ping_open        timestamptz
 ) WITH (fillfactor = 80);
 
 -- The claim's due range, for every status: an index on a column the claim writes would

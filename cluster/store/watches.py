@@ -83,12 +83,15 @@ async def record_ping(
     started_at: datetime | None = now
     slot: datetime | None = None
     if kind != "start":
-        since = now - timedelta(seconds=job.timeout_s)
-        opened = await _one(fetch, "watch_started_run", {"job_id": job.id, "since": since})
-        if opened is not None:  # the end of the run a /start opened
-            slot, started_at = opened["scheduled_for"], opened["started_at"]
-        else:
-            started_at = None
+        started_at = None
+        if row["ping_open"] is not None:  # the end of the run a /start opened, if recent
+            opened = await _one(
+                fetch, "watch_started_run", {"job_id": job.id, "slot": row["ping_open"]}
+            )
+            if opened is not None and opened["started_at"] >= now - timedelta(
+                seconds=job.timeout_s
+            ):
+                slot, started_at = opened["scheduled_for"], opened["started_at"]
     late = None
     if slot is None:
         run = ping_run(schedule, rule, now)
@@ -116,6 +119,8 @@ async def record_ping(
     outcome = None if found is None else found["outcome"]
     if outcome is None:
         return None
+    if outcome == "recorded" and (kind == "start" or row["ping_open"] is not None):
+        await fetch("watch_open", {"id": job.id, "slot": slot if kind == "start" else None})
     if outcome == "recorded" and job.watch and slot == job.slot_at:
         await _advance(fetch, job, slot, shards, late=late is not None, now=now)
     return Ping(str(outcome), job, slot)

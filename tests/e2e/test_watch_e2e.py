@@ -151,3 +151,29 @@ def test_a_watched_cron_is_alerted_once_for_a_missed_ping_then_adopted_without_a
         assert token not in json.dumps(row["output"]) and "***" in row["output"]["stdout"]
     doubles = fleet.sql("SELECT slot FROM watch_doubles")
     assert {d["slot"] for d in doubles} <= set(by_slot) and slot in {d["slot"] for d in doubles}
+
+
+def test_pulse_ping_records_a_start_and_an_end_with_its_output(
+    settings: ClusterSettings, tmp_path: Path
+) -> None:
+    init_cluster(settings, JobSpec.build("report", "@hourly", None, watch=True))
+    with web_process(settings, tmp_path) as web:
+        shown = invoke(settings, "jobs", "ping-url", "report", "--web-url", web.url, "--json")
+        url = json.loads(shown.output)["ping_url"]
+        assert invoke(settings, "ping", url, "--start").exit_code == 0
+        out = tmp_path / "out.txt"
+        out.write_text("42 rows exported\n")
+        ended = invoke(settings, "ping", url, "--body-file", str(out))
+        assert ended.exit_code == 0, ended.output
+        assert "recorded for slot" in ended.output
+        refused = invoke(settings, "ping", url + "x")
+        assert (refused.exit_code, refused.output.strip()) == (1, "pulse: ping refused: HTTP 404")
+        bad = invoke(settings, "ping", "ftp://example/api/ping/x")
+        assert bad.exit_code == 2 and "invalid url" in bad.output
+        again = invoke(settings, "jobs", "ping-url", "report")
+        assert again.exit_code == 2 and "--rotate" in again.output
+    (row,) = Fleet(settings, tmp_path).sql(
+        "SELECT status, duration_s, output FROM runs WHERE job_name = 'report'"
+    )
+    assert row["status"] == "succeeded" and row["duration_s"] >= 0
+    assert row["output"] == {"stdout": "42 rows exported\n"}

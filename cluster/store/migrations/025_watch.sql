@@ -12,6 +12,8 @@
 ALTER TABLE jobs ADD COLUMN watch boolean NOT NULL DEFAULT false;
 ALTER TABLE jobs ADD COLUMN ping_hash bytea CHECK (octet_length(ping_hash) = 32);
 ALTER TABLE jobs ADD COLUMN adopt_at timestamptz;
+-- The slot a /start ping opened that no end ping has closed yet.
+ALTER TABLE jobs ADD COLUMN ping_open timestamptz;
 
 CREATE UNIQUE INDEX jobs_ping ON jobs (ping_hash) WHERE ping_hash IS NOT NULL;
 

@@ -7,13 +7,13 @@
 SELECT * FROM jobs WHERE ping_hash = %(hash)s FOR UPDATE;
 
 -- name: watch_started_run
--- The run a /start ping of this job opened, newest first, still open and younger than the
--- job's timeout: an end ping belongs to it. A probe of runs' (job_id, scheduled_for) key.
+-- The run the job's open /start ping began, if it is still running (a point lookup).
 SELECT scheduled_for, started_at FROM runs
-WHERE job_id = %(job_id)s AND scheduled_for >= %(since)s AND status = 'running'
-  AND origin = 'ping' AND started_at >= %(since)s
-ORDER BY scheduled_for DESC
-LIMIT 1;
+WHERE job_id = %(job_id)s AND scheduled_for = %(slot)s AND status = 'running';
+
+-- name: watch_open
+-- The slot a /start opened (an end ping closes it: NULL).
+UPDATE jobs SET ping_open = %(slot)s WHERE id = %(id)s RETURNING id;
 
 -- name: watch_record
 SELECT watch_record(%(hash)s, %(slot)s, %(kind)s, %(started_at)s, %(finished_at)s,
