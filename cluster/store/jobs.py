@@ -25,7 +25,7 @@ from typing import Any
 from uuid import UUID
 
 from cluster.config.retention import Retention
-from cluster.errors import Conflict, NotFound
+from cluster.errors import Conflict, InvalidInput, NotFound
 from cluster.jobs.fields import DEFAULT_TENANT, check_text, validate_handler
 from cluster.jobs.models import Job, Run, iso
 from cluster.jobs.spec import JobSpec
@@ -268,6 +268,8 @@ class JobStore:
         self, name: str, tenant: str = DEFAULT_TENANT, *, now: datetime | None = None
     ) -> Job:
         """Make the job due now without changing its regular schedule."""
+        if (await self.get(name, tenant)).watch:
+            raise InvalidInput("name", f"{name!r} is a watch job: no node runs it")
         row = await self.db.one("trigger_job", {"tenant_id": tenant, "name": name, "now": now})
         if row is None:
             job = await self.get(name, tenant)  # raises NotFound
