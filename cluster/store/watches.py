@@ -153,6 +153,17 @@ async def _advance(
         )
 
 
+async def _hand_over(
+    fetch: Fetch, job: Job, slot: datetime, start: datetime, shards: int, now: datetime | None
+) -> None:
+    """The watch job, awaiting ``slot`` (due at ``start``), becomes a job Pulse runs from it."""
+    params = {
+        "id": job.id, "slot": slot, "next_start": start, "next_slot": slot, "late": False,
+        "adopt": True, "home_shard": shard_for(job.id, shards), "now": now,
+    }  # fmt: skip
+    await fetch("watch_advance", params)
+
+
 async def watch_pass(fetch: Fetch, shards: int, now: datetime | None = None) -> list[Job]:
     """Declare missed each awaited slot no ping came for within its job's late_after_s: a
     failed run in its history and one ``late`` event, then the job awaits its next run;
@@ -169,8 +180,11 @@ async def watch_pass(fetch: Fetch, shards: int, now: datetime | None = None) -> 
         schedule, rule = job.parsed_schedule(), job.rule()
         slot, start = job.slot_at, job.next_run_at or job.slot_at
         for _ in range(PASS_SLOTS):
-            late_by = timedelta(seconds=job.late_after_s)
-            if start + late_by >= at or (job.adopt_at is not None and slot >= job.adopt_at):
+            if job.adopt_at is not None and slot >= job.adopt_at:
+                # Resumed past its adoption slot while paused: Pulse's from this slot on.
+                await _hand_over(fetch, job, slot, start, shards, at)
+                break
+            if start + timedelta(seconds=job.late_after_s) >= at:
                 break
             seen = await _one(fetch, "watch_slot_seen", {"id": job.id, "slot": slot})
             if not (seen and seen["seen"]):
@@ -217,19 +231,7 @@ async def adopt(
     params = {"tenant_id": tenant, "name": name, "scope": scope, "at": at, "handler": handler}
     await fetch("watch_adopt", params)
     if at == job.slot_at:  # the slot it awaits: Pulse's from now on
-        await fetch(
-            "watch_advance",
-            {
-                "id": job.id,
-                "slot": job.slot_at,
-                "next_start": run.start,
-                "next_slot": at,
-                "late": False,
-                "adopt": True,
-                "home_shard": shard_for(job.id, shards),
-                "now": now,
-            },
-        )
+        await _hand_over(fetch, job, at, run.start, shards, now)
     found = await _one(fetch, "get_job", {"tenant_id": tenant, "name": name, "scope": scope})
     assert found is not None
     return Job.from_row(found)

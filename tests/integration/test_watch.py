@@ -283,3 +283,16 @@ async def test_a_ping_past_its_late_window_before_the_pass_raises_late_once(
     assert [(e["event"], e["slot"], e["detail"]) for e in await events(settings)] == [
         ("late", at(60), "pinged 40s after it was due (late after 30s)")
     ]
+
+
+async def test_a_watch_job_resumed_past_its_adoption_slot_is_handed_over(
+    store: JobStore, settings: ClusterSettings
+) -> None:
+    await store.add(minutely("w", handler=HANDLER, late_after="20s"), now=T0)
+    await store.adopt("w", at=at(180), now=at(10))
+    await store.pause("w")
+    await store.resume("w", now=at(250))  # awaits 300 s, past the adoption slot
+    async with AlertStore.open(settings, "n9/alerts") as alerts:
+        assert await missed(alerts, 330) == []
+    job = await store.get("w")
+    assert (job.watch, job.next_run_at, job.shard < SHARDS) == (False, at(300), True)
