@@ -5,6 +5,7 @@ late pass, tokens kept as hashes, adoption at a slot boundary and double runs. E
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 
 import pytest
@@ -20,6 +21,7 @@ from cluster.store.queries import query
 from cluster.store.watches import token_hash
 from ring.zones import WATCH_SHARD
 from tests.helpers.outbox import ALL, HANDLER, T0, add_rule, at, events, run_slot, sql
+from tests.helpers.roles import Logins, grant_roles, refused
 from tests.helpers.sessions import Opener
 
 pytestmark = pytest.mark.timeout(60)
@@ -296,3 +298,29 @@ async def test_a_watch_job_resumed_past_its_adoption_slot_is_handed_over(
         assert await missed(alerts, 330) == []
     job = await store.get("w")
     assert (job.watch, job.next_run_at, job.shard < SHARDS) == (False, at(300), True)
+
+
+async def test_the_web_role_writes_a_pings_run_only_through_watch_record(
+    store: JobStore, settings: ClusterSettings, logins: Logins
+) -> None:
+    await store.add(minutely("w"), now=T0)
+    token = await store.ping_token("w")
+    await add_rule(settings, "ops", HOOK, events="double_run")
+    await asyncio.to_thread(grant_roles, settings, logins)
+    async with JobStore.open(logins.as_web(settings)) as as_web:
+        assert (await as_web.ping(token, "success", b"ok", now=at(61))) is not None
+        await as_web.adopt("w", at=at(180), handler=HANDLER, now=at(62))
+        ping = await as_web.ping(token, "success", now=at(181))
+    assert ping is not None and ping.outcome == "double_run"
+    assert [(r[0], r[1]) for r in await runs_of(settings, "w")] == [(at(60), "succeeded")]
+    assert [e["event"] for e in await events(settings)] == ["double_run"]
+    # Yet the role still cannot write a run itself.
+    web = logins.as_web(settings)
+    statement = (
+        "INSERT INTO runs (job_id, tenant_id, job_name, scheduled_for, status)"
+        " VALUES (gen_random_uuid(), 'a', 'x', now(), 'succeeded')"
+    )
+    assert (
+        await asyncio.to_thread(refused, web.database_url, settings.schema, statement)
+        == "InsufficientPrivilege"
+    )

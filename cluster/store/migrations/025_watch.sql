@@ -53,9 +53,11 @@ CREATE FUNCTION watch_record(
     p_error text,
     p_late text
 ) RETURNS text
-LANGUAGE plpgsql SECURITY DEFINER SET search_path FROM CURRENT AS $$
+LANGUAGE plpgsql SECURITY DEFINER AS $$
 DECLARE
     j jobs;
+    v_event text;
+    v_detail text;
 BEGIN
     SELECT * INTO j FROM jobs WHERE ping_hash = p_hash;
     IF NOT FOUND OR p_kind NOT IN ('start', 'success', 'fail') THEN
@@ -64,21 +66,53 @@ BEGIN
     IF j.adopt_at IS NOT NULL AND p_slot >= j.adopt_at THEN
         INSERT INTO watch_doubles (job_id, tenant_id, job_name, slot, kind, pinged_at)
         VALUES (j.id, j.tenant_id, j.name, p_slot, p_kind, p_finished_at);
-        PERFORM raise_alert('double_run', j.id, j.tenant_id, j.name, p_slot, NULL, NULL, NULL,
-                            NULL, 'a legacy ' || p_kind || ' ping arrived for a slot Pulse runs');
-        RETURN 'double_run';
+        v_event := 'double_run';
+        v_detail := 'a legacy ' || p_kind || ' ping arrived for a slot Pulse runs';
+    ELSE
+        -- As record_run does, written out: this function runs as the owner, and calls
+        -- nothing whose search_path a caller's temporary tables could come first in.
+        INSERT INTO runs AS r (job_id, tenant_id, job_name, scheduled_for, attempt, status,
+                               started_at, finished_at, duration_s, last_error, output, origin)
+        VALUES (j.id, j.tenant_id, j.name, p_slot, 1,
+                CASE p_kind WHEN 'start' THEN 'running'
+                            WHEN 'success' THEN 'succeeded' ELSE 'failed' END,
+                p_started_at, CASE WHEN p_kind = 'start' THEN NULL ELSE p_finished_at END,
+                CASE WHEN p_kind = 'start' OR p_started_at IS NULL THEN NULL
+                     ELSE extract(epoch FROM p_finished_at - p_started_at)::float8 END,
+                p_error, p_output, 'ping')
+        ON CONFLICT (job_id, scheduled_for) DO UPDATE SET
+            attempt = excluded.attempt, node_id = NULL, zone = NULL, status = excluded.status,
+            lease_token = NULL, started_at = excluded.started_at,
+            finished_at = excluded.finished_at, duration_s = excluded.duration_s,
+            last_error = excluded.last_error, output = excluded.output, origin = excluded.origin;
+        IF p_late IS NULL OR j.late_slot IS NOT DISTINCT FROM p_slot THEN
+            RETURN 'recorded';
+        END IF;
+        v_event := 'late';
+        v_detail := p_late;
     END IF;
-    PERFORM record_run(j.id, j.tenant_id, j.name, p_slot, 1, NULL, NULL,
-                       CASE p_kind WHEN 'start' THEN 'running'
-                                   WHEN 'success' THEN 'succeeded' ELSE 'failed' END,
-                       NULL, p_started_at,
-                       CASE WHEN p_kind = 'start' THEN NULL ELSE p_finished_at END,
-                       CASE WHEN p_kind = 'start' OR p_started_at IS NULL THEN NULL
-                            ELSE extract(epoch FROM p_finished_at - p_started_at)::float8 END,
-                       p_error, p_output, 'ping');
-    IF p_late IS NOT NULL AND j.late_slot IS DISTINCT FROM p_slot THEN
-        PERFORM raise_alert('late', j.id, j.tenant_id, j.name, p_slot, 1, NULL, NULL, NULL,
-                            p_late);
-    END IF;
-    RETURN 'recorded';
+    -- As raise_alert does: an event only if a rule wants it, and its deliveries.
+    WITH wanted AS (
+        SELECT name FROM alert_rules
+        WHERE v_event = ANY (events)
+          AND (tenant_id IS NULL OR tenant_id = j.tenant_id)
+          AND (job_name IS NULL OR job_name = j.name)
+    ), raised AS (
+        INSERT INTO alert_events (event, job_id, tenant_id, job_name, slot, attempt, detail)
+        SELECT v_event, j.id, j.tenant_id, j.name, p_slot,
+               CASE WHEN v_event = 'late' THEN 1 END, v_detail
+        WHERE EXISTS (SELECT 1 FROM wanted)
+        RETURNING id
+    )
+    INSERT INTO alert_deliveries (event_id, rule_name, job_id)
+    SELECT raised.id, wanted.name, j.id FROM raised CROSS JOIN wanted;
+    RETURN CASE WHEN v_event = 'double_run' THEN 'double_run' ELSE 'recorded' END;
+END $$;
+
+-- A definer's search_path: the schema, then pg_temp (never a caller's temporary table first).
+DO $$
+BEGIN
+    EXECUTE format('ALTER FUNCTION watch_record(bytea, timestamptz, text, timestamptz, '
+                   'timestamptz, jsonb, text, text) SET search_path = %I, pg_temp',
+                   current_schema());
 END $$;
