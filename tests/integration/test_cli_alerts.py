@@ -72,7 +72,15 @@ def test_rules_are_added_listed_and_removed_with_their_webhook_redacted(
         "tenant": "acme",
         "job": None,
     }
-    assert as_json[0]["events"] == ["failed", "recovered", "lost", "late", "skipped", "paused"]
+    assert as_json[0]["events"] == [
+        "failed",
+        "recovered",
+        "lost",
+        "late",
+        "skipped",
+        "paused",
+        "double_run",
+    ]
 
     assert pulse("alerts", "remove", "ops").exit_code == 0
     gone = pulse("alerts", "remove", "ops")
