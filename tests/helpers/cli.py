@@ -110,7 +110,7 @@ JOB_KEYS = {
     "overlap", "max_concurrent", "cancel_grace_s", "cancel_by", "zones",
     "each_zone",
     "jitter_s", "slot_at", "remove_when_done",
-    "calendar", "on_excluded", "business_day", "paused_until",
+    "calendar", "on_excluded", "business_day", "paused_until", "watch", "adopt_at",
 }  # fmt: skip
 
 

@@ -92,7 +92,8 @@ EXPECTED: dict[str, dict[str, str]] = {
         "zones: 'tuple[str, ...]' = (), each_zone: 'bool' = False, jitter_s: "
         "'float' = 0.0, remove_when_done: 'bool' = False, calendar: 'str | None' = None, "
         "on_excluded: 'str | None' = None, business_day: 'int | None' = None, "
-        "calendar_rule: 'str | None' = None, paused_until: 'datetime | None' = None) -> None",
+        "calendar_rule: 'str | None' = None, paused_until: 'datetime | None' = None, "
+        "watch: 'bool' = False, adopt_at: 'datetime | None' = None) -> None",
         "from_row": "(cls, row: 'dict[str, Any]') -> 'Job'",
         "parsed_schedule": "(self) -> 'Schedule'",
         "rule": "(self) -> 'CalendarRule | None'",
@@ -113,8 +114,9 @@ EXPECTED: dict[str, dict[str, str]] = {
         "jitter_s: 'float' = 0.0, remove_when_done: 'bool' = False, calendar: 'str | None' = "
         "None, on_excluded: 'str' = 'skip', business_day: 'int | None' = None, "
         "after: 'tuple[str, ...]' = (), after_match: 'str' = 'same', "
-        "after_timeout_s: 'float | None' = None, after_failure: 'str' = 'block') -> None",
-        "build": "(cls, name: 'str', schedule: 'str', handler: 'str | Mapping[str, Any]', "
+        "after_timeout_s: 'float | None' = None, after_failure: 'str' = 'block', "
+        "watch: 'bool' = False) -> None",
+        "build": "(cls, name: 'str', schedule: 'str', handler: 'str | Mapping[str, Any] | None', "
         "*, tenant: 'str' = 'default', tz: 'str' = 'UTC', payload: 'str | "
         "Mapping[str, Any] | None' = None, catch_up: 'str' = 'once', grace: 'str "
         "| float' = 60.0, max_backfill: 'int | str' = 100, timeout: 'str | "
@@ -129,7 +131,8 @@ EXPECTED: dict[str, dict[str, str]] = {
         "float' = 0.0, remove_when_done: 'bool' = False, calendar: 'str | None' = None, "
         "on_excluded: 'str' = 'skip', business_day: 'int | str | None' = None, "
         "after: 'str | Sequence[str] | None' = None, after_match: 'str' = 'same', "
-        "after_timeout: 'str | float | None' = None, after_failure: 'str' = 'block') -> 'JobSpec'",
+        "after_timeout: 'str | float | None' = None, after_failure: 'str' = 'block', "
+        "watch: 'bool' = False) -> 'JobSpec'",
         "from_mapping": "(cls, entry: 'Mapping[str, Any]') -> 'JobSpec'",
         "parsed_schedule": "(self) -> 'Schedule'",
         "validated": "(self) -> 'JobSpec'",
@@ -138,6 +141,13 @@ EXPECTED: dict[str, dict[str, str]] = {
         "__init__": "(conn: 'Conn', settings: 'ClusterSettings', *, scope: 'str | None' "
         "= None) -> 'None'",
         "add": "(self, spec: 'JobSpec', *, now: 'datetime | None' = None) -> 'Job'",
+        "adopt": "(self, name: 'str', tenant: 'str' = 'default', *, at: 'datetime', "
+        "handler: 'str | None' = None, now: 'datetime | None' = None) -> 'Job'",
+        "double_runs": "(self, name: 'str', tenant: 'str' = 'default') -> 'list[dict[str, Any]]'",
+        "ping": "(self, token: 'str', kind: 'str', body: 'bytes' = b'', *, now: "
+        "'datetime | None' = None) -> 'Ping | None'",
+        "ping_token": "(self, name: 'str', tenant: 'str' = 'default', *, rotate: 'bool' = "
+        "False) -> 'str'",
         "apply": "(self, specs: 'Sequence[JobSpec]', *, prune: 'bool' = False, now: "
         "'datetime | None' = None) -> 'ApplyResult'",
         "backfill": "(self, name: 'str', tenant: 'str' = 'default', *, start: "
