@@ -26,6 +26,9 @@ ZONE_SHARD_BASE = MAX_SHARD_COUNT
 # Where an each-zone job's parent row is parked: no node ever locks it, so the parent
 # itself never runs; its children, one per zone, do (docs/design/zones.md).
 PARKED_SHARD = 2**31 - 1
+# Where watch jobs live: no node ever locks it, so a watch job is never claimed; its runs
+# come from pings, and the late pass reads this shard (docs/design/watch.md).
+WATCH_SHARD = 2**31 - 2
 
 # The same names a node's --zone accepts (cluster/settings.py).
 _ZONE = re.compile(r"[A-Za-z0-9_.\-]{1,64}")
@@ -56,8 +59,9 @@ def zone_shard_for(job_id: uuid.UUID | str, space: int) -> int:
 
 
 def space_of(shard: int) -> int | None:
-    """The zone space a shard belongs to, or None for a default or the parked shard."""
-    if shard < ZONE_SHARD_BASE or shard == PARKED_SHARD:
+    """The zone space a shard belongs to, or None for a default, the parked or the watch
+    shard."""
+    if shard < ZONE_SHARD_BASE or shard in (PARKED_SHARD, WATCH_SHARD):
         return None
     return (shard - ZONE_SHARD_BASE) // ZONE_SHARDS + 1
 

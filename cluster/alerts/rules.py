@@ -37,6 +37,8 @@ EVENTS = (
     "overdue",
     "too_fast",
     "assertion_failed",
+    # A legacy ping for a slot Pulse ran (watch jobs, docs/jobs.md).
+    "double_run",
 )
 FORMATS = ("json", "slack", "pagerduty", "email")
 PAGERDUTY_URL = "https://events.pagerduty.com/v2/enqueue"  # Events API v2

@@ -23,6 +23,7 @@ from cluster.cli import (
     tenants,
     tokens,
     up,
+    watching,
     web,
     windows,
 )
@@ -160,3 +161,6 @@ for command in (
 ):
     cli.add_command(command)
 jobs.jobs.add_command(backfills.backfill_job)
+jobs.jobs.add_command(watching.ping_url_command)
+jobs.jobs.add_command(watching.adopt_command)
+cli.add_command(watching.ping_command)

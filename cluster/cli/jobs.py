@@ -7,7 +7,7 @@ from typing import Any
 
 import click
 
-from cluster.cli import jobhistory, jobplans, jobviews, triggers
+from cluster.cli import jobhistory, jobplans, jobviews, triggers, watching
 from cluster.cli.audited import os_user
 from cluster.cli.base import (
     PulseGroup,
@@ -52,9 +52,14 @@ for _command in (*jobviews.COMMANDS, *jobhistory.COMMANDS, triggers.trigger_job)
 @click.option("--remove-when-done", is_flag=True, help="Delete a one-off job once it has run.")
 @click.option(
     "--handler",
-    required=True,
-    help="package.module:function, shell:<command>, http:METHOD URL or celery:<task>.",
+    default=None,
+    help="package.module:function, shell:<command>, http:METHOD URL or celery:<task> "
+    "(a --watch job: what Pulse runs once adopted).",
 )
+@click.option(
+    "--watch", is_flag=True, help="Never run: record the pings of a cron Pulse does not run."
+)
+@watching.web_url_option
 @click.option(
     "--celery-broker",
     default=None,
@@ -146,10 +151,12 @@ for _command in (*jobviews.COMMANDS, *jobhistory.COMMANDS, triggers.trigger_job)
 @expectation_options
 @click.option("--json", "as_json", is_flag=True, help="Print the job as JSON.")
 @with_store
-async def add_job(store: JobStore, name: str, as_json: bool, **options: Any) -> None:
+async def add_job(store: JobStore, name: str, as_json: bool, web_url: str, **options: Any) -> None:
     """Create a job."""
+    if options["handler"] is None and not options["watch"]:
+        raise click.UsageError("Missing option '--handler' (or --watch for a watch job).")
     handler = handlerrefs.with_celery_options(
-        options.pop("handler"), options.pop("celery_broker"), options.pop("celery_wait")
+        options.pop("handler") or "", options.pop("celery_broker"), options.pop("celery_wait")
     )
     handler = shellrefs.with_env(handler, options.pop("env_names"))
     given, at = options.pop("schedules"), options.pop("at")
@@ -162,11 +169,22 @@ async def add_job(store: JobStore, name: str, as_json: bool, **options: Any) -> 
         schedule = given[0]
     spec = JobSpec.build(name, schedule, handler, **options)
     handlerrefs.require_broker(spec.handler, os.environ)
-    job = await store.add(spec)
+    token = None
+    async with store.transaction():
+        job = await store.add(spec)
+        if spec.watch:
+            token = await store.ping_token(spec.name, spec.tenant)
+    url = None if token is None else watching.ping_url(web_url, token)
     if as_json:
-        emit_json(job.to_json())
-    else:
+        emit_json({**job.to_json(), **({} if url is None else {"ping_url": url})})
+        return
+    if url is None:
         click.echo(f"created {job.name} (tenant {job.tenant}); next run {_next_run(job)}")
+    else:
+        click.echo(
+            f"created watch job {job.name} (tenant {job.tenant}); next ping due by {_next_run(job)}"
+        )
+        watching.show_ping_url(url)
 
 
 module_option = click.option(

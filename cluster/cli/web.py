@@ -19,6 +19,8 @@ DEFAULT_SESSION_MAX_S = 12 * 3600.0
 DEFAULT_FORWARDED_ALLOW_IPS = "127.0.0.1,::1"
 MAX_SESSION_S = 366 * 86400.0
 DEFAULT_TOKEN_REQUESTS = 4  # as cluster.web.inflight: half the pool
+DEFAULT_PINGS_PER_TOKEN = 60  # as cluster.web.limits
+DEFAULT_PINGS_PER_SOURCE = 1200
 
 
 def parse_bind(bind: str) -> tuple[str, int]:
@@ -104,6 +106,22 @@ def _session_duration(text: str, field: str) -> float:
     help="Requests of one token in flight at once; past it, 429 (keeps one client from "
     "holding every database connection).",
 )
+@click.option(
+    "--ping-limit",
+    type=click.IntRange(1, 1_000_000),
+    default=DEFAULT_PINGS_PER_TOKEN,
+    show_default=True,
+    envvar="PULSE_WEB_PING_LIMIT",
+    help="Pings of one ping URL per minute; past it, 429.",
+)
+@click.option(
+    "--ping-source-limit",
+    type=click.IntRange(1, 1_000_000),
+    default=DEFAULT_PINGS_PER_SOURCE,
+    show_default=True,
+    envvar="PULSE_WEB_PING_SOURCE_LIMIT",
+    help="Pings from one address per minute, to any ping URL; past it, 429.",
+)
 @click.pass_context
 def web(
     ctx: click.Context,
@@ -114,6 +132,8 @@ def web(
     session_idle: str,
     session_max: str,
     token_requests: int,
+    ping_limit: int,
+    ping_source_limit: int,
 ) -> None:
     """Serve the HTTP API (/api/, OpenAPI at /api/openapi.json) and the console (/console/)."""
     try:
@@ -138,4 +158,6 @@ def web(
         session_idle_s=idle_s,
         session_max_s=max_s,
         token_requests=token_requests,
+        pings_per_token=ping_limit,
+        pings_per_source=ping_source_limit,
     )

@@ -126,6 +126,9 @@ class Job:
             "state_at": iso(self.expect_state_at),
         }
 
+    watch: bool = False  # runs come from pings, never from a node (docs/jobs.md)
+    adopt_at: datetime | None = None  # `jobs adopt`: the first slot Pulse runs itself
+
     def rule(self) -> CalendarRule | None:
         """The calendar the job plans with (its copy), or None."""
         return None if self.calendar_rule is None else CalendarRule.from_json(self.calendar_rule)
@@ -194,6 +197,8 @@ class Job:
             last_success_at=row.get("last_success_at"),
             expect_state=row.get("expect_state"),
             expect_state_at=row.get("expect_state_at"),
+            watch=bool(row.get("watch")),
+            adopt_at=row.get("adopt_at"),
         )
 
     def to_json(self) -> dict[str, Any]:
@@ -249,6 +254,8 @@ class Job:
             "labels": self.labels,
             **(self.expect or _NO_EXPECTATIONS),
             "health": self.health(),
+            "watch": self.watch,
+            "adopt_at": iso(self.adopt_at),
             "created_at": iso(self.created_at),
             "updated_at": iso(self.updated_at),
         }

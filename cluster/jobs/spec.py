@@ -101,13 +101,16 @@ class JobSpec:
     expect_baseline: float | None = None  # times the p95 of its kept successful runs
     asserts: str | None = None  # checks of the run's metrics (cluster.jobs.assertions)
     assert_fails: bool = False
+    # Never run by Pulse: its runs come from pings (docs/jobs.md, "Watch jobs"); its handler,
+    # if any, is what Pulse runs once the job is adopted.
+    watch: bool = False
 
     @classmethod
     def build(
         cls,
         name: str,
         schedule: str | Sequence[str | Mapping[str, Any]],
-        handler: str | Mapping[str, Any],
+        handler: str | Mapping[str, Any] | None,
         *,
         tenant: str = DEFAULT_TENANT,
         tz: str = DEFAULT_TZ,
@@ -149,6 +152,7 @@ class JobSpec:
         expect_baseline: str | float | None = None,
         asserts: str | None = None,
         assert_fails: bool = False,
+        watch: bool = False,
     ) -> JobSpec:
         """Validate every field; raise ``InvalidInput`` naming the first bad one."""
         name = validate_name(name)
@@ -160,8 +164,14 @@ class JobSpec:
         timeout_s = duration_field(timeout, "timeout")
         if timeout_s <= 0:
             raise InvalidInput("timeout", "must be positive")
+        if not isinstance(watch, bool):
+            raise InvalidInput("watch", "must be true or false")
         # A job file's {http: ...}, {celery: ...} or {shell: ...} becomes text.
-        if isinstance(handler, Mapping) and set(handler) == {"shell"}:
+        if watch and handler in (None, ""):
+            handler = ""  # a watch job needs one only to be adopted
+        elif handler is None:
+            raise InvalidInput("handler", "missing")
+        elif isinstance(handler, Mapping) and set(handler) == {"shell"}:
             handler = shellrefs.canonical(handler)
         else:
             handler = canonical(handler, timeout_s)
@@ -210,10 +220,12 @@ class JobSpec:
         expected = expectations(
             expect_max, expect_min, deadline, expect_baseline, asserts, assert_fails
         )
+        if watch:
+            _check_watch(parsed, zones, each_zone, overlap)
         return cls(
             name=name,
             schedule=parsed.expr,
-            handler=validate_handler(handler),
+            handler=validate_handler(handler) if handler else "",
             tenant=tenant,
             tz=parsed.tz,
             payload=payload,
@@ -258,6 +270,7 @@ class JobSpec:
             expect_baseline=expected.expect_baseline,
             asserts=expected.asserts,
             assert_fails=expected.assert_fails,
+            watch=watch,
         )
 
     @classmethod
@@ -276,6 +289,7 @@ class JobSpec:
             "schedules", "max_runs", "labels",
             "expect_max", "expect_min", "deadline", "expect_baseline", "assert", "asserts",
             "assert_fails",
+            "watch",
         }  # fmt: skip
         unknown = sorted(set(entry) - known)
         if unknown:
@@ -286,7 +300,7 @@ class JobSpec:
         if "schedules" in entry and isinstance(timing, str):
             raise InvalidInput("schedules", "must be a list of schedules")
         for required in ("name", "handler"):
-            if required not in entry:
+            if required not in entry and not (required == "handler" and entry.get("watch")):
                 raise InvalidInput(required, "missing")
         if timing is None:
             raise InvalidInput("schedule", "missing")
@@ -302,7 +316,7 @@ class JobSpec:
         schema = kwargs.get("payload_schema")
         if schema is not None and not isinstance(schema, Mapping | str):
             raise InvalidInput("payload_schema", "must be a JSON object")
-        return cls.build(entry["name"], timing, entry["handler"], **kwargs)
+        return cls.build(entry["name"], timing, entry.get("handler"), **kwargs)
 
     def validated(self) -> JobSpec:
         """This spec checked as ``build`` checks it (``JobSpec(...)`` itself validates nothing)."""
@@ -350,7 +364,21 @@ class JobSpec:
             expect_baseline=self.expect_baseline,
             asserts=self.asserts,
             assert_fails=self.assert_fails,
+            watch=self.watch,
         )
 
     def parsed_schedule(self) -> Schedule:
         return parse_schedule(self.schedule, self.tz, self.dst_repeated, self.dst_skipped)  # type: ignore[arg-type]
+
+
+def _check_watch(
+    parsed: Schedule, zones: str | Sequence[str] | None, each_zone: bool, overlap: str
+) -> None:
+    """What a watch job cannot be: it has no node to run on, and pings come for recurring
+    slots one at a time (docs/jobs.md, "Watch jobs")."""
+    if parsed.at is not None:
+        raise InvalidInput("watch", "a one-off (@at) job cannot be watched")
+    if zones or each_zone:
+        raise InvalidInput("watch", "a watch job runs on no node: zones do not apply")
+    if overlap == "allow":
+        raise InvalidInput("watch", "a watch job records one run per slot: allow does not apply")

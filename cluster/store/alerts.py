@@ -20,8 +20,9 @@ from uuid import UUID
 
 from cluster.alerts.rules import AlertEvent, AlertRule
 from cluster.errors import InvalidInput, NotFound
-from cluster.jobs.models import iso
+from cluster.jobs.models import Job, iso
 from cluster.settings import ClusterSettings
+from cluster.store import watches
 from cluster.store.side import Fetch, SideConnection
 
 DELIVERY_STATUSES = ("pending", "delivered", "failed")
@@ -267,3 +268,9 @@ class AlertStore:
             (m.job_id.hex, m.slot.isoformat(), m.token, m.event, m.detail, m.flight) for m in marks
         ]
         return await self._side.fetch("expect_mark", {"marks": json.dumps(rows), "now": now})
+
+    async def watch_pass(self, shards: int, now: datetime | None = None) -> list[Job]:
+        """Declare missed, once each, the awaited slots of watch jobs that had no ping in
+        time, raising their ``late`` events (``cluster.store.watches.watch_pass``)."""
+        async with self._side.transaction("watch pass") as fetch:
+            return await watches.watch_pass(fetch, shards, now)

@@ -16,6 +16,7 @@ from psycopg.types.json import Jsonb
 from cluster.errors import Conflict
 from cluster.jobs.models import Job
 from cluster.jobs.spec import JobSpec
+from cluster.store import watches
 from cluster.store.gates import Gates
 from cluster.store.queries import query
 from cluster.store.rules import Rules
@@ -37,7 +38,7 @@ from cluster.timing.calendared import (
 )
 from cluster.timing.schedule import CHAINED_NEXT, ENDED
 from ring import shard_for
-from ring.zones import PARKED_SHARD, ZONE_SHARD_BASE, zone_shard_for
+from ring.zones import PARKED_SHARD, WATCH_SHARD, ZONE_SHARD_BASE, zone_shard_for
 
 
 class _Probe(Exception):  # a rollback carrying an answer, never an error
@@ -66,7 +67,7 @@ class Definitions:
                     "name",
                     f"a job named {spec.name!r} already exists in tenant {spec.tenant!r}",
                 )
-            placed = await self._place(spec, shards, params["next_run_at"])
+            placed = await self._place(spec, shards, params["next_run_at"], inserted=True)
             await self._db.notify(row["shard_id"] if placed is None else placed)
             await self._gates.write([spec], await self._db.db_now(now))
             job = await self._db.one("get_job", {"tenant_id": spec.tenant, "name": spec.name})
@@ -97,7 +98,8 @@ class Definitions:
                 params = {**self._params(spec, shards, db_now, rule), "replace": True}
                 row = await self._db.one("upsert_job", params)
                 label = label_of(spec.tenant, spec.name)
-                placed = await self._place(spec, shards, params["next_run_at"])
+                inserted = row is not None and row["inserted"]
+                placed = await self._place(spec, shards, params["next_run_at"], inserted=inserted)
                 if placed is not None:  # moved to its zone set's shard
                     row = {
                         "inserted": row is not None and row["inserted"],
@@ -165,7 +167,7 @@ class Definitions:
                     continue
                 row = await self._db.one("upsert_job", {**params, "replace": False})
                 if row is not None:
-                    placed = await self._place(spec, shards, params["next_run_at"])
+                    placed = await self._place(spec, shards, params["next_run_at"], inserted=True)
                     result.created.append(label)
                     await self._db.notify(row["shard_id"] if placed is None else placed)
                 elif await self._would_change(params):
@@ -243,7 +245,9 @@ class Definitions:
             "assert_fails": spec.assert_fails,
         }
 
-    async def _place(self, spec: JobSpec, shards: int, next_run_at: datetime) -> int | None:
+    async def _place(
+        self, spec: JobSpec, shards: int, next_run_at: datetime, *, inserted: bool
+    ) -> int | None:
         """Move the job to the shard of its zone set, back to the default shards, or park
         it as an each-zone parent (docs/design/zones.md).
 
@@ -252,6 +256,9 @@ class Definitions:
         the wrong shard."""
         job = await self._db.one("get_job", {"tenant_id": spec.tenant, "name": spec.name})
         assert job is not None
+        if spec.watch or job["watch"]:  # never zoned (JobSpec): the watch shard or nothing
+            placed = await watches.place(self._db.all, spec.watch, job, inserted)
+            return WATCH_SHARD if placed else None
         key = {"tenant_id": spec.tenant, "name": spec.name}
         zones = list(spec.zones) or None
         if spec.each_zone:

@@ -28,13 +28,13 @@ from uuid import UUID
 from psycopg.types.json import Jsonb
 
 from cluster.config.retention import Retention
-from cluster.errors import Conflict, NotFound
-from cluster.jobs.fields import DEFAULT_TENANT, check_text
+from cluster.errors import Conflict, InvalidInput, NotFound
+from cluster.jobs.fields import DEFAULT_TENANT, check_text, validate_handler
 from cluster.jobs.models import Job, Run, iso
 from cluster.jobs.spec import JobSpec
 from cluster.settings import ClusterSettings
 from cluster.store import config as cluster_config
-from cluster.store import pruning
+from cluster.store import pruning, watches
 from cluster.store.access import Access
 from cluster.store.backfills import Backfill, BackfillPlan
 from cluster.store.calendars import Calendars
@@ -56,6 +56,7 @@ from cluster.store.sessions import ConsoleSessions
 from cluster.store.specs import MAX_NOTE_LENGTH, ApplyResult, SyncResult
 from cluster.store.tenants import Tenants
 from cluster.store.timeline import calendar_timeline
+from cluster.store.watches import Ping
 from cluster.store.windows import Windows
 from cluster.timing.calendared import first_run, jittered_start
 from cluster.timing.jitter import jittered
@@ -215,6 +216,53 @@ class JobStore:
         """Stop a backfill; ``InvalidInput`` for an unknown id."""
         return await self.runcontrol.cancel_backfill(backfill_id)
 
+    # -- watch jobs (cluster.store.watches) ---------------------------------------------
+
+    async def ping(
+        self, token: str, kind: str, body: bytes = b"", *, now: datetime | None = None
+    ) -> Ping | None:
+        """Record a watch job's ping (``POST /api/ping/TOKEN``); None for an unknown token."""
+        shards = await self.shard_count()
+        async with self.db.transaction():
+            at = await self.db.db_now(now)
+            return await watches.record_ping(
+                self.db.all, token, kind, body=body, shards=shards, now=at
+            )
+
+    async def ping_token(
+        self, name: str, tenant: str = DEFAULT_TENANT, *, rotate: bool = False
+    ) -> str:
+        """A watch job's ping token (``pulse jobs ping-url``): its first, or a new one."""
+        async with self.db.transaction():
+            return await watches.issue_token(
+                self.db.all, name, tenant, scope=self.scope, rotate=rotate
+            )
+
+    async def adopt(
+        self,
+        name: str,
+        tenant: str = DEFAULT_TENANT,
+        *,
+        at: datetime,
+        handler: str | None = None,
+        now: datetime | None = None,
+    ) -> Job:
+        """Pulse runs the watch job from the slot ``at`` on (``pulse jobs adopt``)."""
+        if handler is not None:
+            handler = validate_handler(handler)
+        shards = await self.shard_count()
+        async with self.db.transaction():
+            db_now = await self.db.db_now(now)
+            return await watches.adopt(
+                self.db.all, name, tenant, at=at, handler=handler, scope=self.scope,
+                shards=shards, now=db_now,
+            )  # fmt: skip
+
+    async def double_runs(self, name: str, tenant: str = DEFAULT_TENANT) -> list[dict[str, Any]]:
+        """The legacy pings that came for slots Pulse runs (``pulse jobs adopt``)."""
+        job = await self.db.job("get_job", name, tenant)
+        return await self.db.all("watch_doubles_list", {"id": job.id})
+
     # -- jobs that exist ----------------------------------------------------------------
 
     async def pause(
@@ -246,6 +294,8 @@ class JobStore:
     ) -> Job:
         """Make the job due now without changing its regular schedule (with a payload or a
         past slot: ``trigger_with``)."""
+        if (await self.get(name, tenant)).watch:
+            raise InvalidInput("name", f"{name!r} is a watch job: no node runs it")
         row = await self.db.one("trigger_job", {"tenant_id": tenant, "name": name, "now": now})
         if row is None:
             job = await self.get(name, tenant)  # raises NotFound

@@ -94,6 +94,9 @@ GRANTS: Mapping[str, tuple[str, str]] = {
     # A chained job's released slots: written by completions (the node), taken by the
     # statement that moves the job on (a completion, or the web's resume), dropped with it.
     "chain_slots": ("SELECT, INSERT, UPDATE, DELETE", "SELECT, INSERT, UPDATE, DELETE"),
+    # Double runs are written by watch_record (a ping, SECURITY DEFINER) and read by both;
+    # they go with their job.
+    "watch_doubles": (READ, READ),
 }
 
 

@@ -94,6 +94,8 @@ class RunControl:
             if job.paused or job.status == "done":
                 state = "paused" if job.paused else "done"
                 raise InvalidInput("job", f"{name!r} is {state}; a backfill needs an active job")
+            if job.watch:
+                raise InvalidInput("job", f"{name!r} is a watch job: no node runs its slots")
             slots = backfills.plan_slots(job.parsed_schedule(), start, end)
             if only_missing:
                 ok = await backfills.ran(self._db.all, job.id, slots, only_missing=True)

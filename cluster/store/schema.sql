@@ -201,6 +201,14 @@ CREATE TABLE jobs (
     expect_state     text CHECK (expect_state IN ('ok', 'slow', 'overdue', 'too_fast',
                                                   'assertion_failed')),
     expect_state_at  timestamptz,
+    -- A watch job (docs/design/watch.md): never claimed (it lives in WATCH_SHARD, which no
+    -- node locks); its runs are written by pings presenting the token whose sha256 is
+    -- ping_hash. adopt_at: the first slot Pulse runs itself; the slots before stay watched.
+    watch            boolean NOT NULL DEFAULT false,
+    ping_hash        bytea CHECK (octet_length(ping_hash) = 32),
+    adopt_at         timestamptz,
+    -- The slot a /start ping opened that no end ping has closed yet.
+    ping_open        timestamptz,
     -- The definition's revision (job_revisions; docs/design/revisions.md), and the one the
     -- slot in flight was claimed under, copied by the claim for the run row.
     revision         integer NOT NULL DEFAULT 1,
@@ -222,6 +230,21 @@ CREATE INDEX jobs_calendar ON jobs (calendar) WHERE calendar IS NOT NULL;
 -- The late pass's expectations probe (node/maintenance/lateness.py).
 CREATE INDEX jobs_expecting ON jobs (id)
     WHERE expect_max_s IS NOT NULL OR deadline IS NOT NULL OR expect_baseline IS NOT NULL;
+
+CREATE UNIQUE INDEX jobs_ping ON jobs (ping_hash) WHERE ping_hash IS NOT NULL;
+
+-- A legacy ping for a slot Pulse ran (or runs) itself: a double run (`pulse jobs adopt`).
+CREATE TABLE watch_doubles (
+    id        bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    job_id    uuid NOT NULL REFERENCES jobs (id) ON DELETE CASCADE,
+    tenant_id text NOT NULL,
+    job_name  text NOT NULL,
+    slot      timestamptz NOT NULL,
+    kind      text NOT NULL CHECK (kind IN ('start', 'success', 'fail')),
+    pinged_at timestamptz NOT NULL DEFAULT now()
+);
+
+CREATE INDEX watch_doubles_job ON watch_doubles (job_id, slot);
 
 
 -- == Backfills ===========================================================================
@@ -451,10 +474,13 @@ CREATE TABLE alert_rules (
 
 CREATE TABLE alert_events (
     id         uuid PRIMARY KEY DEFAULT gen_random_uuid(),
+    -- slow, overdue, too_fast, assertion_failed: run-time expectations (migration 024);
+    -- double_run: a legacy ping for a slot Pulse runs (migration 025).
     event      text NOT NULL
                CONSTRAINT alert_events_event_check
                CHECK (event IN ('failed', 'recovered', 'lost', 'late', 'skipped', 'paused',
-                                'slow', 'overdue', 'too_fast', 'assertion_failed')),
+                                'slow', 'overdue', 'too_fast', 'assertion_failed',
+                                'double_run')),
     job_id     uuid,
     tenant_id  text NOT NULL,
     job_name   text NOT NULL,
@@ -523,6 +549,86 @@ LANGUAGE sql SET search_path FROM CURRENT AS $$
     INSERT INTO alert_deliveries (event_id, rule_name, job_id)
     SELECT event.id, wanted.name, a_job_id FROM event CROSS JOIN wanted
 $$;
+
+-- What a ping writes, for the web, whose role may not write runs or alert events itself:
+-- only the run of the job whose token hash it presents, and only a watched slot's; a slot
+-- from adopt_at on is recorded as a double run and raises `double_run` instead. p_late: the
+-- `late` event's detail when the ping came for the awaited slot past its late_after_s
+-- (before the late pass saw it). Returns 'recorded', 'double_run', or NULL for an unknown
+-- hash.
+CREATE FUNCTION watch_record(
+    p_hash bytea,
+    p_slot timestamptz,
+    p_kind text,
+    p_started_at timestamptz,
+    p_finished_at timestamptz,
+    p_output jsonb,
+    p_error text,
+    p_late text
+) RETURNS text
+LANGUAGE plpgsql SECURITY DEFINER AS $$
+DECLARE
+    j jobs;
+    v_event text;
+    v_detail text;
+BEGIN
+    SELECT * INTO j FROM jobs WHERE ping_hash = p_hash;
+    IF NOT FOUND OR p_kind NOT IN ('start', 'success', 'fail') THEN
+        RETURN NULL;
+    END IF;
+    IF j.adopt_at IS NOT NULL AND p_slot >= j.adopt_at THEN
+        INSERT INTO watch_doubles (job_id, tenant_id, job_name, slot, kind, pinged_at)
+        VALUES (j.id, j.tenant_id, j.name, p_slot, p_kind, p_finished_at);
+        v_event := 'double_run';
+        v_detail := 'a legacy ' || p_kind || ' ping arrived for a slot Pulse runs';
+    ELSE
+        -- As record_run does, written out: this function runs as the owner, and calls
+        -- nothing whose search_path a caller's temporary tables could come first in.
+        INSERT INTO runs AS r (job_id, tenant_id, job_name, scheduled_for, attempt, status,
+                               started_at, finished_at, duration_s, last_error, output, origin)
+        VALUES (j.id, j.tenant_id, j.name, p_slot, 1,
+                CASE p_kind WHEN 'start' THEN 'running'
+                            WHEN 'success' THEN 'succeeded' ELSE 'failed' END,
+                p_started_at, CASE WHEN p_kind = 'start' THEN NULL ELSE p_finished_at END,
+                CASE WHEN p_kind = 'start' OR p_started_at IS NULL THEN NULL
+                     ELSE extract(epoch FROM p_finished_at - p_started_at)::float8 END,
+                p_error, p_output, 'ping')
+        ON CONFLICT (job_id, scheduled_for) DO UPDATE SET
+            attempt = excluded.attempt, node_id = NULL, zone = NULL, status = excluded.status,
+            lease_token = NULL, started_at = excluded.started_at,
+            finished_at = excluded.finished_at, duration_s = excluded.duration_s,
+            last_error = excluded.last_error, output = excluded.output, origin = excluded.origin;
+        IF p_late IS NULL OR j.late_slot IS NOT DISTINCT FROM p_slot THEN
+            RETURN 'recorded';
+        END IF;
+        v_event := 'late';
+        v_detail := p_late;
+    END IF;
+    -- As raise_alert does: an event only if a rule wants it, and its deliveries.
+    WITH wanted AS (
+        SELECT name FROM alert_rules
+        WHERE v_event = ANY (events)
+          AND (tenant_id IS NULL OR tenant_id = j.tenant_id)
+          AND (job_name IS NULL OR job_name = j.name)
+    ), raised AS (
+        INSERT INTO alert_events (event, job_id, tenant_id, job_name, slot, attempt, detail)
+        SELECT v_event, j.id, j.tenant_id, j.name, p_slot,
+               CASE WHEN v_event = 'late' THEN 1 END, v_detail
+        WHERE EXISTS (SELECT 1 FROM wanted)
+        RETURNING id
+    )
+    INSERT INTO alert_deliveries (event_id, rule_name, job_id)
+    SELECT raised.id, wanted.name, j.id FROM raised CROSS JOIN wanted;
+    RETURN CASE WHEN v_event = 'double_run' THEN 'double_run' ELSE 'recorded' END;
+END $$;
+
+-- A definer's search_path: the schema, then pg_temp (never a caller's temporary table first).
+DO $$
+BEGIN
+    EXECUTE format('ALTER FUNCTION watch_record(bytea, timestamptz, text, timestamptz, '
+                   'timestamptz, jsonb, text, text) SET search_path = %I, pg_temp',
+                   current_schema());
+END $$;
 
 
 -- == Zones ===============================================================================

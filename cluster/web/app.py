@@ -40,6 +40,7 @@ from cluster.web import (
     calendars,
     console,
     jobs,
+    pings,
     quotas,
     revisions,
     runs,
@@ -47,7 +48,14 @@ from cluster.web import (
     tenants,
 )
 from cluster.web.inflight import DEFAULT_TOKEN_REQUESTS, TokenGate
-from cluster.web.limits import DEFAULT_AUTH_FAILURES, DEFAULT_AUTH_WINDOW_S, SignInThrottle
+from cluster.web.limits import (
+    DEFAULT_AUTH_FAILURES,
+    DEFAULT_AUTH_WINDOW_S,
+    DEFAULT_PINGS_PER_SOURCE,
+    DEFAULT_PINGS_PER_TOKEN,
+    PingRate,
+    SignInThrottle,
+)
 from cluster.web.state import SessionPolicy, WebState
 
 logger = logging.getLogger(__name__)
@@ -149,6 +157,8 @@ def create_app(
     auth_window_s: float = DEFAULT_AUTH_WINDOW_S,
     sessions: SessionPolicy | None = None,
     token_requests: int = DEFAULT_TOKEN_REQUESTS,
+    pings_per_token: int = DEFAULT_PINGS_PER_TOKEN,
+    pings_per_source: int = DEFAULT_PINGS_PER_SOURCE,
 ) -> FastAPI:
     pool = StorePool(settings)
 
@@ -169,7 +179,10 @@ def create_app(
         lifespan=lifespan,
     )
     app.state.pulse = WebState(
-        pool, SignInThrottle(auth_failures, auth_window_s), sessions or SessionPolicy()
+        pool,
+        SignInThrottle(auth_failures, auth_window_s),
+        sessions or SessionPolicy(),
+        PingRate(pings_per_token, pings_per_source),
     )
 
     @app.exception_handler(PulseError)
@@ -217,6 +230,7 @@ def create_app(
         runs,
         revisions,
         jobs,
+        pings,
         backfills,
         tenants,
         quotas,

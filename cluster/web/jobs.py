@@ -68,6 +68,9 @@ async def admitted(
     admitted = []
     for position, spec in enumerate(specs, 1):
         field = f"entry {position}: handler" if many else "handler"
+        if spec.watch and not spec.handler:  # runs nothing: its runs come from pings
+            admitted.append(spec)
+            continue
         try:
             handler = admit(spec.handler, policy, field)
         except NotAllowed as exc:
@@ -122,11 +125,17 @@ async def create_job(request: Request, who: Writer) -> dict[str, Any]:
     spec = JobSpec.from_mapping(_scoped(who, await json_object(request)))
     (spec,) = await admitted(request, who, [spec])
     (spec,) = await api_targets(request, [spec])
+    token = None
     async with state_of(request).pool.store(who.scope, actor=who.name) as store:
         async with store.transaction():
             await store.add(spec)
+            if spec.watch:
+                token = await store.ping_token(spec.name, spec.tenant)
             await record(store, who, "create", spec.tenant, spec.name)
-        return await store.details(spec.name, spec.tenant)
+        details = await store.details(spec.name, spec.tenant)
+    if token is not None:  # shown this once: only its hash is kept
+        details["ping_url"] = f"{str(request.base_url).rstrip('/')}/api/ping/{token}"
+    return details
 
 
 async def _batch(request: Request, who: Principal) -> tuple[list[JobSpec], Any]:

@@ -105,3 +105,40 @@ class SignInThrottle:
         self.sources.failed(source, now)
         self.prefixes.failed(prefix, now)
         return max(waits) if waits else None
+
+
+DEFAULT_PINGS_PER_TOKEN = 60
+DEFAULT_PINGS_PER_SOURCE = 1200
+PING_WINDOW_S = 60.0
+
+
+class PingRate:
+    """Pings (``/api/ping/...``, no API token) per source address and per presented ping
+    token, known or not, in a sliding window: past either limit, 429 and nothing read or
+    written. A flood from one address, or of one token from many, costs no database work."""
+
+    def __init__(
+        self,
+        per_token: int = DEFAULT_PINGS_PER_TOKEN,
+        per_source: int = DEFAULT_PINGS_PER_SOURCE,
+        window_s: float = PING_WINDOW_S,
+    ) -> None:
+        self.tokens = FailureLimiter(per_token, window_s)
+        self.sources = FailureLimiter(per_source, window_s)
+
+    def refused(self, source: str, token_key: str, now: float | None = None) -> float | None:
+        """Count one ping; the seconds to wait if its source or token is past its limit."""
+        now = time.monotonic() if now is None else now
+        waits = [
+            wait
+            for wait in (
+                self.sources.retry_after_s(source, now),
+                self.tokens.retry_after_s(token_key, now),
+            )
+            if wait is not None
+        ]
+        if waits:
+            return max(waits)
+        self.sources.failed(source, now)
+        self.tokens.failed(token_key, now)
+        return None

@@ -16,6 +16,8 @@ import uvicorn
 from cluster.settings import ClusterSettings
 from cluster.store.sessions import DEFAULT_SESSION_IDLE_S, DEFAULT_SESSION_MAX_S
 from cluster.web.app import create_app
+from cluster.web.limits import DEFAULT_PINGS_PER_SOURCE, DEFAULT_PINGS_PER_TOKEN
+from cluster.web.pings import PingPathFilter
 from cluster.web.state import SessionPolicy
 
 logger = logging.getLogger(__name__)
@@ -42,6 +44,8 @@ def serve(
     session_idle_s: float = DEFAULT_SESSION_IDLE_S,
     session_max_s: float = DEFAULT_SESSION_MAX_S,
     token_requests: int,
+    pings_per_token: int = DEFAULT_PINGS_PER_TOKEN,
+    pings_per_source: int = DEFAULT_PINGS_PER_SOURCE,
 ) -> None:
     sessions = SessionPolicy(session_idle_s, session_max_s, secure_always=not is_loopback(host))
     app = create_app(
@@ -50,6 +54,8 @@ def serve(
         auth_window_s=auth_window_s,
         sessions=sessions,
         token_requests=token_requests,
+        pings_per_token=pings_per_token,
+        pings_per_source=pings_per_source,
     )
     config = uvicorn.Config(
         app,
@@ -67,4 +73,5 @@ def serve(
         port,
         extra={"event": "web_started"},
     )
+    logging.getLogger("uvicorn.access").addFilter(PingPathFilter())  # tokens in paths
     uvicorn.Server(config).run()

@@ -3,7 +3,7 @@ sign-in counts and its session settings. Nothing a second replica would need to 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from fastapi import Request
 
@@ -13,7 +13,7 @@ from cluster.config.envlist import EnvAllowList
 from cluster.store.jobs import JobStore
 from cluster.store.pool import StorePool
 from cluster.store.sessions import DEFAULT_SESSION_IDLE_S, DEFAULT_SESSION_MAX_S
-from cluster.web.limits import SignInThrottle
+from cluster.web.limits import PingRate, SignInThrottle
 
 
 @dataclass(frozen=True)
@@ -31,6 +31,7 @@ class WebState:
     pool: StorePool
     throttle: SignInThrottle
     sessions: SessionPolicy
+    pings: PingRate = field(default_factory=PingRate)
 
 
 def state_of(request: Request) -> WebState:

@@ -12,6 +12,11 @@ statement), so one claimed late and finished between two passes is not missed
 make each once per run the same way (tests/integration/test_expectations.py); which are
 due is decided here, from the rows of ``expect_runs``, because a deadline is wall-clock
 time in the job's zone (``cluster.timing.deadlines``).
+
+Watch jobs (never claimed: their runs come from pings) are read in their own shard by the
+same pass: an awaited slot no ping came for within ``late_after_s`` is recorded failed and
+raises ``late`` once, and the job awaits its next slot (cluster/store/watches.py,
+tests/integration/test_watch.py).
 """
 
 from __future__ import annotations
@@ -87,6 +92,18 @@ class LatePass:
                     "job": row["name"],
                     "tenant": row["tenant_id"],
                     "slot": row["slot_at"].isoformat(),
+                },
+            )
+        for job in await self._store.watch_pass(self._shards, now):
+            self._stats.late_slots += 1
+            logger.warning(
+                "no ping for a watched slot within %.0fs",
+                job.late_after_s,
+                extra={
+                    "event": "ping_missing",
+                    "job": job.name,
+                    "tenant": job.tenant,
+                    "slot": job.slot_at.isoformat(),
                 },
             )
         await self.expectations(now)

@@ -115,6 +115,7 @@ JOB_KEYS = {
     "schedules", "max_runs", "runs_done", "labels",
     "expect_max_s", "expect_min_s", "deadline", "expect_baseline", "assert", "assert_fails",
     "health",
+    "watch", "adopt_at",
 }  # fmt: skip
 
 

@@ -100,7 +100,8 @@ EXPECTED: dict[str, dict[str, str]] = {
         "None' = None, max_runs: 'int | None' = None, runs_done: 'int' = 0, "
         "labels: 'dict[str, str]' = <factory>, expect: 'dict[str, Any] | None' = "
         "None, last_success_at: 'datetime | None' = None, expect_state: 'str | "
-        "None' = None, expect_state_at: 'datetime | None' = None) -> None",
+        "None' = None, expect_state_at: 'datetime | None' = None, watch: 'bool' ="
+        " False, adopt_at: 'datetime | None' = None) -> None",
         "from_row": "(cls, row: 'dict[str, Any]') -> 'Job'",
         "health": "(self) -> 'dict[str, Any]'",
         "parsed_schedule": "(self) -> 'Schedule'",
@@ -127,10 +128,10 @@ EXPECTED: dict[str, dict[str, str]] = {
         "<factory>, expect_max_s: 'float | None' = None, expect_min_s: 'float | "
         "None' = None, deadline: 'str | None' = None, expect_baseline: 'float | "
         "None' = None, asserts: 'str | None' = None, assert_fails: 'bool' = "
-        "False) -> None",
+        "False, watch: 'bool' = False) -> None",
         "build": "(cls, name: 'str', schedule: 'str | Sequence[str | Mapping[str, Any]]', "
-        "handler: 'str | Mapping[str, Any]', *, tenant: 'str' = 'default', tz: "
-        "'str' = 'UTC', payload: 'str | Mapping[str, Any] | None' = None, "
+        "handler: 'str | Mapping[str, Any] | None', *, tenant: 'str' = 'default',"
+        " tz: 'str' = 'UTC', payload: 'str | Mapping[str, Any] | None' = None, "
         "catch_up: 'str' = 'once', grace: 'str | float' = 60.0, max_backfill: "
         "'int | str' = 100, timeout: 'str | float' = 300.0, retries: 'int | str' "
         "= 0, retry_backoff: 'str | float' = 10.0, paused: 'bool' = False, "
@@ -150,7 +151,7 @@ EXPECTED: dict[str, dict[str, str]] = {
         "expect_max: 'str | float | None' = None, expect_min: 'str | float | "
         "None' = None, deadline: 'str | None' = None, expect_baseline: 'str | "
         "float | None' = None, asserts: 'str | None' = None, assert_fails: 'bool'"
-        " = False) -> 'JobSpec'",
+        " = False, watch: 'bool' = False) -> 'JobSpec'",
         "from_mapping": "(cls, entry: 'Mapping[str, Any]') -> 'JobSpec'",
         "parsed_schedule": "(self) -> 'Schedule'",
         "validated": "(self) -> 'JobSpec'",
@@ -160,6 +161,8 @@ EXPECTED: dict[str, dict[str, str]] = {
         "None) -> 'None'",
         "act_as": "(self, who: 'str', how: 'str') -> 'None'",
         "add": "(self, spec: 'JobSpec', *, now: 'datetime | None' = None) -> 'Job'",
+        "adopt": "(self, name: 'str', tenant: 'str' = 'default', *, at: 'datetime', "
+        "handler: 'str | None' = None, now: 'datetime | None' = None) -> 'Job'",
         "apply": "(self, specs: 'Sequence[JobSpec]', *, prune: 'bool' = False, now: "
         "'datetime | None' = None, expect: 'Mapping[tuple[str, str], int] | None'"
         " = None) -> 'ApplyResult'",
@@ -178,6 +181,7 @@ EXPECTED: dict[str, dict[str, str]] = {
         "db_now": "(self, now: 'datetime | None' = None) -> 'datetime'",
         "details": "(self, name: 'str', tenant: 'str' = 'default', *, slots: 'int' = 5, "
         "runs: 'int' = 5) -> 'dict[str, Any]'",
+        "double_runs": "(self, name: 'str', tenant: 'str' = 'default') -> 'list[dict[str, Any]]'",
         "get": "(self, name: 'str', tenant: 'str' = 'default') -> 'Job'",
         "graph": "(self, tenant: 'str' = 'default') -> 'list[dict[str, str]]'",
         "init": "(self, shards: 'int | None' = None) -> 'InitResult'",
@@ -187,6 +191,10 @@ EXPECTED: dict[str, dict[str, str]] = {
         "'pulse-admin') -> 'AsyncIterator[JobStore]'",
         "pause": "(self, name: 'str', tenant: 'str' = 'default', *, note: 'str | None' = "
         "None) -> 'Job'",
+        "ping": "(self, token: 'str', kind: 'str', body: 'bytes' = b'', *, now: 'datetime"
+        " | None' = None) -> 'Ping | None'",
+        "ping_token": "(self, name: 'str', tenant: 'str' = 'default', *, rotate: 'bool' = "
+        "False) -> 'str'",
         "prune": "(self, *, dry_run: 'bool' = False, now: 'datetime | None' = None) -> "
         "'PruneResult'",
         "remove": "(self, name: 'str', tenant: 'str' = 'default') -> 'None'",

@@ -72,7 +72,7 @@ def test_every_option_of_jobs_add_is_a_keyword() -> None:
     assert {"timeout", "retries", "catch_up", "paused"} <= {o.name for o in options}
     for option in options:
         assert option.name is not None
-        if option.name in ("celery_broker", "celery_wait", "env_names"):
+        if option.name in ("celery_broker", "celery_wait", "env_names", "web_url"):
             continue  # they shape a celery: or shell: handler; a registry's is its function
         # An option added later without a sample here is still checked with its default.
         value = SAMPLES.get(option.name, True if option.is_flag else option.default)

@@ -130,7 +130,9 @@ def test_a_shell_command_gets_traceparent_only_when_traced() -> None:
         "zone": "z",
     }
     parent = traceparent_of(*slot_ids(JOB_ID, SLOT))
-    assert _shell_env(RunContext(**base, traceparent=parent), (), "/dev/null")["TRACEPARENT"] == parent
+    assert (
+        _shell_env(RunContext(**base, traceparent=parent), (), "/dev/null")["TRACEPARENT"] == parent
+    )
     assert "TRACEPARENT" not in _shell_env(RunContext(**base), (), "/dev/null")
 
 

@@ -13,13 +13,13 @@ ORDER BY 1;
 
 -- name: status_backlog
 -- The due backlog: idle jobs whose next run is due by the database clock, and how late
--- the oldest of them is.
+-- the oldest of them is. Not watch jobs: no node runs them, their slots await pings.
 WITH clock AS (
     SELECT coalesce(%(now)s::timestamptz, now()) AS t
 )
 SELECT k.t AS db_now, count(j.id)::int AS due,
        extract(epoch FROM k.t - min(j.next_run_at))::float8 AS oldest_s
-FROM clock k LEFT JOIN jobs j ON j.status = 'idle' AND j.next_run_at <= k.t
+FROM clock k LEFT JOIN jobs j ON j.status = 'idle' AND j.next_run_at <= k.t AND NOT j.watch
 GROUP BY k.t;
 
 -- name: status_paused

@@ -1,0 +1,48 @@
+"""What a ping's body becomes in its run's output: text, secrets hidden, cut to the job's
+``output_limit`` (its last bytes, as a shell job's stdout keeps).
+
+A legacy cron pipes whatever its command printed, which may hold the very URL it pings
+(so its token), a Pulse API token, or a URL with a password: each is replaced by ``***``
+before anything is stored (tests/unit/test_pingbodies.py).
+"""
+
+from __future__ import annotations
+
+import re
+from urllib.parse import quote
+
+MASK = "***"
+_API_TOKEN = re.compile(r"pulse_[A-Za-z0-9_\-]{16,}")
+# Bounded repeats only: a body is up to 1 MiB of whatever a cron printed, and an unbounded
+# one before a literal ("://") backtracks over the rest of the text at every position.
+_URL_PASSWORD = re.compile(
+    r"(?P<head>\b[A-Za-z][A-Za-z0-9+.\-]{0,31}://[^\s:/@]{0,256}:)[^\s@/]{1,256}(?=@)"
+)
+_SECRET_PARAM = re.compile(
+    r"(?P<head>\b(?:password|passwd|pwd|secret|token|api[_-]?key)\s{0,8}[=:]\s{0,8})[^\s&\"']+",
+    re.IGNORECASE,
+)
+_REPLACEMENT = "\ufffd"
+
+
+def scrubbed(text: str, token: str) -> str:
+    """``text`` with the ping token (raw or URL-quoted), API tokens, URL passwords and
+    ``password=...``-like values hidden."""
+    for form in sorted({token, quote(token, safe="")} - {""}, key=len, reverse=True):
+        text = text.replace(form, MASK)
+    text = _API_TOKEN.sub(MASK, text)
+    text = _URL_PASSWORD.sub(lambda m: m["head"] + MASK, text)
+    return _SECRET_PARAM.sub(lambda m: m["head"] + MASK, text)
+
+
+def kept(body: bytes, token: str, limit: int) -> str | None:
+    """The body as stored: None if empty or the job keeps no output; else scrubbed UTF-8
+    text (NUL and undecodable bytes as U+FFFD) of at most ``limit`` bytes, its end kept.
+    Scrubbed before it is cut, so no cut leaves half a secret."""
+    if not body or limit <= 0:
+        return None
+    text = scrubbed(body.decode("utf-8", "replace").replace("\x00", _REPLACEMENT), token)
+    data = text.encode("utf-8")
+    if len(data) <= limit:
+        return text
+    return data[len(data) - limit :].decode("utf-8", "ignore")

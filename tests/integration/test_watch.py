@@ -1,0 +1,326 @@
+"""Watch jobs against a real Postgres (cluster/store/watches.py): never claimed, pings
+matched to slots and written as runs, a missing ping raised `late` once per slot by the
+late pass, tokens kept as hashes, adoption at a slot boundary and double runs. Explicit
+``now`` throughout; the HTTP side is tests/e2e/test_watch_e2e.py."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+
+from cluster.errors import InvalidInput
+from cluster.jobs.files import load_specs
+from cluster.jobs.spec import JobSpec
+from cluster.settings import ClusterSettings
+from cluster.store.alerts import AlertStore
+from cluster.store.connect import connect
+from cluster.store.jobs import JobStore
+from cluster.store.queries import query
+from cluster.store.watches import token_hash
+from ring.zones import WATCH_SHARD
+from tests.helpers.outbox import ALL, HANDLER, T0, add_rule, at, events, run_slot, sql
+from tests.helpers.roles import Logins, grant_roles, refused
+from tests.helpers.sessions import Opener
+
+pytestmark = pytest.mark.timeout(60)
+HOOK = "http://127.0.0.1:9/hook"
+SHARDS = 16
+
+
+def minutely(name: str, **kw: object) -> JobSpec:
+    return JobSpec.build(name, "* * * * *", kw.pop("handler", None), watch=True, **kw)  # type: ignore[arg-type]
+
+
+async def runs_of(settings: ClusterSettings, name: str) -> list[tuple[object, ...]]:
+    rows = await sql(
+        settings,
+        "SELECT scheduled_for, status, duration_s, output, node_id, origin FROM runs"
+        " WHERE job_name = %s ORDER BY scheduled_for",
+        (name,),
+    )
+    return [
+        (r["scheduled_for"], r["status"], r["duration_s"], r["output"], r["node_id"], r["origin"])
+        for r in rows
+    ]
+
+
+async def missed(alerts: AlertStore, seconds: float) -> list[str]:
+    return [job.name for job in await alerts.watch_pass(SHARDS, now=at(seconds))]
+
+
+async def test_a_watch_job_is_never_claimed(store: JobStore, open_session: Opener) -> None:
+    await store.apply([minutely("w"), JobSpec.build("r", "* * * * *", HANDLER)], now=T0)
+    job = await store.get("w")
+    assert (job.watch, job.shard, job.handler) == (True, WATCH_SHARD, "")
+    node = await open_session("n1")
+    claimed = (await node.claim(ALL, 50, 30.0, now=at(600))).jobs
+    assert [c.name for c in claimed] == ["r"]
+    # Even a session holding the watch shard by mistake finds nothing due there but pings'.
+    assert (await store.get("w")).status == "idle"
+
+
+async def test_pings_are_written_as_runs_of_the_slots_they_belong_to(
+    store: JobStore, settings: ClusterSettings
+) -> None:
+    await store.add(minutely("w"), now=T0)
+    token = await store.ping_token("w")
+    ping = await store.ping(token, "success", b"rows: 42\n", now=at(62))
+    assert ping is not None and (ping.outcome, ping.slot) == ("recorded", at(60))
+    assert (await store.get("w")).slot_at == at(120)  # it awaits the next slot
+    # /start, then the end: the duration; /start a little early belongs to the coming slot.
+    await store.ping(token, "start", now=at(118))
+    await store.ping(token, "success", now=at(118 + 95))  # a run longer than the period
+    await store.ping(token, "fail", b"exit 3", now=at(241))
+    assert await runs_of(settings, "w") == [
+        (at(60), "succeeded", None, {"stdout": "rows: 42\n"}, None, "ping"),
+        (at(120), "succeeded", 95.0, None, None, "ping"),
+        (at(240), "failed", None, {"stdout": "exit 3"}, None, "ping"),
+    ]
+    # Slot 180 had no ping: the job still awaits it, for the late pass to declare missed.
+    assert (await store.get("w")).slot_at == at(180)
+
+
+async def test_an_unknown_or_malformed_token_writes_nothing(
+    store: JobStore, settings: ClusterSettings
+) -> None:
+    await store.add(minutely("w"), now=T0)
+    await store.ping_token("w")
+    for guess in ("x" * 43, "", "../../etc", "\udcff" * 5, "w", str((await store.get("w")).id)):
+        assert await store.ping(guess, "success", b"x", now=at(61)) is None
+    assert await runs_of(settings, "w") == []
+
+
+async def test_a_token_is_kept_as_a_hash_shown_once_and_rotated(
+    store: JobStore, settings: ClusterSettings
+) -> None:
+    await store.add(minutely("w"), now=T0)
+    await store.add(JobSpec.build("r", "* * * * *", HANDLER), now=T0)
+    token = await store.ping_token("w")
+    (row,) = await sql(settings, "SELECT ping_hash FROM jobs WHERE name = 'w'")
+    assert bytes(row["ping_hash"]) == token_hash(token) and token.encode() not in row["ping_hash"]
+    with pytest.raises(InvalidInput, match="rotate"):
+        await store.ping_token("w")
+    with pytest.raises(InvalidInput, match="not a watch job"):
+        await store.ping_token("r")
+    rotated = await store.ping_token("w", rotate=True)
+    assert await store.ping(token, "success", now=at(61)) is None
+    assert await store.ping(rotated, "success", now=at(61)) is not None
+
+
+async def test_a_missing_ping_raises_late_once_per_slot_and_a_late_one_is_kept(
+    store: JobStore, settings: ClusterSettings
+) -> None:
+    await store.add(minutely("w", late_after="30s"), now=T0)
+    token = await store.ping_token("w")
+    await add_rule(settings, "ops", HOOK, events="late")
+    async with AlertStore.open(settings, "n9/alerts") as alerts:
+        assert await missed(alerts, 89) == []  # due at 60 s: 29 s is not late yet
+        assert await missed(alerts, 91) == ["w"]
+        assert await missed(alerts, 95) == []  # the same slot: once
+        assert (await store.get("w")).slot_at == at(120)
+        # The late ping still lands in its slot's history.
+        await store.ping(token, "success", b"sorry", now=at(100))
+        await store.ping(token, "success", now=at(121))  # slot 120 on time
+        assert await missed(alerts, 160) == []
+        assert await missed(alerts, 240) == ["w"]  # slot 180 missed; 240 not yet late
+    assert [(e["event"], e["slot"]) for e in await events(settings)] == [
+        ("late", at(60)),
+        ("late", at(180)),
+    ]
+    history = await runs_of(settings, "w")
+    assert [(r[0], r[1]) for r in history] == [
+        (at(60), "succeeded"),
+        (at(120), "succeeded"),
+        (at(180), "failed"),
+    ]
+
+
+async def test_a_paused_watch_job_is_never_late(store: JobStore, settings: ClusterSettings) -> None:
+    await store.add(minutely("w", late_after="30s"), now=T0)
+    await store.pause("w")
+    async with AlertStore.open(settings, "n9/alerts") as alerts:
+        assert await missed(alerts, 600) == []
+
+
+async def test_adoption_hands_the_job_to_the_nodes_at_its_slot_and_counts_double_runs(
+    store: JobStore, settings: ClusterSettings, open_session: Opener
+) -> None:
+    await store.add(minutely("w"), now=T0)
+    token = await store.ping_token("w")
+    await store.ping(token, "success", now=at(61))
+    with pytest.raises(InvalidInput, match="handler"):
+        await store.adopt("w", at=at(180), now=at(70))
+    with pytest.raises(InvalidInput, match="not a slot"):
+        await store.adopt("w", at=at(170), handler=HANDLER, now=at(70))
+    with pytest.raises(InvalidInput, match="future"):
+        await store.adopt("w", at=at(120), handler=HANDLER, now=at(130))
+    job = await store.adopt("w", at=at(180), handler=HANDLER, now=at(70))
+    assert (job.watch, job.shard, job.adopt_at, job.handler) == (
+        True,
+        WATCH_SHARD,
+        at(180),
+        HANDLER,
+    )
+    node = await open_session("n1")
+    assert (await node.claim(ALL, 50, 30.0, now=at(150))).jobs == []
+    # The last watched slot's ping hands the job over: due at 180 s in its home shard.
+    await store.ping(token, "success", now=at(121))
+    job = await store.get("w")
+    assert (job.watch, job.next_run_at, job.shard < SHARDS) == (False, at(180), True)
+    assert [c.name for c in await run_slot(node, at(180))] == ["w"]
+    # The legacy cron still runs: its ping for 180 s is a double run, not a second run row.
+    await add_rule(settings, "ops", HOOK, events="double_run")
+    ping = await store.ping(token, "success", b"legacy", now=at(182))
+    assert ping is not None and (ping.outcome, ping.slot) == ("double_run", at(180))
+    assert [(d["slot"], d["kind"]) for d in await store.double_runs("w")] == [(at(180), "success")]
+    assert [(e["event"], e["slot"]) for e in await events(settings)] == [("double_run", at(180))]
+    history = await runs_of(settings, "w")
+    assert [(r[0], r[1], r[4]) for r in history] == [
+        (at(60), "succeeded", None),
+        (at(120), "succeeded", None),
+        (at(180), "succeeded", "n1"),
+    ]
+
+
+async def test_adopting_at_the_awaited_slot_hands_it_over_at_once(
+    store: JobStore, open_session: Opener
+) -> None:
+    await store.add(minutely("w", handler=HANDLER), now=T0)
+    job = await store.adopt("w", at=at(60), now=at(10))
+    assert (job.watch, job.next_run_at) == (False, at(60))
+    node = await open_session("n1")
+    assert [c.name for c in await run_slot(node, at(60))] == ["w"]
+
+
+async def test_a_missed_last_watched_slot_hands_over_too(
+    store: JobStore, settings: ClusterSettings
+) -> None:
+    await store.add(minutely("w", handler=HANDLER, late_after="20s"), now=T0)
+    await store.adopt("w", at=at(120), now=at(10))
+    async with AlertStore.open(settings, "n9/alerts") as alerts:
+        assert await missed(alerts, 81) == ["w"]
+    job = await store.get("w")
+    assert (job.watch, job.next_run_at) == (False, at(120))
+
+
+async def test_a_job_file_entry_with_watch_true(store: JobStore, tmp_path: Path) -> None:
+    path = tmp_path / "jobs.yaml"
+    path.write_text(
+        "jobs:\n"
+        "  - name: backup\n"
+        "    schedule: '30 2 * * *'\n"
+        "    tz: Europe/Berlin\n"
+        "    watch: true\n"
+        "    handler: 'shell:/usr/local/bin/backup'\n"
+    )
+    result = await store.apply(load_specs(str(path)), now=T0)
+    assert result.created == ["backup"]
+    job = await store.get("backup")
+    assert (job.watch, job.shard, job.handler) == (True, WATCH_SHARD, "shell:/usr/local/bin/backup")
+    assert (await store.apply(load_specs(str(path)), now=T0)).unchanged == ["backup"]
+    path.write_text(path.read_text().replace("    watch: true\n", ""))
+    with pytest.raises(InvalidInput, match="jobs adopt"):
+        await store.apply(load_specs(str(path)), now=T0)
+    assert (await store.get("backup")).watch
+
+
+async def test_bad_watch_definitions_are_refused(store: JobStore) -> None:
+    await store.add(JobSpec.build("r", "* * * * *", HANDLER), now=T0)
+    with pytest.raises(InvalidInput, match="exists as a job Pulse runs"):
+        await store.apply([minutely("r")], now=T0)
+    for kw, field in (
+        ({"zones": "a"}, "watch"),
+        ({"overlap": "allow"}, "watch"),
+    ):
+        with pytest.raises(InvalidInput) as caught:
+            minutely("x", **kw)
+        assert caught.value.field == field
+    with pytest.raises(InvalidInput, match="one-off"):
+        JobSpec.build("x", "@at 2030-01-01T00:00:00Z", None, watch=True)
+    assert [j.name for j in await store.jobs()] == ["r"]
+
+
+async def test_the_status_backlog_leaves_watch_jobs_out(
+    store: JobStore, settings: ClusterSettings
+) -> None:
+    await store.add(minutely("w"), now=T0)
+    await store.add(JobSpec.build("r", "* * * * *", HANDLER), now=T0)
+    conn = await connect(settings, "observer")
+    try:
+        cur = await conn.execute(query("status_backlog"), {"now": at(600)})
+        (row,) = await cur.fetchall()
+    finally:
+        await conn.close()
+    assert row["due"] == 1  # r only: w awaits a ping, no node runs it
+
+
+async def test_a_job_behind_by_several_slots_catches_up_in_one_pass(
+    store: JobStore, settings: ClusterSettings
+) -> None:
+    await store.add(minutely("w", late_after="30s"), now=T0)
+    token = await store.ping_token("w")
+    await store.ping(token, "success", now=at(181))  # slot 180 pinged, 60 and 120 not
+    await add_rule(settings, "ops", HOOK, events="late")
+    async with AlertStore.open(settings, "n9/alerts") as alerts:
+        found = await alerts.watch_pass(SHARDS, now=at(400))
+        assert [j.slot_at for j in found] == [at(60), at(120), at(240), at(300), at(360)]
+        assert (await store.get("w")).slot_at == at(420)
+        assert await missed(alerts, 410) == []
+    assert [e["slot"] for e in await events(settings)] == [
+        at(60), at(120), at(240), at(300), at(360)
+    ]  # fmt: skip
+
+
+async def test_a_ping_past_its_late_window_before_the_pass_raises_late_once(
+    store: JobStore, settings: ClusterSettings
+) -> None:
+    await store.add(minutely("w", late_after="30s"), now=T0)
+    token = await store.ping_token("w")
+    await add_rule(settings, "ops", HOOK, events="late")
+    await store.ping(token, "success", now=at(100))  # 40 s after slot 60, no pass ran
+    async with AlertStore.open(settings, "n9/alerts") as alerts:
+        assert await missed(alerts, 105) == []
+    assert [(e["event"], e["slot"], e["detail"]) for e in await events(settings)] == [
+        ("late", at(60), "pinged 40s after it was due (late after 30s)")
+    ]
+
+
+async def test_a_watch_job_resumed_past_its_adoption_slot_is_handed_over(
+    store: JobStore, settings: ClusterSettings
+) -> None:
+    await store.add(minutely("w", handler=HANDLER, late_after="20s"), now=T0)
+    await store.adopt("w", at=at(180), now=at(10))
+    await store.pause("w")
+    await store.resume("w", now=at(250))  # awaits 300 s, past the adoption slot
+    async with AlertStore.open(settings, "n9/alerts") as alerts:
+        assert await missed(alerts, 330) == []
+    job = await store.get("w")
+    assert (job.watch, job.next_run_at, job.shard < SHARDS) == (False, at(300), True)
+
+
+async def test_the_web_role_writes_a_pings_run_only_through_watch_record(
+    store: JobStore, settings: ClusterSettings, logins: Logins
+) -> None:
+    await store.add(minutely("w"), now=T0)
+    token = await store.ping_token("w")
+    await add_rule(settings, "ops", HOOK, events="double_run")
+    await asyncio.to_thread(grant_roles, settings, logins)
+    async with JobStore.open(logins.as_web(settings)) as as_web:
+        assert (await as_web.ping(token, "success", b"ok", now=at(61))) is not None
+        await as_web.adopt("w", at=at(180), handler=HANDLER, now=at(62))
+        ping = await as_web.ping(token, "success", now=at(181))
+    assert ping is not None and ping.outcome == "double_run"
+    assert [(r[0], r[1]) for r in await runs_of(settings, "w")] == [(at(60), "succeeded")]
+    assert [e["event"] for e in await events(settings)] == ["double_run"]
+    # Yet the role still cannot write a run itself.
+    web = logins.as_web(settings)
+    statement = (
+        "INSERT INTO runs (job_id, tenant_id, job_name, scheduled_for, status)"
+        " VALUES (gen_random_uuid(), 'a', 'x', now(), 'succeeded')"
+    )
+    assert (
+        await asyncio.to_thread(refused, web.database_url, settings.schema, statement)
+        == "InsufficientPrivilege"
+    )
