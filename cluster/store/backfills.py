@@ -121,14 +121,17 @@ async def ran(
     return {row["scheduled_for"] for row in await fetch("backfill_ran", params)}
 
 
-async def fill(side: SideConnection, shards: Collection[int], now: datetime | None = None) -> int:
-    """Queue the next slots of the active backfills of ``shards``; the slots queued."""
+async def fill(
+    side: SideConnection, shards: Collection[int], now: datetime | None = None
+) -> int | None:
+    """Queue the next slots of the active backfills of ``shards``; the slots queued, or
+    None when none of ``shards`` has an active backfill."""
     if not shards:
-        return 0
+        return None
     # Most passes find nothing: one statement, outside a transaction, says so.
     (found,) = await side.fetch("backfills_any", {"shards": sorted(shards)})
     if not found["any"]:
-        return 0
+        return None
     total = 0
     async with side.transaction("backfill") as fetch:
         for row in await fetch("backfill_active", {"shards": sorted(shards)}):
