@@ -21,7 +21,7 @@ from collections.abc import Callable
 from datetime import datetime
 
 from cluster.errors import StoreError
-from cluster.store.backfills import fill
+from cluster.store.backfills import fill_held
 from cluster.store.side import SideConnection
 from node.state import NodeState
 from node.stats import Stats
@@ -66,7 +66,7 @@ class Backfiller:
         """One pass over the shards held now; returns the slots queued, or None when they
         have no active backfill."""
         try:
-            queued = await fill(self._connection, self._state.held, now)
+            queued = await fill_held(self._connection, self._state.held, now)
         except StoreError:
             self._stats.db_errors += 1
             raise
