@@ -4,8 +4,8 @@ steady fire's node CPU that is paid whether anything fires or not.
 Three nodes (zones a, b, c, default settings) run on a throwaway database without jobs;
 after they hold their shards, the window counts the database's transactions (every
 statement a node runs outside a transaction block is one: ``pg_stat_database``) and the
-nodes' CPU seconds. Transactions per node per second are the steadier figure on a shared
-machine: they do not move with its load.
+nodes' CPU seconds. The transactions include autovacuum's in that database, so they are an
+upper bound of the nodes' statements that moves with what else the server runs.
 """
 
 from __future__ import annotations
