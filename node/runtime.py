@@ -27,6 +27,7 @@ from node.maintenance.backfiller import BACKFILL_POLL_S, Backfiller
 from node.maintenance.gatepass import INTERVAL_S as GATE_INTERVAL_S
 from node.maintenance.jobsync import sync_jobs
 from node.maintenance.lateness import INTERVAL_S as LATE_INTERVAL_S
+from node.maintenance.outbox import INTERVAL_S as ALERT_INTERVAL_S
 from node.maintenance.recovery import Recovery
 from node.membership.heartbeat import Heartbeat
 from node.metrics import serve_metrics
@@ -237,7 +238,13 @@ class Node:
         followers = [subscription, listener]
         followers += [
             self._spawn(
-                run_service("alert delivery", p.alerts.run_once, interval_s=1.0, stop=claiming)
+                run_service(
+                    "alert delivery",
+                    p.alerts.poll,
+                    interval_s=ALERT_INTERVAL_S,
+                    stop=claiming,
+                    wake=p.state.alerts,
+                )
             ),
             self._spawn(
                 run_service("late pass", p.late.run_once, interval_s=LATE_INTERVAL_S, stop=claiming)
@@ -255,11 +262,8 @@ class Node:
 
     @staticmethod
     async def _backfill(backfiller: Backfiller, stop: Signal) -> None:
-        async def once() -> None:  # run_once's count is not a delay
-            await backfiller.run_once()
-
         try:
-            await run_service("backfill", once, interval_s=BACKFILL_POLL_S, stop=stop)
+            await run_service("backfill", backfiller.poll, interval_s=BACKFILL_POLL_S, stop=stop)
         finally:
             await backfiller.close()
 

@@ -30,6 +30,10 @@ class NodeState:
     wake: asyncio.Event = field(default_factory=Signal)
     rebalance: asyncio.Event = field(default_factory=Signal)
     membership: asyncio.Event = field(default_factory=Signal)
+    # NOTIFY wake-ups of the services that sleep while they find nothing to do: a queued
+    # alert delivery (alert delivery), a write to a held shard (the backfiller).
+    alerts: asyncio.Event = field(default_factory=Signal)
+    shard_written: asyncio.Event = field(default_factory=Signal)
 
     def set_live(self, live: list[str]) -> bool:
         """Record the live member list; True (and wake the shard keeper) if it changed."""

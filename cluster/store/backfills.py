@@ -23,7 +23,7 @@ from cluster.jobs.models import iso
 from cluster.store.side import Fetch, SideConnection
 from cluster.timing.schedule import Schedule, parse_schedule
 
-__all__ = ["MAX_SLOTS", "Backfill", "BackfillPlan", "fill", "plan_slots"]
+__all__ = ["MAX_SLOTS", "Backfill", "BackfillPlan", "fill", "fill_held", "plan_slots"]
 
 MAX_SLOTS = 100_000  # slots per request
 SCAN = 1000  # slots of a request read per pass at most (only_missing skips many)
@@ -126,12 +126,20 @@ async def ran(
 
 async def fill(side: SideConnection, shards: Collection[int], now: datetime | None = None) -> int:
     """Queue the next slots of the active backfills of ``shards``; the slots queued."""
+    return await fill_held(side, shards, now) or 0
+
+
+async def fill_held(
+    side: SideConnection, shards: Collection[int], now: datetime | None = None
+) -> int | None:
+    """``fill``, but None when none of ``shards`` has an active backfill (the backfiller
+    then asks less often: node/maintenance/backfiller.py)."""
     if not shards:
-        return 0
+        return None
     # Most passes find nothing: one statement, outside a transaction, says so.
     (found,) = await side.fetch("backfills_any", {"shards": sorted(shards)})
     if not found["any"]:
-        return 0
+        return None
     total = 0
     async with side.transaction("backfill") as fetch:
         for row in await fetch("backfill_active", {"shards": sorted(shards)}):

@@ -1,7 +1,8 @@
 """LISTEN/NOTIFY wake-ups: admin writes notify the job's shard; claim loops listen. A
 request to cancel a run goes the same way, as ``cancel:<job id>:<lease token>:<slot>:<who>``
 (the slot, in microseconds since the epoch, only for a flight of an overlap ``allow`` job),
-and a tenant at its limit of concurrent runs getting a place back as ``tenant``.
+a tenant at its limit of concurrent runs getting a place back as ``tenant``, and a queued
+alert delivery as ``alerts``.
 
 The listener uses its own connection (named ``<node id>/listen`` so it never counts as the
 node's lock session) and only wakes the claim loop early: losing it delays nothing beyond
@@ -26,6 +27,8 @@ from cluster.store.connect import connect, describe
 CANCEL_PREFIX = "cancel:"
 # Sent by the place triggers of migration 014 when a tenant at its limit gets a place back.
 TENANT_PLACE_FREED = "tenant"
+# Sent by raise_alert (migration 029) when it queued a delivery: the alert outbox has work.
+ALERT_QUEUED = "alerts"
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _US = timedelta(microseconds=1)
 

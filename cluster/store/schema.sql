@@ -519,7 +519,7 @@ CREATE INDEX alert_deliveries_by_rule_job ON alert_deliveries (rule_name, job_id
     WHERE status = 'pending';
 
 -- The outbox write: an event and one delivery per rule that wants it, in the caller's
--- transaction; nothing is written when no rule wants it.
+-- transaction; nothing is written (or sent) when no rule wants it.
 CREATE FUNCTION raise_alert(
     a_event text,
     a_job_id uuid,
@@ -545,9 +545,14 @@ LANGUAGE sql SET search_path FROM CURRENT AS $$
                a_zone, a_error, a_detail
         WHERE EXISTS (SELECT 1 FROM wanted)
         RETURNING id
+    ), queued AS (
+        INSERT INTO alert_deliveries (event_id, rule_name, job_id)
+        SELECT event.id, wanted.name, a_job_id FROM event CROSS JOIN wanted
+        RETURNING 1
     )
-    INSERT INTO alert_deliveries (event_id, rule_name, job_id)
-    SELECT event.id, wanted.name, a_job_id FROM event CROSS JOIN wanted
+    -- Delivered at commit, once per transaction however many events it raised.
+    SELECT pg_notify(current_schema() || '_wake', 'alerts')
+    FROM (SELECT 1 FROM queued LIMIT 1) AS q
 $$;
 
 -- What a ping writes, for the web, whose role may not write runs or alert events itself:

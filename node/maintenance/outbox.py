@@ -1,6 +1,12 @@
 """Delivers the alert outbox: every live node leases due deliveries, POSTs them, and
 records what the receiver said.
 
+A pass that finds nothing due is followed by the next one ``IDLE_S`` later, unless a
+queued delivery wakes the node first (``raise_alert`` NOTIFYs ``alerts``, migration 029):
+an idle cluster pays one statement per node every ``IDLE_S``, and a new event goes out at
+once. What falls due by itself (a retry's time, a dead node's lease running out) waits at
+most one idle pass.
+
 Delivery is at least once. A delivery is leased for ``LEASE_S`` (more than a request may
 take) and its attempt counted when leased, so one held by a node that dies is taken over
 by another when the lease runs out. Only the oldest pending delivery of each (rule, job) is
@@ -37,11 +43,13 @@ from cluster.alerts.webhook import DEFAULT_TIMEOUT_S
 from cluster.config.egress import EgressPolicy
 from cluster.outbound.transport import guarded_client
 from cluster.store.alerts import AlertStore, Delivery
+from node.service import until_beat
 from node.stats import Stats
 
 logger = logging.getLogger(__name__)
 
 INTERVAL_S = 1.0
+IDLE_S = 5.0  # between passes while nothing is due (a queued delivery wakes it sooner)
 BATCH = 20
 TIMEOUT_S = DEFAULT_TIMEOUT_S
 # Longer than a request may take (they run side by side), short enough that a killed
@@ -101,6 +109,12 @@ class AlertDelivery:
             if isinstance(result, BaseException):
                 raise result
         return 0.0 if any(results) else None
+
+    async def poll(self) -> float:
+        """The service's pass (``node.runtime``): ``run_once``, then the delay until the
+        next: at once after a delivery, else ``IDLE_S`` (the ``alerts`` wake-up cuts it)."""
+        wanted = await self.run_once()
+        return until_beat(IDLE_S) if wanted is None else wanted
 
     async def _egress(self) -> EgressPolicy:
         return EgressPolicy.from_config(dict(await self._config()))

@@ -148,7 +148,8 @@ class Claimer:
             self._executor.submit(flight, max(0.0, (flight.due - now).total_seconds()))
         self._flights_seen = self._flights_seen or bool(flights)
         wait_s = FLIGHT_POLL_S if self._flights_seen else FLIGHT_IDLE_POLL_S
-        self._flights_at = time.monotonic() + (0.0 if len(flights) >= limit else wait_s)
+        # On this process's beat, so the flight poll never wakes the loop (and claims) by itself.
+        self._flights_at = time.monotonic() + (0.0 if len(flights) >= limit else until_beat(wait_s))
 
     def _dispatch(self, job: ClaimedJob, now: datetime, verdict: str | None = None) -> None:
         try:

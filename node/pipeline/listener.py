@@ -1,5 +1,6 @@
-"""The NOTIFY listener: wakes the claim loop when an admin write touches a held shard or a
-tenant at its limit gets a place back, and passes on requests to cancel a run
+"""The NOTIFY listener: wakes the claim loop (and the backfiller) when an admin write
+touches a held shard or a tenant at its limit gets a place back, wakes alert delivery when
+a delivery was queued, and passes on requests to cancel a run
 (``cancel:<job id>:<lease token>:<who>``).
 
 It only makes things happen early: while it is down, jobs still fire on the claim loop's
@@ -21,6 +22,7 @@ from ring.zones import PARKED_SHARD, space_of
 
 CANCEL_PREFIX = notify.CANCEL_PREFIX
 TENANT_PLACE_FREED = notify.TENANT_PLACE_FREED
+ALERT_QUEUED = notify.ALERT_QUEUED
 
 
 # Stop the run of (job id, lease token), asked by someone; with a slot, that flight of an
@@ -49,12 +51,16 @@ class WakeListener:
         if payload == TENANT_PLACE_FREED:
             self._state.wake.set()  # a tenant at its limit got a place back (migration 014)
             return
+        if payload == ALERT_QUEUED:
+            self._state.alerts.set()  # an alert delivery was queued (migration 029)
+            return
         try:
             shard = int(payload)
         except ValueError:
             return
         if shard in self._state.held:
             self._state.wake.set()
+            self._state.shard_written.set()  # a backfill request, say
         elif shard == PARKED_SHARD or space_of(shard) not in (None, *self._state.spaces):
             self._state.spaces_stale = True  # an each-zone job, or a new zone set
             self._state.rebalance.set()

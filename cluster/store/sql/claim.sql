@@ -50,30 +50,35 @@ deeper AS (
     ) AS c
 ),
 -- Fair fan-out, asked for by a node whose last claim was full (node/pipeline/claimer.py): the
--- tenants with jobs in each held shard, one probe of jobs_tenant_due each (a loose index
--- scan, migration 013); those with a job due there; then each such tenant's oldest due
--- jobs in the shard, as many as its turns in this claim can take.
+-- tenants with jobs in each held shard, each with its oldest next_run_at there, one probe of
+-- jobs_tenant_due each (a loose index scan, migration 013: the first entry past the last
+-- tenant is the next tenant's oldest job); those with a job due there; then each such
+-- tenant's oldest due jobs in the shard, as many as its turns in this claim can take.
 present AS (
-    SELECT s.shard, (SELECT min(j.tenant_id) FROM jobs j WHERE j.shard_id = s.shard) AS tenant
+    SELECT s.shard, f.tenant, f.oldest
     FROM unnest(%(shards)s::int[]) AS s(shard)
+    CROSS JOIN LATERAL (
+        SELECT j.tenant_id AS tenant, j.next_run_at AS oldest FROM jobs j
+        WHERE j.shard_id = s.shard
+        ORDER BY j.tenant_id, j.next_run_at
+        LIMIT 1
+    ) AS f
     WHERE %(fair)s
     UNION ALL
-    SELECT p.shard, (SELECT min(j.tenant_id) FROM jobs j
-                     WHERE j.shard_id = p.shard AND j.tenant_id > p.tenant)
+    SELECT p.shard, f.tenant, f.oldest
     FROM present p
-    WHERE p.tenant IS NOT NULL
+    CROSS JOIN LATERAL (
+        SELECT j.tenant_id AS tenant, j.next_run_at AS oldest FROM jobs j
+        WHERE j.shard_id = p.shard AND j.tenant_id > p.tenant
+        ORDER BY j.tenant_id, j.next_run_at
+        LIMIT 1
+    ) AS f
 ),
--- A lateral probe, not EXISTS: that may become a semi-join over every row of jobs.
 pairs AS (
     SELECT p.shard, p.tenant, count(*) OVER (PARTITION BY p.tenant) AS spread,
            row_number() OVER (PARTITION BY p.tenant ORDER BY random()) AS pick
     FROM present p
-    CROSS JOIN LATERAL (
-        SELECT 1 FROM jobs j
-        WHERE j.shard_id = p.shard AND j.tenant_id = p.tenant
-          AND j.next_run_at <= (SELECT due FROM clock)
-        LIMIT 1
-    ) AS d
+    WHERE p.oldest <= (SELECT due FROM clock)
 ),
 -- Each tenant's share of this claim (limit / tenants), read evenly from at most share + 1
 -- of its shards picked by lot: a tenant spread over many shards costs what its turns can
