@@ -287,7 +287,7 @@ class Run:
     output: dict[str, Any] | None = None
     # Who asked for the slot: schedule, or backfill (migration 011; docs/time.md).
     origin: str = "schedule"
-    # The job's revision the slot was claimed under (None: claimed before migration 026).
+    # The job's revision the slot was claimed under (None: claimed before migration 029).
     revision: int | None = None
 
     @classmethod

@@ -27,7 +27,7 @@ from cluster.store.connect import connect, describe
 CANCEL_PREFIX = "cancel:"
 # Sent by the place triggers of migration 014 when a tenant at its limit gets a place back.
 TENANT_PLACE_FREED = "tenant"
-# Sent by raise_alert (migration 029) when it queued a delivery: the alert outbox has work.
+# Sent by raise_alert (migration 028) when it queued a delivery: the alert outbox has work.
 ALERT_QUEUED = "alerts"
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _US = timedelta(microseconds=1)

@@ -1,7 +1,7 @@
 """Job revisions, the part of ``JobStore`` that reads a job's history and rolls it back
 (``pulse jobs history``, ``pulse jobs rollback``, the API and the console).
 
-The rows are written by the triggers on ``jobs`` (migration 026) in the transaction of each
+The rows are written by the triggers on ``jobs`` (migration 029) in the transaction of each
 change, whatever made it; this part only reads them, names who changes jobs on its
 connection (``act_as``), and turns a revision's definition back into a ``JobSpec`` that
 ``Definitions.apply`` writes as a new revision. Why so: docs/design/revisions.md.
@@ -144,6 +144,7 @@ class Revisions:
                     "masked: write the handler with ${env:NAME} and apply it instead",
                 )
             handler = (await self._db.job("get_job", old.name, old.tenant)).handler
+        fields.pop("adopt_at", None)  # recorded, not restored: `pulse jobs adopt` sets it
         kwargs = {_SPEC_FIELD.get(k, k): v for k, v in fields.items()}
         kwargs["zones"] = tuple(kwargs.get("zones") or ())
         kwargs["on_excluded"] = kwargs.get("on_excluded") or DEFAULT_ON_EXCLUDED

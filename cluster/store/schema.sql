@@ -1,4 +1,4 @@
--- The Pulse schema as it stands after the newest migration (version 30), for readers.
+-- The Pulse schema as it stands after the newest migration (version 29), for readers.
 --
 -- `pulse init` never runs this file: it applies cluster/store/migrations/NNN_*.sql in
 -- order. This file is edited in the same commit as each new migration, and
@@ -209,13 +209,13 @@ CREATE TABLE jobs (
     adopt_at         timestamptz,
     -- The slot a /start ping opened that no end ping has closed yet.
     ping_open        timestamptz,
+    -- The JSON Schema every payload of the job matches, checked by add, apply and trigger
+    -- (docs/design/inputs.md); NULL: any JSON object.
+    payload_schema   jsonb,
     -- The definition's revision (job_revisions; docs/design/revisions.md), and the one the
     -- slot in flight was claimed under, copied by the claim for the run row.
     revision         integer NOT NULL DEFAULT 1,
-    run_revision     integer,
-    -- The JSON Schema every payload of the job matches, checked by add, apply and trigger
-    -- (docs/design/inputs.md); NULL: any JSON object.
-    payload_schema   jsonb
+    run_revision     integer
 ) WITH (fillfactor = 80);
 
 -- The claim's due range, for every status: an index on a column the claim writes would
@@ -303,10 +303,10 @@ CREATE TABLE flights (
     limit_tenant     text,
     -- The expectation events raised for this slot's run (migration 024).
     expect_marks     text[],
-    -- The job's revision when the flight was made, for its run row.
-    revision         integer,
     -- The slot's input, when one was given (trigger --payload, a rerun); NULL: the job's.
     payload          jsonb,
+    -- The job's revision when the flight was made, for its run row.
+    revision         integer,
     PRIMARY KEY (job_id, slot)
 );
 
@@ -345,7 +345,7 @@ CREATE TABLE runs (
     -- Why the slot ran: NULL is its schedule ('trigger', 'catch-up', 'backfill').
     origin        text,
     -- The job's revision the slot was claimed under (NULL: claimed by a node older than
-    -- migration 026).
+    -- migration 029).
     revision      integer,
     UNIQUE (job_id, scheduled_for)
 );
@@ -1124,7 +1124,7 @@ END $$;
 -- == Revisions ==========================================================================
 
 -- Every change to a job's definition, written by triggers in the transaction that makes
--- it (migration 026, docs/design/revisions.md).
+-- it (migration 029, docs/design/revisions.md).
 -- change: created, updated, removed. definition: the job's definition after the change
 -- (before it, for `removed`), diff: {field: [before, after]} of the fields that changed.
 -- A literal password in a handler's URL is masked in both; ${env:NAME} stays as written.
@@ -1167,7 +1167,11 @@ LANGUAGE sql STABLE SET search_path FROM CURRENT AS $$
         'remove_when_done', j.remove_when_done, 'calendar', j.calendar,
         'on_excluded', j.on_excluded, 'business_day', j.business_day, 'zones', j.zones,
         'each_zone', j.each_zone, 'after_timeout_s', j.after_timeout_s,
-        'after_failure', j.after_failure)
+        'after_failure', j.after_failure, 'max_runs', j.max_runs, 'labels', j.labels,
+        'expect_max_s', j.expect_max_s, 'expect_min_s', j.expect_min_s,
+        'deadline', j.deadline, 'expect_baseline', j.expect_baseline, 'asserts', j.asserts,
+        'assert_fails', j.assert_fails, 'watch', j.watch, 'adopt_at', j.adopt_at,
+        'payload_schema', j.payload_schema)
 $$;
 
 -- {field: [before, after]} for each field of two definitions that differs.
@@ -1274,21 +1278,26 @@ CREATE TRIGGER jobs_revision_updated BEFORE UPDATE OF
     max_backfill, timeout_s, max_retries, retry_backoff_s, keep_for_s, keep_runs,
     output_limit, late_after_s, pause_after_failures, overlap, max_concurrent,
     cancel_grace_s, jitter_s, remove_when_done, calendar, on_excluded, business_day, zones,
-    each_zone, after_timeout_s, after_failure ON jobs
+    each_zone, after_timeout_s, after_failure, max_runs, labels, expect_max_s, expect_min_s,
+    deadline, expect_baseline, asserts, assert_fails, watch, adopt_at, payload_schema ON jobs
 FOR EACH ROW WHEN (NEW.parent_id IS NULL AND (
     OLD.schedule, OLD.tz, OLD.dst_repeated, OLD.dst_skipped, OLD.handler, OLD.payload,
     OLD.catch_up, OLD.grace_s, OLD.max_backfill, OLD.timeout_s, OLD.max_retries,
     OLD.retry_backoff_s, OLD.keep_for_s, OLD.keep_runs, OLD.output_limit, OLD.late_after_s,
     OLD.pause_after_failures, OLD.overlap, OLD.max_concurrent, OLD.cancel_grace_s,
     OLD.jitter_s, OLD.remove_when_done, OLD.calendar, OLD.on_excluded, OLD.business_day,
-    OLD.zones, OLD.each_zone, OLD.after_timeout_s, OLD.after_failure)
+    OLD.zones, OLD.each_zone, OLD.after_timeout_s, OLD.after_failure, OLD.max_runs,
+    OLD.labels, OLD.expect_max_s, OLD.expect_min_s, OLD.deadline, OLD.expect_baseline,
+    OLD.asserts, OLD.assert_fails, OLD.watch, OLD.adopt_at, OLD.payload_schema)
     IS DISTINCT FROM (
     NEW.schedule, NEW.tz, NEW.dst_repeated, NEW.dst_skipped, NEW.handler, NEW.payload,
     NEW.catch_up, NEW.grace_s, NEW.max_backfill, NEW.timeout_s, NEW.max_retries,
     NEW.retry_backoff_s, NEW.keep_for_s, NEW.keep_runs, NEW.output_limit, NEW.late_after_s,
     NEW.pause_after_failures, NEW.overlap, NEW.max_concurrent, NEW.cancel_grace_s,
     NEW.jitter_s, NEW.remove_when_done, NEW.calendar, NEW.on_excluded, NEW.business_day,
-    NEW.zones, NEW.each_zone, NEW.after_timeout_s, NEW.after_failure))
+    NEW.zones, NEW.each_zone, NEW.after_timeout_s, NEW.after_failure, NEW.max_runs,
+    NEW.labels, NEW.expect_max_s, NEW.expect_min_s, NEW.deadline, NEW.expect_baseline,
+    NEW.asserts, NEW.assert_fails, NEW.watch, NEW.adopt_at, NEW.payload_schema))
 EXECUTE FUNCTION job_revision_updated();
 CREATE TRIGGER jobs_revision_removed AFTER DELETE ON jobs
 REFERENCING OLD TABLE AS removed_jobs

@@ -2,7 +2,7 @@
 records what the receiver said.
 
 A pass that finds nothing due is followed by the next one ``IDLE_S`` later, unless a
-queued delivery wakes the node first (``raise_alert`` NOTIFYs ``alerts``, migration 029):
+queued delivery wakes the node first (``raise_alert`` NOTIFYs ``alerts``, migration 028):
 an idle cluster pays one statement per node every ``IDLE_S``, and a new event goes out at
 once. What falls due by itself (a retry's time, a dead node's lease running out) waits at
 most one idle pass.

@@ -52,7 +52,7 @@ class WakeListener:
             self._state.wake.set()  # a tenant at its limit got a place back (migration 014)
             return
         if payload == ALERT_QUEUED:
-            self._state.alerts.set()  # an alert delivery was queued (migration 029)
+            self._state.alerts.set()  # an alert delivery was queued (migration 028)
             return
         try:
             shard = int(payload)

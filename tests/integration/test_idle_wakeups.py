@@ -1,5 +1,5 @@
 """The NOTIFY wake-ups that let idle services sleep, against a real Postgres: a queued alert
-delivery wakes alert delivery (migration 029), an event no rule wants sends nothing, and a
+delivery wakes alert delivery (migration 028), an event no rule wants sends nothing, and a
 backfill request wakes the backfiller of the node holding its shard, through the node's
 own listener on its own connection."""
 

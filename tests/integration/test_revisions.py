@@ -252,7 +252,7 @@ async def test_a_node_of_the_previous_release_still_records_its_runs(
     store: JobStore, settings: ClusterSettings, open_session: Opener
 ) -> None:
     # Its completions call record_run without a revision (migration 011's signature),
-    # kept by migration 026 beside the new one: the run row has no revision.
+    # kept by migration 029 beside the new one: the run row has no revision.
     await add(store, every_10s("old"))
     job = await store.get("old")
     conn = await connect(settings, "old-node")
@@ -279,3 +279,40 @@ async def test_an_apply_that_moves_a_job_to_its_zones_is_one_revision(store: Job
     assert newest.revision == 2
     assert newest.diff == {"schedule": ["@hourly", "@daily"], "zones": [["eu"], ["us"]]}
     assert (await store.get("pinned")).revision == 2
+
+
+def test_the_fields_added_since_revisions_are_recorded_and_rolled_back(
+    initialised: Invoke, tmp_path: Path
+) -> None:
+    """Labels, max_runs, expectations and payload_schema are part of a job's definition:
+    changing one writes a revision with its diff, and a rollback restores it."""
+    pulse = initialised
+    entry = {"name": "rollup", "schedule": "0 * * * *", "handler": "app.jobs:rollup"}
+    path = write_jobs(tmp_path / "jobs.json", entry)
+    assert pulse("jobs", "apply", path).exit_code == 0
+    schema = {"type": "object", "properties": {"days": {"type": "integer"}}}
+    changed = {
+        **entry,
+        "labels": {"team": "billing"},
+        "max_runs": 3,
+        "expect_max": "10m",
+        "assert": "rows > 0",
+        "payload_schema": schema,
+    }
+    path = write_jobs(tmp_path / "jobs.json", changed)
+    result = pulse("jobs", "apply", path)
+    assert result.exit_code == 0, result.output
+
+    newest = history(pulse, "rollup")[0]
+    assert newest["diff"] == {
+        "labels": [{}, {"team": "billing"}],
+        "max_runs": [None, 3],
+        "expect_max_s": [None, 600.0],
+        "asserts": [None, "rows > 0"],
+        "payload_schema": [None, schema],
+    }
+    result = pulse("jobs", "rollback", "rollup", "--to", "1")
+    assert result.exit_code == 0, result.output
+    shown = json.loads(pulse("jobs", "show", "rollup", "--json").stdout)
+    assert (shown["labels"], shown["max_runs"], shown["payload_schema"]) == ({}, None, None)
+    assert shown["expect_max_s"] is None and shown["assert"] is None

@@ -118,7 +118,7 @@ locked AS (
     SELECT j.ctid FROM jobs j JOIN candidates c ON j.ctid = c.ctid
     WHERE NOT c.held AND j.status = 'idle' AND j.next_run_at <= (SELECT due FROM clock)
       -- A regular slot of a job that is not `allow` waits while a flight of it runs (a
-      -- backfill, a rerun, a trigger with a payload: migrations 011, 027): one probe of
+      -- backfill, a rerun, a trigger with a payload: migrations 011, 026): one probe of
       -- flights_pkey per candidate, none found as a rule.
       AND (j.overlap = 'allow' OR NOT EXISTS (
           SELECT 1 FROM flights f WHERE f.job_id = j.id AND f.status = 'running'))

@@ -27,7 +27,7 @@ skip_in AS MATERIALIZED (
 claimed AS MATERIALIZED (
     SELECT j.id, j.tenant_id, j.name, j.shard_id, j.attempt, j.locked_at, i.token, i.slot,
            i.next_run_at, i.next_slot, j.slot_origin, j.run_revision,
-           -- Backfill and rerun flights (migrations 011, 027) never take a regular slot's place.
+           -- Backfill and rerun flights (migrations 011, 026) never take a regular slot's place.
            (SELECT count(*) FROM flights f WHERE f.job_id = j.id
                 AND coalesce(f.origin, '') NOT IN ('backfill', 'rerun')) < j.max_concurrent
                AS room

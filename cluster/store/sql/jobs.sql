@@ -6,7 +6,7 @@ SELECT coalesce(%(now)s::timestamptz, now()) AS now;
 
 -- name: act_as
 -- Who changes jobs on this connection and how (cli, file, module, sync, api), for the
--- job_revisions rows the triggers on jobs write (migration 026); '' unsets them.
+-- job_revisions rows the triggers on jobs write (migration 029); '' unsets them.
 SELECT set_config('pulse.who', %(who)s, false), set_config('pulse.how', %(how)s, false);
 
 -- name: upsert_job
@@ -280,7 +280,7 @@ LIMIT %(limit)s;
 
 -- name: job_revisions
 -- A job's revisions by (tenant, name), newest first, before %(before)s if given; those of
--- a job removed and created again continue one history (migration 026).
+-- a job removed and created again continue one history (migration 029).
 SELECT r.* FROM job_revisions r
 WHERE r.tenant_id = %(tenant_id)s AND r.job_name = %(name)s
   AND (%(scope)s::text IS NULL OR r.tenant_id = %(scope)s)

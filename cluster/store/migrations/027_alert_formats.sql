@@ -1,4 +1,4 @@
--- Pulse schema, version 30: alert rules of format `pagerduty` (Events API v2) and `email`
+-- Pulse schema, version 27: alert rules of format `pagerduty` (Events API v2) and `email`
 -- (SMTP from the `smtp.*` config keys), beside json and slack (docs/alerts.md).
 --
 -- An email rule keeps its recipients in `url` as `mailto:a@example.com,b@example.com`; a

@@ -1,4 +1,4 @@
--- Pulse schema, version 29: a queued alert delivery wakes the nodes (docs/design/alerts.md).
+-- Pulse schema, version 28: a queued alert delivery wakes the nodes (docs/design/alerts.md).
 --
 -- raise_alert NOTIFYs `alerts` on the wake-up channel when it queued a delivery, so every
 -- node's alert delivery runs at once instead of polling the outbox every second: an idle

@@ -1,4 +1,4 @@
--- Pulse schema, version 27: runs with inputs (docs/design/inputs.md).
+-- Pulse schema, version 26: runs with inputs (docs/design/inputs.md).
 --
 -- payload_schema: a JSON Schema every payload of the job must match, checked by the
 -- writers (add, apply, trigger), never by a node. A flight's payload is the input of one
