@@ -73,7 +73,15 @@ def test_each_completed_slot_has_exactly_one_effect_through_kills_and_freezes(
                 " WHERE application_name = 'n2' AND datname = current_database()"
             )
         ),
-        "the frozen node's lock session to time out",
+        "the frozen node's lock session to end",
+        30,
+    )
+    # Its session gone is not enough: until a survivor has recovered its runs, nobody else
+    # ran them, and a completion written on waking rightly applies. Wake it once they are
+    # taken, so that what it writes then must be refused.
+    until(
+        lambda: not fleet.sql("SELECT 1 FROM jobs WHERE status = 'running' AND locked_by = 'n2'"),
+        "the frozen node's runs to be recovered",
         30,
     )
     frozen.signal(signal.SIGCONT)
