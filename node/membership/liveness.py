@@ -25,8 +25,8 @@ import logging
 import time
 from collections.abc import Awaitable, Callable, Sequence
 
-from cluster.errors import MembershipError
-from cluster.store.session import LockSession
+from cluster.errors import MembershipError, StoreError
+from cluster.store.session import LockSession, SessionLost
 from node.state import NodeState
 
 logger = logging.getLogger(__name__)
@@ -96,8 +96,20 @@ class Liveness:
         return now - state.beats[member] > self._frozen_s
 
     async def _end_frozen(self, member: str) -> bool:
-        """End a frozen member's lock session; False if it woke meanwhile."""
-        if not await self._session.end_frozen_session(member, self._frozen_s):
+        """End a frozen member's lock session; False if it woke meanwhile, or if this
+        node's login may not end it (then its session timeout does, as before)."""
+        try:
+            if not await self._session.end_frozen_session(member, self._frozen_s):
+                return False
+        except SessionLost:
+            raise
+        except StoreError as exc:
+            logger.warning(
+                "cannot end the lock session of frozen member %s: %s",
+                member,
+                exc,
+                extra={"event": "frozen_session_kept"},
+            )
             return False
         logger.warning(
             "ended the lock session of %s: no heartbeat and no statement for %.1fs",
