@@ -135,6 +135,7 @@ def wire(
         take_back=recovery.take_back_untracked,
         connected=registry.connected,
         evict=registry.deregister,
+        frozen_s=s.freeze_limit_s,
     )
     trust_margin_s = min(TRUST_MARGIN_S, s.session_timeout_s / 4)
     ttl_s = s.heartbeat_ttl_s

@@ -26,15 +26,16 @@ import time
 from collections.abc import Awaitable, Callable, Sequence
 
 from cluster.errors import MembershipError, StoreError
+from cluster.settings import DEFAULT_FREEZE_LIMIT_S
 from cluster.store.session import LockSession, SessionLost
 from node.state import NodeState
 
 logger = logging.getLogger(__name__)
 
 DEAD_SESSION_GRACE_S = 2.0
-# Silent in Redis and idle in Postgres this long: frozen. A healthy node beats every
-# second and uses its session at least every poll interval.
-FROZEN_S = 3.0
+# Silent in Redis and idle in Postgres this long: frozen (``--freeze-limit``). A healthy
+# node beats every second and uses its session at least every poll interval.
+FROZEN_S = DEFAULT_FREEZE_LIMIT_S
 # Heartbeat ages are trusted only as read this recently (a node cut from Redis itself
 # would otherwise see every peer go stale).
 FRESH_VIEW_S = 2.0
@@ -66,7 +67,8 @@ class Liveness:
         peers = [m for m in state.live if m != me]
         sessions = await self._session.member_sessions(peers) if peers else {}
         now = time.monotonic()
-        for member in [m for m in peers if sessions.get(m, 0.0) > self._frozen_s]:
+        quiet = [m for m in peers if self._frozen_s > 0 and sessions.get(m, 0.0) > self._frozen_s]
+        for member in quiet:
             if self._stale(member, now) and await self._end_frozen(member):
                 del sessions[member]
         missing = [m for m in peers if m not in sessions]
@@ -91,7 +93,9 @@ class Liveness:
         """``member``'s heartbeat is older than the freeze limit, by a view of Redis read
         just now."""
         state = self._state
-        if now - state.beats_read > FRESH_VIEW_S or member not in state.beats:
+        if self._frozen_s <= 0 or now - state.beats_read > FRESH_VIEW_S:
+            return False
+        if member not in state.beats:
             return False
         return now - state.beats[member] > self._frozen_s
 
