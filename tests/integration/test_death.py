@@ -198,3 +198,19 @@ async def test_a_stale_view_of_redis_ends_no_session(
 async def idle_past(session: LockSession, node_id: str) -> bool:
     """``node_id``'s lock session has idled longer than the tests' freeze limit."""
     return (await session.member_sessions([node_id])).get(node_id, 0.0) > 0.3
+
+
+async def test_a_freeze_limit_of_zero_ends_no_session(
+    settings: ClusterSettings, open_session: Opener, registry: MemberRegistry
+) -> None:
+    """``--freeze-limit 0``: a silent peer's session is left to its own session timeout."""
+    session = await open_session("a")
+    await open_session("quiet")
+    await registry.heartbeat(_info("quiet"), ttl_s=60)
+    state = NodeState("a", "z", 16)
+    state.set_live(["a", "quiet"])
+    keeper = _keeper(state, session, registry, frozen_s=0)
+    await until(lambda: idle_past(session, "quiet"), "the quiet session to idle")
+    _heard(state, {"a": 0.0, "quiet": 60.0})
+    assert await keeper.members_alive() == ("a", "quiet")
+    assert await session.live_sessions(["quiet"]) == {"quiet"}
