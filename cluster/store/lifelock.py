@@ -17,6 +17,7 @@ import hashlib
 import logging
 
 import psycopg
+from psycopg import pq
 
 from cluster.errors import StoreError
 from cluster.settings import ClusterSettings
@@ -30,6 +31,7 @@ _PROBES = 1 << 22
 _SPAN = (1 << 31) - _PROBES - 1
 # The client's own deadline beyond the server's lock_timeout (a stalled network).
 _MARGIN_S = 5.0
+_LOCK_NOT_AVAILABLE = b"55P03"  # the lock_timeout passed
 
 
 def life_key(node_id: str) -> int:
@@ -54,11 +56,7 @@ class LifeWatch:
         params = {"ns": self._namespace, "key": life_key(peer)}
         try:
             conn = await self._connection(wait_s)
-            try:
-                await asyncio.wait_for(
-                    conn.execute(query("await_life_lock"), params), wait_s + _MARGIN_S
-                )
-            except psycopg.errors.LockNotAvailable:
+            if not await _granted(conn, query("await_life_lock"), params, wait_s + _MARGIN_S):
                 return False
             await asyncio.wait_for(conn.execute(query("release_life_lock"), params), _MARGIN_S)
             return True
@@ -81,3 +79,49 @@ class LifeWatch:
         if conn is not None and not conn.closed:
             with contextlib.suppress(psycopg.Error, OSError, TimeoutError):
                 await asyncio.wait_for(conn.close(), 1.0)
+
+
+async def _granted(conn: Conn, statement: bytes, params: dict[str, int], wait_s: float) -> bool:
+    """Run the lock wait ``statement``; True once granted, False at its ``lock_timeout``.
+
+    psycopg waits for a statement's answer in slices of 0.1 s, so a node would wake ten
+    times a second for as long as it watches (docs/design/driver.md, the listener). So
+    the statement is sent through the connection's libpq handle, and the answer read once
+    the socket turns readable: an idle watch wakes nobody."""
+    pg = conn.pgconn
+    text = psycopg.AsyncClientCursor(conn).mogrify(statement, params)
+    pg.send_query(text.encode())
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + wait_s
+    while pg.flush():
+        await _ready(loop, conn.fileno(), deadline, write=True)
+    pg.consume_input()
+    while pg.is_busy():
+        await _ready(loop, conn.fileno(), deadline, write=False)
+        pg.consume_input()
+    results = []
+    while (result := pg.get_result()) is not None:
+        results.append(result)
+    for result in results:
+        if result.status == pq.ExecStatus.FATAL_ERROR:
+            state = result.error_field(pq.DiagnosticField.SQLSTATE)
+            if state == _LOCK_NOT_AVAILABLE:
+                return False
+            message = (result.error_message or b"").decode(errors="replace").strip()
+            raise psycopg.OperationalError(message or "lock wait failed")
+    return True
+
+
+async def _ready(loop: asyncio.AbstractEventLoop, fd: int, deadline: float, *, write: bool) -> None:
+    """Wait until ``fd`` is readable (or writable); TimeoutError at ``deadline``."""
+    ready: asyncio.Future[None] = loop.create_future()
+
+    def resolve() -> None:
+        if not ready.done():
+            ready.set_result(None)
+
+    (loop.add_writer if write else loop.add_reader)(fd, resolve)
+    try:
+        await asyncio.wait_for(ready, max(0.0, deadline - loop.time()))
+    finally:
+        (loop.remove_writer if write else loop.remove_reader)(fd)
