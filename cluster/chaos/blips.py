@@ -2,10 +2,13 @@
 connections for less than the shard keeper's grace, so the other nodes must tell it from a
 death and leave its shards alone (docs/design/recovery.md).
 
-For every blip, the shards the node held at the last lock sample before the cut must not
-be held by any other node from the cut until the settle time after it ends. They may be
-unheld meanwhile: the node's locks went with its session, and it takes them again when it
-is back.
+For every blip, a shard the node held at the last lock sample before the cut and holds
+again once things settled (the first sample from the settle time after the cut ended) must
+not have been held by any other node in between: that would be a shard that moved away and
+back because the blip was taken for a death. It may be unheld meanwhile: the node's locks
+went with its session, and it takes them again when it is back. A shard that ends with
+another node moved for another reason (a node that restarted after an earlier fault taking
+its own shards back), not because of the blip.
 """
 
 from __future__ import annotations
@@ -20,10 +23,16 @@ def _held_before(samples: list[LockSample], fault: FaultRecord) -> dict[int, str
     return dict(before[-1].holders or {}) if before else {}
 
 
+def _held_after(samples: list[LockSample], fault: FaultRecord) -> dict[int, str]:
+    after = [s for s in samples if s.at >= fault.ended + SETTLE_S and s.holders is not None]
+    return dict(after[0].holders or {}) if after else {}
+
+
 def _moved(obs: Observations, fault: FaultRecord) -> list[Violation]:
     samples = sorted(obs.samples, key=lambda s: s.at)
     node = fault.targets[0]
-    mine = {shard for shard, holder in _held_before(samples, fault).items() if holder == node}
+    before, after = _held_before(samples, fault), _held_after(samples, fault)
+    mine = {shard for shard, holder in before.items() if holder == node == after.get(shard)}
     found: dict[int, Violation] = {}
     for sample in samples:
         if not fault.started <= sample.at <= fault.ended + SETTLE_S or sample.holders is None:
