@@ -16,7 +16,7 @@ import asyncio
 import contextlib
 import json
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -46,7 +46,13 @@ end
 local added = redis.call('ZADD', members, now, id)
 redis.call('SET', prefix .. id, info, 'PX', ttl_ms)
 if added == 1 then redis.call('PUBLISH', channel, 'join:' .. id) end
-return redis.call('ZRANGEBYSCORE', members, '(' .. (now - ttl_ms), '+inf')
+local live = redis.call('ZRANGEBYSCORE', members, '(' .. (now - ttl_ms), '+inf', 'WITHSCORES')
+local out = {}
+for i = 1, #live, 2 do
+  out[#out + 1] = live[i]
+  out[#out + 1] = tostring(now - tonumber(live[i + 1]))
+end
+return out
 """
 
 _SNAPSHOT = """
@@ -114,6 +120,7 @@ class MemberRegistry:
         self._members_key = self._prefix + "members"
         self._info_prefix = self._prefix + "node:"
         self.channel = self._prefix + "membership"
+        self._presence_prefix = self._prefix + "present:"
         self._redis = connect_redis(settings.redis_url, timeout_s)
         self._heartbeat = self._redis.register_script(_HEARTBEAT)
         # The info a node sends changes rarely (its fenced-write count); it is encoded
@@ -126,6 +133,11 @@ class MemberRegistry:
 
     async def heartbeat(self, info: MemberInfo, ttl_s: float) -> list[str]:
         """Renew ``info``'s heartbeat; return the sorted live member ids."""
+        return sorted(await self.heartbeat_ages(info, ttl_s))
+
+    async def heartbeat_ages(self, info: MemberInfo, ttl_s: float) -> dict[str, float]:
+        """Renew ``info``'s heartbeat; return each live member's heartbeat age in seconds
+        (by Redis's clock): a frozen member's grows while its connections stay open."""
         if self._sent is None or self._sent[0] != info:
             self._sent = (info, json.dumps(asdict(info)))
         args: list[str | int] = [
@@ -139,7 +151,22 @@ class MemberRegistry:
             live = await self._heartbeat(keys=[self._members_key], args=args)
         except (RedisError, OSError) as exc:
             raise MembershipError(f"heartbeat failed: {exc}") from exc
-        return sorted(str(m) for m in live)
+        return {str(live[i]): int(live[i + 1]) / 1000 for i in range(0, len(live), 2)}
+
+    async def connected(self, node_ids: Sequence[str]) -> set[str]:
+        """The given nodes whose membership subscription is open right now.
+
+        Each node's subscription also listens on a channel of its own, so Redis drops it
+        the moment the node's process dies: unlike its heartbeat, which outlives it by up
+        to the TTL, this says at once whether the process is still connected."""
+        if not node_ids:
+            return set()
+        try:
+            counts = await self._redis.pubsub_numsub(*(self._presence_prefix + n for n in node_ids))
+        except (RedisError, OSError) as exc:
+            raise MembershipError(f"cannot read subscriptions: {exc}") from exc
+        cut = len(self._presence_prefix)
+        return {str(channel)[cut:] for channel, count in counts if int(count) > 0}
 
     async def deregister(self, node_id: str) -> None:
         try:
@@ -186,8 +213,14 @@ class MemberRegistry:
             found.append(LiveMember(info, max(0.0, (now_ms - score) / 1000)))
         return sorted(found, key=lambda m: m.info.node_id)
 
-    async def watch(self, on_change: Callable[[str], Awaitable[None]], stop: asyncio.Event) -> None:
-        """Call ``on_change(message)`` for every join/leave until ``stop`` is set.
+    async def watch(
+        self,
+        on_change: Callable[[str], Awaitable[None]],
+        stop: asyncio.Event,
+        node_id: str | None = None,
+    ) -> None:
+        """Call ``on_change(message)`` for every join/leave until ``stop`` is set; with
+        ``node_id``, the subscription also marks that node as connected (``connected``).
 
         Between messages it waits on the subscription's socket and on ``stop``, not on a
         timer: an idle node should spend nothing on a subscription that has nothing to say.
@@ -198,7 +231,10 @@ class MemberRegistry:
         stopping = asyncio.ensure_future(stop.wait())
         reading: asyncio.Future[Any] | None = None
         try:
-            await pubsub.subscribe(self.channel)
+            channels = [self.channel]
+            if node_id is not None:
+                channels.append(self._presence_prefix + node_id)
+            await pubsub.subscribe(*channels)
             while not stop.is_set():
                 reading = asyncio.ensure_future(pubsub.get_message(timeout=None))
                 await asyncio.wait((reading, stopping), return_when=asyncio.FIRST_COMPLETED)

@@ -30,6 +30,9 @@ DEFAULT_HEARTBEAT_INTERVAL_S = 1.0
 DEFAULT_HEARTBEAT_TTL_S = 5.0
 DEFAULT_POLL_INTERVAL_S = 1.0
 DEFAULT_SESSION_TIMEOUT_S = 10.0
+# Silent this long in Redis and on its lock session, a peer is frozen and its session is
+# ended (docs/design/recovery.md); 0 leaves that to its session timeout.
+DEFAULT_FREEZE_LIMIT_S = 3.0
 DEFAULT_LEASE_S = 30.0
 DEFAULT_RENEW_INTERVAL_S = 5.0
 DEFAULT_DRAIN_TIMEOUT_S = 30.0
@@ -122,6 +125,7 @@ class NodeSettings:
     celery_broker: str | None = None  # for celery: jobs that name none; may hold a password
     handler_role: str | None = None  # ctx.transaction() statements run as it (SET LOCAL ROLE)
     otel: bool = False  # one OpenTelemetry span per attempt (node.handlers.traces; OTEL_* env)
+    freeze_limit_s: float = DEFAULT_FREEZE_LIMIT_S  # 0: peers' sessions end at their timeout
 
     def validate(self) -> NodeSettings:
         if not _NODE_ID.match(self.node_id):
@@ -146,6 +150,8 @@ class NodeSettings:
             raise InvalidInput("drain-timeout", "must not be negative")
         if self.prune_interval_s != 0 and self.prune_interval_s < MIN_PRUNE_INTERVAL_S:
             raise InvalidInput("prune-interval", "must be 0 (off) or at least 1s")
+        if self.freeze_limit_s != 0 and self.freeze_limit_s < 2 * self.heartbeat_interval_s:
+            raise InvalidInput("freeze-limit", "must be 0 (off) or at least 2 heartbeat intervals")
         if self.heartbeat_ttl_s < 2 * self.heartbeat_interval_s:
             raise ConfigError("heartbeat TTL must be at least twice the heartbeat interval")
         # The lock session is kept busy by the claim loop; it must never look idle

@@ -73,6 +73,13 @@ def _seconds(value: str, field: str) -> float:
     envvar="PULSE_SESSION_TIMEOUT",
 )
 @duration_option(
+    "--freeze-limit",
+    defaults.DEFAULT_FREEZE_LIMIT_S,
+    "End a peer's lock session once it sent no heartbeat and no statement for this long "
+    "(a frozen node); 0: leave it to that node's session timeout.",
+    envvar="PULSE_FREEZE_LIMIT",
+)
+@duration_option(
     "--heartbeat-interval",
     defaults.DEFAULT_HEARTBEAT_INTERVAL_S,
     "How often the node renews its heartbeat in Redis.",
@@ -167,6 +174,7 @@ def node_command(
     shards: int | None,
     poll_interval: str,
     session_timeout: str,
+    freeze_limit: str,
     heartbeat_interval: str,
     heartbeat_ttl: str,
     lease: str,
@@ -191,6 +199,7 @@ def node_command(
             shards=shards,
             poll_interval_s=_seconds(poll_interval, "poll-interval"),
             session_timeout_s=_seconds(session_timeout, "session-timeout"),
+            freeze_limit_s=_seconds(freeze_limit, "freeze-limit"),
             heartbeat_interval_s=_seconds(heartbeat_interval, "heartbeat-interval"),
             heartbeat_ttl_s=_seconds(heartbeat_ttl, "heartbeat-ttl"),
             lease_s=_seconds(lease, "lease"),

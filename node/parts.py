@@ -18,6 +18,7 @@ from cluster.store import pruning
 from cluster.store.alerts import AlertStore
 from cluster.store.config import ConfigCache
 from cluster.store.effects import EffectsStore
+from cluster.store.lifelock import LifeWatch
 from cluster.store.records import ClaimedJob
 from cluster.store.session import LockSession
 from cluster.store.side import SideConnection
@@ -30,6 +31,7 @@ from node.maintenance.lateness import LatePass
 from node.maintenance.outbox import AlertDelivery
 from node.maintenance.pruner import Pruner
 from node.maintenance.recovery import Recovery
+from node.membership.deathwatch import DeathWatch
 from node.membership.heartbeat import Heartbeat
 from node.membership.shards import ShardKeeper
 from node.metrics import pulse_version
@@ -55,6 +57,7 @@ class Parts:
     state: NodeState
     heartbeat: Heartbeat
     keeper: ShardKeeper
+    deathwatch: DeathWatch
     claimer: Claimer
     recovery: Recovery
     listener: WakeListener
@@ -139,6 +142,9 @@ def wire(
         recovery.recover,
         expected_shards=s.shards,
         take_back=recovery.take_back_untracked,
+        connected=registry.connected,
+        evict=registry.deregister,
+        frozen_s=s.freeze_limit_s,
     )
     trust_margin_s = min(TRUST_MARGIN_S, s.session_timeout_s / 4)
     ttl_s = s.heartbeat_ttl_s
@@ -160,6 +166,7 @@ def wire(
         state=state,
         heartbeat=Heartbeat(registry, _member_info(s), state, stats, ttl_s=ttl_s),
         keeper=keeper,
+        deathwatch=DeathWatch(state, LifeWatch(cluster, s.node_id)),
         claimer=claimer,
         recovery=recovery,
         listener=WakeListener(cluster, state, stop_claiming, executor.stop),

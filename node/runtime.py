@@ -4,9 +4,9 @@ supervises them, and hands over to ``node.shutdown`` when stopped.
 Startup: open the lock session (refusing settings that break the guarantees), create the
 missing jobs of ``--sync-jobs`` (``JobStore.sync``), take back runs an earlier process of
 this node left, register the heartbeat, then run heartbeat, membership watch, shard
-keeper, claim loop, recovery, NOTIFY listener, lease renewal, completer, pruner, alert
-delivery and late pass. SIGTERM/SIGINT drains (``node.shutdown``)
-and exits 0; a second signal exits at once; a vital service that crashes drains and exits 1.
+keeper, death watch, claim loop, recovery, NOTIFY listener, lease renewal, completer,
+pruner, alert delivery and late pass. SIGTERM/SIGINT drains (``node.shutdown``) and exits
+0; a second signal exits at once; a vital service that crashes drains and exits 1.
 """
 
 from __future__ import annotations
@@ -29,6 +29,7 @@ from node.maintenance.jobsync import sync_jobs
 from node.maintenance.lateness import INTERVAL_S as LATE_INTERVAL_S
 from node.maintenance.outbox import INTERVAL_S as ALERT_INTERVAL_S
 from node.maintenance.recovery import Recovery
+from node.membership.deathwatch import DeathWatch
 from node.membership.heartbeat import Heartbeat
 from node.metrics import serve_metrics
 from node.parts import Parts, wire
@@ -209,7 +210,8 @@ class Node:
                     interval_s=s.heartbeat_interval_s,
                     stop=claiming,
                     wake=p.state.rebalance,
-                    backoff_cap_s=1.0,
+                    # A blipped session must be back within the peers' grace.
+                    backoff_cap_s=0.25,
                 )
             ),
             self._spawn(p.claimer.run(claiming)),
@@ -258,6 +260,7 @@ class Node:
         if s.prune_interval_s > 0:
             followers.append(self._spawn(p.pruner.run(claiming)))
         followers.append(self._spawn(self._backfill(p.backfiller, claiming)))
+        followers.append(self._spawn(self._deathwatch(p.deathwatch, claiming)))
         return Services(claiming, writing, heartbeat, lockers, writers, followers)
 
     @staticmethod
@@ -266,6 +269,13 @@ class Node:
             await run_service("backfill", backfiller.poll, interval_s=BACKFILL_POLL_S, stop=stop)
         finally:
             await backfiller.close()
+
+    @staticmethod
+    async def _deathwatch(watch: DeathWatch, stop: Signal) -> None:
+        try:
+            await run_service("death watch", watch.run_once, interval_s=1.0, stop=stop)
+        finally:
+            await watch.close()
 
     def _spawn(self, service: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
         task = asyncio.create_task(service)

@@ -20,6 +20,8 @@ class NodeState:
     live: tuple[str, ...] = ()  # live in the Redis member registry
     members_known: bool = False
     alive: tuple[str, ...] = ()  # live members whose lock session exists (the shard keeper's)
+    beats: dict[str, float] = field(default_factory=dict)  # member -> its last beat, monotonic
+    beats_read: float = float("-inf")  # monotonic time ``beats`` was read from Redis
     desired: frozenset[int] = frozenset()
     held: frozenset[int] = frozenset()
     member_zones: dict[str, str] = field(default_factory=dict)  # live member -> its zone

@@ -36,6 +36,8 @@ by ``harness`` into ``Observations``).
   one of its zones (node -> zone from the fleet). A pinned job whose zones were all dark
   during a fault owes nothing while they are (``failover.dark``); it backfills, so the
   loss check still proves every one of its slots ran once the zone returned.
+- ``blips move no shard`` (faults ``pg-blip``, ``cluster.chaos.blips``): no shard of a
+  node whose Postgres connections were cut for less than the grace went to another node.
 - ``dependencies`` (jobs with upstreams, kind ``dependent``): no slot of a downstream ran
   its first attempt twice; every execution ran a slot whose upstreams' same slots
   succeeded, and started after their completions were written; and every slot in the
@@ -50,6 +52,7 @@ from collections import Counter, defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from cluster.chaos.blips import blips_move_no_shard
 from cluster.chaos.failover import dark
 from cluster.chaos.observations import Execution, Observations
 from cluster.chaos.safety import Violation, find_lost, lost_claim
@@ -273,6 +276,11 @@ def zone_placement(obs: Observations) -> CheckResult | None:
     return CheckResult("zone placement", summary, found)
 
 
+def blip_shards(obs: Observations) -> CheckResult | None:
+    found = blips_move_no_shard(obs)
+    return None if found is None else CheckResult("blips move no shard", *found)
+
+
 def dependencies(obs: Observations) -> CheckResult | None:
     jobs = {name: job for name, job in obs.jobs.items() if job.after}
     if not jobs:
@@ -316,6 +324,7 @@ CHECKS: tuple[Callable[[Observations], CheckResult | None], ...] = (
     allow_slots,
     replace_slots,
     zone_placement,
+    blip_shards,
     dependencies,
 )
 

@@ -60,6 +60,7 @@ _Switch = Callable[[NodeProcess], None]
 _SWITCHED: dict[str, tuple[_Switch, _Switch, str]] = {
     "sigstop": (lambda n: n.signal(signal.SIGSTOP), lambda n: n.signal(signal.SIGCONT), "paused"),
     "pg-stall": (lambda n: _pg(n).stall(), lambda n: _pg(n).restore(), "postgres traffic stalled"),
+    "pg-blip": (lambda n: _pg(n).cut(), lambda n: _pg(n).restore(), "postgres connections cut"),
     "redis-cut": (lambda n: _redis(n).cut(), lambda n: _redis(n).restore(), "redis traffic cut"),
 }
 _SWITCHED["sigstop-short"] = _SWITCHED["sigstop"]

@@ -21,6 +21,7 @@ KINDS = (
     "sigstop-short",
     "zone-kill",
     "pg-stall",
+    "pg-blip",
     "pg-terminate",
     "redis-cut",
     "redis-restart",
@@ -35,7 +36,7 @@ RESTART_KINDS = frozenset({"redis-restart", "pg-restart", "pg-failover", "redis-
 # servers directly (a proxy cannot follow a primary), so the faults of one server or of
 # one node's proxy do not apply to that store.
 HA_KINDS = frozenset({"pg-failover", "redis-failover"})
-SINGLE_PG_KINDS = frozenset({"pg-stall", "pg-restart"})
+SINGLE_PG_KINDS = frozenset({"pg-stall", "pg-blip", "pg-restart"})
 SINGLE_REDIS_KINDS = frozenset({"redis-cut", "redis-restart"})
 # Time after a failover's hold for the lost server to rejoin as a standby.
 REJOIN_S = {"pg-failover": 8.0, "redis-failover": 4.0}
@@ -43,6 +44,9 @@ SETTLE_S = 6.0
 GAP_S = (2.0, 5.0)
 START_S = 3.0
 TAIL_S = 6.0
+# A network blip on one node's Postgres connections: shorter than the shard keeper's grace
+# for a member whose session is missing, so no shard may move (docs/design/recovery.md).
+BLIP_S = 1.5
 
 
 @dataclass(frozen=True)
@@ -120,6 +124,8 @@ def _fault(
         return Fault(kind, at_s, hold, (target,), target, hold + bounds.kill_s)
     if kind == "redis-cut":
         return Fault(kind, at_s, rng.uniform(6.0, 10.0), (target,), target, bounds.kill_s)
+    if kind == "pg-blip":
+        return Fault(kind, at_s, BLIP_S, (target,), target, BLIP_S + bounds.kill_s)
     if kind == "pg-terminate":
         return Fault(kind, at_s, 0.0, (target,), target, bounds.kill_s)
     if kind == "redis-restart":

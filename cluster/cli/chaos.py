@@ -80,9 +80,9 @@ def chaos(
     """Start a cluster, inject seeded faults, and check Pulse's guarantees held.
 
     Faults: sigkill, sigstop (a pause past the session timeout), sigstop-short, zone-kill,
-    pg-stall, pg-terminate, redis-cut, redis-restart, pg-restart, poison-job (a job that
-    kills every node that runs it), pg-failover (needs --pg-ha), redis-failover (Redis
-    behind Sentinel). See docs/chaos.md and docs/failover.md.
+    pg-stall, pg-blip (1.5 s), pg-terminate, redis-cut, redis-restart, pg-restart,
+    poison-job (a job that kills every node that runs it), pg-failover (needs --pg-ha),
+    redis-failover (Redis behind Sentinel). See docs/chaos.md and docs/failover.md.
     """
     try:
         options = ChaosOptions(

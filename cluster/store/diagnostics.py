@@ -17,7 +17,8 @@ from cluster.store.side import SideConnection
 
 TERMINATE = b"""
 SELECT count(*) FILTER (WHERE pg_terminate_backend(pid)) AS n FROM pg_stat_activity
-WHERE application_name = %(node)s OR starts_with(application_name, %(prefix)s)
+WHERE (application_name = %(node)s OR starts_with(application_name, %(prefix)s))
+  AND datname = current_database()
 """
 
 BEHIND = b"""
@@ -38,7 +39,8 @@ async def shard_holders(side: SideConnection) -> dict[int, str] | None:
 
 
 async def terminate_backends(settings: ClusterSettings, node_id: str, app: str) -> int:
-    """``pg_terminate_backend`` on every connection of ``node_id``; how many ended."""
+    """``pg_terminate_backend`` on every connection of ``node_id`` to this database (a
+    namesake in another database is another cluster's node); how many ended."""
     conn = await connect(settings, app, statement_timeout_s=5)
     try:
         cur = await conn.execute(TERMINATE, {"node": node_id, "prefix": f"{node_id}/"})

@@ -33,6 +33,7 @@ from cluster.store.completions import Completions
 from cluster.store.connect import Conn, connect, describe
 from cluster.store.deadline import MARGIN_S, fetch_within
 from cluster.store.flights import FlightLease, Flights
+from cluster.store.lifelock import life_key
 from cluster.store.migrate import check_schema, stored_shard_count
 from cluster.store.queries import query, variant
 from cluster.store.records import ClaimResult, claimed_jobs, int_array
@@ -93,6 +94,7 @@ class LockSession:
         self._lock = asyncio.Lock()
         self.last_ok = 0.0  # monotonic time of the last successful round trip
         self.generation = 0  # bumps on every new connection
+        self.life_locked = False  # this session holds the node's life lock (lifelock.py)
         self.flights = Flights(self._run, node_id, zone)
         # A node writes its completions on the result writer; tests, on the session too.
         self.completions = Completions(self._run, node_id, zone)
@@ -137,7 +139,23 @@ class LockSession:
         self._conn, self._cur = conn, conn.cursor(row_factory=tuple_row)
         self.generation += 1
         self.last_ok = time.monotonic()
+        self.life_locked = False
+        await self.keep_life_lock()
         return shards
+
+    async def keep_life_lock(self) -> None:
+        """Take the node's life lock unless this session holds it. A namesake session (an
+        earlier process of this node id, not ended yet) may hold it: until it is taken,
+        peers notice this node's death at their next membership check instead."""
+        if self.life_locked:
+            return
+        params = {"ns": self.namespace, "key": life_key(self.node_id)}
+        self.life_locked = bool((await self._run("take_life_lock", params))[0][0])
+        if not self.life_locked:
+            logger.info(
+                "life lock held by another session of this node id; retrying",
+                extra={"event": "life_lock_busy"},
+            )
 
     async def _check_session_locks(self, conn: Conn) -> None:
         """Refuse a transaction-mode pooler: session locks must outlive their statement.
@@ -272,8 +290,17 @@ class LockSession:
         return {row[0] for row in rows}
 
     async def live_sessions(self, node_ids: Sequence[str]) -> set[str]:
-        rows = await self._run("live_sessions", {"ids": list(node_ids)})
-        return {row[0] for row in rows}
+        return set(await self.member_sessions(node_ids))
+
+    async def member_sessions(self, node_ids: Sequence[str]) -> dict[str, float]:
+        """The given nodes with a lock session in this database -> seconds it has idled."""
+        rows = await self._run("member_sessions", {"ids": list(node_ids)})
+        return {row[0]: float(row[1]) for row in rows}
+
+    async def end_frozen_session(self, node_id: str, idle_s: float) -> bool:
+        """End ``node_id``'s lock session if it has idled longer than ``idle_s``."""
+        rows = await self._run("end_frozen_session", {"node": node_id, "idle_s": idle_s})
+        return bool(rows[0][0])
 
     async def ping(self, now: datetime | None = None) -> datetime:
         rows = await self._run("ping", {"now": now})

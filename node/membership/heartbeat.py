@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from dataclasses import replace
 
 from cluster.errors import MembershipError
@@ -41,10 +42,14 @@ class Heartbeat:
         try:
             if self._info.fenced_writes != self._stats.fenced_writes:
                 self._info = replace(self._info, fenced_writes=self._stats.fenced_writes)
-            live = await self._registry.heartbeat(self._info, self._ttl_s)
+            ages = await self._registry.heartbeat_ages(self._info, self._ttl_s)
         except MembershipError:
             self._stats.redis_errors += 1
             raise
+        now = time.monotonic()
+        self._state.beats = {member: now - age for member, age in ages.items()}
+        self._state.beats_read = now
+        live = sorted(ages)
         before = self._state.live
         changed = self._state.set_live(live)
         if any(m not in self._state.member_zones for m in live) or changed:
@@ -80,7 +85,7 @@ class Heartbeat:
 
         while not stop.is_set():
             try:
-                await self._registry.watch(on_change, stop)
+                await self._registry.watch(on_change, stop, self._info.node_id)
                 failures.succeeded()
             except MembershipError as exc:
                 failures.failed(exc)

@@ -1,10 +1,10 @@
 """The shard keeper: turns the ring's desired shards into advisory locks this node holds.
 
-Members are the live Redis members whose lock session exists in Postgres; a member whose
-session has been missing for longer than a short grace is treated as dead even while its
-heartbeat lives, so a killed node's shards move within seconds, not after the heartbeat
-TTL. Lost shards are unlocked, gained ones locked (a shard still locked by its previous
-owner is retried until free), and every gained shard is recovered before it is claimed.
+Members are the live Redis members that ``Liveness`` does not judge dead or frozen: a
+killed node's shards move as soon as it is seen, a blip of a lock session moves none
+(node/membership/liveness.py). Lost shards are unlocked, gained ones locked (a shard still
+locked by its previous owner is retried until free), and every gained shard is recovered
+before it is claimed, all in the same pass.
 A new session of a running node first takes back what the lost one may have claimed
 without the node hearing of it (``Recovery.take_back_untracked``).
 """
@@ -13,11 +13,12 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 
 from cluster.errors import StoreError
 from cluster.store.session import LockSession, SessionLost
 from node.membership.eachzone import ZoneChildren
+from node.membership.liveness import FROZEN_S, Liveness
 from node.state import NodeState
 from node.stats import Stats
 from ring import Ring, diff
@@ -25,7 +26,6 @@ from ring.zones import zone_owned
 
 logger = logging.getLogger(__name__)
 
-DEAD_SESSION_GRACE_S = 2.0
 RETRY_MISSING_S = 0.25
 SPACES_REFRESH_S = 5.0
 
@@ -40,6 +40,9 @@ class ShardKeeper:
         *,
         expected_shards: int | None,
         take_back: Callable[[], Awaitable[int]] | None = None,
+        connected: Callable[[Sequence[str]], Awaitable[set[str]]] | None = None,
+        evict: Callable[[str], Awaitable[None]] | None = None,
+        frozen_s: float = FROZEN_S,
     ) -> None:
         self._take_back = take_back
         self._take_back_due = False  # a session was lost: its answers may have been too
@@ -49,7 +52,9 @@ class ShardKeeper:
         self._recover = recover
         self._expected = expected_shards
         self._ring = Ring([state.node_id])
-        self._missing_since: dict[str, float] = {}
+        self._liveness = Liveness(
+            state, session, connected=connected, evict=evict, frozen_s=frozen_s
+        )
         self._spaces_read = 0.0  # monotonic time the zone spaces were last read
         self._children = ZoneChildren(state, session)
 
@@ -78,24 +83,8 @@ class ShardKeeper:
         self._take_back_due = False
 
     async def members_alive(self) -> tuple[str, ...]:
-        """Live Redis members whose lock session exists (or vanished only just now)."""
-        live = list(self._state.live)
-        with_session = await self._session.live_sessions(live)
-        now = time.monotonic()
-        alive = []
-        for member in live:
-            if member in with_session or member == self._state.node_id:
-                self._missing_since.pop(member, None)
-                alive.append(member)
-                continue
-            since = self._missing_since.setdefault(member, now)
-            if now - since < DEAD_SESSION_GRACE_S:
-                alive.append(member)
-        for gone in set(self._missing_since) - set(live):
-            del self._missing_since[gone]
-        if self._state.node_id not in alive:
-            alive.append(self._state.node_id)
-        return tuple(sorted(alive))
+        """This node and the live members that are neither dead nor frozen."""
+        return await self._liveness.alive()
 
     async def run_once(self) -> float | None:
         state = self._state
@@ -103,6 +92,7 @@ class ShardKeeper:
             await self.reconnect()
         if self._take_back_due and self._take_back is not None:
             await self._take_back_untracked(self._take_back)
+        await self._session.keep_life_lock()
         if not state.members_known or not state.claiming:
             return RETRY_MISSING_S
         alive = await self.members_alive()
@@ -144,7 +134,7 @@ class ShardKeeper:
                     len(desired),
                     extra={"event": "shards_acquired"},
                 )
-        if desired - state.held:
+        if desired - state.held or self._liveness.pending:
             return RETRY_MISSING_S
         return None
 

@@ -214,8 +214,9 @@ def test_a_slot_in_a_frozen_nodes_shard_is_reported_late_by_another_node(
     allow_local(settings)
     job = store_call(settings, lambda s: s.get("tick"))
     for node_id, zone in (("n1", "a"), ("n2", "b")):
-        # A long session timeout: the frozen owner keeps its lock while the late pass runs.
-        fleet.start(node_id, zone, "--session-timeout", "40s")
+        # A long session timeout, and no peer ending a frozen node's session: the frozen
+        # owner keeps its lock while the late pass runs.
+        fleet.start(node_id, zone, "--session-timeout", "40s", "--freeze-limit", "0")
     owner = until(lambda: fleet.holders().get(job.shard), "the shard's owner", 30)
     until(lambda: fleet.holders().get(job.shard) == owner, "a settled owner", 30)
     # Frozen with a slot claimed (claims run ahead), the job would stay running until its

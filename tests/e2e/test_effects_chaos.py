@@ -54,10 +54,18 @@ def test_each_completed_slot_has_exactly_one_effect_through_kills_and_freezes(
     fleet.node("n1").wait(10)
     frozen = fleet.node("n2")
 
+    # Running under n2 and not locked by a transaction of n2's: a run frozen between its
+    # fenced completion and the commit holds its row until n2 wakes (and then commits,
+    # rightly: nobody could take it), so only these can be taken over while it is frozen.
+    takeable = (
+        "SELECT 1 FROM jobs WHERE status = 'running' AND locked_by = 'n2' FOR UPDATE SKIP LOCKED"
+    )
+
     def frozen_in_flight() -> bool:
-        """Freeze n2; keep it frozen only if it holds a run (else try again shortly)."""
+        """Freeze n2; keep it frozen only if it holds a run others can take over (else try
+        again shortly)."""
         frozen.signal(signal.SIGSTOP)
-        held = fleet.sql("SELECT 1 FROM jobs WHERE status = 'running' AND locked_by = 'n2'")
+        held = fleet.sql(takeable)
         if not held:
             frozen.signal(signal.SIGCONT)
         return bool(held)
@@ -73,9 +81,13 @@ def test_each_completed_slot_has_exactly_one_effect_through_kills_and_freezes(
                 " WHERE application_name = 'n2' AND datname = current_database()"
             )
         ),
-        "the frozen node's lock session to time out",
+        "the frozen node's lock session to end",
         30,
     )
+    # Its session gone is not enough: until a survivor has recovered its runs, nobody else
+    # ran them, and a completion written on waking rightly applies. Wake it once they are
+    # taken, so that what it writes then must be refused.
+    until(lambda: not fleet.sql(takeable), "the frozen node's runs to be recovered", 30)
     frozen.signal(signal.SIGCONT)
     fleet.start("n1", "a", *TIMING)
     after = effects()

@@ -37,6 +37,8 @@ async def test_bad_node_flags_exit_2_with_one_line(
         (["--concurrency", "0"], "concurrency"),
         (["--lease", "-3s"], "lease"),
         (["--node-id", "bad id"], "node_id"),
+        (["--freeze-limit", "1s"], "freeze-limit"),  # under 2 heartbeat intervals
+        (["--freeze-limit", "-3s"], "freeze-limit"),
     ):
         result = spawn(settings, "node", *args).result()
         lines = result.stderr.strip().splitlines()

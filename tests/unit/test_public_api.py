@@ -238,7 +238,8 @@ EXPECTED: dict[str, dict[str, str]] = {
         "redis_timeout_s: 'float' = 2.0, prune_interval_s: 'float' = 30.0, "
         "shards: 'int | None' = None, metrics_port: 'int | None' = None, "
         "fairness: 'bool' = True, celery_broker: 'str | None' = None, "
-        "handler_role: 'str | None' = None, otel: 'bool' = False) -> None",
+        "handler_role: 'str | None' = None, otel: 'bool' = False, freeze_limit_s:"
+        " 'float' = 3.0) -> None",
         "validate": "(self) -> 'NodeSettings'",
     },
     "NodeStatus": {

@@ -25,9 +25,10 @@ SELECT s.shard, pg_advisory_unlock(%(ns)s, s.shard) AS released
 FROM unnest(%(shards)s::int[]) AS s(shard);
 
 -- name: my_shard_locks
+-- Shards and the start-up probe (-pid, at least -2^22); not the life lock (below that).
 SELECT objid::int AS shard FROM pg_locks
 WHERE locktype = 'advisory' AND pid = pg_backend_pid() AND granted
-  AND classid = %(ns)s::int::oid AND objsubid = 2
+  AND classid = %(ns)s::int::oid AND objsubid = 2 AND objid::int >= -4194304
 ORDER BY 1;
 
 -- name: shard_holders
@@ -46,3 +47,38 @@ SELECT coalesce(%(now)s::timestamptz, now()) AS now;
 -- node); a namesake in another database is another cluster's node (test_session.py).
 SELECT DISTINCT application_name AS node_id FROM pg_stat_activity
 WHERE application_name = ANY(%(ids)s::text[]) AND datname = current_database();
+
+-- name: member_sessions
+-- The given node ids with a lock session in this database, and how long each has been
+-- idle (0 while a statement runs): a frozen node's session idles while its heartbeat
+-- goes stale (docs/design/recovery.md).
+SELECT application_name AS node_id,
+       max(CASE WHEN state = 'idle'
+                THEN extract(epoch FROM clock_timestamp() - state_change) ELSE 0 END
+       )::float8 AS idle_s
+FROM pg_stat_activity
+WHERE application_name = ANY(%(ids)s::text[]) AND datname = current_database()
+GROUP BY application_name;
+
+-- name: end_frozen_session
+-- Ends ``node``'s lock session if it is still idle for longer than ``idle_s``: the node
+-- stopped (its heartbeat is stale too), and its shard locks must not wait for
+-- idle_session_timeout. Fencing refuses whatever it writes when it wakes.
+SELECT count(*) FILTER (WHERE pg_terminate_backend(pid))::int AS ended FROM pg_stat_activity
+WHERE application_name = %(node)s AND datname = current_database() AND state = 'idle'
+  AND state_change < clock_timestamp() - make_interval(secs => %(idle_s)s);
+
+-- name: take_life_lock
+-- The node's life lock (cluster/store/lifelock.py): held by its lock session while it
+-- lives, so a peer waiting for it learns at once that the session ended.
+SELECT pg_try_advisory_lock(%(ns)s, %(key)s) AS got;
+
+-- name: await_life_lock
+-- Granted only once the peer's lock session has ended, or fails at the lock_timeout.
+SELECT pg_advisory_lock(%(ns)s, %(key)s);
+
+-- name: release_life_lock
+SELECT pg_advisory_unlock(%(ns)s, %(key)s);
+
+-- name: life_watch_setup
+SELECT set_config('lock_timeout', %(ms)s, false);

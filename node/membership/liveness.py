@@ -1,0 +1,150 @@
+"""Telling a death from a blip or a freeze: the members the shard keeper builds its ring from.
+
+Three signals per live Redis member: its lock session in Postgres (and how long that has
+idled), its Redis subscription (open while its process lives; the kernel closes it when
+the process dies) and its heartbeat's age (docs/design/recovery.md):
+
+- **Killed**: the session and the subscription end together. Dead at once.
+- **Frozen** (SIGSTOP, a stalled VM): both connections stay open, but the heartbeat goes
+  stale and the session idles. Past ``FROZEN_S`` of both, its session is ended here, which
+  frees its shard locks without waiting for ``idle_session_timeout``; it is dead. Whatever
+  it writes when it wakes is refused: its claims ran on that session, its completions
+  carry lease tokens that recovery has replaced.
+- **Blip** (a cut network, a terminated backend, a Postgres restart): the session is gone
+  but the subscription stays and the heartbeat is fresh. It stays a member for
+  ``DEAD_SESSION_GRACE_S``, time to reconnect, so no shard moves.
+- When Redis cannot say, the grace alone decides.
+
+The dead are evicted from the Redis registry: every peer's heartbeat hears the ``leave``
+at once and rebuilds its ring in the same pass, not at the heartbeat TTL.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Awaitable, Callable, Sequence
+
+from cluster.errors import MembershipError, StoreError
+from cluster.settings import DEFAULT_FREEZE_LIMIT_S
+from cluster.store.session import LockSession, SessionLost
+from node.state import NodeState
+
+logger = logging.getLogger(__name__)
+
+DEAD_SESSION_GRACE_S = 2.0
+# Silent in Redis and idle in Postgres this long: frozen (``--freeze-limit``). A healthy
+# node beats every second and uses its session at least every poll interval.
+FROZEN_S = DEFAULT_FREEZE_LIMIT_S
+# Heartbeat ages are trusted only as read this recently (a node cut from Redis itself
+# would otherwise see every peer go stale).
+FRESH_VIEW_S = 2.0
+
+
+class Liveness:
+    def __init__(
+        self,
+        state: NodeState,
+        session: LockSession,
+        *,
+        connected: Callable[[Sequence[str]], Awaitable[set[str]]] | None = None,
+        evict: Callable[[str], Awaitable[None]] | None = None,
+        frozen_s: float = FROZEN_S,
+    ) -> None:
+        self._frozen_s = frozen_s
+        self._state = state
+        self._session = session
+        self._connected = connected
+        self._evict = evict
+        self._missing_since: dict[str, float] = {}
+        self._dead: set[str] = set()  # evicted; forgotten once out of the live list
+        self.pending = False  # a member is in its grace: judge it again soon
+
+    async def alive(self) -> tuple[str, ...]:
+        """This node and the live Redis members that are neither dead nor frozen."""
+        state = self._state
+        me = state.node_id
+        peers = [m for m in state.live if m != me]
+        sessions = await self._session.member_sessions(peers) if peers else {}
+        now = time.monotonic()
+        quiet = [m for m in peers if self._frozen_s > 0 and sessions.get(m, 0.0) > self._frozen_s]
+        for member in quiet:
+            if self._stale(member, now) and await self._end_frozen(member):
+                del sessions[member]
+        missing = [m for m in peers if m not in sessions]
+        connected = await self._still_connected(missing)
+        alive = [me]
+        for member in peers:
+            if member in sessions:
+                self._missing_since.pop(member, None)
+                self._dead.discard(member)
+                alive.append(member)
+            elif member not in connected or self._stale(member, now):
+                await self._died(member)
+            elif now - self._missing_since.setdefault(member, now) < DEAD_SESSION_GRACE_S:
+                alive.append(member)
+        for gone in set(self._missing_since) - set(peers):
+            del self._missing_since[gone]
+        self._dead &= set(peers)
+        self.pending = any(m in alive for m in self._missing_since)
+        return tuple(sorted(alive))
+
+    def _stale(self, member: str, now: float) -> bool:
+        """``member``'s heartbeat is older than the freeze limit, by a view of Redis read
+        just now."""
+        state = self._state
+        if self._frozen_s <= 0 or now - state.beats_read > FRESH_VIEW_S:
+            return False
+        if member not in state.beats:
+            return False
+        return now - state.beats[member] > self._frozen_s
+
+    async def _end_frozen(self, member: str) -> bool:
+        """End a frozen member's lock session; False if it woke meanwhile, or if this
+        node's login may not end it (then its session timeout does, as before)."""
+        try:
+            if not await self._session.end_frozen_session(member, self._frozen_s):
+                return False
+        except SessionLost:
+            raise
+        except StoreError as exc:
+            logger.warning(
+                "cannot end the lock session of frozen member %s: %s",
+                member,
+                exc,
+                extra={"event": "frozen_session_kept"},
+            )
+            return False
+        logger.warning(
+            "ended the lock session of %s: no heartbeat and no statement for %.1fs",
+            member,
+            self._frozen_s,
+            extra={"event": "frozen_session_ended", "member": member},
+        )
+        return True
+
+    async def _still_connected(self, members: list[str]) -> set[str]:
+        """Which of ``members`` still have their Redis subscription; all of them when
+        Redis cannot say, so that only the grace decides."""
+        if not members or self._connected is None:
+            return set(members)
+        try:
+            return await self._connected(members)
+        except MembershipError:
+            return set(members)
+
+    async def _died(self, member: str) -> None:
+        if member in self._dead:
+            return  # evicted already; the next heartbeat drops it from the live list
+        self._dead.add(member)
+        self._missing_since.pop(member, None)
+        logger.warning(
+            "member %s died (no lock session, and no Redis connection or heartbeat)",
+            member,
+            extra={"event": "member_died", "member": member},
+        )
+        if self._evict is not None:
+            try:
+                await self._evict(member)
+            except MembershipError as exc:
+                logger.info("could not evict %s: %s", member, exc)

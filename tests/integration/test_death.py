@@ -1,0 +1,216 @@
+"""Telling a death from a blip or a freeze (docs/design/recovery.md): the life lock tells a
+peer at once that a lock session ended; the shard keeper counts a member without a session
+as dead at once only when its Redis subscription is gone too (or its heartbeat is stale),
+and ends the idle session of a member whose heartbeat went stale (a frozen node)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import AsyncIterator
+
+import pytest
+
+from cluster.members import MemberInfo, MemberRegistry
+from cluster.settings import ClusterSettings
+from cluster.store.lifelock import LifeWatch, life_key
+from cluster.store.session import LockSession, SessionLost
+from node.membership.deathwatch import DeathWatch
+from node.membership.shards import ShardKeeper
+from node.state import NodeState
+from node.stats import Stats
+from tests.helpers.sessions import Opener
+from tests.helpers.waiting import until
+
+
+def _info(node_id: str) -> MemberInfo:
+    return MemberInfo(node_id, "z", "host", 1, "2026-01-01T00:00:00+00:00", "dev", 8)
+
+
+async def _no_recovery(shards: frozenset[int]) -> int:
+    return 0
+
+
+def _keeper(
+    state: NodeState, session: LockSession, registry: MemberRegistry, frozen_s: float = 3.0
+) -> ShardKeeper:
+    return ShardKeeper(
+        state,
+        session,
+        Stats(),
+        _no_recovery,
+        expected_shards=16,
+        connected=registry.connected,
+        evict=registry.deregister,
+        frozen_s=frozen_s,
+    )
+
+
+def _heard(state: NodeState, ages: dict[str, float]) -> None:
+    """``state`` as a heartbeat leaves it that has just read these heartbeat ages."""
+    now = time.monotonic()
+    state.beats = {member: now - age for member, age in ages.items()}
+    state.beats_read = now
+
+
+@pytest.fixture
+async def registry(settings: ClusterSettings) -> AsyncIterator[MemberRegistry]:
+    made = MemberRegistry(settings)
+    yield made
+    await made.close()
+
+
+@contextlib.asynccontextmanager
+async def subscribed(settings: ClusterSettings, node_id: str) -> AsyncIterator[None]:
+    """``node_id``'s membership subscription, open while inside (a live process's)."""
+    registry, stop = MemberRegistry(settings), asyncio.Event()
+
+    async def ignore(message: str) -> None:
+        return None
+
+    task = asyncio.create_task(registry.watch(ignore, stop, node_id))
+    try:
+        await until(lambda: registry.connected([node_id]), f"{node_id} subscribed")
+        yield
+    finally:
+        stop.set()
+        await task
+        await registry.close()
+
+
+async def test_life_keys_are_below_every_probe_and_shard() -> None:
+    keys = {life_key(f"n{i}") for i in range(1000)}
+    assert len(keys) == 1000
+    assert all(-(2**31) <= k < -(2**22) for k in keys)
+
+
+async def test_a_watcher_is_granted_the_life_lock_when_the_session_ends(
+    settings: ClusterSettings, open_session: Opener
+) -> None:
+    peer = await open_session("peer")
+    assert peer.life_locked and await peer.my_locks() == set()  # not a shard
+    watch = LifeWatch(settings, "watcher")
+    try:
+        assert not await watch.wait_gone("peer", 0.2)  # alive: the wait times out
+        waiting = asyncio.create_task(watch.wait_gone("peer", 30.0))
+        await asyncio.sleep(0)
+        await peer.close()  # the process died
+        assert await asyncio.wait_for(waiting, 30.0)
+        # Released again at once: a new session of that node takes its life lock back.
+        again = await open_session("peer")
+        assert again.life_locked
+    finally:
+        await watch.close()
+
+
+async def test_the_death_watch_wakes_the_keeper_when_its_peer_dies(
+    settings: ClusterSettings, open_session: Opener
+) -> None:
+    peer = await open_session("b")
+    state = NodeState("a", "z", 16)
+    state.set_live(["a", "b"])
+    state.rebalance.clear()
+    watch = DeathWatch(state, LifeWatch(settings, "a"), wait_s=30.0)
+    try:
+        running = asyncio.create_task(watch.run_once())
+        await asyncio.sleep(0)
+        assert not state.rebalance.is_set()
+        await peer.close()
+        await asyncio.wait_for(running, 30.0)
+        assert state.rebalance.is_set()
+    finally:
+        await watch.close()
+
+
+async def test_a_member_without_session_or_subscription_is_dead_at_once_and_evicted(
+    settings: ClusterSettings, open_session: Opener, registry: MemberRegistry
+) -> None:
+    session = await open_session("a")
+    await registry.heartbeat(_info("a"), ttl_s=60)
+    assert await registry.heartbeat(_info("dead"), ttl_s=60) == ["a", "dead"]
+    state = NodeState("a", "z", 16)
+    state.set_live(["a", "dead"])
+    keeper = _keeper(state, session, registry)
+    # Its heartbeat would live for another minute; its shards move now.
+    assert await keeper.members_alive() == ("a",)
+    assert [m.info.node_id for m in await registry.live(ttl_s=60)] == ["a"]
+
+
+async def test_a_member_that_lost_only_its_session_keeps_its_grace(
+    settings: ClusterSettings, open_session: Opener, registry: MemberRegistry
+) -> None:
+    session = await open_session("a")
+    await registry.heartbeat(_info("blipped"), ttl_s=60)
+    state = NodeState("a", "z", 16)
+    state.set_live(["a", "blipped"])
+    keeper = _keeper(state, session, registry)
+    async with subscribed(settings, "blipped"):
+        # No session (it is reconnecting), but the process is still connected to Redis.
+        assert await keeper.members_alive() == ("a", "blipped")
+        assert "blipped" in {m.info.node_id for m in await registry.live(ttl_s=60)}
+    # The subscription gone as well: now a death.
+    assert await keeper.members_alive() == ("a",)
+
+
+async def test_a_frozen_member_loses_its_session_and_counts_as_dead(
+    settings: ClusterSettings, open_session: Opener, registry: MemberRegistry
+) -> None:
+    session = await open_session("a")
+    frozen = await open_session("frozen")  # connected, and silent from now on
+    await registry.heartbeat(_info("frozen"), ttl_s=60)
+    state = NodeState("a", "z", 16)
+    state.set_live(["a", "frozen"])
+    keeper = _keeper(state, session, registry, frozen_s=0.3)
+    async with subscribed(settings, "frozen"):  # both connections open: only silent
+        _heard(state, {"a": 0.0, "frozen": 0.1})  # a fresh heartbeat: not frozen
+        assert await keeper.members_alive() == ("a", "frozen")
+        await until(lambda: idle_past(session, "frozen"), "the frozen session to idle 0.3 s")
+        _heard(state, {"a": 0.0, "frozen": 0.1})  # idle, but still beating (a long poll)
+        assert await keeper.members_alive() == ("a", "frozen")
+        assert await session.live_sessions(["frozen"]) == {"frozen"}
+        _heard(state, {"a": 0.0, "frozen": 5.0})  # and now a stale heartbeat
+        assert await keeper.members_alive() == ("a",)
+    assert await session.live_sessions(["frozen"]) == set()
+    assert [m.info.node_id for m in await registry.live(ttl_s=60)] == []
+    with pytest.raises(SessionLost):  # what it would claim on next has nowhere to run
+        await frozen.ping()
+
+
+async def test_a_stale_view_of_redis_ends_no_session(
+    settings: ClusterSettings, open_session: Opener, registry: MemberRegistry
+) -> None:
+    """A node that cannot read Redis sees every heartbeat age as it last read it: that
+    old view must not make a quiet peer look frozen."""
+    session = await open_session("a")
+    await open_session("quiet")
+    await registry.heartbeat(_info("quiet"), ttl_s=60)
+    state = NodeState("a", "z", 16)
+    state.set_live(["a", "quiet"])
+    keeper = _keeper(state, session, registry, frozen_s=0.3)
+    _heard(state, {"a": 0.0, "quiet": 5.0})
+    state.beats_read -= 10  # read long ago
+    await until(lambda: idle_past(session, "quiet"), "the quiet session to idle")
+    assert await keeper.members_alive() == ("a", "quiet")
+    assert await session.live_sessions(["quiet"]) == {"quiet"}
+
+
+async def idle_past(session: LockSession, node_id: str) -> bool:
+    """``node_id``'s lock session has idled longer than the tests' freeze limit."""
+    return (await session.member_sessions([node_id])).get(node_id, 0.0) > 0.3
+
+
+async def test_a_freeze_limit_of_zero_ends_no_session(
+    settings: ClusterSettings, open_session: Opener, registry: MemberRegistry
+) -> None:
+    """``--freeze-limit 0``: a silent peer's session is left to its own session timeout."""
+    session = await open_session("a")
+    await open_session("quiet")
+    await registry.heartbeat(_info("quiet"), ttl_s=60)
+    state = NodeState("a", "z", 16)
+    state.set_live(["a", "quiet"])
+    keeper = _keeper(state, session, registry, frozen_s=0)
+    await until(lambda: idle_past(session, "quiet"), "the quiet session to idle")
+    _heard(state, {"a": 0.0, "quiet": 60.0})
+    assert await keeper.members_alive() == ("a", "quiet")
+    assert await session.live_sessions(["quiet"]) == {"quiet"}
