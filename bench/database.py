@@ -149,10 +149,11 @@ async def load_jobs(
 
 
 async def make_due(conn: AConn, at: datetime, schedule: str | None = None) -> None:
-    """Every job's next slot becomes ``at`` (and its schedule ``schedule``, if given)."""
+    """Every job's next slot becomes ``at`` (and its schedule ``schedule``, if given);
+    chained jobs (``@after:``) have no clock and are left waiting for their upstreams."""
     await conn.execute(
         "UPDATE jobs SET next_run_at = %(t)s, slot_at = %(t)s,"
-        " schedule = coalesce(%(s)s, schedule)",
+        " schedule = coalesce(%(s)s, schedule) WHERE schedule NOT LIKE '@after:%%'",
         {"t": at, "s": schedule},
     )
     await conn.execute("VACUUM ANALYZE jobs")

@@ -118,6 +118,15 @@ def notes(result: ScenarioResult) -> list[str]:
             f"{_num(p.get('release_max_ms'), 1)} ms (p50/p99/max) after its upstream's "
             "completion (target p99 <= 1000 ms)"
         )
+    if "chained_release_p99_ms" in p:
+        found.append(
+            f"chained (@after:): {_num(p.get('chained_released'), 0)} slots released, "
+            f"{_num(p.get('chained_missing'), 0)} missing; a downstream started "
+            f"{_num(p.get('chained_release_p50_ms'), 1)}/"
+            f"{_num(p.get('chained_release_p99_ms'), 1)}/"
+            f"{_num(p.get('chained_release_max_ms'), 1)} ms (p50/p99/max) after its upstream's "
+            "completion"
+        )
     if "longest_gap_s" in p:
         found.append(
             f"killed {p.get('killed')}: longest gap of any job "

@@ -78,6 +78,8 @@ def test_quick_bench_runs_and_counts(tmp_path: Path) -> None:
     chain = records["chain"]["pulse"]
     assert (chain["fires"], chain["missing"]) == (chain["expected"], 0), chain
     assert chain["extra"]["released"] > 0 and chain["extra"]["release_p99_ms"] is not None
+    assert chain["extra"]["chained_released"] > 0, chain
+    assert chain["extra"]["chained_missing"] == chain["extra"]["chained_duplicates"] == 0, chain
     for scenario in ("steady", "burst"):
         for system in ("pulse", "baseline"):
             m = records[scenario][system]
