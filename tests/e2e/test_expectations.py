@@ -132,8 +132,9 @@ def test_a_frozen_nodes_slow_run_is_reported_by_another_node_once(
 
         asyncio.run(rule())
         for node_id, zone in (("n1", "a"), ("n2", "b")):
-            # A long session timeout: the frozen node keeps its run while the others look.
-            fleet.start(node_id, zone, "--session-timeout", "60s")
+            # A long session timeout and no freeze limit: the frozen node keeps its run
+            # while the others look.
+            fleet.start(node_id, zone, "--session-timeout", "60s", "--freeze-limit", "0")
         store_call(settings, lambda s: s.trigger("stuck"))
         owner = until(
             lambda: store_call(settings, lambda s: s.get("stuck")).locked_by, "the claim", 30
