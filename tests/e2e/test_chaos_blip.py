@@ -1,8 +1,8 @@
 """``pulse chaos --faults pg-blip,sigkill``: a 1.5 s cut of one node's Postgres connections
 next to a SIGKILL. The blipped node keeps its Redis connection and heartbeat, so the others
 must tell it from the killed one: its shards go to nobody else (``blips move no shard``),
-while the killed node's move. No violation, no lost slot, every failover within twice its
-bound (the bounds are pulse chaos's and the bench's to judge)."""
+while the killed node's move. No violation and no lost slot (how soon each failover came
+is pulse chaos's and the bench's to judge)."""
 
 from __future__ import annotations
 
@@ -34,8 +34,4 @@ def test_a_blip_moves_no_shard_while_a_death_moves_them(tmp_path: Path) -> None:
     blips = checks["blips move no shard"]
     assert blips["violations"] == [], table
     assert blips["summary"].endswith(", 0 shards moved"), table
-    for row in report["faults"]:
-        assert row["max_gap_s"] <= 2 * row["bound_s"], table
-        if row["kind"] == "sigkill":
-            assert row["max_unheld_s"] <= 2 * row["bound_s"], table
-    assert code in (0, 1), table  # 1: a bound passed, judged above
+    assert code in (0, 1), table  # 1: a bound passed: pulse chaos's and the bench's to judge

@@ -1,8 +1,7 @@
 """``pulse chaos --faults poison-job,sigkill``: a job that kills every node that runs it,
 next to an ordinary SIGKILL. The poison job's slot must run at most retries + 1 times and
 be recorded failed, the nodes it killed are restarted by the harness (not counted as node
-exits), and every other job keeps the usual guarantees: no violation, no lost slot, every
-failover within twice its bound."""
+exits), and every other job keeps the usual guarantees: no violation, no lost slot."""
 
 from __future__ import annotations
 
@@ -42,6 +41,4 @@ def test_a_poison_job_is_contained_while_every_other_job_keeps_its_guarantees(
         "allowed_per_slot": poison.RETRIES + 1,
     }, table
     # Failover bounds are pulse chaos's and the bench's to judge (tests/e2e/test_chaos.py).
-    for row in report["faults"]:
-        assert row["max_gap_s"] <= 2 * row["bound_s"], table
-    assert code in (0, 1), table  # 1: a bound passed, judged above
+    assert code in (0, 1), table  # 1: a bound passed
