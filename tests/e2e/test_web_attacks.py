@@ -914,7 +914,9 @@ def test_the_web_role_cannot_alter_the_schema_or_write_runs(api: Api, logins: Lo
         )
         == columns
     )
-    assert count(api, "SELECT count(*) FROM runs") == runs
+    # The cluster's own nodes go on ending runs meanwhile: none deleted, none forged.
+    assert count(api, "SELECT count(*) FROM runs") >= runs
+    assert count(api, "SELECT count(*) FROM runs WHERE job_name = 'forged'") == 0
 
 
 def test_a_tenant_token_reads_only_its_tenants_audit_trail(api: Api) -> None:
