@@ -22,7 +22,7 @@ from psycopg import sql
 from psycopg.rows import dict_row
 
 from cluster.settings import DEFAULT_DATABASE_URL, DEFAULT_REDIS_URL, ClusterSettings
-from cluster.store.jobs import JobStore
+from cluster.store.jobstore.store import JobStore
 from cluster.store.queries import query
 from ring import Ring, shard_for
 

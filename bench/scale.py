@@ -37,9 +37,9 @@ from bench.database import AConn
 from bench.results import Measure, ScenarioResult
 from bench.scale_live import run_live
 from bench.trial import Bench, Trial
+from cluster.store.lock.records import Completion, complete_params
+from cluster.store.lock.session import claim_params
 from cluster.store.queries import query, variant
-from cluster.store.records import Completion, complete_params
-from cluster.store.session import claim_params
 from ring import Ring
 
 # The due range starts this far after loading, so the idle phases have nothing due.

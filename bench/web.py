@@ -26,7 +26,7 @@ from bench.database import BenchDatabase
 from cluster.local.processes import Command, free_port, pulse_env
 from cluster.settings import ClusterSettings
 from cluster.store.connect import connect
-from cluster.store.jobs import JobStore
+from cluster.store.jobstore.store import JobStore
 from cluster.web.tokens import new_token, token_hash
 
 TENANTS = 10

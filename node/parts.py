@@ -14,15 +14,15 @@ from datetime import UTC, datetime
 
 from cluster.members import MemberInfo, MemberRegistry
 from cluster.settings import ClusterSettings, NodeSettings
-from cluster.store import pruning
-from cluster.store.alerts import AlertStore
 from cluster.store.config import ConfigCache
-from cluster.store.effects import EffectsStore
-from cluster.store.lifelock import LifeWatch
-from cluster.store.records import ClaimedJob
-from cluster.store.session import LockSession
+from cluster.store.housekeeping import pruning
+from cluster.store.housekeeping.alerts import AlertStore
+from cluster.store.lock.effects import EffectsStore
+from cluster.store.lock.lifelock import LifeWatch
+from cluster.store.lock.records import ClaimedJob
+from cluster.store.lock.session import LockSession
+from cluster.store.lock.writer import ResultWriter
 from cluster.store.side import SideConnection
-from cluster.store.writer import ResultWriter
 from node.handlers.effects import Effects
 from node.handlers.forwarding import Forwarders
 from node.maintenance.backfiller import Backfiller

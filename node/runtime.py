@@ -22,7 +22,7 @@ from cluster.errors import ConfigError, MembershipError, StoreError
 from cluster.jobs.spec import JobSpec
 from cluster.members import MemberRegistry
 from cluster.settings import ClusterSettings, NodeSettings, mask_url
-from cluster.store.session import LockSession
+from cluster.store.lock.session import LockSession
 from node.maintenance.backfiller import BACKFILL_POLL_S, Backfiller
 from node.maintenance.gatepass import INTERVAL_S as GATE_INTERVAL_S
 from node.maintenance.jobsync import sync_jobs

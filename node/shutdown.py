@@ -12,9 +12,9 @@ from dataclasses import dataclass
 
 from cluster.errors import MembershipError, StoreError
 from cluster.members import MemberRegistry
-from cluster.store.records import ClaimedJob
-from cluster.store.session import LockSession
-from cluster.store.writer import ResultWriter
+from cluster.store.lock.records import ClaimedJob
+from cluster.store.lock.session import LockSession
+from cluster.store.lock.writer import ResultWriter
 from node.membership.shards import ShardKeeper
 from node.pipeline.completer import Completer
 from node.pipeline.executor import Executor

@@ -31,8 +31,8 @@ from cluster.jobs.models import Job, Run
 from cluster.jobs.registry import Registry
 from cluster.jobs.spec import JobSpec
 from cluster.settings import ClusterSettings, NodeSettings
-from cluster.store.jobs import JobStore
-from cluster.store.specs import ApplyResult, SyncResult
+from cluster.store.jobstore.specs import ApplyResult, SyncResult
+from cluster.store.jobstore.store import JobStore
 from node.handlers.context import RunContext, Skip
 from node.hosted import HostedNode as Node
 from node.hosted import NodeStatus

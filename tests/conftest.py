@@ -10,7 +10,7 @@ from collections.abc import AsyncIterator, Iterator
 import pytest
 
 from cluster.settings import ClusterSettings
-from cluster.store.jobs import JobStore
+from cluster.store.jobstore.store import JobStore
 from tests.helpers.databases import forget_redis_keys, fresh_settings, throwaway_database
 from tests.helpers.roles import Logins, session_logins
 from tests.helpers.scheduling import slow_modules_first

@@ -22,8 +22,8 @@ from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
 from cluster.chaos import poison
-from cluster.chaos.observations import count_log_events
-from cluster.chaos.proxy import Proxy
+from cluster.chaos.servers.proxy import Proxy
+from cluster.chaos.verdict.observations import count_log_events
 from cluster.local.processes import Command, node_argv, pulse_env, signal_group
 from cluster.settings import ClusterSettings
 

@@ -25,18 +25,18 @@ from pathlib import Path
 from cluster.chaos import poison, probes
 from cluster.chaos.fleet import Fleet, FleetConfig, NodeProcess, endpoint, node_ids
 from cluster.chaos.inject import Injector
-from cluster.chaos.observations import Execution, JobInfo, Observations, dump
-from cluster.chaos.pgha import PgFormation
 from cluster.chaos.plan import Bounds, Fault, make_plan
-from cluster.chaos.proxy import Proxy
-from cluster.chaos.report import Report, build_report
-from cluster.chaos.sentinel import SentinelSet
-from cluster.chaos.servers import PostgresServer, RedisServer, ServerError
+from cluster.chaos.servers.pgha import PgFormation
+from cluster.chaos.servers.proxy import Proxy
+from cluster.chaos.servers.sentinel import SentinelSet
+from cluster.chaos.servers.standalone import PostgresServer, RedisServer, ServerError
+from cluster.chaos.verdict.observations import Execution, JobInfo, Observations, to_json
+from cluster.chaos.verdict.report import Report, build_report
 from cluster.chaos.witness import read_witness
 from cluster.chaos.workload import JobDef, make_workload
 from cluster.errors import InvalidInput, PulseError
 from cluster.settings import ClusterSettings
-from cluster.store.jobs import JobStore
+from cluster.store.jobstore.store import JobStore
 from cluster.urls import SENTINEL_SCHEME, is_multi_host
 
 logger = logging.getLogger(__name__)
@@ -304,7 +304,7 @@ class ChaosRun:
             node_zones=fleet_zones,
         )
         report = build_report(obs, o.summary())
-        dump(obs, self.workdir)
+        (self.workdir / "observations.json").write_text(to_json(obs), "utf-8")
         return report
 
     def cleanup(self, report: Report | None) -> bool:

@@ -23,12 +23,12 @@ from collections.abc import Awaitable, Callable
 
 from cluster.chaos import poison
 from cluster.chaos.fleet import Fleet, NodeProcess
-from cluster.chaos.observations import FaultRecord
-from cluster.chaos.pgha import PgFormation
 from cluster.chaos.plan import Fault
-from cluster.chaos.proxy import Proxy
-from cluster.chaos.sentinel import SentinelSet
-from cluster.chaos.servers import PostgresServer, RedisServer, ServerError
+from cluster.chaos.servers.pgha import PgFormation
+from cluster.chaos.servers.proxy import Proxy
+from cluster.chaos.servers.sentinel import SentinelSet
+from cluster.chaos.servers.standalone import PostgresServer, RedisServer, ServerError
+from cluster.chaos.verdict.observations import FaultRecord
 from cluster.errors import MembershipError, PulseError
 from cluster.members import MemberRegistry
 from cluster.settings import (
@@ -37,7 +37,7 @@ from cluster.settings import (
     DEFAULT_LEASE_S,
     ClusterSettings,
 )
-from cluster.store.jobs import JobStore
+from cluster.store.jobstore.store import JobStore
 
 logger = logging.getLogger(__name__)
 

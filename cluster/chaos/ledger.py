@@ -4,7 +4,7 @@ committed exactly once under the same faults that make execution at least once.
 
 ``cluster.chaos.ledger:record`` writes its witness line first (so every execution is
 witnessed, as with ``witness:record``), then opens the run's transaction, inserts (job,
-slot, attempt, fencing token, node) into the ledger table (``cluster.store.ledger``) and
+slot, attempt, fencing token, node) into the ledger table (``cluster.store.observe.ledger``) and
 holds the transaction open for ``payload["sleep_s"]`` seconds, so faults hit runs whose
 effects are written but not yet committed. Pulse commits the row with the run's fenced
 completion, or rolls it back.
@@ -15,7 +15,7 @@ from __future__ import annotations
 from typing import Any
 
 from cluster.chaos import witness
-from cluster.store.ledger import INSERT
+from cluster.store.observe.ledger import INSERT
 
 HANDLER = "cluster.chaos.ledger:record"
 

@@ -2,7 +2,7 @@
 
 These connections go straight to Postgres (never through a node's proxy) under the
 application name ``pulse-chaos``. The SQL here is diagnostic, for the harness only; the
-statements are in ``cluster.store.diagnostics``.
+statements are in ``cluster.store.observe.diagnostics``.
 """
 
 from __future__ import annotations
@@ -12,11 +12,11 @@ import contextlib
 import time
 from datetime import datetime
 
-from cluster.chaos.observations import LedgerRow, LockSample, RunRecord, to_ms
+from cluster.chaos.verdict.observations import LedgerRow, LockSample, RunRecord, to_ms
 from cluster.members import MemberRegistry
 from cluster.settings import ClusterSettings
-from cluster.store import diagnostics, ledger
-from cluster.store.jobs import JobStore
+from cluster.store.jobstore.store import JobStore
+from cluster.store.observe import diagnostics, ledger
 from cluster.store.side import SideConnection
 
 APP_NAME = "pulse-chaos"

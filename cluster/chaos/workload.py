@@ -14,7 +14,7 @@ ledger to exactly one row per slot that succeeded. A Postgres fault breaks the t
 in flight, and a handler learns it only when its block ends: the run then fails and is
 retried. Effect jobs are short and retry after ``EFFECTS_RETRY_BACKOFF_S``, so that re-run
 comes within the failover bound like any other. ``kind`` names the checks a job is subject
-to beyond the common ones (``cluster.chaos.checks``).
+to beyond the common ones (``cluster.chaos.verdict.kinds``).
 
 Two more kinds are appended after the ``count`` jobs, whatever the seed:
 

@@ -24,7 +24,7 @@ from cluster.cli.base import PulseGroup, emit_json, fail, run, settings_of
 from cluster.cli.table import table
 from cluster.config.egress import EgressPolicy
 from cluster.outbound.transport import fixed, guarded_client
-from cluster.store.alerts import DELIVERY_STATUSES, AlertStore
+from cluster.store.housekeeping.alerts import DELIVERY_STATUSES, AlertStore
 
 T = TypeVar("T")
 

@@ -23,15 +23,15 @@ from cluster.cli import (
     tenants,
     tokens,
     up,
-    watching,
     web,
     windows,
 )
 from cluster.cli.base import PulseGroup, fail, global_options, with_store
+from cluster.cli.jobs import watching
 from cluster.errors import ConfigError, InvalidInput
 from cluster.settings import DEFAULT_SHARDS, IDENTIFIER
 from cluster.store import JobStore
-from cluster.store.roles import (
+from cluster.store.schema.roles import (
     HANDLER_ROLE,
     NODE_ROLE,
     WEB_ROLE,
@@ -160,7 +160,4 @@ for command in (
     imports.import_group,
 ):
     cli.add_command(command)
-jobs.jobs.add_command(backfills.backfill_job)
-jobs.jobs.add_command(watching.ping_url_command)
-jobs.jobs.add_command(watching.adopt_command)
 cli.add_command(watching.ping_command)

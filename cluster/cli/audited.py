@@ -13,7 +13,7 @@ from __future__ import annotations
 import getpass
 import socket
 
-from cluster.store.jobs import JobStore
+from cluster.store.jobstore.store import JobStore
 
 
 def os_user() -> str:

@@ -9,8 +9,8 @@ from cluster.cli.base import PulseCommand, PulseGroup, emit_json, parse_time, wi
 from cluster.cli.table import table
 from cluster.jobs import fields
 from cluster.jobs.models import iso
-from cluster.store.backfills import Backfill
-from cluster.store.jobs import JobStore
+from cluster.store.housekeeping.backfills import Backfill
+from cluster.store.jobstore.store import JobStore
 
 
 @click.command("backfill", cls=PulseCommand)

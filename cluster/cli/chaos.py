@@ -20,7 +20,7 @@ import click
 
 from cluster.chaos.harness import ChaosOptions, ChaosRun
 from cluster.chaos.plan import parse_kinds
-from cluster.chaos.report import Report, render_table
+from cluster.chaos.verdict.report import Report, render_table
 from cluster.cli.base import PulseCommand, fail, settings_of
 from cluster.errors import InvalidInput, PulseError
 from cluster.timing.durations import parse_duration

@@ -13,7 +13,7 @@ from cluster.cli.table import table
 from cluster.config.keys import KEYS, audit_text, canonical, defaults
 from cluster.config.retention import KEEP_RUNS
 from cluster.jobs.models import iso
-from cluster.store.jobs import JobStore
+from cluster.store.jobstore.store import JobStore
 
 
 @click.group("config", cls=PulseGroup)

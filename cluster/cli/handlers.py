@@ -9,7 +9,7 @@ import click
 from cluster.cli.base import PulseGroup, emit_json, with_store
 from cluster.cli.table import table
 from cluster.jobs.models import iso
-from cluster.store.jobs import JobStore
+from cluster.store.jobstore.store import JobStore
 
 
 @click.group(cls=PulseGroup)

@@ -10,6 +10,7 @@ import socket
 import click
 
 from cluster.cli.base import (
+    PulseCommand,
     PulseGroup,
     configure,
     emit_json,
@@ -19,8 +20,8 @@ from cluster.cli.base import (
     run,
     settings_of,
     tenant_option,
+    with_store,
 )
-from cluster.cli.prune import prune_runs
 from cluster.cli.table import table
 from cluster.jobs.models import RUN_STATUSES, Run, iso
 from cluster.store import JobStore
@@ -168,6 +169,24 @@ def _print_run(r: Run) -> None:
             click.echo(value.rstrip("\n"))
     if not shown:
         click.echo("no output" if r.status != "running" else "no output yet (running)")
+
+
+@click.command("prune", cls=PulseCommand)
+@click.option("--dry-run", is_flag=True, help="Count what would go; delete nothing.")
+@click.option("--json", "as_json", is_flag=True, help='Print {"removed": N} as JSON.')
+@with_store
+async def prune_runs(store: JobStore, dry_run: bool, as_json: bool) -> None:
+    """Delete the runs past their retention (`pulse config`, a job's --keep-for and
+    --keep-runs) in every shard, in small batches, as the nodes do for their shards."""
+    result = await store.prune(dry_run=dry_run)
+    if as_json:
+        emit_json({"would_remove": result.runs} if dry_run else {"removed": result.runs})
+        return
+    events = f" and {result.alert_events} alert events" if result.alert_events else ""
+    if result.revisions:
+        events += f" and {result.revisions} revisions of removed jobs"
+    verb = "would remove" if dry_run else "removed"
+    click.echo(f"{verb} {result.runs} runs{events}")
 
 
 runs.add_command(prune_runs)

@@ -9,7 +9,7 @@ from zoneinfo import ZoneInfo
 import click
 
 from cluster.cli.base import PulseCommand, emit_json, fail, parse_time
-from cluster.cli.timelines import print_steps
+from cluster.cli.jobs.timelines import print_steps
 from cluster.errors import InvalidInput
 from cluster.jobs.fields import DEFAULT_TENANT
 from cluster.jobs.models import iso

@@ -11,7 +11,7 @@ from cluster.cli.base import PulseGroup, emit_json, with_store
 from cluster.cli.table import table
 from cluster.errors import InvalidInput
 from cluster.jobs.models import iso
-from cluster.store.jobs import JobStore
+from cluster.store.jobstore.store import JobStore
 
 
 @click.group(cls=PulseGroup)

@@ -13,7 +13,7 @@ from cluster.cli.base import PulseCommand, PulseGroup, emit_json, with_store
 from cluster.cli.table import table
 from cluster.jobs.fields import validate_name
 from cluster.jobs.models import iso
-from cluster.store.jobs import JobStore
+from cluster.store.jobstore.store import JobStore
 from cluster.timing.expiry import DEFAULT_EXPIRES, parse_expiry
 from cluster.web.tokens import ROLES, new_token, token_hash
 

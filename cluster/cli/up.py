@@ -29,8 +29,8 @@ from cluster.local.launcher import Launcher, NodeSpec, plan_nodes, plural, use_c
 from cluster.local.logins import Logins, set_up_logins
 from cluster.local.processes import pulse_env
 from cluster.settings import ClusterSettings, mask_url
-from cluster.store.jobs import JobStore
-from cluster.store.roles import RoleNames
+from cluster.store.jobstore.store import JobStore
+from cluster.store.schema.roles import RoleNames
 from cluster.web.tokens import new_token, token_hash
 
 EXAMPLE_FILE = Path("examples") / "jobs.yaml"

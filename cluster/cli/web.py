@@ -11,7 +11,7 @@ from cluster.errors import InvalidInput
 from cluster.timing.durations import parse_duration
 
 DEFAULT_BIND = "127.0.0.1:8080"
-# As cluster.web.limits and cluster.store.sessions, which need the extra to import.
+# As cluster.web.limits and cluster.store.access.console_sessions, which need the extra to import.
 DEFAULT_AUTH_FAILURES = 10
 DEFAULT_AUTH_WINDOW_S = 60.0
 DEFAULT_SESSION_IDLE_S = 2 * 3600.0

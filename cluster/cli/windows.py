@@ -10,7 +10,7 @@ from cluster.cli.table import table
 from cluster.errors import InvalidInput
 from cluster.jobs.labels import parse_label
 from cluster.jobs.models import iso
-from cluster.store.jobs import JobStore
+from cluster.store.jobstore.store import JobStore
 
 
 @click.group(cls=PulseGroup)

@@ -21,7 +21,7 @@ from cluster.errors import MembershipError
 from cluster.jobs.models import RUN_STATUSES
 from cluster.members import MemberRegistry
 from cluster.settings import DEFAULT_HEARTBEAT_TTL_S, ClusterSettings
-from cluster.store.snapshot import read_snapshot
+from cluster.store.observe.snapshot import read_snapshot
 from ring import Ring
 
 LAG_WINDOW_S = 60.0

@@ -1,7 +1,7 @@
 """A job's time-rule fields as users give them: its calendar's name, what the calendar's
 excluded slots do (``on_excluded``) and the business-day index (``business_day``),
 checked together (``JobSpec.build``; the calendar itself is looked up when the job is
-written, cluster/store/rules.py)."""
+written, cluster/store/jobstore/calendar_rule.py)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """The database logins of a local cluster (``pulse up --roles``): the owner runs ``pulse
 init``, then the nodes log in as a member of ``pulse_node`` and ``pulse web`` as one of
-``pulse_web`` (``cluster.store.roles``), each with a password made afresh at every start
+``pulse_web`` (``cluster.store.schema.roles``), each with a password made afresh at every start
 and handed to its processes only in their environment, never printed."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ from dataclasses import dataclass, replace
 
 from cluster.errors import ConfigError
 from cluster.settings import ClusterSettings
-from cluster.store.jobs import JobStore
-from cluster.store.roles import RoleNames, can_create_roles, create_roles, set_login
+from cluster.store.jobstore.store import JobStore
+from cluster.store.schema.roles import RoleNames, can_create_roles, create_roles, set_login
 from cluster.urls import with_login
 
 

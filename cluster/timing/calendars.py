@@ -4,7 +4,7 @@ A calendar is a set of business weekdays (``mon-fri`` by default) minus a set of
 dates (holidays). Every question is about a ``date`` in the job's time zone: a slot's
 business day is the date of its local wall time, so DST changes never move a slot to
 another day (``local_date``). ICS files and the ``calendars`` table turn into this shape
-elsewhere (``cluster.timing.icsdates``, ``cluster.store.calendars``); slot planning against
+elsewhere (``cluster.timing.icsdates``, ``cluster.store.jobstore.calendars``); slot planning against
 a calendar is ``cluster.timing.calendared``.
 
 The API (docs/time.md):

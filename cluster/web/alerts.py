@@ -8,7 +8,7 @@ from typing import Any
 
 from fastapi import APIRouter, Query, Request
 
-from cluster.store.alerts import AlertStore
+from cluster.store.housekeeping.alerts import AlertStore
 from cluster.web.auth import Admin, unscoped
 from cluster.web.state import state_of
 

@@ -32,7 +32,7 @@ from cluster.errors import (
     StoreError,
 )
 from cluster.settings import ClusterSettings
-from cluster.store.pool import StorePool
+from cluster.store.jobstore.pool import StorePool
 from cluster.web import (
     alerts,
     audit,

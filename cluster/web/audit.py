@@ -6,7 +6,7 @@ from typing import Any
 
 from fastapi import APIRouter, Query, Request
 
-from cluster.store.jobs import JobStore
+from cluster.store.jobstore.store import JobStore
 from cluster.web.auth import Admin, Principal
 from cluster.web.state import state_of
 

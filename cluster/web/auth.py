@@ -17,7 +17,7 @@ from typing import Annotated
 
 from fastapi import Depends, HTTPException, Request
 
-from cluster.store.access import TokenInfo
+from cluster.store.access.tokens import TokenInfo
 from cluster.web.state import state_of
 from cluster.web.tokens import allows, csrf_matches, token_hash
 

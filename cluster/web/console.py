@@ -1,13 +1,12 @@
 """The console: a static page and script served by ``pulse web`` itself (no build step, no
 asset from elsewhere), which reads and changes Pulse through the same API as any client.
 
-Signing in exchanges a token for a server-side session (``cluster.store.sessions``) whose
-random id the cookie carries (HttpOnly, SameSite=Strict, Secure unless the server listens
-on loopback only and the request came over plain HTTP): the token itself never reaches the
-browser's cookie jar. Signing out deletes the session; revoking the token deletes all of
-its sessions. The page learns the session's CSRF token from ``GET /console/session`` and
-sends it on every change. The script writes text only through ``textContent``, so data
-never becomes markup.
+Signing in exchanges a token for a server-side session (``cluster.store.access.console_sessions``)
+whose random id the cookie carries (HttpOnly, SameSite=Strict, Secure unless the server listens on
+loopback only and the request came over plain HTTP): the token itself never reaches the browser's
+cookie jar. Signing out deletes the session; revoking the token deletes all of its sessions. The
+page learns the session's CSRF token from ``GET /console/session`` and sends it on every change. The
+script writes text only through ``textContent``, so data never becomes markup.
 """
 
 from __future__ import annotations

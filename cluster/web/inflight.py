@@ -18,7 +18,7 @@ from starlette.datastructures import Headers
 from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from cluster.store.pool import POOL_SIZE
+from cluster.store.jobstore.pool import POOL_SIZE
 from cluster.web.auth import SESSION_COOKIE
 from cluster.web.tokens import token_hash
 

@@ -1,5 +1,5 @@
 """``/api/tenants/.../quota``: tenants' quotas over HTTP, as ``pulse tenants quota`` reads
-and sets them (cluster/store/quotas.py).
+and sets them (cluster/store/jobstore/quotas.py).
 
 Any token reads the quotas (a scoped token: its tenant's only). Setting or lifting one is
 the cluster operator's decision, since a quota shields the other tenants: admin tokens not
@@ -16,7 +16,7 @@ from fastapi import APIRouter, HTTPException, Request, Response
 
 from cluster.errors import InvalidInput
 from cluster.jobs.fields import validate_name
-from cluster.store.quotas import CAPS, MAX_CAP
+from cluster.store.jobstore.quotas import CAPS, MAX_CAP
 from cluster.web.audit import record
 from cluster.web.auth import Admin, Reader, unscoped
 from cluster.web.bodies import json_object, request_body

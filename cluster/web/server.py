@@ -14,7 +14,7 @@ import logging
 import uvicorn
 
 from cluster.settings import ClusterSettings
-from cluster.store.sessions import DEFAULT_SESSION_IDLE_S, DEFAULT_SESSION_MAX_S
+from cluster.store.access.console_sessions import DEFAULT_SESSION_IDLE_S, DEFAULT_SESSION_MAX_S
 from cluster.web.app import create_app
 from cluster.web.limits import DEFAULT_PINGS_PER_SOURCE, DEFAULT_PINGS_PER_TOKEN
 from cluster.web.pings import PingPathFilter

@@ -10,9 +10,9 @@ from fastapi import Request
 from cluster.config.admission import ApiPolicy
 from cluster.config.allowlist import AllowList
 from cluster.config.envlist import EnvAllowList
-from cluster.store.jobs import JobStore
-from cluster.store.pool import StorePool
-from cluster.store.sessions import DEFAULT_SESSION_IDLE_S, DEFAULT_SESSION_MAX_S
+from cluster.store.access.console_sessions import DEFAULT_SESSION_IDLE_S, DEFAULT_SESSION_MAX_S
+from cluster.store.jobstore.pool import StorePool
+from cluster.store.jobstore.store import JobStore
 from cluster.web.limits import PingRate, SignInThrottle
 
 

@@ -1,6 +1,6 @@
 """``ctx.transaction()``: a handler's writes to Pulse's database, committed with its run.
 
-The handler's block opens a transaction on its own connection (``cluster.store.effects``)
+The handler's block opens a transaction on its own connection (``cluster.store.lock.effects``)
 and leaves it open when the block ends cleanly. The run's outcome decides: a success is
 completed inside that transaction by the completer, which commits only if the completion
 passes its fence; any other outcome rolls the effects back (a retry writes them again). A
@@ -21,7 +21,7 @@ from typing import Protocol
 from uuid import UUID
 
 from cluster.store.connect import Conn
-from cluster.store.effects import EffectsStore, SyncConn, close, close_sync
+from cluster.store.lock.effects import EffectsStore, SyncConn, close, close_sync
 
 
 class RunIdentity(Protocol):

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 from uuid import UUID
 
 from cluster.errors import ConfigError
-from cluster.store.records import ClaimedJob
+from cluster.store.lock.records import ClaimedJob
 
 if TYPE_CHECKING:
     from opentelemetry.trace import Span

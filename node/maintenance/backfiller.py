@@ -1,11 +1,11 @@
 """The backfiller: queues the next slots of the backfill requests of this node's held
 shards as flights, every ``BACKFILL_POLL_S``, off the claim path.
 
-A request is a row with a cursor (``cluster.store.backfills``); each pass locks the active
-requests of the held shards, queues up to ``max_parallel`` minus those in flight of each,
-oldest first, and moves their cursors, in one transaction. The claim loop then runs the
-flights (``Claimer.flights_queued``). A node that dies mid-pass leaves the cursor where the
-last commit put it; the next holder of the shard carries on. Why so: docs/design/time.md.
+A request is a row with a cursor (``cluster.store.housekeeping.backfills``); each pass locks the
+active requests of the held shards, queues up to ``max_parallel`` minus those in flight of each,
+oldest first, and moves their cursors, in one transaction. The claim loop then runs the flights
+(``Claimer.flights_queued``). A node that dies mid-pass leaves the cursor where the last commit put
+it; the next holder of the shard carries on. Why so: docs/design/time.md.
 
 Most nodes have no backfill most of the time: after a pass that found no active request in
 its held shards, a node asks again only when its held shards change, when a write to one of
@@ -21,7 +21,7 @@ from collections.abc import Callable
 from datetime import datetime
 
 from cluster.errors import StoreError
-from cluster.store.backfills import fill_held
+from cluster.store.housekeeping.backfills import fill_held
 from cluster.store.side import SideConnection
 from node.state import NodeState
 from node.stats import Stats

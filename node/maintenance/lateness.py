@@ -15,7 +15,7 @@ time in the job's zone (``cluster.timing.deadlines``).
 
 Watch jobs (never claimed: their runs come from pings) are read in their own shard by the
 same pass: an awaited slot no ping came for within ``late_after_s`` is recorded failed and
-raises ``late`` once, and the job awaits its next slot (cluster/store/watches.py,
+raises ``late`` once, and the job awaits its next slot (cluster/store/housekeeping/watches.py,
 tests/integration/test_watch.py).
 """
 
@@ -27,7 +27,7 @@ from typing import Any
 
 from cluster.errors import PulseError
 from cluster.jobs.expectations import BASELINE_MIN_RUNS, BASELINE_RUNS
-from cluster.store.alerts import AlertStore, ExpectMark
+from cluster.store.housekeeping.alerts import AlertStore, ExpectMark
 from cluster.timing.deadlines import deadline_after
 from node.stats import Stats
 

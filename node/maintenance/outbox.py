@@ -42,7 +42,7 @@ from cluster.alerts.rules import AlertRule, redact_url
 from cluster.alerts.webhook import DEFAULT_TIMEOUT_S
 from cluster.config.egress import EgressPolicy
 from cluster.outbound.transport import guarded_client
-from cluster.store.alerts import AlertStore, Delivery
+from cluster.store.housekeeping.alerts import AlertStore, Delivery
 from node.service import until_beat
 from node.stats import Stats
 

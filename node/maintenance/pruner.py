@@ -2,11 +2,11 @@
 and alert events done with, every prune interval, off the claim path.
 
 It prunes on a side connection of its own (``<node id>/prune``), never the lock session
-or the result writer, in short statements of small batches (``cluster.store.pruning``), so
-a pass never delays a claim or a completion. A shard that moves during a pass may be pruned
-by both nodes for a while: the same rule deletes the same rows. Runs of shards nobody
-holds wait until someone holds them. It also refreshes the runs table's size for the
-metrics, so a scrape never queries Postgres.
+or the result writer, in short statements of small batches (``cluster.store.housekeeping.pruning``),
+so a pass never delays a claim or a completion. A shard that moves during a pass may be pruned by
+both nodes for a while: the same rule deletes the same rows. Runs of shards nobody holds wait until
+someone holds them. It also refreshes the runs table's size for the metrics, so a scrape never
+queries Postgres.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import logging
 from datetime import datetime
 
 from cluster.errors import StoreError
-from cluster.store.pruning import prune_held
+from cluster.store.housekeeping.pruning import prune_held
 from cluster.store.side import SideConnection
 from node.service import Signal, run_service
 from node.state import NodeState

@@ -28,9 +28,9 @@ from typing import TYPE_CHECKING, Any
 from uuid import UUID
 
 from cluster.settings import DEFAULT_LEASE_S
-from cluster.store.flights import FlightLease, RecoveredFlight
-from cluster.store.records import ClaimedJob
-from cluster.store.session import LockSession
+from cluster.store.lock.flights import FlightLease, RecoveredFlight
+from cluster.store.lock.records import ClaimedJob
+from cluster.store.lock.session import LockSession
 from node.handlers.context import Outcome
 from node.pipeline.completer import job_extra
 from node.state import NodeState

@@ -1,6 +1,6 @@
 """The death watch: wakes the shard keeper the moment a peer's lock session ends.
 
-Each node waits on the life lock (``cluster.store.lifelock``) of one peer: its successor
+Each node waits on the life lock (``cluster.store.lock.lifelock``) of one peer: its successor
 in a cyclic order of the members that alternates zones (``watch_order``), so every member
 is watched by exactly one other and, where the zones allow it, from another zone: a zone
 that goes down does not take the watchers of its nodes with it. The grant means the
@@ -15,7 +15,7 @@ import logging
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
 
-from cluster.store.lifelock import LifeWatch
+from cluster.store.lock.lifelock import LifeWatch
 from node.state import NodeState
 
 logger = logging.getLogger(__name__)

@@ -15,7 +15,7 @@ import logging
 import time
 import uuid
 
-from cluster.store.session import LockSession
+from cluster.store.lock.session import LockSession
 from cluster.timing.schedule import parse_schedule
 from node.state import NodeState
 from ring.zones import zone_shard_for

@@ -27,7 +27,7 @@ from collections.abc import Awaitable, Callable, Sequence
 
 from cluster.errors import MembershipError, StoreError
 from cluster.settings import DEFAULT_FREEZE_LIMIT_S
-from cluster.store.session import LockSession, SessionLost
+from cluster.store.lock.session import LockSession, SessionLost
 from node.state import NodeState
 
 logger = logging.getLogger(__name__)

@@ -16,7 +16,7 @@ import time
 from collections.abc import Awaitable, Callable, Sequence
 
 from cluster.errors import StoreError
-from cluster.store.session import LockSession, SessionLost
+from cluster.store.lock.session import LockSession, SessionLost
 from node.membership.eachzone import ZoneChildren
 from node.membership.liveness import FROZEN_S, Liveness
 from node.state import NodeState

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections import deque
 from datetime import datetime
 
-from cluster.store.records import ClaimedJob, Skip
+from cluster.store.lock.records import ClaimedJob, Skip
 from cluster.timing.calendared import CalendarRule, Decision, jittered_start
 from cluster.timing.catchup import DEFAULT_RECORD_LIMIT, CatchUp
 from cluster.timing.durations import format_duration

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from cluster.errors import InvalidInput
 from cluster.jobs.assertions import failure
-from cluster.store.records import ClaimedJob
+from cluster.store.lock.records import ClaimedJob
 from node.handlers.context import Outcome
 
 

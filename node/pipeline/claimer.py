@@ -28,8 +28,8 @@ import time
 from datetime import datetime
 
 from cluster.errors import PulseError, StoreError
-from cluster.store.records import ClaimedJob
-from cluster.store.session import LockSession
+from cluster.store.lock.records import ClaimedJob
+from cluster.store.lock.session import LockSession
 from node.pipeline.clock import DbClock
 from node.pipeline.completer import Completer, job_extra
 from node.pipeline.executor import Executor

@@ -27,8 +27,8 @@ from uuid import UUID
 
 from cluster.errors import PulseError, StoreError
 from cluster.settings import DEFAULT_LEASE_S
-from cluster.store.completions import Completions
-from cluster.store.records import ClaimedJob, Completion, Skip
+from cluster.store.lock.completions import Completions
+from cluster.store.lock.records import ClaimedJob, Completion, Skip
 from node.handlers.context import Outcome
 from node.handlers.effects import Effects, Pending
 from node.pipeline.checks import checked

@@ -26,7 +26,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 from uuid import UUID
 
-from cluster.store.records import ClaimedJob
+from cluster.store.lock.records import ClaimedJob
 from node.handlers.context import Outcome, RunCancelled, RunContext, cancelled, finished, timed_out
 from node.handlers.forwarding import Forwarders
 from node.handlers.invoke import invoke

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from datetime import datetime, timedelta
 from typing import TypeVar
 
-from cluster.store.records import NEVER, ClaimedJob, Completion, Skip
+from cluster.store.lock.records import NEVER, ClaimedJob, Completion, Skip
 from cluster.timing.calendared import origin_of
 from cluster.timing.catchup import CatchUp, CatchUpPlan, plan_catchup
 from cluster.timing.durations import format_duration

@@ -12,7 +12,7 @@ import logging
 from datetime import datetime
 from uuid import UUID
 
-from cluster.store.session import LockSession
+from cluster.store.lock.session import LockSession
 from node.pipeline.completer import job_extra
 from node.pipeline.executor import Executor
 from node.stats import Stats

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from cluster.store.records import ClaimedJob
+from cluster.store.lock.records import ClaimedJob
 from cluster.timing.entries import is_union
 from node.pipeline.outcomes import schedule_of
 

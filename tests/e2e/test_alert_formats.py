@@ -15,8 +15,8 @@ from cluster.alerts.rules import AlertRule
 from cluster.config.egress import EGRESS_ALLOW
 from cluster.jobs.spec import JobSpec
 from cluster.settings import ClusterSettings
-from cluster.store.alerts import AlertStore
-from cluster.store.jobs import JobStore
+from cluster.store.housekeeping.alerts import AlertStore
+from cluster.store.jobstore.store import JobStore
 from tests.helpers.fleet import Fleet
 from tests.helpers.mailbox import HOST, mailbox
 from tests.helpers.nodes import init_cluster

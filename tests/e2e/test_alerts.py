@@ -22,8 +22,8 @@ import pytest
 from cluster.alerts.rules import AlertRule, verify
 from cluster.jobs.spec import JobSpec
 from cluster.settings import ClusterSettings
-from cluster.store.alerts import AlertStore
-from cluster.store.jobs import JobStore
+from cluster.store.housekeeping.alerts import AlertStore
+from cluster.store.jobstore.store import JobStore
 from tests.helpers.fleet import Fleet
 from tests.helpers.nodes import init_cluster
 from tests.helpers.receiver import Receiver, Request, allow_local, receiver

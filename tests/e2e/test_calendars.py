@@ -13,7 +13,7 @@ import pytest
 
 from cluster.jobs.spec import JobSpec
 from cluster.settings import ClusterSettings
-from cluster.store.jobs import JobStore
+from cluster.store.jobstore.store import JobStore
 from cluster.timing.calendars import Calendar, parse_weekdays
 from tests.helpers.fleet import Fleet
 from tests.helpers.waiting import until

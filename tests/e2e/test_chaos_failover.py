@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from cluster.chaos.packages import PackagesMissing, ensure_command
-from cluster.chaos.pgha import PACKAGES
+from cluster.chaos.servers.packages import PackagesMissing, ensure_command
+from cluster.chaos.servers.pgha import PACKAGES
 from tests.helpers.chaosrun import run_chaos
 
 FAULTS = ("pg-failover", "redis-failover")

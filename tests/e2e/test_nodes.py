@@ -24,7 +24,7 @@ import pytest
 
 from cluster.jobs.spec import JobSpec
 from cluster.settings import ClusterSettings
-from cluster.store.jobs import JobStore
+from cluster.store.jobstore.store import JobStore
 from ring import Ring
 from tests.helpers.fleet import Execution, Fleet, doubles, every_slots
 from tests.helpers.waiting import until

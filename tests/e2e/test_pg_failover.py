@@ -1,7 +1,7 @@
 """Issue 28, end to end: nodes on a multi-host URL ride through a pg_auto_failover
 switchover and a failover, without a restart, without losing or doubling a slot.
 
-A real formation (``cluster.chaos.pgha``: a monitor, a primary and its synchronous
+A real formation (``cluster.chaos.servers.pgha``: a monitor, a primary and its synchronous
 standby) and two real node processes on ``postgresql://n1,n2/...?target_session_attrs=
 read-write``. Jobs fire every second with catch-up ``backfill``, so every slot must run:
 through ``pg_autoctl perform switchover`` (the primary steps down cleanly) and through the
@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from cluster.chaos.pgha import PgFormation
+from cluster.chaos.servers.pgha import PgFormation
 from cluster.settings import ClusterSettings
 from tests.helpers.failover import db_now, every_slot_ran_once, ran_since, started, ticking_fleet
 from tests.helpers.fleet import Fleet

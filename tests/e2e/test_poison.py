@@ -17,7 +17,7 @@ import pytest
 from cluster.alerts.rules import AlertRule
 from cluster.jobs.spec import JobSpec
 from cluster.settings import ClusterSettings
-from cluster.store.alerts import AlertStore
+from cluster.store.housekeeping.alerts import AlertStore
 from tests.helpers.fleet import Fleet, every_slots
 from tests.helpers.nodes import init_cluster
 from tests.helpers.receiver import allow_local, receiver

@@ -1,6 +1,6 @@
 """Issue 28, end to end: nodes on a ``redis+sentinel://`` URL ride through a Redis failover.
 
-A real Sentinel setup (``cluster.chaos.sentinel``: a primary, its replica, one sentinel)
+A real Sentinel setup (``cluster.chaos.servers.sentinel``: a primary, its replica, one sentinel)
 and two real node processes. The primary is killed; the sentinel promotes the replica; the
 nodes' next heartbeats reach it without a restart. Redis never decides who owns a shard,
 so nothing fires twice, and no slot is lost (catch-up ``backfill``). The test measures how
@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from cluster.chaos.sentinel import SentinelSet
+from cluster.chaos.servers.sentinel import SentinelSet
 from cluster.health.status import collect
 from cluster.settings import ClusterSettings
 from tests.helpers.failover import db_now, every_slot_ran_once, ran_since, started, ticking_fleet

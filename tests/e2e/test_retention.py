@@ -20,8 +20,8 @@ import pytest
 from cluster.jobs.spec import JobSpec
 from cluster.local.processes import free_port
 from cluster.settings import ClusterSettings
-from cluster.store.jobs import JobStore
-from cluster.store.pruning import BATCH
+from cluster.store.housekeeping.pruning import BATCH
+from cluster.store.jobstore.store import JobStore
 from tests.helpers.fleet import Fleet
 from tests.helpers.waiting import until
 

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from cluster.settings import ClusterSettings
-from cluster.store.jobs import JobStore
+from cluster.store.jobstore.store import JobStore
 from tests.helpers.nodes import Nodes
 from tests.helpers.waiting import until
 from tests.helpers.web import Api, api_cluster

@@ -14,7 +14,7 @@ import pytest
 
 from cluster.jobs.spec import JobSpec
 from cluster.settings import ClusterSettings
-from cluster.store.jobs import JobStore
+from cluster.store.jobstore.store import JobStore
 from tests.helpers.cli import spawn
 from tests.helpers.fleet import Fleet
 from tests.helpers.waiting import until

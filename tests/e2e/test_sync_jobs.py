@@ -14,7 +14,7 @@ import pytest
 
 from cluster.local.processes import node_argv, pulse_env
 from cluster.settings import ClusterSettings
-from cluster.store.jobs import JobStore
+from cluster.store.jobstore.store import JobStore
 from tests.helpers import REPO
 from tests.helpers.nodes import Nodes
 from tests.helpers.waiting import until

@@ -15,7 +15,7 @@ import pytest
 
 from cluster.jobs.spec import JobSpec
 from cluster.settings import ClusterSettings
-from cluster.store.jobs import JobStore
+from cluster.store.jobstore.store import JobStore
 from cluster.timing.jitter import jittered
 from tests.helpers.fleet import Fleet
 from tests.helpers.nodes import init_cluster

@@ -17,7 +17,7 @@ import pytest
 from cluster.jobs.models import Job
 from cluster.jobs.spec import JobSpec
 from cluster.settings import ClusterSettings
-from cluster.store.jobs import JobStore
+from cluster.store.jobstore.store import JobStore
 from node.handlers.traces import slot_ids
 from tests.helpers.fleet import Fleet
 from tests.helpers.nodes import init_cluster

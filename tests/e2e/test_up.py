@@ -21,7 +21,7 @@ from cluster.health.status import collect
 from cluster.jobs.files import load_specs
 from cluster.local.processes import Command, pulse_env
 from cluster.settings import ClusterSettings
-from cluster.store.jobs import JobStore
+from cluster.store.jobstore.store import JobStore
 from ring import Ring
 from tests.helpers import REPO
 from tests.helpers.waiting import until

@@ -21,7 +21,7 @@ from cluster.alerts.rules import AlertRule
 from cluster.jobs.spec import JobSpec
 from cluster.local.processes import Command
 from cluster.settings import ClusterSettings
-from cluster.store.alerts import AlertStore
+from cluster.store.housekeeping.alerts import AlertStore
 from tests.helpers.cli import invoke
 from tests.helpers.fleet import Fleet
 from tests.helpers.nodes import init_cluster

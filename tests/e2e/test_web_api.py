@@ -15,7 +15,7 @@ import httpx
 import pytest
 
 from cluster.settings import ClusterSettings
-from cluster.store.jobs import JobStore
+from cluster.store.jobstore.store import JobStore
 from cluster.web.tokens import csrf_token
 from tests.helpers.cli import SHOW_KEYS as cli_show_keys
 from tests.helpers.cli import spawn

@@ -29,8 +29,8 @@ import pytest
 from cluster.alerts.rules import AlertRule
 from cluster.errors import InvalidInput
 from cluster.jobs.spec import JobSpec
-from cluster.store.alerts import AlertStore
-from cluster.store.jobs import JobStore
+from cluster.store.housekeeping.alerts import AlertStore
+from cluster.store.jobstore.store import JobStore
 from cluster.web.tokens import csrf_token, new_token, token_hash
 from tests.helpers.cli import invoke, spawn
 from tests.helpers.databases import fresh_settings

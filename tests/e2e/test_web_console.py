@@ -22,7 +22,7 @@ import pytest
 
 from cluster.jobs.spec import JobSpec
 from cluster.settings import ClusterSettings
-from cluster.store.jobs import JobStore
+from cluster.store.jobstore.store import JobStore
 from cluster.timing.calendars import Calendar
 from tests.helpers.databases import fresh_settings
 from tests.helpers.nodes import Nodes, init_cluster
@@ -160,7 +160,7 @@ def console(database_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iter
 def _allow(settings: ClusterSettings) -> None:
     import asyncio
 
-    from cluster.store.jobs import JobStore
+    from cluster.store.jobstore.store import JobStore
 
     async def go() -> None:
         async with JobStore.open(settings) as store:

@@ -19,7 +19,7 @@ from cluster.jobs.models import Run
 from cluster.local.processes import Command, free_port, pulse_env
 from cluster.members import MemberRegistry
 from cluster.settings import ClusterSettings
-from cluster.store.jobs import JobStore
+from cluster.store.jobstore.store import JobStore
 from tests.helpers import REPO
 from tests.helpers.waiting import until
 

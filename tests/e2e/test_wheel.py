@@ -25,7 +25,7 @@ from tests.helpers.waiting import until
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(300)]
 
 VERSION = tomllib.loads((REPO / "pyproject.toml").read_text("utf-8"))["project"]["version"]
-MIGRATIONS = sorted(p.name for p in (REPO / "cluster/store/migrations").glob("*.sql"))
+MIGRATIONS = sorted(p.name for p in (REPO / "cluster/store/schema/migrations").glob("*.sql"))
 STATEMENTS = sorted(p.name for p in (REPO / "cluster/store/sql").glob("*.sql"))
 
 
@@ -58,9 +58,9 @@ def test_the_wheel_installs_and_runs_outside_the_repository(
     wheel, sdist = build(tmp_path)
     assert wheel.name == f"pulsecron-{VERSION}-py3-none-any.whl"
     files = set(zipfile.ZipFile(wheel).namelist())
-    inside = {"cluster/store/schema.sql", "pulsecron/__init__.py", "pulsecron/py.typed"}
+    inside = {"cluster/store/schema/schema.sql", "pulsecron/__init__.py", "pulsecron/py.typed"}
     inside |= {f"cluster/store/sql/{name}" for name in STATEMENTS}
-    inside |= {f"cluster/store/migrations/{name}" for name in MIGRATIONS}
+    inside |= {f"cluster/store/schema/migrations/{name}" for name in MIGRATIONS}
     assert inside <= files, inside - files
     assert not any(f.startswith(("tests/", "examples/", "bench/")) for f in files)
     with tarfile.open(sdist) as archive:

@@ -20,7 +20,7 @@ import pytest
 from cluster.health.status import collect
 from cluster.jobs.spec import JobSpec
 from cluster.local.processes import pulse_env
-from cluster.store.specs import ApplyResult
+from cluster.store.jobstore.specs import ApplyResult
 from tests.helpers import REPO
 from tests.helpers.fleet import Fleet, doubles
 from tests.helpers.nodes import init_cluster
@@ -102,7 +102,7 @@ def _unplaced(st: object) -> bool:
 
 
 async def _db_now(fleet: Fleet) -> datetime:
-    from cluster.store.jobs import JobStore
+    from cluster.store.jobstore.store import JobStore
 
     async with JobStore.open(fleet.settings) as store:
         return await store.db_now()
@@ -138,7 +138,7 @@ def test_an_each_zone_job_runs_once_per_zone_per_slot(fleet: Fleet) -> None:
 
 
 async def _apply_pruning(fleet: Fleet, spec: JobSpec) -> ApplyResult:
-    from cluster.store.jobs import JobStore
+    from cluster.store.jobstore.store import JobStore
 
     async with JobStore.open(fleet.settings) as store:
         return await store.apply([spec], prune=True)

@@ -8,7 +8,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from cluster.chaos.servers import ServerError, pg_bin_dir
+from cluster.chaos.servers.standalone import ServerError, pg_bin_dir
 from tests.helpers.cli import spawn
 
 

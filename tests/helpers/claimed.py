@@ -7,7 +7,7 @@ import asyncio
 import uuid
 from datetime import UTC, datetime
 
-from cluster.store.records import ClaimedJob
+from cluster.store.lock.records import ClaimedJob
 from node.handlers.context import Outcome
 from node.pipeline.executor import Executor
 

@@ -17,7 +17,7 @@ from http.server import ThreadingHTTPServer
 from typing import Any
 
 from cluster.config.keys import defaults
-from cluster.store.jobs import JobStore
+from cluster.store.jobstore.store import JobStore
 from tests.helpers import REPO
 from tests.helpers.waiting import until
 from tests.helpers.web import Api

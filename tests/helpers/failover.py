@@ -14,12 +14,12 @@ from typing import TypeVar
 
 import pytest
 
-from cluster.chaos.packages import PackagesMissing
-from cluster.chaos.serverset import ServerSet
+from cluster.chaos.servers.packages import PackagesMissing
+from cluster.chaos.servers.serverset import ServerSet
 from cluster.chaos.witness import Execution
 from cluster.jobs.spec import JobSpec
 from cluster.settings import ClusterSettings
-from cluster.store.jobs import JobStore
+from cluster.store.jobstore.store import JobStore
 from tests.helpers.fleet import Fleet, doubles, every_slots
 from tests.helpers.waiting import until
 

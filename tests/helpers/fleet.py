@@ -22,7 +22,7 @@ from psycopg.rows import dict_row
 from cluster.chaos.witness import Execution, read_witness
 from cluster.jobs.spec import JobSpec
 from cluster.settings import ClusterSettings
-from cluster.store.jobs import JobStore
+from cluster.store.jobstore.store import JobStore
 from cluster.store.queries import query
 from tests.helpers.nodes import Nodes
 from tests.helpers.waiting import until

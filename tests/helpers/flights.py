@@ -6,8 +6,8 @@ from __future__ import annotations
 from datetime import datetime
 
 from cluster.jobs.spec import JobSpec
-from cluster.store.jobs import JobStore
-from cluster.store.records import ClaimedJob, Completion
+from cluster.store.jobstore.store import JobStore
+from cluster.store.lock.records import ClaimedJob, Completion
 from tests.helpers.sessions import T0, at
 
 HANDLER = "cluster.chaos.witness:record"

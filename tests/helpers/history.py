@@ -9,8 +9,8 @@ from typing import Any
 from cluster.jobs.spec import JobSpec
 from cluster.settings import ClusterSettings
 from cluster.store.connect import connect
-from cluster.store.jobs import JobStore
-from cluster.store.records import ClaimedJob, Completion
+from cluster.store.jobstore.store import JobStore
+from cluster.store.lock.records import ClaimedJob, Completion
 from tests.helpers.sessions import T0
 from tests.helpers.sessions import at as at  # the history tests count from T0 too
 

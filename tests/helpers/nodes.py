@@ -146,7 +146,7 @@ def pid_gone(pid: int) -> bool:
 
 def init_cluster(settings: ClusterSettings, *specs: Any, shards: int = 16) -> None:
     """Create the schema with ``shards`` shards and add the given job specs."""
-    from cluster.store.jobs import JobStore
+    from cluster.store.jobstore.store import JobStore
 
     async def go() -> None:
         async with JobStore.open(settings) as store:

@@ -9,10 +9,10 @@ from typing import Any
 from cluster.alerts.rules import AlertRule
 from cluster.jobs.spec import JobSpec
 from cluster.settings import ClusterSettings
-from cluster.store.alerts import AlertStore
 from cluster.store.connect import connect
-from cluster.store.records import ClaimedJob
-from cluster.store.session import LockSession
+from cluster.store.housekeeping.alerts import AlertStore
+from cluster.store.lock.records import ClaimedJob
+from cluster.store.lock.session import LockSession
 from node.handlers.context import Outcome
 from node.pipeline.outcomes import after_run, plan_at_claim
 

@@ -18,7 +18,7 @@ from typing import Any
 
 from cluster.config.egress import EGRESS_ALLOW
 from cluster.settings import ClusterSettings
-from cluster.store.jobs import JobStore
+from cluster.store.jobstore.store import JobStore
 
 
 @dataclass(frozen=True)

@@ -18,8 +18,8 @@ from psycopg import sql
 
 from cluster.local.logins import login_names
 from cluster.settings import ClusterSettings
-from cluster.store.jobs import JobStore
-from cluster.store.roles import RoleNames, create_roles
+from cluster.store.jobstore.store import JobStore
+from cluster.store.schema.roles import RoleNames, create_roles
 from tests.helpers.databases import ADMIN_URL
 
 PASSWORD = "test-only-" + secrets.token_hex(8)

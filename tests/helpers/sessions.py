@@ -10,9 +10,9 @@ from datetime import UTC, datetime, timedelta
 from cluster.jobs.models import Job
 from cluster.jobs.spec import JobSpec
 from cluster.settings import ClusterSettings
-from cluster.store.jobs import JobStore
-from cluster.store.records import ClaimedJob, Completion
-from cluster.store.session import LockSession
+from cluster.store.jobstore.store import JobStore
+from cluster.store.lock.records import ClaimedJob, Completion
+from cluster.store.lock.session import LockSession
 from node.handlers.context import Outcome
 from node.pipeline.outcomes import after_run
 

@@ -13,7 +13,7 @@ from typing import Any
 
 import psycopg
 
-from cluster.store.jobs import JobStore
+from cluster.store.jobstore.store import JobStore
 from tests.helpers.web import Api, make_token
 
 HANDLER = "cluster.chaos.witness:record"

@@ -17,7 +17,7 @@ import psycopg
 
 from cluster.local.processes import Command, Process, free_port, pulse_env
 from cluster.settings import ClusterSettings
-from cluster.store.jobs import JobStore
+from cluster.store.jobstore.store import JobStore
 from cluster.web.tokens import new_token, token_hash
 from tests.helpers import REPO
 from tests.helpers.databases import fresh_settings

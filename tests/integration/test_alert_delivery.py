@@ -13,8 +13,8 @@ import pytest
 
 from cluster.alerts.rules import SIGNATURE_HEADER, verify
 from cluster.settings import ClusterSettings
-from cluster.store.alerts import AlertStore
-from cluster.store.jobs import JobStore
+from cluster.store.housekeeping.alerts import AlertStore
+from cluster.store.jobstore.store import JobStore
 from node.maintenance.outbox import MAX_AGE_S, AlertDelivery, retry_delay_s
 from node.stats import Stats
 from tests.helpers.outbox import T0, add_rule, at, events, every_10s, run_slot, sql

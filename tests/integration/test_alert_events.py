@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 from cluster.settings import ClusterSettings
-from cluster.store.jobs import JobStore
+from cluster.store.jobstore.store import JobStore
 from node.pipeline.outcomes import after_run
 from tests.helpers.history import finish
 from tests.helpers.outbox import (

@@ -19,8 +19,8 @@ from cluster.alerts.rules import AlertRule
 from cluster.config.egress import EGRESS_ALLOW
 from cluster.errors import InvalidInput
 from cluster.settings import ClusterSettings
-from cluster.store.alerts import AlertStore
-from cluster.store.jobs import JobStore
+from cluster.store.housekeeping.alerts import AlertStore
+from cluster.store.jobstore.store import JobStore
 from node.maintenance.outbox import AlertDelivery
 from node.stats import Stats
 from tests.helpers.cli import Invoke, assert_bad_input, assert_one_line_error, initialised_pulse

@@ -15,9 +15,9 @@ import pytest
 from cluster.errors import InvalidInput
 from cluster.jobs.spec import JobSpec
 from cluster.settings import ClusterSettings
-from cluster.store import backfills
 from cluster.store.connect import connection
-from cluster.store.jobs import JobStore
+from cluster.store.housekeeping import backfills
+from cluster.store.jobstore.store import JobStore
 from cluster.store.side import SideConnection
 from node.handlers.context import Outcome
 from node.pipeline.outcomes import after_run, plan_at_claim

@@ -13,7 +13,7 @@ import pytest
 
 from cluster.errors import Conflict, InvalidInput
 from cluster.jobs.spec import JobSpec
-from cluster.store.jobs import JobStore
+from cluster.store.jobstore.store import JobStore
 from cluster.timing.calendars import Calendar, parse_dates
 from node.handlers.context import Outcome
 from node.pipeline.outcomes import after_run

@@ -13,7 +13,7 @@ import pytest
 from cluster.errors import NotFound, NotRunning
 from cluster.settings import ClusterSettings
 from cluster.store import notify
-from cluster.store.jobs import JobStore
+from cluster.store.jobstore.store import JobStore
 from node.handlers.context import Outcome
 from node.pipeline.outcomes import after_run
 from tests.helpers.sessions import ALL, Opener, add_jobs, at, run_rows

@@ -16,8 +16,8 @@ from cluster.errors import InvalidInput
 from cluster.jobs.spec import JobSpec
 from cluster.settings import ClusterSettings
 from cluster.store.connect import connect
-from cluster.store.jobs import JobStore
-from cluster.store.records import NEVER, ClaimedJob
+from cluster.store.jobstore.store import JobStore
+from cluster.store.lock.records import NEVER, ClaimedJob
 from node.handlers.context import Outcome
 from node.pipeline.outcomes import after_run
 from tests.helpers.history import rows

@@ -23,9 +23,9 @@ import pytest
 from psycopg import sql
 
 from cluster.settings import ClusterSettings
-from cluster.store import session
 from cluster.store.connect import Conn, connect
-from cluster.store.jobs import JobStore
+from cluster.store.jobstore.store import JobStore
+from cluster.store.lock import session
 from cluster.store.queries import variant
 from ring import Ring
 from tests.helpers.plans import walk_with_parents

@@ -20,7 +20,7 @@ import psycopg
 import pytest
 
 from cluster.settings import ClusterSettings
-from cluster.store.migrate import available
+from cluster.store.schema.migrate import available
 from cluster.timing.schedule import parse_schedule
 from node.cli import cli
 from tests.helpers import REPO

@@ -10,7 +10,7 @@ import pytest
 
 from cluster.settings import ClusterSettings
 from cluster.store.config import ConfigCache
-from cluster.store.jobs import JobStore
+from cluster.store.jobstore.store import JobStore
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from cluster.store.jobs import JobStore
+from cluster.store.jobstore.store import JobStore
 from cluster.web.tokens import new_session_id, new_token, token_hash
 
 T0 = datetime(2030, 1, 1, tzinfo=UTC)

@@ -14,8 +14,8 @@ import pytest
 
 from cluster.members import MemberInfo, MemberRegistry
 from cluster.settings import ClusterSettings
-from cluster.store.lifelock import LifeWatch, life_key
-from cluster.store.session import LockSession, SessionLost
+from cluster.store.lock.lifelock import LifeWatch, life_key
+from cluster.store.lock.session import LockSession, SessionLost
 from node.membership.deathwatch import DeathWatch
 from node.membership.shards import ShardKeeper
 from node.state import NodeState

@@ -15,10 +15,10 @@ import psycopg
 import pytest
 
 from cluster.settings import ClusterSettings
-from cluster.store.effects import EffectsStore
-from cluster.store.jobs import JobStore
-from cluster.store.records import ClaimedJob
-from cluster.store.session import LockSession
+from cluster.store.jobstore.store import JobStore
+from cluster.store.lock.effects import EffectsStore
+from cluster.store.lock.records import ClaimedJob
+from cluster.store.lock.session import LockSession
 from node.handlers.context import Outcome, RunContext
 from node.handlers.effects import Effects
 from node.pipeline.clock import DbClock

@@ -14,11 +14,11 @@ import pytest
 
 from cluster.jobs.spec import JobSpec
 from cluster.settings import ClusterSettings
-from cluster.store.alerts import AlertStore
 from cluster.store.connect import connect
-from cluster.store.jobs import JobStore
-from cluster.store.records import ClaimedJob
-from cluster.store.session import LockSession
+from cluster.store.housekeeping.alerts import AlertStore
+from cluster.store.jobstore.store import JobStore
+from cluster.store.lock.records import ClaimedJob
+from cluster.store.lock.session import LockSession
 from node.handlers.context import Outcome
 from node.maintenance.lateness import LatePass
 from node.pipeline.checks import checked

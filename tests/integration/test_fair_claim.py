@@ -10,8 +10,8 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from cluster.jobs.spec import JobSpec
-from cluster.store.jobs import JobStore
-from cluster.store.session import LockSession
+from cluster.store.jobstore.store import JobStore
+from cluster.store.lock.session import LockSession
 from tests.helpers.sessions import Opener
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)

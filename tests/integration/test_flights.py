@@ -10,9 +10,9 @@ import pytest
 
 from cluster.errors import InvalidInput
 from cluster.jobs.spec import JobSpec
-from cluster.store.jobs import JobStore
-from cluster.store.records import ClaimedJob
-from cluster.store.session import LockSession
+from cluster.store.jobstore.store import JobStore
+from cluster.store.lock.records import ClaimedJob
+from cluster.store.lock.session import LockSession
 from tests.helpers.flights import HANDLER, allow_job, ended, flights, handed
 from tests.helpers.sessions import ALL, Opener, at, run_rows
 

@@ -14,8 +14,8 @@ from cluster.errors import InvalidInput
 from cluster.jobs.spec import JobSpec
 from cluster.settings import ClusterSettings
 from cluster.store.connect import connect
-from cluster.store.jobs import JobStore
-from cluster.store.records import NEVER, ClaimedJob, Completion
+from cluster.store.jobstore.store import JobStore
+from cluster.store.lock.records import NEVER, ClaimedJob, Completion
 from cluster.store.side import SideConnection
 from node.maintenance.gatepass import IDLE_INTERVAL_S, INTERVAL_S, GatePass
 from node.pipeline.outcomes import gate_skip

@@ -18,9 +18,9 @@ from cluster.health.status import collect
 from cluster.jobs.models import Run
 from cluster.settings import ClusterSettings
 from cluster.store.connect import connect
-from cluster.store.jobs import JobStore
+from cluster.store.jobstore.store import JobStore
+from cluster.store.lock.records import ClaimedJob, Completion, Skip
 from cluster.store.queries import query
-from cluster.store.records import ClaimedJob, Completion, Skip
 from tests.helpers.history import add, every_10s, finish, rows, run_rows
 from tests.helpers.sessions import ALL, T0, Opener, at
 from tests.helpers.waiting import until

@@ -11,7 +11,7 @@ import pytest
 
 from cluster.errors import Conflict, InvalidInput
 from cluster.jobs.spec import JobSpec
-from cluster.store.jobs import JobStore
+from cluster.store.jobstore.store import JobStore
 from cluster.timing.calendars import Calendar, parse_dates
 from tests.helpers.cli import Invoke
 from tests.helpers.sessions import Opener

@@ -13,7 +13,7 @@ import pulsecron
 from cluster.errors import ConfigError
 from cluster.members import MemberRegistry
 from cluster.settings import ClusterSettings, NodeSettings
-from cluster.store.jobs import JobStore
+from cluster.store.jobstore.store import JobStore
 from tests.helpers.waiting import until
 from tests.registries import billing
 

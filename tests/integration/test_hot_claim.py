@@ -15,7 +15,7 @@ from typing import Any
 from cluster.jobs.spec import JobSpec
 from cluster.settings import ClusterSettings
 from cluster.store.connect import connect
-from cluster.store.jobs import JobStore
+from cluster.store.jobstore.store import JobStore
 from node.handlers.context import Outcome
 from node.pipeline.outcomes import after_run
 from tests.helpers.sessions import Opener

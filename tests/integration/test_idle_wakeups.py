@@ -13,7 +13,7 @@ import pytest
 
 from cluster.settings import ClusterSettings
 from cluster.store import notify
-from cluster.store.jobs import JobStore
+from cluster.store.jobstore.store import JobStore
 from node.pipeline.listener import WakeListener
 from node.service import Signal
 from node.state import NodeState

@@ -17,8 +17,8 @@ import pytest
 from cluster.errors import Conflict, InvalidInput
 from cluster.jobs.spec import JobSpec
 from cluster.settings import ClusterSettings
-from cluster.store import backfills
-from cluster.store.jobs import JobStore
+from cluster.store.housekeeping import backfills
+from cluster.store.jobstore.store import JobStore
 from cluster.store.side import SideConnection
 from node.handlers.context import Outcome
 from node.pipeline.outcomes import after_run

@@ -11,7 +11,7 @@ import pytest
 
 from cluster.jobs.registry import registries_in, specs_of
 from cluster.settings import ClusterSettings
-from cluster.store.jobs import JobStore
+from cluster.store.jobstore.store import JobStore
 from tests.helpers.cli import add_args, assert_bad_input, invoke, jobs_rows
 
 BILLING = "tests.registries.billing"

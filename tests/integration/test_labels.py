@@ -14,7 +14,7 @@ import pytest
 from cluster.errors import InvalidInput
 from cluster.jobs.spec import JobSpec
 from cluster.settings import ClusterSettings
-from cluster.store.jobs import JobStore
+from cluster.store.jobstore.store import JobStore
 from node.handlers.context import Outcome
 from node.pipeline.outcomes import after_run
 from tests.helpers.cli import Invoke, assert_bad_input, jobs_rows

@@ -9,9 +9,9 @@ import asyncio
 import pytest
 
 from cluster.settings import ClusterSettings
-from cluster.store.alerts import AlertStore
 from cluster.store.connect import connect
-from cluster.store.jobs import JobStore
+from cluster.store.housekeeping.alerts import AlertStore
+from cluster.store.jobstore.store import JobStore
 from tests.helpers.outbox import T0, add_rule, at, events, every_10s, run_slot
 from tests.helpers.plans import FILL, job_scans, plan_of
 from tests.helpers.sessions import Opener

@@ -15,9 +15,9 @@ from uuid import UUID
 
 from cluster.settings import ClusterSettings
 from cluster.store.connect import connect
-from cluster.store.jobs import JobStore
+from cluster.store.jobstore.store import JobStore
+from cluster.store.lock.records import Completion, complete_params
 from cluster.store.queries import query
-from cluster.store.records import Completion, complete_params
 from tests.helpers.plans import FILL, job_scans, plan_of
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)

@@ -23,10 +23,10 @@ from dataclasses import replace
 import pytest
 
 from cluster.chaos.fleet import endpoint, via_proxy
-from cluster.chaos.proxy import Proxy
+from cluster.chaos.servers.proxy import Proxy
 from cluster.jobs.spec import JobSpec
 from cluster.settings import ClusterSettings, NodeSettings
-from cluster.store.jobs import JobStore
+from cluster.store.jobstore.store import JobStore
 from node.maintenance.recovery import Recovery
 from node.runtime import Node
 from node.state import NodeState

@@ -16,8 +16,8 @@ from cluster.errors import ConfigError, InvalidInput, StoreError
 from cluster.jobs.spec import JobSpec
 from cluster.settings import ClusterSettings
 from cluster.store.connect import connect
-from cluster.store.jobs import JobStore
-from cluster.store.migrate import (
+from cluster.store.jobstore.store import JobStore
+from cluster.store.schema.migrate import (
     KNOWN_VERSION,
     REQUIRED_VERSION,
     Migration,
@@ -190,7 +190,7 @@ async def test_uninitialised_schema_says_run_init(settings: ClusterSettings) -> 
 
 
 def checksums_of_the_files() -> list[tuple[int, str]]:
-    folder = REPO / "cluster" / "store" / "migrations"
+    folder = REPO / "cluster" / "store" / "schema" / "migrations"
     return sorted(
         (int(path.name[:3]), hashlib.sha256(path.read_bytes()).hexdigest())
         for path in folder.glob("[0-9][0-9][0-9]_*.sql")

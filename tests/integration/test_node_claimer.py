@@ -17,8 +17,8 @@ import pytest
 from cluster.jobs.spec import JobSpec
 from cluster.settings import ClusterSettings
 from cluster.store.connect import connect
-from cluster.store.jobs import JobStore
-from cluster.store.session import LockSession
+from cluster.store.jobstore.store import JobStore
+from cluster.store.lock.session import LockSession
 from node.pipeline.claimer import CLAIM_BATCH_S, Claimer
 from node.pipeline.clock import DbClock
 from node.pipeline.completer import Completer

@@ -9,8 +9,8 @@ import pytest
 
 from cluster.errors import StoreError
 from cluster.settings import ClusterSettings
-from cluster.store.jobs import JobStore
-from cluster.store.session import LockSession, SessionLost
+from cluster.store.jobstore.store import JobStore
+from cluster.store.lock.session import LockSession, SessionLost
 from node.membership.shards import ShardKeeper
 from node.state import NodeState
 from node.stats import Stats

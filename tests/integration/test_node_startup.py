@@ -8,8 +8,8 @@ import psycopg
 
 from cluster.settings import ClusterSettings
 from cluster.store.connect import connect
-from cluster.store.jobs import JobStore
-from cluster.store.migrate import KNOWN_VERSION, REQUIRED_VERSION, available, migrate
+from cluster.store.jobstore.store import JobStore
+from cluster.store.schema.migrate import KNOWN_VERSION, REQUIRED_VERSION, available, migrate
 from tests.helpers.cli import spawn
 
 

@@ -13,8 +13,8 @@ from cluster.config.retention import Retention
 from cluster.errors import InvalidInput
 from cluster.jobs.spec import JobSpec
 from cluster.settings import ClusterSettings
-from cluster.store import pruning
-from cluster.store.jobs import JobStore
+from cluster.store.housekeeping import pruning
+from cluster.store.jobstore.store import JobStore
 from node.handlers.context import Outcome
 from node.pipeline.outcomes import after_run
 from tests.helpers.sessions import Opener

@@ -16,7 +16,7 @@ import pytest
 from cluster.errors import Conflict
 from cluster.jobs.spec import JobSpec
 from cluster.settings import ClusterSettings
-from cluster.store.jobs import JobStore
+from cluster.store.jobstore.store import JobStore
 from tests.helpers.cli import Invoke, add_args, assert_bad_input, jobs_rows
 
 TICK = {"name": "tick", "schedule": "*/5 * * * *", "handler": "app.jobs:tick"}

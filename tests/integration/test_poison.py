@@ -18,9 +18,9 @@ import pytest
 
 from cluster.jobs.spec import JobSpec
 from cluster.settings import ClusterSettings
-from cluster.store.jobs import JobStore
-from cluster.store.records import ClaimedJob
-from cluster.store.session import LockSession
+from cluster.store.jobstore.store import JobStore
+from cluster.store.lock.records import ClaimedJob
+from cluster.store.lock.session import LockSession
 from node.maintenance.recovery import Recovery
 from node.pipeline.clock import DbClock
 from node.pipeline.completer import Completer

@@ -24,8 +24,8 @@ from cluster.jobs.spec import JobSpec
 from cluster.settings import ClusterSettings
 from cluster.store.config import read_config
 from cluster.store.connect import Conn, connect
-from cluster.store.jobs import JobStore
-from cluster.store.pruning import prune, side_connection
+from cluster.store.housekeeping.pruning import prune, side_connection
+from cluster.store.jobstore.store import JobStore
 from cluster.store.queries import query
 from cluster.store.side import SideConnection
 from node.maintenance.pruner import Pruner

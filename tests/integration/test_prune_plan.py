@@ -23,7 +23,7 @@ from psycopg import sql
 from cluster.config.retention import MAX_KEEP_S
 from cluster.settings import ClusterSettings
 from cluster.store.connect import Conn, connect
-from cluster.store.jobs import JobStore
+from cluster.store.jobstore.store import JobStore
 from cluster.store.queries import query
 from ring import Ring
 from tests.helpers.plans import walk_with_parents

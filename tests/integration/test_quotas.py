@@ -1,8 +1,8 @@
-"""Tenants' quotas (migration 019, cluster/store/quotas.py): the database refuses a job past
-a tenant's ``max_jobs``, a backfill past its ``max_backfill_slots`` or a job or backfill
-asking more slots at once than its ``max_parallel``, on every path that writes, with one
-line naming the cap and nothing written; two writers racing for the last place cannot both
-have it; a tenant without a quota is not capped."""
+"""Tenants' quotas (migration 019, cluster/store/jobstore/quotas.py): the database refuses a job
+past a tenant's ``max_jobs``, a backfill past its ``max_backfill_slots`` or a job or backfill asking
+more slots at once than its ``max_parallel``, on every path that writes, with one line naming the
+cap and nothing written; two writers racing for the last place cannot both have it; a tenant without
+a quota is not capped."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ import pytest
 from cluster.errors import Conflict, InvalidInput
 from cluster.jobs.spec import JobSpec
 from cluster.settings import ClusterSettings
-from cluster.store.jobs import JobStore
+from cluster.store.jobstore.store import JobStore
 from tests.helpers.cli import Invoke, add_args, assert_bad_input, jobs_rows
 
 T0 = datetime(2031, 3, 4, 12, 0, tzinfo=UTC)

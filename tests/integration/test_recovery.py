@@ -19,8 +19,8 @@ from cluster.errors import MembershipError
 from cluster.jobs.spec import JobSpec
 from cluster.members import MemberInfo, MemberRegistry
 from cluster.settings import ClusterSettings
-from cluster.store.jobs import JobStore
-from cluster.store.session import LockSession, SessionLost
+from cluster.store.jobstore.store import JobStore
+from cluster.store.lock.session import LockSession, SessionLost
 from node.handlers.context import Outcome
 from node.membership.heartbeat import Heartbeat
 from node.membership.shards import ShardKeeper

@@ -18,7 +18,7 @@ from cluster.config.retention import DEFAULT_KEEP_FAILED_FOR_S
 from cluster.jobs.spec import JobSpec
 from cluster.settings import ClusterSettings
 from cluster.store.connect import connect
-from cluster.store.jobs import JobStore
+from cluster.store.jobstore.store import JobStore
 from tests.helpers.cli import Invoke, add_args, assert_bad_input, jobs_rows
 from tests.helpers.history import add, every_10s, finish, rows, run_rows
 from tests.helpers.sessions import ALL, T0, Opener, at

@@ -1,4 +1,4 @@
-"""Least-privilege roles (``pulse init --roles``, cluster/store/roles.py): made once and
+"""Least-privilege roles (``pulse init --roles``, cluster/store/schema/roles.py): made once and
 granted again on every run; every table of the schema has its place in the grants; a
 ``pulse_web`` login and a ``pulse_node`` login do their jobs through the real store and a
 real node process, and neither may alter or drop the schema, nor the web write runs, nor
@@ -22,9 +22,9 @@ from cluster.jobs.spec import JobSpec
 from cluster.local.logins import login_names
 from cluster.local.processes import Command, pulse_env
 from cluster.settings import ClusterSettings
-from cluster.store.effects import EffectsStore
-from cluster.store.jobs import JobStore
-from cluster.store.roles import GRANTS, scram_verifier
+from cluster.store.jobstore.store import JobStore
+from cluster.store.lock.effects import EffectsStore
+from cluster.store.schema.roles import GRANTS, scram_verifier
 from node.handlers.context import RunContext
 from node.handlers.effects import Effects
 from node.pipeline.clock import DbClock
@@ -68,7 +68,7 @@ def test_init_roles_makes_them_once_and_places_every_table(
             " AND relkind IN ('r', 'v')",
         )
     }
-    assert tables == set(GRANTS)  # a new table needs its line in cluster/store/roles.py
+    assert tables == set(GRANTS)  # a new table needs its line in cluster/store/schema/roles.py
     bad = initialised("init", "--roles", "--node-role", "Robert'); DROP", "--web-role", "w")
     assert bad.exit_code == 2 and "node-role" in bad.output
     unset = initialised(*args, "--node-login", logins.node_user, PULSE_NODE_LOGIN_PASSWORD=None)

@@ -16,10 +16,10 @@ from click.testing import Result
 from cluster.errors import NotFound
 from cluster.jobs.spec import JobSpec
 from cluster.settings import ClusterSettings
-from cluster.store.jobs import JobStore
-from cluster.store.records import ClaimedJob, Completion
-from cluster.store.session import LockSession
-from cluster.store.writer import ResultWriter
+from cluster.store.jobstore.store import JobStore
+from cluster.store.lock.records import ClaimedJob, Completion
+from cluster.store.lock.session import LockSession
+from cluster.store.lock.writer import ResultWriter
 from node.handlers.context import Outcome
 from node.handlers.output import RunLog, TailBuffer, compose
 from node.pipeline.outcomes import after_run

@@ -14,9 +14,9 @@ import pytest
 from cluster.errors import InvalidInput
 from cluster.jobs.spec import JobSpec
 from cluster.settings import ClusterSettings
-from cluster.store.jobs import JobStore
-from cluster.store.records import ClaimedJob
-from cluster.store.session import LockSession
+from cluster.store.jobstore.store import JobStore
+from cluster.store.lock.records import ClaimedJob
+from cluster.store.lock.session import LockSession
 from node.handlers.context import Outcome
 from node.pipeline.outcomes import after_run, plan_at_claim
 from node.pipeline.slotentry import slot_entry

@@ -1,4 +1,4 @@
-"""``cluster/store/schema.sql`` is the schema the migrations make: the migrations go into one
+"""``cluster/store/schema/schema.sql`` is the schema the migrations make: the migrations go into one
 empty database, schema.sql into another, and their catalogs must match, part by part
 (docs/design/schema.md)."""
 
@@ -16,7 +16,7 @@ import pytest
 from psycopg import sql
 from psycopg.rows import dict_row
 
-from cluster.store.migrate import available, migrate
+from cluster.store.schema.migrate import available, migrate
 from tests.helpers.databases import ADMIN_URL, _with_database
 
 SCHEMA = "pulse"  # the same name in both databases, so the catalogs compare as they are
@@ -119,7 +119,7 @@ async def apply_migrations(url: str) -> None:
 
 
 def apply_schema_sql(url: str) -> None:
-    text = resources.files("cluster.store").joinpath("schema.sql").read_text("utf-8")
+    text = resources.files("cluster.store.schema").joinpath("schema.sql").read_text("utf-8")
     with psycopg.connect(url) as conn:
         conn.execute(sql.SQL("CREATE SCHEMA {}").format(sql.Identifier(SCHEMA)))
         conn.execute(sql.SQL("SET LOCAL search_path TO {}").format(sql.Identifier(SCHEMA)))

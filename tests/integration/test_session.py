@@ -23,10 +23,10 @@ from cluster.jobs.spec import JobSpec
 from cluster.settings import ClusterSettings
 from cluster.store import notify
 from cluster.store.connect import Conn, connect
-from cluster.store.jobs import JobStore
+from cluster.store.jobstore.store import JobStore
+from cluster.store.lock.records import ClaimedJob
+from cluster.store.lock.session import LockSession, SessionLost, claim_params
 from cluster.store.queries import query, variant
-from cluster.store.records import ClaimedJob
-from cluster.store.session import LockSession, SessionLost, claim_params
 from tests.helpers.databases import ADMIN_URL
 from tests.helpers.partition import Partition
 from tests.helpers.sessions import ALL, T0, Opener, add_jobs, at, completion, run_rows

@@ -12,7 +12,7 @@ import pytest
 from cluster.errors import InvalidInput, StoreError
 from cluster.settings import ClusterSettings
 from cluster.store.connect import SchemaMissing, connect
-from cluster.store.jobs import JobStore
+from cluster.store.jobstore.store import JobStore
 from cluster.store.side import SideConnection
 from tests.helpers.partition import Partition
 

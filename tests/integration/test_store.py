@@ -15,7 +15,7 @@ from cluster.jobs.models import Job
 from cluster.jobs.spec import JobSpec
 from cluster.settings import ClusterSettings
 from cluster.store.connect import connection
-from cluster.store.jobs import JobStore
+from cluster.store.jobstore.store import JobStore
 from cluster.timing.schedule import parse_schedule
 from ring import shard_for
 from tests.helpers.waiting import until

@@ -10,8 +10,8 @@ import pytest
 
 from cluster.local.processes import free_port
 from cluster.settings import ClusterSettings
-from cluster.store.jobs import JobStore
-from cluster.store.session import LockSession, SessionLost
+from cluster.store.jobstore.store import JobStore
+from cluster.store.lock.session import LockSession, SessionLost
 from tests.helpers.cli import invoke
 from tests.helpers.databases import REDIS_URL
 

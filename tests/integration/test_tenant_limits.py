@@ -15,9 +15,9 @@ from cluster.errors import InvalidInput
 from cluster.jobs.spec import JobSpec
 from cluster.settings import ClusterSettings
 from cluster.store import notify
-from cluster.store.jobs import JobStore
-from cluster.store.records import ClaimedJob
-from cluster.store.session import LockSession
+from cluster.store.jobstore.store import JobStore
+from cluster.store.lock.records import ClaimedJob
+from cluster.store.lock.session import LockSession
 from tests.helpers.flights import ended, handed
 from tests.helpers.sessions import ALL, T0, Opener, at, completion
 

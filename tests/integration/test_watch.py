@@ -1,4 +1,4 @@
-"""Watch jobs against a real Postgres (cluster/store/watches.py): never claimed, pings
+"""Watch jobs against a real Postgres (cluster/store/housekeeping/watches.py): never claimed, pings
 matched to slots and written as runs, a missing ping raised `late` once per slot by the
 late pass, tokens kept as hashes, adoption at a slot boundary and double runs. Explicit
 ``now`` throughout; the HTTP side is tests/e2e/test_watch_e2e.py."""
@@ -14,11 +14,11 @@ from cluster.errors import InvalidInput
 from cluster.jobs.files import load_specs
 from cluster.jobs.spec import JobSpec
 from cluster.settings import ClusterSettings
-from cluster.store.alerts import AlertStore
 from cluster.store.connect import connect
-from cluster.store.jobs import JobStore
+from cluster.store.housekeeping.alerts import AlertStore
+from cluster.store.housekeeping.watches import token_hash
+from cluster.store.jobstore.store import JobStore
 from cluster.store.queries import query
-from cluster.store.watches import token_hash
 from ring.zones import WATCH_SHARD
 from tests.helpers.outbox import ALL, HANDLER, T0, add_rule, at, events, run_slot, sql
 from tests.helpers.roles import Logins, grant_roles, refused

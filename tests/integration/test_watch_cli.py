@@ -1,4 +1,4 @@
-"""The watch jobs' commands (cluster/cli/watching.py, `jobs add --watch`): the ping URL
+"""The watch jobs' commands (cluster/cli/jobs/watching.py, `jobs add --watch`): the ping URL
 shown once, adoption, and bad input (one line naming the field, exit 2, nothing written)."""
 
 from __future__ import annotations

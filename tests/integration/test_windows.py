@@ -11,7 +11,7 @@ import pytest
 
 from cluster.errors import InvalidInput, NotFound
 from cluster.jobs.spec import JobSpec
-from cluster.store.jobs import JobStore
+from cluster.store.jobstore.store import JobStore
 from node.handlers.context import Outcome
 from node.pipeline.outcomes import after_run, plan_at_claim
 from tests.helpers.sessions import Opener

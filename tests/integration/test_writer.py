@@ -10,9 +10,9 @@ import pytest
 from cluster.errors import StoreError
 from cluster.jobs.spec import JobSpec
 from cluster.settings import ClusterSettings
-from cluster.store.jobs import JobStore
-from cluster.store.session import LockSession
-from cluster.store.writer import ResultWriter
+from cluster.store.jobstore.store import JobStore
+from cluster.store.lock.session import LockSession
+from cluster.store.lock.writer import ResultWriter
 from node.handlers.context import Outcome
 from node.pipeline.outcomes import after_run
 

@@ -9,7 +9,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from cluster.errors import InvalidInput
-from cluster.store.backfills import MAX_SLOTS, plan_slots
+from cluster.store.housekeeping.backfills import MAX_SLOTS, plan_slots
 from cluster.timing.schedule import parse_schedule
 
 BERLIN_DAILY = "30 2 * * *"

@@ -18,7 +18,7 @@ import pytest
 
 from cluster.errors import InvalidInput
 from cluster.jobs.spec import JobSpec
-from cluster.store.records import ClaimedJob
+from cluster.store.lock.records import ClaimedJob
 from node.handlers.context import Outcome, RunContext
 from node.pipeline.executor import Executor
 from node.pipeline.outcomes import after_run

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from cluster.chaos.checks import run_checks
-from cluster.chaos.observations import FaultRecord, LockSample, Observations
 from cluster.chaos.plan import BLIP_S, Bounds, make_plan, parse_kinds
+from cluster.chaos.verdict.kinds import run_checks
+from cluster.chaos.verdict.observations import FaultRecord, LockSample, Observations
 
 T0 = 1_800_000_000.0
 

@@ -13,7 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from cluster.chaos.checks import (
+from cluster.chaos.plan import KINDS, Bounds, make_plan, parse_kinds
+from cluster.chaos.verdict.failover import fault_gaps, unheld_stretches
+from cluster.chaos.verdict.kinds import (
     allow_lateness_s,
     allow_slots,
     exactly_once_effects,
@@ -22,8 +24,7 @@ from cluster.chaos.checks import (
     run_checks,
     zone_placement,
 )
-from cluster.chaos.failover import fault_gaps, unheld_stretches
-from cluster.chaos.observations import (
+from cluster.chaos.verdict.observations import (
     Execution,
     FaultRecord,
     JobInfo,
@@ -32,12 +33,11 @@ from cluster.chaos.observations import (
     Observations,
     RunRecord,
     count_log_events,
-    dump,
-    load,
+    from_json,
+    to_json,
 )
-from cluster.chaos.plan import KINDS, Bounds, make_plan, parse_kinds
-from cluster.chaos.report import build_report, render_table
-from cluster.chaos.safety import check_executions, expected_slots, find_lost, find_reruns
+from cluster.chaos.verdict.report import build_report, render_table
+from cluster.chaos.verdict.safety import check_executions, expected_slots, find_lost, find_reruns
 from cluster.chaos.witness import read_witness
 from cluster.chaos.workload import make_workload
 from cluster.errors import InvalidInput
@@ -527,11 +527,9 @@ def test_witness_and_log_lines_are_parsed(tmp_path: Path) -> None:
     assert count_log_events(logs) == {"fenced_write": 1}
     runs, execs = steady("job", T0, T0 + 2)
     obs = observe(runs, execs, [kill()], [LockSample(T0, {0: "n1"}), LockSample(T0, None)])
-    dump(obs, tmp_path)
-    assert load(tmp_path / "observations.json") == obs
+    assert from_json(to_json(obs)) == obs
     obs = effects_run()
-    dump(obs, tmp_path)
-    assert load(tmp_path / "observations.json") == obs
+    assert from_json(to_json(obs)) == obs
 
 
 # -- the poison job ----------------------------------------------------------------------

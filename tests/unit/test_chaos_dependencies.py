@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from cluster.chaos.checks import dependencies, run_checks
-from cluster.chaos.observations import Execution, JobInfo, Observations, RunRecord
-from cluster.chaos.safety import find_lost
+from cluster.chaos.verdict.kinds import dependencies, run_checks
+from cluster.chaos.verdict.observations import Execution, JobInfo, Observations, RunRecord
+from cluster.chaos.verdict.safety import find_lost
 from cluster.chaos.workload import make_workload
 
 T0 = 1_800_000_000.0

@@ -8,9 +8,15 @@ from dataclasses import replace
 
 import pytest
 
-from cluster.chaos.observations import Execution, FaultRecord, JobInfo, Observations, RunRecord
 from cluster.chaos.plan import Bounds, _fault, make_plan, parse_kinds
-from cluster.chaos.report import build_report, render_table
+from cluster.chaos.verdict.observations import (
+    Execution,
+    FaultRecord,
+    JobInfo,
+    Observations,
+    RunRecord,
+)
+from cluster.chaos.verdict.report import build_report, render_table
 from cluster.errors import InvalidInput
 
 BOUNDS = Bounds(kill_s=5.0, stop_s=9.0, session_timeout_s=4.0)

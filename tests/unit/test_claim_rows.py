@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from cluster.store.records import ClaimedJob, claimed_jobs
+from cluster.store.lock.records import ClaimedJob, claimed_jobs
 from tests.helpers.claimed import job
 
 

@@ -12,7 +12,7 @@ from uuid import UUID
 
 import pytest
 
-from cluster.store.records import ClaimedJob, Completion, Skip
+from cluster.store.lock.records import ClaimedJob, Completion, Skip
 from node.handlers.context import Outcome
 from node.pipeline import completer as completer_module
 from node.pipeline.clock import DbClock

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, cast
 
-from cluster.store.alerts import AlertStore
+from cluster.store.housekeeping.alerts import AlertStore
 from cluster.store.side import SideConnection
 from node.maintenance.backfiller import IDLE_POLL_S, Backfiller
 from node.maintenance.outbox import IDLE_S, INTERVAL_S, AlertDelivery

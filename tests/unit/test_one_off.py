@@ -11,7 +11,7 @@ import pytest
 
 from cluster.errors import InvalidInput
 from cluster.jobs.spec import JobSpec
-from cluster.store.records import NEVER, ClaimedJob
+from cluster.store.lock.records import NEVER, ClaimedJob
 from cluster.timing.schedule import parse_schedule
 from node.handlers.context import Outcome
 from node.pipeline.outcomes import after_run, plan_at_claim

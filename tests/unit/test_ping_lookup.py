@@ -1,13 +1,14 @@
-"""An unknown ping token and a malformed one cost the same work (cluster/store/watches.py):
-one hash, one lookup of 32 bytes, nothing else, so neither answer nor timing tells a
-well-formed guess from garbage. On a fake fetch that records the statements."""
+"""An unknown ping token and a malformed one cost the same work
+(cluster/store/housekeeping/watches.py): one hash, one lookup of 32 bytes, nothing else, so neither
+answer nor timing tells a well-formed guess from garbage. On a fake fetch that records the
+statements."""
 
 from __future__ import annotations
 
 from datetime import UTC, datetime
 from typing import Any
 
-from cluster.store.watches import new_token, record_ping, token_hash
+from cluster.store.housekeeping.watches import new_token, record_ping, token_hash
 
 
 class Recorder:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from cluster.store.records import int_array
+from cluster.store.lock.records import int_array
 
 
 def test_the_literal_lists_the_shards_sorted_and_once() -> None:

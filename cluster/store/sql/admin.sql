@@ -1,5 +1,5 @@
 -- What operators set up: the cluster's settings (`pulse config`, cluster/store/config.py),
--- API tokens and the audit trail (cluster/store/access.py, docs/design/web.md). A
+-- API tokens and the audit trail (cluster/store/access/tokens.py, docs/design/web.md). A
 -- tenant-scoped token's reads and writes carry %(scope)s, so the tenant scope is enforced
 -- by the statement itself.
 

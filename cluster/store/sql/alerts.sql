@@ -1,4 +1,4 @@
--- Alerts: rules, the outbox's deliveries and the late pass (cluster/store/alerts.py,
+-- Alerts: rules, the outbox's deliveries and the late pass (cluster/store/housekeeping/alerts.py,
 -- docs/design/alerts.md).
 
 -- name: alert_rule_insert

@@ -1,8 +1,8 @@
 -- Backfills: requests to run a job's slots of a range again, queued as flights
--- (cluster/store/backfills.py, runcontrol.py, docs/design/time.md).
+-- (cluster/store/housekeeping/backfills.py, runcontrol.py, docs/design/time.md).
 
 -- name: backfill_insert
--- A backfill request (cluster/store/backfills.py): the nodes holding the job's shard queue
+-- A backfill request (cluster/store/housekeeping/backfills.py): the nodes holding the job's shard queue
 -- its slots as flights from cursor_at on.
 INSERT INTO backfills (job_id, tenant_id, job_name, shard_id, range_from, range_to, cursor_at,
                        only_missing, max_parallel, slots_total, created_at, updated_at,

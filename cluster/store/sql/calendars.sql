@@ -1,4 +1,4 @@
--- Business calendars, blackout windows and the jobs that plan with them (cluster/store/calendars.py,
+-- Business calendars, blackout windows and the jobs that plan with them (cluster/store/jobstore/calendars.py,
 -- docs/design/calendars.md).
 
 -- name: upsert_calendar
@@ -30,7 +30,7 @@ FROM calendars c WHERE c.name = %(name)s;
 -- A job written with calendar %(name)s holds this until its transaction ends, and a change
 -- of that calendar waits for it (change_calendar), so the change re-plans the job. An
 -- advisory lock, not FOR SHARE: that would need UPDATE on calendars, which neither the
--- node's nor the web's role has (cluster/store/roles.py).
+-- node's nor the web's role has (cluster/store/schema/roles.py).
 SELECT count(*) FROM pg_advisory_xact_lock_shared(
     hashtextextended(current_schema() || ':calendar:' || %(name)s, 0));
 

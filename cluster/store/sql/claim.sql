@@ -1,5 +1,5 @@
 -- The single-lease path: the claim of due job rows, and the lease it gives (renewed,
--- released, recovered from a dead node), run on the lock session (cluster/store/session.py,
+-- released, recovered from a dead node), run on the lock session (cluster/store/lock/session.py,
 -- docs/design/claim-plan.md, recovery.md). Overlap `allow` slots: flights.sql.
 
 -- name: claim
@@ -138,7 +138,7 @@ claimed AS (
         updated_at = k.t
     FROM locked l, clock k
     WHERE j.ctid = l.ctid
-    -- In the order of cluster.store.records.ClaimedJob's fields: built by position. An empty
+    -- In the order of cluster.store.lock.records.ClaimedJob's fields: built by position. An empty
     -- payload comes back as NULL: no JSON to parse for most jobs.
     RETURNING j.id, j.tenant_id, j.name, j.schedule, j.tz, j.dst_repeated, j.dst_skipped,
               j.handler, nullif(j.payload, '{}'::jsonb) AS payload, j.shard_id, j.slot_at,

@@ -1,5 +1,5 @@
 -- Results of the single-lease path, written by the node's result writer
--- (cluster/store/writer.py, docs/design/completions.md).
+-- (cluster/store/lock/writer.py, docs/design/completions.md).
 
 -- name: complete
 -- Fenced, batched completion: rows still running under the caller's lease token move to
@@ -12,7 +12,7 @@ WITH clock AS (
 -- One JSON text per batch, cheap for the client to encode: per completion [id, token,
 -- slot, outcome, error, duration_us, next_run_at, next_slot or null, next_attempt,
 -- output as JSON text or null, the next slot's origin or null, state as JSON text or null,
--- why its metrics failed the job's --assert or null] (cluster.store.records.complete_params),
+-- why its metrics failed the job's --assert or null] (cluster.store.lock.records.complete_params),
 -- parsed once.
 input AS MATERIALIZED (
     SELECT (e->>0)::uuid AS id, (e->>1)::bigint AS token, (e->>2)::timestamptz AS slot,

@@ -1,4 +1,4 @@
--- Console sessions (cluster/store/sessions.py, docs/design/web.md): a row per signed-in
+-- Console sessions (cluster/store/access/console_sessions.py, docs/design/web.md): a row per signed-in
 -- browser, found by the SHA-256 of the id its cookie carries. A session lives while its
 -- token does, until its absolute expiry, and while it is seen at least every %(idle_s)s.
 

@@ -1,5 +1,5 @@
 -- Flights: the slots of overlap `allow` jobs, each under a lease of its own (migration 009,
--- cluster/store/flights.py, docs/design/overlap.md, tests/integration/test_flights.py).
+-- cluster/store/lock/flights.py, docs/design/overlap.md, tests/integration/test_flights.py).
 
 -- name: spawn
 -- Hands claimed slots of `allow` jobs to flights, fenced on the claim's token like
@@ -89,7 +89,7 @@ SELECT id, room FROM again;
 -- name: claim_flights
 -- Queued flights of the held shards that are due (a retry's backoff is over, or the flight
 -- was taken back from a dead node), oldest first, at most %(limit)s: running under the
--- caller and a new token. Rows as `claim` returns them (cluster.store.records.ClaimedJob).
+-- caller and a new token. Rows as `claim` returns them (cluster.store.lock.records.ClaimedJob).
 WITH clock AS (
     SELECT coalesce(%(now)s::timestamptz, now()) AS t
 ),
@@ -149,7 +149,7 @@ WITH clock AS (
     SELECT coalesce(%(now)s::timestamptz, now()) AS t
 ),
 -- Per attempt: [job id, slot, token, outcome, error, duration_us, retry_at or null,
--- output as JSON text or null, assertion or null] (cluster.store.records.flight_params).
+-- output as JSON text or null, assertion or null] (cluster.store.lock.records.flight_params).
 input AS MATERIALIZED (
     SELECT (e->>0)::uuid AS id, (e->>1)::timestamptz AS slot, (e->>2)::bigint AS token,
            e->>3 AS outcome, e->>4 AS error, (e->>5)::bigint / 1e6::float8 AS duration_s,
@@ -321,7 +321,7 @@ RETURNING j.id, j.shard_id, f.slot AS slot_at, f.attempt, f.lease_token, f.locke
 
 -- name: trigger_flight
 -- A slot stamped with the current time, queued as a flight due now with the given payload
--- (`pulse jobs trigger --payload`; cluster/store/inputs.py). No row: one is there already at
+-- (`pulse jobs trigger --payload`; cluster/store/jobstore/inputs.py). No row: one is there already at
 -- that instant, or the job has %(most)s such flights waiting (the caller tells which).
 INSERT INTO flights (job_id, slot, shard_id, status, attempt, due_at, lease_token, origin,
                      payload, revision)

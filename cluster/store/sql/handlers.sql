@@ -1,4 +1,4 @@
--- Python handlers offered to the HTTP API by code (cluster/store/handlers.py): recorded by
+-- Python handlers offered to the HTTP API by code (cluster/store/jobstore/registered_handlers.py): recorded by
 -- nodes that load registries and by `pulse jobs apply --module`, read by the API.
 
 -- name: handlers_register

@@ -1,4 +1,4 @@
--- Jobs: their definitions and the operator's actions on one job (cluster/store/jobs.py,
+-- Jobs: their definitions and the operator's actions on one job (cluster/store/jobstore/store.py,
 -- definitions.py, runcontrol.py), the wake-up NOTIFY and the console's jobs page.
 
 -- name: db_now

@@ -1,5 +1,5 @@
 -- Pruning: expired runs, done one-off jobs and alert events (cluster/config/retention.py,
--- cluster/store/pruning.py, docs/design/retention.md).
+-- cluster/store/housekeeping/pruning.py, docs/design/retention.md).
 
 -- name: prune_done_jobs
 -- Deletes the done one-off jobs of the given shards that asked to be removed, or whose runs

@@ -1,5 +1,5 @@
 -- The run history as read: a job's runs, one run, the console's runs page and fire-lag
--- chart (cluster/store/jobs.py, pages.py). Runs are written by claim.sql, completion.sql
+-- chart (cluster/store/jobstore/store.py, pages.py). Runs are written by claim.sql, completion.sql
 -- and flights.sql, through record_run (migration 005).
 
 -- name: list_runs

@@ -1,4 +1,4 @@
--- The node's lock session (cluster/store/session.py, docs/design/lock-session.md): its
+-- The node's lock session (cluster/store/lock/session.py, docs/design/lock-session.md): its
 -- settings, the shard locks it holds, and which nodes have a session.
 
 -- name: lock_session_setup
@@ -69,7 +69,7 @@ WHERE application_name = %(node)s AND datname = current_database() AND state = '
   AND state_change < clock_timestamp() - make_interval(secs => %(idle_s)s);
 
 -- name: take_life_lock
--- The node's life lock (cluster/store/lifelock.py): held by its lock session while it
+-- The node's life lock (cluster/store/lock/lifelock.py): held by its lock session while it
 -- lives, so a peer waiting for it learns at once that the session ended.
 SELECT pg_try_advisory_lock(%(ns)s, %(key)s) AS got;
 

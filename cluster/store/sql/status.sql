@@ -1,4 +1,4 @@
--- Read-only statements behind `pulse status` (cluster/store/snapshot.py).
+-- Read-only statements behind `pulse status` (cluster/store/observe/snapshot.py).
 
 -- name: status_in_flight
 -- Runs in flight per node: jobs and flights running under a lease, by the node that

@@ -1,5 +1,5 @@
 -- Tenants' limits on runs at once across the cluster (migration 014,
--- cluster/store/tenants.py, docs/design/fairness.md).
+-- cluster/store/jobstore/tenant_limits.py, docs/design/fairness.md).
 
 -- name: tenant_limit_lock
 -- Setting or clearing a tenant's limit marks its rows under this lock; inserts of its jobs

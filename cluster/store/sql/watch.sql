@@ -1,5 +1,5 @@
 -- Watch jobs: their ping tokens, the runs their pings write, the late pass over the watch
--- shard and adoption (cluster/store/watches.py, docs/design/watch.md).
+-- shard and adoption (cluster/store/housekeeping/watches.py, docs/design/watch.md).
 
 -- name: watch_by_hash
 -- The job a ping token names, locked so the pings of one job are taken one at a time.

@@ -1,5 +1,5 @@
 -- Zone placement: zone spaces, pinned jobs and the children of each-zone jobs
--- (cluster/store/definitions.py, session.py, docs/design/zones.md).
+-- (cluster/store/jobstore/definitions.py, session.py, docs/design/zones.md).
 
 -- name: zone_space
 -- The space number of a zone set, allocated on first use. A concurrent first use of the

@@ -1,0 +1,82 @@
+"""Controlling a job's slots: ``pulse jobs pause`` (for good or ``--until``), ``skip-next``,
+``resume`` and ``remove``."""
+
+from __future__ import annotations
+
+import click
+
+from cluster.cli.base import (
+    PulseCommand,
+    parse_time,
+    tenant_option,
+    with_store,
+)
+from cluster.jobs.models import Job, iso
+from cluster.store.jobstore.store import JobStore
+
+
+def next_run(job: Job) -> str:
+    if job.status == "done":
+        return "none (done: its one slot has run)"
+    return iso(job.next_run_at) or "none while paused"
+
+
+def _done(verb: str, job: Job) -> None:
+    click.echo(f"{verb} {job.name} (tenant {job.tenant}): {job.status}, next run {next_run(job)}")
+
+
+@click.command("pause", cls=PulseCommand)
+@click.argument("name")
+@tenant_option
+@click.option("--note", default=None, help="Why it is paused (shown by list, show, status).")
+@click.option("--until", default=None, help="Resume by itself at this ISO 8601 time (with offset).")
+@with_store
+async def pause_job(
+    store: JobStore, name: str, tenant: str, note: str | None, until: str | None
+) -> None:
+    """Stop scheduling a job (a running slot finishes), or until --until."""
+    if until is None:
+        _done("paused", await store.pause(name, tenant, note=note))
+        return
+    moment = parse_time(until, "until")
+    assert moment is not None
+    await store.holds.pause_until(name, tenant, moment, note=note)
+    _done(f"paused until {moment.isoformat()}", await store.get(name, tenant))
+
+
+@click.command("skip-next", cls=PulseCommand)
+@click.argument("name")
+@tenant_option
+@click.option("--count", default=1, show_default=True, type=int, help="How many runs to skip.")
+@with_store
+async def skip_next(store: JobStore, name: str, tenant: str, count: int) -> None:
+    """Record a job's next runs skipped; it continues at the one after them."""
+    skipped = await store.holds.skip_next(name, tenant, count)
+    for slot in skipped:
+        click.echo(f"skipped {slot.isoformat()}")
+    _done("skipping", await store.get(name, tenant))
+
+
+def _control(verb: str) -> click.Command:
+    @click.argument("name")
+    @tenant_option
+    @with_store
+    async def command(store: JobStore, name: str, tenant: str) -> None:
+        if verb == "resume":
+            job = await store.resume(name, tenant)
+        else:
+            await store.remove(name, tenant)
+            click.echo(f"removed {name} (tenant {tenant})")
+            return
+        _done("resumed", job)
+
+    docs = {
+        "resume": "Resume a paused job at its next future slot.",
+        "remove": "Delete a job and its run history.",
+    }
+    command.__doc__ = docs[verb]
+    return click.command(verb, cls=PulseCommand)(command)
+
+
+resume_job = _control("resume")
+remove_job = _control("remove")

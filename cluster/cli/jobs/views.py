@@ -1,0 +1,175 @@
+"""Reading jobs: ``pulse jobs list``, ``pulse jobs show`` (with its explained timeline and
+outage plan) and ``pulse jobs graph``; ``cluster.cli.jobs`` owns the group and the commands
+that change jobs."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+from typing import Any
+
+import click
+
+from cluster.cli.base import PulseCommand, emit_json, parse_time, tenant_option, with_store
+from cluster.cli.jobs.timelines import print_steps
+from cluster.cli.table import table
+from cluster.errors import InvalidInput
+from cluster.jobs import handlerrefs
+from cluster.jobs.labels import parse_label
+from cluster.jobs.models import Job, iso
+from cluster.store.jobstore.store import JobStore
+from cluster.store.jobstore.timeline import explain_job, outage_of
+from cluster.timing.entries import is_union
+
+SHOW_SLOTS = 5
+
+
+def _note(job: Job) -> str:
+    """The job's pause note, and its `pause --until` while that time is ahead."""
+    held = job.paused_until is not None and job.paused_until > datetime.now(UTC)
+    until = f"paused until {iso(job.paused_until)}" if held else ""
+    return "; ".join(n for n in (until, job.pause_note or "") if n)
+
+
+def _schedule(job: Job) -> str:
+    """The schedule as the list shows it: several are summed up (``show`` lists them)."""
+    entries = job.parsed_schedule().entries if is_union(job.schedule) else ()
+    return f"{len(entries)} schedules" if entries else job.schedule
+
+
+def _when(job: Job) -> str:
+    return job.next_run_at.strftime("%Y-%m-%d %H:%M:%S%z") if job.next_run_at else "-"
+
+
+@click.command("list", cls=PulseCommand)
+@click.option("--tenant", default=None, help="Only this tenant.")
+@click.option(
+    "--label", "label_args", multiple=True, help="Only jobs with this key=value (repeatable)."
+)
+@click.option("--json", "as_json", is_flag=True)
+@with_store
+async def list_jobs(
+    store: JobStore, tenant: str | None, label_args: tuple[str, ...], as_json: bool
+) -> None:
+    """List jobs."""
+    wanted = dict(parse_label(text) for text in label_args)
+    found = await store.jobs(tenant, wanted)
+    if as_json:
+        emit_json([job.to_json() for job in found])
+        return
+    header = ["TENANT", "NAME", "SCHEDULE", "TZ", "STATUS", "NEXT RUN", "HANDLER"]
+    body = [
+        [
+            j.tenant,
+            j.name,
+            _schedule(j),
+            j.tz,
+            j.status,
+            _when(j),
+            handlerrefs.describe(j.handler)[0],
+        ]
+        for j in found
+    ]
+    notes = [_note(j) for j in found]
+    if any(notes):
+        header.append("NOTE")
+        for row, note in zip(body, notes, strict=True):
+            row.append(note)
+    table([header, *body])
+    if not found:
+        click.echo("no jobs")
+
+
+@click.command("show", cls=PulseCommand)
+@click.argument("name")
+@tenant_option
+@click.option(
+    "--explain", is_flag=True, help="Each coming slot with DST, calendar, window, jitter."
+)
+@click.option("--outage", default=None, help="FROM..TO: what catch-up does after such an outage.")
+@click.option("--json", "as_json", is_flag=True)
+@with_store
+async def show_job(
+    store: JobStore, name: str, tenant: str, explain: bool, outage: str | None, as_json: bool
+) -> None:
+    """Show one job, its next slots and its latest runs (or its timeline explained)."""
+    if explain or outage is not None:
+        job = await store.get(name, tenant)
+        if outage is not None:
+            start, _, end = outage.partition("..")
+            begin, until = parse_time(start, "outage"), parse_time(end or None, "outage")
+            if begin is None or until is None:
+                raise InvalidInput("outage", "give FROM..TO, two ISO 8601 times with offsets")
+            steps = outage_of(job, begin, until)
+        else:
+            steps = explain_job(job, await store.db_now(), SHOW_SLOTS * 2)
+        print_steps(steps, as_json)
+        return
+    data = await store.details(name, tenant, slots=SHOW_SLOTS)
+    if as_json:
+        emit_json(data)
+        return
+    upcoming, recent = data.pop("next_slots"), data.pop("recent_runs")
+    starts = data.pop("next_starts")
+    reasons = data.pop("next_reasons", None) or [None] * len(upcoming)
+    skipped = data.pop("calendar_skips", None) or []
+    entries = data.pop("next_entries", None) or [None] * len(upcoming)
+    data.pop("schedules", None)  # the schedule text says it all
+    for key, value in data.items():
+        if key == "handler":  # an http: or celery: handler: its summary, then its options
+            first, *more = handlerrefs.describe(value)
+            click.echo(f"{'handler:':<18}{first}")
+            for line in more:
+                click.echo(f"{'':<20}{line}")
+            continue
+        if key == "health":  # last success, next slot, expectation state
+            click.echo(f"{'health:':<18}{_health(value)}")
+            continue
+        shown = json.dumps(value, ensure_ascii=False) if isinstance(value, dict) else value
+        if isinstance(value, list):  # upstreams, downstreams
+            shown = ", ".join(value) or None
+        click.echo(f"{key + ':':<18}{'-' if shown is None else shown}")
+    click.echo("next slots:" if upcoming else "next slots: none")
+    for slot, start, why, entry in zip(upcoming, starts, reasons, entries, strict=True):
+        line = f"  {slot}" if start == slot else f"  {slot}  starts {start}"
+        line += f"  [schedule {entry}]" if entry else ""
+        click.echo(line + (f"  ({why})" if why else ""))
+    for skip in skipped:
+        click.echo(f"  {skip['slot']}  skipped ({skip['reason']})")
+    click.echo("recent runs:" if recent else "recent runs: none")
+    for run in recent:
+        node = run["node_id"] or "-"
+        click.echo(f"  {run['scheduled_for']}  {run['status']:<9} attempt {run['attempt']}  {node}")
+
+
+def _health(h: dict[str, Any]) -> str:
+    state = h["state"] or "-"
+    if h["state_at"]:
+        state += f" since {h['state_at']}"
+    return f"last success {h['last_success'] or '-'}, next slot {h['next_slot'] or '-'}, " + (
+        f"expectations {state}"
+    )
+
+
+@click.command("graph", cls=PulseCommand)
+@tenant_option
+@click.option("--dot", is_flag=True, help="Print Graphviz DOT instead of text.")
+@click.option("--json", "as_json", is_flag=True, help="Print the edges as JSON.")
+@with_store
+async def graph_jobs(store: JobStore, tenant: str, dot: bool, as_json: bool) -> None:
+    """Print the dependencies between a tenant's jobs (upstream -> downstream)."""
+    edges = await store.graph(tenant)
+    if as_json:
+        emit_json(edges)
+    elif dot:
+        click.echo(f"digraph {json.dumps(tenant)} {{")
+        for e in edges:
+            label = json.dumps(e["match"])
+            click.echo(
+                f"  {json.dumps(e['upstream'])} -> {json.dumps(e['downstream'])} [label={label}];"
+            )
+        click.echo("}")
+    elif not edges:
+        click.echo(f"no dependencies in tenant {tenant}")
+    for e in [] if as_json or dot else edges:
+        click.echo(f"{e['upstream']} -> {e['downstream']}  ({e['match']})")

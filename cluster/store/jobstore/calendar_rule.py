@@ -1,0 +1,145 @@
+"""Each job's time rule, the copy it keeps in ``jobs.calendar_rule``: its calendar with
+``on_excluded`` and ``business_day``, and the blackout windows not yet over that cover it.
+A job with neither keeps NULL and plans as a plain schedule.
+
+Built when a job is written (``Definitions``) and rebuilt, with the job's next slot planned
+again, when a calendar or window changes (``Calendars``, ``Windows``), in the change's
+transaction (docs/design/calendars.md). A part of ``JobStore``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from datetime import datetime, timedelta
+from typing import Any
+
+from cluster.errors import InvalidInput
+from cluster.jobs.spec import JobSpec
+from cluster.store.jobstore.scoped import ScopedConnection
+from cluster.timing.calendared import (
+    EVERY_DAY,
+    CalendarRule,
+    Window,
+    first_run,
+    jittered_start,
+    origin_of,
+)
+from cluster.timing.calendars import Calendar
+from cluster.timing.schedule import parse_schedule
+
+__all__ = ["KEEP_PAST", "Rules", "covers", "window_of"]
+
+KEEP_PAST = timedelta(days=400)
+
+
+def window_of(row: dict[str, Any]) -> Window:
+    return Window(row["id"], row["starts_at"], row["ends_at"], row["defer"])
+
+
+def covers(row: dict[str, Any], tenant: str, name: str, labels: Mapping[str, str]) -> bool:
+    """Whether the window ``row`` applies to the job ``tenant``/``name`` with ``labels``."""
+    scope = row["window_scope"]
+    if scope == "cluster":
+        return True
+    if scope == "label":
+        mine = row["tenant_id"] is None or row["tenant_id"] == tenant
+        return bool(mine and labels.get(row["label_key"]) == row["label_value"])
+    return bool(row["tenant_id"] == tenant and (scope == "tenant" or row["job_name"] == name))
+
+
+class Rules:
+    def __init__(self, db: ScopedConnection) -> None:
+        self._db = db
+
+    async def active(self, db_now: datetime) -> list[dict[str, Any]]:
+        """The windows not over by ``db_now``, for ``for_spec`` to filter."""
+        return await self._db.all("active_windows", {"now": db_now})
+
+    async def for_spec(
+        self, spec: JobSpec, db_now: datetime, windows: Sequence[dict[str, Any]] | None = None
+    ) -> CalendarRule | None:
+        """The rule ``spec`` plans with (``windows``: ``active``'s, read if not given); its
+        calendar is held (``lock_calendar``) until the transaction ends. ``InvalidInput`` for
+        an unknown calendar."""
+        if spec.parsed_schedule().chain:
+            return None  # no clock: windows and calendars do not apply (docs/design/chains.md)
+        calendar = EVERY_DAY
+        if spec.calendar is not None:
+            await self._db.one("lock_calendar", {"name": spec.calendar})
+            row = await self._db.one("read_calendar", {"name": spec.calendar})
+            if row is None:
+                known = "pulse calendars list"
+                raise InvalidInput("calendar", f"unknown calendar {spec.calendar!r} ({known})")
+            calendar = _calendar(row, db_now)
+        if windows is None:
+            windows = await self.active(db_now)
+        mine = tuple(
+            window_of(w) for w in windows if covers(w, spec.tenant, spec.name, spec.labels)
+        )
+        if spec.calendar is None and not mine:
+            return None
+        return CalendarRule(calendar, spec.on_excluded, spec.business_day, mine)  # type: ignore[arg-type]
+
+    async def replan(self, jobs: Sequence[dict[str, Any]], db_now: datetime) -> tuple[str, ...]:
+        """Rebuild the rule of each of ``jobs`` (rows of ``calendar_jobs``, locked) and plan
+        its next slot again; ``InvalidInput`` naming a job whose schedule could no longer
+        run. Returns the jobs' labels."""
+        calendars: dict[str, Calendar] = {}
+        windows = await self._db.all("active_windows", {"now": db_now})
+        shards: set[int] = set()
+        for job in jobs:
+            label = f"{job['tenant_id']}/{job['name']}"
+            rule = await self._rule(job, calendars, windows, db_now)
+            schedule = parse_schedule(
+                job["schedule"], job["tz"], job["dst_repeated"], job["dst_skipped"]
+            )
+            try:
+                run = first_run(schedule, rule, db_now)
+            except InvalidInput as exc:
+                raise InvalidInput("calendar", f"job {label}: {exc}") from exc
+            params = {
+                "id": job["id"],
+                "calendar_rule": None if rule is None else rule.to_json(),
+                "next_run_at": jittered_start(run, job["tenant_id"], job["name"], job["jitter_s"]),
+                "slot_at": run.slot,
+                "slot_origin": origin_of(run),
+                "now": db_now,
+            }
+            updated = await self._db.one("replan_calendar_job", params)
+            if updated is not None:
+                shards.add(updated["shard_id"])
+        for shard in sorted(shards):
+            await self._db.notify(shard)
+        return tuple(f"{job['tenant_id']}/{job['name']}" for job in jobs)
+
+    async def _rule(
+        self,
+        job: dict[str, Any],
+        calendars: dict[str, Calendar],
+        windows: Sequence[dict[str, Any]],
+        db_now: datetime,
+    ) -> CalendarRule | None:
+        labels = job.get("labels") or {}
+        mine = tuple(
+            window_of(w) for w in windows if covers(w, job["tenant_id"], job["name"], labels)
+        )
+        name = job["calendar"]
+        if name is None and not mine:
+            return None
+        calendar = EVERY_DAY
+        if name is not None:
+            if name not in calendars:
+                await self._db.one("lock_calendar", {"name": name})
+                row = await self._db.one("read_calendar", {"name": name})
+                assert row is not None, "a foreign key keeps a used calendar"
+                calendars[name] = _calendar(row, db_now)
+            calendar = calendars[name]
+        return CalendarRule(calendar, job["on_excluded"] or "skip", job["business_day"], mine)
+
+
+def _calendar(row: dict[str, Any], db_now: datetime) -> Calendar:
+    """The calendar of ``row`` as a job keeps it: without the dates long past, which no
+    plan looks at (catch-up reaches back as far as an outage, not years)."""
+    cutoff = db_now.date() - KEEP_PAST
+    excluded = frozenset(d for d in row["excluded"] if d >= cutoff)
+    return Calendar(row["name"], frozenset(row["weekdays"]), excluded)

@@ -1,0 +1,285 @@
+"""Job definitions, the part of ``JobStore`` that turns ``JobSpec``s into job rows: ``add``,
+``apply`` and ``sync`` (``pulse jobs add``, ``pulse apply``, ``pulse node --sync-jobs``), and
+where each row goes: its first slot and jittered start, its default shard, or the shard of its
+zone set, or parked as an each-zone parent (docs/design/zones.md). A part of ``JobStore``, on
+its scoped connection; the store keeps what acts on jobs that exist."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Mapping, Sequence
+from datetime import datetime
+from typing import Any
+
+from psycopg.types.json import Jsonb
+
+from cluster.errors import Conflict
+from cluster.jobs.models import Job
+from cluster.jobs.spec import JobSpec
+from cluster.store.housekeeping import watches
+from cluster.store.jobstore.calendar_rule import Rules
+from cluster.store.jobstore.gates import Gates
+from cluster.store.jobstore.scoped import ScopedConnection
+from cluster.store.jobstore.specs import (
+    ApplyResult,
+    SyncResult,
+    checked,
+    label_of,
+    past_one_off,
+    refuse_past,
+)
+from cluster.store.queries import query
+from cluster.timing.calendared import (
+    CalendarRule,
+    Decision,
+    first_run,
+    jittered_start,
+    origin_of,
+)
+from cluster.timing.schedule import CHAINED_NEXT, ENDED
+from ring import shard_for
+from ring.zones import PARKED_SHARD, WATCH_SHARD, ZONE_SHARD_BASE, zone_shard_for
+
+
+class _Probe(Exception):  # a rollback carrying an answer, never an error
+    def __init__(self, changed: bool) -> None:
+        self.changed = changed
+
+
+class Definitions:
+    def __init__(self, db: ScopedConnection, rules: Rules) -> None:
+        self._db = db
+        self._rules = rules
+        self._gates = Gates(db)
+
+    async def add(self, spec: JobSpec, *, now: datetime | None = None) -> Job:
+        """Create a job; ``InvalidInput`` if (tenant, name) exists."""
+        spec = spec.validated()
+        shards = await self._db.shard_count()
+        async with self._db.transaction():
+            db_now = await self._db.db_now(now)
+            rule = await self._rules.for_spec(spec, db_now)
+            params = self._params(spec, shards, db_now, rule)
+            refuse_past(spec, params, await self._db.db_now(now))
+            row = await self._db.one("upsert_job", {**params, "replace": False})
+            if row is None:
+                raise Conflict(
+                    "name",
+                    f"a job named {spec.name!r} already exists in tenant {spec.tenant!r}",
+                )
+            placed = await self._place(spec, shards, params["next_run_at"], inserted=True)
+            await self._db.notify(row["shard_id"] if placed is None else placed)
+            await self._gates.write([spec], await self._db.db_now(now))
+            job = await self._db.one("get_job", {"tenant_id": spec.tenant, "name": spec.name})
+        assert job is not None
+        return Job.from_row(job)
+
+    async def apply(
+        self,
+        specs: Sequence[JobSpec],
+        *,
+        prune: bool = False,
+        now: datetime | None = None,
+        expect: Mapping[tuple[str, str], int] | None = None,
+    ) -> ApplyResult:
+        """Create or update every spec by (tenant, name), all or nothing. ``expect``: the
+        revision each (tenant, name) must be at (0: absent), else ``Conflict`` on ``plan``
+        and nothing is written (a plan gone stale, docs/jobs.md)."""
+        specs = checked(specs)
+        shards = await self._db.shard_count()
+        result = ApplyResult()
+        async with self._db.transaction():
+            if expect:
+                await self._expect(expect)
+            db_now = await self._db.db_now(now)
+            windows = await self._rules.active(db_now)
+            for spec in specs:
+                rule = await self._rules.for_spec(spec, db_now, windows)
+                params = {**self._params(spec, shards, db_now, rule), "replace": True}
+                row = await self._db.one("upsert_job", params)
+                label = label_of(spec.tenant, spec.name)
+                inserted = row is not None and row["inserted"]
+                placed = await self._place(spec, shards, params["next_run_at"], inserted=inserted)
+                if placed is not None:  # moved to its zone set's shard
+                    row = {
+                        "inserted": row is not None and row["inserted"],
+                        "shard_id": placed,
+                        "status": "idle" if row is None else row["status"],
+                    }
+                if row is None:
+                    result.unchanged.append(label)
+                    continue
+                if row["status"] != "done":  # a changed or new job due again
+                    refuse_past(spec, params, db_now)
+                (result.created if row["inserted"] else result.updated).append(label)
+                await self._db.notify(row["shard_id"])
+            for label in await self._gates.write(specs, db_now):
+                if label in result.unchanged:  # only its edges changed
+                    result.unchanged.remove(label)
+                    result.updated.append(label)
+            if prune:
+                cur = await self._db.conn.execute(
+                    query("remove_jobs_except"),
+                    {
+                        "tenant_ids": [s.tenant for s in specs],
+                        "names": [s.name for s in specs],
+                    },
+                )
+                rows = await cur.fetchall()
+                result.removed = [label_of(r["tenant_id"], r["name"]) for r in rows]
+        return result
+
+    async def _expect(self, expect: Mapping[tuple[str, str], int]) -> None:
+        for (tenant, name), revision in sorted(expect.items()):
+            row = await self._db.one("lock_job", {"tenant_id": tenant, "name": name})
+            found = 0 if row is None else int(row["revision"])
+            if found != revision:
+                raise Conflict(
+                    "plan",
+                    f"stale: job {label_of(tenant, name)} is at revision {found}, the plan "
+                    f"saw {revision}; plan again",
+                )
+
+    async def sync(self, specs: Sequence[JobSpec], *, now: datetime | None = None) -> SyncResult:
+        """Create the jobs of ``specs`` that do not exist yet and report, never overwrite,
+        the existing ones whose definition differs (``pulse node --sync-jobs``).
+
+        One transaction under an advisory lock: nodes starting together sync one after
+        another, and the later ones find their jobs created (docs/design/python-api.md).
+        """
+        specs = checked(specs)
+        shards = await self._db.shard_count()
+        result = SyncResult()
+        async with self._db.transaction():
+            await self._db.conn.execute(
+                query("lock_job_sync"), {"schema": self._db.settings.schema}
+            )
+            db_now = await self._db.db_now(now)
+            windows = await self._rules.active(db_now)
+            for spec in specs:
+                rule = await self._rules.for_spec(spec, db_now, windows)
+                params = self._params(spec, shards, db_now, rule)
+                label = label_of(spec.tenant, spec.name)
+                if past_one_off(spec, params, db_now):
+                    # A one-off that ran (and may have been removed) stays declared in
+                    # code: never created again, and never a reason not to start.
+                    result.unchanged.append(label)
+                    continue
+                row = await self._db.one("upsert_job", {**params, "replace": False})
+                if row is not None:
+                    placed = await self._place(spec, shards, params["next_run_at"], inserted=True)
+                    result.created.append(label)
+                    await self._db.notify(row["shard_id"] if placed is None else placed)
+                elif await self._would_change(params):
+                    result.differing.append(label)
+                else:
+                    result.unchanged.append(label)
+            created = set(result.created)
+            await self._gates.write(
+                [s for s in specs if label_of(s.tenant, s.name) in created], db_now
+            )
+        return result
+
+    async def _would_change(self, params: dict[str, Any]) -> bool:
+        """Whether applying would update the job: the upsert, run in a savepoint that is
+        then rolled back, so "differs" means exactly what ``apply`` would change."""
+        try:
+            async with self._db.transaction():
+                row = await self._db.one("upsert_job", {**params, "replace": True})
+                raise _Probe(row is not None)
+        except _Probe as probe:
+            return probe.changed
+
+    def _params(
+        self, spec: JobSpec, shards: int, db_now: datetime, rule: CalendarRule | None
+    ) -> dict[str, Any]:
+        job_id = uuid.uuid4()
+        if spec.parsed_schedule().chain:  # no clock: it waits for its first release
+            run = Decision(CHAINED_NEXT, ENDED, True)
+        else:
+            run = first_run(spec.parsed_schedule(), rule, db_now)  # @at: its one slot
+        slot = run.slot
+        return {
+            "id": job_id,
+            "tenant_id": spec.tenant,
+            "name": spec.name,
+            "schedule": spec.schedule,
+            "tz": spec.tz,
+            "dst_repeated": spec.dst_repeated,
+            "dst_skipped": spec.dst_skipped,
+            "handler": spec.handler,
+            "payload": Jsonb(spec.payload),
+            "paused": spec.paused,
+            "shard_id": shard_for(job_id, shards),
+            "next_run_at": jittered_start(run, spec.tenant, spec.name, spec.jitter_s),
+            "slot_at": slot,
+            "catch_up": spec.catch_up,
+            "grace_s": spec.grace_s,
+            "max_backfill": spec.max_backfill,
+            "timeout_s": spec.timeout_s,
+            "max_retries": spec.retries,
+            "retry_backoff_s": spec.retry_backoff_s,
+            "keep_for_s": spec.keep_for_s,
+            "keep_runs": spec.keep_runs,
+            "output_limit": spec.output_limit,
+            "late_after_s": spec.late_after_s,
+            "pause_after_failures": spec.pause_after_failures,
+            "overlap": spec.overlap,
+            "max_concurrent": spec.max_concurrent,
+            "cancel_grace_s": spec.cancel_grace_s,
+            "jitter_s": spec.jitter_s,
+            "remove_when_done": spec.remove_when_done,
+            "calendar": spec.calendar,
+            "on_excluded": None if rule is None else spec.on_excluded,
+            "business_day": spec.business_day,
+            "calendar_rule": None if rule is None else rule.to_json(),
+            "slot_origin": origin_of(run),
+            "payload_schema": None if spec.payload_schema is None else Jsonb(spec.payload_schema),
+            "max_runs": spec.max_runs,
+            "labels": Jsonb(spec.labels),
+            "expect_max_s": spec.expect_max_s,
+            "expect_min_s": spec.expect_min_s,
+            "deadline": spec.deadline,
+            "expect_baseline": spec.expect_baseline,
+            "asserts": spec.asserts,
+            "assert_fails": spec.assert_fails,
+        }
+
+    async def _place(
+        self, spec: JobSpec, shards: int, next_run_at: datetime, *, inserted: bool
+    ) -> int | None:
+        """Move the job to the shard of its zone set, back to the default shards, or park
+        it as an each-zone parent (docs/design/zones.md).
+
+        Returns the new shard if the job moved, None if it was already in place. Separate
+        statements from ``upsert_job``, in the same transaction: nobody sees the job in
+        the wrong shard."""
+        job = await self._db.one("get_job", {"tenant_id": spec.tenant, "name": spec.name})
+        assert job is not None
+        if spec.watch or job["watch"]:  # never zoned (JobSpec): the watch shard or nothing
+            placed = await watches.place(self._db.all, spec.watch, job, inserted)
+            return WATCH_SHARD if placed else None
+        key = {"tenant_id": spec.tenant, "name": spec.name}
+        zones = list(spec.zones) or None
+        if spec.each_zone:
+            parked = {**key, "zones": zones, "shard_id": PARKED_SHARD}
+            return None if await self._db.one("park_each_zone", parked) is None else PARKED_SHARD
+        if job.get("each_zone"):
+            await self._db.one("unpark_each_zone", {**key, "next_run_at": next_run_at})
+        elif tuple(job.get("zones") or ()) == spec.zones and (
+            spec.zones or job["shard_id"] < ZONE_SHARD_BASE
+        ):
+            return None
+        if spec.zones:
+            space = await self._zone_space(spec.zones)
+            shard = zone_shard_for(job["id"], space)
+        else:
+            shard = shard_for(job["id"], shards)
+        moved = await self._db.one("set_job_zones", {**key, "zones": zones, "shard_id": shard})
+        return None if moved is None else shard
+
+    async def _zone_space(self, zones: tuple[str, ...]) -> int:
+        while True:  # no row: a concurrent first use of the set, committed by now
+            found = await self._db.one("zone_space", {"zones": list(zones)})
+            if found is not None:
+                return int(found["space"])

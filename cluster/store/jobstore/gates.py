@@ -1,0 +1,91 @@
+"""Edges between jobs, the store's side of ``after``: resolving upstream names in the job's
+tenant, refusing a match rule that cannot match and a cycle (naming it), writing the edges,
+and asking the affected gates again. Runs inside ``Definitions``' transaction, so a refused
+edge leaves nothing written (docs/design/gates.md)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+from uuid import UUID
+
+from cluster.errors import InvalidInput
+from cluster.jobs.gates import CHAIN, check_match
+from cluster.jobs.spec import JobSpec
+from cluster.store.jobstore.scoped import ScopedConnection
+from cluster.store.jobstore.specs import label_of
+from cluster.timing.schedule import parse_schedule
+
+
+class Gates:
+    def __init__(self, db: ScopedConnection) -> None:
+        self._db = db
+
+    async def write(self, specs: Sequence[JobSpec], db_now: datetime) -> set[str]:
+        """Write the edges of ``specs`` (jobs already upserted); the labels whose edges or
+        gate settings changed. ``InvalidInput`` for an unknown upstream, a rule that
+        cannot match, or a cycle."""
+        changed: set[str] = set()
+        downstreams: list[UUID] = []
+        upstreams: set[UUID] = set()
+        for spec in specs:
+            job = await self._db.one("get_job", {"tenant_id": spec.tenant, "name": spec.name})
+            if job is None or (not spec.after and not job.get("gated")):
+                continue
+            ups = await self._upstreams(spec, db_now)
+            old = {r["upstream_id"]: r["match"] for r in await self._db.all("gate_edges_of", job)}
+            new = {u: spec.after_match for u in ups}
+            if old != new:
+                await self._db.all("gate_clear_edges", job)
+                await self._db.all(
+                    "gate_add_edges", {"id": job["id"], "upstreams": ups, "match": spec.after_match}
+                )
+                changed.add(label_of(spec.tenant, spec.name))
+            params = {
+                "id": job["id"],
+                "gated": bool(ups),
+                "after_timeout_s": spec.after_timeout_s,
+                "after_failure": spec.after_failure,
+            }
+            if await self._db.one("gate_set_job", params) is not None:
+                changed.add(label_of(spec.tenant, spec.name))
+            downstreams.append(job["id"])
+            upstreams.update(old)
+            upstreams.update(new)
+        if not downstreams:
+            return changed
+        cycle = await self._db.one("gate_cycle", {"ids": downstreams})
+        if cycle is not None:
+            names = list(reversed(cycle["names"]))
+            raise InvalidInput("after", "cycle: " + " -> ".join(names))
+        params = {"upstreams": list(upstreams), "downstreams": downstreams}
+        for row in await self._db.all("gate_refresh", params):
+            await self._db.notify(row["shard_id"])
+        return changed
+
+    async def _upstreams(self, spec: JobSpec, db_now: datetime) -> list[UUID]:
+        if spec.name in spec.after:
+            raise InvalidInput("after", f"{spec.name!r} cannot wait for itself")
+        params = {"tenant_id": spec.tenant, "names": list(spec.after)}
+        rows = {r["name"]: r for r in await self._db.all("gate_upstreams", params)}
+        missing = [name for name in spec.after if name not in rows]
+        if missing:
+            raise InvalidInput(
+                "after",
+                f"unknown upstream {missing[0]!r} in tenant {spec.tenant!r} "
+                "(a job waits only for jobs of its own tenant)",
+            )
+        schedule = spec.parsed_schedule()
+        for name in spec.after:
+            row = rows[name]
+            if spec.after_match == CHAIN:  # a success of each makes its slots: no clock
+                if row["overlap"] == "allow" or row["each_zone"]:
+                    raise InvalidInput(
+                        "after", f"upstream {name!r} runs its slots as flights: it cannot chain"
+                    )
+                continue
+            theirs = parse_schedule(
+                row["schedule"], row["tz"], row["dst_repeated"], row["dst_skipped"]
+            )
+            check_match(spec.name, schedule, spec.tz, name, theirs, spec.after_match, db_now)
+        return [rows[name]["id"] for name in spec.after]

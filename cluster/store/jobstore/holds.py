@@ -1,0 +1,96 @@
+"""Holding a job back without pausing it for good: ``pause --until`` (idle again with its
+first slot at or after a time, so it resumes by itself with nothing to wake it) and
+``skip-next`` (its next slots recorded skipped). Both plan in Python with the job's own
+schedule and calendar, then write in one statement. A part of ``JobStore``.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime, timedelta
+from typing import Any
+
+from cluster.errors import Conflict, InvalidInput
+from cluster.jobs.models import Job
+from cluster.store.jobstore.scoped import ScopedConnection
+from cluster.timing.calendared import current_run, first_run, jittered_start, origin_of, run_after
+from cluster.timing.schedule import Schedule
+
+__all__ = ["MAX_SKIP", "Holds"]
+
+MAX_SKIP = 1000
+SKIP_REASON = "skipped by pulse jobs skip-next"
+_US = timedelta(microseconds=1)
+
+
+class Holds:
+    def __init__(self, db: ScopedConnection) -> None:
+        self._db = db
+
+    async def pause_until(
+        self, name: str, tenant: str, until: datetime, *, note: str | None = None,
+        now: datetime | None = None,
+    ) -> None:  # fmt: skip
+        """The job idles until its first slot at or after ``until``, then runs as usual."""
+        async with self._db.transaction():
+            job = await self._db.job("lock_job", name, tenant)
+            db_now = await self._db.db_now(now)
+            if until.tzinfo is None or until <= db_now:
+                raise InvalidInput("until", f"{until.isoformat()} is not in the future")
+            schedule = self._recurring(job, "pause --until")
+            run = first_run(schedule, job.rule(), until - _US)
+            params = {
+                "until": until,
+                "note": note,
+                "next_run_at": jittered_start(run, job.tenant, job.name, job.jitter_s),
+                "slot_at": run.slot,
+            }
+            await self._write("pause_job_until", job, params)
+
+    async def skip_next(
+        self, name: str, tenant: str, count: int = 1, *, now: datetime | None = None
+    ) -> list[datetime]:
+        """Record the job's next ``count`` runs skipped; returns their slots."""
+        if isinstance(count, bool) or not isinstance(count, int) or not 1 <= count <= MAX_SKIP:
+            raise InvalidInput("count", f"must be a whole number from 1 to {MAX_SKIP}")
+        async with self._db.transaction():
+            job = await self._db.job("lock_job", name, tenant)
+            schedule = self._recurring(job, "skip-next")
+            if job.status != "idle":
+                raise Conflict("name", f"{job.name!r} is {job.status}; skip-next needs it idle")
+            rule = job.rule()
+            run = current_run(schedule, rule, job.slot_at)
+            skipped = [(run.slot, SKIP_REASON)]
+            calendar: list[tuple[datetime, str]] = []
+            for position in range(count):
+                run, passed = run_after(schedule, rule, run)
+                calendar += [(d.slot, d.reason or "skipped by the calendar") for d in passed]
+                if position < count - 1:
+                    skipped.append((run.slot, SKIP_REASON))
+            params = {
+                "next_run_at": jittered_start(run, job.tenant, job.name, job.jitter_s),
+                "slot_at": run.slot,
+                "slot_origin": origin_of(run),
+                "skips": _json([*skipped, *calendar]),
+                "now": now,
+            }
+            await self._write("skip_next_slots", job, params)
+        return [slot for slot, _ in skipped]
+
+    def _recurring(self, job: Job, what: str) -> Schedule:
+        schedule = job.parsed_schedule()
+        if schedule.at is not None:
+            raise InvalidInput("name", f"{job.name!r} is a one-off job: {what} does not apply")
+        if schedule.chain:
+            raise InvalidInput("name", f"{job.name!r} is chained (@after:): {what} does not apply")
+        return schedule
+
+    async def _write(self, statement: str, job: Job, params: dict[str, Any]) -> None:
+        row = await self._db.one(statement, {"tenant_id": job.tenant, "name": job.name, **params})
+        if row is None:
+            raise Conflict("name", f"{job.name!r} is running now; try again when it ends")
+        await self._db.notify(row["shard_id"])
+
+
+def _json(pairs: list[tuple[datetime, str]]) -> str:
+    return json.dumps([[slot.isoformat(), reason] for slot, reason in pairs])

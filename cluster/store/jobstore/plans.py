@@ -1,0 +1,193 @@
+"""Plans, the part of ``JobStore`` that says what applying job definitions would do before
+anything is written (``pulse jobs apply --plan``): per job, the fields that change, its next
+slots before and after (with their DST rules), and the catch-up the change sets off.
+
+A plan runs ``Definitions.apply`` itself in a savepoint and rolls it back, so it reports
+exactly what an apply would change, triggers and checks included, and writes nothing. Each
+job's revision at plan time goes into the plan: an apply given them (``expect``) refuses a
+plan that went stale. Why so: docs/design/revisions.md.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+from cluster.jobs.models import Job, iso
+from cluster.jobs.spec import JobSpec
+from cluster.store.jobstore.definitions import Definitions
+from cluster.store.jobstore.scoped import ScopedConnection
+from cluster.store.jobstore.specs import checked, label_of
+from cluster.store.jobstore.timeline import explain_job, outage_of
+from cluster.timing.timeline import MAX_OUTAGE_SLOTS, Step, decisions
+
+PLAN_SLOTS = 5  # next slots shown before and after a change
+_US = timedelta(microseconds=1)
+
+
+@dataclass
+class JobPlan:
+    tenant: str
+    name: str
+    action: str  # create | update | unchanged | remove
+    revision: int  # the job's revision when planned; 0: no such job
+    changes: dict[str, list[Any]] = field(default_factory=dict)  # field: [before, after]
+    next_before: list[Step] = field(default_factory=list)
+    next_after: list[Step] = field(default_factory=list)
+    catch_up: list[Step] = field(default_factory=list)  # overdue slots after the change
+    dropped: int = 0  # overdue slots of the old timing that will never run
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def label(self) -> str:
+        return label_of(self.tenant, self.name)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "tenant": self.tenant,
+            "name": self.name,
+            "action": self.action,
+            "revision": self.revision,
+            "changes": self.changes,
+            "next_before": [s.to_json() for s in self.next_before],
+            "next_after": [s.to_json() for s in self.next_after],
+            "catch_up": [s.to_json() for s in self.catch_up],
+            "dropped": self.dropped,
+            "notes": self.notes,
+        }
+
+
+@dataclass
+class Plan:
+    at: datetime
+    digest: str  # of the definitions planned: an apply of other ones refuses the plan
+    jobs: list[JobPlan]
+
+    @property
+    def changed(self) -> bool:
+        return any(j.action != "unchanged" for j in self.jobs)
+
+    def expected(self) -> dict[tuple[str, str], int]:
+        return {(j.tenant, j.name): j.revision for j in self.jobs}
+
+    def to_json(self) -> dict[str, Any]:
+        return {"at": iso(self.at), "digest": self.digest, "jobs": [j.to_json() for j in self.jobs]}
+
+
+def digest_of(specs: Sequence[JobSpec], prune: bool) -> str:
+    """The sha256 of the definitions (and whether the apply prunes), canonical JSON."""
+    data = {"prune": prune, "jobs": [asdict(s) for s in checked(specs)]}
+    text = json.dumps(data, sort_keys=True, default=str, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+class _Rollback(Exception):  # carries the plan out of the savepoint it rolls back
+    def __init__(self, plan: Plan) -> None:
+        self.plan = plan
+
+
+class Plans:
+    def __init__(self, db: ScopedConnection, definitions: Definitions) -> None:
+        self._db = db
+        self._definitions = definitions
+
+    async def plan(
+        self,
+        specs: Sequence[JobSpec],
+        *,
+        prune: bool = False,
+        now: datetime | None = None,
+        slots: int = PLAN_SLOTS,
+    ) -> Plan:
+        """What ``apply(specs, prune=prune)`` would do now; nothing is written."""
+        specs = checked(specs)
+        digest = digest_of(specs, prune)
+        try:
+            async with self._db.transaction():
+                db_now = await self._db.db_now(now)
+                before = {(s.tenant, s.name): await self._job(s.tenant, s.name) for s in specs}
+                result = await self._definitions.apply(specs, prune=prune, now=now)
+                jobs = []
+                for spec in specs:
+                    old = before[(spec.tenant, spec.name)]
+                    new = await self._job(spec.tenant, spec.name)
+                    assert new is not None
+                    plan = await self._job_plan(old, new, db_now, slots)
+                    if plan.action == "unchanged" and plan.label in result.updated:
+                        plan.action = "update"  # only its edges (after:) change
+                        plan.notes.append("its upstreams (after) change")
+                    jobs.append(plan)
+                for label in result.removed:
+                    jobs.append(await self._removed(label, specs, db_now, slots))
+                raise _Rollback(Plan(db_now, digest, jobs))
+        except _Rollback as done:
+            return done.plan
+
+    async def _job(self, tenant: str, name: str) -> Job | None:
+        row = await self._db.one("get_job", {"tenant_id": tenant, "name": name})
+        return None if row is None else Job.from_row(row)
+
+    async def _job_plan(self, old: Job | None, new: Job, now: datetime, slots: int) -> JobPlan:
+        plan = JobPlan(new.tenant, new.name, "create", 0 if old is None else old.revision)
+        if old is not None:
+            plan.action = "update" if new.revision != old.revision else "unchanged"
+            plan.next_before = _coming(old, now, slots)
+        if plan.action != "unchanged":
+            row = await self._db.one(
+                "job_revision",
+                {"tenant_id": new.tenant, "name": new.name, "revision": new.revision},
+            )
+            assert row is not None
+            plan.changes = row["diff"]
+        plan.next_after = _coming(new, now, slots)
+        if new.status == "idle" and new.next_run_at is not None and new.next_run_at <= now:
+            plan.catch_up = outage_of(new, new.slot_at - _US, now)
+        if old is not None and plan.action == "update":
+            plan.dropped, plan.notes = _dropped(old, new, now)
+        return plan
+
+    async def _removed(
+        self, label: str, specs: Sequence[JobSpec], now: datetime, slots: int
+    ) -> JobPlan:
+        tenant, _, name = label.rpartition("/")
+        tenant = tenant or "default"
+        (row,) = await self._db.all(
+            "job_revisions", {"tenant_id": tenant, "name": name, "before": None, "limit": 1}
+        )
+        plan = JobPlan(tenant, name, "remove", row["revision"] - 1, changes=row["diff"])
+        plan.notes.append("removed with its run history (--prune: not in the definitions)")
+        return plan
+
+
+def _coming(job: Job, now: datetime, slots: int) -> list[Step]:
+    if job.status in ("paused", "done") or job.each_zone:
+        return []
+    return explain_job(job, now, slots)
+
+
+def _dropped(old: Job, new: Job, now: datetime) -> tuple[int, list[str]]:
+    """Overdue slots of the old timing that the move to the new one leaves unrun."""
+    notes = []
+    if old.paused and not new.paused:
+        notes.append("resumed: continues at its next slot; slots missed while paused do not run")
+    if new.paused and not old.paused:
+        notes.append("paused: no slot runs until it is resumed (a running one finishes)")
+    if old.status != "idle" or old.next_run_at is None or old.slot_at > now:
+        return 0, notes
+    if new.slot_at == old.slot_at:
+        return 0, notes
+    count = 0
+    for decision in decisions(old.parsed_schedule(), old.rule(), old.slot_at - _US):
+        if decision.slot > now or count >= MAX_OUTAGE_SLOTS:
+            break
+        count += decision.runs
+    if count:
+        notes.append(
+            f"{count} overdue slot(s) of the old timing since {iso(old.slot_at)} will not run: "
+            "the job moves to the new timing's next slot"
+        )
+    return count, notes

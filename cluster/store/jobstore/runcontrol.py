@@ -1,0 +1,139 @@
+"""Steering what runs, the part of ``JobStore`` that acts on slots rather than on job
+definitions: cancelling running slots (``pulse runs cancel``; docs/design/effects.md) and
+backfill requests (``pulse jobs backfill``, ``pulse backfills``; docs/design/time.md).
+A part of ``JobStore``, on its scoped connection."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+
+from cluster.errors import InvalidInput, NotRunning
+from cluster.jobs.fields import DEFAULT_TENANT, MAX_COUNT, check_text
+from cluster.store.housekeeping import backfills
+from cluster.store.housekeeping.backfills import Backfill, BackfillPlan
+from cluster.store.jobstore.scoped import ScopedConnection
+from cluster.store.jobstore.specs import MAX_NOTE_LENGTH
+from cluster.store.notify import CANCEL_PREFIX
+from cluster.store.queries import query
+
+
+@dataclass(frozen=True)
+class CancelRequest:
+    """A running slot asked to stop: which, which attempt, and the node running it."""
+
+    slot: datetime
+    attempt: int
+    node_id: str | None
+
+
+class RunControl:
+    def __init__(self, db: ScopedConnection) -> None:
+        self._db = db
+
+    async def cancel(
+        self,
+        name: str,
+        tenant: str = DEFAULT_TENANT,
+        *,
+        by: str,
+        slot: datetime | None = None,
+        every: bool = False,
+    ) -> list[CancelRequest]:
+        """Ask the node running the job's slot (``slot``, else whichever runs; with
+        ``every``, each slot of an overlap ``allow`` job in flight) to stop it: at once
+        through NOTIFY when that node listens, else at its next lease renewal, or by
+        recovery if it is gone. The slot is recorded ``cancelled`` (``by`` says who asked)
+        and not retried. ``NotRunning`` when no such slot is running; ``InvalidInput`` when
+        several are and neither ``slot`` nor ``every`` says which."""
+        by = " ".join(check_text(by, "by").split())[:MAX_NOTE_LENGTH] or "unknown"
+        params = {"tenant_id": tenant, "name": name, "slot": slot, "by": by}
+        async with self._db.transaction():
+            rows = await self._db.all("cancel_job", params)
+            rows += await self._db.all("cancel_flights", params)
+            if len(rows) > 1 and slot is None and not every:
+                raise InvalidInput(
+                    "slot", f"{len(rows)} slots of {name!r} are running: give --slot or --all"
+                )
+            for row in rows:  # delivered when the transaction commits
+                slot_us = int(row["slot_at"].timestamp() * 1e6) if row["overlap"] == "allow" else ""
+                payload = f"{CANCEL_PREFIX}{row['id']}:{row['lease_token']}:{slot_us}:{by}"
+                await self._db.conn.execute(
+                    query("notify"), {"channel": self._db.settings.wake_channel, "payload": payload}
+                )
+        if not rows:
+            await self._db.job("get_job", name, tenant)  # NotFound when there is no such job
+            which = f"slot {slot.isoformat()} of " if slot is not None else ""
+            raise NotRunning(f"no {which}job {name!r} in tenant {tenant!r} is running")
+        return [CancelRequest(row["slot_at"], row["attempt"], row["locked_by"]) for row in rows]
+
+    async def backfill(
+        self,
+        name: str,
+        tenant: str = DEFAULT_TENANT,
+        *,
+        start: datetime,
+        end: datetime,
+        only_missing: bool = False,
+        max_parallel: int = 1,
+        dry_run: bool = False,
+        now: datetime | None = None,
+    ) -> BackfillPlan:
+        """Ask for the job's slots in ``[start, end)`` to run again, oldest first, at most
+        ``max_parallel`` at once (``only_missing``: those without a succeeded run). With
+        ``dry_run``, only the slots it would run. A slot that runs after the request is
+        made, by the schedule or another request, is not run again by it (S1).
+        ``InvalidInput`` for a reversed, empty or too large range, or a paused or done job;
+        nothing is written then."""
+        if isinstance(max_parallel, bool) or not isinstance(max_parallel, int) or max_parallel < 1:
+            raise InvalidInput("max_parallel", f"must be a whole number >= 1, got {max_parallel!r}")
+        if max_parallel > MAX_COUNT:
+            raise InvalidInput("max_parallel", f"must be at most {MAX_COUNT}")
+        async with self._db.transaction():
+            job = await self._db.job("lock_job", name, tenant)
+            if job.paused or job.status == "done":
+                state = "paused" if job.paused else "done"
+                raise InvalidInput("job", f"{name!r} is {state}; a backfill needs an active job")
+            if job.watch:
+                raise InvalidInput("job", f"{name!r} is a watch job: no node runs its slots")
+            slots = backfills.plan_slots(job.parsed_schedule(), start, end)
+            if only_missing:
+                ok = await backfills.ran(self._db.all, job.id, slots, only_missing=True)
+                slots = [s for s in slots if s not in ok]
+            if dry_run:
+                return BackfillPlan(slots)
+            if not slots:
+                raise InvalidInput("from", "every slot of the range has succeeded already")
+            params = {
+                "job_id": job.id,
+                "tenant_id": job.tenant,
+                "job_name": job.name,
+                "shard_id": job.shard,
+                "range_from": start,
+                "range_to": end,
+                "only_missing": only_missing,
+                "max_parallel": max_parallel,
+                "slots_total": len(slots),
+                "origin": None,
+                "payload": None,
+                "now": now,
+            }
+            made = await self._db.one("backfill_insert", params)
+            assert made is not None
+            await self._db.notify(job.shard)
+        return BackfillPlan(slots, Backfill.from_row(made))
+
+    async def backfills(
+        self, tenant: str | None = None, limit: int | None = None
+    ) -> list[Backfill]:
+        """Every backfill request (the newest ``limit``), oldest first, with its progress."""
+        params = {"tenant_id": tenant, "limit": limit}
+        return [Backfill.from_row(r) for r in await self._db.all("backfill_list", params)]
+
+    async def cancel_backfill(self, backfill_id: int) -> Backfill:
+        """Stop a backfill: nothing more is queued, queued slots are dropped, running ones
+        finish. ``InvalidInput`` for an unknown id."""
+        row = await self._db.one("backfill_cancel", {"id": backfill_id})
+        if row is None:
+            raise InvalidInput("id", f"no backfill {backfill_id}")
+        return Backfill.from_row(row)

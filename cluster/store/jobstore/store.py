@@ -1,0 +1,445 @@
+"""The job store: Pulse's Python API for creating and managing jobs at run time.
+
+``JobStore`` wraps one admin connection. Every write validates first (``JobSpec``), runs in
+one transaction, and wakes the claim loops of the job's shard with ``NOTIFY``. The CLI is a
+thin layer over this class.
+
+This module owns the cluster's settings and pruning, and what acts on jobs that exist
+(pause, resume, trigger, remove, and the reads). Its parts hold the rest, on the store's
+scoped connection (``cluster.store.jobstore.scoped``): creating and placing job rows
+(``definitions``), steering running slots (``runcontrol``), runs with inputs (``inputs``),
+their history (``revisions``), tokens and audit (``access``), paged reads (``pages``), tenant
+limits (``tenants``) and quotas (``quotas``), console sessions (``sessions``) and the
+handlers registries offer the API (``handlers``). The methods of the first two that users
+call are the store's too.
+
+    async with JobStore.open(ClusterSettings.from_env()) as store:
+        await store.add(JobSpec.build("rollup", "0 * * * *", "billing.jobs:rollup"))
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Mapping, Sequence
+from contextlib import asynccontextmanager
+from datetime import datetime
+from typing import Any
+from uuid import UUID
+
+from psycopg.types.json import Jsonb
+
+from cluster.config.retention import Retention
+from cluster.errors import Conflict, InvalidInput, NotFound
+from cluster.jobs.fields import DEFAULT_TENANT, check_text, validate_handler
+from cluster.jobs.models import Job, Run, iso
+from cluster.jobs.spec import JobSpec
+from cluster.settings import ClusterSettings
+from cluster.store import config as cluster_config
+from cluster.store.access.console_sessions import ConsoleSessions
+from cluster.store.access.tokens import Access
+from cluster.store.connect import ADMIN_STATEMENT_TIMEOUT_S, Conn, connect
+from cluster.store.housekeeping import pruning, watches
+from cluster.store.housekeeping.backfills import Backfill, BackfillPlan
+from cluster.store.housekeeping.pruning import PruneResult
+from cluster.store.housekeeping.watches import Ping
+from cluster.store.jobstore.calendar_rule import Rules
+from cluster.store.jobstore.calendars import Calendars
+from cluster.store.jobstore.definitions import Definitions
+from cluster.store.jobstore.holds import Holds
+from cluster.store.jobstore.inputs import Inputs, Triggered
+from cluster.store.jobstore.pages import Pages
+from cluster.store.jobstore.plans import Plans
+from cluster.store.jobstore.quotas import Quotas
+from cluster.store.jobstore.registered_handlers import RegisteredHandlers
+from cluster.store.jobstore.revisions import Revisions
+from cluster.store.jobstore.runcontrol import CancelRequest, RunControl
+from cluster.store.jobstore.scoped import ScopedConnection
+from cluster.store.jobstore.specs import MAX_NOTE_LENGTH, ApplyResult, SyncResult
+from cluster.store.jobstore.tenant_limits import Tenants
+from cluster.store.jobstore.timeline import calendar_timeline
+from cluster.store.jobstore.windows import Windows
+from cluster.store.schema.migrate import InitResult, migrate
+from cluster.timing.calendared import first_run, jittered_start
+from cluster.timing.jitter import jittered
+from cluster.timing.schedule import CHAINED_NEXT, ENDED, Schedule
+
+
+class JobStore:
+    """``scope``: the one tenant this store reads and changes (an API token's), else all;
+    every statement on a job filters by it (``%(scope)s`` in sql/jobs.sql)."""
+
+    def __init__(self, conn: Conn, settings: ClusterSettings, *, scope: str | None = None) -> None:
+        self.db = ScopedConnection(conn, settings, scope)
+        self.settings = settings
+        self.scope = scope
+        self.rules = Rules(self.db)
+        self.calendars = Calendars(self.db, self.rules)
+        self.windows = Windows(self.db, self.rules)
+        self.holds = Holds(self.db)
+        self.definitions = Definitions(self.db, self.rules)
+        self.revisions = Revisions(self.db, self.definitions)
+        self.plans = Plans(self.db, self.definitions)
+        self.runcontrol = RunControl(self.db)
+        self.inputs = Inputs(self.db)
+        self.access = Access(conn)
+        self.pages = Pages(conn, scope)
+        self.tenants = Tenants(conn)
+        self.handlers = RegisteredHandlers(conn)
+        self.sessions = ConsoleSessions(conn)
+        self.quotas = Quotas(conn)
+
+    async def act_as(self, who: str, how: str) -> None:
+        """Who changes jobs through this store and how (cli, file, module, sync, api): what
+        the revisions of its changes record (``cluster.store.jobstore.revisions``)."""
+        await self.revisions.act_as(who, how)
+
+    @asynccontextmanager
+    async def transaction(self) -> AsyncIterator[None]:
+        """One transaction around several calls (a change and its audit row)."""
+        async with self.db.transaction():
+            yield
+
+    @classmethod
+    @asynccontextmanager
+    async def open(
+        cls, settings: ClusterSettings, application_name: str = "pulse-admin"
+    ) -> AsyncIterator[JobStore]:
+        conn = await connect(settings, application_name)
+        try:
+            yield cls(conn, settings)
+        finally:
+            await conn.close()
+
+    async def init(self, shards: int | None = None) -> InitResult:
+        """Create or upgrade the schema; fix the shard count on first run; store the
+        default retention where the operator has set none."""
+        result = await migrate(self.db.conn, self.settings.schema, shards)
+        self.db.fix_shard_count(result.shards)
+        await cluster_config.seed_config(self.db.conn, Retention().to_config())
+        return result
+
+    async def config(self) -> list[tuple[str, str, datetime]]:
+        """The cluster's stored settings (``pulse config show``): (key, value, updated_at)."""
+        return await cluster_config.config_rows(self.db.conn)
+
+    async def config_values(self) -> dict[str, str]:
+        """The stored settings as {key: value}."""
+        return await cluster_config.read_config(self.db.conn)
+
+    async def set_config(self, key: str, value: str) -> str:
+        """Set a cluster setting (``pulse config set``); returns the value as stored.
+        ``InvalidInput`` naming the key, with nothing written, if the key or value is bad."""
+        return await cluster_config.write_config(self.db.conn, key, value)
+
+    async def prune(self, *, dry_run: bool = False, now: datetime | None = None) -> PruneResult:
+        """Delete (or count) the expired runs of every shard and the alert events done
+        with, in small batches (``pulse runs prune``), on a connection of its own."""
+        retention = Retention.from_config(await cluster_config.read_config(self.db.conn))
+        shards = range(await self.shard_count())
+        side = pruning.side_connection(
+            self.settings, "pulse-admin/prune", statement_timeout_s=ADMIN_STATEMENT_TIMEOUT_S
+        )
+        async with side.using():
+            return await pruning.prune(side, retention, shards, now=now, dry_run=dry_run)
+
+    async def shard_count(self) -> int:
+        return await self.db.shard_count()
+
+    async def db_now(self, now: datetime | None = None) -> datetime:
+        return await self.db.db_now(now)
+
+    # -- the parts' methods users call ------------------------------------------------
+
+    async def add(self, spec: JobSpec, *, now: datetime | None = None) -> Job:
+        """Create a job; ``InvalidInput`` if (tenant, name) exists."""
+        return await self.definitions.add(spec, now=now)
+
+    async def apply(
+        self,
+        specs: Sequence[JobSpec],
+        *,
+        prune: bool = False,
+        now: datetime | None = None,
+        expect: Mapping[tuple[str, str], int] | None = None,
+    ) -> ApplyResult:
+        """Create or update every spec by (tenant, name), all or nothing; with ``expect``,
+        only if each job is still at the revision a plan saw (``Conflict`` if not)."""
+        return await self.definitions.apply(specs, prune=prune, now=now, expect=expect)
+
+    async def sync(self, specs: Sequence[JobSpec], *, now: datetime | None = None) -> SyncResult:
+        """Create the jobs of ``specs`` that do not exist yet; report, never overwrite, the
+        others that differ (``Definitions.sync``)."""
+        return await self.definitions.sync(specs, now=now)
+
+    async def cancel(
+        self,
+        name: str,
+        tenant: str = DEFAULT_TENANT,
+        *,
+        by: str,
+        slot: datetime | None = None,
+        every: bool = False,
+    ) -> list[CancelRequest]:
+        """Ask the node running the job's slot to stop it (``RunControl.cancel``)."""
+        return await self.runcontrol.cancel(name, tenant, by=by, slot=slot, every=every)
+
+    async def backfill(
+        self,
+        name: str,
+        tenant: str = DEFAULT_TENANT,
+        *,
+        start: datetime,
+        end: datetime,
+        only_missing: bool = False,
+        max_parallel: int = 1,
+        dry_run: bool = False,
+        now: datetime | None = None,
+    ) -> BackfillPlan:
+        """Ask for the job's slots in ``[start, end)`` to run again (``RunControl.backfill``)."""
+        return await self.runcontrol.backfill(
+            name,
+            tenant,
+            start=start,
+            end=end,
+            only_missing=only_missing,
+            max_parallel=max_parallel,
+            dry_run=dry_run,
+            now=now,
+        )
+
+    async def backfills(
+        self, tenant: str | None = None, limit: int | None = None
+    ) -> list[Backfill]:
+        """Every backfill request (the newest ``limit``), oldest first, with its progress."""
+        return await self.runcontrol.backfills(tenant, limit)
+
+    async def cancel_backfill(self, backfill_id: int) -> Backfill:
+        """Stop a backfill; ``InvalidInput`` for an unknown id."""
+        return await self.runcontrol.cancel_backfill(backfill_id)
+
+    # -- watch jobs (cluster.store.housekeeping.watches)
+    # ---------------------------------------------
+
+    async def ping(
+        self, token: str, kind: str, body: bytes = b"", *, now: datetime | None = None
+    ) -> Ping | None:
+        """Record a watch job's ping (``POST /api/ping/TOKEN``); None for an unknown token."""
+        shards = await self.shard_count()
+        async with self.db.transaction():
+            at = await self.db.db_now(now)
+            return await watches.record_ping(
+                self.db.all, token, kind, body=body, shards=shards, now=at
+            )
+
+    async def ping_token(
+        self, name: str, tenant: str = DEFAULT_TENANT, *, rotate: bool = False
+    ) -> str:
+        """A watch job's ping token (``pulse jobs ping-url``): its first, or a new one."""
+        async with self.db.transaction():
+            return await watches.issue_token(
+                self.db.all, name, tenant, scope=self.scope, rotate=rotate
+            )
+
+    async def adopt(
+        self,
+        name: str,
+        tenant: str = DEFAULT_TENANT,
+        *,
+        at: datetime,
+        handler: str | None = None,
+        now: datetime | None = None,
+    ) -> Job:
+        """Pulse runs the watch job from the slot ``at`` on (``pulse jobs adopt``)."""
+        if handler is not None:
+            handler = validate_handler(handler)
+        shards = await self.shard_count()
+        async with self.db.transaction():
+            db_now = await self.db.db_now(now)
+            return await watches.adopt(
+                self.db.all, name, tenant, at=at, handler=handler, scope=self.scope,
+                shards=shards, now=db_now,
+            )  # fmt: skip
+
+    async def double_runs(self, name: str, tenant: str = DEFAULT_TENANT) -> list[dict[str, Any]]:
+        """The legacy pings that came for slots Pulse runs (``pulse jobs adopt``)."""
+        job = await self.db.job("get_job", name, tenant)
+        return await self.db.all("watch_doubles_list", {"id": job.id})
+
+    # -- jobs that exist ----------------------------------------------------------------
+
+    async def pause(
+        self, name: str, tenant: str = DEFAULT_TENANT, *, note: str | None = None
+    ) -> Job:
+        """Stop claiming the job; ``note`` says why (shown by list, show and status)."""
+        if note is not None:
+            note = check_text(note, "note").strip()[:MAX_NOTE_LENGTH] or None
+        await self._write("pause_job", name, tenant, {"note": note})
+        return await self.get(name, tenant)
+
+    async def resume(
+        self, name: str, tenant: str = DEFAULT_TENANT, *, now: datetime | None = None
+    ) -> Job:
+        """Unpause; the job continues at its next future slot."""
+        async with self.db.transaction():
+            job = await self.db.job("lock_job", name, tenant)
+            if job.parsed_schedule().chain:  # its slot taken, or the next released one
+                slot = job.slot_at
+                start = slot if slot < CHAINED_NEXT else CHAINED_NEXT
+            else:
+                run = first_run(job.parsed_schedule(), job.rule(), await self.db_now(now))
+                slot, start = run.slot, jittered_start(run, tenant, name, job.jitter_s)
+            await self._write("resume_job", name, tenant, {"next_run_at": start, "slot_at": slot})
+        return await self.get(name, tenant)
+
+    async def trigger(
+        self, name: str, tenant: str = DEFAULT_TENANT, *, now: datetime | None = None
+    ) -> Job:
+        """Make the job due now without changing its regular schedule (with a payload or a
+        past slot: ``trigger_with``)."""
+        if (await self.get(name, tenant)).watch:
+            raise InvalidInput("name", f"{name!r} is a watch job: no node runs it")
+        row = await self.db.one("trigger_job", {"tenant_id": tenant, "name": name, "now": now})
+        if row is None:
+            job = await self.get(name, tenant)  # raises NotFound
+            raise Conflict("name", f"{job.name!r} is running now; trigger it when it ends")
+        await self.db.notify(row["shard_id"])
+        return await self.get(name, tenant)
+
+    async def trigger_with(
+        self,
+        name: str,
+        tenant: str = DEFAULT_TENANT,
+        *,
+        payload: str | Mapping[str, Any] | None = None,
+        merge_payload: str | Mapping[str, Any] | None = None,
+        slot: datetime | None = None,
+        now: datetime | None = None,
+    ) -> Triggered:
+        """Run the job now with ``payload`` (or its own with ``merge_payload`` merged in, RFC
+        7386), or run its past ``slot`` again (origin ``rerun``), checked against its
+        ``payload_schema``; ``InvalidInput`` with nothing written otherwise."""
+        return await self.inputs.trigger(
+            name, tenant, payload=payload, merge=merge_payload, slot=slot, now=now
+        )
+
+    async def remove(self, name: str, tenant: str = DEFAULT_TENANT) -> None:
+        await self._write("remove_job", name, tenant, {})
+
+    # -- reads ------------------------------------------------------------------------
+
+    async def get(self, name: str, tenant: str = DEFAULT_TENANT) -> Job:
+        return await self.db.job("get_job", name, tenant)
+
+    async def details(
+        self, name: str, tenant: str = DEFAULT_TENANT, *, slots: int = 5, runs: int = 5
+    ) -> dict[str, Any]:
+        """What ``pulse jobs show --json`` prints: the job, its next slots, its latest runs."""
+        job = await self.get(name, tenant)
+        now = await self.db_now()
+        schedule = job.parsed_schedule()
+        if job.status == "idle" and job.next_run_at is not None:  # its slot, then the next
+            upcoming = [job.slot_at, *schedule.next_n(job.slot_at, slots - 1)]
+            starts = [job.next_run_at]  # the slot's start, or a retry's
+        elif job.status == "done":
+            upcoming, starts = [], []
+        else:
+            upcoming, starts = schedule.next_n(now, slots), []
+        # Schedules that all end, or a chained job waiting for a release: no more.
+        upcoming = [s for s in upcoming if s < min(ENDED, CHAINED_NEXT)]
+        starts += [jittered(job.tenant, job.name, s, job.jitter_s) for s in upcoming[len(starts) :]]
+        starts = starts[: len(upcoming)]
+        recent = await self.runs(job=job.name, tenant=job.tenant, limit=runs)
+        data = job.to_json()
+        data["next_slots"] = [iso(s) for s in upcoming]
+        data["next_starts"] = [iso(s) for s in starts]
+        data["next_reasons"], data["calendar_skips"] = [None] * len(upcoming), []
+        rule = job.rule()
+        if rule is not None and job.status != "done":
+            data.update(calendar_timeline(job, rule, now, slots))
+        shown = [datetime.fromisoformat(s) for s in data["next_slots"]]
+        data["next_entries"] = schedule_entries(schedule, shown)
+        data["recent_runs"] = [r.to_json() for r in recent]
+        data.update(await self._links(job.id))
+        if job.slot_at >= CHAINED_NEXT and data.get("waits_for"):  # no slot released yet
+            data["waits_for"] = f"the next success of {', '.join(data['upstreams'])}"
+        return data
+
+    async def _links(self, job_id: UUID) -> dict[str, Any]:
+        """Upstreams and downstreams (docs/design/gates.md) and what the slot waits for."""
+        links = await self.db.all("gate_neighbours", {"id": job_id})
+        ups = [r["name"] for r in links if r["side"] == "up"]
+        found: dict[str, Any] = {
+            "upstreams": ups,
+            "downstreams": [r["name"] for r in links if r["side"] == "down"],
+        }
+        if ups:
+            gate = await self.db.one("gate_waits_for", {"id": job_id})
+            assert gate is not None
+            verdict = gate["verdict"]
+            found["after_match"] = links[0]["match"]
+            found["after_timeout_s"] = gate["after_timeout_s"]
+            found["after_failure"] = gate["after_failure"]
+            found["waits_for"] = None if verdict is None else verdict.split(": ", 1)[1]
+        return found
+
+    async def graph(self, tenant: str = DEFAULT_TENANT) -> list[dict[str, str]]:
+        """Every edge of ``tenant``: upstream, downstream, match rule."""
+        return [dict(r) for r in await self.db.all("gate_graph", {"tenant_id": tenant})]
+
+    async def jobs(
+        self, tenant: str | None = None, labels: Mapping[str, str] | None = None
+    ) -> list[Job]:
+        """The jobs (of ``tenant``), those with every one of ``labels`` only."""
+        found = Jsonb(dict(labels)) if labels else None
+        rows = await self.db.all("list_jobs", {"tenant_id": tenant, "labels": found})
+        return [Job.from_row(r) for r in rows]
+
+    async def runs(
+        self,
+        job: str | None = None,
+        tenant: str | None = None,
+        status: str | None = None,
+        limit: int = 50,
+    ) -> list[Run]:
+        """Run history, newest slot first; attempts in flight are listed as ``running``."""
+        params = {"job_name": job, "tenant_id": tenant, "status": status, "limit": limit}
+        return [Run.from_row(r) for r in await self.db.all("list_runs", params)]
+
+    async def run(
+        self, name: str, tenant: str = DEFAULT_TENANT, *, slot: datetime | None = None
+    ) -> Run:
+        """One run of the job with its output: the run of ``slot``, else the newest (an
+        attempt in flight is ``running``, its output not written yet); ``NotFound`` if none."""
+        params = {"job_name": name, "tenant_id": tenant, "slot": slot}
+        row = await self.db.one("show_run", params)
+        if row is None:
+            which = f"of slot {slot.isoformat()} " if slot is not None else ""
+            raise NotFound(f"no run {which}of job {name!r} in tenant {tenant!r}")
+        return Run.from_row(row)
+
+    # -- helpers ----------------------------------------------------------------------
+
+    @staticmethod
+    def _spec_of(job: Job) -> JobSpec:
+        return JobSpec(
+            name=job.name,
+            schedule=job.schedule,
+            handler=job.handler,
+            tenant=job.tenant,
+            tz=job.tz,
+            dst_repeated=job.dst_repeated,
+            dst_skipped=job.dst_skipped,
+        )
+
+    async def _write(self, name: str, job: str, tenant: str, extra: dict[str, Any]) -> None:
+        row = await self.db.one(name, {"tenant_id": tenant, "name": job, **extra})
+        if row is None:
+            raise NotFound(f"no job named {job!r} in tenant {tenant!r}")
+        await self.db.notify(row["shard_id"])
+
+
+def schedule_entries(schedule: Schedule, slots: Sequence[datetime]) -> list[int | None] | None:
+    """The 1-based schedule entry of each slot, for a job with several schedules; else None."""
+    if not schedule.entries:
+        return None
+    found = (schedule.entry_at(slot) for slot in slots)
+    return [None if index is None else index + 1 for index in found]

@@ -1,0 +1,1383 @@
+-- The Pulse schema as it stands after the newest migration (version 29), for readers.
+--
+-- `pulse init` never runs this file: it applies cluster/store/schema/migrations/NNN_*.sql in
+-- order. This file is edited in the same commit as each new migration, and
+-- tests/integration/test_schema.py applies both to empty databases and fails on any
+-- difference in their catalogs (docs/design/schema.md). Columns are listed in the order
+-- the migrations left them in. Runs with search_path set to the cluster's schema.
+
+
+-- == Bookkeeping =========================================================================
+
+-- One row per applied migration, written by cluster/store/schema/migrate.py (which creates the
+-- table before the first migration). checksum: the sha256 of the file as applied; init and
+-- a starting node refuse a schema whose file has changed since.
+CREATE TABLE schema_version (
+    version    integer PRIMARY KEY,
+    name       text NOT NULL,
+    applied_at timestamptz NOT NULL DEFAULT now(),
+    checksum   text CHECK (checksum ~ '^[0-9a-f]{64}$')
+);
+
+-- Facts fixed at the first init: the shard count ('shard_count') never changes.
+CREATE TABLE meta (
+    key   text PRIMARY KEY,
+    value text NOT NULL
+);
+
+-- Cluster-wide settings an operator changes at run time (`pulse config set`); values are
+-- text, parsed by cluster/retention.py. `pulse init` seeds the defaults.
+CREATE TABLE config (
+    key        text PRIMARY KEY,
+    value      text NOT NULL,
+    updated_at timestamptz NOT NULL DEFAULT now()
+);
+
+
+-- Business calendars, shared by every tenant: business weekdays (0 = Monday) minus excluded
+-- dates (cluster/store/jobstore/calendars.py, docs/design/calendars.md).
+CREATE TABLE calendars (
+    name       text PRIMARY KEY CHECK (name <> ''),
+    weekdays   smallint[] NOT NULL,
+    excluded   date[] NOT NULL DEFAULT '{}',
+    source     text NOT NULL DEFAULT '',
+    version    bigint NOT NULL DEFAULT 1,
+    created_at timestamptz NOT NULL DEFAULT now(),
+    updated_at timestamptz NOT NULL DEFAULT now()
+);
+
+-- Blackout windows: slots starting inside are skipped, or deferred to the end (`defer`),
+-- for one job, a tenant's jobs or the cluster's (cluster/store/jobstore/windows.py).
+CREATE TABLE windows (
+    id           bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    starts_at    timestamptz NOT NULL,
+    ends_at      timestamptz NOT NULL,
+    -- label (migration 023): the jobs whose label label_key is label_value, of tenant_id
+    -- or, when it is NULL, of every tenant.
+    window_scope text NOT NULL CONSTRAINT windows_window_scope_check
+                 CHECK (window_scope IN ('job', 'tenant', 'cluster', 'label')),
+    tenant_id    text,
+    job_name     text,
+    defer        boolean NOT NULL DEFAULT false,
+    note         text,
+    created_at   timestamptz NOT NULL DEFAULT now(),
+    label_key    text,
+    label_value  text,
+    CHECK (ends_at > starts_at),
+    CONSTRAINT windows_tenant_check
+        CHECK (CASE window_scope WHEN 'cluster' THEN tenant_id IS NULL
+                                 WHEN 'label' THEN true
+                                 ELSE tenant_id IS NOT NULL END),
+    CONSTRAINT windows_job_check CHECK ((window_scope = 'job') = (job_name IS NOT NULL)),
+    CONSTRAINT windows_label_check
+        CHECK ((window_scope = 'label') = (label_key IS NOT NULL AND label_value IS NOT NULL))
+);
+
+CREATE INDEX windows_ends ON windows (ends_at);
+
+
+-- == Jobs ================================================================================
+
+-- A job is its definition and, while an attempt is in flight, that attempt's only record
+-- (locked_by, locked_zone, locked_at, slot_at, attempt, lease_token): the run row is
+-- written when the attempt ends. fillfactor 80 leaves room on each page for the claim's
+-- HOT updates (docs/design/claim-plan.md).
+CREATE TABLE jobs (
+    id               uuid PRIMARY KEY,
+    tenant_id        text NOT NULL DEFAULT 'default' CHECK (tenant_id <> ''),
+    name             text NOT NULL CHECK (name <> ''),
+    schedule         text NOT NULL,
+    tz               text NOT NULL DEFAULT 'UTC',
+    dst_repeated     text NOT NULL DEFAULT 'once' CHECK (dst_repeated IN ('once', 'twice')),
+    dst_skipped      text NOT NULL DEFAULT 'shift' CHECK (dst_skipped IN ('shift', 'skip')),
+    handler          text NOT NULL,
+    payload          jsonb NOT NULL DEFAULT '{}'::jsonb CHECK (jsonb_typeof(payload) = 'object'),
+    -- idle: waiting for next_run_at; running: claimed under a lease; paused: not claimed
+    -- (its next_run_at is 9999-01-01, out of the due range); done: a one-off whose slot ran.
+    -- The check was added NOT VALID by a migration, to spare a scan under lock.
+    status           text NOT NULL DEFAULT 'idle'
+                     CONSTRAINT jobs_status_check
+                     CHECK (status IN ('idle', 'running', 'paused', 'done')),
+    paused           boolean NOT NULL DEFAULT false,
+    shard_id         integer NOT NULL CHECK (shard_id >= 0),
+    -- next_run_at is when the job is due to be claimed; slot_at is the scheduled slot that
+    -- claim runs (they differ only while a failed attempt waits out its retry backoff).
+    next_run_at      timestamptz NOT NULL,
+    slot_at          timestamptz NOT NULL,
+    attempt          integer NOT NULL DEFAULT 1 CHECK (attempt >= 1),
+    last_run_at      timestamptz,
+    locked_by        text,
+    locked_at        timestamptz,
+    lease_expires_at timestamptz,
+    lease_token      bigint NOT NULL DEFAULT 0,
+    catch_up         text NOT NULL DEFAULT 'once' CHECK (catch_up IN ('skip', 'once', 'backfill')),
+    grace_s          double precision NOT NULL DEFAULT 60 CHECK (grace_s >= 0),
+    max_backfill     integer NOT NULL DEFAULT 100 CHECK (max_backfill >= 1),
+    timeout_s        double precision NOT NULL DEFAULT 300 CHECK (timeout_s > 0),
+    max_retries      integer NOT NULL DEFAULT 0 CHECK (max_retries >= 0),
+    retry_backoff_s  double precision NOT NULL DEFAULT 10 CHECK (retry_backoff_s >= 0),
+    created_at       timestamptz NOT NULL DEFAULT now(),
+    updated_at       timestamptz NOT NULL DEFAULT now(),
+    -- The zone of the node running the attempt in flight, for its run row.
+    locked_zone      text,
+    -- Retention of this job's runs; NULL follows the cluster's config.
+    keep_for_s       double precision CHECK (keep_for_s > 0),
+    keep_runs        integer CHECK (keep_runs >= 1),
+    -- Bytes of output kept per stream (stdout, stderr, result, log) of a run.
+    output_limit     integer NOT NULL DEFAULT 16384 CHECK (output_limit BETWEEN 0 AND 262144),
+    -- A slot not started this long after it was due raises a `late` alert, once per slot
+    -- (late_slot).
+    late_after_s     double precision NOT NULL DEFAULT 60 CHECK (late_after_s > 0),
+    late_slot        timestamptz,
+    -- Auto-pause after this many failed slots in a row (NULL: never); failed_slots counts
+    -- them, a successful slot sets it back to 0; pause_note says why the job is paused.
+    pause_after_failures integer CHECK (pause_after_failures >= 1),
+    failed_slots     integer NOT NULL DEFAULT 0,
+    pause_note       text,
+    -- Overlap policy (docs/design/overlap.md); `allow` runs slots as flights, at most
+    -- max_concurrent at once.
+    overlap          text NOT NULL DEFAULT 'forbid' CHECK (overlap IN ('forbid', 'allow', 'replace')),
+    max_concurrent   integer NOT NULL DEFAULT 10 CHECK (max_concurrent >= 1),
+    cancel_grace_s   double precision NOT NULL DEFAULT 10 CHECK (cancel_grace_s >= 0),
+    -- Who asked to cancel the running claim (NULL: nobody). Every statement that ends a
+    -- claim clears it, so a request never outlives the run it was made for.
+    cancel_by        text,
+    -- Start jitter, and one-offs (docs/design/time.md). slot_origin: why the current slot
+    -- is due, for its run row ('trigger', 'catch-up'; NULL: its schedule).
+    jitter_s         double precision NOT NULL DEFAULT 0 CHECK (jitter_s >= 0),
+    remove_when_done boolean NOT NULL DEFAULT false,
+    slot_origin      text,
+    -- The zone set a job is pinned to (sorted, de-duplicated; NULL: any zone). An each-zone
+    -- job is a parent that never runs itself; its children (parent_id) run one per zone.
+    zones            text[],
+    each_zone        boolean NOT NULL DEFAULT false,
+    parent_id        uuid,
+    -- The job's tenant has a limit of concurrent runs: the place triggers below fire.
+    limited          boolean NOT NULL DEFAULT false,
+    -- A business calendar (docs/design/calendars.md): its name, what excluded slots do, the
+    -- business-day index of a "n-th business day" schedule, and the calendar as it stands
+    -- with those two (JSON text), handed to the node by the claim.
+    calendar         text REFERENCES calendars (name),
+    on_excluded      text CHECK (on_excluded IN
+                         ('skip', 'next-business-day', 'previous-business-day')),
+    business_day     integer CHECK (business_day <> 0),
+    calendar_rule    text,
+    -- `pulse jobs pause --until`: idle, its next slot at or after this time.
+    paused_until     timestamptz,
+    UNIQUE (tenant_id, name),
+    -- Dependencies (docs/design/gates.md): `gated` jobs have upstreams, `feeds` jobs have
+    -- downstreams; gate_wait: the current slot is held until its upstreams' slots succeed.
+    gated            boolean NOT NULL DEFAULT false,
+    feeds            boolean NOT NULL DEFAULT false,
+    gate_wait        boolean NOT NULL DEFAULT false,
+    after_timeout_s  double precision CHECK (after_timeout_s > 0),
+    after_failure    text NOT NULL DEFAULT 'block'
+                     CHECK (after_failure IN ('block', 'run', 'skip')),
+    -- Incremental runs (ctx.previous_slot, ctx.last_success_slot, ctx.state): the slot
+    -- handled before the current one, the newest that succeeded, and the JSON object the
+    -- last successful run left (written by the fenced completion).
+    prev_slot        timestamptz,
+    last_success_at  timestamptz,
+    state            jsonb,
+    -- max_runs: done after this many runs; runs_done: the slots whose last attempt ended
+    -- (docs/design/schedules.md).
+    max_runs         integer CHECK (max_runs >= 1),
+    runs_done        integer NOT NULL DEFAULT 0,
+    -- key=value labels (`--label`), a JSON object of strings; blackout windows by label.
+    labels           jsonb NOT NULL DEFAULT '{}'::jsonb
+                     CONSTRAINT jobs_labels_check CHECK (jsonb_typeof(labels) = 'object'),
+    -- Expectations (docs/design/expectations.md): how long a run may take, a wall-clock
+    -- deadline in the job's zone, a bound relative to its kept runs, checks of its metrics.
+    -- expect_marks: the events raised for the run of expect_slot (once per run);
+    -- expect_state: the job's health, since expect_state_at.
+    expect_max_s     double precision CHECK (expect_max_s > 0),
+    expect_min_s     double precision CHECK (expect_min_s > 0),
+    deadline         text CHECK (deadline ~ '^([01][0-9]|2[0-3]):[0-5][0-9]$'),
+    expect_baseline  double precision CHECK (expect_baseline >= 1),
+    asserts          text CHECK (asserts <> ''),
+    assert_fails     boolean NOT NULL DEFAULT false,
+    expect_slot      timestamptz,
+    expect_marks     text[],
+    expect_state     text CHECK (expect_state IN ('ok', 'slow', 'overdue', 'too_fast',
+                                                  'assertion_failed')),
+    expect_state_at  timestamptz,
+    -- A watch job (docs/design/watch.md): never claimed (it lives in WATCH_SHARD, which no
+    -- node locks); its runs are written by pings presenting the token whose sha256 is
+    -- ping_hash. adopt_at: the first slot Pulse runs itself; the slots before stay watched.
+    watch            boolean NOT NULL DEFAULT false,
+    ping_hash        bytea CHECK (octet_length(ping_hash) = 32),
+    adopt_at         timestamptz,
+    -- The slot a /start ping opened that no end ping has closed yet.
+    ping_open        timestamptz,
+    -- The JSON Schema every payload of the job matches, checked by add, apply and trigger
+    -- (docs/design/inputs.md); NULL: any JSON object.
+    payload_schema   jsonb,
+    -- The definition's revision (job_revisions; docs/design/revisions.md), and the one the
+    -- slot in flight was claimed under, copied by the claim for the run row.
+    revision         integer NOT NULL DEFAULT 1,
+    run_revision     integer
+) WITH (fillfactor = 80);
+
+-- The claim's due range, for every status: an index on a column the claim writes would
+-- make its update non-HOT (docs/design/claim-plan.md). Recovery reads running jobs here too.
+CREATE INDEX jobs_due ON jobs (shard_id, next_run_at);
+-- Fair fan-out's loose scan of the tenants with jobs in a shard (docs/design/fairness.md).
+CREATE INDEX jobs_tenant_due ON jobs (shard_id, tenant_id, next_run_at);
+CREATE INDEX jobs_children ON jobs (parent_id) WHERE parent_id IS NOT NULL;
+-- Every node reads the each-zone parents every few seconds: a probe, not a scan.
+CREATE INDEX jobs_each_zone ON jobs (id) WHERE each_zone;
+CREATE INDEX jobs_calendar ON jobs (calendar) WHERE calendar IS NOT NULL;
+-- The late pass's expectations probe (node/maintenance/lateness.py).
+CREATE INDEX jobs_expecting ON jobs (id)
+    WHERE expect_max_s IS NOT NULL OR deadline IS NOT NULL OR expect_baseline IS NOT NULL;
+
+CREATE UNIQUE INDEX jobs_ping ON jobs (ping_hash) WHERE ping_hash IS NOT NULL;
+
+-- A legacy ping for a slot Pulse ran (or runs) itself: a double run (`pulse jobs adopt`).
+CREATE TABLE watch_doubles (
+    id        bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    job_id    uuid NOT NULL REFERENCES jobs (id) ON DELETE CASCADE,
+    tenant_id text NOT NULL,
+    job_name  text NOT NULL,
+    slot      timestamptz NOT NULL,
+    kind      text NOT NULL CHECK (kind IN ('start', 'success', 'fail')),
+    pinged_at timestamptz NOT NULL DEFAULT now()
+);
+
+CREATE INDEX watch_doubles_job ON watch_doubles (job_id, slot);
+
+
+-- == Backfills ===========================================================================
+
+-- A request to run a job's slots of [range_from, range_to) again, oldest first; the nodes
+-- holding its shard turn the slots before cursor_at into queued flights, at most
+-- max_parallel in flight (docs/design/time.md).
+CREATE TABLE backfills (
+    id            bigserial PRIMARY KEY,
+    job_id        uuid NOT NULL REFERENCES jobs (id) ON DELETE CASCADE,
+    tenant_id     text NOT NULL,
+    job_name      text NOT NULL,
+    shard_id      integer NOT NULL CHECK (shard_id >= 0),
+    range_from    timestamptz NOT NULL,
+    range_to      timestamptz NOT NULL CHECK (range_to > range_from),
+    cursor_at     timestamptz NOT NULL,
+    only_missing  boolean NOT NULL DEFAULT false,
+    max_parallel  integer NOT NULL DEFAULT 1 CHECK (max_parallel >= 1),
+    slots_total   integer NOT NULL CHECK (slots_total >= 0),
+    slots_queued  integer NOT NULL DEFAULT 0,
+    status        text NOT NULL DEFAULT 'active'
+                  CHECK (status IN ('active', 'done', 'cancelled')),
+    created_at    timestamptz NOT NULL DEFAULT now(),
+    updated_at    timestamptz NOT NULL DEFAULT now(),
+    -- 'rerun': one past slot run again (`pulse jobs trigger --slot`).
+    origin        text NOT NULL DEFAULT 'backfill' CHECK (origin IN ('backfill', 'rerun')),
+    -- The input of the slots it queues (NULL: the job's payload).
+    payload       jsonb
+);
+
+CREATE INDEX backfills_active ON backfills (shard_id) WHERE status = 'active';
+
+
+-- == Flights =============================================================================
+
+-- A slot of an overlap `allow` job (or of a backfill) in flight under a lease of its own,
+-- so several slots of one job run at once; deleted when its last attempt ends
+-- (docs/design/overlap.md).
+CREATE TABLE flights (
+    job_id           uuid NOT NULL REFERENCES jobs (id) ON DELETE CASCADE,
+    slot             timestamptz NOT NULL,
+    shard_id         integer NOT NULL CHECK (shard_id >= 0),
+    status           text NOT NULL CHECK (status IN ('queued', 'running')),
+    attempt          integer NOT NULL DEFAULT 1 CHECK (attempt >= 1),
+    due_at           timestamptz NOT NULL,
+    lease_token      bigint NOT NULL,
+    locked_by        text,
+    locked_zone      text,
+    locked_at        timestamptz,
+    lease_expires_at timestamptz,
+    cancel_by        text,
+    -- Who asked for the slot: NULL is the schedule.
+    origin           text,
+    backfill_id      bigint REFERENCES backfills (id) ON DELETE SET NULL,
+    -- The tenant, if it has a limit: a flight deleted with its job can no longer look it up.
+    limit_tenant     text,
+    -- The expectation events raised for this slot's run (migration 024).
+    expect_marks     text[],
+    -- The slot's input, when one was given (trigger --payload, a rerun); NULL: the job's.
+    payload          jsonb,
+    -- The job's revision when the flight was made, for its run row.
+    revision         integer,
+    PRIMARY KEY (job_id, slot)
+);
+
+-- Claims of queued flights and recovery of running ones, per held shard.
+CREATE INDEX flights_by_shard ON flights (shard_id, status, due_at);
+CREATE INDEX flights_by_backfill ON flights (backfill_id) WHERE backfill_id IS NOT NULL;
+
+
+-- == Runs ================================================================================
+
+-- The history: one row per (job, slot), written when an attempt ends and rewritten by a
+-- later attempt of the slot. No foreign key to jobs: every run row is written from a job
+-- row updated in the same statement, and a key checked per row cost every completion;
+-- jobs_forget_runs deletes a job's history with it.
+CREATE TABLE runs (
+    id            bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    job_id        uuid NOT NULL,
+    tenant_id     text NOT NULL,
+    job_name      text NOT NULL,
+    scheduled_for timestamptz NOT NULL,
+    attempt       integer NOT NULL DEFAULT 1,
+    node_id       text,
+    zone          text,
+    -- Added NOT VALID by a migration, to spare a scan of the whole table under lock.
+    status        text NOT NULL
+                  CONSTRAINT runs_status_check
+                  CHECK (status IN ('running', 'succeeded', 'failed', 'timed_out', 'skipped',
+                                    'lost', 'cancelled')),
+    lease_token   bigint,
+    started_at    timestamptz,
+    finished_at   timestamptz,
+    duration_s    double precision,
+    last_error    text,
+    -- What the run produced: {"stdout", "stderr", "result", "log", "truncated"}.
+    output        jsonb,
+    -- Why the slot ran: NULL is its schedule ('trigger', 'catch-up', 'backfill').
+    origin        text,
+    -- The job's revision the slot was claimed under (NULL: claimed by a node older than
+    -- migration 029).
+    revision      integer,
+    UNIQUE (job_id, scheduled_for)
+);
+
+-- Recent runs of a job use UNIQUE (job_id, scheduled_for) backwards. Runs by status serve
+-- the rare outcomes only: successes, nearly every row written, skip that index.
+CREATE INDEX runs_by_status ON runs (status, scheduled_for DESC) WHERE status <> 'succeeded';
+CREATE INDEX runs_recent ON runs (scheduled_for DESC);
+
+-- A statement trigger, after the job rows are gone: its DELETE takes a fresh snapshot, so
+-- it also sees run rows committed meanwhile by completions in flight.
+-- SECURITY DEFINER: a role that may delete jobs (pulse_web) needs no right on runs.
+CREATE FUNCTION forget_deleted_jobs_runs() RETURNS trigger
+LANGUAGE plpgsql SECURITY DEFINER SET search_path FROM CURRENT AS $$
+BEGIN
+    DELETE FROM runs r USING deleted_jobs d WHERE r.job_id = d.id;
+    RETURN NULL;
+END
+$$;
+
+CREATE TRIGGER jobs_forget_runs AFTER DELETE ON jobs
+REFERENCING OLD TABLE AS deleted_jobs
+FOR EACH STATEMENT EXECUTE FUNCTION forget_deleted_jobs_runs();
+
+-- The run row of an attempt that ended, with the slot's origin, for complete, release and
+-- recover alike (the versions without the output and without the origin went in 015 and
+-- 016).
+CREATE FUNCTION record_run(
+    run_job_id uuid,
+    run_tenant_id text,
+    run_job_name text,
+    run_scheduled_for timestamptz,
+    run_attempt integer,
+    run_node_id text,
+    run_zone text,
+    run_status text,
+    run_lease_token bigint,
+    run_started_at timestamptz,
+    run_finished_at timestamptz,
+    run_duration_s double precision,
+    run_last_error text,
+    run_output jsonb,
+    run_origin text
+) RETURNS void
+LANGUAGE sql SET search_path FROM CURRENT AS $$
+    INSERT INTO runs AS r (job_id, tenant_id, job_name, scheduled_for, attempt, node_id, zone,
+                           status, lease_token, started_at, finished_at, duration_s,
+                           last_error, output, origin)
+    VALUES (run_job_id, run_tenant_id, run_job_name, run_scheduled_for, run_attempt,
+            run_node_id, run_zone, run_status, run_lease_token, run_started_at,
+            run_finished_at, run_duration_s, run_last_error, run_output, run_origin)
+    ON CONFLICT (job_id, scheduled_for) DO UPDATE SET
+        attempt = excluded.attempt,
+        node_id = excluded.node_id,
+        zone = excluded.zone,
+        status = excluded.status,
+        lease_token = excluded.lease_token,
+        started_at = excluded.started_at,
+        finished_at = excluded.finished_at,
+        duration_s = excluded.duration_s,
+        last_error = excluded.last_error,
+        output = excluded.output,
+        origin = excluded.origin
+$$;
+
+
+-- The run row of an attempt that ended, with the revision its slot was claimed under.
+CREATE FUNCTION record_run(
+    run_job_id uuid,
+    run_tenant_id text,
+    run_job_name text,
+    run_scheduled_for timestamptz,
+    run_attempt integer,
+    run_node_id text,
+    run_zone text,
+    run_status text,
+    run_lease_token bigint,
+    run_started_at timestamptz,
+    run_finished_at timestamptz,
+    run_duration_s double precision,
+    run_last_error text,
+    run_output jsonb,
+    run_origin text,
+    run_revision integer
+) RETURNS void
+LANGUAGE sql SET search_path FROM CURRENT AS $$
+    INSERT INTO runs AS r (job_id, tenant_id, job_name, scheduled_for, attempt, node_id, zone,
+                           status, lease_token, started_at, finished_at, duration_s,
+                           last_error, output, origin, revision)
+    VALUES (run_job_id, run_tenant_id, run_job_name, run_scheduled_for, run_attempt,
+            run_node_id, run_zone, run_status, run_lease_token, run_started_at,
+            run_finished_at, run_duration_s, run_last_error, run_output, run_origin,
+            run_revision)
+    ON CONFLICT (job_id, scheduled_for) DO UPDATE SET
+        attempt = excluded.attempt,
+        node_id = excluded.node_id,
+        zone = excluded.zone,
+        status = excluded.status,
+        lease_token = excluded.lease_token,
+        started_at = excluded.started_at,
+        finished_at = excluded.finished_at,
+        duration_s = excluded.duration_s,
+        last_error = excluded.last_error,
+        output = excluded.output,
+        origin = excluded.origin,
+        revision = excluded.revision
+$$;
+
+
+-- == Alerts ==============================================================================
+
+-- Rules say who wants which events; events are an outbox written in the same transaction
+-- as the state change they report; a delivery is one event for one rule
+-- (docs/design/alerts.md).
+CREATE TABLE alert_rules (
+    name       text PRIMARY KEY CHECK (name <> ''),
+    url        text NOT NULL,
+    events     text[] NOT NULL,
+    format     text NOT NULL DEFAULT 'json'
+               CHECK (format IN ('json', 'slack', 'pagerduty', 'email')),
+    secret_env text,  -- the NAME of a variable on the delivering node, never its value
+    tenant_id  text,  -- NULL: every tenant
+    job_name   text,  -- NULL: every job of the tenant scope
+    created_at timestamptz NOT NULL DEFAULT now()
+);
+
+CREATE TABLE alert_events (
+    id         uuid PRIMARY KEY DEFAULT gen_random_uuid(),
+    -- slow, overdue, too_fast, assertion_failed: run-time expectations (migration 024);
+    -- double_run: a legacy ping for a slot Pulse runs (migration 025).
+    event      text NOT NULL
+               CONSTRAINT alert_events_event_check
+               CHECK (event IN ('failed', 'recovered', 'lost', 'late', 'skipped', 'paused',
+                                'slow', 'overdue', 'too_fast', 'assertion_failed',
+                                'double_run')),
+    job_id     uuid,
+    tenant_id  text NOT NULL,
+    job_name   text NOT NULL,
+    slot       timestamptz,
+    attempt    integer,
+    node_id    text,
+    zone       text,
+    error      text,
+    detail     text,
+    created_at timestamptz NOT NULL DEFAULT now()
+);
+
+CREATE INDEX alert_events_created ON alert_events (created_at);
+
+CREATE TABLE alert_deliveries (
+    id              bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,  -- delivery order
+    event_id        uuid NOT NULL REFERENCES alert_events (id) ON DELETE CASCADE,
+    rule_name       text NOT NULL REFERENCES alert_rules (name) ON DELETE CASCADE,
+    job_id          uuid,
+    status          text NOT NULL DEFAULT 'pending'
+                    CHECK (status IN ('pending', 'delivered', 'failed')),
+    attempts        integer NOT NULL DEFAULT 0,
+    next_attempt_at timestamptz NOT NULL DEFAULT now(),
+    locked_by       text,
+    locked_until    timestamptz,
+    last_error      text,
+    delivered_at    timestamptz,
+    created_at      timestamptz NOT NULL DEFAULT now(),
+    UNIQUE (event_id, rule_name)
+);
+
+CREATE INDEX alert_deliveries_pending ON alert_deliveries (next_attempt_at)
+    WHERE status = 'pending';
+-- Order per job: only the oldest pending delivery of each (rule, job) can be leased.
+CREATE INDEX alert_deliveries_by_rule_job ON alert_deliveries (rule_name, job_id, id)
+    WHERE status = 'pending';
+
+-- The outbox write: an event and one delivery per rule that wants it, in the caller's
+-- transaction; nothing is written (or sent) when no rule wants it.
+CREATE FUNCTION raise_alert(
+    a_event text,
+    a_job_id uuid,
+    a_tenant_id text,
+    a_job_name text,
+    a_slot timestamptz,
+    a_attempt integer,
+    a_node_id text,
+    a_zone text,
+    a_error text,
+    a_detail text
+) RETURNS void
+LANGUAGE sql SET search_path FROM CURRENT AS $$
+    WITH wanted AS (
+        SELECT name FROM alert_rules
+        WHERE a_event = ANY (events)
+          AND (tenant_id IS NULL OR tenant_id = a_tenant_id)
+          AND (job_name IS NULL OR job_name = a_job_name)
+    ), event AS (
+        INSERT INTO alert_events (event, job_id, tenant_id, job_name, slot, attempt, node_id,
+                                  zone, error, detail)
+        SELECT a_event, a_job_id, a_tenant_id, a_job_name, a_slot, a_attempt, a_node_id,
+               a_zone, a_error, a_detail
+        WHERE EXISTS (SELECT 1 FROM wanted)
+        RETURNING id
+    ), queued AS (
+        INSERT INTO alert_deliveries (event_id, rule_name, job_id)
+        SELECT event.id, wanted.name, a_job_id FROM event CROSS JOIN wanted
+        RETURNING 1
+    )
+    -- Delivered at commit, once per transaction however many events it raised.
+    SELECT pg_notify(current_schema() || '_wake', 'alerts')
+    FROM (SELECT 1 FROM queued LIMIT 1) AS q
+$$;
+
+-- What a ping writes, for the web, whose role may not write runs or alert events itself:
+-- only the run of the job whose token hash it presents, and only a watched slot's; a slot
+-- from adopt_at on is recorded as a double run and raises `double_run` instead. p_late: the
+-- `late` event's detail when the ping came for the awaited slot past its late_after_s
+-- (before the late pass saw it). Returns 'recorded', 'double_run', or NULL for an unknown
+-- hash.
+CREATE FUNCTION watch_record(
+    p_hash bytea,
+    p_slot timestamptz,
+    p_kind text,
+    p_started_at timestamptz,
+    p_finished_at timestamptz,
+    p_output jsonb,
+    p_error text,
+    p_late text
+) RETURNS text
+LANGUAGE plpgsql SECURITY DEFINER AS $$
+DECLARE
+    j jobs;
+    v_event text;
+    v_detail text;
+BEGIN
+    SELECT * INTO j FROM jobs WHERE ping_hash = p_hash;
+    IF NOT FOUND OR p_kind NOT IN ('start', 'success', 'fail') THEN
+        RETURN NULL;
+    END IF;
+    IF j.adopt_at IS NOT NULL AND p_slot >= j.adopt_at THEN
+        INSERT INTO watch_doubles (job_id, tenant_id, job_name, slot, kind, pinged_at)
+        VALUES (j.id, j.tenant_id, j.name, p_slot, p_kind, p_finished_at);
+        v_event := 'double_run';
+        v_detail := 'a legacy ' || p_kind || ' ping arrived for a slot Pulse runs';
+    ELSE
+        -- As record_run does, written out: this function runs as the owner, and calls
+        -- nothing whose search_path a caller's temporary tables could come first in.
+        INSERT INTO runs AS r (job_id, tenant_id, job_name, scheduled_for, attempt, status,
+                               started_at, finished_at, duration_s, last_error, output, origin)
+        VALUES (j.id, j.tenant_id, j.name, p_slot, 1,
+                CASE p_kind WHEN 'start' THEN 'running'
+                            WHEN 'success' THEN 'succeeded' ELSE 'failed' END,
+                p_started_at, CASE WHEN p_kind = 'start' THEN NULL ELSE p_finished_at END,
+                CASE WHEN p_kind = 'start' OR p_started_at IS NULL THEN NULL
+                     ELSE extract(epoch FROM p_finished_at - p_started_at)::float8 END,
+                p_error, p_output, 'ping')
+        ON CONFLICT (job_id, scheduled_for) DO UPDATE SET
+            attempt = excluded.attempt, node_id = NULL, zone = NULL, status = excluded.status,
+            lease_token = NULL, started_at = excluded.started_at,
+            finished_at = excluded.finished_at, duration_s = excluded.duration_s,
+            last_error = excluded.last_error, output = excluded.output, origin = excluded.origin;
+        IF p_late IS NULL OR j.late_slot IS NOT DISTINCT FROM p_slot THEN
+            RETURN 'recorded';
+        END IF;
+        v_event := 'late';
+        v_detail := p_late;
+    END IF;
+    -- As raise_alert does: an event only if a rule wants it, and its deliveries.
+    WITH wanted AS (
+        SELECT name FROM alert_rules
+        WHERE v_event = ANY (events)
+          AND (tenant_id IS NULL OR tenant_id = j.tenant_id)
+          AND (job_name IS NULL OR job_name = j.name)
+    ), raised AS (
+        INSERT INTO alert_events (event, job_id, tenant_id, job_name, slot, attempt, detail)
+        SELECT v_event, j.id, j.tenant_id, j.name, p_slot,
+               CASE WHEN v_event = 'late' THEN 1 END, v_detail
+        WHERE EXISTS (SELECT 1 FROM wanted)
+        RETURNING id
+    )
+    INSERT INTO alert_deliveries (event_id, rule_name, job_id)
+    SELECT raised.id, wanted.name, j.id FROM raised CROSS JOIN wanted;
+    RETURN CASE WHEN v_event = 'double_run' THEN 'double_run' ELSE 'recorded' END;
+END $$;
+
+-- A definer's search_path: the schema, then pg_temp (never a caller's temporary table first).
+DO $$
+BEGIN
+    EXECUTE format('ALTER FUNCTION watch_record(bytea, timestamptz, text, timestamptz, '
+                   'timestamptz, jsonb, text, text) SET search_path = %I, pg_temp',
+                   current_schema());
+END $$;
+
+
+-- == Zones ===============================================================================
+
+-- One shard space per zone set, numbered once and for good. Its shards are
+-- 65536 + (space - 1) * 16 .. + 15 (ring/zones.py: ZONE_SHARD_BASE, ZONE_SHARDS).
+CREATE TABLE zone_spaces (
+    space       int GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    zones       text[] NOT NULL UNIQUE CHECK (cardinality(zones) > 0),
+    first_shard int GENERATED ALWAYS AS (65536 + (space - 1) * 16) STORED,
+    created_at  timestamptz NOT NULL DEFAULT now()
+);
+
+
+-- == Tenant limits =======================================================================
+
+-- A tenant with a limit has a row in tenant_limits, and its jobs (limited) and flights
+-- (limit_tenant) fire the place triggers below; other tenants' rows never do. A run holds
+-- a place from when its row turns `running` until it leaves that status or is deleted.
+-- A claim takes a place under the limits row's lock (SKIP LOCKED: claims never wait);
+-- places given back are journal rows in tenant_moves, written without a lock, so a
+-- completion never waits. Places in use: taken + sum(tenant_moves.change)
+-- (docs/design/fairness.md).
+CREATE TABLE tenant_limits (
+    tenant_id      text PRIMARY KEY,
+    max_concurrent integer NOT NULL CHECK (max_concurrent >= 1),
+    taken          integer NOT NULL DEFAULT 0,
+    updated_at     timestamptz NOT NULL DEFAULT now()
+);
+
+CREATE TABLE tenant_moves (
+    tenant_id text NOT NULL,
+    change    integer NOT NULL CHECK (change IN (-1, 1))
+);
+CREATE INDEX tenant_moves_by_tenant ON tenant_moves (tenant_id);
+
+-- A tenant's free places as a claim's snapshot sees them (no lock): the claim passes over
+-- jobs beyond them, so a tenant at its limit never fills a claim meant for others.
+CREATE VIEW tenant_room AS
+SELECT l.tenant_id,
+       l.max_concurrent - l.taken
+           - coalesce((SELECT sum(m.change) FROM tenant_moves m
+                       WHERE m.tenant_id = l.tenant_id), 0) AS room
+FROM tenant_limits l;
+
+-- Setting or clearing a tenant's limit (cluster/store/jobstore/tenant_limits.py) holds this lock
+-- exclusively while it marks the tenant's rows; rows being inserted hold it shared, so a
+-- job or flight added at that moment is marked too.
+CREATE FUNCTION tenant_lock_key(tenant text) RETURNS bigint
+LANGUAGE sql IMMUTABLE AS $$
+    SELECT (hashtext('pulse.tenant')::bigint << 32) | (hashtext(tenant)::bigint & 4294967295)
+$$;
+
+-- One place for `tenant`: false at its limit, or while another claim holds its row.
+CREATE FUNCTION tenant_take(tenant text) RETURNS boolean
+LANGUAGE plpgsql SET search_path FROM CURRENT AS $$
+DECLARE
+    cap integer;
+    used integer;
+BEGIN
+    SELECT l.max_concurrent, l.taken INTO cap, used
+    FROM tenant_limits l WHERE l.tenant_id = tenant
+    FOR UPDATE SKIP LOCKED;
+    IF NOT FOUND THEN
+        -- Held by another claim, or the limit was cleared after the row was marked.
+        RETURN NOT EXISTS (SELECT 1 FROM tenant_limits l WHERE l.tenant_id = tenant);
+    END IF;
+    WITH folded AS (DELETE FROM tenant_moves m WHERE m.tenant_id = tenant RETURNING m.change)
+    SELECT used + coalesce(sum(f.change), 0) INTO used FROM folded f;
+    IF used < cap THEN
+        UPDATE tenant_limits SET taken = used + 1 WHERE tenant_id = tenant;
+        RETURN true;
+    END IF;
+    UPDATE tenant_limits SET taken = used WHERE tenant_id = tenant;
+    RETURN false;
+END $$;
+
+-- A place given back; the first one a tenant at its limit gets back wakes the claim loops.
+CREATE FUNCTION tenant_free(tenant text) RETURNS void
+LANGUAGE plpgsql SET search_path FROM CURRENT AS $$
+BEGIN
+    INSERT INTO tenant_moves (tenant_id, change) VALUES (tenant, -1);
+    IF EXISTS (SELECT 1 FROM tenant_room r WHERE r.tenant_id = tenant AND r.room = 1) THEN
+        PERFORM pg_notify(current_schema() || '_wake', 'tenant');
+    END IF;
+END $$;
+
+CREATE FUNCTION tenant_mark_job() RETURNS trigger
+LANGUAGE plpgsql SET search_path FROM CURRENT AS $$
+BEGIN
+    PERFORM pg_advisory_xact_lock_shared(tenant_lock_key(NEW.tenant_id));
+    NEW.limited := EXISTS (SELECT 1 FROM tenant_limits l WHERE l.tenant_id = NEW.tenant_id);
+    RETURN NEW;
+END $$;
+
+CREATE FUNCTION tenant_mark_flight() RETURNS trigger
+LANGUAGE plpgsql SET search_path FROM CURRENT AS $$
+DECLARE
+    tenant text;
+BEGIN
+    SELECT j.tenant_id INTO tenant FROM jobs j WHERE j.id = NEW.job_id;
+    PERFORM pg_advisory_xact_lock_shared(tenant_lock_key(tenant));
+    NEW.limit_tenant := (SELECT l.tenant_id FROM tenant_limits l WHERE l.tenant_id = tenant);
+    RETURN NEW;
+END $$;
+
+-- A flight born running (a slot an `allow` job hands over while its job row gives back
+-- the place its claim took). After the insert, not before: a flight that ON CONFLICT DO
+-- NOTHING leaves out takes no place.
+CREATE FUNCTION tenant_flight_born() RETURNS trigger
+LANGUAGE plpgsql SET search_path FROM CURRENT AS $$
+BEGIN
+    INSERT INTO tenant_moves (tenant_id, change) VALUES (NEW.limit_tenant, 1);
+    RETURN NULL;
+END $$;
+
+-- The place triggers of both tables; TG_ARGV[0] names the row's tenant column (a job's
+-- tenant_id, a flight's limit_tenant). Returning NULL refuses the claim's update.
+CREATE FUNCTION tenant_status() RETURNS trigger
+LANGUAGE plpgsql SET search_path FROM CURRENT AS $$
+DECLARE
+    tenant text := to_jsonb(NEW) ->> TG_ARGV[0];
+BEGIN
+    IF NEW.status <> 'running' THEN
+        PERFORM tenant_free(tenant);
+    ELSIF NOT tenant_take(tenant) THEN
+        RETURN NULL;
+    END IF;
+    RETURN NEW;
+END $$;
+
+CREATE FUNCTION tenant_deleted() RETURNS trigger
+LANGUAGE plpgsql SET search_path FROM CURRENT AS $$
+BEGIN
+    PERFORM tenant_free(to_jsonb(OLD) ->> TG_ARGV[0]);
+    RETURN NULL;
+END $$;
+
+CREATE TRIGGER tenant_mark BEFORE INSERT ON jobs
+FOR EACH ROW EXECUTE FUNCTION tenant_mark_job();
+CREATE TRIGGER tenant_mark BEFORE INSERT ON flights
+FOR EACH ROW EXECUTE FUNCTION tenant_mark_flight();
+CREATE TRIGGER tenant_place_born AFTER INSERT ON flights
+FOR EACH ROW WHEN (NEW.limit_tenant IS NOT NULL AND NEW.status = 'running')
+EXECUTE FUNCTION tenant_flight_born();
+CREATE TRIGGER tenant_place BEFORE UPDATE OF status ON jobs
+FOR EACH ROW WHEN (NEW.limited AND (OLD.status = 'running') <> (NEW.status = 'running'))
+EXECUTE FUNCTION tenant_status('tenant_id');
+CREATE TRIGGER tenant_place BEFORE UPDATE OF status ON flights
+FOR EACH ROW
+WHEN (NEW.limit_tenant IS NOT NULL AND (OLD.status = 'running') <> (NEW.status = 'running'))
+EXECUTE FUNCTION tenant_status('limit_tenant');
+CREATE TRIGGER tenant_place_deleted AFTER DELETE ON jobs
+FOR EACH ROW WHEN (OLD.limited AND OLD.status = 'running')
+EXECUTE FUNCTION tenant_deleted('tenant_id');
+CREATE TRIGGER tenant_place_deleted AFTER DELETE ON flights
+FOR EACH ROW WHEN (OLD.limit_tenant IS NOT NULL AND OLD.status = 'running')
+EXECUTE FUNCTION tenant_deleted('limit_tenant');
+
+
+-- == The HTTP API ========================================================================
+
+-- API tokens: only the SHA-256 of the secret is kept; the secret is printed once by
+-- `pulse tokens create`. A token scoped to a tenant (tenant_id) reaches only its jobs.
+CREATE TABLE api_tokens (
+    name         text PRIMARY KEY CHECK (name <> ''),
+    role         text NOT NULL CHECK (role IN ('admin', 'write', 'read')),
+    tenant_id    text,  -- NULL: every tenant
+    hash         bytea NOT NULL UNIQUE,
+    created_at   timestamptz NOT NULL DEFAULT now(),
+    expires_at   timestamptz,  -- NULL: never
+    last_used_at timestamptz
+);
+
+-- Every mutation made through the API, written in the transaction of the change itself.
+CREATE TABLE api_audit (
+    id         bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    at         timestamptz NOT NULL DEFAULT now(),
+    token_name text NOT NULL,
+    action     text NOT NULL,
+    tenant_id  text,
+    job_name   text,
+    source     text,
+    detail     text
+);
+
+CREATE INDEX api_audit_at ON api_audit (at DESC, id DESC);
+
+-- Python handlers offered to the API by code: the handler of every job of a Registry loaded
+-- by `pulse node --sync-jobs` or `pulse jobs apply --module`, and every function a Registry
+-- offers with `Registry.handler`, per tenant of the Registry (cluster/store/jobstore/registered_handlers.py).
+CREATE TABLE registered_handlers (
+    tenant_id     text NOT NULL,
+    handler       text NOT NULL CHECK (handler <> ''),
+    registered_by text NOT NULL,
+    registered_at timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (tenant_id, handler)
+);
+
+CREATE INDEX registered_handlers_by_handler ON registered_handlers (handler);
+
+-- Console sessions: the cookie carries a random id, this table its SHA-256. Revoking the
+-- token deletes its sessions (the cascade); an expired token's sessions stop at lookup.
+CREATE TABLE console_sessions (
+    id_hash      bytea PRIMARY KEY,
+    token_name   text NOT NULL REFERENCES api_tokens (name) ON DELETE CASCADE,
+    created_at   timestamptz NOT NULL DEFAULT now(),
+    expires_at   timestamptz NOT NULL,
+    last_seen_at timestamptz NOT NULL DEFAULT now()
+);
+
+CREATE INDEX console_sessions_token ON console_sessions (token_name);
+CREATE INDEX console_sessions_expires ON console_sessions (expires_at);
+
+-- == Tenants' quotas =====================================================================
+
+-- Caps on what a tenant may ask for (cluster/store/jobstore/quotas.py): its jobs (each-zone
+-- children aside), its backfill slots requested and not yet run, the slots a job or
+-- backfill runs at once. No row or a NULL cap: no cap. Triggers check them on every path
+-- that writes, each insert queuing on the tenant's quota row so racing writers count each
+-- other. The check functions run as the owner (SECURITY DEFINER), their search_path fixed
+-- with pg_temp last; so does forget_deleted_jobs_runs (docs/design/roles.md).
+CREATE TABLE tenant_quotas (
+    tenant_id          text PRIMARY KEY CHECK (tenant_id <> ''),
+    max_jobs           integer CHECK (max_jobs >= 0),
+    max_backfill_slots integer CHECK (max_backfill_slots >= 0),
+    max_parallel       integer CHECK (max_parallel >= 1),
+    updated_at         timestamptz NOT NULL DEFAULT now()
+);
+
+CREATE FUNCTION quota_check_job() RETURNS trigger
+LANGUAGE plpgsql SECURITY DEFINER AS $$
+DECLARE
+    q tenant_quotas;
+    used bigint;
+BEGIN
+    -- Only an insert counts, so only an insert queues on the quota row.
+    IF TG_OP = 'INSERT' THEN
+        SELECT * INTO q FROM tenant_quotas WHERE tenant_id = NEW.tenant_id FOR UPDATE;
+    ELSE
+        SELECT * INTO q FROM tenant_quotas WHERE tenant_id = NEW.tenant_id;
+    END IF;
+    IF NOT FOUND THEN
+        RETURN NEW;
+    END IF;
+    IF NEW.overlap = 'allow' AND NEW.max_concurrent > q.max_parallel THEN
+        RAISE EXCEPTION 'tenant % may run at most % slots of a job at once (max_parallel), '
+            'not %', quote_literal(NEW.tenant_id), q.max_parallel, NEW.max_concurrent
+            USING ERRCODE = 'check_violation', CONSTRAINT = 'tenant_quota',
+                  COLUMN = 'max_concurrent';
+    END IF;
+    -- An upsert of a job that exists (ON CONFLICT DO UPDATE) fires this too: no new job.
+    IF TG_OP = 'INSERT' AND q.max_jobs IS NOT NULL AND NOT EXISTS (
+        SELECT 1 FROM jobs j WHERE j.tenant_id = NEW.tenant_id AND j.name = NEW.name
+    ) THEN
+        SELECT count(*) INTO used FROM jobs j
+        WHERE j.tenant_id = NEW.tenant_id AND j.parent_id IS NULL;
+        IF used >= q.max_jobs THEN
+            RAISE EXCEPTION 'tenant % has % jobs, its cap (max_jobs %)',
+                quote_literal(NEW.tenant_id), used, q.max_jobs
+                USING ERRCODE = 'check_violation', CONSTRAINT = 'tenant_quota',
+                      COLUMN = 'max_jobs';
+        END IF;
+    END IF;
+    RETURN NEW;
+END $$;
+
+CREATE FUNCTION quota_check_backfill() RETURNS trigger
+LANGUAGE plpgsql SECURITY DEFINER AS $$
+DECLARE
+    q tenant_quotas;
+    used bigint;
+BEGIN
+    SELECT * INTO q FROM tenant_quotas WHERE tenant_id = NEW.tenant_id FOR UPDATE;
+    IF NOT FOUND THEN
+        RETURN NEW;
+    END IF;
+    IF NEW.max_parallel > q.max_parallel THEN
+        RAISE EXCEPTION 'tenant % may run at most % slots of a backfill at once '
+            '(max_parallel), not %', quote_literal(NEW.tenant_id), q.max_parallel,
+            NEW.max_parallel
+            USING ERRCODE = 'check_violation', CONSTRAINT = 'tenant_quota',
+                  COLUMN = 'max_parallel';
+    END IF;
+    IF q.max_backfill_slots IS NOT NULL THEN
+        -- Requested and not yet run: the slots not queued yet, and those in flight.
+        SELECT coalesce(sum(greatest(b.slots_total - b.slots_queued, 0)
+                            + (SELECT count(*) FROM flights f WHERE f.backfill_id = b.id)), 0)
+        INTO used
+        FROM backfills b WHERE b.tenant_id = NEW.tenant_id AND b.status = 'active';
+        IF used + NEW.slots_total > q.max_backfill_slots THEN
+            RAISE EXCEPTION 'tenant % has % backfill slots pending; % more would pass its '
+                'cap (max_backfill_slots %)', quote_literal(NEW.tenant_id), used,
+                NEW.slots_total, q.max_backfill_slots
+                USING ERRCODE = 'check_violation', CONSTRAINT = 'tenant_quota',
+                      COLUMN = 'max_backfill_slots';
+        END IF;
+    END IF;
+    RETURN NEW;
+END $$;
+
+CREATE TRIGGER tenant_quota BEFORE INSERT ON jobs
+FOR EACH ROW WHEN (NEW.parent_id IS NULL) EXECUTE FUNCTION quota_check_job();
+CREATE TRIGGER tenant_quota_update BEFORE UPDATE OF overlap, max_concurrent ON jobs
+FOR EACH ROW WHEN (NEW.overlap = 'allow' AND NEW.parent_id IS NULL)
+EXECUTE FUNCTION quota_check_job();
+CREATE TRIGGER tenant_quota BEFORE INSERT ON backfills
+FOR EACH ROW EXECUTE FUNCTION quota_check_backfill();
+
+DO $$
+BEGIN
+    EXECUTE format('ALTER FUNCTION quota_check_job() SET search_path = %I, pg_temp',
+                   current_schema());
+    EXECUTE format('ALTER FUNCTION quota_check_backfill() SET search_path = %I, pg_temp',
+                   current_schema());
+    EXECUTE format('ALTER FUNCTION forget_deleted_jobs_runs() SET search_path = %I, pg_temp',
+                   current_schema());
+END $$;
+
+-- == Dependencies between jobs (docs/design/gates.md) =====================================
+
+-- An edge: `downstream_id` runs a slot only after the slot of `upstream_id` that `match`
+-- names succeeded: same, latest, period:day or period:hour (in the downstream's zone).
+-- No foreign keys: their triggers would check every update of every job (as for runs,
+-- migration 004); a statement trigger drops the edges of deleted jobs instead.
+CREATE TABLE job_edges (
+    downstream_id uuid NOT NULL,
+    upstream_id   uuid NOT NULL,
+    match         text NOT NULL CONSTRAINT job_edges_match_check
+                  CHECK (match IN ('same', 'latest', 'period:day', 'period:hour', 'chain')),
+    PRIMARY KEY (downstream_id, upstream_id),
+    CHECK (downstream_id <> upstream_id)
+);
+CREATE INDEX job_edges_upstream ON job_edges (upstream_id);
+
+CREATE FUNCTION forget_deleted_jobs_edges() RETURNS trigger
+LANGUAGE plpgsql SET search_path FROM CURRENT AS $$
+BEGIN
+    DELETE FROM job_edges e USING deleted_jobs d
+    WHERE e.downstream_id = d.id OR e.upstream_id = d.id;
+    DELETE FROM chain_slots c USING deleted_jobs d WHERE c.job_id = d.id;
+    RETURN NULL;
+END
+$$;
+
+CREATE TRIGGER jobs_forget_edges AFTER DELETE ON jobs
+REFERENCING OLD TABLE AS deleted_jobs
+FOR EACH STATEMENT EXECUTE FUNCTION forget_deleted_jobs_edges();
+-- The gate pass reads the held jobs of its shards: a probe, not a scan of every job.
+CREATE INDEX jobs_gate_wait ON jobs (shard_id) WHERE gate_wait;
+
+-- NULL when every upstream's matching slot succeeded (or failed, under after-failure
+-- `run`); 'skip: <why>' when one failed under `skip`; else 'wait: <why>'. Volatile: it
+-- reads the runs and slots as they are now, not as the calling statement began.
+CREATE FUNCTION gate_verdict(job uuid, slot timestamptz) RETURNS text
+LANGUAGE plpgsql SET search_path FROM CURRENT AS $$
+DECLARE
+    d record;
+    e record;
+    lo timestamptz;
+    hi timestamptz;
+    unit text;
+    why text;
+    waiting text;
+BEGIN
+    SELECT j.tz, j.after_failure INTO d FROM jobs j WHERE j.id = job;
+    FOR e IN SELECT u.id, u.name, u.slot_at, u.status, x.match
+             FROM job_edges x JOIN jobs u ON u.id = x.upstream_id
+             WHERE x.downstream_id = job ORDER BY u.name LOOP
+        IF e.match IN ('same', 'chain') THEN
+            lo := slot;
+        ELSIF e.match = 'latest' THEN
+            IF e.status <> 'done' AND e.slot_at <= slot THEN
+                lo := e.slot_at;  -- its latest slot at or before ours has not ended yet
+            ELSE
+                SELECT max(r.scheduled_for) INTO lo FROM runs r
+                WHERE r.job_id = e.id AND r.scheduled_for <= slot;
+                IF lo IS NULL THEN
+                    why := format('upstream %s has no slot at or before %s', e.name,
+                                  to_char(slot AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"'));
+                    IF d.after_failure = 'skip' THEN RETURN 'skip: ' || why; END IF;
+                    IF d.after_failure = 'block' THEN waiting := coalesce(waiting, why); END IF;
+                    CONTINUE;
+                END IF;
+            END IF;
+        END IF;
+        IF e.match LIKE 'period:%' THEN
+            unit := split_part(e.match, ':', 2);
+            lo := date_trunc(unit, slot AT TIME ZONE d.tz) AT TIME ZONE d.tz;
+            hi := (date_trunc(unit, slot AT TIME ZONE d.tz) + ('1 ' || unit)::interval)
+                  AT TIME ZONE d.tz;
+            why := format('upstream %s had no successful slot in the %s from %s', e.name,
+                          unit, to_char(lo AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"'));
+        ELSE
+            hi := lo + interval '1 microsecond';
+            why := format('upstream %s slot %s did not succeed', e.name,
+                          to_char(lo AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"'));
+        END IF;
+        CONTINUE WHEN EXISTS (
+            SELECT 1 FROM runs r
+            WHERE r.job_id = e.id AND r.scheduled_for >= lo AND r.scheduled_for < hi
+              AND r.status = 'succeeded');
+        IF e.status <> 'done' AND e.slot_at < hi THEN  -- the upstream has not moved past it
+            waiting := coalesce(waiting, why);
+        ELSIF d.after_failure = 'skip' THEN
+            RETURN 'skip: ' || why;
+        ELSIF d.after_failure = 'block' THEN
+            waiting := coalesce(waiting, why);
+        END IF;
+    END LOOP;
+    RETURN 'wait: ' || waiting;  -- NULL when nothing waits
+END $$;
+
+-- A gated job's slot set by any statement: held out of the due range while it waits.
+CREATE FUNCTION gate_hold() RETURNS trigger
+LANGUAGE plpgsql SET search_path FROM CURRENT AS $$
+DECLARE
+    pulled timestamptz;
+BEGIN
+    -- A chained job done with its slot asks for the next one released (9998-01-01,
+    -- records.CHAINED_NEXT): the oldest not taken yet, due from now (updated_at).
+    IF NEW.next_run_at = '9998-01-01Z'::timestamptz THEN
+        UPDATE chain_slots c SET taken = true
+        WHERE c.job_id = NEW.id AND c.slot = (
+            SELECT min(x.slot) FROM chain_slots x WHERE x.job_id = NEW.id AND NOT x.taken)
+        RETURNING c.slot INTO pulled;
+        IF pulled IS NULL THEN  -- nothing released: it waits for its upstreams' next success
+            NEW.next_run_at := '9999-01-01Z'::timestamptz;
+            NEW.gate_wait := false;
+            RETURN NEW;
+        END IF;
+        NEW.slot_at := pulled;
+        NEW.attempt := 1;
+        NEW.next_run_at := greatest(pulled, NEW.updated_at);
+    END IF;
+    IF gate_verdict(NEW.id, NEW.slot_at) LIKE 'wait: %' THEN
+        NEW.gate_wait := true;
+        NEW.next_run_at := CASE WHEN NEW.after_timeout_s IS NULL
+            THEN '9999-01-01Z'::timestamptz
+            ELSE greatest(NEW.next_run_at,
+                          NEW.slot_at + make_interval(secs => NEW.after_timeout_s)) END;
+    ELSE
+        NEW.gate_wait := false;
+    END IF;
+    RETURN NEW;
+END $$;
+
+CREATE TRIGGER jobs_gate_hold BEFORE INSERT OR UPDATE OF next_run_at ON jobs
+FOR EACH ROW WHEN (NEW.gated AND NEW.status = 'idle' AND NEW.next_run_at < '9999-01-01Z')
+EXECUTE FUNCTION gate_hold();
+
+-- Releases the held downstreams of `upstream` whose gate now opens (its completion, or the
+-- gate pass when `upstream` is NULL: every held job of `shards`). Only those are locked, so
+-- a pass never holds a row a completion is releasing; a row locked this instant is left to
+-- the gate pass, so a completion never waits for a claim. A released slot is due from
+-- `at`: its lateness (the late pass, `late` alerts) counts from its release, not from a
+-- slot it could not start before. Wakes the released shards.
+CREATE FUNCTION gate_release(upstream uuid, shards integer[] DEFAULT NULL,
+                             at timestamptz DEFAULT now()) RETURNS integer
+LANGUAGE plpgsql SET search_path FROM CURRENT AS $$
+DECLARE
+    released integer := 0;
+    s integer;
+BEGIN
+    FOR s IN
+        WITH held AS (
+            SELECT d.id FROM jobs d
+            WHERE d.gate_wait AND d.status = 'idle'
+              AND (upstream IS NULL OR d.id IN (
+                  SELECT e.downstream_id FROM job_edges e WHERE e.upstream_id = upstream))
+              AND (shards IS NULL OR d.shard_id = ANY(shards))
+              AND coalesce(gate_verdict(d.id, d.slot_at) NOT LIKE 'wait: %', true)
+            FOR UPDATE OF d SKIP LOCKED
+        )
+        UPDATE jobs j SET next_run_at = greatest(j.slot_at, at), updated_at = at
+        FROM held h WHERE j.id = h.id
+        RETURNING CASE WHEN NOT j.gate_wait THEN j.shard_id END
+    LOOP
+        IF s IS NOT NULL THEN
+            released := released + 1;
+            PERFORM pg_notify(current_schema() || '_wake', s::text);
+        END IF;
+    END LOOP;
+    RETURN released;
+END $$;
+
+
+-- == Revisions ==========================================================================
+
+-- Every change to a job's definition, written by triggers in the transaction that makes
+-- it (migration 029, docs/design/revisions.md).
+-- change: created, updated, removed. definition: the job's definition after the change
+-- (before it, for `removed`), diff: {field: [before, after]} of the fields that changed.
+-- A literal password in a handler's URL is masked in both; ${env:NAME} stays as written.
+CREATE TABLE job_revisions (
+    tenant_id   text NOT NULL,
+    job_name    text NOT NULL,
+    revision    integer NOT NULL CHECK (revision >= 1),
+    job_id      uuid NOT NULL,
+    change      text NOT NULL CHECK (change IN ('created', 'updated', 'removed')),
+    at          timestamptz NOT NULL DEFAULT now(),
+    who         text NOT NULL,
+    how         text NOT NULL,
+    definition  jsonb NOT NULL,
+    diff        jsonb NOT NULL,
+    -- The transaction that wrote it: later statements of the same transaction (an apply
+    -- moving the job to its zones' shard) fold their change into it.
+    xact        xid8 NOT NULL DEFAULT pg_current_xact_id(),
+    PRIMARY KEY (tenant_id, job_name, revision)
+);
+
+-- Retention finds the names whose last revision removed the job (docs/retention.md).
+CREATE INDEX job_revisions_removed ON job_revisions (at) WHERE change = 'removed';
+
+-- The definition a revision records: the fields of a job file, as the row holds them.
+CREATE FUNCTION job_definition(j jobs) RETURNS jsonb
+LANGUAGE sql STABLE SET search_path FROM CURRENT AS $$
+    SELECT jsonb_build_object(
+        'schedule', j.schedule, 'tz', j.tz, 'dst_repeated', j.dst_repeated,
+        'dst_skipped', j.dst_skipped,
+        'handler', regexp_replace(
+            j.handler, '(://[^/@:"\s]*):(?!\$\{env:[A-Za-z_][A-Za-z0-9_]*\}@)[^@/"\s]+@',
+            '\1:***@', 'g'),
+        'payload', j.payload, 'paused', j.paused, 'catch_up', j.catch_up,
+        'grace_s', j.grace_s, 'max_backfill', j.max_backfill, 'timeout_s', j.timeout_s,
+        'max_retries', j.max_retries, 'retry_backoff_s', j.retry_backoff_s,
+        'keep_for_s', j.keep_for_s, 'keep_runs', j.keep_runs, 'output_limit', j.output_limit,
+        'late_after_s', j.late_after_s, 'pause_after_failures', j.pause_after_failures,
+        'overlap', j.overlap, 'max_concurrent', j.max_concurrent,
+        'cancel_grace_s', j.cancel_grace_s, 'jitter_s', j.jitter_s,
+        'remove_when_done', j.remove_when_done, 'calendar', j.calendar,
+        'on_excluded', j.on_excluded, 'business_day', j.business_day, 'zones', j.zones,
+        'each_zone', j.each_zone, 'after_timeout_s', j.after_timeout_s,
+        'after_failure', j.after_failure, 'max_runs', j.max_runs, 'labels', j.labels,
+        'expect_max_s', j.expect_max_s, 'expect_min_s', j.expect_min_s,
+        'deadline', j.deadline, 'expect_baseline', j.expect_baseline, 'asserts', j.asserts,
+        'assert_fails', j.assert_fails, 'watch', j.watch, 'adopt_at', j.adopt_at,
+        'payload_schema', j.payload_schema)
+$$;
+
+-- {field: [before, after]} for each field of two definitions that differs.
+CREATE FUNCTION job_definition_diff(before jsonb, after jsonb) RETURNS jsonb
+LANGUAGE sql IMMUTABLE AS $$
+    SELECT coalesce(jsonb_object_agg(k, jsonb_build_array(before -> k, after -> k)), '{}')
+    FROM jsonb_object_keys(coalesce(after, before)) AS k
+    WHERE (before -> k) IS DISTINCT FROM (after -> k)
+$$;
+
+CREATE FUNCTION job_revision_who() RETURNS text
+LANGUAGE sql STABLE AS $$
+    SELECT coalesce(nullif(current_setting('pulse.who', true), ''),
+                    nullif(current_setting('application_name'), ''), session_user)
+$$;
+
+CREATE FUNCTION job_revision_how() RETURNS text
+LANGUAGE sql STABLE AS $$
+    SELECT coalesce(nullif(current_setting('pulse.how', true), ''), 'sql')
+$$;
+
+-- A new job's number follows the last of its name. Set before the insert (an upsert's
+-- insert that meets a conflict becomes an update and writes no `created` row).
+CREATE FUNCTION job_revision_number() RETURNS trigger
+LANGUAGE plpgsql SECURITY DEFINER SET search_path FROM CURRENT AS $$
+BEGIN
+    NEW.revision := coalesce((SELECT max(r.revision) FROM job_revisions r
+                              WHERE r.tenant_id = NEW.tenant_id AND r.job_name = NEW.name),
+                             0) + 1;
+    RETURN NEW;
+END
+$$;
+
+-- SECURITY DEFINER: the roles that change jobs write revisions only through these.
+CREATE FUNCTION job_revision_created() RETURNS trigger
+LANGUAGE plpgsql SECURITY DEFINER SET search_path FROM CURRENT AS $$
+BEGIN
+    INSERT INTO job_revisions (tenant_id, job_name, revision, job_id, change, who, how,
+                               definition, diff)
+    SELECT n.tenant_id, n.name, n.revision, n.id, 'created', job_revision_who(),
+           job_revision_how(), job_definition(n), job_definition_diff(NULL, job_definition(n))
+    FROM created_jobs n WHERE n.parent_id IS NULL;
+    RETURN NULL;
+END
+$$;
+
+CREATE FUNCTION job_revision_updated() RETURNS trigger
+LANGUAGE plpgsql SECURITY DEFINER SET search_path FROM CURRENT AS $$
+DECLARE
+    before jsonb := job_definition(OLD);
+    after jsonb := job_definition(NEW);
+BEGIN
+    -- Both triggers below fire for a statement that pauses and changes more: one row.
+    IF before = after OR NEW.revision <> OLD.revision THEN
+        RETURN NEW;
+    END IF;
+    -- A revision this transaction wrote already takes the change in: one per apply.
+    UPDATE job_revisions r SET
+        definition = after,
+        diff = job_definition_diff(
+            CASE WHEN r.change = 'created' THEN NULL
+                 ELSE r.definition || (SELECT coalesce(jsonb_object_agg(k, r.diff -> k -> 0), '{}')
+                                       FROM jsonb_object_keys(r.diff) AS k) END,
+            after)
+    WHERE r.tenant_id = NEW.tenant_id AND r.job_name = NEW.name AND r.revision = OLD.revision
+      AND r.xact = pg_current_xact_id();
+    IF FOUND THEN
+        RETURN NEW;
+    END IF;
+    NEW.revision := OLD.revision + 1;
+    INSERT INTO job_revisions (tenant_id, job_name, revision, job_id, change, who, how,
+                               definition, diff)
+    VALUES (NEW.tenant_id, NEW.name, NEW.revision, NEW.id, 'updated', job_revision_who(),
+            job_revision_how(), after, job_definition_diff(before, after));
+    RETURN NEW;
+END
+$$;
+
+CREATE FUNCTION job_revision_removed() RETURNS trigger
+LANGUAGE plpgsql SECURITY DEFINER SET search_path FROM CURRENT AS $$
+BEGIN
+    INSERT INTO job_revisions (tenant_id, job_name, revision, job_id, change, who, how,
+                               definition, diff)
+    SELECT o.tenant_id, o.name, o.revision + 1, o.id, 'removed', job_revision_who(),
+           job_revision_how(), job_definition(o), job_definition_diff(job_definition(o), NULL)
+    FROM removed_jobs o WHERE o.parent_id IS NULL;
+    RETURN NULL;
+END
+$$;
+
+CREATE TRIGGER jobs_revision_number BEFORE INSERT ON jobs
+FOR EACH ROW WHEN (NEW.parent_id IS NULL) EXECUTE FUNCTION job_revision_number();
+CREATE TRIGGER jobs_revision_created AFTER INSERT ON jobs
+REFERENCING NEW TABLE AS created_jobs
+FOR EACH STATEMENT EXECUTE FUNCTION job_revision_created();
+-- Only statements that set a field of the definition, and only rows whose fields changed.
+-- The claim sets none of them: never considered. A completion sets `paused` alone among
+-- them (auto-pause), so `paused` has a trigger of its own, whose WHEN compares one column.
+CREATE TRIGGER jobs_revision_paused BEFORE UPDATE OF paused ON jobs
+FOR EACH ROW WHEN (NEW.parent_id IS NULL AND OLD.paused <> NEW.paused)
+EXECUTE FUNCTION job_revision_updated();
+CREATE TRIGGER jobs_revision_updated BEFORE UPDATE OF
+    schedule, tz, dst_repeated, dst_skipped, handler, payload, catch_up, grace_s,
+    max_backfill, timeout_s, max_retries, retry_backoff_s, keep_for_s, keep_runs,
+    output_limit, late_after_s, pause_after_failures, overlap, max_concurrent,
+    cancel_grace_s, jitter_s, remove_when_done, calendar, on_excluded, business_day, zones,
+    each_zone, after_timeout_s, after_failure, max_runs, labels, expect_max_s, expect_min_s,
+    deadline, expect_baseline, asserts, assert_fails, watch, adopt_at, payload_schema ON jobs
+FOR EACH ROW WHEN (NEW.parent_id IS NULL AND (
+    OLD.schedule, OLD.tz, OLD.dst_repeated, OLD.dst_skipped, OLD.handler, OLD.payload,
+    OLD.catch_up, OLD.grace_s, OLD.max_backfill, OLD.timeout_s, OLD.max_retries,
+    OLD.retry_backoff_s, OLD.keep_for_s, OLD.keep_runs, OLD.output_limit, OLD.late_after_s,
+    OLD.pause_after_failures, OLD.overlap, OLD.max_concurrent, OLD.cancel_grace_s,
+    OLD.jitter_s, OLD.remove_when_done, OLD.calendar, OLD.on_excluded, OLD.business_day,
+    OLD.zones, OLD.each_zone, OLD.after_timeout_s, OLD.after_failure, OLD.max_runs,
+    OLD.labels, OLD.expect_max_s, OLD.expect_min_s, OLD.deadline, OLD.expect_baseline,
+    OLD.asserts, OLD.assert_fails, OLD.watch, OLD.adopt_at, OLD.payload_schema)
+    IS DISTINCT FROM (
+    NEW.schedule, NEW.tz, NEW.dst_repeated, NEW.dst_skipped, NEW.handler, NEW.payload,
+    NEW.catch_up, NEW.grace_s, NEW.max_backfill, NEW.timeout_s, NEW.max_retries,
+    NEW.retry_backoff_s, NEW.keep_for_s, NEW.keep_runs, NEW.output_limit, NEW.late_after_s,
+    NEW.pause_after_failures, NEW.overlap, NEW.max_concurrent, NEW.cancel_grace_s,
+    NEW.jitter_s, NEW.remove_when_done, NEW.calendar, NEW.on_excluded, NEW.business_day,
+    NEW.zones, NEW.each_zone, NEW.after_timeout_s, NEW.after_failure, NEW.max_runs,
+    NEW.labels, NEW.expect_max_s, NEW.expect_min_s, NEW.deadline, NEW.expect_baseline,
+    NEW.asserts, NEW.assert_fails, NEW.watch, NEW.adopt_at, NEW.payload_schema))
+EXECUTE FUNCTION job_revision_updated();
+CREATE TRIGGER jobs_revision_removed AFTER DELETE ON jobs
+REFERENCING OLD TABLE AS removed_jobs
+FOR EACH STATEMENT EXECUTE FUNCTION job_revision_removed();
+-- A chained job's slots (migration 023, docs/design/chains.md): each success of an upstream
+-- slot of a `chain` edge writes (downstream, slot) here, in the statement of that upstream's
+-- fenced completion; the downstream takes them oldest first (gate_hold). A row is written
+-- once and never again (taken stays), so a second upstream of a fan-in, or a completion
+-- replayed, makes no second slot.
+CREATE TABLE chain_slots (
+    job_id     uuid NOT NULL,
+    slot       timestamptz NOT NULL,
+    taken      boolean NOT NULL DEFAULT false,
+    created_at timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (job_id, slot)
+);
+CREATE INDEX chain_slots_pending ON chain_slots (job_id) WHERE NOT taken;
+
+-- Called by the fenced completion of a successful slot of `upstream` that feeds chained
+-- jobs: records the slot for each, and has those idle with nothing to do take it at once
+-- (rows locked this instant are left to the gate pass, chain_pull). Wakes their shards.
+CREATE FUNCTION chain_release(upstream uuid, slot timestamptz,
+                              at timestamptz DEFAULT now()) RETURNS integer
+LANGUAGE plpgsql SET search_path FROM CURRENT AS $$
+DECLARE
+    started integer := 0;
+    s integer;
+BEGIN
+    INSERT INTO chain_slots (job_id, slot, created_at)
+    SELECT e.downstream_id, slot, at FROM job_edges e
+    WHERE e.upstream_id = upstream AND e.match = 'chain'
+    ON CONFLICT DO NOTHING;
+    IF NOT FOUND THEN
+        RETURN 0;
+    END IF;
+    FOR s IN
+        WITH waiting AS (
+            SELECT d.id FROM jobs d
+            WHERE d.id IN (SELECT e.downstream_id FROM job_edges e
+                           WHERE e.upstream_id = upstream AND e.match = 'chain')
+              AND d.status = 'idle' AND NOT d.gate_wait
+              AND d.next_run_at = '9999-01-01Z'::timestamptz
+            FOR UPDATE OF d SKIP LOCKED
+        )
+        UPDATE jobs j SET next_run_at = '9998-01-01Z'::timestamptz, updated_at = at
+        FROM waiting w WHERE j.id = w.id
+        RETURNING CASE WHEN j.next_run_at < '9999-01-01Z'::timestamptz THEN j.shard_id END
+    LOOP
+        IF s IS NOT NULL THEN
+            started := started + 1;
+            PERFORM pg_notify(current_schema() || '_wake', s::text);
+        END IF;
+    END LOOP;
+    RETURN started;
+END $$;
+
+-- The gate pass's part for chains: the chained jobs of `shards` idle with a slot released
+-- but not taken (their row was locked at the release) take it.
+CREATE FUNCTION chain_pull(shards integer[], at timestamptz DEFAULT now()) RETURNS integer
+LANGUAGE plpgsql SET search_path FROM CURRENT AS $$
+DECLARE
+    started integer := 0;
+    s integer;
+BEGIN
+    FOR s IN
+        WITH waiting AS (
+            SELECT d.id FROM jobs d
+            WHERE d.id IN (SELECT c.job_id FROM chain_slots c WHERE NOT c.taken)
+              AND d.shard_id = ANY(shards) AND d.status = 'idle' AND NOT d.gate_wait
+              AND d.next_run_at = '9999-01-01Z'::timestamptz
+            FOR UPDATE OF d SKIP LOCKED
+        )
+        UPDATE jobs j SET next_run_at = '9998-01-01Z'::timestamptz, updated_at = at
+        FROM waiting w WHERE j.id = w.id
+        RETURNING CASE WHEN j.next_run_at < '9999-01-01Z'::timestamptz THEN j.shard_id END
+    LOOP
+        IF s IS NOT NULL THEN
+            started := started + 1;
+            PERFORM pg_notify(current_schema() || '_wake', s::text);
+        END IF;
+    END LOOP;
+    RETURN started;
+END $$;
