@@ -5,8 +5,12 @@ the latest full run's table into a README between its markers."""
 
 from __future__ import annotations
 
+import dataclasses
 import re
+import uuid
+from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -15,6 +19,8 @@ from bench.report import BEGIN, END
 from bench.results import Measure, ScenarioResult, append
 from bench.runner import SCENARIOS
 from bench.sizes import DEFAULT, QUICK, Sizes
+from cluster.jobs.models import Job, Run, expectations_of
+from tests.helpers.cli import GATED_SHOW_KEYS, JOB_KEYS, RUN_KEYS, RUN_SHOW_KEYS, SHOW_KEYS
 
 REPO = Path(__file__).resolve().parents[1]
 TREES = ("pulsecron", "ring", "cluster", "node")
@@ -62,6 +68,81 @@ def test_design_pages_referenced_from_code_exist() -> None:
                 found.setdefault(page, []).append(str(path.relative_to(REPO)))
     missing = {page: where for page, where in found.items() if not (REPO / page).is_file()}
     assert missing == {}
+
+
+# -- docs/json.md: the job and run keys are those the code prints ---------------------------
+
+
+def part(page: str, heading: str) -> str:
+    """The body under the heading line ``heading`` (``## Jobs``), up to the next heading of
+    any level."""
+    body = page.split(f"\n{heading}\n", 1)[1]
+    return re.split(r"^#{1,6} ", body, maxsplit=1, flags=re.MULTILINE)[0]
+
+
+def table_keys(body: str) -> list[str]:
+    """The keys a table names in its first column (`` | `key` | ... ``)."""
+    return re.findall(r"^\| `([\w.]+)` \|", body, re.MULTILINE)
+
+
+def representative(cls: type[Any], **given: Any) -> Any:
+    """An instance of the dataclass ``cls`` with every field set (none left at None), so
+    that ``to_json`` prints every key it can; ``given`` sets fields by name."""
+    moment = datetime(2026, 3, 1, 2, 0, tzinfo=UTC)
+    by_type: dict[str, Any] = {
+        "UUID": uuid.UUID(int=7),
+        "str": "x",
+        "int": 1,
+        "float": 1.0,
+        "bool": True,
+        "datetime": moment,
+        "dict": {"k": "v"},
+        "tuple": ("a",),
+    }
+    values = {}
+    for found in dataclasses.fields(cls):
+        kind = str(found.type).split("|")[0].split("[")[0].strip()
+        values[found.name] = given.get(found.name, by_type[kind])
+    return cls(**values)
+
+
+def documented(heading: str) -> set[str]:
+    keys = table_keys(part(JSON_PAGE.read_text("utf-8"), heading))
+    assert len(keys) == len(set(keys)), f"a key is listed twice under {heading}"
+    return set(keys)
+
+
+JSON_PAGE = REPO / "docs" / "json.md"
+
+
+def test_the_job_keys_of_json_md_are_those_job_to_json_prints() -> None:
+    """A job as ``pulse jobs list --json`` and the API print it (``Job.to_json``), built
+    from its dataclass fields (no database), with and without expectations."""
+    job = representative(
+        Job,
+        schedule="@every 30s",
+        tz="UTC",
+        handler="app.jobs:tick",
+        dst_repeated="once",
+        dst_skipped="shift",
+        expect=expectations_of({"expect_max_s": 600.0, "asserts": "rows > 0"}),
+    )
+    plain = dataclasses.replace(job, expect=None)
+    assert set(job.to_json()) == set(plain.to_json()) == documented("## Jobs")
+    assert documented("## Jobs") == JOB_KEYS  # the keys the CLI tests expect
+
+
+def test_the_keys_jobs_show_adds_are_documented() -> None:
+    """What ``pulse jobs show --json`` adds to a job (``JobStore.details``): the keys the
+    CLI's integration tests find in its output, a job with upstreams' included."""
+    added = documented("### What `pulse jobs show --json` adds")
+    assert added == (SHOW_KEYS - JOB_KEYS) | GATED_SHOW_KEYS
+
+
+def test_the_run_keys_of_json_md_are_those_run_to_json_prints() -> None:
+    run = representative(Run)
+    assert set(run.to_json()) == documented("## Runs") == RUN_KEYS
+    assert documented("### What `pulse runs show --json` adds") == RUN_SHOW_KEYS
 
 
 def markdown_files() -> list[Path]:
