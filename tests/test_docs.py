@@ -1,11 +1,14 @@
-"""The documentation keeps up with the code: the package map in docs/design/code.md names
-exactly the packages of the tree, the README and the benchmark page stay short, every
-design page the code or the docs point at exists, and ``python -m bench --report`` writes
+"""The documentation keeps up with the code: docs/design/code.md names exactly the
+packages, SQL files and test helpers of the tree; docs/json.md's keys are those the code
+prints; the design index lists every design page; links, their anchors and the tests the
+docs cite resolve; no page repeats a run of words or glues a heading to the text before
+it; the README and the benchmark page stay short; and ``python -m bench --report`` writes
 the latest full run's table into a README between its markers."""
 
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import re
 import uuid
 from datetime import UTC, datetime
@@ -23,7 +26,11 @@ from cluster.jobs.models import Job, Run, expectations_of
 from tests.helpers.cli import GATED_SHOW_KEYS, JOB_KEYS, RUN_KEYS, RUN_SHOW_KEYS, SHOW_KEYS
 
 REPO = Path(__file__).resolve().parents[1]
+SQL_DIR = REPO / "cluster" / "store" / "sql"  # the named statements' files, listed in code.md
 TREES = ("pulsecron", "ring", "cluster", "node")
+DESIGN = REPO / "docs" / "design"
+HELPERS = REPO / "tests" / "helpers"
+REPEATED_WORDS = 12  # a run of this many words twice in one page is merge damage
 README_MAX_BYTES = 20 * 1024
 BENCH_README_MAX_LINES = 250
 
@@ -46,6 +53,21 @@ def test_package_map_matches_the_tree() -> None:
     }
     assert named - packages == set(), "named in the package map, but not a package"
     assert packages - named == set(), "a package the package map does not name"
+
+
+def test_code_md_lists_the_sql_files() -> None:
+    body = section((DESIGN / "code.md").read_text("utf-8"), "SQL and schema changes")
+    assert f"`{SQL_DIR.relative_to(REPO)}/`" in body, "code.md names another SQL folder"
+    listed = re.findall(r"^\| `([\w.-]+\.sql)` \|", body, re.MULTILINE)
+    assert len(listed) == len(set(listed)), "a SQL file is listed twice"
+    assert set(listed) == {path.name for path in SQL_DIR.glob("*.sql")}
+
+
+def test_code_md_lists_the_test_helpers() -> None:
+    body = section((DESIGN / "code.md").read_text("utf-8"), "Tests")
+    listed = re.findall(r"^\| `(\w+)` \|", body, re.MULTILINE)
+    assert len(listed) == len(set(listed)), "a helper module is listed twice"
+    assert set(listed) == {path.stem for path in HELPERS.glob("*.py")} - {"__init__"}
 
 
 def test_readme_is_short() -> None:
@@ -149,18 +171,102 @@ def markdown_files() -> list[Path]:
     return [REPO / "README.md", REPO / "bench" / "README.md", *sorted(REPO.glob("docs/**/*.md"))]
 
 
+def outside_code(text: str) -> list[str]:
+    """The lines of a markdown page outside its fenced code blocks."""
+    lines, fenced = [], False
+    for line in text.splitlines():
+        if line.lstrip().startswith(("```", "~~~")):
+            fenced = not fenced
+        elif not fenced:
+            lines.append(line)
+    return lines
+
+
+def anchors(page: Path) -> set[str]:
+    """The anchors of a page's headings, as GitHub makes them (lowercase, punctuation but
+    ``-`` and ``_`` dropped, spaces as ``-``, ``-1``, ``-2`` for a repeated heading)."""
+    found: set[str] = set()
+    seen: dict[str, int] = {}
+    for line in outside_code(page.read_text("utf-8")):
+        heading = re.match(r"#{1,6} (.+)", line)
+        if heading:
+            slug = re.sub(r"[^\w\- ]", "", heading.group(1).strip().lower()).replace(" ", "-")
+            found.add(f"{slug}-{seen[slug]}" if slug in seen else slug)
+            seen[slug] = seen.get(slug, 0) + 1
+    return found
+
+
 @pytest.mark.parametrize("doc", markdown_files(), ids=lambda p: str(p.relative_to(REPO)))
 def test_relative_links_resolve(doc: Path) -> None:
-    targets = re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", doc.read_text("utf-8"))
-    local = [t for t in targets if not re.match(r"[a-z]+:", t)]
-    broken = [t for t in local if not (doc.parent / t).exists()]
+    """Every relative link names a file that exists, and an anchor in a markdown page
+    (``jobs.md#overlap``, ``#runs``) names one of its headings."""
+    broken = []
+    for target, anchor in re.findall(r"\]\(([^)#\s]*)(?:#([^)\s]*))?\)", doc.read_text("utf-8")):
+        if re.match(r"[a-z]+:", target):
+            continue
+        path = doc.parent / target if target else doc
+        if not path.exists():
+            broken.append(target)
+        elif anchor and path.suffix == ".md" and anchor not in anchors(path):
+            broken.append(f"{target}#{anchor}")
     assert broken == []
 
 
-def test_every_design_page_is_in_the_index() -> None:
-    index = (REPO / "docs" / "design" / "README.md").read_text("utf-8")
-    pages = {p.name for p in (REPO / "docs" / "design").glob("*.md")} - {"README.md"}
-    assert {p for p in pages if p not in index} == set()
+def test_the_design_index_links_every_design_page() -> None:
+    """The index's table links each page of docs/design/ once (the links themselves are
+    checked with every page's, above)."""
+    index = (DESIGN / "README.md").read_text("utf-8")
+    linked = re.findall(r"^\| \[([\w.-]+\.md)\]\(\1\) \|", index, re.MULTILINE)
+    assert len(linked) == len(set(linked)), "a page is listed twice"
+    assert set(linked) == {p.name for p in DESIGN.glob("*.md")} - {"README.md"}
+
+
+@pytest.mark.parametrize("doc", markdown_files(), ids=lambda p: str(p.relative_to(REPO)))
+def test_no_page_repeats_a_run_of_words(doc: Path) -> None:
+    """Merges that keep both sides of a conflict leave a sentence, a row or a paragraph
+    twice. Fails when a run of ``REPEATED_WORDS`` words occurs twice in one page: words
+    are compared lowercased, without punctuation or markup, across line breaks. Fenced
+    code blocks are left out (benchmark tables and command examples repeat by nature);
+    tables are read like prose, so a row written twice is found too."""
+    words = re.findall(r"\w+", "\n".join(outside_code(doc.read_text("utf-8"))).lower())
+    first: dict[tuple[str, ...], int] = {}
+    repeated = []
+    for at in range(len(words) - REPEATED_WORDS + 1):
+        run = tuple(words[at : at + REPEATED_WORDS])
+        if run in first and (not repeated or at > repeated[-1][1] + REPEATED_WORDS):
+            repeated.append((" ".join(run), at))
+        first.setdefault(run, at)
+    assert [text for text, _ in repeated] == []
+
+
+@pytest.mark.parametrize("doc", markdown_files(), ids=lambda p: str(p.relative_to(REPO)))
+def test_every_heading_starts_a_block(doc: Path) -> None:
+    """A heading glued to the line before it is text merged in without its paragraph
+    break (and some renderers do not take it for a heading)."""
+    lines = outside_code(doc.read_text("utf-8"))
+    glued = [
+        line for before, line in itertools.pairwise(lines)
+        if re.match(r"#{1,6} ", line) and before.strip()
+    ]  # fmt: skip
+    assert glued == []
+
+
+def test_the_tests_the_docs_name_exist() -> None:
+    """A page that cites a test file or a test function (``tests/e2e/test_gates.py``,
+    ``test_a_stale_completion_releases_nothing``) cites one that exists. Code blocks are
+    left out: their ``test_`` functions are examples of a user's tests."""
+    modules = sorted((REPO / "tests").rglob("test_*.py"))
+    defined = {path.stem for path in modules} | {
+        name
+        for path in modules
+        for name in re.findall(r"^\s*(?:async )?def (test_\w+)", path.read_text("utf-8"), re.M)
+    }
+    missing = []
+    for doc in markdown_files():
+        text = "\n".join(outside_code(doc.read_text("utf-8")))
+        missing += [f for f in re.findall(r"tests/[\w/]+\.py", text) if not (REPO / f).is_file()]
+        missing += [n for n in re.findall(r"\b(test_\w+)\b", text) if n not in defined]
+    assert missing == []
 
 
 # -- python -m bench --report --------------------------------------------------------------
