@@ -1,4 +1,4 @@
-"""Read models for jobs and runs, and their stable JSON shape (documented in the README)."""
+"""Read models for jobs and runs, and their stable JSON shape (documented in docs/json.md)."""
 
 from __future__ import annotations
 

@@ -23,7 +23,13 @@ from cluster.store.lock.writer import ResultWriter
 from node.handlers.context import Outcome
 from node.handlers.output import RunLog, TailBuffer, compose
 from node.pipeline.outcomes import after_run
-from tests.helpers.cli import RUN_KEYS, assert_bad_input, assert_one_line_error, invoke
+from tests.helpers.cli import (
+    RUN_KEYS,
+    RUN_SHOW_KEYS,
+    assert_bad_input,
+    assert_one_line_error,
+    invoke,
+)
 from tests.helpers.history import rows
 from tests.helpers.sessions import Opener
 
@@ -204,7 +210,7 @@ def test_pulse_runs_show(settings: ClusterSettings) -> None:
     result = show(settings, "talks", "--json")
     assert result.exit_code == 0, result.output
     shown = json.loads(result.stdout)
-    assert set(shown) == RUN_KEYS | {"output", "metrics"}
+    assert set(shown) == RUN_KEYS | RUN_SHOW_KEYS
     assert shown["metrics"] == {}
     assert (shown["status"], shown["error"], shown["scheduled_for"]) == (
         "failed", "exit status 1", at(10).isoformat(),
