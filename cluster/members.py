@@ -105,9 +105,7 @@ def connect_redis(url: str, timeout_s: float) -> aioredis.Redis:
     }
     if target.sentinel_password is not None:
         sentinel_options["password"] = target.sentinel_password
-    sentinel = Sentinel(  # type: ignore[no-untyped-call]
-        list(target.sentinels), sentinel_kwargs=sentinel_options, **options
-    )
+    sentinel = Sentinel(list(target.sentinels), sentinel_kwargs=sentinel_options, **options)
     primary: aioredis.Redis = sentinel.master_for(
         target.service, db=target.db, username=target.username, password=target.password
     )
@@ -252,4 +250,4 @@ class MemberRegistry:
                 with contextlib.suppress(asyncio.CancelledError, RedisError, OSError):
                     await reading
             with contextlib.suppress(RedisError, OSError):
-                await pubsub.aclose()  # type: ignore[no-untyped-call]
+                await pubsub.aclose()
