@@ -504,12 +504,11 @@ def test_a_session_after_its_tokens_revocation_is_refused(api: Api) -> None:
         assert revoked.returncode == 0, revoked.stderr
         assert sessions_of(api, "doomed") == 0, "deleted with the token"
         before = written(api)
-        answers = [
-            browser.get("/api/jobs"),
-            with_cookie(api, "198.51.100.13", session).put(
-                "/api/tenants/doomed/limit", json=LIMIT, headers={"X-CSRF-Token": csrf}
-            ),
-        ]
+        with with_cookie(api, "198.51.100.13", session) as forged:
+            answers = [
+                browser.get("/api/jobs"),
+                forged.put("/api/tenants/doomed/limit", json=LIMIT, headers={"X-CSRF-Token": csrf}),
+            ]
     assert [a.status_code for a in answers] == [401, 401]
     assert written(api) == before
     assert_no_secret(api, answers, session, doomed)
