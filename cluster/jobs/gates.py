@@ -52,7 +52,9 @@ def chained(
     for options that cannot go with it."""
     names = schedule.chain
     if after is not None and after != () and parse_after(after) != names:  # type: ignore[arg-type]
-        raise InvalidInput("after", f"a chained job's upstreams are its schedule's: {names}")
+        raise InvalidInput(
+            "after", f"a chained job's upstreams are its schedule's: {', '.join(names)}"
+        )
     if match not in (DEFAULT_MATCH, CHAIN):
         raise InvalidInput("after_match", "a chained (@after:) job pairs the same slots")
     if overlap != "forbid":

@@ -83,7 +83,7 @@ async def test_bad_windows_write_nothing(store: JobStore) -> None:
         await store.windows.add(ELEVEN, ELEVEN - H, tenant="default", now=T0)
     with pytest.raises(InvalidInput, match="in the past"):
         await store.windows.add(T0 - 2 * H, T0 - H, tenant="default", now=T0)
-    with pytest.raises(NotFound):
+    with pytest.raises(InvalidInput, match="no job 'absent' in tenant default"):
         await store.windows.add(ELEVEN, ELEVEN + H, job="absent", now=T0)
     assert await store.windows.list() == []
     assert await store.get("sync") == before

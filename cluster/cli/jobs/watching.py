@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import click
 import httpx
@@ -109,7 +110,22 @@ def ping_command(url: str, kind: str | None, body_file: str | None, timeout: str
     try:
         answer = httpx.post(target, content=body, timeout=timeout_s)
     except httpx.HTTPError as exc:
-        fail(f"ping failed: {type(exc).__name__}", 1)
+        fail(f"ping failed: {_host(target)} {_why(exc)}", 1)
     if answer.status_code != 200:
         fail(f"ping refused: HTTP {answer.status_code}", 1)
     click.echo(f"{answer.json().get('status', 'recorded')} for slot {answer.json().get('slot')}")
+
+
+def _host(url: str) -> str:
+    """HOST[:PORT] of ``url``: never its path (the token is the job's secret) nor a password."""
+    parts = urlsplit(url)
+    return parts.hostname if parts.port is None else f"{parts.hostname}:{parts.port}"  # type: ignore[return-value]
+
+
+def _why(exc: httpx.HTTPError) -> str:
+    """A failed request in a few words: what went wrong, without the URL's token."""
+    if isinstance(exc, httpx.TimeoutException):
+        return "did not answer in time"
+    if isinstance(exc, httpx.ConnectError):
+        return "cannot be reached (connection refused or no such host)"
+    return f"failed ({type(exc).__name__})"
