@@ -103,7 +103,7 @@ def _exdates(event: Any) -> set[date]:
     if values is None:
         return set()
     lists = values if isinstance(values, list) else [values]
-    found = set()
+    found: set[date] = set()
     for exdate in lists:
         try:  # the parser keeps what it cannot read as a broken property
             dts = [d.dt for d in exdate.dts]

@@ -9,7 +9,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from cluster.errors import InvalidInput, NotFound
+from cluster.errors import InvalidInput
 from cluster.jobs.spec import JobSpec
 from cluster.store.jobstore.store import JobStore
 from node.handlers.context import Outcome
