@@ -23,7 +23,6 @@ from tests.helpers.waiting import until
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(120)]
 WITNESS = "cluster.chaos.witness:record"
-US = timedelta(microseconds=1)
 EARLY_S = 0.05  # the node's and the test's clocks are the same host's; rounding only
 
 

@@ -16,6 +16,7 @@ from cluster.jobs.spec import JobSpec
 from cluster.settings import ClusterSettings
 from cluster.store.connect import connection
 from cluster.store.jobstore.store import JobStore
+from cluster.timing.instants import EPOCH
 from cluster.timing.schedule import parse_schedule
 from ring import shard_for
 from tests.helpers.waiting import until
@@ -124,8 +125,7 @@ async def test_add_paused(store: JobStore) -> None:
 
 async def test_every_schedule_is_epoch_aligned(store: JobStore) -> None:
     job = await store.add(spec("every", "@every 7m"), now=T0)
-    epoch = datetime(1970, 1, 1, tzinfo=UTC)
-    assert (job.next_run_at - epoch) % timedelta(minutes=7) == timedelta(0)
+    assert (job.next_run_at - EPOCH) % timedelta(minutes=7) == timedelta(0)
     assert T0 < job.next_run_at <= T0 + timedelta(minutes=7)
 
 

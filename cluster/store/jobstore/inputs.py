@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any
 
 from psycopg.types.json import Jsonb
@@ -23,8 +23,8 @@ from cluster.jobs.fields import DEFAULT_TENANT, parse_payload
 from cluster.jobs.models import Job, iso
 from cluster.jobs.payloads import check_payload, merge_payload
 from cluster.store.jobstore.scoped import ScopedConnection
+from cluster.timing.instants import US
 
-_US = timedelta(microseconds=1)
 # Triggered runs with a payload that may wait for a node at once, per job: a write token
 # cannot queue an unbounded number (docs/security.md).
 MAX_WAITING = 10
@@ -117,7 +117,7 @@ class Inputs:
                     "job_name": job.name,
                     "shard_id": job.shard,
                     "range_from": slot,
-                    "range_to": slot + _US,
+                    "range_to": slot + US,
                     "only_missing": False,
                     "max_parallel": 1,
                     "slots_total": 1,

@@ -14,7 +14,7 @@ import hashlib
 import json
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any
 
 from cluster.jobs.models import Job, iso
@@ -23,10 +23,10 @@ from cluster.store.jobstore.definitions import Definitions
 from cluster.store.jobstore.scoped import ScopedConnection
 from cluster.store.jobstore.specs import checked, label_of
 from cluster.store.jobstore.timeline import explain_job, outage_of
+from cluster.timing.instants import US
 from cluster.timing.timeline import MAX_OUTAGE_SLOTS, Step, decisions
 
 PLAN_SLOTS = 5  # next slots shown before and after a change
-_US = timedelta(microseconds=1)
 
 
 @dataclass
@@ -145,7 +145,7 @@ class Plans:
             plan.changes = row["diff"]
         plan.next_after = _coming(new, now, slots)
         if new.status == "idle" and new.next_run_at is not None and new.next_run_at <= now:
-            plan.catch_up = outage_of(new, new.slot_at - _US, now)
+            plan.catch_up = outage_of(new, new.slot_at - US, now)
         if old is not None and plan.action == "update":
             plan.dropped, plan.notes = _dropped(old, new, now)
         return plan
@@ -181,7 +181,7 @@ def _dropped(old: Job, new: Job, now: datetime) -> tuple[int, list[str]]:
     if new.slot_at == old.slot_at:
         return 0, notes
     count = 0
-    for decision in decisions(old.parsed_schedule(), old.rule(), old.slot_at - _US):
+    for decision in decisions(old.parsed_schedule(), old.rule(), old.slot_at - US):
         if decision.slot > now or count >= MAX_OUTAGE_SLOTS:
             break
         count += decision.runs

@@ -7,19 +7,19 @@ Pure over a job read model (``cluster.timing.timeline`` does the arithmetic).
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any
 
 from cluster.errors import InvalidInput
 from cluster.jobs.models import Job, iso
 from cluster.timing.calendared import CalendarRule, Decision, jittered_start
 from cluster.timing.catchup import CatchUp
+from cluster.timing.instants import US
 from cluster.timing.timeline import Step, explain, outage
 
 __all__ = ["calendar_timeline", "explain_job", "outage_of"]
 
 MAX_SKIPS_SHOWN = 50
-_US = timedelta(microseconds=1)
 
 
 def calendar_timeline(job: Job, rule: CalendarRule, now: datetime, runs: int) -> dict[str, Any]:
@@ -59,7 +59,7 @@ def explain_job(job: Job, now: datetime, runs: int) -> list[Step]:
     ``now`` when it has none), each with its DST rule, calendar, window and jitter."""
     after = now
     if job.status == "idle" and job.next_run_at is not None:
-        after = min(job.slot_at, job.next_run_at) - _US
+        after = min(job.slot_at, job.next_run_at) - US
     return explain(
         job.parsed_schedule(), job.rule(), after, runs,
         tenant=job.tenant, name=job.name, jitter_s=job.jitter_s,
