@@ -23,7 +23,7 @@ from cluster.cli.base import (
     with_store,
 )
 from cluster.cli.table import table
-from cluster.jobs.models import RUN_STATUSES, Run, iso
+from cluster.jobs.models import RUN_STATUSES, Run, RunStatus, iso
 from cluster.store import JobStore
 
 
@@ -168,7 +168,7 @@ def _print_run(r: Run) -> None:
         else:
             click.echo(value.rstrip("\n"))
     if not shown:
-        click.echo("no output" if r.status != "running" else "no output yet (running)")
+        click.echo("no output" if r.status != RunStatus.RUNNING else "no output yet (running)")
 
 
 @click.command("prune", cls=PulseCommand)

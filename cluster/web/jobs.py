@@ -20,7 +20,7 @@ from cluster.errors import InvalidInput
 from cluster.jobs.fields import DEFAULT_TENANT, MAX_NAME_LENGTH
 from cluster.jobs.files import specs_of
 from cluster.jobs.labels import parse_label
-from cluster.jobs.models import iso
+from cluster.jobs.models import JOB_STATUSES, iso
 from cluster.jobs.spec import JobSpec
 from cluster.web.audit import record
 from cluster.web.auth import Principal, Reader, Writer
@@ -39,7 +39,6 @@ from cluster.web.state import api_policy, state_of
 
 router = APIRouter(tags=["jobs"])
 
-STATUSES = ("idle", "running", "paused", "done")
 _JOB_BODY = request_body(
     {
         "type": "object",
@@ -88,7 +87,7 @@ async def list_jobs(
     who: Reader,
     request: Request,
     tenant: str | None = Query(None, max_length=MAX_NAME_LENGTH),
-    status: str | None = Query(None, max_length=20, description="idle, running, paused or done"),
+    status: str | None = Query(None, max_length=20, description=", ".join(JOB_STATUSES)),
     q: str | None = Query(
         None, max_length=MAX_QUERY_LENGTH, description="Part of the name or handler."
     ),
@@ -100,8 +99,8 @@ async def list_jobs(
 ) -> dict[str, Any]:
     """A page of jobs by (tenant, name)."""
     wanted = dict(parse_label(text) for text in label or ())
-    if status is not None and status not in STATUSES:
-        raise InvalidInput("status", f"must be one of {', '.join(STATUSES)}")
+    if status is not None and status not in JOB_STATUSES:
+        raise InvalidInput("status", f"must be one of {', '.join(JOB_STATUSES)}")
     after = None
     if cursor is not None:
         parts = decode_cursor(cursor, 2)

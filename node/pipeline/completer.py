@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING
 from uuid import UUID
 
 from cluster.errors import PulseError, StoreError
+from cluster.jobs.models import RunStatus
 from cluster.settings import DEFAULT_LEASE_S
 from cluster.store.lock.completions import Completions
 from cluster.store.lock.records import ClaimedJob, Completion, Skip
@@ -111,7 +112,7 @@ class Completer:
         if done.next_attempt > job.attempt:
             self._stats.retries += 1
         # Successes are the bulk of the log volume: DEBUG; anything else is worth a look.
-        level = logging.DEBUG if outcome.status == "succeeded" else logging.WARNING
+        level = logging.DEBUG if outcome.status == RunStatus.SUCCEEDED else logging.WARNING
         if logger.isEnabledFor(level):
             logger.log(
                 level,
@@ -157,7 +158,7 @@ class Completer:
         succeeded, else after rolling it back."""
         assert self._effects is not None
         store = self._effects.store
-        if outcome.status != "succeeded":
+        if outcome.status != RunStatus.SUCCEEDED:
             await tx.rollback()
             self.submit(job, done, skips)
             return
@@ -291,7 +292,7 @@ class Completer:
     def _account(self, entries: list[Entry], applied: Callable[[ClaimedJob], bool]) -> None:
         for job, done, skips in entries:
             if applied(job):
-                self._stats.skipped_slots += len(skips) + (done.outcome == "skipped")
+                self._stats.skipped_slots += len(skips) + (done.outcome == RunStatus.SKIPPED)
                 continue
             self._stats.fenced_writes += 1
             if self.tracing is not None:

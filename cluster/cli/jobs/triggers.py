@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from cluster.cli.base import PulseCommand, emit_json, parse_time, tenant_option, with_store
-from cluster.jobs.models import iso
+from cluster.jobs.models import JobStatus, iso
 from cluster.store.jobstore.store import JobStore
 
 
@@ -37,7 +37,7 @@ async def trigger_job(
         if as_json:
             emit_json(job.to_json())
             return
-        if job.status == "done":
+        if job.status == JobStatus.DONE:
             next_run = "none (done: its one slot has run)"
         else:
             next_run = iso(job.next_run_at) or "none while paused"

@@ -19,7 +19,7 @@ from datetime import datetime
 from typing import Any
 
 from cluster.errors import InvalidInput
-from cluster.jobs.models import iso
+from cluster.jobs.models import NEVER_DUE, iso
 from cluster.store.side import Fetch, SideConnection
 from cluster.timing.instants import US
 from cluster.timing.schedule import Schedule, parse_schedule
@@ -148,7 +148,7 @@ async def fill_held(
 
 
 async def _fill_one(fetch: Fetch, row: dict[str, Any], now: datetime | None) -> int:
-    if row["job_status"] in ("paused", "done"):
+    if row["job_status"] in NEVER_DUE:
         return 0  # a paused job's backfill waits for it to be resumed
     schedule = parse_schedule(row["schedule"], row["tz"], row["dst_repeated"], row["dst_skipped"])
     room = row["max_parallel"] - row["in_flight"]

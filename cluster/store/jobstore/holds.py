@@ -11,7 +11,7 @@ from datetime import datetime
 from typing import Any
 
 from cluster.errors import Conflict, InvalidInput
-from cluster.jobs.models import Job
+from cluster.jobs.models import Job, JobStatus
 from cluster.store.jobstore.scoped import ScopedConnection
 from cluster.timing.calendared import current_run, first_run, jittered_start, origin_of, run_after
 from cluster.timing.instants import US
@@ -56,7 +56,7 @@ class Holds:
         async with self._db.transaction():
             job = await self._db.job("lock_job", name, tenant)
             schedule = self._recurring(job, "skip-next")
-            if job.status != "idle":
+            if job.status != JobStatus.IDLE:
                 raise Conflict("name", f"{job.name!r} is {job.status}; skip-next needs it idle")
             rule = job.rule()
             run = current_run(schedule, rule, job.slot_at)

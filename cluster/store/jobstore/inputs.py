@@ -20,7 +20,7 @@ from psycopg.types.json import Jsonb
 
 from cluster.errors import Conflict, InvalidInput
 from cluster.jobs.fields import DEFAULT_TENANT, parse_payload
-from cluster.jobs.models import Job, iso
+from cluster.jobs.models import Job, JobStatus, iso
 from cluster.jobs.payloads import check_payload, merge_payload
 from cluster.store.jobstore.scoped import ScopedConnection
 from cluster.timing.instants import US
@@ -131,7 +131,7 @@ class Inputs:
         return Triggered(job.name, job.tenant, slot, "rerun", chosen, made["id"])
 
     async def _check_rerun(self, job: Job, slot: datetime, now: datetime | None) -> None:
-        if job.paused or job.status == "done":
+        if job.paused or job.status == JobStatus.DONE:
             state = "paused" if job.paused else "done"
             raise InvalidInput("slot", f"{job.name!r} is {state}; a rerun needs an active job")
         db_now = await self._db.db_now(now)
@@ -141,7 +141,7 @@ class Inputs:
             )
         if job.parsed_schedule().slots_between(slot, slot, 1) != [slot]:
             raise InvalidInput("slot", f"{slot.isoformat()} is not a slot of the job's schedule")
-        if job.status == "running" and job.slot_at == slot:
+        if job.status == JobStatus.RUNNING and job.slot_at == slot:
             raise Conflict("slot", f"slot {slot.isoformat()} of {job.name!r} is running now")
         found = await self._db.one("rerun_asked", {"job_id": job.id, "slot": slot})
         if found is not None:

@@ -17,7 +17,7 @@ from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from typing import Any
 
-from cluster.jobs.models import Job, iso
+from cluster.jobs.models import NEVER_DUE, Job, JobStatus, iso
 from cluster.jobs.spec import JobSpec
 from cluster.store.jobstore.definitions import Definitions
 from cluster.store.jobstore.scoped import ScopedConnection
@@ -144,7 +144,7 @@ class Plans:
             assert row is not None
             plan.changes = row["diff"]
         plan.next_after = _coming(new, now, slots)
-        if new.status == "idle" and new.next_run_at is not None and new.next_run_at <= now:
+        if new.status == JobStatus.IDLE and new.next_run_at is not None and new.next_run_at <= now:
             plan.catch_up = outage_of(new, new.slot_at - US, now)
         if old is not None and plan.action == "update":
             plan.dropped, plan.notes = _dropped(old, new, now)
@@ -164,7 +164,7 @@ class Plans:
 
 
 def _coming(job: Job, now: datetime, slots: int) -> list[Step]:
-    if job.status in ("paused", "done") or job.each_zone:
+    if job.status in NEVER_DUE or job.each_zone:
         return []
     return explain_job(job, now, slots)
 
@@ -176,7 +176,7 @@ def _dropped(old: Job, new: Job, now: datetime) -> tuple[int, list[str]]:
         notes.append("resumed: continues at its next slot; slots missed while paused do not run")
     if new.paused and not old.paused:
         notes.append("paused: no slot runs until it is resumed (a running one finishes)")
-    if old.status != "idle" or old.next_run_at is None or old.slot_at > now:
+    if old.status != JobStatus.IDLE or old.next_run_at is None or old.slot_at > now:
         return 0, notes
     if new.slot_at == old.slot_at:
         return 0, notes

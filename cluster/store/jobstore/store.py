@@ -30,7 +30,7 @@ from psycopg.types.json import Jsonb
 from cluster.config.retention import Retention
 from cluster.errors import Conflict, InvalidInput, NotFound
 from cluster.jobs.fields import DEFAULT_TENANT, check_text, validate_handler
-from cluster.jobs.models import Job, Run, iso
+from cluster.jobs.models import Job, JobStatus, Run, iso
 from cluster.jobs.spec import JobSpec
 from cluster.settings import ClusterSettings
 from cluster.store import config as cluster_config
@@ -336,10 +336,10 @@ class JobStore:
         job = await self.get(name, tenant)
         now = await self.db_now()
         schedule = job.parsed_schedule()
-        if job.status == "idle" and job.next_run_at is not None:  # its slot, then the next
+        if job.status == JobStatus.IDLE and job.next_run_at is not None:  # its slot, then the next
             upcoming = [job.slot_at, *schedule.next_n(job.slot_at, slots - 1)]
             starts = [job.next_run_at]  # the slot's start, or a retry's
-        elif job.status == "done":
+        elif job.status == JobStatus.DONE:
             upcoming, starts = [], []
         else:
             upcoming, starts = schedule.next_n(now, slots), []
@@ -353,7 +353,7 @@ class JobStore:
         data["next_starts"] = [iso(s) for s in starts]
         data["next_reasons"], data["calendar_skips"] = [None] * len(upcoming), []
         rule = job.rule()
-        if rule is not None and job.status != "done":
+        if rule is not None and job.status != JobStatus.DONE:
             data.update(calendar_timeline(job, rule, now, slots))
         shown = [datetime.fromisoformat(s) for s in data["next_slots"]]
         data["next_entries"] = schedule_entries(schedule, shown)
