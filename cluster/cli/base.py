@@ -152,7 +152,7 @@ def with_store(
     def wrapper(ctx: click.Context, /, **kwargs: Any) -> T:
         async def go() -> T:
             async with JobStore.open(settings_of(ctx)) as store:
-                await store.act_as(os_user(), "cli")  # for the revisions of its changes
+                await store.revisions.act_as(os_user(), "cli")  # for the revisions of its changes
                 return await fn(store, **kwargs)
 
         return run(go())

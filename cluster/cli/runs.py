@@ -124,7 +124,7 @@ def cancel_run(
 
     async def go() -> None:
         async with JobStore.open(settings_of(ctx)) as store:
-            asked = await store.cancel(name, tenant, by=who, slot=when, every=every)
+            asked = await store.runcontrol.cancel(name, tenant, by=who, slot=when, every=every)
         for request in asked:
             click.echo(
                 f"cancelling {name} (tenant {tenant}) slot {iso(request.slot)}, attempt "

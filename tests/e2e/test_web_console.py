@@ -385,11 +385,11 @@ def test_the_jobs_list_and_page_show_each_jobs_health(console: Console, tmp_path
 
     async def create() -> None:
         async with JobStore.open(settings) as store:
-            await store.add(
+            await store.definitions.add(
                 JobSpec.build("hasty", "0 3 * * *", "cluster.chaos.witness:record",
                               expect_min="1h")
             )  # fmt: skip
-            await store.add(
+            await store.definitions.add(
                 JobSpec.build("counted", "0 3 * * *", "tests.e2e.alert_handlers:counts",
                               payload={"rows": 0}, asserts="rows > 0")
             )  # fmt: skip

@@ -81,7 +81,7 @@ def triggered(settings: ClusterSettings, jobs: list[JobSpec]) -> dict[str, str]:
     async def go() -> dict[str, str]:
         async with JobStore.open(settings) as store:
             await store.init(16)
-            await store.apply(jobs)
+            await store.definitions.apply(jobs)
             for spec in jobs:
                 await store.trigger(spec.name)
             return {j.name: str(j.id) for j in await store.jobs()}

@@ -44,7 +44,7 @@ async def trigger_job(
         click.echo(f"triggered {job.name} (tenant {job.tenant}): {job.status}, next run {next_run}")
         return
     moment = parse_time(slot, "slot")
-    queued = await store.trigger_with(
+    queued = await store.inputs.trigger(
         name, tenant, payload=payload, merge_payload=merge_payload, slot=moment
     )
     if as_json:

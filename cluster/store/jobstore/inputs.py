@@ -81,21 +81,21 @@ class Inputs:
         tenant: str = DEFAULT_TENANT,
         *,
         payload: str | Mapping[str, Any] | None = None,
-        merge: str | Mapping[str, Any] | None = None,
+        merge_payload: str | Mapping[str, Any] | None = None,
         slot: datetime | None = None,
         now: datetime | None = None,
     ) -> Triggered:
-        """Run the job now with ``payload`` (or its own merged with ``merge``), or run its
-        past ``slot`` again. ``InvalidInput`` (nothing written) for a payload its schema
-        refuses, both payload forms, a future slot or one not on its schedule; ``Conflict``
-        when that slot is running or queued already."""
+        """Run the job now with ``payload`` (or its own with ``merge_payload`` merged in, RFC
+        7386), or run its past ``slot`` again (origin ``rerun``). ``InvalidInput`` (nothing
+        written) for a payload its schema refuses, both payload forms, a future slot or one
+        not on its schedule; ``Conflict`` when that slot is running or queued already."""
         if slot is not None and (not isinstance(slot, datetime) or slot.tzinfo is None):
             raise InvalidInput("slot", "needs a UTC offset (ISO 8601)")
         async with self._db.transaction():
             job = await self._db.job("lock_job", name, tenant)
             if job.each_zone:  # its slots run as its children's, one per zone
                 raise InvalidInput("name", f"{name!r} runs one child job per zone: trigger one")
-            chosen = chosen_payload(job, payload, merge)
+            chosen = chosen_payload(job, payload, merge_payload)
             stored = None if chosen is None else Jsonb(chosen)
             if slot is None:
                 params = {"job_id": job.id, "payload": stored, "now": now, "most": MAX_WAITING}

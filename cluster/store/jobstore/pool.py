@@ -58,12 +58,12 @@ class StorePool:
                 if actor is None:
                     yield store
                     return
-                await store.act_as(actor, "api")
+                await store.revisions.act_as(actor, "api")
                 try:
                     yield store
                 finally:
                     try:
-                        await store.act_as("", "")
+                        await store.revisions.act_as("", "")
                     except PulseError:  # never lend it to another token: the pool drops it
                         await conn.close()
         except PoolTimeout as exc:
