@@ -12,6 +12,7 @@ from datetime import datetime, timedelta
 from zoneinfo import ZoneInfo
 
 from cluster.errors import InvalidInput
+from cluster.timing.instants import US
 from cluster.timing.schedule import Schedule
 
 MATCHES = ("same", "latest", "period:day", "period:hour")
@@ -22,7 +23,6 @@ DEFAULT_FAILURE = "block"
 MAX_UPSTREAMS = 32
 # Slots of the downstream checked against the upstream's schedule at apply.
 _PROBE_SLOTS = 48
-_TICK = timedelta(microseconds=1)
 
 
 def parse_after(value: str | Sequence[str] | None) -> tuple[str, ...]:
@@ -108,7 +108,7 @@ def check_match(
     slot = schedule.at or schedule.next_after(now)
     for _ in range(_PROBE_SLOTS):
         if match == "same":
-            hit = upstream_schedule.at or upstream_schedule.next_after(slot - _TICK)
+            hit = upstream_schedule.at or upstream_schedule.next_after(slot - US)
             if hit != slot:
                 raise InvalidInput(
                     "after_match",
@@ -116,7 +116,7 @@ def check_match(
                 )
         else:
             lo, hi = _period(slot, match.split(":")[1], tz)
-            hit = upstream_schedule.at or upstream_schedule.next_after(lo - _TICK)
+            hit = upstream_schedule.at or upstream_schedule.next_after(lo - US)
             if not lo <= hit < hi:
                 raise InvalidInput(
                     "after_match",

@@ -1037,7 +1037,7 @@ def _operator_writes(api: Api, *specs: JobSpec) -> None:
     async def go() -> None:
         async with JobStore.open(api.settings) as store:
             for spec in specs:
-                await store.apply([spec])
+                await store.definitions.apply([spec])
 
     asyncio.run(go())
 

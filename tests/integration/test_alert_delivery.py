@@ -37,7 +37,7 @@ def service(alerts: AlertStore, node_id: str = "n1", **kw: Any) -> AlertDelivery
 
 async def failures(store: JobStore, open_session: Opener, *slots: float) -> None:
     """Job ``a`` fails the given slots (each raises a ``failed`` event)."""
-    await store.apply([every_10s("a")], now=T0)
+    await store.definitions.apply([every_10s("a")], now=T0)
     node = await open_session("n0")
     for slot in slots:
         await run_slot(node, at(slot), "failed", f"boom at {slot:g}")
@@ -173,7 +173,7 @@ async def test_deliveries_of_different_jobs_do_not_wait_for_each_other(
     store: JobStore, settings: ClusterSettings, open_session: Opener, alerts: AlertStore
 ) -> None:
     with receiver() as good, receiver(status=503) as bad:
-        await store.apply([every_10s("a"), every_10s("b")], now=T0)
+        await store.definitions.apply([every_10s("a"), every_10s("b")], now=T0)
         await add_rule(settings, "to-bad", bad.url, job="a")
         await add_rule(settings, "to-good", good.url)
         await run_slot(await open_session("n0"), at(10), "failed")

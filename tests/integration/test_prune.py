@@ -62,7 +62,9 @@ async def conn(store: JobStore, settings: ClusterSettings) -> Any:
 
 
 async def add(store: JobStore, name: str, **kw: Any) -> Job:
-    return await store.add(JobSpec.build(name, "@every 1s", "app.jobs:tick", **kw), now=T0)
+    return await store.definitions.add(
+        JobSpec.build(name, "@every 1s", "app.jobs:tick", **kw), now=T0
+    )
 
 
 async def put_runs(conn: Conn, job: Job, runs: Sequence[tuple[datetime, str]]) -> None:

@@ -72,7 +72,9 @@ async def output_of(settings: ClusterSettings, job: ClaimedJob) -> Any:
 async def test_the_claim_carries_the_jobs_output_limit(
     store: JobStore, open_session: Opener
 ) -> None:
-    await store.apply([every_10s("small", output_limit="1KiB"), every_10s("plain")], now=T0)
+    await store.definitions.apply(
+        [every_10s("small", output_limit="1KiB"), every_10s("plain")], now=T0
+    )
     node = await open_session("n1")
     claimed = (await node.claim(ALL, 10, 30.0, now=at(10))).jobs
     assert {j.name: j.output_limit for j in claimed} == {"small": 1024, "plain": 16384}
@@ -81,7 +83,7 @@ async def test_the_claim_carries_the_jobs_output_limit(
 async def test_output_travels_with_the_completion_into_the_run_row(
     store: JobStore, settings: ClusterSettings, open_session: Opener
 ) -> None:
-    await store.apply([every_10s("talks"), every_10s("silent")], now=T0)
+    await store.definitions.apply([every_10s("talks"), every_10s("silent")], now=T0)
     node = await open_session("n1")
     claimed = {j.name: j for j in (await node.claim(ALL, 10, 30.0, now=at(10))).jobs}
     talks, silent = claimed["talks"], claimed["silent"]
@@ -116,7 +118,7 @@ async def test_output_travels_with_the_completion_into_the_run_row(
 async def test_a_later_attempt_replaces_the_output_and_a_lost_one_clears_it(
     store: JobStore, settings: ClusterSettings, open_session: Opener
 ) -> None:
-    await store.apply([every_10s("flaky", retries=3, retry_backoff="1s")], now=T0)
+    await store.definitions.apply([every_10s("flaky", retries=3, retry_backoff="1s")], now=T0)
     node = await open_session("n1")
 
     async def claim(now: datetime) -> ClaimedJob:
@@ -151,7 +153,7 @@ async def test_a_later_attempt_replaces_the_output_and_a_lost_one_clears_it(
 async def test_one_run_by_slot_or_the_latest_and_the_attempt_in_flight(
     store: JobStore, open_session: Opener
 ) -> None:
-    await store.apply([every_10s("tick"), every_10s("other", tenant="acme")], now=T0)
+    await store.definitions.apply([every_10s("tick"), every_10s("other", tenant="acme")], now=T0)
     with pytest.raises(NotFound, match="no run of job 'tick' in tenant 'default'"):
         await store.run("tick")
     node = await open_session("n1")
@@ -189,7 +191,9 @@ async def seed_failed_run(settings: ClusterSettings, output: str) -> None:
     """Job ``talks`` whose slot at T0 + 10 s failed with ``output``, and ``never-ran``."""
     async with JobStore.open(settings) as store:
         await store.init(shards=16)
-        await store.apply([every_10s("talks"), JobSpec.build("never-ran", "@daily", "m:f")], now=T0)
+        await store.definitions.apply(
+            [every_10s("talks"), JobSpec.build("never-ran", "@daily", "m:f")], now=T0
+        )
     session = LockSession(settings, "n1", "z", session_timeout_s=10, statement_timeout_s=5)
     await session.open()
     try:

@@ -10,10 +10,17 @@ from urllib.parse import urlsplit
 import click
 import httpx
 
-from cluster.cli.base import PulseCommand, emit_json, fail, parse_time, tenant_option, with_store
+from cluster.cli.base import (
+    PulseCommand,
+    emit_json,
+    fail,
+    parse_time,
+    seconds,
+    tenant_option,
+    with_store,
+)
 from cluster.jobs.models import iso
 from cluster.store.jobstore.store import JobStore
-from cluster.timing.durations import parse_duration
 
 DEFAULT_WEB_URL = "http://127.0.0.1:8080"
 DEFAULT_PING_TIMEOUT_S = 10.0
@@ -95,10 +102,7 @@ async def adopt_command(
 @click.option("--timeout", default="10s", show_default=True, help="Give up after this long.")
 def ping_command(url: str, kind: str | None, body_file: str | None, timeout: str) -> None:
     """Ping a watch job's URL (from a crontab: pulse ping URL --start; cmd; pulse ping URL)."""
-    try:
-        timeout_s = parse_duration(timeout, "timeout")
-    except ValueError as exc:
-        fail(f"invalid timeout: {exc}", 2)
+    timeout_s = seconds(timeout, "timeout")
     if not url.startswith(("http://", "https://")) or "/api/ping/" not in url:
         fail("invalid url: a ping URL is http(s)://HOST/api/ping/TOKEN", 2)
     target = url.rstrip("/") + ("" if kind is None else f"/{kind}")

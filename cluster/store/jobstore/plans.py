@@ -14,19 +14,19 @@ import hashlib
 import json
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any
 
-from cluster.jobs.models import Job, iso
+from cluster.jobs.models import NEVER_DUE, Job, JobStatus, iso
 from cluster.jobs.spec import JobSpec
 from cluster.store.jobstore.definitions import Definitions
 from cluster.store.jobstore.scoped import ScopedConnection
 from cluster.store.jobstore.specs import checked, label_of
 from cluster.store.jobstore.timeline import explain_job, outage_of
+from cluster.timing.instants import US
 from cluster.timing.timeline import MAX_OUTAGE_SLOTS, Step, decisions
 
 PLAN_SLOTS = 5  # next slots shown before and after a change
-_US = timedelta(microseconds=1)
 
 
 @dataclass
@@ -144,8 +144,8 @@ class Plans:
             assert row is not None
             plan.changes = row["diff"]
         plan.next_after = _coming(new, now, slots)
-        if new.status == "idle" and new.next_run_at is not None and new.next_run_at <= now:
-            plan.catch_up = outage_of(new, new.slot_at - _US, now)
+        if new.status == JobStatus.IDLE and new.next_run_at is not None and new.next_run_at <= now:
+            plan.catch_up = outage_of(new, new.slot_at - US, now)
         if old is not None and plan.action == "update":
             plan.dropped, plan.notes = _dropped(old, new, now)
         return plan
@@ -164,7 +164,7 @@ class Plans:
 
 
 def _coming(job: Job, now: datetime, slots: int) -> list[Step]:
-    if job.status in ("paused", "done") or job.each_zone:
+    if job.status in NEVER_DUE or job.each_zone:
         return []
     return explain_job(job, now, slots)
 
@@ -176,12 +176,12 @@ def _dropped(old: Job, new: Job, now: datetime) -> tuple[int, list[str]]:
         notes.append("resumed: continues at its next slot; slots missed while paused do not run")
     if new.paused and not old.paused:
         notes.append("paused: no slot runs until it is resumed (a running one finishes)")
-    if old.status != "idle" or old.next_run_at is None or old.slot_at > now:
+    if old.status != JobStatus.IDLE or old.next_run_at is None or old.slot_at > now:
         return 0, notes
     if new.slot_at == old.slot_at:
         return 0, notes
     count = 0
-    for decision in decisions(old.parsed_schedule(), old.rule(), old.slot_at - _US):
+    for decision in decisions(old.parsed_schedule(), old.rule(), old.slot_at - US):
         if decision.slot > now or count >= MAX_OUTAGE_SLOTS:
             break
         count += decision.runs
