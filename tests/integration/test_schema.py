@@ -115,7 +115,7 @@ async def apply_migrations(url: str) -> None:
         url, autocommit=True, row_factory=dict_row
     ) as conn:
         result = await migrate(conn, SCHEMA, 16)
-    assert result.version == available()[-1].version
+    assert result.version == available()[-1].name
 
 
 def apply_schema_sql(url: str) -> None:
