@@ -122,9 +122,9 @@ async def init(
         result = await store.init(shards)
     except ConfigError as exc:  # an applied migration's file was edited: nothing written
         fail(str(exc), 2)
-    applied = ", ".join(f"{v:03d}" for v in result.applied) or "none"
+    applied = ", ".join(result.applied) or "none"
     click.echo(
-        f"schema {store.settings.schema} at version {result.version} "
+        f"schema {store.settings.schema} at {result.version} "
         f"(applied: {applied}); {result.shards} shards"
     )
     if roles:

@@ -61,7 +61,7 @@ async def _prepare(
     async with JobStore.open(settings, "pulse-up") as store:
         logins = await set_up_logins(store, RoleNames.from_env()) if roles else None
         result = await store.init()
-        summary = f"schema {settings.schema} at version {result.version}, {result.shards} shards"
+        summary = f"schema {settings.schema} at {result.version}, {result.shards} shards"
         if example is not None:
             await store.revisions.act_as(os_user(), "file")
             applied = await store.definitions.apply(load_specs(str(example)))

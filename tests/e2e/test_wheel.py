@@ -89,7 +89,7 @@ def test_the_wheel_installs_and_runs_outside_the_repository(
     )
     version, where = run([str(venv / "bin/python"), "-c", code], elsewhere, env).split()
     assert version == VERSION and Path(where).is_relative_to(venv), where
-    assert "at version" in run([pulse, "init", "--shards", "16"], elsewhere, env)
+    assert "(applied: 001_init, " in run([pulse, "init", "--shards", "16"], elsewhere, env)
 
     argv = (pulse, "node", "--node-id", "wheel-1", "--drain-timeout", "2s")
     node = Command(argv, env, elsewhere).start("wheel-1", tmp_path / "node.log")

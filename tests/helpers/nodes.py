@@ -47,8 +47,10 @@ class Nodes:
         *args: str,
         global_args: tuple[str, ...] = (),
         wait: bool = True,
+        tree: Path = REPO,
     ) -> Process:
-        """Start a node; with ``wait``, return once it is a member with a lock session.
+        """Start a node of the code in ``tree`` (another release's, unpacked); with ``wait``,
+        return once it is a member with a lock session.
 
         Starting nodes one by one also keeps their start-up checks apart (two nodes that
         probe their lock session at the same instant can collide).
@@ -57,7 +59,9 @@ class Nodes:
             node_id, zone, "--drain-timeout", self.drain_timeout, *args, shared=global_args
         )
         env = pulse_env(self.settings, PULSE_WITNESS_FILE=str(self.witness))
-        node = Command(argv, env, REPO).start(node_id, self.workdir / f"{node_id}.log")
+        if tree != REPO:
+            env["PYTHONPATH"] = str(tree)
+        node = Command(argv, env, tree).start(node_id, self.workdir / f"{node_id}.log")
         self.started.append(node)
         if wait:
             until(lambda: self._joined(node), f"{node_id} to join", 30)

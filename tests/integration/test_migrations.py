@@ -17,17 +17,10 @@ from cluster.jobs.spec import JobSpec
 from cluster.settings import ClusterSettings
 from cluster.store.connect import connect
 from cluster.store.jobstore.store import JobStore
-from cluster.store.schema.migrate import (
-    KNOWN_VERSION,
-    REQUIRED_VERSION,
-    Migration,
-    available,
-    migrate,
-)
-from tests.helpers import REPO
+from cluster.store.schema.migrate import Migration, available, migrate
 from tests.helpers.cli import spawn
 
-ALL_VERSIONS = tuple(m.version for m in available())
+ALL = tuple(m.name for m in available())
 
 
 def fetch(settings: ClusterSettings, sql: str, params: Any = None) -> list[tuple[Any, ...]]:
@@ -38,6 +31,21 @@ def fetch(settings: ClusterSettings, sql: str, params: Any = None) -> list[tuple
 def execute(settings: ClusterSettings, sql: str, params: Any = None) -> None:
     with psycopg.connect(settings.database_url, autocommit=True) as conn:
         conn.execute(sql, params)
+
+
+def recorded_by_a_fresh_init() -> list[tuple[int, str, str]]:
+    """(version, name, checksum) of each row of schema_version after a first init: a
+    numbered migration is its number and the name after it, a later one its whole name under
+    the next number."""
+    rows, top = [], 0
+    for m in available():
+        if m.number is None:
+            top += 1
+            rows.append((top, m.name, m.checksum))
+        else:
+            top = m.number
+            rows.append((m.number, m.short_name, m.checksum))
+    return rows
 
 
 def versions(settings: ClusterSettings) -> list[tuple[Any, ...]]:
@@ -60,19 +68,19 @@ def schema_exists(settings: ClusterSettings) -> bool:
 
 
 def test_there_is_a_first_migration() -> None:
-    assert ALL_VERSIONS[:1] == (1,)
-    assert list(ALL_VERSIONS) == sorted(set(ALL_VERSIONS)), "numbered, in order, no duplicates"
+    assert ALL[:1] == ("001_init",)
+    assert len(set(ALL)) == len(ALL)
 
 
 async def test_fresh_init_applies_every_migration(settings: ClusterSettings) -> None:
     assert not schema_exists(settings)
     async with JobStore.open(settings) as store:
         result = await store.init(shards=16)
-    assert result.applied == ALL_VERSIONS
-    assert result.version == ALL_VERSIONS[-1]
+    assert result.applied == ALL
+    assert result.version == ALL[-1]
     assert result.shards == 16
     recorded = [(v, n) for v, n, _, _ in versions(settings)]
-    assert recorded == [(m.version, m.name) for m in available()]
+    assert recorded == [(v, n) for v, n, _ in recorded_by_a_fresh_init()]
     assert stored_shards(settings) == "16"
 
 
@@ -104,9 +112,9 @@ async def test_concurrent_init_on_separate_connections(settings: ClusterSettings
     finally:
         for conn in conns:
             await conn.close()
-    assert sorted(r.applied for r in results) == [()] * 7 + [ALL_VERSIONS]
-    assert {(r.version, r.shards) for r in results} == {(ALL_VERSIONS[-1], 16)}
-    assert [v for v, _, _, _ in versions(settings)] == list(ALL_VERSIONS)
+    assert sorted(r.applied for r in results) == [()] * 7 + [ALL]
+    assert {(r.version, r.shards) for r in results} == {(ALL[-1], 16)}
+    assert [v for v, _, _, _ in versions(settings)] == [v for v, _, _ in recorded_by_a_fresh_init()]
     assert stored_shards(settings) == "16"
 
 
@@ -115,11 +123,10 @@ def test_concurrent_pulse_init_processes(settings: ClusterSettings) -> None:
     outputs = [(done.stdout, done.stderr) for done in (p.result() for p in procs)]
     assert [p.returncode for p in procs] == [0] * 4, outputs
     lines = [out.strip() for out, _ in outputs]
-    applied = ", ".join(f"{v:03d}" for v in ALL_VERSIONS)
-    assert sum(f"(applied: {applied})" in line for line in lines) == 1, lines
+    assert sum(f"(applied: {', '.join(ALL)})" in line for line in lines) == 1, lines
     assert sum("(applied: none)" in line for line in lines) == 3, lines
     assert all(line.endswith("; 16 shards") for line in lines), lines
-    assert [v for v, _, _, _ in versions(settings)] == list(ALL_VERSIONS)
+    assert [v for v, _, _, _ in versions(settings)] == [v for v, _, _ in recorded_by_a_fresh_init()]
     assert stored_shards(settings) == "16"
 
 
@@ -164,8 +171,8 @@ async def test_schemas_are_isolated(settings: ClusterSettings) -> None:
     )
     spec = JobSpec.build("same-name", "@hourly", "app.jobs:tick")
     async with JobStore.open(settings) as a, JobStore.open(other) as b:
-        assert (await a.init(shards=16)).applied == ALL_VERSIONS
-        assert (await b.init(shards=32)).applied == ALL_VERSIONS, "b's first init, not a repeat"
+        assert (await a.init(shards=16)).applied == ALL
+        assert (await b.init(shards=32)).applied == ALL, "b's first init, not a repeat"
         await a.definitions.add(spec)
         assert [j.name for j in await a.jobs()] == ["same-name"]
         assert await b.jobs() == []
@@ -189,23 +196,12 @@ async def test_uninitialised_schema_says_run_init(settings: ClusterSettings) -> 
 # -- checksums of applied migrations --------------------------------------------------------
 
 
-def checksums_of_the_files() -> list[tuple[int, str]]:
-    folder = REPO / "cluster" / "store" / "schema" / "migrations"
-    return sorted(
-        (int(path.name[:3]), hashlib.sha256(path.read_bytes()).hexdigest())
-        for path in folder.glob("[0-9][0-9][0-9]_*.sql")
-    )
-
-
-def test_this_release_runs_on_the_newest_schema() -> None:
-    assert KNOWN_VERSION == ALL_VERSIONS[-1] == 29
-    assert REQUIRED_VERSION == 29
-
-
 async def test_fresh_init_records_the_checksum_of_every_file(settings: ClusterSettings) -> None:
     async with JobStore.open(settings) as store:
         await store.init(shards=16)
-    assert [(v, c) for v, _, _, c in versions(settings)] == checksums_of_the_files()
+    assert [(v, c) for v, _, _, c in versions(settings)] == [
+        (v, c) for v, _, c in recorded_by_a_fresh_init()
+    ]
 
 
 async def test_a_schema_at_014_gets_the_checksums_of_its_files_with_015(
@@ -213,7 +209,8 @@ async def test_a_schema_at_014_gets_the_checksums_of_its_files_with_015(
 ) -> None:
     conn = await connect(settings, "init")
     try:
-        old = await migrate(conn, settings.schema, 16, [m for m in available() if m.version < 15])
+        before_015 = [m for m in available() if m.number is not None and m.number < 15]
+        old = await migrate(conn, settings.schema, 16, before_015)
         columns = fetch(
             settings,
             "SELECT column_name FROM information_schema.columns"
@@ -224,8 +221,38 @@ async def test_a_schema_at_014_gets_the_checksums_of_its_files_with_015(
         new = await migrate(conn, settings.schema)
     finally:
         await conn.close()
-    assert (old.version, new.applied) == (14, tuple(v for v in ALL_VERSIONS if v >= 15))
-    assert [(v, c) for v, _, _, c in versions(settings)] == checksums_of_the_files()
+    assert (old.version, new.applied) == ("014_tenant_limits", ALL[14:])
+    assert [(v, c) for v, _, _, c in versions(settings)] == [
+        (v, c) for v, _, c in recorded_by_a_fresh_init()
+    ]
+
+
+# Where main numbered four migrations before e367d4e: file now -> number then.
+NUMBERED_THEN = {26: 27, 27: 30, 28: 29, 29: 26}
+
+
+async def test_a_schema_numbered_as_main_was_before_e367d4e_is_renumbered(
+    settings: ClusterSettings,
+) -> None:
+    """Its rows get today's numbers and the files' checksums, and nothing runs twice. The
+    schemas main really made then are upgraded in test_upgrade_paths.py."""
+    numbered = [m for m in available() if m.number is not None]
+    table = f"{settings.schema}.schema_version"
+    conn = await connect(settings, "init")
+    try:
+        await migrate(conn, settings.schema, 16, numbered)
+        execute(settings, f"UPDATE {table} SET version = -version WHERE version BETWEEN 26 AND 29")
+        for now, then in NUMBERED_THEN.items():
+            execute(
+                settings,
+                f"UPDATE {table} SET version = %s, checksum = %s WHERE version = %s",
+                (then, "0" * 64, -now),
+            )
+        result = await migrate(conn, settings.schema)
+    finally:
+        await conn.close()
+    assert result.applied == ALL[len(numbered) :]
+    assert [(v, n, c) for v, n, _, c in versions(settings)] == recorded_by_a_fresh_init()
 
 
 async def test_an_edited_migration_is_refused_with_nothing_written(
@@ -236,11 +263,11 @@ async def test_an_edited_migration_is_refused_with_nothing_written(
     before = versions(settings)
     edited = [
         replace(m, text=m.text + "-- edited\n", checksum=hashlib.sha256(b"edited").hexdigest())
-        if m.version == 14
+        if m.name == "014_tenant_limits"
         else m
         for m in available()
     ]
-    later = Migration(99, "later", "CREATE TABLE later (x integer);", "0" * 64)
+    later = Migration("9.9.9_pre_later", "CREATE TABLE later (x integer);", "0" * 64)
     conn = await connect(settings, "init")
     try:
         with pytest.raises(ConfigError, match=r"^migration 014_tenant_limits\.sql was edited"):

@@ -9,7 +9,7 @@ import psycopg
 from cluster.settings import ClusterSettings
 from cluster.store.connect import connect
 from cluster.store.jobstore.store import JobStore
-from cluster.store.schema.migrate import KNOWN_VERSION, REQUIRED_VERSION, available, migrate
+from cluster.store.schema.migrate import available, migrate
 from tests.helpers.cli import spawn
 
 
@@ -62,15 +62,16 @@ def execute(settings: ClusterSettings, statement: str, params: Any = None) -> No
 
 
 async def test_a_schema_older_than_the_node_needs_is_refused(settings: ClusterSettings) -> None:
+    *older, newest = available()
     conn = await connect(settings, "init")
     try:
-        older = [m for m in available() if m.version < REQUIRED_VERSION]
         await migrate(conn, settings.schema, 16, older)
     finally:
         await conn.close()
     result = spawn(settings, "node", "--node-id", "n1").result()
     assert result.returncode == 2
-    assert f"needs {REQUIRED_VERSION}; run `pulse init`" in result.stderr, result.stderr
+    needed = f"lacks migration {newest.name} that this node needs; run `pulse init`"
+    assert needed in result.stderr, result.stderr
 
 
 async def test_a_schema_newer_than_the_node_knows_is_refused(
@@ -78,12 +79,27 @@ async def test_a_schema_newer_than_the_node_knows_is_refused(
 ) -> None:
     execute(
         settings,
-        f"INSERT INTO {settings.schema}.schema_version (version, name) VALUES (%s, 'later')",
-        (KNOWN_VERSION + 1,),
+        f"INSERT INTO {settings.schema}.schema_version (version, name)"
+        " VALUES (1000, '9.9.9_pre_later')",
     )
     result = spawn(settings, "node", "--node-id", "n1").result()
     assert result.returncode == 2
-    assert f"newer than this node knows ({KNOWN_VERSION}); upgrade this node" in result.stderr
+    newest = available()[-1].name
+    assert (
+        f"has migration 9.9.9_pre_later, newer than this node knows ({newest}); upgrade this node"
+        in result.stderr
+    ), result.stderr
+
+
+async def test_a_schema_numbered_as_main_was_before_e367d4e_needs_pulse_init(
+    store: JobStore, settings: ClusterSettings
+) -> None:
+    table = f"{settings.schema}.schema_version"
+    execute(settings, f"UPDATE {table} SET version = 126 WHERE version = 26")
+    execute(settings, f"UPDATE {table} SET version = 26 WHERE version = 29")  # job_revisions
+    result = spawn(settings, "node", "--node-id", "n1").result()
+    assert result.returncode == 2
+    assert "run `pulse init`" in result.stderr, result.stderr
 
 
 async def test_a_schema_made_by_an_edited_migration_is_refused(

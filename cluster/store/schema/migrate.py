@@ -1,11 +1,18 @@
-"""Schema migrations: numbered ``.sql`` files in ``cluster/store/schema/migrations`` applied in
-order.
+"""Schema migrations: the ``.sql`` files of ``cluster/store/schema/migrations``, applied in
+one order by ``pulse init``.
+
+Files have one of two names. ``NNN_name.sql`` (001 to 029) were numbered one after another
+up to release 0.2.0 and keep their numbers. Since then a migration is named for the release
+that ships it, ``X.Y.Z_pre_name.sql`` or ``X.Y.Z_post_name.sql``, so branches written side
+by side never pick the same name. The order: the numbered files by number, then by release,
+pre before post, then by name (docs/design/schema.md).
 
 They run in one transaction under a transaction-scoped advisory lock keyed by the schema,
-so ``pulse init`` is safe to run twice or from several processes at once. Applied versions
-are recorded in ``schema_version`` with the sha256 of the file applied: a landed migration
-is never edited, and init and a starting node refuse a schema whose file has changed since
-(docs/design/schema.md). The shard count is fixed by the first init and stored in
+so ``pulse init`` is safe to run twice or from several processes at once. Each applied file
+is a ``schema_version`` row with the sha256 of the file: a released migration is never
+edited, and init and a starting node refuse a schema whose file has changed since. A node
+runs on the schema of its own release only: every migration it ships applied, none it does
+not know (``check_schema``). The shard count is fixed by the first init and stored in
 ``meta``; it never changes afterwards.
 """
 
@@ -30,52 +37,105 @@ from ring import validate_shard_count
 
 logger = logging.getLogger(__name__)
 
-_FILE = re.compile(r"^(\d{3})_([a-z0-9_]+)\.sql$")
-
-# A node of this release runs on schema versions REQUIRED_VERSION..KNOWN_VERSION and refuses
-# any other at start (tests/integration/test_node_startup.py).
-REQUIRED_VERSION = 29
-KNOWN_VERSION = 29
+_NUMBERED = re.compile(r"^(\d{3})_([a-z0-9_]+)$")
+_BY_RELEASE = re.compile(r"^(\d+)\.(\d+)\.(\d+)_(pre|post)_([a-z0-9_]+)$")
+PHASES = ("pre", "post")
 
 # The migration that adds schema_version.checksum; rows applied before it get theirs after.
-_CHECKSUMS_SINCE = 15
+_CHECKSUMS_SINCE = "015_migration_checksums"
+
+Order = tuple[int, int, int, int, int, str]
 
 
 @dataclass(frozen=True)
 class Migration:
-    version: int
-    name: str
+    name: str  # the file's name without ".sql"
     text: str
     checksum: str  # sha256 of the file's bytes, in hex
 
     @property
     def filename(self) -> str:
-        return f"{self.version:03d}_{self.name}.sql"
+        return f"{self.name}.sql"
+
+    @property
+    def number(self) -> int | None:
+        """The number of a migration named before release 0.2.0, else None."""
+        match = _NUMBERED.match(self.name)
+        return int(match[1]) if match else None
+
+    @property
+    def short_name(self) -> str:
+        """The name after the number, as schema_version records a numbered migration."""
+        return self.name.split("_", 1)[1] if self.number is not None else self.name
+
+    @property
+    def order(self) -> Order:
+        if match := _BY_RELEASE.match(self.name):
+            major, minor, patch, phase, rest = match.groups()
+            return (1, int(major), int(minor), int(patch), PHASES.index(phase), rest)
+        return (0, self.number or 0, 0, 0, 0, "")
 
 
 @dataclass(frozen=True)
 class InitResult:
-    applied: tuple[int, ...]
-    version: int
+    applied: tuple[str, ...]  # the names of the migrations this init applied, in order
+    version: str  # the newest migration the schema has
     shards: int
 
 
+def of_file(name: str, data: bytes) -> Migration:
+    """The migration in file ``name`` (``029_job_revisions.sql``) holding ``data``;
+    ValueError if the file is named neither way."""
+    stem = name.removesuffix(".sql")
+    if not (_NUMBERED.match(stem) or _BY_RELEASE.match(stem)):
+        raise ValueError(f"{name} is named neither NNN_name.sql nor X.Y.Z_pre_name.sql")
+    return Migration(stem, data.decode("utf-8"), hashlib.sha256(data).hexdigest())
+
+
 def available() -> list[Migration]:
-    found = []
-    for entry in resources.files("cluster.store.schema.migrations").iterdir():
-        match = _FILE.match(entry.name)
-        if match:
-            data = entry.read_bytes()
-            checksum = hashlib.sha256(data).hexdigest()
-            found.append(Migration(int(match[1]), match[2], data.decode("utf-8"), checksum))
-    return sorted(found, key=lambda m: m.version)
+    """This release's migrations, in the order they apply."""
+    folder = resources.files("cluster.store.schema.migrations")
+    found = [of_file(f.name, f.read_bytes()) for f in folder.iterdir() if f.name.endswith(".sql")]
+    return sorted(found, key=lambda m: m.order)
+
+
+def _numbered(files: Iterable[Migration]) -> dict[int, Migration]:
+    return {m.number: m for m in files if m.number is not None}
+
+
+def _recorded(row: Mapping[str, Any], numbered: Mapping[int, Migration]) -> str:
+    """The migration a schema_version row stands for. A numbered one is recorded by its
+    number (and the name after it, which a file renamed before 015 no longer has), a later
+    one by its name."""
+    version, name = row["version"], row["name"]
+    if _BY_RELEASE.match(name):
+        return str(name)
+    file = numbered.get(version)
+    return file.name if file else f"{version:03d}_{name}"
+
+
+def _renumbered(
+    rows: Iterable[Mapping[str, Any]], numbered: Mapping[int, Migration]
+) -> dict[int, int]:
+    """Recorded number -> file number of the rows main numbered otherwise before e367d4e: it
+    gave four migrations other numbers then, so a schema made in between holds a number
+    whose file has another name, and the name of another numbered file."""
+    by_name = {m.short_name: n for n, m in numbered.items()}
+    moved = {}
+    for row in rows:
+        version, name = row["version"], row["name"]
+        file = numbered.get(version)
+        if (file is None or file.short_name != name) and name in by_name:
+            moved[version] = by_name[name]
+    return moved
 
 
 def _check_unedited(rows: Iterable[Mapping[str, Any]], files: Sequence[Migration]) -> None:
     """ConfigError if an applied migration's recorded checksum is not its file's."""
-    by_version = {m.version: m for m in files}
+    by_name = {m.name: m for m in files}
+    numbered = _numbered(files)
     for row in rows:
-        migration = by_version.get(row["version"])
+        migration = by_name.get(_recorded(row, numbered))
         stored = row.get("checksum")  # no such column before migration 015
         if migration is not None and stored is not None and stored != migration.checksum:
             raise ConfigError(
@@ -83,6 +143,11 @@ def _check_unedited(rows: Iterable[Mapping[str, Any]], files: Sequence[Migration
                 "schema (its sha256 differs from the one recorded); restore the file as "
                 "released and put the change in a new migration"
             )
+
+
+async def _ledger(conn: Conn) -> list[dict[str, Any]]:
+    cur = await conn.execute("SELECT * FROM schema_version ORDER BY version")
+    return list(await cur.fetchall())
 
 
 async def migrate(
@@ -94,7 +159,8 @@ async def migrate(
     """Bring ``schema`` up to date; fix the shard count on first run. ``migrations`` stands
     in for the packaged files (tests: an older release's set, an edited file). ConfigError,
     with nothing written, if an applied migration's file was edited since."""
-    files = available() if migrations is None else sorted(migrations, key=lambda m: m.version)
+    files = available() if migrations is None else sorted(migrations, key=lambda m: m.order)
+    numbered = _numbered(files)
     if shards is not None:
         try:
             validate_shard_count(shards)
@@ -117,28 +183,32 @@ async def migrate(
                 " version integer PRIMARY KEY, name text NOT NULL,"
                 " applied_at timestamptz NOT NULL DEFAULT now())"
             )
-            cur = await conn.execute("SELECT * FROM schema_version")
-            rows = await cur.fetchall()
+            rows = await _ledger(conn)
+            if moved := _renumbered(rows, numbered):
+                await _renumber(conn, moved)
+                rows = await _ledger(conn)
             _check_unedited(rows, files)
-            done = {row["version"] for row in rows}
+            done = {_recorded(row, numbered) for row in rows}
+            top = max((row["version"] for row in rows), default=0)
             applied = []
             for migration in files:
-                if migration.version in done:
+                if migration.name in done:
                     continue
                 await conn.execute(migration.text.encode())
+                # A numbered migration keeps its number as version; a later one takes the
+                # next, which only orders the rows: it is known by its name.
+                top = max(top, migration.number) if migration.number else top + 1
                 await conn.execute(
                     "INSERT INTO schema_version (version, name) VALUES (%(v)s, %(n)s)",
-                    {"v": migration.version, "n": migration.name},
+                    {"v": migration.number or top, "n": migration.short_name},
                 )
-                applied.append(migration.version)
+                applied.append(migration.name)
                 logger.info(
-                    "applied migration %03d_%s",
-                    migration.version,
+                    "applied migration %s",
                     migration.name,
                     extra={"event": "migration_applied"},
                 )
-            version = max(done | set(applied), default=0)
-            if version >= _CHECKSUMS_SINCE:
+            if _CHECKSUMS_SINCE in done or _CHECKSUMS_SINCE in applied:
                 await _record_checksums(conn, files)
             stored = await _shard_count(conn)
             if stored is None:
@@ -155,40 +225,72 @@ async def migrate(
                 )
     except psycopg.Error as exc:
         raise StoreError(f"migration failed: {describe(exc)}") from exc
-    return InitResult(tuple(applied), version, stored)
+    has = [m for m in files if m.name in done or m.name in applied]
+    return InitResult(tuple(applied), has[-1].name if has else "", stored)
+
+
+async def _renumber(conn: Conn, moved: Mapping[int, int]) -> None:
+    """Give renumbered rows their files' numbers, through negative ones so no two rows
+    collide. The checksum is taken again from the file: the three moved last differ from
+    what was applied only in their first comment line, and 0.2.0_pre_early_schemas brings
+    the revision trigger of the fourth (029) up to date."""
+    await conn.execute(
+        "UPDATE schema_version s SET version = -f.new, checksum = NULL"
+        " FROM unnest(%(old)s::integer[], %(new)s::integer[]) AS f (old, new)"
+        " WHERE s.version = f.old",
+        {"old": list(moved), "new": list(moved.values())},
+    )
+    await conn.execute("UPDATE schema_version SET version = -version WHERE version < 0")
 
 
 async def _record_checksums(conn: Conn, files: Sequence[Migration]) -> None:
     """The checksum of every applied migration that has none yet: those applied in this
-    transaction, and on the first init with migration 015, every earlier one."""
+    transaction, those renumbered, and on the first init with migration 015, every
+    earlier one."""
+    numbered = _numbered(files)
     await conn.execute(
         "UPDATE schema_version s SET checksum = f.checksum"
         " FROM unnest(%(v)s::integer[], %(c)s::text[]) AS f (version, checksum)"
         " WHERE s.version = f.version AND s.checksum IS NULL",
-        {"v": [m.version for m in files], "c": [m.checksum for m in files]},
+        {"v": list(numbered), "c": [m.checksum for m in numbered.values()]},
+    )
+    await conn.execute(
+        "UPDATE schema_version s SET checksum = f.checksum"
+        " FROM unnest(%(n)s::text[], %(c)s::text[]) AS f (name, checksum)"
+        " WHERE s.name = f.name AND s.checksum IS NULL",
+        {
+            "n": [m.name for m in files if m.number is None],
+            "c": [m.checksum for m in files if m.number is None],
+        },
     )
 
 
 async def check_schema(conn: Conn) -> None:
-    """ConfigError unless the schema is at a version this node runs on, made by migration
-    files as this release ships them; a node checks it once, at start."""
+    """ConfigError unless the schema has every migration of this release, none it does not
+    know, each made by its file as released; a node checks it once, at start."""
     try:
-        cur = await conn.execute("SELECT * FROM schema_version")
-        rows = await cur.fetchall()
+        rows = await _ledger(conn)
     except psycopg.Error as exc:
         raise store_error(exc) from exc
-    version = max((row["version"] for row in rows), default=0)
-    if version < REQUIRED_VERSION:
+    files = available()
+    numbered = _numbered(files)
+    applied = {_recorded(row, numbered) for row in rows}
+    missing = [m.name for m in files if m.name not in applied]
+    if missing or _renumbered(rows, numbered):
+        first = missing[0] if missing else files[-1].name
+        more = f" and {len(missing) - 1} more" if len(missing) > 1 else ""
         raise ConfigError(
-            f"the schema is at version {version} but this node needs {REQUIRED_VERSION}; "
+            f"the schema lacks migration {first}{more} that this node needs; "
             "run `pulse init` with this release"
         )
-    if version > KNOWN_VERSION:
+    known = {m.name for m in files}
+    unknown = [name for name in (_recorded(row, numbered) for row in rows) if name not in known]
+    if unknown:
         raise ConfigError(
-            f"the schema is at version {version}, newer than this node knows "
-            f"({KNOWN_VERSION}); upgrade this node"
+            f"the schema has migration {unknown[-1]}, newer than this node knows "
+            f"({files[-1].name}); upgrade this node"
         )
-    _check_unedited(rows, available())
+    _check_unedited(rows, files)
 
 
 async def _shard_count(conn: Conn) -> int | None:

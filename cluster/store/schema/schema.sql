@@ -1,17 +1,19 @@
--- The Pulse schema as it stands after the newest migration (version 29), for readers.
+-- The Pulse schema as it stands after the newest migration, for readers.
 --
--- `pulse init` never runs this file: it applies cluster/store/schema/migrations/NNN_*.sql in
--- order. This file is edited in the same commit as each new migration, and
--- tests/integration/test_schema.py applies both to empty databases and fails on any
--- difference in their catalogs (docs/design/schema.md). Columns are listed in the order
--- the migrations left them in. Runs with search_path set to the cluster's schema.
+-- `pulse init` never runs this file: it applies the migrations in order. This file is
+-- edited in the same commit as each new migration, and tests/integration/test_schema.py
+-- applies both to empty databases and fails on any difference in their catalogs
+-- (docs/design/schema.md). Columns are listed in the order the migrations left them in.
+-- Runs with search_path set to the cluster's schema.
 
 
 -- == Bookkeeping =========================================================================
 
 -- One row per applied migration, written by cluster/store/schema/migrate.py (which creates the
--- table before the first migration). checksum: the sha256 of the file as applied; init and
--- a starting node refuse a schema whose file has changed since.
+-- table before the first migration). A numbered migration (001 to 029) is its number and
+-- the name after it; a later one is its file's name, its version the next number, which
+-- only keeps the order applied. checksum: the sha256 of the file as applied; init and a
+-- starting node refuse a schema whose file has changed since.
 CREATE TABLE schema_version (
     version    integer PRIMARY KEY,
     name       text NOT NULL,
@@ -371,8 +373,7 @@ REFERENCING OLD TABLE AS deleted_jobs
 FOR EACH STATEMENT EXECUTE FUNCTION forget_deleted_jobs_runs();
 
 -- The run row of an attempt that ended, with the slot's origin, for complete, release and
--- recover alike (the versions without the output and without the origin went in 015 and
--- 016).
+-- recover alike.
 CREATE FUNCTION record_run(
     run_job_id uuid,
     run_tenant_id text,
@@ -452,6 +453,79 @@ LANGUAGE sql SET search_path FROM CURRENT AS $$
         output = excluded.output,
         origin = excluded.origin,
         revision = excluded.revision
+$$;
+
+-- The versions without the origin (005) and without the output either (007), for nodes of
+-- main from before 016 that a rolling upgrade finds running: 015 and 016 dropped them,
+-- 0.2.0 brings them back until a post-migration drops them once no such node can run.
+CREATE FUNCTION record_run(
+    run_job_id uuid,
+    run_tenant_id text,
+    run_job_name text,
+    run_scheduled_for timestamptz,
+    run_attempt integer,
+    run_node_id text,
+    run_zone text,
+    run_status text,
+    run_lease_token bigint,
+    run_started_at timestamptz,
+    run_finished_at timestamptz,
+    run_duration_s double precision,
+    run_last_error text
+) RETURNS void
+LANGUAGE sql SET search_path FROM CURRENT AS $$
+    INSERT INTO runs AS r (job_id, tenant_id, job_name, scheduled_for, attempt, node_id, zone,
+                           status, lease_token, started_at, finished_at, duration_s,
+                           last_error)
+    VALUES (run_job_id, run_tenant_id, run_job_name, run_scheduled_for, run_attempt,
+            run_node_id, run_zone, run_status, run_lease_token, run_started_at,
+            run_finished_at, run_duration_s, run_last_error)
+    ON CONFLICT (job_id, scheduled_for) DO UPDATE SET
+        attempt = excluded.attempt,
+        node_id = excluded.node_id,
+        zone = excluded.zone,
+        status = excluded.status,
+        lease_token = excluded.lease_token,
+        started_at = excluded.started_at,
+        finished_at = excluded.finished_at,
+        duration_s = excluded.duration_s,
+        last_error = excluded.last_error
+$$;
+
+CREATE FUNCTION record_run(
+    run_job_id uuid,
+    run_tenant_id text,
+    run_job_name text,
+    run_scheduled_for timestamptz,
+    run_attempt integer,
+    run_node_id text,
+    run_zone text,
+    run_status text,
+    run_lease_token bigint,
+    run_started_at timestamptz,
+    run_finished_at timestamptz,
+    run_duration_s double precision,
+    run_last_error text,
+    run_output jsonb
+) RETURNS void
+LANGUAGE sql SET search_path FROM CURRENT AS $$
+    INSERT INTO runs AS r (job_id, tenant_id, job_name, scheduled_for, attempt, node_id, zone,
+                           status, lease_token, started_at, finished_at, duration_s,
+                           last_error, output)
+    VALUES (run_job_id, run_tenant_id, run_job_name, run_scheduled_for, run_attempt,
+            run_node_id, run_zone, run_status, run_lease_token, run_started_at,
+            run_finished_at, run_duration_s, run_last_error, run_output)
+    ON CONFLICT (job_id, scheduled_for) DO UPDATE SET
+        attempt = excluded.attempt,
+        node_id = excluded.node_id,
+        zone = excluded.zone,
+        status = excluded.status,
+        lease_token = excluded.lease_token,
+        started_at = excluded.started_at,
+        finished_at = excluded.finished_at,
+        duration_s = excluded.duration_s,
+        last_error = excluded.last_error,
+        output = excluded.output
 $$;
 
 
