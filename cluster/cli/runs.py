@@ -126,6 +126,12 @@ def cancel_run(
         async with JobStore.open(settings_of(ctx)) as store:
             asked = await store.runcontrol.cancel(name, tenant, by=who, slot=when, every=every)
         for request in asked:
+            if request.watched:
+                click.echo(
+                    f"cancelled {name} (tenant {tenant}) slot {iso(request.slot)}: a watched "
+                    "run, recorded cancelled; Pulse does not stop its process"
+                )
+                continue
             click.echo(
                 f"cancelling {name} (tenant {tenant}) slot {iso(request.slot)}, attempt "
                 f"{request.attempt} on {request.node_id or '-'}"

@@ -10,7 +10,7 @@ from uuid import UUID
 
 from cluster.jobs.handlerrefs import redacted
 from cluster.timing.calendared import CalendarRule
-from cluster.timing.schedule import Schedule, parse_schedule
+from cluster.timing.schedule import CHAINED_NEXT, Schedule, parse_schedule
 
 
 class RunStatus(StrEnum):
@@ -54,6 +54,13 @@ FAILURES = frozenset({RunStatus.FAILED, RunStatus.TIMED_OUT, RunStatus.LOST})
 
 def iso(value: datetime | None) -> str | None:
     return value.isoformat() if value is not None else None
+
+
+def shown(when: datetime | None) -> datetime | None:
+    """A job's next time as read models show it: None for the far-future markers that keep
+    a job out of the claim (9999-01-01 paused, done or held by a gate; 9998-01-01 a chained
+    job awaiting its upstream's next slot), which docs/json.md calls null."""
+    return None if when is None or when >= CHAINED_NEXT else when
 
 
 _EXPECT_KEYS = ("expect_max_s", "expect_min_s", "deadline", "expect_baseline", "asserts")
@@ -137,7 +144,7 @@ class Job:
         expectation state (None until a run of a job with expectations was judged)."""
         return {
             "last_success": iso(self.last_success_at),
-            "next_slot": iso(self.next_run_at),
+            "next_slot": iso(shown(self.next_run_at)),
             "state": self.expect_state,
             "state_at": iso(self.expect_state_at),
         }
@@ -229,7 +236,7 @@ class Job:
             "status": self.status,
             "paused": self.paused,
             "shard": self.shard,
-            "next_run_at": iso(self.next_run_at),
+            "next_run_at": iso(shown(self.next_run_at)),
             "attempt": self.attempt,
             "last_run_at": iso(self.last_run_at),
             "locked_by": self.locked_by,
@@ -256,7 +263,7 @@ class Job:
             "zones": list(self.zones) or None,
             "each_zone": self.each_zone,
             "jitter_s": self.jitter_s,
-            "slot_at": iso(self.slot_at),
+            "slot_at": iso(shown(self.slot_at)),
             "remove_when_done": self.remove_when_done,
             "calendar": self.calendar,
             "on_excluded": self.on_excluded,

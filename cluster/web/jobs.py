@@ -332,4 +332,7 @@ async def cancel_job(request: Request, tenant: str, name: str, who: Writer) -> l
         await record(
             store, who, "cancel", tenant, name, ", ".join(iso(a.slot) or "" for a in asked)
         )
-    return [{"slot": iso(a.slot), "attempt": a.attempt, "node_id": a.node_id} for a in asked]
+    return [
+        {"slot": iso(a.slot), "attempt": a.attempt, "node_id": a.node_id, "watched": a.watched}
+        for a in asked
+    ]

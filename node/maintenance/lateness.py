@@ -16,7 +16,9 @@ time in the job's zone (``cluster.timing.deadlines``).
 Watch jobs (never claimed: their runs come from pings) are read in their own shard by the
 same pass: an awaited slot no ping came for within ``late_after_s`` is recorded failed and
 raises ``late`` once, and the job awaits its next slot (cluster/store/housekeeping/watches.py,
-tests/integration/test_watch.py).
+tests/integration/test_watch.py); a run a ``/start`` opened whose end ping did not come
+within its job's ``timeout`` is recorded ``timed_out`` and raises ``failed`` once
+(tests/integration/test_watch_timeout.py).
 """
 
 from __future__ import annotations
@@ -104,6 +106,16 @@ class LatePass:
                     "job": job.name,
                     "tenant": job.tenant,
                     "slot": job.slot_at.isoformat(),
+                },
+            )
+        for run in await self._store.watch_timeouts(now):
+            logger.warning(
+                "no end ping for a watched run within its timeout",
+                extra={
+                    "event": "watch_run_timed_out",
+                    "job": run.job_name,
+                    "tenant": run.tenant,
+                    "slot": run.slot.isoformat(),
                 },
             )
         await self.expectations(now)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import json
 import math
+import signal
 import time
 from collections import Counter
 from datetime import UTC, datetime
@@ -66,10 +67,10 @@ def events(r: Receiver, kind: str) -> list[str]:
     return [q.json()["slot"] for q in r.received() if q.json()["event"] == kind]
 
 
-def add_rule(settings: ClusterSettings, url: str) -> None:
+def add_rule(settings: ClusterSettings, url: str, events: str = "late,double_run") -> None:
     async def go() -> None:
         async with AlertStore.open(settings) as alerts:
-            await alerts.add_rule(AlertRule.build("ops", url, events="late,double_run"))
+            await alerts.add_rule(AlertRule.build("ops", url, events=events))
 
     asyncio.run(go())
 
@@ -174,3 +175,44 @@ def test_pulse_ping_records_a_start_and_an_end_with_its_output(
     )
     assert row["status"] == "succeeded" and row["duration_s"] >= 0
     assert row["output"] == {"stdout": "42 rows exported\n"}
+
+
+def test_a_hung_watched_run_fails_at_its_timeout_even_with_a_node_killed(
+    fleet: Fleet, settings: ClusterSettings, tmp_path: Path
+) -> None:
+    """A cron sends `/start` and hangs: a live node's late pass records the run timed_out
+    and alerts `failed` once, though the other node was SIGKILLed meanwhile; the end ping
+    that comes at last is noted on that run, not filed under a new slot."""
+    init_cluster(settings, JobSpec.build("hung", "@hourly", None, watch=True, timeout="3s"))
+    allow_local(settings)
+    with receiver() as r, web_process(settings, tmp_path) as web:
+        add_rule(settings, r.url, events="failed")
+        shown = invoke(settings, "jobs", "ping-url", "hung", "--web-url", web.url, "--json")
+        url = json.loads(shown.output)["ping_url"]
+        for node_id, zone in (("n1", "a"), ("n2", "b")):
+            fleet.start(node_id, zone)
+        started = invoke(settings, "ping", url, "--start")
+        assert started.exit_code == 0, started.output
+        slot = started.output.split(" for slot ")[1].strip()
+        fleet.node("n1").signal(signal.SIGKILL)
+        assert until(lambda: events(r, "failed"), "the failed alert", 30) == [slot]
+        (alert,) = [q.json() for q in r.received()]
+        assert alert["error"] == "no end ping within 3s of its /start (watch job)"
+        nothing = invoke(settings, "runs", "cancel", "hung")
+        assert nothing.exit_code == 1 and "is running" in nothing.output, nothing.output
+        listed = invoke(settings, "runs", "--job", "hung", "--status", "running", "--json")
+        assert json.loads(listed.output) == []
+        out = tmp_path / "out.txt"
+        out.write_text("exported at last\n")
+        ended = invoke(settings, "ping", url, "--body-file", str(out))
+        assert ended.exit_code == 0, ended.output
+        assert ended.output.strip() == f"late for slot {slot}"
+    (row,) = fleet.sql(
+        "SELECT scheduled_for, status, last_error, output FROM runs WHERE job_name = 'hung'"
+    )
+    assert (row["scheduled_for"].isoformat(), row["status"]) == (slot, "timed_out")
+    assert "; its end ping (success) came " in row["last_error"]
+    assert row["output"] == {"stdout": "exported at last\n"}
+    assert fleet.sql("SELECT event, slot FROM alert_events") == [
+        {"event": "failed", "slot": row["scheduled_for"]}
+    ]

@@ -71,3 +71,19 @@ def test_bad_edges_exit_2_and_write_nothing(settings: ClusterSettings, initialis
     for args, field in cases:
         assert_bad_input(initialised(*args), field)
     assert jobs_rows(settings) == before
+
+
+def test_a_job_waiting_on_its_chain_lists_no_next_run(initialised: Invoke) -> None:
+    """`jobs list` and its JSON showed the internal 9998-01-01 / 9999-01-01 markers of a job
+    that waits on an upstream; the docs say null."""
+    add(initialised, "extract")
+    add(initialised, "load", "--schedule", "@after:extract")
+    listed_json = json.loads(initialised("jobs", "list", "--json").stdout)
+    (load,) = [j for j in listed_json if j["name"] == "load"]
+    assert (load["next_run_at"], load["health"]["next_slot"]) == (None, None)
+    shown = json.loads(initialised("jobs", "show", "load", "--json").stdout)
+    assert shown["next_run_at"] is None and shown["slot_at"] is None
+    listed = initialised("jobs", "list").stdout
+    assert "9998-01-01" not in listed and "9999-01-01" not in listed, listed
+    (row,) = [line.split() for line in listed.splitlines() if line.split()[1:2] == ["load"]]
+    assert row[4:6] == ["idle", "-"]

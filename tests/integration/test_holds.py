@@ -13,7 +13,9 @@ from cluster.errors import Conflict, InvalidInput
 from cluster.jobs.spec import JobSpec
 from cluster.store.jobstore.store import JobStore
 from cluster.timing.calendars import Calendar, parse_dates
+from node.pipeline.outcomes import after_run
 from tests.helpers.cli import Invoke
+from tests.helpers.outbox import outcome
 from tests.helpers.sessions import Opener
 
 ALL = range(16)
@@ -92,3 +94,28 @@ def test_the_cli_refuses_a_bad_until_in_one_line(initialised: Invoke) -> None:
     held = initialised("jobs", "pause", "j", "--until", "2099-01-01T00:00:00+00:00")
     assert held.exit_code == 0, held.output
     assert "paused until 2099-01-01T00:00:00+00:00" in initialised("jobs", "list").output
+
+
+async def test_skipped_slots_stay_skipped_through_pause_and_resume(
+    store: JobStore, open_session: Opener
+) -> None:
+    """`skip-next --count 2`, `pause`, `resume` ran the two skipped slots, their `skipped`
+    rows overwritten with `succeeded`; `pause --until` before them did the same."""
+    await store.add(daily(), now=T0)
+    await store.holds.skip_next("report", "default", 2, now=T0)
+    await store.pause("report")
+    resumed = await store.resume("report", now=T0)
+    assert resumed.slot_at == NINE + timedelta(days=2)
+    await store.holds.pause_until("report", "default", T0 + timedelta(hours=1), now=T0)
+    assert (await store.get("report")).slot_at == NINE + timedelta(days=2)
+    node = await open_session("n1")
+    for day in range(3):
+        for job in (await node.claim(ALL, 10, 30.0, now=NINE + timedelta(days=day))).jobs:
+            done, skips = after_run(job, outcome(), NINE + timedelta(days=day))
+            await node.completions.complete([done], skips, now=NINE + timedelta(days=day))
+    runs = await store.runs(job="report", tenant="default")
+    assert sorted((r.scheduled_for, r.status) for r in runs) == [
+        (NINE, "skipped"),
+        (NINE + timedelta(days=1), "skipped"),
+        (NINE + timedelta(days=2), "succeeded"),
+    ]

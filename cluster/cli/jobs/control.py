@@ -11,14 +11,15 @@ from cluster.cli.base import (
     tenant_option,
     with_store,
 )
-from cluster.jobs.models import Job, JobStatus, iso
+from cluster.jobs.models import Job, JobStatus, iso, shown
 from cluster.store.jobstore.store import JobStore
 
 
 def next_run(job: Job) -> str:
     if job.status == JobStatus.DONE:
         return "none (done: its one slot has run)"
-    return iso(job.next_run_at) or "none while paused"
+    waits = "none while paused" if job.paused else "none until its upstream allows it"
+    return iso(shown(job.next_run_at)) or waits
 
 
 def _done(verb: str, job: Job) -> None:

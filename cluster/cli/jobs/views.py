@@ -16,7 +16,7 @@ from cluster.cli.table import table
 from cluster.errors import InvalidInput
 from cluster.jobs import handlerrefs
 from cluster.jobs.labels import parse_label
-from cluster.jobs.models import Job, iso
+from cluster.jobs.models import Job, iso, shown
 from cluster.store.jobstore.store import JobStore
 from cluster.store.jobstore.timeline import explain_job, outage_of
 from cluster.timing.entries import is_union
@@ -38,7 +38,8 @@ def _schedule(job: Job) -> str:
 
 
 def _when(job: Job) -> str:
-    return job.next_run_at.strftime("%Y-%m-%d %H:%M:%S%z") if job.next_run_at else "-"
+    when = shown(job.next_run_at)
+    return when.strftime("%Y-%m-%d %H:%M:%S%z") if when else "-"
 
 
 @click.command("list", cls=PulseCommand)

@@ -286,3 +286,9 @@ class AlertStore:
         time, raising their ``late`` events (``cluster.store.housekeeping.watches.watch_pass``)."""
         async with self._side.transaction("watch pass") as fetch:
             return await watches.watch_pass(fetch, shards, now)
+
+    async def watch_timeouts(self, now: datetime | None = None) -> list[watches.TimedOut]:
+        """Record ``timed_out``, once each, the watched runs whose end ping did not come
+        within their timeout, raising ``failed`` (``watches.watch_timeouts``)."""
+        async with self._side.transaction("watch timeouts") as fetch:
+            return await watches.watch_timeouts(fetch, now)

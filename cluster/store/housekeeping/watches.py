@@ -6,6 +6,11 @@ claim pays nothing for it. Its ``slot_at`` is the slot it awaits a ping for: a p
 that slot (``record_ping``) or the late pass declaring it missed (``watch_pass``) moves it
 to the next run of its schedule, and at the adoption slot hands it to the nodes. The token
 is shown once; only its sha256 is stored.
+
+No wait is unbounded: a run a ``/start`` opened and no end ping closed within the job's
+``timeout`` is recorded ``timed_out`` with a ``failed`` alert (``watch_timeouts``, by the
+late pass of any node, or by the late end ping itself), once; the late end ping is then
+noted on that run, never filed under another slot (tests/integration/test_watch_timeout.py).
 """
 
 from __future__ import annotations
@@ -37,6 +42,8 @@ TOKEN_BYTES = 32
 PASS_LIMIT = 100
 # Slots of one job one pass catches up on, at most.
 PASS_SLOTS = 100
+# Watched runs one pass times out, at most.
+TIMEOUT_LIMIT = 100
 
 
 def new_token() -> str:
@@ -52,8 +59,18 @@ def token_hash(token: str) -> bytes:
 
 @dataclass(frozen=True)
 class Ping:
-    outcome: str  # recorded | double_run
+    # recorded | double_run | late (an end noted on a run that timed out or was cancelled)
+    outcome: str
     job: Job
+    slot: datetime
+
+
+@dataclass(frozen=True)
+class TimedOut:
+    """A watched run the late pass recorded ``timed_out``."""
+
+    tenant: str
+    job_name: str
     slot: datetime
 
 
@@ -80,29 +97,24 @@ async def record_ping(
     if row is None:
         return None
     job = Job.from_row(row)
-    schedule, rule = job.parsed_schedule(), job.rule()
-    started_at: datetime | None = now
-    slot: datetime | None = None
-    if kind != "start":
-        started_at = None
-        if row["ping_open"] is not None:  # the end of the run a /start opened, if recent
-            opened = await _one(
-                fetch, "watch_started_run", {"job_id": job.id, "slot": row["ping_open"]}
-            )
-            if opened is not None and opened["started_at"] >= now - timedelta(
-                seconds=job.timeout_s
-            ):
-                slot, started_at = opened["scheduled_for"], opened["started_at"]
+    kept = pingbodies.kept(body, token, job.output_limit)
+    output = None if kept is None else Jsonb({"stdout": kept})
+    error = "the ping said it failed" if kind == "fail" else None
+    if kind != "start" and row["ping_open"] is not None:  # the end of what a /start opened
+        params = {"hash": hashed, "slot": row["ping_open"], "kind": kind, "at": now,
+                  "output": output, "error": error}  # fmt: skip
+        ended = await _one(fetch, "watch_end", params)
+        if ended is not None and ended["outcome"] is not None:
+            await fetch("watch_open", {"id": job.id, "slot": None})
+            return Ping(str(ended["outcome"]), job, row["ping_open"])
+    run = ping_run(job.parsed_schedule(), job.rule(), now)
+    if run is None:
+        raise InvalidInput("ping", "the job's schedule has no slot this early")
+    slot = run.slot
     late = None
-    if slot is None:
-        run = ping_run(schedule, rule, now)
-        if run is None:
-            raise InvalidInput("ping", "the job's schedule has no slot this early")
-        slot = run.slot
-        late_s = (now - run.start).total_seconds()
-        if job.watch and slot == job.slot_at and late_s > job.late_after_s:
-            late = f"pinged {late_s:.0f}s after it was due (late after {job.late_after_s:g}s)"
-    output = pingbodies.kept(body, token, job.output_limit)
+    late_s = (now - run.start).total_seconds()
+    if job.watch and slot == job.slot_at and late_s > job.late_after_s:
+        late = f"pinged {late_s:.0f}s after it was due (late after {job.late_after_s:g}s)"
     found = await _one(
         fetch,
         "watch_record",
@@ -110,10 +122,10 @@ async def record_ping(
             "hash": hashed,
             "slot": slot,
             "kind": kind,
-            "started_at": started_at,
+            "started_at": now if kind == "start" else None,
             "finished_at": now,
-            "output": None if output is None else Jsonb({"stdout": output}),
-            "error": "the ping said it failed" if kind == "fail" else None,
+            "output": output,
+            "error": error,
             "late": late,
         },
     )
@@ -196,6 +208,26 @@ async def watch_pass(fetch: Fetch, shards: int, now: datetime | None = None) -> 
             await _advance(fetch, replace(job, slot_at=slot), slot, shards, late=True, now=at)
             slot, start = nxt.slot, nxt.start
     return missed
+
+
+async def watch_timeouts(fetch: Fetch, now: datetime | None = None) -> list[TimedOut]:
+    """Record ``timed_out``, with one ``failed`` event each, the watched runs whose end ping
+    did not come within their job's timeout (at most ``TIMEOUT_LIMIT``; the rest wait for
+    the next pass). Once per run however many passes run at the same time."""
+    params = {"now": now, "limit": TIMEOUT_LIMIT}
+    return [
+        TimedOut(r["tenant_id"], r["job_name"], r["slot"])
+        for r in await fetch("watch_timeouts", params)
+    ]
+
+
+async def cancel_runs(
+    fetch: Fetch, name: str, tenant: str, *, scope: str | None, slot: datetime | None, by: str
+) -> list[datetime]:
+    """Record the watch job's running runs (the one of ``slot``, else each) ``cancelled``
+    by ``by``; their slots. Pulse does not run their process, so it cannot stop it."""
+    params = {"tenant_id": tenant, "name": name, "scope": scope, "slot": slot, "by": by}
+    return [r["slot"] for r in await fetch("watch_cancel", params)]
 
 
 async def adopt(

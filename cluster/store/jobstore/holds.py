@@ -2,6 +2,11 @@
 first slot at or after a time, so it resumes by itself with nothing to wake it) and
 ``skip-next`` (its next slots recorded skipped). Both plan in Python with the job's own
 schedule and calendar, then write in one statement. A part of ``JobStore``.
+
+``skip-next`` writes its records ahead of the slots, so a job may later be planned back
+before them (a resume, a ``pause --until``): ``first_open_run`` passes every slot that has
+a record already, so a skipped slot is never run and its record never overwritten (the
+slot ledger, docs/guarantees.md; tests/integration/test_holds.py).
 """
 
 from __future__ import annotations
@@ -13,7 +18,14 @@ from typing import Any
 from cluster.errors import Conflict, InvalidInput
 from cluster.jobs.models import Job, JobStatus
 from cluster.store.jobstore.scoped import ScopedConnection
-from cluster.timing.calendared import current_run, first_run, jittered_start, origin_of, run_after
+from cluster.timing.calendared import (
+    Decision,
+    current_run,
+    first_run,
+    jittered_start,
+    origin_of,
+    run_after,
+)
 from cluster.timing.instants import US
 from cluster.timing.schedule import Schedule
 
@@ -37,8 +49,8 @@ class Holds:
             db_now = await self._db.db_now(now)
             if until.tzinfo is None or until <= db_now:
                 raise InvalidInput("until", f"{until.isoformat()} is not in the future")
-            schedule = self._recurring(job, "pause --until")
-            run = first_run(schedule, job.rule(), until - US)
+            self._recurring(job, "pause --until")
+            run = await self.first_open_run(job, until - US)
             params = {
                 "until": until,
                 "note": note,
@@ -76,6 +88,22 @@ class Holds:
             }
             await self._write("skip_next_slots", job, params)
         return [slot for slot, _ in skipped]
+
+    async def first_open_run(self, job: Job, after: datetime) -> Decision:
+        """The job's first run starting after ``after`` whose slot has no record yet."""
+        schedule, rule = job.parsed_schedule(), job.rule()
+        run = first_run(schedule, rule, after)
+        while schedule.at is None:  # a one-off's slot is its own, recorded or not
+            params = {"job_id": job.id, "from": run.slot, "limit": MAX_SKIP}
+            recorded = [r["scheduled_for"] for r in await self._db.all("recorded_slots", params)]
+            for slot in recorded:
+                if slot > run.slot:
+                    return run
+                if slot == run.slot:
+                    run = run_after(schedule, rule, run)[0]
+            if len(recorded) < MAX_SKIP:
+                break
+        return run
 
     def _recurring(self, job: Job, what: str) -> Schedule:
         schedule = job.parsed_schedule()

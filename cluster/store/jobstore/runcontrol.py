@@ -11,7 +11,7 @@ from datetime import datetime
 from cluster.errors import InvalidInput, NotRunning
 from cluster.jobs.fields import DEFAULT_TENANT, MAX_COUNT, check_text
 from cluster.jobs.models import JobStatus
-from cluster.store.housekeeping import backfills
+from cluster.store.housekeeping import backfills, watches
 from cluster.store.housekeeping.backfills import Backfill, BackfillPlan
 from cluster.store.jobstore.scoped import ScopedConnection
 from cluster.store.jobstore.specs import MAX_NOTE_LENGTH
@@ -21,11 +21,13 @@ from cluster.store.queries import query
 
 @dataclass(frozen=True)
 class CancelRequest:
-    """A running slot asked to stop: which, which attempt, and the node running it."""
+    """A running slot asked to stop: which, which attempt, and the node running it.
+    ``watched``: a watch job's run, recorded cancelled at once (no node runs it)."""
 
     slot: datetime
     attempt: int
     node_id: str | None
+    watched: bool = False
 
 
 class RunControl:
@@ -45,16 +47,23 @@ class RunControl:
         ``every``, each slot of an overlap ``allow`` job in flight) to stop it: at once
         through NOTIFY when that node listens, else at its next lease renewal, or by
         recovery if it is gone. The slot is recorded ``cancelled`` (``by`` says who asked)
-        and not retried. ``NotRunning`` when no such slot is running; ``InvalidInput`` when
-        several are and neither ``slot`` nor ``every`` says which."""
+        and not retried. A watch job's run a ``/start`` opened is recorded cancelled at
+        once: Pulse does not run its process, so it cannot stop it. ``NotRunning`` when no
+        such slot is running; ``InvalidInput`` when several are and neither ``slot`` nor
+        ``every`` says which."""
         by = " ".join(check_text(by, "by").split())[:MAX_NOTE_LENGTH] or "unknown"
         params = {"tenant_id": tenant, "name": name, "slot": slot, "by": by}
         async with self._db.transaction():
             rows = await self._db.all("cancel_job", params)
             rows += await self._db.all("cancel_flights", params)
-            if len(rows) > 1 and slot is None and not every:
+            watched = await watches.cancel_runs(
+                self._db.all, name, tenant, scope=self._db.scope, slot=slot, by=by
+            )
+            if len(rows) + len(watched) > 1 and slot is None and not every:
                 raise InvalidInput(
-                    "slot", f"{len(rows)} slots of {name!r} are running: give --slot or --all"
+                    "slot",
+                    f"{len(rows) + len(watched)} slots of {name!r} are running: "
+                    "give --slot or --all",
                 )
             for row in rows:  # delivered when the transaction commits
                 slot_us = int(row["slot_at"].timestamp() * 1e6) if row["overlap"] == "allow" else ""
@@ -62,11 +71,12 @@ class RunControl:
                 await self._db.conn.execute(
                     query("notify"), {"channel": self._db.settings.wake_channel, "payload": payload}
                 )
-        if not rows:
+        if not rows and not watched:
             await self._db.job("get_job", name, tenant)  # NotFound when there is no such job
             which = f"slot {slot.isoformat()} of " if slot is not None else ""
             raise NotRunning(f"no {which}job {name!r} in tenant {tenant!r} is running")
-        return [CancelRequest(row["slot_at"], row["attempt"], row["locked_by"]) for row in rows]
+        asked = [CancelRequest(row["slot_at"], row["attempt"], row["locked_by"]) for row in rows]
+        return asked + [CancelRequest(at, 1, None, watched=True) for at in watched]
 
     async def backfill(
         self,

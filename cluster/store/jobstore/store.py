@@ -57,7 +57,7 @@ from cluster.store.jobstore.tenant_limits import Tenants
 from cluster.store.jobstore.timeline import calendar_timeline
 from cluster.store.jobstore.windows import Windows
 from cluster.store.schema.migrate import InitResult, migrate
-from cluster.timing.calendared import first_run, jittered_start
+from cluster.timing.calendared import jittered_start
 from cluster.timing.jitter import jittered
 from cluster.timing.schedule import CHAINED_NEXT, ENDED, Schedule
 
@@ -210,7 +210,7 @@ class JobStore:
                 slot = job.slot_at
                 start = slot if slot < CHAINED_NEXT else CHAINED_NEXT
             else:
-                run = first_run(job.parsed_schedule(), job.rule(), await self.db_now(now))
+                run = await self.holds.first_open_run(job, await self.db_now(now))
                 slot, start = run.slot, jittered_start(run, tenant, name, job.jitter_s)
             await self._write("resume_job", name, tenant, {"next_run_at": start, "slot_at": slot})
         return await self.get(name, tenant)

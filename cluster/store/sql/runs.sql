@@ -50,6 +50,15 @@ SELECT x.* FROM (
 ORDER BY x.scheduled_for DESC, x.id DESC
 LIMIT %(limit)s;
 
+-- name: recorded_slots
+-- The job's slots from %(from)s on that have a record already (skip-next writes them ahead
+-- of time), oldest first, on UNIQUE (job_id, scheduled_for): a slot planned again must
+-- pass them (cluster/store/jobstore/holds.py).
+SELECT scheduled_for FROM runs
+WHERE job_id = %(job_id)s AND scheduled_for >= %(from)s
+ORDER BY scheduled_for
+LIMIT %(limit)s;
+
 -- name: show_run
 -- One run of a job with its output: the given slot's, else the newest. An attempt in flight
 -- is read from the job row as in list_runs, without output (written when it ends). Runs

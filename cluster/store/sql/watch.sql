@@ -6,10 +6,10 @@
 -- No tenant: the token is the credential, and it names one job of one tenant.
 SELECT * FROM jobs WHERE ping_hash = %(hash)s FOR UPDATE;
 
--- name: watch_started_run
--- The run the job's open /start ping began, if it is still running (a point lookup).
-SELECT scheduled_for, started_at FROM runs
-WHERE job_id = %(job_id)s AND scheduled_for = %(slot)s AND status = 'running';
+-- name: watch_end
+-- An end ping for the run the job's open /start began: 'recorded', 'late' (noted on a run
+-- that had timed out or was cancelled), or NULL (migration 032).
+SELECT watch_end(%(hash)s, %(slot)s, %(kind)s, %(at)s, %(output)s, %(error)s) AS outcome;
 
 -- name: watch_open
 -- The slot a /start opened (an end ping closes it: NULL).
@@ -60,6 +60,35 @@ SELECT record_run(j.id, j.tenant_id, j.name, %(slot)s, 1, NULL, NULL, 'failed', 
                    %(error)s)
 FROM jobs j, (SELECT coalesce(%(now)s::timestamptz, now()) AS t) AS k
 WHERE j.id = %(id)s;
+
+-- name: watch_timeouts
+-- Watch runs a /start opened whose end ping did not come within the job's timeout, each
+-- recorded timed_out with its `failed` event by watch_time_out (migration 032): runs
+-- another pass or an end ping holds are skipped, and the function re-checks the status
+-- under the lock, so each is closed once. The probe: runs_by_status, whose `running` rows
+-- are watched runs alone (a node's attempts in flight live on their job rows).
+WITH clock AS (
+    SELECT coalesce(%(now)s::timestamptz, now()) AS t
+),
+overdue AS MATERIALIZED (
+    SELECT r.id, r.tenant_id, r.job_name, r.scheduled_for, r.started_at
+    FROM runs r JOIN jobs j ON j.id = r.job_id
+    WHERE r.status = 'running' AND r.origin = 'ping'
+      AND r.started_at + make_interval(secs => j.timeout_s) < (SELECT t FROM clock)
+    ORDER BY r.started_at
+    LIMIT %(limit)s
+    FOR UPDATE OF r SKIP LOCKED
+)
+SELECT o.tenant_id, o.job_name, o.scheduled_for AS slot
+FROM overdue o
+WHERE watch_time_out(o.id, (SELECT t FROM clock))
+ORDER BY o.started_at;
+
+-- name: watch_cancel
+-- `pulse runs cancel` of a watch job's running runs (migration 032).
+SELECT cancelled_slot AS slot
+FROM watch_cancel(%(tenant_id)s, %(name)s, %(scope)s, %(slot)s, %(by)s)
+ORDER BY cancelled_slot;
 
 -- name: watch_set_token
 -- Gives a watch job (or an adopted one) its ping token's hash: a first one, or with
