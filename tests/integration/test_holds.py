@@ -101,7 +101,7 @@ async def test_skipped_slots_stay_skipped_through_pause_and_resume(
 ) -> None:
     """`skip-next --count 2`, `pause`, `resume` ran the two skipped slots, their `skipped`
     rows overwritten with `succeeded`; `pause --until` before them did the same."""
-    await store.add(daily(), now=T0)
+    await store.definitions.add(daily(), now=T0)
     await store.holds.skip_next("report", "default", 2, now=T0)
     await store.pause("report")
     resumed = await store.resume("report", now=T0)

@@ -50,7 +50,7 @@ async def timed_out(alerts: AlertStore, seconds: float) -> list[tuple[str, objec
 async def test_a_watch_run_without_its_end_ping_times_out_once_with_a_failed_alert(
     store: JobStore, settings: ClusterSettings
 ) -> None:
-    await store.add(watched(), now=T0)
+    await store.definitions.add(watched(), now=T0)
     token = await store.ping_token("w")
     await add_rule(settings, "ops", HOOK, events="failed")
     await store.ping(token, "start", now=at(61))  # slot 60, running; ends by 101 s
@@ -78,7 +78,7 @@ async def test_a_watch_run_without_its_end_ping_times_out_once_with_a_failed_ale
 async def test_the_nodes_late_pass_closes_every_watch_run_past_its_timeout(
     store: JobStore, settings: ClusterSettings
 ) -> None:
-    await store.add(watched(), now=T0)
+    await store.definitions.add(watched(), now=T0)
     token = await store.ping_token("w")
     await store.ping(token, "start", now=at(61))
     await store.ping(token, "start", now=at(121))  # the next slot's run opens too
@@ -91,7 +91,7 @@ async def test_the_nodes_late_pass_closes_every_watch_run_past_its_timeout(
 async def test_a_late_end_ping_is_noted_on_its_timed_out_run_not_filed_as_a_new_slot(
     store: JobStore, settings: ClusterSettings
 ) -> None:
-    await store.add(watched(), now=T0)
+    await store.definitions.add(watched(), now=T0)
     token = await store.ping_token("w")
     await add_rule(settings, "ops", HOOK, events="failed,late")
     await store.ping(token, "start", now=at(61))
@@ -114,7 +114,7 @@ async def test_a_late_end_ping_is_noted_on_its_timed_out_run_not_filed_as_a_new_
 async def test_an_end_ping_past_the_timeout_closes_the_run_itself_when_no_pass_ran(
     store: JobStore, settings: ClusterSettings
 ) -> None:
-    await store.add(watched(), now=T0)
+    await store.definitions.add(watched(), now=T0)
     token = await store.ping_token("w")
     await add_rule(settings, "ops", HOOK, events="failed")
     await store.ping(token, "start", now=at(61))
@@ -131,7 +131,7 @@ async def test_an_end_ping_past_the_timeout_closes_the_run_itself_when_no_pass_r
 async def test_an_end_ping_in_time_still_ends_its_run(
     store: JobStore, settings: ClusterSettings
 ) -> None:
-    await store.add(watched(), now=T0)
+    await store.definitions.add(watched(), now=T0)
     token = await store.ping_token("w")
     await store.ping(token, "start", now=at(61))
     ping = await store.ping(token, "success", b"ok", now=at(100))
@@ -145,24 +145,24 @@ async def test_an_end_ping_in_time_still_ends_its_run(
 async def test_runs_cancel_ends_a_watch_run_and_a_late_end_is_noted(
     store: JobStore, settings: ClusterSettings, logins: Logins
 ) -> None:
-    await store.add(watched(), now=T0)
-    await store.add(watched("quiet"), now=T0)
+    await store.definitions.add(watched(), now=T0)
+    await store.definitions.add(watched("quiet"), now=T0)
     token = await store.ping_token("w")
     with pytest.raises(NotRunning, match="no job 'w'"):
-        await store.cancel("w", by="ops")
+        await store.runcontrol.cancel("w", by="ops")
     await store.ping(token, "start", now=at(61))
     await store.ping(token, "start", now=at(121))  # a second run, before the first ended
     with pytest.raises(InvalidInput, match="2 slots of 'w' are running"):
-        await store.cancel("w", by="ops")
-    (asked,) = await store.cancel("w", by="ops", slot=at(60))
+        await store.runcontrol.cancel("w", by="ops")
+    (asked,) = await store.runcontrol.cancel("w", by="ops", slot=at(60))
     assert (asked.slot, asked.attempt, asked.node_id, asked.watched) == (at(60), 1, None, True)
     # The web's role writes no run itself: it cancels through the same function.
     await asyncio.to_thread(grant_roles, settings, logins)
     async with JobStore.open(logins.as_web(settings)) as as_web:
-        (asked,) = await as_web.cancel("w", by="token ci")
+        (asked,) = await as_web.runcontrol.cancel("w", by="token ci")
         assert asked.slot == at(120)
         with pytest.raises(NotRunning):
-            await as_web.cancel("quiet", by="token ci")
+            await as_web.runcontrol.cancel("quiet", by="token ci")
         ping = await as_web.ping(token, "success", now=at(150))  # through watch_end
         assert ping is not None and (ping.outcome, ping.slot) == ("late", at(120))
     rows = await run_rows(settings)
@@ -185,7 +185,7 @@ async def test_the_timeout_probe_reads_the_running_runs_through_their_index(
 ) -> None:
     """Every node runs it every few seconds: it reads runs_by_status, whose `running` rows
     are watched runs alone, never the whole history."""
-    await store.add(watched("busy"), now=T0)
+    await store.definitions.add(watched("busy"), now=T0)
     job = await store.get("busy")
     await sql(
         settings,
@@ -205,7 +205,7 @@ async def test_the_timeout_probe_reads_the_running_runs_through_their_index(
 def test_the_cli_cancels_a_watch_run(settings: ClusterSettings, initialised: Invoke) -> None:
     async def start() -> None:
         async with JobStore.open(settings) as store:
-            await store.add(watched(), now=T0)
+            await store.definitions.add(watched(), now=T0)
             await store.ping(await store.ping_token("w"), "start", now=at(61))
 
     asyncio.run(start())

@@ -710,7 +710,7 @@ BEGIN
 END $$;
 
 -- A watch run without its end ping fails at its timeout; a terminal watched run is never
--- rewritten by a ping (migration 032).
+-- rewritten by a ping (migration `0.2.0_pre_watch_timeouts`).
 
 -- A watched run past its timeout, closed as if its run had been stopped then: finished at
 -- started_at + timeout, one `failed` event. False when it is not running or not overdue.

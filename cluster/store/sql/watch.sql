@@ -8,7 +8,7 @@ SELECT * FROM jobs WHERE ping_hash = %(hash)s FOR UPDATE;
 
 -- name: watch_end
 -- An end ping for the run the job's open /start began: 'recorded', 'late' (noted on a run
--- that had timed out or was cancelled), or NULL (migration 032).
+-- that had timed out or was cancelled), or NULL (migration `0.2.0_pre_watch_timeouts`).
 SELECT watch_end(%(hash)s, %(slot)s, %(kind)s, %(at)s, %(output)s, %(error)s) AS outcome;
 
 -- name: watch_open
@@ -63,7 +63,7 @@ WHERE j.id = %(id)s;
 
 -- name: watch_timeouts
 -- Watch runs a /start opened whose end ping did not come within the job's timeout, each
--- recorded timed_out with its `failed` event by watch_time_out (migration 032): runs
+-- recorded timed_out with its `failed` event by watch_time_out (migration `0.2.0_pre_watch_timeouts`): runs
 -- another pass or an end ping holds are skipped, and the function re-checks the status
 -- under the lock, so each is closed once. The probe: runs_by_status, whose `running` rows
 -- are watched runs alone (a node's attempts in flight live on their job rows).
@@ -85,7 +85,7 @@ WHERE watch_time_out(o.id, (SELECT t FROM clock))
 ORDER BY o.started_at;
 
 -- name: watch_cancel
--- `pulse runs cancel` of a watch job's running runs (migration 032).
+-- `pulse runs cancel` of a watch job's running runs (migration `0.2.0_pre_watch_timeouts`).
 SELECT cancelled_slot AS slot
 FROM watch_cancel(%(tenant_id)s, %(name)s, %(scope)s, %(slot)s, %(by)s)
 ORDER BY cancelled_slot;
