@@ -198,7 +198,7 @@ def checksums_of_the_files() -> list[tuple[int, str]]:
 
 
 def test_this_release_runs_on_the_newest_schema() -> None:
-    assert KNOWN_VERSION == ALL_VERSIONS[-1] == 29
+    assert KNOWN_VERSION == ALL_VERSIONS[-1] == 31
     assert REQUIRED_VERSION == 29
 
 

@@ -379,6 +379,7 @@ class JobStore:
             found["after_timeout_s"] = gate["after_timeout_s"]
             found["after_failure"] = gate["after_failure"]
             found["waits_for"] = None if verdict is None else verdict.split(": ", 1)[1]
+            found["waits_until"] = iso(gate["waits_until"])
         return found
 
     async def graph(self, tenant: str = DEFAULT_TENANT) -> list[dict[str, str]]:

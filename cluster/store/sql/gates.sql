@@ -67,9 +67,10 @@ WHERE j.id = ANY(%(downstreams)s::uuid[])
 RETURNING j.id, j.shard_id;
 
 -- name: gate_verdicts
--- Asked by the claim loop for the first attempts of gated jobs it claimed: NULL runs the
--- slot, 'skip: ...' or 'wait: ...' (an after-timeout reached) records it skipped.
-SELECT v.id, gate_verdict(v.id, v.slot) AS verdict
+-- Asked by the claim loop for the first attempts of gated jobs it claimed (and of backfill
+-- and rerun flights of them): NULL runs the slot, 'skip: ...' or 'wait: ...' (its bound
+-- reached) records it skipped.
+SELECT v.id, v.slot, gate_verdict(v.id, v.slot) AS verdict
 FROM unnest(%(ids)s::uuid[], %(slots)s::timestamptz[]) AS v (id, slot);
 
 -- name: gate_pass
@@ -99,6 +100,8 @@ WHERE d.tenant_id = %(tenant_id)s
 ORDER BY u.name, d.name;
 
 -- name: gate_waits_for
--- Why a held slot waits: the first upstream its gate is still waiting for.
-SELECT gate_verdict(j.id, j.slot_at) AS verdict, j.after_timeout_s, j.after_failure
+-- Why a held slot waits: the first upstream its gate is still waiting for, and until when
+-- at the latest (its after-timeout, a day without one: migration 031).
+SELECT gate_verdict(j.id, j.slot_at) AS verdict, j.after_timeout_s, j.after_failure,
+       CASE WHEN j.gate_wait THEN j.next_run_at END AS waits_until
 FROM jobs j WHERE j.id = %(id)s;
