@@ -1,9 +1,11 @@
 """Waits for upstreams always end, against a real Postgres with an explicit clock and the
-node's own claim, gate and completion statements: an upstream slot that was skipped, or that
-the upstream will never have, skips the downstream's slot with that reason; a slot waiting
-for an upstream that does not come is skipped at its bound (its after-timeout, a day
-without one) and is visible in `pulse status` if no node takes it; `waits_for` says what is
-true (docs/design/gates.md, the ledger rule of docs/guarantees.md)."""
+node's own claim, gate and completion statements: a trigger of a job with upstreams is an
+extra run that waits for none and leaves its chain and its slots alone; an upstream slot
+that was skipped, or that the upstream will never have, skips the downstream's slot with
+that reason; a slot waiting for an upstream that does not come is skipped at its bound (its
+after-timeout, a day without one) and is visible in `pulse status` if no node takes it;
+`waits_for` says what is true (docs/design/gates.md, the ledger rule of
+docs/guarantees.md)."""
 
 from __future__ import annotations
 
@@ -23,6 +25,7 @@ from cluster.store.lock.records import ClaimedJob
 from cluster.store.side import SideConnection
 from node.handlers.context import Outcome
 from node.pipeline.outcomes import after_run, gate_skip, plan_at_claim
+from tests.helpers.cli import Invoke
 from tests.helpers.history import rows
 from tests.helpers.sessions import ALL, OK, T0, Opener, at
 
@@ -69,6 +72,66 @@ async def runs_of(settings: ClusterSettings, name: str) -> list[tuple[datetime, 
         (name,),
     )
     return [(r["scheduled_for"], r["status"], r["origin"] or r["last_error"]) for r in found]
+
+
+# -- a trigger is an extra run ---------------------------------------------------------------
+
+
+async def test_a_trigger_of_a_chained_job_runs_it_at_once_and_the_chain_goes_on(
+    store: JobStore, settings: ClusterSettings, open_session: Opener
+) -> None:
+    await store.apply([job("a"), job("b", "@after:a"), job("c", "@after:b")], now=T0)
+    await store.trigger("b", now=at(5))
+    node = await open_session("node-a", "zone-a")
+    (extra,) = await node.flights.claim(ALL, 10, 30.0, now=at(5))
+    assert (extra.name, extra.slot, extra.origin) == ("b", at(5), "trigger")
+    await node.completions.complete_flights([after_run(extra, OK, at(6))[0]], now=at(6))
+    # Its success makes c's slot, as every success of b does.
+    c5 = (await claim(open_session, at(6)))["c"]
+    assert c5.slot == at(5)
+    await finish(open_session, c5, at(7))
+    # The chain was not wedged: a's slot 10 runs through b and c.
+    await finish(open_session, (await claim(open_session, at(10)))["a"], at(11))
+    b10 = (await claim(open_session, at(11)))["b"]
+    assert b10.slot == at(10)
+    await finish(open_session, b10, at(12))
+    assert (await claim(open_session, at(12)))["c"].slot == at(10)
+    assert await runs_of(settings, "b") == [
+        (at(5), "succeeded", "trigger"),
+        (at(10), "succeeded", None),
+    ]
+
+
+async def test_a_trigger_of_a_gated_job_costs_none_of_its_slots(
+    store: JobStore, settings: ClusterSettings, open_session: Opener
+) -> None:
+    await store.apply([job("a"), job("b", after="a")], now=T0)
+    before = await store.get("b")
+    await store.trigger("b", now=at(5))
+    after = await store.get("b")
+    assert (after.slot_at, after.next_run_at) == (before.slot_at, before.next_run_at)
+    node = await open_session("node-a", "zone-a")
+    (extra,) = await node.flights.claim(ALL, 10, 30.0, now=at(5))  # waits for no upstream
+    await node.completions.complete_flights([after_run(extra, OK, at(6))[0]], now=at(6))
+    await finish(open_session, (await claim(open_session, at(10)))["a"], at(11))
+    b10 = (await claim(open_session, at(11)))["b"]
+    await finish(open_session, b10, at(12))
+    assert await runs_of(settings, "b") == [
+        (at(5), "succeeded", "trigger"),
+        (at(10), "succeeded", None),
+    ]
+
+
+def test_the_cli_says_a_triggered_run_of_a_gated_job_waits_for_no_upstream(
+    initialised: Invoke,
+) -> None:
+    pulse = initialised
+    for name, extra in (("a", []), ("b", ["--after", "a"])):
+        added = pulse("jobs", "add", name, "--schedule", "@hourly", "--handler", HANDLER, *extra)
+        assert added.exit_code == 0, added.output
+    result = pulse("jobs", "trigger", "b")
+    assert result.exit_code == 0, result.output
+    assert "queued triggered slot" in result.stdout and "waiting for no upstream" in result.stdout
 
 
 # -- an upstream slot that will not succeed ends the wait ------------------------------------

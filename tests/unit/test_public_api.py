@@ -184,6 +184,7 @@ EXPECTED: dict[str, dict[str, str]] = {
         "double_runs": "(self, name: 'str', tenant: 'str' = 'default') -> 'list[dict[str, Any]]'",
         "get": "(self, name: 'str', tenant: 'str' = 'default') -> 'Job'",
         "graph": "(self, tenant: 'str' = 'default') -> 'list[dict[str, str]]'",
+        "has_upstreams": "(self, name: 'str', tenant: 'str' = 'default') -> 'bool'",
         "init": "(self, shards: 'int | None' = None) -> 'InitResult'",
         "jobs": "(self, tenant: 'str | None' = None, labels: 'Mapping[str, str] | None' ="
         " None) -> 'list[Job]'",

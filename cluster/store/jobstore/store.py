@@ -294,15 +294,25 @@ class JobStore:
         self, name: str, tenant: str = DEFAULT_TENANT, *, now: datetime | None = None
     ) -> Job:
         """Make the job due now without changing its regular schedule (with a payload or a
-        past slot: ``trigger_with``)."""
+        past slot: ``trigger_with``). A job with upstreams gets an extra run now, stamped with
+        the current time, that waits for none of them: its own slot (held, or a chained
+        job's queue) stays as it is (docs/design/gates.md)."""
         if (await self.get(name, tenant)).watch:
             raise InvalidInput("name", f"{name!r} is a watch job: no node runs it")
+        if await self.has_upstreams(name, tenant):
+            await self.inputs.trigger(name, tenant, now=now)
+            return await self.get(name, tenant)
         row = await self.db.one("trigger_job", {"tenant_id": tenant, "name": name, "now": now})
         if row is None:
             job = await self.get(name, tenant)  # raises NotFound
             raise Conflict("name", f"{job.name!r} is running now; trigger it when it ends")
         await self.db.notify(row["shard_id"])
         return await self.get(name, tenant)
+
+    async def has_upstreams(self, name: str, tenant: str = DEFAULT_TENANT) -> bool:
+        """Whether the job waits for other jobs (``--after`` or ``@after:``)."""
+        row = await self.db.one("get_job", {"tenant_id": tenant, "name": name})
+        return row is not None and bool(row["gated"])
 
     async def trigger_with(
         self,

@@ -169,6 +169,10 @@ ended AS (
               record_run(j.id, j.tenant_id, j.name, f.slot, f.attempt, %(node_id)s, %(zone)s,
                          i.outcome, i.token, f.locked_at, k.t, i.duration_s, i.error,
                          i.output, f.origin, f.revision),
+              -- After record_run: a triggered, rerun or backfilled success of a job that
+              -- feeds chained ones makes their slot, once (migrations 023, 031).
+              CASE WHEN j.feeds AND i.outcome = 'succeeded' THEN chain_release(j.id, f.slot, k.t)
+              END,
               CASE WHEN i.outcome IN ('failed', 'timed_out') THEN raise_alert('failed', j.id,
                   j.tenant_id, j.name, f.slot, f.attempt, %(node_id)s, %(zone)s, i.error,
                   NULL) END,
