@@ -1,13 +1,16 @@
 """Edges between jobs, the store's side of ``after``: resolving upstream names in the job's
-tenant, refusing a match rule that cannot match and a cycle (naming it), writing the edges,
-and asking the affected gates again. Runs inside ``Definitions``' transaction, so a refused
-edge leaves nothing written (docs/design/gates.md)."""
+tenant, refusing a match rule that cannot match and a cycle (naming it), writing the edges
+with the revision they make, and asking the affected gates again. Runs inside
+``Definitions``' transaction, so a refused edge leaves nothing written
+(docs/design/gates.md)."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import datetime
 from uuid import UUID
+
+from psycopg.types.json import Jsonb
 
 from cluster.errors import InvalidInput
 from cluster.jobs.gates import CHAIN, check_match
@@ -36,9 +39,15 @@ class Gates:
             old = {r["upstream_id"]: r["match"] for r in await self._db.all("gate_edges_of", job)}
             new = {u: spec.after_match for u in ups}
             if old != new:
+                # Edges are no column the revision triggers see: the change is recorded here.
+                before = await self._db.one("gate_definition", job)
+                assert before is not None
                 await self._db.all("gate_clear_edges", job)
                 await self._db.all(
                     "gate_add_edges", {"id": job["id"], "upstreams": ups, "match": spec.after_match}
+                )
+                await self._db.one(
+                    "gate_revision", {"id": job["id"], "before": Jsonb(before["definition"])}
                 )
                 changed.add(label_of(spec.tenant, spec.name))
             params = {

@@ -979,7 +979,9 @@ BEGIN
 END
 $$;
 
-CREATE TRIGGER jobs_forget_edges AFTER DELETE ON jobs
+-- After jobs_revision_removed (triggers fire in name order): the `removed` revision still
+-- sees the job's edges.
+CREATE TRIGGER jobs_unlink_edges AFTER DELETE ON jobs
 REFERENCING OLD TABLE AS deleted_jobs
 FOR EACH STATEMENT EXECUTE FUNCTION forget_deleted_jobs_edges();
 -- The gate pass reads the held jobs of its shards: a probe, not a scan of every job.
@@ -1202,7 +1204,8 @@ CREATE TABLE job_revisions (
 -- Retention finds the names whose last revision removed the job (docs/retention.md).
 CREATE INDEX job_revisions_removed ON job_revisions (at) WHERE change = 'removed';
 
--- The definition a revision records: the fields of a job file, as the row holds them.
+-- The definition a revision records: the fields of a job file, as the row holds them, and
+-- the job's upstreams (names, sorted) with their match rule.
 CREATE FUNCTION job_definition(j jobs) RETURNS jsonb
 LANGUAGE sql STABLE SET search_path FROM CURRENT AS $$
     SELECT jsonb_build_object(
@@ -1226,6 +1229,11 @@ LANGUAGE sql STABLE SET search_path FROM CURRENT AS $$
         'deadline', j.deadline, 'expect_baseline', j.expect_baseline, 'asserts', j.asserts,
         'assert_fails', j.assert_fails, 'watch', j.watch, 'adopt_at', j.adopt_at,
         'payload_schema', j.payload_schema)
+    || (SELECT jsonb_build_object(
+                   'after', coalesce(jsonb_agg(u.name ORDER BY u.name), '[]'::jsonb),
+                   'after_match', min(e.match))
+        FROM job_edges e JOIN jobs u ON u.id = e.upstream_id
+        WHERE e.downstream_id = j.id)
 $$;
 
 -- {field: [before, after]} for each field of two definitions that differs.
@@ -1313,6 +1321,44 @@ BEGIN
            job_revision_how(), job_definition(o), job_definition_diff(job_definition(o), NULL)
     FROM removed_jobs o WHERE o.parent_id IS NULL;
     RETURN NULL;
+END
+$$;
+
+-- Called by an apply that changed a job's edges, after writing them (`before`: the job's
+-- definition before): folds the change into the revision this transaction wrote, or writes
+-- a new one. Edges are not columns of jobs, so the update triggers cannot see them.
+CREATE FUNCTION job_revision_edges(job uuid, before jsonb) RETURNS integer
+LANGUAGE plpgsql SECURITY DEFINER SET search_path FROM CURRENT AS $$
+DECLARE
+    j jobs;
+    after jsonb;
+BEGIN
+    SELECT * INTO j FROM jobs x WHERE x.id = job;
+    IF NOT FOUND OR j.parent_id IS NOT NULL THEN
+        RETURN NULL;
+    END IF;
+    after := job_definition(j);
+    IF after = before THEN
+        RETURN j.revision;
+    END IF;
+    UPDATE job_revisions r SET
+        definition = after,
+        diff = job_definition_diff(
+            CASE WHEN r.change = 'created' THEN NULL
+                 ELSE r.definition || (SELECT coalesce(jsonb_object_agg(k, r.diff -> k -> 0), '{}')
+                                       FROM jsonb_object_keys(r.diff) AS k) END,
+            after)
+    WHERE r.tenant_id = j.tenant_id AND r.job_name = j.name AND r.revision = j.revision
+      AND r.xact = pg_current_xact_id();
+    IF FOUND THEN
+        RETURN j.revision;
+    END IF;
+    INSERT INTO job_revisions (tenant_id, job_name, revision, job_id, change, who, how,
+                               definition, diff)
+    VALUES (j.tenant_id, j.name, j.revision + 1, j.id, 'updated', job_revision_who(),
+            job_revision_how(), after, job_definition_diff(before, after));
+    UPDATE jobs x SET revision = j.revision + 1 WHERE x.id = job;
+    RETURN j.revision + 1;
 END
 $$;
 

@@ -10,6 +10,15 @@ WHERE j.tenant_id = %(tenant_id)s AND j.name = ANY(%(names)s::text[]);
 -- name: gate_edges_of
 SELECT e.upstream_id, e.match FROM job_edges e WHERE e.downstream_id = %(id)s;
 
+-- name: gate_definition
+-- A job's definition as its revisions record it, upstreams included (migration 031).
+SELECT job_definition(j) AS definition FROM jobs j WHERE j.id = %(id)s;
+
+-- name: gate_revision
+-- After its edges changed: the revision of the change, folded into the one this transaction
+-- wrote if any (job_revision_edges, migration 031).
+SELECT job_revision_edges(%(id)s, %(before)s::jsonb) AS revision;
+
 -- name: gate_clear_edges
 DELETE FROM job_edges e WHERE e.downstream_id = %(id)s RETURNING e.upstream_id;
 

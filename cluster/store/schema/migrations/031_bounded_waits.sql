@@ -1,12 +1,16 @@
--- Pulse schema, version 31: every wait for an upstream has a bound (docs/design/gates.md).
+-- Pulse schema, version 31: every wait for an upstream has a bound, and the edges are part
+-- of a job's revisions (docs/design/gates.md, docs/design/revisions.md).
 --
 -- gate_verdict says what is true of each upstream's matching slot (not run yet, running,
 -- waiting for its retry, failed, skipped, never had), and an upstream slot that was skipped
 -- or that the upstream moved past without running skips the downstream's slot with that
 -- reason instead of holding it. gate_hold holds a slot at most its after-timeout, a day
 -- without one (cluster.jobs.gates.DEFAULT_AFTER_TIMEOUT_S), and the slots held without a
--- bound get one here. Additive: no signature changes, and nodes of the previous release
--- call nothing new.
+-- bound get one here. job_definition records a job's upstreams (`after`, `after_match`);
+-- job_revision_edges writes the revision of a change of edges, which the definition's
+-- columns do not see. A removed job's edges go after its `removed` revision is written, so
+-- that revision names its upstreams. Additive: no signature changes, and nodes of the
+-- previous release call nothing new.
 
 CREATE OR REPLACE FUNCTION gate_verdict(job uuid, slot timestamptz) RETURNS text
 LANGUAGE plpgsql SET search_path FROM CURRENT AS $$
@@ -156,3 +160,77 @@ END $$;
 -- A slot held without a bound by an earlier release gets its bound (or is released).
 UPDATE jobs SET next_run_at = slot_at
 WHERE gate_wait AND status = 'idle' AND next_run_at >= '9999-01-01Z'::timestamptz;
+
+-- The definition a revision records: the fields of a job file, as the row holds them, and
+-- the job's upstreams (names, sorted) with their match rule.
+CREATE OR REPLACE FUNCTION job_definition(j jobs) RETURNS jsonb
+LANGUAGE sql STABLE SET search_path FROM CURRENT AS $$
+    SELECT jsonb_build_object(
+        'schedule', j.schedule, 'tz', j.tz, 'dst_repeated', j.dst_repeated,
+        'dst_skipped', j.dst_skipped,
+        'handler', regexp_replace(
+            j.handler, '(://[^/@:"\s]*):(?!\$\{env:[A-Za-z_][A-Za-z0-9_]*\}@)[^@/"\s]+@',
+            '\1:***@', 'g'),
+        'payload', j.payload, 'paused', j.paused, 'catch_up', j.catch_up,
+        'grace_s', j.grace_s, 'max_backfill', j.max_backfill, 'timeout_s', j.timeout_s,
+        'max_retries', j.max_retries, 'retry_backoff_s', j.retry_backoff_s,
+        'keep_for_s', j.keep_for_s, 'keep_runs', j.keep_runs, 'output_limit', j.output_limit,
+        'late_after_s', j.late_after_s, 'pause_after_failures', j.pause_after_failures,
+        'overlap', j.overlap, 'max_concurrent', j.max_concurrent,
+        'cancel_grace_s', j.cancel_grace_s, 'jitter_s', j.jitter_s,
+        'remove_when_done', j.remove_when_done, 'calendar', j.calendar,
+        'on_excluded', j.on_excluded, 'business_day', j.business_day, 'zones', j.zones,
+        'each_zone', j.each_zone, 'after_timeout_s', j.after_timeout_s,
+        'after_failure', j.after_failure, 'max_runs', j.max_runs, 'labels', j.labels,
+        'expect_max_s', j.expect_max_s, 'expect_min_s', j.expect_min_s,
+        'deadline', j.deadline, 'expect_baseline', j.expect_baseline, 'asserts', j.asserts,
+        'assert_fails', j.assert_fails, 'watch', j.watch, 'adopt_at', j.adopt_at,
+        'payload_schema', j.payload_schema)
+    || (SELECT jsonb_build_object(
+                   'after', coalesce(jsonb_agg(u.name ORDER BY u.name), '[]'::jsonb),
+                   'after_match', min(e.match))
+        FROM job_edges e JOIN jobs u ON u.id = e.upstream_id
+        WHERE e.downstream_id = j.id)
+$$;
+
+-- Called by an apply that changed a job's edges, after writing them (`before`: the job's
+-- definition before): folds the change into the revision this transaction wrote, or writes
+-- a new one. Edges are not columns of jobs, so the update triggers cannot see them.
+CREATE FUNCTION job_revision_edges(job uuid, before jsonb) RETURNS integer
+LANGUAGE plpgsql SECURITY DEFINER SET search_path FROM CURRENT AS $$
+DECLARE
+    j jobs;
+    after jsonb;
+BEGIN
+    SELECT * INTO j FROM jobs x WHERE x.id = job;
+    IF NOT FOUND OR j.parent_id IS NOT NULL THEN
+        RETURN NULL;
+    END IF;
+    after := job_definition(j);
+    IF after = before THEN
+        RETURN j.revision;
+    END IF;
+    UPDATE job_revisions r SET
+        definition = after,
+        diff = job_definition_diff(
+            CASE WHEN r.change = 'created' THEN NULL
+                 ELSE r.definition || (SELECT coalesce(jsonb_object_agg(k, r.diff -> k -> 0), '{}')
+                                       FROM jsonb_object_keys(r.diff) AS k) END,
+            after)
+    WHERE r.tenant_id = j.tenant_id AND r.job_name = j.name AND r.revision = j.revision
+      AND r.xact = pg_current_xact_id();
+    IF FOUND THEN
+        RETURN j.revision;
+    END IF;
+    INSERT INTO job_revisions (tenant_id, job_name, revision, job_id, change, who, how,
+                               definition, diff)
+    VALUES (j.tenant_id, j.name, j.revision + 1, j.id, 'updated', job_revision_who(),
+            job_revision_how(), after, job_definition_diff(before, after));
+    UPDATE jobs x SET revision = j.revision + 1 WHERE x.id = job;
+    RETURN j.revision + 1;
+END
+$$;
+
+-- After jobs_revision_removed (triggers fire in name order): the `removed` revision still
+-- sees the job's edges.
+ALTER TRIGGER jobs_forget_edges ON jobs RENAME TO jobs_unlink_edges;
