@@ -4,8 +4,8 @@ extra run that waits for none and leaves its chain and its slots alone; an upstr
 that was skipped, or that the upstream will never have, skips the downstream's slot with
 that reason; a slot waiting for an upstream that does not come is skipped at its bound (its
 after-timeout, a day without one) and is visible in `pulse status` if no node takes it;
-`waits_for` says what is true (docs/design/gates.md, the ledger rule of
-docs/guarantees.md)."""
+`waits_for` says what is true; removing an upstream that others wait for is refused unless
+they go too (docs/design/gates.md, the ledger rule of docs/guarantees.md)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from cluster.errors import InvalidInput
+from cluster.errors import Conflict, InvalidInput
 from cluster.health.status import collect
 from cluster.jobs.gates import DEFAULT_AFTER_TIMEOUT_S
 from cluster.jobs.spec import JobSpec
@@ -25,7 +25,7 @@ from cluster.store.lock.records import ClaimedJob
 from cluster.store.side import SideConnection
 from node.handlers.context import Outcome
 from node.pipeline.outcomes import after_run, gate_skip, plan_at_claim
-from tests.helpers.cli import Invoke
+from tests.helpers.cli import Invoke, assert_bad_input
 from tests.helpers.history import rows
 from tests.helpers.sessions import ALL, OK, T0, Opener, at
 
@@ -284,3 +284,43 @@ async def test_waits_for_says_whether_the_upstream_slot_ran_runs_or_failed(
     retry = (await claim(open_session, at(16)))["a"]
     await finish(open_session, retry, at(17), FAILED)
     assert await waits_for() == "upstream a's slot 2026-01-01T00:00:10Z failed"
+
+
+# -- removing an upstream ----------------------------------------------------------------------
+
+
+async def test_removing_an_upstream_others_wait_for_is_refused_unless_cascade(
+    store: JobStore, settings: ClusterSettings
+) -> None:
+    await store.apply([job("a"), job("b", "@after:a"), job("c", "@after:b"), job("x")], now=T0)
+    with pytest.raises(Conflict, match=r"b waits for 'a' \(1 more through it\): change or remove"):
+        await store.remove("a")
+    assert [j.name for j in await store.jobs()] == ["a", "b", "c", "x"]
+    assert len(await rows(settings, "SELECT * FROM job_edges")) == 2
+    assert await store.remove("a", cascade=True) == ["c", "b", "a"]
+    assert [j.name for j in await store.jobs()] == ["x"]
+    # Each removed job's last revision still names what it waited for.
+    (c_removed, *_) = await store.revisions.history("c", "default")
+    assert (c_removed.change, c_removed.definition["after"]) == ("removed", ["b"])
+
+
+async def test_a_prune_that_would_orphan_a_downstream_is_refused(store: JobStore) -> None:
+    await store.apply([job("a"), job("b", after="a")], now=T0)
+    with pytest.raises(Conflict, match="b waits for 'a', which --prune removes"):
+        await store.apply([job("b", after="a")], prune=True, now=T0)
+    assert [j.name for j in await store.jobs()] == ["a", "b"]
+    # The downstream changed in the same apply: nothing waits for a any more.
+    result = await store.apply([job("b")], prune=True, now=T0)
+    assert (result.updated, result.removed) == (["b"], ["a"])
+
+
+def test_the_cli_refuses_to_remove_an_upstream_in_one_line(initialised: Invoke) -> None:
+    pulse = initialised
+    for name, extra in (("a", []), ("b", ["--after", "a"])):
+        added = pulse("jobs", "add", name, "--schedule", "@hourly", "--handler", HANDLER, *extra)
+        assert added.exit_code == 0, added.output
+    assert_bad_input(pulse("jobs", "remove", "a"), "name")
+    result = pulse("jobs", "remove", "a", "--cascade")
+    assert result.exit_code == 0, result.output
+    removed = ["removed b (tenant default)", "removed a (tenant default)"]
+    assert result.stdout.splitlines() == removed

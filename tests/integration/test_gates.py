@@ -291,11 +291,13 @@ async def test_the_gate_pass_asks_often_only_while_a_slot_is_held(
         await gates.close()
 
 
-async def test_removing_an_upstream_drops_its_edges_and_the_pass_frees_the_slot(
+async def test_a_deleted_upstream_drops_its_edges_and_the_pass_frees_the_slot(
     store: JobStore, settings: ClusterSettings
 ) -> None:
+    """`pulse jobs remove` refuses an upstream others wait for (test_bounded_waits.py); one
+    deleted otherwise (a done one-off removed, SQL) leaves no slot held."""
     await store.apply([job("a"), job("b", after="a")], now=T0)
-    await store.remove("a")
+    await rows(settings, "DELETE FROM jobs WHERE name = 'a' RETURNING id")
     assert await rows(settings, "SELECT * FROM job_edges") == []
     statement = "SELECT gate_release(NULL, %s::int[], %s) AS n"
     (released,) = await rows(settings, statement, (ALL, at(1)))

@@ -198,7 +198,10 @@ EXPECTED: dict[str, dict[str, str]] = {
         "False) -> 'str'",
         "prune": "(self, *, dry_run: 'bool' = False, now: 'datetime | None' = None) -> "
         "'PruneResult'",
-        "remove": "(self, name: 'str', tenant: 'str' = 'default') -> 'None'",
+        "remove": (
+            "(self, name: 'str', tenant: 'str' = 'default', *, cascade: 'bool' = False) "
+            "-> 'list[str]'"
+        ),
         "resume": "(self, name: 'str', tenant: 'str' = 'default', *, now: 'datetime | None'"
         " = None) -> 'Job'",
         "run": "(self, name: 'str', tenant: 'str' = 'default', *, slot: 'datetime | "

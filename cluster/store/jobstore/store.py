@@ -331,8 +331,30 @@ class JobStore:
             name, tenant, payload=payload, merge=merge_payload, slot=slot, now=now
         )
 
-    async def remove(self, name: str, tenant: str = DEFAULT_TENANT) -> None:
-        await self._write("remove_job", name, tenant, {})
+    async def remove(
+        self, name: str, tenant: str = DEFAULT_TENANT, *, cascade: bool = False
+    ) -> list[str]:
+        """Delete the job and its run history; the names removed, the job last. A job others
+        wait for (``--after``, ``@after:``) is refused (``Conflict``, nothing written) unless
+        ``cascade``, which removes them too, each before the jobs it waits for."""
+        async with self.db.transaction():
+            job = await self.db.job("get_job", name, tenant)
+            found = await self.db.all("gate_downstreams", {"id": job.id})
+            downstreams = [r["name"] for r in found]
+            if downstreams and not cascade:
+                direct = sorted(r["name"] for r in found if r["direct"])
+                many = len(direct) > 1
+                through = len(downstreams) - len(direct)
+                raise Conflict(
+                    "name",
+                    f"{', '.join(direct)} wait{'' if many else 's'} for {name!r}"
+                    + (f" ({through} more through {'them' if many else 'it'})" if through else "")
+                    + f": change or remove {'them' if many else 'it'} first, or remove "
+                    f"{'all' if downstreams[1:] else 'both'} with --cascade",
+                )
+            for doomed in [*downstreams, job.name]:
+                await self._write("remove_job", doomed, tenant, {})
+        return [*downstreams, job.name]
 
     # -- reads ------------------------------------------------------------------------
 

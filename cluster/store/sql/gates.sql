@@ -99,6 +99,35 @@ SELECT 'down', d.name, e.match, d.slot_at, d.status
 FROM job_edges e JOIN jobs d ON d.id = e.downstream_id WHERE e.upstream_id = %(id)s
 ORDER BY 1 DESC, 2;
 
+-- name: gate_downstreams
+-- Every job that waits for the given one, directly or through others, the deepest first:
+-- the order `remove --cascade` takes them in, so each one's `removed` revision still names
+-- its upstreams. Cycles are refused at apply; the depth bound is a guard.
+WITH RECURSIVE down (id, depth) AS (
+    SELECT e.downstream_id, 1 FROM job_edges e WHERE e.upstream_id = %(id)s
+    UNION
+    SELECT e.downstream_id, d.depth + 1
+    FROM down d JOIN job_edges e ON e.upstream_id = d.id
+    WHERE d.depth < 64
+)
+SELECT j.name, max(d.depth) AS depth, bool_or(d.depth = 1) AS direct
+FROM down d JOIN jobs j ON j.id = d.id
+GROUP BY j.name
+ORDER BY depth DESC, j.name;
+
+-- name: gate_orphans
+-- The jobs an apply keeps (the given tenants and names) that wait for a job its --prune
+-- removes: refused, since nothing would be left for them to wait for.
+SELECT d.tenant_id, d.name AS downstream, u.name AS upstream
+FROM job_edges e
+JOIN jobs d ON d.id = e.downstream_id
+JOIN jobs u ON u.id = e.upstream_id
+WHERE (d.tenant_id, d.name) IN (SELECT * FROM unnest(%(tenant_ids)s::text[], %(names)s::text[]))
+  AND (u.tenant_id, u.name) NOT IN (
+      SELECT * FROM unnest(%(tenant_ids)s::text[], %(names)s::text[]))
+  AND u.parent_id IS NULL
+ORDER BY 1, 2, 3;
+
 -- name: gate_graph
 -- Every edge of a tenant, downstream after upstream.
 SELECT u.name AS upstream, d.name AS downstream, e.match
