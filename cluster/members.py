@@ -88,8 +88,9 @@ class LiveMember:
     heartbeat_age_s: float
 
 
-def connect_redis(url: str, timeout_s: float) -> aioredis.Redis:
-    """A client of the Redis primary ``url`` names, directly or through its sentinels."""
+def connect_redis(url: str, timeout_s: float) -> tuple[aioredis.Redis, list[aioredis.Redis]]:
+    """A client of the Redis primary ``url`` names, directly or through its sentinels; and
+    the clients of those sentinels, which closing the first leaves open."""
     options: dict[str, Any] = {
         "socket_timeout": timeout_s,
         "socket_connect_timeout": timeout_s,
@@ -97,7 +98,7 @@ def connect_redis(url: str, timeout_s: float) -> aioredis.Redis:
         "decode_responses": True,
     }
     if not url.startswith(SENTINEL_SCHEME + "://"):
-        return aioredis.Redis.from_url(url, **options)
+        return aioredis.Redis.from_url(url, **options), []
     target = sentinel_target(url)
     sentinel_options: dict[str, Any] = {
         "socket_timeout": timeout_s,
@@ -105,13 +106,11 @@ def connect_redis(url: str, timeout_s: float) -> aioredis.Redis:
     }
     if target.sentinel_password is not None:
         sentinel_options["password"] = target.sentinel_password
-    sentinel = Sentinel(  # type: ignore[no-untyped-call]
-        list(target.sentinels), sentinel_kwargs=sentinel_options, **options
-    )
+    sentinel = Sentinel(list(target.sentinels), sentinel_kwargs=sentinel_options, **options)
     primary: aioredis.Redis = sentinel.master_for(
         target.service, db=target.db, username=target.username, password=target.password
     )
-    return primary
+    return primary, list(sentinel.sentinels)
 
 
 class MemberRegistry:
@@ -121,7 +120,7 @@ class MemberRegistry:
         self._info_prefix = self._prefix + "node:"
         self.channel = self._prefix + "membership"
         self._presence_prefix = self._prefix + "present:"
-        self._redis = connect_redis(settings.redis_url, timeout_s)
+        self._redis, self._sentinels = connect_redis(settings.redis_url, timeout_s)
         self._heartbeat = self._redis.register_script(_HEARTBEAT)
         # The info a node sends changes rarely (its fenced-write count); it is encoded
         # once per change, not on every beat.
@@ -129,7 +128,11 @@ class MemberRegistry:
         self._snapshot = self._redis.register_script(_SNAPSHOT)
 
     async def close(self) -> None:
-        await self._redis.aclose()
+        try:
+            await self._redis.aclose()
+        finally:
+            for sentinel in self._sentinels:
+                await sentinel.aclose()
 
     async def heartbeat(self, info: MemberInfo, ttl_s: float) -> list[str]:
         """Renew ``info``'s heartbeat; return the sorted live member ids."""
@@ -252,4 +255,4 @@ class MemberRegistry:
                 with contextlib.suppress(asyncio.CancelledError, RedisError, OSError):
                     await reading
             with contextlib.suppress(RedisError, OSError):
-                await pubsub.aclose()  # type: ignore[no-untyped-call]
+                await pubsub.aclose()

@@ -16,11 +16,10 @@ import click
 
 from cluster import settings as defaults
 from cluster.cli.app import cli
-from cluster.cli.base import duration_option, fail, settings_of
+from cluster.cli.base import duration_option, fail, seconds, settings_of
 from cluster.errors import ConfigError, InvalidInput
 from cluster.jobs.registry import handlers_of, load_modules, specs_of
 from cluster.settings import NodeSettings, default_node_id
-from cluster.timing.durations import parse_duration
 from node.runtime import Node
 
 
@@ -36,10 +35,6 @@ class NodeContext(logging.Filter):
         record.node_id = self.node_id
         record.zone = self.zone
         return True
-
-
-def _seconds(value: str, field: str) -> float:
-    return parse_duration(value, field)
 
 
 @cli.command("node")
@@ -197,15 +192,15 @@ def node_command(
             zone=zone,
             concurrency=concurrency,
             shards=shards,
-            poll_interval_s=_seconds(poll_interval, "poll-interval"),
-            session_timeout_s=_seconds(session_timeout, "session-timeout"),
-            freeze_limit_s=_seconds(freeze_limit, "freeze-limit"),
-            heartbeat_interval_s=_seconds(heartbeat_interval, "heartbeat-interval"),
-            heartbeat_ttl_s=_seconds(heartbeat_ttl, "heartbeat-ttl"),
-            lease_s=_seconds(lease, "lease"),
-            renew_interval_s=_seconds(renew_interval, "renew-interval"),
-            drain_timeout_s=_seconds(drain_timeout, "drain-timeout"),
-            prune_interval_s=_seconds(prune_interval, "prune-interval"),
+            poll_interval_s=seconds(poll_interval, "poll-interval"),
+            session_timeout_s=seconds(session_timeout, "session-timeout"),
+            freeze_limit_s=seconds(freeze_limit, "freeze-limit"),
+            heartbeat_interval_s=seconds(heartbeat_interval, "heartbeat-interval"),
+            heartbeat_ttl_s=seconds(heartbeat_ttl, "heartbeat-ttl"),
+            lease_s=seconds(lease, "lease"),
+            renew_interval_s=seconds(renew_interval, "renew-interval"),
+            drain_timeout_s=seconds(drain_timeout, "drain-timeout"),
+            prune_interval_s=seconds(prune_interval, "prune-interval"),
             metrics_port=metrics_port,
             fairness=fairness,
             celery_broker=celery_broker or None,

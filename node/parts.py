@@ -19,7 +19,6 @@ from cluster.store.housekeeping import pruning
 from cluster.store.housekeeping.alerts import AlertStore
 from cluster.store.lock.effects import EffectsStore
 from cluster.store.lock.lifelock import LifeWatch
-from cluster.store.lock.records import ClaimedJob
 from cluster.store.lock.session import LockSession
 from cluster.store.lock.writer import ResultWriter
 from cluster.store.side import SideConnection
@@ -30,7 +29,7 @@ from node.maintenance.gatepass import GatePass
 from node.maintenance.lateness import LatePass
 from node.maintenance.outbox import AlertDelivery
 from node.maintenance.pruner import Pruner
-from node.maintenance.recovery import Recovery
+from node.maintenance.recovery import Recovery, Tracked
 from node.membership.deathwatch import DeathWatch
 from node.membership.heartbeat import Heartbeat
 from node.membership.shards import ShardKeeper
@@ -83,22 +82,22 @@ def wire(
     registry: MemberRegistry,
     shard_count: int,
 ) -> Parts:
-    """The node's services, wired to each other and to their connections, not started."""
+    """The node's services, wired to each other and to their connections, not started.
+    Each is built after everything it uses, so none is handed a promise of a later one."""
     s = settings
+    timeout_s = s.statement_timeout_s
     clock = DbClock()
     pacing = Pacing(clock)
     state = NodeState(s.node_id, s.zone, shard_count)
-    writer = ResultWriter(cluster, s.node_id, s.zone, statement_timeout_s=s.statement_timeout_s)
+    writer = ResultWriter(cluster, s.node_id, s.zone, statement_timeout_s=timeout_s)
     effects = Effects(EffectsStore(cluster, s.node_id, s.zone, s.handler_role))
+    config = ConfigCache(cluster, f"{s.node_id}/config")
+    forwarders = Forwarders(s.celery_broker, config.values)
+    tracing = None
+    if s.otel:  # imported only then: a node without --otel loads no OpenTelemetry
+        from node.handlers.traces import Tracing
 
-    def spawned(flight: ClaimedJob | None) -> None:
-        """An `allow` claim handed over: run its flight in the slot held for it."""
-        if flight is None:
-            executor.unreserve()
-            return
-        start_in_s = max(0.0, (flight.due - clock.now()).total_seconds())
-        executor.submit(flight, start_in_s, reserved=True)
-
+        tracing = Tracing(s.node_id, s.zone)
     completer = Completer(
         writer.completions,
         clock,
@@ -107,34 +106,40 @@ def wire(
         pacing,
         effects,
         lease_s=s.lease_s,
-        on_spawned=spawned,
+        tracing=tracing,
     )
-    config = ConfigCache(cluster, f"{s.node_id}/config")
-    forwarders = Forwarders(s.celery_broker, config.values)
-    tracing = None
-    if s.otel:  # imported only then: a node without --otel loads no OpenTelemetry
-        from node.handlers.traces import Tracing
-
-        tracing = Tracing(s.node_id, s.zone)
-        completer.tracing = tracing
     executor = Executor(
         s.concurrency, s.node_id, s.zone, completer.run_done, effects, forwarders, tracing
     )
+    claimer = Claimer(
+        state,
+        session,
+        executor,
+        completer,
+        clock,
+        stats,
+        pacing,
+        poll_interval_s=s.poll_interval_s,
+        lease_s=s.lease_s,
+        trust_margin_s=min(TRUST_MARGIN_S, s.session_timeout_s / 4),
+        fairness=s.fairness,
+    )
+
+    def tracked() -> Tracked:
+        """The leases this node still runs, or has yet to write the end of."""
+        jobs = set(executor.leases()) | completer.leases()
+        return jobs, set(executor.flight_leases()) | completer.flight_leases()
+
     recovery = Recovery(
         state,
         session,
         stats,
         completer.run_done,
         lease_s=s.lease_s,
-        flights_queued=lambda: claimer.flights_queued(),
+        flights_queued=claimer.flights_queued,
         tracing=tracing,
-        tracked=lambda: (
-            set(executor.leases()) | completer.leases(),
-            set(executor.flight_leases()) | completer.flight_leases(),
-        ),
+        tracked=tracked,
     )
-    timeout_s = s.statement_timeout_s
-    alert_store = AlertStore(cluster, f"{s.node_id}/alerts", statement_timeout_s=timeout_s)
     keeper = ShardKeeper(
         state,
         session,
@@ -146,25 +151,11 @@ def wire(
         evict=registry.deregister,
         frozen_s=s.freeze_limit_s,
     )
-    trust_margin_s = min(TRUST_MARGIN_S, s.session_timeout_s / 4)
-    ttl_s = s.heartbeat_ttl_s
-    claimer = Claimer(
-        state,
-        session,
-        executor,
-        completer,
-        clock,
-        stats,
-        pacing,
-        poll_interval_s=s.poll_interval_s,
-        lease_s=s.lease_s,
-        trust_margin_s=trust_margin_s,
-        fairness=s.fairness,
-    )
+    alert_store = AlertStore(cluster, f"{s.node_id}/alerts", statement_timeout_s=timeout_s)
     stop_claiming = Signal()
     return Parts(
         state=state,
-        heartbeat=Heartbeat(registry, _member_info(s), state, stats, ttl_s=ttl_s),
+        heartbeat=Heartbeat(registry, _member_info(s), state, stats, ttl_s=s.heartbeat_ttl_s),
         keeper=keeper,
         deathwatch=DeathWatch(state, LifeWatch(cluster, s.node_id)),
         claimer=claimer,

@@ -2,7 +2,7 @@
 supervises them, and hands over to ``node.shutdown`` when stopped.
 
 Startup: open the lock session (refusing settings that break the guarantees), create the
-missing jobs of ``--sync-jobs`` (``JobStore.sync``), take back runs an earlier process of
+missing jobs of ``--sync-jobs`` (``Definitions.sync``), take back runs an earlier process of
 this node left, register the heartbeat, then run heartbeat, membership watch, shard
 keeper, death watch, claim loop, recovery, NOTIFY listener, lease renewal, completer,
 pruner, alert delivery and late pass. SIGTERM/SIGINT drains (``node.shutdown``) and exits

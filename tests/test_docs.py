@@ -1,12 +1,19 @@
-"""The documentation keeps up with the code: the package map in docs/design/code.md names
-exactly the packages of the tree, the README and the benchmark page stay short, every
-design page the code or the docs point at exists, and ``python -m bench --report`` writes
-the latest full run's table into a README between its markers."""
+"""The documentation keeps up with the code: docs/design/code.md names exactly the
+packages, SQL files and test helpers of the tree; docs/json.md's keys are those the code
+prints; the indexes of docs/ and docs/design/ list every page; links, their anchors and
+the tests the docs cite resolve; no page repeats a run of words or glues a heading to the
+text before it; and ``python -m bench --report`` writes the latest full run's table into
+a README between its markers."""
 
 from __future__ import annotations
 
+import dataclasses
+import itertools
 import re
+import uuid
+from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -15,11 +22,15 @@ from bench.report import BEGIN, END
 from bench.results import Measure, ScenarioResult, append
 from bench.runner import SCENARIOS
 from bench.sizes import DEFAULT, QUICK, Sizes
+from cluster.jobs.models import Job, Run, expectations_of
+from tests.helpers.cli import GATED_SHOW_KEYS, JOB_KEYS, RUN_KEYS, RUN_SHOW_KEYS, SHOW_KEYS
 
 REPO = Path(__file__).resolve().parents[1]
+SQL_DIR = REPO / "cluster" / "store" / "sql"  # the named statements' files, listed in code.md
 TREES = ("pulsecron", "ring", "cluster", "node")
-README_MAX_BYTES = 20 * 1024
-BENCH_README_MAX_LINES = 250
+DESIGN = REPO / "docs" / "design"
+HELPERS = REPO / "tests" / "helpers"
+REPEATED_WORDS = 12  # a run of this many words twice in one page is merge damage
 
 
 def section(text: str, heading: str) -> str:
@@ -42,14 +53,19 @@ def test_package_map_matches_the_tree() -> None:
     assert packages - named == set(), "a package the package map does not name"
 
 
-def test_readme_is_short() -> None:
-    size = len((REPO / "README.md").read_bytes())
-    assert size < README_MAX_BYTES, f"README.md is {size} bytes; internals go to docs/design/"
+def test_code_md_lists_the_sql_files() -> None:
+    body = section((DESIGN / "code.md").read_text("utf-8"), "SQL and schema changes")
+    assert f"`{SQL_DIR.relative_to(REPO)}/`" in body, "code.md names another SQL folder"
+    listed = re.findall(r"^\| `([\w.-]+\.sql)` \|", body, re.MULTILINE)
+    assert len(listed) == len(set(listed)), "a SQL file is listed twice"
+    assert set(listed) == {path.name for path in SQL_DIR.glob("*.sql")}
 
 
-def test_bench_readme_is_short() -> None:
-    lines = len((REPO / "bench" / "README.md").read_text("utf-8").splitlines())
-    assert lines < BENCH_README_MAX_LINES, f"bench/README.md has {lines} lines"
+def test_code_md_lists_the_test_helpers() -> None:
+    body = section((DESIGN / "code.md").read_text("utf-8"), "Tests")
+    listed = re.findall(r"^\| `(\w+)` \|", body, re.MULTILINE)
+    assert len(listed) == len(set(listed)), "a helper module is listed twice"
+    assert set(listed) == {path.stem for path in HELPERS.glob("*.py")} - {"__init__"}
 
 
 def test_design_pages_referenced_from_code_exist() -> None:
@@ -64,22 +80,183 @@ def test_design_pages_referenced_from_code_exist() -> None:
     assert missing == {}
 
 
+# -- docs/json.md: the job and run keys are those the code prints ---------------------------
+
+
+def part(page: str, heading: str) -> str:
+    """The body under the heading line ``heading`` (``## Jobs``), up to the next heading of
+    any level."""
+    body = page.split(f"\n{heading}\n", 1)[1]
+    return re.split(r"^#{1,6} ", body, maxsplit=1, flags=re.MULTILINE)[0]
+
+
+def table_keys(body: str) -> list[str]:
+    """The keys a table names in its first column (`` | `key` | ... ``)."""
+    return re.findall(r"^\| `([\w.]+)` \|", body, re.MULTILINE)
+
+
+def representative(cls: type[Any], **given: Any) -> Any:
+    """An instance of the dataclass ``cls`` with every field set (none left at None), so
+    that ``to_json`` prints every key it can; ``given`` sets fields by name."""
+    moment = datetime(2026, 3, 1, 2, 0, tzinfo=UTC)
+    by_type: dict[str, Any] = {
+        "UUID": uuid.UUID(int=7),
+        "str": "x",
+        "int": 1,
+        "float": 1.0,
+        "bool": True,
+        "datetime": moment,
+        "dict": {"k": "v"},
+        "tuple": ("a",),
+    }
+    values = {}
+    for found in dataclasses.fields(cls):
+        kind = str(found.type).split("|")[0].split("[")[0].strip()
+        values[found.name] = given.get(found.name, by_type[kind])
+    return cls(**values)
+
+
+def documented(heading: str) -> set[str]:
+    keys = table_keys(part(JSON_PAGE.read_text("utf-8"), heading))
+    assert len(keys) == len(set(keys)), f"a key is listed twice under {heading}"
+    return set(keys)
+
+
+JSON_PAGE = REPO / "docs" / "json.md"
+
+
+def test_the_job_keys_of_json_md_are_those_job_to_json_prints() -> None:
+    """A job as ``pulse jobs list --json`` and the API print it (``Job.to_json``), built
+    from its dataclass fields (no database), with and without expectations."""
+    job = representative(
+        Job,
+        schedule="@every 30s",
+        tz="UTC",
+        handler="app.jobs:tick",
+        dst_repeated="once",
+        dst_skipped="shift",
+        expect=expectations_of({"expect_max_s": 600.0, "asserts": "rows > 0"}),
+    )
+    plain = dataclasses.replace(job, expect=None)
+    assert set(job.to_json()) == set(plain.to_json()) == documented("## Jobs")
+    assert documented("## Jobs") == JOB_KEYS  # the keys the CLI tests expect
+
+
+def test_the_keys_jobs_show_adds_are_documented() -> None:
+    """What ``pulse jobs show --json`` adds to a job (``JobStore.details``): the keys the
+    CLI's integration tests find in its output, a job with upstreams' included."""
+    added = documented("### What `pulse jobs show --json` adds")
+    assert added == (SHOW_KEYS - JOB_KEYS) | GATED_SHOW_KEYS
+
+
+def test_the_run_keys_of_json_md_are_those_run_to_json_prints() -> None:
+    run = representative(Run)
+    assert set(run.to_json()) == documented("## Runs") == RUN_KEYS
+    assert documented("### What `pulse runs show --json` adds") == RUN_SHOW_KEYS
+
+
 def markdown_files() -> list[Path]:
     return [REPO / "README.md", REPO / "bench" / "README.md", *sorted(REPO.glob("docs/**/*.md"))]
 
 
+def outside_code(text: str) -> list[str]:
+    """The lines of a markdown page outside its fenced code blocks."""
+    lines, fenced = [], False
+    for line in text.splitlines():
+        if line.lstrip().startswith(("```", "~~~")):
+            fenced = not fenced
+        elif not fenced:
+            lines.append(line)
+    return lines
+
+
+def anchors(page: Path) -> set[str]:
+    """The anchors of a page's headings, as GitHub makes them (lowercase, punctuation but
+    ``-`` and ``_`` dropped, spaces as ``-``, ``-1``, ``-2`` for a repeated heading)."""
+    found: set[str] = set()
+    seen: dict[str, int] = {}
+    for line in outside_code(page.read_text("utf-8")):
+        heading = re.match(r"#{1,6} (.+)", line)
+        if heading:
+            slug = re.sub(r"[^\w\- ]", "", heading.group(1).strip().lower()).replace(" ", "-")
+            found.add(f"{slug}-{seen[slug]}" if slug in seen else slug)
+            seen[slug] = seen.get(slug, 0) + 1
+    return found
+
+
 @pytest.mark.parametrize("doc", markdown_files(), ids=lambda p: str(p.relative_to(REPO)))
 def test_relative_links_resolve(doc: Path) -> None:
-    targets = re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", doc.read_text("utf-8"))
-    local = [t for t in targets if not re.match(r"[a-z]+:", t)]
-    broken = [t for t in local if not (doc.parent / t).exists()]
+    """Every relative link names a file that exists, and an anchor in a markdown page
+    (``jobs.md#overlap``, ``#runs``) names one of its headings."""
+    broken = []
+    for target, anchor in re.findall(r"\]\(([^)#\s]*)(?:#([^)\s]*))?\)", doc.read_text("utf-8")):
+        if re.match(r"[a-z]+:", target):
+            continue
+        path = doc.parent / target if target else doc
+        if not path.exists():
+            broken.append(target)
+        elif anchor and path.suffix == ".md" and anchor not in anchors(path):
+            broken.append(f"{target}#{anchor}")
     assert broken == []
 
 
-def test_every_design_page_is_in_the_index() -> None:
-    index = (REPO / "docs" / "design" / "README.md").read_text("utf-8")
-    pages = {p.name for p in (REPO / "docs" / "design").glob("*.md")} - {"README.md"}
-    assert {p for p in pages if p not in index} == set()
+@pytest.mark.parametrize("folder", [DESIGN, REPO / "docs"], ids=["docs/design", "docs"])
+def test_the_index_links_every_page_of_its_folder(folder: Path) -> None:
+    """The table of docs/design/README.md (the design index) and of docs/README.md links
+    each page of its folder once (the links themselves are checked with every page's,
+    above)."""
+    index = (folder / "README.md").read_text("utf-8")
+    linked = re.findall(r"^\| \[([\w.-]+\.md)\]\(\1\) \|", index, re.MULTILINE)
+    assert len(linked) == len(set(linked)), "a page is listed twice"
+    assert set(linked) == {p.name for p in folder.glob("*.md")} - {"README.md"}
+
+
+@pytest.mark.parametrize("doc", markdown_files(), ids=lambda p: str(p.relative_to(REPO)))
+def test_no_page_repeats_a_run_of_words(doc: Path) -> None:
+    """Merges that keep both sides of a conflict leave a sentence, a row or a paragraph
+    twice. Fails when a run of ``REPEATED_WORDS`` words occurs twice in one page: words
+    are compared lowercased, without punctuation or markup, across line breaks. Fenced
+    code blocks are left out (benchmark tables and command examples repeat by nature);
+    tables are read like prose, so a row written twice is found too."""
+    words = re.findall(r"\w+", "\n".join(outside_code(doc.read_text("utf-8"))).lower())
+    first: dict[tuple[str, ...], int] = {}
+    repeated = []
+    for at in range(len(words) - REPEATED_WORDS + 1):
+        run = tuple(words[at : at + REPEATED_WORDS])
+        if run in first and (not repeated or at > repeated[-1][1] + REPEATED_WORDS):
+            repeated.append((" ".join(run), at))
+        first.setdefault(run, at)
+    assert [text for text, _ in repeated] == []
+
+
+@pytest.mark.parametrize("doc", markdown_files(), ids=lambda p: str(p.relative_to(REPO)))
+def test_every_heading_starts_a_block(doc: Path) -> None:
+    """A heading glued to the line before it is text merged in without its paragraph
+    break (and some renderers do not take it for a heading)."""
+    lines = outside_code(doc.read_text("utf-8"))
+    glued = [
+        line for before, line in itertools.pairwise(lines)
+        if re.match(r"#{1,6} ", line) and before.strip()
+    ]  # fmt: skip
+    assert glued == []
+
+
+def test_the_tests_the_docs_name_exist() -> None:
+    """A page that cites a test file or a test function (``tests/e2e/test_gates.py``,
+    ``test_a_stale_completion_releases_nothing``) cites one that exists. Code blocks are
+    left out: their ``test_`` functions are examples of a user's tests."""
+    modules = sorted((REPO / "tests").rglob("test_*.py"))
+    defined = {path.stem for path in modules} | {
+        name
+        for path in modules
+        for name in re.findall(r"^\s*(?:async )?def (test_\w+)", path.read_text("utf-8"), re.M)
+    }
+    missing = []
+    for doc in markdown_files():
+        text = "\n".join(outside_code(doc.read_text("utf-8")))
+        missing += [f for f in re.findall(r"tests/[\w/]+\.py", text) if not (REPO / f).is_file()]
+        missing += [n for n in re.findall(r"\b(test_\w+)\b", text) if n not in defined]
+    assert missing == []
 
 
 # -- python -m bench --report --------------------------------------------------------------

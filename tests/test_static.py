@@ -11,7 +11,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
-TREES = ["cluster", "node", "ring", "pulsecron", "tests", "bench", "examples"]
+TREES = ["cluster", "node", "ring", "pulsecron", "tests", "bench", "examples", "requirements"]
 
 
 def run(*cmd: str) -> subprocess.CompletedProcess[str]:

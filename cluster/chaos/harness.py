@@ -182,7 +182,7 @@ class ChaosRun:
             specs.append(poison.spec())  # paused: each poison-job fault triggers it once
         async with JobStore.open(settings, probes.APP_NAME) as store:
             await store.init(self.options.shards)
-            await store.apply(specs)
+            await store.definitions.apply(specs)
         await probes.create_ledger(settings)
 
     async def _fleet(self, settings: ClusterSettings) -> Fleet:

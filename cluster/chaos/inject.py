@@ -30,6 +30,7 @@ from cluster.chaos.servers.sentinel import SentinelSet
 from cluster.chaos.servers.standalone import PostgresServer, RedisServer, ServerError
 from cluster.chaos.verdict.observations import FaultRecord
 from cluster.errors import MembershipError, PulseError
+from cluster.jobs.models import JobStatus
 from cluster.members import MemberRegistry
 from cluster.settings import (
     DEFAULT_HEARTBEAT_INTERVAL_S,
@@ -231,7 +232,7 @@ class Injector:
                 if not died:
                     try:
                         job = await store.get(poison.JOB)
-                        done = job.status == "idle" and job.slot_at != slot
+                        done = job.status == JobStatus.IDLE and job.slot_at != slot
                     except PulseError:
                         done = False
                     if done:

@@ -24,7 +24,7 @@ from cluster.cli.base import PulseGroup, emit_json, fail, run, settings_of
 from cluster.cli.table import table
 from cluster.config.egress import EgressPolicy
 from cluster.outbound.transport import fixed, guarded_client
-from cluster.store.housekeeping.alerts import DELIVERY_STATUSES, AlertStore
+from cluster.store.housekeeping.alerts import DELIVERY_STATUSES, AlertStore, DeliveryStatus
 
 T = TypeVar("T")
 
@@ -213,7 +213,7 @@ async def list_deliveries(store: AlertStore, status: str | None, limit: int, as_
     header = ["ID", "RULE", "EVENT", "TENANT", "JOB", "SLOT", "STATUS", "ATTEMPTS", "WHEN", "ERROR"]
     rows = []
     for d in found:
-        when = d.delivered_at if d.status == "delivered" else d.next_attempt_at
+        when = d.delivered_at if d.status == DeliveryStatus.DELIVERED else d.next_attempt_at
         rows.append(
             [
                 str(d.id),
@@ -224,7 +224,9 @@ async def list_deliveries(store: AlertStore, status: str | None, limit: int, as_
                 d.slot.strftime("%Y-%m-%d %H:%M:%S") if d.slot else "-",
                 d.status,
                 str(d.attempts),
-                when.strftime("%Y-%m-%d %H:%M:%S") if when and d.status != "failed" else "-",
+                when.strftime("%Y-%m-%d %H:%M:%S")
+                if when and d.status != DeliveryStatus.FAILED
+                else "-",
                 (d.last_error or "")[:80],
             ]
         )

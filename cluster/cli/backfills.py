@@ -39,7 +39,7 @@ async def backfill_job(
     """Run the slots of NAME's schedule in [--from, --to) again, oldest first."""
     first, last = parse_time(start, "from"), parse_time(end, "to")
     assert first is not None and last is not None
-    plan = await store.backfill(
+    plan = await store.runcontrol.backfill(
         name,
         tenant,
         start=first,
@@ -88,7 +88,7 @@ def _row(b: Backfill) -> list[str]:
 @with_store
 async def list_backfills(store: JobStore, tenant: str | None, as_json: bool) -> None:
     """List backfill requests with their progress (slots queued of the total)."""
-    found = await store.backfills(tenant)
+    found = await store.runcontrol.backfills(tenant)
     if as_json:
         emit_json([b.to_json() for b in found])
         return
@@ -103,5 +103,5 @@ async def list_backfills(store: JobStore, tenant: str | None, as_json: bool) -> 
 @with_store
 async def cancel_backfill(store: JobStore, backfill_id: int) -> None:
     """Stop a backfill: no more slots start; slots running now finish."""
-    b = await store.cancel_backfill(backfill_id)
+    b = await store.runcontrol.cancel_backfill(backfill_id)
     click.echo(f"backfill {b.id} of {b.job} (tenant {b.tenant}): {b.status}")

@@ -30,7 +30,7 @@ from cluster.settings import (
     ClusterSettings,
 )
 from cluster.store import JobStore
-from cluster.timing.durations import format_duration
+from cluster.timing.durations import format_duration, parse_duration
 
 T = TypeVar("T")
 F = TypeVar("F", bound=Callable[..., Any])
@@ -152,7 +152,7 @@ def with_store(
     def wrapper(ctx: click.Context, /, **kwargs: Any) -> T:
         async def go() -> T:
             async with JobStore.open(settings_of(ctx)) as store:
-                await store.act_as(os_user(), "cli")  # for the revisions of its changes
+                await store.revisions.act_as(os_user(), "cli")  # for the revisions of its changes
                 return await fn(store, **kwargs)
 
         return run(go())
@@ -170,6 +170,14 @@ def duration_option(flag: str, default_s: float, help: str, **kw: Any) -> Callab
     return click.option(
         flag, default=format_duration(default_s), show_default=True, help=help, **kw
     )
+
+
+def seconds(value: str, field: str) -> float:
+    """A duration option's value in seconds; bad input is one line and exit 2."""
+    try:
+        return parse_duration(value, field)
+    except InvalidInput as exc:
+        fail(f"invalid {exc}", 2)
 
 
 def emit_json(data: Any) -> None:

@@ -23,7 +23,7 @@ from cluster.cli.base import (
     with_store,
 )
 from cluster.cli.table import table
-from cluster.jobs.models import RUN_STATUSES, Run, iso
+from cluster.jobs.models import RUN_STATUSES, Run, RunStatus, iso
 from cluster.store import JobStore
 
 
@@ -124,7 +124,7 @@ def cancel_run(
 
     async def go() -> None:
         async with JobStore.open(settings_of(ctx)) as store:
-            asked = await store.cancel(name, tenant, by=who, slot=when, every=every)
+            asked = await store.runcontrol.cancel(name, tenant, by=who, slot=when, every=every)
         for request in asked:
             click.echo(
                 f"cancelling {name} (tenant {tenant}) slot {iso(request.slot)}, attempt "
@@ -168,7 +168,7 @@ def _print_run(r: Run) -> None:
         else:
             click.echo(value.rstrip("\n"))
     if not shown:
-        click.echo("no output" if r.status != "running" else "no output yet (running)")
+        click.echo("no output" if r.status != RunStatus.RUNNING else "no output yet (running)")
 
 
 @click.command("prune", cls=PulseCommand)

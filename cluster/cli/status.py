@@ -14,12 +14,11 @@ import sys
 
 import click
 
-from cluster.cli.base import PulseCommand, duration_option, fail, run, settings_of
-from cluster.errors import InvalidInput
+from cluster.cli.base import PulseCommand, duration_option, run, seconds, settings_of
 from cluster.health.status import Status, UnheldTracker, collect
 from cluster.jobs.models import iso
 from cluster.settings import DEFAULT_HEARTBEAT_TTL_S, ClusterSettings
-from cluster.timing.durations import format_duration, parse_duration
+from cluster.timing.durations import format_duration
 
 CLEAR = "\x1b[H\x1b[2J"
 WATCH_INTERVAL_S = 2.0
@@ -172,9 +171,9 @@ def status(
 ) -> None:
     """Members by zone, shard coverage, backlog, fire lag and outcomes; exit 1 if unhealthy."""
     settings = settings_of(ctx)
-    ttl_s = _seconds(heartbeat_ttl, "heartbeat-ttl")
+    ttl_s = seconds(heartbeat_ttl, "heartbeat-ttl")
     if watch:
-        interval_s = _seconds(interval, "interval")
+        interval_s = seconds(interval, "interval")
         last = [1]
         with contextlib.suppress(KeyboardInterrupt):
             run(_watch(settings, ttl_s, interval_s, as_json, last))
@@ -185,10 +184,3 @@ def status(
     else:
         click.echo(render(st))
     ctx.exit(0 if st.healthy else 1)
-
-
-def _seconds(value: str, field: str) -> float:
-    try:
-        return parse_duration(value, field)
-    except InvalidInput as exc:
-        fail(f"invalid {exc}", 2)

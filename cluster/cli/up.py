@@ -63,8 +63,8 @@ async def _prepare(
         result = await store.init()
         summary = f"schema {settings.schema} at version {result.version}, {result.shards} shards"
         if example is not None:
-            await store.act_as(os_user(), "file")
-            applied = await store.apply(load_specs(str(example)))
+            await store.revisions.act_as(os_user(), "file")
+            applied = await store.definitions.apply(load_specs(str(example)))
             summary += (
                 f"; example jobs: {len(applied.created)} created, "
                 f"{len(applied.updated)} updated, {len(applied.unchanged)} unchanged"

@@ -1,4 +1,7 @@
-"""``pulse web``: the HTTP API and console (cluster/web/), from the optional ``web`` extra."""
+"""``pulse web``: the HTTP API and console (cluster/web/), from the optional ``web`` extra.
+
+The defaults come from the plain-Python modules that apply them; the modules that need
+FastAPI are imported only when the server starts."""
 
 from __future__ import annotations
 
@@ -8,19 +11,19 @@ import click
 
 from cluster.cli.base import PulseCommand, duration_option, fail, settings_of
 from cluster.errors import InvalidInput
+from cluster.store.access.console_sessions import DEFAULT_SESSION_IDLE_S, DEFAULT_SESSION_MAX_S
+from cluster.store.jobstore.pool import DEFAULT_TOKEN_REQUESTS
 from cluster.timing.durations import parse_duration
+from cluster.web.limits import (
+    DEFAULT_AUTH_FAILURES,
+    DEFAULT_AUTH_WINDOW_S,
+    DEFAULT_PINGS_PER_SOURCE,
+    DEFAULT_PINGS_PER_TOKEN,
+)
 
 DEFAULT_BIND = "127.0.0.1:8080"
-# As cluster.web.limits and cluster.store.access.console_sessions, which need the extra to import.
-DEFAULT_AUTH_FAILURES = 10
-DEFAULT_AUTH_WINDOW_S = 60.0
-DEFAULT_SESSION_IDLE_S = 2 * 3600.0
-DEFAULT_SESSION_MAX_S = 12 * 3600.0
 DEFAULT_FORWARDED_ALLOW_IPS = "127.0.0.1,::1"
 MAX_SESSION_S = 366 * 86400.0
-DEFAULT_TOKEN_REQUESTS = 4  # as cluster.web.inflight: half the pool
-DEFAULT_PINGS_PER_TOKEN = 60  # as cluster.web.limits
-DEFAULT_PINGS_PER_SOURCE = 1200
 
 
 def parse_bind(bind: str) -> tuple[str, int]:

@@ -67,7 +67,7 @@ def _cron(schedule: Any) -> str:
     return " ".join(fields)
 
 
-def _seconds(value: float) -> str:
+def _every(value: float) -> str:
     if value <= 0 or value != int(value):
         raise ValueError(f"every {value:g}s: Pulse schedules whole seconds, at least 1")
     return f"@every {format_duration(value)}"
@@ -79,15 +79,15 @@ def _schedule(value: Any) -> str:
     if isinstance(value, bool):
         raise ValueError("schedule must be a number, a timedelta, crontab(...) or schedule(...)")
     if isinstance(value, int | float):
-        return _seconds(float(value))
+        return _every(float(value))
     if isinstance(value, timedelta):
-        return _seconds(value.total_seconds())
+        return _every(value.total_seconds())
     if isinstance(value, schedules.solar):
         raise ValueError("solar schedules are refused: Pulse has no sunrise or sunset events")
     if isinstance(value, schedules.crontab):
         return _cron(value)
     if type(value) is schedules.schedule:
-        return _seconds(value.run_every.total_seconds())
+        return _every(value.run_every.total_seconds())
     raise ValueError(f"{type(value).__name__} schedules are not mapped")
 
 

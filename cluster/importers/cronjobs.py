@@ -95,8 +95,13 @@ def _cronjob(result: Imported, where: str, document: Any) -> None:
         kind = document.get("kind") if isinstance(document, Mapping) else type(document).__name__
         result.problem(where, f"kind {kind} is not a CronJob")
         return
-    name = (document.get("metadata") or {}).get("name") or "cronjob"
+    metadata = document.get("metadata") or {}
+    name = metadata.get("name") or "cronjob"
     where = f"{where} ({name})"
+    if metadata.get("namespace"):
+        result.problem(
+            where, f"namespace {metadata['namespace']} is not mapped: give the tenant (--tenant)"
+        )
     if document.get("apiVersion") != "batch/v1":
         result.problem(
             where, f"not imported: apiVersion {document.get('apiVersion')}, not batch/v1"
@@ -111,6 +116,12 @@ def _cronjob(result: Imported, where: str, document: Any) -> None:
     handler = _container(result, where, pod)
     if handler is None:
         return
+    if pod.get("restartPolicy"):
+        result.problem(
+            where,
+            f"restartPolicy {pod['restartPolicy']} is not mapped: a failed run is retried "
+            "as a new attempt, up to retries (backoffLimit)",
+        )
     schedule, tz = str(spec.get("schedule", "")).strip(), spec.get("timeZone")
     for prefix in ("CRON_TZ=", "TZ="):
         if schedule.startswith(prefix):

@@ -141,6 +141,13 @@ class _Crontab:
                 self.result.problem(where, "not a schedule line (five fields and a command)")
                 return
             schedule, command = " ".join(fields[:5]), fields[5]
+            extra = command.split(None, 1)[0]
+            if _SIXTH_FIELD.fullmatch(extra) and not shutil.which(extra):
+                self.result.problem(
+                    where,
+                    f"{extra!r} after the five fields looks like a sixth one (seconds or a "
+                    "year, which cron does not have); it was imported as the command's start",
+                )
         if self.system:
             user, _, command = command.partition(" ")
             command = command.strip()
@@ -162,6 +169,11 @@ class _Crontab:
             self.result.problem(where, str(exc))
             return
         self.job(where, schedule, command)
+
+
+# A word of schedule-field characters where the command starts: a crontab written for a
+# scheduler with a seconds or a year field.
+_SIXTH_FIELD = re.compile(r"[0-9*?/,\-LW#]+")
 
 
 def _is_user(word: str) -> bool:

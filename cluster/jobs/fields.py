@@ -14,6 +14,9 @@ from typing import Any
 from cluster.errors import InvalidInput
 from cluster.jobs import shellrefs
 from cluster.jobs.handlerrefs import canonical, is_forwarded
+from cluster.timing.catchup import DEFAULT_CATCH_UP as DEFAULT_CATCH_UP
+from cluster.timing.catchup import DEFAULT_GRACE_S as DEFAULT_GRACE_S
+from cluster.timing.catchup import DEFAULT_MAX_BACKFILL as DEFAULT_MAX_BACKFILL
 from cluster.timing.durations import parse_duration
 from ring.zones import normalize_zones
 
@@ -25,7 +28,7 @@ MAX_COUNT = 2**31 - 1  # Postgres integer
 MAX_DURATION_S = 100 * 365 * 86400.0
 DEFAULT_TENANT = "default"
 DEFAULT_TZ = "UTC"
-DEFAULT_CATCH_UP = "once"
+# DEFAULT_CATCH_UP, DEFAULT_GRACE_S, DEFAULT_MAX_BACKFILL: imported from their policy's module.
 DEFAULT_RETRIES = 0
 DEFAULT_DST_REPEATED = "once"
 DEFAULT_DST_SKIPPED = "shift"
@@ -48,8 +51,6 @@ _SIZE_UNITS = {
 }
 DEFAULT_TIMEOUT_S = 300.0
 DEFAULT_RETRY_BACKOFF_S = 10.0
-DEFAULT_GRACE_S = 60.0
-DEFAULT_MAX_BACKFILL = 100
 
 # A \u0000 escape in JSON text: preceded by an even number of backslashes.
 _JSON_NUL = re.compile(rb"(?<!\\)(?:\\\\)*\\u0000")

@@ -12,6 +12,7 @@ from datetime import datetime, timedelta
 from zoneinfo import ZoneInfo
 
 from cluster.errors import InvalidInput
+from cluster.timing.instants import US
 from cluster.timing.schedule import Schedule
 
 MATCHES = ("same", "latest", "period:day", "period:hour")
@@ -26,7 +27,6 @@ DEFAULT_AFTER_TIMEOUT_S = 86400.0
 MAX_UPSTREAMS = 32
 # Slots of the downstream checked against the upstream's schedule at apply.
 _PROBE_SLOTS = 48
-_TICK = timedelta(microseconds=1)
 
 
 def parse_after(value: str | Sequence[str] | None) -> tuple[str, ...]:
@@ -56,7 +56,9 @@ def chained(
     for options that cannot go with it."""
     names = schedule.chain
     if after is not None and after != () and parse_after(after) != names:  # type: ignore[arg-type]
-        raise InvalidInput("after", f"a chained job's upstreams are its schedule's: {names}")
+        raise InvalidInput(
+            "after", f"a chained job's upstreams are its schedule's: {', '.join(names)}"
+        )
     if match not in (DEFAULT_MATCH, CHAIN):
         raise InvalidInput("after_match", "a chained (@after:) job pairs the same slots")
     if overlap != "forbid":
@@ -116,7 +118,7 @@ def check_match(
     slot = schedule.at or schedule.next_after(now)
     for _ in range(_PROBE_SLOTS):
         if match == "same":
-            hit = upstream_schedule.at or upstream_schedule.next_after(slot - _TICK)
+            hit = upstream_schedule.at or upstream_schedule.next_after(slot - US)
             if hit != slot:
                 raise InvalidInput(
                     "after_match",
@@ -124,7 +126,7 @@ def check_match(
                 )
         else:
             lo, hi = _period(slot, match.split(":")[1], tz)
-            hit = upstream_schedule.at or upstream_schedule.next_after(lo - _TICK)
+            hit = upstream_schedule.at or upstream_schedule.next_after(lo - US)
             if not lo <= hit < hi:
                 raise InvalidInput(
                     "after_match",

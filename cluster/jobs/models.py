@@ -1,4 +1,4 @@
-"""Read models for jobs and runs, and their stable JSON shape (documented in the README)."""
+"""Read models for jobs and runs, and their stable JSON shape (documented in docs/json.md)."""
 
 from __future__ import annotations
 
@@ -28,6 +28,22 @@ class RunStatus(StrEnum):
 
 
 RUN_STATUSES: tuple[str, ...] = tuple(s.value for s in RunStatus)  # all, in that order
+
+
+class JobStatus(StrEnum):
+    """Where a job stands (the ``jobs.status`` check of the schema): waiting for its slot,
+    running it, paused, or done (a one-off that ran, ``max_runs`` reached). The API and the
+    console take the same list (``/console/statuses.js``)."""
+
+    IDLE = "idle"
+    RUNNING = "running"
+    PAUSED = "paused"
+    DONE = "done"
+
+
+JOB_STATUSES: tuple[str, ...] = tuple(s.value for s in JobStatus)  # all, in that order
+# Never claimed, whatever their next_run_at says.
+NEVER_DUE = frozenset({JobStatus.PAUSED, JobStatus.DONE})
 # How an attempt a node ran ends (a metric counts each, even at zero).
 ATTEMPT_OUTCOMES = (RunStatus.SUCCEEDED, RunStatus.FAILED, RunStatus.TIMED_OUT, RunStatus.CANCELLED)
 # The handler ran to its end, whatever it said.
@@ -151,7 +167,7 @@ class Job:
             shard=row["shard_id"],
             # The stored next_run_at of a paused job is a far-future marker (9999-01-01)
             # that keeps it out of the claim's index range.
-            next_run_at=row["next_run_at"] if row["status"] not in ("paused", "done") else None,
+            next_run_at=row["next_run_at"] if row["status"] not in NEVER_DUE else None,
             slot_at=row["slot_at"],
             attempt=row["attempt"],
             last_run_at=row["last_run_at"],

@@ -12,7 +12,7 @@ from __future__ import annotations
 import heapq
 import itertools
 from collections.abc import Iterator, Mapping, Sequence
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from typing import Any
 
 from cluster.errors import InvalidInput
@@ -25,13 +25,13 @@ from cluster.timing.entries import (
     items_of,
     parse_entries,
 )
+from cluster.timing.instants import US
 from cluster.timing.schedule import ENDED, Schedule
 
 __all__ = ["check_collisions", "check_max_runs", "effective_payload", "schedule_text"]
 
 # Union slots walked at apply to find an instant two entries share with different payloads.
 PROBE_SLOTS = 5000
-_US = timedelta(microseconds=1)
 
 
 def schedule_text(value: object) -> str:
@@ -100,7 +100,7 @@ def check_collisions(schedule: Schedule, payload: Mapping[str, Any], now: dateti
 def _tagged(
     member: Schedule, entry: Entry, index: int, after: datetime
 ) -> Iterator[tuple[datetime, int]]:
-    start = after if entry.start is None else max(after, entry.start - _US)
+    start = after if entry.start is None else max(after, entry.start - US)
     for slot in member.iter_after(start):
         if slot >= ENDED or (entry.end is not None and slot >= entry.end):
             return

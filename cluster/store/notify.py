@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Callable
-from datetime import UTC, datetime, timedelta
+from datetime import datetime
 
 import psycopg
 from psycopg import sql
@@ -23,23 +23,22 @@ from psycopg import sql
 from cluster.errors import StoreError
 from cluster.settings import ClusterSettings
 from cluster.store.connect import connect, describe
+from cluster.timing.instants import from_micros, micros
 
 CANCEL_PREFIX = "cancel:"
 # Sent by the place triggers of migration 014 when a tenant at its limit gets a place back.
 TENANT_PLACE_FREED = "tenant"
 # Sent by raise_alert (migration 028) when it queued a delivery: the alert outbox has work.
 ALERT_QUEUED = "alerts"
-_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
-_US = timedelta(microseconds=1)
 
 
 def slot_text(slot: datetime) -> str:
     """A slot in a cancel request: whole microseconds since the epoch (no colons)."""
-    return str((slot - _EPOCH) // _US)
+    return str(micros(slot))
 
 
 def slot_of(text: str) -> datetime:
-    return _EPOCH + int(text) * _US
+    return from_micros(int(text))
 
 
 async def listen(

@@ -27,6 +27,7 @@ from zoneinfo import ZoneInfo
 
 from cluster.errors import InvalidInput
 from cluster.timing.calendars import Calendar
+from cluster.timing.instants import US
 from cluster.timing.jitter import jitter_offset
 from cluster.timing.schedule import Schedule, transition
 
@@ -50,7 +51,6 @@ MAX_IDLE_STEPS = 200_000  # slots walked without a run: the calendar never lets 
 MAX_IDLE_MONTHS = 1200
 GREGORIAN_CYCLE = 400  # years after which weekdays fall on the same dates again
 MAX_GROUP = 1000  # slots moved onto one day: beyond this, the rest are recorded skipped
-_US = timedelta(microseconds=1)
 _EARLY = timedelta(hours=3)  # before any zone's local midnight of the same date, in UTC
 
 
@@ -238,9 +238,9 @@ class CalendarRule:
                         f"{schedule.expr!r} has no slot on business day {self.business_day}",
                     )
                 elif target is not None and target > day:
-                    cursor = _day_start(target, zone) - _US
+                    cursor = _day_start(target, zone) - US
                 else:
-                    cursor = _day_start(_next_month(day), zone) - _US
+                    cursor = _day_start(_next_month(day), zone) - US
                 continue
             if self.calendar.is_business_day(day) or self.on_excluded == "skip":
                 group, last = [self._decide(schedule, slot)], slot

@@ -22,13 +22,15 @@ from __future__ import annotations
 import math
 from collections import deque
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Literal
 
 from cluster.errors import InvalidInput
+from cluster.timing.instants import US, from_micros, micros
 from cluster.timing.schedule import Schedule
 
 __all__ = [
+    "DEFAULT_CATCH_UP",
     "DEFAULT_GRACE_S",
     "DEFAULT_MAX_BACKFILL",
     "DEFAULT_RECORD_LIMIT",
@@ -42,11 +44,11 @@ __all__ = [
 
 CatchUpPolicy = Literal["skip", "once", "backfill"]
 POLICIES: tuple[CatchUpPolicy, ...] = ("skip", "once", "backfill")
+# A job's defaults (cluster.jobs.fields names them among the other fields').
+DEFAULT_CATCH_UP: CatchUpPolicy = "once"
 DEFAULT_GRACE_S = 60.0
 DEFAULT_MAX_BACKFILL = 100
 DEFAULT_RECORD_LIMIT = 1000
-_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
-_US = timedelta(microseconds=1)
 
 
 def parse_catch_up(policy: str) -> CatchUpPolicy:
@@ -61,7 +63,7 @@ def parse_catch_up(policy: str) -> CatchUpPolicy:
 class CatchUp:
     """A job's missed-slot policy; validated on construction."""
 
-    policy: CatchUpPolicy = "once"
+    policy: CatchUpPolicy = DEFAULT_CATCH_UP
     grace_s: float = DEFAULT_GRACE_S
     max_backfill: int = DEFAULT_MAX_BACKFILL
 
@@ -114,7 +116,7 @@ def plan_catchup(
         raise InvalidInput("record_limit", f"must be a whole number >= 0, got {record_limit!r}")
     interval = schedule.interval
     if interval is not None:
-        return _plan_every(interval // _US, first_due, now, catch_up, record_limit)
+        return _plan_every(interval // US, first_due, now, catch_up, record_limit)
     if catch_up.policy == "skip":
         return _plan_cron_skip(schedule, first_due, now - _grace(catch_up), record_limit)
     keep = 1 if catch_up.policy == "once" else catch_up.max_backfill
@@ -131,13 +133,13 @@ def _plan_every(
     """Slot ``i`` is ``epoch + i * every``: index arithmetic, whatever the outage length."""
 
     def index_at_or_after(moment: datetime) -> int:
-        return -(-((moment - _EPOCH) // _US) // every_us)
+        return -(-micros(moment) // every_us)
 
     def slot(index: int) -> datetime:
-        return _EPOCH + index * every_us * _US
+        return from_micros(index * every_us)
 
     first = index_at_or_after(first_due)
-    newest_due = ((now - _EPOCH) // _US) // every_us
+    newest_due = micros(now) // every_us
     if catch_up.policy == "skip":
         cut = max(first, index_at_or_after(now - _grace(catch_up)))
     elif newest_due < first:
@@ -159,7 +161,7 @@ def _plan_cron_skip(
 ) -> CatchUpPlan:
     """Skip the slots before ``cut`` (= now - grace); the first slot at or after it is next."""
     recent: deque[datetime] = deque(maxlen=record_limit)
-    for count, slot in enumerate(schedule.iter_after(first_due - _US)):
+    for count, slot in enumerate(schedule.iter_after(first_due - US)):
         if slot >= cut:
             return CatchUpPlan(tuple(recent), slot, count - len(recent))
         recent.append(slot)
@@ -172,7 +174,7 @@ def _plan_cron_keep(
     """Run the newest ``keep`` due slots; skip the older ones."""
     window: deque[datetime] = deque(maxlen=record_limit + keep)  # the newest due slots
     due = 0
-    slots = schedule.iter_after(first_due - _US)
+    slots = schedule.iter_after(first_due - US)
     for slot in slots:
         if slot > now:
             future = slot

@@ -50,7 +50,7 @@ def ics_dates(text: str | bytes) -> frozenset[date]:
 def _event_dates(event: Any) -> set[date]:
     if event.get("DTSTART") is None:
         raise ValueError("has no DTSTART")
-    start = event.decoded("DTSTART")
+    start = _moment(event, "DTSTART")
     span = _span_days(event, start)
     firsts = _starts(event, start)
     return {_as_date(first) + timedelta(days=i) for first in firsts for i in range(span)}
@@ -61,7 +61,7 @@ def _span_days(event: Any, start: date | datetime) -> int:
     if isinstance(start, datetime):
         return 1
     if event.get("DTEND") is not None:
-        end = event.decoded("DTEND")
+        end = _moment(event, "DTEND")
         days = (_as_date(end) - start).days
     elif event.get("DURATION") is not None:
         days = event.decoded("DURATION").days
@@ -78,7 +78,11 @@ def _starts(event: Any, start: date | datetime) -> list[date | datetime]:
         return [start]
     moment = start if isinstance(start, datetime) else datetime(start.year, start.month, start.day)
     naive = moment.replace(tzinfo=None)
-    recurrence = rrulestr(rule.to_ical().decode(), dtstart=naive)
+    text = rule.to_ical().decode().replace("\\;", ";")
+    try:
+        recurrence = rrulestr(text, dtstart=naive)
+    except (ValueError, TypeError) as exc:
+        raise ValueError(f"RRULE {text!r} cannot be read") from exc
     first = max(naive, datetime(HORIZON_FIRST_YEAR, 1, 1))
     last = datetime(HORIZON_LAST_YEAR, 12, 31, 23, 59, 59)
     excluded = _exdates(event)
@@ -99,7 +103,28 @@ def _exdates(event: Any) -> set[date]:
     if values is None:
         return set()
     lists = values if isinstance(values, list) else [values]
-    return {_as_date(d.dt) for exdate in lists for d in exdate.dts}
+    found: set[date] = set()
+    for exdate in lists:
+        try:  # the parser keeps what it cannot read as a broken property
+            dts = [d.dt for d in exdate.dts]
+        except (AttributeError, ValueError, TypeError):
+            dts = []
+        if not dts or not all(isinstance(d, date) for d in dts):
+            shown = exdate.to_ical().decode() if hasattr(exdate, "to_ical") else str(exdate)
+            raise ValueError(f"EXDATE {shown!r} is not a list of dates")
+        found.update(_as_date(d) for d in dts)
+    return found
+
+
+def _moment(event: Any, key: str) -> date | datetime:
+    """The date or time of ``key``; the parser keeps a value it cannot read as text, which
+    must not reach the arithmetic as one."""
+    value = event.decoded(key)
+    if not isinstance(value, date):
+        raw = event.get(key)
+        shown = raw.to_ical().decode() if hasattr(raw, "to_ical") else str(value)
+        raise ValueError(f"{key} {shown!r} is not a date (YYYYMMDD or YYYYMMDDTHHMMSS)")
+    return value
 
 
 def _as_date(value: date | datetime) -> date:

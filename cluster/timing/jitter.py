@@ -19,11 +19,11 @@ from datetime import UTC, datetime, timedelta
 
 from cluster.errors import InvalidInput
 from cluster.timing.durations import format_duration
+from cluster.timing.instants import US, US_PER_S
 from cluster.timing.schedule import Schedule
 
 __all__ = ["check_jitter", "jitter_offset", "jittered", "smallest_interval"]
 
-_US = timedelta(microseconds=1)
 # The smallest interval of a cron schedule is measured over its first slots after each of
 # these instants: a winter and a summer day, so a DST change that shortens a gap is seen.
 _PROBES = (datetime(2001, 1, 1, tzinfo=UTC), datetime(2001, 3, 20, tzinfo=UTC),
@@ -33,12 +33,12 @@ _PROBE_SLOTS = 400
 
 def jitter_offset(tenant: str, name: str, slot: datetime, jitter_s: float) -> timedelta:
     """The offset in ``[0, jitter_s)`` of the job's ``slot``, whole microseconds."""
-    span_us = int(jitter_s * 1_000_000)
+    span_us = int(jitter_s * US_PER_S)
     if span_us <= 0:
         return timedelta(0)
     key = f"{tenant}/{name}:{slot.astimezone(UTC).isoformat()}".encode()
     digest = int.from_bytes(hashlib.blake2b(key, digest_size=8).digest(), "big")
-    return (digest * span_us >> 64) * _US
+    return (digest * span_us >> 64) * US
 
 
 def jittered(tenant: str, name: str, slot: datetime, jitter_s: float) -> datetime:

@@ -48,6 +48,7 @@ from cluster.errors import InvalidInput
 from cluster.timing.cron import FIELDS_HINT, MACROS, Times, compile_cron, days_after
 from cluster.timing.durations import parse_duration
 from cluster.timing.entries import Entry, entries_text, is_union, parse_entries
+from cluster.timing.instants import US, US_PER_S, from_micros, micros
 
 __all__ = [
     "CHAINED_NEXT",
@@ -68,8 +69,6 @@ DstSkipped = Literal["shift", "skip"]
 
 MIN_EVERY_S = 1.0
 MAX_EVERY_S = 3650 * 86400.0  # ten years; far beyond any real job, far from datetime's limits
-_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
-_US = timedelta(microseconds=1)
 _UTC_ZONE = ZoneInfo("UTC")  # ZoneInfo caches instances: the default zone takes a fast path
 # After the last slot of a schedule whose entries all end (records.NEVER: never due again).
 ENDED = datetime(9999, 1, 1, tzinfo=UTC)
@@ -142,14 +141,14 @@ class Schedule:
         """The index of the entry ``slot`` belongs to (the first with a slot there); None
         for one schedule or an instant that is no entry's slot."""
         for index, (member, entry) in enumerate(self._members):
-            if entry.covers(slot) and next(member.iter_after(slot - _US), None) == slot:
+            if entry.covers(slot) and next(member.iter_after(slot - US), None) == slot:
                 return index
         return None
 
     @property
     def interval(self) -> timedelta | None:
         """The ``@every`` interval (slots are its multiples since the epoch); None for cron."""
-        return None if self._every_us is None else self._every_us * _US
+        return None if self._every_us is None else self._every_us * US
 
     @property
     def at(self) -> datetime | None:
@@ -170,7 +169,7 @@ class Schedule:
         self, start_inclusive: datetime, end_inclusive: datetime, limit: int
     ) -> list[datetime]:
         """At most ``limit`` slots ``s`` with ``start <= s <= end``, earliest first."""
-        slots = self.iter_after(_utc(start_inclusive, "start_inclusive") - _US)
+        slots = self.iter_after(_utc(start_inclusive, "start_inclusive") - US)
         end = _utc(end_inclusive, "end_inclusive")
         return list(itertools.islice(itertools.takewhile(lambda slot: slot <= end, slots), limit))
 
@@ -198,9 +197,9 @@ class Schedule:
             yield ENDED
 
     def _every_after(self, after: datetime, every_us: int) -> Iterator[datetime]:
-        index = (after - _EPOCH) // _US // every_us + 1
+        index = micros(after) // every_us + 1
         while True:
-            yield _EPOCH + index * every_us * _US
+            yield from_micros(index * every_us)
             index += 1
 
     def _cron_after(self, after: datetime) -> Iterator[datetime]:
@@ -292,7 +291,7 @@ def _chain_names(expr: str) -> tuple[str, ...]:
 def _bounded(member: Schedule, entry: Entry, after: datetime) -> Iterator[datetime]:
     """The slots of one entry after ``after``, inside its ``start`` and ``end``."""
     if entry.start is not None and entry.start > after:
-        after = entry.start - _US
+        after = entry.start - US
     slots = member.iter_after(after)
     return slots if entry.end is None else itertools.takewhile(lambda s: s < entry.end, slots)  # type: ignore[operator]
 
@@ -374,7 +373,7 @@ def _compile(expr: str) -> tuple[int | None, str, Times]:
             raise InvalidInput("schedule", f"@every interval must be at least 1s, got {expr!r}")
         if seconds > MAX_EVERY_S:
             raise InvalidInput("schedule", f"@every interval must be at most 3650d, got {expr!r}")
-        return round(seconds * 1_000_000), "", ()
+        return round(seconds * US_PER_S), "", ()
     return None, *compile_cron(expr)
 
 

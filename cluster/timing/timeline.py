@@ -15,12 +15,12 @@ from zoneinfo import ZoneInfo
 from cluster.timing.calendared import CalendarRule, Decision, jittered_start
 from cluster.timing.catchup import CatchUp
 from cluster.timing.durations import format_duration
+from cluster.timing.instants import US
 from cluster.timing.schedule import ENDED, Schedule
 
 __all__ = ["Step", "decisions", "entry_note", "explain", "first_kept", "outage"]
 
 MAX_OUTAGE_SLOTS = 100_000
-_US = timedelta(microseconds=1)
 
 
 @dataclass(frozen=True)
@@ -108,7 +108,7 @@ def outage(
     ``backfill`` in order), the slots it drops (``missed``), and the rule's skips."""
     due: list[Decision] = []
     skipped: list[Step] = []
-    for decision in decisions(schedule, rule, start - _US):
+    for decision in decisions(schedule, rule, start - US):
         if decision.runs and decision.start > end:
             break
         if len(due) + len(skipped) >= MAX_OUTAGE_SLOTS:
@@ -153,7 +153,7 @@ def _dst_note(schedule: Schedule, slot: datetime) -> str:
         which = "first" if local.fold == 0 else "second"
         rule = f"dst_repeated={schedule.dst_repeated}"
         return f"{wall}; the repeated hour: its {which} occurrence ({rule})"
-    before, after = (slot - _US).astimezone(zone).utcoffset(), local.utcoffset()
+    before, after = (slot - US).astimezone(zone).utcoffset(), local.utcoffset()
     if before is not None and after is not None and after > before:
         return f"{wall}; the first instant after the DST gap (dst_skipped={schedule.dst_skipped})"
     return wall

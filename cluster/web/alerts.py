@@ -8,12 +8,12 @@ from typing import Any
 
 from fastapi import APIRouter, Query, Request
 
-from cluster.store.housekeeping.alerts import AlertStore
+from cluster.store.housekeeping.alerts import DELIVERY_STATUSES, AlertStore
 from cluster.web.auth import Admin, unscoped
 from cluster.web.state import state_of
 
 router = APIRouter(tags=["alerts"])
-STATUSES = "^(pending|delivered|failed)$"
+STATUSES = f"^({'|'.join(DELIVERY_STATUSES)})$"
 
 
 @router.get("/api/alerts")

@@ -32,7 +32,7 @@ from cluster.errors import (
     StoreError,
 )
 from cluster.settings import ClusterSettings
-from cluster.store.jobstore.pool import StorePool
+from cluster.store.jobstore.pool import DEFAULT_TOKEN_REQUESTS, StorePool
 from cluster.web import (
     alerts,
     audit,
@@ -47,7 +47,7 @@ from cluster.web import (
     status,
     tenants,
 )
-from cluster.web.inflight import DEFAULT_TOKEN_REQUESTS, TokenGate
+from cluster.web.inflight import TokenGate
 from cluster.web.limits import (
     DEFAULT_AUTH_FAILURES,
     DEFAULT_AUTH_WINDOW_S,

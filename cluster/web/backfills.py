@@ -36,7 +36,7 @@ async def backfill(request: Request, tenant: str, name: str, who: Writer) -> dic
     max_parallel = body.get("max_parallel", 1)
     dry_run = _flag(body, "dry_run")
     async with state_of(request).pool.store(who.scope) as store, store.transaction():
-        plan = await store.backfill(
+        plan = await store.runcontrol.backfill(
             name,
             tenant,
             start=start,
@@ -62,7 +62,7 @@ async def backfills(
 ) -> list[Any]:
     """The newest ``limit`` backfill requests with their progress, oldest first."""
     async with state_of(request).pool.store(who.scope) as store:
-        return [b.to_json() for b in await store.backfills(tenant, limit)]
+        return [b.to_json() for b in await store.runcontrol.backfills(tenant, limit)]
 
 
 @router.post("/api/backfills/{backfill_id}/cancel")
@@ -70,7 +70,7 @@ async def cancel(request: Request, backfill_id: int, who: Writer) -> dict[str, A
     """Stop a backfill: nothing more is queued; running slots finish."""
     async with state_of(request).pool.store(who.scope) as store, store.transaction():
         try:
-            found = await store.cancel_backfill(backfill_id)
+            found = await store.runcontrol.cancel_backfill(backfill_id)
         except InvalidInput as exc:  # unknown, or another tenant's: as if absent
             raise HTTPException(404, f"no backfill {backfill_id}") from exc
         await record(store, who, "cancel backfill", found.tenant, found.job, str(backfill_id))

@@ -6,11 +6,13 @@ whose random id the cookie carries (HttpOnly, SameSite=Strict, Secure unless the
 loopback only and the request came over plain HTTP): the token itself never reaches the browser's
 cookie jar. Signing out deletes the session; revoking the token deletes all of its sessions. The
 page learns the session's CSRF token from ``GET /console/session`` and sends it on every change. The
-script writes text only through ``textContent``, so data never becomes markup.
+script writes text only through ``textContent``, so data never becomes markup. It compares job and
+run statuses with the constants of ``/console/statuses.js``, written from the enums the API uses.
 """
 
 from __future__ import annotations
 
+import json
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -19,12 +21,17 @@ from fastapi import APIRouter, HTTPException, Request, Response
 from fastapi.responses import HTMLResponse, RedirectResponse
 from fastapi.staticfiles import StaticFiles
 
+from cluster.jobs.models import JobStatus, RunStatus
 from cluster.web.auth import SESSION_COOKIE, Principal, Reader, check_token, source_of
 from cluster.web.bodies import json_object
 from cluster.web.state import state_of
 from cluster.web.tokens import csrf_token, new_session_id, token_hash
 
 router = APIRouter(include_in_schema=False)
+STATUSES_JS = "".join(
+    f"const {name} = Object.freeze({json.dumps({s.name: s.value for s in enum})});\n"
+    for name, enum in (("JOB_STATUS", JobStatus), ("RUN_STATUS", RunStatus))
+)
 
 
 def _static_dir() -> Path:
@@ -52,6 +59,12 @@ async def root() -> RedirectResponse:
 @router.get("/console/")
 async def page() -> HTMLResponse:
     return HTMLResponse((_static_dir() / "index.html").read_text("utf-8"))
+
+
+@router.get("/console/statuses.js")
+async def statuses() -> Response:
+    """The job and run statuses as constants of the console's script, in the enums' order."""
+    return Response(STATUSES_JS, media_type="text/javascript")
 
 
 @router.post("/console/session")

@@ -18,11 +18,10 @@ from starlette.datastructures import Headers
 from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from cluster.store.jobstore.pool import POOL_SIZE
+from cluster.store.jobstore.pool import DEFAULT_TOKEN_REQUESTS
 from cluster.web.auth import SESSION_COOKIE
 from cluster.web.tokens import token_hash
 
-DEFAULT_TOKEN_REQUESTS = POOL_SIZE // 2
 # What reads the database; the console's page and its static files do not, and a browser
 # fetches them side by side with its cookie.
 GATED_PATHS = ("/api/", "/console/session")

@@ -20,7 +20,7 @@ from cluster.errors import InvalidInput
 from cluster.jobs.fields import DEFAULT_TENANT, MAX_NAME_LENGTH
 from cluster.jobs.files import specs_of
 from cluster.jobs.labels import parse_label
-from cluster.jobs.models import iso
+from cluster.jobs.models import JOB_STATUSES, iso
 from cluster.jobs.spec import JobSpec
 from cluster.web.audit import record
 from cluster.web.auth import Principal, Reader, Writer
@@ -39,7 +39,6 @@ from cluster.web.state import api_policy, state_of
 
 router = APIRouter(tags=["jobs"])
 
-STATUSES = ("idle", "running", "paused", "done")
 _JOB_BODY = request_body(
     {
         "type": "object",
@@ -88,7 +87,7 @@ async def list_jobs(
     who: Reader,
     request: Request,
     tenant: str | None = Query(None, max_length=MAX_NAME_LENGTH),
-    status: str | None = Query(None, max_length=20, description="idle, running, paused or done"),
+    status: str | None = Query(None, max_length=20, description=", ".join(JOB_STATUSES)),
     q: str | None = Query(
         None, max_length=MAX_QUERY_LENGTH, description="Part of the name or handler."
     ),
@@ -100,8 +99,8 @@ async def list_jobs(
 ) -> dict[str, Any]:
     """A page of jobs by (tenant, name)."""
     wanted = dict(parse_label(text) for text in label or ())
-    if status is not None and status not in STATUSES:
-        raise InvalidInput("status", f"must be one of {', '.join(STATUSES)}")
+    if status is not None and status not in JOB_STATUSES:
+        raise InvalidInput("status", f"must be one of {', '.join(JOB_STATUSES)}")
     after = None
     if cursor is not None:
         parts = decode_cursor(cursor, 2)
@@ -128,7 +127,7 @@ async def create_job(request: Request, who: Writer) -> dict[str, Any]:
     token = None
     async with state_of(request).pool.store(who.scope, actor=who.name) as store:
         async with store.transaction():
-            await store.add(spec)
+            await store.definitions.add(spec)
             if spec.watch:
                 token = await store.ping_token(spec.name, spec.tenant)
             await record(store, who, "create", spec.tenant, spec.name)
@@ -177,7 +176,7 @@ async def apply_jobs(request: Request, who: Writer) -> dict[str, Any]:
     expected = _expected(expect)
     pool = state_of(request).pool
     async with pool.store(who.scope, actor=who.name) as store, store.transaction():
-        result = await store.apply(specs, expect=expected)
+        result = await store.definitions.apply(specs, expect=expected)
         changed = {"create": set(result.created), "update": set(result.updated)}
         for spec in specs:
             label = spec.name if spec.tenant == DEFAULT_TENANT else f"{spec.tenant}/{spec.name}"
@@ -222,7 +221,7 @@ async def replace_job(request: Request, tenant: str, name: str, who: Writer) -> 
     async with state_of(request).pool.store(who.scope, actor=who.name) as store:
         async with store.transaction():
             await store.get(name, tenant)  # 404 if absent or out of scope
-            await store.apply([spec])
+            await store.definitions.apply([spec])
             await record(store, who, "update", tenant, name)
         return await store.details(name, tenant)
 
@@ -306,7 +305,7 @@ async def trigger_job(request: Request, tenant: str, name: str, who: Writer) -> 
             raise InvalidInput(key, "must be a JSON object")
     async with state_of(request).pool.store(who.scope) as store:
         async with store.transaction():
-            queued = await store.trigger_with(
+            queued = await store.inputs.trigger(
                 name,
                 tenant,
                 payload=body.get("payload"),
@@ -330,7 +329,9 @@ async def cancel_job(request: Request, tenant: str, name: str, who: Writer) -> l
     if every and slot is not None:
         raise InvalidInput("all", "give either slot or all")
     async with state_of(request).pool.store(who.scope) as store, store.transaction():
-        asked = await store.cancel(name, tenant, by=f"token {who.name}", slot=slot, every=every)
+        asked = await store.runcontrol.cancel(
+            name, tenant, by=f"token {who.name}", slot=slot, every=every
+        )
         await record(
             store, who, "cancel", tenant, name, ", ".join(iso(a.slot) or "" for a in asked)
         )

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 from uuid import UUID
 
 from cluster.errors import ConfigError
+from cluster.jobs.models import RunStatus
 from cluster.store.lock.records import ClaimedJob
 
 if TYPE_CHECKING:
@@ -119,7 +120,7 @@ class Tracing:
         if span is None:
             return
         span.set_attribute("pulse.status", status)
-        if status != "succeeded":
+        if status != RunStatus.SUCCEEDED:
             self._error(span, error or status)
         span.end()
 

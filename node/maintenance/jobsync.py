@@ -1,7 +1,7 @@
 """``pulse node --sync-jobs``: at start, create the jobs of the node's registries that do
 not exist yet, and warn about those whose applied definition differs, never overwriting
 it (docs/design/python-api.md); and record the handlers the registries offer to the HTTP
-API (docs/design/api-handlers.md). The store does the work (``JobStore.sync`` under an
+API (docs/design/api-handlers.md). The store does the work (``Definitions.sync`` under an
 advisory lock, ``RegisteredHandlers``); this module decides what a node does with the
 outcome."""
 
@@ -31,8 +31,8 @@ async def sync_jobs(
         return True
     try:
         async with JobStore.open(cluster, f"{node_id}/sync") as store:
-            await store.act_as(node_id, "sync")
-            result = await store.sync(specs)
+            await store.revisions.act_as(node_id, "sync")
+            result = await store.definitions.sync(specs)
             await store.handlers.register(handlers, node_id)
     except InvalidInput as exc:
         logger.error("refusing to start: invalid %s", exc, extra={"event": "config_error"})

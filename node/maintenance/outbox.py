@@ -42,7 +42,7 @@ from cluster.alerts.rules import AlertRule, redact_url
 from cluster.alerts.webhook import DEFAULT_TIMEOUT_S
 from cluster.config.egress import EgressPolicy
 from cluster.outbound.transport import guarded_client
-from cluster.store.housekeeping.alerts import AlertStore, Delivery
+from cluster.store.housekeeping.alerts import AlertStore, Delivery, DeliveryStatus
 from node.service import until_beat
 from node.stats import Stats
 
@@ -156,8 +156,8 @@ class AlertDelivery:
         )
         if status is None:
             return  # the lease ran out and another node has it now
-        self._stats.alerts[status if status == "failed" else "retried"] += 1
-        if status == "failed":
+        self._stats.alerts[status if status == DeliveryStatus.FAILED else "retried"] += 1
+        if status == DeliveryStatus.FAILED:
             logger.error(
                 "alert %s to rule %s (%s) given up after %d attempts: %s",
                 d.event.event,

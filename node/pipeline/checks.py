@@ -8,13 +8,14 @@ from __future__ import annotations
 
 from cluster.errors import InvalidInput
 from cluster.jobs.assertions import failure
+from cluster.jobs.models import RunStatus
 from cluster.store.lock.records import ClaimedJob
 from node.handlers.context import Outcome
 
 
 def checked(job: ClaimedJob, outcome: Outcome) -> tuple[Outcome, str | None]:
     """The outcome to record, and why the checks failed when that is to be alerted."""
-    if job.asserts is None or outcome.status != "succeeded":
+    if job.asserts is None or outcome.status != RunStatus.SUCCEEDED:
         return outcome, None
     try:
         why = failure(job.asserts, outcome.metrics or {})

@@ -175,7 +175,7 @@ class Claimer:
         if job.overlap == "allow":  # the slot runs as a flight once it is handed over
             self._flights_seen = True
             self._executor.reserve()
-            self._completer.spawn(job)
+            self._completer.spawn(job, self._start_flight)
             return
         start_in_s = (job.due - now).total_seconds()
         if start_in_s > 0:
@@ -189,6 +189,15 @@ class Claimer:
         done, skips = skip
         logger.info("slot skipped: %s", done.error, extra=job_extra(job, "slot_skipped"))
         self._completer.submit(job, done, skips)
+
+    def _start_flight(self, flight: ClaimedJob | None) -> None:
+        """An `allow` claim handed over: run its flight in the slot held for it; None: it got
+        no flight, so the slot is free again."""
+        if flight is None:
+            self._executor.unreserve()
+            return
+        start_in_s = max(0.0, (flight.due - self._clock.now()).total_seconds())
+        self._executor.submit(flight, start_in_s, reserved=True)
 
     async def run(self, stop: asyncio.Event) -> None:
         wake = self._state.wake

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING
 from uuid import UUID
 
 from cluster.errors import PulseError, StoreError
+from cluster.jobs.models import RunStatus
 from cluster.settings import DEFAULT_LEASE_S
 from cluster.store.lock.completions import Completions
 from cluster.store.lock.records import ClaimedJob, Completion, Skip
@@ -53,6 +54,8 @@ IDLE_WAIT_S = 3600.0
 
 Entry = tuple[ClaimedJob, Completion, list[Skip]]
 SPAWNED = "spawned"  # the outcome of an `allow` claim: its slot goes to a flight
+# Told of an `allow` claim handed over: its flight to run, or None (no flight).
+Spawned = Callable[[ClaimedJob | None], None]
 
 
 class Completer:
@@ -66,14 +69,14 @@ class Completer:
         effects: Effects | None = None,
         *,
         lease_s: float = DEFAULT_LEASE_S,
-        on_spawned: Callable[[ClaimedJob | None], None] | None = None,
+        tracing: Tracing | None = None,
     ) -> None:
         self._completions = completions  # the result writer's (in tests, a lock session's)
         self._lease_s = lease_s
-        # Told of each `allow` claim handed over: its flight to run, or None (no flight).
-        self._on_spawned = on_spawned or (lambda _: None)
+        # The `allow` claims queued for hand-over, by lease: whom to tell how it went.
+        self._spawns: dict[tuple[UUID, int], Spawned] = {}
         self._effects = effects
-        self.tracing: Tracing | None = None  # with --otel: a fenced write gets a span
+        self._tracing = tracing  # with --otel: a fenced write gets a span
         # Runs being completed inside their handler's transaction, by the task doing it.
         self._commits: dict[asyncio.Task[None], ClaimedJob] = {}
         self._wake = wake
@@ -111,7 +114,7 @@ class Completer:
         if done.next_attempt > job.attempt:
             self._stats.retries += 1
         # Successes are the bulk of the log volume: DEBUG; anything else is worth a look.
-        level = logging.DEBUG if outcome.status == "succeeded" else logging.WARNING
+        level = logging.DEBUG if outcome.status == RunStatus.SUCCEEDED else logging.WARNING
         if logger.isEnabledFor(level):
             logger.log(
                 level,
@@ -157,7 +160,7 @@ class Completer:
         succeeded, else after rolling it back."""
         assert self._effects is not None
         store = self._effects.store
-        if outcome.status != "succeeded":
+        if outcome.status != RunStatus.SUCCEEDED:
             await tx.rollback()
             self.submit(job, done, skips)
             return
@@ -185,15 +188,16 @@ class Completer:
             if done.next_run_at <= self._clock.now():
                 self._wake.set()
 
-    def spawn(self, job: ClaimedJob) -> None:
+    def spawn(self, job: ClaimedJob, then: Spawned) -> None:
         """Hand the claimed slot of an overlap `allow` job to a flight and move the job on
-        to its next slot (``on_spawned`` then gets the flight to run)."""
+        to its next slot; once that is written, ``then`` gets the flight to run (or None)."""
         try:
             done, skips = after_run(job, Outcome("succeeded", None, 0.0), self._clock.now())
         except PulseError as exc:
-            self._on_spawned(None)
+            then(None)
             self.reject(job, exc)
             return
+        self._spawns[(job.id, job.lease_token)] = then
         self.submit(job, done._replace(outcome=SPAWNED), skips)
 
     def submit(self, job: ClaimedJob, done: Completion, skips: list[Skip]) -> None:
@@ -280,10 +284,11 @@ class Completer:
         moved = await self._completions.spawn([d for _, d, _ in entries], skips, self._lease_s)
         self._account(entries, lambda job: job.id in moved)
         for job, _, _ in entries:
+            then = self._spawns.pop((job.id, job.lease_token))
             if moved.get(job.id):
-                self._on_spawned(job._replace(flight=True))
+                then(job._replace(flight=True))
             else:  # fenced, or the job is at its limit: due again in a second
-                self._on_spawned(None)
+                then(None)
         upcoming = [done.next_run_at for job, done, _ in entries if moved.get(job.id)]
         if upcoming:
             self._pacing.due_at(min(upcoming))
@@ -291,11 +296,11 @@ class Completer:
     def _account(self, entries: list[Entry], applied: Callable[[ClaimedJob], bool]) -> None:
         for job, done, skips in entries:
             if applied(job):
-                self._stats.skipped_slots += len(skips) + (done.outcome == "skipped")
+                self._stats.skipped_slots += len(skips) + (done.outcome == RunStatus.SKIPPED)
                 continue
             self._stats.fenced_writes += 1
-            if self.tracing is not None:
-                self.tracing.fenced(job)
+            if self._tracing is not None:
+                self._tracing.fenced(job)
             logger.warning(
                 "stale %s write rejected: the lease (token %d) was lost",
                 done.outcome,

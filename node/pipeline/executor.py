@@ -26,6 +26,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 from uuid import UUID
 
+from cluster.jobs.models import RunStatus
 from cluster.store.lock.records import ClaimedJob
 from node.handlers.context import Outcome, RunCancelled, RunContext, cancelled, finished, timed_out
 from node.handlers.forwarding import Forwarders
@@ -239,7 +240,7 @@ class Executor:
     def _as_asked(found: Running, outcome: Outcome) -> Outcome:
         """A run asked to stop that ended in an error or as cancelled is ``cancelled``,
         with who asked; one that finished its work first keeps its outcome."""
-        if found.cancelled_by is None or outcome.status == "succeeded":
+        if found.cancelled_by is None or outcome.status == RunStatus.SUCCEEDED:
             return outcome
         return outcome._replace(status="cancelled", error=f"cancelled by {found.cancelled_by}")
 

@@ -12,6 +12,7 @@ from collections.abc import Callable
 from datetime import datetime, timedelta
 from typing import TypeVar
 
+from cluster.jobs.models import RunStatus
 from cluster.store.lock.records import NEVER, ClaimedJob, Completion, Skip
 from cluster.timing.calendared import origin_of
 from cluster.timing.catchup import CatchUp, CatchUpPlan, plan_catchup
@@ -197,7 +198,7 @@ def _one_off_at_claim(job: ClaimedJob, now: datetime) -> tuple[Completion, list[
 def after_run(job: ClaimedJob, outcome: Outcome, now: datetime) -> tuple[Completion, list[Skip]]:
     """The completion of a run: retry the same slot, or move on to the next one."""
     # A cancelled slot is not retried (someone asked for it to stop), nor a skipped one.
-    retried = outcome.status not in ("succeeded", "cancelled", "skipped")
+    retried = outcome.status not in {RunStatus.SUCCEEDED, RunStatus.CANCELLED, RunStatus.SKIPPED}
     if retried and job.attempt <= job.max_retries:
         delay = min(MAX_RETRY_DELAY_S, job.retry_backoff_s * 2 ** (job.attempt - 1))
         retry_at = now + timedelta(seconds=delay)

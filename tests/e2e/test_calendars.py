@@ -45,7 +45,7 @@ def test_a_holiday_inside_the_window_is_skipped_or_moved_and_nothing_runs_twice(
             await store.init(16)
             await store.calendars.put(calendar)
             for spec in (daily, yearly):  # as if created before the window
-                await store.add(spec, now=start - timedelta(hours=1))
+                await store.definitions.add(spec, now=start - timedelta(hours=1))
 
     asyncio.run(create())
     fleet.start("n1", "a")

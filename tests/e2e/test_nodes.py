@@ -57,7 +57,7 @@ def plant_jobs(settings: ClusterSettings) -> tuple[list[Planted], datetime]:
 
     async def go() -> datetime:
         async with JobStore.open(settings) as store:
-            await store.apply(specs)
+            await store.definitions.apply(specs)
             return await store.db_now()
 
     return planted, asyncio.run(go())

@@ -44,7 +44,7 @@ def plant(settings: ClusterSettings) -> None:
     async def go() -> None:
         async with JobStore.open(settings) as store:
             await store.init(shards=SHARDS)
-            await store.apply(specs)
+            await store.definitions.apply(specs)
 
     asyncio.run(go())
 

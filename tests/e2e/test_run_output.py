@@ -39,7 +39,7 @@ def setup(settings: ClusterSettings) -> None:
     async def go() -> None:
         async with JobStore.open(settings) as store:
             await store.init(16)
-            await store.apply(SPECS)
+            await store.definitions.apply(SPECS)
 
     asyncio.run(go())
 

@@ -23,7 +23,6 @@ from tests.helpers.waiting import until
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(120)]
 WITNESS = "cluster.chaos.witness:record"
-US = timedelta(microseconds=1)
 EARLY_S = 0.05  # the node's and the test's clocks are the same host's; rounding only
 
 
@@ -102,7 +101,7 @@ def test_a_backfill_survives_its_node_and_then_a_restart_of_the_whole_cluster(
 
     async def ask() -> None:
         async with JobStore.open(settings) as store:
-            await store.backfill("roll", "acme", start=start, end=hour, max_parallel=2)
+            await store.runcontrol.backfill("roll", "acme", start=start, end=hour, max_parallel=2)
 
     asyncio.run(ask())
     nodes = (("n1", "a"), ("n2", "b"))
@@ -152,7 +151,7 @@ def test_a_tenant_limit_holds_across_nodes_through_a_kill_and_hides_no_other_ten
     async def setup() -> None:
         async with JobStore.open(settings) as store:
             await store.init(16)
-            await store.apply(specs)
+            await store.definitions.apply(specs)
             await store.tenants.set_limit("big", 2)
             for spec in specs:
                 await store.trigger(spec.name, spec.tenant)

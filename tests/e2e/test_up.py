@@ -42,7 +42,7 @@ async def _place_examples(settings: ClusterSettings) -> None:
     async with JobStore.open(settings) as store:
         result = await store.init()
         for _ in range(200):
-            await store.apply(specs)
+            await store.definitions.apply(specs)
             fast = [j for j in await store.jobs() if re.fullmatch(r"@every [235]s", j.schedule)]
             owners = {ring.owner(job.shard) for job in fast}
             if owners == set(NODE_IDS):

@@ -60,7 +60,7 @@ from tests.helpers.tenancy import (
 )
 from tests.helpers.tenancy import assert_no_secret as no_token_in
 from tests.helpers.waiting import until
-from tests.helpers.web import Api, api_cluster, make_token, web_process
+from tests.helpers.web import Api, api_cluster, cookie_attributes, make_token, web_process
 
 pytestmark = pytest.mark.e2e
 
@@ -504,12 +504,11 @@ def test_a_session_after_its_tokens_revocation_is_refused(api: Api) -> None:
         assert revoked.returncode == 0, revoked.stderr
         assert sessions_of(api, "doomed") == 0, "deleted with the token"
         before = written(api)
-        answers = [
-            browser.get("/api/jobs"),
-            with_cookie(api, "198.51.100.13", session).put(
-                "/api/tenants/doomed/limit", json=LIMIT, headers={"X-CSRF-Token": csrf}
-            ),
-        ]
+        with with_cookie(api, "198.51.100.13", session) as forged:
+            answers = [
+                browser.get("/api/jobs"),
+                forged.put("/api/tenants/doomed/limit", json=LIMIT, headers={"X-CSRF-Token": csrf}),
+            ]
     assert [a.status_code for a in answers] == [401, 401]
     assert written(api) == before
     assert_no_secret(api, answers, session, doomed)
@@ -600,7 +599,7 @@ def test_an_untrusted_clients_forged_x_forwarded_for_is_ignored(untrusting: Api)
     with from_client(api, "10.20.30.40", **{"X-Forwarded-Proto": "https"}) as forged:
         signed = forged.post("/console/session", json={"token": api.tokens["read"]})
     assert signed.status_code == 200
-    assert "secure" not in signed.headers["set-cookie"].lower(), "plain HTTP on loopback"
+    assert "secure" not in cookie_attributes(signed), "plain HTTP on loopback"
     assert "strict-transport-security" not in signed.headers
     assert_no_secret(api, [*answers, done, signed], *guesses, *api.tokens.values())
 
@@ -1038,7 +1037,7 @@ def _operator_writes(api: Api, *specs: JobSpec) -> None:
     async def go() -> None:
         async with JobStore.open(api.settings) as store:
             for spec in specs:
-                await store.apply([spec])
+                await store.definitions.apply([spec])
 
     asyncio.run(go())
 

@@ -20,6 +20,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from cluster.jobs.models import JOB_STATUSES, RUN_STATUSES
 from cluster.jobs.spec import JobSpec
 from cluster.settings import ClusterSettings
 from cluster.store.jobstore.store import JobStore
@@ -184,6 +185,7 @@ def test_run_now_shows_the_run_and_pause_changes_the_status(
 ) -> None:
     console.open("#/jobs?q=nightly")
     until(lambda: console.text("a.job-link") == "nightly", "the job in the list", 20)
+    assert console.attributes("#f-status option", "value") == ["", *JOB_STATUSES]
     console.click("a.job-link")
     until(lambda: console.text("#job-name") == "nightly", "the job's page", 20)
     assert console.count("#next-slots tbody tr") == 5
@@ -197,6 +199,7 @@ def test_run_now_shows_the_run_and_pause_changes_the_status(
 
     console.open("#/runs?job=nightly")
     until(lambda: console.count("#runs tbody tr") == 1, "the runs page", 20)
+    assert console.attributes("#r-status option", "value") == ["", *RUN_STATUSES]
     with console.api() as api:
         assert api.post("/api/jobs/default/nightly/trigger").status_code == 200
     until(lambda: console.count("#runs tbody tr") == 2, "a new run, no reload", 60)
@@ -382,11 +385,11 @@ def test_the_jobs_list_and_page_show_each_jobs_health(console: Console, tmp_path
 
     async def create() -> None:
         async with JobStore.open(settings) as store:
-            await store.add(
+            await store.definitions.add(
                 JobSpec.build("hasty", "0 3 * * *", "cluster.chaos.witness:record",
                               expect_min="1h")
             )  # fmt: skip
-            await store.add(
+            await store.definitions.add(
                 JobSpec.build("counted", "0 3 * * *", "tests.e2e.alert_handlers:counts",
                               payload={"rows": 0}, asserts="rows > 0")
             )  # fmt: skip

@@ -141,4 +141,4 @@ async def _apply_pruning(fleet: Fleet, spec: JobSpec) -> ApplyResult:
     from cluster.store.jobstore.store import JobStore
 
     async with JobStore.open(fleet.settings) as store:
-        return await store.apply([spec], prune=True)
+        return await store.definitions.apply([spec], prune=True)

@@ -124,11 +124,17 @@ SHOW_KEYS = JOB_KEYS | {
     "upstreams", "downstreams", "next_entries",
 }  # fmt: skip
 
+# `pulse jobs show --json` of a job with upstreams has these too.
+GATED_SHOW_KEYS = {"after_match", "after_timeout_s", "after_failure", "waits_for", "waits_until"}
+
 
 RUN_KEYS = {
     "id", "job_id", "tenant", "job", "scheduled_for", "attempt", "node_id", "zone", "status",
     "started_at", "finished_at", "duration_s", "error", "origin", "revision",
 }  # fmt: skip
+
+# `pulse runs show --json` adds these to the run.
+RUN_SHOW_KEYS = {"output", "metrics"}
 
 
 def jobs_rows(settings: ClusterSettings) -> list[tuple[Any, ...]]:

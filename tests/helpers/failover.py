@@ -51,7 +51,7 @@ def ticking_fleet(settings: ClusterSettings, workdir: Path, jobs: list[str]) -> 
     async def init() -> None:
         async with JobStore.open(settings) as store:
             await store.init(shards=SHARDS)
-            await store.apply(specs)
+            await store.definitions.apply(specs)
 
     asyncio.run(init())
     nodes = Fleet(settings, workdir)

@@ -13,7 +13,7 @@ import asyncio
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 import psycopg
@@ -24,11 +24,9 @@ from cluster.jobs.spec import JobSpec
 from cluster.settings import ClusterSettings
 from cluster.store.jobstore.store import JobStore
 from cluster.store.queries import query
+from cluster.timing.instants import EPOCH, US, US_PER_S
 from tests.helpers.nodes import Nodes
 from tests.helpers.waiting import until
-
-EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
-US = timedelta(microseconds=1)
 
 
 @dataclass
@@ -83,7 +81,7 @@ def triggered(settings: ClusterSettings, jobs: list[JobSpec]) -> dict[str, str]:
     async def go() -> dict[str, str]:
         async with JobStore.open(settings) as store:
             await store.init(16)
-            await store.apply(jobs)
+            await store.definitions.apply(jobs)
             for spec in jobs:
                 await store.trigger(spec.name)
             return {j.name: str(j.id) for j in await store.jobs()}
@@ -94,7 +92,7 @@ def triggered(settings: ClusterSettings, jobs: list[JobSpec]) -> dict[str, str]:
 def every_slots(every_s: int, start: datetime, end: datetime) -> list[datetime]:
     """The ``@every <every_s>s`` slots in [start, end]: multiples of the interval since the
     Unix epoch."""
-    step_us = every_s * 1_000_000
+    step_us = every_s * US_PER_S
     first = -(-((start - EPOCH) // US) // step_us)
     last = ((end - EPOCH) // US) // step_us
     return [EPOCH + timedelta(seconds=i * every_s) for i in range(first, last + 1)]

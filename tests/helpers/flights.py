@@ -17,7 +17,7 @@ async def allow_job(store: JobStore, retries: int = 3, limit: int = 2) -> None:
     spec = JobSpec.build(
         "fan", "@every 10s", HANDLER, overlap="allow", max_concurrent=limit, retries=retries
     )
-    await store.apply([spec], now=T0)
+    await store.definitions.apply([spec], now=T0)
 
 
 def handed(job: ClaimedJob, next_slot: datetime) -> Completion:

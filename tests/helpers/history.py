@@ -17,7 +17,7 @@ from tests.helpers.sessions import at as at  # the history tests count from T0 t
 
 async def add(store: JobStore, *specs: JobSpec) -> None:
     """Jobs created at T0; with ``@every 10s`` each is first due at T0 + 10 s."""
-    await store.apply(list(specs), now=T0)
+    await store.definitions.apply(list(specs), now=T0)
 
 
 def every_10s(name: str, **kw: Any) -> JobSpec:

@@ -152,6 +152,6 @@ def init_cluster(settings: ClusterSettings, *specs: Any, shards: int = 16) -> No
         async with JobStore.open(settings) as store:
             await store.init(shards)
             for spec in specs:
-                await store.add(spec)
+                await store.definitions.add(spec)
 
     asyncio.run(go())

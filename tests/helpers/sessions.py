@@ -57,7 +57,7 @@ async def add_jobs(
         JobSpec.build(f"job-{i:04d}", every, "cluster.chaos.witness:record", retries=retries)
         for i in range(count)
     ]
-    await store.apply(specs, now=T0)
+    await store.definitions.apply(specs, now=T0)
     return await store.jobs()
 
 

@@ -75,6 +75,13 @@ def make_token(settings: ClusterSettings, name: str, role: str, tenant: str | No
     return secret
 
 
+def cookie_attributes(response: httpx.Response) -> set[str]:
+    """The attribute names of the response's Set-Cookie (``httponly``, ``secure``, ...), never
+    its value: a random session id may hold any short string."""
+    parts = response.headers["set-cookie"].split(";")[1:]
+    return {part.split("=", 1)[0].strip().lower() for part in parts}
+
+
 @dataclass
 class Api:
     """A running ``pulse web`` on its own schema, with tokens of each role by name:

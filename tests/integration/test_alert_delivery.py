@@ -37,7 +37,7 @@ def service(alerts: AlertStore, node_id: str = "n1", **kw: Any) -> AlertDelivery
 
 async def failures(store: JobStore, open_session: Opener, *slots: float) -> None:
     """Job ``a`` fails the given slots (each raises a ``failed`` event)."""
-    await store.apply([every_10s("a")], now=T0)
+    await store.definitions.apply([every_10s("a")], now=T0)
     node = await open_session("n0")
     for slot in slots:
         await run_slot(node, at(slot), "failed", f"boom at {slot:g}")
@@ -93,7 +93,7 @@ async def test_a_failed_attempt_is_retried_with_backoff_and_given_up_after_a_day
     store: JobStore, settings: ClusterSettings, open_session: Opener, alerts: AlertStore
 ) -> None:
     with receiver(status=500) as r:
-        await add_rule(settings, "ops", r.url + "/T0K3N?key=abc")
+        await add_rule(settings, "ops", r.url + "/T0K3N?key=QU3RY-K3Y")
         await failures(store, open_session, 10)
         deliver = service(alerts)
         start = await db_now(settings)
@@ -124,7 +124,8 @@ async def test_a_failed_attempt_is_retried_with_backoff_and_given_up_after_a_day
     assert [d.id for d in await alerts.deliveries("failed")] == [listed.id]
     assert await alerts.deliveries("pending") == []
     stored = json.dumps(await sql(settings, "SELECT * FROM alert_deliveries"), default=str)
-    assert "T0K3N" not in stored and "abc" not in stored
+    # Markers no UUID, timestamp or status holds: neither the path nor the query is kept.
+    assert "T0K3N" not in stored and "QU3RY-K3Y" not in stored
 
 
 def test_backoff_doubles_from_five_seconds_up_to_ten_minutes() -> None:
@@ -172,7 +173,7 @@ async def test_deliveries_of_different_jobs_do_not_wait_for_each_other(
     store: JobStore, settings: ClusterSettings, open_session: Opener, alerts: AlertStore
 ) -> None:
     with receiver() as good, receiver(status=503) as bad:
-        await store.apply([every_10s("a"), every_10s("b")], now=T0)
+        await store.definitions.apply([every_10s("a"), every_10s("b")], now=T0)
         await add_rule(settings, "to-bad", bad.url, job="a")
         await add_rule(settings, "to-good", good.url)
         await run_slot(await open_session("n0"), at(10), "failed")

@@ -32,7 +32,7 @@ HOOK = "http://127.0.0.1:9/hook"
 async def test_events_reach_only_the_rules_that_want_them(
     store: JobStore, settings: ClusterSettings, open_session: Opener
 ) -> None:
-    await store.apply([every_10s("a"), every_10s("b", tenant="acme")], now=T0)
+    await store.definitions.apply([every_10s("a"), every_10s("b", tenant="acme")], now=T0)
     await add_rule(settings, "everything", HOOK)
     await add_rule(settings, "acme-failed", HOOK, events="failed", tenant="acme")
     await add_rule(settings, "a-lost", HOOK, events="lost", job="a")
@@ -56,7 +56,7 @@ async def test_events_reach_only_the_rules_that_want_them(
 async def test_only_the_last_attempt_of_a_slot_raises_failed(
     store: JobStore, settings: ClusterSettings, open_session: Opener
 ) -> None:
-    await store.apply([every_10s("a", retries=1)], now=T0)
+    await store.definitions.apply([every_10s("a", retries=1)], now=T0)
     await add_rule(settings, "ops", HOOK)
     node = await open_session("n1", "zone-1")
     await run_slot(node, at(10), "failed", "first")  # retried in 10 s: no event
@@ -77,7 +77,7 @@ async def test_only_the_last_attempt_of_a_slot_raises_failed(
 async def test_the_first_success_after_failed_slots_raises_recovered(
     store: JobStore, settings: ClusterSettings, open_session: Opener
 ) -> None:
-    await store.apply([every_10s("a")], now=T0)
+    await store.definitions.apply([every_10s("a")], now=T0)
     await add_rule(settings, "ops", HOOK)
     node = await open_session("n1")
     await run_slot(node, at(10), "failed")
@@ -94,7 +94,7 @@ async def test_the_first_success_after_failed_slots_raises_recovered(
 async def test_a_catch_up_raises_one_skipped_event(
     store: JobStore, settings: ClusterSettings, open_session: Opener
 ) -> None:
-    await store.apply([every_10s("late"), every_10s("slow")], now=T0)
+    await store.definitions.apply([every_10s("late"), every_10s("slow")], now=T0)
     await add_rule(settings, "ops", HOOK, events="skipped")
     node = await open_session("n1")
     jobs = {j.name: j for j in (await node.claim(ALL, 10, 30.0, now=at(10))).jobs}
@@ -115,7 +115,7 @@ async def test_a_catch_up_raises_one_skipped_event(
 async def test_the_nth_failed_slot_in_a_row_pauses_the_job_in_the_same_statement(
     store: JobStore, settings: ClusterSettings, open_session: Opener
 ) -> None:
-    await store.apply([every_10s("a", pause_after_failures=2)], now=T0)
+    await store.definitions.apply([every_10s("a", pause_after_failures=2)], now=T0)
     await add_rule(settings, "ops", HOOK)
     node = await open_session("n1")
     await run_slot(node, at(10), "failed", "boom 1")
@@ -144,7 +144,7 @@ async def test_the_nth_failed_slot_in_a_row_pauses_the_job_in_the_same_statement
 async def test_auto_pause_leaves_a_job_paused_by_hand_alone(
     store: JobStore, settings: ClusterSettings, open_session: Opener
 ) -> None:
-    await store.apply([every_10s("a", pause_after_failures=1)], now=T0)
+    await store.definitions.apply([every_10s("a", pause_after_failures=1)], now=T0)
     await add_rule(settings, "ops", HOOK)
     node = await open_session("n1")
     job = (await node.claim(ALL, 10, 30.0, now=at(10))).jobs[0]
@@ -159,7 +159,7 @@ async def test_auto_pause_leaves_a_job_paused_by_hand_alone(
 async def test_recovery_raises_lost_and_a_fenced_completion_raises_nothing(
     store: JobStore, settings: ClusterSettings, open_session: Opener
 ) -> None:
-    await store.apply([every_10s("a", retries=1)], now=T0)
+    await store.definitions.apply([every_10s("a", retries=1)], now=T0)
     await add_rule(settings, "ops", HOOK)
     stale, heir = await open_session("n1", "za"), await open_session("n2", "zb")
     (job,) = (await stale.claim(ALL, 10, 30.0, now=at(10))).jobs

@@ -60,7 +60,7 @@ async def drain(deliver: AlertDelivery) -> None:
 
 async def fail_then_recover(store: JobStore, open_session: Opener) -> None:
     """Job ``a`` fails its slot at 10 s (``failed``), then succeeds at 20 s (``recovered``)."""
-    await store.apply([every_10s("a")], now=T0)
+    await store.definitions.apply([every_10s("a")], now=T0)
     node = await open_session("n0")
     await run_slot(node, at(10), "failed", "boom at 10")
     await run_slot(node, at(20), "succeeded")

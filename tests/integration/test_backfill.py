@@ -1,4 +1,4 @@
-"""Backfills against a real Postgres (``JobStore.backfill`` and ``backfills.fill``, as the
+"""Backfills against a real Postgres (``store.runcontrol.backfill`` and ``backfills.fill``, as the
 node's backfiller runs it): slots are queued as flights oldest first, at most
 ``max_parallel`` in flight, run through ``claim_flights`` with origin ``backfill`` until the
 request is done; ``only_missing`` leaves succeeded slots out; cancel drops queued slots;
@@ -41,14 +41,14 @@ async def rows(settings: ClusterSettings, statement: str) -> list[dict[str, Any]
 
 async def add(store: JobStore, **options: Any) -> None:
     spec = JobSpec.build("roll", "@every 1m", "shell:true", tenant="acme", **options)
-    await store.add(spec, now=T0 + timedelta(days=1))
+    await store.definitions.add(spec, now=T0 + timedelta(days=1))
 
 
 async def test_a_backfill_runs_its_slots_oldest_first_max_parallel_at_a_time(
     store: JobStore, open_session: Opener, settings: ClusterSettings
 ) -> None:
     await add(store)
-    plan = await store.backfill(
+    plan = await store.runcontrol.backfill(
         "roll", "acme", start=T0, end=T0 + timedelta(minutes=7), max_parallel=3
     )
     assert plan.backfill is not None and plan.backfill.slots_total == 7
@@ -65,7 +65,7 @@ async def test_a_backfill_runs_its_slots_oldest_first_max_parallel_at_a_time(
         done = [after_run(f, OK, now)[0] for f in flights]
         assert len(await node.completions.complete_flights(done, now=now)) == len(flights)
     assert ran == [T0 + timedelta(minutes=m) for m in range(7)]
-    (request,) = await store.backfills()
+    (request,) = await store.runcontrol.backfills()
     assert (request.status, request.slots_queued, request.in_flight) == ("done", 7, 0)
     runs = await store.runs("roll", "acme")
     assert sorted(r.scheduled_for for r in runs) == ran
@@ -77,21 +77,23 @@ async def test_only_missing_leaves_succeeded_slots_out_and_dry_run_writes_nothin
 ) -> None:
     await add(store)
     node = await open_session("n1")
-    await store.backfill("roll", "acme", start=T0, end=T0 + timedelta(minutes=2))
+    await store.runcontrol.backfill("roll", "acme", start=T0, end=T0 + timedelta(minutes=2))
     now = T0 + timedelta(days=1)
     for _ in range(2):
         await fill(settings, now)
         (flight,) = await node.flights.claim(ALL, 10, 30.0, now=now)
         await node.completions.complete_flights([after_run(flight, OK, now)[0]], now=now)
     end = T0 + timedelta(minutes=5)
-    dry = await store.backfill("roll", "acme", start=T0, end=end, only_missing=True, dry_run=True)
+    dry = await store.runcontrol.backfill(
+        "roll", "acme", start=T0, end=end, only_missing=True, dry_run=True
+    )
     assert dry.backfill is None
     assert dry.slots == [T0 + timedelta(minutes=m) for m in (2, 3, 4)]
-    assert len(await store.backfills()) == 1
-    everything = await store.backfill("roll", "acme", start=T0, end=end, dry_run=True)
+    assert len(await store.runcontrol.backfills()) == 1
+    everything = await store.runcontrol.backfill("roll", "acme", start=T0, end=end, dry_run=True)
     assert len(everything.slots) == 5
     with pytest.raises(InvalidInput, match="has succeeded already"):
-        await store.backfill("roll", "acme", start=T0, end=T0 + timedelta(minutes=2),
+        await store.runcontrol.backfill("roll", "acme", start=T0, end=T0 + timedelta(minutes=2),
                              only_missing=True)  # fmt: skip
 
 
@@ -104,7 +106,7 @@ async def test_two_requests_over_one_range_never_run_a_slot_twice(
     node = await open_session("n1")
     now = T0 + timedelta(days=1)
     end = T0 + timedelta(minutes=4)
-    await store.backfill("roll", "acme", start=T0, end=end, now=now)  # one at a time
+    await store.runcontrol.backfill("roll", "acme", start=T0, end=end, now=now)  # one at a time
     ran: list[datetime] = []
 
     async def run_queued() -> None:
@@ -116,7 +118,7 @@ async def test_two_requests_over_one_range_never_run_a_slot_twice(
 
     await fill(settings, now)
     await run_queued()  # the first request ran its first slot
-    await store.backfill(
+    await store.runcontrol.backfill(
         "roll", "acme", start=T0, end=end, only_missing=True, max_parallel=4, now=now
     )
     for _ in range(8):
@@ -124,14 +126,14 @@ async def test_two_requests_over_one_range_never_run_a_slot_twice(
         await fill(settings, now)
         await run_queued()
     assert sorted(ran) == [T0 + timedelta(minutes=m) for m in range(4)]  # each once
-    assert {b.status for b in await store.backfills()} == {"done"}
+    assert {b.status for b in await store.runcontrol.backfills()} == {"done"}
 
 
 async def test_cancel_drops_queued_slots_and_running_ones_finish(
     store: JobStore, open_session: Opener, settings: ClusterSettings
 ) -> None:
     await add(store)
-    plan = await store.backfill(
+    plan = await store.runcontrol.backfill(
         "roll", "acme", start=T0, end=T0 + timedelta(hours=1), max_parallel=4
     )
     assert plan.backfill is not None
@@ -139,16 +141,16 @@ async def test_cancel_drops_queued_slots_and_running_ones_finish(
     assert await fill(settings, now) == 4
     node = await open_session("n1")
     running = await node.flights.claim(ALL, 2, 30.0, now=now)
-    cancelled = await store.cancel_backfill(plan.backfill.id)
+    cancelled = await store.runcontrol.cancel_backfill(plan.backfill.id)
     assert (cancelled.status, cancelled.in_flight) == ("cancelled", 2)
     left = await rows(settings, "SELECT status FROM flights")
     assert [r["status"] for r in left] == ["running", "running"]
     assert await fill(settings, now) == 0
     done = [after_run(f, OK, now)[0] for f in running]
     assert len(await node.completions.complete_flights(done, now=now)) == 2
-    assert (await store.cancel_backfill(plan.backfill.id)).status == "cancelled"
+    assert (await store.runcontrol.cancel_backfill(plan.backfill.id)).status == "cancelled"
     with pytest.raises(InvalidInput, match="no backfill 999"):
-        await store.cancel_backfill(999)
+        await store.runcontrol.cancel_backfill(999)
 
 
 @pytest.mark.parametrize(
@@ -165,20 +167,22 @@ async def test_bad_ranges_are_refused_with_nothing_written(
 ) -> None:
     await add(store)
     with pytest.raises(InvalidInput, match=message):
-        await store.backfill("roll", "acme", start=start, end=end)
+        await store.runcontrol.backfill("roll", "acme", start=start, end=end)
     with pytest.raises(InvalidInput, match="max_parallel"):
-        await store.backfill("roll", "acme", start=T0, end=T0 + timedelta(hours=1), max_parallel=0)
+        await store.runcontrol.backfill(
+            "roll", "acme", start=T0, end=T0 + timedelta(hours=1), max_parallel=0
+        )
     await store.pause("roll", "acme")
     with pytest.raises(InvalidInput, match="is paused"):
-        await store.backfill("roll", "acme", start=T0, end=T0 + timedelta(hours=1))
-    assert await store.backfills() == []
+        await store.runcontrol.backfill("roll", "acme", start=T0, end=T0 + timedelta(hours=1))
+    assert await store.runcontrol.backfills() == []
 
 
 async def test_forbid_keeps_backfill_and_regular_slots_apart(
     store: JobStore, open_session: Opener, settings: ClusterSettings
 ) -> None:
     await add(store)
-    await store.backfill("roll", "acme", start=T0, end=T0 + timedelta(minutes=2))
+    await store.runcontrol.backfill("roll", "acme", start=T0, end=T0 + timedelta(minutes=2))
     node = await open_session("n1")
     due = T0 + timedelta(days=2)  # the regular slot is due too
     (regular,) = (await node.claim(ALL, 10, 30.0, now=due)).jobs
@@ -194,7 +198,7 @@ async def test_forbid_keeps_backfill_and_regular_slots_apart(
 
 async def test_runs_say_why_their_slot_ran(store: JobStore, open_session: Opener) -> None:
     spec = JobSpec.build("tick", "@every 1m", "shell:true", catch_up="once")
-    await store.add(spec, now=T0)
+    await store.definitions.add(spec, now=T0)
     node = await open_session("n1")
     late = T0 + timedelta(minutes=5, seconds=10)  # slots 12:01..12:05 are due
     (job,) = (await node.claim(ALL, 10, 30.0, now=late)).jobs
@@ -221,7 +225,7 @@ async def test_a_released_or_recovered_attempt_keeps_its_slots_origin(
 ) -> None:
     """A triggered slot's attempt lost at a shutdown (release) and again with its node
     (recover) is recorded ``lost`` with origin ``trigger``, not as a scheduled slot."""
-    await store.add(JobSpec.build("tick", "@daily", "shell:true", retries=3), now=T0)
+    await store.definitions.add(JobSpec.build("tick", "@daily", "shell:true", retries=3), now=T0)
     triggered = await store.trigger("tick", now=T0)
     n1 = await open_session("n1")
     (job,) = (await n1.claim(ALL, 10, 30.0, now=T0)).jobs
@@ -244,10 +248,10 @@ async def test_a_backfill_of_a_gated_job_runs_each_slot_after_its_upstreams(
         JobSpec.build("extract", "@every 1m", "shell:true", tenant="acme"),
         JobSpec.build("load", "@every 1m", "shell:true", tenant="acme", after="extract"),
     ]
-    await store.apply(specs, now=made)
+    await store.definitions.apply(specs, now=made)
     for name in ("load", "extract"):  # the downstream first: its slots still wait
         end = T0 + timedelta(minutes=3)
-        await store.backfill(name, "acme", start=T0, end=end, max_parallel=3)
+        await store.runcontrol.backfill(name, "acme", start=T0, end=end, max_parallel=3)
     node = await open_session("n1")
     batch: dict[tuple[str, datetime], int] = {}  # (job, slot) -> the claim that took it
     while True:

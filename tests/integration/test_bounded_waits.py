@@ -80,7 +80,7 @@ async def runs_of(settings: ClusterSettings, name: str) -> list[tuple[datetime, 
 async def test_a_trigger_of_a_chained_job_runs_it_at_once_and_the_chain_goes_on(
     store: JobStore, settings: ClusterSettings, open_session: Opener
 ) -> None:
-    await store.apply([job("a"), job("b", "@after:a"), job("c", "@after:b")], now=T0)
+    await store.definitions.apply([job("a"), job("b", "@after:a"), job("c", "@after:b")], now=T0)
     await store.trigger("b", now=at(5))
     node = await open_session("node-a", "zone-a")
     (extra,) = await node.flights.claim(ALL, 10, 30.0, now=at(5))
@@ -105,7 +105,7 @@ async def test_a_trigger_of_a_chained_job_runs_it_at_once_and_the_chain_goes_on(
 async def test_a_trigger_of_a_gated_job_costs_none_of_its_slots(
     store: JobStore, settings: ClusterSettings, open_session: Opener
 ) -> None:
-    await store.apply([job("a"), job("b", after="a")], now=T0)
+    await store.definitions.apply([job("a"), job("b", after="a")], now=T0)
     before = await store.get("b")
     await store.trigger("b", now=at(5))
     after = await store.get("b")
@@ -142,7 +142,7 @@ async def test_an_upstream_slot_skipped_by_catch_up_skips_the_downstream_slot(
 ) -> None:
     """Jobs added before their nodes start: a's first slots are coalesced by catch-up once,
     so b's first slot is skipped with that reason, and b and its chain run the next one."""
-    await store.apply([job("a"), job("b", after="a"), job("c", "@after:b")], now=T0)
+    await store.definitions.apply([job("a"), job("b", after="a"), job("c", "@after:b")], now=T0)
     assert set(await claim(open_session, at(37))) == set()  # a's slot 10 coalesced into 30
     a30 = (await claim(open_session, at(37)))["a"]  # b's slot 10 is skipped meanwhile
     assert a30.slot == at(30)
@@ -170,7 +170,7 @@ async def test_an_upstream_slot_skipped_by_catch_up_skips_the_downstream_slot(
 async def test_latest_before_the_upstreams_first_slot_is_skipped_not_held(
     store: JobStore, settings: ClusterSettings, open_session: Opener
 ) -> None:
-    await store.apply(
+    await store.definitions.apply(
         [job("a", "@every 1m"), job("b", "@every 15s", after="a", after_match="latest")], now=T0
     )
     assert (await store.get("b")).next_run_at == at(15)  # due, to be recorded skipped
@@ -188,7 +188,7 @@ async def test_latest_before_the_upstreams_first_slot_is_skipped_not_held(
 async def test_a_slot_held_past_its_bound_is_skipped_and_status_shows_it_meanwhile(
     store: JobStore, settings: ClusterSettings, open_session: Opener
 ) -> None:
-    await store.apply([job("a", paused=True), job("b", after="a")], now=T0)
+    await store.definitions.apply([job("a", paused=True), job("b", after="a")], now=T0)
     b = await store.get("b")
     assert b.next_run_at == at(10) + DAY  # held, with its bound
     seen = await collect(settings, now=at(20))
@@ -211,7 +211,7 @@ async def test_an_upstream_moved_past_a_slot_without_running_it_skips_it(
 ) -> None:
     """a paused, then resumed past b's slot: no record of a's slot will ever come. The gate
     pass finds it and b's slot is recorded skipped."""
-    await store.apply([job("a"), job("b", after="a")], now=T0)
+    await store.definitions.apply([job("a"), job("b", after="a")], now=T0)
     await store.pause("a")
     await store.resume("a", now=at(25))  # continues at its slot 30
     statement = "SELECT gate_release(NULL, %s::int[], %s) AS n"
@@ -225,11 +225,11 @@ async def test_an_upstream_moved_past_a_slot_without_running_it_skips_it(
 async def test_a_held_slot_an_apply_opens_is_due_at_its_slot_not_its_bound(
     store: JobStore, open_session: Opener
 ) -> None:
-    await store.apply([job("a"), job("b", after="a")], now=T0)
+    await store.definitions.apply([job("a"), job("b", after="a")], now=T0)
     await store.pause("a")
     await store.resume("a", now=at(25))
     # Asked again by an apply that changes its gate settings: open, so due at once.
-    await store.apply([job("a"), job("b", after="a", after_timeout="1h")], now=at(26))
+    await store.definitions.apply([job("a"), job("b", after="a", after_timeout="1h")], now=at(26))
     assert (await store.get("b")).next_run_at == at(10)
     assert set(await claim(open_session, at(26))) == set()  # recorded skipped
     assert (await store.get("b")).slot_at == at(20)  # the newest slot missed (catch-up once)
@@ -237,18 +237,18 @@ async def test_a_held_slot_an_apply_opens_is_due_at_its_slot_not_its_bound(
 
 async def test_a_slot_rule_on_a_chained_upstream_is_refused_in_words(store: JobStore) -> None:
     with pytest.raises(InvalidInput, match=r"b is chained .* chain c to it with @after:b"):
-        await store.apply([job("a"), job("b", "@after:a"), job("c", after="b")], now=T0)
+        await store.definitions.apply([job("a"), job("b", "@after:a"), job("c", after="b")], now=T0)
     assert await store.jobs() == []
 
 
 async def test_a_rerun_whose_upstream_slot_was_skipped_is_recorded_skipped_not_queued(
     store: JobStore, settings: ClusterSettings, open_session: Opener
 ) -> None:
-    await store.apply([job("a"), job("b", after="a")], now=T0)
+    await store.definitions.apply([job("a"), job("b", after="a")], now=T0)
     a10 = (await claim(open_session, at(10)))["a"]
     await finish(open_session, a10, at(11), Outcome("skipped", "no new rows", 0.1))
     assert set(await claim(open_session, at(12))) == set()  # b's slot 10 skipped with it
-    await store.trigger_with("b", slot=at(10), now=at(20))
+    await store.inputs.trigger("b", slot=at(10), now=at(20))
     async with SideConnection(settings, "n1/backfill", statement_timeout_s=5).using() as side:
         assert await backfills.fill(side, ALL, at(20)) == 1
     node = await open_session("node-a", "zone-a")
@@ -269,7 +269,8 @@ async def test_a_rerun_whose_upstream_slot_was_skipped_is_recorded_skipped_not_q
 async def test_waits_for_says_whether_the_upstream_slot_ran_runs_or_failed(
     store: JobStore, open_session: Opener
 ) -> None:
-    await store.apply([job("a", retries=1, retry_backoff="5s"), job("b", after="a")], now=T0)
+    specs = [job("a", retries=1, retry_backoff="5s"), job("b", after="a")]
+    await store.definitions.apply(specs, now=T0)
 
     async def waits_for() -> str:
         return str((await store.details("b"))["waits_for"])
@@ -292,7 +293,8 @@ async def test_waits_for_says_whether_the_upstream_slot_ran_runs_or_failed(
 async def test_removing_an_upstream_others_wait_for_is_refused_unless_cascade(
     store: JobStore, settings: ClusterSettings
 ) -> None:
-    await store.apply([job("a"), job("b", "@after:a"), job("c", "@after:b"), job("x")], now=T0)
+    specs = [job("a"), job("b", "@after:a"), job("c", "@after:b"), job("x")]
+    await store.definitions.apply(specs, now=T0)
     with pytest.raises(Conflict, match=r"b waits for 'a' \(1 more through it\): change or remove"):
         await store.remove("a")
     assert [j.name for j in await store.jobs()] == ["a", "b", "c", "x"]
@@ -305,12 +307,12 @@ async def test_removing_an_upstream_others_wait_for_is_refused_unless_cascade(
 
 
 async def test_a_prune_that_would_orphan_a_downstream_is_refused(store: JobStore) -> None:
-    await store.apply([job("a"), job("b", after="a")], now=T0)
+    await store.definitions.apply([job("a"), job("b", after="a")], now=T0)
     with pytest.raises(Conflict, match="b waits for 'a', which --prune removes"):
-        await store.apply([job("b", after="a")], prune=True, now=T0)
+        await store.definitions.apply([job("b", after="a")], prune=True, now=T0)
     assert [j.name for j in await store.jobs()] == ["a", "b"]
     # The downstream changed in the same apply: nothing waits for a any more.
-    result = await store.apply([job("b")], prune=True, now=T0)
+    result = await store.definitions.apply([job("b")], prune=True, now=T0)
     assert (result.updated, result.removed) == (["b"], ["a"])
 
 

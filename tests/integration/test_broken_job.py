@@ -24,10 +24,12 @@ ALL = list(range(16))
 async def test_unparsable_stored_schedule_fails_the_slot_not_the_node(
     store: JobStore, settings: ClusterSettings
 ) -> None:
-    await store.add(JobSpec.build("bad", "@every 5s", "cluster.chaos.witness:record"))
+    await store.definitions.add(JobSpec.build("bad", "@every 5s", "cluster.chaos.witness:record"))
     # Not due during the test: its first slot is far in the future.
     far = datetime(2100, 1, 1, tzinfo=UTC)
-    await store.add(JobSpec.build("good", "@every 1h", "cluster.chaos.witness:record"), now=far)
+    await store.definitions.add(
+        JobSpec.build("good", "@every 1h", "cluster.chaos.witness:record"), now=far
+    )
     # Written by some other tool, or valid under an older release: not parsable now.
     with psycopg.connect(settings.database_url, autocommit=True) as conn:
         conn.execute(

@@ -40,8 +40,8 @@ async def test_holidays_are_skipped_with_the_calendar_as_reason_and_moves_keep_i
     store: JobStore, open_session: Opener
 ) -> None:
     await store.calendars.put(HOLIDAYS, now=T0)
-    await store.add(daily(), now=T0)
-    invoice = await store.add(monthly(), now=T0)
+    await store.definitions.add(daily(), now=T0)
+    invoice = await store.definitions.add(monthly(), now=T0)
     assert (invoice.slot_at, invoice.next_run_at) == (XMAS, XMAS + timedelta(days=1))
     node = await open_session("n1")
 
@@ -83,9 +83,9 @@ async def test_changing_a_calendar_replans_its_jobs_in_one_transaction(
     store: JobStore, open_session: Opener
 ) -> None:
     await store.calendars.put(HOLIDAYS, now=T0)
-    await store.add(daily(), now=T0)
-    await store.add(monthly(), now=T0)
-    await store.add(JobSpec.build("plain", "0 9 * * *", "shell:true"), now=T0)
+    await store.definitions.add(daily(), now=T0)
+    await store.definitions.add(monthly(), now=T0)
+    await store.definitions.add(JobSpec.build("plain", "0 9 * * *", "shell:true"), now=T0)
     plain = await store.get("plain")
 
     # Christmas Eve becomes a holiday, Christmas a working day.
@@ -108,7 +108,9 @@ async def test_changing_a_calendar_replans_its_jobs_in_one_transaction(
 
     # A change the jobs cannot live with is refused whole: nothing written.
     weekends = Calendar("office", weekdays=frozenset({5}), excluded=frozenset())
-    await store.add(JobSpec.build("weekly", "0 9 * * mon", "shell:true", calendar="office"), now=T0)
+    await store.definitions.add(
+        JobSpec.build("weekly", "0 9 * * mon", "shell:true", calendar="office"), now=T0
+    )
     with pytest.raises(InvalidInput, match="weekly"):
         await store.calendars.put(weekends, now=T0)
     assert (await store.calendars.get("office")).version == 3
@@ -117,14 +119,14 @@ async def test_changing_a_calendar_replans_its_jobs_in_one_transaction(
 
 async def test_bad_calendar_input_writes_nothing(store: JobStore) -> None:
     with pytest.raises(InvalidInput, match="unknown calendar 'nope'"):
-        await store.add(daily(calendar="nope"), now=T0)
+        await store.definitions.add(daily(calendar="nope"), now=T0)
     assert await store.jobs() == []
     with pytest.raises(InvalidInput, match="business_day"):
         JobSpec.build("x", "0 9 * * *", "shell:true", calendar="office", business_day=0)
     with pytest.raises(InvalidInput, match="needs a calendar"):
         JobSpec.build("x", "0 9 * * *", "shell:true", on_excluded="next-business-day")
     await store.calendars.put(HOLIDAYS, now=T0)
-    await store.add(daily(), now=T0)
+    await store.definitions.add(daily(), now=T0)
     with pytest.raises(Conflict, match="used by 1 job"):
         await store.calendars.remove("office")
     assert [c.name for c in await store.calendars.list()] == ["office"]

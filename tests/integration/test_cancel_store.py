@@ -1,4 +1,4 @@
-"""Cancel requests in Postgres: ``JobStore.cancel`` marks the running claim and notifies the
+"""Cancel requests in Postgres: ``store.runcontrol.cancel`` marks the running claim and notifies the
 nodes, lease renewal reports the request, the completion of the slot clears it (a request
 never outlives its slot), and recovery hands a cancelled slot of a dead owner over to be
 recorded ``cancelled`` instead of running it again."""
@@ -24,20 +24,20 @@ async def test_cancel_marks_the_running_claim_and_renewal_reports_it(
 ) -> None:
     (job,) = await add_jobs(store, 1)
     with pytest.raises(NotRunning, match="no job 'job-0000' in tenant 'default' is running"):
-        await store.cancel("job-0000", by="ops")
+        await store.runcontrol.cancel("job-0000", by="ops")
     with pytest.raises(NotFound):
-        await store.cancel("nope", by="ops")
+        await store.runcontrol.cancel("nope", by="ops")
     a = await open_session("node-a")
     (claimed,) = (await a.claim(ALL, 10, 30.0, now=at(10))).jobs
 
     with pytest.raises(NotRunning, match=r"no slot .* of job"):
-        await store.cancel("job-0000", by="ops", slot=at(20))
+        await store.runcontrol.cancel("job-0000", by="ops", slot=at(20))
     payloads: asyncio.Queue[str] = asyncio.Queue()
     stop = asyncio.Event()
     listening = asyncio.create_task(notify.listen(settings, "n1", payloads.put_nowait, stop))
     try:
         await asyncio.sleep(0)  # the LISTEN may race the NOTIFY: retried below until heard
-        (asked,) = await store.cancel("job-0000", by="ops\non call", slot=claimed.slot)
+        (asked,) = await store.runcontrol.cancel("job-0000", by="ops\non call", slot=claimed.slot)
         assert (asked.slot, asked.attempt, asked.node_id) == (claimed.slot, 1, "node-a")
         assert (await store.get("job-0000")).cancel_by == "ops on call"
         expected = f"cancel:{job.id}:{claimed.lease_token}::ops on call"
@@ -46,7 +46,7 @@ async def test_cancel_marks_the_running_claim_and_renewal_reports_it(
                 with contextlib.suppress(TimeoutError):
                     if await asyncio.wait_for(payloads.get(), 0.5) == expected:
                         break
-                await store.cancel("job-0000", by="ops on call")
+                await store.runcontrol.cancel("job-0000", by="ops on call")
     finally:
         stop.set()
         await listening
@@ -68,7 +68,7 @@ async def test_recovery_hands_over_a_cancelled_slot_of_a_dead_owner(
     await add_jobs(store, 1, retries=5)
     a = await open_session("node-a")
     (claimed,) = (await a.claim(ALL, 10, 30.0, now=at(10))).jobs
-    await store.cancel("job-0000", by="ops")
+    await store.runcontrol.cancel("job-0000", by="ops")
     b = await open_session("node-b")
     (row,) = await b.recover(ALL, ["node-b"], now=at(50))  # a's lease expired at 40
     # Retries are left, yet the slot is not run again: it is handed over as poison.

@@ -61,7 +61,7 @@ async def runs_of(settings: ClusterSettings, name: str) -> list[tuple[datetime, 
 async def test_a_three_job_chain_runs_each_slot_after_its_upstream(
     store: JobStore, settings: ClusterSettings, open_session: Opener
 ) -> None:
-    await store.apply([job("a"), job("b", "@after:a"), job("c", "@after:b")], now=T0)
+    await store.definitions.apply([job("a"), job("b", "@after:a"), job("c", "@after:b")], now=T0)
     b = (await job_rows(settings))["b"]
     assert (b["gated"], b["status"], b["next_run_at"]) == (True, "idle", NEVER)
     first = await claim(open_session, at(10))
@@ -85,7 +85,7 @@ async def test_a_three_job_chain_runs_each_slot_after_its_upstream(
 async def test_a_failure_makes_no_slot_and_successes_queue(
     store: JobStore, settings: ClusterSettings, open_session: Opener
 ) -> None:
-    await store.apply([job("a", retries=0), job("b", "@after:a")], now=T0)
+    await store.definitions.apply([job("a", retries=0), job("b", "@after:a")], now=T0)
     failed = await claim(open_session, at(10))
     await finish(open_session, failed["a"], FAILED, at(11))
     assert set(await claim(open_session, at(19))) == set(), "a failed: b has no slot"
@@ -107,7 +107,7 @@ async def test_a_failure_makes_no_slot_and_successes_queue(
 async def test_fan_in_waits_for_every_upstream_and_runs_once(
     store: JobStore, settings: ClusterSettings, open_session: Opener
 ) -> None:
-    await store.apply([job("a"), job("e"), job("d", "@after:a,e")], now=T0)
+    await store.definitions.apply([job("a"), job("e"), job("d", "@after:a,e")], now=T0)
     both = await claim(open_session, at(10))
     await finish(open_session, both["a"], OK, at(11))
     d = (await job_rows(settings))["d"]
@@ -124,7 +124,7 @@ async def test_fan_in_waits_for_every_upstream_and_runs_once(
 async def test_a_stale_completion_releases_nothing(
     store: JobStore, settings: ClusterSettings, open_session: Opener
 ) -> None:
-    await store.apply([job("a"), job("b", "@after:a")], now=T0)
+    await store.definitions.apply([job("a"), job("b", "@after:a")], now=T0)
     a = (await claim(open_session, at(10)))["a"]
     node = await open_session("node-a", "zone-a")
     done, _ = after_run(a, OK, at(11))
@@ -138,7 +138,7 @@ async def test_a_stale_completion_releases_nothing(
 async def test_the_gate_pass_starts_what_a_locked_row_missed(
     store: JobStore, settings: ClusterSettings, open_session: Opener
 ) -> None:
-    await store.apply([job("a"), job("b", "@after:a")], now=T0)
+    await store.definitions.apply([job("a"), job("b", "@after:a")], now=T0)
     a = (await claim(open_session, at(10)))["a"]
     blocker = await connect(settings, "blocker")
     try:
@@ -157,7 +157,7 @@ async def test_the_gate_pass_starts_what_a_locked_row_missed(
 async def test_pause_and_resume_keep_the_released_slots(
     store: JobStore, settings: ClusterSettings, open_session: Opener
 ) -> None:
-    await store.apply([job("a"), job("b", "@after:a")], now=T0)
+    await store.definitions.apply([job("a"), job("b", "@after:a")], now=T0)
     await store.pause("b")
     a = (await claim(open_session, at(10)))["a"]
     await finish(open_session, a, OK, at(11))
@@ -171,7 +171,7 @@ async def test_pause_and_resume_keep_the_released_slots(
 async def test_removing_a_chained_job_drops_its_slots(
     store: JobStore, settings: ClusterSettings, open_session: Opener
 ) -> None:
-    await store.apply([job("a"), job("b", "@after:a")], now=T0)
+    await store.definitions.apply([job("a"), job("b", "@after:a")], now=T0)
     await store.pause("b")
     await finish(open_session, (await claim(open_session, at(10)))["a"], OK, at(11))
     await store.remove("b")
@@ -191,14 +191,14 @@ async def test_bad_chains_are_refused_and_nothing_is_written(
     store: JobStore, specs: list[JobSpec], message: str
 ) -> None:
     with pytest.raises(InvalidInput, match=message):
-        await store.apply(specs, now=T0)
+        await store.definitions.apply(specs, now=T0)
     assert await store.jobs() == []
 
 
 async def test_an_upstream_of_another_tenant_is_unknown(store: JobStore) -> None:
-    await store.apply([job("a", tenant="other")], now=T0)
+    await store.definitions.apply([job("a", tenant="other")], now=T0)
     with pytest.raises(InvalidInput, match="unknown upstream 'a'"):
-        await store.apply([job("b", "@after:a")], now=T0)
+        await store.definitions.apply([job("b", "@after:a")], now=T0)
     assert [j.name for j in await store.jobs()] == ["a"]
 
 

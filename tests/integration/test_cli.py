@@ -23,7 +23,6 @@ from cluster.settings import ClusterSettings
 from cluster.store.schema.migrate import available
 from cluster.timing.schedule import parse_schedule
 from node.cli import cli
-from tests.helpers import REPO
 from tests.helpers.cli import (
     HANDLER,
     JOB_KEYS,
@@ -759,13 +758,6 @@ def test_shared_options_after_the_command(
     assert json.loads(after.stdout) == []
     bad = invoke(env, "jobs", "list", "--database-url", "mysql://x@y/z")
     assert_bad_input(bad, "database_url")
-
-
-def test_the_json_keys_are_documented() -> None:
-    section = (REPO / "docs" / "json.md").read_text("utf-8")
-    for key in sorted(SHOW_KEYS | RUN_KEYS):
-        assert f"`{key}`" in section, key
-    assert "`{created, updated, unchanged, removed}`" in section
 
 
 # -- --help everywhere ---------------------------------------------------------------------

@@ -36,7 +36,7 @@ def planned(plan: Plan, name: str) -> JobPlan:
 async def test_dropping_after_with_another_field_is_in_the_plan_and_the_revision(
     store: JobStore,
 ) -> None:
-    await store.apply([job("a"), job("b", after="a")], now=T0)
+    await store.definitions.apply([job("a"), job("b", after="a")], now=T0)
     specs = [job("a"), job("b", timeout="1m")]
     b = planned(await store.plans.plan(specs, now=T0), "b")
     changes = {"timeout_s": [300.0, 60.0], "after": [["a"], []], "after_match": ["same", None]}
@@ -44,7 +44,7 @@ async def test_dropping_after_with_another_field_is_in_the_plan_and_the_revision
     assert (b.edges_added, b.edges_removed, b.waits_for) == ([], ["a -> b (same)"], None)
     assert "waits for no other job any more" in b.notes
     assert b.to_json()["edges"] == {"added": [], "removed": ["a -> b (same)"]}
-    await store.apply(specs, now=T0)
+    await store.definitions.apply(specs, now=T0)
     newest, _ = await store.revisions.history("b", "default")
     assert (newest.revision, newest.diff) == (2, changes)
 
@@ -52,7 +52,7 @@ async def test_dropping_after_with_another_field_is_in_the_plan_and_the_revision
 async def test_changing_after_alone_is_a_revision_and_says_what_the_slot_waits_for(
     store: JobStore,
 ) -> None:
-    await store.apply([job("a"), job("c"), job("b", after="a")], now=T0)
+    await store.definitions.apply([job("a"), job("c"), job("b", after="a")], now=T0)
     specs = [job("a"), job("c"), job("b", after="c")]
     b = planned(await store.plans.plan(specs, now=T0), "b")
     assert (b.action, b.changes) == ("update", {"after": [["a"], ["c"]]})
@@ -61,7 +61,7 @@ async def test_changing_after_alone_is_a_revision_and_says_what_the_slot_waits_f
     assert b.notes == [
         f"waits for c (same): its slot 2026-01-01T00:00:10+00:00 then waits: {b.waits_for}"
     ]
-    assert (await store.apply(specs, now=T0)).updated == ["b"]
+    assert (await store.definitions.apply(specs, now=T0)).updated == ["b"]
     newest, _ = await store.revisions.history("b", "default")
     assert (newest.revision, newest.diff) == (2, {"after": [["a"], ["c"]]})
     assert newest.definition["after"] == ["c"]
@@ -71,7 +71,7 @@ async def test_changing_after_alone_is_a_revision_and_says_what_the_slot_waits_f
 async def test_a_created_job_records_its_upstreams_in_its_first_revision(
     store: JobStore,
 ) -> None:
-    await store.apply([job("a"), job("b", after="a", after_match="latest")], now=T0)
+    await store.definitions.apply([job("a"), job("b", after="a", after_match="latest")], now=T0)
     (created,) = await store.revisions.history("b", "default")
     assert (created.revision, created.change) == (1, "created")
     assert (created.definition["after"], created.definition["after_match"]) == (["a"], "latest")
@@ -79,18 +79,18 @@ async def test_a_created_job_records_its_upstreams_in_its_first_revision(
 
 
 async def test_a_plan_file_notices_a_concurrent_change_of_edges(store: JobStore) -> None:
-    await store.apply([job("a"), job("c"), job("b", after="a")], now=T0)
+    await store.definitions.apply([job("a"), job("c"), job("b", after="a")], now=T0)
     specs = [job("a"), job("c"), job("b", after="c")]
     plan = await store.plans.plan(specs, now=T0)
-    await store.apply([job("a"), job("c"), job("b", after="a,c")], now=T0)  # meanwhile
+    await store.definitions.apply([job("a"), job("c"), job("b", after="a,c")], now=T0)  # meanwhile
     with pytest.raises(Conflict, match="stale: job b is at revision 2, the plan saw 1"):
-        await store.apply(specs, now=T0, expect=plan.expected())
+        await store.definitions.apply(specs, now=T0, expect=plan.expected())
     assert (await store.details("b"))["upstreams"] == ["a", "c"]
 
 
 async def test_a_rollback_restores_the_upstreams_its_revision_recorded(store: JobStore) -> None:
-    await store.apply([job("a"), job("c"), job("b", after="a")], now=T0)
-    await store.apply([job("a"), job("c"), job("b", after="c")], now=T0)
+    await store.definitions.apply([job("a"), job("c"), job("b", after="a")], now=T0)
+    await store.definitions.apply([job("a"), job("c"), job("b", after="c")], now=T0)
     done = await store.revisions.rollback("b", "default", 1, now=T0)
     assert (done.restored, done.revision) == (1, 3)
     assert (await store.details("b"))["upstreams"] == ["a"]

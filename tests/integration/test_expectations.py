@@ -64,7 +64,7 @@ async def health(store: JobStore, name: str) -> dict[str, Any]:
 async def test_a_run_past_expect_max_raises_slow_once_across_nodes(
     store: JobStore, settings: ClusterSettings, open_session: Opener
 ) -> None:
-    await store.apply([every_10s("a", expect_max="5s"), every_10s("plain")], now=T0)
+    await store.definitions.apply([every_10s("a", expect_max="5s"), every_10s("plain")], now=T0)
     await add_rule(settings, "ops", HOOK, events=EXPECT_EVENTS)
     node = await open_session("n1")
     (job, plain) = sorted((await node.claim(ALL, 50, 30.0, now=at(10))).jobs, key=lambda j: j.name)
@@ -109,7 +109,7 @@ async def test_a_deadline_is_wall_clock_in_the_jobs_zone_across_a_dst_change(
     day = datetime(2026, 3, 28, 21, 0, tzinfo=UTC)
     spec = JobSpec.build("nightly", "0 23 * * *", HANDLER, tz="Europe/Berlin", deadline="6:00")
     assert spec.deadline == "06:00"
-    await store.apply([spec], now=day)
+    await store.definitions.apply([spec], now=day)
     await add_rule(settings, "ops", HOOK, events=EXPECT_EVENTS)
     node = await open_session("n1")
     job = await claim_one(node, datetime(2026, 3, 28, 22, 0, tzinfo=UTC))
@@ -129,7 +129,7 @@ async def test_a_deadline_is_wall_clock_in_the_jobs_zone_across_a_dst_change(
 async def test_a_run_over_its_baseline_raises_slow_once_it_has_enough_runs(
     store: JobStore, settings: ClusterSettings, open_session: Opener
 ) -> None:
-    await store.apply([every_10s("b", expect_baseline="3x")], now=T0)
+    await store.definitions.apply([every_10s("b", expect_baseline="3x")], now=T0)
     await add_rule(settings, "ops", HOOK, events=EXPECT_EVENTS)
     node = await open_session("n1")
     async with AlertStore.open(settings, "n9/alerts") as alerts:
@@ -156,7 +156,7 @@ async def test_a_run_over_its_baseline_raises_slow_once_it_has_enough_runs(
 async def test_a_run_that_ends_too_soon_raises_too_fast_from_its_completion(
     store: JobStore, settings: ClusterSettings, open_session: Opener
 ) -> None:
-    await store.apply([every_10s("f", expect_min="30s", expect_max="1m")], now=T0)
+    await store.definitions.apply([every_10s("f", expect_min="30s", expect_max="1m")], now=T0)
     await add_rule(settings, "ops", HOOK, events=EXPECT_EVENTS)
     node = await open_session("n1")
     await finish(node, await claim_one(node, at(10)), at(11), 0.25)
@@ -173,7 +173,7 @@ async def test_a_run_that_ends_too_soon_raises_too_fast_from_its_completion(
 async def test_metrics_failing_an_assert_raise_assertion_failed_or_fail_the_run(
     store: JobStore, settings: ClusterSettings, open_session: Opener
 ) -> None:
-    await store.apply(
+    await store.definitions.apply(
         [
             every_10s("rows", asserts="rows > 0 and errors == 0"),
             every_10s("strict", asserts="rows>0", assert_fails=True),
@@ -207,7 +207,7 @@ async def test_a_flight_past_expect_max_raises_slow_once(
     spec = JobSpec.build(
         "fan", "@every 10s", HANDLER, overlap="allow", max_concurrent=2, expect_max="5s"
     )
-    await store.apply([spec], now=T0)
+    await store.definitions.apply([spec], now=T0)
     await add_rule(settings, "ops", HOOK, events=EXPECT_EVENTS)
     node = await open_session("n1")
     # Each slot is handed to a flight as soon as it is claimed: both run side by side.

@@ -30,7 +30,7 @@ async def add(store: JobStore, tenant: str, count: int, created_s: float, first:
         for i in range(first, first + count)
     ]  # fmt: skip
     for spec in specs:
-        await store.add(spec, now=at(created_s))
+        await store.definitions.add(spec, now=at(created_s))
 
 
 @pytest.fixture

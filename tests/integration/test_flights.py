@@ -74,15 +74,15 @@ async def test_cancel_names_a_flight_renewal_reports_it(
     a, first = await first_flight(store, open_session)
     second, _ = await claim_and_spawn(a, 20)
     with pytest.raises(InvalidInput, match="2 slots of 'fan' are running"):
-        await store.cancel("fan", by="ops")
-    (asked,) = await store.cancel("fan", by="ops", slot=at(20))
+        await store.runcontrol.cancel("fan", by="ops")
+    (asked,) = await store.runcontrol.cancel("fan", by="ops", slot=at(20))
     assert asked.slot == at(20)
     leases = [(f.id, f.slot, f.lease_token) for f in (first, second)]
     assert await a.flights.renew(leases, 30.0, now=at(21)) == {
         (first.id, at(10)): None,
         (second.id, at(20)): "ops",
     }
-    assert len(await store.cancel("fan", by="ops", every=True)) == 2
+    assert len(await store.runcontrol.cancel("fan", by="ops", every=True)) == 2
 
 
 async def test_a_failed_flight_waits_out_its_backoff_then_is_claimed_again(
@@ -138,7 +138,7 @@ async def test_a_flight_records_the_revision_its_slot_was_claimed_under(
 ) -> None:
     a, first = await first_flight(store, open_session)
     # Changed while the flight runs: its run keeps revision 1, the next slot's gets 2.
-    await store.apply(
+    await store.definitions.apply(
         [JobSpec.build("fan", "@every 10s", HANDLER, overlap="allow", max_concurrent=2,
                        retries=3, timeout="2m")],
         now=at(15),

@@ -61,7 +61,7 @@ async def job_rows(settings: ClusterSettings) -> dict[str, dict[str, Any]]:
 async def test_same_holds_the_slot_until_the_upstream_slot_succeeds(
     store: JobStore, settings: ClusterSettings, open_session: Opener
 ) -> None:
-    await store.apply([job("a"), job("b", after="a")], now=T0)
+    await store.definitions.apply([job("a"), job("b", after="a")], now=T0)
     b = (await job_rows(settings))["b"]
     bound = at(10) + timedelta(seconds=DEFAULT_AFTER_TIMEOUT_S)  # held, never for good
     assert (b["gated"], b["gate_wait"], b["next_run_at"]) == (True, True, bound)
@@ -82,7 +82,9 @@ async def test_same_holds_the_slot_until_the_upstream_slot_succeeds(
 async def test_latest_pairs_with_the_upstream_slot_at_or_before(
     store: JobStore, settings: ClusterSettings, open_session: Opener
 ) -> None:
-    await store.apply([job("a"), job("b", "@every 15s", after="a", after_match="latest")], now=T0)
+    await store.definitions.apply(
+        [job("a"), job("b", "@every 15s", after="a", after_match="latest")], now=T0
+    )
     first = await claim(open_session, at(10))
     assert set(first) == {"a"}  # b's slot 15 pairs with a's slot 10
     await complete(open_session, done(first["a"], "succeeded", at(20)), now=at(11))
@@ -96,7 +98,7 @@ async def test_period_day_pairs_with_any_success_in_the_day(
 ) -> None:
     made = T0 - timedelta(seconds=1)
     specs = [job("a", "0 0 * * *"), job("b", "@hourly", after="a", after_match="period:day")]
-    await store.apply(specs, now=made)
+    await store.definitions.apply(specs, now=made)
     first = await claim(open_session, T0)
     assert set(first) == {"a"}
     await complete(open_session, done(first["a"], "succeeded", T0 + timedelta(days=1)), now=at(5))
@@ -113,7 +115,7 @@ async def test_period_day_pairs_with_any_success_in_the_day(
 async def test_fan_in_waits_for_every_upstream(
     store: JobStore, settings: ClusterSettings, open_session: Opener
 ) -> None:
-    await store.apply([job("a"), job("b"), job("c", after="a,b")], now=T0)
+    await store.definitions.apply([job("a"), job("b"), job("c", after="a,b")], now=T0)
     first = await claim(open_session, at(10))
     assert set(first) == {"a", "b"}
     await complete(open_session, done(first["a"], "succeeded", at(20)), now=at(11))
@@ -129,7 +131,7 @@ async def test_fan_in_waits_for_every_upstream(
 async def test_an_upstream_failure_blocks_by_default(
     store: JobStore, settings: ClusterSettings, open_session: Opener
 ) -> None:
-    await store.apply([job("a"), job("b", after="a")], now=T0)
+    await store.definitions.apply([job("a"), job("b", after="a")], now=T0)
     first = await claim(open_session, at(10))
     await complete(open_session, done(first["a"], "failed", at(20)), now=at(11))
     assert (await job_rows(settings))["b"]["gate_wait"] is True
@@ -139,7 +141,7 @@ async def test_an_upstream_failure_blocks_by_default(
 async def test_after_failure_run_releases_the_slot(
     store: JobStore, settings: ClusterSettings, open_session: Opener
 ) -> None:
-    await store.apply([job("a"), job("b", after="a", after_failure="run")], now=T0)
+    await store.definitions.apply([job("a"), job("b", after="a", after_failure="run")], now=T0)
     first = await claim(open_session, at(10))
     await complete(open_session, done(first["a"], "failed", at(20)), now=at(11))
     claimed = await claim(open_session, at(12))
@@ -152,7 +154,7 @@ async def test_after_failure_skip_records_the_slot_skipped_with_its_reason(
     store: JobStore, settings: ClusterSettings, open_session: Opener
 ) -> None:
     await add_rule(settings, "all", "http://127.0.0.1:9/hook")
-    await store.apply([job("a"), job("b", after="a", after_failure="skip")], now=T0)
+    await store.definitions.apply([job("a"), job("b", after="a", after_failure="skip")], now=T0)
     first = await claim(open_session, at(10))
     await complete(open_session, done(first["a"], "failed", at(20)), now=at(11))
     b = (await claim(open_session, at(12)))["b"]
@@ -174,7 +176,7 @@ async def test_after_failure_skip_records_the_slot_skipped_with_its_reason(
 async def test_after_timeout_makes_the_held_slot_due_to_be_skipped(
     store: JobStore, settings: ClusterSettings, open_session: Opener
 ) -> None:
-    await store.apply([job("a"), job("b", after="a", after_timeout="30s")], now=T0)
+    await store.definitions.apply([job("a"), job("b", after="a", after_timeout="30s")], now=T0)
     assert (await job_rows(settings))["b"]["next_run_at"] == at(40)
     assert set(await claim(open_session, at(39))) == {"a"}
     b = (await claim(open_session, at(40)))["b"]
@@ -191,7 +193,7 @@ async def test_after_timeout_makes_the_held_slot_due_to_be_skipped(
 async def test_the_gate_pass_releases_what_a_locked_row_missed(
     store: JobStore, settings: ClusterSettings, open_session: Opener
 ) -> None:
-    await store.apply([job("a"), job("b", after="a")], now=T0)
+    await store.definitions.apply([job("a"), job("b", after="a")], now=T0)
     first = await claim(open_session, at(10))
     blocker = await connect(settings, "blocker")
     try:
@@ -228,9 +230,9 @@ async def test_the_gate_pass_releases_what_a_locked_row_missed(
 async def test_bad_edges_are_refused_and_nothing_is_written(
     store: JobStore, settings: ClusterSettings, specs: list[JobSpec], message: str
 ) -> None:
-    await store.apply([job("x")], now=T0)
+    await store.definitions.apply([job("x")], now=T0)
     with pytest.raises(InvalidInput, match=message):
-        await store.apply([job("x"), *specs], now=T0)
+        await store.definitions.apply([job("x"), *specs], now=T0)
     assert set(await job_rows(settings)) == {"x"}
     assert await rows(settings, "SELECT * FROM job_edges") == []
 
@@ -238,15 +240,17 @@ async def test_bad_edges_are_refused_and_nothing_is_written(
 async def test_an_upstream_of_another_tenant_is_unknown(
     store: JobStore, settings: ClusterSettings
 ) -> None:
-    await store.apply([job("a", tenant="other")], now=T0)
+    await store.definitions.apply([job("a", tenant="other")], now=T0)
     with pytest.raises(InvalidInput, match="unknown upstream 'a' in tenant 'default'"):
-        await store.apply([job("b", after="a")], now=T0)
+        await store.definitions.apply([job("b", after="a")], now=T0)
 
 
 async def test_a_three_job_cycle_is_named(store: JobStore) -> None:
-    await store.apply([job("a"), job("b", after="a"), job("c", after="b")], now=T0)
+    await store.definitions.apply([job("a"), job("b", after="a"), job("c", after="b")], now=T0)
     with pytest.raises(InvalidInput) as refused:
-        await store.apply([job("a", after="c"), job("b", after="a"), job("c", after="b")], now=T0)
+        await store.definitions.apply(
+            [job("a", after="c"), job("b", after="a"), job("c", after="b")], now=T0
+        )
     assert "cycle: " in str(refused.value)
     assert all(name in str(refused.value) for name in "abc")
 
@@ -254,8 +258,8 @@ async def test_a_three_job_cycle_is_named(store: JobStore) -> None:
 async def test_removing_the_last_upstream_frees_a_held_slot(
     store: JobStore, settings: ClusterSettings
 ) -> None:
-    await store.apply([job("a"), job("b", after="a")], now=T0)
-    result = await store.apply([job("a"), job("b")], now=T0)
+    await store.definitions.apply([job("a"), job("b", after="a")], now=T0)
+    result = await store.definitions.apply([job("a"), job("b")], now=T0)
     assert result.updated == ["b"]
     b = (await job_rows(settings))["b"]
     assert (b["gated"], b["gate_wait"], b["next_run_at"]) == (False, False, at(10))
@@ -265,7 +269,7 @@ async def test_a_handlers_skip_is_recorded_with_its_reason_not_as_catch_up(
     store: JobStore, settings: ClusterSettings, open_session: Opener
 ) -> None:
     await add_rule(settings, "all", "http://127.0.0.1:9/hook")
-    await store.apply([job("a", retries=3)], now=T0)
+    await store.definitions.apply([job("a", retries=3)], now=T0)
     a = (await claim(open_session, at(10)))["a"]
     skipped = done(a, "skipped", at(20))._replace(error="no new rows")
     await complete(open_session, skipped, now=at(11))
@@ -283,9 +287,9 @@ async def test_the_gate_pass_asks_often_only_while_a_slot_is_held(
     state = NodeState("n1", "zone-a", 16, held=frozenset(ALL))
     gates = GatePass(SideConnection(settings, "n1/gates", statement_timeout_s=5.0), state)
     try:
-        await store.apply([job("a")], now=T0)
+        await store.definitions.apply([job("a")], now=T0)
         assert await gates.run_once() == IDLE_INTERVAL_S
-        await store.apply([job("a"), job("b", after="a")], now=T0)
+        await store.definitions.apply([job("a"), job("b", after="a")], now=T0)
         assert await gates.run_once() == INTERVAL_S  # b waits for a's slot 10
     finally:
         await gates.close()
@@ -296,7 +300,7 @@ async def test_a_deleted_upstream_drops_its_edges_and_the_pass_frees_the_slot(
 ) -> None:
     """`pulse jobs remove` refuses an upstream others wait for (test_bounded_waits.py); one
     deleted otherwise (a done one-off removed, SQL) leaves no slot held."""
-    await store.apply([job("a"), job("b", after="a")], now=T0)
+    await store.definitions.apply([job("a"), job("b", after="a")], now=T0)
     await rows(settings, "DELETE FROM jobs WHERE name = 'a' RETURNING id")
     assert await rows(settings, "SELECT * FROM job_edges") == []
     statement = "SELECT gate_release(NULL, %s::int[], %s) AS n"

@@ -6,7 +6,14 @@ from __future__ import annotations
 import json
 
 from cluster.settings import ClusterSettings
-from tests.helpers.cli import HANDLER, Invoke, assert_bad_input, jobs_rows
+from tests.helpers.cli import (
+    GATED_SHOW_KEYS,
+    HANDLER,
+    SHOW_KEYS,
+    Invoke,
+    assert_bad_input,
+    jobs_rows,
+)
 
 
 def add(pulse: Invoke, name: str, *extra: str) -> None:
@@ -22,6 +29,7 @@ def test_show_and_graph_name_the_edges(initialised: Invoke) -> None:
     shown = initialised("jobs", "show", "load", "--json")
     assert shown.exit_code == 0, shown.output
     data = json.loads(shown.stdout)
+    assert set(data) == SHOW_KEYS | GATED_SHOW_KEYS
     assert (data["upstreams"], data["downstreams"]) == (["extract"], ["report"])
     assert (data["after_match"], data["after_timeout_s"], data["after_failure"]) == (
         "same",

@@ -28,7 +28,7 @@ def daily(name: str = "report", calendar: str | None = None) -> JobSpec:
 async def test_a_job_paused_until_a_time_resumes_by_itself(
     store: JobStore, open_session: Opener
 ) -> None:
-    await store.add(daily(), now=T0)
+    await store.definitions.add(daily(), now=T0)
     until = NINE + timedelta(days=2, hours=1)
     await store.holds.pause_until("report", "default", until, now=T0)
     job = await store.get("report")
@@ -45,7 +45,7 @@ async def test_a_job_paused_until_a_time_resumes_by_itself(
 
 async def test_skip_next_records_the_skipped_runs_and_the_calendars(store: JobStore) -> None:
     await store.calendars.put(Calendar("office", excluded=parse_dates(["2031-12-25"])), now=T0)
-    await store.add(daily(calendar="office"), now=T0)
+    await store.definitions.add(daily(calendar="office"), now=T0)
     skipped = await store.holds.skip_next("report", "default", 2, now=T0)
     assert skipped == [NINE, NINE + timedelta(days=1)]
     job = await store.get("report")
@@ -59,7 +59,7 @@ async def test_skip_next_records_the_skipped_runs_and_the_calendars(store: JobSt
 async def test_holds_refuse_bad_input_and_running_jobs(
     store: JobStore, open_session: Opener
 ) -> None:
-    await store.add(daily(), now=T0)
+    await store.definitions.add(daily(), now=T0)
     before = await store.get("report")
     with pytest.raises(InvalidInput, match="not in the future"):
         await store.holds.pause_until("report", "default", T0 - timedelta(hours=1), now=T0)

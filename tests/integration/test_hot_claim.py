@@ -83,7 +83,7 @@ async def test_the_claim_updates_job_rows_in_place(
         JobSpec.build(f"job-{i:03d}", "@every 10s", "cluster.chaos.witness:record")
         for i in range(60)
     ]
-    await store.apply(specs, now=T0)
+    await store.definitions.apply(specs, now=T0)
     before = await _hot_updates(settings)
     a = await open_session("node-a")
     await a.try_lock(ALL)
@@ -103,8 +103,10 @@ async def test_the_claim_updates_job_rows_in_place(
 async def test_a_paused_job_is_never_claimed_until_triggered_or_resumed(
     settings: ClusterSettings, store: JobStore, open_session: Opener
 ) -> None:
-    await store.add(JobSpec.build("tick", "@every 10s", "cluster.chaos.witness:record"), now=T0)
-    await store.add(
+    await store.definitions.add(
+        JobSpec.build("tick", "@every 10s", "cluster.chaos.witness:record"), now=T0
+    )
+    await store.definitions.add(
         JobSpec.build("born-paused", "@every 10s", "cluster.chaos.witness:record", paused=True),
         now=T0,
     )
@@ -141,7 +143,7 @@ async def test_a_run_paused_in_flight_ends_paused_however_it_ends(
         # attempt lost is recorded failed: test_poison.py).
         retries = 1 if name == "recovered" else 0
         spec = JobSpec.build(name, "@every 10s", "cluster.chaos.witness:record", retries=retries)
-        await store.add(spec, now=T0)
+        await store.definitions.add(spec, now=T0)
     a = await open_session("node-a")
     await a.try_lock(ALL)
     claimed = {j.name: j for j in (await a.claim(ALL, 100, 30.0, now=LATER)).jobs}

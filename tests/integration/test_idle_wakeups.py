@@ -80,7 +80,7 @@ async def test_a_queued_delivery_wakes_alert_delivery(
     store: JobStore, settings: ClusterSettings, open_session: Opener, heard: Heard
 ) -> None:
     await add_rule(settings, "ops", "https://hooks.example.com/x", events=["failed"])
-    await store.apply([every_10s("a")], now=T0)
+    await store.definitions.apply([every_10s("a")], now=T0)
     node = await open_session("n0")
     await run_slot(node, at(10), "failed", "boom")
     assert await until(heard.state.alerts.is_set, "the alerts wake-up")
@@ -91,7 +91,7 @@ async def test_an_event_no_rule_wants_wakes_nobody(
     store: JobStore, settings: ClusterSettings, open_session: Opener, heard: Heard
 ) -> None:
     await add_rule(settings, "ops", "https://hooks.example.com/x", events=["paused"])
-    await store.apply([every_10s("a")], now=T0)
+    await store.definitions.apply([every_10s("a")], now=T0)
     node = await open_session("n0")
     await run_slot(node, at(10), "failed", "boom")  # a `failed` event: no rule wants it
     assert notify.ALERT_QUEUED not in await heard.marker()
@@ -103,11 +103,11 @@ async def test_an_event_no_rule_wants_wakes_nobody(
 async def test_a_backfill_request_wakes_the_backfiller_of_its_shard(
     store: JobStore, settings: ClusterSettings, heard: Heard
 ) -> None:
-    await store.apply([every_10s("a")], now=T0 - timedelta(hours=1))
+    await store.definitions.apply([every_10s("a")], now=T0 - timedelta(hours=1))
     job = await store.get("a")
     await heard.marker()  # the job's creation NOTIFYed its shard too
     heard.state.shard_written.clear()
-    await store.backfill("a", "default", start=T0 - timedelta(minutes=1), end=T0)
+    await store.runcontrol.backfill("a", "default", start=T0 - timedelta(minutes=1), end=T0)
     assert await until(heard.state.shard_written.is_set, "the backfiller's wake-up")
     assert str(job.shard) in await heard.marker()
 
@@ -115,14 +115,14 @@ async def test_a_backfill_request_wakes_the_backfiller_of_its_shard(
 async def test_a_write_to_a_shard_held_elsewhere_wakes_no_backfiller(
     store: JobStore, settings: ClusterSettings
 ) -> None:
-    await store.apply([every_10s("a")], now=T0 - timedelta(hours=1))
+    await store.definitions.apply([every_10s("a")], now=T0 - timedelta(hours=1))
     job = await store.get("a")
     other = Heard(settings, held=frozenset(range(16)) - {job.shard})
     stop = Signal()
     task = asyncio.create_task(notify.listen(settings, "n1", other.on_notify, stop))
     try:
         await other.listening()
-        await store.backfill("a", "default", start=T0 - timedelta(minutes=1), end=T0)
+        await store.runcontrol.backfill("a", "default", start=T0 - timedelta(minutes=1), end=T0)
         assert str(job.shard) in await other.marker()
         assert not other.state.shard_written.is_set()
         assert not other.state.wake.is_set()

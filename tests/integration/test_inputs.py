@@ -45,7 +45,7 @@ async def add(store: JobStore, **options: Any) -> None:
         payload_schema=SCHEMA,
         **options,
     )
-    await store.add(spec, now=T0)
+    await store.definitions.add(spec, now=T0)
 
 
 def table(settings: ClusterSettings, name: str) -> list[tuple[Any, ...]]:
@@ -64,7 +64,7 @@ async def test_a_trigger_with_a_payload_runs_one_flight_with_it(
     await add(store)
     before = await store.get("roll", "acme")
     now = T0 + timedelta(seconds=30)
-    queued = await store.trigger_with("roll", "acme", payload={"region": "us"}, now=now)
+    queued = await store.inputs.trigger("roll", "acme", payload={"region": "us"}, now=now)
     assert (queued.slot, queued.origin, queued.payload) == (now, "trigger", {"region": "us"})
     after = await store.get("roll", "acme")
     assert (after.slot_at, after.next_run_at) == (before.slot_at, before.next_run_at)
@@ -81,20 +81,20 @@ async def test_merge_payload_merges_then_checks_the_schema(
 ) -> None:
     await add(store)
     now = T0 + timedelta(seconds=30)
-    queued = await store.trigger_with("roll", "acme", merge_payload='{"days": 9}', now=now)
+    queued = await store.inputs.trigger("roll", "acme", merge_payload='{"days": 9}', now=now)
     assert queued.payload == {"region": "eu", "days": 9}
     node = await open_session("n1")
     (flight,) = await node.flights.claim(ALL, 10, 30.0, now=now)
     assert flight.payload == {"region": "eu", "days": 9}
     flights = table(store.settings, "flights")
     with pytest.raises(InvalidInput) as bad:  # removing a required key
-        await store.trigger_with("roll", "acme", merge_payload={"region": None}, now=now)
+        await store.inputs.trigger("roll", "acme", merge_payload={"region": None}, now=now)
     assert bad.value.field == "merge_payload" and "'region' is a required" in str(bad.value)
     with pytest.raises(InvalidInput) as bad:
-        await store.trigger_with("roll", "acme", payload={"region": "mars"}, now=now)
+        await store.inputs.trigger("roll", "acme", payload={"region": "mars"}, now=now)
     assert bad.value.field == "payload"
     with pytest.raises(InvalidInput) as bad:
-        await store.trigger_with("roll", "acme", payload={}, merge_payload={}, now=now)
+        await store.inputs.trigger("roll", "acme", payload={}, merge_payload={}, now=now)
     assert bad.value.field == "merge_payload"
     assert table(store.settings, "flights") == flights, "nothing written"
 
@@ -104,9 +104,11 @@ async def test_a_rerun_is_a_one_slot_backfill_of_origin_rerun(
 ) -> None:
     await add(store)
     slot, now = T0 + timedelta(minutes=3), T0 + timedelta(minutes=10)
-    queued = await store.trigger_with("roll", "acme", slot=slot, payload={"region": "us"}, now=now)
+    queued = await store.inputs.trigger(
+        "roll", "acme", slot=slot, payload={"region": "us"}, now=now
+    )
     assert (queued.slot, queued.origin, queued.backfill_id) == (slot, "rerun", 1)
-    (request,) = await store.backfills("acme")
+    (request,) = await store.runcontrol.backfills("acme")
     assert (request.origin, request.slots_total, request.range_from) == ("rerun", 1, slot)
     assert await fill(settings, now) == 1
     node = await open_session("n1")
@@ -116,7 +118,7 @@ async def test_a_rerun_is_a_one_slot_backfill_of_origin_rerun(
     (run,) = await store.runs("roll", "acme")
     assert (run.scheduled_for, run.origin, run.status) == (slot, "rerun", "succeeded")
     await fill(settings, now)
-    (request,) = await store.backfills("acme")
+    (request,) = await store.runcontrol.backfills("acme")
     assert request.status == "done"
 
 
@@ -131,19 +133,19 @@ async def test_bad_reruns_are_refused_with_nothing_written(
     ]
     for slot, field, words in refused:
         with pytest.raises(InvalidInput) as bad:
-            await store.trigger_with("roll", "acme", slot=slot, now=now)
+            await store.inputs.trigger("roll", "acme", slot=slot, now=now)
         assert bad.value.field == field and words in str(bad.value)
     node = await open_session("n1")
     (job,) = (await node.claim(ALL, 10, 30.0, now=now)).jobs  # its due slot is running
     with pytest.raises(Conflict, match="is running now"):
-        await store.trigger_with("roll", "acme", slot=job.slot, now=now)
-    await store.trigger_with("roll", "acme", slot=T0, now=now)
+        await store.inputs.trigger("roll", "acme", slot=job.slot, now=now)
+    await store.inputs.trigger("roll", "acme", slot=T0, now=now)
     with pytest.raises(Conflict, match="queued already"):
-        await store.trigger_with("roll", "acme", slot=T0, now=now + timedelta(seconds=1))
-    assert len(await store.backfills("acme")) == 1
+        await store.inputs.trigger("roll", "acme", slot=T0, now=now + timedelta(seconds=1))
+    assert len(await store.runcontrol.backfills("acme")) == 1
     await store.pause("roll", "acme")
     with pytest.raises(InvalidInput, match="is paused"):
-        await store.trigger_with("roll", "acme", slot=T0 + timedelta(minutes=1), now=now)
+        await store.inputs.trigger("roll", "acme", slot=T0 + timedelta(minutes=1), now=now)
 
 
 async def test_a_flight_with_input_and_the_regular_slot_never_run_at_once(
@@ -155,7 +157,7 @@ async def test_a_flight_with_input_and_the_regular_slot_never_run_at_once(
     node = await open_session("n1")
     due = T0 + timedelta(minutes=1)
     (regular,) = (await node.claim(ALL, 10, 30.0, now=due)).jobs
-    await store.trigger_with("roll", "acme", payload={"region": "us"}, now=due)
+    await store.inputs.trigger("roll", "acme", payload={"region": "us"}, now=due)
     assert await node.flights.claim(ALL, 10, 30.0, now=due) == [], "waits for the regular slot"
     await node.completions.complete([after_run(regular, OK, due)[0]], now=due)
     (flight,) = await node.flights.claim(ALL, 10, 30.0, now=due)
@@ -172,7 +174,7 @@ async def test_the_schema_is_checked_at_add_and_apply(store: JobStore, tmp_path:
     assert bad.value.field == "payload"
     entry = {"name": "roll", "tenant": "acme", "schedule": "@every 1m", "handler": "shell:true"}
     changed = {**entry, "payload": {"region": "us"}, "payload_schema": SCHEMA}
-    result = await store.apply([JobSpec.from_mapping(changed)])
+    result = await store.definitions.apply([JobSpec.from_mapping(changed)])
     assert [r for r in result.updated] and (await store.get("roll", "acme")).payload == {
         "region": "us"
     }
@@ -232,14 +234,16 @@ async def test_at_most_ten_triggered_runs_wait_per_job(store: JobStore) -> None:
     await add(store)
     for i in range(10):
         now = T0 + timedelta(seconds=i)
-        await store.trigger_with("roll", "acme", payload={"region": "us"}, now=now)
+        await store.inputs.trigger("roll", "acme", payload={"region": "us"}, now=now)
     with pytest.raises(Conflict, match="10 triggered runs waiting"):
-        await store.trigger_with("roll", "acme", payload={"region": "us"}, now=T0 + timedelta(1))
+        await store.inputs.trigger("roll", "acme", payload={"region": "us"}, now=T0 + timedelta(1))
     assert len(table(store.settings, "flights")) == 10
 
 
 async def test_an_each_zone_parent_is_not_triggered_with_input(store: JobStore) -> None:
-    await store.add(JobSpec.build("everywhere", "@daily", "shell:true", each_zone=True), now=T0)
+    await store.definitions.add(
+        JobSpec.build("everywhere", "@daily", "shell:true", each_zone=True), now=T0
+    )
     with pytest.raises(InvalidInput, match="one child job per zone") as bad:
-        await store.trigger_with("everywhere", payload={}, now=T0)
+        await store.inputs.trigger("everywhere", payload={}, now=T0)
     assert bad.value.field == "name" and table(store.settings, "flights") == []

@@ -1,5 +1,5 @@
 """``pulse jobs apply --module`` and ``pulse jobs export --module`` against a real
-Postgres, and ``JobStore.sync`` (``pulse node --sync-jobs``) under concurrent starts."""
+Postgres, and ``store.definitions.sync`` (``pulse node --sync-jobs``) under concurrent starts."""
 
 from __future__ import annotations
 
@@ -102,7 +102,7 @@ async def test_sync_creates_once_and_reports_what_differs(settings: ClusterSetti
 
     async def sync_once() -> tuple[list[str], list[str], list[str]]:
         async with JobStore.open(settings) as store:
-            result = await store.sync(specs)
+            result = await store.definitions.sync(specs)
             return result.created, result.unchanged, result.differing
 
     # Several nodes starting at once: the advisory lock makes them sync in turn.
@@ -112,7 +112,7 @@ async def test_sync_creates_once_and_reports_what_differs(settings: ClusterSetti
     assert all(r[1] == ["acme/billing_rollup", "beat"] for r in results if not r[0])
     async with JobStore.open(settings) as store:
         before = await store.get("beat")
-        result = await store.sync(changed)
+        result = await store.definitions.sync(changed)
         assert (result.created, result.unchanged, result.differing) == ([], [], ["beat"])
         after = await store.get("beat")
         # Left as applied: the savepoint that compared the definitions was rolled back.

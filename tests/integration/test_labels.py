@@ -31,7 +31,7 @@ def hourly(name: str, tenant: str = "default", **options: Any) -> JobSpec:
 
 
 async def test_labels_are_stored_and_filter_the_list(store: JobStore) -> None:
-    await store.apply(
+    await store.definitions.apply(
         [
             hourly("a", labels={"team": "billing", "tier": "1"}),
             hourly("b", labels=["team=billing"]),
@@ -48,14 +48,18 @@ async def test_labels_are_stored_and_filter_the_list(store: JobStore) -> None:
     page = await store.pages.jobs(labels={"team": "ops"})
     assert [j.name for j in page] == ["c"]
     # Changing only the labels is a change; the same labels again are not.
-    assert (await store.apply([hourly("c", labels="team=billing")], now=T0)).updated == ["c"]
-    assert (await store.apply([hourly("c", labels="team=billing")], now=T0)).unchanged == ["c"]
+    assert (
+        await store.definitions.apply([hourly("c", labels="team=billing")], now=T0)
+    ).updated == ["c"]
+    assert (
+        await store.definitions.apply([hourly("c", labels="team=billing")], now=T0)
+    ).unchanged == ["c"]
 
 
 async def test_a_window_by_label_covers_only_the_jobs_with_it(
     store: JobStore, open_session: Opener
 ) -> None:
-    await store.apply(
+    await store.definitions.apply(
         [
             hourly("a", labels={"team": "billing"}),
             hourly("b", labels={"team": "ops"}),
@@ -79,10 +83,10 @@ async def test_a_window_by_label_covers_only_the_jobs_with_it(
     assert scoped.window.target() == "label team=billing in tenant other"
     assert (await store.get("a")).slot_at == ELEVEN
     # A job given the label later plans with the window at once, and its runs skip it.
-    await store.apply([hourly("b", tenant="other", labels={"team": "billing"})], now=T0)
+    await store.definitions.apply([hourly("b", tenant="other", labels={"team": "billing"})], now=T0)
     assert (await store.get("b", "other")).slot_at == ELEVEN + 2 * H
     node = await open_session("n1")
-    await store.apply([hourly("y", tenant="other", labels={"team": "billing"})], now=T0)
+    await store.definitions.apply([hourly("y", tenant="other", labels={"team": "billing"})], now=T0)
     await store.windows.add(ELEVEN + 3 * H, ELEVEN + 4 * H, label=("team", "billing"), now=T0)
     claimed = (await node.claim(ALL, 10, 0.0, now=ELEVEN + 2 * H)).jobs
     (y,) = [j for j in claimed if j.name == "y"]

@@ -28,7 +28,7 @@ async def late_names(alerts: AlertStore, seconds: float) -> list[str]:
 async def test_a_slot_not_started_in_time_raises_late_once(
     store: JobStore, settings: ClusterSettings, open_session: Opener
 ) -> None:
-    await store.apply([every_10s("a", late_after="30s"), every_10s("quick")], now=T0)
+    await store.definitions.apply([every_10s("a", late_after="30s"), every_10s("quick")], now=T0)
     await store.pause("quick")  # a paused job is never late
     await add_rule(settings, "ops", HOOK, events="late")
     async with AlertStore.open(settings, "n9/alerts") as alerts:
@@ -57,7 +57,7 @@ async def test_a_slot_not_started_in_time_raises_late_once(
 async def test_a_slot_started_late_is_reported_by_its_completion_once(
     store: JobStore, settings: ClusterSettings, open_session: Opener
 ) -> None:
-    await store.apply([every_10s("a", late_after="5s")], now=T0)
+    await store.definitions.apply([every_10s("a", late_after="5s")], now=T0)
     await add_rule(settings, "ops", HOOK, events="late,failed")
     node = await open_session("n1", "za")
     # Claimed 7 s late and failed before any late pass saw it: the completion reports both.
@@ -81,7 +81,9 @@ async def test_a_slot_started_late_is_reported_by_its_completion_once(
 async def test_nodes_running_the_pass_at_once_raise_each_late_slot_once(
     store: JobStore, settings: ClusterSettings
 ) -> None:
-    await store.apply([every_10s(f"j{i:03d}", late_after="1s") for i in range(200)], now=T0)
+    await store.definitions.apply(
+        [every_10s(f"j{i:03d}", late_after="1s") for i in range(200)], now=T0
+    )
     await add_rule(settings, "ops", HOOK, events="late")
     stores = [AlertStore(settings, f"n{i}/alerts") for i in range(4)]
     try:

@@ -85,7 +85,9 @@ async def test_a_claim_whose_answer_was_lost_is_taken_back_when_the_session_retu
             20,
         )
         proxy.stall_on(MARKER.encode())
-        await store.add(JobSpec.build("lost", "@every 2s", "shell:true", payload={"m": MARKER}))
+        await store.definitions.add(
+            JobSpec.build("lost", "@every 2s", "shell:true", payload={"m": MARKER})
+        )
         await asyncio.wait_for(proxy.tripped.wait(), 10)
         job = await store.get("lost")
         assert (job.status, job.locked_by) == ("running", "n1"), "the claim did not apply"
@@ -114,7 +116,7 @@ async def test_only_rows_no_run_of_the_node_holds_are_taken_back(
     store: JobStore, open_session: Opener
 ) -> None:
     for name in ("kept", "lost"):
-        await store.add(JobSpec.build(name, "@every 10s", HANDLER), now=T0)
+        await store.definitions.add(JobSpec.build(name, "@every 10s", HANDLER), now=T0)
     await allow_job(store)
     session = await open_session("n1")
     claimed = {job.name: job for job in (await session.claim(ALL, 10, 30.0, now=at(10))).jobs}

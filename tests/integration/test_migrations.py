@@ -166,10 +166,10 @@ async def test_schemas_are_isolated(settings: ClusterSettings) -> None:
     async with JobStore.open(settings) as a, JobStore.open(other) as b:
         assert (await a.init(shards=16)).applied == ALL_VERSIONS
         assert (await b.init(shards=32)).applied == ALL_VERSIONS, "b's first init, not a repeat"
-        await a.add(spec)
+        await a.definitions.add(spec)
         assert [j.name for j in await a.jobs()] == ["same-name"]
         assert await b.jobs() == []
-        await b.add(spec)  # the same (tenant, name) is free in the other schema
+        await b.definitions.add(spec)  # the same (tenant, name) is free in the other schema
         await a.remove("same-name")
         assert await a.jobs() == []
         assert [j.name for j in await b.jobs()] == ["same-name"]

@@ -95,7 +95,7 @@ async def test_claim_loop_wakes_for_the_slot_its_completion_wrote(
 ) -> None:
     # The one job is running whenever the claim looks: only its completions can say when
     # it is due next.
-    await store.add(JobSpec.build("tick", "@every 1s", "cluster.chaos.witness:record"))
+    await store.definitions.add(JobSpec.build("tick", "@every 1s", "cluster.chaos.witness:record"))
     async with claim_loop(settings, witness) as loop:
         await loop.wait_for_runs(4)
     ran = loop.slots()
@@ -108,7 +108,7 @@ async def test_jobs_due_one_after_another_are_claimed_in_batches(
 ) -> None:
     n, apart_s = 40, 0.01
     for i in range(n):
-        await store.add(
+        await store.definitions.add(
             JobSpec.build(f"spread-{i:02d}", "@every 1h", "cluster.chaos.witness:record")
         )
     # Due 10 ms apart from two seconds on, in the order of their names.
@@ -155,7 +155,7 @@ async def all_due(store: JobStore, settings: ClusterSettings, counts: dict[str, 
                 f"{tenant}-{i:02d}", "@every 1h", "cluster.chaos.witness:record",
                 tenant=tenant, payload={"sleep_s": 0.05},
             )  # fmt: skip
-            await store.add(spec)
+            await store.definitions.add(spec)
     conn = await connect(settings, "setup")
     try:
         await conn.execute("UPDATE jobs SET next_run_at = now(), slot_at = now()")

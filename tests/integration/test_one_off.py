@@ -30,18 +30,18 @@ def one_off(name: str, at: datetime = AT, **options: object) -> JobSpec:
 
 async def test_a_time_in_the_past_is_refused_and_nothing_is_written(store: JobStore) -> None:
     with pytest.raises(InvalidInput, match="is in the past"):
-        await store.add(one_off("late", T0 - timedelta(seconds=1)), now=T0)
+        await store.definitions.add(one_off("late", T0 - timedelta(seconds=1)), now=T0)
     with pytest.raises(InvalidInput, match="is in the past"):
-        await store.apply([one_off("ok"), one_off("late", T0)], now=T0)
+        await store.definitions.apply([one_off("ok"), one_off("late", T0)], now=T0)
     assert await store.jobs() == []
 
 
 async def test_a_one_off_runs_once_then_is_done_and_stays_so(
     store: JobStore, open_session: Opener
 ) -> None:
-    job = await store.add(one_off("once"), now=T0)
+    job = await store.definitions.add(one_off("once"), now=T0)
     assert (job.status, job.next_run_at, job.slot_at) == ("idle", AT, AT)
-    await store.add(one_off("gone", remove_when_done=True), now=T0)
+    await store.definitions.add(one_off("gone", remove_when_done=True), now=T0)
     node = await open_session("n1")
     claimed = await node.claim(ALL, 10, 30.0, now=AT + timedelta(seconds=1))
     assert sorted(j.name for j in claimed.jobs) == ["gone", "once"]
@@ -54,7 +54,7 @@ async def test_a_one_off_runs_once_then_is_done_and_stays_so(
     nothing = await node.claim(ALL, 10, 30.0, now=AT + timedelta(days=1))
     assert nothing.jobs == [] and nothing.next_due is None
     # Re-applying the same file later changes nothing, the job stays done.
-    result = await store.apply([one_off("once")], now=AT + timedelta(days=1))
+    result = await store.definitions.apply([one_off("once")], now=AT + timedelta(days=1))
     assert result.unchanged == ["once"]
     paused = await store.pause("once")
     assert paused.status == "done"
@@ -63,7 +63,7 @@ async def test_a_one_off_runs_once_then_is_done_and_stays_so(
 async def test_pruning_removes_a_done_job_once_its_runs_are_gone(
     store: JobStore, open_session: Opener, settings: ClusterSettings
 ) -> None:
-    await store.add(one_off("once", keep_for="1h"), now=T0)
+    await store.definitions.add(one_off("once", keep_for="1h"), now=T0)
     node = await open_session("n1")
     (job,) = (await node.claim(ALL, 10, 30.0, now=AT)).jobs
     await node.completions.complete(
@@ -82,6 +82,8 @@ async def test_pruning_removes_a_done_job_once_its_runs_are_gone(
 async def test_sync_passes_over_a_past_one_off_instead_of_failing_to_start(
     store: JobStore,
 ) -> None:
-    result = await store.sync([one_off("ran", T0 - timedelta(hours=1)), one_off("soon")], now=T0)
+    result = await store.definitions.sync(
+        [one_off("ran", T0 - timedelta(hours=1)), one_off("soon")], now=T0
+    )
     assert (result.created, result.unchanged) == (["soon"], ["ran"])
     assert [j.name for j in await store.jobs()] == ["soon"]

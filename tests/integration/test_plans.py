@@ -130,7 +130,7 @@ async def test_a_plan_shows_the_dst_rule_of_the_next_slots(store: JobStore) -> N
     # Europe/Berlin skips 02:00-03:00 on 2026-03-29.
     now = datetime(2026, 3, 27, 12, 0, tzinfo=UTC)
     old = JobSpec.build("nightly", "0 4 * * *", "app.jobs:n", tz="Europe/Berlin")
-    await store.apply([old], now=now)
+    await store.definitions.apply([old], now=now)
     new = JobSpec.build("nightly", "30 2 * * *", "app.jobs:n", tz="Europe/Berlin")
     plan = await store.plans.plan([new], now=now)
     (job,) = plan.jobs
@@ -147,7 +147,7 @@ async def test_a_plan_shows_the_dst_rule_of_the_next_slots(store: JobStore) -> N
 
 async def test_a_plan_shows_the_catch_up_a_change_sets_off(store: JobStore) -> None:
     t0 = datetime(2026, 5, 4, 10, 0, 30, tzinfo=UTC)
-    await store.apply([JobSpec.build("hourly", "0 * * * *", "app.jobs:h")], now=t0)
+    await store.definitions.apply([JobSpec.build("hourly", "0 * * * *", "app.jobs:h")], now=t0)
     # The cluster was down: five slots are overdue by now. Backfill would run them all.
     now = t0 + timedelta(hours=5)
     backfill = JobSpec.build("hourly", "0 * * * *", "app.jobs:h", catch_up="backfill")
@@ -182,7 +182,7 @@ def test_a_module_plan_lists_its_jobs_and_writes_nothing(
 
 async def test_a_pruning_plan_lists_the_jobs_it_would_remove(store: JobStore) -> None:
     kept = JobSpec.build("kept", "@hourly", "app.jobs:k")
-    await store.apply([kept, JobSpec.build("dropped", "@daily", "app.jobs:d")])
+    await store.definitions.apply([kept, JobSpec.build("dropped", "@daily", "app.jobs:d")])
     plan = await store.plans.plan([kept], prune=True)
     assert [(j.name, j.action, j.revision) for j in plan.jobs] == [
         ("kept", "unchanged", 1),
@@ -193,5 +193,5 @@ async def test_a_pruning_plan_lists_the_jobs_it_would_remove(store: JobStore) ->
     # The plan's revisions refuse an apply once the job to remove has changed.
     await store.pause("dropped")
     with pytest.raises(Conflict, match="stale: job dropped is at revision 2"):
-        await store.apply([kept], prune=True, expect=plan.expected())
+        await store.definitions.apply([kept], prune=True, expect=plan.expected())
     assert [j.name for j in await store.jobs()] == ["dropped", "kept"]

@@ -37,7 +37,9 @@ HOOK = "http://127.0.0.1:9/hook"
 
 async def poison_job(store: JobStore, retries: int, **kw: Any) -> None:
     """An hourly job, due now (triggered)."""
-    await store.add(JobSpec.build("poison", "@every 1h", HANDLER, retries=retries, **kw))
+    await store.definitions.add(
+        JobSpec.build("poison", "@every 1h", HANDLER, retries=retries, **kw)
+    )
     await store.trigger("poison")
 
 

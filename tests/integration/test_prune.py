@@ -62,7 +62,9 @@ async def conn(store: JobStore, settings: ClusterSettings) -> Any:
 
 
 async def add(store: JobStore, name: str, **kw: Any) -> Job:
-    return await store.add(JobSpec.build(name, "@every 1s", "app.jobs:tick", **kw), now=T0)
+    return await store.definitions.add(
+        JobSpec.build(name, "@every 1s", "app.jobs:tick", **kw), now=T0
+    )
 
 
 async def put_runs(conn: Conn, job: Job, runs: Sequence[tuple[datetime, str]]) -> None:
@@ -354,13 +356,13 @@ async def test_the_node_pruner_prunes_its_held_shards_on_its_own_connection(
             " WHERE datname = current_database() AND application_name LIKE 'n1%%'"
         )
         names = {r["application_name"] for r in await cur.fetchall()}
+        assert names == {"n1/prune"}  # never a name that counts as the node's lock session
+        assert removed == stats.runs_pruned == 2 * sum(1 for j in jobs if j.shard in held)
+        assert stats.runs_table_bytes is not None and stats.runs_table_bytes > 0
+        await conn.execute("ANALYZE runs")
+        await pruner.run_once(now=T0)
     finally:
-        await pruner.close()
-    assert names == {"n1/prune"}  # never a name that counts as the node's lock session
-    assert removed == stats.runs_pruned == 2 * sum(1 for j in jobs if j.shard in held)
-    assert stats.runs_table_bytes is not None and stats.runs_table_bytes > 0
-    await conn.execute("ANALYZE runs")
-    await pruner.run_once(now=T0)
+        await pruner.close()  # after its last pass: a pass opens the connection again
     assert stats.runs_table_rows is not None and stats.runs_table_rows > 0
     samples = {
         s.name: s.value

@@ -34,19 +34,21 @@ async def count(store: JobStore, tenant: str) -> int:
 async def test_a_job_past_max_jobs_is_refused_naming_the_cap(store: JobStore) -> None:
     quota = await store.quotas.set("a", {"max_jobs": 2})
     assert quota is not None and quota.describe() == "max_jobs 2"
-    await store.add(spec("one"))
-    await store.apply([spec("two"), spec("one", timeout="1m")])  # an update is no new job
+    await store.definitions.add(spec("one"))
+    await store.definitions.apply(
+        [spec("two"), spec("one", timeout="1m")]
+    )  # an update is no new job
     with pytest.raises(Conflict) as refused:
-        await store.add(spec("three"))
+        await store.definitions.add(spec("three"))
     assert refused.value.field == "max_jobs"
     assert "max_jobs 2" in str(refused.value) and "\n" not in str(refused.value)
     with pytest.raises(Conflict):  # all or nothing: the first of the two is not kept
-        await store.apply([spec("two"), spec("four"), spec("five")])
+        await store.definitions.apply([spec("two"), spec("four"), spec("five")])
     assert await count(store, "a") == 2
-    await store.add(spec("free", tenant="b"))  # another tenant has no cap
+    await store.definitions.add(spec("free", tenant="b"))  # another tenant has no cap
     await store.quotas.set("a", {"max_jobs": None})
     assert await store.quotas.quotas() == []  # no cap left: no row
-    await store.add(spec("three"))
+    await store.definitions.add(spec("three"))
 
 
 async def test_two_writers_racing_for_the_last_place_cannot_both_have_it(
@@ -57,7 +59,7 @@ async def test_two_writers_racing_for_the_last_place_cannot_both_have_it(
     async def add(name: str) -> str:
         async with JobStore.open(settings) as other:
             try:
-                await other.add(spec(name))
+                await other.definitions.add(spec(name))
             except Conflict:
                 return "refused"
             return "added"
@@ -70,24 +72,28 @@ async def test_two_writers_racing_for_the_last_place_cannot_both_have_it(
 async def test_max_parallel_caps_a_jobs_overlap_and_a_backfill(store: JobStore) -> None:
     await store.quotas.set("a", {"max_parallel": 4, "max_backfill_slots": 30})
     with pytest.raises(InvalidInput) as refused:
-        await store.add(spec("wide", overlap="allow", max_concurrent=5))
+        await store.definitions.add(spec("wide", overlap="allow", max_concurrent=5))
     assert refused.value.field == "max_concurrent" and "max_parallel" in refused.value.problem
-    await store.add(spec("wide", overlap="allow", max_concurrent=4))
+    await store.definitions.add(spec("wide", overlap="allow", max_concurrent=4))
     with pytest.raises(InvalidInput):  # nor raised later by an update
-        await store.apply([spec("wide", overlap="allow", max_concurrent=9)])
+        await store.definitions.apply([spec("wide", overlap="allow", max_concurrent=9)])
     assert (await store.get("wide", "a")).max_concurrent == 4
     start, end = datetime(2031, 3, 1, tzinfo=UTC), datetime(2031, 3, 2, tzinfo=UTC)  # 24 slots
     with pytest.raises(InvalidInput) as refused:
-        await store.backfill("wide", "a", start=start, end=end, max_parallel=5, now=T0)
+        await store.runcontrol.backfill("wide", "a", start=start, end=end, max_parallel=5, now=T0)
     assert refused.value.field == "max_parallel"
-    made = await store.backfill("wide", "a", start=start, end=end, max_parallel=4, now=T0)
+    made = await store.runcontrol.backfill(
+        "wide", "a", start=start, end=end, max_parallel=4, now=T0
+    )
     assert made.backfill is not None
     with pytest.raises(Conflict) as refused:  # 24 pending + 24 > 30
-        await store.backfill("wide", "a", start=start, end=end, now=T0)
+        await store.runcontrol.backfill("wide", "a", start=start, end=end, now=T0)
     assert refused.value.field == "max_backfill_slots"
-    assert len(await store.backfills("a")) == 1
-    await store.cancel_backfill(made.backfill.id)  # cancelled: its slots are no longer pending
-    await store.backfill("wide", "a", start=start, end=end, now=T0)
+    assert len(await store.runcontrol.backfills("a")) == 1
+    await store.runcontrol.cancel_backfill(
+        made.backfill.id
+    )  # cancelled: its slots are no longer pending
+    await store.runcontrol.backfill("wide", "a", start=start, end=end, now=T0)
 
 
 async def test_bad_caps_are_refused_with_nothing_written(store: JobStore) -> None:

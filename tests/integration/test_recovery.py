@@ -85,11 +85,11 @@ async def test_catch_up_after_downtime_follows_each_policy(
     store: JobStore, n1: LockSession
 ) -> None:
     common = {"handler": "cluster.chaos.witness:record"}
-    await store.add(
+    await store.definitions.add(
         JobSpec.build("s", "@every 10s", catch_up="skip", grace="15s", **common), now=T0
     )
-    await store.add(JobSpec.build("o", "@every 10s", catch_up="once", **common), now=T0)
-    await store.add(
+    await store.definitions.add(JobSpec.build("o", "@every 10s", catch_up="once", **common), now=T0)
+    await store.definitions.add(
         JobSpec.build("b", "@every 10s", catch_up="backfill", max_backfill=3, **common), now=T0
     )
     # The whole cluster was down from T0: slots 10..100 s came due unseen.
@@ -118,7 +118,7 @@ async def test_late_completion_after_recovery_is_fenced_and_counted(
 ) -> None:
     # A retry left, so the lost attempt is due again (a last one lost: test_poison.py).
     spec = JobSpec.build("j", "@every 10s", "cluster.chaos.witness:record", retries=1)
-    await store.add(spec, now=T0)
+    await store.definitions.add(spec, now=T0)
     (job,) = (await n1.claim(ALL, 10, 30.0, now=at(10))).jobs
     n2 = await open_session(settings, "n2")
     try:
@@ -142,7 +142,9 @@ async def test_late_completion_after_recovery_is_fenced_and_counted(
 async def test_recovery_never_overwrites_a_run_that_just_finished(
     store: JobStore, settings: ClusterSettings, n1: LockSession
 ) -> None:
-    await store.add(JobSpec.build("j", "@every 10s", "cluster.chaos.witness:record"), now=T0)
+    await store.definitions.add(
+        JobSpec.build("j", "@every 10s", "cluster.chaos.witness:record"), now=T0
+    )
     (job,) = (await n1.claim(ALL, 10, 30.0, now=at(10))).jobs
     done, skips = after_run(job, OK, at(12))
     assert await n1.completions.complete([done], skips, now=at(12)) == {job.id}
@@ -155,7 +157,7 @@ async def test_dead_owner_is_recovered_without_waiting_for_its_lease(
     store: JobStore, settings: ClusterSettings
 ) -> None:
     spec = JobSpec.build("j", "@every 10s", "cluster.chaos.witness:record", retries=1)
-    await store.add(spec, now=T0)
+    await store.definitions.add(spec, now=T0)
     doomed = await open_session(settings, "doomed")
     await doomed.try_lock(ALL)
     await doomed.claim(ALL, 10, 300.0, now=at(10))
@@ -254,7 +256,9 @@ async def test_node_without_redis_keeps_its_shards(
 async def test_claimer_stops_claiming_outside_its_trust_window(
     store: JobStore, settings: ClusterSettings, n1: LockSession
 ) -> None:
-    await store.add(JobSpec.build("j", "@every 1s", "cluster.chaos.witness:record"), now=T0)
+    await store.definitions.add(
+        JobSpec.build("j", "@every 1s", "cluster.chaos.witness:record"), now=T0
+    )
     state = NodeState("n1", "z", 16, held=frozenset(ALL))
     stats = Stats()
     clock = DbClock()

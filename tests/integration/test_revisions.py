@@ -183,7 +183,7 @@ async def test_a_run_records_the_revision_its_slot_was_claimed_under(
     node = await open_session("node-a", "zone-a")
     (claimed,) = (await node.claim(ALL, 10, 30.0, now=at(10))).jobs
     # Changed while its slot runs: the run keeps the revision it was claimed under.
-    await store.apply([every_10s("a", timeout="2m")], now=at(11))
+    await store.definitions.apply([every_10s("a", timeout="2m")], now=at(11))
     assert (await store.get("a")).revision == 2
     assert await node.completions.complete([finish(claimed)], now=at(12)) == {claimed.id}
     (row,) = await run_rows(settings)
@@ -214,7 +214,7 @@ async def test_the_claim_and_completion_write_no_revision(
 async def test_a_removed_jobs_revisions_are_pruned_after_keep_failed_for(
     store: JobStore, settings: ClusterSettings
 ) -> None:
-    await store.apply([every_10s("kept"), every_10s("gone")], now=T0)
+    await store.definitions.apply([every_10s("kept"), every_10s("gone")], now=T0)
     await store.remove("gone")
     later = await store.db_now()
     assert (await store.prune(now=later, dry_run=True)).revisions == 0
@@ -227,17 +227,19 @@ async def test_a_removed_jobs_revisions_are_pruned_after_keep_failed_for(
 
 @pytest.mark.parametrize("how", ["cli", "file"])
 async def test_act_as_refuses_an_unknown_how(store: JobStore, how: str) -> None:
-    await store.act_as("someone", how)
+    await store.revisions.act_as("someone", how)
     with pytest.raises(ValueError, match="how"):
-        await store.act_as("someone", "telepathy")
-    await store.apply([JobSpec.build("x", "@hourly", "app.jobs:x")])
+        await store.revisions.act_as("someone", "telepathy")
+    await store.definitions.apply([JobSpec.build("x", "@hourly", "app.jobs:x")])
     (revision,) = await store.revisions.history("x", "default")
     assert (revision.who, revision.how) == ("someone", how)
 
 
 async def test_a_change_of_paused_and_more_at_once_is_one_revision(store: JobStore) -> None:
-    await store.apply([every_10s("both")], now=T0)
-    await store.apply([JobSpec.build("both", "@every 20s", "app.jobs:x", paused=True)], now=T0)
+    await store.definitions.apply([every_10s("both")], now=T0)
+    await store.definitions.apply(
+        [JobSpec.build("both", "@every 20s", "app.jobs:x", paused=True)], now=T0
+    )
     newest, first = await store.revisions.history("both", "default")
     assert (newest.revision, first.revision) == (2, 1)
     assert newest.diff == {
@@ -269,12 +271,12 @@ async def test_a_node_of_the_previous_release_still_records_its_runs(
 
 
 async def test_an_apply_that_moves_a_job_to_its_zones_is_one_revision(store: JobStore) -> None:
-    await store.apply([JobSpec.build("pinned", "@hourly", "app.jobs:x", zones="eu")])
+    await store.definitions.apply([JobSpec.build("pinned", "@hourly", "app.jobs:x", zones="eu")])
     (created,) = await store.revisions.history("pinned", "default")
     assert (created.revision, created.definition["zones"]) == (1, ["eu"])
     assert created.diff["zones"] == [None, ["eu"]]
     moved = JobSpec.build("pinned", "@daily", "app.jobs:x", zones="us")
-    await store.apply([moved])
+    await store.definitions.apply([moved])
     newest, _ = await store.revisions.history("pinned", "default")
     assert newest.revision == 2
     assert newest.diff == {"schedule": ["@hourly", "@daily"], "zones": [["eu"], ["us"]]}

@@ -83,7 +83,7 @@ async def test_the_web_role_changes_jobs_but_never_runs_nor_the_schema(
     await asyncio.to_thread(grant_roles, settings, logins)
     web = logins.as_web(settings)
     async with JobStore.open(web) as as_web:
-        await as_web.add(JobSpec.build("rollup", "@hourly", HANDLER, tenant="a"))
+        await as_web.definitions.add(JobSpec.build("rollup", "@hourly", HANDLER, tenant="a"))
         await as_web.pause("rollup", "a", note="as the web")
         await as_web.resume("rollup", "a")
         await as_web.tenants.set_limit("a", 3)
@@ -130,7 +130,7 @@ def test_a_node_logged_in_through_the_node_role_claims_and_completes_runs(
     async def init() -> None:
         async with JobStore.open(settings) as owner:
             await owner.init(16)
-            await owner.add(JobSpec.build("tick", "@every 1s", HANDLER))
+            await owner.definitions.add(JobSpec.build("tick", "@every 1s", HANDLER))
 
     asyncio.run(init())
     grant_roles(settings, logins)
@@ -274,7 +274,7 @@ def test_pulse_up_with_roles_runs_its_nodes_and_web_as_their_logins(
 async def _with_job(settings: ClusterSettings) -> None:
     async with JobStore.open(settings) as owner:
         await owner.init(16)
-        await owner.add(JobSpec.build("tick", "@every 1s", HANDLER))
+        await owner.definitions.add(JobSpec.build("tick", "@every 1s", HANDLER))
 
 
 def test_a_login_password_is_sent_as_the_verifier_postgres_would_store(

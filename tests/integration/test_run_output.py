@@ -23,7 +23,13 @@ from cluster.store.lock.writer import ResultWriter
 from node.handlers.context import Outcome
 from node.handlers.output import RunLog, TailBuffer, compose
 from node.pipeline.outcomes import after_run
-from tests.helpers.cli import RUN_KEYS, assert_bad_input, assert_one_line_error, invoke
+from tests.helpers.cli import (
+    RUN_KEYS,
+    RUN_SHOW_KEYS,
+    assert_bad_input,
+    assert_one_line_error,
+    invoke,
+)
 from tests.helpers.history import rows
 from tests.helpers.sessions import Opener
 
@@ -66,7 +72,9 @@ async def output_of(settings: ClusterSettings, job: ClaimedJob) -> Any:
 async def test_the_claim_carries_the_jobs_output_limit(
     store: JobStore, open_session: Opener
 ) -> None:
-    await store.apply([every_10s("small", output_limit="1KiB"), every_10s("plain")], now=T0)
+    await store.definitions.apply(
+        [every_10s("small", output_limit="1KiB"), every_10s("plain")], now=T0
+    )
     node = await open_session("n1")
     claimed = (await node.claim(ALL, 10, 30.0, now=at(10))).jobs
     assert {j.name: j.output_limit for j in claimed} == {"small": 1024, "plain": 16384}
@@ -75,7 +83,7 @@ async def test_the_claim_carries_the_jobs_output_limit(
 async def test_output_travels_with_the_completion_into_the_run_row(
     store: JobStore, settings: ClusterSettings, open_session: Opener
 ) -> None:
-    await store.apply([every_10s("talks"), every_10s("silent")], now=T0)
+    await store.definitions.apply([every_10s("talks"), every_10s("silent")], now=T0)
     node = await open_session("n1")
     claimed = {j.name: j for j in (await node.claim(ALL, 10, 30.0, now=at(10))).jobs}
     talks, silent = claimed["talks"], claimed["silent"]
@@ -110,7 +118,7 @@ async def test_output_travels_with_the_completion_into_the_run_row(
 async def test_a_later_attempt_replaces_the_output_and_a_lost_one_clears_it(
     store: JobStore, settings: ClusterSettings, open_session: Opener
 ) -> None:
-    await store.apply([every_10s("flaky", retries=3, retry_backoff="1s")], now=T0)
+    await store.definitions.apply([every_10s("flaky", retries=3, retry_backoff="1s")], now=T0)
     node = await open_session("n1")
 
     async def claim(now: datetime) -> ClaimedJob:
@@ -145,7 +153,7 @@ async def test_a_later_attempt_replaces_the_output_and_a_lost_one_clears_it(
 async def test_one_run_by_slot_or_the_latest_and_the_attempt_in_flight(
     store: JobStore, open_session: Opener
 ) -> None:
-    await store.apply([every_10s("tick"), every_10s("other", tenant="acme")], now=T0)
+    await store.definitions.apply([every_10s("tick"), every_10s("other", tenant="acme")], now=T0)
     with pytest.raises(NotFound, match="no run of job 'tick' in tenant 'default'"):
         await store.run("tick")
     node = await open_session("n1")
@@ -183,7 +191,9 @@ async def seed_failed_run(settings: ClusterSettings, output: str) -> None:
     """Job ``talks`` whose slot at T0 + 10 s failed with ``output``, and ``never-ran``."""
     async with JobStore.open(settings) as store:
         await store.init(shards=16)
-        await store.apply([every_10s("talks"), JobSpec.build("never-ran", "@daily", "m:f")], now=T0)
+        await store.definitions.apply(
+            [every_10s("talks"), JobSpec.build("never-ran", "@daily", "m:f")], now=T0
+        )
     session = LockSession(settings, "n1", "z", session_timeout_s=10, statement_timeout_s=5)
     await session.open()
     try:
@@ -204,7 +214,7 @@ def test_pulse_runs_show(settings: ClusterSettings) -> None:
     result = show(settings, "talks", "--json")
     assert result.exit_code == 0, result.output
     shown = json.loads(result.stdout)
-    assert set(shown) == RUN_KEYS | {"output", "metrics"}
+    assert set(shown) == RUN_KEYS | RUN_SHOW_KEYS
     assert shown["metrics"] == {}
     assert (shown["status"], shown["error"], shown["scheduled_for"]) == (
         "failed", "exit status 1", at(10).isoformat(),

@@ -51,7 +51,7 @@ async def run_once(node: LockSession, at: datetime, outcome: Outcome = OK) -> Cl
 async def test_the_union_runs_in_order_with_each_entrys_payload(
     store: JobStore, open_session: Opener
 ) -> None:
-    created = await store.add(job(), now=T0)
+    created = await store.definitions.add(job(), now=T0)
     assert created.slot_at == T0 + timedelta(hours=9)
     node = await open_session("n1")
     seen = []
@@ -75,7 +75,7 @@ async def test_the_union_runs_in_order_with_each_entrys_payload(
 async def test_catch_up_once_over_the_union_runs_the_newest_missed_slot(
     store: JobStore, open_session: Opener
 ) -> None:
-    await store.add(job(schedules=["0 9 * * *", "0 18 * * *"]), now=T0)
+    await store.definitions.add(job(schedules=["0 9 * * *", "0 18 * * *"]), now=T0)
     node = await open_session("n1")
     back = T0 + timedelta(days=2, hours=20)  # four slots missed: 9, 18, 33, 42 (+ 57 due)
     claimed = await run_once(node, back)  # skipped at claim, moved to the newest
@@ -91,7 +91,7 @@ async def test_catch_up_once_over_the_union_runs_the_newest_missed_slot(
 async def test_max_runs_makes_the_job_done_and_skips_do_not_count(
     store: JobStore, open_session: Opener
 ) -> None:
-    await store.add(
+    await store.definitions.add(
         JobSpec.build("thrice", "@hourly", H, max_runs=2, catch_up="skip", grace=60), now=T0
     )
     node = await open_session("n1")
@@ -107,12 +107,12 @@ async def test_max_runs_makes_the_job_done_and_skips_do_not_count(
     assert nothing.jobs == []
     statuses = sorted((r.scheduled_for.hour, r.status) for r in await store.runs(job="thrice"))
     assert statuses == [(1, "succeeded"), (2, "skipped"), (3, "succeeded")]
-    assert (await store.apply([JobSpec.build("thrice", "@hourly", H, max_runs=2,
+    assert (await store.definitions.apply([JobSpec.build("thrice", "@hourly", H, max_runs=2,
                                              catch_up="skip", grace=60)])).unchanged  # fmt: skip
 
 
 async def test_a_retried_slot_counts_once(store: JobStore, open_session: Opener) -> None:
-    await store.add(JobSpec.build("r", "@hourly", H, max_runs=1, retries=1), now=T0)
+    await store.definitions.add(JobSpec.build("r", "@hourly", H, max_runs=1, retries=1), now=T0)
     node = await open_session("n1")
     failed = Outcome("failed", "boom", 0.1)
     await run_once(node, T0 + timedelta(hours=1), failed)
@@ -126,7 +126,9 @@ async def test_the_last_schedule_ending_makes_the_job_done(
     store: JobStore, open_session: Opener
 ) -> None:
     ends = [{"schedule": "@hourly", "end": (T0 + timedelta(hours=2, minutes=30)).isoformat()}]
-    await store.add(JobSpec.from_mapping({"name": "e", "handler": H, "schedules": ends}), now=T0)
+    await store.definitions.add(
+        JobSpec.from_mapping({"name": "e", "handler": H, "schedules": ends}), now=T0
+    )
     node = await open_session("n1")
     await run_once(node, T0 + timedelta(hours=1))
     await run_once(node, T0 + timedelta(hours=2))
@@ -139,7 +141,7 @@ async def test_a_collision_or_an_ended_job_is_refused_with_nothing_written(
 ) -> None:
     ended = [{"schedule": "@hourly", "end": (T0 + timedelta(hours=1)).isoformat()}]
     with pytest.raises(InvalidInput, match="every schedule ended"):
-        await store.apply(
+        await store.definitions.apply(
             [job("fine"), JobSpec.from_mapping({"name": "e", "handler": H, "schedules": ended})],
             now=T0 + timedelta(days=1),
         )

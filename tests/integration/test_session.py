@@ -254,7 +254,7 @@ async def test_the_claim_returns_an_empty_payload_as_none_and_others_parsed(
         JobSpec.build("bare", "@every 10s", "cluster.chaos.witness:record"),
         JobSpec.build("rich", "@every 10s", "cluster.chaos.witness:record", payload={"n": [1, 2]}),
     ]
-    await store.apply(specs, now=T0)
+    await store.definitions.apply(specs, now=T0)
     a = await open_session("node-a")
     await a.try_lock(ALL)
     claimed = await a.claim(ALL, 10, 30.0, now=at(60))
@@ -567,7 +567,9 @@ async def test_job_writes_wake_listeners_with_the_shard(
 
     try:
         await until(listening, "listening")
-        job = await store.add(JobSpec.build("woken", "@every 1h", "cluster.chaos.witness:record"))
+        job = await store.definitions.add(
+            JobSpec.build("woken", "@every 1h", "cluster.chaos.witness:record")
+        )
         assert await next_payload() == str(job.shard)
         await store.trigger("woken")
         assert await next_payload() == str(job.shard)

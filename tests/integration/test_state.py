@@ -36,7 +36,7 @@ async def complete(
 async def test_the_state_moves_only_with_a_fenced_success(
     store: JobStore, settings: ClusterSettings, open_session: Opener
 ) -> None:
-    await store.apply([JobSpec.build("a", "@every 10s", HANDLER, retries=1)], now=T0)
+    await store.definitions.apply([JobSpec.build("a", "@every 10s", HANDLER, retries=1)], now=T0)
     first = await claim_one(open_session, 10)
     assert (first.state, first.previous_slot, first.last_success) == (None, None, None)
     assert await complete(open_session, first, "succeeded", '{"cursor": 10}', 11)

@@ -16,6 +16,7 @@ from cluster.jobs.spec import JobSpec
 from cluster.settings import ClusterSettings
 from cluster.store.connect import connection
 from cluster.store.jobstore.store import JobStore
+from cluster.timing.instants import EPOCH
 from cluster.timing.schedule import parse_schedule
 from ring import shard_for
 from tests.helpers.waiting import until
@@ -70,7 +71,7 @@ def spec(name: str = "tick", schedule: str = "*/5 * * * *", **kwargs: Any) -> Jo
 
 
 async def test_add_and_get_with_defaults(store: JobStore) -> None:
-    job = await store.add(spec(), now=T0)
+    job = await store.definitions.add(spec(), now=T0)
     assert job.next_run_at == T0 + timedelta(minutes=5), "first slot strictly after now"
     assert job.slot_at == job.next_run_at
     assert job.next_run_at.utcoffset() == timedelta(0)
@@ -86,7 +87,7 @@ async def test_add_and_get_with_defaults(store: JobStore) -> None:
 
 
 async def test_add_with_every_option(store: JobStore) -> None:
-    job = await store.add(
+    job = await store.definitions.add(
         spec(
             "nightly",
             "30 2 * * *",
@@ -118,14 +119,13 @@ async def test_add_with_every_option(store: JobStore) -> None:
 
 
 async def test_add_paused(store: JobStore) -> None:
-    job = await store.add(spec(paused=True), now=T0)
+    job = await store.definitions.add(spec(paused=True), now=T0)
     assert (job.status, job.paused) == ("paused", True)
 
 
 async def test_every_schedule_is_epoch_aligned(store: JobStore) -> None:
-    job = await store.add(spec("every", "@every 7m"), now=T0)
-    epoch = datetime(1970, 1, 1, tzinfo=UTC)
-    assert (job.next_run_at - epoch) % timedelta(minutes=7) == timedelta(0)
+    job = await store.definitions.add(spec("every", "@every 7m"), now=T0)
+    assert (job.next_run_at - EPOCH) % timedelta(minutes=7) == timedelta(0)
     assert T0 < job.next_run_at <= T0 + timedelta(minutes=7)
 
 
@@ -139,21 +139,21 @@ async def test_db_now(store: JobStore) -> None:
 async def test_duplicate_name_in_a_tenant_is_rejected(
     store: JobStore, settings: ClusterSettings
 ) -> None:
-    first = await store.add(spec(), now=T0)
+    first = await store.definitions.add(spec(), now=T0)
     before = await snapshot(settings)
     with pytest.raises(InvalidInput) as info:
-        await store.add(spec(schedule="@daily", handler="other.mod:fn"), now=T0)
+        await store.definitions.add(spec(schedule="@daily", handler="other.mod:fn"), now=T0)
     assert info.value.field == "name"
     assert "tick" in str(info.value)
     assert await snapshot(settings) == before
     assert await store.get("tick") == first
-    other = await store.add(spec(tenant="acme"), now=T0)  # same name, other tenant
+    other = await store.definitions.add(spec(tenant="acme"), now=T0)  # same name, other tenant
     assert other.id != first.id
     assert await job_count(settings) == 2
 
 
 async def test_not_found_is_a_lookup_error(store: JobStore) -> None:
-    await store.add(spec(tenant="acme"), now=T0)
+    await store.definitions.add(spec(tenant="acme"), now=T0)
     calls = {
         "get": lambda: store.get("tick"),
         "pause": lambda: store.pause("tick"),
@@ -173,7 +173,7 @@ async def test_not_found_is_a_lookup_error(store: JobStore) -> None:
 
 async def test_jobs_lists_in_order_and_filters_by_tenant(store: JobStore) -> None:
     for tenant, name in [("b", "z"), ("a", "y"), ("b", "a"), ("default", "m")]:
-        await store.add(spec(name, tenant=tenant), now=T0)
+        await store.definitions.add(spec(name, tenant=tenant), now=T0)
     assert [(j.tenant, j.name) for j in await store.jobs()] == [
         ("a", "y"),
         ("b", "a"),
@@ -198,13 +198,13 @@ async def test_invalid_spec_built_directly_writes_nothing(
     ]
     for job_spec, field in bad:
         with pytest.raises(InvalidInput) as info:
-            await store.add(job_spec, now=T0)
+            await store.definitions.add(job_spec, now=T0)
         assert info.value.field == field, job_spec
     assert await job_count(settings) == 0
 
 
 async def test_unencodable_text_is_invalid_input(store: JobStore) -> None:
-    await store.add(spec(), now=T0)
+    await store.definitions.add(spec(), now=T0)
     with pytest.raises(InvalidInput) as info:
         await store.get("bad\udcff")  # a byte that was not UTF-8 in argv
     assert info.value.field == "name"
@@ -212,7 +212,7 @@ async def test_unencodable_text_is_invalid_input(store: JobStore) -> None:
         await store.jobs("bad\udcff")
     assert info.value.field == "tenant"
     with pytest.raises(InvalidInput) as info:
-        await store.add(spec("bad\ud800"), now=T0)
+        await store.definitions.add(spec("bad\ud800"), now=T0)
     assert info.value.field == "name"
     assert [j.name for j in await store.jobs()] == ["tick"]
 
@@ -221,7 +221,7 @@ async def test_unencodable_text_is_invalid_input(store: JobStore) -> None:
 
 
 async def test_pause_and_resume_at_the_next_future_slot(store: JobStore) -> None:
-    job = await store.add(spec(), now=T0)
+    job = await store.definitions.add(spec(), now=T0)
     paused = await store.pause("tick")
     assert (paused.status, paused.paused) == ("paused", True)
     assert paused.next_run_at is None, "a paused job is never due"
@@ -237,14 +237,14 @@ async def test_pause_and_resume_at_the_next_future_slot(store: JobStore) -> None
 
 
 async def test_resume_exactly_on_a_slot_moves_past_it(store: JobStore) -> None:
-    await store.add(spec(), now=T0)
+    await store.definitions.add(spec(), now=T0)
     await store.pause("tick")
     on_slot = T0 + timedelta(hours=1)
     assert (await store.resume("tick", now=on_slot)).next_run_at == on_slot + timedelta(minutes=5)
 
 
 async def test_resume_of_an_idle_job_changes_nothing(store: JobStore) -> None:
-    job = await store.add(spec(), now=T0)
+    job = await store.definitions.add(spec(), now=T0)
     again = await store.resume("tick", now=T0 + timedelta(days=1))
     assert (again.status, again.next_run_at, again.slot_at) == (
         "idle",
@@ -254,14 +254,14 @@ async def test_resume_of_an_idle_job_changes_nothing(store: JobStore) -> None:
 
 
 async def test_resume_uses_the_job_time_zone(store: JobStore) -> None:
-    await store.add(spec("ny", "0 9 * * *", tz="America/New_York", paused=True), now=T0)
+    await store.definitions.add(spec("ny", "0 9 * * *", tz="America/New_York", paused=True), now=T0)
     # 2031-03-09 is the US spring-forward day: 09:00 is already EDT, 13:00 UTC.
     resumed = await store.resume("ny", now=datetime(2031, 3, 9, 12, tzinfo=UTC))
     assert resumed.next_run_at == datetime(2031, 3, 9, 13, tzinfo=UTC)
 
 
 async def test_trigger_makes_due_now_and_keeps_the_schedule(store: JobStore) -> None:
-    job = await store.add(spec("hourly", "@hourly"), now=T0)
+    job = await store.definitions.add(spec("hourly", "@hourly"), now=T0)
     assert job.next_run_at == T0 + timedelta(hours=1)
     now = T0 + timedelta(minutes=20)
     triggered = await store.trigger("hourly", now=now)
@@ -275,14 +275,14 @@ async def test_trigger_makes_due_now_and_keeps_the_schedule(store: JobStore) -> 
 
 
 async def test_trigger_of_an_already_due_job_keeps_its_slot(store: JobStore) -> None:
-    job = await store.add(spec(), now=T0)
+    job = await store.definitions.add(spec(), now=T0)
     late = job.next_run_at + timedelta(minutes=1)
     triggered = await store.trigger("tick", now=late)
     assert (triggered.next_run_at, triggered.slot_at) == (job.next_run_at, job.slot_at)
 
 
 async def test_trigger_of_a_paused_job_runs_once_and_stays_paused(store: JobStore) -> None:
-    await store.add(spec(paused=True), now=T0)
+    await store.definitions.add(spec(paused=True), now=T0)
     now = T0 + timedelta(minutes=2)
     triggered = await store.trigger("tick", now=now)
     assert (triggered.status, triggered.paused) == ("idle", True)
@@ -292,7 +292,7 @@ async def test_trigger_of_a_paused_job_runs_once_and_stays_paused(store: JobStor
 async def test_trigger_of_a_running_job_is_refused(
     store: JobStore, settings: ClusterSettings
 ) -> None:
-    await store.add(spec(), now=T0)
+    await store.definitions.add(spec(), now=T0)
     await sql(settings, "UPDATE jobs SET status = 'running', locked_by = 'n1'")
     before = await snapshot(settings)
     with pytest.raises(InvalidInput) as info:
@@ -305,8 +305,8 @@ async def test_trigger_of_a_running_job_is_refused(
 async def test_remove_deletes_the_job_and_its_runs(
     store: JobStore, settings: ClusterSettings
 ) -> None:
-    job = await store.add(spec(), now=T0)
-    keep = await store.add(spec("keep"), now=T0)
+    job = await store.definitions.add(spec(), now=T0)
+    keep = await store.definitions.add(spec("keep"), now=T0)
     for j in (job, keep):
         await insert_run(settings, j, T0, "succeeded")
     await store.remove("tick")
@@ -321,7 +321,7 @@ async def test_remove_deletes_the_job_and_its_runs(
 async def test_a_run_row_committed_while_its_job_is_deleted_goes_with_the_job(
     store: JobStore, settings: ClusterSettings
 ) -> None:
-    job = await store.add(spec(), now=T0)
+    job = await store.definitions.add(spec(), now=T0)
     async with connection(settings, "pulse-test") as writer, writer.transaction():
         # What a completion does: update the job row, write a run row from it.
         await writer.execute(
@@ -347,7 +347,7 @@ async def test_a_run_row_committed_while_its_job_is_deleted_goes_with_the_job(
 
 async def test_apply_creates_then_is_idempotent(store: JobStore, settings: ClusterSettings) -> None:
     specs = [spec("a"), spec("b", "@hourly", tenant="acme", payload={"k": "v"})]
-    first = await store.apply(specs, now=T0)
+    first = await store.definitions.apply(specs, now=T0)
     assert (first.created, first.updated, first.unchanged, first.removed) == (
         ["a", "acme/b"],
         [],
@@ -356,7 +356,7 @@ async def test_apply_creates_then_is_idempotent(store: JobStore, settings: Clust
     )
     assert first.changed
     before = await snapshot(settings)
-    second = await store.apply(specs, now=T0 + timedelta(hours=5))
+    second = await store.definitions.apply(specs, now=T0 + timedelta(hours=5))
     assert (second.created, second.updated, second.removed) == ([], [], [])
     assert second.unchanged == ["a", "acme/b"]
     assert not second.changed
@@ -364,10 +364,10 @@ async def test_apply_creates_then_is_idempotent(store: JobStore, settings: Clust
 
 
 async def test_apply_updates_in_place(store: JobStore, settings: ClusterSettings) -> None:
-    await store.apply([spec("a"), spec("b")], now=T0)
+    await store.definitions.apply([spec("a"), spec("b")], now=T0)
     a0, b0 = await store.get("a"), await store.get("b")
     later = T0 + timedelta(minutes=7)
-    result = await store.apply(
+    result = await store.definitions.apply(
         [spec("a", payload={"v": 2}, retries=2), spec("b", "@hourly")], now=later
     )
     assert sorted(result.updated) == ["a", "b"]
@@ -383,16 +383,16 @@ async def test_apply_updates_in_place(store: JobStore, settings: ClusterSettings
 async def test_apply_prune_removes_absent_jobs_and_their_runs(
     store: JobStore, settings: ClusterSettings
 ) -> None:
-    await store.apply([spec("a"), spec("b"), spec("c", tenant="acme")], now=T0)
+    await store.definitions.apply([spec("a"), spec("b"), spec("c", tenant="acme")], now=T0)
     kept = await store.get("a")
     for j in (kept, await store.get("b")):
         await insert_run(settings, j, T0, "succeeded")
-    result = await store.apply([spec("a")], prune=True, now=T0)
+    result = await store.definitions.apply([spec("a")], prune=True, now=T0)
     assert sorted(result.removed) == ["acme/c", "b"]
     assert [r.job_name for r in await store.runs()] == ["a"]
     assert result.unchanged == ["a"]
     assert [(j.tenant, j.name, j.id) for j in await store.jobs()] == [("default", "a", kept.id)]
-    without_prune = await store.apply([spec("z")], now=T0)
+    without_prune = await store.definitions.apply([spec("z")], now=T0)
     assert without_prune.removed == []
     assert [j.name for j in await store.jobs()] == ["a", "z"]
 
@@ -400,7 +400,7 @@ async def test_apply_prune_removes_absent_jobs_and_their_runs(
 async def test_apply_with_a_bad_entry_applies_none(
     store: JobStore, settings: ClusterSettings
 ) -> None:
-    await store.apply([spec("a")], now=T0)
+    await store.definitions.apply([spec("a")], now=T0)
     before = await snapshot(settings)
     bad_batches = [
         [spec("a", payload={"changed": True}), JobSpec("b", "not cron", HANDLER), spec("c")],
@@ -410,10 +410,10 @@ async def test_apply_with_a_bad_entry_applies_none(
     for batch in bad_batches:
         for prune in (False, True):
             with pytest.raises(InvalidInput):
-                await store.apply(batch, prune=prune, now=T0)
+                await store.definitions.apply(batch, prune=prune, now=T0)
             assert await snapshot(settings) == before
     with pytest.raises(InvalidInput) as info:
-        await store.apply(bad_batches[1], now=T0)
+        await store.definitions.apply(bad_batches[1], now=T0)
     message = str(info.value)
     assert "entry 3" in message and "entry 4" in message, "every bad entry is reported"
     assert "entry 1" not in message and "entry 2" not in message
@@ -426,13 +426,13 @@ async def test_names_and_payloads_round_trip_unchanged(
     store: JobStore, settings: ClusterSettings
 ) -> None:
     for name in NASTY_NAMES:
-        added = await store.add(spec(name, tenant=name, payload=NASTY_PAYLOAD), now=T0)
+        added = await store.definitions.add(spec(name, tenant=name, payload=NASTY_PAYLOAD), now=T0)
         assert (added.name, added.tenant, added.payload) == (name, name, NASTY_PAYLOAD)
         got = await store.get(name, name)
         assert (got.name, got.tenant, got.payload) == (name, name, NASTY_PAYLOAD)
         assert [j.name for j in await store.jobs(name)] == [name]
     shell = "shell:echo 'it''s' \"$HOME\"; DROP TABLE jobs; -- 🚀"
-    await store.add(spec("shell", handler=shell), now=T0)
+    await store.definitions.add(spec("shell", handler=shell), now=T0)
     assert (await store.get("shell")).handler == shell
     assert await job_count(settings) == len(NASTY_NAMES) + 1
     # Controls go through the same parameters.
@@ -445,13 +445,15 @@ async def test_names_and_payloads_round_trip_unchanged(
 
 async def test_apply_round_trips_awkward_text(store: JobStore) -> None:
     specs = [spec(n, tenant="t", payload={"name": n, **NASTY_PAYLOAD}) for n in NASTY_NAMES]
-    assert len((await store.apply(specs, now=T0)).created) == len(NASTY_NAMES)
-    assert (await store.apply(specs, now=T0)).unchanged == [f"t/{n}" for n in NASTY_NAMES]
+    assert len((await store.definitions.apply(specs, now=T0)).created) == len(NASTY_NAMES)
+    assert (await store.definitions.apply(specs, now=T0)).unchanged == [
+        f"t/{n}" for n in NASTY_NAMES
+    ]
     by_name = {j.name: j for j in await store.jobs("t")}
     assert set(by_name) == set(NASTY_NAMES)
     for name, job in by_name.items():
         assert job.payload == {"name": name, **NASTY_PAYLOAD}
-    result = await store.apply(specs[:1], prune=True, now=T0)
+    result = await store.definitions.apply(specs[:1], prune=True, now=T0)
     assert sorted(result.removed) == sorted(f"t/{n}" for n in NASTY_NAMES[1:])
 
 
@@ -480,8 +482,8 @@ async def insert_run(
 
 
 async def test_runs_filters_orders_and_limits(store: JobStore, settings: ClusterSettings) -> None:
-    a = await store.add(spec("a"), now=T0)
-    b = await store.add(spec("b", tenant="acme"), now=T0)
+    a = await store.definitions.add(spec("a"), now=T0)
+    b = await store.definitions.add(spec("b", tenant="acme"), now=T0)
     for i in range(5):
         await insert_run(settings, a, T0 + timedelta(minutes=5 * i), "succeeded")
     await insert_run(settings, a, T0 + timedelta(minutes=30), "failed", attempt=2)

@@ -30,7 +30,7 @@ async def add(store: JobStore, tenant: str, count: int, **options: object) -> No
         JobSpec.build(f"{tenant}-{i:03d}", "@every 10s", HANDLER, tenant=tenant, **options)
         for i in range(count)
     ]
-    await store.apply(specs, now=T0)
+    await store.definitions.apply(specs, now=T0)
 
 
 async def in_flight(store: JobStore, tenant: str) -> int:
@@ -115,7 +115,7 @@ async def test_a_tenant_at_its_limit_hides_no_other_tenant(
 ) -> None:
     # a's jobs are older than b's, and every shard's oldest: a plain claim reads only a's.
     await add(store, "a", 120)
-    await store.apply(
+    await store.definitions.apply(
         [JobSpec.build(f"b-{i}", "@every 20s", HANDLER, tenant="b") for i in range(4)], now=T0
     )
     await store.tenants.set_limit("a", 1)
@@ -170,7 +170,7 @@ async def test_every_way_a_run_ends_gives_its_place_back(
 async def test_flights_hold_places_from_their_claim_to_their_end(
     store: JobStore, open_session: Opener
 ) -> None:
-    await store.apply(
+    await store.definitions.apply(
         [JobSpec.build("fan", "@every 10s", HANDLER, tenant="a", overlap="allow",
                        max_concurrent=5, retries=3)],
         now=T0,

@@ -51,7 +51,7 @@ async def missed(alerts: AlertStore, seconds: float) -> list[str]:
 
 
 async def test_a_watch_job_is_never_claimed(store: JobStore, open_session: Opener) -> None:
-    await store.apply([minutely("w"), JobSpec.build("r", "* * * * *", HANDLER)], now=T0)
+    await store.definitions.apply([minutely("w"), JobSpec.build("r", "* * * * *", HANDLER)], now=T0)
     job = await store.get("w")
     assert (job.watch, job.shard, job.handler) == (True, WATCH_SHARD, "")
     node = await open_session("n1")
@@ -64,7 +64,7 @@ async def test_a_watch_job_is_never_claimed(store: JobStore, open_session: Opene
 async def test_pings_are_written_as_runs_of_the_slots_they_belong_to(
     store: JobStore, settings: ClusterSettings
 ) -> None:
-    await store.add(minutely("w"), now=T0)
+    await store.definitions.add(minutely("w"), now=T0)
     token = await store.ping_token("w")
     ping = await store.ping(token, "success", b"rows: 42\n", now=at(62))
     assert ping is not None and (ping.outcome, ping.slot) == ("recorded", at(60))
@@ -85,7 +85,7 @@ async def test_pings_are_written_as_runs_of_the_slots_they_belong_to(
 async def test_an_unknown_or_malformed_token_writes_nothing(
     store: JobStore, settings: ClusterSettings
 ) -> None:
-    await store.add(minutely("w"), now=T0)
+    await store.definitions.add(minutely("w"), now=T0)
     await store.ping_token("w")
     for guess in ("x" * 43, "", "../../etc", "\udcff" * 5, "w", str((await store.get("w")).id)):
         assert await store.ping(guess, "success", b"x", now=at(61)) is None
@@ -95,8 +95,8 @@ async def test_an_unknown_or_malformed_token_writes_nothing(
 async def test_a_token_is_kept_as_a_hash_shown_once_and_rotated(
     store: JobStore, settings: ClusterSettings
 ) -> None:
-    await store.add(minutely("w"), now=T0)
-    await store.add(JobSpec.build("r", "* * * * *", HANDLER), now=T0)
+    await store.definitions.add(minutely("w"), now=T0)
+    await store.definitions.add(JobSpec.build("r", "* * * * *", HANDLER), now=T0)
     token = await store.ping_token("w")
     (row,) = await sql(settings, "SELECT ping_hash FROM jobs WHERE name = 'w'")
     assert bytes(row["ping_hash"]) == token_hash(token) and token.encode() not in row["ping_hash"]
@@ -112,7 +112,7 @@ async def test_a_token_is_kept_as_a_hash_shown_once_and_rotated(
 async def test_a_missing_ping_raises_late_once_per_slot_and_a_late_one_is_kept(
     store: JobStore, settings: ClusterSettings
 ) -> None:
-    await store.add(minutely("w", late_after="30s"), now=T0)
+    await store.definitions.add(minutely("w", late_after="30s"), now=T0)
     token = await store.ping_token("w")
     await add_rule(settings, "ops", HOOK, events="late")
     async with AlertStore.open(settings, "n9/alerts") as alerts:
@@ -138,7 +138,7 @@ async def test_a_missing_ping_raises_late_once_per_slot_and_a_late_one_is_kept(
 
 
 async def test_a_paused_watch_job_is_never_late(store: JobStore, settings: ClusterSettings) -> None:
-    await store.add(minutely("w", late_after="30s"), now=T0)
+    await store.definitions.add(minutely("w", late_after="30s"), now=T0)
     await store.pause("w")
     async with AlertStore.open(settings, "n9/alerts") as alerts:
         assert await missed(alerts, 600) == []
@@ -147,7 +147,7 @@ async def test_a_paused_watch_job_is_never_late(store: JobStore, settings: Clust
 async def test_adoption_hands_the_job_to_the_nodes_at_its_slot_and_counts_double_runs(
     store: JobStore, settings: ClusterSettings, open_session: Opener
 ) -> None:
-    await store.add(minutely("w"), now=T0)
+    await store.definitions.add(minutely("w"), now=T0)
     token = await store.ping_token("w")
     await store.ping(token, "success", now=at(61))
     with pytest.raises(InvalidInput, match="handler"):
@@ -187,7 +187,7 @@ async def test_adoption_hands_the_job_to_the_nodes_at_its_slot_and_counts_double
 async def test_adopting_at_the_awaited_slot_hands_it_over_at_once(
     store: JobStore, open_session: Opener
 ) -> None:
-    await store.add(minutely("w", handler=HANDLER), now=T0)
+    await store.definitions.add(minutely("w", handler=HANDLER), now=T0)
     job = await store.adopt("w", at=at(60), now=at(10))
     assert (job.watch, job.next_run_at) == (False, at(60))
     node = await open_session("n1")
@@ -197,7 +197,7 @@ async def test_adopting_at_the_awaited_slot_hands_it_over_at_once(
 async def test_a_missed_last_watched_slot_hands_over_too(
     store: JobStore, settings: ClusterSettings
 ) -> None:
-    await store.add(minutely("w", handler=HANDLER, late_after="20s"), now=T0)
+    await store.definitions.add(minutely("w", handler=HANDLER, late_after="20s"), now=T0)
     await store.adopt("w", at=at(120), now=at(10))
     async with AlertStore.open(settings, "n9/alerts") as alerts:
         assert await missed(alerts, 81) == ["w"]
@@ -215,21 +215,21 @@ async def test_a_job_file_entry_with_watch_true(store: JobStore, tmp_path: Path)
         "    watch: true\n"
         "    handler: 'shell:/usr/local/bin/backup'\n"
     )
-    result = await store.apply(load_specs(str(path)), now=T0)
+    result = await store.definitions.apply(load_specs(str(path)), now=T0)
     assert result.created == ["backup"]
     job = await store.get("backup")
     assert (job.watch, job.shard, job.handler) == (True, WATCH_SHARD, "shell:/usr/local/bin/backup")
-    assert (await store.apply(load_specs(str(path)), now=T0)).unchanged == ["backup"]
+    assert (await store.definitions.apply(load_specs(str(path)), now=T0)).unchanged == ["backup"]
     path.write_text(path.read_text().replace("    watch: true\n", ""))
     with pytest.raises(InvalidInput, match="jobs adopt"):
-        await store.apply(load_specs(str(path)), now=T0)
+        await store.definitions.apply(load_specs(str(path)), now=T0)
     assert (await store.get("backup")).watch
 
 
 async def test_bad_watch_definitions_are_refused(store: JobStore) -> None:
-    await store.add(JobSpec.build("r", "* * * * *", HANDLER), now=T0)
+    await store.definitions.add(JobSpec.build("r", "* * * * *", HANDLER), now=T0)
     with pytest.raises(InvalidInput, match="exists as a job Pulse runs"):
-        await store.apply([minutely("r")], now=T0)
+        await store.definitions.apply([minutely("r")], now=T0)
     for kw, field in (
         ({"zones": "a"}, "watch"),
         ({"overlap": "allow"}, "watch"),
@@ -245,8 +245,8 @@ async def test_bad_watch_definitions_are_refused(store: JobStore) -> None:
 async def test_the_status_backlog_leaves_watch_jobs_out(
     store: JobStore, settings: ClusterSettings
 ) -> None:
-    await store.add(minutely("w"), now=T0)
-    await store.add(JobSpec.build("r", "* * * * *", HANDLER), now=T0)
+    await store.definitions.add(minutely("w"), now=T0)
+    await store.definitions.add(JobSpec.build("r", "* * * * *", HANDLER), now=T0)
     conn = await connect(settings, "observer")
     try:
         cur = await conn.execute(query("status_backlog"), {"now": at(600)})
@@ -259,7 +259,7 @@ async def test_the_status_backlog_leaves_watch_jobs_out(
 async def test_a_job_behind_by_several_slots_catches_up_in_one_pass(
     store: JobStore, settings: ClusterSettings
 ) -> None:
-    await store.add(minutely("w", late_after="30s"), now=T0)
+    await store.definitions.add(minutely("w", late_after="30s"), now=T0)
     token = await store.ping_token("w")
     await store.ping(token, "success", now=at(181))  # slot 180 pinged, 60 and 120 not
     await add_rule(settings, "ops", HOOK, events="late")
@@ -276,7 +276,7 @@ async def test_a_job_behind_by_several_slots_catches_up_in_one_pass(
 async def test_a_ping_past_its_late_window_before_the_pass_raises_late_once(
     store: JobStore, settings: ClusterSettings
 ) -> None:
-    await store.add(minutely("w", late_after="30s"), now=T0)
+    await store.definitions.add(minutely("w", late_after="30s"), now=T0)
     token = await store.ping_token("w")
     await add_rule(settings, "ops", HOOK, events="late")
     await store.ping(token, "success", now=at(100))  # 40 s after slot 60, no pass ran
@@ -290,7 +290,7 @@ async def test_a_ping_past_its_late_window_before_the_pass_raises_late_once(
 async def test_a_watch_job_resumed_past_its_adoption_slot_is_handed_over(
     store: JobStore, settings: ClusterSettings
 ) -> None:
-    await store.add(minutely("w", handler=HANDLER, late_after="20s"), now=T0)
+    await store.definitions.add(minutely("w", handler=HANDLER, late_after="20s"), now=T0)
     await store.adopt("w", at=at(180), now=at(10))
     await store.pause("w")
     await store.resume("w", now=at(250))  # awaits 300 s, past the adoption slot
@@ -303,7 +303,7 @@ async def test_a_watch_job_resumed_past_its_adoption_slot_is_handed_over(
 async def test_the_web_role_writes_a_pings_run_only_through_watch_record(
     store: JobStore, settings: ClusterSettings, logins: Logins
 ) -> None:
-    await store.add(minutely("w"), now=T0)
+    await store.definitions.add(minutely("w"), now=T0)
     token = await store.ping_token("w")
     await add_rule(settings, "ops", HOOK, events="double_run")
     await asyncio.to_thread(grant_roles, settings, logins)

@@ -9,7 +9,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from cluster.errors import InvalidInput, NotFound
+from cluster.errors import InvalidInput
 from cluster.jobs.spec import JobSpec
 from cluster.store.jobstore.store import JobStore
 from node.handlers.context import Outcome
@@ -29,7 +29,7 @@ def hourly(name: str = "sync", tenant: str = "default", **options: object) -> Jo
 async def test_slots_inside_a_window_are_skipped_with_the_window_as_reason(
     store: JobStore, open_session: Opener
 ) -> None:
-    await store.add(hourly(), now=T0)
+    await store.definitions.add(hourly(), now=T0)
     change = await store.windows.add(ELEVEN + H, ELEVEN + 3 * H, tenant="default", now=T0)
     assert change.replanned == ("default/sync",)
     node = await open_session("n1")
@@ -43,14 +43,14 @@ async def test_slots_inside_a_window_are_skipped_with_the_window_as_reason(
     assert [(r.scheduled_for, r.status) for r in runs][:2] == [
         (ELEVEN + 2 * H, "skipped"), (ELEVEN + H, "skipped")
     ]  # fmt: skip
-    other = await store.add(hourly("late", tenant="other"), now=T0)
+    other = await store.definitions.add(hourly("late", tenant="other"), now=T0)
     assert other.slot_at == ELEVEN, "another tenant's job is not covered"
 
 
 async def test_deferred_slots_run_at_the_end_as_catch_up_says(
     store: JobStore, open_session: Opener
 ) -> None:
-    await store.add(hourly(catch_up="once"), now=T0)
+    await store.definitions.add(hourly(catch_up="once"), now=T0)
     window = (
         await store.windows.add(ELEVEN + H, ELEVEN + 3 * H, job="sync", defer=True, now=T0)
     ).window
@@ -77,22 +77,22 @@ async def test_deferred_slots_run_at_the_end_as_catch_up_says(
 
 
 async def test_bad_windows_write_nothing(store: JobStore) -> None:
-    await store.add(hourly(), now=T0)
+    await store.definitions.add(hourly(), now=T0)
     before = await store.get("sync")
     with pytest.raises(InvalidInput, match="is not after"):
         await store.windows.add(ELEVEN, ELEVEN - H, tenant="default", now=T0)
     with pytest.raises(InvalidInput, match="in the past"):
         await store.windows.add(T0 - 2 * H, T0 - H, tenant="default", now=T0)
-    with pytest.raises(NotFound):
+    with pytest.raises(InvalidInput, match="no job 'absent' in tenant default"):
         await store.windows.add(ELEVEN, ELEVEN + H, job="absent", now=T0)
     assert await store.windows.list() == []
     assert await store.get("sync") == before
 
 
 async def test_a_window_that_ends_does_not_change_the_jobs_definition(store: JobStore) -> None:
-    await store.apply([hourly()], now=T0)
+    await store.definitions.apply([hourly()], now=T0)
     await store.windows.add(ELEVEN, ELEVEN + H, tenant="default", now=T0)
     assert (await store.get("sync")).slot_at == ELEVEN + H
-    again = await store.apply([hourly()], now=ELEVEN + 2 * H)
+    again = await store.definitions.apply([hourly()], now=ELEVEN + 2 * H)
     assert again.unchanged == ["sync"], "a window over is no change of definition"
-    assert (await store.sync([hourly()], now=ELEVEN + 2 * H)).differing == []
+    assert (await store.definitions.sync([hourly()], now=ELEVEN + 2 * H)).differing == []

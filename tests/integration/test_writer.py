@@ -33,7 +33,9 @@ async def test_writer_applies_fenced_completions_and_reconnects(
     store: JobStore, settings: ClusterSettings
 ) -> None:
     for name in ("a", "b"):
-        await store.add(JobSpec.build(name, "@every 10s", "cluster.chaos.witness:record"), now=T0)
+        await store.definitions.add(
+            JobSpec.build(name, "@every 10s", "cluster.chaos.witness:record"), now=T0
+        )
     session = LockSession(settings, "n1", "z", session_timeout_s=10, statement_timeout_s=5)
     writer = ResultWriter(settings, "n1", "z", statement_timeout_s=5)
     try:
@@ -62,7 +64,9 @@ async def test_writer_prepares_its_statement_and_recovers_from_a_refused_complet
     store: JobStore, settings: ClusterSettings
 ) -> None:
     for name in ("a", "b"):
-        await store.add(JobSpec.build(name, "@every 10s", "cluster.chaos.witness:record"), now=T0)
+        await store.definitions.add(
+            JobSpec.build(name, "@every 10s", "cluster.chaos.witness:record"), now=T0
+        )
     session = LockSession(settings, "n1", "z", session_timeout_s=10, statement_timeout_s=5)
     writer = ResultWriter(settings, "n1", "z", statement_timeout_s=5)
     try:

@@ -61,5 +61,5 @@ def test_api_requests_past_the_limit_are_refused_at_once() -> None:
 
 
 def test_the_consoles_static_files_are_never_gated() -> None:
-    paths = ["/api/jobs", "/api/status", "/console/console.js", "/console/console.css"]
+    paths = ["/api/jobs", "/api/status", "/console/console.js", "/console/statuses.js"]
     assert asyncio.run(_statuses(paths, per_token=2)) == [200, 200, 200, 200]

@@ -12,10 +12,13 @@ from typing import Any
 import pulsecron
 from pulsecron import testing
 
+# The parts of JobStore that docs/python.md offers: ``store.definitions.add(spec)``.
+STORE_PARTS = ("definitions", "inputs", "plans", "revisions", "runcontrol")
+
 
 def describe() -> dict[str, dict[str, str]]:
     """Each public class: its constructor and public methods' signatures (an error: its
-    bases)."""
+    bases); and each public part of ``JobStore``: its methods' signatures."""
     found: dict[str, dict[str, str]] = {}
     for name in sorted(pulsecron.__all__):
         if name == "__version__":
@@ -26,19 +29,26 @@ def describe() -> dict[str, dict[str, str]]:
             entry["bases"] = ", ".join(b.__name__ for b in obj.__mro__[1:-1])
         else:
             entry["__init__"] = str(inspect.signature(obj))
-        own: dict[str, Any] = {}
-        for klass in reversed(obj.__mro__):  # methods a Pulse base class (a mix-in) gives
-            if klass.__module__.split(".")[0] in ("cluster", "node", "ring", "pulsecron"):
-                own.update(vars(klass))
-        for attr, value in sorted(own.items()):
-            if attr.startswith("_") and attr not in ("__aenter__", "__aexit__"):
-                continue
-            function: Any = (
-                value.__func__ if isinstance(value, classmethod | staticmethod) else value
-            )
-            if inspect.isfunction(function):
-                entry[attr] = str(inspect.signature(function))
-        found[name] = entry
+        found[name] = {**entry, **methods(obj)}
+    store = pulsecron.JobStore(None, pulsecron.ClusterSettings())  # type: ignore[arg-type]
+    for part in STORE_PARTS:
+        found[f"JobStore.{part}"] = methods(type(getattr(store, part)))
+    return found
+
+
+def methods(obj: type) -> dict[str, str]:
+    """The public methods of a class, and those a Pulse base class (a mix-in) gives it."""
+    own: dict[str, Any] = {}
+    for klass in reversed(obj.__mro__):
+        if klass.__module__.split(".")[0] in ("cluster", "node", "ring", "pulsecron"):
+            own.update(vars(klass))
+    found: dict[str, str] = {}
+    for attr, value in sorted(own.items()):
+        if attr.startswith("_") and attr not in ("__aenter__", "__aexit__"):
+            continue
+        function: Any = value.__func__ if isinstance(value, classmethod | staticmethod) else value
+        if inspect.isfunction(function):
+            found[attr] = str(inspect.signature(function))
     return found
 
 
@@ -159,23 +169,8 @@ EXPECTED: dict[str, dict[str, str]] = {
     "JobStore": {
         "__init__": "(conn: 'Conn', settings: 'ClusterSettings', *, scope: 'str | None' = "
         "None) -> 'None'",
-        "act_as": "(self, who: 'str', how: 'str') -> 'None'",
-        "add": "(self, spec: 'JobSpec', *, now: 'datetime | None' = None) -> 'Job'",
         "adopt": "(self, name: 'str', tenant: 'str' = 'default', *, at: 'datetime', "
         "handler: 'str | None' = None, now: 'datetime | None' = None) -> 'Job'",
-        "apply": "(self, specs: 'Sequence[JobSpec]', *, prune: 'bool' = False, now: "
-        "'datetime | None' = None, expect: 'Mapping[tuple[str, str], int] | None'"
-        " = None) -> 'ApplyResult'",
-        "backfill": "(self, name: 'str', tenant: 'str' = 'default', *, start: 'datetime', "
-        "end: 'datetime', only_missing: 'bool' = False, max_parallel: 'int' = 1, "
-        "dry_run: 'bool' = False, now: 'datetime | None' = None) -> "
-        "'BackfillPlan'",
-        "backfills": "(self, tenant: 'str | None' = None, limit: 'int | None' = None) -> "
-        "'list[Backfill]'",
-        "cancel": "(self, name: 'str', tenant: 'str' = 'default', *, by: 'str', slot: "
-        "'datetime | None' = None, every: 'bool' = False) -> "
-        "'list[CancelRequest]'",
-        "cancel_backfill": "(self, backfill_id: 'int') -> 'Backfill'",
         "config": "(self) -> 'list[tuple[str, str, datetime]]'",
         "config_values": "(self) -> 'dict[str, str]'",
         "db_now": "(self, now: 'datetime | None' = None) -> 'datetime'",
@@ -210,15 +205,46 @@ EXPECTED: dict[str, dict[str, str]] = {
         "'str | None' = None, limit: 'int' = 50) -> 'list[Run]'",
         "set_config": "(self, key: 'str', value: 'str') -> 'str'",
         "shard_count": "(self) -> 'int'",
-        "sync": "(self, specs: 'Sequence[JobSpec]', *, now: 'datetime | None' = None) -> "
-        "'SyncResult'",
         "transaction": "(self) -> 'AsyncIterator[None]'",
         "trigger": "(self, name: 'str', tenant: 'str' = 'default', *, now: 'datetime | None'"
         " = None) -> 'Job'",
-        "trigger_with": "(self, name: 'str', tenant: 'str' = 'default', *, payload: 'str | "
-        "Mapping[str, Any] | None' = None, merge_payload: 'str | Mapping[str, "
-        "Any] | None' = None, slot: 'datetime | None' = None, now: 'datetime | "
-        "None' = None) -> 'Triggered'",
+    },
+    "JobStore.definitions": {
+        "add": "(self, spec: 'JobSpec', *, now: 'datetime | None' = None) -> 'Job'",
+        "apply": "(self, specs: 'Sequence[JobSpec]', *, prune: 'bool' = False, now: 'datetime | "
+        "None' = None, expect: 'Mapping[tuple[str, str], int] | None' = None) -> "
+        "'ApplyResult'",
+        "sync": "(self, specs: 'Sequence[JobSpec]', *, now: 'datetime | None' = None) -> "
+        "'SyncResult'",
+    },
+    "JobStore.inputs": {
+        "trigger": "(self, name: 'str', tenant: 'str' = 'default', *, payload: 'str | Mapping[str, "
+        "Any] | None' = None, merge_payload: 'str | Mapping[str, Any] | None' = None, "
+        "slot: 'datetime | None' = None, now: 'datetime | None' = None) -> 'Triggered'",
+    },
+    "JobStore.plans": {
+        "plan": "(self, specs: 'Sequence[JobSpec]', *, prune: 'bool' = False, now: 'datetime | "
+        "None' = None, slots: 'int' = 5) -> 'Plan'",
+    },
+    "JobStore.revisions": {
+        "act_as": "(self, who: 'str', how: 'str') -> 'None'",
+        "history": "(self, name: 'str', tenant: 'str', *, before: 'int | None' = None, "
+        "limit: 'int' = 100) -> 'list[Revision]'",
+        "restore": "(self, spec: 'JobSpec', to: 'int', *, now: 'datetime | None' = None) -> "
+        "'Rollback'",
+        "rollback": "(self, name: 'str', tenant: 'str', to: 'int', *, now: 'datetime | None' "
+        "= None) -> 'Rollback'",
+        "spec_at": "(self, name: 'str', tenant: 'str', to: 'int') -> 'JobSpec'",
+    },
+    "JobStore.runcontrol": {
+        "backfill": "(self, name: 'str', tenant: 'str' = 'default', *, start: 'datetime', end: "
+        "'datetime', only_missing: 'bool' = False, max_parallel: 'int' = 1, dry_run: "
+        "'bool' = False, now: 'datetime | None' = None) -> 'BackfillPlan'",
+        "backfills": "(self, tenant: 'str | None' = None, limit: 'int | None' = None) -> "
+        "'list[Backfill]'",
+        "cancel": "(self, name: 'str', tenant: 'str' = 'default', *, by: 'str', slot: 'datetime | "
+        "None' = None, every: 'bool' = False) -> 'list[CancelRequest]'",
+        "cancel_backfill": "(self, backfill_id: 'int') -> 'Backfill'",
     },
     "MembershipError": {
         "bases": "PulseError, Exception, BaseException",

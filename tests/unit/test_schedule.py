@@ -11,9 +11,9 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from cluster.errors import InvalidInput
+from cluster.timing.instants import EPOCH
 from cluster.timing.schedule import MACROS, Schedule, parse_schedule
 
-EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 T0 = datetime(2026, 5, 13, 10, 7, 30, tzinfo=UTC)
 PROPERTY = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 

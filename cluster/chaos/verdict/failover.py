@@ -22,6 +22,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from cluster.chaos.verdict.observations import FaultRecord, LockSample, Observations
+from cluster.jobs.models import RunStatus
 
 ATTRIBUTION_SLACK_S = 1.0
 
@@ -87,7 +88,7 @@ def _histories(obs: Observations) -> tuple[dict[str, list[_Handled]], dict[tuple
         history[e.job].append(_Handled(e.at, e.slot_ms, e.attempt))
         final[(e.job, e.slot_ms)] = max(final[(e.job, e.slot_ms)], e.attempt)
     for r in obs.runs:
-        if r.status == "skipped" and r.finished_at is not None:
+        if r.status == RunStatus.SKIPPED and r.finished_at is not None:
             history[r.job].append(_Handled(r.finished_at, r.slot_ms, 0))
     for events in history.values():
         events.sort(key=lambda h: h.at)

@@ -87,7 +87,7 @@ def exactly_once_effects(obs: Observations) -> CheckResult | None:
     if not jobs:
         return None
     runs = {(r.job, r.slot_ms): r for r in obs.runs if r.job in jobs}
-    succeeded = {key: r for key, r in runs.items() if r.status == "succeeded"}
+    succeeded = {key: r for key, r in runs.items() if r.status == RunStatus.SUCCEEDED}
     rows = [row for row in obs.ledger if row.job in jobs]
     per_slot = Counter((row.job, row.slot_ms) for row in rows)
     found = [
@@ -98,7 +98,7 @@ def exactly_once_effects(obs: Observations) -> CheckResult | None:
     for row in rows:
         key = (row.job, row.slot_ms)
         run, where = runs.get(key), f"attempt {row.attempt} on {row.node}, token {row.token}"
-        if run is None or run.status != "succeeded":
+        if run is None or run.status != RunStatus.SUCCEEDED:
             status = "no run row" if run is None else f"run {run.status}"
             kind = "effect of a slot that did not succeed"
             found.append(Violation(kind, row.job, row.slot_ms, f"{where}; {status}"))
@@ -195,7 +195,7 @@ def allow_slots(obs: Observations) -> CheckResult | None:
             found.append(Violation("attempt executed twice", e.job, e.slot_ms, detail))
         seen[key] = e
     succeeded = Counter(
-        (r.job, r.slot_ms) for r in obs.runs if r.job in jobs and r.status == "succeeded"
+        (r.job, r.slot_ms) for r in obs.runs if r.job in jobs and r.status == RunStatus.SUCCEEDED
     )
     for (job, slot_ms), count in sorted(succeeded.items()):
         if count > 1:
@@ -296,7 +296,7 @@ def dependencies(obs: Observations) -> CheckResult | None:
     for e in executions:
         for upstream in jobs[e.job].after:
             up = runs.get((upstream, e.slot_ms))
-            if up is None or up.status != "succeeded" or up.finished_at is None:
+            if up is None or up.status != RunStatus.SUCCEEDED or up.finished_at is None:
                 status = "no run row" if up is None else f"run {up.status}"
                 detail = f"attempt {e.attempt} on {e.node}; {upstream}: {status}"
             elif e.at < up.finished_at - DEPENDENCY_CLOCK_SLACK_S:
@@ -306,7 +306,7 @@ def dependencies(obs: Observations) -> CheckResult | None:
             found.append(Violation("ran before its upstream succeeded", e.job, e.slot_ms, detail))
     start_ms = (obs.window_start + obs.clock_offset_s) * 1000
     end_ms = (obs.window_end + obs.clock_offset_s) * 1000
-    succeeded = {(r.job, r.slot_ms) for r in obs.runs if r.status == "succeeded"}
+    succeeded = {(r.job, r.slot_ms) for r in obs.runs if r.status == RunStatus.SUCCEEDED}
     released = 0
     for name, info in jobs.items():
         slots = set.intersection(*({s for j, s in succeeded if j == u} for u in info.after))

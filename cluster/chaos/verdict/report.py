@@ -29,6 +29,7 @@ from cluster.chaos.verdict.safety import (
     find_reruns,
 )
 from cluster.chaos.verdict.safety import unattributed as unattributed_reruns
+from cluster.jobs.models import RunStatus
 
 SHOWN = 10
 
@@ -135,7 +136,7 @@ def build_report(obs: Observations, settings: Mapping[str, Any]) -> Report:
         expected_slots=expected,
         executions=len(obs.executions),
         runs=len(obs.runs),
-        skipped=sum(1 for r in obs.runs if r.status == "skipped"),
+        skipped=sum(1 for r in obs.runs if r.status == RunStatus.SKIPPED),
         max_unheld=max(stretches, key=lambda u: u.duration_s, default=None),
         coverage_breaches=[u for u in stretches if u.fault is None and u.duration_s > u.bound_s],
         log_events=dict(obs.log_events),

@@ -206,7 +206,7 @@ def find_lost(obs: Observations) -> tuple[int, list[Violation]]:
     expected = 0
     lost: list[Violation] = []
     start, end = (obs.window_start + obs.clock_offset_s, obs.window_end + obs.clock_offset_s)
-    succeeded = {(r.job, r.slot_ms) for r in obs.runs if r.status == "succeeded"}
+    succeeded = {(r.job, r.slot_ms) for r in obs.runs if r.status == RunStatus.SUCCEEDED}
     for job in obs.jobs.values():
         slots = expected_slots(job, start, end)
         if job.chained:  # its slots are the slots its upstreams succeeded
@@ -258,7 +258,7 @@ def check_poison(obs: Observations) -> tuple[PoisonSummary | None, list[Violatio
             detail = f"ran {count} times (each a node killed); at most {allowed} allowed"
             found.append(_v("poison job ran too often", obs.poison_job, slot_ms, detail))
         run = runs.get(slot_ms)
-        if run is None or run.status != "failed":
+        if run is None or run.status != RunStatus.FAILED:
             why = "no run row" if run is None else f"{run.status} at attempt {run.attempt}"
             found.append(_v("poison slot not recorded failed", obs.poison_job, slot_ms, why))
     summary = PoisonSummary(

@@ -156,7 +156,7 @@ async def add_job(store: JobStore, name: str, as_json: bool, web_url: str, **opt
     handlerrefs.require_broker(spec.handler, os.environ)
     token = None
     async with store.transaction():
-        job = await store.add(spec)
+        job = await store.definitions.add(spec)
         if spec.watch:
             token = await store.ping_token(spec.name, spec.tenant)
     url = None if token is None else watching.ping_url(web_url, token)

@@ -83,13 +83,13 @@ async def apply_jobs(
             handlerrefs.require_broker(entry.handler, os.environ)
         except InvalidInput as exc:
             raise InvalidInput("file", f"entry {position} ({entry.name}): {exc}") from exc
-    await store.act_as(os_user(), "module" if modules else "file")
+    await store.revisions.act_as(os_user(), "module" if modules else "file")
     if plan_only:
         plans.print_plan(await store.plans.plan(specs, prune=prune), as_json)
         return
     expected = plans.expectations(specs, prune, plan_file, expect)
     async with store.transaction():
-        result = await store.apply(specs, prune=prune, expect=expected)
+        result = await store.definitions.apply(specs, prune=prune, expect=expected)
         await store.handlers.register(handlers, "pulse jobs apply")
     if as_json:
         emit_json(

@@ -11,12 +11,12 @@ from cluster.cli.base import (
     tenant_option,
     with_store,
 )
-from cluster.jobs.models import Job, iso
+from cluster.jobs.models import Job, JobStatus, iso
 from cluster.store.jobstore.store import JobStore
 
 
 def next_run(job: Job) -> str:
-    if job.status == "done":
+    if job.status == JobStatus.DONE:
         return "none (done: its one slot has run)"
     return iso(job.next_run_at) or "none while paused"
 

@@ -68,9 +68,11 @@ def expectations(
             jobs = data["jobs"]
             digest = data["digest"]
             found = {(str(j["tenant"]), str(j["name"])): int(j["revision"]) for j in jobs}
-        except (OSError, ValueError, KeyError, TypeError) as exc:
+        except OSError as exc:
+            raise InvalidInput("plan-file", f"cannot read {plan_file}: {exc.strerror}") from exc
+        except (ValueError, KeyError, TypeError) as exc:
             raise InvalidInput(
-                "plan-file", f"not a plan of `pulse jobs apply --plan --json`: {exc}"
+                "plan-file", f"{plan_file} is not the output of `pulse jobs apply --plan --json`"
             ) from exc
         if digest != digest_of(specs, prune):
             raise Conflict(

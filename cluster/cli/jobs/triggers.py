@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from cluster.cli.base import PulseCommand, emit_json, parse_time, tenant_option, with_store
-from cluster.jobs.models import iso
+from cluster.jobs.models import JobStatus, iso
 from cluster.store.jobstore.store import JobStore
 
 
@@ -38,14 +38,14 @@ async def trigger_job(
         if as_json:
             emit_json(job.to_json())
             return
-        if job.status == "done":
+        if job.status == JobStatus.DONE:
             next_run = "none (done: its one slot has run)"
         else:
             next_run = iso(job.next_run_at) or "none while paused"
         click.echo(f"triggered {job.name} (tenant {job.tenant}): {job.status}, next run {next_run}")
         return
     moment = parse_time(slot, "slot")
-    queued = await store.trigger_with(
+    queued = await store.inputs.trigger(
         name, tenant, payload=payload, merge_payload=merge_payload, slot=moment
     )
     if as_json:

@@ -5,14 +5,22 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import click
 import httpx
 
-from cluster.cli.base import PulseCommand, emit_json, fail, parse_time, tenant_option, with_store
+from cluster.cli.base import (
+    PulseCommand,
+    emit_json,
+    fail,
+    parse_time,
+    seconds,
+    tenant_option,
+    with_store,
+)
 from cluster.jobs.models import iso
 from cluster.store.jobstore.store import JobStore
-from cluster.timing.durations import parse_duration
 
 DEFAULT_WEB_URL = "http://127.0.0.1:8080"
 DEFAULT_PING_TIMEOUT_S = 10.0
@@ -94,10 +102,7 @@ async def adopt_command(
 @click.option("--timeout", default="10s", show_default=True, help="Give up after this long.")
 def ping_command(url: str, kind: str | None, body_file: str | None, timeout: str) -> None:
     """Ping a watch job's URL (from a crontab: pulse ping URL --start; cmd; pulse ping URL)."""
-    try:
-        timeout_s = parse_duration(timeout, "timeout")
-    except ValueError as exc:
-        fail(f"invalid timeout: {exc}", 2)
+    timeout_s = seconds(timeout, "timeout")
     if not url.startswith(("http://", "https://")) or "/api/ping/" not in url:
         fail("invalid url: a ping URL is http(s)://HOST/api/ping/TOKEN", 2)
     target = url.rstrip("/") + ("" if kind is None else f"/{kind}")
@@ -109,7 +114,22 @@ def ping_command(url: str, kind: str | None, body_file: str | None, timeout: str
     try:
         answer = httpx.post(target, content=body, timeout=timeout_s)
     except httpx.HTTPError as exc:
-        fail(f"ping failed: {type(exc).__name__}", 1)
+        fail(f"ping failed: {_host(target)} {_why(exc)}", 1)
     if answer.status_code != 200:
         fail(f"ping refused: HTTP {answer.status_code}", 1)
     click.echo(f"{answer.json().get('status', 'recorded')} for slot {answer.json().get('slot')}")
+
+
+def _host(url: str) -> str:
+    """HOST[:PORT] of ``url``: never its path (the token is the job's secret) nor a password."""
+    parts = urlsplit(url)
+    return parts.hostname if parts.port is None else f"{parts.hostname}:{parts.port}"  # type: ignore[return-value]
+
+
+def _why(exc: httpx.HTTPError) -> str:
+    """A failed request in a few words: what went wrong, without the URL's token."""
+    if isinstance(exc, httpx.TimeoutException):
+        return "did not answer in time"
+    if isinstance(exc, httpx.ConnectError):
+        return "cannot be reached (connection refused or no such host)"
+    return f"failed ({type(exc).__name__})"

@@ -15,6 +15,7 @@ from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from datetime import datetime
+from enum import StrEnum
 from typing import Any
 from uuid import UUID
 
@@ -25,7 +26,16 @@ from cluster.settings import ClusterSettings
 from cluster.store.housekeeping import watches
 from cluster.store.side import Fetch, SideConnection
 
-DELIVERY_STATUSES = ("pending", "delivered", "failed")
+
+class DeliveryStatus(StrEnum):
+    """Where an alert's delivery stands (the ``alert_deliveries.status`` check)."""
+
+    PENDING = "pending"
+    DELIVERED = "delivered"
+    FAILED = "failed"  # given up after its attempts
+
+
+DELIVERY_STATUSES: tuple[str, ...] = tuple(s.value for s in DeliveryStatus)
 Row = dict[str, Any]
 
 
@@ -85,7 +95,9 @@ class DeliveryRow:
             "slot": iso(self.slot),
             "status": self.status,
             "attempts": self.attempts,
-            "next_attempt_at": iso(self.next_attempt_at) if self.status == "pending" else None,
+            "next_attempt_at": iso(self.next_attempt_at)
+            if self.status == DeliveryStatus.PENDING
+            else None,
             "locked_by": self.locked_by,
             "last_error": self.last_error,
             "delivered_at": iso(self.delivered_at),

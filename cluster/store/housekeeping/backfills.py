@@ -15,19 +15,19 @@ from __future__ import annotations
 
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any
 
 from cluster.errors import InvalidInput
-from cluster.jobs.models import iso
+from cluster.jobs.models import NEVER_DUE, iso
 from cluster.store.side import Fetch, SideConnection
+from cluster.timing.instants import US
 from cluster.timing.schedule import Schedule, parse_schedule
 
 __all__ = ["MAX_SLOTS", "Backfill", "BackfillPlan", "fill", "fill_held", "plan_slots"]
 
 MAX_SLOTS = 100_000  # slots per request
 SCAN = 1000  # slots of a request read per pass at most (only_missing skips many)
-_US = timedelta(microseconds=1)
 
 
 @dataclass(frozen=True)
@@ -100,7 +100,7 @@ def plan_slots(schedule: Schedule, start: datetime, end: datetime) -> list[datet
         raise InvalidInput("from", "--from and --to need a UTC offset")
     if start >= end:
         raise InvalidInput("to", f"must be after --from ({start.isoformat()})")
-    slots = schedule.slots_between(start, end - _US, MAX_SLOTS + 1)
+    slots = schedule.slots_between(start, end - US, MAX_SLOTS + 1)
     if not slots:
         raise InvalidInput("from", "the range holds no slot of the job's schedule")
     if len(slots) > MAX_SLOTS:
@@ -148,14 +148,14 @@ async def fill_held(
 
 
 async def _fill_one(fetch: Fetch, row: dict[str, Any], now: datetime | None) -> int:
-    if row["job_status"] in ("paused", "done"):
+    if row["job_status"] in NEVER_DUE:
         return 0  # a paused job's backfill waits for it to be resumed
     schedule = parse_schedule(row["schedule"], row["tz"], row["dst_repeated"], row["dst_skipped"])
     room = row["max_parallel"] - row["in_flight"]
     cursor, end = row["cursor_at"], row["range_to"]
     taken: list[datetime] = []
     if room > 0 and cursor < end:
-        scanned = schedule.slots_between(cursor, end - _US, SCAN)
+        scanned = schedule.slots_between(cursor, end - US, SCAN)
         done = await ran(
             fetch,
             row["job_id"],
@@ -168,7 +168,7 @@ async def _fill_one(fetch: Fetch, row: dict[str, Any], now: datetime | None) -> 
                 if len(taken) >= room:
                     break
                 taken.append(slot)
-            cursor = slot + _US
+            cursor = slot + US
         else:
             if len(scanned) < SCAN:
                 cursor = end  # no slot of the range is left

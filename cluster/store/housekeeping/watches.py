@@ -24,6 +24,7 @@ from cluster.jobs import pingbodies
 from cluster.jobs.models import Job
 from cluster.store.side import Fetch
 from cluster.timing.calendared import first_run
+from cluster.timing.instants import US
 from cluster.timing.watching import after_slot, ping_run
 from ring import shard_for
 from ring.zones import WATCH_SHARD
@@ -219,7 +220,7 @@ async def adopt(
         raise InvalidInput("name", f"{name!r} is not a watch job")
     if not (handler or job.handler):
         raise InvalidInput("handler", "a watch job needs a handler to be adopted: --handler")
-    run = first_run(job.parsed_schedule(), job.rule(), at - timedelta(microseconds=1))
+    run = first_run(job.parsed_schedule(), job.rule(), at - US)
     if run.slot != at:
         raise InvalidInput("at", f"{at.isoformat()} is not a slot of the job's schedule")
     if at <= now:

@@ -14,7 +14,7 @@ from typing import Any
 from psycopg.types.json import Jsonb
 
 from cluster.errors import Conflict
-from cluster.jobs.models import Job
+from cluster.jobs.models import Job, JobStatus
 from cluster.jobs.spec import JobSpec
 from cluster.store.housekeeping import watches
 from cluster.store.jobstore.calendar_rule import Rules
@@ -104,12 +104,12 @@ class Definitions:
                     row = {
                         "inserted": row is not None and row["inserted"],
                         "shard_id": placed,
-                        "status": "idle" if row is None else row["status"],
+                        "status": JobStatus.IDLE if row is None else row["status"],
                     }
                 if row is None:
                     result.unchanged.append(label)
                     continue
-                if row["status"] != "done":  # a changed or new job due again
+                if row["status"] != JobStatus.DONE:  # a changed or new job due again
                     refuse_past(spec, params, db_now)
                 (result.created if row["inserted"] else result.updated).append(label)
                 await self._db.notify(row["shard_id"])

@@ -7,20 +7,20 @@ schedule and calendar, then write in one statement. A part of ``JobStore``.
 from __future__ import annotations
 
 import json
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any
 
 from cluster.errors import Conflict, InvalidInput
-from cluster.jobs.models import Job
+from cluster.jobs.models import Job, JobStatus
 from cluster.store.jobstore.scoped import ScopedConnection
 from cluster.timing.calendared import current_run, first_run, jittered_start, origin_of, run_after
+from cluster.timing.instants import US
 from cluster.timing.schedule import Schedule
 
 __all__ = ["MAX_SKIP", "Holds"]
 
 MAX_SKIP = 1000
 SKIP_REASON = "skipped by pulse jobs skip-next"
-_US = timedelta(microseconds=1)
 
 
 class Holds:
@@ -38,7 +38,7 @@ class Holds:
             if until.tzinfo is None or until <= db_now:
                 raise InvalidInput("until", f"{until.isoformat()} is not in the future")
             schedule = self._recurring(job, "pause --until")
-            run = first_run(schedule, job.rule(), until - _US)
+            run = first_run(schedule, job.rule(), until - US)
             params = {
                 "until": until,
                 "note": note,
@@ -56,7 +56,7 @@ class Holds:
         async with self._db.transaction():
             job = await self._db.job("lock_job", name, tenant)
             schedule = self._recurring(job, "skip-next")
-            if job.status != "idle":
+            if job.status != JobStatus.IDLE:
                 raise Conflict("name", f"{job.name!r} is {job.status}; skip-next needs it idle")
             rule = job.rule()
             run = current_run(schedule, rule, job.slot_at)

@@ -13,18 +13,18 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any
 
 from psycopg.types.json import Jsonb
 
 from cluster.errors import Conflict, InvalidInput
 from cluster.jobs.fields import DEFAULT_TENANT, parse_payload
-from cluster.jobs.models import Job, iso
+from cluster.jobs.models import Job, JobStatus, iso
 from cluster.jobs.payloads import check_payload, merge_payload
 from cluster.store.jobstore.scoped import ScopedConnection
+from cluster.timing.instants import US
 
-_US = timedelta(microseconds=1)
 # Triggered runs with a payload that may wait for a node at once, per job: a write token
 # cannot queue an unbounded number (docs/security.md).
 MAX_WAITING = 10
@@ -81,21 +81,21 @@ class Inputs:
         tenant: str = DEFAULT_TENANT,
         *,
         payload: str | Mapping[str, Any] | None = None,
-        merge: str | Mapping[str, Any] | None = None,
+        merge_payload: str | Mapping[str, Any] | None = None,
         slot: datetime | None = None,
         now: datetime | None = None,
     ) -> Triggered:
-        """Run the job now with ``payload`` (or its own merged with ``merge``), or run its
-        past ``slot`` again. ``InvalidInput`` (nothing written) for a payload its schema
-        refuses, both payload forms, a future slot or one not on its schedule; ``Conflict``
-        when that slot is running or queued already."""
+        """Run the job now with ``payload`` (or its own with ``merge_payload`` merged in, RFC
+        7386), or run its past ``slot`` again (origin ``rerun``). ``InvalidInput`` (nothing
+        written) for a payload its schema refuses, both payload forms, a future slot or one
+        not on its schedule; ``Conflict`` when that slot is running or queued already."""
         if slot is not None and (not isinstance(slot, datetime) or slot.tzinfo is None):
             raise InvalidInput("slot", "needs a UTC offset (ISO 8601)")
         async with self._db.transaction():
             job = await self._db.job("lock_job", name, tenant)
             if job.each_zone:  # its slots run as its children's, one per zone
                 raise InvalidInput("name", f"{name!r} runs one child job per zone: trigger one")
-            chosen = chosen_payload(job, payload, merge)
+            chosen = chosen_payload(job, payload, merge_payload)
             stored = None if chosen is None else Jsonb(chosen)
             if slot is None:
                 params = {"job_id": job.id, "payload": stored, "now": now, "most": MAX_WAITING}
@@ -117,7 +117,7 @@ class Inputs:
                     "job_name": job.name,
                     "shard_id": job.shard,
                     "range_from": slot,
-                    "range_to": slot + _US,
+                    "range_to": slot + US,
                     "only_missing": False,
                     "max_parallel": 1,
                     "slots_total": 1,
@@ -131,7 +131,7 @@ class Inputs:
         return Triggered(job.name, job.tenant, slot, "rerun", chosen, made["id"])
 
     async def _check_rerun(self, job: Job, slot: datetime, now: datetime | None) -> None:
-        if job.paused or job.status == "done":
+        if job.paused or job.status == JobStatus.DONE:
             state = "paused" if job.paused else "done"
             raise InvalidInput("slot", f"{job.name!r} is {state}; a rerun needs an active job")
         db_now = await self._db.db_now(now)
@@ -141,7 +141,7 @@ class Inputs:
             )
         if job.parsed_schedule().slots_between(slot, slot, 1) != [slot]:
             raise InvalidInput("slot", f"{slot.isoformat()} is not a slot of the job's schedule")
-        if job.status == "running" and job.slot_at == slot:
+        if job.status == JobStatus.RUNNING and job.slot_at == slot:
             raise Conflict("slot", f"slot {slot.isoformat()} of {job.name!r} is running now")
         found = await self._db.one("rerun_asked", {"job_id": job.id, "slot": slot})
         if found is not None:

@@ -14,20 +14,20 @@ import hashlib
 import json
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any
 
-from cluster.jobs.models import Job, iso
+from cluster.jobs.models import NEVER_DUE, Job, JobStatus, iso
 from cluster.jobs.spec import JobSpec
 from cluster.store.jobstore.definitions import Definitions
 from cluster.store.jobstore.scoped import ScopedConnection
 from cluster.store.jobstore.specs import checked, label_of
 from cluster.store.jobstore.timeline import explain_job, outage_of
+from cluster.timing.instants import US
 from cluster.timing.schedule import CHAINED_NEXT
 from cluster.timing.timeline import MAX_OUTAGE_SLOTS, Step, decisions
 
 PLAN_SLOTS = 5  # next slots shown before and after a change
-_US = timedelta(microseconds=1)
 
 
 @dataclass
@@ -149,8 +149,8 @@ class Plans:
             assert row is not None
             plan.changes = row["diff"]
         plan.next_after = _coming(new, now, slots)
-        if new.status == "idle" and new.next_run_at is not None and new.next_run_at <= now:
-            plan.catch_up = outage_of(new, new.slot_at - _US, now)
+        if new.status == JobStatus.IDLE and new.next_run_at is not None and new.next_run_at <= now:
+            plan.catch_up = outage_of(new, new.slot_at - US, now)
         if old is not None and plan.action == "update":
             plan.dropped, plan.notes = _dropped(old, new, now)
         if row is not None:  # its edges: which appear or go, and what it then waits for
@@ -202,7 +202,7 @@ def _waits_note(job: Job, definition: dict[str, Any], waits_for: str | None) -> 
     if not ups:
         return "waits for no other job any more"
     named = f"waits for {', '.join(ups)} ({definition.get('after_match')})"
-    if job.status != "idle" or job.slot_at >= CHAINED_NEXT:
+    if job.status != JobStatus.IDLE or job.slot_at >= CHAINED_NEXT:
         return f"{named}: no slot waiting now"
     if waits_for is None:
         return f"{named}: its slot {iso(job.slot_at)} then waits for nothing"
@@ -210,7 +210,7 @@ def _waits_note(job: Job, definition: dict[str, Any], waits_for: str | None) -> 
 
 
 def _coming(job: Job, now: datetime, slots: int) -> list[Step]:
-    if job.status in ("paused", "done") or job.each_zone:
+    if job.status in NEVER_DUE or job.each_zone:
         return []
     return explain_job(job, now, slots)
 
@@ -222,12 +222,12 @@ def _dropped(old: Job, new: Job, now: datetime) -> tuple[int, list[str]]:
         notes.append("resumed: continues at its next slot; slots missed while paused do not run")
     if new.paused and not old.paused:
         notes.append("paused: no slot runs until it is resumed (a running one finishes)")
-    if old.status != "idle" or old.next_run_at is None or old.slot_at > now:
+    if old.status != JobStatus.IDLE or old.next_run_at is None or old.slot_at > now:
         return 0, notes
     if new.slot_at == old.slot_at:
         return 0, notes
     count = 0
-    for decision in decisions(old.parsed_schedule(), old.rule(), old.slot_at - _US):
+    for decision in decisions(old.parsed_schedule(), old.rule(), old.slot_at - US):
         if decision.slot > now or count >= MAX_OUTAGE_SLOTS:
             break
         count += decision.runs

@@ -19,6 +19,7 @@ from cluster.store.connect import CONNECT_TIMEOUT_S, Conn, connect_kwargs, conni
 from cluster.store.jobstore.store import JobStore
 
 POOL_SIZE = 8  # connections per process; cluster.web.inflight gives each token a share
+DEFAULT_TOKEN_REQUESTS = POOL_SIZE // 2  # a token's share by default (pulse web --token-requests)
 
 
 class StorePool:
@@ -57,12 +58,12 @@ class StorePool:
                 if actor is None:
                     yield store
                     return
-                await store.act_as(actor, "api")
+                await store.revisions.act_as(actor, "api")
                 try:
                     yield store
                 finally:
                     try:
-                        await store.act_as("", "")
+                        await store.revisions.act_as("", "")
                     except PulseError:  # never lend it to another token: the pool drops it
                         await conn.close()
         except PoolTimeout as exc:

@@ -10,6 +10,7 @@ from datetime import datetime
 
 from cluster.errors import InvalidInput, NotRunning
 from cluster.jobs.fields import DEFAULT_TENANT, MAX_COUNT, check_text
+from cluster.jobs.models import JobStatus
 from cluster.store.housekeeping import backfills
 from cluster.store.housekeeping.backfills import Backfill, BackfillPlan
 from cluster.store.jobstore.scoped import ScopedConnection
@@ -91,7 +92,7 @@ class RunControl:
             raise InvalidInput("max_parallel", f"must be at most {MAX_COUNT}")
         async with self._db.transaction():
             job = await self._db.job("lock_job", name, tenant)
-            if job.paused or job.status == "done":
+            if job.paused or job.status == JobStatus.DONE:
                 state = "paused" if job.paused else "done"
                 raise InvalidInput("job", f"{name!r} is {state}; a backfill needs an active job")
             if job.watch:

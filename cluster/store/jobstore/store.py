@@ -10,11 +10,11 @@ scoped connection (``cluster.store.jobstore.scoped``): creating and placing job 
 (``definitions``), steering running slots (``runcontrol``), runs with inputs (``inputs``),
 their history (``revisions``), tokens and audit (``access``), paged reads (``pages``), tenant
 limits (``tenants``) and quotas (``quotas``), console sessions (``sessions``) and the
-handlers registries offer the API (``handlers``). The methods of the first two that users
-call are the store's too.
+handlers registries offer the API (``handlers``). Callers use a part's methods through the
+part; the store restates none of them.
 
     async with JobStore.open(ClusterSettings.from_env()) as store:
-        await store.add(JobSpec.build("rollup", "0 * * * *", "billing.jobs:rollup"))
+        await store.definitions.add(JobSpec.build("rollup", "0 * * * *", "billing.jobs:rollup"))
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from psycopg.types.json import Jsonb
 from cluster.config.retention import Retention
 from cluster.errors import Conflict, InvalidInput, NotFound
 from cluster.jobs.fields import DEFAULT_TENANT, check_text, validate_handler
-from cluster.jobs.models import Job, Run, iso
+from cluster.jobs.models import Job, JobStatus, Run, iso
 from cluster.jobs.spec import JobSpec
 from cluster.settings import ClusterSettings
 from cluster.store import config as cluster_config
@@ -38,22 +38,21 @@ from cluster.store.access.console_sessions import ConsoleSessions
 from cluster.store.access.tokens import Access
 from cluster.store.connect import ADMIN_STATEMENT_TIMEOUT_S, Conn, connect
 from cluster.store.housekeeping import pruning, watches
-from cluster.store.housekeeping.backfills import Backfill, BackfillPlan
 from cluster.store.housekeeping.pruning import PruneResult
 from cluster.store.housekeeping.watches import Ping
 from cluster.store.jobstore.calendar_rule import Rules
 from cluster.store.jobstore.calendars import Calendars
 from cluster.store.jobstore.definitions import Definitions
 from cluster.store.jobstore.holds import Holds
-from cluster.store.jobstore.inputs import Inputs, Triggered
+from cluster.store.jobstore.inputs import Inputs
 from cluster.store.jobstore.pages import Pages
 from cluster.store.jobstore.plans import Plans
 from cluster.store.jobstore.quotas import Quotas
 from cluster.store.jobstore.registered_handlers import RegisteredHandlers
 from cluster.store.jobstore.revisions import Revisions
-from cluster.store.jobstore.runcontrol import CancelRequest, RunControl
+from cluster.store.jobstore.runcontrol import RunControl
 from cluster.store.jobstore.scoped import ScopedConnection
-from cluster.store.jobstore.specs import MAX_NOTE_LENGTH, ApplyResult, SyncResult
+from cluster.store.jobstore.specs import MAX_NOTE_LENGTH
 from cluster.store.jobstore.tenant_limits import Tenants
 from cluster.store.jobstore.timeline import calendar_timeline
 from cluster.store.jobstore.windows import Windows
@@ -86,11 +85,6 @@ class JobStore:
         self.handlers = RegisteredHandlers(conn)
         self.sessions = ConsoleSessions(conn)
         self.quotas = Quotas(conn)
-
-    async def act_as(self, who: str, how: str) -> None:
-        """Who changes jobs through this store and how (cli, file, module, sync, api): what
-        the revisions of its changes record (``cluster.store.jobstore.revisions``)."""
-        await self.revisions.act_as(who, how)
 
     @asynccontextmanager
     async def transaction(self) -> AsyncIterator[None]:
@@ -146,75 +140,6 @@ class JobStore:
 
     async def db_now(self, now: datetime | None = None) -> datetime:
         return await self.db.db_now(now)
-
-    # -- the parts' methods users call ------------------------------------------------
-
-    async def add(self, spec: JobSpec, *, now: datetime | None = None) -> Job:
-        """Create a job; ``InvalidInput`` if (tenant, name) exists."""
-        return await self.definitions.add(spec, now=now)
-
-    async def apply(
-        self,
-        specs: Sequence[JobSpec],
-        *,
-        prune: bool = False,
-        now: datetime | None = None,
-        expect: Mapping[tuple[str, str], int] | None = None,
-    ) -> ApplyResult:
-        """Create or update every spec by (tenant, name), all or nothing; with ``expect``,
-        only if each job is still at the revision a plan saw (``Conflict`` if not)."""
-        return await self.definitions.apply(specs, prune=prune, now=now, expect=expect)
-
-    async def sync(self, specs: Sequence[JobSpec], *, now: datetime | None = None) -> SyncResult:
-        """Create the jobs of ``specs`` that do not exist yet; report, never overwrite, the
-        others that differ (``Definitions.sync``)."""
-        return await self.definitions.sync(specs, now=now)
-
-    async def cancel(
-        self,
-        name: str,
-        tenant: str = DEFAULT_TENANT,
-        *,
-        by: str,
-        slot: datetime | None = None,
-        every: bool = False,
-    ) -> list[CancelRequest]:
-        """Ask the node running the job's slot to stop it (``RunControl.cancel``)."""
-        return await self.runcontrol.cancel(name, tenant, by=by, slot=slot, every=every)
-
-    async def backfill(
-        self,
-        name: str,
-        tenant: str = DEFAULT_TENANT,
-        *,
-        start: datetime,
-        end: datetime,
-        only_missing: bool = False,
-        max_parallel: int = 1,
-        dry_run: bool = False,
-        now: datetime | None = None,
-    ) -> BackfillPlan:
-        """Ask for the job's slots in ``[start, end)`` to run again (``RunControl.backfill``)."""
-        return await self.runcontrol.backfill(
-            name,
-            tenant,
-            start=start,
-            end=end,
-            only_missing=only_missing,
-            max_parallel=max_parallel,
-            dry_run=dry_run,
-            now=now,
-        )
-
-    async def backfills(
-        self, tenant: str | None = None, limit: int | None = None
-    ) -> list[Backfill]:
-        """Every backfill request (the newest ``limit``), oldest first, with its progress."""
-        return await self.runcontrol.backfills(tenant, limit)
-
-    async def cancel_backfill(self, backfill_id: int) -> Backfill:
-        """Stop a backfill; ``InvalidInput`` for an unknown id."""
-        return await self.runcontrol.cancel_backfill(backfill_id)
 
     # -- watch jobs (cluster.store.housekeeping.watches)
     # ---------------------------------------------
@@ -294,8 +219,8 @@ class JobStore:
         self, name: str, tenant: str = DEFAULT_TENANT, *, now: datetime | None = None
     ) -> Job:
         """Make the job due now without changing its regular schedule (with a payload or a
-        past slot: ``trigger_with``). A job with upstreams gets an extra run now, stamped with
-        the current time, that waits for none of them: its own slot (held, or a chained
+        past slot: ``inputs.trigger``). A job with upstreams gets an extra run now, stamped
+        with the current time, that waits for none of them: its own slot (held, or a chained
         job's queue) stays as it is (docs/design/gates.md)."""
         if (await self.get(name, tenant)).watch:
             raise InvalidInput("name", f"{name!r} is a watch job: no node runs it")
@@ -313,23 +238,6 @@ class JobStore:
         """Whether the job waits for other jobs (``--after`` or ``@after:``)."""
         row = await self.db.one("get_job", {"tenant_id": tenant, "name": name})
         return row is not None and bool(row["gated"])
-
-    async def trigger_with(
-        self,
-        name: str,
-        tenant: str = DEFAULT_TENANT,
-        *,
-        payload: str | Mapping[str, Any] | None = None,
-        merge_payload: str | Mapping[str, Any] | None = None,
-        slot: datetime | None = None,
-        now: datetime | None = None,
-    ) -> Triggered:
-        """Run the job now with ``payload`` (or its own with ``merge_payload`` merged in, RFC
-        7386), or run its past ``slot`` again (origin ``rerun``), checked against its
-        ``payload_schema``; ``InvalidInput`` with nothing written otherwise."""
-        return await self.inputs.trigger(
-            name, tenant, payload=payload, merge=merge_payload, slot=slot, now=now
-        )
 
     async def remove(
         self, name: str, tenant: str = DEFAULT_TENANT, *, cascade: bool = False
@@ -368,10 +276,10 @@ class JobStore:
         job = await self.get(name, tenant)
         now = await self.db_now()
         schedule = job.parsed_schedule()
-        if job.status == "idle" and job.next_run_at is not None:  # its slot, then the next
+        if job.status == JobStatus.IDLE and job.next_run_at is not None:  # its slot, then the next
             upcoming = [job.slot_at, *schedule.next_n(job.slot_at, slots - 1)]
             starts = [job.next_run_at]  # the slot's start, or a retry's
-        elif job.status == "done":
+        elif job.status == JobStatus.DONE:
             upcoming, starts = [], []
         else:
             upcoming, starts = schedule.next_n(now, slots), []
@@ -385,7 +293,7 @@ class JobStore:
         data["next_starts"] = [iso(s) for s in starts]
         data["next_reasons"], data["calendar_skips"] = [None] * len(upcoming), []
         rule = job.rule()
-        if rule is not None and job.status != "done":
+        if rule is not None and job.status != JobStatus.DONE:
             data.update(calendar_timeline(job, rule, now, slots))
         shown = [datetime.fromisoformat(s) for s in data["next_slots"]]
         data["next_entries"] = schedule_entries(schedule, shown)

@@ -7,19 +7,19 @@ Pure over a job read model (``cluster.timing.timeline`` does the arithmetic).
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any
 
 from cluster.errors import InvalidInput
-from cluster.jobs.models import Job, iso
+from cluster.jobs.models import Job, JobStatus, iso
 from cluster.timing.calendared import CalendarRule, Decision, jittered_start
 from cluster.timing.catchup import CatchUp
+from cluster.timing.instants import US
 from cluster.timing.timeline import Step, explain, outage
 
 __all__ = ["calendar_timeline", "explain_job", "outage_of"]
 
 MAX_SKIPS_SHOWN = 50
-_US = timedelta(microseconds=1)
 
 
 def calendar_timeline(job: Job, rule: CalendarRule, now: datetime, runs: int) -> dict[str, Any]:
@@ -29,7 +29,7 @@ def calendar_timeline(job: Job, rule: CalendarRule, now: datetime, runs: int) ->
     found: list[Decision] = []
     skips: list[Decision] = []
     cursor: Decision | datetime = now
-    if job.status == "idle" and job.next_run_at is not None:
+    if job.status == JobStatus.IDLE and job.next_run_at is not None:
         decided = rule.decide(schedule, job.slot_at)
         cursor = decided if decided.runs else Decision(job.slot_at, job.next_run_at, True)
         found.append(cursor)
@@ -44,7 +44,7 @@ def calendar_timeline(job: Job, rule: CalendarRule, now: datetime, runs: int) ->
     except InvalidInput:
         pass  # the calendar lets no further slot run: show what there is
     starts = [jittered_start(d, job.tenant, job.name, job.jitter_s) for d in found]
-    if found and job.status == "idle" and job.next_run_at is not None:
+    if found and job.status == JobStatus.IDLE and job.next_run_at is not None:
         starts[0] = job.next_run_at  # the stored start: a retry's, or the planned one
     return {
         "next_slots": [iso(d.slot) for d in found],
@@ -58,8 +58,8 @@ def explain_job(job: Job, now: datetime, runs: int) -> list[Step]:
     """``pulse jobs show --explain``: the job's next runs from its planned slot (or from
     ``now`` when it has none), each with its DST rule, calendar, window and jitter."""
     after = now
-    if job.status == "idle" and job.next_run_at is not None:
-        after = min(job.slot_at, job.next_run_at) - _US
+    if job.status == JobStatus.IDLE and job.next_run_at is not None:
+        after = min(job.slot_at, job.next_run_at) - US
     return explain(
         job.parsed_schedule(), job.rule(), after, runs,
         tenant=job.tenant, name=job.name, jitter_s=job.jitter_s,

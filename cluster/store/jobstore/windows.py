@@ -120,7 +120,10 @@ class Windows:
             if ends_at <= db_now:
                 raise InvalidInput("to", f"{ends_at.isoformat()} is in the past")
             if job is not None:
-                await self._db.job("get_job", job, tenant or "default")  # NotFound
+                try:
+                    await self._db.job("get_job", job, tenant or "default")
+                except NotFound as exc:  # a window for no job is bad input, like a bad time
+                    raise InvalidInput("job", f"no job {job!r} in tenant {tenant}") from exc
             row = await self._db.one(
                 "add_window",
                 {

@@ -1,6 +1,7 @@
 // The Pulse console: one page that reads and changes Pulse through /api/ like any client.
 // Data is only ever written with textContent (el() below), never parsed as markup.
 "use strict";
+// JOB_STATUS and RUN_STATUS come from /console/statuses.js, written from the API's enums.
 
 const state = { session: null, timers: [], route: 0 };  // route: bumped by each page change
 const main = () => document.getElementById("main");
@@ -211,7 +212,7 @@ function jobsRows(jobs) {
 async function jobsPage(params) {
   const q = el("input", { id: "f-q", type: "search", value: params.get("q") || "" });
   const tenant = el("input", { id: "f-tenant", value: params.get("tenant") || "" });
-  const status = el("select", { id: "f-status" }, ["", "idle", "running", "paused", "done"].map((s) =>
+  const status = el("select", { id: "f-status" }, ["", ...Object.values(JOB_STATUS)].map((s) =>
     el("option", { value: s, selected: (params.get("status") || "") === s }, s || "any")));
   const form = el("form", { class: "filters", role: "search", "aria-label": "Filter jobs" },
     el("label", { for: "f-q" }, "Name or handler", q),
@@ -315,8 +316,8 @@ async function jobPage(tenant, name) {
     const canWrite = state.session.role !== "read";
     buttons.pause.disabled = !canWrite || j.paused;
     buttons.resume.disabled = !canWrite || !j.paused;
-    buttons.trigger.disabled = !canWrite || j.status === "running";
-    buttons.cancel.disabled = !canWrite || !(j.recent_runs || []).some((r) => r.status === "running");
+    buttons.trigger.disabled = !canWrite || j.status === JOB_STATUS.RUNNING;
+    buttons.cancel.disabled = !canWrite || !(j.recent_runs || []).some((r) => r.status === RUN_STATUS.RUNNING);
     // Upstreams and downstreams (--after) link to their jobs, of the same tenant.
     const linked = (names) => names.length ? names.flatMap((n, i) => [i ? ", " : "", el("a", { href: jobHref(j.tenant, n) }, n)]) : ["-"];
     facts.replaceChildren(...Object.entries(j).filter(([k]) => !["next_slots", "next_starts", "next_reasons", "next_entries", "calendar_skips", "recent_runs"].includes(k))
@@ -375,7 +376,7 @@ async function jobPage(tenant, name) {
 async function runsPage(params) {
   const tenant = el("input", { id: "r-tenant", value: params.get("tenant") || "" });
   const job = el("input", { id: "r-job", value: params.get("job") || "" });
-  const status = el("select", { id: "r-status" }, ["", "running", "succeeded", "failed", "timed_out", "skipped", "lost", "cancelled"].map((s) =>
+  const status = el("select", { id: "r-status" }, ["", ...Object.values(RUN_STATUS)].map((s) =>
     el("option", { value: s, selected: (params.get("status") || "") === s }, s || "any")));
   const form = el("form", { class: "filters", role: "search", "aria-label": "Filter runs" },
     el("label", { for: "r-tenant" }, "Tenant", tenant),
