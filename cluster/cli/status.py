@@ -16,6 +16,7 @@ import click
 
 from cluster.cli.base import PulseCommand, duration_option, run, seconds, settings_of
 from cluster.health.status import Status, UnheldTracker, collect
+from cluster.jobs.models import iso
 from cluster.settings import DEFAULT_HEARTBEAT_TTL_S, ClusterSettings
 from cluster.timing.durations import format_duration
 
@@ -133,6 +134,9 @@ def render(st: Status) -> str:
             out.append(f"  ... and {st.paused_total - len(st.paused_jobs)} more")
     if st.done_jobs:
         out.append(f"done one-off jobs: {st.done_jobs} (kept until their runs are pruned)")
+    if st.held_slots:
+        oldest = "" if st.held_oldest is None else f", the oldest slot {iso(st.held_oldest)}"
+        out.append(f"held slots: {st.held_slots} waiting for their upstreams{oldest}")
     return "\n".join(out)
 
 

@@ -93,6 +93,10 @@ class Status:
     paused_jobs: list[PausedJob] = field(default_factory=list)  # at most PAUSED_SHOWN
     paused_total: int = 0
     done_jobs: int = 0  # one-off jobs whose slot has run
+    # Slots held by their upstreams, the oldest of them, and those a minute past their bound.
+    held_slots: int = 0
+    held_oldest: datetime | None = None
+    held_overdue: int = 0
     fenced_writes: int = 0  # summed over live members, each since it started
     problems: list[str] = field(default_factory=list)
     holders: dict[int, str] = field(default_factory=dict)  # shard -> node; not in to_json
@@ -106,6 +110,7 @@ class Status:
         data = asdict(self)
         del data["holders"]
         data["db_now"] = self.db_now.isoformat()
+        data["held_oldest"] = None if self.held_oldest is None else self.held_oldest.isoformat()
         data["healthy"] = self.healthy
         data["alive"] = len(self.alive_nodes)
         return data
@@ -214,6 +219,9 @@ async def collect(
         paused_jobs=[PausedJob(r["tenant_id"], r["name"], r["pause_note"]) for r in rows.paused],
         paused_total=rows.paused[0]["total"] if rows.paused else 0,
         done_jobs=rows.done,
+        held_slots=rows.held["held"] if rows.held else 0,
+        held_oldest=rows.held["oldest"] if rows.held else None,
+        held_overdue=rows.held["overdue"] if rows.held else 0,
         fenced_writes=sum(m.info.fenced_writes for m in live),
         holders=holders,
     )
@@ -239,4 +247,9 @@ async def collect(
         )
     if unheld:
         status.problems.append(f"{len(unheld)} of {shard_count} shards are held by no node")
+    if status.held_overdue:
+        status.problems.append(
+            f"{status.held_overdue} slots still wait for their upstreams past their bound "
+            "(after-timeout): no node has taken them to record them skipped"
+        )
     return status

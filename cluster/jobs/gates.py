@@ -20,6 +20,10 @@ CHAIN = "chain"  # the edges of a chained (@after:A) job: one slot per success o
 DEFAULT_MATCH = "same"
 FAILURES = ("block", "run", "skip")
 DEFAULT_FAILURE = "block"
+# How long a slot waits for its upstreams without --after-timeout: then it is recorded
+# skipped with what it waited for. gate_hold (migration `0.2.0_pre_gates_bounded_waits`)
+# holds the same bound (tests/integration/test_bounded_waits.py).
+DEFAULT_AFTER_TIMEOUT_S = 86400.0
 MAX_UPSTREAMS = 32
 # Slots of the downstream checked against the upstream's schedule at apply.
 _PROBE_SLOTS = 48
@@ -105,6 +109,12 @@ def check_match(
     in which it has none. Checked over the downstream's next slots."""
     if match == "latest":
         return
+    if upstream_schedule.chain:
+        raise InvalidInput(
+            "after_match",
+            f"{match}: {upstream} is chained (@after:) and has no slots of its own to pair "
+            f"with; chain {name} to it with @after:{upstream}",
+        )
     slot = schedule.at or schedule.next_after(now)
     for _ in range(_PROBE_SLOTS):
         if match == "same":

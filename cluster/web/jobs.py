@@ -227,14 +227,17 @@ async def replace_job(request: Request, tenant: str, name: str, who: Writer) -> 
 
 
 @router.delete("/api/jobs/{tenant}/{name:path}", status_code=204)
-async def delete_job(request: Request, tenant: str, name: str, who: Writer) -> Response:
-    """Delete the job and its run history."""
+async def delete_job(
+    request: Request, tenant: str, name: str, who: Writer, cascade: bool = False
+) -> Response:
+    """Delete the job and its run history; 409 while other jobs wait for it, unless
+    ``?cascade=true``, which deletes them too."""
     async with (
         state_of(request).pool.store(who.scope, actor=who.name) as store,
         store.transaction(),
     ):
-        await store.remove(name, tenant)
-        await record(store, who, "delete", tenant, name)
+        for removed in await store.remove(name, tenant, cascade=cascade):
+            await record(store, who, "delete", tenant, removed)
     return Response(status_code=204)
 
 

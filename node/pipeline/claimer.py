@@ -28,7 +28,7 @@ import time
 from datetime import datetime
 
 from cluster.errors import PulseError, StoreError
-from cluster.store.lock.records import ClaimedJob
+from cluster.store.lock.records import ClaimedJob, Completion, Skip
 from cluster.store.lock.session import LockSession
 from node.pipeline.clock import DbClock
 from node.pipeline.completer import Completer, job_extra
@@ -124,7 +124,7 @@ class Claimer:
         gated = [(job.id, job.slot) for job in result.jobs if job.gated and job.attempt == 1]
         verdicts = await self._session.gate_verdicts(gated) if gated else {}
         for job in result.jobs:
-            self._dispatch(job, now, verdicts.get(job.id))
+            self._dispatch(job, now, verdicts.get((job.id, job.slot)))
         self._full = len(result.jobs) >= limit
         self._held = result.held
         self._pacing.set_catching_up(self._full)
@@ -144,7 +144,14 @@ class Claimer:
     async def _claim_flights(self, now: datetime) -> None:
         limit = min(self._executor.free, MAX_CLAIM)
         flights = await self._session.flights.claim(self._state.held, limit, self._lease_s)
+        # A backfilled or rerun slot of a job with upstreams: its gate, asked again now.
+        gated = [(f.id, f.slot) for f in flights if f.gated and f.attempt == 1]
+        verdicts = await self._session.gate_verdicts(gated) if gated else {}
         for flight in flights:
+            verdict = verdicts.get((flight.id, flight.slot))
+            if verdict is not None:
+                self._skip(flight, gate_skip(flight, verdict, now))
+                continue
             self._executor.submit(flight, max(0.0, (flight.due - now).total_seconds()))
         self._flights_seen = self._flights_seen or bool(flights)
         wait_s = FLIGHT_POLL_S if self._flights_seen else FLIGHT_IDLE_POLL_S
@@ -160,9 +167,7 @@ class Claimer:
             self._completer.reject(job, exc)
             return
         if skip is not None:
-            done, skips = skip
-            logger.info("slot skipped: %s", done.error, extra=job_extra(job, "slot_skipped"))
-            self._completer.submit(job, done, skips)
+            self._skip(job, skip)
             return
         self._stats.fired += 1
         start = start_of(job, job.slot)  # lag counts from the jittered start
@@ -179,6 +184,11 @@ class Claimer:
         if job.overlap == "replace":  # a run still going when the next slot is due stops
             replace_in_s = (start_of(job, following_slot(job)) - now).total_seconds()
         self._executor.submit(job, start_in_s, replace_in_s)
+
+    def _skip(self, job: ClaimedJob, skip: tuple[Completion, list[Skip]]) -> None:
+        done, skips = skip
+        logger.info("slot skipped: %s", done.error, extra=job_extra(job, "slot_skipped"))
+        self._completer.submit(job, done, skips)
 
     def _start_flight(self, flight: ClaimedJob | None) -> None:
         """An `allow` claim handed over: run its flight in the slot held for it; None: it got

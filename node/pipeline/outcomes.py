@@ -284,7 +284,11 @@ def _calendar_after_run(
 
 def gate_skip(job: ClaimedJob, verdict: str, now: datetime) -> tuple[Completion, list[Skip]]:
     """The write that records a gated slot skipped: ``verdict`` is its gate's ``skip: why``
-    (an upstream failed under after-failure skip) or ``wait: why`` (its after-timeout)."""
-    why = verdict.split(": ", 1)[-1]
+    (an upstream slot skipped, never run, or failed under after-failure skip) or ``wait:
+    why`` (its after-timeout came first: the reason says how long it was held)."""
+    kind, _, why = verdict.partition(": ")
+    if kind == "wait":
+        held_s = round(max(0.0, (now - job.slot).total_seconds()))
+        why += f"; held {format_duration(held_s)} (after-timeout)"
     done, skips = after_run(job, Outcome("skipped", why, 0.0), now)
     return done._replace(duration_s=None), skips

@@ -105,3 +105,34 @@ def test_a_chained_three_job_chain_survives_a_kill_between_success_and_start(
             assert e.slot in upstream, f"{downstream} ran {e.slot}, not a success upstream"
             assert e.at > upstream[e.slot].timestamp(), f"{downstream} started too early"
     assert set(released) <= set(b_ok) and set(released) <= set(_succeeded(fleet, "c"))
+
+
+def test_gated_jobs_added_before_their_nodes_start_run_and_so_does_their_chain(
+    fleet: Fleet,
+) -> None:
+    """a and b (after a), both every 2 s, and c chained to b, added a few seconds before two
+    nodes start: a's first slots are coalesced by catch-up once, and b's slot that waited
+    for one of them is recorded skipped with that reason instead of waiting for ever."""
+    init_cluster(
+        fleet.settings,
+        JobSpec.build("a", "@every 2s", WITNESS),
+        JobSpec.build("b", "@every 2s", WITNESS, after="a"),
+        JobSpec.build("c", "@after:b", WITNESS),
+    )
+    (first,) = fleet.sql("SELECT slot_at FROM jobs WHERE name = 'b'")
+    ahead = "SELECT now() > %s + interval '5 seconds' AS past"
+    until(lambda: fleet.sql(ahead, (first["slot_at"],))[0]["past"], "a few missed slots", 10)
+    fleet.start("n1", "z1")
+    fleet.start("n2", "z1")
+    until(lambda: _succeeded(fleet, "c"), "c to run a slot of b", 30)
+    fleet.stop_all()
+
+    (held,) = fleet.sql(
+        "SELECT status, last_error FROM runs WHERE job_name = 'b' AND scheduled_for = %s",
+        (first["slot_at"],),
+    )
+    assert held["status"] == "skipped", held
+    assert held["last_error"].startswith("upstream a's slot "), held
+    assert " was skipped: missed by " in held["last_error"], held
+    b_ok, c_ok = _succeeded(fleet, "b"), _succeeded(fleet, "c")
+    assert set(c_ok) <= set(b_ok) <= set(_succeeded(fleet, "a"))

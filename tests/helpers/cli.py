@@ -125,7 +125,7 @@ SHOW_KEYS = JOB_KEYS | {
 }  # fmt: skip
 
 # `pulse jobs show --json` of a job with upstreams has these too.
-GATED_SHOW_KEYS = {"after_match", "after_timeout_s", "after_failure", "waits_for"}
+GATED_SHOW_KEYS = {"after_match", "after_timeout_s", "after_failure", "waits_for", "waits_until"}
 
 
 RUN_KEYS = {

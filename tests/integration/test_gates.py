@@ -11,11 +11,12 @@ from typing import Any
 import pytest
 
 from cluster.errors import InvalidInput
+from cluster.jobs.gates import DEFAULT_AFTER_TIMEOUT_S
 from cluster.jobs.spec import JobSpec
 from cluster.settings import ClusterSettings
 from cluster.store.connect import connect
 from cluster.store.jobstore.store import JobStore
-from cluster.store.lock.records import NEVER, ClaimedJob, Completion
+from cluster.store.lock.records import ClaimedJob, Completion
 from cluster.store.side import SideConnection
 from node.maintenance.gatepass import IDLE_INTERVAL_S, INTERVAL_S, GatePass
 from node.pipeline.outcomes import gate_skip
@@ -62,7 +63,8 @@ async def test_same_holds_the_slot_until_the_upstream_slot_succeeds(
 ) -> None:
     await store.definitions.apply([job("a"), job("b", after="a")], now=T0)
     b = (await job_rows(settings))["b"]
-    assert (b["gated"], b["gate_wait"], b["next_run_at"]) == (True, True, NEVER)
+    bound = at(10) + timedelta(seconds=DEFAULT_AFTER_TIMEOUT_S)  # held, never for good
+    assert (b["gated"], b["gate_wait"], b["next_run_at"]) == (True, True, bound)
     # Only the upstream is due: the held slot takes no place in the claim.
     first = await claim(open_session, at(10))
     assert set(first) == {"a"}
@@ -158,9 +160,9 @@ async def test_after_failure_skip_records_the_slot_skipped_with_its_reason(
     b = (await claim(open_session, at(12)))["b"]
     node = await open_session("node-a", "zone-a")
     verdicts = await node.gate_verdicts([(b.id, b.slot)])
-    reason = "upstream a slot 2026-01-01T00:00:10Z did not succeed"
-    assert verdicts == {b.id: f"skip: {reason}"}
-    completion, _ = gate_skip(b, verdicts[b.id], at(12))
+    reason = "upstream a's slot 2026-01-01T00:00:10Z failed"
+    assert verdicts == {(b.id, b.slot): f"skip: {reason}"}
+    completion, _ = gate_skip(b, verdicts[(b.id, b.slot)], at(12))
     assert completion.outcome == "skipped" and completion.next_slot == at(20)
     await complete(open_session, completion, now=at(12))
     (run,) = await rows(settings, "SELECT * FROM runs WHERE job_name = 'b'")
@@ -180,8 +182,8 @@ async def test_after_timeout_makes_the_held_slot_due_to_be_skipped(
     b = (await claim(open_session, at(40)))["b"]
     node = await open_session("node-a", "zone-a")
     verdicts = await node.gate_verdicts([(b.id, b.slot)])
-    assert verdicts == {b.id: "wait: upstream a slot 2026-01-01T00:00:10Z did not succeed"}
-    completion, _ = gate_skip(b, verdicts[b.id], at(40))
+    assert verdicts == {(b.id, b.slot): "wait: upstream a's slot 2026-01-01T00:00:10Z is running"}
+    completion, _ = gate_skip(b, verdicts[(b.id, b.slot)], at(40))
     assert (completion.outcome, completion.slot) == ("skipped", at(10))
 
 
@@ -293,11 +295,13 @@ async def test_the_gate_pass_asks_often_only_while_a_slot_is_held(
         await gates.close()
 
 
-async def test_removing_an_upstream_drops_its_edges_and_the_pass_frees_the_slot(
+async def test_a_deleted_upstream_drops_its_edges_and_the_pass_frees_the_slot(
     store: JobStore, settings: ClusterSettings
 ) -> None:
+    """`pulse jobs remove` refuses an upstream others wait for (test_bounded_waits.py); one
+    deleted otherwise (a done one-off removed, SQL) leaves no slot held."""
     await store.definitions.apply([job("a"), job("b", after="a")], now=T0)
-    await store.remove("a")
+    await rows(settings, "DELETE FROM jobs WHERE name = 'a' RETURNING id")
     assert await rows(settings, "SELECT * FROM job_edges") == []
     statement = "SELECT gate_release(NULL, %s::int[], %s) AS n"
     (released,) = await rows(settings, statement, (ALL, at(1)))

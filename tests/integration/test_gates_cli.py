@@ -36,7 +36,9 @@ def test_show_and_graph_name_the_edges(initialised: Invoke) -> None:
         7200.0,
         "block",
     )
-    assert data["waits_for"].startswith("upstream extract slot ")
+    assert data["waits_for"].startswith("upstream extract's slot ")
+    assert data["waits_for"].endswith(" has not run yet")
+    assert data["waits_until"] is not None  # its after-timeout
     text = initialised("jobs", "show", "load").stdout
     assert "upstreams:        extract" in text and "waits_for:" in text
     graph = initialised("jobs", "graph")

@@ -23,7 +23,7 @@ TICK = {"name": "tick", "schedule": "*/5 * * * *", "handler": "app.jobs:tick"}
 PLAN_KEYS = {"at", "digest", "jobs"}
 JOB_PLAN_KEYS = {
     "tenant", "name", "action", "revision", "changes", "next_before", "next_after",
-    "catch_up", "dropped", "notes",
+    "catch_up", "dropped", "notes", "edges", "waits_for",
 }  # fmt: skip
 
 

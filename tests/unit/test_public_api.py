@@ -179,6 +179,7 @@ EXPECTED: dict[str, dict[str, str]] = {
         "double_runs": "(self, name: 'str', tenant: 'str' = 'default') -> 'list[dict[str, Any]]'",
         "get": "(self, name: 'str', tenant: 'str' = 'default') -> 'Job'",
         "graph": "(self, tenant: 'str' = 'default') -> 'list[dict[str, str]]'",
+        "has_upstreams": "(self, name: 'str', tenant: 'str' = 'default') -> 'bool'",
         "init": "(self, shards: 'int | None' = None) -> 'InitResult'",
         "jobs": "(self, tenant: 'str | None' = None, labels: 'Mapping[str, str] | None' ="
         " None) -> 'list[Job]'",
@@ -192,7 +193,10 @@ EXPECTED: dict[str, dict[str, str]] = {
         "False) -> 'str'",
         "prune": "(self, *, dry_run: 'bool' = False, now: 'datetime | None' = None) -> "
         "'PruneResult'",
-        "remove": "(self, name: 'str', tenant: 'str' = 'default') -> 'None'",
+        "remove": (
+            "(self, name: 'str', tenant: 'str' = 'default', *, cascade: 'bool' = False) "
+            "-> 'list[str]'"
+        ),
         "resume": "(self, name: 'str', tenant: 'str' = 'default', *, now: 'datetime | None'"
         " = None) -> 'Job'",
         "run": "(self, name: 'str', tenant: 'str' = 'default', *, slot: 'datetime | "

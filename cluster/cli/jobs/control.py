@@ -58,26 +58,23 @@ async def skip_next(store: JobStore, name: str, tenant: str, count: int) -> None
     _done("skipping", await store.get(name, tenant))
 
 
-def _control(verb: str) -> click.Command:
-    @click.argument("name")
-    @tenant_option
-    @with_store
-    async def command(store: JobStore, name: str, tenant: str) -> None:
-        if verb == "resume":
-            job = await store.resume(name, tenant)
-        else:
-            await store.remove(name, tenant)
-            click.echo(f"removed {name} (tenant {tenant})")
-            return
-        _done("resumed", job)
-
-    docs = {
-        "resume": "Resume a paused job at its next future slot.",
-        "remove": "Delete a job and its run history.",
-    }
-    command.__doc__ = docs[verb]
-    return click.command(verb, cls=PulseCommand)(command)
+@click.command("resume", cls=PulseCommand)
+@click.argument("name")
+@tenant_option
+@with_store
+async def resume_job(store: JobStore, name: str, tenant: str) -> None:
+    """Resume a paused job at its next future slot."""
+    _done("resumed", await store.resume(name, tenant))
 
 
-resume_job = _control("resume")
-remove_job = _control("remove")
+@click.command("remove", cls=PulseCommand)
+@click.argument("name")
+@tenant_option
+@click.option(
+    "--cascade", is_flag=True, help="Also remove the jobs that wait for it (--after, @after:)."
+)
+@with_store
+async def remove_job(store: JobStore, name: str, tenant: str, cascade: bool) -> None:
+    """Delete a job and its run history; refused while other jobs wait for it."""
+    for removed in await store.remove(name, tenant, cascade=cascade):
+        click.echo(f"removed {removed} (tenant {tenant})")

@@ -30,6 +30,8 @@ def print_plan(plan: Plan, as_json: bool) -> None:
             continue
         for key, (old, new) in job.changes.items():
             click.echo(f"  {key}: {short_value(old)} -> {short_value(new)}")
+        for verb, edges in (("adds", job.edges_added), ("drops", job.edges_removed)):
+            click.echo("".join(f"  {verb} edge {edge}\n" for edge in edges), nl=False)
         for title, steps in (("next before", job.next_before), ("next after", job.next_after)):
             if job.action != "remove":
                 click.echo(f"  {title}:" + ("" if steps else " none"))

@@ -32,7 +32,8 @@ async def trigger_job(
 ) -> None:
     """Run a job now, keeping its regular schedule; with --payload or --merge-payload the run
     gets that input, with --slot a past slot runs again (origin rerun)."""
-    if payload is None and merge_payload is None and slot is None:
+    inputs = (payload, merge_payload, slot) != (None, None, None)
+    if not inputs and not await store.has_upstreams(name, tenant):
         job = await store.trigger(name, tenant)
         if as_json:
             emit_json(job.to_json())
@@ -52,6 +53,9 @@ async def trigger_job(
         return
     what = "rerun of slot" if queued.origin == "rerun" else "triggered slot"
     given = "its own payload" if queued.payload is None else "the given payload"
+    # An extra run of a job with upstreams waits for none (docs/jobs.md#dependencies-between-jobs).
+    extra = "" if inputs else ", waiting for no upstream"
     click.echo(
-        f"queued {what} {iso(queued.slot)} of {queued.job} (tenant {queued.tenant}) with {given}"
+        f"queued {what} {iso(queued.slot)} of {queued.job} (tenant {queued.tenant}) with "
+        f"{given}{extra}"
     )

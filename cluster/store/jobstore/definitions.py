@@ -118,13 +118,9 @@ class Definitions:
                     result.unchanged.remove(label)
                     result.updated.append(label)
             if prune:
-                cur = await self._db.conn.execute(
-                    query("remove_jobs_except"),
-                    {
-                        "tenant_ids": [s.tenant for s in specs],
-                        "names": [s.name for s in specs],
-                    },
-                )
+                kept = {"tenant_ids": [s.tenant for s in specs], "names": [s.name for s in specs]}
+                await self._gates.refuse_orphans(kept)
+                cur = await self._db.conn.execute(query("remove_jobs_except"), kept)
                 rows = await cur.fetchall()
                 result.removed = [label_of(r["tenant_id"], r["name"]) for r in rows]
         return result

@@ -1,7 +1,8 @@
 """Edges between jobs, the store's side of ``after``: resolving upstream names in the job's
-tenant, refusing a match rule that cannot match and a cycle (naming it), writing the edges,
-and asking the affected gates again. Runs inside ``Definitions``' transaction, so a refused
-edge leaves nothing written (docs/design/gates.md)."""
+tenant, refusing a match rule that cannot match and a cycle (naming it), writing the edges
+with the revision they make, asking the affected gates again, and refusing a --prune that
+would leave a job waiting for one it removes. Runs inside ``Definitions``' transaction, so a
+refused edge leaves nothing written (docs/design/gates.md)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,9 @@ from collections.abc import Sequence
 from datetime import datetime
 from uuid import UUID
 
-from cluster.errors import InvalidInput
+from psycopg.types.json import Jsonb
+
+from cluster.errors import Conflict, InvalidInput
 from cluster.jobs.gates import CHAIN, check_match
 from cluster.jobs.spec import JobSpec
 from cluster.store.jobstore.scoped import ScopedConnection
@@ -36,9 +39,15 @@ class Gates:
             old = {r["upstream_id"]: r["match"] for r in await self._db.all("gate_edges_of", job)}
             new = {u: spec.after_match for u in ups}
             if old != new:
+                # Edges are no column the revision triggers see: the change is recorded here.
+                before = await self._db.one("gate_definition", job)
+                assert before is not None
                 await self._db.all("gate_clear_edges", job)
                 await self._db.all(
                     "gate_add_edges", {"id": job["id"], "upstreams": ups, "match": spec.after_match}
+                )
+                await self._db.one(
+                    "gate_revision", {"id": job["id"], "before": Jsonb(before["definition"])}
                 )
                 changed.add(label_of(spec.tenant, spec.name))
             params = {
@@ -62,6 +71,18 @@ class Gates:
         for row in await self._db.all("gate_refresh", params):
             await self._db.notify(row["shard_id"])
         return changed
+
+    async def refuse_orphans(self, kept: dict[str, list[str]]) -> None:
+        """``Conflict`` when a job an apply keeps waits for one its --prune removes."""
+        orphans = await self._db.all("gate_orphans", kept)
+        if orphans:
+            first = orphans[0]
+            raise Conflict(
+                "prune",
+                f"{label_of(first['tenant_id'], first['downstream'])} waits for "
+                f"{first['upstream']!r}, which --prune removes: keep it in the file, or change "
+                "or remove what waits for it",
+            )
 
     async def _upstreams(self, spec: JobSpec, db_now: datetime) -> list[UUID]:
         if spec.name in spec.after:

@@ -24,6 +24,7 @@ from cluster.store.jobstore.scoped import ScopedConnection
 from cluster.store.jobstore.specs import checked, label_of
 from cluster.store.jobstore.timeline import explain_job, outage_of
 from cluster.timing.instants import US
+from cluster.timing.schedule import CHAINED_NEXT
 from cluster.timing.timeline import MAX_OUTAGE_SLOTS, Step, decisions
 
 PLAN_SLOTS = 5  # next slots shown before and after a change
@@ -41,6 +42,11 @@ class JobPlan:
     catch_up: list[Step] = field(default_factory=list)  # overdue slots after the change
     dropped: int = 0  # overdue slots of the old timing that will never run
     notes: list[str] = field(default_factory=list)
+    # Dependencies: the edges ("a -> b (same)") the change adds and drops, and what the
+    # job's slot then waits for (None: nothing; docs/design/gates.md).
+    edges_added: list[str] = field(default_factory=list)
+    edges_removed: list[str] = field(default_factory=list)
+    waits_for: str | None = None
 
     @property
     def label(self) -> str:
@@ -58,6 +64,8 @@ class JobPlan:
             "catch_up": [s.to_json() for s in self.catch_up],
             "dropped": self.dropped,
             "notes": self.notes,
+            "edges": {"added": self.edges_added, "removed": self.edges_removed},
+            "waits_for": self.waits_for,
         }
 
 
@@ -116,11 +124,7 @@ class Plans:
                     old = before[(spec.tenant, spec.name)]
                     new = await self._job(spec.tenant, spec.name)
                     assert new is not None
-                    plan = await self._job_plan(old, new, db_now, slots)
-                    if plan.action == "unchanged" and plan.label in result.updated:
-                        plan.action = "update"  # only its edges (after:) change
-                        plan.notes.append("its upstreams (after) change")
-                    jobs.append(plan)
+                    jobs.append(await self._job_plan(old, new, db_now, slots))
                 for label in result.removed:
                     jobs.append(await self._removed(label, specs, db_now, slots))
                 raise _Rollback(Plan(db_now, digest, jobs))
@@ -136,6 +140,7 @@ class Plans:
         if old is not None:
             plan.action = "update" if new.revision != old.revision else "unchanged"
             plan.next_before = _coming(old, now, slots)
+        row = None
         if plan.action != "unchanged":
             row = await self._db.one(
                 "job_revision",
@@ -148,6 +153,11 @@ class Plans:
             plan.catch_up = outage_of(new, new.slot_at - US, now)
         if old is not None and plan.action == "update":
             plan.dropped, plan.notes = _dropped(old, new, now)
+        if row is not None:  # its edges: which appear or go, and what it then waits for
+            plan.edges_added, plan.edges_removed = edges_changed(new.name, row)
+            if plan.edges_added or plan.edges_removed:
+                plan.waits_for = await self._waits_for(new)
+                plan.notes.append(_waits_note(new, row["definition"], plan.waits_for))
         return plan
 
     async def _removed(
@@ -159,8 +169,44 @@ class Plans:
             "job_revisions", {"tenant_id": tenant, "name": name, "before": None, "limit": 1}
         )
         plan = JobPlan(tenant, name, "remove", row["revision"] - 1, changes=row["diff"])
+        plan.edges_added, plan.edges_removed = edges_changed(name, row)
         plan.notes.append("removed with its run history (--prune: not in the definitions)")
         return plan
+
+    async def _waits_for(self, job: Job) -> str | None:
+        """What the job's slot waits for once applied, as ``pulse jobs show`` says it."""
+        gate = await self._db.one("gate_waits_for", {"id": job.id})
+        verdict = None if gate is None else gate["verdict"]
+        return None if verdict is None else str(verdict).split(": ", 1)[1]
+
+
+def edges_changed(name: str, revision: dict[str, Any]) -> tuple[list[str], list[str]]:
+    """The edges (``upstream -> name (match)``) a revision adds and drops, from its diff
+    (``after``, ``after_match``; a created or removed job's has every field) and, for the
+    part that did not change, its definition (migration `0.2.0_pre_gates_bounded_waits`)."""
+    definition, diff = revision["definition"], revision["diff"]
+    if "after" not in diff and "after_match" not in diff:
+        return [], []
+
+    def edges(ups: list[str] | None, match: str | None) -> list[str]:
+        return [f"{up} -> {name} ({match})" for up in ups or ()]
+
+    before_ups, after_ups = diff.get("after", [definition.get("after")] * 2)
+    before_match, after_match = diff.get("after_match", [definition.get("after_match")] * 2)
+    before, after = edges(before_ups, before_match), edges(after_ups, after_match)
+    return [e for e in after if e not in before], [e for e in before if e not in after]
+
+
+def _waits_note(job: Job, definition: dict[str, Any], waits_for: str | None) -> str:
+    ups = definition.get("after") or []
+    if not ups:
+        return "waits for no other job any more"
+    named = f"waits for {', '.join(ups)} ({definition.get('after_match')})"
+    if job.status != JobStatus.IDLE or job.slot_at >= CHAINED_NEXT:
+        return f"{named}: no slot waiting now"
+    if waits_for is None:
+        return f"{named}: its slot {iso(job.slot_at)} then waits for nothing"
+    return f"{named}: its slot {iso(job.slot_at)} then waits: {waits_for}"
 
 
 def _coming(job: Job, now: datetime, slots: int) -> list[Step]:

@@ -145,17 +145,19 @@ class Revisions:
                 )
             handler = (await self._db.job("get_job", old.name, old.tenant)).handler
         fields.pop("adopt_at", None)  # recorded, not restored: `pulse jobs adopt` sets it
+        after, match = fields.pop("after", None), fields.pop("after_match", None)
         kwargs = {_SPEC_FIELD.get(k, k): v for k, v in fields.items()}
         kwargs["zones"] = tuple(kwargs.get("zones") or ())
         kwargs["on_excluded"] = kwargs.get("on_excluded") or DEFAULT_ON_EXCLUDED
         kwargs["payload"] = dict(kwargs.get("payload") or {})
         spec = JobSpec(name=old.name, tenant=old.tenant, handler=handler, **kwargs)
-        # Edges are not part of a revision: the job keeps the upstreams it has now.
-        now = await self._db.one("get_job", {"tenant_id": old.tenant, "name": old.name})
-        links = [] if now is None else await self._db.all("gate_neighbours", {"id": now["id"]})
-        ups = tuple(r["name"] for r in links if r["side"] == "up")
-        if ups:
-            spec = replace(spec, after=ups, after_match=links[0]["match"] or gates.DEFAULT_MATCH)
+        if after is None:  # recorded before revisions held edges: the job keeps its own
+            now = await self._db.one("get_job", {"tenant_id": old.tenant, "name": old.name})
+            links = [] if now is None else await self._db.all("gate_neighbours", {"id": now["id"]})
+            after = [r["name"] for r in links if r["side"] == "up"]
+            match = links[0]["match"] if after else None
+        if after:
+            spec = replace(spec, after=tuple(after), after_match=match or gates.DEFAULT_MATCH)
         return spec.validated()
 
 

@@ -219,9 +219,14 @@ class JobStore:
         self, name: str, tenant: str = DEFAULT_TENANT, *, now: datetime | None = None
     ) -> Job:
         """Make the job due now without changing its regular schedule (with a payload or a
-        past slot: ``inputs.trigger``)."""
+        past slot: ``inputs.trigger``). A job with upstreams gets an extra run now, stamped
+        with the current time, that waits for none of them: its own slot (held, or a chained
+        job's queue) stays as it is (docs/design/gates.md)."""
         if (await self.get(name, tenant)).watch:
             raise InvalidInput("name", f"{name!r} is a watch job: no node runs it")
+        if await self.has_upstreams(name, tenant):
+            await self.inputs.trigger(name, tenant, now=now)
+            return await self.get(name, tenant)
         row = await self.db.one("trigger_job", {"tenant_id": tenant, "name": name, "now": now})
         if row is None:
             job = await self.get(name, tenant)  # raises NotFound
@@ -229,8 +234,35 @@ class JobStore:
         await self.db.notify(row["shard_id"])
         return await self.get(name, tenant)
 
-    async def remove(self, name: str, tenant: str = DEFAULT_TENANT) -> None:
-        await self._write("remove_job", name, tenant, {})
+    async def has_upstreams(self, name: str, tenant: str = DEFAULT_TENANT) -> bool:
+        """Whether the job waits for other jobs (``--after`` or ``@after:``)."""
+        row = await self.db.one("get_job", {"tenant_id": tenant, "name": name})
+        return row is not None and bool(row["gated"])
+
+    async def remove(
+        self, name: str, tenant: str = DEFAULT_TENANT, *, cascade: bool = False
+    ) -> list[str]:
+        """Delete the job and its run history; the names removed, the job last. A job others
+        wait for (``--after``, ``@after:``) is refused (``Conflict``, nothing written) unless
+        ``cascade``, which removes them too, each before the jobs it waits for."""
+        async with self.db.transaction():
+            job = await self.db.job("get_job", name, tenant)
+            found = await self.db.all("gate_downstreams", {"id": job.id})
+            downstreams = [r["name"] for r in found]
+            if downstreams and not cascade:
+                direct = sorted(r["name"] for r in found if r["direct"])
+                many = len(direct) > 1
+                through = len(downstreams) - len(direct)
+                raise Conflict(
+                    "name",
+                    f"{', '.join(direct)} wait{'' if many else 's'} for {name!r}"
+                    + (f" ({through} more through {'them' if many else 'it'})" if through else "")
+                    + f": change or remove {'them' if many else 'it'} first, or remove "
+                    f"{'all' if downstreams[1:] else 'both'} with --cascade",
+                )
+            for doomed in [*downstreams, job.name]:
+                await self._write("remove_job", doomed, tenant, {})
+        return [*downstreams, job.name]
 
     # -- reads ------------------------------------------------------------------------
 
@@ -287,6 +319,7 @@ class JobStore:
             found["after_timeout_s"] = gate["after_timeout_s"]
             found["after_failure"] = gate["after_failure"]
             found["waits_for"] = None if verdict is None else verdict.split(": ", 1)[1]
+            found["waits_until"] = iso(gate["waits_until"])
         return found
 
     async def graph(self, tenant: str = DEFAULT_TENANT) -> list[dict[str, str]]:

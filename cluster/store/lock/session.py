@@ -364,12 +364,15 @@ class LockSession:
         )
         return {row[0] for row in rows}
 
-    async def gate_verdicts(self, jobs: Sequence[tuple[UUID, datetime]]) -> dict[UUID, str]:
-        """Of the claimed slots of gated jobs, those whose gate says not to run them, with
-        why (``'skip: ...'`` or ``'wait: ...'``; migration 021)."""
-        params = {"ids": [i for i, _ in jobs], "slots": [s for _, s in jobs]}
+    async def gate_verdicts(
+        self, slots: Sequence[tuple[UUID, datetime]]
+    ) -> dict[tuple[UUID, datetime], str]:
+        """Of the claimed (job, slot) pairs of gated jobs, those whose gate says not to run
+        them, with why (``'skip: ...'`` or ``'wait: ...'``; migration 021). By slot: a
+        backfill claims several flights of one job."""
+        params = {"ids": [i for i, _ in slots], "slots": [s for _, s in slots]}
         rows = await self._run("gate_verdicts", params)
-        return {row[0]: row[1] for row in rows if row[1] is not None}
+        return {(row[0], row[1]): row[2] for row in rows if row[2] is not None}
 
     async def held_runs(self) -> tuple[list[tuple[UUID, int]], list[FlightLease]]:
         """The leases of every job (id, token) and flight (id, slot, token) running under

@@ -29,6 +29,7 @@ class Snapshot:
     paused: list[Row]  # tenant_id, name, pause_note, total
     pinned: list[Row] = field(default_factory=list)  # tenant_id, name, zones, paused
     done: int = 0  # one-off jobs done (migration 011)
+    held: Row | None = None  # held, oldest, overdue: slots waiting for upstreams
 
 
 async def _rows(conn: Conn, name: str, params: dict[str, Any]) -> list[Row]:
@@ -62,6 +63,7 @@ async def read_snapshot(
             paused = await _rows(conn, "status_paused", {"limit": paused_limit})
             pinned = await _rows(conn, "status_pinned", {})
             done = await _rows(conn, "status_done", {})
+            held = await _rows(conn, "status_held", {"now": now})
     except psycopg.Error as exc:
         raise store_error(exc, "cannot read the cluster state") from exc
     return Snapshot(
@@ -75,4 +77,5 @@ async def read_snapshot(
         paused=paused,
         pinned=pinned,
         done=done[0]["done"],
+        held=held[0],
     )

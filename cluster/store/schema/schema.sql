@@ -1191,69 +1191,120 @@ BEGIN
 END
 $$;
 
-CREATE TRIGGER jobs_forget_edges AFTER DELETE ON jobs
+-- After jobs_revision_removed (triggers fire in name order): the `removed` revision still
+-- sees the job's edges.
+CREATE TRIGGER jobs_unlink_edges AFTER DELETE ON jobs
 REFERENCING OLD TABLE AS deleted_jobs
 FOR EACH STATEMENT EXECUTE FUNCTION forget_deleted_jobs_edges();
 -- The gate pass reads the held jobs of its shards: a probe, not a scan of every job.
 CREATE INDEX jobs_gate_wait ON jobs (shard_id) WHERE gate_wait;
 
 -- NULL when every upstream's matching slot succeeded (or failed, under after-failure
--- `run`); 'skip: <why>' when one failed under `skip`; else 'wait: <why>'. Volatile: it
--- reads the runs and slots as they are now, not as the calling statement began.
+-- `run`); 'skip: <why>' when one was skipped, will never run, or failed under `skip`; else
+-- 'wait: <why>' (what is true of the slot it waits for). Volatile: it reads the runs and
+-- slots as they are now, not as the calling statement began.
 CREATE FUNCTION gate_verdict(job uuid, slot timestamptz) RETURNS text
 LANGUAGE plpgsql SET search_path FROM CURRENT AS $$
 DECLARE
     d record;
     e record;
+    r record;
     lo timestamptz;
     hi timestamptz;
     unit text;
-    why text;
+    flight timestamptz;
+    what text;
     waiting text;
 BEGIN
     SELECT j.tz, j.after_failure INTO d FROM jobs j WHERE j.id = job;
-    FOR e IN SELECT u.id, u.name, u.slot_at, u.status, x.match
+    FOR e IN SELECT u.id, u.name, u.slot_at, u.status, u.paused, u.attempt, x.match,
+                    starts_with(u.schedule, '@after:') AS chained
              FROM job_edges x JOIN jobs u ON u.id = x.upstream_id
              WHERE x.downstream_id = job ORDER BY u.name LOOP
-        IF e.match IN ('same', 'chain') THEN
-            lo := slot;
-        ELSIF e.match = 'latest' THEN
-            IF e.status <> 'done' AND e.slot_at <= slot THEN
-                lo := e.slot_at;  -- its latest slot at or before ours has not ended yet
-            ELSE
-                SELECT max(r.scheduled_for) INTO lo FROM runs r
-                WHERE r.job_id = e.id AND r.scheduled_for <= slot;
-                IF lo IS NULL THEN
-                    why := format('upstream %s has no slot at or before %s', e.name,
-                                  to_char(slot AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"'));
-                    IF d.after_failure = 'skip' THEN RETURN 'skip: ' || why; END IF;
-                    IF d.after_failure = 'block' THEN waiting := coalesce(waiting, why); END IF;
-                    CONTINUE;
-                END IF;
-            END IF;
-        END IF;
         IF e.match LIKE 'period:%' THEN
             unit := split_part(e.match, ':', 2);
             lo := date_trunc(unit, slot AT TIME ZONE d.tz) AT TIME ZONE d.tz;
             hi := (date_trunc(unit, slot AT TIME ZONE d.tz) + ('1 ' || unit)::interval)
                   AT TIME ZONE d.tz;
-            why := format('upstream %s had no successful slot in the %s from %s', e.name,
-                          unit, to_char(lo AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"'));
         ELSE
+            lo := slot;
+            IF e.match = 'latest' THEN
+                IF e.status <> 'done' AND e.slot_at <= slot THEN
+                    lo := e.slot_at;  -- its latest slot at or before ours has not ended yet
+                ELSE
+                    SELECT max(m.s) INTO lo FROM (
+                        SELECT max(x.scheduled_for) FROM runs x
+                        WHERE x.job_id = e.id AND x.scheduled_for <= slot
+                        UNION ALL
+                        SELECT max(f.slot) FROM flights f
+                        WHERE f.job_id = e.id AND f.slot <= gate_verdict.slot) AS m (s);
+                    IF lo IS NULL THEN  -- it never will: its slots only move forward
+                        RETURN format('skip: upstream %s has no slot at or before %s', e.name,
+                            to_char(slot AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"'));
+                    END IF;
+                END IF;
+            END IF;
             hi := lo + interval '1 microsecond';
-            why := format('upstream %s slot %s did not succeed', e.name,
-                          to_char(lo AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"'));
         END IF;
         CONTINUE WHEN EXISTS (
-            SELECT 1 FROM runs r
-            WHERE r.job_id = e.id AND r.scheduled_for >= lo AND r.scheduled_for < hi
-              AND r.status = 'succeeded');
-        IF e.status <> 'done' AND e.slot_at < hi THEN  -- the upstream has not moved past it
-            waiting := coalesce(waiting, why);
-        ELSIF d.after_failure = 'skip' THEN
-            RETURN 'skip: ' || why;
+            SELECT 1 FROM runs x
+            WHERE x.job_id = e.id AND x.scheduled_for >= lo AND x.scheduled_for < hi
+              AND x.status = 'succeeded');
+        -- How the slot ended, if it did: a run still going first, then a failure, then a
+        -- skip. And whether a flight (a backfill, a rerun, an `allow` slot) may still run it.
+        SELECT x.scheduled_for, x.status, x.last_error INTO r FROM runs x
+        WHERE x.job_id = e.id AND x.scheduled_for >= lo AND x.scheduled_for < hi
+        ORDER BY x.status = 'running' DESC, x.status = 'skipped', x.scheduled_for DESC
+        LIMIT 1;
+        SELECT min(f.slot) INTO flight FROM flights f
+        WHERE f.job_id = e.id AND f.slot >= lo AND f.slot < hi;
+        -- Not ended: the upstream has not moved past the slot (a chained one, which has
+        -- no clock to move by, until a record says so), or something still runs it.
+        IF e.status <> 'done' AND e.slot_at < hi OR e.chained AND r.status IS NULL
+           OR flight IS NOT NULL OR r.status = 'running' THEN
+            what := CASE
+                WHEN e.status = 'running' AND e.slot_at >= lo AND e.slot_at < hi
+                    THEN format('upstream %s''s slot %s is running', e.name,
+                        to_char(e.slot_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"'))
+                WHEN flight IS NOT NULL OR r.status = 'running'
+                    THEN format('upstream %s''s slot %s is queued or running', e.name,
+                        to_char(coalesce(flight, r.scheduled_for) AT TIME ZONE 'UTC',
+                                'YYYY-MM-DD"T"HH24:MI:SS"Z"'))
+                WHEN e.attempt > 1 AND e.slot_at >= lo AND e.slot_at < hi
+                    THEN format('upstream %s''s slot %s failed an attempt and waits for '
+                        'its retry', e.name,
+                        to_char(e.slot_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"'))
+                WHEN e.match LIKE 'period:%'
+                    THEN format('upstream %s has not succeeded in the %s from %s yet', e.name,
+                        unit, to_char(lo AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"'))
+                ELSE format('upstream %s''s slot %s has not run yet', e.name,
+                        to_char(lo AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"'))
+            END || CASE WHEN e.paused AND e.status <> 'running'
+                        THEN format(' (%s is paused)', e.name) ELSE '' END;
+            waiting := coalesce(waiting, what);
+            CONTINUE;
+        END IF;
+        IF r.status IS NULL THEN  -- it moved past without a record: nothing will come
+            RETURN 'skip: ' || CASE WHEN e.match LIKE 'period:%'
+                THEN format('upstream %s had no slot in the %s from %s', e.name, unit,
+                            to_char(lo AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"'))
+                ELSE format('upstream %s''s slot %s never ran (%s moved past it)', e.name,
+                            to_char(lo AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"'),
+                            e.name) END;
+        END IF;
+        what := format('upstream %s''s slot %s', e.name,
+                       to_char(r.scheduled_for AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"'));
+        IF r.status = 'skipped' THEN  -- nothing ran upstream, so nothing follows
+            RETURN 'skip: ' || what || ' was skipped' || coalesce(': ' || r.last_error, '');
+        END IF;
+        what := what || CASE r.status WHEN 'failed' THEN ' failed'
+                                      WHEN 'timed_out' THEN ' timed out'
+                                      WHEN 'cancelled' THEN ' was cancelled'
+                                      ELSE ' was lost' END;
+        IF d.after_failure = 'skip' THEN
+            RETURN 'skip: ' || what;
         ELSIF d.after_failure = 'block' THEN
-            waiting := coalesce(waiting, why);
+            waiting := coalesce(waiting, what);
         END IF;
     END LOOP;
     RETURN 'wait: ' || waiting;  -- NULL when nothing waits
@@ -1281,13 +1332,18 @@ BEGIN
         NEW.attempt := 1;
         NEW.next_run_at := greatest(pulled, NEW.updated_at);
     END IF;
+    -- Held at most its after-timeout, a day without one: then due, to be recorded skipped
+    -- with what it waited for.
     IF gate_verdict(NEW.id, NEW.slot_at) LIKE 'wait: %' THEN
         NEW.gate_wait := true;
-        NEW.next_run_at := CASE WHEN NEW.after_timeout_s IS NULL
-            THEN '9999-01-01Z'::timestamptz
-            ELSE greatest(NEW.next_run_at,
-                          NEW.slot_at + make_interval(secs => NEW.after_timeout_s)) END;
+        NEW.next_run_at := greatest(NEW.next_run_at, NEW.slot_at
+            + make_interval(secs => coalesce(NEW.after_timeout_s, 86400)));
     ELSE
+        -- Opened by a statement that only asked again (an apply's gate settings) rather
+        -- than releasing it at a time (gate_release): due at its slot, not at its bound.
+        IF TG_OP = 'UPDATE' AND NEW.gate_wait AND NEW.next_run_at = OLD.next_run_at THEN
+            NEW.next_run_at := NEW.slot_at;
+        END IF;
         NEW.gate_wait := false;
     END IF;
     RETURN NEW;
@@ -1360,7 +1416,8 @@ CREATE TABLE job_revisions (
 -- Retention finds the names whose last revision removed the job (docs/retention.md).
 CREATE INDEX job_revisions_removed ON job_revisions (at) WHERE change = 'removed';
 
--- The definition a revision records: the fields of a job file, as the row holds them.
+-- The definition a revision records: the fields of a job file, as the row holds them, and
+-- the job's upstreams (names, sorted) with their match rule.
 CREATE FUNCTION job_definition(j jobs) RETURNS jsonb
 LANGUAGE sql STABLE SET search_path FROM CURRENT AS $$
     SELECT jsonb_build_object(
@@ -1384,6 +1441,11 @@ LANGUAGE sql STABLE SET search_path FROM CURRENT AS $$
         'deadline', j.deadline, 'expect_baseline', j.expect_baseline, 'asserts', j.asserts,
         'assert_fails', j.assert_fails, 'watch', j.watch, 'adopt_at', j.adopt_at,
         'payload_schema', j.payload_schema)
+    || (SELECT jsonb_build_object(
+                   'after', coalesce(jsonb_agg(u.name ORDER BY u.name), '[]'::jsonb),
+                   'after_match', min(e.match))
+        FROM job_edges e JOIN jobs u ON u.id = e.upstream_id
+        WHERE e.downstream_id = j.id)
 $$;
 
 -- {field: [before, after]} for each field of two definitions that differs.
@@ -1471,6 +1533,44 @@ BEGIN
            job_revision_how(), job_definition(o), job_definition_diff(job_definition(o), NULL)
     FROM removed_jobs o WHERE o.parent_id IS NULL;
     RETURN NULL;
+END
+$$;
+
+-- Called by an apply that changed a job's edges, after writing them (`before`: the job's
+-- definition before): folds the change into the revision this transaction wrote, or writes
+-- a new one. Edges are not columns of jobs, so the update triggers cannot see them.
+CREATE FUNCTION job_revision_edges(job uuid, before jsonb) RETURNS integer
+LANGUAGE plpgsql SECURITY DEFINER SET search_path FROM CURRENT AS $$
+DECLARE
+    j jobs;
+    after jsonb;
+BEGIN
+    SELECT * INTO j FROM jobs x WHERE x.id = job;
+    IF NOT FOUND OR j.parent_id IS NOT NULL THEN
+        RETURN NULL;
+    END IF;
+    after := job_definition(j);
+    IF after = before THEN
+        RETURN j.revision;
+    END IF;
+    UPDATE job_revisions r SET
+        definition = after,
+        diff = job_definition_diff(
+            CASE WHEN r.change = 'created' THEN NULL
+                 ELSE r.definition || (SELECT coalesce(jsonb_object_agg(k, r.diff -> k -> 0), '{}')
+                                       FROM jsonb_object_keys(r.diff) AS k) END,
+            after)
+    WHERE r.tenant_id = j.tenant_id AND r.job_name = j.name AND r.revision = j.revision
+      AND r.xact = pg_current_xact_id();
+    IF FOUND THEN
+        RETURN j.revision;
+    END IF;
+    INSERT INTO job_revisions (tenant_id, job_name, revision, job_id, change, who, how,
+                               definition, diff)
+    VALUES (j.tenant_id, j.name, j.revision + 1, j.id, 'updated', job_revision_who(),
+            job_revision_how(), after, job_definition_diff(before, after));
+    UPDATE jobs x SET revision = j.revision + 1 WHERE x.id = job;
+    RETURN j.revision + 1;
 END
 $$;
 

@@ -108,10 +108,15 @@ picked AS (
           AND (f.origin IS NULL OR NOT EXISTS (
               SELECT 1 FROM jobs x
               WHERE x.id = f.job_id AND x.status = 'running' AND x.overlap <> 'allow'))
-          -- A backfill or rerun slot of a job with upstreams waits for theirs (migration 021).
+          -- A backfill or rerun slot of a job with upstreams waits for theirs (migration 021),
+          -- at most its after-timeout, a day without one (migration `0.2.0_pre_gates_bounded_waits`). Claimed, its gate
+          -- is asked again, and a slot it does not run is recorded skipped (claimer.py).
           AND (coalesce(f.origin, '') NOT IN ('backfill', 'rerun') OR NOT EXISTS (
               SELECT 1 FROM jobs x
-              WHERE x.id = f.job_id AND x.gated AND gate_verdict(x.id, f.slot) IS NOT NULL))
+              WHERE x.id = f.job_id AND x.gated
+                AND f.due_at + make_interval(secs => coalesce(x.after_timeout_s, 86400))
+                    > (SELECT t FROM clock)
+                AND starts_with(gate_verdict(x.id, f.slot), 'wait: ')))
         ORDER BY f.due_at
         LIMIT %(limit)s
         FOR UPDATE OF f SKIP LOCKED
@@ -133,7 +138,7 @@ RETURNING j.id, j.tenant_id, j.name, j.schedule, j.tz, j.dst_repeated, j.dst_ski
           f.attempt, f.lease_token, j.catch_up, j.grace_s, j.max_backfill, j.timeout_s,
           j.max_retries, j.retry_backoff_s, f.due_at, j.output_limit, j.overlap,
           j.cancel_grace_s, f.cancel_by, true AS flight, j.jitter_s, j.calendar_rule,
-          false AS gated,
+          j.gated AND coalesce(f.origin, '') IN ('backfill', 'rerun') AS gated,
           NULL::timestamptz AS previous_slot, NULL::timestamptz AS last_success,
           NULL::jsonb AS state, f.origin, j.asserts, j.assert_fails;
 
@@ -164,6 +169,10 @@ ended AS (
               record_run(j.id, j.tenant_id, j.name, f.slot, f.attempt, %(node_id)s, %(zone)s,
                          i.outcome, i.token, f.locked_at, k.t, i.duration_s, i.error,
                          i.output, f.origin, f.revision),
+              -- After record_run: a triggered, rerun or backfilled success of a job that
+              -- feeds chained ones makes their slot, once (migrations 023 and `0.2.0_pre_gates_bounded_waits`).
+              CASE WHEN j.feeds AND i.outcome = 'succeeded' THEN chain_release(j.id, f.slot, k.t)
+              END,
               CASE WHEN i.outcome IN ('failed', 'timed_out') THEN raise_alert('failed', j.id,
                   j.tenant_id, j.name, f.slot, f.attempt, %(node_id)s, %(zone)s, i.error,
                   NULL) END,
@@ -297,7 +306,7 @@ RETURNING j.id, j.tenant_id, j.name, j.schedule, j.tz, j.dst_repeated, j.dst_ski
           f.attempt, f.lease_token, j.catch_up, j.grace_s, j.max_backfill, j.timeout_s,
           j.max_retries, j.retry_backoff_s, f.due_at, j.output_limit, j.overlap,
           j.cancel_grace_s, f.cancel_by, true AS flight, j.jitter_s, j.calendar_rule,
-          false AS gated,
+          j.gated AND coalesce(f.origin, '') IN ('backfill', 'rerun') AS gated,
           NULL::timestamptz AS previous_slot, NULL::timestamptz AS last_success,
           NULL::jsonb AS state, f.origin, j.asserts, j.assert_fails, d.poison, d.reason,
           d.locked_by,

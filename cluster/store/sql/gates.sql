@@ -10,6 +10,15 @@ WHERE j.tenant_id = %(tenant_id)s AND j.name = ANY(%(names)s::text[]);
 -- name: gate_edges_of
 SELECT e.upstream_id, e.match FROM job_edges e WHERE e.downstream_id = %(id)s;
 
+-- name: gate_definition
+-- A job's definition as its revisions record it, upstreams included (migration `0.2.0_pre_gates_bounded_waits`).
+SELECT job_definition(j) AS definition FROM jobs j WHERE j.id = %(id)s;
+
+-- name: gate_revision
+-- After its edges changed: the revision of the change, folded into the one this transaction
+-- wrote if any (job_revision_edges, migration `0.2.0_pre_gates_bounded_waits`).
+SELECT job_revision_edges(%(id)s, %(before)s::jsonb) AS revision;
+
 -- name: gate_clear_edges
 DELETE FROM job_edges e WHERE e.downstream_id = %(id)s RETURNING e.upstream_id;
 
@@ -67,9 +76,10 @@ WHERE j.id = ANY(%(downstreams)s::uuid[])
 RETURNING j.id, j.shard_id;
 
 -- name: gate_verdicts
--- Asked by the claim loop for the first attempts of gated jobs it claimed: NULL runs the
--- slot, 'skip: ...' or 'wait: ...' (an after-timeout reached) records it skipped.
-SELECT v.id, gate_verdict(v.id, v.slot) AS verdict
+-- Asked by the claim loop for the first attempts of gated jobs it claimed (and of backfill
+-- and rerun flights of them): NULL runs the slot, 'skip: ...' or 'wait: ...' (its bound
+-- reached) records it skipped.
+SELECT v.id, v.slot, gate_verdict(v.id, v.slot) AS verdict
 FROM unnest(%(ids)s::uuid[], %(slots)s::timestamptz[]) AS v (id, slot);
 
 -- name: gate_pass
@@ -89,6 +99,35 @@ SELECT 'down', d.name, e.match, d.slot_at, d.status
 FROM job_edges e JOIN jobs d ON d.id = e.downstream_id WHERE e.upstream_id = %(id)s
 ORDER BY 1 DESC, 2;
 
+-- name: gate_downstreams
+-- Every job that waits for the given one, directly or through others, the deepest first:
+-- the order `remove --cascade` takes them in, so each one's `removed` revision still names
+-- its upstreams. Cycles are refused at apply; the depth bound is a guard.
+WITH RECURSIVE down (id, depth) AS (
+    SELECT e.downstream_id, 1 FROM job_edges e WHERE e.upstream_id = %(id)s
+    UNION
+    SELECT e.downstream_id, d.depth + 1
+    FROM down d JOIN job_edges e ON e.upstream_id = d.id
+    WHERE d.depth < 64
+)
+SELECT j.name, max(d.depth) AS depth, bool_or(d.depth = 1) AS direct
+FROM down d JOIN jobs j ON j.id = d.id
+GROUP BY j.name
+ORDER BY depth DESC, j.name;
+
+-- name: gate_orphans
+-- The jobs an apply keeps (the given tenants and names) that wait for a job its --prune
+-- removes: refused, since nothing would be left for them to wait for.
+SELECT d.tenant_id, d.name AS downstream, u.name AS upstream
+FROM job_edges e
+JOIN jobs d ON d.id = e.downstream_id
+JOIN jobs u ON u.id = e.upstream_id
+WHERE (d.tenant_id, d.name) IN (SELECT * FROM unnest(%(tenant_ids)s::text[], %(names)s::text[]))
+  AND (u.tenant_id, u.name) NOT IN (
+      SELECT * FROM unnest(%(tenant_ids)s::text[], %(names)s::text[]))
+  AND u.parent_id IS NULL
+ORDER BY 1, 2, 3;
+
 -- name: gate_graph
 -- Every edge of a tenant, downstream after upstream.
 SELECT u.name AS upstream, d.name AS downstream, e.match
@@ -99,6 +138,8 @@ WHERE d.tenant_id = %(tenant_id)s
 ORDER BY u.name, d.name;
 
 -- name: gate_waits_for
--- Why a held slot waits: the first upstream its gate is still waiting for.
-SELECT gate_verdict(j.id, j.slot_at) AS verdict, j.after_timeout_s, j.after_failure
+-- Why a held slot waits: the first upstream its gate is still waiting for, and until when
+-- at the latest (its after-timeout, a day without one: migration `0.2.0_pre_gates_bounded_waits`).
+SELECT gate_verdict(j.id, j.slot_at) AS verdict, j.after_timeout_s, j.after_failure,
+       CASE WHEN j.gate_wait THEN j.next_run_at END AS waits_until
 FROM jobs j WHERE j.id = %(id)s;

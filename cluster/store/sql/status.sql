@@ -29,6 +29,16 @@ FROM jobs WHERE paused
 ORDER BY updated_at DESC, tenant_id, name
 LIMIT %(limit)s;
 
+-- name: status_held
+-- Slots held by their upstreams (docs/design/gates.md): how many, the oldest slot, and how
+-- many are still held a minute past their bound, which a node should have taken by then to
+-- record skipped. One probe of jobs_gate_wait.
+SELECT count(*)::int AS held, min(j.slot_at) AS oldest,
+       (count(*) FILTER (WHERE j.next_run_at
+                               < coalesce(%(now)s::timestamptz, now()) - interval '1 minute'))::int
+           AS overdue
+FROM jobs j WHERE j.gate_wait;
+
 -- name: status_done
 -- One-off jobs whose slot has run (status `done`), kept until their runs are pruned.
 SELECT count(*)::int AS done FROM jobs WHERE status = 'done';
