@@ -200,7 +200,7 @@ class JobSpec:
         help="Each slot starts within [slot, slot + jitter).",
         shown=format_duration(0.0),
         timing=True,
-        claimed=True,
+        **_ALL,
     )
     remove_when_done: bool = option(
         False, help="Delete a one-off job once it has run.", parse=flag
@@ -266,6 +266,7 @@ class JobSpec:
         parse=lambda value, _: parse_labels(value),
         jsonb=True,
         timing=True,  # a window by label may cover the job now, or no longer
+        child=True,
     )
     # Expectations of each run (cluster.jobs.expectations, docs/jobs.md), checked together.
     expect_max_s: float | None = option(

@@ -43,7 +43,8 @@ WHERE tenant_id = %(tenant_id)s AND name = %(name)s AND each_zone;
 -- name: each_zone_parents
 -- Each-zone jobs that cover the zone (all zones when not restricted).
 -- `fresh`: its child there is at least as new as it (nothing to write).
-SELECT p.id, p.name, p.schedule, p.tz, p.dst_repeated, p.dst_skipped,
+SELECT p.id, p.tenant_id, p.name, p.schedule, p.tz, p.dst_repeated, p.dst_skipped,
+       p.jitter_s,
        EXISTS (SELECT 1 FROM jobs c
                WHERE c.parent_id = p.id AND c.zones = ARRAY[%(zone)s::text]
                  AND c.updated_at >= p.updated_at) AS fresh
@@ -53,15 +54,16 @@ WHERE p.each_zone AND (p.zones IS NULL OR %(zone)s = ANY(p.zones));
 -- name: upsert_zone_child
 -- The parent's child for one zone: created, or its definition brought in line with the
 -- parent's. Its id, shard and run history stay; a timing change moves an idle child to
--- the new next slot, as `upsert_job` does. What a child copies is declared with the job's
--- options (`child`): cluster/jobs/spec.py.
+-- the new next slot %(slot_at)s, starting at %(next_run_at)s (its jitter: the child's name
+-- keys it), as `upsert_job` does. What a child copies is declared with the job's options
+-- (`child`): cluster/jobs/spec.py.
 INSERT INTO jobs AS j (
     id, tenant_id, name, status, shard_id, next_run_at, slot_at, zones, parent_id,
     {fields:child:@})
 SELECT %(id)s, p.tenant_id, p.name || '@' || %(zone)s,
     CASE WHEN p.paused THEN 'paused' ELSE 'idle' END, %(shard_id)s,
     CASE WHEN p.paused THEN '9999-01-01Z'::timestamptz ELSE %(next_run_at)s END,
-    %(next_run_at)s, ARRAY[%(zone)s::text], p.id, {fields:child:p.@}
+    %(slot_at)s, ARRAY[%(zone)s::text], p.id, {fields:child:p.@}
 FROM jobs p WHERE p.id = %(parent_id)s AND p.each_zone
 ON CONFLICT (tenant_id, name) DO UPDATE SET
     {fields:child:@ = excluded.@},
