@@ -119,6 +119,7 @@ class Job:
 
     watch: bool = False  # runs come from pings, never from a node (docs/jobs.md)
     adopt_at: datetime | None = None  # `jobs adopt`: the first slot Pulse runs itself
+    description: str | None = None  # what the job is for, in the user's words
 
     def rule(self) -> CalendarRule | None:
         """The calendar the job plans with (its copy), or None."""

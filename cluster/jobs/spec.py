@@ -32,6 +32,7 @@ from cluster.jobs.fields import (
     DEFAULT_TENANT,
     DEFAULT_TIMEOUT_S,
     DEFAULT_TZ,
+    check_text,
     counts,
     duration_field,
     flag,
@@ -49,6 +50,19 @@ from cluster.timing.durations import format_duration
 from cluster.timing.schedule import Schedule, parse_schedule
 
 _ALL = {"claimed": True, "child": True}  # what a run needs: claimed, and copied to children
+MAX_DESCRIPTION_LENGTH = 1000
+
+
+def _description(value: object, key: str) -> str | None:
+    """Free text, at most ``MAX_DESCRIPTION_LENGTH`` characters; blank: none."""
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise InvalidInput(key, "must be text")
+    text = check_text(value, key).strip()
+    if len(text) > MAX_DESCRIPTION_LENGTH:
+        raise InvalidInput(key, f"longer than {MAX_DESCRIPTION_LENGTH} characters")
+    return text or None
 
 
 @dataclass(frozen=True)
@@ -293,6 +307,11 @@ class JobSpec:
     # if any, is what Pulse runs once the job is adopted. Placed by its own statement.
     watch: bool = option(
         False, help="Never run: record the pings of a cron Pulse does not run.", written=False
+    )
+    # What the job is for, in the user's words: shown by jobs list and show, the API and the
+    # console, recorded by revisions; nothing runs on it.
+    description: str | None = option(
+        None, help="What the job is for (free text).", parse=_description, child=True
     )
 
     @classmethod

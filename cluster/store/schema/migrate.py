@@ -34,8 +34,8 @@ _FILE = re.compile(r"^(\d{3})_([a-z0-9_]+)\.sql$")
 
 # A node of this release runs on schema versions REQUIRED_VERSION..KNOWN_VERSION and refuses
 # any other at start (tests/integration/test_node_startup.py).
-REQUIRED_VERSION = 29
-KNOWN_VERSION = 29
+REQUIRED_VERSION = 30
+KNOWN_VERSION = 30
 
 # The migration that adds schema_version.checksum; rows applied before it get theirs after.
 _CHECKSUMS_SINCE = 15
