@@ -22,7 +22,7 @@ from bench.report import BEGIN, END
 from bench.results import Measure, ScenarioResult, append
 from bench.runner import SCENARIOS
 from bench.sizes import DEFAULT, QUICK, Sizes
-from cluster.jobs.models import Job, Run, expectations_of
+from cluster.jobs.models import Job, Run
 from tests.helpers.cli import GATED_SHOW_KEYS, JOB_KEYS, RUN_KEYS, RUN_SHOW_KEYS, SHOW_KEYS
 
 REPO = Path(__file__).resolve().parents[1]
@@ -135,9 +135,10 @@ def test_the_job_keys_of_json_md_are_those_job_to_json_prints() -> None:
         handler="app.jobs:tick",
         dst_repeated="once",
         dst_skipped="shift",
-        expect=expectations_of({"expect_max_s": 600.0, "asserts": "rows > 0"}),
+        expect_max_s=600.0,
+        asserts="rows > 0",
     )
-    plain = dataclasses.replace(job, expect=None)
+    plain = dataclasses.replace(job, expect_max_s=None, asserts=None)
     assert set(job.to_json()) == set(plain.to_json()) == documented("## Jobs")
     assert documented("## Jobs") == JOB_KEYS  # the keys the CLI tests expect
 

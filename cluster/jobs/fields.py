@@ -1,6 +1,8 @@
 """The fields of a job definition, each parsed and checked on its own: names, texts,
-handlers, payloads, sizes, durations, counts, overlap and zones, with their defaults and
-limits. ``cluster.jobs.spec`` puts them together into a ``JobSpec``.
+handlers, payloads, sizes, durations, counts, flags, overlap and zones, with their defaults
+and limits. ``cluster.jobs.spec`` declares which field each parser serves and puts them
+together into a ``JobSpec``. A parser of a field checked on its own takes the value as given
+and the key to name in its error (``cluster.jobs.options.Parser``).
 """
 
 from __future__ import annotations
@@ -8,7 +10,7 @@ from __future__ import annotations
 import json
 import math
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from cluster.errors import InvalidInput
@@ -153,10 +155,11 @@ def parse_zones(value: str | Sequence[str] | None) -> tuple[str, ...]:
         raise InvalidInput("zones", str(exc)) from exc
 
 
-def each_zone_flag(value: object, zones: str | Sequence[str] | None) -> bool:
+def each_zone_flag(value: object, zones: tuple[str, ...]) -> bool:
+    """``each_zone`` against the job's parsed ``zones``."""
     if not isinstance(value, bool):
         raise InvalidInput("each_zone", "must be true or false")
-    if value and len(parse_zones(zones)) == 1:
+    if value and len(zones) == 1:
         raise InvalidInput("each_zone", "with a single zone is --zones alone; name two or more")
     return value
 
@@ -212,3 +215,35 @@ def optional_duration(value: object, field_name: str) -> float | None:
     if seconds <= 0:
         raise InvalidInput(field_name, "must be positive")
     return seconds
+
+
+def positive_duration(value: object, field_name: str) -> float:
+    seconds = duration_field(value, field_name)
+    if seconds <= 0:
+        raise InvalidInput(field_name, "must be positive")
+    return seconds
+
+
+def counts(minimum: int, *, optional: bool = False) -> Callable[[object, str], int | None]:
+    """The parser of a whole number of at least ``minimum`` (``optional``: or None)."""
+
+    def parse(value: object, field_name: str) -> int | None:
+        if value is None and optional:
+            return None
+        return count_field(value, field_name, minimum)
+
+    return parse
+
+
+def flag(value: object, field_name: str) -> bool:
+    if not isinstance(value, bool):
+        raise InvalidInput(field_name, "must be true or false")
+    return value
+
+
+def output_size(value: object, field_name: str) -> int:
+    """Bytes kept per part of a run's output, at most ``MAX_OUTPUT_LIMIT``."""
+    limit = parse_size(value, field_name)
+    if not 0 <= limit <= MAX_OUTPUT_LIMIT:
+        raise InvalidInput(field_name, f"must be between 0 and {MAX_OUTPUT_LIMIT // 1024}KiB")
+    return limit

@@ -9,6 +9,7 @@ from typing import Any
 from uuid import UUID
 
 from cluster.jobs.handlerrefs import redacted
+from cluster.jobs.spec import OPTIONS
 from cluster.timing.calendared import CalendarRule
 from cluster.timing.schedule import CHAINED_NEXT, Schedule, parse_schedule
 
@@ -61,22 +62,6 @@ def shown(when: datetime | None) -> datetime | None:
     a job out of the claim (9999-01-01 paused, done or held by a gate; 9998-01-01 a chained
     job awaiting its upstream's next slot), which docs/json.md calls null."""
     return None if when is None or when >= CHAINED_NEXT else when
-
-
-_EXPECT_KEYS = ("expect_max_s", "expect_min_s", "deadline", "expect_baseline", "asserts")
-_NO_EXPECTATIONS: dict[str, Any] = {
-    **{"assert" if k == "asserts" else k: None for k in _EXPECT_KEYS},
-    "assert_fails": False,
-}
-
-
-def expectations_of(row: dict[str, Any]) -> dict[str, Any] | None:
-    """A job row's expectations under their JSON keys (``assert`` for ``asserts``), or
-    None when it has none."""
-    if all(row.get(k) is None for k in _EXPECT_KEYS):
-        return None
-    found = {"assert" if k == "asserts" else k: row.get(k) for k in _EXPECT_KEYS}
-    return {**found, "assert_fails": bool(row.get("assert_fails"))}
 
 
 @dataclass(frozen=True)
@@ -133,7 +118,13 @@ class Job:
     max_runs: int | None = None  # done after this many runs (docs/jobs.md)
     runs_done: int = 0
     labels: dict[str, str] = field(default_factory=dict)  # key=value (docs/jobs.md#labels)
-    expect: dict[str, Any] | None = None  # its expectations (to_json's keys), None: none
+    # Its expectations of each run (docs/jobs.md#expectations); None and false: none.
+    expect_max_s: float | None = None
+    expect_min_s: float | None = None
+    deadline: str | None = None
+    expect_baseline: float | None = None
+    asserts: str | None = None
+    assert_fails: bool = False
     last_success_at: datetime | None = None  # the newest slot that succeeded
     # Health (docs/jobs.md): ok, slow, overdue, too_fast or assertion_failed, and since when.
     expect_state: str | None = None
@@ -151,6 +142,7 @@ class Job:
 
     watch: bool = False  # runs come from pings, never from a node (docs/jobs.md)
     adopt_at: datetime | None = None  # `jobs adopt`: the first slot Pulse runs itself
+    description: str | None = None  # what the job is for, in the user's words
 
     def rule(self) -> CalendarRule | None:
         """The calendar the job plans with (its copy), or None."""
@@ -161,16 +153,11 @@ class Job:
 
     @classmethod
     def from_row(cls, row: dict[str, Any]) -> Job:
+        """A job row (``SELECT *``): its options as declared (``OPTIONS.read``), its state."""
         return cls(
+            **{d.name: _read(d.default, row[str(d.column)]) for d in OPTIONS.read},
             id=row["id"],
-            tenant=row["tenant_id"],
-            name=row["name"],
-            schedule=row["schedule"],
-            tz=row["tz"],
-            handler=row["handler"],
-            payload=row["payload"],
             status=row["status"],
-            paused=row["paused"],
             shard=row["shard_id"],
             # The stored next_run_at of a paused job is a far-future marker (9999-01-01)
             # that keeps it out of the claim's index range.
@@ -181,107 +168,60 @@ class Job:
             locked_by=row["locked_by"],
             lease_expires_at=row["lease_expires_at"],
             lease_token=row["lease_token"],
-            catch_up=row["catch_up"],
-            grace_s=row["grace_s"],
-            max_backfill=row["max_backfill"],
-            timeout_s=row["timeout_s"],
-            retries=row["max_retries"],
-            retry_backoff_s=row["retry_backoff_s"],
-            dst_repeated=row["dst_repeated"],
-            dst_skipped=row["dst_skipped"],
             created_at=row["created_at"],
             updated_at=row["updated_at"],
-            keep_for_s=row["keep_for_s"],
-            keep_runs=row["keep_runs"],
-            output_limit=row["output_limit"],
-            late_after_s=row["late_after_s"],
-            pause_after_failures=row["pause_after_failures"],
             failed_slots=row["failed_slots"],
             pause_note=row["pause_note"],
-            overlap=row["overlap"],
-            max_concurrent=row["max_concurrent"],
-            cancel_grace_s=row["cancel_grace_s"],
             cancel_by=row["cancel_by"],
-            zones=tuple(row.get("zones") or ()),
-            each_zone=bool(row.get("each_zone")),
-            jitter_s=row.get("jitter_s", 0.0),
-            remove_when_done=row.get("remove_when_done", False),
-            calendar=row.get("calendar"),
-            on_excluded=row.get("on_excluded"),
-            business_day=row.get("business_day"),
-            calendar_rule=row.get("calendar_rule"),
-            paused_until=row.get("paused_until"),
-            revision=row.get("revision", 1),
-            payload_schema=row.get("payload_schema"),
-            max_runs=row.get("max_runs"),
-            runs_done=row.get("runs_done", 0),
-            labels=row.get("labels") or {},
-            expect=expectations_of(row),
-            last_success_at=row.get("last_success_at"),
-            expect_state=row.get("expect_state"),
-            expect_state_at=row.get("expect_state_at"),
-            watch=bool(row.get("watch")),
-            adopt_at=row.get("adopt_at"),
+            calendar_rule=row["calendar_rule"],
+            paused_until=row["paused_until"],
+            revision=row["revision"],
+            runs_done=row["runs_done"],
+            last_success_at=row["last_success_at"],
+            expect_state=row["expect_state"],
+            expect_state_at=row["expect_state_at"],
+            adopt_at=row["adopt_at"],
         )
 
     def to_json(self) -> dict[str, Any]:
+        """The stable JSON of a job (docs/json.md): its options under their names, then its
+        state."""
+        options = {d.name: getattr(self, d.name) for d in OPTIONS.read}
+        options["handler"] = redacted(self.handler)  # a broker URL's password masked
+        options["zones"] = list(self.zones) or None
         return {
             "id": str(self.id),
-            "tenant": self.tenant,
-            "name": self.name,
-            "schedule": self.schedule,
-            "tz": self.tz,
-            "handler": redacted(self.handler),  # a broker URL's password masked
-            "payload": self.payload,
+            **options,
             "status": self.status,
-            "paused": self.paused,
             "shard": self.shard,
             "next_run_at": iso(shown(self.next_run_at)),
+            "slot_at": iso(shown(self.slot_at)),
             "attempt": self.attempt,
             "last_run_at": iso(self.last_run_at),
             "locked_by": self.locked_by,
             "lease_expires_at": iso(self.lease_expires_at),
-            "catch_up": self.catch_up,
-            "grace_s": self.grace_s,
-            "max_backfill": self.max_backfill,
-            "timeout_s": self.timeout_s,
-            "retries": self.retries,
-            "retry_backoff_s": self.retry_backoff_s,
-            "dst_repeated": self.dst_repeated,
-            "dst_skipped": self.dst_skipped,
-            "keep_for_s": self.keep_for_s,
-            "keep_runs": self.keep_runs,
-            "output_limit": self.output_limit,
-            "late_after_s": self.late_after_s,
-            "pause_after_failures": self.pause_after_failures,
             "failed_slots": self.failed_slots,
             "pause_note": self.pause_note,
-            "overlap": self.overlap,
-            "max_concurrent": self.max_concurrent,
-            "cancel_grace_s": self.cancel_grace_s,
             "cancel_by": self.cancel_by,
-            "zones": list(self.zones) or None,
-            "each_zone": self.each_zone,
-            "jitter_s": self.jitter_s,
-            "slot_at": iso(shown(self.slot_at)),
-            "remove_when_done": self.remove_when_done,
-            "calendar": self.calendar,
-            "on_excluded": self.on_excluded,
-            "business_day": self.business_day,
             "paused_until": iso(self.paused_until),
             "revision": self.revision,
-            "payload_schema": self.payload_schema,
             "schedules": [e.to_json() for e in self.parsed_schedule().entries] or None,
-            "max_runs": self.max_runs,
             "runs_done": self.runs_done,
-            "labels": self.labels,
-            **(self.expect or _NO_EXPECTATIONS),
             "health": self.health(),
-            "watch": self.watch,
             "adopt_at": iso(self.adopt_at),
             "created_at": iso(self.created_at),
             "updated_at": iso(self.updated_at),
         }
+
+
+def _read(default: Any, stored: Any) -> Any:
+    """An option's column as the read model holds it: a list as a tuple, and no zones or
+    labels (NULL) as none."""
+    if isinstance(default, tuple):
+        return tuple(stored or ())
+    if stored is None and isinstance(default, dict):
+        return {}
+    return stored
 
 
 @dataclass(frozen=True)

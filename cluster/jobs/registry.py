@@ -80,8 +80,8 @@ class Registry:
     --module``, ``pulse node --sync-jobs`` or ``Node(sync_jobs=[...])``.
 
     Options are the keys of a job file (``pulse jobs add``'s long options with
-    underscores): ``tz``, ``payload``, ``catch_up``, ``grace``, ``timeout``, ``retries``...
-    (``asserts=`` for the job file's ``assert``).
+    underscores): ``tz``, ``payload``, ``catch_up``, ``grace``, ``timeout``, ``retries``,
+    ``asserts``...
     """
 
     def __init__(self, tenant: str = DEFAULT_TENANT) -> None:
@@ -169,8 +169,6 @@ class Registry:
         if self.tenant != DEFAULT_TENANT:
             mapping["tenant"] = self.tenant
         mapping.update(options)
-        if "asserts" in mapping:  # `assert` is a Python keyword: written `asserts=` here
-            mapping["assert"] = mapping.pop("asserts")
         spec = JobSpec.from_mapping(mapping)
         if spec.name in self._entries:
             raise InvalidInput(

@@ -1,19 +1,21 @@
-"""A job's definition as users write it, validated before anything touches the database.
+"""A job's definition as users write it, validated before anything touches the database,
+and the declaration of its options (``OPTIONS``: each field's key, flag, parser, column and
+lists, cluster/jobs/options.py).
 
-The same rules serve ``pulse jobs add``, ``pulse jobs apply FILE`` and the Python API, so
-bad input is rejected the same way everywhere: one ``InvalidInput`` naming the field.
+The same rules serve ``pulse jobs add``, ``pulse jobs apply FILE``, the HTTP API and the
+Python API, so bad input is rejected the same way everywhere: one ``InvalidInput`` naming
+the field.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from dataclasses import dataclass
 from typing import Any
 
 from cluster.errors import InvalidInput
-from cluster.jobs import gates, schedules, shellrefs
-from cluster.jobs.expectations import expectations
+from cluster.jobs import gates, schedules
+from cluster.jobs.constraints import constrained
 from cluster.jobs.fields import (
     DEFAULT_CANCEL_GRACE_S,
     DEFAULT_CATCH_UP,
@@ -30,80 +32,287 @@ from cluster.jobs.fields import (
     DEFAULT_TENANT,
     DEFAULT_TIMEOUT_S,
     DEFAULT_TZ,
-    MAX_OUTPUT_LIMIT,
-    count_field,
+    check_text,
+    counts,
     duration_field,
-    each_zone_flag,
+    flag,
     optional_duration,
-    parse_overlap,
-    parse_payload,
-    parse_size,
+    output_size,
     parse_zones,
-    validate_handler,
+    positive_duration,
     validate_name,
 )
-from cluster.jobs.handlerrefs import canonical
-from cluster.jobs.labels import parse_labels as labels_of
-from cluster.jobs.payloads import check_payload, parse_payload_schema
-from cluster.jobs.timerules import DEFAULT_ON_EXCLUDED, calendar_fields
+from cluster.jobs.labels import parse_labels
+from cluster.jobs.options import Options, option
+from cluster.jobs.timerules import DEFAULT_ON_EXCLUDED
 from cluster.timing.catchup import parse_catch_up
-from cluster.timing.jitter import check_jitter
-from cluster.timing.schedule import ENDED, Schedule, parse_schedule
+from cluster.timing.durations import format_duration
+from cluster.timing.schedule import Schedule, parse_schedule
+
+_ALL = {"claimed": True, "child": True}  # what a run needs: claimed, and copied to children
+MAX_DESCRIPTION_LENGTH = 1000
+
+
+def _description(value: object, key: str) -> str | None:
+    """Free text, at most ``MAX_DESCRIPTION_LENGTH`` characters; blank: none."""
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise InvalidInput(key, "must be text")
+    text = check_text(value, key).strip()
+    if len(text) > MAX_DESCRIPTION_LENGTH:
+        raise InvalidInput(key, f"longer than {MAX_DESCRIPTION_LENGTH} characters")
+    return text or None
 
 
 @dataclass(frozen=True)
 class JobSpec:
-    """One validated job definition; build it with ``JobSpec.build`` or ``from_mapping``."""
+    """One validated job definition; build it with ``JobSpec.build`` or ``from_mapping``.
 
-    name: str
-    schedule: str
-    handler: str
-    tenant: str = DEFAULT_TENANT
-    tz: str = DEFAULT_TZ
-    payload: dict[str, Any] = field(default_factory=dict)
-    catch_up: str = DEFAULT_CATCH_UP
-    grace_s: float = DEFAULT_GRACE_S
-    max_backfill: int = DEFAULT_MAX_BACKFILL
-    timeout_s: float = DEFAULT_TIMEOUT_S
-    retries: int = DEFAULT_RETRIES
-    retry_backoff_s: float = DEFAULT_RETRY_BACKOFF_S
-    paused: bool = False
-    dst_repeated: str = DEFAULT_DST_REPEATED
-    dst_skipped: str = DEFAULT_DST_SKIPPED
-    keep_for_s: float | None = None  # None: the cluster's retention
-    keep_runs: int | None = None
-    output_limit: int = DEFAULT_OUTPUT_LIMIT
-    late_after_s: float = DEFAULT_LATE_AFTER_S
-    pause_after_failures: int | None = None
-    overlap: str = DEFAULT_OVERLAP
-    max_concurrent: int = DEFAULT_MAX_CONCURRENT
-    cancel_grace_s: float = DEFAULT_CANCEL_GRACE_S
-    zones: tuple[str, ...] = ()  # pinned to these zones (docs/zones.md); empty: any zone
-    each_zone: bool = False  # one run per slot in every zone with a live node (of `zones`)
-    jitter_s: float = 0.0  # each slot starts within [slot, slot + jitter) (cluster.timing.jitter)
-    remove_when_done: bool = False  # a one-off (@at) job is deleted once its slot has run
+    Its fields are the declaration of a job's options (cluster/jobs/options.py): an option
+    added here is a job-file key, an API key, a ``Registry`` keyword, a ``pulse jobs add``
+    flag (with ``help``), a ``Job`` attribute and JSON key, and a column the statements
+    write, claim, copy to each-zone children and record in revisions as declared. Those
+    with a ``parse`` are checked on their own; the others by ``build`` together with the
+    fields they depend on."""
+
+    name: str = option(written=False, recorded=False)
+    schedule: str = option(timing=True, **_ALL)
+    handler: str = option(**_ALL)
+    tenant: str = option(
+        DEFAULT_TENANT, parse=validate_name, column="tenant_id", written=False, recorded=False
+    )
+    tz: str = option(DEFAULT_TZ, help="IANA time zone.", shown=DEFAULT_TZ, timing=True, **_ALL)
+    payload: dict[str, Any] = option(
+        factory=dict, help="A JSON object passed to the handler.", jsonb=True, child=True
+    )
+    catch_up: str = option(
+        DEFAULT_CATCH_UP,
+        help="skip | once | backfill",
+        shown=DEFAULT_CATCH_UP,
+        parse=lambda value, _: parse_catch_up(value),
+        **_ALL,
+    )
+    grace_s: float = option(
+        DEFAULT_GRACE_S,
+        duration=True,
+        help="Lateness tolerated by skip.",
+        shown=format_duration(DEFAULT_GRACE_S),
+        parse=duration_field,
+        **_ALL,
+    )
+    max_backfill: int = option(
+        DEFAULT_MAX_BACKFILL,
+        help="Backfill cap.",
+        shown=str(DEFAULT_MAX_BACKFILL),
+        parse=counts(1),
+        **_ALL,
+    )
+    timeout_s: float = option(
+        DEFAULT_TIMEOUT_S,
+        duration=True,
+        help="Per-run time limit.",
+        shown=format_duration(DEFAULT_TIMEOUT_S),
+        parse=positive_duration,
+        **_ALL,
+    )
+    retries: int = option(
+        DEFAULT_RETRIES,
+        help="Retries of a slot.",
+        shown=str(DEFAULT_RETRIES),
+        parse=counts(0),
+        column="max_retries",
+        **_ALL,
+    )
+    retry_backoff_s: float = option(
+        DEFAULT_RETRY_BACKOFF_S,
+        duration=True,
+        help="First retry delay.",
+        shown=format_duration(DEFAULT_RETRY_BACKOFF_S),
+        parse=duration_field,
+        **_ALL,
+    )
+    paused: bool = option(False, help="Create the job paused.", parse=flag, child=True)
+    dst_repeated: str = option(
+        DEFAULT_DST_REPEATED,
+        help="once | twice",
+        shown=DEFAULT_DST_REPEATED,
+        timing=True,
+        **_ALL,
+    )
+    dst_skipped: str = option(
+        DEFAULT_DST_SKIPPED, help="shift | skip", shown=DEFAULT_DST_SKIPPED, timing=True, **_ALL
+    )
+    # None: the cluster's retention (docs/retention.md).
+    keep_for_s: float | None = option(
+        None,
+        duration=True,
+        help="Keep runs this long [default: cluster config].",
+        parse=optional_duration,
+        child=True,
+    )
+    keep_runs: int | None = option(
+        None,
+        help="Keep at most N runs [default: cluster config].",
+        parse=counts(1, optional=True),
+        child=True,
+    )
+    output_limit: int = option(
+        DEFAULT_OUTPUT_LIMIT,
+        help="Output kept per stream of a run (at most 256KiB).",
+        shown=f"{DEFAULT_OUTPUT_LIMIT // 1024}KiB",
+        parse=output_size,
+        **_ALL,
+    )
+    late_after_s: float = option(
+        DEFAULT_LATE_AFTER_S,
+        duration=True,
+        help="Alert when a slot starts this late.",
+        shown=format_duration(DEFAULT_LATE_AFTER_S),
+        parse=positive_duration,
+        child=True,
+    )
+    pause_after_failures: int | None = option(
+        None,
+        help="Pause after N failed slots in a row.",
+        parse=counts(1, optional=True),
+        child=True,
+    )
+    overlap: str = option(
+        DEFAULT_OVERLAP,
+        help="A slot due while the last runs: forbid (waits) | allow (runs too) | replace.",
+        shown=DEFAULT_OVERLAP,
+        **_ALL,
+    )
+    max_concurrent: int = option(
+        DEFAULT_MAX_CONCURRENT, help="Slots in flight at once (overlap allow).", child=True
+    )
+    cancel_grace_s: float = option(
+        DEFAULT_CANCEL_GRACE_S,
+        duration=True,
+        help="SIGTERM to SIGKILL on cancel.",
+        shown=format_duration(DEFAULT_CANCEL_GRACE_S),
+        parse=duration_field,
+        **_ALL,
+    )
+    # Pinned to these zones (docs/zones.md); empty: any zone. Each-zone: one run per slot in
+    # every zone with a live node (of `zones`), through a child job per zone. Both are set
+    # by the statements that place the job (cluster/store/jobstore/definitions.py).
+    zones: tuple[str, ...] = option(
+        (),
+        help="Run only on nodes of these zones (a,b).",
+        parse=lambda value, _: parse_zones(value),
+        written=False,
+    )
+    each_zone: bool = option(
+        False, help="Run each slot once in every zone with a live node.", written=False
+    )
+    # Each slot starts within [slot, slot + jitter) (cluster.timing.jitter).
+    jitter_s: float = option(
+        0.0,
+        duration=True,
+        help="Each slot starts within [slot, slot + jitter).",
+        shown=format_duration(0.0),
+        timing=True,
+        **_ALL,
+    )
+    remove_when_done: bool = option(
+        False, help="Delete a one-off job once it has run.", parse=flag
+    )  # a one-off (@at) job is deleted once its slot has run
     # A business calendar by name (docs/time.md): what its excluded slots do, and
     # "the n-th business day of the month" (negative: from its end).
-    calendar: str | None = None
-    on_excluded: str = DEFAULT_ON_EXCLUDED
-    business_day: int | None = None
-    after: tuple[str, ...] = ()  # upstream jobs of the same tenant (cluster.jobs.gates)
-    after_match: str = gates.DEFAULT_MATCH
-    after_timeout_s: float | None = None  # a slot held longer is skipped; None: no limit
-    after_failure: str = gates.DEFAULT_FAILURE
-    payload_schema: dict[str, Any] | None = None  # a JSON Schema (cluster.jobs.payloads)
-    max_runs: int | None = None  # done after this many runs (cluster.jobs.schedules)
-    labels: dict[str, str] = field(default_factory=dict)  # key=value (cluster.jobs.labels)
-    # Expectations of each run (cluster.jobs.expectations, docs/jobs.md).
-    expect_max_s: float | None = None
-    expect_min_s: float | None = None
-    deadline: str | None = None  # HH:MM in the job's zone
-    expect_baseline: float | None = None  # times the p95 of its kept successful runs
-    asserts: str | None = None  # checks of the run's metrics (cluster.jobs.assertions)
-    assert_fails: bool = False
+    calendar: str | None = option(None, help="A business calendar (pulse calendars).", timing=True)
+    on_excluded: str = option(
+        DEFAULT_ON_EXCLUDED,
+        help="A slot on an excluded date: skip | next-business-day | previous-business-day.",
+        shown=DEFAULT_ON_EXCLUDED,
+        timing=True,
+    )
+    business_day: int | None = option(
+        None, help="Only the N-th business day of each month (-1: last).", timing=True
+    )
+    # Upstream jobs of the same tenant (cluster.jobs.gates): edges in job_edges, the gate's
+    # options set by their statement; `jobs show` adds them for a job with upstreams.
+    after: tuple[str, ...] = option(
+        (),
+        help="Run a slot only after these jobs' (A,B) succeeded.",
+        column=None,
+        written=False,
+        recorded=False,
+        read=False,
+    )
+    after_match: str = option(
+        gates.DEFAULT_MATCH,
+        help="Which upstream slot: same | latest | period:day | period:hour.",
+        shown=gates.DEFAULT_MATCH,
+        column=None,
+        written=False,
+        recorded=False,
+        read=False,
+    )
+    after_timeout_s: float | None = option(  # a slot held longer is skipped; None: no limit
+        None,
+        duration=True,
+        help="Skip a slot held this long [default: never].",
+        parse=optional_duration,
+        written=False,
+        read=False,
+    )
+    after_failure: str = option(
+        gates.DEFAULT_FAILURE,
+        help="An upstream slot failed: block | run | skip.",
+        shown=gates.DEFAULT_FAILURE,
+        parse=lambda value, _: gates.parse_failure(value),
+        written=False,
+        read=False,
+    )
+    payload_schema: dict[str, Any] | None = option(  # a JSON Schema (cluster.jobs.payloads)
+        None, help="A JSON Schema every payload of the job must match.", jsonb=True
+    )
+    max_runs: int | None = option(  # done after this many runs (cluster.jobs.schedules)
+        None, help="The job is done after this many runs."
+    )
+    labels: dict[str, str] = option(  # key=value (cluster.jobs.labels)
+        factory=dict,
+        help="A key=value label (repeatable).",
+        flag="--label",
+        multiple=True,
+        parse=lambda value, _: parse_labels(value),
+        jsonb=True,
+        timing=True,  # a window by label may cover the job now, or no longer
+        child=True,
+    )
+    # Expectations of each run (cluster.jobs.expectations, docs/jobs.md), checked together.
+    expect_max_s: float | None = option(
+        None, duration=True, help="Alert `slow` when a run goes on this long.", child=True
+    )
+    expect_min_s: float | None = option(
+        None, duration=True, help="Alert `too_fast` when a run ends sooner.", child=True
+    )
+    deadline: str | None = option(  # HH:MM in the job's zone
+        None, help="Alert `overdue` when a run goes on past HH:MM (--tz).", child=True
+    )
+    expect_baseline: float | None = option(  # times the p95 of its kept successful runs
+        None, help="Alert `slow` past this factor (3x) of the p95 of its kept runs.", child=True
+    )
+    asserts: str | None = option(  # checks of the run's metrics (cluster.jobs.assertions)
+        None,
+        help="Checks of the run's metrics ('rows > 0 and errors == 0'): `assertion_failed`.",
+        flag="--assert",
+        aliases=("assert",),  # the job files' key before it was `asserts`, still read
+        **_ALL,
+    )
+    assert_fails: bool = option(False, help="A failed --assert fails the run instead.", **_ALL)
     # Never run by Pulse: its runs come from pings (docs/jobs.md, "Watch jobs"); its handler,
-    # if any, is what Pulse runs once the job is adopted.
-    watch: bool = False
+    # if any, is what Pulse runs once the job is adopted. Placed by its own statement.
+    watch: bool = option(
+        False, help="Never run: record the pings of a cron Pulse does not run.", written=False
+    )
+    # What the job is for, in the user's words: shown by jobs list and show, the API and the
+    # console, recorded by revisions; nothing runs on it.
+    description: str | None = option(
+        None, help="What the job is for (free text).", parse=_description, child=True
+    )
 
     @classmethod
     def build(
@@ -111,189 +320,41 @@ class JobSpec:
         name: str,
         schedule: str | Sequence[str | Mapping[str, Any]],
         handler: str | Mapping[str, Any] | None,
-        *,
-        tenant: str = DEFAULT_TENANT,
-        tz: str = DEFAULT_TZ,
-        payload: str | Mapping[str, Any] | None = None,
-        catch_up: str = DEFAULT_CATCH_UP,
-        grace: str | float = DEFAULT_GRACE_S,
-        max_backfill: int | str = DEFAULT_MAX_BACKFILL,
-        timeout: str | float = DEFAULT_TIMEOUT_S,
-        retries: int | str = DEFAULT_RETRIES,
-        retry_backoff: str | float = DEFAULT_RETRY_BACKOFF_S,
-        paused: bool = False,
-        dst_repeated: str = DEFAULT_DST_REPEATED,
-        dst_skipped: str = DEFAULT_DST_SKIPPED,
-        keep_for: str | float | None = None,
-        keep_runs: int | str | None = None,
-        output_limit: int | str = DEFAULT_OUTPUT_LIMIT,
-        late_after: str | float = DEFAULT_LATE_AFTER_S,
-        pause_after_failures: int | str | None = None,
-        overlap: str = DEFAULT_OVERLAP,
-        max_concurrent: int | str | None = None,
-        cancel_grace: str | float = DEFAULT_CANCEL_GRACE_S,
-        zones: str | Sequence[str] | None = None,
-        each_zone: bool = False,
-        jitter: str | float = 0.0,
-        remove_when_done: bool = False,
-        calendar: str | None = None,
-        on_excluded: str = DEFAULT_ON_EXCLUDED,
-        business_day: int | str | None = None,
-        after: str | Sequence[str] | None = None,
-        after_match: str = gates.DEFAULT_MATCH,
-        after_timeout: str | float | None = None,
-        after_failure: str = gates.DEFAULT_FAILURE,
-        payload_schema: str | Mapping[str, Any] | None = None,
-        max_runs: int | str | None = None,
-        labels: Mapping[str, str] | str | Sequence[str] | None = None,
-        expect_max: str | float | None = None,
-        expect_min: str | float | None = None,
-        deadline: str | None = None,
-        expect_baseline: str | float | None = None,
-        asserts: str | None = None,
-        assert_fails: bool = False,
-        watch: bool = False,
+        **options: Any,
     ) -> JobSpec:
-        """Validate every field; raise ``InvalidInput`` naming the first bad one."""
-        name = validate_name(name)
-        tenant = validate_name(tenant, "tenant")
+        """Validate every field; raise ``InvalidInput`` naming the first bad one. ``options``
+        are the job-file keys (``grace="5m"``, ``retries=2``: ``OPTIONS``); one left out
+        takes its default."""
+        unknown = sorted(set(options) - _OPTION_KEYS)
+        if unknown:
+            raise InvalidInput(unknown[0], "unknown key")
+        raw = {d.key: options.get(d.key, d.default) for d in OPTIONS}
+        raw["max_concurrent"] = options.get("max_concurrent")  # None: overlap's default
+        values: dict[str, Any] = {"name": validate_name(name)}
         schedule = schedules.schedule_text(schedule)
+        tz = raw["tz"]
         if not isinstance(tz, str):
             raise InvalidInput("tz", "must be a string")
-        parsed = parse_schedule(schedule, tz, dst_repeated, dst_skipped)  # type: ignore[arg-type]
-        timeout_s = duration_field(timeout, "timeout")
-        if timeout_s <= 0:
-            raise InvalidInput("timeout", "must be positive")
-        if not isinstance(watch, bool):
-            raise InvalidInput("watch", "must be true or false")
-        # A job file's {http: ...}, {celery: ...} or {shell: ...} becomes text.
-        if watch and handler in (None, ""):
-            handler = ""  # a watch job needs one only to be adopted
-        elif handler is None:
-            raise InvalidInput("handler", "missing")
-        elif isinstance(handler, Mapping) and set(handler) == {"shell"}:
-            handler = shellrefs.canonical(handler)
-        else:
-            handler = canonical(handler, timeout_s)
-        if not isinstance(paused, bool):
-            raise InvalidInput("paused", "must be true or false")
-        limit = parse_size(output_limit, "output_limit")
-        if not 0 <= limit <= MAX_OUTPUT_LIMIT:
-            raise InvalidInput(
-                "output_limit", f"must be between 0 and {MAX_OUTPUT_LIMIT // 1024}KiB"
-            )
-        late_after_s = optional_duration(late_after, "late_after")
-        assert late_after_s is not None
-        overlap, max_concurrent = parse_overlap(overlap, max_concurrent)
-        jitter_s = check_jitter(parsed, duration_field(jitter, "jitter"))
-        if parsed.at is not None and overlap == "allow":
-            raise InvalidInput("overlap", "a one-off (@at) job has one slot: allow does not apply")
-        if not isinstance(remove_when_done, bool):
-            raise InvalidInput("remove_when_done", "must be true or false")
-        if calendar is not None:
-            calendar = validate_name(calendar, "calendar")
-        calendar, on_excluded, business_day = calendar_fields(
-            parsed, calendar, on_excluded, business_day
-        )
-        if calendar is not None and each_zone:
-            raise InvalidInput("calendar", "does not apply to an --each-zone job")
-        if calendar is not None and parsed.ends:
-            raise InvalidInput("calendar", "does not apply to schedules that all end")
-        if parsed.chain:
-            after, after_match = gates.chained(
-                parsed, after, after_match, overlap, jitter_s, calendar
-            )
-            if each_zone:
-                raise InvalidInput("schedule", "a chained (@after:) job cannot run --each-zone")
-        elif after_match == gates.CHAIN:
-            raise InvalidInput("after_match", "chain is for a chained schedule (@after:A)")
-        payload = parse_payload(payload)
-        schema = parse_payload_schema(payload_schema)
-        check_payload(schema, payload)
-        for entry in parsed.entries:  # each schedule's payload runs merged over the job's
-            check_payload(schema, schedules.effective_payload(payload, entry))
-        if parsed.entries:
-            now = datetime.now(UTC)
-            if parsed.ends and parsed.next_after(now) >= ENDED:
-                raise InvalidInput("schedules", "every schedule has ended: the job would never run")
-            schedules.check_collisions(parsed, payload, now)
-        expected = expectations(
-            expect_max, expect_min, deadline, expect_baseline, asserts, assert_fails
-        )
-        if watch:
-            _check_watch(parsed, zones, each_zone, overlap)
-        return cls(
-            name=name,
-            schedule=parsed.expr,
-            handler=validate_handler(handler) if handler else "",
-            tenant=tenant,
-            tz=parsed.tz,
-            payload=payload,
-            catch_up=parse_catch_up(catch_up),
-            grace_s=duration_field(grace, "grace"),
-            max_backfill=count_field(max_backfill, "max_backfill", 1),
-            timeout_s=timeout_s,
-            retries=count_field(retries, "retries", 0),
-            retry_backoff_s=duration_field(retry_backoff, "retry_backoff"),
-            paused=paused,
-            dst_repeated=parsed.dst_repeated,
-            dst_skipped=parsed.dst_skipped,
-            keep_for_s=optional_duration(keep_for, "keep_for"),
-            keep_runs=None if keep_runs is None else count_field(keep_runs, "keep_runs", 1),
-            output_limit=limit,
-            late_after_s=late_after_s,
-            pause_after_failures=(
-                None
-                if pause_after_failures is None
-                else count_field(pause_after_failures, "pause_after_failures", 1)
-            ),
-            overlap=overlap,
-            max_concurrent=max_concurrent,
-            cancel_grace_s=duration_field(cancel_grace, "cancel_grace"),
-            zones=parse_zones(zones),
-            each_zone=each_zone_flag(each_zone, zones),
-            jitter_s=jitter_s,
-            remove_when_done=remove_when_done,
-            calendar=calendar,
-            on_excluded=on_excluded,
-            business_day=business_day,
-            after=gates.parse_after(after),
-            after_match=gates.parse_match(after_match),
-            after_timeout_s=optional_duration(after_timeout, "after_timeout"),
-            after_failure=gates.parse_failure(after_failure),
-            payload_schema=schema,
-            max_runs=schedules.check_max_runs(max_runs, parsed, overlap, each_zone),
-            labels=labels_of(labels),
-            expect_max_s=expected.expect_max_s,
-            expect_min_s=expected.expect_min_s,
-            deadline=expected.deadline,
-            expect_baseline=expected.expect_baseline,
-            asserts=expected.asserts,
-            assert_fails=expected.assert_fails,
-            watch=watch,
-        )
+        parsed = parse_schedule(schedule, tz, raw["dst_repeated"], raw["dst_skipped"])
+        for d in OPTIONS:  # the fields checked on their own
+            if d.option.parse is not None and d.key in options:
+                values[d.name] = d.option.parse(options[d.key], d.key)
+        values.update(constrained(parsed, handler, raw, values))
+        return cls(**values)
 
     @classmethod
     def from_mapping(cls, entry: Mapping[str, Any]) -> JobSpec:
-        """From a job-file entry whose keys are the long options with underscores."""
+        """From a job-file entry (or an API body) whose keys are ``OPTIONS``' keys, with
+        ``schedules`` for a list of schedules."""
         if not isinstance(entry, Mapping):
             raise InvalidInput("entry", "must be a mapping of option names to values")
-        known = {
-            "name", "schedule", "handler", "tenant", "tz", "payload", "catch_up", "grace",
-            "max_backfill", "timeout", "retries", "retry_backoff", "paused", "dst_repeated",
-            "dst_skipped", "keep_for", "keep_runs", "output_limit", "late_after",
-            "pause_after_failures", "overlap", "max_concurrent", "cancel_grace",
-            "zones", "each_zone",
-            "jitter", "remove_when_done", "calendar", "on_excluded", "business_day",
-            "after", "after_match", "after_timeout", "after_failure", "payload_schema",
-            "schedules", "max_runs", "labels",
-            "expect_max", "expect_min", "deadline", "expect_baseline", "assert", "asserts",
-            "assert_fails",
-            "watch",
-        }  # fmt: skip
-        unknown = sorted(set(entry) - known)
+        unknown = sorted(set(entry) - _FILE_KEYS)
         if unknown:
             raise InvalidInput(unknown[0], "unknown key")
+        twice = OPTIONS.twice(entry)
+        if twice is not None:
+            raise InvalidInput(twice, f"give {twice} or {OPTIONS.aliases[twice]}, not both")
+        entry = OPTIONS.canonical(entry)
         if "schedule" in entry and "schedules" in entry:
             raise InvalidInput("schedules", "give schedule or schedules, not both")
         timing = entry.get("schedules", entry.get("schedule"))
@@ -304,81 +365,33 @@ class JobSpec:
                 raise InvalidInput(required, "missing")
         if timing is None:
             raise InvalidInput("schedule", "missing")
-        skipped = ("name", "schedule", "schedules", "handler")
-        kwargs = {k: v for k, v in entry.items() if k not in skipped}
-        if "assert" in kwargs:  # a Python keyword: the argument is `asserts`
-            if "asserts" in kwargs:
-                raise InvalidInput("assert", "give assert or asserts, not both")
-            kwargs["asserts"] = kwargs.pop("assert")
-        payload = kwargs.get("payload")
+        payload = entry.get("payload")
         if payload is not None and not isinstance(payload, Mapping | str):
             raise InvalidInput("payload", "must be a JSON object")
-        schema = kwargs.get("payload_schema")
+        schema = entry.get("payload_schema")
         if schema is not None and not isinstance(schema, Mapping | str):
             raise InvalidInput("payload_schema", "must be a JSON object")
-        return cls.build(entry["name"], timing, entry.get("handler"), **kwargs)
+        skipped = ("name", "schedule", "schedules", "handler")
+        options = {k: v for k, v in entry.items() if k not in skipped}
+        return cls.build(entry["name"], timing, entry.get("handler"), **options)
 
     def validated(self) -> JobSpec:
-        """This spec checked as ``build`` checks it (``JobSpec(...)`` itself validates nothing)."""
-        return JobSpec.build(
-            self.name,
-            self.schedule,
-            self.handler,
-            tenant=self.tenant,
-            tz=self.tz,
-            payload=self.payload,
-            catch_up=self.catch_up,
-            grace=self.grace_s,
-            max_backfill=self.max_backfill,
-            timeout=self.timeout_s,
-            retries=self.retries,
-            retry_backoff=self.retry_backoff_s,
-            paused=self.paused,
-            dst_repeated=self.dst_repeated,
-            dst_skipped=self.dst_skipped,
-            keep_for=self.keep_for_s,
-            keep_runs=self.keep_runs,
-            output_limit=self.output_limit,
-            late_after=self.late_after_s,
-            pause_after_failures=self.pause_after_failures,
-            overlap=self.overlap,
-            max_concurrent=self.max_concurrent if self.overlap == "allow" else None,
-            cancel_grace=self.cancel_grace_s,
-            zones=self.zones or None,
-            each_zone=self.each_zone,
-            jitter=self.jitter_s,
-            remove_when_done=self.remove_when_done,
-            calendar=self.calendar,
-            on_excluded=self.on_excluded,
-            business_day=self.business_day,
-            after=self.after or None,
-            after_match=self.after_match,
-            after_timeout=self.after_timeout_s,
-            after_failure=self.after_failure,
-            payload_schema=self.payload_schema,
-            max_runs=self.max_runs,
-            labels=self.labels,
-            expect_max=self.expect_max_s,
-            expect_min=self.expect_min_s,
-            deadline=self.deadline,
-            expect_baseline=self.expect_baseline,
-            asserts=self.asserts,
-            assert_fails=self.assert_fails,
-            watch=self.watch,
-        )
+        """This spec checked as ``build`` checks it (``JobSpec(...)`` itself validates
+        nothing): its options that differ from their defaults given to ``build``."""
+        given = {
+            d.key: getattr(self, d.name)
+            for d in OPTIONS
+            if d.key not in _POSITIONAL and getattr(self, d.name) != d.default
+        }
+        if self.overlap != "allow":
+            given.pop("max_concurrent", None)  # overlap's, not the spec's
+        return JobSpec.build(self.name, self.schedule, self.handler, **given)
 
     def parsed_schedule(self) -> Schedule:
         return parse_schedule(self.schedule, self.tz, self.dst_repeated, self.dst_skipped)  # type: ignore[arg-type]
 
 
-def _check_watch(
-    parsed: Schedule, zones: str | Sequence[str] | None, each_zone: bool, overlap: str
-) -> None:
-    """What a watch job cannot be: it has no node to run on, and pings come for recurring
-    slots one at a time (docs/jobs.md, "Watch jobs")."""
-    if parsed.at is not None:
-        raise InvalidInput("watch", "a one-off (@at) job cannot be watched")
-    if zones or each_zone:
-        raise InvalidInput("watch", "a watch job runs on no node: zones do not apply")
-    if overlap == "allow":
-        raise InvalidInput("watch", "a watch job records one run per slot: allow does not apply")
+OPTIONS = Options(JobSpec)
+_POSITIONAL = frozenset({"name", "schedule", "handler"})
+_OPTION_KEYS = frozenset(OPTIONS.by_key) - _POSITIONAL
+_FILE_KEYS = OPTIONS.keys() | {"schedules"}

@@ -11,6 +11,13 @@ clock.
 Comment lines and indentation are left out of the statement sent: psycopg would take a
 placeholder (or any ``%``) in a comment for its own, and ``pg_stat_activity`` shows only a
 statement's first kilobyte (tests/unit/test_queries.py).
+
+A job's option columns are never listed by hand: ``{fields:LIST:TEMPLATE}`` stands for the
+columns of one of the lists the options declare (``cluster.jobs.options.Options.columns``:
+``written``, ``timing``, ``claimed``, ``child``, ``child_timing``), each written as TEMPLATE
+with ``@`` for the column and joined by commas: ``{fields:claimed:j.@}``,
+``{fields:written:@ = excluded.@}``. Expanded once at load, so the statements sent are as
+if written out (tests/unit/test_job_options.py).
 """
 
 from __future__ import annotations
@@ -23,9 +30,11 @@ from typing import Any
 import psycopg
 
 from cluster.errors import Conflict, InvalidInput, PulseError, StoreError
+from cluster.jobs.spec import OPTIONS
 from cluster.store.connect import Conn, Row, SchemaMissing, describe
 
 _SECTION = re.compile(r"^-- name: ([a-z_]+)\s*$", re.MULTILINE)
+_FIELDS = re.compile(r"\{fields:([a-z_]+):([^{}]+)\}")
 
 
 def _sources() -> dict[str, str]:
@@ -50,8 +59,15 @@ def _all() -> dict[str, bytes]:
             if name in where:
                 raise RuntimeError(f"statement {name!r} is defined in {where[name]} and {file}")
             where[name] = file
-            found[name] = _compact(body).rstrip(";").encode()
+            found[name] = expand(_compact(body)).rstrip(";").encode()
     return found
+
+
+def expand(text: str) -> str:
+    """``text`` with each ``{fields:LIST:TEMPLATE}`` written out; KeyError for an unknown
+    list."""
+    lists = OPTIONS.columns
+    return _FIELDS.sub(lambda m: ", ".join(m[2].replace("@", c) for c in lists[m[1]]), text)
 
 
 def _compact(body: str) -> str:

@@ -29,7 +29,7 @@ from uuid import UUID
 
 from cluster.settings import DEFAULT_LEASE_S
 from cluster.store.lock.flights import FlightLease, RecoveredFlight
-from cluster.store.lock.records import ClaimedJob
+from cluster.store.lock.records import ClaimedJob, claimed_of
 from cluster.store.lock.session import LockSession
 from node.handlers.context import Outcome
 from node.pipeline.completer import job_extra
@@ -50,41 +50,14 @@ ANSWER_LOST = "left running here by a statement whose answer was lost with its c
 
 
 def poisoned(row: dict[str, Any]) -> ClaimedJob:
-    """The slot ``recover`` handed over, as a claim of this node."""
-    return ClaimedJob(
-        id=row["id"],
-        tenant=row["tenant_id"],
-        name=row["name"],
-        schedule=row["schedule"],
-        tz=row["tz"],
-        dst_repeated=row["dst_repeated"],
-        dst_skipped=row["dst_skipped"],
-        handler=row["handler"],
-        payload=row["payload"] or None,
-        shard=row["shard_id"],
-        slot=row["slot_at"],
-        attempt=row["attempt"],
-        lease_token=row["lease_token"],
-        catch_up=row["catch_up"],
-        grace_s=row["grace_s"],
-        max_backfill=row["max_backfill"],
-        timeout_s=row["timeout_s"],
-        max_retries=row["max_retries"],
-        retry_backoff_s=row["retry_backoff_s"],
-        due=row["next_run_at"],
-        output_limit=row["output_limit"],
-        overlap=row["overlap"],
-        cancel_grace_s=row["cancel_grace_s"],
-        cancel_by=row["cancel_by"],
-        jitter_s=row["jitter_s"],
-        calendar_rule=row["calendar_rule"],
-        origin=row.get("origin"),
-    )
+    """The slot ``recover`` handed over, as a claim of this node (its row starts as a
+    claim's)."""
+    return claimed_of(tuple(row.values()))
 
 
 def lost_error(row: dict[str, Any]) -> str:
     """Why a poison slot failed: its last attempt went down with its node."""
-    allowed = row["max_retries"] + 1
+    allowed = poisoned(row).retries + 1
     return (
         f"lost with its node on attempt {row['attempt']} of {allowed} "
         f"({row['reason']}, node {row['locked_by']}); retries exhausted, the slot is not run again"
@@ -175,7 +148,7 @@ class Recovery:
                 error = f"cancelled by {job.cancel_by}; lost with its node {found.lost_by}"
                 outcome = Outcome("cancelled", error, 0.0)
             else:
-                allowed = job.max_retries + 1
+                allowed = job.retries + 1
                 error = (
                     f"lost with its node on attempt {job.attempt} of {allowed} ({found.reason}, "
                     f"node {found.lost_by}); retries exhausted, the slot is not run again"

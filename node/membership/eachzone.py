@@ -3,7 +3,9 @@
 A parent (``--each-zone``) never runs itself: it is parked in a shard no node locks. Every
 node makes sure the children of its OWN zone exist and match their parent's definition
 (a child is an ordinary job named ``<name>@<zone>``, pinned to that zone, so it is claimed
-once per slot in that zone and its runs and idempotency key carry the zone). Children of
+once per slot in that zone and its runs and idempotency key carry the zone). What a child
+copies of its parent is declared with the job's options (``child``, cluster/jobs/spec.py):
+its jitter too, each child's slots spread by its own name. Children of
 zones with no live node, or no longer wanted by their parent, are removed by any node once
 it has known every live member's zone for a while. Runs from the shard keeper every time it
 re-reads the zone spaces (docs/design/zones.md).
@@ -16,6 +18,7 @@ import time
 import uuid
 
 from cluster.store.lock.session import LockSession
+from cluster.timing.jitter import jittered
 from cluster.timing.schedule import parse_schedule
 from node.state import NodeState
 from ring.zones import zone_shard_for
@@ -51,12 +54,15 @@ class ZoneChildren:
                 parent["schedule"], parent["tz"], parent["dst_repeated"], parent["dst_skipped"]
             )
             child = uuid.uuid4()  # used only if the child is created now
+            slot = schedule.next_after(now)
+            name = f"{parent['name']}@{state.zone}"  # its jitter is the child's own
             if await self._session.upsert_zone_child(
                 parent["id"],
                 state.zone,
                 child,
                 zone_shard_for(child, space),
-                schedule.next_after(now),
+                slot,
+                jittered(parent["tenant_id"], name, slot, parent["jitter_s"]),
             ):
                 written = True
                 logger.info(

@@ -199,7 +199,7 @@ def after_run(job: ClaimedJob, outcome: Outcome, now: datetime) -> tuple[Complet
     """The completion of a run: retry the same slot, or move on to the next one."""
     # A cancelled slot is not retried (someone asked for it to stop), nor a skipped one.
     retried = outcome.status not in {RunStatus.SUCCEEDED, RunStatus.CANCELLED, RunStatus.SKIPPED}
-    if retried and job.attempt <= job.max_retries:
+    if retried and job.attempt <= job.retries:
         delay = min(MAX_RETRY_DELAY_S, job.retry_backoff_s * 2 ** (job.attempt - 1))
         retry_at = now + timedelta(seconds=delay)
         done = Completion(

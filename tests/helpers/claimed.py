@@ -7,33 +7,31 @@ import asyncio
 import uuid
 from datetime import UTC, datetime
 
+from cluster.jobs.spec import OPTIONS
 from cluster.store.lock.records import ClaimedJob
 from node.handlers.context import Outcome
 from node.pipeline.executor import Executor
 
 
 def job(handler: str, name: str = "j", timeout_s: float = 30.0) -> ClaimedJob:
+    """A claimed job of ``handler`` due at its slot, with its options' defaults."""
     slot = datetime(2026, 1, 1, tzinfo=UTC)
+    defaults = {d.name: d.default for d in OPTIONS if d.option.claimed}
     return ClaimedJob(
+        **{
+            **defaults,
+            "schedule": "@every 1m",
+            "handler": handler,
+            "timeout_s": timeout_s,
+        },
         id=uuid.uuid4(),
         tenant="t",
         name=name,
-        schedule="@every 1m",
-        tz="UTC",
-        dst_repeated="once",
-        dst_skipped="shift",
-        handler=handler,
         payload={},
         shard=0,
         slot=slot,
         attempt=1,
         lease_token=1,
-        catch_up="once",
-        grace_s=60.0,
-        max_backfill=100,
-        timeout_s=timeout_s,
-        max_retries=0,
-        retry_backoff_s=10.0,
         due=slot,
     )
 

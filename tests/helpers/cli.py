@@ -24,6 +24,7 @@ from typing import Any
 import psycopg
 from click.testing import CliRunner, Result
 
+from cluster.jobs.spec import OPTIONS
 from cluster.local.processes import pulse_env
 from cluster.settings import ClusterSettings
 from node.cli import cli
@@ -100,22 +101,12 @@ def initialised_pulse(settings: ClusterSettings) -> Invoke:
 
 # -- what commands print -------------------------------------------------------------------
 
-# The documented --json shapes (cluster/jobs/models.py to_json).
-JOB_KEYS = {
-    "id", "tenant", "name", "schedule", "tz", "handler", "payload", "status", "paused",
-    "shard", "next_run_at", "attempt", "last_run_at", "locked_by", "lease_expires_at",
-    "catch_up", "grace_s", "max_backfill", "timeout_s", "retries", "retry_backoff_s",
-    "dst_repeated", "dst_skipped", "created_at", "updated_at", "keep_for_s", "keep_runs",
-    "output_limit", "late_after_s", "pause_after_failures", "failed_slots", "pause_note",
-    "overlap", "max_concurrent", "cancel_grace_s", "cancel_by", "zones",
-    "each_zone",
-    "jitter_s", "slot_at", "remove_when_done",
-    "calendar", "on_excluded", "business_day", "paused_until", "revision",
-    "payload_schema",
-    "schedules", "max_runs", "runs_done", "labels",
-    "expect_max_s", "expect_min_s", "deadline", "expect_baseline", "assert", "assert_fails",
-    "health",
-    "watch", "adopt_at",
+# The documented --json shapes (cluster/jobs/models.py to_json): a job's options as
+# declared (cluster/jobs/spec.py, those the read model carries), then its state.
+JOB_KEYS = {d.name for d in OPTIONS.read} | {
+    "id", "status", "shard", "next_run_at", "slot_at", "attempt", "last_run_at", "locked_by",
+    "lease_expires_at", "failed_slots", "pause_note", "cancel_by", "paused_until", "revision",
+    "schedules", "runs_done", "health", "adopt_at", "created_at", "updated_at",
 }  # fmt: skip
 
 

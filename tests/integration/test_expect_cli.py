@@ -24,7 +24,7 @@ def test_add_sets_every_expectation(initialised: Invoke) -> None:
     assert result.exit_code == 0, result.stderr
     job = json.loads(result.stdout)
     assert (job["expect_max_s"], job["expect_min_s"], job["deadline"]) == (600.0, 30.0, "06:00")
-    assert (job["expect_baseline"], job["assert"], job["assert_fails"]) == (
+    assert (job["expect_baseline"], job["asserts"], job["assert_fails"]) == (
         3.0,
         "rows > 0 and errors == 0",
         True,
@@ -36,7 +36,7 @@ def test_add_sets_every_expectation(initialised: Invoke) -> None:
         "state_at": None,
     }
     plain = json.loads(initialised(*add_args("plain", "--json")).stdout)
-    assert (plain["expect_max_s"], plain["assert"], plain["health"]["state"]) == (None, None, None)
+    assert (plain["expect_max_s"], plain["asserts"], plain["health"]["state"]) == (None, None, None)
     shown = initialised("jobs", "show", "nightly")
     assert shown.exit_code == 0, shown.stderr
     assert "deadline:         06:00" in shown.stdout
@@ -63,7 +63,7 @@ def test_a_job_file_sets_them_and_applying_it_again_changes_nothing(
     again = initialised("jobs", "apply", str(file), "--json")
     assert json.loads(again.stdout)["unchanged"] == ["export"]
     job = json.loads(initialised("jobs", "show", "export", "--json").stdout)
-    assert (job["expect_max_s"], job["deadline"], job["assert"]) == (600.0, "06:00", "rows > 0")
+    assert (job["expect_max_s"], job["deadline"], job["asserts"]) == (600.0, "06:00", "rows > 0")
     file.write_text(file.read_text().replace("rows > 0", "rows > 1"))
     assert json.loads(initialised("jobs", "apply", str(file), "--json").stdout)["updated"] == [
         "export"

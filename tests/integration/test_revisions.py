@@ -317,4 +317,4 @@ def test_the_fields_added_since_revisions_are_recorded_and_rolled_back(
     assert result.exit_code == 0, result.output
     shown = json.loads(pulse("jobs", "show", "rollup", "--json").stdout)
     assert (shown["labels"], shown["max_runs"], shown["payload_schema"]) == ({}, None, None)
-    assert shown["expect_max_s"] is None and shown["assert"] is None
+    assert shown["expect_max_s"] is None and shown["asserts"] is None

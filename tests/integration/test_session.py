@@ -19,7 +19,7 @@ import psycopg
 import pytest
 
 from cluster.errors import StoreError
-from cluster.jobs.spec import JobSpec
+from cluster.jobs.spec import OPTIONS, JobSpec
 from cluster.settings import ClusterSettings
 from cluster.store import notify
 from cluster.store.connect import Conn, connect
@@ -242,7 +242,8 @@ async def test_the_claim_returns_the_claimed_job_fields_in_order(
             names = [c.name for c in cur.description]
     finally:
         await conn.close()
-    renamed = {"tenant_id": "tenant", "shard_id": "shard", "slot_at": "slot", "next_run_at": "due"}
+    renamed = {"shard_id": "shard", "slot_at": "slot", "next_run_at": "due"}
+    renamed |= {str(d.column): d.name for d in OPTIONS if d.column}  # tenant_id, max_retries
     assert names[:3] == ["db_now", "next_due", "held"]
     assert [renamed.get(n, n) for n in names[3:]] == list(ClaimedJob._fields)
 

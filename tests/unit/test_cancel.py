@@ -266,7 +266,7 @@ async def test_a_drain_waits_for_a_replaced_shell_to_wind_down(
 
 
 def test_a_cancelled_slot_is_not_retried() -> None:
-    j = job(f"{HERE}:x")._replace(max_retries=3)
+    j = job(f"{HERE}:x")._replace(retries=3)
     now = datetime(2026, 1, 1, 0, 0, 5, tzinfo=UTC)
     done, _ = after_run(j, Outcome("cancelled", "cancelled by ops", 1.0), now)
     assert done.next_attempt == 1 and done.next_slot > j.slot

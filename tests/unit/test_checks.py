@@ -4,21 +4,14 @@ and jobs without checks are left alone."""
 
 from __future__ import annotations
 
-import uuid
-from datetime import UTC, datetime
-
 from cluster.store.lock.records import ClaimedJob
 from node.handlers.context import Outcome
 from node.pipeline.checks import checked
-
-T = datetime(2026, 1, 1, tzinfo=UTC)
+from tests.helpers.claimed import job as claimed
 
 
 def job(asserts: str | None, fails: bool = False) -> ClaimedJob:
-    return ClaimedJob(
-        uuid.uuid4(), "t", "j", "@every 10s", "UTC", "once", "shift", "m:f", None, 0, T, 1, 1,
-        "once", 60.0, 100, 30.0, 0, 10.0, T, asserts=asserts, assert_fails=fails,
-    )  # fmt: skip
+    return claimed("m:f")._replace(asserts=asserts, assert_fails=fails)
 
 
 def ran(metrics: dict[str, float] | None, status: str = "succeeded") -> Outcome:

@@ -60,7 +60,7 @@ def test_a_run_makes_the_job_done_and_a_retry_comes_first() -> None:
     j = one_off()
     done, skips = after_run(j, Outcome("failed", "boom", 0.1), AT + timedelta(seconds=5))
     assert (done.next_run_at, done.next_slot, done.outcome, skips) == (NEVER, AT, "failed", [])
-    retried, _ = after_run(one_off(max_retries=1), Outcome("failed", "boom", 0.1), AT)
+    retried, _ = after_run(one_off(retries=1), Outcome("failed", "boom", 0.1), AT)
     assert retried.next_run_at < NEVER and retried.next_attempt == 2
 
 

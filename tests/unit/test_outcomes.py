@@ -27,7 +27,7 @@ def test_next_slot_already_past_follows_the_catch_up_policy() -> None:
 
 
 def test_failure_with_retries_left_retries_the_same_slot() -> None:
-    j = job("m:f")._replace(max_retries=2, retry_backoff_s=10.0)
+    j = job("m:f")._replace(retries=2, retry_backoff_s=10.0)
     now = j.slot + timedelta(seconds=1)
     done, skips = after_run(j, Outcome("failed", "boom", 0.1), now)
     assert (done.next_slot, done.next_attempt, skips) == (j.slot, 2, [])

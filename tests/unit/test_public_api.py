@@ -1,7 +1,9 @@
 """The public API of ``import pulsecron``: its names and their signatures.
 
 A change here is a deliberate change to Pulse's API: update ``EXPECTED`` in the same
-commit, and say so in the CHANGELOG.
+commit, and say so in the CHANGELOG. A job's options are declared once, as ``JobSpec``'s
+fields (cluster/jobs/spec.py): ``JobSpec`` and ``Job`` are shown here without them, and an
+option added there changes neither.
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ import inspect
 from typing import Any
 
 import pulsecron
+from cluster.jobs.spec import OPTIONS
 from pulsecron import testing
 
 # The parts of JobStore that docs/python.md offers: ``store.definitions.add(spec)``.
@@ -28,7 +31,9 @@ def describe() -> dict[str, dict[str, str]]:
         if issubclass(obj, BaseException):
             entry["bases"] = ", ".join(b.__name__ for b in obj.__mro__[1:-1])
         else:
-            entry["__init__"] = str(inspect.signature(obj))
+            signature = inspect.signature(obj)
+            declared = name in ("Job", "JobSpec")
+            entry["__init__"] = _without_options(signature) if declared else str(signature)
         found[name] = {**entry, **methods(obj)}
     store = pulsecron.JobStore(None, pulsecron.ClusterSettings())  # type: ignore[arg-type]
     for part in STORE_PARTS:
@@ -50,6 +55,18 @@ def methods(obj: type) -> dict[str, str]:
         if inspect.isfunction(function):
             found[attr] = str(inspect.signature(function))
     return found
+
+
+def _without_options(signature: inspect.Signature) -> str:
+    kept = [p for p in signature.parameters.values() if p.name not in OPTIONS.by_name]
+    return str(signature.replace(parameters=kept))
+
+
+def test_every_option_is_a_keyword_of_the_spec_and_the_read_model() -> None:
+    spec = inspect.signature(pulsecron.JobSpec).parameters
+    job = inspect.signature(pulsecron.Job).parameters
+    assert [d.name for d in OPTIONS] == list(spec)
+    assert [d.name for d in OPTIONS.read if d.name not in job] == []
 
 
 def test_public_names_and_signatures_are_stable() -> None:
@@ -90,28 +107,15 @@ EXPECTED: dict[str, dict[str, str]] = {
         "bases": "PulseError, ValueError, Exception, BaseException",
     },
     "Job": {
-        "__init__": "(id: 'UUID', tenant: 'str', name: 'str', schedule: 'str', tz: 'str', "
-        "handler: 'str', payload: 'dict[str, Any]', status: 'str', paused: "
-        "'bool', shard: 'int', next_run_at: 'datetime | None', slot_at: "
-        "'datetime', attempt: 'int', last_run_at: 'datetime | None', locked_by: "
-        "'str | None', lease_expires_at: 'datetime | None', lease_token: 'int', "
-        "catch_up: 'str', grace_s: 'float', max_backfill: 'int', timeout_s: "
-        "'float', retries: 'int', retry_backoff_s: 'float', dst_repeated: 'str', "
-        "dst_skipped: 'str', created_at: 'datetime', updated_at: 'datetime', "
-        "keep_for_s: 'float | None', keep_runs: 'int | None', output_limit: "
-        "'int', late_after_s: 'float', pause_after_failures: 'int | None', "
-        "failed_slots: 'int', pause_note: 'str | None', overlap: 'str', "
-        "max_concurrent: 'int', cancel_grace_s: 'float', cancel_by: 'str | None',"
-        " zones: 'tuple[str, ...]' = (), each_zone: 'bool' = False, jitter_s: "
-        "'float' = 0.0, remove_when_done: 'bool' = False, calendar: 'str | None' "
-        "= None, on_excluded: 'str | None' = None, business_day: 'int | None' = "
-        "None, calendar_rule: 'str | None' = None, paused_until: 'datetime | "
-        "None' = None, revision: 'int' = 1, payload_schema: 'dict[str, Any] | "
-        "None' = None, max_runs: 'int | None' = None, runs_done: 'int' = 0, "
-        "labels: 'dict[str, str]' = <factory>, expect: 'dict[str, Any] | None' = "
-        "None, last_success_at: 'datetime | None' = None, expect_state: 'str | "
-        "None' = None, expect_state_at: 'datetime | None' = None, watch: 'bool' ="
-        " False, adopt_at: 'datetime | None' = None) -> None",
+        "__init__": "(id: 'UUID', status: 'str', shard: 'int', next_run_at: 'datetime | "
+        "None', slot_at: 'datetime', attempt: 'int', last_run_at: 'datetime | None', "
+        "locked_by: 'str | None', lease_expires_at: 'datetime | None', lease_token: "
+        "'int', created_at: 'datetime', updated_at: 'datetime', failed_slots: 'int', "
+        "pause_note: 'str | None', cancel_by: 'str | None', calendar_rule: 'str | None' "
+        "= None, paused_until: 'datetime | None' = None, revision: 'int' = 1, "
+        "runs_done: 'int' = 0, last_success_at: 'datetime | None' = None, "
+        "expect_state: 'str | None' = None, expect_state_at: 'datetime | None' = None, "
+        "adopt_at: 'datetime | None' = None) -> None",
         "from_row": "(cls, row: 'dict[str, Any]') -> 'Job'",
         "health": "(self) -> 'dict[str, Any]'",
         "parsed_schedule": "(self) -> 'Schedule'",
@@ -119,49 +123,9 @@ EXPECTED: dict[str, dict[str, str]] = {
         "to_json": "(self) -> 'dict[str, Any]'",
     },
     "JobSpec": {
-        "__init__": "(name: 'str', schedule: 'str', handler: 'str', tenant: 'str' = "
-        "'default', tz: 'str' = 'UTC', payload: 'dict[str, Any]' = <factory>, "
-        "catch_up: 'str' = 'once', grace_s: 'float' = 60.0, max_backfill: 'int' ="
-        " 100, timeout_s: 'float' = 300.0, retries: 'int' = 0, retry_backoff_s: "
-        "'float' = 10.0, paused: 'bool' = False, dst_repeated: 'str' = 'once', "
-        "dst_skipped: 'str' = 'shift', keep_for_s: 'float | None' = None, "
-        "keep_runs: 'int | None' = None, output_limit: 'int' = 16384, "
-        "late_after_s: 'float' = 60.0, pause_after_failures: 'int | None' = None,"
-        " overlap: 'str' = 'forbid', max_concurrent: 'int' = 10, cancel_grace_s: "
-        "'float' = 10.0, zones: 'tuple[str, ...]' = (), each_zone: 'bool' = "
-        "False, jitter_s: 'float' = 0.0, remove_when_done: 'bool' = False, "
-        "calendar: 'str | None' = None, on_excluded: 'str' = 'skip', "
-        "business_day: 'int | None' = None, after: 'tuple[str, ...]' = (), "
-        "after_match: 'str' = 'same', after_timeout_s: 'float | None' = None, "
-        "after_failure: 'str' = 'block', payload_schema: 'dict[str, Any] | None' "
-        "= None, max_runs: 'int | None' = None, labels: 'dict[str, str]' = "
-        "<factory>, expect_max_s: 'float | None' = None, expect_min_s: 'float | "
-        "None' = None, deadline: 'str | None' = None, expect_baseline: 'float | "
-        "None' = None, asserts: 'str | None' = None, assert_fails: 'bool' = "
-        "False, watch: 'bool' = False) -> None",
+        "__init__": "() -> None",
         "build": "(cls, name: 'str', schedule: 'str | Sequence[str | Mapping[str, Any]]', "
-        "handler: 'str | Mapping[str, Any] | None', *, tenant: 'str' = 'default',"
-        " tz: 'str' = 'UTC', payload: 'str | Mapping[str, Any] | None' = None, "
-        "catch_up: 'str' = 'once', grace: 'str | float' = 60.0, max_backfill: "
-        "'int | str' = 100, timeout: 'str | float' = 300.0, retries: 'int | str' "
-        "= 0, retry_backoff: 'str | float' = 10.0, paused: 'bool' = False, "
-        "dst_repeated: 'str' = 'once', dst_skipped: 'str' = 'shift', keep_for: "
-        "'str | float | None' = None, keep_runs: 'int | str | None' = None, "
-        "output_limit: 'int | str' = 16384, late_after: 'str | float' = 60.0, "
-        "pause_after_failures: 'int | str | None' = None, overlap: 'str' = "
-        "'forbid', max_concurrent: 'int | str | None' = None, cancel_grace: 'str "
-        "| float' = 10.0, zones: 'str | Sequence[str] | None' = None, each_zone: "
-        "'bool' = False, jitter: 'str | float' = 0.0, remove_when_done: 'bool' = "
-        "False, calendar: 'str | None' = None, on_excluded: 'str' = 'skip', "
-        "business_day: 'int | str | None' = None, after: 'str | Sequence[str] | "
-        "None' = None, after_match: 'str' = 'same', after_timeout: 'str | float |"
-        " None' = None, after_failure: 'str' = 'block', payload_schema: 'str | "
-        "Mapping[str, Any] | None' = None, max_runs: 'int | str | None' = None, "
-        "labels: 'Mapping[str, str] | str | Sequence[str] | None' = None, "
-        "expect_max: 'str | float | None' = None, expect_min: 'str | float | "
-        "None' = None, deadline: 'str | None' = None, expect_baseline: 'str | "
-        "float | None' = None, asserts: 'str | None' = None, assert_fails: 'bool'"
-        " = False, watch: 'bool' = False) -> 'JobSpec'",
+        "handler: 'str | Mapping[str, Any] | None', **options: 'Any') -> 'JobSpec'",
         "from_mapping": "(cls, entry: 'Mapping[str, Any]') -> 'JobSpec'",
         "parsed_schedule": "(self) -> 'Schedule'",
         "validated": "(self) -> 'JobSpec'",

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from cluster.store import queries
-from cluster.store.queries import _sections, _sources, names, query
+from cluster.store.queries import _sections, _sources, expand, names, query
 
 REPO = Path(__file__).resolve().parents[2]
 PLACEHOLDER = re.compile(rb"%\([a-z_]+\)s")
@@ -82,7 +82,7 @@ def test_compacting_keeps_every_placeholder_of_the_statement_itself() -> None:
         for name, source in _sections(text):
             code = "\n".join(x for x in source.splitlines() if not x.strip().startswith("--"))
             assert sorted(PLACEHOLDER.findall(query(name))) == sorted(
-                PLACEHOLDER.findall(code.encode())
+                PLACEHOLDER.findall(expand(code).encode())
             ), name
 
 

@@ -51,7 +51,7 @@ async def test_an_async_handler_skips_without_a_reason(threads: HandlerThreads) 
 
 
 def test_a_skipped_slot_is_not_retried() -> None:
-    claimed = job(f"{__name__}:skips_sync")._replace(max_retries=3)
+    claimed = job(f"{__name__}:skips_sync")._replace(retries=3)
     done, skips = after_run(
         claimed, Outcome("skipped", "nothing", 0.1), SLOT + timedelta(seconds=1)
     )

@@ -1,26 +1,42 @@
-"""``pulse jobs add``: one job from command-line options."""
+"""``pulse jobs add``: one job from command-line options, a flag for each job option
+declared with its help (cluster/jobs/spec.py) beside the few the command reads itself:
+the schedule or ``--at``, the handler and its Celery and environment options, the tenant."""
 
 from __future__ import annotations
 
 import os
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import click
 
-from cluster.cli.base import (
-    PulseCommand,
-    duration_option,
-    emit_json,
-    tenant_option,
-    with_store,
-)
+from cluster.cli.base import PulseCommand, emit_json, tenant_option, with_store
 from cluster.cli.jobs import watching
 from cluster.cli.jobs.control import next_run
-from cluster.cli.jobs.expectations import expectation_options
-from cluster.jobs import fields, handlerrefs, shellrefs
-from cluster.jobs.spec import JobSpec
-from cluster.jobs.timerules import DEFAULT_ON_EXCLUDED
+from cluster.jobs import handlerrefs, shellrefs
+from cluster.jobs.spec import OPTIONS, JobSpec
 from cluster.store.jobstore.store import JobStore
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def option_flags(command: F) -> F:
+    """A flag for each job option declared with its help (``OPTIONS``: ``--grace 5m``,
+    ``--paused``), under its key, its default the text --help shows; the command passes
+    on those given or shown."""
+    for d in reversed(OPTIONS.all):
+        if d.option.help:
+            flag = isinstance(d.default, bool)
+            command = click.option(
+                d.flag,
+                d.key,
+                default=False if flag else d.option.shown,
+                is_flag=flag,
+                multiple=d.option.multiple,
+                show_default=d.option.shown is not None,
+                help=d.option.help,
+            )(command)
+    return command
 
 
 @click.command("add", cls=PulseCommand)
@@ -31,18 +47,12 @@ from cluster.store.jobstore.store import JobStore
     multiple=True,
     help="Cron (5 or 6 fields), @hourly..., @every 30s; repeat for several (their union).",
 )
-@click.option("--max-runs", default=None, help="The job is done after this many runs.")
-@click.option("--label", "labels", multiple=True, help="A key=value label (repeatable).")
 @click.option("--at", default=None, help="Run once at this ISO 8601 time with offset (@at).")
-@click.option("--remove-when-done", is_flag=True, help="Delete a one-off job once it has run.")
 @click.option(
     "--handler",
     default=None,
     help="package.module:function, shell:<command>, http:METHOD URL or celery:<task> "
     "(a --watch job: what Pulse runs once adopted).",
-)
-@click.option(
-    "--watch", is_flag=True, help="Never run: record the pings of a cron Pulse does not run."
 )
 @watching.web_url_option
 @click.option(
@@ -58,82 +68,8 @@ from cluster.store.jobstore.store import JobStore
     multiple=True,
     help="A node environment variable a shell: job gets (repeatable; it gets no other).",
 )
-@click.option("--tz", default=fields.DEFAULT_TZ, show_default=True, help="IANA time zone.")
-@click.option("--payload", default=None, help="A JSON object passed to the handler.")
-@click.option(
-    "--payload-schema", default=None, help="A JSON Schema every payload of the job must match."
-)
 @tenant_option
-@click.option(
-    "--catch-up", default=fields.DEFAULT_CATCH_UP, show_default=True, help="skip | once | backfill"
-)
-@duration_option("--grace", fields.DEFAULT_GRACE_S, "Lateness tolerated by skip.")
-@click.option(
-    "--max-backfill",
-    default=str(fields.DEFAULT_MAX_BACKFILL),
-    show_default=True,
-    help="Backfill cap.",
-)
-@duration_option("--timeout", fields.DEFAULT_TIMEOUT_S, "Per-run time limit.")
-@click.option(
-    "--retries", default=str(fields.DEFAULT_RETRIES), show_default=True, help="Retries of a slot."
-)
-@duration_option("--retry-backoff", fields.DEFAULT_RETRY_BACKOFF_S, "First retry delay.")
-@click.option(
-    "--dst-repeated", default=fields.DEFAULT_DST_REPEATED, show_default=True, help="once | twice"
-)
-@click.option(
-    "--dst-skipped", default=fields.DEFAULT_DST_SKIPPED, show_default=True, help="shift | skip"
-)
-@click.option("--keep-for", default=None, help="Keep runs this long [default: cluster config].")
-@click.option("--keep-runs", default=None, help="Keep at most N runs [default: cluster config].")
-@click.option(
-    "--output-limit",
-    default=f"{fields.DEFAULT_OUTPUT_LIMIT // 1024}KiB",
-    show_default=True,
-    help="Output kept per stream of a run (at most 256KiB).",
-)
-@duration_option("--late-after", fields.DEFAULT_LATE_AFTER_S, "Alert when a slot starts this late.")
-@click.option("--pause-after-failures", default=None, help="Pause after N failed slots in a row.")
-@click.option(
-    "--overlap",
-    default=fields.DEFAULT_OVERLAP,
-    show_default=True,
-    help="A slot due while the last runs: forbid (waits) | allow (runs too) | replace.",
-)
-@click.option("--max-concurrent", default=None, help="Slots in flight at once (overlap allow).")
-@duration_option("--cancel-grace", fields.DEFAULT_CANCEL_GRACE_S, "SIGTERM to SIGKILL on cancel.")
-@duration_option("--jitter", 0.0, "Each slot starts within [slot, slot + jitter).")
-@click.option("--calendar", default=None, help="A business calendar (pulse calendars).")
-@click.option(
-    "--on-excluded",
-    default=DEFAULT_ON_EXCLUDED,
-    show_default=True,
-    help="A slot on an excluded date: skip | next-business-day | previous-business-day.",
-)
-@click.option(
-    "--business-day", default=None, help="Only the N-th business day of each month (-1: last)."
-)
-@click.option("--paused", is_flag=True, help="Create the job paused.")
-@click.option("--zones", default=None, help="Run only on nodes of these zones (a,b).")
-@click.option(
-    "--each-zone", is_flag=True, help="Run each slot once in every zone with a live node."
-)
-@click.option("--after", default=None, help="Run a slot only after these jobs' (A,B) succeeded.")
-@click.option(
-    "--after-match",
-    default="same",
-    show_default=True,
-    help="Which upstream slot: same | latest | period:day | period:hour.",
-)
-@click.option("--after-timeout", default=None, help="Skip a slot held this long [default: never].")
-@click.option(
-    "--after-failure",
-    default="block",
-    show_default=True,
-    help="An upstream slot failed: block | run | skip.",
-)
-@expectation_options
+@option_flags
 @click.option("--json", "as_json", is_flag=True, help="Print the job as JSON.")
 @with_store
 async def add_job(store: JobStore, name: str, as_json: bool, web_url: str, **options: Any) -> None:
@@ -152,7 +88,8 @@ async def add_job(store: JobStore, name: str, as_json: bool, web_url: str, **opt
     schedule: str | list[str] = f"@at {at}" if at is not None else list(given)
     if len(given) == 1:
         schedule = given[0]
-    spec = JobSpec.build(name, schedule, handler, **options)
+    given = {k: v for k, v in options.items() if v is not None and v is not False and v != ()}
+    spec = JobSpec.build(name, schedule, handler, **given)
     handlerrefs.require_broker(spec.handler, os.environ)
     token = None
     async with store.transaction():

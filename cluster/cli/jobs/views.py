@@ -37,6 +37,11 @@ def _schedule(job: Job) -> str:
     return f"{len(entries)} schedules" if entries else job.schedule
 
 
+def _summary(job: Job) -> str:
+    """The first line of the job's description, as the list shows it."""
+    return (job.description or "").split("\n", 1)[0]
+
+
 def _when(job: Job) -> str:
     when = shown(job.next_run_at)
     return when.strftime("%Y-%m-%d %H:%M:%S%z") if when else "-"
@@ -71,11 +76,13 @@ async def list_jobs(
         ]
         for j in found
     ]
-    notes = [_note(j) for j in found]
-    if any(notes):
-        header.append("NOTE")
-        for row, note in zip(body, notes, strict=True):
-            row.append(note)
+    # Columns only some jobs fill come last, and only when one does.
+    extras = [("NOTE", [_note(j) for j in found]), ("DESCRIPTION", [_summary(j) for j in found])]
+    for title, values in extras:
+        if any(values):
+            header.append(title)
+            for row, value in zip(body, values, strict=True):
+                row.append(value)
     table([header, *body])
     if not found:
         click.echo("no jobs")

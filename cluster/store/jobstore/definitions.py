@@ -15,7 +15,8 @@ from psycopg.types.json import Jsonb
 
 from cluster.errors import Conflict
 from cluster.jobs.models import Job, JobStatus
-from cluster.jobs.spec import JobSpec
+from cluster.jobs.options import Declared
+from cluster.jobs.spec import OPTIONS, JobSpec
 from cluster.store.housekeeping import watches
 from cluster.store.jobstore.calendar_rule import Rules
 from cluster.store.jobstore.gates import Gates
@@ -39,6 +40,13 @@ from cluster.timing.calendared import (
 from cluster.timing.schedule import CHAINED_NEXT, ENDED
 from ring import shard_for
 from ring.zones import PARKED_SHARD, WATCH_SHARD, ZONE_SHARD_BASE, zone_shard_for
+
+# The options upsert_job writes, each as the parameter named after its column.
+_WRITTEN = tuple(d for d in OPTIONS if d.column is not None and d.option.written)
+
+
+def _stored(declared: Declared, value: Any) -> Any:
+    return Jsonb(value) if declared.option.jsonb and value is not None else value
 
 
 class _Probe(Exception):  # a rollback carrying an answer, never an error
@@ -194,51 +202,18 @@ class Definitions:
             run = Decision(CHAINED_NEXT, ENDED, True)
         else:
             run = first_run(spec.parsed_schedule(), rule, db_now)  # @at: its one slot
-        slot = run.slot
+        params = {str(d.column): _stored(d, getattr(spec, d.name)) for d in _WRITTEN}
         return {
+            **params,
             "id": job_id,
             "tenant_id": spec.tenant,
             "name": spec.name,
-            "schedule": spec.schedule,
-            "tz": spec.tz,
-            "dst_repeated": spec.dst_repeated,
-            "dst_skipped": spec.dst_skipped,
-            "handler": spec.handler,
-            "payload": Jsonb(spec.payload),
-            "paused": spec.paused,
             "shard_id": shard_for(job_id, shards),
             "next_run_at": jittered_start(run, spec.tenant, spec.name, spec.jitter_s),
-            "slot_at": slot,
-            "catch_up": spec.catch_up,
-            "grace_s": spec.grace_s,
-            "max_backfill": spec.max_backfill,
-            "timeout_s": spec.timeout_s,
-            "max_retries": spec.retries,
-            "retry_backoff_s": spec.retry_backoff_s,
-            "keep_for_s": spec.keep_for_s,
-            "keep_runs": spec.keep_runs,
-            "output_limit": spec.output_limit,
-            "late_after_s": spec.late_after_s,
-            "pause_after_failures": spec.pause_after_failures,
-            "overlap": spec.overlap,
-            "max_concurrent": spec.max_concurrent,
-            "cancel_grace_s": spec.cancel_grace_s,
-            "jitter_s": spec.jitter_s,
-            "remove_when_done": spec.remove_when_done,
-            "calendar": spec.calendar,
+            "slot_at": run.slot,
             "on_excluded": None if rule is None else spec.on_excluded,
-            "business_day": spec.business_day,
             "calendar_rule": None if rule is None else rule.to_json(),
             "slot_origin": origin_of(run),
-            "payload_schema": None if spec.payload_schema is None else Jsonb(spec.payload_schema),
-            "max_runs": spec.max_runs,
-            "labels": Jsonb(spec.labels),
-            "expect_max_s": spec.expect_max_s,
-            "expect_min_s": spec.expect_min_s,
-            "deadline": spec.deadline,
-            "expect_baseline": spec.expect_baseline,
-            "asserts": spec.asserts,
-            "assert_fails": spec.assert_fails,
         }
 
     async def _place(

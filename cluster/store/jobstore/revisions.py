@@ -17,17 +17,13 @@ from uuid import UUID
 from cluster.errors import InvalidInput
 from cluster.jobs import gates
 from cluster.jobs.models import iso
-from cluster.jobs.spec import JobSpec
-from cluster.jobs.timerules import DEFAULT_ON_EXCLUDED
+from cluster.jobs.spec import OPTIONS, JobSpec
 from cluster.store.jobstore.definitions import Definitions
 from cluster.store.jobstore.scoped import ScopedConnection
 from cluster.store.jobstore.specs import ApplyResult
 
 HOWS = ("cli", "file", "module", "sync", "api", "sql")
 MASK = ":***@"  # a literal password in a handler's URL, as a revision records it
-
-# Fields of a revision's definition whose JobSpec field has another name.
-_SPEC_FIELD = {"max_retries": "retries"}
 
 
 @dataclass(frozen=True)
@@ -131,8 +127,7 @@ class Revisions:
             return Rollback(to, job.revision)
 
     async def _spec_of(self, old: Revision) -> JobSpec:
-        fields = dict(old.definition)
-        handler = str(fields.pop("handler"))
+        handler = str(old.definition["handler"])
         if MASK in handler:  # a literal password: the job's own handler, if it is the same
             found = await self._db.one(
                 "job_masked_handler", {"tenant_id": old.tenant, "name": old.name}
@@ -144,13 +139,10 @@ class Revisions:
                     "masked: write the handler with ${env:NAME} and apply it instead",
                 )
             handler = (await self._db.job("get_job", old.name, old.tenant)).handler
-        fields.pop("adopt_at", None)  # recorded, not restored: `pulse jobs adopt` sets it
-        after, match = fields.pop("after", None), fields.pop("after_match", None)
-        kwargs = {_SPEC_FIELD.get(k, k): v for k, v in fields.items()}
-        kwargs["zones"] = tuple(kwargs.get("zones") or ())
-        kwargs["on_excluded"] = kwargs.get("on_excluded") or DEFAULT_ON_EXCLUDED
-        kwargs["payload"] = dict(kwargs.get("payload") or {})
-        spec = JobSpec(name=old.name, tenant=old.tenant, handler=handler, **kwargs)
+        # What `jobs adopt` set (adopt_at) is recorded, not restored: not an option.
+        kwargs = recorded_options(old.definition)
+        after, match = old.definition.get("after"), old.definition.get("after_match")
+        spec = JobSpec(**{**kwargs, "name": old.name, "tenant": old.tenant, "handler": handler})
         if after is None:  # recorded before revisions held edges: the job keeps its own
             now = await self._db.one("get_job", {"tenant_id": old.tenant, "name": old.name})
             links = [] if now is None else await self._db.all("gate_neighbours", {"id": now["id"]})
@@ -159,6 +151,19 @@ class Revisions:
         if after:
             spec = replace(spec, after=tuple(after), after_match=match or gates.DEFAULT_MATCH)
         return spec.validated()
+
+
+def recorded_options(definition: dict[str, Any]) -> dict[str, Any]:
+    """The options a revision's definition records, as ``JobSpec`` fields: each under its
+    name, or its column in revisions written before the names (``max_retries``); one it
+    does not hold (added since) or holds as null takes its default."""
+    found: dict[str, Any] = {}
+    for d in OPTIONS.recorded:
+        value = definition.get(d.name, definition.get(str(d.column)))
+        if value is None:
+            continue
+        found[d.name] = tuple(value) if isinstance(d.default, tuple) else value
+    return found
 
 
 def result_of(result: ApplyResult) -> dict[str, list[str]]:

@@ -11,7 +11,7 @@ from typing import Any
 
 from cluster.errors import InvalidInput
 from cluster.jobs.fields import DEFAULT_TENANT, check_text
-from cluster.jobs.spec import JobSpec
+from cluster.jobs.spec import OPTIONS, JobSpec
 from cluster.timing.schedule import ENDED
 
 
@@ -36,15 +36,14 @@ class ApplyResult:
 
 MAX_NOTE_LENGTH = 500
 
-# Statement parameters named differently from the user-facing field they carry.
-_FIELD_OF_PARAM = {"tenant_id": "tenant", "job_name": "job", "max_retries": "retries"}
-
 
 def check_params(params: dict[str, Any]) -> None:
-    """Text the driver could not send (lone surrogates, NUL) is bad input, not a store error."""
-    for key, value in params.items():
+    """Text the driver could not send (lone surrogates, NUL) is bad input, not a store error,
+    naming the key users wrote (an option's parameter is named after its column)."""
+    for param, value in params.items():
         if isinstance(value, str):
-            check_text(value, _FIELD_OF_PARAM.get(key, key))
+            option = OPTIONS.by_column.get(param)
+            check_text(value, "job" if param == "job_name" else option.key if option else param)
 
 
 def past_one_off(spec: JobSpec, params: dict[str, Any], db_now: datetime) -> bool:

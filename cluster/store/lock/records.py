@@ -16,8 +16,6 @@ from datetime import UTC, datetime
 from typing import Any, NamedTuple
 from uuid import UUID
 
-from cluster.jobs.fields import DEFAULT_CANCEL_GRACE_S, DEFAULT_OUTPUT_LIMIT, DEFAULT_OVERLAP
-
 __all__ = [
     "NEVER",
     "ClaimResult",
@@ -25,6 +23,7 @@ __all__ = [
     "Completion",
     "Skip",
     "claimed_jobs",
+    "claimed_of",
     "complete_params",
     "finished_one_offs",
     "int_array",
@@ -55,7 +54,10 @@ NEVER = datetime(9999, 1, 1, tzinfo=UTC)
 
 
 class ClaimedJob(NamedTuple):
-    """A claimed job as the claim statement returns it (in this field order).
+    """A claimed job as the claim statements return it (in this field order): the slot and
+    its lease, then the job's options that a claim returns, in the order the options
+    declare them (``claimed`` in cluster/jobs/spec.py, written out by ``{fields:claimed:..}``
+    in the statements; tests/unit/test_job_options.py), then what the slot brings along.
 
     A named tuple, not a frozen dataclass: a claim builds a hundred at a time, and a
     frozen dataclass's ``__init__`` sets each field through ``object.__setattr__``."""
@@ -63,33 +65,37 @@ class ClaimedJob(NamedTuple):
     id: UUID
     tenant: str
     name: str
-    schedule: str
-    tz: str
-    dst_repeated: str
-    dst_skipped: str
-    handler: str
     payload: dict[str, Any] | None  # None when empty: the claim parses no '{}' per run
     shard: int
     slot: datetime
     attempt: int
     lease_token: int
+    # When the attempt is due: the slot, or the end of a retry's backoff. A claim that
+    # looks ahead returns jobs due a moment later; they start then.
+    due: datetime
+    # The options a claim returns.
+    schedule: str
+    handler: str
+    tz: str
     catch_up: str
     grace_s: float
     max_backfill: int
     timeout_s: float
-    max_retries: int
+    retries: int
     retry_backoff_s: float
-    # When the attempt is due: the slot, or the end of a retry's backoff. A claim that
-    # looks ahead returns jobs due a moment later; they start then.
-    due: datetime
-    output_limit: int = DEFAULT_OUTPUT_LIMIT  # bytes kept per part of the run's output
-    overlap: str = DEFAULT_OVERLAP  # forbid | allow | replace
-    cancel_grace_s: float = DEFAULT_CANCEL_GRACE_S
+    dst_repeated: str
+    dst_skipped: str
+    output_limit: int  # bytes kept per part of the run's output
+    overlap: str  # forbid | allow | replace
+    cancel_grace_s: float
+    jitter_s: float  # the slot starts at slot + its offset (cluster.timing.jitter)
+    asserts: str | None  # checks of the run's metrics (cluster.jobs.assertions)
+    assert_fails: bool  # a failed check fails the run rather than raising an alert
+    # What the slot brings along.
     cancel_by: str | None = None  # who asked to cancel the slot before this claim
     # A slot of an overlap `allow` job running as a flight, under a lease of its own
     # (migration 009): its writes go to the flights statements, keyed by (id, slot).
     flight: bool = False
-    jitter_s: float = 0.0  # the slot starts at slot + its offset (cluster.timing.jitter)
     # The job's calendar with its on_excluded and business_day, as JSON text (None: no
     # calendar); node.pipeline.outcomes plans its slots against it.
     calendar_rule: str | None = None
@@ -98,8 +104,6 @@ class ClaimedJob(NamedTuple):
     last_success: datetime | None = None  # the newest slot that succeeded
     state: dict[str, Any] | None = None  # what the last successful run left (ctx.state)
     origin: str | None = None  # why the slot runs (NULL: its schedule), for its trace span
-    asserts: str | None = None  # checks of the run's metrics (cluster.jobs.assertions)
-    assert_fails: bool = False  # a failed check fails the run rather than raising an alert
 
 
 _FIELDS = len(ClaimedJob._fields)
@@ -116,6 +120,12 @@ def claimed_jobs(rows: Sequence[tuple[Any, ...]], skip: int) -> list[ClaimedJob]
         raise ValueError(f"a claim row has {len(rows[0]) - skip} job fields, not {_FIELDS}")
     make = tuple.__new__
     return [make(ClaimedJob, row[skip:]) for row in rows if row[skip] is not None]
+
+
+def claimed_of(row: Sequence[Any]) -> ClaimedJob:
+    """The claimed job of a row that starts as a claim's does (``recover``'s, whose report
+    follows)."""
+    return ClaimedJob._make(row[:_FIELDS])
 
 
 @dataclass(frozen=True)

@@ -261,15 +261,23 @@ class LockSession:
         return await self._run("each_zone_parents", {"zone": zone}, dict_row)
 
     async def upsert_zone_child(
-        self, parent_id: UUID, zone: str, child_id: UUID, shard: int, next_run_at: datetime
+        self,
+        parent_id: UUID,
+        zone: str,
+        child_id: UUID,
+        shard: int,
+        slot: datetime,
+        start: datetime,
     ) -> bool:
-        """Create the parent's child for ``zone`` or align its definition; True if written."""
+        """Create the parent's child for ``zone`` or align its definition, its next slot
+        ``slot`` starting at ``start``; True if written."""
         params = {
             "parent_id": parent_id,
             "zone": zone,
             "id": child_id,
             "shard_id": shard,
-            "next_run_at": next_run_at,
+            "slot_at": slot,
+            "next_run_at": start,
         }
         return bool(await self._run("upsert_zone_child", params))
 

@@ -217,7 +217,9 @@ CREATE TABLE jobs (
     -- The definition's revision (job_revisions; docs/design/revisions.md), and the one the
     -- slot in flight was claimed under, copied by the claim for the run row.
     revision         integer NOT NULL DEFAULT 1,
-    run_revision     integer
+    run_revision     integer,
+    -- What the job is for, in the user's words (`--description`).
+    description      text
 ) WITH (fillfactor = 80);
 
 -- The claim's due range, for every status: an index on a column the claim writes would
@@ -1416,8 +1418,9 @@ CREATE TABLE job_revisions (
 -- Retention finds the names whose last revision removed the job (docs/retention.md).
 CREATE INDEX job_revisions_removed ON job_revisions (at) WHERE change = 'removed';
 
--- The definition a revision records: the fields of a job file, as the row holds them, and
--- the job's upstreams (names, sorted) with their match rule.
+-- The definition a revision records: the options of a job file, each under its name (the
+-- column of `retries` is max_retries), as the row holds them, and the job's upstreams
+-- (names, sorted) with their match rule.
 CREATE FUNCTION job_definition(j jobs) RETURNS jsonb
 LANGUAGE sql STABLE SET search_path FROM CURRENT AS $$
     SELECT jsonb_build_object(
@@ -1428,7 +1431,7 @@ LANGUAGE sql STABLE SET search_path FROM CURRENT AS $$
             '\1:***@', 'g'),
         'payload', j.payload, 'paused', j.paused, 'catch_up', j.catch_up,
         'grace_s', j.grace_s, 'max_backfill', j.max_backfill, 'timeout_s', j.timeout_s,
-        'max_retries', j.max_retries, 'retry_backoff_s', j.retry_backoff_s,
+        'retries', j.max_retries, 'retry_backoff_s', j.retry_backoff_s,
         'keep_for_s', j.keep_for_s, 'keep_runs', j.keep_runs, 'output_limit', j.output_limit,
         'late_after_s', j.late_after_s, 'pause_after_failures', j.pause_after_failures,
         'overlap', j.overlap, 'max_concurrent', j.max_concurrent,
@@ -1440,7 +1443,7 @@ LANGUAGE sql STABLE SET search_path FROM CURRENT AS $$
         'expect_max_s', j.expect_max_s, 'expect_min_s', j.expect_min_s,
         'deadline', j.deadline, 'expect_baseline', j.expect_baseline, 'asserts', j.asserts,
         'assert_fails', j.assert_fails, 'watch', j.watch, 'adopt_at', j.adopt_at,
-        'payload_schema', j.payload_schema)
+        'payload_schema', j.payload_schema, 'description', j.description)
     || (SELECT jsonb_build_object(
                    'after', coalesce(jsonb_agg(u.name ORDER BY u.name), '[]'::jsonb),
                    'after_match', min(e.match))
@@ -1591,7 +1594,8 @@ CREATE TRIGGER jobs_revision_updated BEFORE UPDATE OF
     output_limit, late_after_s, pause_after_failures, overlap, max_concurrent,
     cancel_grace_s, jitter_s, remove_when_done, calendar, on_excluded, business_day, zones,
     each_zone, after_timeout_s, after_failure, max_runs, labels, expect_max_s, expect_min_s,
-    deadline, expect_baseline, asserts, assert_fails, watch, adopt_at, payload_schema ON jobs
+    deadline, expect_baseline, asserts, assert_fails, watch, adopt_at, payload_schema,
+    description ON jobs
 FOR EACH ROW WHEN (NEW.parent_id IS NULL AND (
     OLD.schedule, OLD.tz, OLD.dst_repeated, OLD.dst_skipped, OLD.handler, OLD.payload,
     OLD.catch_up, OLD.grace_s, OLD.max_backfill, OLD.timeout_s, OLD.max_retries,
@@ -1600,7 +1604,8 @@ FOR EACH ROW WHEN (NEW.parent_id IS NULL AND (
     OLD.jitter_s, OLD.remove_when_done, OLD.calendar, OLD.on_excluded, OLD.business_day,
     OLD.zones, OLD.each_zone, OLD.after_timeout_s, OLD.after_failure, OLD.max_runs,
     OLD.labels, OLD.expect_max_s, OLD.expect_min_s, OLD.deadline, OLD.expect_baseline,
-    OLD.asserts, OLD.assert_fails, OLD.watch, OLD.adopt_at, OLD.payload_schema)
+    OLD.asserts, OLD.assert_fails, OLD.watch, OLD.adopt_at, OLD.payload_schema,
+    OLD.description)
     IS DISTINCT FROM (
     NEW.schedule, NEW.tz, NEW.dst_repeated, NEW.dst_skipped, NEW.handler, NEW.payload,
     NEW.catch_up, NEW.grace_s, NEW.max_backfill, NEW.timeout_s, NEW.max_retries,
@@ -1609,7 +1614,8 @@ FOR EACH ROW WHEN (NEW.parent_id IS NULL AND (
     NEW.jitter_s, NEW.remove_when_done, NEW.calendar, NEW.on_excluded, NEW.business_day,
     NEW.zones, NEW.each_zone, NEW.after_timeout_s, NEW.after_failure, NEW.max_runs,
     NEW.labels, NEW.expect_max_s, NEW.expect_min_s, NEW.deadline, NEW.expect_baseline,
-    NEW.asserts, NEW.assert_fails, NEW.watch, NEW.adopt_at, NEW.payload_schema))
+    NEW.asserts, NEW.assert_fails, NEW.watch, NEW.adopt_at, NEW.payload_schema,
+    NEW.description))
 EXECUTE FUNCTION job_revision_updated();
 CREATE TRIGGER jobs_revision_removed AFTER DELETE ON jobs
 REFERENCING OLD TABLE AS removed_jobs

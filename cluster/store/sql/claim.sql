@@ -140,14 +140,11 @@ claimed AS (
     WHERE j.ctid = l.ctid
     -- In the order of cluster.store.lock.records.ClaimedJob's fields: built by position. An empty
     -- payload comes back as NULL: no JSON to parse for most jobs.
-    RETURNING j.id, j.tenant_id, j.name, j.schedule, j.tz, j.dst_repeated, j.dst_skipped,
-              j.handler, nullif(j.payload, '{}'::jsonb) AS payload, j.shard_id, j.slot_at,
-              j.attempt, j.lease_token, j.catch_up, j.grace_s, j.max_backfill, j.timeout_s,
-              j.max_retries, j.retry_backoff_s, j.next_run_at, j.output_limit, j.overlap,
-              j.cancel_grace_s, j.cancel_by, false AS flight, j.jitter_s, j.calendar_rule,
-              j.gated,
+    RETURNING j.id, j.tenant_id, j.name, nullif(j.payload, '{}'::jsonb) AS payload, j.shard_id,
+              j.slot_at, j.attempt, j.lease_token, j.next_run_at, {fields:claimed:j.@},
+              j.cancel_by, false AS flight, j.calendar_rule, j.gated,
               j.prev_slot AS previous_slot, j.last_success_at AS last_success, j.state,
-              j.slot_origin AS origin, j.asserts, j.assert_fails
+              j.slot_origin AS origin
 ),
 next_due AS (
     SELECT min(x.next_run_at) AS t
@@ -286,11 +283,13 @@ reset AS (
     -- them alone however few jobs the table has.
     WHERE j.ctid = ANY(ARRAY(SELECT ctid FROM dead))
       AND j.id = d.id AND j.lease_token = d.lease_token AND j.status = 'running'
-    RETURNING j.id, j.tenant_id, j.name, j.slot_at, j.attempt, d.locked_by, d.reason, d.poison,
-              j.schedule, j.tz, j.dst_repeated, j.dst_skipped, j.handler, j.payload, j.shard_id,
-              j.lease_token, j.catch_up, j.grace_s, j.max_backfill, j.timeout_s, j.max_retries,
-              j.retry_backoff_s, j.next_run_at, j.output_limit, j.overlap, j.cancel_grace_s,
-              j.cancel_by, j.jitter_s, j.calendar_rule, j.slot_origin,
+    -- As `claim` returns a job (ClaimedJob), then whether it is poison, why it was taken
+    -- back and from whom.
+    RETURNING j.id, j.tenant_id, j.name, nullif(j.payload, '{}'::jsonb) AS payload, j.shard_id,
+              j.slot_at, j.attempt, j.lease_token, j.next_run_at, {fields:claimed:j.@},
+              j.cancel_by, false AS flight, j.calendar_rule, false AS gated,
+              NULL::timestamptz AS previous_slot, NULL::timestamptz AS last_success,
+              NULL::jsonb AS state, j.slot_origin AS origin, d.poison, d.reason, d.locked_by,
               record_run(j.id, j.tenant_id, j.name, j.slot_at, d.attempt, d.locked_by,
                          d.locked_zone, 'lost', d.lease_token, d.locked_at, k.t, NULL,
                          d.reason || ' (node ' || coalesce(d.locked_by, '?') || ')', NULL,
@@ -299,9 +298,4 @@ reset AS (
                           d.locked_zone, NULL,
                           d.reason || ' (node ' || coalesce(d.locked_by, '?') || ')')
 )
-SELECT r.id, r.tenant_id, r.name, r.slot_at, r.attempt, r.locked_by, r.reason, r.poison,
-       r.schedule, r.tz, r.dst_repeated, r.dst_skipped, r.handler, r.payload, r.shard_id,
-       r.lease_token, r.catch_up, r.grace_s, r.max_backfill, r.timeout_s, r.max_retries,
-       r.retry_backoff_s, r.next_run_at, r.output_limit, r.overlap, r.cancel_grace_s,
-       r.cancel_by, r.jitter_s, r.calendar_rule, r.slot_origin AS origin
-FROM reset r;
+SELECT * FROM reset r;

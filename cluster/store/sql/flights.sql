@@ -132,15 +132,14 @@ UPDATE flights f SET
     lease_token = f.lease_token + 1
 FROM picked p, clock k, jobs j
 WHERE f.ctid = p.ctid AND j.id = f.job_id
-RETURNING j.id, j.tenant_id, j.name, j.schedule, j.tz, j.dst_repeated, j.dst_skipped,
-          j.handler, CASE WHEN f.payload IS NULL THEN nullif(j.payload, '{}'::jsonb)
-                         ELSE f.payload END AS payload, j.shard_id, f.slot,
-          f.attempt, f.lease_token, j.catch_up, j.grace_s, j.max_backfill, j.timeout_s,
-          j.max_retries, j.retry_backoff_s, f.due_at, j.output_limit, j.overlap,
-          j.cancel_grace_s, f.cancel_by, true AS flight, j.jitter_s, j.calendar_rule,
+RETURNING j.id, j.tenant_id, j.name, CASE WHEN f.payload IS NULL
+                                         THEN nullif(j.payload, '{}'::jsonb)
+                                         ELSE f.payload END AS payload,
+          j.shard_id, f.slot, f.attempt, f.lease_token, f.due_at, {fields:claimed:j.@},
+          f.cancel_by, true AS flight, j.calendar_rule,
           j.gated AND coalesce(f.origin, '') IN ('backfill', 'rerun') AS gated,
           NULL::timestamptz AS previous_slot, NULL::timestamptz AS last_success,
-          NULL::jsonb AS state, f.origin, j.asserts, j.assert_fails;
+          NULL::jsonb AS state, f.origin;
 
 -- name: complete_flights
 -- Fenced completion of flights, one per ended attempt: the last attempt of a slot deletes
@@ -300,15 +299,14 @@ UPDATE flights f SET
     lease_token = f.lease_token + 1
 FROM dead d, clock k, jobs j
 WHERE f.ctid = d.ctid AND f.lease_token = d.lease_token AND j.id = f.job_id
-RETURNING j.id, j.tenant_id, j.name, j.schedule, j.tz, j.dst_repeated, j.dst_skipped,
-          j.handler, CASE WHEN f.payload IS NULL THEN nullif(j.payload, '{}'::jsonb)
-                         ELSE f.payload END AS payload, j.shard_id, f.slot,
-          f.attempt, f.lease_token, j.catch_up, j.grace_s, j.max_backfill, j.timeout_s,
-          j.max_retries, j.retry_backoff_s, f.due_at, j.output_limit, j.overlap,
-          j.cancel_grace_s, f.cancel_by, true AS flight, j.jitter_s, j.calendar_rule,
+RETURNING j.id, j.tenant_id, j.name, CASE WHEN f.payload IS NULL
+                                         THEN nullif(j.payload, '{}'::jsonb)
+                                         ELSE f.payload END AS payload,
+          j.shard_id, f.slot, f.attempt, f.lease_token, f.due_at, {fields:claimed:j.@},
+          f.cancel_by, true AS flight, j.calendar_rule,
           j.gated AND coalesce(f.origin, '') IN ('backfill', 'rerun') AS gated,
           NULL::timestamptz AS previous_slot, NULL::timestamptz AS last_success,
-          NULL::jsonb AS state, f.origin, j.asserts, j.assert_fails, d.poison, d.reason,
+          NULL::jsonb AS state, f.origin, d.poison, d.reason,
           d.locked_by,
           record_run(j.id, j.tenant_id, j.name, f.slot, d.attempt, d.locked_by,
                      d.locked_zone, 'lost', d.lease_token, d.locked_at, k.t, NULL,

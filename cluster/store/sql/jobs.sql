@@ -15,64 +15,20 @@ SELECT set_config('pulse.who', %(who)s, false), set_config('pulse.how', %(how)s,
 -- returned). A running job keeps its slot; an idle one whose timing changed moves to the
 -- new schedule's next slot. calendar_rule (the calendar and windows as they stand) is not
 -- part of the definition: `pulse calendars` and `pulse windows` re-plan on their changes.
+-- The job's options are the columns its declaration says upsert_job writes (`written`),
+-- and those whose change moves it (`timing`): cluster/jobs/spec.py.
 INSERT INTO jobs AS j (
-    id, tenant_id, name, schedule, tz, dst_repeated, dst_skipped, handler, payload,
-    status, paused, shard_id, next_run_at, slot_at, catch_up, grace_s, max_backfill,
-    timeout_s, max_retries, retry_backoff_s, keep_for_s, keep_runs, output_limit,
-    late_after_s, pause_after_failures, overlap, max_concurrent, cancel_grace_s, jitter_s,
-    remove_when_done, calendar, on_excluded, business_day, calendar_rule, slot_origin,
-    payload_schema, max_runs, labels,
-    expect_max_s, expect_min_s, deadline, expect_baseline, asserts, assert_fails)
+    id, tenant_id, name, status, shard_id, next_run_at, slot_at, calendar_rule, slot_origin,
+    {fields:written:@})
 VALUES (
-    %(id)s, %(tenant_id)s, %(name)s, %(schedule)s, %(tz)s, %(dst_repeated)s, %(dst_skipped)s,
-    %(handler)s, %(payload)s, CASE WHEN %(paused)s THEN 'paused' ELSE 'idle' END, %(paused)s,
+    %(id)s, %(tenant_id)s, %(name)s, CASE WHEN %(paused)s THEN 'paused' ELSE 'idle' END,
     %(shard_id)s,
     CASE WHEN %(paused)s THEN '9999-01-01Z'::timestamptz ELSE %(next_run_at)s END,
-    %(slot_at)s, %(catch_up)s, %(grace_s)s,
-    %(max_backfill)s, %(timeout_s)s, %(max_retries)s, %(retry_backoff_s)s, %(keep_for_s)s,
-    %(keep_runs)s, %(output_limit)s, %(late_after_s)s, %(pause_after_failures)s,
-    %(overlap)s, %(max_concurrent)s, %(cancel_grace_s)s, %(jitter_s)s, %(remove_when_done)s,
-    %(calendar)s, %(on_excluded)s, %(business_day)s, %(calendar_rule)s, %(slot_origin)s,
-    %(payload_schema)s, %(max_runs)s, %(labels)s,
-    %(expect_max_s)s, %(expect_min_s)s, %(deadline)s, %(expect_baseline)s, %(asserts)s,
-    %(assert_fails)s)
+    %(slot_at)s, %(calendar_rule)s, %(slot_origin)s,
+    {fields:written:%(@)s})
 ON CONFLICT (tenant_id, name) DO UPDATE SET
-    schedule = excluded.schedule,
-    tz = excluded.tz,
-    dst_repeated = excluded.dst_repeated,
-    dst_skipped = excluded.dst_skipped,
-    handler = excluded.handler,
-    payload = excluded.payload,
-    paused = excluded.paused,
-    catch_up = excluded.catch_up,
-    grace_s = excluded.grace_s,
-    max_backfill = excluded.max_backfill,
-    timeout_s = excluded.timeout_s,
-    max_retries = excluded.max_retries,
-    retry_backoff_s = excluded.retry_backoff_s,
-    keep_for_s = excluded.keep_for_s,
-    keep_runs = excluded.keep_runs,
-    output_limit = excluded.output_limit,
-    late_after_s = excluded.late_after_s,
-    pause_after_failures = excluded.pause_after_failures,
-    overlap = excluded.overlap,
-    max_concurrent = excluded.max_concurrent,
-    cancel_grace_s = excluded.cancel_grace_s,
-    jitter_s = excluded.jitter_s,
-    remove_when_done = excluded.remove_when_done,
-    calendar = excluded.calendar,
-    on_excluded = excluded.on_excluded,
-    business_day = excluded.business_day,
+    {fields:written:@ = excluded.@},
     calendar_rule = excluded.calendar_rule,
-    payload_schema = excluded.payload_schema,
-    max_runs = excluded.max_runs,
-    labels = excluded.labels,
-    expect_max_s = excluded.expect_max_s,
-    expect_min_s = excluded.expect_min_s,
-    deadline = excluded.deadline,
-    expect_baseline = excluded.expect_baseline,
-    asserts = excluded.asserts,
-    assert_fails = excluded.assert_fails,
     -- A job whose expectations are all removed has no health to show any more.
     expect_state = CASE WHEN num_nonnulls(excluded.expect_max_s, excluded.expect_min_s,
                                           excluded.deadline, excluded.expect_baseline,
@@ -93,34 +49,11 @@ ON CONFLICT (tenant_id, name) DO UPDATE SET
                CASE WHEN m.moves THEN 1 ELSE j.attempt END,
                CASE WHEN m.moves THEN excluded.slot_origin ELSE j.slot_origin END
         FROM (SELECT j.status <> 'running' AND (
-                  -- labels: a window by label may cover the job now, or no longer.
-                  (j.schedule, j.tz, j.dst_repeated, j.dst_skipped, j.jitter_s, j.calendar,
-                   j.on_excluded, j.business_day, j.labels)
-                      IS DISTINCT FROM (excluded.schedule, excluded.tz, excluded.dst_repeated,
-                                        excluded.dst_skipped, excluded.jitter_s,
-                                        excluded.calendar, excluded.on_excluded,
-                                        excluded.business_day, excluded.labels)
+                  ({fields:timing:j.@}) IS DISTINCT FROM ({fields:timing:excluded.@})
                   OR (j.paused AND NOT excluded.paused)) AS moves) m),
     updated_at = now()
 WHERE %(replace)s
-  AND (j.schedule, j.tz, j.dst_repeated, j.dst_skipped, j.handler, j.payload, j.paused,
-       j.catch_up, j.grace_s, j.max_backfill, j.timeout_s, j.max_retries, j.retry_backoff_s,
-       j.keep_for_s, j.keep_runs, j.output_limit, j.late_after_s, j.pause_after_failures,
-       j.overlap, j.max_concurrent, j.cancel_grace_s, j.jitter_s, j.remove_when_done,
-       j.calendar, j.on_excluded, j.business_day, j.payload_schema, j.max_runs,
-       j.labels, j.expect_max_s, j.expect_min_s, j.deadline, j.expect_baseline, j.asserts,
-       j.assert_fails)
-    IS DISTINCT FROM
-      (excluded.schedule, excluded.tz, excluded.dst_repeated, excluded.dst_skipped,
-       excluded.handler, excluded.payload, excluded.paused, excluded.catch_up,
-       excluded.grace_s, excluded.max_backfill, excluded.timeout_s, excluded.max_retries,
-       excluded.retry_backoff_s, excluded.keep_for_s, excluded.keep_runs,
-       excluded.output_limit, excluded.late_after_s, excluded.pause_after_failures,
-       excluded.overlap, excluded.max_concurrent, excluded.cancel_grace_s, excluded.jitter_s,
-       excluded.remove_when_done, excluded.calendar, excluded.on_excluded,
-       excluded.business_day, excluded.payload_schema, excluded.max_runs, excluded.labels,
-       excluded.expect_max_s, excluded.expect_min_s, excluded.deadline,
-       excluded.expect_baseline, excluded.asserts, excluded.assert_fails)
+  AND ({fields:written:j.@}) IS DISTINCT FROM ({fields:written:excluded.@})
 RETURNING id, shard_id, (xmax = 0) AS inserted, status;
 
 -- name: list_jobs

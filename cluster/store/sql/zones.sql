@@ -43,7 +43,8 @@ WHERE tenant_id = %(tenant_id)s AND name = %(name)s AND each_zone;
 -- name: each_zone_parents
 -- Each-zone jobs that cover the zone (all zones when not restricted).
 -- `fresh`: its child there is at least as new as it (nothing to write).
-SELECT p.id, p.name, p.schedule, p.tz, p.dst_repeated, p.dst_skipped,
+SELECT p.id, p.tenant_id, p.name, p.schedule, p.tz, p.dst_repeated, p.dst_skipped,
+       p.jitter_s,
        EXISTS (SELECT 1 FROM jobs c
                WHERE c.parent_id = p.id AND c.zones = ARRAY[%(zone)s::text]
                  AND c.updated_at >= p.updated_at) AS fresh
@@ -53,38 +54,19 @@ WHERE p.each_zone AND (p.zones IS NULL OR %(zone)s = ANY(p.zones));
 -- name: upsert_zone_child
 -- The parent's child for one zone: created, or its definition brought in line with the
 -- parent's. Its id, shard and run history stay; a timing change moves an idle child to
--- the new next slot, as `upsert_job` does.
+-- the new next slot %(slot_at)s, starting at %(next_run_at)s (its jitter: the child's name
+-- keys it), as `upsert_job` does. What a child copies is declared with the job's options
+-- (`child`): cluster/jobs/spec.py.
 INSERT INTO jobs AS j (
-    id, tenant_id, name, schedule, tz, dst_repeated, dst_skipped, handler, payload,
-    status, paused, shard_id, next_run_at, slot_at, catch_up, grace_s, max_backfill,
-    timeout_s, max_retries, retry_backoff_s, keep_for_s, keep_runs, output_limit,
-    late_after_s, pause_after_failures, overlap, max_concurrent, cancel_grace_s,
-    zones, parent_id, expect_max_s, expect_min_s, deadline, expect_baseline, asserts,
-    assert_fails)
-SELECT %(id)s, p.tenant_id, p.name || '@' || %(zone)s, p.schedule, p.tz, p.dst_repeated,
-    p.dst_skipped, p.handler, p.payload, CASE WHEN p.paused THEN 'paused' ELSE 'idle' END,
-    p.paused, %(shard_id)s,
+    id, tenant_id, name, status, shard_id, next_run_at, slot_at, zones, parent_id,
+    {fields:child:@})
+SELECT %(id)s, p.tenant_id, p.name || '@' || %(zone)s,
+    CASE WHEN p.paused THEN 'paused' ELSE 'idle' END, %(shard_id)s,
     CASE WHEN p.paused THEN '9999-01-01Z'::timestamptz ELSE %(next_run_at)s END,
-    %(next_run_at)s, p.catch_up, p.grace_s, p.max_backfill, p.timeout_s, p.max_retries,
-    p.retry_backoff_s, p.keep_for_s, p.keep_runs, p.output_limit, p.late_after_s,
-    p.pause_after_failures, p.overlap, p.max_concurrent, p.cancel_grace_s,
-    ARRAY[%(zone)s::text], p.id, p.expect_max_s, p.expect_min_s, p.deadline,
-    p.expect_baseline, p.asserts, p.assert_fails
+    %(slot_at)s, ARRAY[%(zone)s::text], p.id, {fields:child:p.@}
 FROM jobs p WHERE p.id = %(parent_id)s AND p.each_zone
 ON CONFLICT (tenant_id, name) DO UPDATE SET
-    schedule = excluded.schedule, tz = excluded.tz, dst_repeated = excluded.dst_repeated,
-    dst_skipped = excluded.dst_skipped, handler = excluded.handler,
-    payload = excluded.payload, paused = excluded.paused, catch_up = excluded.catch_up,
-    grace_s = excluded.grace_s, max_backfill = excluded.max_backfill,
-    timeout_s = excluded.timeout_s, max_retries = excluded.max_retries,
-    retry_backoff_s = excluded.retry_backoff_s, keep_for_s = excluded.keep_for_s,
-    keep_runs = excluded.keep_runs, output_limit = excluded.output_limit,
-    late_after_s = excluded.late_after_s, pause_after_failures = excluded.pause_after_failures,
-    overlap = excluded.overlap, max_concurrent = excluded.max_concurrent,
-    cancel_grace_s = excluded.cancel_grace_s,
-    expect_max_s = excluded.expect_max_s, expect_min_s = excluded.expect_min_s,
-    deadline = excluded.deadline, expect_baseline = excluded.expect_baseline,
-    asserts = excluded.asserts, assert_fails = excluded.assert_fails,
+    {fields:child:@ = excluded.@},
     status = CASE WHEN j.status = 'running' THEN 'running'
                   WHEN excluded.paused THEN 'paused' ELSE 'idle' END,
     (next_run_at, slot_at, attempt) = (
@@ -93,26 +75,11 @@ ON CONFLICT (tenant_id, name) DO UPDATE SET
                CASE WHEN m.moves THEN excluded.slot_at ELSE j.slot_at END,
                CASE WHEN m.moves THEN 1 ELSE j.attempt END
         FROM (SELECT j.status <> 'running' AND (
-                  (j.schedule, j.tz, j.dst_repeated, j.dst_skipped)
-                      IS DISTINCT FROM (excluded.schedule, excluded.tz, excluded.dst_repeated,
-                                        excluded.dst_skipped)
+                  ({fields:child_timing:j.@}) IS DISTINCT FROM ({fields:child_timing:excluded.@})
                   OR (j.paused AND NOT excluded.paused)) AS moves) m),
     updated_at = now()
 WHERE j.parent_id = excluded.parent_id
-  AND (j.schedule, j.tz, j.dst_repeated, j.dst_skipped, j.handler, j.payload, j.paused,
-       j.catch_up, j.grace_s, j.max_backfill, j.timeout_s, j.max_retries, j.retry_backoff_s,
-       j.keep_for_s, j.keep_runs, j.output_limit, j.late_after_s, j.pause_after_failures,
-       j.overlap, j.max_concurrent, j.cancel_grace_s, j.expect_max_s, j.expect_min_s,
-       j.deadline, j.expect_baseline, j.asserts, j.assert_fails)
-    IS DISTINCT FROM
-      (excluded.schedule, excluded.tz, excluded.dst_repeated, excluded.dst_skipped,
-       excluded.handler, excluded.payload, excluded.paused, excluded.catch_up,
-       excluded.grace_s, excluded.max_backfill, excluded.timeout_s, excluded.max_retries,
-       excluded.retry_backoff_s, excluded.keep_for_s, excluded.keep_runs,
-       excluded.output_limit, excluded.late_after_s, excluded.pause_after_failures,
-       excluded.overlap, excluded.max_concurrent, excluded.cancel_grace_s,
-       excluded.expect_max_s, excluded.expect_min_s, excluded.deadline,
-       excluded.expect_baseline, excluded.asserts, excluded.assert_fails)
+  AND ({fields:child:j.@}) IS DISTINCT FROM ({fields:child:excluded.@})
 RETURNING id, shard_id;
 
 -- name: zone_children

@@ -1,0 +1,70 @@
+"""The children of an each-zone job against a real Postgres: each copies what the job's
+options declare a child copies (``child``, cluster/jobs/spec.py), its jitter and labels too,
+and follows its parent's changes; each child's slots start at its own jittered offset."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import psycopg
+
+from cluster.settings import ClusterSettings
+from cluster.store.lock.session import LockSession
+from cluster.timing.jitter import jittered
+from node.membership.eachzone import ZoneChildren
+from node.state import NodeState
+from tests.helpers.cli import Invoke
+
+SWEEP = {"name": "sweep", "schedule": "@hourly", "handler": "m:f", "each_zone": True}
+
+
+async def _align(settings: ClusterSettings, zone: str) -> bool:
+    """What a node of ``zone`` does for the each-zone jobs: their children there in line."""
+    node = f"node-{zone}"
+    session = LockSession(settings, node, zone, session_timeout_s=10, statement_timeout_s=5)
+    await session.open()
+    try:
+        return await ZoneChildren(NodeState(node, zone, 16), session).run_once()
+    finally:
+        await session.close()
+
+
+def _children(settings: ClusterSettings) -> list[tuple[str, float, Any, datetime, datetime]]:
+    with psycopg.connect(settings.database_url, options=f"-c search_path={settings.schema}") as c:
+        return c.execute(
+            "SELECT name, jitter_s, labels, slot_at, next_run_at FROM jobs"
+            " WHERE parent_id IS NOT NULL ORDER BY name"
+        ).fetchall()
+
+
+def test_an_each_zone_jobs_children_keep_its_jitter_and_labels(
+    initialised: Invoke, settings: ClusterSettings, tmp_path: Path
+) -> None:
+    added = initialised(
+        "jobs", "add", "sweep", "--schedule", "@hourly", "--handler", "m:f", "--each-zone",
+        "--zones", "a,b", "--jitter", "10m", "--label", "team=ops",
+    )  # fmt: skip
+    assert added.exit_code == 0, added.output
+    assert asyncio.run(_align(settings, "a")) and asyncio.run(_align(settings, "b"))
+    children = _children(settings)
+    assert [c[0] for c in children] == ["sweep@a", "sweep@b"]
+    for name, jitter_s, labels, slot, start in children:
+        assert (jitter_s, labels) == (600.0, {"team": "ops"}), name
+        assert start == jittered("default", name, slot, 600.0), name
+        assert slot <= start < slot + timedelta(minutes=10), name
+    assert children[0][4] != children[1][4], "each child's offset is its own"
+
+    # The parent changed: its children follow at their next alignment.
+    path = tmp_path / "jobs.json"
+    entry = {**SWEEP, "zones": ["a", "b"], "jitter": "5m", "labels": {"team": "infra"}}
+    path.write_text(json.dumps([entry]), "utf-8")
+    assert initialised("jobs", "apply", str(path)).exit_code == 0
+    assert asyncio.run(_align(settings, "a"))
+    (name, jitter_s, labels, slot, start), _ = _children(settings)
+    assert (name, jitter_s, labels) == ("sweep@a", 300.0, {"team": "infra"})
+    assert start == jittered("default", name, slot, 300.0)
+    assert not asyncio.run(_align(settings, "a")), "in line: nothing to write"
