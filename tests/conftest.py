@@ -11,7 +11,13 @@ import pytest
 
 from cluster.settings import ClusterSettings
 from cluster.store.jobstore.store import JobStore
-from tests.helpers.databases import forget_redis_keys, fresh_settings, throwaway_database
+from tests.helpers.databases import (
+    INITIALISING,
+    SCHEMAS,
+    forget_redis_keys,
+    fresh_settings,
+    throwaway_database,
+)
 from tests.helpers.roles import Logins, session_logins
 from tests.helpers.scheduling import slow_modules_first
 from tests.helpers.sessions import LockSessions, Opener
@@ -35,16 +41,25 @@ def logins(database_url: str) -> Iterator[Logins]:
 
 
 @pytest.fixture
-def settings(database_url: str) -> Iterator[ClusterSettings]:
-    cluster = fresh_settings(database_url)
+def settings(request: pytest.FixtureRequest, database_url: str) -> Iterator[ClusterSettings]:
+    """A cluster of the test's own. A test that starts from an initialised schema (through
+    ``store`` or ``initialised``), unless end-to-end, may get one an
+    earlier test used, emptied (``SchemaPool``)."""
+    pooled = not INITIALISING.isdisjoint(request.fixturenames) and (
+        request.node.get_closest_marker("e2e") is None
+    )
+    cluster = fresh_settings(database_url, SCHEMAS.take() if pooled else None)
     yield cluster
     forget_redis_keys(cluster)
+    if pooled:
+        SCHEMAS.give_back(database_url, cluster.schema)
 
 
 @pytest.fixture
 async def store(settings: ClusterSettings) -> AsyncIterator[JobStore]:
     async with JobStore.open(settings) as job_store:
         await job_store.init(shards=16)
+        SCHEMAS.record_clean(settings.database_url, settings.schema)
         yield job_store
 
 

@@ -29,6 +29,7 @@ from cluster.local.processes import pulse_env
 from cluster.settings import ClusterSettings
 from node.cli import cli
 from tests.helpers import REPO
+from tests.helpers.databases import SCHEMAS
 
 Env = Mapping[str, str | None]
 Invoke = Callable[..., Result]
@@ -96,6 +97,7 @@ def initialised_pulse(settings: ClusterSettings) -> Invoke:
     pulse = functools.partial(invoke, settings)
     result = pulse("init", "--shards", "16")
     assert result.exit_code == 0, result.stderr
+    SCHEMAS.record_clean(settings.database_url, settings.schema)
     return pulse
 
 

@@ -23,7 +23,7 @@ from cluster.store.housekeeping.alerts import AlertStore
 from cluster.store.jobstore.store import JobStore
 from node.maintenance.outbox import AlertDelivery
 from node.stats import Stats
-from tests.helpers.cli import Invoke, assert_bad_input, assert_one_line_error, initialised_pulse
+from tests.helpers.cli import Invoke, assert_bad_input, assert_one_line_error
 from tests.helpers.mailbox import HOST, IMPLICIT_TLS_WARNING, certificate, mailbox
 from tests.helpers.outbox import T0, add_rule, at, events, every_10s, run_slot, sql
 from tests.helpers.receiver import receiver
@@ -257,8 +257,8 @@ async def test_email_failures_are_retried_without_the_password(
 
 
 @pytest.fixture
-def pulse(settings: ClusterSettings) -> Invoke:
-    pulse = initialised_pulse(settings)
+def pulse(initialised: Invoke) -> Invoke:
+    pulse = initialised
     assert pulse("config", "set", "egress.allow", "127.0.0.0/8").exit_code == 0
     return pulse
 

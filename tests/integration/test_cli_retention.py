@@ -11,9 +11,9 @@ import pytest
 
 from cluster.settings import ClusterSettings
 from tests.helpers.cli import (
+    Invoke,
     assert_bad_input,
     assert_one_line_error,
-    initialised_pulse,
     invoke,
     spawn,
 )
@@ -37,8 +37,8 @@ DEFAULTS = {
 
 
 @pytest.fixture
-def pulse(settings: ClusterSettings) -> Any:
-    return initialised_pulse(settings)
+def pulse(initialised: Invoke) -> Any:
+    return initialised
 
 
 def config_rows(settings: ClusterSettings) -> list[tuple[Any, ...]]:

@@ -14,13 +14,11 @@ from typing import Any
 import pytest
 import yaml
 
-from cluster.settings import ClusterSettings
 from tests.helpers import REPO
 from tests.helpers.cli import (
     Invoke,
     assert_bad_input,
     assert_one_line_error,
-    initialised_pulse,
 )
 from tests.helpers.cli import invoke as invoke_in
 
@@ -31,8 +29,8 @@ BEAT = "tests.imports.beat_app"
 
 
 @pytest.fixture
-def pulse(settings: ClusterSettings) -> Invoke:
-    return initialised_pulse(settings)
+def pulse(initialised: Invoke) -> Invoke:
+    return initialised
 
 
 def not_mapped(stderr: str) -> list[str]:

@@ -10,12 +10,12 @@ import pytest
 
 from cluster.settings import ClusterSettings
 from ring.zones import PARKED_SHARD, space_shards
-from tests.helpers.cli import initialised_pulse
+from tests.helpers.cli import Invoke
 
 
 @pytest.fixture
-def pulse(settings: ClusterSettings) -> object:
-    return initialised_pulse(settings)
+def pulse(initialised: Invoke) -> object:
+    return initialised
 
 
 def _jobs(settings: ClusterSettings) -> list[tuple[str, list[str] | None, int]]:

@@ -59,7 +59,10 @@ def test_trace_ids_come_from_job_and_slot_alike_in_every_process() -> None:
 
 
 @pytest.fixture
-def traced() -> Iterator[tuple[Tracing, InMemorySpanExporter]]:
+def traced(monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[Tracing, InMemorySpanExporter]]:
+    # Tracing also exports to the default OTLP endpoint, where nothing listens here: its
+    # flush at shutdown gives up at once instead of retrying for the default 10 s.
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_TRACES_TIMEOUT", "0.2")
     tracing = Tracing("n1", "eu-1")
     exporter = InMemorySpanExporter()
     tracing._provider.add_span_processor(SimpleSpanProcessor(exporter))
