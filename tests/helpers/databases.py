@@ -205,6 +205,24 @@ def _empty(
                 )
         for name, start in sequences:
             conn.execute("SELECT setval(%s::regclass, %s, false)", (f'"{schema}"."{name}"', start))
+    # The planner must see new tables too: emptied pages cut off, no statistics, sizes as
+    # never vacuumed (plan tests, and claims whose order follows the plan, assume them).
+    conn.execute(
+        sql.SQL("VACUUM {}").format(
+            sql.SQL(", ").join(sql.Identifier(schema, table) for table in tables)
+        )
+    )
+    with conn.transaction():
+        conn.execute(
+            "DELETE FROM pg_statistic WHERE starelid IN"
+            " (SELECT oid FROM pg_class WHERE relnamespace = %(ns)s::regnamespace)",
+            {"ns": schema},
+        )
+        conn.execute(
+            "UPDATE pg_class SET relpages = 0, reltuples = -1, relallvisible = 0"
+            " WHERE relnamespace = %(ns)s::regnamespace AND relkind IN ('r', 'i', 't')",
+            {"ns": schema},
+        )
 
 
 # The fixtures through which a test starts from ``pulse init``'s schema (16 shards), and
