@@ -122,11 +122,13 @@ def test_a_cancel_for_a_frozen_node_is_carried_out_by_recovery(
     trigger(settings, "long")
     started = tmp_path / "long.started"
     until(started.exists, "the run to start on n1", 30)
-    fleet.start("n2", "b", *timing)
     frozen.signal(signal.SIGSTOP)
     try:
         done = spawn(settings, "runs", "cancel", "long", "--by", "tester").result()
         assert done.returncode == 0, done.stderr
+        # Only now a node that can recover n1's slot: had it recovered the slot before the
+        # cancel was recorded, the slot would have been retried, not cancelled.
+        fleet.start("n2", "b", *timing)
 
         def recorded() -> list[dict[str, object]]:
             return [r for r in runs_of(fleet, "long") if r["status"] == "cancelled"]
