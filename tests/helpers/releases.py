@@ -17,9 +17,9 @@ from cluster.store.queries import _compact, _sections
 from cluster.store.schema.migrate import Migration, of_file
 from tests.helpers import REPO
 
-# Main just before the changes of release 0.2.0. When a release is cut, the next one's
-# tests take that release's commit.
-PREVIOUS = "742fe40"
+# Release 0.2.0 as it landed on main. When a release is cut, the next one's tests take
+# that release's commit.
+PREVIOUS = "752fa64"
 # Where main kept its migrations and its runtime SQL, over time.
 MIGRATION_FOLDERS = (
     "cluster/migrations",

@@ -81,7 +81,9 @@ async def test_a_schema_main_made_upgrades_to_a_fresh_one(
     fresh: Made, settings: ClusterSettings, commit: str
 ) -> None:
     (want, ledger), (got, got_ledger) = fresh, await upgraded(settings, SETS[commit], None)
-    assert got_ledger == ledger
+    # The same migrations, each as released; a release's migrations may have landed on
+    # main in another order than their names', and versions only order the rows.
+    assert sorted(checksum for _, checksum in got_ledger) == sorted(c for _, c in ledger)
     diff = [
         line
         for kind in want
