@@ -1011,7 +1011,8 @@ EXECUTE FUNCTION tenant_deleted('limit_tenant');
 -- == The HTTP API ========================================================================
 
 -- API tokens: only the SHA-256 of the secret is kept; the secret is printed once by
--- `pulse tokens create`. A token scoped to a tenant (tenant_id) reaches only its jobs.
+-- `pulse tokens create`. A token scoped to a tenant (tenant_id) reaches only its jobs. A
+-- revoked token keeps its row (its name is never given again; its expiry ends too).
 CREATE TABLE api_tokens (
     name         text PRIMARY KEY CHECK (name <> ''),
     role         text NOT NULL CHECK (role IN ('admin', 'write', 'read')),
@@ -1019,7 +1020,8 @@ CREATE TABLE api_tokens (
     hash         bytea NOT NULL UNIQUE,
     created_at   timestamptz NOT NULL DEFAULT now(),
     expires_at   timestamptz,  -- NULL: never
-    last_used_at timestamptz
+    last_used_at timestamptz,
+    revoked_at   timestamptz  -- NULL: live
 );
 
 -- Every mutation made through the API, written in the transaction of the change itself.
@@ -1050,7 +1052,7 @@ CREATE TABLE registered_handlers (
 CREATE INDEX registered_handlers_by_handler ON registered_handlers (handler);
 
 -- Console sessions: the cookie carries a random id, this table its SHA-256. Revoking the
--- token deletes its sessions (the cascade); an expired token's sessions stop at lookup.
+-- token deletes its sessions; an expired token's sessions stop at lookup.
 CREATE TABLE console_sessions (
     id_hash      bytea PRIMARY KEY,
     token_name   text NOT NULL REFERENCES api_tokens (name) ON DELETE CASCADE,
@@ -1698,4 +1700,23 @@ BEGIN
         END IF;
     END LOOP;
     RETURN started;
+END $$;
+
+-- == Functions' search_path ===============================================================
+
+-- Every function that fixes its search_path, or runs as the owner, searches the schema
+-- then pg_temp: a caller's temporary table never stands in for one of the schema
+-- (docs/design/roles.md).
+DO $$
+DECLARE
+    f regprocedure;
+BEGIN
+    FOR f IN
+        SELECT p.oid::regprocedure FROM pg_proc p
+        WHERE p.pronamespace = current_schema()::regnamespace
+          AND (p.prosecdef OR EXISTS (SELECT 1 FROM unnest(p.proconfig) AS c
+                                      WHERE c LIKE 'search_path=%'))
+    LOOP
+        EXECUTE format('ALTER FUNCTION %s SET search_path = %I, pg_temp', f, current_schema());
+    END LOOP;
 END $$;
