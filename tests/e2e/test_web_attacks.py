@@ -941,6 +941,58 @@ def test_a_tenant_token_reads_only_its_tenants_audit_trail(api: Api) -> None:
         assert scoped_writer.get("/api/audit").status_code == 403
 
 
+# --- Literal secrets in jobs an operator wrote -------------------------------------------
+
+LITERAL_BEARER = "Bearer literal-secret-123"
+LITERAL_DB = "postgresql://app:dbpass-456@db/app"
+
+
+def test_a_read_token_sees_no_literal_secret_and_search_never_matches_inside_one(
+    api: Api,
+) -> None:
+    handlers = {
+        "bearer-call": json.dumps(
+            {
+                "http": {
+                    "url": "https://example.com/hook",
+                    "headers": {"Authorization": LITERAL_BEARER},
+                }
+            }
+        ),
+        "db-dump": f"shell:/usr/bin/pg_dump {LITERAL_DB}",
+        "pg-env": "shell:PGPASSWORD=pgpass-789 /usr/bin/psql -c 'select 1'",
+    }
+    for name, handler in handlers.items():
+        value = json.loads(handler) if handler.startswith("{") else handler
+        spec = JobSpec.from_mapping({"name": name, "schedule": "@daily", "handler": value})
+
+        async def add(spec: JobSpec = spec) -> None:
+            async with JobStore.open(api.settings) as store:
+                await store.definitions.add(spec)
+
+        asyncio.run(add())
+    literals = ("literal-secret-123", "dbpass-456", "pgpass-789")
+    with api.as_("read") as reader:
+        for name in handlers:
+            shown = reader.get(f"/api/jobs/default/{name}")
+            assert shown.status_code == 200, shown.text
+            assert not any(secret in shown.text for secret in literals), shown.text
+            assert "***" in shown.json()["handler"]
+        listed = reader.get("/api/jobs?limit=500").text
+        assert not any(secret in listed for secret in literals)
+        for probe in ("dbpass-4", "literal-secret", "pass-78", "Bearer lit"):
+            found = reader.get("/api/jobs", params={"q": probe})
+            assert found.status_code == 200 and found.json()["jobs"] == [], probe
+        assert [
+            j["name"] for j in reader.get("/api/jobs", params={"q": "pg_dump"}).json()["jobs"]
+        ] == ["db-dump"]
+    for name in handlers:
+        cli = invoke(api.settings, "jobs", "show", name, "--json")
+        text = invoke(api.settings, "jobs", "show", name)
+        assert cli.exit_code == text.exit_code == 0, cli.output
+        assert not any(s in cli.output + text.output for s in literals), text.output
+
+
 # --- Calendars ---------------------------------------------------------------------------
 
 

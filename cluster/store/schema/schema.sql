@@ -1420,6 +1420,33 @@ CREATE TABLE job_revisions (
 -- Retention finds the names whose last revision removed the job (docs/retention.md).
 CREATE INDEX job_revisions_removed ON job_revisions (at) WHERE change = 'removed';
 
+-- A handler as it is shown (Python's masking.shown holds the same rules, and a test checks
+-- both agree): a password in a URL, a secret header or key of a JSON handler, a shell
+-- command's `Authorization: ...`, `--password ...` and `PGPASSWORD=...` are `***`, unless
+-- the value is a reference (`${env:NAME}`, `$NAME`). Revisions record it; the search reads it.
+CREATE FUNCTION job_handler_shown(handler text) RETURNS text
+LANGUAGE plpgsql IMMUTABLE AS $$
+DECLARE
+    word constant text := '(?:password|passwd|secret|token|api[-_]?key|access[-_]?key'
+        '|private[-_]?key|auth|cookie|credential|session|signature|dsn)';
+    scheme constant text := '(?:(?:bearer|basic|token|digest)\s+)';
+BEGIN
+    handler := regexp_replace(handler,
+        $re$(://[^/@:"\s]*):(?!\$\{env:[A-Za-z_][A-Za-z0-9_]*\}@)[^@/"\s]+@$re$, '\1:***@', 'g');
+    handler := regexp_replace(handler,
+        $re$("[A-Za-z0-9_-]*$re$ || word || $re$[A-Za-z0-9_-]*"\s*:\s*")$re$
+        || $re$(?![^"]*\$\{env:)(?:[^"\\]|\\.)*"$re$, '\1***"', 'gi');
+    handler := regexp_replace(handler,
+        $re$(^|[^A-Za-z0-9_-])([A-Za-z0-9_-]*$re$ || word || $re$[A-Za-z0-9_-]*\s*:\s*$re$
+        || scheme || $re$?)(?!\$|$re$ || scheme || $re$)[^\s"',;}@]+$re$, '\1\2***', 'gi');
+    handler := regexp_replace(handler,
+        $re$(^|\s)(--?[A-Za-z0-9_-]*$re$ || word || $re$)(=|\s+)$re$
+        || $re$(?!["']?\$)("[^"]*"|'[^']*'|[^\s"']+)$re$, '\1\2\3***', 'gi');
+    RETURN regexp_replace(handler,
+        $re$(^|[^A-Za-z0-9_])([A-Za-z0-9_]*$re$ || word || $re$[A-Za-z0-9_]*\s*=\s*)$re$
+        || $re$(?!["']?\$)("[^"]*"|'[^']*'|[^\s"'&;]+)$re$, '\1\2***', 'gi');
+END $$;
+
 -- The definition a revision records: the options of a job file, each under its name (the
 -- column of `retries` is max_retries), as the row holds them, and the job's upstreams
 -- (names, sorted) with their match rule.
@@ -1428,9 +1455,7 @@ LANGUAGE sql STABLE SET search_path FROM CURRENT AS $$
     SELECT jsonb_build_object(
         'schedule', j.schedule, 'tz', j.tz, 'dst_repeated', j.dst_repeated,
         'dst_skipped', j.dst_skipped,
-        'handler', regexp_replace(
-            j.handler, '(://[^/@:"\s]*):(?!\$\{env:[A-Za-z_][A-Za-z0-9_]*\}@)[^@/"\s]+@',
-            '\1:***@', 'g'),
+        'handler', job_handler_shown(j.handler),
         'payload', j.payload, 'paused', j.paused, 'catch_up', j.catch_up,
         'grace_s', j.grace_s, 'max_backfill', j.max_backfill, 'timeout_s', j.timeout_s,
         'retries', j.max_retries, 'retry_backoff_s', j.retry_backoff_s,
