@@ -8,6 +8,7 @@ values that would break the guarantees (``node/__init__.py``) before anything co
 from __future__ import annotations
 
 import hashlib
+import ipaddress
 import os
 import re
 import secrets
@@ -39,6 +40,8 @@ DEFAULT_DRAIN_TIMEOUT_S = 30.0
 DEFAULT_STATEMENT_TIMEOUT_S = 5.0
 DEFAULT_REDIS_TIMEOUT_S = 2.0
 DEFAULT_PRUNE_INTERVAL_S = 30.0  # 0: this node does not prune
+# Metrics say what runs where: served on loopback unless the operator names an address.
+DEFAULT_METRICS_BIND = "127.0.0.1"
 MIN_PRUNE_INTERVAL_S = 1.0
 
 IDENTIFIER = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
@@ -121,6 +124,7 @@ class NodeSettings:
     prune_interval_s: float = DEFAULT_PRUNE_INTERVAL_S
     shards: int | None = None
     metrics_port: int | None = None
+    metrics_bind: str = DEFAULT_METRICS_BIND  # the address metrics_port is served on
     fairness: bool = True  # claim across tenants in turn when more is due than it can run
     celery_broker: str | None = None  # for celery: jobs that name none; may hold a password
     handler_role: str | None = None  # ctx.transaction() statements run as it (SET LOCAL ROLE)
@@ -168,4 +172,10 @@ class NodeSettings:
             raise InvalidInput("handler-role", f"{self.handler_role!r} is not a SQL identifier")
         if self.metrics_port is not None and not 0 <= self.metrics_port <= 65535:
             raise InvalidInput("metrics-port", "must be a TCP port")
+        try:
+            ipaddress.ip_address(self.metrics_bind)
+        except ValueError as exc:
+            raise InvalidInput(
+                "metrics-bind", f"{self.metrics_bind!r} is not an IP address (0.0.0.0: every one)"
+            ) from exc
         return self

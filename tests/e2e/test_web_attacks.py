@@ -604,6 +604,23 @@ def test_an_untrusted_clients_forged_x_forwarded_for_is_ignored(untrusting: Api)
     assert_no_secret(api, [*answers, done, signed], *guesses, *api.tokens.values())
 
 
+def test_by_default_no_local_process_can_forge_the_audited_source(api: Api, tmp_path: Path) -> None:
+    with (
+        web_process(api.settings, tmp_path) as default_web,
+        httpx.Client(
+            base_url=default_web.url,
+            headers={
+                "Authorization": f"Bearer {api.tokens['admin']}",
+                "X-Forwarded-For": "198.51.100.77",
+            },
+            timeout=10,
+        ) as forged,
+    ):
+        assert forged.put("/api/tenants/spoofed/limit", json=LIMIT).status_code == 200
+    sources = api.sql("SELECT source FROM api_audit WHERE tenant_id = 'spoofed'")
+    assert sources == [("127.0.0.1",)], "the audit trail records the real peer"
+
+
 # --- Quotas and bodies -------------------------------------------------------------------
 
 HUGE_INTEGER = (
