@@ -545,7 +545,9 @@ CREATE TABLE alert_rules (
     secret_env text,  -- the NAME of a variable on the delivering node, never its value
     tenant_id  text,  -- NULL: every tenant
     job_name   text,  -- NULL: every job of the tenant scope
-    created_at timestamptz NOT NULL DEFAULT now()
+    created_at timestamptz NOT NULL DEFAULT now(),
+    -- Also send X-Pulse-Signature (the body's HMAC alone, replayable): opt-in per rule.
+    legacy_signature boolean NOT NULL DEFAULT false
 );
 
 CREATE TABLE alert_events (
