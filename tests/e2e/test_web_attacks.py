@@ -762,6 +762,23 @@ def test_a_tenant_token_cannot_create_jobs_past_its_cap(api: Api) -> None:
     assert count(api, "SELECT count(*) FROM jobs WHERE tenant_id = 'capped'") == 2
 
 
+def test_a_tenant_token_cannot_run_a_job_every_second_keeping_everything(api: Api) -> None:
+    token = tenant_token(api, "greedy-writer", "write", "greedy")
+    set_quota(api, "greedy", min_period_s=60, max_output_limit=4096, max_keep_for_s=86400)
+    small = {"output_limit": "4KiB"}
+    with allowing(api, HANDLER), api.web.client(token) as client:
+        for extra, field in (
+            ({"schedule": "@every 1s", **small}, "schedule"),
+            ({"output_limit": "256KiB"}, "output_limit"),
+            ({"keep_for": "3650d", **small}, "keep_for"),
+        ):
+            refused = client.post("/api/jobs", json=job("greedy", "greedy", **extra))
+            assert refused.status_code == 422, refused.text
+            assert refused.json()["field"] == field and "\n" not in refused.json()["message"]
+        assert client.post("/api/jobs", json=job("modest", "greedy", **small)).status_code == 201
+    assert count(api, "SELECT count(*) FROM jobs WHERE tenant_id = 'greedy'") == 1
+
+
 def test_two_requests_racing_for_a_tenants_last_job_cannot_both_win(api: Api) -> None:
     token = tenant_token(api, "racer", "write", "racing")
     set_quota(api, "racing", max_jobs=1)

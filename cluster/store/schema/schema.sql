@@ -1079,8 +1079,21 @@ CREATE TABLE tenant_quotas (
     max_jobs           integer CHECK (max_jobs >= 0),
     max_backfill_slots integer CHECK (max_backfill_slots >= 0),
     max_parallel       integer CHECK (max_parallel >= 1),
-    updated_at         timestamptz NOT NULL DEFAULT now()
+    updated_at         timestamptz NOT NULL DEFAULT now(),
+    -- What a job may ask (migration 0.3.0_pre_tenant_caps): the shortest period between
+    -- two slots (the writer checks it, through tenant_min_period_s), the output a run
+    -- keeps, how long and how many runs a job keeps (quota_check_job).
+    min_period_s       integer CHECK (min_period_s >= 1),
+    max_output_limit   integer CHECK (max_output_limit >= 0),
+    max_keep_for_s     integer CHECK (max_keep_for_s >= 1),
+    max_keep_runs      integer CHECK (max_keep_runs >= 1)
 );
+
+-- The shortest period a tenant's jobs may have (NULL: no cap), for every writer's role.
+CREATE FUNCTION tenant_min_period_s(tenant text) RETURNS integer
+LANGUAGE sql STABLE SECURITY DEFINER AS $$
+    SELECT q.min_period_s FROM tenant_quotas q WHERE q.tenant_id = tenant
+$$;
 
 CREATE FUNCTION quota_check_job() RETURNS trigger
 LANGUAGE plpgsql SECURITY DEFINER AS $$
@@ -1102,6 +1115,29 @@ BEGIN
             'not %', quote_literal(NEW.tenant_id), q.max_parallel, NEW.max_concurrent
             USING ERRCODE = 'check_violation', CONSTRAINT = 'tenant_quota',
                   COLUMN = 'max_concurrent';
+    END IF;
+    -- What a job keeps: checked when written, so an update of another column passes.
+    IF (TG_OP = 'INSERT' OR NEW.output_limit IS DISTINCT FROM OLD.output_limit)
+       AND NEW.output_limit > q.max_output_limit THEN
+        RAISE EXCEPTION 'tenant % may keep at most % bytes of a run''s output '
+            '(max_output_limit), not %', quote_literal(NEW.tenant_id), q.max_output_limit,
+            NEW.output_limit
+            USING ERRCODE = 'check_violation', CONSTRAINT = 'tenant_quota',
+                  COLUMN = 'output_limit';
+    END IF;
+    IF (TG_OP = 'INSERT' OR NEW.keep_for_s IS DISTINCT FROM OLD.keep_for_s)
+       AND NEW.keep_for_s > q.max_keep_for_s THEN
+        RAISE EXCEPTION 'tenant % may keep runs at most %s (max_keep_for_s), not %s',
+            quote_literal(NEW.tenant_id), q.max_keep_for_s, NEW.keep_for_s
+            USING ERRCODE = 'check_violation', CONSTRAINT = 'tenant_quota',
+                  COLUMN = 'keep_for';
+    END IF;
+    IF (TG_OP = 'INSERT' OR NEW.keep_runs IS DISTINCT FROM OLD.keep_runs)
+       AND NEW.keep_runs > q.max_keep_runs THEN
+        RAISE EXCEPTION 'tenant % may keep at most % runs of a job (max_keep_runs), not %',
+            quote_literal(NEW.tenant_id), q.max_keep_runs, NEW.keep_runs
+            USING ERRCODE = 'check_violation', CONSTRAINT = 'tenant_quota',
+                  COLUMN = 'keep_runs';
     END IF;
     -- An upsert of a job that exists (ON CONFLICT DO UPDATE) fires this too: no new job.
     IF TG_OP = 'INSERT' AND q.max_jobs IS NOT NULL AND NOT EXISTS (
@@ -1158,6 +1194,8 @@ FOR EACH ROW WHEN (NEW.parent_id IS NULL) EXECUTE FUNCTION quota_check_job();
 CREATE TRIGGER tenant_quota_update BEFORE UPDATE OF overlap, max_concurrent ON jobs
 FOR EACH ROW WHEN (NEW.overlap = 'allow' AND NEW.parent_id IS NULL)
 EXECUTE FUNCTION quota_check_job();
+CREATE TRIGGER tenant_quota_kept BEFORE UPDATE OF output_limit, keep_for_s, keep_runs ON jobs
+FOR EACH ROW WHEN (NEW.parent_id IS NULL) EXECUTE FUNCTION quota_check_job();
 CREATE TRIGGER tenant_quota BEFORE INSERT ON backfills
 FOR EACH ROW EXECUTE FUNCTION quota_check_backfill();
 
