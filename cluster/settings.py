@@ -124,12 +124,12 @@ class NodeSettings:
     prune_interval_s: float = DEFAULT_PRUNE_INTERVAL_S
     shards: int | None = None
     metrics_port: int | None = None
-    metrics_bind: str = DEFAULT_METRICS_BIND  # the address metrics_port is served on
     fairness: bool = True  # claim across tenants in turn when more is due than it can run
     celery_broker: str | None = None  # for celery: jobs that name none; may hold a password
     handler_role: str | None = None  # ctx.transaction() statements run as it (SET LOCAL ROLE)
     otel: bool = False  # one OpenTelemetry span per attempt (node.handlers.traces; OTEL_* env)
     freeze_limit_s: float = DEFAULT_FREEZE_LIMIT_S  # 0: peers' sessions end at their timeout
+    metrics_bind: str = DEFAULT_METRICS_BIND  # the address metrics_port is served on
 
     def validate(self) -> NodeSettings:
         if not _NODE_ID.match(self.node_id):
