@@ -8,6 +8,7 @@ values that would break the guarantees (``node/__init__.py``) before anything co
 from __future__ import annotations
 
 import hashlib
+import ipaddress
 import os
 import re
 import secrets
@@ -39,6 +40,8 @@ DEFAULT_DRAIN_TIMEOUT_S = 30.0
 DEFAULT_STATEMENT_TIMEOUT_S = 5.0
 DEFAULT_REDIS_TIMEOUT_S = 2.0
 DEFAULT_PRUNE_INTERVAL_S = 30.0  # 0: this node does not prune
+# Metrics say what runs where: served on loopback unless the operator names an address.
+DEFAULT_METRICS_BIND = "127.0.0.1"
 MIN_PRUNE_INTERVAL_S = 1.0
 
 IDENTIFIER = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
@@ -126,6 +129,7 @@ class NodeSettings:
     handler_role: str | None = None  # ctx.transaction() statements run as it (SET LOCAL ROLE)
     otel: bool = False  # one OpenTelemetry span per attempt (node.handlers.traces; OTEL_* env)
     freeze_limit_s: float = DEFAULT_FREEZE_LIMIT_S  # 0: peers' sessions end at their timeout
+    metrics_bind: str = DEFAULT_METRICS_BIND  # the address metrics_port is served on
 
     def validate(self) -> NodeSettings:
         if not _NODE_ID.match(self.node_id):
@@ -168,4 +172,10 @@ class NodeSettings:
             raise InvalidInput("handler-role", f"{self.handler_role!r} is not a SQL identifier")
         if self.metrics_port is not None and not 0 <= self.metrics_port <= 65535:
             raise InvalidInput("metrics-port", "must be a TCP port")
+        try:
+            ipaddress.ip_address(self.metrics_bind)
+        except ValueError as exc:
+            raise InvalidInput(
+                "metrics-bind", f"{self.metrics_bind!r} is not an IP address (0.0.0.0: every one)"
+            ) from exc
         return self

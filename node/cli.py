@@ -19,7 +19,7 @@ from cluster.cli.app import cli
 from cluster.cli.base import duration_option, fail, seconds, settings_of
 from cluster.errors import ConfigError, InvalidInput
 from cluster.jobs.registry import handlers_of, load_modules, specs_of
-from cluster.settings import NodeSettings, default_node_id
+from cluster.settings import DEFAULT_METRICS_BIND, NodeSettings, default_node_id
 from node.runtime import Node
 
 
@@ -125,6 +125,13 @@ class NodeContext(logging.Filter):
     help="Serve Prometheus metrics on this port (off by default).",
 )
 @click.option(
+    "--metrics-bind",
+    envvar="PULSE_METRICS_BIND",
+    default=DEFAULT_METRICS_BIND,
+    show_default=True,
+    help="Address --metrics-port listens on (0.0.0.0: every interface).",
+)
+@click.option(
     "--fairness/--no-fairness",
     envvar="PULSE_FAIRNESS",
     default=True,
@@ -177,6 +184,7 @@ def node_command(
     drain_timeout: str,
     prune_interval: str,
     metrics_port: int | None,
+    metrics_bind: str,
     handler_role: str | None,
     fairness: bool,
     celery_broker: str | None,
@@ -202,6 +210,7 @@ def node_command(
             drain_timeout_s=seconds(drain_timeout, "drain-timeout"),
             prune_interval_s=seconds(prune_interval, "prune-interval"),
             metrics_port=metrics_port,
+            metrics_bind=metrics_bind,
             fairness=fairness,
             celery_broker=celery_broker or None,
             handler_role=handler_role or None,

@@ -244,7 +244,7 @@ def serve_metrics(
     stats: Stats,
     state_getter: Callable[[], NodeState | None],
     in_flight: Callable[[], int],
-    addr: str = "0.0.0.0",
+    addr: str,
 ) -> None:
     """Serve ``/metrics`` on ``addr:port`` from a daemon thread.
 

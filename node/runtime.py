@@ -174,7 +174,13 @@ class Node:
         return 1 if self._crashed else 0
 
     def _serve_metrics(self, port: int, executor: Executor) -> None:
-        serve_metrics(port, self.stats, lambda: self.state, lambda: len(executor.running))
+        serve_metrics(
+            port,
+            self.stats,
+            lambda: self.state,
+            lambda: len(executor.running),
+            self.settings.metrics_bind,
+        )
 
     async def _recover_own(self, recovery: Recovery) -> None:
         """Before this process claims anything (see ``Recovery.recover_own``)."""

@@ -70,5 +70,11 @@ async def send(
         )
     payload = body(event, rule.format)
     return await post(
-        client, rule.url, payload, event_id=event.id, secret=secret, timeout_s=timeout_s
+        client,
+        rule.url,
+        payload,
+        event_id=event.id,
+        secret=secret,
+        timeout_s=timeout_s,
+        legacy_signature=rule.legacy_signature,
     )

@@ -150,6 +150,13 @@ async def _checked_send(
             return Answer(None, f"cannot resolve {server.host}: no address")
         first = addresses[0]
         return Answer(None, refused_message(server.host, first, policy.refusal(first) or ""))
+    if server.user and server.tls == "none" and not allowed[0].is_loopback:
+        # A login over plain SMTP hands the password to every network hop on the way.
+        return Answer(
+            None,
+            f"refusing to log in to {server.host} without TLS: set smtp.tls starttls or tls "
+            "(smtp.tls none logs in only to a relay on loopback)",
+        )
     try:
         await asyncio.to_thread(_send, server, str(allowed[0]), password, mail, timeout_s)
     except TimeoutError:  # the socket's own timeout, the same limit

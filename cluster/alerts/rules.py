@@ -43,9 +43,8 @@ EVENTS = (
 FORMATS = ("json", "slack", "pagerduty", "email")
 PAGERDUTY_URL = "https://events.pagerduty.com/v2/enqueue"  # Events API v2
 MAILTO = "mailto:"  # an email rule's recipients, stored in its url
-SIGNATURE_HEADER = (
-    "X-Pulse-Signature"  # the body's HMAC alone: replayable, kept for receivers of 0.x
-)
+# The body's HMAC alone: replayable, sent only for rules with legacy_signature (0.x receivers).
+SIGNATURE_HEADER = "X-Pulse-Signature"
 IDEMPOTENCY_HEADER = "Idempotency-Key"
 # Standard Webhooks (https://www.standardwebhooks.com): the id, the send time and both signed.
 WEBHOOK_ID = "webhook-id"
@@ -65,6 +64,7 @@ class AlertRule:
     secret_env: str | None = None
     tenant: str | None = None
     job: str | None = None
+    legacy_signature: bool = False  # also X-Pulse-Signature, for receivers of 0.x
 
     @classmethod
     def build(
@@ -78,6 +78,7 @@ class AlertRule:
         tenant: str | None = None,
         job: str | None = None,
         to: str | Iterable[str] | None = None,
+        legacy_signature: bool = False,
     ) -> AlertRule:
         """Validate every field; ``InvalidInput`` names the first bad one. An email rule
         takes ``to`` (its recipients) instead of a URL; a pagerduty rule's URL defaults to
@@ -107,7 +108,12 @@ class AlertRule:
             tenant = validate_name(tenant, "tenant")
         if job is not None:
             job = validate_name(job, "job")
-        return cls(name, url, parse_events(events), format, secret_env, tenant, job)
+        if legacy_signature and (secret_env is None or format in ("pagerduty", "email")):
+            raise InvalidInput(
+                "legacy-signature", "needs a json or slack rule signed with --secret-env"
+            )
+        events_ = parse_events(events)
+        return cls(name, url, events_, format, secret_env, tenant, job, legacy_signature)
 
     def wants(self, event: str, tenant: str, job: str) -> bool:
         if event not in self.events:
@@ -139,6 +145,7 @@ class AlertRule:
             "secret_env": self.secret_env,
             "tenant": self.tenant,
             "job": self.job,
+            "legacy_signature": self.legacy_signature,
         }
 
 

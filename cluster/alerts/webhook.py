@@ -54,10 +54,16 @@ class Answer:
 
 
 def headers(
-    payload: bytes, event_id: str, secret: str | None, timestamp: int | None = None
+    payload: bytes,
+    event_id: str,
+    secret: str | None,
+    timestamp: int | None = None,
+    *,
+    legacy: bool = False,
 ) -> dict[str, str]:
-    """The request's headers, signed at ``timestamp`` (Unix seconds, now by default);
-    ``ValueError`` for a ``whsec_`` secret that is not base64."""
+    """The request's headers, signed at ``timestamp`` (Unix seconds, now by default), with
+    ``X-Pulse-Signature`` too when ``legacy``; ``ValueError`` for a ``whsec_`` secret that
+    is not base64."""
     sent_at = int(time.time()) if timestamp is None else timestamp
     found = {
         "Content-Type": "application/json",
@@ -68,7 +74,8 @@ def headers(
     }
     if secret is not None:
         found[WEBHOOK_SIGNATURE] = standard_signature(payload, secret, event_id, sent_at)
-        found[SIGNATURE_HEADER] = signature(payload, secret)
+        if legacy:
+            found[SIGNATURE_HEADER] = signature(payload, secret)
     return found
 
 
@@ -96,10 +103,11 @@ async def post(
     event_id: str,
     secret: str | None,
     timeout_s: float = DEFAULT_TIMEOUT_S,
+    legacy_signature: bool = False,
 ) -> Answer:
     """POST ``payload``; never raises for what the network or the receiver does."""
     try:
-        signed = headers(payload, event_id, secret)
+        signed = headers(payload, event_id, secret, legacy=legacy_signature)
     except ValueError as exc:
         return Answer(None, str(exc))
     try:

@@ -65,6 +65,12 @@ def alerts() -> None:
     help="Sign bodies with the value of this environment variable, read on the nodes "
     "(pagerduty: the variable holding the routing key).",
 )
+@click.option(
+    "--legacy-signature",
+    is_flag=True,
+    help="Also send X-Pulse-Signature (the body's HMAC alone, replayable) for receivers "
+    "that verify nothing else yet.",
+)
 @click.option("--to", "to", multiple=True, help="email: a recipient (repeat, or a,b).")
 @click.option("--format", "fmt", default="json", show_default=True, help=" | ".join(FORMATS))
 @click.option(
@@ -79,6 +85,7 @@ async def add_rule(
     name: str,
     webhook: str | None,
     secret_env: str | None,
+    legacy_signature: bool,
     to: tuple[str, ...],
     fmt: str,
     events: str,
@@ -96,6 +103,7 @@ async def add_rule(
         tenant=tenant,
         job=job,
         to=to or None,
+        legacy_signature=legacy_signature,
     )
     await store.add_rule(rule)
     if as_json:

@@ -38,6 +38,7 @@ from cluster.store.schema.roles import (
     RoleNames,
     create_roles,
     set_login,
+    superuser_owner,
 )
 
 
@@ -127,6 +128,12 @@ async def init(
         f"schema {store.settings.schema} at {result.version} "
         f"(applied: {applied}); {result.shards} shards"
     )
+    if owner := await superuser_owner(store.db.conn, store.settings.schema):
+        click.echo(
+            f"warning: the schema's owner {owner} is a superuser, so its definer functions "
+            "run with every right; own it by a role of its own (docs/security.md#database-roles)",
+            err=True,
+        )
     if roles:
         made = await create_roles(store.db.conn, store.settings.schema, names)
         for user, group, password, _ in logins:

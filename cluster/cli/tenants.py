@@ -12,6 +12,7 @@ from cluster.cli.table import table
 from cluster.errors import InvalidInput
 from cluster.jobs.models import iso
 from cluster.store.jobstore.store import JobStore
+from cluster.timing.durations import parse_duration
 
 
 @click.group(cls=PulseGroup)
@@ -75,6 +76,13 @@ def _cap(field: str, text: str | None) -> int | None:
         raise InvalidInput(field, f"must be a whole number or none, got {text!r}") from None
 
 
+def _seconds(field: str, text: str) -> int | None:
+    """A duration cap as given on the command line (``5m``), in whole seconds, or ``none``."""
+    if text.strip().lower() == "none":
+        return None
+    return max(1, round(parse_duration(text, field)))
+
+
 _CAP_HELP = "a whole number, or none to lift it"
 
 
@@ -91,6 +99,24 @@ _CAP_HELP = "a whole number, or none to lift it"
     default=None,
     help=f"Slots one job (overlap allow) or backfill may run at once ({_CAP_HELP}).",
 )
+@click.option(
+    "--min-period",
+    default=None,
+    help="Shortest time between two slots of a job, as 5m (none to lift it).",
+)
+@click.option(
+    "--max-output-limit",
+    default=None,
+    help=f"Bytes of output a run may keep (a job's output_limit; {_CAP_HELP}).",
+)
+@click.option(
+    "--max-keep-for",
+    default=None,
+    help="Longest a job may keep its runs (keep_for), as 90d (none to lift it).",
+)
+@click.option(
+    "--max-keep-runs", default=None, help=f"Runs a job may keep (keep_runs; {_CAP_HELP})."
+)
 @click.option("--clear", is_flag=True, help="Lift every cap of TENANT.")
 @with_store
 async def quota(
@@ -99,6 +125,10 @@ async def quota(
     max_jobs: str | None,
     max_backfill_slots: str | None,
     max_parallel: str | None,
+    min_period: str | None,
+    max_output_limit: str | None,
+    max_keep_for: str | None,
+    max_keep_runs: str | None,
     clear: bool,
 ) -> None:
     """Cap what TENANT may ask for from now on (what it has stays); only the caps given
@@ -107,8 +137,12 @@ async def quota(
         "max_jobs": max_jobs,
         "max_backfill_slots": max_backfill_slots,
         "max_parallel": max_parallel,
+        "max_output_limit": max_output_limit,
+        "max_keep_runs": max_keep_runs,
     }
     changes = {k: _cap(k, v) for k, v in given.items() if v is not None}
+    durations = {"min_period_s": min_period, "max_keep_for_s": max_keep_for}
+    changes |= {k: _seconds(k, v) for k, v in durations.items() if v is not None}
     if clear:
         if changes:
             raise InvalidInput("clear", "give either --clear or caps, not both")

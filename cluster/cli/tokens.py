@@ -92,7 +92,7 @@ async def list_tokens(store: JobStore, as_json: bool) -> None:
     if not found:
         click.echo("no tokens")
         return
-    rows = [["NAME", "ROLE", "TENANT", "CREATED", "EXPIRES", "LAST USED"]]
+    rows = [["NAME", "ROLE", "TENANT", "CREATED", "EXPIRES", "LAST USED", "REVOKED"]]
     for t in found:
         rows.append(
             [
@@ -102,6 +102,7 @@ async def list_tokens(store: JobStore, as_json: bool) -> None:
                 iso(t.created_at) or "-",
                 iso(t.expires_at) or "never",
                 iso(t.last_used_at) or "-",
+                iso(t.revoked_at) or "-",
             ]
         )
     table(rows)
@@ -111,7 +112,8 @@ async def list_tokens(store: JobStore, as_json: bool) -> None:
 @click.argument("name")
 @with_store
 async def revoke(store: JobStore, name: str) -> None:
-    """Revoke a token: it stops working at once."""
+    """Revoke a token: it stops working at once; it stays listed as revoked, and its name
+    is never given again."""
     async with store.transaction():
         await store.access.revoke_token(name)
         await audited.record(store, "revoke token", detail=f"token {name}")

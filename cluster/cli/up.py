@@ -22,7 +22,7 @@ import click
 from cluster.cli.audited import os_user
 from cluster.cli.base import PulseCommand, fail, logging_of, run, settings_of
 from cluster.cli.web import DEFAULT_BIND, parse_bind
-from cluster.errors import InvalidInput, NotFound
+from cluster.errors import InvalidInput
 from cluster.jobs.files import load_specs
 from cluster.local import embedded
 from cluster.local.launcher import Launcher, NodeSpec, plan_nodes, plural, use_colour, web_spec
@@ -70,9 +70,7 @@ async def _prepare(
                 f"{len(applied.updated)} updated, {len(applied.unchanged)} unchanged"
             )
         if token is not None:
-            with contextlib.suppress(NotFound):
-                await store.access.revoke_token(UP_TOKEN)
-            await store.access.create_token(UP_TOKEN, "admin", token_hash(token))
+            await store.access.reissue_token(UP_TOKEN, "admin", token_hash(token))
         return summary, logins
 
 

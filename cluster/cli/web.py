@@ -22,7 +22,8 @@ from cluster.web.limits import (
 )
 
 DEFAULT_BIND = "127.0.0.1:8080"
-DEFAULT_FORWARDED_ALLOW_IPS = "127.0.0.1,::1"
+# No proxy unless told: any process on the host could otherwise forge a client's address.
+DEFAULT_FORWARDED_ALLOW_IPS = ""
 MAX_SESSION_S = 366 * 86400.0
 
 
@@ -83,10 +84,9 @@ def _session_duration(text: str, field: str) -> float:
 @click.option(
     "--forwarded-allow-ips",
     default=DEFAULT_FORWARDED_ALLOW_IPS,
-    show_default=True,
     envvar="PULSE_WEB_FORWARDED_ALLOW_IPS",
     help="Proxies whose X-Forwarded-For/-Proto are believed: addresses or networks, "
-    "comma-separated; none for no proxy.",
+    "comma-separated (e.g. 127.0.0.1 for a proxy on this host); by default none.",
 )
 @duration_option(
     "--session-idle",

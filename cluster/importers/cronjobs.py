@@ -21,7 +21,7 @@ from typing import Any
 import yaml
 
 from cluster.errors import InvalidInput
-from cluster.importers.imported import SECRET_NAME, Imported, Options
+from cluster.importers.imported import Imported, Options, is_secret
 
 OVERLAP = {"Allow": "allow", "Forbid": "forbid", "Replace": "replace"}
 _SPEC_KEYS = {
@@ -76,7 +76,7 @@ def _container(result: Imported, where: str, pod: Mapping[str, Any]) -> dict[str
         name = variable.get("name") if isinstance(variable, Mapping) else None
         if not isinstance(name, str):
             continue
-        if "value" in variable and not SECRET_NAME.search(name):
+        if "value" in variable and not is_secret(name, str(variable["value"])):
             assigned.append(f"{name}={variable['value']}")
         else:
             passed.append(name)

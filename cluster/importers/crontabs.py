@@ -4,7 +4,8 @@ Each schedule line (five fields, or a macro) becomes a ``shell:`` job running th
 command with ``/bin/sh -c``, as cron does. ``CRON_TZ=`` and ``TZ=`` lines set the ``tz`` of
 the lines after them. Other variable assignments are carried into the commands after them
 as ``export NAME='value';`` when that is safe; a variable whose name says it holds a secret
-is not copied (its value would sit in the job row) but named in the handler's ``env``, so
+(a password, a token, a ``*_URL`` or ``*_DSN``), or whose value has a password in a URL, is
+not copied (its value would sit in the job row) but named in the handler's ``env``, so
 nodes pass their own value; ``MAILTO``/``MAILFROM`` and a ``SHELL`` other than ``/bin/sh``
 are listed. A system crontab (``--system``) has a user field after the schedule: it is
 dropped and listed (the node's user runs the command); a user crontab's line whose command
@@ -22,7 +23,7 @@ import shlex
 import shutil
 from typing import Any
 
-from cluster.importers.imported import SECRET_NAME, Imported, Options
+from cluster.importers.imported import Imported, Options, is_secret
 
 _ASSIGNMENT = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)\s*=\s*(.*)$")
 MACROS = {
@@ -87,7 +88,7 @@ class _Crontab:
                 self.result.problem(
                     where, f"SHELL={value}: not mapped, Pulse runs commands with /bin/sh"
                 )
-        elif SECRET_NAME.search(name):
+        elif is_secret(name, value):
             self.env.add(name)
             self.result.problem(
                 where,

@@ -28,8 +28,17 @@ WATCH_NOTE = (
     "left out: a watch job runs nothing"
 )
 _SLUG = re.compile(r"[^a-z0-9]+")
-# Variable names whose values are secrets: never written into a job file.
-SECRET_NAME = re.compile(r"(PASS|SECRET|TOKEN|KEY|CREDENTIAL|AUTH)", re.IGNORECASE)
+# Variable names whose values are secrets: never written into a job file. A URL or a DSN
+# (DATABASE_URL, SENTRY_DSN) often carries a password, so it counts as one whatever it holds.
+SECRET_NAME = re.compile(
+    r"(PASS|SECRET|TOKEN|KEY|CREDENTIAL|AUTH|(^|_)URL$|(^|_)URI$|(^|_)DSN$)", re.IGNORECASE
+)
+_URL_PASSWORD = re.compile(r"://[^/@\s]*:[^@/\s]+@")
+
+
+def is_secret(name: str, value: str) -> bool:
+    """Whether a variable is a secret: by its name, or a value with a password in a URL."""
+    return bool(SECRET_NAME.search(name) or _URL_PASSWORD.search(value))
 
 
 @dataclass(frozen=True)

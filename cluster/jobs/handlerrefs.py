@@ -9,7 +9,7 @@ A reference is stored as text in ``jobs.handler``, so no schema change is needed
 
 Secrets are written ``${env:NAME}`` (a header value, a broker URL) and resolved on the node
 at run time (``resolve``); what is stored and shown is the reference, never the value, and a
-literal password in a broker URL is masked wherever a job is shown (``redacted``). A broker
+literal credential is masked wherever a job is shown (``cluster.jobs.masking``). A broker
 may also be a name of the cluster's ``celery.brokers`` (``is_broker_name``), looked up on
 the node. Parsing is the same for ``pulse jobs add``, job files and the node
 (tests/unit/test_handlerrefs.py).
@@ -25,6 +25,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from cluster.errors import InvalidInput
+from cluster.jobs.masking import shown
 from cluster.settings import mask_url
 from cluster.timing.durations import format_duration, parse_duration
 
@@ -334,23 +335,10 @@ def resolve(value: str, environ: Mapping[str, str]) -> str:
     return _ENV_REF.sub(sub, value)
 
 
-def redacted(ref: str) -> str:
-    """A handler reference safe to show: a broker URL's password masked."""
-    if not ref.startswith(CELERY):
-        return ref
-    try:
-        target = parse(ref)
-    except InvalidInput:
-        return ref
-    if isinstance(target, CeleryTarget) and target.broker is not None:
-        masked = mask_url(target.broker)
-        return CeleryTarget(target.task, masked, target.wait, target.queue).encode()
-    return ref
-
-
 def describe(ref: str) -> list[str]:
-    """A handler as lines for ``pulse jobs show``: a summary, then one line per option."""
-    ref = redacted(ref)
+    """A handler as lines for ``pulse jobs show``: a summary, then one line per option,
+    literal credentials masked."""
+    ref = shown(ref)
     if not is_forwarded(ref):
         return [ref]
     try:

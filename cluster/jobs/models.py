@@ -8,7 +8,7 @@ from enum import StrEnum
 from typing import Any
 from uuid import UUID
 
-from cluster.jobs.handlerrefs import redacted
+from cluster.jobs import masking
 from cluster.jobs.spec import OPTIONS
 from cluster.timing.calendared import CalendarRule
 from cluster.timing.schedule import CHAINED_NEXT, Schedule, parse_schedule
@@ -187,7 +187,7 @@ class Job:
         """The stable JSON of a job (docs/json.md): its options under their names, then its
         state."""
         options = {d.name: getattr(self, d.name) for d in OPTIONS.read}
-        options["handler"] = redacted(self.handler)  # a broker URL's password masked
+        options["handler"] = masking.shown(self.handler)  # literal credentials masked
         options["zones"] = list(self.zones) or None
         return {
             "id": str(self.id),

@@ -2,8 +2,10 @@
 ``output_limit`` (its last bytes, as a shell job's stdout keeps).
 
 A legacy cron pipes whatever its command printed, which may hold the very URL it pings
-(so its token), a Pulse API token, or a URL with a password: each is replaced by ``***``
-before anything is stored (tests/unit/test_pingbodies.py).
+(so its token), a Pulse API token, a URL with a password, ``DB_PASSWORD=...``,
+``Authorization: Bearer ...``, ``{"password": ...}`` or a GitHub or AWS key: each is replaced
+by ``***`` before anything is stored (tests/unit/test_pingbodies.py). Best effort: a secret
+in a shape none of these knows is kept as printed.
 """
 
 from __future__ import annotations
@@ -18,19 +20,30 @@ _API_TOKEN = re.compile(r"pulse_[A-Za-z0-9_\-]{16,}")
 _URL_PASSWORD = re.compile(
     r"(?P<head>\b[A-Za-z][A-Za-z0-9+.\-]{0,31}://[^\s:/@]{0,256}:)[^\s@/]{1,256}(?=@)"
 )
+# A name that holds a secret, anywhere in a longer one (DB_PASSWORD, PGPASSWORD,
+# AWS_SECRET_ACCESS_KEY, GITHUB_TOKEN, "password" in JSON), then = or :, an optional quote
+# and auth scheme, and the value: `Authorization: Bearer ...`, `{"password": "..."}`.
 _SECRET_PARAM = re.compile(
-    r"(?P<head>\b(?:password|passwd|pwd|secret|token|api[_-]?key)\s{0,8}[=:]\s{0,8})[^\s&\"']+",
+    r"(?P<head>(?:password|passwd|pwd|secret|token|api[_-]?key|access[_-]?key|private[_-]?key"
+    r"|authorization|credential|cookie)[A-Za-z0-9_-]{0,64}+[\"']?\s{0,8}[=:]\s{0,8}[\"']?"
+    r"(?:(?:bearer|basic|token|digest)\s{1,8})?)[^\s&\"',;}]{1,256}",
     re.IGNORECASE,
+)
+# Tokens whose shape gives them away wherever they stand: GitHub, Slack, an AWS key id.
+_KNOWN_TOKEN = re.compile(
+    r"\b(?:gh[pousr]_[A-Za-z0-9]{20,255}|github_pat_[A-Za-z0-9_]{20,255}"
+    r"|xox[abprs]-[A-Za-z0-9-]{10,255}|AKIA[0-9A-Z]{16})\b"
 )
 _REPLACEMENT = "\ufffd"
 
 
 def scrubbed(text: str, token: str) -> str:
-    """``text`` with the ping token (raw or URL-quoted), API tokens, URL passwords and
-    ``password=...``-like values hidden."""
+    """``text`` with the ping token (raw or URL-quoted), API tokens, tokens of known shapes,
+    URL passwords and ``password=...``-like values hidden."""
     for form in sorted({token, quote(token, safe="")} - {""}, key=len, reverse=True):
         text = text.replace(form, MASK)
     text = _API_TOKEN.sub(MASK, text)
+    text = _KNOWN_TOKEN.sub(MASK, text)
     text = _URL_PASSWORD.sub(lambda m: m["head"] + MASK, text)
     return _SECRET_PARAM.sub(lambda m: m["head"] + MASK, text)
 

@@ -16,7 +16,7 @@ from fastapi import APIRouter, HTTPException, Request, Response
 
 from cluster.errors import InvalidInput
 from cluster.jobs.fields import validate_name
-from cluster.store.jobstore.quotas import CAPS, MAX_CAP
+from cluster.store.jobstore.quotas import CAPS, MAX_CAP, MOST
 from cluster.web.audit import record
 from cluster.web.auth import Admin, Reader, unscoped
 from cluster.web.bodies import json_object, request_body
@@ -28,7 +28,7 @@ _QUOTA_BODY = request_body(
         "type": "object",
         "minProperties": 1,
         "properties": {
-            key: {"type": ["integer", "null"], "minimum": low, "maximum": MAX_CAP}
+            key: {"type": ["integer", "null"], "minimum": low, "maximum": MOST.get(key, MAX_CAP)}
             for key, low in CAPS.items()
         },
         "additionalProperties": False,

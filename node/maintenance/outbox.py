@@ -121,7 +121,13 @@ class AlertDelivery:
 
     async def _deliver(self, client: httpx.AsyncClient, d: Delivery, now: datetime | None) -> bool:
         """True if the receiver took it."""
-        rule = AlertRule(d.rule, d.url, format=d.format, secret_env=d.secret_env)
+        rule = AlertRule(
+            d.rule,
+            d.url,
+            format=d.format,
+            secret_env=d.secret_env,
+            legacy_signature=d.legacy_signature,
+        )
         try:
             answer = await send(
                 client,

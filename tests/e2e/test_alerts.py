@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from cluster.alerts.rules import AlertRule, verify
+from cluster.alerts.rules import AlertRule, standard_signature
 from cluster.jobs.spec import JobSpec
 from cluster.settings import ClusterSettings
 from cluster.store.housekeeping.alerts import AlertStore
@@ -130,7 +130,14 @@ def test_every_event_reaches_a_healthy_receiver_once_signed_and_in_order(
     keys = Counter(req.headers["Idempotency-Key"] for req in requests)
     assert keys == Counter(str(e["id"]) for e in events), (keys, events)
     assert all(200 <= req.status < 300 for req in requests)
-    assert all(verify(req.body, SECRET, req.headers["X-Pulse-Signature"]) for req in requests)
+    assert all(
+        req.headers["webhook-signature"]
+        == standard_signature(
+            req.body, SECRET, req.headers["webhook-id"], int(req.headers["webhook-timestamp"])
+        )
+        and "X-Pulse-Signature" not in req.headers
+        for req in requests
+    )
     # In order per job, and the exact story of the jobs whose story is fixed.
     by_job: dict[str, list[str]] = {}
     for req in requests:

@@ -604,6 +604,23 @@ def test_an_untrusted_clients_forged_x_forwarded_for_is_ignored(untrusting: Api)
     assert_no_secret(api, [*answers, done, signed], *guesses, *api.tokens.values())
 
 
+def test_by_default_no_local_process_can_forge_the_audited_source(api: Api, tmp_path: Path) -> None:
+    with (
+        web_process(api.settings, tmp_path) as default_web,
+        httpx.Client(
+            base_url=default_web.url,
+            headers={
+                "Authorization": f"Bearer {api.tokens['admin']}",
+                "X-Forwarded-For": "198.51.100.77",
+            },
+            timeout=10,
+        ) as forged,
+    ):
+        assert forged.put("/api/tenants/spoofed/limit", json=LIMIT).status_code == 200
+    sources = api.sql("SELECT source FROM api_audit WHERE tenant_id = 'spoofed'")
+    assert sources == [("127.0.0.1",)], "the audit trail records the real peer"
+
+
 # --- Quotas and bodies -------------------------------------------------------------------
 
 HUGE_INTEGER = (
@@ -743,6 +760,23 @@ def test_a_tenant_token_cannot_create_jobs_past_its_cap(api: Api) -> None:
         assert apply.status_code == 409  # all or nothing
         no_token_in(api, refused.text, apply.text)
     assert count(api, "SELECT count(*) FROM jobs WHERE tenant_id = 'capped'") == 2
+
+
+def test_a_tenant_token_cannot_run_a_job_every_second_keeping_everything(api: Api) -> None:
+    token = tenant_token(api, "greedy-writer", "write", "greedy")
+    set_quota(api, "greedy", min_period_s=60, max_output_limit=4096, max_keep_for_s=86400)
+    small = {"output_limit": "4KiB"}
+    with allowing(api, HANDLER), api.web.client(token) as client:
+        for extra, field in (
+            ({"schedule": "@every 1s", **small}, "schedule"),
+            ({"output_limit": "256KiB"}, "output_limit"),
+            ({"keep_for": "3650d", **small}, "keep_for"),
+        ):
+            refused = client.post("/api/jobs", json=job("greedy", "greedy", **extra))
+            assert refused.status_code == 422, refused.text
+            assert refused.json()["field"] == field and "\n" not in refused.json()["message"]
+        assert client.post("/api/jobs", json=job("modest", "greedy", **small)).status_code == 201
+    assert count(api, "SELECT count(*) FROM jobs WHERE tenant_id = 'greedy'") == 1
 
 
 def test_two_requests_racing_for_a_tenants_last_job_cannot_both_win(api: Api) -> None:
@@ -939,6 +973,58 @@ def test_a_tenant_token_reads_only_its_tenants_audit_trail(api: Api) -> None:
     assert {"create token", "set config", "set quota"} <= actions
     with api.as_("acme") as scoped_writer:
         assert scoped_writer.get("/api/audit").status_code == 403
+
+
+# --- Literal secrets in jobs an operator wrote -------------------------------------------
+
+LITERAL_BEARER = "Bearer literal-secret-123"
+LITERAL_DB = "postgresql://app:dbpass-456@db/app"
+
+
+def test_a_read_token_sees_no_literal_secret_and_search_never_matches_inside_one(
+    api: Api,
+) -> None:
+    handlers = {
+        "bearer-call": json.dumps(
+            {
+                "http": {
+                    "url": "https://example.com/hook",
+                    "headers": {"Authorization": LITERAL_BEARER},
+                }
+            }
+        ),
+        "db-dump": f"shell:/usr/bin/pg_dump {LITERAL_DB}",
+        "pg-env": "shell:PGPASSWORD=pgpass-789 /usr/bin/psql -c 'select 1'",
+    }
+    for name, handler in handlers.items():
+        value = json.loads(handler) if handler.startswith("{") else handler
+        spec = JobSpec.from_mapping({"name": name, "schedule": "@daily", "handler": value})
+
+        async def add(spec: JobSpec = spec) -> None:
+            async with JobStore.open(api.settings) as store:
+                await store.definitions.add(spec)
+
+        asyncio.run(add())
+    literals = ("literal-secret-123", "dbpass-456", "pgpass-789")
+    with api.as_("read") as reader:
+        for name in handlers:
+            shown = reader.get(f"/api/jobs/default/{name}")
+            assert shown.status_code == 200, shown.text
+            assert not any(secret in shown.text for secret in literals), shown.text
+            assert "***" in shown.json()["handler"]
+        listed = reader.get("/api/jobs?limit=500").text
+        assert not any(secret in listed for secret in literals)
+        for probe in ("dbpass-4", "literal-secret", "pass-78", "Bearer lit"):
+            found = reader.get("/api/jobs", params={"q": probe})
+            assert found.status_code == 200 and found.json()["jobs"] == [], probe
+        assert [
+            j["name"] for j in reader.get("/api/jobs", params={"q": "pg_dump"}).json()["jobs"]
+        ] == ["db-dump"]
+    for name in handlers:
+        cli = invoke(api.settings, "jobs", "show", name, "--json")
+        text = invoke(api.settings, "jobs", "show", name)
+        assert cli.exit_code == text.exit_code == 0, cli.output
+        assert not any(s in cli.output + text.output for s in literals), text.output
 
 
 # --- Calendars ---------------------------------------------------------------------------

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+from cluster.alerts.rules import standard_signature
 from cluster.config.egress import EGRESS_ALLOW
 from cluster.settings import ClusterSettings
 from cluster.store.jobstore.store import JobStore
@@ -32,6 +33,13 @@ class Request:
 
     def json(self) -> Any:
         return json.loads(self.body)
+
+    def signed_with(self, secret: str) -> bool:
+        """Whether its Standard Webhooks signature is ``secret``'s over its id, time and body."""
+        expected = standard_signature(
+            self.body, secret, self.headers["webhook-id"], int(self.headers["webhook-timestamp"])
+        )
+        return self.headers.get("webhook-signature") == expected
 
 
 @dataclass(frozen=True)

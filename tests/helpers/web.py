@@ -110,7 +110,8 @@ class Api:
 
 @contextlib.contextmanager
 def api_cluster(database_url: str, workdir: Path, *options: str) -> Iterator[Api]:
-    """A fresh schema, its tokens and a ``pulse web`` serving it."""
+    """A fresh schema, its tokens and a ``pulse web`` serving it, believing forwarded
+    headers from loopback unless ``options`` say otherwise."""
     settings = fresh_settings(database_url)
 
     async def init() -> None:
@@ -124,5 +125,7 @@ def api_cluster(database_url: str, workdir: Path, *options: str) -> Iterator[Api
         "read": make_token(settings, "viewer", "read"),
         "acme": make_token(settings, "acme-writer", "write", tenant="acme"),
     }
-    with web_process(settings, workdir, *options) as web:
+    # The tests' clients stand for browsers behind a proxy on this host; a later option wins.
+    trusting = ("--forwarded-allow-ips", "127.0.0.1,::1")
+    with web_process(settings, workdir, *trusting, *options) as web:
         yield Api(settings, web, tokens)

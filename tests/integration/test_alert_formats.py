@@ -253,6 +253,32 @@ async def test_email_failures_are_retried_without_the_password(
         assert box.received() == []
 
 
+async def test_a_login_without_tls_is_refused_but_to_a_relay_on_loopback(
+    store: JobStore,
+    settings: ClusterSettings,
+    open_session: Opener,
+    alerts: AlertStore,
+) -> None:
+    await add_rule(settings, "mail", None, format="email", to="ops@example.com")
+    await fail_then_recover(store, open_session)
+    environ = {"SMTP_PASSWORD": PASSWORD}
+    remote = {
+        **smtp_config(2525, "none", "pulse-alerts"),
+        "smtp.host": "192.0.2.2",
+        EGRESS_ALLOW: "192.0.2.0/24",
+    }
+    await service(alerts, remote, environ).run_once(now=None)
+    (row,) = [d for d in await alerts.deliveries("pending", 5) if d.event == "failed"]
+    assert row.last_error == (
+        "refusing to log in to 192.0.2.2 without TLS: set smtp.tls starttls or tls "
+        "(smtp.tls none logs in only to a relay on loopback)"
+    )
+    await sql(settings, "UPDATE alert_deliveries SET next_attempt_at = now() RETURNING id")
+    with mailbox(tls="none", user="pulse-alerts", password=PASSWORD) as box:
+        await drain(service(alerts, smtp_config(box.port, "none", "pulse-alerts"), environ))
+        assert [m.authenticated_as for m in box.received()] == ["pulse-alerts"] * 2
+
+
 # -- the command line --------------------------------------------------------------------
 
 

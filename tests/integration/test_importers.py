@@ -129,6 +129,28 @@ def test_nothing_mapped_exits_2_and_writes_nothing(tmp_path: Path) -> None:
     assert lines[1].startswith("not mapped: line 2: MAILTO")
 
 
+def test_urls_and_dsns_with_passwords_are_imported_as_env_names_never_values(
+    tmp_path: Path,
+) -> None:
+    crontab = tmp_path / "crontab"
+    crontab.write_text(
+        "DATABASE_URL=postgresql://app:s3cret-1@db/app\n"
+        "SENTRY_DSN=https://k3y-2@sentry.example.com/4\n"
+        "TARGET=s3://AKIA:s3cret-3@bucket/backups\n"
+        "LOG_LEVEL=info\n"
+        "0 3 * * * /usr/local/bin/backup\n",
+        "utf-8",
+    )
+    result = invoke_in({}, "import", "crontab", str(crontab))
+    assert result.exit_code == 0, result.output
+    assert not any(s in result.output for s in ("s3cret-1", "k3y-2", "s3cret-3"))
+    shell = jobs_of(result.stdout)["backup"]["handler"]["shell"]
+    assert shell["env"] == ["DATABASE_URL", "SENTRY_DSN", "TARGET"]
+    assert shell["command"] == "export LOG_LEVEL=info; /usr/local/bin/backup"
+    told = [line for line in result.stderr.splitlines() if "set it on every node" in line]
+    assert len(told) == 3 and "DATABASE_URL" in told[0]
+
+
 @pytest.mark.parametrize(
     ("args", "field"),
     [

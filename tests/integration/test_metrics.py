@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ipaddress
 import socket
 import urllib.request
 from collections.abc import Iterator
@@ -170,12 +171,24 @@ def test_node_serves_metrics_that_move(nodes: Nodes) -> None:
     assert value(second, "pulse_runs_total", outcome="succeeded") >= 1
     assert value(second, "pulse_node_info", node_id="m-1", zone="a", version=_version(second))
     assert ("process_cpu_seconds_total", ()) in second
+    assert listening_on(port) == {"127.0.0.1"}, "loopback unless --metrics-bind says otherwise"
+
+
+def listening_on(port: int) -> set[str]:
+    """The IPv4 addresses a socket listens on at ``port`` (Linux's /proc/net/tcp)."""
+    found = set()
+    for line in Path("/proc/net/tcp").read_text().splitlines()[1:]:
+        local, state = line.split()[1], line.split()[3]
+        address, _, hex_port = local.partition(":")
+        if state == "0A" and int(hex_port, 16) == port:
+            found.add(str(ipaddress.IPv4Address(bytes.fromhex(address)[::-1])))
+    return found
 
 
 @pytest.mark.timeout(90)
 def test_busy_metrics_port_does_not_stop_the_node(nodes: Nodes) -> None:
     with socket.socket() as taken:
-        taken.bind(("0.0.0.0", 0))
+        taken.bind(("127.0.0.1", 0))
         taken.listen()
         node = nodes.start("m-1", "a", "--metrics-port", str(taken.getsockname()[1]))
         until(

@@ -61,11 +61,13 @@ def prepared(url: str, schema: str, found: dict[str, str]) -> dict[str, Any]:
 
 
 def _kept(before: Any, after: Any) -> bool:
-    """The statement prepares as it did: the same parameters, and the same result columns,
-    with at most new ones after them (an added column that a ``*`` now also returns)."""
+    """The statement prepares as it did: the same parameters, and the same result columns in
+    the same order, with at most new ones among them (an added column that a ``*`` now also
+    returns, before what the statement selects after the ``*``)."""
     if isinstance(before, tuple) and isinstance(after, tuple):
         (params, columns), (new_params, new_columns) = before, after
-        return bool(params == new_params and new_columns[: len(columns)] == columns)
+        remaining = iter(new_columns)
+        return bool(params == new_params and all(c in remaining for c in columns))
     return bool(before == after)
 
 

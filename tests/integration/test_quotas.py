@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -96,6 +97,36 @@ async def test_max_parallel_caps_a_jobs_overlap_and_a_backfill(store: JobStore) 
     await store.runcontrol.backfill("wide", "a", start=start, end=end, now=T0)
 
 
+async def test_a_tenants_jobs_are_capped_in_period_kept_output_and_retention(
+    store: JobStore,
+) -> None:
+    caps = {"min_period_s": 300, "max_output_limit": 4096, "max_keep_for_s": 86400}
+    quota = await store.quotas.set("a", {**caps, "max_keep_runs": 10})
+    assert quota is not None and quota.to_json()["min_period_s"] == 300
+    fine = {"output_limit": "4KiB", "keep_for": "1d", "keep_runs": 10}
+    every_5m = JobSpec.build("ok", "*/5 * * * *", HANDLER, tenant="a", **fine)
+    await store.definitions.add(every_5m, now=T0)
+    refusals = [
+        (JobSpec.build("fast", "* * * * *", HANDLER, tenant="a", **fine), "schedule"),
+        (
+            JobSpec.build("burst", ["0 3 * * *", "1 3 * * *"], HANDLER, tenant="a", **fine),
+            "schedule",
+        ),
+        (spec("big", output_limit="8KiB", keep_for="1d", keep_runs=3), "output_limit"),
+        (spec("long", output_limit="1KiB", keep_for="30d"), "keep_for"),
+        (spec("many", output_limit="1KiB", keep_runs=11), "keep_runs"),
+    ]
+    for bad, field in refusals:
+        with pytest.raises(InvalidInput) as refused:
+            await store.definitions.apply([bad], now=T0)
+        assert refused.value.field == field and "\n" not in str(refused.value), bad.name
+    with pytest.raises(InvalidInput) as raised:  # an update past a cap, too
+        await store.definitions.apply([replace(every_5m, output_limit=65536)], now=T0)
+    assert raised.value.field == "output_limit"
+    assert [j.name for j in await store.jobs("a")] == ["ok"]
+    await store.definitions.add(JobSpec.build("free", "* * * * *", HANDLER, tenant="b"), now=T0)
+
+
 async def test_bad_caps_are_refused_with_nothing_written(store: JobStore) -> None:
     for bad in ({"max_jobs": -1}, {"max_parallel": 0}, {"max_jobs": True}, {"nope": 3}, {}):
         with pytest.raises(InvalidInput):
@@ -138,3 +169,18 @@ def test_the_cli_sets_quotas_refuses_past_them_and_audits_its_changes(
     assert all(e["token"].startswith("cli:") for e in entries)
     assert entries[3]["detail"] == "keep_runs = 500"
     assert secret not in json.dumps(entries) and secret not in initialised("audit").stdout
+
+
+def test_the_cli_caps_a_tenants_period_and_retention_in_durations(
+    settings: ClusterSettings, initialised: Invoke
+) -> None:
+    args = ("tenants", "quota", "acme", "--min-period", "5m", "--max-keep-for", "7d")
+    quota = initialised(*args, "--max-output-limit", "4096", "--max-keep-runs", "50")
+    assert quota.exit_code == 0, quota.output
+    assert "min_period_s 300" in quota.stdout and "max_keep_for_s 604800" in quota.stdout
+    fast = add_args("fast", "--schedule", "* * * * *", "--tenant", "acme", "--output-limit", "1KiB")
+    assert_bad_input(initialised(*fast), "schedule")
+    assert jobs_rows(settings) == []
+    assert_bad_input(
+        initialised("tenants", "quota", "acme", "--min-period", "soon"), "min_period_s"
+    )

@@ -38,9 +38,22 @@ def test_a_token_is_printed_once_and_stored_as_a_hash(
     again = pulse("tokens", "create", "ci", "--role", "read")
     assert again.exit_code == 2 and len(again.stderr.splitlines()) == 1
     assert pulse("tokens", "revoke", "ci").exit_code == 0
-    assert stored(settings) == []
     missing = pulse("tokens", "revoke", "ci")
-    assert missing.exit_code == 1 and "no token named" in missing.stderr
+    assert missing.exit_code == 1 and "no live token named" in missing.stderr
+
+
+def test_a_revoked_token_keeps_its_row_and_its_name_is_never_reused(
+    pulse: Invoke, settings: ClusterSettings
+) -> None:
+    assert pulse("init").exit_code == 0
+    first = pulse("tokens", "create", "ci", "--role", "read").stdout.strip()
+    assert pulse("tokens", "revoke", "ci").exit_code == 0
+    assert stored(settings) == [("ci", token_hash(first))], "the audit trail keeps its token"
+    [entry] = json.loads(pulse("tokens", "list", "--json").stdout)
+    assert entry["revoked_at"] is not None and entry["expires_at"] <= entry["revoked_at"]
+    again = pulse("tokens", "create", "ci", "--role", "admin")
+    assert again.exit_code == 2 and "not reused" in again.stderr
+    assert stored(settings) == [("ci", token_hash(first))]
 
 
 def test_bad_token_input_is_one_line_and_writes_nothing(

@@ -138,7 +138,7 @@ def test_a_plain_secret_signs_with_its_bytes_and_a_bad_whsec_secret_is_named_not
     assert "not*base64" not in str(caught.value)
 
 
-def test_webhook_headers_carry_id_time_and_both_signatures() -> None:
+def test_webhook_headers_carry_id_time_and_the_body_only_signature_on_request() -> None:
     payload = body(event(), "json")
     found = headers(payload, "evt-1", "s3cret", timestamp=1_700_000_000)
     assert found["webhook-id"] == found["Idempotency-Key"] == "evt-1"
@@ -146,6 +146,12 @@ def test_webhook_headers_carry_id_time_and_both_signatures() -> None:
     assert found["webhook-signature"] == standard_signature(
         payload, "s3cret", "evt-1", 1_700_000_000
     )
-    assert verify(payload, "s3cret", found["X-Pulse-Signature"])
+    assert "X-Pulse-Signature" not in found, "replayable: sent only for rules that ask"
+    legacy = headers(payload, "evt-1", "s3cret", timestamp=1_700_000_000, legacy=True)
+    assert verify(payload, "s3cret", legacy["X-Pulse-Signature"])
+    with pytest.raises(InvalidInput, match=r"^legacy-signature:"):
+        AlertRule.build("r", "https://h/x", legacy_signature=True)
+    rule = AlertRule.build("r", "https://h/x", secret_env="S", legacy_signature=True)
+    assert rule.to_json()["legacy_signature"] is True
     unsigned = headers(payload, "evt-1", None)
     assert "webhook-signature" not in unsigned and "X-Pulse-Signature" not in unsigned

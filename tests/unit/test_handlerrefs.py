@@ -15,11 +15,11 @@ from cluster.jobs.handlerrefs import (
     canonical,
     describe,
     parse,
-    redacted,
     require_broker,
     resolve,
     with_celery_options,
 )
+from cluster.jobs.masking import shown
 from cluster.jobs.spec import JobSpec
 
 
@@ -125,7 +125,7 @@ def test_secrets_resolve_from_the_environment_only_at_run_time() -> None:
 def test_a_broker_password_is_masked_wherever_a_job_is_shown() -> None:
     stored = canonical({"celery": {"task": "t.x", "broker": "redis://:hunter2@h:6379/1"}})
     assert "hunter2" in stored  # a literal URL is what the user asked to store
-    assert "hunter2" not in redacted(stored)
+    assert "hunter2" not in shown(stored)
     assert all("hunter2" not in line for line in describe(stored))
     assert describe("celery:t.x")[1].startswith("broker the node default")
 

@@ -27,6 +27,23 @@ def test_api_tokens_url_passwords_and_password_params_are_hidden() -> None:
     assert "postgres://app:***@db/x" in out
 
 
+def test_the_usual_spellings_of_a_secret_are_hidden() -> None:
+    lines = [
+        "DB_PASSWORD=pw-one",
+        "export PGPASSWORD='pw-two'",
+        "AWS_SECRET_ACCESS_KEY=wJalrXUtnFEMI/K7MDENG/bPxRfiCYpw-three",
+        "GITHUB_TOKEN=pw-four",
+        "Authorization: Bearer pw-five",
+        '{"password": "pw-six", "user": "app"}',
+        "mysql --password=pw-seven",
+        "token ghp_" + "a1" * 18 + " and key AKIA" + "ABCDEFGHIJKLMNOP",
+    ]
+    out = scrubbed("\n".join(lines), TOKEN)
+    assert "pw-" not in out and "ghp_" not in out and "AKIA" not in out, out
+    assert out.count(MASK) == 9
+    assert '"user": "app"' in out and "export PGPASSWORD=" in out
+
+
 def test_a_body_is_cut_to_the_limit_keeping_its_end() -> None:
     body = ("é" * 100 + "the end").encode()
     text = kept(body, TOKEN, 20)

@@ -233,7 +233,7 @@ EXPECTED: dict[str, dict[str, str]] = {
         "shards: 'int | None' = None, metrics_port: 'int | None' = None, "
         "fairness: 'bool' = True, celery_broker: 'str | None' = None, "
         "handler_role: 'str | None' = None, otel: 'bool' = False, freeze_limit_s:"
-        " 'float' = 3.0) -> None",
+        " 'float' = 3.0, metrics_bind: 'str' = '127.0.0.1') -> None",
         "validate": "(self) -> 'NodeSettings'",
     },
     "NodeStatus": {

@@ -28,6 +28,7 @@ class TokenInfo:
     created_at: datetime | None = None
     expires_at: datetime | None = None
     last_used_at: datetime | None = None
+    revoked_at: datetime | None = None  # a revoked token keeps its row, and its name
 
     @classmethod
     def from_row(cls, row: dict[str, Any]) -> TokenInfo:
@@ -38,6 +39,7 @@ class TokenInfo:
             created_at=row.get("created_at"),
             expires_at=row.get("expires_at"),
             last_used_at=row.get("last_used_at"),
+            revoked_at=row.get("revoked_at"),
         )
 
     def to_json(self) -> dict[str, Any]:
@@ -48,6 +50,7 @@ class TokenInfo:
             "created_at": iso(self.created_at),
             "expires_at": iso(self.expires_at),
             "last_used_at": iso(self.last_used_at),
+            "revoked_at": iso(self.revoked_at),
         }
 
 
@@ -106,15 +109,24 @@ class Access:
         }
         rows = await self._rows("token_insert", params)
         if not rows:
-            raise Conflict("name", f"a token named {name!r} exists; revoke it first")
+            raise Conflict(
+                "name", f"a token named {name!r} exists or was revoked; names are not reused"
+            )
         return TokenInfo.from_row(rows[0])
+
+    async def reissue_token(self, name: str, role: str, token_hash: bytes) -> TokenInfo:
+        """Give the token ``name`` a new secret, live again with no expiry (``pulse up``'s
+        own token at each start); made if missing."""
+        params = {"name": check_text(name, "name"), "role": role, "hash": token_hash}
+        return TokenInfo.from_row((await self._rows("token_reissue", params))[0])
 
     async def tokens(self) -> list[TokenInfo]:
         return [TokenInfo.from_row(r) for r in await self._rows("token_list", {})]
 
     async def revoke_token(self, name: str) -> None:
+        """Revoke the live token ``name``: its row stays, so the name is never reused."""
         if not await self._rows("token_revoke", {"name": check_text(name, "name")}):
-            raise NotFound(f"no token named {name!r}")
+            raise NotFound(f"no live token named {name!r}")
 
     async def authenticate(self, token_hash: bytes) -> TokenInfo | None:
         """The live (not expired, not revoked) token with this hash, else None."""

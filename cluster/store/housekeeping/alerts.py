@@ -61,6 +61,7 @@ class Delivery:
     url: str
     format: str
     secret_env: str | None
+    legacy_signature: bool
     db_now: datetime
     event: AlertEvent
 
@@ -126,6 +127,7 @@ def _rule(row: dict[str, Any]) -> AlertRule:
         secret_env=row["secret_env"],
         tenant=row["tenant_id"],
         job=row["job_name"],
+        legacy_signature=row["legacy_signature"],
     )
 
 
@@ -167,6 +169,7 @@ class AlertStore:
             "secret_env": rule.secret_env,
             "tenant_id": rule.tenant,
             "job_name": rule.job,
+            "legacy_signature": rule.legacy_signature,
         }
         async with self._side.transaction("alert_rule_insert") as fetch:
             await _check_scope(fetch, rule)
@@ -227,6 +230,7 @@ class AlertStore:
                 url=r["url"],
                 format=r["format"],
                 secret_env=r["secret_env"],
+                legacy_signature=r["legacy_signature"],
                 db_now=r["db_now"],
                 event=AlertEvent.from_row(r),
             )

@@ -20,6 +20,7 @@ from cluster.jobs.spec import OPTIONS, JobSpec
 from cluster.store.housekeeping import watches
 from cluster.store.jobstore.calendar_rule import Rules
 from cluster.store.jobstore.gates import Gates
+from cluster.store.jobstore.quotas import check_period
 from cluster.store.jobstore.scoped import ScopedConnection
 from cluster.store.jobstore.specs import (
     ApplyResult,
@@ -66,6 +67,7 @@ class Definitions:
         shards = await self._db.shard_count()
         async with self._db.transaction():
             db_now = await self._db.db_now(now)
+            await self._check_periods([spec], db_now)
             rule = await self._rules.for_spec(spec, db_now)
             params = self._params(spec, shards, db_now, rule)
             refuse_past(spec, params, await self._db.db_now(now))
@@ -100,6 +102,7 @@ class Definitions:
             if expect:
                 await self._expect(expect)
             db_now = await self._db.db_now(now)
+            await self._check_periods(specs, db_now)
             windows = await self._rules.active(db_now)
             for spec in specs:
                 rule = await self._rules.for_spec(spec, db_now, windows)
@@ -133,6 +136,16 @@ class Definitions:
                 result.removed = [label_of(r["tenant_id"], r["name"]) for r in rows]
         return result
 
+    async def _check_periods(self, specs: Sequence[JobSpec], now: datetime) -> None:
+        """``InvalidInput`` for a spec whose tenant's quota sets a shortest period that its
+        schedule runs under (the database cannot read a schedule)."""
+        tenants = sorted({s.tenant for s in specs})
+        rows = await self._db.all("tenant_min_periods", {"tenant_ids": tenants})
+        capped = {r["tenant_id"]: r["min_period_s"] for r in rows if r["min_period_s"]}
+        for spec in specs:
+            if spec.tenant in capped:
+                check_period(spec, capped[spec.tenant], now)
+
     async def _expect(self, expect: Mapping[tuple[str, str], int]) -> None:
         for (tenant, name), revision in sorted(expect.items()):
             row = await self._db.one("lock_job", {"tenant_id": tenant, "name": name})
@@ -159,6 +172,7 @@ class Definitions:
                 query("lock_job_sync"), {"schema": self._db.settings.schema}
             )
             db_now = await self._db.db_now(now)
+            await self._check_periods(specs, db_now)
             windows = await self._rules.active(db_now)
             for spec in specs:
                 rule = await self._rules.for_spec(spec, db_now, windows)

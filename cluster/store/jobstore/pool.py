@@ -20,6 +20,9 @@ from cluster.store.jobstore.store import JobStore
 
 POOL_SIZE = 8  # connections per process; cluster.web.inflight gives each token a share
 DEFAULT_TOKEN_REQUESTS = POOL_SIZE // 2  # a token's share by default (pulse web --token-requests)
+# No request's statement holds a pooled connection longer: a slow query a client can cause
+# (a search, a large page) ends with an error instead of starving the others.
+WEB_STATEMENT_TIMEOUT_S = 5.0
 
 
 class StorePool:
@@ -32,7 +35,9 @@ class StorePool:
         self.settings = settings
         self._pool: AsyncConnectionPool[Conn] = AsyncConnectionPool(
             conninfo(settings),
-            kwargs=connect_kwargs(settings, application_name),
+            kwargs=connect_kwargs(
+                settings, application_name, statement_timeout_s=WEB_STATEMENT_TIMEOUT_S
+            ),
             min_size=1,
             max_size=max_size,
             open=False,

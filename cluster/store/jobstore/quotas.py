@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from psycopg.types.json import Jsonb
@@ -21,15 +21,28 @@ from psycopg.types.json import Jsonb
 from cluster.errors import InvalidInput
 from cluster.jobs.fields import validate_name
 from cluster.jobs.models import iso
+from cluster.jobs.spec import JobSpec
 from cluster.store.connect import Conn
 from cluster.store.queries import fetch_all, fetch_one
+from cluster.timing.durations import format_duration
 
-__all__ = ["CAPS", "MAX_CAP", "Quota", "Quotas", "check_caps"]
+__all__ = ["CAPS", "MAX_CAP", "MOST", "Quota", "Quotas", "check_caps", "check_period"]
 
 MAX_CAP = 1_000_000
 # Each cap and its least value: a tenant may be allowed no job at all, but a job that may
-# run no slot makes no sense.
-CAPS: dict[str, int] = {"max_jobs": 0, "max_backfill_slots": 0, "max_parallel": 1}
+# run no slot makes no sense. The shortest period, the output a run keeps and how long
+# and how many runs a job keeps are caps on what each job asks (seconds, bytes, runs).
+CAPS: dict[str, int] = {
+    "max_jobs": 0,
+    "max_backfill_slots": 0,
+    "max_parallel": 1,
+    "min_period_s": 1,
+    "max_output_limit": 0,
+    "max_keep_for_s": 1,
+    "max_keep_runs": 1,
+}
+# The caps that count seconds or bytes go past MAX_CAP (ten years, a gigabyte).
+MOST: dict[str, int] = {"min_period_s": 10**9, "max_output_limit": 10**9, "max_keep_for_s": 10**9}
 
 
 @dataclass(frozen=True)
@@ -40,6 +53,10 @@ class Quota:
     max_parallel: int | None
     jobs: int  # the tenant's jobs now
     updated_at: datetime
+    min_period_s: int | None = None
+    max_output_limit: int | None = None
+    max_keep_for_s: int | None = None
+    max_keep_runs: int | None = None
 
     @classmethod
     def from_row(cls, row: Mapping[str, Any]) -> Quota:
@@ -50,6 +67,10 @@ class Quota:
             row["max_parallel"],
             row["jobs"],
             row["updated_at"],
+            row["min_period_s"],
+            row["max_output_limit"],
+            row["max_keep_for_s"],
+            row["max_keep_runs"],
         )
 
     def to_json(self) -> dict[str, Any]:
@@ -58,6 +79,10 @@ class Quota:
             "max_jobs": self.max_jobs,
             "max_backfill_slots": self.max_backfill_slots,
             "max_parallel": self.max_parallel,
+            "min_period_s": self.min_period_s,
+            "max_output_limit": self.max_output_limit,
+            "max_keep_for_s": self.max_keep_for_s,
+            "max_keep_runs": self.max_keep_runs,
             "jobs": self.jobs,
             "updated_at": iso(self.updated_at),
         }
@@ -77,15 +102,37 @@ def check_caps(changes: Mapping[str, object]) -> dict[str, int | None]:
     for key, value in changes.items():
         if key not in CAPS:
             raise InvalidInput(key, f"is not a quota; one of {', '.join(CAPS)}")
-        low = CAPS[key]
+        low, high = CAPS[key], MOST.get(key, MAX_CAP)
         if value is not None and (
-            isinstance(value, bool) or not isinstance(value, int) or not low <= value <= MAX_CAP
+            isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high
         ):
             raise InvalidInput(
-                key, f"must be a whole number from {low} to {MAX_CAP:,} or none, got {value!r}"
+                key, f"must be a whole number from {low} to {high:,} or none, got {value!r}"
             )
         checked[key] = value
     return checked
+
+
+# How far ahead a schedule's period is checked: a week of slots, at most this many.
+PERIOD_HORIZON = timedelta(days=8)
+PERIOD_SAMPLES = 20_000
+
+
+def check_period(spec: JobSpec, min_period_s: int, now: datetime) -> None:
+    """``InvalidInput`` on ``schedule`` when two slots of ``spec`` within the next week come
+    closer than ``min_period_s`` (a tenant's quota; a calendar only removes slots)."""
+    previous = None
+    for count, slot in enumerate(spec.parsed_schedule().iter_after(now)):
+        if count > PERIOD_SAMPLES or slot - now > PERIOD_HORIZON:
+            return
+        if previous is not None and (slot - previous).total_seconds() < min_period_s:
+            raise InvalidInput(
+                "schedule",
+                f"tenant {spec.tenant!r} may run a job at most every "
+                f"{format_duration(min_period_s)} (min_period_s); {spec.name!r} runs "
+                f"{format_duration((slot - previous).total_seconds())} apart",
+            )
+        previous = slot
 
 
 class Quotas:

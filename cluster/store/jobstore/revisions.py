@@ -16,6 +16,7 @@ from uuid import UUID
 
 from cluster.errors import InvalidInput
 from cluster.jobs import gates
+from cluster.jobs.masking import MASK  # a literal credential, as a revision records it
 from cluster.jobs.models import iso
 from cluster.jobs.spec import OPTIONS, JobSpec
 from cluster.store.jobstore.definitions import Definitions
@@ -23,7 +24,6 @@ from cluster.store.jobstore.scoped import ScopedConnection
 from cluster.store.jobstore.specs import ApplyResult
 
 HOWS = ("cli", "file", "module", "sync", "api", "sql")
-MASK = ":***@"  # a literal password in a handler's URL, as a revision records it
 
 
 @dataclass(frozen=True)
@@ -128,14 +128,14 @@ class Revisions:
 
     async def _spec_of(self, old: Revision) -> JobSpec:
         handler = str(old.definition["handler"])
-        if MASK in handler:  # a literal password: the job's own handler, if it is the same
+        if MASK in handler:  # a literal credential: the job's own handler, if it is the same
             found = await self._db.one(
                 "job_masked_handler", {"tenant_id": old.tenant, "name": old.name}
             )
             if found is None or found["handler"] != handler:
                 raise InvalidInput(
                     "to",
-                    f"revision {old.revision}'s handler held a literal password, recorded "
+                    f"revision {old.revision}'s handler held a literal credential, recorded "
                     "masked: write the handler with ${env:NAME} and apply it instead",
                 )
             handler = (await self._db.job("get_job", old.name, old.tenant)).handler

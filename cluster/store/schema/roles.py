@@ -11,7 +11,9 @@ and the migrations, may. The grants below are worked out from ``cluster/store/sq
 and who runs each statement; a table missing here gets no grant at all (least privilege
 by default), and ``tests/integration/test_roles.py`` fails until it is placed. What fires
 in a trigger runs as the caller unless the function is SECURITY DEFINER (migration 019:
-the quota checks, the forgetting of a deleted job's runs). Why so: docs/design/roles.md.
+the quota checks, the forgetting of a deleted job's runs). None of the roles may make
+temporary tables in the database (``TEMPORARY`` is revoked, from PUBLIC too), and every
+definer searches the schema before ``pg_temp``. Why so: docs/design/roles.md.
 """
 
 from __future__ import annotations
@@ -40,6 +42,7 @@ __all__ = [
     "can_create_roles",
     "create_roles",
     "set_login",
+    "superuser_owner",
 ]
 
 NODE_ROLE = "pulse_node"
@@ -74,9 +77,10 @@ GRANTS: Mapping[str, tuple[str, str]] = {
     "tenant_room": (READ, READ),
     # Read by the quota checks, which run as the owner.
     "tenant_quotas": ("", "SELECT, INSERT, UPDATE, DELETE"),
-    # The web authenticates tokens (stamping their last use) and writes the audit trail;
-    # tokens are made and revoked with `pulse tokens` on the owner's host.
-    "api_tokens": ("", "SELECT, UPDATE"),
+    # The web authenticates tokens (stamping their last use, nothing else: a web login must
+    # not rewrite a token's role, tenant or expiry) and writes the audit trail; tokens are
+    # made and revoked with `pulse tokens` on the owner's host.
+    "api_tokens": ("", "SELECT, UPDATE (last_used_at)"),
     "api_audit": ("", "SELECT, INSERT"),
     # The console's sessions are the web's alone; revoking a token deletes them (cascade).
     "console_sessions": ("", "SELECT, INSERT, UPDATE, DELETE"),
@@ -156,6 +160,7 @@ async def create_roles(conn: Conn, schema: str, names: RoleNames) -> list[str]:
                     await _grant(conn, schema, role, grants)
             handler, node = sql.Identifier(names.handler), sql.Identifier(names.node)
             await conn.execute(sql.SQL("GRANT {} TO {}").format(handler, node))
+            await _revoke_temporary(conn, (names.node, names.web, names.handler))
     except psycopg.Error as exc:
         raise StoreError(f"cannot set up roles: {describe(exc)}") from exc
     return made
@@ -185,6 +190,34 @@ async def _grant(conn: Conn, schema: str, role: str, grants: Mapping[str, str] |
     await conn.execute(
         sql.SQL("GRANT USAGE ON ALL SEQUENCES IN SCHEMA {} TO {}").format(on_schema, ident)
     )
+
+
+async def _revoke_temporary(conn: Conn, roles: tuple[str, ...]) -> None:
+    """No temporary tables for Pulse's roles in this database. Every role holds TEMPORARY
+    through PUBLIC, so PUBLIC loses it too; grant it back to the roles of other
+    applications that need it (docs/security.md#database-roles)."""
+    cur = await conn.execute("SELECT current_database() AS db")
+    row = await cur.fetchone()
+    database = sql.Identifier(row["db"] if row else "")
+    grantees = sql.SQL(", ").join([sql.SQL("PUBLIC"), *(sql.Identifier(r) for r in roles)])
+    await conn.execute(
+        sql.SQL("REVOKE TEMPORARY ON DATABASE {} FROM {}").format(database, grantees)
+    )
+
+
+async def superuser_owner(conn: Conn, schema: str) -> str | None:
+    """The owner of ``schema`` when it is a superuser (its definer functions then run with
+    every right in the cluster), else None."""
+    try:
+        cur = await conn.execute(
+            "SELECT r.rolname FROM pg_namespace n JOIN pg_roles r ON r.oid = n.nspowner"
+            " WHERE n.nspname = %(s)s AND r.rolsuper",
+            {"s": schema},
+        )
+        row = await cur.fetchone()
+    except psycopg.Error as exc:
+        raise StoreError(describe(exc)) from exc
+    return str(row["rolname"]) if row else None
 
 
 async def can_create_roles(conn: Conn) -> bool:

@@ -545,7 +545,9 @@ CREATE TABLE alert_rules (
     secret_env text,  -- the NAME of a variable on the delivering node, never its value
     tenant_id  text,  -- NULL: every tenant
     job_name   text,  -- NULL: every job of the tenant scope
-    created_at timestamptz NOT NULL DEFAULT now()
+    created_at timestamptz NOT NULL DEFAULT now(),
+    -- Also send X-Pulse-Signature (the body's HMAC alone, replayable): opt-in per rule.
+    legacy_signature boolean NOT NULL DEFAULT false
 );
 
 CREATE TABLE alert_events (
@@ -1011,7 +1013,8 @@ EXECUTE FUNCTION tenant_deleted('limit_tenant');
 -- == The HTTP API ========================================================================
 
 -- API tokens: only the SHA-256 of the secret is kept; the secret is printed once by
--- `pulse tokens create`. A token scoped to a tenant (tenant_id) reaches only its jobs.
+-- `pulse tokens create`. A token scoped to a tenant (tenant_id) reaches only its jobs. A
+-- revoked token keeps its row (its name is never given again; its expiry ends too).
 CREATE TABLE api_tokens (
     name         text PRIMARY KEY CHECK (name <> ''),
     role         text NOT NULL CHECK (role IN ('admin', 'write', 'read')),
@@ -1019,7 +1022,8 @@ CREATE TABLE api_tokens (
     hash         bytea NOT NULL UNIQUE,
     created_at   timestamptz NOT NULL DEFAULT now(),
     expires_at   timestamptz,  -- NULL: never
-    last_used_at timestamptz
+    last_used_at timestamptz,
+    revoked_at   timestamptz  -- NULL: live
 );
 
 -- Every mutation made through the API, written in the transaction of the change itself.
@@ -1050,7 +1054,7 @@ CREATE TABLE registered_handlers (
 CREATE INDEX registered_handlers_by_handler ON registered_handlers (handler);
 
 -- Console sessions: the cookie carries a random id, this table its SHA-256. Revoking the
--- token deletes its sessions (the cascade); an expired token's sessions stop at lookup.
+-- token deletes its sessions; an expired token's sessions stop at lookup.
 CREATE TABLE console_sessions (
     id_hash      bytea PRIMARY KEY,
     token_name   text NOT NULL REFERENCES api_tokens (name) ON DELETE CASCADE,
@@ -1075,8 +1079,21 @@ CREATE TABLE tenant_quotas (
     max_jobs           integer CHECK (max_jobs >= 0),
     max_backfill_slots integer CHECK (max_backfill_slots >= 0),
     max_parallel       integer CHECK (max_parallel >= 1),
-    updated_at         timestamptz NOT NULL DEFAULT now()
+    updated_at         timestamptz NOT NULL DEFAULT now(),
+    -- What a job may ask (migration 0.3.0_pre_tenant_caps): the shortest period between
+    -- two slots (the writer checks it, through tenant_min_period_s), the output a run
+    -- keeps, how long and how many runs a job keeps (quota_check_job).
+    min_period_s       integer CHECK (min_period_s >= 1),
+    max_output_limit   integer CHECK (max_output_limit >= 0),
+    max_keep_for_s     integer CHECK (max_keep_for_s >= 1),
+    max_keep_runs      integer CHECK (max_keep_runs >= 1)
 );
+
+-- The shortest period a tenant's jobs may have (NULL: no cap), for every writer's role.
+CREATE FUNCTION tenant_min_period_s(tenant text) RETURNS integer
+LANGUAGE sql STABLE SECURITY DEFINER AS $$
+    SELECT q.min_period_s FROM tenant_quotas q WHERE q.tenant_id = tenant
+$$;
 
 CREATE FUNCTION quota_check_job() RETURNS trigger
 LANGUAGE plpgsql SECURITY DEFINER AS $$
@@ -1098,6 +1115,29 @@ BEGIN
             'not %', quote_literal(NEW.tenant_id), q.max_parallel, NEW.max_concurrent
             USING ERRCODE = 'check_violation', CONSTRAINT = 'tenant_quota',
                   COLUMN = 'max_concurrent';
+    END IF;
+    -- What a job keeps: checked when written, so an update of another column passes.
+    IF (TG_OP = 'INSERT' OR NEW.output_limit IS DISTINCT FROM OLD.output_limit)
+       AND NEW.output_limit > q.max_output_limit THEN
+        RAISE EXCEPTION 'tenant % may keep at most % bytes of a run''s output '
+            '(max_output_limit), not %', quote_literal(NEW.tenant_id), q.max_output_limit,
+            NEW.output_limit
+            USING ERRCODE = 'check_violation', CONSTRAINT = 'tenant_quota',
+                  COLUMN = 'output_limit';
+    END IF;
+    IF (TG_OP = 'INSERT' OR NEW.keep_for_s IS DISTINCT FROM OLD.keep_for_s)
+       AND NEW.keep_for_s > q.max_keep_for_s THEN
+        RAISE EXCEPTION 'tenant % may keep runs at most %s (max_keep_for_s), not %s',
+            quote_literal(NEW.tenant_id), q.max_keep_for_s, NEW.keep_for_s
+            USING ERRCODE = 'check_violation', CONSTRAINT = 'tenant_quota',
+                  COLUMN = 'keep_for';
+    END IF;
+    IF (TG_OP = 'INSERT' OR NEW.keep_runs IS DISTINCT FROM OLD.keep_runs)
+       AND NEW.keep_runs > q.max_keep_runs THEN
+        RAISE EXCEPTION 'tenant % may keep at most % runs of a job (max_keep_runs), not %',
+            quote_literal(NEW.tenant_id), q.max_keep_runs, NEW.keep_runs
+            USING ERRCODE = 'check_violation', CONSTRAINT = 'tenant_quota',
+                  COLUMN = 'keep_runs';
     END IF;
     -- An upsert of a job that exists (ON CONFLICT DO UPDATE) fires this too: no new job.
     IF TG_OP = 'INSERT' AND q.max_jobs IS NOT NULL AND NOT EXISTS (
@@ -1154,6 +1194,8 @@ FOR EACH ROW WHEN (NEW.parent_id IS NULL) EXECUTE FUNCTION quota_check_job();
 CREATE TRIGGER tenant_quota_update BEFORE UPDATE OF overlap, max_concurrent ON jobs
 FOR EACH ROW WHEN (NEW.overlap = 'allow' AND NEW.parent_id IS NULL)
 EXECUTE FUNCTION quota_check_job();
+CREATE TRIGGER tenant_quota_kept BEFORE UPDATE OF output_limit, keep_for_s, keep_runs ON jobs
+FOR EACH ROW WHEN (NEW.parent_id IS NULL) EXECUTE FUNCTION quota_check_job();
 CREATE TRIGGER tenant_quota BEFORE INSERT ON backfills
 FOR EACH ROW EXECUTE FUNCTION quota_check_backfill();
 
@@ -1418,6 +1460,33 @@ CREATE TABLE job_revisions (
 -- Retention finds the names whose last revision removed the job (docs/retention.md).
 CREATE INDEX job_revisions_removed ON job_revisions (at) WHERE change = 'removed';
 
+-- A handler as it is shown (Python's masking.shown holds the same rules, and a test checks
+-- both agree): a password in a URL, a secret header or key of a JSON handler, a shell
+-- command's `Authorization: ...`, `--password ...` and `PGPASSWORD=...` are `***`, unless
+-- the value is a reference (`${env:NAME}`, `$NAME`). Revisions record it; the search reads it.
+CREATE FUNCTION job_handler_shown(handler text) RETURNS text
+LANGUAGE plpgsql IMMUTABLE AS $$
+DECLARE
+    word constant text := '(?:password|passwd|secret|token|api[-_]?key|access[-_]?key'
+        '|private[-_]?key|auth|cookie|credential|session|signature|dsn)';
+    scheme constant text := '(?:(?:bearer|basic|token|digest)\s+)';
+BEGIN
+    handler := regexp_replace(handler,
+        $re$(://[^/@:"\s]*):(?!\$\{env:[A-Za-z_][A-Za-z0-9_]*\}@)[^@/"\s]+@$re$, '\1:***@', 'g');
+    handler := regexp_replace(handler,
+        $re$("[A-Za-z0-9_-]*$re$ || word || $re$[A-Za-z0-9_-]*"\s*:\s*")$re$
+        || $re$(?![^"]*\$\{env:)(?:[^"\\]|\\.)*"$re$, '\1***"', 'gi');
+    handler := regexp_replace(handler,
+        $re$(^|[^A-Za-z0-9_-])([A-Za-z0-9_-]*$re$ || word || $re$[A-Za-z0-9_-]*\s*:\s*$re$
+        || scheme || $re$?)(?!\$|$re$ || scheme || $re$)[^\s"',;}@]+$re$, '\1\2***', 'gi');
+    handler := regexp_replace(handler,
+        $re$(^|\s)(--?[A-Za-z0-9_-]*$re$ || word || $re$)(=|\s+)$re$
+        || $re$(?!["']?\$)("[^"]*"|'[^']*'|[^\s"']+)$re$, '\1\2\3***', 'gi');
+    RETURN regexp_replace(handler,
+        $re$(^|[^A-Za-z0-9_])([A-Za-z0-9_]*$re$ || word || $re$[A-Za-z0-9_]*\s*=\s*)$re$
+        || $re$(?!["']?\$)("[^"]*"|'[^']*'|[^\s"'&;]+)$re$, '\1\2***', 'gi');
+END $$;
+
 -- The definition a revision records: the options of a job file, each under its name (the
 -- column of `retries` is max_retries), as the row holds them, and the job's upstreams
 -- (names, sorted) with their match rule.
@@ -1426,9 +1495,7 @@ LANGUAGE sql STABLE SET search_path FROM CURRENT AS $$
     SELECT jsonb_build_object(
         'schedule', j.schedule, 'tz', j.tz, 'dst_repeated', j.dst_repeated,
         'dst_skipped', j.dst_skipped,
-        'handler', regexp_replace(
-            j.handler, '(://[^/@:"\s]*):(?!\$\{env:[A-Za-z_][A-Za-z0-9_]*\}@)[^@/"\s]+@',
-            '\1:***@', 'g'),
+        'handler', job_handler_shown(j.handler),
         'payload', j.payload, 'paused', j.paused, 'catch_up', j.catch_up,
         'grace_s', j.grace_s, 'max_backfill', j.max_backfill, 'timeout_s', j.timeout_s,
         'retries', j.max_retries, 'retry_backoff_s', j.retry_backoff_s,
@@ -1698,4 +1765,23 @@ BEGIN
         END IF;
     END LOOP;
     RETURN started;
+END $$;
+
+-- == Functions' search_path ===============================================================
+
+-- Every function that fixes its search_path, or runs as the owner, searches the schema
+-- then pg_temp: a caller's temporary table never stands in for one of the schema
+-- (docs/design/roles.md).
+DO $$
+DECLARE
+    f regprocedure;
+BEGIN
+    FOR f IN
+        SELECT p.oid::regprocedure FROM pg_proc p
+        WHERE p.pronamespace = current_schema()::regnamespace
+          AND (p.prosecdef OR EXISTS (SELECT 1 FROM unnest(p.proconfig) AS c
+                                      WHERE c LIKE 'search_path=%'))
+    LOOP
+        EXECUTE format('ALTER FUNCTION %s SET search_path = %I, pg_temp', f, current_schema());
+    END LOOP;
 END $$;

@@ -26,17 +26,37 @@ ON CONFLICT (name) DO NOTHING
 RETURNING name, role, tenant_id, created_at, expires_at, last_used_at;
 
 -- name: token_list
-SELECT name, role, tenant_id, created_at, expires_at, last_used_at
+SELECT name, role, tenant_id, created_at, expires_at, last_used_at, revoked_at
 FROM api_tokens ORDER BY name;
 
 -- name: token_revoke
-DELETE FROM api_tokens WHERE name = %(name)s RETURNING name;
+-- The row stays, so the name is never given again; its expiry ends too (webs of the
+-- previous release know no revoked_at). Its console sessions go.
+WITH ended AS (
+    DELETE FROM console_sessions WHERE token_name = %(name)s
+)
+UPDATE api_tokens SET revoked_at = now(), expires_at = least(expires_at, now())
+WHERE name = %(name)s AND revoked_at IS NULL
+RETURNING name;
+
+-- name: token_reissue
+-- `pulse up`'s own token, given a new secret at each start (its sessions end).
+WITH ended AS (
+    DELETE FROM console_sessions WHERE token_name = %(name)s
+)
+INSERT INTO api_tokens (name, role, tenant_id, hash)
+VALUES (%(name)s, %(role)s, NULL, %(hash)s)
+ON CONFLICT (name) DO UPDATE SET
+    role = excluded.role, tenant_id = NULL, hash = excluded.hash, created_at = now(),
+    expires_at = NULL, last_used_at = NULL, revoked_at = NULL
+RETURNING name, role, tenant_id, created_at, expires_at, last_used_at, revoked_at;
 
 -- name: token_authenticate
 -- The live token with this hash; its last use is stamped at most once a minute.
 WITH t AS (
     SELECT name, role, tenant_id, last_used_at FROM api_tokens
     WHERE hash = %(hash)s AND (expires_at IS NULL OR expires_at > now())
+      AND revoked_at IS NULL
 ), touched AS (
     UPDATE api_tokens a SET last_used_at = now()
     FROM t

@@ -2,9 +2,10 @@
 -- docs/design/alerts.md).
 
 -- name: alert_rule_insert
-INSERT INTO alert_rules (name, url, events, format, secret_env, tenant_id, job_name)
+INSERT INTO alert_rules (name, url, events, format, secret_env, tenant_id, job_name,
+                         legacy_signature)
 VALUES (%(name)s, %(url)s, %(events)s, %(format)s, %(secret_env)s, %(tenant_id)s,
-        %(job_name)s)
+        %(job_name)s, %(legacy_signature)s)
 ON CONFLICT (name) DO NOTHING
 RETURNING name;
 
@@ -70,7 +71,7 @@ claimed AS (
     RETURNING d.id, d.event_id, d.rule_name, d.attempts
 )
 SELECT c.id AS delivery_id, c.attempts, c.rule_name, r.url, r.format, r.secret_env,
-       (SELECT t FROM clock) AS db_now, e.*
+       r.legacy_signature, (SELECT t FROM clock) AS db_now, e.*
 FROM claimed c
 JOIN alert_events e ON e.id = c.event_id
 JOIN alert_rules r ON r.name = c.rule_name

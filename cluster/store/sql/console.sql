@@ -16,7 +16,7 @@ SELECT %(hash)s, name, coalesce(%(now)s::timestamptz, now()),
        coalesce(%(now)s::timestamptz, now()) + make_interval(secs => %(max_age_s)s),
        coalesce(%(now)s::timestamptz, now())
 FROM api_tokens
-WHERE name = %(token_name)s
+WHERE name = %(token_name)s AND revoked_at IS NULL
   AND (expires_at IS NULL OR expires_at > coalesce(%(now)s::timestamptz, now()))
 RETURNING token_name, expires_at;
 
@@ -31,6 +31,7 @@ WITH s AS (
       AND c.last_seen_at > coalesce(%(now)s::timestamptz, now())
                            - make_interval(secs => %(idle_s)s)
       AND (t.expires_at IS NULL OR t.expires_at > coalesce(%(now)s::timestamptz, now()))
+      AND t.revoked_at IS NULL
 ), touched AS (
     UPDATE console_sessions c SET last_seen_at = coalesce(%(now)s::timestamptz, now())
     FROM s

@@ -198,13 +198,14 @@ SELECT pg_notify(%(channel)s, %(payload)s);
 SELECT pg_advisory_xact_lock(hashtext('pulse.sync-jobs'), hashtext(%(schema)s));
 
 -- name: jobs_page
--- One page of jobs by (tenant, name) after the cursor; q matches the name or the handler.
+-- One page of jobs by (tenant, name) after the cursor; q matches the name or the handler as
+-- it is shown (never inside a secret).
 SELECT * FROM jobs
 WHERE (%(scope)s::text IS NULL OR tenant_id = %(scope)s)
   AND (%(tenant_id)s::text IS NULL OR tenant_id = %(tenant_id)s)
   AND (%(status)s::text IS NULL OR status = %(status)s)
   AND (%(q)s::text IS NULL OR strpos(lower(name), lower(%(q)s)) > 0
-       OR strpos(lower(handler), lower(%(q)s)) > 0)
+       OR strpos(lower(job_handler_shown(handler)), lower(%(q)s)) > 0)
   AND (%(labels)s::jsonb IS NULL OR labels @> %(labels)s::jsonb)
   AND (%(after_tenant)s::text IS NULL
        OR (tenant_id, name) > (%(after_tenant)s::text, %(after_name)s::text))

@@ -59,9 +59,13 @@ WITH given AS (
     SELECT %(changes)s::jsonb AS c
 ),
 merged AS (
-    INSERT INTO tenant_quotas AS q (tenant_id, max_jobs, max_backfill_slots, max_parallel)
+    INSERT INTO tenant_quotas AS q (tenant_id, max_jobs, max_backfill_slots, max_parallel,
+                                    min_period_s, max_output_limit, max_keep_for_s,
+                                    max_keep_runs)
     SELECT %(tenant_id)s, (g.c ->> 'max_jobs')::int, (g.c ->> 'max_backfill_slots')::int,
-           (g.c ->> 'max_parallel')::int
+           (g.c ->> 'max_parallel')::int, (g.c ->> 'min_period_s')::int,
+           (g.c ->> 'max_output_limit')::int, (g.c ->> 'max_keep_for_s')::int,
+           (g.c ->> 'max_keep_runs')::int
     FROM given g
     ON CONFLICT (tenant_id) DO UPDATE SET
         max_jobs = CASE WHEN (SELECT c ? 'max_jobs' FROM given)
@@ -70,6 +74,14 @@ merged AS (
                                   THEN excluded.max_backfill_slots ELSE q.max_backfill_slots END,
         max_parallel = CASE WHEN (SELECT c ? 'max_parallel' FROM given)
                             THEN excluded.max_parallel ELSE q.max_parallel END,
+        min_period_s = CASE WHEN (SELECT c ? 'min_period_s' FROM given)
+                            THEN excluded.min_period_s ELSE q.min_period_s END,
+        max_output_limit = CASE WHEN (SELECT c ? 'max_output_limit' FROM given)
+                                THEN excluded.max_output_limit ELSE q.max_output_limit END,
+        max_keep_for_s = CASE WHEN (SELECT c ? 'max_keep_for_s' FROM given)
+                              THEN excluded.max_keep_for_s ELSE q.max_keep_for_s END,
+        max_keep_runs = CASE WHEN (SELECT c ? 'max_keep_runs' FROM given)
+                             THEN excluded.max_keep_runs ELSE q.max_keep_runs END,
         updated_at = now()
     RETURNING q.*
 )
@@ -82,7 +94,14 @@ FROM merged m;
 DELETE FROM tenant_quotas
 WHERE tenant_id = %(tenant_id)s
   AND max_jobs IS NULL AND max_backfill_slots IS NULL AND max_parallel IS NULL
+  AND min_period_s IS NULL AND max_output_limit IS NULL AND max_keep_for_s IS NULL
+  AND max_keep_runs IS NULL
 RETURNING tenant_id;
+
+-- name: tenant_min_periods
+-- The shortest period each tenant's jobs may have (quotas are not the node role's to read).
+SELECT t AS tenant_id, tenant_min_period_s(t) AS min_period_s
+FROM unnest(%(tenant_ids)s::text[]) AS t;
 
 -- name: quota_remove
 DELETE FROM tenant_quotas WHERE tenant_id = %(tenant_id)s RETURNING tenant_id;
