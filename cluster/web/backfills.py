@@ -14,6 +14,7 @@ from cluster.jobs.models import iso
 from cluster.web.audit import record
 from cluster.web.auth import Reader, Writer
 from cluster.web.bodies import iso_time, json_object
+from cluster.web.jobs import runnable
 from cluster.web.state import state_of
 
 router = APIRouter(tags=["backfills"])
@@ -36,6 +37,7 @@ async def backfill(request: Request, tenant: str, name: str, who: Writer) -> dic
     max_parallel = body.get("max_parallel", 1)
     dry_run = _flag(body, "dry_run")
     async with state_of(request).pool.store(who.scope) as store, store.transaction():
+        runnable(await store.get(name, tenant))
         plan = await store.runcontrol.backfill(
             name,
             tenant,

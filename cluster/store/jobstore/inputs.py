@@ -11,6 +11,7 @@ docs/design/inputs.md. A part of ``JobStore``, on its scoped connection.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
@@ -95,7 +96,8 @@ class Inputs:
             job = await self._db.job("lock_job", name, tenant)
             if job.each_zone:  # its slots run as its children's, one per zone
                 raise InvalidInput("name", f"{name!r} runs one child job per zone: trigger one")
-            chosen = chosen_payload(job, payload, merge_payload)
+            # off the event loop: a schema may take a while (under pulse web's budget)
+            chosen = await asyncio.to_thread(chosen_payload, job, payload, merge_payload)
             stored = None if chosen is None else Jsonb(chosen)
             if slot is None:
                 params = {"job_id": job.id, "payload": stored, "now": now, "most": MAX_WAITING}
