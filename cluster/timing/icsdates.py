@@ -22,7 +22,7 @@ __all__ = ["HORIZON_FIRST_YEAR", "HORIZON_LAST_YEAR", "MAX_DATES", "ics_dates"]
 HORIZON_FIRST_YEAR = 2000
 HORIZON_LAST_YEAR = 2060
 MAX_DATES = 20_000  # a calendar is copied into each job that uses it: keep it bounded
-MAX_WALK = 200_000  # occurrences walked over every RRULE of one file
+MAX_WALK = 200_000  # occurrences walked, times the dates each covers, over one file
 _MAX_SPAN_DAYS = 366
 
 
@@ -49,17 +49,17 @@ def ics_dates(text: str | bytes) -> frozenset[date]:
 
 
 class _Walk:
-    """The occurrences one file may still walk: a budget per file, not per event, so a
-    feed of many events is bounded like one of a single rule."""
+    """The dates one file may still walk (each occurrence, times the dates it covers): a
+    budget per file, not per event, so a feed of many events is bounded like one rule."""
 
     def __init__(self) -> None:
         self.left = MAX_WALK
 
-    def step(self) -> None:
-        self.left -= 1
+    def step(self, dates: int = 1) -> None:
+        self.left -= dates
         if self.left < 0:
             raise ValueError(
-                f"its rules recur more than {MAX_WALK} times before {HORIZON_LAST_YEAR}"
+                f"its rules recur over more than {MAX_WALK} dates before {HORIZON_LAST_YEAR}"
             )
 
 
@@ -68,8 +68,11 @@ def _event_dates(event: Any, walk: _Walk) -> set[date]:
         raise ValueError("has no DTSTART")
     start = _moment(event, "DTSTART")
     span = _span_days(event, start)
-    firsts = _starts(event, start, walk)
-    return {_as_date(first) + timedelta(days=i) for first in firsts for i in range(span)}
+    covered: set[date] = set()
+    for first in _starts(event, start, walk):
+        walk.step(span - 1)  # each date an occurrence covers is work, repeats included
+        covered.update(_as_date(first) + timedelta(days=i) for i in range(span))
+    return covered
 
 
 def _span_days(event: Any, start: date | datetime) -> int:

@@ -199,7 +199,7 @@ def test_an_ics_feed_walks_its_rules_within_one_budget_per_file(
     monkeypatch.setattr(icsdates, "MAX_WALK", 2000)
     monthly = "DTSTART;VALUE=DATE:20000101\nRRULE:FREQ=MONTHLY"  # 732 occurrences to 2060
     assert len(ics_dates(_feed(monthly, monthly))) == 732
-    with pytest.raises(InvalidInput, match="recur more than 2000 times"):
+    with pytest.raises(InvalidInput, match="recur over more than 2000 dates"):
         ics_dates(_feed(monthly, monthly, monthly))
 
 
@@ -215,3 +215,10 @@ def test_an_ics_rule_is_walked_from_the_horizon_not_from_its_start(
         walked = rrulestr(f"RRULE:{rule};UNTIL=20101231", dtstart=datetime(1950, 1, 3))
         expected = {d.date() for d in walked if d >= datetime(2000, 1, 1)}
         assert dates == expected, rule
+
+
+def test_a_long_event_recurring_daily_stops_at_the_cap_on_dates() -> None:
+    """A year-long event every day would make millions of dates before any cap on the set."""
+    yearly = "DTSTART;VALUE=DATE:20000101\nDTEND;VALUE=DATE:20001231\nRRULE:FREQ=DAILY"
+    with pytest.raises(InvalidInput, match="more than 200000 dates before 2060"):
+        ics_dates(_feed(yearly))
