@@ -63,7 +63,7 @@ def _scoped(who: Principal, entry: dict[str, Any]) -> dict[str, Any]:
 
 def runnable(job: Job, given_input: bool = False) -> None:
     """403 unless API tokens may run ``job`` (``api_run``); 422 for a payload to a job
-    without a ``payload_schema`` (docs/security.md, "Who may run what")."""
+    without a ``payload_schema`` (docs/security.md, "Who may run and feed what")."""
     if not job.api_run:
         raise HTTPException(
             403,
