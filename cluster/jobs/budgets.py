@@ -8,16 +8,21 @@ the thread. Why so: docs/design/inputs.md.
 
 from __future__ import annotations
 
+import asyncio
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
+from typing import TypeVar
 
 from cluster.errors import InvalidInput
 
-__all__ = ["CHECK_BUDGET_S", "OverBudget", "bounded", "spend", "within"]
+__all__ = ["CHECK_BUDGET_S", "OverBudget", "bounded", "off_loop", "spend", "within"]
 
 CHECK_BUDGET_S = 2.0
+# A check that ignores its budget (one step of it running long) is answered anyway.
+GRACE_S = 1.0
+T = TypeVar("T")
 
 # (deadline on the monotonic clock, the budget in seconds) while a check is bounded
 _budget: ContextVar[tuple[float, float] | None] = ContextVar("pulse_check_budget", default=None)
@@ -47,3 +52,17 @@ def spend(field: str) -> None:
     found = _budget.get()
     if found is not None and time.monotonic() > found[0]:
         raise OverBudget(field, f"took longer than its {found[1]:g} s budget to check")
+
+
+async def off_loop(check: Callable[[], T]) -> T:
+    """``check()`` in a worker thread; under a budget, ``OverBudget`` once the budget and
+    ``GRACE_S`` are spent even if the check has not returned (its thread then stops at its
+    next ``spend``)."""
+    found = _budget.get()
+    if found is None:
+        return await asyncio.to_thread(check)
+    left_s = max(found[0] - time.monotonic(), 0.0) + GRACE_S
+    try:
+        return await asyncio.wait_for(asyncio.to_thread(check), left_s)
+    except TimeoutError as exc:
+        raise OverBudget("body", f"took longer than its {found[1]:g} s budget to check") from exc

@@ -4,13 +4,14 @@ they break, and the RFC 7386 merge of ``trigger --merge-payload``."""
 
 from __future__ import annotations
 
+import threading
 import time
 from typing import Any
 
 import pytest
 
 from cluster.errors import InvalidInput
-from cluster.jobs.budgets import OverBudget, within
+from cluster.jobs.budgets import OverBudget, off_loop, within
 from cluster.jobs.payloads import (
     MAX_SCHEMA_BYTES,
     check_payload,
@@ -226,3 +227,14 @@ def test_a_payload_nested_too_deeply_is_refused() -> None:
     with pytest.raises(InvalidInput) as caught:
         JobSpec.build("deep", "@hourly", "shell:/bin/true", payload=deep)
     assert caught.value.field == "payload" and "nested deeper than" in caught.value.problem
+
+
+async def test_a_check_that_never_spends_is_answered_after_its_budget() -> None:
+    """One step running long (not a keyword: nothing spends) is answered anyway; its thread
+    is released afterwards."""
+    release = threading.Event()
+    with within(0.05), pytest.raises(OverBudget) as caught:
+        await off_loop(lambda: release.wait(60))
+    release.set()
+    assert "budget" in caught.value.problem
+    assert await off_loop(lambda: 42) == 42  # without a budget: just off the loop
