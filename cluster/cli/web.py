@@ -123,7 +123,8 @@ def _session_duration(text: str, field: str) -> float:
     default=DEFAULT_PINGS_PER_SOURCE,
     show_default=True,
     envvar="PULSE_WEB_PING_SOURCE_LIMIT",
-    help="Pings from one address per minute, to any ping URL; past it, 429.",
+    help="Pings with an unknown token from one address per minute; past it, 429 "
+    "(valid pings from it are never counted here).",
 )
 @click.pass_context
 def web(

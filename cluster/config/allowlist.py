@@ -6,7 +6,11 @@ Empty by default. Each entry is parsed by kind, never matched as text against a 
 - ``module:function``: that exact Python function (no glob: a registered function is the
   other way in, ``cluster.config.admission``);
 - ``shell:PROGRAM ARG...``: split like the command it allows; the program is literal, each
-  other token is a glob matching exactly one argument, a final ``**`` any number of them;
+  other token is a glob matching exactly one argument, a final ``**`` any number of them.
+  A glob never matches an argument starting with ``-`` unless it starts with ``-`` itself
+  (``*`` is a value, never an option), a glob holding ``/`` never matches a path with a
+  ``.`` or ``..`` segment, and no token matches an empty or blank argument; a literal
+  ``--`` may be pinned (``shell:/opt/backup/run -- *``);
 - ``http:[METHOD ]URL``: scheme, host, port and path prefix (``cluster.config.httprules``);
 - ``celery:TASK``: a glob over the task name.
 
@@ -34,6 +38,7 @@ CELERY = "celery:"
 _PY_REF = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*:[A-Za-z_][A-Za-z0-9_]*$")
 _TASK_GLOB = re.compile(r"^[A-Za-z0-9_.:*?\[\]!-]+$")
 _GLOB = frozenset("*?[]!")
+_DOT_SEGMENTS = frozenset({".", ".."})
 _warned: set[str] = set()
 
 
@@ -50,10 +55,30 @@ class ShellRule:
         rest = argv[1:]
         if globs and globs[-1] == "**":
             globs = globs[:-1]
-            if len(rest) < len(globs):
+            if len(rest) < len(globs) or not all(_value(arg) for arg in rest[len(globs) :]):
                 return False
             rest = rest[: len(globs)]
-        return len(rest) == len(globs) and all(map(fnmatchcase, rest, globs))
+        return len(rest) == len(globs) and all(map(_matches, rest, globs))
+
+
+def _value(arg: str) -> bool:
+    """An argument a glob may stand for: not blank, not an option (tests/unit/test_allowlist.py)."""
+    return bool(arg.strip()) and not arg.startswith("-")
+
+
+def _matches(arg: str, glob: str) -> bool:
+    """One argument against one pattern token. A literal matches itself; a glob matches an
+    option only if it is written as one (``--level=*``), and a path glob no ``.`` or ``..``
+    segment (``/data/backups/*`` must not read ``/data/backups/../admin-token``)."""
+    if not arg.strip():
+        return False
+    if not set(glob) & _GLOB:
+        return arg == glob
+    if arg.startswith("-") and not glob.startswith("-"):
+        return False
+    if "/" in glob and _DOT_SEGMENTS & set(arg.split("/")):
+        return False
+    return fnmatchcase(arg, glob)
 
 
 def _shell_rule(pattern: str) -> ShellRule:

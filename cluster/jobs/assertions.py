@@ -20,6 +20,7 @@ from cluster.errors import InvalidInput
 
 MAX_ASSERT_CHARS = 500
 MAX_CHECKS = 20
+MAX_NESTING = 16  # parentheses inside one another (the parser recurses on each)
 MAX_METRICS = 32  # per run
 MAX_NAME_CHARS = 64
 METRIC_NAME = re.compile(r"[a-z_][a-z0-9_.]{0,63}")
@@ -116,6 +117,7 @@ class _Parser:
             self.tokens.append((kind, value))
         self.at = 0
         self.checks = 0
+        self.depth = 0
         self.text = text
 
     def peek(self) -> tuple[str, str] | None:
@@ -146,8 +148,12 @@ class _Parser:
         found = self.peek()
         if found is not None and found == ("paren", "("):
             self.at += 1
+            self.depth += 1
+            if self.depth > MAX_NESTING:
+                raise InvalidInput("assert", f"more than {MAX_NESTING} parentheses nested")
             inner = self.any_of()
             self.take("paren", "')'")
+            self.depth -= 1
             return inner
         name = metric_name(self.take("word", "a metric name"), "assert")
         op = self.take("op", "a comparison (< <= > >= == !=)")

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import math
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from cluster.errors import InvalidInput
@@ -23,6 +23,9 @@ from cluster.timing.durations import parse_duration
 from ring.zones import normalize_zones
 
 MAX_PAYLOAD_BYTES = 1024 * 1024
+# Objects and lists nested in one another in a payload or a schema: deeper ones are refused
+# where they are parsed, as the API's answers could not be encoded (tests/unit/test_payloads.py).
+MAX_JSON_DEPTH = 100
 MAX_NAME_LENGTH = 200
 MAX_COUNT = 2**31 - 1  # Postgres integer
 # Added to a timestamp in SQL (the late pass, leases): more would overflow it there, for
@@ -109,6 +112,24 @@ def validate_name(value: str, field_name: str = "name") -> str:
     return value
 
 
+def too_deep(value: object, limit: int = MAX_JSON_DEPTH) -> bool:
+    """Whether ``value`` nests objects and lists more than ``limit`` levels (walked without
+    recursion, so a value of any depth gets an answer)."""
+    stack = [(value, 1)]
+    while stack:
+        found, depth = stack.pop()
+        if isinstance(found, dict):
+            children: Iterable[object] = found.values()
+        elif isinstance(found, list):
+            children = found
+        else:
+            continue
+        if depth > limit:
+            return True
+        stack.extend((child, depth + 1) for child in children)
+    return False
+
+
 def parse_payload(
     value: str | Mapping[str, Any] | None, field_name: str = "payload"
 ) -> dict[str, Any]:
@@ -126,6 +147,8 @@ def parse_payload(
         loaded = value
     if not isinstance(loaded, dict):
         raise InvalidInput(field_name, "must be a JSON object")
+    if too_deep(loaded):
+        raise InvalidInput(field_name, f"nested deeper than {MAX_JSON_DEPTH} levels")
     try:
         encoded = json.dumps(loaded, ensure_ascii=False, allow_nan=False).encode()
     except UnicodeEncodeError as exc:

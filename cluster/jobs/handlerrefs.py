@@ -40,6 +40,13 @@ _TASK = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*([.:][A-Za-z_][A-Za-z0-9_]*)*$")
 _BROKER_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_-]{0,62}$")
 _HEADER = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")  # an RFC 9110 token
 _STATUS = re.compile(r"^\s*(\d{3})\s*(?:-\s*(\d{3})\s*)?$")
+# Headers that say where a request goes or how it is framed: the URL and the client decide
+# them, never a job (a shared ingress routes by Host; proxies trust X-Forwarded-*).
+REFUSED_HEADERS = frozenset(
+    {"host", "forwarded", "x-real-ip", "via", "connection", "te", "upgrade",
+     "content-length", "transfer-encoding", "keep-alive", "trailer"}
+)  # fmt: skip
+REFUSED_HEADER_PREFIXES = ("x-forwarded-", "proxy-")
 _HTTP_KEYS = ("method", "url", "headers", "body", "ok_status", "timeout", "keep_body")
 _CELERY_KEYS = ("task", "broker", "wait", "queue")
 
@@ -205,6 +212,10 @@ def http_from(options: Mapping[str, Any]) -> HttpTarget:
             raise InvalidInput(f"{where}.headers", f"{name!r} is not a header name")
         if name.lower() == "idempotency-key":
             raise InvalidInput(f"{where}.headers", "Idempotency-Key is set by Pulse")
+        if refused_header(name):
+            raise InvalidInput(
+                f"{where}.headers", f"{name} is set from the URL and the connection, not a job"
+            )
         pairs.append((name, _text(value, f"{where}.headers.{name}")))
     timeout_s = None
     if options.get("timeout") is not None:
@@ -228,6 +239,12 @@ def http_from(options: Mapping[str, Any]) -> HttpTarget:
         timeout_s=timeout_s,
         keep_body=keep_body,
     )
+
+
+def refused_header(name: str) -> bool:
+    """A header no job may set (``REFUSED_HEADERS``); a node drops one stored before."""
+    lowered = name.lower()
+    return lowered in REFUSED_HEADERS or lowered.startswith(REFUSED_HEADER_PREFIXES)
 
 
 def _timeout(value: object, field_name: str) -> float:

@@ -9,6 +9,7 @@ from typing import Any
 from uuid import UUID
 
 from cluster.jobs import masking
+from cluster.jobs.fields import MAX_JSON_DEPTH, too_deep
 from cluster.jobs.spec import OPTIONS
 from cluster.timing.calendared import CalendarRule
 from cluster.timing.schedule import CHAINED_NEXT, Schedule, parse_schedule
@@ -143,6 +144,7 @@ class Job:
     watch: bool = False  # runs come from pings, never from a node (docs/jobs.md)
     adopt_at: datetime | None = None  # `jobs adopt`: the first slot Pulse runs itself
     description: str | None = None  # what the job is for, in the user's words
+    api_run: bool = False  # API tokens may run it (docs/security.md)
 
     def rule(self) -> CalendarRule | None:
         """The calendar the job plans with (its copy), or None."""
@@ -187,6 +189,9 @@ class Job:
         """The stable JSON of a job (docs/json.md): its options under their names, then its
         state."""
         options = {d.name: getattr(self, d.name) for d in OPTIONS.read}
+        for d in OPTIONS.read:
+            if d.option.jsonb and too_deep(options[d.name]):  # written before 0.3.0 capped it
+                options[d.name] = {"not_shown": f"nested deeper than {MAX_JSON_DEPTH} levels"}
         options["handler"] = masking.shown(self.handler)  # literal credentials masked
         options["zones"] = list(self.zones) or None
         return {

@@ -5,14 +5,19 @@ The schema is checked by whoever writes a payload (``jobs add``, ``jobs apply``,
 the Python API, ``jobs trigger``), never by a node: a fire costs nothing more. The
 ``jsonschema`` library does the work; Pulse bounds the schema's size and never fetches a
 remote ``$ref``: validators get an empty registry, which retrieves nothing (without one, the
-library would fetch a remote ``$ref`` over HTTP); only references inside the schema resolve. Why so:
-docs/design/inputs.md.
+library would fetch a remote ``$ref`` over HTTP); only references inside the schema resolve.
+
+Under a time budget (``cluster.jobs.budgets``: what ``pulse web`` checks), a schema must be
+in the API's dialect (``cluster.jobs.schemadialect``), and every keyword applied spends the
+budget, so a check ends soon after it is spent; ``uniqueItems`` is checked in linear time.
+Why so: docs/design/inputs.md.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from functools import cache
 from typing import Any
 
 from jsonschema import exceptions, validators
@@ -21,6 +26,8 @@ from referencing import Registry
 from referencing.exceptions import Unresolvable
 
 from cluster.errors import InvalidInput
+from cluster.jobs import schemadialect
+from cluster.jobs.budgets import bounded, spend
 from cluster.jobs.fields import parse_payload
 
 __all__ = ["MAX_SCHEMA_BYTES", "check_payload", "merge_payload", "parse_payload_schema"]
@@ -37,6 +44,8 @@ def parse_payload_schema(value: str | Mapping[str, Any] | None) -> dict[str, Any
     schema = parse_payload(value, "payload_schema")
     if len(json.dumps(schema, ensure_ascii=False).encode()) > MAX_SCHEMA_BYTES:
         raise InvalidInput("payload_schema", f"larger than {MAX_SCHEMA_BYTES // 1024} KiB")
+    if bounded():
+        schemadialect.check(schema)
     cls = _validator(schema)
     if cls is None:
         raise InvalidInput("payload_schema", f"unknown $schema {_line(str(schema['$schema']))}")
@@ -54,6 +63,10 @@ def check_payload(
     if schema is None:
         return
     cls = _validator(schema) or validators.Draft202012Validator
+    if bounded():
+        # also a schema an operator wrote: a payload from the API is checked in the dialect
+        schemadialect.check(schema)
+        cls = _spending(cls)
     try:
         # An explicit, empty registry that retrieves nothing: without one the library falls
         # back to fetching remote $refs over HTTP (tests/e2e/test_web_attacks.py).
@@ -61,6 +74,8 @@ def check_payload(
         error = exceptions.best_match(validator.iter_errors(payload))
     except exceptions.SchemaError as exc:
         raise InvalidInput("payload_schema", _line(exc.message)) from exc
+    except InvalidInput:  # over its budget
+        raise
     except (Unresolvable, RecursionError, ValueError) as exc:
         # an unresolvable $ref, a pattern Python cannot compile, a self-referencing schema
         raise InvalidInput("payload_schema", f"cannot be applied ({_line(str(exc))})") from exc
@@ -85,6 +100,51 @@ def merge_payload(base: Mapping[str, Any], patch: Mapping[str, Any]) -> dict[str
         else:
             merged[key] = value
     return merged
+
+
+@cache
+def _spending(cls: type[Validator]) -> type[Validator]:
+    """``cls`` whose every keyword spends the check's budget first, and whose
+    ``uniqueItems`` takes linear time."""
+    keywords = {name: _spends(check) for name, check in cls.VALIDATORS.items()}
+    if "uniqueItems" in keywords:
+        keywords["uniqueItems"] = _unique_items
+    extended: type[Validator] = validators.extend(cls, keywords)  # type: ignore[no-untyped-call]
+    return extended
+
+
+def _spends(check: Any) -> Any:
+    def spending(validator: Validator, value: Any, instance: Any, schema: Any) -> Iterator[Any]:
+        spend("payload")
+        yield from check(validator, value, instance, schema) or ()
+
+    return spending
+
+
+def _unique_items(
+    validator: Validator, unique: Any, instance: Any, schema: Mapping[str, Any]
+) -> Iterator[exceptions.ValidationError]:
+    if not unique or not validator.is_type(instance, "array"):
+        return
+    seen = set()
+    for item in instance:
+        spend("payload")
+        key = json.dumps(_comparable(item), sort_keys=True, ensure_ascii=False)
+        if key in seen:
+            yield exceptions.ValidationError("has non-unique elements")
+            return
+        seen.add(key)
+
+
+def _comparable(value: Any) -> Any:
+    """``value`` with the numbers JSON Schema calls equal (1 and 1.0) spelt alike."""
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, dict):
+        return {k: _comparable(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_comparable(v) for v in value]
+    return value
 
 
 def _validator(schema: Mapping[str, Any]) -> type[Validator] | None:

@@ -35,6 +35,9 @@ _KNOWN_TOKEN = re.compile(
     r"|xox[abprs]-[A-Za-z0-9-]{10,255}|AKIA[0-9A-Z]{16})\b"
 )
 _REPLACEMENT = "\ufffd"
+# Scrubbed: the part of a body that can be kept, and this much before it, so a secret cut
+# by the window is still seen whole: the work is bounded by the job's output_limit.
+SCRUB_MARGIN = 64 * 1024
 
 
 def scrubbed(text: str, token: str) -> str:
@@ -51,9 +54,11 @@ def scrubbed(text: str, token: str) -> str:
 def kept(body: bytes, token: str, limit: int) -> str | None:
     """The body as stored: None if empty or the job keeps no output; else scrubbed UTF-8
     text (NUL and undecodable bytes as U+FFFD) of at most ``limit`` bytes, its end kept.
-    Scrubbed before it is cut, so no cut leaves half a secret."""
+    Only its last ``limit + SCRUB_MARGIN`` bytes are read, and scrubbed before they are
+    cut to ``limit``, so no cut leaves half a secret shorter than the margin."""
     if not body or limit <= 0:
         return None
+    body = body[-(limit + SCRUB_MARGIN) :]
     text = scrubbed(body.decode("utf-8", "replace").replace("\x00", _REPLACEMENT), token)
     data = text.encode("utf-8")
     if len(data) <= limit:

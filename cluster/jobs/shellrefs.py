@@ -165,6 +165,10 @@ def split_for_api(found: ShellCommand, field_name: str = "handler") -> ShellComm
         raise InvalidInput(field_name, "shell: needs a command")
     for token in tokens:
         _no_controls(token, field_name)
+        if not token or any(ch.isspace() for ch in token):
+            raise InvalidInput(
+                field_name, f"{token[:40]!r}: an argument over the API is one non-empty word"
+            )
         bad = sorted(set(token) & METACHARACTERS)
         if bad:
             raise InvalidInput(

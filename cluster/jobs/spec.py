@@ -313,6 +313,16 @@ class JobSpec:
     description: str | None = option(
         None, help="What the job is for (free text).", parse=_description, child=True
     )
+    # Who may run it over the HTTP API (docs/security.md): a job the API wrote always may; a
+    # job of the CLI, a file or a Registry only when it says so here. Not recorded by
+    # revisions: it says who may run the job, not what runs.
+    api_run: bool = option(
+        False,
+        help="Let API tokens trigger, rerun, backfill and (with a payload_schema) feed it.",
+        parse=flag,
+        child=True,
+        recorded=False,
+    )
 
     @classmethod
     def build(

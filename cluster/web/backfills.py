@@ -4,16 +4,18 @@ tenant-scoped token reaches only its tenant's (the statements filter by ``%(scop
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
 from fastapi import APIRouter, HTTPException, Query, Request
 
-from cluster.errors import InvalidInput
+from cluster.errors import InvalidInput, NotFound
 from cluster.jobs.fields import MAX_NAME_LENGTH
 from cluster.jobs.models import iso
 from cluster.web.audit import record
 from cluster.web.auth import Reader, Writer
 from cluster.web.bodies import iso_time, json_object
+from cluster.web.jobs import runnable
 from cluster.web.state import state_of
 
 router = APIRouter(tags=["backfills"])
@@ -36,6 +38,8 @@ async def backfill(request: Request, tenant: str, name: str, who: Writer) -> dic
     max_parallel = body.get("max_parallel", 1)
     dry_run = _flag(body, "dry_run")
     async with state_of(request).pool.store(who.scope) as store, store.transaction():
+        with contextlib.suppress(NotFound):  # the backfill answers that, its input checked first
+            runnable(await store.get(name, tenant))
         plan = await store.runcontrol.backfill(
             name,
             tenant,

@@ -3,12 +3,15 @@ naming what is wrong (the API answers 422 with that field).
 
 A body is strict JSON: no ``NaN`` or ``Infinity``, no number that overflows a float or
 passes Python's limit on integer digits, no key twice in one object (which of the two
-would count is the parser's whim), and only the keys a route names when it has a fixed
-set. Anything else is one line of 422, never a 500.
+would count is the parser's whim), no objects and lists nested deeper than
+``MAX_BODY_DEPTH``, and only the keys a route names when it has a fixed set. Anything else
+is one line of 422, never a 500. A large body is parsed in a worker thread, so parsing it
+never holds the event loop.
 """
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import binascii
 import json
@@ -20,10 +23,14 @@ from typing import Any
 from fastapi import Request
 
 from cluster.errors import InvalidInput
+from cluster.jobs.fields import MAX_JSON_DEPTH, too_deep
 
 # What a body may be sent as: JSON, or curl's default for -d (the documented examples).
 JSON_TYPES = frozenset({"application/json", "application/x-www-form-urlencoded"})
 MIN_YEAR, MAX_YEAR = 1900, 9000
+# A payload or schema at its depth limit, inside a job inside a list of jobs.
+MAX_BODY_DEPTH = MAX_JSON_DEPTH + 8
+_INLINE_BYTES = 64 * 1024  # larger bodies are parsed in a thread
 
 
 def _no_constant(name: str) -> Any:
@@ -59,12 +66,15 @@ def _content_type(request: Request) -> None:
 def parse_json(raw: bytes | str) -> Any:
     """Strict JSON text as Python values; ``InvalidInput`` naming what is wrong."""
     try:
-        return json.loads(
+        found = json.loads(
             raw,
             parse_constant=_no_constant,
             parse_float=_finite,
             object_pairs_hook=_unique_keys,
         )
+        if too_deep(found, MAX_BODY_DEPTH):
+            raise InvalidInput("body", f"nested deeper than {MAX_BODY_DEPTH} levels")
+        return found
     except InvalidInput:
         raise
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
@@ -87,6 +97,8 @@ async def json_body(request: Request) -> Any:
     raw = await request.body()
     if not raw.strip():
         raise InvalidInput("body", "a JSON body is needed")
+    if len(raw) > _INLINE_BYTES:
+        return await asyncio.to_thread(parse_json, raw)
     return parse_json(raw)
 
 

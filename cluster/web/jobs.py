@@ -11,6 +11,7 @@ audit row in one transaction.
 from __future__ import annotations
 
 from dataclasses import replace
+from functools import partial
 from typing import Any
 
 from fastapi import APIRouter, HTTPException, Query, Request, Response
@@ -20,7 +21,7 @@ from cluster.errors import InvalidInput
 from cluster.jobs.fields import DEFAULT_TENANT, MAX_NAME_LENGTH
 from cluster.jobs.files import specs_of
 from cluster.jobs.labels import parse_label
-from cluster.jobs.models import JOB_STATUSES, iso
+from cluster.jobs.models import JOB_STATUSES, Job, iso
 from cluster.jobs.spec import JobSpec
 from cluster.web.audit import record
 from cluster.web.auth import Principal, Reader, Writer
@@ -34,6 +35,7 @@ from cluster.web.bodies import (
     json_object,
     request_body,
 )
+from cluster.web.budgeted import audited, checked
 from cluster.web.forwarded import api_targets
 from cluster.web.state import api_policy, state_of
 
@@ -49,12 +51,32 @@ _JOB_BODY = request_body(
 
 
 def _scoped(who: Principal, entry: dict[str, Any]) -> dict[str, Any]:
-    """A scoped token's entries belong to its tenant (filled in when absent)."""
+    """A scoped token's entries belong to its tenant (filled in when absent). A job the API
+    writes may be run over the API (``api_run``) unless its entry says otherwise."""
+    entry = {"api_run": True, **entry}
     if who.scope is not None:
         entry = {"tenant": who.scope, **entry}
         if entry["tenant"] != who.scope:
             raise HTTPException(403, f"this token reaches only tenant {who.scope!r}")
     return entry
+
+
+def runnable(job: Job, given_input: bool = False) -> None:
+    """403 unless API tokens may run ``job`` (``api_run``); 422 for a payload to a job
+    without a ``payload_schema`` (docs/security.md, "Who may run and feed what")."""
+    if not job.api_run:
+        raise HTTPException(
+            403,
+            {
+                "field": "api_run",
+                "message": f"{job.name!r} was not written over the API and does not opt in "
+                "(api_run: true in its definition)",
+            },
+        )
+    if given_input and job.payload_schema is None:
+        raise InvalidInput(
+            "payload", "the job has no payload_schema: over the API a payload needs one"
+        )
 
 
 async def admitted(
@@ -76,6 +98,11 @@ async def admitted(
             raise HTTPException(403, {"field": exc.field, "message": exc.problem}) from exc
         admitted.append(replace(spec, handler=handler))
     return admitted
+
+
+def _tenant(entry: dict[str, Any]) -> str | None:
+    tenant = entry.get("tenant")
+    return tenant if isinstance(tenant, str) else None
 
 
 # ?label=key=value (repeatable): jobs with every one of these labels.
@@ -121,7 +148,8 @@ async def list_jobs(
 @router.post("/api/jobs", status_code=201, openapi_extra=_JOB_BODY)
 async def create_job(request: Request, who: Writer) -> dict[str, Any]:
     """Create a job (409 if its name is taken in its tenant)."""
-    spec = JobSpec.from_mapping(_scoped(who, await json_object(request)))
+    entry = _scoped(who, await json_object(request))
+    spec = await checked(request, who, partial(JobSpec.from_mapping, entry), _tenant(entry))
     (spec,) = await admitted(request, who, [spec])
     (spec,) = await api_targets(request, [spec])
     token = None
@@ -146,7 +174,8 @@ async def _batch(request: Request, who: Principal) -> tuple[list[JobSpec], Any]:
         data = data["jobs"]
     if not isinstance(data, list):
         raise InvalidInput("body", "must be a list of jobs (or an object with a 'jobs' list)")
-    specs = specs_of([_scoped(who, e) if isinstance(e, dict) else e for e in data])
+    entries = [_scoped(who, e) if isinstance(e, dict) else e for e in data]
+    specs = await checked(request, who, partial(specs_of, entries))
     specs = await admitted(request, who, specs, many=True)
     return await api_targets(request, specs, many=True), expect
 
@@ -215,7 +244,8 @@ async def replace_job(request: Request, tenant: str, name: str, who: Writer) -> 
     for key, value in (("tenant", tenant), ("name", name)):
         if key in entry and entry[key] != value:
             raise InvalidInput(key, f"must be {value!r} as in the path, or left out")
-    spec = JobSpec.from_mapping({**entry, "tenant": tenant, "name": name})
+    entry = {"api_run": True, **entry, "tenant": tenant, "name": name}
+    spec = await checked(request, who, partial(JobSpec.from_mapping, entry), tenant)
     (spec,) = await admitted(request, who, [spec])
     (spec,) = await api_targets(request, [spec])
     async with state_of(request).pool.store(who.scope, actor=who.name) as store:
@@ -263,6 +293,7 @@ async def _control(request: Request, who: Principal, verb: str, tenant: str, nam
             elif verb == "resume":
                 await store.resume(name, tenant)
             else:
+                runnable(await store.get(name, tenant))
                 await store.trigger(name, tenant)
             await record(store, who, verb, tenant, name, note)
         return await store.details(name, tenant)
@@ -303,8 +334,14 @@ async def trigger_job(request: Request, tenant: str, name: str, who: Writer) -> 
     for key in ("payload", "merge_payload"):
         if key in body and not isinstance(body[key], dict):
             raise InvalidInput(key, "must be a JSON object")
-    async with state_of(request).pool.store(who.scope) as store:
+    given_input = body.get("payload") is not None or body.get("merge_payload") is not None
+    # the payload is checked under a budget
+    async with (
+        audited(request, who, tenant, name),
+        state_of(request).pool.store(who.scope) as store,
+    ):
         async with store.transaction():
+            runnable(await store.get(name, tenant), given_input)
             queued = await store.inputs.trigger(
                 name,
                 tenant,
@@ -312,7 +349,8 @@ async def trigger_job(request: Request, tenant: str, name: str, who: Writer) -> 
                 merge_payload=body.get("merge_payload"),
                 slot=slot,
             )
-            await record(store, who, "trigger", tenant, name, f"{queued.origin} {iso(queued.slot)}")
+            detail = f"{queued.origin} {iso(queued.slot)}"
+            await record(store, who, "trigger", tenant, name, detail)
         details: dict[str, Any] = await store.details(name, tenant)
     return {**details, "queued": queued.to_json()}
 

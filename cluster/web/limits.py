@@ -113,9 +113,11 @@ PING_WINDOW_S = 60.0
 
 
 class PingRate:
-    """Pings (``/api/ping/...``, no API token) per source address and per presented ping
-    token, known or not, in a sliding window: past either limit, 429 and nothing read or
-    written. A flood from one address, or of one token from many, costs no database work."""
+    """Pings (``/api/ping/...``, no API token) in a sliding window, counted apart: each
+    presented token, known or not, against its own limit before any database work; and
+    per source address only the pings whose token no job has. Past either limit, 429. So
+    a flood of guesses from one address (a NAT, a proxy) never locks out the valid pings
+    that come from it, and each valid token is limited on its own."""
 
     def __init__(
         self,
@@ -126,19 +128,18 @@ class PingRate:
         self.tokens = FailureLimiter(per_token, window_s)
         self.sources = FailureLimiter(per_source, window_s)
 
-    def refused(self, source: str, token_key: str, now: float | None = None) -> float | None:
-        """Count one ping; the seconds to wait if its source or token is past its limit."""
+    def refused(self, token_key: str, now: float | None = None) -> float | None:
+        """Count one ping of a token; the seconds to wait if it is past its limit."""
         now = time.monotonic() if now is None else now
-        waits = [
-            wait
-            for wait in (
-                self.sources.retry_after_s(source, now),
-                self.tokens.retry_after_s(token_key, now),
-            )
-            if wait is not None
-        ]
-        if waits:
-            return max(waits)
+        wait = self.tokens.retry_after_s(token_key, now)
+        if wait is None:
+            self.tokens.failed(token_key, now)
+        return wait
+
+    def unknown(self, source: str, now: float | None = None) -> float | None:
+        """Count a ping from ``source`` whose token no job has; the seconds to wait if the
+        source was past its limit of those already."""
+        now = time.monotonic() if now is None else now
+        wait = self.sources.retry_after_s(source, now)
         self.sources.failed(source, now)
-        self.tokens.failed(token_key, now)
-        return None
+        return wait

@@ -5,7 +5,8 @@ No API token: the ping token in the path is the credential, and it names one job
 start, ``/fail`` a failed end; the body is kept as the run's output (scrubbed, cut to the
 job's ``output_limit``). An unknown token and a malformed one get the same 404, after the
 same hash and lookup, so an answer never tells whether a job exists. Rate-limited per
-source and per token before any database work (``cluster.web.limits.PingRate``).
+token before any database work, and per source for unknown tokens only
+(``cluster.web.limits.PingRate``): guesses from a NAT never lock out its valid pings.
 """
 
 from __future__ import annotations
@@ -34,15 +35,12 @@ async def _ping(request: Request, token: str, kind: str) -> dict[str, Any]:
     state = state_of(request)
     token = token[:MAX_TOKEN_CHARS]
     key = hashlib.sha256(token.encode("utf-8", "replace")).hexdigest()[:16]
-    wait_s = state.pings.refused(source_of(request), key)
-    if wait_s is not None:
-        raise HTTPException(
-            429, "too many pings; try again later", headers={"Retry-After": str(int(wait_s) + 1)}
-        )
+    _limit(state.pings.refused(key))
     body = await request.body()
     async with state.pool.store() as store:
         ping = await store.ping(token, kind, body)
     if ping is None:
+        _limit(state.pings.unknown(source_of(request)))
         raise HTTPException(404, NOT_FOUND)
     logger.info(
         "%s ping for slot %s: %s",
@@ -52,6 +50,13 @@ async def _ping(request: Request, token: str, kind: str) -> dict[str, Any]:
         extra={"event": "ping", "job": ping.job.name, "tenant": ping.job.tenant},
     )
     return {"status": ping.outcome, "slot": ping.slot.isoformat()}
+
+
+def _limit(wait_s: float | None) -> None:
+    if wait_s is not None:
+        raise HTTPException(
+            429, "too many pings; try again later", headers={"Retry-After": str(int(wait_s) + 1)}
+        )
 
 
 @router.api_route("/api/ping/{path:path}", methods=["POST", "GET"])

@@ -5,6 +5,7 @@ writes its revision under the token's name and its audit row in one transaction.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from fastapi import APIRouter, Query, Request
@@ -52,7 +53,7 @@ async def rollback_job(request: Request, tenant: str, name: str, who: Writer) ->
     async with state_of(request).pool.store(who.scope) as store:
         spec = await store.revisions.spec_at(name, tenant, to)
     # Restored like any job the API writes: its handler admitted by today's allow-list.
-    (spec,) = await admitted(request, who, [spec])
+    (spec,) = await admitted(request, who, [replace(spec, api_run=True)])
     (spec,) = await api_targets(request, [spec])
     async with state_of(request).pool.store(who.scope, actor=who.name) as store:
         async with store.transaction():

@@ -6,6 +6,7 @@ nothing written and no secret in any response, row or log. The list is in docs/s
 from __future__ import annotations
 
 import json
+import secrets
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -101,11 +102,26 @@ def test_a_ping_flood_is_throttled_per_token_and_per_source(api: Api, tmp_path: 
         assert codes == [200] * 5 + [429] * 3
         refused = client.post(f"/api/ping/{token}")
         assert int(refused.headers["Retry-After"]) >= 1
-        # Guesses from one address: past the source's limit, 429 before any lookup.
-        # A refused ping is not counted: the source has 5 so far, 7 more reach its 12.
-        guesses = [client.post(f"/api/ping/{'G' * 42}{i}").status_code for i in range(8)]
-        assert guesses == [404] * 7 + [429]
+        # Guesses from one address: only unknown tokens count against it, 12 a minute.
+        guesses = [client.post(f"/api/ping/{'G' * 42}{i}").status_code for i in range(14)]
+        assert guesses == [404] * 12 + [429] * 2
     assert len(runs_of(api, "flooded")) == 1  # one slot, one run row
+
+
+def test_a_flood_of_random_tokens_from_one_address_does_not_429_a_valid_ping(
+    api: Api, tmp_path: Path
+) -> None:
+    """Behind one NAT, a flood of guesses must not make the watch job of a cron beside it
+    look late: the valid token is counted on its own, never against the address."""
+    token = watch_job(api, "behind-nat")
+    with (
+        web_process(api.settings, tmp_path, "--ping-source-limit", "20") as web,
+        web.client() as client,
+    ):
+        flood = [client.post(f"/api/ping/{secrets.token_urlsafe(32)}") for _ in range(40)]
+        assert {a.status_code for a in flood} == {404, 429}
+        assert client.post(f"/api/ping/{token}").status_code == 200
+    assert len(runs_of(api, "behind-nat")) == 1
 
 
 def test_a_ping_to_a_non_watch_jobs_id_or_name_is_404_and_changes_nothing(api: Api) -> None:

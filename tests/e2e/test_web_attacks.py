@@ -150,6 +150,27 @@ def test_a_shell_argv_no_pattern_token_covers_is_refused(api: Api) -> None:
         refused(api, "acme", {"shell": {"argv": ["/bin/sh", "-c", "env"]}}, 403)
 
 
+@pytest.mark.parametrize(
+    ("entry", "handler", "status"),
+    [
+        ("/usr/bin/find /data -maxdepth 1 **",
+         "shell:/usr/bin/find /data -maxdepth 1 -fprintf /tmp/pwned %p", 403),
+        ("/bin/cat /data/backups/*", "shell:/bin/cat /data/backups/../admin-token", 403),
+        ("/opt/backup/run *", "shell:/opt/backup/run --config=/tmp/evil.conf", 403),
+        ("/opt/backup/run *", {"shell": {"argv": ["/opt/backup/run", ""]}}, 422),
+        ("/opt/backup/run *", {"shell": {"argv": ["/opt/backup/run", "two words"]}}, 422),
+    ],
+    ids=["find-fprintf", "dot-dot", "config-option", "empty-argument", "token-with-spaces"],
+)  # fmt: skip
+def test_argv_globs_never_pass_options_dot_segments_or_empty_arguments(
+    api: Api, entry: str, handler: Any, status: int
+) -> None:
+    """A glob stands for a value: never an option (unless written as one), never a path
+    out of its folder, never an empty or blank argument; an API argv token is one word."""
+    with allowed(api, f"shell:{entry}"):
+        refused(api, "write", handler, status)
+
+
 def test_wildcards_never_allow_python_callables(api: Api) -> None:
     with pytest.raises(InvalidInput):
         api.set_config("api.handlers", "*:*")
@@ -206,6 +227,20 @@ def test_userinfo_and_dot_segments_in_a_url_are_refused(api: Api) -> None:
         refused(api, "acme", "http:POST https://hooks.example.com@evil.io/billing/", 422)
         refused(api, "acme", "http:POST https://hooks.example.com:443@evil.io/billing/", 422)
         refused(api, "acme", "http:POST https://hooks.example.com/billing/../admin", 422)
+
+
+@pytest.mark.parametrize(
+    "header", ["Host", "X-Forwarded-For", "Forwarded", "X-Real-IP", "Transfer-Encoding"]
+)
+def test_a_job_cannot_choose_its_host_or_forwarding_headers(api: Api, header: str) -> None:
+    """The allow-list names an address; a shared ingress routes by Host, and proxies trust
+    X-Forwarded-*: a job could reach another virtual host or pass as another client."""
+    handler = {
+        "http": {"url": "https://hooks.example.com/x", "headers": {header: "admin.internal"}}
+    }
+    with allowed(api, "http:POST https://hooks.example.com/"):
+        answer = refused(api, "write", handler, 422)
+    assert header in answer.json()["message"] and "\n" not in answer.json()["message"]
 
 
 def test_an_allowed_shell_job_runs_without_the_nodes_secrets(
@@ -307,8 +342,10 @@ def test_the_metadata_address_is_refused_even_with_link_local_allowed(
 
 
 @pytest.mark.parametrize(
-    "host", ["localhost", "2130706433", "0x7f.1", "0x7f000001", "[::ffff:127.0.0.1]"]
-)
+    "host",
+    ["localhost", "2130706433", "0x7f.1", "0x7f000001", "[::ffff:127.0.0.1]",
+     "[::ffff:0:7f00:1]", "[64:ff9b:1:7f00:0:100::]"],
+)  # fmt: skip
 def test_loopback_by_name_and_by_other_spellings_is_refused(
     api: Api, egress_node: Nodes, host: str
 ) -> None:
@@ -1289,3 +1326,156 @@ def test_an_assert_holding_python_is_refused_and_nothing_is_written(api: Api) ->
     assert fields == ["assert", "assert", "assert", "expect_min", "deadline", "assert_fails"]
     assert written(api) == before
     assert_no_secret(api, answers, *api.tokens.values())
+
+
+# --- Who may run and feed what ----------------------------------------------------------
+
+
+def test_a_write_token_cannot_run_feed_or_rerun_a_job_written_outside_the_api(api: Api) -> None:
+    """A job of the CLI, a file or a Registry ran only what the operator wrote: a token may
+    trigger, rerun or backfill it only when it opts in (api_run), and feed it a payload only
+    when it also has a payload_schema."""
+    cli_job = JobSpec.build("operator-job", "@hourly", "shell:/usr/local/bin/rotate-keys")
+    _operator_writes(api, cli_job)
+    slot = "2026-01-01T00:00:00+00:00"
+    try:
+        before = (written(api), flights_and_backfills(api))
+        with api.as_("write") as client:
+            path = "/api/jobs/default/operator-job"
+            answers = [
+                client.post(f"{path}/trigger"),
+                client.post(f"{path}/trigger", json={"payload": {"cmd": "x"}}),
+                client.post(f"{path}/trigger", json={"merge_payload": {"cmd": "x"}}),
+                client.post(f"{path}/trigger", json={"slot": slot}),
+                client.post(f"{path}/backfill", json={"from": slot, "to": slot}),
+            ]
+            for answer in answers:
+                assert answer.status_code == 403, answer.text
+                assert answer.json()["field"] == "api_run"
+            assert (written(api), flights_and_backfills(api)) == before
+            # The operator opts in: a trigger runs it; a payload still needs a schema.
+            _operator_writes(api, replace(cli_job, api_run=True))
+            assert client.post(f"{path}/trigger").status_code == 200
+            fed = client.post(f"{path}/trigger", json={"payload": {"cmd": "x"}})
+            assert fed.status_code == 422 and fed.json()["field"] == "payload", fed.text
+            schema = {"type": "object", "properties": {"cmd": {"enum": ["x"]}}}
+            _operator_writes(api, replace(cli_job, api_run=True, payload_schema=schema))
+            fed = client.post(f"{path}/trigger", json={"payload": {"cmd": "x"}})
+            assert fed.status_code == 200, fed.text
+    finally:
+        with api.as_("admin") as admin:
+            admin.delete("/api/jobs/default/operator-job")
+
+
+# --- Bounded checks -----------------------------------------------------------------------
+
+
+def exponential_schema(levels: int) -> dict[str, Any]:
+    """The issue's 1.2 KB schema: ``levels`` of anyOf over two $refs of the level below."""
+    defs: dict[str, Any] = {"d0": {"type": "string"}}
+    for i in range(1, levels + 1):
+        ref = {"$ref": f"#/$defs/d{i - 1}"}
+        defs[f"d{i}"] = {"anyOf": [ref, dict(ref)]}
+    return {"$defs": defs, "type": "object", "properties": {"x": {"$ref": f"#/$defs/d{levels}"}}}
+
+
+def test_a_schema_outside_the_bounded_dialect_is_422_and_writes_nothing(api: Api) -> None:
+    schemas = [
+        exponential_schema(15),
+        {"$defs": {"a": {"$ref": "#/$defs/a"}}, "$ref": "#/$defs/a"},
+        {"type": "object", "properties": {"a": {"type": "string", "pattern": "^(a+)+$"}}},
+        {"type": "object", "properties": {"a": {"type": "array", "uniqueItems": True}}},
+    ]
+    with allowed(api, GATED), api.as_("write") as client:
+        before = written(api)
+        for schema in schemas:
+            answer = client.post("/api/jobs", json={**INPUT_JOB, "payload_schema": schema})
+            assert answer.status_code == 422, answer.text
+            assert answer.json()["field"] == "payload_schema"
+        assert written(api) == before
+
+
+def test_a_payload_nested_500_deep_is_422_and_an_older_one_does_not_break_the_list(
+    api: Api,
+) -> None:
+    deep: dict[str, Any] = {}
+    for _ in range(500):
+        deep = {"a": deep}
+    with allowed(api, GATED), api.as_("write") as client:
+        before = written(api)
+        answer = client.post("/api/jobs", json={**INPUT_JOB, "name": "deep", "payload": deep})
+        assert answer.status_code == 422, answer.text
+        assert "nested" in answer.json()["message"]
+        assert written(api) == before
+        # One stored by an older release: the admin's list and the job's page still answer.
+        assert client.post("/api/jobs", json={**INPUT_JOB, "name": "deep"}).status_code == 201
+        try:
+            api.sql(
+                "UPDATE jobs SET payload = %s::jsonb, payload_schema = NULL WHERE name = 'deep'",
+                (json.dumps(deep),),
+            )
+            with api.as_("admin") as admin:
+                listed = admin.get("/api/jobs")
+                assert listed.status_code == 200, listed.text
+                shown = admin.get("/api/jobs/default/deep")
+                assert shown.status_code == 200, shown.text
+                assert "nested deeper" in json.dumps(shown.json()["payload"])
+        finally:
+            client.delete("/api/jobs/default/deep")
+
+
+def test_240_nested_parentheses_in_an_assert_are_422(api: Api) -> None:
+    text = "(" * 240 + "rows > 0" + ")" * 240
+    body = {"name": "nested", "schedule": "@hourly", "handler": GATED, "assert": text}
+    with allowed(api, GATED), api.as_("write") as client:
+        before = written(api)
+        answer = client.post("/api/jobs", json=body)
+    assert answer.status_code == 422, answer.text
+    assert answer.json()["field"] == "assert"
+    assert written(api) == before
+
+
+def worst_schema() -> dict[str, Any]:
+    """The slowest schema the dialect lets through that we found: each item of a long
+    array tried against every branch of anyOf over $refs, near the cap on subschemas."""
+    defs: dict[str, Any] = {"d0": {"type": "object", "required": ["never"]}}
+    for i in range(1, 6):
+        ref = {"$ref": f"#/$defs/d{i - 1}"}
+        defs[f"d{i}"] = {"anyOf": [ref, dict(ref), {"type": "integer"}]}
+    items = {"$ref": "#/$defs/d5"}
+    return {"$defs": defs, "type": "object", "properties": {"x": {"type": "array", "items": items}}}
+
+
+def test_health_answers_while_the_worst_payload_is_checked(api: Api) -> None:
+    """A write token's slowest request (the worst schema in the dialect, a payload near
+    1 MiB) never holds the event loop: /api/health answers while it is handled, and the
+    check ends at its budget with a 422 the audit trail records."""
+    job = {**INPUT_JOB, "name": "worst", "payload": {}, "payload_schema": worst_schema()}
+    with allowed(api, GATED), api.as_("write") as client:
+        assert client.post("/api/jobs", json=job).status_code == 201, "the schema is allowed"
+    try:
+        audited = count(api, "SELECT count(*) FROM api_audit WHERE action = 'refused'")
+        queued = flights_and_backfills(api)
+        payload = {"x": [1.5] * 150_000}
+        with (
+            ThreadPoolExecutor(1) as pool,
+            api.web.client() as health,
+            api.as_("write") as client,
+        ):
+            slow = pool.submit(
+                client.post, "/api/jobs/default/worst/trigger", json={"payload": payload}
+            )
+            answered_during = 0
+            while not slow.done():
+                assert health.get("/api/health").status_code == 200
+                answered_during += 0 if slow.done() else 1
+            answer = slow.result()
+        assert answer.status_code == 422, answer.text
+        assert "budget" in answer.json()["message"]
+        assert answered_during > 0, "health answered while the payload was being checked"
+        refusals = count(api, "SELECT count(*) FROM api_audit WHERE action = 'refused'")
+        assert refusals == audited + 1
+        assert flights_and_backfills(api) == queued
+    finally:
+        with api.as_("admin") as admin:
+            admin.delete("/api/jobs/default/worst")

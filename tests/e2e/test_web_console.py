@@ -387,11 +387,11 @@ def test_the_jobs_list_and_page_show_each_jobs_health(console: Console, tmp_path
         async with JobStore.open(settings) as store:
             await store.definitions.add(
                 JobSpec.build("hasty", "0 3 * * *", "cluster.chaos.witness:record",
-                              expect_min="1h")
+                              expect_min="1h", api_run=True)
             )  # fmt: skip
             await store.definitions.add(
                 JobSpec.build("counted", "0 3 * * *", "tests.e2e.alert_handlers:counts",
-                              payload={"rows": 0}, asserts="rows > 0")
+                              payload={"rows": 0}, asserts="rows > 0", api_run=True)
             )  # fmt: skip
 
     asyncio.run(create())

@@ -34,6 +34,14 @@ BAD_ADD = [
     (["shell:backup", "--env", "PULSE_DATABASE_URL"], "env"),
     (["shell:backup", "--env", "NOT-A-NAME"], "env"),
     (['shell:{"argv": []}'], "handler.shell.argv"),
+    (
+        ['http:{"url": "https://e.com", "headers": {"Host": "admin.internal"}}'],
+        "handler.http.headers",
+    ),
+    (
+        ['http:{"url": "https://e.com", "headers": {"X-Forwarded-For": "10.0.0.1"}}'],
+        "handler.http.headers",
+    ),
 ]
 
 

@@ -25,6 +25,7 @@ DEFAULTS = {
     "api.handlers": "",
     "api.env": "",
     "egress.allow": "",
+    "egress.nat64": "",
     "api.http_body": "drop",
     "celery.brokers": "",
     "smtp.host": "",

@@ -81,6 +81,7 @@ BAD = [
     (["--assert", "rows >"], "assert"),
     (["--assert", "Rows > 0"], "assert"),
     (["--assert", "rows > 0; rm -rf /"], "assert"),
+    (["--assert", "(" * 240 + "rows > 0" + ")" * 240], "assert"),
     (["--assert-fails"], "assert_fails"),
 ]
 

@@ -296,3 +296,31 @@ def test_pulse_init_refuses_an_edited_migration(settings: ClusterSettings) -> No
     assert len(err.splitlines()) == 1, err
     assert "014_tenant_limits.sql was edited" in err and "new migration" in err, err
     assert versions(settings) == before
+
+
+async def test_the_jobs_the_api_wrote_may_still_be_run_over_it_after_0_3_0(
+    settings: ClusterSettings,
+) -> None:
+    """``0.3.0_pre_api_run``: a job whose newest revision the API wrote gets ``api_run``
+    (it could be triggered over the API before), one of the CLI does not."""
+    before = [m for m in available() if m.name != "0.3.0_pre_api_run"]
+    assert len(before) == len(available()) - 1
+    conn = await connect(settings, "init")
+    try:
+        await migrate(conn, settings.schema, 16, before)
+        with psycopg.connect(settings.database_url, autocommit=True) as owner:
+            owner.execute(f"SET search_path TO {settings.schema}")
+            for name, how in (("from-api", "api"), ("from-cli", "cli")):
+                owner.execute("SELECT set_config('pulse.who', 'x', false)")
+                owner.execute("SELECT set_config('pulse.how', %s, false)", (how,))
+                owner.execute(
+                    "INSERT INTO jobs (id, name, schedule, handler, shard_id, next_run_at,"
+                    " slot_at) VALUES (gen_random_uuid(), %s, '@hourly', 'shell:true', 0,"
+                    " now(), now())",
+                    (name,),
+                )
+        await migrate(conn, settings.schema)
+    finally:
+        await conn.close()
+    found = fetch(settings, f"SELECT name, api_run FROM {settings.schema}.jobs ORDER BY name")
+    assert found == [("from-api", True), ("from-cli", False)]

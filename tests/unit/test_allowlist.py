@@ -70,8 +70,40 @@ def test_shell_patterns_match_argv_token_by_token() -> None:
     assert not allowed.allows_shell(("/opt/backup/run", "a", "b"))
     assert not allowed.allows_shell(("/opt/backup/runner", "a")), "the program is literal"
     assert allowed.allows_shell(("/usr/bin/report", "--day", "1"))
-    assert allowed.allows_shell(("/usr/bin/report", "--day", "1", "--x", "y"))
+    assert allowed.allows_shell(("/usr/bin/report", "--day", "1", "x", "y"))
     assert not allowed.allows_shell(("/usr/bin/report", "--day"))
+
+
+FIND = ("/usr/bin/find", "/data", "-maxdepth", "1")
+
+
+@pytest.mark.parametrize(
+    ("entry", "argv"),
+    [
+        ("/usr/bin/find /data -maxdepth 1 **", (*FIND, "-fprintf", "/tmp/x", "%p")),
+        ("/opt/backup/run *", ("/opt/backup/run", "--config=/tmp/evil.conf")),
+        ("/opt/backup/run ?*", ("/opt/backup/run", "-x")),
+        ("/bin/cat /data/backups/*", ("/bin/cat", "/data/backups/../admin-token")),
+        ("/bin/cat /data/backups/*", ("/bin/cat", "/data/backups/./x/../../admin-token")),
+        ("/opt/backup/run *", ("/opt/backup/run", "")),
+        ("/opt/backup/run *", ("/opt/backup/run", " ")),
+        ("/opt/backup/run **", ("/opt/backup/run", "")),
+    ],
+    ids=["find", "config", "one-char", "dot-dot", "dot", "empty", "blank", "empty-rest"],
+)
+def test_globs_never_match_options_dot_segments_or_empty_arguments(
+    entry: str, argv: tuple[str, ...]
+) -> None:
+    assert not parse(f"shell:{entry}").allows_shell(argv)
+
+
+def test_options_match_only_globs_written_as_options_and_dash_dash_may_be_pinned() -> None:
+    allowed = parse("shell:/opt/backup/run --level=* -- *,shell:/bin/cat /data/backups/*")
+    assert allowed.allows_shell(("/opt/backup/run", "--level=3", "--", "nightly"))
+    assert not allowed.allows_shell(("/opt/backup/run", "--level=3", "nightly"))
+    assert not allowed.allows_shell(("/opt/backup/run", "--level=3", "--", "-rf"))
+    assert allowed.allows_shell(("/bin/cat", "/data/backups/2026-01-01.tar"))
+    assert allowed.allows_shell(("/bin/cat", "/data/backups/a..b"))
 
 
 def test_http_entries_are_parsed_into_parts() -> None:

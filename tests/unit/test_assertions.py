@@ -43,6 +43,8 @@ def test_checks_parse_to_a_canonical_text(text: str, canonical: str) -> None:
         ("rows > 0 not errors > 1", "unexpected 'not'"),
         (" or ".join(["a > 1"] * (MAX_CHECKS + 1)), f"at most {MAX_CHECKS} comparisons"),
         ("a > 1 " + "x" * 600, "longer than 500"),
+        ("(" * 240 + "a > 1" + ")" * 240, "parentheses nested"),
+        ("(" * 17 + "a > 1" + ")" * 17, "more than 16 parentheses nested"),
     ],
 )
 def test_bad_checks_are_refused_naming_the_field(text: str, problem: str) -> None:

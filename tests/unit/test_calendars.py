@@ -6,8 +6,10 @@ from __future__ import annotations
 from datetime import UTC, date, datetime
 
 import pytest
+from dateutil.rrule import rrulestr  # type: ignore[import-untyped]
 
 from cluster.errors import InvalidInput
+from cluster.timing import icsdates
 from cluster.timing.calendars import (
     Calendar,
     format_weekdays,
@@ -180,3 +182,43 @@ def test_a_calendar_of_weekday_rules_and_dates_in_any_form() -> None:
     sun_thu = Calendar.of("il", "sun-thu")
     assert next_business_day(sun_thu, date(2026, 12, 3)) == date(2026, 12, 6)  # Thu -> Sun
     assert nth_business_day(sun_thu, 2026, 12, -1) == date(2026, 12, 31)
+
+
+def _feed(*events: str) -> str:
+    body = "".join(
+        f"BEGIN:VEVENT\nUID:{n}@test\nSUMMARY:e{n}\n{event}\nEND:VEVENT\n"
+        for n, event in enumerate(events)
+    )
+    return f"BEGIN:VCALENDAR\nVERSION:2.0\nPRODID:-//Pulse//test//EN\n{body}END:VCALENDAR\n"
+
+
+def test_an_ics_feed_walks_its_rules_within_one_budget_per_file(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Many events each under the walk limit: a feed of them is bounded like one rule."""
+    monkeypatch.setattr(icsdates, "MAX_WALK", 2000)
+    monthly = "DTSTART;VALUE=DATE:20000101\nRRULE:FREQ=MONTHLY"  # 732 occurrences to 2060
+    assert len(ics_dates(_feed(monthly, monthly))) == 732
+    with pytest.raises(InvalidInput, match="recur over more than 2000 dates"):
+        ics_dates(_feed(monthly, monthly, monthly))
+
+
+def test_an_ics_rule_is_walked_from_the_horizon_not_from_its_start(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(icsdates, "MAX_WALK", 5000)
+    rules = ["FREQ=DAILY", "FREQ=DAILY;INTERVAL=3", "FREQ=WEEKLY;INTERVAL=2", "FREQ=YEARLY",
+             "FREQ=MONTHLY;INTERVAL=5", "FREQ=HOURLY;INTERVAL=7;BYHOUR=9"]  # fmt: skip
+    for rule in rules:
+        old = f"DTSTART;VALUE=DATE:19500103\nRRULE:{rule};UNTIL=20101231"
+        dates = ics_dates(_feed(old))
+        walked = rrulestr(f"RRULE:{rule};UNTIL=20101231", dtstart=datetime(1950, 1, 3))
+        expected = {d.date() for d in walked if d >= datetime(2000, 1, 1)}
+        assert dates == expected, rule
+
+
+def test_a_long_event_recurring_daily_stops_at_the_cap_on_dates() -> None:
+    """A year-long event every day would make millions of dates before any cap on the set."""
+    yearly = "DTSTART;VALUE=DATE:20000101\nDTEND;VALUE=DATE:20001231\nRRULE:FREQ=DAILY"
+    with pytest.raises(InvalidInput, match="more than 200000 dates before 2060"):
+        ics_dates(_feed(yearly))

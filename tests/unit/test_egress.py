@@ -15,6 +15,7 @@ from cluster.config.egress import (
     canonical_body,
     classify,
     literal_address,
+    parse_nat64,
     parse_networks,
     refused_message,
 )
@@ -64,6 +65,11 @@ REFUSED = [
     ("64:ff9b::a9fe:a9fe", "metadata"),
     ("2002:7f00:1::1", "loopback"),
     ("2002:c0a8:101::1", "private"),
+    ("::ffff:0:7f00:1", "loopback"),  # SIIT's IPv4-translated form
+    ("::ffff:0:a9fe:a9fe", "metadata"),
+    ("64:ff9b:1:7f00:0:100::", "loopback"),  # local-use NAT64, RFC 6052's /48 layout
+    ("64:ff9b:1:808:0:808::", "reserved"),  # carries 8.8.8.8, but only the operator's opens it
+    ("100::1", "reserved"),  # discard-only
 ]
 PUBLIC = ["8.8.8.8", "1.1.1.1", "93.184.216.34", "172.32.0.1", "100.128.0.1", "169.255.0.1",
           "2606:4700:4700::1111", "::ffff:8.8.8.8", "2002:808:808::1"]  # fmt: skip
@@ -121,6 +127,19 @@ def test_egress_allow_opens_its_networks_and_only_them() -> None:
     assert policy.refusal(ipaddress.ip_address("127.0.0.1")) is None
     assert policy.refusal(ipaddress.ip_address("::ffff:127.0.0.1")) is None  # the same host
     assert policy.refusal(ipaddress.ip_address("::1")) == "loopback"  # IPv6 not opened
+
+
+def test_the_operators_nat64_prefix_is_judged_by_the_address_it_carries() -> None:
+    policy = EgressPolicy(nat64=parse_nat64("64:ff9b:1:2::/96, 2001:db8:64::/64"))
+    assert policy.refusal(ipaddress.ip_address("64:ff9b:1:2::8.8.8.8")) is None
+    assert policy.refusal(ipaddress.ip_address("64:ff9b:1:2::127.0.0.1")) == "loopback"
+    assert policy.refusal(ipaddress.ip_address("2001:db8:64:0:a9:fea9:fe00:0")) == "metadata"
+    assert policy.refusal(ipaddress.ip_address("64:ff9b:1:3::8.8.8.8")) is not None
+    assert EgressPolicy.from_config({"egress.nat64": "64:ff9b:1:2::/96"}).nat64 == policy.nat64[:1]
+    for bad in ("10.0.0.0/8", "64:ff9b:1::/50", "nonsense"):
+        with pytest.raises(InvalidInput) as caught:
+            parse_nat64(bad)
+        assert caught.value.field == "egress.nat64"
 
 
 def test_an_ipv6_network_never_opens_the_ipv4_address_it_carries() -> None:

@@ -74,6 +74,9 @@ def test_celery_mapping_and_cli_options() -> None:
         with_celery_options("shell:x", None, True)
 
 
+REFUSED = ["Host", "forwarded", "X-Forwarded-For", "X-Forwarded-Host", "X-Real-IP", "Via",
+           "Proxy-Authorization", "Connection", "TE", "Upgrade", "Content-Length",
+           "Transfer-Encoding"]  # fmt: skip
 BAD: list[tuple[Any, str]] = [
     ("http:FETCH https://e.com", "handler.http.method"),
     ("http:POST ftp://e.com/x", "handler.http.url"),
@@ -85,6 +88,10 @@ BAD: list[tuple[Any, str]] = [
     ({"http": {"url": "https://e.com", "ok_status": [True]}}, "handler.http.ok_status"),
     ({"http": {"url": "https://e.com", "headers": {"bad name": "x"}}}, "handler.http.headers"),
     ({"http": {"url": "https://e.com", "headers": {"A": "x\ny"}}}, "handler.http.headers.A"),
+    *[
+        ({"http": {"url": "https://e.com", "headers": {name: "x"}}}, "handler.http.headers")
+        for name in REFUSED
+    ],
     ({"http": {"url": "https://e.com", "timeout": "1h"}}, "handler.http.timeout"),
     ({"http": {"url": "https://e.com", "colour": "red"}}, "handler.http.colour"),
     ({"http": "https://e.com"}, "handler.http"),

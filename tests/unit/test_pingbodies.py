@@ -5,6 +5,9 @@ from __future__ import annotations
 
 from urllib.parse import quote
 
+import pytest
+
+from cluster.jobs import pingbodies
 from cluster.jobs.pingbodies import MASK, kept, scrubbed
 
 TOKEN = "AbC-def_ghi" + "x" * 32
@@ -60,3 +63,20 @@ def test_nothing_kept_for_an_empty_body_or_a_zero_limit_and_nul_is_replaced() ->
 def test_a_secret_split_by_the_cut_was_hidden_before_it() -> None:
     body = f"{TOKEN} tail".encode()
     assert kept(body, TOKEN, 8) == f"{MASK} tail"[-8:]
+
+
+def test_only_what_can_be_kept_and_a_margin_before_it_is_scrubbed(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The scrubber's work is bounded by the job's output_limit, not by the 1 MiB body."""
+    seen: list[int] = []
+
+    def measured(text: str, token: str) -> str:
+        seen.append(len(text))
+        return scrubbed(text, token)
+
+    monkeypatch.setattr(pingbodies, "scrubbed", measured)
+    body = b"x" * (1024 * 1024 - 21) + b" PASSWORD=hunter2 end"
+    text = pingbodies.kept(body, TOKEN, 100)
+    assert seen == [100 + pingbodies.SCRUB_MARGIN]
+    assert text is not None and text.endswith("PASSWORD=*** end")

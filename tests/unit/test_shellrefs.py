@@ -80,6 +80,19 @@ def test_shell_syntax_is_refused_over_the_api(command: str) -> None:
 
 
 def test_a_plain_command_is_split_into_argv() -> None:
-    found = shellrefs.split_for_api(ShellCommand(command="/opt/backup/run 'two words' -v"))
-    assert found == ShellCommand(argv=("/opt/backup/run", "two words", "-v"))
-    assert found.encode() == 'shell:{"argv":["/opt/backup/run","two words","-v"]}'
+    found = shellrefs.split_for_api(ShellCommand(command="/opt/backup/run 'one-word' -v"))
+    assert found == ShellCommand(argv=("/opt/backup/run", "one-word", "-v"))
+    assert found.encode() == 'shell:{"argv":["/opt/backup/run","one-word","-v"]}'
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [("/opt/backup/run", ""), ("/opt/backup/run", " "), ("/opt/backup/run", "two words")],
+    ids=["empty", "blank", "spaces"],
+)
+def test_an_api_argv_token_is_one_non_empty_word(argv: tuple[str, ...]) -> None:
+    with pytest.raises(InvalidInput) as caught:
+        shellrefs.split_for_api(ShellCommand(argv=argv))
+    assert caught.value.field == "handler"
+    with pytest.raises(InvalidInput):
+        shellrefs.split_for_api(ShellCommand(command="/opt/backup/run 'two words'"))

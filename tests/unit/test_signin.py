@@ -11,8 +11,8 @@ import pytest
 from cluster.cli.web import parse_proxies
 from cluster.errors import InvalidInput
 from cluster.timing.expiry import Expiry, parse_expiry
-from cluster.web.bodies import parse_json
-from cluster.web.limits import FailureLimiter, SignInThrottle, prefix_of
+from cluster.web.bodies import MAX_BODY_DEPTH, parse_json
+from cluster.web.limits import FailureLimiter, PingRate, SignInThrottle, prefix_of
 from cluster.web.server import is_loopback
 from cluster.web.tokens import csrf_matches, csrf_token, new_session_id
 
@@ -112,3 +112,22 @@ def test_proxies_are_addresses_or_networks() -> None:
 def test_only_a_loopback_bind_leaves_the_cookie_without_secure() -> None:
     assert is_loopback("127.0.0.1") and is_loopback("::1") and is_loopback("localhost")
     assert not is_loopback("0.0.0.0") and not is_loopback("10.1.2.3")
+
+
+def test_only_unknown_ping_tokens_count_against_their_source() -> None:
+    rate = PingRate(per_token=3, per_source=5)
+    for i in range(20):  # guesses: each its own token, all from one address
+        assert rate.refused(f"guess{i}", now=i / 100) is None
+        wait = rate.unknown("10.0.0.1", now=i / 100)
+        assert (wait is None) == (i < 5)
+    # a valid token from the same address is counted on its own, under its own limit
+    assert [rate.refused("valid", now=1) for _ in range(4)][:3] == [None] * 3
+    assert rate.refused("valid", now=1) is not None
+
+
+def test_a_body_nested_too_deeply_is_one_line_of_422() -> None:
+    for depth in (MAX_BODY_DEPTH + 1, 500, 100_000):
+        with pytest.raises(InvalidInput) as caught:
+            parse_json("[" * depth + "]" * depth)
+        assert caught.value.field == "body" and "nested" in caught.value.problem
+    assert parse_json("[" * MAX_BODY_DEPTH + "]" * MAX_BODY_DEPTH) is not None

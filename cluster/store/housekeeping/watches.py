@@ -15,6 +15,7 @@ noted on that run, never filed under another slot (tests/integration/test_watch_
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import logging
 import secrets
@@ -97,7 +98,8 @@ async def record_ping(
     if row is None:
         return None
     job = Job.from_row(row)
-    kept = pingbodies.kept(body, token, job.output_limit)
+    # a body of up to 1 MiB, scrubbed off the event loop
+    kept = await asyncio.to_thread(pingbodies.kept, body, token, job.output_limit)
     output = None if kept is None else Jsonb({"stdout": kept})
     error = "the ping said it failed" if kind == "fail" else None
     if kind != "start" and row["ping_open"] is not None:  # the end of what a /start opened

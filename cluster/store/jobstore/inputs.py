@@ -14,11 +14,13 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
+from functools import partial
 from typing import Any
 
 from psycopg.types.json import Jsonb
 
 from cluster.errors import Conflict, InvalidInput
+from cluster.jobs.budgets import off_loop
 from cluster.jobs.fields import DEFAULT_TENANT, parse_payload
 from cluster.jobs.models import Job, JobStatus, iso
 from cluster.jobs.payloads import check_payload, merge_payload
@@ -95,7 +97,8 @@ class Inputs:
             job = await self._db.job("lock_job", name, tenant)
             if job.each_zone:  # its slots run as its children's, one per zone
                 raise InvalidInput("name", f"{name!r} runs one child job per zone: trigger one")
-            chosen = chosen_payload(job, payload, merge_payload)
+            # off the event loop: a schema may take a while (under pulse web's budget)
+            chosen = await off_loop(partial(chosen_payload, job, payload, merge_payload))
             stored = None if chosen is None else Jsonb(chosen)
             if slot is None:
                 params = {"job_id": job.id, "payload": stored, "now": now, "most": MAX_WAITING}

@@ -219,7 +219,9 @@ CREATE TABLE jobs (
     revision         integer NOT NULL DEFAULT 1,
     run_revision     integer,
     -- What the job is for, in the user's words (`--description`).
-    description      text
+    description      text,
+    -- API tokens may trigger, rerun and feed the job (the API sets it on the jobs it writes).
+    api_run          boolean NOT NULL DEFAULT false
 ) WITH (fillfactor = 80);
 
 -- The claim's due range, for every status: an index on a column the claim writes would
