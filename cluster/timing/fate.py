@@ -61,7 +61,7 @@ class TimeRules:
         """``slot`` as the rule decides it now (runs, moved, deferred, or skipped)."""
         if self.rule is None or self.schedule.at is not None:
             return Decision(slot, slot, True)
-        return self.rule.decide(self.schedule, slot)
+        return self.rule.decide_exactly(self.schedule, slot)
 
     def start(self, run: Decision) -> datetime:
         """When ``run`` starts: its (moved) start plus its slot's jitter; the far-future

@@ -90,6 +90,8 @@ def explain(
         else:
             count += 1
             steps.append(_ran(rules, decision, claimed))
+            if count >= runs:
+                break  # the slots skipped after the last run listed belong to the next
             onward = fate(rules, slot, claimed.start, ran=True)
         steps += [_skipped(rules, p.slot, p.reason, missed=p.missed) for p in onward.skips]
         slot = None if onward.next_start >= ENDED else onward.next_slot
