@@ -14,7 +14,7 @@ from datetime import datetime
 from typing import Any, NamedTuple, Protocol
 
 from cluster.errors import InvalidInput
-from cluster.jobs.models import Job, JobStatus, iso
+from cluster.jobs.models import Job, JobStatus, RunStatus, iso
 from cluster.timing.calendared import CalendarRule, Decision, jittered_start
 from cluster.timing.catchup import CatchUp
 from cluster.timing.fate import skipped_between
@@ -142,7 +142,7 @@ def explain_job(
 def _recorded(step: Step, record: Recorded) -> Step:
     why = f"recorded {record.status}" + (f": {record.last_error}" if record.last_error else "")
     notes = tuple(n for n in step.notes if n != record.last_error)
-    return Step(step.slot, step.start if record.status != "skipped" else None, record.status,
+    return Step(step.slot, step.start if record.status != RunStatus.SKIPPED else None, record.status,
                 (*notes, why))  # fmt: skip
 
 
