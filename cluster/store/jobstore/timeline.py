@@ -142,8 +142,8 @@ def explain_job(
 def _recorded(step: Step, record: Recorded) -> Step:
     why = f"recorded {record.status}" + (f": {record.last_error}" if record.last_error else "")
     notes = tuple(n for n in step.notes if n != record.last_error)
-    return Step(step.slot, step.start if record.status != RunStatus.SKIPPED else None, record.status,
-                (*notes, why))  # fmt: skip
+    start = None if record.status == RunStatus.SKIPPED else step.start
+    return Step(step.slot, start, record.status, (*notes, why))
 
 
 def outage_of(job: Job, start: datetime, end: datetime) -> list[Step]:
