@@ -16,10 +16,10 @@ from typing import TypeVar
 
 from cluster.jobs.models import RunStatus
 from cluster.store.lock.records import ClaimedJob, Completion, Skip
-from cluster.timing.calendared import CalendarRule, Decision
+from cluster.timing.calendared import CalendarRule
 from cluster.timing.catchup import CatchUp
 from cluster.timing.durations import format_duration
-from cluster.timing.fate import Fate, Passed, TimeRules, fate, on_time
+from cluster.timing.fate import Fate, Known, TimeRules, fate, on_time
 from cluster.timing.schedule import Schedule, parse_schedule
 from node.handlers.context import Outcome
 
@@ -44,7 +44,7 @@ V = TypeVar("V")
 
 _schedules: dict[tuple[str, str, str, str], Schedule] = {}
 _calendar_rules: dict[str, CalendarRule] = {}
-Memo = dict[datetime, tuple[Decision, tuple[Passed, ...]]]
+Memo = dict[datetime, Known]
 _memos: dict[tuple[str, str, str, str, str | None], Memo] = {}
 _rules: dict[tuple[object, ...], TimeRules] = {}
 

@@ -109,3 +109,13 @@ def test_a_one_off_runs_late_unless_skip_says_no() -> None:
     assert (done.runs, done.next_start) == (False, NEVER)
     assert done.reason is not None and "the one-off job is done" in done.reason
     assert on_time(rules(at), NINE).next_start == NEVER
+
+
+def test_a_triggered_slot_runs_now_whatever_the_calendar_or_a_window_says() -> None:
+    saturday = datetime(2031, 6, 7, 13, 21, 5, 123456, tzinfo=UTC)  # a trigger's slot
+    weekdays = rules(DAILY, CalendarRule(OFFICE))
+    triggered = fate(weekdays, saturday, saturday)
+    assert (triggered.runs, triggered.start) == (True, saturday)
+    assert triggered.next_slot == datetime(2031, 6, 9, 9, tzinfo=UTC)
+    window = deferring(saturday - H, saturday + H)
+    assert fate(rules(HOURLY, window), saturday, saturday).runs
