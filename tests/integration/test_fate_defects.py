@@ -85,6 +85,24 @@ async def test_a_window_over_the_next_slot_records_the_slots_it_covers(
     assert await drive(node, ELEVEN + 2 * H) == [ELEVEN + 2 * H]
 
 
+async def test_a_deferring_window_over_the_next_slot_runs_once_at_its_end(
+    store: JobStore, open_session: Opener
+) -> None:
+    await store.definitions.add(hourly(), now=T0)
+    end = ELEVEN + 2 * H
+    await store.windows.add(ELEVEN - timedelta(minutes=5), end, job="sync", defer=True, now=T0)
+    job = await store.get("sync")
+    assert (job.slot_at, job.next_run_at) == (ELEVEN, end)
+    node = await open_session("n1")
+    ran = await drive(node, end) + await drive(node, end)
+    assert ran == [end], "the deferred slots and the one at the end: one run"
+    runs = {r.scheduled_for: r for r in await store.runs(job="sync")}
+    assert [runs[s].status for s in (ELEVEN, ELEVEN + H, end)] == [
+        "skipped", "skipped", "succeeded"
+    ]  # fmt: skip
+    assert all("deferred to" in (runs[s].last_error or "") for s in (ELEVEN, ELEVEN + H))
+
+
 async def test_a_calendar_jobs_excluded_slots_are_recorded_and_explained(
     store: JobStore, open_session: Opener
 ) -> None:
