@@ -119,3 +119,14 @@ def test_a_triggered_slot_runs_now_whatever_the_calendar_or_a_window_says() -> N
     assert triggered.next_slot == datetime(2031, 6, 9, 9, tzinfo=UTC)
     window = deferring(saturday - H, saturday + H)
     assert fate(rules(HOURLY, window), saturday, saturday).runs
+
+
+def test_deferred_slots_of_a_jittered_job_run_once() -> None:
+    end = NINE + 3 * H + timedelta(minutes=30)
+    job = rules(
+        rule=deferring(NINE + timedelta(minutes=30), end), tenant="t", name="j", jitter_s=600.0
+    )
+    first = fate(job, NINE + H, end + timedelta(seconds=30))
+    assert not first.runs and first.next_slot == NINE + 3 * H
+    assert end <= first.next_start < end + timedelta(seconds=600)
+    assert fate(job, NINE + 3 * H, first.next_start).runs
