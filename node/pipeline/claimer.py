@@ -30,6 +30,7 @@ from datetime import datetime
 from cluster.errors import PulseError, StoreError
 from cluster.store.lock.records import ClaimedJob, Completion, Skip
 from cluster.store.lock.session import LockSession
+from cluster.timing.fate import Fate
 from node.pipeline.clock import DbClock
 from node.pipeline.completer import Completer, job_extra
 from node.pipeline.executor import Executor
@@ -159,19 +160,23 @@ class Claimer:
         self._flights_at = time.monotonic() + (0.0 if len(flights) >= limit else until_beat(wait_s))
 
     def _dispatch(self, job: ClaimedJob, now: datetime, verdict: str | None = None) -> None:
+        decided: Fate | None = None
+        skip: tuple[Completion, list[Skip]] | None = None
         try:
-            # The slot's fate, decided once (cluster.timing.fate). A gated slot claimed at
-            # its after-timeout, or whose upstream failed under after-failure skip, is
-            # recorded skipped (tests/integration/test_gates.py).
-            decided = claim_fate(job, now)
+            # A gated slot claimed at its after-timeout, or whose upstream failed under
+            # after-failure skip, is recorded skipped (tests/integration/test_gates.py);
+            # any other slot's fate is decided once, here (cluster.timing.fate).
             if verdict is not None:
-                self._skip(job, gate_skip(job, verdict, now))
-                return
+                skip = gate_skip(job, verdict, now)
+            else:
+                decided = claim_fate(job, now)
+                skip = None if decided.runs else skipped_at_claim(job, decided)
         except PulseError as exc:
             self._completer.reject(job, exc)
             return
-        if not decided.runs:
-            self._skip(job, skipped_at_claim(job, decided))
+        if skip is not None or decided is None:
+            assert skip is not None, "a gate's verdict is a skip"
+            self._skip(job, skip)
             return
         self._stats.fired += 1
         # Lag counts from the slot's start (moved, deferred, jittered).
