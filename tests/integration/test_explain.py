@@ -12,6 +12,7 @@ from datetime import UTC, datetime, timedelta
 from cluster.jobs.spec import JobSpec
 from cluster.settings import ClusterSettings
 from cluster.store.jobstore.store import JobStore
+from cluster.store.jobstore.timeline import stopped
 from node.pipeline.outcomes import after_run
 from tests.helpers.cli import Invoke, assert_bad_input
 from tests.helpers.outbox import outcome
@@ -113,3 +114,20 @@ def test_show_lists_its_slots_in_order(initialised: Invoke) -> None:
     listed = [line.split()[0] for line in text[start:] if line.startswith("  20")]
     assert any("skipped" in line for line in text[start:]), text
     assert listed == sorted(listed) and len(listed) == 6, text
+
+
+async def test_explain_of_a_job_paused_until_a_time_lists_nothing_before_it(
+    store: JobStore,
+) -> None:
+    await store.definitions.add(JobSpec.build("sync", "0 * * * *", "shell:true"), now=T0)
+    until = ELEVEN + 2 * H
+    await store.holds.pause_until("sync", "default", until, now=T0)
+    job, steps = await store.explain("sync", count=1, now=T0)
+    assert (
+        stopped(job, T0)
+        == f"paused until {until.isoformat()}: its next slot is {until.isoformat()}"
+    )
+    assert [(s.slot, s.action) for s in steps] == [
+        (ELEVEN, "skipped"), (ELEVEN + H, "skipped"), (until, "runs")
+    ]  # fmt: skip
+    assert steps[0].notes[-1] == f"not planned: the job's next slot is {until.isoformat()}"

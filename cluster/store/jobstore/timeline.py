@@ -114,10 +114,15 @@ def explain_job(
     planned = _planned(job)
     if after is None:
         after = now if planned is None else min(now, job.slot_at - US, planned - US)
-    steps = explain(
-        job.parsed_schedule(), job.rule(), after, runs,
-        tenant=job.tenant, name=job.name, jitter_s=job.jitter_s, catch_up=catch_up_of(job),
-    )  # fmt: skip
+    steps, extra = _walk(job, after, runs), 0
+    while planned is not None:  # runs the job will not do (pause --until): not counted
+        passed = sum(1 for s in steps if s.start is not None and now < s.slot < job.slot_at)
+        if passed == extra:
+            break
+        if passed > MAX_SKIPS_SHOWN:  # too many to list: from the job's slot on
+            steps = _walk(job, job.slot_at - US, runs)
+            break
+        steps, extra = _walk(job, after, runs + passed), passed
     records = recorded or {}
     held = stopped(job, now) is not None and job.status != JobStatus.IDLE
     shown: list[Step] = []
@@ -137,6 +142,13 @@ def explain_job(
         else:
             shown.append(step)
     return shown
+
+
+def _walk(job: Job, after: datetime, runs: int) -> list[Step]:
+    return explain(
+        job.parsed_schedule(), job.rule(), after, runs,
+        tenant=job.tenant, name=job.name, jitter_s=job.jitter_s, catch_up=catch_up_of(job),
+    )  # fmt: skip
 
 
 def _recorded(step: Step, record: Recorded) -> Step:
