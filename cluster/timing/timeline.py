@@ -8,6 +8,7 @@ them (docs/design/fate.md).
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -20,7 +21,16 @@ from cluster.timing.fate import Fate, TimeRules, fate
 from cluster.timing.instants import US
 from cluster.timing.schedule import CHAINED_NEXT, ENDED, Schedule
 
-__all__ = ["MAX_OUTAGE_SLOTS", "Step", "decisions", "entry_note", "explain", "outage"]
+__all__ = [
+    "MAX_OUTAGE_SLOTS",
+    "Step",
+    "decisions",
+    "entry_note",
+    "expected",
+    "explain",
+    "outage",
+    "walk",
+]
 
 MAX_OUTAGE_SLOTS = 100_000
 WALK_PER_RUN = 50  # slots walked per run asked for: a rule that skips more ends the list
@@ -76,26 +86,40 @@ def explain(
     fate as a node decides it when the slot's time comes (claimed at its start, run at
     once): a window's deferred slots coalesced as catch-up says, the calendar's skips."""
     rules = TimeRules(schedule, rule, catch_up or CatchUp(), tenant, name, jitter_s)
-    slot = _first(rules, after)
     steps: list[Step] = []
     count = 0
-    for _ in range(runs * WALK_PER_RUN):
-        if slot is None or slot >= CHAINED_NEXT or count >= runs:
-            break
+    for step in itertools.islice(walk(rules, after), runs * WALK_PER_RUN):
+        steps.append(step)
+        count += step.start is not None
+        if count >= runs:
+            break  # the slots skipped after the last run listed belong to the next
+    return steps
+
+
+def expected(rules: TimeRules, after: datetime, until: datetime) -> Iterator[Step]:
+    """Every slot in ``(after, until]`` a job with ``rules`` should have had, in order, with
+    its fate on a cluster that ran it on time: what a ledger of its runs is checked against
+    (a slot whose fate is to run: its run; any other: a skip with that reason)."""
+    return itertools.takewhile(lambda step: step.slot <= until, walk(rules, after))
+
+
+def walk(rules: TimeRules, after: datetime) -> Iterator[Step]:
+    """The job's slots after ``after`` in order, each claimed at its own start and its run
+    ended at once, through ``fate``: runs, moves and deferrals, and the slots skipped or
+    dropped (``missed``) on the way, each with its reason."""
+    slot = _first(rules, after)
+    while slot is not None and slot < CHAINED_NEXT:
         decision = rules.decide(slot)
         claimed = fate(rules, slot, rules.start(decision) if decision.runs else slot)
         if not claimed.runs:
-            steps.append(_skipped(rules, slot, claimed.reason or "", missed=decision.runs))
+            yield _skipped(rules, slot, claimed.reason or "", missed=decision.runs)
             onward = claimed
         else:
-            count += 1
-            steps.append(_ran(rules, decision, claimed))
-            if count >= runs:
-                break  # the slots skipped after the last run listed belong to the next
+            yield _ran(rules, decision, claimed)
             onward = fate(rules, slot, claimed.start, ran=True)
-        steps += [_skipped(rules, p.slot, p.reason, missed=p.missed) for p in onward.skips]
+        for passed in sorted(onward.skips):
+            yield _skipped(rules, passed.slot, passed.reason, missed=passed.missed)
         slot = None if onward.next_start >= ENDED else onward.next_slot
-    return sorted(steps, key=lambda step: step.slot)
 
 
 def _ran(rules: TimeRules, decision: Decision, claimed: Fate) -> Step:

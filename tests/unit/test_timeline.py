@@ -3,6 +3,7 @@ a window's decisions, jitter; and what each catch-up policy does after an outage
 
 from __future__ import annotations
 
+import itertools
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -10,8 +11,9 @@ import pytest
 from cluster.timing.calendared import CalendarRule, Window
 from cluster.timing.calendars import Calendar, parse_dates
 from cluster.timing.catchup import CatchUp
+from cluster.timing.fate import TimeRules
 from cluster.timing.schedule import parse_schedule
-from cluster.timing.timeline import explain, outage
+from cluster.timing.timeline import expected, explain, outage
 
 
 def utc(*parts: int) -> datetime:
@@ -91,3 +93,22 @@ def test_an_outage_lists_nothing_after_its_end() -> None:
     )
     assert [(s.slot.day, s.action) for s in steps] == [(5, "missed"), (6, "catch-up")]
     assert all(s.slot <= friday_noon for s in steps)
+
+
+def test_expected_gives_every_slot_of_a_range_once_with_its_fate() -> None:
+    hourly = parse_schedule("0 * * * *")
+    windows = (
+        Window(1, NINE + H, NINE + 3 * H),  # 10:00 and 11:00 skipped
+        Window(2, NINE + 5 * H + timedelta(minutes=30), NINE + 8 * H, defer=True),
+    )
+    rules = TimeRules(hourly, CalendarRule(OFFICE, windows=windows))
+    after, until = NINE - timedelta(seconds=1), NINE + 3 * 24 * H
+    steps = list(expected(rules, after, until))
+    assert [s.slot for s in steps] == list(itertools.islice(hourly.iter_after(after), len(steps)))
+    assert steps[-1].slot == until and len(steps) == 3 * 24 + 1
+    actions = {s.slot: s.action for s in steps}
+    assert [actions[NINE + k * H] for k in range(10)] == [
+        "runs", "skipped", "skipped", "runs", "runs", "runs", "missed", "missed", "runs", "runs"
+    ]  # fmt: skip
+    holiday = [s for s in steps if s.slot.day == 4]
+    assert holiday and all(s.action == "skipped" for s in holiday)
