@@ -136,6 +136,15 @@ class CalendarRule:
         """The decision of one slot of ``schedule`` (moved slots: not checked for coalescing)."""
         return self._windowed(self._decide(schedule, slot))
 
+    def decide_exactly(self, schedule: Schedule, slot: datetime) -> Decision:
+        """The decision of one slot as the walk makes it: a slot moved onto a day with
+        slots of its own, or onto another moved slot's start, is skipped (coalesced)."""
+        if self._calendar_moves(schedule, slot):
+            found = next(self.decisions_after(schedule, slot - US), None)
+            if found is not None and found.slot == slot:
+                return found
+        return self.decide(schedule, slot)
+
     def _windowed(self, decision: Decision) -> Decision:
         """A run inside a blackout window: skipped, or deferred to the window's end (and
         past any window that end falls in)."""

@@ -1,26 +1,39 @@
-"""A job's timeline explained, as pure arithmetic: each coming slot with its DST rule, its
-calendar decision, its blackout window and its jitter (``explain``), and what catch-up
-would run, skip or backfill after an outage (``outage``). ``pulse schedule --explain``,
-``pulse jobs show --explain`` and ``--outage FROM..TO`` print these (docs/time.md).
+"""A job's timeline explained, walked through the same function a node asks
+(``cluster.timing.fate``): each slot with its DST rule, its calendar decision, its blackout
+window, its jitter and what catch-up makes of it (``explain``), and what catch-up would
+run, skip or backfill after an outage (``outage``). ``pulse schedule --explain``, ``pulse
+jobs show --explain`` and ``--outage FROM..TO`` print these (docs/time.md), and plans show
+them (docs/design/fate.md).
 """
 
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from zoneinfo import ZoneInfo
 
-from cluster.timing.calendared import CalendarRule, Decision, jittered_start
+from cluster.timing.calendared import CalendarRule, Decision
 from cluster.timing.catchup import CatchUp
 from cluster.timing.durations import format_duration
+from cluster.timing.fate import Fate, TimeRules, fate
 from cluster.timing.instants import US
-from cluster.timing.schedule import ENDED, Schedule
+from cluster.timing.schedule import CHAINED_NEXT, ENDED, Schedule
 
-__all__ = ["Step", "decisions", "entry_note", "explain", "first_kept", "outage"]
+__all__ = [
+    "MAX_OUTAGE_SLOTS",
+    "Step",
+    "decisions",
+    "entry_note",
+    "expected",
+    "explain",
+    "outage",
+    "walk",
+]
 
 MAX_OUTAGE_SLOTS = 100_000
+WALK_PER_RUN = 50  # slots walked per run asked for: a rule that skips more ends the list
 
 
 @dataclass(frozen=True)
@@ -48,6 +61,16 @@ def decisions(schedule: Schedule, rule: CalendarRule | None, after: datetime) ->
     return (Decision(slot, slot, True) for slot in schedule.iter_after(after))
 
 
+def _first(rules: TimeRules, after: datetime) -> datetime | None:
+    """The first slot after ``after`` that the job meets (a run, or a slot skipped)."""
+    if rules.schedule.at is not None:
+        return rules.schedule.at if rules.schedule.at > after else None
+    if rules.schedule.chain:
+        return None  # no clock: a chained job's slots are its upstream's successes
+    found = next(iter(decisions(rules.schedule, rules.rule, after)), None)
+    return None if found is None or found.slot >= ENDED else found.slot
+
+
 def explain(
     schedule: Schedule,
     rule: CalendarRule | None,
@@ -57,43 +80,71 @@ def explain(
     tenant: str = "",
     name: str = "",
     jitter_s: float = 0.0,
+    catch_up: CatchUp | None = None,
 ) -> list[Step]:
-    """The next ``runs`` runs after ``after``, and the slots skipped among them."""
+    """The next ``runs`` runs after ``after`` and the slots skipped among them, each slot's
+    fate as a node decides it when the slot's time comes (claimed at its start, run at
+    once): a window's deferred slots coalesced as catch-up says, the calendar's skips."""
+    rules = TimeRules(schedule, rule, catch_up or CatchUp(), tenant, name, jitter_s)
     steps: list[Step] = []
     count = 0
-    for decision in itertools.islice(decisions(schedule, rule, after), runs * 50):
-        if count >= runs or decision.slot >= ENDED:
-            break
-        notes = [_dst_note(schedule, decision.slot)]
-        if schedule.entries:
-            notes.append(entry_note(schedule, decision.slot))
-        if rule is not None and rule.calendar.name and decision.runs and not decision.moved:
-            notes.append(f"calendar {rule.calendar.name}: a business day")
-        if decision.reason:
-            notes.append(decision.reason)
-        if not decision.runs:
-            steps.append(Step(decision.slot, None, "skipped", tuple(notes)))
-            continue
-        count += 1
-        start = jittered_start(decision, tenant, name, jitter_s)
-        if start != decision.start:
-            notes.append(f"jitter +{format_duration((start - decision.start).total_seconds())}")
-        action = "deferred" if decision.deferred else "moved" if decision.moved else "runs"
-        steps.append(Step(decision.slot, start, action, tuple(notes)))
+    for step in itertools.islice(walk(rules, after), runs * WALK_PER_RUN):
+        steps.append(step)
+        count += step.start is not None
+        if count >= runs:
+            break  # the slots skipped after the last run listed belong to the next
     return steps
 
 
-def first_kept(runs: Sequence[Decision], catch_up: CatchUp, now: datetime) -> int:
-    """Of the due ``runs`` (oldest first, at least one), the index of the first that runs:
-    the older ones are skipped as missed (the catch-up policy, on runs)."""
-    if catch_up.policy == "skip":
-        grace = timedelta(seconds=catch_up.grace_s)
-        # A slot deferred by a blackout window is as late as its nominal time says.
-        late = [(d.slot if d.deferred else d.start) < now - grace for d in runs]
-        return next((i for i, is_late in enumerate(late) if not is_late), len(runs))
-    if catch_up.policy == "backfill":
-        return max(0, len(runs) - catch_up.max_backfill)
-    return len(runs) - 1
+def expected(rules: TimeRules, after: datetime, until: datetime) -> Iterator[Step]:
+    """Every slot in ``(after, until]`` a job with ``rules`` should have had, in order, with
+    its fate on a cluster that ran it on time: what a ledger of its runs is checked against
+    (a slot whose fate is to run: its run; any other: a skip with that reason)."""
+    return itertools.takewhile(lambda step: step.slot <= until, walk(rules, after))
+
+
+def walk(rules: TimeRules, after: datetime) -> Iterator[Step]:
+    """The job's slots after ``after`` in order, each claimed at its own start and its run
+    ended at once, through ``fate``: runs, moves and deferrals, and the slots skipped or
+    dropped (``missed``) on the way, each with its reason."""
+    slot = _first(rules, after)
+    while slot is not None and slot < CHAINED_NEXT:
+        decision = rules.decide(slot)
+        claimed = fate(rules, slot, rules.start(decision) if decision.runs else slot)
+        if not claimed.runs:
+            yield _skipped(rules, slot, claimed.reason or "", missed=decision.runs)
+            onward = claimed
+        else:
+            yield _ran(rules, decision, claimed)
+            onward = fate(rules, slot, claimed.start, ran=True)
+        for passed in sorted(onward.skips):
+            yield _skipped(rules, passed.slot, passed.reason, missed=passed.missed)
+        slot = None if onward.next_start >= ENDED else onward.next_slot
+
+
+def _ran(rules: TimeRules, decision: Decision, claimed: Fate) -> Step:
+    notes = [*_slot_notes(rules.schedule, decision.slot)]
+    rule = rules.rule
+    if rule is not None and rule.calendar.name and not decision.moved:
+        notes.append(f"calendar {rule.calendar.name}: a business day")
+    if decision.reason:
+        notes.append(decision.reason)
+    if claimed.start != decision.start:
+        notes.append(f"jitter +{format_duration((claimed.start - decision.start).total_seconds())}")
+    action = "deferred" if decision.deferred else "moved" if decision.moved else "runs"
+    return Step(decision.slot, claimed.start, action, tuple(notes))
+
+
+def _skipped(rules: TimeRules, slot: datetime, reason: str, *, missed: bool) -> Step:
+    notes = (*_slot_notes(rules.schedule, slot), reason)
+    return Step(slot, None, "missed" if missed else "skipped", notes)
+
+
+def _slot_notes(schedule: Schedule, slot: datetime) -> list[str]:
+    notes = [_dst_note(schedule, slot)]
+    if schedule.entries:
+        notes.append(entry_note(schedule, slot))
+    return notes
 
 
 def outage(
@@ -102,33 +153,42 @@ def outage(
     catch_up: CatchUp,
     start: datetime,
     end: datetime,
+    *,
+    tenant: str = "",
+    name: str = "",
+    jitter_s: float = 0.0,
 ) -> list[Step]:
-    """What happens to the slots due in ``[start, end]`` if no node ran from ``start`` and
-    the cluster is back at ``end``: the policy's runs (``catch-up`` at ``end``, or
-    ``backfill`` in order), the slots it drops (``missed``), and the rule's skips."""
-    due: list[Decision] = []
-    skipped: list[Step] = []
-    for decision in decisions(schedule, rule, start - US):
-        if decision.runs and decision.start > end:
-            break
-        if len(due) + len(skipped) >= MAX_OUTAGE_SLOTS:
+    """What happens to the slots of ``[start, end]`` if no node ran from ``start`` and the
+    cluster is back at ``end``: each slot claimed at ``end`` through the job's fate, so the
+    policy's runs (``catch-up`` at ``end``, or ``backfill`` in order), the slots it drops
+    (``missed``) and the rule's skips. Nothing after ``end`` is listed."""
+    rules = TimeRules(schedule, rule, catch_up, tenant, name, jitter_s)
+    steps: list[Step] = []
+    slot: datetime | None = None
+    for decision in decisions(schedule, rule, start - US):  # the rule's skips before the first run
+        if decision.slot > end or decision.slot >= ENDED:
             break
         if decision.runs:
-            due.append(decision)
+            slot = decision.slot
+            break
+        steps.append(Step(decision.slot, None, "skipped", (decision.reason or "",)))
+    action = "backfill" if catch_up.policy == "backfill" else "catch-up"
+    while slot is not None and len(steps) < MAX_OUTAGE_SLOTS:
+        claimed = fate(rules, slot, end)
+        if claimed.start > end:
+            break  # not due by the end of the outage: it runs on time
+        if claimed.runs:
+            late = format_duration(max(0.0, (end - claimed.start).total_seconds()))
+            why = f"runs at {end.isoformat()}, {late} late (catch-up {catch_up.policy})"
+            steps.append(Step(slot, end, action, (why,)))
+            onward = fate(rules, slot, end, ran=True)
         else:
-            skipped.append(Step(decision.slot, None, "skipped", (decision.reason or "",)))
-    steps = list(skipped)
-    if due:
-        kept = first_kept(due, catch_up, end)
-        for index, decision in enumerate(due):
-            late = format_duration(max(0.0, (end - decision.start).total_seconds()))
-            if index < kept:
-                why = f"missed by {late} (catch-up {catch_up.policy})"
-                steps.append(Step(decision.slot, None, "missed", (why,)))
-            else:
-                action = "catch-up" if catch_up.policy != "backfill" else "backfill"
-                why = f"runs at {end.isoformat()}, {late} late (catch-up {catch_up.policy})"
-                steps.append(Step(decision.slot, end, action, (why,)))
+            steps.append(Step(slot, None, "missed", (claimed.reason or "",)))
+            onward = claimed
+        for p in onward.skips:
+            if p.slot <= end:
+                steps.append(Step(p.slot, None, "missed" if p.missed else "skipped", (p.reason,)))
+        slot = None if onward.next_start >= ENDED else onward.next_slot
     return sorted(steps, key=lambda step: step.slot)
 
 

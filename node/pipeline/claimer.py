@@ -30,10 +30,11 @@ from datetime import datetime
 from cluster.errors import PulseError, StoreError
 from cluster.store.lock.records import ClaimedJob, Completion, Skip
 from cluster.store.lock.session import LockSession
+from cluster.timing.fate import Fate
 from node.pipeline.clock import DbClock
 from node.pipeline.completer import Completer, job_extra
 from node.pipeline.executor import Executor
-from node.pipeline.outcomes import following_slot, gate_skip, plan_at_claim, start_of
+from node.pipeline.outcomes import claim_fate, gate_skip, skipped_at_claim
 from node.pipeline.pacing import CLAIM_AHEAD_S, WAKE_MARGIN_S, Pacing
 from node.service import Failures, until_beat
 from node.state import NodeState
@@ -159,19 +160,27 @@ class Claimer:
         self._flights_at = time.monotonic() + (0.0 if len(flights) >= limit else until_beat(wait_s))
 
     def _dispatch(self, job: ClaimedJob, now: datetime, verdict: str | None = None) -> None:
+        decided: Fate | None = None
+        skip: tuple[Completion, list[Skip]] | None = None
         try:
             # A gated slot claimed at its after-timeout, or whose upstream failed under
-            # after-failure skip, is recorded skipped (tests/integration/test_gates.py).
-            skip = plan_at_claim(job, now) if verdict is None else gate_skip(job, verdict, now)
+            # after-failure skip, is recorded skipped (tests/integration/test_gates.py);
+            # any other slot's fate is decided once, here (cluster.timing.fate).
+            if verdict is not None:
+                skip = gate_skip(job, verdict, now)
+            else:
+                decided = claim_fate(job, now)
+                skip = None if decided.runs else skipped_at_claim(job, decided)
         except PulseError as exc:
             self._completer.reject(job, exc)
             return
-        if skip is not None:
+        if skip is not None or decided is None:
+            assert skip is not None, "a gate's verdict is a skip"
             self._skip(job, skip)
             return
         self._stats.fired += 1
-        start = start_of(job, job.slot)  # lag counts from the jittered start
-        self._stats.fire_lag_seconds.append(max(0.0, (now - start).total_seconds()))
+        # Lag counts from the slot's start (moved, deferred, jittered).
+        self._stats.fire_lag_seconds.append(max(0.0, (now - decided.start).total_seconds()))
         if job.overlap == "allow":  # the slot runs as a flight once it is handed over
             self._flights_seen = True
             self._executor.reserve()
@@ -182,7 +191,7 @@ class Claimer:
             self._pacing.claimed_ahead(start_in_s)
         replace_in_s = None
         if job.overlap == "replace":  # a run still going when the next slot is due stops
-            replace_in_s = (start_of(job, following_slot(job)) - now).total_seconds()
+            replace_in_s = (decided.next_start - now).total_seconds()
         self._executor.submit(job, start_in_s, replace_in_s)
 
     def _skip(self, job: ClaimedJob, skip: tuple[Completion, list[Skip]]) -> None:

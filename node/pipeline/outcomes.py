@@ -1,8 +1,10 @@
-"""Where a job goes after a slot: its next slot, retry, and the slots catch-up skips.
+"""What a claimed slot's fate means for the node: the write that skips it at its claim, and
+the completion of its run (retry, or on to the next slot with the slots skipped between).
 
-Pure functions over a claimed job, an outcome and the database time, so the policy is
-unit-tested without a database. Parsed schedules are cached by definition, and the slot
-after a slot by definition and slot.
+The fate itself is decided in one place, ``cluster.timing.fate``; this module only builds a
+job's ``TimeRules`` from its claimed row (remembered per definition, with the calendar text
+parsed once) and turns a ``Fate`` into the ``Completion`` and ``Skip`` rows the result
+writer stores. Pure, so it is unit-tested without a database.
 """
 
 from __future__ import annotations
@@ -13,24 +15,38 @@ from datetime import datetime, timedelta
 from typing import TypeVar
 
 from cluster.jobs.models import RunStatus
-from cluster.store.lock.records import NEVER, ClaimedJob, Completion, Skip
-from cluster.timing.calendared import origin_of
-from cluster.timing.catchup import CatchUp, CatchUpPlan, plan_catchup
+from cluster.store.lock.records import ClaimedJob, Completion, Skip
+from cluster.timing.calendared import CalendarRule
+from cluster.timing.catchup import CatchUp
 from cluster.timing.durations import format_duration
-from cluster.timing.jitter import jittered
-from cluster.timing.schedule import CHAINED_NEXT, Schedule, parse_schedule
+from cluster.timing.fate import Fate, Known, TimeRules, fate, on_time
+from cluster.timing.schedule import Schedule, parse_schedule
 from node.handlers.context import Outcome
-from node.pipeline import calendaring
+
+__all__ = [
+    "after_run",
+    "broken",
+    "claim_fate",
+    "following_slot",
+    "gate_skip",
+    "plan_at_claim",
+    "rules_of",
+    "schedule_of",
+    "start_of",
+]
 
 MAX_RETRY_DELAY_S = 3600.0
 BROKEN_RETRY_S = 3600.0
-CACHE_MAX = 4096
+CACHE_MAX = 16384
 
 K = TypeVar("K")
 V = TypeVar("V")
 
 _schedules: dict[tuple[str, str, str, str], Schedule] = {}
-_following: dict[tuple[str, str, str, str, datetime], datetime] = {}
+_calendar_rules: dict[str, CalendarRule] = {}
+Memo = dict[datetime, Known]
+_memos: dict[tuple[str, str, str, str, str | None], Memo] = {}
+_rules: dict[tuple[object, ...], TimeRules] = {}
 
 
 def _remember(cache: dict[K, V], key: K, make: Callable[[], V]) -> V:
@@ -49,47 +65,55 @@ def schedule_of(job: ClaimedJob) -> Schedule:
     return _remember(_schedules, key, lambda: parse_schedule(*key))  # type: ignore[arg-type]
 
 
-def following_slot(job: ClaimedJob) -> datetime:
-    """The slot after the job's slot. Remembered: in a fan-out every job of a schedule has
-    the same slot, and both the claim and the completion of each ask."""
-    if job.calendar_rule is not None and schedule_of(job).at is None:
-        return calendaring.next_run(job, schedule_of(job))[0].slot
-    key = (job.schedule, job.tz, job.dst_repeated, job.dst_skipped, job.slot)
-    return _remember(_following, key, lambda: _after(schedule_of(job), job.slot))
-
-
-def _after(schedule: Schedule, slot: datetime) -> datetime:
-    """The slot after ``slot``; ``NEVER`` after the one slot of a one-off (@at) job."""
-    if schedule.at is not None:
-        return NEVER
-    if schedule.chain:  # the completion takes its next released slot (migration 023)
-        return CHAINED_NEXT
-    return schedule.next_after(slot)
-
-
 @functools.lru_cache(maxsize=1024)
 def _catch_up(policy: str, grace_s: float, max_backfill: int) -> CatchUp:
     return CatchUp(policy, grace_s, max_backfill)  # type: ignore[arg-type]
 
 
-def catch_up_of(job: ClaimedJob) -> CatchUp:
-    return _catch_up(job.catch_up, job.grace_s, job.max_backfill)
+def rules_of(job: ClaimedJob) -> TimeRules:
+    """The job's time rules, as its claimed row carries them (no statement of its own).
+    Jobs with the same schedule and calendar share what they remember of their slots: in a
+    fan-out every job of a schedule has the same slot, and the claim and completion ask."""
+    key = (
+        job.schedule, job.tz, job.dst_repeated, job.dst_skipped, job.calendar_rule,
+        job.catch_up, job.grace_s, job.max_backfill, job.tenant, job.name, job.jitter_s,
+    )  # fmt: skip
+    return _remember(_rules, key, lambda: _make_rules(job))
+
+
+def _make_rules(job: ClaimedJob) -> TimeRules:
+    text = job.calendar_rule
+    rule = None if text is None else _remember(_calendar_rules, text, lambda: _parse_rule(text))
+    memo_key = (job.schedule, job.tz, job.dst_repeated, job.dst_skipped, text)
+    memo: Memo = _remember(_memos, memo_key, dict)
+    return TimeRules(
+        schedule_of(job), rule, _catch_up(job.catch_up, job.grace_s, job.max_backfill),
+        job.tenant, job.name, job.jitter_s, memo,
+    )  # fmt: skip
+
+
+def _parse_rule(text: str) -> CalendarRule:
+    return CalendarRule.from_json(text)
+
+
+def claim_fate(job: ClaimedJob, now: datetime) -> Fate:
+    """The fate of the claimed slot at ``now``. Only first attempts are decided: a retry or
+    a recovered slot has already begun, and runs."""
+    if job.attempt > 1:
+        return on_time(rules_of(job), job.slot)
+    return fate(rules_of(job), job.slot, now)
+
+
+def following_slot(job: ClaimedJob) -> datetime:
+    """The slot after the job's slot, on time (no catch-up)."""
+    return on_time(rules_of(job), job.slot).next_slot
 
 
 def start_of(job: ClaimedJob, slot: datetime) -> datetime:
-    """When ``slot`` of the job starts: the slot plus its jitter offset (cluster.timing.jitter);
+    """When ``slot`` of the job starts: moved or deferred by its rule, plus its jitter;
     ``NEVER`` stays never (the job is done)."""
-    if job.calendar_rule is not None and slot < NEVER and schedule_of(job).at is None:
-        return calendaring.start_at(job, calendaring.current(job, schedule_of(job), slot))
-    if not job.jitter_s or slot >= NEVER:
-        return slot
-    return jittered(job.tenant, job.name, slot, job.jitter_s)
-
-
-def nominal_now(job: ClaimedJob, now: datetime) -> datetime:
-    """The clock catch-up reads: ``jitter_s`` behind, so a slot counts as missed only once
-    its whole start window has passed (docs/design/time.md)."""
-    return now - timedelta(seconds=job.jitter_s) if job.jitter_s else now
+    rules = rules_of(job)
+    return rules.start(rules.decide(slot))
 
 
 def broken(job: ClaimedJob, exc: Exception, now: datetime) -> Completion:
@@ -108,91 +132,32 @@ def broken(job: ClaimedJob, exc: Exception, now: datetime) -> Completion:
     )
 
 
-def _reason(job: ClaimedJob, plan: CatchUpPlan, slot: datetime, now: datetime) -> str:
-    late = format_duration(max(0.0, (now - slot).total_seconds()))
-    if job.catch_up == "skip":
-        return f"missed by {late} (catch-up skip, grace {format_duration(job.grace_s)})"
-    if job.catch_up == "backfill":
-        return f"missed by {late} (catch-up backfill, beyond the cap of {job.max_backfill})"
-    return f"missed by {late} (catch-up once: coalesced into {plan.next_slot.isoformat()})"
+def _skips(job: ClaimedJob, decided: Fate) -> list[Skip]:
+    return [Skip(job.id, p.slot, p.reason) for p in decided.skips]
 
 
-def _skips(job: ClaimedJob, plan: CatchUpPlan, now: datetime) -> list[Skip]:
-    skips = [Skip(job.id, s, _reason(job, plan, s, now)) for s in plan.skipped]
-    if plan.skipped_more and skips:
-        first = skips[0]
-        note = f"; {plan.skipped_more} older slots were skipped too and are not listed"
-        skips[0] = Skip(first.job_id, first.slot, first.reason + note)
-    return skips
-
-
-def _skipped_at_claim(
-    job: ClaimedJob, reason: str, next_run_at: datetime, next_slot: datetime, origin: str | None
-) -> Completion:
-    """The write that records the claimed slot skipped and moves the job to ``next_slot``."""
-    return Completion(
+def skipped_at_claim(job: ClaimedJob, decided: Fate) -> tuple[Completion, list[Skip]]:
+    """The write that records the claimed slot skipped, as ``decided``, and moves the job
+    on to its next slot."""
+    done = Completion(
         id=job.id,
         token=job.lease_token,
         slot=job.slot,
         outcome="skipped",
-        error=reason,
+        error=decided.reason,
         duration_s=None,
-        next_run_at=next_run_at,
-        next_slot=next_slot,
+        next_run_at=decided.next_start,
+        next_slot=decided.next_slot,
         next_attempt=1,
-        origin=origin,
+        origin=decided.next_origin,
     )
+    return done, _skips(job, decided)
 
 
 def plan_at_claim(job: ClaimedJob, now: datetime) -> tuple[Completion, list[Skip]] | None:
-    """None when the claimed slot should run; else the write that skips it instead.
-
-    Only first attempts are re-planned: a retry or a recovered slot has already begun.
-    """
-    if job.attempt > 1:
-        return None
-    now = nominal_now(job, now)
-    if schedule_of(job).at is not None:  # a one-off: it runs late unless `skip` says no
-        return _one_off_at_claim(job, now)
-    if job.calendar_rule is not None:
-        return _calendar_at_claim(job, now)
-    if following_slot(job) > now:
-        return None  # the usual case: no later slot is due yet, nothing to catch up
-    plan = plan_catchup(schedule_of(job), job.slot, now, catch_up_of(job))
-    if plan.next_slot <= job.slot:
-        return None
-    skips = [s for s in _skips(job, plan, now) if s.slot != job.slot]
-    reason = _reason(job, plan, job.slot, now)
-    done = _skipped_at_claim(
-        job, reason, start_of(job, plan.next_slot), plan.next_slot, origin=None
-    )
-    return done, skips
-
-
-def _calendar_at_claim(job: ClaimedJob, now: datetime) -> tuple[Completion, list[Skip]] | None:
-    schedule = schedule_of(job)
-    following, _ = calendaring.next_run(job, schedule)
-    if following.start > now:
-        return None
-    this = calendaring.current(job, schedule)
-    target, skips = calendaring.catch_up(job, schedule, this, now)
-    if target.slot == job.slot:
-        return None
-    reason = next((s.reason for s in skips if s.slot == job.slot), "missed (catch-up)")
-    done = _skipped_at_claim(
-        job, reason, calendaring.start_at(job, target), target.slot, origin_of(target)
-    )
-    return done, [s for s in skips if s.slot != job.slot]
-
-
-def _one_off_at_claim(job: ClaimedJob, now: datetime) -> tuple[Completion, list[Skip]] | None:
-    late_s = (now - job.slot).total_seconds()
-    if job.catch_up != "skip" or late_s <= job.grace_s:
-        return None
-    late, grace = format_duration(late_s), format_duration(job.grace_s)
-    reason = f"missed by {late} (catch-up skip, grace {grace}); the one-off job is done"
-    done = _skipped_at_claim(job, reason, NEVER, job.slot, origin=None)
-    return done, []
+    """None when the claimed slot should run; else the write that skips it instead."""
+    decided = claim_fate(job, now)
+    return None if decided.runs else skipped_at_claim(job, decided)
 
 
 def after_run(job: ClaimedJob, outcome: Outcome, now: datetime) -> tuple[Completion, list[Skip]]:
@@ -216,30 +181,7 @@ def after_run(job: ClaimedJob, outcome: Outcome, now: datetime) -> tuple[Complet
             state=outcome.state,
         )
         return done, []
-    if job.calendar_rule is not None and schedule_of(job).at is None:
-        return _calendar_after_run(job, outcome, nominal_now(job, now))
-    following = following_slot(job)
-    skips: list[Skip] = []
-    nominal = nominal_now(job, now)
-    if following >= NEVER:  # a one-off job's slot has run: the job is done
-        following = job.slot
-        done = Completion(
-            id=job.id,
-            token=job.lease_token,
-            slot=job.slot,
-            outcome=outcome.status,
-            error=outcome.error,
-            duration_s=outcome.duration_s,
-            next_run_at=NEVER,
-            next_slot=job.slot,
-            next_attempt=1,
-            output=outcome.output,
-            state=outcome.state,
-        )
-        return done, skips
-    if following <= nominal:  # a later slot is due already: the catch-up policy decides
-        plan = plan_catchup(schedule_of(job), following, nominal, catch_up_of(job))
-        following, skips = plan.next_slot, _skips(job, plan, nominal)
+    decided = fate(rules_of(job), job.slot, now, ran=True)
     done = Completion(
         id=job.id,
         token=job.lease_token,
@@ -247,39 +189,14 @@ def after_run(job: ClaimedJob, outcome: Outcome, now: datetime) -> tuple[Complet
         outcome=outcome.status,
         error=outcome.error,
         duration_s=outcome.duration_s,
-        next_run_at=start_of(job, following),
-        next_slot=following,
+        next_run_at=decided.next_start,
+        next_slot=decided.next_slot,
         next_attempt=1,
         output=outcome.output,
+        origin=decided.next_origin,
         state=outcome.state,
     )
-    return done, skips
-
-
-def _calendar_after_run(
-    job: ClaimedJob, outcome: Outcome, nominal: datetime
-) -> tuple[Completion, list[Skip]]:
-    schedule = schedule_of(job)
-    following, passed = calendaring.next_run(job, schedule)
-    skips = list(passed)
-    if following.start <= nominal:  # a later run is due already: the catch-up policy decides
-        following, caught = calendaring.catch_up(job, schedule, following, nominal)
-        skips += caught
-    done = Completion(
-        id=job.id,
-        token=job.lease_token,
-        slot=job.slot,
-        outcome=outcome.status,
-        error=outcome.error,
-        duration_s=outcome.duration_s,
-        next_run_at=calendaring.start_at(job, following),
-        next_slot=following.slot,
-        next_attempt=1,
-        output=outcome.output,
-        origin=origin_of(following),
-        state=outcome.state,
-    )
-    return done, skips
+    return done, _skips(job, decided)
 
 
 def gate_skip(job: ClaimedJob, verdict: str, now: datetime) -> tuple[Completion, list[Skip]]:

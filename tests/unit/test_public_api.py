@@ -139,8 +139,10 @@ EXPECTED: dict[str, dict[str, str]] = {
         "config_values": "(self) -> 'dict[str, str]'",
         "db_now": "(self, now: 'datetime | None' = None) -> 'datetime'",
         "details": "(self, name: 'str', tenant: 'str' = 'default', *, slots: 'int' = 5, "
-        "runs: 'int' = 5) -> 'dict[str, Any]'",
+        "runs: 'int' = 5, now: 'datetime | None' = None) -> 'dict[str, Any]'",
         "double_runs": "(self, name: 'str', tenant: 'str' = 'default') -> 'list[dict[str, Any]]'",
+        "explain": "(self, name: 'str', tenant: 'str' = 'default', *, after: 'datetime | None'"
+        " = None, count: 'int' = 10, now: 'datetime | None' = None) -> 'tuple[Job, list[Step]]'",
         "get": "(self, name: 'str', tenant: 'str' = 'default') -> 'Job'",
         "graph": "(self, tenant: 'str' = 'default') -> 'list[dict[str, str]]'",
         "has_upstreams": "(self, name: 'str', tenant: 'str' = 'default') -> 'bool'",

@@ -12,8 +12,9 @@ from cluster.timing.timeline import Step
 __all__ = ["print_steps"]
 
 
-def print_steps(steps: list[Step], as_json: bool) -> None:
-    """A timeline, one slot a line and its notes indented below (or as JSON)."""
+def print_steps(steps: list[Step], as_json: bool, *, empty: bool = True) -> None:
+    """A timeline, one slot a line and its notes indented below (or as JSON); ``empty``:
+    say so when there is no slot."""
     if as_json:
         emit_json([step.to_json() for step in steps])
         return
@@ -24,5 +25,5 @@ def print_steps(steps: list[Step], as_json: bool) -> None:
         click.echo(f"{iso(step.slot)}  {step.action}{start}")
         for note in step.notes:
             click.echo(f"    {note}")
-    if not steps:
+    if not steps and empty:
         click.echo("no slots")

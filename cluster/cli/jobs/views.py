@@ -18,8 +18,9 @@ from cluster.jobs import handlerrefs
 from cluster.jobs.labels import parse_label
 from cluster.jobs.models import Job, iso, shown
 from cluster.store.jobstore.store import JobStore
-from cluster.store.jobstore.timeline import explain_job, outage_of
+from cluster.store.jobstore.timeline import outage_of, stopped
 from cluster.timing.entries import is_union
+from cluster.timing.instants import checked_instant
 
 SHOW_SLOTS = 5
 
@@ -92,26 +93,43 @@ async def list_jobs(
 @click.argument("name")
 @tenant_option
 @click.option(
-    "--explain", is_flag=True, help="Each coming slot with DST, calendar, window, jitter."
+    "--explain", is_flag=True, help="Each slot's fate with DST, calendar, window, jitter."
 )
+@click.option("--after", default=None, help="With --explain: from this ISO 8601 time [now].")
+@click.option(
+    "--count", type=click.IntRange(1, 1000), default=SHOW_SLOTS * 2, show_default=True,
+    help="With --explain: this many runs.",
+)  # fmt: skip
 @click.option("--outage", default=None, help="FROM..TO: what catch-up does after such an outage.")
 @click.option("--json", "as_json", is_flag=True)
 @with_store
 async def show_job(
-    store: JobStore, name: str, tenant: str, explain: bool, outage: str | None, as_json: bool
+    store: JobStore,
+    name: str,
+    tenant: str,
+    explain: bool,
+    after: str | None,
+    count: int,
+    outage: str | None,
+    as_json: bool,
 ) -> None:
     """Show one job, its next slots and its latest runs (or its timeline explained)."""
-    if explain or outage is not None:
-        job = await store.get(name, tenant)
-        if outage is not None:
-            start, _, end = outage.partition("..")
-            begin, until = parse_time(start, "outage"), parse_time(end or None, "outage")
-            if begin is None or until is None:
-                raise InvalidInput("outage", "give FROM..TO, two ISO 8601 times with offsets")
-            steps = outage_of(job, begin, until)
-        else:
-            steps = explain_job(job, await store.db_now(), SHOW_SLOTS * 2)
-        print_steps(steps, as_json)
+    if after is not None and not explain:
+        raise InvalidInput("after", "goes with --explain")
+    if outage is not None:
+        start, _, end = outage.partition("..")
+        begin, until = parse_time(start, "outage"), parse_time(end or None, "outage")
+        if begin is None or until is None:
+            raise InvalidInput("outage", "give FROM..TO, two ISO 8601 times with offsets")
+        print_steps(outage_of(await store.get(name, tenant), begin, until), as_json)
+        return
+    if explain:
+        since = checked_instant(parse_time(after, "after"), "after")
+        job, steps = await store.explain(name, tenant, after=since, count=count)
+        state = stopped(job, await store.db_now())
+        if state is not None and not as_json:
+            click.echo(state)
+        print_steps(steps, as_json, empty=state is None)
         return
     data = await store.details(name, tenant, slots=SHOW_SLOTS)
     if as_json:
@@ -138,12 +156,16 @@ async def show_job(
             shown = ", ".join(value) or None
         click.echo(f"{key + ':':<18}{'-' if shown is None else shown}")
     click.echo("next slots:" if upcoming else "next slots: none")
+    lines: list[tuple[datetime, str]] = []
     for slot, start, why, entry in zip(upcoming, starts, reasons, entries, strict=True):
         line = f"  {slot}" if start == slot else f"  {slot}  starts {start}"
         line += f"  [schedule {entry}]" if entry else ""
-        click.echo(line + (f"  ({why})" if why else ""))
+        lines.append((datetime.fromisoformat(slot), line + (f"  ({why})" if why else "")))
     for skip in skipped:
-        click.echo(f"  {skip['slot']}  skipped ({skip['reason']})")
+        line = f"  {skip['slot']}  skipped ({skip['reason']})"
+        lines.append((datetime.fromisoformat(skip["slot"]), line))
+    for _, line in sorted(lines, key=lambda pair: pair[0]):  # one timeline, in slot order
+        click.echo(line)
     click.echo("recent runs:" if recent else "recent runs: none")
     for run in recent:
         node = run["node_id"] or "-"

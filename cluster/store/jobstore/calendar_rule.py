@@ -9,6 +9,7 @@ transaction (docs/design/calendars.md). A part of ``JobStore``.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any
@@ -25,7 +26,9 @@ from cluster.timing.calendared import (
     origin_of,
 )
 from cluster.timing.calendars import Calendar
-from cluster.timing.schedule import parse_schedule
+from cluster.timing.fate import skipped_between
+from cluster.timing.instants import US
+from cluster.timing.schedule import Schedule, parse_schedule
 
 __all__ = ["KEEP_PAST", "Rules", "covers", "window_of"]
 
@@ -108,9 +111,29 @@ class Rules:
             updated = await self._db.one("replan_calendar_job", params)
             if updated is not None:
                 shards.add(updated["shard_id"])
+                # The slots the new rule skips from the job's old slot (or now, if that is
+                # over) to its new one (tests/integration/test_fate_defects.py).
+                since = max(job["slot_at"], db_now) - US
+                await self.record_skips(job["id"], schedule, rule, since, run.slot, db_now)
         for shard in sorted(shards):
             await self._db.notify(shard)
         return tuple(f"{job['tenant_id']}/{job['name']}" for job in jobs)
+
+    async def record_skips(
+        self,
+        job_id: Any,
+        schedule: Schedule,
+        rule: CalendarRule | None,
+        after: datetime,
+        before: datetime,
+        db_now: datetime,
+    ) -> None:
+        """Record skipped the slots in ``(after, before)`` that ``rule`` skips, ``before``
+        being the job's slot as just planned: no completion passes them (L1)."""
+        skips = skipped_between(schedule, rule, after, before)
+        if skips:
+            text = json.dumps([[p.slot.isoformat(), p.reason] for p in skips])
+            await self._db.all("record_planned_skips", {"id": job_id, "skips": text, "now": db_now})
 
     async def _rule(
         self,

@@ -77,6 +77,7 @@ class Definitions:
                     "name",
                     f"a job named {spec.name!r} already exists in tenant {spec.tenant!r}",
                 )
+            await self._planned_skips(row, spec, rule, params, db_now)
             placed = await self._place(spec, shards, params["next_run_at"], inserted=True)
             await self._db.notify(row["shard_id"] if placed is None else placed)
             await self._gates.write([spec], await self._db.db_now(now))
@@ -108,6 +109,7 @@ class Definitions:
                 rule = await self._rules.for_spec(spec, db_now, windows)
                 params = {**self._params(spec, shards, db_now, rule), "replace": True}
                 row = await self._db.one("upsert_job", params)
+                await self._planned_skips(row, spec, rule, params, db_now)
                 label = label_of(spec.tenant, spec.name)
                 inserted = row is not None and row["inserted"]
                 placed = await self._place(spec, shards, params["next_run_at"], inserted=inserted)
@@ -197,6 +199,22 @@ class Definitions:
                 [s for s in specs if label_of(s.tenant, s.name) in created], db_now
             )
         return result
+
+    async def _planned_skips(
+        self,
+        row: dict[str, Any] | None,
+        spec: JobSpec,
+        rule: CalendarRule | None,
+        params: dict[str, Any],
+        db_now: datetime,
+    ) -> None:
+        """A job written and planned afresh records the slots its calendar or windows skip
+        before its first slot (a job created on a Saturday: the weekend's)."""
+        if row is not None and rule is not None:
+            schedule = spec.parsed_schedule()
+            await self._rules.record_skips(
+                row["id"], schedule, rule, db_now, params["slot_at"], db_now
+            )
 
     async def _would_change(self, params: dict[str, Any]) -> bool:
         """Whether applying would update the job: the upsert, run in a savepoint that is

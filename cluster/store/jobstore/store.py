@@ -54,12 +54,13 @@ from cluster.store.jobstore.runcontrol import RunControl
 from cluster.store.jobstore.scoped import ScopedConnection
 from cluster.store.jobstore.specs import MAX_NOTE_LENGTH
 from cluster.store.jobstore.tenant_limits import Tenants
-from cluster.store.jobstore.timeline import calendar_timeline
+from cluster.store.jobstore.timeline import Record, calendar_timeline, explain_job
 from cluster.store.jobstore.windows import Windows
 from cluster.store.schema.migrate import InitResult, migrate
 from cluster.timing.calendared import jittered_start
 from cluster.timing.jitter import jittered
 from cluster.timing.schedule import CHAINED_NEXT, ENDED, Schedule
+from cluster.timing.timeline import Step
 
 
 class JobStore:
@@ -270,11 +271,17 @@ class JobStore:
         return await self.db.job("get_job", name, tenant)
 
     async def details(
-        self, name: str, tenant: str = DEFAULT_TENANT, *, slots: int = 5, runs: int = 5
+        self,
+        name: str,
+        tenant: str = DEFAULT_TENANT,
+        *,
+        slots: int = 5,
+        runs: int = 5,
+        now: datetime | None = None,
     ) -> dict[str, Any]:
         """What ``pulse jobs show --json`` prints: the job, its next slots, its latest runs."""
         job = await self.get(name, tenant)
-        now = await self.db_now()
+        now = await self.db_now(now)
         schedule = job.parsed_schedule()
         if job.status == JobStatus.IDLE and job.next_run_at is not None:  # its slot, then the next
             upcoming = [job.slot_at, *schedule.next_n(job.slot_at, slots - 1)]
@@ -302,6 +309,27 @@ class JobStore:
         if job.slot_at >= CHAINED_NEXT and data.get("waits_for"):  # no slot released yet
             data["waits_for"] = f"the next success of {', '.join(data['upstreams'])}"
         return data
+
+    async def explain(
+        self,
+        name: str,
+        tenant: str = DEFAULT_TENANT,
+        *,
+        after: datetime | None = None,
+        count: int = 10,
+        now: datetime | None = None,
+    ) -> tuple[Job, list[Step]]:
+        """``pulse jobs show --explain``: the job and its slots' fates from ``after`` (default:
+        now), each past slot beside what was recorded for it (``explain_job``)."""
+        job = await self.get(name, tenant)
+        db_now = await self.db_now(now)
+        steps = explain_job(job, db_now, count, after=after)
+        if not steps:
+            return job, steps
+        params = {"job_id": job.id, "from": steps[0].slot, "to": steps[-1].slot, "limit": 10_000}
+        rows = await self.db.all("recorded_between", params)
+        recorded = {r["scheduled_for"]: Record(r["status"], r["last_error"]) for r in rows}
+        return job, explain_job(job, db_now, count, after=after, recorded=recorded)
 
     async def _links(self, job_id: UUID) -> dict[str, Any]:
         """Upstreams and downstreams (docs/design/gates.md) and what the slot waits for."""

@@ -54,7 +54,8 @@ RETURNING c.name;
 -- name: calendar_jobs
 -- The jobs that use the calendar, locked: their next slot is planned again.
 SELECT j.id, j.tenant_id, j.name, j.schedule, j.tz, j.dst_repeated, j.dst_skipped,
-       j.status, j.shard_id, j.jitter_s, j.calendar, j.on_excluded, j.business_day, j.labels
+       j.status, j.shard_id, j.jitter_s, j.calendar, j.on_excluded, j.business_day, j.labels,
+       j.slot_at
 FROM jobs j WHERE j.calendar = %(name)s
 ORDER BY j.id
 FOR UPDATE;
@@ -62,7 +63,8 @@ FOR UPDATE;
 -- name: window_jobs
 -- The jobs a blackout window of %(window_scope)s covers, locked, as calendar_jobs.
 SELECT j.id, j.tenant_id, j.name, j.schedule, j.tz, j.dst_repeated, j.dst_skipped,
-       j.status, j.shard_id, j.jitter_s, j.calendar, j.on_excluded, j.business_day, j.labels
+       j.status, j.shard_id, j.jitter_s, j.calendar, j.on_excluded, j.business_day, j.labels,
+       j.slot_at
 FROM jobs j
 WHERE j.parent_id IS NULL AND NOT j.each_zone AND NOT starts_with(j.schedule, '@after:')
   AND (%(window_scope)s = 'cluster'
@@ -113,3 +115,17 @@ UPDATE jobs SET
     updated_at = now()
 WHERE id = %(id)s
 RETURNING id, shard_id, status;
+
+-- name: record_planned_skips
+-- The slots a job's calendar or windows skip on the way to the slot it was just planned at
+-- (created, or re-planned by a calendar or window change), a JSON list of [slot, reason]:
+-- recorded skipped as a completion records those it passes. Only slots before the job's
+-- slot: a job that kept its slot (running, retrying) records nothing here.
+INSERT INTO runs (job_id, tenant_id, job_name, scheduled_for, attempt, status, finished_at,
+                  last_error)
+SELECT j.id, j.tenant_id, j.name, (e->>0)::timestamptz, 1, 'skipped',
+       coalesce(%(now)s::timestamptz, now()), e->>1
+FROM jobs j CROSS JOIN json_array_elements(%(skips)s::json) AS e
+WHERE j.id = %(id)s AND (e->>0)::timestamptz < j.slot_at
+ON CONFLICT (job_id, scheduled_for) DO NOTHING
+RETURNING scheduled_for;

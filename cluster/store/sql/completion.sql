@@ -127,7 +127,18 @@ done AS (
                   NULL, %(node_id)s, %(zone)s, NULL,
                   CASE WHEN f.skips = 1 AND f.own THEN '1 slot skipped: ' || i.error
                        ELSE f.skips || CASE WHEN f.skips = 1 THEN ' slot' ELSE ' slots' END
-                           || ' skipped by catch-up ' || o.catch_up END) END,
+                           -- The reason of the first slot counted: catch-up's, or a
+                           -- window's (tests/integration/test_fate_defects.py).
+                           || (SELECT CASE WHEN starts_with(c.reason, 'missed by ')
+                                           THEN ' skipped by catch-up ' || o.catch_up
+                                           ELSE ' skipped: ' || c.reason END
+                               FROM (SELECT i.slot, coalesce(i.error, '') AS reason
+                                     WHERE i.outcome = 'skipped'
+                                     UNION ALL
+                                     SELECT s.slot, s.reason FROM skip_in s
+                                     WHERE s.job_id = i.id AND s.slot <> i.slot) c
+                               WHERE NOT starts_with(c.reason, 'calendar ')
+                               ORDER BY c.slot LIMIT 1) END) END,
               CASE WHEN f.expect_now = 'too_fast' THEN raise_alert('too_fast', j.id,
                   j.tenant_id, j.name, i.slot, o.attempt, %(node_id)s, %(zone)s, NULL,
                   'ended after ' || round(i.duration_s::numeric, 3)::float8 || 's (expected at least '

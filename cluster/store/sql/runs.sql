@@ -59,6 +59,14 @@ WHERE job_id = %(job_id)s AND scheduled_for >= %(from)s
 ORDER BY scheduled_for
 LIMIT %(limit)s;
 
+-- name: recorded_between
+-- What was recorded for the job's slots in [%(from)s, %(to)s], oldest first, on UNIQUE
+-- (job_id, scheduled_for): `pulse jobs show --explain` puts each beside its slot.
+SELECT scheduled_for, status, last_error, attempt, origin FROM runs
+WHERE job_id = %(job_id)s AND scheduled_for >= %(from)s AND scheduled_for <= %(to)s
+ORDER BY scheduled_for
+LIMIT %(limit)s;
+
 -- name: show_run
 -- One run of a job with its output: the given slot's, else the newest. An attempt in flight
 -- is read from the job row as in list_runs, without output (written when it ends). Runs
