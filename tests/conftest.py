@@ -43,10 +43,10 @@ def logins(database_url: str) -> Iterator[Logins]:
 @pytest.fixture
 def settings(request: pytest.FixtureRequest, database_url: str) -> Iterator[ClusterSettings]:
     """A cluster of the test's own. A test that starts from an initialised schema (through
-    ``store`` or ``initialised``), unless end-to-end, may get one an
-    earlier test used, emptied (``SchemaPool``)."""
-    pooled = not INITIALISING.isdisjoint(request.fixturenames) and (
-        request.node.get_closest_marker("e2e") is None
+    ``store`` or ``initialised``), unless end-to-end or marked ``new_schema``, may get one
+    an earlier test used, emptied (``SchemaPool``)."""
+    pooled = not INITIALISING.isdisjoint(request.fixturenames) and not any(
+        request.node.get_closest_marker(m) for m in ("e2e", "new_schema")
     )
     cluster = fresh_settings(database_url, SCHEMAS.take() if pooled else None)
     yield cluster

@@ -227,6 +227,7 @@ async def test_a_flight_past_expect_max_raises_slow_once(
     assert done == {(first.id, at(10)), (first.id, at(20))}
 
 
+@pytest.mark.new_schema
 async def test_the_expectations_probe_reads_only_jobs_with_expectations(
     store: JobStore, settings: ClusterSettings
 ) -> None:

@@ -14,6 +14,8 @@ from typing import Any
 from uuid import UUID
 from zoneinfo import ZoneInfo
 
+import pytest
+
 from cluster.health.status import collect
 from cluster.jobs.models import Run
 from cluster.settings import ClusterSettings
@@ -362,6 +364,7 @@ async def test_status_counts_attempts_in_flight_from_the_job_rows(
     assert status.lag_p50_s == 0.0
 
 
+@pytest.mark.new_schema
 async def test_runs_by_status_reads_the_rare_outcomes_through_their_index(
     store: JobStore, settings: ClusterSettings
 ) -> None:

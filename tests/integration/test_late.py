@@ -97,6 +97,7 @@ async def test_nodes_running_the_pass_at_once_raise_each_late_slot_once(
     assert len(await events(settings)) == 200
 
 
+@pytest.mark.new_schema
 async def test_the_late_pass_probes_the_due_index_of_each_shard(
     store: JobStore, settings: ClusterSettings
 ) -> None:

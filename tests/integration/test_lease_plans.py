@@ -13,6 +13,8 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from uuid import UUID
 
+import pytest
+
 from cluster.settings import ClusterSettings
 from cluster.store.connect import connect
 from cluster.store.jobstore.store import JobStore
@@ -30,6 +32,7 @@ UPDATE jobs SET status = 'running', lease_token = 1, locked_by = 'n1', locked_at
 """
 
 
+@pytest.mark.new_schema
 async def test_lease_statements_read_jobs_by_primary_key_while_many_run(
     store: JobStore, settings: ClusterSettings
 ) -> None:

@@ -145,6 +145,7 @@ def assert_per_job_probes(plan: dict[str, Any]) -> None:
     assert all(n["Actual Loops"] <= PAGE for n in probes), [n["Actual Loops"] for n in probes]
 
 
+@pytest.mark.new_schema
 async def test_prune_probes_each_jobs_runs_by_index(big: Conn) -> None:
     # keep_for 10h: 30 of each job's 40 runs are expired (failures: 20h), more than a batch.
     plan = await explain(big, "prune_runs", params(10 * 3600))

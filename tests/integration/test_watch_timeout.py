@@ -180,6 +180,7 @@ async def test_runs_cancel_ends_a_watch_run_and_a_late_end_is_noted(
     assert [r["status"] for r in await run_rows(settings)] == ["cancelled", "cancelled"]
 
 
+@pytest.mark.new_schema
 async def test_the_timeout_probe_reads_the_running_runs_through_their_index(
     store: JobStore, settings: ClusterSettings
 ) -> None:
