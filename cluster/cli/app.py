@@ -10,6 +10,7 @@ import click
 
 from cluster.cli import (
     alerts,
+    audit,
     backfills,
     calendars,
     chaos,
@@ -150,7 +151,7 @@ for command in (
     up.up,
     chaos.chaos,
     tokens.tokens,
-    tokens.audit,
+    audit.audit,
     web.web,
     backfills.backfills,
     tenants.tenants,
