@@ -10,7 +10,6 @@ import click
 
 from cluster.cli import (
     alerts,
-    audit,
     backfills,
     calendars,
     chaos,
@@ -151,7 +150,7 @@ for command in (
     up.up,
     chaos.chaos,
     tokens.tokens,
-    audit.audit,
+    runs.audit,
     web.web,
     backfills.backfills,
     tenants.tenants,

@@ -387,7 +387,7 @@ def test_every_change_leaves_an_audit_row(api: Api) -> None:
     assert {(e["token"], e["job"], e["source"]) for e in mine} == {
         ("deployer", "audited", "127.0.0.1")
     }
-    cli = spawn(api.settings, "audit", "--tenant", "audit", "--json").result()
+    cli = spawn(api.settings, "tokens", "audit", "--tenant", "audit", "--json").result()
     assert cli.returncode == 0, cli.stderr
     assert [e["action"] for e in json.loads(cli.stdout)] == [e["action"] for e in mine]
 

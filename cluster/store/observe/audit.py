@@ -1,6 +1,6 @@
 """``pulse audit``'s reading of the store: the jobs of a scope, their revisions and their
 run rows over a range, in one snapshot, the runs streamed through a server-side cursor into
-the pure merge of ``cluster.timing.ledger`` job by job. Nothing here decides a verdict;
+the pure merge of ``cluster.jobs.ledger`` job by job. Nothing here decides a verdict;
 nothing holds more than a batch of rows (docs/design/audit.md).
 """
 
@@ -17,9 +17,10 @@ import psycopg
 from psycopg.rows import tuple_row
 
 from cluster.errors import InvalidInput
+from cluster.jobs.ledger import Job, JobAudit, Line, Prior, Record, Span, spans_of
+from cluster.jobs.models import JobStatus
 from cluster.store.connect import Conn, Row
 from cluster.store.queries import fetch_all, fetch_one, query, store_error
-from cluster.timing.ledger import Job, JobAudit, Line, Prior, Record, Span, spans_of
 
 __all__ = ["BATCH", "MAX_RANGE", "Scope", "audit_lines"]
 
@@ -118,18 +119,19 @@ def _job(
 ) -> Job:
     spans = spans_of(revisions) if revisions else _unrevised(row)
     status = row["status"]
+    held = row["gate_wait"] or row["next_run_at"] > row["slot_at"]
     in_flight = set(row["flights"])
-    if status == "running":
+    if status == JobStatus.RUNNING:
         in_flight.add(row["slot_at"])
     return Job(
         tenant=row["tenant_id"],
         name=row["name"],
         spans=spans,
         chained=tuple(chained),
-        position=row["slot_at"] if status in ("idle", "running") else None,
-        waiting=status == "idle" and (row["gate_wait"] or row["next_run_at"] > row["slot_at"]),
+        position=row["slot_at"] if status in (JobStatus.IDLE, JobStatus.RUNNING) else None,
+        waiting=status == JobStatus.IDLE and held,
         in_flight=frozenset(in_flight),
-        done_after=row["last_run_at"] if status == "done" else None,
+        done_after=row["last_run_at"] if status == JobStatus.DONE else None,
     )
 
 

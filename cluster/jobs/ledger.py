@@ -11,10 +11,12 @@ from __future__ import annotations
 import itertools
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any
 
 from cluster.errors import InvalidInput
+from cluster.jobs.models import RunStatus
+from cluster.timing.instants import US
 from cluster.timing.schedule import ENDED, Schedule, parse_schedule
 
 __all__ = [
@@ -45,7 +47,8 @@ VERDICTS = (
     "unaligned",
 )
 FAILING = frozenset({"missing", "overwritten"})
-RETRIED = ("failed", "timed_out")
+RETRIED = (RunStatus.FAILED, RunStatus.TIMED_OUT)
+UNDECIDED = (RunStatus.RUNNING, RunStatus.LOST)  # a state any later one may replace
 ASKED = ("rerun", "backfill")  # origins of a slot run again because someone asked
 
 
@@ -201,21 +204,18 @@ def expected(job: Job, start: datetime, end: datetime) -> Iterator[datetime]:
     """The slots ``job`` should have had in ``[start, end)``, in order: each span's
     schedule's slots strictly after the span began (none while paused), or the chained
     slots released to it; none after it finished."""
-    stop = end if job.done_after is None else min(end, job.done_after + _US)
+    stop = end if job.done_after is None else min(end, job.done_after + US)
     if job.chained:
         return (s for s in job.chained if start <= s < stop)
     return itertools.chain.from_iterable(_span_slots(span, start, stop) for span in job.spans)
-
-
-_US = timedelta(microseconds=1)
 
 
 def _span_slots(span: Span, start: datetime, stop: datetime) -> Iterator[datetime]:
     if span.paused or span.schedule is None:
         return iter(())
     # A slot at the very instant of an edit belongs to the definition before it.
-    limit = min(stop, ENDED) if span.end is None else min(stop, span.end + _US)
-    slots = span.schedule.iter_after(max(span.start, start - _US))
+    limit = min(stop, ENDED) if span.end is None else min(stop, span.end + US)
+    slots = span.schedule.iter_after(max(span.start, start - US))
     return itertools.takewhile(lambda s: s < limit, slots)
 
 
@@ -283,11 +283,11 @@ def _recorded(job: Job, row: Record) -> Line:
     overwrite = _overwrite(row)
     if overwrite:
         return _line(job, row, "overwritten", overwrite)
-    if row.status == "skipped":
+    if row.status == RunStatus.SKIPPED:
         return _line(job, row, "skipped", row.error or "")
-    if row.status == "running":
+    if row.status == RunStatus.RUNNING:
         return _line(job, row, "running", "an attempt runs now")
-    starts = [p for p in row.priors if p.status not in ("running", "skipped")]
+    starts = [p for p in row.priors if p.status not in (RunStatus.RUNNING, RunStatus.SKIPPED)]
     if not starts and row.attempt <= 1:
         return _line(job, row, "ran", row.error or "")
     states: list[Prior | Record] = [*starts, row]
@@ -300,9 +300,9 @@ def _recorded(job: Job, row: Record) -> Line:
 
 def _why(prior: Prior | Record, after: Prior | Record) -> str:
     what = f"attempt {prior.attempt} {prior.status} on {prior.node or '-'}"
-    if after.origin in ASKED and prior.status not in ("lost", *RETRIED):
+    if after.origin in ASKED and prior.status not in (RunStatus.LOST, *RETRIED):
         return f"{what}: re-run asked ({after.origin})"
-    if prior.status == "lost":
+    if prior.status == RunStatus.LOST:
         return f"{what} ({prior.error or '-'}): re-run after node death"
     return f"{what}: retried"
 
@@ -314,7 +314,7 @@ def _overwrite(row: Record) -> str:
     (succeeded, skipped, cancelled, a failed attempt not retried) is an overwrite."""
     states: list[Prior | Record] = [*row.priors, row]
     for before, after in itertools.pairwise(states):
-        if after.origin in ASKED or before.status in ("running", "lost"):
+        if after.origin in ASKED or before.status in UNDECIDED:
             continue
         if before.status in RETRIED and after.attempt > before.attempt:
             continue
