@@ -47,7 +47,7 @@ def test_openapi_lists_every_endpoint(api: Api) -> None:
         "/api/jobs", "/api/jobs:apply", "/api/jobs/{tenant}/{name}",
         "/api/jobs/{tenant}/{name}/pause", "/api/jobs/{tenant}/{name}/resume",
         "/api/jobs/{tenant}/{name}/trigger", "/api/runs", "/api/status", "/api/schedule",
-        "/api/audit", "/api/tenants/limits", "/api/tenants/{tenant}/limit",
+        "/api/audit", "/api/tokens/audit", "/api/tenants/limits", "/api/tenants/{tenant}/limit",
     ):  # fmt: skip
         assert path in paths
 
@@ -68,11 +68,11 @@ def test_a_token_without_the_role_is_403(api: Api) -> None:
         assert reader.get("/api/jobs").status_code == 200
         answer = reader.post("/api/jobs", json=job("by-reader"))
         assert answer.status_code == 403, answer.text
-        assert reader.get("/api/audit").status_code == 403
+        assert reader.get("/api/tokens/audit").status_code == 403
     with api.as_("write") as writer:
-        assert writer.get("/api/audit").status_code == 403
+        assert writer.get("/api/tokens/audit").status_code == 403
     with api.as_("admin") as admin:
-        assert admin.get("/api/audit").status_code == 200
+        assert admin.get("/api/tokens/audit").status_code == 200
 
 
 def test_create_read_replace_control_and_delete_a_job(api: Api) -> None:
@@ -379,7 +379,7 @@ def test_every_change_leaves_an_audit_row(api: Api) -> None:
         client.delete("/api/jobs/audit/audited")
         client.post("/api/jobs/audit/absent/pause")  # refused: no row
     with api.as_("admin") as admin:
-        entries = admin.get("/api/audit", params={"limit": 1000}).json()["entries"]
+        entries = admin.get("/api/tokens/audit", params={"limit": 1000}).json()["entries"]
     mine = [e for e in entries if e["tenant"] == "audit"]
     assert [e["action"] for e in reversed(mine)] == [
         "create", "pause", "resume", "trigger", "update", "delete",

@@ -400,7 +400,7 @@ async function runsPage(params) {
 
 async function auditPage() {
   if (state.session.role !== "admin") { show(el("h1", {}, "Audit"), el("p", {}, "The audit trail needs an admin token.")); return; }
-  const page = await api("GET", "/api/audit?limit=200");
+  const page = await api("GET", "/api/tokens/audit?limit=200");
   show(el("h1", {}, "Audit"), table("Changes made through the API, newest first", ["At", "Token", "Action", "Tenant", "Job", "Source", "Note"],
     page.entries.map((e) => el("tr", {}, el("td", {}, when(e.at)), el("td", {}, e.token), el("td", {}, e.action),
       el("td", {}, e.tenant || "-"), el("td", {}, e.job || "-"), el("td", {}, e.source || "-"), el("td", {}, e.detail || ""))), { id: "audit" }));
