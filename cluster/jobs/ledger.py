@@ -12,7 +12,7 @@ import itertools
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import Any, NamedTuple
 
 from cluster.errors import InvalidInput
 from cluster.jobs.models import RunStatus
@@ -49,6 +49,7 @@ VERDICTS = (
 FAILING = frozenset({"missing", "overwritten"})
 RETRIED = (RunStatus.FAILED, RunStatus.TIMED_OUT)
 UNDECIDED = (RunStatus.RUNNING, RunStatus.LOST)  # a state any later one may replace
+UNRUN = (RunStatus.SKIPPED, RunStatus.RUNNING)
 ASKED = ("rerun", "backfill")  # origins of a slot run again because someone asked
 
 
@@ -88,9 +89,9 @@ class Prior:
         )
 
 
-@dataclass(frozen=True)
-class Record:
-    """A slot's run row, with the states it held before (oldest first)."""
+class Record(NamedTuple):
+    """A slot's run row, with the states it held before (oldest first). Named tuples, as
+    ``Line``: one of each per slot, so how fast they are made counts."""
 
     slot: datetime
     status: str
@@ -117,8 +118,7 @@ class Job:
     done_after: datetime | None = None  # a finished job (max_runs, one-off): no slot later
 
 
-@dataclass(frozen=True)
-class Line:
+class Line(NamedTuple):
     tenant: str
     job: str
     slot: datetime
@@ -280,6 +280,8 @@ def _unaligned(job: Job, row: Record) -> Line:
 
 
 def _recorded(job: Job, row: Record) -> Line:
+    if not row.priors and row.attempt <= 1 and row.status not in UNRUN:
+        return _line(job, row, "ran", row.error or "")  # nearly every slot: one attempt
     overwrite = _overwrite(row)
     if overwrite:
         return _line(job, row, "overwritten", overwrite)
@@ -331,14 +333,6 @@ def _overwrite(row: Record) -> str:
 
 def _line(job: Job, row: Record, verdict: str, detail: str) -> Line:
     return Line(
-        job.tenant,
-        job.name,
-        row.slot,
-        verdict,
-        outcome=row.status,
-        node=row.node,
-        attempts=row.attempt,
-        token=row.token,
-        origin=row.origin,
-        detail=detail,
-    )
+        job.tenant, job.name, row.slot, verdict, row.status, row.node, row.attempt, row.token,
+        row.origin, detail,
+    )  # fmt: skip

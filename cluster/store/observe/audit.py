@@ -24,7 +24,7 @@ from cluster.store.queries import fetch_all, fetch_one, query, store_error
 
 __all__ = ["BATCH", "MAX_RANGE", "Scope", "audit_lines"]
 
-BATCH = 5000  # run rows per fetch of the cursor
+BATCH = 20_000  # run rows per fetch of the cursor
 MAX_RANGE = timedelta(days=92)
 
 
@@ -74,7 +74,8 @@ async def audit_lines(conn: Conn, scope: Scope) -> AsyncGenerator[Line]:
             merges = [JobAudit(job, scope.start, stop, cutoff) for job in jobs]
             params = {**scope.params(), "ids": ids, "start": scope.start, "end": stop}
             done = 0  # merges closed: every job before the current one
-            async with conn.cursor(name="pulse_audit", row_factory=tuple_row) as cur:
+            cursor = conn.cursor(name="pulse_audit", row_factory=tuple_row, binary=True)
+            async with cursor as cur:
                 await cur.execute(query("audit_runs"), params)
                 while batch := await cur.fetchmany(BATCH):
                     for n, *fields in batch:
@@ -93,7 +94,9 @@ async def audit_lines(conn: Conn, scope: Scope) -> AsyncGenerator[Line]:
 
 def _record(fields: Sequence[Any]) -> Record:
     slot, status, attempt, node, token, origin, error, history = fields
-    priors = tuple(Prior.from_json(item) for item in history) if history else ()
+    if not history:
+        return Record(slot, status, attempt, node, token, origin, error)
+    priors = tuple(Prior.from_json(item) for item in history)
     return Record(slot, status, attempt, node, token, origin, error, priors)
 
 
