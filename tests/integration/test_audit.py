@@ -9,11 +9,13 @@ import asyncio
 import csv
 import io
 import json
+from contextlib import aclosing
 from pathlib import Path
 from typing import Any
 
 from cluster.settings import ClusterSettings
 from cluster.store.jobstore.store import JobStore
+from cluster.store.observe.audit import BATCH, Scope, audit_lines
 from tests.helpers.cli import invoke
 from tests.helpers.history import add, every_10s, finish, rows
 from tests.helpers.sessions import ALL, T0, Opener, at
@@ -200,3 +202,28 @@ def test_bad_input_is_one_line_and_exit_2(initialised: Any) -> None:
         assert result.exit_code == 2, (args, result.output)
         assert message in result.stderr and len(result.stderr.splitlines()) == 1, result.stderr
         assert result.stdout == ""
+
+
+async def test_a_reader_that_stops_early_leaves_the_connection_usable(
+    store: JobStore, settings: ClusterSettings
+) -> None:
+    """The web streams the audit: a client gone mid-answer closes the stream, and the
+    pooled connection (its cursor, its transaction, the fetch asked for ahead) is clean."""
+    await add(store, every_10s("long"))
+    await made_at_t0(settings)
+    slots = BATCH * 3 // 2  # the reader stops while the second batch is asked for
+    await rows(
+        settings,
+        "INSERT INTO runs (job_id, tenant_id, job_name, scheduled_for, status) "
+        "SELECT id, tenant_id, name, %s + k * interval '10 seconds', 'succeeded' "
+        "FROM jobs, generate_series(1, %s) AS k RETURNING 1",
+        (T0, slots),
+    )
+    scope = Scope(T0, at(10 * slots + 1), grace_s=0.0)
+    async with aclosing(audit_lines(store.db.conn, scope)) as lines:
+        async for line in lines:
+            assert line.verdict == "ran"
+            break
+    assert await store.db.db_now() is not None
+    counted = [line async for line in audit_lines(store.db.conn, scope)]
+    assert len(counted) == slots and {line.verdict for line in counted} == {"ran"}

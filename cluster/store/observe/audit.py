@@ -6,6 +6,8 @@ nothing holds more than a batch of rows (docs/design/audit.md).
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 from collections import defaultdict
 from collections.abc import AsyncGenerator, Sequence
 from dataclasses import dataclass
@@ -77,7 +79,7 @@ async def audit_lines(conn: Conn, scope: Scope) -> AsyncGenerator[Line]:
             cursor = conn.cursor(name="pulse_audit", row_factory=tuple_row, binary=True)
             async with cursor as cur:
                 await cur.execute(query("audit_runs"), params)
-                while batch := await cur.fetchmany(BATCH):
+                async for batch in _batches(cur):
                     for n, *fields in batch:
                         while done < n - 1:
                             for line in merges[done].close():
@@ -90,6 +92,22 @@ async def audit_lines(conn: Conn, scope: Scope) -> AsyncGenerator[Line]:
                     yield line
     except psycopg.Error as exc:
         raise store_error(exc, "cannot read the ledger") from exc
+
+
+async def _batches(cur: psycopg.AsyncServerCursor[Any]) -> AsyncGenerator[list[Any]]:
+    """The cursor's rows a batch at a time, the next one asked for before this one is
+    merged: the database reads it while the merge runs."""
+    pending = asyncio.ensure_future(cur.fetchmany(BATCH))
+    try:
+        while batch := await pending:
+            pending = asyncio.ensure_future(cur.fetchmany(BATCH))
+            await asyncio.sleep(0)  # the next FETCH goes out before the merge
+            yield batch
+    finally:
+        if not pending.done():
+            pending.cancel()
+            with contextlib.suppress(asyncio.CancelledError, psycopg.Error):
+                await pending
 
 
 def _record(fields: Sequence[Any]) -> Record:
