@@ -74,6 +74,7 @@ class Prior:
     error: str | None
     origin: str | None
     replaced_at: datetime
+    started: datetime | None = None
 
     @classmethod
     def from_json(cls, item: Mapping[str, Any]) -> Prior:
@@ -86,6 +87,7 @@ class Prior:
             error=item.get("error"),
             origin=item.get("origin"),
             replaced_at=datetime.fromisoformat(str(item.get("replaced_at"))),
+            started=datetime.fromisoformat(item["started"]) if item.get("started") else None,
         )
 
 
@@ -101,6 +103,7 @@ class Record(NamedTuple):
     origin: str | None = None
     error: str | None = None
     priors: tuple[Prior, ...] = ()
+    started: datetime | None = None  # when the attempt recorded began
 
 
 @dataclass(frozen=True)
@@ -296,17 +299,23 @@ def _recorded(job: Job, row: Record) -> Line:
     why = [_why(p, after) for p, after in itertools.pairwise(states)]
     if not starts:
         why.append(f"{row.attempt - 1} earlier attempt(s), not recorded")
-    why.append(f"attempt {row.attempt} {row.status} on {row.node or '-'}")
+    why.append(_attempt(row))
     return _line(job, row, "reran", "; ".join(why))
 
 
 def _why(prior: Prior | Record, after: Prior | Record) -> str:
-    what = f"attempt {prior.attempt} {prior.status} on {prior.node or '-'}"
+    what = _attempt(prior)
     if after.origin in ASKED and prior.status not in (RunStatus.LOST, *RETRIED):
         return f"{what}: re-run asked ({after.origin})"
     if prior.status == RunStatus.LOST:
         return f"{what} ({prior.error or '-'}): re-run after node death"
     return f"{what}: retried"
+
+
+def _attempt(state: Prior | Record) -> str:
+    """One start of a slot: its attempt, how it ended, on which node, when it began."""
+    began = "" if state.started is None else f" started {state.started.isoformat()}"
+    return f"attempt {state.attempt} {state.status} on {state.node or '-'}{began}"
 
 
 def _overwrite(row: Record) -> str:

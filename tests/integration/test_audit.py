@@ -102,9 +102,9 @@ async def test_retries_and_a_rerun_after_a_node_death_are_named(
         "reran", "succeeded", "n2", 3
     )  # fmt: skip
     assert line["detail"] == (
-        "attempt 1 failed on n1: retried; "
-        "attempt 2 lost on n1 (lease expired (node n1)): re-run after node death; "
-        "attempt 3 succeeded on n2"
+        f"attempt 1 failed on n1 started {at(10).isoformat()}: retried; "
+        f"attempt 2 lost on n1 started {at(12).isoformat()} (lease expired (node n1)): "
+        f"re-run after node death; attempt 3 succeeded on n2 started {at(43).isoformat()}"
     )
 
 

@@ -111,11 +111,11 @@ async def _batches(cur: psycopg.AsyncServerCursor[Any]) -> AsyncGenerator[list[A
 
 
 def _record(fields: Sequence[Any]) -> Record:
-    slot, status, attempt, node, token, origin, error, history = fields
+    slot, status, attempt, node, token, origin, error, history, started = fields
     if not history:
-        return Record(slot, status, attempt, node, token, origin, error)
+        return Record(slot, status, attempt, node, token, origin, error, (), started)
     priors = tuple(Prior.from_json(item) for item in history)
-    return Record(slot, status, attempt, node, token, origin, error, priors)
+    return Record(slot, status, attempt, node, token, origin, error, priors, started)
 
 
 Revisions = list[tuple[datetime, str, dict[str, Any]]]  # (at, change, definition), oldest first

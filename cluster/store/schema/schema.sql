@@ -353,7 +353,8 @@ CREATE TABLE runs (
     revision      integer,
     UNIQUE (job_id, scheduled_for),
     -- The states later writes of the row replaced, oldest first: [{status, attempt, node,
-    -- token, error, origin, replaced_at}] (runs_keep_history; NULL: never rewritten).
+    -- token, error, origin, started, replaced_at}] (runs_keep_history; NULL: never
+    -- rewritten).
     history       jsonb
 );
 
@@ -387,7 +388,7 @@ BEGIN
     NEW.history := coalesce(OLD.history, '[]'::jsonb) || jsonb_build_array(jsonb_build_object(
         'status', OLD.status, 'attempt', OLD.attempt, 'node', OLD.node_id,
         'token', OLD.lease_token, 'error', left(OLD.last_error, 300), 'origin', OLD.origin,
-        'replaced_at', coalesce(NEW.finished_at, now())));
+        'started', OLD.started_at, 'replaced_at', coalesce(NEW.finished_at, now())));
     RETURN NEW;
 END
 $$;

@@ -41,11 +41,11 @@ ORDER BY c.job_id, c.slot;
 -- The run rows of the audited jobs in the range, job by job in the order given, each job's
 -- in slot order: one probe of runs (job_id, scheduled_for) per job, sorted per job only.
 SELECT i.n, r.scheduled_for, r.status, r.attempt, r.node_id, r.lease_token, r.origin,
-       r.last_error, r.history
+       r.last_error, r.history, r.started_at
 FROM unnest(%(ids)s::uuid[]) WITH ORDINALITY AS i(id, n)
 CROSS JOIN LATERAL (
     SELECT x.scheduled_for, x.status, x.attempt, x.node_id, x.lease_token, x.origin,
-           x.last_error, x.history
+           x.last_error, x.history, x.started_at
     FROM runs x
     WHERE x.job_id = i.id
       AND x.scheduled_for >= %(start)s::timestamptz AND x.scheduled_for < %(end)s::timestamptz

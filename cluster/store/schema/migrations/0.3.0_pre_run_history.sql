@@ -17,7 +17,7 @@ BEGIN
     NEW.history := coalesce(OLD.history, '[]'::jsonb) || jsonb_build_array(jsonb_build_object(
         'status', OLD.status, 'attempt', OLD.attempt, 'node', OLD.node_id,
         'token', OLD.lease_token, 'error', left(OLD.last_error, 300), 'origin', OLD.origin,
-        'replaced_at', coalesce(NEW.finished_at, now())));
+        'started', OLD.started_at, 'replaced_at', coalesce(NEW.finished_at, now())));
     RETURN NEW;
 END
 $$;
