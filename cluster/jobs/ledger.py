@@ -153,10 +153,12 @@ class Summary:
     """Counts per verdict per (tenant, job), in the order jobs were audited."""
 
     counts: dict[tuple[str, str], dict[str, int]] = field(default_factory=dict)
+    lines: int = 0
 
     def add(self, line: Line) -> None:
         per = self.counts.setdefault((line.tenant, line.job), dict.fromkeys(VERDICTS, 0))
         per[line.verdict] += 1
+        self.lines += 1
 
     def total(self, verdict: str) -> int:
         return sum(per[verdict] for per in self.counts.values())

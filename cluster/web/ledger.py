@@ -4,6 +4,7 @@ every statement the audit runs, so a scoped token never sees another tenant's sl
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections import deque
 from collections.abc import AsyncIterator
@@ -22,8 +23,9 @@ from cluster.web.state import state_of
 
 router = APIRouter(tags=["audit"])
 
-MAX_LINES = 100_000  # slot lines per answer: the summary still counts every slot
+MAX_LINES = 100_000  # slots audited per answer
 MAX_LAST = 1000
+YIELD_EVERY = 1000
 
 
 @router.get("/api/audit")
@@ -37,8 +39,9 @@ async def audit(
     last: int | None = Query(None, ge=1, le=MAX_LAST, description="Only the last N lines."),
     grace_s: float = Query(60.0, ge=0, le=86400),
 ) -> StreamingResponse:
-    """The audit of ``[from, to)`` as JSON lines: ``{"type": "slot", ...}`` per slot (at
-    most 100,000, or the ``last`` N), then ``{"type": "summary", ...}`` with every count."""
+    """The audit of ``[from, to)`` as JSON lines: ``{"type": "slot", ...}`` per slot (or
+    the ``last`` N), then ``{"type": "summary", ...}``; at most 100,000 slots are audited,
+    and ``truncated`` says the range held more."""
     scope = Scope(
         iso_time(start, "from"),
         iso_time(end, "to"),
@@ -52,23 +55,28 @@ async def audit(
 
 
 async def _lines(pool: StorePool, scope: Scope, last: int | None) -> AsyncIterator[bytes]:
+    """The answer's lines. The audit stops at MAX_LINES slots (``truncated``): a request
+    holds a pooled connection and this process's loop, so its work has a bound."""
     summary = Summary()
     kept: deque[Line] = deque(maxlen=last or None)
-    seen = 0
+    truncated = False
     async with (
         pool.store(scope.scope) as store,
         aclosing(audit_lines(store.db.conn, scope)) as lines,
     ):
         async for line in lines:
+            if summary.lines == MAX_LINES:
+                truncated = True
+                break
             summary.add(line)
-            seen += 1
             if last is not None:
                 kept.append(line)
-            elif seen <= MAX_LINES:
+            else:
                 yield _json({"type": "slot", **line.to_json()})
+            if summary.lines % YIELD_EVERY == 0:
+                await asyncio.sleep(0)  # other requests run between slices of a long audit
     for line in kept:
         yield _json({"type": "slot", **line.to_json()})
-    truncated = last is None and seen > MAX_LINES
     yield _json({"type": "summary", **summary.to_json(), "truncated": truncated})
 
 
