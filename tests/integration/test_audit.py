@@ -13,8 +13,11 @@ from contextlib import aclosing
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from cluster.settings import ClusterSettings
 from cluster.store.jobstore.store import JobStore
+from cluster.store.observe import audit as audit_store
 from cluster.store.observe.audit import BATCH, Scope, audit_lines
 from tests.helpers.cli import invoke
 from tests.helpers.history import add, every_10s, finish, rows
@@ -227,3 +230,14 @@ async def test_a_reader_that_stops_early_leaves_the_connection_usable(
     assert await store.db.db_now() is not None
     counted = [line async for line in audit_lines(store.db.conn, scope)]
     assert len(counted) == slots and {line.verdict for line in counted} == {"ran"}
+
+
+async def test_jobs_are_audited_a_page_at_a_time_in_name_order(
+    store: JobStore, settings: ClusterSettings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(audit_store, "JOBS_PAGE", 2)
+    await add(store, *(every_10s(name) for name in ("c", "a", "e", "b", "d")))
+    await made_at_t0(settings)
+    scope = Scope(T0, at(30), grace_s=0.0)
+    found = [(line.job, line.slot) async for line in audit_lines(store.db.conn, scope)]
+    assert found == [(name, at(s)) for name in "abcde" for s in (10, 20)]

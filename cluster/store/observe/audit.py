@@ -10,6 +10,7 @@ import asyncio
 import contextlib
 from collections import defaultdict
 from collections.abc import AsyncGenerator, Sequence
+from contextlib import aclosing
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -24,9 +25,10 @@ from cluster.jobs.models import JobStatus
 from cluster.store.connect import Conn, Row
 from cluster.store.queries import fetch_all, fetch_one, query, store_error
 
-__all__ = ["BATCH", "MAX_RANGE", "Scope", "audit_lines"]
+__all__ = ["BATCH", "JOBS_PAGE", "MAX_RANGE", "Scope", "audit_lines"]
 
 BATCH = 20_000  # run rows per fetch of the cursor
+JOBS_PAGE = 1000  # jobs read, and merged, at a time
 MAX_RANGE = timedelta(days=92)
 
 
@@ -68,30 +70,42 @@ async def audit_lines(conn: Conn, scope: Scope) -> AsyncGenerator[Line]:
             row = await fetch_one(conn, "db_now", {"now": scope.now})
             assert row is not None
             now: datetime = row["now"]
-            jobs, ids = await _jobs(conn, scope)
-            if not jobs:
-                return
             stop = max(scope.start, min(scope.end, now))
             cutoff = now - timedelta(seconds=scope.grace_s)
-            merges = [JobAudit(job, scope.start, stop, cutoff) for job in jobs]
-            params = {**scope.params(), "ids": ids, "start": scope.start, "end": stop}
-            done = 0  # merges closed: every job before the current one
-            cursor = conn.cursor(name="pulse_audit", row_factory=tuple_row, binary=True)
-            async with cursor as cur:
-                await cur.execute(query("audit_runs"), params)
-                async for batch in _batches(cur):
-                    for n, *fields in batch:
-                        while done < n - 1:
-                            for line in merges[done].close():
-                                yield line
-                            done += 1
-                        for line in merges[n - 1].feed(_record(fields)):
-                            yield line
-            for merge in merges[done:]:
-                for line in merge.close():
-                    yield line
+            after: tuple[str, str] | None = None
+            while True:  # a page of jobs at a time: memory stays bounded by the page
+                jobs, ids = await _jobs(conn, scope, after)
+                if not jobs:
+                    return
+                merges = [JobAudit(job, scope.start, stop, cutoff) for job in jobs]
+                async with aclosing(_merged(conn, scope, ids, stop, merges)) as lines:
+                    async for line in lines:
+                        yield line
+                after = (jobs[-1].tenant, jobs[-1].name)
     except psycopg.Error as exc:
         raise store_error(exc, "cannot read the ledger") from exc
+
+
+async def _merged(
+    conn: Conn, scope: Scope, ids: list[UUID], stop: datetime, merges: list[JobAudit]
+) -> AsyncGenerator[Line]:
+    """The lines of one page of jobs: their run rows streamed into their merges."""
+    params = {**scope.params(), "ids": ids, "start": scope.start, "end": stop}
+    done = 0  # merges closed: every job before the current one
+    cursor = conn.cursor(name="pulse_audit", row_factory=tuple_row, binary=True)
+    async with cursor as cur:
+        await cur.execute(query("audit_runs"), params)
+        async for batch in _batches(cur):
+            for n, *fields in batch:
+                while done < n - 1:
+                    for line in merges[done].close():
+                        yield line
+                    done += 1
+                for line in merges[n - 1].feed(_record(fields)):
+                    yield line
+    for merge in merges[done:]:
+        for line in merge.close():
+            yield line
 
 
 async def _batches(cur: psycopg.AsyncServerCursor[Any]) -> AsyncGenerator[list[Any]]:
@@ -121,8 +135,14 @@ def _record(fields: Sequence[Any]) -> Record:
 Revisions = list[tuple[datetime, str, dict[str, Any]]]  # (at, change, definition), oldest first
 
 
-async def _jobs(conn: Conn, scope: Scope) -> tuple[list[Job], list[UUID]]:
-    rows = await fetch_all(conn, "audit_jobs", scope.params())
+async def _jobs(
+    conn: Conn, scope: Scope, after: tuple[str, str] | None
+) -> tuple[list[Job], list[UUID]]:
+    """The next page of jobs after (tenant, name) ``after``, with their revisions and
+    chained slots."""
+    page = {"after_tenant": after and after[0], "after_name": after and after[1],
+            "limit": JOBS_PAGE}  # fmt: skip
+    rows = await fetch_all(conn, "audit_jobs", {**scope.params(), **page})
     ids = [r["id"] for r in rows]
     revisions: dict[UUID, Revisions] = defaultdict(list)
     chained: dict[UUID, list[datetime]] = defaultdict(list)

@@ -3,8 +3,10 @@
 -- docs/design/audit.md). Every statement filters by the caller's tenant scope.
 
 -- name: audit_jobs
--- The jobs audited, in (tenant, name) order, with where each stands now: its current slot,
--- whether that slot is held (a gate's wait, a retry's backoff), its slots in flight.
+-- The next page of the jobs audited, in (tenant, name) order after the last one of the
+-- page before (none: the first page; the jobs UNIQUE (tenant_id, name) index), with where
+-- each stands now: its current slot, whether that slot is held (a gate's wait, a retry's
+-- backoff), its slots in flight.
 SELECT j.id, j.tenant_id, j.name, j.status, j.slot_at, j.next_run_at, j.gate_wait,
        j.last_run_at, j.created_at, j.schedule, j.tz, j.dst_repeated, j.dst_skipped,
        j.each_zone, j.paused,
@@ -14,7 +16,10 @@ FROM jobs j
 WHERE (%(scope)s::text IS NULL OR j.tenant_id = %(scope)s)
   AND (%(tenant)s::text IS NULL OR j.tenant_id = %(tenant)s)
   AND (%(job)s::text IS NULL OR j.name = %(job)s)
-ORDER BY j.tenant_id, j.name;
+  AND (%(after_tenant)s::text IS NULL
+       OR (j.tenant_id, j.name) > (%(after_tenant)s::text, %(after_name)s::text))
+ORDER BY j.tenant_id, j.name
+LIMIT %(limit)s;
 
 -- name: audit_revisions
 -- The revisions of the audited jobs (the incarnation that exists: its job id), oldest
