@@ -111,6 +111,14 @@ def notes(result: ScenarioResult) -> list[str]:
         )
     if result.scenario in ("fanout", "fanout_once"):
         found.extend(_fanout_notes(result))
+    if result.scenario == "audit":
+        for label, e in (("pulse audit", p), ("rows alone", b)):
+            found.append(
+                f"{label}: {_num(e.get('audit_s'), 2)} s, "
+                f"{_num(e.get('audit_s_per_million'), 3)} s and "
+                f"{_num(e.get('cpu_s_per_million'), 3)} client CPU-s per million slots"
+            )
+        found.append(f"verdicts: {p.get('verdicts')}")
     if "release_p99_ms" in p:
         found.append(
             f"{_num(p.get('released'), 0)} slots released; a downstream started "

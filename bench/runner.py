@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from bench import report, results
+from bench.audit import run_audit
 from bench.chain import run_chain
 from bench.database import BenchDatabase
 from bench.fanout import run_fanout
@@ -37,6 +38,7 @@ SCENARIOS: dict[str, Scenario] = {
     "rebalance": run_rebalance,
     "prune": run_prune,
     "chain": run_chain,
+    "audit": run_audit,
 }
 
 

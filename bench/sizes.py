@@ -46,6 +46,10 @@ class Sizes:
     scale_claims: int = 200
     scale_idle_s: float = 30.0
     scale_live_s: float = 60.0
+    # audit: pulse audit over a week of 1,000 jobs @every 1m (10,080,000 slots)
+    audit_jobs: int = 1000
+    audit_every_s: int = 60
+    audit_days: float = 7.0
 
     def params(self, *names: str) -> dict[str, Any]:
         values = asdict(self)
@@ -79,6 +83,8 @@ QUICK = Sizes(
     scale_claims=20,
     scale_idle_s=1.5,
     scale_live_s=6.0,
+    audit_jobs=20,
+    audit_days=0.1,
 )
 
 

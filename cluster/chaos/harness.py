@@ -5,7 +5,8 @@ configured ones with ``--external``; a pg_auto_failover formation with ``--pg-ha
 Sentinel with a ``redis-failover`` fault), create the schema and the workload, start one proxy
 pair and one node per node id, wait until every shard is held, inject the faults while
 sampling the shard locks, let the cluster settle for the quiet period, kill the nodes, and
-check what the runs table, the witness file, the effect jobs' ledger and the node logs say.
+check what the runs table, the witness file, the effect jobs' ledger, `pulse audit` over the
+window and the node logs say.
 """
 
 from __future__ import annotations
@@ -268,6 +269,11 @@ class ChaosRun:
             await fleet.kill_all()
             await asyncio.gather(*background, return_exceptions=True)
         shards, runs = await probes.collect(settings, offset)
+        audit_counts, audit_findings = await probes.audit_window(
+            settings,
+            datetime.fromtimestamp(phase_start + WINDOW_MARGIN_S + offset, UTC),
+            window_end,
+        )
         obs = Observations(
             jobs={
                 j.name: JobInfo(
@@ -302,6 +308,8 @@ class ChaosRun:
             ledger=await probes.collect_ledger(settings),
             async_replication=o.pg_async,
             node_zones=fleet_zones,
+            audit_counts=audit_counts,
+            audit_findings=audit_findings,
         )
         report = build_report(obs, o.summary())
         (self.workdir / "observations.json").write_text(to_json(obs), "utf-8")

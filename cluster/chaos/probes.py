@@ -1,4 +1,5 @@
-"""The harness's own view of Postgres: lock sampling, backend termination, run history.
+"""The harness's own view of Postgres: lock sampling, backend termination, run history,
+and ``pulse audit`` over the run's window.
 
 These connections go straight to Postgres (never through a node's proxy) under the
 application name ``pulse-chaos``. The SQL here is diagnostic, for the harness only; the
@@ -10,13 +11,23 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
+from contextlib import aclosing
 from datetime import datetime
 
-from cluster.chaos.verdict.observations import LedgerRow, LockSample, RunRecord, to_ms
+from cluster.chaos.verdict.observations import (
+    AuditFinding,
+    LedgerRow,
+    LockSample,
+    RunRecord,
+    to_ms,
+)
+from cluster.jobs.ledger import VERDICTS
 from cluster.members import MemberRegistry
 from cluster.settings import ClusterSettings
+from cluster.store.connect import connect
 from cluster.store.jobstore.store import JobStore
 from cluster.store.observe import diagnostics, ledger
+from cluster.store.observe.audit import Scope, audit_lines
 from cluster.store.side import SideConnection
 
 APP_NAME = "pulse-chaos"
@@ -124,3 +135,25 @@ async def drop_cluster(settings: ClusterSettings) -> None:
         await registry.forget_cluster()
     finally:
         await registry.close()
+
+
+async def audit_window(
+    settings: ClusterSettings, start: datetime, end: datetime
+) -> tuple[dict[str, int], list[AuditFinding]]:
+    """``pulse audit`` over ``[start, end)`` in database time: lines per verdict, and each
+    line that is not a plain run or skip."""
+    counts = dict.fromkeys(VERDICTS, 0)
+    findings: list[AuditFinding] = []
+    conn = await connect(settings, "chaos-audit", statement_timeout_s=120)
+    try:
+        scope = Scope(start, end, grace_s=0.0)
+        async with aclosing(audit_lines(conn, scope)) as lines:
+            async for line in lines:
+                counts[line.verdict] += 1
+                if line.verdict not in ("ran", "skipped"):
+                    findings.append(
+                        AuditFinding(line.job, to_ms(line.slot), line.verdict, line.detail)
+                    )
+    finally:
+        await conn.close()
+    return counts, findings

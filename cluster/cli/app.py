@@ -157,7 +157,7 @@ for command in (
     up.up,
     chaos.chaos,
     tokens.tokens,
-    tokens.audit,
+    runs.audit,
     web.web,
     backfills.backfills,
     tenants.tenants,

@@ -60,7 +60,7 @@ async def set_value(store: JobStore, key: str, value: str) -> None:
     drop, egress.allow the networks nodes may reach ('10.1.0.0/16,127.0.0.0/8'),
     celery.brokers names to broker URLs ('main=${env:CELERY_MAIN_URL}'). Nodes use
     retention from their next prune, the rest within seconds. The change is written to
-    the audit trail (pulse audit)."""
+    the audit trail (pulse tokens audit)."""
     canonical(key, value)  # bad input: one line naming the key, before anything is written
     async with store.transaction():
         stored = await store.set_config(key, value)

@@ -1,4 +1,4 @@
-"""``pulse tokens ...`` and ``pulse audit``: the HTTP API's tokens and its audit trail.
+"""``pulse tokens ...``: the HTTP API's tokens and its audit trail (``pulse tokens audit``).
 
 Tokens are made here, on a host with the database's credentials, never through the API;
 making and revoking one writes its audit row (``cluster.cli.audited``), never its secret.
@@ -9,7 +9,7 @@ from __future__ import annotations
 import click
 
 from cluster.cli import audited
-from cluster.cli.base import PulseCommand, PulseGroup, emit_json, with_store
+from cluster.cli.base import PulseGroup, emit_json, with_store
 from cluster.cli.table import table
 from cluster.jobs.fields import validate_name
 from cluster.jobs.models import iso
@@ -120,12 +120,12 @@ async def revoke(store: JobStore, name: str) -> None:
     click.echo(f"revoked {name}")
 
 
-@click.command("audit", cls=PulseCommand)
+@tokens.command("audit")
 @click.option("--tenant", default=None, envvar="PULSE_AUDIT_TENANT", help="Only this tenant.")
 @click.option("--limit", type=click.IntRange(1, 100_000), default=100, show_default=True)
 @click.option("--json", "as_json", is_flag=True)
 @with_store
-async def audit(store: JobStore, tenant: str | None, limit: int, as_json: bool) -> None:
+async def audit_trail(store: JobStore, tenant: str | None, limit: int, as_json: bool) -> None:
     """The changes made through the HTTP API and by pulse tokens, config and tenants,
     newest first."""
     found = await store.access.audit_entries(scope=tenant, limit=limit)

@@ -40,6 +40,7 @@ from cluster.web import (
     calendars,
     console,
     jobs,
+    ledger,
     pings,
     quotas,
     revisions,
@@ -238,6 +239,7 @@ def create_app(
         status,
         alerts,
         audit,
+        ledger,
         console,
     )
     for module in routers:

@@ -1,4 +1,5 @@
-"""The audit trail over HTTP: the row every change writes, and ``GET /api/audit`` (admin)."""
+"""The audit trail over HTTP: the row every change writes, and ``GET /api/tokens/audit``
+(admin). The slot ledger's audit is ``GET /api/audit`` (``cluster.web.ledger``)."""
 
 from __future__ import annotations
 
@@ -27,7 +28,7 @@ async def record(
     )
 
 
-@router.get("/api/audit")
+@router.get("/api/tokens/audit")
 async def list_audit(
     who: Admin,
     request: Request,

@@ -66,15 +66,20 @@ def test_quick_bench_runs_and_counts(tmp_path: Path) -> None:
     proc = _bench("--quick", "--out", str(out))
     lines = proc.stdout.splitlines()
     assert lines[0].split()[:3] == ["scenario", "system", "expected"]
-    assert sum(1 for line in lines if line.split()[:1] == ["ratio"]) == 9
+    assert sum(1 for line in lines if line.split()[:1] == ["ratio"]) == 10
     assert "claim plan (pulse" in proc.stdout
     assert "targets, fairness on: last B..K start / A's drain" in proc.stdout
 
     records = {r["scenario"]: r for r in map(json.loads, out.read_text().splitlines())}
     assert set(records) == {
         "steady", "burst", "fanout", "fanout_once", "failover", "scale", "rebalance", "prune",
-        "chain",
+        "chain", "audit",
     }  # fmt: skip
+    # The audit finds every slot the fill left without a row, and reads every row it left.
+    audit, rows = records["audit"]["pulse"], records["audit"]["baseline"]
+    assert audit["fires"] == audit["expected"] > rows["fires"] > 0, (audit, rows)
+    assert audit["missing"] == audit["expected"] - rows["fires"], (audit, rows)
+    assert audit["extra"]["verdicts"] == {"ran": rows["fires"], "missing": audit["missing"]}
     chain = records["chain"]["pulse"]
     assert (chain["fires"], chain["missing"]) == (chain["expected"], 0), chain
     assert chain["extra"]["released"] > 0 and chain["extra"]["release_p99_ms"] is not None

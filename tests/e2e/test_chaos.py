@@ -5,7 +5,8 @@ throwaway Postgres and Redis the harness starts (so it can restart them). The ru
 a SIGKILL, a SIGSTOP past the (short, 4 s) session timeout, a zone kill, a Redis restart, a
 Postgres restart and a silently stalled Postgres connection, and must show no safety
 violation and no lost slot (how soon each failover came is `pulse chaos`'s and the
-bench's to judge, not a test's). Its effect jobs write one ledger row per run through
+bench's to judge, not a test's), and ``pulse audit`` over its window must find no slot
+missing or overwritten. Its effect jobs write one ledger row per run through
 ``ctx.transaction()``: every slot that succeeded has exactly one, carrying the fencing
 token of the run whose completion applied, and no other slot has any. Its ``allow`` jobs
 (2.5 s runs every second, 3 at once) never ran more than 3 slots at once nor an attempt
@@ -65,4 +66,13 @@ def test_a_ci_sized_chaos_run_keeps_every_guarantee(tmp_path: Path) -> None:
     # Zone-kill, and faults of the only node of zone-b or zone-c, leave pinned jobs dark.
     assert int(checks["zone placement"]["summary"].split()[4]) >= 1, table
     assert int(checks["dependencies"]["summary"].split()[3]) > 60, table  # slots released
+    # The slot ledger over the window, by pulse audit's own reading: nothing missing or
+    # overwritten, and every slot run more than once says why.
+    audit = report["audit_counts"]
+    assert audit["missing"] == 0 and audit["overwritten"] == 0, table
+    assert audit["ran"] > 3000, table
+    reran = [f for f in report["audit_findings"] if f["verdict"] == "reran"]
+    assert all(
+        "re-run after node death" in f["detail"] or "retried" in f["detail"] for f in reran
+    ), reran
     assert code in (0, 1), table  # 1: a bound passed, judged above

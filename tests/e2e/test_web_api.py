@@ -47,7 +47,7 @@ def test_openapi_lists_every_endpoint(api: Api) -> None:
         "/api/jobs", "/api/jobs:apply", "/api/jobs/{tenant}/{name}",
         "/api/jobs/{tenant}/{name}/pause", "/api/jobs/{tenant}/{name}/resume",
         "/api/jobs/{tenant}/{name}/trigger", "/api/runs", "/api/status", "/api/schedule",
-        "/api/audit", "/api/tenants/limits", "/api/tenants/{tenant}/limit",
+        "/api/audit", "/api/tokens/audit", "/api/tenants/limits", "/api/tenants/{tenant}/limit",
     ):  # fmt: skip
         assert path in paths
 
@@ -68,11 +68,11 @@ def test_a_token_without_the_role_is_403(api: Api) -> None:
         assert reader.get("/api/jobs").status_code == 200
         answer = reader.post("/api/jobs", json=job("by-reader"))
         assert answer.status_code == 403, answer.text
-        assert reader.get("/api/audit").status_code == 403
+        assert reader.get("/api/tokens/audit").status_code == 403
     with api.as_("write") as writer:
-        assert writer.get("/api/audit").status_code == 403
+        assert writer.get("/api/tokens/audit").status_code == 403
     with api.as_("admin") as admin:
-        assert admin.get("/api/audit").status_code == 200
+        assert admin.get("/api/tokens/audit").status_code == 200
 
 
 def test_create_read_replace_control_and_delete_a_job(api: Api) -> None:
@@ -296,6 +296,48 @@ def test_runs_are_listed_a_page_at_a_time_with_filters(api: Api) -> None:
             ), params
 
 
+def test_the_slot_ledger_is_audited_as_json_lines(api: Api) -> None:
+    """GET /api/audit: a line per slot of the range, the last N with ``last``, then the
+    summary; bad times are 422 naming the field."""
+    api.set_config("api.handlers", "billing.jobs:rollup")
+    with api.as_("write") as client:
+        made = client.post("/api/jobs", json=job("ledgered", tenant="ledger", schedule="@every 1m"))
+        assert made.status_code == 201, made.text
+    base = datetime(2026, 1, 1, tzinfo=UTC)
+    api.sql("UPDATE job_revisions SET at = %s WHERE job_name = 'ledgered'", (base,))
+    for i in (1, 2, 4):
+        api.sql(
+            "INSERT INTO runs (job_id, tenant_id, job_name, scheduled_for, status, node_id, "
+            "lease_token) VALUES (%s, 'ledger', 'ledgered', %s, 'succeeded', 'n1', %s)",
+            (made.json()["id"], base + timedelta(minutes=i), i),
+        )
+    span = {"from": base.isoformat(), "to": (base + timedelta(minutes=5)).isoformat()}
+    with api.as_("read") as client:
+        answer = client.get("/api/audit", params={**span, "job": "ledgered"})
+        assert answer.status_code == 200
+        assert answer.headers["content-type"].startswith("application/x-ndjson")
+        lines = [json.loads(line) for line in answer.text.splitlines()]
+        assert [(x["slot"], x["verdict"]) for x in lines[:-1]] == [
+            ((base + timedelta(minutes=i)).isoformat(), "missing" if i == 3 else "ran")
+            for i in range(1, 5)
+        ]
+        assert lines[1]["token"] == 2 and lines[1]["node"] == "n1"
+        summary = lines[-1]
+        assert summary["type"] == "summary" and not summary["truncated"]
+        assert summary["total"]["ran"] == 3 and summary["total"]["missing"] == 1
+        tail = client.get("/api/audit", params={**span, "job": "ledgered", "last": 2}).text
+        assert [json.loads(x).get("verdict") for x in tail.splitlines()] == ["missing", "ran", None]
+        for params, field in (
+            ({**span, "from": "yesterday"}, "from"),
+            ({**span, "to": span["from"]}, "to"),
+            ({"to": span["to"]}, "from"),
+            ({**span, "last": 0}, "last"),
+        ):
+            refused = client.get("/api/audit", params=params)
+            assert refused.status_code == 422, params
+            assert refused.json()["field"] == field, refused.json()
+
+
 def test_status_and_schedule(api: Api) -> None:
     with api.as_("read") as client:
         status = client.get("/api/status").json()
@@ -379,7 +421,7 @@ def test_every_change_leaves_an_audit_row(api: Api) -> None:
         client.delete("/api/jobs/audit/audited")
         client.post("/api/jobs/audit/absent/pause")  # refused: no row
     with api.as_("admin") as admin:
-        entries = admin.get("/api/audit", params={"limit": 1000}).json()["entries"]
+        entries = admin.get("/api/tokens/audit", params={"limit": 1000}).json()["entries"]
     mine = [e for e in entries if e["tenant"] == "audit"]
     assert [e["action"] for e in reversed(mine)] == [
         "create", "pause", "resume", "trigger", "update", "delete",
@@ -387,7 +429,7 @@ def test_every_change_leaves_an_audit_row(api: Api) -> None:
     assert {(e["token"], e["job"], e["source"]) for e in mine} == {
         ("deployer", "audited", "127.0.0.1")
     }
-    cli = spawn(api.settings, "audit", "--tenant", "audit", "--json").result()
+    cli = spawn(api.settings, "tokens", "audit", "--tenant", "audit", "--json").result()
     assert cli.returncode == 0, cli.stderr
     assert [e["action"] for e in json.loads(cli.stdout)] == [e["action"] for e in mine]
 

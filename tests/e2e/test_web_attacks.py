@@ -19,6 +19,7 @@ import types
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -875,7 +876,7 @@ def test_a_huge_search_term_and_page_size_are_refused(api: Api) -> None:
             assert term not in answer.text and len(answer.content) < 1000
         assert client.get("/api/jobs?q=rollup&limit=500").status_code == 200
     with api.as_("admin") as client:
-        assert client.get("/api/audit?limit=100000").status_code == 422
+        assert client.get("/api/tokens/audit?limit=100000").status_code == 422
 
 
 def test_one_token_holding_slow_requests_does_not_starve_another(api: Api) -> None:
@@ -1001,7 +1002,7 @@ def test_a_tenant_token_reads_only_its_tenants_audit_trail(api: Api) -> None:
     own = tenant_token(api, "own-admin", "admin", "own")
     with allowing(api, HANDLER), api.web.client(own) as client:
         assert client.post("/api/jobs", json=job("mine", "own")).status_code == 201
-        answer = client.get("/api/audit?limit=1000")
+        answer = client.get("/api/tokens/audit?limit=1000")
         assert answer.status_code == 200
         entries = answer.json()["entries"]
     assert entries and {e["tenant"] for e in entries} == {"own"}
@@ -1009,7 +1010,52 @@ def test_a_tenant_token_reads_only_its_tenants_audit_trail(api: Api) -> None:
     actions = {r[0] for r in api.sql("SELECT action FROM api_audit WHERE token_name LIKE 'cli:%%'")}
     assert {"create token", "set config", "set quota"} <= actions
     with api.as_("acme") as scoped_writer:
-        assert scoped_writer.get("/api/audit").status_code == 403
+        assert scoped_writer.get("/api/tokens/audit").status_code == 403
+
+
+def test_a_tenant_token_audits_only_its_tenants_slots(api: Api) -> None:
+    """GET /api/audit with a token scoped to `own`: another tenant's slots (missing ones
+    too) never appear, whether it names that tenant, its job, or nothing."""
+    admin = tenant_token(api, "ledger-admin", "admin", None)
+    reader = tenant_token(api, "ledger-reader", "read", "own")
+    with allowing(api, HANDLER), api.web.client(admin) as client:
+        for name, tenant in (("ledger-mine", "own"), ("ledger-theirs", "other")):
+            made = client.post("/api/jobs", json=job(name, tenant, schedule="@every 1m"))
+            assert made.status_code == 201, made.text
+    # Both made ten minutes ago: each expects slots, unrecorded (missing).
+    api.sql(
+        "UPDATE job_revisions SET at = now() - interval '10 minutes' "
+        "WHERE job_name IN ('ledger-mine', 'ledger-theirs')"
+    )
+    with api.web.client(admin) as client:
+        year = {"from": "2026-01-01T00:00:00Z", "to": "2026-12-31T00:00:00Z"}
+        full = client.get("/api/audit", params=year)
+    assert full.status_code == 422  # longer than 92 days
+    with api.web.client(reader) as client:
+        asked = [
+            {},
+            {"tenant": "other"},
+            {"job": "ledger-theirs"},
+            {"tenant": "other", "job": "ledger-theirs"},
+        ]
+        answers = []
+        for params in asked:
+            now = api.sql("SELECT now()")[0][0]
+            window = {
+                "from": (now - timedelta(minutes=30)).isoformat(),
+                "to": (now + timedelta(minutes=1)).isoformat(),
+            }
+            answer = client.get("/api/audit", params={**window, **params})
+            assert answer.status_code == 200, answer.text
+            answers.append([json.loads(line) for line in answer.text.splitlines()])
+    slots = [line for line in answers[0] if line["type"] == "slot"]
+    assert slots and {(s["tenant"], s["job"]) for s in slots} == {("own", "ledger-mine")}
+    assert {s["verdict"] for s in slots} <= {"missing", "pending"}
+    for lines in answers[1:]:
+        assert [line["type"] for line in lines] == ["summary"]
+        assert lines[0]["jobs"] == []
+    for lines in answers:
+        assert "ledger-theirs" not in json.dumps(lines)
 
 
 # --- Literal secrets in jobs an operator wrote -------------------------------------------

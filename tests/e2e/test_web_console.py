@@ -18,6 +18,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import httpx
+import psycopg
 import pytest
 
 from cluster.jobs.models import JOB_STATUSES, RUN_STATUSES
@@ -422,3 +423,48 @@ def test_the_jobs_list_and_page_show_each_jobs_health(console: Console, tmp_path
     console.click("#job-runs button")
     until(lambda: console.text("#run-metrics") == "rows=0", "the run's metrics", 20)
     screenshot(console.browser, tmp_path, "job-health")
+
+
+def test_the_job_page_shows_its_last_slots_as_a_strip(console: Console, tmp_path: Path) -> None:
+    """One cell per slot of the last hours, coloured by the audit's verdict, its reason as
+    its title: a run, a skip with its reason, and the slots without a record."""
+    with console.api() as api:
+        made = {"name": "stripped", "schedule": "@every 10m",
+                "handler": "cluster.chaos.witness:record"}  # fmt: skip
+        assert api.post("/api/jobs", json=made).status_code == 201
+    assert console.settings is not None
+    now = datetime.now(UTC)
+    last = now.replace(minute=now.minute - now.minute % 10, second=0, microsecond=0)
+    ran, skipped = last - timedelta(minutes=10), last - timedelta(minutes=20)
+    with psycopg.connect(console.settings.database_url, autocommit=True) as conn:
+        conn.execute(f"SET search_path TO {console.settings.schema}")
+        conn.execute(
+            "UPDATE job_revisions SET at = %s WHERE job_name = 'stripped'",
+            (now - timedelta(hours=1, minutes=5),),
+        )
+        conn.execute(
+            "INSERT INTO runs (job_id, tenant_id, job_name, scheduled_for, attempt, node_id, "
+            "status, lease_token, last_error) SELECT id, tenant_id, name, v.s, 1, 'node-a', "
+            "v.st, 1, v.e FROM jobs, (VALUES (%s::timestamptz, 'succeeded', NULL), "
+            "(%s, 'skipped', 'skipped by pulse jobs skip-next')) AS v(s, st, e) "
+            "WHERE name = 'stripped'",
+            (ran, skipped),
+        )
+    console.open("#/job/default/stripped")
+    until(lambda: console.text("#job-name") == "stripped", "the job's page", 20)
+    until(lambda: console.count("#slot-strip li") >= 6, "the slot strip", 20)
+    verdicts = dict(
+        zip(
+            console.attributes("#slot-strip li", "data-slot"),
+            console.attributes("#slot-strip li", "data-verdict"),
+            strict=True,
+        )
+    )
+    assert verdicts[ran.isoformat()] == "ran"
+    assert verdicts[skipped.isoformat()] == "skipped"
+    assert verdicts[(skipped - timedelta(minutes=10)).isoformat()] == "missing"
+    (title,) = console.attributes("#slot-strip li.slot-skipped", "title")
+    assert title.endswith("skipped: skipped by pulse jobs skip-next")
+    missing = console.attributes("#slot-strip li.slot-missing", "title")
+    assert missing and all(t.endswith("missing: no run and no skipped record") for t in missing)
+    screenshot(console.browser, tmp_path, "strip")

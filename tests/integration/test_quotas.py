@@ -157,7 +157,7 @@ def test_the_cli_sets_quotas_refuses_past_them_and_audits_its_changes(
     assert initialised("tenants", "set", "acme", "--max-concurrent", "4").exit_code == 0
     assert initialised("tokens", "revoke", "ci").exit_code == 0
     assert initialised("tenants", "quota", "acme", "--clear").exit_code == 0
-    entries = json.loads(initialised("audit", "--json").stdout)
+    entries = json.loads(initialised("tokens", "audit", "--json").stdout)
     assert [e["action"] for e in entries] == [
         "clear quota",
         "revoke token",
@@ -168,7 +168,7 @@ def test_the_cli_sets_quotas_refuses_past_them_and_audits_its_changes(
     ]
     assert all(e["token"].startswith("cli:") for e in entries)
     assert entries[3]["detail"] == "keep_runs = 500"
-    assert secret not in json.dumps(entries) and secret not in initialised("audit").stdout
+    assert secret not in json.dumps(entries) and secret not in initialised("tokens", "audit").stdout
 
 
 def test_the_cli_caps_a_tenants_period_and_retention_in_durations(

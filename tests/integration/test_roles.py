@@ -167,7 +167,14 @@ def test_pulse_web_logged_in_through_the_web_role_serves_the_api(
         assert api.post(f"/api/backfills/{made.json()['id']}/cancel").status_code == 200
         assert api.put("/api/tenants/a/limit", json={"max_concurrent": 2}).status_code == 200
         assert api.put("/api/tenants/a/quota", json={"max_jobs": 9}).status_code == 200
-        for path in ("/api/jobs", "/api/runs", "/api/backfills", "/api/audit", "/api/status"):
+        for path in (
+            "/api/jobs",
+            "/api/runs",
+            "/api/backfills",
+            "/api/tokens/audit",
+            "/api/status",
+            "/api/audit?from=2031-01-01T00:00:00Z&to=2031-01-02T00:00:00Z",
+        ):
             assert api.get(path).status_code == 200, path
         assert api.delete("/api/jobs/a/tick").status_code == 204
         assert [a for (a,) in owner_rows(settings, "SELECT action FROM api_audit ORDER BY id")]

@@ -25,6 +25,7 @@ from cluster.chaos.verdict.kinds import (
     zone_placement,
 )
 from cluster.chaos.verdict.observations import (
+    AuditFinding,
     Execution,
     FaultRecord,
     JobInfo,
@@ -648,3 +649,29 @@ def test_the_workload_adds_allow_jobs_and_jobs_pinned_to_the_fleets_zones() -> N
     assert all(s.schedule == "@every 2s" and s.payload == {"sleep_s": 5.0} for s in replaced)
     two = [j.zones for j in make_workload(0, 3, ["zone-a", "zone-b"]) if j.kind == "pinned"]
     assert two == [("zone-a",), ("zone-b",), ("zone-a", "zone-b")]
+
+
+# -- the slot ledger's audit ---------------------------------------------------------------
+
+
+def test_a_slot_the_audit_finds_missing_or_overwritten_fails_the_run() -> None:
+    runs, execs = steady("job", T0, T0 + 9)
+    counts = {"ran": 9, "reran": 1, "skipped": 0, "missing": 0, "overwritten": 0}
+    rerun = AuditFinding(
+        "job", ms(T0 + 3), "reran", "attempt 1 lost on n1: re-run after node death"
+    )
+    obs = replace(observe(runs, execs), audit_counts=counts, audit_findings=[rerun])
+    clean = build_report(obs, {})
+    assert clean.passed and clean.audit_failures == []
+    assert "pulse audit           ran 9, reran 1" in render_table(clean)
+
+    missing = AuditFinding("job", ms(T0 + 5), "missing", "no run and no skipped record")
+    broken = build_report(
+        replace(obs, audit_counts={**counts, "missing": 1}, audit_findings=[rerun, missing]), {}
+    )
+    assert not broken.passed and broken.violations == [] and broken.lost == []
+    table = render_table(broken)
+    assert "AUDIT: missing: job slot" in table and table.endswith("RESULT: FAIL")
+    assert broken.to_json()["audit_findings"][1]["slot"].endswith("+00:00")
+    # Observations keep the findings through JSON, for a post-mortem.
+    assert from_json(to_json(replace(obs, audit_findings=[missing]))).audit_findings == (missing,)

@@ -79,6 +79,17 @@ class RunRecord:
 
 
 @dataclass(frozen=True)
+class AuditFinding:
+    """A line of ``pulse audit`` over the window that is not a plain run or skip: a slot
+    missing, overwritten or run more than once (with why), or one not decided yet."""
+
+    job: str
+    slot_ms: int
+    verdict: str  # one of cluster.jobs.ledger.VERDICTS
+    detail: str
+
+
+@dataclass(frozen=True)
 class LedgerRow:
     """A row an effect job's run committed through ``ctx.transaction()``."""
 
@@ -142,6 +153,10 @@ class Observations:
     # claims and completions committed on the old primary.
     async_replication: bool = False
     node_zones: Mapping[str, str] = field(default_factory=dict)  # node id -> its zone
+    # `pulse audit` over the window: lines per verdict, and every line that is not a plain
+    # run or skip (empty counts: not audited).
+    audit_counts: Mapping[str, int] = field(default_factory=dict)
+    audit_findings: Sequence[AuditFinding] = ()
 
     def slot_time(self, slot_ms: int) -> float:
         """A slot on the harness's clock."""
@@ -192,5 +207,6 @@ def from_json(text: str) -> Observations:
         faults=[FaultRecord(**{**f, "targets": tuple(f["targets"])}) for f in data.pop("faults")],
         node_exits=tuple(data.pop("node_exits")),
         ledger=tuple(LedgerRow(**r) for r in data.pop("ledger", [])),
+        audit_findings=tuple(AuditFinding(**f) for f in data.pop("audit_findings", [])),
         **data,
     )

@@ -1,6 +1,7 @@
 """The verdict of a chaos run: every check combined, printed as a table or written as JSON.
 
-A run passes when there is no safety violation (double execution, unexplained execution
+A run passes when ``pulse audit`` over the window finds no slot missing and no record
+overwritten, there is no safety violation (double execution, unexplained execution
 or completion, early fire, re-run no fault explains, a poison slot run more than retries + 1
 times or not recorded failed), no lost slot, no node that exited on its own (but for those
 the poison job killed), every fault's gap and unheld stretch stayed within its bound, and
@@ -16,7 +17,7 @@ from typing import Any
 
 from cluster.chaos.verdict.failover import Unheld, fault_gaps, unheld_stretches
 from cluster.chaos.verdict.kinds import CheckResult, run_checks
-from cluster.chaos.verdict.observations import Observations
+from cluster.chaos.verdict.observations import AuditFinding, Observations
 from cluster.chaos.verdict.safety import (
     CLAIM_LOST,
     LEASE_LOST,
@@ -29,6 +30,7 @@ from cluster.chaos.verdict.safety import (
     find_reruns,
 )
 from cluster.chaos.verdict.safety import unattributed as unattributed_reruns
+from cluster.jobs.ledger import FAILING
 from cluster.jobs.models import RunStatus
 
 SHOWN = 10
@@ -69,6 +71,13 @@ class Report:
     node_exits: list[str] = field(default_factory=list)
     poison: PoisonSummary | None = None
     checks: list[CheckResult] = field(default_factory=list)
+    audit_counts: Mapping[str, int] = field(default_factory=dict)
+    audit_findings: list[AuditFinding] = field(default_factory=list)
+
+    @property
+    def audit_failures(self) -> list[AuditFinding]:
+        """The slots the ledger rule is broken for: missing or overwritten."""
+        return [f for f in self.audit_findings if f.verdict in FAILING]
 
     @property
     def bounds_ok(self) -> bool:
@@ -76,14 +85,14 @@ class Report:
 
     @property
     def passed(self) -> bool:
-        problems = self.violations or self.lost or self.node_exits
+        problems = self.violations or self.lost or self.node_exits or self.audit_failures
         return not problems and self.bounds_ok and all(check.ok for check in self.checks)
 
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)
         data["passed"] = self.passed
         data["bounds_ok"] = self.bounds_ok
-        items = [*data["violations"], *data["lost"], *data["reruns"]]
+        items = [*data["violations"], *data["lost"], *data["reruns"], *data["audit_findings"]]
         for check in data["checks"]:
             check["ok"] = not check["violations"]
             items += check["violations"]
@@ -143,6 +152,8 @@ def build_report(obs: Observations, settings: Mapping[str, Any]) -> Report:
         node_exits=list(obs.node_exits),
         poison=poison,
         checks=run_checks(obs),
+        audit_counts=dict(obs.audit_counts),
+        audit_findings=list(obs.audit_findings),
     )
 
 
@@ -214,6 +225,9 @@ def render_table(report: Report) -> str:
             f"poison job            {p.slots} slots, {p.executions} nodes killed "
             f"(at most {p.most_per_slot} per slot, {p.allowed_per_slot} allowed)"
         )
+    if report.audit_counts:
+        counts = ", ".join(f"{v} {n}" for v, n in report.audit_counts.items() if n)
+        lines.append(f"pulse audit           {counts or 'no slot'}")
     for check in report.checks:
         verdict = "ok" if check.ok else f"{len(check.violations)} VIOLATIONS"
         lines.append(f"{check.name:<21} {verdict} ({check.summary})")
@@ -224,6 +238,11 @@ def render_table(report: Report) -> str:
             lines.append(f"  {title}: {v.kind}: {v.job} slot {_iso(v.slot_ms)}: {v.detail}")
         if len(items) > SHOWN:
             lines.append(f"  ... and {len(items) - SHOWN} more ({title.lower()})")
+    failures = report.audit_failures
+    for f in failures[:SHOWN]:
+        lines.append(f"  AUDIT: {f.verdict}: {f.job} slot {_iso(f.slot_ms)}: {f.detail}")
+    if len(failures) > SHOWN:
+        lines.append(f"  ... and {len(failures) - SHOWN} more (audit)")
     for u in report.coverage_breaches[:SHOWN]:
         lines.append(f"  COVERAGE: shard {u.shard} unheld {_secs(u.duration_s)} with no fault")
     lines.append("")

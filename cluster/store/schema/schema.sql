@@ -353,7 +353,11 @@ CREATE TABLE runs (
     -- The job's revision the slot was claimed under (NULL: claimed by a node older than
     -- migration 029).
     revision      integer,
-    UNIQUE (job_id, scheduled_for)
+    UNIQUE (job_id, scheduled_for),
+    -- The states later writes of the row replaced, oldest first: [{status, attempt, node,
+    -- token, error, origin, started, replaced_at}] (runs_keep_history; NULL: never
+    -- rewritten).
+    history       jsonb
 );
 
 -- Recent runs of a job use UNIQUE (job_id, scheduled_for) backwards. Runs by status serve
@@ -375,6 +379,26 @@ $$;
 CREATE TRIGGER jobs_forget_runs AFTER DELETE ON jobs
 REFERENCING OLD TABLE AS deleted_jobs
 FOR EACH STATEMENT EXECUTE FUNCTION forget_deleted_jobs_runs();
+
+-- A rewrite of a run row (the slot's next attempt, a watch run's end, a cancel) keeps the
+-- state it replaces, so `pulse audit` tells a retry, a re-run after a node's death and an
+-- overwritten final record apart (docs/design/audit.md). Rewrites only: a first write pays
+-- nothing.
+CREATE FUNCTION run_history_keep() RETURNS trigger
+LANGUAGE plpgsql AS $$
+BEGIN
+    NEW.history := coalesce(OLD.history, '[]'::jsonb) || jsonb_build_array(jsonb_build_object(
+        'status', OLD.status, 'attempt', OLD.attempt, 'node', OLD.node_id,
+        'token', OLD.lease_token, 'error', left(OLD.last_error, 300), 'origin', OLD.origin,
+        'started', OLD.started_at, 'replaced_at', coalesce(NEW.finished_at, now())));
+    RETURN NEW;
+END
+$$;
+
+CREATE TRIGGER runs_keep_history BEFORE UPDATE ON runs
+FOR EACH ROW WHEN ((OLD.status, OLD.attempt, OLD.lease_token)
+                   IS DISTINCT FROM (NEW.status, NEW.attempt, NEW.lease_token))
+EXECUTE FUNCTION run_history_keep();
 
 -- The run row of an attempt that ended, with the slot's origin, for complete, release and
 -- recover alike.

@@ -5,6 +5,7 @@
 
 const state = { session: null, timers: [], route: 0 };  // route: bumped by each page change
 const main = () => document.getElementById("main");
+const STRIP_SLOTS = 60;  // cells in a job's slot strip
 
 function el(tag, attrs, ...children) {
   const node = tag === "svg" || attrs?.svg
@@ -39,6 +40,17 @@ async function api(method, path, body) {
     throw new Error(text);
   }
   return data;
+}
+
+// GET of an answer in JSON lines (/api/audit), each line parsed.
+async function apiLines(path) {
+  const answer = await fetch(path, { headers: { Accept: "application/x-ndjson" }, credentials: "same-origin" });
+  if (answer.status === 401) { signedOut(); throw new Error("signed out"); }
+  if (!answer.ok) {
+    const data = await answer.json().catch(() => null);
+    throw new Error(data && data.message ? data.message : answer.statusText);
+  }
+  return (await answer.text()).split("\n").filter(Boolean).map((line) => JSON.parse(line));
 }
 
 // A refresh starts only when the one before it ended: slow answers never pile up requests
@@ -265,6 +277,17 @@ async function jobPage(tenant, name) {
   };
   const runs = table("Recent runs", ["Slot", "Status", "Attempt", "Node", "Duration", "Error", "Output"], [], { id: "job-runs" });
   const facts = el("dl", { class: "facts", id: "definition" });
+  // The slot ledger of its last six hours (docs/guarantees.md#the-slot-ledger): one cell per
+  // slot, coloured by verdict, its time and reason as the title.
+  const cells = el("ol", { class: "strip", id: "slot-strip", "aria-label": "Last slots, oldest first" });
+  const loadStrip = async () => {
+    const range = { from: new Date(Date.now() - 6 * 3600e3).toISOString(), to: new Date(Date.now() + 60e3).toISOString() };
+    const lines = await apiLines(`/api/audit${query({ ...range, tenant, job: name, last: STRIP_SLOTS })}`);
+    cells.replaceChildren(...lines.filter((l) => l.type === "slot").map((l) => el("li", {
+      class: `slot slot-${l.verdict}`, "data-verdict": l.verdict, "data-slot": l.slot,
+      title: `${when(l.slot)} ${l.verdict}${l.detail ? `: ${l.detail}` : ""}`,
+    }, el("span", { class: "visually-hidden" }, `${when(l.slot)} ${l.verdict}`))));
+  };
   const health = table("Health", ["Last success", "Next slot", "Expectations"], [], { id: "job-health" });
   const slots = table("Next slots", [`In ${job.tz}`, "UTC", "Starts", "Why"], [], { id: "next-slots" });
   // Its revisions (docs/jobs.md#revisions), read again when the job's revision moves on.
@@ -360,7 +383,7 @@ async function jobPage(tenant, name) {
     el("p", {}, "Status: ", statusCell),
     el("div", { class: "actions", role: "group", "aria-label": "Job actions" }, buttons.pause, buttons.resume, buttons.trigger, buttons.cancel),
     el("p", { id: "action-result", role: "status", "aria-live": "polite" }),
-    health, runs, output, slots, state.session.role !== "read" ? backfill : null,
+    health, el("h2", {}, "Last slots"), cells, runs, output, slots, state.session.role !== "read" ? backfill : null,
     state.session.role !== "read" ? triggerForm(path, job, (a) => {
       render(a);
       document.getElementById("action-result").textContent = `Queued ${a.queued.origin} of ${when(a.queued.slot)}`;
@@ -368,7 +391,9 @@ async function jobPage(tenant, name) {
     el("h2", {}, "Definition"), facts, history);
   render(job);
   await loadHistory(job);
+  await loadStrip().catch((e) => say(e.message));
   every(2000, async () => { const now = await api("GET", path); render(now); await loadHistory(now); });
+  every(10000, loadStrip);
 }
 
 // -- runs and audit --------------------------------------------------------------------
@@ -400,7 +425,7 @@ async function runsPage(params) {
 
 async function auditPage() {
   if (state.session.role !== "admin") { show(el("h1", {}, "Audit"), el("p", {}, "The audit trail needs an admin token.")); return; }
-  const page = await api("GET", "/api/audit?limit=200");
+  const page = await api("GET", "/api/tokens/audit?limit=200");
   show(el("h1", {}, "Audit"), table("Changes made through the API, newest first", ["At", "Token", "Action", "Tenant", "Job", "Source", "Note"],
     page.entries.map((e) => el("tr", {}, el("td", {}, when(e.at)), el("td", {}, e.token), el("td", {}, e.action),
       el("td", {}, e.tenant || "-"), el("td", {}, e.job || "-"), el("td", {}, e.source || "-"), el("td", {}, e.detail || ""))), { id: "audit" }));

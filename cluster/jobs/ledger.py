@@ -1,0 +1,349 @@
+"""The slot ledger, pure: which slots a job should have had over a time range (from its
+definitions over time) and, merged with what Pulse recorded for them, one verdict per slot.
+
+``pulse audit``, ``GET /api/audit``, the console's slot strip and ``pulse chaos``'s verdict
+all classify with ``audit_job``; the store only streams rows into it, in slot order, so a
+week of minute slots is never held in memory (docs/design/audit.md).
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, NamedTuple
+
+from cluster.errors import InvalidInput
+from cluster.jobs.models import RunStatus
+from cluster.timing.instants import US
+from cluster.timing.schedule import ENDED, Schedule, parse_schedule
+
+__all__ = [
+    "FAILING",
+    "VERDICTS",
+    "Job",
+    "JobAudit",
+    "Line",
+    "Prior",
+    "Record",
+    "Span",
+    "Summary",
+    "audit_job",
+    "spans_of",
+]
+
+# One per line, in the order the summary shows them. `missing` and `overwritten` break the
+# ledger rule; `unaligned` is a record on no expected slot (a trigger, a backfill).
+VERDICTS = (
+    "ran",
+    "reran",
+    "skipped",
+    "running",
+    "waiting",
+    "pending",
+    "missing",
+    "overwritten",
+    "unaligned",
+)
+FAILING = frozenset({"missing", "overwritten"})
+RETRIED = (RunStatus.FAILED, RunStatus.TIMED_OUT)
+UNDECIDED = (RunStatus.RUNNING, RunStatus.LOST)  # a state any later one may replace
+UNRUN = (RunStatus.SKIPPED, RunStatus.RUNNING)
+ASKED = ("rerun", "backfill")  # origins of a slot run again because someone asked
+
+
+@dataclass(frozen=True)
+class Span:
+    """A definition in force from ``start`` (a revision's time) until ``end`` (None: still)."""
+
+    start: datetime
+    end: datetime | None
+    schedule: Schedule | None  # None: no clock of its own (chained, each-zone parent)
+    paused: bool = False
+
+
+@dataclass(frozen=True)
+class Prior:
+    """An earlier state of a slot's run row, as the row held it before a later write."""
+
+    status: str
+    attempt: int
+    node: str | None
+    token: int | None
+    error: str | None
+    origin: str | None
+    replaced_at: datetime
+    started: datetime | None = None
+
+    @classmethod
+    def from_json(cls, item: Mapping[str, Any]) -> Prior:
+        """One entry of a run row's ``history`` (the trigger of migration run_history)."""
+        return cls(
+            status=str(item.get("status")),
+            attempt=int(item.get("attempt") or 1),
+            node=item.get("node"),
+            token=item.get("token"),
+            error=item.get("error"),
+            origin=item.get("origin"),
+            replaced_at=datetime.fromisoformat(str(item.get("replaced_at"))),
+            started=datetime.fromisoformat(item["started"]) if item.get("started") else None,
+        )
+
+
+class Record(NamedTuple):
+    """A slot's run row, with the states it held before (oldest first). Named tuples, as
+    ``Line``: one of each per slot, so how fast they are made counts."""
+
+    slot: datetime
+    status: str
+    attempt: int
+    node: str | None = None
+    token: int | None = None
+    origin: str | None = None
+    error: str | None = None
+    priors: tuple[Prior, ...] = ()
+    started: datetime | None = None  # when the attempt recorded began
+
+
+@dataclass(frozen=True)
+class Job:
+    """What the audit needs of one job besides its records: its definitions over time, the
+    chained slots released to it, and where it stands now."""
+
+    tenant: str
+    name: str
+    spans: tuple[Span, ...]
+    chained: tuple[datetime, ...] = ()  # slots released to a chained job, in order
+    position: datetime | None = None  # the slot the job is at (its current slot_at)
+    waiting: bool = False  # that slot is held (a gate, a retry's backoff): not missing yet
+    in_flight: frozenset[datetime] = frozenset()  # slots whose attempt runs now
+    done_after: datetime | None = None  # a finished job (max_runs, one-off): no slot later
+
+
+class Line(NamedTuple):
+    tenant: str
+    job: str
+    slot: datetime
+    verdict: str  # one of VERDICTS
+    outcome: str | None = None  # the run row's status
+    node: str | None = None
+    attempts: int = 0
+    token: int | None = None
+    origin: str | None = None
+    detail: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "tenant": self.tenant,
+            "job": self.job,
+            "slot": self.slot.isoformat(),
+            "verdict": self.verdict,
+            "outcome": self.outcome,
+            "node": self.node,
+            "attempts": self.attempts,
+            "token": self.token,
+            "origin": self.origin,
+            "detail": self.detail,
+        }
+
+
+@dataclass
+class Summary:
+    """Counts per verdict per (tenant, job), in the order jobs were audited."""
+
+    counts: dict[tuple[str, str], dict[str, int]] = field(default_factory=dict)
+    lines: int = 0
+
+    def add(self, line: Line) -> None:
+        per = self.counts.setdefault((line.tenant, line.job), dict.fromkeys(VERDICTS, 0))
+        per[line.verdict] += 1
+        self.lines += 1
+
+    def total(self, verdict: str) -> int:
+        return sum(per[verdict] for per in self.counts.values())
+
+    @property
+    def failing(self) -> bool:
+        return any(self.total(v) for v in FAILING)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "jobs": [
+                {"tenant": tenant, "job": job, **per} for (tenant, job), per in self.counts.items()
+            ],
+            "total": {v: self.total(v) for v in VERDICTS},
+        }
+
+
+def spans_of(
+    revisions: Sequence[tuple[datetime, str, Mapping[str, Any]]],
+) -> tuple[Span, ...]:
+    """The spans of one job from its revisions (time, change, definition), oldest first.
+    A definition whose schedule no longer parses expects nothing (a span without clock)."""
+    found: list[Span] = []
+    for index, (at, change, definition) in enumerate(revisions):
+        if change == "removed":
+            break
+        end = revisions[index + 1][0] if index + 1 < len(revisions) else None
+        found.append(Span(at, end, _schedule(definition), bool(definition.get("paused", False))))
+    return tuple(found)
+
+
+def _schedule(definition: Mapping[str, Any]) -> Schedule | None:
+    if definition.get("each_zone"):
+        return None  # a parent never runs: its children do, one per zone
+    try:
+        schedule = parse_schedule(
+            str(definition.get("schedule", "")),
+            str(definition.get("tz") or "UTC"),
+            definition.get("dst_repeated") or "once",
+            definition.get("dst_skipped") or "shift",
+        )
+    except InvalidInput:
+        return None
+    return None if schedule.chain else schedule
+
+
+def expected(job: Job, start: datetime, end: datetime) -> Iterator[datetime]:
+    """The slots ``job`` should have had in ``[start, end)``, in order: each span's
+    schedule's slots strictly after the span began (none while paused), or the chained
+    slots released to it; none after it finished."""
+    stop = end if job.done_after is None else min(end, job.done_after + US)
+    if job.chained:
+        return (s for s in job.chained if start <= s < stop)
+    return itertools.chain.from_iterable(_span_slots(span, start, stop) for span in job.spans)
+
+
+def _span_slots(span: Span, start: datetime, stop: datetime) -> Iterator[datetime]:
+    if span.paused or span.schedule is None:
+        return iter(())
+    # A slot at the very instant of an edit belongs to the definition before it.
+    limit = min(stop, ENDED) if span.end is None else min(stop, span.end + US)
+    slots = span.schedule.iter_after(max(span.start, start - US))
+    return itertools.takewhile(lambda s: s < limit, slots)
+
+
+class JobAudit:
+    """The merge of one job's expected slots in ``[start, end)`` with its run rows, fed in
+    slot order as they stream in: every line comes out in slot order, and nothing but the
+    next expected slot is held. A slot without a record is ``missing`` once due before
+    ``cutoff`` (the audit's time minus its grace), unless its attempt runs now or the job
+    is held at it."""
+
+    def __init__(self, job: Job, start: datetime, end: datetime, cutoff: datetime) -> None:
+        self.job = job
+        self._cutoff = cutoff
+        self._slots = expected(job, start, end)
+        self._next = next(self._slots, None)
+
+    def feed(self, row: Record) -> Iterator[Line]:
+        """The lines up to and including ``row``'s slot."""
+        while self._next is not None and self._next < row.slot:
+            yield _unrecorded(self.job, self._next, self._cutoff)
+            self._next = next(self._slots, None)
+        if self._next == row.slot:
+            yield _recorded(self.job, row)
+            self._next = next(self._slots, None)
+        else:
+            yield _unaligned(self.job, row)
+
+    def close(self) -> Iterator[Line]:
+        """The lines of the expected slots after the last record."""
+        while self._next is not None:
+            yield _unrecorded(self.job, self._next, self._cutoff)
+            self._next = next(self._slots, None)
+
+
+def audit_job(
+    job: Job, records: Iterable[Record], start: datetime, end: datetime, cutoff: datetime
+) -> Iterator[Line]:
+    """One line per expected slot of ``job`` in ``[start, end)`` and per record on no
+    expected slot, in slot order (``records``: the job's run rows there, in slot order)."""
+    merge = JobAudit(job, start, end, cutoff)
+    for row in records:
+        yield from merge.feed(row)
+    yield from merge.close()
+
+
+def _unrecorded(job: Job, slot: datetime, cutoff: datetime) -> Line:
+    if slot in job.in_flight:
+        verdict, detail = "running", "an attempt runs now"
+    elif slot == job.position and job.waiting:
+        verdict, detail = "waiting", "the job's current slot, held (a gate, a retry's backoff)"
+    elif slot >= cutoff:
+        verdict, detail = "pending", "due within the grace"
+    else:
+        verdict, detail = "missing", "no run and no skipped record"
+    return Line(job.tenant, job.name, slot, verdict, detail=detail)
+
+
+def _unaligned(job: Job, row: Record) -> Line:
+    why = {"trigger": "a trigger: not a slot", "backfill": "a backfill: not a slot"}
+    detail = why.get(row.origin or "", "a record on no slot of the definition in force")
+    return _line(job, row, "unaligned", detail)
+
+
+def _recorded(job: Job, row: Record) -> Line:
+    if not row.priors and row.attempt <= 1 and row.status not in UNRUN:
+        return _line(job, row, "ran", row.error or "")  # nearly every slot: one attempt
+    overwrite = _overwrite(row)
+    if overwrite:
+        return _line(job, row, "overwritten", overwrite)
+    if row.status == RunStatus.SKIPPED:
+        return _line(job, row, "skipped", row.error or "")
+    if row.status == RunStatus.RUNNING:
+        return _line(job, row, "running", "an attempt runs now")
+    starts = [p for p in row.priors if p.status not in (RunStatus.RUNNING, RunStatus.SKIPPED)]
+    if not starts and row.attempt <= 1:
+        return _line(job, row, "ran", row.error or "")
+    states: list[Prior | Record] = [*starts, row]
+    why = [_why(p, after) for p, after in itertools.pairwise(states)]
+    if not starts:
+        why.append(f"{row.attempt - 1} earlier attempt(s), not recorded")
+    why.append(_attempt(row))
+    return _line(job, row, "reran", "; ".join(why))
+
+
+def _why(prior: Prior | Record, after: Prior | Record) -> str:
+    what = _attempt(prior)
+    if after.origin in ASKED and prior.status not in (RunStatus.LOST, *RETRIED):
+        return f"{what}: re-run asked ({after.origin})"
+    if prior.status == RunStatus.LOST:
+        return f"{what} ({prior.error or '-'}): re-run after node death"
+    return f"{what}: retried"
+
+
+def _attempt(state: Prior | Record) -> str:
+    """One start of a slot: its attempt, how it ended, on which node, when it began."""
+    began = "" if state.started is None else f" started {state.started.isoformat()}"
+    return f"attempt {state.attempt} {state.status} on {state.node or '-'}{began}"
+
+
+def _overwrite(row: Record) -> str:
+    """Why the row's history shows a final record replaced, or ''. A retry follows a failed
+    attempt with the next, a lost attempt may end any way, an operator's re-run of a slot
+    (``trigger --slot``) replaces what it likes; anything else replacing a final state
+    (succeeded, skipped, cancelled, a failed attempt not retried) is an overwrite."""
+    states: list[Prior | Record] = [*row.priors, row]
+    for before, after in itertools.pairwise(states):
+        if after.origin in ASKED or before.status in UNDECIDED:
+            continue
+        if before.status in RETRIED and after.attempt > before.attempt:
+            continue
+        if (after.status, after.attempt) == (before.status, before.attempt):
+            continue
+        assert isinstance(before, Prior)  # the row itself is always the last state
+        reason = f" ({before.error})" if before.error else ""
+        return (
+            f"was {before.status}{reason}, attempt {before.attempt}, until "
+            f"{before.replaced_at.isoformat()}; now {after.status}, attempt {after.attempt}"
+        )
+    return ""
+
+
+def _line(job: Job, row: Record, verdict: str, detail: str) -> Line:
+    return Line(
+        job.tenant, job.name, row.slot, verdict, row.status, row.node, row.attempt, row.token,
+        row.origin, detail,
+    )  # fmt: skip

@@ -1,0 +1,59 @@
+-- pulse audit: the jobs of a scope, their definitions over time and their records, read in
+-- one snapshot and streamed in slot order (cluster/store/observe/audit.py,
+-- docs/design/audit.md). Every statement filters by the caller's tenant scope.
+
+-- name: audit_jobs
+-- The next page of the jobs audited, in (tenant, name) order after the last one of the
+-- page before (none: the first page; the jobs UNIQUE (tenant_id, name) index), with where
+-- each stands now: its current slot, whether that slot is held (a gate's wait, a retry's
+-- backoff), its slots in flight.
+SELECT j.id, j.tenant_id, j.name, j.status, j.slot_at, j.next_run_at, j.gate_wait,
+       j.last_run_at, j.created_at, j.schedule, j.tz, j.dst_repeated, j.dst_skipped,
+       j.each_zone, j.paused,
+       coalesce((SELECT array_agg(f.slot ORDER BY f.slot) FROM flights f
+                 WHERE f.job_id = j.id), '{}') AS flights
+FROM jobs j
+WHERE (%(scope)s::text IS NULL OR j.tenant_id = %(scope)s)
+  AND (%(tenant)s::text IS NULL OR j.tenant_id = %(tenant)s)
+  AND (%(job)s::text IS NULL OR j.name = %(job)s)
+  AND (%(after_tenant)s::text IS NULL
+       OR (j.tenant_id, j.name) > (%(after_tenant)s::text, %(after_name)s::text))
+ORDER BY j.tenant_id, j.name
+LIMIT %(limit)s;
+
+-- name: audit_revisions
+-- The revisions of the audited jobs (the incarnation that exists: its job id), oldest
+-- first, with the fields that say when its slots fall.
+SELECT r.job_id, r.at, r.change,
+       jsonb_build_object('schedule', r.definition -> 'schedule', 'tz', r.definition -> 'tz',
+                          'dst_repeated', r.definition -> 'dst_repeated',
+                          'dst_skipped', r.definition -> 'dst_skipped',
+                          'paused', r.definition -> 'paused',
+                          'each_zone', r.definition -> 'each_zone') AS definition
+FROM job_revisions r
+WHERE r.job_id = ANY(%(ids)s::uuid[])
+  AND (%(scope)s::text IS NULL OR r.tenant_id = %(scope)s)
+ORDER BY r.job_id, r.revision;
+
+-- name: audit_chained
+-- The slots released to the audited chained jobs (chain_slots) in the range.
+SELECT c.job_id, c.slot FROM chain_slots c
+WHERE c.job_id = ANY(%(ids)s::uuid[])
+  AND c.slot >= %(start)s::timestamptz AND c.slot < %(end)s::timestamptz
+ORDER BY c.job_id, c.slot;
+
+-- name: audit_runs
+-- The run rows of the audited jobs in the range, job by job in the order given, each job's
+-- in slot order: one probe of runs (job_id, scheduled_for) per job, sorted per job only.
+SELECT i.n, r.scheduled_for, r.status, r.attempt, r.node_id, r.lease_token, r.origin,
+       r.last_error, r.history, r.started_at
+FROM unnest(%(ids)s::uuid[]) WITH ORDINALITY AS i(id, n)
+CROSS JOIN LATERAL (
+    SELECT x.scheduled_for, x.status, x.attempt, x.node_id, x.lease_token, x.origin,
+           x.last_error, x.history, x.started_at
+    FROM runs x
+    WHERE x.job_id = i.id
+      AND x.scheduled_for >= %(start)s::timestamptz AND x.scheduled_for < %(end)s::timestamptz
+      AND (%(scope)s::text IS NULL OR x.tenant_id = %(scope)s)
+) AS r
+ORDER BY i.n, r.scheduled_for;

@@ -1,0 +1,243 @@
+"""``pulse audit`` against job histories built with the node's own claim, completion and
+recovery statements and an explicit clock (T0 on): runs, retries, skips, a re-run after a
+node's death, a slot the job moved past without a record, an overwritten record, a job
+edited and paused mid-range, and bad input (docs/design/audit.md)."""
+
+from __future__ import annotations
+
+import asyncio
+import csv
+import io
+import json
+from contextlib import aclosing
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from cluster.settings import ClusterSettings
+from cluster.store.jobstore.store import JobStore
+from cluster.store.observe import audit as audit_store
+from cluster.store.observe.audit import BATCH, Scope, audit_lines
+from tests.helpers.cli import invoke
+from tests.helpers.history import add, every_10s, finish, rows
+from tests.helpers.sessions import ALL, T0, Opener, at
+
+RANGE = ("--from", T0.isoformat(), "--to", at(60).isoformat())
+GUARANTEES = Path(__file__).resolve().parents[2] / "docs" / "guarantees.md"
+
+
+def documented_example() -> str:
+    """The output docs/guarantees.md shows for the job of the test below."""
+    page = GUARANTEES.read_text("utf-8")
+    block = page.split("checks this output):\n\n```\n", 1)[1].split("```", 1)[0]
+    return block
+
+
+async def made_at_t0(settings: ClusterSettings) -> None:
+    """Revisions are stamped by the database's clock; these jobs were made at T0."""
+    await rows(settings, "UPDATE job_revisions SET at = %s RETURNING 1", (T0,))
+
+
+async def audit(settings: ClusterSettings, *args: str) -> tuple[int, list[dict[str, Any]]]:
+    """``pulse audit --json`` over the range: its exit code and its JSON lines."""
+    result = await asyncio.to_thread(invoke, settings, "audit", *RANGE, "--json", *args)
+    assert result.exit_code in (0, 1), result.output
+    return result.exit_code, [json.loads(line) for line in result.stdout.splitlines()]
+
+
+def verdicts(lines: list[dict[str, Any]], job: str) -> list[tuple[str, str]]:
+    return [
+        (line["slot"], line["verdict"])
+        for line in lines
+        if line["type"] == "slot" and line["job"] == job
+    ]
+
+
+async def test_every_slot_ran_or_was_skipped_exits_0(
+    store: JobStore, settings: ClusterSettings, open_session: Opener
+) -> None:
+    await add(store, every_10s("steady"))
+    await made_at_t0(settings)
+    node = await open_session("n1", "za")
+    for second in range(10, 60, 10):
+        (job,) = (await node.claim(ALL, 10, 30.0, now=at(second))).jobs
+        outcome = "skipped" if second == 30 else "succeeded"
+        error = "nothing to do" if outcome == "skipped" else None
+        await node.completions.complete([finish(job, outcome, error=error)], now=at(second + 1))
+
+    code, lines = await audit(settings)
+    assert code == 0
+    assert verdicts(lines, "steady") == [
+        (at(s).isoformat(), "skipped" if s == 30 else "ran") for s in range(10, 60, 10)
+    ]
+    ran = next(line for line in lines if line["type"] == "slot")
+    assert (ran["outcome"], ran["node"], ran["attempts"], ran["token"]) == (
+        "succeeded", "n1", 1, ran["token"]
+    )  # fmt: skip
+    assert isinstance(ran["token"], int)
+    skipped = [line for line in lines if line.get("verdict") == "skipped"]
+    assert [s["detail"] for s in skipped] == ["nothing to do"]
+    (summary,) = [line for line in lines if line["type"] == "summary"]
+    assert summary["total"]["ran"] == 4 and summary["total"]["missing"] == 0
+
+
+async def test_retries_and_a_rerun_after_a_node_death_are_named(
+    store: JobStore, settings: ClusterSettings, open_session: Opener
+) -> None:
+    await add(store, every_10s("flaky", retries=2))
+    await made_at_t0(settings)
+    first, heir = await open_session("n1", "za"), await open_session("n2", "zb")
+    (job,) = (await first.claim(ALL, 10, 30.0, now=at(10))).jobs
+    await first.completions.complete(
+        [finish(job, "failed", error="boom", retry_at=at(12))], now=at(11)
+    )
+    (job,) = (await first.claim(ALL, 10, 30.0, now=at(12))).jobs
+    # n1 dies in attempt 2: its lease runs out, n2 takes the slot back and runs it again.
+    assert len(await heir.recover(ALL, ["n2"], now=at(43))) == 1
+    (again,) = (await heir.claim(ALL, 10, 30.0, now=at(43))).jobs
+    assert (again.slot, again.attempt) == (at(10), 3)
+    await heir.completions.complete([finish(again)], now=at(44))
+
+    _, lines = await audit(settings, "--job", "flaky")
+    line = next(x for x in lines if x["type"] == "slot" and x["slot"] == at(10).isoformat())
+    assert (line["verdict"], line["outcome"], line["node"], line["attempts"]) == (
+        "reran", "succeeded", "n2", 3
+    )  # fmt: skip
+    assert line["detail"] == (
+        f"attempt 1 failed on n1 started {at(10).isoformat()}: retried; "
+        f"attempt 2 lost on n1 started {at(12).isoformat()} (lease expired (node n1)): "
+        f"re-run after node death; attempt 3 succeeded on n2 started {at(43).isoformat()}"
+    )
+
+
+async def test_a_slot_passed_without_record_is_missing_and_an_overwrite_is_found(
+    store: JobStore, settings: ClusterSettings, open_session: Opener
+) -> None:
+    await add(store, every_10s("gappy"))
+    await made_at_t0(settings)
+    node = await open_session("n1", "za")
+    (job,) = (await node.claim(ALL, 10, 30.0, now=at(10))).jobs
+    # A completion that moves the job two slots on records nothing for the slot at 20 s.
+    done = finish(job)._replace(next_run_at=at(30), next_slot=at(30))
+    await node.completions.complete([done], now=at(11))
+    skipped = await store.holds.skip_next("gappy", "default", now=at(25))
+    assert skipped == [at(30)]
+    (job,) = (await node.claim(ALL, 10, 30.0, now=at(40))).jobs
+    await node.completions.complete([finish(job)], now=at(41))
+    # The skipped record is later rewritten as a run (the defect of issue 50).
+    await rows(
+        settings,
+        "UPDATE runs SET status = 'succeeded', last_error = NULL, finished_at = %s "
+        "WHERE scheduled_for = %s RETURNING 1",
+        (at(50), at(30)),
+    )
+
+    code, lines = await audit(settings, "--job", "gappy")
+    assert code == 1
+    assert verdicts(lines, "gappy") == [
+        (at(10).isoformat(), "ran"),
+        (at(20).isoformat(), "missing"),
+        (at(30).isoformat(), "overwritten"),
+        (at(40).isoformat(), "ran"),
+        (at(50).isoformat(), "missing"),
+    ]
+    (over,) = [x for x in lines if x.get("verdict") == "overwritten"]
+    assert over["detail"] == (
+        "was skipped (skipped by pulse jobs skip-next), attempt 1, until "
+        f"{at(50).isoformat()}; now succeeded, attempt 1"
+    )
+    # The text form: one line per slot, then the counts per job, as docs/guarantees.md shows.
+    result = await asyncio.to_thread(invoke, settings, "audit", *RANGE)
+    assert result.exit_code == 1
+    assert result.stdout == documented_example()
+    # CSV: a header, then the same slots.
+    result = await asyncio.to_thread(invoke, settings, "audit", *RANGE, "--csv")
+    table = list(csv.DictReader(io.StringIO(result.stdout)))
+    assert [(r["slot"], r["verdict"]) for r in table] == verdicts(lines, "gappy")
+
+
+async def test_an_edit_a_pause_and_a_trigger_are_followed(
+    store: JobStore, settings: ClusterSettings, open_session: Opener
+) -> None:
+    """Each time expects the slots of the definition in force then: none while paused,
+    none before the job existed; a trigger is listed, not counted as a slot."""
+    await add(store, every_10s("edited"))
+    node = await open_session("n1", "za")
+    revision = "UPDATE job_revisions SET at = %s WHERE revision = %s RETURNING 1"
+    await rows(settings, revision, (at(5), 1))  # made at 5 s: the slot at 0 is not expected
+    await store.pause("edited", "default")
+    await rows(settings, revision, (at(25), 2))  # paused at 25 s
+    await store.resume("edited", "default")
+    await rows(settings, revision, (at(45), 3))  # resumed at 45 s
+    await rows(
+        settings,
+        "INSERT INTO runs (job_id, tenant_id, job_name, scheduled_for, attempt, node_id, "
+        "status, lease_token, origin) SELECT id, tenant_id, name, s, 1, 'n1', 'succeeded', 1, "
+        "o FROM jobs, (VALUES (%s::timestamptz, NULL), (%s, NULL), (%s, 'trigger'), "
+        "(%s, NULL)) AS v(s, o) RETURNING 1",
+        (at(10), at(20), at(33), at(50)),
+    )
+    del node
+
+    code, lines = await audit(settings, "--job", "edited")
+    assert code == 0
+    assert verdicts(lines, "edited") == [
+        (at(10).isoformat(), "ran"),
+        (at(20).isoformat(), "ran"),
+        (at(33).isoformat(), "unaligned"),
+        (at(50).isoformat(), "ran"),
+    ]
+
+
+def test_bad_input_is_one_line_and_exit_2(initialised: Any) -> None:
+    cases = [
+        (("--from", "yesterday", "--to", at(60).isoformat()), "invalid from"),
+        (("--from", "2026-01-01T00:00:00", "--to", at(60).isoformat()), "needs a UTC offset"),
+        (("--from", at(60).isoformat(), "--to", T0.isoformat()), "is not after from"),
+        (("--from", T0.isoformat(), "--to", "2026-06-01T00:00:00+00:00"), "at most 92 days"),
+        ((*RANGE, "--grace", "soon"), "invalid grace"),
+        ((*RANGE, "--json", "--csv"), "exclude each other"),
+        (("--to", at(60).isoformat()), "Missing option '--from'"),
+    ]
+    for args, message in cases:
+        result = initialised("audit", *args)
+        assert result.exit_code == 2, (args, result.output)
+        assert message in result.stderr and len(result.stderr.splitlines()) == 1, result.stderr
+        assert result.stdout == ""
+
+
+async def test_a_reader_that_stops_early_leaves_the_connection_usable(
+    store: JobStore, settings: ClusterSettings
+) -> None:
+    """The web streams the audit: a client gone mid-answer closes the stream, and the
+    pooled connection (its cursor, its transaction, the fetch asked for ahead) is clean."""
+    await add(store, every_10s("long"))
+    await made_at_t0(settings)
+    slots = BATCH * 3 // 2  # the reader stops while the second batch is asked for
+    await rows(
+        settings,
+        "INSERT INTO runs (job_id, tenant_id, job_name, scheduled_for, status) "
+        "SELECT id, tenant_id, name, %s + k * interval '10 seconds', 'succeeded' "
+        "FROM jobs, generate_series(1, %s) AS k RETURNING 1",
+        (T0, slots),
+    )
+    scope = Scope(T0, at(10 * slots + 1), grace_s=0.0)
+    async with aclosing(audit_lines(store.db.conn, scope)) as lines:
+        async for line in lines:
+            assert line.verdict == "ran"
+            break
+    assert await store.db.db_now() is not None
+    counted = [line async for line in audit_lines(store.db.conn, scope)]
+    assert len(counted) == slots and {line.verdict for line in counted} == {"ran"}
+
+
+async def test_jobs_are_audited_a_page_at_a_time_in_name_order(
+    store: JobStore, settings: ClusterSettings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(audit_store, "JOBS_PAGE", 2)
+    await add(store, *(every_10s(name) for name in ("c", "a", "e", "b", "d")))
+    await made_at_t0(settings)
+    scope = Scope(T0, at(30), grace_s=0.0)
+    found = [(line.job, line.slot) async for line in audit_lines(store.db.conn, scope)]
+    assert found == [(name, at(s)) for name in "abcde" for s in (10, 20)]

@@ -1,0 +1,162 @@
+"""The slot ledger's classification, pure: expected slots from a job's definitions over
+time, merged with its records, one verdict per slot (cluster/jobs/ledger.py)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from cluster.jobs.ledger import Job, Line, Prior, Record, Summary, audit_job, spans_of
+
+T0 = datetime(2026, 3, 2, tzinfo=UTC)
+END = T0 + timedelta(minutes=10)
+
+
+def at(minutes: float) -> datetime:
+    return T0 + timedelta(minutes=minutes)
+
+
+def definition(schedule: str = "@every 1m", **kw: Any) -> dict[str, Any]:
+    return {"schedule": schedule, "tz": "UTC", "paused": False, **kw}
+
+
+def job(*revisions: tuple[float, str, dict[str, Any]], **kw: Any) -> Job:
+    spans = spans_of([(at(m), change, d) for m, change, d in revisions])
+    return Job("t", "j", spans, **kw)
+
+
+EVERY_MINUTE = job((-0.5, "created", definition()))
+
+
+def run(minute: float, status: str = "succeeded", attempt: int = 1, **kw: Any) -> Record:
+    return Record(at(minute), status, attempt, kw.pop("node", "n1"), kw.pop("token", 7), **kw)
+
+
+def prior(status: str, attempt: int = 1, node: str = "n1", **kw: Any) -> Prior:
+    fields: dict[str, Any] = {"token": 6, "error": None, "origin": None, "replaced_at": at(9)}
+    return Prior(status, attempt, node, **{**fields, **kw})
+
+
+def audit(j: Job, records: list[Record], cutoff: datetime = END) -> list[Line]:
+    """The lines of ``[T0, END)``, or of ``[T0, cutoff)`` when the cutoff is earlier (an
+    audit's end is never past its time)."""
+    return list(audit_job(j, records, T0, min(END, cutoff), cutoff))
+
+
+def verdicts(lines: list[Line]) -> list[tuple[float, str]]:
+    return [((line.slot - T0).total_seconds() / 60, line.verdict) for line in lines]
+
+
+def test_every_slot_recorded_is_ran_or_skipped() -> None:
+    records = [run(m) for m in range(10)]
+    records[3] = run(3, "skipped", error="missed by 2m (catch-up once)")
+    lines = audit(EVERY_MINUTE, records)
+    assert verdicts(lines) == [(m, "skipped" if m == 3 else "ran") for m in range(10)]
+    assert lines[3].detail == "missed by 2m (catch-up once)"
+    assert (lines[0].outcome, lines[0].node, lines[0].attempts, lines[0].token) == (
+        "succeeded", "n1", 1, 7
+    )  # fmt: skip
+    summary = Summary()
+    for line in lines:
+        summary.add(line)
+    assert not summary.failing and summary.total("ran") == 9
+
+
+def test_a_slot_without_record_is_missing_unless_due_within_the_grace() -> None:
+    lines = list(audit_job(EVERY_MINUTE, [run(0), run(2)], T0, END, at(8)))
+    assert verdicts(lines) == [
+        (0, "ran"), (1, "missing"), (2, "ran"), *((m, "missing") for m in range(3, 8)),
+        (8, "pending"), (9, "pending"),
+    ]  # fmt: skip
+    summary = Summary()
+    for line in lines:
+        summary.add(line)
+    assert summary.failing and summary.total("missing") == 6
+
+
+def test_in_flight_and_held_slots_are_not_missing() -> None:
+    held = Job("t", "j", EVERY_MINUTE.spans, position=at(2), waiting=True,
+               in_flight=frozenset({at(1)}))  # fmt: skip
+    assert verdicts(audit(held, [run(0)], cutoff=at(3))) == [
+        (0, "ran"), (1, "running"), (2, "waiting"),
+    ]  # fmt: skip
+
+
+def test_an_edit_expects_the_new_definitions_slots_from_its_time() -> None:
+    edited = job(
+        (-0.5, "created", definition()),
+        (3.5, "updated", definition("@every 2m")),
+        (6.5, "updated", definition("@every 2m", paused=True)),
+        (8.5, "updated", definition("@every 2m")),
+    )
+    slots = [line.slot for line in audit(edited, [])]
+    # Every minute until 3.5, every 2 minutes until the pause at 6.5, then after 8.5.
+    assert slots == [at(m) for m in (0, 1, 2, 3, 4, 6)]
+
+
+def test_slots_before_the_job_existed_or_after_it_was_removed_are_not_expected() -> None:
+    removed = job((4.5, "created", definition()), (7.5, "removed", definition()))
+    assert [line.slot for line in audit(removed, [])] == [at(5), at(6), at(7)]
+
+
+def test_a_chained_job_expects_its_released_slots_and_a_done_job_nothing_after() -> None:
+    chained = job((-1, "created", definition("@after:up")), chained=(at(2), at(5)))
+    assert verdicts(audit(chained, [run(2)])) == [(2, "ran"), (5, "missing")]
+    done = job((-1, "created", definition("@every 1m")), done_after=at(2))
+    assert verdicts(audit(done, [run(0), run(1), run(2)])) == [(0, "ran"), (1, "ran"), (2, "ran")]
+
+
+def test_records_on_no_expected_slot_are_unaligned() -> None:
+    trigger = run(2.25, origin="trigger")
+    lines = audit(EVERY_MINUTE, [run(0), run(1), run(2), trigger], cutoff=at(3))
+    assert verdicts(lines)[3] == (2.25, "unaligned")
+    assert lines[3].detail == "a trigger: not a slot"
+
+
+def test_retries_and_reruns_are_named() -> None:
+    row = run(
+        0,
+        attempt=3,
+        node="n2",
+        priors=(prior("failed", 1), prior("lost", 2, error="owner gone (node n1)")),
+    )
+    (line,) = audit(EVERY_MINUTE, [row], cutoff=at(0.5))
+    assert line.verdict == "reran"
+    assert line.detail == (
+        "attempt 1 failed on n1: retried; attempt 2 lost on n1 (owner gone (node n1)): "
+        "re-run after node death; attempt 3 succeeded on n2"
+    )
+    asked = run(0, origin="rerun", priors=(prior("succeeded"),))
+    (line,) = audit(EVERY_MINUTE, [asked], cutoff=at(0.5))
+    assert (line.verdict, line.detail) == (
+        "reran", "attempt 1 succeeded on n1: re-run asked (rerun); attempt 1 succeeded on n1"
+    )  # fmt: skip
+    unrecorded = run(0, attempt=2)
+    (line,) = audit(EVERY_MINUTE, [unrecorded], cutoff=at(0.5))
+    assert (line.verdict, line.detail) == (
+        "reran", "1 earlier attempt(s), not recorded; attempt 2 succeeded on n1"
+    )  # fmt: skip
+
+
+def test_a_final_record_replaced_is_overwritten() -> None:
+    cases = [
+        run(0, priors=(prior("skipped", error="skipped by pulse jobs skip-next"),)),
+        run(0, "failed", priors=(prior("succeeded"),)),
+        run(0, "succeeded", priors=(prior("failed", 1),)),  # the same attempt, not a retry
+        run(0, "succeeded", 2, priors=(prior("cancelled", 1),)),
+    ]
+    for row in cases:
+        (line,) = audit(EVERY_MINUTE, [row], cutoff=at(0.5))
+        assert line.verdict == "overwritten", row
+    (line,) = audit(EVERY_MINUTE, [cases[0]], cutoff=at(0.5))
+    assert line.detail == (
+        "was skipped (skipped by pulse jobs skip-next), attempt 1, until "
+        f"{at(9).isoformat()}; now succeeded, attempt 1"
+    )
+    # Neither a watch run's end nor a poison slot's lost attempt ending failed is one.
+    for row in (
+        run(0, priors=(prior("running"),)),
+        run(0, "failed", priors=(prior("lost", 1),)),
+    ):
+        (line,) = audit(EVERY_MINUTE, [row], cutoff=at(0.5))
+        assert line.verdict != "overwritten", row
