@@ -111,11 +111,12 @@ async def run_shell(ref: str, ctx: RunContext, timeout_s: float, started: float)
         if ctx.is_cancelled:  # asked to stop: a chance to end cleanly first
             await _terminate_group(proc, ctx.cancel_grace_s)
         _kill_group(proc.pid)
-        if isinstance(exc, TimeoutError) or ctx.is_cancelled:
-            await asyncio.wait(pumps, timeout=DRAIN_AFTER_KILL_S)  # what it printed is kept
+        await proc.wait()
+        # What it printed is kept, and pipes read to their end close: a pump cancelled
+        # before the end would leave its pipe open, paused behind a full buffer.
+        await asyncio.wait(pumps, timeout=DRAIN_AFTER_KILL_S)
         for pump in pumps:
             pump.cancel()
-        await proc.wait()
         metrics = metricsfile.take(metrics_path)
         if isinstance(exc, asyncio.CancelledError):
             task = asyncio.current_task()
