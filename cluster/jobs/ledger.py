@@ -34,11 +34,13 @@ __all__ = [
 ]
 
 # One per line, in the order the summary shows them. `missing` and `overwritten` break the
-# ledger rule; `unaligned` is a record on no expected slot (a trigger, a backfill).
+# ledger rule; `paused` is a slot a `pause --until` passed over, not to run; `unaligned` is
+# a record on no expected slot (a trigger, a backfill).
 VERDICTS = (
     "ran",
     "reran",
     "skipped",
+    "paused",
     "running",
     "waiting",
     "pending",
@@ -61,6 +63,15 @@ class Span:
     end: datetime | None
     schedule: Schedule | None  # None: no clock of its own (chained, each-zone parent)
     paused: bool = False
+    paused_until: datetime | None = None  # `pause --until`: its slots before are not run
+
+    def held(self) -> tuple[datetime, datetime] | None:
+        """The slots a ``pause --until`` passed over: those after ``start`` and before
+        ``limit`` (exclusive) that this span expects, or None."""
+        if self.paused_until is None:
+            return None
+        limit = self.paused_until if self.end is None else min(self.paused_until, self.end + US)
+        return (self.start, limit) if limit > self.start else None
 
 
 @dataclass(frozen=True)
@@ -119,6 +130,14 @@ class Job:
     waiting: bool = False  # that slot is held (a gate, a retry's backoff): not missing yet
     in_flight: frozenset[datetime] = frozenset()  # slots whose attempt runs now
     done_after: datetime | None = None  # a finished job (max_runs, one-off): no slot later
+
+    def held_at(self, slot: datetime) -> datetime | None:
+        """The time of the ``pause --until`` that passed over ``slot``, or None."""
+        for span in self.spans:
+            held = span.held()
+            if held is not None and held[0] < slot < held[1]:
+                return span.paused_until
+        return None
 
 
 class Line(NamedTuple):
@@ -186,8 +205,17 @@ def spans_of(
         if change == "removed":
             break
         end = revisions[index + 1][0] if index + 1 < len(revisions) else None
-        found.append(Span(at, end, _schedule(definition), bool(definition.get("paused", False))))
+        paused = bool(definition.get("paused", False))
+        found.append(Span(at, end, _schedule(definition), paused, _until(definition)))
     return tuple(found)
+
+
+def _until(definition: Mapping[str, Any]) -> datetime | None:
+    """A revision's ``paused_until`` (JSON text; none before migration until_revisions)."""
+    until = definition.get("paused_until")
+    if until is None or isinstance(until, datetime):
+        return until
+    return datetime.fromisoformat(str(until))
 
 
 def _schedule(definition: Mapping[str, Any]) -> Schedule | None:
@@ -271,6 +299,8 @@ def _unrecorded(job: Job, slot: datetime, cutoff: datetime) -> Line:
         verdict, detail = "running", "an attempt runs now"
     elif slot == job.position and job.waiting:
         verdict, detail = "waiting", "the job's current slot, held (a gate, a retry's backoff)"
+    elif (until := job.held_at(slot)) is not None:
+        verdict, detail = "paused", f"passed over by pause --until {until.isoformat()}"
     elif slot >= cutoff:
         verdict, detail = "pending", "due within the grace"
     else:

@@ -1,7 +1,8 @@
 """``pulse audit`` against job histories built with the node's own claim, completion and
 recovery statements and an explicit clock (T0 on): runs, retries, skips, a re-run after a
 node's death, a slot the job moved past without a record, an overwritten record, a job
-edited and paused mid-range, and bad input (docs/design/audit.md)."""
+edited and paused mid-range, paused until a time (and resumed before it), and bad input
+(docs/design/audit.md)."""
 
 from __future__ import annotations
 
@@ -10,13 +11,17 @@ import csv
 import io
 import json
 from contextlib import aclosing
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from cluster.jobs.spec import JobSpec
 from cluster.settings import ClusterSettings
 from cluster.store.jobstore.store import JobStore
+from cluster.store.lock.records import ClaimedJob, Completion
+from cluster.store.lock.session import LockSession
 from cluster.store.observe import audit as audit_store
 from cluster.store.observe.audit import BATCH, Scope, audit_lines
 from tests.helpers.cli import invoke
@@ -24,6 +29,7 @@ from tests.helpers.history import add, every_10s, finish, rows
 from tests.helpers.sessions import ALL, T0, Opener, at
 
 RANGE = ("--from", T0.isoformat(), "--to", at(60).isoformat())
+REVISED = "UPDATE job_revisions SET at = %s WHERE revision = %s RETURNING 1"
 GUARANTEES = Path(__file__).resolve().parents[2] / "docs" / "guarantees.md"
 
 
@@ -164,12 +170,11 @@ async def test_an_edit_a_pause_and_a_trigger_are_followed(
     none before the job existed; a trigger is listed, not counted as a slot."""
     await add(store, every_10s("edited"))
     node = await open_session("n1", "za")
-    revision = "UPDATE job_revisions SET at = %s WHERE revision = %s RETURNING 1"
-    await rows(settings, revision, (at(5), 1))  # made at 5 s: the slot at 0 is not expected
+    await rows(settings, REVISED, (at(5), 1))  # made at 5 s: the slot at 0 is not expected
     await store.pause("edited", "default")
-    await rows(settings, revision, (at(25), 2))  # paused at 25 s
+    await rows(settings, REVISED, (at(25), 2))  # paused at 25 s
     await store.resume("edited", "default")
-    await rows(settings, revision, (at(45), 3))  # resumed at 45 s
+    await rows(settings, REVISED, (at(45), 3))  # resumed at 45 s
     await rows(
         settings,
         "INSERT INTO runs (job_id, tenant_id, job_name, scheduled_for, attempt, node_id, "
@@ -187,6 +192,73 @@ async def test_an_edit_a_pause_and_a_trigger_are_followed(
         (at(20).isoformat(), "ran"),
         (at(33).isoformat(), "unaligned"),
         (at(50).isoformat(), "ran"),
+    ]
+
+
+def every_minute(job: ClaimedJob) -> Completion:
+    """The completion of ``job`` of an ``@every 1m`` job: its next slot a minute on."""
+    following = job.slot + timedelta(minutes=1)
+    return finish(job)._replace(next_run_at=following, next_slot=following)
+
+
+async def run_minutes(node: LockSession, *minutes: int) -> None:
+    for minute in minutes:
+        (job,) = (await node.claim(ALL, 10, 30.0, now=at(60 * minute))).jobs
+        assert job.slot == at(60 * minute)
+        await node.completions.complete([every_minute(job)], now=at(60 * minute + 1))
+
+
+async def test_slots_a_pause_until_passed_over_are_paused_not_missing(
+    store: JobStore, settings: ClusterSettings, open_session: Opener
+) -> None:
+    """Paused at 2m30s until 10 minutes on: the slots between are named `paused`, and the
+    job runs again from its first slot at or after the time (the pause ends by itself)."""
+    await add(store, JobSpec.build("held", "@every 1m", "cluster.chaos.witness:record"))
+    await made_at_t0(settings)
+    node = await open_session("n1", "za")
+    await run_minutes(node, 1, 2)
+    until = at(150 + 600)
+    await store.holds.pause_until("held", "default", until, now=at(150))
+    await rows(settings, REVISED, (at(150), 2))
+    await run_minutes(node, 13, 14)
+
+    result = await asyncio.to_thread(
+        invoke, settings, "audit", "--from", T0.isoformat(), "--to", at(900).isoformat(),
+        "--json",
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    lines = [json.loads(line) for line in result.stdout.splitlines()]
+    assert verdicts(lines, "held") == [
+        (at(60 * m).isoformat(), "paused" if 3 <= m <= 12 else "ran") for m in range(1, 15)
+    ]
+    paused = [x["detail"] for x in lines if x.get("verdict") == "paused"]
+    assert set(paused) == {f"passed over by pause --until {until.isoformat()}"}
+    (summary,) = [line for line in lines if line["type"] == "summary"]
+    assert (summary["total"]["paused"], summary["total"]["missing"]) == (10, 0)
+
+
+async def test_a_resume_before_the_time_ends_the_paused_slots(
+    store: JobStore, settings: ClusterSettings, open_session: Opener
+) -> None:
+    await add(store, JobSpec.build("held", "@every 1m", "cluster.chaos.witness:record"))
+    await made_at_t0(settings)
+    node = await open_session("n1", "za")
+    await run_minutes(node, 1, 2)
+    await store.holds.pause_until("held", "default", at(150 + 600), now=at(150))
+    await rows(settings, REVISED, (at(150), 2))
+    resumed = await store.resume("held", now=at(330))
+    assert (resumed.paused_until, resumed.slot_at) == (None, at(360))
+    await rows(settings, REVISED, (at(330), 3))
+    await run_minutes(node, 6, 7)
+
+    result = await asyncio.to_thread(
+        invoke, settings, "audit", "--from", T0.isoformat(), "--to", at(480).isoformat(),
+        "--json",
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    lines = [json.loads(line) for line in result.stdout.splitlines()]
+    assert verdicts(lines, "held") == [
+        (at(60 * m).isoformat(), "paused" if 3 <= m <= 5 else "ran") for m in range(1, 8)
     ]
 
 

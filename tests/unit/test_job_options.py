@@ -23,8 +23,9 @@ CLAIMED = OPTIONS.columns["claimed"]
 CHILD = OPTIONS.columns["child"]
 # What a claimed job carries before its options (the slot and its lease) and after them.
 SLOT_FIELDS = 9
-# What a revision records beyond the options: when `jobs adopt` hands a watch job to Pulse.
-RECORDED_STATE = {"adopt_at"}
+# What a revision records beyond the options: when `jobs adopt` hands a watch job to Pulse,
+# and the time a `pause --until` holds the job to (the audit reads it).
+RECORDED_STATE = {"adopt_at", "paused_until"}
 _COMPARED = re.compile(
     r"\(((?:(\w+)\.\w+,\s*)*\w+\.\w+)\)\s*IS DISTINCT FROM\s*\(((?:\w+\.\w+,\s*)*\w+\.\w+)\)"
 )
@@ -147,8 +148,10 @@ def test_the_revision_trigger_watches_every_recorded_column() -> None:
     trigger = trigger[: trigger.index("EXECUTE FUNCTION")]
     of = re.search(r"BEFORE UPDATE OF\s+(.*?)\s+ON jobs", trigger, re.DOTALL)
     assert of is not None
-    # `paused` has a trigger of its own (a completion sets it alone: migration 029).
-    expected = sorted({str(d.column) for d in OPTIONS.recorded} - {"paused"} | RECORDED_STATE)
+    # `paused` has a trigger of its own (a completion sets it alone: migration 029), which
+    # watches `paused_until` too.
+    paused = {"paused", "paused_until"}
+    expected = sorted(({str(d.column) for d in OPTIONS.recorded} | RECORDED_STATE) - paused)
     assert sorted(c.strip() for c in of[1].split(",")) == expected
     assert sorted(re.findall(r"\bOLD\.(\w+)", trigger)) == expected
     assert sorted(re.findall(r"\bNEW\.(\w+)", trigger)) == sorted([*expected, "parent_id"])

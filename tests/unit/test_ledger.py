@@ -94,6 +94,27 @@ def test_an_edit_expects_the_new_definitions_slots_from_its_time() -> None:
     assert slots == [at(m) for m in (0, 1, 2, 3, 4, 6)]
 
 
+def held_revisions(until: str) -> list[tuple[float, str, dict[str, Any]]]:
+    """Made before the audit's range, paused at 1.5 until ``until``."""
+    return [(-0.5, "created", definition()), (1.5, "updated", definition(paused_until=until))]
+
+
+def test_slots_a_pause_until_passed_over_are_paused_until_the_time_or_a_resume() -> None:
+    until = at(6).isoformat()  # as a revision's JSON holds it
+    held = job(*held_revisions(until))
+    lines = audit(held, [run(0), run(1), run(2, "skipped"), run(6)], cutoff=at(7))
+    # A slot recorded anyway keeps its record's verdict; the pause ends at its time.
+    assert verdicts(lines) == [
+        (0, "ran"), (1, "ran"), (2, "skipped"), (3, "paused"), (4, "paused"), (5, "paused"),
+        (6, "ran"),
+    ]  # fmt: skip
+    assert lines[3].detail == f"passed over by pause --until {until}"
+    resumed = job(*held_revisions(until), (3.5, "updated", definition()))
+    assert verdicts(audit(resumed, [], cutoff=at(5))) == [
+        (0, "missing"), (1, "missing"), (2, "paused"), (3, "paused"), (4, "missing"),
+    ]  # fmt: skip
+
+
 def test_slots_before_the_job_existed_or_after_it_was_removed_are_not_expected() -> None:
     removed = job((4.5, "created", definition()), (7.5, "removed", definition()))
     assert [line.slot for line in audit(removed, [])] == [at(5), at(6), at(7)]

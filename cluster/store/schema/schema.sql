@@ -1514,15 +1514,16 @@ BEGIN
 END $$;
 
 -- The definition a revision records: the options of a job file, each under its name (the
--- column of `retries` is max_retries), as the row holds them, and the job's upstreams
--- (names, sorted) with their match rule.
+-- column of `retries` is max_retries), as the row holds them, the time a pause --until
+-- holds it to, and the job's upstreams (names, sorted) with their match rule.
 CREATE FUNCTION job_definition(j jobs) RETURNS jsonb
 LANGUAGE sql STABLE SET search_path FROM CURRENT AS $$
     SELECT jsonb_build_object(
         'schedule', j.schedule, 'tz', j.tz, 'dst_repeated', j.dst_repeated,
         'dst_skipped', j.dst_skipped,
         'handler', job_handler_shown(j.handler),
-        'payload', j.payload, 'paused', j.paused, 'catch_up', j.catch_up,
+        'payload', j.payload, 'paused', j.paused, 'paused_until', j.paused_until,
+        'catch_up', j.catch_up,
         'grace_s', j.grace_s, 'max_backfill', j.max_backfill, 'timeout_s', j.timeout_s,
         'retries', j.max_retries, 'retry_backoff_s', j.retry_backoff_s,
         'keep_for_s', j.keep_for_s, 'keep_runs', j.keep_runs, 'output_limit', j.output_limit,
@@ -1677,9 +1678,11 @@ REFERENCING NEW TABLE AS created_jobs
 FOR EACH STATEMENT EXECUTE FUNCTION job_revision_created();
 -- Only statements that set a field of the definition, and only rows whose fields changed.
 -- The claim sets none of them: never considered. A completion sets `paused` alone among
--- them (auto-pause), so `paused` has a trigger of its own, whose WHEN compares one column.
-CREATE TRIGGER jobs_revision_paused BEFORE UPDATE OF paused ON jobs
-FOR EACH ROW WHEN (NEW.parent_id IS NULL AND OLD.paused <> NEW.paused)
+-- them (auto-pause), so `paused` (and `paused_until`, of pause --until) has a trigger of
+-- its own, whose WHEN compares those columns only.
+CREATE TRIGGER jobs_revision_paused BEFORE UPDATE OF paused, paused_until ON jobs
+FOR EACH ROW WHEN (NEW.parent_id IS NULL AND (OLD.paused, OLD.paused_until)
+                   IS DISTINCT FROM (NEW.paused, NEW.paused_until))
 EXECUTE FUNCTION job_revision_updated();
 CREATE TRIGGER jobs_revision_updated BEFORE UPDATE OF
     schedule, tz, dst_repeated, dst_skipped, handler, payload, catch_up, grace_s,

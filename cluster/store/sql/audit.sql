@@ -29,6 +29,7 @@ SELECT r.job_id, r.at, r.change,
                           'dst_repeated', r.definition -> 'dst_repeated',
                           'dst_skipped', r.definition -> 'dst_skipped',
                           'paused', r.definition -> 'paused',
+                          'paused_until', r.definition -> 'paused_until',
                           'each_zone', r.definition -> 'each_zone') AS definition
 FROM job_revisions r
 WHERE r.job_id = ANY(%(ids)s::uuid[])
