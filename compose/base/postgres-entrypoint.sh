@@ -18,7 +18,8 @@ if [ "$1" = postgres ] && [ ! -s "$PGDATA/PG_VERSION" ]; then
   export POSTGRES_USER POSTGRES_DB
   pwfile=$(mktemp)
   printf '%s\n' "$POSTGRES_PASSWORD" > "$pwfile"
-  initdb --username="$POSTGRES_USER" --pwfile="$pwfile" --auth-local=trust \
+  # UTF-8 like the official image (minbase has no locales; C.UTF-8 is always there).
+  initdb --username="$POSTGRES_USER" --pwfile="$pwfile" --encoding=UTF8 --locale=C.UTF-8 --auth-local=trust \
     --auth-host=scram-sha-256 -D "$PGDATA" >/dev/null
   rm -f "$pwfile"
   echo "host all all all scram-sha-256" >> "$PGDATA/pg_hba.conf"

@@ -48,6 +48,8 @@ FAILOVER_S = 60.0
 # The commands of docs/compose.md this test runs, as the page shows them.
 UP = "PULSE_TRIAL=1 bin/compose up -d --wait"
 IMAGE = "bin/compose image HEAD~1"
+# The commit whose image the nodes start on (the parent of the tree's commit by default).
+UPGRADE_FROM = os.environ.get("PULSE_UPGRADE_FROM", "HEAD~1")
 BUILD = "bin/compose build"
 MIGRATE = "PULSE_IMAGE=$NEW bin/compose run --rm init"
 ROLL = "PULSE_IMAGE=$NEW bin/compose up -d --no-deps --wait {service}"
@@ -246,7 +248,7 @@ def _db_now(run: Cluster) -> datetime:
 def test_the_compose_cluster(cluster: Cluster, tmp_path: Path) -> None:
     run = cluster
     started = time.monotonic()
-    old = run.sh(IMAGE).strip()
+    old = run.sh(IMAGE.replace("HEAD~1", UPGRADE_FROM)).strip()
     run.sh(BUILD, PULSE_TRIAL="1")
     new = "pulse:dev"
     for check in ("pulse --version", "python -c 'import pulsecron'", "pulse node --help", "id -u"):
