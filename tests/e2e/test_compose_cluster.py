@@ -126,7 +126,7 @@ class Cluster:
         result = self.pulse("status", "--json")
         if not result.stdout.strip():
             return {}
-        data: dict[str, Any] = json.loads(result.stdout.splitlines()[-1])
+        data: dict[str, Any] = json.loads(result.stdout)
         return data
 
     def settled(self, alive: set[str]) -> dict[str, Any] | None:
