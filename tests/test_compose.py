@@ -20,6 +20,7 @@ from cluster.cli.app import cli
 from node.metrics import build_registry
 from node.state import NodeState
 from node.stats import Stats
+from tests.e2e.test_compose_cluster import DOC_COMMANDS
 
 REPO = Path(__file__).resolve().parent.parent
 COMPOSE = REPO / "compose"
@@ -298,3 +299,9 @@ def test_nodes_and_web_log_in_through_their_roles(services: dict[str, dict[str, 
         assert user(services[name]["environment"]["PULSE_DATABASE_URL"]) == init["PULSE_NODE_LOGIN"]
     assert user(services["web"]["environment"]["PULSE_DATABASE_URL"]) == init["PULSE_WEB_LOGIN"]
     assert owner not in (init["PULSE_NODE_LOGIN"], init["PULSE_WEB_LOGIN"])
+
+
+def test_the_end_to_end_test_runs_the_commands_the_page_shows() -> None:
+    page = (REPO / "docs" / "compose.md").read_text()
+    for command in DOC_COMMANDS:
+        assert command in page, command
