@@ -20,7 +20,7 @@ from cluster.cli.app import cli
 from node.metrics import build_registry
 from node.state import NodeState
 from node.stats import Stats
-from tests.e2e.test_compose_cluster import DOC_COMMANDS
+from tests.helpers.compose import DOC_COMMANDS
 
 REPO = Path(__file__).resolve().parent.parent
 COMPOSE = REPO / "compose"

@@ -31,6 +31,17 @@ from typing import Any
 import psycopg
 import pytest
 
+from tests.helpers.compose import (
+    BUILD,
+    DOWN,
+    DUMP,
+    IMAGE,
+    MIGRATE,
+    RESTORE,
+    ROLL,
+    UP,
+    UP_AGAIN,
+)
 from tests.helpers.fleet import every_slots
 from tests.helpers.waiting import until
 
@@ -44,10 +55,6 @@ TICK = "compose-tick"
 # 10 s session timeout, with room for a loaded 2-core machine).
 FAILOVER_S = 60.0
 
-# The commands of docs/compose.md this test runs, as the page shows them.
-UP = "PULSE_TRIAL=1 bin/compose up -d --wait"
-IMAGE = "bin/compose image HEAD~1"
-
 
 def _upgrade_from() -> str:
     """The commit whose image the nodes start on: the parent of the tree's commit (itself in
@@ -58,30 +65,6 @@ def _upgrade_from() -> str:
         ["git", "rev-parse", "--verify", "-q", "HEAD~1"], cwd=REPO, capture_output=True
     )
     return "HEAD~1" if parent.returncode == 0 else "HEAD"
-
-
-BUILD = "bin/compose build"
-MIGRATE = "PULSE_IMAGE=$NEW bin/compose run --rm init"
-ROLL = "PULSE_IMAGE=$NEW bin/compose up -d --no-deps --wait {service}"
-DOWN = "bin/compose down -v"
-DUMP = "bin/compose exec -T postgres pg_dump -U postgres -Fc pulse > pulse.dump"
-RESTORE = (
-    "bin/compose exec -T postgres pg_restore -U postgres -d pulse --no-owner --no-privileges"
-    " --role=pulse < pulse.dump"
-)
-UP_AGAIN = "bin/compose up -d --wait"
-DOC_COMMANDS = (
-    UP,
-    IMAGE,
-    BUILD,
-    MIGRATE,
-    ROLL.format(service="node-a"),
-    DUMP,
-    DOWN,
-    f"{UP_AGAIN} postgres",
-    RESTORE,
-    UP_AGAIN,
-)
 
 
 def _free_port() -> int:
