@@ -3,6 +3,7 @@ the CLI. Uses ``docker compose config`` too where a compose client is installed.
 
 from __future__ import annotations
 
+import os
 import re
 import shlex
 import shutil
@@ -19,6 +20,7 @@ from cluster.cli.app import cli
 from node.metrics import build_registry
 from node.state import NodeState
 from node.stats import Stats
+from tests.helpers.compose import DOC_COMMANDS
 
 REPO = Path(__file__).resolve().parent.parent
 COMPOSE = REPO / "compose"
@@ -80,7 +82,7 @@ def test_services_and_health_checks(services: dict[str, dict[str, Any]]) -> None
         check = services[name]["healthcheck"]
         assert check["test"] and check["interval"] and check["retries"]
     assert "pg_isready" in " ".join(services["postgres"]["healthcheck"]["test"])
-    assert "ping" in services["redis"]["healthcheck"]["test"]
+    assert "redis-cli ping" in " ".join(services["redis"]["healthcheck"]["test"])
     assert services["prometheus"]["profiles"] == ["monitoring"]
 
 
@@ -108,7 +110,7 @@ def test_a_web_service_serves_the_api_and_console(services: dict[str, dict[str, 
     assert web["depends_on"]["init"]["condition"] == "service_completed_successfully"
     bind = web["command"][web["command"].index("--bind") + 1]
     assert [p.rsplit(":", 1)[1] for p in web["ports"]] == [bind.rsplit(":", 1)[1]]
-    assert "[web]" in (COMPOSE / "Dockerfile").read_text()
+    assert "pulsecron[web,otel]" in (COMPOSE / "Dockerfile").read_text()
 
 
 def test_environment_is_read_by_the_cli(services: dict[str, dict[str, Any]]) -> None:
@@ -139,14 +141,61 @@ def test_ports_bind_to_loopback(services: dict[str, dict[str, Any]]) -> None:
             assert str(mapping).startswith("127.0.0.1:"), f"{name} publishes {mapping}"
 
 
-def test_dockerfile_copies_what_exists() -> None:
+def test_the_image_is_built_from_wheels_as_a_user_with_a_health_check() -> None:
     text = (COMPOSE / "Dockerfile").read_text()
-    copies = re.findall(r"^COPY\s+(.+)$", text, flags=re.MULTILINE)
+    copies = re.findall(r"^COPY\s+(?!--from)(.+)$", text, flags=re.MULTILINE)
     sources = [src for line in copies for src in line.split()[:-1]]
-    assert sources and all((REPO / src).exists() for src in sources), sources
-    assert "pip install ." in text
+    # The wheelhouse is what bin/compose makes; everything else comes from the tree.
+    assert "build/compose/wheels" in sources
+    assert all((REPO / src).exists() for src in sources if src != "build/compose/wheels")
+    assert "--no-index" in text and "'pulsecron[web,otel]'" in text
+    assert "pip install ." not in text, "the image installs the wheel, not the source tree"
+    users = re.findall(r"^USER\s+(\S+)$", text, flags=re.MULTILINE)
+    assert users and users[-1] not in ("root", "0")
+    assert re.search(r"^HEALTHCHECK ", text, flags=re.MULTILINE)
     assert 'CMD ["pulse", "node"]' in text
     assert re.search(r"^WORKDIR /app$", text, flags=re.MULTILINE)
+
+
+def test_the_build_context_holds_only_wheels_and_examples() -> None:
+    lines = [
+        line
+        for line in (REPO / ".dockerignore").read_text().splitlines()
+        if line and not line.startswith("#")
+    ]
+    assert lines[0] == "*"
+    assert {line for line in lines if line.startswith("!")} == {
+        "!build/compose/wheels/*.whl",
+        "!examples/",
+    }
+
+
+def test_images_are_pinned_and_logs_rotated(services: dict[str, dict[str, Any]]) -> None:
+    for name, service in services.items():
+        image = service["image"]
+        assert ":" in image and not image.endswith(":latest"), f"{name}: {image}"
+        if name != "prometheus":
+            assert service["logging"]["options"]["max-size"], name
+    for name in (*NODES, "web", "postgres", "redis"):
+        assert services[name]["deploy"]["resources"]["limits"]["memory"], name
+
+
+def test_no_password_has_a_default(compose: dict[str, Any]) -> None:
+    text = (COMPOSE / "compose.yaml").read_text()
+    for var in re.findall(r"\$\{(\w*PASSWORD\w*)([^}]*)\}", text):
+        assert var[1].startswith(":?"), f"{var[0]} has a default"
+    redis = compose["services"]["redis"]
+    assert "--requirepass" in " ".join(redis["command"])
+    assert "REDIS_PASSWORD" in compose["x-pulse-env"]["PULSE_REDIS_URL"]
+
+
+def test_the_database_owner_is_no_superuser(services: dict[str, dict[str, Any]]) -> None:
+    postgres = services["postgres"]
+    assert "POSTGRES_USER" not in postgres["environment"]  # the superuser stays `postgres`
+    script = next(v for v in postgres["volumes"] if "docker-entrypoint-initdb.d" in v)
+    text = (COMPOSE / script.split(":")[0]).read_text()
+    assert "CREATE ROLE pulse LOGIN NOSUPERUSER" in text
+    assert "CREATE DATABASE pulse OWNER pulse" in text
 
 
 def test_prometheus_scrapes_the_nodes_and_rules_use_real_metrics(
@@ -170,26 +219,73 @@ def test_prometheus_scrapes_the_nodes_and_rules_use_real_metrics(
                 assert metric in exposed, f"{metric} in {rule.get('record') or rule['alert']}"
 
 
-def _compose_client() -> list[str] | None:
+SECRETS = {
+    name: f"test-{name.lower()}"
+    for name in (
+        "POSTGRES_PASSWORD",
+        "PULSE_OWNER_PASSWORD",
+        "PULSE_NODE_PASSWORD",
+        "PULSE_WEB_PASSWORD",
+        "REDIS_PASSWORD",
+    )
+}
+
+
+def _compose_v2() -> list[str]:
+    """`docker compose` when Compose v2 or newer is installed; Compose v1 (Debian's
+    docker-compose 1.29) cannot read the file's `name:` line, and bin/compose refuses it."""
     docker = shutil.which("docker")
     if docker:
-        probe = subprocess.run([docker, "compose", "version"], capture_output=True)
-        if probe.returncode == 0:
+        probe = subprocess.run(
+            [docker, "compose", "version", "--short"], capture_output=True, text=True
+        )
+        if probe.returncode == 0 and not probe.stdout.lstrip("v").startswith("1."):
             return [docker, "compose"]
-    legacy = shutil.which("docker-compose")
-    return [legacy] if legacy else None
+    pytest.skip("no Compose v2 client installed; the file was checked by parsing")
+
+
+def _config(env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [*_compose_v2(), "-f", str(COMPOSE / "compose.yaml"), "config", "--quiet"],
+        capture_output=True,
+        text=True,
+        env={"PATH": os.environ["PATH"], "HOME": os.environ.get("HOME", "/"), **env},
+        cwd="/",
+    )
 
 
 def test_docker_compose_config_accepts_the_file() -> None:
-    client = _compose_client()
-    if client is None:
-        pytest.skip("no docker compose client installed; the file was checked by parsing")
+    result = _config(SECRETS)
+    assert result.returncode == 0, result.stderr
+
+
+def test_docker_compose_refuses_to_start_without_passwords() -> None:
+    if (COMPOSE / ".env").exists():
+        pytest.skip("compose/.env sets the passwords here")
+    result = _config({k: v for k, v in SECRETS.items() if k != "PULSE_WEB_PASSWORD"})
+    assert result.returncode != 0
+    assert "PULSE_WEB_PASSWORD" in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("name", "value", "says"),
+    [
+        ("POSTGRES_PASSWORD", "postgres", "well-known default"),
+        ("REDIS_PASSWORD", "a@b", "only letters, digits"),
+    ],
+)
+def test_bin_compose_refuses_default_and_unsafe_passwords(name: str, value: str, says: str) -> None:
+    env = {**os.environ, **SECRETS, name: value}
+    env.pop("PULSE_TRIAL", None)
     result = subprocess.run(
-        [*client, "-f", str(COMPOSE / "compose.yaml"), "config", "--quiet"],
+        [str(REPO / "bin" / "compose"), "config", "--quiet"],
         capture_output=True,
         text=True,
+        env=env,
     )
-    assert result.returncode == 0, result.stderr
+    assert result.returncode == 2
+    assert result.stderr.count("\n") == 1 and says in result.stderr and name in result.stderr
+    assert value not in result.stderr
 
 
 def test_nodes_and_web_log_in_through_their_roles(services: dict[str, dict[str, Any]]) -> None:
@@ -203,3 +299,9 @@ def test_nodes_and_web_log_in_through_their_roles(services: dict[str, dict[str, 
         assert user(services[name]["environment"]["PULSE_DATABASE_URL"]) == init["PULSE_NODE_LOGIN"]
     assert user(services["web"]["environment"]["PULSE_DATABASE_URL"]) == init["PULSE_WEB_LOGIN"]
     assert owner not in (init["PULSE_NODE_LOGIN"], init["PULSE_WEB_LOGIN"])
+
+
+def test_the_end_to_end_test_runs_the_commands_the_page_shows() -> None:
+    page = (REPO / "docs" / "compose.md").read_text()
+    for command in DOC_COMMANDS:
+        assert command in page, command
