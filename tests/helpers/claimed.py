@@ -53,6 +53,10 @@ class Outcomes:
                 await self.changed.wait()
 
 
+# How long a test's executors may take to wind down at its end.
+DRAIN_S = 2.0
+
+
 class Executors:
     """Makes executors, each reporting to fresh ``Outcomes``, and shuts them all down."""
 
@@ -64,6 +68,9 @@ class Executors:
         self.made.append(Executor(concurrency, "n1", zone, done))
         return self.made[-1], done
 
-    def shutdown(self) -> None:
+    async def close(self) -> None:
+        """Cancel what still runs and wait for it to end (a shell's process reaped while the
+        test's event loop still runs, so no subprocess outlives it), then shut down."""
         for executor in self.made:
+            await executor.drain(DRAIN_S)
             executor.shutdown()

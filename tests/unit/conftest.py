@@ -15,4 +15,4 @@ async def executors() -> AsyncIterator[Executors]:
     the test (in its event loop), whatever happened."""
     made = Executors()
     yield made
-    made.shutdown()
+    await made.close()
