@@ -1645,6 +1645,8 @@ CREATE TABLE chain_slots (
     PRIMARY KEY (job_id, slot)
 );
 CREATE INDEX chain_slots_pending ON chain_slots (job_id) WHERE NOT taken;
+-- Taken slots by age, for the pruning pass (migration `0.3.0_pre_chain_slots_taken`).
+CREATE INDEX chain_slots_taken ON chain_slots (created_at) WHERE taken;
 
 -- Called by the fenced completion of a successful slot of `upstream` that feeds chained
 -- jobs: records the slot for each, and has those idle with nothing to do take it at once
