@@ -147,7 +147,9 @@ async def test_a_ping_after_its_slot_was_declared_missed_never_overwrites_the_re
     async with AlertStore.open(settings, "n9/alerts") as alerts:
         assert await missed(alerts, 91) == ["w"]
     for kind, seconds in (("success", 100), ("start", 101), ("fail", 102)):
-        ping = await store.ping(token, kind, b"sorry" if kind == "success" else b"", now=at(seconds))
+        ping = await store.ping(
+            token, kind, b"sorry" if kind == "success" else b"", now=at(seconds)
+        )
         assert ping is not None and (ping.outcome, ping.slot) == ("late", at(60))
     (row,) = await sql(
         settings, "SELECT status, finished_at, last_error, output FROM runs WHERE job_name = 'w'"
