@@ -220,7 +220,9 @@ class OperatorActions(RuleBasedStateMachine):
 
     @rule(name=st.sampled_from(RUNNERS))
     def pause(self, name: str) -> None:
-        if self.do(f"pause {name}", lambda: self.cluster.store.pause(name, self.tenant)):
+        if self.do(
+            f"pause {name}", lambda: self.cluster.store.pause(name, self.tenant, now=self.now)
+        ):
             line = self.timelines[name]
             if self.quiet(name):
                 line.quiet[-1][1] = None
@@ -464,3 +466,23 @@ def test_a_window_over_the_next_slot_records_the_slots_it_covers(
         )
         for _ in range(4):
             machine.the_ledger_holds()
+
+
+@pytest.mark.parametrize("hold", ["pause", "pause_until"])
+def test_a_slot_held_at_its_gate_is_recorded_when_the_job_is_paused(
+    settings: ClusterSettings, hold: str
+) -> None:
+    """Found by the machine: b waits at its gate for a's slot while a is paused; pausing b
+    (or pausing it until a time) moved it past the slots it owed without a record."""
+    with Sequence(settings) as machine:
+        machine.pause("a")
+        machine.the_ledger_holds()
+        machine.advance(2)  # b's slots wait for a's, which never come
+        machine.the_ledger_holds()
+        if hold == "pause":
+            machine.pause("b")
+            machine.the_ledger_holds()
+            machine.resume("b")
+        else:
+            machine.pause_until("b", 1)
+        machine.the_ledger_holds()

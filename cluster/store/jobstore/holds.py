@@ -3,6 +3,10 @@ first slot at or after a time, so it resumes by itself with nothing to wake it) 
 ``skip-next`` (its next slots recorded skipped). Both plan in Python with the job's own
 schedule and calendar, then write in one statement. A part of ``JobStore``.
 
+A pause of either kind (``pulse jobs pause`` too) first records skipped the slots a job held
+at its gate owes (its held slot and those that came behind it): it moves past them, and no
+slot may be left without a record (``record_owed``).
+
 ``skip-next`` writes its records ahead of the slots, so a job may later be planned back
 before them (a resume, a ``pause --until``): ``first_open_run`` passes every slot that has
 a record already, so a skipped slot is never run and its record never overwritten (the
@@ -50,6 +54,7 @@ class Holds:
             if until.tzinfo is None or until <= db_now:
                 raise InvalidInput("until", f"{until.isoformat()} is not in the future")
             self._recurring(job, "pause --until")
+            await self.record_owed(job, "pause --until", db_now)
             run = await self.first_open_run(job, until - US)
             params = {
                 "until": until,
@@ -88,6 +93,32 @@ class Holds:
             }
             await self._write("skip_next_slots", job, params)
         return [slot for slot, _ in skipped]
+
+    async def record_owed(self, job: Job, by: str, now: datetime) -> None:
+        """Record skipped the slots an idle job held at its gate owes at ``now`` (its held
+        slot and those that came behind it): a pause moves it past them, and the slot
+        ledger leaves no slot without a record. Written only when there are some (the web's
+        role writes no runs: docs/design/roles.md)."""
+        if job.status != JobStatus.IDLE or job.slot_at > now or job.watch:
+            return
+        schedule = job.parsed_schedule()
+        if schedule.chain or schedule.at is not None:  # a queue, or its one slot: kept
+            return
+        held = await self._db.one("gate_waits_for", {"id": job.id})
+        if held is None or held["waits_until"] is None:
+            return
+        rule, reason = job.rule(), f"skipped by pulse jobs {by}: paused before it ran"
+        owed = [(job.slot_at, reason)]
+        run = current_run(schedule, rule, job.slot_at)
+        for _ in range(MAX_SKIP):
+            run, passed = run_after(schedule, rule, run)
+            owed += [
+                (d.slot, d.reason or "skipped by the calendar") for d in passed if d.slot <= now
+            ]
+            if run.slot > now:
+                break
+            owed.append((run.slot, reason))
+        await self._db.all("record_skips", {"id": job.id, "skips": _json(owed), "now": now})
 
     async def first_open_run(self, job: Job, after: datetime) -> Decision:
         """The job's first run starting after ``after`` whose slot has no record yet."""
