@@ -12,8 +12,9 @@ no wait without a bound.
 Each example is a tenant of its own in one schema, on a clock that only moves forward
 (statements that read the database's own clock then see the model's past). The fast tier
 runs a fixed, derandomized budget; ``slow`` runs a longer one. Sequences it found broken
-are plain regression tests below the machine. Windows that start at the job's next slot
-are left out: a known defect of the slot-fate code (``test_a_window_over_the_next_slot...``).
+are plain regression tests below the machine. Two window defects of the slot-fate code are
+left out of it, each an ``xfail`` test below: a window over the job's next slot, and one
+over a job held at its gate.
 """
 
 from __future__ import annotations
@@ -62,7 +63,9 @@ def spec(name: str, tenant: str, schedule: Any = None, **kw: Any) -> JobSpec:
     if name == "c":
         return JobSpec.build("c", "@after:a", HANDLER, tenant=tenant, **kw)
     if name == "w":
-        return JobSpec.build("w", "* * * * *", None, tenant=tenant, watch=True, timeout="3m")
+        return JobSpec.build(
+            "w", "* * * * *", None, tenant=tenant, watch=True, timeout="3m", late_after="20s"
+        )
     return JobSpec.build(name, schedule or SCHEDULES[name], HANDLER, tenant=tenant, **kw)
 
 
@@ -78,9 +81,8 @@ class Cluster:
         self.run(self.node.open())
         self.side = SideConnection(cluster, "model/backfill", statement_timeout_s=10)
         self.alerts = AlertStore(cluster, "model/late")
-        self.clock = datetime.now(UTC).replace(minute=0, second=30, microsecond=0) + timedelta(
-            days=1
-        )
+        midnight = datetime.now(UTC).replace(hour=0, minute=0, second=30, microsecond=0)
+        self.clock = midnight + timedelta(days=2)  # ahead of the database's clock
         self.tenants = itertools.count()
 
     async def _open_store(self) -> JobStore:
@@ -176,14 +178,14 @@ class OperatorActions(RuleBasedStateMachine):
         line = self.timelines[name]
         return bool(line.quiet) and (line.quiet[-1][1] is None or line.quiet[-1][1] > self.now)
 
-    def timeline(self, name: str, schedule: Any = None) -> Timeline:
+    def timeline(self, name: str) -> Timeline:
+        """The model of a job made now: its schedule from now on, or its upstream."""
         line = Timeline(self.now)
         if name == "c":
             line.upstreams = ("a",)
         else:
             text = SCHEDULES.get(name, "@every 1m" if name == "b" else "* * * * *")
-            expr = schedule or text
-            line.schedules.append((self.now, _schedule(expr)))
+            line.schedules.append((self.now, _schedule(text)))
         return line
 
     @initialize()
@@ -196,8 +198,10 @@ class OperatorActions(RuleBasedStateMachine):
         self.token = self.cluster.run(self.cluster.store.ping_token("w", self.tenant)) or ""
 
     def teardown(self) -> None:
+        """The next example starts on a day of its own at the same time of day, so a
+        sequence replays with the slots it had."""
         self.cluster.run(self.cluster.forget(self.tenant))
-        self.cluster.clock += timedelta(days=1)
+        self.cluster.clock = (self.now + timedelta(days=1)).replace(hour=0, minute=0)
 
     # -- time ----------------------------------------------------------------------------
 
@@ -280,14 +284,15 @@ class OperatorActions(RuleBasedStateMachine):
         )
 
     @rule(
-        name=st.sampled_from(RUNNERS),
+        name=st.sampled_from(("a", "m")),  # a window re-plans a held job: a known defect
         start=st.integers(2, 5),
         length=st.integers(1, 4),
         defer=st.booleans(),
     )
     def window(self, name: str, start: int, length: int, defer: bool) -> None:
-        # From the slot after next on: one over the next slot is a known defect (module doc).
-        begin = self.now + start * MINUTE - timedelta(seconds=30)
+        # After the job's next slot: a window over it is a known defect (module doc).
+        ahead = self.timelines[name].schedules[-1][1].next_after(self.now)
+        begin = max(self.now + start * MINUTE, ahead + MINUTE) - timedelta(seconds=30)
         end = begin + length * MINUTE
         self.do(
             f"window {name} +{start}m {length}m{' defer' if defer else ''}",
@@ -485,4 +490,26 @@ def test_a_slot_held_at_its_gate_is_recorded_when_the_job_is_paused(
             machine.resume("b")
         else:
             machine.pause_until("b", 1)
+        machine.the_ledger_holds()
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="slot fate (cluster/timing, another branch): adding a window re-plans a job held "
+    "at its gate to its first run after now, past the held slot, without a record",
+)
+def test_a_window_on_a_job_held_at_its_gate_records_the_slot_it_moves_past(
+    settings: ClusterSettings,
+) -> None:
+    with Sequence(settings) as machine:
+        machine.fail_next("a")
+        machine.the_ledger_holds()  # a's slot fails: b's same slot waits at its gate
+        machine.the_ledger_holds()
+        begin = machine.now + 3 * MINUTE - timedelta(seconds=30)
+        machine.do(
+            "window b",
+            lambda: machine.cluster.store.windows.add(
+                begin, begin + MINUTE, job="b", tenant=machine.tenant, now=machine.now
+            ),
+        )
         machine.the_ledger_holds()
