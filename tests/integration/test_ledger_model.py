@@ -555,3 +555,17 @@ def test_a_slot_deferred_into_another_window_is_recorded(settings: ClusterSettin
         machine.window(name="m", start=2, length=1, defer=False)  # over its slot 4
         for _ in range(3):
             machine.the_ledger_holds()
+
+
+def test_a_new_timing_never_runs_a_slot_skip_next_recorded(settings: ClusterSettings) -> None:
+    """Found by the machine: skip-next recorded a's coming slots skipped, then an apply of a
+    new schedule planned a onto one of them, and its run overwrote the skipped record."""
+    with Sequence(settings) as machine:
+        machine.the_ledger_holds()
+        machine.skip_next(name="a", count=1)
+        machine.the_ledger_holds()
+        machine.skip_next(name="a", count=2)
+        machine.the_ledger_holds()
+        machine.apply_a(every="@every 2m")
+        for _ in range(4):
+            machine.the_ledger_holds()

@@ -23,6 +23,7 @@ from cluster.errors import Conflict, InvalidInput
 from cluster.jobs.models import Job, JobStatus
 from cluster.store.jobstore.scoped import ScopedConnection
 from cluster.timing.calendared import (
+    CalendarRule,
     Decision,
     current_run,
     first_run,
@@ -33,7 +34,7 @@ from cluster.timing.calendared import (
 from cluster.timing.instants import US
 from cluster.timing.schedule import Schedule
 
-__all__ = ["MAX_SKIP", "Holds"]
+__all__ = ["MAX_SKIP", "Holds", "open_run"]
 
 MAX_SKIP = 1000
 SKIP_REASON = "skipped by pulse jobs skip-next"
@@ -123,18 +124,7 @@ class Holds:
     async def first_open_run(self, job: Job, after: datetime) -> Decision:
         """The job's first run starting after ``after`` whose slot has no record yet."""
         schedule, rule = job.parsed_schedule(), job.rule()
-        run = first_run(schedule, rule, after)
-        while schedule.at is None:  # a one-off's slot is its own, recorded or not
-            params = {"job_id": job.id, "from": run.slot, "limit": MAX_SKIP}
-            recorded = [r["scheduled_for"] for r in await self._db.all("recorded_slots", params)]
-            for slot in recorded:
-                if slot > run.slot:
-                    return run
-                if slot == run.slot:
-                    run = run_after(schedule, rule, run)[0]
-            if len(recorded) < MAX_SKIP:
-                break
-        return run
+        return await open_run(self._db, job.id, schedule, rule, first_run(schedule, rule, after))
 
     def _recurring(self, job: Job, what: str) -> Schedule:
         schedule = job.parsed_schedule()
@@ -149,6 +139,24 @@ class Holds:
         if row is None:
             raise Conflict("name", f"{job.name!r} is running now; try again when it ends")
         await self._db.notify(row["shard_id"])
+
+
+async def open_run(
+    db: ScopedConnection, job_id: Any, schedule: Schedule, rule: CalendarRule | None, run: Decision
+) -> Decision:
+    """``run``, or the first run after it whose slot has no record yet: a job planned again
+    (resume, ``pause --until``, a new definition) never lands on a slot skip-next recorded."""
+    while schedule.at is None:  # a one-off's slot is its own, recorded or not
+        params = {"job_id": job_id, "from": run.slot, "limit": MAX_SKIP}
+        recorded = [r["scheduled_for"] for r in await db.all("recorded_slots", params)]
+        for slot in recorded:
+            if slot > run.slot:
+                return run
+            if slot == run.slot:
+                run = run_after(schedule, rule, run)[0]
+        if len(recorded) < MAX_SKIP:
+            break
+    return run
 
 
 def _json(pairs: list[tuple[datetime, str]]) -> str:
