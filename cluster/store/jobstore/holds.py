@@ -3,9 +3,9 @@ first slot at or after a time, so it resumes by itself with nothing to wake it) 
 ``skip-next`` (its next slots recorded skipped). Both plan in Python with the job's own
 schedule and calendar, then write in one statement. A part of ``JobStore``.
 
-A pause of either kind (``pulse jobs pause`` too) first records skipped the slots a job held
-at its gate owes (its held slot and those that came behind it): it moves past them, and no
-slot may be left without a record (``record_owed``).
+A pause of either kind (``pulse jobs pause`` too) first records skipped the slots a job owes
+(one held at its gate, or deferred by a window, and those that came behind it): it moves
+past them, and no slot may be left without a record (``record_owed``).
 
 ``skip-next`` writes its records ahead of the slots, so a job may later be planned back
 before them (a resume, a ``pause --until``): ``first_open_run`` passes every slot that has
@@ -96,18 +96,20 @@ class Holds:
         return [slot for slot, _ in skipped]
 
     async def record_owed(self, job: Job, by: str, now: datetime) -> None:
-        """Record skipped the slots an idle job held at its gate owes at ``now`` (its held
-        slot and those that came behind it): a pause moves it past them, and the slot
-        ledger leaves no slot without a record. Written only when there are some (the web's
-        role writes no runs: docs/design/roles.md)."""
+        """Record skipped the slots an idle job owes at ``now``: a slot whose time has come
+        but whose start has not (deferred by a window, jittered) or that waits at its gate,
+        and those that came behind it. A pause moves the job past them, and the slot ledger
+        leaves no slot without a record. Written only when there are some (the web's role
+        writes no runs: docs/design/roles.md)."""
         if job.status != JobStatus.IDLE or job.slot_at > now or job.watch:
             return
         schedule = job.parsed_schedule()
         if schedule.chain or schedule.at is not None:  # a queue, or its one slot: kept
             return
-        held = await self._db.one("gate_waits_for", {"id": job.id})
-        if held is None or held["waits_until"] is None:
-            return
+        if job.next_run_at is None or job.next_run_at <= now:  # due: held past its bound?
+            held = await self._db.one("gate_waits_for", {"id": job.id})
+            if held is None or held["waits_until"] is None:
+                return
         rule, reason = job.rule(), f"skipped by pulse jobs {by}: paused before it ran"
         owed = [(job.slot_at, reason)]
         run = current_run(schedule, rule, job.slot_at)
