@@ -429,8 +429,8 @@ def _run(cluster: ClusterSettings, profile: hypothesis.settings) -> None:
 
 
 FAST = hypothesis.settings(
-    max_examples=10,
-    stateful_step_count=12,
+    max_examples=20,
+    stateful_step_count=15,
     deadline=None,
     derandomize=True,
     database=None,
