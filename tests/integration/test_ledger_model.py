@@ -16,7 +16,8 @@ are plain regression tests below the machine. Two window defects of the slot-fat
 left out of it, each an ``xfail`` test below: a window over the job's next slot, and one
 over a job held at its gate; and while a window is ahead, no schedule change, pause or
 resume (each plans the job onto or past the window's slots) and no second window (a slot
-deferred into it).
+deferred into it); and no plain trigger of a job skip-next recorded slots for (the slot
+after the triggered run may be one of them).
 """
 
 from __future__ import annotations
@@ -159,6 +160,7 @@ class OperatorActions(RuleBasedStateMachine):
         self.token = ""
         self.steps: list[str] = []
         self.windows: dict[str, datetime] = {}  # the end of each job's latest window
+        self.skipped: set[str] = set()  # jobs skip-next recorded slots ahead for
 
     # -- the model's clock and the node's pass -------------------------------------------
 
@@ -264,13 +266,16 @@ class OperatorActions(RuleBasedStateMachine):
 
     @rule(name=st.sampled_from(RUNNERS), count=st.integers(1, 3))
     def skip_next(self, name: str, count: int) -> None:
-        self.do(
+        if self.do(
             f"skip-next {name} --count {count}",
             lambda: self.cluster.store.holds.skip_next(name, self.tenant, count, now=self.now),
-        )
+        ):
+            self.skipped.add(name)
 
     @rule(name=st.sampled_from((*RUNNERS, "c")))
     def trigger(self, name: str) -> None:
+        if name in self.skipped:  # its run would be followed by a skipped slot: a known defect
+            return
         self.do(
             f"trigger {name}", lambda: self.cluster.store.trigger(name, self.tenant, now=self.now)
         )
@@ -603,4 +608,20 @@ def test_a_window_never_runs_a_slot_skip_next_recorded(settings: ClusterSettings
         machine.the_ledger_holds()
         machine.window(name="a", start=2, length=1, defer=False)
         for _ in range(5):
+            machine.the_ledger_holds()
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="slot fate (node/pipeline/outcomes.py, another branch): the completion of a "
+    "triggered run plans the job's next slot onto one skip-next recorded, and runs it",
+)
+def test_a_triggered_run_never_runs_a_slot_skip_next_recorded(settings: ClusterSettings) -> None:
+    with Sequence(settings) as machine:
+        machine.the_ledger_holds()
+        machine.skip_next(name="m", count=3)
+        machine.the_ledger_holds()
+        store, tenant, now = machine.cluster.store, machine.tenant, machine.now
+        machine.do("trigger m", lambda: store.trigger("m", tenant, now=now))
+        for _ in range(8):
             machine.the_ledger_holds()
