@@ -199,6 +199,8 @@ async def prune_runs(store: JobStore, dry_run: bool, as_json: bool) -> None:
     events = f" and {result.alert_events} alert events" if result.alert_events else ""
     if result.revisions:
         events += f" and {result.revisions} revisions of removed jobs"
+    if result.chain_slots:
+        events += f" and {result.chain_slots} chained jobs' slots run long ago"
     verb = "would remove" if dry_run else "removed"
     click.echo(f"{verb} {result.runs} runs{events}")
 

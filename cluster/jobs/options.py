@@ -20,6 +20,8 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from cluster.timing.durations import format_duration
+
 Parser = Callable[[Any, str], Any]  # (value as given, its key) -> the field's value
 
 _OPTION = "pulse.option"
@@ -122,6 +124,26 @@ class Options:
         """``entry`` with its earlier keys under the current ones (a key given under both is
         refused by the caller's check of ``twice``)."""
         return {self.aliases.get(k, k): v for k, v in entry.items()}
+
+    def set_apart(self, name: str, value: Any) -> bool:
+        """Whether a recorded ``value`` of the field ``name`` is one a definition sets: not
+        null, empty, or the field's default (what a created job's plan shows)."""
+        found = self.by_name.get(name)
+        if value is None or value == [] or value == {}:
+            return False
+        if found is None or found.default is dataclasses.MISSING:
+            return True
+        default = list(found.default) if isinstance(found.default, tuple) else found.default
+        return bool(value != default)
+
+    def as_written(self, name: str, value: Any) -> tuple[str, Any]:
+        """A recorded field as a job file writes it: its key, a duration as text (``5m``)."""
+        found = self.by_name.get(name)
+        if found is None:
+            return name, value
+        if found.option.duration and isinstance(value, int | float):
+            return found.key, format_duration(value)
+        return found.key, value
 
     def twice(self, entry: Mapping[str, Any]) -> str | None:
         """An earlier key given beside its current one, if any."""

@@ -68,6 +68,37 @@ def test_plan_prints_the_changes_and_writes_nothing(
     assert written(settings) == before
 
 
+def test_a_create_plan_shows_what_the_file_sets_under_the_files_names(
+    initialised: Invoke, tmp_path: Path
+) -> None:
+    """Issue 50: a create printed some 40 `null -> default` lines with internal names."""
+    entry = {**TICK, "timeout": "2m", "retries": 2, "labels": {"team": "ops"}, "grace": "60s"}
+    path = write_jobs(tmp_path / "jobs.json", entry)
+    result = initialised("jobs", "apply", path, "--plan")
+    assert result.exit_code == 0, result.output
+    lines = result.stdout.splitlines()
+    assert lines[: lines.index("  next before: none")] == [
+        "create tick (revision 0)",
+        '  schedule: "*/5 * * * *"',
+        '  handler: "app.jobs:tick"',
+        '  timeout: "2m"',
+        "  retries: 2",
+        '  labels: {"team": "ops"}',
+    ]  # grace 60s is its default: nothing to show
+    data = json.loads(initialised("jobs", "apply", path, "--plan", "--json").stdout)
+    assert data["jobs"][0]["changes"] == {
+        "schedule": [None, "*/5 * * * *"],
+        "handler": [None, "app.jobs:tick"],
+        "timeout_s": [None, 120.0],
+        "retries": [None, 2],
+        "labels": [None, {"team": "ops"}],
+    }
+    # An update says what changed, under the file's names too.
+    assert initialised("jobs", "apply", path).exit_code == 0
+    path = write_jobs(tmp_path / "jobs.json", {**entry, "timeout": "5m"})
+    assert '  timeout: "2m" -> "5m"' in initialised("jobs", "apply", path, "--plan").stdout
+
+
 def test_an_apply_refuses_a_plan_that_went_stale(
     initialised: Invoke, settings: ClusterSettings, tmp_path: Path
 ) -> None:
@@ -176,7 +207,7 @@ def test_a_module_plan_lists_its_jobs_and_writes_nothing(
     lines = result.stdout.splitlines()
     assert "create acme/billing_rollup (revision 0)" in lines
     assert "create beat (revision 0)" in lines
-    assert '  payload: null -> {"plan": "pro"}' in lines
+    assert '  payload: {"plan": "pro"}' in lines
     assert jobs_rows(settings) == []
 
 

@@ -434,3 +434,36 @@ async def test_an_unreachable_database_is_an_error_without_the_password(
         await pruner.run_once()
     assert "s3cret" not in str(caught.value) and "***" in str(caught.value)
     assert stats.db_errors == 1
+
+
+async def test_chain_slots_taken_long_ago_are_pruned_never_one_a_downstream_waits_for(
+    store: JobStore, conn: Conn
+) -> None:
+    """Issue 50: chain_slots grew for ever. A taken slot goes once it is older than
+    keep_failed_for and its run is gone; a queued one, the job's own and one whose run is
+    kept stay, so a second release of them still makes no second slot."""
+    await store.definitions.apply(
+        [JobSpec.build("a", "@every 10s", "app.jobs:tick"),
+         JobSpec.build("b", "@after:a", "app.jobs:tick", keep_for="200d")], now=T0,
+    )  # fmt: skip
+    b = await store.get("b")
+    old, recent = ago(100 * DAY), ago(DAY)
+    rows = {  # slot: (taken, created_at)
+        ago(100 * DAY): (True, old),  # ran, its run pruned: goes
+        ago(99 * DAY): (True, old),  # its run is kept (b's keep_for): stays
+        ago(98 * DAY): (False, old),  # queued: b still waits for it
+        ago(97 * DAY): (True, old),  # b's current slot (held at its gate)
+        ago(DAY): (True, recent),  # taken lately: stays
+    }
+    for slot, (taken, created) in rows.items():
+        await conn.execute(
+            "INSERT INTO chain_slots (job_id, slot, taken, created_at) VALUES (%s, %s, %s, %s)",
+            (b.id, slot, taken, created),
+        )
+    await put_runs(conn, b, [(ago(99 * DAY), "succeeded")])
+    await conn.execute("UPDATE jobs SET slot_at = %s WHERE id = %s", (ago(97 * DAY), b.id))
+    assert (await store.prune(dry_run=True, now=T0)).chain_slots == 1
+    assert (await store.prune(now=T0)).chain_slots == 1
+    cur = await conn.execute("SELECT slot FROM chain_slots ORDER BY slot")
+    assert [r["slot"] for r in await cur.fetchall()] == sorted(rows)[1:]
+    assert (await store.prune(now=T0)).chain_slots == 0

@@ -120,7 +120,7 @@ async def test_a_missing_ping_raises_late_once_per_slot_and_a_late_one_is_kept(
         assert await missed(alerts, 91) == ["w"]
         assert await missed(alerts, 95) == []  # the same slot: once
         assert (await store.get("w")).slot_at == at(120)
-        # The late ping still lands in its slot's history.
+        # The late ping is noted on its slot's record, which stays failed (below).
         await store.ping(token, "success", b"sorry", now=at(100))
         await store.ping(token, "success", now=at(121))  # slot 120 on time
         assert await missed(alerts, 160) == []
@@ -131,10 +131,37 @@ async def test_a_missing_ping_raises_late_once_per_slot_and_a_late_one_is_kept(
     ]
     history = await runs_of(settings, "w")
     assert [(r[0], r[1]) for r in history] == [
-        (at(60), "succeeded"),
+        (at(60), "failed"),
         (at(120), "succeeded"),
         (at(180), "failed"),
     ]
+
+
+async def test_a_ping_after_its_slot_was_declared_missed_never_overwrites_the_record(
+    store: JobStore, settings: ClusterSettings
+) -> None:
+    """Issue 50: a late ping replaced the `failed` (missed) record of its slot. A terminal
+    record stays; the ping is noted on it and answers `late`."""
+    await store.definitions.add(minutely("w", late_after="30s"), now=T0)
+    token = await store.ping_token("w")
+    async with AlertStore.open(settings, "n9/alerts") as alerts:
+        assert await missed(alerts, 91) == ["w"]
+    for kind, seconds in (("success", 100), ("start", 101), ("fail", 102)):
+        ping = await store.ping(
+            token, kind, b"sorry" if kind == "success" else b"", now=at(seconds)
+        )
+        assert ping is not None and (ping.outcome, ping.slot) == ("late", at(60))
+    (row,) = await sql(
+        settings, "SELECT status, finished_at, last_error, output FROM runs WHERE job_name = 'w'"
+    )
+    assert (row["status"], row["finished_at"], row["output"]) == (
+        "failed", at(91), {"stdout": "sorry"}
+    )  # fmt: skip
+    assert row["last_error"] == (
+        "no ping within 30s of the slot (watch job); a success ping came 40s after its slot; "
+        "a start ping came 41s after its slot; a fail ping came 42s after its slot"
+    )
+    assert (await store.get("w")).slot_at == at(120)  # the job moved on when it was missed
 
 
 async def test_a_paused_watch_job_is_never_late(store: JobStore, settings: ClusterSettings) -> None:

@@ -152,7 +152,7 @@ EXPECTED: dict[str, dict[str, str]] = {
         "open": "(cls, settings: 'ClusterSettings', application_name: 'str' = "
         "'pulse-admin') -> 'AsyncIterator[JobStore]'",
         "pause": "(self, name: 'str', tenant: 'str' = 'default', *, note: 'str | None' = "
-        "None) -> 'Job'",
+        "None, now: 'datetime | None' = None) -> 'Job'",
         "ping": "(self, token: 'str', kind: 'str', body: 'bytes' = b'', *, now: 'datetime"
         " | None' = None) -> 'Ping | None'",
         "ping_token": "(self, name: 'str', tenant: 'str' = 'default', *, rotate: 'bool' = "

@@ -15,7 +15,7 @@ from cluster.cli.jobs.history import short_value
 from cluster.errors import Conflict, InvalidInput
 from cluster.jobs.fields import DEFAULT_TENANT
 from cluster.jobs.models import iso
-from cluster.jobs.spec import JobSpec
+from cluster.jobs.spec import OPTIONS, JobSpec
 from cluster.store.jobstore.plans import Plan, digest_of
 from cluster.timing.timeline import Step
 
@@ -28,8 +28,13 @@ def print_plan(plan: Plan, as_json: bool) -> None:
         click.echo(f"{job.action} {job.label} (revision {job.revision})")
         if job.action == "unchanged":
             continue
-        for key, (old, new) in job.changes.items():
-            click.echo(f"  {key}: {short_value(old)} -> {short_value(new)}")
+        for name, (old, new) in job.changes.items():  # as a job file writes them
+            key, before = OPTIONS.as_written(name, old)
+            after = OPTIONS.as_written(name, new)[1]
+            if job.action == "create":
+                click.echo(f"  {key}: {short_value(after)}")
+            else:
+                click.echo(f"  {key}: {short_value(before)} -> {short_value(after)}")
         for verb, edges in (("adds", job.edges_added), ("drops", job.edges_removed)):
             click.echo("".join(f"  {verb} edge {edge}\n" for edge in edges), nl=False)
         for title, steps in (("next before", job.next_before), ("next after", job.next_after)):

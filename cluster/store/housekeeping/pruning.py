@@ -1,5 +1,5 @@
-"""Pruning: deleting the runs that passed their retention, alert events done with, and the
-revisions of jobs removed long enough ago.
+"""Pruning: deleting the runs that passed their retention, alert events done with, the
+revisions of jobs removed long enough ago, and chained jobs' slots taken long ago.
 
 A pass walks the jobs that have runs a page at a time (by id, skipping through the runs
 index, so jobs without runs cost nothing), keeps those of the given shards, and deletes
@@ -39,6 +39,7 @@ class PruneResult:
     statements: int = 0
     done_jobs: int = 0  # one-off jobs removed: done, and their runs gone or never wanted
     revisions: int = 0  # of jobs removed longer ago than keep_failed_for (docs/retention.md)
+    chain_slots: int = 0  # taken longer ago than keep_failed_for, their runs gone
 
 
 @dataclass(frozen=True)
@@ -100,13 +101,18 @@ async def prune(
         result.statements += 1
         done = {"shards": sorted(shards), "batch": batch}
         result.done_jobs = len(await side.fetch("prune_done_jobs", done))
-    # Revisions and events belong to no shard: every pass takes its share.
+    # Revisions, chain slots and events belong to no shard: every pass takes its share.
     events = {"now": now, "keep_s": retention.keep_failed_for_s, "batch": batch}
     result.statements += 1
     if dry_run:
         result.revisions = (await _row(side, "count_prunable_revisions", events))["chosen"]
     else:
         result.revisions = (await _row(side, "prune_revisions", events))["removed"]
+    result.statements += 1
+    if dry_run:
+        result.chain_slots = (await _row(side, "count_prunable_chain_slots", events))["chosen"]
+    else:
+        result.chain_slots = (await _row(side, "prune_chain_slots", events))["removed"]
     while True:
         result.statements += 1
         if dry_run:

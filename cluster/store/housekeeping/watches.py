@@ -60,7 +60,8 @@ def token_hash(token: str) -> bytes:
 
 @dataclass(frozen=True)
 class Ping:
-    # recorded | double_run | late (an end noted on a run that timed out or was cancelled)
+    # recorded | double_run | late (noted on its slot's terminal record: timed out,
+    # cancelled, declared missed or ended already)
     outcome: str
     job: Job
     slot: datetime

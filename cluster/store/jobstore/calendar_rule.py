@@ -16,6 +16,7 @@ from typing import Any
 
 from cluster.errors import InvalidInput
 from cluster.jobs.spec import JobSpec
+from cluster.store.jobstore.holds import open_run
 from cluster.store.jobstore.scoped import ScopedConnection
 from cluster.timing.calendared import (
     EVERY_DAY,
@@ -100,6 +101,9 @@ class Rules:
                 run = first_run(schedule, rule, db_now)
             except InvalidInput as exc:
                 raise InvalidInput("calendar", f"job {label}: {exc}") from exc
+            # Never onto a slot skip-next recorded
+            # (test_a_window_never_runs_a_slot_skip_next_recorded).
+            run = await open_run(self._db, job["id"], schedule, rule, run)
             params = {
                 "id": job["id"],
                 "calendar_rule": None if rule is None else rule.to_json(),

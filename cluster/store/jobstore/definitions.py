@@ -20,6 +20,7 @@ from cluster.jobs.spec import OPTIONS, JobSpec
 from cluster.store.housekeeping import watches
 from cluster.store.jobstore.calendar_rule import Rules
 from cluster.store.jobstore.gates import Gates
+from cluster.store.jobstore.holds import open_run
 from cluster.store.jobstore.quotas import check_period
 from cluster.store.jobstore.scoped import ScopedConnection
 from cluster.store.jobstore.specs import (
@@ -108,6 +109,7 @@ class Definitions:
             for spec in specs:
                 rule = await self._rules.for_spec(spec, db_now, windows)
                 params = {**self._params(spec, shards, db_now, rule), "replace": True}
+                params.update(await self._past_records(spec, rule, db_now, params))
                 row = await self._db.one("upsert_job", params)
                 await self._planned_skips(row, spec, rule, params, db_now)
                 label = label_of(spec.tenant, spec.name)
@@ -225,6 +227,28 @@ class Definitions:
                 raise _Probe(row is not None)
         except _Probe as probe:
             return probe.changed
+
+    async def _past_records(
+        self, spec: JobSpec, rule: CalendarRule | None, db_now: datetime, params: dict[str, Any]
+    ) -> dict[str, Any]:
+        """An existing job a new timing plans again starts past the slots that have a record
+        already (skip-next writes them ahead), so none is run and its record overwritten
+        (test_a_new_timing_never_runs_a_slot_skip_next_recorded)."""
+        schedule = spec.parsed_schedule()
+        if schedule.chain or schedule.at is not None:
+            return {}
+        found = await self._db.one("get_job", {"tenant_id": spec.tenant, "name": spec.name})
+        if found is None:
+            return {}
+        planned = first_run(schedule, rule, db_now)
+        run = await open_run(self._db, found["id"], schedule, rule, planned)
+        if run == planned:
+            return {}
+        return {
+            "next_run_at": jittered_start(run, spec.tenant, spec.name, spec.jitter_s),
+            "slot_at": run.slot,
+            "slot_origin": origin_of(run),
+        }
 
     def _params(
         self, spec: JobSpec, shards: int, db_now: datetime, rule: CalendarRule | None

@@ -3,6 +3,10 @@ first slot at or after a time, so it resumes by itself with nothing to wake it) 
 ``skip-next`` (its next slots recorded skipped). Both plan in Python with the job's own
 schedule and calendar, then write in one statement. A part of ``JobStore``.
 
+A pause of either kind (``pulse jobs pause`` too) first records skipped the slots a job owes
+(one held at its gate, or deferred by a window, and those that came behind it): it moves
+past them, and no slot may be left without a record (``record_owed``).
+
 ``skip-next`` writes its records ahead of the slots, so a job may later be planned back
 before them (a resume, a ``pause --until``): ``first_open_run`` passes every slot that has
 a record already, so a skipped slot is never run and its record never overwritten (the
@@ -19,6 +23,7 @@ from cluster.errors import Conflict, InvalidInput
 from cluster.jobs.models import Job, JobStatus
 from cluster.store.jobstore.scoped import ScopedConnection
 from cluster.timing.calendared import (
+    CalendarRule,
     Decision,
     current_run,
     first_run,
@@ -29,7 +34,7 @@ from cluster.timing.calendared import (
 from cluster.timing.instants import US
 from cluster.timing.schedule import Schedule
 
-__all__ = ["MAX_SKIP", "Holds"]
+__all__ = ["MAX_SKIP", "Holds", "open_run"]
 
 MAX_SKIP = 1000
 SKIP_REASON = "skipped by pulse jobs skip-next"
@@ -50,6 +55,7 @@ class Holds:
             if until.tzinfo is None or until <= db_now:
                 raise InvalidInput("until", f"{until.isoformat()} is not in the future")
             self._recurring(job, "pause --until")
+            await self.record_owed(job, "pause --until", db_now)
             run = await self.first_open_run(job, until - US)
             params = {
                 "until": until,
@@ -89,21 +95,38 @@ class Holds:
             await self._write("skip_next_slots", job, params)
         return [slot for slot, _ in skipped]
 
+    async def record_owed(self, job: Job, by: str, now: datetime) -> None:
+        """Record skipped the slots an idle job owes at ``now``: a slot whose time has come
+        but whose start has not (deferred by a window, jittered) or that waits at its gate,
+        and those that came behind it. A pause moves the job past them, and the slot ledger
+        leaves no slot without a record. Written only when there are some (the web's role
+        writes no runs: docs/design/roles.md)."""
+        if job.status != JobStatus.IDLE or job.slot_at > now or job.watch:
+            return
+        schedule = job.parsed_schedule()
+        if schedule.chain or schedule.at is not None:  # a queue, or its one slot: kept
+            return
+        if job.next_run_at is None or job.next_run_at <= now:  # due: held past its bound?
+            held = await self._db.one("gate_waits_for", {"id": job.id})
+            if held is None or held["waits_until"] is None:
+                return
+        rule, reason = job.rule(), f"skipped by pulse jobs {by}: paused before it ran"
+        owed = [(job.slot_at, reason)]
+        run = current_run(schedule, rule, job.slot_at)
+        for _ in range(MAX_SKIP):
+            run, passed = run_after(schedule, rule, run)
+            owed += [
+                (d.slot, d.reason or "skipped by the calendar") for d in passed if d.slot <= now
+            ]
+            if run.slot > now:
+                break
+            owed.append((run.slot, reason))
+        await self._db.all("record_skips", {"id": job.id, "skips": _json(owed), "now": now})
+
     async def first_open_run(self, job: Job, after: datetime) -> Decision:
         """The job's first run starting after ``after`` whose slot has no record yet."""
         schedule, rule = job.parsed_schedule(), job.rule()
-        run = first_run(schedule, rule, after)
-        while schedule.at is None:  # a one-off's slot is its own, recorded or not
-            params = {"job_id": job.id, "from": run.slot, "limit": MAX_SKIP}
-            recorded = [r["scheduled_for"] for r in await self._db.all("recorded_slots", params)]
-            for slot in recorded:
-                if slot > run.slot:
-                    return run
-                if slot == run.slot:
-                    run = run_after(schedule, rule, run)[0]
-            if len(recorded) < MAX_SKIP:
-                break
-        return run
+        return await open_run(self._db, job.id, schedule, rule, first_run(schedule, rule, after))
 
     def _recurring(self, job: Job, what: str) -> Schedule:
         schedule = job.parsed_schedule()
@@ -118,6 +141,24 @@ class Holds:
         if row is None:
             raise Conflict("name", f"{job.name!r} is running now; try again when it ends")
         await self._db.notify(row["shard_id"])
+
+
+async def open_run(
+    db: ScopedConnection, job_id: Any, schedule: Schedule, rule: CalendarRule | None, run: Decision
+) -> Decision:
+    """``run``, or the first run after it whose slot has no record yet: a job planned again
+    (resume, ``pause --until``, a new definition) never lands on a slot skip-next recorded."""
+    while schedule.at is None:  # a one-off's slot is its own, recorded or not
+        params = {"job_id": job_id, "from": run.slot, "limit": MAX_SKIP}
+        recorded = [r["scheduled_for"] for r in await db.all("recorded_slots", params)]
+        for slot in recorded:
+            if slot > run.slot:
+                return run
+            if slot == run.slot:
+                run = run_after(schedule, rule, run)[0]
+        if len(recorded) < MAX_SKIP:
+            break
+    return run
 
 
 def _json(pairs: list[tuple[datetime, str]]) -> str:

@@ -18,7 +18,7 @@ from datetime import datetime
 from typing import Any
 
 from cluster.jobs.models import NEVER_DUE, Job, JobStatus, iso
-from cluster.jobs.spec import JobSpec
+from cluster.jobs.spec import OPTIONS, JobSpec
 from cluster.store.jobstore.definitions import Definitions
 from cluster.store.jobstore.scoped import ScopedConnection
 from cluster.store.jobstore.specs import checked, label_of
@@ -148,6 +148,13 @@ class Plans:
             )
             assert row is not None
             plan.changes = row["diff"]
+            if old is None:  # a create: what the definition sets, in the options' order
+                diff = plan.changes
+                plan.changes = {
+                    d.name: diff[d.name]
+                    for d in OPTIONS
+                    if d.name in diff and OPTIONS.set_apart(d.name, diff[d.name][1])
+                }
         plan.next_after = _coming(new, now, slots)
         if new.status == JobStatus.IDLE and new.next_run_at is not None and new.next_run_at <= now:
             plan.catch_up = outage_of(new, new.slot_at - US, now)

@@ -193,12 +193,21 @@ class JobStore:
     # -- jobs that exist ----------------------------------------------------------------
 
     async def pause(
-        self, name: str, tenant: str = DEFAULT_TENANT, *, note: str | None = None
+        self,
+        name: str,
+        tenant: str = DEFAULT_TENANT,
+        *,
+        note: str | None = None,
+        now: datetime | None = None,
     ) -> Job:
-        """Stop claiming the job; ``note`` says why (shown by list, show and status)."""
+        """Stop claiming the job; ``note`` says why (shown by list, show and status). The
+        slots it owes already (held at its gate, due) are recorded skipped."""
         if note is not None:
             note = check_text(note, "note").strip()[:MAX_NOTE_LENGTH] or None
-        await self._write("pause_job", name, tenant, {"note": note})
+        async with self.db.transaction():
+            job = await self.db.job("lock_job", name, tenant)
+            await self.holds.record_owed(job, "pause", await self.db_now(now))
+            await self._write("pause_job", name, tenant, {"note": note})
         return await self.get(name, tenant)
 
     async def resume(

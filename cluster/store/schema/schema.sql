@@ -663,8 +663,10 @@ $$;
 -- only the run of the job whose token hash it presents, and only a watched slot's; a slot
 -- from adopt_at on is recorded as a double run and raises `double_run` instead. p_late: the
 -- `late` event's detail when the ping came for the awaited slot past its late_after_s
--- (before the late pass saw it). Returns 'recorded', 'double_run', or NULL for an unknown
--- hash.
+-- (before the late pass saw it). A ping for a slot whose record is terminal (declared missed,
+-- or ended already) is noted on it, never rewrites it (migration
+-- `0.3.0_pre_watch_record_keeps_terminal`). Returns 'recorded', 'late' (noted), 'double_run',
+-- or NULL for an unknown hash.
 CREATE FUNCTION watch_record(
     p_hash bytea,
     p_slot timestamptz,
@@ -706,7 +708,17 @@ BEGIN
             attempt = excluded.attempt, node_id = NULL, zone = NULL, status = excluded.status,
             lease_token = NULL, started_at = excluded.started_at,
             finished_at = excluded.finished_at, duration_s = excluded.duration_s,
-            last_error = excluded.last_error, output = excluded.output, origin = excluded.origin;
+            last_error = excluded.last_error, output = excluded.output, origin = excluded.origin
+        WHERE r.status = 'running';
+        IF NOT FOUND THEN  -- the slot's record is terminal: the ping is noted on it
+            UPDATE runs SET
+                last_error = concat_ws('; ', last_error, 'a ' || p_kind || ' ping came '
+                                       || round(extract(epoch FROM p_finished_at - p_slot))
+                                       || 's after its slot'),
+                output = coalesce(output, p_output)
+            WHERE job_id = j.id AND scheduled_for = p_slot;
+            RETURN 'late';
+        END IF;
         IF p_late IS NULL OR j.late_slot IS NOT DISTINCT FROM p_slot THEN
             RETURN 'recorded';
         END IF;
@@ -1729,6 +1741,8 @@ CREATE TABLE chain_slots (
     PRIMARY KEY (job_id, slot)
 );
 CREATE INDEX chain_slots_pending ON chain_slots (job_id) WHERE NOT taken;
+-- Taken slots by age, for the pruning pass (migration `0.3.0_pre_chain_slots_taken`).
+CREATE INDEX chain_slots_taken ON chain_slots (created_at) WHERE taken;
 
 -- Called by the fenced completion of a successful slot of `upstream` that feeds chained
 -- jobs: records the slot for each, and has those idle with nothing to do take it at once

@@ -129,6 +129,18 @@ skipped AS (
 )
 SELECT id, shard_id, 'idle' AS status FROM moved;
 
+-- name: record_skips
+-- Slots a job held at its gate owed when a pause moved it past them, recorded skipped (a
+-- JSON list of [slot, reason]); a slot with a record keeps it (docs/design/gates.md).
+INSERT INTO runs (job_id, tenant_id, job_name, scheduled_for, attempt, status, finished_at,
+                  last_error)
+SELECT j.id, j.tenant_id, j.name, (e->>0)::timestamptz, 1, 'skipped',
+       coalesce(%(now)s::timestamptz, now()), e->>1
+FROM jobs j CROSS JOIN json_array_elements(%(skips)s::json) AS e
+WHERE j.id = %(id)s
+ON CONFLICT (job_id, scheduled_for) DO NOTHING
+RETURNING scheduled_for;
+
 -- name: resume_job
 -- A paused job (or one paused until a time) continues at the schedule's next future slot
 -- (computed by the caller); the slots it missed while paused are not run.

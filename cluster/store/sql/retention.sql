@@ -1,5 +1,6 @@
--- Pruning: expired runs, done one-off jobs and alert events (cluster/config/retention.py,
--- cluster/store/housekeeping/pruning.py, docs/design/retention.md).
+-- Pruning: expired runs, done one-off jobs, alert events, revisions and chain slots
+-- (cluster/config/retention.py, cluster/store/housekeeping/pruning.py,
+-- docs/design/retention.md).
 
 -- name: prune_done_jobs
 -- Deletes the done one-off jobs of the given shards that asked to be removed, or whose runs
@@ -210,3 +211,34 @@ WHERE EXISTS (
       AND NOT EXISTS (SELECT 1 FROM job_revisions l
                       WHERE l.tenant_id = r.tenant_id AND l.job_name = r.job_name
                         AND l.revision > r.revision));
+
+-- name: prune_chain_slots
+-- Chained jobs' slots (chain_slots) taken longer ago than keep_failed_for whose run
+-- retention has removed, oldest first. A slot not taken yet is one its job still waits
+-- for, and one the job holds (running, or waiting at its gate) is its current one: both
+-- stay. A taken row is what makes a second release of its slot (a fan-in's other
+-- upstream, a backfilled upstream slot) insert nothing, so it stays while its run is kept
+-- (docs/design/chains.md). Probed by chain_slots_taken; several nodes: SKIP LOCKED.
+WITH doomed AS (
+    SELECT c.job_id, c.slot FROM chain_slots c
+    WHERE c.taken
+      AND c.created_at < coalesce(%(now)s::timestamptz, now()) - make_interval(secs => %(keep_s)s)
+      AND NOT EXISTS (SELECT 1 FROM runs r WHERE r.job_id = c.job_id AND r.scheduled_for = c.slot)
+      AND NOT EXISTS (SELECT 1 FROM jobs j WHERE j.id = c.job_id AND j.slot_at = c.slot)
+    ORDER BY c.created_at
+    LIMIT %(batch)s
+    FOR UPDATE OF c SKIP LOCKED
+),
+gone AS (
+    DELETE FROM chain_slots x USING doomed d
+    WHERE x.job_id = d.job_id AND x.slot = d.slot
+    RETURNING 1
+)
+SELECT count(*)::int AS removed FROM gone;
+
+-- name: count_prunable_chain_slots
+SELECT count(*)::int AS chosen FROM chain_slots c
+WHERE c.taken
+  AND c.created_at < coalesce(%(now)s::timestamptz, now()) - make_interval(secs => %(keep_s)s)
+  AND NOT EXISTS (SELECT 1 FROM runs r WHERE r.job_id = c.job_id AND r.scheduled_for = c.slot)
+  AND NOT EXISTS (SELECT 1 FROM jobs j WHERE j.id = c.job_id AND j.slot_at = c.slot);

@@ -1,0 +1,186 @@
+"""The slot ledger (L1 in DESIGN.md) checked from a cluster's rows, for the model-based test
+of operator actions (tests/integration/test_ledger_model.py).
+
+The test keeps what it did to each job as a ``Timeline``: which schedule held from when,
+and when the job was quiet (paused, paused until a time). From it the checker derives the
+slots the job should have had, and finds in the rows:
+
+- a slot with no record: every expected slot before the one the job waits at has a run row
+  (run, failed, skipped...), and a chained job has a record, a queued slot or its current
+  slot for each success of its upstream since it was made;
+- a skipped record without a reason;
+- a terminal record overwritten: a run row that ended keeps its status, unless an operator
+  asked for the slot again (origin ``rerun`` or ``backfill``), and is not deleted while its
+  job lives;
+- a wait without a bound: after a node's pass, no job that could run is left due, none
+  waits at a marker date but a chained job with nothing queued, and no watched run is
+  ``running`` past its timeout.
+
+It reads Pulse's own rows, as ``pulse audit`` will; the audit can take its place.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+from cluster.timing.instants import US
+from cluster.timing.schedule import Schedule
+
+MARKER = datetime.fromisoformat("9998-01-01T00:00:00+00:00")  # and 9999-01-01: no slot
+TERMINAL_AGAIN = ("rerun", "backfill")  # origins of a slot an operator asked to run again
+MAX_SLOTS = 10_000
+
+
+@dataclass
+class Timeline:
+    """One job as the operator shaped it: its schedules over time and its quiet spells."""
+
+    created: datetime
+    schedules: list[tuple[datetime, Schedule]] = field(default_factory=list)  # from then on
+    quiet: list[list[datetime | None]] = field(default_factory=list)  # [from, to); to None: open
+    upstreams: tuple[str, ...] = ()  # a chained job's (``@after:``)
+
+    def quiet_at(self, slot: datetime) -> bool:
+        return any(
+            start is not None and start <= slot and (end is None or slot < end)
+            for start, end in self.quiet
+        )
+
+    def expected(self, until: datetime) -> list[datetime]:
+        """The slots after its creation up to ``until`` it should have had."""
+        found: list[datetime] = []
+        for i, (start, schedule) in enumerate(self.schedules):
+            end = self.schedules[i + 1][0] if i + 1 < len(self.schedules) else until
+            end = min(end, until)
+            if end > start:
+                found += schedule.slots_between(start + US, end, MAX_SLOTS)
+        return [s for s in found if not self.quiet_at(s)]
+
+
+@dataclass
+class Ledger:
+    """The terminal records seen so far, to find one overwritten."""
+
+    terminal: dict[tuple[Any, datetime], tuple[str, str]] = field(default_factory=dict)
+
+    def forget(self, job_id: Any) -> None:
+        """The job was removed: its history went with it."""
+        self.terminal = {k: v for k, v in self.terminal.items() if k[0] != job_id}
+
+    def check(
+        self,
+        jobs: Mapping[str, Mapping[str, Any]],
+        runs: Iterable[Mapping[str, Any]],
+        queued: Iterable[Mapping[str, Any]],
+        timelines: Mapping[str, Timeline],
+        clock: datetime,
+        *,
+        settle: timedelta = timedelta(0),
+    ) -> list[str]:
+        """What breaks the ledger in these rows (of one tenant): jobs by name, their runs,
+        their ``chain_slots``; the model's timelines; the clock after a node's pass."""
+        found: list[str] = []
+        by_job: dict[Any, dict[datetime, Mapping[str, Any]]] = {}
+        for run in runs:
+            by_job.setdefault(run["job_id"], {})[run["scheduled_for"]] = run
+        waiting = {(q["job_id"], q["slot"]) for q in queued if not q["taken"]}
+        found += self._overwritten(by_job, {j["id"] for j in jobs.values()})
+        for name, line in timelines.items():
+            job = jobs.get(name)
+            if job is None:
+                found.append(f"{name}: the model has it, the database does not")
+                continue
+            mine = by_job.get(job["id"], {})
+            for slot, run in sorted(mine.items()):
+                if run["status"] == "skipped" and not run["last_error"]:
+                    found.append(f"{name}: slot {slot.isoformat()} skipped without a reason")
+            if line.upstreams:
+                found += _chained(name, job, line, mine, jobs, by_job, waiting)
+            else:
+                pending = min(job["slot_at"], clock - settle)
+                for slot in line.expected(pending - US):
+                    if slot not in mine:
+                        found.append(f"{name}: slot {slot.isoformat()} has no record")
+            found += _waits(name, job, mine, waiting, clock)
+        return found
+
+    def _overwritten(
+        self, by_job: Mapping[Any, Mapping[datetime, Mapping[str, Any]]], live: set[Any]
+    ) -> list[str]:
+        found = []
+        for (job_id, slot), (status, origin) in list(self.terminal.items()):
+            run = by_job.get(job_id, {}).get(slot)
+            if run is None and job_id in live:
+                found.append(f"the record of {slot.isoformat()} ({status}) is gone")
+            elif (
+                run is not None
+                and run["status"] != status
+                and (run["origin"] not in TERMINAL_AGAIN or run["origin"] == origin)
+            ):
+                found.append(
+                    f"{run['job_name']}: the {status} record of {slot.isoformat()} was "
+                    f"overwritten: now {run['status']} ({run['origin']})"
+                )
+        for job_id, mine in by_job.items():
+            for slot, run in mine.items():
+                if run["status"] != "running":
+                    self.terminal[(job_id, slot)] = (run["status"], run["origin"])
+        return found
+
+
+def _chained(
+    name: str,
+    job: Mapping[str, Any],
+    line: Timeline,
+    mine: Mapping[datetime, Mapping[str, Any]],
+    jobs: Mapping[str, Mapping[str, Any]],
+    by_job: Mapping[Any, Mapping[datetime, Mapping[str, Any]]],
+    waiting: set[tuple[Any, datetime]],
+) -> list[str]:
+    """Each success of an upstream since the chained job was made is one of its slots."""
+    found = []
+    for upstream in line.upstreams:
+        up = jobs.get(upstream)
+        for slot, run in sorted(by_job.get(up["id"], {}).items() if up else ()):
+            if run["status"] != "succeeded" or run["finished_at"] <= line.created:
+                continue
+            if slot in mine or (job["id"], slot) in waiting or job["slot_at"] == slot:
+                continue
+            found.append(f"{name}: {upstream}'s success of {slot.isoformat()} made no slot")
+    return found
+
+
+def _waits(
+    name: str,
+    job: Mapping[str, Any],
+    mine: Mapping[datetime, Mapping[str, Any]],
+    waiting: set[tuple[Any, datetime]],
+    clock: datetime,
+) -> list[str]:
+    """No slot waits without a bound once a node's pass is over."""
+    found = []
+    due = job["next_run_at"]
+    if job["status"] == "idle":
+        chained_idle = job["schedule"].startswith("@after:") and not any(
+            j == job["id"] for j, _ in waiting
+        )
+        if due >= MARKER and not chained_idle:
+            found.append(f"{name}: waits at {due.isoformat()} (no bound)")
+        elif due <= clock and not job["watch"]:
+            found.append(f"{name}: due at {due.isoformat()}, left unclaimed by the pass")
+    if job["status"] == "running":
+        found.append(f"{name}: still running after the pass")
+    for slot, run in mine.items():
+        if run["status"] == "running":
+            bound = run["started_at"] + timedelta(seconds=job["timeout_s"])
+            if not job["watch"] or bound < clock:
+                found.append(f"{name}: run of {slot.isoformat()} running past {bound.isoformat()}")
+    return found
+
+
+def unexpected(found: Sequence[str]) -> str:
+    """The violations, one a line, for an assertion's message."""
+    return "\n".join(found)

@@ -1,0 +1,627 @@
+"""A model-based test of operator actions: hypothesis's rule-based state machine drives a
+few jobs (a plain one, one gated on it, one chained after it, one with two schedules, a
+watch job) through random sequences of what operators do (apply, pause, pause --until,
+resume, skip-next, triggers with a payload or a past slot, windows that skip or defer,
+backfills, rollbacks, removals, failures, pings and cancels) against a real database with
+an explicit clock. After every step the clock moves on, a node's pass claims and completes
+what is due with the node's own claim and completion statements (and runs the gate pass,
+the backfiller and the late pass), and the slot ledger is checked
+(tests/helpers/ledger.py): every expected slot recorded, no terminal record overwritten,
+no wait without a bound.
+
+Each example is a tenant of its own in one schema, on a clock that only moves forward
+(statements that read the database's own clock then see the model's past). The fast tier
+runs a fixed, derandomized budget; ``slow`` runs a longer one. Sequences it found broken
+are plain regression tests below the machine. Two window defects of the slot-fate code are
+left out of it, each an ``xfail`` test below: a window over the job's next slot, and one
+over a job held at its gate; and while a window is ahead, no schedule change, pause or
+resume (each plans the job onto or past the window's slots) and no second window (a slot
+deferred into it); and no plain trigger of a job skip-next recorded slots for (the slot
+after the triggered run may be one of them).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+from collections.abc import Callable, Coroutine
+from datetime import UTC, datetime, timedelta
+from typing import Any, ClassVar, TypeVar
+
+import hypothesis
+import pytest
+from hypothesis import HealthCheck
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
+
+from cluster.errors import PulseError
+from cluster.jobs.spec import JobSpec
+from cluster.settings import ClusterSettings
+from cluster.store.housekeeping import backfills
+from cluster.store.housekeeping.alerts import AlertStore
+from cluster.store.jobstore.store import JobStore
+from cluster.store.lock.records import ClaimedJob, Completion, Skip
+from cluster.store.lock.session import LockSession
+from cluster.store.side import SideConnection
+from cluster.timing.schedule import parse_schedule
+from node.handlers.context import Outcome
+from node.pipeline.outcomes import after_run, gate_skip, plan_at_claim
+from tests.helpers.ledger import Ledger, Timeline, unexpected
+
+T = TypeVar("T")
+HANDLER = "cluster.chaos.witness:record"
+SHARDS = list(range(16))
+MINUTE = timedelta(minutes=1)
+OK = Outcome("succeeded", None, 0.01)
+FAILED = Outcome("failed", "boom", 0.01)
+RUNNERS = ("a", "b", "m")  # jobs on a clock that operators pause, skip, trigger
+SCHEDULES = {"a": "@every 1m", "m": ["*/2 * * * *", "*/3 * * * *"]}
+
+
+def spec(name: str, tenant: str, schedule: Any = None, **kw: Any) -> JobSpec:
+    if name == "b":
+        return JobSpec.build(
+            "b", "@every 1m", HANDLER, tenant=tenant, after=["a"], after_timeout="5m", **kw
+        )
+    if name == "c":
+        return JobSpec.build("c", "@after:a", HANDLER, tenant=tenant, **kw)
+    if name == "w":
+        return JobSpec.build(
+            "w", "* * * * *", None, tenant=tenant, watch=True, timeout="3m", late_after="20s"
+        )
+    return JobSpec.build(name, schedule or SCHEDULES[name], HANDLER, tenant=tenant, **kw)
+
+
+class Cluster:
+    """One schema, a store, a node's lock session and side connections, on a loop of its
+    own (hypothesis runs the machine's rules synchronously)."""
+
+    def __init__(self, cluster: ClusterSettings) -> None:
+        self.settings = cluster
+        self.runner = asyncio.Runner()
+        self.store: JobStore = self.run(self._open_store())
+        self.node = LockSession(cluster, "model", "z", session_timeout_s=30, statement_timeout_s=10)
+        self.run(self.node.open())
+        self.side = SideConnection(cluster, "model/backfill", statement_timeout_s=10)
+        self.alerts = AlertStore(cluster, "model/late")
+        midnight = datetime.now(UTC).replace(hour=0, minute=0, second=30, microsecond=0)
+        self.clock = midnight + timedelta(days=2)  # ahead of the database's clock
+        self.tenants = itertools.count()
+
+    async def _open_store(self) -> JobStore:
+        self._stores = JobStore.open(self.settings)
+        store = await self._stores.__aenter__()
+        await store.init(shards=len(SHARDS))
+        return store
+
+    def run(self, work: Coroutine[Any, Any, T]) -> T:
+        return self.runner.run(work)
+
+    def close(self) -> None:
+        async def closing() -> None:
+            await self.node.close()
+            await self.side.close()
+            await self.alerts.close()
+            await self._stores.__aexit__(None, None, None)
+
+        self.run(closing())
+        self.runner.close()
+
+    async def tick(self, failing: set[str]) -> None:
+        """A node's pass at the clock: gates, backfills, claims and completions until nothing
+        is due (a completion releases downstreams), then the late pass over watch jobs."""
+        now = self.clock
+        for _ in range(50):
+            await self.store.db.all("gate_pass", {"shards": SHARDS})
+            await backfills.fill(self.side, SHARDS, now)
+            jobs = (await self.node.claim(SHARDS, 100, 30.0, now=now)).jobs
+            flights = await self.node.flights.claim(SHARDS, 100, 30.0, now=now)
+            if not jobs and not flights:
+                break
+            gated = [(j.id, j.slot) for j in [*jobs, *flights] if j.gated and j.attempt == 1]
+            verdicts = await self.node.gate_verdicts(gated) if gated else {}
+            done, skips = [], []
+            for job in jobs:
+                finished, skipped = _finish(job, now, failing, verdicts.get((job.id, job.slot)))
+                done.append(finished)
+                skips += skipped
+            await self.node.completions.complete(done, skips, now=now)
+            ended = [_finish(f, now, failing, verdicts.get((f.id, f.slot)))[0] for f in flights]
+            await self.node.completions.complete_flights(ended, now=now)
+        await self.alerts.watch_pass(len(SHARDS), now=now)
+        await self.alerts.watch_timeouts(now=now)
+
+    async def rows(self, tenant: str) -> tuple[dict[str, Any], list[Any], list[Any]]:
+        conn = self.store.db.conn  # the rows as they are, read as an observer would
+
+        async def read(statement: str) -> list[Any]:
+            return await (await conn.execute(statement, (tenant,))).fetchall()
+
+        jobs = await read("SELECT * FROM jobs WHERE tenant_id = %s")
+        runs = await read("SELECT * FROM runs WHERE tenant_id = %s")
+        queued = await read(
+            "SELECT c.* FROM chain_slots c JOIN jobs j ON j.id = c.job_id WHERE j.tenant_id = %s"
+        )
+        return {j["name"]: j for j in jobs}, runs, queued
+
+    async def forget(self, tenant: str) -> None:
+        await self.store.db.conn.execute("DELETE FROM jobs WHERE tenant_id = %s", (tenant,))
+
+
+class OperatorActions(RuleBasedStateMachine):
+    cluster: ClassVar[Cluster]
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.tenant = f"m{next(self.cluster.tenants)}"
+        self.timelines: dict[str, Timeline] = {}
+        self.ledger = Ledger()
+        self.failing: set[str] = set()
+        self.token = ""
+        self.steps: list[str] = []
+        self.windows: dict[str, datetime] = {}  # the end of each job's latest window
+        self.skipped: set[str] = set()  # jobs skip-next recorded slots ahead for
+
+    # -- the model's clock and the node's pass -------------------------------------------
+
+    @property
+    def now(self) -> datetime:
+        return self.cluster.clock
+
+    def do(self, what: str, work: Callable[[], Coroutine[Any, Any, Any]]) -> bool:
+        """An operator's action; False if refused (one line, nothing written)."""
+        self.steps.append(what)
+        try:
+            self.cluster.run(work())
+        except PulseError:
+            self.steps[-1] += " (refused)"
+            return False
+        return True
+
+    def quiet(self, name: str) -> bool:
+        """Whether the job is paused, or paused until a time still to come."""
+        line = self.timelines[name]
+        return bool(line.quiet) and (line.quiet[-1][1] is None or line.quiet[-1][1] > self.now)
+
+    def timeline(self, name: str) -> Timeline:
+        """The model of a job made now: its schedule from now on, or its upstream."""
+        line = Timeline(self.now)
+        if name == "c":
+            line.upstreams = ("a",)
+        else:
+            text = SCHEDULES.get(name, "@every 1m" if name == "b" else "* * * * *")
+            line.schedules.append((self.now, _schedule(text)))
+        return line
+
+    @initialize()
+    def make_jobs(self) -> None:
+        specs = [spec(n, self.tenant) for n in ("a", "b", "c", "m", "w")]
+        self.do(
+            "apply a b c m w", lambda: self.cluster.store.definitions.apply(specs, now=self.now)
+        )
+        self.timelines = {n: self.timeline(n) for n in ("a", "b", "c", "m", "w")}
+        self.token = self.cluster.run(self.cluster.store.ping_token("w", self.tenant)) or ""
+
+    def teardown(self) -> None:
+        """The next example starts on a day of its own at the same time of day, so a
+        sequence replays with the slots it had."""
+        self.cluster.run(self.cluster.forget(self.tenant))
+        self.cluster.clock = (self.now + timedelta(days=1)).replace(hour=0, minute=0)
+
+    # -- time ----------------------------------------------------------------------------
+
+    @rule(minutes=st.integers(1, 3))
+    def advance(self, minutes: int) -> None:
+        """Time passes with a node running: a pass every minute (and one after the step)."""
+        self.steps.append(f"advance {minutes + 1}m")
+        for _ in range(minutes):
+            self.cluster.clock += MINUTE
+            self.cluster.run(self.cluster.tick(self.failing))
+
+    @rule(minutes=st.integers(2, 10))
+    def outage(self, minutes: int) -> None:
+        """No node runs for a while, then one pass: catch-up decides the missed slots."""
+        self.steps.append(f"outage {minutes}m, then a minute")
+        self.cluster.clock += minutes * MINUTE
+        self.cluster.run(self.cluster.tick(self.failing))
+
+    # -- operator actions ----------------------------------------------------------------
+
+    @rule(name=st.sampled_from(RUNNERS))
+    def pause(self, name: str) -> None:
+        if self.windowed(name):  # it would plan the job past the window: a known defect
+            return
+        if self.do(
+            f"pause {name}", lambda: self.cluster.store.pause(name, self.tenant, now=self.now)
+        ):
+            line = self.timelines[name]
+            if self.quiet(name):
+                line.quiet[-1][1] = None
+            else:
+                line.quiet.append([self.now, None])
+
+    @rule(name=st.sampled_from(RUNNERS), minutes=st.integers(1, 8))
+    def pause_until(self, name: str, minutes: int) -> None:
+        if self.windowed(name):  # it would plan the job past the window: a known defect
+            return
+        until = self.now + minutes * MINUTE - timedelta(seconds=30)
+        if self.do(
+            f"pause {name} --until +{minutes}m",
+            lambda: self.cluster.store.holds.pause_until(name, self.tenant, until, now=self.now),
+        ):
+            line = self.timelines[name]
+            if self.quiet(name):
+                line.quiet[-1][1] = until
+            else:
+                line.quiet.append([self.now, until])
+
+    @rule(name=st.sampled_from(RUNNERS))
+    def resume(self, name: str) -> None:
+        if self.windowed(name):  # it would plan the job past the window: a known defect
+            return
+        if self.do(
+            f"resume {name}", lambda: self.cluster.store.resume(name, self.tenant, now=self.now)
+        ) and self.quiet(name):
+            self.timelines[name].quiet[-1][1] = self.now
+
+    @rule(name=st.sampled_from(RUNNERS), count=st.integers(1, 3))
+    def skip_next(self, name: str, count: int) -> None:
+        if self.do(
+            f"skip-next {name} --count {count}",
+            lambda: self.cluster.store.holds.skip_next(name, self.tenant, count, now=self.now),
+        ):
+            self.skipped.add(name)
+
+    @rule(name=st.sampled_from((*RUNNERS, "c")))
+    def trigger(self, name: str) -> None:
+        if name in self.skipped:  # its run would be followed by a skipped slot: a known defect
+            return
+        self.do(
+            f"trigger {name}", lambda: self.cluster.store.trigger(name, self.tenant, now=self.now)
+        )
+
+    @rule(name=st.sampled_from(("a", "m")))
+    def trigger_with_payload(self, name: str) -> None:
+        self.do(
+            f"trigger {name} --payload",
+            lambda: self.cluster.store.inputs.trigger(
+                name, self.tenant, payload={"x": 1}, now=self.now
+            ),
+        )
+
+    @rule(name=st.sampled_from(("a", "m")), back=st.integers(1, 6))
+    def trigger_slot(self, name: str, back: int) -> None:
+        slot = (self.now - back * MINUTE).replace(second=0)
+        self.do(
+            f"trigger {name} --slot -{back}m",
+            lambda: self.cluster.store.inputs.trigger(name, self.tenant, slot=slot, now=self.now),
+        )
+
+    @precondition(lambda self: not (self.windowed("a") or self.windowed("m")))
+    @rule(
+        name=st.sampled_from(("a", "m")),  # a window re-plans a held job: a known defect
+        start=st.integers(2, 5),
+        length=st.integers(1, 4),
+        defer=st.booleans(),
+    )
+    def window(self, name: str, start: int, length: int, defer: bool) -> None:
+        # After the job's next slot: a window over it is a known defect (module doc).
+        ahead = self.timelines[name].schedules[-1][1].next_after(self.now)
+        begin = max(self.now + start * MINUTE, ahead + MINUTE) - timedelta(seconds=30)
+        end = begin + length * MINUTE
+        if self.do(
+            f"window {name} +{start}m {length}m{' defer' if defer else ''}",
+            lambda: self.cluster.store.windows.add(
+                begin, end, job=name, tenant=self.tenant, defer=defer, now=self.now
+            ),
+        ):
+            self.windows[name] = max(end, self.windows.get(name, end))
+
+    def windowed(self, name: str) -> bool:
+        """Whether a window of the job is still to end: a new timing would plan the job
+        onto it, the known defect of a window over the next slot (module doc)."""
+        return self.windows.get(name, self.now) > self.now
+
+    @rule(name=st.sampled_from(("a", "m")), back=st.integers(2, 8), span=st.integers(1, 3))
+    def backfill(self, name: str, back: int, span: int) -> None:
+        start = (self.now - back * MINUTE).replace(second=0)
+        self.do(
+            f"backfill {name} -{back}m +{span}m",
+            lambda: self.cluster.store.runcontrol.backfill(
+                name, self.tenant, start=start, end=start + span * MINUTE, now=self.now
+            ),
+        )
+
+    @precondition(lambda self: not self.quiet("a") and not self.windowed("a"))
+    @rule(every=st.sampled_from(("@every 1m", "@every 2m")))
+    def apply_a(self, every: str) -> None:
+        new = spec("a", self.tenant, every)
+        if self.do(
+            f"apply a {every}", lambda: self.cluster.store.definitions.apply([new], now=self.now)
+        ):
+            line = self.timelines["a"]
+            if str(line.schedules[-1][1].expr) != every:
+                line.schedules.append((self.now, _schedule(every)))
+
+    @precondition(lambda self: not self.quiet("a") and not self.windowed("a"))
+    @rule()
+    def rollback_a(self) -> None:
+        if self.do(
+            "rollback a --to 1",
+            lambda: self.cluster.store.revisions.rollback("a", self.tenant, 1, now=self.now),
+        ):
+            line = self.timelines["a"]
+            if str(line.schedules[-1][1].expr) != "@every 1m":
+                line.schedules.append((self.now, _schedule("@every 1m")))
+
+    @precondition(lambda self: "c" in self.timelines)
+    @rule()
+    def remove_c(self) -> None:
+        job = self.cluster.run(self.cluster.store.get("c", self.tenant))
+        if self.do("remove c", lambda: self.cluster.store.remove("c", self.tenant)):
+            del self.timelines["c"]
+            self.ledger.forget(job.id)
+
+    @precondition(lambda self: "c" not in self.timelines)
+    @rule()
+    def add_c(self) -> None:
+        if self.do(
+            "add c",
+            lambda: self.cluster.store.definitions.add(spec("c", self.tenant), now=self.now),
+        ):
+            self.timelines["c"] = self.timeline("c")
+
+    @rule(name=st.sampled_from(("a", "m")))
+    def fail_next(self, name: str) -> None:
+        """The next run of the job fails (no retries): gates and chains see a failure."""
+        self.steps.append(f"{name}'s next run fails")
+        self.failing.add(name)
+
+    @rule(kind=st.sampled_from(("start", "success", "fail")), late=st.integers(0, 3))
+    def ping(self, kind: str, late: int) -> None:
+        self.do(
+            f"ping w {kind}",
+            lambda: self.cluster.store.ping(
+                self.token, kind, b"out", now=self.now + late * timedelta(seconds=10)
+            ),
+        )
+
+    @rule()
+    def cancel_w(self) -> None:
+        self.do(
+            "runs cancel w",
+            lambda: self.cluster.store.runcontrol.cancel("w", self.tenant, by="model"),
+        )
+
+    # -- the rule --------------------------------------------------------------------------
+
+    @invariant()
+    def the_ledger_holds(self) -> None:
+        """After every step a minute passes with a node's pass, then the ledger is read."""
+        self.cluster.clock += MINUTE
+        self.cluster.run(self.cluster.tick(self.failing))
+        jobs, runs, queued = self.cluster.run(self.cluster.rows(self.tenant))
+        found = self.ledger.check(jobs, runs, queued, self.timelines, self.now)
+        assert not found, unexpected(found) + "\nafter: " + "; ".join(self.steps)
+
+
+def _finish(
+    job: ClaimedJob, now: datetime, failing: set[str], verdict: str | None
+) -> tuple[Completion, list[Skip]]:
+    """What the node writes for a claimed slot: skipped at its gate or by catch-up at claim,
+    else run (failed if the model said so, retries none)."""
+    if verdict is not None:
+        return gate_skip(job, verdict, now)
+    skip = None if job.flight else plan_at_claim(job, now)
+    if skip is not None:
+        return skip
+    outcome = FAILED if job.name in failing else OK
+    failing.discard(job.name)
+    return after_run(job, outcome, now)
+
+
+def _schedule(expr: Any) -> Any:
+    return parse_schedule(spec("x", "t", expr).schedule)
+
+
+def _run(cluster: ClusterSettings, profile: hypothesis.settings) -> None:
+    OperatorActions.cluster = Cluster(cluster)
+    try:
+        OperatorActions.TestCase.settings = profile
+        OperatorActions.TestCase().runTest()
+    finally:
+        OperatorActions.cluster.close()
+
+
+FAST = hypothesis.settings(
+    max_examples=20,
+    stateful_step_count=15,
+    deadline=None,
+    derandomize=True,
+    database=None,
+    suppress_health_check=list(HealthCheck),
+)
+LONG = hypothesis.settings(FAST, max_examples=150, stateful_step_count=40)
+
+
+@pytest.mark.timeout(120)
+def test_operator_actions_keep_the_ledger(settings: ClusterSettings) -> None:
+    _run(settings, FAST)
+
+
+# The full suite only (bin/test): the fast tier leaves out e2e.
+@pytest.mark.e2e
+@pytest.mark.slow
+@pytest.mark.timeout(1800)
+def test_operator_actions_keep_the_ledger_longer(settings: ClusterSettings) -> None:
+    _run(settings, LONG)
+
+
+# -- sequences the machine found, as plain regression tests -----------------------------
+
+
+class Sequence:
+    """One tenant's jobs on the machine's cluster, stepped by hand."""
+
+    def __init__(self, cluster: ClusterSettings) -> None:
+        OperatorActions.cluster = Cluster(cluster)
+        self.machine = OperatorActions()
+        self.machine.make_jobs()
+
+    def __enter__(self) -> OperatorActions:
+        return self.machine
+
+    def __exit__(self, *exc: object) -> None:
+        OperatorActions.cluster.close()
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="slot fate (cluster/timing, another branch): a window added while its first slot "
+    "is the job's next slot records nothing for the slots it covers",
+)
+def test_a_window_over_the_next_slot_records_the_slots_it_covers(
+    settings: ClusterSettings,
+) -> None:
+    with Sequence(settings) as machine:
+        machine.the_ledger_holds()
+        begin = machine.now + timedelta(seconds=30)  # the job's next slot
+        machine.do(
+            "window a",
+            lambda: machine.cluster.store.windows.add(
+                begin, begin + 2 * MINUTE, job="a", tenant=machine.tenant, now=machine.now
+            ),
+        )
+        for _ in range(4):
+            machine.the_ledger_holds()
+
+
+@pytest.mark.parametrize("hold", ["pause", "pause_until"])
+def test_a_slot_held_at_its_gate_is_recorded_when_the_job_is_paused(
+    settings: ClusterSettings, hold: str
+) -> None:
+    """Found by the machine: b waits at its gate for a's slot while a is paused; pausing b
+    (or pausing it until a time) moved it past the slots it owed without a record."""
+    with Sequence(settings) as machine:
+        machine.pause("a")
+        machine.the_ledger_holds()
+        machine.advance(2)  # b's slots wait for a's, which never come
+        machine.the_ledger_holds()
+        if hold == "pause":
+            machine.pause("b")
+            machine.the_ledger_holds()
+            machine.resume("b")
+        else:
+            machine.pause_until("b", 1)
+        machine.the_ledger_holds()
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="slot fate (cluster/timing, another branch): adding a window re-plans a job held "
+    "at its gate to its first run after now, past the held slot, without a record",
+)
+def test_a_window_on_a_job_held_at_its_gate_records_the_slot_it_moves_past(
+    settings: ClusterSettings,
+) -> None:
+    with Sequence(settings) as machine:
+        machine.fail_next("a")
+        machine.the_ledger_holds()  # a's slot fails: b's same slot waits at its gate
+        machine.the_ledger_holds()
+        begin = machine.now + 3 * MINUTE - timedelta(seconds=30)
+        machine.do(
+            "window b",
+            lambda: machine.cluster.store.windows.add(
+                begin, begin + MINUTE, job="b", tenant=machine.tenant, now=machine.now
+            ),
+        )
+        machine.the_ledger_holds()
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="slot fate (cluster/timing, another branch): a new timing plans the job onto a "
+    "window's first slot, which then gets no record",
+)
+def test_a_new_timing_planned_onto_a_window_records_the_slot(settings: ClusterSettings) -> None:
+    with Sequence(settings) as machine:
+        for step in (
+            lambda: machine.window(name="a", start=6, length=1, defer=False),
+            lambda: machine.apply_a(every="@every 2m"),
+            lambda: machine.advance(minutes=2),
+            lambda: machine.rollback_a(),
+        ):
+            machine.the_ledger_holds()
+            step()
+        machine.the_ledger_holds()
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="slot fate (cluster/timing, another branch): a slot a window defers to the start "
+    "of a second window gets no record",
+)
+def test_a_slot_deferred_into_another_window_is_recorded(settings: ClusterSettings) -> None:
+    with Sequence(settings) as machine:
+        machine.the_ledger_holds()
+        machine.window(name="m", start=2, length=1, defer=True)  # over m's slot 3
+        machine.the_ledger_holds()
+        machine.window(name="m", start=2, length=1, defer=False)  # over its slot 4
+        for _ in range(3):
+            machine.the_ledger_holds()
+
+
+def test_a_new_timing_never_runs_a_slot_skip_next_recorded(settings: ClusterSettings) -> None:
+    """Found by the machine: skip-next recorded a's coming slots skipped, then an apply of a
+    new schedule planned a onto one of them, and its run overwrote the skipped record."""
+    with Sequence(settings) as machine:
+        machine.the_ledger_holds()
+        machine.skip_next(name="a", count=1)
+        machine.the_ledger_holds()
+        machine.skip_next(name="a", count=2)
+        machine.the_ledger_holds()
+        machine.apply_a(every="@every 2m")
+        for _ in range(4):
+            machine.the_ledger_holds()
+
+
+def test_a_pause_until_past_a_deferred_slot_records_it(settings: ClusterSettings) -> None:
+    """Found by the machine: a's slot deferred by a window to the window's end, then
+    `pause --until` moved a past it without a record."""
+    with Sequence(settings) as machine:
+        machine.the_ledger_holds()
+        machine.window(name="a", start=2, length=1, defer=True)  # over a's slot 3
+        machine.the_ledger_holds()
+        machine.the_ledger_holds()  # slot 3 deferred to 4
+        machine.windows.clear()  # the machine leaves this out: here it is the point
+        machine.pause_until(name="a", minutes=1)
+        for _ in range(3):
+            machine.the_ledger_holds()
+
+
+def test_a_window_never_runs_a_slot_skip_next_recorded(settings: ClusterSettings) -> None:
+    """Found by the machine: skip-next recorded a's coming slots skipped, then a window
+    re-planned a onto one of them, and its run overwrote the skipped record."""
+    with Sequence(settings) as machine:
+        machine.the_ledger_holds()
+        machine.skip_next(name="a", count=3)
+        machine.the_ledger_holds()
+        machine.window(name="a", start=2, length=1, defer=False)
+        for _ in range(5):
+            machine.the_ledger_holds()
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="slot fate (node/pipeline/outcomes.py, another branch): the completion of a "
+    "triggered run plans the job's next slot onto one skip-next recorded, and runs it",
+)
+def test_a_triggered_run_never_runs_a_slot_skip_next_recorded(settings: ClusterSettings) -> None:
+    with Sequence(settings) as machine:
+        machine.the_ledger_holds()
+        machine.skip_next(name="m", count=3)
+        machine.the_ledger_holds()
+        store, tenant, now = machine.cluster.store, machine.tenant, machine.now
+        machine.do("trigger m", lambda: store.trigger("m", tenant, now=now))
+        for _ in range(8):
+            machine.the_ledger_holds()

@@ -1,0 +1,98 @@
+"""The ledger checker of the model-based test (tests/helpers/ledger.py) on rows made up here:
+it finds a slot with no record, a skip without a reason, a terminal record overwritten or
+gone, and a wait without a bound; and it accepts what the ledger allows (a quiet spell, a
+slot asked for again, a chained job's queued slot)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from cluster.timing.schedule import parse_schedule
+from tests.helpers.ledger import Ledger, Timeline
+
+T0 = datetime(2030, 1, 1, tzinfo=UTC)
+NEVER = datetime.fromisoformat("9999-01-01T00:00:00+00:00")
+
+
+def at(minutes: float) -> datetime:
+    return T0 + timedelta(minutes=minutes)
+
+
+def job(name: str, slot: float, **kw: Any) -> dict[str, Any]:
+    row = {
+        "id": name,
+        "name": name,
+        "status": "idle",
+        "slot_at": at(slot),
+        "next_run_at": at(slot),
+        "schedule": "@every 1m",
+        "watch": False,
+        "timeout_s": 60.0,
+    }
+    return row | kw
+
+
+def run(name: str, minute: float, status: str = "succeeded", **kw: Any) -> dict[str, Any]:
+    row = {
+        "job_id": name,
+        "job_name": name,
+        "scheduled_for": at(minute),
+        "status": status,
+        "origin": "schedule",
+        "last_error": None,
+        "finished_at": at(minute),
+        "started_at": at(minute),
+    }
+    return row | kw
+
+
+def every_minute(**kw: Any) -> Timeline:
+    return Timeline(T0, [(T0, parse_schedule("@every 1m"))], **kw)
+
+
+def test_every_expected_slot_needs_a_record_but_a_quiet_spell() -> None:
+    lines = {"a": every_minute(quiet=[[at(2.5), at(4.5)]])}
+    jobs = {"a": job("a", 6)}
+    runs = [run("a", 1), run("a", 2), run("a", 5, "skipped", last_error="skipped by skip-next")]
+    assert Ledger().check(jobs, runs, [], lines, at(5.5)) == []
+    found = Ledger().check(jobs, runs[1:], [], lines, at(5.5))
+    assert found == [f"a: slot {at(1).isoformat()} has no record"]
+    unexplained = [*runs[:2], run("a", 5, "skipped")]
+    assert Ledger().check(jobs, unexplained, [], lines, at(5.5)) == [
+        f"a: slot {at(5).isoformat()} skipped without a reason"
+    ]
+
+
+def test_a_terminal_record_is_never_overwritten_unless_asked_again() -> None:
+    ledger, lines, jobs = Ledger(), {"a": every_minute()}, {"a": job("a", 3)}
+    assert ledger.check(jobs, [run("a", 1, "failed"), run("a", 2)], [], lines, at(2.5)) == []
+    rerun = [run("a", 1, "succeeded", origin="rerun"), run("a", 2)]
+    assert ledger.check(jobs, rerun, [], lines, at(2.5)) == []
+    rewritten = [run("a", 1, "succeeded", origin="rerun"), run("a", 2, "failed")]
+    assert ledger.check(jobs, rewritten, [], lines, at(2.5)) == [
+        f"a: the succeeded record of {at(2).isoformat()} was overwritten: now failed (schedule)"
+    ]
+    assert any("is gone" in f for f in ledger.check(jobs, rewritten[:1], [], lines, at(2.5)))
+
+
+def test_no_wait_without_a_bound() -> None:
+    lines = {"a": every_minute(), "c": Timeline(T0, upstreams=("a",))}
+    chained = job("c", 0, schedule="@after:a", next_run_at=NEVER)
+    runs = [run("a", 1)]
+    # c waits for a's next success with nothing queued: no slot waits.
+    jobs = {"a": job("a", 2), "c": chained | {"slot_at": at(1)}}
+    assert Ledger().check(jobs, runs, [], lines, at(1.5)) == []
+    # a's success queued for c: fine while queued, a fault once c sits at the marker.
+    queued = [{"job_id": "c", "slot": at(1), "taken": False}]
+    assert Ledger().check(jobs, runs, queued, lines, at(1.5)) == [
+        f"c: waits at {NEVER.isoformat()} (no bound)"
+    ]
+    # A success that made no slot at all.
+    assert Ledger().check({**jobs, "c": chained}, runs, [], lines, at(1.5)) == [
+        f"c: a's success of {at(1).isoformat()} made no slot"
+    ]
+    due = {"a": job("a", 2), "c": chained | {"slot_at": at(1)}}
+    assert Ledger().check(due, runs, [], lines, at(2.5)) == [
+        f"a: due at {at(2).isoformat()}, left unclaimed by the pass"
+    ]
