@@ -20,7 +20,7 @@ from cluster.cli.app import cli
 from node.metrics import build_registry
 from node.state import NodeState
 from node.stats import Stats
-from tests.helpers.compose import DOC_COMMANDS
+from tests.helpers.compose import DOC_COMMANDS, SECRET_NAMES
 
 REPO = Path(__file__).resolve().parent.parent
 COMPOSE = REPO / "compose"
@@ -219,16 +219,7 @@ def test_prometheus_scrapes_the_nodes_and_rules_use_real_metrics(
                 assert metric in exposed, f"{metric} in {rule.get('record') or rule['alert']}"
 
 
-SECRETS = {
-    name: f"test-{name.lower()}"
-    for name in (
-        "POSTGRES_PASSWORD",
-        "PULSE_OWNER_PASSWORD",
-        "PULSE_NODE_PASSWORD",
-        "PULSE_WEB_PASSWORD",
-        "REDIS_PASSWORD",
-    )
-}
+SECRETS = {name: f"test-{name.lower()}" for name in SECRET_NAMES}
 
 
 def _compose_v2() -> list[str]:

@@ -39,6 +39,7 @@ from tests.helpers.compose import (
     MIGRATE,
     RESTORE,
     ROLL,
+    SECRET_NAMES,
     UP,
     UP_AGAIN,
 )
@@ -186,16 +187,7 @@ def cluster() -> Iterator[Cluster]:
         **os.environ,
         "COMPOSE_PROJECT_NAME": project,
         **{name: str(_free_port()) for name in PORTS},
-        **{
-            name: f"e2e-{uuid.uuid4().hex}"
-            for name in (
-                "POSTGRES_PASSWORD",
-                "PULSE_OWNER_PASSWORD",
-                "PULSE_NODE_PASSWORD",
-                "PULSE_WEB_PASSWORD",
-                "REDIS_PASSWORD",
-            )
-        },
+        **{name: f"e2e-{uuid.uuid4().hex}" for name in SECRET_NAMES},
     }
     run = Cluster(project, env)
     try:

@@ -27,3 +27,12 @@ DOC_COMMANDS = (
     RESTORE,
     UP_AGAIN,
 )
+
+# The passwords compose/compose.yaml reads from compose/.env, none with a default.
+SECRET_NAMES = (
+    "POSTGRES_PASSWORD",
+    "PULSE_OWNER_PASSWORD",
+    "PULSE_NODE_PASSWORD",
+    "PULSE_WEB_PASSWORD",
+    "REDIS_PASSWORD",
+)
