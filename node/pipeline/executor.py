@@ -20,6 +20,7 @@ import asyncio
 import inspect
 import logging
 import math
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import datetime
@@ -55,6 +56,7 @@ def key_of(job: ClaimedJob) -> RunKey:
 class Running:
     job: ClaimedJob
     started: float  # loop time (for a run claimed ahead of its due time: when it starts)
+    due: float = 0.0  # a run claimed ahead: when it falls due, in epoch seconds on this host
     task: asyncio.Task[None] | None = None
     thread: ThreadRun | None = None
     ctx: RunContext | None = None
@@ -171,14 +173,23 @@ class Executor:
                 self._loop.call_later(max(0.0, replace_in_s), self.replace, job.id, job.lease_token)
             ]
         if start_in_s > 0:
+            found.due = time.time() + start_in_s
             self._loop.call_at(found.started, self._start_if_current, found)
         else:
             self._start(found)
 
     def _start_if_current(self, found: Running) -> None:
         # Dropped meanwhile (lease lost, drained): not in ``running`` any more.
-        if self.running.get(key_of(found.job)) is found:
-            self._start(found)
+        if self.running.get(key_of(found.job)) is not found:
+            return
+        # The wait is on the monotonic clock; when the host's wall clock (the database's
+        # too, on one host) stepped back meanwhile, the slot is not due yet: wait again.
+        behind = found.due - time.time()
+        if behind > 0.001:
+            found.started = self._loop.time() + behind
+            self._loop.call_at(found.started, self._start_if_current, found)
+            return
+        self._start(found)
 
     def _start(self, found: Running) -> None:
         job = found.job

@@ -8,10 +8,12 @@ import sys
 import threading
 from collections.abc import Awaitable
 from datetime import UTC, datetime
+from types import SimpleNamespace
 
 import pytest
 
 from node.handlers.context import RunContext
+from node.pipeline import executor as executor_module
 from tests.helpers.claimed import Executors, job
 from tests.helpers.waiting import until
 
@@ -192,6 +194,25 @@ async def test_a_run_claimed_ahead_holds_its_slot_and_starts_when_due(executors:
     assert loop.time() - submitted >= 0.19
     assert (seen, done.got["early"].status) == (["early"], "succeeded")
     assert executor.free == 2 and executor.idle.is_set()
+
+
+async def test_a_run_claimed_ahead_waits_again_when_the_wall_clock_stepped_back(
+    executors: Executors, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Its timer is monotonic; the slot is due by the wall clock, which a time daemon may
+    step back while the run waits: it then waits for the difference, never starts early."""
+    executor, done = executors(1)
+    executor.submit(job(f"{HERE}:ok", "stepped"), start_in_s=30)
+    (found,) = executor.running.values()
+    stepped = found.due - 5.0
+    monkeypatch.setattr(executor_module, "time", SimpleNamespace(time=lambda: stepped))
+    executor._start_if_current(found)  # the timer fires: by the stepped clock 5 s remain
+    assert (seen, found.ctx) == ([], None)
+    assert found.started - asyncio.get_running_loop().time() == pytest.approx(5.0, abs=0.5)
+    monkeypatch.setattr(executor_module, "time", SimpleNamespace(time=lambda: found.due))
+    executor._start_if_current(found)
+    await done.wait_for(1)
+    assert (seen, done.got["stepped"].status) == (["stepped"], "succeeded")
 
 
 async def test_a_run_cancelled_before_it_starts_never_runs(executors: Executors) -> None:
