@@ -22,7 +22,6 @@ import logging
 import math
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 from uuid import UUID
@@ -34,7 +33,7 @@ from node.handlers.forwarding import Forwarders
 from node.handlers.invoke import invoke
 from node.handlers.python import awaited, sync_handler
 from node.handlers.threads import HandlerThreads, ThreadRun
-from node.pipeline.slotentry import slot_entry
+from node.pipeline.runcontext import RunKey, Running, key_of, run_context
 from node.service import Signal
 
 if TYPE_CHECKING:
@@ -42,30 +41,6 @@ if TYPE_CHECKING:
     from node.handlers.traces import Tracing
 
 logger = logging.getLogger(__name__)
-
-
-# A run in flight: a job's claim (slot None), or a flight of an overlap `allow` job.
-RunKey = tuple[UUID, datetime | None]
-
-
-def key_of(job: ClaimedJob) -> RunKey:
-    return (job.id, job.slot if job.flight else None)
-
-
-@dataclass(eq=False)
-class Running:
-    job: ClaimedJob
-    started: float  # loop time (for a run claimed ahead of its due time: when it starts)
-    due: float = 0.0  # a run claimed ahead: when it falls due, in epoch seconds on this host
-    task: asyncio.Task[None] | None = None
-    thread: ThreadRun | None = None
-    ctx: RunContext | None = None
-    cancelled_by: str | None = None  # asked to stop, by whom
-    timers: list[asyncio.TimerHandle] | None = None  # replace, cancel grace
-
-    @property
-    def deadline(self) -> float:
-        return self.started + self.job.timeout_s
 
 
 class Executor:
@@ -205,27 +180,8 @@ class Executor:
                 self._arm(now + job.timeout_s)
 
     def context(self, job: ClaimedJob) -> RunContext:
-        payload, entry = slot_entry(job)
-        return RunContext(
-            job_id=job.id,
-            job_name=job.name,
-            tenant_id=job.tenant,
-            payload=payload,
-            scheduled_for=job.slot,
-            attempt=job.attempt,
-            timeout_s=job.timeout_s,
-            node_id=self.node_id,
-            zone=self.zone,
-            output_limit=job.output_limit,
-            fencing_token=job.lease_token,
-            cancel_grace_s=job.cancel_grace_s,
-            effects=self._effects,
-            previous_slot=job.previous_slot,
-            last_success_slot=job.last_success,
-            state=dict(job.state or {}),
-            traceparent=None if self.tracing is None else self.tracing.start(job),
-            schedule_entry=entry,
-        )
+        traceparent = None if self.tracing is None else self.tracing.start(job)
+        return run_context(job, self.node_id, self.zone, self._effects, traceparent)
 
     async def _run(self, found: Running) -> None:
         job = found.job

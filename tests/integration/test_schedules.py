@@ -19,7 +19,7 @@ from cluster.store.lock.records import ClaimedJob
 from cluster.store.lock.session import LockSession
 from node.handlers.context import Outcome
 from node.pipeline.outcomes import after_run, plan_at_claim
-from node.pipeline.slotentry import slot_entry
+from node.pipeline.runcontext import slot_entry
 from tests.helpers.cli import Invoke, assert_bad_input, jobs_rows
 from tests.helpers.sessions import Opener
 
