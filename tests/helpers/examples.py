@@ -22,11 +22,11 @@ makes it: ``<!-- output: KEY -->`` before the block, and that test reads the blo
 for a JSON answer or payload). ``<!-- example: not run: REASON -->`` marks output that no
 test can produce here.
 
-A block shows output, and so carries one of these markers (tests/integration/
-test_docs_examples.py checks it), when it has a ``$`` prompt followed by lines that are not
-prompts, or when its fence names no language or ``json``. Blocks that show no output name
-theirs: ``sh`` for commands, ``yaml``, ``python`` or ``sql`` for files, ``text`` for a
-diagram.
+A block shows output, and so carries one of these markers, when it has a ``$`` prompt
+followed by lines that are not prompts, or when its fence names no language or ``json``
+(tests/integration/test_docs_examples.py checks it, and that no ``output`` key is left
+unread by a test). Blocks that show no output name their language: ``sh`` for commands,
+``yaml``, ``python``, ``sql`` or ``crontab`` for files, ``text`` for a diagram.
 """
 
 from __future__ import annotations
@@ -69,7 +69,7 @@ class Page:
     steps: list[Command | tuple[str, str]] = field(default_factory=list)  # or (file, text)
     not_run: list[tuple[int, str]] = field(default_factory=list)  # (line, reason)
     outputs: dict[str, list[str]] = field(default_factory=dict)  # <!-- output: KEY -->
-    unmarked: list[int] = field(default_factory=list)  # blocks with a prompt, no marker
+    unmarked: list[int] = field(default_factory=list)  # blocks that show output, no marker
 
 
 def _commands(lines: list[str], first: int) -> list[Command]:
@@ -89,7 +89,7 @@ def _commands(lines: list[str], first: int) -> list[Command]:
 
 
 def read_page(path: Path) -> Page:
-    """A page's examples, in order."""
+    """A page's examples in order, its blocks marked ``output``, and those that need a marker."""
     page = Page(path)
     lines = path.read_text(encoding="utf-8").splitlines()
     i = 0
@@ -113,6 +113,7 @@ def read_page(path: Path) -> Page:
             body = lines[i + 1 : end]
             kind = marker.groupdict().get("kind") if marker else None
             if marker is not None and "key" in marker.groupdict():
+                assert marker.group("key") not in page.outputs, f"{path}:{i}: a key twice"
                 page.outputs[marker.group("key")] = body
             elif marker is not None and kind is None:
                 page.steps.extend(_commands(body, i + 2))

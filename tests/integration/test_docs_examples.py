@@ -18,7 +18,15 @@ from tests.helpers.examples import Command, matches, read_page
 
 pytestmark = pytest.mark.timeout(120)
 
-PAGES = ["README.md", "docs/import.md", "docs/jobs.md", "docs/retention.md", "docs/time.md"]
+PAGES = [
+    "README.md",
+    "docs/alerts.md",
+    "docs/import.md",
+    "docs/jobs.md",
+    "docs/retention.md",
+    "docs/time.md",
+    "docs/web.md",
+]
 OPERATOR = "alice"
 
 
