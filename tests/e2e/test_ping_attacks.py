@@ -14,6 +14,7 @@ from typing import Any
 import httpx
 import pytest
 
+from tests.helpers.examples import documented, json_differs
 from tests.helpers.tenancy import count
 from tests.helpers.web import Api, api_cluster, web_process
 
@@ -65,7 +66,9 @@ def test_ping_token_guesses_get_one_404_whether_unknown_or_malformed(api: Api) -
     assert len({a.content for a in answers}) == 1  # the same body, naming nothing
     assert "guessed" not in answers[0].text and token not in answers[0].text
     assert runs_of(api, "guessed") == []
-    assert ping(api, token).status_code == 200  # the real one still works
+    answer = ping(api, token)  # the real one still works, answering as docs/web.md shows
+    assert answer.status_code == 200, answer.text
+    assert json_differs(json.loads("\n".join(documented("docs/web.md#ping"))), answer.json()) == []
 
 
 def test_a_ping_token_reaches_its_own_tenants_job_only(api: Api) -> None:

@@ -17,6 +17,7 @@ from cluster.store.housekeeping.alerts import AlertStore
 from cluster.store.jobstore.store import JobStore
 from node.maintenance.outbox import MAX_AGE_S, AlertDelivery, retry_delay_s
 from node.stats import Stats
+from tests.helpers.examples import documented, json_differs
 from tests.helpers.outbox import T0, add_rule, at, events, every_10s, run_slot, sql
 from tests.helpers.receiver import Receiver, local_config, receiver
 from tests.helpers.sessions import Opener
@@ -74,6 +75,7 @@ async def test_an_event_is_posted_once_signed_with_its_id_as_idempotency_key(
         "boom at 10",
     )
     assert sent["slot"] == at(10).isoformat() and sent["id"] == str(event["id"])
+    assert json_differs(json.loads("\n".join(documented("docs/alerts.md#payload"))), sent) == []
 
 
 async def test_slack_format_posts_a_text(

@@ -12,7 +12,6 @@ import io
 import json
 from contextlib import aclosing
 from datetime import timedelta
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -25,19 +24,17 @@ from cluster.store.lock.session import LockSession
 from cluster.store.observe import audit as audit_store
 from cluster.store.observe.audit import BATCH, Scope, audit_lines
 from tests.helpers.cli import invoke
+from tests.helpers.examples import documented
 from tests.helpers.history import add, every_10s, finish, rows
 from tests.helpers.sessions import ALL, T0, Opener, at
 
 RANGE = ("--from", T0.isoformat(), "--to", at(60).isoformat())
 REVISED = "UPDATE job_revisions SET at = %s WHERE revision = %s RETURNING 1"
-GUARANTEES = Path(__file__).resolve().parents[2] / "docs" / "guarantees.md"
 
 
 def documented_example() -> str:
     """The output docs/guarantees.md shows for the job of the test below."""
-    page = GUARANTEES.read_text("utf-8")
-    block = page.split("checks this output):\n\n```\n", 1)[1].split("```", 1)[0]
-    return block
+    return "\n".join(documented("docs/guarantees.md#slots")) + "\n"
 
 
 async def made_at_t0(settings: ClusterSettings) -> None:

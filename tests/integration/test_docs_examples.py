@@ -18,7 +18,15 @@ from tests.helpers.examples import Command, matches, read_page
 
 pytestmark = pytest.mark.timeout(120)
 
-PAGES = ["README.md", "docs/jobs.md", "docs/time.md"]
+PAGES = [
+    "README.md",
+    "docs/alerts.md",
+    "docs/import.md",
+    "docs/jobs.md",
+    "docs/retention.md",
+    "docs/time.md",
+    "docs/web.md",
+]
 OPERATOR = "alice"
 
 
@@ -49,11 +57,22 @@ def test_a_pages_examples_print_what_it_shows(
         )
 
 
-def test_every_block_with_a_prompt_is_run_or_says_why_not() -> None:
-    """A block showing `$ pulse ...` with its output is an example the test runs, or carries
+def test_every_block_that_shows_output_is_run_checked_or_says_why_not() -> None:
+    """A block showing output (a `$ pulse ...` prompt with lines after it, or a fence that
+    names no language or `json`) is an example the test runs, is read by the test that
+    produces it (``<!-- output: KEY -->``, the test naming ``"PAGE#KEY"``), or carries
     ``<!-- example: not run: REASON -->``."""
     pages = [REPO / "README.md", *sorted((REPO / "docs").rglob("*.md"))]
-    unmarked = [f"{p.relative_to(REPO)}:{line}" for p in pages for line in read_page(p).unmarked]
+    found = {p.relative_to(REPO).as_posix(): read_page(p) for p in pages}
+    unmarked = [f"{name}:{line}" for name, page in found.items() for line in page.unmarked]
     assert unmarked == []
-    for page in PAGES:
-        assert all(reason for _, reason in read_page(REPO / page).not_run), page
+    for name, page in found.items():
+        assert all(reason for _, reason in page.not_run), name
+    tests = "\n".join(p.read_text("utf-8") for p in (REPO / "tests").rglob("*.py"))
+    unread = [
+        f"{name}#{key}"
+        for name, page in found.items()
+        for key in page.outputs
+        if f'"{name}#{key}"' not in tests
+    ]
+    assert unread == [], "no test reads these blocks"

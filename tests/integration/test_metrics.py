@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ipaddress
+import re
 import socket
 import urllib.request
 from collections.abc import Iterator
@@ -22,6 +23,7 @@ from tests.helpers.nodes import Nodes, init_cluster
 from tests.helpers.waiting import until
 
 Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
+METRICS_MD = Path(__file__).resolve().parents[2] / "docs" / "metrics.md"
 ALLOWED_LABELS = {"outcome", "dependency", "node_id", "zone", "version", "le"}
 
 
@@ -86,6 +88,36 @@ def test_collector_reads_stats_at_scrape_time() -> None:
     # A scrape with no new fires counts nothing twice: the histogram is cumulative.
     third = scrape_registry(registry)
     assert value(third, "pulse_fire_lag_seconds_count") == 3
+
+
+def documented_metrics() -> set[str]:
+    """The metric names docs/metrics.md lists: ``pulse_a_{b,c}_total`` is two, a trailing
+    ``{labels}`` is no part of the name."""
+    names: set[str] = set()
+    for name in re.findall(
+        r"`(pulse_[a-z_]*?(?:_\{[a-z,]+\}[a-z_]*)?)(?:\{[a-z_,]+\})?`",
+        METRICS_MD.read_text("utf-8"),
+    ):
+        head, _, rest = name.partition("_{")
+        if not rest:
+            names.add(name)
+            continue
+        parts, _, tail = rest.partition("}")
+        names |= {f"{head}_{part}{tail}" for part in parts.split(",")}
+    return names
+
+
+def test_docs_metrics_md_lists_every_metric_a_node_serves() -> None:
+    stats = Stats()
+    stats.runs_table_rows, stats.runs_table_bytes = 10.0, 8192  # set by the pruner
+    state = NodeState("n-1", "a", 16, live=("n-1",), held=frozenset({1}))
+    text = generate_latest(build_registry(stats, lambda: state, lambda: 0)).decode()
+    served = {
+        family.name + ("_total" if family.type == "counter" else "")
+        for family in text_string_to_metric_families(text)
+        if family.name.startswith("pulse_")
+    }
+    assert served == documented_metrics()
 
 
 def test_histogram_keeps_counting_past_the_window() -> None:

@@ -30,6 +30,7 @@ from tests.helpers.cli import (
     assert_one_line_error,
     invoke,
 )
+from tests.helpers.examples import documented, json_differs
 from tests.helpers.history import rows
 from tests.helpers.sessions import Opener
 
@@ -232,6 +233,14 @@ def test_pulse_runs_show(settings: ClusterSettings) -> None:
                    "a log line", "exit status 1"):  # fmt: skip
         assert needed in human.stdout, (needed, human.stdout)
     assert "--- stderr" not in human.stdout
+
+
+def test_pulse_runs_show_json_has_the_shape_output_md_shows(settings: ClusterSettings) -> None:
+    asyncio.run(seed_failed_run(settings, produced(b"", {"rows": 3}, "rolling up pro")))
+    result = show(settings, "talks", "--json")
+    assert result.exit_code == 0, result.output
+    shown = json.loads("\n".join(documented("docs/output.md#show")))
+    assert json_differs(shown, json.loads(result.stdout)) == []
 
 
 def test_pulse_runs_show_bad_input_and_missing_runs(settings: ClusterSettings) -> None:
