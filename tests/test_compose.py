@@ -219,6 +219,20 @@ def test_prometheus_scrapes_the_nodes_and_rules_use_real_metrics(
                 assert metric in exposed, f"{metric} in {rule.get('record') or rule['alert']}"
 
 
+def test_every_base_image_has_a_stand_in(services: dict[str, dict[str, Any]]) -> None:
+    """Every image compose.yaml pins, the monitoring profile's too, can be made offline:
+    bin/compose names a recipe in compose/base/ for it (built when no registry answers)."""
+    script = (REPO / "bin" / "compose").read_text()
+    recipes = dict(re.findall(r'"([\w./:-]+:[\w.-]+) (\w+)"', script))
+    for name, service in services.items():
+        image = service["image"]
+        if image.startswith("${PULSE_IMAGE"):
+            continue
+        assert image in recipes, f"{name}: {image} has no stand-in in bin/compose"
+        assert (COMPOSE / "base" / f"{recipes[image]}.Dockerfile").is_file(), image
+    assert "prom/prometheus:v2.42.0" in recipes  # Debian bookworm's Prometheus is 2.42
+
+
 SECRETS = {name: f"test-{name.lower()}" for name in SECRET_NAMES}
 
 

@@ -15,6 +15,8 @@ RESTORE = (
     " --role=pulse < pulse.dump"
 )
 UP_AGAIN = "bin/compose up -d --wait"
+MONITOR = "bin/compose --profile monitoring up -d --wait prometheus"
+MONITOR_OFF = "bin/compose --profile monitoring rm -fsv prometheus"
 DOC_COMMANDS = (
     UP,
     IMAGE,
@@ -26,6 +28,7 @@ DOC_COMMANDS = (
     f"{UP_AGAIN} postgres",
     RESTORE,
     UP_AGAIN,
+    MONITOR,
 )
 
 # The passwords compose/compose.yaml reads from compose/.env, none with a default.
