@@ -103,28 +103,13 @@ fair AS (
 -- A tenant's turns beyond its free places (migration 014) are `held`, and come last. Ties
 -- (a fan-out's jobs share their due time) go by lot, so a claim smaller than the tenants
 -- due does not favour the same tenant every time.
-offered AS (
-    SELECT h.id, h.next_run_at, h.ctid, h.tenant_id FROM heads h
-    UNION SELECT * FROM deeper UNION SELECT * FROM fair
-),
--- Turns and places matter only to a fair claim or where a tenant has a limit: without
--- either (no tenant_limits row), no turn is counted and nothing is held
--- (tests/integration/test_tenant_limits.py, test_fair_claim.py).
-turned AS (
-    SELECT o.*, row_number() OVER (PARTITION BY o.tenant_id ORDER BY o.next_run_at) AS turn
-    FROM offered o
-    WHERE %(fair)s OR EXISTS (SELECT 1 FROM tenant_limits)
-),
 candidates AS (
-    SELECT c.* FROM (
-        SELECT u.id, u.next_run_at, u.ctid, u.turn > r.room IS TRUE AS held, u.turn
-        FROM turned u LEFT JOIN tenant_room r USING (tenant_id)
-        UNION ALL
-        SELECT o.id, o.next_run_at, o.ctid, false, NULL
-        FROM offered o
-        WHERE NOT (%(fair)s OR EXISTS (SELECT 1 FROM tenant_limits))
-    ) AS c
-    ORDER BY c.held, CASE WHEN %(fair)s THEN c.turn END, c.next_run_at, random()
+    SELECT u.id, u.next_run_at, u.ctid, u.turn > r.room IS TRUE AS held FROM (
+        SELECT x.*, row_number() OVER (PARTITION BY x.tenant_id ORDER BY x.next_run_at) AS turn
+        FROM (SELECT h.id, h.next_run_at, h.ctid, h.tenant_id FROM heads h
+              UNION SELECT * FROM deeper UNION SELECT * FROM fair) AS x
+    ) AS u LEFT JOIN tenant_room r USING (tenant_id)
+    ORDER BY held, CASE WHEN %(fair)s THEN u.turn END, u.next_run_at, random()
     LIMIT %(limit)s
 ),
 -- Locked and updated by ctid. A row changed since this statement's snapshot is locked in
