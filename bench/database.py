@@ -148,15 +148,22 @@ async def load_jobs(
     return names
 
 
-async def make_due(conn: AConn, at: datetime, schedule: str | None = None) -> None:
+async def make_due(conn: AConn, at: datetime, schedule: str | None = None) -> datetime:
     """Every job's next slot becomes ``at`` (and its schedule ``schedule``, if given);
-    chained jobs (``@after:``) have no clock and are left waiting for their upstreams."""
+    chained jobs (``@after:``) have no clock and are left waiting for their upstreams.
+    Returns the database time the update had committed by: a new schedule is a revision
+    of every job, so on a busy machine this can come after ``at``."""
     await conn.execute(
         "UPDATE jobs SET next_run_at = %(t)s, slot_at = %(t)s,"
         " schedule = coalesce(%(s)s, schedule) WHERE schedule NOT LIKE '@after:%%'",
         {"t": at, "s": schedule},
     )
+    cur = await conn.execute("SELECT clock_timestamp() AS t")
+    row = await cur.fetchone()
+    assert row is not None
     await conn.execute("VACUUM ANALYZE jobs")
+    committed: datetime = row["t"]
+    return committed
 
 
 async def db_now(conn: AConn) -> datetime:

@@ -194,12 +194,20 @@ async def fire_burst(
     now_s = (await db.db_now(trial.conn)).timestamp()
     t0, every = burst_slot(math.ceil(now_s + trial.bench.sizes.lead_s))
     schedule = f"@at {db_time(t0).isoformat()}" if one_off else f"@every {every}s"
-    await db.make_due(trial.conn, db_time(t0), schedule)
+    # The jobs are due from t0, or from the moment the update made them so when it took
+    # longer than the lead (a new schedule is a revision of each job): the drain counts
+    # from then, for both systems; lags still count from t0.
+    due_late_s = max(0.0, (await db.make_due(trial.conn, db_time(t0), schedule)).timestamp() - t0)
     scraped0 = await Scraped.read(trial)
     cpu0 = await trial.sampler.mark()
     trial.profile_start()
     drain_s = await trial.wait_drained(t0)
-    return await measure_window(trial, names, [t0], cpu0, scraped0, drain_s, ready_s), t0
+    if drain_s is not None:
+        drain_s -= due_late_s
+    measure = await measure_window(trial, names, [t0], cpu0, scraped0, drain_s, ready_s)
+    if due_late_s:
+        measure.extra["due_late_s"] = round(due_late_s, 3)
+    return measure, t0
 
 
 def _failover(sizes: Sizes) -> Event:

@@ -86,9 +86,30 @@ def test_compacting_keeps_every_placeholder_of_the_statement_itself() -> None:
             ), name
 
 
-def test_the_run_row_of_an_ended_attempt_is_written_in_one_place() -> None:
-    """complete, release and recover call record_run (migration 005); no statement keeps an
-    upsert of its own into runs."""
+UPSERT = re.compile(
+    r"INSERT INTO runs AS r \(([^)]*)\).*?ON CONFLICT \(job_id, scheduled_for\) DO UPDATE SET"
+    r"(.*?)(?:\)\s*,|\$\$)",
+    re.S,
+)
+
+
+def _upsert(text: str) -> tuple[list[str], list[str]]:
+    """The columns an upsert into runs writes, and those its conflict branch sets."""
+    match = UPSERT.search(text)
+    assert match is not None
+    sets = [x.split("=")[0].strip() for x in match.group(2).split(",") if x.strip()]
+    return [c.strip() for c in match.group(1).split(",")], sets
+
+
+def test_the_run_row_of_an_ended_attempt_is_written_as_record_run_writes_it() -> None:
+    """complete, release and recover call record_run (migration 005); the one statement with
+    an upsert of its own, complete's for the jobs that feed nothing, writes the columns of
+    record_run's latest definition (tests/integration/test_run_row_paths.py)."""
     for name in ("complete", "release", "recover"):
         assert b"record_run(" in query(name), name
-    assert not [n for n in names() if b"ON CONFLICT (job_id, scheduled_for) DO UPDATE" in query(n)]
+    upserts = [n for n in names() if b"ON CONFLICT (job_id, scheduled_for) DO UPDATE" in query(n)]
+    assert upserts == ["complete"]
+    schema = Path(queries.__file__).parent / "schema" / "schema.sql"
+    defined = schema.read_text().split("CREATE FUNCTION record_run(")[1:]
+    (latest,) = [d for d in defined if "run_revision integer" in d.split("$$")[0]]
+    assert _upsert(query("complete").decode()) == _upsert(latest)

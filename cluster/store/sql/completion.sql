@@ -3,7 +3,7 @@
 
 -- name: complete
 -- Fenced, batched completion: rows still running under the caller's lease token move to
--- their next slot, record_run writes each attempt's run row, and the slots the catch-up
+-- their next slot, each attempt's run row is written (as record_run writes it), and the slots the catch-up
 -- policy skipped are recorded. Returns the ids applied (tests/integration/test_history.py).
 -- Alert events are written with the state they report (tests/integration/test_alert_events.py).
 WITH clock AS (
@@ -13,7 +13,8 @@ WITH clock AS (
 -- slot, outcome, error, duration_us, next_run_at, next_slot or null, next_attempt,
 -- output as JSON text or null, the next slot's origin or null, state as JSON text or null,
 -- why its metrics failed the job's --assert or null] (cluster.store.lock.records.complete_params),
--- parsed once.
+-- parsed once: as jsonb, whose elements are read by index, where json's `->>` parses
+-- each element again for every field it reads.
 input AS MATERIALIZED (
     SELECT (e->>0)::uuid AS id, (e->>1)::bigint AS token, (e->>2)::timestamptz AS slot,
            e->>3 AS outcome, e->>4 AS error, (e->>5)::bigint / 1e6::float8 AS duration_s,
@@ -21,11 +22,11 @@ input AS MATERIALIZED (
            coalesce(e->>7, e->>6)::timestamptz AS next_slot,
            (e->>8)::int AS next_attempt, (e->>9)::jsonb AS output, e->>10 AS origin,
            (e->>11)::jsonb AS state, e->>12 AS assertion
-    FROM json_array_elements(%(done)s::json) AS e
+    FROM jsonb_array_elements(%(done)s::jsonb) AS e
 ),
 skip_in AS MATERIALIZED (
     SELECT (e->>0)::uuid AS job_id, (e->>1)::timestamptz AS slot, e->>2 AS reason
-    FROM json_array_elements(%(skips)s::json) AS e
+    FROM jsonb_array_elements(%(skips)s::jsonb) AS e
 ),
 -- The ids are an index condition: the planner, whose statistics saw few running jobs,
 -- must not scan the table for them (test_lease_plans.py). `o` is the job row before this
@@ -106,12 +107,16 @@ done AS (
     ) AS f, clock k
     WHERE j.id = ANY(ARRAY(SELECT x.id FROM input x))
       AND j.id = i.id AND j.lease_token = i.token AND j.status = 'running'
-    RETURNING j.id, j.tenant_id, j.name, i.slot,
-              record_run(j.id, j.tenant_id, j.name, i.slot, o.attempt, %(node_id)s, %(zone)s,
-                         i.outcome, i.token,
-                         CASE WHEN i.outcome = 'skipped' THEN NULL ELSE o.locked_at END,
-                         k.t, i.duration_s, i.error, i.output, o.slot_origin,
-                         o.run_revision),
+    -- The run row of the attempt that ended: written by `history` below, set-wise, except
+    -- for a job that feeds others, whose downstreams' gates and chains read it within
+    -- this statement (gate_release, chain_release): written here, before they run.
+    RETURNING j.id, j.tenant_id, j.name, i.slot, o.feeds, o.attempt, i.token, i.outcome,
+              CASE WHEN i.outcome = 'skipped' THEN NULL ELSE o.locked_at END AS started_at,
+              i.duration_s, i.error, i.output, o.slot_origin, o.run_revision,
+              CASE WHEN o.feeds THEN record_run(j.id, j.tenant_id, j.name, i.slot, o.attempt,
+                  %(node_id)s, %(zone)s, i.outcome, i.token,
+                  CASE WHEN i.outcome = 'skipped' THEN NULL ELSE o.locked_at END,
+                  k.t, i.duration_s, i.error, i.output, o.slot_origin, o.run_revision) END,
               CASE WHEN f.late THEN raise_alert('late', j.id, j.tenant_id, j.name, i.slot,
                   o.attempt, %(node_id)s, %(zone)s, NULL, 'started '
                   || round(extract(epoch FROM o.locked_at - o.next_run_at))
@@ -153,6 +158,32 @@ done AS (
               CASE WHEN o.feeds AND i.outcome = 'succeeded' THEN chain_release(j.id, i.slot, k.t)
               END,
               CASE WHEN o.feeds THEN gate_release(j.id, NULL, k.t) END
+),
+-- What record_run writes (cluster/store/schema/schema.sql), for the jobs that feed nothing:
+-- one insert for the batch instead of a function call per row
+-- (tests/integration/test_history.py; with downstreams: test_gates.py, test_chains.py).
+history AS (
+    INSERT INTO runs AS r (job_id, tenant_id, job_name, scheduled_for, attempt, node_id, zone,
+                           status, lease_token, started_at, finished_at, duration_s,
+                           last_error, output, origin, revision)
+    SELECT d.id, d.tenant_id, d.name, d.slot, d.attempt, %(node_id)s, %(zone)s, d.outcome,
+           d.token, d.started_at, k.t, d.duration_s, d.error, d.output, d.slot_origin,
+           d.run_revision
+    FROM done d CROSS JOIN clock k
+    WHERE NOT d.feeds
+    ON CONFLICT (job_id, scheduled_for) DO UPDATE SET
+        attempt = excluded.attempt,
+        node_id = excluded.node_id,
+        zone = excluded.zone,
+        status = excluded.status,
+        lease_token = excluded.lease_token,
+        started_at = excluded.started_at,
+        finished_at = excluded.finished_at,
+        duration_s = excluded.duration_s,
+        last_error = excluded.last_error,
+        output = excluded.output,
+        origin = excluded.origin,
+        revision = excluded.revision
 ),
 skipped AS (
     -- Never the completed slot itself: one statement cannot write a run row twice.
