@@ -1,7 +1,10 @@
 """Holding a job back without pausing it for good: ``pause --until`` (idle again with its
 first slot at or after a time, so it resumes by itself with nothing to wake it) and
 ``skip-next`` (its next slots recorded skipped). Both plan in Python with the job's own
-schedule and calendar, then write in one statement. A part of ``JobStore``.
+schedule and calendar, then write the job and its skipped records in one transaction.
+The records go through ``record_skipped``, a function that runs as the schema's owner, so
+a pause or skip-next over the API writes them too (the web's role writes no runs:
+docs/design/roles.md). A part of ``JobStore``.
 
 A pause of either kind (``pulse jobs pause`` too) first records skipped the slots a job owes
 (one held at its gate, or deferred by a window, and those that came behind it): it moves
@@ -85,12 +88,12 @@ class Holds:
                 calendar += [(d.slot, d.reason or "skipped by the calendar") for d in passed]
                 if position < count - 1:
                     skipped.append((run.slot, SKIP_REASON))
+            skips = {"id": job.id, "skips": _json([*skipped, *calendar]), "now": now}
+            await self._db.all("record_skips", skips)  # before the job moves past them
             params = {
                 "next_run_at": jittered_start(run, job.tenant, job.name, job.jitter_s),
                 "slot_at": run.slot,
                 "slot_origin": origin_of(run),
-                "skips": _json([*skipped, *calendar]),
-                "now": now,
             }
             await self._write("skip_next_slots", job, params)
         return [slot for slot, _ in skipped]
@@ -99,8 +102,8 @@ class Holds:
         """Record skipped the slots an idle job owes at ``now``: a slot whose time has come
         but whose start has not (deferred by a window, jittered) or that waits at its gate,
         and those that came behind it. A pause moves the job past them, and the slot ledger
-        leaves no slot without a record. Written only when there are some (the web's role
-        writes no runs: docs/design/roles.md)."""
+        leaves no slot without a record. Written through ``record_skipped``, as the
+        schema's owner: the web's role writes no runs (docs/design/roles.md)."""
         if job.status != JobStatus.IDLE or job.slot_at > now or job.watch:
             return
         schedule = job.parsed_schedule()
@@ -122,6 +125,20 @@ class Holds:
                 break
             owed.append((run.slot, reason))
         await self._db.all("record_skips", {"id": job.id, "skips": _json(owed), "now": now})
+
+    async def records_ahead(self, job: Job, now: datetime | None = None) -> bool:
+        """Whether the idle job's coming slot lies past slots recorded already (skip-next):
+        a plain trigger then runs as a flight stamped with the current time and leaves the
+        job's slot as it is, for the run after the triggered one is never planned onto a
+        recorded slot (test_a_triggered_run_never_runs_a_slot_skip_next_recorded)."""
+        if job.status != JobStatus.IDLE:
+            return False
+        db_now = await self._db.db_now(now)
+        if job.slot_at <= db_now:
+            return False
+        params = {"job_id": job.id, "from": db_now, "limit": 1}
+        recorded = await self._db.all("recorded_slots", params)
+        return bool(recorded) and recorded[0]["scheduled_for"] < job.slot_at
 
     async def first_open_run(self, job: Job, after: datetime) -> Decision:
         """The job's first run starting after ``after`` whose slot has no record yet."""
