@@ -109,7 +109,7 @@ class Rules:
                 raise InvalidInput("calendar", f"job {label}: {exc}") from exc
             # Never onto a slot skip-next recorded
             # (test_a_window_never_runs_a_slot_skip_next_recorded).
-            run = await open_run(self._db, job["id"], schedule, rule, run)
+            run = await open_run(self._db, job["id"], schedule, rule, run, db_now)
             start = jittered_start(run, job["tenant_id"], job["name"], job["jitter_s"])
             if run.slot == job["slot_at"] and job["gate_wait"]:
                 start = job["next_run_at"]  # still held: until its gate opens or its bound

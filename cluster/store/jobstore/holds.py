@@ -12,8 +12,9 @@ past them, and no slot may be left without a record (``record_owed``).
 
 ``skip-next`` writes its records ahead of the slots, so a job may later be planned back
 before them (a resume, a ``pause --until``): ``first_open_run`` passes every slot that has
-a record already, so a skipped slot is never run and its record never overwritten (the
-slot ledger, docs/guarantees.md; tests/integration/test_holds.py).
+a record already, and the runs between slots recorded skipped (recorded too), so a skipped
+slot is never run and its record never overwritten (the slot ledger, docs/guarantees.md;
+tests/integration/test_holds.py).
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from datetime import datetime
 from typing import Any
 
 from cluster.errors import Conflict, InvalidInput
-from cluster.jobs.models import Job, JobStatus
+from cluster.jobs.models import Job, JobStatus, RunStatus
 from cluster.store.jobstore.scoped import ScopedConnection
 from cluster.timing.calendared import (
     CalendarRule,
@@ -41,6 +42,9 @@ __all__ = ["MAX_SKIP", "Holds", "open_run"]
 
 MAX_SKIP = 1000
 SKIP_REASON = "skipped by pulse jobs skip-next"
+BETWEEN_REASON = (
+    "skipped by pulse jobs skip-next: between slots it recorded skipped, under the job's new timing"
+)
 
 
 class Holds:
@@ -59,7 +63,7 @@ class Holds:
                 raise InvalidInput("until", f"{until.isoformat()} is not in the future")
             self._recurring(job, "pause --until")
             await self.record_owed(job, "pause --until", db_now)
-            run = await self.first_open_run(job, until - US)
+            run = await self.first_open_run(job, until - US, db_now)
             params = {
                 "until": until,
                 "note": note,
@@ -140,10 +144,12 @@ class Holds:
         recorded = await self._db.all("recorded_slots", params)
         return bool(recorded) and recorded[0]["scheduled_for"] < job.slot_at
 
-    async def first_open_run(self, job: Job, after: datetime) -> Decision:
-        """The job's first run starting after ``after`` whose slot has no record yet."""
+    async def first_open_run(self, job: Job, after: datetime, now: datetime) -> Decision:
+        """The job's first run starting after ``after`` past the slots that have a record
+        already (``open_run``)."""
         schedule, rule = job.parsed_schedule(), job.rule()
-        return await open_run(self._db, job.id, schedule, rule, first_run(schedule, rule, after))
+        first = first_run(schedule, rule, after)
+        return await open_run(self._db, job.id, schedule, rule, first, now)
 
     def _recurring(self, job: Job, what: str) -> Schedule:
         schedule = job.parsed_schedule()
@@ -161,20 +167,38 @@ class Holds:
 
 
 async def open_run(
-    db: ScopedConnection, job_id: Any, schedule: Schedule, rule: CalendarRule | None, run: Decision
+    db: ScopedConnection,
+    job_id: Any,
+    schedule: Schedule,
+    rule: CalendarRule | None,
+    run: Decision,
+    now: datetime | None,
 ) -> Decision:
-    """``run``, or the first run after it whose slot has no record yet: a job planned again
-    (resume, ``pause --until``, a new definition) never lands on a slot skip-next recorded."""
-    while schedule.at is None:  # a one-off's slot is its own, recorded or not
+    """``run``, or the first run after it whose slot has no record and that comes after
+    every slot recorded skipped ahead (skip-next writes them ahead of time): a job planned
+    again (resume, ``pause --until``, a new definition, a window) never lands on a slot
+    skip-next recorded, nor does any run after it. The runs it passes between those records
+    (a new timing may have more slots than the one skip-next walked) are recorded skipped,
+    saying so (test_a_new_timing_runs_no_slot_skip_next_recorded_after_its_first)."""
+    if schedule.at is not None:  # a one-off's slot is its own, recorded or not
+        return run
+    passed: list[tuple[datetime, str]] = []
+    while True:
         params = {"job_id": job_id, "from": run.slot, "limit": MAX_SKIP}
-        recorded = [r["scheduled_for"] for r in await db.all("recorded_slots", params)]
-        for slot in recorded:
-            if slot > run.slot:
-                return run
-            if slot == run.slot:
-                run = run_after(schedule, rule, run)[0]
-        if len(recorded) < MAX_SKIP:
+        rows = await db.all("recorded_slots", params)
+        recorded = {r["scheduled_for"] for r in rows}
+        skips = [r["scheduled_for"] for r in rows if r["status"] == RunStatus.SKIPPED]
+        last = max(skips, default=None)  # runs before it are passed too
+        while run.slot in recorded or (last is not None and run.slot < last):
+            if run.slot not in recorded:
+                passed.append((run.slot, BETWEEN_REASON))
+            run, skipped = run_after(schedule, rule, run)
+            passed += [(d.slot, d.reason or "skipped by the calendar") for d in skipped]
+        if len(rows) < MAX_SKIP or run.slot <= max(recorded):
             break
+    passed = [(slot, why) for slot, why in passed if slot < run.slot]
+    if passed:
+        await db.all("record_skips", {"id": job_id, "skips": _json(passed), "now": now})
     return run
 
 

@@ -222,7 +222,7 @@ class JobStore:
                 slot = job.slot_at
                 start = slot if slot < CHAINED_NEXT else CHAINED_NEXT
             else:
-                run = await self.holds.first_open_run(job, db_now)
+                run = await self.holds.first_open_run(job, db_now, db_now)
                 slot, start = run.slot, jittered_start(run, tenant, name, job.jitter_s)
             params = {"next_run_at": start, "slot_at": slot, "now": db_now}
             await self._write("resume_job", name, tenant, params)
