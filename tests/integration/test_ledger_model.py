@@ -625,3 +625,18 @@ def test_a_new_timing_runs_no_slot_skip_next_recorded_after_its_first(
         machine.rollback_a()
         for _ in range(8):
             machine.the_ledger_holds()
+
+
+def test_a_resume_records_the_slots_a_window_skips_before_the_jobs_next_run(
+    settings: ClusterSettings,
+) -> None:
+    """Found by the long profile: a window added while a was paused skips a's slot after the
+    resume; the resume planned a past it, and no completion passed it to record it."""
+    with Sequence(settings) as machine:
+        machine.pause("a")
+        machine.the_ledger_holds()
+        machine.window(name="a", start=2, length=1, defer=False)
+        machine.the_ledger_holds()
+        machine.resume("a")
+        for _ in range(3):
+            machine.the_ledger_holds()

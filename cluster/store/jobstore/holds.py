@@ -35,6 +35,7 @@ from cluster.timing.calendared import (
     origin_of,
     run_after,
 )
+from cluster.timing.fate import skipped_between
 from cluster.timing.instants import US
 from cluster.timing.schedule import Schedule
 
@@ -146,9 +147,14 @@ class Holds:
 
     async def first_open_run(self, job: Job, after: datetime, now: datetime) -> Decision:
         """The job's first run starting after ``after`` past the slots that have a record
-        already (``open_run``)."""
+        already (``open_run``). The slots its calendar or windows skip from ``after`` to it
+        are recorded skipped: no completion passes them (a window added while the job was
+        paused: test_a_resume_records_the_slots_a_window_skips_before_the_jobs_next_run)."""
         schedule, rule = job.parsed_schedule(), job.rule()
         first = first_run(schedule, rule, after)
+        passed = [(p.slot, p.reason) for p in skipped_between(schedule, rule, after, first.slot)]
+        if passed:
+            await self._db.all("record_skips", {"id": job.id, "skips": _json(passed), "now": now})
         return await open_run(self._db, job.id, schedule, rule, first, now)
 
     def _recurring(self, job: Job, what: str) -> Schedule:
