@@ -22,6 +22,7 @@ from cluster.timing.calendared import (
     EVERY_DAY,
     CalendarRule,
     Window,
+    current_run,
     first_run,
     jittered_start,
     origin_of,
@@ -97,17 +98,25 @@ class Rules:
             schedule = parse_schedule(
                 job["schedule"], job["tz"], job["dst_repeated"], job["dst_skipped"]
             )
+            owed = job["slot_at"] <= db_now and schedule.at is None
             try:
-                run = first_run(schedule, rule, db_now)
+                # A slot whose time has come (due, deferred, held at its gate) is kept: its
+                # claim decides it under the new rule, so it runs or is recorded skipped
+                # with its true reason (test_a_window_on_a_job_held_at_its_gate_...).
+                run = current_run(schedule, rule, job["slot_at"]) if owed else None
+                run = run or first_run(schedule, rule, db_now)
             except InvalidInput as exc:
                 raise InvalidInput("calendar", f"job {label}: {exc}") from exc
             # Never onto a slot skip-next recorded
             # (test_a_window_never_runs_a_slot_skip_next_recorded).
-            run = await open_run(self._db, job["id"], schedule, rule, run)
+            run = await open_run(self._db, job["id"], schedule, rule, run, db_now)
+            start = jittered_start(run, job["tenant_id"], job["name"], job["jitter_s"])
+            if run.slot == job["slot_at"] and job["gate_wait"]:
+                start = job["next_run_at"]  # still held: until its gate opens or its bound
             params = {
                 "id": job["id"],
                 "calendar_rule": None if rule is None else rule.to_json(),
-                "next_run_at": jittered_start(run, job["tenant_id"], job["name"], job["jitter_s"]),
+                "next_run_at": start,
                 "slot_at": run.slot,
                 "slot_origin": origin_of(run),
                 "now": db_now,

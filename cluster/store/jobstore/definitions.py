@@ -35,6 +35,7 @@ from cluster.store.queries import query
 from cluster.timing.calendared import (
     CalendarRule,
     Decision,
+    current_run,
     first_run,
     jittered_start,
     origin_of,
@@ -233,16 +234,21 @@ class Definitions:
     ) -> dict[str, Any]:
         """An existing job a new timing plans again starts past the slots that have a record
         already (skip-next writes them ahead), so none is run and its record overwritten
-        (test_a_new_timing_never_runs_a_slot_skip_next_recorded)."""
+        (test_a_new_timing_never_runs_a_slot_skip_next_recorded). One whose slot's time has
+        come but not its start (deferred by a window, held at its gate) keeps that slot,
+        decided by the new rule at its claim: a new definition never moves a job past a
+        slot it owes without a record (test_a_new_timing_keeps_a_slot_a_window_deferred)."""
         schedule = spec.parsed_schedule()
         if schedule.chain or schedule.at is not None:
             return {}
         found = await self._db.one("get_job", {"tenant_id": spec.tenant, "name": spec.name})
         if found is None:
             return {}
-        planned = first_run(schedule, rule, db_now)
-        run = await open_run(self._db, found["id"], schedule, rule, planned)
-        if run == planned:
+        fresh = first_run(schedule, rule, db_now)
+        owed = _owes(found, db_now)
+        planned = current_run(schedule, rule, found["slot_at"]) if owed else fresh
+        run = await open_run(self._db, found["id"], schedule, rule, planned, db_now)
+        if run == fresh:
             return {}
         return {
             "next_run_at": jittered_start(run, spec.tenant, spec.name, spec.jitter_s),
@@ -310,3 +316,20 @@ class Definitions:
             found = await self._db.one("zone_space", {"zones": list(zones)})
             if found is not None:
                 return int(found["space"])
+
+
+def _owes(job: Mapping[str, Any], db_now: datetime) -> bool:
+    """Whether the job's row holds a slot whose time has come but whose start has not:
+    deferred by a window, or held at its gate (not a trigger's, a retry or a pause). A slot
+    simply due (no node ran it: an outage) is dropped by the new timing as its plan shows
+    (``JobPlan.dropped``), as before."""
+    until = job["paused_until"]
+    return bool(
+        job["status"] == JobStatus.IDLE
+        and job["attempt"] == 1
+        and job["slot_at"] <= db_now
+        and (job["gate_wait"] or job["next_run_at"] > db_now)
+        and job["slot_origin"] != "trigger"
+        and not job["paused"]
+        and (until is None or until <= db_now)
+    )

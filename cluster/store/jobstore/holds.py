@@ -1,7 +1,10 @@
 """Holding a job back without pausing it for good: ``pause --until`` (idle again with its
 first slot at or after a time, so it resumes by itself with nothing to wake it) and
 ``skip-next`` (its next slots recorded skipped). Both plan in Python with the job's own
-schedule and calendar, then write in one statement. A part of ``JobStore``.
+schedule and calendar, then write the job and its skipped records in one transaction.
+The records go through ``record_skipped``, a function that runs as the schema's owner, so
+a pause or skip-next over the API writes them too (the web's role writes no runs:
+docs/design/roles.md). A part of ``JobStore``.
 
 A pause of either kind (``pulse jobs pause`` too) first records skipped the slots a job owes
 (one held at its gate, or deferred by a window, and those that came behind it): it moves
@@ -9,8 +12,9 @@ past them, and no slot may be left without a record (``record_owed``).
 
 ``skip-next`` writes its records ahead of the slots, so a job may later be planned back
 before them (a resume, a ``pause --until``): ``first_open_run`` passes every slot that has
-a record already, so a skipped slot is never run and its record never overwritten (the
-slot ledger, docs/guarantees.md; tests/integration/test_holds.py).
+a record already, and the runs between slots recorded skipped (recorded too), so a skipped
+slot is never run and its record never overwritten (the slot ledger, docs/guarantees.md;
+tests/integration/test_holds.py).
 """
 
 from __future__ import annotations
@@ -20,7 +24,7 @@ from datetime import datetime
 from typing import Any
 
 from cluster.errors import Conflict, InvalidInput
-from cluster.jobs.models import Job, JobStatus
+from cluster.jobs.models import Job, JobStatus, RunStatus
 from cluster.store.jobstore.scoped import ScopedConnection
 from cluster.timing.calendared import (
     CalendarRule,
@@ -31,6 +35,7 @@ from cluster.timing.calendared import (
     origin_of,
     run_after,
 )
+from cluster.timing.fate import skipped_between
 from cluster.timing.instants import US
 from cluster.timing.schedule import Schedule
 
@@ -38,6 +43,9 @@ __all__ = ["MAX_SKIP", "Holds", "open_run"]
 
 MAX_SKIP = 1000
 SKIP_REASON = "skipped by pulse jobs skip-next"
+BETWEEN_REASON = (
+    "skipped by pulse jobs skip-next: between slots it recorded skipped, under the job's new timing"
+)
 
 
 class Holds:
@@ -56,7 +64,7 @@ class Holds:
                 raise InvalidInput("until", f"{until.isoformat()} is not in the future")
             self._recurring(job, "pause --until")
             await self.record_owed(job, "pause --until", db_now)
-            run = await self.first_open_run(job, until - US)
+            run = await self.first_open_run(job, until - US, db_now)
             params = {
                 "until": until,
                 "note": note,
@@ -85,12 +93,12 @@ class Holds:
                 calendar += [(d.slot, d.reason or "skipped by the calendar") for d in passed]
                 if position < count - 1:
                     skipped.append((run.slot, SKIP_REASON))
+            skips = {"id": job.id, "skips": _json([*skipped, *calendar]), "now": now}
+            await self._db.all("record_skips", skips)  # before the job moves past them
             params = {
                 "next_run_at": jittered_start(run, job.tenant, job.name, job.jitter_s),
                 "slot_at": run.slot,
                 "slot_origin": origin_of(run),
-                "skips": _json([*skipped, *calendar]),
-                "now": now,
             }
             await self._write("skip_next_slots", job, params)
         return [slot for slot, _ in skipped]
@@ -99,8 +107,8 @@ class Holds:
         """Record skipped the slots an idle job owes at ``now``: a slot whose time has come
         but whose start has not (deferred by a window, jittered) or that waits at its gate,
         and those that came behind it. A pause moves the job past them, and the slot ledger
-        leaves no slot without a record. Written only when there are some (the web's role
-        writes no runs: docs/design/roles.md)."""
+        leaves no slot without a record. Written through ``record_skipped``, as the
+        schema's owner: the web's role writes no runs (docs/design/roles.md)."""
         if job.status != JobStatus.IDLE or job.slot_at > now or job.watch:
             return
         schedule = job.parsed_schedule()
@@ -123,10 +131,31 @@ class Holds:
             owed.append((run.slot, reason))
         await self._db.all("record_skips", {"id": job.id, "skips": _json(owed), "now": now})
 
-    async def first_open_run(self, job: Job, after: datetime) -> Decision:
-        """The job's first run starting after ``after`` whose slot has no record yet."""
+    async def records_ahead(self, job: Job, now: datetime | None = None) -> bool:
+        """Whether the idle job's coming slot lies past slots recorded already (skip-next):
+        a plain trigger then runs as a flight stamped with the current time and leaves the
+        job's slot as it is, for the run after the triggered one is never planned onto a
+        recorded slot (test_a_triggered_run_never_runs_a_slot_skip_next_recorded)."""
+        if job.status != JobStatus.IDLE:
+            return False
+        db_now = await self._db.db_now(now)
+        if job.slot_at <= db_now:
+            return False
+        params = {"job_id": job.id, "from": db_now, "limit": 1}
+        recorded = await self._db.all("recorded_slots", params)
+        return bool(recorded) and recorded[0]["scheduled_for"] < job.slot_at
+
+    async def first_open_run(self, job: Job, after: datetime, now: datetime) -> Decision:
+        """The job's first run starting after ``after`` past the slots that have a record
+        already (``open_run``). The slots its calendar or windows skip from ``after`` to it
+        are recorded skipped: no completion passes them (a window added while the job was
+        paused: test_a_resume_records_the_slots_a_window_skips_before_the_jobs_next_run)."""
         schedule, rule = job.parsed_schedule(), job.rule()
-        return await open_run(self._db, job.id, schedule, rule, first_run(schedule, rule, after))
+        first = first_run(schedule, rule, after)
+        passed = [(p.slot, p.reason) for p in skipped_between(schedule, rule, after, first.slot)]
+        if passed:
+            await self._db.all("record_skips", {"id": job.id, "skips": _json(passed), "now": now})
+        return await open_run(self._db, job.id, schedule, rule, first, now)
 
     def _recurring(self, job: Job, what: str) -> Schedule:
         schedule = job.parsed_schedule()
@@ -144,20 +173,38 @@ class Holds:
 
 
 async def open_run(
-    db: ScopedConnection, job_id: Any, schedule: Schedule, rule: CalendarRule | None, run: Decision
+    db: ScopedConnection,
+    job_id: Any,
+    schedule: Schedule,
+    rule: CalendarRule | None,
+    run: Decision,
+    now: datetime | None,
 ) -> Decision:
-    """``run``, or the first run after it whose slot has no record yet: a job planned again
-    (resume, ``pause --until``, a new definition) never lands on a slot skip-next recorded."""
-    while schedule.at is None:  # a one-off's slot is its own, recorded or not
+    """``run``, or the first run after it whose slot has no record and that comes after
+    every slot recorded skipped ahead (skip-next writes them ahead of time): a job planned
+    again (resume, ``pause --until``, a new definition, a window) never lands on a slot
+    skip-next recorded, nor does any run after it. The runs it passes between those records
+    (a new timing may have more slots than the one skip-next walked) are recorded skipped,
+    saying so (test_a_new_timing_runs_no_slot_skip_next_recorded_after_its_first)."""
+    if schedule.at is not None:  # a one-off's slot is its own, recorded or not
+        return run
+    passed: list[tuple[datetime, str]] = []
+    while True:
         params = {"job_id": job_id, "from": run.slot, "limit": MAX_SKIP}
-        recorded = [r["scheduled_for"] for r in await db.all("recorded_slots", params)]
-        for slot in recorded:
-            if slot > run.slot:
-                return run
-            if slot == run.slot:
-                run = run_after(schedule, rule, run)[0]
-        if len(recorded) < MAX_SKIP:
+        rows = await db.all("recorded_slots", params)
+        recorded = {r["scheduled_for"] for r in rows}
+        skips = [r["scheduled_for"] for r in rows if r["status"] == RunStatus.SKIPPED]
+        last = max(skips, default=None)  # runs before it are passed too
+        while run.slot in recorded or (last is not None and run.slot < last):
+            if run.slot not in recorded:
+                passed.append((run.slot, BETWEEN_REASON))
+            run, skipped = run_after(schedule, rule, run)
+            passed += [(d.slot, d.reason or "skipped by the calendar") for d in skipped]
+        if len(rows) < MAX_SKIP or run.slot <= max(recorded):
             break
+    passed = [(slot, why) for slot, why in passed if slot < run.slot]
+    if passed:
+        await db.all("record_skips", {"id": job_id, "skips": _json(passed), "now": now})
     return run
 
 

@@ -213,16 +213,19 @@ class JobStore:
     async def resume(
         self, name: str, tenant: str = DEFAULT_TENANT, *, now: datetime | None = None
     ) -> Job:
-        """Unpause; the job continues at its next future slot."""
+        """Unpause; the job continues at its next future slot. A job whose ``pause --until``
+        is over is on its schedule again: it keeps its slot (held at its gate, or due)."""
         async with self.db.transaction():
             job = await self.db.job("lock_job", name, tenant)
+            db_now = await self.db_now(now)
             if job.parsed_schedule().chain:  # its slot taken, or the next released one
                 slot = job.slot_at
                 start = slot if slot < CHAINED_NEXT else CHAINED_NEXT
             else:
-                run = await self.holds.first_open_run(job, await self.db_now(now))
+                run = await self.holds.first_open_run(job, db_now, db_now)
                 slot, start = run.slot, jittered_start(run, tenant, name, job.jitter_s)
-            await self._write("resume_job", name, tenant, {"next_run_at": start, "slot_at": slot})
+            params = {"next_run_at": start, "slot_at": slot, "now": db_now}
+            await self._write("resume_job", name, tenant, params)
         return await self.get(name, tenant)
 
     async def trigger(
@@ -231,10 +234,12 @@ class JobStore:
         """Make the job due now without changing its regular schedule (with a payload or a
         past slot: ``inputs.trigger``). A job with upstreams gets an extra run now, stamped
         with the current time, that waits for none of them: its own slot (held, or a chained
-        job's queue) stays as it is (docs/design/gates.md)."""
-        if (await self.get(name, tenant)).watch:
+        job's queue) stays as it is (docs/design/gates.md); so does a job planned past slots
+        skip-next recorded (``Holds.records_ahead``)."""
+        job = await self.get(name, tenant)
+        if job.watch:
             raise InvalidInput("name", f"{name!r} is a watch job: no node runs it")
-        if await self.has_upstreams(name, tenant):
+        if await self.has_upstreams(name, tenant) or await self.holds.records_ahead(job, now):
             await self.inputs.trigger(name, tenant, now=now)
             return await self.get(name, tenant)
         row = await self.db.one("trigger_job", {"tenant_id": tenant, "name": name, "now": now})

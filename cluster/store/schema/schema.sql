@@ -557,6 +557,62 @@ LANGUAGE sql SET search_path FROM CURRENT AS $$
 $$;
 
 
+-- The skipped records a pause (of a job that owes slots), skip-next or a job planned afresh
+-- writes, as the owner: the web's role writes no runs (migration
+-- `0.3.0_pre_web_skips_and_triggers`). Only `skipped` rows with a reason, for one idle or
+-- paused job in the caller's tenant scope, never over a record, and only for slots still to
+-- be decided: at or after the job's slot, or still to come by the database's clock (any
+-- slot for a login that may insert runs itself: the owner, a node).
+CREATE FUNCTION record_skipped(
+    p_job uuid,
+    p_scope text,
+    p_skips json,
+    p_now timestamptz
+) RETURNS TABLE (skipped_slot timestamptz)
+LANGUAGE sql SECURITY DEFINER AS $$
+    INSERT INTO runs (job_id, tenant_id, job_name, scheduled_for, attempt, status,
+                      finished_at, last_error)
+    SELECT j.id, j.tenant_id, j.name, (e->>0)::timestamptz, 1, 'skipped',
+           coalesce(p_now, now()), e->>1
+    FROM jobs j CROSS JOIN json_array_elements(p_skips) AS e
+    WHERE j.id = p_job AND (p_scope IS NULL OR j.tenant_id = p_scope)
+      AND j.status IN ('idle', 'paused')
+      AND ((e->>0)::timestamptz >= j.slot_at OR (e->>0)::timestamptz > now()
+           OR has_table_privilege(session_user, 'runs', 'INSERT'))
+      AND nullif(e->>1, '') IS NOT NULL
+    ON CONFLICT (job_id, scheduled_for) DO NOTHING
+    RETURNING scheduled_for
+$$;
+
+-- A trigger's flight (a payload, a gated or chained job, a job past skip-next's records),
+-- queued as the owner: the web's role may not insert flights (migration
+-- `0.3.0_pre_web_skips_and_triggers`). One queued flight of origin `trigger`, for one job in
+-- the caller's tenant scope, at the database's clock (p_now only for a login that may
+-- insert flights itself), at most 10 waiting.
+CREATE FUNCTION trigger_flight(
+    p_job uuid,
+    p_scope text,
+    p_payload jsonb,
+    p_now timestamptz,
+    p_most integer
+) RETURNS TABLE (flight_slot timestamptz)
+LANGUAGE sql SECURITY DEFINER AS $$
+    INSERT INTO flights (job_id, slot, shard_id, status, attempt, due_at, lease_token, origin,
+                         payload, revision)
+    SELECT j.id, k.t, j.shard_id, 'queued', 1, k.t, j.lease_token, 'trigger', p_payload,
+           j.revision
+    FROM jobs j
+    CROSS JOIN (SELECT CASE WHEN p_now IS NOT NULL
+                             AND has_table_privilege(session_user, 'flights', 'INSERT')
+                            THEN p_now ELSE now() END AS t) AS k
+    WHERE j.id = p_job AND (p_scope IS NULL OR j.tenant_id = p_scope)
+      AND (SELECT count(*) FROM flights f
+           WHERE f.job_id = j.id AND f.origin = 'trigger' AND f.status = 'queued')
+          < least(p_most, 10)
+    ON CONFLICT (job_id, slot) DO NOTHING
+    RETURNING slot
+$$;
+
 -- == Alerts ==============================================================================
 
 -- Rules say who wants which events; events are an outbox written in the same transaction

@@ -55,7 +55,7 @@ RETURNING c.name;
 -- The jobs that use the calendar, locked: their next slot is planned again.
 SELECT j.id, j.tenant_id, j.name, j.schedule, j.tz, j.dst_repeated, j.dst_skipped,
        j.status, j.shard_id, j.jitter_s, j.calendar, j.on_excluded, j.business_day, j.labels,
-       j.slot_at
+       j.slot_at, j.next_run_at, j.gate_wait
 FROM jobs j WHERE j.calendar = %(name)s
 ORDER BY j.id
 FOR UPDATE;
@@ -64,7 +64,7 @@ FOR UPDATE;
 -- The jobs a blackout window of %(window_scope)s covers, locked, as calendar_jobs.
 SELECT j.id, j.tenant_id, j.name, j.schedule, j.tz, j.dst_repeated, j.dst_skipped,
        j.status, j.shard_id, j.jitter_s, j.calendar, j.on_excluded, j.business_day, j.labels,
-       j.slot_at
+       j.slot_at, j.next_run_at, j.gate_wait
 FROM jobs j
 WHERE j.parent_id IS NULL AND NOT j.each_zone AND NOT starts_with(j.schedule, '@after:')
   AND (%(window_scope)s = 'cluster'
@@ -120,12 +120,15 @@ RETURNING id, shard_id, status;
 -- The slots a job's calendar or windows skip on the way to the slot it was just planned at
 -- (created, or re-planned by a calendar or window change), a JSON list of [slot, reason]:
 -- recorded skipped as a completion records those it passes. Only slots before the job's
--- slot: a job that kept its slot (running, retrying) records nothing here.
-INSERT INTO runs (job_id, tenant_id, job_name, scheduled_for, attempt, status, finished_at,
-                  last_error)
-SELECT j.id, j.tenant_id, j.name, (e->>0)::timestamptz, 1, 'skipped',
-       coalesce(%(now)s::timestamptz, now()), e->>1
-FROM jobs j CROSS JOIN json_array_elements(%(skips)s::json) AS e
-WHERE j.id = %(id)s AND (e->>0)::timestamptz < j.slot_at
-ON CONFLICT (job_id, scheduled_for) DO NOTHING
-RETURNING scheduled_for;
+-- slot: a job that kept its slot (running, retrying) records nothing here. Through
+-- record_skipped, as the owner: a job created over the API writes them too (migration
+-- `0.3.0_pre_web_skips_and_triggers`, docs/design/roles.md).
+SELECT r.skipped_slot AS scheduled_for
+FROM jobs j
+CROSS JOIN LATERAL (
+    SELECT coalesce(json_agg(e), '[]'::json) AS skips
+    FROM json_array_elements(%(skips)s::json) AS e
+    WHERE (e->>0)::timestamptz < j.slot_at
+) AS s
+CROSS JOIN LATERAL record_skipped(j.id, %(scope)s, s.skips, %(now)s::timestamptz) AS r
+WHERE j.id = %(id)s;

@@ -330,14 +330,9 @@ RETURNING j.id, j.shard_id, f.slot AS slot_at, f.attempt, f.lease_token, f.locke
 -- A slot stamped with the current time, queued as a flight due now with the given payload
 -- (`pulse jobs trigger --payload`; cluster/store/jobstore/inputs.py). No row: one is there already at
 -- that instant, or the job has %(most)s such flights waiting (the caller tells which).
-INSERT INTO flights (job_id, slot, shard_id, status, attempt, due_at, lease_token, origin,
-                     payload, revision)
-SELECT j.id, k.t, j.shard_id, 'queued', 1, k.t, j.lease_token, 'trigger', %(payload)s,
-       j.revision
-FROM jobs j CROSS JOIN (SELECT coalesce(%(now)s::timestamptz, now()) AS t) AS k
-WHERE j.id = %(job_id)s
-  AND (SELECT count(*) FROM flights f
-       WHERE f.job_id = j.id AND f.origin = 'trigger' AND f.status = 'queued') < %(most)s
-ON CONFLICT (job_id, slot) DO NOTHING
-RETURNING slot;
+-- Through the function trigger_flight, as the owner: the web's role may not insert flights
+-- (migration `0.3.0_pre_web_skips_and_triggers`, docs/design/roles.md).
+SELECT flight_slot AS slot
+FROM trigger_flight(%(job_id)s, %(scope)s, %(payload)s::jsonb, %(now)s::timestamptz,
+                    %(most)s::int);
 

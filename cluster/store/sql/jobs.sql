@@ -106,44 +106,32 @@ WHERE tenant_id = %(tenant_id)s AND name = %(name)s AND status IN ('idle', 'paus
 RETURNING id, shard_id, status;
 
 -- name: skip_next_slots
--- `skip-next`: an idle job's next slots are recorded skipped (a JSON list of [slot,
--- reason]) and it moves to the slot after them. No row: the job is not idle.
-WITH moved AS (
-    UPDATE jobs SET
-        next_run_at = %(next_run_at)s,
-        slot_at = %(slot_at)s,
-        slot_origin = %(slot_origin)s,
-        attempt = 1,
-        updated_at = now()
-    WHERE tenant_id = %(tenant_id)s AND name = %(name)s AND status = 'idle'
-      AND (%(scope)s::text IS NULL OR tenant_id = %(scope)s)
-    RETURNING id, tenant_id, name, shard_id
-),
-skipped AS (
-    INSERT INTO runs (job_id, tenant_id, job_name, scheduled_for, attempt, status,
-                      finished_at, last_error)
-    SELECT m.id, m.tenant_id, m.name, (e->>0)::timestamptz, 1, 'skipped',
-           coalesce(%(now)s::timestamptz, now()), e->>1
-    FROM moved m CROSS JOIN json_array_elements(%(skips)s::json) AS e
-    ON CONFLICT (job_id, scheduled_for) DO NOTHING
-)
-SELECT id, shard_id, 'idle' AS status FROM moved;
+-- `skip-next`: an idle job moves to the slot after those it skips, which the caller has
+-- just recorded skipped (record_skips). No row: the job is not idle.
+UPDATE jobs SET
+    next_run_at = %(next_run_at)s,
+    slot_at = %(slot_at)s,
+    slot_origin = %(slot_origin)s,
+    attempt = 1,
+    updated_at = now()
+WHERE tenant_id = %(tenant_id)s AND name = %(name)s AND status = 'idle'
+  AND (%(scope)s::text IS NULL OR tenant_id = %(scope)s)
+RETURNING id, shard_id, status;
 
 -- name: record_skips
--- Slots a job held at its gate owed when a pause moved it past them, recorded skipped (a
--- JSON list of [slot, reason]); a slot with a record keeps it (docs/design/gates.md).
-INSERT INTO runs (job_id, tenant_id, job_name, scheduled_for, attempt, status, finished_at,
-                  last_error)
-SELECT j.id, j.tenant_id, j.name, (e->>0)::timestamptz, 1, 'skipped',
-       coalesce(%(now)s::timestamptz, now()), e->>1
-FROM jobs j CROSS JOIN json_array_elements(%(skips)s::json) AS e
-WHERE j.id = %(id)s
-ON CONFLICT (job_id, scheduled_for) DO NOTHING
-RETURNING scheduled_for;
+-- Slots a job owes (held at its gate, deferred, due) when a pause moves it past them, or
+-- its next slots skip-next skips, recorded skipped (a JSON list of [slot, reason]) before
+-- the job moves; a slot with a record keeps it (docs/design/gates.md). Through
+-- record_skipped, as the owner: the web's role writes no runs
+-- (migration `0.3.0_pre_web_skips_and_triggers`, docs/design/roles.md).
+SELECT skipped_slot AS scheduled_for
+FROM record_skipped(%(id)s, %(scope)s, %(skips)s::json, %(now)s::timestamptz);
 
 -- name: resume_job
--- A paused job (or one paused until a time) continues at the schedule's next future slot
--- (computed by the caller); the slots it missed while paused are not run.
+-- A paused job (or one paused until a time still to come) continues at the schedule's next
+-- future slot (computed by the caller); the slots it missed while paused are not run. A job
+-- whose pause until a time is over is back on its schedule already: it keeps its slot (one
+-- held at its gate included: test_a_resume_after_a_pause_until_keeps_the_slot_held_at_...).
 UPDATE jobs SET
     paused = false,
     pause_note = NULL,
@@ -154,8 +142,9 @@ UPDATE jobs SET
                CASE WHEN m.moves THEN %(slot_at)s ELSE slot_at END,
                CASE WHEN m.moves THEN NULL ELSE slot_origin END,
                CASE WHEN m.moves THEN 1 ELSE attempt END
-        FROM (SELECT status = 'paused' OR (status = 'idle' AND paused_until IS NOT NULL)
-                  AS moves) m),
+        FROM (SELECT status = 'paused'
+                     OR (status = 'idle'
+                         AND paused_until > coalesce(%(now)s::timestamptz, now())) AS moves) m),
     paused_until = NULL,
     updated_at = now()
 WHERE tenant_id = %(tenant_id)s AND name = %(name)s

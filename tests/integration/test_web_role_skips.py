@@ -1,0 +1,165 @@
+"""The writes of the slot ledger made by a real login of the web's role (``pulse init
+--roles``): the skipped records a pause, skip-next or a calendar job's creation writes, and
+the flight a trigger queues. The role may not insert runs nor flights, so they go through
+``record_skipped`` and ``trigger_flight``, functions that run as the schema's owner
+(docs/design/roles.md), and those write nothing else: no record over another, none for a
+slot the job has passed already, none outside the caller's tenant scope, no flight at a
+past instant nor past ten waiting."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from datetime import UTC, datetime, timedelta
+
+import psycopg
+from psycopg import sql
+
+from cluster.jobs.spec import JobSpec
+from cluster.settings import ClusterSettings
+from cluster.store.jobstore.store import JobStore
+from cluster.timing.calendars import Calendar
+from tests.helpers.history import rows
+from tests.helpers.roles import Logins, grant_roles
+
+T0 = datetime(2031, 12, 22, 10, 0, 30, tzinfo=UTC)
+SLOT = datetime(2031, 12, 22, 10, 1, tzinfo=UTC)  # each job's first slot
+MINUTE = timedelta(minutes=1)
+HANDLER = "cluster.chaos.witness:record"
+
+
+async def _records(store: JobStore, name: str) -> dict[datetime, tuple[str, str]]:
+    runs = await store.runs(name, "acme", limit=50)
+    return {r.scheduled_for: (r.status, r.last_error or "") for r in runs}
+
+
+async def test_a_web_login_pauses_jobs_that_owe_slots_and_skips_next(
+    settings: ClusterSettings, store: JobStore, logins: Logins
+) -> None:
+    """Found by the slot ledger's work: a pause of a job whose slot a window deferred (or
+    its gate holds) records that slot skipped, and over the API the insert was refused."""
+    for name in ("paused", "until", "skipped"):
+        await store.definitions.add(
+            JobSpec.build(name, "@every 1m", HANDLER, tenant="acme"), now=T0
+        )
+        if name != "skipped":  # its slot deferred to 10:03: owed once 10:01 has come
+            await store.windows.add(
+                T0, T0 + 2 * MINUTE + timedelta(seconds=30), job=name, tenant="acme",
+                defer=True, now=T0,
+            )  # fmt: skip
+    await asyncio.to_thread(grant_roles, settings, logins)
+    later = SLOT + timedelta(seconds=30)
+    async with JobStore.open(logins.as_web(settings)) as web:
+        await web.pause("paused", "acme", now=later)
+        await web.holds.pause_until("until", "acme", later + 5 * MINUTE, now=later)
+        assert await web.holds.skip_next("skipped", "acme", 2, now=T0) == [SLOT, SLOT + MINUTE]
+    for name in ("paused", "until"):
+        ((slot, (status, why)),) = (await _records(store, name)).items()
+        assert (slot, status) == (SLOT, "skipped") and "paused before it ran" in why, why
+    skipped = await _records(store, "skipped")
+    assert sorted(skipped) == [SLOT, SLOT + MINUTE]
+    assert {s for s, _ in skipped.values()} == {"skipped"}
+    assert (await store.get("skipped", "acme")).slot_at == SLOT + 2 * MINUTE
+
+
+async def test_record_skipped_writes_only_skips_of_slots_still_to_come_in_scope(
+    settings: ClusterSettings, store: JobStore, logins: Logins
+) -> None:
+    """Called directly by a web login: a past slot before the job's slot (history), another
+    tenant's job, a slot with a record already or a skip without a reason: nothing."""
+    job = await store.definitions.add(
+        JobSpec.build("j", "@every 1m", HANDLER, tenant="acme"), now=T0
+    )
+    await store.holds.skip_next("j", "acme", 1, now=T0)  # 10:01 recorded; the job at 10:02
+    await asyncio.to_thread(grant_roles, settings, logins)
+    ahead = SLOT + 2 * MINUTE
+
+    def call(scope: str | None, skips: list[list[str | None]]) -> list[datetime]:
+        with psycopg.connect(logins.as_web(settings).database_url, autocommit=True) as conn:
+            conn.execute(sql.SQL("SET search_path TO {}").format(sql.Identifier(settings.schema)))
+            rows = conn.execute(
+                "SELECT * FROM record_skipped(%s, %s, %s::json, NULL)",
+                (job.id, scope, json.dumps(skips)),
+            ).fetchall()
+        return [row[0] for row in rows]
+
+    past = datetime(2025, 1, 1, 9, 0, tzinfo=UTC).isoformat()  # before the job and now()
+    assert call("acme", [[past, "forged"], [SLOT.isoformat(), "again"]]) == []
+    assert call("other", [[ahead.isoformat(), "not mine"]]) == []
+    assert call("acme", [[ahead.isoformat(), None], [ahead.isoformat(), ""]]) == []
+    assert call("acme", [[ahead.isoformat(), "skipped by pulse jobs skip-next"]]) == [ahead]
+    records = await _records(store, "j")
+    assert records[SLOT] == ("skipped", "skipped by pulse jobs skip-next")
+    assert sorted(records) == [SLOT, ahead]
+
+
+async def test_a_web_login_creates_a_calendar_job_on_an_excluded_day(
+    settings: ClusterSettings, store: JobStore, logins: Logins
+) -> None:
+    """A job created on a Saturday records its calendar's weekend slots skipped: over the
+    API the insert was refused, and the job was not created."""
+    saturday = datetime(2031, 12, 20, 10, 0, tzinfo=UTC)
+    await store.calendars.put(Calendar("weekdays", frozenset(range(5)), frozenset()), now=saturday)
+    await asyncio.to_thread(grant_roles, settings, logins)
+    spec = JobSpec.build("d", "0 9 * * *", HANDLER, tenant="acme", calendar="weekdays")
+    async with JobStore.open(logins.as_web(settings)) as web:
+        await web.definitions.add(spec, now=saturday)
+    sunday = datetime(2031, 12, 21, 9, 0, tzinfo=UTC)
+    ((slot, (status, why)),) = (await _records(store, "d")).items()
+    assert (slot, status) == (sunday, "skipped") and why, why
+    assert (await store.get("d", "acme")).slot_at == sunday + timedelta(days=1)
+
+
+async def test_a_web_login_triggers_a_job_past_skipped_slots_and_with_a_payload(
+    settings: ClusterSettings, store: JobStore, logins: Logins
+) -> None:
+    """A trigger of a job skip-next moved past recorded slots, or with a payload, queues a
+    flight: over the API the insert into flights was refused."""
+    for name in ("skipped", "fed"):
+        await store.definitions.add(
+            JobSpec.build(name, "@every 1m", HANDLER, tenant="acme", api_run=True)
+        )
+    await store.holds.skip_next("skipped", "acme", 2)
+    slot = (await store.get("skipped", "acme")).slot_at
+    await asyncio.to_thread(grant_roles, settings, logins)
+    async with JobStore.open(logins.as_web(settings)) as web:
+        await web.trigger("skipped", "acme")
+        fed = await web.inputs.trigger("fed", "acme", payload={"x": 1})
+    assert (await store.get("skipped", "acme")).slot_at == slot  # kept past the records
+    assert fed.origin == "trigger" and fed.payload == {"x": 1}
+    queued = await rows(
+        settings,
+        "SELECT j.name, f.origin, f.status, f.payload FROM flights f"
+        " JOIN jobs j ON j.id = f.job_id ORDER BY j.name",
+    )
+    assert [tuple(q.values()) for q in queued] == [
+        ("fed", "trigger", "queued", {"x": 1}),
+        ("skipped", "trigger", "queued", None),
+    ]
+
+
+async def test_trigger_flight_queues_only_now_in_scope_and_at_most_ten(
+    settings: ClusterSettings, store: JobStore, logins: Logins
+) -> None:
+    """Called directly by a web login: a past instant is not taken (the flight is stamped
+    with the database's clock, so it never lands on a slot that has a record), another
+    tenant's job gets nothing, and no more than 10 wait whatever the caller asks."""
+    job = await store.definitions.add(JobSpec.build("t", "@every 1m", HANDLER, tenant="acme"))
+    await asyncio.to_thread(grant_roles, settings, logins)
+
+    def call(scope: str, now: datetime | None, most: int) -> list[datetime]:
+        with psycopg.connect(logins.as_web(settings).database_url, autocommit=True) as conn:
+            conn.execute(sql.SQL("SET search_path TO {}").format(sql.Identifier(settings.schema)))
+            found = []
+            for _ in range(12):  # each in a transaction of its own: its own instant
+                rows_ = conn.execute(
+                    "SELECT * FROM trigger_flight(%s, %s, NULL, %s, %s)",
+                    (job.id, scope, now, most),
+                ).fetchall()
+                found += [row[0] for row in rows_]
+        return found
+
+    assert call("other", None, 10) == []
+    past = datetime(2025, 1, 1, tzinfo=UTC)
+    queued = call("acme", past, 1000)
+    assert len(queued) == 10 and min(queued) > past + timedelta(days=300)
