@@ -29,7 +29,8 @@ from cluster.errors import InvalidInput
 from cluster.timing.calendars import Calendar
 from cluster.timing.instants import US
 from cluster.timing.jitter import jitter_offset
-from cluster.timing.schedule import Schedule, transition
+from cluster.timing.schedule import Schedule
+from cluster.timing.wallclock import transition
 
 __all__ = [
     "EVERY_DAY",
