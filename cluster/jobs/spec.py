@@ -4,7 +4,7 @@ lists, cluster/jobs/options.py).
 
 The same rules serve ``pulse jobs add``, ``pulse jobs apply FILE``, the HTTP API and the
 Python API, so bad input is rejected the same way everywhere: one ``InvalidInput`` naming
-the field.
+the field. Which keys an entry may give is ``cluster.jobs.entry``'s.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from typing import Any
 from cluster.errors import InvalidInput
 from cluster.jobs import gates, schedules
 from cluster.jobs.constraints import constrained
+from cluster.jobs.entry import EntryKeys
 from cluster.jobs.fields import (
     DEFAULT_CANCEL_GRACE_S,
     DEFAULT_CATCH_UP,
@@ -335,9 +336,7 @@ class JobSpec:
         """Validate every field; raise ``InvalidInput`` naming the first bad one. ``options``
         are the job-file keys (``grace="5m"``, ``retries=2``: ``OPTIONS``); one left out
         takes its default."""
-        unknown = sorted(set(options) - _OPTION_KEYS)
-        if unknown:
-            raise InvalidInput(unknown[0], "unknown key")
+        _KEYS.check_options(options)
         raw = {d.key: options.get(d.key, d.default) for d in OPTIONS}
         raw["max_concurrent"] = options.get("max_concurrent")  # None: overlap's default
         values: dict[str, Any] = {"name": validate_name(name)}
@@ -356,43 +355,13 @@ class JobSpec:
     def from_mapping(cls, entry: Mapping[str, Any]) -> JobSpec:
         """From a job-file entry (or an API body) whose keys are ``OPTIONS``' keys, with
         ``schedules`` for a list of schedules."""
-        if not isinstance(entry, Mapping):
-            raise InvalidInput("entry", "must be a mapping of option names to values")
-        unknown = sorted(set(entry) - _FILE_KEYS)
-        if unknown:
-            raise InvalidInput(unknown[0], "unknown key")
-        twice = OPTIONS.twice(entry)
-        if twice is not None:
-            raise InvalidInput(twice, f"give {twice} or {OPTIONS.aliases[twice]}, not both")
-        entry = OPTIONS.canonical(entry)
-        if "schedule" in entry and "schedules" in entry:
-            raise InvalidInput("schedules", "give schedule or schedules, not both")
-        timing = entry.get("schedules", entry.get("schedule"))
-        if "schedules" in entry and isinstance(timing, str):
-            raise InvalidInput("schedules", "must be a list of schedules")
-        for required in ("name", "handler"):
-            if required not in entry and not (required == "handler" and entry.get("watch")):
-                raise InvalidInput(required, "missing")
-        if timing is None:
-            raise InvalidInput("schedule", "missing")
-        payload = entry.get("payload")
-        if payload is not None and not isinstance(payload, Mapping | str):
-            raise InvalidInput("payload", "must be a JSON object")
-        schema = entry.get("payload_schema")
-        if schema is not None and not isinstance(schema, Mapping | str):
-            raise InvalidInput("payload_schema", "must be a JSON object")
-        skipped = ("name", "schedule", "schedules", "handler")
-        options = {k: v for k, v in entry.items() if k not in skipped}
-        return cls.build(entry["name"], timing, entry.get("handler"), **options)
+        name, timing, handler, options = _KEYS.arguments(entry)
+        return cls.build(name, timing, handler, **options)
 
     def validated(self) -> JobSpec:
         """This spec checked as ``build`` checks it (``JobSpec(...)`` itself validates
         nothing): its options that differ from their defaults given to ``build``."""
-        given = {
-            d.key: getattr(self, d.name)
-            for d in OPTIONS
-            if d.key not in _POSITIONAL and getattr(self, d.name) != d.default
-        }
+        given = _KEYS.given(self)
         if self.overlap != "allow":
             given.pop("max_concurrent", None)  # overlap's, not the spec's
         return JobSpec.build(self.name, self.schedule, self.handler, **given)
@@ -402,6 +371,4 @@ class JobSpec:
 
 
 OPTIONS = Options(JobSpec)
-_POSITIONAL = frozenset({"name", "schedule", "handler"})
-_OPTION_KEYS = frozenset(OPTIONS.by_key) - _POSITIONAL
-_FILE_KEYS = OPTIONS.keys() | {"schedules"}
+_KEYS = EntryKeys(OPTIONS)

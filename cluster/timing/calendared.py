@@ -29,7 +29,8 @@ from cluster.errors import InvalidInput
 from cluster.timing.calendars import Calendar
 from cluster.timing.instants import US
 from cluster.timing.jitter import jitter_offset
-from cluster.timing.schedule import Schedule, transition
+from cluster.timing.schedule import Schedule
+from cluster.timing.wallclock import transition
 
 __all__ = [
     "EVERY_DAY",
@@ -37,12 +38,8 @@ __all__ = [
     "CalendarRule",
     "Decision",
     "Window",
-    "current_run",
-    "first_run",
     "jittered_start",
-    "origin_of",
     "parse_on_excluded",
-    "run_after",
 ]
 
 OnExcluded = Literal["skip", "next-business-day", "previous-business-day"]
@@ -363,42 +360,8 @@ def _on(slot: datetime, target: date, zone: ZoneInfo) -> datetime:
     return transition(zone, other, first) if other < first else first
 
 
-def first_run(schedule: Schedule, rule: CalendarRule | None, after: datetime) -> Decision:
-    """The first run starting after ``after`` (a one-off: its slot, even if past)."""
-    if schedule.at is not None:
-        return Decision(schedule.at, schedule.at, True)
-    if rule is None:
-        slot = schedule.next_after(after)
-        return Decision(slot, slot, True)
-    return rule.next_run(schedule, after)[0]
-
-
 def jittered_start(run: Decision, tenant: str, name: str, jitter_s: float) -> datetime:
     """When ``run`` starts: its (maybe moved) start plus its slot's jitter offset."""
     if not jitter_s:
         return run.start
     return run.start + jitter_offset(tenant, name, run.slot, jitter_s)
-
-
-def current_run(schedule: Schedule, rule: CalendarRule | None, slot: datetime) -> Decision:
-    """The planned slot ``slot`` as a run (moved or not, as ``rule`` says)."""
-    decision = rule.decide(schedule, slot) if rule is not None else None
-    return decision if decision is not None and decision.runs else Decision(slot, slot, True)
-
-
-def run_after(
-    schedule: Schedule, rule: CalendarRule | None, run: Decision
-) -> tuple[Decision, list[Decision]]:
-    """The run after ``run`` and the slots the calendar skips before it."""
-    if rule is None:
-        slot = schedule.next_after(run.slot)
-        return Decision(slot, slot, True), []
-    return rule.next_run(schedule, run)
-
-
-def origin_of(run: Decision) -> str | None:
-    """The run row's origin of ``run``: ``window`` (deferred to a blackout window's end),
-    ``calendar`` (moved to another business day), else None (its schedule)."""
-    if run.deferred:
-        return "window"
-    return "calendar" if run.moved else None

@@ -21,10 +21,11 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import NamedTuple
 
-from cluster.timing.calendared import CalendarRule, Decision, jittered_start, origin_of
+from cluster.timing.calendared import CalendarRule, Decision, jittered_start
 from cluster.timing.catchup import DEFAULT_RECORD_LIMIT, CatchUp, plan_catchup
 from cluster.timing.durations import format_duration
 from cluster.timing.instants import US
+from cluster.timing.runs import origin_of
 from cluster.timing.schedule import CHAINED_NEXT, ENDED, Schedule
 
 __all__ = [

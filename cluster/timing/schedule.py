@@ -2,16 +2,17 @@
 
 Owns the schedule grammar's top level (``@every <duration>``, ``@at <ISO 8601 time with
 offset>``: the one slot of a one-off job; cron text and macros go to
-``cluster.timing.cron``), time zone names, and the mapping from a job's local wall clock to
-UTC instants. Every node must derive the same slots for the same job, so slots depend only
-on the schedule and tzdata, never on a node's clock; ``@every`` slots are multiples of the
-interval since the Unix epoch (UTC), whatever the zone.
+``cluster.timing.cron``) and the walk of a schedule's slots; time zone names and the mapping
+from a job's local wall clock to UTC instants are ``cluster.timing.wallclock``'s. Every
+node must derive the same slots for the same job, so slots depend only on the schedule and
+tzdata, never on a node's clock; ``@every`` slots are multiples of the interval since the
+Unix epoch (UTC), whatever the zone.
 
 ``cluster.timing.cron`` validates cron text (5 fields, or 6 with SECONDS FIRST) and
 ``@yearly``-style macros through croniter, and walks the matching days and times of day in
 local wall time. We do not use croniter's own time-zone handling (it fires ``30 2 * * *``
-twice on Berlin's autumn change): each naive local wall time is mapped to UTC here with
-zoneinfo's ``fold``:
+twice on Berlin's autumn change): each naive local wall time is mapped to UTC with
+zoneinfo's ``fold`` (``cluster.timing.wallclock``):
 
 * a repeated wall time fires once at its first occurrence (``dst_repeated="once"``) or at
   both (``"twice"``);
@@ -36,19 +37,18 @@ from __future__ import annotations
 import functools
 import heapq
 import itertools
-import math
-from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Literal
-from zoneinfo import ZoneInfo, ZoneInfoNotFoundError, available_timezones
+from zoneinfo import ZoneInfo
 
 from cluster.errors import InvalidInput
 from cluster.timing.cron import FIELDS_HINT, MACROS, Times, compile_cron, days_after
 from cluster.timing.durations import parse_duration
 from cluster.timing.entries import Entry, entries_text, is_union, parse_entries
 from cluster.timing.instants import US, US_PER_S, from_micros, micros
+from cluster.timing.wallclock import offset, parse_zone, wall_instants
 
 __all__ = [
     "CHAINED_NEXT",
@@ -61,7 +61,6 @@ __all__ = [
     "DstSkipped",
     "Schedule",
     "parse_schedule",
-    "transition",
 ]
 
 DstRepeated = Literal["once", "twice"]
@@ -69,7 +68,6 @@ DstSkipped = Literal["shift", "skip"]
 
 MIN_EVERY_S = 1.0
 MAX_EVERY_S = 3650 * 86400.0  # ten years; far beyond any real job, far from datetime's limits
-_UTC_ZONE = ZoneInfo("UTC")  # ZoneInfo caches instances: the default zone takes a fast path
 # After the last slot of a schedule whose entries all end (records.NEVER: never due again).
 ENDED = datetime(9999, 1, 1, tzinfo=UTC)
 # A chained job's "next slot" after a run: take the next released slot (migration 023).
@@ -95,7 +93,7 @@ class Schedule:
 
     def __post_init__(self) -> None:
         tz = self.tz.strip() if isinstance(self.tz, str) else self.tz
-        zone = _zone(tz)
+        zone = parse_zone(tz)
         _check_choice("dst_repeated", self.dst_repeated, ("once", "twice"))
         _check_choice("dst_skipped", self.dst_skipped, ("shift", "skip"))
         expr = _normalize_expr(self.expr)
@@ -207,55 +205,15 @@ class Schedule:
         start = local.replace(tzinfo=None, fold=0)
         # Inside a repeated hour, wall times before ``start`` can still have a second
         # occurrence after ``after``: start one DST shift earlier and filter.
-        shift = _offset(local.replace(fold=0)) - _offset(local.replace(fold=1))
+        shift = offset(local.replace(fold=0)) - offset(local.replace(fold=1))
         start -= abs(shift)
         last = after
-        for slot in self._instants(start):
+        days = days_after(self._day_expr, self._times, start)
+        twice, skip = self.dst_repeated == "twice", self.dst_skipped == "skip"
+        for slot in wall_instants(self._zone, days, twice=twice, skip=skip):
             if slot > last:
                 last = slot
                 yield slot
-
-    def _instants(self, start: datetime) -> Iterator[datetime]:
-        """UTC instants of the wall times strictly after naive ``start``, non-decreasing.
-
-        Mapping each wall time to its first occurrence (or the gap's end) is monotonic, so only
-        second occurrences ("twice") arrive out of order; they wait in ``later``.
-        """
-        zone = self._zone
-        later: deque[datetime] = deque()
-        gap_end: datetime | None = None
-        days = days_after(self._day_expr, self._times, start)
-        if zone is _UTC_ZONE:
-            for year, month, mday, times in days:
-                for hour, minute, second in times:
-                    yield datetime(year, month, mday, hour, minute, second, 0, UTC)
-            return
-        for year, month, mday, times in days:
-            for hour, minute, second in times:
-                local = datetime(year, month, mday, hour, minute, second, 0, zone)
-                first_offset = zone.utcoffset(local)
-                repeat_offset = zone.utcoffset(
-                    datetime(year, month, mday, hour, minute, second, 0, zone, fold=1)
-                )
-                if first_offset == repeat_offset:
-                    first = local.astimezone(UTC)
-                    repeat = first
-                else:
-                    naive = datetime(year, month, mday, hour, minute, second, 0, UTC)
-                    first = naive - _offset(local)
-                    repeat = naive - _offset(local.replace(fold=1))
-                if repeat < first:  # inside a spring-forward gap: (repeat, first] holds the change
-                    if self.dst_skipped == "skip":
-                        continue
-                    if gap_end is None or not repeat < gap_end <= first:
-                        gap_end = transition(zone, repeat, first)
-                    first = gap_end
-                while later and later[0] <= first:
-                    yield later.popleft()
-                yield first
-                if repeat > first and self.dst_repeated == "twice":
-                    later.append(repeat)
-        yield from later
 
 
 def parse_schedule(
@@ -345,26 +303,6 @@ def _check_choice(name: str, value: object, choices: tuple[str, ...]) -> None:
         raise InvalidInput(name, f"must be one of {', '.join(choices)}, got {value!r}")
 
 
-@functools.cache
-def _iana_names() -> frozenset[str]:
-    host_dependent = {"localtime", "posixrules", "Factory"}
-    return frozenset(available_timezones() - host_dependent) | {"UTC"}
-
-
-def _zone(tz: object) -> ZoneInfo:
-    if not isinstance(tz, str) or not tz:
-        raise InvalidInput("tz", f"expected an IANA time zone like Europe/Berlin, got {tz!r}")
-    # Only canonical IANA names: `localtime`, `posixrules`, `posix/...` or `right/...` would
-    # mean different things on different hosts, and every node must compute the same slots.
-    # Listing the names walks the whole tz database, so the default zone skips it.
-    if tz != "UTC" and tz not in _iana_names():
-        raise InvalidInput("tz", f"unknown time zone {tz!r}; use an IANA name like Europe/Berlin")
-    try:
-        return ZoneInfo(tz)
-    except (ZoneInfoNotFoundError, ValueError, OSError) as exc:
-        raise InvalidInput("tz", f"unknown time zone {tz!r}") from exc
-
-
 def _compile(expr: str) -> tuple[int | None, str, Times]:
     """(every_us, day_expr, (hours, minutes, seconds)) for a normalized expression."""
     if expr.split(" ", 1)[0] == "@every":
@@ -375,26 +313,6 @@ def _compile(expr: str) -> tuple[int | None, str, Times]:
             raise InvalidInput("schedule", f"@every interval must be at most 3650d, got {expr!r}")
         return round(seconds * US_PER_S), "", ()
     return None, *compile_cron(expr)
-
-
-def transition(zone: ZoneInfo, before: datetime, after: datetime) -> datetime:
-    """The instant in ``(before, after]`` where ``zone``'s offset changes (tzdata: whole s):
-    the first valid instant after a spring-forward gap."""
-    low, high = math.floor(before.timestamp()), math.ceil(after.timestamp())
-    low_offset = datetime.fromtimestamp(low, zone).utcoffset()
-    while high - low > 1:
-        middle = (low + high) // 2
-        if datetime.fromtimestamp(middle, zone).utcoffset() == low_offset:
-            low = middle
-        else:
-            high = middle
-    return datetime.fromtimestamp(high, UTC)
-
-
-def _offset(local: datetime) -> timedelta:
-    offset = local.utcoffset()
-    assert offset is not None, "aware by construction"
-    return offset
 
 
 def _utc(moment: datetime, name: str) -> datetime:

@@ -12,7 +12,8 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 
-from cluster.timing.calendared import CalendarRule, Decision, current_run, first_run, run_after
+from cluster.timing.calendared import CalendarRule, Decision
+from cluster.timing.runs import current_run, first_run, run_after
 from cluster.timing.schedule import Schedule
 
 EARLY_S = 30.0

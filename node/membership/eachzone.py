@@ -43,10 +43,12 @@ class ZoneChildren:
 
     async def _ensure_mine(self) -> bool:
         state = self._state
-        parents = [p for p in await self._session.each_zone_parents(state.zone) if not p["fresh"]]
+        parents = [
+            p for p in await self._session.zones.each_zone_parents(state.zone) if not p["fresh"]
+        ]
         if not parents:
             return False
-        space = await self._session.zone_space([state.zone])
+        space = await self._session.zones.zone_space([state.zone])
         now = await self._session.db_now()
         written = False
         for parent in parents:
@@ -56,7 +58,7 @@ class ZoneChildren:
             child = uuid.uuid4()  # used only if the child is created now
             slot = schedule.next_after(now)
             name = f"{parent['name']}@{state.zone}"  # its jitter is the child's own
-            if await self._session.upsert_zone_child(
+            if await self._session.zones.upsert_zone_child(
                 parent["id"],
                 state.zone,
                 child,
@@ -75,7 +77,7 @@ class ZoneChildren:
 
     async def _remove_unwanted(self) -> bool:
         state = self._state
-        children = await self._session.zone_children()
+        children = await self._session.zones.zone_children()
         if not children:
             return False
         # Zones are trusted only when every alive member's zone is known.
@@ -97,7 +99,7 @@ class ZoneChildren:
                     doomed.append(child["id"])
         if not doomed:
             return False
-        removed = await self._session.remove_zone_children(doomed)
+        removed = await self._session.zones.remove_zone_children(doomed)
         for name in removed:
             logger.info(
                 "removed %s: its zone has no live node or its parent no longer wants it",

@@ -154,7 +154,7 @@ class ShardKeeper:
             except Exception:
                 # The shards come first: a bad each-zone job must not stop the keeper.
                 logger.exception("each-zone children not kept", extra={"event": "zone_children"})
-            state.spaces = await self._session.zone_spaces()
+            state.spaces = await self._session.zones.zone_spaces()
         zones = {m: z for m, z in state.member_zones.items() if m in state.alive}
         return zone_owned(state.node_id, state.zone, zones, state.spaces)
 

@@ -29,8 +29,8 @@ from cluster.errors import InvalidInput, NotFound
 from cluster.jobs import pingbodies
 from cluster.jobs.models import Job
 from cluster.store.side import Fetch
-from cluster.timing.calendared import first_run
 from cluster.timing.instants import US
+from cluster.timing.runs import first_run
 from cluster.timing.watching import after_slot, ping_run
 from ring import shard_for
 from ring.zones import WATCH_SHARD

@@ -32,14 +32,8 @@ from cluster.store.jobstore.specs import (
     refuse_past,
 )
 from cluster.store.queries import query
-from cluster.timing.calendared import (
-    CalendarRule,
-    Decision,
-    current_run,
-    first_run,
-    jittered_start,
-    origin_of,
-)
+from cluster.timing.calendared import CalendarRule, Decision, jittered_start
+from cluster.timing.runs import current_run, first_run, origin_of
 from cluster.timing.schedule import CHAINED_NEXT, ENDED
 from ring import shard_for
 from ring.zones import PARKED_SHARD, WATCH_SHARD, ZONE_SHARD_BASE, zone_shard_for

@@ -26,17 +26,10 @@ from typing import Any
 from cluster.errors import Conflict, InvalidInput
 from cluster.jobs.models import Job, JobStatus, RunStatus
 from cluster.store.jobstore.scoped import ScopedConnection
-from cluster.timing.calendared import (
-    CalendarRule,
-    Decision,
-    current_run,
-    first_run,
-    jittered_start,
-    origin_of,
-    run_after,
-)
+from cluster.timing.calendared import CalendarRule, Decision, jittered_start
 from cluster.timing.fate import skipped_between
 from cluster.timing.instants import US
+from cluster.timing.runs import current_run, first_run, origin_of, run_after
 from cluster.timing.schedule import Schedule
 
 __all__ = ["MAX_SKIP", "Holds", "open_run"]

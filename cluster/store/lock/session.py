@@ -1,9 +1,10 @@
 """The node's lock session: one dedicated Postgres connection that is the node's authority.
 
 Shard advisory locks live on this session, so if it drops the node owns nothing. Claims,
-renewals, releases and recoveries of jobs, and of flights (its ``flights`` part), run on the
-same session (a node whose session was terminated cannot claim); a node writes completions
-on its result writer. ``idle_session_timeout`` makes Postgres end the session of a frozen
+renewals, releases and recoveries of jobs, and of flights (its ``flights`` part), and the
+zone spaces and each-zone children (its ``zones`` part) run on the same session (a node
+whose session was terminated cannot claim); a node writes completions on its result
+writer. ``idle_session_timeout`` makes Postgres end the session of a frozen
 or partitioned node by itself. Every call has a deadline; a timeout or a connection error
 marks the session lost, and the caller drops its shards at once.
 
@@ -35,6 +36,7 @@ from cluster.store.lock.completions import Completions
 from cluster.store.lock.flights import FlightLease, Flights
 from cluster.store.lock.lifelock import life_key
 from cluster.store.lock.records import ClaimResult, claimed_jobs, int_array
+from cluster.store.lock.zones import Zones
 from cluster.store.queries import query, variant
 from cluster.store.schema.migrate import check_schema, stored_shard_count
 
@@ -98,6 +100,7 @@ class LockSession:
         self.flights = Flights(self._run, node_id, zone)
         # A node writes its completions on the result writer; tests, on the session too.
         self.completions = Completions(self._run, node_id, zone)
+        self.zones = Zones(self._run)
 
     @property
     def connected(self) -> bool:
@@ -243,50 +246,6 @@ class LockSession:
             return set()
         rows = await self._run("unlock_shards", {"ns": self.namespace, "shards": list(shards)})
         return {shard for shard, released in rows if released}
-
-    async def zone_spaces(self) -> dict[int, tuple[str, ...]]:
-        """Every zone space and its zone set (docs/design/zones.md)."""
-        rows = await self._run("zone_spaces", {})
-        return {int(space): tuple(zones) for space, zones in rows}
-
-    async def zone_space(self, zones: Sequence[str]) -> int:
-        """The space number of a zone set, allocated on first use."""
-        while True:  # no row: a concurrent first use of the set, committed by now
-            rows = await self._run("zone_space", {"zones": list(zones)})
-            if rows:
-                return int(rows[0][0])
-
-    async def each_zone_parents(self, zone: str) -> list[dict[str, Any]]:
-        """The each-zone jobs that want a child in ``zone``."""
-        return await self._run("each_zone_parents", {"zone": zone}, dict_row)
-
-    async def upsert_zone_child(
-        self,
-        parent_id: UUID,
-        zone: str,
-        child_id: UUID,
-        shard: int,
-        slot: datetime,
-        start: datetime,
-    ) -> bool:
-        """Create the parent's child for ``zone`` or align its definition, its next slot
-        ``slot`` starting at ``start``; True if written."""
-        params = {
-            "parent_id": parent_id,
-            "zone": zone,
-            "id": child_id,
-            "shard_id": shard,
-            "slot_at": slot,
-            "next_run_at": start,
-        }
-        return bool(await self._run("upsert_zone_child", params))
-
-    async def zone_children(self) -> list[dict[str, Any]]:
-        return await self._run("zone_children", {}, dict_row)
-
-    async def remove_zone_children(self, ids: Sequence[UUID]) -> list[str]:
-        rows = await self._run("remove_zone_children", {"ids": list(ids)})
-        return [row[1] for row in rows]
 
     async def db_now(self) -> datetime:
         rows = await self._run("db_now", {"now": None})
