@@ -177,6 +177,36 @@ async def test_dead_owner_is_recovered_without_waiting_for_its_lease(
         await heir.close()
 
 
+async def test_a_slot_taken_ahead_by_a_node_that_died_before_it_is_not_run_early(
+    store: JobStore, settings: ClusterSettings
+) -> None:
+    """A node claims a slot up to a moment ahead of its time; if it dies (or shuts down)
+    before the slot comes, the slot's next attempt is due at the slot, not at once: the
+    node that takes it back must not start it early."""
+    spec = JobSpec.build("j", "@every 10s", "cluster.chaos.witness:record", retries=2)
+    await store.definitions.add(spec, now=T0)
+    doomed = await open_session(settings, "doomed")
+    await doomed.try_lock(ALL)
+    (ahead,) = (await doomed.claim(ALL, 10, 300.0, now=at(9.8), ahead_s=0.3)).jobs
+    assert (ahead.slot, ahead.due) == (at(10), at(10))
+    await doomed.close()
+    await until(lambda: not _backends(settings, "doomed"), "the doomed backends to end")
+    heir = await open_session(settings, "heir")
+    try:
+        assert await heir.try_lock(ALL) == set(ALL)
+        (recovered,) = await heir.recover(ALL, ["heir"], now=at(9.9))
+        assert (recovered["attempt"], recovered["next_run_at"]) == (2, at(10))
+        assert (await heir.claim(ALL, 10, 30.0, now=at(9.95))).jobs == []
+        (again,) = (await heir.claim(ALL, 10, 30.0, now=at(9.95), ahead_s=0.1)).jobs
+        assert (again.slot, again.attempt, again.due) == (at(10), 2, at(10))
+        # A node shutting down hands back a run it took ahead: due at its slot too.
+        await heir.release([(again.id, again.lease_token)], "shutting down", now=at(9.96))
+        (handed,) = (await heir.claim(ALL, 10, 30.0, now=at(9.97), ahead_s=0.1)).jobs
+        assert (handed.attempt, handed.due) == (3, at(10))
+    finally:
+        await heir.close()
+
+
 def _backends(settings: ClusterSettings, node_id: str, *, terminate: bool = False) -> int:
     """How many sessions named ``node_id`` this database has (ending them if asked)."""
     count = "count(pg_terminate_backend(pid))" if terminate else "count(*)"

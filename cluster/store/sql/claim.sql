@@ -179,8 +179,8 @@ WHERE j.id = ANY(%(ids)s::uuid[])
 RETURNING j.id, j.cancel_by;
 
 -- name: release
--- Hands running jobs back for another attempt of the same slot, due at once (a node
--- shutting down), recording the attempt as lost; fenced and read by id like `complete`
+-- Hands running jobs back for another attempt of the same slot, due at once or at its
+-- time if it was claimed ahead of it (a node shutting down), recording the attempt as lost; fenced and read by id like `complete`
 -- (test_history.py, test_lease_plans.py).
 WITH clock AS (
     SELECT coalesce(%(now)s::timestamptz, now()) AS t
@@ -188,7 +188,8 @@ WITH clock AS (
 freed AS (
     UPDATE jobs j SET
         status = CASE WHEN j.paused THEN 'paused' ELSE 'idle' END,
-        next_run_at = CASE WHEN j.paused THEN '9999-01-01Z'::timestamptz ELSE k.t END,
+        next_run_at = CASE WHEN j.paused THEN '9999-01-01Z'::timestamptz
+                           ELSE greatest(k.t, j.next_run_at) END,
         attempt = j.attempt + 1,
         locked_by = NULL,
         locked_at = NULL,
@@ -223,7 +224,8 @@ WHERE f.status = 'running' AND f.locked_by = %(node_id)s;
 -- name: recover
 -- Takes back the slots of runs whose owner is dead (neither live nor connected) or whose
 -- lease expired; with %(own)s, those this node id left running before a restart. Each is
--- due again at once as its next attempt; the lost one is recorded (test_session.py) and
+-- due again at once as its next attempt, or at its time if its node took it ahead of it
+-- and died before it came (never early: test_recovery.py); the lost one is recorded (test_session.py) and
 -- raises `lost`. A lost attempt counts against the retries: a slot whose last attempt was
 -- lost (`poison`) is handed to the caller instead, which records it failed and moves the
 -- job on, so a job that kills its node kills at most retries + 1 (test_poison.py). So is a
@@ -270,7 +272,8 @@ reset AS (
     UPDATE jobs j SET
         status = CASE WHEN d.poison THEN 'running' WHEN j.paused THEN 'paused' ELSE 'idle' END,
         next_run_at = CASE WHEN d.poison THEN j.next_run_at
-                           WHEN j.paused THEN '9999-01-01Z'::timestamptz ELSE k.t END,
+                           WHEN j.paused THEN '9999-01-01Z'::timestamptz
+                           ELSE greatest(k.t, j.next_run_at) END,
         attempt = j.attempt + (NOT d.poison)::int,
         locked_by = CASE WHEN d.poison THEN %(node_id)s END,
         locked_at = CASE WHEN d.poison THEN d.locked_at END,

@@ -291,7 +291,7 @@ dead AS (
 UPDATE flights f SET
     status = CASE WHEN d.poison THEN 'running' ELSE 'queued' END,
     attempt = f.attempt + (NOT d.poison)::int,
-    due_at = CASE WHEN d.poison THEN f.due_at ELSE k.t END,
+    due_at = CASE WHEN d.poison THEN f.due_at ELSE greatest(k.t, f.due_at) END,
     locked_by = CASE WHEN d.poison THEN %(node_id)s END,
     locked_zone = CASE WHEN d.poison THEN %(zone)s END,
     locked_at = CASE WHEN d.poison THEN d.locked_at END,
