@@ -157,7 +157,7 @@ async def create_job(request: Request, who: Writer) -> dict[str, Any]:
         async with store.transaction():
             await store.definitions.add(spec)
             if spec.watch:
-                token = await store.ping_token(spec.name, spec.tenant)
+                token = await store.watch.token(spec.name, spec.tenant)
             await record(store, who, "create", spec.tenant, spec.name)
         details = await store.details(spec.name, spec.tenant)
     if token is not None:  # shown this once: only its hash is kept

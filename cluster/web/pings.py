@@ -38,7 +38,7 @@ async def _ping(request: Request, token: str, kind: str) -> dict[str, Any]:
     _limit(state.pings.refused(key))
     body = await request.body()
     async with state.pool.store() as store:
-        ping = await store.ping(token, kind, body)
+        ping = await store.watch.ping(token, kind, body)
     if ping is None:
         _limit(state.pings.unknown(source_of(request)))
         raise HTTPException(404, NOT_FOUND)

@@ -196,7 +196,7 @@ class OperatorActions(RuleBasedStateMachine):
             "apply a b c m w", lambda: self.cluster.store.definitions.apply(specs, now=self.now)
         )
         self.timelines = {n: self.timeline(n) for n in ("a", "b", "c", "m", "w")}
-        self.token = self.cluster.run(self.cluster.store.ping_token("w", self.tenant)) or ""
+        self.token = self.cluster.run(self.cluster.store.watch.token("w", self.tenant)) or ""
 
     def teardown(self) -> None:
         """The next example starts on a day of its own at the same time of day, so a
@@ -360,7 +360,7 @@ class OperatorActions(RuleBasedStateMachine):
     def ping(self, kind: str, late: int) -> None:
         self.do(
             f"ping w {kind}",
-            lambda: self.cluster.store.ping(
+            lambda: self.cluster.store.watch.ping(
                 self.token, kind, b"out", now=self.now + late * timedelta(seconds=10)
             ),
         )

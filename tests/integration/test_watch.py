@@ -65,14 +65,14 @@ async def test_pings_are_written_as_runs_of_the_slots_they_belong_to(
     store: JobStore, settings: ClusterSettings
 ) -> None:
     await store.definitions.add(minutely("w"), now=T0)
-    token = await store.ping_token("w")
-    ping = await store.ping(token, "success", b"rows: 42\n", now=at(62))
+    token = await store.watch.token("w")
+    ping = await store.watch.ping(token, "success", b"rows: 42\n", now=at(62))
     assert ping is not None and (ping.outcome, ping.slot) == ("recorded", at(60))
     assert (await store.get("w")).slot_at == at(120)  # it awaits the next slot
     # /start, then the end: the duration; /start a little early belongs to the coming slot.
-    await store.ping(token, "start", now=at(118))
-    await store.ping(token, "success", now=at(118 + 95))  # a run longer than the period
-    await store.ping(token, "fail", b"exit 3", now=at(241))
+    await store.watch.ping(token, "start", now=at(118))
+    await store.watch.ping(token, "success", now=at(118 + 95))  # a run longer than the period
+    await store.watch.ping(token, "fail", b"exit 3", now=at(241))
     assert await runs_of(settings, "w") == [
         (at(60), "succeeded", None, {"stdout": "rows: 42\n"}, None, "ping"),
         (at(120), "succeeded", 95.0, None, None, "ping"),
@@ -86,9 +86,9 @@ async def test_an_unknown_or_malformed_token_writes_nothing(
     store: JobStore, settings: ClusterSettings
 ) -> None:
     await store.definitions.add(minutely("w"), now=T0)
-    await store.ping_token("w")
+    await store.watch.token("w")
     for guess in ("x" * 43, "", "../../etc", "\udcff" * 5, "w", str((await store.get("w")).id)):
-        assert await store.ping(guess, "success", b"x", now=at(61)) is None
+        assert await store.watch.ping(guess, "success", b"x", now=at(61)) is None
     assert await runs_of(settings, "w") == []
 
 
@@ -97,23 +97,23 @@ async def test_a_token_is_kept_as_a_hash_shown_once_and_rotated(
 ) -> None:
     await store.definitions.add(minutely("w"), now=T0)
     await store.definitions.add(JobSpec.build("r", "* * * * *", HANDLER), now=T0)
-    token = await store.ping_token("w")
+    token = await store.watch.token("w")
     (row,) = await sql(settings, "SELECT ping_hash FROM jobs WHERE name = 'w'")
     assert bytes(row["ping_hash"]) == token_hash(token) and token.encode() not in row["ping_hash"]
     with pytest.raises(InvalidInput, match="rotate"):
-        await store.ping_token("w")
+        await store.watch.token("w")
     with pytest.raises(InvalidInput, match="not a watch job"):
-        await store.ping_token("r")
-    rotated = await store.ping_token("w", rotate=True)
-    assert await store.ping(token, "success", now=at(61)) is None
-    assert await store.ping(rotated, "success", now=at(61)) is not None
+        await store.watch.token("r")
+    rotated = await store.watch.token("w", rotate=True)
+    assert await store.watch.ping(token, "success", now=at(61)) is None
+    assert await store.watch.ping(rotated, "success", now=at(61)) is not None
 
 
 async def test_a_missing_ping_raises_late_once_per_slot_and_a_late_one_is_kept(
     store: JobStore, settings: ClusterSettings
 ) -> None:
     await store.definitions.add(minutely("w", late_after="30s"), now=T0)
-    token = await store.ping_token("w")
+    token = await store.watch.token("w")
     await add_rule(settings, "ops", HOOK, events="late")
     async with AlertStore.open(settings, "n9/alerts") as alerts:
         assert await missed(alerts, 89) == []  # due at 60 s: 29 s is not late yet
@@ -121,8 +121,8 @@ async def test_a_missing_ping_raises_late_once_per_slot_and_a_late_one_is_kept(
         assert await missed(alerts, 95) == []  # the same slot: once
         assert (await store.get("w")).slot_at == at(120)
         # The late ping is noted on its slot's record, which stays failed (below).
-        await store.ping(token, "success", b"sorry", now=at(100))
-        await store.ping(token, "success", now=at(121))  # slot 120 on time
+        await store.watch.ping(token, "success", b"sorry", now=at(100))
+        await store.watch.ping(token, "success", now=at(121))  # slot 120 on time
         assert await missed(alerts, 160) == []
         assert await missed(alerts, 240) == ["w"]  # slot 180 missed; 240 not yet late
     assert [(e["event"], e["slot"]) for e in await events(settings)] == [
@@ -143,11 +143,11 @@ async def test_a_ping_after_its_slot_was_declared_missed_never_overwrites_the_re
     """Issue 50: a late ping replaced the `failed` (missed) record of its slot. A terminal
     record stays; the ping is noted on it and answers `late`."""
     await store.definitions.add(minutely("w", late_after="30s"), now=T0)
-    token = await store.ping_token("w")
+    token = await store.watch.token("w")
     async with AlertStore.open(settings, "n9/alerts") as alerts:
         assert await missed(alerts, 91) == ["w"]
     for kind, seconds in (("success", 100), ("start", 101), ("fail", 102)):
-        ping = await store.ping(
+        ping = await store.watch.ping(
             token, kind, b"sorry" if kind == "success" else b"", now=at(seconds)
         )
         assert ping is not None and (ping.outcome, ping.slot) == ("late", at(60))
@@ -175,15 +175,15 @@ async def test_adoption_hands_the_job_to_the_nodes_at_its_slot_and_counts_double
     store: JobStore, settings: ClusterSettings, open_session: Opener
 ) -> None:
     await store.definitions.add(minutely("w"), now=T0)
-    token = await store.ping_token("w")
-    await store.ping(token, "success", now=at(61))
+    token = await store.watch.token("w")
+    await store.watch.ping(token, "success", now=at(61))
     with pytest.raises(InvalidInput, match="handler"):
-        await store.adopt("w", at=at(180), now=at(70))
+        await store.watch.adopt("w", at=at(180), now=at(70))
     with pytest.raises(InvalidInput, match="not a slot"):
-        await store.adopt("w", at=at(170), handler=HANDLER, now=at(70))
+        await store.watch.adopt("w", at=at(170), handler=HANDLER, now=at(70))
     with pytest.raises(InvalidInput, match="future"):
-        await store.adopt("w", at=at(120), handler=HANDLER, now=at(130))
-    job = await store.adopt("w", at=at(180), handler=HANDLER, now=at(70))
+        await store.watch.adopt("w", at=at(120), handler=HANDLER, now=at(130))
+    job = await store.watch.adopt("w", at=at(180), handler=HANDLER, now=at(70))
     assert (job.watch, job.shard, job.adopt_at, job.handler) == (
         True,
         WATCH_SHARD,
@@ -193,15 +193,17 @@ async def test_adoption_hands_the_job_to_the_nodes_at_its_slot_and_counts_double
     node = await open_session("n1")
     assert (await node.claim(ALL, 50, 30.0, now=at(150))).jobs == []
     # The last watched slot's ping hands the job over: due at 180 s in its home shard.
-    await store.ping(token, "success", now=at(121))
+    await store.watch.ping(token, "success", now=at(121))
     job = await store.get("w")
     assert (job.watch, job.next_run_at, job.shard < SHARDS) == (False, at(180), True)
     assert [c.name for c in await run_slot(node, at(180))] == ["w"]
     # The legacy cron still runs: its ping for 180 s is a double run, not a second run row.
     await add_rule(settings, "ops", HOOK, events="double_run")
-    ping = await store.ping(token, "success", b"legacy", now=at(182))
+    ping = await store.watch.ping(token, "success", b"legacy", now=at(182))
     assert ping is not None and (ping.outcome, ping.slot) == ("double_run", at(180))
-    assert [(d["slot"], d["kind"]) for d in await store.double_runs("w")] == [(at(180), "success")]
+    assert [(d["slot"], d["kind"]) for d in await store.watch.double_runs("w")] == [
+        (at(180), "success")
+    ]
     assert [(e["event"], e["slot"]) for e in await events(settings)] == [("double_run", at(180))]
     history = await runs_of(settings, "w")
     assert [(r[0], r[1], r[4]) for r in history] == [
@@ -215,7 +217,7 @@ async def test_adopting_at_the_awaited_slot_hands_it_over_at_once(
     store: JobStore, open_session: Opener
 ) -> None:
     await store.definitions.add(minutely("w", handler=HANDLER), now=T0)
-    job = await store.adopt("w", at=at(60), now=at(10))
+    job = await store.watch.adopt("w", at=at(60), now=at(10))
     assert (job.watch, job.next_run_at) == (False, at(60))
     node = await open_session("n1")
     assert [c.name for c in await run_slot(node, at(60))] == ["w"]
@@ -225,7 +227,7 @@ async def test_a_missed_last_watched_slot_hands_over_too(
     store: JobStore, settings: ClusterSettings
 ) -> None:
     await store.definitions.add(minutely("w", handler=HANDLER, late_after="20s"), now=T0)
-    await store.adopt("w", at=at(120), now=at(10))
+    await store.watch.adopt("w", at=at(120), now=at(10))
     async with AlertStore.open(settings, "n9/alerts") as alerts:
         assert await missed(alerts, 81) == ["w"]
     job = await store.get("w")
@@ -287,8 +289,8 @@ async def test_a_job_behind_by_several_slots_catches_up_in_one_pass(
     store: JobStore, settings: ClusterSettings
 ) -> None:
     await store.definitions.add(minutely("w", late_after="30s"), now=T0)
-    token = await store.ping_token("w")
-    await store.ping(token, "success", now=at(181))  # slot 180 pinged, 60 and 120 not
+    token = await store.watch.token("w")
+    await store.watch.ping(token, "success", now=at(181))  # slot 180 pinged, 60 and 120 not
     await add_rule(settings, "ops", HOOK, events="late")
     async with AlertStore.open(settings, "n9/alerts") as alerts:
         found = await alerts.watch_pass(SHARDS, now=at(400))
@@ -304,9 +306,9 @@ async def test_a_ping_past_its_late_window_before_the_pass_raises_late_once(
     store: JobStore, settings: ClusterSettings
 ) -> None:
     await store.definitions.add(minutely("w", late_after="30s"), now=T0)
-    token = await store.ping_token("w")
+    token = await store.watch.token("w")
     await add_rule(settings, "ops", HOOK, events="late")
-    await store.ping(token, "success", now=at(100))  # 40 s after slot 60, no pass ran
+    await store.watch.ping(token, "success", now=at(100))  # 40 s after slot 60, no pass ran
     async with AlertStore.open(settings, "n9/alerts") as alerts:
         assert await missed(alerts, 105) == []
     assert [(e["event"], e["slot"], e["detail"]) for e in await events(settings)] == [
@@ -318,7 +320,7 @@ async def test_a_watch_job_resumed_past_its_adoption_slot_is_handed_over(
     store: JobStore, settings: ClusterSettings
 ) -> None:
     await store.definitions.add(minutely("w", handler=HANDLER, late_after="20s"), now=T0)
-    await store.adopt("w", at=at(180), now=at(10))
+    await store.watch.adopt("w", at=at(180), now=at(10))
     await store.pause("w")
     await store.resume("w", now=at(250))  # awaits 300 s, past the adoption slot
     async with AlertStore.open(settings, "n9/alerts") as alerts:
@@ -331,13 +333,13 @@ async def test_the_web_role_writes_a_pings_run_only_through_watch_record(
     store: JobStore, settings: ClusterSettings, logins: Logins
 ) -> None:
     await store.definitions.add(minutely("w"), now=T0)
-    token = await store.ping_token("w")
+    token = await store.watch.token("w")
     await add_rule(settings, "ops", HOOK, events="double_run")
     await asyncio.to_thread(grant_roles, settings, logins)
     async with JobStore.open(logins.as_web(settings)) as as_web:
-        assert (await as_web.ping(token, "success", b"ok", now=at(61))) is not None
-        await as_web.adopt("w", at=at(180), handler=HANDLER, now=at(62))
-        ping = await as_web.ping(token, "success", now=at(181))
+        assert (await as_web.watch.ping(token, "success", b"ok", now=at(61))) is not None
+        await as_web.watch.adopt("w", at=at(180), handler=HANDLER, now=at(62))
+        ping = await as_web.watch.ping(token, "success", now=at(181))
     assert ping is not None and ping.outcome == "double_run"
     assert [(r[0], r[1]) for r in await runs_of(settings, "w")] == [(at(60), "succeeded")]
     assert [e["event"] for e in await events(settings)] == ["double_run"]

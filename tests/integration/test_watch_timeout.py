@@ -51,9 +51,9 @@ async def test_a_watch_run_without_its_end_ping_times_out_once_with_a_failed_ale
     store: JobStore, settings: ClusterSettings
 ) -> None:
     await store.definitions.add(watched(), now=T0)
-    token = await store.ping_token("w")
+    token = await store.watch.token("w")
     await add_rule(settings, "ops", HOOK, events="failed")
-    await store.ping(token, "start", now=at(61))  # slot 60, running; ends by 101 s
+    await store.watch.ping(token, "start", now=at(61))  # slot 60, running; ends by 101 s
     async with (
         AlertStore.open(settings, "n8/alerts") as one,
         AlertStore.open(settings, "n9/alerts") as other,
@@ -79,9 +79,9 @@ async def test_the_nodes_late_pass_closes_every_watch_run_past_its_timeout(
     store: JobStore, settings: ClusterSettings
 ) -> None:
     await store.definitions.add(watched(), now=T0)
-    token = await store.ping_token("w")
-    await store.ping(token, "start", now=at(61))
-    await store.ping(token, "start", now=at(121))  # the next slot's run opens too
+    token = await store.watch.token("w")
+    await store.watch.ping(token, "start", now=at(61))
+    await store.watch.ping(token, "start", now=at(121))  # the next slot's run opens too
     async with AlertStore.open(settings, "n9/alerts") as alerts:
         await LatePass(alerts, SHARDS, Stats()).run_once(now=at(165))
     statuses = [(r["scheduled_for"], r["status"]) for r in await run_rows(settings)]
@@ -92,12 +92,12 @@ async def test_a_late_end_ping_is_noted_on_its_timed_out_run_not_filed_as_a_new_
     store: JobStore, settings: ClusterSettings
 ) -> None:
     await store.definitions.add(watched(), now=T0)
-    token = await store.ping_token("w")
+    token = await store.watch.token("w")
     await add_rule(settings, "ops", HOOK, events="failed,late")
-    await store.ping(token, "start", now=at(61))
+    await store.watch.ping(token, "start", now=at(61))
     async with AlertStore.open(settings, "n9/alerts") as alerts:
         assert await timed_out(alerts, 102) == [("w", at(60))]
-        ping = await store.ping(token, "success", b"done at last\n", now=at(130))
+        ping = await store.watch.ping(token, "success", b"done at last\n", now=at(130))
         assert ping is not None and (ping.outcome, ping.slot) == ("late", at(60))
         assert await timed_out(alerts, 140) == []
     (row,) = await run_rows(settings)  # no run for slot 120: the job still awaits a ping
@@ -106,7 +106,7 @@ async def test_a_late_end_ping_is_noted_on_its_timed_out_run_not_filed_as_a_new_
     assert row["output"] == {"stdout": "done at last\n"}
     assert (await store.get("w")).slot_at == at(120)
     # The next end ping is an ordinary one again: the late one closed what /start opened.
-    ping = await store.ping(token, "success", now=at(125 + 60))
+    ping = await store.watch.ping(token, "success", now=at(125 + 60))
     assert ping is not None and (ping.outcome, ping.slot) == ("recorded", at(180))
     assert [(e["event"], e["slot"]) for e in await events(settings)] == [("failed", at(60))]
 
@@ -115,10 +115,10 @@ async def test_an_end_ping_past_the_timeout_closes_the_run_itself_when_no_pass_r
     store: JobStore, settings: ClusterSettings
 ) -> None:
     await store.definitions.add(watched(), now=T0)
-    token = await store.ping_token("w")
+    token = await store.watch.token("w")
     await add_rule(settings, "ops", HOOK, events="failed")
-    await store.ping(token, "start", now=at(61))
-    ping = await store.ping(token, "fail", b"exit 3", now=at(119))  # no node lived meanwhile
+    await store.watch.ping(token, "start", now=at(61))
+    ping = await store.watch.ping(token, "fail", b"exit 3", now=at(119))  # no node lived meanwhile
     assert ping is not None and (ping.outcome, ping.slot) == ("late", at(60))
     (row,) = await run_rows(settings)
     assert (row["status"], row["finished_at"]) == ("timed_out", at(101))
@@ -132,9 +132,9 @@ async def test_an_end_ping_in_time_still_ends_its_run(
     store: JobStore, settings: ClusterSettings
 ) -> None:
     await store.definitions.add(watched(), now=T0)
-    token = await store.ping_token("w")
-    await store.ping(token, "start", now=at(61))
-    ping = await store.ping(token, "success", b"ok", now=at(100))
+    token = await store.watch.token("w")
+    await store.watch.ping(token, "start", now=at(61))
+    ping = await store.watch.ping(token, "success", b"ok", now=at(100))
     assert ping is not None and (ping.outcome, ping.slot) == ("recorded", at(60))
     async with AlertStore.open(settings, "n9/alerts") as alerts:
         assert await timed_out(alerts, 200) == []
@@ -147,11 +147,11 @@ async def test_runs_cancel_ends_a_watch_run_and_a_late_end_is_noted(
 ) -> None:
     await store.definitions.add(watched(), now=T0)
     await store.definitions.add(watched("quiet"), now=T0)
-    token = await store.ping_token("w")
+    token = await store.watch.token("w")
     with pytest.raises(NotRunning, match="no job 'w'"):
         await store.runcontrol.cancel("w", by="ops")
-    await store.ping(token, "start", now=at(61))
-    await store.ping(token, "start", now=at(121))  # a second run, before the first ended
+    await store.watch.ping(token, "start", now=at(61))
+    await store.watch.ping(token, "start", now=at(121))  # a second run, before the first ended
     with pytest.raises(InvalidInput, match="2 slots of 'w' are running"):
         await store.runcontrol.cancel("w", by="ops")
     (asked,) = await store.runcontrol.cancel("w", by="ops", slot=at(60))
@@ -163,7 +163,7 @@ async def test_runs_cancel_ends_a_watch_run_and_a_late_end_is_noted(
         assert asked.slot == at(120)
         with pytest.raises(NotRunning):
             await as_web.runcontrol.cancel("quiet", by="token ci")
-        ping = await as_web.ping(token, "success", now=at(150))  # through watch_end
+        ping = await as_web.watch.ping(token, "success", now=at(150))  # through watch_end
         assert ping is not None and (ping.outcome, ping.slot) == ("late", at(120))
     rows = await run_rows(settings)
     assert [(r["status"], r["last_error"]) for r in rows] == [
@@ -207,7 +207,7 @@ def test_the_cli_cancels_a_watch_run(settings: ClusterSettings, initialised: Inv
     async def start() -> None:
         async with JobStore.open(settings) as store:
             await store.definitions.add(watched(), now=T0)
-            await store.ping(await store.ping_token("w"), "start", now=at(61))
+            await store.watch.ping(await store.watch.token("w"), "start", now=at(61))
 
     asyncio.run(start())
     result = initialised("runs", "cancel", "w", "--by", "ops")

@@ -16,7 +16,7 @@ from cluster.jobs.spec import OPTIONS
 from pulsecron import testing
 
 # The parts of JobStore that docs/python.md offers: ``store.definitions.add(spec)``.
-STORE_PARTS = ("definitions", "inputs", "plans", "revisions", "runcontrol")
+STORE_PARTS = ("definitions", "inputs", "plans", "revisions", "runcontrol", "watch")
 
 
 def describe() -> dict[str, dict[str, str]]:
@@ -133,14 +133,11 @@ EXPECTED: dict[str, dict[str, str]] = {
     "JobStore": {
         "__init__": "(conn: 'Conn', settings: 'ClusterSettings', *, scope: 'str | None' = "
         "None) -> 'None'",
-        "adopt": "(self, name: 'str', tenant: 'str' = 'default', *, at: 'datetime', "
-        "handler: 'str | None' = None, now: 'datetime | None' = None) -> 'Job'",
         "config": "(self) -> 'list[tuple[str, str, datetime]]'",
         "config_values": "(self) -> 'dict[str, str]'",
         "db_now": "(self, now: 'datetime | None' = None) -> 'datetime'",
         "details": "(self, name: 'str', tenant: 'str' = 'default', *, slots: 'int' = 5, "
         "runs: 'int' = 5, now: 'datetime | None' = None) -> 'dict[str, Any]'",
-        "double_runs": "(self, name: 'str', tenant: 'str' = 'default') -> 'list[dict[str, Any]]'",
         "explain": "(self, name: 'str', tenant: 'str' = 'default', *, after: 'datetime | None'"
         " = None, count: 'int' = 10, now: 'datetime | None' = None) -> 'tuple[Job, list[Step]]'",
         "get": "(self, name: 'str', tenant: 'str' = 'default') -> 'Job'",
@@ -153,10 +150,6 @@ EXPECTED: dict[str, dict[str, str]] = {
         "'pulse-admin') -> 'AsyncIterator[JobStore]'",
         "pause": "(self, name: 'str', tenant: 'str' = 'default', *, note: 'str | None' = "
         "None, now: 'datetime | None' = None) -> 'Job'",
-        "ping": "(self, token: 'str', kind: 'str', body: 'bytes' = b'', *, now: 'datetime"
-        " | None' = None) -> 'Ping | None'",
-        "ping_token": "(self, name: 'str', tenant: 'str' = 'default', *, rotate: 'bool' = "
-        "False) -> 'str'",
         "prune": "(self, *, dry_run: 'bool' = False, now: 'datetime | None' = None) -> "
         "'PruneResult'",
         "remove": (
@@ -211,6 +204,15 @@ EXPECTED: dict[str, dict[str, str]] = {
         "cancel": "(self, name: 'str', tenant: 'str' = 'default', *, by: 'str', slot: 'datetime | "
         "None' = None, every: 'bool' = False) -> 'list[CancelRequest]'",
         "cancel_backfill": "(self, backfill_id: 'int') -> 'Backfill'",
+    },
+    "JobStore.watch": {
+        "adopt": "(self, name: 'str', tenant: 'str' = 'default', *, at: 'datetime', "
+        "handler: 'str | None' = None, now: 'datetime | None' = None) -> 'Job'",
+        "double_runs": "(self, name: 'str', tenant: 'str' = 'default') -> 'list[dict[str, Any]]'",
+        "ping": "(self, token: 'str', kind: 'str', body: 'bytes' = b'', *, now: 'datetime"
+        " | None' = None) -> 'Ping | None'",
+        "token": "(self, name: 'str', tenant: 'str' = 'default', *, rotate: 'bool' = "
+        "False) -> 'str'",
     },
     "MembershipError": {
         "bases": "PulseError, Exception, BaseException",

@@ -95,7 +95,7 @@ async def add_job(store: JobStore, name: str, as_json: bool, web_url: str, **opt
     async with store.transaction():
         job = await store.definitions.add(spec)
         if spec.watch:
-            token = await store.ping_token(spec.name, spec.tenant)
+            token = await store.watch.token(spec.name, spec.tenant)
     url = None if token is None else watching.ping_url(web_url, token)
     if as_json:
         emit_json({**job.to_json(), **({} if url is None else {"ping_url": url})})

@@ -61,7 +61,7 @@ async def ping_url_command(
 ) -> None:
     """Show a watch job's ping URL: its first, or with --rotate a new one (only a hash of
     it is kept, so an issued URL cannot be shown again)."""
-    url = ping_url(web_url, await store.ping_token(name, tenant, rotate=rotate))
+    url = ping_url(web_url, await store.watch.token(name, tenant, rotate=rotate))
     if as_json:
         emit_json({"ping_url": url})
     else:
@@ -82,7 +82,7 @@ async def adopt_command(
     watched. A legacy ping for a slot Pulse runs is recorded as a double run."""
     slot = parse_time(at, "at")
     assert slot is not None
-    job = await store.adopt(name, tenant, at=slot, handler=handler)
+    job = await store.watch.adopt(name, tenant, at=slot, handler=handler)
     if as_json:
         emit_json(job.to_json())
     else:

@@ -9,9 +9,9 @@ This module owns the cluster's settings and pruning, and what acts on jobs that 
 scoped connection (``cluster.store.jobstore.scoped``): creating and placing job rows
 (``definitions``), steering running slots (``runcontrol``), runs with inputs (``inputs``),
 their history (``revisions``), tokens and audit (``access``), paged reads (``pages``), tenant
-limits (``tenants``) and quotas (``quotas``), console sessions (``sessions``) and the
-handlers registries offer the API (``handlers``). Callers use a part's methods through the
-part; the store restates none of them.
+limits (``tenants``) and quotas (``quotas``), console sessions (``sessions``), the
+handlers registries offer the API (``handlers``) and watch jobs' pings (``watch``). Callers
+use a part's methods through the part; the store restates none of them.
 
     async with JobStore.open(ClusterSettings.from_env()) as store:
         await store.definitions.add(JobSpec.build("rollup", "0 * * * *", "billing.jobs:rollup"))
@@ -29,7 +29,7 @@ from psycopg.types.json import Jsonb
 
 from cluster.config.retention import Retention
 from cluster.errors import Conflict, InvalidInput, NotFound
-from cluster.jobs.fields import DEFAULT_TENANT, check_text, validate_handler
+from cluster.jobs.fields import DEFAULT_TENANT, check_text
 from cluster.jobs.models import Job, JobStatus, Run, iso
 from cluster.jobs.spec import JobSpec
 from cluster.settings import ClusterSettings
@@ -37,9 +37,8 @@ from cluster.store import config as cluster_config
 from cluster.store.access.console_sessions import ConsoleSessions
 from cluster.store.access.tokens import Access
 from cluster.store.connect import ADMIN_STATEMENT_TIMEOUT_S, Conn, connect
-from cluster.store.housekeeping import pruning, watches
+from cluster.store.housekeeping import pruning
 from cluster.store.housekeeping.pruning import PruneResult
-from cluster.store.housekeeping.watches import Ping
 from cluster.store.jobstore.calendar_rule import Rules
 from cluster.store.jobstore.calendars import Calendars
 from cluster.store.jobstore.definitions import Definitions
@@ -55,6 +54,7 @@ from cluster.store.jobstore.scoped import ScopedConnection
 from cluster.store.jobstore.specs import MAX_NOTE_LENGTH
 from cluster.store.jobstore.tenant_limits import Tenants
 from cluster.store.jobstore.timeline import Record, calendar_timeline, explain_job
+from cluster.store.jobstore.watch import Watch
 from cluster.store.jobstore.windows import Windows
 from cluster.store.schema.migrate import InitResult, migrate
 from cluster.timing.calendared import jittered_start
@@ -86,6 +86,7 @@ class JobStore:
         self.handlers = RegisteredHandlers(conn)
         self.sessions = ConsoleSessions(conn)
         self.quotas = Quotas(conn)
+        self.watch = Watch(self.db)
 
     @asynccontextmanager
     async def transaction(self) -> AsyncIterator[None]:
@@ -141,54 +142,6 @@ class JobStore:
 
     async def db_now(self, now: datetime | None = None) -> datetime:
         return await self.db.db_now(now)
-
-    # -- watch jobs (cluster.store.housekeeping.watches)
-    # ---------------------------------------------
-
-    async def ping(
-        self, token: str, kind: str, body: bytes = b"", *, now: datetime | None = None
-    ) -> Ping | None:
-        """Record a watch job's ping (``POST /api/ping/TOKEN``); None for an unknown token."""
-        shards = await self.shard_count()
-        async with self.db.transaction():
-            at = await self.db.db_now(now)
-            return await watches.record_ping(
-                self.db.all, token, kind, body=body, shards=shards, now=at
-            )
-
-    async def ping_token(
-        self, name: str, tenant: str = DEFAULT_TENANT, *, rotate: bool = False
-    ) -> str:
-        """A watch job's ping token (``pulse jobs ping-url``): its first, or a new one."""
-        async with self.db.transaction():
-            return await watches.issue_token(
-                self.db.all, name, tenant, scope=self.scope, rotate=rotate
-            )
-
-    async def adopt(
-        self,
-        name: str,
-        tenant: str = DEFAULT_TENANT,
-        *,
-        at: datetime,
-        handler: str | None = None,
-        now: datetime | None = None,
-    ) -> Job:
-        """Pulse runs the watch job from the slot ``at`` on (``pulse jobs adopt``)."""
-        if handler is not None:
-            handler = validate_handler(handler)
-        shards = await self.shard_count()
-        async with self.db.transaction():
-            db_now = await self.db.db_now(now)
-            return await watches.adopt(
-                self.db.all, name, tenant, at=at, handler=handler, scope=self.scope,
-                shards=shards, now=db_now,
-            )  # fmt: skip
-
-    async def double_runs(self, name: str, tenant: str = DEFAULT_TENANT) -> list[dict[str, Any]]:
-        """The legacy pings that came for slots Pulse runs (``pulse jobs adopt``)."""
-        job = await self.db.job("get_job", name, tenant)
-        return await self.db.all("watch_doubles_list", {"id": job.id})
 
     # -- jobs that exist ----------------------------------------------------------------
 
