@@ -21,7 +21,6 @@ from cluster.store.lock.effects import EffectsStore
 from cluster.store.lock.lifelock import LifeWatch
 from cluster.store.lock.session import LockSession
 from cluster.store.lock.writer import ResultWriter
-from cluster.store.side import SideConnection
 from node.handlers.effects import Effects
 from node.handlers.forwarding import Forwarders
 from node.maintenance.backfiller import Backfiller
@@ -91,7 +90,11 @@ def wire(
     state = NodeState(s.node_id, s.zone, shard_count)
     writer = ResultWriter(cluster, s.node_id, s.zone, statement_timeout_s=timeout_s)
     effects = Effects(EffectsStore(cluster, s.node_id, s.zone, s.handler_role))
-    config = ConfigCache(cluster, f"{s.node_id}/config")
+    # One connection for the node's upkeep, beside the lock session and the writer: the
+    # config cache, pruning, backfills, the gate pass, alerts and the late pass take turns
+    # on it, a statement or a transaction at a time (docs/design/driver.md).
+    upkeep = pruning.side_connection(cluster, f"{s.node_id}/upkeep", statement_timeout_s=timeout_s)
+    config = ConfigCache(upkeep)
     forwarders = Forwarders(s.celery_broker, config.values)
     tracing = None
     if s.otel:  # imported only then: a node without --otel loads no OpenTelemetry
@@ -151,7 +154,7 @@ def wire(
         evict=registry.deregister,
         frozen_s=s.freeze_limit_s,
     )
-    alert_store = AlertStore(cluster, f"{s.node_id}/alerts", statement_timeout_s=timeout_s)
+    alert_store = AlertStore(upkeep)
     stop_claiming = Signal()
     return Parts(
         state=state,
@@ -177,24 +180,11 @@ def wire(
             writer=writer,
             drain_timeout_s=s.drain_timeout_s,
         ),
-        pruner=Pruner(
-            pruning.side_connection(cluster, f"{s.node_id}/prune", statement_timeout_s=timeout_s),
-            state,
-            stats,
-            interval_s=s.prune_interval_s,
-        ),
-        # One connection of its own, never the lock session or the result writer.
+        pruner=Pruner(upkeep, state, stats, interval_s=s.prune_interval_s),
         alerts=AlertDelivery(alert_store, s.node_id, stats, config=config.values),
         late=LatePass(alert_store, shard_count, stats),
-        gates=GatePass(
-            SideConnection(cluster, f"{s.node_id}/gates", statement_timeout_s=timeout_s), state
-        ),
-        backfiller=Backfiller(
-            SideConnection(cluster, f"{s.node_id}/backfill", statement_timeout_s=timeout_s),
-            state,
-            stats,
-            claimer.flights_queued,
-        ),
+        gates=GatePass(upkeep, state),
+        backfiller=Backfiller(upkeep, state, stats, claimer.flights_queued),
         config=config,
     )
 

@@ -14,7 +14,6 @@ import psycopg
 
 from cluster.config.keys import canonical
 from cluster.errors import StoreError
-from cluster.settings import ClusterSettings
 from cluster.store.connect import Conn
 from cluster.store.queries import query, store_error
 from cluster.store.side import SideConnection
@@ -61,14 +60,13 @@ async def seed_config(conn: Conn, defaults: Mapping[str, str]) -> None:
 
 class ConfigCache:
     """A node's view of the ``config`` table, read at most every ``ttl_s`` on a side
-    connection of its own (opened on first use), so a ``pulse config set`` reaches every
-    node within seconds without a query per request. When Postgres cannot be read, the
-    last values read stay (none before the first read: every policy's strictest default)."""
+    connection (the node's upkeep connection, opened on first use), so a ``pulse config
+    set`` reaches every node within seconds without a query per request. When Postgres
+    cannot be read, the last values read stay (none before the first read: every policy's
+    strictest default)."""
 
-    def __init__(
-        self, settings: ClusterSettings, application_name: str, *, ttl_s: float = CACHE_TTL_S
-    ) -> None:
-        self._side = SideConnection(settings, application_name, statement_timeout_s=5.0)
+    def __init__(self, side: SideConnection, *, ttl_s: float = CACHE_TTL_S) -> None:
+        self._side = side
         self._ttl_s = ttl_s
         self._values: dict[str, str] = {}
         self._read_at: float | None = None

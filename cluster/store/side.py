@@ -1,6 +1,6 @@
-"""A connection of its own for one purpose: a node's pruning, backfills and alerts
-(``<node id>/<purpose>``), an admin command's prune, or a tool's (the chaos harness's lock
-sampler).
+"""A connection beside the hot path: a node's upkeep (``<node id>/upkeep``: the config
+cache, pruning, backfills, the gate pass and alerts, one statement or transaction at a
+time), an admin command's prune, or a tool's (the chaos harness's lock sampler).
 
 It is never the lock session or the result writer, so its work never waits behind a claim
 or a completion, nor they behind it. It opens on first use, and again after an error that
@@ -81,6 +81,12 @@ class SideConnection:
                 yield partial(_translated, conn)
 
     async def close(self) -> None:
+        """Close the connection once its current user is done (a node's services share
+        one: ``node/parts.py``); the next use opens it again."""
+        async with self._lock:
+            await self._drop()
+
+    async def _drop(self) -> None:
         conn, self._conn = self._conn, None
         if conn is not None and not conn.closed:
             with contextlib.suppress(TimeoutError, psycopg.Error, OSError):
@@ -109,14 +115,14 @@ class SideConnection:
         try:
             yield
         except TimeoutError as exc:
-            await self.close()
+            await self._drop()
             raise StoreError(f"{name}: no answer within {self._timeout_s:g}s") from exc
         except OSError as exc:
-            await self.close()
+            await self._drop()
             raise StoreError(f"{name}: {exc}") from exc
         except (psycopg.Error, StoreError) as exc:
             if self._conn is not None and (self._conn.closed or self._conn.broken):
-                await self.close()
+                await self._drop()
             if isinstance(exc, psycopg.Error):
                 raise store_error(exc, name) from exc
             raise

@@ -19,6 +19,7 @@ from cluster.store.housekeeping.alerts import AlertStore
 from cluster.store.jobstore.store import JobStore
 from cluster.store.lock.records import ClaimedJob
 from cluster.store.lock.session import LockSession
+from cluster.store.side import SideConnection
 from node.handlers.context import Outcome
 from node.maintenance.lateness import LatePass
 from node.pipeline.checks import checked
@@ -68,7 +69,12 @@ async def test_a_run_past_expect_max_raises_slow_once_across_nodes(
     await add_rule(settings, "ops", HOOK, events=EXPECT_EVENTS)
     node = await open_session("n1")
     (job, plain) = sorted((await node.claim(ALL, 50, 30.0, now=at(10))).jobs, key=lambda j: j.name)
-    passes = [LatePass(AlertStore(settings, f"n{i}/alerts"), 16, Stats()) for i in range(4)]
+    passes = [
+        LatePass(
+            AlertStore(SideConnection(settings, f"n{i}/alerts", statement_timeout_s=5)), 16, Stats()
+        )
+        for i in range(4)
+    ]
     try:
         await passes[0].run_once(now=at(14.9))
         assert await events(settings) == []

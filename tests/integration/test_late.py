@@ -12,6 +12,7 @@ from cluster.settings import ClusterSettings
 from cluster.store.connect import connect
 from cluster.store.housekeeping.alerts import AlertStore
 from cluster.store.jobstore.store import JobStore
+from cluster.store.side import SideConnection
 from tests.helpers.outbox import T0, add_rule, at, events, every_10s, run_slot
 from tests.helpers.plans import FILL, job_scans, plan_of
 from tests.helpers.sessions import Opener
@@ -85,7 +86,10 @@ async def test_nodes_running_the_pass_at_once_raise_each_late_slot_once(
         [every_10s(f"j{i:03d}", late_after="1s") for i in range(200)], now=T0
     )
     await add_rule(settings, "ops", HOOK, events="late")
-    stores = [AlertStore(settings, f"n{i}/alerts") for i in range(4)]
+    stores = [
+        AlertStore(SideConnection(settings, f"n{i}/alerts", statement_timeout_s=5))
+        for i in range(4)
+    ]
     try:
         found = await asyncio.gather(*(s.late_pass(SHARDS, now=at(20)) for s in stores))
         again = await asyncio.gather(*(s.late_pass(SHARDS, now=at(21)) for s in stores))

@@ -81,7 +81,7 @@ class Cluster:
         self.node = LockSession(cluster, "model", "z", session_timeout_s=30, statement_timeout_s=10)
         self.run(self.node.open())
         self.side = SideConnection(cluster, "model/backfill", statement_timeout_s=10)
-        self.alerts = AlertStore(cluster, "model/late")
+        self.alerts = AlertStore(SideConnection(cluster, "model/late", statement_timeout_s=10))
         midnight = datetime.now(UTC).replace(hour=0, minute=0, second=30, microsecond=0)
         self.clock = midnight + timedelta(days=2)  # ahead of the database's clock
         self.tenants = itertools.count()

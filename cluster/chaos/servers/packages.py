@@ -14,6 +14,7 @@ import subprocess
 
 from cluster.errors import PulseError
 
+LOCK_WAIT_S = 300  # seconds to wait for an install that holds the dpkg lock
 INSTALL_TIMEOUT_S = 600.0
 
 
@@ -35,7 +36,8 @@ def ensure_command(command: str, *packages: str) -> str:
             raise PackagesMissing(f"{command} is missing; install {wanted} (needs root)")
         prefix = ["sudo", "-n"]
     env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-    for step in (["apt-get", "update", "-qq"], ["apt-get", "install", "-y", "-qq", *packages]):
+    apt = ["apt-get", "-o", f"DPkg::Lock::Timeout={LOCK_WAIT_S}"]
+    for step in ([*apt, "update", "-qq"], [*apt, "install", "-y", "-qq", *packages]):
         done = subprocess.run(
             [*prefix, *step], env=env, capture_output=True, text=True, timeout=INSTALL_TIMEOUT_S
         )

@@ -1,9 +1,10 @@
 """Alerts in Postgres: the rules (admin), and the outbox's deliveries and the late pass (a
 node's alert services).
 
-``AlertStore`` holds one side connection (``cluster.store.side``): the admin's, or a node's
-``<node id>/alerts``, never the lock session or the result writer, so a slow webhook or a
-long outbox never delays a claim or a completion. Events
+``AlertStore`` works on a side connection (``cluster.store.side``): the admin's, or a
+node's upkeep connection, never the lock session or the result writer, so a slow webhook
+or a long outbox never delays a claim or a completion (a delivery holds no connection
+while it sends). Events
 themselves are written by the statements that change the state they report (``complete``,
 ``recover``, ``late_pass``) through ``raise_alert`` (migration 006).
 """
@@ -132,19 +133,15 @@ def _rule(row: dict[str, Any]) -> AlertRule:
 
 
 class AlertStore:
-    def __init__(
-        self, settings: ClusterSettings, application_name: str, *, statement_timeout_s: float = 5.0
-    ) -> None:
-        self._side = SideConnection(
-            settings, application_name, statement_timeout_s=statement_timeout_s
-        )
+    def __init__(self, side: SideConnection) -> None:
+        self._side = side
 
     @classmethod
     @asynccontextmanager
     async def open(
         cls, settings: ClusterSettings, application_name: str = "pulse-admin"
     ) -> AsyncIterator[AlertStore]:
-        store = cls(settings, application_name)
+        store = cls(SideConnection(settings, application_name, statement_timeout_s=5.0))
         try:
             yield store
         finally:
