@@ -248,6 +248,11 @@ def test_a_node_stopped_with_sigterm_hands_its_shards_over(
     )
     leaving = set(fleet.holders()) - {s for s, n in fleet.holders().items() if n != "n2"}
     assert leaving
+    # A node's services share five connections (docs/design/driver.md), whatever ran.
+    upkeep = until(lambda: "n2/upkeep" in _connections(fleet, "n2"), "n2's upkeep", 30)
+    assert upkeep and _connections(fleet, "n2") == [
+        "n2", "n2/listen", "n2/upkeep", "n2/watch", "n2/write"
+    ]  # fmt: skip
 
     stopping = time.time()
     assert fleet.stop("n2") == 0, fleet.logs()
@@ -279,3 +284,13 @@ def test_a_node_stopped_with_sigterm_hands_its_shards_over(
         f"held again {taken - stopping:.1f} s after SIGTERM; wall time "
         f"{time.monotonic() - started:.0f} s"
     )
+
+
+def _connections(fleet: Fleet, node: str) -> list[str]:
+    """The application names of ``node``'s connections to the test's database."""
+    rows = fleet.sql(
+        "SELECT application_name AS name FROM pg_stat_activity WHERE datname = current_database()"
+        " AND (application_name = %s OR application_name LIKE %s)",
+        (node, f"{node}/%"),
+    )
+    return sorted(r["name"] for r in rows)
