@@ -19,6 +19,7 @@ from cluster.jobs.options import Declared
 from cluster.jobs.spec import OPTIONS, JobSpec
 from cluster.store.housekeeping import watches
 from cluster.store.jobstore.calendar_rule import Rules
+from cluster.store.jobstore.dropped import dropped_slots, overdue, skips_json
 from cluster.store.jobstore.gates import Gates
 from cluster.store.jobstore.holds import open_run
 from cluster.store.jobstore.quotas import check_period
@@ -88,10 +89,12 @@ class Definitions:
         prune: bool = False,
         now: datetime | None = None,
         expect: Mapping[tuple[str, str], int] | None = None,
+        by: str = "pulse jobs apply",
     ) -> ApplyResult:
         """Create or update every spec by (tenant, name), all or nothing. ``expect``: the
         revision each (tenant, name) must be at (0: absent), else ``Conflict`` on ``plan``
-        and nothing is written (a plan gone stale, docs/jobs.md)."""
+        and nothing is written (a plan gone stale, docs/jobs.md). ``by``: what a slot a new
+        timing drops is recorded skipped by (``cluster.store.jobstore.dropped``)."""
         specs = checked(specs)
         shards = await self._db.shard_count()
         result = ApplyResult()
@@ -105,6 +108,7 @@ class Definitions:
                 rule = await self._rules.for_spec(spec, db_now, windows)
                 params = {**self._params(spec, shards, db_now, rule), "replace": True}
                 params.update(await self._past_records(spec, rule, db_now, params))
+                await self._record_dropped(spec, params, db_now, by)
                 row = await self._db.one("upsert_job", params)
                 await self._planned_skips(row, spec, rule, params, db_now)
                 label = label_of(spec.tenant, spec.name)
@@ -212,6 +216,29 @@ class Definitions:
             await self._rules.record_skips(
                 row["id"], schedule, rule, db_now, params["slot_at"], db_now
             )
+
+    async def _record_dropped(
+        self, spec: JobSpec, params: dict[str, Any], db_now: datetime, by: str
+    ) -> None:
+        """Record skipped the overdue slots of an existing job that ``params`` moves to a new
+        timing, before it moves (so a login that writes no past runs may record them:
+        ``record_skipped``). Whether the upsert moves it is asked of the upsert itself, in
+        a savepoint rolled back: only for a job whose slot is overdue, which is rare."""
+        found = await self._db.one("get_job", {"tenant_id": spec.tenant, "name": spec.name})
+        if found is None or not overdue(found, db_now):
+            return
+        try:
+            async with self._db.transaction():
+                await self._db.one("upsert_job", params)
+                moved = await self._db.one("get_job", {"tenant_id": spec.tenant, "name": spec.name})
+                raise _Probe(moved is not None and moved["slot_at"] != found["slot_at"])
+        except _Probe as probe:
+            if not probe.changed:
+                return
+        skips = dropped_slots(Job.from_row(found), db_now, by)
+        if skips:
+            record = {"id": found["id"], "skips": skips_json(skips), "now": db_now}
+            await self._db.all("record_skips", record)
 
     async def _would_change(self, params: dict[str, Any]) -> bool:
         """Whether applying would update the job: the upsert, run in a savepoint that is
