@@ -52,6 +52,11 @@ class _Probe(Exception):  # a rollback carrying an answer, never an error
         self.changed = changed
 
 
+class _Probed(Exception):  # a rollback carrying the row as a statement left it
+    def __init__(self, row: dict[str, Any] | None) -> None:
+        self.row = row
+
+
 class Definitions:
     def __init__(self, db: ScopedConnection, rules: Rules) -> None:
         self._db = db
@@ -220,22 +225,24 @@ class Definitions:
     async def _record_dropped(
         self, spec: JobSpec, params: dict[str, Any], db_now: datetime, by: str
     ) -> None:
-        """Record skipped the overdue slots of an existing job that ``params`` moves to a new
-        timing, before it moves (so a login that writes no past runs may record them:
-        ``record_skipped``). Whether the upsert moves it is asked of the upsert itself, in
-        a savepoint rolled back: only for a job whose slot is overdue, which is rare."""
-        found = await self._db.one("get_job", {"tenant_id": spec.tenant, "name": spec.name})
+        """Record skipped the overdue slots of an existing job that ``params`` leaves without
+        a record (``dropped_slots``), before the upsert moves the job (so a login that
+        writes no past runs may record them: ``record_skipped``). Where the upsert puts the
+        job is asked of the upsert itself, in a savepoint rolled back: only for a job whose
+        slot is overdue, which is rare."""
+        key = {"tenant_id": spec.tenant, "name": spec.name}
+        found = await self._db.one("get_job", key)
         if found is None or not overdue(found, db_now):
             return
         try:
             async with self._db.transaction():
                 await self._db.one("upsert_job", params)
-                moved = await self._db.one("get_job", {"tenant_id": spec.tenant, "name": spec.name})
-                raise _Probe(moved is not None and moved["slot_at"] != found["slot_at"])
-        except _Probe as probe:
-            if not probe.changed:
-                return
-        skips = dropped_slots(Job.from_row(found), db_now, by)
+                raise _Probed(await self._db.one("get_job", key))
+        except _Probed as probe:
+            probed = probe.row
+        if probed is None:
+            return
+        skips = dropped_slots(Job.from_row(found), Job.from_row(probed), db_now, by)
         if skips:
             record = {"id": found["id"], "skips": skips_json(skips), "now": db_now}
             await self._db.all("record_skips", record)
