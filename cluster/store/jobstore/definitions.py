@@ -94,12 +94,24 @@ class Definitions:
         prune: bool = False,
         now: datetime | None = None,
         expect: Mapping[tuple[str, str], int] | None = None,
-        by: str = "pulse jobs apply",
     ) -> ApplyResult:
         """Create or update every spec by (tenant, name), all or nothing. ``expect``: the
         revision each (tenant, name) must be at (0: absent), else ``Conflict`` on ``plan``
-        and nothing is written (a plan gone stale, docs/jobs.md). ``by``: what a slot a new
-        timing drops is recorded skipped by (``cluster.store.jobstore.dropped``)."""
+        and nothing is written (a plan gone stale, docs/jobs.md)."""
+        return await self._apply(specs, "pulse jobs apply", prune=prune, now=now, expect=expect)
+
+    async def _apply(
+        self,
+        specs: Sequence[JobSpec],
+        by: str,
+        *,
+        prune: bool = False,
+        now: datetime | None = None,
+        expect: Mapping[tuple[str, str], int] | None = None,
+    ) -> ApplyResult:
+        """``apply``, naming what the overdue slots a new timing drops are recorded skipped
+        by (``cluster.store.jobstore.dropped``): ``Revisions.restore`` (``pulse jobs
+        rollback``) applies through it, and ``apply``'s public signature stays as it is."""
         specs = checked(specs)
         shards = await self._db.shard_count()
         result = ApplyResult()
