@@ -19,6 +19,7 @@ from cluster.jobs.options import Declared
 from cluster.jobs.spec import OPTIONS, JobSpec
 from cluster.store.housekeeping import watches
 from cluster.store.jobstore.calendar_rule import Rules
+from cluster.store.jobstore.dropped import dropped_slots, overdue, skips_json
 from cluster.store.jobstore.gates import Gates
 from cluster.store.jobstore.holds import open_run
 from cluster.store.jobstore.quotas import check_period
@@ -49,6 +50,11 @@ def _stored(declared: Declared, value: Any) -> Any:
 class _Probe(Exception):  # a rollback carrying an answer, never an error
     def __init__(self, changed: bool) -> None:
         self.changed = changed
+
+
+class _Probed(Exception):  # a rollback carrying the row as a statement left it
+    def __init__(self, row: dict[str, Any] | None) -> None:
+        self.row = row
 
 
 class Definitions:
@@ -92,6 +98,20 @@ class Definitions:
         """Create or update every spec by (tenant, name), all or nothing. ``expect``: the
         revision each (tenant, name) must be at (0: absent), else ``Conflict`` on ``plan``
         and nothing is written (a plan gone stale, docs/jobs.md)."""
+        return await self._apply(specs, "pulse jobs apply", prune=prune, now=now, expect=expect)
+
+    async def _apply(
+        self,
+        specs: Sequence[JobSpec],
+        by: str,
+        *,
+        prune: bool = False,
+        now: datetime | None = None,
+        expect: Mapping[tuple[str, str], int] | None = None,
+    ) -> ApplyResult:
+        """``apply``, naming what the overdue slots a new timing drops are recorded skipped
+        by (``cluster.store.jobstore.dropped``): ``Revisions.restore`` (``pulse jobs
+        rollback``) applies through it, and ``apply``'s public signature stays as it is."""
         specs = checked(specs)
         shards = await self._db.shard_count()
         result = ApplyResult()
@@ -105,6 +125,7 @@ class Definitions:
                 rule = await self._rules.for_spec(spec, db_now, windows)
                 params = {**self._params(spec, shards, db_now, rule), "replace": True}
                 params.update(await self._past_records(spec, rule, db_now, params))
+                await self._record_dropped(spec, params, db_now, by)
                 row = await self._db.one("upsert_job", params)
                 await self._planned_skips(row, spec, rule, params, db_now)
                 label = label_of(spec.tenant, spec.name)
@@ -212,6 +233,31 @@ class Definitions:
             await self._rules.record_skips(
                 row["id"], schedule, rule, db_now, params["slot_at"], db_now
             )
+
+    async def _record_dropped(
+        self, spec: JobSpec, params: dict[str, Any], db_now: datetime, by: str
+    ) -> None:
+        """Record skipped the overdue slots of an existing job that ``params`` leaves without
+        a record (``dropped_slots``), before the upsert moves the job (so a login that
+        writes no past runs may record them: ``record_skipped``). Where the upsert puts the
+        job is asked of the upsert itself, in a savepoint rolled back: only for a job whose
+        slot is overdue, which is rare."""
+        key = {"tenant_id": spec.tenant, "name": spec.name}
+        found = await self._db.one("get_job", key)
+        if found is None or not overdue(found, db_now):
+            return
+        try:
+            async with self._db.transaction():
+                await self._db.one("upsert_job", params)
+                raise _Probed(await self._db.one("get_job", key))
+        except _Probed as probe:
+            probed = probe.row
+        if probed is None:
+            return
+        skips = dropped_slots(Job.from_row(found), Job.from_row(probed), db_now, by)
+        if skips:
+            record = {"id": found["id"], "skips": skips_json(skips), "now": db_now}
+            await self._db.all("record_skips", record)
 
     async def _would_change(self, params: dict[str, Any]) -> bool:
         """Whether applying would update the job: the upsert, run in a savepoint that is
