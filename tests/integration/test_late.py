@@ -12,6 +12,7 @@ from cluster.settings import ClusterSettings
 from cluster.store.connect import connect
 from cluster.store.housekeeping.alerts import AlertStore
 from cluster.store.jobstore.store import JobStore
+from cluster.store.queries import query
 from cluster.store.side import SideConnection
 from tests.helpers.outbox import T0, add_rule, at, events, every_10s, run_slot
 from tests.helpers.plans import FILL, job_scans, plan_of
@@ -105,10 +106,11 @@ async def test_nodes_running_the_pass_at_once_raise_each_late_slot_once(
 async def test_the_late_pass_probes_the_due_index_of_each_shard(
     store: JobStore, settings: ClusterSettings
 ) -> None:
-    conn = await connect(settings, "n1")
+    conn = await connect(settings, "n1/upkeep")
     try:
         await conn.execute(FILL, {"n": 3000, "t0": T0})
         await conn.execute("VACUUM ANALYZE jobs")
+        await conn.execute(query("prune_setup"))  # as a node's upkeep connection runs it
         plan = await plan_of(conn, "late_pass", {"shards": 256, "now": at(120)})
     finally:
         await conn.close()
