@@ -8,16 +8,19 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 from psycopg.types.json import Jsonb
 
-from cluster.errors import Conflict
+from cluster.errors import Conflict, PulseError
 from cluster.jobs.models import Job, JobStatus
 from cluster.jobs.options import Declared
 from cluster.jobs.spec import OPTIONS, JobSpec
+from cluster.store.connect import Row
 from cluster.store.housekeeping import watches
+from cluster.store.jobstore import bulk
 from cluster.store.jobstore.calendar_rule import Rules
 from cluster.store.jobstore.gates import Gates
 from cluster.store.jobstore.holds import open_run
@@ -38,12 +41,25 @@ from cluster.timing.schedule import CHAINED_NEXT, ENDED
 from ring import shard_for
 from ring.zones import PARKED_SHARD, WATCH_SHARD, ZONE_SHARD_BASE, zone_shard_for
 
-# The options upsert_job writes, each as the parameter named after its column.
+# The options upsert_jobs writes, each as the parameter named after its column.
 _WRITTEN = tuple(d for d in OPTIONS if d.column is not None and d.option.written)
 
 
 def _stored(declared: Declared, value: Any) -> Any:
     return Jsonb(value) if declared.option.jsonb and value is not None else value
+
+
+@dataclass
+class _Pending:
+    """A spec planned and not yet written: its rule and its ``upsert_jobs`` parameters."""
+
+    spec: JobSpec
+    rule: CalendarRule | None
+    params: dict[str, Any]
+
+    @property
+    def key(self) -> bulk.Key:
+        return (self.spec.tenant, self.spec.name)
 
 
 class _Probe(Exception):  # a rollback carrying an answer, never an error
@@ -67,14 +83,14 @@ class Definitions:
             rule = await self._rules.for_spec(spec, db_now)
             params = self._params(spec, shards, db_now, rule)
             refuse_past(spec, params, await self._db.db_now(now))
-            row = await self._db.one("upsert_job", {**params, "replace": False})
+            row = await self._upsert_one(params, replace=False)
             if row is None:
                 raise Conflict(
                     "name",
                     f"a job named {spec.name!r} already exists in tenant {spec.tenant!r}",
                 )
             await self._planned_skips(row, spec, rule, params, db_now)
-            placed = await self._place(spec, shards, params["next_run_at"], inserted=True)
+            placed = await self._place(spec, shards, params["next_run_at"], row, inserted=True)
             await self._db.notify(row["shard_id"] if placed is None else placed)
             await self._gates.write([spec], await self._db.db_now(now))
             job = await self._db.one("get_job", {"tenant_id": spec.tenant, "name": spec.name})
@@ -101,28 +117,23 @@ class Definitions:
             db_now = await self._db.db_now(now)
             await self._check_periods(specs, db_now)
             windows = await self._rules.active(db_now)
+            found = await bulk.rows_named(self._db, [(s.tenant, s.name) for s in specs])
+            woken: set[int] = set()
+            pending: list[_Pending] = []
             for spec in specs:
-                rule = await self._rules.for_spec(spec, db_now, windows)
-                params = {**self._params(spec, shards, db_now, rule), "replace": True}
-                params.update(await self._past_records(spec, rule, db_now, params))
-                row = await self._db.one("upsert_job", params)
-                await self._planned_skips(row, spec, rule, params, db_now)
-                label = label_of(spec.tenant, spec.name)
-                inserted = row is not None and row["inserted"]
-                placed = await self._place(spec, shards, params["next_run_at"], inserted=inserted)
-                if placed is not None:  # moved to its zone set's shard
-                    row = {
-                        "inserted": row is not None and row["inserted"],
-                        "shard_id": placed,
-                        "status": JobStatus.IDLE if row is None else row["status"],
-                    }
-                if row is None:
-                    result.unchanged.append(label)
-                    continue
-                if row["status"] != JobStatus.DONE:  # a changed or new job due again
-                    refuse_past(spec, params, db_now)
-                (result.created if row["inserted"] else result.updated).append(label)
-                await self._db.notify(row["shard_id"])
+                try:
+                    rule = await self._rules.for_spec(spec, db_now, windows)
+                except PulseError:  # the jobs before it first, as if written one by one
+                    await self._write(pending, found, shards, db_now, result, woken)
+                    raise
+                pending.append(_Pending(spec, rule, self._params(spec, shards, db_now, rule)))
+                if len(pending) >= bulk.BATCH or _refusable(
+                    spec, found, pending[-1].params, db_now
+                ):
+                    await self._write(pending, found, shards, db_now, result, woken)
+                    pending = []
+            await self._write(pending, found, shards, db_now, result, woken)
+            await bulk.notify(self._db, woken)
             for label in await self._gates.write(specs, db_now):
                 if label in result.unchanged:  # only its edges changed
                     result.unchanged.remove(label)
@@ -135,6 +146,49 @@ class Definitions:
                 result.removed = [label_of(r["tenant_id"], r["name"]) for r in rows]
         return result
 
+    async def _write(
+        self,
+        pending: Sequence[_Pending],
+        found: Mapping[bulk.Key, Row],
+        shards: int,
+        db_now: datetime,
+        result: ApplyResult,
+        woken: set[int],
+    ) -> None:
+        """Write a batch of ``apply``: its jobs in one statement, then what each needs
+        besides (its planned skips, its zones' shard), each labelled in ``result`` and its
+        shard in ``woken``."""
+        if not pending:
+            return
+        await self._past_records(pending, found, db_now)
+        rows = await bulk.upsert(self._db, [p.params for p in pending], replace=True)
+        for p in pending:
+            spec, params = p.spec, p.params
+            row: dict[str, Any] | None = rows.get(p.key)
+            await self._planned_skips(row, spec, p.rule, params, db_now)
+            label = label_of(spec.tenant, spec.name)
+            job = row if row is not None else found[p.key]
+            inserted = row is not None and row["inserted"]
+            placed = await self._place(spec, shards, params["next_run_at"], job, inserted=inserted)
+            if placed is not None:  # moved to its zone set's shard
+                row = {
+                    "inserted": row is not None and row["inserted"],
+                    "shard_id": placed,
+                    "status": JobStatus.IDLE if row is None else row["status"],
+                }
+            if row is None:
+                result.unchanged.append(label)
+                continue
+            if row["status"] != JobStatus.DONE:  # a changed or new job due again
+                refuse_past(spec, params, db_now)
+            (result.created if row["inserted"] else result.updated).append(label)
+            woken.add(row["shard_id"])
+
+    async def _upsert_one(self, params: dict[str, Any], *, replace: bool) -> Row | None:
+        return (await bulk.upsert(self._db, [params], replace=replace)).get(
+            (params["tenant_id"], params["name"])
+        )
+
     async def _check_periods(self, specs: Sequence[JobSpec], now: datetime) -> None:
         """``InvalidInput`` for a spec whose tenant's quota sets a shortest period that its
         schedule runs under (the database cannot read a schedule)."""
@@ -146,9 +200,9 @@ class Definitions:
                 check_period(spec, capped[spec.tenant], now)
 
     async def _expect(self, expect: Mapping[tuple[str, str], int]) -> None:
+        locked = await bulk.locked_revisions(self._db, sorted(expect))
         for (tenant, name), revision in sorted(expect.items()):
-            row = await self._db.one("lock_job", {"tenant_id": tenant, "name": name})
-            found = 0 if row is None else int(row["revision"])
+            found = locked.get((tenant, name), 0)
             if found != revision:
                 raise Conflict(
                     "plan",
@@ -182,9 +236,11 @@ class Definitions:
                     # code: never created again, and never a reason not to start.
                     result.unchanged.append(label)
                     continue
-                row = await self._db.one("upsert_job", {**params, "replace": False})
+                row = await self._upsert_one(params, replace=False)
                 if row is not None:
-                    placed = await self._place(spec, shards, params["next_run_at"], inserted=True)
+                    placed = await self._place(
+                        spec, shards, params["next_run_at"], row, inserted=True
+                    )
                     result.created.append(label)
                     await self._db.notify(row["shard_id"] if placed is None else placed)
                 elif await self._would_change(params):
@@ -218,37 +274,46 @@ class Definitions:
         then rolled back, so "differs" means exactly what ``apply`` would change."""
         try:
             async with self._db.transaction():
-                row = await self._db.one("upsert_job", {**params, "replace": True})
-                raise _Probe(row is not None)
+                raise _Probe(await self._upsert_one(params, replace=True) is not None)
         except _Probe as probe:
             return probe.changed
 
     async def _past_records(
-        self, spec: JobSpec, rule: CalendarRule | None, db_now: datetime, params: dict[str, Any]
-    ) -> dict[str, Any]:
+        self, pending: Sequence[_Pending], found: Mapping[bulk.Key, Row], db_now: datetime
+    ) -> None:
         """An existing job a new timing plans again starts past the slots that have a record
         already (skip-next writes them ahead), so none is run and its record overwritten
         (test_a_new_timing_never_runs_a_slot_skip_next_recorded). One whose slot's time has
         come but not its start (deferred by a window, held at its gate) keeps that slot,
         decided by the new rule at its claim: a new definition never moves a job past a
-        slot it owes without a record (test_a_new_timing_keeps_a_slot_a_window_deferred)."""
-        schedule = spec.parsed_schedule()
-        if schedule.chain or schedule.at is not None:
-            return {}
-        found = await self._db.one("get_job", {"tenant_id": spec.tenant, "name": spec.name})
-        if found is None:
-            return {}
-        fresh = first_run(schedule, rule, db_now)
-        owed = _owes(found, db_now)
-        planned = current_run(schedule, rule, found["slot_at"]) if owed else fresh
-        run = await open_run(self._db, found["id"], schedule, rule, planned, db_now)
-        if run == fresh:
-            return {}
-        return {
-            "next_run_at": jittered_start(run, spec.tenant, spec.name, spec.jitter_s),
-            "slot_at": run.slot,
-            "slot_origin": origin_of(run),
-        }
+        slot it owes without a record (test_a_new_timing_keeps_a_slot_a_window_deferred).
+        The jobs of the batch with a record at or after their planned slot are asked for
+        at once; only those go through ``open_run``."""
+        planned: dict[bulk.Key, tuple[Decision, Decision]] = {}
+        for p in pending:
+            schedule, job = p.spec.parsed_schedule(), found.get(p.key)
+            if job is None or schedule.chain or schedule.at is not None:
+                continue
+            fresh = first_run(schedule, p.rule, db_now)
+            owed = _owes(job, db_now)
+            planned[p.key] = (
+                fresh,
+                current_run(schedule, p.rule, job["slot_at"]) if owed else fresh,
+            )
+        slots = [(found[key]["id"], run.slot) for key, (_, run) in planned.items()]
+        recorded = await bulk.recorded_from(self._db, slots)
+        for p in pending:
+            if p.key not in planned:
+                continue
+            (fresh, run), job_id, spec = planned[p.key], found[p.key]["id"], p.spec
+            if job_id in recorded:
+                run = await open_run(self._db, job_id, spec.parsed_schedule(), p.rule, run, db_now)
+            if run != fresh:
+                p.params.update(
+                    next_run_at=jittered_start(run, spec.tenant, spec.name, spec.jitter_s),
+                    slot_at=run.slot,
+                    slot_origin=origin_of(run),
+                )
 
     def _params(
         self, spec: JobSpec, shards: int, db_now: datetime, rule: CalendarRule | None
@@ -273,16 +338,14 @@ class Definitions:
         }
 
     async def _place(
-        self, spec: JobSpec, shards: int, next_run_at: datetime, *, inserted: bool
+        self, spec: JobSpec, shards: int, next_run_at: datetime, job: Row, *, inserted: bool
     ) -> int | None:
         """Move the job to the shard of its zone set, back to the default shards, or park
         it as an each-zone parent (docs/design/zones.md).
 
-        Returns the new shard if the job moved, None if it was already in place. Separate
-        statements from ``upsert_job``, in the same transaction: nobody sees the job in
-        the wrong shard."""
-        job = await self._db.one("get_job", {"tenant_id": spec.tenant, "name": spec.name})
-        assert job is not None
+        Returns the new shard if the job moved, None if it was already in place. ``job``:
+        its row as the upsert left it. Separate statements from ``upsert_jobs``, in the same
+        transaction: nobody sees the job in the wrong shard."""
         if spec.watch or job["watch"]:  # never zoned (JobSpec): the watch shard or nothing
             placed = await watches.place(self._db.all, spec.watch, job, inserted)
             return WATCH_SHARD if placed else None
@@ -310,6 +373,21 @@ class Definitions:
             found = await self._db.one("zone_space", {"zones": list(zones)})
             if found is not None:
                 return int(found["space"])
+
+
+def _refusable(
+    spec: JobSpec, found: Mapping[bulk.Key, Row], params: dict[str, Any], db_now: datetime
+) -> bool:
+    """Whether writing ``spec`` may be refused after its upsert (``refuse_past``, a watch
+    job's move): its batch ends with it, so the error a file with several raises is the one
+    writing its jobs one by one would raise first."""
+    job = found.get((spec.tenant, spec.name))
+    return bool(
+        params["slot_at"] >= ENDED
+        or past_one_off(spec, params, db_now)
+        or spec.watch
+        or (job is not None and job["watch"])
+    )
 
 
 def _owes(job: Mapping[str, Any], db_now: datetime) -> bool:

@@ -15,6 +15,7 @@ from psycopg.types.json import Jsonb
 from cluster.errors import Conflict, InvalidInput
 from cluster.jobs.gates import CHAIN, check_match
 from cluster.jobs.spec import JobSpec
+from cluster.store.jobstore.bulk import rows_named
 from cluster.store.jobstore.scoped import ScopedConnection
 from cluster.store.jobstore.specs import label_of
 from cluster.timing.schedule import parse_schedule
@@ -31,8 +32,9 @@ class Gates:
         changed: set[str] = set()
         downstreams: list[UUID] = []
         upstreams: set[UUID] = set()
+        jobs = await rows_named(self._db, [(s.tenant, s.name) for s in specs])
         for spec in specs:
-            job = await self._db.one("get_job", {"tenant_id": spec.tenant, "name": spec.name})
+            job = jobs.get((spec.tenant, spec.name))
             if job is None or (not spec.after and not job.get("gated")):
                 continue
             ups = await self._upstreams(spec, db_now)
