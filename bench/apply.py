@@ -50,7 +50,8 @@ def jobs_file(path: Path, count: int, schedule: str, fmt: str) -> None:
         }
         for i in range(count)
     ]
-    text = json.dumps(jobs) if fmt == "json" else yaml.safe_dump(jobs, sort_keys=False)
+    dumper = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
+    text = json.dumps(jobs) if fmt == "json" else yaml.dump(jobs, Dumper=dumper, sort_keys=False)
     path.write_text(text, "utf-8")
 
 

@@ -1,18 +1,18 @@
 """Job definitions written set-wise: what ``Definitions`` runs so that applying many jobs
 costs a few statements a batch, not several a job (docs/design/revisions.md, "Bulk apply").
 
-The rows of many (tenant, name) are read in one statement (``jobs_named``), and locked in
-one for a plan's check (``lock_jobs``); job rows are upserted ``BATCH`` at a time, each
-batch one JSON list of rows by column name in one statement (``upsert_jobs``, whose
-triggers write the batch's revisions); the few jobs whose planned slot lies on records are
+An apply takes its jobs ``BATCH`` at a time (``chunks``): their rows read in one statement
+(``jobs_named``) and upserted in one, a JSON list of rows by column name (``upsert_jobs``,
+whose triggers write the batch's revisions); a plan's check locks all of its jobs in one
+(``lock_jobs``); the few jobs whose planned slot lies on records are
 found in one statement (``jobs_recorded_from``); and each shard is woken once.
 """
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from datetime import datetime
-from typing import Any
+from typing import Any, TypeVar
 from uuid import UUID
 
 from psycopg.types.json import Jsonb
@@ -21,10 +21,27 @@ from cluster.store.connect import Row
 from cluster.store.jobstore.scoped import ScopedConnection
 from cluster.store.jobstore.specs import check_params
 
-__all__ = ["BATCH", "Key", "locked_revisions", "notify", "recorded_from", "rows_named", "upsert"]
+__all__ = [
+    "BATCH",
+    "Key",
+    "chunks",
+    "locked_revisions",
+    "notify",
+    "recorded_from",
+    "rows_named",
+    "upsert",
+]
 
 BATCH = 1000  # jobs a statement writes: a few hundred kB of JSON
 Key = tuple[str, str]  # (tenant, name)
+_T = TypeVar("_T")
+
+
+def chunks(specs: Sequence[_T]) -> Iterator[Sequence[_T]]:
+    """``specs`` ``BATCH`` at a time: what one statement reads or writes, and what an
+    apply holds in memory at once."""
+    for start in range(0, len(specs), BATCH):
+        yield specs[start : start + BATCH]
 
 
 def _keys(keys: Iterable[Key]) -> dict[str, list[str]]:

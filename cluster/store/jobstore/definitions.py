@@ -117,22 +117,22 @@ class Definitions:
             db_now = await self._db.db_now(now)
             await self._check_periods(specs, db_now)
             windows = await self._rules.active(db_now)
-            found = await bulk.rows_named(self._db, [(s.tenant, s.name) for s in specs])
             woken: set[int] = set()
-            pending: list[_Pending] = []
-            for spec in specs:
-                try:
-                    rule = await self._rules.for_spec(spec, db_now, windows)
-                except PulseError:  # the jobs before it first, as if written one by one
-                    await self._write(pending, found, shards, db_now, result, woken)
-                    raise
-                pending.append(_Pending(spec, rule, self._params(spec, shards, db_now, rule)))
-                if len(pending) >= bulk.BATCH or _refusable(
-                    spec, found, pending[-1].params, db_now
-                ):
-                    await self._write(pending, found, shards, db_now, result, woken)
-                    pending = []
-            await self._write(pending, found, shards, db_now, result, woken)
+            for chunk in bulk.chunks(specs):
+                found = await bulk.rows_named(self._db, [(s.tenant, s.name) for s in chunk])
+                pending: list[_Pending] = []
+                for spec in chunk:
+                    try:
+                        rule = await self._rules.for_spec(spec, db_now, windows)
+                    except PulseError:  # the jobs before it first, as if written one by one
+                        await self._write(pending, found, shards, db_now, result, woken)
+                        raise
+                    params = self._params(spec, shards, db_now, rule)
+                    pending.append(_Pending(spec, rule, params))
+                    if _refusable(spec, found, params, db_now):
+                        await self._write(pending, found, shards, db_now, result, woken)
+                        pending = []
+                await self._write(pending, found, shards, db_now, result, woken)
             await bulk.notify(self._db, woken)
             for label in await self._gates.write(specs, db_now):
                 if label in result.unchanged:  # only its edges changed
