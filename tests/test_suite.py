@@ -89,8 +89,8 @@ def test_the_checks_see_what_they_look_for() -> None:
 def test_the_tiers_run_on_workers_and_the_fast_one_leaves_out_e2e() -> None:
     full = (TESTS.parent / "bin" / "test").read_text("utf-8")
     fast = (TESTS.parent / "bin" / "test-fast").read_text("utf-8")
-    assert 'exec .venv/bin/pytest -n 2 --maxschedchunk 1 "$@"' in full
-    assert 'exec .venv/bin/pytest -n 2 --maxschedchunk 1 -m "not e2e" "$@"' in fast
+    assert 'exec .venv/bin/pytest -n 4 --maxschedchunk 1 "$@"' in full
+    assert 'exec .venv/bin/pytest -n 4 --maxschedchunk 1 -m "not e2e" "$@"' in fast
 
 
 class _Item:

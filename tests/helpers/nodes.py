@@ -149,13 +149,17 @@ def pid_gone(pid: int) -> bool:
 
 
 def init_cluster(settings: ClusterSettings, *specs: Any, shards: int = 16) -> None:
-    """Create the schema with ``shards`` shards and add the given job specs."""
+    """Create the schema with ``shards`` shards and add the given job specs, in one apply as
+    a job file would: every job is planned from one reading of the clock, so jobs with the
+    same schedule share their first slot. Added one by one, each read the clock again, and
+    a chain added across a second's turn gave its upstream a slot its downstreams never had
+    (tests/integration/test_cluster_setup.py)."""
     from cluster.store.jobstore.store import JobStore
 
     async def go() -> None:
         async with JobStore.open(settings) as store:
             await store.init(shards)
-            for spec in specs:
-                await store.definitions.add(spec)
+            if specs:
+                await store.definitions.apply(list(specs))
 
     asyncio.run(go())

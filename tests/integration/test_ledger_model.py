@@ -15,7 +15,8 @@ runs a fixed, derandomized budget; ``slow`` runs a longer one in the full suite.
 it found broken are plain regression tests below the machine, none of them ``xfail``, and
 no action is left out of it any more: windows over the job's next slot, over a slot held
 at its gate or while another window is ahead, pauses, resumes and new schedules while a
-window is ahead, and triggers after skip-next are all drawn.
+window is ahead, new schedules and rollbacks while slots are overdue after an outage, and
+triggers after skip-next are all drawn.
 """
 
 from __future__ import annotations
@@ -333,6 +334,19 @@ class OperatorActions(RuleBasedStateMachine):
             if str(line.schedules[-1][1].expr) != "@every 1m":
                 line.schedules.append((self.now, _schedule("@every 1m")))
 
+    @precondition(lambda self: not self.quiet("a"))
+    @rule(minutes=st.integers(2, 6), change=st.sampled_from(("@every 1m", "@every 2m", "back")))
+    def change_a_after_an_outage(self, minutes: int, change: str) -> None:
+        """No node runs for a while, and before one does a's definition is applied anew (or
+        rolled back): a new timing records the overdue slots it moves a past, an unchanged
+        one leaves them to catch-up."""
+        self.steps.append(f"outage {minutes}m without a pass")
+        self.cluster.clock += minutes * MINUTE
+        if change == "back":
+            self.rollback_a()
+        else:
+            self.apply_a(change)
+
     @precondition(lambda self: "c" in self.timelines)
     @rule()
     def remove_c(self) -> None:
@@ -420,7 +434,7 @@ FAST = hypothesis.settings(
     database=None,
     suppress_health_check=list(HealthCheck),
 )
-LONG = hypothesis.settings(FAST, max_examples=100, stateful_step_count=40)
+LONG = hypothesis.settings(FAST, max_examples=50, stateful_step_count=40)
 
 
 @pytest.mark.timeout(120)
@@ -452,6 +466,36 @@ class Sequence:
 
     def __exit__(self, *exc: object) -> None:
         OperatorActions.cluster.close()
+
+
+def test_a_new_timing_after_an_outage_records_the_slots_it_moves_past(
+    settings: ClusterSettings,
+) -> None:
+    """An apply of a new timing, then a rollback, each while a's slots were overdue with no
+    node to run them: both moved a past those slots without a record."""
+    with Sequence(settings) as machine:
+        machine.the_ledger_holds()
+        machine.change_a_after_an_outage(3, "@every 2m")
+        machine.the_ledger_holds()
+        machine.change_a_after_an_outage(4, "back")
+        machine.the_ledger_holds()
+
+
+def test_a_new_timing_over_a_deferred_slot_records_the_old_slots_behind_it(
+    settings: ClusterSettings,
+) -> None:
+    """Found by the machine: a's slots deferred by a window, then an outage and a new timing
+    before the window ended. a kept its deferred slot, for its claim to decide under the new
+    timing, and the old timing's slots after it that the new one does not have (00:05 of
+    `@every 1m` under `@every 2m`) were left without a record."""
+    with Sequence(settings) as machine:
+        machine.the_ledger_holds()
+        machine.window(defer=True, length=3, name="a", start=3)
+        machine.the_ledger_holds()
+        machine.the_ledger_holds()
+        machine.change_a_after_an_outage(2, "@every 2m")
+        for _ in range(3):
+            machine.the_ledger_holds()
 
 
 def test_a_window_over_the_next_slot_records_the_slots_it_covers(

@@ -110,6 +110,9 @@ async def test_claims_at_the_same_moment_never_exceed_the_limit(
     assert await in_flight(store, "a") == 5
 
 
+# Which rows a plain claim reads follows its plan: on an emptied schema, whose indexes keep
+# the pages earlier tests grew them to, the planner may read b's too.
+@pytest.mark.new_schema
 async def test_a_tenant_at_its_limit_hides_no_other_tenant(
     store: JobStore, open_session: Opener
 ) -> None:

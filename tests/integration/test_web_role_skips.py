@@ -163,3 +163,24 @@ async def test_trigger_flight_queues_only_now_in_scope_and_at_most_ten(
     past = datetime(2025, 1, 1, tzinfo=UTC)
     queued = call("acme", past, 1000)
     assert len(queued) == 10 and min(queued) > past + timedelta(days=300)
+
+
+async def test_a_web_login_applies_a_new_timing_past_overdue_slots(
+    settings: ClusterSettings, store: JobStore, logins: Logins
+) -> None:
+    """The overdue slots a new timing moves a job past (docs/design/gates.md) are recorded
+    before the job moves, so a login that writes no past runs records them too: these slots
+    are past by the database's clock, and only those from the job's slot on may be."""
+    start = datetime(2026, 1, 1, tzinfo=UTC)
+    await store.definitions.add(
+        JobSpec.build("moved", "@every 1m", HANDLER, tenant="acme"), now=start
+    )
+    await asyncio.to_thread(grant_roles, settings, logins)
+    outage = start + 3 * MINUTE + timedelta(seconds=30)  # 00:01, 00:02 and 00:03 overdue
+    async with JobStore.open(logins.as_web(settings)) as web:
+        spec = JobSpec.build("moved", "@every 5m", HANDLER, tenant="acme")
+        await web.definitions.apply([spec], now=outage)
+    records = await _records(store, "moved")
+    assert sorted(records) == [start + n * MINUTE for n in (1, 2, 3)]
+    assert {status for status, _ in records.values()} == {"skipped"}
+    assert all("a new timing moved the job past it" in why for _, why in records.values())

@@ -22,6 +22,7 @@ from cluster.store.connect import Row
 from cluster.store.housekeeping import watches
 from cluster.store.jobstore import bulk
 from cluster.store.jobstore.calendar_rule import Rules
+from cluster.store.jobstore.dropped import dropped_slots, overdue, skips_json
 from cluster.store.jobstore.gates import Gates
 from cluster.store.jobstore.holds import open_run
 from cluster.store.jobstore.quotas import check_period
@@ -67,6 +68,11 @@ class _Probe(Exception):  # a rollback carrying an answer, never an error
         self.changed = changed
 
 
+class _Probed(Exception):  # a rollback carrying the row as a statement left it
+    def __init__(self, row: dict[str, Any] | None) -> None:
+        self.row = row
+
+
 class Definitions:
     def __init__(self, db: ScopedConnection, rules: Rules) -> None:
         self._db = db
@@ -108,6 +114,20 @@ class Definitions:
         """Create or update every spec by (tenant, name), all or nothing. ``expect``: the
         revision each (tenant, name) must be at (0: absent), else ``Conflict`` on ``plan``
         and nothing is written (a plan gone stale, docs/jobs.md)."""
+        return await self._apply(specs, "pulse jobs apply", prune=prune, now=now, expect=expect)
+
+    async def _apply(
+        self,
+        specs: Sequence[JobSpec],
+        by: str,
+        *,
+        prune: bool = False,
+        now: datetime | None = None,
+        expect: Mapping[tuple[str, str], int] | None = None,
+    ) -> ApplyResult:
+        """``apply``, naming what the overdue slots a new timing drops are recorded skipped
+        by (``cluster.store.jobstore.dropped``): ``Revisions.restore`` (``pulse jobs
+        rollback``) applies through it, and ``apply``'s public signature stays as it is."""
         specs = checked(specs)
         shards = await self._db.shard_count()
         result = ApplyResult()
@@ -125,14 +145,14 @@ class Definitions:
                     try:
                         rule = await self._rules.for_spec(spec, db_now, windows)
                     except PulseError:  # the jobs before it first, as if written one by one
-                        await self._write(pending, found, shards, db_now, result, woken)
+                        await self._write(pending, found, by, shards, db_now, result, woken)
                         raise
                     params = self._params(spec, shards, db_now, rule)
                     pending.append(_Pending(spec, rule, params))
                     if _refusable(spec, found, params, db_now):
-                        await self._write(pending, found, shards, db_now, result, woken)
+                        await self._write(pending, found, by, shards, db_now, result, woken)
                         pending = []
-                await self._write(pending, found, shards, db_now, result, woken)
+                await self._write(pending, found, by, shards, db_now, result, woken)
             await bulk.notify(self._db, woken)
             for label in await self._gates.write(specs, db_now):
                 if label in result.unchanged:  # only its edges changed
@@ -150,6 +170,7 @@ class Definitions:
         self,
         pending: Sequence[_Pending],
         found: Mapping[bulk.Key, Row],
+        by: str,
         shards: int,
         db_now: datetime,
         result: ApplyResult,
@@ -161,6 +182,8 @@ class Definitions:
         if not pending:
             return
         await self._past_records(pending, found, db_now)
+        for p in pending:
+            await self._record_dropped(p.spec, p.params, found.get(p.key), db_now, by)
         rows = await bulk.upsert(self._db, [p.params for p in pending], replace=True)
         for p in pending:
             spec, params = p.spec, p.params
@@ -268,6 +291,35 @@ class Definitions:
             await self._rules.record_skips(
                 row["id"], schedule, rule, db_now, params["slot_at"], db_now
             )
+
+    async def _record_dropped(
+        self,
+        spec: JobSpec,
+        params: dict[str, Any],
+        found: Row | None,
+        db_now: datetime,
+        by: str,
+    ) -> None:
+        """Record skipped the overdue slots of an existing job that ``params`` leaves without
+        a record (``dropped_slots``), before the upsert moves the job (so a login that
+        writes no past runs may record them: ``record_skipped``). Where the upsert puts the
+        job is asked of the upsert itself, in a savepoint rolled back: only for a job whose
+        slot is overdue, which is rare. ``found``: its row before the apply, if it exists."""
+        if found is None or not overdue(found, db_now):
+            return
+        key = {"tenant_id": spec.tenant, "name": spec.name}
+        try:
+            async with self._db.transaction():
+                await self._upsert_one(params, replace=True)
+                raise _Probed(await self._db.one("get_job", key))
+        except _Probed as probe:
+            probed = probe.row
+        if probed is None:
+            return
+        skips = dropped_slots(Job.from_row(found), Job.from_row(probed), db_now, by)
+        if skips:
+            record = {"id": found["id"], "skips": skips_json(skips), "now": db_now}
+            await self._db.all("record_skips", record)
 
     async def _would_change(self, params: dict[str, Any]) -> bool:
         """Whether applying would update the job: the upsert, run in a savepoint that is

@@ -241,6 +241,6 @@ def _dropped(old: Job, new: Job, now: datetime) -> tuple[int, list[str]]:
     if count:
         notes.append(
             f"{count} overdue slot(s) of the old timing since {iso(old.slot_at)} will not run: "
-            "the job moves to the new timing's next slot"
+            "the job moves to the new timing's next slot, and they are recorded skipped"
         )
     return count, notes

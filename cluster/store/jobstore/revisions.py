@@ -120,7 +120,7 @@ class Revisions:
     async def restore(self, spec: JobSpec, to: int, *, now: datetime | None = None) -> Rollback:
         """Apply ``spec`` (``spec_at(..., to)``) as the job's newest revision."""
         async with self._db.transaction():
-            result = await self._definitions.apply([spec], now=now)
+            result = await self._definitions._apply([spec], "pulse jobs rollback", now=now)
             if not result.changed:
                 return Rollback(to, None)
             job = await self._db.job("get_job", spec.name, spec.tenant)

@@ -1,0 +1,105 @@
+"""The slots a new definition moves a job past. ``pulse jobs apply`` (or ``rollback``, an
+apply of an older revision) that changes the timing of a job whose slot is overdue (no node
+ran it: an outage) moves the job to the new timing's next slot: the old timing's slots due
+by then never run. They are recorded skipped, with that reason, in the apply's transaction
+and before the job moves, as a pause or a window change records the slots it passes (the
+slot ledger, docs/guarantees.md; docs/design/gates.md). A part of ``Definitions``.
+
+A slot held at its gate or deferred by a window is kept by the new definition instead
+(``Definitions._past_records``), and its claim decides it and the new timing's slots up to
+then; the old timing's slots after it that the new timing does not have are recorded here.
+A job whose definition changes but not its timing keeps its slot: nothing is recorded.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import deque
+from collections.abc import Iterator, Mapping
+from datetime import datetime
+from typing import Any
+
+from cluster.jobs.models import Job, JobStatus
+from cluster.timing.calendared import Decision
+from cluster.timing.instants import US
+from cluster.timing.timeline import MAX_OUTAGE_SLOTS, decisions
+
+__all__ = ["MAX_RECORDED", "dropped_slots", "overdue", "skips_json"]
+
+MAX_RECORDED = 1000  # the newest overdue slots recorded; older ones are counted in a note
+
+
+def overdue(job: Mapping[str, Any], now: datetime) -> bool:
+    """Whether the existing job's row (``get_job``) holds a slot due by ``now`` that a new
+    timing would move it past: idle on its schedule, its slot's time come. A running job
+    keeps its slot; a paused one owes nothing (its pause recorded what it passed)."""
+    return bool(
+        job["status"] == JobStatus.IDLE
+        and not job["paused"]
+        and not job["each_zone"]
+        and not job["watch"]
+        and job["slot_at"] <= now
+        and not str(job["schedule"]).startswith("@after:")
+    )
+
+
+def dropped_slots(old: Job, new: Job, now: datetime, by: str) -> list[tuple[datetime, str]]:
+    """The slots of the job's old timing (``old``, its row before the apply) due by ``now``
+    that its new row (``new``) leaves without a record, each with why it is recorded
+    skipped: ``by`` moved the job past it, or the old calendar or a window skips it.
+
+    A job moved to its new timing's next slot passes every one from its old slot on. One
+    that keeps its slot (held at its gate, deferred by a window) has its claim decide the
+    slots of the new timing up to then, by catch-up; it passes only the old timing's slots
+    after its own that the new timing does not have. At most the newest ``MAX_RECORDED``;
+    the oldest listed names how many older ones were passed too (as catch-up does)."""
+    reason = f"skipped by {by}: a new timing moved the job past it before it ran"
+    kept = new.slot_at == old.slot_at
+    decided = _slots(new, old.slot_at, now) if kept else set()
+    found: deque[tuple[datetime, str]] = deque(maxlen=MAX_RECORDED)
+    passed = 0
+    for count, decision in enumerate(_decisions(old, now)):
+        if decision.slot in decided or (kept and decision.slot <= old.slot_at):
+            continue
+        if count == 0 and decision.slot != old.slot_at and not kept:
+            # Its slot is no slot of the schedule (a trigger's instant): passed all the same.
+            found.append((old.slot_at, reason))
+            passed += 1
+        found.append((decision.slot, reason if decision.runs else _rule_reason(decision.reason)))
+        passed += 1
+    listed = list(found)
+    if passed > len(listed):
+        slot, why = listed[0]
+        older = passed - len(listed)
+        listed[0] = (slot, f"{why}; {older} older slots were skipped too and are not listed")
+    return listed
+
+
+def _decisions(job: Job, now: datetime) -> Iterator[Decision]:
+    """The job's decisions from its slot on, up to ``now`` (one for a one-off)."""
+    schedule = job.parsed_schedule()
+    for count, decision in enumerate(decisions(schedule, job.rule(), job.slot_at - US)):
+        if decision.slot > now or count >= MAX_OUTAGE_SLOTS:
+            return
+        yield decision
+        if schedule.at is not None:
+            return
+
+
+def _slots(job: Job, after: datetime, now: datetime) -> set[datetime]:
+    """The slots of the job's timing in ``(after, now]``, run or skipped by its rule."""
+    found = set()
+    for count, decision in enumerate(decisions(job.parsed_schedule(), job.rule(), after)):
+        if decision.slot > now or count >= MAX_OUTAGE_SLOTS:
+            break
+        found.add(decision.slot)
+    return found
+
+
+def _rule_reason(reason: str | None) -> str:
+    return reason or "skipped by the calendar"
+
+
+def skips_json(pairs: list[tuple[datetime, str]]) -> str:
+    """The ``[slot, reason]`` list ``record_skips`` takes."""
+    return json.dumps([[slot.isoformat(), why] for slot, why in pairs])

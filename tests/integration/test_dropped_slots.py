@@ -1,0 +1,75 @@
+"""A new definition that moves a job past its overdue slots (``pulse jobs apply`` of a new
+timing, ``pulse jobs rollback`` to an older one, while no node ran them: an outage) records
+each of them skipped with that reason, and ``pulse audit`` finds none missing; a change
+that keeps the job's timing keeps its slot, to be run (docs/design/gates.md, the slot
+ledger in docs/guarantees.md)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+from cluster.jobs.spec import JobSpec
+from cluster.settings import ClusterSettings
+from cluster.store.jobstore.store import JobStore
+from tests.helpers.cli import invoke
+from tests.helpers.history import add, every_10s, finish, rows
+from tests.helpers.sessions import ALL, T0, Opener, at
+
+REVISED = "UPDATE job_revisions SET at = %s WHERE revision = %s RETURNING 1"
+SKIPS = (
+    "SELECT scheduled_for, last_error FROM runs WHERE job_name = %s AND status = 'skipped' "
+    "ORDER BY scheduled_for"
+)
+MOVED = "a new timing moved the job past it before it ran"
+
+
+async def test_apply_and_rollback_record_the_overdue_slots_they_move_a_job_past(
+    store: JobStore, settings: ClusterSettings, open_session: Opener
+) -> None:
+    await add(store, every_10s("moved"))
+    await rows(settings, REVISED, (T0, 1))
+    node = await open_session("n1", "za")
+    (job,) = (await node.claim(ALL, 10, 30.0, now=at(10))).jobs
+    await node.completions.complete([finish(job)], now=at(11))
+    # An outage: the slots at 20, 30 and 40 s are due and no node runs them. A new timing
+    # at 45 s moves the job to its first slot after then (60 s).
+    every_15s = JobSpec.build("moved", "@every 15s", "cluster.chaos.witness:record")
+    await store.definitions.apply([every_15s], now=at(45))
+    await rows(settings, REVISED, (at(45), 2))
+    assert (await store.get("moved")).slot_at == at(60)
+    # Another outage, and a rollback to the first timing at 70 s: the slot at 60 s is passed.
+    await store.revisions.rollback("moved", "default", 1, now=at(70))
+    await rows(settings, REVISED, (at(70), 3))
+    assert (await store.get("moved")).slot_at == at(80)
+
+    skipped = await rows(settings, SKIPS, ("moved",))
+    assert [(r["scheduled_for"], r["last_error"]) for r in skipped] == [
+        (at(20), f"skipped by pulse jobs apply: {MOVED}"),
+        (at(30), f"skipped by pulse jobs apply: {MOVED}"),
+        (at(40), f"skipped by pulse jobs apply: {MOVED}"),
+        (at(60), f"skipped by pulse jobs rollback: {MOVED}"),
+    ]
+    span = ("--from", T0.isoformat(), "--to", at(80).isoformat(), "--job", "moved", "--json")
+    result = await asyncio.to_thread(invoke, settings, "audit", *span)
+    assert result.exit_code == 0, result.output
+    lines = [json.loads(line) for line in result.stdout.splitlines()]
+    assert [(x["slot"], x["verdict"]) for x in lines if x["type"] == "slot"] == [
+        (at(10).isoformat(), "ran"),
+        *((at(s).isoformat(), "skipped") for s in (20, 30, 40, 60)),
+    ]
+
+
+async def test_a_change_that_keeps_the_timing_keeps_the_overdue_slot(
+    store: JobStore, settings: ClusterSettings, open_session: Opener
+) -> None:
+    await add(store, every_10s("kept"))
+    # Overdue at 25 s; a new handler is no new timing: the slot at 10 s is still the job's,
+    # and a node runs it (catch-up decides the one at 20 s), so nothing is recorded here.
+    spec = JobSpec.build("kept", "@every 10s", "cluster.chaos.witness:other")
+    await store.definitions.apply([spec], now=at(25))
+    assert (await store.get("kept")).slot_at == at(10)
+    assert await rows(settings, SKIPS, ("kept",)) == []
+    node = await open_session("n1", "za")
+    (job,) = (await node.claim(ALL, 10, 30.0, now=at(25))).jobs
+    assert job.slot == at(10)
