@@ -1,8 +1,9 @@
 """Job definitions, the part of ``JobStore`` that turns ``JobSpec``s into job rows: ``add``,
-``apply`` and ``sync`` (``pulse jobs add``, ``pulse apply``, ``pulse node --sync-jobs``), and
-where each row goes: its first slot and jittered start, its default shard, or the shard of its
-zone set, or parked as an each-zone parent (docs/design/zones.md). A part of ``JobStore``, on
-its scoped connection; the store keeps what acts on jobs that exist."""
+``apply`` and ``sync`` (``pulse jobs add``, ``pulse apply``, ``pulse node --sync-jobs``): its
+first slot and jittered start, its default shard (``Placement`` moves it to its zones' after
+the upsert). An apply plans and writes its jobs a batch at a time, a statement each
+(``cluster.store.jobstore.bulk``). A part of ``JobStore``, on its scoped connection; the store
+keeps what acts on jobs that exist."""
 
 from __future__ import annotations
 
@@ -19,12 +20,12 @@ from cluster.jobs.models import Job, JobStatus
 from cluster.jobs.options import Declared
 from cluster.jobs.spec import OPTIONS, JobSpec
 from cluster.store.connect import Row
-from cluster.store.housekeeping import watches
 from cluster.store.jobstore import bulk
 from cluster.store.jobstore.calendar_rule import Rules
 from cluster.store.jobstore.dropped import dropped_slots, overdue, skips_json
 from cluster.store.jobstore.gates import Gates
 from cluster.store.jobstore.holds import open_run
+from cluster.store.jobstore.placement import Placement
 from cluster.store.jobstore.quotas import check_period
 from cluster.store.jobstore.scoped import ScopedConnection
 from cluster.store.jobstore.specs import (
@@ -40,7 +41,6 @@ from cluster.timing.calendared import CalendarRule, Decision, jittered_start
 from cluster.timing.runs import current_run, first_run, origin_of
 from cluster.timing.schedule import CHAINED_NEXT, ENDED
 from ring import shard_for
-from ring.zones import PARKED_SHARD, WATCH_SHARD, ZONE_SHARD_BASE, zone_shard_for
 
 # The options upsert_jobs writes, each as the parameter named after its column.
 _WRITTEN = tuple(d for d in OPTIONS if d.column is not None and d.option.written)
@@ -78,6 +78,7 @@ class Definitions:
         self._db = db
         self._rules = rules
         self._gates = Gates(db)
+        self._placement = Placement(db)
 
     async def add(self, spec: JobSpec, *, now: datetime | None = None) -> Job:
         """Create a job; ``InvalidInput`` if (tenant, name) exists."""
@@ -96,7 +97,9 @@ class Definitions:
                     f"a job named {spec.name!r} already exists in tenant {spec.tenant!r}",
                 )
             await self._planned_skips(row, spec, rule, params, db_now)
-            placed = await self._place(spec, shards, params["next_run_at"], row, inserted=True)
+            placed = await self._placement.place(
+                spec, shards, params["next_run_at"], row, inserted=True
+            )
             await self._db.notify(row["shard_id"] if placed is None else placed)
             await self._gates.write([spec], await self._db.db_now(now))
             job = await self._db.one("get_job", {"tenant_id": spec.tenant, "name": spec.name})
@@ -192,7 +195,9 @@ class Definitions:
             label = label_of(spec.tenant, spec.name)
             job = row if row is not None else found[p.key]
             inserted = row is not None and row["inserted"]
-            placed = await self._place(spec, shards, params["next_run_at"], job, inserted=inserted)
+            placed = await self._placement.place(
+                spec, shards, params["next_run_at"], job, inserted=inserted
+            )
             if placed is not None:  # moved to its zone set's shard
                 row = {
                     "inserted": row is not None and row["inserted"],
@@ -261,7 +266,7 @@ class Definitions:
                     continue
                 row = await self._upsert_one(params, replace=False)
                 if row is not None:
-                    placed = await self._place(
+                    placed = await self._placement.place(
                         spec, shards, params["next_run_at"], row, inserted=True
                     )
                     result.created.append(label)
@@ -388,43 +393,6 @@ class Definitions:
             "calendar_rule": None if rule is None else rule.to_json(),
             "slot_origin": origin_of(run),
         }
-
-    async def _place(
-        self, spec: JobSpec, shards: int, next_run_at: datetime, job: Row, *, inserted: bool
-    ) -> int | None:
-        """Move the job to the shard of its zone set, back to the default shards, or park
-        it as an each-zone parent (docs/design/zones.md).
-
-        Returns the new shard if the job moved, None if it was already in place. ``job``:
-        its row as the upsert left it. Separate statements from ``upsert_jobs``, in the same
-        transaction: nobody sees the job in the wrong shard."""
-        if spec.watch or job["watch"]:  # never zoned (JobSpec): the watch shard or nothing
-            placed = await watches.place(self._db.all, spec.watch, job, inserted)
-            return WATCH_SHARD if placed else None
-        key = {"tenant_id": spec.tenant, "name": spec.name}
-        zones = list(spec.zones) or None
-        if spec.each_zone:
-            parked = {**key, "zones": zones, "shard_id": PARKED_SHARD}
-            return None if await self._db.one("park_each_zone", parked) is None else PARKED_SHARD
-        if job.get("each_zone"):
-            await self._db.one("unpark_each_zone", {**key, "next_run_at": next_run_at})
-        elif tuple(job.get("zones") or ()) == spec.zones and (
-            spec.zones or job["shard_id"] < ZONE_SHARD_BASE
-        ):
-            return None
-        if spec.zones:
-            space = await self._zone_space(spec.zones)
-            shard = zone_shard_for(job["id"], space)
-        else:
-            shard = shard_for(job["id"], shards)
-        moved = await self._db.one("set_job_zones", {**key, "zones": zones, "shard_id": shard})
-        return None if moved is None else shard
-
-    async def _zone_space(self, zones: tuple[str, ...]) -> int:
-        while True:  # no row: a concurrent first use of the set, committed by now
-            found = await self._db.one("zone_space", {"zones": list(zones)})
-            if found is not None:
-                return int(found["space"])
 
 
 def _refusable(
