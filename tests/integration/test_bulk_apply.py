@@ -100,3 +100,19 @@ async def test_a_file_with_two_bad_jobs_reports_the_first_and_writes_nothing(
     with pytest.raises(InvalidInput, match="@at 2026-06-01T10:00:00"):
         await store.definitions.apply([*specs(3), bad[0], *specs(6)[3:], bad[1]], now=NOW)
     assert await store.jobs() == []
+
+
+async def test_a_batch_records_the_overdue_slots_each_of_its_jobs_is_moved_past(
+    store: JobStore, settings: ClusterSettings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(bulk, "BATCH", 2)
+    await store.definitions.apply(specs(5), now=NOW)
+    later = NOW + timedelta(minutes=3, seconds=30)  # slots 12:01, 12:02, 12:03 overdue
+    result = await store.definitions.apply(specs(5, "@every 2m"), now=later)
+    assert len(result.updated) == 5
+    with psycopg.connect(settings.database_url, autocommit=True) as conn:
+        rows = conn.execute(
+            f"SELECT job_name, count(*) FROM {settings.schema}.runs WHERE status = 'skipped'"
+            " GROUP BY job_name ORDER BY job_name"
+        ).fetchall()
+    assert rows == [(s.name, 3) for s in specs(5)]

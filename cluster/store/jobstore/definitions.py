@@ -7,6 +7,7 @@ keeps what acts on jobs that exist."""
 
 from __future__ import annotations
 
+import json
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -68,9 +69,9 @@ class _Probe(Exception):  # a rollback carrying an answer, never an error
         self.changed = changed
 
 
-class _Probed(Exception):  # a rollback carrying the row as a statement left it
-    def __init__(self, row: dict[str, Any] | None) -> None:
-        self.row = row
+class _Probed(Exception):  # a rollback carrying the rows as a statement left them
+    def __init__(self, rows: dict[bulk.Key, Row]) -> None:
+        self.rows = rows
 
 
 class Definitions:
@@ -185,8 +186,7 @@ class Definitions:
         if not pending:
             return
         await self._past_records(pending, found, db_now)
-        for p in pending:
-            await self._record_dropped(p.spec, p.params, found.get(p.key), db_now, by)
+        await self._record_dropped(pending, found, db_now, by)
         rows = await bulk.upsert(self._db, [p.params for p in pending], replace=True)
         for p in pending:
             spec, params = p.spec, p.params
@@ -298,33 +298,32 @@ class Definitions:
             )
 
     async def _record_dropped(
-        self,
-        spec: JobSpec,
-        params: dict[str, Any],
-        found: Row | None,
-        db_now: datetime,
-        by: str,
+        self, pending: Sequence[_Pending], found: Mapping[bulk.Key, Row], db_now: datetime, by: str
     ) -> None:
-        """Record skipped the overdue slots of an existing job that ``params`` leaves without
-        a record (``dropped_slots``), before the upsert moves the job (so a login that
-        writes no past runs may record them: ``record_skipped``). Where the upsert puts the
-        job is asked of the upsert itself, in a savepoint rolled back: only for a job whose
-        slot is overdue, which is rare. ``found``: its row before the apply, if it exists."""
-        if found is None or not overdue(found, db_now):
+        """Record skipped the overdue slots of the batch's existing jobs that their
+        parameters leave without a record (``dropped_slots``), before the upsert moves them
+        (so a login that writes no past runs may record them: ``record_skipped``). Where the
+        upsert puts each is asked of the upsert itself, in a savepoint rolled back, for the
+        jobs whose slot is overdue only; one the upsert leaves as it was keeps its slot and
+        passes nothing. ``found``: the batch's rows before the apply."""
+        owed = [p for p in pending if p.key in found and overdue(found[p.key], db_now)]
+        if not owed:
             return
-        key = {"tenant_id": spec.tenant, "name": spec.name}
         try:
             async with self._db.transaction():
-                await self._upsert_one(params, replace=True)
-                raise _Probed(await self._db.one("get_job", key))
+                raise _Probed(await bulk.upsert(self._db, [p.params for p in owed], replace=True))
         except _Probed as probe:
-            probed = probe.row
-        if probed is None:
-            return
-        skips = dropped_slots(Job.from_row(found), Job.from_row(probed), db_now, by)
-        if skips:
-            record = {"id": found["id"], "skips": skips_json(skips), "now": db_now}
-            await self._db.all("record_skips", record)
+            probed = probe.rows
+        records = []
+        for p in owed:
+            if p.key not in probed:
+                continue
+            old, new = Job.from_row(found[p.key]), Job.from_row(probed[p.key])
+            skips = dropped_slots(old, new, db_now, by)
+            if skips:
+                records.append({"id": str(old.id), "skips": json.loads(skips_json(skips))})
+        if records:  # one statement for the batch's jobs
+            await self._db.all("record_skips_each", {"jobs": Jsonb(records), "now": db_now})
 
     async def _would_change(self, params: dict[str, Any]) -> bool:
         """Whether applying would update the job: the upsert, run in a savepoint that is

@@ -146,6 +146,13 @@ RETURNING id, shard_id, status;
 SELECT skipped_slot AS scheduled_for
 FROM record_skipped(%(id)s, %(scope)s, %(skips)s::json, %(now)s::timestamptz);
 
+-- name: record_skips_each
+-- record_skips for several jobs in one statement (an apply's batch): %(jobs)s, a JSON list
+-- of {"id": job id, "skips": [[slot, reason], ...]}.
+SELECT r.skipped_slot AS scheduled_for
+FROM json_to_recordset(%(jobs)s::json) AS x(id uuid, skips json)
+CROSS JOIN LATERAL record_skipped(x.id, %(scope)s, x.skips, %(now)s::timestamptz) AS r;
+
 -- name: resume_job
 -- A paused job (or one paused until a time still to come) continues at the schedule's next
 -- future slot (computed by the caller); the slots it missed while paused are not run. A job
