@@ -1,6 +1,6 @@
 """A job's options declared once. Each field of ``JobSpec`` carries an ``Option``: how users
 write it (its job-file key, the ``pulse jobs add`` flag and help), how it is parsed, its
-``jobs`` column, and the lists it belongs to: what ``upsert_job`` writes, what a claim
+``jobs`` column, and the lists it belongs to: what ``upsert_jobs`` writes, what a claim
 returns, what an each-zone child copies from its parent, what a revision records, what the
 read model ``Job`` carries. ``Options`` derives every such list from the declarations, so an
 option is added in one place (docs/design/code.md, "A job's options").
@@ -41,7 +41,7 @@ class Option:
     parse: Parser | None = None  # None: JobSpec.build checks it with the fields it depends on
     column: str | None = ""  # its jobs column ("": the name); None: none (job_edges)
     jsonb: bool = False  # stored as jsonb
-    written: bool = True  # set by upsert_job (False: by a statement of its own)
+    written: bool = True  # set by upsert_jobs (False: by a statement of its own)
     timing: bool = False  # a change moves an idle job to its new next slot
     claimed: bool = False  # a claim returns it (cluster.store.lock.records.ClaimedJob)
     child: bool = False  # an each-zone job's children copy it (docs/design/zones.md)

@@ -102,15 +102,18 @@ def test_each_claim_returns_the_claimed_job_with_the_declared_options(name: str)
     assert names[3] == "payload"
 
 
-def test_upsert_job_writes_and_compares_the_written_options() -> None:
-    sql = statement("upsert_job")
+def test_upsert_jobs_writes_and_compares_the_written_options() -> None:
+    sql = statement("upsert_jobs")
     fixed = ["id", "tenant_id", "name", "status", "shard_id", "next_run_at", "slot_at"]
     assert inserted(sql) == [*fixed, "calendar_rule", "slot_origin", *WRITTEN]
     assert assigned(sql) == [*WRITTEN, "calendar_rule"]
     timing = OPTIONS.columns["timing"]
     assert compared(sql) == [(list(timing), list(timing)), (list(WRITTEN), list(WRITTEN))]
-    placeholders = set(re.findall(r"%\((\w+)\)s", sql))
-    assert placeholders - {*fixed, "calendar_rule", "slot_origin", "replace"} == set(WRITTEN)
+    # Each column inserted is read from the batch's row of that name (x.<column>).
+    select = sql[sql.index("SELECT") : sql.index("FROM jsonb_populate_recordset")]
+    read = set(re.findall(r"\bx\.(\w+)", select))
+    assert read == {*fixed, "calendar_rule", "slot_origin", "paused", *WRITTEN} - {"status"}
+    assert set(re.findall(r"%\((\w+)\)s", sql)) == {"jobs", "replace"}
 
 
 def test_an_each_zone_child_copies_the_declared_options() -> None:

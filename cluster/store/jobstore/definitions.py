@@ -1,27 +1,32 @@
 """Job definitions, the part of ``JobStore`` that turns ``JobSpec``s into job rows: ``add``,
-``apply`` and ``sync`` (``pulse jobs add``, ``pulse apply``, ``pulse node --sync-jobs``), and
-where each row goes: its first slot and jittered start, its default shard, or the shard of its
-zone set, or parked as an each-zone parent (docs/design/zones.md). A part of ``JobStore``, on
-its scoped connection; the store keeps what acts on jobs that exist."""
+``apply`` and ``sync`` (``pulse jobs add``, ``pulse apply``, ``pulse node --sync-jobs``): its
+first slot and jittered start, its default shard (``Placement`` moves it to its zones' after
+the upsert). An apply plans and writes its jobs a batch at a time, a statement each
+(``cluster.store.jobstore.bulk``). A part of ``JobStore``, on its scoped connection; the store
+keeps what acts on jobs that exist."""
 
 from __future__ import annotations
 
+import json
 import uuid
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 from psycopg.types.json import Jsonb
 
-from cluster.errors import Conflict
+from cluster.errors import Conflict, PulseError
 from cluster.jobs.models import Job, JobStatus
 from cluster.jobs.options import Declared
 from cluster.jobs.spec import OPTIONS, JobSpec
-from cluster.store.housekeeping import watches
+from cluster.store.connect import Row
+from cluster.store.jobstore import bulk
 from cluster.store.jobstore.calendar_rule import Rules
 from cluster.store.jobstore.dropped import dropped_slots, overdue, skips_json
 from cluster.store.jobstore.gates import Gates
 from cluster.store.jobstore.holds import open_run
+from cluster.store.jobstore.placement import Placement
 from cluster.store.jobstore.quotas import check_period
 from cluster.store.jobstore.scoped import ScopedConnection
 from cluster.store.jobstore.specs import (
@@ -37,9 +42,8 @@ from cluster.timing.calendared import CalendarRule, Decision, jittered_start
 from cluster.timing.runs import current_run, first_run, origin_of
 from cluster.timing.schedule import CHAINED_NEXT, ENDED
 from ring import shard_for
-from ring.zones import PARKED_SHARD, WATCH_SHARD, ZONE_SHARD_BASE, zone_shard_for
 
-# The options upsert_job writes, each as the parameter named after its column.
+# The options upsert_jobs writes, each as the parameter named after its column.
 _WRITTEN = tuple(d for d in OPTIONS if d.column is not None and d.option.written)
 
 
@@ -47,14 +51,27 @@ def _stored(declared: Declared, value: Any) -> Any:
     return Jsonb(value) if declared.option.jsonb and value is not None else value
 
 
+@dataclass
+class _Pending:
+    """A spec planned and not yet written: its rule and its ``upsert_jobs`` parameters."""
+
+    spec: JobSpec
+    rule: CalendarRule | None
+    params: dict[str, Any]
+
+    @property
+    def key(self) -> bulk.Key:
+        return (self.spec.tenant, self.spec.name)
+
+
 class _Probe(Exception):  # a rollback carrying an answer, never an error
     def __init__(self, changed: bool) -> None:
         self.changed = changed
 
 
-class _Probed(Exception):  # a rollback carrying the row as a statement left it
-    def __init__(self, row: dict[str, Any] | None) -> None:
-        self.row = row
+class _Probed(Exception):  # a rollback carrying the rows as a statement left them
+    def __init__(self, rows: dict[bulk.Key, Row]) -> None:
+        self.rows = rows
 
 
 class Definitions:
@@ -62,6 +79,7 @@ class Definitions:
         self._db = db
         self._rules = rules
         self._gates = Gates(db)
+        self._placement = Placement(db)
 
     async def add(self, spec: JobSpec, *, now: datetime | None = None) -> Job:
         """Create a job; ``InvalidInput`` if (tenant, name) exists."""
@@ -73,14 +91,16 @@ class Definitions:
             rule = await self._rules.for_spec(spec, db_now)
             params = self._params(spec, shards, db_now, rule)
             refuse_past(spec, params, await self._db.db_now(now))
-            row = await self._db.one("upsert_job", {**params, "replace": False})
+            row = await self._upsert_one(params, replace=False)
             if row is None:
                 raise Conflict(
                     "name",
                     f"a job named {spec.name!r} already exists in tenant {spec.tenant!r}",
                 )
             await self._planned_skips(row, spec, rule, params, db_now)
-            placed = await self._place(spec, shards, params["next_run_at"], inserted=True)
+            placed = await self._placement.place(
+                spec, shards, params["next_run_at"], row, inserted=True
+            )
             await self._db.notify(row["shard_id"] if placed is None else placed)
             await self._gates.write([spec], await self._db.db_now(now))
             job = await self._db.one("get_job", {"tenant_id": spec.tenant, "name": spec.name})
@@ -121,29 +141,23 @@ class Definitions:
             db_now = await self._db.db_now(now)
             await self._check_periods(specs, db_now)
             windows = await self._rules.active(db_now)
-            for spec in specs:
-                rule = await self._rules.for_spec(spec, db_now, windows)
-                params = {**self._params(spec, shards, db_now, rule), "replace": True}
-                params.update(await self._past_records(spec, rule, db_now, params))
-                await self._record_dropped(spec, params, db_now, by)
-                row = await self._db.one("upsert_job", params)
-                await self._planned_skips(row, spec, rule, params, db_now)
-                label = label_of(spec.tenant, spec.name)
-                inserted = row is not None and row["inserted"]
-                placed = await self._place(spec, shards, params["next_run_at"], inserted=inserted)
-                if placed is not None:  # moved to its zone set's shard
-                    row = {
-                        "inserted": row is not None and row["inserted"],
-                        "shard_id": placed,
-                        "status": JobStatus.IDLE if row is None else row["status"],
-                    }
-                if row is None:
-                    result.unchanged.append(label)
-                    continue
-                if row["status"] != JobStatus.DONE:  # a changed or new job due again
-                    refuse_past(spec, params, db_now)
-                (result.created if row["inserted"] else result.updated).append(label)
-                await self._db.notify(row["shard_id"])
+            woken: set[int] = set()
+            for chunk in bulk.chunks(specs):
+                found = await bulk.rows_named(self._db, [(s.tenant, s.name) for s in chunk])
+                pending: list[_Pending] = []
+                for spec in chunk:
+                    try:
+                        rule = await self._rules.for_spec(spec, db_now, windows)
+                    except PulseError:  # the jobs before it first, as if written one by one
+                        await self._write(pending, found, by, shards, db_now, result, woken)
+                        raise
+                    params = self._params(spec, shards, db_now, rule)
+                    pending.append(_Pending(spec, rule, params))
+                    if _refusable(spec, found, params, db_now):
+                        await self._write(pending, found, by, shards, db_now, result, woken)
+                        pending = []
+                await self._write(pending, found, by, shards, db_now, result, woken)
+            await bulk.notify(self._db, woken)
             for label in await self._gates.write(specs, db_now):
                 if label in result.unchanged:  # only its edges changed
                     result.unchanged.remove(label)
@@ -156,6 +170,53 @@ class Definitions:
                 result.removed = [label_of(r["tenant_id"], r["name"]) for r in rows]
         return result
 
+    async def _write(
+        self,
+        pending: Sequence[_Pending],
+        found: Mapping[bulk.Key, Row],
+        by: str,
+        shards: int,
+        db_now: datetime,
+        result: ApplyResult,
+        woken: set[int],
+    ) -> None:
+        """Write a batch of ``apply``: its jobs in one statement, then what each needs
+        besides (its planned skips, its zones' shard), each labelled in ``result`` and its
+        shard in ``woken``."""
+        if not pending:
+            return
+        await self._past_records(pending, found, db_now)
+        await self._record_dropped(pending, found, db_now, by)
+        rows = await bulk.upsert(self._db, [p.params for p in pending], replace=True)
+        for p in pending:
+            spec, params = p.spec, p.params
+            row: dict[str, Any] | None = rows.get(p.key)
+            await self._planned_skips(row, spec, p.rule, params, db_now)
+            label = label_of(spec.tenant, spec.name)
+            job = row if row is not None else found[p.key]
+            inserted = row is not None and row["inserted"]
+            placed = await self._placement.place(
+                spec, shards, params["next_run_at"], job, inserted=inserted
+            )
+            if placed is not None:  # moved to its zone set's shard
+                row = {
+                    "inserted": row is not None and row["inserted"],
+                    "shard_id": placed,
+                    "status": JobStatus.IDLE if row is None else row["status"],
+                }
+            if row is None:
+                result.unchanged.append(label)
+                continue
+            if row["status"] != JobStatus.DONE:  # a changed or new job due again
+                refuse_past(spec, params, db_now)
+            (result.created if row["inserted"] else result.updated).append(label)
+            woken.add(row["shard_id"])
+
+    async def _upsert_one(self, params: dict[str, Any], *, replace: bool) -> Row | None:
+        return (await bulk.upsert(self._db, [params], replace=replace)).get(
+            (params["tenant_id"], params["name"])
+        )
+
     async def _check_periods(self, specs: Sequence[JobSpec], now: datetime) -> None:
         """``InvalidInput`` for a spec whose tenant's quota sets a shortest period that its
         schedule runs under (the database cannot read a schedule)."""
@@ -167,9 +228,9 @@ class Definitions:
                 check_period(spec, capped[spec.tenant], now)
 
     async def _expect(self, expect: Mapping[tuple[str, str], int]) -> None:
+        locked = await bulk.locked_revisions(self._db, sorted(expect))
         for (tenant, name), revision in sorted(expect.items()):
-            row = await self._db.one("lock_job", {"tenant_id": tenant, "name": name})
-            found = 0 if row is None else int(row["revision"])
+            found = locked.get((tenant, name), 0)
             if found != revision:
                 raise Conflict(
                     "plan",
@@ -203,9 +264,11 @@ class Definitions:
                     # code: never created again, and never a reason not to start.
                     result.unchanged.append(label)
                     continue
-                row = await self._db.one("upsert_job", {**params, "replace": False})
+                row = await self._upsert_one(params, replace=False)
                 if row is not None:
-                    placed = await self._place(spec, shards, params["next_run_at"], inserted=True)
+                    placed = await self._placement.place(
+                        spec, shards, params["next_run_at"], row, inserted=True
+                    )
                     result.created.append(label)
                     await self._db.notify(row["shard_id"] if placed is None else placed)
                 elif await self._would_change(params):
@@ -235,66 +298,78 @@ class Definitions:
             )
 
     async def _record_dropped(
-        self, spec: JobSpec, params: dict[str, Any], db_now: datetime, by: str
+        self, pending: Sequence[_Pending], found: Mapping[bulk.Key, Row], db_now: datetime, by: str
     ) -> None:
-        """Record skipped the overdue slots of an existing job that ``params`` leaves without
-        a record (``dropped_slots``), before the upsert moves the job (so a login that
-        writes no past runs may record them: ``record_skipped``). Where the upsert puts the
-        job is asked of the upsert itself, in a savepoint rolled back: only for a job whose
-        slot is overdue, which is rare."""
-        key = {"tenant_id": spec.tenant, "name": spec.name}
-        found = await self._db.one("get_job", key)
-        if found is None or not overdue(found, db_now):
+        """Record skipped the overdue slots of the batch's existing jobs that their
+        parameters leave without a record (``dropped_slots``), before the upsert moves them
+        (so a login that writes no past runs may record them: ``record_skipped``). Where the
+        upsert puts each is asked of the upsert itself, in a savepoint rolled back, for the
+        jobs whose slot is overdue only; one the upsert leaves as it was keeps its slot and
+        passes nothing. ``found``: the batch's rows before the apply."""
+        owed = [p for p in pending if p.key in found and overdue(found[p.key], db_now)]
+        if not owed:
             return
         try:
             async with self._db.transaction():
-                await self._db.one("upsert_job", params)
-                raise _Probed(await self._db.one("get_job", key))
+                raise _Probed(await bulk.upsert(self._db, [p.params for p in owed], replace=True))
         except _Probed as probe:
-            probed = probe.row
-        if probed is None:
-            return
-        skips = dropped_slots(Job.from_row(found), Job.from_row(probed), db_now, by)
-        if skips:
-            record = {"id": found["id"], "skips": skips_json(skips), "now": db_now}
-            await self._db.all("record_skips", record)
+            probed = probe.rows
+        records = []
+        for p in owed:
+            if p.key not in probed:
+                continue
+            old, new = Job.from_row(found[p.key]), Job.from_row(probed[p.key])
+            skips = dropped_slots(old, new, db_now, by)
+            if skips:
+                records.append({"id": str(old.id), "skips": json.loads(skips_json(skips))})
+        if records:  # one statement for the batch's jobs
+            await self._db.all("record_skips_each", {"jobs": Jsonb(records), "now": db_now})
 
     async def _would_change(self, params: dict[str, Any]) -> bool:
         """Whether applying would update the job: the upsert, run in a savepoint that is
         then rolled back, so "differs" means exactly what ``apply`` would change."""
         try:
             async with self._db.transaction():
-                row = await self._db.one("upsert_job", {**params, "replace": True})
-                raise _Probe(row is not None)
+                raise _Probe(await self._upsert_one(params, replace=True) is not None)
         except _Probe as probe:
             return probe.changed
 
     async def _past_records(
-        self, spec: JobSpec, rule: CalendarRule | None, db_now: datetime, params: dict[str, Any]
-    ) -> dict[str, Any]:
+        self, pending: Sequence[_Pending], found: Mapping[bulk.Key, Row], db_now: datetime
+    ) -> None:
         """An existing job a new timing plans again starts past the slots that have a record
         already (skip-next writes them ahead), so none is run and its record overwritten
         (test_a_new_timing_never_runs_a_slot_skip_next_recorded). One whose slot's time has
         come but not its start (deferred by a window, held at its gate) keeps that slot,
         decided by the new rule at its claim: a new definition never moves a job past a
-        slot it owes without a record (test_a_new_timing_keeps_a_slot_a_window_deferred)."""
-        schedule = spec.parsed_schedule()
-        if schedule.chain or schedule.at is not None:
-            return {}
-        found = await self._db.one("get_job", {"tenant_id": spec.tenant, "name": spec.name})
-        if found is None:
-            return {}
-        fresh = first_run(schedule, rule, db_now)
-        owed = _owes(found, db_now)
-        planned = current_run(schedule, rule, found["slot_at"]) if owed else fresh
-        run = await open_run(self._db, found["id"], schedule, rule, planned, db_now)
-        if run == fresh:
-            return {}
-        return {
-            "next_run_at": jittered_start(run, spec.tenant, spec.name, spec.jitter_s),
-            "slot_at": run.slot,
-            "slot_origin": origin_of(run),
-        }
+        slot it owes without a record (test_a_new_timing_keeps_a_slot_a_window_deferred).
+        The jobs of the batch with a record at or after their planned slot are asked for
+        at once; only those go through ``open_run``."""
+        planned: dict[bulk.Key, tuple[Decision, Decision]] = {}
+        for p in pending:
+            schedule, job = p.spec.parsed_schedule(), found.get(p.key)
+            if job is None or schedule.chain or schedule.at is not None:
+                continue
+            fresh = first_run(schedule, p.rule, db_now)
+            owed = _owes(job, db_now)
+            planned[p.key] = (
+                fresh,
+                current_run(schedule, p.rule, job["slot_at"]) if owed else fresh,
+            )
+        slots = [(found[key]["id"], run.slot) for key, (_, run) in planned.items()]
+        recorded = await bulk.recorded_from(self._db, slots)
+        for p in pending:
+            if p.key not in planned:
+                continue
+            (fresh, run), job_id, spec = planned[p.key], found[p.key]["id"], p.spec
+            if job_id in recorded:
+                run = await open_run(self._db, job_id, spec.parsed_schedule(), p.rule, run, db_now)
+            if run != fresh:
+                p.params.update(
+                    next_run_at=jittered_start(run, spec.tenant, spec.name, spec.jitter_s),
+                    slot_at=run.slot,
+                    slot_origin=origin_of(run),
+                )
 
     def _params(
         self, spec: JobSpec, shards: int, db_now: datetime, rule: CalendarRule | None
@@ -318,44 +393,20 @@ class Definitions:
             "slot_origin": origin_of(run),
         }
 
-    async def _place(
-        self, spec: JobSpec, shards: int, next_run_at: datetime, *, inserted: bool
-    ) -> int | None:
-        """Move the job to the shard of its zone set, back to the default shards, or park
-        it as an each-zone parent (docs/design/zones.md).
 
-        Returns the new shard if the job moved, None if it was already in place. Separate
-        statements from ``upsert_job``, in the same transaction: nobody sees the job in
-        the wrong shard."""
-        job = await self._db.one("get_job", {"tenant_id": spec.tenant, "name": spec.name})
-        assert job is not None
-        if spec.watch or job["watch"]:  # never zoned (JobSpec): the watch shard or nothing
-            placed = await watches.place(self._db.all, spec.watch, job, inserted)
-            return WATCH_SHARD if placed else None
-        key = {"tenant_id": spec.tenant, "name": spec.name}
-        zones = list(spec.zones) or None
-        if spec.each_zone:
-            parked = {**key, "zones": zones, "shard_id": PARKED_SHARD}
-            return None if await self._db.one("park_each_zone", parked) is None else PARKED_SHARD
-        if job.get("each_zone"):
-            await self._db.one("unpark_each_zone", {**key, "next_run_at": next_run_at})
-        elif tuple(job.get("zones") or ()) == spec.zones and (
-            spec.zones or job["shard_id"] < ZONE_SHARD_BASE
-        ):
-            return None
-        if spec.zones:
-            space = await self._zone_space(spec.zones)
-            shard = zone_shard_for(job["id"], space)
-        else:
-            shard = shard_for(job["id"], shards)
-        moved = await self._db.one("set_job_zones", {**key, "zones": zones, "shard_id": shard})
-        return None if moved is None else shard
-
-    async def _zone_space(self, zones: tuple[str, ...]) -> int:
-        while True:  # no row: a concurrent first use of the set, committed by now
-            found = await self._db.one("zone_space", {"zones": list(zones)})
-            if found is not None:
-                return int(found["space"])
+def _refusable(
+    spec: JobSpec, found: Mapping[bulk.Key, Row], params: dict[str, Any], db_now: datetime
+) -> bool:
+    """Whether writing ``spec`` may be refused after its upsert (``refuse_past``, a watch
+    job's move): its batch ends with it, so the error a file with several raises is the one
+    writing its jobs one by one would raise first."""
+    job = found.get((spec.tenant, spec.name))
+    return bool(
+        params["slot_at"] >= ENDED
+        or past_one_off(spec, params, db_now)
+        or spec.watch
+        or (job is not None and job["watch"])
+    )
 
 
 def _owes(job: Mapping[str, Any], db_now: datetime) -> bool:

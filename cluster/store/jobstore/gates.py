@@ -15,6 +15,8 @@ from psycopg.types.json import Jsonb
 from cluster.errors import Conflict, InvalidInput
 from cluster.jobs.gates import CHAIN, check_match
 from cluster.jobs.spec import JobSpec
+from cluster.store.connect import Row
+from cluster.store.jobstore.bulk import chunks, rows_named
 from cluster.store.jobstore.scoped import ScopedConnection
 from cluster.store.jobstore.specs import label_of
 from cluster.timing.schedule import parse_schedule
@@ -31,10 +33,7 @@ class Gates:
         changed: set[str] = set()
         downstreams: list[UUID] = []
         upstreams: set[UUID] = set()
-        for spec in specs:
-            job = await self._db.one("get_job", {"tenant_id": spec.tenant, "name": spec.name})
-            if job is None or (not spec.after and not job.get("gated")):
-                continue
+        for spec, job in await self._edged(specs):
             ups = await self._upstreams(spec, db_now)
             old = {r["upstream_id"]: r["match"] for r in await self._db.all("gate_edges_of", job)}
             new = {u: spec.after_match for u in ups}
@@ -71,6 +70,18 @@ class Gates:
         for row in await self._db.all("gate_refresh", params):
             await self._db.notify(row["shard_id"])
         return changed
+
+    async def _edged(self, specs: Sequence[JobSpec]) -> list[tuple[JobSpec, Row]]:
+        """The specs with upstreams, or whose job is gated now, with their jobs' rows: read
+        ``BATCH`` at a time, in one statement each (cluster/store/jobstore/bulk.py)."""
+        edged = []
+        for chunk in chunks(specs):
+            jobs = await rows_named(self._db, [(s.tenant, s.name) for s in chunk])
+            for spec in chunk:
+                job = jobs.get((spec.tenant, spec.name))
+                if job is not None and (spec.after or job.get("gated")):
+                    edged.append((spec, job))
+        return edged
 
     async def refuse_orphans(self, kept: dict[str, list[str]]) -> None:
         """``Conflict`` when a job an apply keeps waits for one its --prune removes."""

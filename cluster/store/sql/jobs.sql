@@ -9,23 +9,26 @@ SELECT coalesce(%(now)s::timestamptz, now()) AS now;
 -- job_revisions rows the triggers on jobs write (migration 029); '' unsets them.
 SELECT set_config('pulse.who', %(who)s, false), set_config('pulse.how', %(how)s, false);
 
--- name: upsert_job
--- Create, or update the definition of, the job (tenant_id, name). An unchanged definition,
--- or an existing one when `replace` is false (`jobs add`), touches nothing (no row
--- returned). A running job keeps its slot; an idle one whose timing changed moves to the
--- new schedule's next slot. calendar_rule (the calendar and windows as they stand) is not
--- part of the definition: `pulse calendars` and `pulse windows` re-plan on their changes.
--- The job's options are the columns its declaration says upsert_job writes (`written`),
--- and those whose change moves it (`timing`): cluster/jobs/spec.py.
+-- name: upsert_jobs
+-- Create, or update the definition of, each job of %(jobs)s, a JSON list of rows by column
+-- name (one statement a batch: cluster/store/jobstore/bulk.py), by (tenant_id, name). An
+-- unchanged definition, or an existing one when `replace` is false (`jobs add`), touches
+-- nothing (no row returned). A running job keeps its slot; an idle one whose timing
+-- changed moves to the new schedule's next slot. calendar_rule (the calendar and windows
+-- as they stand) is not part of the definition: `pulse calendars` and `pulse windows`
+-- re-plan on their changes. The job's options are the columns its declaration says
+-- upsert_jobs writes (`written`), and those whose change moves it (`timing`):
+-- cluster/jobs/spec.py. Returns each row written as it is now, and whether it is new.
 INSERT INTO jobs AS j (
     id, tenant_id, name, status, shard_id, next_run_at, slot_at, calendar_rule, slot_origin,
     {fields:written:@})
-VALUES (
-    %(id)s, %(tenant_id)s, %(name)s, CASE WHEN %(paused)s THEN 'paused' ELSE 'idle' END,
-    %(shard_id)s,
-    CASE WHEN %(paused)s THEN '9999-01-01Z'::timestamptz ELSE %(next_run_at)s END,
-    %(slot_at)s, %(calendar_rule)s, %(slot_origin)s,
-    {fields:written:%(@)s})
+SELECT
+    x.id, x.tenant_id, x.name, CASE WHEN x.paused THEN 'paused' ELSE 'idle' END,
+    x.shard_id,
+    CASE WHEN x.paused THEN '9999-01-01Z'::timestamptz ELSE x.next_run_at END,
+    x.slot_at, x.calendar_rule, x.slot_origin,
+    {fields:written:x.@}
+FROM jsonb_populate_recordset(NULL::jobs, %(jobs)s::jsonb) AS x
 ON CONFLICT (tenant_id, name) DO UPDATE SET
     {fields:written:@ = excluded.@},
     calendar_rule = excluded.calendar_rule,
@@ -54,7 +57,14 @@ ON CONFLICT (tenant_id, name) DO UPDATE SET
     updated_at = now()
 WHERE %(replace)s
   AND ({fields:written:j.@}) IS DISTINCT FROM ({fields:written:excluded.@})
-RETURNING id, shard_id, (xmax = 0) AS inserted, status;
+RETURNING j.*, (xmax = 0) AS inserted;
+
+-- name: jobs_named
+-- The jobs of (%(tenant_ids)s[i], %(names)s[i]) that exist: what an apply reads once for
+-- all of its jobs (cluster/store/jobstore/bulk.py).
+SELECT j.* FROM jobs j
+WHERE (j.tenant_id, j.name) IN (SELECT * FROM unnest(%(tenant_ids)s::text[], %(names)s::text[]))
+  AND (%(scope)s::text IS NULL OR j.tenant_id = %(scope)s);
 
 -- name: list_jobs
 -- %(labels)s: a JSON object of labels every job listed has, or NULL.
@@ -71,6 +81,15 @@ SELECT * FROM jobs WHERE tenant_id = %(tenant_id)s AND name = %(name)s
 -- name: lock_job
 SELECT * FROM jobs WHERE tenant_id = %(tenant_id)s AND name = %(name)s
     AND (%(scope)s::text IS NULL OR tenant_id = %(scope)s)
+FOR UPDATE;
+
+-- name: lock_jobs
+-- The revisions of the jobs of (%(tenant_ids)s[i], %(names)s[i]) that exist, their rows
+-- locked in one order until the transaction ends (an apply's `expect`).
+SELECT j.tenant_id, j.name, j.revision FROM jobs j
+WHERE (j.tenant_id, j.name) IN (SELECT * FROM unnest(%(tenant_ids)s::text[], %(names)s::text[]))
+  AND (%(scope)s::text IS NULL OR j.tenant_id = %(scope)s)
+ORDER BY j.tenant_id, j.name
 FOR UPDATE;
 
 -- name: pause_job
@@ -126,6 +145,13 @@ RETURNING id, shard_id, status;
 -- (migration `0.3.0_pre_web_skips_and_triggers`, docs/design/roles.md).
 SELECT skipped_slot AS scheduled_for
 FROM record_skipped(%(id)s, %(scope)s, %(skips)s::json, %(now)s::timestamptz);
+
+-- name: record_skips_each
+-- record_skips for several jobs in one statement (an apply's batch): %(jobs)s, a JSON list
+-- of {"id": job id, "skips": [[slot, reason], ...]}.
+SELECT r.skipped_slot AS scheduled_for
+FROM json_to_recordset(%(jobs)s::json) AS x(id uuid, skips json)
+CROSS JOIN LATERAL record_skipped(x.id, %(scope)s, x.skips, %(now)s::timestamptz) AS r;
 
 -- name: resume_job
 -- A paused job (or one paused until a time still to come) continues at the schedule's next
@@ -193,6 +219,10 @@ RETURNING tenant_id, name;
 
 -- name: notify
 SELECT pg_notify(%(channel)s, %(payload)s);
+
+-- name: notify_shards
+-- One wake-up a shard of %(shards)s (Postgres folds equal notifications of a transaction).
+SELECT pg_notify(%(channel)s, s::text) FROM unnest(%(shards)s::int[]) AS s;
 
 -- name: lock_job_sync
 -- Held until the syncing transaction ends: nodes started together sync jobs in turn.

@@ -59,6 +59,12 @@ WHERE job_id = %(job_id)s AND scheduled_for >= %(from)s
 ORDER BY scheduled_for
 LIMIT %(limit)s;
 
+-- name: jobs_recorded_from
+-- Of the jobs %(ids)s[i], those with a record at or after %(froms)s[i]: the few whose
+-- planned slot `open_run` must move past records (an apply asks once for all its jobs).
+SELECT k.id FROM unnest(%(ids)s::uuid[], %(froms)s::timestamptz[]) AS k(id, from_at)
+WHERE EXISTS (SELECT 1 FROM runs r WHERE r.job_id = k.id AND r.scheduled_for >= k.from_at);
+
 -- name: recorded_between
 -- What was recorded for the job's slots in [%(from)s, %(to)s], oldest first, on UNIQUE
 -- (job_id, scheduled_for): `pulse jobs show --explain` puts each beside its slot.

@@ -55,7 +55,7 @@ WHERE p.each_zone AND (p.zones IS NULL OR %(zone)s = ANY(p.zones));
 -- The parent's child for one zone: created, or its definition brought in line with the
 -- parent's. Its id, shard and run history stay; a timing change moves an idle child to
 -- the new next slot %(slot_at)s, starting at %(next_run_at)s (its jitter: the child's name
--- keys it), as `upsert_job` does. What a child copies is declared with the job's options
+-- keys it), as `upsert_jobs` does. What a child copies is declared with the job's options
 -- (`child`): cluster/jobs/spec.py.
 INSERT INTO jobs AS j (
     id, tenant_id, name, status, shard_id, next_run_at, slot_at, zones, parent_id,
