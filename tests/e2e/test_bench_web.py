@@ -2,16 +2,13 @@
 
 from __future__ import annotations
 
-import os
 import re
-import subprocess
-import sys
 
 import psycopg
 import pytest
 
-from tests.helpers import REPO
-from tests.helpers.databases import ADMIN_URL, REDIS_URL
+from tests.helpers.benches import run_bench
+from tests.helpers.databases import ADMIN_URL
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(120)]
 
@@ -23,18 +20,7 @@ def bench_databases() -> set[str]:
 
 
 def test_bench_web_runs_at_tiny_sizes() -> None:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PULSE_")}
-    env.update(PULSE_BENCH_ADMIN_URL=ADMIN_URL, PULSE_REDIS_URL=REDIS_URL)
-    done = subprocess.run(
-        [sys.executable, "-m", "bench.web", "--jobs", "300", "--runs", "1500", "--samples", "5"],
-        env=env,
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=110,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr
+    done = run_bench("web", "--jobs", "300", "--runs", "1500", "--samples", "5")
     assert "| runs, first page |" in done.stdout and "target p99 ratio" in done.stdout
     name = re.search(r"^database (pulse_bench_\w+)", done.stdout, flags=re.MULTILINE)
     assert name is not None and name[1] not in bench_databases(), "its database is dropped"
