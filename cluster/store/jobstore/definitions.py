@@ -7,7 +7,6 @@ keeps what acts on jobs that exist."""
 
 from __future__ import annotations
 
-import json
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -23,7 +22,7 @@ from cluster.jobs.spec import OPTIONS, JobSpec
 from cluster.store.connect import Row
 from cluster.store.jobstore import bulk
 from cluster.store.jobstore.calendar_rule import Rules
-from cluster.store.jobstore.dropped import dropped_slots, overdue, skips_json
+from cluster.store.jobstore.dropped import record_dropped
 from cluster.store.jobstore.gates import Gates
 from cluster.store.jobstore.holds import open_run
 from cluster.store.jobstore.placement import Placement
@@ -67,11 +66,6 @@ class _Pending:
 class _Probe(Exception):  # a rollback carrying an answer, never an error
     def __init__(self, changed: bool) -> None:
         self.changed = changed
-
-
-class _Probed(Exception):  # a rollback carrying the rows as a statement left them
-    def __init__(self, rows: dict[bulk.Key, Row]) -> None:
-        self.rows = rows
 
 
 class Definitions:
@@ -186,7 +180,7 @@ class Definitions:
         if not pending:
             return
         await self._past_records(pending, found, db_now)
-        await self._record_dropped(pending, found, db_now, by)
+        await record_dropped(self._db, {p.key: p.params for p in pending}, found, db_now, by)
         rows = await bulk.upsert(self._db, [p.params for p in pending], replace=True)
         for p in pending:
             spec, params = p.spec, p.params
@@ -296,34 +290,6 @@ class Definitions:
             await self._rules.record_skips(
                 row["id"], schedule, rule, db_now, params["slot_at"], db_now
             )
-
-    async def _record_dropped(
-        self, pending: Sequence[_Pending], found: Mapping[bulk.Key, Row], db_now: datetime, by: str
-    ) -> None:
-        """Record skipped the overdue slots of the batch's existing jobs that their
-        parameters leave without a record (``dropped_slots``), before the upsert moves them
-        (so a login that writes no past runs may record them: ``record_skipped``). Where the
-        upsert puts each is asked of the upsert itself, in a savepoint rolled back, for the
-        jobs whose slot is overdue only; one the upsert leaves as it was keeps its slot and
-        passes nothing. ``found``: the batch's rows before the apply."""
-        owed = [p for p in pending if p.key in found and overdue(found[p.key], db_now)]
-        if not owed:
-            return
-        try:
-            async with self._db.transaction():
-                raise _Probed(await bulk.upsert(self._db, [p.params for p in owed], replace=True))
-        except _Probed as probe:
-            probed = probe.rows
-        records = []
-        for p in owed:
-            if p.key not in probed:
-                continue
-            old, new = Job.from_row(found[p.key]), Job.from_row(probed[p.key])
-            skips = dropped_slots(old, new, db_now, by)
-            if skips:
-                records.append({"id": str(old.id), "skips": json.loads(skips_json(skips))})
-        if records:  # one statement for the batch's jobs
-            await self._db.all("record_skips_each", {"jobs": Jsonb(records), "now": db_now})
 
     async def _would_change(self, params: dict[str, Any]) -> bool:
         """Whether applying would update the job: the upsert, run in a savepoint that is

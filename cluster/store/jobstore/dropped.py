@@ -19,14 +19,57 @@ from collections.abc import Iterator, Mapping
 from datetime import datetime
 from typing import Any
 
+from psycopg.types.json import Jsonb
+
 from cluster.jobs.models import Job, JobStatus
+from cluster.store.connect import Row
+from cluster.store.jobstore import bulk
+from cluster.store.jobstore.scoped import ScopedConnection
 from cluster.timing.calendared import Decision
 from cluster.timing.instants import US
 from cluster.timing.timeline import MAX_OUTAGE_SLOTS, decisions
 
-__all__ = ["MAX_RECORDED", "dropped_slots", "overdue", "skips_json"]
+__all__ = ["MAX_RECORDED", "dropped_slots", "overdue", "record_dropped", "skips_json"]
 
 MAX_RECORDED = 1000  # the newest overdue slots recorded; older ones are counted in a note
+
+
+class _Probed(Exception):  # a rollback carrying the rows as a statement left them
+    def __init__(self, rows: dict[bulk.Key, Row]) -> None:
+        self.rows = rows
+
+
+async def record_dropped(
+    db: ScopedConnection,
+    params: Mapping[bulk.Key, dict[str, Any]],
+    found: Mapping[bulk.Key, Row],
+    now: datetime,
+    by: str,
+) -> None:
+    """Record skipped the overdue slots of a batch's existing jobs that their new
+    parameters (``upsert_jobs``'s, by job) leave without a record (``dropped_slots``),
+    before the upsert moves them (so a login that writes no past runs may record them:
+    ``record_skipped``). Where the upsert puts each is asked of the upsert itself, in a
+    savepoint rolled back, for the jobs whose slot is overdue only; one the upsert leaves
+    as it was keeps its slot and passes nothing. ``found``: the batch's rows before."""
+    owed = [key for key in params if key in found and overdue(found[key], now)]
+    if not owed:
+        return
+    try:
+        async with db.transaction():
+            raise _Probed(await bulk.upsert(db, [params[key] for key in owed], replace=True))
+    except _Probed as probe:
+        probed = probe.rows
+    records = []
+    for key in owed:
+        if key not in probed:
+            continue
+        old, new = Job.from_row(found[key]), Job.from_row(probed[key])
+        skips = dropped_slots(old, new, now, by)
+        if skips:
+            records.append({"id": str(old.id), "skips": json.loads(skips_json(skips))})
+    if records:  # one statement for the batch's jobs
+        await db.all("record_skips_each", {"jobs": Jsonb(records), "now": now})
 
 
 def overdue(job: Mapping[str, Any], now: datetime) -> bool:
