@@ -27,6 +27,7 @@ __all__ = [
     "chunks",
     "locked_revisions",
     "notify",
+    "probe",
     "recorded_from",
     "rows_named",
     "upsert",
@@ -89,6 +90,22 @@ async def upsert(
     batch = [{column: _plain(value) for column, value in params.items()} for params in jobs]
     rows = await db.all("upsert_jobs", {"jobs": Jsonb(batch), "replace": replace})
     return {(r["tenant_id"], r["name"]): r for r in rows}
+
+
+class _RolledBack(Exception):  # carries a savepoint's rows out of it, never an error
+    def __init__(self, rows: dict[Key, Row]) -> None:
+        self.rows = rows
+
+
+async def probe(db: ScopedConnection, jobs: Sequence[Mapping[str, Any]]) -> dict[Key, Row]:
+    """The rows ``upsert`` of ``jobs`` (replacing) would write, from the upsert itself run
+    in a savepoint that is then rolled back: "would change" and "where it would move"
+    mean exactly what an apply does."""
+    try:
+        async with db.transaction():
+            raise _RolledBack(await upsert(db, jobs, replace=True))
+    except _RolledBack as done:
+        return done.rows
 
 
 async def recorded_from(db: ScopedConnection, slots: Sequence[tuple[UUID, datetime]]) -> set[UUID]:

@@ -63,11 +63,6 @@ class _Pending:
         return (self.spec.tenant, self.spec.name)
 
 
-class _Probe(Exception):  # a rollback carrying an answer, never an error
-    def __init__(self, changed: bool) -> None:
-        self.changed = changed
-
-
 class Definitions:
     def __init__(self, db: ScopedConnection, rules: Rules) -> None:
         self._db = db
@@ -265,7 +260,7 @@ class Definitions:
                     )
                     result.created.append(label)
                     await self._db.notify(row["shard_id"] if placed is None else placed)
-                elif await self._would_change(params):
+                elif await bulk.probe(self._db, [params]):  # an apply would change it
                     result.differing.append(label)
                 else:
                     result.unchanged.append(label)
@@ -290,15 +285,6 @@ class Definitions:
             await self._rules.record_skips(
                 row["id"], schedule, rule, db_now, params["slot_at"], db_now
             )
-
-    async def _would_change(self, params: dict[str, Any]) -> bool:
-        """Whether applying would update the job: the upsert, run in a savepoint that is
-        then rolled back, so "differs" means exactly what ``apply`` would change."""
-        try:
-            async with self._db.transaction():
-                raise _Probe(await self._upsert_one(params, replace=True) is not None)
-        except _Probe as probe:
-            return probe.changed
 
     async def _past_records(
         self, pending: Sequence[_Pending], found: Mapping[bulk.Key, Row], db_now: datetime

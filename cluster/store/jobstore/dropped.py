@@ -34,11 +34,6 @@ __all__ = ["MAX_RECORDED", "dropped_slots", "overdue", "record_dropped", "skips_
 MAX_RECORDED = 1000  # the newest overdue slots recorded; older ones are counted in a note
 
 
-class _Probed(Exception):  # a rollback carrying the rows as a statement left them
-    def __init__(self, rows: dict[bulk.Key, Row]) -> None:
-        self.rows = rows
-
-
 async def record_dropped(
     db: ScopedConnection,
     params: Mapping[bulk.Key, dict[str, Any]],
@@ -55,11 +50,7 @@ async def record_dropped(
     owed = [key for key in params if key in found and overdue(found[key], now)]
     if not owed:
         return
-    try:
-        async with db.transaction():
-            raise _Probed(await bulk.upsert(db, [params[key] for key in owed], replace=True))
-    except _Probed as probe:
-        probed = probe.rows
+    probed = await bulk.probe(db, [params[key] for key in owed])
     records = []
     for key in owed:
         if key not in probed:
