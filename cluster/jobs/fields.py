@@ -43,6 +43,9 @@ DEFAULT_LATE_AFTER_S = 60.0
 OVERLAPS = ("forbid", "allow", "replace")
 DEFAULT_OVERLAP = "forbid"
 DEFAULT_MAX_CONCURRENT = 10
+# A job's priority among its tenant's due slots (docs/design/fairness.md, "Priorities").
+DEFAULT_PRIORITY = 0
+MAX_PRIORITY = 100
 DEFAULT_CANCEL_GRACE_S = 10.0
 _SIZE = re.compile(r"^\s*(\d+)\s*(b|k|kb|kib|m|mb|mib)?\s*$", re.IGNORECASE)
 _SIZE_UNITS = {
@@ -216,6 +219,19 @@ def count_field(value: object, field_name: str, minimum: int) -> int:
         raise InvalidInput(field_name, f"must be at least {minimum}")
     if number > MAX_COUNT:
         raise InvalidInput(field_name, f"must be at most {MAX_COUNT}")
+    return number
+
+
+def priority_field(value: object, field_name: str) -> int:
+    """A job's priority: a whole number from 0 (the default) to ``MAX_PRIORITY``."""
+    if isinstance(value, bool) or not isinstance(value, int | str):
+        raise InvalidInput(field_name, f"must be a whole number from 0 to {MAX_PRIORITY}")
+    try:
+        number = int(value)
+    except ValueError as exc:
+        raise InvalidInput(field_name, f"must be a whole number from 0 to {MAX_PRIORITY}") from exc
+    if not 0 <= number <= MAX_PRIORITY:
+        raise InvalidInput(field_name, f"must be a whole number from 0 to {MAX_PRIORITY}")
     return number
 
 

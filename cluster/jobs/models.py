@@ -145,6 +145,7 @@ class Job:
     adopt_at: datetime | None = None  # `jobs adopt`: the first slot Pulse runs itself
     description: str | None = None  # what the job is for, in the user's words
     api_run: bool = False  # API tokens may run it (docs/security.md)
+    priority: int = 0  # among its tenant's due slots, higher first (docs/jobs.md#priorities)
 
     def rule(self) -> CalendarRule | None:
         """The calendar the job plans with (its copy), or None."""

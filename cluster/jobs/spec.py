@@ -28,6 +28,7 @@ from cluster.jobs.fields import (
     DEFAULT_MAX_CONCURRENT,
     DEFAULT_OUTPUT_LIMIT,
     DEFAULT_OVERLAP,
+    DEFAULT_PRIORITY,
     DEFAULT_RETRIES,
     DEFAULT_RETRY_BACKOFF_S,
     DEFAULT_TENANT,
@@ -41,6 +42,7 @@ from cluster.jobs.fields import (
     output_size,
     parse_zones,
     positive_duration,
+    priority_field,
     validate_name,
 )
 from cluster.jobs.labels import parse_labels
@@ -187,6 +189,15 @@ class JobSpec:
     )
     max_concurrent: int = option(
         DEFAULT_MAX_CONCURRENT, help="Slots in flight at once (overlap allow).", child=True
+    )
+    # Which of its tenant's due slots a claim takes first, highest first; never ahead of
+    # another tenant's turn (docs/design/fairness.md, "Priorities").
+    priority: int = option(
+        DEFAULT_PRIORITY,
+        help="Among the tenant's due slots, higher runs first (0-100).",
+        shown=str(DEFAULT_PRIORITY),
+        parse=priority_field,
+        child=True,
     )
     cancel_grace_s: float = option(
         DEFAULT_CANCEL_GRACE_S,

@@ -184,6 +184,45 @@ async def test_a_fair_claim_of_one_job_reads_a_tenant_in_few_of_its_shards(big: 
     assert fair <= plain + 2 * len(held), (plain, fair)
 
 
+def priority_probes(plan: dict[str, Any]) -> int:
+    """Descents of jobs_priority_due over all their loops."""
+    return sum(
+        int(node["Actual Loops"])
+        for node, _ in walk_with_parents(plan["Plan"])
+        if node.get("Index Name") == "jobs_priority_due"
+    )
+
+
+async def test_a_claim_without_priorities_probes_their_index_once(big: Conn) -> None:
+    """No job has a priority: one probe of the empty jobs_priority_due, not one per shard
+    (docs/design/fairness.md, "Priorities")."""
+    held = held_shards()
+    for fair in (False, True):
+        plan = await explain(big, {**claim_params(held), "fair": fair})
+        assert priority_probes(plan) == 1, priority_probes(plan)
+
+
+async def test_a_claim_reads_each_priority_of_a_shard_once(big: Conn) -> None:
+    """Jobs with two priorities in the held shards: per shard, one step of the loose scan
+    per priority present (and one that finds no more), and one due probe per priority."""
+    held = held_shards()
+    async with big.transaction(force_rollback=True):
+        await big.execute(
+            "UPDATE jobs SET priority = 5 + (shard_id %% 2) * 5 WHERE shard_id = ANY(%(held)s) "
+            "AND id IN (SELECT id FROM jobs WHERE shard_id = ANY(%(held)s) "
+            "ORDER BY next_run_at LIMIT 2000)",
+            {"held": held},
+        )
+        plan = await explain(big, claim_params(held))
+        cur = await big.execute(variant("claim", "fair", False), claim_params(held))
+        claimed = [r for r in await cur.fetchall() if r["id"] is not None]
+        cur = await big.execute("SELECT id FROM jobs WHERE priority > 0")
+        prioritized = {r["id"] for r in await cur.fetchall()}
+    assert priority_probes(plan) <= 1 + 3 * len(held), priority_probes(plan)
+    # Every place of the claim went to a job with a priority: 2,000 of them are due.
+    assert len(claimed) == LIMIT and {r["id"] for r in claimed} <= prioritized
+
+
 async def test_claim_reads_nothing_of_other_nodes_backlog(big: Conn) -> None:
     """Nothing due in the held shards, 67,000 due elsewhere: the claim stays cheap."""
     held = held_shards()

@@ -185,6 +185,9 @@ BAD_ADD = [
     (["--max-concurrent", "3"], "max_concurrent"),
     (["--overlap", "replace", "--max-concurrent", "3"], "max_concurrent"),
     (["--cancel-grace", "-1s"], "cancel_grace"),
+    (["--priority", "101"], "priority"),
+    (["--priority", "-1"], "priority"),
+    (["--priority", "high"], "priority"),
 ]
 
 
@@ -194,6 +197,14 @@ def test_add_bad_input_writes_nothing(shared: Shared, extra: list[str], field: s
     before = jobs_rows(settings)
     assert_bad_input(invoke(*add_args("tick", *extra)), field)
     assert jobs_rows(settings) == before
+
+
+def test_priority_round_trips(initialised: Invoke) -> None:
+    result = initialised(*add_args("urgent", "--priority", "40", "--json"))
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.output)["priority"] == 40
+    result = initialised(*add_args("plain", "--json"))
+    assert json.loads(result.output)["priority"] == 0
 
 
 def test_steering_options_round_trip(initialised: Invoke) -> None:

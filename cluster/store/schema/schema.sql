@@ -221,7 +221,10 @@ CREATE TABLE jobs (
     -- What the job is for, in the user's words (`--description`).
     description      text,
     -- API tokens may trigger, rerun and feed the job (the API sets it on the jobs it writes).
-    api_run          boolean NOT NULL DEFAULT false
+    api_run          boolean NOT NULL DEFAULT false,
+    -- Which of its tenant's due slots a claim takes first, higher first, 0-100 (checked by
+    -- the writers; docs/design/fairness.md, "Priorities").
+    priority         integer NOT NULL DEFAULT 0
 ) WITH (fillfactor = 80);
 
 -- The claim's due range, for every status: an index on a column the claim writes would
@@ -229,6 +232,10 @@ CREATE TABLE jobs (
 CREATE INDEX jobs_due ON jobs (shard_id, next_run_at);
 -- Fair fan-out's loose scan of the tenants with jobs in a shard (docs/design/fairness.md).
 CREATE INDEX jobs_tenant_due ON jobs (shard_id, tenant_id, next_run_at);
+-- The claim's loose scan of the priorities in a shard, and each one's due jobs; only jobs
+-- with a priority, so a cluster without any pays one probe of an empty index per claim.
+CREATE INDEX jobs_priority_due ON jobs (shard_id, priority DESC, next_run_at)
+    WHERE priority > 0;
 CREATE INDEX jobs_children ON jobs (parent_id) WHERE parent_id IS NOT NULL;
 -- Every node reads the each-zone parents every few seconds: a probe, not a scan.
 CREATE INDEX jobs_each_zone ON jobs (id) WHERE each_zone;
@@ -1606,6 +1613,8 @@ LANGUAGE sql STABLE SET search_path FROM CURRENT AS $$
         'deadline', j.deadline, 'expect_baseline', j.expect_baseline, 'asserts', j.asserts,
         'assert_fails', j.assert_fails, 'watch', j.watch, 'adopt_at', j.adopt_at,
         'payload_schema', j.payload_schema, 'description', j.description)
+    -- A call takes at most 100 arguments: the options added since 0.3.0 go in this one.
+    || jsonb_build_object('priority', j.priority)
     || (SELECT jsonb_build_object(
                    'after', coalesce(jsonb_agg(u.name ORDER BY u.name), '[]'::jsonb),
                    'after_match', min(e.match))
@@ -1759,7 +1768,7 @@ CREATE TRIGGER jobs_revision_updated BEFORE UPDATE OF
     cancel_grace_s, jitter_s, remove_when_done, calendar, on_excluded, business_day, zones,
     each_zone, after_timeout_s, after_failure, max_runs, labels, expect_max_s, expect_min_s,
     deadline, expect_baseline, asserts, assert_fails, watch, adopt_at, payload_schema,
-    description ON jobs
+    description, priority ON jobs
 FOR EACH ROW WHEN (NEW.parent_id IS NULL AND (
     OLD.schedule, OLD.tz, OLD.dst_repeated, OLD.dst_skipped, OLD.handler, OLD.payload,
     OLD.catch_up, OLD.grace_s, OLD.max_backfill, OLD.timeout_s, OLD.max_retries,
@@ -1769,7 +1778,7 @@ FOR EACH ROW WHEN (NEW.parent_id IS NULL AND (
     OLD.zones, OLD.each_zone, OLD.after_timeout_s, OLD.after_failure, OLD.max_runs,
     OLD.labels, OLD.expect_max_s, OLD.expect_min_s, OLD.deadline, OLD.expect_baseline,
     OLD.asserts, OLD.assert_fails, OLD.watch, OLD.adopt_at, OLD.payload_schema,
-    OLD.description)
+    OLD.description, OLD.priority)
     IS DISTINCT FROM (
     NEW.schedule, NEW.tz, NEW.dst_repeated, NEW.dst_skipped, NEW.handler, NEW.payload,
     NEW.catch_up, NEW.grace_s, NEW.max_backfill, NEW.timeout_s, NEW.max_retries,
@@ -1779,7 +1788,7 @@ FOR EACH ROW WHEN (NEW.parent_id IS NULL AND (
     NEW.zones, NEW.each_zone, NEW.after_timeout_s, NEW.after_failure, NEW.max_runs,
     NEW.labels, NEW.expect_max_s, NEW.expect_min_s, NEW.deadline, NEW.expect_baseline,
     NEW.asserts, NEW.assert_fails, NEW.watch, NEW.adopt_at, NEW.payload_schema,
-    NEW.description))
+    NEW.description, NEW.priority))
 EXECUTE FUNCTION job_revision_updated();
 CREATE TRIGGER jobs_revision_removed AFTER DELETE ON jobs
 REFERENCING OLD TABLE AS removed_jobs

@@ -5,7 +5,8 @@
 -- name: claim
 -- The oldest jobs due by now + %(ahead_s)s in the held shards, at most %(limit)s, marked
 -- running under a fresh lease token, and when the next job of these shards falls due.
--- With %(fair)s, across tenants in turn, oldest first within each.
+-- With %(fair)s, across tenants in turn, oldest first within each. A tenant's places in
+-- the claim go to its jobs with the highest priority first (docs/design/fairness.md).
 -- Why so: docs/design/claim-plan.md, fairness.md; guarded by tests/integration/
 -- test_claim_plan.py and test_fair_claim.py.
 WITH RECURSIVE clock AS (
@@ -17,10 +18,10 @@ WITH RECURSIVE clock AS (
 -- is due in other nodes' shards. The quota is read by a subquery, unknown when planned:
 -- planned for a known quota of 2 or 3, a small claim cost 0.8 ms more.
 heads AS (
-    SELECT s.shard, c.id, c.next_run_at, c.ctid, c.tenant_id
+    SELECT s.shard, c.id, c.next_run_at, c.ctid, c.tenant_id, c.priority
     FROM unnest(%(shards)s::int[]) AS s(shard)
     CROSS JOIN LATERAL (
-        SELECT j.id, j.next_run_at, j.ctid, j.tenant_id FROM jobs j
+        SELECT j.id, j.next_run_at, j.ctid, j.tenant_id, j.priority FROM jobs j
         WHERE j.shard_id = s.shard AND j.status = 'idle'
           AND j.next_run_at <= (SELECT due FROM clock)
         ORDER BY j.next_run_at
@@ -36,12 +37,12 @@ cutoff AS (
         'infinity') AS t
 ),
 deeper AS (
-    SELECT c.id, c.next_run_at, c.ctid, c.tenant_id
+    SELECT c.id, c.next_run_at, c.ctid, c.tenant_id, c.priority
     FROM (SELECT h.shard FROM heads h GROUP BY h.shard
           HAVING count(*) >= %(quota)s
              AND max(h.next_run_at) < (SELECT t FROM cutoff)) AS s
     CROSS JOIN LATERAL (
-        SELECT j.id, j.next_run_at, j.ctid, j.tenant_id FROM jobs j
+        SELECT j.id, j.next_run_at, j.ctid, j.tenant_id, j.priority FROM jobs j
         WHERE j.shard_id = s.shard AND j.status = 'idle'
           AND j.next_run_at <= (SELECT due FROM clock)
           AND j.next_run_at < (SELECT t FROM cutoff)
@@ -87,10 +88,10 @@ turns AS (
     SELECT ceil(%(limit)s::float8 / nullif(count(DISTINCT tenant), 0))::int AS share FROM pairs
 ),
 fair AS (
-    SELECT c.id, c.next_run_at, c.ctid, c.tenant_id
+    SELECT c.id, c.next_run_at, c.ctid, c.tenant_id, c.priority
     FROM pairs p CROSS JOIN turns s
     CROSS JOIN LATERAL (
-        SELECT j.id, j.next_run_at, j.ctid, j.tenant_id FROM jobs j
+        SELECT j.id, j.next_run_at, j.ctid, j.tenant_id, j.priority FROM jobs j
         WHERE j.shard_id = p.shard AND j.tenant_id = p.tenant AND j.status = 'idle'
           AND j.next_run_at <= (SELECT due FROM clock)
         ORDER BY j.next_run_at
@@ -98,18 +99,72 @@ fair AS (
     ) AS c
     WHERE p.pick <= s.share + 1
 ),
--- Oldest first; fair: by turn (each tenant's oldest, then each one's second oldest, ...),
--- then oldest first. Beyond its read turns a tenant is served from the oldest (heads).
--- A tenant's turns beyond its free places (migration 014) are `held`, and come last. Ties
--- (a fan-out's jobs share their due time) go by lot, so a claim smaller than the tenants
--- due does not favour the same tenant every time.
+-- Jobs with a priority (migration 0.3.0_pre_within_tenant_priority), which need not be
+-- among the oldest: in each held shard, each priority present, highest first (a loose scan
+-- of jobs_priority_due: the first entry below the last priority is the next one), then the
+-- oldest due jobs of each. Skipped by one probe when no job has a priority.
+levels AS (
+    SELECT s.shard, f.priority
+    FROM unnest(%(shards)s::int[]) AS s(shard)
+    CROSS JOIN LATERAL (
+        SELECT j.priority FROM jobs j
+        WHERE j.shard_id = s.shard AND j.priority > 0
+        ORDER BY j.priority DESC
+        LIMIT 1
+    ) AS f
+    WHERE EXISTS (SELECT 1 FROM jobs j WHERE j.priority > 0)
+    UNION ALL
+    SELECT v.shard, f.priority
+    FROM levels v
+    CROSS JOIN LATERAL (
+        SELECT j.priority FROM jobs j
+        WHERE j.shard_id = v.shard AND j.priority > 0 AND j.priority < v.priority
+        ORDER BY j.priority DESC
+        LIMIT 1
+    ) AS f
+),
+urgent AS (
+    SELECT c.id, c.next_run_at, c.ctid, c.tenant_id, c.priority
+    FROM levels v
+    CROSS JOIN LATERAL (
+        SELECT j.id, j.next_run_at, j.ctid, j.tenant_id, j.priority FROM jobs j
+        WHERE j.shard_id = v.shard AND j.priority = v.priority AND j.priority > 0
+          AND j.status = 'idle' AND j.next_run_at <= (SELECT due FROM clock)
+        ORDER BY j.next_run_at
+        LIMIT %(limit)s
+    ) AS c
+),
+-- A tenant's places in the claim are its candidates' due times, oldest first; its jobs
+-- take them highest priority first, then oldest first (`turn`): the n-th of the one order
+-- takes the n-th of the other (`place`). A tenant with no candidate of a priority (`top`
+-- 0, the first of its turns) keeps its own due times: no second ranking is read for it.
+-- The claim takes places oldest first; fair: by turn (each tenant's first place, then each
+-- one's second, ...), then oldest first, so a priority never moves a tenant ahead of
+-- another. Beyond its read turns a tenant is served from the oldest (heads). A tenant's
+-- turns beyond its free places (migration 014) are `held`, and come last. Places of one
+-- time go by turn (a tenant's own in its order), then by lot (a fan-out's jobs share their
+-- due time), so a claim smaller than the tenants due does not favour the same tenant
+-- every time.
+ranked AS (
+    SELECT x.*, row_number() OVER w AS turn, max(x.priority) OVER w AS top
+    FROM (SELECT h.id, h.next_run_at, h.ctid, h.tenant_id, h.priority FROM heads h
+          UNION SELECT * FROM deeper UNION SELECT * FROM fair UNION SELECT * FROM urgent) AS x
+    WINDOW w AS (PARTITION BY x.tenant_id ORDER BY x.priority DESC, x.next_run_at, x.id)
+),
+places AS MATERIALIZED (
+    SELECT r.tenant_id, r.next_run_at,
+           row_number() OVER (PARTITION BY r.tenant_id ORDER BY r.next_run_at, r.id) AS n
+    FROM ranked r WHERE r.top > 0
+),
 candidates AS (
-    SELECT u.id, u.next_run_at, u.ctid, u.turn > r.room IS TRUE AS held FROM (
-        SELECT x.*, row_number() OVER (PARTITION BY x.tenant_id ORDER BY x.next_run_at) AS turn
-        FROM (SELECT h.id, h.next_run_at, h.ctid, h.tenant_id FROM heads h
-              UNION SELECT * FROM deeper UNION SELECT * FROM fair) AS x
-    ) AS u LEFT JOIN tenant_room r USING (tenant_id)
-    ORDER BY held, CASE WHEN %(fair)s THEN u.turn END, u.next_run_at, random()
+    SELECT u.id, u.next_run_at, u.ctid, u.turn > r.room IS TRUE AS held
+    FROM ranked u LEFT JOIN tenant_room r ON r.tenant_id = u.tenant_id
+    ORDER BY held, CASE WHEN %(fair)s THEN u.turn END,
+             CASE WHEN u.top > 0
+                  THEN (SELECT p.next_run_at FROM places p
+                        WHERE p.tenant_id = u.tenant_id AND p.n = u.turn)
+                  ELSE u.next_run_at END,
+             u.turn, random()
     LIMIT %(limit)s
 ),
 -- Locked and updated by ctid. A row changed since this statement's snapshot is locked in
