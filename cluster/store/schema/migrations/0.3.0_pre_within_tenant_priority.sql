@@ -1,12 +1,11 @@
--- Pulse schema, 0.3.0: a job's priority among its tenant's due slots (docs/design/fairness.md,
--- "Priorities"). Named to sort after 0.3.0_pre_until_revisions, whose definition of
--- job_definition it extends.
+-- Pulse schema, 0.3.0: a job's priority among its tenant's due slots. Named to sort after
+-- 0.3.0_pre_until_revisions, whose definition of job_definition it extends.
 --
 -- Additive: nodes of the previous release neither read nor write the column (their upsert
 -- and claim name their columns), and claim oldest first as before. The column has no check
 -- (one added with it would scan jobs under its lock): the writers check it (0-100). The
 -- index holds the jobs with a priority only: a claim finds it empty when none has one. The
--- claim writes none of its columns, so the claim's update stays HOT (test_hot_claim.py).
+-- claim writes none of its columns, so the claim's update stays a HOT update.
 -- The definition a revision records gains the priority, and the update trigger watches it.
 
 ALTER TABLE jobs ADD COLUMN priority integer NOT NULL DEFAULT 0;
