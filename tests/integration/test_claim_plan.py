@@ -203,8 +203,8 @@ async def test_a_claim_without_priorities_probes_their_index_once(big: Conn) -> 
 
 
 async def test_a_claim_reads_each_priority_of_a_shard_once(big: Conn) -> None:
-    """Jobs with two priorities in the held shards: per shard, one step of the loose scan
-    per priority present (and one that finds no more), and one due probe per priority."""
+    """Jobs of priority 5 or 10 in the held shards, one of them in each: per shard, one step
+    of the loose scan per priority present, one that finds no more, one due probe each."""
     held = held_shards()
     async with big.transaction(force_rollback=True):
         await big.execute(
