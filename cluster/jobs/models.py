@@ -145,6 +145,7 @@ class Job:
     adopt_at: datetime | None = None  # `jobs adopt`: the first slot Pulse runs itself
     description: str | None = None  # what the job is for, in the user's words
     api_run: bool = False  # API tokens may run it (docs/security.md)
+    each_node: bool = False  # each slot runs on every live member (docs/design/each-node.md)
 
     def rule(self) -> CalendarRule | None:
         """The calendar the job plans with (its copy), or None."""
