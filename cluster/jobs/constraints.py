@@ -140,6 +140,8 @@ def _check_each_node(
     own member, the slot closed once every member's run ended (docs/design/each-node.md)."""
     if parsed.chain:
         raise InvalidInput("each_node", "a chained (@after:) job cannot run on every node")
+    if parsed.at is not None:
+        raise InvalidInput("each_node", "a one-off (@at) job cannot run on every node")
     if each_zone:
         raise InvalidInput("each_node", "with each_zone: choose every node or every zone")
     if watch:

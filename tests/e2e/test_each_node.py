@@ -117,3 +117,27 @@ def test_every_node_runs_each_slot_once_and_a_killed_node_is_named(fleet: Fleet)
         if slot < after_kill:
             assert "n4" not in _members(r)  # joined after: not counted
     assert min(s for s, r in closed.items() if "n4" in _members(r)) <= joined
+
+
+def test_a_node_drained_mid_run_is_named_and_its_run_not_moved(fleet: Fleet) -> None:
+    fleet.drain_timeout = "1s"  # shorter than a run: the drain ends with the run going
+    job = JobSpec.build("sweep", "@every 3s", WITNESS, each_node=True, payload={"sleep_s": 2.5})
+    init_cluster(fleet.settings, job)
+    for node_id in ("n1", "n2"):
+        fleet.start(node_id, "a")
+
+    def n2_mid_run() -> datetime | None:
+        fleet.check_alive()
+        started = {s for s, nodes in _ran(fleet).items() if "n2" in nodes}
+        # A slot fanned out to both (so its coverage names n2), n2's run of it going.
+        rows = fleet.sql(
+            "SELECT n.slot FROM node_runs n JOIN node_slots s USING (job_id, slot)"
+            " WHERE n.member = 'n2' AND n.status = 'running' AND s.members = '{n1,n2}'"
+        )
+        return next((r["slot"] for r in rows if r["slot"] in started), None)
+
+    drained = until(n2_mid_run, "n2 in the middle of a run", 40)
+    assert fleet.stop("n2") == 0
+    row = until(lambda: _closed(fleet).get(drained), "the drained slot to close", 40)
+    assert row["last_error"].startswith("1/2, node n2 missed (drained "), row["last_error"]
+    assert sorted(_ran(fleet)[drained]) == ["n1", "n2"]  # nobody ran n2's part again

@@ -227,6 +227,7 @@ async def test_the_coverage_line(store: JobStore, ended_json: str, summary: str)
     ("options", "message"),
     [
         ({"schedule": "@after:up"}, "a chained (@after:) job cannot run on every node"),
+        ({"schedule": "@at 2030-01-01T00:00:00Z"}, "a one-off (@at) job cannot run on every node"),
         ({"overlap": "allow"}, "one run per node: overlap allow does not apply"),
         ({"each_zone": True}, "choose every node or every zone"),
         ({"max_runs": 3}, "max_runs does not apply"),
@@ -282,3 +283,16 @@ async def test_the_audit_finds_every_slot_with_its_coverage(
         (at(10), "ran", "1/2, node node-b missed (drained 00:00:12)"),
         (at(20), "skipped", "no live node"),
     ]
+
+
+async def test_a_closed_slot_releases_the_jobs_chained_after_it(
+    store: JobStore, open_session: Opener
+) -> None:
+    await every_node(store)
+    await store.definitions.apply([JobSpec.build("after", "@after:sweep", HANDLER)], now=T0)
+    a = await open_session("node-a")
+    mine, _ = await fan_out(a, 10, MEMBERS[:1])
+    await a.completions.complete_flights([ended(mine)], now=at(11))
+    cur = await store.db.conn.execute("SELECT job_id, slot FROM chain_slots")
+    released = [(r["job_id"], r["slot"]) for r in await cur.fetchall()]
+    assert released == [((await store.get("after")).id, at(10))]

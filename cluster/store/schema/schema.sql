@@ -385,10 +385,10 @@ $$;
 -- A member's run of an each-node slot ended with e_status ('missed': never ran, e_why
 -- says why). Recorded once per member; the last closes the slot: its run row (succeeded
 -- when every member that ran succeeded and one did, failed otherwise; the coverage as its
--- error (a complete one too), and under output.coverage), `failed` raised for a
--- failed slot and `incomplete` for one a member missed, and the roll-up deleted. Returns
--- the coverage once closed, else NULL. The roll-up's row lock orders concurrent ends:
--- each sees the others' (test_each_node.py).
+-- error (a complete one too), and under output.coverage), the slot of chained jobs
+-- released by a success, `failed` raised for a failed slot and `incomplete` for one a
+-- member missed, and the roll-up deleted. Returns the coverage once closed, else NULL.
+-- The roll-up's row lock orders concurrent ends: each sees the others' (test_each_node.py).
 CREATE FUNCTION node_run_ended(
     e_job_id uuid,
     e_slot timestamptz,
@@ -429,6 +429,9 @@ BEGIN
                            'summary', coverage, 'members', to_jsonb(s.members),
                            'ended', s.ended)),
                        s.origin, s.revision);
+    IF outcome = 'succeeded' AND j.feeds THEN  -- the slot of the jobs chained after it
+        PERFORM chain_release(j.id, s.slot, e_at);
+    END IF;
     IF outcome = 'failed' THEN
         PERFORM raise_alert('failed', j.id, j.tenant_id, j.name, s.slot, 1, e_node_id, e_zone,
                             coverage, NULL);

@@ -11,11 +11,11 @@
 -- over by an earlier try of this write, whose answer was lost with its connection: it
 -- comes back as moved with room again (`again`), so the retry runs the flight rather than
 -- leave it to its lease (test_lost_answers.py).
--- A claimed slot of an each-node job is fanned out instead (migration `0.3.0_pre_zones_each_node`,
--- docs/design/each-node.md): its roll-up, and a row per member of %(members)s in its zones,
--- the caller's running at once (`room`) unless an earlier slot's run of its is not over
--- (one at a time per member), the others' queued and woken by NOTIFY; no member there:
--- the slot is recorded skipped.
+-- A claimed slot of an each-node job is fanned out instead (migration
+-- `0.3.0_pre_zones_each_node`, docs/design/each-node.md): its roll-up, and a row per member
+-- of %(members)s in its zones, the caller's running at once (`room`) unless an earlier
+-- slot's run of its is not over (one at a time per member), the others' queued and woken
+-- by NOTIFY; no member there: the slot is recorded skipped.
 WITH clock AS (
     SELECT coalesce(%(now)s::timestamptz, now()) AS t
 ),
@@ -311,9 +311,9 @@ retried AS (
                          i.outcome, i.token, o.locked_at, k.t, i.duration_s, i.error,
                          i.output, o.origin, o.revision)
 ),
--- Each-node (migration `0.3.0_pre_zones_each_node`): the caller's run of a slot ends its row and
--- takes its place in the slot's roll-up; a failed attempt with retries left is queued again
--- for the same member.
+-- Each-node (migration `0.3.0_pre_zones_each_node`): the caller's run of a slot ends its
+-- row and takes its place in the slot's roll-up; a failed attempt with retries left is
+-- queued again for the same member.
 member_ended AS (
     DELETE FROM node_runs n USING input i, clock k
     WHERE n.job_id = i.id AND n.slot = i.slot AND n.member = %(node_id)s
