@@ -306,6 +306,13 @@ class Run:
         return {**parts, "truncated": list(found.get("truncated") or [])}
 
     @property
+    def coverage(self) -> dict[str, Any] | None:
+        """An every-node slot's coverage, ``{summary, members, ended}`` (each member's end:
+        ``{status, at, why}``); None for any other run (docs/jobs.md)."""
+        found = (self.output or {}).get("coverage")
+        return dict(found) if isinstance(found, dict) else None
+
+    @property
     def metrics(self) -> dict[str, float]:
         """The figures the run reported (``ctx.metric``, a shell's metrics file)."""
         return dict((self.output or {}).get("metrics") or {})

@@ -7,6 +7,8 @@ by whichever end comes last, with the coverage as one line."""
 
 from __future__ import annotations
 
+import asyncio
+import json
 import re
 from datetime import datetime
 from typing import Any
@@ -20,6 +22,7 @@ from cluster.store.jobstore.store import JobStore
 from cluster.store.lock.records import ClaimedJob
 from cluster.store.lock.session import LockSession
 from cluster.store.observe.audit import Scope, audit_lines
+from tests.helpers.cli import invoke
 from tests.helpers.flights import HANDLER, ended, handed
 from tests.helpers.outbox import add_rule, events
 from tests.helpers.sessions import ALL, T0, Opener, at
@@ -118,6 +121,13 @@ async def test_a_dead_members_run_is_missed_not_moved(
     assert [(e["event"], e["slot"], e["detail"]) for e in await events(settings)] == [
         ("incomplete", at(10), error)
     ]
+    # `pulse runs show` names each node's end; --json has the coverage.
+    args = ("runs", "show", "sweep", "--slot", at(10).isoformat())
+    shown = await asyncio.to_thread(invoke, settings, *args)
+    assert "node node-gone  missed (died)" in shown.output, shown.output
+    as_json = json.loads((await asyncio.to_thread(invoke, settings, *args, "--json")).output)
+    assert as_json["coverage"]["summary"] == error
+    assert as_json["coverage"]["members"] == ["node-a", "node-b", "node-gone"]
 
 
 async def test_a_member_killed_mid_run_is_missed_and_its_late_end_fenced(
