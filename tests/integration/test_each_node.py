@@ -306,3 +306,22 @@ async def test_a_closed_slot_releases_the_jobs_chained_after_it(
     cur = await store.db.conn.execute("SELECT job_id, slot FROM chain_slots")
     released = [(r["job_id"], r["slot"]) for r in await cur.fetchall()]
     assert released == [((await store.get("after")).id, at(10))]
+
+
+async def test_a_released_member_run_goes_back_to_its_member_alone(
+    store: JobStore, open_session: Opener
+) -> None:
+    await every_node(store)
+    a, b = await open_session("node-a"), await open_session("node-b")
+    await fan_out(a, 10, MEMBERS[:2])
+    (lost,) = await b.flights.claim([], 10, 30.0, now=at(10))
+    # A claim whose answer was lost with the session: found running under node-b, released.
+    _, held = await b.held_runs()
+    assert (lost.id, at(10), lost.lease_token) in held
+    lease = (lost.id, at(10), lost.lease_token)
+    assert await b.flights.release([lease], "answer lost", now=at(11)) == {(lost.id, at(10))}
+    assert ("node-b", "queued", 1) in await node_runs(store)
+    assert await a.flights.claim([], 10, 30.0, now=at(11)) == []
+    assert await b.completions.complete_flights([ended(lost)], now=at(11)) == set()  # fenced
+    (again,) = await b.flights.claim([], 10, 30.0, now=at(11))
+    assert again.lease_token > lost.lease_token

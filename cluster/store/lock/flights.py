@@ -80,7 +80,8 @@ class Flights:
     ) -> set[FlightKey]:
         if not leases:
             return set()
-        rows = await self._run("release_flights", {**_arrays(leases), "reason": reason, "now": now})
+        params = {**_arrays(leases), "reason": reason, "node_id": self.node_id, "now": now}
+        rows = await self._run("release_flights", params)
         return {(row[0], row[1]) for row in rows}
 
     async def drain(self, now: datetime | None = None) -> list[tuple[UUID, datetime, str | None]]:

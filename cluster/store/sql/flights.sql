@@ -373,29 +373,52 @@ SELECT * FROM members;
 
 -- name: release_flights
 -- Hands running flights back for another attempt, due at once (a node shutting down),
--- recording the attempt as lost; fenced like `complete_flights`.
+-- recording the attempt as lost; fenced like `complete_flights`. The caller's each-node
+-- runs go back to the queue of the same member, due at once (migration
+-- `0.3.0_pre_zones_each_node`): a claim whose answer was lost is run after all; at a
+-- shutdown, the drain that follows records them missed.
 WITH clock AS (
     SELECT coalesce(%(now)s::timestamptz, now()) AS t
+),
+input AS MATERIALIZED (
+    SELECT * FROM unnest(%(ids)s::uuid[], %(slots)s::timestamptz[], %(tokens)s::bigint[])
+        AS i(id, slot, token)
+),
+flown AS (
+    UPDATE flights f SET
+        status = 'queued',
+        attempt = f.attempt + 1,
+        due_at = k.t,
+        locked_by = NULL,
+        locked_zone = NULL,
+        locked_at = NULL,
+        lease_expires_at = NULL,
+        lease_token = f.lease_token + 1
+    FROM input i
+         JOIN flights o ON o.job_id = i.id AND o.slot = i.slot,
+         jobs j, clock k
+    WHERE f.job_id = i.id AND f.slot = i.slot AND f.lease_token = i.token
+      AND f.status = 'running' AND j.id = f.job_id
+    RETURNING f.job_id, f.slot,
+              record_run(j.id, j.tenant_id, j.name, f.slot, o.attempt, o.locked_by,
+                         o.locked_zone, 'lost', i.token, o.locked_at, k.t, NULL, %(reason)s,
+                         NULL, o.origin, o.revision)
+),
+members AS (
+    UPDATE node_runs n SET
+        status = 'queued',
+        due_at = k.t,
+        locked_at = NULL,
+        lease_expires_at = NULL,
+        lease_token = n.lease_token + 1
+    FROM input i, clock k
+    WHERE n.job_id = i.id AND n.slot = i.slot AND n.member = %(node_id)s
+      AND n.lease_token = i.token AND n.status = 'running'
+    RETURNING n.job_id, n.slot
 )
-UPDATE flights f SET
-    status = 'queued',
-    attempt = f.attempt + 1,
-    due_at = k.t,
-    locked_by = NULL,
-    locked_zone = NULL,
-    locked_at = NULL,
-    lease_expires_at = NULL,
-    lease_token = f.lease_token + 1
-FROM unnest(%(ids)s::uuid[], %(slots)s::timestamptz[], %(tokens)s::bigint[])
-         AS i(id, slot, token)
-     JOIN flights o ON o.job_id = i.id AND o.slot = i.slot,
-     jobs j, clock k
-WHERE f.job_id = i.id AND f.slot = i.slot AND f.lease_token = i.token
-  AND f.status = 'running' AND j.id = f.job_id
-RETURNING f.job_id, f.slot,
-          record_run(j.id, j.tenant_id, j.name, f.slot, o.attempt, o.locked_by,
-                     o.locked_zone, 'lost', i.token, o.locked_at, k.t, NULL, %(reason)s,
-                     NULL, o.origin, o.revision);
+SELECT job_id, slot FROM flown
+UNION ALL
+SELECT job_id, slot FROM members;
 
 -- name: recover_flights
 -- Takes back the running flights of dead owners and expired leases in the held shards (as
