@@ -125,6 +125,8 @@ async def test_a_dead_members_run_is_missed_not_moved(
     args = ("runs", "show", "sweep", "--slot", at(10).isoformat())
     shown = await asyncio.to_thread(invoke, settings, *args)
     assert "node node-gone  missed (died)" in shown.output, shown.output
+    listed = await asyncio.to_thread(invoke, settings, "jobs", "show", "sweep")
+    assert f"succeeded attempt 1  node-b  {error}" in listed.output, listed.output
     as_json = json.loads((await asyncio.to_thread(invoke, settings, *args, "--json")).output)
     assert as_json["coverage"]["summary"] == error
     assert as_json["coverage"]["members"] == ["node-a", "node-b", "node-gone"]

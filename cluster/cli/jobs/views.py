@@ -170,7 +170,7 @@ async def show_job(
     for run in recent:
         node = run["node_id"] or "-"
         line = f"  {run['scheduled_for']}  {run['status']:<9} attempt {run['attempt']}  {node}"
-        if data.get("each_node"):  # its coverage: "2/3, node n2 missed (died 14:02:11)"
+        if data.get("each_node") and run["error"]:  # "2/3, node n2 missed (died 14:02:11)"
             line += f"  {run['error']}"
         click.echo(line)
 
