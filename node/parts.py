@@ -110,6 +110,7 @@ def wire(
         effects,
         lease_s=s.lease_s,
         tracing=tracing,
+        members=state.members,
     )
     executor = Executor(
         s.concurrency, s.node_id, s.zone, completer.run_done, effects, forwarders, tracing

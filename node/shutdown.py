@@ -67,6 +67,7 @@ class Shutdown:
         # Last, so the completions of runs that ended during the drain are written too.
         services.stop_writing.set()
         await finish(services.writers, FLUSH_TIMEOUT_S)
+        await self._drain_member_runs()
         # The membership subscription and the NOTIFY listener hold nothing: not waited
         # for before the unlock.
         await finish(services.followers, FOLLOWERS_STOP_S)
@@ -91,6 +92,21 @@ class Shutdown:
             await self.keeper.release_all()
         except StoreError as exc:
             logger.warning("could not unlock shards (they free with the session): %s", exc)
+
+    async def _drain_member_runs(self) -> None:
+        """Each-node runs of this node not ended are its misses, 'drained', never run by
+        another member (docs/design/each-node.md)."""
+        try:
+            drained = await self.session.flights.drain()
+        except StoreError as exc:
+            logger.warning("could not record each-node runs drained (recovery will): %s", exc)
+            return
+        if drained:
+            logger.warning(
+                "%d each-node runs recorded missed (drained)",
+                len(drained),
+                extra={"event": "member_runs_drained"},
+            )
 
     async def _release(self, left: list[ClaimedJob]) -> None:
         if not left:

@@ -36,6 +36,8 @@ class NodeState:
     # alert delivery (alert delivery), a write to a held shard (the backfiller).
     alerts: asyncio.Event = field(default_factory=Signal)
     shard_written: asyncio.Event = field(default_factory=Signal)
+    # A NOTIFY said each-node runs were queued for the members (docs/design/each-node.md).
+    member_runs: asyncio.Event = field(default_factory=Signal)
 
     def set_live(self, live: list[str]) -> bool:
         """Record the live member list; True (and wake the shard keeper) if it changed."""
@@ -46,6 +48,12 @@ class NodeState:
         if changed:
             self.rebalance.set()
         return changed
+
+    def members(self) -> list[tuple[str, str | None]]:
+        """The live members the ring is built from, with their zones (None: not known yet):
+        those an each-node slot claimed now is fanned out to."""
+        zones: dict[str, str | None] = {**self.member_zones, self.node_id: self.zone}
+        return [(m, zones.get(m)) for m in self.alive or (self.node_id,)]
 
     def session_untrusted(self) -> int:
         """The lock session may be gone: stop using its shards now and reconnect.

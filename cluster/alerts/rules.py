@@ -39,6 +39,8 @@ EVENTS = (
     "assertion_failed",
     # A legacy ping for a slot Pulse ran (watch jobs, docs/jobs.md).
     "double_run",
+    # A slot of an every-node job closed with a node that missed it (docs/jobs.md).
+    "incomplete",
 )
 FORMATS = ("json", "slack", "pagerduty", "email")
 PAGERDUTY_URL = "https://events.pagerduty.com/v2/enqueue"  # Events API v2

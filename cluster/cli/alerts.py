@@ -49,7 +49,7 @@ def with_alerts(fn: Callable[..., Coroutine[Any, Any, T]]) -> Callable[..., T]:
 @click.group(cls=PulseGroup)
 def alerts() -> None:
     """Alert rules: who hears about failed, recovered, lost, late, skipped, paused, slow,
-    overdue, too_fast and assertion_failed."""
+    overdue, too_fast, assertion_failed, double_run and incomplete."""
 
 
 @alerts.command("add")

@@ -107,7 +107,8 @@ def show_run(ctx: click.Context, name: str, tenant: str, slot: str | None, as_js
         async with JobStore.open(settings_of(ctx)) as store:
             found = await store.run(name, tenant, slot=when)
         if as_json:
-            emit_json({**found.to_json(), "output": found.output_json(), "metrics": found.metrics})
+            shown = {"output": found.output_json(), "metrics": found.metrics}
+            emit_json({**found.to_json(), **shown, "coverage": found.coverage})
         else:
             _print_run(found)
 
@@ -167,6 +168,13 @@ def _print_run(r: Run) -> None:
     metrics = r.metrics
     if metrics:
         fields.append(["metrics", ", ".join(f"{k}={v:g}" for k, v in sorted(metrics.items()))])
+    coverage = r.coverage
+    if coverage is not None:  # an every-node slot: each member's end
+        ended = coverage.get("ended") or {}
+        for member in coverage.get("members") or []:
+            end = ended.get(member) or {}
+            why = f" ({end['why']})" if end.get("why") else ""
+            fields.append([f"node {member}", f"{end.get('status', 'running')}{why}"])
     table(fields)
     shown = False
     for part in ("stdout", "stderr", "result", "log"):

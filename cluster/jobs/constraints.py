@@ -92,6 +92,8 @@ def constrained(
     )
     if watch:
         _check_watch(parsed, zones, each_zone, overlap)
+    if values.get("each_node", False):
+        _check_each_node(parsed, raw, each_zone, overlap, watch)
     return dict(
         schedule=parsed.expr,
         handler=validate_handler(handler) if handler else "",
@@ -129,3 +131,24 @@ def _check_watch(parsed: Schedule, zones: tuple[str, ...], each_zone: bool, over
         raise InvalidInput("watch", "a watch job runs on no node: zones do not apply")
     if overlap == "allow":
         raise InvalidInput("watch", "a watch job records one run per slot: allow does not apply")
+
+
+def _check_each_node(
+    parsed: Schedule, raw: Mapping[str, Any], each_zone: bool, overlap: str, watch: bool
+) -> None:
+    """What an each-node job cannot honour: one run per live member per slot, each on its
+    own member, the slot closed once every member's run ended (docs/design/each-node.md)."""
+    if parsed.chain:
+        raise InvalidInput("each_node", "a chained (@after:) job cannot run on every node")
+    if parsed.at is not None:
+        raise InvalidInput("each_node", "a one-off (@at) job cannot run on every node")
+    if each_zone:
+        raise InvalidInput("each_node", "with each_zone: choose every node or every zone")
+    if watch:
+        raise InvalidInput("each_node", "a watch job runs on no node")
+    if overlap != "forbid":
+        raise InvalidInput("each_node", f"one run per node: overlap {overlap} does not apply")
+    if raw["max_runs"] is not None:
+        raise InvalidInput("each_node", "max_runs does not apply to an every-node job")
+    if raw["remove_when_done"] is True:
+        raise InvalidInput("each_node", "remove_when_done does not apply to an every-node job")

@@ -146,6 +146,7 @@ class Job:
     description: str | None = None  # what the job is for, in the user's words
     api_run: bool = False  # API tokens may run it (docs/security.md)
     priority: int = 0  # among its tenant's due slots, higher first (docs/jobs.md#priorities)
+    each_node: bool = False  # each slot runs on every live member (docs/design/each-node.md)
 
     def rule(self) -> CalendarRule | None:
         """The calendar the job plans with (its copy), or None."""
@@ -304,6 +305,13 @@ class Run:
         found = self.output or {}
         parts: dict[str, Any] = {k: found.get(k) for k in ("stdout", "stderr", "result", "log")}
         return {**parts, "truncated": list(found.get("truncated") or [])}
+
+    @property
+    def coverage(self) -> dict[str, Any] | None:
+        """An every-node slot's coverage, ``{summary, members, ended}`` (each member's end:
+        ``{status, at, why}``); None for any other run (docs/jobs.md)."""
+        found = (self.output or {}).get("coverage")
+        return dict(found) if isinstance(found, dict) else None
 
     @property
     def metrics(self) -> dict[str, float]:

@@ -335,6 +335,11 @@ class JobSpec:
         child=True,
         recorded=False,
     )
+    # Each slot runs once on every live member (of `zones`), each run on its own node: the
+    # claiming node fans the slot out (docs/design/each-node.md); checked by constraints.
+    each_node: bool = option(
+        False, help="Run each slot once on every live node (of --zones).", parse=flag, claimed=True
+    )
 
     @classmethod
     def build(

@@ -30,6 +30,8 @@ CANCEL_PREFIX = "cancel:"
 TENANT_PLACE_FREED = "tenant"
 # Sent by raise_alert (migration 028) when it queued a delivery: the alert outbox has work.
 ALERT_QUEUED = "alerts"
+# Sent by `spawn` when it fanned an each-node slot out to other members (their runs queued).
+MEMBER_RUNS = "members"
 
 
 def slot_text(slot: datetime) -> str:

@@ -75,4 +75,5 @@ async def show_run(
     at = iso_time(slot, "slot") if slot is not None else None
     async with state_of(request).pool.store(who.scope) as store:
         found = await store.run(name, tenant, slot=at)
-    return {**found.to_json(), "output": found.output_json(), "metrics": found.metrics}
+    shown = {"output": found.output_json(), "metrics": found.metrics}
+    return {**found.to_json(), **shown, "coverage": found.coverage}

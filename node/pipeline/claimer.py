@@ -133,6 +133,9 @@ class Claimer:
             return 0.0  # more may be due: claim again as soon as slots allow
         if self._held and not fair:
             return 0.0  # at once, across tenants: jobs behind those passed over may be due
+        if self._state.member_runs.is_set():  # each-node runs queued for this member
+            self._state.member_runs.clear()
+            self.flights_queued()
         if self._executor.free > 0 and time.monotonic() >= self._flights_at:
             await self._claim_flights(now)
         delay = min(until_beat(self._poll_s), max(0.0, self._flights_at - time.monotonic()))
@@ -144,7 +147,9 @@ class Claimer:
 
     async def _claim_flights(self, now: datetime) -> None:
         limit = min(self._executor.free, MAX_CLAIM)
-        flights = await self._session.flights.claim(self._state.held, limit, self._lease_s)
+        flights = await self._session.flights.claim(
+            self._state.held, limit, self._lease_s, ahead_s=CLAIM_AHEAD_S + CLAIM_BATCH_S
+        )
         # A backfilled or rerun slot of a job with upstreams: its gate, asked again now.
         gated = [(f.id, f.slot) for f in flights if f.gated and f.attempt == 1]
         verdicts = await self._session.gate_verdicts(gated) if gated else {}
@@ -181,7 +186,9 @@ class Claimer:
         self._stats.fired += 1
         # Lag counts from the slot's start (moved, deferred, jittered).
         self._stats.fire_lag_seconds.append(max(0.0, (now - decided.start).total_seconds()))
-        if job.overlap == "allow":  # the slot runs as a flight once it is handed over
+        # An `allow` slot runs as a flight once it is handed over; an each-node slot is
+        # fanned out to the members, this node's run starting here (docs/design/each-node.md).
+        if job.overlap == "allow" or job.each_node:
             self._flights_seen = True
             self._executor.reserve()
             self._completer.spawn(job, self._start_flight)

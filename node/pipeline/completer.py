@@ -70,8 +70,11 @@ class Completer:
         *,
         lease_s: float = DEFAULT_LEASE_S,
         tracing: Tracing | None = None,
+        members: Callable[[], list[tuple[str, str | None]]] | None = None,
     ) -> None:
         self._completions = completions  # the result writer's (in tests, a lock session's)
+        # The live members an each-node slot is fanned out to (NodeState.members).
+        self._members = members
         self._lease_s = lease_s
         # The `allow` claims queued for hand-over, by lease: whom to tell how it went.
         self._spawns: dict[tuple[UUID, int], Spawned] = {}
@@ -281,7 +284,10 @@ class Completer:
 
     async def _spawn(self, entries: list[Entry]) -> None:
         skips = [s for _, _, ss in entries for s in ss]
-        moved = await self._completions.spawn([d for _, d, _ in entries], skips, self._lease_s)
+        members = self._members() if self._members is not None else []
+        moved = await self._completions.spawn(
+            [d for _, d, _ in entries], skips, self._lease_s, members=members
+        )
         self._account(entries, lambda job: job.id in moved)
         for job, _, _ in entries:
             then = self._spawns.pop((job.id, job.lease_token))

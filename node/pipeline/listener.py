@@ -23,6 +23,7 @@ from ring.zones import PARKED_SHARD, space_of
 CANCEL_PREFIX = notify.CANCEL_PREFIX
 TENANT_PLACE_FREED = notify.TENANT_PLACE_FREED
 ALERT_QUEUED = notify.ALERT_QUEUED
+MEMBER_RUNS = notify.MEMBER_RUNS
 
 
 # Stop the run of (job id, lease token), asked by someone; with a slot, that flight of an
@@ -50,6 +51,10 @@ class WakeListener:
             return
         if payload == TENANT_PLACE_FREED:
             self._state.wake.set()  # a tenant at its limit got a place back (migration 014)
+            return
+        if payload == MEMBER_RUNS:
+            self._state.member_runs.set()  # each-node runs queued (docs/design/each-node.md)
+            self._state.wake.set()
             return
         if payload == ALERT_QUEUED:
             self._state.alerts.set()  # an alert delivery was queued (migration 028)

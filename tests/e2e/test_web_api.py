@@ -125,6 +125,8 @@ def test_create_read_replace_control_and_delete_a_job(api: Api) -> None:
         (job("bad-timeout", timeout="-5s"), "timeout"),
         ({"schedule": "@hourly", "handler": "billing.jobs:x"}, "name"),
         (job("bad-handler", handler="not a handler"), "handler"),
+        (job("bad-each-node", each_node=True, overlap="allow"), "each_node"),
+        (job("bad-each-node-zones", each_node=True, zones="a,,b"), "zones"),
         ([1, 2], "body"),
     ],
 )

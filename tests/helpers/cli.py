@@ -127,7 +127,7 @@ RUN_KEYS = {
 }  # fmt: skip
 
 # `pulse runs show --json` adds these to the run.
-RUN_SHOW_KEYS = {"output", "metrics"}
+RUN_SHOW_KEYS = {"output", "metrics", "coverage"}
 
 
 def jobs_rows(settings: ClusterSettings) -> list[tuple[Any, ...]]:

@@ -77,7 +77,7 @@ def test_rules_are_added_listed_and_removed_with_their_webhook_redacted(
     }
     assert as_json[0]["events"] == [
         "failed", "recovered", "lost", "late", "skipped", "paused",
-        "slow", "overdue", "too_fast", "assertion_failed", "double_run",
+        "slow", "overdue", "too_fast", "assertion_failed", "double_run", "incomplete",
     ]  # fmt: skip
 
     assert pulse("alerts", "remove", "ops").exit_code == 0

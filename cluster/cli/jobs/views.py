@@ -169,7 +169,10 @@ async def show_job(
     click.echo("recent runs:" if recent else "recent runs: none")
     for run in recent:
         node = run["node_id"] or "-"
-        click.echo(f"  {run['scheduled_for']}  {run['status']:<9} attempt {run['attempt']}  {node}")
+        line = f"  {run['scheduled_for']}  {run['status']:<9} attempt {run['attempt']}  {node}"
+        if data.get("each_node") and run["error"]:  # "2/3, node n2 missed (died 14:02:11)"
+            line += f"  {run['error']}"
+        click.echo(line)
 
 
 def _health(h: dict[str, Any]) -> str:

@@ -67,9 +67,11 @@ class Completions:
         skips: Sequence[Skip],
         lease_s: float,
         now: datetime | None = None,
+        members: Sequence[tuple[str, str | None]] = (),
     ) -> dict[UUID, bool]:
-        """Hand claimed `allow` slots to flights; each job moved, and whether it had room."""
+        """Hand claimed `allow` slots to flights, and fan each-node slots out to ``members``
+        (live, with their zones); each job moved, and whether a run of it starts here."""
         if not spawns:
             return {}
-        params = spawn_params(spawns, skips, self.node_id, self.zone, lease_s, now)
+        params = spawn_params(spawns, skips, self.node_id, self.zone, lease_s, now, members)
         return {row[0]: row[1] for row in await self._run("spawn", params)}

@@ -47,9 +47,12 @@ class Flights:
         limit: int,
         lease_s: float,
         now: datetime | None = None,
+        *,
+        ahead_s: float = 0.0,
     ) -> list[ClaimedJob]:
-        """Queued flights of ``shards`` that are due, now running under this node."""
-        if not shards or limit <= 0:
+        """Queued flights of ``shards`` that are due, and this node's each-node runs due
+        within ``ahead_s``, now running under this node."""
+        if limit <= 0:  # no shard held: its own each-node runs are still this node's
             return []
         params = {
             "shards": int_array(shards),
@@ -58,6 +61,7 @@ class Flights:
             "node_id": self.node_id,
             "zone": self.zone,
             "now": now,
+            "ahead_s": ahead_s,
         }
         return claimed_jobs(await self._run("claim_flights", params), 0)
 
@@ -67,7 +71,8 @@ class Flights:
         """Extend the flight leases still held; each maps to who asked to cancel it."""
         if not leases:
             return {}
-        rows = await self._run("renew_flights", {**_arrays(leases), "lease_s": lease_s, "now": now})
+        params = {**_arrays(leases), "lease_s": lease_s, "node_id": self.node_id, "now": now}
+        rows = await self._run("renew_flights", params)
         return {(row[0], row[1]): row[2] for row in rows}
 
     async def release(
@@ -75,8 +80,15 @@ class Flights:
     ) -> set[FlightKey]:
         if not leases:
             return set()
-        rows = await self._run("release_flights", {**_arrays(leases), "reason": reason, "now": now})
+        params = {**_arrays(leases), "reason": reason, "node_id": self.node_id, "now": now}
+        rows = await self._run("release_flights", params)
         return {(row[0], row[1]) for row in rows}
+
+    async def drain(self, now: datetime | None = None) -> list[tuple[UUID, datetime, str | None]]:
+        """This node leaving: its each-node runs not ended recorded missed ('drained'); each
+        (job id, slot) with the slot's coverage if that closed it."""
+        params = {"node_id": self.node_id, "zone": self.zone, "now": now}
+        return [(row[0], row[1], row[2]) for row in await self._run("drain_node_runs", params)]
 
     async def recover(
         self,

@@ -91,6 +91,7 @@ class ClaimedJob(NamedTuple):
     jitter_s: float  # the slot starts at slot + its offset (cluster.timing.jitter)
     asserts: str | None  # checks of the run's metrics (cluster.jobs.assertions)
     assert_fails: bool  # a failed check fails the run rather than raising an alert
+    each_node: bool  # the slot is fanned out to every live member (docs/design/each-node.md)
     # What the slot brings along.
     cancel_by: str | None = None  # who asked to cancel the slot before this claim
     # A slot of an overlap `allow` job running as a flight, under a lease of its own
@@ -257,8 +258,10 @@ def spawn_params(
     zone: str,
     lease_s: float,
     now: datetime | None,
+    members: Sequence[tuple[str, str | None]] = (),
 ) -> dict[str, Any]:
-    """Parameters of ``spawn``: per claimed slot [id, token, slot, next_run_at, next_slot]."""
+    """Parameters of ``spawn``: per claimed slot [id, token, slot, next_run_at, next_slot];
+    ``members``: the live members and their zones, for each-node slots."""
     rows = [
         (c.id.hex, c.token, c.slot.isoformat(), c.next_run_at.isoformat(), c.next_slot.isoformat())
         for c in spawns
@@ -267,6 +270,7 @@ def spawn_params(
     return {
         "spawns": json.dumps(rows),
         "skips": json.dumps(skipped, ensure_ascii=False),
+        "members": json.dumps(list(members), ensure_ascii=False),
         "node_id": node_id,
         "zone": zone,
         "lease_s": lease_s,

@@ -98,6 +98,9 @@ GRANTS: Mapping[str, tuple[str, str]] = {
     # A chained job's released slots: written by completions (the node), taken by the
     # statement that moves the job on (a completion, or the web's resume), dropped with it.
     "chain_slots": ("SELECT, INSERT, UPDATE, DELETE", "SELECT, INSERT, UPDATE, DELETE"),
+    # Each-node slots and their members' runs: written by nodes alone (docs/design/each-node.md).
+    "node_slots": ("SELECT, INSERT, UPDATE, DELETE", READ),
+    "node_runs": ("SELECT, INSERT, UPDATE, DELETE", READ),
     # Double runs are written by watch_record (a ping, SECURITY DEFINER) and read by both;
     # they go with their job.
     "watch_doubles": (READ, READ),

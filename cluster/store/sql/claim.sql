@@ -274,7 +274,11 @@ SELECT j.id, NULL::timestamptz AS slot, j.lease_token FROM jobs j
 WHERE j.status = 'running' AND j.locked_by = %(node_id)s
 UNION ALL
 SELECT f.job_id, f.slot, f.lease_token FROM flights f
-WHERE f.status = 'running' AND f.locked_by = %(node_id)s;
+WHERE f.status = 'running' AND f.locked_by = %(node_id)s
+UNION ALL
+-- Its each-node runs (migration `0.3.0_pre_zones_each_node`), released as flights are.
+SELECT n.job_id, n.slot, n.lease_token FROM node_runs n
+WHERE n.status = 'running' AND n.member = %(node_id)s;
 
 -- name: recover
 -- Takes back the slots of runs whose owner is dead (neither live nor connected) or whose

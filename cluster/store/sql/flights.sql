@@ -11,6 +11,11 @@
 -- over by an earlier try of this write, whose answer was lost with its connection: it
 -- comes back as moved with room again (`again`), so the retry runs the flight rather than
 -- leave it to its lease (test_lost_answers.py).
+-- A claimed slot of an each-node job is fanned out instead (migration
+-- `0.3.0_pre_zones_each_node`, docs/design/each-node.md): its roll-up, and a row per member
+-- of %(members)s in its zones, the caller's running at once (`room`) unless an earlier
+-- slot's run of its is not over (one at a time per member), the others' queued and woken
+-- by NOTIFY; no member there: the slot is recorded skipped.
 WITH clock AS (
     SELECT coalesce(%(now)s::timestamptz, now()) AS t
 ),
@@ -24,9 +29,13 @@ skip_in AS MATERIALIZED (
     SELECT (e->>0)::uuid AS job_id, (e->>1)::timestamptz AS slot, e->>2 AS reason
     FROM json_array_elements(%(skips)s::json) AS e
 ),
+-- Each-node: the live members as the caller sees them, [[member, zone], ...].
+member_in AS MATERIALIZED (
+    SELECT e->>0 AS member, e->>1 AS zone FROM json_array_elements(%(members)s::json) AS e
+),
 claimed AS MATERIALIZED (
     SELECT j.id, j.tenant_id, j.name, j.shard_id, j.attempt, j.locked_at, i.token, i.slot,
-           i.next_run_at, i.next_slot, j.slot_origin, j.run_revision,
+           i.next_run_at, i.next_slot, j.slot_origin, j.run_revision, j.each_node, j.zones,
            -- Backfill and rerun flights (migrations 011, 026) never take a regular slot's place.
            (SELECT count(*) FROM flights f WHERE f.job_id = j.id
                 AND coalesce(f.origin, '') NOT IN ('backfill', 'rerun')) < j.max_concurrent
@@ -44,8 +53,51 @@ flown AS (
            %(zone)s, c.locked_at, k.t + make_interval(secs => %(lease_s)s), c.slot_origin,
            c.run_revision
     FROM claimed c CROSS JOIN clock k
-    WHERE c.room
+    WHERE c.room AND NOT c.each_node
     ON CONFLICT (job_id, slot) DO NOTHING
+),
+-- Each-node: the members of each fanned-out slot (of its zones, when pinned).
+targets AS (
+    SELECT c.id, c.slot, c.shard_id, c.token, c.locked_at, m.member, m.zone
+    FROM claimed c JOIN member_in m ON c.each_node AND (c.zones IS NULL OR m.zone = ANY(c.zones))
+),
+fanned AS (
+    INSERT INTO node_slots (job_id, slot, members, pending, opened_at, origin, revision)
+    SELECT c.id, c.slot, ARRAY(SELECT t.member FROM targets t WHERE t.id = c.id ORDER BY 1),
+           (SELECT count(*) FROM targets t WHERE t.id = c.id), k.t, c.slot_origin,
+           c.run_revision
+    FROM claimed c CROSS JOIN clock k
+    WHERE c.each_node AND EXISTS (SELECT 1 FROM targets t WHERE t.id = c.id)
+    ON CONFLICT (job_id, slot) DO NOTHING
+    RETURNING job_id, slot
+),
+fanned_out AS (
+    INSERT INTO node_runs (job_id, slot, member, zone, shard_id, status, due_at, lease_token,
+                           locked_at, lease_expires_at)
+    SELECT t.id, t.slot, t.member, t.zone, t.shard_id,
+           CASE WHEN t.here THEN 'running' ELSE 'queued' END, t.slot, t.token,
+           CASE WHEN t.here THEN t.locked_at END,
+           CASE WHEN t.here THEN k.t + make_interval(secs => %(lease_s)s) END
+    FROM (SELECT t.*, t.member = %(node_id)s AND NOT EXISTS (
+              SELECT 1 FROM node_runs r WHERE r.job_id = t.id AND r.member = t.member) AS here
+          FROM targets t) AS t
+    JOIN fanned f ON f.job_id = t.id AND f.slot = t.slot CROSS JOIN clock k
+    RETURNING job_id, member, status
+),
+-- Wakes the other members at commit (node.pipeline.listener); referenced below so it runs.
+woken AS (
+    SELECT pg_notify(current_schema() || '_wake', 'members') AS sent
+    FROM (SELECT 1 FROM fanned_out WHERE status = 'queued' LIMIT 1) AS x
+),
+nobody AS (
+    INSERT INTO runs (job_id, tenant_id, job_name, scheduled_for, attempt, node_id, zone,
+                      status, finished_at, last_error, origin, revision)
+    SELECT c.id, c.tenant_id, c.name, c.slot, 1, %(node_id)s, %(zone)s, 'skipped', k.t,
+           'no live node' || coalesce(' in zones ' || array_to_string(c.zones, ','), ''),
+           c.slot_origin, c.run_revision
+    FROM claimed c CROSS JOIN clock k
+    WHERE c.each_node AND NOT EXISTS (SELECT 1 FROM targets t WHERE t.id = c.id)
+    ON CONFLICT (job_id, scheduled_for) DO NOTHING
 ),
 skipped AS (
     INSERT INTO runs (job_id, tenant_id, job_name, scheduled_for, attempt, node_id, zone,
@@ -74,15 +126,22 @@ moved AS (
         updated_at = k.t
     FROM claimed c CROSS JOIN clock k
     WHERE j.id = c.id
-    RETURNING j.id, c.room
+    RETURNING j.id, CASE WHEN c.each_node THEN EXISTS (
+                      SELECT 1 FROM fanned_out o WHERE o.job_id = c.id AND o.status = 'running')
+                    ELSE c.room END AS room
 ),
 again AS (
     SELECT i.id, true AS room FROM input i
     JOIN flights f ON f.job_id = i.id AND f.slot = i.slot AND f.lease_token = i.token
     WHERE f.status = 'running' AND f.locked_by = %(node_id)s
       AND i.id NOT IN (SELECT c.id FROM claimed c)
+    UNION ALL
+    SELECT i.id, true AS room FROM input i
+    JOIN node_runs n ON n.job_id = i.id AND n.slot = i.slot AND n.member = %(node_id)s
+                    AND n.lease_token = i.token
+    WHERE n.status = 'running' AND i.id NOT IN (SELECT c.id FROM claimed c)
 )
-SELECT id, room FROM moved
+SELECT id, room FROM moved WHERE (SELECT count(*) FROM woken) >= 0
 UNION ALL
 SELECT id, room FROM again;
 
@@ -90,6 +149,10 @@ SELECT id, room FROM again;
 -- Queued flights of the held shards that are due (a retry's backoff is over, or the flight
 -- was taken back from a dead node), oldest first, at most %(limit)s: running under the
 -- caller and a new token. Rows as `claim` returns them (cluster.store.lock.records.ClaimedJob).
+-- Then, in the same statement, the caller's own queued each-node runs, whatever their shard
+-- (migration `0.3.0_pre_zones_each_node`), within what is left of %(limit)s, those due
+-- within %(ahead_s)s too: a NOTIFY wakes the members as the slot is claimed, a moment ahead
+-- of it, and the executor starts each run at its due time.
 WITH clock AS (
     SELECT coalesce(%(now)s::timestamptz, now()) AS t
 ),
@@ -122,24 +185,54 @@ picked AS (
         FOR UPDATE OF f SKIP LOCKED
     ) AS p
     LIMIT %(limit)s
+),
+flown AS (
+    UPDATE flights f SET
+        status = 'running',
+        locked_by = %(node_id)s,
+        locked_zone = %(zone)s,
+        locked_at = k.t,
+        lease_expires_at = k.t + make_interval(secs => %(lease_s)s),
+        lease_token = f.lease_token + 1
+    FROM picked p, clock k, jobs j
+    WHERE f.ctid = p.ctid AND j.id = f.job_id
+    RETURNING j.id, j.tenant_id, j.name, CASE WHEN f.payload IS NULL
+                                             THEN nullif(j.payload, '{}'::jsonb)
+                                             ELSE f.payload END AS payload,
+              j.shard_id, f.slot, f.attempt, f.lease_token, f.due_at, {fields:claimed:j.@},
+              f.cancel_by, true AS flight, j.calendar_rule,
+              j.gated AND coalesce(f.origin, '') IN ('backfill', 'rerun') AS gated,
+              NULL::timestamptz AS previous_slot, NULL::timestamptz AS last_success,
+              NULL::jsonb AS state, f.origin
+),
+-- Each-node: one run of a job at a time on a member, its oldest slot first.
+member_picked AS (
+    SELECT n.ctid FROM node_runs n
+    WHERE n.member = %(node_id)s AND n.status = 'queued'
+      AND n.due_at <= (SELECT t FROM clock) + make_interval(secs => %(ahead_s)s)
+      AND NOT EXISTS (SELECT 1 FROM node_runs r WHERE r.job_id = n.job_id
+                          AND r.member = n.member AND (r.status = 'running' OR r.slot < n.slot))
+    ORDER BY n.due_at
+    LIMIT greatest(0, %(limit)s - (SELECT count(*) FROM flown))
+    FOR UPDATE OF n SKIP LOCKED
+),
+member_claimed AS (
+    UPDATE node_runs n SET
+        status = 'running',
+        locked_at = k.t,
+        lease_expires_at = k.t + make_interval(secs => %(lease_s)s),
+        lease_token = n.lease_token + 1
+    FROM member_picked p, clock k, jobs j
+    WHERE n.ctid = p.ctid AND j.id = n.job_id
+    RETURNING j.id, j.tenant_id, j.name, nullif(j.payload, '{}'::jsonb) AS payload,
+              j.shard_id, n.slot, n.attempt, n.lease_token, n.due_at, {fields:claimed:j.@},
+              n.cancel_by, true AS flight, j.calendar_rule, false AS gated,
+              NULL::timestamptz AS previous_slot, NULL::timestamptz AS last_success,
+              NULL::jsonb AS state, NULL::text AS origin
 )
-UPDATE flights f SET
-    status = 'running',
-    locked_by = %(node_id)s,
-    locked_zone = %(zone)s,
-    locked_at = k.t,
-    lease_expires_at = k.t + make_interval(secs => %(lease_s)s),
-    lease_token = f.lease_token + 1
-FROM picked p, clock k, jobs j
-WHERE f.ctid = p.ctid AND j.id = f.job_id
-RETURNING j.id, j.tenant_id, j.name, CASE WHEN f.payload IS NULL
-                                         THEN nullif(j.payload, '{}'::jsonb)
-                                         ELSE f.payload END AS payload,
-          j.shard_id, f.slot, f.attempt, f.lease_token, f.due_at, {fields:claimed:j.@},
-          f.cancel_by, true AS flight, j.calendar_rule,
-          j.gated AND coalesce(f.origin, '') IN ('backfill', 'rerun') AS gated,
-          NULL::timestamptz AS previous_slot, NULL::timestamptz AS last_success,
-          NULL::jsonb AS state, f.origin;
+SELECT * FROM flown
+UNION ALL
+SELECT * FROM member_claimed;
 
 -- name: complete_flights
 -- Fenced completion of flights, one per ended attempt: the last attempt of a slot deletes
@@ -217,47 +310,115 @@ retried AS (
               record_run(j.id, j.tenant_id, j.name, f.slot, o.attempt, %(node_id)s, %(zone)s,
                          i.outcome, i.token, o.locked_at, k.t, i.duration_s, i.error,
                          i.output, o.origin, o.revision)
+),
+-- Each-node (migration `0.3.0_pre_zones_each_node`): the caller's run of a slot ends its
+-- row and takes its place in the slot's roll-up; a failed attempt with retries left is
+-- queued again for the same member.
+member_ended AS (
+    DELETE FROM node_runs n USING input i, clock k
+    WHERE n.job_id = i.id AND n.slot = i.slot AND n.member = %(node_id)s
+      AND n.lease_token = i.token AND n.status = 'running' AND i.retry_at IS NULL
+    RETURNING n.job_id, n.slot,
+              node_run_ended(n.job_id, n.slot, n.member, i.outcome, i.error, %(node_id)s,
+                             %(zone)s, k.t)
+),
+member_retried AS (
+    UPDATE node_runs n SET
+        status = 'queued',
+        attempt = n.attempt + 1,
+        due_at = i.retry_at,
+        locked_at = NULL,
+        lease_expires_at = NULL
+    FROM input i
+    WHERE n.job_id = i.id AND n.slot = i.slot AND n.member = %(node_id)s
+      AND n.lease_token = i.token AND n.status = 'running' AND i.retry_at IS NOT NULL
+    RETURNING n.job_id, n.slot
 )
 SELECT job_id, slot FROM ended
 UNION ALL
-SELECT job_id, slot FROM retried;
+SELECT job_id, slot FROM retried
+UNION ALL
+SELECT job_id, slot FROM member_ended
+UNION ALL
+SELECT job_id, slot FROM member_retried;
 
 -- name: renew_flights
--- Extends the leases of the caller's running flights; returns those still held, each with
--- who asked to cancel it, if anyone did.
-UPDATE flights f SET lease_expires_at = k.t + make_interval(secs => %(lease_s)s)
-FROM unnest(%(ids)s::uuid[], %(slots)s::timestamptz[], %(tokens)s::bigint[])
-         AS i(id, slot, token),
-     (SELECT coalesce(%(now)s::timestamptz, now()) AS t) AS k
-WHERE f.job_id = i.id AND f.slot = i.slot AND f.lease_token = i.token
-  AND f.status = 'running'
-RETURNING f.job_id, f.slot, f.cancel_by;
+-- Extends the leases of the caller's running flights, and of its each-node runs (migration
+-- `0.3.0_pre_zones_each_node`); returns those still held, each with who asked to cancel it, if
+-- anyone did.
+WITH clock AS (
+    SELECT coalesce(%(now)s::timestamptz, now()) AS t
+),
+input AS MATERIALIZED (
+    SELECT * FROM unnest(%(ids)s::uuid[], %(slots)s::timestamptz[], %(tokens)s::bigint[])
+        AS i(id, slot, token)
+),
+flown AS (
+    UPDATE flights f SET lease_expires_at = k.t + make_interval(secs => %(lease_s)s)
+    FROM input i, clock k
+    WHERE f.job_id = i.id AND f.slot = i.slot AND f.lease_token = i.token
+      AND f.status = 'running'
+    RETURNING f.job_id, f.slot, f.cancel_by
+),
+members AS (
+    UPDATE node_runs n SET lease_expires_at = k.t + make_interval(secs => %(lease_s)s)
+    FROM input i, clock k
+    WHERE n.job_id = i.id AND n.slot = i.slot AND n.member = %(node_id)s
+      AND n.lease_token = i.token AND n.status = 'running'
+    RETURNING n.job_id, n.slot, n.cancel_by
+)
+SELECT * FROM flown
+UNION ALL
+SELECT * FROM members;
 
 -- name: release_flights
 -- Hands running flights back for another attempt, due at once (a node shutting down),
--- recording the attempt as lost; fenced like `complete_flights`.
+-- recording the attempt as lost; fenced like `complete_flights`. The caller's each-node
+-- runs go back to the queue of the same member, due at once (migration
+-- `0.3.0_pre_zones_each_node`): a claim whose answer was lost is run after all; at a
+-- shutdown, the drain that follows records them missed.
 WITH clock AS (
     SELECT coalesce(%(now)s::timestamptz, now()) AS t
+),
+input AS MATERIALIZED (
+    SELECT * FROM unnest(%(ids)s::uuid[], %(slots)s::timestamptz[], %(tokens)s::bigint[])
+        AS i(id, slot, token)
+),
+flown AS (
+    UPDATE flights f SET
+        status = 'queued',
+        attempt = f.attempt + 1,
+        due_at = k.t,
+        locked_by = NULL,
+        locked_zone = NULL,
+        locked_at = NULL,
+        lease_expires_at = NULL,
+        lease_token = f.lease_token + 1
+    FROM input i
+         JOIN flights o ON o.job_id = i.id AND o.slot = i.slot,
+         jobs j, clock k
+    WHERE f.job_id = i.id AND f.slot = i.slot AND f.lease_token = i.token
+      AND f.status = 'running' AND j.id = f.job_id
+    RETURNING f.job_id, f.slot,
+              record_run(j.id, j.tenant_id, j.name, f.slot, o.attempt, o.locked_by,
+                         o.locked_zone, 'lost', i.token, o.locked_at, k.t, NULL, %(reason)s,
+                         NULL, o.origin, o.revision)
+),
+members AS (
+    UPDATE node_runs n SET
+        status = 'queued',
+        due_at = k.t,
+        locked_at = NULL,
+        lease_expires_at = NULL,
+        lease_token = n.lease_token + 1
+    FROM input i, clock k
+    WHERE n.job_id = i.id AND n.slot = i.slot AND n.member = %(node_id)s
+      AND n.lease_token = i.token AND n.status = 'running'
+    RETURNING n.job_id, n.slot
 )
-UPDATE flights f SET
-    status = 'queued',
-    attempt = f.attempt + 1,
-    due_at = k.t,
-    locked_by = NULL,
-    locked_zone = NULL,
-    locked_at = NULL,
-    lease_expires_at = NULL,
-    lease_token = f.lease_token + 1
-FROM unnest(%(ids)s::uuid[], %(slots)s::timestamptz[], %(tokens)s::bigint[])
-         AS i(id, slot, token)
-     JOIN flights o ON o.job_id = i.id AND o.slot = i.slot,
-     jobs j, clock k
-WHERE f.job_id = i.id AND f.slot = i.slot AND f.lease_token = i.token
-  AND f.status = 'running' AND j.id = f.job_id
-RETURNING f.job_id, f.slot,
-          record_run(j.id, j.tenant_id, j.name, f.slot, o.attempt, o.locked_by,
-                     o.locked_zone, 'lost', i.token, o.locked_at, k.t, NULL, %(reason)s,
-                     NULL, o.origin, o.revision);
+SELECT job_id, slot FROM flown
+UNION ALL
+SELECT job_id, slot FROM members;
 
 -- name: recover_flights
 -- Takes back the running flights of dead owners and expired leases in the held shards (as
@@ -287,6 +448,27 @@ dead AS (
                          OR (NOT (f.locked_by = ANY(%(live)s::text[]))
                              AND f.locked_by NOT IN (SELECT node_id FROM sessions))) END
     FOR UPDATE OF f SKIP LOCKED
+),
+-- Each-node runs of the held shards (migration `0.3.0_pre_zones_each_node`) whose member is gone
+-- (no heartbeat, no session), whose lease expired, or that their member left queued a
+-- lease past their due time: recorded missed, never run elsewhere. With %(own)s, those
+-- this node id left before a restart.
+members_missed AS (
+    DELETE FROM node_runs n USING clock k
+    WHERE CASE WHEN %(own)s THEN n.member = %(node_id)s
+               ELSE n.shard_id = ANY(%(shards)s::int[])
+                    AND ((NOT (n.member = ANY(%(live)s::text[]))
+                          AND n.member NOT IN (SELECT node_id FROM sessions))
+                         OR (n.status = 'running' AND n.lease_expires_at < k.t)
+                         OR (n.status = 'queued'
+                             AND n.due_at + make_interval(secs => %(lease_s)s) < k.t)) END
+    RETURNING node_run_ended(
+        n.job_id, n.slot, n.member, 'missed',
+        CASE WHEN %(own)s THEN 'restarted'
+             WHEN NOT (n.member = ANY(%(live)s::text[])) THEN 'died'
+             WHEN n.status = 'running' THEN 'lease expired'
+             ELSE 'not started' END,
+        %(node_id)s, %(zone)s, k.t)
 )
 UPDATE flights f SET
     status = CASE WHEN d.poison THEN 'running' ELSE 'queued' END,
@@ -336,3 +518,12 @@ SELECT flight_slot AS slot
 FROM trigger_flight(%(job_id)s, %(scope)s, %(payload)s::jsonb, %(now)s::timestamptz,
                     %(most)s::int);
 
+
+-- name: drain_node_runs
+-- A node leaving (docs/design/each-node.md): its each-node runs that have not ended, queued
+-- or still running at the drain's end, recorded missed, 'drained', never run elsewhere.
+DELETE FROM node_runs n USING (SELECT coalesce(%(now)s::timestamptz, now()) AS t) AS k
+WHERE n.member = %(node_id)s
+RETURNING n.job_id, n.slot,
+          node_run_ended(n.job_id, n.slot, n.member, 'missed', 'drained', %(node_id)s,
+                         %(zone)s, k.t);

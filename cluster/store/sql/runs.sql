@@ -28,6 +28,16 @@ WITH live AS (
     WHERE f.status = 'running'
       AND (%(job_name)s::text IS NULL OR j.name = %(job_name)s)
       AND (%(tenant_id)s::text IS NULL OR j.tenant_id = %(tenant_id)s)
+    UNION ALL
+    -- Open slots of each-node jobs (migration `0.3.0_pre_zones_each_node`), with their
+    -- coverage so far as the error ("1/3, node n2 running, node n3 running").
+    SELECT NULL::bigint, j.id, j.tenant_id, j.name, s.slot, 1, NULL::text, NULL::text,
+           'running'::text, NULL::bigint, s.opened_at, NULL::timestamptz, NULL::float8,
+           node_slot_summary(s.members, s.ended), coalesce(s.origin, 'schedule'), s.revision
+    FROM node_slots s
+    JOIN jobs j ON j.id = s.job_id
+    WHERE (%(job_name)s::text IS NULL OR j.name = %(job_name)s)
+      AND (%(tenant_id)s::text IS NULL OR j.tenant_id = %(tenant_id)s)
 )
 SELECT x.* FROM (
     (SELECT l.* FROM live l
