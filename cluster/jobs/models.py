@@ -145,6 +145,7 @@ class Job:
     adopt_at: datetime | None = None  # `jobs adopt`: the first slot Pulse runs itself
     description: str | None = None  # what the job is for, in the user's words
     api_run: bool = False  # API tokens may run it (docs/security.md)
+    uses: tuple[str, ...] = ()  # named limits each run takes (docs/limits.md)
 
     def rule(self) -> CalendarRule | None:
         """The calendar the job plans with (its copy), or None."""
@@ -194,6 +195,7 @@ class Job:
                 options[d.name] = {"not_shown": f"nested deeper than {MAX_JSON_DEPTH} levels"}
         options["handler"] = masking.shown(self.handler)  # literal credentials masked
         options["zones"] = list(self.zones) or None
+        options["uses"] = list(self.uses)
         return {
             "id": str(self.id),
             **options,

@@ -17,10 +17,10 @@ WITH RECURSIVE clock AS (
 -- is due in other nodes' shards. The quota is read by a subquery, unknown when planned:
 -- planned for a known quota of 2 or 3, a small claim cost 0.8 ms more.
 heads AS (
-    SELECT s.shard, c.id, c.next_run_at, c.ctid, c.tenant_id
+    SELECT s.shard, c.id, c.next_run_at, c.ctid, c.tenant_id, c.uses
     FROM unnest(%(shards)s::int[]) AS s(shard)
     CROSS JOIN LATERAL (
-        SELECT j.id, j.next_run_at, j.ctid, j.tenant_id FROM jobs j
+        SELECT j.id, j.next_run_at, j.ctid, j.tenant_id, j.uses FROM jobs j
         WHERE j.shard_id = s.shard AND j.status = 'idle'
           AND j.next_run_at <= (SELECT due FROM clock)
         ORDER BY j.next_run_at
@@ -36,12 +36,12 @@ cutoff AS (
         'infinity') AS t
 ),
 deeper AS (
-    SELECT c.id, c.next_run_at, c.ctid, c.tenant_id
+    SELECT c.id, c.next_run_at, c.ctid, c.tenant_id, c.uses
     FROM (SELECT h.shard FROM heads h GROUP BY h.shard
           HAVING count(*) >= %(quota)s
              AND max(h.next_run_at) < (SELECT t FROM cutoff)) AS s
     CROSS JOIN LATERAL (
-        SELECT j.id, j.next_run_at, j.ctid, j.tenant_id FROM jobs j
+        SELECT j.id, j.next_run_at, j.ctid, j.tenant_id, j.uses FROM jobs j
         WHERE j.shard_id = s.shard AND j.status = 'idle'
           AND j.next_run_at <= (SELECT due FROM clock)
           AND j.next_run_at < (SELECT t FROM cutoff)
@@ -87,10 +87,10 @@ turns AS (
     SELECT ceil(%(limit)s::float8 / nullif(count(DISTINCT tenant), 0))::int AS share FROM pairs
 ),
 fair AS (
-    SELECT c.id, c.next_run_at, c.ctid, c.tenant_id
+    SELECT c.id, c.next_run_at, c.ctid, c.tenant_id, c.uses
     FROM pairs p CROSS JOIN turns s
     CROSS JOIN LATERAL (
-        SELECT j.id, j.next_run_at, j.ctid, j.tenant_id FROM jobs j
+        SELECT j.id, j.next_run_at, j.ctid, j.tenant_id, j.uses FROM jobs j
         WHERE j.shard_id = p.shard AND j.tenant_id = p.tenant AND j.status = 'idle'
           AND j.next_run_at <= (SELECT due FROM clock)
         ORDER BY j.next_run_at
@@ -100,17 +100,36 @@ fair AS (
 ),
 -- Oldest first; fair: by turn (each tenant's oldest, then each one's second oldest, ...),
 -- then oldest first. Beyond its read turns a tenant is served from the oldest (heads).
--- A tenant's turns beyond its free places (migration 014) are `held`, and come last. Ties
--- (a fan-out's jobs share their due time) go by lot, so a claim smaller than the tenants
--- due does not favour the same tenant every time.
+-- A tenant's turns beyond its free places (migration 014) are `held`, and come last; so is
+-- a job that uses a named limit with no room (`blocked`, 0.3.0_pre_uses_named_limits: only jobs
+-- with `uses` ask). Ties (a fan-out's jobs share their due time) go by lot, so a claim
+-- smaller than the tenants due does not favour the same tenant every time.
 candidates AS (
-    SELECT u.id, u.next_run_at, u.ctid, u.turn > r.room IS TRUE AS held FROM (
-        SELECT x.*, row_number() OVER (PARTITION BY x.tenant_id ORDER BY x.next_run_at) AS turn
-        FROM (SELECT h.id, h.next_run_at, h.ctid, h.tenant_id FROM heads h
-              UNION SELECT * FROM deeper UNION SELECT * FROM fair) AS x
-    ) AS u LEFT JOIN tenant_room r USING (tenant_id)
-    ORDER BY held, CASE WHEN %(fair)s THEN u.turn END, u.next_run_at, random()
+    SELECT v.id, v.next_run_at, v.ctid, v.held OR v.blocked IS NOT NULL AS held, v.blocked
+    FROM (
+        SELECT u.*, u.turn > r.room IS TRUE AS held,
+               CASE WHEN u.uses <> '{}'
+                    THEN limit_blocked(u.tenant_id, u.uses,
+                                       greatest((SELECT t FROM clock), u.next_run_at)) END
+                   AS blocked
+        FROM (
+            SELECT x.*,
+                   row_number() OVER (PARTITION BY x.tenant_id ORDER BY x.next_run_at) AS turn
+            FROM (SELECT h.id, h.next_run_at, h.ctid, h.tenant_id, h.uses FROM heads h
+                  UNION SELECT * FROM deeper UNION SELECT * FROM fair) AS x
+        ) AS u LEFT JOIN tenant_room r USING (tenant_id)
+    ) AS v
+    ORDER BY held, CASE WHEN %(fair)s THEN v.turn END, v.next_run_at, random()
     LIMIT %(limit)s
+),
+-- A slot passed over for a named limit is recorded waiting (limit_waits), once; the take
+-- that lets it run ends the wait.
+waited AS (
+    INSERT INTO limit_waits (job_id, slot, key_name, since)
+    SELECT j.id, j.slot_at, c.blocked, (SELECT t FROM clock)
+    FROM candidates c JOIN jobs j ON j.ctid = c.ctid
+    WHERE c.blocked IS NOT NULL
+    ON CONFLICT DO NOTHING
 ),
 -- Locked and updated by ctid. A row changed since this statement's snapshot is locked in
 -- a version the update cannot see: it is left for the next claim, never claimed twice.
@@ -160,8 +179,9 @@ next_due AS (
     ) AS x
     WHERE (SELECT count(*) FROM locked) < %(limit)s
 )
--- held: a due job was passed over (a tenant's limit, a row locked by another claim or a
--- tenant's place refused by tenant_take), for the claim loop's next claim to go fair.
+-- held: a due job was passed over (a tenant's limit or a named one, a row locked by another
+-- claim, a place refused by tenant_take or a key by limit_take), for the claim loop's next
+-- claim to go fair.
 SELECT k.t AS db_now, (SELECT t FROM next_due) AS next_due,
        (SELECT count(*) FROM candidates) > (SELECT count(*) FROM claimed) AS held, c.*
 FROM clock k LEFT JOIN claimed c ON true

@@ -103,6 +103,9 @@ picked AS (
           -- of other tenants (migration 014; the place trigger has the last word).
           AND (f.limit_tenant IS NULL OR EXISTS (
               SELECT 1 FROM tenant_room r WHERE r.tenant_id = f.limit_tenant AND r.room > 0))
+          -- Likewise a flight whose named limits have no room (0.3.0_pre_uses_named_limits).
+          AND (f.uses_keys IS NULL
+               OR limit_ids_blocked(f.uses_keys, (SELECT t FROM clock)) IS NULL)
           -- A flight of a job that is not `allow` (a backfill, a rerun, a trigger with a
           -- payload) waits while its regular slot runs; a schedule's flight has no origin.
           AND (f.origin IS NULL OR NOT EXISTS (
