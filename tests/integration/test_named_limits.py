@@ -19,6 +19,7 @@ from cluster.store import notify
 from cluster.store.connect import connect
 from cluster.store.jobstore.store import JobStore
 from cluster.store.lock.records import ClaimedJob
+from cluster.store.observe.audit import Scope, audit_lines
 from tests.helpers.flights import ended, handed
 from tests.helpers.sessions import ALL, T0, Opener, at, completion
 
@@ -250,3 +251,31 @@ async def test_a_tenant_key_comes_before_a_cluster_key_of_its_name(
     taken = (await n1.claim(ALL, 20, 30.0, now=at(15))).jobs
     assert sum(j.tenant == "a" for j in taken) == 3 and sum(j.tenant == "b" for j in taken) == 1
     assert await holding(store, "db", "a") == 3 and await holding(store, "db") == 1
+
+
+async def test_the_audit_reports_a_slot_that_waited_for_a_key(
+    store: JobStore, open_session: Opener
+) -> None:
+    await store.limits.set("k", max_concurrent=1)
+    await add(store, "j", 2, uses="k")
+    # Revisions are stamped by the database's clock; these jobs were made at T0.
+    await store.db.conn.execute("UPDATE job_revisions SET at = %s", (T0,))
+    n1 = await open_session("n1")
+    await n1.try_lock(ALL)
+    (first,) = (await n1.claim(ALL, 10, 30.0, now=at(10))).jobs
+    (waiting,) = [j for j in await store.jobs() if j.name != first.name]
+    # The other job's slot waits, and says so until it runs.
+    shown = await store.details(waiting.name, "default")
+    assert shown["key_wait"]["key"] == "k"
+    scope = Scope(T0, at(11), grace_s=0.0, now=at(11))
+    lines = {line.job: line async for line in audit_lines(store.db.conn, scope)}
+    assert lines[waiting.name].verdict == "waiting"
+    await n1.completions.complete([completion(first, at(12))], now=at(12))
+    (second,) = (await n1.claim(ALL, 10, 30.0, now=at(13))).jobs
+    await n1.completions.complete([completion(second, at(14))], now=at(14))
+    assert (await store.details(waiting.name, "default"))["key_wait"] is None
+    scope = Scope(T0, at(11), grace_s=0.0, now=at(15))
+    lines = {line.job: line async for line in audit_lines(store.db.conn, scope)}
+    assert lines[first.name].detail == ""
+    assert lines[waiting.name].verdict == "ran"
+    assert lines[waiting.name].detail == "waited 3s for key k"

@@ -220,8 +220,9 @@ BEGIN
         NEW.locked_at := started;
     END IF;
     IF refused IS NOT NULL THEN
+        -- Since the claim's clock (its updated_at).
         INSERT INTO limit_waits (job_id, slot, key_name, since)
-        VALUES (NEW.id, NEW.slot_at, refused, now()) ON CONFLICT DO NOTHING;
+        VALUES (NEW.id, NEW.slot_at, refused, NEW.updated_at) ON CONFLICT DO NOTHING;
         IF NEW.limited THEN
             PERFORM tenant_free(NEW.tenant_id);
         END IF;
@@ -257,6 +258,7 @@ END $$;
 CREATE FUNCTION uses_flight_status() RETURNS trigger
 LANGUAGE plpgsql SET search_path FROM CURRENT AS $$
 DECLARE
+    started timestamptz;
     refused text;
 BEGIN
     IF NEW.status <> 'running' THEN
@@ -266,16 +268,18 @@ BEGIN
         NEW.holds := NULL;
         RETURN NEW;
     END IF;
-    SELECT t.start_at, t.refused INTO NEW.locked_at, refused
+    SELECT t.start_at, t.refused INTO started, refused
     FROM limit_take(NEW.uses_keys, NEW.locked_at) AS t;
     IF refused IS NOT NULL THEN
+        -- Since the claim's clock (its locked_at).
         INSERT INTO limit_waits (job_id, slot, key_name, since)
-        VALUES (NEW.job_id, NEW.slot, refused, now()) ON CONFLICT DO NOTHING;
+        VALUES (NEW.job_id, NEW.slot, refused, NEW.locked_at) ON CONFLICT DO NOTHING;
         IF NEW.limit_tenant IS NOT NULL THEN
             PERFORM tenant_free(NEW.limit_tenant);
         END IF;
         RETURN NULL;
     END IF;
+    NEW.locked_at := started;
     NEW.holds := NEW.uses_keys;
     UPDATE limit_waits w SET ended = NEW.locked_at
     WHERE w.job_id = NEW.job_id AND w.slot = NEW.slot AND w.ended IS NULL;
