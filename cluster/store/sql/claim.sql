@@ -100,18 +100,29 @@ fair AS (
 ),
 -- Oldest first; fair: by turn (each tenant's oldest, then each one's second oldest, ...),
 -- then oldest first. Beyond its read turns a tenant is served from the oldest (heads).
+-- The named limits (0.3.0_pre_uses_named_limits) and whether each has room now, as this
+-- snapshot sees them (no lock): read once per claim, and only if a candidate uses a key.
+key_room AS MATERIALIZED (
+    SELECT l.scope, l.name,
+           coalesce(r.room > 0, true)
+           AND (l.rate IS NULL OR limit_starts_near(l, (SELECT t FROM clock)) < l.rate) AS open
+    FROM limit_keys l JOIN limit_room r ON r.id = l.id
+),
 -- A tenant's turns beyond its free places (migration 014) are `held`, and come last; so is
--- a job that uses a named limit with no room (`blocked`, 0.3.0_pre_uses_named_limits: only jobs
--- with `uses` ask). Ties (a fan-out's jobs share their due time) go by lot, so a claim
--- smaller than the tenants due does not favour the same tenant every time.
+-- a job that uses a named limit with no room (`blocked`: the first such key, the tenant's own
+-- before a cluster-wide one of its name; a name without a key blocks too). Ties (a
+-- fan-out's jobs share their due time) go by lot, so a claim smaller than the tenants due
+-- does not favour the same tenant every time.
 candidates AS (
     SELECT v.id, v.next_run_at, v.ctid, v.held OR v.blocked IS NOT NULL AS held, v.blocked
     FROM (
         SELECT u.*, u.turn > r.room IS TRUE AS held,
-               CASE WHEN u.uses <> '{}'
-                    THEN limit_blocked(u.tenant_id, u.uses,
-                                       greatest((SELECT t FROM clock), u.next_run_at)) END
-                   AS blocked
+               CASE WHEN u.uses <> '{}' THEN (
+                   SELECT n.name FROM unnest(u.uses) AS n(name)
+                   WHERE NOT coalesce((SELECT k.open FROM key_room k
+                                       WHERE k.name = n.name AND k.scope IN ('', u.tenant_id)
+                                       ORDER BY k.scope DESC LIMIT 1), false)
+                   LIMIT 1) END AS blocked
         FROM (
             SELECT x.*,
                    row_number() OVER (PARTITION BY x.tenant_id ORDER BY x.next_run_at) AS turn
@@ -179,11 +190,13 @@ next_due AS (
     ) AS x
     WHERE (SELECT count(*) FROM locked) < %(limit)s
 )
--- held: a due job was passed over (a tenant's limit or a named one, a row locked by another
--- claim, a place refused by tenant_take or a key by limit_take), for the claim loop's next
--- claim to go fair.
+-- held: a due job was passed over (a tenant's limit, a row locked by another claim, a place
+-- refused by tenant_take or a key by limit_take), for the claim loop's next claim to go fair
+-- at once. Not a job whose named limit had no room: claiming again changes nothing for it,
+-- and the run that gives a place back wakes the claim loops (limit_free).
 SELECT k.t AS db_now, (SELECT t FROM next_due) AS next_due,
-       (SELECT count(*) FROM candidates) > (SELECT count(*) FROM claimed) AS held, c.*
+       (SELECT count(*) FROM candidates WHERE blocked IS NULL)
+           > (SELECT count(*) FROM claimed) AS held, c.*
 FROM clock k LEFT JOIN claimed c ON true
 ORDER BY c.slot_at;
 
