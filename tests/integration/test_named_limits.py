@@ -20,6 +20,7 @@ from cluster.store.connect import connect
 from cluster.store.jobstore.store import JobStore
 from cluster.store.lock.records import ClaimedJob
 from cluster.store.observe.audit import Scope, audit_lines
+from cluster.store.queries import query
 from tests.helpers.flights import ended, handed
 from tests.helpers.sessions import ALL, T0, Opener, at, completion
 
@@ -284,3 +285,25 @@ async def test_the_audit_reports_a_slot_that_waited_for_a_key(
     assert lines[first.name].detail == ""
     assert lines[waiting.name].verdict == "ran"
     assert lines[waiting.name].detail == "waited 3s for key k"
+
+
+async def test_waits_are_pruned_with_the_runs_they_explain(
+    store: JobStore, open_session: Opener
+) -> None:
+    await store.limits.set("k", max_concurrent=1)
+    await add(store, "j", 2, uses="k")
+    n1 = await open_session("n1")
+    await n1.try_lock(ALL)
+    (first,) = (await n1.claim(ALL, 10, 30.0, now=at(10))).jobs
+    await n1.completions.complete([completion(first, at(11))], now=at(11))
+    (second,) = (await n1.claim(ALL, 10, 30.0, now=at(12))).jobs
+    await n1.completions.complete([completion(second, at(13))], now=at(13))
+    side = store.db.conn
+    found = "SELECT count(*) AS n FROM limit_waits"
+    assert (await (await side.execute(found)).fetchone()) == {"n": 1}
+    params = {"now": at(13 + 3600), "keep_s": 7200, "batch": 100}
+    kept = await (await side.execute(query("prune_limit_waits"), params)).fetchone()
+    assert kept == {"removed": 0}
+    params["keep_s"] = 60
+    gone = await (await side.execute(query("prune_limit_waits"), params)).fetchone()
+    assert gone == {"removed": 1}

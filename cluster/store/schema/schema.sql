@@ -1156,6 +1156,8 @@ CREATE TABLE limit_waits (
     PRIMARY KEY (job_id, slot)
 );
 CREATE INDEX limit_waits_open ON limit_waits (key_name) WHERE ended IS NULL;
+-- Pruned with the runs they explain (prune_limit_waits), oldest first.
+CREATE INDEX limit_waits_ended ON limit_waits (ended) WHERE ended IS NOT NULL;
 
 -- A key's free places and tokens as a snapshot sees them (no lock).
 CREATE VIEW limit_room AS

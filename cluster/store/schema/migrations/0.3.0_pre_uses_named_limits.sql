@@ -54,6 +54,8 @@ CREATE TABLE limit_waits (
     PRIMARY KEY (job_id, slot)
 );
 CREATE INDEX limit_waits_open ON limit_waits (key_name) WHERE ended IS NULL;
+-- Pruned with the runs they explain (prune_limit_waits), oldest first.
+CREATE INDEX limit_waits_ended ON limit_waits (ended) WHERE ended IS NOT NULL;
 
 -- The keys a job names: validated by uses_check; the ids its running row holds.
 ALTER TABLE jobs ADD COLUMN uses text[] NOT NULL DEFAULT '{}';
