@@ -118,11 +118,13 @@ LANGUAGE sql STABLE SET search_path FROM CURRENT AS $$
 $$;
 
 -- Every key of `ids` for a run starting at `start_at`, or none: `refused` NULL when taken,
--- else the name of the key that refused; `start_at` moved to the latest end of a run that gave one of
--- them back, if later. The keys are locked with SKIP LOCKED, so a claim never waits for
--- another (no deadlock whatever the order of the keys); a key another claim holds this
--- instant refuses, and the row waits for a later claim. Locked, the journal is folded in,
--- then every key is checked before any is taken: all or nothing.
+-- else the name of the key that refused; `start_at` moved to the latest end of a run that
+-- gave one of them back, if later. The keys are locked with SKIP LOCKED, so a claim never
+-- waits for another (no deadlock whatever the order of the keys); a key another claim holds
+-- this instant refuses, and the row waits for a later claim. Locked, one statement folds
+-- the journal in, checks every key and takes a place (and a token) of each only if all of
+-- them have room: all or nothing. A rate key counts the starts within a period either side
+-- of this one (a claim ahead of its slot records a start later than claims made meanwhile).
 CREATE FUNCTION limit_take(ids bigint[], INOUT start_at timestamptz, OUT refused text)
 LANGUAGE plpgsql SET search_path FROM CURRENT AS $$
 DECLARE
@@ -141,28 +143,40 @@ BEGIN
     WITH folded AS (
         DELETE FROM limit_moves m WHERE m.key_id = ANY(ids)
         RETURNING m.key_id, m.change, m.at
+    ),
+    counted AS (
+        SELECT l.id, l.name, l.max_concurrent, l.rate, l.per_s, l.starts,
+               l.taken + coalesce(f.change, 0) AS taken, greatest(l.freed_at, f.at) AS freed_at
+        FROM limit_keys l
+        LEFT JOIN (SELECT folded.key_id, sum(folded.change)::int AS change,
+                          max(folded.at) AS at
+                   FROM folded GROUP BY folded.key_id) AS f ON f.key_id = l.id
+        WHERE l.id = ANY(ids)
+    ),
+    started AS (
+        SELECT greatest(start_at, max(c.freed_at)) AS t FROM counted c
+    ),
+    verdict AS (
+        SELECT s.t, (
+            SELECT c.name FROM counted c
+            WHERE c.taken >= c.max_concurrent
+               OR c.rate <= (SELECT count(*) FROM unnest(c.starts) AS x(t)
+                             WHERE x.t > s.t - make_interval(secs => c.per_s)
+                               AND x.t < s.t + make_interval(secs => c.per_s))
+            ORDER BY c.id LIMIT 1) AS refused
+        FROM started s
+    ),
+    written AS (
+        UPDATE limit_keys l SET
+            taken = c.taken + (v.refused IS NULL)::int,
+            freed_at = c.freed_at,
+            starts = CASE WHEN v.refused IS NOT NULL OR l.rate IS NULL THEN l.starts ELSE ARRAY(
+                SELECT x.t FROM unnest(array_append(l.starts, v.t)) AS x(t)
+                WHERE x.t > v.t - 2 * make_interval(secs => l.per_s) ORDER BY x.t) END
+        FROM counted c CROSS JOIN verdict v
+        WHERE l.id = c.id
     )
-    UPDATE limit_keys l SET taken = l.taken + f.change,
-                            freed_at = greatest(l.freed_at, f.at)
-    FROM (SELECT folded.key_id, sum(folded.change)::int AS change, max(folded.at) AS at
-          FROM folded GROUP BY folded.key_id) AS f
-    WHERE l.id = f.key_id;
-    start_at := greatest(start_at,
-                         (SELECT max(l.freed_at) FROM limit_keys l WHERE l.id = ANY(ids)));
-    SELECT l.name INTO refused FROM limit_keys l
-    WHERE l.id = ANY(ids)
-      AND (l.taken >= l.max_concurrent
-           OR (l.rate IS NOT NULL AND limit_starts_near(l, start_at) >= l.rate))
-    ORDER BY l.id LIMIT 1;
-    IF FOUND THEN
-        RETURN;
-    END IF;
-    UPDATE limit_keys l SET
-        taken = l.taken + 1,
-        starts = CASE WHEN l.rate IS NULL THEN l.starts ELSE ARRAY(
-            SELECT s.t FROM unnest(array_append(l.starts, start_at)) AS s(t)
-            WHERE s.t > start_at - 2 * make_interval(secs => l.per_s) ORDER BY s.t) END
-    WHERE l.id = ANY(ids);
+    SELECT v.t, v.refused INTO start_at, refused FROM verdict v;
 END $$;
 
 -- Keys given back by a run that ended at `ended` (a journal row each, no lock); a key that had
