@@ -1159,7 +1159,7 @@ CREATE INDEX limit_waits_open ON limit_waits (key_name) WHERE ended IS NULL;
 -- Pruned with the runs they explain (prune_limit_waits), oldest first.
 CREATE INDEX limit_waits_ended ON limit_waits (ended) WHERE ended IS NOT NULL;
 
--- A key's free places and tokens as a snapshot sees them (no lock).
+-- A key's runs in flight and free places, as a snapshot sees them (no lock).
 CREATE VIEW limit_room AS
 SELECT l.id, l.scope, l.name,
        l.taken + coalesce((SELECT sum(m.change) FROM limit_moves m WHERE m.key_id = l.id), 0)

@@ -64,7 +64,7 @@ ALTER TABLE jobs ADD COLUMN holds bigint[];
 ALTER TABLE flights ADD COLUMN uses_keys bigint[];
 ALTER TABLE flights ADD COLUMN holds bigint[];
 
--- A key's free places and tokens as a snapshot sees them (no lock).
+-- A key's runs in flight and free places, as a snapshot sees them (no lock).
 CREATE VIEW limit_room AS
 SELECT l.id, l.scope, l.name,
        l.taken + coalesce((SELECT sum(m.change) FROM limit_moves m WHERE m.key_id = l.id), 0)
