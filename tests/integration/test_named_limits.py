@@ -170,9 +170,20 @@ async def test_flights_take_keys_from_their_claim_to_their_end(
     assert await holding(store, "k") == 1
     (retry,) = await n1.flights.claim(ALL, 10, 30.0, now=at(32))
     assert retry.slot == first.slot and await holding(store, "k") == 2
-    # At the key's cap, a queued flight is passed over, not refused and retried.
-    await n1.completions.complete_flights([ended(retry)], now=at(33))
-    assert await holding(store, "k") == 1
+    # At the key's cap, a queued flight is passed over (not refused and retried), and shows
+    # as waiting for its key.
+    second = handed_flights[1]
+    await n1.completions.complete_flights([ended(second, "failed", at(33))], now=at(33))
+    (third,) = (await n1.claim(ALL, 10, 30.0, now=at(34))).jobs  # the regular slot, as 2nd
+    assert await n1.completions.spawn([handed(third, at(44))], [], 30.0, now=at(34))
+    assert await holding(store, "k") == 2
+    assert await n1.flights.claim(ALL, 10, 30.0, now=at(40)) == []
+    shown = await store.details("fan", "default")
+    assert shown["key_wait"] is not None and shown["key_wait"]["key"] == "k"
+    await n1.completions.complete_flights([ended(retry)], now=at(41))
+    (again,) = await n1.flights.claim(ALL, 10, 30.0, now=at(42))
+    assert again.slot == second.slot and await holding(store, "k") == 2
+    assert (await store.details("fan", "default"))["key_wait"] is None
 
 
 async def test_a_rate_key_lets_no_more_starts_into_a_period_than_its_rate(

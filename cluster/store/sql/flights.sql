@@ -93,6 +93,18 @@ SELECT id, room FROM again;
 WITH clock AS (
     SELECT coalesce(%(now)s::timestamptz, now()) AS t
 ),
+-- A due flight passed over for a named limit with no room is recorded waiting, once (as
+-- `claim` records a job's slot); read only when the cluster has a key.
+waited AS (
+    INSERT INTO limit_waits (job_id, slot, key_name, since)
+    SELECT f.job_id, f.slot, b.name, (SELECT t FROM clock)
+    FROM unnest(%(shards)s::int[]) AS s(shard)
+    JOIN flights f ON f.shard_id = s.shard AND f.status = 'queued'
+                  AND f.due_at <= (SELECT t FROM clock)
+    CROSS JOIN LATERAL (SELECT limit_ids_blocked(f.uses_keys, (SELECT t FROM clock)) AS name) AS b
+    WHERE EXISTS (SELECT 1 FROM limit_keys) AND f.uses_keys IS NOT NULL AND b.name IS NOT NULL
+    ON CONFLICT DO NOTHING
+),
 picked AS (
     SELECT p.ctid FROM unnest(%(shards)s::int[]) AS s(shard)
     CROSS JOIN LATERAL (
