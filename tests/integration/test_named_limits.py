@@ -318,3 +318,22 @@ async def test_waits_are_pruned_with_the_runs_they_explain(
     params["keep_s"] = 60
     gone = await (await side.execute(query("prune_limit_waits"), params)).fetchone()
     assert gone == {"removed": 1}
+
+
+async def test_a_rate_key_lets_its_rate_in_every_period_while_jobs_wait(
+    store: JobStore, open_session: Opener
+) -> None:
+    await store.limits.set("api", rate="6/10s")
+    await store.definitions.apply(
+        [JobSpec.build(f"call-{i}", "@every 1s", HANDLER, uses="api") for i in range(8)], now=T0
+    )
+    n1 = await open_session("n1")
+    await n1.try_lock(ALL)
+    starts: list[float] = []
+    for t in range(1, 61):
+        for job in (await n1.claim(ALL, 10, 30.0, now=at(t))).jobs:
+            starts.append(t)
+            await n1.completions.complete([completion(job, at(t))], now=at(t))
+    # Six in the first second, then six more once each ten seconds have passed.
+    assert [starts.count(t) for t in (1, 11, 21, 31, 41, 51)] == [6] * 6, starts
+    assert len(starts) == 36
