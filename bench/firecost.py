@@ -6,6 +6,10 @@ shard with the node's ``claim`` statement (not fair, the node's prepared form), 
 completes each batch as succeeded with ``complete``, explicit ``now`` one period later per
 round. Reported: the CPU seconds (``/proc``) of each connection's backend per 1,000 fires,
 so the server's own figures, whatever the client and the rest of the machine do.
+
+``--keys N --key-limit M``: every job uses one of N named limits of M runs at once each
+(docs/limits.md), so a round takes several claims, each passing over the slots whose key
+is full; without them no job has a key, as in a cluster that never set one.
 """
 
 from __future__ import annotations
@@ -31,7 +35,7 @@ SHARDS = 256
 EVERY_S = 5
 
 
-async def measure(rounds: int) -> tuple[float, float, int]:
+async def measure(rounds: int, keys: int = 0, key_limit: int = 20) -> tuple[float, float, int]:
     """(claim, complete) backend CPU seconds per 1,000 fires, and the fires."""
     db = BenchDatabase.new()
     await db.create()
@@ -44,6 +48,18 @@ async def measure(rounds: int) -> tuple[float, float, int]:
         assert row is not None
         t0 = row["t"]
         await load_jobs(conn, JOBS, f"@every {EVERY_S}s", SHARDS, t0)
+        for k in range(keys):
+            await conn.execute(
+                "INSERT INTO limit_keys (name, max_concurrent) VALUES (%s, %s)",
+                (f"key-{k}", key_limit),
+            )
+        if keys:
+            await conn.execute(
+                "UPDATE jobs j SET uses = ARRAY['key-' || (n.i %% %s)] FROM (SELECT id,"
+                " row_number() OVER (ORDER BY name) AS i FROM jobs) AS n WHERE n.id = j.id",
+                (keys,),
+            )
+            await conn.execute("VACUUM ANALYZE jobs")
         options = f"-c search_path={settings.schema},public -c jit=off"
         claimer, writer = [
             await psycopg.AsyncConnection.connect(
@@ -103,8 +119,10 @@ async def measure(rounds: int) -> tuple[float, float, int]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.firecost", description=__doc__)
     parser.add_argument("--rounds", type=int, default=12, help="periods fired [default 12]")
+    parser.add_argument("--keys", type=int, default=0, help="named limits the jobs share")
+    parser.add_argument("--key-limit", type=int, default=20, help="runs at once per key")
     args = parser.parse_args(argv)
-    claim_s, complete_s, fires = asyncio.run(measure(args.rounds))
+    claim_s, complete_s, fires = asyncio.run(measure(args.rounds, args.keys, args.key_limit))
     print(
         f"{fires} fires: Postgres CPU per 1,000 fires: claim {claim_s:.3f} s, "
         f"complete {complete_s:.3f} s, both {claim_s + complete_s:.3f} s"

@@ -18,6 +18,7 @@ from bench.audit import run_audit
 from bench.chain import run_chain
 from bench.database import BenchDatabase
 from bench.fanout import run_fanout
+from bench.limits import run_limits
 from bench.prune import run_prune
 from bench.results import ScenarioResult
 from bench.scale import run_scale
@@ -39,6 +40,7 @@ SCENARIOS: dict[str, Scenario] = {
     "prune": run_prune,
     "chain": run_chain,
     "audit": run_audit,
+    "limits": run_limits,
 }
 
 

@@ -17,6 +17,9 @@ class Sizes:
     steady_jobs: int = 1000
     steady_every_s: int = 5
     steady_duration_s: float = 60.0
+    # limits: the steady jobs, each using one of these named limits
+    limits_keys: int = 10
+    limits_max_concurrent: int = 20
     # burst
     burst_jobs: int = 10_000
     # fanout: one big tenant and a few small ones due at the same second, on fewer slots
@@ -66,6 +69,8 @@ QUICK = Sizes(
     steady_jobs=60,
     steady_every_s=2,
     steady_duration_s=4.0,
+    limits_keys=3,
+    limits_max_concurrent=5,
     burst_jobs=300,
     fanout_jobs=400,
     fanout_tenant_jobs=2,

@@ -34,7 +34,7 @@ from cluster.chaos.servers.standalone import PostgresServer, RedisServer, Server
 from cluster.chaos.verdict.observations import Execution, JobInfo, Observations, to_json
 from cluster.chaos.verdict.report import Report, build_report
 from cluster.chaos.witness import read_witness
-from cluster.chaos.workload import JobDef, make_workload
+from cluster.chaos.workload import KEY, KEY_LIMIT, JobDef, make_workload
 from cluster.errors import InvalidInput, PulseError
 from cluster.settings import ClusterSettings
 from cluster.store.jobstore.store import JobStore
@@ -183,6 +183,9 @@ class ChaosRun:
             specs.append(poison.spec())  # paused: each poison-job fault triggers it once
         async with JobStore.open(settings, probes.APP_NAME) as store:
             await store.init(self.options.shards)
+            await store.limits.set(
+                KEY, max_concurrent=KEY_LIMIT
+            )  # the keyed jobs' (docs/limits.md)
             await store.definitions.apply(specs)
         await probes.create_ledger(settings)
 
@@ -287,6 +290,7 @@ class ChaosRun:
                     zones=j.zones,
                     after=j.after,
                     chained=j.chained,
+                    uses=j.uses,
                 )
                 for j in workload
             },
@@ -308,6 +312,7 @@ class ChaosRun:
             ledger=await probes.collect_ledger(settings),
             async_replication=o.pg_async,
             node_zones=fleet_zones,
+            keys={KEY: KEY_LIMIT},
             audit_counts=audit_counts,
             audit_findings=audit_findings,
         )

@@ -109,6 +109,7 @@ async def collect(
                 status=r.status,
                 finished_at=r.finished_at.timestamp() - offset_s if r.finished_at else None,
                 token=tokens.get((r.job_name, r.scheduled_for)),
+                started_at=r.started_at.timestamp() - offset_s if r.started_at else None,
             )
             for r in await store.runs(limit=10_000_000)
         ]

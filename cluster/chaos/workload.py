@@ -32,6 +32,10 @@ Two more kinds are appended after the ``count`` jobs, whatever the seed:
   so every slot runs in order however late its upstream was); then a chain of two chained
   jobs, ``chaos-chain-1`` ``@after:chaos-dep-up`` and ``chaos-chain-2`` after it, whose
   slots are the successes of their upstream (docs/design/chains.md).
+- ``keyed``: ``KEYED_JOBS`` jobs ``@every 1s`` holding ``KEYED_HOLD_S`` that share the named
+  limit ``KEY`` (``KEY_LIMIT`` runs at once, docs/limits.md), more than it lets run at once
+  in the steady state only now and then, so slots wait for it briefly; the check holds the
+  key to its limit from the runs' start and end times.
 - ``pinned``: one job pinned to each zone, and one to each pair of neighbouring zones
   (``zone-a,zone-b``, ...; with two zones, one job pinned to both). They backfill
   (``PINNED_MAX_BACKFILL``), so the slots a dark zone missed run when it returns and the
@@ -56,6 +60,7 @@ HANDLERS = {
     "replace": HANDLER,
     "pinned": HANDLER,
     "dependent": HANDLER,
+    "keyed": HANDLER,
 }
 EFFECTS_EVERY = 8
 EFFECTS_RETRY_BACKOFF_S = 1.0
@@ -70,6 +75,10 @@ ALLOW_JOBS = 3
 ALLOW_HOLD_S = 2.5
 ALLOW_MAX_CONCURRENT = 3
 REPLACE_JOBS = 2
+KEYED_JOBS = 4
+KEYED_HOLD_S = 0.4
+KEY = "chaos-key"
+KEY_LIMIT = 2  # runs holding KEY at once
 REPLACE_INTERVAL_S = 2
 REPLACE_HOLD_S = 5.0
 PINNED_INTERVAL_S = 2
@@ -93,6 +102,7 @@ class JobDef:
     zones: tuple[str, ...] = ()  # pinned to these zones (kind ``pinned``)
     after: tuple[str, ...] = ()  # upstream jobs (kind ``dependent``)
     chained: bool = False  # an @after: job: its slots are its upstreams' successes
+    uses: tuple[str, ...] = ()  # named limits (kind ``keyed``)
 
     def spec(self) -> JobSpec:
         allow = self.kind == "allow"
@@ -113,6 +123,7 @@ class JobDef:
             zones=self.zones or None,
             after=None if self.chained else self.after or None,
             after_failure="skip",  # a slot whose upstream failed is accounted for, skipped
+            uses=self.uses or None,
         )
 
 
@@ -140,7 +151,24 @@ def make_workload(count: int, seed: int, zones: Sequence[str] = ()) -> list[JobD
                 kind=kind,
             )
         )
-    return jobs + allow_jobs() + replace_jobs() + pinned_jobs(zones) + dependent_jobs()
+    extra = allow_jobs() + replace_jobs() + pinned_jobs(zones) + dependent_jobs()
+    return jobs + extra + keyed_jobs()
+
+
+def keyed_jobs() -> list[JobDef]:
+    return [
+        JobDef(
+            name=f"chaos-keyed-{i}",
+            interval_s=1,
+            catch_up="once",
+            grace_s=60.0,
+            max_backfill=100,
+            sleep_s=KEYED_HOLD_S,
+            kind="keyed",
+            uses=(KEY,),
+        )
+        for i in range(KEYED_JOBS)
+    ]
 
 
 def allow_jobs() -> list[JobDef]:

@@ -161,6 +161,7 @@ for command in (
     web.web,
     backfills.backfills,
     tenants.tenants,
+    tenants.limits,
     handlers.handlers,
     calendars.calendars,
     windows.windows,

@@ -1,6 +1,8 @@
 """``pulse tenants ...``: limits of concurrent runs per tenant, enforced across the cluster
 by the claim, and quotas on what a tenant may ask for, enforced by the database on every
-write (docs/jobs.md, docs/design/fairness.md). Every change writes its audit row."""
+write (docs/jobs.md, docs/design/fairness.md). ``pulse limits ...``: named limits the jobs
+that name them share (docs/limits.md, docs/design/limits.md), enforced by the claim too.
+Every change writes its audit row."""
 
 from __future__ import annotations
 
@@ -186,3 +188,80 @@ async def list_quotas(store: JobStore, as_json: bool) -> None:
         for x in found
     ]
     table([["TENANT", "MAX JOBS", "JOBS", "MAX BACKFILL SLOTS", "MAX PARALLEL", "UPDATED"], *rows])
+
+
+# == pulse limits ==========================================================================
+
+_TENANT_HELP = "A key of this tenant's own, which only its jobs can use [default: cluster-wide]."
+
+
+@click.group(cls=PulseGroup)
+def limits() -> None:
+    """Limits shared by the jobs that name them (--uses): runs at once, starts per period."""
+
+
+@limits.command("set")
+@click.argument("key")
+@click.option("--max-concurrent", type=int, default=None, help="Runs holding KEY at once.")
+@click.option("--rate", default=None, help="Starts per period: N/s, N/min or N/h.")
+@click.option("--tenant", default=None, help=_TENANT_HELP)
+@with_store
+async def set_key(
+    store: JobStore, key: str, max_concurrent: int | None, rate: str | None, tenant: str | None
+) -> None:
+    """Create KEY, or give it exactly these limits (one of them, or both)."""
+    async with store.transaction():
+        found = await store.limits.set(key, tenant=tenant, max_concurrent=max_concurrent, rate=rate)
+        await audited.record(store, "set key", tenant=tenant, detail=f"{key}: {found.describe()}")
+    click.echo(
+        f"key {_shown(found.name, found.tenant)}: {found.describe()} ({found.running} running)"
+    )
+
+
+@limits.command("remove")
+@click.argument("key")
+@click.option("--tenant", default=None, help="The tenant's own key [default: cluster-wide].")
+@with_store
+async def remove_key(store: JobStore, key: str, tenant: str | None) -> None:
+    """Remove KEY; refused while a job uses it."""
+    async with store.transaction():
+        await store.limits.remove(key, tenant)
+        await audited.record(store, "remove key", tenant=tenant, detail=key)
+    click.echo(f"key {_shown(key, tenant)}: removed")
+
+
+@limits.command("list")
+@click.option("--json", "as_json", is_flag=True)
+@click.option("--tenant", default=None, help="The cluster-wide keys and this tenant's own.")
+@with_store
+async def list_keys(store: JobStore, as_json: bool, tenant: str | None) -> None:
+    """List the keys with their limits, the runs holding each and the slots waiting."""
+    found = await store.limits.keys(tenant)
+    if as_json:
+        emit_json([x.to_json() for x in found])
+        return
+    if not found:
+        click.echo("no limit keys")
+        return
+    rows = []
+    for x in found:
+        holders = ", ".join(
+            f"{h['tenant']}/{h['job']} {h['slot']} on {h['node']}" for h in x.holders
+        )
+        waiters = ", ".join(f"{w['tenant']}/{w['job']}" for w in x.waiters)
+        rows.append(
+            [
+                x.name,
+                x.tenant or "*",
+                "" if x.max_concurrent is None else str(x.max_concurrent),
+                "" if x.rate is None else str(x.rate),
+                str(x.running),
+                holders or "-",
+                waiters or "-",
+            ]
+        )
+    table([["KEY", "TENANT", "MAX CONCURRENT", "RATE", "RUNNING", "HOLDERS", "WAITING"], *rows])
+
+
+def _shown(key: str, tenant: str | None) -> str:
+    return key if tenant is None else f"{key} (tenant {tenant})"

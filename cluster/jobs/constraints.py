@@ -94,6 +94,8 @@ def constrained(
         _check_watch(parsed, zones, each_zone, overlap)
     if values.get("each_node", False):
         _check_each_node(parsed, raw, each_zone, overlap, watch)
+        if values.get("uses"):  # a member's run takes no key: the limit would not hold
+            raise InvalidInput("each_node", "named limits (uses) do not apply to every-node runs")
     return dict(
         schedule=parsed.expr,
         handler=validate_handler(handler) if handler else "",

@@ -115,6 +115,7 @@ class Record(NamedTuple):
     error: str | None = None
     priors: tuple[Prior, ...] = ()
     started: datetime | None = None  # when the attempt recorded began
+    waited: str | None = None  # how long the slot waited for a named limit, and which
 
 
 @dataclass(frozen=True)
@@ -127,7 +128,7 @@ class Job:
     spans: tuple[Span, ...]
     chained: tuple[datetime, ...] = ()  # slots released to a chained job, in order
     position: datetime | None = None  # the slot the job is at (its current slot_at)
-    waiting: bool = False  # that slot is held (a gate, a retry's backoff): not missing yet
+    waiting: bool = False  # that slot is held (a gate, a retry's backoff, a key): not missing yet
     in_flight: frozenset[datetime] = frozenset()  # slots whose attempt runs now
     done_after: datetime | None = None  # a finished job (max_runs, one-off): no slot later
 
@@ -298,7 +299,10 @@ def _unrecorded(job: Job, slot: datetime, cutoff: datetime) -> Line:
     if slot in job.in_flight:
         verdict, detail = "running", "an attempt runs now"
     elif slot == job.position and job.waiting:
-        verdict, detail = "waiting", "the job's current slot, held (a gate, a retry's backoff)"
+        verdict, detail = (
+            "waiting",
+            "the job's current slot, held (a gate, a retry's backoff, a key)",
+        )
     elif (until := job.held_at(slot)) is not None:
         verdict, detail = "paused", f"passed over by pause --until {until.isoformat()}"
     elif slot >= cutoff:
@@ -373,6 +377,8 @@ def _overwrite(row: Record) -> str:
 
 
 def _line(job: Job, row: Record, verdict: str, detail: str) -> Line:
+    if row.waited is not None:
+        detail = f"{detail}; {row.waited}" if detail else row.waited
     return Line(
         job.tenant, job.name, row.slot, verdict, row.status, row.node, row.attempt, row.token,
         row.origin, detail,

@@ -147,6 +147,7 @@ class Job:
     api_run: bool = False  # API tokens may run it (docs/security.md)
     priority: int = 0  # among its tenant's due slots, higher first (docs/jobs.md#priorities)
     each_node: bool = False  # each slot runs on every live member (docs/design/each-node.md)
+    uses: tuple[str, ...] = ()  # named limits each run takes (docs/limits.md)
 
     def rule(self) -> CalendarRule | None:
         """The calendar the job plans with (its copy), or None."""
@@ -196,6 +197,7 @@ class Job:
                 options[d.name] = {"not_shown": f"nested deeper than {MAX_JSON_DEPTH} levels"}
         options["handler"] = masking.shown(self.handler)  # literal credentials masked
         options["zones"] = list(self.zones) or None
+        options["uses"] = list(self.uses)
         return {
             "id": str(self.id),
             **options,

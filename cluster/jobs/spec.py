@@ -46,6 +46,7 @@ from cluster.jobs.fields import (
     validate_name,
 )
 from cluster.jobs.labels import parse_labels
+from cluster.jobs.limitkeys import parse_uses
 from cluster.jobs.options import Options, option
 from cluster.jobs.timerules import DEFAULT_ON_EXCLUDED
 from cluster.timing.catchup import parse_catch_up
@@ -324,6 +325,14 @@ class JobSpec:
     # console, recorded by revisions; nothing runs on it.
     description: str | None = option(
         None, help="What the job is for (free text).", parse=_description, child=True
+    )
+    # Named limits it takes while a run is in flight (docs/limits.md): keys of its tenant or
+    # cluster-wide ones, which the database checks as it writes the job.
+    uses: tuple[str, ...] = option(
+        (),
+        help="Take these named limits (a,b) for each run (pulse limits).",
+        parse=parse_uses,
+        child=True,
     )
     # Who may run it over the HTTP API (docs/security.md): a job the API wrote always may; a
     # job of the CLI, a file or a Registry only when it says so here. Not recorded by

@@ -28,6 +28,8 @@ from cluster.timing.instants import from_micros, micros
 CANCEL_PREFIX = "cancel:"
 # Sent by the place triggers of migration 014 when a tenant at its limit gets a place back.
 TENANT_PLACE_FREED = "tenant"
+# Sent by limit_free (0.3.0_pre_uses_named_limits) when a named limit at its cap gets a place back.
+LIMIT_PLACE_FREED = "limit"
 # Sent by raise_alert (migration 028) when it queued a delivery: the alert outbox has work.
 ALERT_QUEUED = "alerts"
 # Sent by `spawn` when it fanned an each-node slot out to other members (their runs queued).

@@ -97,6 +97,7 @@ def names() -> list[str]:
 
 
 QUOTA_CONSTRAINT = "tenant_quota"  # what migration 019's quota checks raise
+LIMIT_KEY_CONSTRAINT = "limit_key"  # a job names an unknown key (0.3.0_pre_uses_named_limits)
 _COUNTED = frozenset({"max_jobs", "max_backfill_slots"})
 
 
@@ -112,6 +113,10 @@ def store_error(exc: psycopg.Error, context: str | None = None) -> PulseError:
         field = exc.diag.column_name or "tenant"
         problem = exc.diag.message_primary or "past the tenant's quota"
         return Conflict(field, problem) if field in _COUNTED else InvalidInput(field, problem)
+    if isinstance(exc, psycopg.errors.CheckViolation) and (
+        exc.diag.constraint_name == LIMIT_KEY_CONSTRAINT
+    ):
+        return InvalidInput("uses", exc.diag.message_primary or "names an unknown key")
     return StoreError(describe(exc) if context is None else f"{context}: {describe(exc)}")
 
 

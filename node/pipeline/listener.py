@@ -22,6 +22,7 @@ from ring.zones import PARKED_SHARD, space_of
 
 CANCEL_PREFIX = notify.CANCEL_PREFIX
 TENANT_PLACE_FREED = notify.TENANT_PLACE_FREED
+LIMIT_PLACE_FREED = notify.LIMIT_PLACE_FREED
 ALERT_QUEUED = notify.ALERT_QUEUED
 MEMBER_RUNS = notify.MEMBER_RUNS
 
@@ -49,8 +50,9 @@ class WakeListener:
         if payload.startswith(CANCEL_PREFIX):
             self._on_cancel(payload)
             return
-        if payload == TENANT_PLACE_FREED:
-            self._state.wake.set()  # a tenant at its limit got a place back (migration 014)
+        if payload in (TENANT_PLACE_FREED, LIMIT_PLACE_FREED):
+            # A tenant (migration 014) or a named limit at its cap got a place back.
+            self._state.wake.set()
             return
         if payload == MEMBER_RUNS:
             self._state.member_runs.set()  # each-node runs queued (docs/design/each-node.md)

@@ -66,15 +66,21 @@ def test_quick_bench_runs_and_counts(tmp_path: Path) -> None:
     proc = _bench("--quick", "--out", str(out))
     lines = proc.stdout.splitlines()
     assert lines[0].split()[:3] == ["scenario", "system", "expected"]
-    assert sum(1 for line in lines if line.split()[:1] == ["ratio"]) == 10
+    assert sum(1 for line in lines if line.split()[:1] == ["ratio"]) == 11
     assert "claim plan (pulse" in proc.stdout
     assert "targets, fairness on: last B..K start / A's drain" in proc.stdout
 
     records = {r["scenario"]: r for r in map(json.loads, out.read_text().splitlines())}
     assert set(records) == {
         "steady", "burst", "fanout", "fanout_once", "failover", "scale", "rebalance", "prune",
-        "chain", "audit",
+        "chain", "audit", "limits",
     }  # fmt: skip
+    # Limits: both trials are Pulse (keys, then none), every slot fired once; slots waited.
+    limits = records["limits"]
+    for system in ("pulse", "baseline"):
+        m = limits[system]
+        assert (m["fires"], m["missing"], m["duplicates"]) == (m["expected"], 0, 0), m
+    assert limits["pulse"]["extra"]["slots_waited"] > 0, limits
     # The audit finds every slot the fill left without a row, and reads every row it left.
     audit, rows = records["audit"]["pulse"], records["audit"]["baseline"]
     assert audit["fires"] == audit["expected"] > rows["fires"] > 0, (audit, rows)

@@ -56,7 +56,8 @@ def test_a_ci_sized_chaos_run_keeps_every_guarantee(tmp_path: Path) -> None:
     assert all(rerun["fault"] is not None for rerun in report["reruns"])
     checks = {check["name"]: check for check in report["checks"]}
     assert set(checks) == {
-        "exactly-once effects", "allow slots", "replace slots", "zone placement", "dependencies"
+        "exactly-once effects", "allow slots", "replace slots", "zone placement", "dependencies",
+        "key limits",
     }  # fmt: skip
     assert all(check["violations"] == [] for check in checks.values()), table
     effects = checks["exactly-once effects"]
@@ -67,6 +68,7 @@ def test_a_ci_sized_chaos_run_keeps_every_guarantee(tmp_path: Path) -> None:
     # Zone-kill, and faults of the only node of zone-b or zone-c, leave pinned jobs dark.
     assert int(checks["zone placement"]["summary"].split()[4]) >= 1, table
     assert int(checks["dependencies"]["summary"].split()[3]) > 60, table  # slots released
+    assert int(checks["key limits"]["summary"].split()[2]) > 50, table  # runs of the key
     # The slot ledger over the window, by pulse audit's own reading: nothing missing or
     # overwritten, and every slot run more than once says why.
     audit = report["audit_counts"]

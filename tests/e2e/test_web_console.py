@@ -468,3 +468,26 @@ def test_the_job_page_shows_its_last_slots_as_a_strip(console: Console, tmp_path
     missing = console.attributes("#slot-strip li.slot-missing", "title")
     assert missing and all(t.endswith("missing: no run and no skipped record") for t in missing)
     screenshot(console.browser, tmp_path, "strip")
+
+
+WITNESS = "cluster.chaos.witness:record"
+
+
+def test_a_slot_waiting_for_a_named_limit_says_so(console: Console, tmp_path: Path) -> None:
+    with console.api() as api:
+        made = api.put("/api/limits/console-key", json={"max_concurrent": 1})
+        assert made.status_code == 200, made.text
+        for name in ("holder-a", "holder-b"):
+            body = {"name": name, "schedule": "@every 2s", "handler": WITNESS,
+                    "payload": {"sleep_s": 60}, "uses": ["console-key"]}  # fmt: skip
+            assert api.post("/api/jobs", json=body).status_code == 201
+
+        def waiter() -> str | None:
+            (key,) = [k for k in api.get("/api/limits").json() if k["key"] == "console-key"]
+            return key["waiters"][0]["job"] if key["waiters"] and key["holders"] else None
+
+        waiting = until(waiter, "a slot waiting for the key", 30)
+    console.open(f"#/job/default/{waiting}")
+    until(lambda: console.text("#job-name") == waiting, "the job's page", 20)
+    until(lambda: "waiting for key console-key" in console.text("#key-wait"), "the wait", 20)
+    screenshot(console.browser, tmp_path, "key-wait")

@@ -47,6 +47,7 @@ def test_an_every_node_job_is_written_and_shown(
         (("--each-zone",), "each_node"),
         (("--zones", "a,,b"), "zones"),
         (("--max-runs", "2"), "each_node"),
+        (("--uses", "warehouse"), "each_node"),
     ],
 )
 def test_bad_input_is_one_line_exit_2_and_nothing_written(

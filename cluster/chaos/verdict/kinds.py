@@ -43,6 +43,13 @@ by ``harness`` into ``Observations``).
   succeeded, and started after their completions were written; and every slot in the
   window whose upstreams all succeeded has a run row (none lost). Slots skipped because
   an upstream failed are the common loss check's, which counts them accounted for.
+- ``key limits`` (jobs with ``uses``, kind ``keyed``, docs/limits.md): no named limit was
+  ever held by more runs than its limit, counted from the runs' start and end times in the
+  database. A run row keeps its slot's last attempt from its start (when it took its keys,
+  moved past the end of any run whose key it took) to its end (written in the transaction
+  that gave them back): inside the time it held them, so a count above the limit is a real
+  breach. An attempt a later one replaced is not counted: an excess may be missed, never
+  invented.
 """
 
 from __future__ import annotations
@@ -319,6 +326,36 @@ def dependencies(obs: Observations) -> CheckResult | None:
     return CheckResult("dependencies", summary, found)
 
 
+def key_limits(obs: Observations) -> CheckResult | None:
+    users = {name: job.uses for name, job in obs.jobs.items() if job.uses}
+    if not users or not obs.keys:
+        return None
+    found: list[Violation] = []
+    counted, peaks = 0, []
+    for key, limit in sorted(obs.keys.items()):
+        runs = [r for r in obs.runs if key in users.get(r.job, ()) and r.started_at is not None]
+        runs = [r for r in runs if r.finished_at is not None]
+        counted += len(runs)
+        # Ends before starts at one instant: a run that took the place its predecessor gave
+        # back is not counted with it.
+        edges = sorted(
+            [(r.finished_at or 0.0, -1, i) for i, r in enumerate(runs)]
+            + [(r.started_at or 0.0, 1, i) for i, r in enumerate(runs)]
+        )
+        at_once = peak = 0
+        for _, step, i in edges:
+            at_once += step
+            if at_once > limit and step > 0:
+                run = runs[i]
+                detail = f"{at_once} runs held {key} (limit {limit}), attempt {run.attempt}"
+                found.append(Violation("key above its limit", run.job, run.slot_ms, detail))
+            peak = max(peak, at_once)
+        peaks.append(f"{key} at most {peak} of {limit}")
+    keys = f"{len(obs.keys)} key" + ("s" if len(obs.keys) > 1 else "")
+    summary = f"{keys}, {counted} runs, " + ", ".join(peaks)
+    return CheckResult("key limits", summary, found)
+
+
 CHECKS: tuple[Callable[[Observations], CheckResult | None], ...] = (
     exactly_once_effects,
     allow_slots,
@@ -326,6 +363,7 @@ CHECKS: tuple[Callable[[Observations], CheckResult | None], ...] = (
     zone_placement,
     blip_shards,
     dependencies,
+    key_limits,
 )
 
 

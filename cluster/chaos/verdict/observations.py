@@ -33,6 +33,7 @@ class JobInfo:
     zones: tuple[str, ...] = ()  # pinned to these zones (kind ``pinned``); empty: any
     after: tuple[str, ...] = ()  # upstream jobs (kind ``dependent``)
     chained: bool = False  # an @after: job: its slots are its upstreams' successes
+    uses: tuple[str, ...] = ()  # named limits (kind ``keyed``)
 
 
 class WitnessLine(Protocol):
@@ -76,6 +77,7 @@ class RunRecord:
     status: str
     finished_at: float | None
     token: int | None = None  # the lease (fencing) token of the slot's last write
+    started_at: float | None = None  # when its last attempt began (the database's record)
 
 
 @dataclass(frozen=True)
@@ -157,6 +159,7 @@ class Observations:
     # run or skip (empty counts: not audited).
     audit_counts: Mapping[str, int] = field(default_factory=dict)
     audit_findings: Sequence[AuditFinding] = ()
+    keys: Mapping[str, int] = field(default_factory=dict)  # named limit -> runs at once
 
     def slot_time(self, slot_ms: int) -> float:
         """A slot on the harness's clock."""
@@ -191,7 +194,12 @@ def from_json(text: str) -> Observations:
     return Observations(
         jobs={
             k: JobInfo(
-                **{**v, "zones": tuple(v.get("zones", ())), "after": tuple(v.get("after", ()))}
+                **{
+                    **v,
+                    "zones": tuple(v.get("zones", ())),
+                    "after": tuple(v.get("after", ())),
+                    "uses": tuple(v.get("uses", ())),
+                }
             )
             for k, v in data.pop("jobs").items()
         },

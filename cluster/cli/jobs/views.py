@@ -151,6 +151,11 @@ async def show_job(
         if key == "health":  # last success, next slot, expectation state
             click.echo(f"{'health:':<18}{_health(value)}")
             continue
+        if key == "key_wait":  # a slot waiting for a named limit
+            wait = "-" if value is None else f"key {value['key']} since {value['since']}"
+            wait += "" if value is None else f" (slot {value['slot']})"
+            click.echo(f"{'waiting:':<18}{wait}")
+            continue
         shown = json.dumps(value, ensure_ascii=False) if isinstance(value, dict) else value
         if isinstance(value, list):  # upstreams, downstreams
             shown = ", ".join(value) or None

@@ -113,6 +113,9 @@ async def prune(
         result.chain_slots = (await _row(side, "count_prunable_chain_slots", events))["chosen"]
     else:
         result.chain_slots = (await _row(side, "prune_chain_slots", events))["removed"]
+    if not dry_run:  # named limits' waits, kept as long as the runs they explain
+        result.statements += 1
+        await _row(side, "prune_limit_waits", events)
     while True:
         result.statements += 1
         if dry_run:

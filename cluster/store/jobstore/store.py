@@ -9,9 +9,9 @@ This module owns the cluster's settings and pruning, and what acts on jobs that 
 scoped connection (``cluster.store.jobstore.scoped``): creating and placing job rows
 (``definitions``), steering running slots (``runcontrol``), runs with inputs (``inputs``),
 their history (``revisions``), tokens and audit (``access``), paged reads (``pages``), tenant
-limits (``tenants``) and quotas (``quotas``), console sessions (``sessions``), the
-handlers registries offer the API (``handlers``) and watch jobs' pings (``watch``). Callers
-use a part's methods through the part; the store restates none of them.
+limits (``tenants``), named limits (``limits``) and quotas (``quotas``), console sessions
+(``sessions``), the handlers registries offer the API (``handlers``) and watch jobs' pings
+(``watch``). Callers use a part's methods through the part; the store restates none of them.
 
     async with JobStore.open(ClusterSettings.from_env()) as store:
         await store.definitions.add(JobSpec.build("rollup", "0 * * * *", "billing.jobs:rollup"))
@@ -44,6 +44,7 @@ from cluster.store.jobstore.calendars import Calendars
 from cluster.store.jobstore.definitions import Definitions
 from cluster.store.jobstore.holds import Holds
 from cluster.store.jobstore.inputs import Inputs
+from cluster.store.jobstore.named_limits import NamedLimits
 from cluster.store.jobstore.pages import Pages
 from cluster.store.jobstore.plans import Plans
 from cluster.store.jobstore.quotas import Quotas
@@ -83,6 +84,7 @@ class JobStore:
         self.access = Access(conn)
         self.pages = Pages(conn, scope)
         self.tenants = Tenants(conn)
+        self.limits = NamedLimits(conn)
         self.handlers = RegisteredHandlers(conn)
         self.sessions = ConsoleSessions(conn)
         self.quotas = Quotas(conn)
@@ -275,6 +277,9 @@ class JobStore:
         data.update(await self._links(job.id))
         if job.slot_at >= CHAINED_NEXT and data.get("waits_for"):  # no slot released yet
             data["waits_for"] = f"the next success of {', '.join(data['upstreams'])}"
+        if job.uses:  # a slot passed over for a named limit with no room (docs/limits.md)
+            waiting = await self.limits.waiting(job.id)
+            data["key_wait"] = None if waiting is None else waiting.to_json()
         return data
 
     async def explain(

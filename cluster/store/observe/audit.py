@@ -125,11 +125,14 @@ async def _batches(cur: psycopg.AsyncServerCursor[Any]) -> AsyncGenerator[list[A
 
 
 def _record(fields: Sequence[Any]) -> Record:
-    slot, status, attempt, node, token, origin, error, history, started = fields
+    slot, status, attempt, node, token, origin, error, history, started, waited = fields
+    if waited is not None:  # "<key> <seconds>": the slot waited for a named limit
+        key, _, seconds = waited.rpartition(" ")
+        waited = f"waited {float(seconds):g}s for key {key}"
     if not history:
-        return Record(slot, status, attempt, node, token, origin, error, (), started)
+        return Record(slot, status, attempt, node, token, origin, error, (), started, waited)
     priors = tuple(Prior.from_json(item) for item in history)
-    return Record(slot, status, attempt, node, token, origin, error, priors, started)
+    return Record(slot, status, attempt, node, token, origin, error, priors, started, waited)
 
 
 Revisions = list[tuple[datetime, str, dict[str, Any]]]  # (at, change, definition), oldest first
@@ -160,7 +163,7 @@ def _job(
 ) -> Job:
     spans = spans_of(revisions) if revisions else _unrevised(row)
     status = row["status"]
-    held = row["gate_wait"] or row["next_run_at"] > row["slot_at"]
+    held = row["gate_wait"] or row["next_run_at"] > row["slot_at"] or row["key_wait"]
     in_flight = set(row["flights"])
     if status == JobStatus.RUNNING:
         in_flight.add(row["slot_at"])

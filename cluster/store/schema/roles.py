@@ -75,6 +75,13 @@ GRANTS: Mapping[str, tuple[str, str]] = {
     "tenant_limits": ("SELECT, UPDATE", "SELECT, INSERT, UPDATE, DELETE"),
     "tenant_moves": ("SELECT, INSERT, DELETE", "SELECT, INSERT, DELETE"),
     "tenant_room": (READ, READ),
+    # Named limits: a claim takes keys (limit_take), a run's end gives them back, a claim
+    # records the slots it passed over; the web sets and removes keys, and locks those a
+    # job it writes names (uses_check).
+    "limit_keys": ("SELECT, UPDATE", "SELECT, INSERT, UPDATE, DELETE"),
+    "limit_moves": ("SELECT, INSERT, DELETE", "SELECT, INSERT, DELETE"),
+    "limit_room": (READ, READ),
+    "limit_waits": ("SELECT, INSERT, UPDATE, DELETE", "SELECT, INSERT, UPDATE, DELETE"),
     # Read by the quota checks, which run as the owner.
     "tenant_quotas": ("", "SELECT, INSERT, UPDATE, DELETE"),
     # The web authenticates tokens (stamping their last use, nothing else: a web login must

@@ -6,10 +6,13 @@
 -- The next page of the jobs audited, in (tenant, name) order after the last one of the
 -- page before (none: the first page; the jobs UNIQUE (tenant_id, name) index), with where
 -- each stands now: its current slot, whether that slot is held (a gate's wait, a retry's
--- backoff), its slots in flight.
+-- backoff, a named limit's: limit_waits), its slots in flight.
 SELECT j.id, j.tenant_id, j.name, j.status, j.slot_at, j.next_run_at, j.gate_wait,
        j.last_run_at, j.created_at, j.schedule, j.tz, j.dst_repeated, j.dst_skipped,
        j.each_zone, j.paused,
+       j.uses <> '{}' AND EXISTS (SELECT 1 FROM limit_waits w
+                                  WHERE w.job_id = j.id AND w.slot = j.slot_at
+                                    AND w.ended IS NULL) AS key_wait,
        coalesce((SELECT array_agg(f.slot ORDER BY f.slot) FROM flights f
                  WHERE f.job_id = j.id), '{}') AS flights
 FROM jobs j
@@ -46,8 +49,13 @@ ORDER BY c.job_id, c.slot;
 -- name: audit_runs
 -- The run rows of the audited jobs in the range, job by job in the order given, each job's
 -- in slot order: one probe of runs (job_id, scheduled_for) per job, sorted per job only.
+-- A slot that waited for a named limit says which and how long (limit_waits, one probe of
+-- its primary key per row: an empty table's as a rule).
 SELECT i.n, r.scheduled_for, r.status, r.attempt, r.node_id, r.lease_token, r.origin,
-       r.last_error, r.history, r.started_at
+       r.last_error, r.history, r.started_at,
+       (SELECT w.key_name || ' ' || extract(epoch FROM w.ended - w.since)::numeric(12, 3)
+        FROM limit_waits w
+        WHERE w.job_id = i.id AND w.slot = r.scheduled_for AND w.ended IS NOT NULL) AS waited
 FROM unnest(%(ids)s::uuid[]) WITH ORDINALITY AS i(id, n)
 CROSS JOIN LATERAL (
     SELECT x.scheduled_for, x.status, x.attempt, x.node_id, x.lease_token, x.origin,

@@ -18,10 +18,10 @@ WITH RECURSIVE clock AS (
 -- is due in other nodes' shards. The quota is read by a subquery, unknown when planned:
 -- planned for a known quota of 2 or 3, a small claim cost 0.8 ms more.
 heads AS (
-    SELECT s.shard, c.id, c.next_run_at, c.ctid, c.tenant_id, c.priority
+    SELECT s.shard, c.id, c.next_run_at, c.ctid, c.tenant_id, c.priority, c.uses
     FROM unnest(%(shards)s::int[]) AS s(shard)
     CROSS JOIN LATERAL (
-        SELECT j.id, j.next_run_at, j.ctid, j.tenant_id, j.priority FROM jobs j
+        SELECT j.id, j.next_run_at, j.ctid, j.tenant_id, j.priority, j.uses FROM jobs j
         WHERE j.shard_id = s.shard AND j.status = 'idle'
           AND j.next_run_at <= (SELECT due FROM clock)
         ORDER BY j.next_run_at
@@ -37,12 +37,12 @@ cutoff AS (
         'infinity') AS t
 ),
 deeper AS (
-    SELECT c.id, c.next_run_at, c.ctid, c.tenant_id, c.priority
+    SELECT c.id, c.next_run_at, c.ctid, c.tenant_id, c.priority, c.uses
     FROM (SELECT h.shard FROM heads h GROUP BY h.shard
           HAVING count(*) >= %(quota)s
              AND max(h.next_run_at) < (SELECT t FROM cutoff)) AS s
     CROSS JOIN LATERAL (
-        SELECT j.id, j.next_run_at, j.ctid, j.tenant_id, j.priority FROM jobs j
+        SELECT j.id, j.next_run_at, j.ctid, j.tenant_id, j.priority, j.uses FROM jobs j
         WHERE j.shard_id = s.shard AND j.status = 'idle'
           AND j.next_run_at <= (SELECT due FROM clock)
           AND j.next_run_at < (SELECT t FROM cutoff)
@@ -88,10 +88,10 @@ turns AS (
     SELECT ceil(%(limit)s::float8 / nullif(count(DISTINCT tenant), 0))::int AS share FROM pairs
 ),
 fair AS (
-    SELECT c.id, c.next_run_at, c.ctid, c.tenant_id, c.priority
+    SELECT c.id, c.next_run_at, c.ctid, c.tenant_id, c.priority, c.uses
     FROM pairs p CROSS JOIN turns s
     CROSS JOIN LATERAL (
-        SELECT j.id, j.next_run_at, j.ctid, j.tenant_id, j.priority FROM jobs j
+        SELECT j.id, j.next_run_at, j.ctid, j.tenant_id, j.priority, j.uses FROM jobs j
         WHERE j.shard_id = p.shard AND j.tenant_id = p.tenant AND j.status = 'idle'
           AND j.next_run_at <= (SELECT due FROM clock)
         ORDER BY j.next_run_at
@@ -124,48 +124,81 @@ levels AS (
     ) AS f
 ),
 urgent AS (
-    SELECT c.id, c.next_run_at, c.ctid, c.tenant_id, c.priority
+    SELECT c.id, c.next_run_at, c.ctid, c.tenant_id, c.priority, c.uses
     FROM levels v
     CROSS JOIN LATERAL (
-        SELECT j.id, j.next_run_at, j.ctid, j.tenant_id, j.priority FROM jobs j
+        SELECT j.id, j.next_run_at, j.ctid, j.tenant_id, j.priority, j.uses FROM jobs j
         WHERE j.shard_id = v.shard AND j.priority = v.priority AND j.priority > 0
           AND j.status = 'idle' AND j.next_run_at <= (SELECT due FROM clock)
         ORDER BY j.next_run_at
         LIMIT %(limit)s
     ) AS c
 ),
--- A tenant's places in the claim are its candidates' due times, oldest first; its jobs
--- take them highest priority first, then oldest first (`turn`): the n-th of the one order
--- takes the n-th of the other (`place`). A tenant with no candidate of a priority (`top`
--- 0, the first of its turns) keeps its own due times: no second ranking is read for it.
--- The claim takes places oldest first; fair: by turn (each tenant's first place, then each
--- one's second, ...), then oldest first, so a priority never moves a tenant ahead of
--- another. Beyond its read turns a tenant is served from the oldest (heads). A tenant's
--- turns beyond its free places (migration 014) are `held`, and come last. Places of one
--- time go by turn (a tenant's own in its order), then by lot (a fan-out's jobs share their
--- due time), so a claim smaller than the tenants due does not favour the same tenant
--- every time.
+-- The named limits (0.3.0_pre_uses_named_limits) and whether each has room now, as this
+-- snapshot sees them (no lock): read once per claim, and only if a candidate uses a key.
+key_room AS MATERIALIZED (
+    SELECT l.scope, l.name,
+           coalesce(r.room > 0, true)
+           AND (l.rate IS NULL OR limit_starts_near(l, (SELECT t FROM clock)) < l.rate) AS open
+    FROM limit_keys l JOIN limit_room r ON r.id = l.id
+),
+-- Each candidate, `blocked` if it uses a named limit with no room (the first such key, the
+-- tenant's own before a cluster-wide one of its name; a name without a key blocks too).
+-- A tenant's places in the claim are its unblocked candidates' due times, oldest first; its
+-- jobs take them highest priority first, then oldest first (`turn`, blocked ones last): the
+-- n-th of the one order takes the n-th of the other (`place`). A tenant with no candidate of
+-- a priority (`top` 0) keeps its own due times: no second ranking is read for it.
 ranked AS (
-    SELECT x.*, row_number() OVER w AS turn, max(x.priority) OVER w AS top
-    FROM (SELECT h.id, h.next_run_at, h.ctid, h.tenant_id, h.priority FROM heads h
-          UNION SELECT * FROM deeper UNION SELECT * FROM fair UNION SELECT * FROM urgent) AS x
-    WINDOW w AS (PARTITION BY x.tenant_id ORDER BY x.priority DESC, x.next_run_at, x.id)
+    SELECT y.*, row_number() OVER w AS turn,
+           max(y.priority) OVER (PARTITION BY y.tenant_id) AS top
+    FROM (
+        SELECT x.*,
+               CASE WHEN x.uses <> '{}' THEN (
+                   SELECT n.name FROM unnest(x.uses) AS n(name)
+                   WHERE NOT coalesce((SELECT k.open FROM key_room k
+                                       WHERE k.name = n.name AND k.scope IN ('', x.tenant_id)
+                                       ORDER BY k.scope DESC LIMIT 1), false)
+                   LIMIT 1) END AS blocked
+        FROM (SELECT h.id, h.next_run_at, h.ctid, h.tenant_id, h.priority, h.uses FROM heads h
+              UNION SELECT * FROM deeper UNION SELECT * FROM fair UNION SELECT * FROM urgent)
+             AS x
+    ) AS y
+    WINDOW w AS (PARTITION BY y.tenant_id
+                 ORDER BY y.blocked IS NOT NULL, y.priority DESC, y.next_run_at, y.id)
 ),
 places AS MATERIALIZED (
     SELECT r.tenant_id, r.next_run_at,
            row_number() OVER (PARTITION BY r.tenant_id ORDER BY r.next_run_at, r.id) AS n
-    FROM ranked r WHERE r.top > 0
+    FROM ranked r WHERE r.top > 0 AND r.blocked IS NULL
 ),
+-- The claim takes places oldest first; fair: by turn (each tenant's first place, then each
+-- one's second, ...), then oldest first, so a priority never moves a tenant ahead of
+-- another. Beyond its read turns a tenant is served from the oldest (heads). A tenant's
+-- turns beyond its free places (migration 014) are `held`, and come last; so is a blocked
+-- job. Places of one time go by turn (a tenant's own in its order), then by lot (a
+-- fan-out's jobs share their due time), so a claim smaller than the tenants due does not
+-- favour the same tenant every time.
 candidates AS (
-    SELECT u.id, u.next_run_at, u.ctid, u.turn > r.room IS TRUE AS held
-    FROM ranked u LEFT JOIN tenant_room r ON r.tenant_id = u.tenant_id
-    ORDER BY held, CASE WHEN %(fair)s THEN u.turn END,
-             CASE WHEN u.top > 0
-                  THEN (SELECT p.next_run_at FROM places p
-                        WHERE p.tenant_id = u.tenant_id AND p.n = u.turn)
-                  ELSE u.next_run_at END,
-             u.turn, random()
+    SELECT v.id, v.next_run_at, v.ctid, v.held OR v.blocked IS NOT NULL AS held, v.blocked
+    FROM (
+        SELECT u.*, u.turn > r.room IS TRUE AS held,
+               CASE WHEN u.top > 0 AND u.blocked IS NULL
+                    THEN (SELECT p.next_run_at FROM places p
+                          WHERE p.tenant_id = u.tenant_id AND p.n = u.turn)
+                    ELSE u.next_run_at END AS place
+        FROM ranked u LEFT JOIN tenant_room r ON r.tenant_id = u.tenant_id
+    ) AS v
+    ORDER BY held, CASE WHEN %(fair)s THEN v.turn END, v.place, v.turn, random()
     LIMIT %(limit)s
+),
+-- A slot passed over for a named limit is recorded waiting (limit_waits), once; the take
+-- that lets it run ends the wait.
+waited AS (
+    INSERT INTO limit_waits (job_id, slot, key_name, since)
+    SELECT j.id, j.slot_at, c.blocked, (SELECT t FROM clock)
+    FROM candidates c JOIN jobs j ON j.ctid = c.ctid
+    WHERE c.blocked IS NOT NULL
+    ON CONFLICT DO NOTHING
 ),
 -- Locked and updated by ctid. A row changed since this statement's snapshot is locked in
 -- a version the update cannot see: it is left for the next claim, never claimed twice.
@@ -215,10 +248,13 @@ next_due AS (
     ) AS x
     WHERE (SELECT count(*) FROM locked) < %(limit)s
 )
--- held: a due job was passed over (a tenant's limit, a row locked by another claim or a
--- tenant's place refused by tenant_take), for the claim loop's next claim to go fair.
+-- held: a due job was passed over (a tenant's limit, a row locked by another claim, a place
+-- refused by tenant_take or a key by limit_take), for the claim loop's next claim to go fair
+-- at once. Not a job whose named limit had no room: claiming again changes nothing for it,
+-- and the run that gives a place back wakes the claim loops (limit_free).
 SELECT k.t AS db_now, (SELECT t FROM next_due) AS next_due,
-       (SELECT count(*) FROM candidates) > (SELECT count(*) FROM claimed) AS held, c.*
+       (SELECT count(*) FROM candidates WHERE blocked IS NULL)
+           > (SELECT count(*) FROM claimed) AS held, c.*
 FROM clock k LEFT JOIN claimed c ON true
 ORDER BY c.slot_at;
 

@@ -156,6 +156,18 @@ SELECT id, room FROM again;
 WITH clock AS (
     SELECT coalesce(%(now)s::timestamptz, now()) AS t
 ),
+-- A due flight passed over for a named limit with no room is recorded waiting, once (as
+-- `claim` records a job's slot); read only when the cluster has a key.
+waited AS (
+    INSERT INTO limit_waits (job_id, slot, key_name, since)
+    SELECT f.job_id, f.slot, b.name, (SELECT t FROM clock)
+    FROM unnest(%(shards)s::int[]) AS s(shard)
+    JOIN flights f ON f.shard_id = s.shard AND f.status = 'queued'
+                  AND f.due_at <= (SELECT t FROM clock)
+    CROSS JOIN LATERAL (SELECT limit_ids_blocked(f.uses_keys, (SELECT t FROM clock)) AS name) AS b
+    WHERE EXISTS (SELECT 1 FROM limit_keys) AND f.uses_keys IS NOT NULL AND b.name IS NOT NULL
+    ON CONFLICT DO NOTHING
+),
 picked AS (
     SELECT p.ctid FROM unnest(%(shards)s::int[]) AS s(shard)
     CROSS JOIN LATERAL (
@@ -166,6 +178,9 @@ picked AS (
           -- of other tenants (migration 014; the place trigger has the last word).
           AND (f.limit_tenant IS NULL OR EXISTS (
               SELECT 1 FROM tenant_room r WHERE r.tenant_id = f.limit_tenant AND r.room > 0))
+          -- Likewise a flight whose named limits have no room (0.3.0_pre_uses_named_limits).
+          AND (f.uses_keys IS NULL
+               OR limit_ids_blocked(f.uses_keys, (SELECT t FROM clock)) IS NULL)
           -- A flight of a job that is not `allow` (a backfill, a rerun, a trigger with a
           -- payload) waits while its regular slot runs; a schedule's flight has no origin.
           AND (f.origin IS NULL OR NOT EXISTS (

@@ -242,3 +242,25 @@ WHERE c.taken
   AND c.created_at < coalesce(%(now)s::timestamptz, now()) - make_interval(secs => %(keep_s)s)
   AND NOT EXISTS (SELECT 1 FROM runs r WHERE r.job_id = c.job_id AND r.scheduled_for = c.slot)
   AND NOT EXISTS (SELECT 1 FROM jobs j WHERE j.id = c.job_id AND j.slot_at = c.slot);
+
+-- name: prune_limit_waits
+-- Waits for named limits (0.3.0_pre_uses_named_limits) that ended longer ago than
+-- keep_failed_for (the longest retention of runs: `pulse audit` reads them with their
+-- runs), oldest first, and the open waits of jobs removed since. Several nodes: SKIP LOCKED.
+WITH doomed AS (
+    SELECT w.ctid FROM limit_waits w
+    WHERE w.ended < coalesce(%(now)s::timestamptz, now()) - make_interval(secs => %(keep_s)s)
+    ORDER BY w.ended
+    LIMIT %(batch)s
+    FOR UPDATE OF w SKIP LOCKED
+),
+orphans AS (
+    DELETE FROM limit_waits w
+    WHERE w.ended IS NULL AND NOT EXISTS (SELECT 1 FROM jobs j WHERE j.id = w.job_id)
+      AND w.since < coalesce(%(now)s::timestamptz, now()) - make_interval(secs => %(keep_s)s)
+    RETURNING 1
+),
+gone AS (
+    DELETE FROM limit_waits x USING doomed d WHERE x.ctid = d.ctid RETURNING 1
+)
+SELECT (SELECT count(*) FROM gone)::int + (SELECT count(*) FROM orphans)::int AS removed;

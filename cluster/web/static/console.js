@@ -345,6 +345,8 @@ async function jobPage(tenant, name) {
     const linked = (names) => names.length ? names.flatMap((n, i) => [i ? ", " : "", el("a", { href: jobHref(j.tenant, n) }, n)]) : ["-"];
     facts.replaceChildren(...Object.entries(j).filter(([k]) => !["next_slots", "next_starts", "next_reasons", "next_entries", "calendar_skips", "recent_runs"].includes(k))
       .flatMap(([k, v]) => [el("dt", {}, k), ["upstreams", "downstreams"].includes(k) ? el("dd", {}, ...linked(v))
+        // A slot passed over for a named limit with no room (docs/limits.md).
+        : k === "key_wait" && v ? el("dd", { id: "key-wait" }, `waiting for key ${v.key} since ${v.since} (slot ${v.slot})`)
         : el("dd", {}, v === null ? "-" : typeof v === "object" ? JSON.stringify(v) : String(v))]));
     // Runs and the slots the calendar or a blackout window skips, in slot order, each with why.
     const entryOf = (i) => ((j.next_entries || [])[i] ? `schedule ${j.next_entries[i]}` : "");
