@@ -40,5 +40,5 @@ def test_a_node_runs_a_tenants_priority_first_and_the_tenants_in_turn(
     # turn of one of them by lot. The quiet tenant's first went to its job with a priority.
     first_claim = order[:3]
     assert {tenant for _, tenant, _ in first_claim} == {"quiet", "loud"}, order
-    quiet_order = [name for _, tenant, name in order if tenant == "quiet"]
-    assert quiet_order[0] == "quiet-urgent", quiet_order
+    # (The runs of one claim start together, in any order.)
+    assert "quiet-urgent" in {name for _, _, name in first_claim}, order
