@@ -30,6 +30,7 @@ from psycopg.rows import AsyncRowFactory, dict_row, tuple_row
 
 from cluster.errors import ConfigError, StoreError
 from cluster.settings import DEFAULT_LEASE_S, ClusterSettings
+from cluster.store import tally
 from cluster.store.connect import Conn, connect, describe
 from cluster.store.deadline import MARGIN_S, fetch_within
 from cluster.store.lock.completions import Completions
@@ -206,6 +207,7 @@ class LockSession:
             cur.row_factory = rows
             try:
                 statement = text or query(name)
+                tally.count("lock", name)
                 deadline_s = self.statement_timeout_s + MARGIN_S
                 found = await fetch_within(cur, statement, params, deadline_s)
             except TimeoutError as exc:
