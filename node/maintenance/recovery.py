@@ -111,6 +111,8 @@ class Recovery:
         same id) look alive to everyone's recovery; take them back before claiming."""
         rows = await self._session.recover_own(lease_s=self._lease_s)
         flights = await self._session.flights.recover((), (), lease_s=self._lease_s, own=True)
+        # Queued again in shards this node may not hold: their holders hear it.
+        await self._session.notify_shards({f.job.shard for f in flights if not f.poison})
         return self._took_back(rows) + self._flights_back(flights)
 
     async def take_back_untracked(self) -> int:

@@ -22,8 +22,9 @@ given back wakes the loop through NOTIFY.
 A claimed slot of an overlap ``allow`` job is handed to a flight (``Completer.spawn``) and
 runs once that is written; queued flights (retries, and those taken back from dead nodes)
 are claimed every ``FLIGHT_POLL_S`` once the node has seen any, else every
-``FLIGHT_IDLE_POLL_S`` (docs/design/overlap.md); a write to a held shard (a trigger, a rerun:
-NOTIFYed) and a gained shard make the next claim take them too.
+``FLIGHT_IDLE_POLL_S`` (docs/design/overlap.md); a NOTIFY of a held shard (a trigger, a
+rerun, a restarted node's orphans, a drain's releases) and a gained shard make the next
+claim take them too.
 """
 
 from __future__ import annotations
@@ -55,8 +56,10 @@ MAX_CLAIM = 500
 CLAIM_BATCH_S = 0.1
 SLOT_BATCH_WINDOW_S = 0.005
 FLIGHT_POLL_S = 2.0
-# Bounds a lost NOTIFY only: writes that queue flights in a held shard NOTIFY it.
-FLIGHT_IDLE_POLL_S = 30.0
+# Bounds a lost NOTIFY: writes that queue flights NOTIFY their shard (a trigger, a rerun, a
+# restarted node's orphans, a drain's releases), and a gained shard is asked at once. A
+# multiple of the idle claim interval, so it falls on a claim's beat.
+FLIGHT_IDLE_POLL_S = 20.0
 # The longest sleep after a claim that took nothing (see ``idle_poll_s``).
 IDLE_POLL_S = 2.0
 

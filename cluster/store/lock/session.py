@@ -271,6 +271,13 @@ class LockSession:
         rows = await self._run("end_frozen_session", {"node": node_id, "idle_s": idle_s})
         return bool(rows[0][0])
 
+    async def notify_shards(self, shards: Collection[int]) -> None:
+        """Wake the holders of ``shards``: flights were queued there by a node that may not
+        hold them (docs/design/beat.md)."""
+        if shards:
+            params = {"channel": self.settings.wake_channel, "shards": sorted(set(shards))}
+            await self._run("notify_shards", params)
+
     async def ping(self, now: datetime | None = None) -> datetime:
         rows = await self._run("ping", {"now": now})
         value: datetime = rows[0][0]
