@@ -33,6 +33,7 @@ from prometheus_client.process_collector import ProcessCollector
 from prometheus_client.registry import Collector
 
 from cluster.jobs.models import ATTEMPT_OUTCOMES
+from cluster.store import tally
 from node.state import NodeState
 from node.stats import Stats
 
@@ -178,6 +179,14 @@ class NodeCollector(Collector):
         errors.add_metric(["postgres"], s.db_errors)
         errors.add_metric(["redis"], s.redis_errors)
         yield errors
+        sent = CounterMetricFamily(
+            "pulse_db_transactions",
+            "Transactions sent to Postgres, by connection and statement (cluster/store/tally.py).",
+            labels=["connection", "statement"],
+        )
+        for (connection, statement), n in sorted(tally.TALLY.items()):
+            sent.add_metric([connection, statement], n)
+        yield sent
 
     def _gauges(self) -> Iterator[Metric]:
         state = self._state()

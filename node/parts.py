@@ -33,7 +33,7 @@ from node.membership.deathwatch import DeathWatch
 from node.membership.heartbeat import Heartbeat
 from node.membership.shards import ShardKeeper
 from node.metrics import pulse_version
-from node.pipeline.claimer import Claimer
+from node.pipeline.claimer import Claimer, idle_poll_s
 from node.pipeline.clock import DbClock
 from node.pipeline.completer import Completer
 from node.pipeline.executor import Executor
@@ -127,6 +127,7 @@ def wire(
         lease_s=s.lease_s,
         trust_margin_s=min(TRUST_MARGIN_S, s.session_timeout_s / 4),
         fairness=s.fairness,
+        idle_interval_s=idle_poll_s(s.poll_interval_s, s.freeze_limit_s, s.session_timeout_s),
     )
 
     def tracked() -> Tracked:
@@ -154,6 +155,7 @@ def wire(
         connected=registry.connected,
         evict=registry.deregister,
         frozen_s=s.freeze_limit_s,
+        beat_s=s.heartbeat_interval_s,
     )
     alert_store = AlertStore(upkeep)
     stop_claiming = Signal()

@@ -223,7 +223,7 @@ class Node:
             self._spawn(p.claimer.run(claiming)),
             self._spawn(
                 run_service(
-                    "recovery", p.recovery.run_once, interval_s=RECOVERY_INTERVAL_S, stop=claiming
+                    "recovery", p.recovery.poll, interval_s=RECOVERY_INTERVAL_S, stop=claiming
                 )
             ),
         ]

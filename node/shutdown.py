@@ -116,9 +116,11 @@ class Shutdown:
             await self.session.release(
                 [(j.id, j.lease_token) for j in left if not j.flight], reason
             )
+            flights = [j for j in left if j.flight]
             await self.session.flights.release(
-                [(j.id, j.slot, j.lease_token) for j in left if j.flight], reason
+                [(j.id, j.slot, j.lease_token) for j in flights], reason
             )
+            await self.session.notify_shards({j.shard for j in flights})
         except StoreError as exc:
             logger.warning("could not release unfinished runs (recovery will): %s", exc)
             return

@@ -38,6 +38,9 @@ class NodeState:
     shard_written: asyncio.Event = field(default_factory=Signal)
     # A NOTIFY said each-node runs were queued for the members (docs/design/each-node.md).
     member_runs: asyncio.Event = field(default_factory=Signal)
+    # The death watch saw a session end: the shard keeper reads the members' sessions.
+    suspect: bool = False
+    flights_written: bool = False  # the claim loop's flag of the same NOTIFY (a trigger, say)
 
     def set_live(self, live: list[str]) -> bool:
         """Record the live member list; True (and wake the shard keeper) if it changed."""

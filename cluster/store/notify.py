@@ -22,6 +22,7 @@ from psycopg import sql
 
 from cluster.errors import StoreError
 from cluster.settings import ClusterSettings
+from cluster.store import tally
 from cluster.store.connect import connect, describe
 from cluster.timing.instants import from_micros, micros
 
@@ -71,6 +72,7 @@ async def listen(
                 return
             # The server sent notifications (psycopg hands them to the handler as this
             # round trip reads them; LISTEN again is a no-op) or ended the connection.
+            tally.count("listen", "listen")
             await conn.execute(statement)
     except psycopg.Error as exc:
         raise StoreError(f"wake-up listener: {describe(exc)}") from exc

@@ -23,6 +23,7 @@ import psycopg
 
 from cluster.errors import StoreError
 from cluster.settings import ClusterSettings
+from cluster.store import tally
 from cluster.store.connect import Conn, Row, connect
 from cluster.store.deadline import MARGIN_S, Deadline
 from cluster.store.queries import query, store_error
@@ -68,6 +69,7 @@ class SideConnection:
         """The rows of statement ``name``, run on its own (autocommit)."""
         async with self._lock, self._errors(name):
             conn = await self._connected()
+            tally.count(tally.role(self.name), name)
             async with Deadline(conn, self._deadline_s):
                 return await _rows(conn, name, params or {})
 
@@ -77,6 +79,7 @@ class SideConnection:
         ran out of time): the block runs them with the ``Fetch`` it is given."""
         async with self._lock, self._errors(name):
             conn = await self._connected()
+            tally.count(tally.role(self.name), name)
             async with Deadline(conn, self._deadline_s), conn.transaction():
                 yield partial(_translated, conn)
 

@@ -84,7 +84,9 @@ class LatePass:
         self._stats = stats
 
     async def run_once(self, now: datetime | None = None) -> None:
-        for row in await self._store.late_pass(self._shards, now):
+        """One pass, its reads and marks in one transaction (``late_pass_all``)."""
+        found = await self._store.late_pass_all(self._shards, BASELINE_RUNS, now)
+        for row in found.late:
             self._stats.late_slots += 1
             logger.warning(
                 "slot not started %.0fs after it was due",
@@ -96,7 +98,7 @@ class LatePass:
                     "slot": row["slot_at"].isoformat(),
                 },
             )
-        for job in await self._store.watch_pass(self._shards, now):
+        for job in found.missed:
             self._stats.late_slots += 1
             logger.warning(
                 "no ping for a watched slot within %.0fs",
@@ -108,7 +110,7 @@ class LatePass:
                     "slot": job.slot_at.isoformat(),
                 },
             )
-        for run in await self._store.watch_timeouts(now):
+        for run in found.timed_out:
             logger.warning(
                 "no end ping for a watched run within its timeout",
                 extra={
@@ -118,11 +120,15 @@ class LatePass:
                     "slot": run.slot.isoformat(),
                 },
             )
-        await self.expectations(now)
+        await self.expectations(now, found.expect_runs)
 
-    async def expectations(self, now: datetime | None = None) -> None:
-        """Raise ``slow`` and ``overdue`` for the runs going on that are due them."""
-        runs = await self._store.expect_runs(BASELINE_RUNS, now)
+    async def expectations(
+        self, now: datetime | None = None, runs: list[dict[str, Any]] | None = None
+    ) -> None:
+        """Raise ``slow`` and ``overdue`` for the runs going on that are due them (``runs``:
+        the ``expect_runs`` rows, read now unless given)."""
+        if runs is None:
+            runs = await self._store.expect_runs(BASELINE_RUNS, now)
         marks = [m for m in map(due_event, runs) if m is not None]
         if not marks:
             return

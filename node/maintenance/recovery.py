@@ -18,11 +18,18 @@ the node gave up waiting) can leave such rows: a claim, mostly. The node is aliv
 along, so nobody's recovery of dead owners applies, and until this the slot waited for its
 lease to expire (tests/integration/test_lost_answers.py). They are released as a shutdown
 releases runs: due again at once, the lost attempt recorded.
+
+The periodic pass (``poll``, every ``RECOVERY_INTERVAL_S`` of ``node.runtime``) reads
+Postgres only when there may be something to take back: a member left the shard keeper's
+alive set or the zone spaces changed since the last pass (a death), or ``IDLE_PASS_S``
+passed (a lease that expired under a live owner). A quiet node pays two statements every
+``IDLE_PASS_S`` rather than every beat (docs/design/beat.md).
 """
 
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 from uuid import UUID
@@ -46,6 +53,9 @@ logger = logging.getLogger(__name__)
 FailSlot = Callable[[ClaimedJob, Outcome], None]
 # The leases of every run this node tracks: jobs (id, token) and flights (id, slot, token).
 Tracked = tuple[set[tuple[UUID, int]], set[FlightLease]]
+# Between passes while no member died: bounds how late a lease that expired under a live
+# owner (a node that could not renew) is taken back, after its lease.
+IDLE_PASS_S = 10.0
 ANSWER_LOST = "left running here by a statement whose answer was lost with its connection"
 
 
@@ -85,6 +95,8 @@ class Recovery:
         self._stats = stats
         self._fail_slot = fail_slot
         self._lease_s = lease_s
+        # What the last periodic pass saw (alive members, zone spaces) and when (monotonic).
+        self._seen: tuple[frozenset[str], frozenset[int], float] | None = None
 
     async def recover(self, shards: frozenset[int]) -> int:
         """Take back the runs in ``shards`` of owners the shard keeper no longer counts
@@ -99,6 +111,8 @@ class Recovery:
         same id) look alive to everyone's recovery; take them back before claiming."""
         rows = await self._session.recover_own(lease_s=self._lease_s)
         flights = await self._session.flights.recover((), (), lease_s=self._lease_s, own=True)
+        # Queued again in shards this node may not hold: their holders hear it.
+        await self._session.notify_shards({f.job.shard for f in flights if not f.poison})
         return self._took_back(rows) + self._flights_back(flights)
 
     async def take_back_untracked(self) -> int:
@@ -215,6 +229,20 @@ class Recovery:
             self._fail_slot(poisoned(row), Outcome("cancelled", error, 0.0))
             return
         self._fail_slot(poisoned(row), Outcome("failed", lost_error(row), 0.0))
+
+    async def poll(self, clock: float | None = None) -> None:
+        """The service's pass on each beat (``node.runtime``): ``run_once`` if a member left
+        the alive set or the zone spaces changed since the last pass, or ``IDLE_PASS_S``
+        passed (``clock``: ``time.monotonic()`` unless given)."""
+        clock = time.monotonic() if clock is None else clock
+        state, seen = self._state, self._seen
+        alive, spaces = frozenset(state.alive), frozenset(state.spaces)
+        quiet = seen is not None and seen[0] <= alive and seen[1] == spaces
+        if quiet and seen is not None and clock < seen[2] + IDLE_PASS_S:
+            return
+        await self.run_once()
+        if self._session.connected:  # else nothing was read: try again next beat
+            self._seen = (alive, spaces, clock)
 
     async def run_once(self) -> None:
         if self._state.held and self._session.connected:

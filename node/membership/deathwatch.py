@@ -21,8 +21,9 @@ from node.state import NodeState
 logger = logging.getLogger(__name__)
 
 # How long one wait lasts before the target is looked at again (a membership change may
-# have given this node another one; meanwhile the keeper's beat covers a newcomer).
-WAIT_S = 5.0
+# have given this node another one; meanwhile the keeper covers a newcomer: a dead node's
+# heartbeat goes stale, docs/design/beat.md). Each wait is a transaction.
+WAIT_S = 10.0
 # After a grant, the same peer is not watched again before this: a peer without a life
 # lock (reconnecting, an older release, or a namesake holds it) grants every wait at once.
 AFTER_GRANT_S = 0.5
@@ -65,6 +66,7 @@ class DeathWatch:
         logger.info(
             "lock session of %s ended", peer, extra={"event": "peer_session_ended", "member": peer}
         )
+        state.suspect = True
         state.rebalance.set()
         return AFTER_GRANT_S
 

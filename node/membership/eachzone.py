@@ -35,17 +35,19 @@ class ZoneChildren:
         self._state = state
         self._session = session
         self._empty_since: dict[str, float] = {}  # zone -> when it was first seen empty
+        self.found = True  # the last pass found each-zone parents or children
 
     async def run_once(self) -> bool:
         """Create or align this zone's children, remove unwanted ones; True if any changed."""
+        self.found = False
         changed = await self._ensure_mine()
         return await self._remove_unwanted() or changed
 
     async def _ensure_mine(self) -> bool:
         state = self._state
-        parents = [
-            p for p in await self._session.zones.each_zone_parents(state.zone) if not p["fresh"]
-        ]
+        every = await self._session.zones.each_zone_parents(state.zone)
+        self.found = self.found or bool(every)
+        parents = [p for p in every if not p["fresh"]]
         if not parents:
             return False
         space = await self._session.zones.zone_space([state.zone])
@@ -78,6 +80,7 @@ class ZoneChildren:
     async def _remove_unwanted(self) -> bool:
         state = self._state
         children = await self._session.zones.zone_children()
+        self.found = self.found or bool(children)
         if not children:
             return False
         # Zones are trusted only when every alive member's zone is known.

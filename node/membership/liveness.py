@@ -17,6 +17,12 @@ the process dies) and its heartbeat's age (docs/design/recovery.md):
 
 The dead are evicted from the Redis registry: every peer's heartbeat hears the ``leave``
 at once and rebuilds its ring in the same pass, not at the heartbeat TTL.
+
+The sessions are read from Postgres only when something may have changed: the member list
+did, the death watch saw a session end (``NodeState.suspect``), a member is in its grace,
+a peer's heartbeat is older than ``SUSPECT_BEATS`` beats (a killed or frozen node stops
+beating), Redis cannot say, or ``JUDGE_EVERY_S`` passed. A quiet cluster's keeper reads
+nothing on most beats (docs/design/beat.md).
 """
 
 from __future__ import annotations
@@ -39,6 +45,11 @@ FROZEN_S = DEFAULT_FREEZE_LIMIT_S
 # Heartbeat ages are trusted only as read this recently (a node cut from Redis itself
 # would otherwise see every peer go stale).
 FRESH_VIEW_S = 2.0
+# A peer whose last beat is older than this many heartbeat intervals is judged on the next
+# beat; the others only every JUDGE_EVERY_S (a session that ended while its node still
+# beats fires the death watch first).
+SUSPECT_BEATS = 1.5
+JUDGE_EVERY_S = 10.0
 
 
 class Liveness:
@@ -50,8 +61,11 @@ class Liveness:
         connected: Callable[[Sequence[str]], Awaitable[set[str]]] | None = None,
         evict: Callable[[str], Awaitable[None]] | None = None,
         frozen_s: float = FROZEN_S,
+        beat_s: float = 1.0,
     ) -> None:
         self._frozen_s = frozen_s
+        self._suspect_s = SUSPECT_BEATS * beat_s
+        self._judged: tuple[tuple[str, ...], tuple[str, ...], float] | None = None
         self._state = state
         self._session = session
         self._connected = connected
@@ -65,6 +79,10 @@ class Liveness:
         state = self._state
         me = state.node_id
         peers = [m for m in state.live if m != me]
+        now = time.monotonic()
+        if self._quiet(peers, now) and self._judged is not None:
+            return self._judged[1]
+        state.suspect = False
         sessions = await self._session.member_sessions(peers) if peers else {}
         now = time.monotonic()
         quiet = [m for m in peers if self._frozen_s > 0 and sessions.get(m, 0.0) > self._frozen_s]
@@ -87,7 +105,20 @@ class Liveness:
             del self._missing_since[gone]
         self._dead &= set(peers)
         self.pending = any(m in alive for m in self._missing_since)
-        return tuple(sorted(alive))
+        judged = tuple(sorted(alive))
+        self._judged = (tuple(peers), judged, now)
+        return judged
+
+    def _quiet(self, peers: list[str], now: float) -> bool:
+        """Nothing suggests a member changed since the last judgement (see the module
+        docstring), so it stands without reading Postgres."""
+        state, judged = self._state, self._judged
+        if judged is None or judged[0] != tuple(peers) or now - judged[2] >= JUDGE_EVERY_S:
+            return False
+        if state.suspect or self.pending or self._dead or now - state.beats_read > FRESH_VIEW_S:
+            return False
+        read = state.beats_read  # ages as of the last read: the heartbeat may run after us
+        return all(m in state.beats and read - state.beats[m] <= self._suspect_s for m in peers)
 
     def _stale(self, member: str, now: float) -> bool:
         """``member``'s heartbeat is older than the freeze limit, by a view of Redis read

@@ -28,6 +28,9 @@ logger = logging.getLogger(__name__)
 
 RETRY_MISSING_S = 0.25
 SPACES_REFRESH_S = 5.0
+# While no each-zone job exists: a write that adds one, or a new zone set, NOTIFYs
+# (``NodeState.spaces_stale``), so this only bounds a lost notification.
+SPACES_IDLE_REFRESH_S = 30.0
 
 
 class ShardKeeper:
@@ -43,6 +46,7 @@ class ShardKeeper:
         connected: Callable[[Sequence[str]], Awaitable[set[str]]] | None = None,
         evict: Callable[[str], Awaitable[None]] | None = None,
         frozen_s: float = FROZEN_S,
+        beat_s: float = 1.0,
     ) -> None:
         self._take_back = take_back
         self._take_back_due = False  # a session was lost: its answers may have been too
@@ -53,7 +57,7 @@ class ShardKeeper:
         self._expected = expected_shards
         self._ring = Ring([state.node_id])
         self._liveness = Liveness(
-            state, session, connected=connected, evict=evict, frozen_s=frozen_s
+            state, session, connected=connected, evict=evict, frozen_s=frozen_s, beat_s=beat_s
         )
         self._spaces_read = 0.0  # monotonic time the zone spaces were last read
         self._children = ZoneChildren(state, session)
@@ -63,6 +67,7 @@ class ShardKeeper:
         self._stats.locks_lost += state.session_untrusted()
         state.reconnect = False
         self._take_back_due = self._take_back is not None
+        state.suspect = True  # judge every member afresh on the new session
         state.shard_count = await self._session.open(self._expected or state.shard_count)
         logger.info("lock session connected", extra={"event": "session_connected"})
 
@@ -141,10 +146,12 @@ class ShardKeeper:
     async def _zone_shards(self) -> frozenset[int]:
         """The shards of the zone spaces this node's zone belongs to (docs/design/zones.md).
 
-        The spaces are re-read every few seconds and when a NOTIFY names an unknown one."""
+        The spaces are re-read every few seconds while each-zone jobs exist, else every
+        ``SPACES_IDLE_REFRESH_S``, and when a NOTIFY names an unknown one."""
         state = self._state
         now = time.monotonic()
-        if state.spaces_stale or now - self._spaces_read >= SPACES_REFRESH_S:
+        every_s = SPACES_REFRESH_S if self._children.found else SPACES_IDLE_REFRESH_S
+        if state.spaces_stale or now - self._spaces_read >= every_s:
             state.spaces_stale = False
             self._spaces_read = now
             try:
@@ -154,6 +161,7 @@ class ShardKeeper:
             except Exception:
                 # The shards come first: a bad each-zone job must not stop the keeper.
                 logger.exception("each-zone children not kept", extra={"event": "zone_children"})
+                self._children.found = True  # try again on the next short refresh
             state.spaces = await self._session.zones.zone_spaces()
         zones = {m: z for m, z in state.member_zones.items() if m in state.alive}
         return zone_owned(state.node_id, state.zone, zones, state.spaces)

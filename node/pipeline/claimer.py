@@ -3,8 +3,13 @@
 It sleeps until the earliest ``next_run_at`` of its shards (reported by the claim statement
 itself, and by completions for the slots they set) or the poll interval, whichever is
 sooner, and wakes at once on NOTIFY, on gaining shards, and when a full executor frees a
-slot. It claims only while the lock session is trusted: if the session has not answered
-within ``session_timeout - margin`` the node may already have lost its locks, so it claims
+slot. After a claim that took nothing it sleeps until ``next_run_at`` or its idle interval
+(``idle_poll_s``: twice the poll interval, short enough that its lock session never idles
+past the peers' freeze limit; docs/design/beat.md): a write that makes a job due sooner
+NOTIFYs its shard, so the interval only bounds a lost notification.
+
+It claims only while the lock session is trusted: if the session has not answered within
+``session_timeout - margin`` the node may already have lost its locks, so it claims
 nothing.
 
 While more is due than the node can run (its last claim took all it asked for), the claim
@@ -17,7 +22,9 @@ given back wakes the loop through NOTIFY.
 A claimed slot of an overlap ``allow`` job is handed to a flight (``Completer.spawn``) and
 runs once that is written; queued flights (retries, and those taken back from dead nodes)
 are claimed every ``FLIGHT_POLL_S`` once the node has seen any, else every
-``FLIGHT_IDLE_POLL_S`` (docs/design/overlap.md).
+``FLIGHT_IDLE_POLL_S`` (docs/design/overlap.md); a NOTIFY of a held shard (a trigger, a
+rerun, a restarted node's orphans, a drain's releases) and a gained shard make the next
+claim take them too.
 """
 
 from __future__ import annotations
@@ -49,7 +56,24 @@ MAX_CLAIM = 500
 CLAIM_BATCH_S = 0.1
 SLOT_BATCH_WINDOW_S = 0.005
 FLIGHT_POLL_S = 2.0
-FLIGHT_IDLE_POLL_S = 5.0
+# Bounds a lost NOTIFY: writes that queue flights NOTIFY their shard (a trigger, a rerun, a
+# restarted node's orphans, a drain's releases), and a gained shard is asked at once. A
+# multiple of the idle claim interval, so it falls on a claim's beat.
+FLIGHT_IDLE_POLL_S = 20.0
+# The longest sleep after a claim that took nothing (see ``idle_poll_s``).
+IDLE_POLL_S = 2.0
+
+
+def idle_poll_s(poll_s: float, freeze_limit_s: float, session_timeout_s: float) -> float:
+    """The claim loop's sleep after a claim that took nothing, at most: twice the poll
+    interval, up to ``IDLE_POLL_S``, and short enough that the lock session, which the
+    claim keeps busy, never idles past the freeze limit (peers judge a node frozen by a
+    stale heartbeat and an idle session) nor near its session timeout; never below the
+    poll interval. A beat falls up to 1.25 periods away (``until_beat``)."""
+    keepalive = session_timeout_s / 4
+    if freeze_limit_s > 0:
+        keepalive = min(keepalive, (freeze_limit_s - 0.5) / 1.25)
+    return max(poll_s, min(2 * poll_s, IDLE_POLL_S, keepalive))
 
 
 class Claimer:
@@ -67,6 +91,7 @@ class Claimer:
         lease_s: float,
         trust_margin_s: float,
         fairness: bool = True,
+        idle_interval_s: float | None = None,
     ) -> None:
         self._state = state
         self._session = session
@@ -76,11 +101,13 @@ class Claimer:
         self._stats = stats
         self._pacing = pacing
         self._poll_s = poll_interval_s
+        self._idle_s = poll_interval_s if idle_interval_s is None else idle_interval_s
         self._lease_s = lease_s
         self._margin_s = trust_margin_s
         self._failures = Failures("claims")
         self._flights_at = 0.0  # monotonic time of the next claim of queued flights
         self._flights_seen = False
+        self._flights_held: frozenset[int] = frozenset()  # the shards of the last flight claim
         self._fairness = fairness
         self._full = False  # the last claim took all it asked for: more is due than it runs
         self._held = False  # the last claim passed a due job over (a tenant at its limit)
@@ -136,9 +163,15 @@ class Claimer:
         if self._state.member_runs.is_set():  # each-node runs queued for this member
             self._state.member_runs.clear()
             self.flights_queued()
+        if self._state.flights_written or held - self._flights_held:
+            self._state.flights_written = False
+            self._flights_at = 0.0
         if self._executor.free > 0 and time.monotonic() >= self._flights_at:
+            self._flights_held = held
             await self._claim_flights(now)
-        delay = min(until_beat(self._poll_s), max(0.0, self._flights_at - time.monotonic()))
+        # Nothing taken: nothing is due before next_due but what a NOTIFY will announce.
+        poll_s = self._poll_s if result.jobs else self._idle_s
+        delay = min(until_beat(poll_s), max(0.0, self._flights_at - time.monotonic()))
         if result.next_due is not None:
             until_due = (result.next_due - result.db_now).total_seconds() - elapsed
             until_due -= CLAIM_AHEAD_S

@@ -1,7 +1,8 @@
 """The NOTIFY wake-ups that let idle services sleep, against a real Postgres: a queued alert
 delivery wakes alert delivery (migration 028), an event no rule wants sends nothing, and a
 backfill request wakes the backfiller of the node holding its shard, through the node's
-own listener on its own connection."""
+own listener on its own connection; a restarted node's taken-back flights wake the holder
+of their shard."""
 
 from __future__ import annotations
 
@@ -14,11 +15,14 @@ import pytest
 from cluster.settings import ClusterSettings
 from cluster.store import notify
 from cluster.store.jobstore.store import JobStore
+from node.maintenance.recovery import Recovery
 from node.pipeline.listener import WakeListener
 from node.service import Signal
 from node.state import NodeState
+from node.stats import Stats
+from tests.helpers.flights import allow_job, handed
 from tests.helpers.outbox import T0, add_rule, at, every_10s, run_slot, sql
-from tests.helpers.sessions import Opener
+from tests.helpers.sessions import ALL, Opener
 from tests.helpers.waiting import until
 
 pytestmark = pytest.mark.timeout(60)
@@ -129,3 +133,23 @@ async def test_a_write_to_a_shard_held_elsewhere_wakes_no_backfiller(
     finally:
         stop.set()
         await task
+
+
+async def test_a_restarted_nodes_taken_back_flight_wakes_the_holder_of_its_shard(
+    store: JobStore, settings: ClusterSettings, open_session: Opener, heard: Heard
+) -> None:
+    # node-a runs a flight of an `allow` job, dies, and starts again under its own id: the
+    # flight is queued again in a shard another node may hold, which hears of it at once
+    # rather than at its next idle flight poll (docs/design/beat.md).
+    await allow_job(store)
+    before = await open_session("node-a")
+    (job,) = (await before.claim(ALL, 10, 30.0, now=at(10))).jobs
+    await before.completions.spawn([handed(job, at(20))], [], 30.0, now=at(10))
+    await before.close()
+    await heard.marker()
+    heard.state.flights_written = False
+    after = await open_session("node-a")
+    state = NodeState("node-a", "a", 16)
+    assert await Recovery(state, after, Stats()).recover_own() == 1
+    assert str(job.shard) in await heard.marker()
+    assert heard.state.flights_written

@@ -24,7 +24,18 @@ from tests.helpers.waiting import until
 
 Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
 METRICS_MD = Path(__file__).resolve().parents[2] / "docs" / "metrics.md"
-ALLOWED_LABELS = {"outcome", "dependency", "node_id", "zone", "version", "le"}
+# connection and statement: bounded by the node's connections and its named statements
+# (cluster/store/tally.py).
+ALLOWED_LABELS = {
+    "outcome",
+    "dependency",
+    "node_id",
+    "zone",
+    "version",
+    "le",
+    "connection",
+    "statement",
+}
 
 
 def parse(text: str) -> Samples:

@@ -23,9 +23,11 @@ from node.pipeline.claimer import CLAIM_BATCH_S, Claimer
 from node.pipeline.clock import DbClock
 from node.pipeline.completer import Completer
 from node.pipeline.executor import Executor
+from node.pipeline.listener import WakeListener
 from node.pipeline.pacing import Pacing
 from node.state import NodeState
 from node.stats import Stats
+from tests.helpers.outbox import sql
 from tests.helpers.waiting import until
 
 ALL = frozenset(range(16))
@@ -63,10 +65,15 @@ def witness(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 @contextlib.asynccontextmanager
 async def claim_loop(
-    settings: ClusterSettings, witness: Path, concurrency: int = 64, fairness: bool = True
+    settings: ClusterSettings,
+    witness: Path,
+    concurrency: int = 64,
+    fairness: bool = True,
+    listen: bool = False,
 ) -> AsyncIterator[Loop]:
     """One node's claim loop, completer and executor over every shard. The poll interval
-    is far longer than a test: only due times wake the loop."""
+    is far longer than a test: only due times wake the loop, and with ``listen`` the
+    node's NOTIFY listener (a place a tenant at its limit got back, say)."""
     session = LockSession(settings, "n1", "z", session_timeout_s=10, statement_timeout_s=5)
     await session.open()
     assert await session.try_lock(sorted(ALL)) == ALL
@@ -80,7 +87,10 @@ async def claim_loop(
         poll_interval_s=60.0, lease_s=30.0, trust_margin_s=2.0, fairness=fairness,
     )  # fmt: skip
     stop = asyncio.Event()
-    tasks = [asyncio.create_task(claimer.run(stop)), asyncio.create_task(completer.run(stop))]
+    tasks = [asyncio.create_task(WakeListener(settings, state, stop).run_once())] if listen else []
+    if listen:
+        await _listening(settings, state)
+    tasks += [asyncio.create_task(claimer.run(stop)), asyncio.create_task(completer.run(stop))]
     try:
         yield Loop(stats, witness)
     finally:
@@ -88,6 +98,17 @@ async def claim_loop(
         await asyncio.wait_for(asyncio.gather(*tasks), 10)
         executor.shutdown()
         await session.close()
+
+
+async def _listening(settings: ClusterSettings, state: NodeState) -> None:
+    """Until the listener hears a NOTIFY of a held shard (its LISTEN may not have run yet)."""
+
+    async def heard() -> bool:
+        await sql(settings, "SELECT pg_notify(%s, '0')", (settings.wake_channel,))
+        return state.wake.is_set()
+
+    await until(heard, "the listener to listen", interval_s=0.1)
+    state.wake.clear()
 
 
 async def test_claim_loop_wakes_for_the_slot_its_completion_wrote(
@@ -168,7 +189,7 @@ async def test_a_tenant_at_its_limit_holds_back_no_other_even_without_fairness(
 ) -> None:
     await all_due(store, settings, {"big": 40, "small": 3})
     await store.tenants.set_limit("big", 2)
-    async with claim_loop(settings, witness, concurrency=8, fairness=False) as loop:
+    async with claim_loop(settings, witness, concurrency=8, fairness=False, listen=True) as loop:
         await loop.wait_for_runs(9)
     # Oldest first, the first claim finds only the big tenant's jobs, takes its 2 places
     # and passes the rest over; the next claim reads across tenants.

@@ -53,6 +53,16 @@ class ExpectMark:
 
 
 @dataclass(frozen=True)
+class LateFound:
+    """What one late pass found (``AlertStore.late_pass_all``)."""
+
+    late: list[dict[str, Any]]  # the slots marked late (``late_pass``)
+    missed: list[Job]  # watch jobs whose awaited slot had no ping in time
+    timed_out: list[watches.TimedOut]  # watched runs past their timeout
+    expect_runs: list[Row]  # the runs going on of jobs with a time expectation
+
+
+@dataclass(frozen=True)
 class Delivery:
     """One event leased to this node for one rule."""
 
@@ -267,6 +277,21 @@ class AlertStore:
         """Mark every slot that is late (in all ``shards``) once, raising its ``late`` event;
         returns the slots marked."""
         return await self._side.fetch("late_pass", {"shards": shards, "now": now})
+
+    async def late_pass_all(
+        self, shards: int, baseline_runs: int, now: datetime | None = None
+    ) -> LateFound:
+        """The late pass of a node in one transaction: ``late_pass``, ``watch_pass``,
+        ``watch_timeouts`` and ``expect_runs``, which run on the same beat on the same
+        connection (docs/design/beat.md). Each is idempotent, so a failure of one rolls the
+        others back for the next pass to do again."""
+        async with self._side.transaction("late pass") as fetch:
+            late = await fetch("late_pass", {"shards": shards, "now": now})
+            missed = await watches.watch_pass(fetch, shards, now)
+            timed_out = await watches.watch_timeouts(fetch, now)
+            params = {"baseline_runs": baseline_runs, "now": now}
+            runs = await fetch("expect_runs", params)
+        return LateFound(late, missed, timed_out, runs)
 
     async def expect_runs(self, baseline_runs: int, now: datetime | None = None) -> list[Row]:
         """The runs going on of jobs with a time expectation (``expect_runs``)."""

@@ -21,6 +21,7 @@ from psycopg import pq
 
 from cluster.errors import StoreError
 from cluster.settings import ClusterSettings
+from cluster.store import tally
 from cluster.store.connect import Conn, connect, describe
 from cluster.store.queries import query
 
@@ -56,8 +57,10 @@ class LifeWatch:
         params = {"ns": self._namespace, "key": life_key(peer)}
         try:
             conn = await self._connection(wait_s)
+            tally.count("watch", "await_life_lock")
             if not await _granted(conn, query("await_life_lock"), params, wait_s + _MARGIN_S):
                 return False
+            tally.count("watch", "release_life_lock")
             await asyncio.wait_for(conn.execute(query("release_life_lock"), params), _MARGIN_S)
             return True
         except (psycopg.Error, OSError, TimeoutError) as exc:

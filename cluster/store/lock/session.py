@@ -30,6 +30,7 @@ from psycopg.rows import AsyncRowFactory, dict_row, tuple_row
 
 from cluster.errors import ConfigError, StoreError
 from cluster.settings import DEFAULT_LEASE_S, ClusterSettings
+from cluster.store import tally
 from cluster.store.connect import Conn, connect, describe
 from cluster.store.deadline import MARGIN_S, fetch_within
 from cluster.store.lock.completions import Completions
@@ -206,6 +207,7 @@ class LockSession:
             cur.row_factory = rows
             try:
                 statement = text or query(name)
+                tally.count("lock", name)
                 deadline_s = self.statement_timeout_s + MARGIN_S
                 found = await fetch_within(cur, statement, params, deadline_s)
             except TimeoutError as exc:
@@ -268,6 +270,13 @@ class LockSession:
         """End ``node_id``'s lock session if it has idled longer than ``idle_s``."""
         rows = await self._run("end_frozen_session", {"node": node_id, "idle_s": idle_s})
         return bool(rows[0][0])
+
+    async def notify_shards(self, shards: Collection[int]) -> None:
+        """Wake the holders of ``shards``: flights were queued there by a node that may not
+        hold them (docs/design/beat.md)."""
+        if shards:
+            params = {"channel": self.settings.wake_channel, "shards": sorted(set(shards))}
+            await self._run("notify_shards", params)
 
     async def ping(self, now: datetime | None = None) -> datetime:
         rows = await self._run("ping", {"now": now})

@@ -22,6 +22,7 @@ from psycopg.rows import TupleRow, tuple_row
 
 from cluster.errors import StoreError
 from cluster.settings import ClusterSettings
+from cluster.store import tally
 from cluster.store.connect import connect, describe
 from cluster.store.deadline import MARGIN_S, fetch_within
 from cluster.store.lock.completions import Completions
@@ -56,6 +57,7 @@ class ResultWriter:
                     )
                     self._cur = conn.cursor(row_factory=tuple_row)
                 left_s = deadline - time.monotonic()
+                tally.count("write", name)
                 return await fetch_within(self._cur, query(name), params, left_s)
             except (TimeoutError, psycopg.Error, StoreError) as exc:
                 await self.close()
