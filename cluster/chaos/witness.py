@@ -67,8 +67,9 @@ def record(ctx: Any) -> None:
     act_on_payload(ctx)
 
 
-def witness_line(ctx: Any) -> None:
-    """Append the run's witness line (the first thing any chaos handler does)."""
+def witness_line(ctx: Any, suffix: str = "") -> None:
+    """Append the run's witness line (the first thing any chaos handler does); with
+    ``suffix``, to ``$PULSE_WITNESS_FILE`` + suffix (a handler's end lines, say)."""
     line = json.dumps(
         {
             "job": ctx.job_name,
@@ -80,7 +81,7 @@ def witness_line(ctx: Any) -> None:
             "at": time.time(),
         }
     )
-    os.write(_descriptor(os.environ["PULSE_WITNESS_FILE"]), (line + "\n").encode())
+    os.write(_descriptor(os.environ["PULSE_WITNESS_FILE"] + suffix), (line + "\n").encode())
 
 
 def hold(ctx: Any) -> None:

@@ -9,9 +9,6 @@ was killed has no end line: it ended with its node.
 
 from __future__ import annotations
 
-import json
-import os
-import time
 from typing import Any
 
 from cluster.chaos.witness import hold, witness_line
@@ -20,18 +17,4 @@ from cluster.chaos.witness import hold, witness_line
 def span(ctx: Any) -> None:
     witness_line(ctx)
     hold(ctx)
-    line = json.dumps(
-        {
-            "job": ctx.job_name,
-            "tenant": ctx.tenant_id,
-            "slot": ctx.scheduled_for.isoformat(),
-            "attempt": ctx.attempt,
-            "node": ctx.node_id,
-            "at": time.time(),
-        }
-    )
-    fd = os.open(os.environ["PULSE_WITNESS_FILE"] + ".ends", os.O_WRONLY | os.O_APPEND | os.O_CREAT)
-    try:
-        os.write(fd, (line + "\n").encode())
-    finally:
-        os.close(fd)
+    witness_line(ctx, ".ends")
