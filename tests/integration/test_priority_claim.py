@@ -117,3 +117,17 @@ async def test_a_change_of_priority_is_a_revision(store: JobStore) -> None:
     assert job.priority == 40
     history = await store.revisions.history("j", tenant="t")
     assert history[0].diff == {"priority": [0, 40]}
+
+
+async def test_a_slot_past_its_late_after_goes_ahead_of_every_priority(
+    store: JobStore, session: LockSession
+) -> None:
+    # The plain job is due at 10 s, late after 60 s; jobs of priority 90 are due at 70 s.
+    await add(store, "t", ["plain"], 0.0)
+    await add(store, "t", names("urgent", 5), 62.0, priority=90)
+    # At 70 s the plain slot is not late yet: priority first.
+    taken = [j.name for j in (await session.claim(ALL, 1, 30.0, now=at(70))).jobs]
+    assert taken != ["plain"] and len(taken) == 1
+    # Past its late-after, it goes ahead of them: a lower priority waits that long at most.
+    taken = [j.name for j in (await session.claim(ALL, 1, 30.0, now=at(71))).jobs]
+    assert taken == ["plain"]

@@ -18,10 +18,11 @@ WITH RECURSIVE clock AS (
 -- is due in other nodes' shards. The quota is read by a subquery, unknown when planned:
 -- planned for a known quota of 2 or 3, a small claim cost 0.8 ms more.
 heads AS (
-    SELECT s.shard, c.id, c.next_run_at, c.ctid, c.tenant_id, c.priority, c.uses
+    SELECT s.shard, c.id, c.next_run_at, c.ctid, c.tenant_id, c.priority, c.uses, c.late_after_s
     FROM unnest(%(shards)s::int[]) AS s(shard)
     CROSS JOIN LATERAL (
-        SELECT j.id, j.next_run_at, j.ctid, j.tenant_id, j.priority, j.uses FROM jobs j
+        SELECT j.id, j.next_run_at, j.ctid, j.tenant_id, j.priority, j.uses, j.late_after_s
+        FROM jobs j
         WHERE j.shard_id = s.shard AND j.status = 'idle'
           AND j.next_run_at <= (SELECT due FROM clock)
         ORDER BY j.next_run_at
@@ -37,12 +38,13 @@ cutoff AS (
         'infinity') AS t
 ),
 deeper AS (
-    SELECT c.id, c.next_run_at, c.ctid, c.tenant_id, c.priority, c.uses
+    SELECT c.id, c.next_run_at, c.ctid, c.tenant_id, c.priority, c.uses, c.late_after_s
     FROM (SELECT h.shard FROM heads h GROUP BY h.shard
           HAVING count(*) >= %(quota)s
              AND max(h.next_run_at) < (SELECT t FROM cutoff)) AS s
     CROSS JOIN LATERAL (
-        SELECT j.id, j.next_run_at, j.ctid, j.tenant_id, j.priority, j.uses FROM jobs j
+        SELECT j.id, j.next_run_at, j.ctid, j.tenant_id, j.priority, j.uses, j.late_after_s
+        FROM jobs j
         WHERE j.shard_id = s.shard AND j.status = 'idle'
           AND j.next_run_at <= (SELECT due FROM clock)
           AND j.next_run_at < (SELECT t FROM cutoff)
@@ -88,10 +90,11 @@ turns AS (
     SELECT ceil(%(limit)s::float8 / nullif(count(DISTINCT tenant), 0))::int AS share FROM pairs
 ),
 fair AS (
-    SELECT c.id, c.next_run_at, c.ctid, c.tenant_id, c.priority, c.uses
+    SELECT c.id, c.next_run_at, c.ctid, c.tenant_id, c.priority, c.uses, c.late_after_s
     FROM pairs p CROSS JOIN turns s
     CROSS JOIN LATERAL (
-        SELECT j.id, j.next_run_at, j.ctid, j.tenant_id, j.priority, j.uses FROM jobs j
+        SELECT j.id, j.next_run_at, j.ctid, j.tenant_id, j.priority, j.uses, j.late_after_s
+        FROM jobs j
         WHERE j.shard_id = p.shard AND j.tenant_id = p.tenant AND j.status = 'idle'
           AND j.next_run_at <= (SELECT due FROM clock)
         ORDER BY j.next_run_at
@@ -124,10 +127,11 @@ levels AS (
     ) AS f
 ),
 urgent AS (
-    SELECT c.id, c.next_run_at, c.ctid, c.tenant_id, c.priority, c.uses
+    SELECT c.id, c.next_run_at, c.ctid, c.tenant_id, c.priority, c.uses, c.late_after_s
     FROM levels v
     CROSS JOIN LATERAL (
-        SELECT j.id, j.next_run_at, j.ctid, j.tenant_id, j.priority, j.uses FROM jobs j
+        SELECT j.id, j.next_run_at, j.ctid, j.tenant_id, j.priority, j.uses, j.late_after_s
+        FROM jobs j
         WHERE j.shard_id = v.shard AND j.priority = v.priority AND j.priority > 0
           AND j.status = 'idle' AND j.next_run_at <= (SELECT due FROM clock)
         ORDER BY j.next_run_at
@@ -153,18 +157,24 @@ ranked AS (
            max(y.priority) OVER (PARTITION BY y.tenant_id) AS top
     FROM (
         SELECT x.*,
+               -- A slot past its --late-after ranks ahead of every priority, oldest first:
+               -- a lower priority waits at most that long behind its tenant's higher ones.
+               CASE WHEN x.next_run_at + make_interval(secs => x.late_after_s)
+                         < (SELECT t FROM clock)
+                    THEN 101 ELSE x.priority END AS rank,
                CASE WHEN x.uses <> '{}' THEN (
                    SELECT n.name FROM unnest(x.uses) AS n(name)
                    WHERE NOT coalesce((SELECT k.open FROM key_room k
                                        WHERE k.name = n.name AND k.scope IN ('', x.tenant_id)
                                        ORDER BY k.scope DESC LIMIT 1), false)
                    LIMIT 1) END AS blocked
-        FROM (SELECT h.id, h.next_run_at, h.ctid, h.tenant_id, h.priority, h.uses FROM heads h
+        FROM (SELECT h.id, h.next_run_at, h.ctid, h.tenant_id, h.priority, h.uses,
+                     h.late_after_s FROM heads h
               UNION SELECT * FROM deeper UNION SELECT * FROM fair UNION SELECT * FROM urgent)
              AS x
     ) AS y
     WINDOW w AS (PARTITION BY y.tenant_id
-                 ORDER BY y.blocked IS NOT NULL, y.priority DESC, y.next_run_at, y.id)
+                 ORDER BY y.blocked IS NOT NULL, y.rank DESC, y.next_run_at, y.id)
 ),
 places AS MATERIALIZED (
     SELECT r.tenant_id, r.next_run_at,
