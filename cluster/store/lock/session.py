@@ -6,7 +6,10 @@ zone spaces and each-zone children (its ``zones`` part) run on the same session 
 whose session was terminated cannot claim); a node writes completions on its result
 writer. ``idle_session_timeout`` makes Postgres end the session of a frozen
 or partitioned node by itself. Every call has a deadline; a timeout or a connection error
-marks the session lost, and the caller drops its shards at once.
+marks the session lost, and the caller drops its shards at once. How long the session has
+gone without any answer (``unanswered_s``) is what the node reports in its heartbeat, so
+that peers can end the session of a node whose Postgres traffic stalls
+(docs/design/lock-session.md).
 
 The session runs a few statements thousands of times, so psycopg prepares each on the
 server at first use; it runs in autocommit and never rolls back, so psycopg never
@@ -96,6 +99,9 @@ class LockSession:
         self._cur: AsyncCursor[Any] | None = None  # kept: it keeps its column loaders
         self._lock = asyncio.Lock()
         self.last_ok = 0.0  # monotonic time of the last successful round trip
+        # Monotonic time the oldest request still without any answer was sent: kept across
+        # a timeout and the reconnects after it, cleared by any answer, even an error.
+        self._unanswered_since: float | None = None
         self.generation = 0  # bumps on every new connection
         self.life_locked = False  # this session holds the node's life lock (lifelock.py)
         self.flights = Flights(self._run, node_id, zone)
@@ -106,6 +112,17 @@ class LockSession:
     @property
     def connected(self) -> bool:
         return self._conn is not None and not self._conn.closed
+
+    def unanswered_s(self, now: float | None = None) -> float:
+        """How long Postgres has given this session no answer at all (0: it answers).
+
+        An error is an answer (a reset, a refusal, a restart's close): only a stall of the
+        network or of the server leaves a statement and the reconnects after it unanswered.
+        """
+        since = self._unanswered_since
+        if since is None:
+            return 0.0
+        return max(0.0, (time.monotonic() if now is None else now) - since)
 
     def trusted(self, margin_s: float) -> bool:
         """True while Postgres cannot yet have ended this session for idleness."""
@@ -143,6 +160,7 @@ class LockSession:
         self._conn, self._cur = conn, conn.cursor(row_factory=tuple_row)
         self.generation += 1
         self.last_ok = time.monotonic()
+        self._unanswered_since = None
         self.life_locked = False
         await self.keep_life_lock()
         return shards
@@ -205,25 +223,30 @@ class LockSession:
             if conn is None or cur is None or conn.closed:
                 raise SessionLost("lock session is not connected")
             cur.row_factory = rows
+            if self._unanswered_since is None:
+                self._unanswered_since = time.monotonic()
             try:
                 statement = text or query(name)
                 tally.count("lock", name)
                 deadline_s = self.statement_timeout_s + MARGIN_S
                 found = await fetch_within(cur, statement, params, deadline_s)
             except TimeoutError as exc:
-                await self._lost()
+                await self._lost()  # still unanswered: the wait goes on across reconnects
                 raise SessionLost(f"{name}: no answer within {self.statement_timeout_s}s") from exc
             except (psycopg.OperationalError, psycopg.errors.ReadOnlySqlTransaction) as exc:
                 # A read-only refusal means the server was demoted to a standby (a
                 # failover's old primary): the locks held there guard nothing.
+                self._unanswered_since = None
                 await self._lost()
                 raise SessionLost(f"{name}: {describe(exc)}") from exc
             except psycopg.Error as exc:
+                self._unanswered_since = None
                 if conn.closed or conn.broken:
                     await self._lost()
                     raise SessionLost(f"{name}: {describe(exc)}") from exc
                 raise StoreError(f"{name}: {describe(exc)}") from exc
             self.last_ok = time.monotonic()
+            self._unanswered_since = None
             return found
 
     async def _lost(self) -> None:
