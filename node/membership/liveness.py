@@ -81,7 +81,7 @@ class Liveness:
         self.pending = False  # a member is in its grace: judge it again soon
 
     async def alive(self) -> tuple[str, ...]:
-        """This node and the live Redis members that are neither dead nor frozen."""
+        """This node and the live Redis members that are neither dead, frozen nor stalled."""
         state = self._state
         me = state.node_id
         peers = [m for m in state.live if m != me]

@@ -6,10 +6,8 @@ zone spaces and each-zone children (its ``zones`` part) run on the same session 
 whose session was terminated cannot claim); a node writes completions on its result
 writer. ``idle_session_timeout`` makes Postgres end the session of a frozen
 or partitioned node by itself. Every call has a deadline; a timeout or a connection error
-marks the session lost, and the caller drops its shards at once. How long the session has
-gone without any answer (``unanswered_s``) is what the node reports in its heartbeat, so
-that peers can end the session of a node whose Postgres traffic stalls
-(docs/design/lock-session.md).
+marks the session lost, and the caller drops its shards at once. The node's heartbeat
+reports how long it has gone without any answer (docs/design/lock-session.md).
 
 The session runs a few statements thousands of times, so psycopg prepares each on the
 server at first use; it runs in autocommit and never rolls back, so psycopg never
@@ -99,9 +97,7 @@ class LockSession:
         self._cur: AsyncCursor[Any] | None = None  # kept: it keeps its column loaders
         self._lock = asyncio.Lock()
         self.last_ok = 0.0  # monotonic time of the last successful round trip
-        # Monotonic time the oldest request still without any answer was sent: kept across
-        # a timeout and the reconnects after it, cleared by any answer, even an error.
-        self._unanswered_since: float | None = None
+        self._unanswered_since: float | None = None  # sent when; kept across reconnects
         self.generation = 0  # bumps on every new connection
         self.life_locked = False  # this session holds the node's life lock (lifelock.py)
         self.flights = Flights(self._run, node_id, zone)
@@ -114,15 +110,10 @@ class LockSession:
         return self._conn is not None and not self._conn.closed
 
     def unanswered_s(self, now: float | None = None) -> float:
-        """How long Postgres has given this session no answer at all (0: it answers).
-
-        An error is an answer (a reset, a refusal, a restart's close): only a stall of the
-        network or of the server leaves a statement and the reconnects after it unanswered.
-        """
-        since = self._unanswered_since
-        if since is None:
-            return 0.0
-        return max(0.0, (time.monotonic() if now is None else now) - since)
+        """How long Postgres has given this session no answer at all, not even an error (a
+        reset, a refusal, a restart's close): only a stall leaves it unanswered."""
+        since, now = self._unanswered_since, time.monotonic() if now is None else now
+        return 0.0 if since is None else max(0.0, now - since)
 
     def trusted(self, margin_s: float) -> bool:
         """True while Postgres cannot yet have ended this session for idleness."""
