@@ -11,7 +11,7 @@ from dataclasses import replace
 
 import pytest
 
-from cluster.chaos.fleet import endpoint, via_proxy
+from cluster.chaos.fleet import via_proxy
 from cluster.chaos.servers.proxy import Proxy
 from cluster.settings import ClusterSettings
 from cluster.store.jobstore.store import JobStore
@@ -20,16 +20,6 @@ from tests.helpers.sessions import Opener
 from tests.helpers.waiting import until
 
 pytestmark = pytest.mark.timeout(60)
-
-
-@pytest.fixture
-async def proxy(settings: ClusterSettings) -> AsyncIterator[Proxy]:
-    found = Proxy("postgres", endpoint(settings.database_url, 5432))
-    await found.start()
-    try:
-        yield found
-    finally:
-        await found.close()
 
 
 @pytest.fixture

@@ -87,36 +87,34 @@ async def test_a_stalled_member_is_back_with_its_session(monkeypatch: pytest.Mon
 
 
 @pytest.mark.parametrize(
-    ("idle_s", "reported_s", "why"),
+    ("idle_s", "reported_s", "read_ago_s", "frozen_s", "why"),
     [
-        (0.0, 6.0, "its statement runs: a slow Postgres, not a stall"),
-        (2.5, 6.0, "its session was used within the freeze limit"),
-        (3.5, 2.5, "its session has not gone unanswered that long"),
-        (3.5, None, "it reports nothing: it answers, or it is an older release"),
+        (0.0, 6.0, 0.0, FROZEN_S, "its statement runs: a slow Postgres, not a stall"),
+        (2.5, 6.0, 0.0, FROZEN_S, "its session was used within the freeze limit"),
+        (3.5, 2.5, 0.0, FROZEN_S, "its session has not gone unanswered that long"),
+        (3.5, None, 0.0, FROZEN_S, "it reports nothing: it answers, or it is an older release"),
+        (3.5, 9.0, 5.0, FROZEN_S, "a report read long ago: this node may be cut from Redis"),
+        (30.0, 30.0, 0.0, 0.0, "a freeze limit of 0 leaves it to the session timeout"),
     ],
 )
-async def test_no_session_is_ended_without_both_signals(
-    monkeypatch: pytest.MonkeyPatch, idle_s: float, reported_s: float | None, why: str
+async def test_no_session_is_ended_without_both_signals_read_just_now(
+    monkeypatch: pytest.MonkeyPatch,
+    idle_s: float,
+    reported_s: float | None,
+    read_ago_s: float,
+    frozen_s: float,
+    why: str,
 ) -> None:
     reports = {} if reported_s is None else {"b": reported_s}
-    made, session, _ = _judge(monkeypatch, {"b": idle_s, "c": 0.1}, reports)
+    made, session, _ = _judge(
+        monkeypatch,
+        {"b": idle_s, "c": 0.1},
+        reports,
+        read_ago_s=read_ago_s,
+        frozen_s=frozen_s,
+    )
     assert await made.alive() == ("a", "b", "c"), why
     assert session.ended == [], why
-
-
-async def test_a_report_read_long_ago_ends_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Reports are as fresh as the view of Redis: a node cut from Redis keeps its last."""
-    made, session, _ = _judge(monkeypatch, {"b": 3.5, "c": 0.1}, {"b": 9.0}, read_ago_s=5.0)
-    assert await made.alive() == ("a", "b", "c")
-    assert session.ended == []
-
-
-async def test_a_freeze_limit_of_zero_leaves_a_stall_to_the_session_timeout(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    made, session, _ = _judge(monkeypatch, {"b": 30.0, "c": 0.1}, {"b": 30.0}, frozen_s=0)
-    assert await made.alive() == ("a", "b", "c")
-    assert session.ended == []
 
 
 async def test_a_member_without_session_and_without_report_keeps_the_grace_of_a_blip(
