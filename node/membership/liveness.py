@@ -27,8 +27,7 @@ The sessions are read from Postgres only when something may have changed: the me
 did, the death watch saw a session end (``NodeState.suspect``), a member is in its grace,
 a peer's heartbeat is older than ``SUSPECT_BEATS`` beats (a killed or frozen node stops
 beating), a peer reports an unanswered session, Redis cannot say, or ``JUDGE_EVERY_S``
-passed. A quiet cluster's keeper reads
-nothing on most beats (docs/design/beat.md).
+passed. A quiet cluster's keeper reads nothing on most beats (docs/design/beat.md).
 """
 
 from __future__ import annotations
