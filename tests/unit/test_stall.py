@@ -71,7 +71,7 @@ async def test_a_stalled_member_loses_its_idle_session_and_gets_no_grace(
     made, session, _ = _judge(monkeypatch, {"b": 3.5, "c": 0.1}, {"b": 3.2})
     assert await made.alive() == ("a", "c")
     assert session.ended == ["b"]
-    # Still without a session, past the grace a blip would get: out until it is back.
+    # Still without a session, within the grace a blip would get: out until it is back.
     monkeypatch.setattr(time, "monotonic", lambda: NOW + DEAD_SESSION_GRACE_S / 2)
     assert await made.alive() == ("a", "c")
     assert not made.pending

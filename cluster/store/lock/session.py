@@ -109,11 +109,11 @@ class LockSession:
     def connected(self) -> bool:
         return self._conn is not None and not self._conn.closed
 
-    def unanswered_s(self, now: float | None = None) -> float:
+    def unanswered_s(self) -> float:
         """How long Postgres has given this session no answer at all, not even an error (a
         reset, a refusal, a restart's close): only a stall leaves it unanswered."""
-        since, now = self._unanswered_since, time.monotonic() if now is None else now
-        return 0.0 if since is None else max(0.0, now - since)
+        since = self._unanswered_since
+        return 0.0 if since is None else max(0.0, time.monotonic() - since)
 
     def trusted(self, margin_s: float) -> bool:
         """True while Postgres cannot yet have ended this session for idleness."""
