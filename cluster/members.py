@@ -5,6 +5,11 @@ a script), so node clocks never decide liveness. One script call renews a heartb
 evicts expired members, publishes joins and leaves, and returns the live list. Redis only
 expresses the desired assignment; losing it delays rebalancing and nothing else.
 
+The same call records how long the node's lock session has waited for Postgres without an
+answer, in a hash beside the member info (absent: it answers), and returns every member's:
+a peer ends the idle session of a node that reports a stall (docs/design/lock-session.md).
+The member info is unchanged, so releases before this one read and write it as before.
+
 A ``redis+sentinel://`` URL connects through Sentinel: every new connection asks the
 sentinels for the current primary, and a connection to a demoted primary is dropped on its
 first refused write, so after a failover the next heartbeat reaches the new primary.
@@ -31,8 +36,8 @@ from cluster.urls import SENTINEL_SCHEME, sentinel_target
 logger = logging.getLogger(__name__)
 
 _HEARTBEAT = """
-local members, channel, prefix = KEYS[1], ARGV[1], ARGV[2]
-local id, ttl_ms, info = ARGV[3], tonumber(ARGV[4]), ARGV[5]
+local members, unanswered, channel, prefix = KEYS[1], KEYS[2], ARGV[1], ARGV[2]
+local id, ttl_ms, info, waited_ms = ARGV[3], tonumber(ARGV[4]), ARGV[5], ARGV[6]
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local expired = redis.call('ZRANGEBYSCORE', members, '-inf', now - ttl_ms)
@@ -40,11 +45,17 @@ for _, gone in ipairs(expired) do
   if gone ~= id then
     redis.call('ZREM', members, gone)
     redis.call('DEL', prefix .. gone)
+    redis.call('HDEL', unanswered, gone)
     redis.call('PUBLISH', channel, 'leave:' .. gone)
   end
 end
 local added = redis.call('ZADD', members, now, id)
 redis.call('SET', prefix .. id, info, 'PX', ttl_ms)
+if waited_ms == '' then
+  redis.call('HDEL', unanswered, id)
+else
+  redis.call('HSET', unanswered, id, waited_ms)
+end
 if added == 1 then redis.call('PUBLISH', channel, 'join:' .. id) end
 local live = redis.call('ZRANGEBYSCORE', members, '(' .. (now - ttl_ms), '+inf', 'WITHSCORES')
 local out = {}
@@ -52,7 +63,7 @@ for i = 1, #live, 2 do
   out[#out + 1] = live[i]
   out[#out + 1] = tostring(now - tonumber(live[i + 1]))
 end
-return out
+return {out, redis.call('HGETALL', unanswered)}
 """
 
 _SNAPSHOT = """
@@ -80,6 +91,15 @@ class MemberInfo:
     version: str
     concurrency: int
     fenced_writes: int = 0  # stale writes this node had rejected since it started
+
+
+@dataclass(frozen=True)
+class Beat:
+    """What one heartbeat learned: every live member's heartbeat age, and how long the lock
+    session of each member that reports a wait has gone without an answer (seconds)."""
+
+    ages: dict[str, float]
+    unanswered: dict[str, float]
 
 
 @dataclass(frozen=True)
@@ -117,6 +137,7 @@ class MemberRegistry:
     def __init__(self, settings: ClusterSettings, *, timeout_s: float = 2.0) -> None:
         self._prefix = settings.key_prefix
         self._members_key = self._prefix + "members"
+        self._unanswered_key = self._prefix + "unanswered"
         self._info_prefix = self._prefix + "node:"
         self.channel = self._prefix + "membership"
         self._presence_prefix = self._prefix + "present:"
@@ -136,11 +157,12 @@ class MemberRegistry:
 
     async def heartbeat(self, info: MemberInfo, ttl_s: float) -> list[str]:
         """Renew ``info``'s heartbeat; return the sorted live member ids."""
-        return sorted(await self.heartbeat_ages(info, ttl_s))
+        return sorted((await self.beat(info, ttl_s)).ages)
 
-    async def heartbeat_ages(self, info: MemberInfo, ttl_s: float) -> dict[str, float]:
-        """Renew ``info``'s heartbeat; return each live member's heartbeat age in seconds
-        (by Redis's clock): a frozen member's grows while its connections stay open."""
+    async def beat(self, info: MemberInfo, ttl_s: float, *, unanswered_s: float = 0.0) -> Beat:
+        """Renew ``info``'s heartbeat, reporting how long its lock session has gone without
+        an answer (0: it answers); return each live member's heartbeat age (by Redis's
+        clock: a frozen member's grows while its connections stay open) and report."""
         if self._sent is None or self._sent[0] != info:
             self._sent = (info, json.dumps(asdict(info)))
         args: list[str | int] = [
@@ -149,12 +171,17 @@ class MemberRegistry:
             info.node_id,
             int(ttl_s * 1000),
             self._sent[1],
+            str(int(unanswered_s * 1000)) if unanswered_s > 0 else "",
         ]
         try:
-            live = await self._heartbeat(keys=[self._members_key], args=args)
+            live, waits = await self._heartbeat(
+                keys=[self._members_key, self._unanswered_key], args=args
+            )
         except (RedisError, OSError) as exc:
             raise MembershipError(f"heartbeat failed: {exc}") from exc
-        return {str(live[i]): int(live[i + 1]) / 1000 for i in range(0, len(live), 2)}
+        ages = {str(live[i]): int(live[i + 1]) / 1000 for i in range(0, len(live), 2)}
+        reported = {str(waits[i]): int(waits[i + 1]) / 1000 for i in range(0, len(waits), 2)}
+        return Beat(ages, {m: s for m, s in reported.items() if m in ages})
 
     async def connected(self, node_ids: Sequence[str]) -> set[str]:
         """The given nodes whose membership subscription is open right now.
@@ -176,6 +203,7 @@ class MemberRegistry:
             async with self._redis.pipeline(transaction=True) as pipe:
                 pipe.zrem(self._members_key, node_id)
                 pipe.delete(self._info_prefix + node_id)
+                pipe.hdel(self._unanswered_key, node_id)
                 pipe.publish(self.channel, f"leave:{node_id}")
                 await pipe.execute()
         except (RedisError, OSError) as exc:

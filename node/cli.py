@@ -71,7 +71,8 @@ class NodeContext(logging.Filter):
     "--freeze-limit",
     defaults.DEFAULT_FREEZE_LIMIT_S,
     "End a peer's lock session once it sent no heartbeat and no statement for this long "
-    "(a frozen node); 0: leave it to that node's session timeout.",
+    "(a frozen node), or its session went unanswered and idle this long (a stalled one); "
+    "0: leave it to that node's session timeout.",
     envvar="PULSE_FREEZE_LIMIT",
 )
 @duration_option(

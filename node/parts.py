@@ -161,7 +161,14 @@ def wire(
     stop_claiming = Signal()
     return Parts(
         state=state,
-        heartbeat=Heartbeat(registry, _member_info(s), state, stats, ttl_s=s.heartbeat_ttl_s),
+        heartbeat=Heartbeat(
+            registry,
+            _member_info(s),
+            state,
+            stats,
+            ttl_s=s.heartbeat_ttl_s,
+            unanswered=session.unanswered_s,
+        ),
         keeper=keeper,
         deathwatch=DeathWatch(state, LifeWatch(cluster, s.node_id)),
         claimer=claimer,

@@ -22,6 +22,9 @@ class NodeState:
     alive: tuple[str, ...] = ()  # live members whose lock session exists (the shard keeper's)
     beats: dict[str, float] = field(default_factory=dict)  # member -> its last beat, monotonic
     beats_read: float = float("-inf")  # monotonic time ``beats`` was read from Redis
+    # Member -> how long its lock session had gone unanswered at its last beat, as it
+    # reports it (members that report nothing answer, or run an older release).
+    unanswered: dict[str, float] = field(default_factory=dict)
     desired: frozenset[int] = frozenset()
     held: frozenset[int] = frozenset()
     member_zones: dict[str, str] = field(default_factory=dict)  # live member -> its zone

@@ -92,6 +92,7 @@ class ChaosOptions:
             "session_timeout_s": self.session_timeout_s,
             "kill_bound_s": self.bounds.kill_s,
             "stop_bound_s": self.bounds.stop_s,
+            "stall_bound_s": self.bounds.stall_s,
             "faults": list(self.faults),
             "external": self.external,
             "pg_ha": self.pg_ha,

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from cluster.chaos import poison
 from cluster.errors import InvalidInput
-from cluster.settings import DEFAULT_HEARTBEAT_TTL_S
+from cluster.settings import DEFAULT_FREEZE_LIMIT_S, DEFAULT_HEARTBEAT_TTL_S
 
 KINDS = (
     "sigkill",
@@ -47,6 +47,10 @@ TAIL_S = 6.0
 # A network blip on one node's Postgres connections: shorter than the shard keeper's grace
 # for a member whose session is missing, so no shard may move (docs/design/recovery.md).
 BLIP_S = 1.5
+# How much later than a death a stall is noticed: the stalled node's next statement (within
+# its idle claim interval, 2 s) goes unanswered for the freeze limit; then, as after a kill,
+# a beat reports it and a peer ends its session (docs/design/failover.md).
+STALL_NOTICE_S = 2.0 + DEFAULT_FREEZE_LIMIT_S
 
 
 @dataclass(frozen=True)
@@ -57,6 +61,12 @@ class Bounds:
     stop_s: float  # after a node froze or stalled past the session timeout
     session_timeout_s: float
     heartbeat_ttl_s: float = DEFAULT_HEARTBEAT_TTL_S
+
+    @property
+    def stall_s(self) -> float:
+        """After a node's Postgres traffic stalled: its peers end its session, else its
+        session timeout does (the stop bound)."""
+        return min(self.stop_s, self.kill_s + STALL_NOTICE_S)
 
 
 @dataclass(frozen=True)
@@ -118,7 +128,8 @@ def _fault(
         return Fault(kind, at_s, rng.uniform(1.0, 8.0), (target,), target, bounds.kill_s)
     if kind in ("sigstop", "pg-stall"):
         hold = timeout * rng.uniform(1.3, 1.8)
-        return Fault(kind, at_s, hold, (target,), target, bounds.stop_s)
+        bound = bounds.stop_s if kind == "sigstop" else bounds.stall_s
+        return Fault(kind, at_s, hold, (target,), target, bound)
     if kind == "sigstop-short":
         hold = timeout * rng.uniform(0.3, 0.6)
         return Fault(kind, at_s, hold, (target,), target, hold + bounds.kill_s)

@@ -45,8 +45,9 @@ def _opt(*names: str, **kwargs: Any) -> Callable[[FC], FC]:
 @_opt("--shards", type=click.IntRange(1, 4096), default=64, help="Shard count of the cluster.")
 @_opt("--session-timeout", default="10s", help="Lock session timeout of every node.")
 @_opt("--kill-bound", default="5s", help="Failover bound after SIGKILL and brief faults.")
-@_opt("--stop-bound", default=None, help="Bound after a freeze or stall past the session "
-      "timeout [default: session timeout + kill bound].")  # fmt: skip
+@_opt("--stop-bound", default=None, help="Bound after a freeze past the session timeout, "
+      "and after a stall if less than the kill bound + 5s [default: session timeout + kill "
+      "bound].")  # fmt: skip
 @_opt("--json", "json_path", default=None, metavar="FILE", help="Also write the report as "
       "JSON to FILE (- for stdout, the table then goes to stderr).")  # fmt: skip
 @_opt("--external", is_flag=True, help="Use the configured Postgres and Redis (no restarts).")

@@ -3,6 +3,11 @@
 Redis trouble changes nothing the node holds: the last known member list stays in force
 (so no rebalance happens) until Redis answers again, and the node re-registers by itself.
 Join/leave messages trigger an immediate heartbeat, so changes are seen at once.
+
+Each beat also reports how long this node's lock session has gone without an answer from
+Postgres, once that is longer than an ordinary statement, and learns the peers' reports: a
+peer's report wakes the shard keeper, which may end that peer's stalled session
+(node/membership/liveness.py).
 """
 
 from __future__ import annotations
@@ -11,6 +16,7 @@ import asyncio
 import contextlib
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import replace
 
 from cluster.errors import MembershipError
@@ -20,6 +26,9 @@ from node.state import NodeState
 from node.stats import Stats
 
 logger = logging.getLogger(__name__)
+
+# A lock session waiting less than this is running an ordinary statement: not reported.
+REPORT_UNANSWERED_S = 1.0
 
 
 class Heartbeat:
@@ -31,7 +40,9 @@ class Heartbeat:
         stats: Stats,
         *,
         ttl_s: float,
+        unanswered: Callable[[], float] | None = None,
     ) -> None:
+        self._unanswered = unanswered
         self._registry = registry
         self._info = info
         self._state = state
@@ -42,14 +53,20 @@ class Heartbeat:
         try:
             if self._info.fenced_writes != self._stats.fenced_writes:
                 self._info = replace(self._info, fenced_writes=self._stats.fenced_writes)
-            ages = await self._registry.heartbeat_ages(self._info, self._ttl_s)
+            waited = self._unanswered() if self._unanswered is not None else 0.0
+            waited = waited if waited >= REPORT_UNANSWERED_S else 0.0
+            beat = await self._registry.beat(self._info, self._ttl_s, unanswered_s=waited)
         except MembershipError:
             self._stats.redis_errors += 1
             raise
         now = time.monotonic()
-        self._state.beats = {member: now - age for member, age in ages.items()}
-        self._state.beats_read = now
-        live = sorted(ages)
+        state = self._state
+        state.beats = {member: now - age for member, age in beat.ages.items()}
+        state.beats_read = now
+        state.unanswered = {m: s for m, s in beat.unanswered.items() if m != state.node_id}
+        if state.unanswered:
+            state.rebalance.set()  # the keeper judges them now, not at its next beat
+        live = sorted(beat.ages)
         before = self._state.live
         changed = self._state.set_live(live)
         if any(m not in self._state.member_zones for m in live) or changed:

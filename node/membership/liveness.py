@@ -10,6 +10,11 @@ the process dies) and its heartbeat's age (docs/design/recovery.md):
   frees its shard locks without waiting for ``idle_session_timeout``; it is dead. Whatever
   it writes when it wakes is refused: its claims ran on that session, its completions
   carry lease tokens that recovery has replaced.
+- **Stalled** (its Postgres traffic silently dropped, its Redis fine): the heartbeat stays
+  fresh, but the node reports that its lock session has had no answer for longer than
+  ``FROZEN_S``, and the server shows that session idle as long: its statements never
+  arrive. Its session is ended here as a frozen one's is, and while its report stands and
+  it has no session it gets no grace: a stalled node cannot reconnect.
 - **Blip** (a cut network, a terminated backend, a Postgres restart): the session is gone
   but the subscription stays and the heartbeat is fresh. It stays a member for
   ``DEAD_SESSION_GRACE_S``, time to reconnect, so no shard moves.
@@ -21,8 +26,8 @@ at once and rebuilds its ring in the same pass, not at the heartbeat TTL.
 The sessions are read from Postgres only when something may have changed: the member list
 did, the death watch saw a session end (``NodeState.suspect``), a member is in its grace,
 a peer's heartbeat is older than ``SUSPECT_BEATS`` beats (a killed or frozen node stops
-beating), Redis cannot say, or ``JUDGE_EVERY_S`` passed. A quiet cluster's keeper reads
-nothing on most beats (docs/design/beat.md).
+beating), a peer reports an unanswered session, Redis cannot say, or ``JUDGE_EVERY_S``
+passed. A quiet cluster's keeper reads nothing on most beats (docs/design/beat.md).
 """
 
 from __future__ import annotations
@@ -75,7 +80,7 @@ class Liveness:
         self.pending = False  # a member is in its grace: judge it again soon
 
     async def alive(self) -> tuple[str, ...]:
-        """This node and the live Redis members that are neither dead nor frozen."""
+        """This node and the live Redis members that are neither dead, frozen nor stalled."""
         state = self._state
         me = state.node_id
         peers = [m for m in state.live if m != me]
@@ -87,7 +92,8 @@ class Liveness:
         now = time.monotonic()
         quiet = [m for m in peers if self._frozen_s > 0 and sessions.get(m, 0.0) > self._frozen_s]
         for member in quiet:
-            if self._stale(member, now) and await self._end_frozen(member):
+            why = self._why_idle(member, now)
+            if why is not None and await self._end_idle(member, why):
                 del sessions[member]
         missing = [m for m in peers if m not in sessions]
         connected = await self._still_connected(missing)
@@ -99,6 +105,8 @@ class Liveness:
                 alive.append(member)
             elif member not in connected or self._stale(member, now):
                 await self._died(member)
+            elif self._stalled(member, now):
+                self._missing_since.pop(member, None)  # out until its session is back
             elif now - self._missing_since.setdefault(member, now) < DEAD_SESSION_GRACE_S:
                 alive.append(member)
         for gone in set(self._missing_since) - set(peers):
@@ -117,6 +125,8 @@ class Liveness:
             return False
         if state.suspect or self.pending or self._dead or now - state.beats_read > FRESH_VIEW_S:
             return False
+        if any(m in state.unanswered for m in peers):
+            return False
         read = state.beats_read  # ages as of the last read: the heartbeat may run after us
         return all(m in state.beats and read - state.beats[m] <= self._suspect_s for m in peers)
 
@@ -130,9 +140,27 @@ class Liveness:
             return False
         return now - state.beats[member] > self._frozen_s
 
-    async def _end_frozen(self, member: str) -> bool:
-        """End a frozen member's lock session; False if it woke meanwhile, or if this
-        node's login may not end it (then its session timeout does, as before)."""
+    def _stalled(self, member: str, now: float) -> bool:
+        """``member`` reports, in a view of Redis read just now, that its lock session has
+        gone without an answer for longer than the freeze limit (a release that reports
+        nothing answers)."""
+        state = self._state
+        if self._frozen_s <= 0 or now - state.beats_read > FRESH_VIEW_S:
+            return False
+        return state.unanswered.get(member, 0.0) > self._frozen_s
+
+    def _why_idle(self, member: str, now: float) -> str | None:
+        """Why the idle session of ``member`` is to be ended: it is frozen or stalled."""
+        if self._stale(member, now):
+            return "no heartbeat and no statement"
+        if self._stalled(member, now):
+            return "its statements unanswered and its session idle"
+        return None
+
+    async def _end_idle(self, member: str, why: str) -> bool:
+        """End the lock session of a frozen or stalled member; False if it was used
+        meanwhile, or if this node's login may not end it (then its session timeout
+        does, as before)."""
         try:
             if not await self._session.end_frozen_session(member, self._frozen_s):
                 return False
@@ -147,8 +175,9 @@ class Liveness:
             )
             return False
         logger.warning(
-            "ended the lock session of %s: no heartbeat and no statement for %.1fs",
+            "ended the lock session of %s: %s for %.1fs",
             member,
+            why,
             self._frozen_s,
             extra={"event": "frozen_session_ended", "member": member},
         )

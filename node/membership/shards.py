@@ -1,7 +1,7 @@
 """The shard keeper: turns the ring's desired shards into advisory locks this node holds.
 
-Members are the live Redis members that ``Liveness`` does not judge dead or frozen: a
-killed node's shards move as soon as it is seen, a blip of a lock session moves none
+Members are the live Redis members that ``Liveness`` does not judge dead, frozen or
+stalled: a killed node's shards move as soon as it is seen, a blip of a lock session moves none
 (node/membership/liveness.py). Lost shards are unlocked, gained ones locked (a shard still
 locked by its previous owner is retried until free), and every gained shard is recovered
 before it is claimed, all in the same pass.
@@ -88,7 +88,7 @@ class ShardKeeper:
         self._take_back_due = False
 
     async def members_alive(self) -> tuple[str, ...]:
-        """This node and the live members that are neither dead nor frozen."""
+        """This node and the live members that are neither dead, frozen nor stalled."""
         return await self._liveness.alive()
 
     async def run_once(self) -> float | None:

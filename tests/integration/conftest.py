@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import functools
 import logging
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 
 import pytest
 
+from cluster.chaos.fleet import endpoint
+from cluster.chaos.servers.proxy import Proxy
 from cluster.settings import ClusterSettings
 from tests.helpers.cli import Invoke, Shared, add_args, env_of, initialised_pulse, invoke, jobs_rows
 from tests.helpers.databases import fresh_settings
@@ -52,3 +54,14 @@ def shared(database_url: str) -> Shared:
     assert pulse(*add_args("other", "--tenant", "acme", "--paused")).exit_code == 0
     assert len(jobs_rows(settings)) == 2
     return settings, pulse
+
+
+@pytest.fixture
+async def proxy(settings: ClusterSettings) -> AsyncIterator[Proxy]:
+    """The chaos proxy in front of the test's Postgres (``pulse chaos``'s pg-stall)."""
+    found = Proxy("postgres", endpoint(settings.database_url, 5432))
+    await found.start()
+    try:
+        yield found
+    finally:
+        await found.close()

@@ -1,7 +1,8 @@
 """Telling a death from a blip or a freeze (docs/design/recovery.md): the life lock tells a
 peer at once that a lock session ended; the shard keeper counts a member without a session
 as dead at once only when its Redis subscription is gone too (or its heartbeat is stale),
-and ends the idle session of a member whose heartbeat went stale (a frozen node)."""
+and ends the idle session of a member whose heartbeat went stale (a frozen node) or which
+reports its session unanswered (a stalled one)."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ import pytest
 
 from cluster.members import MemberInfo, MemberRegistry
 from cluster.settings import ClusterSettings
+from cluster.store.connect import connect
 from cluster.store.lock.lifelock import LifeWatch, life_key
 from cluster.store.lock.session import LockSession, SessionLost
 from node.membership.deathwatch import DeathWatch
@@ -218,3 +220,37 @@ async def test_a_freeze_limit_of_zero_ends_no_session(
     _heard(state, {"a": 0.0, "quiet": 60.0})
     assert await keeper.members_alive() == ("a", "quiet")
     assert await session.live_sessions(["quiet"]) == {"quiet"}
+
+
+async def test_a_member_reporting_a_stall_keeps_its_session_while_a_statement_runs(
+    settings: ClusterSettings, open_session: Opener, registry: MemberRegistry
+) -> None:
+    """A node waiting on a slow Postgres reports its session unanswered too, but its
+    statement runs (``active``, not idle): only once the session has idled past the freeze
+    limit as well is it ended, and the member is out without a grace (a stall)."""
+    session = await open_session("a")
+    busy = await connect(settings, "busy", statement_timeout_s=30, autocommit=True)
+    await registry.heartbeat(_info("busy"), ttl_s=60)
+    state = NodeState("a", "z", 16)
+    state.set_live(["a", "busy"])
+    keeper = _keeper(state, session, registry, frozen_s=0.3)
+    try:
+        async with subscribed(settings, "busy"):
+            running = asyncio.create_task(busy.execute("SELECT pg_sleep(1.5)"))
+            await until(lambda: _active(session, "busy"), "the slow statement to run")
+            _heard(state, {"a": 0.0, "busy": 0.1})
+            state.unanswered = {"busy": 5.0}
+            assert await keeper.members_alive() == ("a", "busy")
+            await running
+            await until(lambda: idle_past(session, "busy"), "the session to idle 0.3 s")
+            _heard(state, {"a": 0.0, "busy": 0.1})
+            assert await keeper.members_alive() == ("a",)
+            assert await keeper.members_alive() == ("a",)  # no grace, its report standing
+            assert [m.info.node_id for m in await registry.live(ttl_s=60)] == ["busy"]
+    finally:
+        await busy.close()
+
+
+async def _active(session: LockSession, node_id: str) -> bool:
+    """``node_id`` has a session and it is running a statement (idle for 0 s)."""
+    return (await session.member_sessions([node_id])).get(node_id) == 0.0

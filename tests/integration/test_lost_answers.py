@@ -17,12 +17,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator
 from dataclasses import replace
 
 import pytest
 
-from cluster.chaos.fleet import endpoint, via_proxy
+from cluster.chaos.fleet import via_proxy
 from cluster.chaos.servers.proxy import Proxy
 from cluster.jobs.spec import JobSpec
 from cluster.settings import ClusterSettings, NodeSettings
@@ -50,16 +49,6 @@ class Events(logging.Handler):
 
     def emit(self, record: logging.LogRecord) -> None:
         self.seen.append(str(getattr(record, "event", "")))
-
-
-@pytest.fixture
-async def proxy(settings: ClusterSettings) -> AsyncIterator[Proxy]:
-    found = Proxy("postgres", endpoint(settings.database_url, 5432))
-    await found.start()
-    try:
-        yield found
-    finally:
-        await found.close()
 
 
 async def test_a_claim_whose_answer_was_lost_is_taken_back_when_the_session_returns(

@@ -133,3 +133,30 @@ async def unsubscribed(settings: ClusterSettings, channel: str) -> None:
         await until(nobody_listens, "the watcher to unsubscribe", 5, interval_s=0.01)
     finally:
         await client.aclose()
+
+
+async def test_a_beat_reports_how_long_the_lock_session_went_unanswered(
+    settings: ClusterSettings,
+) -> None:
+    """Every member learns each live member's report; a beat without one, an eviction or
+    a deregistration clears it (docs/design/lock-session.md)."""
+    registry = MemberRegistry(settings)
+    other = replace(INFO, node_id="n0")
+    try:
+        await registry.beat(INFO, ttl_s=5, unanswered_s=3.25)
+        beat = await registry.beat(other, ttl_s=5)
+        assert beat.unanswered == {"n1": 3.25} and set(beat.ages) == {"n0", "n1"}
+        await registry.beat(INFO, ttl_s=5)
+        assert (await registry.beat(other, ttl_s=5)).unanswered == {}
+        await registry.beat(INFO, ttl_s=5, unanswered_s=4.0)
+        await registry.deregister("n1")
+        assert (await registry.beat(other, ttl_s=5)).unanswered == {}
+        await registry.beat(replace(INFO, node_id="gone"), ttl_s=0.2, unanswered_s=4.0)
+        assert (await registry.beat(other, ttl_s=0.2)).unanswered == {"gone": 4.0}
+
+        async def expired() -> bool:  # a member that stops beating takes its report along
+            return (await registry.beat(other, ttl_s=0.2)).unanswered == {}
+
+        await until(expired, "the report of an expired member to go", 5)
+    finally:
+        await registry.close()

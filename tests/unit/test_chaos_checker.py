@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from cluster.chaos.plan import KINDS, Bounds, make_plan, parse_kinds
+from cluster.chaos.plan import KINDS, STALL_NOTICE_S, Bounds, make_plan, parse_kinds
 from cluster.chaos.verdict.failover import fault_gaps, unheld_stretches
 from cluster.chaos.verdict.kinds import (
     allow_lateness_s,
@@ -598,6 +598,14 @@ def test_the_plan_is_seeded_sequential_and_covers_every_kind() -> None:
     assert all(f.hold_s > BOUNDS.session_timeout_s and f.bound_s == 9.0 for f in stops)
     zone_kills = [f for f in plan if f.kind == "zone-kill"]
     assert all({NODES[n] for n in f.targets} == {f.label} for f in zone_kills)
+
+
+def test_a_stall_is_held_to_the_kill_bound_plus_its_notice_not_to_the_session_timeout() -> None:
+    bounds = Bounds(kill_s=5.0, stop_s=15.0, session_timeout_s=10.0)
+    plan = make_plan(("pg-stall", "sigstop"), NODES, 200.0, 7, bounds)
+    assert {f.bound_s for f in plan if f.kind == "pg-stall"} == {5.0 + STALL_NOTICE_S}
+    assert {f.bound_s for f in plan if f.kind == "sigstop"} == {15.0}
+    assert BOUNDS.stall_s == BOUNDS.stop_s  # a short session timeout ends it sooner still
 
 
 def test_the_plan_refuses_what_cannot_work() -> None:

@@ -6,7 +6,8 @@ zone spaces and each-zone children (its ``zones`` part) run on the same session 
 whose session was terminated cannot claim); a node writes completions on its result
 writer. ``idle_session_timeout`` makes Postgres end the session of a frozen
 or partitioned node by itself. Every call has a deadline; a timeout or a connection error
-marks the session lost, and the caller drops its shards at once.
+marks the session lost, and the caller drops its shards at once. The node's heartbeat
+reports how long it has gone without any answer (docs/design/lock-session.md).
 
 The session runs a few statements thousands of times, so psycopg prepares each on the
 server at first use; it runs in autocommit and never rolls back, so psycopg never
@@ -96,6 +97,7 @@ class LockSession:
         self._cur: AsyncCursor[Any] | None = None  # kept: it keeps its column loaders
         self._lock = asyncio.Lock()
         self.last_ok = 0.0  # monotonic time of the last successful round trip
+        self._unanswered_since: float | None = None  # sent when; kept across reconnects
         self.generation = 0  # bumps on every new connection
         self.life_locked = False  # this session holds the node's life lock (lifelock.py)
         self.flights = Flights(self._run, node_id, zone)
@@ -106,6 +108,12 @@ class LockSession:
     @property
     def connected(self) -> bool:
         return self._conn is not None and not self._conn.closed
+
+    def unanswered_s(self) -> float:
+        """How long Postgres has given this session no answer at all, not even an error (a
+        reset, a refusal, a restart's close): only a stall leaves it unanswered."""
+        since = self._unanswered_since
+        return 0.0 if since is None else max(0.0, time.monotonic() - since)
 
     def trusted(self, margin_s: float) -> bool:
         """True while Postgres cannot yet have ended this session for idleness."""
@@ -143,6 +151,7 @@ class LockSession:
         self._conn, self._cur = conn, conn.cursor(row_factory=tuple_row)
         self.generation += 1
         self.last_ok = time.monotonic()
+        self._unanswered_since = None
         self.life_locked = False
         await self.keep_life_lock()
         return shards
@@ -205,25 +214,30 @@ class LockSession:
             if conn is None or cur is None or conn.closed:
                 raise SessionLost("lock session is not connected")
             cur.row_factory = rows
+            if self._unanswered_since is None:
+                self._unanswered_since = time.monotonic()
             try:
                 statement = text or query(name)
                 tally.count("lock", name)
                 deadline_s = self.statement_timeout_s + MARGIN_S
                 found = await fetch_within(cur, statement, params, deadline_s)
             except TimeoutError as exc:
-                await self._lost()
+                await self._lost()  # still unanswered: the wait goes on across reconnects
                 raise SessionLost(f"{name}: no answer within {self.statement_timeout_s}s") from exc
             except (psycopg.OperationalError, psycopg.errors.ReadOnlySqlTransaction) as exc:
                 # A read-only refusal means the server was demoted to a standby (a
                 # failover's old primary): the locks held there guard nothing.
+                self._unanswered_since = None
                 await self._lost()
                 raise SessionLost(f"{name}: {describe(exc)}") from exc
             except psycopg.Error as exc:
+                self._unanswered_since = None
                 if conn.closed or conn.broken:
                     await self._lost()
                     raise SessionLost(f"{name}: {describe(exc)}") from exc
                 raise StoreError(f"{name}: {describe(exc)}") from exc
             self.last_ok = time.monotonic()
+            self._unanswered_since = None
             return found
 
     async def _lost(self) -> None:

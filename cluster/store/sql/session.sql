@@ -62,8 +62,9 @@ GROUP BY application_name;
 
 -- name: end_frozen_session
 -- Ends ``node``'s lock session if it is still idle for longer than ``idle_s``: the node
--- stopped (its heartbeat is stale too), and its shard locks must not wait for
--- idle_session_timeout. Fencing refuses whatever it writes when it wakes.
+-- stopped (its heartbeat is stale too) or its traffic stalls (it reports its statements
+-- unanswered), and its shard locks must not wait for idle_session_timeout. Fencing
+-- refuses whatever it writes when it wakes or its network heals.
 SELECT count(*) FILTER (WHERE pg_terminate_backend(pid))::int AS ended FROM pg_stat_activity
 WHERE application_name = %(node)s AND datname = current_database() AND state = 'idle'
   AND state_change < clock_timestamp() - make_interval(secs => %(idle_s)s);
