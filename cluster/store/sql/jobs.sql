@@ -146,6 +146,10 @@ RETURNING id, shard_id, status;
 SELECT skipped_slot AS scheduled_for
 FROM record_skipped(%(id)s, %(scope)s, %(skips)s::json, %(now)s::timestamptz);
 
+-- name: may_write_runs
+-- Whether this login inserts runs itself: record_skipped holds it to no slot's time.
+SELECT has_table_privilege(session_user, 'runs', 'INSERT') AS may;
+
 -- name: record_skips_each
 -- record_skips for several jobs in one statement (an apply's batch): %(jobs)s, a JSON list
 -- of {"id": job id, "skips": [[slot, reason], ...]}.
