@@ -174,9 +174,9 @@ class Definitions:
         if not pending:
             return
         await self._past_records(pending, found, db_now)
-        params = {p.key: p.params for p in pending}
-        owed = dropped.owed(params, found, db_now)
-        if await dropped.record_ahead(self._db, owed, params, found, db_now, by):
+        planned = {p.key: p.params for p in pending}
+        owed = dropped.owed(planned, found, db_now)
+        if await dropped.record_ahead(self._db, owed, planned, found, db_now, by):
             owed = []
         rows = await bulk.upsert(self._db, [p.params for p in pending], replace=True)
         await dropped.record_moved(self._db, owed, found, rows, db_now, by)
