@@ -1,5 +1,5 @@
-"""``python -m bench.apply [--jobs N] [--format yaml|json] [--overdue] [--profile DIR]``: how long
-``pulse jobs apply FILE`` takes for a file of many jobs, as an operator runs it.
+"""``python -m bench.apply [--jobs N] [--format yaml|json] [--overdue] [--profile DIR]``:
+how long ``pulse jobs apply FILE`` takes for a file of many jobs, as an operator runs it.
 
 On a throwaway database, ``pulse init``, then three applies of N jobs (``@every 1m``, the
 witness handler, a payload, labels, a timeout, retries and a catch-up policy), each a
@@ -12,11 +12,13 @@ the file and the transaction included):
 
 No node runs the jobs, so whether the reschedule lands before their first slot (at the next
 minute) or after it depends on the second the run starts. ``--overdue`` makes it the second
-case every time, as after an outage: before the reschedule, every job's slot is set to four
-minutes ago, so the apply moves each job past its overdue slots and records them skipped
-(four or five a job). Printed: wall seconds and jobs per second of each, and with
-``--overdue`` the slots recorded. ``--profile DIR`` runs each apply under
-cProfile and leaves ``DIR/<step>.prof`` (read with ``python -m pstats``).
+case every time, as after an outage: before the reschedule, every job's slot is set to the
+start of the minute four minutes ago, so the apply moves each job past its overdue slots
+and records them skipped (five a job, six if a minute begins in between).
+
+Printed: wall seconds and jobs per second of each, and with ``--overdue`` the slots
+recorded. ``--profile DIR`` runs each apply under cProfile and leaves ``DIR/<step>.prof``
+(read with ``python -m pstats``).
 """
 
 from __future__ import annotations
