@@ -66,6 +66,16 @@ SELECT j.* FROM jobs j
 WHERE (j.tenant_id, j.name) IN (SELECT * FROM unnest(%(tenant_ids)s::text[], %(names)s::text[]))
   AND (%(scope)s::text IS NULL OR j.tenant_id = %(scope)s);
 
+-- name: jobs_edged
+-- Of the jobs of (%(tenant_ids)s[i], %(names)s[i]) that exist, those gated now or named in
+-- (%(after_tenant_ids)s[i], %(after_names)s[i]) (their spec waits for upstreams): the jobs
+-- an apply writes edges for (cluster/store/jobstore/gates.py), without reading the rest.
+SELECT j.* FROM jobs j
+WHERE (j.tenant_id, j.name) IN (SELECT * FROM unnest(%(tenant_ids)s::text[], %(names)s::text[]))
+  AND (j.gated OR (j.tenant_id, j.name) IN (
+      SELECT * FROM unnest(%(after_tenant_ids)s::text[], %(after_names)s::text[])))
+  AND (%(scope)s::text IS NULL OR j.tenant_id = %(scope)s);
+
 -- name: list_jobs
 -- %(labels)s: a JSON object of labels every job listed has, or NULL.
 SELECT * FROM jobs
