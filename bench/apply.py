@@ -12,9 +12,9 @@ the file and the transaction included):
 
 No node runs the jobs, so whether the reschedule lands before their first slot (at the next
 minute) or after it depends on the second the run starts. ``--overdue`` makes it the second
-case every time, as after an outage: before the reschedule, every job's slot is set to the
-start of the minute four minutes ago, so the apply moves each job past its overdue slots
-and records them skipped (five a job, six if a minute begins in between).
+case every time: before the reschedule, every job's slot is set to the start of the
+current minute, so the apply moves each job past its overdue slot and records it skipped
+(one a job, two if a minute begins in between).
 
 Printed: wall seconds and jobs per second of each, and with ``--overdue`` the slots
 recorded. ``--profile DIR`` runs each apply under cProfile and leaves ``DIR/<step>.prof``
@@ -41,8 +41,8 @@ from cluster.local.processes import pulse_env
 from cluster.settings import ClusterSettings
 
 REPO = Path(__file__).resolve().parent.parent
-OUTAGE = "UPDATE {schema}.jobs SET slot_at = date_trunc('minute', now()) - interval '4 min', \
-next_run_at = date_trunc('minute', now()) - interval '4 min'"
+OUTAGE = "UPDATE {schema}.jobs SET slot_at = date_trunc('minute', now()), \
+next_run_at = date_trunc('minute', now())"
 SKIPPED = "SELECT count(*) FROM {schema}.runs WHERE status = 'skipped'"
 STEPS = (("create", "@every 1m"), ("same", "@every 1m"), ("reschedule", "@every 2m"))
 
