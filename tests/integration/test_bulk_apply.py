@@ -116,3 +116,24 @@ async def test_a_batch_records_the_overdue_slots_each_of_its_jobs_is_moved_past(
             " GROUP BY job_name ORDER BY job_name"
         ).fetchall()
     assert rows == [(s.name, 3) for s in specs(5)]
+
+
+async def test_an_overdue_batch_is_upserted_once_and_its_skips_recorded_in_one_statement(
+    store: JobStore, settings: ClusterSettings, statements: list[str]
+) -> None:
+    """Where the upsert moves each overdue job is read from the rows it returns: no second,
+    probing upsert (docs/design/revisions.md, "Bulk apply")."""
+    await store.definitions.apply(specs(10), now=NOW)
+    later = NOW + timedelta(minutes=2, seconds=30)  # slots 12:01 and 12:02 overdue
+    statements.clear()
+    result = await store.definitions.apply(specs(10, "@every 5m"), now=later)
+    assert len(result.updated) == 10
+    assert statements.count("upsert_jobs") == 1
+    assert statements.count("record_skips_each") == 1
+    with psycopg.connect(settings.database_url, autocommit=True) as conn:
+        rows = conn.execute(
+            f"SELECT job_name, scheduled_for FROM {settings.schema}.runs"
+            " WHERE status = 'skipped' ORDER BY job_name, scheduled_for"
+        ).fetchall()
+    minute = timedelta(minutes=1)
+    assert rows == [(s.name, NOW + n * minute) for s in specs(10) for n in (1, 2)]

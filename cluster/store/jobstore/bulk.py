@@ -17,6 +17,7 @@ from uuid import UUID
 
 from psycopg.types.json import Jsonb
 
+from cluster.jobs.spec import JobSpec
 from cluster.store.connect import Row
 from cluster.store.jobstore.scoped import ScopedConnection
 from cluster.store.jobstore.specs import check_params
@@ -29,6 +30,7 @@ __all__ = [
     "notify",
     "probe",
     "recorded_from",
+    "rows_edged",
     "rows_named",
     "upsert",
 ]
@@ -53,6 +55,18 @@ def _keys(keys: Iterable[Key]) -> dict[str, list[str]]:
 async def rows_named(db: ScopedConnection, keys: Iterable[Key]) -> dict[Key, Row]:
     """The rows of the jobs of ``keys`` that exist (in this store's scope), by key."""
     rows = await db.all("jobs_named", _keys(keys))
+    return {(r["tenant_id"], r["name"]): r for r in rows}
+
+
+async def rows_edged(db: ScopedConnection, specs: Sequence[JobSpec]) -> dict[Key, Row]:
+    """The rows of the jobs of ``specs`` that exist and are gated, or whose spec names
+    upstreams, by key: those an apply writes edges for."""
+    after = _keys((s.tenant, s.name) for s in specs if s.after)
+    params = {
+        **_keys((s.tenant, s.name) for s in specs),
+        **{f"after_{k}": v for k, v in after.items()},
+    }
+    rows = await db.all("jobs_edged", params)
     return {(r["tenant_id"], r["name"]): r for r in rows}
 
 

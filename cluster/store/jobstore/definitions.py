@@ -20,9 +20,8 @@ from cluster.jobs.models import Job, JobStatus
 from cluster.jobs.options import Declared
 from cluster.jobs.spec import OPTIONS, JobSpec
 from cluster.store.connect import Row
-from cluster.store.jobstore import bulk
+from cluster.store.jobstore import bulk, dropped
 from cluster.store.jobstore.calendar_rule import Rules
-from cluster.store.jobstore.dropped import record_dropped
 from cluster.store.jobstore.gates import Gates
 from cluster.store.jobstore.holds import open_run
 from cluster.store.jobstore.placement import Placement
@@ -175,8 +174,12 @@ class Definitions:
         if not pending:
             return
         await self._past_records(pending, found, db_now)
-        await record_dropped(self._db, {p.key: p.params for p in pending}, found, db_now, by)
+        planned = {p.key: p.params for p in pending}
+        owed = dropped.owed(planned, found, db_now)
+        if await dropped.record_ahead(self._db, owed, planned, found, db_now, by):
+            owed = []
         rows = await bulk.upsert(self._db, [p.params for p in pending], replace=True)
+        await dropped.record_moved(self._db, owed, found, rows, db_now, by)
         for p in pending:
             spec, params = p.spec, p.params
             row: dict[str, Any] | None = rows.get(p.key)

@@ -1,9 +1,11 @@
 """The slots a new definition moves a job past. ``pulse jobs apply`` (or ``rollback``, an
 apply of an older revision) that changes the timing of a job whose slot is overdue (no node
 ran it: an outage) moves the job to the new timing's next slot: the old timing's slots due
-by then never run. They are recorded skipped, with that reason, in the apply's transaction
-and before the job moves, as a pause or a window change records the slots it passes (the
-slot ledger, docs/guarantees.md; docs/design/gates.md). A part of ``Definitions``.
+by then never run. They are recorded skipped, with that reason, in the apply's transaction,
+as a pause or a window change records the slots it passes (the slot ledger,
+docs/guarantees.md; docs/design/gates.md): from the rows the batch's upsert returns, or,
+for a login that writes no past runs, before the upsert moves the jobs. A part of
+``Definitions``.
 
 A slot held at its gate or deferred by a window is kept by the new definition instead
 (``Definitions._past_records``), and its claim decides it and the new timing's slots up to
@@ -15,7 +17,7 @@ from __future__ import annotations
 
 import json
 from collections import deque
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -29,38 +31,69 @@ from cluster.timing.calendared import Decision
 from cluster.timing.instants import US
 from cluster.timing.timeline import MAX_OUTAGE_SLOTS, decisions
 
-__all__ = ["MAX_RECORDED", "dropped_slots", "overdue", "record_dropped", "skips_json"]
+__all__ = [
+    "MAX_RECORDED",
+    "dropped_slots",
+    "overdue",
+    "owed",
+    "record_ahead",
+    "record_moved",
+    "skips_json",
+]
 
 MAX_RECORDED = 1000  # the newest overdue slots recorded; older ones are counted in a note
 
 
-async def record_dropped(
+def owed(
+    params: Mapping[bulk.Key, Any], found: Mapping[bulk.Key, Row], now: datetime
+) -> list[bulk.Key]:
+    """The keys of a batch's existing jobs (``found``: their rows before the apply) whose
+    slot is overdue: those a new timing may move past slots to record."""
+    return [key for key in params if key in found and overdue(found[key], now)]
+
+
+async def record_moved(
     db: ScopedConnection,
-    params: Mapping[bulk.Key, dict[str, Any]],
+    keys: Sequence[bulk.Key],
     found: Mapping[bulk.Key, Row],
+    written: Mapping[bulk.Key, Row],
     now: datetime,
     by: str,
 ) -> None:
-    """Record skipped the overdue slots of a batch's existing jobs that their new
-    parameters (``upsert_jobs``'s, by job) leave without a record (``dropped_slots``),
-    before the upsert moves them (so a login that writes no past runs may record them:
-    ``record_skipped``). Where the upsert puts each is asked of the upsert itself, in a
-    savepoint rolled back, for the jobs whose slot is overdue only; one the upsert leaves
-    as it was keeps its slot and passes nothing. ``found``: the batch's rows before."""
-    owed = [key for key in params if key in found and overdue(found[key], now)]
-    if not owed:
-        return
-    probed = await bulk.probe(db, [params[key] for key in owed])
+    """Record skipped the overdue slots that the jobs of ``keys`` (``owed``) pass from
+    their row before (``found``) to the one ``upsert_jobs`` wrote (``written``; a job it
+    left as it was keeps its slot and passes nothing): ``dropped_slots``, in one statement
+    for the batch."""
     records = []
-    for key in owed:
-        if key not in probed:
+    for key in keys:
+        if key not in written:
             continue
-        old, new = Job.from_row(found[key]), Job.from_row(probed[key])
+        old, new = Job.from_row(found[key]), Job.from_row(written[key])
         skips = dropped_slots(old, new, now, by)
         if skips:
             records.append({"id": str(old.id), "skips": json.loads(skips_json(skips))})
-    if records:  # one statement for the batch's jobs
+    if records:
         await db.all("record_skips_each", {"jobs": Jsonb(records), "now": now})
+
+
+async def record_ahead(
+    db: ScopedConnection,
+    keys: Sequence[bulk.Key],
+    params: Mapping[bulk.Key, Mapping[str, Any]],
+    found: Mapping[bulk.Key, Row],
+    now: datetime,
+    by: str,
+) -> bool:
+    """For a login that writes no past runs (the web's: ``record_skipped`` records for it
+    only slots at or after the job's own), ``record_moved`` before the upsert moves the
+    jobs of ``keys``, asking where it puts each of the upsert itself, run in a savepoint
+    rolled back (``bulk.probe``); whether it did. Any other login records after the upsert,
+    from the rows it returns (``record_moved``): one upsert a batch."""
+    if not keys or await db.writes_runs():
+        return False
+    probed = await bulk.probe(db, [params[key] for key in keys])
+    await record_moved(db, keys, found, probed, now, by)
+    return True
 
 
 def overdue(job: Mapping[str, Any], now: datetime) -> bool:

@@ -16,7 +16,7 @@ from cluster.errors import Conflict, InvalidInput
 from cluster.jobs.gates import CHAIN, check_match
 from cluster.jobs.spec import JobSpec
 from cluster.store.connect import Row
-from cluster.store.jobstore.bulk import chunks, rows_named
+from cluster.store.jobstore.bulk import chunks, rows_edged
 from cluster.store.jobstore.scoped import ScopedConnection
 from cluster.store.jobstore.specs import label_of
 from cluster.timing.schedule import parse_schedule
@@ -76,11 +76,8 @@ class Gates:
         ``BATCH`` at a time, in one statement each (cluster/store/jobstore/bulk.py)."""
         edged = []
         for chunk in chunks(specs):
-            jobs = await rows_named(self._db, [(s.tenant, s.name) for s in chunk])
-            for spec in chunk:
-                job = jobs.get((spec.tenant, spec.name))
-                if job is not None and (spec.after or job.get("gated")):
-                    edged.append((spec, job))
+            jobs = await rows_edged(self._db, chunk)
+            edged += [(s, jobs[(s.tenant, s.name)]) for s in chunk if (s.tenant, s.name) in jobs]
         return edged
 
     async def refuse_orphans(self, kept: dict[str, list[str]]) -> None:

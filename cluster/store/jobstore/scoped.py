@@ -29,6 +29,7 @@ class ScopedConnection:
         self.settings = settings
         self.scope = scope
         self._shards: int | None = None
+        self._writes_runs: bool | None = None
 
     @asynccontextmanager
     async def transaction(self) -> AsyncIterator[None]:
@@ -66,6 +67,14 @@ class ScopedConnection:
         if self._shards is None:
             self._shards = await stored_shard_count(self.conn)
         return self._shards
+
+    async def writes_runs(self) -> bool:
+        """Whether this login may insert runs itself: ``record_skipped`` then records any
+        slot it is given, where a web login's only records slots still to be decided."""
+        if self._writes_runs is None:
+            row = await self.one("may_write_runs", {})
+            self._writes_runs = bool(row and row["may"])
+        return self._writes_runs
 
     def fix_shard_count(self, shards: int) -> None:
         """The count ``pulse init`` just fixed."""

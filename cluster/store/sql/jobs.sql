@@ -66,6 +66,16 @@ SELECT j.* FROM jobs j
 WHERE (j.tenant_id, j.name) IN (SELECT * FROM unnest(%(tenant_ids)s::text[], %(names)s::text[]))
   AND (%(scope)s::text IS NULL OR j.tenant_id = %(scope)s);
 
+-- name: jobs_edged
+-- Of the jobs of (%(tenant_ids)s[i], %(names)s[i]) that exist, those gated now or named in
+-- (%(after_tenant_ids)s[i], %(after_names)s[i]) (their spec waits for upstreams): the jobs
+-- an apply writes edges for (cluster/store/jobstore/gates.py), without reading the rest.
+SELECT j.* FROM jobs j
+WHERE (j.tenant_id, j.name) IN (SELECT * FROM unnest(%(tenant_ids)s::text[], %(names)s::text[]))
+  AND (j.gated OR (j.tenant_id, j.name) IN (
+      SELECT * FROM unnest(%(after_tenant_ids)s::text[], %(after_names)s::text[])))
+  AND (%(scope)s::text IS NULL OR j.tenant_id = %(scope)s);
+
 -- name: list_jobs
 -- %(labels)s: a JSON object of labels every job listed has, or NULL.
 SELECT * FROM jobs
@@ -145,6 +155,10 @@ RETURNING id, shard_id, status;
 -- (migration `0.3.0_pre_web_skips_and_triggers`, docs/design/roles.md).
 SELECT skipped_slot AS scheduled_for
 FROM record_skipped(%(id)s, %(scope)s, %(skips)s::json, %(now)s::timestamptz);
+
+-- name: may_write_runs
+-- Whether this login inserts runs itself: record_skipped holds it to no slot's time.
+SELECT has_table_privilege(session_user, 'runs', 'INSERT') AS may;
 
 -- name: record_skips_each
 -- record_skips for several jobs in one statement (an apply's batch): %(jobs)s, a JSON list
