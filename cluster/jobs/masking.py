@@ -22,7 +22,7 @@ __all__ = ["MASK", "WORD", "shown"]
 MASK = "***"
 # What a name that holds a secret contains (case aside). Every rule below needs it, or an
 # ``@`` (a URL's password): a handler with neither is shown as it is, which the SQL that
-# writes pages of jobs checks first (cluster.store.jobjson), the rules costing far more.
+# writes pages of jobs checks first (cluster.jobs.sqljson), the rules costing far more.
 WORD = (
     r"(?:password|passwd|secret|token|api[-_]?key|access[-_]?key|private[-_]?key|auth"
     r"|cookie|credential|session|signature|dsn)"

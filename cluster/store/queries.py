@@ -17,7 +17,7 @@ columns of one of the lists the options declare (``cluster.jobs.options.Options.
 ``written``, ``timing``, ``claimed``, ``child``, ``child_timing``), each written as TEMPLATE
 with ``@`` for the column and joined by commas: ``{fields:claimed:j.@}``,
 ``{fields:written:@ = excluded.@}``. ``{job_json:ALIAS}`` stands for the JSON object of a
-job row, as ``Job.to_json`` makes it (``cluster.store.jobjson``). Expanded once at load, so
+job row, as ``Job.to_json`` makes it (``cluster.jobs.sqljson``). Expanded once at load, so
 the statements sent are as if written out (tests/unit/test_job_options.py).
 """
 
@@ -32,8 +32,8 @@ import psycopg
 
 from cluster.errors import Conflict, InvalidInput, PulseError, StoreError
 from cluster.jobs.spec import OPTIONS
+from cluster.jobs.sqljson import job_json
 from cluster.store.connect import Conn, Row, SchemaMissing, describe
-from cluster.store.jobjson import job_json
 
 _SECTION = re.compile(r"^-- name: ([a-z_]+)\s*$", re.MULTILINE)
 _FIELDS = re.compile(r"\{fields:([a-z_]+):([^{}]+)\}")
@@ -69,7 +69,7 @@ def _all() -> dict[str, bytes]:
 def expand(text: str) -> str:
     """``text`` with each ``{fields:LIST:TEMPLATE}`` written out (KeyError for an unknown
     list), and each ``{job_json:ALIAS}``: the JSON text of the job row ``ALIAS``
-    (``cluster.store.jobjson``)."""
+    (``cluster.jobs.sqljson``)."""
     lists = OPTIONS.columns
     text = _FIELDS.sub(lambda m: ", ".join(m[2].replace("@", c) for c in lists[m[1]]), text)
     return _JOB_JSON.sub(lambda m: job_json(m[1]), text)

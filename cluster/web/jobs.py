@@ -109,7 +109,7 @@ def _tenant(entry: dict[str, Any]) -> str | None:
 
 class JobsPage(BaseModel):
     """What ``GET /api/jobs`` answers, for the OpenAPI document only: the page is written
-    by its statement (``cluster.store.jobjson``), never through this model."""
+    by its statement (``cluster.jobs.sqljson``), never through this model."""
 
     jobs: list[dict[str, Any]] = Field(description="Each job as `pulse jobs show --json`.")
     next_cursor: str | None = Field(description="The cursor of the next page; null: last.")
@@ -148,7 +148,7 @@ async def list_jobs(
         page = await store.pages.jobs(
             tenant=tenant, status=status, q=q, after=after, limit=limit, labels=wanted
         )
-    # The statement wrote each job's JSON (cluster.store.jobjson): passed on as it came.
+    # The statement wrote each job's JSON (cluster.jobs.sqljson): passed on as it came.
     cursor = encode_cursor(*page.last) if page.last and page.count == limit else None
     body = f'{{"jobs": {page.jobs}, "next_cursor": {json.dumps(cursor)}}}'
     return Response(body.encode(), media_type="application/json")

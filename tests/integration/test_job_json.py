@@ -1,4 +1,4 @@
-"""A page of jobs written as JSON by its statement (``cluster/store/jobjson.py``) says what
+"""A page of jobs written as JSON by its statement (``cluster/jobs/sqljson.py``) says what
 ``Job.to_json`` says of each job: the same keys in the same order, the same values of the
 same JSON types (a float stays ``60.0``), the same nulls and nested objects, the handler
 masked alike; and keyset pages keep to the token's tenant."""
@@ -16,8 +16,8 @@ from cluster.jobs.spec import OPTIONS, JobSpec
 from cluster.store.jobstore.pages import Pages
 from cluster.store.jobstore.store import JobStore
 from cluster.timing.calendars import Calendar, parse_dates
+from tests.helpers.masking import EXAMPLES, SECRETS
 from tests.helpers.sessions import T0
-from tests.integration.test_masking import EXAMPLES, SECRETS
 
 H = timedelta(hours=1)
 DEEP: Any = "bottom"
@@ -101,7 +101,8 @@ ENTRIES: list[dict[str, Any]] = [
     {"name": "paused", "schedule": "@hourly", "handler": "x.y:z", "paused": True, "max_runs": 9},
     {"name": "watched", "schedule": "@hourly", "watch": True},
     {"name": "zzz-deep", "schedule": "@hourly", "handler": "x.y:z"},
-] + [
+]
+ENTRIES += [
     {"name": f"masked-{i:02d}", "tenant": "secrets", "schedule": "@hourly", "handler": handler}
     for i, (handler, _) in enumerate(EXAMPLES)
 ]

@@ -1,7 +1,7 @@
 """Paged reads for the HTTP API and the console: jobs by (tenant, name) after a cursor, runs
 newest first before a cursor, and the fire lag per minute. Each carries the store's tenant
 scope into its statement. A page of jobs comes as the JSON text the statement wrote
-(``cluster.store.jobjson``): nothing reads its rows in Python, the API passes it on."""
+(``cluster.jobs.sqljson``): nothing reads its rows in Python, the API passes it on."""
 
 from __future__ import annotations
 

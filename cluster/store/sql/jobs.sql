@@ -231,7 +231,7 @@ SELECT pg_advisory_xact_lock(hashtext('pulse.sync-jobs'), hashtext(%(schema)s));
 -- name: jobs_page
 -- One page of jobs by (tenant, name) after the cursor; q matches the name or the handler as
 -- it is shown (never inside a secret). The page is one row: its jobs as one JSON array
--- (each job as Job.to_json shows it, cluster/store/jobjson.py), how many, and the last
+-- (each job as Job.to_json shows it, cluster/jobs/sqljson.py), how many, and the last
 -- job's (tenant, name) for the next cursor. The JSON is built outside the LIMIT, so only
 -- the page's rows pay for it whatever plan finds them.
 SELECT count(*) AS found,
