@@ -631,7 +631,7 @@ def test_schedules_max_runs_and_labels_over_the_api(api: Api) -> None:
         assert job_count(api) == before
 
 
-def test_a_scoped_token_reads_no_other_tenants_jobs_through_a_page_or_aencode_cursor(
+def test_a_scoped_token_reads_no_other_tenants_jobs_through_a_page_or_a_cursor(
     api: Api,
 ) -> None:
     """The page's statement keeps the scope: a tenant named in the query, or a cursor made
