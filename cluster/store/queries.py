@@ -17,8 +17,9 @@ columns of one of the lists the options declare (``cluster.jobs.options.Options.
 ``written``, ``timing``, ``claimed``, ``child``, ``child_timing``), each written as TEMPLATE
 with ``@`` for the column and joined by commas: ``{fields:claimed:j.@}``,
 ``{fields:written:@ = excluded.@}``. ``{job_json:ALIAS}`` stands for the select list whose
-``row_to_json`` is a job row's object as ``Job.to_json`` makes it (``cluster.jobs.sqljson``). Expanded once at load, so
-the statements sent are as if written out (tests/unit/test_job_options.py).
+``row_to_json`` is a job row's object as ``Job.to_json`` makes it (``cluster.jobs.sqljson``).
+Expanded once at load, so the statements sent are as if written out
+(tests/unit/test_job_options.py).
 """
 
 from __future__ import annotations
