@@ -7,7 +7,8 @@ hour from now (no node runs, so none comes due during the run: a healthy cluster
 backlog), and ``--runs`` runs spread over the jobs, loaded with ``INSERT ... SELECT`` on the
 server, then ``VACUUM ANALYZE``. One ``pulse web`` process serves them; each sample lists a
 page through HTTP (token lookup, pool, JSON included) and then the same page through
-``JobStore.pages`` on a dedicated connection. Target: p99 over HTTP within 2x of p99 direct.
+``JobStore.pages`` on a dedicated connection (a page of jobs: the JSON text its statement
+writes, as the API sends it). Target: p99 over HTTP within 2x of p99 direct.
 """
 
 from __future__ import annotations

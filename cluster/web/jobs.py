@@ -10,11 +10,13 @@ audit row in one transaction.
 
 from __future__ import annotations
 
+import json
 from dataclasses import replace
 from functools import partial
 from typing import Any
 
 from fastapi import APIRouter, HTTPException, Query, Request, Response
+from pydantic import BaseModel, Field
 
 from cluster.config.admission import NotAllowed, admit
 from cluster.errors import InvalidInput
@@ -105,11 +107,19 @@ def _tenant(entry: dict[str, Any]) -> str | None:
     return tenant if isinstance(tenant, str) else None
 
 
+class JobsPage(BaseModel):
+    """What ``GET /api/jobs`` answers, for the OpenAPI document only: the page is written
+    by its statement (``cluster.jobs.sqljson``), never through this model."""
+
+    jobs: list[dict[str, Any]] = Field(description="Each job as `pulse jobs show --json`.")
+    next_cursor: str | None = Field(description="The cursor of the next page; null: last.")
+
+
 # ?label=key=value (repeatable): jobs with every one of these labels.
 _LABELS = Query(None, max_length=MAX_QUERY_LENGTH, description="key=value (repeatable).")
 
 
-@router.get("/api/jobs")
+@router.get("/api/jobs", response_model=JobsPage)
 async def list_jobs(
     who: Reader,
     request: Request,
@@ -123,7 +133,7 @@ async def list_jobs(
     ),
     limit: int = Query(100, ge=1, le=500),
     label: list[str] | None = _LABELS,
-) -> dict[str, Any]:
+) -> Response:
     """A page of jobs by (tenant, name)."""
     wanted = dict(parse_label(text) for text in label or ())
     if status is not None and status not in JOB_STATUSES:
@@ -135,14 +145,13 @@ async def list_jobs(
             raise InvalidInput("cursor", "not a cursor this API returned")
         after = (parts[0], parts[1])
     async with state_of(request).pool.store(who.scope) as store:
-        found = await store.pages.jobs(
+        page = await store.pages.jobs(
             tenant=tenant, status=status, q=q, after=after, limit=limit, labels=wanted
         )
-    last = found[-1] if len(found) == limit else None
-    return {
-        "jobs": [job.to_json() for job in found],
-        "next_cursor": encode_cursor(last.tenant, last.name) if last else None,
-    }
+    # The statement wrote each job's JSON (cluster.jobs.sqljson): passed on as it came.
+    cursor = encode_cursor(*page.last) if page.last and page.count == limit else None
+    body = f'{{"jobs": {page.jobs}, "next_cursor": {json.dumps(cursor)}}}'
+    return Response(body.encode(), media_type="application/json")
 
 
 @router.post("/api/jobs", status_code=201, openapi_extra=_JOB_BODY)

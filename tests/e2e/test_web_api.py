@@ -14,8 +14,10 @@ from typing import Any
 import httpx
 import pytest
 
+from cluster.jobs.spec import JobSpec
 from cluster.settings import ClusterSettings
 from cluster.store.jobstore.store import JobStore
+from cluster.web.bodies import encode_cursor
 from cluster.web.tokens import csrf_token
 from tests.helpers.cli import SHOW_KEYS as cli_show_keys
 from tests.helpers.cli import spawn
@@ -627,3 +629,65 @@ def test_schedules_max_runs_and_labels_over_the_api(api: Api) -> None:
         assert bad.status_code == 422 and bad.json()["field"] == "labels"
         assert client.get("/api/jobs", params={"label": "nokey"}).status_code == 422
         assert job_count(api) == before
+
+
+def test_a_scoped_token_reads_no_other_tenants_jobs_through_a_page_or_a_cursor(
+    api: Api,
+) -> None:
+    """The page's statement keeps the scope: a tenant named in the query, or a cursor made
+    to point into another tenant, finds nothing of it."""
+    api.set_config("api.handlers", "billing.jobs:rollup")
+    with api.as_("admin") as admin:
+        for tenant in ("acme", "globex", "zeta"):
+            for name in ("cur-a", "cur-b"):
+                admin.post("/api/jobs", json=job(name, tenant=tenant))
+    with api.as_("acme") as acme:
+        for params in (
+            {"tenant": "globex"},
+            {"cursor": encode_cursor("globex", "")},
+            {"cursor": encode_cursor("acme", "\uffff")},
+            {"tenant": "globex", "cursor": encode_cursor("globex", "")},
+            {"cursor": encode_cursor("", ""), "limit": 500},
+        ):
+            answer = acme.get("/api/jobs", params=params)
+            assert answer.status_code == 200, params
+            assert {j["tenant"] for j in answer.json()["jobs"]} <= {"acme"}, params
+            assert "globex" not in answer.text and "zeta" not in answer.text
+        pages = every_page(acme, "/api/jobs", "jobs", {"limit": 1})
+        assert {j["tenant"] for j in pages} == {"acme"} and len(pages) >= 2
+
+
+def test_no_literal_secret_of_a_handler_appears_in_a_page_of_jobs(api: Api) -> None:
+    """A handler written with literal credentials (by the CLI, which may) is listed masked,
+    as the single job's answer shows it."""
+    handlers = {
+        "url": "shell:/usr/bin/pg_dump postgresql://app:dbpass-456@db/app",
+        "env": "shell:PGPASSWORD=hunter2 /usr/bin/psql",
+        "header": 'http:{"headers":{"Authorization":"Bearer literal-secret-123"},"url":"https://h"}',
+    }
+    specs = [
+        JobSpec.build(f"secret-{k}", "@hourly", h, tenant="vault") for k, h in handlers.items()
+    ]
+
+    async def add() -> None:
+        async with JobStore.open(api.settings) as store:
+            await store.definitions.apply(specs)
+
+    asyncio.run(add())
+    with api.as_("read") as client:
+        page = client.get("/api/jobs", params={"tenant": "vault"})
+        assert page.status_code == 200
+        for secret in ("dbpass-456", "hunter2", "literal-secret-123"):
+            assert secret not in page.text
+        listed = page.json()["jobs"]
+        assert len(listed) == 3 and all("***" in j["handler"] for j in listed)
+        for found in listed:
+            one = client.get(f"/api/jobs/vault/{found['name']}").json()
+            assert {k: one[k] for k in found} == found
+
+
+def test_the_openapi_document_describes_a_page_of_jobs(api: Api) -> None:
+    doc = httpx.get(f"{api.web.url}/api/openapi.json").json()
+    answer = doc["paths"]["/api/jobs"]["get"]["responses"]["200"]["content"]
+    ref = answer["application/json"]["schema"]["$ref"].rsplit("/", 1)[1]
+    assert set(doc["components"]["schemas"][ref]["properties"]) == {"jobs", "next_cursor"}

@@ -1,19 +1,31 @@
 """Paged reads for the HTTP API and the console: jobs by (tenant, name) after a cursor, runs
 newest first before a cursor, and the fire lag per minute. Each carries the store's tenant
-scope into its statement."""
+scope into its statement. A page of jobs comes as the JSON text the statement wrote
+(``cluster.jobs.sqljson``): nothing reads its rows in Python, the API passes it on."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 from psycopg.types.json import Jsonb
 
 from cluster.jobs.fields import check_text
-from cluster.jobs.models import Job, Run
+from cluster.jobs.models import Run
 from cluster.store.connect import Conn
 from cluster.store.queries import fetch_all
+
+
+@dataclass(frozen=True)
+class JobPage:
+    """A page of jobs: ``jobs``, a JSON array of ``Job.to_json`` objects as text; how many;
+    and the (tenant, name) of the last (None for an empty page)."""
+
+    jobs: str
+    count: int
+    last: tuple[str, str] | None
 
 
 class Pages:
@@ -30,7 +42,7 @@ class Pages:
         after: tuple[str, str] | None = None,
         limit: int = 100,
         labels: Mapping[str, str] | None = None,
-    ) -> list[Job]:
+    ) -> JobPage:
         """Jobs by (tenant, name), those after ``after`` only, with every one of ``labels``."""
         params = {
             "labels": Jsonb(dict(labels)) if labels else None,
@@ -41,7 +53,9 @@ class Pages:
             "after_name": after[1] if after else None,
             "limit": limit,
         }
-        return [Job.from_row(r) for r in await self._rows("jobs_page", params)]
+        (row,) = await self._rows("jobs_page", params)
+        last = (row["last_tenant"], row["last_name"]) if row["found"] else None
+        return JobPage(row["jobs"], row["found"], last)
 
     async def runs(
         self,

@@ -244,18 +244,27 @@ SELECT pg_advisory_xact_lock(hashtext('pulse.sync-jobs'), hashtext(%(schema)s));
 
 -- name: jobs_page
 -- One page of jobs by (tenant, name) after the cursor; q matches the name or the handler as
--- it is shown (never inside a secret).
-SELECT * FROM jobs
-WHERE (%(scope)s::text IS NULL OR tenant_id = %(scope)s)
-  AND (%(tenant_id)s::text IS NULL OR tenant_id = %(tenant_id)s)
-  AND (%(status)s::text IS NULL OR status = %(status)s)
-  AND (%(q)s::text IS NULL OR strpos(lower(name), lower(%(q)s)) > 0
-       OR strpos(lower(job_handler_shown(handler)), lower(%(q)s)) > 0)
-  AND (%(labels)s::jsonb IS NULL OR labels @> %(labels)s::jsonb)
-  AND (%(after_tenant)s::text IS NULL
-       OR (tenant_id, name) > (%(after_tenant)s::text, %(after_name)s::text))
-ORDER BY tenant_id, name
-LIMIT %(limit)s;
+-- it is shown (never inside a secret). The page is one row: its jobs as one JSON array
+-- (each job as Job.to_json shows it, cluster/jobs/sqljson.py), how many, and the last
+-- job's (tenant, name) for the next cursor. The JSON is built outside the LIMIT, so only
+-- the page's rows pay for it whatever plan finds them.
+SELECT count(*) AS found,
+       '[' || coalesce(string_agg(row_to_json(x)::text, ', ' ORDER BY x.tenant, x.name), '')
+           || ']' AS jobs,
+       (array_agg(x.tenant ORDER BY x.tenant DESC, x.name DESC))[1] AS last_tenant,
+       (array_agg(x.name ORDER BY x.tenant DESC, x.name DESC))[1] AS last_name
+FROM (SELECT {job_json:j}
+      FROM (SELECT * FROM jobs
+            WHERE (%(scope)s::text IS NULL OR tenant_id = %(scope)s)
+              AND (%(tenant_id)s::text IS NULL OR tenant_id = %(tenant_id)s)
+              AND (%(status)s::text IS NULL OR status = %(status)s)
+              AND (%(q)s::text IS NULL OR strpos(lower(name), lower(%(q)s)) > 0
+                   OR strpos(lower(job_handler_shown(handler)), lower(%(q)s)) > 0)
+              AND (%(labels)s::jsonb IS NULL OR labels @> %(labels)s::jsonb)
+              AND (%(after_tenant)s::text IS NULL
+                   OR (tenant_id, name) > (%(after_tenant)s::text, %(after_name)s::text))
+            ORDER BY tenant_id, name
+            LIMIT %(limit)s) AS j) AS x;
 
 -- name: job_revisions
 -- A job's revisions by (tenant, name), newest first, before %(before)s if given; those of
