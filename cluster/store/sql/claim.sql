@@ -56,19 +56,29 @@ crowded AS (
                             WHERE k.name = n.name AND k.scope IN ('', h.tenant_id)
                             ORDER BY k.scope DESC LIMIT 1), false))
 ),
+-- The names of keys without room: `some` key of the name, or `every` key of it (a job that
+-- names one of those is blocked whatever its tenant). Past the heads, a job is decided by
+-- array overlaps; only a name shut for some tenants and open for others is looked up.
+key_shut AS MATERIALIZED (
+    SELECT coalesce(array_agg(n.name) FILTER (WHERE n.some), '{}') AS some,
+           coalesce(array_agg(n.name) FILTER (WHERE n.every), '{}') AS every
+    FROM (SELECT k.name, bool_or(NOT k.open) AS some, bool_and(NOT k.open) AS every
+          FROM key_room k GROUP BY k.name) AS n
+),
 past AS (
     SELECT c.id, c.next_run_at, c.ctid, c.tenant_id, c.priority, c.uses, c.late_after_s
-    FROM crowded s
+    FROM crowded s CROSS JOIN key_shut x
     CROSS JOIN LATERAL (
         SELECT j.id, j.next_run_at, j.ctid, j.tenant_id, j.priority, j.uses, j.late_after_s
         FROM jobs j
         WHERE j.shard_id = s.shard AND j.status = 'idle'
           AND j.next_run_at <= (SELECT due FROM clock)
-          AND (j.uses = '{}' OR NOT EXISTS (
-              SELECT 1 FROM unnest(j.uses) AS n(name)
-              WHERE NOT coalesce((SELECT k.open FROM key_room k
-                                  WHERE k.name = n.name AND k.scope IN ('', j.tenant_id)
-                                  ORDER BY k.scope DESC LIMIT 1), false)))
+          AND (j.uses = '{}' OR NOT (j.uses && x.some)
+               OR (NOT (j.uses && x.every) AND NOT EXISTS (
+                   SELECT 1 FROM unnest(j.uses) AS n(name)
+                   WHERE NOT coalesce((SELECT k.open FROM key_room k
+                                       WHERE k.name = n.name AND k.scope IN ('', j.tenant_id)
+                                       ORDER BY k.scope DESC LIMIT 1), false))))
         ORDER BY j.next_run_at
         LIMIT (SELECT %(quota)s::int)
     ) AS c
