@@ -67,14 +67,14 @@ key_shut AS MATERIALIZED (
 ),
 past AS (
     SELECT c.id, c.next_run_at, c.ctid, c.tenant_id, c.priority, c.uses, c.late_after_s
-    FROM crowded s CROSS JOIN key_shut x
+    FROM crowded s
     CROSS JOIN LATERAL (
         SELECT j.id, j.next_run_at, j.ctid, j.tenant_id, j.priority, j.uses, j.late_after_s
         FROM jobs j
         WHERE j.shard_id = s.shard AND j.status = 'idle'
           AND j.next_run_at <= (SELECT due FROM clock)
-          AND (j.uses = '{}' OR NOT (j.uses && x.some)
-               OR (NOT (j.uses && x.every) AND NOT EXISTS (
+          AND (j.uses = '{}' OR NOT (j.uses && (SELECT x.some FROM key_shut x))
+               OR (NOT (j.uses && (SELECT x.every FROM key_shut x)) AND NOT EXISTS (
                    SELECT 1 FROM unnest(j.uses) AS n(name)
                    WHERE NOT coalesce((SELECT k.open FROM key_room k
                                        WHERE k.name = n.name AND k.scope IN ('', j.tenant_id)
