@@ -18,10 +18,18 @@ HANDLER = "cluster.chaos.witness:record"
 SHARD = 5
 
 
-async def apply(store: JobStore, specs: list[JobSpec]) -> None:
-    """The jobs, every one in shard SHARD: the claim reads a shard's oldest due jobs first."""
+async def node_over(
+    store: JobStore, open_session: Opener, specs: list[JobSpec], **keys: dict[str, Any]
+) -> LockSession:
+    """The keys and the jobs, every job in shard SHARD (the claim reads a shard's oldest due
+    jobs first), and a node holding that shard."""
+    for name, limits in keys.items():
+        await store.limits.set(name, **limits)
     await store.definitions.apply(specs, now=T0)
     await store.db.conn.execute("UPDATE jobs SET shard_id = %s", (SHARD,))
+    node = await open_session("n1")
+    await node.try_lock([SHARD])
+    return node
 
 
 def keyed(prefix: str, count: int, schedule: str, **options: Any) -> list[JobSpec]:
@@ -31,17 +39,16 @@ def keyed(prefix: str, count: int, schedule: str, **options: Any) -> list[JobSpe
 async def test_a_full_key_at_the_head_of_a_shard_hides_no_other_due_job(
     store: JobStore, open_session: Opener
 ) -> None:
-    await store.limits.set("warehouse", max_concurrent=1)
-    await store.limits.set("spare", max_concurrent=5)
     # Twelve jobs of a full key due at 10 s, then, later in the same shard, a job without a
     # key and one whose key has room.
-    await apply(store, [
+    specs = [
         *keyed("heavy", 12, "@every 10s", uses="warehouse"),
         JobSpec.build("plain", "@every 15s", HANDLER),
         JobSpec.build("light", "@every 15s", HANDLER, uses="spare"),
-    ])  # fmt: skip
-    n1 = await open_session("n1")
-    await n1.try_lock([SHARD])
+    ]
+    n1 = await node_over(
+        store, open_session, specs, warehouse={"max_concurrent": 1}, spare={"max_concurrent": 5}
+    )
     (holder,) = (await n1.claim([SHARD], 1, 30.0, now=at(11))).jobs
     assert holder.name.startswith("heavy")
     # The shard's eleven oldest due jobs wait for the warehouse: a claim of 3 reads more
@@ -60,10 +67,8 @@ async def test_every_token_of_a_rate_key_is_a_start_while_slots_wait(
     # Jobs due every second behind 6 starts per 10 s: a slot that waited for its key is
     # let in late, and runs (its catch-up comes after its run); it used to be skipped as
     # missed, its token spent on no start, and the key let in almost nothing.
-    await store.limits.set("api", rate="6/10s")
-    await apply(store, keyed("call", 8, "@every 1s", uses="api"))
-    n1 = await open_session("n1")
-    await n1.try_lock([SHARD])
+    specs = keyed("call", 8, "@every 1s", uses="api")
+    n1 = await node_over(store, open_session, specs, api={"rate": "6/10s"})
     starts: list[int] = []
     for t in range(1, 61):
         for job in (await n1.claim([SHARD], 10, 30.0, now=at(t))).jobs:
@@ -87,10 +92,8 @@ async def rate_blocked_claim(n1: LockSession, t: float) -> tuple[float, float | 
 async def test_a_claim_passed_over_by_a_rate_key_says_when_its_window_reopens(
     store: JobStore, open_session: Opener
 ) -> None:
-    await store.limits.set("api", rate="2/min")
-    await apply(store, keyed("call", 3, "@every 1h", uses="api"))
-    n1 = await open_session("n1")
-    await n1.try_lock([SHARD])
+    specs = keyed("call", 3, "@every 1h", uses="api")
+    n1 = await node_over(store, open_session, specs, api={"rate": "2/min"})
     first = await n1.claim([SHARD], 1, 30.0, now=at(3600))
     second = await n1.claim([SHARD], 1, 30.0, now=at(3620))
     assert len(first.jobs) == len(second.jobs) == 1
