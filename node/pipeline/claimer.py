@@ -6,7 +6,9 @@ sooner, and wakes at once on NOTIFY, on gaining shards, and when a full executor
 slot. After a claim that took nothing it sleeps until ``next_run_at`` or its idle interval
 (``idle_poll_s``: twice the poll interval, short enough that its lock session never idles
 past the peers' freeze limit; docs/design/beat.md): a write that makes a job due sooner
-NOTIFYs its shard, so the interval only bounds a lost notification.
+NOTIFYs its shard, so the interval only bounds a lost notification. A job passed over for a
+named limit wakes it by NOTIFY when a run gives a place back, and a rate key's token, which
+time alone gives back, by the claim's ``next_due``: it reports when the window reopens.
 
 It claims only while the lock session is trusted: if the session has not answered within
 ``session_timeout - margin`` the node may already have lost its locks, so it claims

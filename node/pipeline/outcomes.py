@@ -98,8 +98,9 @@ def _parse_rule(text: str) -> CalendarRule:
 
 def claim_fate(job: ClaimedJob, now: datetime) -> Fate:
     """The fate of the claimed slot at ``now``. Only first attempts are decided: a retry or
-    a recovered slot has already begun, and runs."""
-    if job.attempt > 1:
+    a recovered slot has already begun, and runs; so does a slot its named limit let in
+    after a wait, which no catch-up missed (its run's completion catches up what is due)."""
+    if job.attempt > 1 or job.waited:
         return on_time(rules_of(job), job.slot)
     return fate(rules_of(job), job.slot, now)
 

@@ -2,7 +2,8 @@
 the jobs of two tenants under load are never held by more runs than their limits, counted
 from the runs' start and end times in the database and from the handlers' own record of
 when they started and ended, through a SIGKILL of a node holding a key (its keys come back
-with the recovery of its runs); a rate key's starts never pass its rate in any window."""
+with the recovery of its runs); a rate key's starts never pass its rate in any window, and
+reach it while jobs wait."""
 
 from __future__ import annotations
 
@@ -144,10 +145,10 @@ def test_a_rate_key_lets_no_more_starts_into_any_window_than_its_rate(
 
     def starts() -> list[datetime] | None:
         rows = fleet.sql("SELECT started_at FROM runs WHERE started_at IS NOT NULL")
-        return [r["started_at"] for r in rows] if len(rows) >= 8 else None
+        return [r["started_at"] for r in rows] if len(rows) >= 14 else None
 
-    # More starts than one window holds: the key let some in, then held the rest back.
-    until(starts, "starts past the first window", 150)
+    # More starts than two windows hold: the key let some in, then held the rest back.
+    until(starts, "starts past the second window", 150)
     fleet.stop_all()
     # Every attempt that took a token, those a stopping node released included.
     found = sorted(
@@ -157,3 +158,8 @@ def test_a_rate_key_lets_no_more_starts_into_any_window_than_its_rate(
     for first in found:  # every window of 10 s that starts at a start
         window = [s for s in found if 0 <= (s - first).total_seconds() < 10]
         assert len(window) <= 6, (first, found)
+    # Jobs wait all along, so each token comes back as a start: once the start six before
+    # leaves the window, within the claim loop's poll (the bound is generous: a loaded
+    # machine). Slots let in late used to be skipped as missed, each wasting a token.
+    gaps = [(s - found[i]).total_seconds() for i, s in enumerate(found[6:14])]
+    assert max(gaps) < 20, (gaps, found)

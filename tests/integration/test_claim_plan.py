@@ -202,6 +202,21 @@ async def test_a_claim_without_priorities_probes_their_index_once(big: Conn) -> 
         assert priority_probes(plan) == 1, priority_probes(plan)
 
 
+async def test_a_claim_without_keys_reads_no_key_and_no_shard_past_its_heads(big: Conn) -> None:
+    """No job uses a named limit: the keys' room is never read, nor any shard read again
+    past the jobs waiting for a key (docs/design/limits.md, "What it costs")."""
+    held = held_shards()
+    for fair in (False, True):
+        plan = await explain(big, {**claim_params(held), "fair": fair})
+        nodes = [n for n, _ in walk_with_parents(plan["Plan"])]
+        keys = [n for n in nodes if n.get("Relation Name") in ("limit_keys", "limit_moves")]
+        assert keys and all(n["Actual Loops"] == 0 for n in keys), keys
+        past = [
+            n for n in nodes if n.get("Relation Name") == "jobs" and "uses" in n.get("Filter", "")
+        ]
+        assert past and all(n["Actual Loops"] == 0 for n in past), past
+
+
 async def test_a_claim_reads_each_priority_of_a_shard_once(big: Conn) -> None:
     """Jobs of priority 5 or 10 in the held shards, one of them in each: per shard, one step
     of the loose scan per priority present, one that finds no more, one due probe each."""

@@ -105,6 +105,9 @@ class ClaimedJob(NamedTuple):
     last_success: datetime | None = None  # the newest slot that succeeded
     state: dict[str, Any] | None = None  # what the last successful run left (ctx.state)
     origin: str | None = None  # why the slot runs (NULL: its schedule), for its trace span
+    # The slot waited for a named limit and its key let it in: it runs, however late
+    # (docs/design/limits.md, "Letting in").
+    waited: bool = False
 
 
 _FIELDS = len(ClaimedJob._fields)

@@ -29,6 +29,60 @@ heads AS (
         LIMIT (SELECT %(quota)s::int)
     ) AS c
 ),
+-- The named limits (0.3.0_pre_uses_named_limits) and whether each has room now, as this
+-- snapshot sees them (no lock): read once per claim, and only if a candidate uses a key. A
+-- full rate key reopens when the oldest start that fills its window leaves it, a period
+-- after that start: the claim loop is told (next_due), and claims then.
+key_room AS MATERIALIZED (
+    SELECT l.scope, l.name,
+           coalesce(r.room > 0, true) AND (l.rate IS NULL OR n.near < l.rate) AS open,
+           CASE WHEN n.near >= l.rate THEN (
+               SELECT s.t + make_interval(secs => l.per_s) FROM unnest(l.starts) AS s(t)
+               WHERE s.t > c.t - make_interval(secs => l.per_s)
+                 AND s.t < c.t + make_interval(secs => l.per_s)
+               ORDER BY s.t OFFSET n.near - l.rate LIMIT 1) END AS reopens
+    FROM limit_keys l JOIN limit_room r ON r.id = l.id CROSS JOIN clock c
+    CROSS JOIN LATERAL (SELECT limit_starts_near(l, c.t) AS near) AS n
+),
+-- A job whose named limit has no room is passed over (`blocked`, below) but still among its
+-- shard's oldest: a shard whose heads hold one is read again past such jobs, so a full key
+-- hides none of its other due jobs (test_named_limit_waits.py). Only read when a head uses a
+-- key; the reading past costs one row per waiting job of the shard, none is locked.
+crowded AS (
+    SELECT DISTINCT h.shard FROM heads h
+    WHERE h.uses <> '{}' AND EXISTS (
+        SELECT 1 FROM unnest(h.uses) AS n(name)
+        WHERE NOT coalesce((SELECT k.open FROM key_room k
+                            WHERE k.name = n.name AND k.scope IN ('', h.tenant_id)
+                            ORDER BY k.scope DESC LIMIT 1), false))
+),
+-- The names of keys without room: `some` key of the name, or `every` key of it (a job that
+-- names one of those is blocked whatever its tenant). Past the heads, a job is decided by
+-- array overlaps; only a name shut for some tenants and open for others is looked up.
+key_shut AS MATERIALIZED (
+    SELECT coalesce(array_agg(n.name) FILTER (WHERE n.some), '{}') AS some,
+           coalesce(array_agg(n.name) FILTER (WHERE n.every), '{}') AS every
+    FROM (SELECT k.name, bool_or(NOT k.open) AS some, bool_and(NOT k.open) AS every
+          FROM key_room k GROUP BY k.name) AS n
+),
+past AS (
+    SELECT c.id, c.next_run_at, c.ctid, c.tenant_id, c.priority, c.uses, c.late_after_s
+    FROM crowded s
+    CROSS JOIN LATERAL (
+        SELECT j.id, j.next_run_at, j.ctid, j.tenant_id, j.priority, j.uses, j.late_after_s
+        FROM jobs j
+        WHERE j.shard_id = s.shard AND j.status = 'idle'
+          AND j.next_run_at <= (SELECT due FROM clock)
+          AND (j.uses = '{}' OR NOT (j.uses && (SELECT x.some FROM key_shut x))
+               OR (NOT (j.uses && (SELECT x.every FROM key_shut x)) AND NOT EXISTS (
+                   SELECT 1 FROM unnest(j.uses) AS n(name)
+                   WHERE NOT coalesce((SELECT k.open FROM key_room k
+                                       WHERE k.name = n.name AND k.scope IN ('', j.tenant_id)
+                                       ORDER BY k.scope DESC LIMIT 1), false))))
+        ORDER BY j.next_run_at
+        LIMIT (SELECT %(quota)s::int)
+    ) AS c
+),
 -- Only a shard whose whole quota came before the limit-th oldest head can hold more jobs
 -- older than it: only those are read further (deeper). Exact oldest-first, ties in any order.
 cutoff AS (
@@ -138,14 +192,6 @@ urgent AS (
         LIMIT %(limit)s
     ) AS c
 ),
--- The named limits (0.3.0_pre_uses_named_limits) and whether each has room now, as this
--- snapshot sees them (no lock): read once per claim, and only if a candidate uses a key.
-key_room AS MATERIALIZED (
-    SELECT l.scope, l.name,
-           coalesce(r.room > 0, true)
-           AND (l.rate IS NULL OR limit_starts_near(l, (SELECT t FROM clock)) < l.rate) AS open
-    FROM limit_keys l JOIN limit_room r ON r.id = l.id
-),
 -- Each candidate, `blocked` if it uses a named limit with no room (the first such key, the
 -- tenant's own before a cluster-wide one of its name; a name without a key blocks too).
 -- A tenant's places in the claim are its unblocked candidates' due times, oldest first; its
@@ -170,7 +216,8 @@ ranked AS (
                    LIMIT 1) END AS blocked
         FROM (SELECT h.id, h.next_run_at, h.ctid, h.tenant_id, h.priority, h.uses,
                      h.late_after_s FROM heads h
-              UNION SELECT * FROM deeper UNION SELECT * FROM fair UNION SELECT * FROM urgent)
+              UNION SELECT * FROM past UNION SELECT * FROM deeper UNION SELECT * FROM fair
+              UNION SELECT * FROM urgent)
              AS x
     ) AS y
     WINDOW w AS (PARTITION BY y.tenant_id
@@ -242,7 +289,12 @@ claimed AS (
               j.slot_at, j.attempt, j.lease_token, j.next_run_at, {fields:claimed:j.@},
               j.cancel_by, false AS flight, j.calendar_rule, j.gated,
               j.prev_slot AS previous_slot, j.last_success_at AS last_success, j.state,
-              j.slot_origin AS origin
+              j.slot_origin AS origin,
+              -- Its key let in a slot that waited for it: a primary-key probe of
+              -- limit_waits for a row that took a key, none for others.
+              j.holds IS NOT NULL AND EXISTS (
+                  SELECT 1 FROM limit_waits w WHERE w.job_id = j.id AND w.slot = j.slot_at)
+                  AS waited
 ),
 next_due AS (
     SELECT min(x.next_run_at) AS t
@@ -260,9 +312,14 @@ next_due AS (
 )
 -- held: a due job was passed over (a tenant's limit, a row locked by another claim, a place
 -- refused by tenant_take or a key by limit_take), for the claim loop's next claim to go fair
--- at once. Not a job whose named limit had no room: claiming again changes nothing for it,
--- and the run that gives a place back wakes the claim loops (limit_free).
-SELECT k.t AS db_now, (SELECT t FROM next_due) AS next_due,
+-- at once. Not a job whose named limit had no room: claiming again changes nothing for it;
+-- the run that gives a place back wakes the claim loops (limit_free), and next_due says when
+-- a rate key that passed one over reopens (time alone gives its token back).
+SELECT k.t AS db_now,
+       least((SELECT t FROM next_due),
+             CASE WHEN EXISTS (SELECT 1 FROM candidates WHERE blocked IS NOT NULL) THEN (
+                 SELECT min(r.reopens) FROM key_room r
+                 WHERE r.name IN (SELECT blocked FROM candidates)) END) AS next_due,
        (SELECT count(*) FROM candidates WHERE blocked IS NULL)
            > (SELECT count(*) FROM claimed) AS held, c.*
 FROM clock k LEFT JOIN claimed c ON true
@@ -397,7 +454,8 @@ reset AS (
               j.slot_at, j.attempt, j.lease_token, j.next_run_at, {fields:claimed:j.@},
               j.cancel_by, false AS flight, j.calendar_rule, false AS gated,
               NULL::timestamptz AS previous_slot, NULL::timestamptz AS last_success,
-              NULL::jsonb AS state, j.slot_origin AS origin, d.poison, d.reason, d.locked_by,
+              NULL::jsonb AS state, j.slot_origin AS origin, false AS waited,
+              d.poison, d.reason, d.locked_by,
               record_run(j.id, j.tenant_id, j.name, j.slot_at, d.attempt, d.locked_by,
                          d.locked_zone, 'lost', d.lease_token, d.locked_at, k.t, NULL,
                          d.reason || ' (node ' || coalesce(d.locked_by, '?') || ')', NULL,

@@ -1,0 +1,105 @@
+"""How long a slot waits behind a named limit (docs/design/limits.md, "Passing over" and
+"Waking"): a full key at the head of a shard hides none of the shard's other due jobs; a
+slot let in by its key runs, so every token of a rate key is a start; a claim passed over
+for a rate key says when the key's window reopens, and the claim loop sleeps no longer."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+from cluster.jobs.spec import JobSpec
+from cluster.store.jobstore.store import JobStore
+from cluster.store.lock.session import LockSession
+from node.pipeline.outcomes import plan_at_claim
+from tests.helpers.sessions import T0, Opener, at, completion
+
+HANDLER = "cluster.chaos.witness:record"
+SHARD = 5
+
+
+async def node_over(
+    store: JobStore, open_session: Opener, specs: list[JobSpec], **keys: dict[str, Any]
+) -> LockSession:
+    """The keys and the jobs, every job in shard SHARD (the claim reads a shard's oldest due
+    jobs first), and a node holding that shard."""
+    for name, limits in keys.items():
+        await store.limits.set(name, **limits)
+    await store.definitions.apply(specs, now=T0)
+    await store.db.conn.execute("UPDATE jobs SET shard_id = %s", (SHARD,))
+    node = await open_session("n1")
+    await node.try_lock([SHARD])
+    return node
+
+
+def keyed(prefix: str, count: int, schedule: str, **options: Any) -> list[JobSpec]:
+    return [JobSpec.build(f"{prefix}-{i:02d}", schedule, HANDLER, **options) for i in range(count)]
+
+
+async def test_a_full_key_at_the_head_of_a_shard_hides_no_other_due_job(
+    store: JobStore, open_session: Opener
+) -> None:
+    # Twelve jobs of a full key due at 10 s, then, later in the same shard, a job without a
+    # key and one whose key has room.
+    specs = [
+        *keyed("heavy", 12, "@every 10s", uses="warehouse"),
+        JobSpec.build("plain", "@every 15s", HANDLER),
+        JobSpec.build("light", "@every 15s", HANDLER, uses="spare"),
+    ]
+    n1 = await node_over(
+        store, open_session, specs, warehouse={"max_concurrent": 1}, spare={"max_concurrent": 5}
+    )
+    (holder,) = (await n1.claim([SHARD], 1, 30.0, now=at(11))).jobs
+    assert holder.name.startswith("heavy")
+    # The shard's eleven oldest due jobs wait for the warehouse: a claim of 3 reads more
+    # than its four heads, and takes the two jobs behind them at once.
+    result = await n1.claim([SHARD], 3, 30.0, now=at(16))
+    assert sorted(j.name for j in result.jobs) == ["light", "plain"]
+    waiting = {w["job"] for k in await store.limits.keys() for w in k.waiters}
+    assert waiting and all(n.startswith("heavy") for n in waiting)
+    # They stay passed over, never locked, while the key is full.
+    assert (await n1.claim([SHARD], 3, 30.0, now=at(17))).jobs == []
+
+
+async def test_every_token_of_a_rate_key_is_a_start_while_slots_wait(
+    store: JobStore, open_session: Opener
+) -> None:
+    # Jobs due every second behind 6 starts per 10 s: a slot that waited for its key is
+    # let in late, and runs (its catch-up comes after its run); it used to be skipped as
+    # missed, its token spent on no start, and the key let in almost nothing.
+    specs = keyed("call", 8, "@every 1s", uses="api")
+    n1 = await node_over(store, open_session, specs, api={"rate": "6/10s"})
+    starts: list[int] = []
+    for t in range(1, 61):
+        for job in (await n1.claim([SHARD], 10, 30.0, now=at(t))).jobs:
+            skipped = plan_at_claim(job, at(t))  # what the node decides at its claim
+            if skipped is None:
+                starts.append(t)
+                await n1.completions.complete([completion(job, at(t))], now=at(t))
+            else:
+                await n1.completions.complete([skipped[0]], skipped[1], now=at(t))
+    assert [starts.count(t) for t in (1, 11, 21, 31, 41, 51)] == [6] * 6, starts
+    assert len(starts) == 36
+
+
+async def rate_blocked_claim(n1: LockSession, t: float) -> tuple[float, float | None]:
+    result = await n1.claim([SHARD], 10, 30.0, now=at(t))
+    assert result.jobs == []
+    due = None if result.next_due is None else (result.next_due - T0).total_seconds()
+    return (result.db_now - T0).total_seconds(), due
+
+
+async def test_a_claim_passed_over_by_a_rate_key_says_when_its_window_reopens(
+    store: JobStore, open_session: Opener
+) -> None:
+    specs = keyed("call", 3, "@every 1h", uses="api")
+    n1 = await node_over(store, open_session, specs, api={"rate": "2/min"})
+    first = await n1.claim([SHARD], 1, 30.0, now=at(3600))
+    second = await n1.claim([SHARD], 1, 30.0, now=at(3620))
+    assert len(first.jobs) == len(second.jobs) == 1
+    # The third waits until the first start leaves the window: a minute after it. The
+    # claim says so, as it says when its next job falls due.
+    assert await rate_blocked_claim(n1, 3630) == (3630, 3660)
+    assert await rate_blocked_claim(n1, 3659) == (3659, 3660)
+    (third,) = (await n1.claim([SHARD], 1, 30.0, now=at(3660))).jobs
+    assert third.slot == at(3600) and third.due == T0 + timedelta(seconds=3600)
