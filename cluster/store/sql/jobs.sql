@@ -215,6 +215,7 @@ UPDATE jobs SET cancel_by = %(by)s
 WHERE tenant_id = %(tenant_id)s AND name = %(name)s AND status = 'running'
   AND (%(scope)s::text IS NULL OR tenant_id = %(scope)s)
   AND overlap <> 'allow'  -- its slots run as flights (cancel_flights)
+  AND NOT each_node  -- its members' runs (cancel_node_runs)
   AND (%(slot)s::timestamptz IS NULL OR slot_at = %(slot)s)
 RETURNING id, shard_id, slot_at, attempt, lease_token, locked_by, overlap;
 
