@@ -67,8 +67,9 @@ class RunControl:
             )
             running = len(rows) + len({m["slot"] for m in members}) + len(watched)
             if running > 1 and slot is None and not every:
-                raise InvalidInput("slot", f"{running} slots of {name!r} are running: "
-                                   "give --slot or --all")
+                raise InvalidInput(
+                    "slot", f"{running} slots of {name!r} are running: give --slot or --all"
+                )
             for row in rows:  # delivered when the transaction commits
                 flight = row["overlap"] == "allow"
                 await self._wake(row["id"], row["lease_token"], row["slot_at"], flight, by)
@@ -86,7 +87,9 @@ class RunControl:
         ]
         return asked + [CancelRequest(at, 1, None, watched=True) for at in watched]
 
-    async def _wake(self, job_id: object, token: int, slot: datetime, flight: bool, by: str) -> None:
+    async def _wake(
+        self, job_id: object, token: int, slot: datetime, flight: bool, by: str
+    ) -> None:
         """NOTIFY the node running that lease to stop it now (its renewal would, later)."""
         slot_us = int(slot.timestamp() * 1e6) if flight else ""
         payload = f"{CANCEL_PREFIX}{job_id}:{token}:{slot_us}:{by}"

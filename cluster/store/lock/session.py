@@ -36,7 +36,7 @@ from cluster.store.connect import Conn, connect, describe
 from cluster.store.deadline import MARGIN_S, fetch_within
 from cluster.store.lock.completions import Completions
 from cluster.store.lock.flights import FlightLease, Flights
-from cluster.store.lock.lifelock import life_key
+from cluster.store.lock.lifelock import EACH_NODE_MARK, life_key
 from cluster.store.lock.records import ClaimResult, claimed_jobs, int_array
 from cluster.store.lock.zones import Zones
 from cluster.store.queries import query, variant
@@ -144,7 +144,9 @@ class LockSession:
                     f"has {shards}; the shard count never changes"
                 )
             await self._check_session_locks(conn)
-            await conn.execute(query("lock_session_setup"))
+            await conn.execute(
+                query("lock_session_setup"), {"ns": self.namespace, "mark": EACH_NODE_MARK}
+            )
         except BaseException:
             await conn.close()
             raise
