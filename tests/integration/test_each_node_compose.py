@@ -21,6 +21,7 @@ from cluster.store.lock.session import LockSession
 from tests.helpers.cli import invoke
 from tests.helpers.flights import HANDLER, ended, handed
 from tests.helpers.outbox import add_rule, events
+from tests.helpers.roles import Logins, grant_roles
 from tests.helpers.sessions import ALL, Opener, at
 from tests.integration.test_each_node import MEMBERS, every_node, fan_out, node_runs, slot_row
 
@@ -216,3 +217,37 @@ async def test_an_every_node_job_is_refused_while_an_older_node_runs(
     # The old node gone, the conversion goes through.
     await store.definitions.apply([converted])
     assert (await store.get("plain")).each_node
+
+
+async def test_a_web_login_cancels_an_every_node_slot_and_sees_older_nodes(
+    store: JobStore, open_session: Opener, settings: ClusterSettings, logins: Logins
+) -> None:
+    """The web's role only reads node_runs: the cancel goes through cancel_node_runs, as the
+    owner, within the caller's tenant scope; the guard of a rolling upgrade reads pg_locks,
+    which every login may."""
+    await every_node(store)
+    a = await open_session("node-a")
+    mine, _ = await fan_out(a, 10, MEMBERS)
+    await asyncio.to_thread(grant_roles, settings, logins)
+    async with JobStore.open(logins.as_web(settings)) as web:
+        asked = await web.runcontrol.cancel("sweep", by="token ops")
+        assert sorted((r.node_id, r.queued) for r in asked) == [
+            ("node-a", False),
+            ("node-b", True),
+            ("node-c", True),
+        ]
+        async with await psycopg.AsyncConnection.connect(
+            settings.database_url, application_name="node-old", autocommit=True
+        ) as old:
+            await old.execute("SELECT pg_advisory_lock(%s, 3)", (settings.lock_namespace,))
+            spec = JobSpec.build("more", "@hourly", HANDLER, each_node=True)
+            with pytest.raises(InvalidInput, match="node node-old runs a release"):
+                await web.definitions.apply([spec])
+    async with JobStore.open(logins.as_web(settings)) as web:
+        other = JobStore(web.db.conn, web.settings, scope="acme")
+        with pytest.raises(NotFound):  # another tenant's job: out of its reach
+            await other.runcontrol.cancel("sweep", by="token x")
+    assert [m for m, _, _ in await node_runs(store)] == ["node-a"]
+    await a.completions.complete_flights([ended(mine, "cancelled")], now=at(12))
+    status, _, _ = await slot_row(store, at(10))
+    assert status == "cancelled"
