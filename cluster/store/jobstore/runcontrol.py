@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
+from uuid import UUID
 
 from cluster.errors import InvalidInput, NotRunning
 from cluster.jobs.fields import DEFAULT_TENANT, MAX_COUNT, check_text
@@ -88,7 +89,7 @@ class RunControl:
         return asked + [CancelRequest(at, 1, None, watched=True) for at in watched]
 
     async def _wake(
-        self, job_id: object, token: int, slot: datetime, flight: bool, by: str
+        self, job_id: UUID, token: int, slot: datetime, flight: bool, by: str
     ) -> None:
         """NOTIFY the node running that lease to stop it now (its renewal would, later)."""
         slot_us = int(slot.timestamp() * 1e6) if flight else ""

@@ -143,10 +143,11 @@ class LockSession:
                     f"this node was started with --shards {expected_shards} but the database "
                     f"has {shards}; the shard count never changes"
                 )
-            await self._check_session_locks(conn)
+            # The mark first: the probe below must not show this session as an old node's.
             await conn.execute(
                 query("lock_session_setup"), {"ns": self.namespace, "mark": EACH_NODE_MARK}
             )
+            await self._check_session_locks(conn)
         except BaseException:
             await conn.close()
             raise
