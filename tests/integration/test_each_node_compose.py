@@ -16,14 +16,13 @@ from cluster.errors import InvalidInput, NotFound, NotRunning
 from cluster.jobs.spec import JobSpec
 from cluster.settings import ClusterSettings
 from cluster.store.jobstore.store import JobStore
-from cluster.store.lock.records import ClaimedJob
 from cluster.store.lock.session import LockSession
 from tests.helpers.cli import invoke
+from tests.helpers.everynode import MEMBERS, every_node, fan_out, node_runs, slot_row
 from tests.helpers.flights import HANDLER, ended, handed
 from tests.helpers.outbox import add_rule, events
 from tests.helpers.roles import Logins, grant_roles
 from tests.helpers.sessions import ALL, Opener, at
-from tests.integration.test_each_node import MEMBERS, every_node, fan_out, node_runs, slot_row
 
 
 async def test_a_cancel_stops_every_members_run_and_starts_none_of_the_queued(
@@ -131,14 +130,10 @@ async def test_a_plain_trigger_fans_out_and_a_payload_or_rerun_is_refused(
 
 async def _close(a: LockSession, b: LockSession, t: float, b_outcome: str) -> None:
     """Fan out the slot at ``t`` to node-a and node-b; node-a succeeds, node-b ends so."""
-    mine, _ = await _fan_out_two(a, t)
+    mine, _ = await fan_out(a, t, MEMBERS[:2])
     (theirs,) = await b.flights.claim([], 10, 30.0, now=at(t))
     await a.completions.complete_flights([ended(mine)], now=at(t + 1))
     await b.completions.complete_flights([ended(theirs, b_outcome)], now=at(t + 2))
-
-
-async def _fan_out_two(a: LockSession, t: float) -> tuple[ClaimedJob, bool]:
-    return await fan_out(a, t, MEMBERS[:2])
 
 
 async def test_failed_member_runs_count_toward_pause_after_failures(

@@ -88,9 +88,7 @@ class RunControl:
         ]
         return asked + [CancelRequest(at, 1, None, watched=True) for at in watched]
 
-    async def _wake(
-        self, job_id: UUID, token: int, slot: datetime, flight: bool, by: str
-    ) -> None:
+    async def _wake(self, job_id: UUID, token: int, slot: datetime, flight: bool, by: str) -> None:
         """NOTIFY the node running that lease to stop it now (its renewal would, later)."""
         slot_us = int(slot.timestamp() * 1e6) if flight else ""
         payload = f"{CANCEL_PREFIX}{job_id}:{token}:{slot_us}:{by}"

@@ -461,7 +461,11 @@ BEGIN
     END IF;
     -- --pause-after-failures: a member's failure makes the slot one failed slot; a slot
     -- every member that ran succeeded resets the count; a cancelled slot, or one no member
-    -- ran, does neither (as a cancelled or lost ordinary run).
+    -- ran, does neither (as a cancelled or lost ordinary run). The job row is read again
+    -- under its lock: two slots closing at once count one after the other.
+    IF outcome = 'failed' AND failed > 0 OR outcome = 'succeeded' AND j.failed_slots > 0 THEN
+        SELECT * INTO j FROM jobs WHERE id = e_job_id FOR UPDATE;
+    END IF;
     IF outcome = 'failed' AND failed > 0 THEN
         IF NOT j.paused AND j.failed_slots + 1 >= j.pause_after_failures THEN
             note := 'paused after ' || j.failed_slots + 1

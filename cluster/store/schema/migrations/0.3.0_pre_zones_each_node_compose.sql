@@ -1,7 +1,7 @@
--- Pulse schema, 0.3.0: every-node jobs compose with cancel and --pause-after-failures
--- (docs/design/each-node.md). node_run_ended, re-created: a slot in which a member's run
--- was cancelled closes `cancelled`, as a cancelled ordinary run does; a slot in which a
--- member failed or timed out counts as one failed slot toward the job's
+-- Pulse schema, 0.3.0: every-node jobs compose with cancel and --pause-after-failures.
+-- node_run_ended, re-created: a slot in which a member's run was cancelled closes
+-- `cancelled`, as a cancelled ordinary run does; a slot in which a member failed or timed
+-- out counts as one failed slot toward the job's
 -- --pause-after-failures (and pauses it at the limit), a slot every member that ran
 -- succeeded resets the count. Named to apply after `0.3.0_pre_zones_each_node`; the
 -- function keeps its signature, so older nodes call it unchanged.
@@ -68,7 +68,11 @@ BEGIN
     END IF;
     -- --pause-after-failures: a member's failure makes the slot one failed slot; a slot
     -- every member that ran succeeded resets the count; a cancelled slot, or one no member
-    -- ran, does neither (as a cancelled or lost ordinary run).
+    -- ran, does neither (as a cancelled or lost ordinary run). The job row is read again
+    -- under its lock: two slots closing at once count one after the other.
+    IF outcome = 'failed' AND failed > 0 OR outcome = 'succeeded' AND j.failed_slots > 0 THEN
+        SELECT * INTO j FROM jobs WHERE id = e_job_id FOR UPDATE;
+    END IF;
     IF outcome = 'failed' AND failed > 0 THEN
         IF NOT j.paused AND j.failed_slots + 1 >= j.pause_after_failures THEN
             note := 'paused after ' || j.failed_slots + 1
