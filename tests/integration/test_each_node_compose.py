@@ -124,6 +124,12 @@ async def test_a_plain_trigger_fans_out_and_a_payload_or_rerun_is_refused(
         invoke, settings, "jobs", "trigger", "sweep", "--payload", "{}"
     )
     assert result.exit_code == 2 and "runs on every node" in result.output, result.output
+    # With upstreams, a trigger would be an extra flight beside the held slot: refused too.
+    up = JobSpec.build("up", "@every 10s", HANDLER)
+    gated = JobSpec.build("gated", "@every 10s", HANDLER, each_node=True, after=["up"])
+    await store.definitions.apply([up, gated], now=at(6))
+    with pytest.raises(InvalidInput, match="a trigger beside its held slot"):
+        await store.trigger("gated", now=at(7))
     cur = await store.db.conn.execute("SELECT count(*) AS n FROM flights")
     assert (await cur.fetchone())["n"] == 0  # nothing queued
 

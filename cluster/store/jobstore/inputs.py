@@ -83,7 +83,7 @@ def _one_node_only(
         field = "payload" if payload is not None else "merge_payload"
         what = "a trigger with a payload"
     else:
-        field, what = "name", "a trigger while skip-next records lie ahead"
+        field, what = "name", "a trigger beside its held slot (upstreams, skip-next records)"
     return field, f"{name!r} runs on every node: {what} would run on one node only"
 
 
