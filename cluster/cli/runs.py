@@ -141,6 +141,12 @@ def cancel_run(
                     "run, recorded cancelled; Pulse does not stop its process"
                 )
                 continue
+            if request.queued:  # an every-node member's run not started yet
+                click.echo(
+                    f"cancelled {name} (tenant {tenant}) slot {iso(request.slot)} on "
+                    f"{request.node_id}: not started"
+                )
+                continue
             click.echo(
                 f"cancelling {name} (tenant {tenant}) slot {iso(request.slot)}, attempt "
                 f"{request.attempt} on {request.node_id or '-'}"

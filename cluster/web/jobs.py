@@ -383,6 +383,12 @@ async def cancel_job(request: Request, tenant: str, name: str, who: Writer) -> l
             store, who, "cancel", tenant, name, ", ".join(iso(a.slot) or "" for a in asked)
         )
     return [
-        {"slot": iso(a.slot), "attempt": a.attempt, "node_id": a.node_id, "watched": a.watched}
+        {
+            "slot": iso(a.slot),
+            "attempt": a.attempt,
+            "node_id": a.node_id,
+            "watched": a.watched,
+            "queued": a.queued,
+        }
         for a in asked
     ]

@@ -27,6 +27,16 @@ async def sleeps(ctx: RunContext) -> None:
     await asyncio.sleep(600)
 
 
+async def sleeps_noting_stop(ctx: RunContext) -> None:
+    """As ``sleeps``, and writes ``<dir>/<job>.stopped`` (node, slot) when it is stopped."""
+    _started(ctx)
+    try:
+        await asyncio.sleep(600)
+    finally:
+        with (Path(ctx.payload["dir"]) / f"{ctx.job_name}.stopped").open("a") as out:
+            out.write(f"{ctx.node_id} {ctx.scheduled_for.isoformat()}\n")
+
+
 def ignores(ctx: RunContext) -> None:
     """Blocks for ``sleep_s`` whatever is asked of it (Python cannot stop a thread)."""
     _started(ctx)

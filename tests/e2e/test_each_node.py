@@ -10,11 +10,13 @@ from __future__ import annotations
 import signal
 from collections import Counter, defaultdict
 from datetime import datetime
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from cluster.jobs.spec import JobSpec
+from tests.helpers.cli import spawn
 from tests.helpers.fleet import Fleet
 from tests.helpers.nodes import init_cluster
 from tests.helpers.waiting import until
@@ -141,3 +143,67 @@ def test_a_node_drained_mid_run_is_named_and_its_run_not_moved(fleet: Fleet) -> 
     row = until(lambda: _closed(fleet).get(drained), "the drained slot to close", 40)
     assert row["last_error"].startswith("1/2, node n2 missed (drained "), row["last_error"]
     assert sorted(_ran(fleet)[drained]) == ["n1", "n2"]  # nobody ran n2's part again
+
+
+def _lines(path: Path) -> list[tuple[str, str]]:
+    """(node, slot) per whole line of a handler's marker file (one being written: not yet)."""
+    if not path.exists():
+        return []
+    parts = (line.split() for line in path.read_text().splitlines())
+    return [(p[0], p[1]) for p in parts if len(p) == 2]
+
+
+def test_a_cancel_stops_every_members_run_and_starts_none_of_the_queued(
+    fleet: Fleet, tmp_path: Path
+) -> None:
+    """Two triggered slots: the first runs on n1, n2 and n3 (a long handler), the second
+    waits behind it on each member. `pulse runs cancel --all` stops the three runs and
+    starts none of the three queued; both slots close cancelled, naming every member."""
+    handler = "tests.e2e.steer_handlers:sleeps_noting_stop"
+    job = JobSpec.build("sweep", "@daily", handler, each_node=True, payload={"dir": str(tmp_path)})
+    init_cluster(fleet.settings, job)
+    for node_id in ("n1", "n2", "n3"):
+        fleet.start(node_id, "a")
+    until(lambda: len(fleet.shards_per_node()) == 3 or None, "three nodes holding shards", 40)
+    started, stopped = tmp_path / "sweep.started", tmp_path / "sweep.stopped"
+
+    def open_slots() -> list[dict[str, Any]]:
+        fleet.check_alive()
+        return fleet.sql("SELECT slot, members FROM node_slots ORDER BY slot")
+
+    assert spawn(fleet.settings, "jobs", "trigger", "sweep").result().returncode == 0
+    until(lambda: len(_lines(started)) == 3 or None, "the first slot running on 3 nodes", 40)
+    ((first, members),) = [(r["slot"], r["members"]) for r in open_slots()]
+    assert members == ["n1", "n2", "n3"]
+    assert spawn(fleet.settings, "jobs", "trigger", "sweep").result().returncode == 0
+    second = until(
+        lambda: next((r["slot"] for r in open_slots() if r["slot"] != first), None),
+        "the second slot fanned out",
+        40,
+    )
+    queued = fleet.sql(
+        "SELECT member FROM node_runs WHERE slot = %s AND status = 'queued'", (second,)
+    )
+    assert sorted(r["member"] for r in queued) == ["n1", "n2", "n3"]  # behind the first
+
+    done = spawn(fleet.settings, "runs", "cancel", "sweep", "--all", "--by", "tester").result()
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.count("not started") == 3, done.stdout
+
+    closed = until(
+        lambda: (lambda rows: rows if first in rows and second in rows else None)(_closed(fleet)),
+        "both slots to close",
+        40,
+    )
+    everyone = "3/3, node n1 cancelled, node n2 cancelled, node n3 cancelled"
+    for slot in (first, second):
+        assert closed[slot]["status"] == "cancelled"
+        assert closed[slot]["last_error"] == everyone, closed[slot]
+        ended = closed[slot]["output"]["coverage"]["ended"]
+        assert {e["why"] for e in ended.values()} == {"cancelled by tester"}
+    # Every member's handler was stopped; none started the second slot, none ran it again.
+    until(lambda: len(_lines(stopped)) == 3 or None, "the three handlers to stop", 40)
+    assert sorted(_lines(stopped)) == sorted(_lines(started))
+    assert sorted(n for n, _ in _lines(started)) == ["n1", "n2", "n3"]
+    assert {s for _, s in _lines(started)} == {first.isoformat()}
+    assert fleet.sql("SELECT * FROM node_runs") == []

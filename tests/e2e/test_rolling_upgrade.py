@@ -8,7 +8,8 @@ one by one (SIGTERM), each waited for and its shards held again before the next.
 from before the migration until the last old node has left runs exactly once: a succeeded
 run row at its first attempt, one execution in the witness file. No assertion is about
 speed; lags are printed. What old nodes call is also checked statement by statement by
-tests/integration/test_previous_release.py.
+tests/integration/test_previous_release.py. While an old node runs, an every-node job is
+refused (it would run on one node), and made once the last has left.
 """
 
 from __future__ import annotations
@@ -124,10 +125,19 @@ def test_a_rolling_upgrade_from_the_previous_release_loses_and_doubles_no_slot(
     for node in NEW:
         fleet.start(node, "a", wait=False)
     held_by(fleet, *OLD, *NEW)
+    # An every-node job would run on one node of the previous release: refused until the
+    # last one has left (docs/design/each-node.md#rolling-upgrades).
+    every_node = ("jobs", "add", "sweep", "--schedule", "@daily", "--each-node", "--handler")
+    every_node += ("cluster.chaos.witness:record",)
+    refused_job = spawn(settings, *every_node).result()
+    assert refused_job.returncode == 2, refused_job.stderr
+    assert "node old-1, old-2, old-3 runs a release that" in refused_job.stderr
     for i, node in enumerate(OLD):
         assert fleet.stop(node) == 0, fleet.logs()
         held_by(fleet, *OLD[i + 1 :], *NEW)
     end = db_now(fleet)
+    made = spawn(settings, *every_node).result()
+    assert made.returncode == 0, made.stderr
 
     until(lambda: not unfinished(fleet, start, end), "every slot of the window", 60)
     executions = fleet.executions()

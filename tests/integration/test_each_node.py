@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import json
 import re
-from datetime import datetime
 from typing import Any
 
 import pytest
@@ -19,44 +18,12 @@ from cluster.errors import InvalidInput
 from cluster.jobs.spec import JobSpec
 from cluster.settings import ClusterSettings
 from cluster.store.jobstore.store import JobStore
-from cluster.store.lock.records import ClaimedJob
-from cluster.store.lock.session import LockSession
 from cluster.store.observe.audit import Scope, audit_lines
 from tests.helpers.cli import invoke
+from tests.helpers.everynode import MEMBERS, every_node, fan_out, node_runs, slot_row
 from tests.helpers.flights import HANDLER, ended, handed
 from tests.helpers.outbox import add_rule, events
 from tests.helpers.sessions import ALL, T0, Opener, at
-
-MEMBERS = [("node-a", "z"), ("node-b", "z"), ("node-c", "z")]
-
-
-async def every_node(store: JobStore, **options: Any) -> None:
-    spec = JobSpec.build("sweep", "@every 10s", HANDLER, each_node=True, **options)
-    await store.definitions.apply([spec], now=T0)
-
-
-async def fan_out(
-    a: LockSession, t: float, members: list[tuple[str, str | None]], shards: list[int] = ALL
-) -> tuple[ClaimedJob, bool]:
-    (job,) = (await a.claim(shards, 10, 30.0, now=at(t))).jobs
-    assert job.each_node and not job.flight
-    moved = await a.completions.spawn(
-        [handed(job, at(t + 10))], [], 30.0, now=at(t), members=members
-    )
-    return job._replace(flight=True), moved[job.id]
-
-
-async def node_runs(store: JobStore) -> list[tuple[str, str, int]]:
-    cur = await store.db.conn.execute(
-        "SELECT member, status, attempt FROM node_runs ORDER BY member"
-    )
-    return [(r["member"], r["status"], r["attempt"]) for r in await cur.fetchall()]
-
-
-async def slot_row(store: JobStore, slot: datetime) -> tuple[str, str | None, dict[str, Any]]:
-    (run,) = [r for r in await store.runs(job="sweep", limit=100) if r.scheduled_for == slot]
-    full = await store.run("sweep", slot=slot)
-    return run.status, run.last_error, (full.output or {}).get("coverage", {})
 
 
 async def test_a_slot_runs_once_on_every_member_and_closes_when_the_last_ends(

@@ -26,6 +26,7 @@ from cluster.store.jobstore.gates import Gates
 from cluster.store.jobstore.holds import open_run
 from cluster.store.jobstore.placement import Placement
 from cluster.store.jobstore.quotas import check_period
+from cluster.store.jobstore.releases import refuse_unknown_each_node
 from cluster.store.jobstore.scoped import ScopedConnection
 from cluster.store.jobstore.specs import (
     ApplyResult,
@@ -76,6 +77,7 @@ class Definitions:
         async with self._db.transaction():
             db_now = await self._db.db_now(now)
             await self._check_periods([spec], db_now)
+            await refuse_unknown_each_node(self._db, [spec])
             rule = await self._rules.for_spec(spec, db_now)
             params = self._params(spec, shards, db_now, rule)
             refuse_past(spec, params, await self._db.db_now(now))
@@ -132,6 +134,7 @@ class Definitions:
             woken: set[int] = set()
             for chunk in bulk.chunks(specs):
                 found = await bulk.rows_named(self._db, [(s.tenant, s.name) for s in chunk])
+                await refuse_unknown_each_node(self._db, chunk, found)
                 pending: list[_Pending] = []
                 for spec in chunk:
                     try:
@@ -246,6 +249,7 @@ class Definitions:
             )
             db_now = await self._db.db_now(now)
             await self._check_periods(specs, db_now)
+            await refuse_unknown_each_node(self._db, specs)
             windows = await self._rules.active(db_now)
             for spec in specs:
                 rule = await self._rules.for_spec(spec, db_now, windows)

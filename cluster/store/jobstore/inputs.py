@@ -73,6 +73,20 @@ def chosen_payload(
     return None
 
 
+def _one_node_only(
+    name: str, payload: object, merge: object, slot: datetime | None
+) -> tuple[str, str]:
+    """Why a trigger of an every-node job is refused: the field, and one line."""
+    if slot is not None:
+        field, what = "slot", "a rerun of a past slot"
+    elif payload is not None or merge is not None:
+        field = "payload" if payload is not None else "merge_payload"
+        what = "a trigger with a payload"
+    else:
+        field, what = "name", "a trigger beside its held slot (upstreams, skip-next records)"
+    return field, f"{name!r} runs on every node: {what} would run on one node only"
+
+
 class Inputs:
     def __init__(self, db: ScopedConnection) -> None:
         self._db = db
@@ -97,6 +111,8 @@ class Inputs:
             job = await self._db.job("lock_job", name, tenant)
             if job.each_zone:  # its slots run as its children's, one per zone
                 raise InvalidInput("name", f"{name!r} runs one child job per zone: trigger one")
+            if job.each_node:  # these run as one flight, on one node (docs/design/each-node.md)
+                raise InvalidInput(*_one_node_only(name, payload, merge_payload, slot))
             # off the event loop: a schema may take a while (under pulse web's budget)
             chosen = await off_loop(partial(chosen_payload, job, payload, merge_payload))
             stored = None if chosen is None else Jsonb(chosen)

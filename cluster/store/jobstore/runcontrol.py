@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
+from uuid import UUID
 
 from cluster.errors import InvalidInput, NotRunning
 from cluster.jobs.fields import DEFAULT_TENANT, MAX_COUNT, check_text
@@ -22,12 +23,15 @@ from cluster.store.queries import query
 @dataclass(frozen=True)
 class CancelRequest:
     """A running slot asked to stop: which, which attempt, and the node running it.
-    ``watched``: a watch job's run, recorded cancelled at once (no node runs it)."""
+    ``watched``: a watch job's run, recorded cancelled at once (no node runs it).
+    ``queued``: an every-node member's run not started yet, recorded cancelled at once
+    (docs/design/each-node.md)."""
 
     slot: datetime
     attempt: int
     node_id: str | None
     watched: bool = False
+    queued: bool = False
 
 
 class RunControl:
@@ -48,7 +52,9 @@ class RunControl:
         through NOTIFY when that node listens, else at its next lease renewal, or by
         recovery if it is gone. The slot is recorded ``cancelled`` (``by`` says who asked)
         and not retried. A watch job's run a ``/start`` opened is recorded cancelled at
-        once: Pulse does not run its process, so it cannot stop it. ``NotRunning`` when no
+        once: Pulse does not run its process, so it cannot stop it. An every-node slot is
+        cancelled on each member: running runs are asked to stop, queued ones are recorded
+        cancelled without starting, and the slot closes ``cancelled``. ``NotRunning`` when no
         such slot is running; ``InvalidInput`` when several are and neither ``slot`` nor
         ``every`` says which."""
         by = " ".join(check_text(by, "by").split())[:MAX_NOTE_LENGTH] or "unknown"
@@ -56,27 +62,39 @@ class RunControl:
         async with self._db.transaction():
             rows = await self._db.all("cancel_job", params)
             rows += await self._db.all("cancel_flights", params)
+            members = await self._db.all("cancel_node_runs", {**params, "now": None})
             watched = await watches.cancel_runs(
                 self._db.all, name, tenant, scope=self._db.scope, slot=slot, by=by
             )
-            if len(rows) + len(watched) > 1 and slot is None and not every:
+            running = len(rows) + len({m["slot"] for m in members}) + len(watched)
+            if running > 1 and slot is None and not every:
                 raise InvalidInput(
-                    "slot",
-                    f"{len(rows) + len(watched)} slots of {name!r} are running: "
-                    "give --slot or --all",
+                    "slot", f"{running} slots of {name!r} are running: give --slot or --all"
                 )
             for row in rows:  # delivered when the transaction commits
-                slot_us = int(row["slot_at"].timestamp() * 1e6) if row["overlap"] == "allow" else ""
-                payload = f"{CANCEL_PREFIX}{row['id']}:{row['lease_token']}:{slot_us}:{by}"
-                await self._db.conn.execute(
-                    query("notify"), {"channel": self._db.settings.wake_channel, "payload": payload}
-                )
-        if not rows and not watched:
+                flight = row["overlap"] == "allow"
+                await self._wake(row["id"], row["lease_token"], row["slot_at"], flight, by)
+            for m in members:  # an every-node member's run: a flight of its member
+                if m["started"]:
+                    await self._wake(m["job_id"], m["lease_token"], m["slot"], True, by)
+        if not rows and not members and not watched:
             await self._db.job("get_job", name, tenant)  # NotFound when there is no such job
             which = f"slot {slot.isoformat()} of " if slot is not None else ""
             raise NotRunning(f"no {which}job {name!r} in tenant {tenant!r} is running")
         asked = [CancelRequest(row["slot_at"], row["attempt"], row["locked_by"]) for row in rows]
+        asked += [
+            CancelRequest(m["slot"], m["attempt"], m["member"], queued=not m["started"])
+            for m in members
+        ]
         return asked + [CancelRequest(at, 1, None, watched=True) for at in watched]
+
+    async def _wake(self, job_id: UUID, token: int, slot: datetime, flight: bool, by: str) -> None:
+        """NOTIFY the node running that lease to stop it now (its renewal would, later)."""
+        slot_us = int(slot.timestamp() * 1e6) if flight else ""
+        payload = f"{CANCEL_PREFIX}{job_id}:{token}:{slot_us}:{by}"
+        await self._db.conn.execute(
+            query("notify"), {"channel": self._db.settings.wake_channel, "payload": payload}
+        )
 
     async def backfill(
         self,

@@ -35,6 +35,11 @@ _MARGIN_S = 5.0
 _LOCK_NOT_AVAILABLE = b"55P03"  # the lock_timeout passed
 
 
+# Below every life key: the shared lock every lock session of a node that knows every-node
+# jobs holds (session.sql: lock_session_setup; docs/design/each-node.md#rolling-upgrades).
+EACH_NODE_MARK = -(1 << 31)
+
+
 def life_key(node_id: str) -> int:
     """The second key of ``node_id``'s life lock (the first is the cluster's namespace)."""
     digest = hashlib.blake2b(node_id.encode(), digest_size=8).digest()

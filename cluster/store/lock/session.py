@@ -36,7 +36,7 @@ from cluster.store.connect import Conn, connect, describe
 from cluster.store.deadline import MARGIN_S, fetch_within
 from cluster.store.lock.completions import Completions
 from cluster.store.lock.flights import FlightLease, Flights
-from cluster.store.lock.lifelock import life_key
+from cluster.store.lock.lifelock import EACH_NODE_MARK, life_key
 from cluster.store.lock.records import ClaimResult, claimed_jobs, int_array
 from cluster.store.lock.zones import Zones
 from cluster.store.queries import query, variant
@@ -143,8 +143,11 @@ class LockSession:
                     f"this node was started with --shards {expected_shards} but the database "
                     f"has {shards}; the shard count never changes"
                 )
+            # The mark first: the probe below must not show this session as an old node's.
+            await conn.execute(
+                query("lock_session_setup"), {"ns": self.namespace, "mark": EACH_NODE_MARK}
+            )
             await self._check_session_locks(conn)
-            await conn.execute(query("lock_session_setup"))
         except BaseException:
             await conn.close()
             raise

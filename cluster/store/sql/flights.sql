@@ -477,9 +477,13 @@ members_missed AS (
                          OR (n.status = 'running' AND n.lease_expires_at < k.t)
                          OR (n.status = 'queued'
                              AND n.due_at + make_interval(secs => %(lease_s)s) < k.t)) END
+    -- One asked to cancel (cancel_node_runs) is recorded cancelled, as a lost ordinary
+    -- run asked to cancel is.
     RETURNING node_run_ended(
-        n.job_id, n.slot, n.member, 'missed',
-        CASE WHEN %(own)s THEN 'restarted'
+        n.job_id, n.slot, n.member,
+        CASE WHEN n.cancel_by IS NULL THEN 'missed' ELSE 'cancelled' END,
+        CASE WHEN n.cancel_by IS NOT NULL THEN 'cancelled by ' || n.cancel_by
+             WHEN %(own)s THEN 'restarted'
              WHEN NOT (n.member = ANY(%(live)s::text[])) THEN 'died'
              WHEN n.status = 'running' THEN 'lease expired'
              ELSE 'not started' END,
@@ -542,3 +546,13 @@ WHERE n.member = %(node_id)s
 RETURNING n.job_id, n.slot,
           node_run_ended(n.job_id, n.slot, n.member, 'missed', 'drained', %(node_id)s,
                          %(zone)s, k.t);
+
+-- name: cancel_node_runs
+-- `pulse runs cancel` of an every-node slot (docs/design/each-node.md): each member's run
+-- of the open slot marked cancelled by %(by)s, through the function cancel_node_runs (as
+-- the owner; migration `0.3.0_pre_zones_each_node_compose`). Running ones come back
+-- (`started`) for the caller to wake their member; queued ones ended, never started.
+SELECT c_job AS job_id, c_slot AS slot, c_member AS member, c_attempt AS attempt,
+       c_token AS lease_token, c_started AS started
+FROM cancel_node_runs(%(tenant_id)s, %(name)s, %(scope)s, %(slot)s::timestamptz, %(by)s,
+                      %(now)s::timestamptz);

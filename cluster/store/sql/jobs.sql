@@ -215,6 +215,7 @@ UPDATE jobs SET cancel_by = %(by)s
 WHERE tenant_id = %(tenant_id)s AND name = %(name)s AND status = 'running'
   AND (%(scope)s::text IS NULL OR tenant_id = %(scope)s)
   AND overlap <> 'allow'  -- its slots run as flights (cancel_flights)
+  AND NOT each_node  -- its members' runs (cancel_node_runs)
   AND (%(slot)s::timestamptz IS NULL OR slot_at = %(slot)s)
 RETURNING id, shard_id, slot_at, attempt, lease_token, locked_by, overlap;
 
@@ -286,3 +287,21 @@ WHERE r.tenant_id = %(tenant_id)s AND r.job_name = %(name)s AND r.revision = %(r
 SELECT (job_definition(j)) ->> 'handler' AS handler FROM jobs j
 WHERE j.tenant_id = %(tenant_id)s AND j.name = %(name)s
   AND (%(scope)s::text IS NULL OR j.tenant_id = %(scope)s);
+
+-- name: nodes_without_each_node
+-- Nodes of this cluster whose lock session (it holds a shard, probe or life lock in the
+-- cluster's namespace) lacks the every-node mark (session.sql: lock_session_setup): a
+-- release that would claim an every-node job as an ordinary one, on one node
+-- (docs/design/each-node.md#rolling-upgrades). A node's life watch (`<node>/watch`) holds
+-- a peer's life lock only a moment, and is no lock session.
+SELECT DISTINCT coalesce(nullif(a.application_name, ''), 'pid ' || l.pid) AS node_id
+FROM pg_locks l LEFT JOIN pg_stat_activity a ON a.pid = l.pid
+WHERE l.locktype = 'advisory' AND l.granted AND l.classid = %(ns)s::int::oid
+  AND l.objsubid = 2
+  AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
+  AND right(coalesce(a.application_name, ''), 6) <> '/watch'
+  AND NOT EXISTS (SELECT 1 FROM pg_locks m
+                  WHERE m.pid = l.pid AND m.locktype = 'advisory' AND m.granted
+                    AND m.classid = l.classid AND m.objsubid = 2
+                    AND m.objid::int = %(mark)s)
+ORDER BY 1;

@@ -4,8 +4,10 @@
 -- name: lock_session_setup
 -- No JIT on the lock session: over many shards the claim's cost estimate crosses
 -- jit_above_cost, and compiling costs far more than running it (test_session.py,
--- test_claim_plan.py).
-SELECT set_config('jit', 'off', false);
+-- test_claim_plan.py). And the mark of a node that knows every-node jobs: a shared lock
+-- on a key no shard, probe or life lock takes (lifelock.EACH_NODE_MARK); creating an
+-- every-node job asks which lock sessions lack it (jobs.sql: nodes_without_each_node).
+SELECT set_config('jit', 'off', false), pg_try_advisory_lock_shared(%(ns)s, %(mark)s);
 
 -- name: try_lock_shards
 -- Locks the given shards not held yet; returns every given shard held afterwards. Never
