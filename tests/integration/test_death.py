@@ -183,6 +183,41 @@ async def test_a_frozen_member_loses_its_session_and_counts_as_dead(
         await frozen.ping()
 
 
+async def test_a_frozen_members_open_transaction_ends_with_its_session(
+    settings: ClusterSettings, open_session: Opener, registry: MemberRegistry
+) -> None:
+    """A member stopped between a fenced completion and its commit (effects) holds the job
+    row in an open transaction on another connection; it must not outlive the judgement,
+    or recovery could not take the slot back until the member woke."""
+    session = await open_session("a")
+    await open_session("frozen")
+    parked = await connect(settings, "frozen/effects")
+    other = await connect(settings, "pulse-test")
+    try:
+        await parked.execute("BEGIN")  # (autocommit connection) a transaction left open
+        await parked.execute("SELECT pg_advisory_xact_lock(4242)")
+
+        async def free() -> bool:
+            cur = await other.execute("SELECT pg_try_advisory_xact_lock(4242) AS got")
+            row = await cur.fetchone()
+            return bool(row and row["got"])
+
+        await registry.heartbeat(_info("frozen"), ttl_s=60)
+        state = NodeState("a", "z", 16)
+        state.set_live(["a", "frozen"])
+        keeper = _keeper(state, session, registry, frozen_s=0.3)
+        assert not await free()
+        async with subscribed(settings, "frozen"):
+            await until(lambda: idle_past(session, "frozen"), "the frozen session to idle")
+            _heard(state, {"a": 0.0, "frozen": 5.0})
+            assert await keeper.members_alive() == ("a",)
+
+        await until(free, "the frozen member's open transaction to end")
+    finally:
+        await parked.close()
+        await other.close()
+
+
 async def test_a_stale_view_of_redis_ends_no_session(
     settings: ClusterSettings, open_session: Opener, registry: MemberRegistry
 ) -> None:

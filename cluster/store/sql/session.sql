@@ -66,10 +66,22 @@ GROUP BY application_name;
 -- Ends ``node``'s lock session if it is still idle for longer than ``idle_s``: the node
 -- stopped (its heartbeat is stale too) or its traffic stalls (it reports its statements
 -- unanswered), and its shard locks must not wait for idle_session_timeout. Fencing
--- refuses whatever it writes when it wakes or its network heals.
-SELECT count(*) FILTER (WHERE pg_terminate_backend(pid))::int AS ended FROM pg_stat_activity
-WHERE application_name = %(node)s AND datname = current_database() AND state = 'idle'
-  AND state_change < clock_timestamp() - make_interval(secs => %(idle_s)s);
+-- refuses whatever it writes when it wakes or its network heals. Its other connections'
+-- open transactions end with it: one stopped between a fenced completion and its commit
+-- (effects, docs/design/effects.md) holds the job row, which recovery must update.
+WITH lock_session AS (
+    SELECT count(*) FILTER (WHERE pg_terminate_backend(pid))::int AS ended
+    FROM pg_stat_activity
+    WHERE application_name = %(node)s AND datname = current_database() AND state = 'idle'
+      AND state_change < clock_timestamp() - make_interval(secs => %(idle_s)s)
+), open_transactions AS (
+    SELECT count(*) FILTER (WHERE pg_terminate_backend(pid))::int AS ended
+    FROM pg_stat_activity
+    WHERE (SELECT ended FROM lock_session) > 0 AND datname = current_database()
+      AND starts_with(application_name, %(node)s || '/')
+      AND state IN ('idle in transaction', 'idle in transaction (aborted)')
+)
+SELECT l.ended, o.ended AS transactions FROM lock_session l, open_transactions o;
 
 -- name: take_life_lock
 -- The node's life lock (cluster/store/lock/lifelock.py): held by its lock session while it
