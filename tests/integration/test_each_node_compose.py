@@ -23,6 +23,24 @@ from tests.helpers.flights import HANDLER, ended, handed
 from tests.helpers.outbox import add_rule, events
 from tests.helpers.roles import Logins, grant_roles
 from tests.helpers.sessions import ALL, Opener, at
+from tests.helpers.waiting import until
+
+
+async def _exited(settings: ClusterSettings, name: str) -> None:
+    """Until the backend of the connection ``name`` closed has exited: a closed connection's
+    locks stay in ``pg_locks`` for a moment."""
+    async with await psycopg.AsyncConnection.connect(
+        settings.database_url, autocommit=True
+    ) as conn:
+
+        async def exited() -> bool:
+            cur = await conn.execute(
+                "SELECT count(*) FROM pg_stat_activity WHERE application_name = %s", (name,)
+            )
+            row = await cur.fetchone()
+            return row is not None and row[0] == 0
+
+        await until(exited, f"the backend of {name} to exit")
 
 
 async def test_a_cancel_stops_every_members_run_and_starts_none_of_the_queued(
@@ -216,6 +234,7 @@ async def test_an_every_node_job_is_refused_while_an_older_node_runs(
         # Ordinary jobs are not asked about.
         await store.definitions.apply([JobSpec.build("other", "@hourly", HANDLER)])
     # The old node gone, the conversion goes through.
+    await _exited(settings, "node-old")
     await store.definitions.apply([converted])
     assert (await store.get("plain")).each_node
 
@@ -244,6 +263,7 @@ async def test_a_web_login_cancels_an_every_node_slot_and_sees_older_nodes(
             spec = JobSpec.build("more", "@hourly", HANDLER, each_node=True)
             with pytest.raises(InvalidInput, match="node node-old runs a release"):
                 await web.definitions.apply([spec])
+        await _exited(settings, "node-old")
     async with JobStore.open(logins.as_web(settings)) as web:
         other = JobStore(web.db.conn, web.settings, scope="acme")
         with pytest.raises(NotFound):  # another tenant's job: out of its reach
