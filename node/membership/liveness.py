@@ -88,7 +88,7 @@ class Liveness:
         if self._quiet(peers, now) and self._judged is not None:
             return self._judged[1]
         state.suspect = False
-        sessions = await self._session.member_sessions(peers) if peers else {}
+        sessions = await self._session.peers.member_sessions(peers) if peers else {}
         now = time.monotonic()
         quiet = [m for m in peers if self._frozen_s > 0 and sessions.get(m, 0.0) > self._frozen_s]
         for member in quiet:
@@ -162,7 +162,7 @@ class Liveness:
         meanwhile, or if this node's login may not end it (then its session timeout
         does, as before)."""
         try:
-            if not await self._session.end_frozen_session(member, self._frozen_s):
+            if not await self._session.peers.end_frozen_session(member, self._frozen_s):
                 return False
         except SessionLost:
             raise

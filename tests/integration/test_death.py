@@ -170,12 +170,12 @@ async def test_a_frozen_member_loses_its_session_and_counts_as_dead(
         await until(lambda: idle_past(session, "frozen"), "the frozen session to idle 0.3 s")
         _heard(state, {"a": 0.0, "frozen": 0.1})  # idle, but still beating (a long poll)
         assert await keeper.members_alive() == ("a", "frozen")
-        assert await session.live_sessions(["frozen"]) == {"frozen"}
+        assert await session.peers.live_sessions(["frozen"]) == {"frozen"}
         _heard(state, {"a": 0.0, "frozen": 5.0})  # and now a stale heartbeat
         assert await keeper.members_alive() == ("a",)
 
     async def ended() -> bool:  # the backend was told to end; it exits a moment later
-        return await session.live_sessions(["frozen"]) == set()
+        return await session.peers.live_sessions(["frozen"]) == set()
 
     await until(ended, "the frozen session to end")
     assert [m.info.node_id for m in await registry.live(ttl_s=60)] == []
@@ -233,12 +233,12 @@ async def test_a_stale_view_of_redis_ends_no_session(
     state.beats_read -= 10  # read long ago
     await until(lambda: idle_past(session, "quiet"), "the quiet session to idle")
     assert await keeper.members_alive() == ("a", "quiet")
-    assert await session.live_sessions(["quiet"]) == {"quiet"}
+    assert await session.peers.live_sessions(["quiet"]) == {"quiet"}
 
 
 async def idle_past(session: LockSession, node_id: str) -> bool:
     """``node_id``'s lock session has idled longer than the tests' freeze limit."""
-    return (await session.member_sessions([node_id])).get(node_id, 0.0) > 0.3
+    return (await session.peers.member_sessions([node_id])).get(node_id, 0.0) > 0.3
 
 
 async def test_a_freeze_limit_of_zero_ends_no_session(
@@ -254,7 +254,7 @@ async def test_a_freeze_limit_of_zero_ends_no_session(
     await until(lambda: idle_past(session, "quiet"), "the quiet session to idle")
     _heard(state, {"a": 0.0, "quiet": 60.0})
     assert await keeper.members_alive() == ("a", "quiet")
-    assert await session.live_sessions(["quiet"]) == {"quiet"}
+    assert await session.peers.live_sessions(["quiet"]) == {"quiet"}
 
 
 async def test_a_member_reporting_a_stall_keeps_its_session_while_a_statement_runs(
@@ -288,4 +288,4 @@ async def test_a_member_reporting_a_stall_keeps_its_session_while_a_statement_ru
 
 async def _active(session: LockSession, node_id: str) -> bool:
     """``node_id`` has a session and it is running a statement (idle for 0 s)."""
-    return (await session.member_sessions([node_id])).get(node_id) == 0.0
+    return (await session.peers.member_sessions([node_id])).get(node_id) == 0.0

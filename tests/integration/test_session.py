@@ -445,7 +445,7 @@ async def test_recovery_takes_back_only_runs_of_dead_owners_or_expired_leases(
     await dead.close()  # the process died: no session left; its lease runs for 300 s
 
     async def session_gone() -> bool:
-        return not await heir.live_sessions(["dead"])
+        return not await heir.peers.live_sessions(["dead"])
 
     await until(session_gone, "session gone")
 
@@ -490,7 +490,7 @@ async def test_runs_claimed_ahead_of_their_due_time_are_recovered_too(
     await dead.close()
 
     async def session_gone() -> bool:
-        return not await heir.live_sessions(["dead"])
+        return not await heir.peers.live_sessions(["dead"])
 
     await until(session_gone, "session gone")
     taken = await heir.recover(ALL, ["heir"], now=at(9.96))  # before they fall due
@@ -536,7 +536,7 @@ async def test_a_namesake_in_another_database_does_not_keep_a_dead_node_alive(
         heir = await open_session("heir")
 
         async def only_the_namesake_left() -> bool:
-            return not await heir.live_sessions(["doomed"])
+            return not await heir.peers.live_sessions(["doomed"])
 
         await until(only_the_namesake_left, "only the namesake left")
         taken = await heir.recover(ALL, ["heir"], now=at(11))

@@ -53,7 +53,7 @@ async def test_a_stall_is_reported_across_the_timeout_and_ends_with_an_answer(
     assert waited >= 1.5
     reopening = asyncio.create_task(stalling.open(16))  # hangs: the network says nothing
     await until(lambda: stalling.unanswered_s() > waited + 0.5, "the wait to go on", 10)
-    idle = (await peer.member_sessions(["stalling"])).get("stalling", 0.0)
+    idle = (await peer.peers.member_sessions(["stalling"])).get("stalling", 0.0)
     assert idle >= waited, "the stalled statement never reached the server"
     proxy.restore()
     await asyncio.wait_for(reopening, 30)

@@ -31,6 +31,7 @@ class Session:
     def __init__(self) -> None:
         self.asked: list[str] = []
         self.flights = SimpleNamespace(recover=self._recover_flights)
+        self.peers = self  # its peer statements (LockSession.peers)
 
     async def recover(self, shards: Any, alive: Any, **_: Any) -> list[Any]:
         self.asked.append("recover")

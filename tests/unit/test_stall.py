@@ -28,6 +28,7 @@ class Session:
     def __init__(self, idle: dict[str, float]) -> None:
         self.idle = idle
         self.ended: list[str] = []
+        self.peers = self  # its peer statements (LockSession.peers)
 
     async def member_sessions(self, ids: list[str]) -> dict[str, float]:
         return {m: self.idle[m] for m in ids if m in self.idle}

@@ -37,6 +37,7 @@ from cluster.store.deadline import MARGIN_S, fetch_within
 from cluster.store.lock.completions import Completions
 from cluster.store.lock.flights import FlightLease, Flights
 from cluster.store.lock.lifelock import EACH_NODE_MARK, life_key
+from cluster.store.lock.peers import Peers
 from cluster.store.lock.records import ClaimResult, claimed_jobs, int_array
 from cluster.store.lock.zones import Zones
 from cluster.store.queries import query, variant
@@ -104,6 +105,7 @@ class LockSession:
         # A node writes its completions on the result writer; tests, on the session too.
         self.completions = Completions(self._run, node_id, zone)
         self.zones = Zones(self._run)
+        self.peers = Peers(self._run)
 
     @property
     def connected(self) -> bool:
@@ -274,19 +276,6 @@ class LockSession:
     async def my_locks(self) -> set[int]:
         rows = await self._run("my_shard_locks", {"ns": self.namespace})
         return {row[0] for row in rows}
-
-    async def live_sessions(self, node_ids: Sequence[str]) -> set[str]:
-        return set(await self.member_sessions(node_ids))
-
-    async def member_sessions(self, node_ids: Sequence[str]) -> dict[str, float]:
-        """The given nodes with a lock session in this database -> seconds it has idled."""
-        rows = await self._run("member_sessions", {"ids": list(node_ids)})
-        return {row[0]: float(row[1]) for row in rows}
-
-    async def end_frozen_session(self, node_id: str, idle_s: float) -> bool:
-        """End ``node_id``'s lock session if it has idled longer than ``idle_s``."""
-        rows = await self._run("end_frozen_session", {"node": node_id, "idle_s": idle_s})
-        return bool(rows[0][0])
 
     async def notify_shards(self, shards: Collection[int]) -> None:
         """Wake the holders of ``shards``: flights were queued there by a node that may not
