@@ -69,13 +69,16 @@ GROUP BY application_name;
 -- refuses whatever it writes when it wakes or its network heals. Its other connections'
 -- open transactions end with it: one stopped between a fenced completion and its commit
 -- (effects, docs/design/effects.md) holds the job row, which recovery must update.
+-- Each termination waits (up to 1 s) for the backend to exit: a backend signalled but
+-- not gone yet still shows in pg_stat_activity, and the next judgement would read it as
+-- the member's session (test_death.py: ..._keeps_its_session_while_a_statement_runs).
 WITH lock_session AS (
-    SELECT count(*) FILTER (WHERE pg_terminate_backend(pid))::int AS ended
+    SELECT count(*) FILTER (WHERE pg_terminate_backend(pid, 1000))::int AS ended
     FROM pg_stat_activity
     WHERE application_name = %(node)s AND datname = current_database() AND state = 'idle'
       AND state_change < clock_timestamp() - make_interval(secs => %(idle_s)s)
 ), open_transactions AS (
-    SELECT count(*) FILTER (WHERE pg_terminate_backend(pid))::int AS ended
+    SELECT count(*) FILTER (WHERE pg_terminate_backend(pid, 1000))::int AS ended
     FROM pg_stat_activity
     WHERE (SELECT ended FROM lock_session) > 0 AND datname = current_database()
       AND starts_with(application_name, %(node)s || '/')
