@@ -44,6 +44,9 @@ class NodeState:
     # The death watch saw a session end: the shard keeper reads the members' sessions.
     suspect: bool = False
     flights_written: bool = False  # the claim loop's flag of the same NOTIFY (a trigger, say)
+    # ... and its flag for the fair claim's tenant list: a job written there may be a new
+    # tenant's (cluster/store/lock/tenantlist.py).
+    tenants_written: bool = False
 
     def set_live(self, live: list[str]) -> bool:
         """Record the live member list; True (and wake the shard keeper) if it changed."""

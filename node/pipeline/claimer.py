@@ -142,6 +142,9 @@ class Claimer:
         # A claim that passed jobs over reads across tenants next, even without fairness:
         # else the oldest jobs of a tenant at its limit would hide the other tenants' jobs.
         fair = (self._fairness and self._full) or self._held
+        if self._state.tenants_written:  # the tenant list may lack a tenant written since
+            self._state.tenants_written = False
+            self._session.tenants.forget()
         result = await self._session.claim(held, limit, self._lease_s, ahead_s=ahead_s, fair=fair)
         elapsed = time.monotonic() - started
         # db_now (the statement's start) is a lower bound of the database clock now; `elapsed`

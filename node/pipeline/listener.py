@@ -69,6 +69,7 @@ class WakeListener:
             self._state.wake.set()
             self._state.shard_written.set()  # a backfill request, say
             self._state.flights_written = True  # a trigger's or a rerun's flight, say
+            self._state.tenants_written = True  # a new tenant's job, say
         elif shard == PARKED_SHARD or space_of(shard) not in (None, *self._state.spaces):
             self._state.spaces_stale = True  # an each-zone job, or a new zone set
             self._state.rebalance.set()

@@ -26,7 +26,7 @@ from cluster.settings import ClusterSettings
 from cluster.store.connect import Conn, connect
 from cluster.store.jobstore.store import JobStore
 from cluster.store.lock import session
-from cluster.store.queries import variant
+from cluster.store.queries import query, variant
 from ring import Ring
 from tests.helpers.plans import walk_with_parents
 
@@ -161,27 +161,60 @@ async def test_claim_plan_reads_the_due_index_shard_by_shard(big: Conn) -> None:
     )
 
 
-async def test_a_fair_claim_probes_each_tenant_of_each_shard_and_reads_a_bounded_number(
-    big: Conn,
-) -> None:
-    """Fair (docs/design/fairness.md): besides the heads, one loose-scan step of
-    jobs_tenant_due per tenant of each held shard, and the tenants' oldest due jobs."""
+async def fair_params(conn: Conn, held: list[int], limit: int = LIMIT) -> dict[str, Any]:
+    """A fair claim's parameters, with the tenant list its lock session would keep."""
+    row = await (await conn.execute(query("fair_tenants"), walk_params(held))).fetchone()
+    assert row is not None
+    pairs = {"pair_shards": row["shards"], "pair_tenants": row["tenants"],
+             "pair_oldest": row["oldest"]}  # fmt: skip
+    return {**session.claim_params(held, limit, 30.0, "n1", "z", T0, pairs=pairs), "fair": True}
+
+
+def walk_params(held: list[int]) -> dict[str, Any]:
+    return {"shards": held, "now": T0, "horizon_s": 1.0}
+
+
+async def test_the_tenant_walk_probes_each_tenant_of_each_shard_once(big: Conn) -> None:
+    """The fair claim's tenant list (docs/design/fairness.md): a loose scan of
+    jobs_tenant_due, one step per tenant of each held shard and one that finds no more."""
     held = held_shards()
-    plan = await explain(big, {**claim_params(held), "fair": True})
+    async with big.transaction(force_rollback=True):
+        cur = await big.execute(
+            b"EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) " + query("fair_tenants"), walk_params(held)
+        )
+        row = await cur.fetchone()
+    assert row is not None
+    plan = row["QUERY PLAN"][0]
+    steps = sum(
+        int(node["Actual Loops"])
+        for node, _ in walk_with_parents(plan["Plan"])
+        if node.get("Index Name") == "jobs_tenant_due"
+    )
+    assert steps == 2 * len(held), steps  # one tenant here
+
+
+async def test_a_fair_claim_reads_a_bounded_number_and_walks_no_tenants(big: Conn) -> None:
+    """Fair, with the tenant list: besides the heads, the tenants' oldest due jobs in the
+    shards picked for their turns; no step of the tenant walk."""
+    held = held_shards()
+    plan = await explain(big, await fair_params(big, held))
     assert_per_shard_plan(plan)
     read = jobs_rows_read(plan)  # one tenant here: about twice a plain claim's reads
     assert read <= 3 * (len(held) * 3 + LIMIT) + 4 * len(held), read
+    walk = [n for n, _ in walk_with_parents(plan["Plan"]) if n.get("Index Name") ==
+            "jobs_tenant_due" and "tenant_id >" in n.get("Index Cond", "")]  # fmt: skip
+    assert not walk, walk
     print(f"\nfair claim of {LIMIT} over {len(held)} shards: {plan['Execution Time']:.1f} ms")
 
 
 async def test_a_fair_claim_of_one_job_reads_a_tenant_in_few_of_its_shards(big: Conn) -> None:
     """One tenant due in every held shard, one free slot: the fair reads take its turn from
-    at most two of its shards (share + 1), not two rows in each of them; the rest of the
-    cost is one tenant walk step and one due probe per shard (docs/design/fairness.md)."""
+    at most two of its shards (share + 1), two rows in each, not a read in every shard
+    (docs/design/fairness.md)."""
     held = held_shards()
     plain = jobs_rows_read(await explain(big, claim_params(held, 1)))
-    fair = jobs_rows_read(await explain(big, {**claim_params(held, 1), "fair": True}))
-    assert fair <= plain + 2 * len(held), (plain, fair)
+    fair = jobs_rows_read(await explain(big, await fair_params(big, held, 1)))
+    assert fair <= plain + 2 * 2, (plain, fair)
 
 
 def priority_probes(plan: dict[str, Any]) -> int:
@@ -197,8 +230,8 @@ async def test_a_claim_without_priorities_probes_their_index_once(big: Conn) -> 
     """No job has a priority: one probe of the empty jobs_priority_due, not one per shard
     (docs/design/fairness.md, "Priorities")."""
     held = held_shards()
-    for fair in (False, True):
-        plan = await explain(big, {**claim_params(held), "fair": fair})
+    for params in (claim_params(held), await fair_params(big, held)):
+        plan = await explain(big, params)
         assert priority_probes(plan) == 1, priority_probes(plan)
 
 
@@ -206,8 +239,8 @@ async def test_a_claim_without_keys_reads_no_key_and_no_shard_past_its_heads(big
     """No job uses a named limit: the keys' room is never read, nor any shard read again
     past the jobs waiting for a key (docs/design/limits.md, "What it costs")."""
     held = held_shards()
-    for fair in (False, True):
-        plan = await explain(big, {**claim_params(held), "fair": fair})
+    for params in (claim_params(held), await fair_params(big, held)):
+        plan = await explain(big, params)
         nodes = [n for n, _ in walk_with_parents(plan["Plan"])]
         keys = [n for n in nodes if n.get("Relation Name") in ("limit_keys", "limit_moves")]
         assert keys and all(n["Actual Loops"] == 0 for n in keys), keys

@@ -72,3 +72,34 @@ async def test_a_fair_claim_reads_only_held_shards_and_due_jobs(node: LockSessio
     claimed = (await node.claim(ALL[:8], 100, 30.0, now=at(15), fair=True)).jobs
     assert claimed and {j.shard for j in claimed} <= set(ALL[:8])
     assert {(j.tenant, j.due) for j in claimed} == {("big", at(10))}  # the rest: due at 20
+
+
+async def test_tenants_of_any_name_take_their_turns(store: JobStore, open_session: Opener) -> None:
+    """The tenant list travels as Postgres array literals: names with the literal's own
+    characters (commas, quotes, braces, backslashes, spaces, NULL) come back as they were."""
+    names = ["a,b", 'q"uote', "{brace}", "back\\slash", " sp ace ", "NULL", "ünï"]
+    await add(store, "big", 30, 0.0)
+    for name in names:
+        await add(store, name, 2, 0.0)
+    session = await open_session("n1")
+    await session.try_lock(ALL)
+    claimed = (await session.claim(ALL, len(names) + 1, 30.0, now=at(60), fair=True)).jobs
+    assert Counter(j.tenant for j in claimed) == {name: 1 for name in ["big", *names]}
+
+
+async def test_a_tenant_new_since_the_walk_takes_turns_once_the_list_is_walked_again(
+    store: JobStore, open_session: Opener
+) -> None:
+    """The list is kept between claims (tenantlist.py): a tenant whose jobs arrive after the
+    walk, none of them among its shard's oldest, is claimed oldest first meanwhile, and
+    takes its turns from the next walk on."""
+    await add(store, "big", 320, 0.0)  # about 20 a shard: the heads of every shard
+    session = await open_session("n1")
+    session.tenants.max_age_s = 3600.0  # kept for as long as the test runs
+    await session.try_lock(ALL)
+    assert len((await session.claim(ALL, 2, 30.0, now=at(60), fair=True)).jobs) == 2
+    await add(store, "late", 3, 12.0)  # due at 20 s, after the big tenant's oldest
+    kept = (await session.claim(ALL, 2, 30.0, now=at(60), fair=True)).jobs
+    assert "late" not in {j.tenant for j in kept}  # the kept list has no such tenant
+    walked = (await session.claim(ALL, 2, 30.0, now=at(61), fair=True)).jobs  # another now
+    assert Counter(j.tenant for j in walked) == {"big": 1, "late": 1}

@@ -39,6 +39,7 @@ from cluster.store.lock.flights import FlightLease, Flights
 from cluster.store.lock.lifelock import EACH_NODE_MARK, life_key
 from cluster.store.lock.peers import Peers
 from cluster.store.lock.records import ClaimResult, claimed_jobs, int_array
+from cluster.store.lock.tenantlist import NO_PAIRS, TenantList
 from cluster.store.lock.zones import Zones
 from cluster.store.queries import query, variant
 from cluster.store.schema.migrate import check_schema, stored_shard_count
@@ -60,10 +61,12 @@ def claim_params(
     zone: str | None,
     now: datetime | None = None,
     ahead_s: float = 0.0,
+    pairs: dict[str, Any] = NO_PAIRS,
 ) -> dict[str, Any]:
     """The parameters of the ``claim`` statement (its ``fair`` flag is written into the
-    text: ``queries.variant``)."""
+    text: ``queries.variant``); ``pairs``: the tenant list of a fair claim (tenantlist.py)."""
     return {
+        **pairs,
         "shards": int_array(shards),
         "limit": limit,
         # Each shard's heads: a little more than its even share of the claim.
@@ -106,6 +109,7 @@ class LockSession:
         self.completions = Completions(self._run, node_id, zone)
         self.zones = Zones(self._run)
         self.peers = Peers(self._run)
+        self.tenants = TenantList(self._run)
 
     @property
     def connected(self) -> bool:
@@ -304,9 +308,10 @@ class LockSession:
         """Claim jobs due by ``now + ahead_s``, oldest first, or across tenants in turn when
         ``fair``; ``next_due`` is the first due after that, ``held`` whether a due job was
         passed over (a tenant at its limit, or a row another claim holds)."""
+        pairs = await self.tenants.pairs(shards, now, ahead_s) if fair else NO_PAIRS
         rows = await self._run(
             "claim",
-            claim_params(shards, limit, lease_s, self.node_id, self.zone, now, ahead_s),
+            claim_params(shards, limit, lease_s, self.node_id, self.zone, now, ahead_s, pairs),
             text=variant("claim", "fair", fair),
         )
         # Rows are (db_now, next_due, held, *the ClaimedJob fields in order).

@@ -107,35 +107,17 @@ deeper AS (
     ) AS c
 ),
 -- Fair fan-out, asked for by a node whose last claim was full (node/pipeline/claimer.py): the
--- tenants with jobs in each held shard, each with its oldest next_run_at there, one probe of
--- jobs_tenant_due each (a loose index scan, migration 013: the first entry past the last
--- tenant is the next tenant's oldest job); those with a job due there; then each such
--- tenant's oldest due jobs in the shard, as many as its turns in this claim can take.
-present AS (
-    SELECT s.shard, f.tenant, f.oldest
-    FROM unnest(%(shards)s::int[]) AS s(shard)
-    CROSS JOIN LATERAL (
-        SELECT j.tenant_id AS tenant, j.next_run_at AS oldest FROM jobs j
-        WHERE j.shard_id = s.shard
-        ORDER BY j.tenant_id, j.next_run_at
-        LIMIT 1
-    ) AS f
-    WHERE %(fair)s
-    UNION ALL
-    SELECT p.shard, f.tenant, f.oldest
-    FROM present p
-    CROSS JOIN LATERAL (
-        SELECT j.tenant_id AS tenant, j.next_run_at AS oldest FROM jobs j
-        WHERE j.shard_id = p.shard AND j.tenant_id > p.tenant
-        ORDER BY j.tenant_id, j.next_run_at
-        LIMIT 1
-    ) AS f
-),
+-- tenants with jobs in each held shard and each one's oldest due time there, as the lock
+-- session's tenant list last found them (fair_tenants, below; cluster/store/lock/
+-- tenantlist.py); those with a job due there; then each such tenant's oldest due jobs in
+-- the shard, as many as its turns in this claim can take.
 pairs AS (
     SELECT p.shard, p.tenant, count(*) OVER (PARTITION BY p.tenant) AS spread,
            row_number() OVER (PARTITION BY p.tenant ORDER BY random()) AS pick
-    FROM present p
-    WHERE p.oldest <= (SELECT due FROM clock)
+    FROM unnest(%(pair_shards)s::int[], %(pair_tenants)s::text[],
+                %(pair_oldest)s::timestamptz[]) AS p(shard, tenant, oldest)
+    WHERE %(fair)s AND p.oldest <= (SELECT due FROM clock)
+      AND p.shard = ANY(%(shards)s::int[])
 ),
 -- Each tenant's share of this claim (limit / tenants), read evenly from at most share + 1
 -- of its shards picked by lot: a tenant spread over many shards costs what its turns can
@@ -465,3 +447,37 @@ reset AS (
                           d.reason || ' (node ' || coalesce(d.locked_by, '?') || ')')
 )
 SELECT * FROM reset r;
+
+-- name: fair_tenants
+-- The fair claim's tenant list (cluster/store/lock/tenantlist.py, docs/design/fairness.md):
+-- the tenants with jobs in each held shard, each with its oldest next_run_at there, one
+-- probe of jobs_tenant_due each (a loose index scan, migration 013: the first entry past
+-- the last tenant is the next tenant's oldest job); those due within the horizon, by when
+-- the list is walked again. Walked at most once a second while claims go fair.
+WITH RECURSIVE present AS (
+    SELECT s.shard, f.tenant, f.oldest
+    FROM unnest(%(shards)s::int[]) AS s(shard)
+    CROSS JOIN LATERAL (
+        SELECT j.tenant_id AS tenant, j.next_run_at AS oldest FROM jobs j
+        WHERE j.shard_id = s.shard
+        ORDER BY j.tenant_id, j.next_run_at
+        LIMIT 1
+    ) AS f
+    UNION ALL
+    SELECT p.shard, f.tenant, f.oldest
+    FROM present p
+    CROSS JOIN LATERAL (
+        SELECT j.tenant_id AS tenant, j.next_run_at AS oldest FROM jobs j
+        WHERE j.shard_id = p.shard AND j.tenant_id > p.tenant
+        ORDER BY j.tenant_id, j.next_run_at
+        LIMIT 1
+    ) AS f
+)
+-- As three array literals, which the claims pass back as they are: the node never parses
+-- or formats the pairs (a list of 300 pairs formatted at every claim cost more node CPU
+-- than the walk saved).
+SELECT coalesce(array_agg(p.shard)::text, '{}') AS shards,
+       coalesce(array_agg(p.tenant)::text, '{}') AS tenants,
+       coalesce(array_agg(p.oldest)::text, '{}') AS oldest
+FROM present p
+WHERE p.oldest <= coalesce(%(now)s::timestamptz, now()) + %(horizon_s)s * interval '1s';
