@@ -158,12 +158,13 @@ class Liveness:
         return None
 
     async def _end_idle(self, member: str, why: str) -> bool:
-        """End the lock session of a frozen or stalled member; False if it was used
-        meanwhile, or if this node's login may not end it (then its session timeout
-        does, as before)."""
+        """End the lock session of a frozen or stalled member; True if it has none now
+        (ended here, or gone meanwhile), False if it was used meanwhile, or if this node's
+        login may not end it (then its session timeout does, as before)."""
         try:
-            if not await self._session.peers.end_frozen_session(member, self._frozen_s):
-                return False
+            ending = await self._session.peers.end_frozen_session(member, self._frozen_s)
+            if ending != "ended":
+                return ending == "gone"
         except SessionLost:
             raise
         except StoreError as exc:

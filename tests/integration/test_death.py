@@ -290,3 +290,26 @@ async def test_a_member_reporting_a_stall_keeps_its_session_while_a_statement_ru
 async def _active(session: LockSession, node_id: str) -> bool:
     """``node_id`` has a session and it is running a statement (idle for 0 s)."""
     return (await session.peers.member_sessions([node_id])).get(node_id) == 0.0
+
+
+async def test_ending_a_session_says_whether_it_ended_was_used_or_was_gone(
+    settings: ClusterSettings, open_session: Opener
+) -> None:
+    """``end_frozen_session`` on the server: an idle session past the limit is ended; one
+    used within it is kept (``used``); a node with no session left is ``gone``, so the
+    keeper counts it out rather than keep what it read a moment before."""
+    session = await open_session("a")
+    other = await connect(settings, "other", statement_timeout_s=30, autocommit=True)
+    try:
+        assert await session.peers.end_frozen_session("other", 60.0) == "used"
+        await until(lambda: idle_past(session, "other"), "the session to idle 0.3 s")
+        assert await session.peers.end_frozen_session("other", 0.3) == "ended"
+        await until(lambda: _no_session(session, "other"), "the ended backend to exit")
+        assert await session.peers.end_frozen_session("other", 0.3) == "gone"
+        assert await session.peers.end_frozen_session("nobody", 0.3) == "gone"
+    finally:
+        await other.close()
+
+
+async def _no_session(session: LockSession, node_id: str) -> bool:
+    return node_id not in await session.peers.member_sessions([node_id])

@@ -12,6 +12,7 @@ from typing import cast
 import pytest
 
 from cluster.members import Beat, LiveMember, MemberInfo, MemberRegistry
+from cluster.store.lock.peers import Ending
 from cluster.store.lock.session import LockSession
 from node.membership.heartbeat import REPORT_UNANSWERED_S, Heartbeat
 from node.membership.liveness import DEAD_SESSION_GRACE_S, FROZEN_S, Liveness
@@ -33,12 +34,14 @@ class Session:
     async def member_sessions(self, ids: list[str]) -> dict[str, float]:
         return {m: self.idle[m] for m in ids if m in self.idle}
 
-    async def end_frozen_session(self, node_id: str, idle_s: float) -> bool:
-        if self.idle.get(node_id, 0.0) <= idle_s:
-            return False
+    async def end_frozen_session(self, node_id: str, idle_s: float) -> Ending:
+        if node_id not in self.idle:
+            return "gone"
+        if self.idle[node_id] <= idle_s:
+            return "used"
         del self.idle[node_id]
         self.ended.append(node_id)
-        return True
+        return "ended"
 
 
 async def _connected(members: object) -> set[str]:
@@ -85,6 +88,24 @@ async def test_a_stalled_member_is_back_with_its_session(monkeypatch: pytest.Mon
     assert await made.alive() == ("a", "b", "c")
     state.unanswered = {}
     assert await made.alive() == ("a", "b", "c")
+
+
+async def test_a_stalled_member_whose_session_ended_meanwhile_is_out_as_well(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Its session shows in the keeper's read but is gone when the keeper ends it (a
+    backend another peer terminated, still listed a moment after): out, not kept on the
+    strength of the read."""
+    made, session, _ = _judge(monkeypatch, {"b": 3.5, "c": 0.1}, {"b": 3.2})
+    shown = dict(session.idle)
+
+    async def listed_still(ids: list[str]) -> dict[str, float]:
+        return {m: shown[m] for m in ids if m in shown}
+
+    del session.idle["b"]
+    monkeypatch.setattr(session, "member_sessions", listed_still)
+    assert await made.alive() == ("a", "c")
+    assert session.ended == []
 
 
 @pytest.mark.parametrize(

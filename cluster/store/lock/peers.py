@@ -8,8 +8,11 @@ keeper (``node.membership.liveness``) asks it when it judges its members.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Literal
 
 from cluster.store.lock.zones import Rows
+
+Ending = Literal["ended", "gone", "used"]
 
 
 class Peers:
@@ -27,8 +30,10 @@ class Peers:
         rows = await self._run("member_sessions", {"ids": list(node_ids)})
         return {row[0]: float(row[1]) for row in rows}
 
-    async def end_frozen_session(self, node_id: str, idle_s: float) -> bool:
+    async def end_frozen_session(self, node_id: str, idle_s: float) -> Ending:
         """End ``node_id``'s lock session if it has idled longer than ``idle_s``, and its
-        other connections' open transactions with it; False if it was used meanwhile."""
+        other connections' open transactions with it: ``ended``; ``gone`` if it had no
+        session left to end, ``used`` if its session ran a statement meanwhile."""
         rows = await self._run("end_frozen_session", {"node": node_id, "idle_s": idle_s})
-        return bool(rows[0][0])
+        ended, _, gone = rows[0]
+        return "ended" if ended else "gone" if gone else "used"

@@ -69,22 +69,25 @@ GROUP BY application_name;
 -- refuses whatever it writes when it wakes or its network heals. Its other connections'
 -- open transactions end with it: one stopped between a fenced completion and its commit
 -- (effects, docs/design/effects.md) holds the job row, which recovery must update.
--- Each termination waits (up to 1 s) for the backend to exit: a backend signalled but
--- not gone yet still shows in pg_stat_activity, and the next judgement would read it as
--- the member's session (test_death.py: ..._keeps_its_session_while_a_statement_runs).
+-- `gone`: the node has no session left at all (it ended between the keeper's read and
+-- this statement, say by another peer's hand), as the keeper must learn rather than keep
+-- the member for what it read a moment ago.
 WITH lock_session AS (
-    SELECT count(*) FILTER (WHERE pg_terminate_backend(pid, 1000))::int AS ended
+    SELECT count(*) FILTER (WHERE pg_terminate_backend(pid))::int AS ended
     FROM pg_stat_activity
     WHERE application_name = %(node)s AND datname = current_database() AND state = 'idle'
       AND state_change < clock_timestamp() - make_interval(secs => %(idle_s)s)
 ), open_transactions AS (
-    SELECT count(*) FILTER (WHERE pg_terminate_backend(pid, 1000))::int AS ended
+    SELECT count(*) FILTER (WHERE pg_terminate_backend(pid))::int AS ended
     FROM pg_stat_activity
     WHERE (SELECT ended FROM lock_session) > 0 AND datname = current_database()
       AND starts_with(application_name, %(node)s || '/')
       AND state IN ('idle in transaction', 'idle in transaction (aborted)')
 )
-SELECT l.ended, o.ended AS transactions FROM lock_session l, open_transactions o;
+SELECT l.ended, o.ended AS transactions,
+       NOT EXISTS (SELECT 1 FROM pg_stat_activity
+                   WHERE application_name = %(node)s AND datname = current_database()) AS gone
+FROM lock_session l, open_transactions o;
 
 -- name: take_life_lock
 -- The node's life lock (cluster/store/lock/lifelock.py): held by its lock session while it
