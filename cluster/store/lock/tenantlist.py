@@ -57,8 +57,8 @@ class TenantList:
                 # Pairs that fall due before the next walk, in a claim that reads ahead.
                 "horizon_s": ahead_s + self.max_age_s,
             }
-            shards, tenants, oldest = (await self._run("fair_tenants", params))[0]
-            self._pairs = {"pair_shards": shards, "pair_tenants": tenants, "pair_oldest": oldest}
+            at, tenants, oldest = (await self._run("fair_tenants", params))[0]
+            self._pairs = {"pair_shards": at, "pair_tenants": tenants, "pair_oldest": oldest}
             self._key, self._walked_at = key, time.monotonic()
         return self._pairs
 
