@@ -1,6 +1,7 @@
-"""A job's JSON written by the statement itself: the SQL select list that turns a ``jobs`` row
-into a row whose ``row_to_json`` is the object ``Job.to_json`` makes (docs/json.md), for the
-pages of ``GET /api/jobs``.
+"""A job's and a run's JSON written by the statement itself: the SQL select lists that turn a
+``jobs`` row into a row whose ``row_to_json`` is the object ``Job.to_json`` makes
+(docs/json.md), for the pages of ``GET /api/jobs``, and a run page's row into
+``Run.to_json``'s, for those of ``GET /api/runs``.
 
 A page of 100 jobs spent more time in Python (``Job.from_row``, seven ``isoformat`` calls
 and the masking per job, ``json.dumps``) than its statement took; built by Postgres, the
@@ -29,7 +30,7 @@ from cluster.jobs.spec import OPTIONS
 from cluster.timing.entries import PREFIX
 from cluster.timing.schedule import CHAINED_NEXT
 
-__all__ = ["job_json"]
+__all__ = ["job_json", "run_json"]
 
 _FLOAT_EXACT = 1e15  # below it Python writes an integral float as digits and ".0"
 _NOT_SHOWN = f"nested deeper than {MAX_JSON_DEPTH} levels"
@@ -154,3 +155,32 @@ def job_json(j: str) -> str:
     key's value named after it, in order, for ``row_to_json`` (which takes any number of
     columns, and cost less than ``json_build_object`` of as many)."""
     return ", ".join(f'{value} AS "{key}"' for key, value in _pairs(j))
+
+
+# ``Run.to_json``'s keys in order, each with its column of a run page's row and how it is
+# rendered (``tests/integration/test_run_json.py`` compares both renderings).
+_RUN = (
+    ("id", "id", None),
+    ("job_id", "job_id", "text"),
+    ("tenant", "tenant_id", None),
+    ("job", "job_name", None),
+    ("scheduled_for", "scheduled_for", "iso"),
+    ("attempt", "attempt", None),
+    ("node_id", "node_id", None),
+    ("zone", "zone", None),
+    ("status", "status", None),
+    ("started_at", "started_at", "iso"),
+    ("finished_at", "finished_at", "iso"),
+    ("duration_s", "duration_s", "float"),
+    ("error", "last_error", None),
+    ("origin", "origin", None),
+    ("revision", "revision", None),
+)
+
+
+@cache
+def run_json(r: str) -> str:
+    """The select list whose row is the JSON object of the run page's row aliased ``r``
+    (the columns ``Run.from_row`` reads), as ``Run.to_json`` makes it."""
+    shown = {None: lambda c: c, "text": lambda c: f"{c}::text", "iso": _iso, "float": _float}
+    return ", ".join(f'{shown[how](f"{r}.{column}")} AS "{key}"' for key, column, how in _RUN)

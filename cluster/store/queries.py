@@ -17,7 +17,8 @@ columns of one of the lists the options declare (``cluster.jobs.options.Options.
 ``written``, ``timing``, ``claimed``, ``child``, ``child_timing``), each written as TEMPLATE
 with ``@`` for the column and joined by commas: ``{fields:claimed:j.@}``,
 ``{fields:written:@ = excluded.@}``. ``{job_json:ALIAS}`` stands for the select list whose
-``row_to_json`` is a job row's object as ``Job.to_json`` makes it (``cluster.jobs.sqljson``).
+``row_to_json`` is a job row's object as ``Job.to_json`` makes it (``cluster.jobs.sqljson``),
+``{run_json:ALIAS}`` for a run page row's as ``Run.to_json`` makes it.
 Expanded once at load, so the statements sent are as if written out
 (tests/unit/test_job_options.py).
 """
@@ -33,12 +34,12 @@ import psycopg
 
 from cluster.errors import Conflict, InvalidInput, PulseError, StoreError
 from cluster.jobs.spec import OPTIONS
-from cluster.jobs.sqljson import job_json
+from cluster.jobs.sqljson import job_json, run_json
 from cluster.store.connect import Conn, Row, SchemaMissing, describe
 
 _SECTION = re.compile(r"^-- name: ([a-z_]+)\s*$", re.MULTILINE)
 _FIELDS = re.compile(r"\{fields:([a-z_]+):([^{}]+)\}")
-_JOB_JSON = re.compile(r"\{job_json:([a-z_]+)\}")
+_JSON = re.compile(r"\{(job|run)_json:([a-z_]+)\}")
 
 
 def _sources() -> dict[str, str]:
@@ -69,11 +70,11 @@ def _all() -> dict[str, bytes]:
 
 def expand(text: str) -> str:
     """``text`` with each ``{fields:LIST:TEMPLATE}`` written out (KeyError for an unknown
-    list), and each ``{job_json:ALIAS}``: the select list whose ``row_to_json`` is the JSON
-    object of the job row ``ALIAS`` (``cluster.jobs.sqljson``)."""
+    list), and each ``{job_json:ALIAS}`` (``{run_json:ALIAS}``): the select list whose
+    ``row_to_json`` is the JSON object of the job (run) row ``ALIAS`` (``cluster.jobs.sqljson``)."""
     lists = OPTIONS.columns
     text = _FIELDS.sub(lambda m: ", ".join(m[2].replace("@", c) for c in lists[m[1]]), text)
-    return _JOB_JSON.sub(lambda m: job_json(m[1]), text)
+    return _JSON.sub(lambda m: (job_json if m[1] == "job" else run_json)(m[2]), text)
 
 
 def _compact(body: str) -> str:

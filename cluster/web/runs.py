@@ -3,9 +3,11 @@ job with its output."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
-from fastapi import APIRouter, Query, Request
+from fastapi import APIRouter, Query, Request, Response
+from pydantic import BaseModel, Field
 
 from cluster.errors import InvalidInput
 from cluster.jobs.fields import MAX_NAME_LENGTH
@@ -23,7 +25,15 @@ from cluster.web.state import state_of
 router = APIRouter(tags=["runs"])
 
 
-@router.get("/api/runs")
+class RunsPage(BaseModel):
+    """What ``GET /api/runs`` answers, for the OpenAPI document only: the page is written
+    by its statement (``cluster.jobs.sqljson``), never through this model."""
+
+    runs: list[dict[str, Any]] = Field(description="Each run as `pulse runs --json`.")
+    next_cursor: str | None = Field(description="The cursor of the next page; null: last.")
+
+
+@router.get("/api/runs", response_model=RunsPage)
 async def list_runs(
     who: Reader,
     request: Request,
@@ -37,7 +47,7 @@ async def list_runs(
         None, max_length=MAX_CURSOR_LENGTH, description="next_cursor of the previous page."
     ),
     limit: int = Query(100, ge=1, le=500),
-) -> dict[str, Any]:
+) -> Response:
     """A page of runs, newest slot first; attempts in flight are ``running``."""
     if status is not None and status not in RUN_STATUSES:
         raise InvalidInput("status", f"must be one of {', '.join(RUN_STATUSES)}")
@@ -49,16 +59,14 @@ async def list_runs(
             raise InvalidInput("cursor", "not a cursor this API returned")
         before = (iso_time(at, "cursor"), run_id)
     async with state_of(request).pool.store(who.scope) as store:
-        found = await store.pages.runs(
+        page = await store.pages.runs(
             tenant=tenant, job=job, status=status, since=since_at, before=before, limit=limit
         )
-    last = found[-1] if len(found) == limit else None
-    return {
-        "runs": [r.to_json() for r in found],
-        "next_cursor": (
-            encode_cursor(last.scheduled_for.isoformat(), last.id or 0) if last else None
-        ),
-    }
+    # The statement wrote each run's JSON (cluster.jobs.sqljson): passed on as it came.
+    last = page.last if page.count == limit else None
+    cursor = encode_cursor(last[0].isoformat(), last[1]) if last else None
+    body = f'{{"runs": {page.runs}, "next_cursor": {json.dumps(cursor)}}}'
+    return Response(body.encode(), media_type="application/json")
 
 
 @router.get("/api/jobs/{tenant}/{name:path}/run")

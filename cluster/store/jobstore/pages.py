@@ -1,6 +1,6 @@
 """Paged reads for the HTTP API and the console: jobs by (tenant, name) after a cursor, runs
 newest first before a cursor, and the fire lag per minute. Each carries the store's tenant
-scope into its statement. A page of jobs comes as the JSON text the statement wrote
+scope into its statement. A page of jobs or runs comes as the JSON text the statement wrote
 (``cluster.jobs.sqljson``): nothing reads its rows in Python, the API passes it on."""
 
 from __future__ import annotations
@@ -13,7 +13,6 @@ from typing import Any
 from psycopg.types.json import Jsonb
 
 from cluster.jobs.fields import check_text
-from cluster.jobs.models import Run
 from cluster.store.connect import Conn
 from cluster.store.queries import fetch_all
 
@@ -26,6 +25,17 @@ class JobPage:
     jobs: str
     count: int
     last: tuple[str, str] | None
+
+
+@dataclass(frozen=True)
+class RunPage:
+    """A page of runs: ``runs``, a JSON array of ``Run.to_json`` objects as text; how many;
+    and the (slot, id) of the last, newest first (id 0: an attempt in flight without a row;
+    None for an empty page)."""
+
+    runs: str
+    count: int
+    last: tuple[datetime, int] | None
 
 
 class Pages:
@@ -66,7 +76,7 @@ class Pages:
         since: datetime | None = None,
         before: tuple[datetime, int] | None = None,
         limit: int = 100,
-    ) -> list[Run]:
+    ) -> RunPage:
         """Runs newest slot first, those before ``before`` (slot, id) only."""
         params = {
             "tenant_id": tenant,
@@ -77,7 +87,9 @@ class Pages:
             "before_id": before[1] if before else None,
             "limit": limit,
         }
-        return [Run.from_row(r) for r in await self._rows("runs_page", params)]
+        (row,) = await self._rows("runs_page", params)
+        last = (row["last_at"], row["last_id"] or 0) if row["found"] else None
+        return RunPage(row["runs"], row["found"], last)
 
     async def lag_series(
         self, window_s: float = 3600.0, now: datetime | None = None

@@ -79,6 +79,11 @@ def claim_params(
     }
 
 
+def _leases(leases: Sequence[tuple[UUID, int]]) -> dict[str, list[Any]]:
+    """The ids and lease tokens of ``leases``, as the lease statements take them."""
+    return {"ids": [i for i, _ in leases], "tokens": [t for _, t in leases]}
+
+
 class LockSession:
     def __init__(
         self,
@@ -324,32 +329,16 @@ class LockSession:
         slot (None: nobody)."""
         if not leases:
             return {}
-        rows = await self._run(
-            "renew",
-            {
-                "ids": [i for i, _ in leases],
-                "tokens": [t for _, t in leases],
-                "lease_s": lease_s,
-                "now": now,
-            },
-        )
-        return {row[0]: row[1] for row in rows}
+        params = {**_leases(leases), "lease_s": lease_s, "now": now}
+        return {row[0]: row[1] for row in await self._run("renew", params)}
 
     async def release(
         self, leases: Sequence[tuple[UUID, int]], reason: str, now: datetime | None = None
     ) -> set[UUID]:
         if not leases:
             return set()
-        rows = await self._run(
-            "release",
-            {
-                "ids": [i for i, _ in leases],
-                "tokens": [t for _, t in leases],
-                "reason": reason,
-                "now": now,
-            },
-        )
-        return {row[0] for row in rows}
+        params = {**_leases(leases), "reason": reason, "now": now}
+        return {row[0] for row in await self._run("release", params)}
 
     async def gate_verdicts(
         self, slots: Sequence[tuple[UUID, datetime]]

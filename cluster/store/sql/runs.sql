@@ -117,7 +117,9 @@ LIMIT 1;
 -- One page of the run history, newest slot first, before the cursor (slot, id): run rows,
 -- and the attempts in flight as 'running' (as list_runs reads them). Those are found as
 -- recovery finds them, by a probe of the due index per shard (a running job was due by its
--- claim), not by reading every job (bench/web.py).
+-- claim), not by reading every job (bench/web.py). The page is one row, as jobs_page's: its
+-- runs as one JSON array (each as Run.to_json shows it, cluster/jobs/sqljson.py), how many,
+-- and the last run's (slot, id) for the next cursor.
 WITH live AS (
     SELECT r.id, j.id AS job_id, j.tenant_id, j.name AS job_name, j.slot_at AS scheduled_for,
            j.attempt, j.locked_by AS node_id, j.locked_zone AS zone, 'running'::text AS status,
@@ -149,7 +151,7 @@ WITH live AS (
       AND (%(scope)s::text IS NULL OR j.tenant_id = %(scope)s)
       AND (%(job_name)s::text IS NULL OR j.name = %(job_name)s)
       AND (%(tenant_id)s::text IS NULL OR j.tenant_id = %(tenant_id)s)
-)
+), page AS (
 SELECT x.* FROM (
     (SELECT l.* FROM live l
      WHERE (%(status)s::text IS NULL OR %(status)s = 'running')
@@ -178,7 +180,15 @@ SELECT x.* FROM (
      LIMIT %(limit)s)
 ) AS x
 ORDER BY x.scheduled_for DESC, x.id DESC NULLS FIRST
-LIMIT %(limit)s;
+LIMIT %(limit)s
+)
+SELECT count(*) AS found,
+       '[' || coalesce(string_agg(
+           (SELECT row_to_json(o) FROM (SELECT {run_json:p}) AS o)::text, ', '
+           ORDER BY p.scheduled_for DESC, p.id DESC NULLS FIRST), '') || ']' AS runs,
+       (array_agg(p.scheduled_for ORDER BY p.scheduled_for, p.id))[1] AS last_at,
+       (array_agg(p.id ORDER BY p.scheduled_for, p.id))[1] AS last_id
+FROM page p;
 
 -- name: lag_series
 -- Fire lag of first attempts per minute over the window (the console's chart).
