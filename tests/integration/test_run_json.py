@@ -13,7 +13,8 @@ from typing import Any
 from cluster.jobs.spec import JobSpec
 from cluster.store.jobstore.pages import Pages
 from cluster.store.jobstore.store import JobStore
-from tests.helpers.sessions import T0, Opener
+from tests.helpers.everynode import MEMBERS, every_node, fan_out
+from tests.helpers.sessions import ALL, T0, Opener
 
 # (job, tenant, slot offset s, attempt, node, zone, status, start, end, duration, error, origin)
 RUNS: list[tuple[Any, ...]] = [
@@ -91,3 +92,19 @@ async def test_pages_go_on_from_their_cursor_and_keep_to_the_scope(store: JobSto
     scoped = json.loads((await Pages(store.db.conn, "acme").runs(limit=500)).runs)
     assert {r["tenant"] for r in scoped} == {"acme"} and len(scoped) == 3
     assert json.loads((await Pages(store.db.conn, "nobody").runs()).runs) == []
+
+
+async def test_an_open_every_node_slot_is_listed_as_pulse_runs_lists_it(
+    store: JobStore, open_session: Opener
+) -> None:
+    """An every-node slot open on its members is ``running``, its coverage so far as the
+    error, on the API's page as in ``pulse runs``."""
+    await every_node(store)
+    session = await open_session("node-a")
+    await session.try_lock(ALL)
+    await fan_out(session, 10, MEMBERS)
+    written = json.loads((await store.pages.runs(limit=500)).runs)
+    models = [r.to_json() for r in await store.runs(limit=500)]
+    assert [_canonical(r) for r in written] == [_canonical(r) for r in models]
+    (slot,) = written
+    assert slot["status"] == "running" and slot["error"].startswith("0/3")

@@ -151,6 +151,17 @@ WITH live AS (
       AND (%(scope)s::text IS NULL OR j.tenant_id = %(scope)s)
       AND (%(job_name)s::text IS NULL OR j.name = %(job_name)s)
       AND (%(tenant_id)s::text IS NULL OR j.tenant_id = %(tenant_id)s)
+    UNION ALL
+    -- Open slots of each-node jobs, as list_runs lists them (their coverage so far as the
+    -- error).
+    SELECT NULL::bigint, j.id, j.tenant_id, j.name, s.slot, 1, NULL::text, NULL::text,
+           'running'::text, s.opened_at, NULL::timestamptz, NULL::float8,
+           node_slot_summary(s.members, s.ended), coalesce(s.origin, 'schedule'), s.revision
+    FROM node_slots s
+    JOIN jobs j ON j.id = s.job_id
+    WHERE (%(scope)s::text IS NULL OR j.tenant_id = %(scope)s)
+      AND (%(job_name)s::text IS NULL OR j.name = %(job_name)s)
+      AND (%(tenant_id)s::text IS NULL OR j.tenant_id = %(tenant_id)s)
 ), page AS (
 SELECT x.* FROM (
     (SELECT l.* FROM live l
