@@ -117,7 +117,6 @@ pairs AS (
     FROM unnest(%(pair_shards)s::int[], %(pair_tenants)s::text[],
                 %(pair_oldest)s::timestamptz[]) AS p(shard, tenant, oldest)
     WHERE %(fair)s AND p.oldest <= (SELECT due FROM clock)
-      AND p.shard = ANY(%(shards)s::int[])
 ),
 -- Each tenant's share of this claim (limit / tenants), read evenly from at most share + 1
 -- of its shards picked by lot: a tenant spread over many shards costs what its turns can
