@@ -60,15 +60,25 @@ def test_each_completed_slot_has_exactly_one_effect_through_kills_and_freezes(
     takeable = (
         "SELECT 1 FROM jobs WHERE status = 'running' AND locked_by = 'n2' FOR UPDATE SKIP LOCKED"
     )
+    # A handler between its insert and its completion: its transaction has written (an
+    # xid) and has not touched the jobs table. A takeable row alone is not a run in flight:
+    # a claim that committed while n2 froze before reading its answer leaves rows n2 never
+    # ran, and then nothing of n2's is refused when it wakes.
+    handler_open = (
+        "SELECT 1 FROM pg_stat_activity a"
+        " WHERE a.application_name = 'n2/effects' AND a.backend_xid IS NOT NULL"
+        " AND a.datname = current_database() AND NOT EXISTS ("
+        "  SELECT 1 FROM pg_locks l WHERE l.pid = a.pid AND l.relation = 'jobs'::regclass)"
+    )
 
     def frozen_in_flight() -> bool:
-        """Freeze n2; keep it frozen only if it holds a run others can take over (else try
-        again shortly)."""
+        """Freeze n2; keep it frozen only if a handler of its is in flight on a run others
+        can take over (else try again shortly)."""
         frozen.signal(signal.SIGSTOP)
-        held = fleet.sql(takeable)
+        held = bool(fleet.sql(handler_open)) and bool(fleet.sql(takeable))
         if not held:
             frozen.signal(signal.SIGCONT)
-        return bool(held)
+        return held
 
     until(frozen_in_flight, "n2 to be frozen with a run in flight", 30, interval_s=0.05)
     # Frozen past its lease and session timeout: the others take its slots over.
