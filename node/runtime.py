@@ -23,6 +23,7 @@ from cluster.jobs.spec import JobSpec
 from cluster.members import MemberRegistry
 from cluster.settings import ClusterSettings, NodeSettings, mask_url
 from cluster.store.lock.session import LockSession
+from node import heap
 from node.maintenance.backfiller import BACKFILL_POLL_S, Backfiller
 from node.maintenance.gatepass import INTERVAL_S as GATE_INTERVAL_S
 from node.maintenance.jobsync import sync_jobs
@@ -62,6 +63,7 @@ class Node:
         self.stats = Stats()
         self.stop = Signal()
         self._signals = 0
+        self._owns_process = False  # run with signals: the process is the node's
         self._crashed = False
         self.state: NodeState | None = None
 
@@ -120,8 +122,11 @@ class Node:
         )
 
     async def run(self, *, signals: bool = True) -> int:
-        """Run until stopped; returns the process exit code. Without ``signals`` the
-        caller stops the node (``stop.set()``): an application hosting it keeps its own."""
+        """Run until stopped; returns the process exit code. With ``signals`` the process
+        is the node's (``pulse node``): it stops on SIGTERM and its start-up heap is frozen
+        (``node.heap``). Without, the caller stops the node (``stop.set()``): an application
+        hosting it keeps its own signals and heap."""
+        self._owns_process = signals
         if signals:
             self._install_signals()
         self._log_start()
@@ -162,6 +167,13 @@ class Node:
         await self._first_heartbeat(parts.heartbeat)
         services = self._start(parts)
         self.started.set()
+        if self._owns_process:
+            frozen = heap.settle()
+            logger.info(
+                "heap settled: %d start-up objects out of the cycle collector's walk",
+                frozen,
+                extra={"event": "heap_settled"},
+            )
         await self.stop.wait()
         await parts.shutdown.run(services)
         await parts.alerts.close()

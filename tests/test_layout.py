@@ -54,6 +54,7 @@ ROOT_MODULES = {
         "__init__",
         "__main__",
         "cli",
+        "heap",
         "hosted",
         "metrics",
         "parts",

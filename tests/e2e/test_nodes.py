@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import re
 import statistics
 import time
 from dataclasses import dataclass
@@ -192,6 +193,9 @@ def test_three_nodes_in_two_zones_run_every_slot_exactly_once(
 
     assert fleet.stop_all() == {"n1": 0, "n2": 0, "n3": 0}
     assert_runs_agree_with_witness(fleet)
+    for name in ("n1", "n2", "n3"):  # start-up objects are out of the collector's walk
+        settled = re.search(r"heap settled: (\d+)", (fleet.workdir / f"{name}.log").read_text())
+        assert settled is not None and int(settled[1]) > 10_000, name
     print(f"shards per node {dict(per_node)}; wall time {time.monotonic() - started:.0f} s")
 
 
