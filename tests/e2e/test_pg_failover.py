@@ -9,6 +9,11 @@ primary's host being killed (the standby is promoted). The witness file, kept ou
 Postgres, must show each slot once; the runs table must show each slot succeeded at its
 first attempt; both nodes must have kept running. Timings are printed, not asserted.
 
+pg_auto_failover can lose acknowledged commits: a standby it finds unhealthy leaves the
+write quorum, and a switchover asked for at that moment promotes it all the same. Slots
+whose first run started in such a span (``PgFormation.lossy_spans``, from the monitor's
+events) may run again, and are left out of the checks; any other double fails.
+
 It costs about 30 s (10 s of it the formation's start); it is skipped, saying why, only
 when pg_auto_failover is missing and cannot be installed here.
 """
@@ -81,12 +86,19 @@ def test_nodes_ride_through_a_switchover_and_a_failover(
     until(lambda: resumed(fleet, promoted), "claims after the failover", 30)
     after_fail = time.monotonic() - began
 
-    end, expected, executions = every_slot_ran_once(fleet, JOBS, start)
-    runs = fleet.sql(
-        "SELECT job_name, scheduled_for, attempt, status FROM runs "
-        "WHERE scheduled_for BETWEEN %s AND %s",
-        (start, end),
-    )
+    def lost() -> list[tuple[float, float]]:
+        return [(s.began, s.ended) for s in formation.lossy_spans(since=first)]
+
+    end, expected, executions = every_slot_ran_once(fleet, JOBS, start, lost)
+    runs = [
+        r
+        for r in fleet.sql(
+            "SELECT job_name, scheduled_for, attempt, status FROM runs "
+            "WHERE scheduled_for BETWEEN %s AND %s",
+            (start, end),
+        )
+        if (r["job_name"], r["scheduled_for"]) in expected
+    ]
     assert {(r["job_name"], r["scheduled_for"]) for r in runs} == expected
     assert {(r["status"], r["attempt"]) for r in runs} == {("succeeded", 1)}
     gaps = longest_gaps(fleet)

@@ -116,8 +116,11 @@ async def test_claims_at_the_same_moment_never_exceed_the_limit(
 async def test_a_tenant_at_its_limit_hides_no_other_tenant(
     store: JobStore, open_session: Opener
 ) -> None:
-    # a's jobs are older than b's, and every shard's oldest: a plain claim reads only a's.
-    await add(store, "a", 120)
+    # a's jobs are older than b's, and every shard's oldest: a plain claim of 8 over 16
+    # shards reads each shard's 2 oldest (its quota), so only a's while every shard holds 2
+    # of a's. Shards follow the jobs' random ids: with 120 jobs of a, some shard held fewer
+    # about one run in 16; with 400, about one in 370 million.
+    await add(store, "a", 400)
     await store.definitions.apply(
         [JobSpec.build(f"b-{i}", "@every 20s", HANDLER, tenant="b") for i in range(4)], now=T0
     )

@@ -27,6 +27,7 @@ import socket
 import subprocess
 import time
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 
 from cluster.chaos.servers.packages import ensure_command
@@ -70,6 +71,34 @@ class NodeState:
         (its standby gone, so no longer waiting on one)."""
         primary = ("single", "primary", "wait_primary")
         return self.reported in primary and self.reported == self.assigned
+
+
+@dataclass(frozen=True)
+class LossySpan:
+    """A span, in epoch seconds, in which ``primary`` acknowledged commits alone (its standby
+    out of the write quorum: ``wait_primary``) and which ended with another node promoted.
+    What it acknowledged in it may be missing on the new primary."""
+
+    primary: str
+    began: float
+    ended: float
+
+
+def lossy_spans_in(events: list[dict[str, object]]) -> list[LossySpan]:
+    """The lossy spans in the monitor's events (``pg_autoctl show events --json``)."""
+    alone: dict[str, float] = {}  # node -> when its goal became wait_primary
+    spans = []
+    for event in sorted(events, key=lambda e: int(str(e["eventid"]))):
+        node = str(event["nodename"])
+        at = datetime.fromisoformat(str(event["eventtime"])).timestamp()
+        if event["goalstate"] == "wait_primary":
+            alone.setdefault(node, at)
+        if event["reportedstate"] == "primary" and event["goalstate"] == "primary":
+            alone.pop(node, None)
+        if event["reportedstate"] in ("wait_primary", "primary"):
+            for old in [n for n in alone if n != node]:
+                spans.append(LossySpan(old, alone.pop(old), at))
+    return spans
 
 
 class PgFormation(ServerSet):
@@ -197,6 +226,20 @@ class PgFormation(ServerSet):
         states = self.states()
         reported = sorted(s.reported for s in states if s.reported == s.assigned)
         return reported == ["primary", "secondary"]
+
+    def lossy_spans(self, since: float) -> list[LossySpan]:
+        """The spans ending after ``since`` (epoch seconds) in which commits acknowledged to
+        Pulse could be lost, read from the monitor's events. The monitor takes a standby it
+        finds unhealthy out of the quorum (``wait_primary``: "Disabling synchronous
+        replication"); if it then promotes that standby anyway (a switchover asked for at
+        that moment), the old primary's last commits are gone once it is rebuilt from the
+        new one. A primary back at ``primary`` (its standby in the quorum again), or never
+        replaced, lost nothing."""
+        text = self._run(
+            "show", "events", "--count", "1000", "--monitor", self.monitor_uri, "--json",
+            log="show",
+        )  # fmt: skip
+        return [span for span in lossy_spans_in(json.loads(text)) if span.ended >= since]
 
     # -- switching --------------------------------------------------------------------
 
