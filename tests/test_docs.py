@@ -343,3 +343,13 @@ def test_report_without_a_full_run_changes_nothing(tmp_path: Path) -> None:
     record_run(results, "qq", QUICK, list(SCENARIOS))
     assert bench_main(["--report", "--results", str(results), "--readme", str(readme)]) == 1
     assert readme.read_text("utf-8") == README
+
+
+def test_the_readme_sets_up_with_two_commands() -> None:
+    """The README's first shell block is its set-up: one command that runs Pulse, one that
+    runs the whole suite; every other way in is prose further down."""
+    readme = (REPO / "README.md").read_text("utf-8")
+    block = re.search(r"```sh\n(.*?)```", readme, re.S)
+    assert block is not None
+    commands = [line.split("#")[0].strip() for line in block.group(1).splitlines()]
+    assert [c for c in commands if c] == ["bin/up", "bin/test"]
