@@ -22,6 +22,7 @@ from cluster.timing.schedule import ENDED, Schedule, parse_schedule
 __all__ = [
     "FAILING",
     "VERDICTS",
+    "Coalesced",
     "Job",
     "JobAudit",
     "Line",
@@ -118,6 +119,16 @@ class Record(NamedTuple):
     waited: str | None = None  # how long the slot waited for a named limit, and which
 
 
+class Coalesced(NamedTuple):
+    """A skipped record that also stands for the slots before it without a row of their
+    own: every slot in ``[since, until)`` was skipped for ``reason`` (``runs.skipped_from``:
+    a long outage's catch-up or apply lists the newest 1,000 slots it passes)."""
+
+    since: datetime
+    until: datetime  # the record's own slot
+    reason: str
+
+
 @dataclass(frozen=True)
 class Job:
     """What the audit needs of one job besides its records: its definitions over time, the
@@ -131,6 +142,11 @@ class Job:
     waiting: bool = False  # that slot is held (a gate, a retry's backoff, a key): not missing yet
     in_flight: frozenset[datetime] = frozenset()  # slots whose attempt runs now
     done_after: datetime | None = None  # a finished job (max_runs, one-off): no slot later
+    coalesced: tuple[Coalesced, ...] = ()  # skipped records standing for earlier slots
+
+    def standing_for(self, slot: datetime) -> Coalesced | None:
+        """The skipped record that stands for ``slot``, which has no row of its own."""
+        return next((c for c in self.coalesced if c.since <= slot < c.until), None)
 
     def held_at(self, slot: datetime) -> datetime | None:
         """The time of the ``pause --until`` that passed over ``slot``, or None."""
@@ -303,6 +319,9 @@ def _unrecorded(job: Job, slot: datetime, cutoff: datetime) -> Line:
             "waiting",
             "the job's current slot, held (a gate, a retry's backoff, a key)",
         )
+    elif (record := job.standing_for(slot)) is not None:
+        detail = f"{record.reason} (listed under {record.until.isoformat()})"
+        return Line(job.tenant, job.name, slot, "skipped", "skipped", detail=detail)
     elif (until := job.held_at(slot)) is not None:
         verdict, detail = "paused", f"passed over by pause --until {until.isoformat()}"
     elif slot >= cutoff:

@@ -46,11 +46,14 @@ MEMO_MAX = 1024
 
 
 class Passed(NamedTuple):
-    """A slot recorded skipped on the way: by the rule (calendar, window) or by catch-up."""
+    """A slot recorded skipped on the way: by the rule (calendar, window) or by catch-up.
+    ``since``: the record also stands for the unlisted slots from then up to its own (a
+    long outage lists the newest slots only; ``runs.skipped_from``)."""
 
     slot: datetime
     reason: str
     missed: bool = False  # dropped by the catch-up policy (else the rule's skip)
+    since: datetime | None = None
 
 
 # What a slot's fate needs of its rule, remembered per slot: its decision, and the run after
@@ -230,8 +233,7 @@ def _catch_up(
         dropped = [Passed(s, _missed(rules, Decision(s, s, True), target, now), True)
                    for s in plan.skipped]  # fmt: skip
         if plan.skipped_more and dropped:
-            note = f"; {plan.skipped_more} older slots were skipped too and are not listed"
-            dropped[0] = dropped[0]._replace(reason=dropped[0].reason + note)
+            _stand_for_older(dropped, 0, first.slot, plan.skipped_more)
         return target, dropped, plan.skipped_more
     return _catch_up_calendar(rules, rules.rule, first, now)
 
@@ -244,14 +246,17 @@ def _catch_up_calendar(
     skipped: deque[Passed] = deque(maxlen=DEFAULT_RECORD_LIMIT)
     future: Decision | None = None
     due.append(first)
+    walked = [1, 0]  # runs and skips met, some of the oldest maybe gone from the deques
     for count, decision in enumerate(rule.decisions_after(rules.schedule, first)):
         if not decision.runs:
             skipped.append(_rule_skip(decision))
+            walked[1] += 1
             continue
         if decision.start > now or count > MAX_DUE_WALK:
             future = decision
             break
         due.append(decision)
+        walked[0] += 1
     runs = list(due)
     kept = first_kept(runs, catch_up, now)
     target = runs[kept] if kept < len(runs) else future
@@ -259,7 +264,22 @@ def _catch_up_calendar(
     dropped = [p for p in skipped if p.slot < target.slot]
     dropped += [Passed(d.slot, _missed(rules, d, target, now), True) for d in runs[:kept]]
     dropped.sort()
-    return target, dropped, 0
+    more = walked[0] - len(due) + walked[1] - len(skipped)
+    if more and dropped:
+        # Slots older than the oldest each overflowing deque kept were let go unlisted: the
+        # first listed record from there stands for them.
+        oldest = [due[0].slot] if walked[0] > len(due) else []
+        oldest += [skipped[0].slot] if walked[1] > len(skipped) else []
+        kept_from = max(oldest)
+        at = next((i for i, p in enumerate(dropped) if p.slot >= kept_from), len(dropped) - 1)
+        _stand_for_older(dropped, at, first.slot, more)
+    return target, dropped, more
+
+
+def _stand_for_older(dropped: list[Passed], at: int, since: datetime, more: int) -> None:
+    """Make ``dropped[at]`` stand for the ``more`` unlisted slots from ``since`` on."""
+    note = f"; {more} older slots, from {since.isoformat()}, were skipped too and are not listed"
+    dropped[at] = dropped[at]._replace(reason=dropped[at].reason + note, since=since)
 
 
 def first_kept(runs: list[Decision], catch_up: CatchUp, now: datetime) -> int:

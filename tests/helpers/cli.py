@@ -7,18 +7,21 @@ mapping of variables; ``None`` unsets one), with ``PULSE_*`` variables by keywor
 ``invoke`` runs a command in this process through click's ``CliRunner`` (fast; the root
 logger is put back afterwards); ``spawn`` starts the real CLI as an operator runs it
 (``python -m node`` is the `pulse` entry point) and ``.result()`` waits for it, to see exit
-codes and output as they are. Also here: the documented ``--json`` keys and the checks of
-what a refused command prints.
+codes and output as they are. Also here: the documented ``--json`` keys, the checks of
+what a refused command prints, and ``pulse audit --json``'s slot lines.
 """
 
 from __future__ import annotations
 
+import asyncio
 import functools
+import json
 import logging
 import os
 import subprocess
 import sys
 from collections.abc import Callable, Mapping
+from datetime import datetime
 from typing import Any
 
 import psycopg
@@ -160,3 +163,17 @@ def add_args(name: str = "tick", *extra: str) -> list[str]:
     repeated ``--schedule`` adds a schedule)."""
     schedule = [] if "--schedule" in extra else ["--schedule", "*/5 * * * *"]
     return ["jobs", "add", name, *schedule, "--handler", HANDLER, *extra]
+
+
+async def audit_slots(
+    settings: ClusterSettings, job: str, start: datetime, end: datetime
+) -> tuple[int, list[dict[str, Any]]]:
+    """``pulse audit --job JOB --json`` over ``[start, end)``: its exit code (0, or 1 for a
+    slot missing or a record overwritten) and its slot lines, in slot order."""
+    result = await asyncio.to_thread(
+        invoke, settings, "audit", "--from", start.isoformat(), "--to", end.isoformat(),
+        "--job", job, "--json",
+    )  # fmt: skip
+    assert result.exit_code in (0, 1), result.output
+    lines = [json.loads(line) for line in result.stdout.splitlines()]
+    return result.exit_code, [line for line in lines if line["type"] == "slot"]

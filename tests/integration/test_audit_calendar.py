@@ -5,8 +5,6 @@ own claim and completion statements on an explicit clock (docs/design/audit.md).
 
 from __future__ import annotations
 
-import asyncio
-import json
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -18,7 +16,7 @@ from cluster.store.jobstore.store import JobStore
 from cluster.store.lock.session import LockSession
 from cluster.timing.calendars import Calendar
 from node.pipeline.outcomes import after_run, plan_at_claim
-from tests.helpers.cli import invoke
+from tests.helpers.cli import audit_slots
 from tests.helpers.history import rows
 from tests.helpers.sessions import ALL, OK, T0, Opener
 
@@ -44,18 +42,10 @@ async def run_week(store: JobStore, node: LockSession, settings: ClusterSettings
 
 
 async def audit(settings: ClusterSettings, job: str) -> tuple[int, dict[datetime, Any]]:
-    result = await asyncio.to_thread(
-        invoke, settings, "audit", "--from", T0.isoformat(), "--to", END.isoformat(),
-        "--job", job, "--json",
-    )  # fmt: skip
-    assert result.exit_code in (0, 1), result.output
-    lines = [json.loads(line) for line in result.stdout.splitlines()]
-    slots = {
-        datetime.fromisoformat(line["slot"]): (line["verdict"], line["detail"])
-        for line in lines
-        if line["type"] == "slot"
+    code, lines = await audit_slots(settings, job, T0, END)
+    return code, {
+        datetime.fromisoformat(line["slot"]): (line["verdict"], line["detail"]) for line in lines
     }
-    return result.exit_code, slots
 
 
 @pytest.mark.parametrize("on_excluded", ["skip", "next-business-day"])

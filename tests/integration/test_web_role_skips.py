@@ -93,6 +93,47 @@ async def test_record_skipped_writes_only_skips_of_slots_still_to_come_in_scope(
     assert sorted(records) == [SLOT, ahead]
 
 
+async def test_a_web_login_cannot_make_a_skip_stand_for_slots_before_the_jobs_own(
+    settings: ClusterSettings, store: JobStore, logins: Logins
+) -> None:
+    """A skipped record may stand for the slots before it (runs.skipped_from, an outage's
+    unlisted slots), which ``pulse audit`` then counts skipped. Called directly, a web login
+    could try to cover a job's past (slots it ran, missed or never recorded) with one skip
+    of a slot still to come: the time is dropped unless it lies between the job's slot and
+    the database's clock (slots passed already, as an outage's)."""
+    job = await store.definitions.add(
+        JobSpec.build("j", "@every 1m", HANDLER, tenant="acme"), now=T0
+    )
+    await asyncio.to_thread(grant_roles, settings, logins)
+    ahead, further = SLOT + 3 * MINUTE, SLOT + 5 * MINUTE
+
+    def call(skips: list[list[str]]) -> list[datetime]:
+        with psycopg.connect(logins.as_web(settings).database_url, autocommit=True) as conn:
+            conn.execute(sql.SQL("SET search_path TO {}").format(sql.Identifier(settings.schema)))
+            rows = conn.execute(
+                "SELECT * FROM record_skipped(%s, 'acme', %s::json, NULL)",
+                (job.id, json.dumps(skips)),
+            ).fetchall()
+        return [row[0] for row in rows]
+
+    history = datetime(2025, 1, 1, 9, 0, tzinfo=UTC).isoformat()
+    assert call([[ahead.isoformat(), "forged", history]]) == [ahead]
+    # Nor over slots still to come (the job's own slot in 2031 is after the clock).
+    assert call([[further.isoformat(), "skipped ahead", SLOT.isoformat()]]) == [further]
+    # A time after the slot it would stand for is refused outright.
+    last = further + 2 * MINUTE
+    assert call([[last.isoformat(), "upside down", (last + MINUTE).isoformat()]]) == []
+    standing = await rows(
+        settings,
+        "SELECT scheduled_for, skipped_from FROM runs WHERE job_id = %s ORDER BY 1",
+        (job.id,),
+    )
+    assert [(r["scheduled_for"], r["skipped_from"]) for r in standing] == [
+        (ahead, None),
+        (further, None),
+    ]
+
+
 async def test_a_web_login_creates_a_calendar_job_on_an_excluded_day(
     settings: ClusterSettings, store: JobStore, logins: Logins
 ) -> None:

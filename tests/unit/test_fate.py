@@ -130,3 +130,23 @@ def test_deferred_slots_of_a_jittered_job_run_once() -> None:
     assert not first.runs and first.next_slot == NINE + 3 * H
     assert end <= first.next_start < end + timedelta(seconds=600)
     assert fate(job, NINE + 3 * H, first.next_start).runs
+
+
+@pytest.mark.parametrize("rule", [None, CalendarRule(OFFICE)], ids=["plain", "calendar"])
+def test_a_long_outage_lists_the_newest_slots_and_the_oldest_listed_stands_for_the_rest(
+    rule: CalendarRule | None,
+) -> None:
+    """Catch-up lists at most 1,000 slots of an outage (plus the runs a calendar keeps
+    apart); the oldest listed record stands for every unlisted one from the first slot
+    due (``since``: runs.skipped_from), so the listed, the covered and the run slot are
+    every slot from the claimed one on."""
+    late = NINE + 120 * 24 * H  # four months of hourly slots (and business hours) due
+    decided = fate(rules(rule=rule), NINE, late)
+    (stands,) = [p for p in decided.skips if p.since is not None]
+    assert stands.since == NINE and decided.skipped_more > 0
+    assert f"; {decided.skipped_more} older slots, from {NINE.isoformat()}, were" in stands.reason
+    assert len(decided.skips) <= 2100
+    listed = {p.slot for p in decided.skips}
+    every = [NINE + i * H for i in range(int((decided.next_slot - NINE) / H))]
+    unlisted = [s for s in every if s not in listed and s != NINE]
+    assert unlisted and all(stands.since <= s < stands.slot for s in unlisted)

@@ -6,7 +6,16 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from cluster.jobs.ledger import Job, Line, Prior, Record, Summary, audit_job, spans_of
+from cluster.jobs.ledger import (
+    Coalesced,
+    Job,
+    Line,
+    Prior,
+    Record,
+    Summary,
+    audit_job,
+    spans_of,
+)
 
 T0 = datetime(2026, 3, 2, tzinfo=UTC)
 END = T0 + timedelta(minutes=10)
@@ -72,6 +81,23 @@ def test_a_slot_without_record_is_missing_unless_due_within_the_grace() -> None:
     for line in lines:
         summary.add(line)
     assert summary.failing and summary.total("missing") == 6
+
+
+def test_slots_a_skipped_record_stands_for_are_skipped_not_missing() -> None:
+    """A long outage lists the newest slots it passes; the oldest listed record stands for
+    the slots from ``since`` up to its own, which have no row (runs.skipped_from)."""
+    why = "missed by 9m (catch-up once); 4 older slots, from ..., were skipped too"
+    stands = Coalesced(at(2), at(6), why)
+    records = [run(m, "skipped", error="missed") for m in (6, 7, 8)] + [run(9)]
+    # A re-run asked for one of the unlisted slots has a row of its own, judged by it.
+    records.insert(0, run(4, origin="rerun"))
+    lines = audit(job((-0.5, "created", definition()), coalesced=(stands,)), records)
+    assert verdicts(lines) == [
+        (0, "missing"), (1, "missing"), (2, "skipped"), (3, "skipped"), (4, "ran"),
+        (5, "skipped"), (6, "skipped"), (7, "skipped"), (8, "skipped"), (9, "ran"),
+    ]  # fmt: skip
+    assert lines[2].outcome == "skipped"
+    assert lines[2].detail == f"{why} (listed under {at(6).isoformat()})"
 
 
 def test_in_flight_and_held_slots_are_not_missing() -> None:

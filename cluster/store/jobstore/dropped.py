@@ -110,7 +110,11 @@ def overdue(job: Mapping[str, Any], now: datetime) -> bool:
     )
 
 
-def dropped_slots(old: Job, new: Job, now: datetime, by: str) -> list[tuple[datetime, str]]:
+# A slot to record skipped, why, and the time its record stands for unlisted slots from.
+Dropped = tuple[datetime, str, datetime | None]
+
+
+def dropped_slots(old: Job, new: Job, now: datetime, by: str) -> list[Dropped]:
     """The slots of the job's old timing (``old``, its row before the apply) due by ``now``
     that its new row (``new``) leaves without a record, each with why it is recorded
     skipped: ``by`` moved the job past it, or the old calendar or a window skips it.
@@ -119,26 +123,32 @@ def dropped_slots(old: Job, new: Job, now: datetime, by: str) -> list[tuple[date
     that keeps its slot (held at its gate, deferred by a window) has its claim decide the
     slots of the new timing up to then, by catch-up; it passes only the old timing's slots
     after its own that the new timing does not have. At most the newest ``MAX_RECORDED``;
-    the oldest listed names how many older ones were passed too (as catch-up does)."""
+    the oldest listed names how many older ones were passed too and stands for them from
+    the first one passed (``runs.skipped_from``, as catch-up does)."""
     reason = f"skipped by {by}: a new timing moved the job past it before it ran"
     kept = new.slot_at == old.slot_at
     decided = _slots(new, old.slot_at, now) if kept else set()
-    found: deque[tuple[datetime, str]] = deque(maxlen=MAX_RECORDED)
-    passed = 0
+    found: deque[Dropped] = deque(maxlen=MAX_RECORDED)
+    passed, first = 0, None
     for count, decision in enumerate(_decisions(old, now)):
         if decision.slot in decided or (kept and decision.slot <= old.slot_at):
             continue
         if count == 0 and decision.slot != old.slot_at and not kept:
             # Its slot is no slot of the schedule (a trigger's instant): passed all the same.
-            found.append((old.slot_at, reason))
+            found.append((old.slot_at, reason, None))
             passed += 1
-        found.append((decision.slot, reason if decision.runs else _rule_reason(decision.reason)))
+        why = reason if decision.runs else _rule_reason(decision.reason)
+        found.append((decision.slot, why, None))
         passed += 1
+        if first is None:
+            first = found[0][0]  # the first slot passed
     listed = list(found)
     if passed > len(listed):
-        slot, why = listed[0]
+        slot, why, _ = listed[0]
         older = passed - len(listed)
-        listed[0] = (slot, f"{why}; {older} older slots were skipped too and are not listed")
+        assert first is not None
+        note = f"{older} older slots, from {first.isoformat()}, were skipped too and are not listed"
+        listed[0] = (slot, f"{why}; {note}", first)
     return listed
 
 
@@ -167,6 +177,10 @@ def _rule_reason(reason: str | None) -> str:
     return reason or "skipped by the calendar"
 
 
-def skips_json(pairs: list[tuple[datetime, str]]) -> str:
-    """The ``[slot, reason]`` list ``record_skips`` takes."""
-    return json.dumps([[slot.isoformat(), why] for slot, why in pairs])
+def skips_json(skips: Sequence[Dropped]) -> str:
+    """The list of ``[slot, reason]`` or ``[slot, reason, skipped_from]`` ``record_skips``
+    takes."""
+    return json.dumps(
+        [[slot.isoformat(), why] + ([] if since is None else [since.isoformat()])
+         for slot, why, since in skips]
+    )  # fmt: skip

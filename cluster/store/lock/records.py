@@ -162,16 +162,25 @@ class Completion(NamedTuple):
 
 @dataclass(frozen=True)
 class Skip:
-    """A slot recorded as skipped by the catch-up policy."""
+    """A slot recorded as skipped by the catch-up policy; ``since``: the record also stands
+    for the unlisted slots from then up to its own (``runs.skipped_from``)."""
 
     job_id: UUID
     slot: datetime
     reason: str
+    since: datetime | None = None
 
 
 def finished_one_offs(done: Sequence[Completion], applied: Collection[UUID]) -> list[UUID]:
     """The jobs of ``done`` whose completion, applied, made them ``done`` (one-off jobs)."""
     return [d.id for d in done if d.next_run_at >= NEVER and d.id in applied]
+
+
+def _skip_row(skip: Skip) -> tuple[str, ...]:
+    """A skip as ``complete`` and ``spawn`` read it: [job id, slot, reason], and the time it
+    stands for slots from, if any."""
+    row = (skip.job_id.hex, skip.slot.isoformat(), skip.reason)
+    return row if skip.since is None else (*row, skip.since.isoformat())
 
 
 def complete_params(
@@ -216,7 +225,7 @@ def complete_params(
         )
         for c in done
     ]
-    skipped = [(s.job_id.hex, iso(s.slot), s.reason) for s in skips]
+    skipped = [_skip_row(s) for s in skips]
     return {
         "done": json.dumps(rows, ensure_ascii=False),
         "skips": json.dumps(skipped, ensure_ascii=False),
@@ -269,7 +278,7 @@ def spawn_params(
         (c.id.hex, c.token, c.slot.isoformat(), c.next_run_at.isoformat(), c.next_slot.isoformat())
         for c in spawns
     ]
-    skipped = [(s.job_id.hex, s.slot.isoformat(), s.reason) for s in skips]
+    skipped = [_skip_row(s) for s in skips]
     return {
         "spawns": json.dumps(rows),
         "skips": json.dumps(skipped, ensure_ascii=False),

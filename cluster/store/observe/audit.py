@@ -20,7 +20,16 @@ import psycopg
 from psycopg.rows import tuple_row
 
 from cluster.errors import InvalidInput
-from cluster.jobs.ledger import Job, JobAudit, Line, Prior, Record, Span, spans_of
+from cluster.jobs.ledger import (
+    Coalesced,
+    Job,
+    JobAudit,
+    Line,
+    Prior,
+    Record,
+    Span,
+    spans_of,
+)
 from cluster.jobs.models import JobStatus
 from cluster.store.connect import Conn, Row
 from cluster.store.queries import fetch_all, fetch_one, query, store_error
@@ -149,17 +158,25 @@ async def _jobs(
     ids = [r["id"] for r in rows]
     revisions: dict[UUID, Revisions] = defaultdict(list)
     chained: dict[UUID, list[datetime]] = defaultdict(list)
+    standing: dict[UUID, list[Coalesced]] = defaultdict(list)
     if ids:
         for r in await fetch_all(conn, "audit_revisions", {**scope.params(), "ids": ids}):
             revisions[r["job_id"]].append((r["at"], r["change"], r["definition"]))
         window = {"ids": ids, "start": scope.start, "end": scope.end}
         for r in await fetch_all(conn, "audit_chained", window):
             chained[r["job_id"]].append(r["slot"])
-    return [_job(r, revisions[r["id"]], chained[r["id"]]) for r in rows], ids
+        for r in await fetch_all(conn, "audit_skipped_from", {**scope.params(), **window}):
+            standing[r["job_id"]].append(
+                Coalesced(r["skipped_from"], r["scheduled_for"], r["last_error"] or "")
+            )
+    return [_job(r, revisions[r["id"]], chained[r["id"]], standing[r["id"]]) for r in rows], ids
 
 
 def _job(
-    row: Row, revisions: list[tuple[datetime, str, dict[str, Any]]], chained: list[datetime]
+    row: Row,
+    revisions: list[tuple[datetime, str, dict[str, Any]]],
+    chained: list[datetime],
+    coalesced: list[Coalesced],
 ) -> Job:
     spans = spans_of(revisions) if revisions else _unrevised(row)
     status = row["status"]
@@ -176,6 +193,7 @@ def _job(
         waiting=status == JobStatus.IDLE and held,
         in_flight=frozenset(in_flight),
         done_after=row["last_run_at"] if status == JobStatus.DONE else None,
+        coalesced=tuple(coalesced),
     )
 
 

@@ -583,13 +583,21 @@ CREATE TABLE runs (
     -- The states later writes of the row replaced, oldest first: [{status, attempt, node,
     -- token, error, origin, started, replaced_at}] (runs_keep_history; NULL: never
     -- rewritten).
-    history       jsonb
+    history       jsonb,
+    -- A skipped record standing for the slots before it that have no row: every slot of
+    -- the job from this time up to scheduled_for was skipped too, for the same reason
+    -- (catch-up and apply list at most the newest 1,000; migration
+    -- 0.3.0_pre_zzzz_skipped_from, docs/design/audit.md).
+    skipped_from  timestamptz CONSTRAINT runs_skipped_from_check
+                  CHECK (skipped_from < scheduled_for)
 );
 
 -- Recent runs of a job use UNIQUE (job_id, scheduled_for) backwards. Runs by status serve
 -- the rare outcomes only: successes, nearly every row written, skip that index.
 CREATE INDEX runs_by_status ON runs (status, scheduled_for DESC) WHERE status <> 'succeeded';
 CREATE INDEX runs_recent ON runs (scheduled_for DESC);
+-- The audit's read of the skipped records that stand for more slots (skipped_from).
+CREATE INDEX runs_skipped_from ON runs (job_id, scheduled_for) WHERE skipped_from IS NOT NULL;
 
 -- A statement trigger, after the job rows are gone: its DELETE takes a fresh snapshot, so
 -- it also sees run rows committed meanwhile by completions in flight.
@@ -788,7 +796,9 @@ $$;
 -- `0.3.0_pre_web_skips_and_triggers`). Only `skipped` rows with a reason, for one idle or
 -- paused job in the caller's tenant scope, never over a record, and only for slots still to
 -- be decided: at or after the job's slot, or still to come by the database's clock (any
--- slot for a login that may insert runs itself: the owner, a node).
+-- slot for a login that may insert runs itself: the owner, a node). An entry is [slot,
+-- reason] or [slot, reason, skipped_from] (migration 0.3.0_pre_zzzz_skipped_from), the
+-- time honoured from the job's slot up to the database's clock (any, for such a login).
 CREATE FUNCTION record_skipped(
     p_job uuid,
     p_scope text,
@@ -797,15 +807,19 @@ CREATE FUNCTION record_skipped(
 ) RETURNS TABLE (skipped_slot timestamptz)
 LANGUAGE sql SECURITY DEFINER AS $$
     INSERT INTO runs (job_id, tenant_id, job_name, scheduled_for, attempt, status,
-                      finished_at, last_error)
+                      finished_at, last_error, skipped_from)
     SELECT j.id, j.tenant_id, j.name, (e->>0)::timestamptz, 1, 'skipped',
-           coalesce(p_now, now()), e->>1
+           coalesce(p_now, now()), e->>1,
+           CASE WHEN (e->>2)::timestamptz >= j.slot_at AND (e->>2)::timestamptz <= now()
+                     OR has_table_privilege(session_user, 'runs', 'INSERT')
+                THEN (e->>2)::timestamptz END
     FROM jobs j CROSS JOIN json_array_elements(p_skips) AS e
     WHERE j.id = p_job AND (p_scope IS NULL OR j.tenant_id = p_scope)
       AND j.status IN ('idle', 'paused')
       AND ((e->>0)::timestamptz >= j.slot_at OR (e->>0)::timestamptz > now()
            OR has_table_privilege(session_user, 'runs', 'INSERT'))
       AND nullif(e->>1, '') IS NOT NULL
+      AND ((e->>2) IS NULL OR (e->>2)::timestamptz < (e->>0)::timestamptz)
     ON CONFLICT (job_id, scheduled_for) DO NOTHING
     RETURNING scheduled_for
 $$;

@@ -46,6 +46,18 @@ WHERE c.job_id = ANY(%(ids)s::uuid[])
   AND c.slot >= %(start)s::timestamptz AND c.slot < %(end)s::timestamptz
 ORDER BY c.job_id, c.slot;
 
+-- name: audit_skipped_from
+-- The skipped records of the audited jobs that also stand for the slots before them without
+-- a row of their own, from runs.skipped_from (migration 0.3.0_pre_zzzz_skipped_from), those
+-- reaching into the range, wherever the record itself is: the runs_skipped_from index,
+-- which holds them alone.
+SELECT r.job_id, r.skipped_from, r.scheduled_for, r.last_error
+FROM runs r
+WHERE r.job_id = ANY(%(ids)s::uuid[]) AND r.skipped_from IS NOT NULL
+  AND r.scheduled_for > %(start)s::timestamptz AND r.skipped_from < %(end)s::timestamptz
+  AND (%(scope)s::text IS NULL OR r.tenant_id = %(scope)s)
+ORDER BY r.job_id, r.scheduled_for;
+
 -- name: audit_runs
 -- The run rows of the audited jobs in the range, job by job in the order given, each job's
 -- in slot order: one probe of runs (job_id, scheduled_for) per job, sorted per job only.

@@ -25,7 +25,8 @@ input AS MATERIALIZED (
     FROM jsonb_array_elements(%(done)s::jsonb) AS e
 ),
 skip_in AS MATERIALIZED (
-    SELECT (e->>0)::uuid AS job_id, (e->>1)::timestamptz AS slot, e->>2 AS reason
+    SELECT (e->>0)::uuid AS job_id, (e->>1)::timestamptz AS slot, e->>2 AS reason,
+           (e->>3)::timestamptz AS skipped_from
     FROM jsonb_array_elements(%(skips)s::jsonb) AS e
 ),
 -- The ids are an index condition: the planner, whose statistics saw few running jobs,
@@ -188,9 +189,9 @@ history AS (
 skipped AS (
     -- Never the completed slot itself: one statement cannot write a run row twice.
     INSERT INTO runs (job_id, tenant_id, job_name, scheduled_for, attempt, node_id, zone,
-                      status, finished_at, last_error)
+                      status, finished_at, last_error, skipped_from)
     SELECT d.id, d.tenant_id, d.name, s.slot, 1, %(node_id)s, %(zone)s, 'skipped', k.t,
-           s.reason
+           s.reason, s.skipped_from
     FROM skip_in s
     JOIN done d ON d.id = s.job_id AND d.slot <> s.slot
     CROSS JOIN clock k

@@ -26,7 +26,8 @@ input AS MATERIALIZED (
     FROM json_array_elements(%(spawns)s::json) AS e
 ),
 skip_in AS MATERIALIZED (
-    SELECT (e->>0)::uuid AS job_id, (e->>1)::timestamptz AS slot, e->>2 AS reason
+    SELECT (e->>0)::uuid AS job_id, (e->>1)::timestamptz AS slot, e->>2 AS reason,
+           (e->>3)::timestamptz AS skipped_from
     FROM json_array_elements(%(skips)s::json) AS e
 ),
 -- Each-node: the live members as the caller sees them, [[member, zone], ...].
@@ -101,9 +102,9 @@ nobody AS (
 ),
 skipped AS (
     INSERT INTO runs (job_id, tenant_id, job_name, scheduled_for, attempt, node_id, zone,
-                      status, finished_at, last_error)
+                      status, finished_at, last_error, skipped_from)
     SELECT c.id, c.tenant_id, c.name, s.slot, 1, %(node_id)s, %(zone)s, 'skipped', k.t,
-           s.reason
+           s.reason, s.skipped_from
     FROM skip_in s JOIN claimed c ON c.id = s.job_id AND c.room AND s.slot <> c.slot
     CROSS JOIN clock k
     ON CONFLICT (job_id, scheduled_for) DO NOTHING
