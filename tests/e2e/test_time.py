@@ -181,9 +181,16 @@ def test_a_tenant_limit_holds_across_nodes_through_a_kill_and_hides_no_other_ten
     big = [r for r in runs if r["tenant_id"] == "big"]
     assert any(r["attempt"] > 1 for r in big), "the kill cost no big run: nothing shown"
     # Never more than 2 of big's runs at once over both nodes: the runs that ended (a run
-    # row holds its slot's last attempt).
+    # row holds its slot's last attempt), each from its handler's start (the witness: after
+    # its claim committed with the place) to its completion (finished_at, the completion
+    # statement's clock, read before its commit gives the place back). Not from the row's
+    # started_at, the claim statement's clock: the place is taken by a trigger whose own
+    # statements see a completion that committed after the claim began, so a claim can
+    # read an earlier time than the completion whose place it took.
+    begun = {(e.job, e.attempt): e.at for e in sorted(fleet.executions(), key=lambda e: e.at)}
     edges = sorted(
-        [(r["started_at"], 1) for r in big] + [(r["finished_at"], -1) for r in big],
+        [(begun[r["job_name"], r["attempt"]], 1) for r in big]
+        + [(r["finished_at"].timestamp(), -1) for r in big],
         key=lambda e: (e[0], e[1]),
     )
     at_once = peak = 0
