@@ -47,13 +47,14 @@ MEMO_MAX = 1024
 
 class Passed(NamedTuple):
     """A slot recorded skipped on the way: by the rule (calendar, window) or by catch-up.
-    ``since``: the record also stands for the unlisted slots from then up to its own (a
-    long outage lists the newest slots only; ``runs.skipped_from``)."""
+    ``since``: the record also stands for the ``more`` unlisted slots from then up to its
+    own (a long outage lists the newest slots only; ``runs.skipped_from``)."""
 
     slot: datetime
     reason: str
     missed: bool = False  # dropped by the catch-up policy (else the rule's skip)
     since: datetime | None = None
+    more: int = 0
 
 
 # What a slot's fate needs of its rule, remembered per slot: its decision, and the run after
@@ -134,7 +135,8 @@ class Fate(NamedTuple):
     ``runs``: the slot runs, starting at ``start`` (moved, deferred, jittered); else it is
     recorded skipped for ``reason``. ``next_slot`` starts at ``next_start`` (``NEVER``: the
     job is done); ``skips`` are the slots between to record skipped, the oldest
-    ``skipped_more`` only counted (their reasons say so). At a claim that runs the slot,
+    ``skipped_more`` not listed: one listed skip stands for them (``Passed.since``, its
+    reason says how many). At a claim that runs the slot,
     ``next_slot`` is the slot after it on time and ``skips`` is empty: the completion asks
     again with its own clock. A named tuple, not a frozen dataclass: the node makes two
     per fire.
@@ -178,10 +180,13 @@ def fate(rules: TimeRules, slot: datetime, now: datetime, *, ran: bool = False) 
     at = max(nominal, this.start)
     if following.start > at:
         return _running(rules, this, following)
-    target, caught, more = _catch_up(rules, this, at)
+    # The claimed slot, the first due, is recorded by its own write, listed or not.
+    target, caught, more = _catch_up(rules, this, at, own_first=True)
     if target.slot == slot:
         return _running(rules, this, following)
-    reason = next((p.reason for p in caught if p.slot == slot), "missed (catch-up)")
+    # Unlisted after a long outage, it is missed all the same.
+    reason = next((p.reason for p in caught if p.slot == slot), None)
+    reason = reason or _missed(rules, this, target, at)
     return Fate(
         slot, False, rules.start(this), reason, origin_of(this),
         target.slot, rules.start(target), origin_of(target),
@@ -223,23 +228,25 @@ def _onward(
 
 
 def _catch_up(
-    rules: TimeRules, first: Decision, now: datetime
+    rules: TimeRules, first: Decision, now: datetime, *, own_first: bool = False
 ) -> tuple[Decision, list[Passed], int]:
     """The run to do next from the due run ``first`` on, the slots dropped on the way (the
-    rule's skips among them) and how many more were only counted."""
+    rule's skips among them) and how many more were only counted (``own_first``: not
+    ``first``, whose record its caller writes)."""
     if rules.rule is None:
         plan = plan_catchup(rules.schedule, first.slot, now, rules.catch_up)
         target = Decision(plan.next_slot, plan.next_slot, True)
         dropped = [Passed(s, _missed(rules, Decision(s, s, True), target, now), True)
                    for s in plan.skipped]  # fmt: skip
-        if plan.skipped_more and dropped:
-            _stand_for_older(dropped, 0, first.slot, plan.skipped_more)
-        return target, dropped, plan.skipped_more
-    return _catch_up_calendar(rules, rules.rule, first, now)
+        more = plan.skipped_more  # the oldest due slots, ``first`` among them
+        if more and dropped:
+            more = _stand_for_older(rules, dropped, 0, first.slot, more, own_first)
+        return target, dropped, more
+    return _catch_up_calendar(rules, rules.rule, first, now, own_first)
 
 
 def _catch_up_calendar(
-    rules: TimeRules, rule: CalendarRule, first: Decision, now: datetime
+    rules: TimeRules, rule: CalendarRule, first: Decision, now: datetime, own_first: bool
 ) -> tuple[Decision, list[Passed], int]:
     catch_up = rules.catch_up
     due: deque[Decision] = deque(maxlen=DEFAULT_RECORD_LIMIT + max(1, catch_up.max_backfill))
@@ -272,14 +279,24 @@ def _catch_up_calendar(
         oldest += [skipped[0].slot] if walked[1] > len(skipped) else []
         kept_from = max(oldest)
         at = next((i for i, p in enumerate(dropped) if p.slot >= kept_from), len(dropped) - 1)
-        _stand_for_older(dropped, at, first.slot, more)
+        own = own_first and walked[0] > len(due)  # ``first`` left the deque: unlisted
+        more = _stand_for_older(rules, dropped, at, first.slot, more, own)
     return target, dropped, more
 
 
-def _stand_for_older(dropped: list[Passed], at: int, since: datetime, more: int) -> None:
-    """Make ``dropped[at]`` stand for the ``more`` unlisted slots from ``since`` on."""
-    note = f"; {more} older slots, from {since.isoformat()}, were skipped too and are not listed"
-    dropped[at] = dropped[at]._replace(reason=dropped[at].reason + note, since=since)
+def _stand_for_older(
+    rules: TimeRules, dropped: list[Passed], at: int, oldest: datetime, more: int, own: bool
+) -> int:
+    """Make ``dropped[at]`` stand for the ``more`` unlisted slots from ``oldest`` on (``own``:
+    but ``oldest``, which has a record of its own); how many it stands for."""
+    since = rules.schedule.next_after(oldest) if own else oldest
+    more -= own
+    if more > 0:
+        note = (
+            f"; {more} older slots, from {since.isoformat()}, were skipped too and are not listed"
+        )
+        dropped[at] = dropped[at]._replace(reason=dropped[at].reason + note, since=since, more=more)
+    return more
 
 
 def first_kept(runs: list[Decision], catch_up: CatchUp, now: datetime) -> int:

@@ -134,7 +134,7 @@ def broken(job: ClaimedJob, exc: Exception, now: datetime) -> Completion:
 
 
 def _skips(job: ClaimedJob, decided: Fate) -> list[Skip]:
-    return [Skip(job.id, p.slot, p.reason, p.since) for p in decided.skips]
+    return [Skip(job.id, p.slot, p.reason, p.since, p.more) for p in decided.skips]
 
 
 def skipped_at_claim(job: ClaimedJob, decided: Fate) -> tuple[Completion, list[Skip]]:

@@ -35,6 +35,11 @@ async def test_catch_up_after_a_long_outage_leaves_no_slot_missing(
     store: JobStore, settings: ClusterSettings, open_session: Opener
 ) -> None:
     await created_at_t0(store, settings, JobSpec.build("probe", "@every 1s", HANDLER))
+    await rows(
+        settings,
+        "INSERT INTO alert_rules (name, url, events) VALUES ('ops', 'http://x', '{skipped}') "
+        "RETURNING 1",
+    )
     node = await open_session("n1", "za")
     # The cluster comes back at BACK: the node claims the job's first slot, 1,499 s late.
     now = BACK
@@ -50,11 +55,14 @@ async def test_catch_up_after_a_long_outage_leaves_no_slot_missing(
     )
     standing = [r for r in records if r["skipped_from"] is not None]
     assert len(records) < 1010  # one row per listed slot, not per slot of the outage
-    assert len(standing) == 1 and standing[0]["skipped_from"] == T0 + timedelta(seconds=1)
-    assert (
-        "499 older slots, from 2026-01-01T00:00:01+00:00, were skipped too"
-        in (standing[0]["last_error"])
-    )
+    # The claimed slot, T0 + 1 s, has its own row; the slots after it up to the newest
+    # 1,000 listed have none.
+    assert len(standing) == 1 and standing[0]["skipped_from"] == T0 + timedelta(seconds=2)
+    reason = standing[0]["last_error"]
+    assert "498 older slots, from 2026-01-01T00:00:02+00:00, were skipped too" in reason
+    # One `skipped` alert, counting every slot the catch-up passed.
+    (alert,) = await rows(settings, "SELECT detail FROM alert_events WHERE event = 'skipped'")
+    assert alert["detail"].startswith("1499 slots skipped by catch-up once"), alert
 
     # The newest slot, BACK's, ran; every one before it is skipped.
     code, lines = await audit_slots(settings, "probe", T0, BACK + timedelta(seconds=1))

@@ -163,12 +163,13 @@ class Completion(NamedTuple):
 @dataclass(frozen=True)
 class Skip:
     """A slot recorded as skipped by the catch-up policy; ``since``: the record also stands
-    for the unlisted slots from then up to its own (``runs.skipped_from``)."""
+    for the ``more`` unlisted slots from then up to its own (``runs.skipped_from``)."""
 
     job_id: UUID
     slot: datetime
     reason: str
     since: datetime | None = None
+    more: int = 0
 
 
 def finished_one_offs(done: Sequence[Completion], applied: Collection[UUID]) -> list[UUID]:
@@ -176,11 +177,11 @@ def finished_one_offs(done: Sequence[Completion], applied: Collection[UUID]) -> 
     return [d.id for d in done if d.next_run_at >= NEVER and d.id in applied]
 
 
-def _skip_row(skip: Skip) -> tuple[str, ...]:
+def _skip_row(skip: Skip) -> tuple[str | int, ...]:
     """A skip as ``complete`` and ``spawn`` read it: [job id, slot, reason], and the time it
-    stands for slots from, if any."""
+    stands for slots from and how many, if it does."""
     row = (skip.job_id.hex, skip.slot.isoformat(), skip.reason)
-    return row if skip.since is None else (*row, skip.since.isoformat())
+    return row if skip.since is None else (*row, skip.since.isoformat(), skip.more)
 
 
 def complete_params(

@@ -24,9 +24,11 @@ input AS MATERIALIZED (
            (e->>11)::jsonb AS state, e->>12 AS assertion
     FROM jsonb_array_elements(%(done)s::jsonb) AS e
 ),
+-- Per skip: [job id, slot, reason], and for one standing for unlisted slots the time from
+-- which and how many (runs.skipped_from; records._skip_row).
 skip_in AS MATERIALIZED (
     SELECT (e->>0)::uuid AS job_id, (e->>1)::timestamptz AS slot, e->>2 AS reason,
-           (e->>3)::timestamptz AS skipped_from
+           (e->>3)::timestamptz AS skipped_from, coalesce((e->>4)::int, 0) AS unlisted
     FROM jsonb_array_elements(%(skips)s::jsonb) AS e
 ),
 -- The ids are an index condition: the planner, whose statistics saw few running jobs,
@@ -96,9 +98,11 @@ done AS (
                      i.outcome <> 'skipped' AND o.late_slot IS DISTINCT FROM i.slot
                          AND o.locked_at > o.next_run_at + make_interval(secs => o.late_after_s)
                          AS late,
+                     -- A skip standing for unlisted slots counts them too (skipped_from).
                      (i.outcome = 'skipped' AND NOT starts_with(coalesce(i.error, ''), 'calendar '))::int
-                         + (SELECT count(*) FROM skip_in s WHERE s.job_id = i.id
-                            AND s.slot <> i.slot AND NOT starts_with(s.reason, 'calendar ')) AS skips,
+                         + (SELECT count(*) + coalesce(sum(s.unlisted), 0) FROM skip_in s
+                            WHERE s.job_id = i.id AND s.slot <> i.slot
+                              AND NOT starts_with(s.reason, 'calendar ')) AS skips,
                      (SELECT min(s.slot) FROM skip_in s WHERE s.job_id = i.id) AS first_skip,
                      -- A gate's or a handler's skip (pulsecron.Skip): neither catch-up's
                      -- nor a calendar's.
