@@ -278,9 +278,10 @@ def _catch_up_calendar(
         oldest = [due[0].slot] if walked[0] > len(due) else []
         oldest += [skipped[0].slot] if walked[1] > len(skipped) else []
         kept_from = max(oldest)
-        at = next((i for i, p in enumerate(dropped) if p.slot >= kept_from), len(dropped) - 1)
+        at = next((i for i, p in enumerate(dropped) if p.slot >= kept_from), None)
         own = own_first and walked[0] > len(due)  # ``first`` left the deque: unlisted
-        more = _stand_for_older(rules, dropped, at, first.slot, more, own)
+        if at is not None:  # else what was let go lies past the target: not passed yet
+            more = _stand_for_older(rules, dropped, at, first.slot, more, own)
     return target, dropped, more
 
 
@@ -291,7 +292,7 @@ def _stand_for_older(
     but ``oldest``, which has a record of its own); how many it stands for."""
     since = rules.schedule.next_after(oldest) if own else oldest
     more -= own
-    if more > 0:
+    if more > 0 and since < dropped[at].slot:
         note = (
             f"; {more} older slots, from {since.isoformat()}, were skipped too and are not listed"
         )
