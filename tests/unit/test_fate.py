@@ -153,3 +153,13 @@ def test_a_long_outage_lists_the_newest_slots_and_the_oldest_listed_stands_for_t
     unlisted = [s for s in every if s not in listed and s != NINE]
     assert len(unlisted) == stands.more > 0
     assert all(stands.since <= s < stands.slot for s in unlisted)
+
+
+def test_an_outage_one_slot_past_the_list_needs_no_stand_in() -> None:
+    """The claimed slot is the only one the list leaves out: it has its own record, so no
+    listed skip stands for anything."""
+    late = NINE + 1001 * H + timedelta(minutes=5)  # NINE, 1,000 listed, then the newest runs
+    decided = fate(rules(), NINE, late)
+    assert not decided.runs and decided.next_slot == NINE + 1001 * H
+    assert len(decided.skips) == 1000 and decided.skipped_more == 0
+    assert all(p.since is None and "older slots" not in p.reason for p in decided.skips)
