@@ -1,5 +1,6 @@
 """The slot ledger, pure: which slots a job should have had over a time range (from its
-definitions over time) and, merged with what Pulse recorded for them, one verdict per slot.
+definitions over time, ``cluster.jobs.spans``) and, merged with what Pulse recorded for
+them, one verdict per slot.
 
 ``pulse audit``, ``GET /api/audit``, the console's slot strip and ``pulse chaos``'s verdict
 all classify with ``audit_job``; the store only streams rows into it, in slot order, so a
@@ -9,15 +10,14 @@ week of minute slots is never held in memory (docs/design/audit.md).
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, NamedTuple
 
-from cluster.errors import InvalidInput
 from cluster.jobs.models import RunStatus
+from cluster.jobs.spans import Span
 from cluster.timing.instants import US
-from cluster.timing.schedule import ENDED, Schedule, parse_schedule
 
 __all__ = [
     "FAILING",
@@ -28,10 +28,8 @@ __all__ = [
     "Line",
     "Prior",
     "Record",
-    "Span",
     "Summary",
     "audit_job",
-    "spans_of",
 ]
 
 # One per line, in the order the summary shows them. `missing` and `overwritten` break the
@@ -54,25 +52,6 @@ RETRIED = (RunStatus.FAILED, RunStatus.TIMED_OUT)
 UNDECIDED = (RunStatus.RUNNING, RunStatus.LOST)  # a state any later one may replace
 UNRUN = (RunStatus.SKIPPED, RunStatus.RUNNING)
 ASKED = ("rerun", "backfill")  # origins of a slot run again because someone asked
-
-
-@dataclass(frozen=True)
-class Span:
-    """A definition in force from ``start`` (a revision's time) until ``end`` (None: still)."""
-
-    start: datetime
-    end: datetime | None
-    schedule: Schedule | None  # None: no clock of its own (chained, each-zone parent)
-    paused: bool = False
-    paused_until: datetime | None = None  # `pause --until`: its slots before are not run
-
-    def held(self) -> tuple[datetime, datetime] | None:
-        """The slots a ``pause --until`` passed over: those after ``start`` and before
-        ``limit`` (exclusive) that this span expects, or None."""
-        if self.paused_until is None:
-            return None
-        limit = self.paused_until if self.end is None else min(self.paused_until, self.end + US)
-        return (self.start, limit) if limit > self.start else None
 
 
 @dataclass(frozen=True)
@@ -212,44 +191,6 @@ class Summary:
         }
 
 
-def spans_of(
-    revisions: Sequence[tuple[datetime, str, Mapping[str, Any]]],
-) -> tuple[Span, ...]:
-    """The spans of one job from its revisions (time, change, definition), oldest first.
-    A definition whose schedule no longer parses expects nothing (a span without clock)."""
-    found: list[Span] = []
-    for index, (at, change, definition) in enumerate(revisions):
-        if change == "removed":
-            break
-        end = revisions[index + 1][0] if index + 1 < len(revisions) else None
-        paused = bool(definition.get("paused", False))
-        found.append(Span(at, end, _schedule(definition), paused, _until(definition)))
-    return tuple(found)
-
-
-def _until(definition: Mapping[str, Any]) -> datetime | None:
-    """A revision's ``paused_until`` (JSON text; none before migration until_revisions)."""
-    until = definition.get("paused_until")
-    if until is None or isinstance(until, datetime):
-        return until
-    return datetime.fromisoformat(str(until))
-
-
-def _schedule(definition: Mapping[str, Any]) -> Schedule | None:
-    if definition.get("each_zone"):
-        return None  # a parent never runs: its children do, one per zone
-    try:
-        schedule = parse_schedule(
-            str(definition.get("schedule", "")),
-            str(definition.get("tz") or "UTC"),
-            definition.get("dst_repeated") or "once",
-            definition.get("dst_skipped") or "shift",
-        )
-    except InvalidInput:
-        return None
-    return None if schedule.chain else schedule
-
-
 def expected(job: Job, start: datetime, end: datetime) -> Iterator[datetime]:
     """The slots ``job`` should have had in ``[start, end)``, in order: each span's
     schedule's slots strictly after the span began (none while paused), or the chained
@@ -257,16 +198,7 @@ def expected(job: Job, start: datetime, end: datetime) -> Iterator[datetime]:
     stop = end if job.done_after is None else min(end, job.done_after + US)
     if job.chained:
         return (s for s in job.chained if start <= s < stop)
-    return itertools.chain.from_iterable(_span_slots(span, start, stop) for span in job.spans)
-
-
-def _span_slots(span: Span, start: datetime, stop: datetime) -> Iterator[datetime]:
-    if span.paused or span.schedule is None:
-        return iter(())
-    # A slot at the very instant of an edit belongs to the definition before it.
-    limit = min(stop, ENDED) if span.end is None else min(stop, span.end + US)
-    slots = span.schedule.iter_after(max(span.start, start - US))
-    return itertools.takewhile(lambda s: s < limit, slots)
+    return itertools.chain.from_iterable(span.slots(start, stop) for span in job.spans)
 
 
 class JobAudit:

@@ -1,5 +1,6 @@
 """The slot ledger's classification, pure: expected slots from a job's definitions over
-time, merged with its records, one verdict per slot (cluster/jobs/ledger.py)."""
+time (cluster/jobs/spans.py), merged with its records, one verdict per slot
+(cluster/jobs/ledger.py)."""
 
 from __future__ import annotations
 
@@ -14,8 +15,8 @@ from cluster.jobs.ledger import (
     Record,
     Summary,
     audit_job,
-    spans_of,
 )
+from cluster.jobs.spans import spans_of
 
 T0 = datetime(2026, 3, 2, tzinfo=UTC)
 END = T0 + timedelta(minutes=10)

@@ -20,17 +20,9 @@ import psycopg
 from psycopg.rows import tuple_row
 
 from cluster.errors import InvalidInput
-from cluster.jobs.ledger import (
-    Coalesced,
-    Job,
-    JobAudit,
-    Line,
-    Prior,
-    Record,
-    Span,
-    spans_of,
-)
+from cluster.jobs.ledger import Coalesced, Job, JobAudit, Line, Prior, Record
 from cluster.jobs.models import JobStatus
+from cluster.jobs.spans import Span, spans_of
 from cluster.store.connect import Conn, Row
 from cluster.store.queries import fetch_all, fetch_one, query, store_error
 
