@@ -253,17 +253,17 @@ def _catch_up_calendar(
     skipped: deque[Passed] = deque(maxlen=DEFAULT_RECORD_LIMIT)
     future: Decision | None = None
     due.append(first)
-    walked = [1, 0]  # runs and skips met, some of the oldest maybe gone from the deques
+    runs_met, skips_met = 1, 0  # the deques keep the newest: the oldest may be gone
     for count, decision in enumerate(rule.decisions_after(rules.schedule, first)):
         if not decision.runs:
             skipped.append(_rule_skip(decision))
-            walked[1] += 1
+            skips_met += 1
             continue
         if decision.start > now or count > MAX_DUE_WALK:
             future = decision
             break
         due.append(decision)
-        walked[0] += 1
+        runs_met += 1
     runs = list(due)
     kept = first_kept(runs, catch_up, now)
     target = runs[kept] if kept < len(runs) else future
@@ -271,15 +271,16 @@ def _catch_up_calendar(
     dropped = [p for p in skipped if p.slot < target.slot]
     dropped += [Passed(d.slot, _missed(rules, d, target, now), True) for d in runs[:kept]]
     dropped.sort()
-    more = walked[0] - len(due) + walked[1] - len(skipped)
+    runs_gone, skips_gone = runs_met - len(due), skips_met - len(skipped)
+    more = runs_gone + skips_gone
     if more and dropped:
         # Slots older than the oldest each overflowing deque kept were let go unlisted: the
         # first listed record from there stands for them.
-        oldest = [due[0].slot] if walked[0] > len(due) else []
-        oldest += [skipped[0].slot] if walked[1] > len(skipped) else []
+        oldest = [due[0].slot] if runs_gone else []
+        oldest += [skipped[0].slot] if skips_gone else []
         kept_from = max(oldest)
         at = next((i for i, p in enumerate(dropped) if p.slot >= kept_from), None)
-        own = own_first and walked[0] > len(due)  # ``first`` left the deque: unlisted
+        own = own_first and runs_gone > 0  # ``first`` left the deque: unlisted
         if at is not None:  # else what was let go lies past the target: not passed yet
             more = _stand_for_older(rules, dropped, at, first.slot, more, own)
     return target, dropped, more
