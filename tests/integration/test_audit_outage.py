@@ -14,6 +14,7 @@ import pytest
 
 from cluster.jobs.spec import JobSpec
 from cluster.settings import ClusterSettings
+from cluster.store.jobstore import dropped
 from cluster.store.jobstore.store import JobStore
 from node.pipeline.outcomes import after_run, plan_at_claim
 from tests.helpers.cli import audit_slots
@@ -98,6 +99,41 @@ async def test_an_apply_over_a_long_outage_leaves_no_slot_missing(
         "WHERE job_name = 'probe' AND skipped_from IS NOT NULL",
     )
     assert standing["skipped_from"] == T0 + timedelta(seconds=1)
+    code, lines = await audit_slots(settings, "probe", T0, BACK)
+    assert code == 0 and {line["verdict"] for line in lines} == {"skipped"}
+    assert len(lines) == 1499
+
+
+@pytest.mark.parametrize("walk, listed", [(300, 1000), (300, 100)])
+async def test_an_apply_over_an_outage_longer_than_its_walk_leaves_no_slot_missing(
+    store: JobStore,
+    settings: ClusterSettings,
+    monkeypatch: pytest.MonkeyPatch,
+    walk: int,
+    listed: int,
+) -> None:
+    """An outage of more slots than an apply walks (``MAX_OUTAGE_SLOTS``, 100,000, cut
+    here to 300): the walk goes on from where it stopped, or, when the newest
+    ``MAX_RECORDED`` slots lie far past it, from the clock back, so the newest slot
+    passed is listed and the oldest listed stands for every one before it."""
+    monkeypatch.setattr(dropped, "MAX_OUTAGE_SLOTS", walk)
+    monkeypatch.setattr(dropped, "MAX_RECORDED", listed)
+    await created_at_t0(store, settings, JobSpec.build("probe", "@every 1s", HANDLER))
+    await store.definitions.apply([JobSpec.build("probe", "@every 7s", HANDLER)], now=BACK)
+
+    records = await rows(
+        settings,
+        "SELECT scheduled_for, skipped_from, last_error FROM runs "
+        "WHERE job_name = 'probe' ORDER BY scheduled_for",
+    )
+    assert len(records) == listed
+    assert records[-1]["scheduled_for"] == BACK  # the newest slot passed
+    standing = records[0]
+    assert standing["skipped_from"] == T0 + timedelta(seconds=1)
+    # 300 walked, then the newest 200 from the clock back: the count of the older ones is
+    # then a lower bound.
+    older = "500 older" if listed == 1000 else "more than 400 older"
+    assert f"; {older} slots, from 2026-01-01T00:00:01+00:00" in standing["last_error"]
     code, lines = await audit_slots(settings, "probe", T0, BACK)
     assert code == 0 and {line["verdict"] for line in lines} == {"skipped"}
     assert len(lines) == 1499

@@ -15,6 +15,7 @@ A job whose definition changes but not its timing keeps its slot: nothing is rec
 
 from __future__ import annotations
 
+import itertools
 import json
 from collections import deque
 from collections.abc import Iterator, Mapping, Sequence
@@ -124,38 +125,52 @@ def dropped_slots(old: Job, new: Job, now: datetime, by: str) -> list[Dropped]:
     slots of the new timing up to then, by catch-up; it passes only the old timing's slots
     after its own that the new timing does not have. At most the newest ``MAX_RECORDED``;
     the oldest listed names how many older ones were passed too and stands for them from
-    the first one passed (``runs.skipped_from``, as catch-up does)."""
+    the first one passed (``runs.skipped_from``, as catch-up does). An outage of more than
+    ``MAX_OUTAGE_SLOTS`` is not walked whole: its newest slots are found from the clock
+    back (``_tail_from``), and the count of the older ones is a lower bound."""
     reason = f"skipped by {by}: a new timing moved the job past it before it ran"
     kept = new.slot_at == old.slot_at
     decided = _slots(new, old.slot_at, now) if kept else set()
     found: deque[Dropped] = deque(maxlen=MAX_RECORDED)
     passed, first = 0, None
-    for count, decision in enumerate(_decisions(old, now)):
-        if decision.slot in decided or (kept and decision.slot <= old.slot_at):
-            continue
-        if count == 0 and decision.slot != old.slot_at and not kept:
-            # Its slot is no slot of the schedule (a trigger's instant): passed all the same.
-            found.append((old.slot_at, reason, None))
+
+    def pass_by(slot: datetime, why: str) -> None:
+        nonlocal passed, first
+        if slot not in decided and not (kept and slot <= old.slot_at):
+            found.append((slot, why, None))
             passed += 1
-        why = reason if decision.runs else _rule_reason(decision.reason)
-        found.append((decision.slot, why, None))
-        passed += 1
-        if first is None:
-            first = found[0][0]  # the first slot passed
+            first = first or slot
+
+    after, exact = old.slot_at - US, True
+    while True:
+        walked = 0
+        for decision in _decisions(old, after, now):
+            if walked == 0 and after < old.slot_at and decision.slot != old.slot_at and not kept:
+                # Its slot is no slot of the schedule (a trigger's instant): passed all the same.
+                pass_by(old.slot_at, reason)
+            pass_by(decision.slot, reason if decision.runs else _rule_reason(decision.reason))
+            walked, last = walked + 1, decision.slot
+        if walked < MAX_OUTAGE_SLOTS:
+            break
+        after = _tail_from(old, after, last, now)  # the slots between are neither walked nor listed
+        exact = exact and after == last
+        decided |= _slots(new, after, now) if kept else set()
     listed = list(found)
     if passed > len(listed):
         slot, why, _ = listed[0]
-        older = passed - len(listed)
         assert first is not None
-        note = f"{older} older slots, from {first.isoformat()}, were skipped too and are not listed"
+        older = passed - len(listed)
+        count = f"{older}" if exact else f"more than {older}"
+        note = f"{count} older slots, from {first.isoformat()}, were skipped too and are not listed"
         listed[0] = (slot, f"{why}; {note}", first)
     return listed
 
 
-def _decisions(job: Job, now: datetime) -> Iterator[Decision]:
-    """The job's decisions from its slot on, up to ``now`` (one for a one-off)."""
+def _decisions(job: Job, after: datetime, now: datetime) -> Iterator[Decision]:
+    """The job's decisions after ``after``, up to ``now`` and at most ``MAX_OUTAGE_SLOTS``
+    (one for a one-off)."""
     schedule = job.parsed_schedule()
-    for count, decision in enumerate(decisions(schedule, job.rule(), job.slot_at - US)):
+    for count, decision in enumerate(decisions(schedule, job.rule(), after)):
         if decision.slot > now or count >= MAX_OUTAGE_SLOTS:
             return
         yield decision
@@ -163,14 +178,26 @@ def _decisions(job: Job, now: datetime) -> Iterator[Decision]:
             return
 
 
+def _tail_from(job: Job, start: datetime, walked: datetime, now: datetime) -> datetime:
+    """Where to walk the newest slots of an outage from, past the ``MAX_OUTAGE_SLOTS``
+    walked from ``start`` to ``walked``: an instant with at least ``MAX_RECORDED`` of the
+    job's slots between it and ``now`` (or ``walked`` itself), found by doubling a stretch
+    back from ``now`` that starts at twice the walked slots' mean spacing times
+    ``MAX_RECORDED``."""
+    spacing = max((walked - start) / MAX_OUTAGE_SLOTS, US)
+    stretch = spacing * MAX_RECORDED * 2
+    while now - stretch > walked:
+        after = now - stretch
+        newest = itertools.islice(_decisions(job, after, now), MAX_RECORDED)
+        if sum(1 for _ in newest) >= MAX_RECORDED:
+            return after
+        stretch *= 2
+    return walked
+
+
 def _slots(job: Job, after: datetime, now: datetime) -> set[datetime]:
     """The slots of the job's timing in ``(after, now]``, run or skipped by its rule."""
-    found = set()
-    for count, decision in enumerate(decisions(job.parsed_schedule(), job.rule(), after)):
-        if decision.slot > now or count >= MAX_OUTAGE_SLOTS:
-            break
-        found.add(decision.slot)
-    return found
+    return {decision.slot for decision in _decisions(job, after, now)}
 
 
 def _rule_reason(reason: str | None) -> str:
