@@ -59,6 +59,8 @@ async def run_audit(bench: Bench, baselines: object) -> ScenarioResult:
         params = {"start": start, "every": sizes.audit_every_s, "slots": slots,
                   "missing": MISSING_EVERY}  # fmt: skip
         await trial.conn.execute(FILL, params)
+        # Every run written is kept: the audit judges each slot by its row, none `pruned`.
+        await trial.conn.execute("UPDATE jobs SET keep_runs = %s", (slots,))
         await trial.conn.execute("VACUUM ANALYZE runs")
         expected = sizes.audit_jobs * slots
         scope = Scope(start, end, grace_s=0.0, now=end)

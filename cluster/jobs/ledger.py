@@ -33,13 +33,16 @@ __all__ = [
 ]
 
 # One per line, in the order the summary shows them. `missing` and `overwritten` break the
-# ledger rule; `paused` is a slot a `pause --until` passed over, not to run; `unaligned` is
-# a record on no expected slot (a trigger, a backfill).
+# ledger rule; `paused` is a slot a `pause --until` passed over, not to run; `pruned` one
+# without a record older than its job's retention keeps (its record may have been pruned:
+# the audit cannot tell); `unaligned` is a record on no expected slot (a trigger, a
+# backfill).
 VERDICTS = (
     "ran",
     "reran",
     "skipped",
     "paused",
+    "pruned",
     "running",
     "waiting",
     "pending",
@@ -122,6 +125,10 @@ class Job:
     in_flight: frozenset[datetime] = frozenset()  # slots whose attempt runs now
     done_after: datetime | None = None  # a finished job (max_runs, one-off): no slot later
     coalesced: tuple[Coalesced, ...] = ()  # skipped records standing for earlier slots
+    # Retention may have pruned the records of the slots before this (the job's keep_for
+    # or keep_runs, whichever reaches later): one missing there is `pruned`, not `missing`.
+    kept_from: datetime | None = None
+    kept_by: str = ""  # which of the two, for the line's detail
 
     def standing_for(self, slot: datetime) -> Coalesced | None:
         """The skipped record that stands for ``slot``, which has no row of its own."""
@@ -258,6 +265,9 @@ def _unrecorded(job: Job, slot: datetime, cutoff: datetime) -> Line:
         verdict, detail = "paused", f"passed over by pause --until {until.isoformat()}"
     elif slot >= cutoff:
         verdict, detail = "pending", "due within the grace"
+    elif job.kept_from is not None and slot < job.kept_from:
+        kept = f"older than the job's retention keeps ({job.kept_by})"
+        verdict, detail = "pruned", f"no record, {kept}: pruned, or never written"
     else:
         verdict, detail = "missing", "no run and no skipped record"
     return Line(job.tenant, job.name, slot, verdict, detail=detail)

@@ -165,11 +165,21 @@ def add_args(name: str = "tick", *extra: str) -> list[str]:
     return ["jobs", "add", name, *schedule, "--handler", HANDLER, *extra]
 
 
+def keep_runs_for_ever(settings: ClusterSettings) -> None:
+    """``pulse config set keep_for 36500d``: records written on a clock months behind the
+    database's are kept, not judged pruned by the audit (a real cluster would have pruned
+    them after 30 days)."""
+    result = invoke(settings, "config", "set", "keep_for", "36500d")
+    assert result.exit_code == 0, result.output
+
+
 async def audit_slots(
     settings: ClusterSettings, job: str, start: datetime, end: datetime
 ) -> tuple[int, list[dict[str, Any]]]:
-    """``pulse audit --job JOB --json`` over ``[start, end)``: its exit code (0, or 1 for a
-    slot missing or a record overwritten) and its slot lines, in slot order."""
+    """``pulse audit --job JOB --json`` over ``[start, end)``, the cluster keeping its runs
+    for ever (``keep_runs_for_ever``): its exit code (0, or 1 for a slot missing or a
+    record overwritten) and its slot lines, in slot order."""
+    await asyncio.to_thread(keep_runs_for_ever, settings)
     result = await asyncio.to_thread(
         invoke, settings, "audit", "--from", start.isoformat(), "--to", end.isoformat(),
         "--job", job, "--json",

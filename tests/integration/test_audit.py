@@ -1,8 +1,8 @@
 """``pulse audit`` against job histories built with the node's own claim, completion and
 recovery statements and an explicit clock (T0 on): runs, retries, skips, a re-run after a
 node's death, a slot the job moved past without a record, an overwritten record, a job
-edited and paused mid-range, paused until a time (and resumed before it), and bad input
-(docs/design/audit.md)."""
+edited and paused mid-range, paused until a time (and resumed before it), slots whose
+records retention may have pruned, and bad input (docs/design/audit.md)."""
 
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ from cluster.store.lock.records import ClaimedJob, Completion
 from cluster.store.lock.session import LockSession
 from cluster.store.observe import audit as audit_store
 from cluster.store.observe.audit import BATCH, Scope, audit_lines
-from tests.helpers.cli import invoke
+from tests.helpers.cli import invoke, keep_runs_for_ever
 from tests.helpers.examples import documented
 from tests.helpers.history import add, every_10s, finish, rows
 from tests.helpers.sessions import ALL, T0, Opener, at
@@ -43,7 +43,9 @@ async def made_at_t0(settings: ClusterSettings) -> None:
 
 
 async def audit(settings: ClusterSettings, *args: str) -> tuple[int, list[dict[str, Any]]]:
-    """``pulse audit --json`` over the range: its exit code and its JSON lines."""
+    """``pulse audit --json`` over the range, the cluster keeping its runs for ever: its
+    exit code and its JSON lines."""
+    await asyncio.to_thread(keep_runs_for_ever, settings)
     result = await asyncio.to_thread(invoke, settings, "audit", *RANGE, "--json", *args)
     assert result.exit_code in (0, 1), result.output
     return result.exit_code, [json.loads(line) for line in result.stdout.splitlines()]
@@ -203,6 +205,52 @@ async def run_minutes(node: LockSession, *minutes: int) -> None:
         (job,) = (await node.claim(ALL, 10, 30.0, now=at(60 * minute))).jobs
         assert job.slot == at(60 * minute)
         await node.completions.complete([every_minute(job)], now=at(60 * minute + 1))
+
+
+async def test_slots_older_than_retention_keeps_are_pruned_not_missing(
+    store: JobStore, settings: ClusterSettings, open_session: Opener
+) -> None:
+    """A slot without a record behind the job's newest ``keep_runs`` runs, or older than its
+    ``keep_for``, may have had its record pruned: `pruned`, exit 0. One without a record
+    within what retention keeps is still `missing`."""
+    await add(store, JobSpec.build("kept", "@every 1m", "cluster.chaos.witness:record"))
+    await made_at_t0(settings)
+    node = await open_session("n1", "za")
+    await run_minutes(node, 1, 2, 3, 4, 5, 6, 7)
+    # Pruned down to its newest 4 by count, then minute 6's record lost (no pruning did it).
+    await rows(settings, "UPDATE jobs SET keep_runs = 3 RETURNING 1")
+    await rows(settings, "DELETE FROM runs WHERE scheduled_for <= %s RETURNING 1", (at(180),))
+    await rows(settings, "DELETE FROM runs WHERE scheduled_for = %s RETURNING 1", (at(360),))
+
+    def audited(until: int) -> tuple[int, list[dict[str, Any]]]:
+        result = invoke(
+            settings, "audit", "--from", T0.isoformat(), "--to", at(until).isoformat(), "--json"
+        )
+        assert result.exit_code in (0, 1), result.output
+        lines = [json.loads(line) for line in result.stdout.splitlines()]
+        return result.exit_code, [x for x in lines if x["type"] == "slot"]
+
+    # The cluster's keep_for (30 days) reaches past T0: by age, every record may be gone.
+    code, lines = await asyncio.to_thread(audited, 480)
+    assert code == 0 and {x["verdict"] for x in lines} == {"pruned", "ran"}, lines
+    pruned = {x["detail"] for x in lines if x["verdict"] == "pruned"}
+    assert pruned == {"no record, older than the job's retention keeps (keep_for 30d): "
+                      "pruned, or never written"}  # fmt: skip
+
+    # Kept for ever by age: the count decides. Its newest 3 runs reach back to minute 4.
+    await asyncio.to_thread(keep_runs_for_ever, settings)
+    code, lines = await asyncio.to_thread(audited, 480)
+    assert code == 1
+    assert [(x["slot"], x["verdict"]) for x in lines] == [
+        (at(60).isoformat(), "pruned"),
+        (at(120).isoformat(), "pruned"),
+        (at(180).isoformat(), "pruned"),
+        (at(240).isoformat(), "ran"),
+        (at(300).isoformat(), "ran"),
+        (at(360).isoformat(), "missing"),
+        (at(420).isoformat(), "ran"),
+    ]
+    assert "(keep_runs 3)" in lines[0]["detail"]
 
 
 async def test_slots_a_pause_until_passed_over_are_paused_not_missing(

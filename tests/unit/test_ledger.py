@@ -101,6 +101,24 @@ def test_slots_a_skipped_record_stands_for_are_skipped_not_missing() -> None:
     assert lines[2].detail == f"{why} (listed under {at(6).isoformat()})"
 
 
+def test_slots_retention_may_have_pruned_are_pruned_not_missing() -> None:
+    """Before ``kept_from``, a slot without a record is `pruned`; a stand-in record, the
+    grace and a record of its own still decide first."""
+    stand_in = Coalesced(at(0), at(2), "missed (catch-up once)")
+    j = job((-0.5, "created", definition()), kept_from=at(6), kept_by="keep_runs 3",
+            coalesced=(stand_in,))  # fmt: skip
+    lines = list(audit_job(j, [run(2, "skipped"), run(3)], T0, at(6), cutoff=at(4.5)))
+    assert verdicts(lines) == [
+        (0, "skipped"), (1, "skipped"), (2, "skipped"), (3, "ran"), (4, "pruned"),
+        (5, "pending"),
+    ]  # fmt: skip
+    assert lines[4].detail == (
+        "no record, older than the job's retention keeps (keep_runs 3): pruned, or never written"
+    )
+    assert verdicts(audit(j, [run(6)]))[-4:] == [(6, "ran"), (7, "missing"), (8, "missing"),
+                                                 (9, "missing")]  # fmt: skip
+
+
 def test_in_flight_and_held_slots_are_not_missing() -> None:
     held = Job("t", "j", EVERY_MINUTE.spans, position=at(2), waiting=True,
                in_flight=frozenset({at(1)}))  # fmt: skip

@@ -19,14 +19,17 @@ from uuid import UUID
 import psycopg
 from psycopg.rows import tuple_row
 
+from cluster.config.retention import Retention
 from cluster.errors import InvalidInput
 from cluster.jobs.ledger import Coalesced, Job, JobAudit, Line, Prior, Record
 from cluster.jobs.models import JobStatus
 from cluster.jobs.spans import Span, spans_of
+from cluster.store.config import read_config
 from cluster.store.connect import Conn, Row
 from cluster.store.queries import fetch_all, fetch_one, query, store_error
+from cluster.timing.durations import format_duration
 
-__all__ = ["BATCH", "JOBS_PAGE", "MAX_RANGE", "Scope", "audit_lines"]
+__all__ = ["BATCH", "JOBS_PAGE", "MAX_RANGE", "Kept", "Scope", "audit_lines"]
 
 BATCH = 20_000  # run rows per fetch of the cursor
 JOBS_PAGE = 1000  # jobs read, and merged, at a time
@@ -73,9 +76,10 @@ async def audit_lines(conn: Conn, scope: Scope) -> AsyncGenerator[Line]:
             now: datetime = row["now"]
             stop = max(scope.start, min(scope.end, now))
             cutoff = now - timedelta(seconds=scope.grace_s)
+            kept = Kept(Retention.from_config(await read_config(conn)), now)
             after: tuple[str, str] | None = None
             while True:  # a page of jobs at a time: memory stays bounded by the page
-                jobs, ids = await _jobs(conn, scope, after)
+                jobs, ids = await _jobs(conn, scope, after, kept)
                 if not jobs:
                     return
                 merges = [JobAudit(job, scope.start, stop, cutoff) for job in jobs]
@@ -139,13 +143,34 @@ def _record(fields: Sequence[Any]) -> Record:
 Revisions = list[tuple[datetime, str, dict[str, Any]]]  # (at, change, definition), oldest first
 
 
+@dataclass(frozen=True)
+class Kept:
+    """The cluster's retention defaults and the audit's time: from which slot each job's
+    records are all still kept."""
+
+    retention: Retention
+    now: datetime
+
+    def since(self, row: Row) -> tuple[datetime | None, str]:
+        """From when the records of the job of ``row`` (``audit_jobs``) are kept, and by
+        which rule: slots before are past its ``keep_for`` or behind its newest
+        ``keep_runs`` runs (its ``kept_runs_from``)."""
+        keep = self.retention.for_job(row["keep_for_s"], row["keep_runs"])
+        by_age = self.now - timedelta(seconds=keep.keep_for_s)
+        by_count = row["kept_runs_from"]
+        if by_count is not None and by_count > by_age:
+            return by_count, f"keep_runs {keep.keep_runs}"
+        return by_age, f"keep_for {format_duration(keep.keep_for_s)}"
+
+
 async def _jobs(
-    conn: Conn, scope: Scope, after: tuple[str, str] | None
+    conn: Conn, scope: Scope, after: tuple[str, str] | None, kept: Kept
 ) -> tuple[list[Job], list[UUID]]:
     """The next page of jobs after (tenant, name) ``after``, with their revisions and
     chained slots."""
     page = {"after_tenant": after and after[0], "after_name": after and after[1],
-            "limit": JOBS_PAGE}  # fmt: skip
+            "limit": JOBS_PAGE, "keep_runs": kept.retention.keep_runs,
+            "start": scope.start}  # fmt: skip
     rows = await fetch_all(conn, "audit_jobs", {**scope.params(), **page})
     ids = [r["id"] for r in rows]
     revisions: dict[UUID, Revisions] = defaultdict(list)
@@ -161,7 +186,11 @@ async def _jobs(
             standing[r["job_id"]].append(
                 Coalesced(r["skipped_from"], r["scheduled_for"], r["last_error"] or "")
             )
-    return [_job(r, revisions[r["id"]], chained[r["id"]], standing[r["id"]]) for r in rows], ids
+    jobs = [
+        _job(r, revisions[r["id"]], chained[r["id"]], standing[r["id"]], kept.since(r))
+        for r in rows
+    ]
+    return jobs, ids
 
 
 def _job(
@@ -169,6 +198,7 @@ def _job(
     revisions: list[tuple[datetime, str, dict[str, Any]]],
     chained: list[datetime],
     coalesced: list[Coalesced],
+    kept: tuple[datetime | None, str],
 ) -> Job:
     spans = spans_of(revisions) if revisions else _unrevised(row)
     status = row["status"]
@@ -186,6 +216,8 @@ def _job(
         in_flight=frozenset(in_flight),
         done_after=row["last_run_at"] if status == JobStatus.DONE else None,
         coalesced=tuple(coalesced),
+        kept_from=kept[0],
+        kept_by=kept[1],
     )
 
 

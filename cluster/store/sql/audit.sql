@@ -6,10 +6,18 @@
 -- The next page of the jobs audited, in (tenant, name) order after the last one of the
 -- page before (none: the first page; the jobs UNIQUE (tenant_id, name) index), with where
 -- each stands now: its current slot, whether that slot is held (a gate's wait, a retry's
--- backoff, a named limit's: limit_waits), its slots in flight.
+-- backoff, a named limit's: limit_waits), its slots in flight; and its retention, with the
+-- slot of its keep_runs-th newest run if that lies in or after the range (older ones are
+-- pruned by count: one probe of runs (job_id, scheduled_for) from its newest, stopping at
+-- the range's start; none when the job has fewer runs since).
 SELECT j.id, j.tenant_id, j.name, j.status, j.slot_at, j.next_run_at, j.gate_wait,
        j.last_run_at, j.created_at, j.schedule, j.tz, j.dst_repeated, j.dst_skipped,
-       j.each_zone, j.paused,
+       j.each_zone, j.paused, j.keep_for_s, j.keep_runs,
+       (SELECT x.scheduled_for FROM runs x
+        WHERE x.job_id = j.id AND x.scheduled_for >= %(start)s::timestamptz
+          AND (%(scope)s::text IS NULL OR x.tenant_id = %(scope)s)
+        ORDER BY x.scheduled_for DESC
+        OFFSET coalesce(j.keep_runs, %(keep_runs)s::integer) - 1 LIMIT 1) AS kept_runs_from,
        j.uses <> '{}' AND EXISTS (SELECT 1 FROM limit_waits w
                                   WHERE w.job_id = j.id AND w.slot = j.slot_at
                                     AND w.ended IS NULL) AS key_wait,
