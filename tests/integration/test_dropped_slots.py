@@ -12,6 +12,8 @@ import json
 from cluster.jobs.spec import JobSpec
 from cluster.settings import ClusterSettings
 from cluster.store.jobstore.store import JobStore
+from node.handlers.context import Outcome
+from node.pipeline.outcomes import after_run
 from tests.helpers.cli import invoke
 from tests.helpers.history import add, every_10s, finish, rows
 from tests.helpers.sessions import ALL, T0, Opener, at
@@ -73,3 +75,43 @@ async def test_a_change_that_keeps_the_timing_keeps_the_overdue_slot(
     node = await open_session("n1", "za")
     (job,) = (await node.claim(ALL, 10, 30.0, now=at(25))).jobs
     assert job.slot == at(10)
+
+
+async def test_a_new_timing_keeps_the_retry_of_a_failed_slot(
+    store: JobStore, settings: ClusterSettings, open_session: Opener
+) -> None:
+    """A slot that failed and waits for its retry keeps it through a new timing, as
+    through a change that keeps the timing: the retry runs at its time, under the new
+    definition, and the job goes on at the new timing (its old slots passed meanwhile
+    recorded skipped)."""
+    await add(store, every_10s("retried", retries=2))
+    await rows(settings, REVISED, (T0, 1))
+    node = await open_session("n1", "za")
+    (job,) = (await node.claim(ALL, 10, 30.0, now=at(10))).jobs
+    failed = finish(job, "failed", error="boom", retry_at=at(40))
+    await node.completions.complete([failed], now=at(11))
+
+    every_15s = JobSpec.build("retried", "@every 15s", "cluster.chaos.witness:record", retries=2)
+    await store.definitions.apply([every_15s], now=at(25))
+    await rows(settings, REVISED, (at(25), 2))
+    kept = await store.get("retried")
+    assert (kept.slot_at, kept.next_run_at, kept.attempt) == (at(10), at(40), 2)
+    assert [r["scheduled_for"] for r in await rows(settings, SKIPS, ("retried",))] == [at(20)]
+
+    (job,) = (await node.claim(ALL, 10, 30.0, now=at(40))).jobs
+    assert (job.slot, job.attempt) == (at(10), 2)
+    done, skips = after_run(job, Outcome("succeeded", None, 0.01), at(41))
+    await node.completions.complete([done], skips, now=at(41))
+    (record,) = await rows(
+        settings, "SELECT status, attempt FROM runs WHERE scheduled_for = %s", (at(10),)
+    )
+    assert (record["status"], record["attempt"]) == ("succeeded", 2)
+    # On at the new timing: its newest slot due by then runs next (catch-up once).
+    assert (await store.get("retried")).slot_at == at(30)
+
+    span = ("--from", T0.isoformat(), "--to", at(30).isoformat(), "--job", "retried", "--json")
+    result = await asyncio.to_thread(invoke, settings, "audit", *span)
+    assert result.exit_code == 0, result.output
+    lines = [json.loads(line) for line in result.stdout.splitlines()]
+    verdicts = {x["slot"]: x["verdict"] for x in lines if x["type"] == "slot"}
+    assert (verdicts[at(10).isoformat()], verdicts[at(20).isoformat()]) == ("reran", "skipped")

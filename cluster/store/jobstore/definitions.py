@@ -305,6 +305,7 @@ class Definitions:
         The jobs of the batch with a record at or after their planned slot are asked for
         at once; only those go through ``open_run``."""
         planned: dict[bulk.Key, tuple[Decision, Decision]] = {}
+        retries: set[bulk.Key] = set()  # kept for their retry: their slot has its record
         for p in pending:
             schedule, job = p.spec.parsed_schedule(), found.get(p.key)
             if job is None or schedule.chain or schedule.at is not None:
@@ -315,13 +316,15 @@ class Definitions:
                 fresh,
                 current_run(schedule, p.rule, job["slot_at"]) if owed else fresh,
             )
+            if owed and job["attempt"] > 1:
+                retries.add(p.key)
         slots = [(found[key]["id"], run.slot) for key, (_, run) in planned.items()]
         recorded = await bulk.recorded_from(self._db, slots)
         for p in pending:
             if p.key not in planned:
                 continue
             (fresh, run), job_id, spec = planned[p.key], found[p.key]["id"], p.spec
-            if job_id in recorded:
+            if job_id in recorded and p.key not in retries:
                 run = await open_run(self._db, job_id, spec.parsed_schedule(), p.rule, run, db_now)
             if run != fresh:
                 p.params.update(
@@ -370,13 +373,13 @@ def _refusable(
 
 def _owes(job: Mapping[str, Any], db_now: datetime) -> bool:
     """Whether the job's row holds a slot whose time has come but whose start has not:
-    deferred by a window, or held at its gate (not a trigger's, a retry or a pause). A slot
-    simply due (no node ran it: an outage) is dropped by the new timing as its plan shows
-    (``JobPlan.dropped``), as before."""
+    deferred by a window, held at its gate, or failed and waiting for its retry (the
+    upsert keeps the retry's attempt and time, ``upsert_jobs``); not a trigger's or a
+    pause. A slot simply due (no node ran it: an outage) is dropped by the new timing as
+    its plan shows (``JobPlan.dropped``), as before."""
     until = job["paused_until"]
     return bool(
         job["status"] == JobStatus.IDLE
-        and job["attempt"] == 1
         and job["slot_at"] <= db_now
         and (job["gate_wait"] or job["next_run_at"] > db_now)
         and job["slot_origin"] != "trigger"

@@ -44,16 +44,21 @@ ON CONFLICT (tenant_id, name) DO UPDATE SET
             THEN 'done'
         ELSE 'idle' END,
     -- An idle job moves to the new next slot when its timing changed or it is resumed;
-    -- excluded.next_run_at is that slot's jittered start, excluded.slot_at the slot.
+    -- excluded.next_run_at is that slot's jittered start, excluded.slot_at the slot. A
+    -- failed slot waiting for its retry that the new timing keeps (the writer plans it
+    -- again at its own slot) keeps its attempt and its retry's time.
     (next_run_at, slot_at, attempt, slot_origin) = (
-        SELECT CASE WHEN m.moves OR (j.status <> 'running' AND excluded.paused)
+        SELECT CASE WHEN m.retry THEN j.next_run_at
+                    WHEN m.moves OR (j.status <> 'running' AND excluded.paused)
                     THEN excluded.next_run_at ELSE j.next_run_at END,
                CASE WHEN m.moves THEN excluded.slot_at ELSE j.slot_at END,
-               CASE WHEN m.moves THEN 1 ELSE j.attempt END,
+               CASE WHEN m.moves AND NOT m.retry THEN 1 ELSE j.attempt END,
                CASE WHEN m.moves THEN excluded.slot_origin ELSE j.slot_origin END
         FROM (SELECT j.status <> 'running' AND (
                   ({fields:timing:j.@}) IS DISTINCT FROM ({fields:timing:excluded.@})
-                  OR (j.paused AND NOT excluded.paused)) AS moves) m),
+                  OR (j.paused AND NOT excluded.paused)) AS moves,
+                j.status = 'idle' AND j.attempt > 1 AND NOT excluded.paused
+                  AND excluded.slot_at = j.slot_at AS retry) m),
     updated_at = now()
 WHERE %(replace)s
   AND ({fields:written:j.@}) IS DISTINCT FROM ({fields:written:excluded.@})
