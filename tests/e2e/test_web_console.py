@@ -427,7 +427,8 @@ def test_the_jobs_list_and_page_show_each_jobs_health(console: Console, tmp_path
 
 def test_the_job_page_shows_its_last_slots_as_a_strip(console: Console, tmp_path: Path) -> None:
     """One cell per slot of the last hours, coloured by the audit's verdict, its reason as
-    its title: a run, a skip with its reason, and the slots without a record."""
+    its title: a run, a skip with its reason, the slots without a record, and those behind
+    the job's newest ``keep_runs`` runs, whose records retention may have pruned."""
     with console.api() as api:
         made = {"name": "stripped", "schedule": "@every 10m",
                 "handler": "cluster.chaos.witness:record"}  # fmt: skip
@@ -435,7 +436,7 @@ def test_the_job_page_shows_its_last_slots_as_a_strip(console: Console, tmp_path
     assert console.settings is not None
     now = datetime.now(UTC)
     last = now.replace(minute=now.minute - now.minute % 10, second=0, microsecond=0)
-    ran, skipped = last - timedelta(minutes=10), last - timedelta(minutes=20)
+    ran, skipped = last - timedelta(minutes=10), last - timedelta(minutes=30)
     with psycopg.connect(console.settings.database_url, autocommit=True) as conn:
         conn.execute(f"SET search_path TO {console.settings.schema}")
         conn.execute(
@@ -450,6 +451,7 @@ def test_the_job_page_shows_its_last_slots_as_a_strip(console: Console, tmp_path
             "WHERE name = 'stripped'",
             (ran, skipped),
         )
+        conn.execute("UPDATE jobs SET keep_runs = 2 WHERE name = 'stripped'")
     console.open("#/job/default/stripped")
     until(lambda: console.text("#job-name") == "stripped", "the job's page", 20)
     until(lambda: console.count("#slot-strip li") >= 6, "the slot strip", 20)
@@ -462,11 +464,14 @@ def test_the_job_page_shows_its_last_slots_as_a_strip(console: Console, tmp_path
     )
     assert verdicts[ran.isoformat()] == "ran"
     assert verdicts[skipped.isoformat()] == "skipped"
-    assert verdicts[(skipped - timedelta(minutes=10)).isoformat()] == "missing"
+    assert verdicts[(ran - timedelta(minutes=10)).isoformat()] == "missing"
+    assert verdicts[(skipped - timedelta(minutes=10)).isoformat()] == "pruned"
     (title,) = console.attributes("#slot-strip li.slot-skipped", "title")
     assert title.endswith("skipped: skipped by pulse jobs skip-next")
     missing = console.attributes("#slot-strip li.slot-missing", "title")
     assert missing and all(t.endswith("missing: no run and no skipped record") for t in missing)
+    pruned = console.attributes("#slot-strip li.slot-pruned", "title")
+    assert pruned and all("older than the job's retention keeps (keep_runs 2)" in t for t in pruned)
     screenshot(console.browser, tmp_path, "strip")
 
 
