@@ -130,6 +130,17 @@ class Job:
     kept_from: datetime | None = None
     kept_by: str = ""  # which of the two, for the line's detail
 
+    def behind(self, slot: datetime) -> bool:
+        """Whether ``slot`` comes after the job's current slot while that one is held or
+        runs: the job has not reached it, and decides it (runs or records it) once it
+        moves on, as catch-up decides an outage's slots."""
+        position = self.position
+        return (
+            position is not None
+            and slot > position
+            and (self.waiting or position in self.in_flight)
+        )
+
     def standing_for(self, slot: datetime) -> Coalesced | None:
         """The skipped record that stands for ``slot``, which has no row of its own."""
         return next((c for c in self.coalesced if c.since <= slot < c.until), None)
@@ -263,6 +274,8 @@ def _unrecorded(job: Job, slot: datetime, cutoff: datetime) -> Line:
         return Line(job.tenant, job.name, slot, "skipped", "skipped", detail=detail)
     elif (until := job.held_at(slot)) is not None:
         verdict, detail = "paused", f"passed over by pause --until {until.isoformat()}"
+    elif job.behind(slot):
+        verdict, detail = "waiting", "behind the job's held or running slot: decided after it"
     elif slot >= cutoff:
         verdict, detail = "pending", "due within the grace"
     elif job.kept_from is not None and slot < job.kept_from:

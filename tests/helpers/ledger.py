@@ -9,9 +9,10 @@ slots the job should have had, and finds in the rows:
   (run, failed, skipped...), and a chained job has a record, a queued slot or its current
   slot for each success of its upstream since it was made;
 - a skipped record without a reason;
-- a terminal record overwritten: a run row that ended keeps its status, unless an operator
-  asked for the slot again (origin ``rerun`` or ``backfill``), and is not deleted while its
-  job lives;
+- a terminal record overwritten: a run row that ended keeps its status, unless its slot
+  waits for a retry or an operator asked for the slot again (a backfill or ``trigger
+  --slot`` over it: one rewrite by a run of origin ``backfill`` or ``rerun`` per ask), and
+  is not deleted while its job lives;
 - a wait without a bound: after a node's pass, no job that could run is left due, none
   waits at a marker date but a chained job with nothing queued, and no watched run is
   ``running`` past its timeout.
@@ -21,6 +22,7 @@ It reads Pulse's own rows, as ``pulse audit`` will; the audit can take its place
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -64,11 +66,18 @@ class Timeline:
 class Ledger:
     """The terminal records seen so far, to find one overwritten."""
 
-    terminal: dict[tuple[Any, datetime], tuple[str, str]] = field(default_factory=dict)
+    terminal: dict[tuple[Any, datetime], str] = field(default_factory=dict)  # their status
+    asked: Counter[tuple[Any, datetime]] = field(default_factory=Counter)  # rewrites allowed
 
     def forget(self, job_id: Any) -> None:
         """The job was removed: its history went with it."""
         self.terminal = {k: v for k, v in self.terminal.items() if k[0] != job_id}
+        self.asked = Counter({k: v for k, v in self.asked.items() if k[0] != job_id})
+
+    def ask(self, job_id: Any, slots: Iterable[datetime]) -> None:
+        """An operator asked for these slots again (a backfill, ``trigger --slot``): each
+        may rewrite its record once, by a run of that origin."""
+        self.asked.update((job_id, slot) for slot in slots)
 
     def check(
         self,
@@ -79,15 +88,19 @@ class Ledger:
         clock: datetime,
         *,
         settle: timedelta = timedelta(0),
+        flights: Iterable[Mapping[str, Any]] = (),
     ) -> list[str]:
         """What breaks the ledger in these rows (of one tenant): jobs by name, their runs,
-        their ``chain_slots``; the model's timelines; the clock after a node's pass."""
+        their ``chain_slots``; the model's timelines; the clock after a node's pass; their
+        ``flights`` (a triggered slot's retry waits there)."""
         found: list[str] = []
         by_job: dict[Any, dict[datetime, Mapping[str, Any]]] = {}
         for run in runs:
             by_job.setdefault(run["job_id"], {})[run["scheduled_for"]] = run
         waiting = {(q["job_id"], q["slot"]) for q in queued if not q["taken"]}
-        found += self._overwritten(by_job, {j["id"] for j in jobs.values()})
+        retrying = {(j["id"], j["slot_at"]) for j in jobs.values() if j["attempt"] > 1}
+        retrying |= {(f["job_id"], f["slot"]) for f in flights if f["attempt"] > 1}
+        found += self._overwritten(by_job, {j["id"] for j in jobs.values()}, retrying)
         for name, line in timelines.items():
             job = jobs.get(name)
             if job is None:
@@ -108,26 +121,33 @@ class Ledger:
         return found
 
     def _overwritten(
-        self, by_job: Mapping[Any, Mapping[datetime, Mapping[str, Any]]], live: set[Any]
+        self,
+        by_job: Mapping[Any, Mapping[datetime, Mapping[str, Any]]],
+        live: set[Any],
+        retrying: set[tuple[Any, datetime]],
     ) -> list[str]:
+        """Terminal records gone or changed since the last check. A failed attempt whose
+        slot waits for its retry is not terminal yet: the retry writes the slot's record."""
         found = []
-        for (job_id, slot), (status, origin) in list(self.terminal.items()):
+        for (job_id, slot), status in list(self.terminal.items()):
             run = by_job.get(job_id, {}).get(slot)
+            if (job_id, slot) in retrying:  # asked again, and between attempts
+                continue
             if run is None and job_id in live:
                 found.append(f"the record of {slot.isoformat()} ({status}) is gone")
-            elif (
-                run is not None
-                and run["status"] != status
-                and (run["origin"] not in TERMINAL_AGAIN or run["origin"] == origin)
-            ):
+            elif run is not None and run["status"] != status:
+                if run["origin"] in TERMINAL_AGAIN and self.asked[(job_id, slot)] > 0:
+                    if run["status"] != "running":  # the ask is spent once the run ends
+                        self.asked[(job_id, slot)] -= 1
+                    continue
                 found.append(
                     f"{run['job_name']}: the {status} record of {slot.isoformat()} was "
                     f"overwritten: now {run['status']} ({run['origin']})"
                 )
         for job_id, mine in by_job.items():
             for slot, run in mine.items():
-                if run["status"] != "running":
-                    self.terminal[(job_id, slot)] = (run["status"], run["origin"])
+                if run["status"] != "running" and (job_id, slot) not in retrying:
+                    self.terminal[(job_id, slot)] = run["status"]
         return found
 
 

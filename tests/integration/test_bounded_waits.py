@@ -212,7 +212,7 @@ async def test_an_upstream_moved_past_a_slot_without_running_it_skips_it(
     """a paused, then resumed past b's slot: no record of a's slot will ever come. The gate
     pass finds it and b's slot is recorded skipped."""
     await store.definitions.apply([job("a"), job("b", after="a")], now=T0)
-    await store.pause("a")
+    await store.pause("a", now=T0)
     await store.resume("a", now=at(25))  # continues at its slot 30
     statement = "SELECT gate_release(NULL, %s::int[], %s) AS n"
     assert (await rows(settings, statement, (ALL, at(26))))[0]["n"] == 1
@@ -226,7 +226,7 @@ async def test_a_held_slot_an_apply_opens_is_due_at_its_slot_not_its_bound(
     store: JobStore, open_session: Opener
 ) -> None:
     await store.definitions.apply([job("a"), job("b", after="a")], now=T0)
-    await store.pause("a")
+    await store.pause("a", now=T0)
     await store.resume("a", now=at(25))
     # Asked again by an apply that changes its gate settings: open, so due at once.
     await store.definitions.apply([job("a"), job("b", after="a", after_timeout="1h")], now=at(26))

@@ -103,7 +103,7 @@ async def test_a_rerun_is_a_one_slot_backfill_of_origin_rerun(
     store: JobStore, open_session: Opener, settings: ClusterSettings
 ) -> None:
     await add(store)
-    slot, now = T0 + timedelta(minutes=3), T0 + timedelta(minutes=10)
+    slot, now = T0, T0 + timedelta(minutes=10)  # a slot before the job's first (T0 + 1m)
     queued = await store.inputs.trigger(
         "roll", "acme", slot=slot, payload={"region": "us"}, now=now
     )
@@ -139,6 +139,9 @@ async def test_bad_reruns_are_refused_with_nothing_written(
     (job,) = (await node.claim(ALL, 10, 30.0, now=now)).jobs  # its due slot is running
     with pytest.raises(Conflict, match="is running now"):
         await store.inputs.trigger("roll", "acme", slot=job.slot, now=now)
+    # Behind its running slot: the job decides it when the run ends (catch-up).
+    with pytest.raises(Conflict, match="has not been run or passed by the job yet"):
+        await store.inputs.trigger("roll", "acme", slot=job.slot + timedelta(minutes=2), now=now)
     await store.inputs.trigger("roll", "acme", slot=T0, now=now)
     with pytest.raises(Conflict, match="queued already"):
         await store.inputs.trigger("roll", "acme", slot=T0, now=now + timedelta(seconds=1))

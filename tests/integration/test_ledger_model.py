@@ -7,7 +7,9 @@ an explicit clock. After every step the clock moves on, a node's pass claims and
 what is due with the node's own claim and completion statements (and runs the gate pass,
 the backfiller and the late pass), and the slot ledger is checked
 (tests/helpers/ledger.py): every expected slot recorded, no terminal record overwritten,
-no wait without a bound.
+no wait without a bound; then ``pulse audit``'s reading of the same rows must find nothing
+missing or overwritten. Retries, catch-up policies and stalls (no pass before the next
+action, so it meets due slots) are drawn too.
 
 Each example is a tenant of its own in one schema, on a clock that only moves forward
 (statements that read the database's own clock then see the model's past). The fast tier
@@ -23,7 +25,9 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+from collections import Counter
 from collections.abc import Callable, Coroutine
+from contextlib import aclosing
 from datetime import UTC, datetime, timedelta
 from typing import Any, ClassVar, TypeVar
 
@@ -34,6 +38,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
 from cluster.errors import PulseError
+from cluster.jobs.ledger import FAILING, Line
 from cluster.jobs.spec import JobSpec
 from cluster.settings import ClusterSettings
 from cluster.store.housekeeping import backfills
@@ -41,6 +46,7 @@ from cluster.store.housekeeping.alerts import AlertStore
 from cluster.store.jobstore.store import JobStore
 from cluster.store.lock.records import ClaimedJob, Completion, Skip
 from cluster.store.lock.session import LockSession
+from cluster.store.observe.audit import Scope, audit_lines
 from cluster.store.side import SideConnection
 from cluster.timing.schedule import parse_schedule
 from node.handlers.context import Outcome
@@ -58,6 +64,7 @@ SCHEDULES = {"a": "@every 1m", "m": ["*/2 * * * *", "*/3 * * * *"]}
 
 
 def spec(name: str, tenant: str, schedule: Any = None, **kw: Any) -> JobSpec:
+    """A job of the model: ``kw`` are job-file keys (``retries``, ``catch_up``)."""
     if name == "b":
         return JobSpec.build(
             "b", "@every 1m", HANDLER, tenant=tenant, after=["a"], after_timeout="5m", **kw
@@ -106,7 +113,7 @@ class Cluster:
         self.run(closing())
         self.runner.close()
 
-    async def tick(self, failing: set[str]) -> None:
+    async def tick(self, failing: Counter[str]) -> None:
         """A node's pass at the clock: gates, backfills, claims and completions until nothing
         is due (a completion releases downstreams), then the late pass over watch jobs."""
         now = self.clock
@@ -130,7 +137,7 @@ class Cluster:
         await self.alerts.watch_pass(len(SHARDS), now=now)
         await self.alerts.watch_timeouts(now=now)
 
-    async def rows(self, tenant: str) -> tuple[dict[str, Any], list[Any], list[Any]]:
+    async def rows(self, tenant: str) -> tuple[dict[str, Any], list[Any], list[Any], list[Any]]:
         conn = self.store.db.conn  # the rows as they are, read as an observer would
 
         async def read(statement: str) -> list[Any]:
@@ -141,7 +148,25 @@ class Cluster:
         queued = await read(
             "SELECT c.* FROM chain_slots c JOIN jobs j ON j.id = c.job_id WHERE j.tenant_id = %s"
         )
-        return {j["name"]: j for j in jobs}, runs, queued
+        flights = await read(
+            "SELECT f.* FROM flights f JOIN jobs j ON j.id = f.job_id WHERE j.tenant_id = %s"
+        )
+        return {j["name"]: j for j in jobs}, runs, queued, flights
+
+    async def stamp(self, tenant: str) -> None:
+        """Revisions are stamped with the database's clock, days behind the model's: those
+        just written (by an operator, or by a completion that paused a job) take the
+        model's time, as the audit reads when a definition held."""
+        await self.store.db.conn.execute(
+            "UPDATE job_revisions SET at = %s WHERE tenant_id = %s AND at <= clock_timestamp()",
+            (self.clock, tenant),
+        )
+
+    async def audit(self, tenant: str, start: datetime) -> list[Line]:
+        """``pulse audit`` of the tenant from ``start`` to the clock: its failing lines."""
+        scope = Scope(start, self.clock, tenant=tenant, now=self.clock)
+        async with aclosing(audit_lines(self.store.db.conn, scope)) as lines:
+            return [line async for line in lines if line.verdict in FAILING]
 
     async def forget(self, tenant: str) -> None:
         await self.store.db.conn.execute("DELETE FROM jobs WHERE tenant_id = %s", (tenant,))
@@ -155,8 +180,13 @@ class OperatorActions(RuleBasedStateMachine):
         self.tenant = f"m{next(self.cluster.tenants)}"
         self.timelines: dict[str, Timeline] = {}
         self.ledger = Ledger()
-        self.failing: set[str] = set()
+        self.failing: Counter[str] = Counter()  # runs of a job still to fail
         self.token = ""
+        self.options: dict[str, Any] = {}  # a's and m's job-file keys (retries, catch-up)
+        self.first_options: dict[str, Any] = {}  # a's revision 1
+        self.started = self.now
+        self.pause_after: int | None = None
+        self.stalled = False  # no pass until the next step is taken
         self.steps: list[str] = []
 
     # -- the model's clock and the node's pass -------------------------------------------
@@ -173,6 +203,7 @@ class OperatorActions(RuleBasedStateMachine):
         except PulseError:
             self.steps[-1] += " (refused)"
             return False
+        self.cluster.run(self.cluster.stamp(self.tenant))
         return True
 
     def quiet(self, name: str) -> bool:
@@ -190,14 +221,45 @@ class OperatorActions(RuleBasedStateMachine):
             line.schedules.append((self.now, _schedule(text)))
         return line
 
-    @initialize()
-    def make_jobs(self) -> None:
-        specs = [spec(n, self.tenant) for n in ("a", "b", "c", "m", "w")]
+    @initialize(
+        retries=st.integers(0, 1),
+        catch_up=st.sampled_from(("once", "skip", "backfill")),
+        pause_after=st.just(None),  # 2 once a pause at a completion records what is due
+    )
+    def make_jobs(
+        self, retries: int = 0, catch_up: str = "once", pause_after: int | None = None
+    ) -> None:
+        """The jobs; a and m retry a failed slot (after 30 s) or not, and catch up by a
+        policy of their own; m may pause itself after failed slots in a row."""
+        self.options = {"retries": retries, "retry_backoff": "30s", "catch_up": catch_up}
+        self.pause_after = pause_after
+        self.first_options = self.options
+        self.started = self.now
+        specs = [spec(n, self.tenant, **self.kept(n)) for n in ("a", "b", "c", "m", "w")]
         self.do(
-            "apply a b c m w", lambda: self.cluster.store.definitions.apply(specs, now=self.now)
+            f"apply a b c m w (retries {retries}, catch-up {catch_up}, "
+            f"m's pause after failures {pause_after})",
+            lambda: self.cluster.store.definitions.apply(specs, now=self.now),
         )
         self.timelines = {n: self.timeline(n) for n in ("a", "b", "c", "m", "w")}
         self.token = self.cluster.run(self.cluster.store.watch.token("w", self.tenant)) or ""
+
+    def kept(self, name: str) -> dict[str, Any]:
+        """The options the model gave the job, which a new definition keeps."""
+        if name == "m":
+            return {**self.options, "pause_after_failures": self.pause_after}
+        return self.options if name == "a" else {}
+
+    def tick(self) -> None:
+        """A node's pass at the clock. m pauses itself after failed slots in a row: its
+        slots from then on are not expected, as after an operator's pause."""
+        self.cluster.run(self.cluster.tick(self.failing))
+        self.cluster.run(self.cluster.stamp(self.tenant))
+        if self.pause_after is not None and not self.quiet("m"):
+            job = self.cluster.run(self.cluster.store.get("m", self.tenant))
+            if job.paused:
+                self.steps.append("m paused itself")
+                self.timelines["m"].quiet.append([self.now, None])
 
     def teardown(self) -> None:
         """The next example starts on a day of its own at the same time of day, so a
@@ -213,14 +275,22 @@ class OperatorActions(RuleBasedStateMachine):
         self.steps.append(f"advance {minutes + 1}m")
         for _ in range(minutes):
             self.cluster.clock += MINUTE
-            self.cluster.run(self.cluster.tick(self.failing))
+            self.tick()
 
     @rule(minutes=st.integers(2, 10))
     def outage(self, minutes: int) -> None:
         """No node runs for a while, then one pass: catch-up decides the missed slots."""
         self.steps.append(f"outage {minutes}m, then a minute")
         self.cluster.clock += minutes * MINUTE
-        self.cluster.run(self.cluster.tick(self.failing))
+        self.tick()
+
+    @rule(minutes=st.integers(1, 5))
+    def stall(self, minutes: int) -> None:
+        """No node runs for a while, and the next step comes before one does: a pause, a
+        skip-next, a window or a trigger meets slots that are due and not yet claimed."""
+        self.steps.append(f"no pass for {minutes}m")
+        self.cluster.clock += minutes * MINUTE
+        self.stalled = True
 
     # -- operator actions ----------------------------------------------------------------
 
@@ -280,10 +350,16 @@ class OperatorActions(RuleBasedStateMachine):
     @rule(name=st.sampled_from(("a", "m")), back=st.integers(1, 6))
     def trigger_slot(self, name: str, back: int) -> None:
         slot = (self.now - back * MINUTE).replace(second=0)
-        self.do(
+        if self.do(
             f"trigger {name} --slot -{back}m",
             lambda: self.cluster.store.inputs.trigger(name, self.tenant, slot=slot, now=self.now),
-        )
+        ):
+            self.ask_again(name, [slot])
+
+    def ask_again(self, name: str, slots: list[datetime]) -> None:
+        """An operator asked for these slots to run again: each may rewrite its record once."""
+        job = self.cluster.run(self.cluster.store.get(name, self.tenant))
+        self.ledger.ask(job.id, slots)
 
     @rule(
         name=st.sampled_from(RUNNERS),  # b's over a slot held at its gate too
@@ -305,19 +381,29 @@ class OperatorActions(RuleBasedStateMachine):
     @rule(name=st.sampled_from(("a", "m")), back=st.integers(2, 8), span=st.integers(1, 3))
     def backfill(self, name: str, back: int, span: int) -> None:
         start = (self.now - back * MINUTE).replace(second=0)
-        self.do(
-            f"backfill {name} -{back}m +{span}m",
-            lambda: self.cluster.store.runcontrol.backfill(
-                name, self.tenant, start=start, end=start + span * MINUTE, now=self.now
-            ),
-        )
+        asked: list[datetime] = []
+
+        async def backfill() -> None:
+            store = self.cluster.store
+            end = start + span * MINUTE
+            plan = await store.runcontrol.backfill(
+                name, self.tenant, start=start, end=end, now=self.now
+            )
+            asked.extend(plan.slots)
+
+        if self.do(f"backfill {name} -{back}m +{span}m", backfill):
+            self.ask_again(name, asked)
 
     @precondition(lambda self: not self.quiet("a"))
-    @rule(every=st.sampled_from(("@every 1m", "@every 2m")))
-    def apply_a(self, every: str) -> None:
-        new = spec("a", self.tenant, every)
+    @rule(every=st.sampled_from(("@every 1m", "@every 2m")), retries=st.integers(0, 1))
+    def apply_a(self, every: str, retries: int | None = None) -> None:
+        """A new definition of a: a timing, and retries (while a slot may wait for one)."""
+        if retries is not None:
+            self.options = {**self.options, "retries": retries}
+        new = spec("a", self.tenant, every, **self.options)
         if self.do(
-            f"apply a {every}", lambda: self.cluster.store.definitions.apply([new], now=self.now)
+            f"apply a {every} (retries {self.options['retries']})",
+            lambda: self.cluster.store.definitions.apply([new], now=self.now),
         ):
             line = self.timelines["a"]
             if str(line.schedules[-1][1].expr) != every:
@@ -330,6 +416,7 @@ class OperatorActions(RuleBasedStateMachine):
             "rollback a --to 1",
             lambda: self.cluster.store.revisions.rollback("a", self.tenant, 1, now=self.now),
         ):
+            self.options = self.first_options
             line = self.timelines["a"]
             if str(line.schedules[-1][1].expr) != "@every 1m":
                 line.schedules.append((self.now, _schedule("@every 1m")))
@@ -364,11 +451,12 @@ class OperatorActions(RuleBasedStateMachine):
         ):
             self.timelines["c"] = self.timeline("c")
 
-    @rule(name=st.sampled_from(("a", "m")))
-    def fail_next(self, name: str) -> None:
-        """The next run of the job fails (no retries): gates and chains see a failure."""
-        self.steps.append(f"{name}'s next run fails")
-        self.failing.add(name)
+    @rule(name=st.sampled_from(("a", "m")), times=st.integers(1, 4))
+    def fail_next(self, name: str, times: int = 1) -> None:
+        """The job's next runs fail (a retry is a run): gates and chains see a failure, or
+        an attempt that waits for its retry."""
+        self.steps.append(f"{name}'s next {times} runs fail")
+        self.failing[name] = times
 
     @rule(kind=st.sampled_from(("start", "success", "fail")), late=st.integers(0, 3))
     def ping(self, kind: str, late: int) -> None:
@@ -390,26 +478,40 @@ class OperatorActions(RuleBasedStateMachine):
 
     @invariant()
     def the_ledger_holds(self) -> None:
-        """After every step a minute passes with a node's pass, then the ledger is read."""
+        """After every step a minute passes with a node's pass, then the ledger is read;
+        not after a stall, whose next step meets what is due."""
+        if self.stalled:
+            self.stalled = False
+            return
         self.cluster.clock += MINUTE
-        self.cluster.run(self.cluster.tick(self.failing))
-        jobs, runs, queued = self.cluster.run(self.cluster.rows(self.tenant))
-        found = self.ledger.check(jobs, runs, queued, self.timelines, self.now)
+        self.tick()
+        jobs, runs, queued, flights = self.cluster.run(self.cluster.rows(self.tenant))
+        found = self.ledger.check(jobs, runs, queued, self.timelines, self.now, flights=flights)
         assert not found, unexpected(found) + "\nafter: " + "; ".join(self.steps)
+        failing = self.cluster.run(self.cluster.audit(self.tenant, self.started))
+        assert not failing, (
+            "pulse audit: "
+            + "; ".join(
+                f"{line.job} {line.slot.isoformat()} {line.verdict}: {line.detail}"
+                for line in failing
+            )
+            + "\nafter: "
+            + "; ".join(self.steps)
+        )
 
 
 def _finish(
-    job: ClaimedJob, now: datetime, failing: set[str], verdict: str | None
+    job: ClaimedJob, now: datetime, failing: Counter[str], verdict: str | None
 ) -> tuple[Completion, list[Skip]]:
     """What the node writes for a claimed slot: skipped at its gate or by catch-up at claim,
-    else run (failed if the model said so, retries none)."""
+    else run (failed if the model said so; a retry is a run too)."""
     if verdict is not None:
         return gate_skip(job, verdict, now)
     skip = None if job.flight else plan_at_claim(job, now)
     if skip is not None:
         return skip
-    outcome = FAILED if job.name in failing else OK
-    failing.discard(job.name)
+    outcome = FAILED if failing[job.name] > 0 else OK
+    failing[job.name] -= 1
     return after_run(job, outcome, now)
 
 
@@ -466,6 +568,16 @@ class Sequence:
 
     def __exit__(self, *exc: object) -> None:
         OperatorActions.cluster.close()
+
+
+def pause_then_resume(machine: OperatorActions, name: str, hold: str) -> None:
+    """``pause`` with the ledger read, then ``resume``; or ``pause --until`` a minute on."""
+    if hold == "pause":
+        machine.pause(name)
+        machine.the_ledger_holds()
+        machine.resume(name)
+    else:
+        machine.pause_until(name, 1)
 
 
 def test_a_new_timing_after_an_outage_records_the_slots_it_moves_past(
@@ -525,12 +637,7 @@ def test_a_slot_held_at_its_gate_is_recorded_when_the_job_is_paused(
         machine.the_ledger_holds()
         machine.advance(2)  # b's slots wait for a's, which never come
         machine.the_ledger_holds()
-        if hold == "pause":
-            machine.pause("b")
-            machine.the_ledger_holds()
-            machine.resume("b")
-        else:
-            machine.pause_until("b", 1)
+        pause_then_resume(machine, "b", hold)
         machine.the_ledger_holds()
 
 
@@ -682,5 +789,20 @@ def test_a_resume_records_the_slots_a_window_skips_before_the_jobs_next_run(
         machine.window(name="a", start=2, length=1, defer=False)
         machine.the_ledger_holds()
         machine.resume("a")
+        for _ in range(3):
+            machine.the_ledger_holds()
+
+
+@pytest.mark.parametrize("hold", ["pause", "pause_until"])
+def test_a_pause_records_the_slots_due_that_no_node_took(
+    settings: ClusterSettings, hold: str
+) -> None:
+    """Found once the audit ran after every step: a's slots due while no node ran, then
+    `pause a` (or `pause a --until`) before one did. The pause moved a past them without
+    a record, and `pulse audit` called them missing."""
+    with Sequence(settings) as machine:
+        machine.the_ledger_holds()
+        machine.stall(3)
+        pause_then_resume(machine, "a", hold)
         for _ in range(3):
             machine.the_ledger_holds()

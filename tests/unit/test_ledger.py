@@ -127,6 +127,28 @@ def test_in_flight_and_held_slots_are_not_missing() -> None:
     ]  # fmt: skip
 
 
+def test_slots_behind_a_held_or_running_slot_wait_for_it() -> None:
+    """A job held at its gate (or whose run of its slot goes on) decides the slots after it
+    when it moves on: until then they wait, as a job's own current slot does."""
+    held = Job("t", "j", EVERY_MINUTE.spans, position=at(2), waiting=True)
+    assert verdicts(audit(held, [run(0), run(1)], cutoff=at(6))) == [
+        (0, "ran"), (1, "ran"), (2, "waiting"), (3, "waiting"), (4, "waiting"), (5, "waiting"),
+    ]  # fmt: skip
+    assert audit(held, [], cutoff=at(6))[4].detail == (
+        "behind the job's held or running slot: decided after it"
+    )
+    running = Job("t", "j", EVERY_MINUTE.spans, position=at(2), in_flight=frozenset({at(2)}))
+    assert verdicts(audit(running, [run(0), run(1)], cutoff=at(4)))[2:] == [
+        (2, "running"), (3, "waiting"),
+    ]  # fmt: skip
+    # A current slot that is neither held nor running is overdue: it and those after it
+    # are missing (no node took it).
+    stuck = Job("t", "j", EVERY_MINUTE.spans, position=at(2))
+    assert verdicts(audit(stuck, [run(0), run(1)], cutoff=at(4)))[2:] == [
+        (2, "missing"), (3, "missing"),
+    ]  # fmt: skip
+
+
 def test_an_edit_expects_the_new_definitions_slots_from_its_time() -> None:
     edited = job(
         (-0.5, "created", definition()),

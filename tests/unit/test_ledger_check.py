@@ -1,7 +1,7 @@
 """The ledger checker of the model-based test (tests/helpers/ledger.py) on rows made up here:
 it finds a slot with no record, a skip without a reason, a terminal record overwritten or
 gone, and a wait without a bound; and it accepts what the ledger allows (a quiet spell, a
-slot asked for again, a chained job's queued slot)."""
+slot asked for again, a failed attempt whose retry waits, a chained job's queued slot)."""
 
 from __future__ import annotations
 
@@ -24,6 +24,7 @@ def job(name: str, slot: float, **kw: Any) -> dict[str, Any]:
         "id": name,
         "name": name,
         "status": "idle",
+        "attempt": 1,
         "slot_at": at(slot),
         "next_run_at": at(slot),
         "schedule": "@every 1m",
@@ -68,12 +69,42 @@ def test_a_terminal_record_is_never_overwritten_unless_asked_again() -> None:
     ledger, lines, jobs = Ledger(), {"a": every_minute()}, {"a": job("a", 3)}
     assert ledger.check(jobs, [run("a", 1, "failed"), run("a", 2)], [], lines, at(2.5)) == []
     rerun = [run("a", 1, "succeeded", origin="rerun"), run("a", 2)]
+    assert ledger.check(jobs, rerun, [], lines, at(2.5)) == [
+        f"a: the failed record of {at(1).isoformat()} was overwritten: now succeeded (rerun)"
+    ]
+    ledger = Ledger()
+    ledger.check(jobs, [run("a", 1, "failed"), run("a", 2)], [], lines, at(2.5))
+    ledger.ask("a", [at(1)])  # one ask, one rewrite
     assert ledger.check(jobs, rerun, [], lines, at(2.5)) == []
-    rewritten = [run("a", 1, "succeeded", origin="rerun"), run("a", 2, "failed")]
+    again = [run("a", 1, "failed", origin="rerun"), run("a", 2)]
+    assert ledger.check(jobs, again, [], lines, at(2.5)) == [
+        f"a: the succeeded record of {at(1).isoformat()} was overwritten: now failed (rerun)"
+    ]
+    rewritten = [*again[:1], run("a", 2, "failed")]
     assert ledger.check(jobs, rewritten, [], lines, at(2.5)) == [
         f"a: the succeeded record of {at(2).isoformat()} was overwritten: now failed (schedule)"
     ]
     assert any("is gone" in f for f in ledger.check(jobs, rewritten[:1], [], lines, at(2.5)))
+
+
+def test_a_failed_attempt_is_terminal_once_no_retry_waits_for_its_slot() -> None:
+    lines = {"a": every_minute()}
+    retrying = {"a": job("a", 1, attempt=2, next_run_at=at(1.5))}
+    ledger = Ledger()
+    assert ledger.check(retrying, [run("a", 1, "failed")], [], lines, at(1.2)) == []
+    assert ledger.check({"a": job("a", 2)}, [run("a", 1)], [], lines, at(1.7)) == []
+    # A triggered slot's retry waits in its flight, the job at its own next slot.
+    flight = {"job_id": "a", "slot": at(1.2), "attempt": 2}
+    failed = [run("a", 1), run("a", 1.2, "failed", origin="trigger")]
+    assert ledger.check({"a": job("a", 2)}, failed, [], lines, at(1.7), flights=[flight]) == []
+    retried = [run("a", 1), run("a", 1.2, origin="trigger")]
+    assert ledger.check({"a": job("a", 2)}, retried, [], lines, at(1.8)) == []
+    # With no retry waiting, the failed record is the slot's for good.
+    ledger.check({"a": job("a", 3)}, [*retried, run("a", 2, "failed")], [], lines, at(2.5))
+    overwritten = [*retried, run("a", 2)]
+    assert ledger.check({"a": job("a", 3)}, overwritten, [], lines, at(2.6)) == [
+        f"a: the failed record of {at(2).isoformat()} was overwritten: now succeeded (schedule)"
+    ]
 
 
 def test_no_wait_without_a_bound() -> None:

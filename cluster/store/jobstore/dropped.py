@@ -11,6 +11,9 @@ A slot held at its gate or deferred by a window is kept by the new definition in
 (``Definitions._past_records``), and its claim decides it and the new timing's slots up to
 then; the old timing's slots after it that the new timing does not have are recorded here.
 A job whose definition changes but not its timing keeps its slot: nothing is recorded.
+
+A pause walks the same way (``passed_slots``): the slots an idle job owes when it is paused
+(due, held at its gate, deferred) are recorded skipped before it stops.
 """
 
 from __future__ import annotations
@@ -37,6 +40,7 @@ __all__ = [
     "dropped_slots",
     "overdue",
     "owed",
+    "passed_slots",
     "record_ahead",
     "record_moved",
     "skips_json",
@@ -129,8 +133,22 @@ def dropped_slots(old: Job, new: Job, now: datetime, by: str) -> list[Dropped]:
     ``MAX_OUTAGE_SLOTS`` is not walked whole: its newest slots are found from the clock
     back (``_tail_from``), and the count of the older ones is a lower bound."""
     reason = f"skipped by {by}: a new timing moved the job past it before it ran"
-    kept = new.slot_at == old.slot_at
-    decided = _slots(new, old.slot_at, now) if kept else set()
+    return _passed(old, now, reason, new if new.slot_at == old.slot_at else None)
+
+
+def passed_slots(job: Job, now: datetime, reason: str) -> list[Dropped]:
+    """Every slot of the job due by ``now`` from its own slot on, each with ``reason`` (or
+    the rule's, for a slot its calendar or a window skips): those a pause moves it past.
+    At most the newest ``MAX_RECORDED``, the oldest listed standing for the others, as
+    ``dropped_slots`` lists them."""
+    return _passed(job, now, reason, None)
+
+
+def _passed(old: Job, now: datetime, reason: str, keeper: Job | None) -> list[Dropped]:
+    """The walk of ``dropped_slots`` and ``passed_slots``: ``keeper``, the job's new row
+    when it keeps its slot (its claim decides the new timing's slots up to then)."""
+    kept = keeper is not None
+    decided = _slots(keeper, old.slot_at, now) if keeper is not None else set()
     found: deque[Dropped] = deque(maxlen=MAX_RECORDED)
     passed, first = 0, None
 
@@ -154,7 +172,7 @@ def dropped_slots(old: Job, new: Job, now: datetime, by: str) -> list[Dropped]:
             break
         after = _tail_from(old, after, last, now)  # the slots between are neither walked nor listed
         exact = exact and after == last
-        decided |= _slots(new, after, now) if kept else set()
+        decided |= _slots(keeper, after, now) if keeper is not None else set()
     listed = list(found)
     if passed > len(listed):
         slot, why, _ = listed[0]

@@ -7,8 +7,9 @@ a pause or skip-next over the API writes them too (the web's role writes no runs
 docs/design/roles.md). A part of ``JobStore``.
 
 A pause of either kind (``pulse jobs pause`` too) first records skipped the slots a job owes
-(one held at its gate, or deferred by a window, and those that came behind it): it moves
-past them, and no slot may be left without a record (``record_owed``).
+(one due that no node took yet, held at its gate or deferred by a window, and those that
+came behind it): it moves past them, and no slot may be left without a record
+(``record_owed``).
 
 ``skip-next`` writes its records ahead of the slots, so a job may later be planned back
 before them (a resume, a ``pause --until``): ``first_open_run`` passes every slot that has
@@ -25,6 +26,7 @@ from typing import Any
 
 from cluster.errors import Conflict, InvalidInput
 from cluster.jobs.models import Job, JobStatus, RunStatus
+from cluster.store.jobstore.dropped import passed_slots, skips_json
 from cluster.store.jobstore.scoped import ScopedConnection
 from cluster.timing.calendared import CalendarRule, Decision, jittered_start
 from cluster.timing.fate import skipped_between
@@ -97,32 +99,20 @@ class Holds:
         return [slot for slot, _ in skipped]
 
     async def record_owed(self, job: Job, by: str, now: datetime) -> None:
-        """Record skipped the slots an idle job owes at ``now``: a slot whose time has come
-        but whose start has not (deferred by a window, jittered) or that waits at its gate,
-        and those that came behind it. A pause moves the job past them, and the slot ledger
-        leaves no slot without a record. Written through ``record_skipped``, as the
-        schema's owner: the web's role writes no runs (docs/design/roles.md)."""
+        """Record skipped the slots an idle job owes at ``now``: its slot, if its time has
+        come (due and not yet claimed, held at its gate, deferred by a window, jittered),
+        and those that came behind it (``dropped.passed_slots``). A pause moves the job
+        past them, and the slot ledger leaves no slot without a record. Written through
+        ``record_skipped``, as the schema's owner: the web's role writes no runs
+        (docs/design/roles.md)."""
         if job.status != JobStatus.IDLE or job.slot_at > now or job.watch:
             return
         schedule = job.parsed_schedule()
         if schedule.chain or schedule.at is not None:  # a queue, or its one slot: kept
             return
-        if job.next_run_at is None or job.next_run_at <= now:  # due: held past its bound?
-            held = await self._db.one("gate_waits_for", {"id": job.id})
-            if held is None or held["waits_until"] is None:
-                return
-        rule, reason = job.rule(), f"skipped by pulse jobs {by}: paused before it ran"
-        owed = [(job.slot_at, reason)]
-        run = current_run(schedule, rule, job.slot_at)
-        for _ in range(MAX_SKIP):
-            run, passed = run_after(schedule, rule, run)
-            owed += [
-                (d.slot, d.reason or "skipped by the calendar") for d in passed if d.slot <= now
-            ]
-            if run.slot > now:
-                break
-            owed.append((run.slot, reason))
-        await self._db.all("record_skips", {"id": job.id, "skips": _json(owed), "now": now})
+        owed = passed_slots(job, now, f"skipped by pulse jobs {by}: paused before it ran")
+        params = {"id": job.id, "skips": skips_json(owed), "now": now}
+        await self._db.all("record_skips", params)
 
     async def records_ahead(self, job: Job, now: datetime | None = None) -> bool:
         """Whether the idle job's coming slot lies past slots recorded already (skip-next):

@@ -104,7 +104,9 @@ class Inputs:
         """Run the job now with ``payload`` (or its own with ``merge_payload`` merged in, RFC
         7386), or run its past ``slot`` again (origin ``rerun``). ``InvalidInput`` (nothing
         written) for a payload its schema refuses, both payload forms, a future slot or one
-        not on its schedule; ``Conflict`` when that slot is running or queued already."""
+        not on its schedule; ``Conflict`` when that slot is running or queued already, or
+        the job has not passed it yet (its own slot, due, held or deferred, or one behind
+        it: the job runs or records it, and a rerun beside would run it twice)."""
         if slot is not None and (not isinstance(slot, datetime) or slot.tzinfo is None):
             raise InvalidInput("slot", "needs a UTC offset (ISO 8601)")
         async with self._db.transaction():
@@ -162,6 +164,13 @@ class Inputs:
             raise InvalidInput("slot", f"{slot.isoformat()} is not a slot of the job's schedule")
         if job.status == JobStatus.RUNNING and job.slot_at == slot:
             raise Conflict("slot", f"slot {slot.isoformat()} of {job.name!r} is running now")
+        if slot >= job.slot_at:  # its own slot (due, held, deferred) or one behind it
+            raise Conflict(
+                "slot",
+                f"slot {slot.isoformat()} of {job.name!r} has not been run or passed by the "
+                f"job yet (its slot is {job.slot_at.isoformat()}): a rerun is of a slot "
+                "the job has passed",
+            )
         found = await self._db.one("rerun_asked", {"job_id": job.id, "slot": slot})
         if found is not None:
             raise Conflict(
