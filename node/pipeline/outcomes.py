@@ -16,6 +16,7 @@ from typing import TypeVar
 
 from cluster.jobs.models import RunStatus
 from cluster.store.lock.records import ClaimedJob, Completion, Skip
+from cluster.timing import passing
 from cluster.timing.calendared import CalendarRule
 from cluster.timing.catchup import CatchUp
 from cluster.timing.durations import format_duration
@@ -36,6 +37,9 @@ __all__ = [
 ]
 
 MAX_RETRY_DELAY_S = 3600.0
+# Outcomes that count a failed slot toward --pause-after-failures (completion.sql's `fail`).
+PAUSING = frozenset({RunStatus.FAILED, RunStatus.TIMED_OUT})
+PAUSED_REASON = "skipped: the job paused after failed slots in a row before it ran"
 BROKEN_RETRY_S = 3600.0
 CACHE_MAX = 16384
 
@@ -182,7 +186,8 @@ def after_run(job: ClaimedJob, outcome: Outcome, now: datetime) -> tuple[Complet
             state=outcome.state,
         )
         return done, []
-    decided = fate(rules_of(job), job.slot, now, ran=True)
+    rules = rules_of(job)
+    decided = fate(rules, job.slot, now, ran=True)
     done = Completion(
         id=job.id,
         token=job.lease_token,
@@ -197,7 +202,21 @@ def after_run(job: ClaimedJob, outcome: Outcome, now: datetime) -> tuple[Complet
         origin=decided.next_origin,
         state=outcome.state,
     )
-    return done, _skips(job, decided)
+    skips = _skips(job, decided)
+    if outcome.status in PAUSING and job.slot < decided.next_slot <= now and not job.flight:
+        skips += _owed_if_paused(job, rules, decided.next_slot, now)
+    return done, skips
+
+
+def _owed_if_paused(job: ClaimedJob, rules: TimeRules, slot: datetime, now: datetime) -> list[Skip]:
+    """The slots from ``slot`` (the next one, due already) up to ``now``: should this failed
+    slot pause the job (``--pause-after-failures``, decided by the completion statement),
+    it stops short of them, and they are recorded skipped in the same statement."""
+    timing = passing.Timing(rules.schedule, rules.rule)
+    return [
+        Skip(job.id, at, why, since, if_paused=True)
+        for at, why, since in passing.passed(timing, slot, now, PAUSED_REASON)
+    ]
 
 
 def gate_skip(job: ClaimedJob, verdict: str, now: datetime) -> tuple[Completion, list[Skip]]:

@@ -14,8 +14,8 @@ import pytest
 
 from cluster.jobs.spec import JobSpec
 from cluster.settings import ClusterSettings
-from cluster.store.jobstore import dropped
 from cluster.store.jobstore.store import JobStore
+from cluster.timing import passing
 from node.pipeline.outcomes import after_run, plan_at_claim
 from tests.helpers.cli import audit_slots
 from tests.helpers.history import rows
@@ -116,8 +116,8 @@ async def test_an_apply_over_an_outage_longer_than_its_walk_leaves_no_slot_missi
     here to 300): the walk goes on from where it stopped, or, when the newest
     ``MAX_RECORDED`` slots lie far past it, from the clock back, so the newest slot
     passed is listed and the oldest listed stands for every one before it."""
-    monkeypatch.setattr(dropped, "MAX_OUTAGE_SLOTS", walk)
-    monkeypatch.setattr(dropped, "MAX_RECORDED", listed)
+    monkeypatch.setattr(passing, "MAX_OUTAGE_SLOTS", walk)
+    monkeypatch.setattr(passing, "MAX_RECORDED", listed)
     await created_at_t0(store, settings, JobSpec.build("probe", "@every 1s", HANDLER))
     await store.definitions.apply([JobSpec.build("probe", "@every 7s", HANDLER)], now=BACK)
 

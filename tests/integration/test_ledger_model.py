@@ -224,7 +224,7 @@ class OperatorActions(RuleBasedStateMachine):
     @initialize(
         retries=st.integers(0, 1),
         catch_up=st.sampled_from(("once", "skip", "backfill")),
-        pause_after=st.just(None),  # 2 once a pause at a completion records what is due
+        pause_after=st.sampled_from((None, 2)),
     )
     def make_jobs(
         self, retries: int = 0, catch_up: str = "once", pause_after: int | None = None
@@ -558,10 +558,10 @@ def test_operator_actions_keep_the_ledger_longer(settings: ClusterSettings) -> N
 class Sequence:
     """One tenant's jobs on the machine's cluster, stepped by hand."""
 
-    def __init__(self, cluster: ClusterSettings) -> None:
+    def __init__(self, cluster: ClusterSettings, **jobs: Any) -> None:
         OperatorActions.cluster = Cluster(cluster)
         self.machine = OperatorActions()
-        self.machine.make_jobs()
+        self.machine.make_jobs(**jobs)  # make_jobs' draws: retries, catch_up, pause_after
 
     def __enter__(self) -> OperatorActions:
         return self.machine
@@ -804,5 +804,24 @@ def test_a_pause_records_the_slots_due_that_no_node_took(
         machine.the_ledger_holds()
         machine.stall(3)
         pause_then_resume(machine, "a", hold)
+        for _ in range(3):
+            machine.the_ledger_holds()
+
+
+def test_a_pause_after_failures_records_the_slot_due_when_it_pauses(
+    settings: ClusterSettings,
+) -> None:
+    """Found once m could pause itself: its retry of 00:03 failed at 00:04:30, its second
+    failed slot in a row, with its next slot 00:04 due already. The completion paused m
+    with its slot at 00:04, and no record of it ever came: a resume continues at the next
+    slot to come."""
+    with Sequence(settings, retries=1, pause_after=2) as machine:
+        machine.fail_next("m", times=4)
+        machine.the_ledger_holds()
+        machine.advance(1)
+        for _ in range(2):
+            machine.the_ledger_holds()
+        assert machine.quiet("m")  # it paused itself
+        machine.resume("m")
         for _ in range(3):
             machine.the_ledger_holds()

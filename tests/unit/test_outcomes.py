@@ -6,7 +6,7 @@ from __future__ import annotations
 from datetime import timedelta
 
 from node.handlers.context import Outcome
-from node.pipeline.outcomes import after_run, following_slot
+from node.pipeline.outcomes import PAUSED_REASON, after_run, following_slot
 from tests.helpers.claimed import job
 
 OK = Outcome("succeeded", None, 0.01)
@@ -47,3 +47,18 @@ def test_the_next_slot_is_told_apart_per_definition_and_slot() -> None:
         assert following_slot(minute) == minute.slot + timedelta(minutes=1)
         assert following_slot(kolkata) == minute.slot + timedelta(minutes=30)
         assert following_slot(utc) == minute.slot + timedelta(hours=1)
+
+
+def test_a_failed_slot_lists_the_slots_due_should_it_pause_the_job() -> None:
+    """Whether the failure pauses the job (--pause-after-failures) the completion statement
+    decides; the slots due by then go with it, written only if it does."""
+    j = job("m:f")._replace(schedule="@every 1m", catch_up="backfill")
+    now = j.slot + timedelta(minutes=3, seconds=5)
+    done, skips = after_run(j, Outcome("failed", "boom", 0.1), now)
+    assert done.next_slot == j.slot + timedelta(minutes=1)  # backfill: the oldest due next
+    owed = [(s.slot, s.if_paused) for s in skips]
+    assert owed == [(j.slot + timedelta(minutes=m), True) for m in (1, 2, 3)]
+    assert skips[0].reason == PAUSED_REASON
+    assert after_run(j, OK, now)[1] == []  # a success pauses nothing
+    ahead = after_run(j, Outcome("failed", "boom", 0.1), j.slot + timedelta(seconds=5))
+    assert ahead[1] == []  # its next slot is still to come: nothing owed

@@ -163,13 +163,16 @@ class Completion(NamedTuple):
 @dataclass(frozen=True)
 class Skip:
     """A slot recorded as skipped by the catch-up policy; ``since``: the record also stands
-    for the ``more`` unlisted slots from then up to its own (``runs.skipped_from``)."""
+    for the ``more`` unlisted slots from then up to its own (``runs.skipped_from``).
+    ``if_paused``: written only if the completion pauses the job (after failed slots in a
+    row), for a slot due by then that the paused job will not run."""
 
     job_id: UUID
     slot: datetime
     reason: str
     since: datetime | None = None
     more: int = 0
+    if_paused: bool = False
 
 
 def finished_one_offs(done: Sequence[Completion], applied: Collection[UUID]) -> list[UUID]:
@@ -177,11 +180,14 @@ def finished_one_offs(done: Sequence[Completion], applied: Collection[UUID]) -> 
     return [d.id for d in done if d.next_run_at >= NEVER and d.id in applied]
 
 
-def _skip_row(skip: Skip) -> tuple[str | int, ...]:
+def _skip_row(skip: Skip) -> tuple[str | int | bool | None, ...]:
     """A skip as ``complete`` and ``spawn`` read it: [job id, slot, reason], and the time it
-    stands for slots from and how many, if it does."""
+    stands for slots from and how many, if it does, and whether it waits for a pause."""
     row = (skip.job_id.hex, skip.slot.isoformat(), skip.reason)
-    return row if skip.since is None else (*row, skip.since.isoformat(), skip.more)
+    since = None if skip.since is None else skip.since.isoformat()
+    if skip.if_paused:
+        return (*row, since, skip.more, True)
+    return row if since is None else (*row, since, skip.more)
 
 
 def complete_params(

@@ -25,10 +25,13 @@ input AS MATERIALIZED (
     FROM jsonb_array_elements(%(done)s::jsonb) AS e
 ),
 -- Per skip: [job id, slot, reason], and for one standing for unlisted slots the time from
--- which and how many (runs.skipped_from; records._skip_row).
+-- which and how many (runs.skipped_from; records._skip_row); a sixth element, true: the
+-- slot is written only if this completion pauses the job (`f.pause`), which then stops
+-- short of it, and it counts in no `skipped` alert.
 skip_in AS MATERIALIZED (
     SELECT (e->>0)::uuid AS job_id, (e->>1)::timestamptz AS slot, e->>2 AS reason,
-           (e->>3)::timestamptz AS skipped_from, coalesce((e->>4)::int, 0) AS unlisted
+           (e->>3)::timestamptz AS skipped_from, coalesce((e->>4)::int, 0) AS unlisted,
+           coalesce((e->>5)::boolean, false) AS if_paused
     FROM jsonb_array_elements(%(skips)s::jsonb) AS e
 ),
 -- The ids are an index condition: the planner, whose statistics saw few running jobs,
@@ -101,9 +104,10 @@ done AS (
                      -- A skip standing for unlisted slots counts them too (skipped_from).
                      (i.outcome = 'skipped' AND NOT starts_with(coalesce(i.error, ''), 'calendar '))::int
                          + (SELECT count(*) + coalesce(sum(s.unlisted), 0) FROM skip_in s
-                            WHERE s.job_id = i.id AND s.slot <> i.slot
+                            WHERE s.job_id = i.id AND s.slot <> i.slot AND NOT s.if_paused
                               AND NOT starts_with(s.reason, 'calendar ')) AS skips,
-                     (SELECT min(s.slot) FROM skip_in s WHERE s.job_id = i.id) AS first_skip,
+                     (SELECT min(s.slot) FROM skip_in s
+                      WHERE s.job_id = i.id AND NOT s.if_paused) AS first_skip,
                      -- A gate's or a handler's skip (pulsecron.Skip): neither catch-up's
                      -- nor a calendar's.
                      i.outcome = 'skipped' AND NOT coalesce(starts_with(i.error, 'missed by ')
@@ -116,6 +120,7 @@ done AS (
     -- for a job that feeds others, whose downstreams' gates and chains read it within
     -- this statement (gate_release, chain_release): written here, before they run.
     RETURNING j.id, j.tenant_id, j.name, i.slot, o.feeds, o.attempt, i.token, i.outcome,
+              f.pause AS paused,
               CASE WHEN i.outcome = 'skipped' THEN NULL ELSE o.locked_at END AS started_at,
               i.duration_s, i.error, i.output, o.slot_origin, o.run_revision,
               CASE WHEN o.feeds THEN record_run(j.id, j.tenant_id, j.name, i.slot, o.attempt,
@@ -146,7 +151,8 @@ done AS (
                                      WHERE i.outcome = 'skipped'
                                      UNION ALL
                                      SELECT s.slot, s.reason FROM skip_in s
-                                     WHERE s.job_id = i.id AND s.slot <> i.slot) c
+                                     WHERE s.job_id = i.id AND s.slot <> i.slot
+                                       AND NOT s.if_paused) c
                                WHERE NOT starts_with(c.reason, 'calendar ')
                                ORDER BY c.slot LIMIT 1) END) END,
               CASE WHEN f.expect_now = 'too_fast' THEN raise_alert('too_fast', j.id,
@@ -197,7 +203,7 @@ skipped AS (
     SELECT d.id, d.tenant_id, d.name, s.slot, 1, %(node_id)s, %(zone)s, 'skipped', k.t,
            s.reason, s.skipped_from
     FROM skip_in s
-    JOIN done d ON d.id = s.job_id AND d.slot <> s.slot
+    JOIN done d ON d.id = s.job_id AND d.slot <> s.slot AND (d.paused OR NOT s.if_paused)
     CROSS JOIN clock k
     ON CONFLICT (job_id, scheduled_for) DO NOTHING
 )
