@@ -8,7 +8,8 @@ slots the job should have had, and finds in the rows:
 - a slot with no record: every expected slot before the one the job waits at has a run row
   (run, failed, skipped...), and a chained job has a record, a queued slot or its current
   slot for each success of its upstream since it was made;
-- a skipped record without a reason;
+- a skipped record without a reason, or with a gate's reason that is not true of the
+  upstream's slot when the record is first seen;
 - a terminal record overwritten: a run row that ended keeps its status, unless its slot
   waits for a retry or an operator asked for the slot again (a backfill or ``trigger
   --slot`` over it: one rewrite by a run of origin ``backfill`` or ``rerun`` per ask), and
@@ -22,6 +23,7 @@ It reads Pulse's own rows, as ``pulse audit`` will; the audit can take its place
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -100,6 +102,7 @@ class Ledger:
         waiting = {(q["job_id"], q["slot"]) for q in queued if not q["taken"]}
         retrying = {(j["id"], j["slot_at"]) for j in jobs.values() if j["attempt"] > 1}
         retrying |= {(f["job_id"], f["slot"]) for f in flights if f["attempt"] > 1}
+        seen = set(self.terminal)  # the records of earlier checks
         found += self._overwritten(by_job, {j["id"] for j in jobs.values()}, retrying)
         for name, line in timelines.items():
             job = jobs.get(name)
@@ -110,6 +113,8 @@ class Ledger:
             for slot, run in sorted(mine.items()):
                 if run["status"] == "skipped" and not run["last_error"]:
                     found.append(f"{name}: slot {slot.isoformat()} skipped without a reason")
+                elif run["status"] == "skipped" and (job["id"], slot) not in seen:
+                    found += _untrue(name, slot, run["last_error"], jobs, by_job)
             if line.upstreams:
                 found += _chained(name, job, line, mine, jobs, by_job, waiting)
             else:
@@ -149,6 +154,40 @@ class Ledger:
                 if run["status"] != "running" and (job_id, slot) not in retrying:
                     self.terminal[(job_id, slot)] = run["status"]
         return found
+
+
+# A gate's skip names what it saw of the upstream's slot (gate_verdict).
+GATE_SKIP = re.compile(
+    r"upstream (?P<up>\S+)'s slot (?P<slot>\S+) "
+    r"(?P<saw>failed|timed out|was cancelled|was lost|was skipped)"
+)
+SAW = {
+    "failed": "failed",
+    "timed out": "timed_out",
+    "was cancelled": "cancelled",
+    "was lost": "lost",
+    "was skipped": "skipped",
+}
+
+
+def _untrue(
+    name: str,
+    slot: datetime,
+    reason: str,
+    jobs: Mapping[str, Mapping[str, Any]],
+    by_job: Mapping[Any, Mapping[datetime, Mapping[str, Any]]],
+) -> list[str]:
+    """A new gate skip whose reason says what the upstream's slot is not: the reason must
+    be true when the record is written (a failed attempt whose retry waits is no failure)."""
+    said = GATE_SKIP.match(reason)
+    if said is None or said["up"] not in jobs:
+        return []
+    up_slot = datetime.fromisoformat(said["slot"].replace("Z", "+00:00"))
+    record = by_job.get(jobs[said["up"]]["id"], {}).get(up_slot)
+    status = None if record is None else record["status"]
+    if status == SAW[said["saw"]]:
+        return []
+    return [f"{name}: slot {slot.isoformat()} skipped as '{reason}', but that slot is {status}"]
 
 
 def _chained(

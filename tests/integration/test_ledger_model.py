@@ -186,6 +186,7 @@ class OperatorActions(RuleBasedStateMachine):
         self.first_options: dict[str, Any] = {}  # a's revision 1
         self.started = self.now
         self.pause_after: int | None = None
+        self.after_failure = "block"
         self.stalled = False  # no pass until the next step is taken
         self.steps: list[str] = []
 
@@ -225,20 +226,27 @@ class OperatorActions(RuleBasedStateMachine):
         retries=st.integers(0, 1),
         catch_up=st.sampled_from(("once", "skip", "backfill")),
         pause_after=st.sampled_from((None, 2)),
+        after_failure=st.sampled_from(("block", "run", "skip")),
     )
     def make_jobs(
-        self, retries: int = 0, catch_up: str = "once", pause_after: int | None = None
+        self,
+        retries: int = 0,
+        catch_up: str = "once",
+        pause_after: int | None = None,
+        after_failure: str = "block",
     ) -> None:
         """The jobs; a and m retry a failed slot (after 30 s) or not, and catch up by a
-        policy of their own; m may pause itself after failed slots in a row."""
+        policy of their own; m may pause itself after failed slots in a row; b does what
+        its ``after_failure`` says when a's slot failed."""
         self.options = {"retries": retries, "retry_backoff": "30s", "catch_up": catch_up}
         self.pause_after = pause_after
+        self.after_failure = after_failure
         self.first_options = self.options
         self.started = self.now
         specs = [spec(n, self.tenant, **self.kept(n)) for n in ("a", "b", "c", "m", "w")]
         self.do(
             f"apply a b c m w (retries {retries}, catch-up {catch_up}, "
-            f"m's pause after failures {pause_after})",
+            f"m's pause after failures {pause_after}, b's after-failure {after_failure})",
             lambda: self.cluster.store.definitions.apply(specs, now=self.now),
         )
         self.timelines = {n: self.timeline(n) for n in ("a", "b", "c", "m", "w")}
@@ -248,6 +256,8 @@ class OperatorActions(RuleBasedStateMachine):
         """The options the model gave the job, which a new definition keeps."""
         if name == "m":
             return {**self.options, "pause_after_failures": self.pause_after}
+        if name == "b":
+            return {"after_failure": self.after_failure}
         return self.options if name == "a" else {}
 
     def tick(self) -> None:

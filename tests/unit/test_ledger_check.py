@@ -127,3 +127,20 @@ def test_no_wait_without_a_bound() -> None:
     assert Ledger().check(due, runs, [], lines, at(2.5)) == [
         f"a: due at {at(2).isoformat()}, left unclaimed by the pass"
     ]
+
+
+def test_a_gate_skip_says_what_is_true_of_the_upstreams_slot() -> None:
+    lines = {"a": every_minute(), "b": every_minute()}
+    jobs = {"a": job("a", 2), "b": job("b", 2)}
+    said = "upstream a's slot 2030-01-01T00:01:00Z failed"
+    runs = [run("a", 1, "failed"), run("b", 1, "skipped", last_error=said)]
+    assert Ledger().check(jobs, runs, [], lines, at(1.5)) == []
+    retried = [run("a", 1, "succeeded"), run("b", 1, "skipped", last_error=said)]
+    assert Ledger().check(jobs, retried, [], lines, at(1.5)) == [
+        f"b: slot {at(1).isoformat()} skipped as '{said}', but that slot is succeeded"
+    ]
+    ledger = Ledger()  # a rerun of a's slot later makes the old reason no lie
+    ledger.check(jobs, runs, [], lines, at(1.5))
+    ledger.ask("a", [at(1)])
+    rerun = [run("a", 1, "succeeded", origin="rerun"), runs[1]]
+    assert ledger.check(jobs, rerun, [], lines, at(1.7)) == []
