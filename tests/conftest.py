@@ -19,12 +19,16 @@ from tests.helpers.databases import (
     throwaway_database,
 )
 from tests.helpers.roles import Logins, session_logins
-from tests.helpers.scheduling import slow_modules_first
+from tests.helpers.scheduling import WholeModules, slow_modules_first
 from tests.helpers.sessions import LockSessions, Opener
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     slow_modules_first(items)
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> WholeModules:
+    return WholeModules(config, log)  # type: ignore[arg-type]
 
 
 @pytest.fixture(scope="session")

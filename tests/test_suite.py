@@ -9,7 +9,7 @@ import ast
 from collections.abc import Iterator
 from pathlib import Path
 
-from tests.helpers.scheduling import slow_modules_first
+from tests.helpers.scheduling import WHOLE_MODULES, WholeModules, slow_modules_first
 
 TESTS = Path(__file__).resolve().parent
 SOURCES = sorted(p for p in TESTS.rglob("*.py") if "__pycache__" not in p.parts)
@@ -89,8 +89,8 @@ def test_the_checks_see_what_they_look_for() -> None:
 def test_the_tiers_run_on_workers_and_the_fast_one_leaves_out_e2e() -> None:
     full = (TESTS.parent / "bin" / "test").read_text("utf-8")
     fast = (TESTS.parent / "bin" / "test-fast").read_text("utf-8")
-    assert 'exec .venv/bin/pytest -n 4 --maxschedchunk 1 "$@"' in full
-    assert 'exec .venv/bin/pytest -n 4 --maxschedchunk 1 -m "not e2e" "$@"' in fast
+    assert 'exec .venv/bin/pytest -n 4 "$@"' in full
+    assert 'exec .venv/bin/pytest -n 4 -m "not e2e" "$@"' in fast
 
 
 class _Item:
@@ -119,3 +119,12 @@ def test_modules_with_a_slow_test_run_first_whole_and_in_their_order() -> None:
         "test_a.py::one",
         "test_c.py::one",
     ]
+
+
+def test_the_whole_modules_exist_and_are_one_unit_each() -> None:
+    for module in WHOLE_MODULES:
+        assert (TESTS.parent / module).is_file(), module
+    split = WholeModules._split_scope
+    plan = "tests/integration/test_claim_plan.py"
+    assert split(None, f"{plan}::test_a") == split(None, f"{plan}::test_b[x]") == plan  # type: ignore[arg-type]
+    assert split(None, "tests/unit/test_c.py::test_a") == "tests/unit/test_c.py::test_a"  # type: ignore[arg-type]
