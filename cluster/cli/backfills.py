@@ -60,9 +60,10 @@ async def backfill_job(
         emit_json(plan.backfill.to_json())
         return
     b = plan.backfill
+    cut = "" if plan.cut_at is None else " (the job's slot: it runs the later ones itself)"
     click.echo(
         f"backfill {b.id} of {b.job} (tenant {b.tenant}): {b.slots_total} slots from "
-        f"{iso(b.range_from)} to {iso(b.range_to)}, {b.max_parallel} at a time"
+        f"{iso(b.range_from)} to {iso(b.range_to)}{cut}, {b.max_parallel} at a time"
     )
 
 

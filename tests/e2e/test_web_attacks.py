@@ -832,7 +832,7 @@ def test_two_requests_racing_for_a_tenants_last_job_cannot_both_win(api: Api) ->
 def test_a_backfill_past_the_tenants_pending_slots_is_refused(api: Api) -> None:
     token = tenant_token(api, "filler", "write", "filling")
     set_quota(api, "filling", max_backfill_slots=10)
-    day = {"from": "2031-01-01T00:00:00Z", "to": "2031-01-01T06:00:00Z"}  # 6 hourly slots
+    day = {"from": "2026-01-01T00:00:00Z", "to": "2026-01-01T06:00:00Z"}  # 6 hourly slots
     with allowing(api, HANDLER), api.web.client(token) as client:
         assert client.post("/api/jobs", json=job("hourly", "filling")).status_code == 201
         first = client.post("/api/jobs/filling/hourly/backfill", json=day)

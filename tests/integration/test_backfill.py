@@ -2,8 +2,8 @@
 node's backfiller runs it): slots are queued as flights oldest first, at most
 ``max_parallel`` in flight, run through ``claim_flights`` with origin ``backfill`` until the
 request is done; ``only_missing`` leaves succeeded slots out; cancel drops queued slots;
-bad ranges and paused jobs are refused with nothing written; with overlap ``forbid`` a
-backfill slot and the job's regular slot never run at once."""
+bad ranges and paused jobs are refused with nothing written; a range ends at the job's own
+slot; with overlap ``forbid`` a backfill slot and the job's regular slot never run at once."""
 
 from __future__ import annotations
 
@@ -153,13 +153,47 @@ async def test_cancel_drops_queued_slots_and_running_ones_finish(
         await store.runcontrol.cancel_backfill(999)
 
 
+async def test_a_range_that_reaches_the_jobs_slot_ends_there(
+    store: JobStore, open_session: Opener, settings: ClusterSettings
+) -> None:
+    """The job's slot, due and not yet claimed, and the slots after it are the schedule's:
+    a backfill that ran them would be followed by the job's own run of each, replacing its
+    record. So the request ends at the job's slot."""
+    await add(store)
+    slot = (await store.get("roll", "acme")).slot_at
+    now = slot + timedelta(seconds=20)  # due: no node has claimed it yet
+    ask = {"start": slot - timedelta(minutes=3), "end": slot + timedelta(minutes=5), "now": now}
+    dry = await store.runcontrol.backfill("roll", "acme", dry_run=True, **ask)
+    passed = [slot - timedelta(minutes=m) for m in (3, 2, 1)]
+    assert (dry.slots, dry.cut_at) == (passed, slot)
+    plan = await store.runcontrol.backfill("roll", "acme", max_parallel=10, **ask)
+    assert plan.backfill is not None and plan.cut_at == slot
+    assert (plan.backfill.range_to, plan.backfill.slots_total) == (slot, 3)
+    assert await fill(settings, now) == 3
+    node = await open_session("n1")
+    flights = await node.flights.claim(ALL, 10, 30.0, now=now)
+    assert sorted(f.slot for f in flights) == passed
+    whole = await store.runcontrol.backfill(
+        "roll", "acme", start=slot - timedelta(minutes=3), end=slot, dry_run=True
+    )
+    assert whole.cut_at is None
+    with pytest.raises(InvalidInput, match="before the job's slot"):
+        await store.runcontrol.backfill(
+            "roll", "acme", start=slot - timedelta(seconds=30), end=slot + timedelta(minutes=5)
+        )
+    with pytest.raises(InvalidInput, match="has not passed"):
+        await store.runcontrol.backfill("roll", "acme", start=slot, end=slot + timedelta(hours=1))
+    assert len(await store.runcontrol.backfills()) == 1
+
+
 @pytest.mark.parametrize(
     ("start", "end", "message"),
     [
         (T0, T0, "must be after --from"),
         (T0, T0 - timedelta(hours=1), "must be after --from"),
         (T0 + timedelta(seconds=1), T0 + timedelta(seconds=59), "holds no slot"),
-        (T0, T0 + timedelta(days=70), "more than 100,000 slots"),
+        (T0 - timedelta(days=70), T0, "more than 100,000 slots"),
+        (T0 + timedelta(days=2), T0 + timedelta(days=3), "has not passed"),
     ],
 )
 async def test_bad_ranges_are_refused_with_nothing_written(

@@ -111,7 +111,9 @@ async def test_a_backfill_request_wakes_the_backfiller_of_its_shard(
     job = await store.get("a")
     await heard.marker()  # the job's creation NOTIFYed its shard too
     heard.state.shard_written.clear()
-    await store.runcontrol.backfill("a", "default", start=T0 - timedelta(minutes=1), end=T0)
+    await store.runcontrol.backfill(
+        "a", "default", start=T0 - timedelta(hours=2), end=T0 - timedelta(hours=1)
+    )
     assert await until(heard.state.shard_written.is_set, "the backfiller's wake-up")
     assert str(job.shard) in await heard.marker()
 
@@ -126,7 +128,9 @@ async def test_a_write_to_a_shard_held_elsewhere_wakes_no_backfiller(
     task = asyncio.create_task(notify.listen(settings, "n1", other.on_notify, stop))
     try:
         await other.listening()
-        await store.runcontrol.backfill("a", "default", start=T0 - timedelta(minutes=1), end=T0)
+        await store.runcontrol.backfill(
+            "a", "default", start=T0 - timedelta(hours=2), end=T0 - timedelta(hours=1)
+        )
         assert str(job.shard) in await other.marker()
         assert not other.state.shard_written.is_set()
         assert not other.state.wake.is_set()

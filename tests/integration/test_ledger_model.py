@@ -388,7 +388,7 @@ class OperatorActions(RuleBasedStateMachine):
             ),
         )
 
-    @rule(name=st.sampled_from(("a", "m")), back=st.integers(2, 8), span=st.integers(1, 3))
+    @rule(name=st.sampled_from(("a", "m")), back=st.integers(2, 8), span=st.integers(1, 6))
     def backfill(self, name: str, back: int, span: int) -> None:
         start = (self.now - back * MINUTE).replace(second=0)
         asked: list[datetime] = []

@@ -79,7 +79,7 @@ async def test_max_parallel_caps_a_jobs_overlap_and_a_backfill(store: JobStore) 
     with pytest.raises(InvalidInput):  # nor raised later by an update
         await store.definitions.apply([spec("wide", overlap="allow", max_concurrent=9)])
     assert (await store.get("wide", "a")).max_concurrent == 4
-    start, end = datetime(2031, 3, 1, tzinfo=UTC), datetime(2031, 3, 2, tzinfo=UTC)  # 24 slots
+    start, end = datetime(2026, 3, 1, tzinfo=UTC), datetime(2026, 3, 2, tzinfo=UTC)  # 24 slots
     with pytest.raises(InvalidInput) as refused:
         await store.runcontrol.backfill("wide", "a", start=start, end=end, max_parallel=5, now=T0)
     assert refused.value.field == "max_parallel"

@@ -24,7 +24,7 @@ from cluster.store.side import Fetch, SideConnection
 from cluster.timing.instants import US
 from cluster.timing.schedule import Schedule, parse_schedule
 
-__all__ = ["MAX_SLOTS", "Backfill", "BackfillPlan", "fill", "fill_held", "plan_slots"]
+__all__ = ["MAX_SLOTS", "Backfill", "BackfillPlan", "fill", "fill_held", "plan_end", "plan_slots"]
 
 MAX_SLOTS = 100_000  # slots per request
 SCAN = 1000  # slots of a request read per pass at most (only_missing skips many)
@@ -87,22 +87,49 @@ class Backfill:
 
 @dataclass(frozen=True)
 class BackfillPlan:
-    """What a request would run (``--dry-run``), or the request made."""
+    """What a request would run (``--dry-run``), or the request made. ``cut_at``: the job's
+    slot, where the range reached it (the request ends there)."""
 
     slots: list[datetime]
     backfill: Backfill | None = None
+    cut_at: datetime | None = None
 
 
-def plan_slots(schedule: Schedule, start: datetime, end: datetime) -> list[datetime]:
-    """The slots in ``[start, end)``, oldest first; ``InvalidInput`` for a reversed or empty
-    range or one of more than ``MAX_SLOTS`` slots."""
+def plan_end(start: datetime, end: datetime, job_slot: datetime) -> datetime:
+    """The end of a request for ``[start, end)``: ``end``, or the job's slot if the range
+    reaches it. A backfill runs slots the job has passed; its own slot and those after it
+    are its schedule's to run, and a backfill's run of one would be run again by the job
+    (and its record replaced). ``InvalidInput`` for a range as ``plan_slots`` says, or
+    one that starts at or after the job's slot."""
+    _check_range(start, end)
+    if start >= job_slot:
+        raise InvalidInput(
+            "from",
+            f"the job has not passed {start.isoformat()} yet (its slot is "
+            f"{job_slot.isoformat()}): a backfill runs slots the job has passed, and its "
+            "schedule runs the others",
+        )
+    return min(end, job_slot)
+
+
+def _check_range(start: datetime, end: datetime) -> None:
     if start.tzinfo is None or end.tzinfo is None:
         raise InvalidInput("from", "--from and --to need a UTC offset")
     if start >= end:
         raise InvalidInput("to", f"must be after --from ({start.isoformat()})")
+
+
+def plan_slots(
+    schedule: Schedule, start: datetime, end: datetime, cut_at: datetime | None = None
+) -> list[datetime]:
+    """The slots in ``[start, end)``, oldest first; ``InvalidInput`` for a reversed or empty
+    range or one of more than ``MAX_SLOTS`` slots. ``cut_at``: ``end`` is the job's slot,
+    which the range asked for reached (said if no slot is left)."""
+    _check_range(start, end)
     slots = schedule.slots_between(start, end - US, MAX_SLOTS + 1)
     if not slots:
-        raise InvalidInput("from", "the range holds no slot of the job's schedule")
+        before = "" if cut_at is None else f" before the job's slot ({cut_at.isoformat()})"
+        raise InvalidInput("from", f"the range holds no slot of the job's schedule{before}")
     if len(slots) > MAX_SLOTS:
         raise InvalidInput("to", f"the range holds more than {MAX_SLOTS:,} slots")
     return slots

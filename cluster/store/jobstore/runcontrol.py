@@ -111,8 +111,10 @@ class RunControl:
         """Ask for the job's slots in ``[start, end)`` to run again, oldest first, at most
         ``max_parallel`` at once (``only_missing``: those without a succeeded run). With
         ``dry_run``, only the slots it would run. A slot that runs after the request is
-        made, by the schedule or another request, is not run again by it (S1).
-        ``InvalidInput`` for a reversed, empty or too large range, or a paused or done job;
+        made, by the schedule or another request, is not run again by it (S1). A range
+        that reaches the job's slot ends there: that slot and the later ones are the
+        schedule's (``BackfillPlan.cut_at``). ``InvalidInput`` for a reversed, empty or too
+        large range, one that starts at or after the job's slot, or a paused or done job;
         nothing is written then."""
         if isinstance(max_parallel, bool) or not isinstance(max_parallel, int) or max_parallel < 1:
             raise InvalidInput("max_parallel", f"must be a whole number >= 1, got {max_parallel!r}")
@@ -125,12 +127,14 @@ class RunControl:
                 raise InvalidInput("job", f"{name!r} is {state}; a backfill needs an active job")
             if job.watch:
                 raise InvalidInput("job", f"{name!r} is a watch job: no node runs its slots")
-            slots = backfills.plan_slots(job.parsed_schedule(), start, end)
+            until = backfills.plan_end(start, end, job.slot_at)
+            cut_at = job.slot_at if until < end else None
+            slots = backfills.plan_slots(job.parsed_schedule(), start, until, cut_at)
             if only_missing:
                 ok = await backfills.ran(self._db.all, job.id, slots, only_missing=True)
                 slots = [s for s in slots if s not in ok]
             if dry_run:
-                return BackfillPlan(slots)
+                return BackfillPlan(slots, cut_at=cut_at)
             if not slots:
                 raise InvalidInput("from", "every slot of the range has succeeded already")
             params = {
@@ -139,7 +143,7 @@ class RunControl:
                 "job_name": job.name,
                 "shard_id": job.shard,
                 "range_from": start,
-                "range_to": end,
+                "range_to": until,
                 "only_missing": only_missing,
                 "max_parallel": max_parallel,
                 "slots_total": len(slots),
@@ -150,7 +154,7 @@ class RunControl:
             made = await self._db.one("backfill_insert", params)
             assert made is not None
             await self._db.notify(job.shard)
-        return BackfillPlan(slots, Backfill.from_row(made))
+        return BackfillPlan(slots, Backfill.from_row(made), cut_at)
 
     async def backfills(
         self, tenant: str | None = None, limit: int | None = None
