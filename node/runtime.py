@@ -278,8 +278,8 @@ class Node:
         if s.prune_interval_s > 0:
             followers.append(self._spawn(p.pruner.run(claiming)))
         followers.append(self._spawn(self._backfill(p.backfiller, claiming)))
-        followers.append(self._spawn(self._deathwatch(p.deathwatch, claiming)))
-        return Services(claiming, writing, heartbeat, lockers, writers, followers)
+        watch = self._spawn(self._deathwatch(p.deathwatch, claiming))
+        return Services(claiming, writing, heartbeat, lockers, writers, followers, watch)
 
     @staticmethod
     async def _backfill(backfiller: Backfiller, stop: Signal) -> None:

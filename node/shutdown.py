@@ -39,6 +39,7 @@ class Services:
     lockers: list[asyncio.Task[None]]  # shard keeper, claim loop, recovery
     writers: list[asyncio.Task[None]]  # lease renewal, completer
     followers: list[asyncio.Task[None]]  # membership subscription, NOTIFY listener
+    watch: asyncio.Task[None]  # the death watch: one wait of up to 10 s on a peer
 
 
 @dataclass(frozen=True)
@@ -69,7 +70,9 @@ class Shutdown:
         await finish(services.writers, FLUSH_TIMEOUT_S)
         await self._drain_member_runs()
         # The membership subscription and the NOTIFY listener hold nothing: not waited
-        # for before the unlock.
+        # for before the unlock. Nor does the death watch, whose wait on a peer does not
+        # end with the stop: it is cancelled (its connection closed), not waited for.
+        await finish([services.watch], 0.0)
         await finish(services.followers, FOLLOWERS_STOP_S)
         if self.completer.pending:
             logger.error(
@@ -132,10 +135,18 @@ class Shutdown:
 
 
 async def finish(tasks: list[asyncio.Task[None]], timeout_s: float) -> None:
-    """Let tasks end by themselves within ``timeout_s``, then cancel the rest."""
+    """Let tasks end by themselves within ``timeout_s``, then cancel the rest (said in the
+    log, unless ``timeout_s`` is 0: cancelled at once)."""
     if not tasks:
         return
     _, pending = await asyncio.wait(tasks, timeout=timeout_s)
+    if pending and timeout_s > 0:
+        logger.warning(
+            "%d services did not stop within %.0f s of the stop: cancelled",
+            len(pending),
+            timeout_s,
+            extra={"event": "services_cancelled"},
+        )
     for task in pending:
         task.cancel()
     if pending:
