@@ -237,8 +237,15 @@ def test_a_backfill_is_asked_for_from_the_jobs_page(console: Console) -> None:
     until(lambda: console.find("#backfill"), "the backfill form", 20)
     console.find("#bf-from")[0].send_keys("2026-01-01T00:00:00Z")
     console.find("#bf-to")[0].send_keys("2026-01-04T00:00:00Z")
+    script = (
+        "return Array.from(document.querySelectorAll('#backfill input[type=text]'), e => e.value);"
+    )
+    typed = console.browser.execute_script(script)
+    assert typed == ["2026-01-01T00:00:00Z", "2026-01-04T00:00:00Z"], "the page was redrawn"
     console.click("#do-backfill")
-    until(lambda: "3 slots queued" in console.text("#action-result"), "the request", 20)
+    # The answer, or the error the page shows instead (said by the assertion).
+    shown = until(lambda: console.text("#action-result") or console.text("#message"), "it", 20)
+    assert shown.endswith(": 3 slots queued"), shown
     with console.api() as api:
         (made,) = api.get("/api/backfills").json()
     assert (made["job"], made["slots_total"]) == ("daily", 3)
