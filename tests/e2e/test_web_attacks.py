@@ -847,7 +847,7 @@ def test_a_backfill_past_the_tenants_pending_slots_is_refused(api: Api) -> None:
 def test_max_parallel_past_the_tenants_cap_is_refused(api: Api) -> None:
     token = tenant_token(api, "wide-writer", "write", "narrow")
     set_quota(api, "narrow", max_parallel=2)
-    window = {"from": "2031-01-01T00:00:00Z", "to": "2031-01-01T06:00:00Z", "max_parallel": 50}
+    window = {"from": "2026-01-01T00:00:00Z", "to": "2026-01-01T06:00:00Z", "max_parallel": 50}
     with allowing(api, HANDLER), api.web.client(token) as client:
         wide = job("wide", "narrow", overlap="allow", max_concurrent=50)
         refused = client.post("/api/jobs", json=wide)
