@@ -148,6 +148,9 @@ class Job:
     priority: int = 0  # among its tenant's due slots, higher first (docs/jobs.md#priorities)
     each_node: bool = False  # each slot runs on every live member (docs/design/each-node.md)
     uses: tuple[str, ...] = ()  # named limits each run takes (docs/limits.md)
+    # When its current timing was written (None: the one it was created with): a walk on
+    # from a slot before it goes to the timing's first slot at or after it.
+    timing_from: datetime | None = None
 
     def rule(self) -> CalendarRule | None:
         """The calendar the job plans with (its copy), or None."""
@@ -155,6 +158,11 @@ class Job:
 
     def parsed_schedule(self) -> Schedule:
         return parse_schedule(self.schedule, self.tz, self.dst_repeated, self.dst_skipped)  # type: ignore[arg-type]
+
+    def walked_schedule(self) -> Schedule:
+        """The schedule the job walks on by from its slot: no slot at or before
+        ``timing_from``."""
+        return self.parsed_schedule().starting(self.timing_from)
 
     @classmethod
     def from_row(cls, row: dict[str, Any]) -> Job:
@@ -186,6 +194,7 @@ class Job:
             expect_state=row["expect_state"],
             expect_state_at=row["expect_state_at"],
             adopt_at=row["adopt_at"],
+            timing_from=row.get("timing_from"),
         )
 
     def to_json(self) -> dict[str, Any]:

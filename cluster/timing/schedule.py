@@ -34,6 +34,7 @@ success of its upstreams' slot makes one of its slots (docs/design/chains.md).
 
 from __future__ import annotations
 
+import copy
 import functools
 import heapq
 import itertools
@@ -83,6 +84,8 @@ class Schedule:
     tz: str = "UTC"
     dst_repeated: DstRepeated = "once"
     dst_skipped: DstSkipped = "shift"
+    # No slot at or before this instant (``starting``): a job's timing after it was written.
+    since: datetime | None = None
     _zone: ZoneInfo = field(init=False, repr=False, compare=False)
     _every_us: int | None = field(init=False, repr=False, compare=False)
     _day_expr: str = field(init=False, repr=False, compare=False)
@@ -117,6 +120,18 @@ class Schedule:
         normalized = {"expr": expr, "tz": tz, "_zone": zone, "_every_us": every_us}
         for name, value in {**normalized, "_day_expr": day_expr, "_times": times}.items():
             object.__setattr__(self, name, value)  # frozen: set once, here
+
+    def starting(self, since: datetime | None) -> Schedule:
+        """This schedule with no slot at or before ``since`` (itself for None). A job whose
+        timing changed walks on from a slot kept from before the change to its new timing's
+        first slot after the change, not to slots of the new timing that were never its own
+        (docs/design/time.md, "A new timing over a kept slot"). As ``pulse audit`` reads a
+        revision: the slots of a timing written at t are those after t."""
+        if since is None or since == self.since:
+            return self
+        bounded = copy.copy(self)
+        object.__setattr__(bounded, "since", _utc(since, "since"))  # frozen: set once, here
+        return bounded
 
     @property
     def chain(self) -> tuple[str, ...]:
@@ -174,6 +189,8 @@ class Schedule:
     def iter_after(self, after: datetime) -> Iterator[datetime]:
         """Every slot strictly after ``after``, in UTC, strictly increasing."""
         after = _utc(after, "after")
+        if self.since is not None and after < self.since:
+            after = self.since
         if self._chain:
             return iter(())  # no clock: its slots are its upstreams' successes
         if self._members:

@@ -49,7 +49,7 @@ V = TypeVar("V")
 _schedules: dict[tuple[str, str, str, str], Schedule] = {}
 _calendar_rules: dict[str, CalendarRule] = {}
 Memo = dict[datetime, Known]
-_memos: dict[tuple[str, str, str, str, str | None], Memo] = {}
+_memos: dict[tuple[str, str, str, str, str | None, datetime | None], Memo] = {}
 _rules: dict[tuple[object, ...], TimeRules] = {}
 
 
@@ -81,6 +81,7 @@ def rules_of(job: ClaimedJob) -> TimeRules:
     key = (
         job.schedule, job.tz, job.dst_repeated, job.dst_skipped, job.calendar_rule,
         job.catch_up, job.grace_s, job.max_backfill, job.tenant, job.name, job.jitter_s,
+        job.timing_from,
     )  # fmt: skip
     return _remember(_rules, key, lambda: _make_rules(job))
 
@@ -88,10 +89,14 @@ def rules_of(job: ClaimedJob) -> TimeRules:
 def _make_rules(job: ClaimedJob) -> TimeRules:
     text = job.calendar_rule
     rule = None if text is None else _remember(_calendar_rules, text, lambda: _parse_rule(text))
-    memo_key = (job.schedule, job.tz, job.dst_repeated, job.dst_skipped, text)
+    memo_key = (job.schedule, job.tz, job.dst_repeated, job.dst_skipped, text, job.timing_from)
     memo: Memo = _remember(_memos, memo_key, dict)
     return TimeRules(
-        schedule_of(job), rule, _catch_up(job.catch_up, job.grace_s, job.max_backfill),
+        # A slot kept from before a change of timing walks on to the new timing's slots
+        # from the change (Schedule.starting).
+        schedule_of(job).starting(job.timing_from),
+        rule,
+        _catch_up(job.catch_up, job.grace_s, job.max_backfill),
         job.tenant, job.name, job.jitter_s, memo,
     )  # fmt: skip
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from datetime import datetime
 
 from cluster.jobs.spec import JobSpec
 from cluster.settings import ClusterSettings
@@ -24,6 +25,15 @@ SKIPS = (
     "ORDER BY scheduled_for"
 )
 MOVED = "a new timing moved the job past it before it ran"
+
+
+async def verdicts(settings: ClusterSettings, job: str, end: datetime) -> list[tuple[str, str]]:
+    """``pulse audit --json`` of ``job`` from T0 to ``end`` (exit 0): (slot, verdict)."""
+    span = ("--from", T0.isoformat(), "--to", end.isoformat(), "--job", job, "--json")
+    result = await asyncio.to_thread(invoke, settings, "audit", *span)
+    assert result.exit_code == 0, result.output
+    lines = [json.loads(line) for line in result.stdout.splitlines()]
+    return [(x["slot"], x["verdict"]) for x in lines if x["type"] == "slot"]
 
 
 async def test_apply_and_rollback_record_the_overdue_slots_they_move_a_job_past(
@@ -52,11 +62,7 @@ async def test_apply_and_rollback_record_the_overdue_slots_they_move_a_job_past(
         (at(40), f"skipped by pulse jobs apply: {MOVED}"),
         (at(60), f"skipped by pulse jobs rollback: {MOVED}"),
     ]
-    span = ("--from", T0.isoformat(), "--to", at(80).isoformat(), "--job", "moved", "--json")
-    result = await asyncio.to_thread(invoke, settings, "audit", *span)
-    assert result.exit_code == 0, result.output
-    lines = [json.loads(line) for line in result.stdout.splitlines()]
-    assert [(x["slot"], x["verdict"]) for x in lines if x["type"] == "slot"] == [
+    assert await verdicts(settings, "moved", at(80)) == [
         (at(10).isoformat(), "ran"),
         *((at(s).isoformat(), "skipped") for s in (20, 30, 40, 60)),
     ]
@@ -109,9 +115,47 @@ async def test_a_new_timing_keeps_the_retry_of_a_failed_slot(
     # On at the new timing: its newest slot due by then runs next (catch-up once).
     assert (await store.get("retried")).slot_at == at(30)
 
-    span = ("--from", T0.isoformat(), "--to", at(30).isoformat(), "--job", "retried", "--json")
-    result = await asyncio.to_thread(invoke, settings, "audit", *span)
-    assert result.exit_code == 0, result.output
-    lines = [json.loads(line) for line in result.stdout.splitlines()]
-    verdicts = {x["slot"]: x["verdict"] for x in lines if x["type"] == "slot"}
-    assert (verdicts[at(10).isoformat()], verdicts[at(20).isoformat()]) == ("reran", "skipped")
+    found = dict(await verdicts(settings, "retried", at(30)))
+    assert (found[at(10).isoformat()], found[at(20).isoformat()]) == ("reran", "skipped")
+
+
+async def test_a_kept_slot_walks_on_to_the_new_timings_slots_from_the_change(
+    store: JobStore, settings: ClusterSettings, open_session: Opener
+) -> None:
+    """A job whose retry waits when its timing changes runs that retry, then goes on to the
+    new timing's first slot after the change: not to the new timing's slots before it,
+    which were never the job's (a `backfill` catch-up ran them all). The old timing's slots
+    between the two are recorded skipped by the apply, those the new timing has too (20 s
+    here) included."""
+    await add(store, every_10s("walked", retries=2, catch_up="backfill"))
+    await rows(settings, REVISED, (T0, 1))
+    node = await open_session("n1", "za")
+    (job,) = (await node.claim(ALL, 10, 30.0, now=at(10))).jobs
+    failed = finish(job, "failed", error="boom", retry_at=at(40))
+    await node.completions.complete([failed], now=at(11))
+
+    every_5s = JobSpec.build(
+        "walked", "@every 5s", "cluster.chaos.witness:record", retries=2, catch_up="backfill"
+    )
+    await store.definitions.apply([every_5s], now=at(25))
+    await rows(settings, REVISED, (at(25), 2))
+    assert (await store.get("walked")).timing_from == at(25)
+    skipped = await rows(settings, SKIPS, ("walked",))
+    assert [(r["scheduled_for"], r["last_error"]) for r in skipped] == [
+        (at(20), f"skipped by pulse jobs apply: {MOVED}")
+    ]
+
+    (job,) = (await node.claim(ALL, 10, 30.0, now=at(40))).jobs
+    assert (job.slot, job.attempt, job.timing_from) == (at(10), 2, at(25))
+    done, skips = after_run(job, Outcome("succeeded", None, 0.01), at(41))
+    assert (done.next_slot, skips) == (at(30), [])  # not 15 s: no slot of the job
+    await node.completions.complete([done], skips, now=at(41))
+    (job,) = (await node.claim(ALL, 10, 30.0, now=at(41))).jobs
+    assert job.slot == at(30)
+    await node.completions.complete([finish(job)], now=at(42))
+
+    assert await verdicts(settings, "walked", at(31)) == [
+        (at(10).isoformat(), "reran"),
+        (at(20).isoformat(), "skipped"),
+        (at(30).isoformat(), "ran"),
+    ]

@@ -105,14 +105,16 @@ def test_each_claim_returns_the_claimed_job_with_the_declared_options(name: str)
 def test_upsert_jobs_writes_and_compares_the_written_options() -> None:
     sql = statement("upsert_jobs")
     fixed = ["id", "tenant_id", "name", "status", "shard_id", "next_run_at", "slot_at"]
-    assert inserted(sql) == [*fixed, "calendar_rule", "slot_origin", *WRITTEN]
+    assert inserted(sql) == [*fixed, "calendar_rule", "slot_origin", "timing_from", *WRITTEN]
     assert assigned(sql) == [*WRITTEN, "calendar_rule"]
     timing = OPTIONS.columns["timing"]
-    assert compared(sql) == [(list(timing), list(timing)), (list(WRITTEN), list(WRITTEN))]
+    moved, written = (list(timing), list(timing)), (list(WRITTEN), list(WRITTEN))
+    assert compared(sql) == [moved, moved, written]  # the slot, timing_from, the row
     # Each column inserted is read from the batch's row of that name (x.<column>).
     select = sql[sql.index("SELECT") : sql.index("FROM jsonb_populate_recordset")]
     read = set(re.findall(r"\bx\.(\w+)", select))
-    assert read == {*fixed, "calendar_rule", "slot_origin", "paused", *WRITTEN} - {"status"}
+    read_too = {"calendar_rule", "slot_origin", "timing_from", "paused"}
+    assert read == {*fixed, *read_too, *WRITTEN} - {"status"}
     assert set(re.findall(r"%\((\w+)\)s", sql)) == {"jobs", "replace"}
 
 

@@ -115,12 +115,13 @@ EXPECTED: dict[str, dict[str, str]] = {
         "= None, paused_until: 'datetime | None' = None, revision: 'int' = 1, "
         "runs_done: 'int' = 0, last_success_at: 'datetime | None' = None, "
         "expect_state: 'str | None' = None, expect_state_at: 'datetime | None' = None, "
-        "adopt_at: 'datetime | None' = None) -> None",
+        "adopt_at: 'datetime | None' = None, timing_from: 'datetime | None' = None) -> None",
         "from_row": "(cls, row: 'dict[str, Any]') -> 'Job'",
         "health": "(self) -> 'dict[str, Any]'",
         "parsed_schedule": "(self) -> 'Schedule'",
         "rule": "(self) -> 'CalendarRule | None'",
         "to_json": "(self) -> 'dict[str, Any]'",
+        "walked_schedule": "(self) -> 'Schedule'",
     },
     "JobSpec": {
         "__init__": "() -> None",

@@ -353,6 +353,7 @@ class Definitions:
             "on_excluded": None if rule is None else spec.on_excluded,
             "calendar_rule": None if rule is None else rule.to_json(),
             "slot_origin": origin_of(run),
+            "timing_from": db_now,
         }
 
 

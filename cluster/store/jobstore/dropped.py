@@ -8,8 +8,9 @@ for a login that writes no past runs, before the upsert moves the jobs. A part o
 ``Definitions``.
 
 A slot held at its gate or deferred by a window is kept by the new definition instead
-(``Definitions._past_records``), and its claim decides it and the new timing's slots up to
-then; the old timing's slots after it that the new timing does not have are recorded here.
+(``Definitions._past_records``), and its claim decides it and the new timing's slots after
+the change (``Job.walked_schedule``) up to then; the old timing's slots after it that the
+new timing does not have, every one up to the change, are recorded here.
 A job whose definition changes but not its timing keeps its slot: nothing is recorded.
 
 A pause walks the same way (``passed_slots``): the slots an idle job owes when it is paused
@@ -116,8 +117,8 @@ def dropped_slots(old: Job, new: Job, now: datetime, by: str) -> list[Passing]:
 
     A job moved to its new timing's next slot passes every one from its old slot on. One
     that keeps its slot (held at its gate, deferred by a window) has its claim decide the
-    slots of the new timing up to then, by catch-up; it passes only the old timing's slots
-    after its own that the new timing does not have. Listed as ``passing.passed`` lists
+    slots of the new timing after the change up to then, by catch-up; it passes only the
+    old timing's slots after its own that those do not include. Listed as ``passing.passed`` lists
     them: the newest ``MAX_RECORDED``, the oldest standing for the others."""
     reason = f"skipped by {by}: a new timing moved the job past it before it ran"
     keeper = _timing(new) if new.slot_at == old.slot_at else None
@@ -131,7 +132,7 @@ def passed_slots(job: Job, now: datetime, reason: str) -> list[Passing]:
 
 
 def _timing(job: Job) -> passing.Timing:
-    return passing.Timing(job.parsed_schedule(), job.rule())
+    return passing.Timing(job.walked_schedule(), job.rule())
 
 
 def skips_json(skips: Sequence[Passing]) -> str:

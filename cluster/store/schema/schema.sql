@@ -230,7 +230,11 @@ CREATE TABLE jobs (
     -- the writers; docs/design/fairness.md, "Priorities").
     priority         integer NOT NULL DEFAULT 0,
     -- Each slot runs once on every live member (of `zones`): docs/design/each-node.md.
-    each_node        boolean NOT NULL DEFAULT false
+    each_node        boolean NOT NULL DEFAULT false,
+    -- When the current timing was written (NULL: the one the job was created with): the
+    -- walk onward from a slot before it goes to the timing's first slot at or after it
+    -- (docs/design/time.md, "A new timing over a kept slot").
+    timing_from      timestamptz
 ) WITH (fillfactor = 80);
 
 -- The claim's due range, for every status: an index on a column the claim writes would

@@ -275,7 +275,8 @@ claimed AS (
               -- limit_waits for a row that took a key, none for others.
               j.holds IS NOT NULL AND EXISTS (
                   SELECT 1 FROM limit_waits w WHERE w.job_id = j.id AND w.slot = j.slot_at)
-                  AS waited
+                  AS waited,
+              j.timing_from
 ),
 next_due AS (
     SELECT min(x.next_run_at) AS t
@@ -435,7 +436,7 @@ reset AS (
               j.slot_at, j.attempt, j.lease_token, j.next_run_at, {fields:claimed:j.@},
               j.cancel_by, false AS flight, j.calendar_rule, false AS gated,
               NULL::timestamptz AS previous_slot, NULL::timestamptz AS last_success,
-              NULL::jsonb AS state, j.slot_origin AS origin, false AS waited,
+              NULL::jsonb AS state, j.slot_origin AS origin, false AS waited, j.timing_from,
               d.poison, d.reason, d.locked_by,
               record_run(j.id, j.tenant_id, j.name, j.slot_at, d.attempt, d.locked_by,
                          d.locked_zone, 'lost', d.lease_token, d.locked_at, k.t, NULL,

@@ -219,7 +219,8 @@ flown AS (
               f.cancel_by, true AS flight, j.calendar_rule,
               j.gated AND coalesce(f.origin, '') IN ('backfill', 'rerun') AS gated,
               NULL::timestamptz AS previous_slot, NULL::timestamptz AS last_success,
-              NULL::jsonb AS state, f.origin, false AS waited
+              NULL::jsonb AS state, f.origin, false AS waited,
+              NULL::timestamptz AS timing_from
 ),
 -- Each-node: one run of a job at a time on a member, its oldest slot first.
 member_picked AS (
@@ -244,7 +245,8 @@ member_claimed AS (
               j.shard_id, n.slot, n.attempt, n.lease_token, n.due_at, {fields:claimed:j.@},
               n.cancel_by, true AS flight, j.calendar_rule, false AS gated,
               NULL::timestamptz AS previous_slot, NULL::timestamptz AS last_success,
-              NULL::jsonb AS state, NULL::text AS origin, false AS waited
+              NULL::jsonb AS state, NULL::text AS origin, false AS waited,
+              NULL::timestamptz AS timing_from
 )
 SELECT * FROM flown
 UNION ALL
@@ -508,7 +510,8 @@ RETURNING j.id, j.tenant_id, j.name, CASE WHEN f.payload IS NULL
           f.cancel_by, true AS flight, j.calendar_rule,
           j.gated AND coalesce(f.origin, '') IN ('backfill', 'rerun') AS gated,
           NULL::timestamptz AS previous_slot, NULL::timestamptz AS last_success,
-          NULL::jsonb AS state, f.origin, false AS waited, d.poison, d.reason,
+          NULL::jsonb AS state, f.origin, false AS waited, NULL::timestamptz AS timing_from,
+          d.poison, d.reason,
           d.locked_by,
           record_run(j.id, j.tenant_id, j.name, f.slot, d.attempt, d.locked_by,
                      d.locked_zone, 'lost', d.lease_token, d.locked_at, k.t, NULL,

@@ -19,14 +19,15 @@ SELECT set_config('pulse.who', %(who)s, false), set_config('pulse.how', %(how)s,
 -- re-plan on their changes. The job's options are the columns its declaration says
 -- upsert_jobs writes (`written`), and those whose change moves it (`timing`):
 -- cluster/jobs/spec.py. Returns each row written as it is now, and whether it is new.
+-- timing_from is the time of the write (the apply's clock): kept while the timing is.
 INSERT INTO jobs AS j (
     id, tenant_id, name, status, shard_id, next_run_at, slot_at, calendar_rule, slot_origin,
-    {fields:written:@})
+    timing_from, {fields:written:@})
 SELECT
     x.id, x.tenant_id, x.name, CASE WHEN x.paused THEN 'paused' ELSE 'idle' END,
     x.shard_id,
     CASE WHEN x.paused THEN '9999-01-01Z'::timestamptz ELSE x.next_run_at END,
-    x.slot_at, x.calendar_rule, x.slot_origin,
+    x.slot_at, x.calendar_rule, x.slot_origin, x.timing_from,
     {fields:written:x.@}
 FROM jsonb_populate_recordset(NULL::jobs, %(jobs)s::jsonb) AS x
 ON CONFLICT (tenant_id, name) DO UPDATE SET
@@ -59,6 +60,10 @@ ON CONFLICT (tenant_id, name) DO UPDATE SET
                   OR (j.paused AND NOT excluded.paused)) AS moves,
                 j.status = 'idle' AND j.attempt > 1 AND NOT excluded.paused
                   AND excluded.slot_at = j.slot_at AS retry) m),
+    -- A slot kept under a new timing (held, deferred, retried, running) walks on from here
+    -- to the new timing's slots from now, not to those before (Schedule.starting).
+    timing_from = CASE WHEN ({fields:timing:j.@}) IS DISTINCT FROM ({fields:timing:excluded.@})
+                       THEN excluded.timing_from ELSE j.timing_from END,
     updated_at = now()
 WHERE %(replace)s
   AND ({fields:written:j.@}) IS DISTINCT FROM ({fields:written:excluded.@})
