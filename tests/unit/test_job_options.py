@@ -121,9 +121,9 @@ def test_upsert_jobs_writes_and_compares_the_written_options() -> None:
 def test_an_each_zone_child_copies_the_declared_options() -> None:
     sql = statement("upsert_zone_child")
     fixed = ["id", "tenant_id", "name", "status", "shard_id", "next_run_at", "slot_at"]
-    assert inserted(sql) == [*fixed, "zones", "parent_id", *CHILD]
-    assert f"p.id, {', '.join(f'p.{c}' for c in CHILD)}\nFROM jobs p" in sql
-    assert assigned(sql) == list(CHILD)
+    assert inserted(sql) == [*fixed, "zones", "parent_id", "timing_from", *CHILD]
+    assert f"p.id, p.timing_from, {', '.join(f'p.{c}' for c in CHILD)}\nFROM jobs p" in sql
+    assert assigned(sql) == [*CHILD, "timing_from"]
     timing = OPTIONS.columns["child_timing"]
     assert compared(sql) == [(list(timing), list(timing)), (list(CHILD), list(CHILD))]
 

@@ -56,14 +56,15 @@ WHERE p.each_zone AND (p.zones IS NULL OR %(zone)s = ANY(p.zones));
 -- parent's. Its id, shard and run history stay; a timing change moves an idle child to
 -- the new next slot %(slot_at)s, starting at %(next_run_at)s (its jitter: the child's name
 -- keys it), as `upsert_jobs` does. What a child copies is declared with the job's options
--- (`child`): cluster/jobs/spec.py.
+-- (`child`): cluster/jobs/spec.py. Its timing holds from when the parent's was written
+-- (timing_from): a running child's slot walks on to the new timing's slots after then.
 INSERT INTO jobs AS j (
     id, tenant_id, name, status, shard_id, next_run_at, slot_at, zones, parent_id,
-    {fields:child:@})
+    timing_from, {fields:child:@})
 SELECT %(id)s, p.tenant_id, p.name || '@' || %(zone)s,
     CASE WHEN p.paused THEN 'paused' ELSE 'idle' END, %(shard_id)s,
     CASE WHEN p.paused THEN '9999-01-01Z'::timestamptz ELSE %(next_run_at)s END,
-    %(slot_at)s, ARRAY[%(zone)s::text], p.id, {fields:child:p.@}
+    %(slot_at)s, ARRAY[%(zone)s::text], p.id, p.timing_from, {fields:child:p.@}
 FROM jobs p WHERE p.id = %(parent_id)s AND p.each_zone
 ON CONFLICT (tenant_id, name) DO UPDATE SET
     {fields:child:@ = excluded.@},
@@ -77,6 +78,7 @@ ON CONFLICT (tenant_id, name) DO UPDATE SET
         FROM (SELECT j.status <> 'running' AND (
                   ({fields:child_timing:j.@}) IS DISTINCT FROM ({fields:child_timing:excluded.@})
                   OR (j.paused AND NOT excluded.paused)) AS moves) m),
+    timing_from = excluded.timing_from,
     updated_at = now()
 WHERE j.parent_id = excluded.parent_id
   AND ({fields:child:j.@}) IS DISTINCT FROM ({fields:child:excluded.@})
