@@ -128,3 +128,14 @@ def test_the_whole_modules_exist_and_are_one_unit_each() -> None:
     plan = "tests/integration/test_claim_plan.py"
     assert split(None, f"{plan}::test_a") == split(None, f"{plan}::test_b[x]") == plan  # type: ignore[arg-type]
     assert split(None, "tests/unit/test_c.py::test_a") == "tests/unit/test_c.py::test_a"  # type: ignore[arg-type]
+
+
+def test_every_end_to_end_module_marks_its_tests_e2e() -> None:
+    """bin/test-fast leaves out the ``e2e`` mark, not the directory: a module of node
+    processes without it would slow the fast tier."""
+    unmarked = [
+        path.name
+        for path in sorted((TESTS / "e2e").glob("test_*.py"))
+        if "pytest.mark.e2e" not in path.read_text("utf-8")
+    ]
+    assert unmarked == []

@@ -4,6 +4,8 @@ a tenant whose every job has the highest priority still takes turns with the oth
 
 from __future__ import annotations
 
+import pytest
+
 from cluster.jobs.spec import JobSpec
 from cluster.settings import ClusterSettings
 from tests.helpers.fleet import Fleet
@@ -18,6 +20,7 @@ def job(name: str, tenant: str, priority: int = 0) -> JobSpec:
                          payload=HOLD, priority=priority)  # fmt: skip
 
 
+@pytest.mark.e2e
 def test_a_node_runs_a_tenants_priority_first_and_the_tenants_in_turn(
     settings: ClusterSettings, fleet: Fleet
 ) -> None:
