@@ -149,7 +149,7 @@ class Job:
     each_node: bool = False  # each slot runs on every live member (docs/design/each-node.md)
     uses: tuple[str, ...] = ()  # named limits each run takes (docs/limits.md)
     # When its current timing was written (None: the one it was created with): a walk on
-    # from a slot before it goes to the timing's first slot at or after it.
+    # from a slot before it goes to the timing's first slot after it.
     timing_from: datetime | None = None
 
     def rule(self) -> CalendarRule | None:

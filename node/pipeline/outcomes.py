@@ -93,7 +93,7 @@ def _make_rules(job: ClaimedJob) -> TimeRules:
     memo: Memo = _remember(_memos, memo_key, dict)
     return TimeRules(
         # A slot kept from before a change of timing walks on to the new timing's slots
-        # from the change (Schedule.starting).
+        # after the change (Schedule.starting).
         schedule_of(job).starting(job.timing_from),
         rule,
         _catch_up(job.catch_up, job.grace_s, job.max_backfill),

@@ -322,3 +322,18 @@ def test_arbitrary_text_fails_only_with_invalid_input(text: str) -> None:
         assert exc.field.startswith("schedule"), exc.field
         return
     assert schedule.next_after(T0) > T0
+
+
+def test_a_schedule_starting_at_an_instant_has_no_slot_at_or_before_it() -> None:
+    every = Schedule("@every 1m")
+    since = datetime(2026, 1, 1, 0, 4, tzinfo=UTC)
+    bounded = every.starting(since)
+    assert every.starting(None) is every and bounded.starting(since) is bounded
+    assert bounded.next_after(datetime(2026, 1, 1, tzinfo=UTC)) == since + timedelta(minutes=1)
+    assert bounded.slots_between(since - timedelta(minutes=3), since + timedelta(minutes=2), 9) == [
+        since + timedelta(minutes=1),
+        since + timedelta(minutes=2),
+    ]
+    later = since + timedelta(minutes=5)
+    assert bounded.next_after(later) == every.next_after(later)  # after it, unchanged
+    assert every.next_after(datetime(2026, 1, 1, tzinfo=UTC)) == since - timedelta(minutes=3)

@@ -118,8 +118,9 @@ def dropped_slots(old: Job, new: Job, now: datetime, by: str) -> list[Passing]:
     A job moved to its new timing's next slot passes every one from its old slot on. One
     that keeps its slot (held at its gate, deferred by a window) has its claim decide the
     slots of the new timing after the change up to then, by catch-up; it passes only the
-    old timing's slots after its own that those do not include. Listed as ``passing.passed`` lists
-    them: the newest ``MAX_RECORDED``, the oldest standing for the others."""
+    old timing's slots after its own that those do not include. Listed as
+    ``passing.passed`` lists them: the newest ``MAX_RECORDED``, the oldest standing for the
+    others."""
     reason = f"skipped by {by}: a new timing moved the job past it before it ran"
     keeper = _timing(new) if new.slot_at == old.slot_at else None
     return passing.passed(_timing(old), old.slot_at, now, reason, keeper)

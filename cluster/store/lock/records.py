@@ -109,7 +109,7 @@ class ClaimedJob(NamedTuple):
     # (docs/design/limits.md, "Letting in").
     waited: bool = False
     # When the job's timing was written (None: at its creation): the walk on from a slot
-    # before it goes to the timing's first slot at or after it (migration
+    # before it goes to the timing's first slot after it (migration
     # 0.3.0_pre_zzzzz_timing_from).
     timing_from: datetime | None = None
 

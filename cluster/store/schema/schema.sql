@@ -232,7 +232,7 @@ CREATE TABLE jobs (
     -- Each slot runs once on every live member (of `zones`): docs/design/each-node.md.
     each_node        boolean NOT NULL DEFAULT false,
     -- When the current timing was written (NULL: the one the job was created with): the
-    -- walk onward from a slot before it goes to the timing's first slot at or after it
+    -- walk onward from a slot before it goes to the timing's first slot after it
     -- (docs/design/time.md, "A new timing over a kept slot").
     timing_from      timestamptz
 ) WITH (fillfactor = 80);

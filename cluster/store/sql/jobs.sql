@@ -61,7 +61,7 @@ ON CONFLICT (tenant_id, name) DO UPDATE SET
                 j.status = 'idle' AND j.attempt > 1 AND NOT excluded.paused
                   AND excluded.slot_at = j.slot_at AS retry) m),
     -- A slot kept under a new timing (held, deferred, retried, running) walks on from here
-    -- to the new timing's slots from now, not to those before (Schedule.starting).
+    -- to the new timing's slots after now, not to those before (Schedule.starting).
     timing_from = CASE WHEN ({fields:timing:j.@}) IS DISTINCT FROM ({fields:timing:excluded.@})
                        THEN excluded.timing_from ELSE j.timing_from END,
     updated_at = now()
