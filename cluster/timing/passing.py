@@ -46,7 +46,8 @@ def passed(
 ) -> list[Passing]:
     """The slots of ``timing`` from ``start`` (the job's slot) due by ``now``, each with
     ``reason``, or the rule's for a slot its calendar or a window skips. ``start`` itself
-    is passed even if it is no slot of the schedule (a trigger's instant).
+    is passed even if it is no slot of the schedule (a trigger's instant, or a slot kept
+    from before the timing's change, ``Schedule.starting``), and even with no slot after it.
 
     ``keeper``: the job keeps its slot under a new timing (held at its gate, deferred), and
     its claim decides the new timing's slots up to then by catch-up; only the old timing's
@@ -71,6 +72,8 @@ def passed(
                 pass_by(start, reason)
             pass_by(decision.slot, reason if decision.runs else _rule_reason(decision.reason))
             walked, last = walked + 1, decision.slot
+        if walked == 0 and after < start and not kept and start <= now:
+            pass_by(start, reason)
         if walked < MAX_OUTAGE_SLOTS:
             break
         after = _tail_from(timing, after, last, now)  # the slots between: neither walked nor listed
