@@ -835,3 +835,22 @@ def test_a_pause_after_failures_records_the_slot_due_when_it_pauses(
         machine.resume("m")
         for _ in range(3):
             machine.the_ledger_holds()
+
+
+def test_a_trigger_of_a_job_paused_until_a_time_keeps_it_paused_until_then(
+    settings: ClusterSettings,
+) -> None:
+    """A trigger of a job paused until a time to come ran once, then went on at the slot
+    after the trigger: every slot up to that time ran, though the job was paused."""
+    with Sequence(settings) as machine:
+        machine.advance(1)
+        paused_at = machine.now
+        machine.pause_until("a", 7)
+        until = machine.cluster.run(machine.cluster.store.get("a", machine.tenant)).slot_at
+        machine.trigger("a")
+        for _ in range(3):
+            machine.the_ledger_holds()
+        job = machine.cluster.run(machine.cluster.store.get("a", machine.tenant))
+        runs = machine.cluster.run(machine.cluster.store.runs("a", machine.tenant))
+        assert job.slot_at == until
+        assert [r.origin for r in runs if r.scheduled_for >= paused_at] == ["trigger"]

@@ -190,11 +190,16 @@ class JobStore:
         past slot: ``inputs.trigger``). A job with upstreams gets an extra run now, stamped
         with the current time, that waits for none of them: its own slot (held, or a chained
         job's queue) stays as it is (docs/design/gates.md); so does a job planned past slots
-        skip-next recorded (``Holds.records_ahead``)."""
+        skip-next recorded (``Holds.records_ahead``), and one paused until a time to come,
+        whose run after the trigger's would otherwise be its next slot after now."""
         job = await self.get(name, tenant)
         if job.watch:
             raise InvalidInput("name", f"{name!r} is a watch job: no node runs it")
-        if await self.has_upstreams(name, tenant) or await self.holds.records_ahead(job, now):
+        if (
+            await self.has_upstreams(name, tenant)
+            or await self.holds.records_ahead(job, now)
+            or (job.paused_until is not None and job.paused_until > await self.db.db_now(now))
+        ):
             await self.inputs.trigger(name, tenant, now=now)
             return await self.get(name, tenant)
         row = await self.db.one("trigger_job", {"tenant_id": tenant, "name": name, "now": now})
