@@ -145,6 +145,10 @@ class Job:
         """The skipped record that stands for ``slot``, which has no row of its own."""
         return next((c for c in self.coalesced if c.since <= slot < c.until), None)
 
+    def paused_over(self, slot: datetime) -> bool:
+        """Whether ``slot`` is a slot of the job's schedule that a pause passed over."""
+        return any(span.paused_over(slot) for span in self.spans)
+
     def held_at(self, slot: datetime) -> datetime | None:
         """The time of the ``pause --until`` that passed over ``slot``, or None."""
         for span in self.spans:
@@ -240,6 +244,8 @@ class JobAudit:
         if self._next == row.slot:
             yield _recorded(self.job, row)
             self._next = next(self._slots, None)
+        elif row.status == RunStatus.SKIPPED and self.job.paused_over(row.slot):
+            yield _recorded(self.job, row)  # recorded skipped ahead, then the job paused
         else:
             yield _unaligned(self.job, row)
 

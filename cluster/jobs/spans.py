@@ -36,6 +36,15 @@ class Span:
         limit = self.paused_until if self.end is None else min(self.paused_until, self.end + US)
         return (self.start, limit) if limit > self.start else None
 
+    def paused_over(self, slot: datetime) -> bool:
+        """Whether this is a plain pause over ``slot``, one of its schedule's slots that
+        :meth:`slots` does not expect (a ``skip-next`` may have recorded it before)."""
+        if not self.paused or self.schedule is None or slot <= self.start:
+            return False
+        if self.end is not None and slot > self.end:
+            return False
+        return next(self.schedule.iter_after(slot - US), None) == slot
+
     def slots(self, start: datetime, stop: datetime) -> Iterator[datetime]:
         """The slots this definition expects in ``[start, stop)``: its schedule's, strictly
         after it began and up to the instant the next began (none while paused)."""

@@ -8,12 +8,13 @@ slots the job should have had, and finds in the rows:
 - a slot with no record: every expected slot before the one the job waits at has a run row
   (run, failed, skipped...), and a chained job has a record, a queued slot or its current
   slot for each success of its upstream since it was made;
+- a slot its timing made run while the job was paused (or paused until a time);
 - a skipped record without a reason, or with a gate's reason that is not true of the
   upstream's slot when the record is first seen;
-- a terminal record overwritten: a run row that ended keeps its status, unless its slot
-  waits for a retry or an operator asked for the slot again (a backfill or ``trigger
-  --slot`` over it: one rewrite by a run of origin ``backfill`` or ``rerun`` per ask), and
-  is not deleted while its job lives;
+- a terminal record overwritten: a run row that ended keeps its status once its slot's time
+  has come, unless its slot waits for a retry or an operator asked for the slot again (a
+  backfill or ``trigger --slot`` over it: one rewrite by a run of origin ``backfill`` or
+  ``rerun`` per ask), and is not deleted while its job lives;
 - a wait without a bound: after a node's pass, no job that could run is left due, none
   waits at a marker date but a chained job with nothing queued, and no watched run is
   ``running`` past its timeout.
@@ -35,6 +36,7 @@ from cluster.timing.schedule import Schedule
 
 MARKER = datetime.fromisoformat("9998-01-01T00:00:00+00:00")  # and 9999-01-01: no slot
 TERMINAL_AGAIN = ("rerun", "backfill")  # origins of a slot an operator asked to run again
+SCHEDULED = (None, "catch-up", "window", "calendar")  # origins of a run its timing made
 MAX_SLOTS = 10_000
 
 
@@ -103,7 +105,7 @@ class Ledger:
         retrying = {(j["id"], j["slot_at"]) for j in jobs.values() if j["attempt"] > 1}
         retrying |= {(f["job_id"], f["slot"]) for f in flights if f["attempt"] > 1}
         seen = set(self.terminal)  # the records of earlier checks
-        found += self._overwritten(by_job, {j["id"] for j in jobs.values()}, retrying)
+        found += self._overwritten(by_job, {j["id"] for j in jobs.values()}, retrying, clock)
         for name, line in timelines.items():
             job = jobs.get(name)
             if job is None:
@@ -111,6 +113,9 @@ class Ledger:
                 continue
             mine = by_job.get(job["id"], {})
             for slot, run in sorted(mine.items()):
+                ran = run["status"] != "skipped"
+                if ran and run["origin"] in SCHEDULED and line.quiet_at(slot):
+                    found.append(f"{name}: slot {slot.isoformat()} ran while the job was quiet")
                 if run["status"] == "skipped" and not run["last_error"]:
                     found.append(f"{name}: slot {slot.isoformat()} skipped without a reason")
                 elif run["status"] == "skipped" and (job["id"], slot) not in seen:
@@ -130,9 +135,12 @@ class Ledger:
         by_job: Mapping[Any, Mapping[datetime, Mapping[str, Any]]],
         live: set[Any],
         retrying: set[tuple[Any, datetime]],
+        clock: datetime,
     ) -> list[str]:
         """Terminal records gone or changed since the last check. A failed attempt whose
-        slot waits for its retry is not terminal yet: the retry writes the slot's record."""
+        slot waits for its retry is not terminal yet: the retry writes the slot's record;
+        nor is a record of a slot still to come (a calendar's or window's skip written ahead,
+        which a change of either takes back)."""
         found = []
         for (job_id, slot), status in list(self.terminal.items()):
             run = by_job.get(job_id, {}).get(slot)
@@ -151,7 +159,7 @@ class Ledger:
                 )
         for job_id, mine in by_job.items():
             for slot, run in mine.items():
-                if run["status"] != "running" and (job_id, slot) not in retrying:
+                if run["status"] != "running" and (job_id, slot) not in retrying and slot <= clock:
                     self.terminal[(job_id, slot)] = run["status"]
         return found
 
@@ -178,7 +186,9 @@ def _untrue(
     by_job: Mapping[Any, Mapping[datetime, Mapping[str, Any]]],
 ) -> list[str]:
     """A new gate skip whose reason says what the upstream's slot is not: the reason must
-    be true when the record is written (a failed attempt whose retry waits is no failure)."""
+    be true when the record is written (a failed attempt whose retry waits is no failure).
+    An operator's re-run of the upstream's slot in the same pass (a backfill) may have
+    rewritten it since: its history then holds what the gate saw."""
     said = GATE_SKIP.match(reason)
     if said is None or said["up"] not in jobs:
         return []
@@ -187,6 +197,10 @@ def _untrue(
     status = None if record is None else record["status"]
     if status == SAW[said["saw"]]:
         return []
+    if record is not None and record["origin"] in TERMINAL_AGAIN:
+        history = [p.get("status") for p in record["history"] or ()]
+        if SAW[said["saw"]] in history:
+            return []
     return [f"{name}: slot {slot.isoformat()} skipped as '{reason}', but that slot is {status}"]
 
 

@@ -201,6 +201,24 @@ def test_records_on_no_expected_slot_are_unaligned() -> None:
     assert lines[3].detail == "a trigger: not a slot"
 
 
+def test_a_slot_skipped_ahead_and_then_paused_over_keeps_its_records_verdict() -> None:
+    """``skip-next`` records the job's next slots before their time; a pause that follows
+    leaves them on no expected slot, but they were the job's slots when recorded."""
+    paused = job(
+        (-0.5, "created", definition("@every 2m")),
+        (3.5, "updated", definition("@every 2m", paused=True)),
+        (7.5, "updated", definition("@every 2m")),
+    )
+    ahead = run(4, "skipped", error="skipped: skip-next")
+    ran = run(6)  # a run of a slot the pause passed over is still on no slot
+    off = run(5, "skipped", error="not a slot of the schedule")
+    lines = audit(paused, [run(0), run(2), ahead, off, ran, run(8)], cutoff=at(9))
+    assert verdicts(lines) == [
+        (0, "ran"), (2, "ran"), (4, "skipped"), (5, "unaligned"), (6, "unaligned"), (8, "ran"),
+    ]  # fmt: skip
+    assert lines[2].detail == "skipped: skip-next"
+
+
 def test_retries_and_reruns_are_named() -> None:
     row = run(
         0,

@@ -18,7 +18,13 @@ from cluster.errors import InvalidInput
 from cluster.jobs.spec import JobSpec
 from cluster.store.jobstore.holds import open_run
 from cluster.store.jobstore.scoped import ScopedConnection
-from cluster.timing.calendared import EVERY_DAY, CalendarRule, Window, jittered_start
+from cluster.timing.calendared import (
+    EVERY_DAY,
+    RULE_SKIPS,
+    CalendarRule,
+    Window,
+    jittered_start,
+)
 from cluster.timing.calendars import Calendar
 from cluster.timing.fate import skipped_between
 from cluster.timing.instants import US
@@ -92,6 +98,10 @@ class Rules:
                 job["schedule"], job["tz"], job["dst_repeated"], job["dst_skipped"]
             )
             owed = job["slot_at"] <= db_now and schedule.at is None
+            # What the old rule recorded ahead is the new rule's to decide: taken back, so
+            # a removed window or holiday runs its slots (test_a_window_removed_...).
+            params = {"id": job["id"], "now": db_now, "reasons": list(RULE_SKIPS)}
+            withdrawn = await self._db.all("withdraw_rule_skips", params)
             try:
                 # A slot whose time has come (due, deferred, held at its gate) is kept: its
                 # claim decides it under the new rule, so it runs or is recorded skipped
@@ -118,8 +128,9 @@ class Rules:
             if updated is not None:
                 shards.add(updated["shard_id"])
                 # The slots the new rule skips from the job's old slot (or now, if that is
-                # over) to its new one (tests/integration/test_fate_defects.py).
-                since = max(job["slot_at"], db_now) - US
+                # over, or if the old rule's skips ahead were taken back) to its new one
+                # (tests/integration/test_fate_defects.py).
+                since = (db_now if withdrawn else max(job["slot_at"], db_now)) - US
                 await self.record_skips(job["id"], schedule, rule, since, run.slot, db_now)
         for shard in sorted(shards):
             await self._db.notify(shard)

@@ -99,6 +99,22 @@ DELETE FROM windows WHERE id = %(id)s
 RETURNING id, starts_at, ends_at, window_scope, tenant_id, job_name, defer, note, created_at,
           label_key, label_value;
 
+-- name: withdraw_rule_skips
+-- The skipped records a job's calendar or windows wrote ahead of their slot (a completion
+-- records those it plans past, a weekend's on Friday), taken back before a calendar or
+-- window change plans the job again: they said what the rule would do, and the new rule
+-- decides those slots (records them again, or runs them). Only for a job the change moves
+-- (replan_calendar_job's condition); a slot whose time has come keeps its record, as does
+-- every other skip ahead (skip-next's: the operator's).
+DELETE FROM runs r
+USING jobs j
+WHERE j.id = %(id)s AND r.job_id = j.id
+  AND r.status = 'skipped' AND r.scheduled_for > %(now)s
+  AND r.last_error LIKE ANY (%(reasons)s::text[])
+  AND j.status = 'idle' AND j.attempt = 1 AND j.slot_origin IS DISTINCT FROM 'trigger'
+  AND (j.paused_until IS NULL OR j.paused_until <= %(now)s)
+RETURNING r.scheduled_for;
+
 -- name: replan_calendar_job
 -- The job's copy of its calendar and windows, and for an idle job on its first attempt its
 -- next slot (a running slot, or one retrying, keeps its slot: its completion plans the
