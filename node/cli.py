@@ -1,7 +1,11 @@
 """``pulse node``: run one scheduler node; also the ``pulse`` entry point.
 
 The admin commands live in ``cluster.cli``; this module adds the commands that run node
-code, so the import layers stay one way (node -> cluster -> ring).
+code, so the import layers stay one way (node -> cluster -> ring). Every ``pulse`` command
+imports this module, so the node's own code (``node.runtime``: Redis, the mailer, the
+handlers) and the job registries are imported only when ``pulse node`` starts a node:
+``Node`` is looked up in this module then (a module ``__getattr__``), where a test can put
+its own.
 """
 
 from __future__ import annotations
@@ -11,6 +15,7 @@ import importlib.util
 import logging
 import os
 import sys
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -18,9 +23,10 @@ from cluster import settings as defaults
 from cluster.cli.app import cli
 from cluster.cli.base import duration_option, fail, seconds, settings_of
 from cluster.errors import ConfigError, InvalidInput
-from cluster.jobs.registry import handlers_of, load_modules, specs_of
 from cluster.settings import DEFAULT_METRICS_BIND, NodeSettings, default_node_id
-from node.runtime import Node
+
+if TYPE_CHECKING:
+    from node.runtime import Node
 
 
 class NodeContext(logging.Filter):
@@ -194,6 +200,8 @@ def node_command(
     sync_modules: tuple[str, ...],
 ) -> None:
     """Run one scheduler node until SIGTERM or Ctrl-C."""
+    from cluster.jobs.registry import handlers_of, load_modules, specs_of
+
     cluster = settings_of(ctx)
     try:
         settings = NodeSettings(
@@ -232,7 +240,8 @@ def node_command(
     except InvalidInput as exc:
         fail(f"invalid {exc}", 2)
     logging.getLogger().handlers[0].addFilter(NodeContext(settings.node_id, settings.zone))
-    code = asyncio.run(Node(cluster, settings, specs, handlers_of(registries)).run())
+    node: type[Node] = sys.modules[__name__].Node  # node.runtime's, or a test's stand-in
+    code = asyncio.run(node(cluster, settings, specs, handlers_of(registries)).run())
     sys.exit(code)
 
 
@@ -245,6 +254,16 @@ def _otel_installed() -> bool:
         )
     except ImportError:
         return False
+
+
+def __getattr__(name: str) -> Any:
+    """``Node``, imported from ``node.runtime`` when first asked for (by ``pulse node``)."""
+    if name != "Node":
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    from node import runtime
+
+    globals()[name] = runtime.Node
+    return runtime.Node
 
 
 def main() -> None:

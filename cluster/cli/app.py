@@ -1,5 +1,10 @@
 """The ``pulse`` root group: the options every command shares, ``pulse init``, and the
-command modules attached in one place, so they import this package's helpers one way.
+table of every other command, in one place, by the module that defines it.
+
+A command's module is imported only when that command runs or the help lists the commands
+(``base.LazyCommands``): ``pulse jobs list`` does not load the chaos harness, the alert
+channels and their mailer, or the web API, and ``pulse --version`` no command module at
+all. ``tests/unit/test_cli_commands.py`` checks the table against the commands it loads.
 
 ``node/cli.py`` adds ``pulse node`` (the only command that runs node code) to this group.
 """
@@ -8,26 +13,7 @@ from __future__ import annotations
 
 import click
 
-from cluster.cli import (
-    alerts,
-    backfills,
-    calendars,
-    chaos,
-    config,
-    handlers,
-    imports,
-    jobs,
-    runs,
-    schedule,
-    status,
-    tenants,
-    tokens,
-    up,
-    web,
-    windows,
-)
 from cluster.cli.base import PulseGroup, fail, global_options, with_store
-from cluster.cli.jobs import watching
 from cluster.errors import ConfigError, InvalidInput
 from cluster.settings import DEFAULT_SHARDS, IDENTIFIER
 from cluster.store import JobStore
@@ -41,9 +27,33 @@ from cluster.store.schema.roles import (
     superuser_owner,
 )
 
+# name -> "module:attribute" of each command but init and node, attached when looked up
+COMMANDS = {
+    "alerts": "cluster.cli.alerts:alerts",
+    "audit": "cluster.cli.runs:audit",
+    "backfills": "cluster.cli.backfills:backfills",
+    "calendars": "cluster.cli.calendars:calendars",
+    "chaos": "cluster.cli.chaos:chaos",
+    "config": "cluster.cli.config:config",
+    "handlers": "cluster.cli.handlers:handlers",
+    "import": "cluster.cli.imports:import_group",
+    "jobs": "cluster.cli.jobs:jobs",
+    "limits": "cluster.cli.tenants:limits",
+    "ping": "cluster.cli.jobs.watching:ping_command",
+    "runs": "cluster.cli.runs:runs",
+    "schedule": "cluster.cli.schedule:schedule_command",
+    "status": "cluster.cli.status:status",
+    "tenants": "cluster.cli.tenants:tenants",
+    "tokens": "cluster.cli.tokens:tokens",
+    "up": "cluster.cli.up:up",
+    "web": "cluster.cli.web:web",
+    "windows": "cluster.cli.windows:windows",
+}
+
 
 @click.group(
     cls=PulseGroup,
+    lazy_commands=COMMANDS,
     params=global_options(),
     context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100},
 )
@@ -145,27 +155,3 @@ async def init(
             f"roles {names.node} (nodes), {names.web} (web), {names.handler} (handlers' "
             f"transactions): grants set{new}"
         )
-
-
-for command in (
-    jobs.jobs,
-    alerts.alerts,
-    runs.runs,
-    config.config,
-    schedule.schedule_command,
-    status.status,
-    up.up,
-    chaos.chaos,
-    tokens.tokens,
-    runs.audit,
-    web.web,
-    backfills.backfills,
-    tenants.tenants,
-    tenants.limits,
-    handlers.handlers,
-    calendars.calendars,
-    windows.windows,
-    imports.import_group,
-):
-    cli.add_command(command)
-cli.add_command(watching.ping_command)

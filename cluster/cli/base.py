@@ -1,5 +1,6 @@
 """What every ``pulse`` command shares: one-line errors and exit codes, running a coroutine
-against the job store, JSON output, time parsing, and the root group class.
+against the job store, JSON output, time parsing, and the group class, whose commands can
+be named by module and imported only when looked up (the root group's table in ``app``).
 
 Errors become one line on stderr: exit 2 for bad input (nothing written), 1 for anything
 else.
@@ -9,9 +10,10 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import importlib
 import json
 import sys
-from collections.abc import Callable, Coroutine, Iterator
+from collections.abc import Callable, Coroutine, Iterator, Mapping, MutableMapping
 from contextlib import contextmanager
 from datetime import datetime
 from typing import IO, Any, NoReturn, TypeVar
@@ -216,13 +218,64 @@ class PulseCommand(click.Command):
         return super().invoke(ctx)
 
 
+class LazyCommands(MutableMapping[str, click.Command]):
+    """A group's commands by name (its ``commands``), some given as ``"module:attribute"``
+    and imported when first looked up (click's lazily loaded subcommands). Listing the names
+    imports nothing; looking a command up imports its module: running it does, and so does
+    the help, which shows every command's short help."""
+
+    def __init__(self, loaded: Mapping[str, click.Command], lazy: Mapping[str, str]) -> None:
+        self.loaded = dict(loaded)
+        self.lazy = dict(lazy)
+
+    def __getitem__(self, name: str) -> click.Command:
+        if name not in self.loaded:
+            target = self.lazy[name]  # KeyError: no such command
+            module, _, attribute = target.partition(":")
+            command = getattr(importlib.import_module(module), attribute)
+            if not isinstance(command, click.Command):
+                raise TypeError(f"{target} is not a click command")
+            self.loaded[name] = command
+        return self.loaded[name]
+
+    def __setitem__(self, name: str, command: click.Command) -> None:
+        self.loaded[name] = command
+
+    def __delitem__(self, name: str) -> None:
+        if name not in self:
+            raise KeyError(name)
+        self.loaded.pop(name, None)
+        self.lazy.pop(name, None)
+
+    def __contains__(self, name: object) -> bool:  # without importing (Mapping's would)
+        return name in self.loaded or name in self.lazy
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(sorted(self.loaded.keys() | self.lazy.keys()))
+
+    def __len__(self) -> int:
+        return len(self.loaded.keys() | self.lazy.keys())
+
+
 class PulseGroup(click.Group):
     """Every group of ``pulse``: its commands take the shared options, and click's own usage
     errors (a missing option, a value out of range, an unknown command) become one line too,
-    instead of usage text over three lines."""
+    instead of usage text over three lines.
+
+    ``lazy_commands`` names commands by ``"module:attribute"``, each imported when looked up.
+    The table lives in ``commands`` itself (``LazyCommands``), which click's ``list_commands``
+    and ``get_command`` read, rather than in overrides of those two as click's docs show it:
+    so whatever else reads ``commands`` (click's "did you mean", a walk of the command tree)
+    sees every command too."""
 
     command_class = PulseCommand
     group_class = type  # sub-groups are PulseGroups as well
+
+    def __init__(
+        self, *args: Any, lazy_commands: Mapping[str, str] | None = None, **kwargs: Any
+    ) -> None:
+        super().__init__(*args, **kwargs)
+        self.commands = LazyCommands(self.commands, lazy_commands or {})
 
     def make_context(
         self,
