@@ -35,7 +35,6 @@ from cluster.timing.wallclock import transition
 __all__ = [
     "EVERY_DAY",
     "ON_EXCLUDED",
-    "RULE_SKIPS",
     "CalendarRule",
     "Decision",
     "Window",
@@ -49,9 +48,6 @@ MAX_IDLE_STEPS = 200_000  # slots walked without a run: the calendar never lets 
 MAX_IDLE_MONTHS = 1200
 GREGORIAN_CYCLE = 400  # years after which weekdays fall on the same dates again
 MAX_GROUP = 1000  # slots moved onto one day: beyond this, the rest are recorded skipped
-# The reasons a calendar or a window gives a slot it skips (``_excluded``, ``describe``), as
-# LIKE patterns: a change of either takes back those it recorded ahead of their time.
-RULE_SKIPS = ("calendar %", "blackout window %")
 _EARLY = timedelta(hours=3)  # before any zone's local midnight of the same date, in UTC
 
 
@@ -321,6 +317,8 @@ class CalendarRule:
             return self.calendar.previous_business_day(day)
         return self.calendar.next_business_day(day)
 
+    # The reasons of a calendar's and a window's skips begin "calendar " and "blackout window ":
+    # a change of the rule takes back those recorded ahead by them (withdraw_rule_skips).
     def _excluded(self, day: date) -> str:
         why = "a holiday" if day in self.calendar.excluded else "not a business weekday"
         return f"calendar {self.calendar.name}: {day.isoformat()} is {why}"

@@ -65,6 +65,7 @@ FAILED = Outcome("failed", "boom", 0.01)
 RUNNERS = ("a", "b", "m")  # jobs on a clock that operators pause, skip, trigger
 SCHEDULES = {"a": "@every 1m", "m": ["*/2 * * * *", "*/3 * * * *"]}
 EXCLUDED = {"a": "skip", "m": "next-business-day"}  # what their calendar's holiday does
+NO_CALENDAR = {"calendar": None}
 
 
 def spec(name: str, tenant: str, schedule: Any = None, **kw: Any) -> JobSpec:
@@ -79,7 +80,7 @@ def spec(name: str, tenant: str, schedule: Any = None, **kw: Any) -> JobSpec:
         return JobSpec.build(
             "w", "* * * * *", None, tenant=tenant, watch=True, timeout="3m", late_after="20s"
         )
-    if name in EXCLUDED:
+    if name in EXCLUDED and kw.get("calendar", True) is not None:  # None: without it
         kw = {"calendar": f"cal-{tenant}", "on_excluded": EXCLUDED[name], **kw}
     return JobSpec.build(name, schedule or SCHEDULES[name], HANDLER, tenant=tenant, **kw)
 
@@ -196,6 +197,7 @@ class OperatorActions(RuleBasedStateMachine):
         self.after_failure = "block"
         self.stalled = False  # no pass until the next step is taken
         self.windows: list[int] = []  # the ids of the windows added, oldest first
+        self.a_calendar = True  # a's definition names the calendar
         self.steps: list[str] = []
 
     # -- the model's clock and the node's pass -------------------------------------------
@@ -441,14 +443,23 @@ class OperatorActions(RuleBasedStateMachine):
             self.ask_again(name, asked)
 
     @precondition(lambda self: not self.quiet("a"))
-    @rule(every=st.sampled_from(("@every 1m", "@every 2m")), retries=st.integers(0, 1))
-    def apply_a(self, every: str, retries: int | None = None) -> None:
-        """A new definition of a: a timing, and retries (while a slot may wait for one)."""
+    @rule(
+        every=st.sampled_from(("@every 1m", "@every 2m")),
+        retries=st.integers(0, 1),
+        calendar=st.booleans(),
+    )
+    def apply_a(self, every: str, retries: int | None = None, calendar: bool | None = None) -> None:
+        """A new definition of a: a timing, retries (while a slot may wait for one), with
+        its calendar or without (its holiday's skips ahead then taken back); None: as is."""
         if retries is not None:
             self.options = {**self.options, "retries": retries}
-        new = spec("a", self.tenant, every, **self.options)
+        if calendar is not None:
+            self.a_calendar = calendar
+        without = {} if self.a_calendar else NO_CALENDAR
+        new = spec("a", self.tenant, every, **self.options, **without)
         if self.do(
-            f"apply a {every} (retries {self.options['retries']})",
+            f"apply a {every} (retries {self.options['retries']}"
+            f"{'' if self.a_calendar else ', no calendar'})",
             lambda: self.cluster.store.definitions.apply([new], now=self.now),
         ):
             line = self.timelines["a"]
@@ -463,6 +474,7 @@ class OperatorActions(RuleBasedStateMachine):
             lambda: self.cluster.store.revisions.rollback("a", self.tenant, 1, now=self.now),
         ):
             self.options = self.first_options
+            self.a_calendar = True
             line = self.timelines["a"]
             if str(line.schedules[-1][1].expr) != "@every 1m":
                 line.schedules.append((self.now, _schedule("@every 1m")))
@@ -948,6 +960,21 @@ def test_a_holiday_taken_out_of_the_calendar_runs_the_rest_of_its_day(
         since = machine.now.replace(second=0) + MINUTE
         assert set(outcomes(machine, "a", since).values()) == {"skipped"}
         machine.calendar(holiday=False)
+        for _ in range(2):
+            machine.the_ledger_holds()
+        assert outcomes(machine, "a", since) == {0: "succeeded", 1: "succeeded"}
+
+
+def test_a_definition_without_its_calendar_runs_what_the_holiday_skipped_ahead(
+    settings: ClusterSettings,
+) -> None:
+    """An apply of a without its calendar, on its holiday: the holiday's records of the
+    rest of the day stayed, naming a calendar a no longer had, and a started past them."""
+    with Sequence(settings) as machine:
+        machine.the_ledger_holds()
+        machine.calendar(holiday=True)
+        since = machine.now.replace(second=0) + MINUTE
+        machine.apply_a("@every 1m", calendar=False)
         for _ in range(2):
             machine.the_ledger_holds()
         assert outcomes(machine, "a", since) == {0: "succeeded", 1: "succeeded"}

@@ -13,6 +13,7 @@ import re
 import secrets
 import signal
 import sys
+from datetime import timedelta
 from pathlib import Path
 
 import psycopg
@@ -25,6 +26,7 @@ from cluster.settings import ClusterSettings
 from cluster.store.jobstore.store import JobStore
 from cluster.store.lock.effects import EffectsStore
 from cluster.store.schema.roles import GRANTS, scram_verifier
+from cluster.timing.calendars import Calendar
 from node.handlers.context import RunContext
 from node.handlers.effects import Effects
 from node.pipeline.clock import DbClock
@@ -106,6 +108,28 @@ async def test_the_web_role_changes_jobs_but_never_runs_nor_the_schema(
         "DELETE FROM api_audit",
     ):
         assert await asyncio.to_thread(refused, url, schema, statement) == DENIED, statement
+
+
+async def test_the_web_role_takes_back_a_calendars_skips_ahead_when_it_drops_the_calendar(
+    settings: ClusterSettings, store: JobStore, logins: Logins
+) -> None:
+    """A job applied over the API without its calendar any more runs the slots the calendar
+    had recorded skipped ahead: the web's role deletes no runs itself, so it goes through
+    withdraw_rule_skips, as the owner."""
+    await asyncio.to_thread(grant_roles, settings, logins)
+    today = (await store.db.db_now(None)).date()
+    days = frozenset({today, today + timedelta(days=1)})
+    await store.calendars.put(Calendar("closed", frozenset(range(7)), days))
+    web = logins.as_web(settings)
+    async with JobStore.open(web) as as_web:
+        spec = JobSpec.build("rollup", "@every 1m", HANDLER, tenant="a", calendar="closed")
+        await as_web.definitions.apply([spec])
+        ahead = "SELECT count(*) FROM runs WHERE status = 'skipped' AND scheduled_for > now()"
+        assert (await asyncio.to_thread(owner_rows, settings, ahead))[0][0] > 0
+        await as_web.definitions.apply([JobSpec.build("rollup", "@every 1m", HANDLER, tenant="a")])
+        job = await as_web.get("rollup", "a")
+    assert (await asyncio.to_thread(owner_rows, settings, ahead))[0][0] == 0
+    assert job.slot_at.date() <= today + timedelta(days=1), "the next minute, not past the days"
 
 
 async def test_the_node_role_reads_no_token_and_alters_nothing(

@@ -93,6 +93,42 @@ async def test_record_skipped_writes_only_skips_of_slots_still_to_come_in_scope(
     assert sorted(records) == [SLOT, ahead]
 
 
+async def test_withdraw_rule_skips_takes_back_only_a_rules_skips_still_to_come_in_scope(
+    settings: ClusterSettings, store: JobStore, logins: Logins
+) -> None:
+    """Called directly by a web login: another tenant's job, a skip-next record and a rule's
+    record of a slot past by the database's clock are kept; a window's skips still to
+    come are the only records it takes back."""
+    job = await store.definitions.add(
+        JobSpec.build("j", "@every 1m", HANDLER, tenant="acme"), now=T0
+    )
+    await store.windows.add(T0, SLOT + 2 * MINUTE, job="j", tenant="acme", now=T0)
+    await store.holds.skip_next("j", "acme", 1, now=T0)  # 10:03; the job at 10:04
+    past = datetime(2025, 1, 1, 9, 0, tzinfo=UTC)  # before now(): history
+    await store.db.conn.execute(
+        "INSERT INTO runs (job_id, tenant_id, job_name, scheduled_for, status, last_error)"
+        " VALUES (%s, 'acme', 'j', %s, 'skipped', 'calendar old: 2025-01-01 is a holiday')",
+        (job.id, past),
+    )
+    await asyncio.to_thread(grant_roles, settings, logins)
+
+    def call(scope: str) -> list[datetime]:
+        with psycopg.connect(logins.as_web(settings).database_url, autocommit=True) as conn:
+            conn.execute(sql.SQL("SET search_path TO {}").format(sql.Identifier(settings.schema)))
+            rows = conn.execute(
+                "SELECT * FROM withdraw_rule_skips(%s, %s, %s)", (job.id, scope, past)
+            ).fetchall()
+        return sorted(row[0] for row in rows)
+
+    assert call("other") == []
+    assert call("acme") == [SLOT, SLOT + MINUTE]  # the window's, not its clock's `past`
+    records = await _records(store, "j")
+    assert records == {
+        past: ("skipped", "calendar old: 2025-01-01 is a holiday"),
+        SLOT + 2 * MINUTE: ("skipped", "skipped by pulse jobs skip-next"),
+    }
+
+
 async def test_a_web_login_cannot_make_a_skip_stand_for_slots_before_the_jobs_own(
     settings: ClusterSettings, store: JobStore, logins: Logins
 ) -> None:

@@ -18,13 +18,7 @@ from cluster.errors import InvalidInput
 from cluster.jobs.spec import JobSpec
 from cluster.store.jobstore.holds import open_run
 from cluster.store.jobstore.scoped import ScopedConnection
-from cluster.timing.calendared import (
-    EVERY_DAY,
-    RULE_SKIPS,
-    CalendarRule,
-    Window,
-    jittered_start,
-)
+from cluster.timing.calendared import EVERY_DAY, CalendarRule, Window, jittered_start
 from cluster.timing.calendars import Calendar
 from cluster.timing.fate import skipped_between
 from cluster.timing.instants import US
@@ -100,8 +94,7 @@ class Rules:
             owed = job["slot_at"] <= db_now and schedule.at is None
             # What the old rule recorded ahead is the new rule's to decide: taken back, so
             # a removed window or holiday runs its slots (test_a_window_removed_...).
-            params = {"id": job["id"], "now": db_now, "reasons": list(RULE_SKIPS)}
-            withdrawn = await self._db.all("withdraw_rule_skips", params)
+            withdrawn = bool(await self.withdraw([job["id"]], db_now))
             try:
                 # A slot whose time has come (due, deferred, held at its gate) is kept: its
                 # claim decides it under the new rule, so it runs or is recorded skipped
@@ -135,6 +128,15 @@ class Rules:
         for shard in sorted(shards):
             await self._db.notify(shard)
         return tuple(f"{job['tenant_id']}/{job['name']}" for job in jobs)
+
+    async def withdraw(self, job_ids: Sequence[Any], db_now: datetime) -> set[Any]:
+        """Take back the skips the calendar or windows of each of ``job_ids`` recorded ahead
+        of their slot, before the jobs are planned again under a new rule, in one statement;
+        the ids of the jobs that had any."""
+        if not job_ids:
+            return set()
+        rows = await self._db.all("withdraw_rule_skips", {"ids": list(job_ids), "now": db_now})
+        return {row["job_id"] for row in rows}
 
     async def record_skips(
         self,

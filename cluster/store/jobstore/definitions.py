@@ -176,6 +176,14 @@ class Definitions:
         shard in ``woken``."""
         if not pending:
             return
+        # A new timing takes back what the old rule recorded ahead (withdraw_rule_skips), so
+        # the job is planned through those slots, not past them.
+        ruled = {
+            found[p.key]["id"]: p.key
+            for p in pending
+            if p.key in found and _rule_changes(found[p.key], p.params)
+        }
+        withdrawn = {ruled[i] for i in await self._rules.withdraw(list(ruled), db_now)}
         await self._past_records(pending, found, db_now)
         planned = {p.key: p.params for p in pending}
         owed = dropped.owed(planned, found, db_now)
@@ -187,6 +195,9 @@ class Definitions:
             spec, params = p.spec, p.params
             row: dict[str, Any] | None = rows.get(p.key)
             await self._planned_skips(row, spec, p.rule, params, db_now)
+            if row is None and p.key in withdrawn:  # not moved after all: recorded again
+                job = found[p.key]
+                await self._planned_skips(job, spec, p.rule, {"slot_at": job["slot_at"]}, db_now)
             label = label_of(spec.tenant, spec.name)
             job = row if row is not None else found[p.key]
             inserted = row is not None and row["inserted"]
@@ -369,6 +380,19 @@ def _refusable(
         or past_one_off(spec, params, db_now)
         or spec.watch
         or (job is not None and job["watch"])
+    )
+
+
+# The columns whose change changes what a job's calendar and windows skip.
+_RULED = ("schedule", "tz", "dst_repeated", "dst_skipped", "calendar", "on_excluded",
+          "business_day", "labels")  # fmt: skip
+
+
+def _rule_changes(job: Mapping[str, Any], params: Mapping[str, Any]) -> bool:
+    """Whether ``job`` has a calendar or windows and writing ``params`` over it changes
+    which of its slots they skip (a label decides which windows cover it)."""
+    return job["calendar_rule"] is not None and any(
+        job[c] != getattr(params[c], "obj", params[c]) for c in _RULED
     )
 
 

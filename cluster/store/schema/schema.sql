@@ -828,6 +828,30 @@ LANGUAGE sql SECURITY DEFINER AS $$
     RETURNING scheduled_for
 $$;
 
+-- The skips a job's calendar or windows recorded ahead of their slot, taken back as the
+-- owner when a calendar or window change or a new timing plans the job again (migration
+-- `0.3.0_pre_zzzzzz_withdraw_rule_skips`): `skipped` rows with a calendar's or a window's
+-- reason, of slots after the clock (the database's, or the caller's for a login that may
+-- delete runs itself), for one idle job on its first attempt in the caller's tenant scope
+-- that is not triggered or paused until a time to come.
+CREATE FUNCTION withdraw_rule_skips(
+    p_job uuid,
+    p_scope text,
+    p_now timestamptz
+) RETURNS TABLE (withdrawn_slot timestamptz)
+LANGUAGE sql SECURITY DEFINER AS $$
+    DELETE FROM runs r
+    USING jobs j
+    WHERE j.id = p_job AND (p_scope IS NULL OR j.tenant_id = p_scope) AND r.job_id = j.id
+      AND r.status = 'skipped'
+      AND (r.last_error LIKE 'calendar %' OR r.last_error LIKE 'blackout window %')
+      AND r.scheduled_for > CASE WHEN has_table_privilege(session_user, 'runs', 'DELETE')
+                                 THEN coalesce(p_now, now()) ELSE now() END
+      AND j.status = 'idle' AND j.attempt = 1 AND j.slot_origin IS DISTINCT FROM 'trigger'
+      AND (j.paused_until IS NULL OR j.paused_until <= coalesce(p_now, now()))
+    RETURNING r.scheduled_for
+$$;
+
 -- A trigger's flight (a payload, a gated or chained job, a job past skip-next's records),
 -- queued as the owner: the web's role may not insert flights (migration
 -- `0.3.0_pre_web_skips_and_triggers`). One queued flight of origin `trigger`, for one job in

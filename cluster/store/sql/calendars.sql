@@ -102,18 +102,15 @@ RETURNING id, starts_at, ends_at, window_scope, tenant_id, job_name, defer, note
 -- name: withdraw_rule_skips
 -- The skipped records a job's calendar or windows wrote ahead of their slot (a completion
 -- records those it plans past, a weekend's on Friday), taken back before a calendar or
--- window change plans the job again: they said what the rule would do, and the new rule
--- decides those slots (records them again, or runs them). Only for a job the change moves
--- (replan_calendar_job's condition); a slot whose time has come keeps its record, as does
--- every other skip ahead (skip-next's: the operator's).
-DELETE FROM runs r
-USING jobs j
-WHERE j.id = %(id)s AND r.job_id = j.id
-  AND r.status = 'skipped' AND r.scheduled_for > %(now)s
-  AND r.last_error LIKE ANY (%(reasons)s::text[])
-  AND j.status = 'idle' AND j.attempt = 1 AND j.slot_origin IS DISTINCT FROM 'trigger'
-  AND (j.paused_until IS NULL OR j.paused_until <= %(now)s)
-RETURNING r.scheduled_for;
+-- window change, or an apply of a new timing, plans the job again: they said what the old
+-- rule would do, and the new one decides those slots (records them again, or runs them).
+-- Only for a job the change moves (replan_calendar_job's condition); a slot whose time has
+-- come keeps its record, as does every other skip ahead (skip-next's: the operator's).
+-- Through withdraw_rule_skips, as the owner: a job applied over the API does it too.
+-- %(ids)s: the jobs, in one statement (an apply's batch).
+SELECT k.id AS job_id, w.withdrawn_slot AS scheduled_for
+FROM unnest(%(ids)s::uuid[]) AS k(id)
+CROSS JOIN LATERAL withdraw_rule_skips(k.id, %(scope)s, %(now)s::timestamptz) AS w;
 
 -- name: replan_calendar_job
 -- The job's copy of its calendar and windows, and for an idle job on its first attempt its
