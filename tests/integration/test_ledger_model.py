@@ -978,3 +978,21 @@ def test_a_definition_without_its_calendar_runs_what_the_holiday_skipped_ahead(
         for _ in range(2):
             machine.the_ledger_holds()
         assert outcomes(machine, "a", since) == {0: "succeeded", 1: "succeeded"}
+
+
+def test_a_window_called_off_while_the_job_is_paused_runs_its_slots_after_the_resume(
+    settings: ClusterSettings,
+) -> None:
+    """A paused job kept the window's skips ahead through the window's removal, and its
+    resume planned it past them: the slots stayed skipped for a window that no longer was."""
+    with Sequence(settings) as machine:
+        machine.the_ledger_holds()
+        since = machine.now.replace(second=0) + 2 * MINUTE
+        machine.window("a", start=2, length=3, defer=False)
+        machine.the_ledger_holds()
+        machine.pause("a")
+        machine.remove_window()
+        machine.resume("a")
+        for _ in range(3):
+            machine.the_ledger_holds()
+        assert outcomes(machine, "a", since) == {0: "succeeded", 1: "succeeded", 2: "succeeded"}

@@ -832,8 +832,9 @@ $$;
 -- owner when a calendar or window change or a new timing plans the job again (migration
 -- `0.3.0_pre_zzzzzz_withdraw_rule_skips`): `skipped` rows with a calendar's or a window's
 -- reason, of slots after the clock (the database's, or the caller's for a login that may
--- delete runs itself), for one idle job on its first attempt in the caller's tenant scope
--- that is not triggered or paused until a time to come.
+-- delete runs itself), for one job in the caller's tenant scope that is paused (migration
+-- `0.3.0_pre_zzzzzzz_withdraw_paused`: planned afresh when it resumes), or idle on its
+-- first attempt and not triggered or paused until a time to come.
 CREATE FUNCTION withdraw_rule_skips(
     p_job uuid,
     p_scope text,
@@ -847,8 +848,10 @@ LANGUAGE sql SECURITY DEFINER AS $$
       AND (r.last_error LIKE 'calendar %' OR r.last_error LIKE 'blackout window %')
       AND r.scheduled_for > CASE WHEN has_table_privilege(session_user, 'runs', 'DELETE')
                                  THEN coalesce(p_now, now()) ELSE now() END
-      AND j.status = 'idle' AND j.attempt = 1 AND j.slot_origin IS DISTINCT FROM 'trigger'
-      AND (j.paused_until IS NULL OR j.paused_until <= coalesce(p_now, now()))
+      AND (j.status = 'paused'
+           OR (j.status = 'idle' AND j.attempt = 1
+               AND j.slot_origin IS DISTINCT FROM 'trigger'
+               AND (j.paused_until IS NULL OR j.paused_until <= coalesce(p_now, now()))))
     RETURNING r.scheduled_for
 $$;
 
