@@ -8,10 +8,11 @@ explicit clock. After every step the clock moves on, a node's pass claims and co
 what is due with the node's own claim and completion statements (and runs the gate pass,
 the backfiller and the late pass), and the slot ledger is checked
 (tests/helpers/ledger.py): every expected slot recorded, no terminal record overwritten,
-no wait without a bound, no slot run while its job was paused; then ``pulse audit``'s
-reading of the same rows must find nothing missing or overwritten, and no record the job's
-timing made on a slot it never had. Retries, catch-up policies and stalls (no pass before
-the next action, so it meets due slots) are drawn too.
+no wait without a bound, no slot run while its job was paused, no skip left ahead by a
+window removed or a holiday taken out since; then ``pulse audit``'s reading of the same rows
+must find nothing missing or overwritten, and no record the job's timing made on a slot it
+never had. Retries, catch-up policies and stalls (no pass before the next action, so it
+meets due slots) are drawn too.
 
 Each example is a tenant of its own in one schema, on a clock that only moves forward
 (statements that read the database's own clock then see the model's past). The fast tier
@@ -197,6 +198,8 @@ class OperatorActions(RuleBasedStateMachine):
         self.after_failure = "block"
         self.stalled = False  # no pass until the next step is taken
         self.windows: list[int] = []  # the ids of the windows added, oldest first
+        # Each window removed and holiday taken out: when, its skips' reason, the jobs moved.
+        self.withdrawals: list[tuple[datetime, str, set[str]]] = []
         self.a_calendar = True  # a's definition names the calendar
         self.steps: list[str] = []
 
@@ -407,10 +410,12 @@ class OperatorActions(RuleBasedStateMachine):
     def remove_window(self) -> None:
         """The last window added is called off, before, while or after it holds."""
         window = self.windows.pop()
-        self.do(
+        moved = self.moved()
+        if self.do(
             f"windows remove {window}",
             lambda: self.cluster.store.windows.remove(window, now=self.now),
-        )
+        ):
+            self.withdrawals.append((self.now, f"blackout window {window} (", moved))
 
     async def put_calendar(self, *, holiday: bool) -> None:
         excluded = {self.now.date()} if holiday else set()
@@ -421,10 +426,35 @@ class OperatorActions(RuleBasedStateMachine):
     def calendar(self, holiday: bool) -> None:
         """a's and m's calendar excludes today (a skips its slots, m moves them to
         tomorrow), or no longer does."""
-        self.do(
-            f"calendar {'with' if holiday else 'without'} today",
-            lambda: self.put_calendar(holiday=holiday),
-        )
+        moved = self.moved()
+        if (
+            self.do(
+                f"calendar {'with' if holiday else 'without'} today",
+                lambda: self.put_calendar(holiday=holiday),
+            )
+            and not holiday
+        ):
+            self.withdrawals.append((self.now, f"calendar cal-{self.tenant}: ", moved))
+
+    def moved(self) -> set[str]:
+        """The jobs a calendar or window change plans again now (replan_calendar_job), or
+        that are paused: the change takes back the skips their old rule recorded ahead."""
+        jobs, *_ = self.cluster.run(self.cluster.rows(self.tenant))
+        return {name for name, job in jobs.items() if _moved(job, self.now)}
+
+    def stale(self, runs: list[Any]) -> list[str]:
+        """Skips recorded ahead by a window removed, or a holiday taken out, since, of slots
+        that came after the change, left on a job it planned again."""
+        return [
+            f"{r['job_name']}: slot {r['scheduled_for'].isoformat()} skipped as "
+            f"'{r['last_error']}', a rule taken back at {at.isoformat()}"
+            for at, reason, moved in self.withdrawals
+            for r in runs
+            if r["status"] == "skipped"
+            and r["job_name"] in moved
+            and (r["last_error"] or "").startswith(reason)
+            and r["finished_at"] <= at < r["scheduled_for"]
+        ]
 
     @rule(name=st.sampled_from(("a", "m")), back=st.integers(2, 8), span=st.integers(1, 6))
     def backfill(self, name: str, back: int, span: int) -> None:
@@ -545,6 +575,7 @@ class OperatorActions(RuleBasedStateMachine):
         self.tick()
         jobs, runs, queued, flights = self.cluster.run(self.cluster.rows(self.tenant))
         found = self.ledger.check(jobs, runs, queued, self.timelines, self.now, flights=flights)
+        found += self.stale(runs)
         assert not found, unexpected(found) + "\nafter: " + "; ".join(self.steps)
         ahead = {
             (r["job_name"], r["scheduled_for"])
@@ -562,6 +593,18 @@ class OperatorActions(RuleBasedStateMachine):
             + "\nafter: "
             + "; ".join(self.steps)
         )
+
+
+def _moved(job: dict[str, Any], now: datetime) -> bool:
+    """Whether a calendar or window change takes back the job's skips ahead: it is paused,
+    or idle on its first attempt, not triggered nor paused until a time to come."""
+    until = job["paused_until"]
+    return job["status"] == "paused" or (
+        job["status"] == "idle"
+        and job["attempt"] == 1
+        and job["slot_origin"] != "trigger"
+        and (until is None or until <= now)
+    )
 
 
 def _failing(line: Line, ahead: set[tuple[str, datetime]]) -> bool:
