@@ -1,7 +1,8 @@
 """The ledger checker of the model-based test (tests/helpers/ledger.py) on rows made up here:
 it finds a slot with no record, a skip without a reason, a terminal record overwritten or
-gone, and a wait without a bound; and it accepts what the ledger allows (a quiet spell, a
-slot asked for again, a failed attempt whose retry waits, a chained job's queued slot)."""
+gone, a slot run while its job was quiet, and a wait without a bound; and it accepts what
+the ledger allows (a quiet spell, a slot asked for again, a failed attempt whose retry
+waits, a chained job's queued slot)."""
 
 from __future__ import annotations
 
@@ -144,3 +145,15 @@ def test_a_gate_skip_says_what_is_true_of_the_upstreams_slot() -> None:
     ledger.ask("a", [at(1)])
     rerun = [run("a", 1, "succeeded", origin="rerun"), runs[1]]
     assert ledger.check(jobs, rerun, [], lines, at(1.7)) == []
+
+
+def test_no_slot_its_timing_made_runs_while_the_job_is_quiet() -> None:
+    lines = {"a": every_minute(quiet=[[at(2.5), None]])}
+    jobs = {"a": job("a", 9, status="paused")}
+    ahead = run("a", 3, "skipped", origin=None, last_error="skipped by pulse jobs skip-next")
+    triggered = run("a", 3.25, origin="trigger")  # an extra run, on no slot
+    runs = [run("a", 1, origin=None), run("a", 2, origin=None), ahead, triggered]
+    assert Ledger().check(jobs, runs, [], lines, at(5.5)) == []
+    ran = run("a", 4, origin="catch-up")
+    found = Ledger().check(jobs, [*runs, ran], [], lines, at(5.5))
+    assert found == [f"a: slot {at(4).isoformat()} ran while the job was quiet"]

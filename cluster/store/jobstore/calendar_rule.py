@@ -93,7 +93,8 @@ class Rules:
             )
             owed = job["slot_at"] <= db_now and schedule.at is None
             # What the old rule recorded ahead is the new rule's to decide: taken back, so
-            # a removed window or holiday runs its slots (test_a_window_removed_...).
+            # a window called off or a holiday taken out runs its slots
+            # (test_a_window_called_off_runs_the_slots_it_had_recorded_skipped_ahead).
             withdrawn = bool(await self.withdraw([job["id"]], db_now))
             try:
                 # A slot whose time has come (due, deferred, held at its gate) is kept: its

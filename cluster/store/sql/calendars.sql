@@ -104,8 +104,9 @@ RETURNING id, starts_at, ends_at, window_scope, tenant_id, job_name, defer, note
 -- records those it plans past, a weekend's on Friday), taken back before a calendar or
 -- window change, or an apply of a new timing, plans the job again: they said what the old
 -- rule would do, and the new one decides those slots (records them again, or runs them).
--- Only for a job the change moves (replan_calendar_job's condition); a slot whose time has
--- come keeps its record, as does every other skip ahead (skip-next's: the operator's).
+-- Only for a job the change moves (replan_calendar_job's condition) or a paused one (its
+-- resume plans it afresh); a slot whose time has come keeps its record, as does every other
+-- skip ahead (skip-next's: the operator's).
 -- Through withdraw_rule_skips, as the owner: a job applied over the API does it too.
 -- %(ids)s: the jobs, in one statement (an apply's batch).
 SELECT k.id AS job_id, w.withdrawn_slot AS scheduled_for
