@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -23,10 +22,10 @@ from cluster.store.connect import Row
 from cluster.store.jobstore import bulk, dropped
 from cluster.store.jobstore.calendar_rule import Rules
 from cluster.store.jobstore.gates import Gates
-from cluster.store.jobstore.holds import open_run
 from cluster.store.jobstore.placement import Placement
 from cluster.store.jobstore.quotas import check_period
 from cluster.store.jobstore.releases import refuse_unknown_each_node
+from cluster.store.jobstore.replanning import Pending, Replanning
 from cluster.store.jobstore.scoped import ScopedConnection
 from cluster.store.jobstore.specs import (
     ApplyResult,
@@ -38,7 +37,7 @@ from cluster.store.jobstore.specs import (
 )
 from cluster.store.queries import query
 from cluster.timing.calendared import CalendarRule, Decision, jittered_start
-from cluster.timing.runs import current_run, first_run, origin_of
+from cluster.timing.runs import first_run, origin_of
 from cluster.timing.schedule import CHAINED_NEXT, ENDED
 from ring import shard_for
 
@@ -50,24 +49,12 @@ def _stored(declared: Declared, value: Any) -> Any:
     return Jsonb(value) if declared.option.jsonb and value is not None else value
 
 
-@dataclass
-class _Pending:
-    """A spec planned and not yet written: its rule and its ``upsert_jobs`` parameters."""
-
-    spec: JobSpec
-    rule: CalendarRule | None
-    params: dict[str, Any]
-
-    @property
-    def key(self) -> bulk.Key:
-        return (self.spec.tenant, self.spec.name)
-
-
 class Definitions:
     def __init__(self, db: ScopedConnection, rules: Rules) -> None:
         self._db = db
         self._rules = rules
         self._gates = Gates(db)
+        self._replanning = Replanning(db, rules)
         self._placement = Placement(db)
 
     async def add(self, spec: JobSpec, *, now: datetime | None = None) -> Job:
@@ -87,7 +74,7 @@ class Definitions:
                     "name",
                     f"a job named {spec.name!r} already exists in tenant {spec.tenant!r}",
                 )
-            await self._planned_skips(row, spec, rule, params, db_now)
+            await self._replanning.planned_skips(row, spec, rule, params["slot_at"], db_now)
             placed = await self._placement.place(
                 spec, shards, params["next_run_at"], row, inserted=True
             )
@@ -135,7 +122,7 @@ class Definitions:
             for chunk in bulk.chunks(specs):
                 found = await bulk.rows_named(self._db, [(s.tenant, s.name) for s in chunk])
                 await refuse_unknown_each_node(self._db, chunk, found)
-                pending: list[_Pending] = []
+                pending: list[Pending] = []
                 for spec in chunk:
                     try:
                         rule = await self._rules.for_spec(spec, db_now, windows)
@@ -143,7 +130,7 @@ class Definitions:
                         await self._write(pending, found, by, shards, db_now, result, woken)
                         raise
                     params = self._params(spec, shards, db_now, rule)
-                    pending.append(_Pending(spec, rule, params))
+                    pending.append(Pending(spec, rule, params))
                     if _refusable(spec, found, params, db_now):
                         await self._write(pending, found, by, shards, db_now, result, woken)
                         pending = []
@@ -163,7 +150,7 @@ class Definitions:
 
     async def _write(
         self,
-        pending: Sequence[_Pending],
+        pending: Sequence[Pending],
         found: Mapping[bulk.Key, Row],
         by: str,
         shards: int,
@@ -176,15 +163,9 @@ class Definitions:
         shard in ``woken``."""
         if not pending:
             return
-        # A new timing takes back what the old rule recorded ahead (withdraw_rule_skips), so
-        # the job is planned through those slots, not past them.
-        ruled = {
-            found[p.key]["id"]: p.key
-            for p in pending
-            if p.key in found and _rule_changes(found[p.key], p.params)
-        }
-        withdrawn = {ruled[i] for i in await self._rules.withdraw(list(ruled), db_now)}
-        await self._past_records(pending, found, db_now)
+        replanning = self._replanning
+        withdrawn = await replanning.take_back(pending, found, db_now)
+        await replanning.past_records(pending, found, db_now)
         planned = {p.key: p.params for p in pending}
         owed = dropped.owed(planned, found, db_now)
         if await dropped.record_ahead(self._db, owed, planned, found, db_now, by):
@@ -194,10 +175,10 @@ class Definitions:
         for p in pending:
             spec, params = p.spec, p.params
             row: dict[str, Any] | None = rows.get(p.key)
-            await self._planned_skips(row, spec, p.rule, params, db_now)
+            await replanning.planned_skips(row, spec, p.rule, params["slot_at"], db_now)
             if row is None and p.key in withdrawn:  # not moved after all: recorded again
                 job = found[p.key]
-                await self._planned_skips(job, spec, p.rule, {"slot_at": job["slot_at"]}, db_now)
+                await replanning.planned_skips(job, spec, p.rule, job["slot_at"], db_now)
             label = label_of(spec.tenant, spec.name)
             job = row if row is not None else found[p.key]
             inserted = row is not None and row["inserted"]
@@ -288,62 +269,6 @@ class Definitions:
             )
         return result
 
-    async def _planned_skips(
-        self,
-        row: dict[str, Any] | None,
-        spec: JobSpec,
-        rule: CalendarRule | None,
-        params: dict[str, Any],
-        db_now: datetime,
-    ) -> None:
-        """A job written and planned afresh records the slots its calendar or windows skip
-        before its first slot (a job created on a Saturday: the weekend's)."""
-        if row is not None and rule is not None:
-            schedule = spec.parsed_schedule()
-            await self._rules.record_skips(
-                row["id"], schedule, rule, db_now, params["slot_at"], db_now
-            )
-
-    async def _past_records(
-        self, pending: Sequence[_Pending], found: Mapping[bulk.Key, Row], db_now: datetime
-    ) -> None:
-        """An existing job a new timing plans again starts past the slots that have a record
-        already (skip-next writes them ahead), so none is run and its record overwritten
-        (test_a_new_timing_never_runs_a_slot_skip_next_recorded). One whose slot's time has
-        come but not its start (deferred by a window, held at its gate) keeps that slot,
-        decided by the new rule at its claim: a new definition never moves a job past a
-        slot it owes without a record (test_a_new_timing_keeps_a_slot_a_window_deferred).
-        The jobs of the batch with a record at or after their planned slot are asked for
-        at once; only those go through ``open_run``."""
-        planned: dict[bulk.Key, tuple[Decision, Decision]] = {}
-        retries: set[bulk.Key] = set()  # kept for their retry: their slot has its record
-        for p in pending:
-            schedule, job = p.spec.parsed_schedule(), found.get(p.key)
-            if job is None or schedule.chain or schedule.at is not None:
-                continue
-            fresh = first_run(schedule, p.rule, db_now)
-            owed = _owes(job, db_now)
-            planned[p.key] = (
-                fresh,
-                current_run(schedule, p.rule, job["slot_at"]) if owed else fresh,
-            )
-            if owed and job["attempt"] > 1:
-                retries.add(p.key)
-        slots = [(found[key]["id"], run.slot) for key, (_, run) in planned.items()]
-        recorded = await bulk.recorded_from(self._db, slots)
-        for p in pending:
-            if p.key not in planned:
-                continue
-            (fresh, run), job_id, spec = planned[p.key], found[p.key]["id"], p.spec
-            if job_id in recorded and p.key not in retries:
-                run = await open_run(self._db, job_id, spec.parsed_schedule(), p.rule, run, db_now)
-            if run != fresh:
-                p.params.update(
-                    next_run_at=jittered_start(run, spec.tenant, spec.name, spec.jitter_s),
-                    slot_at=run.slot,
-                    slot_origin=origin_of(run),
-                )
-
     def _params(
         self, spec: JobSpec, shards: int, db_now: datetime, rule: CalendarRule | None
     ) -> dict[str, Any]:
@@ -380,34 +305,4 @@ def _refusable(
         or past_one_off(spec, params, db_now)
         or spec.watch
         or (job is not None and job["watch"])
-    )
-
-
-# The columns whose change changes what a job's calendar and windows skip.
-_RULED = ("schedule", "tz", "dst_repeated", "dst_skipped", "calendar", "on_excluded",
-          "business_day", "labels")  # fmt: skip
-
-
-def _rule_changes(job: Mapping[str, Any], params: Mapping[str, Any]) -> bool:
-    """Whether ``job`` has a calendar or windows and writing ``params`` over it changes
-    which of its slots they skip (a label decides which windows cover it)."""
-    return job["calendar_rule"] is not None and any(
-        job[c] != getattr(params[c], "obj", params[c]) for c in _RULED
-    )
-
-
-def _owes(job: Mapping[str, Any], db_now: datetime) -> bool:
-    """Whether the job's row holds a slot whose time has come but whose start has not:
-    deferred by a window, held at its gate, or failed and waiting for its retry (the
-    upsert keeps the retry's attempt and time, ``upsert_jobs``); not a trigger's or a
-    pause. A slot simply due (no node ran it: an outage) is dropped by the new timing as
-    its plan shows (``JobPlan.dropped``), as before."""
-    until = job["paused_until"]
-    return bool(
-        job["status"] == JobStatus.IDLE
-        and job["slot_at"] <= db_now
-        and (job["gate_wait"] or job["next_run_at"] > db_now)
-        and job["slot_origin"] != "trigger"
-        and not job["paused"]
-        and (until is None or until <= db_now)
     )

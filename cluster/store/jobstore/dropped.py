@@ -8,7 +8,7 @@ for a login that writes no past runs, before the upsert moves the jobs. A part o
 ``Definitions``.
 
 A slot held at its gate or deferred by a window is kept by the new definition instead
-(``Definitions._past_records``), and its claim decides it and the new timing's slots after
+(``Replanning.past_records``), and its claim decides it and the new timing's slots after
 the change (``Job.walked_schedule``) up to then; the old timing's slots after it that the
 new timing does not have, every one up to the change, are recorded here.
 A job whose definition changes but not its timing keeps its slot: nothing is recorded.
