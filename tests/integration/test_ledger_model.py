@@ -974,68 +974,46 @@ def outcomes(machine: OperatorActions, name: str, since: datetime) -> dict[int, 
     }
 
 
+@pytest.mark.parametrize("paused", [False, True], ids=["idle", "paused"])
 def test_a_window_called_off_runs_the_slots_it_had_recorded_skipped_ahead(
-    settings: ClusterSettings,
+    settings: ClusterSettings, paused: bool
 ) -> None:
     """The completion before a window records the slots the window skips ahead of their time.
     Removing the window left them skipped, for a window that no longer was, and the job did
-    not run until the window's end would have been."""
+    not run until the window's end would have been; a job paused meanwhile kept them too,
+    and its resume planned it past them."""
     with Sequence(settings) as machine:
         machine.the_ledger_holds()
         since = machine.now.replace(second=0) + 2 * MINUTE
         machine.window("a", start=2, length=3, defer=False)  # over 2, 3 and 4 minutes on
         machine.the_ledger_holds()  # the completion of 1 minute on passes the window
         assert outcomes(machine, "a", since) == {0: "skipped", 1: "skipped", 2: "skipped"}
+        if paused:
+            machine.pause("a")
         machine.remove_window()
+        if paused:
+            machine.resume("a")
         for _ in range(3):
             machine.the_ledger_holds()
         assert outcomes(machine, "a", since) == {0: "succeeded", 1: "succeeded", 2: "succeeded"}
 
 
-def test_a_holiday_taken_out_of_the_calendar_runs_the_rest_of_its_day(
-    settings: ClusterSettings,
+@pytest.mark.parametrize("change", ["calendar", "apply"])
+def test_a_holiday_taken_back_runs_the_rest_of_its_day(
+    settings: ClusterSettings, change: str
 ) -> None:
-    """A holiday recorded a's slots to midnight skipped; taking the date out of the calendar
-    left them so, naming a holiday the calendar no longer had."""
+    """A holiday recorded a's slots to midnight skipped. Taking the date out of the calendar,
+    or applying a without its calendar, left them so, naming a holiday a no longer had, and
+    a started past them."""
     with Sequence(settings) as machine:
         machine.the_ledger_holds()
         machine.calendar(holiday=True)
         since = machine.now.replace(second=0) + MINUTE
         assert set(outcomes(machine, "a", since).values()) == {"skipped"}
-        machine.calendar(holiday=False)
+        if change == "calendar":
+            machine.calendar(holiday=False)
+        else:
+            machine.apply_a("@every 1m", calendar=False)
         for _ in range(2):
             machine.the_ledger_holds()
         assert outcomes(machine, "a", since) == {0: "succeeded", 1: "succeeded"}
-
-
-def test_a_definition_without_its_calendar_runs_what_the_holiday_skipped_ahead(
-    settings: ClusterSettings,
-) -> None:
-    """An apply of a without its calendar, on its holiday: the holiday's records of the
-    rest of the day stayed, naming a calendar a no longer had, and a started past them."""
-    with Sequence(settings) as machine:
-        machine.the_ledger_holds()
-        machine.calendar(holiday=True)
-        since = machine.now.replace(second=0) + MINUTE
-        machine.apply_a("@every 1m", calendar=False)
-        for _ in range(2):
-            machine.the_ledger_holds()
-        assert outcomes(machine, "a", since) == {0: "succeeded", 1: "succeeded"}
-
-
-def test_a_window_called_off_while_the_job_is_paused_runs_its_slots_after_the_resume(
-    settings: ClusterSettings,
-) -> None:
-    """A paused job kept the window's skips ahead through the window's removal, and its
-    resume planned it past them: the slots stayed skipped for a window that no longer was."""
-    with Sequence(settings) as machine:
-        machine.the_ledger_holds()
-        since = machine.now.replace(second=0) + 2 * MINUTE
-        machine.window("a", start=2, length=3, defer=False)
-        machine.the_ledger_holds()
-        machine.pause("a")
-        machine.remove_window()
-        machine.resume("a")
-        for _ in range(3):
-            machine.the_ledger_holds()
-        assert outcomes(machine, "a", since) == {0: "succeeded", 1: "succeeded", 2: "succeeded"}
