@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import re
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
@@ -93,10 +93,12 @@ class Ledger:
         *,
         settle: timedelta = timedelta(0),
         flights: Iterable[Mapping[str, Any]] = (),
+        running: Collection[str] = (),
     ) -> list[str]:
         """What breaks the ledger in these rows (of one tenant): jobs by name, their runs,
         their ``chain_slots``; the model's timelines; the clock after a node's pass; their
-        ``flights`` (a triggered slot's retry waits there)."""
+        ``flights`` (a triggered slot's retry waits there); the jobs whose run is meant
+        to outlive the pass (``running``)."""
         found: list[str] = []
         by_job: dict[Any, dict[datetime, Mapping[str, Any]]] = {}
         for run in runs:
@@ -127,7 +129,7 @@ class Ledger:
                 for slot in line.expected(pending - US):
                     if slot not in mine:
                         found.append(f"{name}: slot {slot.isoformat()} has no record")
-            found += _waits(name, job, mine, waiting, clock)
+            found += _waits(name, job, mine, waiting, clock, name in running)
         return found
 
     def _overwritten(
@@ -232,8 +234,9 @@ def _waits(
     mine: Mapping[datetime, Mapping[str, Any]],
     waiting: set[tuple[Any, datetime]],
     clock: datetime,
+    long_run: bool = False,
 ) -> list[str]:
-    """No slot waits without a bound once a node's pass is over."""
+    """No slot waits without a bound once a node's pass is over (but a ``long_run``)."""
     found = []
     due = job["next_run_at"]
     if job["status"] == "idle":
@@ -244,7 +247,7 @@ def _waits(
             found.append(f"{name}: waits at {due.isoformat()} (no bound)")
         elif due <= clock and not job["watch"]:
             found.append(f"{name}: due at {due.isoformat()}, left unclaimed by the pass")
-    if job["status"] == "running":
+    if job["status"] == "running" and not long_run:
         found.append(f"{name}: still running after the pass")
     for slot, run in mine.items():
         if run["status"] == "running":

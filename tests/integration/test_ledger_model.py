@@ -11,8 +11,9 @@ the backfiller and the late pass), and the slot ledger is checked
 no wait without a bound, no slot run while its job was paused, no skip left ahead by a
 window removed or a holiday taken out since; then ``pulse audit``'s reading of the same rows
 must find nothing missing or overwritten, and no record the job's timing made on a slot it
-never had. Retries, catch-up policies and stalls (no pass before the next action, so it
-meets due slots) are drawn too.
+never had. Retries, catch-up policies, stalls (no pass before the next action, so it
+meets due slots) and runs that outlive their pass (the next action meets them running) are
+drawn too.
 
 Each example is a tenant of its own in one schema, on a clock that only moves forward
 (statements that read the database's own clock then see the model's past). The fast tier
@@ -101,6 +102,7 @@ class Cluster:
         midnight = datetime.now(UTC).replace(hour=0, minute=0, second=30, microsecond=0)
         self.clock = midnight + timedelta(days=2)  # ahead of the database's clock
         self.tenants = itertools.count()
+        self.held: list[ClaimedJob] = []  # runs still running after their pass
 
     async def _open_store(self) -> JobStore:
         self._stores = JobStore.open(self.settings)
@@ -121,21 +123,32 @@ class Cluster:
         self.run(closing())
         self.runner.close()
 
-    async def tick(self, failing: Counter[str]) -> None:
-        """A node's pass at the clock: gates, backfills, claims and completions until nothing
-        is due (a completion releases downstreams), then the late pass over watch jobs."""
+    async def tick(self, failing: Counter[str], hold: str | None = None) -> None:
+        """A node's pass at the clock: the runs held since the last pass end, then gates,
+        backfills, claims and completions until nothing is due (a completion releases
+        downstreams), then the late pass over watch jobs. The first run of the job named
+        ``hold`` claimed in this pass is still running after it, until the next pass."""
         now = self.clock
+        if self.held:
+            held = [_finish(job, now, failing, None) for job in self.held]
+            self.held = []
+            await self.node.completions.complete(
+                [done for done, _ in held], [s for _, skips in held for s in skips], now=now
+            )
         for _ in range(50):
             await self.store.db.all("gate_pass", {"shards": SHARDS})
             await backfills.fill(self.side, SHARDS, now)
-            jobs = (await self.node.claim(SHARDS, 100, 30.0, now=now)).jobs
-            flights = await self.node.flights.claim(SHARDS, 100, 30.0, now=now)
+            jobs = (await self.node.claim(SHARDS, 100, 600.0, now=now)).jobs
+            flights = await self.node.flights.claim(SHARDS, 100, 600.0, now=now)
             if not jobs and not flights:
                 break
             gated = [(j.id, j.slot) for j in [*jobs, *flights] if j.gated and j.attempt == 1]
             verdicts = await self.node.gate_verdicts(gated) if gated else {}
             done, skips = [], []
             for job in jobs:
+                if job.name == hold and not self.held:
+                    self.held.append(job)
+                    continue
                 finished, skipped = _finish(job, now, failing, verdicts.get((job.id, job.slot)))
                 done.append(finished)
                 skips += skipped
@@ -201,6 +214,7 @@ class OperatorActions(RuleBasedStateMachine):
         # Each window removed and holiday taken out: when, its skips' reason, the jobs moved.
         self.withdrawals: list[tuple[datetime, str, set[str]]] = []
         self.a_calendar = True  # a's definition names the calendar
+        self.hold: str | None = None  # the job whose next run outlives its pass
         self.steps: list[str] = []
 
     # -- the model's clock and the node's pass -------------------------------------------
@@ -277,7 +291,8 @@ class OperatorActions(RuleBasedStateMachine):
     def tick(self) -> None:
         """A node's pass at the clock. m pauses itself after failed slots in a row: its
         slots from then on are not expected, as after an operator's pause."""
-        self.cluster.run(self.cluster.tick(self.failing))
+        self.cluster.run(self.cluster.tick(self.failing, self.hold))
+        self.hold = None
         self.cluster.run(self.cluster.stamp(self.tenant))
         if self.pause_after is not None and not self.quiet("m"):
             job = self.cluster.run(self.cluster.store.get("m", self.tenant))
@@ -288,6 +303,7 @@ class OperatorActions(RuleBasedStateMachine):
     def teardown(self) -> None:
         """The next example starts on a day of its own at the same time of day, so a
         sequence replays with the slots it had."""
+        self.cluster.held = []
         self.cluster.run(self.cluster.forget(self.tenant))
         self.cluster.clock = (self.now + timedelta(days=1)).replace(hour=0, minute=0)
 
@@ -300,6 +316,13 @@ class OperatorActions(RuleBasedStateMachine):
         for _ in range(minutes):
             self.cluster.clock += MINUTE
             self.tick()
+
+    @rule(name=st.sampled_from(("a", "m")))
+    def run_long(self, name: str) -> None:
+        """The job's run that the next pass starts is still running at the step after it,
+        which meets it running; it ends in the pass after that step."""
+        self.steps.append(f"{name}'s next run runs long")
+        self.hold = name
 
     @rule(minutes=st.integers(2, 10))
     def outage(self, minutes: int) -> None:
@@ -438,13 +461,16 @@ class OperatorActions(RuleBasedStateMachine):
 
     def moved(self) -> set[str]:
         """The jobs a calendar or window change plans again now (replan_calendar_job), or
-        that are paused: the change takes back the skips their old rule recorded ahead."""
+        that are paused: the change takes back the skips their old rule recorded ahead; and
+        those running, whose completion records none of them after the change."""
         jobs, *_ = self.cluster.run(self.cluster.rows(self.tenant))
-        return {name for name, job in jobs.items() if _moved(job, self.now)}
+        return {name for name, job in jobs.items() if _moved(job)}
 
     def stale(self, runs: list[Any]) -> list[str]:
         """Skips recorded ahead by a window removed, or a holiday taken out, since, of slots
-        that came after the change, left on a job it planned again."""
+        that came after the change, left on a job it planned again; or naming a removed
+        window at all, on a slot after its removal (a run that spanned the removal
+        completed after it)."""
         return [
             f"{r['job_name']}: slot {r['scheduled_for'].isoformat()} skipped as "
             f"'{r['last_error']}', a rule taken back at {at.isoformat()}"
@@ -453,7 +479,8 @@ class OperatorActions(RuleBasedStateMachine):
             if r["status"] == "skipped"
             and r["job_name"] in moved
             and (r["last_error"] or "").startswith(reason)
-            and r["finished_at"] <= at < r["scheduled_for"]
+            and at < r["scheduled_for"]
+            and (r["finished_at"] <= at or reason.startswith("blackout window "))
         ]
 
     @rule(name=st.sampled_from(("a", "m")), back=st.integers(2, 8), span=st.integers(1, 6))
@@ -472,7 +499,6 @@ class OperatorActions(RuleBasedStateMachine):
         if self.do(f"backfill {name} -{back}m +{span}m", backfill):
             self.ask_again(name, asked)
 
-    @precondition(lambda self: not self.quiet("a"))
     @rule(
         every=st.sampled_from(("@every 1m", "@every 2m")),
         retries=st.integers(0, 1),
@@ -495,10 +521,21 @@ class OperatorActions(RuleBasedStateMachine):
             line = self.timelines["a"]
             if str(line.schedules[-1][1].expr) != every:
                 line.schedules.append((self.now, _schedule(every)))
+            self.applied_a()
 
-    @precondition(lambda self: not self.quiet("a"))
+    def applied_a(self) -> None:
+        """A definition of a written over a pause: one without ``paused`` resumes it, and a
+        ``pause --until`` before that holds it until its time still."""
+        line = self.timelines["a"]
+        if self.quiet("a") and line.quiet[-1][1] is None:
+            job = self.cluster.run(self.cluster.store.get("a", self.tenant))
+            if not job.paused:
+                until = job.paused_until
+                line.quiet[-1][1] = until if until is not None and until > self.now else self.now
+
     @rule()
     def rollback_a(self) -> None:
+        """a back to its first definition (``@every 1m``, with its calendar)."""
         if self.do(
             "rollback a --to 1",
             lambda: self.cluster.store.revisions.rollback("a", self.tenant, 1, now=self.now),
@@ -508,8 +545,8 @@ class OperatorActions(RuleBasedStateMachine):
             line = self.timelines["a"]
             if str(line.schedules[-1][1].expr) != "@every 1m":
                 line.schedules.append((self.now, _schedule("@every 1m")))
+            self.applied_a()
 
-    @precondition(lambda self: not self.quiet("a"))
     @rule(minutes=st.integers(2, 6), change=st.sampled_from(("@every 1m", "@every 2m", "back")))
     def change_a_after_an_outage(self, minutes: int, change: str) -> None:
         """No node runs for a while, and before one does a's definition is applied anew (or
@@ -574,7 +611,10 @@ class OperatorActions(RuleBasedStateMachine):
         self.cluster.clock += MINUTE
         self.tick()
         jobs, runs, queued, flights = self.cluster.run(self.cluster.rows(self.tenant))
-        found = self.ledger.check(jobs, runs, queued, self.timelines, self.now, flights=flights)
+        held = {job.name for job in self.cluster.held}
+        found = self.ledger.check(
+            jobs, runs, queued, self.timelines, self.now, flights=flights, running=held
+        )
         found += self.stale(runs)
         assert not found, unexpected(found) + "\nafter: " + "; ".join(self.steps)
         ahead = {
@@ -595,15 +635,12 @@ class OperatorActions(RuleBasedStateMachine):
         )
 
 
-def _moved(job: dict[str, Any], now: datetime) -> bool:
+def _moved(job: dict[str, Any]) -> bool:
     """Whether a calendar or window change takes back the job's skips ahead: it is paused,
-    or idle on its first attempt, not triggered nor paused until a time to come."""
-    until = job["paused_until"]
-    return job["status"] == "paused" or (
-        job["status"] == "idle"
-        and job["attempt"] == 1
-        and job["slot_origin"] != "trigger"
-        and (until is None or until <= now)
+    or idle on its first attempt and not triggered (paused until a time or not); or whether
+    its running slot's completion leaves those of its old rule to the new one."""
+    return job["status"] in ("paused", "running") or (
+        job["status"] == "idle" and job["attempt"] == 1 and job["slot_origin"] != "trigger"
     )
 
 
@@ -964,6 +1001,49 @@ def test_a_trigger_of_a_job_paused_until_a_time_keeps_it_paused_until_then(
         assert [r.origin for r in runs if r.scheduled_for >= paused_at] == ["trigger"]
 
 
+@pytest.mark.parametrize("change", ["apply", "rollback"])
+def test_a_new_timing_keeps_a_pause_until_its_time(settings: ClusterSettings, change: str) -> None:
+    """An apply of a new timing (or a rollback to one) over a job paused until a time moved
+    it to the new timing's next slot after now: the slots up to that time ran, though the
+    job was paused."""
+    with Sequence(settings) as machine:
+        machine.advance(1)
+        paused_at = machine.now
+        machine.pause_until("a", 7)
+        if change == "rollback":
+            machine.apply_a("@every 2m")
+            machine.rollback_a()
+        else:
+            machine.apply_a("@every 2m")
+        until = machine.cluster.run(machine.cluster.store.get("a", machine.tenant)).paused_until
+        assert until is not None
+        for _ in range(8):
+            machine.the_ledger_holds()
+        runs = machine.cluster.run(machine.cluster.store.runs("a", machine.tenant))
+        ran = [r.scheduled_for for r in runs if r.scheduled_for >= paused_at]
+        assert ran and min(ran) >= until
+
+
+def test_a_new_timing_over_a_running_slot_goes_on_to_its_slots_after_the_change(
+    settings: ClusterSettings,
+) -> None:
+    """An apply of a new timing while a slot ran left the completion to walk on with the
+    timing its claim read: `@every 2m` changed to `@every 1m` went on at the old timing's
+    next slot, and the new timing's slot before it had no record."""
+    with Sequence(settings) as machine:
+        machine.apply_a("@every 2m")
+        machine.the_ledger_holds()
+        machine.run_long("a")
+        machine.the_ledger_holds()  # the slot of 2 minutes on runs on
+        changed = machine.now
+        machine.apply_a("@every 1m")
+        for _ in range(3):
+            machine.the_ledger_holds()
+        runs = machine.cluster.run(machine.cluster.store.runs("a", machine.tenant))
+        after = sorted(r.scheduled_for for r in runs if r.scheduled_for > changed)
+        assert after == [changed.replace(second=0) + n * MINUTE for n in (1, 2, 3)]
+
+
 def outcomes(machine: OperatorActions, name: str, since: datetime) -> dict[int, str]:
     """The job's records from ``since`` on, by minutes after it: their status."""
     runs = machine.cluster.run(machine.cluster.store.runs(name, machine.tenant, limit=100))
@@ -974,24 +1054,38 @@ def outcomes(machine: OperatorActions, name: str, since: datetime) -> dict[int, 
     }
 
 
-@pytest.mark.parametrize("paused", [False, True], ids=["idle", "paused"])
+@pytest.mark.parametrize(
+    "hold", [None, "pause", "pause_until", "run_long"], ids=["idle", "paused", "until", "running"]
+)
 def test_a_window_called_off_runs_the_slots_it_had_recorded_skipped_ahead(
-    settings: ClusterSettings, paused: bool
+    settings: ClusterSettings, hold: str | None
 ) -> None:
     """The completion before a window records the slots the window skips ahead of their time.
     Removing the window left them skipped, for a window that no longer was, and the job did
     not run until the window's end would have been; a job paused meanwhile kept them too,
-    and its resume planned it past them."""
+    and its resume planned it past them; so did a job paused until a time before them,
+    which the removal did not plan again. A job whose run spans the removal recorded them
+    in its completion, planned with the window it was claimed under."""
     with Sequence(settings) as machine:
         machine.the_ledger_holds()
         since = machine.now.replace(second=0) + 2 * MINUTE
         machine.window("a", start=2, length=3, defer=False)  # over 2, 3 and 4 minutes on
+        if hold == "run_long":  # the run of 1 minute on spans the removal
+            machine.run_long("a")
+            machine.the_ledger_holds()
+            machine.remove_window()
+            for _ in range(3):
+                machine.the_ledger_holds()  # the first completes the long run
+            assert outcomes(machine, "a", since) == {0: "succeeded", 1: "succeeded", 2: "succeeded"}
+            return
         machine.the_ledger_holds()  # the completion of 1 minute on passes the window
         assert outcomes(machine, "a", since) == {0: "skipped", 1: "skipped", 2: "skipped"}
-        if paused:
+        if hold == "pause":
             machine.pause("a")
+        elif hold == "pause_until":
+            machine.pause_until("a", 1)  # until 30 s before the window's first slot
         machine.remove_window()
-        if paused:
+        if hold == "pause":
             machine.resume("a")
         for _ in range(3):
             machine.the_ledger_holds()

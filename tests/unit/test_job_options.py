@@ -109,7 +109,8 @@ def test_upsert_jobs_writes_and_compares_the_written_options() -> None:
     assert assigned(sql) == [*WRITTEN, "calendar_rule"]
     timing = OPTIONS.columns["timing"]
     moved, written = (list(timing), list(timing)), (list(WRITTEN), list(WRITTEN))
-    assert compared(sql) == [moved, moved, written]  # the slot, timing_from, the row
+    # The slot, timing_from, a running slot's timing_slot, the row.
+    assert compared(sql) == [moved, moved, moved, written]
     # Each column inserted is read from the batch's row of that name (x.<column>).
     select = sql[sql.index("SELECT") : sql.index("FROM jsonb_populate_recordset")]
     read = set(re.findall(r"\bx\.(\w+)", select))

@@ -16,7 +16,7 @@ from typing import Any
 
 from cluster.errors import InvalidInput
 from cluster.jobs.spec import JobSpec
-from cluster.store.jobstore.holds import open_run
+from cluster.store.jobstore.holds import open_run, planned_from
 from cluster.store.jobstore.scoped import ScopedConnection
 from cluster.timing.calendared import EVERY_DAY, CalendarRule, Window, jittered_start
 from cluster.timing.calendars import Calendar
@@ -92,6 +92,7 @@ class Rules:
                 job["schedule"], job["tz"], job["dst_repeated"], job["dst_skipped"]
             )
             owed = job["slot_at"] <= db_now and schedule.at is None
+            after = planned_from(job["paused_until"], db_now)  # a pause --until stays
             # What the old rule recorded ahead is the new rule's to decide: taken back, so
             # a window called off or a holiday taken out runs its slots
             # (test_a_window_called_off_runs_the_slots_it_had_recorded_skipped_ahead).
@@ -101,7 +102,7 @@ class Rules:
                 # claim decides it under the new rule, so it runs or is recorded skipped
                 # with its true reason (test_a_window_on_a_job_held_at_its_gate_...).
                 run = current_run(schedule, rule, job["slot_at"]) if owed else None
-                run = run or first_run(schedule, rule, db_now)
+                run = run or first_run(schedule, rule, after)
             except InvalidInput as exc:
                 raise InvalidInput("calendar", f"job {label}: {exc}") from exc
             # Never onto a slot skip-next recorded
@@ -121,10 +122,10 @@ class Rules:
             updated = await self._db.one("replan_calendar_job", params)
             if updated is not None:
                 shards.add(updated["shard_id"])
-                # The slots the new rule skips from the job's old slot (or now, if that is
-                # over, or if the old rule's skips ahead were taken back) to its new one
-                # (tests/integration/test_fate_defects.py).
-                since = (db_now if withdrawn else max(job["slot_at"], db_now)) - US
+                # The slots the new rule skips from the job's old slot (or now, or the end
+                # of its pause --until, if that is over, or if the old rule's skips ahead
+                # were taken back) to its new one (tests/integration/test_fate_defects.py).
+                since = (after if withdrawn else max(job["slot_at"], after)) - US
                 await self.record_skips(job["id"], schedule, rule, since, run.slot, db_now)
         for shard in sorted(shards):
             await self._db.notify(shard)

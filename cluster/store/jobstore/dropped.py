@@ -11,6 +11,8 @@ A slot held at its gate or deferred by a window is kept by the new definition in
 (``Replanning.past_records``), and its claim decides it and the new timing's slots after
 the change (``Job.walked_schedule``) up to then; the old timing's slots after it that the
 new timing does not have, every one up to the change, are recorded here.
+A running slot is kept too, and its completion goes on to the slot the new timing planned
+(``jobs.timing_slot``): the old timing's slots after it up to the change are recorded here.
 A job whose definition changes but not its timing keeps its slot: nothing is recorded.
 
 A pause walks the same way (``passed_slots``): the slots an idle job owes when it is paused
@@ -98,10 +100,12 @@ async def record_ahead(
 
 def overdue(job: Mapping[str, Any], now: datetime) -> bool:
     """Whether the existing job's row (``get_job``) holds a slot due by ``now`` that a new
-    timing would move it past: idle on its schedule, its slot's time come. A running job
-    keeps its slot; a paused one owes nothing (its pause recorded what it passed)."""
+    timing would move it past: idle on its schedule, its slot's time come; or running, whose
+    slot is kept but whose completion goes on to the new timing's first slot after now
+    (``timing_slot``), past the old timing's slots that came while it ran. A paused one
+    owes nothing (its pause recorded what it passed)."""
     return bool(
-        job["status"] == JobStatus.IDLE
+        job["status"] in (JobStatus.IDLE, JobStatus.RUNNING)
         and not job["paused"]
         and not job["each_zone"]
         and not job["watch"]

@@ -34,13 +34,23 @@ from cluster.timing.instants import US
 from cluster.timing.runs import current_run, first_run, origin_of, run_after
 from cluster.timing.schedule import Schedule
 
-__all__ = ["MAX_SKIP", "Holds", "open_run"]
+__all__ = ["MAX_SKIP", "Holds", "open_run", "planned_from"]
 
 MAX_SKIP = 1000
 SKIP_REASON = "skipped by pulse jobs skip-next"
 BETWEEN_REASON = (
     "skipped by pulse jobs skip-next: between slots it recorded skipped, under the job's new timing"
 )
+
+
+def planned_from(paused_until: datetime | None, now: datetime) -> datetime:
+    """The instant after which a job planned again now (a new timing, a calendar or window
+    change) takes its next slot: ``now``, or, while a ``pause --until`` holds it, the
+    instant before that time, as the pause planned it, so no slot inside the pause runs
+    (test_a_new_timing_keeps_a_pause_until_its_time)."""
+    if paused_until is not None and paused_until > now:
+        return paused_until - US
+    return now
 
 
 class Holds:

@@ -18,7 +18,7 @@ from cluster.jobs.spec import JobSpec
 from cluster.store.connect import Row
 from cluster.store.jobstore import bulk
 from cluster.store.jobstore.calendar_rule import Rules
-from cluster.store.jobstore.holds import open_run
+from cluster.store.jobstore.holds import open_run, planned_from
 from cluster.store.jobstore.scoped import ScopedConnection
 from cluster.timing.calendared import CalendarRule, Decision, jittered_start
 from cluster.timing.runs import current_run, first_run, origin_of
@@ -70,6 +70,8 @@ class Replanning:
         come but not its start (deferred by a window, held at its gate) keeps that slot,
         decided by the new rule at its claim: a new definition never moves a job past a
         slot it owes without a record (test_a_new_timing_keeps_a_slot_a_window_deferred).
+        One paused until a time to come starts at its first slot at or after that time, as
+        the pause planned it (test_a_new_timing_keeps_a_pause_until_its_time).
         The jobs of the batch with a record at or after their planned slot are asked for
         at once; only those go through ``open_run``."""
         planned: dict[bulk.Key, tuple[Decision, Decision]] = {}
@@ -78,11 +80,13 @@ class Replanning:
             schedule, job = p.spec.parsed_schedule(), found.get(p.key)
             if job is None or schedule.chain or schedule.at is not None:
                 continue
-            fresh = first_run(schedule, p.rule, db_now)
+            fresh = first_run(schedule, p.rule, db_now)  # as _params planned it
             owed = _owes(job, db_now)
             planned[p.key] = (
                 fresh,
-                current_run(schedule, p.rule, job["slot_at"]) if owed else fresh,
+                current_run(schedule, p.rule, job["slot_at"])
+                if owed
+                else first_run(schedule, p.rule, planned_from(job["paused_until"], db_now)),
             )
             if owed and job["attempt"] > 1:
                 retries.add(p.key)
@@ -110,10 +114,12 @@ class Replanning:
         db_now: datetime,
     ) -> None:
         """A job written and planned afresh records the slots its calendar or windows skip
-        before its first slot ``slot_at`` (a job created on a Saturday: the weekend's)."""
+        before its first slot ``slot_at`` (a job created on a Saturday: the weekend's), from
+        now, or from the end of its pause --until (the slots inside it are not recorded)."""
         if row is not None and rule is not None:
             schedule = spec.parsed_schedule()
-            await self._rules.record_skips(row["id"], schedule, rule, db_now, slot_at, db_now)
+            after = planned_from(row["paused_until"], db_now)
+            await self._rules.record_skips(row["id"], schedule, rule, after, slot_at, db_now)
 
 
 def _rule_changes(job: Mapping[str, Any], params: Mapping[str, Any]) -> bool:

@@ -234,7 +234,16 @@ CREATE TABLE jobs (
     -- When the current timing was written (NULL: the one the job was created with): the
     -- walk onward from a slot before it goes to the timing's first slot after it
     -- (docs/design/time.md, "A new timing over a kept slot").
-    timing_from      timestamptz
+    timing_from      timestamptz,
+    -- When a calendar or window change last rewrote calendar_rule: a completion of a slot
+    -- claimed before it leaves the skips ahead of its old rule to the new one
+    -- (docs/design/calendars.md, "A change while a slot runs").
+    rule_changed_at  timestamptz,
+    -- Where an apply that changed the timing of the running job planned it to go on, and
+    -- that slot's start: the completion of a slot claimed before timing_from goes there
+    -- (docs/design/time.md, "A new timing over a running slot").
+    timing_slot      timestamptz,
+    timing_start     timestamptz
 ) WITH (fillfactor = 80);
 
 -- The claim's due range, for every status: an index on a column the claim writes would
@@ -834,7 +843,8 @@ $$;
 -- reason, of slots after the clock (the database's, or the caller's for a login that may
 -- delete runs itself), for one job in the caller's tenant scope that is paused (migration
 -- `0.3.0_pre_zzzzzzz_withdraw_paused`: planned afresh when it resumes), or idle on its
--- first attempt and not triggered or paused until a time to come.
+-- first attempt and not triggered (one paused until a time included, planned again from
+-- that time: migration `0.3.0_pre_zzzzzzzz_withdraw_paused_until`).
 CREATE FUNCTION withdraw_rule_skips(
     p_job uuid,
     p_scope text,
@@ -850,8 +860,7 @@ LANGUAGE sql SECURITY DEFINER AS $$
                                  THEN coalesce(p_now, now()) ELSE now() END
       AND (j.status = 'paused'
            OR (j.status = 'idle' AND j.attempt = 1
-               AND j.slot_origin IS DISTINCT FROM 'trigger'
-               AND (j.paused_until IS NULL OR j.paused_until <= coalesce(p_now, now()))))
+               AND j.slot_origin IS DISTINCT FROM 'trigger'))
     RETURNING r.scheduled_for
 $$;
 

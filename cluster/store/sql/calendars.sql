@@ -55,7 +55,7 @@ RETURNING c.name;
 -- The jobs that use the calendar, locked: their next slot is planned again.
 SELECT j.id, j.tenant_id, j.name, j.schedule, j.tz, j.dst_repeated, j.dst_skipped,
        j.status, j.shard_id, j.jitter_s, j.calendar, j.on_excluded, j.business_day, j.labels,
-       j.slot_at, j.next_run_at, j.gate_wait
+       j.slot_at, j.next_run_at, j.gate_wait, j.paused_until
 FROM jobs j WHERE j.calendar = %(name)s
 ORDER BY j.id
 FOR UPDATE;
@@ -64,7 +64,7 @@ FOR UPDATE;
 -- The jobs a blackout window of %(window_scope)s covers, locked, as calendar_jobs.
 SELECT j.id, j.tenant_id, j.name, j.schedule, j.tz, j.dst_repeated, j.dst_skipped,
        j.status, j.shard_id, j.jitter_s, j.calendar, j.on_excluded, j.business_day, j.labels,
-       j.slot_at, j.next_run_at, j.gate_wait
+       j.slot_at, j.next_run_at, j.gate_wait, j.paused_until
 FROM jobs j
 WHERE j.parent_id IS NULL AND NOT j.each_zone AND NOT starts_with(j.schedule, '@after:')
   AND (%(window_scope)s = 'cluster'
@@ -116,16 +116,19 @@ CROSS JOIN LATERAL withdraw_rule_skips(k.id, %(scope)s, %(now)s::timestamptz) AS
 -- name: replan_calendar_job
 -- The job's copy of its calendar and windows, and for an idle job on its first attempt its
 -- next slot (a running slot, or one retrying, keeps its slot: its completion plans the
--- next; a triggered slot and a pause until a time stay as they are).
+-- next; a triggered slot stays as it is). A job paused until a time is planned from that
+-- time by the caller (holds.planned_from). rule_changed_at: a running slot's completion
+-- leaves the skips its old rule would record after now to the new one (complete).
 UPDATE jobs SET
     calendar_rule = %(calendar_rule)s,
+    rule_changed_at = CASE WHEN calendar_rule IS DISTINCT FROM %(calendar_rule)s
+                           THEN %(now)s::timestamptz ELSE rule_changed_at END,
     (next_run_at, slot_at, slot_origin) = (
         SELECT CASE WHEN m.moves THEN %(next_run_at)s ELSE next_run_at END,
                CASE WHEN m.moves THEN %(slot_at)s ELSE slot_at END,
                CASE WHEN m.moves THEN %(slot_origin)s ELSE slot_origin END
         FROM (SELECT status = 'idle' AND attempt = 1
-                     AND slot_origin IS DISTINCT FROM 'trigger'
-                     AND (paused_until IS NULL OR paused_until <= %(now)s) AS moves) m),
+                     AND slot_origin IS DISTINCT FROM 'trigger' AS moves) m),
     updated_at = now()
 WHERE id = %(id)s
 RETURNING id, shard_id, status;

@@ -42,6 +42,15 @@ skip_in AS MATERIALIZED (
 -- slots were skipped (one `skipped` event per catch-up; a business calendar's planned
 -- skips, reasons 'calendar ...', are neither catch-up nor an event); `expect_now`: the
 -- job's health after this run, NULL for a job without expectations (migration 024).
+-- `r`: what plans the job's slots changed after this attempt was claimed (migration
+-- `0.3.0_pre_zzzzzzzzz_changed_while_running`), so the node's plan is not the job's: the
+-- job goes to `r.slot` (starting at `r.start`) and the skips from `r.cut` on are not
+-- written. An apply gave it a new timing (timing_from, when the slot does not wait for its
+-- retry): it goes to the slot the apply planned (timing_slot), and no skip of the old
+-- timing's walk is written. A calendar or window change rewrote its rule
+-- (rule_changed_at): the skips its old rule recorded for slots after the change are not
+-- written, and the job goes back to the first of them, whose claim decides it under the
+-- rule in force.
 done AS (
     UPDATE jobs j SET
         -- next_run_at 9999-01-01 (records.NEVER): a one-off job's slot has run for good.
@@ -49,13 +58,14 @@ done AS (
         status = CASE WHEN i.next_run_at >= '9999-01-01Z'::timestamptz OR f.ends THEN 'done'
                       WHEN j.paused OR f.pause THEN 'paused' ELSE 'idle' END,
         next_run_at = CASE WHEN j.paused OR f.pause OR f.ends THEN '9999-01-01Z'::timestamptz
-                           ELSE i.next_run_at END,
+                           ELSE coalesce(r.start, i.next_run_at) END,
         runs_done = j.runs_done + f.counted::int,
-        slot_at = i.next_slot,
+        slot_at = coalesce(r.slot, i.next_slot),
         attempt = i.next_attempt,
         -- A retry keeps its slot's origin; a slot reached past skipped ones is catch-up's.
         slot_origin = CASE WHEN i.next_slot = i.slot AND i.outcome <> 'skipped'
                                 THEN o.slot_origin
+                           WHEN r.slot IS NOT NULL THEN NULL
                            WHEN i.origin IS NOT NULL THEN i.origin
                            WHEN f.skips > f.own::int THEN 'catch-up' END,
         last_run_at = CASE WHEN i.outcome = 'skipped' THEN j.last_run_at ELSE i.slot END,
@@ -85,6 +95,20 @@ done AS (
                                THEN j.expect_state_at ELSE k.t END
     FROM input i JOIN jobs o ON o.id = i.id
     CROSS JOIN LATERAL (
+        SELECT CASE WHEN m.timing THEN o.timing_slot ELSE m.ruled END AS slot,
+               CASE WHEN m.timing THEN o.timing_start ELSE m.ruled END AS start,
+               CASE WHEN m.timing THEN i.slot ELSE m.ruled END AS cut
+        FROM (SELECT o.timing_slot IS NOT NULL AND o.timing_from >= o.locked_at
+                     AND i.next_slot <> i.slot AS timing,
+                     CASE WHEN o.rule_changed_at >= o.locked_at THEN (
+                         SELECT min(s.slot) FROM skip_in s
+                         WHERE s.job_id = i.id AND s.slot > o.rule_changed_at
+                           AND s.slot <> i.slot
+                           AND (starts_with(s.reason, 'calendar ')
+                                OR starts_with(s.reason, 'blackout window '))) END AS ruled
+             ) AS m
+    ) AS r
+    CROSS JOIN LATERAL (
         SELECT x.*, x.fail AND NOT o.paused
                     AND coalesce(o.failed_slots + 1 >= o.pause_after_failures, false) AS pause,
                     x.counted AND coalesce(o.runs_done + 1 >= o.max_runs, false) AS ends,
@@ -105,9 +129,11 @@ done AS (
                      (i.outcome = 'skipped' AND NOT starts_with(coalesce(i.error, ''), 'calendar '))::int
                          + (SELECT count(*) + coalesce(sum(s.unlisted), 0) FROM skip_in s
                             WHERE s.job_id = i.id AND s.slot <> i.slot AND NOT s.if_paused
+                              AND s.slot < coalesce(r.cut, 'infinity')
                               AND NOT starts_with(s.reason, 'calendar ')) AS skips,
                      (SELECT min(s.slot) FROM skip_in s
-                      WHERE s.job_id = i.id AND NOT s.if_paused) AS first_skip,
+                      WHERE s.job_id = i.id AND NOT s.if_paused
+                        AND s.slot < coalesce(r.cut, 'infinity')) AS first_skip,
                      -- A gate's or a handler's skip (pulsecron.Skip): neither catch-up's
                      -- nor a calendar's.
                      i.outcome = 'skipped' AND NOT coalesce(starts_with(i.error, 'missed by ')
@@ -120,7 +146,7 @@ done AS (
     -- for a job that feeds others, whose downstreams' gates and chains read it within
     -- this statement (gate_release, chain_release): written here, before they run.
     RETURNING j.id, j.tenant_id, j.name, i.slot, o.feeds, o.attempt, i.token, i.outcome,
-              f.pause AS paused,
+              f.pause AS paused, r.cut,
               CASE WHEN i.outcome = 'skipped' THEN NULL ELSE o.locked_at END AS started_at,
               i.duration_s, i.error, i.output, o.slot_origin, o.run_revision,
               CASE WHEN o.feeds THEN record_run(j.id, j.tenant_id, j.name, i.slot, o.attempt,
@@ -152,7 +178,8 @@ done AS (
                                      UNION ALL
                                      SELECT s.slot, s.reason FROM skip_in s
                                      WHERE s.job_id = i.id AND s.slot <> i.slot
-                                       AND NOT s.if_paused) c
+                                       AND NOT s.if_paused
+                                       AND s.slot < coalesce(r.cut, 'infinity')) c
                                WHERE NOT starts_with(c.reason, 'calendar ')
                                ORDER BY c.slot LIMIT 1) END) END,
               CASE WHEN f.expect_now = 'too_fast' THEN raise_alert('too_fast', j.id,
@@ -204,6 +231,7 @@ skipped AS (
            s.reason, s.skipped_from
     FROM skip_in s
     JOIN done d ON d.id = s.job_id AND d.slot <> s.slot AND (d.paused OR NOT s.if_paused)
+                AND s.slot < coalesce(d.cut, 'infinity')
     CROSS JOIN clock k
     ON CONFLICT (job_id, scheduled_for) DO NOTHING
 )
