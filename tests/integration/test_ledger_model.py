@@ -130,7 +130,7 @@ class Cluster:
         ``hold`` claimed in this pass is still running after it, until the next pass."""
         now = self.clock
         if self.held:
-            held = [_finish(job, now, failing, None) for job in self.held]
+            held = [_ran(job, now, failing) for job in self.held]
             self.held = []
             await self.node.completions.complete(
                 [done for done, _ in held], [s for _, skips in held for s in skips], now=now
@@ -146,10 +146,11 @@ class Cluster:
             verdicts = await self.node.gate_verdicts(gated) if gated else {}
             done, skips = [], []
             for job in jobs:
-                if job.name == hold and not self.held:
+                verdict = verdicts.get((job.id, job.slot))
+                if job.name == hold and not self.held and _runs(job, now, verdict):
                     self.held.append(job)
                     continue
-                finished, skipped = _finish(job, now, failing, verdicts.get((job.id, job.slot)))
+                finished, skipped = _finish(job, now, failing, verdict)
                 done.append(finished)
                 skips += skipped
             await self.node.completions.complete(done, skips, now=now)
@@ -665,6 +666,16 @@ def _finish(
     skip = None if job.flight else plan_at_claim(job, now)
     if skip is not None:
         return skip
+    return _ran(job, now, failing)
+
+
+def _runs(job: ClaimedJob, now: datetime, verdict: str | None) -> bool:
+    """Whether the claimed slot runs: neither its gate nor catch-up skips it at its claim."""
+    return verdict is None and (job.flight or plan_at_claim(job, now) is None)
+
+
+def _ran(job: ClaimedJob, now: datetime, failing: Counter[str]) -> tuple[Completion, list[Skip]]:
+    """The completion of the slot's run, ended at ``now``: failed if the model said so."""
     outcome = FAILED if failing[job.name] > 0 else OK
     failing[job.name] -= 1
     return after_run(job, outcome, now)
@@ -1042,6 +1053,35 @@ def test_a_new_timing_over_a_running_slot_goes_on_to_its_slots_after_the_change(
         runs = machine.cluster.run(machine.cluster.store.runs("a", machine.tenant))
         after = sorted(r.scheduled_for for r in runs if r.scheduled_for > changed)
         assert after == [changed.replace(second=0) + n * MINUTE for n in (1, 2, 3)]
+
+
+def test_an_apply_that_takes_a_running_job_out_of_a_window_runs_its_slots(
+    settings: ClusterSettings,
+) -> None:
+    """An apply that changed the labels a window covers a job by, while a slot of the job
+    ran, left its completion to record the window's slots skipped, planned with the rule
+    its claim read, for a window that no longer covered the job."""
+    with Sequence(settings) as machine:
+        store, tenant = machine.cluster.store, machine.tenant
+        machine.apply_a("@every 2m")
+        since = machine.now.replace(second=0) + 2 * MINUTE  # a's first slot `@every 2m`
+        labelled = [spec("a", tenant, "@every 2m", labels={"team": "x"}, **machine.options)]
+        machine.do("apply a team=x", lambda: store.definitions.apply(labelled, now=machine.now))
+        begin = since + MINUTE  # over 2 and 4 minutes after a's first slot
+        machine.do(
+            "window team=x",
+            lambda: store.windows.add(
+                begin, begin + 3 * MINUTE, tenant=tenant, label=("team", "x"), now=machine.now
+            ),
+        )
+        machine.the_ledger_holds()
+        machine.run_long("a")
+        machine.the_ledger_holds()  # a's first slot runs on
+        plain = [spec("a", tenant, "@every 2m", **machine.options)]
+        machine.do("apply a", lambda: store.definitions.apply(plain, now=machine.now))
+        for _ in range(4):
+            machine.the_ledger_holds()
+        assert outcomes(machine, "a", since) == {0: "succeeded", 2: "succeeded", 4: "succeeded"}
 
 
 def outcomes(machine: OperatorActions, name: str, since: datetime) -> dict[int, str]:

@@ -71,10 +71,6 @@ ON CONFLICT (tenant_id, name) DO UPDATE SET
                CASE WHEN m.moves THEN excluded.next_run_at ELSE j.timing_start END
         FROM (SELECT j.status = 'running' AND ({fields:timing:j.@})
                      IS DISTINCT FROM ({fields:timing:excluded.@}) AS moves) m),
-    -- And leaves the skips its old calendar and windows would record after now to the new.
-    rule_changed_at = CASE WHEN j.status = 'running'
-                                AND j.calendar_rule IS DISTINCT FROM excluded.calendar_rule
-                           THEN excluded.timing_from ELSE j.rule_changed_at END,
     updated_at = now()
 WHERE %(replace)s
   AND ({fields:written:j.@}) IS DISTINCT FROM ({fields:written:excluded.@})

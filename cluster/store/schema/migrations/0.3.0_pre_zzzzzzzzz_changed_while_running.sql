@@ -7,8 +7,8 @@
 --   old rule skipped recorded skipped, naming a window that no longer was;
 -- - a new timing by apply sent the job on to the old timing's next slot, so the new
 --   timing's slots after the change until then had no record.
--- jobs.rule_changed_at is when a calendar or window change, or an apply while the slot
--- ran, last rewrote the job's copy of its rule: a completion of an attempt claimed at or before it writes none of its old
+-- jobs.rule_changed_at is when a calendar or window change last rewrote the job's copy of
+-- its rule: a completion of an attempt claimed at or before it writes none of its old
 -- rule's skips after it, and the job goes back to the first of them, which its claim
 -- decides under the rule in force. jobs.timing_slot and timing_start are where an apply
 -- that changed the timing of a running job plans it to go on (the new timing's first slot
