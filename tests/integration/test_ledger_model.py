@@ -130,7 +130,11 @@ class Cluster:
         ``hold`` claimed in this pass is still running after it, until the next pass."""
         now = self.clock
         if self.held:
-            held = [_ran(job, now, failing) for job in self.held]
+            ids = [job.id for job in self.held]  # a cancel asked meanwhile stops the run
+            asked = "SELECT id, cancel_by FROM jobs WHERE id = ANY(%s)"
+            rows = await (await self.store.db.conn.execute(asked, (ids,))).fetchall()
+            cancels = {row["id"]: row["cancel_by"] for row in rows}
+            held = [_ran(job, now, failing, cancels.get(job.id)) for job in self.held]
             self.held = []
             await self.node.completions.complete(
                 [done for done, _ in held], [s for _, skips in held for s in skips], now=now
@@ -324,6 +328,15 @@ class OperatorActions(RuleBasedStateMachine):
         which meets it running; it ends in the pass after that step."""
         self.steps.append(f"{name}'s next run runs long")
         self.hold = name
+
+    @rule(name=st.sampled_from(("a", "m")))
+    def cancel_run(self, name: str) -> None:
+        """``pulse runs cancel``: the job's run in progress stops, recorded cancelled;
+        refused when none runs."""
+        self.do(
+            f"runs cancel {name}",
+            lambda: self.cluster.store.runcontrol.cancel(name, self.tenant, by="model"),
+        )
 
     @rule(minutes=st.integers(2, 10))
     def outage(self, minutes: int) -> None:
@@ -674,8 +687,13 @@ def _runs(job: ClaimedJob, now: datetime, verdict: str | None) -> bool:
     return verdict is None and (job.flight or plan_at_claim(job, now) is None)
 
 
-def _ran(job: ClaimedJob, now: datetime, failing: Counter[str]) -> tuple[Completion, list[Skip]]:
-    """The completion of the slot's run, ended at ``now``: failed if the model said so."""
+def _ran(
+    job: ClaimedJob, now: datetime, failing: Counter[str], cancel_by: str | None = None
+) -> tuple[Completion, list[Skip]]:
+    """The completion of the slot's run, ended at ``now``: failed if the model said so,
+    cancelled if an operator asked (``cancel_by``) while it ran."""
+    if cancel_by is not None:
+        return after_run(job, Outcome("cancelled", f"cancelled by {cancel_by}", 0.01), now)
     outcome = FAILED if failing[job.name] > 0 else OK
     failing[job.name] -= 1
     return after_run(job, outcome, now)
