@@ -1053,24 +1053,35 @@ def test_a_new_timing_keeps_a_pause_until_its_time(settings: ClusterSettings, ch
         assert ran and min(ran) >= until
 
 
+@pytest.mark.parametrize("outage", [0, 3])
 def test_a_new_timing_over_a_running_slot_goes_on_to_its_slots_after_the_change(
-    settings: ClusterSettings,
+    settings: ClusterSettings, outage: int
 ) -> None:
     """An apply of a new timing while a slot ran left the completion to walk on with the
     timing its claim read: `@every 2m` changed to `@every 1m` went on at the old timing's
-    next slot, and the new timing's slot before it had no record."""
+    next slot, and the new timing's slot before it had no record. After an outage the old
+    timing's slots that came while the slot ran had none either: the apply's records of
+    them were refused for a running job."""
     with Sequence(settings) as machine:
         machine.apply_a("@every 2m")
         machine.the_ledger_holds()
         machine.run_long("a")
         machine.the_ledger_holds()  # the slot of 2 minutes on runs on
+        running = machine.cluster.held[0].slot
+        if outage:
+            machine.change_a_after_an_outage(minutes=outage, change="@every 1m")
+        else:
+            machine.apply_a("@every 1m")
         changed = machine.now
-        machine.apply_a("@every 1m")
         for _ in range(3):
             machine.the_ledger_holds()
         runs = machine.cluster.run(machine.cluster.store.runs("a", machine.tenant))
-        after = sorted(r.scheduled_for for r in runs if r.scheduled_for > changed)
-        assert after == [changed.replace(second=0) + n * MINUTE for n in (1, 2, 3)]
+        after = {r.scheduled_for: str(r.status) for r in runs if r.scheduled_for > running}
+        old = (running + n * 2 * MINUTE for n in range(1, outage + 1))  # the old timing's
+        passed = [slot for slot in old if slot <= changed]
+        ran = [changed.replace(second=0) + n * MINUTE for n in (1, 2, 3)]
+        assert len(passed) == outage // 2
+        assert after == {**dict.fromkeys(passed, "skipped"), **dict.fromkeys(ran, "succeeded")}
 
 
 def test_an_apply_that_takes_a_running_job_out_of_a_window_runs_its_slots(

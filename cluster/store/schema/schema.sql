@@ -807,8 +807,10 @@ $$;
 -- The skipped records a pause (of a job that owes slots), skip-next or a job planned afresh
 -- writes, as the owner: the web's role writes no runs (migration
 -- `0.3.0_pre_web_skips_and_triggers`). Only `skipped` rows with a reason, for one idle or
--- paused job in the caller's tenant scope, never over a record, and only for slots still to
--- be decided: at or after the job's slot, or still to come by the database's clock (any
+-- paused job in the caller's tenant scope (or a running one, for slots after the one it
+-- runs: an apply's new timing passes them, migration
+-- `0.3.0_pre_zzzzzzzzz_changed_while_running`), never over a record, and only for slots
+-- still to be decided: at or after the job's slot, or still to come by the database's clock (any
 -- slot for a login that may insert runs itself: the owner, a node). An entry is [slot,
 -- reason] or [slot, reason, skipped_from] (migration 0.3.0_pre_zzzz_skipped_from), the
 -- time honoured from the job's slot up to the database's clock (any, for such a login).
@@ -828,7 +830,8 @@ LANGUAGE sql SECURITY DEFINER AS $$
                 THEN (e->>2)::timestamptz END
     FROM jobs j CROSS JOIN json_array_elements(p_skips) AS e
     WHERE j.id = p_job AND (p_scope IS NULL OR j.tenant_id = p_scope)
-      AND j.status IN ('idle', 'paused')
+      AND (j.status IN ('idle', 'paused')
+           OR (j.status = 'running' AND (e->>0)::timestamptz > j.slot_at))
       AND ((e->>0)::timestamptz >= j.slot_at OR (e->>0)::timestamptz > now()
            OR has_table_privilege(session_user, 'runs', 'INSERT'))
       AND nullif(e->>1, '') IS NOT NULL
