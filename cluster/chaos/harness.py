@@ -292,6 +292,7 @@ class ChaosRun:
                     after=j.after,
                     chained=j.chained,
                     uses=j.uses,
+                    grace_s=j.grace_s,
                 )
                 for j in workload
             },

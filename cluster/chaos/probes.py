@@ -22,6 +22,7 @@ from cluster.chaos.verdict.observations import (
     to_ms,
 )
 from cluster.jobs.ledger import VERDICTS
+from cluster.jobs.models import RunStatus
 from cluster.members import MemberRegistry
 from cluster.settings import ClusterSettings
 from cluster.store.connect import connect
@@ -110,6 +111,7 @@ async def collect(
                 finished_at=r.finished_at.timestamp() - offset_s if r.finished_at else None,
                 token=tokens.get((r.job_name, r.scheduled_for)),
                 started_at=r.started_at.timestamp() - offset_s if r.started_at else None,
+                reason=r.last_error if r.status == RunStatus.SKIPPED else None,
             )
             for r in await store.runs(limit=10_000_000)
         ]

@@ -57,7 +57,7 @@ def test_a_ci_sized_chaos_run_keeps_every_guarantee(tmp_path: Path) -> None:
     checks = {check["name"]: check for check in report["checks"]}
     assert set(checks) == {
         "exactly-once effects", "allow slots", "replace slots", "zone placement", "dependencies",
-        "key limits",
+        "key limits", "catch-up skips",
     }  # fmt: skip
     assert all(check["violations"] == [] for check in checks.values()), table
     effects = checks["exactly-once effects"]
@@ -69,6 +69,7 @@ def test_a_ci_sized_chaos_run_keeps_every_guarantee(tmp_path: Path) -> None:
     assert int(checks["zone placement"]["summary"].split()[4]) >= 1, table
     assert int(checks["dependencies"]["summary"].split()[3]) > 60, table  # slots released
     assert int(checks["key limits"]["summary"].split()[2]) > 50, table  # runs of the key
+    assert int(checks["catch-up skips"]["summary"].split()[0]) > 0, table  # reasons read
     # The slot ledger over the window, by pulse audit's own reading: nothing missing or
     # overwritten, and every slot run more than once says why.
     audit = report["audit_counts"]

@@ -137,6 +137,29 @@ async def test_effects_commit_with_the_completion_exactly_once(
     assert node.stats.fenced_writes == 1
 
 
+@pytest.mark.parametrize("handler", [async_handler, sync_handler])
+async def test_a_run_in_a_transaction_is_recorded_finished_when_it_completes(
+    store: JobStore,
+    open_session: Opener,
+    settings: ClusterSettings,
+    table: str,
+    handler: Callable[[RunContext, str], Any],
+) -> None:
+    """The completion runs in the handler's transaction, whose ``now()`` is when the block
+    began: the run, and the skips its completion writes, were recorded finished then."""
+    _, node, first = await first_run(store, open_session, settings)
+    await call(handler, context(first, node.effects), table)
+    async with await psycopg.AsyncConnection.connect(settings.database_url) as c:
+        cur = await c.execute("SELECT clock_timestamp()")
+        (between,) = await cur.fetchone() or (None,)
+    await node.finish(first, OK)
+    run = await store.run("job-0000", slot=first.slot)
+    assert run.status == "succeeded" and run.finished_at is not None
+    assert run.finished_at > between
+    skipped = await store.runs("job-0000", status="skipped", limit=10)  # on its way on
+    assert skipped and all(r.finished_at is not None and r.finished_at > between for r in skipped)
+
+
 async def test_a_run_that_fails_rolls_its_effects_back_and_is_retried(
     store: JobStore, open_session: Opener, settings: ClusterSettings, table: str
 ) -> None:

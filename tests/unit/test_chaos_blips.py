@@ -7,8 +7,8 @@ from collections.abc import Sequence
 from cluster.chaos.plan import BLIP_S, Bounds, make_plan, parse_kinds
 from cluster.chaos.verdict.kinds import run_checks
 from cluster.chaos.verdict.observations import FaultRecord, LockSample, Observations
-
-T0 = 1_800_000_000.0
+from tests.helpers import observations
+from tests.helpers.observations import T0
 
 BLIP = FaultRecord("pg-blip", "n1", ("n1",), T0 + 3, T0 + 3 + BLIP_S, BLIP_S + 5.0)
 BEFORE = LockSample(T0 + 2.8, {0: "n1", 1: "n2"})
@@ -16,19 +16,7 @@ SETTLED = LockSample(T0 + 11.0, {0: "n1", 1: "n2"})  # the settle time after the
 
 
 def observe(faults: Sequence[FaultRecord] = (), samples: Sequence[LockSample] = ()) -> Observations:
-    return Observations(
-        jobs={},
-        runs=[],
-        executions=[],
-        samples=list(samples),
-        faults=list(faults),
-        shards=2,
-        window_start=T0,
-        window_end=T0 + 9,
-        phase_start=T0,
-        phase_end=T0 + 10,
-        kill_bound_s=5.0,
-    )
+    return observations.observe(faults=faults, samples=samples)
 
 
 def test_a_blip_is_planned_short_and_needs_the_nodes_postgres_proxies() -> None:

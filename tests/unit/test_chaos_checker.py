@@ -42,8 +42,9 @@ from cluster.chaos.verdict.safety import check_executions, expected_slots, find_
 from cluster.chaos.witness import read_witness
 from cluster.chaos.workload import make_workload
 from cluster.errors import InvalidInput
+from tests.helpers import observations
+from tests.helpers.observations import T0  # a whole second; the jobs fire on whole seconds
 
-T0 = 1_800_000_000.0  # a whole second; every job below fires on whole seconds
 JOB = JobInfo("job", interval_s=1, catch_up="once", sleep_s=0.0, shard=0)
 LONG = JobInfo("long", interval_s=10, catch_up="once", sleep_s=7.0, shard=1)
 
@@ -74,18 +75,14 @@ def observe(
     jobs: Sequence[JobInfo] = (JOB,),
     window: tuple[float, float] = (T0, T0 + 9),
 ) -> Observations:
-    return Observations(
-        jobs={j.name: j for j in jobs},
-        runs=list(runs),
-        executions=list(executions),
-        samples=list(samples),
-        faults=list(faults),
-        shards=2,
-        window_start=window[0],
-        window_end=window[1],
-        phase_start=T0,
-        phase_end=T0 + 10,
-        kill_bound_s=5.0,
+    assert window[0] == T0
+    return observations.observe(
+        jobs=jobs,
+        runs=runs,
+        executions=executions,
+        samples=samples,
+        faults=faults,
+        window_s=window[1] - T0,
     )
 
 

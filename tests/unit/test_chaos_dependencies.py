@@ -9,8 +9,9 @@ from cluster.chaos.verdict.kinds import dependencies, run_checks
 from cluster.chaos.verdict.observations import Execution, JobInfo, Observations, RunRecord
 from cluster.chaos.verdict.safety import find_lost
 from cluster.chaos.workload import make_workload
+from tests.helpers import observations
+from tests.helpers.observations import T0
 
-T0 = 1_800_000_000.0
 UP = JobInfo("up", 2, "backfill", 0.3, shard=0, kind="dependent")
 DOWN = JobInfo("down", 2, "backfill", 0.3, shard=1, kind="dependent", after=("up",))
 
@@ -26,19 +27,7 @@ def chain() -> Observations:
     runs += [RunRecord("down", ms(s), 1, "n2", "succeeded", s + 0.8) for s in slots]
     execs = [Execution("up", ms(s), 1, "n1", s + 0.01) for s in slots]
     execs += [Execution("down", ms(s), 1, "n2", s + 0.45) for s in slots]
-    return Observations(
-        jobs={"up": UP, "down": DOWN},
-        runs=runs,
-        executions=execs,
-        samples=[],
-        faults=[],
-        shards=2,
-        window_start=T0,
-        window_end=T0 + 8,
-        phase_start=T0,
-        phase_end=T0 + 10,
-        kill_bound_s=5.0,
-    )
+    return observations.observe(jobs=(UP, DOWN), runs=runs, executions=execs, window_s=8.0)
 
 
 def test_a_clean_chain_passes() -> None:

@@ -7,8 +7,8 @@ from __future__ import annotations
 from cluster.chaos.verdict.kinds import key_limits
 from cluster.chaos.verdict.observations import JobInfo, Observations, RunRecord
 from cluster.chaos.workload import KEY, KEY_LIMIT, keyed_jobs
-
-T0 = 1_800_000_000.0
+from tests.helpers import observations
+from tests.helpers.observations import T0
 
 
 def job(name: str, uses: tuple[str, ...] = ("k",)) -> JobInfo:
@@ -21,20 +21,7 @@ def run(name: str, start: float, end: float, attempt: int = 1) -> RunRecord:
 
 
 def observe(runs: list[RunRecord], jobs: list[JobInfo], keys: dict[str, int]) -> Observations:
-    return Observations(
-        jobs={j.name: j for j in jobs},
-        runs=runs,
-        executions=[],
-        samples=[],
-        faults=[],
-        shards=2,
-        window_start=T0,
-        window_end=T0 + 9,
-        phase_start=T0,
-        phase_end=T0 + 10,
-        kill_bound_s=5.0,
-        keys=keys,
-    )
+    return observations.observe(jobs=jobs, runs=runs, keys=keys)
 
 
 def test_runs_within_the_limit_pass_and_back_to_back_ones_are_not_counted_together() -> None:

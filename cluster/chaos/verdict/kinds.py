@@ -50,6 +50,10 @@ by ``harness`` into ``Observations``).
   that gave them back): inside the time it held them, so a count above the limit is a real
   breach. An attempt a later one replaced is not counted: an excess may be missed, never
   invented.
+- ``catch-up skips`` (every job, ``cluster.chaos.verdict.skips``): a slot recorded skipped
+  as missed names the job's policy, was missed by more than its grace under ``skip``, was
+  recorded no sooner than it says it was missed, and under ``once`` was coalesced into a
+  later slot that has a record.
 """
 
 from __future__ import annotations
@@ -63,6 +67,7 @@ from cluster.chaos.verdict.blips import blips_move_no_shard
 from cluster.chaos.verdict.failover import dark
 from cluster.chaos.verdict.observations import Execution, Observations
 from cluster.chaos.verdict.safety import Violation, find_lost, lost_claim
+from cluster.chaos.verdict.skips import catch_up_skips
 from cluster.jobs.models import RunStatus
 
 # How late an allow slot may start beyond the worst fault bound of the run: a slot owed
@@ -283,6 +288,11 @@ def zone_placement(obs: Observations) -> CheckResult | None:
     return CheckResult("zone placement", summary, found)
 
 
+def skip_reasons(obs: Observations) -> CheckResult | None:
+    found = catch_up_skips(obs)
+    return None if found is None else CheckResult("catch-up skips", *found)
+
+
 def blip_shards(obs: Observations) -> CheckResult | None:
     found = blips_move_no_shard(obs)
     return None if found is None else CheckResult("blips move no shard", *found)
@@ -364,6 +374,7 @@ CHECKS: tuple[Callable[[Observations], CheckResult | None], ...] = (
     blip_shards,
     dependencies,
     key_limits,
+    skip_reasons,
 )
 
 

@@ -34,6 +34,7 @@ class JobInfo:
     after: tuple[str, ...] = ()  # upstream jobs (kind ``dependent``)
     chained: bool = False  # an @after: job: its slots are its upstreams' successes
     uses: tuple[str, ...] = ()  # named limits (kind ``keyed``)
+    grace_s: float = 60.0  # how late a slot may start before catch-up ``skip`` skips it
 
 
 class WitnessLine(Protocol):
@@ -78,6 +79,7 @@ class RunRecord:
     finished_at: float | None
     token: int | None = None  # the lease (fencing) token of the slot's last write
     started_at: float | None = None  # when its last attempt began (the database's record)
+    reason: str | None = None  # why a skipped slot was skipped (its last_error)
 
 
 @dataclass(frozen=True)

@@ -6,8 +6,12 @@
 -- their next slot, each attempt's run row is written (as record_run writes it), and the slots the catch-up
 -- policy skipped are recorded. Returns the ids applied (tests/integration/test_history.py).
 -- Alert events are written with the state they report (tests/integration/test_alert_events.py).
+-- The clock is the statement's start, not its transaction's: a run that used
+-- ctx.transaction() is completed inside it, which began when the handler's block did
+-- (test_a_run_in_a_transaction_is_recorded_finished_when_it_completes). Alone in its
+-- transaction, the statement starts with it.
 WITH clock AS (
-    SELECT coalesce(%(now)s::timestamptz, now()) AS t
+    SELECT coalesce(%(now)s::timestamptz, statement_timestamp()) AS t
 ),
 -- One JSON text per batch, cheap for the client to encode: per completion [id, token,
 -- slot, outcome, error, duration_us, next_run_at, next_slot or null, next_attempt,

@@ -259,9 +259,10 @@ SELECT * FROM member_claimed;
 -- `failed`, one that ended too soon `too_fast`, one whose metrics failed the job's
 -- --assert `assertion_failed`, and those two (or a clean success of a job with
 -- expectations) set the job's health. Returns the (job id, slot) pairs applied; the rest
--- were fenced.
+-- were fenced. The clock is the statement's start, as `complete`'s: a flight's run may be
+-- completed in its handler's transaction.
 WITH clock AS (
-    SELECT coalesce(%(now)s::timestamptz, now()) AS t
+    SELECT coalesce(%(now)s::timestamptz, statement_timestamp()) AS t
 ),
 -- Per attempt: [job id, slot, token, outcome, error, duration_us, retry_at or null,
 -- output as JSON text or null, assertion or null] (cluster.store.lock.records.flight_params).
