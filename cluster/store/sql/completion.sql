@@ -50,8 +50,8 @@ skip_in AS MATERIALIZED (
 -- `0.3.0_pre_zzzzzzzzz_changed_while_running`), so the node's plan is not the job's: the
 -- job goes to `r.slot` (starting at `r.start`) and the skips from `r.cut` on are not
 -- written. An apply gave it a new timing (timing_from, when the slot does not wait for its
--- retry): it goes to the slot the apply planned (timing_slot), and no skip of the old
--- timing's walk is written. A calendar or window change rewrote its rule
+-- retry and the job is not done): it goes to the slot the apply planned (timing_slot), and
+-- no skip of the old timing's walk is written. A calendar or window change rewrote its rule
 -- (rule_changed_at): the skips its old rule recorded for slots after the change are not
 -- written, and the job goes back to the first of them, whose claim decides it under the
 -- rule in force.
@@ -103,7 +103,8 @@ done AS (
                CASE WHEN m.timing THEN o.timing_start ELSE m.ruled END AS start,
                CASE WHEN m.timing THEN i.slot ELSE m.ruled END AS cut
         FROM (SELECT o.timing_slot IS NOT NULL AND o.timing_from >= o.locked_at
-                     AND i.next_slot <> i.slot AS timing,
+                     AND i.next_slot <> i.slot AND i.next_run_at < '9999-01-01Z'::timestamptz
+                     AS timing,
                      CASE WHEN o.rule_changed_at >= o.locked_at THEN (
                          SELECT min(s.slot) FROM skip_in s
                          WHERE s.job_id = i.id AND s.slot > o.rule_changed_at

@@ -65,11 +65,13 @@ ON CONFLICT (tenant_id, name) DO UPDATE SET
     timing_from = CASE WHEN ({fields:timing:j.@}) IS DISTINCT FROM ({fields:timing:excluded.@})
                        THEN excluded.timing_from ELSE j.timing_from END,
     -- A running slot's completion goes on to the slot the new timing planned: its node
-    -- walks with the timing it claimed (complete).
+    -- walks with the timing it claimed (complete). Not a chained job's (its next slot is
+    -- the next one released) nor one whose new timing has no slot.
     (timing_slot, timing_start) = (
         SELECT CASE WHEN m.moves THEN excluded.slot_at ELSE j.timing_slot END,
                CASE WHEN m.moves THEN excluded.next_run_at ELSE j.timing_start END
-        FROM (SELECT j.status = 'running' AND ({fields:timing:j.@})
+        FROM (SELECT j.status = 'running' AND excluded.slot_at < '9998-01-01Z'::timestamptz
+                     AND ({fields:timing:j.@})
                      IS DISTINCT FROM ({fields:timing:excluded.@}) AS moves) m),
     updated_at = now()
 WHERE %(replace)s
