@@ -547,6 +547,22 @@ class OperatorActions(RuleBasedStateMachine):
                 until = job.paused_until
                 line.quiet[-1][1] = until if until is not None and until > self.now else self.now
 
+    @rule(schedules=st.sampled_from((("*/2 * * * *", "*/3 * * * *"), ("*/3 * * * *",))))
+    def apply_m(self, schedules: tuple[str, ...]) -> None:
+        """A new timing of m, the job with several schedules and a calendar that moves an
+        excluded slot to the next business day: both of its schedules, or one."""
+        new = spec("m", self.tenant, list(schedules), **self.kept("m"))
+        if self.do(
+            f"apply m {' + '.join(schedules)}",
+            lambda: self.cluster.store.definitions.apply([new], now=self.now),
+        ):
+            line = self.timelines["m"]
+            if _schedule(list(schedules)) != line.schedules[-1][1]:
+                line.schedules.append((self.now, _schedule(list(schedules))))
+            job = self.cluster.run(self.cluster.store.get("m", self.tenant))
+            if self.quiet("m") and line.quiet[-1][1] is None and not job.paused:
+                line.quiet[-1][1] = self.now  # resumed by the apply
+
     @rule()
     def rollback_a(self) -> None:
         """a back to its first definition (``@every 1m``, with its calendar)."""
