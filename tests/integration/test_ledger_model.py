@@ -535,14 +535,14 @@ class OperatorActions(RuleBasedStateMachine):
             line = self.timelines["a"]
             if str(line.schedules[-1][1].expr) != every:
                 line.schedules.append((self.now, _schedule(every)))
-            self.applied_a()
+            self.applied("a")
 
-    def applied_a(self) -> None:
-        """A definition of a written over a pause: one without ``paused`` resumes it, and a
-        ``pause --until`` before that holds it until its time still."""
-        line = self.timelines["a"]
-        if self.quiet("a") and line.quiet[-1][1] is None:
-            job = self.cluster.run(self.cluster.store.get("a", self.tenant))
+    def applied(self, name: str) -> None:
+        """A definition of the job written over a pause: one without ``paused`` resumes it,
+        and a ``pause --until`` before that holds it until its time still."""
+        line = self.timelines[name]
+        if self.quiet(name) and line.quiet[-1][1] is None:
+            job = self.cluster.run(self.cluster.store.get(name, self.tenant))
             if not job.paused:
                 until = job.paused_until
                 line.quiet[-1][1] = until if until is not None and until > self.now else self.now
@@ -559,9 +559,7 @@ class OperatorActions(RuleBasedStateMachine):
             line = self.timelines["m"]
             if _schedule(list(schedules)) != line.schedules[-1][1]:
                 line.schedules.append((self.now, _schedule(list(schedules))))
-            job = self.cluster.run(self.cluster.store.get("m", self.tenant))
-            if self.quiet("m") and line.quiet[-1][1] is None and not job.paused:
-                line.quiet[-1][1] = self.now  # resumed by the apply
+            self.applied("m")
 
     @rule()
     def rollback_a(self) -> None:
@@ -575,7 +573,7 @@ class OperatorActions(RuleBasedStateMachine):
             line = self.timelines["a"]
             if str(line.schedules[-1][1].expr) != "@every 1m":
                 line.schedules.append((self.now, _schedule("@every 1m")))
-            self.applied_a()
+            self.applied("a")
 
     @rule(minutes=st.integers(2, 6), change=st.sampled_from(("@every 1m", "@every 2m", "back")))
     def change_a_after_an_outage(self, minutes: int, change: str) -> None:
