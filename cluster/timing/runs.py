@@ -14,9 +14,10 @@ from __future__ import annotations
 from datetime import datetime
 
 from cluster.timing.calendared import CalendarRule, Decision
+from cluster.timing.instants import US
 from cluster.timing.schedule import Schedule
 
-__all__ = ["current_run", "first_run", "origin_of", "run_after"]
+__all__ = ["current_run", "first_run", "origin_of", "planned_from", "run_after"]
 
 
 def first_run(schedule: Schedule, rule: CalendarRule | None, after: datetime) -> Decision:
@@ -51,3 +52,13 @@ def origin_of(run: Decision) -> str | None:
     if run.deferred:
         return "window"
     return "calendar" if run.moved else None
+
+
+def planned_from(paused_until: datetime | None, now: datetime) -> datetime:
+    """The instant after which a job planned again now (a new timing, a calendar or window
+    change) takes its next slot: ``now``, or, while a ``pause --until`` holds it, the
+    instant before that time, as the pause planned it, so no slot inside the pause runs
+    (test_a_new_timing_keeps_a_pause_until_its_time)."""
+    if paused_until is not None and paused_until > now:
+        return paused_until - US
+    return now

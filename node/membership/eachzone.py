@@ -5,10 +5,12 @@ node makes sure the children of its OWN zone exist and match their parent's defi
 (a child is an ordinary job named ``<name>@<zone>``, pinned to that zone, so it is claimed
 once per slot in that zone and its runs and idempotency key carry the zone). What a child
 copies of its parent is declared with the job's options (``child``, cluster/jobs/spec.py):
-its jitter too, each child's slots spread by its own name. Children of
-zones with no live node, or no longer wanted by their parent, are removed by any node once
-it has known every live member's zone for a while. Runs from the shard keeper every time it
-re-reads the zone spaces (docs/design/zones.md).
+its jitter too, each child's slots spread by its own name. An operator's action on the
+parent (an apply, a pause...) moves its children in its own transaction, with the records
+the slot ledger asks (cluster/store/jobstore/children.py): this keeper finds them in line.
+Children of zones with no live node, or no longer wanted by their parent, are removed by
+any node once it has known every live member's zone for a while. Runs from the shard keeper
+every time it re-reads the zone spaces (docs/design/zones.md).
 """
 
 from __future__ import annotations
@@ -16,10 +18,10 @@ from __future__ import annotations
 import logging
 import time
 import uuid
+from datetime import datetime
 
 from cluster.store.lock.session import LockSession
-from cluster.timing.jitter import jittered
-from cluster.timing.schedule import parse_schedule
+from cluster.store.lock.zones import child_plan
 from node.state import NodeState
 from ring.zones import zone_shard_for
 
@@ -37,13 +39,14 @@ class ZoneChildren:
         self._empty_since: dict[str, float] = {}  # zone -> when it was first seen empty
         self.found = True  # the last pass found each-zone parents or children
 
-    async def run_once(self) -> bool:
-        """Create or align this zone's children, remove unwanted ones; True if any changed."""
+    async def run_once(self, now: datetime | None = None) -> bool:
+        """Create or align this zone's children, remove unwanted ones; True if any changed.
+        ``now``: the database's clock unless given (a test's)."""
         self.found = False
-        changed = await self._ensure_mine()
+        changed = await self._ensure_mine(now)
         return await self._remove_unwanted() or changed
 
-    async def _ensure_mine(self) -> bool:
+    async def _ensure_mine(self, now: datetime | None) -> bool:
         state = self._state
         every = await self._session.zones.each_zone_parents(state.zone)
         self.found = self.found or bool(every)
@@ -51,22 +54,13 @@ class ZoneChildren:
         if not parents:
             return False
         space = await self._session.zones.zone_space([state.zone])
-        now = await self._session.db_now()
+        now = now or await self._session.db_now()
         written = False
         for parent in parents:
-            schedule = parse_schedule(
-                parent["schedule"], parent["tz"], parent["dst_repeated"], parent["dst_skipped"]
-            )
             child = uuid.uuid4()  # used only if the child is created now
-            slot = schedule.next_after(now)
-            name = f"{parent['name']}@{state.zone}"  # its jitter is the child's own
+            slot, start = child_plan(parent, state.zone, now, parent["paused_until"])
             if await self._session.zones.upsert_zone_child(
-                parent["id"],
-                state.zone,
-                child,
-                zone_shard_for(child, space),
-                slot,
-                jittered(parent["tenant_id"], name, slot, parent["jitter_s"]),
+                parent["id"], state.zone, child, zone_shard_for(child, space), slot, start
             ):
                 written = True
                 logger.info(

@@ -9,14 +9,16 @@ node of zone a returns, the missed slots are caught up there. No slot runs twice
 from __future__ import annotations
 
 import asyncio
+import json
 import signal
 import subprocess
 import sys
-from datetime import datetime
+from datetime import datetime, timedelta
 from pathlib import Path
 
 import pytest
 
+from cluster.errors import Conflict
 from cluster.health.status import collect
 from cluster.jobs.spec import JobSpec
 from cluster.local.processes import pulse_env
@@ -138,6 +140,90 @@ def test_an_each_zone_job_runs_once_per_zone_per_slot(fleet: Fleet) -> None:
     runs = fleet.sql("SELECT job_name, zone FROM runs WHERE job_name LIKE 'ping@%%'")
     assert runs and all(r["job_name"] == f"ping@{r['zone']}" for r in runs)
     assert fleet.node("b1").running and fleet.node("b2").running, fleet.logs()
+
+
+def test_an_each_zone_jobs_children_follow_its_new_timing_and_pause_with_their_records(
+    fleet: Fleet,
+) -> None:
+    """Nodes in zones a and b run an each-zone job every second. A new timing and a
+    ``pause --until`` of the job act on both children in the operator's transaction, and
+    ``pulse audit`` over the whole run finds every slot of each child ran or recorded, by its
+    parent's definitions since the child was made (before, the keeper moved the children a
+    pass later without records, and the audit judged each child by its definition as it
+    stands, finding the slots before the new timing missing)."""
+    ping = JobSpec.build("ping", "@every 1s", WITNESS, each_zone=True)
+    init_cluster(fleet.settings, ping)
+    (start,) = (r["now"] for r in fleet.sql("SELECT now()"))
+    fleet.start("a1", "a")
+    fleet.start("b1", "b")
+
+    def ran_since(since: datetime, count: int) -> bool:
+        fleet.check_alive()
+        return all(
+            len([s for s in _slots(fleet, child) if s > since]) >= count
+            for child in ("ping@a", "ping@b")
+        )
+
+    until(lambda: ran_since(start, 3), "ping to run in zones a and b", 30)
+    changed = asyncio.run(
+        _change(fleet, JobSpec.build("ping", "@every 2s", WITNESS, each_zone=True))
+    )
+    until(lambda: ran_since(changed, 3), "both children to run @every 2s", 30)
+    assert all(
+        s.second % 2 == 0 for c in ("ping@a", "ping@b") for s in _slots(fleet, c) if s > changed
+    )
+    until_s = asyncio.run(_pause_until(fleet, seconds=4))
+    until(lambda: ran_since(until_s, 2), "both children to run after the pause", 30)
+    assert not [
+        (c, s)
+        for c in ("ping@a", "ping@b")
+        for s in _slots(fleet, c)
+        if until_s - timedelta(seconds=4) < s < until_s
+    ], "no slot inside the pause ran"
+    env = pulse_env(fleet.settings)
+    argv = [
+        str(Path(sys.executable).parent / "pulse"),
+        "audit",
+        "--from",
+        start.isoformat(),
+        "--to",
+        until_s.isoformat(),
+        "--json",
+    ]
+    audit = subprocess.run(argv, env=env, cwd=REPO, capture_output=True, text=True, check=False)
+    lines = [json.loads(line) for line in audit.stdout.splitlines()]
+    slots = [line for line in lines if line["type"] == "slot" and line["job"].startswith("ping@")]
+    assert audit.returncode == 0, [
+        line for line in slots if line["verdict"] in ("missing", "overwritten")
+    ]
+    assert {line["job"] for line in slots} == {"ping@a", "ping@b"}
+    assert {"ran", "paused"} <= {line["verdict"] for line in slots}
+
+
+async def _change(fleet: Fleet, spec: JobSpec) -> datetime:
+    """Apply ``spec``; the database's clock when it committed."""
+    from cluster.store.jobstore.store import JobStore
+
+    async with JobStore.open(fleet.settings) as store:
+        await store.definitions.apply([spec])
+        return await store.db_now()
+
+
+async def _pause_until(fleet: Fleet, seconds: int) -> datetime:
+    """``pulse jobs pause ping --until`` ``seconds`` on; that time. Refused while a child's
+    run is in progress, as for any job: asked again, as its message says."""
+    from cluster.store.jobstore.store import JobStore
+
+    async with JobStore.open(fleet.settings) as store:
+        for _ in range(50):
+            until = await store.db_now() + timedelta(seconds=seconds)
+            try:
+                await store.holds.pause_until("ping", "default", until)
+            except Conflict:
+                await asyncio.sleep(0.05)  # a child's run of a few ms ends
+                continue
+            return until
+    raise AssertionError("a child of ping was running at every try")
 
 
 async def _apply_pruning(fleet: Fleet, spec: JobSpec) -> ApplyResult:

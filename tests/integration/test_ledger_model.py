@@ -1,6 +1,8 @@
 """A model-based test of operator actions: hypothesis's rule-based state machine drives a
 few jobs (a plain one, one gated on it, one chained after it, one with two schedules, a
-watch job) through random sequences of what operators do (apply, pause, pause --until,
+watch job, an each-zone job whose child in the node's zone the node's each-zone keeper
+makes) through random sequences of what operators do (apply, an apply that pauses, pause,
+pause --until,
 resume, skip-next, triggers with a payload or a past slot, windows that skip or defer and
 their removal, a holiday put in and taken out of the calendar of a and m, backfills,
 rollbacks, removals, failures, pings and cancels) against a real database with an
@@ -55,7 +57,10 @@ from cluster.store.side import SideConnection
 from cluster.timing.calendars import Calendar
 from cluster.timing.schedule import parse_schedule
 from node.handlers.context import Outcome
+from node.membership.eachzone import ZoneChildren
 from node.pipeline.outcomes import after_run, gate_skip, plan_at_claim
+from node.state import NodeState
+from ring.zones import space_shards
 from tests.helpers.ledger import Ledger, Timeline, unexpected
 
 T = TypeVar("T")
@@ -65,7 +70,10 @@ MINUTE = timedelta(minutes=1)
 OK = Outcome("succeeded", None, 0.01)
 FAILED = Outcome("failed", "boom", 0.01)
 RUNNERS = ("a", "b", "m")  # jobs on a clock that operators pause, skip, trigger
-SCHEDULES = {"a": "@every 1m", "m": ["*/2 * * * *", "*/3 * * * *"]}
+HELD = (*RUNNERS, "e")  # and an each-zone job, whose child in zone z runs its slots
+ZONE = "z"  # the zone of the model's node
+CHILD = {"e": f"e@{ZONE}"}  # the job whose slots an operator's action on e decides
+SCHEDULES = {"a": "@every 1m", "m": ["*/2 * * * *", "*/3 * * * *"], "e": "@every 1m"}
 EXCLUDED = {"a": "skip", "m": "next-business-day"}  # what their calendar's holiday does
 NO_CALENDAR = {"calendar": None}
 
@@ -82,6 +90,9 @@ def spec(name: str, tenant: str, schedule: Any = None, **kw: Any) -> JobSpec:
         return JobSpec.build(
             "w", "* * * * *", None, tenant=tenant, watch=True, timeout="3m", late_after="20s"
         )
+    if name == "e":
+        return JobSpec.build("e", schedule or SCHEDULES["e"], HANDLER, tenant=tenant,
+                             each_zone=True, **kw)  # fmt: skip
     if name in EXCLUDED and kw.get("calendar", True) is not None:  # None: without it
         kw = {"calendar": f"cal-{tenant}", "on_excluded": EXCLUDED[name], **kw}
     return JobSpec.build(name, schedule or SCHEDULES[name], HANDLER, tenant=tenant, **kw)
@@ -95,8 +106,15 @@ class Cluster:
         self.settings = cluster
         self.runner = asyncio.Runner()
         self.store: JobStore = self.run(self._open_store())
-        self.node = LockSession(cluster, "model", "z", session_timeout_s=30, statement_timeout_s=10)
+        self.node = LockSession(
+            cluster, "model", ZONE, session_timeout_s=30, statement_timeout_s=10
+        )
         self.run(self.node.open())
+        # The each-zone keeper of the node's zone, and the shards it claims: the default
+        # ones and those of its zone's space, where e's child lives.
+        self.keeper = ZoneChildren(NodeState("model", ZONE, len(SHARDS)), self.node)
+        space = self.run(self.node.zones.zone_space([ZONE]))
+        self.shards = [*SHARDS, *space_shards(space)]
         self.side = SideConnection(cluster, "model/backfill", statement_timeout_s=10)
         self.alerts = AlertStore(SideConnection(cluster, "model/late", statement_timeout_s=10))
         midnight = datetime.now(UTC).replace(hour=0, minute=0, second=30, microsecond=0)
@@ -139,11 +157,12 @@ class Cluster:
             await self.node.completions.complete(
                 [done for done, _ in held], [s for _, skips in held for s in skips], now=now
             )
+        await self.keeper.run_once(now)
         for _ in range(50):
-            await self.store.db.all("gate_pass", {"shards": SHARDS})
-            await backfills.fill(self.side, SHARDS, now)
-            jobs = (await self.node.claim(SHARDS, 100, 600.0, now=now)).jobs
-            flights = await self.node.flights.claim(SHARDS, 100, 600.0, now=now)
+            await self.store.db.all("gate_pass", {"shards": self.shards})
+            await backfills.fill(self.side, self.shards, now)
+            jobs = (await self.node.claim(self.shards, 100, 600.0, now=now)).jobs
+            flights = await self.node.flights.claim(self.shards, 100, 600.0, now=now)
             if not jobs and not flights:
                 break
             gated = [(j.id, j.slot) for j in [*jobs, *flights] if j.gated and j.attempt == 1]
@@ -241,7 +260,7 @@ class OperatorActions(RuleBasedStateMachine):
 
     def quiet(self, name: str) -> bool:
         """Whether the job is paused, or paused until a time still to come."""
-        line = self.timelines[name]
+        line = self.timelines[CHILD.get(name, name)]
         return bool(line.quiet) and (line.quiet[-1][1] is None or line.quiet[-1][1] > self.now)
 
     def timeline(self, name: str) -> Timeline:
@@ -250,6 +269,7 @@ class OperatorActions(RuleBasedStateMachine):
         if name == "c":
             line.upstreams = ("a",)
         else:
+            name = {child: parent for parent, child in CHILD.items()}.get(name, name)
             text = SCHEDULES.get(name, "@every 1m" if name == "b" else "* * * * *")
             line.schedules.append((self.now, _schedule(text)))
         return line
@@ -276,13 +296,14 @@ class OperatorActions(RuleBasedStateMachine):
         self.first_options = self.options
         self.started = self.now
         self.do(f"calendar cal-{self.tenant}", lambda: self.put_calendar(holiday=False))
-        specs = [spec(n, self.tenant, **self.kept(n)) for n in ("a", "b", "c", "m", "w")]
+        specs = [spec(n, self.tenant, **self.kept(n)) for n in ("a", "b", "c", "m", "w", "e")]
         self.do(
-            f"apply a b c m w (retries {retries}, catch-up {catch_up}, "
+            f"apply a b c m w e (retries {retries}, catch-up {catch_up}, "
             f"m's pause after failures {pause_after}, b's after-failure {after_failure})",
             lambda: self.cluster.store.definitions.apply(specs, now=self.now),
         )
-        self.timelines = {n: self.timeline(n) for n in ("a", "b", "c", "m", "w")}
+        self.cluster.run(self.cluster.keeper.run_once(self.now))  # e's child in zone z
+        self.timelines = {n: self.timeline(n) for n in ("a", "b", "c", "m", "w", CHILD["e"])}
         self.token = self.cluster.run(self.cluster.store.watch.token("w", self.tenant)) or ""
 
     def kept(self, name: str) -> dict[str, Any]:
@@ -291,7 +312,7 @@ class OperatorActions(RuleBasedStateMachine):
             return {**self.options, "pause_after_failures": self.pause_after}
         if name == "b":
             return {"after_failure": self.after_failure}
-        return self.options if name == "a" else {}
+        return self.options if name in ("a", "e") else {}
 
     def tick(self) -> None:
         """A node's pass at the clock. m pauses itself after failed slots in a row: its
@@ -322,14 +343,14 @@ class OperatorActions(RuleBasedStateMachine):
             self.cluster.clock += MINUTE
             self.tick()
 
-    @rule(name=st.sampled_from(("a", "m")))
+    @rule(name=st.sampled_from(("a", "m", CHILD["e"])))
     def run_long(self, name: str) -> None:
         """The job's run that the next pass starts is still running at the step after it,
         which meets it running; it ends in the pass after that step."""
         self.steps.append(f"{name}'s next run runs long")
         self.hold = name
 
-    @rule(name=st.sampled_from(("a", "m")))
+    @rule(name=st.sampled_from(("a", "m", CHILD["e"])))
     def cancel_run(self, name: str) -> None:
         """``pulse runs cancel``: the job's run in progress stops, recorded cancelled;
         refused when none runs."""
@@ -355,45 +376,45 @@ class OperatorActions(RuleBasedStateMachine):
 
     # -- operator actions ----------------------------------------------------------------
 
-    @rule(name=st.sampled_from(RUNNERS))
+    @rule(name=st.sampled_from(HELD))
     def pause(self, name: str) -> None:
         if self.do(
             f"pause {name}", lambda: self.cluster.store.pause(name, self.tenant, now=self.now)
         ):
-            line = self.timelines[name]
+            line = self.timelines[CHILD.get(name, name)]
             if self.quiet(name):
                 line.quiet[-1][1] = None
             else:
                 line.quiet.append([self.now, None])
 
-    @rule(name=st.sampled_from(RUNNERS), minutes=st.integers(1, 8))
+    @rule(name=st.sampled_from(HELD), minutes=st.integers(1, 8))
     def pause_until(self, name: str, minutes: int) -> None:
         until = self.now + minutes * MINUTE - timedelta(seconds=30)
         if self.do(
             f"pause {name} --until +{minutes}m",
             lambda: self.cluster.store.holds.pause_until(name, self.tenant, until, now=self.now),
         ):
-            line = self.timelines[name]
+            line = self.timelines[CHILD.get(name, name)]
             if self.quiet(name):
                 line.quiet[-1][1] = until
             else:
                 line.quiet.append([self.now, until])
 
-    @rule(name=st.sampled_from(RUNNERS))
+    @rule(name=st.sampled_from(HELD))
     def resume(self, name: str) -> None:
         if self.do(
             f"resume {name}", lambda: self.cluster.store.resume(name, self.tenant, now=self.now)
         ) and self.quiet(name):
-            self.timelines[name].quiet[-1][1] = self.now
+            self.timelines[CHILD.get(name, name)].quiet[-1][1] = self.now
 
-    @rule(name=st.sampled_from(RUNNERS), count=st.integers(1, 3))
+    @rule(name=st.sampled_from(HELD), count=st.integers(1, 3))
     def skip_next(self, name: str, count: int) -> None:
         self.do(
             f"skip-next {name} --count {count}",
             lambda: self.cluster.store.holds.skip_next(name, self.tenant, count, now=self.now),
         )
 
-    @rule(name=st.sampled_from((*RUNNERS, "c")))
+    @rule(name=st.sampled_from((*HELD, "c")))
     def trigger(self, name: str) -> None:
         self.do(
             f"trigger {name}", lambda: self.cluster.store.trigger(name, self.tenant, now=self.now)
@@ -540,7 +561,7 @@ class OperatorActions(RuleBasedStateMachine):
     def applied(self, name: str) -> None:
         """A definition of the job written over a pause: one without ``paused`` resumes it,
         and a ``pause --until`` before that holds it until its time still."""
-        line = self.timelines[name]
+        line = self.timelines[CHILD.get(name, name)]
         if self.quiet(name) and line.quiet[-1][1] is None:
             job = self.cluster.run(self.cluster.store.get(name, self.tenant))
             if not job.paused:
@@ -560,6 +581,35 @@ class OperatorActions(RuleBasedStateMachine):
             if _schedule(list(schedules)) != line.schedules[-1][1]:
                 line.schedules.append((self.now, _schedule(list(schedules))))
             self.applied("m")
+
+    @rule(every=st.sampled_from(("@every 1m", "@every 2m", "*/3 * * * *")))
+    def apply_e(self, every: str) -> None:
+        """A new timing of the each-zone job e: its child in zone z follows it."""
+        new = spec("e", self.tenant, every, **self.kept("e"))
+        if self.do(
+            f"apply e {every}", lambda: self.cluster.store.definitions.apply([new], now=self.now)
+        ):
+            line = self.timelines[CHILD["e"]]
+            if _schedule(every) != line.schedules[-1][1]:
+                line.schedules.append((self.now, _schedule(every)))
+            self.applied("e")
+
+    @rule(name=st.sampled_from(("a", "e")))
+    def pause_by_apply(self, name: str) -> None:
+        """An apply of the job's definition as it stands with ``paused: true``: a pause
+        written as a definition."""
+        line = self.timelines[CHILD.get(name, name)]
+        without = NO_CALENDAR if name == "a" and not self.a_calendar else {}
+        every = str(line.schedules[-1][1].expr)
+        new = spec(name, self.tenant, every, **self.kept(name), **without, paused=True)
+        if self.do(
+            f"apply {name} paused",
+            lambda: self.cluster.store.definitions.apply([new], now=self.now),
+        ):
+            if self.quiet(name):
+                line.quiet[-1][1] = None
+            else:
+                line.quiet.append([self.now, None])
 
     @rule()
     def rollback_a(self) -> None:
@@ -604,7 +654,7 @@ class OperatorActions(RuleBasedStateMachine):
         ):
             self.timelines["c"] = self.timeline("c")
 
-    @rule(name=st.sampled_from(("a", "m")), times=st.integers(1, 4))
+    @rule(name=st.sampled_from(("a", "m", CHILD["e"])), times=st.integers(1, 4))
     def fail_next(self, name: str, times: int = 1) -> None:
         """The job's next runs fail (a retry is a run): gates and chains see a failure, or
         an attempt that waits for its retry."""
@@ -992,16 +1042,19 @@ def test_a_resume_records_the_slots_a_window_skips_before_the_jobs_next_run(
 
 
 @pytest.mark.parametrize("hold", ["pause", "pause_until"])
+@pytest.mark.parametrize("name", ["a", "e"])
 def test_a_pause_records_the_slots_due_that_no_node_took(
-    settings: ClusterSettings, hold: str
+    settings: ClusterSettings, name: str, hold: str
 ) -> None:
     """Found once the audit ran after every step: a's slots due while no node ran, then
     `pause a` (or `pause a --until`) before one did. The pause moved a past them without
-    a record, and `pulse audit` called them missing."""
+    a record, and `pulse audit` called them missing. A pause of the each-zone job e reached
+    its child at the keeper's next pass, without a record of what the child owed; a
+    `pause --until` never reached it, and the child ran through the pause."""
     with Sequence(settings) as machine:
         machine.the_ledger_holds()
         machine.stall(3)
-        pause_then_resume(machine, "a", hold)
+        pause_then_resume(machine, name, hold)
         for _ in range(3):
             machine.the_ledger_holds()
 
@@ -1194,3 +1247,81 @@ def test_a_holiday_taken_back_runs_the_rest_of_its_day(
         for _ in range(2):
             machine.the_ledger_holds()
         assert outcomes(machine, "a", since) == {0: "succeeded", 1: "succeeded"}
+
+
+# -- an each-zone job: its child in zone z runs its slots --------------------------------
+
+
+@pytest.mark.parametrize("held", ["stalled", "running"])
+def test_a_new_timing_of_an_each_zone_job_moves_its_child_with_its_records(
+    settings: ClusterSettings, held: str
+) -> None:
+    """The nodes' each-zone keeper moved a child to its parent's new timing a pass later,
+    outside the apply: a child whose slots were overdue was moved past them without a
+    record, and a running child walked on with its old timing, so the new timing's slot
+    before its old next one had none. ``pulse audit`` read a child's definition as it
+    stands since the child was made, and found the new timing's slots before the change
+    missing."""
+    with Sequence(settings) as machine:
+        child = CHILD["e"]
+        machine.apply_e("@every 2m")
+        machine.the_ledger_holds()
+        if held == "running":
+            machine.run_long(child)
+            machine.the_ledger_holds()  # the child's slot of 2 minutes on runs on
+            running = machine.cluster.held[0].slot
+        else:
+            machine.stall(3)  # the child's slots due, no node ran them
+        changed = machine.now
+        machine.apply_e("@every 1m")
+        for _ in range(4):  # after a stall, the first reads the ledger without a pass
+            machine.the_ledger_holds()
+        since = changed.replace(second=0)
+        found = outcomes(machine, child, since - 3 * MINUTE)
+        if held == "running":
+            assert found[int((running - since) / MINUTE) + 3] == "succeeded"
+        else:
+            assert "skipped" in found.values()
+        assert [found.get(m) for m in (4, 5, 6)] == ["succeeded"] * 3, found  # minutes 1-3 on
+
+
+def test_skip_next_of_an_each_zone_job_skips_its_childs_next_slot(
+    settings: ClusterSettings,
+) -> None:
+    """``skip-next`` of an each-zone job recorded the parent's slot skipped, which never runs,
+    and its child ran it; a trigger of the job made the parent due where no node claims."""
+    with Sequence(settings) as machine:
+        child = CHILD["e"]
+        machine.the_ledger_holds()
+        skipped = machine.cluster.run(
+            machine.cluster.store.holds.skip_next("e", machine.tenant, 2, now=machine.now)
+        )
+        assert len(skipped) == 2
+        for _ in range(3):
+            machine.the_ledger_holds()
+        runs = machine.cluster.run(machine.cluster.store.runs(child, machine.tenant))
+        status = {r.scheduled_for: str(r.status) for r in runs}
+        assert [status[slot] for slot in skipped] == ["skipped", "skipped"]
+        assert not machine.cluster.run(machine.cluster.store.runs("e", machine.tenant))
+        machine.trigger("e")
+        assert machine.steps[-1] == "trigger e (refused)"
+
+
+@pytest.mark.parametrize("name", ["a", "e"])
+def test_an_apply_that_pauses_a_job_records_the_slots_it_owes(
+    settings: ClusterSettings, name: str
+) -> None:
+    """An apply of a job's file with ``paused: true`` while its slots were due: a pause
+    written as a definition, which must record what the job owes as ``pulse jobs pause``
+    does; then an apply without it resumes the job."""
+    with Sequence(settings) as machine:
+        machine.the_ledger_holds()
+        machine.stall(3)
+        machine.pause_by_apply(name)
+        machine.the_ledger_holds()
+        if name == "a":
+            machine.apply_a("@every 1m")
+        else:
+            machine.apply_e("@every 1m")
+        for _ in range(2):
+            machine.the_ledger_holds()

@@ -1,6 +1,7 @@
 """The children of an each-zone job against a real Postgres: each copies what the job's
 options declare a child copies (``child``, cluster/jobs/spec.py), its jitter and labels too,
-and follows its parent's changes; each child's slots start at its own jittered offset."""
+and follows its parent's changes in their transaction; each child's slots start at its own
+jittered offset."""
 
 from __future__ import annotations
 
@@ -58,13 +59,14 @@ def test_an_each_zone_jobs_children_keep_its_jitter_and_labels(
         assert slot <= start < slot + timedelta(minutes=10), name
     assert children[0][4] != children[1][4], "each child's offset is its own"
 
-    # The parent changed: its children follow at their next alignment.
+    # The parent changed: its children follow in the apply's transaction, and the nodes'
+    # keepers find them in line.
     path = tmp_path / "jobs.json"
     entry = {**SWEEP, "zones": ["a", "b"], "jitter": "5m", "labels": {"team": "infra"}}
     path.write_text(json.dumps([entry]), "utf-8")
     assert initialised("jobs", "apply", str(path)).exit_code == 0
-    assert asyncio.run(_align(settings, "a"))
-    (name, jitter_s, labels, slot, start), _ = _children(settings)
-    assert (name, jitter_s, labels) == ("sweep@a", 300.0, {"team": "infra"})
-    assert start == jittered("default", name, slot, 300.0)
+    for name, jitter_s, labels, slot, start in _children(settings):
+        assert (jitter_s, labels) == (300.0, {"team": "infra"}), name
+        assert start == jittered("default", name, slot, 300.0), name
     assert not asyncio.run(_align(settings, "a")), "in line: nothing to write"
+    assert not asyncio.run(_align(settings, "b")), "in line: nothing to write"

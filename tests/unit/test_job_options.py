@@ -122,11 +122,15 @@ def test_upsert_jobs_writes_and_compares_the_written_options() -> None:
 def test_an_each_zone_child_copies_the_declared_options() -> None:
     sql = statement("upsert_zone_child")
     fixed = ["id", "tenant_id", "name", "status", "shard_id", "next_run_at", "slot_at"]
-    assert inserted(sql) == [*fixed, "zones", "parent_id", "timing_from", *CHILD]
-    assert f"p.id, p.timing_from, {', '.join(f'p.{c}' for c in CHILD)}\nFROM jobs p" in sql
+    assert inserted(sql) == [*fixed, "zones", "parent_id", "timing_from", "paused_until", *CHILD]
+    copied = ", ".join(f"p.{c}" for c in CHILD)
+    flat = " ".join(sql.split())
+    assert f"p.id, p.timing_from, p.paused_until, {copied} FROM jobs p" in flat
     assert assigned(sql) == [*CHILD, "timing_from"]
     timing = OPTIONS.columns["child_timing"]
-    assert compared(sql) == [(list(timing), list(timing)), (list(CHILD), list(CHILD))]
+    moved = (list(timing), list(timing))
+    # The slot, a running child's timing_slot, the row.
+    assert compared(sql) == [moved, moved, (list(CHILD), list(CHILD))]
 
 
 def _schema() -> str:

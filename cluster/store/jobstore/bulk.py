@@ -10,7 +10,15 @@ found in one statement (``jobs_recorded_from``); and each shard is woken once.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
+from collections.abc import (
+    Awaitable,
+    Callable,
+    Collection,
+    Iterable,
+    Iterator,
+    Mapping,
+    Sequence,
+)
 from datetime import datetime
 from typing import Any, TypeVar
 from uuid import UUID
@@ -30,6 +38,7 @@ __all__ = [
     "notify",
     "probe",
     "recorded_from",
+    "rolled_back",
     "rows_edged",
     "rows_named",
     "upsert",
@@ -115,9 +124,16 @@ async def probe(db: ScopedConnection, jobs: Sequence[Mapping[str, Any]]) -> dict
     """The rows ``upsert`` of ``jobs`` (replacing) would write, from the upsert itself run
     in a savepoint that is then rolled back: "would change" and "where it would move"
     mean exactly what an apply does."""
+    return await rolled_back(db, lambda: upsert(db, jobs, replace=True))
+
+
+async def rolled_back(
+    db: ScopedConnection, write: Callable[[], Awaitable[dict[Key, Row]]]
+) -> dict[Key, Row]:
+    """The rows ``write`` returns, run in a savepoint that is then rolled back."""
     try:
         async with db.transaction():
-            raise _RolledBack(await upsert(db, jobs, replace=True))
+            raise _RolledBack(await write())
     except _RolledBack as done:
         return done.rows
 

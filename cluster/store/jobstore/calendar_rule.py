@@ -16,13 +16,13 @@ from typing import Any
 
 from cluster.errors import InvalidInput
 from cluster.jobs.spec import JobSpec
-from cluster.store.jobstore.holds import open_run, planned_from
+from cluster.store.jobstore.holds import open_run
 from cluster.store.jobstore.scoped import ScopedConnection
 from cluster.timing.calendared import EVERY_DAY, CalendarRule, Window, jittered_start
 from cluster.timing.calendars import Calendar
 from cluster.timing.fate import skipped_between
 from cluster.timing.instants import US
-from cluster.timing.runs import current_run, first_run, origin_of
+from cluster.timing.runs import current_run, first_run, origin_of, planned_from
 from cluster.timing.schedule import Schedule, parse_schedule
 
 __all__ = ["KEEP_PAST", "Rules", "covers", "window_of"]

@@ -2,7 +2,8 @@
 ``apply`` and ``sync`` (``pulse jobs add``, ``pulse apply``, ``pulse node --sync-jobs``): its
 first slot and jittered start, its default shard (``Placement`` moves it to its zones' after
 the upsert). An apply plans and writes its jobs a batch at a time, a statement each
-(``cluster.store.jobstore.bulk``). A part of ``JobStore``, on its scoped connection; the store
+(``cluster.store.jobstore.bulk``), and an each-zone job's children follow it in the same
+transaction (``Children``). A part of ``JobStore``, on its scoped connection; the store
 keeps what acts on jobs that exist."""
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from cluster.jobs.spec import OPTIONS, JobSpec
 from cluster.store.connect import Row
 from cluster.store.jobstore import bulk, dropped
 from cluster.store.jobstore.calendar_rule import Rules
+from cluster.store.jobstore.children import Children
 from cluster.store.jobstore.gates import Gates
 from cluster.store.jobstore.placement import Placement
 from cluster.store.jobstore.quotas import check_period
@@ -56,6 +58,7 @@ class Definitions:
         self._gates = Gates(db)
         self._replanning = Replanning(db, rules)
         self._placement = Placement(db)
+        self._children = Children(db)
 
     async def add(self, spec: JobSpec, *, now: datetime | None = None) -> Job:
         """Create a job; ``InvalidInput`` if (tenant, name) exists."""
@@ -198,6 +201,8 @@ class Definitions:
                 refuse_past(spec, params, db_now)
             (result.created if row["inserted"] else result.updated).append(label)
             woken.add(row["shard_id"])
+        parents = [row for row in rows.values() if row["each_zone"]]
+        woken |= await self._children.follow(parents, db_now, by)
 
     async def _upsert_one(self, params: dict[str, Any], *, replace: bool) -> Row | None:
         return (await bulk.upsert(self._db, [params], replace=replace)).get(

@@ -16,7 +16,8 @@ A running slot is kept too, and its completion goes on to the slot the new timin
 A job whose definition changes but not its timing keeps its slot: nothing is recorded.
 
 A pause walks the same way (``passed_slots``): the slots an idle job owes when it is paused
-(due, held at its gate, deferred) are recorded skipped before it stops.
+(due, held at its gate, deferred) are recorded skipped before it stops, whether by
+``pulse jobs pause`` (``Holds.record_owed``) or by an apply of ``paused: true``.
 """
 
 from __future__ import annotations
@@ -124,7 +125,12 @@ def dropped_slots(old: Job, new: Job, now: datetime, by: str) -> list[Passing]:
     slots of the new timing after the change up to then, by catch-up; it passes only the
     old timing's slots after its own that those do not include. Listed as
     ``passing.passed`` lists them: the newest ``MAX_RECORDED``, the oldest standing for the
-    others."""
+    others.
+
+    A definition that pauses an idle job (``paused: true``) is a pause: it passes every
+    slot due from the job's own on, as ``pulse jobs pause`` records them (``passed_slots``)."""
+    if new.paused and not old.paused and old.status == JobStatus.IDLE:
+        return passed_slots(old, now, f"skipped by {by}: paused before it ran")
     reason = f"skipped by {by}: a new timing moved the job past it before it ran"
     keeper = _timing(new) if new.slot_at == old.slot_at else None
     return passing.passed(_timing(old), old.slot_at, now, reason, keeper)

@@ -16,6 +16,9 @@ before them (a resume, a ``pause --until``): ``first_open_run`` passes every slo
 a record already, and the runs between slots recorded skipped (recorded too), so a skipped
 slot is never run and its record never overwritten (the slot ledger, docs/guarantees.md;
 tests/integration/test_holds.py).
+
+On an each-zone job each acts on its children, in the same transaction: they run its slots
+(``Children``).
 """
 
 from __future__ import annotations
@@ -26,15 +29,16 @@ from typing import Any
 
 from cluster.errors import Conflict, InvalidInput
 from cluster.jobs.models import Job, JobStatus, RunStatus
+from cluster.store.jobstore.children import Children
 from cluster.store.jobstore.dropped import passed_slots, skips_json
 from cluster.store.jobstore.scoped import ScopedConnection
 from cluster.timing.calendared import CalendarRule, Decision, jittered_start
 from cluster.timing.fate import skipped_between
 from cluster.timing.instants import US
 from cluster.timing.runs import current_run, first_run, origin_of, run_after
-from cluster.timing.schedule import Schedule
+from cluster.timing.schedule import ENDED, Schedule
 
-__all__ = ["MAX_SKIP", "Holds", "open_run", "planned_from"]
+__all__ = ["MAX_SKIP", "Holds", "open_run"]
 
 MAX_SKIP = 1000
 SKIP_REASON = "skipped by pulse jobs skip-next"
@@ -43,69 +47,73 @@ BETWEEN_REASON = (
 )
 
 
-def planned_from(paused_until: datetime | None, now: datetime) -> datetime:
-    """The instant after which a job planned again now (a new timing, a calendar or window
-    change) takes its next slot: ``now``, or, while a ``pause --until`` holds it, the
-    instant before that time, as the pause planned it, so no slot inside the pause runs
-    (test_a_new_timing_keeps_a_pause_until_its_time)."""
-    if paused_until is not None and paused_until > now:
-        return paused_until - US
-    return now
-
-
 class Holds:
     def __init__(self, db: ScopedConnection) -> None:
         self._db = db
+        self.children = Children(db)
 
     async def pause_until(
         self, name: str, tenant: str, until: datetime, *, note: str | None = None,
         now: datetime | None = None,
     ) -> None:  # fmt: skip
-        """The job idles until its first slot at or after ``until``, then runs as usual."""
+        """The job idles until its first slot at or after ``until``, then runs as usual; an
+        each-zone job's children each do."""
         async with self._db.transaction():
             job = await self._db.job("lock_job", name, tenant)
             db_now = await self._db.db_now(now)
             if until.tzinfo is None or until <= db_now:
                 raise InvalidInput("until", f"{until.isoformat()} is not in the future")
             self._recurring(job, "pause --until")
-            await self.record_owed(job, "pause --until", db_now)
-            run = await self.first_open_run(job, until - US, db_now)
-            params = {
-                "until": until,
-                "note": note,
-                "next_run_at": jittered_start(run, job.tenant, job.name, job.jitter_s),
-                "slot_at": run.slot,
-            }
-            await self._write("pause_job_until", job, params)
+            for held in [job, *await self.children.of(job)]:
+                await self.record_owed(held, "pause --until", db_now)
+                if held.each_zone:  # its children run its slots: it stays never due
+                    start, slot = ENDED, held.slot_at
+                else:
+                    run = await self.first_open_run(held, until - US, db_now)
+                    start = jittered_start(run, held.tenant, held.name, held.jitter_s)
+                    slot = run.slot
+                params = {"until": until, "note": note, "next_run_at": start, "slot_at": slot}
+                await self._write("pause_job_until", held, params)
 
     async def skip_next(
         self, name: str, tenant: str, count: int = 1, *, now: datetime | None = None
     ) -> list[datetime]:
-        """Record the job's next ``count`` runs skipped; returns their slots."""
+        """Record the job's next ``count`` runs skipped (an each-zone job's: each of its
+        children's); returns their slots."""
         if isinstance(count, bool) or not isinstance(count, int) or not 1 <= count <= MAX_SKIP:
             raise InvalidInput("count", f"must be a whole number from 1 to {MAX_SKIP}")
         async with self._db.transaction():
             job = await self._db.job("lock_job", name, tenant)
-            schedule = self._recurring(job, "skip-next")
-            if job.status != JobStatus.IDLE:
-                raise Conflict("name", f"{job.name!r} is {job.status}; skip-next needs it idle")
-            rule = job.rule()
-            run = current_run(schedule, rule, job.slot_at)
-            skipped = [(run.slot, SKIP_REASON)]
-            calendar: list[tuple[datetime, str]] = []
-            for position in range(count):
-                run, passed = run_after(schedule, rule, run)
-                calendar += [(d.slot, d.reason or "skipped by the calendar") for d in passed]
-                if position < count - 1:
-                    skipped.append((run.slot, SKIP_REASON))
-            skips = {"id": job.id, "skips": _json([*skipped, *calendar]), "now": now}
-            await self._db.all("record_skips", skips)  # before the job moves past them
-            params = {
-                "next_run_at": jittered_start(run, job.tenant, job.name, job.jitter_s),
-                "slot_at": run.slot,
-                "slot_origin": origin_of(run),
-            }
-            await self._write("skip_next_slots", job, params)
+            self._recurring(job, "skip-next")
+            held = await self.children.of(job) if job.each_zone else [job]
+            if not held:
+                raise Conflict("name", f"{job.name!r} has no child yet: no node of its zones is up")
+            skipped: set[datetime] = set()
+            for one in held:
+                skipped.update(await self._skip_next(one, count, now))
+        return sorted(skipped)
+
+    async def _skip_next(self, job: Job, count: int, now: datetime | None) -> list[datetime]:
+        """``skip_next`` of one job that runs its own slots."""
+        if job.status != JobStatus.IDLE:
+            raise Conflict("name", f"{job.name!r} is {job.status}; skip-next needs it idle")
+        schedule, rule = job.parsed_schedule(), job.rule()
+        run = current_run(schedule, rule, job.slot_at)
+        skipped = [(run.slot, SKIP_REASON)]
+        calendar: list[tuple[datetime, str]] = []
+        for position in range(count):
+            run, passed = run_after(schedule, rule, run)
+            calendar += [(d.slot, d.reason or "skipped by the calendar") for d in passed]
+            if position < count - 1:
+                skipped.append((run.slot, SKIP_REASON))
+        skips = {"id": job.id, "skips": _json([*skipped, *calendar]), "now": now}
+        await self._db.all("record_skips", skips)  # before the job moves past them
+        params = {
+            "next_run_at": jittered_start(run, job.tenant, job.name, job.jitter_s),
+            "slot_at": run.slot,
+            "slot_origin": origin_of(run),
+        }
+        await self._write("skip_next_slots", job, params)
         return [slot for slot, _ in skipped]
 
     async def record_owed(self, job: Job, by: str, now: datetime) -> None:
@@ -115,8 +123,8 @@ class Holds:
         past them, and the slot ledger leaves no slot without a record. Written through
         ``record_skipped``, as the schema's owner: the web's role writes no runs
         (docs/design/roles.md)."""
-        if job.status != JobStatus.IDLE or job.slot_at > now or job.watch:
-            return
+        if job.status != JobStatus.IDLE or job.slot_at > now or job.watch or job.each_zone:
+            return  # an each-zone job's children run its slots: they owe them
         schedule = job.parsed_schedule()
         if schedule.chain or schedule.at is not None:  # a queue, or its one slot: kept
             return

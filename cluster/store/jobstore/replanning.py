@@ -18,10 +18,10 @@ from cluster.jobs.spec import JobSpec
 from cluster.store.connect import Row
 from cluster.store.jobstore import bulk
 from cluster.store.jobstore.calendar_rule import Rules
-from cluster.store.jobstore.holds import open_run, planned_from
+from cluster.store.jobstore.holds import open_run
 from cluster.store.jobstore.scoped import ScopedConnection
 from cluster.timing.calendared import CalendarRule, Decision, jittered_start
-from cluster.timing.runs import current_run, first_run, origin_of
+from cluster.timing.runs import current_run, first_run, origin_of, planned_from
 
 __all__ = ["Pending", "Replanning"]
 

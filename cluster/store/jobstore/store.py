@@ -161,8 +161,10 @@ class JobStore:
             note = check_text(note, "note").strip()[:MAX_NOTE_LENGTH] or None
         async with self.db.transaction():
             job = await self.db.job("lock_job", name, tenant)
-            await self.holds.record_owed(job, "pause", await self.db_now(now))
-            await self._write("pause_job", name, tenant, {"note": note})
+            db_now = await self.db_now(now)
+            for paused in [job, *await self.holds.children.of(job)]:  # an each-zone job's too
+                await self.holds.record_owed(paused, "pause", db_now)
+                await self._write("pause_job", paused.name, tenant, {"note": note})
         return await self.get(name, tenant)
 
     async def resume(
@@ -173,14 +175,18 @@ class JobStore:
         async with self.db.transaction():
             job = await self.db.job("lock_job", name, tenant)
             db_now = await self.db_now(now)
-            if job.parsed_schedule().chain:  # its slot taken, or the next released one
-                slot = job.slot_at
-                start = slot if slot < CHAINED_NEXT else CHAINED_NEXT
-            else:
-                run = await self.holds.first_open_run(job, db_now, db_now)
-                slot, start = run.slot, jittered_start(run, tenant, name, job.jitter_s)
-            params = {"next_run_at": start, "slot_at": slot, "now": db_now}
-            await self._write("resume_job", name, tenant, params)
+            for resumed in [job, *await self.holds.children.of(job)]:  # an each-zone job's too
+                if resumed.each_zone:  # its children run its slots: it stays never due
+                    slot, start = resumed.slot_at, ENDED
+                elif resumed.parsed_schedule().chain:  # its slot taken, or the next released
+                    slot = resumed.slot_at
+                    start = slot if slot < CHAINED_NEXT else CHAINED_NEXT
+                else:
+                    run = await self.holds.first_open_run(resumed, db_now, db_now)
+                    start = jittered_start(run, tenant, resumed.name, resumed.jitter_s)
+                    slot = run.slot
+                params = {"next_run_at": start, "slot_at": slot, "now": db_now}
+                await self._write("resume_job", resumed.name, tenant, params)
         return await self.get(name, tenant)
 
     async def trigger(
@@ -196,7 +202,8 @@ class JobStore:
         if job.watch:
             raise InvalidInput("name", f"{name!r} is a watch job: no node runs it")
         if (
-            await self.has_upstreams(name, tenant)
+            job.each_zone  # refused there: its children run its slots, one per zone
+            or await self.has_upstreams(name, tenant)
             or await self.holds.records_ahead(job, now)
             or (job.paused_until is not None and job.paused_until > await self.db.db_now(now))
         ):

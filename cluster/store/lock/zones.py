@@ -2,17 +2,37 @@
 docs/design/zones.md) and the children of each-zone jobs, one per zone with a live node.
 ``Zones`` is a part of ``LockSession``, run on its connection as the job statements are:
 the shard keeper reads the spaces it may lock there, and the each-zone keeper
-(``node.membership.eachzone``) writes the children of the zones it serves.
+(``node.membership.eachzone``) writes the children of the zones it serves. ``child_plan``
+is where a child goes when it is written: the job store plans its children with it too,
+when an operator's action on their parent moves them (cluster/store/jobstore/children.py).
 """
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Sequence
+from collections.abc import Awaitable, Mapping, Sequence
 from datetime import datetime
 from typing import Any, Protocol
 from uuid import UUID
 
 from psycopg.rows import AsyncRowFactory, dict_row
+
+from cluster.timing.jitter import jittered
+from cluster.timing.runs import planned_from
+from cluster.timing.schedule import parse_schedule
+
+
+def child_plan(
+    parent: Mapping[str, Any], zone: str, now: datetime, paused_until: datetime | None
+) -> tuple[datetime, datetime]:
+    """The next slot of the each-zone job ``parent`` (its row) for its child in ``zone``
+    planned at ``now``, and that slot's start, jittered by the child's own name: after
+    ``now``, or after a ``pause --until`` still holding it (``paused_until``)."""
+    schedule = parse_schedule(
+        parent["schedule"], parent["tz"], parent["dst_repeated"], parent["dst_skipped"]
+    )
+    slot = schedule.next_after(planned_from(paused_until, now))
+    name = f"{parent['name']}@{zone}"
+    return slot, jittered(parent["tenant_id"], name, slot, parent["jitter_s"])
 
 
 class Rows(Protocol):

@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections import defaultdict
-from collections.abc import AsyncGenerator, Sequence
+from collections.abc import AsyncGenerator, Mapping, Sequence
 from contextlib import aclosing
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -173,11 +173,13 @@ async def _jobs(
             "start": scope.start}  # fmt: skip
     rows = await fetch_all(conn, "audit_jobs", {**scope.params(), **page})
     ids = [r["id"] for r in rows]
+    parents = {r["parent_id"] for r in rows if r["parent_id"] is not None}
     revisions: dict[UUID, Revisions] = defaultdict(list)
     chained: dict[UUID, list[datetime]] = defaultdict(list)
     standing: dict[UUID, list[Coalesced]] = defaultdict(list)
     if ids:
-        for r in await fetch_all(conn, "audit_revisions", {**scope.params(), "ids": ids}):
+        revised = {**scope.params(), "ids": [*ids, *parents]}
+        for r in await fetch_all(conn, "audit_revisions", revised):
             revisions[r["job_id"]].append((r["at"], r["change"], r["definition"]))
         window = {"ids": ids, "start": scope.start, "end": scope.end}
         for r in await fetch_all(conn, "audit_chained", window):
@@ -187,10 +189,23 @@ async def _jobs(
                 Coalesced(r["skipped_from"], r["scheduled_for"], r["last_error"] or "")
             )
     jobs = [
-        _job(r, revisions[r["id"]], chained[r["id"]], standing[r["id"]], kept.since(r))
+        _job(r, _revisions(r, revisions), chained[r["id"]], standing[r["id"]], kept.since(r))
         for r in rows
     ]
     return jobs, ids
+
+
+def _revisions(row: Row, revisions: Mapping[UUID, Revisions]) -> Revisions:
+    """The definitions of the job of ``row`` over time: its own revisions, or an each-zone
+    child's parent's since the child was made, whose actions it follows in their
+    transaction (cluster/store/jobstore/children.py), as a job that runs its slots."""
+    if row["parent_id"] is None:
+        return revisions.get(row["id"], [])
+    made, parent = row["created_at"], revisions.get(row["parent_id"], [])
+    before = [r for r in parent if r[0] <= made][-1:]
+    kept = [(made, "created", before[0][2])] if before else []
+    kept += [r for r in parent if r[0] > made]
+    return [(at, change, {**definition, "each_zone": False}) for at, change, definition in kept]
 
 
 def _job(
@@ -222,8 +237,8 @@ def _job(
 
 
 def _unrevised(row: Row) -> tuple[Span, ...]:
-    """A job without revisions (an each-zone child, or one made before revisions were
-    recorded): its definition as it stands, since it was made."""
+    """A job without revisions (one made before revisions were recorded, or a child of
+    such an each-zone job): its definition as it stands, since it was made."""
     definition = {k: row[k] for k in ("schedule", "tz", "dst_repeated", "dst_skipped")}
     definition |= {"each_zone": row["each_zone"], "paused": row["paused"]}
     return spans_of([(row["created_at"], "created", definition)])

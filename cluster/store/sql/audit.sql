@@ -12,7 +12,7 @@
 -- the range's start; none when the job has fewer runs since).
 SELECT j.id, j.tenant_id, j.name, j.status, j.slot_at, j.next_run_at, j.gate_wait,
        j.last_run_at, j.created_at, j.schedule, j.tz, j.dst_repeated, j.dst_skipped,
-       j.each_zone, j.paused, j.keep_for_s, j.keep_runs,
+       j.each_zone, j.paused, j.keep_for_s, j.keep_runs, j.parent_id,
        (SELECT x.scheduled_for FROM runs x
         WHERE x.job_id = j.id AND x.scheduled_for >= %(start)s::timestamptz
           AND (%(scope)s::text IS NULL OR x.tenant_id = %(scope)s)
@@ -33,8 +33,9 @@ ORDER BY j.tenant_id, j.name
 LIMIT %(limit)s;
 
 -- name: audit_revisions
--- The revisions of the audited jobs (the incarnation that exists: its job id), oldest
--- first, with the fields that say when its slots fall.
+-- The revisions of the audited jobs (the incarnation that exists: its job id), and of the
+-- each-zone parents of the audited children, oldest first, with the fields that say when
+-- its slots fall.
 SELECT r.job_id, r.at, r.change,
        jsonb_build_object('schedule', r.definition -> 'schedule', 'tz', r.definition -> 'tz',
                           'dst_repeated', r.definition -> 'dst_repeated',

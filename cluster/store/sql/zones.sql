@@ -44,27 +44,39 @@ WHERE tenant_id = %(tenant_id)s AND name = %(name)s AND each_zone;
 -- Each-zone jobs that cover the zone (all zones when not restricted).
 -- `fresh`: its child there is at least as new as it (nothing to write).
 SELECT p.id, p.tenant_id, p.name, p.schedule, p.tz, p.dst_repeated, p.dst_skipped,
-       p.jitter_s,
+       p.jitter_s, p.paused_until,
        EXISTS (SELECT 1 FROM jobs c
                WHERE c.parent_id = p.id AND c.zones = ARRAY[%(zone)s::text]
                  AND c.updated_at >= p.updated_at) AS fresh
 FROM jobs p
 WHERE p.each_zone AND (p.zones IS NULL OR %(zone)s = ANY(p.zones));
 
+-- name: lock_children
+-- The children of the each-zone jobs %(ids)s, locked until the transaction ends: those an
+-- operator's action on their parent acts on too (cluster/store/jobstore/children.py).
+SELECT c.* FROM jobs c
+WHERE c.parent_id = ANY(%(ids)s::uuid[])
+  AND (%(scope)s::text IS NULL OR c.tenant_id = %(scope)s)
+ORDER BY c.name
+FOR UPDATE;
+
 -- name: upsert_zone_child
 -- The parent's child for one zone: created, or its definition brought in line with the
 -- parent's. Its id, shard and run history stay; a timing change moves an idle child to
 -- the new next slot %(slot_at)s, starting at %(next_run_at)s (its jitter: the child's name
--- keys it), as `upsert_jobs` does. What a child copies is declared with the job's options
--- (`child`): cluster/jobs/spec.py. Its timing holds from when the parent's was written
--- (timing_from): a running child's slot walks on to the new timing's slots after then.
+-- keys it), as `upsert_jobs` does; a running child's completion goes on there
+-- (timing_slot). What a child copies is declared with the job's options (`child`):
+-- cluster/jobs/spec.py. Its timing holds from when the parent's was written
+-- (timing_from), and a `pause --until` of its parent holds it too (paused_until).
+-- Returns the child as it is now.
 INSERT INTO jobs AS j (
     id, tenant_id, name, status, shard_id, next_run_at, slot_at, zones, parent_id,
-    timing_from, {fields:child:@})
+    timing_from, paused_until, {fields:child:@})
 SELECT %(id)s, p.tenant_id, p.name || '@' || %(zone)s,
     CASE WHEN p.paused THEN 'paused' ELSE 'idle' END, %(shard_id)s,
     CASE WHEN p.paused THEN '9999-01-01Z'::timestamptz ELSE %(next_run_at)s END,
-    %(slot_at)s, ARRAY[%(zone)s::text], p.id, p.timing_from, {fields:child:p.@}
+    %(slot_at)s, ARRAY[%(zone)s::text], p.id, p.timing_from, p.paused_until,
+    {fields:child:p.@}
 FROM jobs p WHERE p.id = %(parent_id)s AND p.each_zone
 ON CONFLICT (tenant_id, name) DO UPDATE SET
     {fields:child:@ = excluded.@},
@@ -78,11 +90,17 @@ ON CONFLICT (tenant_id, name) DO UPDATE SET
         FROM (SELECT j.status <> 'running' AND (
                   ({fields:child_timing:j.@}) IS DISTINCT FROM ({fields:child_timing:excluded.@})
                   OR (j.paused AND NOT excluded.paused)) AS moves) m),
+    (timing_slot, timing_start) = (
+        SELECT CASE WHEN m.moves THEN excluded.slot_at ELSE j.timing_slot END,
+               CASE WHEN m.moves THEN excluded.next_run_at ELSE j.timing_start END
+        FROM (SELECT j.status = 'running' AND excluded.slot_at < '9998-01-01Z'::timestamptz
+                     AND ({fields:child_timing:j.@})
+                     IS DISTINCT FROM ({fields:child_timing:excluded.@}) AS moves) m),
     timing_from = excluded.timing_from,
     updated_at = now()
 WHERE j.parent_id = excluded.parent_id
   AND ({fields:child:j.@}) IS DISTINCT FROM ({fields:child:excluded.@})
-RETURNING id, shard_id;
+RETURNING j.*;
 
 -- name: zone_children
 -- Every child of an each-zone job: its zone and whether its parent still wants it.

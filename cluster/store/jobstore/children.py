@@ -1,0 +1,87 @@
+"""An each-zone job's children follow what is done to their parent, in the same transaction.
+
+The parent of an ``--each-zone`` job never runs: one child per zone runs its slots
+(docs/zones.md). An apply or rollback that gives the parent a new timing, a pause, a resume,
+a ``pause --until`` and a ``skip-next`` act on each existing child as on a job of its own,
+with the records the slot ledger asks of each (docs/guarantees.md): the old timing's slots
+an overdue child is moved past, or that came while its slot ran, recorded skipped
+(``dropped``); a running child's completion going on to the slot the new timing planned
+(``timing_slot``); the slots a child owes recorded before it pauses. Moving the children
+later, from the nodes' each-zone keeper, recorded nothing and left a running child on its
+old timing (docs/design/zones.md, "Children follow their parent"). The keeper
+(node/membership/eachzone.py) still creates a zone's child and finds these in line.
+A part of ``JobStore``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from datetime import datetime
+from typing import Any
+
+from cluster.jobs.models import Job
+from cluster.store.connect import Row
+from cluster.store.jobstore import bulk, dropped
+from cluster.store.jobstore.scoped import ScopedConnection
+from cluster.store.lock.zones import child_plan
+
+__all__ = ["Children"]
+
+
+class Children:
+    def __init__(self, db: ScopedConnection) -> None:
+        self._db = db
+
+    async def of(self, job: Job) -> list[Job]:
+        """The children of ``job``, locked until the transaction ends; none unless it is an
+        each-zone job."""
+        if not job.each_zone:
+            return []
+        return [Job.from_row(row) for row in await self._db.all("lock_children", {"ids": [job.id]})]
+
+    async def follow(self, parents: Sequence[Row], now: datetime, by: str) -> set[int]:
+        """Bring the existing children of ``parents`` (each-zone jobs as an apply just wrote
+        them) in line with them; the shards of those written. A timing change moves an idle
+        child to its new timing's next slot after ``now`` and records skipped the old
+        timing's slots due by then, as an apply does for a job of its own (``by`` names who
+        moved it); a running child keeps its slot and goes on to that slot when it ends."""
+        if not parents:
+            return set()
+        by_id = {parent["id"]: parent for parent in parents}
+        found = {
+            (row["tenant_id"], row["name"]): row
+            for row in await self._db.all("lock_children", {"ids": list(by_id)})
+        }
+        planned = {key: _params(by_id[row["parent_id"]], row, now) for key, row in found.items()}
+        owed = dropped.owed(planned, found, now)
+
+        async def write() -> dict[bulk.Key, Row]:
+            written = {}
+            for key, params in planned.items():
+                row = await self._db.one("upsert_zone_child", params)
+                if row is not None:
+                    written[key] = row
+            return written
+
+        if owed and not await self._db.writes_runs():
+            # A login that writes no past runs records them before the children move.
+            probed = await bulk.rolled_back(self._db, write)
+            await dropped.record_moved(self._db, owed, found, probed, now, by)
+            owed = []
+        written = await write()
+        await dropped.record_moved(self._db, owed, found, written, now, by)
+        return {row["shard_id"] for row in written.values()}
+
+
+def _params(parent: Mapping[str, Any], child: Mapping[str, Any], now: datetime) -> dict[str, Any]:
+    """``upsert_zone_child``'s parameters for an existing ``child`` of ``parent``."""
+    zone = child["zones"][0]
+    slot, start = child_plan(parent, zone, now, child["paused_until"])
+    return {
+        "parent_id": parent["id"],
+        "zone": zone,
+        "id": child["id"],
+        "shard_id": child["shard_id"],
+        "slot_at": slot,
+        "next_run_at": start,
+    }
