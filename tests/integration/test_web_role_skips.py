@@ -18,7 +18,10 @@ from psycopg import sql
 from cluster.jobs.spec import JobSpec
 from cluster.settings import ClusterSettings
 from cluster.store.jobstore.store import JobStore
+from cluster.store.lock.session import LockSession
 from cluster.timing.calendars import Calendar
+from node.membership.eachzone import ZoneChildren
+from node.state import NodeState
 from tests.helpers.history import rows
 from tests.helpers.roles import Logins, grant_roles
 
@@ -261,3 +264,38 @@ async def test_a_web_login_applies_a_new_timing_past_overdue_slots(
     assert sorted(records) == [start + n * MINUTE for n in (1, 2, 3)]
     assert {status for status, _ in records.values()} == {"skipped"}
     assert all("a new timing moved the job past it" in why for _, why in records.values())
+
+
+async def test_a_web_login_moves_an_each_zone_jobs_child_with_its_records(
+    settings: ClusterSettings, store: JobStore, logins: Logins
+) -> None:
+    """An apply over the API of a new timing of an each-zone job whose child's slots are
+    due and not run, then a pause of the job: the child's records go through
+    ``record_skipped`` before the child moves (it writes none for a slot the job has passed
+    already), and the pause records the slot the child owes under the new timing."""
+    each = {"tenant": "acme", "each_zone": True}
+    await store.definitions.apply([JobSpec.build("sweep", "@every 1m", HANDLER, **each)], now=T0)
+    session = LockSession(settings, "n1", "z", session_timeout_s=10, statement_timeout_s=5)
+    await session.open()
+    try:
+        assert await ZoneChildren(NodeState("n1", "z", 16), session).run_once(T0)
+    finally:
+        await session.close()
+    assert (await store.get("sweep@z", "acme")).slot_at == SLOT
+    await asyncio.to_thread(grant_roles, settings, logins)
+    later = SLOT + 2 * MINUTE + timedelta(seconds=30)  # 10:01, 10:02, 10:03 due, not run
+    async with JobStore.open(logins.as_web(settings)) as web:
+        new = JobSpec.build("sweep", "@every 2m", HANDLER, **each)
+        assert (await web.definitions.apply([new], now=later)).updated == ["acme/sweep"]
+        moved = await _records(store, "sweep@z")
+        assert sorted(moved) == [SLOT, SLOT + MINUTE, SLOT + 2 * MINUTE]
+        assert {why.split(":")[0] for _, why in moved.values()} == {"skipped by pulse jobs apply"}
+        assert (await store.get("sweep@z", "acme")).slot_at == SLOT + 3 * MINUTE  # 10:04
+        await web.pause("sweep", "acme", now=SLOT + 4 * MINUTE)  # 10:05: 10:04 owed
+    records = await _records(store, "sweep@z")
+    assert records[SLOT + 3 * MINUTE] == (
+        "skipped",
+        "skipped by pulse jobs pause: paused before it ran",
+    )
+    assert (await store.get("sweep@z", "acme")).paused
+    assert not await _records(store, "sweep"), "the parent never runs: nothing recorded on it"
