@@ -159,3 +159,31 @@ async def test_a_kept_slot_walks_on_to_the_new_timings_slots_from_the_change(
         (at(20).isoformat(), "skipped"),
         (at(30).isoformat(), "ran"),
     ]
+
+
+async def test_a_running_one_off_given_another_time_runs_at_it(
+    store: JobStore, settings: ClusterSettings, open_session: Opener
+) -> None:
+    """A one-off job whose run was in progress when an apply gave it another time became
+    `done` when the run ended: its new time never ran, and had no record."""
+    witness = "cluster.chaos.witness:record"
+    await add(store, JobSpec.build("once", f"@at {at(10).isoformat()}", witness))
+    await rows(settings, REVISED, (T0, 1))
+    node = await open_session("n1", "za")
+    (job,) = (await node.claim(ALL, 10, 30.0, now=at(10))).jobs
+    new = JobSpec.build("once", f"@at {at(60).isoformat()}", witness)
+    await store.definitions.apply([new], now=at(20))
+    await rows(settings, REVISED, (at(20), 2))
+    done, skips = after_run(job, Outcome("succeeded", None, 0.01), at(30))
+    await node.completions.complete([done], skips, now=at(30))
+    moved = await store.get("once")
+    assert (moved.status, moved.slot_at) == ("idle", at(60))
+    (again,) = (await node.claim(ALL, 10, 30.0, now=at(60))).jobs
+    assert again.slot == at(60)
+    done, skips = after_run(again, Outcome("succeeded", None, 0.01), at(61))
+    await node.completions.complete([done], skips, now=at(61))
+    assert (await store.get("once")).status == "done"
+    assert await verdicts(settings, "once", at(70)) == [
+        (at(10).isoformat(), "ran"),
+        (at(60).isoformat(), "ran"),
+    ]

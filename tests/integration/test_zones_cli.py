@@ -78,3 +78,27 @@ def test_an_each_zone_job_is_parked(pulse: object, settings: ClusterSettings) ->
     assert _jobs(settings) == [("j", None, PARKED_SHARD)]
     assert pulse(*ADD[:2], "k", *ADD[3:], "--each-zone", "--zones", "b,a").exit_code == 0  # type: ignore[operator]
     assert _jobs(settings)[1] == ("k", ["a", "b"], PARKED_SHARD)
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ("jobs", "trigger", "j"),
+        ("jobs", "backfill", "j", "--from", "2020-01-01T00:00:00Z", "--to", "2020-01-01T01:00:00Z"),
+    ],
+    ids=["trigger", "backfill"],
+)
+def test_an_each_zone_job_runs_through_its_children_only(
+    pulse: object, settings: ClusterSettings, command: tuple[str, ...]
+) -> None:
+    """A trigger or a backfill of an each-zone job is refused, one line naming its children,
+    and nothing is written: no node claims its parked row, so the trigger made it due where
+    nothing would run it, and a backfill request there would wait for ever."""
+    assert pulse(*ADD, "--each-zone").exit_code == 0  # type: ignore[operator]
+    result = pulse(*command)  # type: ignore[operator]
+    assert result.exit_code == 2, result.output
+    assert len(result.output.strip().splitlines()) == 1 and "child job per zone" in result.output
+    with psycopg.connect(settings.database_url, options=f"-c search_path={settings.schema}") as c:
+        assert c.execute("SELECT count(*) FROM backfills").fetchone() == (0,)
+        row = c.execute("SELECT next_run_at, status FROM jobs WHERE name = 'j'").fetchone()
+    assert row is not None and row[0].year == 9999 and row[1] == "idle"

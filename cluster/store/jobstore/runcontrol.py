@@ -114,14 +114,16 @@ class RunControl:
         made, by the schedule or another request, is not run again by it (S1). A range
         that reaches the job's slot ends there: that slot and the later ones are the
         schedule's (``BackfillPlan.cut_at``). ``InvalidInput`` for a reversed, empty or too
-        large range, one that starts at or after the job's slot, or a paused or done job;
-        nothing is written then."""
+        large range, one that starts at or after the job's slot, a paused or done job, or an
+        each-zone job (its children run its slots); nothing is written then."""
         if isinstance(max_parallel, bool) or not isinstance(max_parallel, int) or max_parallel < 1:
             raise InvalidInput("max_parallel", f"must be a whole number >= 1, got {max_parallel!r}")
         if max_parallel > MAX_COUNT:
             raise InvalidInput("max_parallel", f"must be at most {MAX_COUNT}")
         async with self._db.transaction():
             job = await self._db.job("lock_job", name, tenant)
+            if job.each_zone:  # no node claims its row: a request there would wait for ever
+                raise InvalidInput("job", f"{name!r} runs one child job per zone: backfill one")
             if job.paused or job.status == JobStatus.DONE:
                 state = "paused" if job.paused else "done"
                 raise InvalidInput("job", f"{name!r} is {state}; a backfill needs an active job")

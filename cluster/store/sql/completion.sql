@@ -50,8 +50,10 @@ skip_in AS MATERIALIZED (
 -- `0.3.0_pre_zzzzzzzzz_changed_while_running`), so the node's plan is not the job's: the
 -- job goes to `r.slot` (starting at `r.start`) and the skips from `r.cut` on are not
 -- written. An apply gave it a new timing (timing_from, when the slot does not wait for its
--- retry and the job is not done): it goes to the slot the apply planned (timing_slot), and
--- no skip of the old timing's walk is written. A calendar or window change rewrote its rule
+-- retry): it goes to the slot the apply planned (timing_slot, after the one that ran), and
+-- no skip of the old timing's walk is written; a one-off whose run ended it runs at the new
+-- time it was given (test_a_running_one_off_given_another_time_runs_at_it). A calendar or
+-- window change rewrote its rule
 -- (rule_changed_at): the skips its old rule recorded for slots after the change are not
 -- written, and the job goes back to the first of them, whose claim decides it under the
 -- rule in force.
@@ -59,7 +61,8 @@ done AS (
     UPDATE jobs j SET
         -- next_run_at 9999-01-01 (records.NEVER): a one-off job's slot has run for good.
         -- f.ends: the job's max_runs-th run ended (migration 022).
-        status = CASE WHEN i.next_run_at >= '9999-01-01Z'::timestamptz OR f.ends THEN 'done'
+        status = CASE WHEN coalesce(r.start, i.next_run_at) >= '9999-01-01Z'::timestamptz
+                           OR f.ends THEN 'done'
                       WHEN j.paused OR f.pause THEN 'paused' ELSE 'idle' END,
         next_run_at = CASE WHEN j.paused OR f.pause OR f.ends THEN '9999-01-01Z'::timestamptz
                            ELSE coalesce(r.start, i.next_run_at) END,
@@ -102,8 +105,9 @@ done AS (
         SELECT CASE WHEN m.timing THEN o.timing_slot ELSE m.ruled END AS slot,
                CASE WHEN m.timing THEN o.timing_start ELSE m.ruled END AS start,
                CASE WHEN m.timing THEN i.slot ELSE m.ruled END AS cut
-        FROM (SELECT o.timing_slot IS NOT NULL AND o.timing_from >= o.locked_at
-                     AND i.next_slot <> i.slot AND i.next_run_at < '9999-01-01Z'::timestamptz
+        FROM (SELECT o.timing_from >= o.locked_at AND o.timing_slot > i.slot
+                     -- not a retry, which keeps its slot (a one-off's end keeps it too)
+                     AND (i.next_slot <> i.slot OR i.next_run_at >= '9999-01-01Z'::timestamptz)
                      AS timing,
                      CASE WHEN o.rule_changed_at >= o.locked_at THEN (
                          SELECT min(s.slot) FROM skip_in s
