@@ -1325,3 +1325,20 @@ def test_an_apply_that_pauses_a_job_records_the_slots_it_owes(
             machine.apply_e("@every 1m")
         for _ in range(2):
             machine.the_ledger_holds()
+
+
+def test_a_new_timing_of_an_each_zone_job_never_runs_a_slot_skip_next_recorded(
+    settings: ClusterSettings,
+) -> None:
+    """Found by a random search: `apply e */3 * * * *`, `skip-next e --count 2`, then `apply e
+    @every 1m`. The apply moved e's child to the new timing's next slot after now, before
+    the slots skip-next had recorded ahead, and the child ran the second of them over its
+    record (`pulse audit`: overwritten)."""
+    with Sequence(settings) as machine:
+        machine.apply_e("*/3 * * * *")
+        machine.the_ledger_holds()
+        machine.skip_next("e", 2)
+        machine.the_ledger_holds()
+        machine.apply_e("@every 1m")
+        for _ in range(6):
+            machine.the_ledger_holds()

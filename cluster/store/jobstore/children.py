@@ -8,8 +8,8 @@ an overdue child is moved past, or that came while its slot ran, recorded skippe
 (``dropped``); a running child's completion going on to the slot the new timing planned
 (``timing_slot``); the slots a child owes recorded before it pauses. Moving the children
 later, from the nodes' each-zone keeper, recorded nothing and left a running child on its
-old timing (docs/design/zones.md, "Children follow their parent"). The keeper
-(node/membership/eachzone.py) still creates a zone's child and finds these in line.
+old timing (docs/design/zones.md, "Children follow their parent in its transaction"). The
+keeper (node/membership/eachzone.py) still creates a zone's child and finds these in line.
 A part of ``JobStore``.
 """
 
@@ -19,11 +19,15 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-from cluster.jobs.models import Job
+from cluster.jobs.spec import OPTIONS
 from cluster.store.connect import Row
 from cluster.store.jobstore import bulk, dropped
+from cluster.store.jobstore.holds import open_run
 from cluster.store.jobstore.scoped import ScopedConnection
 from cluster.store.lock.zones import child_plan
+from cluster.timing.calendared import Decision
+from cluster.timing.jitter import jittered
+from cluster.timing.schedule import parse_schedule
 
 __all__ = ["Children"]
 
@@ -32,19 +36,13 @@ class Children:
     def __init__(self, db: ScopedConnection) -> None:
         self._db = db
 
-    async def of(self, job: Job) -> list[Job]:
-        """The children of ``job``, locked until the transaction ends; none unless it is an
-        each-zone job."""
-        if not job.each_zone:
-            return []
-        return [Job.from_row(row) for row in await self._db.all("lock_children", {"ids": [job.id]})]
-
     async def follow(self, parents: Sequence[Row], now: datetime, by: str) -> set[int]:
         """Bring the existing children of ``parents`` (each-zone jobs as an apply just wrote
         them) in line with them; the shards of those written. A timing change moves an idle
-        child to its new timing's next slot after ``now`` and records skipped the old
-        timing's slots due by then, as an apply does for a job of its own (``by`` names who
-        moved it); a running child keeps its slot and goes on to that slot when it ends."""
+        child to its new timing's next slot after ``now`` (past the slots that have a record
+        already: ``open_run``) and records skipped the old timing's slots due by then, as an
+        apply does for a job of its own (``by`` names who moved it); a running child keeps
+        its slot and goes on to that slot when it ends."""
         if not parents:
             return set()
         by_id = {parent["id"]: parent for parent in parents}
@@ -53,6 +51,7 @@ class Children:
             for row in await self._db.all("lock_children", {"ids": list(by_id)})
         }
         planned = {key: _params(by_id[row["parent_id"]], row, now) for key, row in found.items()}
+        await self._past_records(by_id, found, planned, now)
         owed = dropped.owed(planned, found, now)
 
         async def write() -> dict[bulk.Key, Row]:
@@ -71,6 +70,43 @@ class Children:
         written = await write()
         await dropped.record_moved(self._db, owed, found, written, now, by)
         return {row["shard_id"] for row in written.values()}
+
+    async def _past_records(
+        self,
+        parents: Mapping[Any, Row],
+        found: Mapping[bulk.Key, Row],
+        planned: Mapping[bulk.Key, dict[str, Any]],
+        now: datetime,
+    ) -> None:
+        """A child the new definition moves starts past the slots that have a record already
+        (a ``skip-next`` of its parent writes them ahead), as a job of its own does
+        (``Replanning.past_records``): ``planned`` is changed in place."""
+        moved = [key for key, row in found.items() if _moves(parents[row["parent_id"]], row)]
+        slots = [(found[key]["id"], planned[key]["slot_at"]) for key in moved]
+        recorded = await bulk.recorded_from(self._db, slots)
+        for key in moved:
+            child, params = found[key], planned[key]
+            if child["id"] not in recorded:
+                continue
+            parent = parents[child["parent_id"]]
+            schedule = parse_schedule(
+                parent["schedule"], parent["tz"], parent["dst_repeated"], parent["dst_skipped"]
+            )
+            slot = params["slot_at"]
+            run = await open_run(
+                self._db, child["id"], schedule, None, Decision(slot, slot, True), now
+            )
+            params["slot_at"] = run.slot
+            params["next_run_at"] = jittered(
+                child["tenant_id"], child["name"], run.slot, parent["jitter_s"]
+            )
+
+
+def _moves(parent: Mapping[str, Any], child: Mapping[str, Any]) -> bool:
+    """Whether writing ``parent``'s definition over ``child`` moves it to a new slot, as
+    ``upsert_zone_child`` decides: its timing changes, or it is resumed."""
+    timing = OPTIONS.columns["child_timing"]
+    return any(parent[c] != child[c] for c in timing) or (child["paused"] and not parent["paused"])
 
 
 def _params(parent: Mapping[str, Any], child: Mapping[str, Any], now: datetime) -> dict[str, Any]:

@@ -18,7 +18,7 @@ slot is never run and its record never overwritten (the slot ledger, docs/guaran
 tests/integration/test_holds.py).
 
 On an each-zone job each acts on its children, in the same transaction: they run its slots
-(``Children``).
+(``children_of``; an apply moves them in ``cluster.store.jobstore.children``).
 """
 
 from __future__ import annotations
@@ -29,7 +29,6 @@ from typing import Any
 
 from cluster.errors import Conflict, InvalidInput
 from cluster.jobs.models import Job, JobStatus, RunStatus
-from cluster.store.jobstore.children import Children
 from cluster.store.jobstore.dropped import passed_slots, skips_json
 from cluster.store.jobstore.scoped import ScopedConnection
 from cluster.timing.calendared import CalendarRule, Decision, jittered_start
@@ -50,7 +49,6 @@ BETWEEN_REASON = (
 class Holds:
     def __init__(self, db: ScopedConnection) -> None:
         self._db = db
-        self.children = Children(db)
 
     async def pause_until(
         self, name: str, tenant: str, until: datetime, *, note: str | None = None,
@@ -64,7 +62,7 @@ class Holds:
             if until.tzinfo is None or until <= db_now:
                 raise InvalidInput("until", f"{until.isoformat()} is not in the future")
             self._recurring(job, "pause --until")
-            for held in [job, *await self.children.of(job)]:
+            for held in [job, *await self.children_of(job)]:
                 await self.record_owed(held, "pause --until", db_now)
                 if held.each_zone:  # its children run its slots: it stays never due
                     start, slot = ENDED, held.slot_at
@@ -85,7 +83,7 @@ class Holds:
         async with self._db.transaction():
             job = await self._db.job("lock_job", name, tenant)
             self._recurring(job, "skip-next")
-            held = await self.children.of(job) if job.each_zone else [job]
+            held = await self.children_of(job) if job.each_zone else [job]
             if not held:
                 raise Conflict("name", f"{job.name!r} has no child yet: no node of its zones is up")
             skipped: set[datetime] = set()
@@ -115,6 +113,13 @@ class Holds:
         }
         await self._write("skip_next_slots", job, params)
         return [slot for slot, _ in skipped]
+
+    async def children_of(self, job: Job) -> list[Job]:
+        """The children of ``job``, locked until the transaction ends; none unless it is an
+        each-zone job."""
+        if not job.each_zone:
+            return []
+        return [Job.from_row(row) for row in await self._db.all("lock_children", {"ids": [job.id]})]
 
     async def record_owed(self, job: Job, by: str, now: datetime) -> None:
         """Record skipped the slots an idle job owes at ``now``: its slot, if its time has

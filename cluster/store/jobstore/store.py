@@ -162,7 +162,7 @@ class JobStore:
         async with self.db.transaction():
             job = await self.db.job("lock_job", name, tenant)
             db_now = await self.db_now(now)
-            for paused in [job, *await self.holds.children.of(job)]:  # an each-zone job's too
+            for paused in [job, *await self.holds.children_of(job)]:  # an each-zone job's too
                 await self.holds.record_owed(paused, "pause", db_now)
                 await self._write("pause_job", paused.name, tenant, {"note": note})
         return await self.get(name, tenant)
@@ -175,7 +175,7 @@ class JobStore:
         async with self.db.transaction():
             job = await self.db.job("lock_job", name, tenant)
             db_now = await self.db_now(now)
-            for resumed in [job, *await self.holds.children.of(job)]:  # an each-zone job's too
+            for resumed in [job, *await self.holds.children_of(job)]:  # an each-zone job's too
                 if resumed.each_zone:  # its children run its slots: it stays never due
                     slot, start = resumed.slot_at, ENDED
                 elif resumed.parsed_schedule().chain:  # its slot taken, or the next released
