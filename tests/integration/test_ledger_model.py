@@ -1342,3 +1342,26 @@ def test_a_new_timing_of_an_each_zone_job_never_runs_a_slot_skip_next_recorded(
         machine.apply_e("@every 1m")
         for _ in range(6):
             machine.the_ledger_holds()
+
+
+def test_a_new_timing_of_an_each_zone_job_keeps_its_childs_retry(
+    settings: ClusterSettings,
+) -> None:
+    """A new timing of an each-zone job moved a child whose failed slot waited for its retry
+    to the new timing's next slot: the retry never ran, and the failed attempt stayed the
+    slot's record. A job of its own keeps its retry through an apply; so does the child."""
+    with Sequence(settings, retries=1) as machine:
+        child = CHILD["e"]
+        store, tenant = machine.cluster.store, machine.tenant
+        machine.fail_next(child, 1)
+        machine.the_ledger_holds()  # the child's slot fails; its retry waits 30 s
+        failed = machine.cluster.run(store.get(child, tenant))
+        assert failed.attempt == 2
+        machine.apply_e("@every 2m")
+        kept = machine.cluster.run(store.get(child, tenant))
+        assert (kept.slot_at, kept.attempt) == (failed.slot_at, 2)
+        for _ in range(3):
+            machine.the_ledger_holds()
+        runs = machine.cluster.run(store.runs(child, tenant))
+        (retried,) = [r for r in runs if r.scheduled_for == failed.slot_at]
+        assert (str(retried.status), retried.attempt) == ("succeeded", 2)

@@ -23,6 +23,7 @@ from cluster.jobs.spec import OPTIONS
 from cluster.store.connect import Row
 from cluster.store.jobstore import bulk, dropped
 from cluster.store.jobstore.holds import open_run
+from cluster.store.jobstore.replanning import owes
 from cluster.store.jobstore.scoped import ScopedConnection
 from cluster.store.lock.zones import child_plan
 from cluster.timing.calendared import Decision
@@ -81,7 +82,12 @@ class Children:
         """A child the new definition moves starts past the slots that have a record already
         (a ``skip-next`` of its parent writes them ahead), as a job of its own does
         (``Replanning.past_records``): ``planned`` is changed in place."""
-        moved = [key for key, row in found.items() if _moves(parents[row["parent_id"]], row)]
+        moved = [
+            key
+            for key, row in found.items()
+            if _moves(parents[row["parent_id"]], row)
+            and not (row["attempt"] > 1 and owes(row, now))  # kept for its retry: recorded
+        ]
         slots = [(found[key]["id"], planned[key]["slot_at"]) for key in moved]
         recorded = await bulk.recorded_from(self._db, slots)
         for key in moved:
@@ -110,9 +116,14 @@ def _moves(parent: Mapping[str, Any], child: Mapping[str, Any]) -> bool:
 
 
 def _params(parent: Mapping[str, Any], child: Mapping[str, Any], now: datetime) -> dict[str, Any]:
-    """``upsert_zone_child``'s parameters for an existing ``child`` of ``parent``."""
+    """``upsert_zone_child``'s parameters for an existing ``child`` of ``parent``. A child
+    that owes its slot (its time come, not its start: a retry waits, or its jitter) keeps
+    it and its start, as a job of its own does (``owes``)."""
     zone = child["zones"][0]
-    slot, start = child_plan(parent, zone, now, child["paused_until"])
+    if owes(child, now):
+        slot, start = child["slot_at"], child["next_run_at"]
+    else:
+        slot, start = child_plan(parent, zone, now, child["paused_until"])
     return {
         "parent_id": parent["id"],
         "zone": zone,

@@ -23,7 +23,7 @@ from cluster.store.jobstore.scoped import ScopedConnection
 from cluster.timing.calendared import CalendarRule, Decision, jittered_start
 from cluster.timing.runs import current_run, first_run, origin_of, planned_from
 
-__all__ = ["Pending", "Replanning"]
+__all__ = ["Pending", "Replanning", "owes"]
 
 # The columns whose change changes what a job's calendar and windows skip.
 _RULED = ("schedule", "tz", "dst_repeated", "dst_skipped", "calendar", "on_excluded",
@@ -81,7 +81,7 @@ class Replanning:
             if job is None or schedule.chain or schedule.at is not None:
                 continue
             fresh = first_run(schedule, p.rule, db_now)  # as _params planned it
-            owed = _owes(job, db_now)
+            owed = owes(job, db_now)
             planned[p.key] = (
                 fresh,
                 current_run(schedule, p.rule, job["slot_at"])
@@ -130,7 +130,7 @@ def _rule_changes(job: Mapping[str, Any], params: Mapping[str, Any]) -> bool:
     )
 
 
-def _owes(job: Mapping[str, Any], db_now: datetime) -> bool:
+def owes(job: Mapping[str, Any], db_now: datetime) -> bool:
     """Whether the job's row holds a slot whose time has come but whose start has not:
     deferred by a window, held at its gate, or failed and waiting for its retry (the
     upsert keeps the retry's attempt and time, ``upsert_jobs``); not a trigger's or a

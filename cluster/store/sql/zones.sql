@@ -64,7 +64,8 @@ FOR UPDATE;
 -- The parent's child for one zone: created, or its definition brought in line with the
 -- parent's. Its id, shard and run history stay; a timing change moves an idle child to
 -- the new next slot %(slot_at)s, starting at %(next_run_at)s (its jitter: the child's name
--- keys it), as `upsert_jobs` does; a running child's completion goes on there
+-- keys it), as `upsert_jobs` does (a slot kept, its retry waiting, keeps its attempt);
+-- a running child's completion goes on there
 -- (timing_slot). What a child copies is declared with the job's options (`child`):
 -- cluster/jobs/spec.py. Its timing holds from when the parent's was written
 -- (timing_from), and a `pause --until` of its parent holds it too (paused_until).
@@ -86,7 +87,7 @@ ON CONFLICT (tenant_id, name) DO UPDATE SET
         SELECT CASE WHEN m.moves OR (j.status <> 'running' AND excluded.paused)
                     THEN excluded.next_run_at ELSE j.next_run_at END,
                CASE WHEN m.moves THEN excluded.slot_at ELSE j.slot_at END,
-               CASE WHEN m.moves THEN 1 ELSE j.attempt END
+               CASE WHEN m.moves AND excluded.slot_at <> j.slot_at THEN 1 ELSE j.attempt END
         FROM (SELECT j.status <> 'running' AND (
                   ({fields:child_timing:j.@}) IS DISTINCT FROM ({fields:child_timing:excluded.@})
                   OR (j.paused AND NOT excluded.paused)) AS moves) m),
