@@ -148,8 +148,8 @@ def cancel_run(
                 )
                 continue
             click.echo(
-                f"cancelling {name} (tenant {tenant}) slot {iso(request.slot)}, attempt "
-                f"{request.attempt} on {request.node_id or '-'}"
+                f"cancelling {request.job or name} (tenant {tenant}) slot {iso(request.slot)}, "
+                f"attempt {request.attempt} on {request.node_id or '-'}"
             )
 
     run(go())

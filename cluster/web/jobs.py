@@ -384,6 +384,7 @@ async def cancel_job(request: Request, tenant: str, name: str, who: Writer) -> l
         )
     return [
         {
+            "job": a.job or name,
             "slot": iso(a.slot),
             "attempt": a.attempt,
             "node_id": a.node_id,

@@ -90,9 +90,9 @@ def spec(name: str, tenant: str, schedule: Any = None, **kw: Any) -> JobSpec:
         return JobSpec.build(
             "w", "* * * * *", None, tenant=tenant, watch=True, timeout="3m", late_after="20s"
         )
-    if name == "e":
+    if name == "e":  # an each-zone job, unless kw says otherwise
         return JobSpec.build("e", schedule or SCHEDULES["e"], HANDLER, tenant=tenant,
-                             each_zone=True, **kw)  # fmt: skip
+                             **{"each_zone": True, **kw})  # fmt: skip
     if name in EXCLUDED and kw.get("calendar", True) is not None:  # None: without it
         kw = {"calendar": f"cal-{tenant}", "on_excluded": EXCLUDED[name], **kw}
     return JobSpec.build(name, schedule or SCHEDULES[name], HANDLER, tenant=tenant, **kw)
@@ -201,11 +201,14 @@ class Cluster:
     async def stamp(self, tenant: str) -> None:
         """Revisions are stamped with the database's clock, days behind the model's: those
         just written (by an operator, or by a completion that paused a job) take the
-        model's time, as the audit reads when a definition held."""
-        await self.store.db.conn.execute(
-            "UPDATE job_revisions SET at = %s WHERE tenant_id = %s AND at <= clock_timestamp()",
-            (self.clock, tenant),
-        )
+        model's time, as the audit reads when a definition held; so do the jobs just made
+        (an each-zone job's child is judged from when it was made)."""
+        for table, column in (("job_revisions", "at"), ("jobs", "created_at")):
+            await self.store.db.conn.execute(
+                f"UPDATE {table} SET {column} = %s"
+                f" WHERE tenant_id = %s AND {column} <= clock_timestamp()",
+                (self.clock, tenant),
+            )
 
     async def audit(self, tenant: str, start: datetime) -> list[Line]:
         """``pulse audit`` of the tenant from ``start`` to the clock: every line."""
@@ -239,6 +242,7 @@ class OperatorActions(RuleBasedStateMachine):
         self.withdrawals: list[tuple[datetime, str, set[str]]] = []
         self.a_calendar = True  # a's definition names the calendar
         self.hold: str | None = None  # the job whose next run outlives its pass
+        self.each_zone = True  # e is an each-zone job (else an ordinary one)
         self.steps: list[str] = []
 
     # -- the model's clock and the node's pass -------------------------------------------
@@ -258,9 +262,16 @@ class OperatorActions(RuleBasedStateMachine):
         self.cluster.run(self.cluster.stamp(self.tenant))
         return True
 
+    def runs_as(self, name: str) -> str:
+        """The job that runs the slots an action on ``name`` decides: e's child in zone z
+        while e is an each-zone job, e itself while it is an ordinary one."""
+        if name in ("e", CHILD["e"]):
+            return CHILD["e"] if self.each_zone else "e"
+        return name
+
     def quiet(self, name: str) -> bool:
         """Whether the job is paused, or paused until a time still to come."""
-        line = self.timelines[CHILD.get(name, name)]
+        line = self.timelines[self.runs_as(name)]
         return bool(line.quiet) and (line.quiet[-1][1] is None or line.quiet[-1][1] > self.now)
 
     def timeline(self, name: str) -> Timeline:
@@ -302,9 +313,14 @@ class OperatorActions(RuleBasedStateMachine):
             f"m's pause after failures {pause_after}, b's after-failure {after_failure})",
             lambda: self.cluster.store.definitions.apply(specs, now=self.now),
         )
-        self.cluster.run(self.cluster.keeper.run_once(self.now))  # e's child in zone z
+        self.make_child()
         self.timelines = {n: self.timeline(n) for n in ("a", "b", "c", "m", "w", CHILD["e"])}
         self.token = self.cluster.run(self.cluster.store.watch.token("w", self.tenant)) or ""
+
+    def make_child(self) -> None:
+        """The keeper makes e's child in zone z now, as it would in a node's pass."""
+        self.cluster.run(self.cluster.keeper.run_once(self.now))
+        self.cluster.run(self.cluster.stamp(self.tenant))
 
     def kept(self, name: str) -> dict[str, Any]:
         """The options the model gave the job, which a new definition keeps."""
@@ -312,7 +328,9 @@ class OperatorActions(RuleBasedStateMachine):
             return {**self.options, "pause_after_failures": self.pause_after}
         if name == "b":
             return {"after_failure": self.after_failure}
-        return self.options if name in ("a", "e") else {}
+        if name == "e":
+            return {**self.options, "each_zone": self.each_zone}
+        return self.options if name == "a" else {}
 
     def tick(self) -> None:
         """A node's pass at the clock. m pauses itself after failed slots in a row: its
@@ -347,13 +365,16 @@ class OperatorActions(RuleBasedStateMachine):
     def run_long(self, name: str) -> None:
         """The job's run that the next pass starts is still running at the step after it,
         which meets it running; it ends in the pass after that step."""
+        name = self.runs_as(name)
         self.steps.append(f"{name}'s next run runs long")
         self.hold = name
 
-    @rule(name=st.sampled_from(("a", "m", CHILD["e"])))
+    @rule(name=st.sampled_from(("a", "m", "e", CHILD["e"])))
     def cancel_run(self, name: str) -> None:
         """``pulse runs cancel``: the job's run in progress stops, recorded cancelled;
-        refused when none runs."""
+        refused when none runs. That of an each-zone job stops its child's."""
+        if name == CHILD["e"]:
+            name = self.runs_as(name)
         self.do(
             f"runs cancel {name}",
             lambda: self.cluster.store.runcontrol.cancel(name, self.tenant, by="model"),
@@ -381,7 +402,7 @@ class OperatorActions(RuleBasedStateMachine):
         if self.do(
             f"pause {name}", lambda: self.cluster.store.pause(name, self.tenant, now=self.now)
         ):
-            line = self.timelines[CHILD.get(name, name)]
+            line = self.timelines[self.runs_as(name)]
             if self.quiet(name):
                 line.quiet[-1][1] = None
             else:
@@ -394,7 +415,7 @@ class OperatorActions(RuleBasedStateMachine):
             f"pause {name} --until +{minutes}m",
             lambda: self.cluster.store.holds.pause_until(name, self.tenant, until, now=self.now),
         ):
-            line = self.timelines[CHILD.get(name, name)]
+            line = self.timelines[self.runs_as(name)]
             if self.quiet(name):
                 line.quiet[-1][1] = until
             else:
@@ -405,7 +426,7 @@ class OperatorActions(RuleBasedStateMachine):
         if self.do(
             f"resume {name}", lambda: self.cluster.store.resume(name, self.tenant, now=self.now)
         ) and self.quiet(name):
-            self.timelines[CHILD.get(name, name)].quiet[-1][1] = self.now
+            self.timelines[self.runs_as(name)].quiet[-1][1] = self.now
 
     @rule(name=st.sampled_from(HELD), count=st.integers(1, 3))
     def skip_next(self, name: str, count: int) -> None:
@@ -561,7 +582,7 @@ class OperatorActions(RuleBasedStateMachine):
     def applied(self, name: str) -> None:
         """A definition of the job written over a pause: one without ``paused`` resumes it,
         and a ``pause --until`` before that holds it until its time still."""
-        line = self.timelines[CHILD.get(name, name)]
+        line = self.timelines[self.runs_as(name)]
         if self.quiet(name) and line.quiet[-1][1] is None:
             job = self.cluster.run(self.cluster.store.get(name, self.tenant))
             if not job.paused:
@@ -589,16 +610,47 @@ class OperatorActions(RuleBasedStateMachine):
         if self.do(
             f"apply e {every}", lambda: self.cluster.store.definitions.apply([new], now=self.now)
         ):
-            line = self.timelines[CHILD["e"]]
+            line = self.timelines[self.runs_as("e")]
             if _schedule(every) != line.schedules[-1][1]:
                 line.schedules.append((self.now, _schedule(every)))
             self.applied("e")
+
+    @rule()
+    def convert_e(self) -> None:
+        """e made an ordinary job (an apply without ``each_zone``) or an each-zone job
+        again, as it stands: an ordinary e runs its slots from the next after the apply, and
+        its child in zone z goes with its history in the apply's transaction; an each-zone e
+        records the slots it owes and never runs again, and the keeper makes its child. An
+        apply without ``paused`` resumes a paused job; a ``pause --until`` holds."""
+        old = self.runs_as("e")
+        line = self.timelines[old]
+        every = str(line.schedules[-1][1].expr)
+        each = not self.each_zone
+        new = spec("e", self.tenant, every, **{**self.kept("e"), "each_zone": each})
+        child = None if each else self.cluster.run(self.cluster.store.get(old, self.tenant))
+        held = line.quiet[-1][1] if self.quiet("e") else None  # a pause --until holds
+        if not self.do(
+            f"apply e {every}{' each-zone' if each else ' without each-zone'}",
+            lambda: self.cluster.store.definitions.apply([new], now=self.now),
+        ):
+            return
+        self.each_zone = each
+        del self.timelines[old]
+        if child is not None:
+            self.ledger.forget(child.id)
+        if each:
+            self.make_child()
+        made = Timeline(self.now)
+        made.schedules.append((self.now, _schedule(every)))
+        if held is not None:
+            made.quiet.append([self.now, held])
+        self.timelines[self.runs_as("e")] = made
 
     @rule(name=st.sampled_from(("a", "e")))
     def pause_by_apply(self, name: str) -> None:
         """An apply of the job's definition as it stands with ``paused: true``: a pause
         written as a definition."""
-        line = self.timelines[CHILD.get(name, name)]
+        line = self.timelines[self.runs_as(name)]
         without = NO_CALENDAR if name == "a" and not self.a_calendar else {}
         every = str(line.schedules[-1][1].expr)
         new = spec(name, self.tenant, every, **self.kept(name), **without, paused=True)
@@ -658,6 +710,7 @@ class OperatorActions(RuleBasedStateMachine):
     def fail_next(self, name: str, times: int = 1) -> None:
         """The job's next runs fail (a retry is a run): gates and chains see a failure, or
         an attempt that waits for its retry."""
+        name = self.runs_as(name)
         self.steps.append(f"{name}'s next {times} runs fail")
         self.failing[name] = times
 
@@ -1365,3 +1418,86 @@ def test_a_new_timing_of_an_each_zone_job_keeps_its_childs_retry(
         runs = machine.cluster.run(store.runs(child, tenant))
         (retried,) = [r for r in runs if r.scheduled_for == failed.slot_at]
         assert (str(retried.status), retried.attempt) == ("succeeded", 2)
+
+
+def _children(machine: OperatorActions) -> list[str]:
+    rows = machine.cluster.run(machine.cluster.rows(machine.tenant))[0]
+    return sorted(name for name, job in rows.items() if job["parent_id"] is not None)
+
+
+@pytest.mark.parametrize("held", ["idle", "running", "removed"])
+def test_an_each_zone_job_made_ordinary_takes_its_childs_place_in_the_apply(
+    settings: ClusterSettings, held: str
+) -> None:
+    """An apply that made an each-zone job an ordinary one (or removed it) left its children
+    to the nodes' keeper, up to its pass later: a child ran on the slots its parent, due
+    again, ran too. The children go in the apply's transaction now, a running one's run
+    included; the job runs its slots from the next one after the apply."""
+    with Sequence(settings) as machine:
+        machine.the_ledger_holds()
+        if held == "running":
+            machine.run_long(CHILD["e"])
+            machine.the_ledger_holds()
+            assert [job.name for job in machine.cluster.held] == [CHILD["e"]]
+        if held == "removed":
+            machine.cluster.run(machine.cluster.store.remove("e", machine.tenant))
+            del machine.timelines[CHILD["e"]]
+        else:
+            machine.convert_e()
+            assert machine.steps[-1] == "apply e @every 1m without each-zone"
+        assert _children(machine) == [], "the child went with the apply"
+        changed = machine.now.replace(second=0)
+        for _ in range(3):
+            machine.the_ledger_holds()
+        if held != "removed":
+            found = outcomes(machine, "e", changed)
+            assert [found.get(m) for m in (1, 2, 3)] == ["succeeded"] * 3, found
+
+
+@pytest.mark.parametrize("held", ["stalled", "running"])
+def test_a_job_made_each_zone_records_the_slots_it_owes(
+    settings: ClusterSettings, held: str
+) -> None:
+    """An apply that made an ordinary job an each-zone one parked it, never due again,
+    without a record of the slots it owed (due, no node took them) or of those that came
+    while its slot ran; and the running slot's completion made it due again where no node
+    claims. They are recorded skipped now, and a running slot ends with its run."""
+    with Sequence(settings) as machine:
+        machine.convert_e()  # an ordinary job
+        machine.the_ledger_holds()
+        if held == "running":
+            machine.run_long("e")
+            machine.the_ledger_holds()
+            machine.stall(2)  # two more slots come while the run goes on
+        else:
+            machine.stall(3)
+        machine.convert_e()  # each-zone again
+        assert machine.steps[-1] == "apply e @every 1m each-zone"
+        for _ in range(3):  # after a stall, the first reads the ledger without a pass
+            machine.the_ledger_holds()
+        reasons = machine.cluster.run(machine.cluster.store.runs("e", machine.tenant))
+        recorded = [r.last_error for r in reasons if str(r.status) == "skipped"]
+        assert recorded and all("made an each-zone job before it ran" in r for r in recorded)
+        parent = machine.cluster.run(machine.cluster.store.get("e", machine.tenant))
+        assert (str(parent.status), parent.each_zone) == ("idle", True)
+        assert parent.next_run_at.year == 9999
+        assert _children(machine) == [CHILD["e"]]
+
+
+def test_a_cancel_of_an_each_zone_job_cancels_its_childs_run(settings: ClusterSettings) -> None:
+    """``pulse runs cancel`` of an each-zone job said none of its runs was running: its
+    children run its slots. It asks each child running the slot to stop, as for a job of
+    its own, and the slot is recorded cancelled."""
+    with Sequence(settings) as machine:
+        child = CHILD["e"]
+        machine.run_long(child)
+        machine.the_ledger_holds()
+        (running,) = machine.cluster.held
+        machine.cancel_run("e")
+        assert machine.steps[-1] == "runs cancel e"
+        machine.the_ledger_holds()
+        runs = machine.cluster.run(machine.cluster.store.runs(child, machine.tenant))
+        (cancelled,) = [r for r in runs if r.scheduled_for == running.slot]
+        assert (str(cancelled.status), cancelled.last_error) == ("cancelled", "cancelled by model")
+        machine.cancel_run("e")
+        assert machine.steps[-1] == "runs cancel e (refused)"  # none runs now

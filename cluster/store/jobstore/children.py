@@ -8,8 +8,10 @@ an overdue child is moved past, or that came while its slot ran, recorded skippe
 (``dropped``); a running child's completion going on to the slot the new timing planned
 (``timing_slot``); the slots a child owes recorded before it pauses. Moving the children
 later, from the nodes' each-zone keeper, recorded nothing and left a running child on its
-old timing (docs/design/zones.md, "Children follow their parent in its transaction"). The
-keeper (node/membership/eachzone.py) still creates a zone's child and finds these in line.
+old timing (docs/design/zones.md, "Children follow their parent in its transaction"). A
+child its parent no longer wants (an ordinary job again, without its zone, removed) goes
+in the same transaction (``release``). The keeper (node/membership/eachzone.py) still
+creates a zone's child and finds these in line.
 A part of ``JobStore``.
 """
 
@@ -71,6 +73,15 @@ class Children:
         written = await write()
         await dropped.record_moved(self._db, owed, found, written, now, by)
         return {row["shard_id"] for row in written.values()}
+
+    async def release(self, ids: Sequence[Any]) -> None:
+        """Remove the children of ``ids`` (each-zone jobs as they stood before an apply
+        changed or removed them) that their parent no longer wants, an ordinary job now or
+        without their zone, with their history (``release_children``), in the operator's
+        transaction. Left to the nodes' keeper, a child ran on for up to its pass, the slots
+        its parent, an ordinary job again, ran too."""
+        if ids:
+            await self._db.all("release_children", {"ids": list(ids)})
 
     async def _past_records(
         self,

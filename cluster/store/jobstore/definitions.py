@@ -78,9 +78,7 @@ class Definitions:
                     f"a job named {spec.name!r} already exists in tenant {spec.tenant!r}",
                 )
             await self._replanning.planned_skips(row, spec, rule, params["slot_at"], db_now)
-            placed = await self._placement.place(
-                spec, shards, params["next_run_at"], row, inserted=True
-            )
+            placed = await self._placement.place(spec, shards, params, row, db_now, inserted=True)
             await self._db.notify(row["shard_id"] if placed is None else placed)
             await self._gates.write([spec], await self._db.db_now(now))
             job = await self._db.one("get_job", {"tenant_id": spec.tenant, "name": spec.name})
@@ -149,6 +147,7 @@ class Definitions:
                 cur = await self._db.conn.execute(query("remove_jobs_except"), kept)
                 rows = await cur.fetchall()
                 result.removed = [label_of(r["tenant_id"], r["name"]) for r in rows]
+                await self._children.release([r["id"] for r in rows if r["each_zone"]])
         return result
 
     async def _write(
@@ -185,8 +184,10 @@ class Definitions:
             label = label_of(spec.tenant, spec.name)
             job = row if row is not None else found[p.key]
             inserted = row is not None and row["inserted"]
+            if spec.each_zone and not inserted and not job["each_zone"]:
+                await dropped.record_parked(self._db, job, db_now, by)
             placed = await self._placement.place(
-                spec, shards, params["next_run_at"], job, inserted=inserted
+                spec, shards, params, job, db_now, inserted=inserted
             )
             if placed is not None:  # moved to its zone set's shard
                 row = {
@@ -203,6 +204,7 @@ class Definitions:
             woken.add(row["shard_id"])
         parents = [row for row in rows.values() if row["each_zone"]]
         woken |= await self._children.follow(parents, db_now, by)
+        await self._children.release([j["id"] for j in found.values() if j["each_zone"]])
 
     async def _upsert_one(self, params: dict[str, Any], *, replace: bool) -> Row | None:
         return (await bulk.upsert(self._db, [params], replace=replace)).get(
@@ -260,7 +262,7 @@ class Definitions:
                 row = await self._upsert_one(params, replace=False)
                 if row is not None:
                     placed = await self._placement.place(
-                        spec, shards, params["next_run_at"], row, inserted=True
+                        spec, shards, params, row, db_now, inserted=True
                     )
                     result.created.append(label)
                     await self._db.notify(row["shard_id"] if placed is None else placed)

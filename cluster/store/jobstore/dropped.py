@@ -17,7 +17,8 @@ A job whose definition changes but not its timing keeps its slot: nothing is rec
 
 A pause walks the same way (``passed_slots``): the slots an idle job owes when it is paused
 (due, held at its gate, deferred) are recorded skipped before it stops, whether by
-``pulse jobs pause`` (``Holds.record_owed``) or by an apply of ``paused: true``.
+``pulse jobs pause`` (``Holds.record_owed``) or by an apply of ``paused: true``; so does an
+apply that makes a job an each-zone parent, which never runs again (``record_parked``).
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ __all__ = [
     "passed_slots",
     "record_ahead",
     "record_moved",
+    "record_parked",
     "skips_json",
 ]
 
@@ -97,6 +99,19 @@ async def record_ahead(
     probed = await bulk.probe(db, [params[key] for key in keys])
     await record_moved(db, keys, found, probed, now, by)
     return True
+
+
+async def record_parked(db: ScopedConnection, row: Row, now: datetime, by: str) -> None:
+    """Record skipped the slots the job of ``row`` owes (``overdue``) as ``by`` makes it an
+    each-zone parent, which never runs: its children, one per zone, run its slots from
+    their creation on (docs/zones.md). A running one's slot is its run's; those after it
+    up to ``now`` are recorded."""
+    if not overdue(row, now):
+        return
+    job = Job.from_row(row)
+    skips = passed_slots(job, now, f"skipped by {by}: made an each-zone job before it ran")
+    if skips:
+        await db.all("record_skips", {"id": job.id, "skips": skips_json(skips), "now": now})
 
 
 def overdue(job: Mapping[str, Any], now: datetime) -> bool:

@@ -6,7 +6,9 @@ shard."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from datetime import datetime
+from typing import Any
 
 from cluster.jobs.spec import JobSpec
 from cluster.store.connect import Row
@@ -21,13 +23,22 @@ class Placement:
         self._db = db
 
     async def place(
-        self, spec: JobSpec, shards: int, next_run_at: datetime, job: Row, *, inserted: bool
+        self,
+        spec: JobSpec,
+        shards: int,
+        params: Mapping[str, Any],
+        job: Row,
+        now: datetime,
+        *,
+        inserted: bool,
     ) -> int | None:
         """Move the job to the shard of its zone set, back to the default shards, or park
         it as an each-zone parent; a new watch job to the watch shard.
 
         Returns the new shard if the job moved, None if it was already in place. ``job``:
-        its row as the upsert left it. Separate statements from ``upsert_jobs``, in the same
+        its row as the upsert left it; ``params``: what the upsert was given (a parent made
+        an ordinary job again is due at its slot, ``slot_at``, from ``next_run_at``);
+        ``now``: the writer's clock. Separate statements from ``upsert_jobs``, in the same
         transaction: nobody sees the job in the wrong shard."""
         if spec.watch or job["watch"]:  # never zoned (JobSpec): the watch shard or nothing
             placed = await watches.place(self._db.all, spec.watch, job, inserted)
@@ -35,10 +46,11 @@ class Placement:
         key = {"tenant_id": spec.tenant, "name": spec.name}
         zones = list(spec.zones) or None
         if spec.each_zone:
-            parked = {**key, "zones": zones, "shard_id": PARKED_SHARD}
+            parked = {**key, "zones": zones, "shard_id": PARKED_SHARD, "now": now}
             return None if await self._db.one("park_each_zone", parked) is None else PARKED_SHARD
         if job.get("each_zone"):
-            await self._db.one("unpark_each_zone", {**key, "next_run_at": next_run_at})
+            planned = {"slot_at": params["slot_at"], "next_run_at": params["next_run_at"]}
+            await self._db.one("unpark_each_zone", {**key, **planned, "now": now})
         elif tuple(job.get("zones") or ()) == spec.zones and (
             spec.zones or job["shard_id"] < ZONE_SHARD_BASE
         ):

@@ -134,11 +134,13 @@ def owes(job: Mapping[str, Any], db_now: datetime) -> bool:
     """Whether the job's row holds a slot whose time has come but whose start has not:
     deferred by a window, held at its gate, or failed and waiting for its retry (the
     upsert keeps the retry's attempt and time, ``upsert_jobs``); not a trigger's or a
-    pause. A slot simply due (no node ran it: an outage) is dropped by the new timing as
-    its plan shows (``JobPlan.dropped``), as before."""
+    pause, nor an each-zone parent's, which never runs (its children owe its slots). A slot
+    simply due (no node ran it: an outage) is dropped by the new timing as its plan shows
+    (``JobPlan.dropped``), as before."""
     until = job["paused_until"]
     return bool(
         job["status"] == JobStatus.IDLE
+        and not job["each_zone"]
         and job["slot_at"] <= db_now
         and (job["gate_wait"] or job["next_run_at"] > db_now)
         and job["slot_origin"] != "trigger"

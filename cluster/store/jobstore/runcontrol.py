@@ -25,13 +25,15 @@ class CancelRequest:
     """A running slot asked to stop: which, which attempt, and the node running it.
     ``watched``: a watch job's run, recorded cancelled at once (no node runs it).
     ``queued``: an every-node member's run not started yet, recorded cancelled at once
-    (docs/design/each-node.md)."""
+    (docs/design/each-node.md). ``job``: the job whose run it is, an each-zone job's child
+    (``name@zone``) when the job asked for is its parent."""
 
     slot: datetime
     attempt: int
     node_id: str | None
     watched: bool = False
     queued: bool = False
+    job: str | None = None
 
 
 class RunControl:
@@ -54,9 +56,10 @@ class RunControl:
         and not retried. A watch job's run a ``/start`` opened is recorded cancelled at
         once: Pulse does not run its process, so it cannot stop it. An every-node slot is
         cancelled on each member: running runs are asked to stop, queued ones are recorded
-        cancelled without starting, and the slot closes ``cancelled``. ``NotRunning`` when no
-        such slot is running; ``InvalidInput`` when several are and neither ``slot`` nor
-        ``every`` says which."""
+        cancelled without starting, and the slot closes ``cancelled``. An each-zone job's
+        slot is cancelled in each child running it. ``NotRunning`` when no such slot is
+        running; ``InvalidInput`` when several are and neither ``slot`` nor ``every`` says
+        which."""
         by = " ".join(check_text(by, "by").split())[:MAX_NOTE_LENGTH] or "unknown"
         params = {"tenant_id": tenant, "name": name, "slot": slot, "by": by}
         async with self._db.transaction():
@@ -66,7 +69,9 @@ class RunControl:
             watched = await watches.cancel_runs(
                 self._db.all, name, tenant, scope=self._db.scope, slot=slot, by=by
             )
-            running = len(rows) + len({m["slot"] for m in members}) + len(watched)
+            # An each-zone job's children run its slot in their zones: one slot, each asked.
+            slots = {r["slot_at"] for r in rows} | {m["slot"] for m in members}
+            running = len(slots) + len(watched)
             if running > 1 and slot is None and not every:
                 raise InvalidInput(
                     "slot", f"{running} slots of {name!r} are running: give --slot or --all"
@@ -81,7 +86,10 @@ class RunControl:
             await self._db.job("get_job", name, tenant)  # NotFound when there is no such job
             which = f"slot {slot.isoformat()} of " if slot is not None else ""
             raise NotRunning(f"no {which}job {name!r} in tenant {tenant!r} is running")
-        asked = [CancelRequest(row["slot_at"], row["attempt"], row["locked_by"]) for row in rows]
+        asked = [
+            CancelRequest(row["slot_at"], row["attempt"], row["locked_by"], job=row["name"])
+            for row in rows
+        ]
         asked += [
             CancelRequest(m["slot"], m["attempt"], m["member"], queued=not m["started"])
             for m in members

@@ -36,11 +36,12 @@ from cluster.settings import ClusterSettings
 from cluster.store import config as cluster_config
 from cluster.store.access.console_sessions import ConsoleSessions
 from cluster.store.access.tokens import Access
-from cluster.store.connect import ADMIN_STATEMENT_TIMEOUT_S, Conn, connect
+from cluster.store.connect import ADMIN_STATEMENT_TIMEOUT_S, Conn, Row, connect
 from cluster.store.housekeeping import pruning
 from cluster.store.housekeeping.pruning import PruneResult
 from cluster.store.jobstore.calendar_rule import Rules
 from cluster.store.jobstore.calendars import Calendars
+from cluster.store.jobstore.children import Children
 from cluster.store.jobstore.definitions import Definitions
 from cluster.store.jobstore.holds import Holds
 from cluster.store.jobstore.inputs import Inputs
@@ -226,7 +227,8 @@ class JobStore:
     ) -> list[str]:
         """Delete the job and its run history; the names removed, the job last. A job others
         wait for (``--after``, ``@after:``) is refused (``Conflict``, nothing written) unless
-        ``cascade``, which removes them too, each before the jobs it waits for."""
+        ``cascade``, which removes them too, each before the jobs it waits for. An each-zone
+        job's children go with it (``Children.release``)."""
         async with self.db.transaction():
             job = await self.db.job("get_job", name, tenant)
             found = await self.db.all("gate_downstreams", {"id": job.id})
@@ -242,8 +244,12 @@ class JobStore:
                     + f": change or remove {'them' if many else 'it'} first, or remove "
                     f"{'all' if downstreams[1:] else 'both'} with --cascade",
                 )
+            parents = []
             for doomed in [*downstreams, job.name]:
-                await self._write("remove_job", doomed, tenant, {})
+                row = await self._write("remove_job", doomed, tenant, {})
+                if row["each_zone"]:
+                    parents.append(row["id"])
+            await Children(self.db).release(parents)
         return [*downstreams, job.name]
 
     # -- reads ------------------------------------------------------------------------
@@ -383,11 +389,12 @@ class JobStore:
             dst_skipped=job.dst_skipped,
         )
 
-    async def _write(self, name: str, job: str, tenant: str, extra: dict[str, Any]) -> None:
+    async def _write(self, name: str, job: str, tenant: str, extra: dict[str, Any]) -> Row:
         row = await self.db.one(name, {"tenant_id": tenant, "name": job, **extra})
         if row is None:
             raise NotFound(f"no job named {job!r} in tenant {tenant!r}")
         await self.db.notify(row["shard_id"])
+        return row
 
 
 def schedule_entries(schedule: Schedule, slots: Sequence[datetime]) -> list[int | None] | None:

@@ -60,11 +60,14 @@ skip_in AS MATERIALIZED (
 done AS (
     UPDATE jobs j SET
         -- next_run_at 9999-01-01 (records.NEVER): a one-off job's slot has run for good.
-        -- f.ends: the job's max_runs-th run ended (migration 022).
-        status = CASE WHEN coalesce(r.start, i.next_run_at) >= '9999-01-01Z'::timestamptz
+        -- f.ends: the job's max_runs-th run ended (migration 022). A job made an each-zone
+        -- parent while it ran (park_each_zone) stays never due, its retry too.
+        status = CASE WHEN j.each_zone THEN CASE WHEN j.paused THEN 'paused' ELSE 'idle' END
+                      WHEN coalesce(r.start, i.next_run_at) >= '9999-01-01Z'::timestamptz
                            OR f.ends THEN 'done'
                       WHEN j.paused OR f.pause THEN 'paused' ELSE 'idle' END,
-        next_run_at = CASE WHEN j.paused OR f.pause OR f.ends THEN '9999-01-01Z'::timestamptz
+        next_run_at = CASE WHEN j.paused OR f.pause OR f.ends OR j.each_zone
+                           THEN '9999-01-01Z'::timestamptz
                            ELSE coalesce(r.start, i.next_run_at) END,
         runs_done = j.runs_done + f.counted::int,
         slot_at = coalesce(r.slot, i.next_slot),

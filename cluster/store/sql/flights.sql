@@ -523,13 +523,18 @@ RETURNING j.id, j.tenant_id, j.name, CASE WHEN f.payload IS NULL
                       d.reason || ' (node ' || coalesce(d.locked_by, '?') || ')');
 
 -- name: cancel_flights
--- Asks whoever runs the job's flights to cancel them: the given slot, or every one running.
+-- Asks whoever runs the job's flights to cancel them: the given slot, or every one running;
+-- an each-zone job's, its children's (cancel_job).
 UPDATE flights f SET cancel_by = %(by)s
 FROM jobs j
-WHERE j.tenant_id = %(tenant_id)s AND j.name = %(name)s AND f.job_id = j.id
+WHERE j.id IN (SELECT x.id FROM jobs x WHERE x.tenant_id = %(tenant_id)s AND x.name = %(name)s
+               UNION ALL
+               SELECT c.id FROM jobs p JOIN jobs c ON c.parent_id = p.id
+               WHERE p.tenant_id = %(tenant_id)s AND p.name = %(name)s AND p.each_zone)
+  AND f.job_id = j.id
   AND (%(scope)s::text IS NULL OR j.tenant_id = %(scope)s)
   AND f.status = 'running' AND (%(slot)s::timestamptz IS NULL OR f.slot = %(slot)s)
-RETURNING j.id, j.shard_id, f.slot AS slot_at, f.attempt, f.lease_token, f.locked_by,
+RETURNING j.id, j.name, j.shard_id, f.slot AS slot_at, f.attempt, f.lease_token, f.locked_by,
           j.overlap;
 
 -- name: trigger_flight

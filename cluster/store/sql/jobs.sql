@@ -228,28 +228,35 @@ WHERE tenant_id = %(tenant_id)s AND name = %(name)s AND status <> 'running'
 RETURNING id, shard_id, slot_at;
 
 -- name: cancel_job
--- Asks whoever runs the job's slot to cancel it: the given slot, or whichever is running.
+-- Asks whoever runs the job's slot to cancel it: the given slot, or whichever is running;
+-- an each-zone job's, each of its children's (they run its slots: docs/zones.md).
 -- The request stays on the job row until the slot ends (every attempt of the slot sees it).
 UPDATE jobs SET cancel_by = %(by)s
-WHERE tenant_id = %(tenant_id)s AND name = %(name)s AND status = 'running'
+WHERE id IN (SELECT j.id FROM jobs j WHERE j.tenant_id = %(tenant_id)s AND j.name = %(name)s
+             UNION ALL
+             SELECT c.id FROM jobs p JOIN jobs c ON c.parent_id = p.id
+             WHERE p.tenant_id = %(tenant_id)s AND p.name = %(name)s AND p.each_zone)
+  AND status = 'running'
   AND (%(scope)s::text IS NULL OR tenant_id = %(scope)s)
   AND overlap <> 'allow'  -- its slots run as flights (cancel_flights)
   AND NOT each_node  -- its members' runs (cancel_node_runs)
   AND (%(slot)s::timestamptz IS NULL OR slot_at = %(slot)s)
-RETURNING id, shard_id, slot_at, attempt, lease_token, locked_by, overlap;
+RETURNING id, name, shard_id, slot_at, attempt, lease_token, locked_by, overlap;
 
 -- name: remove_job
+-- An each-zone job's children go with it, in the same transaction (release_children).
 DELETE FROM jobs WHERE tenant_id = %(tenant_id)s AND name = %(name)s
     AND (%(scope)s::text IS NULL OR tenant_id = %(scope)s)
-RETURNING id, shard_id;
+RETURNING id, shard_id, each_zone;
 
 -- name: remove_jobs_except
--- An each-zone job's children (parent_id) are not in job files: they go with their parent.
+-- An each-zone job's children (parent_id) are not in job files: they go with their parent,
+-- in the same transaction (release_children).
 DELETE FROM jobs
 WHERE NOT ((tenant_id, name) IN (
     SELECT * FROM unnest(%(tenant_ids)s::text[], %(names)s::text[])))
   AND parent_id IS NULL
-RETURNING tenant_id, name;
+RETURNING id, tenant_id, name, each_zone;
 
 -- name: notify
 SELECT pg_notify(%(channel)s, %(payload)s);

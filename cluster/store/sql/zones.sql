@@ -24,21 +24,46 @@ SELECT space, zones FROM zone_spaces ORDER BY space;
 
 -- name: park_each_zone
 -- Makes the job an each-zone parent (runs only through its children): parked in a shard
--- no node locks, never due. Nothing if it already is.
+-- no node locks, never due. Nothing if it already is. A running one ends with its run:
+-- its completion goes to no slot (timing_slot, from the apply's clock %(now)s), and it
+-- stays idle (`complete`).
 UPDATE jobs SET each_zone = true, zones = %(zones)s::text[], shard_id = %(shard_id)s,
-    next_run_at = '9999-01-01Z', updated_at = now()
+    next_run_at = '9999-01-01Z', updated_at = now(),
+    timing_slot = CASE WHEN status = 'running' THEN '9999-01-01Z' ELSE timing_slot END,
+    timing_start = CASE WHEN status = 'running' THEN '9999-01-01Z' ELSE timing_start END,
+    timing_from = CASE WHEN status = 'running' THEN %(now)s ELSE timing_from END
 WHERE tenant_id = %(tenant_id)s AND name = %(name)s
   AND (each_zone, zones, shard_id, next_run_at)
       IS DISTINCT FROM (true, %(zones)s::text[], %(shard_id)s, '9999-01-01Z'::timestamptz)
 RETURNING id, shard_id;
 
 -- name: unpark_each_zone
--- An each-zone parent made an ordinary job again: due at its next slot (its children are
--- removed by the nodes).
+-- An each-zone parent made an ordinary job again: due at its next slot %(slot_at)s,
+-- starting at %(next_run_at)s (its children go in the same transaction: release_children).
+-- One made each-zone while it ran and made ordinary again before its run ended keeps its
+-- slot, and its completion goes on there (timing_slot).
 UPDATE jobs SET each_zone = false,
-    next_run_at = CASE WHEN paused THEN next_run_at ELSE %(next_run_at)s END,
-    slot_at = %(next_run_at)s, attempt = 1
-WHERE tenant_id = %(tenant_id)s AND name = %(name)s AND each_zone;
+    next_run_at = CASE WHEN paused OR status = 'running' THEN next_run_at
+                       ELSE %(next_run_at)s END,
+    slot_at = CASE WHEN status = 'running' THEN slot_at ELSE %(slot_at)s END,
+    attempt = CASE WHEN status = 'running' THEN attempt ELSE 1 END,
+    timing_slot = %(slot_at)s, timing_start = %(next_run_at)s,
+    timing_from = CASE WHEN status = 'running' THEN %(now)s ELSE timing_from END
+WHERE tenant_id = %(tenant_id)s AND name = %(name)s AND each_zone
+RETURNING id;
+
+-- name: release_children
+-- The children of %(ids)s (each-zone jobs an operator just changed or removed) that their
+-- parent no longer wants: it is an ordinary job now, it left their zone out, or it is gone.
+-- Removed with their history in the operator's transaction, as `pulse jobs remove` removes
+-- a job (a run in progress is not stopped; its record goes with its job), so that no child
+-- runs a slot its parent, an ordinary job again, runs too.
+DELETE FROM jobs c
+WHERE c.parent_id = ANY(%(ids)s::uuid[])
+  AND (%(scope)s::text IS NULL OR c.tenant_id = %(scope)s)
+  AND NOT coalesce((SELECT p.each_zone AND (p.zones IS NULL OR c.zones[1] = ANY(p.zones))
+                    FROM jobs p WHERE p.id = c.parent_id), false)
+RETURNING c.name;
 
 -- name: each_zone_parents
 -- Each-zone jobs that cover the zone (all zones when not restricted).
