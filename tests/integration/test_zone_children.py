@@ -70,3 +70,23 @@ def test_an_each_zone_jobs_children_keep_its_jitter_and_labels(
         assert start == jittered("default", name, slot, 300.0), name
     assert not asyncio.run(_align(settings, "a")), "in line: nothing to write"
     assert not asyncio.run(_align(settings, "b")), "in line: nothing to write"
+
+
+def test_a_zone_left_out_or_the_job_removed_takes_the_children_in_the_same_transaction(
+    initialised: Invoke, settings: ClusterSettings, tmp_path: Path
+) -> None:
+    """An apply that leaves a zone out of an each-zone job's ``zones``, and a removal of the
+    job, remove the children it no longer has, with their history, before the nodes'
+    keepers pass: a child left to them ran its zone's slots for up to a pass."""
+    path = tmp_path / "jobs.json"
+    path.write_text(json.dumps([{**SWEEP, "zones": ["a", "b", "c"]}]), "utf-8")
+    assert initialised("jobs", "apply", str(path)).exit_code == 0
+    for zone in "abc":
+        assert asyncio.run(_align(settings, zone))
+    assert [c[0] for c in _children(settings)] == ["sweep@a", "sweep@b", "sweep@c"]
+    path.write_text(json.dumps([{**SWEEP, "zones": ["a", "b"]}]), "utf-8")
+    assert initialised("jobs", "apply", str(path)).exit_code == 0
+    assert [c[0] for c in _children(settings)] == ["sweep@a", "sweep@b"]
+    removed = initialised("jobs", "remove", "sweep")
+    assert removed.exit_code == 0, removed.output
+    assert _children(settings) == []
