@@ -102,3 +102,22 @@ def test_an_each_zone_job_runs_through_its_children_only(
         assert c.execute("SELECT count(*) FROM backfills").fetchone() == (0,)
         row = c.execute("SELECT next_run_at, status FROM jobs WHERE name = 'j'").fetchone()
     assert row is not None and row[0].year == 9999 and row[1] == "idle"
+
+
+@pytest.mark.parametrize("before", ["@after:up", "@hourly"], ids=["chained", "plain"])
+def test_a_job_made_each_zone_is_never_due_itself(
+    pulse: object, settings: ClusterSettings, tmp_path: Path, before: str
+) -> None:
+    """An apply that makes a job an each-zone one parks it, never due: a chained job's
+    gate, written after the park, made it due at its slot again in the shard no node
+    claims."""
+    path = tmp_path / "jobs.json"
+    up = {"name": "up", "schedule": "@hourly", "handler": "m:f"}
+    path.write_text(json.dumps([up, {"name": "j", "schedule": before, "handler": "m:f"}]))
+    assert pulse("jobs", "apply", str(path)).exit_code == 0  # type: ignore[operator]
+    each = {"name": "j", "schedule": "@hourly", "handler": "m:f", "each_zone": True}
+    path.write_text(json.dumps([up, each]))
+    assert pulse("jobs", "apply", str(path)).exit_code == 0  # type: ignore[operator]
+    with psycopg.connect(settings.database_url, options=f"-c search_path={settings.schema}") as c:
+        row = c.execute("SELECT next_run_at, shard_id FROM jobs WHERE name = 'j'").fetchone()
+    assert row is not None and (row[0].year, row[1]) == (9999, PARKED_SHARD)

@@ -28,13 +28,15 @@ SELECT %(id)s, u, %(match)s FROM unnest(%(upstreams)s::uuid[]) AS u
 RETURNING upstream_id;
 
 -- name: gate_set_job
--- A job that loses its last upstream is due at its slot again, unheld.
+-- A job that loses its last upstream is due at its slot again, unheld; one the same apply
+-- made an each-zone parent (a chained job made one) stays never due (park_each_zone).
 UPDATE jobs j SET
     gated = %(gated)s,
     after_timeout_s = %(after_timeout_s)s,
     after_failure = %(after_failure)s,
     gate_wait = j.gate_wait AND %(gated)s,
-    next_run_at = CASE WHEN j.gate_wait AND NOT %(gated)s THEN j.slot_at ELSE j.next_run_at END
+    next_run_at = CASE WHEN j.gate_wait AND NOT %(gated)s AND NOT j.each_zone THEN j.slot_at
+                       ELSE j.next_run_at END
 WHERE j.id = %(id)s
   AND (j.gated, j.after_timeout_s, j.after_failure)
       IS DISTINCT FROM (%(gated)s, %(after_timeout_s)s::float8, %(after_failure)s)
