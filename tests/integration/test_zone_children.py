@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import psycopg
+import pytest
 
 from cluster.settings import ClusterSettings
 from cluster.store.lock.session import LockSession
@@ -90,3 +91,39 @@ def test_a_zone_left_out_or_the_job_removed_takes_the_children_in_the_same_trans
     removed = initialised("jobs", "remove", "sweep")
     assert removed.exit_code == 0, removed.output
     assert _children(settings) == []
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ("jobs", "pause", "sweep@a"),
+        ("jobs", "pause", "sweep@a", "--until", "2099-01-01T00:00:00Z"),
+        ("jobs", "resume", "sweep@a"),
+        ("jobs", "apply", "FILE"),
+    ],
+    ids=["pause", "pause-until", "resume", "apply"],
+)
+def test_a_child_is_paused_and_written_through_its_parent_only(
+    initialised: Invoke, settings: ClusterSettings, tmp_path: Path, command: tuple[str, ...]
+) -> None:
+    """A pause of an each-zone job's child was undone by the parent's next apply, and
+    ``pulse audit``, which judges a child by its parent's revisions, called the slots it held
+    missing; an apply of a job named as a child rewrote the child. Each is refused, one
+    line naming the parent, and nothing is written."""
+    path = tmp_path / "jobs.json"
+    path.write_text(json.dumps([{**SWEEP, "zones": ["a", "b"]}]), "utf-8")
+    assert initialised("jobs", "apply", str(path)).exit_code == 0
+    assert asyncio.run(_align(settings, "a"))
+    before = _children(settings)
+    child = {"name": "sweep@a", "schedule": "@daily", "handler": "m:f"}
+    path.write_text(json.dumps([child]), "utf-8")
+    result = initialised(*[str(path) if part == "FILE" else part for part in command])
+    assert result.exit_code == 2, result.output
+    (line,) = result.output.strip().splitlines()
+    assert "child of" in line and "each-zone job" in line, line
+    assert _children(settings) == before
+    with psycopg.connect(settings.database_url, options=f"-c search_path={settings.schema}") as c:
+        assert c.execute("SELECT paused, schedule FROM jobs WHERE name = 'sweep@a'").fetchone() == (
+            False,
+            "@hourly",
+        )

@@ -15,7 +15,7 @@ from typing import Any
 
 from psycopg.types.json import Jsonb
 
-from cluster.errors import Conflict, PulseError
+from cluster.errors import Conflict, InvalidInput, PulseError
 from cluster.jobs.models import Job, JobStatus
 from cluster.jobs.options import Declared
 from cluster.jobs.spec import OPTIONS, JobSpec
@@ -122,6 +122,7 @@ class Definitions:
             woken: set[int] = set()
             for chunk in bulk.chunks(specs):
                 found = await bulk.rows_named(self._db, [(s.tenant, s.name) for s in chunk])
+                _refuse_children(chunk, found)
                 await refuse_unknown_each_node(self._db, chunk, found)
                 pending: list[Pending] = []
                 for spec in chunk:
@@ -298,6 +299,19 @@ class Definitions:
             "slot_origin": origin_of(run),
             "timing_from": db_now,
         }
+
+
+def _refuse_children(specs: Sequence[JobSpec], found: Mapping[bulk.Key, Row]) -> None:
+    """``InvalidInput`` for a spec named as an each-zone job's child (``name@zone``): its
+    parent's definition is the child's, and the child follows an apply of the parent."""
+    for spec in specs:
+        job = found.get((spec.tenant, spec.name))
+        if job is not None and job["parent_id"] is not None:
+            raise InvalidInput(
+                "name",
+                f"{spec.name!r} is a child of an each-zone job: apply that job, and each of "
+                "its children follows",
+            )
 
 
 def _refusable(

@@ -62,6 +62,7 @@ class Holds:
             if until.tzinfo is None or until <= db_now:
                 raise InvalidInput("until", f"{until.isoformat()} is not in the future")
             self._recurring(job, "pause --until")
+            await self.refuse_child(job, "pause --until")
             for held in [job, *await self.children_of(job)]:
                 await self.record_owed(held, "pause --until", db_now)
                 if held.each_zone:  # its children run its slots: it stays never due
@@ -113,6 +114,21 @@ class Holds:
         }
         await self._write("skip_next_slots", job, params)
         return [slot for slot, _ in skipped]
+
+    async def refuse_child(self, job: Job, what: str) -> None:
+        """``InvalidInput`` if ``job`` is an each-zone job's child: its parent's definition
+        holds it (``upsert_zone_child``), so a pause of its own would be undone by the
+        parent's next apply, and ``pulse audit``, which judges a child by its parent's
+        revisions, would call the slots it held missing. ``what``: the action refused."""
+        if len(job.zones) != 1 or "@" not in job.name:  # a child: name@zone, in its zone
+            return
+        parent = await self._db.one("parent_of", {"id": job.id})
+        if parent is not None:
+            raise InvalidInput(
+                "name",
+                f"{job.name!r} is a child of the each-zone job {parent['name']!r}: "
+                f"{what} {parent['name']!r}, and each of its children follows",
+            )
 
     async def children_of(self, job: Job) -> list[Job]:
         """The children of ``job``, locked until the transaction ends; none unless it is an

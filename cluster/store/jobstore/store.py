@@ -162,6 +162,7 @@ class JobStore:
             note = check_text(note, "note").strip()[:MAX_NOTE_LENGTH] or None
         async with self.db.transaction():
             job = await self.db.job("lock_job", name, tenant)
+            await self.holds.refuse_child(job, "pause")
             db_now = await self.db_now(now)
             for paused in [job, *await self.holds.children_of(job)]:  # an each-zone job's too
                 await self.holds.record_owed(paused, "pause", db_now)
@@ -175,6 +176,7 @@ class JobStore:
         is over is on its schedule again: it keeps its slot (held at its gate, or due)."""
         async with self.db.transaction():
             job = await self.db.job("lock_job", name, tenant)
+            await self.holds.refuse_child(job, "resume")
             db_now = await self.db_now(now)
             for resumed in [job, *await self.holds.children_of(job)]:  # an each-zone job's too
                 if resumed.each_zone:  # its children run its slots: it stays never due

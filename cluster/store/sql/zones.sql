@@ -76,6 +76,11 @@ SELECT p.id, p.tenant_id, p.name, p.schedule, p.tz, p.dst_repeated, p.dst_skippe
 FROM jobs p
 WHERE p.each_zone AND (p.zones IS NULL OR %(zone)s = ANY(p.zones));
 
+-- name: parent_of
+-- The each-zone job whose child %(id)s is, if it is one.
+SELECT p.name FROM jobs c JOIN jobs p ON p.id = c.parent_id
+WHERE c.id = %(id)s AND (%(scope)s::text IS NULL OR p.tenant_id = %(scope)s);
+
 -- name: lock_children
 -- The children of the each-zone jobs %(ids)s, locked until the transaction ends: those an
 -- operator's action on their parent acts on too (cluster/store/jobstore/children.py).
