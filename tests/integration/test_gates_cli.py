@@ -4,6 +4,7 @@ dependencies between jobs, and bad edges refused in one line with exit 2, nothin
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 from cluster.settings import ClusterSettings
 from tests.helpers.cli import (
@@ -89,3 +90,28 @@ def test_a_job_waiting_on_its_chain_lists_no_next_run(initialised: Invoke) -> No
     assert "9998-01-01" not in listed and "9999-01-01" not in listed, listed
     (row,) = [line.split() for line in listed.splitlines() if line.split()[1:2] == ["load"]]
     assert row[4:6] == ["idle", "-"]
+
+
+def test_no_job_waits_for_an_each_zone_job(
+    settings: ClusterSettings, initialised: Invoke, tmp_path: Path
+) -> None:
+    """An each-zone job runs its slots through a child per zone and has none of its own: a
+    job waiting for it was held to its ``--after-timeout`` and skipped every slot, saying
+    the upstream's slot had not run. Naming one as an upstream, and making an upstream an
+    each-zone job while a job waits for it, are refused, nothing written."""
+    add(initialised, "ping", "--each-zone")
+    add(initialised, "extract")
+    add(initialised, "load", "--after", "extract")
+    before = jobs_rows(settings)
+    waiting = ["jobs", "add", "report", "--handler", HANDLER, "--schedule", "@hourly"]
+    assert_bad_input(initialised(*waiting, "--after", "ping"), "after")
+    path = tmp_path / "jobs.json"
+    each = {"name": "extract", "schedule": "@hourly", "handler": HANDLER, "each_zone": True}
+    path.write_text(json.dumps([each]), "utf-8")
+    assert_bad_input(initialised("jobs", "apply", str(path)), "each_zone")
+    assert jobs_rows(settings) == before
+    # The same file may stop waiting for it as it becomes one.
+    load = {"name": "load", "schedule": "@hourly", "handler": HANDLER}
+    path.write_text(json.dumps([each, load]), "utf-8")
+    applied = initialised("jobs", "apply", str(path))
+    assert applied.exit_code == 0, applied.output

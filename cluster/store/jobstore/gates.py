@@ -22,6 +22,26 @@ from cluster.store.jobstore.specs import label_of
 from cluster.timing.schedule import parse_schedule
 
 
+async def _refuse_edge(
+    db: ScopedConnection,
+    statement: str,
+    params: dict[str, list[str]],
+    field: str,
+    why: str,
+    error: type[InvalidInput] = InvalidInput,
+) -> None:
+    """``error`` naming the first edge ``statement`` finds (its ``downstream`` waits for its
+    ``upstream``) and ``why`` it may not be, if it finds one."""
+    found = await db.all(statement, params)
+    if found:
+        first = found[0]
+        raise error(
+            field,
+            f"{label_of(first['tenant_id'], first['downstream'])} waits for "
+            f"{first['upstream']!r}, {why}",
+        )
+
+
 class Gates:
     def __init__(self, db: ScopedConnection) -> None:
         self._db = db
@@ -60,6 +80,7 @@ class Gates:
             downstreams.append(job["id"])
             upstreams.update(old)
             upstreams.update(new)
+        await self._refuse_waiting([s for s in specs if s.each_zone])
         if not downstreams:
             return changed
         cycle = await self._db.one("gate_cycle", {"ids": downstreams})
@@ -70,6 +91,15 @@ class Gates:
         for row in await self._db.all("gate_refresh", params):
             await self._db.notify(row["shard_id"])
         return changed
+
+    async def _refuse_waiting(self, specs: Sequence[JobSpec]) -> None:
+        """``InvalidInput`` when a job waits for one of ``specs``, each-zone jobs: made one
+        by this write, it has no slot of its own any more (its children run them), and what
+        waits for it would wait for ever, then skip every slot at its ``--after-timeout``."""
+        if specs:
+            params = {"tenant_ids": [s.tenant for s in specs], "names": [s.name for s in specs]}
+            why = "and an each-zone job has no slot of its own: change what waits for it first"
+            await _refuse_edge(self._db, "gate_waiting_on_each_zone", params, "each_zone", why)
 
     async def _edged(self, specs: Sequence[JobSpec]) -> list[tuple[JobSpec, Row]]:
         """The specs with upstreams, or whose job is gated now, with their jobs' rows: read
@@ -82,15 +112,8 @@ class Gates:
 
     async def refuse_orphans(self, kept: dict[str, list[str]]) -> None:
         """``Conflict`` when a job an apply keeps waits for one its --prune removes."""
-        orphans = await self._db.all("gate_orphans", kept)
-        if orphans:
-            first = orphans[0]
-            raise Conflict(
-                "prune",
-                f"{label_of(first['tenant_id'], first['downstream'])} waits for "
-                f"{first['upstream']!r}, which --prune removes: keep it in the file, or change "
-                "or remove what waits for it",
-            )
+        why = "which --prune removes: keep it in the file, or change or remove what waits for it"
+        await _refuse_edge(self._db, "gate_orphans", kept, "prune", why, Conflict)
 
     async def _upstreams(self, spec: JobSpec, db_now: datetime) -> list[UUID]:
         if spec.name in spec.after:
@@ -107,8 +130,14 @@ class Gates:
         schedule = spec.parsed_schedule()
         for name in spec.after:
             row = rows[name]
+            if row["each_zone"]:  # its children run its slots, each in its zone
+                raise InvalidInput(
+                    "after",
+                    f"upstream {name!r} is an each-zone job: it runs once in each zone and "
+                    "has no slot of its own to wait for",
+                )
             if spec.after_match == CHAIN:  # a success of each makes its slots: no clock
-                if row["overlap"] == "allow" or row["each_zone"]:
+                if row["overlap"] == "allow":
                     raise InvalidInput(
                         "after", f"upstream {name!r} runs its slots as flights: it cannot chain"
                     )

@@ -130,6 +130,19 @@ WHERE (d.tenant_id, d.name) IN (SELECT * FROM unnest(%(tenant_ids)s::text[], %(n
   AND u.parent_id IS NULL
 ORDER BY 1, 2, 3;
 
+-- name: gate_waiting_on_each_zone
+-- The jobs that wait for an each-zone job of (%(tenant_ids)s[i], %(names)s[i]) (none may:
+-- it has no slot of its own), the first of them.
+SELECT d.tenant_id, d.name AS downstream, u.name AS upstream
+FROM jobs u
+JOIN job_edges e ON e.upstream_id = u.id
+JOIN jobs d ON d.id = e.downstream_id
+WHERE (u.tenant_id, u.name) IN (SELECT * FROM unnest(%(tenant_ids)s::text[], %(names)s::text[]))
+  AND u.each_zone
+  AND (%(scope)s::text IS NULL OR u.tenant_id = %(scope)s)
+ORDER BY 1, 2, 3
+LIMIT 1;
+
 -- name: gate_graph
 -- Every edge of a tenant, downstream after upstream.
 SELECT u.name AS upstream, d.name AS downstream, e.match
