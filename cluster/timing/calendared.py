@@ -192,6 +192,10 @@ class CalendarRule:
                 slots = [decision.slot for decision in group]
                 if after.slot in slots:
                     yield from group[slots.index(after.slot) + 1 :]
+                elif schedule.since is not None and after.slot <= schedule.since:
+                    # A slot kept from before a new timing: the new timing's slots of its
+                    # group are those after the change, all of them ahead of it.
+                    yield from group
                 else:  # the calendar changed under it: the runs that start later
                     key = (after.start, after.slot)
                     yield from (d for d in group if d.runs and (d.start, d.slot) > key)

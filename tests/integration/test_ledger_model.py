@@ -1501,3 +1501,24 @@ def test_a_cancel_of_an_each_zone_job_cancels_its_childs_run(settings: ClusterSe
         assert (str(cancelled.status), cancelled.last_error) == ("cancelled", "cancelled by model")
         machine.cancel_run("e")
         assert machine.steps[-1] == "runs cancel e (refused)"  # none runs now
+
+
+def test_skip_next_of_a_slot_kept_under_a_new_timing_walks_the_new_timing_after_the_change(
+    settings: ClusterSettings,
+) -> None:
+    """Found by a random search: m's slot (*/3) moved to the next business day by a holiday,
+    then a new timing (*/2 and */3), then ``skip-next m``. The skip walked the new timing
+    from the kept slot, recording the holiday's skip of 00:04, a slot of no timing in force
+    then (``pulse audit``: unaligned); walking it from the change on lost the skips of the
+    kept slot's day (the calendar's group of a slot the walk no longer has)."""
+    with Sequence(settings) as machine:
+        machine.the_ledger_holds()
+        machine.apply_m(("*/3 * * * *",))
+        machine.the_ledger_holds()
+        machine.stall(2)
+        machine.calendar(holiday=True)  # m's slot, due, moves to the next business day
+        machine.apply_m(("*/2 * * * *", "*/3 * * * *"))
+        machine.the_ledger_holds()
+        machine.skip_next("m", 1)
+        for _ in range(2):
+            machine.the_ledger_holds()

@@ -167,3 +167,18 @@ def test_registry_decorators_take_the_calendar_options() -> None:
     assert specs["hourly"].on_excluded == "next-business-day"
     with pytest.raises(InvalidInput, match="business_day"):
         Registry().cron("0 9 * * *", name="bad", calendar="us", business_day=0)(report)
+
+
+def test_a_slot_kept_under_a_new_timing_walks_its_groups_slots_after_the_change() -> None:
+    """A 09:00 daily slot of the 25th (a holiday, moved to the next business day) kept by a
+    new timing written at 10:00, hourly: the walk from it meets the new timing's slots of
+    the holiday after the change, each skipped (the 28th has slots of its own), then runs
+    on the 28th. Before, the group of a slot the new timing does not have yielded its
+    runs only, and those skips were never recorded."""
+    rule = CalendarRule(CAL, "next-business-day")
+    hourly = parse_schedule("0 * * * *").starting(utc(2026, 12, 25, 10))
+    kept = Decision(utc(2026, 12, 25, 9), utc(2026, 12, 28, 9), True)
+    run, skips = rule.next_run(hourly, kept)
+    assert [d.slot for d in skips][:2] == [utc(2026, 12, 25, 11), utc(2026, 12, 25, 12)]
+    assert all(not d.runs for d in skips) and skips[-1].slot.day == 27
+    assert run.slot == utc(2026, 12, 28, 0)

@@ -93,10 +93,12 @@ class Holds:
         return sorted(skipped)
 
     async def _skip_next(self, job: Job, count: int, now: datetime | None) -> list[datetime]:
-        """``skip_next`` of one job that runs its own slots."""
+        """``skip_next`` of one job that runs its own slots. A slot kept under a new timing
+        (deferred, held) walks on to the new timing's slots after the change only
+        (``walked_schedule``), as its claim would."""
         if job.status != JobStatus.IDLE:
             raise Conflict("name", f"{job.name!r} is {job.status}; skip-next needs it idle")
-        schedule, rule = job.parsed_schedule(), job.rule()
+        schedule, rule = job.walked_schedule(), job.rule()
         run = current_run(schedule, rule, job.slot_at)
         skipped = [(run.slot, SKIP_REASON)]
         calendar: list[tuple[datetime, str]] = []

@@ -271,7 +271,7 @@ class JobStore:
         """What ``pulse jobs show --json`` prints: the job, its next slots, its latest runs."""
         job = await self.get(name, tenant)
         now = await self.db_now(now)
-        schedule = job.parsed_schedule()
+        schedule = job.walked_schedule()  # a slot kept under a new timing: its slots after it
         if job.status == JobStatus.IDLE and job.next_run_at is not None:  # its slot, then the next
             upcoming = [job.slot_at, *schedule.next_n(job.slot_at, slots - 1)]
             starts = [job.next_run_at]  # the slot's start, or a retry's
