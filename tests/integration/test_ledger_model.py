@@ -1,7 +1,8 @@
 """A model-based test of operator actions: hypothesis's rule-based state machine drives a
 few jobs (a plain one, one gated on it, one chained after it, one with two schedules, a
 watch job, an each-zone job whose child in the node's zone the node's each-zone keeper
-makes) through random sequences of what operators do (apply, an apply that pauses, pause,
+makes, which an apply may make an ordinary job and an each-zone one again) through random
+sequences of what operators do (apply, an apply that pauses, pause,
 pause --until,
 resume, skip-next, triggers with a payload or a past slot, windows that skip or defer and
 their removal, a holiday put in and taken out of the calendar of a and m, backfills,
