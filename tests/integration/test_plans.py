@@ -17,7 +17,12 @@ from cluster.errors import Conflict
 from cluster.jobs.spec import JobSpec
 from cluster.settings import ClusterSettings
 from cluster.store.jobstore.store import JobStore
+from cluster.store.lock.session import LockSession
+from node.membership.eachzone import ZoneChildren
+from node.state import NodeState
 from tests.helpers.cli import Invoke, add_args, assert_bad_input, jobs_rows
+
+MINUTE = timedelta(minutes=1)
 
 TICK = {"name": "tick", "schedule": "*/5 * * * *", "handler": "app.jobs:tick"}
 PLAN_KEYS = {"at", "digest", "jobs"}
@@ -226,3 +231,28 @@ async def test_a_pruning_plan_lists_the_jobs_it_would_remove(store: JobStore) ->
     with pytest.raises(Conflict, match="stale: job dropped is at revision 2"):
         await store.definitions.apply([kept], prune=True, expect=plan.expected())
     assert [j.name for j in await store.jobs()] == ["dropped", "kept"]
+
+
+async def test_a_plan_counts_an_each_zone_jobs_dropped_slots_in_its_children(
+    store: JobStore, settings: ClusterSettings
+) -> None:
+    """The plan of a new timing of an each-zone job counted the overdue slots of the parent,
+    which never runs (its slot stays where it was made), instead of its children's; and
+    making a job an each-zone one counted none of the slots it owes."""
+    t0 = datetime(2026, 5, 4, 10, 0, 30, tzinfo=UTC)
+    ping = JobSpec.build("ping", "@every 1m", "app.jobs:h", each_zone=True)
+    await store.definitions.apply([ping, JobSpec.build("plain", "@every 1m", "app.jobs:h")], now=t0)
+    session = LockSession(settings, "node-a", "a", session_timeout_s=10, statement_timeout_s=5)
+    await session.open()
+    try:  # zone a's first node comes up ten minutes on: ping@a from 10:11
+        await ZoneChildren(NodeState("node-a", "a", 16), session).run_once(t0 + 10 * MINUTE)
+    finally:
+        await session.close()
+    now = t0 + 13 * MINUTE  # ping@a's slots of 10:11 to 10:13 not run; ping's own: 10:01
+    every_2m = JobSpec.build("ping", "@every 2m", "app.jobs:h", each_zone=True)
+    (job,) = (await store.plans.plan([every_2m], now=now)).jobs
+    assert job.dropped == 3, job.notes
+    assert any("in its zones' children" in n for n in job.notes), job.notes
+    made = JobSpec.build("plain", "@every 1m", "app.jobs:h", each_zone=True)
+    (job,) = (await store.plans.plan([made], now=now)).jobs
+    assert job.dropped == 13 and any("an each-zone job" in n for n in job.notes), job.notes

@@ -118,13 +118,16 @@ class Plans:
             async with self._db.transaction():
                 db_now = await self._db.db_now(now)
                 before = {(s.tenant, s.name): await self._job(s.tenant, s.name) for s in specs}
+                children = {key: await self._children(job) for key, job in before.items()}
                 result = await self._definitions.apply(specs, prune=prune, now=now)
                 jobs = []
                 for spec in specs:
-                    old = before[(spec.tenant, spec.name)]
+                    key = (spec.tenant, spec.name)
+                    old = before[key]
                     new = await self._job(spec.tenant, spec.name)
                     assert new is not None
-                    jobs.append(await self._job_plan(old, new, db_now, slots))
+                    moved = (children[key], await self._children(new))
+                    jobs.append(await self._job_plan(old, new, db_now, slots, moved))
                 for label in result.removed:
                     jobs.append(await self._removed(label, specs, db_now, slots))
                 raise _Rollback(Plan(db_now, digest, jobs))
@@ -135,7 +138,22 @@ class Plans:
         row = await self._db.one("get_job", {"tenant_id": tenant, "name": name})
         return None if row is None else Job.from_row(row)
 
-    async def _job_plan(self, old: Job | None, new: Job, now: datetime, slots: int) -> JobPlan:
+    async def _children(self, job: Job | None) -> dict[str, Job]:
+        """An each-zone job's children by name (none for another job)."""
+        if job is None or not job.each_zone:
+            return {}
+        rows = await self._db.all("lock_children", {"ids": [job.id]})
+        return {row["name"]: Job.from_row(row) for row in rows}
+
+    async def _job_plan(
+        self,
+        old: Job | None,
+        new: Job,
+        now: datetime,
+        slots: int,
+        children: tuple[dict[str, Job], dict[str, Job]],
+    ) -> JobPlan:
+        """``children``: an each-zone job's children before the apply and after it."""
         plan = JobPlan(new.tenant, new.name, "create", 0 if old is None else old.revision)
         if old is not None:
             plan.action = "update" if new.revision != old.revision else "unchanged"
@@ -159,7 +177,7 @@ class Plans:
         if new.status == JobStatus.IDLE and new.next_run_at is not None and new.next_run_at <= now:
             plan.catch_up = outage_of(new, new.slot_at - US, now)
         if old is not None and plan.action == "update":
-            plan.dropped, plan.notes = _dropped(old, new, now)
+            plan.dropped, plan.notes = _dropped(old, new, now, children)
         if row is not None:  # its edges: which appear or go, and what it then waits for
             plan.edges_added, plan.edges_removed = edges_changed(new.name, row)
             if plan.edges_added or plan.edges_removed:
@@ -222,25 +240,50 @@ def _coming(job: Job, now: datetime, slots: int) -> list[Step]:
     return explain_job(job, now, slots)
 
 
-def _dropped(old: Job, new: Job, now: datetime) -> tuple[int, list[str]]:
-    """Overdue slots of the old timing that the move to the new one leaves unrun."""
+def _dropped(
+    old: Job, new: Job, now: datetime, children: tuple[dict[str, Job], dict[str, Job]]
+) -> tuple[int, list[str]]:
+    """Overdue slots of the old timing that the move to the new one leaves unrun: the job's
+    own, or an each-zone job's children's (it never runs itself)."""
     notes = []
     if old.paused and not new.paused:
         notes.append("resumed: continues at its next slot; slots missed while paused do not run")
     if new.paused and not old.paused:
         notes.append("paused: no slot runs until it is resumed (a running one finishes)")
-    if old.status != JobStatus.IDLE or old.next_run_at is None or old.slot_at > now:
-        return 0, notes
-    if new.slot_at == old.slot_at:
-        return 0, notes
-    count = 0
-    for decision in decisions(old.parsed_schedule(), old.rule(), old.slot_at - US):
-        if decision.slot > now or count >= MAX_OUTAGE_SLOTS:
-            break
-        count += decision.runs
-    if count:
+    if old.each_zone:
+        before, after = children
+        count = sum(_overdue(child, after[name], now) for name, child in before.items()
+                    if name in after)  # fmt: skip
+        if count:
+            notes.append(
+                f"{count} overdue slot(s) of the old timing in its zones' children will not "
+                "run: each moves to the new timing's next slot, and they are recorded skipped"
+            )
+        return count, notes
+    count = _overdue(old, new, now)
+    if count and new.each_zone:
+        notes.append(
+            f"{count} overdue slot(s) since {iso(old.slot_at)} will not run: an each-zone job "
+            "runs its slots through its zones' children, and they are recorded skipped"
+        )
+    elif count:
         notes.append(
             f"{count} overdue slot(s) of the old timing since {iso(old.slot_at)} will not run: "
             "the job moves to the new timing's next slot, and they are recorded skipped"
         )
     return count, notes
+
+
+def _overdue(old: Job, new: Job, now: datetime) -> int:
+    """How many of the old timing's slots due by ``now`` the job's move leaves unrun (made
+    an each-zone job, it runs none of them itself)."""
+    if old.status != JobStatus.IDLE or old.next_run_at is None or old.slot_at > now:
+        return 0
+    if new.slot_at == old.slot_at and not new.each_zone:
+        return 0
+    count = 0
+    for decision in decisions(old.walked_schedule(), old.rule(), old.slot_at - US):
+        if decision.slot > now or count >= MAX_OUTAGE_SLOTS:
+            break
+        count += decision.runs
+    return count
