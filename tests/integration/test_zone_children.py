@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import threading
+import time
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -127,3 +129,33 @@ def test_a_child_is_paused_and_written_through_its_parent_only(
             False,
             "@hourly",
         )
+
+
+def test_a_keeper_waits_for_the_apply_that_makes_the_job_an_ordinary_one(
+    initialised: Invoke, settings: ClusterSettings
+) -> None:
+    """A zone's keeper making its child while an apply makes the job an ordinary one, not
+    yet committed: it read the job as it stood and made the child after the apply had
+    removed the others, and that child ran the job's slots until the keeper's next pass. It
+    waits for the apply now, and makes none."""
+    assert initialised("jobs", "add", "sweep", "--schedule", "@hourly", "--handler", "m:f",
+                       "--each-zone").exit_code == 0  # fmt: skip
+    url, options = settings.database_url, f"-c search_path={settings.schema}"
+    with (
+        psycopg.connect(url, options=options) as apply,
+        psycopg.connect(url, autocommit=True) as watch,
+    ):
+        apply.execute("UPDATE jobs SET each_zone = false WHERE name = 'sweep'")  # not committed
+        keeper = threading.Thread(target=lambda: asyncio.run(_align(settings, "b")))
+        keeper.start()
+        waiting = (
+            "SELECT count(*) FROM pg_stat_activity"
+            " WHERE wait_event_type = 'Lock' AND datname = current_database()"
+        )
+        deadline = time.monotonic() + 30
+        while keeper.is_alive() and watch.execute(waiting).fetchone() == (0,):
+            assert time.monotonic() < deadline, "the keeper neither waited nor ended"
+            time.sleep(0.01)  # polling the server for the keeper's lock wait
+        apply.commit()
+        keeper.join(30)
+    assert _children(settings) == []

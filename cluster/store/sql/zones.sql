@@ -99,6 +99,8 @@ FOR UPDATE;
 -- (timing_slot). What a child copies is declared with the job's options (`child`):
 -- cluster/jobs/spec.py. Its timing holds from when the parent's was written
 -- (timing_from), and a `pause --until` of its parent holds it too (paused_until).
+-- The parent's row is locked FOR SHARE: an apply making it an ordinary job, not yet
+-- committed, is waited for, and then no child is made (release_children took the others).
 -- Returns the child as it is now.
 INSERT INTO jobs AS j (
     id, tenant_id, name, status, shard_id, next_run_at, slot_at, zones, parent_id,
@@ -109,6 +111,7 @@ SELECT %(id)s, p.tenant_id, p.name || '@' || %(zone)s,
     %(slot_at)s, ARRAY[%(zone)s::text], p.id, p.timing_from, p.paused_until,
     {fields:child:p.@}
 FROM jobs p WHERE p.id = %(parent_id)s AND p.each_zone
+FOR SHARE
 ON CONFLICT (tenant_id, name) DO UPDATE SET
     {fields:child:@ = excluded.@},
     status = CASE WHEN j.status = 'running' THEN 'running'
