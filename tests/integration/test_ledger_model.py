@@ -1,7 +1,8 @@
 """A model-based test of operator actions: hypothesis's rule-based state machine drives a
 few jobs (a plain one, one gated on it, one chained after it, one with two schedules, a
 watch job, an each-zone job whose child in the node's zone the node's each-zone keeper
-makes, which an apply may make an ordinary job and an each-zone one again) through random
+makes, which an apply may make an ordinary job and an each-zone one again, an every-node
+job) through random
 sequences of what operators do (apply, an apply that pauses, pause,
 pause --until,
 resume, skip-next, triggers with a payload or a past slot, windows that skip or defer and
@@ -71,10 +72,17 @@ MINUTE = timedelta(minutes=1)
 OK = Outcome("succeeded", None, 0.01)
 FAILED = Outcome("failed", "boom", 0.01)
 RUNNERS = ("a", "b", "m")  # jobs on a clock that operators pause, skip, trigger
-HELD = (*RUNNERS, "e")  # and an each-zone job, whose child in zone z runs its slots
+# and an each-zone job, whose child in zone z runs its slots, and an every-node job, whose
+# slot runs on each live node (the model's one) and is recorded once
+HELD = (*RUNNERS, "e", "n")
 ZONE = "z"  # the zone of the model's node
 CHILD = {"e": f"e@{ZONE}"}  # the job whose slots an operator's action on e decides
-SCHEDULES = {"a": "@every 1m", "m": ["*/2 * * * *", "*/3 * * * *"], "e": "@every 1m"}
+SCHEDULES = {
+    "a": "@every 1m",
+    "m": ["*/2 * * * *", "*/3 * * * *"],
+    "e": "@every 1m",
+    "n": "@every 1m",
+}
 EXCLUDED = {"a": "skip", "m": "next-business-day"}  # what their calendar's holiday does
 NO_CALENDAR = {"calendar": None}
 
@@ -91,6 +99,9 @@ def spec(name: str, tenant: str, schedule: Any = None, **kw: Any) -> JobSpec:
         return JobSpec.build(
             "w", "* * * * *", None, tenant=tenant, watch=True, timeout="3m", late_after="20s"
         )
+    if name == "n":
+        return JobSpec.build("n", schedule or SCHEDULES["n"], HANDLER, tenant=tenant,
+                             each_node=True, **kw)  # fmt: skip
     if name == "e":  # an each-zone job, unless kw says otherwise
         return JobSpec.build("e", schedule or SCHEDULES["e"], HANDLER, tenant=tenant,
                              **{"each_zone": True, **kw})  # fmt: skip
@@ -308,14 +319,15 @@ class OperatorActions(RuleBasedStateMachine):
         self.first_options = self.options
         self.started = self.now
         self.do(f"calendar cal-{self.tenant}", lambda: self.put_calendar(holiday=False))
-        specs = [spec(n, self.tenant, **self.kept(n)) for n in ("a", "b", "c", "m", "w", "e")]
+        names = ("a", "b", "c", "m", "w", "e", "n")
+        specs = [spec(n, self.tenant, **self.kept(n)) for n in names]
         self.do(
             f"apply a b c m w e (retries {retries}, catch-up {catch_up}, "
             f"m's pause after failures {pause_after}, b's after-failure {after_failure})",
             lambda: self.cluster.store.definitions.apply(specs, now=self.now),
         )
         self.make_child()
-        self.timelines = {n: self.timeline(n) for n in ("a", "b", "c", "m", "w", CHILD["e"])}
+        self.timelines = {n: self.timeline(n) for n in ("a", "b", "c", "m", "w", CHILD["e"], "n")}
         self.token = self.cluster.run(self.cluster.store.watch.token("w", self.tenant)) or ""
 
     def make_child(self) -> None:
@@ -615,6 +627,18 @@ class OperatorActions(RuleBasedStateMachine):
             if _schedule(every) != line.schedules[-1][1]:
                 line.schedules.append((self.now, _schedule(every)))
             self.applied("e")
+
+    @rule(every=st.sampled_from(("@every 1m", "@every 2m", "*/3 * * * *")))
+    def apply_n(self, every: str) -> None:
+        """A new timing of the every-node job n."""
+        new = spec("n", self.tenant, every)
+        if self.do(
+            f"apply n {every}", lambda: self.cluster.store.definitions.apply([new], now=self.now)
+        ):
+            line = self.timelines["n"]
+            if _schedule(every) != line.schedules[-1][1]:
+                line.schedules.append((self.now, _schedule(every)))
+            self.applied("n")
 
     @rule()
     def convert_e(self) -> None:
