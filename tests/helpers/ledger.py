@@ -97,7 +97,8 @@ class Ledger:
     ) -> list[str]:
         """What breaks the ledger in these rows (of one tenant): jobs by name, their runs,
         their ``chain_slots``; the model's timelines; the clock after a node's pass; their
-        ``flights`` (a triggered slot's retry waits there); the jobs whose run is meant
+        ``flights`` (a triggered slot's retry waits there, an every-node slot runs there
+        until it is recorded: its members' runs); the jobs whose run is meant
         to outlive the pass (``running``)."""
         found: list[str] = []
         by_job: dict[Any, dict[datetime, Mapping[str, Any]]] = {}
@@ -106,6 +107,7 @@ class Ledger:
         waiting = {(q["job_id"], q["slot"]) for q in queued if not q["taken"]}
         retrying = {(j["id"], j["slot_at"]) for j in jobs.values() if j["attempt"] > 1}
         retrying |= {(f["job_id"], f["slot"]) for f in flights if f["attempt"] > 1}
+        in_flight = {(f["job_id"], f["slot"]) for f in flights}
         seen = set(self.terminal)  # the records of earlier checks
         found += self._overwritten(by_job, {j["id"] for j in jobs.values()}, retrying, clock)
         for name, line in timelines.items():
@@ -127,7 +129,7 @@ class Ledger:
             else:
                 pending = min(job["slot_at"], clock - settle)
                 for slot in line.expected(pending - US):
-                    if slot not in mine:
+                    if slot not in mine and (job["id"], slot) not in in_flight:
                         found.append(f"{name}: slot {slot.isoformat()} has no record")
             found += _waits(name, job, mine, waiting, clock, name in running)
         return found

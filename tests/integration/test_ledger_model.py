@@ -60,6 +60,7 @@ from cluster.timing.calendars import Calendar
 from cluster.timing.schedule import parse_schedule
 from node.handlers.context import Outcome
 from node.membership.eachzone import ZoneChildren
+from node.pipeline.completer import SPAWNED
 from node.pipeline.outcomes import after_run, gate_skip, plan_at_claim
 from node.state import NodeState
 from ring.zones import space_shards
@@ -164,11 +165,20 @@ class Cluster:
             asked = "SELECT id, cancel_by FROM jobs WHERE id = ANY(%s)"
             rows = await (await self.store.db.conn.execute(asked, (ids,))).fetchall()
             cancels = {row["id"]: row["cancel_by"] for row in rows}
+            leases = [(f.id, f.slot, f.lease_token) for f in self.held if f.flight]
+            renewed = await self.node.flights.renew(leases, 600.0, now=now)
+            for (job_id, _), cancel_by in renewed.items():  # a flight's own cancel
+                cancels[job_id] = cancel_by
             held = [_ran(job, now, failing, cancels.get(job.id)) for job in self.held]
+            flights = {job.id for job in self.held if job.flight}
             self.held = []
             await self.node.completions.complete(
-                [done for done, _ in held], [s for _, skips in held for s in skips], now=now
+                [done for done, _ in held if done.id not in flights],
+                [s for _, skips in held for s in skips],
+                now=now,
             )
+            ended = [done for done, _ in held if done.id in flights]
+            await self.node.completions.complete_flights(ended, now=now)
         await self.keeper.run_once(now)
         for _ in range(50):
             await self.store.db.all("gate_pass", {"shards": self.shards})
@@ -182,6 +192,9 @@ class Cluster:
             done, skips = [], []
             for job in jobs:
                 verdict = verdicts.get((job.id, job.slot))
+                if job.each_node and _runs(job, now, verdict):  # fanned out, as a node does
+                    flights += await self.fan_out(job, now)
+                    continue
                 if job.name == hold and not self.held and _runs(job, now, verdict):
                     self.held.append(job)
                     continue
@@ -189,24 +202,42 @@ class Cluster:
                 done.append(finished)
                 skips += skipped
             await self.node.completions.complete(done, skips, now=now)
-            ended = [_finish(f, now, failing, verdicts.get((f.id, f.slot)))[0] for f in flights]
+            ended = []
+            for f in flights:
+                verdict = verdicts.get((f.id, f.slot))
+                if f.name == hold and not self.held and _runs(f, now, verdict):
+                    self.held.append(f)  # an every-node job's run is its node's flight
+                    continue
+                ended.append(_finish(f, now, failing, verdict)[0])
             await self.node.completions.complete_flights(ended, now=now)
         await self.alerts.watch_pass(len(SHARDS), now=now)
         await self.alerts.watch_timeouts(now=now)
+
+    async def fan_out(self, job: ClaimedJob, now: datetime) -> list[ClaimedJob]:
+        """An every-node job's claimed slot handed to its members' runs (``spawn``, as the
+        node's completer does): the model's node is the one member, its run starts here."""
+        spawned, skips = after_run(job, OK, now)
+        moved = await self.node.completions.spawn(
+            [spawned._replace(outcome=SPAWNED)], skips, 600.0, now=now, members=[("model", ZONE)]
+        )
+        return [job._replace(flight=True)] if moved.get(job.id) else []
 
     async def rows(self, tenant: str) -> tuple[dict[str, Any], list[Any], list[Any], list[Any]]:
         conn = self.store.db.conn  # the rows as they are, read as an observer would
 
         async def read(statement: str) -> list[Any]:
-            return await (await conn.execute(statement, (tenant,))).fetchall()
+            params = (tenant,) * statement.count("%s")
+            return await (await conn.execute(statement, params)).fetchall()
 
         jobs = await read("SELECT * FROM jobs WHERE tenant_id = %s")
         runs = await read("SELECT * FROM runs WHERE tenant_id = %s")
         queued = await read(
             "SELECT c.* FROM chain_slots c JOIN jobs j ON j.id = c.job_id WHERE j.tenant_id = %s"
         )
-        flights = await read(
-            "SELECT f.* FROM flights f JOIN jobs j ON j.id = f.job_id WHERE j.tenant_id = %s"
+        flights = await read(  # an every-node slot's runs are its members' (node_runs)
+            "SELECT f.job_id, f.slot, f.attempt FROM flights f JOIN jobs j ON j.id = f.job_id"
+            " WHERE j.tenant_id = %s UNION ALL SELECT n.job_id, n.slot, n.attempt"
+            " FROM node_runs n JOIN jobs j ON j.id = n.job_id WHERE j.tenant_id = %s"
         )
         return {j["name"]: j for j in jobs}, runs, queued, flights
 
@@ -374,7 +405,7 @@ class OperatorActions(RuleBasedStateMachine):
             self.cluster.clock += MINUTE
             self.tick()
 
-    @rule(name=st.sampled_from(("a", "m", CHILD["e"])))
+    @rule(name=st.sampled_from(("a", "m", CHILD["e"], "n")))
     def run_long(self, name: str) -> None:
         """The job's run that the next pass starts is still running at the step after it,
         which meets it running; it ends in the pass after that step."""
@@ -382,7 +413,7 @@ class OperatorActions(RuleBasedStateMachine):
         self.steps.append(f"{name}'s next run runs long")
         self.hold = name
 
-    @rule(name=st.sampled_from(("a", "m", "e", CHILD["e"])))
+    @rule(name=st.sampled_from(("a", "m", "e", CHILD["e"], "n")))
     def cancel_run(self, name: str) -> None:
         """``pulse runs cancel``: the job's run in progress stops, recorded cancelled;
         refused when none runs. That of an each-zone job stops its child's."""
@@ -731,7 +762,7 @@ class OperatorActions(RuleBasedStateMachine):
         ):
             self.timelines["c"] = self.timeline("c")
 
-    @rule(name=st.sampled_from(("a", "m", CHILD["e"])), times=st.integers(1, 4))
+    @rule(name=st.sampled_from(("a", "m", CHILD["e"], "n")), times=st.integers(1, 4))
     def fail_next(self, name: str, times: int = 1) -> None:
         """The job's next runs fail (a retry is a run): gates and chains see a failure, or
         an attempt that waits for its retry."""
