@@ -2,7 +2,7 @@
 few jobs (a plain one, one gated on it, one chained after it, one with two schedules, a
 watch job, an each-zone job whose child in the node's zone the node's each-zone keeper
 makes, which an apply may make an ordinary job and an each-zone one again, an every-node
-job) through random
+job, a job whose slots run as flights) through random
 sequences of what operators do (apply, an apply that pauses, pause,
 pause --until,
 resume, skip-next, triggers with a payload or a past slot, windows that skip or defer and
@@ -73,9 +73,11 @@ MINUTE = timedelta(minutes=1)
 OK = Outcome("succeeded", None, 0.01)
 FAILED = Outcome("failed", "boom", 0.01)
 RUNNERS = ("a", "b", "m")  # jobs on a clock that operators pause, skip, trigger
-# and an each-zone job, whose child in zone z runs its slots, and an every-node job, whose
-# slot runs on each live node (the model's one) and is recorded once
-HELD = (*RUNNERS, "e", "n")
+# and an each-zone job, whose child in zone z runs its slots, an every-node job, whose
+# slot runs on each live node (the model's one) and is recorded once, and a job whose slots
+# run as flights (overlap allow), one at a time
+FLOWN = ("n", "o")
+HELD = (*RUNNERS, "e", *FLOWN)
 ZONE = "z"  # the zone of the model's node
 CHILD = {"e": f"e@{ZONE}"}  # the job whose slots an operator's action on e decides
 SCHEDULES = {
@@ -83,6 +85,7 @@ SCHEDULES = {
     "m": ["*/2 * * * *", "*/3 * * * *"],
     "e": "@every 1m",
     "n": "@every 1m",
+    "o": "@every 1m",
 }
 EXCLUDED = {"a": "skip", "m": "next-business-day"}  # what their calendar's holiday does
 NO_CALENDAR = {"calendar": None}
@@ -100,9 +103,10 @@ def spec(name: str, tenant: str, schedule: Any = None, **kw: Any) -> JobSpec:
         return JobSpec.build(
             "w", "* * * * *", None, tenant=tenant, watch=True, timeout="3m", late_after="20s"
         )
-    if name == "n":
-        return JobSpec.build("n", schedule or SCHEDULES["n"], HANDLER, tenant=tenant,
-                             each_node=True, **kw)  # fmt: skip
+    if name in FLOWN:
+        flown = {"each_node": True} if name == "n" else {"overlap": "allow", "max_concurrent": 1}
+        return JobSpec.build(name, schedule or SCHEDULES[name], HANDLER, tenant=tenant,
+                             **flown, **kw)  # fmt: skip
     if name == "e":  # an each-zone job, unless kw says otherwise
         return JobSpec.build("e", schedule or SCHEDULES["e"], HANDLER, tenant=tenant,
                              **{"each_zone": True, **kw})  # fmt: skip
@@ -192,7 +196,8 @@ class Cluster:
             done, skips = [], []
             for job in jobs:
                 verdict = verdicts.get((job.id, job.slot))
-                if job.each_node and _runs(job, now, verdict):  # fanned out, as a node does
+                flown = job.each_node or job.overlap == "allow"
+                if flown and _runs(job, now, verdict):  # handed over, as a node does
                     flights += await self.fan_out(job, now)
                     continue
                 if job.name == hold and not self.held and _runs(job, now, verdict):
@@ -214,8 +219,9 @@ class Cluster:
         await self.alerts.watch_timeouts(now=now)
 
     async def fan_out(self, job: ClaimedJob, now: datetime) -> list[ClaimedJob]:
-        """An every-node job's claimed slot handed to its members' runs (``spawn``, as the
-        node's completer does): the model's node is the one member, its run starts here."""
+        """An every-node job's claimed slot handed to its members' runs, or an overlap
+        ``allow`` job's to a flight (``spawn``, as the node's completer does): the model's
+        node is the one member; the run that starts here, if one has room."""
         spawned, skips = after_run(job, OK, now)
         moved = await self.node.completions.spawn(
             [spawned._replace(outcome=SPAWNED)], skips, 600.0, now=now, members=[("model", ZONE)]
@@ -350,7 +356,7 @@ class OperatorActions(RuleBasedStateMachine):
         self.first_options = self.options
         self.started = self.now
         self.do(f"calendar cal-{self.tenant}", lambda: self.put_calendar(holiday=False))
-        names = ("a", "b", "c", "m", "w", "e", "n")
+        names = ("a", "b", "c", "m", "w", "e", *FLOWN)
         specs = [spec(n, self.tenant, **self.kept(n)) for n in names]
         self.do(
             f"apply a b c m w e (retries {retries}, catch-up {catch_up}, "
@@ -358,7 +364,9 @@ class OperatorActions(RuleBasedStateMachine):
             lambda: self.cluster.store.definitions.apply(specs, now=self.now),
         )
         self.make_child()
-        self.timelines = {n: self.timeline(n) for n in ("a", "b", "c", "m", "w", CHILD["e"], "n")}
+        self.timelines = {
+            n: self.timeline(n) for n in ("a", "b", "c", "m", "w", CHILD["e"], *FLOWN)
+        }
         self.token = self.cluster.run(self.cluster.store.watch.token("w", self.tenant)) or ""
 
     def make_child(self) -> None:
@@ -405,7 +413,7 @@ class OperatorActions(RuleBasedStateMachine):
             self.cluster.clock += MINUTE
             self.tick()
 
-    @rule(name=st.sampled_from(("a", "m", CHILD["e"], "n")))
+    @rule(name=st.sampled_from(("a", "m", CHILD["e"], *FLOWN)))
     def run_long(self, name: str) -> None:
         """The job's run that the next pass starts is still running at the step after it,
         which meets it running; it ends in the pass after that step."""
@@ -413,7 +421,7 @@ class OperatorActions(RuleBasedStateMachine):
         self.steps.append(f"{name}'s next run runs long")
         self.hold = name
 
-    @rule(name=st.sampled_from(("a", "m", "e", CHILD["e"], "n")))
+    @rule(name=st.sampled_from(("a", "m", "e", CHILD["e"], *FLOWN)))
     def cancel_run(self, name: str) -> None:
         """``pulse runs cancel``: the job's run in progress stops, recorded cancelled;
         refused when none runs. That of an each-zone job stops its child's."""
@@ -659,17 +667,21 @@ class OperatorActions(RuleBasedStateMachine):
                 line.schedules.append((self.now, _schedule(every)))
             self.applied("e")
 
-    @rule(every=st.sampled_from(("@every 1m", "@every 2m", "*/3 * * * *")))
-    def apply_n(self, every: str) -> None:
-        """A new timing of the every-node job n."""
-        new = spec("n", self.tenant, every)
+    @rule(
+        name=st.sampled_from(FLOWN),
+        every=st.sampled_from(("@every 1m", "@every 2m", "*/3 * * * *")),
+    )
+    def apply_flown(self, name: str, every: str) -> None:
+        """A new timing of the every-node job n, or of o, whose slots run as flights."""
+        new = spec(name, self.tenant, every)
         if self.do(
-            f"apply n {every}", lambda: self.cluster.store.definitions.apply([new], now=self.now)
+            f"apply {name} {every}",
+            lambda: self.cluster.store.definitions.apply([new], now=self.now),
         ):
-            line = self.timelines["n"]
+            line = self.timelines[name]
             if _schedule(every) != line.schedules[-1][1]:
                 line.schedules.append((self.now, _schedule(every)))
-            self.applied("n")
+            self.applied(name)
 
     @rule()
     def convert_e(self) -> None:
@@ -762,7 +774,7 @@ class OperatorActions(RuleBasedStateMachine):
         ):
             self.timelines["c"] = self.timeline("c")
 
-    @rule(name=st.sampled_from(("a", "m", CHILD["e"], "n")), times=st.integers(1, 4))
+    @rule(name=st.sampled_from(("a", "m", CHILD["e"], *FLOWN)), times=st.integers(1, 4))
     def fail_next(self, name: str, times: int = 1) -> None:
         """The job's next runs fail (a retry is a run): gates and chains see a failure, or
         an attempt that waits for its retry."""
