@@ -75,8 +75,9 @@ def test_an_each_zone_jobs_children_keep_its_jitter_and_labels(
     assert not asyncio.run(_align(settings, "b")), "in line: nothing to write"
 
 
+@pytest.mark.parametrize("removal", ["remove", "prune"])
 def test_a_zone_left_out_or_the_job_removed_takes_the_children_in_the_same_transaction(
-    initialised: Invoke, settings: ClusterSettings, tmp_path: Path
+    initialised: Invoke, settings: ClusterSettings, tmp_path: Path, removal: str
 ) -> None:
     """An apply that leaves a zone out of an each-zone job's ``zones``, and a removal of the
     job, remove the children it no longer has, with their history, before the nodes'
@@ -90,7 +91,11 @@ def test_a_zone_left_out_or_the_job_removed_takes_the_children_in_the_same_trans
     path.write_text(json.dumps([{**SWEEP, "zones": ["a", "b"]}]), "utf-8")
     assert initialised("jobs", "apply", str(path)).exit_code == 0
     assert [c[0] for c in _children(settings)] == ["sweep@a", "sweep@b"]
-    removed = initialised("jobs", "remove", "sweep")
+    if removal == "remove":
+        removed = initialised("jobs", "remove", "sweep")
+    else:  # an apply --prune of a file without it
+        path.write_text(json.dumps([{"name": "other", "schedule": "@daily", "handler": "m:f"}]))
+        removed = initialised("jobs", "apply", str(path), "--prune")
     assert removed.exit_code == 0, removed.output
     assert _children(settings) == []
 
