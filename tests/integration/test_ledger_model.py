@@ -2,16 +2,15 @@
 few jobs (a plain one, one gated on it, one chained after it, one with two schedules, a
 watch job, an each-zone job whose child in the node's zone the node's each-zone keeper
 makes, which an apply may make an ordinary job and an each-zone one again, an every-node
-job, a job whose slots run as flights) through random
-sequences of what operators do (apply, an apply that pauses, pause,
-pause --until,
-resume, skip-next, triggers with a payload or a past slot, windows that skip or defer and
-their removal, a holiday put in and taken out of the calendar of a and m, backfills,
-rollbacks, removals, failures, pings and cancels) against a real database with an
-explicit clock. After every step the clock moves on, a node's pass claims and completes
-what is due with the node's own claim and completion statements (and runs the gate pass,
-the backfiller and the late pass), and the slot ledger is checked
-(tests/helpers/ledger.py): every expected slot recorded, no terminal record overwritten,
+job, a job whose slots run as flights) through random sequences of what operators do
+(apply, an apply that pauses, pause, pause --until, resume, skip-next, triggers with a
+payload or a past slot, windows that skip or defer and their removal, a holiday put in and
+taken out of the calendar of a and m, backfills, rollbacks, removals, failures, pings and
+cancels) against a real database with an explicit clock. After every step the clock moves
+on, a node's pass claims and completes what is due with the node's own claim and
+completion statements (and runs the gate pass, the backfiller and the late pass), and the
+slot ledger is checked (tests/helpers/ledger.py): every expected slot recorded, no terminal
+record overwritten,
 no wait without a bound, no slot run while its job was paused, no skip left ahead by a
 window removed or a holiday taken out since; then ``pulse audit``'s reading of the same rows
 must find nothing missing or overwritten, and no record the job's timing made on a slot it
@@ -174,14 +173,14 @@ class Cluster:
             for (job_id, _), cancel_by in renewed.items():  # a flight's own cancel
                 cancels[job_id] = cancel_by
             held = [_ran(job, now, failing, cancels.get(job.id)) for job in self.held]
-            flights = {job.id for job in self.held if job.flight}
+            flown = {job.id for job in self.held if job.flight}
             self.held = []
             await self.node.completions.complete(
-                [done for done, _ in held if done.id not in flights],
+                [done for done, _ in held if done.id not in flown],
                 [s for _, skips in held for s in skips],
                 now=now,
             )
-            ended = [done for done, _ in held if done.id in flights]
+            ended = [done for done, _ in held if done.id in flown]
             await self.node.completions.complete_flights(ended, now=now)
         await self.keeper.run_once(now)
         for _ in range(50):
@@ -211,7 +210,7 @@ class Cluster:
             for f in flights:
                 verdict = verdicts.get((f.id, f.slot))
                 if f.name == hold and not self.held and _runs(f, now, verdict):
-                    self.held.append(f)  # an every-node job's run is its node's flight
+                    self.held.append(f)  # an every-node or allow job's run: a flight
                     continue
                 ended.append(_finish(f, now, failing, verdict)[0])
             await self.node.completions.complete_flights(ended, now=now)
@@ -359,7 +358,7 @@ class OperatorActions(RuleBasedStateMachine):
         names = ("a", "b", "c", "m", "w", "e", *FLOWN)
         specs = [spec(n, self.tenant, **self.kept(n)) for n in names]
         self.do(
-            f"apply a b c m w e (retries {retries}, catch-up {catch_up}, "
+            f"apply a b c m w e n o (retries {retries}, catch-up {catch_up}, "
             f"m's pause after failures {pause_after}, b's after-failure {after_failure})",
             lambda: self.cluster.store.definitions.apply(specs, now=self.now),
         )
