@@ -5,13 +5,16 @@ one transaction, and wakes the claim loops of the job's shard with ``NOTIFY``. T
 thin layer over this class.
 
 This module owns the cluster's settings and pruning, and what acts on jobs that exist
-(pause, resume, trigger, remove, and the reads). Its parts hold the rest, on the store's
-scoped connection (``cluster.store.jobstore.scoped``): creating and placing job rows
-(``definitions``), steering running slots (``runcontrol``), runs with inputs (``inputs``),
-their history (``revisions``), tokens and audit (``access``), paged reads (``pages``), tenant
-limits (``tenants``), named limits (``limits``) and quotas (``quotas``), console sessions
-(``sessions``), the handlers registries offer the API (``handlers``) and watch jobs' pings
-(``watch``). Callers use a part's methods through the part; the store restates none of them.
+(pause, resume, trigger, remove, and the lists of jobs and runs). Its parts hold the rest,
+on the store's scoped connection (``cluster.store.jobstore.scoped``): creating and placing
+job rows (``definitions``), steering running slots (``runcontrol``), runs with inputs
+(``inputs``), their history (``revisions``), tokens and audit (``access``), paged reads
+(``pages``), tenant limits (``tenants``), named limits (``limits``) and quotas
+(``quotas``), console sessions (``sessions``), the handlers registries offer the API
+(``handlers``), watch jobs' pings (``watch``) and what ``pulse jobs show`` reads of one job
+(``shown``). Callers use a part's methods through the part; the store restates none of
+them but ``details`` and ``explain``, which the public API had on the store before
+``shown`` held them (tests/unit/test_public_api.py).
 
     async with JobStore.open(ClusterSettings.from_env()) as store:
         await store.definitions.add(JobSpec.build("rollup", "0 * * * *", "billing.jobs:rollup"))
@@ -19,18 +22,17 @@ limits (``tenants``), named limits (``limits``) and quotas (``quotas``), console
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from datetime import datetime
 from typing import Any
-from uuid import UUID
 
 from psycopg.types.json import Jsonb
 
 from cluster.config.retention import Retention
 from cluster.errors import Conflict, InvalidInput, NotFound
 from cluster.jobs.fields import DEFAULT_TENANT, check_text
-from cluster.jobs.models import Job, JobStatus, Run, iso
+from cluster.jobs.models import Job, Run
 from cluster.jobs.spec import JobSpec
 from cluster.settings import ClusterSettings
 from cluster.store import config as cluster_config
@@ -53,15 +55,14 @@ from cluster.store.jobstore.registered_handlers import RegisteredHandlers
 from cluster.store.jobstore.revisions import Revisions
 from cluster.store.jobstore.runcontrol import RunControl
 from cluster.store.jobstore.scoped import ScopedConnection
+from cluster.store.jobstore.shown import Shown
 from cluster.store.jobstore.specs import MAX_NOTE_LENGTH
 from cluster.store.jobstore.tenant_limits import Tenants
-from cluster.store.jobstore.timeline import Record, calendar_timeline, explain_job
 from cluster.store.jobstore.watch import Watch
 from cluster.store.jobstore.windows import Windows
 from cluster.store.schema.migrate import InitResult, migrate
 from cluster.timing.calendared import jittered_start
-from cluster.timing.jitter import jittered
-from cluster.timing.schedule import CHAINED_NEXT, ENDED, Schedule
+from cluster.timing.schedule import CHAINED_NEXT, ENDED
 from cluster.timing.timeline import Step
 
 
@@ -90,6 +91,7 @@ class JobStore:
         self.sessions = ConsoleSessions(conn)
         self.quotas = Quotas(conn)
         self.watch = Watch(self.db)
+        self.shown = Shown(self.db, self.limits)
 
     @asynccontextmanager
     async def transaction(self) -> AsyncIterator[None]:
@@ -268,39 +270,8 @@ class JobStore:
         runs: int = 5,
         now: datetime | None = None,
     ) -> dict[str, Any]:
-        """What ``pulse jobs show --json`` prints: the job, its next slots, its latest runs."""
-        job = await self.get(name, tenant)
-        now = await self.db_now(now)
-        schedule = job.walked_schedule()  # a slot kept under a new timing: its slots after it
-        if job.status == JobStatus.IDLE and job.next_run_at is not None:  # its slot, then the next
-            upcoming = [job.slot_at, *schedule.next_n(job.slot_at, slots - 1)]
-            starts = [job.next_run_at]  # the slot's start, or a retry's
-        elif job.status == JobStatus.DONE:
-            upcoming, starts = [], []
-        else:
-            upcoming, starts = schedule.next_n(now, slots), []
-        # Schedules that all end, or a chained job waiting for a release: no more.
-        upcoming = [s for s in upcoming if s < min(ENDED, CHAINED_NEXT)]
-        starts += [jittered(job.tenant, job.name, s, job.jitter_s) for s in upcoming[len(starts) :]]
-        starts = starts[: len(upcoming)]
-        recent = await self.runs(job=job.name, tenant=job.tenant, limit=runs)
-        data = job.to_json()
-        data["next_slots"] = [iso(s) for s in upcoming]
-        data["next_starts"] = [iso(s) for s in starts]
-        data["next_reasons"], data["calendar_skips"] = [None] * len(upcoming), []
-        rule = job.rule()
-        if rule is not None and job.status != JobStatus.DONE:
-            data.update(calendar_timeline(job, rule, now, slots))
-        shown = [datetime.fromisoformat(s) for s in data["next_slots"]]
-        data["next_entries"] = schedule_entries(schedule, shown)
-        data["recent_runs"] = [r.to_json() for r in recent]
-        data.update(await self._links(job.id))
-        if job.slot_at >= CHAINED_NEXT and data.get("waits_for"):  # no slot released yet
-            data["waits_for"] = f"the next success of {', '.join(data['upstreams'])}"
-        if job.uses:  # a slot passed over for a named limit with no room (docs/limits.md)
-            waiting = await self.limits.waiting(job.id)
-            data["key_wait"] = None if waiting is None else waiting.to_json()
-        return data
+        """What ``pulse jobs show --json`` prints (``Shown.details``)."""
+        return await self.shown.details(name, tenant, slots=slots, runs=runs, now=now)
 
     async def explain(
         self,
@@ -311,36 +282,8 @@ class JobStore:
         count: int = 10,
         now: datetime | None = None,
     ) -> tuple[Job, list[Step]]:
-        """``pulse jobs show --explain``: the job and its slots' fates from ``after`` (default:
-        now), each past slot beside what was recorded for it (``explain_job``)."""
-        job = await self.get(name, tenant)
-        db_now = await self.db_now(now)
-        steps = explain_job(job, db_now, count, after=after)
-        if not steps:
-            return job, steps
-        params = {"job_id": job.id, "from": steps[0].slot, "to": steps[-1].slot, "limit": 10_000}
-        rows = await self.db.all("recorded_between", params)
-        recorded = {r["scheduled_for"]: Record(r["status"], r["last_error"]) for r in rows}
-        return job, explain_job(job, db_now, count, after=after, recorded=recorded)
-
-    async def _links(self, job_id: UUID) -> dict[str, Any]:
-        """Upstreams and downstreams (docs/design/gates.md) and what the slot waits for."""
-        links = await self.db.all("gate_neighbours", {"id": job_id})
-        ups = [r["name"] for r in links if r["side"] == "up"]
-        found: dict[str, Any] = {
-            "upstreams": ups,
-            "downstreams": [r["name"] for r in links if r["side"] == "down"],
-        }
-        if ups:
-            gate = await self.db.one("gate_waits_for", {"id": job_id})
-            assert gate is not None
-            verdict = gate["verdict"]
-            found["after_match"] = links[0]["match"]
-            found["after_timeout_s"] = gate["after_timeout_s"]
-            found["after_failure"] = gate["after_failure"]
-            found["waits_for"] = None if verdict is None else verdict.split(": ", 1)[1]
-            found["waits_until"] = iso(gate["waits_until"])
-        return found
+        """``pulse jobs show --explain`` (``Shown.explain``)."""
+        return await self.shown.explain(name, tenant, after=after, count=count, now=now)
 
     async def graph(self, tenant: str = DEFAULT_TENANT) -> list[dict[str, str]]:
         """Every edge of ``tenant``: upstream, downstream, match rule."""
@@ -397,11 +340,3 @@ class JobStore:
             raise NotFound(f"no job named {job!r} in tenant {tenant!r}")
         await self.db.notify(row["shard_id"])
         return row
-
-
-def schedule_entries(schedule: Schedule, slots: Sequence[datetime]) -> list[int | None] | None:
-    """The 1-based schedule entry of each slot, for a job with several schedules; else None."""
-    if not schedule.entries:
-        return None
-    found = (schedule.entry_at(slot) for slot in slots)
-    return [None if index is None else index + 1 for index in found]
