@@ -33,7 +33,6 @@ from cluster.config.retention import Retention
 from cluster.errors import Conflict, InvalidInput, NotFound
 from cluster.jobs.fields import DEFAULT_TENANT, check_text
 from cluster.jobs.models import Job, Run
-from cluster.jobs.spec import JobSpec
 from cluster.settings import ClusterSettings
 from cluster.store import config as cluster_config
 from cluster.store.access.console_sessions import ConsoleSessions
@@ -321,18 +320,6 @@ class JobStore:
         return Run.from_row(row)
 
     # -- helpers ----------------------------------------------------------------------
-
-    @staticmethod
-    def _spec_of(job: Job) -> JobSpec:
-        return JobSpec(
-            name=job.name,
-            schedule=job.schedule,
-            handler=job.handler,
-            tenant=job.tenant,
-            tz=job.tz,
-            dst_repeated=job.dst_repeated,
-            dst_skipped=job.dst_skipped,
-        )
 
     async def _write(self, name: str, job: str, tenant: str, extra: dict[str, Any]) -> Row:
         row = await self.db.one(name, {"tenant_id": tenant, "name": job, **extra})
