@@ -15,9 +15,10 @@ slots the job should have had, and finds in the rows:
   has come, unless its slot waits for a retry or an operator asked for the slot again (a
   backfill or ``trigger --slot`` over it: one rewrite by a run of origin ``backfill`` or
   ``rerun`` per ask), and is not deleted while its job lives;
-- a wait without a bound: after a node's pass, no job that could run is left due, none
-  waits at a marker date but a chained job with nothing queued, and no watched run is
-  ``running`` past its timeout.
+- a wait without a bound: after a node's pass, no job that could run is left due (a slot
+  waiting for a named limit that runs outliving the pass fill can't), none waits at a
+  marker date but a chained job with nothing queued, no watched run is ``running`` past its
+  timeout, and no wait for a named limit is open once its slot waits no more.
 
 It reads Pulse's own rows, as ``pulse audit`` will; the audit can take its place.
 """
@@ -94,12 +95,14 @@ class Ledger:
         settle: timedelta = timedelta(0),
         flights: Iterable[Mapping[str, Any]] = (),
         running: Collection[str] = (),
+        waiting_for_key: Collection[str] = (),
     ) -> list[str]:
         """What breaks the ledger in these rows (of one tenant): jobs by name, their runs,
         their ``chain_slots``; the model's timelines; the clock after a node's pass; their
         ``flights`` (a triggered slot's retry waits there, an every-node slot runs there
         until it is recorded: its members' runs); the jobs whose run is meant
-        to outlive the pass (``running``)."""
+        to outlive the pass (``running``), and those whose due slot waits for a named limit
+        that such runs fill (``waiting_for_key``)."""
         found: list[str] = []
         by_job: dict[Any, dict[datetime, Mapping[str, Any]]] = {}
         for run in runs:
@@ -131,7 +134,9 @@ class Ledger:
                 for slot in line.expected(pending - US):
                     if slot not in mine and (job["id"], slot) not in in_flight:
                         found.append(f"{name}: slot {slot.isoformat()} has no record")
-            found += _waits(name, job, mine, waiting, clock, name in running)
+            found += _waits(
+                name, job, mine, waiting, clock, name in running, name in waiting_for_key
+            )
         return found
 
     def _overwritten(
@@ -237,8 +242,10 @@ def _waits(
     waiting: set[tuple[Any, datetime]],
     clock: datetime,
     long_run: bool = False,
+    key_wait: bool = False,
 ) -> list[str]:
-    """No slot waits without a bound once a node's pass is over (but a ``long_run``)."""
+    """No slot waits without a bound once a node's pass is over (but a ``long_run``, and a
+    slot that waits for a key such runs fill: ``key_wait``)."""
     found = []
     due = job["next_run_at"]
     if job["status"] == "idle":
@@ -247,7 +254,7 @@ def _waits(
         )
         if due >= MARKER and not chained_idle:
             found.append(f"{name}: waits at {due.isoformat()} (no bound)")
-        elif due <= clock and not job["watch"]:
+        elif due <= clock and not job["watch"] and not key_wait:
             found.append(f"{name}: due at {due.isoformat()}, left unclaimed by the pass")
     if job["status"] == "running" and not long_run:
         found.append(f"{name}: still running after the pass")
@@ -256,6 +263,29 @@ def _waits(
             bound = run["started_at"] + timedelta(seconds=job["timeout_s"])
             if not job["watch"] or bound < clock:
                 found.append(f"{name}: run of {slot.isoformat()} running past {bound.isoformat()}")
+    return found
+
+
+def open_waits(
+    waits: Iterable[Mapping[str, Any]],
+    jobs: Mapping[str, Mapping[str, Any]],
+    flights: Iterable[Mapping[str, Any]],
+) -> list[str]:
+    """A wait for a named limit (``limit_waits``, open: ``ended`` NULL) is of a slot that
+    waits still: the job's own, idle at it, or a queued flight's. One left open after its
+    slot stopped waiting (skipped, paused, moved on, run without the key) is listed as a
+    waiter for ever, and kept by no pruning."""
+    queued = {(f["job_id"], f["slot"]) for f in flights if f["status"] == "queued"}
+    found = []
+    for wait in waits:
+        job = jobs[wait["name"]]
+        if job["status"] == "idle" and job["slot_at"] == wait["slot"]:
+            continue
+        if (job["id"], wait["slot"]) not in queued:
+            found.append(
+                f"{wait['name']}: its wait for key {wait['key_name']} at "
+                f"{wait['slot'].isoformat()} is open, the slot waits no more"
+            )
     return found
 
 

@@ -63,7 +63,7 @@ from node.pipeline.completer import SPAWNED
 from node.pipeline.outcomes import after_run, gate_skip, plan_at_claim
 from node.state import NodeState
 from ring.zones import space_shards
-from tests.helpers.ledger import Ledger, Timeline, unexpected
+from tests.helpers.ledger import Ledger, Timeline, open_waits, unexpected
 
 T = TypeVar("T")
 HANDLER = "cluster.chaos.witness:record"
@@ -76,7 +76,11 @@ RUNNERS = ("a", "b", "m")  # jobs on a clock that operators pause, skip, trigger
 # slot runs on each live node (the model's one) and is recorded once, and a job whose slots
 # run as flights (overlap allow), one at a time
 FLOWN = ("n", "o")
-HELD = (*RUNNERS, "e", *FLOWN)
+# and two jobs that use the tenant's named limit KEY (one run at a time, or two): a run of one
+# that outlives its pass holds the other's slot waiting for the key
+KEYED = ("k", "l")
+KEY = "seats"
+HELD = (*RUNNERS, "e", *FLOWN, *KEYED)
 ZONE = "z"  # the zone of the model's node
 CHILD = {"e": f"e@{ZONE}"}  # the job whose slots an operator's action on e decides
 SCHEDULES = {
@@ -85,6 +89,8 @@ SCHEDULES = {
     "e": "@every 1m",
     "n": "@every 1m",
     "o": "@every 1m",
+    "k": "@every 1m",
+    "l": "@every 1m",
 }
 EXCLUDED = {"a": "skip", "m": "next-business-day"}  # what their calendar's holiday does
 NO_CALENDAR = {"calendar": None}
@@ -240,8 +246,9 @@ class Cluster:
             "SELECT c.* FROM chain_slots c JOIN jobs j ON j.id = c.job_id WHERE j.tenant_id = %s"
         )
         flights = await read(  # an every-node slot's runs are its members' (node_runs)
-            "SELECT f.job_id, f.slot, f.attempt FROM flights f JOIN jobs j ON j.id = f.job_id"
-            " WHERE j.tenant_id = %s UNION ALL SELECT n.job_id, n.slot, n.attempt"
+            "SELECT f.job_id, f.slot, f.attempt, f.status FROM flights f"
+            " JOIN jobs j ON j.id = f.job_id"
+            " WHERE j.tenant_id = %s UNION ALL SELECT n.job_id, n.slot, n.attempt, n.status"
             " FROM node_runs n JOIN jobs j ON j.id = n.job_id WHERE j.tenant_id = %s"
         )
         return {j["name"]: j for j in jobs}, runs, queued, flights
@@ -264,9 +271,18 @@ class Cluster:
         async with aclosing(audit_lines(self.store.db.conn, scope)) as lines:
             return [line async for line in lines]
 
+    async def waits(self, tenant: str) -> list[Any]:
+        """The tenant's waits for named limits still open, with their job's name."""
+        statement = (
+            "SELECT j.name, w.slot, w.key_name FROM limit_waits w JOIN jobs j ON j.id = w.job_id"
+            " WHERE j.tenant_id = %s AND w.ended IS NULL"
+        )
+        return await (await self.store.db.conn.execute(statement, (tenant,))).fetchall()
+
     async def forget(self, tenant: str) -> None:
         await self.store.db.conn.execute("DELETE FROM jobs WHERE tenant_id = %s", (tenant,))
         await self.store.calendars.remove(f"cal-{tenant}")
+        await self.store.limits.remove(KEY, tenant)
 
 
 class OperatorActions(RuleBasedStateMachine):
@@ -291,6 +307,7 @@ class OperatorActions(RuleBasedStateMachine):
         self.a_calendar = True  # a's definition names the calendar
         self.hold: str | None = None  # the job whose next run outlives its pass
         self.each_zone = True  # e is an each-zone job (else an ordinary one)
+        self.keyed = dict.fromkeys(KEYED, True)  # k and l use the key
         self.steps: list[str] = []
 
     # -- the model's clock and the node's pass -------------------------------------------
@@ -355,16 +372,20 @@ class OperatorActions(RuleBasedStateMachine):
         self.first_options = self.options
         self.started = self.now
         self.do(f"calendar cal-{self.tenant}", lambda: self.put_calendar(holiday=False))
-        names = ("a", "b", "c", "m", "w", "e", *FLOWN)
+        self.do(
+            f"limits set {KEY} --max-concurrent 1",
+            lambda: self.cluster.store.limits.set(KEY, tenant=self.tenant, max_concurrent=1),
+        )
+        names = ("a", "b", "c", "m", "w", "e", *FLOWN, *KEYED)
         specs = [spec(n, self.tenant, **self.kept(n)) for n in names]
         self.do(
-            f"apply a b c m w e n o (retries {retries}, catch-up {catch_up}, "
+            f"apply a b c m w e n o k l (retries {retries}, catch-up {catch_up}, "
             f"m's pause after failures {pause_after}, b's after-failure {after_failure})",
             lambda: self.cluster.store.definitions.apply(specs, now=self.now),
         )
         self.make_child()
         self.timelines = {
-            n: self.timeline(n) for n in ("a", "b", "c", "m", "w", CHILD["e"], *FLOWN)
+            n: self.timeline(n) for n in ("a", "b", "c", "m", "w", CHILD["e"], *FLOWN, *KEYED)
         }
         self.token = self.cluster.run(self.cluster.store.watch.token("w", self.tenant)) or ""
 
@@ -381,6 +402,8 @@ class OperatorActions(RuleBasedStateMachine):
             return {"after_failure": self.after_failure}
         if name == "e":
             return {**self.options, "each_zone": self.each_zone}
+        if name in KEYED:
+            return {"uses": KEY} if self.keyed[name] else {}
         return self.options if name == "a" else {}
 
     def tick(self) -> None:
@@ -412,7 +435,7 @@ class OperatorActions(RuleBasedStateMachine):
             self.cluster.clock += MINUTE
             self.tick()
 
-    @rule(name=st.sampled_from(("a", "m", CHILD["e"], *FLOWN)))
+    @rule(name=st.sampled_from(("a", "m", CHILD["e"], *FLOWN, *KEYED)))
     def run_long(self, name: str) -> None:
         """The job's run that the next pass starts is still running at the step after it,
         which meets it running; it ends in the pass after that step."""
@@ -420,7 +443,7 @@ class OperatorActions(RuleBasedStateMachine):
         self.steps.append(f"{name}'s next run runs long")
         self.hold = name
 
-    @rule(name=st.sampled_from(("a", "m", "e", CHILD["e"], *FLOWN)))
+    @rule(name=st.sampled_from(("a", "m", "e", CHILD["e"], *FLOWN, *KEYED)))
     def cancel_run(self, name: str) -> None:
         """``pulse runs cancel``: the job's run in progress stops, recorded cancelled;
         refused when none runs. That of an each-zone job stops its child's."""
@@ -492,7 +515,7 @@ class OperatorActions(RuleBasedStateMachine):
             f"trigger {name}", lambda: self.cluster.store.trigger(name, self.tenant, now=self.now)
         )
 
-    @rule(name=st.sampled_from(("a", "m")))
+    @rule(name=st.sampled_from(("a", "m", "k")))
     def trigger_with_payload(self, name: str) -> None:
         self.do(
             f"trigger {name} --payload",
@@ -682,6 +705,33 @@ class OperatorActions(RuleBasedStateMachine):
                 line.schedules.append((self.now, _schedule(every)))
             self.applied(name)
 
+    @rule(
+        name=st.sampled_from(KEYED),
+        every=st.sampled_from(("@every 1m", "@every 2m")),
+        keyed=st.booleans(),
+    )
+    def apply_keyed(self, name: str, every: str, keyed: bool) -> None:
+        """A new definition of k or l: a timing, and whether it uses the key (a slot that
+        waits for the key then runs without it, or starts waiting for it)."""
+        new = spec(name, self.tenant, every, **({"uses": KEY} if keyed else {}))
+        if self.do(
+            f"apply {name} {every}{'' if keyed else ' without uses'}",
+            lambda: self.cluster.store.definitions.apply([new], now=self.now),
+        ):
+            self.keyed[name] = keyed
+            line = self.timelines[name]
+            if _schedule(every) != line.schedules[-1][1]:
+                line.schedules.append((self.now, _schedule(every)))
+            self.applied(name)
+
+    @rule(seats=st.integers(1, 2))
+    def set_seats(self, seats: int) -> None:
+        """``pulse limits set``: the key lets one run in at a time, or two."""
+        self.do(
+            f"limits set {KEY} --max-concurrent {seats}",
+            lambda: self.cluster.store.limits.set(KEY, tenant=self.tenant, max_concurrent=seats),
+        )
+
     @rule()
     def convert_e(self) -> None:
         """e made an ordinary job (an apply without ``each_zone``) or an each-zone job
@@ -773,7 +823,7 @@ class OperatorActions(RuleBasedStateMachine):
         ):
             self.timelines["c"] = self.timeline("c")
 
-    @rule(name=st.sampled_from(("a", "m", CHILD["e"], *FLOWN)), times=st.integers(1, 4))
+    @rule(name=st.sampled_from(("a", "m", CHILD["e"], *FLOWN, *KEYED)), times=st.integers(1, 4))
     def fail_next(self, name: str, times: int = 1) -> None:
         """The job's next runs fail (a retry is a run): gates and chains see a failure, or
         an attempt that waits for its retry."""
@@ -810,9 +860,17 @@ class OperatorActions(RuleBasedStateMachine):
         self.tick()
         jobs, runs, queued, flights = self.cluster.run(self.cluster.rows(self.tenant))
         held = {job.name for job in self.cluster.held}
+        # A slot may wait for the key while runs held past the pass fill it (they end at the
+        # next pass); a wait left open for a slot that no longer waits is unbounded.
+        key = self.cluster.run(self.cluster.store.limits.get(KEY, self.tenant))
+        waits = self.cluster.run(self.cluster.waits(self.tenant))
+        full = key.max_concurrent is not None and len(key.holders) >= key.max_concurrent
+        for_key = {w["name"] for w in waits if full and jobs[w["name"]]["slot_at"] == w["slot"]}
         found = self.ledger.check(
-            jobs, runs, queued, self.timelines, self.now, flights=flights, running=held
-        )
+            jobs, runs, queued, self.timelines, self.now, flights=flights, running=held,
+            waiting_for_key=for_key,
+        )  # fmt: skip
+        found += open_waits(waits, jobs, flights)
         found += self.stale(runs)
         assert not found, unexpected(found) + "\nafter: " + "; ".join(self.steps)
         ahead = {

@@ -1,16 +1,23 @@
 """How long a slot waits behind a named limit (docs/design/limits.md, "Passing over" and
 "Waking"): a full key at the head of a shard hides none of the shard's other due jobs; a
 slot let in by its key runs, so every token of a rate key is a start; a claim passed over
-for a rate key says when the key's window reopens, and the claim loop sleeps no longer."""
+for a rate key says when the key's window reopens, and the claim loop sleeps no longer; a
+slot that stops waiting any other way ends its wait."""
 
 from __future__ import annotations
 
 from datetime import timedelta
 from typing import Any
 
+import pytest
+
 from cluster.jobs.spec import JobSpec
+from cluster.settings import ClusterSettings
+from cluster.store.housekeeping import backfills
 from cluster.store.jobstore.store import JobStore
+from cluster.store.lock.records import ClaimedJob
 from cluster.store.lock.session import LockSession
+from cluster.store.side import SideConnection
 from node.pipeline.outcomes import plan_at_claim
 from tests.helpers.sessions import T0, Opener, at, completion
 
@@ -103,3 +110,67 @@ async def test_a_claim_passed_over_by_a_rate_key_says_when_its_window_reopens(
     assert await rate_blocked_claim(n1, 3659) == (3659, 3660)
     (third,) = (await n1.claim([SHARD], 1, 30.0, now=at(3660))).jobs
     assert third.slot == at(3600) and third.due == T0 + timedelta(seconds=3600)
+
+
+async def one_runs_one_waits(
+    store: JobStore, open_session: Opener
+) -> tuple[LockSession, ClaimedJob, str]:
+    """Two jobs due at 00:01 sharing a key of one run at a time: the node, the claimed run
+    holding the key, and the name of the job whose slot waits for it."""
+    specs = keyed("job", 2, "@every 1m", uses="seats")
+    n1 = await node_over(store, open_session, specs, seats={"max_concurrent": 1})
+    (holder,) = (await n1.claim([SHARD], 5, 600.0, now=at(61))).jobs
+    return n1, holder, "job-01" if holder.name == "job-00" else "job-00"
+
+
+# An operator's action that moves a waiting job past its slot, or off the key.
+MOVES = {
+    "pause": lambda store, name: store.pause(name, now=at(70)),
+    "pause-until": lambda store, name: store.holds.pause_until(
+        name, "default", at(200), now=at(70)
+    ),
+    "skip-next": lambda store, name: store.holds.skip_next(name, "default", 1, now=at(70)),
+    "new-timing": lambda store, name: store.definitions.apply(
+        [JobSpec.build(name, "@every 2m", HANDLER, uses="seats")], now=at(70)
+    ),
+    "without-the-key": lambda store, name: store.definitions.apply(
+        [JobSpec.build(name, "@every 1m", HANDLER)], now=at(70)
+    ),
+}
+
+
+@pytest.mark.parametrize("move", sorted(MOVES))
+async def test_a_wait_ends_when_its_slot_stops_waiting(
+    store: JobStore, open_session: Opener, move: str
+) -> None:
+    # One job's slot waits for the key the other's run holds. Moved on by an operator
+    # instead of let in, its wait stayed open: `pulse limits list` listed it among the
+    # key's waiters for ever, and no pruning took it (its job lives).
+    n1, holder, name = await one_runs_one_waits(store, open_session)
+    waiter = await store.get(name)
+    assert [w["job"] for w in (await store.limits.get("seats")).waiters] == [waiter.name]
+    await MOVES[move](store, waiter.name)
+    assert (await store.limits.get("seats")).waiters == []
+    assert await store.limits.waiting(waiter.id) is None
+    ended = "SELECT slot, ended FROM limit_waits WHERE job_id = %s"
+    rows = await (await store.db.conn.execute(ended, (waiter.id,))).fetchall()
+    assert [(r["slot"], r["ended"] is not None) for r in rows] == [(at(60), True)]
+    # The holder's run ends; the next claim finds nothing waiting but what is due.
+    await n1.completions.complete([completion(holder, at(75))], now=at(75))
+    assert (await store.limits.get("seats")).waiters == []
+
+
+async def test_a_queued_slot_dropped_with_its_backfill_ends_its_wait(
+    store: JobStore, open_session: Opener, settings: ClusterSettings
+) -> None:
+    n1, _, waiter = await one_runs_one_waits(store, open_session)
+    plan = await store.runcontrol.backfill(waiter, "default", start=T0, end=at(60), now=at(62))
+    async with SideConnection(settings, "n1/backfill", statement_timeout_s=5).using() as side:
+        assert await backfills.fill(side, [SHARD], at(62)) == 1
+    assert await n1.flights.claim([SHARD], 5, 600.0, now=at(63)) == []
+    slots = {w["slot"] for w in (await store.limits.get("seats")).waiters}
+    assert slots == {T0.isoformat(), at(60).isoformat()}  # the flight's, the job's own
+    await store.runcontrol.cancel_backfill(plan.backfill.id)
+    # The flight's wait ends; the job's own slot waits still.
+    waiters = (await store.limits.get("seats")).waiters
+    assert [(w["job"], w["slot"]) for w in waiters] == [(waiter, at(60).isoformat())]

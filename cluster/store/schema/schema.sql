@@ -1704,6 +1704,38 @@ CREATE TRIGGER uses_place_deleted AFTER DELETE ON flights
 FOR EACH ROW WHEN (OLD.holds IS NOT NULL AND OLD.status = 'running')
 EXECUTE FUNCTION uses_deleted();
 
+-- A slot that stops waiting for its keys but by the take that lets it run (its job paused,
+-- moved past it, no longer using the key; a queued flight dropped) ends its wait in the
+-- statement that moves it (0.3.0_pre_zzzzzzzzzz_key_waits_end): an open wait is a slot
+-- waiting now, which `pulse limits list` lists and pruning keeps.
+CREATE FUNCTION limit_wait_left() RETURNS trigger
+LANGUAGE plpgsql SET search_path FROM CURRENT AS $$
+BEGIN
+    IF TG_TABLE_NAME = 'jobs' THEN
+        -- One wait per (job, slot): a queued flight of the slot may wait in it still.
+        UPDATE limit_waits w SET ended = greatest(now(), w.since)
+        WHERE w.job_id = OLD.id AND w.slot = OLD.slot_at AND w.ended IS NULL
+          AND (NEW.status <> 'idle' OR NEW.slot_at IS DISTINCT FROM OLD.slot_at
+               OR NOT w.key_name = ANY(NEW.uses))
+          AND NOT EXISTS (SELECT 1 FROM flights f WHERE f.job_id = OLD.id
+                          AND f.slot = OLD.slot_at AND f.status = 'queued');
+    ELSE
+        UPDATE limit_waits w SET ended = greatest(now(), w.since)
+        WHERE w.job_id = OLD.job_id AND w.slot = OLD.slot AND w.ended IS NULL
+          AND NOT EXISTS (SELECT 1 FROM jobs j WHERE j.id = OLD.job_id
+                          AND j.slot_at = OLD.slot AND j.status = 'idle');
+    END IF;
+    RETURN NULL;
+END $$;
+CREATE TRIGGER limit_wait_left AFTER UPDATE ON jobs
+FOR EACH ROW WHEN (OLD.status = 'idle' AND OLD.uses <> '{}' AND NEW.status <> 'running'
+                   AND (NEW.status <> 'idle' OR NEW.slot_at IS DISTINCT FROM OLD.slot_at
+                        OR NOT NEW.uses @> OLD.uses))
+EXECUTE FUNCTION limit_wait_left();
+CREATE TRIGGER limit_wait_left AFTER DELETE ON flights
+FOR EACH ROW WHEN (OLD.status = 'queued' AND OLD.uses_keys IS NOT NULL)
+EXECUTE FUNCTION limit_wait_left();
+
 -- Their search_path: the schema, then pg_temp (0.3.0_pre_definer_search_path).
 DO $$
 DECLARE
@@ -1715,7 +1747,8 @@ BEGIN
                              'limit_take(bigint[], timestamptz)',
                              'limit_free(bigint[], timestamptz)',
                              'uses_check()', 'uses_job_status()', 'uses_mark_flight()',
-                             'uses_flight_born()', 'uses_flight_status()', 'uses_deleted()']
+                             'uses_flight_born()', 'uses_flight_status()', 'uses_deleted()',
+                             'limit_wait_left()']
     LOOP
         EXECUTE format('ALTER FUNCTION %s SET search_path = %I, pg_temp', f, current_schema());
     END LOOP;
