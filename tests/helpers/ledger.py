@@ -15,10 +15,11 @@ slots the job should have had, and finds in the rows:
   has come, unless its slot waits for a retry or an operator asked for the slot again (a
   backfill or ``trigger --slot`` over it: one rewrite by a run of origin ``backfill`` or
   ``rerun`` per ask), and is not deleted while its job lives;
-- a wait without a bound: after a node's pass, no job that could run is left due (a slot
-  waiting for a named limit that runs outliving the pass fill can't), none waits at a
-  marker date but a chained job with nothing queued, no watched run is ``running`` past its
-  timeout, and no wait for a named limit is open once its slot waits no more.
+- a wait without a bound: after a node's pass, no job that could run is left due (one
+  whose slot waits for a named limit or a place of its tenant, which runs outliving the
+  pass fill, cannot run), none waits at a marker date but a chained job with nothing
+  queued, no watched run is ``running`` past its timeout, and no wait for a named limit is
+  open once its slot waits no more.
 
 It reads Pulse's own rows, as ``pulse audit`` will; the audit can take its place.
 """
@@ -95,14 +96,14 @@ class Ledger:
         settle: timedelta = timedelta(0),
         flights: Iterable[Mapping[str, Any]] = (),
         running: Collection[str] = (),
-        waiting_for_key: Collection[str] = (),
+        waiting_for_room: Collection[str] = (),
     ) -> list[str]:
         """What breaks the ledger in these rows (of one tenant): jobs by name, their runs,
         their ``chain_slots``; the model's timelines; the clock after a node's pass; their
         ``flights`` (a triggered slot's retry waits there, an every-node slot runs there
         until it is recorded: its members' runs); the jobs whose run is meant
-        to outlive the pass (``running``), and those whose due slot waits for a named limit
-        that such runs fill (``waiting_for_key``)."""
+        to outlive the pass (``running``), and those whose due slot waits for room (a named
+        limit, or their tenant's places) that such runs fill (``waiting_for_room``)."""
         found: list[str] = []
         by_job: dict[Any, dict[datetime, Mapping[str, Any]]] = {}
         for run in runs:
@@ -135,7 +136,7 @@ class Ledger:
                     if slot not in mine and (job["id"], slot) not in in_flight:
                         found.append(f"{name}: slot {slot.isoformat()} has no record")
             found += _waits(
-                name, job, mine, waiting, clock, name in running, name in waiting_for_key
+                name, job, mine, waiting, clock, name in running, name in waiting_for_room
             )
         return found
 
@@ -242,10 +243,10 @@ def _waits(
     waiting: set[tuple[Any, datetime]],
     clock: datetime,
     long_run: bool = False,
-    key_wait: bool = False,
+    no_room: bool = False,
 ) -> list[str]:
     """No slot waits without a bound once a node's pass is over (but a ``long_run``, and a
-    slot that waits for a key such runs fill: ``key_wait``)."""
+    slot that waits for room such runs fill: ``no_room``)."""
     found = []
     due = job["next_run_at"]
     if job["status"] == "idle":
@@ -254,7 +255,7 @@ def _waits(
         )
         if due >= MARKER and not chained_idle:
             found.append(f"{name}: waits at {due.isoformat()} (no bound)")
-        elif due <= clock and not job["watch"] and not key_wait:
+        elif due <= clock and not job["watch"] and not no_room:
             found.append(f"{name}: due at {due.isoformat()}, left unclaimed by the pass")
     if job["status"] == "running" and not long_run:
         found.append(f"{name}: still running after the pass")

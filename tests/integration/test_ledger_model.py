@@ -33,7 +33,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 from collections import Counter
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Collection, Coroutine
 from contextlib import aclosing
 from datetime import UTC, datetime, timedelta
 from typing import Any, ClassVar, TypeVar
@@ -163,11 +163,11 @@ class Cluster:
         self.run(closing())
         self.runner.close()
 
-    async def tick(self, failing: Counter[str], hold: str | None = None) -> None:
+    async def tick(self, failing: Counter[str], hold: Collection[str] = ()) -> None:
         """A node's pass at the clock: the runs held since the last pass end, then gates,
         backfills, claims and completions until nothing is due (a completion releases
-        downstreams), then the late pass over watch jobs. The first run of the job named
-        ``hold`` claimed in this pass is still running after it, until the next pass."""
+        downstreams), then the late pass over watch jobs. The first run claimed in this
+        pass of a job named in ``hold`` is still running after it, until the next pass."""
         now = self.clock
         if self.held:
             ids = [job.id for job in self.held]  # a cancel asked meanwhile stops the run
@@ -205,7 +205,7 @@ class Cluster:
                 if flown and _runs(job, now, verdict):  # handed over, as a node does
                     flights += await self.fan_out(job, now)
                     continue
-                if job.name == hold and not self.held and _runs(job, now, verdict):
+                if job.name in hold and not self.held and _runs(job, now, verdict):
                     self.held.append(job)
                     continue
                 finished, skipped = _finish(job, now, failing, verdict)
@@ -215,7 +215,7 @@ class Cluster:
             ended = []
             for f in flights:
                 verdict = verdicts.get((f.id, f.slot))
-                if f.name == hold and not self.held and _runs(f, now, verdict):
+                if f.name in hold and not self.held and _runs(f, now, verdict):
                     self.held.append(f)  # an every-node or allow job's run: a flight
                     continue
                 ended.append(_finish(f, now, failing, verdict)[0])
@@ -305,7 +305,7 @@ class OperatorActions(RuleBasedStateMachine):
         # Each window removed and holiday taken out: when, its skips' reason, the jobs moved.
         self.withdrawals: list[tuple[datetime, str, set[str]]] = []
         self.a_calendar = True  # a's definition names the calendar
-        self.hold: str | None = None  # the job whose next run outlives its pass
+        self.hold: tuple[str, ...] = ()  # jobs whose next run to start outlives its pass
         self.each_zone = True  # e is an each-zone job (else an ordinary one)
         self.keyed = dict.fromkeys(KEYED, True)  # k and l use the key
         self.steps: list[str] = []
@@ -363,8 +363,8 @@ class OperatorActions(RuleBasedStateMachine):
         pause_after: int | None = None,
         after_failure: str = "block",
     ) -> None:
-        """The jobs; a and m retry a failed slot (after 30 s) or not, and catch up by a
-        policy of their own; m may pause itself after failed slots in a row; b does what
+        """The jobs; a, m, k and l retry a failed slot (after 30 s) or not, and catch up by
+        a policy of their own; m may pause itself after failed slots in a row; b does what
         its ``after_failure`` says when a's slot failed."""
         self.options = {"retries": retries, "retry_backoff": "30s", "catch_up": catch_up}
         self.pause_after = pause_after
@@ -402,15 +402,15 @@ class OperatorActions(RuleBasedStateMachine):
             return {"after_failure": self.after_failure}
         if name == "e":
             return {**self.options, "each_zone": self.each_zone}
-        if name in KEYED:
-            return {"uses": KEY} if self.keyed[name] else {}
+        if name in KEYED:  # a slot let in late by its key runs, whatever its catch-up
+            return {**self.options, **({"uses": KEY} if self.keyed[name] else {})}
         return self.options if name == "a" else {}
 
     def tick(self) -> None:
         """A node's pass at the clock. m pauses itself after failed slots in a row: its
         slots from then on are not expected, as after an operator's pause."""
         self.cluster.run(self.cluster.tick(self.failing, self.hold))
-        self.hold = None
+        self.hold = ()
         self.cluster.run(self.cluster.stamp(self.tenant))
         if self.pause_after is not None and not self.quiet("m"):
             job = self.cluster.run(self.cluster.store.get("m", self.tenant))
@@ -441,7 +441,14 @@ class OperatorActions(RuleBasedStateMachine):
         which meets it running; it ends in the pass after that step."""
         name = self.runs_as(name)
         self.steps.append(f"{name}'s next run runs long")
-        self.hold = name
+        self.hold = (name,)
+
+    @rule()
+    def key_held_long(self) -> None:
+        """The run of k or l that the next pass starts first outlives it, holding the key:
+        the other's slot due then waits for it, and the step after meets it waiting."""
+        self.steps.append("k's or l's next run runs long")
+        self.hold = KEYED
 
     @rule(name=st.sampled_from(("a", "m", "e", CHILD["e"], *FLOWN, *KEYED)))
     def cancel_run(self, name: str) -> None:
@@ -713,7 +720,7 @@ class OperatorActions(RuleBasedStateMachine):
     def apply_keyed(self, name: str, every: str, keyed: bool) -> None:
         """A new definition of k or l: a timing, and whether it uses the key (a slot that
         waits for the key then runs without it, or starts waiting for it)."""
-        new = spec(name, self.tenant, every, **({"uses": KEY} if keyed else {}))
+        new = spec(name, self.tenant, every, **self.options, **({"uses": KEY} if keyed else {}))
         if self.do(
             f"apply {name} {every}{'' if keyed else ' without uses'}",
             lambda: self.cluster.store.definitions.apply([new], now=self.now),
@@ -732,20 +739,32 @@ class OperatorActions(RuleBasedStateMachine):
             lambda: self.cluster.store.limits.set(KEY, tenant=self.tenant, max_concurrent=seats),
         )
 
+    @rule(places=st.sampled_from((None, 1, 2)))
+    def tenant_limit(self, places: int | None) -> None:
+        """``pulse tenants set-limit`` (runs at once across the tenant's jobs) or
+        ``clear-limit``: a run held past its pass may take the tenant's last place."""
+        tenants = self.cluster.store.tenants
+        if places is None:
+            self.do("tenants clear-limit", lambda: tenants.clear_limit(self.tenant))
+        else:
+            self.do(f"tenants set-limit {places}", lambda: tenants.set_limit(self.tenant, places))
+
     @rule()
     def convert_e(self) -> None:
         """e made an ordinary job (an apply without ``each_zone``) or an each-zone job
         again, as it stands: an ordinary e runs its slots from the next after the apply, and
         its child in zone z goes with its history in the apply's transaction; an each-zone e
         records the slots it owes and never runs again, and the keeper makes its child. An
-        apply without ``paused`` resumes a paused job; a ``pause --until`` holds."""
+        apply without ``paused`` resumes a paused job; a ``pause --until`` holds, one
+        given before a pause too."""
         old = self.runs_as("e")
         line = self.timelines[old]
         every = str(line.schedules[-1][1].expr)
         each = not self.each_zone
         new = spec("e", self.tenant, every, **{**self.kept("e"), "each_zone": each})
         child = None if each else self.cluster.run(self.cluster.store.get(old, self.tenant))
-        held = line.quiet[-1][1] if self.quiet("e") else None  # a pause --until holds
+        quiet = self.quiet("e")
+        held = line.quiet[-1][1] if quiet else None  # a pause --until holds
         if not self.do(
             f"apply e {every}{' each-zone' if each else ' without each-zone'}",
             lambda: self.cluster.store.definitions.apply([new], now=self.now),
@@ -757,6 +776,11 @@ class OperatorActions(RuleBasedStateMachine):
             self.ledger.forget(child.id)
         if each:
             self.make_child()
+        if quiet and held is None:  # paused: resumed, but for a pause --until before it
+            until = self.cluster.run(self.cluster.store.get(self.runs_as("e"), self.tenant))
+            held = (
+                until.paused_until if until.paused_until and until.paused_until > self.now else None
+            )
         made = Timeline(self.now)
         made.schedules.append((self.now, _schedule(every)))
         if held is not None:
@@ -860,15 +884,19 @@ class OperatorActions(RuleBasedStateMachine):
         self.tick()
         jobs, runs, queued, flights = self.cluster.run(self.cluster.rows(self.tenant))
         held = {job.name for job in self.cluster.held}
-        # A slot may wait for the key while runs held past the pass fill it (they end at the
-        # next pass); a wait left open for a slot that no longer waits is unbounded.
+        # A slot may wait for the key, or for a place of its tenant, while runs held past
+        # the pass fill them (they end at the next pass); a wait left open for a slot that
+        # no longer waits is unbounded.
         key = self.cluster.run(self.cluster.store.limits.get(KEY, self.tenant))
         waits = self.cluster.run(self.cluster.waits(self.tenant))
         full = key.max_concurrent is not None and len(key.holders) >= key.max_concurrent
-        for_key = {w["name"] for w in waits if full and jobs[w["name"]]["slot_at"] == w["slot"]}
+        blocked = {w["name"] for w in waits if full and jobs[w["name"]]["slot_at"] == w["slot"]}
+        limits = self.cluster.run(self.cluster.store.tenants.limits(self.tenant))
+        if any(limit.running >= limit.max_concurrent for limit in limits):
+            blocked = set(jobs)
         found = self.ledger.check(
             jobs, runs, queued, self.timelines, self.now, flights=flights, running=held,
-            waiting_for_key=for_key,
+            waiting_for_room=blocked,
         )  # fmt: skip
         found += open_waits(waits, jobs, flights)
         found += self.stale(runs)
