@@ -2,21 +2,21 @@
 few jobs (a plain one, one gated on it, one chained after it, one with two schedules, a
 watch job, an each-zone job whose child in the node's zone the node's each-zone keeper
 makes, which an apply may make an ordinary job and an each-zone one again, an every-node
-job, a job whose slots run as flights) through random sequences of what operators do
-(apply, an apply that pauses, pause, pause --until, resume, skip-next, triggers with a
-payload or a past slot, windows that skip or defer and their removal, a holiday put in and
-taken out of the calendar of a and m, backfills, rollbacks, removals, failures, pings and
-cancels) against a real database with an explicit clock. After every step the clock moves
-on, a node's pass claims and completes what is due with the node's own claim and
-completion statements (and runs the gate pass, the backfiller and the late pass), and the
-slot ledger is checked (tests/helpers/ledger.py): every expected slot recorded, no terminal
-record overwritten,
-no wait without a bound, no slot run while its job was paused, no skip left ahead by a
-window removed or a holiday taken out since; then ``pulse audit``'s reading of the same rows
-must find nothing missing or overwritten, and no record the job's timing made on a slot it
-never had. Retries, catch-up policies, stalls (no pass before the next action, so it
-meets due slots) and runs that outlive their pass (the next action meets them running) are
-drawn too.
+job, a job whose slots run as flights, two jobs sharing a named limit) through random
+sequences of what operators do (apply, an apply that pauses, pause, pause --until, resume,
+skip-next, triggers with a payload or a past slot, windows that skip or defer and their
+removal, a holiday put in and taken out of the calendar of a and m, backfills, rollbacks,
+removals, failures, pings and cancels, the key's and the tenant's limits) and of nodes
+dying with runs in progress, against a real database with an explicit clock. After every
+step the clock moves on, a node's pass claims and completes what is due with the node's own
+claim and completion statements (and runs recovery, the gate pass, the backfiller and the
+late pass), and the slot ledger is checked (tests/helpers/ledger.py): every expected slot
+recorded, no terminal record overwritten, no wait without a bound, no slot run while its
+job was paused, no skip left ahead by a window removed or a holiday taken out since; then
+``pulse audit``'s reading of the same rows must find nothing missing or overwritten, and no
+record the job's timing made on a slot it never had. Retries, catch-up policies, stalls (no
+pass before the next action, so it meets due slots) and runs that outlive their pass (the
+next action meets them running) are drawn too.
 
 Each example is a tenant of its own in one schema, on a clock that only moves forward
 (statements that read the database's own clock then see the model's past). The fast tier
@@ -58,6 +58,7 @@ from cluster.store.side import SideConnection
 from cluster.timing.calendars import Calendar
 from cluster.timing.schedule import parse_schedule
 from node.handlers.context import Outcome
+from node.maintenance.recovery import lost_error, poisoned
 from node.membership.eachzone import ZoneChildren
 from node.pipeline.completer import SPAWNED
 from node.pipeline.outcomes import after_run, gate_skip, plan_at_claim
@@ -69,6 +70,7 @@ T = TypeVar("T")
 HANDLER = "cluster.chaos.witness:record"
 SHARDS = list(range(16))
 MINUTE = timedelta(minutes=1)
+LEASE_S = 180.0  # a run whose node died is taken back this long after it was claimed
 OK = Outcome("succeeded", None, 0.01)
 FAILED = Outcome("failed", "boom", 0.01)
 RUNNERS = ("a", "b", "m")  # jobs on a clock that operators pause, skip, trigger
@@ -143,6 +145,7 @@ class Cluster:
         self.clock = midnight + timedelta(days=2)  # ahead of the database's clock
         self.tenants = itertools.count()
         self.held: list[ClaimedJob] = []  # runs still running after their pass
+        self.lost: list[ClaimedJob] = []  # runs whose node died: taken back at their lease
 
     async def _open_store(self) -> JobStore:
         self._stores = JobStore.open(self.settings)
@@ -175,7 +178,7 @@ class Cluster:
             rows = await (await self.store.db.conn.execute(asked, (ids,))).fetchall()
             cancels = {row["id"]: row["cancel_by"] for row in rows}
             leases = [(f.id, f.slot, f.lease_token) for f in self.held if f.flight]
-            renewed = await self.node.flights.renew(leases, 600.0, now=now)
+            renewed = await self.node.flights.renew(leases, LEASE_S, now=now)
             for (job_id, _), cancel_by in renewed.items():  # a flight's own cancel
                 cancels[job_id] = cancel_by
             held = [_ran(job, now, failing, cancels.get(job.id)) for job in self.held]
@@ -188,12 +191,13 @@ class Cluster:
             )
             ended = [done for done, _ in held if done.id in flown]
             await self.node.completions.complete_flights(ended, now=now)
+        await self.recover(now)
         await self.keeper.run_once(now)
         for _ in range(50):
             await self.store.db.all("gate_pass", {"shards": self.shards})
             await backfills.fill(self.side, self.shards, now)
-            jobs = (await self.node.claim(self.shards, 100, 600.0, now=now)).jobs
-            flights = await self.node.flights.claim(self.shards, 100, 600.0, now=now)
+            jobs = (await self.node.claim(self.shards, 100, LEASE_S, now=now)).jobs
+            flights = await self.node.flights.claim(self.shards, 100, LEASE_S, now=now)
             if not jobs and not flights:
                 break
             gated = [(j.id, j.slot) for j in [*jobs, *flights] if j.gated and j.attempt == 1]
@@ -223,13 +227,36 @@ class Cluster:
         await self.alerts.watch_pass(len(SHARDS), now=now)
         await self.alerts.watch_timeouts(now=now)
 
+    async def recover(self, now: datetime) -> None:
+        """The node's recovery pass (node/maintenance/recovery.py): the runs of a dead node
+        are taken back once their lease has expired, due again as their next attempt, or,
+        their retries spent (poison), recorded failed, or cancelled if an operator asked."""
+        done, skips = [], []
+        for row in await self.node.recover(self.shards, ["model"], now=now, lease_s=LEASE_S):
+            if row["poison"]:
+                finished, skipped = after_run(poisoned(row), _lost(row["cancel_by"], row), now)
+                done.append(finished)
+                skips += skipped
+        await self.node.completions.complete(done, skips, now=now)
+        flights = await self.node.flights.recover(self.shards, ["model"], now=now, lease_s=LEASE_S)
+        ended = [after_run(f.job, _lost(f.job.cancel_by), now)[0] for f in flights if f.poison]
+        await self.node.completions.complete_flights(ended, now=now)
+        running = (
+            "SELECT id, lease_token FROM jobs WHERE status = 'running' UNION ALL"
+            " SELECT job_id, lease_token FROM flights WHERE status = 'running' UNION ALL"
+            " SELECT job_id, lease_token FROM node_runs WHERE status = 'running'"
+        )
+        rows = await (await self.store.db.conn.execute(running)).fetchall()
+        leases = {(row["id"], row["lease_token"]) for row in rows}
+        self.lost = [job for job in self.lost if (job.id, job.lease_token) in leases]
+
     async def fan_out(self, job: ClaimedJob, now: datetime) -> list[ClaimedJob]:
         """An every-node job's claimed slot handed to its members' runs, or an overlap
         ``allow`` job's to a flight (``spawn``, as the node's completer does): the model's
         node is the one member; the run that starts here, if one has room."""
         spawned, skips = after_run(job, OK, now)
         moved = await self.node.completions.spawn(
-            [spawned._replace(outcome=SPAWNED)], skips, 600.0, now=now, members=[("model", ZONE)]
+            [spawned._replace(outcome=SPAWNED)], skips, LEASE_S, now=now, members=[("model", ZONE)]
         )
         return [job._replace(flight=True)] if moved.get(job.id) else []
 
@@ -422,6 +449,7 @@ class OperatorActions(RuleBasedStateMachine):
         """The next example starts on a day of its own at the same time of day, so a
         sequence replays with the slots it had."""
         self.cluster.held = []
+        self.cluster.lost = []
         self.cluster.run(self.cluster.forget(self.tenant))
         self.cluster.clock = (self.now + timedelta(days=1)).replace(hour=0, minute=0)
 
@@ -449,6 +477,17 @@ class OperatorActions(RuleBasedStateMachine):
         the other's slot due then waits for it, and the step after meets it waiting."""
         self.steps.append("k's or l's next run runs long")
         self.hold = KEYED
+
+    @precondition(lambda self: bool(self.cluster.held))
+    @rule()
+    def node_dies(self) -> None:
+        """The node running the runs held past their pass dies with them (SIGKILL):
+        nothing ends them, and the model's node takes them back when their lease expires,
+        as a live node's recovery does."""
+        names = ", ".join(job.name for job in self.cluster.held)
+        self.steps.append(f"the node running {names} dies")
+        self.cluster.lost += self.cluster.held
+        self.cluster.held = []
 
     @rule(name=st.sampled_from(("a", "m", "e", CHILD["e"], *FLOWN, *KEYED)))
     def cancel_run(self, name: str) -> None:
@@ -883,7 +922,7 @@ class OperatorActions(RuleBasedStateMachine):
         self.cluster.clock += MINUTE
         self.tick()
         jobs, runs, queued, flights = self.cluster.run(self.cluster.rows(self.tenant))
-        held = {job.name for job in self.cluster.held}
+        held = {job.name for job in [*self.cluster.held, *self.cluster.lost]}
         # A slot may wait for the key, or for a place of its tenant, while runs held past
         # the pass fill them (they end at the next pass); a wait left open for a slot that
         # no longer waits is unbounded.
@@ -967,6 +1006,13 @@ def _ran(
     outcome = FAILED if failing[job.name] > 0 else OK
     failing[job.name] -= 1
     return after_run(job, outcome, now)
+
+
+def _lost(cancel_by: str | None, row: dict[str, Any] | None = None) -> Outcome:
+    """How the node's recovery ends a slot lost with its node on its last attempt."""
+    if cancel_by is not None:
+        return Outcome("cancelled", f"cancelled by {cancel_by}; lost with its node", 0.0)
+    return Outcome("failed", lost_error(row) if row else "lost with its node", 0.0)
 
 
 def _schedule(expr: Any) -> Any:
