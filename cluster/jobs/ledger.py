@@ -121,7 +121,8 @@ class Job:
     spans: tuple[Span, ...]
     chained: tuple[datetime, ...] = ()  # slots released to a chained job, in order
     position: datetime | None = None  # the slot the job is at (its current slot_at)
-    waiting: bool = False  # that slot is held (a gate, a retry's backoff, a key): not missing yet
+    waiting: bool = False  # that slot is held (a gate, a retry's backoff, a key, its tenant's
+    # limit): not missing yet
     in_flight: frozenset[datetime] = frozenset()  # slots whose attempt runs now
     done_after: datetime | None = None  # a finished job (max_runs, one-off): no slot later
     coalesced: tuple[Coalesced, ...] = ()  # skipped records standing for earlier slots
@@ -273,7 +274,7 @@ def _unrecorded(job: Job, slot: datetime, cutoff: datetime) -> Line:
     elif slot == job.position and job.waiting:
         verdict, detail = (
             "waiting",
-            "the job's current slot, held (a gate, a retry's backoff, a key)",
+            "the job's current slot, held (a gate, a retry's backoff, a key, its tenant's limit)",
         )
     elif (record := job.standing_for(slot)) is not None:
         detail = f"{record.reason} (listed under {record.until.isoformat()})"

@@ -18,8 +18,9 @@ slots the job should have had, and finds in the rows:
 - a wait without a bound: after a node's pass, no job that could run is left due (one
   whose slot waits for a named limit or a place of its tenant, which runs outliving the
   pass fill, cannot run), none waits at a marker date but a chained job with nothing
-  queued, no watched run is ``running`` past its timeout, and no wait for a named limit is
-  open once its slot waits no more.
+  queued, no flight is left queued past its due time with nothing running before it, no
+  watched run is ``running`` past its timeout, and no wait for a named limit is open once
+  its slot waits no more.
 
 It reads Pulse's own rows, as ``pulse audit`` will; the audit can take its place.
 """
@@ -288,6 +289,30 @@ def open_waits(
                 f"{wait['slot'].isoformat()} is open, the slot waits no more"
             )
     return found
+
+
+def left_queued(
+    flights: Iterable[Mapping[str, Any]],
+    jobs: Mapping[str, Mapping[str, Any]],
+    no_room: Collection[str],
+    clock: datetime,
+) -> list[str]:
+    """After a node's pass no flight (or each-node run) is left queued past its due time,
+    but one whose job has a run going (a flight of a job waits while its slot runs, an
+    ``allow`` job's beyond its limit of flights, an each-node job's behind the member's run)
+    or that waits for room (``no_room``: a key's, its tenant's)."""
+    names = {job["id"]: name for name, job in jobs.items()}
+    going = {f["job_id"] for f in flights if f["status"] == "running"}
+    going |= {job["id"] for job in jobs.values() if job["status"] == "running"}
+    return [
+        f"{names[f['job_id']]}: its queued slot {f['slot'].isoformat()} was due at "
+        f"{f['due_at'].isoformat()}, left unclaimed by the pass"
+        for f in flights
+        if f["status"] == "queued"
+        and f["due_at"] <= clock
+        and f["job_id"] not in going
+        and names[f["job_id"]] not in no_room
+    ]
 
 
 def unexpected(found: Sequence[str]) -> str:

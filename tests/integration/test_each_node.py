@@ -264,6 +264,20 @@ async def test_the_audit_finds_every_slot_with_its_coverage(
     ]
 
 
+async def test_the_audit_finds_a_slot_whose_member_runs_go_on_running(
+    store: JobStore, open_session: Opener
+) -> None:
+    # A member's run that outlives the grace (a long handler, or a member that died with
+    # it until its lease expires) keeps the slot open: the audit called it missing.
+    await every_node(store)
+    await store.db.conn.execute("UPDATE job_revisions SET at = %(t)s", {"t": T0})
+    a = await open_session("node-a")
+    await fan_out(a, 10, MEMBERS[:2])
+    scope = Scope(T0, at(19), grace_s=0.0, now=at(19))
+    lines = [line async for line in audit_lines(store.db.conn, scope)]
+    assert [(line.slot, line.verdict) for line in lines] == [(at(10), "running")]
+
+
 async def test_a_closed_slot_releases_the_jobs_chained_after_it(
     store: JobStore, open_session: Opener
 ) -> None:

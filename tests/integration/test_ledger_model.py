@@ -64,7 +64,7 @@ from node.pipeline.completer import SPAWNED
 from node.pipeline.outcomes import after_run, gate_skip, plan_at_claim
 from node.state import NodeState
 from ring.zones import space_shards
-from tests.helpers.ledger import Ledger, Timeline, open_waits, unexpected
+from tests.helpers.ledger import Ledger, Timeline, left_queued, open_waits, unexpected
 
 T = TypeVar("T")
 HANDLER = "cluster.chaos.witness:record"
@@ -273,9 +273,9 @@ class Cluster:
             "SELECT c.* FROM chain_slots c JOIN jobs j ON j.id = c.job_id WHERE j.tenant_id = %s"
         )
         flights = await read(  # an every-node slot's runs are its members' (node_runs)
-            "SELECT f.job_id, f.slot, f.attempt, f.status FROM flights f"
-            " JOIN jobs j ON j.id = f.job_id"
-            " WHERE j.tenant_id = %s UNION ALL SELECT n.job_id, n.slot, n.attempt, n.status"
+            "SELECT f.job_id, f.slot, f.attempt, f.status, f.due_at FROM flights f"
+            " JOIN jobs j ON j.id = f.job_id WHERE j.tenant_id = %s"
+            " UNION ALL SELECT n.job_id, n.slot, n.attempt, n.status, n.due_at"
             " FROM node_runs n JOIN jobs j ON j.id = n.job_id WHERE j.tenant_id = %s"
         )
         return {j["name"]: j for j in jobs}, runs, queued, flights
@@ -938,6 +938,7 @@ class OperatorActions(RuleBasedStateMachine):
             waiting_for_room=blocked,
         )  # fmt: skip
         found += open_waits(waits, jobs, flights)
+        found += left_queued(flights, jobs, blocked, self.now)
         found += self.stale(runs)
         assert not found, unexpected(found) + "\nafter: " + "; ".join(self.steps)
         ahead = {

@@ -1,7 +1,8 @@
 """Per-tenant limits of concurrent runs (migration 014, docs/design/fairness.md): the claim
 takes no more of a tenant's slots than it has free places across every session, a place
 comes back with every way a run ends, a tenant at its limit hides no other tenant's jobs,
-and setting a limit counts the runs already in flight."""
+and setting a limit counts the runs already in flight; `pulse audit` finds a slot held by
+its tenant's limit waiting."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from cluster.store import notify
 from cluster.store.jobstore.store import JobStore
 from cluster.store.lock.records import ClaimedJob
 from cluster.store.lock.session import LockSession
+from cluster.store.observe.audit import Scope, audit_lines
 from tests.helpers.flights import ended, handed
 from tests.helpers.sessions import ALL, T0, Opener, at, completion
 
@@ -237,3 +239,22 @@ async def test_bad_limits_are_refused_and_write_nothing(store: JobStore) -> None
     with pytest.raises(InvalidInput, match="has no limit"):
         await store.tenants.clear_limit("a")
     assert await store.tenants.limits() == []
+
+
+async def test_the_audit_finds_slots_held_by_their_tenants_limit_waiting(
+    store: JobStore, open_session: Opener
+) -> None:
+    # A tenant's one place taken by a run that goes on: its other job's due slot waits for
+    # it. Past the grace, the audit called that slot missing, as if no node had taken it.
+    await add(store, "a", 2)
+    await store.tenants.set_limit("a", 1)
+    await store.db.conn.execute("UPDATE job_revisions SET at = %(t)s", {"t": T0})
+    n1 = await open_session("n1")
+    await n1.try_lock(ALL)
+    (runs,) = (await n1.claim(ALL, 10, 600.0, now=at(11))).jobs
+    scope = Scope(T0, at(15), tenant="a", grace_s=0.0, now=at(15))
+    lines = [line async for line in audit_lines(store.db.conn, scope)]
+    other = "a-001" if runs.name == "a-000" else "a-000"
+    assert sorted((line.job, line.verdict) for line in lines) == sorted(
+        [(runs.name, "running"), (other, "waiting")]
+    )

@@ -217,7 +217,8 @@ def _job(
 ) -> Job:
     spans = spans_of(revisions) if revisions else _unrevised(row)
     status = row["status"]
-    held = row["gate_wait"] or row["next_run_at"] > row["slot_at"] or row["key_wait"]
+    held = row["gate_wait"] or row["next_run_at"] > row["slot_at"]
+    held = held or row["key_wait"] or row["tenant_full"]
     in_flight = set(row["flights"])
     if status == JobStatus.RUNNING:
         in_flight.add(row["slot_at"])

@@ -6,10 +6,10 @@
 -- The next page of the jobs audited, in (tenant, name) order after the last one of the
 -- page before (none: the first page; the jobs UNIQUE (tenant_id, name) index), with where
 -- each stands now: its current slot, whether that slot is held (a gate's wait, a retry's
--- backoff, a named limit's: limit_waits), its slots in flight; and its retention, with the
--- slot of its keep_runs-th newest run if that lies in or after the range (older ones are
--- pruned by count: one probe of runs (job_id, scheduled_for) from its newest, stopping at
--- the range's start; none when the job has fewer runs since).
+-- backoff, a named limit's: limit_waits, its tenant's limit), its slots in flight; and its
+-- retention, with the slot of its keep_runs-th newest run if that lies in or after the
+-- range (older ones are pruned by count: one probe of runs (job_id, scheduled_for) from
+-- its newest, stopping at the range's start; none when the job has fewer runs since).
 SELECT j.id, j.tenant_id, j.name, j.status, j.slot_at, j.next_run_at, j.gate_wait,
        j.last_run_at, j.created_at, j.schedule, j.tz, j.dst_repeated, j.dst_skipped,
        j.each_zone, j.paused, j.keep_for_s, j.keep_runs, j.parent_id,
@@ -21,8 +21,15 @@ SELECT j.id, j.tenant_id, j.name, j.status, j.slot_at, j.next_run_at, j.gate_wai
        j.uses <> '{}' AND EXISTS (SELECT 1 FROM limit_waits w
                                   WHERE w.job_id = j.id AND w.slot = j.slot_at
                                     AND w.ended IS NULL) AS key_wait,
-       coalesce((SELECT array_agg(f.slot ORDER BY f.slot) FROM flights f
-                 WHERE f.job_id = j.id), '{}') AS flights
+       -- Its tenant's runs at once fill its limit (migration 014): a due slot waits.
+       j.limited AND EXISTS (SELECT 1 FROM tenant_room r
+                             WHERE r.tenant_id = j.tenant_id AND r.room <= 0) AS tenant_full,
+       -- An each-node slot is in flight while a member's run of it has not ended
+       -- (node_slots: open until the last one ends).
+       coalesce((SELECT array_agg(x.slot ORDER BY x.slot)
+                 FROM (SELECT f.slot FROM flights f WHERE f.job_id = j.id
+                       UNION SELECT s.slot FROM node_slots s WHERE s.job_id = j.id) AS x),
+                '{}') AS flights
 FROM jobs j
 WHERE (%(scope)s::text IS NULL OR j.tenant_id = %(scope)s)
   AND (%(tenant)s::text IS NULL OR j.tenant_id = %(tenant)s)
