@@ -1037,7 +1037,7 @@ FAST = hypothesis.settings(
     database=None,
     suppress_health_check=list(HealthCheck),
 )
-LONG = hypothesis.settings(FAST, max_examples=30, stateful_step_count=40)
+LONG = hypothesis.settings(FAST, max_examples=20, stateful_step_count=40)
 
 
 @pytest.mark.timeout(120)
