@@ -316,17 +316,42 @@ async def test_a_ping_past_its_late_window_before_the_pass_raises_late_once(
     ]
 
 
-async def test_a_watch_job_resumed_past_its_adoption_slot_is_handed_over(
-    store: JobStore, settings: ClusterSettings
+@pytest.mark.parametrize("move", ["resume", "pause-until", "skip-next", "new-timing"])
+async def test_a_watch_job_moved_past_its_adoption_slot_is_handed_over_at_its_slot(
+    store: JobStore, settings: ClusterSettings, open_session: Opener, move: str
 ) -> None:
-    await store.definitions.add(minutely("w", handler=HANDLER, late_after="20s"), now=T0)
+    """An operator's action that moves the awaited slot past the adoption slot leaves the
+    job watched; the late pass hands it over as its slot comes, not ``late_after`` later:
+    before, the first slot Pulse ran started that late (a ``late`` alert at the default
+    minute, or skipped by a catch-up whose grace is shorter)."""
+    late = "10m" if move != "new-timing" else "20s"
+    await store.definitions.add(minutely("w", handler=HANDLER, late_after=late), now=T0)
     await store.watch.adopt("w", at=at(180), now=at(10))
-    await store.pause("w")
-    await store.resume("w", now=at(250))  # awaits 300 s, past the adoption slot
+    if move == "resume":
+        await store.pause("w", now=at(20))
+        await store.resume("w", now=at(250))  # awaits 300 s, past the adoption slot
+    elif move == "pause-until":
+        await store.holds.pause_until("w", "default", at(250), now=at(20))
+    elif move == "skip-next":
+        await store.holds.skip_next("w", "default", 4, now=at(20))  # 60 s to 240 s
+    else:
+        await store.definitions.apply(
+            [JobSpec.build("w", "*/5 * * * *", HANDLER, watch=True, late_after="20s")],
+            now=at(20),
+        )
+    job = await store.get("w")
+    assert (job.watch, job.slot_at) == (True, at(300))
     async with AlertStore.open(settings, "n9/alerts") as alerts:
-        assert await missed(alerts, 330) == []
+        assert await missed(alerts, 299) == []
+        assert (await store.get("w")).watch  # not before its slot
+        assert await missed(alerts, 301) == []
     job = await store.get("w")
     assert (job.watch, job.next_run_at, job.shard < SHARDS) == (False, at(300), True)
+    node = await open_session("n1")
+    assert [(c.name, c.slot) for c in await run_slot(node, at(301))] == [("w", at(300))]
+    history = await runs_of(settings, "w")
+    assert history[-1][:2] == (at(300), "succeeded")
+    assert "late" not in [e["event"] for e in await events(settings)]
 
 
 async def test_the_web_role_writes_a_pings_run_only_through_watch_record(

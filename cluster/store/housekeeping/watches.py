@@ -184,8 +184,9 @@ async def watch_pass(fetch: Fetch, shards: int, now: datetime | None = None) -> 
     """Declare missed each awaited slot no ping came for within its job's late_after_s: a
     failed run in its history and one ``late`` event, then the job awaits its next run;
     a job behind by several slots catches up in one pass (at most ``PASS_SLOTS``), passing
-    the slots a ping already recorded. Run in one transaction; returns one job per slot
-    declared missed (its ``slot_at`` that slot)."""
+    the slots a ping already recorded. An adopted job awaiting a slot Pulse runs is handed
+    over once that slot is due. Run in one transaction; returns one job per slot declared
+    missed (its ``slot_at`` that slot)."""
     at = now if now is not None else (await fetch("db_now", {"now": None}))[0]["now"]
     missed = []
     rows = await fetch(
@@ -197,7 +198,8 @@ async def watch_pass(fetch: Fetch, shards: int, now: datetime | None = None) -> 
         slot, start = job.slot_at, job.next_run_at or job.slot_at
         for _ in range(PASS_SLOTS):
             if job.adopt_at is not None and slot >= job.adopt_at:
-                # Resumed past its adoption slot while paused: Pulse's from this slot on.
+                # Moved past its adoption slot (a resume, skip-next, a new timing...), or
+                # caught up to it by this pass: Pulse's from this slot on.
                 await _hand_over(fetch, job, slot, start, shards, at)
                 break
             if start + timedelta(seconds=job.late_after_s) >= at:

@@ -38,13 +38,16 @@ RETURNING shard_id,
           END AS woken;
 
 -- name: watch_overdue
--- Watch jobs whose awaited slot had no ping within late_after_s: one probe of the due index
--- in the watch shard, rows another node's pass holds skipped.
+-- Watch jobs whose awaited slot had no ping within late_after_s, and adopted ones awaiting
+-- a slot Pulse runs (moved past the adoption slot by a resume, a pause --until, skip-next
+-- or a new timing), handed over as it comes: one probe of the due index in the watch
+-- shard, rows another node's pass holds skipped.
 SELECT * FROM jobs j
 WHERE j.shard_id = %(watch_shard)s AND j.status = 'idle' AND j.watch
   AND j.next_run_at < coalesce(%(now)s::timestamptz, now())
-  AND j.next_run_at + make_interval(secs => j.late_after_s)
-      < coalesce(%(now)s::timestamptz, now())
+  AND (j.next_run_at + make_interval(secs => j.late_after_s)
+       < coalesce(%(now)s::timestamptz, now())
+       OR j.slot_at >= j.adopt_at)
 ORDER BY j.next_run_at
 LIMIT %(limit)s
 FOR UPDATE OF j SKIP LOCKED;
