@@ -5,8 +5,9 @@ makes, which an apply may make an ordinary job and an each-zone one again, an ev
 job, a job whose slots run as flights, two jobs sharing a named limit) through random
 sequences of what operators do (apply, an apply that pauses, pause, pause --until, resume,
 skip-next, triggers with a payload or a past slot, windows that skip or defer and their
-removal, a holiday put in and taken out of the calendar of a and m, backfills, rollbacks,
-removals, failures, pings and cancels, the key's and the tenant's limits) and of nodes
+removal, a holiday put in and taken out of the calendar of a and m, backfills and their
+cancels, rollbacks, removals, failures, pings and cancels, the watch job's adoption and new
+timings, the key's and the tenant's limits) and of nodes
 dying with runs in progress, against a real database with an explicit clock. After every
 step the clock moves on, a node's pass claims and completes what is due with the node's own
 claim and completion statements (and runs recovery, the gate pass, the backfiller and the
@@ -83,6 +84,7 @@ FLOWN = ("n", "o")
 KEYED = ("k", "l")
 KEY = "seats"
 HELD = (*RUNNERS, "e", *FLOWN, *KEYED)
+QUIETED = (*HELD, "w")  # and the watch job: pauses and skip-next reach it too
 ZONE = "z"  # the zone of the model's node
 CHILD = {"e": f"e@{ZONE}"}  # the job whose slots an operator's action on e decides
 SCHEDULES = {
@@ -107,9 +109,9 @@ def spec(name: str, tenant: str, schedule: Any = None, **kw: Any) -> JobSpec:
     if name == "c":
         return JobSpec.build("c", "@after:a", HANDLER, tenant=tenant, **kw)
     if name == "w":
-        return JobSpec.build(
-            "w", "* * * * *", None, tenant=tenant, watch=True, timeout="3m", late_after="20s"
-        )
+        watch = {"watch": True, "late_after": "20s", **kw}  # watch False: once adopted
+        return JobSpec.build("w", schedule or "* * * * *", HANDLER, tenant=tenant,
+                             timeout="3m", **watch)  # fmt: skip
     if name in FLOWN:
         flown = {"each_node": True} if name == "n" else {"overlap": "allow", "max_concurrent": 1}
         return JobSpec.build(name, schedule or SCHEDULES[name], HANDLER, tenant=tenant,
@@ -167,9 +169,10 @@ class Cluster:
         self.runner.close()
 
     async def tick(self, failing: Counter[str], hold: Collection[str] = ()) -> None:
-        """A node's pass at the clock: the runs held since the last pass end, then gates,
+        """A node's pass at the clock: the runs held since the last pass end, recovery, the
+        keeper, the late pass over watch jobs (which hands an adopted one over), then gates,
         backfills, claims and completions until nothing is due (a completion releases
-        downstreams), then the late pass over watch jobs. The first run claimed in this
+        downstreams). The first run claimed in this
         pass of a job named in ``hold`` is still running after it, until the next pass."""
         now = self.clock
         if self.held:
@@ -193,6 +196,8 @@ class Cluster:
             await self.node.completions.complete_flights(ended, now=now)
         await self.recover(now)
         await self.keeper.run_once(now)
+        await self.alerts.watch_pass(len(SHARDS), now=now)  # hands an adopted job over
+        await self.alerts.watch_timeouts(now=now)
         for _ in range(50):
             await self.store.db.all("gate_pass", {"shards": self.shards})
             await backfills.fill(self.side, self.shards, now)
@@ -224,8 +229,6 @@ class Cluster:
                     continue
                 ended.append(_finish(f, now, failing, verdict)[0])
             await self.node.completions.complete_flights(ended, now=now)
-        await self.alerts.watch_pass(len(SHARDS), now=now)
-        await self.alerts.watch_timeouts(now=now)
 
     async def recover(self, now: datetime) -> None:
         """The node's recovery pass (node/maintenance/recovery.py): the runs of a dead node
@@ -335,6 +338,7 @@ class OperatorActions(RuleBasedStateMachine):
         self.hold: tuple[str, ...] = ()  # jobs whose next run to start outlives its pass
         self.each_zone = True  # e is an each-zone job (else an ordinary one)
         self.keyed = dict.fromkeys(KEYED, True)  # k and l use the key
+        self.backfills: list[int] = []  # the ids of the backfills asked, oldest first
         self.steps: list[str] = []
 
     # -- the model's clock and the node's pass -------------------------------------------
@@ -463,7 +467,7 @@ class OperatorActions(RuleBasedStateMachine):
             self.cluster.clock += MINUTE
             self.tick()
 
-    @rule(name=st.sampled_from(("a", "m", CHILD["e"], *FLOWN, *KEYED)))
+    @rule(name=st.sampled_from(("a", "m", "w", CHILD["e"], *FLOWN, *KEYED)))
     def run_long(self, name: str) -> None:
         """The job's run that the next pass starts is still running at the step after it,
         which meets it running; it ends in the pass after that step."""
@@ -517,7 +521,7 @@ class OperatorActions(RuleBasedStateMachine):
 
     # -- operator actions ----------------------------------------------------------------
 
-    @rule(name=st.sampled_from(HELD))
+    @rule(name=st.sampled_from(QUIETED))
     def pause(self, name: str) -> None:
         if self.do(
             f"pause {name}", lambda: self.cluster.store.pause(name, self.tenant, now=self.now)
@@ -528,7 +532,7 @@ class OperatorActions(RuleBasedStateMachine):
             else:
                 line.quiet.append([self.now, None])
 
-    @rule(name=st.sampled_from(HELD), minutes=st.integers(1, 8))
+    @rule(name=st.sampled_from(QUIETED), minutes=st.integers(1, 8))
     def pause_until(self, name: str, minutes: int) -> None:
         until = self.now + minutes * MINUTE - timedelta(seconds=30)
         if self.do(
@@ -541,21 +545,21 @@ class OperatorActions(RuleBasedStateMachine):
             else:
                 line.quiet.append([self.now, until])
 
-    @rule(name=st.sampled_from(HELD))
+    @rule(name=st.sampled_from(QUIETED))
     def resume(self, name: str) -> None:
         if self.do(
             f"resume {name}", lambda: self.cluster.store.resume(name, self.tenant, now=self.now)
         ) and self.quiet(name):
             self.timelines[self.runs_as(name)].quiet[-1][1] = self.now
 
-    @rule(name=st.sampled_from(HELD), count=st.integers(1, 3))
+    @rule(name=st.sampled_from(QUIETED), count=st.integers(1, 3))
     def skip_next(self, name: str, count: int) -> None:
         self.do(
             f"skip-next {name} --count {count}",
             lambda: self.cluster.store.holds.skip_next(name, self.tenant, count, now=self.now),
         )
 
-    @rule(name=st.sampled_from((*HELD, "c")))
+    @rule(name=st.sampled_from((*QUIETED, "c")))
     def trigger(self, name: str) -> None:
         self.do(
             f"trigger {name}", lambda: self.cluster.store.trigger(name, self.tenant, now=self.now)
@@ -671,9 +675,22 @@ class OperatorActions(RuleBasedStateMachine):
                 name, self.tenant, start=start, end=end, now=self.now
             )
             asked.extend(plan.slots)
+            if plan.backfill is not None:
+                self.backfills.append(plan.backfill.id)
 
         if self.do(f"backfill {name} -{back}m +{span}m", backfill):
             self.ask_again(name, asked)
+
+    @precondition(lambda self: bool(self.backfills))
+    @rule()
+    def cancel_backfill(self) -> None:
+        """``pulse backfills cancel`` of the newest backfill: its queued slots are dropped
+        (their records stay as they were), a slot of it running finishes."""
+        backfill = self.backfills.pop()
+        self.do(
+            f"backfills cancel {backfill}",
+            lambda: self.cluster.store.runcontrol.cancel_backfill(backfill),
+        )
 
     @rule(
         every=st.sampled_from(("@every 1m", "@every 2m")),
@@ -886,7 +903,9 @@ class OperatorActions(RuleBasedStateMachine):
         ):
             self.timelines["c"] = self.timeline("c")
 
-    @rule(name=st.sampled_from(("a", "m", CHILD["e"], *FLOWN, *KEYED)), times=st.integers(1, 4))
+    @rule(
+        name=st.sampled_from(("a", "m", "w", CHILD["e"], *FLOWN, *KEYED)), times=st.integers(1, 4)
+    )
     def fail_next(self, name: str, times: int = 1) -> None:
         """The job's next runs fail (a retry is a run): gates and chains see a failure, or
         an attempt that waits for its retry."""
@@ -902,6 +921,33 @@ class OperatorActions(RuleBasedStateMachine):
                 self.token, kind, b"out", now=self.now + late * timedelta(seconds=10)
             ),
         )
+
+    @rule(ahead=st.integers(0, 2), handler=st.booleans())
+    def adopt_w(self, ahead: int, handler: bool) -> None:
+        """``pulse jobs adopt w --at SLOT``: Pulse runs w from its slot ``ahead`` minutes
+        after the next on (its handler given, or the one it was made with); the slots
+        before stay watched. Refused for a slot it awaits no more, or once adopted."""
+        at = self.now.replace(second=0) + (ahead + 1) * MINUTE
+        self.do(
+            f"adopt w --at +{ahead + 1}m{'' if handler else ' (its own handler)'}",
+            lambda: self.cluster.store.watch.adopt(
+                "w", self.tenant, at=at, handler=HANDLER if handler else None, now=self.now
+            ),
+        )
+
+    @rule(schedule=st.sampled_from(("* * * * *", "*/2 * * * *")))
+    def apply_w(self, schedule: str) -> None:
+        """A new timing of the watch job from its job file, before or after its adoption
+        (once Pulse runs it, the file says so: a definition still watching it is refused)."""
+        job = self.cluster.run(self.cluster.store.get("w", self.tenant))
+        new = spec("w", self.tenant, schedule, watch=job.watch)
+        if self.do(
+            f"apply w {schedule}", lambda: self.cluster.store.definitions.apply([new], now=self.now)
+        ):
+            line = self.timelines["w"]
+            if _schedule(schedule) != line.schedules[-1][1]:
+                line.schedules.append((self.now, _schedule(schedule)))
+            self.applied("w")
 
     @rule()
     def cancel_w(self) -> None:
@@ -975,7 +1021,7 @@ def _failing(line: Line, ahead: set[tuple[str, datetime]]) -> bool:
     since may have no such slot."""
     if line.verdict in FAILING:
         return True
-    asked = line.origin in ("trigger", "backfill", "rerun")
+    asked = line.origin in ("trigger", "backfill", "rerun", "ping")
     return line.verdict == "unaligned" and not asked and (line.job, line.slot) not in ahead
 
 
