@@ -131,6 +131,15 @@ class Job:
     kept_from: datetime | None = None
     kept_by: str = ""  # which of the two, for the line's detail
 
+    def span_at(self, slot: datetime) -> Span | None:
+        """The definition in force at ``slot`` (the one before an edit at its instant)."""
+        return next((s for s in reversed(self.spans) if s.start < slot), None)
+
+    def timing_changed(self, slot: datetime) -> datetime | None:
+        """When the job was last given another schedule before ``slot``, if ever."""
+        changes = (s.start for s in reversed(self.spans) if s.new_timing and s.start < slot)
+        return next(changes, None)
+
     def behind(self, slot: datetime) -> bool:
         """Whether ``slot`` comes after the job's current slot while that one is held or
         runs: the job has not reached it, and decides it (runs or records it) once it
@@ -236,11 +245,13 @@ class JobAudit:
         self._cutoff = cutoff
         self._slots = expected(job, start, end)
         self._next = next(self._slots, None)
+        self._ran = 0  # the records fed so far that count toward max_runs
+        self._last_ran: datetime | None = None  # the slot of the latest of them
 
     def feed(self, row: Record) -> Iterator[Line]:
         """The lines up to and including ``row``'s slot."""
         while self._next is not None and self._next < row.slot:
-            yield _unrecorded(self.job, self._next, self._cutoff)
+            yield from self._unrecorded(self._next)
             self._next = next(self._slots, None)
         if self._next == row.slot:
             yield _recorded(self.job, row)
@@ -249,12 +260,30 @@ class JobAudit:
             yield _recorded(self.job, row)  # recorded skipped ahead, then the job paused
         else:
             yield _unaligned(self.job, row)
+        if row.status not in UNRUN and row.origin not in ASKED:
+            self._ran, self._last_ran = self._ran + 1, row.slot
 
     def close(self) -> Iterator[Line]:
         """The lines of the expected slots after the last record."""
         while self._next is not None:
-            yield _unrecorded(self.job, self._next, self._cutoff)
+            yield from self._unrecorded(self._next)
             self._next = next(self._slots, None)
+
+    def _unrecorded(self, slot: datetime) -> Iterator[Line]:
+        """The line of an expected slot without a record, or none while the job was done."""
+        if not self._done_at(slot):
+            yield _unrecorded(self.job, slot, self._cutoff)
+
+    def _done_at(self, slot: datetime) -> bool:
+        """Whether the job was done at ``slot``: its runs (the records before it that ran,
+        but for an operator's re-runs) reached the max_runs of the definition in force,
+        the last of them since its schedule last changed (which makes a done job idle
+        again, until its next run)."""
+        span, last = self.job.span_at(slot), self._last_ran
+        if span is None or span.max_runs is None or last is None or self._ran < span.max_runs:
+            return False
+        changed = self.job.timing_changed(slot)
+        return changed is None or last >= changed
 
 
 def audit_job(

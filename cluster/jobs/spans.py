@@ -27,6 +27,10 @@ class Span:
     schedule: Schedule | None  # None: no clock of its own (chained, each-zone parent)
     paused: bool = False
     paused_until: datetime | None = None  # `pause --until`: its slots before are not run
+    max_runs: int | None = None  # the job is done after this many runs
+    # Its schedule or zone differs from the span's before: a job done after its max_runs
+    # is idle again from here (upsert_jobs) until its next run.
+    new_timing: bool = False
 
     def held(self) -> tuple[datetime, datetime] | None:
         """The slots a ``pause --until`` passed over: those after ``start`` and before
@@ -62,12 +66,24 @@ def spans_of(
     """The spans of one job from its revisions (time, change, definition), oldest first.
     A definition whose schedule no longer parses expects nothing (a span without clock)."""
     found: list[Span] = []
+    timing = None
     for index, (at, change, definition) in enumerate(revisions):
         if change == "removed":
             break
         end = revisions[index + 1][0] if index + 1 < len(revisions) else None
         paused = bool(definition.get("paused", False))
-        found.append(Span(at, end, _schedule(definition), paused, _until(definition)))
+        before, timing = timing, (definition.get("schedule"), definition.get("tz") or "UTC")
+        found.append(
+            Span(
+                at,
+                end,
+                _schedule(definition),
+                paused,
+                _until(definition),
+                definition.get("max_runs"),
+                before is not None and timing != before,
+            )
+        )
     return tuple(found)
 
 

@@ -108,8 +108,9 @@ def _parse_rule(text: str) -> CalendarRule:
 def claim_fate(job: ClaimedJob, now: datetime) -> Fate:
     """The fate of the claimed slot at ``now``. Only first attempts are decided: a retry or
     a recovered slot has already begun, and runs; so does a slot its named limit let in
-    after a wait, which no catch-up missed (its run's completion catches up what is due)."""
-    if job.attempt > 1 or job.waited:
+    after a wait, which no catch-up missed, and a trigger's, which an operator asked for
+    however late it is claimed (the run's completion catches up what is due)."""
+    if job.attempt > 1 or job.waited or job.origin == "trigger":
         return on_time(rules_of(job), job.slot)
     return fate(rules_of(job), job.slot, now)
 

@@ -139,3 +139,29 @@ async def test_skipped_alerts_say_the_window_not_catch_up(
     (event,) = await events(settings)
     assert event["detail"].startswith("2 slots skipped: blackout window ")
     assert "catch-up" not in event["detail"]
+
+
+@pytest.mark.parametrize("job", ["paused", "idle"])
+async def test_a_trigger_claimed_after_a_slot_came_due_runs_itself(
+    store: JobStore, open_session: Opener, job: str
+) -> None:
+    """A trigger claimed past the job's grace, a regular slot due since (a backlog, nodes
+    down): the trigger runs, as the operator asked. Before, catch-up took the triggered
+    slot for a missed one: it was recorded skipped, "coalesced into" the regular slot,
+    which a paused job never ran."""
+    await store.definitions.add(hourly(grace="30s", paused=job == "paused"), now=T0)
+    node = await open_session("n1")
+    if job == "idle":
+        assert await drive(node, ELEVEN) == [ELEVEN]
+    asked = ELEVEN + H - timedelta(seconds=50)  # 11:59:10
+    await store.trigger("sync", now=asked)
+    claimed = ELEVEN + H + timedelta(seconds=10)  # 12:00 is due, the trigger 60 s late
+    assert await drive(node, claimed) == [asked]
+    expected = [(asked, "succeeded", "trigger")]
+    if job == "idle":  # then its own slot of 12:00, on time for catch-up
+        assert await drive(node, claimed) == [ELEVEN + H]
+        expected = [(ELEVEN, "succeeded", "schedule"), *expected]
+        expected.append((ELEVEN + H, "succeeded", "schedule"))
+    found = sorted((r.scheduled_for, r.status, r.origin) for r in await store.runs(job="sync"))
+    assert found == expected
+    assert (await store.get("sync")).status == job

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from cluster.errors import InvalidInput
+from cluster.errors import Conflict, InvalidInput
 from cluster.jobs.spec import JobSpec
 from cluster.settings import ClusterSettings
 from cluster.store.jobstore.store import JobStore
@@ -109,6 +109,79 @@ async def test_max_runs_makes_the_job_done_and_skips_do_not_count(
     assert statuses == [(1, "succeeded"), (2, "skipped"), (3, "succeeded")]
     assert (await store.definitions.apply([JobSpec.build("thrice", "@hourly", H, max_runs=2,
                                              catch_up="skip", grace=60)])).unchanged  # fmt: skip
+
+
+async def test_a_done_job_refuses_pause_until_and_skip_next_saying_it_is_done(
+    store: JobStore, open_session: Opener
+) -> None:
+    """Before, ``pause --until`` of a done job said it was running and to try again."""
+    await store.definitions.add(JobSpec.build("once", "@hourly", H, max_runs=1), now=T0)
+    await run_once(await open_session("n1"), T0 + timedelta(hours=1))
+    now = T0 + timedelta(hours=1, minutes=10)
+    with pytest.raises(Conflict, match="'once' is done: it has no slot left to hold"):
+        await store.holds.pause_until("once", "default", now + timedelta(hours=2), now=now)
+    with pytest.raises(Conflict, match="'once' is done; skip-next needs it idle"):
+        await store.holds.skip_next("once", "default", 1, now=now)
+    job = await store.get("once")
+    assert (job.status, job.paused_until, job.next_run_at) == ("done", None, None)
+
+
+@pytest.mark.parametrize("then", ["resume", "apply"])
+async def test_a_done_job_applied_paused_stays_done(
+    store: JobStore, open_session: Opener, then: str
+) -> None:
+    """A pause written as a definition (``paused: true``) of a done job, then a resume (or
+    the definition without it): the job stays done, as ``pulse jobs pause`` leaves it.
+    Before, the apply made it paused and the resume idle, and it ran past its max_runs."""
+    await store.definitions.add(JobSpec.build("once", "@hourly", H, max_runs=1), now=T0)
+    node = await open_session("n1")
+    await run_once(node, T0 + timedelta(hours=1))
+    now = T0 + timedelta(hours=1, minutes=10)
+    paused = JobSpec.build("once", "@hourly", H, max_runs=1, paused=True)
+    assert (await store.definitions.apply([paused], now=now)).updated == ["once"]
+    assert (await store.get("once")).status == "done"
+    if then == "resume":
+        await store.resume("once", now=now)
+    else:
+        await store.definitions.apply([JobSpec.build("once", "@hourly", H, max_runs=1)], now=now)
+    job = await store.get("once")
+    assert (job.status, job.runs_done, job.next_run_at) == ("done", 1, None)
+    assert (await node.claim(ALL, 10, 30.0, now=T0 + timedelta(days=1))).jobs == []
+    runs = await store.runs(job="once")
+    assert [(r.scheduled_for, r.status) for r in runs] == [(T0 + timedelta(hours=1), "succeeded")]
+
+
+async def test_a_trigger_of_a_done_job_runs_once_and_leaves_it_done(
+    store: JobStore, open_session: Opener
+) -> None:
+    """The slot a done job stopped at is past by the time of the trigger. Before, the
+    trigger made that slot due: catch-up recorded the slots since skipped and ran the last
+    of them as the schedule's, after the job was done. The trigger runs as a flight now,
+    stamped with its time, as one with a payload does: the job stays as it was."""
+    await store.definitions.add(JobSpec.build("once", "@hourly", H, max_runs=1), now=T0)
+    node = await open_session("n1")
+    await run_once(node, T0 + timedelta(hours=1))
+    before = await store.get("once")
+    now = T0 + timedelta(hours=5, minutes=10)
+    job = await store.trigger("once", now=now)
+    assert (job.status, job.slot_at, job.next_run_at) == ("done", before.slot_at, None)
+    assert (await node.claim(ALL, 10, 30.0, now=now)).jobs == []
+    (flight,) = await node.flights.claim(ALL, 10, 30.0, now=now)
+    assert (flight.slot, flight.origin) == (now, "trigger")
+    done, _ = after_run(flight, OK, now)
+    await node.completions.complete_flights([done], now=now)
+    runs = await store.runs(job="once")
+    assert sorted((r.scheduled_for, r.status, r.origin) for r in runs) == [
+        (T0 + timedelta(hours=1), "succeeded", "schedule"),
+        (now, "succeeded", "trigger"),
+    ]
+    job = await store.get("once")
+    assert (job.status, job.runs_done, job.slot_at, job.next_run_at) == (
+        "done",
+        1,
+        before.slot_at,
+        None,
+    )
 
 
 async def test_a_retried_slot_counts_once(store: JobStore, open_session: Opener) -> None:

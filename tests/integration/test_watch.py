@@ -354,6 +354,34 @@ async def test_a_watch_job_moved_past_its_adoption_slot_is_handed_over_at_its_sl
     assert "late" not in [e["event"] for e in await events(settings)]
 
 
+@pytest.mark.parametrize("move", ["new-timing", "pause", "pause-until"])
+async def test_a_watch_jobs_due_slots_are_recorded_when_an_operator_moves_it_past_them(
+    store: JobStore, settings: ClusterSettings, move: str
+) -> None:
+    """Slots due that no ping came for and the late pass has not declared missed yet (its
+    late_after not over, or no node up): an apply of a new timing, a pause or a
+    ``pause --until`` moves the job past them. Before, they were left without a record,
+    as only run jobs' owed slots were recorded."""
+    await store.definitions.add(minutely("w", late_after="10m"), now=T0)
+    now = at(200)  # 60, 120 and 180 s are due, unpinged
+    if move == "new-timing":
+        await store.definitions.apply(
+            [JobSpec.build("w", "*/5 * * * *", None, watch=True, late_after="10m")], now=now
+        )
+        why = "a new timing moved the job past it before it ran"
+    elif move == "pause":
+        await store.pause("w", now=now)
+        why = "paused before it ran"
+    else:
+        await store.holds.pause_until("w", "default", at(400), now=now)
+        why = "paused before it ran"
+    history = await runs_of(settings, "w")
+    assert [(r[0], r[1]) for r in history] == [(at(s), "skipped") for s in (60, 120, 180)]
+    by = {"new-timing": "apply", "pause": "pause", "pause-until": "pause --until"}[move]
+    reasons = await sql(settings, "SELECT DISTINCT last_error FROM runs WHERE job_name = 'w'")
+    assert [r["last_error"] for r in reasons] == [f"skipped by pulse jobs {by}: {why}"]
+
+
 async def test_the_web_role_writes_a_pings_run_only_through_watch_record(
     store: JobStore, settings: ClusterSettings, logins: Logins
 ) -> None:

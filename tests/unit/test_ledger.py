@@ -194,6 +194,27 @@ def test_a_chained_job_expects_its_released_slots_and_a_done_job_nothing_after()
     assert verdicts(audit(done, [run(0), run(1), run(2)])) == [(0, "ran"), (1, "ran"), (2, "ran")]
 
 
+def test_a_job_done_after_its_max_runs_expects_nothing_until_a_new_timing_then_one_run() -> None:
+    """A job done after two runs (at 0 and 1), given another schedule at 3.5 (idle again),
+    runs once more (at 4) and is done again, until another schedule at 7.5: the audit
+    read it as done only while it was done now, and called the slots of a done spell it
+    had left since missing. Skipped slots and re-runs do not count."""
+    j = job(
+        (-0.5, "created", definition(max_runs=2)),
+        (3.5, "updated", definition("@every 2m", max_runs=2)),
+        (5.5, "updated", definition("@every 2m", max_runs=2, retries=1)),  # the same timing
+        (7.5, "updated", definition(max_runs=2)),
+    )
+    records = [run(0), run(1), run(2, "skipped"), run(4), run(5.5, origin="trigger"), run(8)]
+    assert verdicts(audit(j, records)) == [
+        (0, "ran"), (1, "ran"), (2, "skipped"), (4, "ran"), (5.5, "unaligned"), (8, "ran"),
+    ]  # fmt: skip
+    rerun = [run(0), run(1, origin="backfill"), run(4)]
+    assert verdicts(audit(j, rerun, cutoff=at(9)))[:5] == [
+        (0, "ran"), (1, "ran"), (2, "missing"), (3, "missing"), (4, "ran"),
+    ]  # fmt: skip
+
+
 def test_records_on_no_expected_slot_are_unaligned() -> None:
     trigger = run(2.25, origin="trigger")
     lines = audit(EVERY_MINUTE, [run(0), run(1), run(2), trigger], cutoff=at(3))

@@ -116,7 +116,8 @@ async def record_parked(db: ScopedConnection, row: Row, now: datetime, by: str) 
 
 def overdue(job: Mapping[str, Any], now: datetime) -> bool:
     """Whether the existing job's row (``get_job``) holds a slot due by ``now`` that a new
-    timing would move it past: idle on its schedule, its slot's time come; or running, whose
+    timing would move it past: idle on its schedule, its slot's time come (a watch job's
+    too: no ping came, and the late pass has not declared it missed yet); or running, whose
     slot is kept but whose completion goes on to the new timing's first slot after now
     (``timing_slot``), past the old timing's slots that came while it ran. A paused one
     owes nothing (its pause recorded what it passed)."""
@@ -124,7 +125,6 @@ def overdue(job: Mapping[str, Any], now: datetime) -> bool:
         job["status"] in (JobStatus.IDLE, JobStatus.RUNNING)
         and not job["paused"]
         and not job["each_zone"]
-        and not job["watch"]
         and job["slot_at"] <= now
         and not str(job["schedule"]).startswith("@after:")
     )

@@ -142,11 +142,12 @@ class Holds:
     async def record_owed(self, job: Job, by: str, now: datetime) -> None:
         """Record skipped the slots an idle job owes at ``now``: its slot, if its time has
         come (due and not yet claimed, held at its gate, deferred by a window, jittered),
-        and those that came behind it (``dropped.passed_slots``). A pause moves the job
+        and those that came behind it (``dropped.passed_slots``); a watch job's awaited
+        slots no ping came for, before the late pass declares them missed. A pause moves the job
         past them, and the slot ledger leaves no slot without a record. Written through
         ``record_skipped``, as the schema's owner: the web's role writes no runs
         (docs/design/roles.md)."""
-        if job.status != JobStatus.IDLE or job.slot_at > now or job.watch or job.each_zone:
+        if job.status != JobStatus.IDLE or job.slot_at > now or job.each_zone:
             return  # an each-zone job's children run its slots: they owe them
         schedule = job.parsed_schedule()
         if schedule.chain or schedule.at is not None:  # a queue, or its one slot: kept
@@ -191,6 +192,8 @@ class Holds:
 
     async def _write(self, statement: str, job: Job, params: dict[str, Any]) -> None:
         row = await self._db.one(statement, {"tenant_id": job.tenant, "name": job.name, **params})
+        if row is None and job.status == JobStatus.DONE:
+            raise Conflict("name", f"{job.name!r} is done: it has no slot left to hold")
         if row is None:
             raise Conflict("name", f"{job.name!r} is running now; try again when it ends")
         await self._db.notify(row["shard_id"])

@@ -32,7 +32,7 @@ from psycopg.types.json import Jsonb
 from cluster.config.retention import Retention
 from cluster.errors import Conflict, InvalidInput, NotFound
 from cluster.jobs.fields import DEFAULT_TENANT, check_text
-from cluster.jobs.models import Job, Run
+from cluster.jobs.models import Job, JobStatus, Run
 from cluster.settings import ClusterSettings
 from cluster.store import config as cluster_config
 from cluster.store.access.console_sessions import ConsoleSessions
@@ -200,8 +200,9 @@ class JobStore:
         past slot: ``inputs.trigger``). A job with upstreams gets an extra run now, stamped
         with the current time, that waits for none of them: its own slot (held, or a chained
         job's queue) stays as it is (docs/design/gates.md); so does a job planned past slots
-        skip-next recorded (``Holds.records_ahead``), and one paused until a time to come,
-        whose run after the trigger's would otherwise be its next slot after now."""
+        skip-next recorded (``Holds.records_ahead``), one paused until a time to come,
+        whose run after the trigger's would otherwise be its next slot after now, and a done
+        one, which stays done (its slot is the one it stopped at, long past)."""
         job = await self.get(name, tenant)
         if job.watch:
             raise InvalidInput("name", f"{name!r} is a watch job: no node runs it")
@@ -210,6 +211,7 @@ class JobStore:
             or await self.has_upstreams(name, tenant)
             or await self.holds.records_ahead(job, now)
             or (job.paused_until is not None and job.paused_until > await self.db.db_now(now))
+            or job.status == JobStatus.DONE
         ):
             await self.inputs.trigger(name, tenant, now=now)
             return await self.get(name, tenant)

@@ -42,14 +42,15 @@ LIMIT %(limit)s;
 -- name: audit_revisions
 -- The revisions of the audited jobs (the incarnation that exists: its job id), and of the
 -- each-zone parents of the audited children, oldest first, with the fields that say when
--- its slots fall.
+-- its slots fall (and max_runs: when it is done).
 SELECT r.job_id, r.at, r.change,
        jsonb_build_object('schedule', r.definition -> 'schedule', 'tz', r.definition -> 'tz',
                           'dst_repeated', r.definition -> 'dst_repeated',
                           'dst_skipped', r.definition -> 'dst_skipped',
                           'paused', r.definition -> 'paused',
                           'paused_until', r.definition -> 'paused_until',
-                          'each_zone', r.definition -> 'each_zone') AS definition
+                          'each_zone', r.definition -> 'each_zone',
+                          'max_runs', r.definition -> 'max_runs') AS definition
 FROM job_revisions r
 WHERE r.job_id = ANY(%(ids)s::uuid[])
   AND (%(scope)s::text IS NULL OR r.tenant_id = %(scope)s)

@@ -37,29 +37,34 @@ ON CONFLICT (tenant_id, name) DO UPDATE SET
     expect_state = CASE WHEN num_nonnulls(excluded.expect_max_s, excluded.expect_min_s,
                                           excluded.deadline, excluded.expect_baseline,
                                           excluded.asserts) > 0 THEN j.expect_state END,
+    -- A done job (a one-off, or one past its max_runs) stays done unless it is given
+    -- another time, paused or not, as `pulse jobs pause` leaves it.
     status = CASE
         WHEN j.status = 'running' THEN 'running'
-        WHEN excluded.paused THEN 'paused'
-        -- A done one-off job stays done unless it is given another time.
         WHEN j.status = 'done' AND (j.schedule, j.tz) = (excluded.schedule, excluded.tz)
             THEN 'done'
+        WHEN excluded.paused THEN 'paused'
         ELSE 'idle' END,
     -- An idle job moves to the new next slot when its timing changed or it is resumed;
     -- excluded.next_run_at is that slot's jittered start, excluded.slot_at the slot. A
     -- failed slot waiting for its retry that the new timing keeps (the writer plans it
-    -- again at its own slot) keeps its attempt and its retry's time.
+    -- again at its own slot) keeps its attempt and its retry's time. A job that stays
+    -- done stays where it is.
     (next_run_at, slot_at, attempt, slot_origin) = (
-        SELECT CASE WHEN m.retry THEN j.next_run_at
+        SELECT CASE WHEN m.retry OR m.done THEN j.next_run_at
                     WHEN m.moves OR (j.status <> 'running' AND excluded.paused)
                     THEN excluded.next_run_at ELSE j.next_run_at END,
                CASE WHEN m.moves THEN excluded.slot_at ELSE j.slot_at END,
                CASE WHEN m.moves AND NOT m.retry THEN 1 ELSE j.attempt END,
                CASE WHEN m.moves THEN excluded.slot_origin ELSE j.slot_origin END
-        FROM (SELECT j.status <> 'running' AND (
+        FROM (SELECT j.status <> 'running' AND NOT d.done AND (
                   ({fields:timing:j.@}) IS DISTINCT FROM ({fields:timing:excluded.@})
                   OR (j.paused AND NOT excluded.paused)) AS moves,
                 j.status = 'idle' AND j.attempt > 1 AND NOT excluded.paused
-                  AND excluded.slot_at = j.slot_at AS retry) m),
+                  AND excluded.slot_at = j.slot_at AS retry,
+                d.done
+              FROM (SELECT j.status = 'done' AND (j.schedule, j.tz)
+                           = (excluded.schedule, excluded.tz) AS done) d) m),
     -- A slot kept under a new timing (held, deferred, retried, running) walks on from here
     -- to the new timing's slots after now, not to those before (Schedule.starting).
     timing_from = CASE WHEN ({fields:timing:j.@}) IS DISTINCT FROM ({fields:timing:excluded.@})
