@@ -2,13 +2,14 @@
 of operator actions (tests/integration/test_ledger_model.py).
 
 The test keeps what it did to each job as a ``Timeline``: which schedule held from when,
-and when the job was quiet (paused, paused until a time). From it the checker derives the
-slots the job should have had, and finds in the rows:
+when the job was quiet (paused, paused until a time), and when it was done. From it the
+checker derives the slots the job should have had, and finds in the rows:
 
 - a slot with no record: every expected slot before the one the job waits at has a run row
   (run, failed, skipped...), and a chained job has a record, a queued slot or its current
   slot for each success of its upstream since it was made;
-- a slot its timing made run while the job was paused (or paused until a time);
+- a slot its timing made run while the job was paused (or paused until a time), or after
+  it was done (its ``max_runs`` reached);
 - a skipped record without a reason, or with a gate's reason that is not true of the
   upstream's slot when the record is first seen;
 - a terminal record overwritten: a run row that ended keeps its status once its slot's time
@@ -51,12 +52,13 @@ class Timeline:
     schedules: list[tuple[datetime, Schedule]] = field(default_factory=list)  # from then on
     quiet: list[list[datetime | None]] = field(default_factory=list)  # [from, to); to None: open
     upstreams: tuple[str, ...] = ()  # a chained job's (``@after:``)
+    done: list[list[datetime | None]] = field(default_factory=list)  # past its max_runs
 
     def quiet_at(self, slot: datetime) -> bool:
-        return any(
-            start is not None and start <= slot and (end is None or slot < end)
-            for start, end in self.quiet
-        )
+        return _within(self.quiet, slot)
+
+    def done_at(self, slot: datetime) -> bool:
+        return _within(self.done, slot)
 
     def expected(self, until: datetime) -> list[datetime]:
         """The slots after its creation up to ``until`` it should have had."""
@@ -66,7 +68,13 @@ class Timeline:
             end = min(end, until)
             if end > start:
                 found += schedule.slots_between(start + US, end, MAX_SLOTS)
-        return [s for s in found if not self.quiet_at(s)]
+        return [s for s in found if not self.quiet_at(s) and not self.done_at(s)]
+
+
+def _within(spans: list[list[datetime | None]], slot: datetime) -> bool:
+    return any(
+        start is not None and start <= slot and (end is None or slot < end) for start, end in spans
+    )
 
 
 @dataclass
@@ -125,6 +133,8 @@ class Ledger:
                 ran = run["status"] != "skipped"
                 if ran and run["origin"] in SCHEDULED and line.quiet_at(slot):
                     found.append(f"{name}: slot {slot.isoformat()} ran while the job was quiet")
+                if ran and run["origin"] in SCHEDULED and line.done_at(slot):
+                    found.append(f"{name}: slot {slot.isoformat()} ran after the job was done")
                 if run["status"] == "skipped" and not run["last_error"]:
                     found.append(f"{name}: slot {slot.isoformat()} skipped without a reason")
                 elif run["status"] == "skipped" and (job["id"], slot) not in seen:

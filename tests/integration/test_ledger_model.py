@@ -198,7 +198,11 @@ class Cluster:
         await self.keeper.run_once(now)
         await self.alerts.watch_pass(len(SHARDS), now=now)  # hands an adopted job over
         await self.alerts.watch_timeouts(now=now)
-        for _ in range(50):
+        # Until a claim makes no progress: one that claims only a job whose flights have no
+        # room (due again, and claimed again, a second later) ends the pass, as the next one
+        # takes it; a tenant's limit of one lets one run in a claim.
+        progress = True
+        while progress:
             await self.store.db.all("gate_pass", {"shards": self.shards})
             await backfills.fill(self.side, self.shards, now)
             jobs = (await self.node.claim(self.shards, 100, LEASE_S, now=now)).jobs
@@ -229,6 +233,7 @@ class Cluster:
                     continue
                 ended.append(_finish(f, now, failing, verdict)[0])
             await self.node.completions.complete_flights(ended, now=now)
+            progress = bool(done or flights)
 
     async def recover(self, now: datetime) -> None:
         """The node's recovery pass (node/maintenance/recovery.py): the runs of a dead node
@@ -385,6 +390,7 @@ class OperatorActions(RuleBasedStateMachine):
         retries=st.integers(0, 1),
         catch_up=st.sampled_from(("once", "skip", "backfill")),
         pause_after=st.sampled_from((None, 2)),
+        max_runs=st.sampled_from((None, 3)),
         after_failure=st.sampled_from(("block", "run", "skip")),
     )
     def make_jobs(
@@ -392,6 +398,7 @@ class OperatorActions(RuleBasedStateMachine):
         retries: int = 0,
         catch_up: str = "once",
         pause_after: int | None = None,
+        max_runs: int | None = None,
         after_failure: str = "block",
     ) -> None:
         """The jobs; a, m, k and l retry a failed slot (after 30 s) or not, and catch up by
@@ -399,6 +406,7 @@ class OperatorActions(RuleBasedStateMachine):
         its ``after_failure`` says when a's slot failed."""
         self.options = {"retries": retries, "retry_backoff": "30s", "catch_up": catch_up}
         self.pause_after = pause_after
+        self.max_runs = max_runs
         self.after_failure = after_failure
         self.first_options = self.options
         self.started = self.now
@@ -411,7 +419,8 @@ class OperatorActions(RuleBasedStateMachine):
         specs = [spec(n, self.tenant, **self.kept(n)) for n in names]
         self.do(
             f"apply a b c m w e n o k l (retries {retries}, catch-up {catch_up}, "
-            f"m's pause after failures {pause_after}, b's after-failure {after_failure})",
+            f"m's pause after failures {pause_after} and max runs {max_runs}, "
+            f"b's after-failure {after_failure})",
             lambda: self.cluster.store.definitions.apply(specs, now=self.now),
         )
         self.make_child()
@@ -428,7 +437,8 @@ class OperatorActions(RuleBasedStateMachine):
     def kept(self, name: str) -> dict[str, Any]:
         """The options the model gave the job, which a new definition keeps."""
         if name == "m":
-            return {**self.options, "pause_after_failures": self.pause_after}
+            done = {} if self.max_runs is None else {"max_runs": self.max_runs}
+            return {**self.options, "pause_after_failures": self.pause_after, **done}
         if name == "b":
             return {"after_failure": self.after_failure}
         if name == "e":
@@ -443,11 +453,26 @@ class OperatorActions(RuleBasedStateMachine):
         self.cluster.run(self.cluster.tick(self.failing, self.hold))
         self.hold = ()
         self.cluster.run(self.cluster.stamp(self.tenant))
+        self.note_done()
         if self.pause_after is not None and not self.quiet("m"):
             job = self.cluster.run(self.cluster.store.get("m", self.tenant))
             if job.paused:
                 self.steps.append("m paused itself")
                 self.timelines["m"].quiet.append([self.now, None])
+
+    def note_done(self) -> None:
+        """m done after its max_runs: its slots from the one it stopped at are expected no
+        more, until a new timing makes it idle again (then from now on)."""
+        if self.max_runs is None:
+            return
+        line = self.timelines["m"]
+        job = self.cluster.run(self.cluster.store.get("m", self.tenant))
+        ended = bool(line.done) and line.done[-1][1] is None
+        if job.status == "done" and not ended:
+            self.steps.append("m done")
+            line.done.append([job.slot_at, None])
+        elif job.status != "done" and ended:
+            line.done[-1][1] = self.now
 
     def teardown(self) -> None:
         """The next example starts on a day of its own at the same time of day, so a
@@ -720,6 +745,8 @@ class OperatorActions(RuleBasedStateMachine):
         """A definition of the job written over a pause: one without ``paused`` resumes it,
         and a ``pause --until`` before that holds it until its time still."""
         line = self.timelines[self.runs_as(name)]
+        if name == "m":
+            self.note_done()
         if self.quiet(name) and line.quiet[-1][1] is None:
             job = self.cluster.run(self.cluster.store.get(name, self.tenant))
             if not job.paused:
@@ -843,7 +870,7 @@ class OperatorActions(RuleBasedStateMachine):
             made.quiet.append([self.now, held])
         self.timelines[self.runs_as("e")] = made
 
-    @rule(name=st.sampled_from(("a", "e")))
+    @rule(name=st.sampled_from(("a", "e", "m")))
     def pause_by_apply(self, name: str) -> None:
         """An apply of the job's definition as it stands with ``paused: true``: a pause
         written as a definition."""
@@ -903,6 +930,24 @@ class OperatorActions(RuleBasedStateMachine):
         ):
             self.timelines["c"] = self.timeline("c")
 
+    @rule(name=st.sampled_from(("w", *FLOWN, *KEYED)))
+    def remake(self, name: str) -> None:
+        """``pulse jobs remove``, then the job added again under its name, a run of it in
+        progress or not: a new job, whose slots are expected from now on; the old job's
+        history went with it, and its run still going ends with nothing to write."""
+        job = self.cluster.run(self.cluster.store.get(name, self.tenant))
+        store = self.cluster.store
+
+        async def remake() -> None:
+            await store.remove(name, self.tenant)
+            await store.definitions.add(spec(name, self.tenant, **self.kept(name)), now=self.now)
+
+        if self.do(f"remove {name}, then add it again", remake):
+            self.ledger.forget(job.id)
+            self.timelines[name] = self.timeline(name)
+            if name == "w":
+                self.token = self.cluster.run(store.watch.token("w", self.tenant)) or ""
+
     @rule(
         name=st.sampled_from(("a", "m", "w", CHILD["e"], *FLOWN, *KEYED)), times=st.integers(1, 4)
     )
@@ -947,6 +992,19 @@ class OperatorActions(RuleBasedStateMachine):
             line = self.timelines["w"]
             if _schedule(schedule) != line.schedules[-1][1]:
                 line.schedules.append((self.now, _schedule(schedule)))
+            self.applied("w")
+
+    @rule()
+    def rollback_w(self) -> None:
+        """w back to its first definition (watched, every minute); refused once Pulse runs
+        it, as that definition watches it."""
+        if self.do(
+            "rollback w --to 1",
+            lambda: self.cluster.store.revisions.rollback("w", self.tenant, 1, now=self.now),
+        ):
+            line = self.timelines["w"]
+            if str(line.schedules[-1][1].expr) != "* * * * *":
+                line.schedules.append((self.now, _schedule("* * * * *")))
             self.applied("w")
 
     @rule()
@@ -1108,7 +1166,7 @@ class Sequence:
     def __init__(self, cluster: ClusterSettings, **jobs: Any) -> None:
         OperatorActions.cluster = Cluster(cluster)
         self.machine = OperatorActions()
-        self.machine.make_jobs(**jobs)  # make_jobs' draws: retries, catch_up, pause_after
+        self.machine.make_jobs(**jobs)  # make_jobs' draws: retries, catch_up, pause_after...
 
     def __enter__(self) -> OperatorActions:
         return self.machine
