@@ -143,9 +143,9 @@ class Holds:
         """Record skipped the slots an idle job owes at ``now``: its slot, if its time has
         come (due and not yet claimed, held at its gate, deferred by a window, jittered),
         and those that came behind it (``dropped.passed_slots``); a watch job's awaited
-        slots no ping came for, before the late pass declares them missed. A pause moves the job
-        past them, and the slot ledger leaves no slot without a record. Written through
-        ``record_skipped``, as the schema's owner: the web's role writes no runs
+        slots no ping came for, before the late pass declares them missed. A pause moves
+        the job past them, and the slot ledger leaves no slot without a record. Written
+        through ``record_skipped``, as the schema's owner: the web's role writes no runs
         (docs/design/roles.md)."""
         if job.status != JobStatus.IDLE or job.slot_at > now or job.each_zone:
             return  # an each-zone job's children run its slots: they owe them
