@@ -198,11 +198,7 @@ class Cluster:
         await self.keeper.run_once(now)
         await self.alerts.watch_pass(len(SHARDS), now=now)  # hands an adopted job over
         await self.alerts.watch_timeouts(now=now)
-        # Until a claim makes no progress: one that claims only a job whose flights have no
-        # room (due again, and claimed again, a second later) ends the pass, as the next one
-        # takes it; a tenant's limit of one lets one run in a claim.
-        progress = True
-        while progress:
+        for _ in range(500):  # a tenant's limit of one lets one run in a claim
             await self.store.db.all("gate_pass", {"shards": self.shards})
             await backfills.fill(self.side, self.shards, now)
             jobs = (await self.node.claim(self.shards, 100, LEASE_S, now=now)).jobs
@@ -233,7 +229,6 @@ class Cluster:
                     continue
                 ended.append(_finish(f, now, failing, verdict)[0])
             await self.node.completions.complete_flights(ended, now=now)
-            progress = bool(done or flights)
 
     async def recover(self, now: datetime) -> None:
         """The node's recovery pass (node/maintenance/recovery.py): the runs of a dead node
