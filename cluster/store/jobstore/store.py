@@ -202,7 +202,8 @@ class JobStore:
         job's queue) stays as it is (docs/design/gates.md); so does a job planned past slots
         skip-next recorded (``Holds.records_ahead``), one paused until a time to come,
         whose run after the trigger's would otherwise be its next slot after now, and a done
-        one, which stays done (its slot is the one it stopped at, long past)."""
+        one, which stays done (its slot is the one it stopped at, long past), but for an
+        every-node one, whose flight would run on one node."""
         job = await self.get(name, tenant)
         if job.watch:
             raise InvalidInput("name", f"{name!r} is a watch job: no node runs it")
@@ -211,7 +212,7 @@ class JobStore:
             or await self.has_upstreams(name, tenant)
             or await self.holds.records_ahead(job, now)
             or (job.paused_until is not None and job.paused_until > await self.db.db_now(now))
-            or job.status == JobStatus.DONE
+            or (job.status == JobStatus.DONE and not job.each_node)
         ):
             await self.inputs.trigger(name, tenant, now=now)
             return await self.get(name, tenant)
