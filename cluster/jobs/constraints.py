@@ -91,7 +91,7 @@ def constrained(
         raw["assert_fails"],
     )
     if watch:
-        _check_watch(parsed, zones, each_zone, overlap)
+        _check_watch(parsed, zones, each_zone, overlap, raw["max_runs"])
     if values.get("each_node", False):
         _check_each_node(parsed, raw, each_zone, overlap, watch)
         if values.get("uses"):  # a member's run takes no key: the limit would not hold
@@ -124,15 +124,22 @@ def constrained(
     )
 
 
-def _check_watch(parsed: Schedule, zones: tuple[str, ...], each_zone: bool, overlap: str) -> None:
+def _check_watch(
+    parsed: Schedule, zones: tuple[str, ...], each_zone: bool, overlap: str, max_runs: object
+) -> None:
     """What a watch job cannot be: it has no node to run on, and pings come for recurring
-    slots one at a time (docs/jobs.md, "Watch jobs")."""
+    slots one at a time (docs/jobs.md, "Watch jobs"). Its pings are not the runs max_runs
+    counts (a node's completion counts them): accepted, it never made the job done."""
     if parsed.at is not None:
         raise InvalidInput("watch", "a one-off (@at) job cannot be watched")
     if zones or each_zone:
         raise InvalidInput("watch", "a watch job runs on no node: zones do not apply")
     if overlap == "allow":
         raise InvalidInput("watch", "a watch job records one run per slot: allow does not apply")
+    if max_runs is not None:
+        raise InvalidInput(
+            "watch", "a watch job's pings are not counted: max_runs applies once adopted"
+        )
 
 
 def _check_each_node(

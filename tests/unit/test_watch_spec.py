@@ -34,6 +34,7 @@ def test_a_watch_entry_keeps_its_handler_for_adoption() -> None:
         ({"watch": True, "each_zone": True}, "watch"),
         ({"watch": True, "overlap": "allow"}, "watch"),
         ({"watch": True, "schedule": "@at 2030-01-01T00:00:00Z"}, "watch"),
+        ({"watch": True, "max_runs": 3}, "watch"),  # before, accepted and never counted
     ],
 )
 def test_what_a_watch_job_cannot_be(entry: dict[str, object], field: str) -> None:
