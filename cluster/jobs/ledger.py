@@ -17,7 +17,6 @@ from typing import Any, NamedTuple
 
 from cluster.jobs.models import RunStatus
 from cluster.jobs.spans import Span
-from cluster.timing.instants import US
 
 __all__ = [
     "FAILING",
@@ -226,11 +225,12 @@ class Summary:
 def expected(job: Job, start: datetime, end: datetime) -> Iterator[datetime]:
     """The slots ``job`` should have had in ``[start, end)``, in order: each span's
     schedule's slots strictly after the span began (none while paused), or the chained
-    slots released to it; none after it finished."""
-    stop = end if job.done_after is None else min(end, job.done_after + US)
+    slots released to it. Those after it finished are slots still, owed nothing
+    (``JobAudit``): a record there is on its slot (an apply that made the job done records
+    the slots it owed then)."""
     if job.chained:
-        return (s for s in job.chained if start <= s < stop)
-    return itertools.chain.from_iterable(span.slots(start, stop) for span in job.spans)
+        return (s for s in job.chained if start <= s < end)
+    return itertools.chain.from_iterable(span.slots(start, end) for span in job.spans)
 
 
 class JobAudit:
@@ -271,7 +271,8 @@ class JobAudit:
 
     def _unrecorded(self, slot: datetime) -> Iterator[Line]:
         """The line of an expected slot without a record, or none while the job was done."""
-        if not self._done_at(slot):
+        done_after = self.job.done_after
+        if (done_after is None or slot <= done_after) and not self._done_at(slot):
             yield _unrecorded(self.job, slot, self._cutoff)
 
     def _done_at(self, slot: datetime) -> bool:

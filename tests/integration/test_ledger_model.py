@@ -458,9 +458,9 @@ class OperatorActions(RuleBasedStateMachine):
     def note_done(self) -> None:
         """m done after its max_runs: its slots from the one it stopped at are expected no
         more, until a new timing makes it idle again (then from now on)."""
-        if self.max_runs is None:
-            return
         line = self.timelines["m"]
+        if self.max_runs is None and not line.done:
+            return
         job = self.cluster.run(self.cluster.store.get("m", self.tenant))
         ended = bool(line.done) and line.done[-1][1] is None
         if job.status == "done" and not ended:
@@ -761,6 +761,22 @@ class OperatorActions(RuleBasedStateMachine):
             if _schedule(list(schedules)) != line.schedules[-1][1]:
                 line.schedules.append((self.now, _schedule(list(schedules))))
             self.applied("m")
+
+    @rule(max_runs=st.sampled_from((None, 2, 4)))
+    def max_runs_m(self, max_runs: int | None) -> None:
+        """m's definition as it stands with another ``max_runs`` (over a pause: resumed, as
+        any apply without ``paused``): raised above its runs, a done m runs again from its
+        next slot; lowered to them, it is done at once."""
+        every = str(self.timelines["m"].schedules[-1][1].expr)
+        self.max_runs, before = max_runs, self.max_runs
+        new = spec("m", self.tenant, every, **self.kept("m"))
+        if self.do(
+            f"apply m max runs {max_runs}",
+            lambda: self.cluster.store.definitions.apply([new], now=self.now),
+        ):
+            self.applied("m")
+        else:
+            self.max_runs = before
 
     @rule(every=st.sampled_from(("@every 1m", "@every 2m", "*/3 * * * *")))
     def apply_e(self, every: str) -> None:
@@ -1821,3 +1837,28 @@ def test_skip_next_of_a_slot_kept_under_a_new_timing_walks_the_new_timing_after_
         machine.skip_next("m", 1)
         for _ in range(2):
             machine.the_ledger_holds()
+
+
+@pytest.mark.parametrize("paused", [True, False], ids=["paused-by-apply", "idle"])
+def test_a_job_made_done_by_an_apply_has_the_slots_it_owed_on_their_slots(
+    settings: ClusterSettings, paused: bool
+) -> None:
+    """Found by a random search: m ran five slots, its next ones came due with no pass to
+    run them, an apply paused it (recording them) or not, and then one gave it a
+    ``max_runs`` of 4: done at once, the slots it owed recorded skipped. The audit took a
+    done job's slots to end at its last run, and listed those records ``unaligned``. Then
+    ``max_runs`` unset: m runs again from its next slot."""
+    with Sequence(settings) as machine:
+        for _ in range(8):
+            machine.the_ledger_holds()
+        machine.stall(2)
+        if paused:
+            machine.pause_by_apply("m")
+        machine.max_runs_m(4)
+        assert machine.steps[-1] == "m done"
+        for _ in range(3):  # after a stall, the first reads the ledger without a pass
+            machine.the_ledger_holds()
+        machine.max_runs_m(None)
+        for _ in range(3):
+            machine.the_ledger_holds()
+        assert machine.cluster.run(machine.cluster.store.get("m", machine.tenant)).runs_done > 5

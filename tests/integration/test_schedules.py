@@ -184,6 +184,67 @@ async def test_a_trigger_of_a_done_job_runs_once_and_leaves_it_done(
     )
 
 
+@pytest.mark.parametrize("max_runs", [3, None])
+async def test_more_runs_for_a_done_job_run_it_again_from_its_next_slot(
+    store: JobStore, open_session: Opener, max_runs: int | None
+) -> None:
+    """``max_runs`` raised above the runs a done job ran (or unset): it runs from its
+    schedule's next slot after the apply, the slots while it was done owed nothing. Before,
+    it stayed done: only another schedule made it idle again."""
+    await store.definitions.add(JobSpec.build("once", "@hourly", H, max_runs=1), now=T0)
+    node = await open_session("n1")
+    await run_once(node, T0 + timedelta(hours=1))
+    now = T0 + timedelta(hours=3, minutes=10)
+    more = JobSpec.build("once", "@hourly", H, max_runs=max_runs)
+    assert (await store.definitions.apply([more], now=now)).updated == ["once"]
+    job = await store.get("once")
+    assert (job.status, job.slot_at, job.runs_done) == ("idle", T0 + timedelta(hours=4), 1)
+    for hour in (4, 5):
+        await run_once(node, T0 + timedelta(hours=hour))
+    job = await store.get("once")
+    assert (job.status, job.runs_done) == ("done" if max_runs else "idle", 3)
+    runs = await store.runs(job="once")
+    assert sorted((r.scheduled_for.hour, r.status) for r in runs) == [
+        (1, "succeeded"), (4, "succeeded"), (5, "succeeded"),
+    ]  # fmt: skip
+
+
+async def test_max_runs_lowered_to_the_runs_done_makes_the_job_done_now(
+    store: JobStore, open_session: Opener
+) -> None:
+    """Before, a job given a ``max_runs`` it had reached ran once more. Its slot due by
+    the apply (no node took it) is recorded skipped with the apply's reason; a running
+    job is done when its run ends."""
+    for name in ("due", "running"):
+        await store.definitions.add(JobSpec.build(name, "@hourly", H, max_runs=5), now=T0)
+    node = await open_session("n1")
+    for hour in (1, 2):
+        at = T0 + timedelta(hours=hour)
+        claimed = (await node.claim(ALL, 10, 0.0, now=at)).jobs
+        assert await node.completions.complete(
+            [after_run(c, OK, at)[0] for c in claimed], [], now=at
+        )
+    now = T0 + timedelta(hours=3, minutes=10)
+    (held,) = (await node.claim(ALL, 1, 0.0, now=now)).jobs
+    lowered = [JobSpec.build(n, "@hourly", H, max_runs=2) for n in ("due", "running")]
+    assert sorted((await store.definitions.apply(lowered, now=now)).updated) == ["due", "running"]
+    other = "due" if held.name == "running" else "running"
+    job = await store.get(other)
+    assert (job.status, job.runs_done, job.next_run_at) == ("done", 2, None)
+    assert (await store.get(held.name)).status == "running"
+    done, skips = after_run(held, OK, now)
+    assert await node.completions.complete([done], skips, now=now)
+    job = await store.get(held.name)
+    assert (job.status, job.runs_done) == ("done", 3)
+    assert (await node.claim(ALL, 10, 0.0, now=T0 + timedelta(days=1))).jobs == []
+    runs = await store.runs(job=other)
+    assert sorted((r.scheduled_for.hour, r.status, r.last_error) for r in runs) == [
+        (1, "succeeded", None),
+        (2, "succeeded", None),
+        (3, "skipped", "skipped by pulse jobs apply: max_runs 2 reached before it ran"),
+    ]
+
+
 async def test_a_retried_slot_counts_once(store: JobStore, open_session: Opener) -> None:
     await store.definitions.add(JobSpec.build("r", "@hourly", H, max_runs=1, retries=1), now=T0)
     node = await open_session("n1")

@@ -192,6 +192,11 @@ def test_a_chained_job_expects_its_released_slots_and_a_done_job_nothing_after()
     assert verdicts(audit(chained, [run(2)])) == [(2, "ran"), (5, "missing")]
     done = job((-1, "created", definition("@every 1m")), done_after=at(2))
     assert verdicts(audit(done, [run(0), run(1), run(2)])) == [(0, "ran"), (1, "ran"), (2, "ran")]
+    # Made done at 4.5 by an apply (max_runs lowered to its runs), which recorded the slots
+    # it owed then, after its last run: on their slots, not `unaligned`.
+    owed = [run(3, "skipped", error="skipped by pulse jobs apply: max_runs 3 reached")]
+    lines = audit(done, [run(0), run(1), run(2), *owed, run(4, "skipped")])
+    assert verdicts(lines) == [(0, "ran"), (1, "ran"), (2, "ran"), (3, "skipped"), (4, "skipped")]
 
 
 def test_a_job_done_after_its_max_runs_expects_nothing_until_a_new_timing_then_one_run() -> None:
@@ -213,6 +218,24 @@ def test_a_job_done_after_its_max_runs_expects_nothing_until_a_new_timing_then_o
     assert verdicts(audit(j, rerun, cutoff=at(9)))[:5] == [
         (0, "ran"), (1, "ran"), (2, "missing"), (3, "missing"), (4, "ran"),
     ]  # fmt: skip
+
+
+def test_a_job_given_more_runs_expects_its_slots_from_then_and_one_given_fewer_none() -> None:
+    """max_runs raised on a job done after two runs (at 0 and 1): its slots after the
+    apply at 3.5 are expected, not those while it was done; lowered at 5.5 to the runs it
+    ran: none after (upsert_jobs makes it done then)."""
+    j = job(
+        (-0.5, "created", definition(max_runs=2)),
+        (3.5, "updated", definition(max_runs=5)),
+        (5.5, "updated", definition(max_runs=4)),
+    )
+    records = [run(0), run(1), run(4), run(5)]
+    assert verdicts(audit(j, records, cutoff=at(9))) == [
+        (0, "ran"),
+        (1, "ran"),
+        (4, "ran"),
+        (5, "ran"),
+    ]
 
 
 def test_records_on_no_expected_slot_are_unaligned() -> None:

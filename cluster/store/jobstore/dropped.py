@@ -143,9 +143,13 @@ def dropped_slots(old: Job, new: Job, now: datetime, by: str) -> list[Passing]:
     others.
 
     A definition that pauses an idle job (``paused: true``) is a pause: it passes every
-    slot due from the job's own on, as ``pulse jobs pause`` records them (``passed_slots``)."""
+    slot due from the job's own on, as ``pulse jobs pause`` records them (``passed_slots``);
+    so does one that makes it done (its ``max_runs`` lowered to the runs it ran)."""
     if new.paused and not old.paused and old.status == JobStatus.IDLE:
         return passed_slots(old, now, f"skipped by {by}: paused before it ran")
+    if new.status == JobStatus.DONE and old.status == JobStatus.IDLE:
+        reason = f"skipped by {by}: max_runs {new.max_runs} reached before it ran"
+        return passed_slots(old, now, reason)
     reason = f"skipped by {by}: a new timing moved the job past it before it ran"
     keeper = _timing(new) if new.slot_at == old.slot_at else None
     return passing.passed(_timing(old), old.slot_at, now, reason, keeper)

@@ -809,7 +809,9 @@ $$;
 -- `0.3.0_pre_web_skips_and_triggers`). Only `skipped` rows with a reason, for one idle or
 -- paused job in the caller's tenant scope (or a running one, for slots after the one it
 -- runs: an apply's new timing passes them, migration
--- `0.3.0_pre_zzzzzzzzz_changed_while_running`), never over a record, and only for slots
+-- `0.3.0_pre_zzzzzzzzz_changed_while_running`; or a done one, for slots from the one it
+-- stopped at: an apply that lowers its max_runs to its runs passes them, migration
+-- `0.3.0_pre_zzzzzzzzzz_max_runs_lowered`), never over a record, and only for slots
 -- still to be decided: at or after the job's slot, or still to come by the database's clock (any
 -- slot for a login that may insert runs itself: the owner, a node). An entry is [slot,
 -- reason] or [slot, reason, skipped_from] (migration 0.3.0_pre_zzzz_skipped_from), the
@@ -831,7 +833,8 @@ LANGUAGE sql SECURITY DEFINER AS $$
     FROM jobs j CROSS JOIN json_array_elements(p_skips) AS e
     WHERE j.id = p_job AND (p_scope IS NULL OR j.tenant_id = p_scope)
       AND (j.status IN ('idle', 'paused')
-           OR (j.status = 'running' AND (e->>0)::timestamptz > j.slot_at))
+           OR (j.status = 'running' AND (e->>0)::timestamptz > j.slot_at)
+           OR (j.status = 'done' AND (e->>0)::timestamptz >= j.slot_at))
       AND ((e->>0)::timestamptz >= j.slot_at OR (e->>0)::timestamptz > now()
            OR has_table_privilege(session_user, 'runs', 'INSERT'))
       AND nullif(e->>1, '') IS NOT NULL

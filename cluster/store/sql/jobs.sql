@@ -38,33 +38,40 @@ ON CONFLICT (tenant_id, name) DO UPDATE SET
                                           excluded.deadline, excluded.expect_baseline,
                                           excluded.asserts) > 0 THEN j.expect_state END,
     -- A done job (a one-off, or one past its max_runs) stays done unless it is given
-    -- another time, paused or not, as `pulse jobs pause` leaves it.
-    status = CASE
-        WHEN j.status = 'running' THEN 'running'
-        WHEN j.status = 'done' AND (j.schedule, j.tz) = (excluded.schedule, excluded.tz)
-            THEN 'done'
-        WHEN excluded.paused THEN 'paused'
-        ELSE 'idle' END,
-    -- An idle job moves to the new next slot when its timing changed or it is resumed;
-    -- excluded.next_run_at is that slot's jittered start, excluded.slot_at the slot. A
-    -- failed slot waiting for its retry that the new timing keeps (the writer plans it
-    -- again at its own slot) keeps its attempt and its retry's time. A job that stays
-    -- done stays where it is.
-    (next_run_at, slot_at, attempt, slot_origin) = (
-        SELECT CASE WHEN m.retry OR m.done THEN j.next_run_at
+    -- another time, paused or not, as `pulse jobs pause` leaves it, or more runs than it
+    -- ran (max_runs raised above runs_done, or unset): then it moves to its next slot
+    -- from now, as a resumed job does (the slots while it was done are not owed). An idle
+    -- or paused job whose max_runs is lowered to the runs it ran is done now, not after
+    -- one more run: dropped.py records the slots it owed. An idle job moves to the new
+    -- next slot when its timing changed or it is resumed; excluded.next_run_at is that
+    -- slot's jittered start, excluded.slot_at the slot. A failed slot waiting for its
+    -- retry that the new timing keeps (the writer plans it again at its own slot) keeps
+    -- its attempt and its retry's time.
+    (status, next_run_at, slot_at, attempt, slot_origin) = (
+        SELECT CASE WHEN j.status = 'running' THEN 'running'
+                    WHEN m.stays OR m.ends THEN 'done'
+                    WHEN excluded.paused THEN 'paused' ELSE 'idle' END,
+               CASE WHEN m.ends THEN '9999-01-01Z'::timestamptz
+                    WHEN m.retry OR m.stays THEN j.next_run_at
                     WHEN m.moves OR (j.status <> 'running' AND excluded.paused)
                     THEN excluded.next_run_at ELSE j.next_run_at END,
                CASE WHEN m.moves THEN excluded.slot_at ELSE j.slot_at END,
                CASE WHEN m.moves AND NOT m.retry THEN 1 ELSE j.attempt END,
                CASE WHEN m.moves THEN excluded.slot_origin ELSE j.slot_origin END
-        FROM (SELECT j.status <> 'running' AND NOT d.done AND (
+        FROM (SELECT j.status <> 'running' AND NOT d.stays AND NOT d.ends AND (
                   ({fields:timing:j.@}) IS DISTINCT FROM ({fields:timing:excluded.@})
-                  OR (j.paused AND NOT excluded.paused)) AS moves,
+                  OR (j.paused AND NOT excluded.paused) OR j.status = 'done') AS moves,
                 j.status = 'idle' AND j.attempt > 1 AND NOT excluded.paused
                   AND excluded.slot_at = j.slot_at AS retry,
-                d.done
-              FROM (SELECT j.status = 'done' AND (j.schedule, j.tz)
-                           = (excluded.schedule, excluded.tz) AS done) d) m),
+                d.stays, d.ends
+              FROM (SELECT t.same AND j.status = 'done' AND NOT (
+                               j.max_runs IS NOT NULL
+                               AND coalesce(excluded.max_runs > j.runs_done, true)
+                               AND excluded.slot_at < '9999-01-01Z'::timestamptz) AS stays,
+                           t.same AND j.status IN ('idle', 'paused')
+                               AND coalesce(excluded.max_runs <= j.runs_done, false) AS ends
+                    FROM (SELECT (j.schedule, j.tz) = (excluded.schedule, excluded.tz)
+                                 AS same) t) d) m),
     -- A slot kept under a new timing (held, deferred, retried, running) walks on from here
     -- to the new timing's slots after now, not to those before (Schedule.starting).
     timing_from = CASE WHEN ({fields:timing:j.@}) IS DISTINCT FROM ({fields:timing:excluded.@})
