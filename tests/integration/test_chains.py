@@ -168,6 +168,35 @@ async def test_pause_and_resume_keep_the_released_slots(
     assert (await claim(open_session, soon))["b"].slot == at(10)
 
 
+async def test_a_done_chained_job_is_released_nothing_and_more_runs_wait_for_the_next_success(
+    store: JobStore, settings: ClusterSettings, open_session: Opener
+) -> None:
+    """b is done after one run. Before, the slot released while that run went on stayed
+    queued, every later success of a released one more (rows the pruning never takes), and
+    b given more runs ran them all, the oldest first. The queued slot is taken when b is
+    done, a done b is released nothing, and one given more runs waits for the next."""
+    await store.definitions.apply([job("a"), job("b", "@after:a", max_runs=1)], now=T0)
+    await finish(open_session, (await claim(open_session, at(10)))["a"], OK, at(11))
+    b10 = (await claim(open_session, at(11)))["b"]
+    await finish(open_session, (await claim(open_session, at(20)))["a"], OK, at(21))
+    await finish(open_session, b10, OK, at(22))
+    assert (await job_rows(settings))["b"]["status"] == "done"
+    await finish(open_session, (await claim(open_session, at(30)))["a"], OK, at(31))
+    queued = "SELECT slot, taken FROM chain_slots ORDER BY slot"
+    assert [(r["slot"], r["taken"]) for r in await rows(settings, queued)] == [
+        (at(10), True), (at(20), True),
+    ]  # fmt: skip
+    more = [job("a"), job("b", "@after:a", max_runs=2)]
+    assert (await store.definitions.apply(more, now=at(32))).updated == ["b"]
+    assert set(await claim(open_session, at(33))) == set(), "nothing left from before"
+    await finish(open_session, (await claim(open_session, at(40)))["a"], OK, at(41))
+    b40 = (await claim(open_session, at(41)))["b"]
+    assert b40.slot == at(40)
+    await finish(open_session, b40, OK, at(42))
+    assert (await job_rows(settings))["b"]["status"] == "done"
+    assert await runs_of(settings, "b") == [(at(10), "succeeded"), (at(40), "succeeded")]
+
+
 async def test_removing_a_chained_job_drops_its_slots(
     store: JobStore, settings: ClusterSettings, open_session: Opener
 ) -> None:

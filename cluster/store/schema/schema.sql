@@ -2467,8 +2467,10 @@ CREATE INDEX chain_slots_pending ON chain_slots (job_id) WHERE NOT taken;
 CREATE INDEX chain_slots_taken ON chain_slots (created_at) WHERE taken;
 
 -- Called by the fenced completion of a successful slot of `upstream` that feeds chained
--- jobs: records the slot for each, and has those idle with nothing to do take it at once
--- (rows locked this instant are left to the gate pass, chain_pull). Wakes their shards.
+-- jobs: records the slot for each (but one that is done: migration
+-- `0.3.0_pre_zzzzzzzzzz_no_releases_when_done`), and has those idle with nothing to do take
+-- it at once (rows locked this instant are left to the gate pass, chain_pull). Wakes their
+-- shards.
 CREATE FUNCTION chain_release(upstream uuid, slot timestamptz,
                               at timestamptz DEFAULT now()) RETURNS integer
 LANGUAGE plpgsql SET search_path FROM CURRENT AS $$
@@ -2477,8 +2479,8 @@ DECLARE
     s integer;
 BEGIN
     INSERT INTO chain_slots (job_id, slot, created_at)
-    SELECT e.downstream_id, slot, at FROM job_edges e
-    WHERE e.upstream_id = upstream AND e.match = 'chain'
+    SELECT e.downstream_id, slot, at FROM job_edges e JOIN jobs d ON d.id = e.downstream_id
+    WHERE e.upstream_id = upstream AND e.match = 'chain' AND d.status <> 'done'
     ON CONFLICT DO NOTHING;
     IF NOT FOUND THEN
         RETURN 0;
@@ -2503,6 +2505,22 @@ BEGIN
     END LOOP;
     RETURN started;
 END $$;
+
+-- A chained job that becomes done (its max_runs reached) takes the slots still released to
+-- it: owed nothing, as any done job's, and pruned with the taken ones; a job given more
+-- runs again waits for its upstream's next success (migration
+-- `0.3.0_pre_zzzzzzzzzz_no_releases_when_done`).
+CREATE FUNCTION chain_done() RETURNS trigger
+LANGUAGE plpgsql SET search_path FROM CURRENT AS $$
+BEGIN
+    UPDATE chain_slots c SET taken = true WHERE c.job_id = NEW.id AND NOT c.taken;
+    RETURN NULL;
+END $$;
+
+CREATE TRIGGER jobs_chain_done AFTER UPDATE OF status ON jobs
+FOR EACH ROW WHEN (NEW.status = 'done' AND OLD.status <> 'done'
+                   AND starts_with(NEW.schedule, '@after:'))
+EXECUTE FUNCTION chain_done();
 
 -- The gate pass's part for chains: the chained jobs of `shards` idle with a slot released
 -- but not taken (their row was locked at the release) take it.
