@@ -1862,3 +1862,26 @@ def test_a_job_made_done_by_an_apply_has_the_slots_it_owed_on_their_slots(
         for _ in range(3):
             machine.the_ledger_holds()
         assert machine.cluster.run(machine.cluster.store.get("m", machine.tenant)).runs_done > 5
+
+
+def test_a_holiday_taken_out_walks_a_kept_slot_on_to_the_new_timing_after_its_change(
+    settings: ClusterSettings,
+) -> None:
+    """Found by a random search: m (*/3) due with no pass to run it, a holiday put into its
+    calendar (its slot moved to the next business day, the day's later slot recorded
+    skipped ahead), a new timing (*/2 and */3, the slot kept), then the holiday taken out.
+    Planning m again walked the new timing from the kept slot, and recorded 00:04, a slot
+    of no timing in force then (``pulse audit``: unaligned), skipped "by pulse jobs
+    skip-next", which nobody ran; the kept slot said the same. The walk starts at the
+    change, and the kept slot, behind a slot decided already, says so."""
+    with Sequence(settings) as machine:
+        machine.apply_m(("*/3 * * * *",))
+        machine.stall(5)
+        machine.calendar(holiday=True)  # m's slot, due, moves to the next business day
+        for _ in range(2):  # after a stall, the first reads the ledger without a pass
+            machine.the_ledger_holds()
+        machine.apply_m(("*/2 * * * *", "*/3 * * * *"))
+        machine.calendar(holiday=False)
+        machine.the_ledger_holds()
+        runs = machine.cluster.run(machine.cluster.store.runs("m", machine.tenant))
+        assert not [r for r in runs if "skip-next" in (r.last_error or "")]

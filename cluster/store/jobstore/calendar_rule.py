@@ -88,9 +88,12 @@ class Rules:
         for job in jobs:
             label = f"{job['tenant_id']}/{job['name']}"
             rule = await self._rule(job, calendars, windows, db_now)
+            # Walked as the node walks it: a slot kept from before a new timing goes on to
+            # the new timing's slots after the change, never to those before, which were
+            # no slots of the job (Schedule.starting).
             schedule = parse_schedule(
                 job["schedule"], job["tz"], job["dst_repeated"], job["dst_skipped"]
-            )
+            ).starting(job["timing_from"])
             owed = job["slot_at"] <= db_now and schedule.at is None
             after = planned_from(job["paused_until"], db_now)  # a pause --until stays
             # What the old rule recorded ahead is the new rule's to decide: taken back, so

@@ -24,6 +24,7 @@ On an each-zone job each acts on its children, in the same transaction: they run
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
@@ -220,11 +221,11 @@ async def open_run(
         params = {"job_id": job_id, "from": run.slot, "limit": MAX_SKIP}
         rows = await db.all("recorded_slots", params)
         recorded = {r["scheduled_for"] for r in rows}
-        skips = [r["scheduled_for"] for r in rows if r["status"] == RunStatus.SKIPPED]
-        last = max(skips, default=None)  # runs before it are passed too
+        skips = [r for r in rows if r["status"] == RunStatus.SKIPPED]
+        last = skips[-1]["scheduled_for"] if skips else None  # runs before it are passed too
         while run.slot in recorded or (last is not None and run.slot < last):
             if run.slot not in recorded:
-                passed.append((run.slot, BETWEEN_REASON))
+                passed.append((run.slot, _between(skips[-1])))
             run, skipped = run_after(schedule, rule, run)
             passed += [(d.slot, d.reason or "skipped by the calendar") for d in skipped]
         if len(rows) < MAX_SKIP or run.slot <= max(recorded):
@@ -233,6 +234,16 @@ async def open_run(
     if passed:
         await db.all("record_skips", {"id": job_id, "skips": _json(passed), "now": now})
     return run
+
+
+def _between(later: Mapping[str, Any]) -> str:
+    """Why a slot before ``later`` (the newest slot recorded skipped ahead) is passed: the
+    job's slots run in order, and one after it is decided already."""
+    why = str(later["last_error"] or "")
+    if why.startswith(SKIP_REASON):
+        return BETWEEN_REASON
+    slot = later["scheduled_for"].isoformat()
+    return f"skipped: the job was planned again past {slot}, recorded before it ran ({why})"
 
 
 def _json(pairs: list[tuple[datetime, str]]) -> str:

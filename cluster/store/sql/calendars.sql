@@ -55,7 +55,7 @@ RETURNING c.name;
 -- The jobs that use the calendar, locked: their next slot is planned again.
 SELECT j.id, j.tenant_id, j.name, j.schedule, j.tz, j.dst_repeated, j.dst_skipped,
        j.status, j.shard_id, j.jitter_s, j.calendar, j.on_excluded, j.business_day, j.labels,
-       j.slot_at, j.next_run_at, j.gate_wait, j.paused_until
+       j.slot_at, j.next_run_at, j.gate_wait, j.paused_until, j.timing_from
 FROM jobs j WHERE j.calendar = %(name)s
 ORDER BY j.id
 FOR UPDATE;
@@ -64,7 +64,7 @@ FOR UPDATE;
 -- The jobs a blackout window of %(window_scope)s covers, locked, as calendar_jobs.
 SELECT j.id, j.tenant_id, j.name, j.schedule, j.tz, j.dst_repeated, j.dst_skipped,
        j.status, j.shard_id, j.jitter_s, j.calendar, j.on_excluded, j.business_day, j.labels,
-       j.slot_at, j.next_run_at, j.gate_wait, j.paused_until
+       j.slot_at, j.next_run_at, j.gate_wait, j.paused_until, j.timing_from
 FROM jobs j
 WHERE j.parent_id IS NULL AND NOT j.each_zone AND NOT starts_with(j.schedule, '@after:')
   AND (%(window_scope)s = 'cluster'

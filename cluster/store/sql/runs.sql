@@ -64,7 +64,7 @@ LIMIT %(limit)s;
 -- The job's slots from %(from)s on that have a record already (skip-next writes them ahead
 -- of time), oldest first, on UNIQUE (job_id, scheduled_for): a slot planned again must
 -- pass them (cluster/store/jobstore/holds.py).
-SELECT scheduled_for, status FROM runs
+SELECT scheduled_for, status, last_error FROM runs
 WHERE job_id = %(job_id)s AND scheduled_for >= %(from)s
 ORDER BY scheduled_for
 LIMIT %(limit)s;
