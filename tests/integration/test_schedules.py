@@ -17,6 +17,7 @@ from cluster.settings import ClusterSettings
 from cluster.store.jobstore.store import JobStore
 from cluster.store.lock.records import ClaimedJob
 from cluster.store.lock.session import LockSession
+from cluster.timing.calendars import Calendar
 from node.handlers.context import Outcome
 from node.pipeline.outcomes import after_run, plan_at_claim
 from node.pipeline.runcontext import slot_entry
@@ -243,6 +244,34 @@ async def test_max_runs_lowered_to_the_runs_done_makes_the_job_done_now(
         (2, "succeeded", None),
         (3, "skipped", "skipped by pulse jobs apply: max_runs 2 reached before it ran"),
     ]
+
+
+@pytest.mark.parametrize("change", ["holiday", "window", "apply"])
+async def test_a_done_job_gets_no_record_from_a_calendar_or_window_change(
+    store: JobStore, open_session: Opener, change: str
+) -> None:
+    """A calendar or window change plans the jobs it covers again, and an apply plans the
+    job it writes, recording the slots the rule skips on the way: not a done job's, which
+    has no slot left. Given more runs, it plans from the apply."""
+    await store.calendars.put(Calendar("days", frozenset(range(7)), frozenset()), now=T0)
+    done = JobSpec.build("once", "@hourly", H, max_runs=1, calendar="days")
+    await store.definitions.add(done, now=T0)
+    await run_once(await open_session("n1"), T0 + timedelta(hours=1))
+    now = T0 + timedelta(hours=1, minutes=10)  # before the slot it stopped at, 02:00
+    holiday = frozenset({now.date()})
+    if change == "holiday":
+        await store.calendars.put(Calendar("days", frozenset(range(7)), holiday), now=now)
+    elif change == "window":
+        await store.windows.add(now, now + timedelta(hours=5), job="once", now=now)
+    else:
+        await store.calendars.put(Calendar("days", frozenset(range(7)), holiday), now=now)
+        labelled = JobSpec.build(
+            "once", "@hourly", H, max_runs=1, calendar="days", labels={"a": "b"}
+        )
+        assert (await store.definitions.apply([labelled], now=now)).updated == ["once"]
+    assert (await store.get("once")).status == "done"
+    runs = await store.runs(job="once")
+    assert [(r.scheduled_for, r.status) for r in runs] == [(T0 + timedelta(hours=1), "succeeded")]
 
 
 async def test_a_retried_slot_counts_once(store: JobStore, open_session: Opener) -> None:

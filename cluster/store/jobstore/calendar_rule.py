@@ -15,6 +15,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from cluster.errors import InvalidInput
+from cluster.jobs.models import JobStatus
 from cluster.jobs.spec import JobSpec
 from cluster.store.jobstore.holds import open_run
 from cluster.store.jobstore.scoped import ScopedConnection
@@ -94,6 +95,12 @@ class Rules:
             schedule = parse_schedule(
                 job["schedule"], job["tz"], job["dst_repeated"], job["dst_skipped"]
             ).starting(job["timing_from"])
+            if job["status"] == JobStatus.DONE:  # no slot left to plan: its rule's copy
+                kept = {c: job[c] for c in ("id", "next_run_at", "slot_at")}
+                copy = None if rule is None else rule.to_json()
+                params = {**kept, "calendar_rule": copy, "slot_origin": None, "now": db_now}
+                await self._db.one("replan_calendar_job", params)
+                continue
             owed = job["slot_at"] <= db_now and schedule.at is None
             after = planned_from(job["paused_until"], db_now)  # a pause --until stays
             # What the old rule recorded ahead is the new rule's to decide: taken back, so
