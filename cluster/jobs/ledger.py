@@ -129,6 +129,10 @@ class Job:
     # or keep_runs, whichever reaches later): one missing there is `pruned`, not `missing`.
     kept_from: datetime | None = None
     kept_by: str = ""  # which of the two, for the line's detail
+    # The records before the range that count toward max_runs, and the slot of the newest:
+    # an audit from the middle of the job's history counts from its start.
+    ran_before: int = 0
+    last_ran_before: datetime | None = None
 
     def span_at(self, slot: datetime) -> Span | None:
         """The definition in force at ``slot`` (the one before an edit at its instant)."""
@@ -245,8 +249,8 @@ class JobAudit:
         self._cutoff = cutoff
         self._slots = expected(job, start, end)
         self._next = next(self._slots, None)
-        self._ran = 0  # the records fed so far that count toward max_runs
-        self._last_ran: datetime | None = None  # the slot of the latest of them
+        self._ran = job.ran_before  # the records so far that count toward max_runs
+        self._last_ran = job.last_ran_before  # the slot of the latest of them
 
     def feed(self, row: Record) -> Iterator[Line]:
         """The lines up to and including ``row``'s slot."""

@@ -194,6 +194,32 @@ async def test_an_edit_a_pause_and_a_trigger_are_followed(
     ]
 
 
+async def test_an_audit_from_the_middle_counts_the_runs_before_toward_max_runs(
+    store: JobStore, settings: ClusterSettings, open_session: Opener
+) -> None:
+    """A job done after two runs (10 s, 20 s) and given a new schedule at 35 s (idle again,
+    done after its run at 40 s), audited from 15 s: its run at 10 s was not read, so the
+    audit took the job for one run short of done and called 30 s, of its done spell,
+    missing. It counts the runs before the range that count toward max_runs."""
+    await add(store, every_10s("capped", max_runs=2))
+    await made_at_t0(settings)
+    node = await open_session("n1", "za")
+    for second in (10, 20):
+        (job,) = (await node.claim(ALL, 10, 30.0, now=at(second))).jobs
+        await node.completions.complete([finish(job)], now=at(second + 1))
+    assert (await store.get("capped")).status == "done"
+    new = JobSpec.build("capped", "@every 20s", "cluster.chaos.witness:record", max_runs=2)
+    await store.definitions.apply([new], now=at(35))
+    await rows(settings, REVISED, (at(35), 2))
+    (job,) = (await node.claim(ALL, 10, 30.0, now=at(40))).jobs
+    await node.completions.complete([finish(job)], now=at(41))
+    assert (await store.get("capped")).status == "done"
+
+    code, lines = await audit(settings, "--job", "capped", "--from", at(15).isoformat())
+    assert verdicts(lines, "capped") == [(at(20).isoformat(), "ran"), (at(40).isoformat(), "ran")]
+    assert code == 0
+
+
 def every_minute(job: ClaimedJob) -> Completion:
     """The completion of ``job`` of an ``@every 1m`` job: its next slot a minute on."""
     following = job.slot + timedelta(minutes=1)

@@ -220,6 +220,25 @@ def test_a_job_done_after_its_max_runs_expects_nothing_until_a_new_timing_then_o
     ]  # fmt: skip
 
 
+def test_an_audit_from_the_middle_of_a_jobs_history_counts_its_runs_before() -> None:
+    """The job done after two runs (at 0 and 1) audited from 0.5: its run at 0 is before
+    the range, and the audit counted only those it read, so it called the slots of its
+    done spell (2 and 3, before a new schedule at 3.5) missing. The runs before the range
+    that count (``ran_before``, ``audit_ran_before``) start the count."""
+    revisions = (
+        (-0.5, "created", definition(max_runs=2)),
+        (3.5, "updated", definition("@every 2m", max_runs=2)),
+    )
+    records = [run(1), run(4)]
+
+    def lines(j: Job) -> list[tuple[float, str]]:
+        return verdicts(list(audit_job(j, records, at(0.5), at(9), at(9))))
+
+    assert (2, "missing") in lines(job(*revisions))
+    counted = job(*revisions, ran_before=1, last_ran_before=at(0))
+    assert lines(counted) == [(1, "ran"), (4, "ran")]
+
+
 def test_a_job_given_more_runs_expects_its_slots_from_then_and_one_given_fewer_none() -> None:
     """max_runs raised on a job done after two runs (at 0 and 1): its slots after the
     apply at 3.5 are expected, not those while it was done; lowered at 5.5 to the runs it

@@ -188,10 +188,17 @@ async def _jobs(
             standing[r["job_id"]].append(
                 Coalesced(r["skipped_from"], r["scheduled_for"], r["last_error"] or "")
             )
+    counted = [i for i in ids if any(d.get("max_runs") for _, _, d in revisions[i])]
+    before: dict[UUID, tuple[int, datetime | None]] = {}
+    if counted:
+        params = {**scope.params(), "ids": counted, "start": scope.start}
+        for r in await fetch_all(conn, "audit_ran_before", params):
+            before[r["job_id"]] = (r["ran"], r["last"])
     jobs = [
-        _job(r, _revisions(r, revisions), chained[r["id"]], standing[r["id"]], kept.since(r))
+        _job(r, _revisions(r, revisions), chained[r["id"]], standing[r["id"]], kept.since(r),
+             before.get(r["id"], (0, None)))
         for r in rows
-    ]
+    ]  # fmt: skip
     return jobs, ids
 
 
@@ -214,6 +221,7 @@ def _job(
     chained: list[datetime],
     coalesced: list[Coalesced],
     kept: tuple[datetime | None, str],
+    ran_before: tuple[int, datetime | None],
 ) -> Job:
     spans = spans_of(revisions) if revisions else _unrevised(row)
     status = row["status"]
@@ -234,6 +242,8 @@ def _job(
         coalesced=tuple(coalesced),
         kept_from=kept[0],
         kept_by=kept[1],
+        ran_before=ran_before[0],
+        last_ran_before=ran_before[1],
     )
 
 

@@ -56,6 +56,19 @@ WHERE r.job_id = ANY(%(ids)s::uuid[])
   AND (%(scope)s::text IS NULL OR r.tenant_id = %(scope)s)
 ORDER BY r.job_id, r.revision;
 
+-- name: audit_ran_before
+-- Of the audited jobs that have had a max_runs, the records before the range that count
+-- toward it (they ran: not skipped or running, nor an operator's re-run or backfill), and
+-- the slot of the newest: an audit from the middle of a job's history reads when it was
+-- done as one from its start does. One probe of runs (job_id, scheduled_for) per job.
+SELECT x.job_id, count(*)::int AS ran, max(x.scheduled_for) AS last
+FROM runs x
+WHERE x.job_id = ANY(%(ids)s::uuid[]) AND x.scheduled_for < %(start)s::timestamptz
+  AND x.status NOT IN ('skipped', 'running')
+  AND coalesce(x.origin, '') NOT IN ('rerun', 'backfill')
+  AND (%(scope)s::text IS NULL OR x.tenant_id = %(scope)s)
+GROUP BY x.job_id;
+
 -- name: audit_chained
 -- The slots released to the audited chained jobs (chain_slots) in the range.
 SELECT c.job_id, c.slot FROM chain_slots c
