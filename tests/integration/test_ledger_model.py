@@ -230,6 +230,20 @@ class Cluster:
                 ended.append(_finish(f, now, failing, verdict)[0])
             await self.node.completions.complete_flights(ended, now=now)
 
+    async def shut_down(self, now: datetime) -> None:
+        """The node running the runs held past their pass shuts down before they end
+        (node/shutdown.py): it hands them back for another attempt, due at once (an
+        every-node run to its own queue), then records its every-node runs not ended
+        missed. The model's node goes on as the node that takes them."""
+        held, self.held = self.held, []
+        reason = "node shut down before the run ended"
+        await self.node.release(
+            [(j.id, j.lease_token) for j in held if not j.flight], reason, now=now
+        )
+        flights = [(j.id, j.slot, j.lease_token) for j in held if j.flight]
+        await self.node.flights.release(flights, reason, now=now)
+        await self.node.flights.drain(now=now)
+
     async def recover(self, now: datetime) -> None:
         """The node's recovery pass (node/maintenance/recovery.py): the runs of a dead node
         are taken back once their lease has expired, due again as their next attempt, or,
@@ -512,6 +526,15 @@ class OperatorActions(RuleBasedStateMachine):
         self.steps.append(f"the node running {names} dies")
         self.cluster.lost += self.cluster.held
         self.cluster.held = []
+
+    @precondition(lambda self: bool(self.cluster.held))
+    @rule()
+    def node_shuts_down(self) -> None:
+        """The node running the runs held past their pass is stopped (SIGTERM) before they
+        end: they are due again at once, and its every-node runs are recorded missed."""
+        names = ", ".join(job.name for job in self.cluster.held)
+        self.steps.append(f"the node running {names} shuts down")
+        self.cluster.run(self.cluster.shut_down(self.now))
 
     @rule(name=st.sampled_from(("a", "m", "e", CHILD["e"], *FLOWN, *KEYED)))
     def cancel_run(self, name: str) -> None:
@@ -1062,6 +1085,9 @@ class OperatorActions(RuleBasedStateMachine):
             if r["status"] == "skipped" and r["finished_at"] < r["scheduled_for"]
         }
         lines = self.cluster.run(self.cluster.audit(self.tenant, self.started))
+        # Over any range: from the middle of the history too, on no slot of a job.
+        middle = self.started + (self.now - self.started) / 2 + timedelta(seconds=1)
+        lines += self.cluster.run(self.cluster.audit(self.tenant, middle))
         failing = [line for line in lines if _failing(line, ahead)]
         assert not failing, (
             "pulse audit: "
