@@ -19,6 +19,7 @@ from cluster.store.lock.records import ClaimedJob
 from cluster.store.lock.session import LockSession
 from cluster.store.side import SideConnection
 from node.pipeline.outcomes import plan_at_claim
+from tests.helpers.history import finish
 from tests.helpers.sessions import T0, Opener, at, completion
 
 HANDLER = "cluster.chaos.witness:record"
@@ -174,3 +175,27 @@ async def test_a_queued_slot_dropped_with_its_backfill_ends_its_wait(
     # The flight's wait ends; the job's own slot waits still.
     waiters = (await store.limits.get("seats")).waiters
     assert [(w["job"], w["slot"]) for w in waiters] == [(waiter, at(60).isoformat())]
+
+
+async def test_a_retry_passed_over_for_its_key_waits_again(
+    store: JobStore, open_session: Opener
+) -> None:
+    """A slot waited for its key once, ran, and failed; its retry, due while another run
+    held the key, was passed over without a wait: the slot's wait had ended, and the claim
+    records one wait per slot (``ON CONFLICT DO NOTHING``), so neither ``pulse limits
+    list`` nor ``pulse jobs show`` said it waited, and the checker of the model test found
+    it left due. The wait is opened again, from the retry's pass."""
+    specs = keyed("r", 2, "@every 1m", uses="one", retries=1)
+    n1 = await node_over(store, open_session, specs, one={"max_concurrent": 1})
+    (first,) = (await n1.claim([SHARD], 10, 30.0, now=at(60))).jobs
+    await n1.completions.complete([completion(first, at(61))], now=at(61))
+    (waited,) = (await n1.claim([SHARD], 10, 30.0, now=at(62))).jobs
+    assert waited.name != first.name
+    retry = finish(waited, "failed", error="boom", retry_at=at(125))
+    await n1.completions.complete([retry], now=at(63))
+    (holder,) = (await n1.claim([SHARD], 10, 30.0, now=at(120))).jobs
+    assert holder.name == first.name
+    assert (await n1.claim([SHARD], 10, 30.0, now=at(126))).jobs == []
+    (key,) = await store.limits.keys()
+    assert [(w["job"], w["slot"]) for w in key.waiters] == [(waited.name, at(60).isoformat())]
+    assert (await store.details(waited.name))["key_wait"] is not None

@@ -1439,6 +1439,19 @@ CREATE INDEX limit_waits_open ON limit_waits (key_name) WHERE ended IS NULL;
 -- Pruned with the runs they explain (prune_limit_waits), oldest first.
 CREATE INDEX limit_waits_ended ON limit_waits (ended) WHERE ended IS NOT NULL;
 
+-- A slot passed over again after its wait ended (a retry) waits again, from the new pass:
+-- an insert of its wait opens the ended one (migration `0.3.0_pre_zzzzzzzzzz_retry_waits`).
+CREATE FUNCTION limit_wait_again() RETURNS trigger
+LANGUAGE plpgsql SET search_path FROM CURRENT AS $$
+BEGIN
+    UPDATE limit_waits w SET since = NEW.since, key_name = NEW.key_name, ended = NULL
+    WHERE w.job_id = NEW.job_id AND w.slot = NEW.slot AND w.ended IS NOT NULL;
+    RETURN NEW;  -- the row exists now if it did before: the insert does nothing
+END $$;
+
+CREATE TRIGGER limit_wait_again BEFORE INSERT ON limit_waits
+FOR EACH ROW EXECUTE FUNCTION limit_wait_again();
+
 -- A key's runs in flight and free places, as a snapshot sees them (no lock).
 CREATE VIEW limit_room AS
 SELECT l.id, l.scope, l.name,
