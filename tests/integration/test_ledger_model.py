@@ -315,6 +315,18 @@ class Cluster:
         async with aclosing(audit_lines(self.store.db.conn, scope)) as lines:
             return [line async for line in lines]
 
+    async def rate_spent(self, key: str, tenant: str) -> bool:
+        """Whether the tenant's key has a rate whose tokens the starts of the last period
+        (up to the clock) have all taken."""
+        statement = (
+            "SELECT rate, (SELECT count(*) FROM unnest(starts) AS s"
+            "              WHERE s > %s - make_interval(secs => per_s)) AS used"
+            " FROM limit_keys WHERE scope = %s AND name = %s AND rate IS NOT NULL"
+        )
+        cur = await self.store.db.conn.execute(statement, (self.clock, tenant, key))
+        row = await cur.fetchone()
+        return row is not None and row["used"] >= row["rate"]
+
     async def waits(self, tenant: str) -> list[Any]:
         """The tenant's waits for named limits still open, with their job's name."""
         statement = (
@@ -352,6 +364,7 @@ class OperatorActions(RuleBasedStateMachine):
         self.hold: tuple[str, ...] = ()  # jobs whose next run to start outlives its pass
         self.each_zone = True  # e is an each-zone job (else an ordinary one)
         self.keyed = dict.fromkeys(KEYED, True)  # k and l use the key
+        self.seats, self.rate = 1, None  # the key's limits: runs at once, starts a minute
         self.backfills: list[int] = []  # the ids of the backfills asked, oldest first
         self.steps: list[str] = []
 
@@ -851,10 +864,20 @@ class OperatorActions(RuleBasedStateMachine):
     @rule(seats=st.integers(1, 2))
     def set_seats(self, seats: int) -> None:
         """``pulse limits set``: the key lets one run in at a time, or two."""
-        self.do(
-            f"limits set {KEY} --max-concurrent {seats}",
-            lambda: self.cluster.store.limits.set(KEY, tenant=self.tenant, max_concurrent=seats),
-        )
+        self.set_key(seats, self.rate)
+
+    @rule(rate=st.sampled_from((None, "1/min", "2/min")))
+    def set_rate(self, rate: str | None) -> None:
+        """``pulse limits set --rate``: at most one or two of k's and l's runs start in any
+        minute, or no such limit: a slot passed over waits for the key's window."""
+        self.set_key(self.seats, rate)
+
+    def set_key(self, seats: int, rate: str | None) -> None:
+        text = f"limits set {KEY} --max-concurrent {seats}{f' --rate {rate}' if rate else ''}"
+        limits = self.cluster.store.limits
+        if self.do(text, lambda: limits.set(KEY, tenant=self.tenant, max_concurrent=seats,
+                                            rate=rate)):  # fmt: skip
+            self.seats, self.rate = seats, rate
 
     @rule(places=st.sampled_from((None, 1, 2)))
     def tenant_limit(self, places: int | None) -> None:
@@ -1067,6 +1090,7 @@ class OperatorActions(RuleBasedStateMachine):
         key = self.cluster.run(self.cluster.store.limits.get(KEY, self.tenant))
         waits = self.cluster.run(self.cluster.waits(self.tenant))
         full = key.max_concurrent is not None and len(key.holders) >= key.max_concurrent
+        full = full or self.cluster.run(self.cluster.rate_spent(KEY, self.tenant))
         blocked = {w["name"] for w in waits if full and jobs[w["name"]]["slot_at"] == w["slot"]}
         limits = self.cluster.run(self.cluster.store.tenants.limits(self.tenant))
         if any(limit.running >= limit.max_concurrent for limit in limits):
