@@ -246,6 +246,30 @@ async def test_max_runs_lowered_to_the_runs_done_makes_the_job_done_now(
     ]
 
 
+async def test_max_runs_lowered_while_a_slot_waits_for_its_retry_ends_after_the_retry(
+    store: JobStore, open_session: Opener
+) -> None:
+    """The slot's attempt failed and its retry waits: the job is in that slot, as a running
+    one is, and is done when its last attempt ends. Made done at once, the retry never
+    ran, and the slot's record kept saying it would ("retry in 30s")."""
+    spec = JobSpec.build("r", "@hourly", H, max_runs=5, retries=1, retry_backoff="30s")
+    await store.definitions.add(spec, now=T0)
+    node = await open_session("n1")
+    await run_once(node, T0 + timedelta(hours=1))
+    await run_once(node, T0 + timedelta(hours=2), Outcome("failed", "boom", 0.1))
+    now = T0 + timedelta(hours=2, seconds=10)
+    lowered = JobSpec.build("r", "@hourly", H, max_runs=1, retries=1, retry_backoff="30s")
+    await store.definitions.apply([lowered], now=now)
+    assert ((job := await store.get("r")).status, job.attempt) == ("idle", 2)
+    await run_once(node, T0 + timedelta(hours=2, seconds=40))
+    job = await store.get("r")
+    assert (job.status, job.runs_done) == ("done", 2)
+    runs = await store.runs(job="r")
+    assert sorted((r.scheduled_for.hour, r.status, r.attempt) for r in runs) == [
+        (1, "succeeded", 1), (2, "succeeded", 2),
+    ]  # fmt: skip
+
+
 @pytest.mark.parametrize("change", ["holiday", "window", "apply"])
 async def test_a_done_job_gets_no_record_from_a_calendar_or_window_change(
     store: JobStore, open_session: Opener, change: str

@@ -42,7 +42,8 @@ ON CONFLICT (tenant_id, name) DO UPDATE SET
     -- ran (max_runs raised above runs_done, or unset): then it moves to its next slot
     -- from now, as a resumed job does (the slots while it was done are not owed). An idle
     -- or paused job whose max_runs is lowered to the runs it ran is done now, not after
-    -- one more run: dropped.py records the slots it owed. An idle job moves to the new
+    -- one more run: dropped.py records the slots it owed. One whose slot waits for a retry
+    -- is in that slot, as a running one is: its last attempt's end makes it done. An idle job moves to the new
     -- next slot when its timing changed or it is resumed; excluded.next_run_at is that
     -- slot's jittered start, excluded.slot_at the slot. A failed slot waiting for its
     -- retry that the new timing keeps (the writer plans it again at its own slot) keeps
@@ -68,7 +69,7 @@ ON CONFLICT (tenant_id, name) DO UPDATE SET
                                j.max_runs IS NOT NULL
                                AND coalesce(excluded.max_runs > j.runs_done, true)
                                AND excluded.slot_at < '9999-01-01Z'::timestamptz) AS stays,
-                           t.same AND j.status IN ('idle', 'paused')
+                           t.same AND j.status IN ('idle', 'paused') AND j.attempt = 1
                                AND coalesce(excluded.max_runs <= j.runs_done, false) AS ends
                     FROM (SELECT (j.schedule, j.tz) = (excluded.schedule, excluded.tz)
                                  AS same) t) d) m),
