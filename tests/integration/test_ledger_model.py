@@ -309,9 +309,9 @@ class Cluster:
                 (self.clock, tenant),
             )
 
-    async def audit(self, tenant: str, start: datetime) -> list[Line]:
-        """``pulse audit`` of the tenant from ``start`` to the clock: every line."""
-        scope = Scope(start, self.clock, tenant=tenant, now=self.clock)
+    async def audit(self, tenant: str, start: datetime, end: datetime | None = None) -> list[Line]:
+        """``pulse audit`` of the tenant from ``start`` to ``end`` (the clock): every line."""
+        scope = Scope(start, end or self.clock, tenant=tenant, now=self.clock)
         async with aclosing(audit_lines(self.store.db.conn, scope)) as lines:
             return [line async for line in lines]
 
@@ -1109,9 +1109,10 @@ class OperatorActions(RuleBasedStateMachine):
             if r["status"] == "skipped" and r["finished_at"] < r["scheduled_for"]
         }
         lines = self.cluster.run(self.cluster.audit(self.tenant, self.started))
-        # Over any range: from the middle of the history too, on no slot of a job.
+        # Over any range: from the middle of the history and up to it too.
         middle = self.started + (self.now - self.started) / 2 + timedelta(seconds=1)
         lines += self.cluster.run(self.cluster.audit(self.tenant, middle))
+        lines += self.cluster.run(self.cluster.audit(self.tenant, self.started, middle))
         failing = [line for line in lines if _failing(line, ahead)]
         assert not failing, (
             "pulse audit: "
