@@ -234,12 +234,15 @@ def _chained(
     by_job: Mapping[Any, Mapping[datetime, Mapping[str, Any]]],
     waiting: set[tuple[Any, datetime]],
 ) -> list[str]:
-    """Each success of an upstream since the chained job was made is one of its slots."""
+    """Each success of an upstream since the chained job was made is one of its slots, but
+    one while it was done (``Timeline.done``: from the pass or the apply that made it so)."""
     found = []
     for upstream in line.upstreams:
         up = jobs.get(upstream)
         for slot, run in sorted(by_job.get(up["id"], {}).items() if up else ()):
             if run["status"] != "succeeded" or run["finished_at"] <= line.created:
+                continue
+            if line.done_at(run["finished_at"]):
                 continue
             if slot in mine or (job["id"], slot) in waiting or job["slot_at"] == slot:
                 continue

@@ -364,7 +364,9 @@ class OperatorActions(RuleBasedStateMachine):
         self.hold: tuple[str, ...] = ()  # jobs whose next run to start outlives its pass
         self.each_zone = True  # e is an each-zone job (else an ordinary one)
         self.keyed = dict.fromkeys(KEYED, True)  # k and l use the key
-        self.seats, self.rate = 1, None  # the key's limits: runs at once, starts a minute
+        self.seats = 1  # the key's limits: runs at once, and starts a minute
+        self.rate: str | None = None
+        self.c_max_runs: int | None = None  # the chained job's max_runs
         self.backfills: list[int] = []  # the ids of the backfills asked, oldest first
         self.steps: list[str] = []
 
@@ -463,6 +465,8 @@ class OperatorActions(RuleBasedStateMachine):
             return {**self.options, "pause_after_failures": self.pause_after, **done}
         if name == "b":
             return {"after_failure": self.after_failure}
+        if name == "c":
+            return {} if self.c_max_runs is None else {"max_runs": self.c_max_runs}
         if name == "e":
             return {**self.options, "each_zone": self.each_zone}
         if name in KEYED:  # a slot let in late by its key runs, whatever its catch-up
@@ -483,18 +487,21 @@ class OperatorActions(RuleBasedStateMachine):
                 self.timelines["m"].quiet.append([self.now, None])
 
     def note_done(self) -> None:
-        """m done after its max_runs: its slots from the one it stopped at are expected no
-        more, until a new timing makes it idle again (then from now on)."""
-        line = self.timelines["m"]
-        if self.max_runs is None and not line.done:
-            return
-        job = self.cluster.run(self.cluster.store.get("m", self.tenant))
-        ended = bool(line.done) and line.done[-1][1] is None
-        if job.status == "done" and not ended:
-            self.steps.append("m done")
-            line.done.append([job.slot_at, None])
-        elif job.status != "done" and ended:
-            line.done[-1][1] = self.now
+        """m or c done after its max_runs: m's slots from the one it stopped at are
+        expected no more, nor c's from upstream successes since the pass that made it done,
+        until a new timing or more runs make it idle again (then from now on)."""
+        for name in ("m", "c"):
+            line = self.timelines.get(name)
+            limit = self.max_runs if name == "m" else self.c_max_runs
+            if line is None or (limit is None and not line.done):
+                continue
+            job = self.cluster.run(self.cluster.store.get(name, self.tenant))
+            ended = bool(line.done) and line.done[-1][1] is None
+            if job.status == "done" and not ended:
+                self.steps.append(f"{name} done")
+                line.done.append([job.slot_at if name == "m" else self.now, None])
+            elif job.status != "done" and ended:
+                line.done[-1][1] = self.now + timedelta(microseconds=1)  # after its pass
 
     def teardown(self) -> None:
         """The next example starts on a day of its own at the same time of day, so a
@@ -776,7 +783,7 @@ class OperatorActions(RuleBasedStateMachine):
         """A definition of the job written over a pause: one without ``paused`` resumes it,
         and a ``pause --until`` before that holds it until its time still."""
         line = self.timelines[self.runs_as(name)]
-        if name == "m":
+        if name in ("m", "c"):
             self.note_done()
         if self.quiet(name) and line.quiet[-1][1] is None:
             job = self.cluster.run(self.cluster.store.get(name, self.tenant))
@@ -983,9 +990,26 @@ class OperatorActions(RuleBasedStateMachine):
     def add_c(self) -> None:
         if self.do(
             "add c",
-            lambda: self.cluster.store.definitions.add(spec("c", self.tenant), now=self.now),
+            lambda: self.cluster.store.definitions.add(
+                spec("c", self.tenant, **self.kept("c")), now=self.now
+            ),
         ):
             self.timelines["c"] = self.timeline("c")
+
+    @precondition(lambda self: "c" in self.timelines)
+    @rule(max_runs=st.sampled_from((None, 1, 2)))
+    def max_runs_c(self, max_runs: int | None) -> None:
+        """c, chained after a, with another ``max_runs``: done, it is released nothing;
+        given more runs, it waits for a's next success."""
+        self.c_max_runs, before = max_runs, self.c_max_runs
+        new = spec("c", self.tenant, **self.kept("c"))
+        if self.do(
+            f"apply c max runs {max_runs}",
+            lambda: self.cluster.store.definitions.apply([new], now=self.now),
+        ):
+            self.applied("c")
+        else:
+            self.c_max_runs = before
 
     @rule(name=st.sampled_from(("w", *FLOWN, *KEYED)))
     def remake(self, name: str) -> None:
@@ -1091,7 +1115,16 @@ class OperatorActions(RuleBasedStateMachine):
         waits = self.cluster.run(self.cluster.waits(self.tenant))
         full = key.max_concurrent is not None and len(key.holders) >= key.max_concurrent
         full = full or self.cluster.run(self.cluster.rate_spent(KEY, self.tenant))
-        blocked = {w["name"] for w in waits if full and jobs[w["name"]]["slot_at"] == w["slot"]}
+        flown = {(f["job_id"], f["slot"]) for f in flights}  # a flight's slot waits too
+        blocked = {
+            w["name"]
+            for w in waits
+            if full
+            and (
+                jobs[w["name"]]["slot_at"] == w["slot"]
+                or (jobs[w["name"]]["id"], w["slot"]) in flown
+            )
+        }
         limits = self.cluster.run(self.cluster.store.tenants.limits(self.tenant))
         if any(limit.running >= limit.max_concurrent for limit in limits):
             blocked = set(jobs)
@@ -1936,3 +1969,25 @@ def test_a_holiday_taken_out_walks_a_kept_slot_on_to_the_new_timing_after_its_ch
         machine.the_ledger_holds()
         runs = machine.cluster.run(machine.cluster.store.runs("m", machine.tenant))
         assert not [r for r in runs if "skip-next" in (r.last_error or "")]
+
+
+def test_a_chained_job_done_and_given_more_runs_runs_no_slot_released_while_it_was_done(
+    settings: ClusterSettings,
+) -> None:
+    """c, chained after a, done after one run: a's successes meanwhile were queued for it,
+    and once given more runs it ran every one of them. It is released nothing while done,
+    and waits for a's next success; removed and added again, it starts anew."""
+    with Sequence(settings) as machine:
+        machine.max_runs_c(1)
+        for _ in range(5):
+            machine.the_ledger_holds()
+        assert "c done" in machine.steps
+        machine.max_runs_c(None)
+        for _ in range(3):
+            machine.the_ledger_holds()
+        machine.max_runs_c(1)
+        machine.the_ledger_holds()
+        machine.remove_c()
+        machine.add_c()
+        for _ in range(3):
+            machine.the_ledger_holds()
