@@ -266,6 +266,33 @@ async def test_a_web_login_applies_a_new_timing_past_overdue_slots(
     assert all("a new timing moved the job past it" in why for _, why in records.values())
 
 
+async def test_a_web_login_lowers_max_runs_past_overdue_slots(
+    settings: ClusterSettings, store: JobStore, logins: Logins
+) -> None:
+    """An apply over the API that lowers a job's max_runs to the runs it ran makes it done
+    at once: the overdue slots it owed are recorded before it is done, as for a new
+    timing, so the web's login records them too."""
+    start = datetime(2026, 1, 1, tzinfo=UTC)
+    await store.definitions.add(
+        JobSpec.build("capped", "@every 1m", HANDLER, tenant="acme", max_runs=5), now=start
+    )
+    await rows(settings, "UPDATE jobs SET runs_done = 2 WHERE name = 'capped' RETURNING 1")
+    await asyncio.to_thread(grant_roles, settings, logins)
+    outage = start + 2 * MINUTE + timedelta(seconds=30)  # 00:01 and 00:02 overdue
+    async with JobStore.open(logins.as_web(settings)) as web:
+        spec = JobSpec.build("capped", "@every 1m", HANDLER, tenant="acme", max_runs=2)
+        assert (await web.definitions.apply([spec], now=outage)).updated == ["acme/capped"]
+    assert (await store.get("capped", "acme")).status == "done"
+    records = await _records(store, "capped")
+    assert records == {
+        start + n * MINUTE: (
+            "skipped",
+            "skipped by pulse jobs apply: max_runs 2 reached before it ran",
+        )
+        for n in (1, 2)
+    }
+
+
 async def test_a_web_login_moves_an_each_zone_jobs_child_with_its_records(
     settings: ClusterSettings, store: JobStore, logins: Logins
 ) -> None:
