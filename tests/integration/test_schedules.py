@@ -246,6 +246,30 @@ async def test_max_runs_lowered_to_the_runs_done_makes_the_job_done_now(
     ]
 
 
+async def test_a_plan_says_what_a_new_max_runs_does(store: JobStore, open_session: Opener) -> None:
+    """``pulse jobs apply --plan``: lowered to the runs the job ran, it is done and its
+    overdue slots are recorded skipped; raised on a done job, it runs again."""
+    await store.definitions.add(JobSpec.build("r", "@hourly", H, max_runs=5), now=T0)
+    node = await open_session("n1")
+    for hour in (1, 2):
+        await run_once(node, T0 + timedelta(hours=hour))
+    now = T0 + timedelta(hours=4, minutes=10)  # 03:00 and 04:00 due, not run
+    lowered = JobSpec.build("r", "@hourly", H, max_runs=2)
+    (plan,) = (await store.plans.plan([lowered], now=now)).jobs
+    assert (plan.dropped, plan.notes) == (
+        2,
+        [
+            "done: its 2 run(s) reach max_runs 2, no slot runs again; 2 overdue slot(s) since "
+            f"{(T0 + timedelta(hours=3)).isoformat()} are recorded skipped"
+        ],
+    )
+    assert (await store.get("r")).status == "idle", "a plan writes nothing"
+    await store.definitions.apply([lowered], now=now)
+    (plan,) = (await store.plans.plan([JobSpec.build("r", "@hourly", H)], now=now)).jobs
+    five = (T0 + timedelta(hours=5)).isoformat()
+    assert plan.notes == [f"runs again from {five}: the slots while it was done do not run"]
+
+
 async def test_max_runs_lowered_while_a_slot_waits_for_its_retry_ends_after_the_retry(
     store: JobStore, open_session: Opener
 ) -> None:

@@ -246,6 +246,16 @@ def _dropped(
     """Overdue slots of the old timing that the move to the new one leaves unrun: the job's
     own, or an each-zone job's children's (it never runs itself)."""
     notes = []
+    if new.status == JobStatus.DONE and old.status != JobStatus.DONE:
+        count = _due(old, now) if old.status == JobStatus.IDLE else 0
+        owed = f"; {count} overdue slot(s) since {iso(old.slot_at)} are recorded skipped"
+        notes.append(
+            f"done: its {new.runs_done} run(s) reach max_runs {new.max_runs}, no slot runs "
+            f"again{owed if count else ''}"
+        )
+        return count, notes
+    if old.status == JobStatus.DONE and new.status != JobStatus.DONE:
+        notes.append(f"runs again from {iso(new.slot_at)}: the slots while it was done do not run")
     if old.paused and not new.paused:
         notes.append("resumed: continues at its next slot; slots missed while paused do not run")
     if new.paused and not old.paused:
@@ -281,8 +291,13 @@ def _overdue(old: Job, new: Job, now: datetime) -> int:
         return 0
     if new.slot_at == old.slot_at and not new.each_zone:
         return 0
+    return _due(old, now)
+
+
+def _due(job: Job, now: datetime) -> int:
+    """How many of the job's slots from its own are due by ``now`` (its calendar's runs)."""
     count = 0
-    for decision in decisions(old.walked_schedule(), old.rule(), old.slot_at - US):
+    for decision in decisions(job.walked_schedule(), job.rule(), job.slot_at - US):
         if decision.slot > now or count >= MAX_OUTAGE_SLOTS:
             break
         count += decision.runs
