@@ -133,7 +133,11 @@ class Ledger:
                 ran = run["status"] != "skipped"
                 if ran and run["origin"] in SCHEDULED and line.quiet_at(slot):
                     found.append(f"{name}: slot {slot.isoformat()} ran while the job was quiet")
-                if ran and run["origin"] in SCHEDULED and line.done_at(slot):
+                # A chained job's slot is its upstream's (a backfill's may be old): when it
+                # ran is what its done spells (kept by time, from the pass that made it done,
+                # whose runs came first) are read against.
+                when = run["started_at"] - US if line.upstreams and run["started_at"] else slot
+                if ran and run["origin"] in SCHEDULED and line.done_at(when):
                     found.append(f"{name}: slot {slot.isoformat()} ran after the job was done")
                 if run["status"] == "skipped" and not run["last_error"]:
                     found.append(f"{name}: slot {slot.isoformat()} skipped without a reason")
