@@ -536,25 +536,28 @@ class OperatorActions(RuleBasedStateMachine):
         self.steps.append("k's or l's next run runs long")
         self.hold = KEYED
 
-    @precondition(lambda self: bool(self.cluster.held))
+    # No precondition on the runs held: which run a pass holds can depend on the claim's
+    # order among equals (a key's last token), and a rule enabled by the database's state
+    # makes hypothesis's replay of a sequence draw differently (FlakyStrategyDefinition).
     @rule()
     def node_dies(self) -> None:
         """The node running the runs held past their pass dies with them (SIGKILL):
         nothing ends them, and the model's node takes them back when their lease expires,
-        as a live node's recovery does."""
-        names = ", ".join(job.name for job in self.cluster.held)
+        as a live node's recovery does. Nothing happens while none is held."""
+        names = ", ".join(job.name for job in self.cluster.held) or "nothing"
         self.steps.append(f"the node running {names} dies")
         self.cluster.lost += self.cluster.held
         self.cluster.held = []
 
-    @precondition(lambda self: bool(self.cluster.held))
     @rule()
     def node_shuts_down(self) -> None:
         """The node running the runs held past their pass is stopped (SIGTERM) before they
-        end: they are due again at once, and its every-node runs are recorded missed."""
-        names = ", ".join(job.name for job in self.cluster.held)
+        end: they are due again at once, and its every-node runs are recorded missed.
+        Nothing happens while none is held."""
+        names = ", ".join(job.name for job in self.cluster.held) or "nothing"
         self.steps.append(f"the node running {names} shuts down")
-        self.cluster.run(self.cluster.shut_down(self.now))
+        if self.cluster.held:
+            self.cluster.run(self.cluster.shut_down(self.now))
 
     @rule(name=st.sampled_from(("a", "m", "e", CHILD["e"], *FLOWN, *KEYED)))
     def cancel_run(self, name: str) -> None:
