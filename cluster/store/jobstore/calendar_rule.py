@@ -89,18 +89,18 @@ class Rules:
         for job in jobs:
             label = f"{job['tenant_id']}/{job['name']}"
             rule = await self._rule(job, calendars, windows, db_now)
-            # Walked as the node walks it: a slot kept from before a new timing goes on to
-            # the new timing's slots after the change, never to those before, which were
-            # no slots of the job (Schedule.starting).
-            schedule = parse_schedule(
-                job["schedule"], job["tz"], job["dst_repeated"], job["dst_skipped"]
-            ).starting(job["timing_from"])
             if job["status"] == JobStatus.DONE:  # no slot left to plan: its rule's copy
                 kept = {c: job[c] for c in ("id", "next_run_at", "slot_at")}
                 copy = None if rule is None else rule.to_json()
                 params = {**kept, "calendar_rule": copy, "slot_origin": None, "now": db_now}
                 await self._db.one("replan_calendar_job", params)
                 continue
+            # Walked as the node walks it: a slot kept from before a new timing goes on to
+            # the new timing's slots after the change, never to those before, which were
+            # no slots of the job (Schedule.starting).
+            schedule = parse_schedule(
+                job["schedule"], job["tz"], job["dst_repeated"], job["dst_skipped"]
+            ).starting(job["timing_from"])
             owed = job["slot_at"] <= db_now and schedule.at is None
             after = planned_from(job["paused_until"], db_now)  # a pause --until stays
             # What the old rule recorded ahead is the new rule's to decide: taken back, so
