@@ -1022,7 +1022,8 @@ def test_a_tenant_token_audits_only_its_tenants_slots(api: Api) -> None:
         for name, tenant in (("ledger-mine", "own"), ("ledger-theirs", "other")):
             made = client.post("/api/jobs", json=job(name, tenant, schedule="@every 1m"))
             assert made.status_code == 201, made.text
-    # Both made ten minutes ago: each expects slots, unrecorded (missing).
+    # Both made ten minutes ago: each expects slots, unrecorded (missing) unless a node of
+    # this module's fixtures (still running) took the latest.
     api.sql(
         "UPDATE job_revisions SET at = now() - interval '10 minutes' "
         "WHERE job_name IN ('ledger-mine', 'ledger-theirs')"
@@ -1050,7 +1051,8 @@ def test_a_tenant_token_audits_only_its_tenants_slots(api: Api) -> None:
             answers.append([json.loads(line) for line in answer.text.splitlines()])
     slots = [line for line in answers[0] if line["type"] == "slot"]
     assert slots and {(s["tenant"], s["job"]) for s in slots} == {("own", "ledger-mine")}
-    assert {s["verdict"] for s in slots} <= {"missing", "pending"}
+    assert {s["verdict"] for s in slots} <= {"missing", "pending", "ran"}
+    assert "missing" in {s["verdict"] for s in slots}
     for lines in answers[1:]:
         assert [line["type"] for line in lines] == ["summary"]
         assert lines[0]["jobs"] == []

@@ -17,6 +17,7 @@ from cluster.store.housekeeping import backfills
 from cluster.store.jobstore.store import JobStore
 from cluster.store.lock.records import ClaimedJob
 from cluster.store.lock.session import LockSession
+from cluster.store.observe.audit import Scope, audit_lines
 from cluster.store.side import SideConnection
 from node.pipeline.outcomes import plan_at_claim
 from tests.helpers.history import finish
@@ -184,7 +185,8 @@ async def test_a_retry_passed_over_for_its_key_waits_again(
     held the key, was passed over without a wait: the slot's wait had ended, and the claim
     records one wait per slot (``ON CONFLICT DO NOTHING``), so neither ``pulse limits
     list`` nor ``pulse jobs show`` said it waited, and the checker of the model test found
-    it left due. The wait is opened again, from the retry's pass."""
+    it left due. The retry waits again from its pass, in a wait of its own: the first is
+    kept as it was (opening it again overwrote it), and the audit reports both."""
     specs = keyed("r", 2, "@every 1m", uses="one", retries=1)
     n1 = await node_over(store, open_session, specs, one={"max_concurrent": 1})
     (first,) = (await n1.claim([SHARD], 10, 30.0, now=at(60))).jobs
@@ -199,3 +201,22 @@ async def test_a_retry_passed_over_for_its_key_waits_again(
     (key,) = await store.limits.keys()
     assert [(w["job"], w["slot"]) for w in key.waiters] == [(waited.name, at(60).isoformat())]
     assert (await store.details(waited.name))["key_wait"] is not None
+    # Let in once the key is free: each wait is kept, the first as it was.
+    await n1.completions.complete([completion(holder, at(127))], now=at(127))
+    (retried,) = (await n1.claim([SHARD], 10, 30.0, now=at(128))).jobs
+    assert (retried.name, retried.attempt) == (waited.name, 2)
+    await n1.completions.complete([completion(retried, at(129))], now=at(129))
+    waits = await store.db.conn.execute(
+        "SELECT w.since, w.ended FROM limit_waits w JOIN jobs j ON j.id = w.job_id"
+        " WHERE j.name = %s ORDER BY w.since",
+        (waited.name,),
+    )
+    assert [(w["since"], w["ended"]) for w in await waits.fetchall()] == [
+        (at(60), at(62)),
+        (at(126), at(128)),
+    ]
+    await store.db.conn.execute("UPDATE job_revisions SET at = %s", (T0,))
+    scope = Scope(T0, at(61), grace_s=0.0, now=at(130))
+    lines = {line.job: line async for line in audit_lines(store.db.conn, scope)}
+    assert lines[waited.name].verdict == "reran"  # its retry
+    assert "waited 2s for key one, then 2s for key one" in lines[waited.name].detail

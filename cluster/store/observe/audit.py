@@ -131,13 +131,17 @@ async def _batches(cur: psycopg.AsyncServerCursor[Any]) -> AsyncGenerator[list[A
 
 def _record(fields: Sequence[Any]) -> Record:
     slot, status, attempt, node, token, origin, error, history, started, waited = fields
-    if waited is not None:  # "<key> <seconds>": the slot waited for a named limit
-        key, _, seconds = waited.rpartition(" ")
-        waited = f"waited {float(seconds):g}s for key {key}"
+    if waited is not None:  # ["<key> <seconds>", ...]: each wait for a named limit
+        waited = "waited " + ", then ".join(map(_wait, waited))
     if not history:
         return Record(slot, status, attempt, node, token, origin, error, (), started, waited)
     priors = tuple(Prior.from_json(item) for item in history)
     return Record(slot, status, attempt, node, token, origin, error, priors, started, waited)
+
+
+def _wait(wait: str) -> str:
+    key, _, seconds = wait.rpartition(" ")
+    return f"{float(seconds):g}s for key {key}"
 
 
 Revisions = list[tuple[datetime, str, dict[str, Any]]]  # (at, change, definition), oldest first

@@ -1426,31 +1426,21 @@ CREATE INDEX limit_moves_by_key ON limit_moves (key_id);
 
 -- A slot that waited for a key: opened by the claim that passed it over (or a take refused),
 -- ended by the take that let it run. `pulse jobs show` reads the open ones, `pulse audit`
--- all of them.
+-- all of them. A slot waits at most once at a time (limit_waits_one_open: the inserts are
+-- ON CONFLICT DO NOTHING); one passed over again after its wait ended (a retry) waits
+-- again, in a row of its own (migration `0.3.0_pre_zzzzzzzzzz_waits_kept`).
 CREATE TABLE limit_waits (
     job_id   uuid NOT NULL,
     slot     timestamptz NOT NULL,
     key_name text NOT NULL,
     since    timestamptz NOT NULL,
     ended    timestamptz,
-    PRIMARY KEY (job_id, slot)
+    PRIMARY KEY (job_id, slot, since)
 );
 CREATE INDEX limit_waits_open ON limit_waits (key_name) WHERE ended IS NULL;
+CREATE UNIQUE INDEX limit_waits_one_open ON limit_waits (job_id, slot) WHERE ended IS NULL;
 -- Pruned with the runs they explain (prune_limit_waits), oldest first.
 CREATE INDEX limit_waits_ended ON limit_waits (ended) WHERE ended IS NOT NULL;
-
--- A slot passed over again after its wait ended (a retry) waits again, from the new pass:
--- an insert of its wait opens the ended one (migration `0.3.0_pre_zzzzzzzzzz_retry_waits`).
-CREATE FUNCTION limit_wait_again() RETURNS trigger
-LANGUAGE plpgsql SET search_path FROM CURRENT AS $$
-BEGIN
-    UPDATE limit_waits w SET since = NEW.since, key_name = NEW.key_name, ended = NULL
-    WHERE w.job_id = NEW.job_id AND w.slot = NEW.slot AND w.ended IS NOT NULL;
-    RETURN NEW;  -- the row exists now if it did before: the insert does nothing
-END $$;
-
-CREATE TRIGGER limit_wait_again BEFORE INSERT ON limit_waits
-FOR EACH ROW EXECUTE FUNCTION limit_wait_again();
 
 -- A key's runs in flight and free places, as a snapshot sees them (no lock).
 CREATE VIEW limit_room AS

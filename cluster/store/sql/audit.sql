@@ -91,11 +91,13 @@ ORDER BY r.job_id, r.scheduled_for;
 -- name: audit_runs
 -- The run rows of the audited jobs in the range, job by job in the order given, each job's
 -- in slot order: one probe of runs (job_id, scheduled_for) per job, sorted per job only.
--- A slot that waited for a named limit says which and how long (limit_waits, one probe of
--- its primary key per row: an empty table's as a rule).
+-- A slot that waited for a named limit says which and how long, each of its waits in the
+-- order they began (limit_waits, one probe of its primary key per row: an empty table's as
+-- a rule).
 SELECT i.n, r.scheduled_for, r.status, r.attempt, r.node_id, r.lease_token, r.origin,
        r.last_error, r.history, r.started_at,
-       (SELECT w.key_name || ' ' || extract(epoch FROM w.ended - w.since)::numeric(12, 3)
+       (SELECT array_agg(w.key_name || ' ' || extract(epoch FROM w.ended - w.since)::numeric(12, 3)
+                         ORDER BY w.since)
         FROM limit_waits w
         WHERE w.job_id = i.id AND w.slot = r.scheduled_for AND w.ended IS NOT NULL) AS waited
 FROM unnest(%(ids)s::uuid[]) WITH ORDINALITY AS i(id, n)
