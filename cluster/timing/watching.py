@@ -6,11 +6,14 @@ windows applied, so a holiday slot expects none) that starts no later than ``at`
 small allowance: ``EARLY_S``, or a quarter of the gap to the run after, whichever is less,
 for a legacy host whose clock runs a little ahead. A run longer than the gap between two
 slots sends ``/start``: its end then belongs to the run it started, not to the latest one.
+A slot no ping came for within the job's ``late_after_s`` is missed (``late_slots``): the
+late pass declares it so, and so does an operator's action that moves the job past it.
 """
 
 from __future__ import annotations
 
 from datetime import datetime, timedelta
+from typing import NamedTuple
 
 from cluster.timing.calendared import CalendarRule, Decision
 from cluster.timing.runs import current_run, first_run, run_after
@@ -51,3 +54,35 @@ def ping_run(schedule: Schedule, rule: CalendarRule | None, at: datetime) -> Dec
                 run, nxt = nxt, after
         window *= 4
     return None
+
+
+class LateWalk(NamedTuple):
+    """The awaited slots of a watch job no ping can come for in time any more, and the
+    slot it awaits after them (due at ``start``)."""
+
+    late: list[datetime]
+    slot: datetime
+    start: datetime
+
+
+def late_slots(
+    schedule: Schedule,
+    rule: CalendarRule | None,
+    slot: datetime,
+    start: datetime,
+    late_after_s: float,
+    adopt_at: datetime | None,
+    now: datetime,
+    limit: int,
+) -> LateWalk:
+    """From the slot a watch job awaits (``slot``, due at ``start``), those that started
+    more than ``late_after_s`` before ``now`` (at most ``limit``), up to its adoption slot
+    (Pulse's from there): each missed unless a ping recorded it."""
+    late: list[datetime] = []
+    while len(late) < limit and not (adopt_at is not None and slot >= adopt_at):
+        if start + timedelta(seconds=late_after_s) >= now:
+            break
+        late.append(slot)
+        nxt = after_slot(schedule, rule, slot)
+        slot, start = nxt.slot, nxt.start
+    return LateWalk(late, slot, start)

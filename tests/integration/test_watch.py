@@ -6,9 +6,12 @@ late pass, tokens kept as hashes, adoption at a slot boundary and double runs. E
 from __future__ import annotations
 
 import asyncio
+from datetime import datetime, timedelta
 from pathlib import Path
 
+import psycopg
 import pytest
+from psycopg import sql as pgsql
 
 from cluster.errors import InvalidInput
 from cluster.jobs.files import load_specs
@@ -363,23 +366,115 @@ async def test_a_watch_jobs_due_slots_are_recorded_when_an_operator_moves_it_pas
     ``pause --until`` moves the job past them. Before, they were left without a record,
     as only run jobs' owed slots were recorded."""
     await store.definitions.add(minutely("w", late_after="10m"), now=T0)
-    now = at(200)  # 60, 120 and 180 s are due, unpinged
-    if move == "new-timing":
-        await store.definitions.apply(
-            [JobSpec.build("w", "*/5 * * * *", None, watch=True, late_after="10m")], now=now
-        )
-        why = "a new timing moved the job past it before it ran"
-    elif move == "pause":
-        await store.pause("w", now=now)
-        why = "paused before it ran"
-    else:
-        await store.holds.pause_until("w", "default", at(400), now=now)
-        why = "paused before it ran"
+    why = await move_w(store, move, "10m", at(200))  # 60, 120 and 180 s are due, unpinged
     history = await runs_of(settings, "w")
     assert [(r[0], r[1]) for r in history] == [(at(s), "skipped") for s in (60, 120, 180)]
-    by = {"new-timing": "apply", "pause": "pause", "pause-until": "pause --until"}[move]
     reasons = await sql(settings, "SELECT DISTINCT last_error FROM runs WHERE job_name = 'w'")
-    assert [r["last_error"] for r in reasons] == [f"skipped by pulse jobs {by}: {why}"]
+    assert [r["last_error"] for r in reasons] == [why]
+
+
+async def move_w(store: JobStore, move: str, late_after: str, now: datetime) -> str:
+    """Move the watch job ``w`` on from its slot by ``move`` at ``now``; the reason the
+    slots it passes are recorded skipped with (skip-next: one slot)."""
+    if move == "new-timing":
+        spec = JobSpec.build("w", "*/5 * * * *", None, watch=True, late_after=late_after)
+        await store.definitions.apply([spec], now=now)
+        return "skipped by pulse jobs apply: a new timing moved the job past it before it ran"
+    if move == "pause":
+        await store.pause("w", now=now)
+        return "skipped by pulse jobs pause: paused before it ran"
+    if move == "pause-until":
+        await store.holds.pause_until("w", "default", at(400), now=now)
+        return "skipped by pulse jobs pause --until: paused before it ran"
+    await store.holds.skip_next("w", "default", 1, now=now)
+    return "skipped by pulse jobs skip-next"
+
+
+LATE = "no ping within 90s of the slot (watch job)"
+
+
+@pytest.mark.parametrize("move", ["new-timing", "pause", "pause-until", "skip-next"])
+async def test_slots_past_late_after_are_declared_missed_by_the_action_that_moves_the_job(
+    store: JobStore, settings: ClusterSettings, move: str
+) -> None:
+    """No node has run the late pass since the job's slot at 60 s went 90 s without a ping
+    (its late_after); an operator's action then moves the job past it. It was recorded
+    skipped by the action, hiding the missed ping; it is declared missed as the late pass
+    would (a failed run, one ``late`` event), and only the slots still within late_after
+    are the action's."""
+    await store.definitions.add(minutely("w", late_after="90s"), now=T0)
+    await add_rule(settings, "ops", HOOK, events="late")
+    # At 200 s, 60 s is late; 120 s and 180 s are due, within late_after.
+    why = await move_w(store, move, "90s", at(200))
+    passed = [120] if move == "skip-next" else [120, 180]  # skip-next: the slot after 60 s
+    history = await sql(
+        settings,
+        "SELECT scheduled_for, status, last_error, origin FROM runs WHERE job_name = 'w'"
+        " ORDER BY scheduled_for",
+    )
+    assert [(r["scheduled_for"], r["status"], r["last_error"], r["origin"]) for r in history] == [
+        (at(60), "failed", LATE, "ping"),
+        *[(at(s), "skipped", why, None) for s in passed],
+    ]
+    assert [(e["event"], e["slot"]) for e in await events(settings)] == [("late", at(60))]
+    async with AlertStore.open(settings, "n9/alerts") as alerts:
+        later = await missed(alerts, 300)  # 180 s is late by now, if the job awaits it
+    assert later == (["w"] if move == "skip-next" else [])
+    assert [e["slot"] for e in await events(settings)] == [at(60)] + [at(180)] * len(later)
+
+
+async def test_a_web_pause_declares_late_slots_missed_and_the_function_takes_no_other(
+    store: JobStore, settings: ClusterSettings, logins: Logins
+) -> None:
+    """The web's role writes no runs and raises no alerts: its pause declares the late
+    slot missed through ``watch_declare_missed``, as the owner. Called directly, that
+    function writes nothing for another tenant's job, a job that is not watched, a slot
+    before the job's own, one not late by the database's clock, or one already recorded."""
+    await store.definitions.apply(
+        [
+            minutely("w", late_after="90s", tenant="acme"),
+            minutely("v", late_after="90s", tenant="acme"),
+            JobSpec.build("r", "* * * * *", HANDLER, tenant="acme"),
+        ],
+        now=T0,
+    )
+    await add_rule(settings, "ops", HOOK, events="late")
+    await asyncio.to_thread(grant_roles, settings, logins)
+    async with JobStore.open(logins.as_web(settings)) as as_web:
+        await as_web.pause("w", "acme", now=at(200))
+    history = await sql(settings, "SELECT scheduled_for, status FROM runs WHERE job_name = 'w'")
+    assert sorted((r["scheduled_for"], r["status"]) for r in history) == [
+        (at(60), "failed"), (at(120), "skipped"), (at(180), "skipped"),
+    ]  # fmt: skip
+    assert [(e["event"], e["slot"]) for e in await events(settings)] == [("late", at(60))]
+    v, r, w = [await store.get(name, "acme") for name in ("v", "r", "w")]
+    (clock,) = await sql(settings, "SELECT now() AS now")
+    web = logins.as_web(settings)
+
+    def declare(job: object, scope: str, slot: object, owner: bool = False) -> list[object]:
+        url = settings.database_url if owner else web.database_url
+        with psycopg.connect(url, autocommit=True) as conn:
+            path = pgsql.SQL("SET search_path TO {}").format(pgsql.Identifier(settings.schema))
+            conn.execute(path)
+            found = conn.execute(
+                "SELECT * FROM watch_declare_missed(%s, %s, ARRAY[%s]::timestamptz[], %s)",
+                (job, scope, slot, at(1000)),
+            ).fetchall()
+        return [row[0] for row in found]
+
+    late = at(300)  # v awaits 60 s: a slot after it, late by now()
+    assert await asyncio.to_thread(declare, v.id, "other", late) == []
+    assert await asyncio.to_thread(declare, r.id, "acme", late) == []
+    assert await asyncio.to_thread(declare, v.id, "acme", at(0)) == []  # before its slot
+    ahead = clock["now"] + timedelta(minutes=1)  # the caller's `now` is not taken
+    assert await asyncio.to_thread(declare, v.id, "acme", ahead) == []
+    # Not even the owner's call overwrites a record (w's 120 s, skipped by its pause).
+    assert await asyncio.to_thread(declare, w.id, "acme", at(120), True) == []
+    assert len(await events(settings)) == 1
+    assert await sql(settings, "SELECT scheduled_for FROM runs WHERE job_name = 'v'") == []
+    assert await asyncio.to_thread(declare, v.id, "acme", late) == [late]
+    history = await sql(settings, "SELECT scheduled_for, status FROM runs WHERE job_name = 'w'")
+    assert sorted((r["scheduled_for"], r["status"]) for r in history)[1] == (at(120), "skipped")
 
 
 async def test_the_web_role_writes_a_pings_run_only_through_watch_record(

@@ -20,7 +20,7 @@ import hashlib
 import logging
 import secrets
 from dataclasses import dataclass, replace
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any
 
 from psycopg.types.json import Jsonb
@@ -31,7 +31,7 @@ from cluster.jobs.models import Job
 from cluster.store.side import Fetch
 from cluster.timing.instants import US
 from cluster.timing.runs import first_run
-from cluster.timing.watching import after_slot, ping_run
+from cluster.timing.watching import after_slot, late_slots, ping_run
 from ring import shard_for
 from ring.zones import WATCH_SHARD
 
@@ -194,24 +194,22 @@ async def watch_pass(fetch: Fetch, shards: int, now: datetime | None = None) -> 
     )
     for row in rows:
         job = Job.from_row(row)
-        schedule, rule = job.parsed_schedule(), job.rule()
-        slot, start = job.slot_at, job.next_run_at or job.slot_at
-        for _ in range(PASS_SLOTS):
-            if job.adopt_at is not None and slot >= job.adopt_at:
-                # Moved past its adoption slot (a resume, skip-next, a new timing...), or
-                # caught up to it by this pass: Pulse's from this slot on.
-                await _hand_over(fetch, job, slot, start, shards, at)
-                break
-            if start + timedelta(seconds=job.late_after_s) >= at:
-                break
+        start = job.next_run_at or job.slot_at
+        walk = late_slots(
+            job.parsed_schedule(), job.rule(), job.slot_at, start, job.late_after_s,
+            job.adopt_at, at, PASS_SLOTS,
+        )  # fmt: skip
+        for slot in walk.late:
             seen = await _one(fetch, "watch_slot_seen", {"id": job.id, "slot": slot})
             if not (seen and seen["seen"]):
                 error = f"no ping within {job.late_after_s:g}s of the slot (watch job)"
                 await fetch("watch_missed", {"id": job.id, "slot": slot, "error": error, "now": at})
                 missed.append(replace(job, slot_at=slot))
-            nxt = after_slot(schedule, rule, slot)
             await _advance(fetch, replace(job, slot_at=slot), slot, shards, late=True, now=at)
-            slot, start = nxt.slot, nxt.start
+        if job.adopt_at is not None and walk.slot >= job.adopt_at:
+            # Moved past its adoption slot (a resume, skip-next, a new timing...), or caught
+            # up to it by this pass: Pulse's from this slot on.
+            await _hand_over(fetch, job, walk.slot, walk.start, shards, at)
     return missed
 
 

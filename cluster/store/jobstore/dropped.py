@@ -19,12 +19,17 @@ A pause walks the same way (``passed_slots``): the slots an idle job owes when i
 (due, held at its gate, deferred) are recorded skipped before it stops, whether by
 ``pulse jobs pause`` (``Holds.record_owed``) or by an apply of ``paused: true``; so does an
 apply that makes a job an each-zone parent, which never runs again (``record_parked``).
+
+A watch job's awaited slots that no ping came for within its ``late_after_s`` were missed
+before any action: the action declares them so first (``declare_late``), and records
+skipped only the slots after them.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
@@ -36,8 +41,10 @@ from cluster.store.jobstore import bulk
 from cluster.store.jobstore.scoped import ScopedConnection
 from cluster.timing import passing
 from cluster.timing.passing import Passing
+from cluster.timing.watching import late_slots
 
 __all__ = [
+    "declare_late",
     "dropped_slots",
     "overdue",
     "owed",
@@ -75,6 +82,9 @@ async def record_moved(
             continue
         old, new = Job.from_row(found[key]), Job.from_row(written[key])
         skips = dropped_slots(old, new, now, by)
+        if skips and old.watch and new.slot_at != old.slot_at:
+            rest = await declare_late(db, old, now)
+            skips = dropped_slots(rest, new, now, by) if rest is not old else skips
         if skips:
             records.append({"id": str(old.id), "skips": json.loads(skips_json(skips))})
     if records:
@@ -112,6 +122,26 @@ async def record_parked(db: ScopedConnection, row: Row, now: datetime, by: str) 
     skips = passed_slots(job, now, f"skipped by {by}: made an each-zone job before it ran")
     if skips:
         await db.all("record_skips", {"id": job.id, "skips": skips_json(skips), "now": now})
+
+
+async def declare_late(db: ScopedConnection, job: Job, now: datetime) -> Job:
+    """A watch job's awaited slots that no ping came for within its ``late_after_s`` by
+    ``now`` are missed, whether or not a late pass has run since (no node up): an action
+    that moves the job past them declares them missed as the late pass does (a failed run
+    and a ``late`` alert; ``watch_declare_missed``, as the schema's owner), not skipped by
+    the action. Returns the job as it stands after them, from which the action passes the
+    rest; ``job`` itself if none is late."""
+    if not job.watch or job.status != JobStatus.IDLE or job.slot_at > now:
+        return job
+    start = job.next_run_at or job.slot_at
+    walk = late_slots(
+        job.parsed_schedule(), job.rule(), job.slot_at, start, job.late_after_s,
+        job.adopt_at, now, passing.MAX_RECORDED,
+    )  # fmt: skip
+    if not walk.late:
+        return job
+    await db.all("watch_declare_missed", {"id": job.id, "slots": walk.late, "now": now})
+    return replace(job, slot_at=walk.slot, next_run_at=walk.start)
 
 
 def overdue(job: Mapping[str, Any], now: datetime) -> bool:

@@ -30,7 +30,7 @@ from typing import Any
 
 from cluster.errors import Conflict, InvalidInput
 from cluster.jobs.models import Job, JobStatus, RunStatus
-from cluster.store.jobstore.dropped import passed_slots, skips_json
+from cluster.store.jobstore.dropped import declare_late, passed_slots, skips_json
 from cluster.store.jobstore.scoped import ScopedConnection
 from cluster.timing.calendared import CalendarRule, Decision, jittered_start
 from cluster.timing.fate import skipped_between
@@ -99,6 +99,8 @@ class Holds:
         (``walked_schedule``), as its claim would."""
         if job.status != JobStatus.IDLE:
             raise Conflict("name", f"{job.name!r} is {job.status}; skip-next needs it idle")
+        # A watch job's slots no ping came for in time are missed, not the next ones.
+        job = await declare_late(self._db, job, await self._db.db_now(now))
         schedule, rule = job.walked_schedule(), job.rule()
         run = current_run(schedule, rule, job.slot_at)
         skipped = [(run.slot, SKIP_REASON)]
@@ -144,15 +146,16 @@ class Holds:
         """Record skipped the slots an idle job owes at ``now``: its slot, if its time has
         come (due and not yet claimed, held at its gate, deferred by a window, jittered),
         and those that came behind it (``dropped.passed_slots``); a watch job's awaited
-        slots no ping came for, before the late pass declares them missed. A pause moves
-        the job past them, and the slot ledger leaves no slot without a record. Written
-        through ``record_skipped``, as the schema's owner: the web's role writes no runs
-        (docs/design/roles.md)."""
+        slots no ping came for, those past its ``late_after_s`` declared missed first
+        (``dropped.declare_late``). A pause moves the job past them, and the slot ledger
+        leaves no slot without a record. Written through ``record_skipped``, as the
+        schema's owner: the web's role writes no runs (docs/design/roles.md)."""
         if job.status != JobStatus.IDLE or job.slot_at > now or job.each_zone:
             return  # an each-zone job's children run its slots: they owe them
         schedule = job.parsed_schedule()
         if schedule.chain or schedule.at is not None:  # a queue, or its one slot: kept
             return
+        job = await declare_late(self._db, job, now)  # a watch job's missed pings
         owed = passed_slots(job, now, f"skipped by pulse jobs {by}: paused before it ran")
         params = {"id": job.id, "skips": skips_json(owed), "now": now}
         await self._db.all("record_skips", params)

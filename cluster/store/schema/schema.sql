@@ -1232,6 +1232,54 @@ BEGIN
                    'SET search_path = %I, pg_temp', current_schema());
 END $$;
 
+-- An operator's action that moves a watch job past awaited slots already past its
+-- late_after_s (no node up since to declare them missed) writes their true record first,
+-- as the late pass would: a failed run and a `late` event (migration
+-- `0.3.0_pre_zzzzzzzzzz_watch_missed_by_actions`). As the owner, for the web too: slots at
+-- or after the job's own (any, for a login that inserts runs itself, which writes after it
+-- moved the job) and before its adoption, late by the database's clock (the caller's for
+-- such a login), with no record yet; one watch job in the caller's tenant scope.
+CREATE FUNCTION watch_declare_missed(
+    p_job uuid,
+    p_scope text,
+    p_slots timestamptz[],
+    p_now timestamptz
+) RETURNS TABLE (missed_slot timestamptz)
+LANGUAGE plpgsql SECURITY DEFINER AS $$
+DECLARE
+    owner boolean := has_table_privilege(session_user, 'runs', 'INSERT');
+    t timestamptz;
+    j jobs;
+    s timestamptz;
+    err text;
+BEGIN
+    t := CASE WHEN owner THEN coalesce(p_now, now()) ELSE now() END;
+    SELECT * INTO j FROM jobs x
+    WHERE x.id = p_job AND (p_scope IS NULL OR x.tenant_id = p_scope) AND x.watch
+      AND x.status IN ('idle', 'paused');
+    IF NOT FOUND THEN
+        RETURN;
+    END IF;
+    err := 'no ping within ' || j.late_after_s || 's of the slot (watch job)';
+    FOREACH s IN ARRAY p_slots[1:1000] LOOP
+        CONTINUE WHEN (s < j.slot_at AND NOT owner)
+                   OR s >= j.adopt_at
+                   OR s + make_interval(secs => j.late_after_s) >= t
+                   OR EXISTS (SELECT 1 FROM runs r WHERE r.job_id = j.id AND r.scheduled_for = s);
+        PERFORM record_run(j.id, j.tenant_id, j.name, s, 1, NULL, NULL, 'failed', NULL, NULL,
+                           t, NULL, err, NULL, 'ping');
+        PERFORM raise_alert('late', j.id, j.tenant_id, j.name, s, 1, NULL, NULL, NULL, err);
+        missed_slot := s;
+        RETURN NEXT;
+    END LOOP;
+END $$;
+
+DO $$
+BEGIN
+    EXECUTE format('ALTER FUNCTION watch_declare_missed(uuid, text, timestamptz[], timestamptz) '
+                   'SET search_path = %I, pg_temp', current_schema());
+END $$;
+
 
 -- == Zones ===============================================================================
 

@@ -64,6 +64,13 @@ SELECT record_run(j.id, j.tenant_id, j.name, %(slot)s, 1, NULL, NULL, 'failed', 
 FROM jobs j, (SELECT coalesce(%(now)s::timestamptz, now()) AS t) AS k
 WHERE j.id = %(id)s;
 
+-- name: watch_declare_missed
+-- An operator's action moves a watch job past awaited slots no ping came for within its
+-- late_after_s: each is declared missed first, as watch_missed does (migration
+-- `0.3.0_pre_zzzzzzzzzz_watch_missed_by_actions`; the owner's, for the web too).
+SELECT missed_slot
+FROM watch_declare_missed(%(id)s, %(scope)s, %(slots)s::timestamptz[], %(now)s::timestamptz);
+
 -- name: watch_timeouts
 -- Watch runs a /start opened whose end ping did not come within the job's timeout, each
 -- recorded timed_out with its `failed` event by watch_time_out (migration `0.2.0_pre_watch_timeouts`): runs
