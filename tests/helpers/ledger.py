@@ -11,7 +11,8 @@ checker derives the slots the job should have had, and finds in the rows:
 - a slot its timing made run while the job was paused (or paused until a time), or after
   it was done (its ``max_runs`` reached);
 - a skipped record without a reason, or with a gate's reason that is not true of the
-  upstream's slot when the record is first seen;
+  upstream's slot when the record is first seen, or a watched slot an operator's action
+  recorded skipped once it was past its ``late_after`` (its ping was missed);
 - a terminal record overwritten: a run row that ended keeps its status once its slot's time
   has come, unless its slot waits for a retry or an operator asked for the slot again (a
   backfill or ``trigger --slot`` over it: one rewrite by a run of origin ``backfill`` or
@@ -143,6 +144,7 @@ class Ledger:
                     found.append(f"{name}: slot {slot.isoformat()} skipped without a reason")
                 elif run["status"] == "skipped" and (job["id"], slot) not in seen:
                     found += _untrue(name, slot, run["last_error"], jobs, by_job)
+                    found += _missed_ping(name, job, slot, run)
             if line.upstreams:
                 found += _chained(name, job, line, mine, jobs, by_job, waiting)
             else:
@@ -227,6 +229,23 @@ def _untrue(
         if SAW[said["saw"]] in history:
             return []
     return [f"{name}: slot {slot.isoformat()} skipped as '{reason}', but that slot is {status}"]
+
+
+def _missed_ping(
+    name: str, job: Mapping[str, Any], slot: datetime, run: Mapping[str, Any]
+) -> list[str]:
+    """A watched slot (before its job's adoption) past its ``late_after`` when an
+    operator's action recorded it skipped: no ping came for it in time, so its true record
+    is a missed one, which the action declares first. (The model's watch job has no window
+    or calendar: each slot starts on time.)"""
+    adopt_at = job.get("adopt_at")
+    watched = job.get("watch") or adopt_at is not None
+    adopted = adopt_at is not None and slot >= adopt_at
+    if not watched or adopted or not run["last_error"].startswith("skipped by pulse jobs"):
+        return []
+    if run["finished_at"] <= slot + timedelta(seconds=job["late_after_s"]):
+        return []
+    return [f"{name}: slot {slot.isoformat()} was late when '{run['last_error']}' recorded it"]
 
 
 def _chained(

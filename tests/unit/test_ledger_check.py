@@ -1,5 +1,6 @@
 """The ledger checker of the model-based test (tests/helpers/ledger.py) on rows made up here:
-it finds a slot with no record, a skip without a reason, a terminal record overwritten or
+it finds a slot with no record, a skip without a reason (or a watched slot an action skipped
+once its ping was late), a terminal record overwritten or
 gone, a slot run while its job was quiet, and a wait without a bound; and it accepts what
 the ledger allows (a quiet spell, a slot asked for again, a failed attempt whose retry
 waits, a chained job's queued slot)."""
@@ -157,3 +158,21 @@ def test_no_slot_its_timing_made_runs_while_the_job_is_quiet() -> None:
     ran = run("a", 4, origin="catch-up")
     found = Ledger().check(jobs, [*runs, ran], [], lines, at(5.5))
     assert found == [f"a: slot {at(4).isoformat()} ran while the job was quiet"]
+
+
+def test_a_watched_slot_an_action_skipped_once_it_was_late_is_a_missed_ping() -> None:
+    """Past the watch job's late_after (20 s), a pause's skip hides a missed ping; within
+    it, or on a slot Pulse runs since the job's adoption, a skip is the pause's to write."""
+    paused = "skipped by pulse jobs pause: paused before it ran"
+    jobs = {"w": job("w", 5, watch=True, late_after_s=20.0, adopt_at=None)}
+
+    def skipped(minute: float, when: float) -> dict[str, Any]:
+        return run("w", minute, "skipped", origin=None, last_error=paused, finished_at=at(when))
+
+    lines = {"w": every_minute()}
+    runs = [run("w", m, origin="ping") for m in (1, 2)] + [skipped(3, 4.2), skipped(4, 4.2)]
+    assert Ledger().check(jobs, runs, [], lines, at(4.2)) == [
+        f"w: slot {at(3).isoformat()} was late when '{paused}' recorded it"
+    ]
+    adopted = {"w": jobs["w"] | {"watch": False, "adopt_at": at(3)}}
+    assert Ledger().check(adopted, runs, [], lines, at(4.2)) == []

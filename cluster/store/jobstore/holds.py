@@ -99,8 +99,8 @@ class Holds:
         (``walked_schedule``), as its claim would."""
         if job.status != JobStatus.IDLE:
             raise Conflict("name", f"{job.name!r} is {job.status}; skip-next needs it idle")
-        # A watch job's slots no ping came for in time are missed, not the next ones.
-        job = await declare_late(self._db, job, await self._db.db_now(now))
+        if job.watch:  # its slots no ping came for in time are missed, not the next ones
+            job = await declare_late(self._db, job, await self._db.db_now(now))
         schedule, rule = job.walked_schedule(), job.rule()
         run = current_run(schedule, rule, job.slot_at)
         skipped = [(run.slot, SKIP_REASON)]
