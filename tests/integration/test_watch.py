@@ -426,14 +426,16 @@ async def test_slots_past_late_after_are_declared_missed_by_the_action_that_move
 async def test_a_web_pause_declares_late_slots_missed_and_the_function_takes_no_other(
     store: JobStore, settings: ClusterSettings, logins: Logins
 ) -> None:
-    """The web's role writes no runs and raises no alerts: its pause declares the late
-    slot missed through ``watch_declare_missed``, as the owner. Called directly, that
+    """The web's role writes no runs and raises no alerts: its pause, and its apply of a
+    new timing (recorded before the apply moves the job), declare the late slot missed
+    through ``watch_declare_missed``, as the owner. Called directly, that
     function writes nothing for another tenant's job, a job that is not watched, a slot
     before the job's own, one not late by the database's clock, or one already recorded."""
     await store.definitions.apply(
         [
             minutely("w", late_after="90s", tenant="acme"),
             minutely("v", late_after="90s", tenant="acme"),
+            minutely("x", late_after="90s", tenant="acme"),
             JobSpec.build("r", "* * * * *", HANDLER, tenant="acme"),
         ],
         now=T0,
@@ -442,11 +444,20 @@ async def test_a_web_pause_declares_late_slots_missed_and_the_function_takes_no_
     await asyncio.to_thread(grant_roles, settings, logins)
     async with JobStore.open(logins.as_web(settings)) as as_web:
         await as_web.pause("w", "acme", now=at(200))
-    history = await sql(settings, "SELECT scheduled_for, status FROM runs WHERE job_name = 'w'")
-    assert sorted((r["scheduled_for"], r["status"]) for r in history) == [
-        (at(60), "failed"), (at(120), "skipped"), (at(180), "skipped"),
+        # A new timing, recorded before the apply moves the job (the web's way).
+        spec = JobSpec.build("x", "*/5 * * * *", None, watch=True, late_after="90s", tenant="acme")
+        await as_web.definitions.apply([spec], now=at(200))
+    for name in ("w", "x"):
+        history = await sql(
+            settings, "SELECT scheduled_for, status FROM runs WHERE job_name = %s", (name,)
+        )
+        assert sorted((r["scheduled_for"], r["status"]) for r in history) == [
+            (at(60), "failed"), (at(120), "skipped"), (at(180), "skipped"),
+        ], name  # fmt: skip
+    assert sorted((e["job_name"], e["slot"]) for e in await events(settings)) == [
+        ("w", at(60)), ("x", at(60)),
     ]  # fmt: skip
-    assert [(e["event"], e["slot"]) for e in await events(settings)] == [("late", at(60))]
+    assert (await store.get("x", "acme")).slot_at == at(300)
     v, r, w = [await store.get(name, "acme") for name in ("v", "r", "w")]
     (clock,) = await sql(settings, "SELECT now() AS now")
     web = logins.as_web(settings)
@@ -470,7 +481,7 @@ async def test_a_web_pause_declares_late_slots_missed_and_the_function_takes_no_
     assert await asyncio.to_thread(declare, v.id, "acme", ahead) == []
     # Not even the owner's call overwrites a record (w's 120 s, skipped by its pause).
     assert await asyncio.to_thread(declare, w.id, "acme", at(120), True) == []
-    assert len(await events(settings)) == 1
+    assert len(await events(settings)) == 2
     assert await sql(settings, "SELECT scheduled_for FROM runs WHERE job_name = 'v'") == []
     assert await asyncio.to_thread(declare, v.id, "acme", late) == [late]
     history = await sql(settings, "SELECT scheduled_for, status FROM runs WHERE job_name = 'w'")
