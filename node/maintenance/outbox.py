@@ -22,8 +22,9 @@ Each rule's format decides what is sent (``cluster.alerts.channels``: a webhook,
 PagerDuty event, an email through the ``smtp.*`` server, which the egress policy checks
 too). A rule's secret (a signing secret, a routing key) and the SMTP password are read
 from this node's environment by name; they are never stored, logged or put in an error.
-A node without one leaves the delivery for a later attempt, on a node that has it
-(tests/integration/test_alert_delivery.py).
+A node without one leaves the delivery to a node that has it: due again after
+``BACKOFF_BASE_S``, not backed off, since the receiver has not failed (a cluster where only
+some nodes have it delivers within a few passes; tests/integration/test_alert_delivery.py).
 """
 
 from __future__ import annotations
@@ -139,7 +140,8 @@ class AlertDelivery:
             )
         except MissingVariable as missing:
             self._missing_secret(d, missing.name)
-            await self._retry(d, f"${missing.name} is not set on node {self._node_id}", now)
+            error = f"${missing.name} is not set on node {self._node_id}"
+            await self._retry(d, error, now, delay_s=BACKOFF_BASE_S)
             return False
         if answer.ok:
             if await self._store.delivered(d, self._node_id, now):
@@ -155,8 +157,11 @@ class AlertDelivery:
         await self._retry(d, answer.describe(), now)
         return False
 
-    async def _retry(self, d: Delivery, error: str, now: datetime | None) -> None:
-        delay_s = retry_delay_s(d.attempts)
+    async def _retry(
+        self, d: Delivery, error: str, now: datetime | None, *, delay_s: float | None = None
+    ) -> None:
+        """Due again after ``delay_s``, by default the backoff of the attempts so far."""
+        delay_s = retry_delay_s(d.attempts) if delay_s is None else delay_s
         status = await self._store.retry(
             d, self._node_id, delay_s=delay_s, max_age_s=MAX_AGE_S, error=error, now=now
         )
