@@ -179,10 +179,67 @@ async def test_a_trigger_of_a_done_job_runs_once_and_leaves_it_done(
     job = await store.get("once")
     assert (job.status, job.runs_done, job.slot_at, job.next_run_at) == (
         "done",
-        1,
+        2,
         before.slot_at,
         None,
     )
+
+
+async def fly(node: LockSession, at: datetime) -> None:
+    """Claim the one due flight at ``at`` and complete it, succeeded."""
+    (flight,) = await node.flights.claim(ALL, 10, 30.0, now=at)
+    done, _ = after_run(flight, OK, at)
+    assert await node.completions.complete_flights([done], now=at)
+
+
+@pytest.mark.parametrize("paused", [False, True], ids=["idle", "paused"])
+async def test_a_trigger_with_a_payload_counts_toward_max_runs(
+    store: JobStore, open_session: Opener, paused: bool
+) -> None:
+    """A run is a run, whoever asked for it: a trigger with a payload (a flight beside the
+    job's own slot) counts as one without does. Before, it counted in the audit's reading
+    of ``max_runs`` but not in ``runs_done``, and the job ran ``max_runs`` slots of its own
+    besides. The job is done when it ends, its next slot still to come (or paused)."""
+    await store.definitions.add(JobSpec.build("capped", "@hourly", H, max_runs=2), now=T0)
+    node = await open_session("n1")
+    await run_once(node, T0 + timedelta(hours=1))
+    now = T0 + timedelta(hours=1, minutes=20)
+    if paused:
+        await store.pause("capped", now=now)
+    await store.inputs.trigger("capped", payload={"x": 1}, now=now)
+    await fly(node, now)
+    job = await store.get("capped")
+    assert (job.status, job.runs_done, job.next_run_at) == ("done", 2, None)
+    assert (await node.claim(ALL, 10, 0.0, now=T0 + timedelta(days=1))).jobs == []
+    runs = await store.runs(job="capped")
+    assert sorted((r.scheduled_for, r.origin) for r in runs) == [
+        (T0 + timedelta(hours=1), "schedule"),
+        (now, "trigger"),
+    ]
+
+
+async def test_a_trigger_that_reaches_max_runs_leaves_the_slot_due_to_run_then_done(
+    store: JobStore, open_session: Opener
+) -> None:
+    """The job's own slot came while the trigger ran (due, no node took it yet): it is
+    not left without a record, it runs, and its end makes the job done."""
+    await store.definitions.add(JobSpec.build("capped", "@hourly", H, max_runs=2), now=T0)
+    node = await open_session("n1")
+    await run_once(node, T0 + timedelta(hours=1))
+    await store.inputs.trigger("capped", payload={"x": 1}, now=T0 + timedelta(minutes=70))
+    (flight,) = await node.flights.claim(ALL, 10, 3600.0, now=T0 + timedelta(minutes=70))
+    ended = T0 + timedelta(hours=2, seconds=5)
+    done, _ = after_run(flight, OK, ended)
+    assert await node.completions.complete_flights([done], now=ended)
+    job = await store.get("capped")
+    assert (job.status, job.runs_done, job.slot_at) == ("idle", 2, T0 + timedelta(hours=2))
+    await run_once(node, ended)
+    job = await store.get("capped")
+    assert (job.status, job.runs_done, job.next_run_at) == ("done", 3, None)
+    runs = await store.runs(job="capped")
+    assert sorted(r.scheduled_for for r in runs) == [
+        T0 + timedelta(hours=1), T0 + timedelta(minutes=70), T0 + timedelta(hours=2),
+    ]  # fmt: skip
 
 
 @pytest.mark.parametrize("max_runs", [3, None])

@@ -277,6 +277,7 @@ ended AS (
     WHERE f.job_id = i.id AND f.slot = i.slot AND f.lease_token = i.token
       AND f.status = 'running' AND i.retry_at IS NULL AND j.id = f.job_id
     RETURNING f.job_id, f.slot,
+              f.origin = 'trigger' AND i.outcome <> 'skipped' AS counted,
               record_run(j.id, j.tenant_id, j.name, f.slot, f.attempt, %(node_id)s, %(zone)s,
                          i.outcome, i.token, f.locked_at, k.t, i.duration_s, i.error,
                          i.output, f.origin, f.revision),
@@ -303,15 +304,47 @@ ended AS (
                                          j.expect_baseline, j.asserts) > 0 THEN 'ok'
               END AS expect_now
 ),
--- The job's health, for jobs with expectations only (expect_now is NULL for the rest).
-health AS (
+-- The job row, of the jobs whose flights change it only: the health of a job with
+-- expectations (expect_now is NULL for the rest), and the runs of a trigger. A trigger's
+-- run (with a payload, or of a done job) is a run of the job, counted in runs_done as
+-- `complete` counts its own slot's (docs/jobs.md, max_runs). Once they reach max_runs the
+-- job is done (`job_done`): at once when paused, or idle with its own slot still to come; a
+-- slot of its own that is due or running runs, and its end makes the job done (`complete`),
+-- so no slot it owed is left without a record. The two updates take disjoint rows, each
+-- judged on the row it locks; only `job_done` sets next_run_at (and the gate's trigger).
+touched AS (
+    SELECT job_id, count(*) FILTER (WHERE counted)::int AS counted,
+           (array_agg(expect_now ORDER BY slot DESC)
+                FILTER (WHERE expect_now IS NOT NULL))[1] AS expect_now
+    FROM ended
+    GROUP BY job_id
+    HAVING bool_or(counted) OR bool_or(expect_now IS NOT NULL)
+),
+job_after AS (
     UPDATE jobs j SET
-        expect_state = e.expect_now,
-        expect_state_at = CASE WHEN e.expect_now = 'ok' AND j.expect_state = 'ok'
-                               THEN j.expect_state_at ELSE k.t END
-    FROM (SELECT DISTINCT ON (job_id) job_id, expect_now FROM ended
-          WHERE expect_now IS NOT NULL ORDER BY job_id, slot DESC) AS e, clock k
+        expect_state = coalesce(e.expect_now, j.expect_state),
+        expect_state_at = CASE WHEN e.expect_now IS NULL
+                                    OR e.expect_now = 'ok' AND j.expect_state = 'ok'
+                               THEN j.expect_state_at ELSE k.t END,
+        runs_done = j.runs_done + e.counted
+    FROM touched e, clock k
     WHERE j.id = e.job_id
+      AND NOT (e.counted > 0 AND coalesce(j.runs_done + e.counted >= j.max_runs, false)
+               AND (j.status = 'paused' OR j.status = 'idle' AND j.slot_at > k.t))
+),
+job_done AS (
+    UPDATE jobs j SET
+        expect_state = coalesce(e.expect_now, j.expect_state),
+        expect_state_at = CASE WHEN e.expect_now IS NULL
+                                    OR e.expect_now = 'ok' AND j.expect_state = 'ok'
+                               THEN j.expect_state_at ELSE k.t END,
+        runs_done = j.runs_done + e.counted,
+        status = 'done',
+        next_run_at = '9999-01-01Z'::timestamptz
+    FROM touched e, clock k
+    WHERE j.id = e.job_id
+      AND e.counted > 0 AND coalesce(j.runs_done + e.counted >= j.max_runs, false)
+      AND (j.status = 'paused' OR j.status = 'idle' AND j.slot_at > k.t)
 ),
 retried AS (
     UPDATE flights f SET
