@@ -308,10 +308,10 @@ ended AS (
 -- expectations (expect_now is NULL for the rest), and the runs of a trigger. A trigger's
 -- run (with a payload, or of a done job) is a run of the job, counted in runs_done as
 -- `complete` counts its own slot's (docs/jobs.md, max_runs). Once they reach max_runs the
--- job is done (`job_done`): at once when paused, or idle with its own slot still to come; a
--- slot of its own that is due or running runs, and its end makes the job done (`complete`),
--- so no slot it owed is left without a record. The two updates take disjoint rows, each
--- judged on the row it locks; only `job_done` sets next_run_at (and the gate's trigger).
+-- job is done: at once when paused, or idle with its own slot still to come; a slot of its
+-- own that is due or running runs, and its end makes the job done (`complete`), so no slot
+-- it owed is left without a record. Judged on the row the update locks, not on this
+-- statement's snapshot: a claim of the job's slot may commit meanwhile.
 touched AS (
     SELECT job_id, count(*) FILTER (WHERE counted)::int AS counted,
            (array_agg(expect_now ORDER BY slot DESC)
@@ -326,25 +326,16 @@ job_after AS (
         expect_state_at = CASE WHEN e.expect_now IS NULL
                                     OR e.expect_now = 'ok' AND j.expect_state = 'ok'
                                THEN j.expect_state_at ELSE k.t END,
-        runs_done = j.runs_done + e.counted
-    FROM touched e, clock k
-    WHERE j.id = e.job_id
-      AND NOT (e.counted > 0 AND coalesce(j.runs_done + e.counted >= j.max_runs, false)
-               AND (j.status = 'paused' OR j.status = 'idle' AND j.slot_at > k.t))
-),
-job_done AS (
-    UPDATE jobs j SET
-        expect_state = coalesce(e.expect_now, j.expect_state),
-        expect_state_at = CASE WHEN e.expect_now IS NULL
-                                    OR e.expect_now = 'ok' AND j.expect_state = 'ok'
-                               THEN j.expect_state_at ELSE k.t END,
         runs_done = j.runs_done + e.counted,
-        status = 'done',
-        next_run_at = '9999-01-01Z'::timestamptz
+        status = CASE WHEN e.counted > 0 AND j.runs_done + e.counted >= j.max_runs
+                           AND (j.status = 'paused' OR j.status = 'idle' AND j.slot_at > k.t)
+                      THEN 'done' ELSE j.status END,
+        next_run_at = CASE WHEN e.counted > 0 AND j.runs_done + e.counted >= j.max_runs
+                                AND (j.status = 'paused'
+                                     OR j.status = 'idle' AND j.slot_at > k.t)
+                           THEN '9999-01-01Z'::timestamptz ELSE j.next_run_at END
     FROM touched e, clock k
     WHERE j.id = e.job_id
-      AND e.counted > 0 AND coalesce(j.runs_done + e.counted >= j.max_runs, false)
-      AND (j.status = 'paused' OR j.status = 'idle' AND j.slot_at > k.t)
 ),
 retried AS (
     UPDATE flights f SET
