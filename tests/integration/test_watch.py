@@ -169,7 +169,7 @@ async def test_a_ping_after_its_slot_was_declared_missed_never_overwrites_the_re
 
 async def test_a_paused_watch_job_is_never_late(store: JobStore, settings: ClusterSettings) -> None:
     await store.definitions.add(minutely("w", late_after="30s"), now=T0)
-    await store.pause("w")
+    await store.pause("w", now=T0)
     async with AlertStore.open(settings, "n9/alerts") as alerts:
         assert await missed(alerts, 600) == []
 
@@ -421,6 +421,27 @@ async def test_slots_past_late_after_are_declared_missed_by_the_action_that_move
         later = await missed(alerts, 300)  # 180 s is late by now, if the job awaits it
     assert later == (["w"] if move == "skip-next" else [])
     assert [e["slot"] for e in await events(settings)] == [at(60)] + [at(180)] * len(later)
+
+
+async def test_more_late_slots_than_one_call_takes_are_all_declared_missed(
+    store: JobStore, settings: ClusterSettings
+) -> None:
+    """A watch job no node watched for a day (1,439 minutes late by the pause): before,
+    the oldest 1,000 were declared missed and the rest recorded skipped by the pause,
+    though no ping came for them either. Every late one is declared missed, in calls of
+    at most 1,000 slots, and only those still within late_after are the pause's."""
+    await store.definitions.add(minutely("w", late_after="90s"), now=T0)
+    now = at(24 * 3600 + 45)  # 1,440 slots due; the last within its 90 s
+    await store.pause("w", now=now)
+    rows = await sql(
+        settings,
+        "SELECT status, count(*) AS n, min(scheduled_for) AS first, max(scheduled_for) AS last"
+        " FROM runs WHERE job_name = 'w' GROUP BY status ORDER BY status",
+    )
+    assert [(r["status"], r["n"], r["first"], r["last"]) for r in rows] == [
+        ("failed", 1439, at(60), at(1439 * 60)),
+        ("skipped", 1, at(1440 * 60), at(1440 * 60)),
+    ]
 
 
 async def test_a_web_pause_declares_late_slots_missed_and_the_function_takes_no_other(

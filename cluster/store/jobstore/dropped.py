@@ -43,6 +43,10 @@ from cluster.timing import passing
 from cluster.timing.passing import Passing
 from cluster.timing.watching import late_slots
 
+# The most late slots of a watch job one action declares missed (``declare_late``): 6.9 days
+# of a minutely job, ten calls of ``watch_declare_missed``.
+MAX_DECLARED = 10 * passing.MAX_RECORDED
+
 __all__ = [
     "declare_late",
     "dropped_slots",
@@ -129,19 +133,23 @@ async def declare_late(db: ScopedConnection, job: Job, now: datetime) -> Job:
     ``now`` are missed, whether or not a late pass has run since (no node up): an action
     that moves the job past them declares them missed as the late pass does (a failed run
     and a ``late`` alert; ``watch_declare_missed``, as the schema's owner), not skipped by
-    the action. Returns the job as it stands after them, from which the action passes the
-    rest; ``job`` itself if none is late."""
+    the action. ``MAX_RECORDED`` a call, up to ``MAX_DECLARED`` (6.9 days of a minutely
+    job: one action never writes an unbounded transaction; past it, the oldest are declared
+    and the action passes the rest, as before). Returns the job as it stands after them,
+    from which the action passes the rest; ``job`` itself if none is late."""
     if not job.watch or job.status != JobStatus.IDLE or job.slot_at > now:
         return job
     start = job.next_run_at or job.slot_at
-    walk = late_slots(
-        job.parsed_schedule(), job.rule(), job.slot_at, start, job.late_after_s,
-        job.adopt_at, now, passing.MAX_RECORDED,
-    )  # fmt: skip
-    if not walk.late:
-        return job
-    await db.all("watch_declare_missed", {"id": job.id, "slots": walk.late, "now": now})
-    return replace(job, slot_at=walk.slot, next_run_at=walk.start)
+    for _ in range(MAX_DECLARED // passing.MAX_RECORDED):
+        walk = late_slots(
+            job.parsed_schedule(), job.rule(), job.slot_at, start, job.late_after_s,
+            job.adopt_at, now, passing.MAX_RECORDED,
+        )  # fmt: skip
+        if not walk.late:
+            break
+        await db.all("watch_declare_missed", {"id": job.id, "slots": walk.late, "now": now})
+        job, start = replace(job, slot_at=walk.slot, next_run_at=walk.start), walk.start
+    return job
 
 
 def overdue(job: Mapping[str, Any], now: datetime) -> bool:
