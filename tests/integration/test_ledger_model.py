@@ -762,18 +762,29 @@ class OperatorActions(RuleBasedStateMachine):
         every=st.sampled_from(("@every 1m", "@every 2m")),
         retries=st.integers(0, 1),
         calendar=st.booleans(),
+        catch_up=st.sampled_from((None, "once", "skip", "backfill")),
     )
-    def apply_a(self, every: str, retries: int | None = None, calendar: bool | None = None) -> None:
+    def apply_a(
+        self,
+        every: str,
+        retries: int | None = None,
+        calendar: bool | None = None,
+        catch_up: str | None = None,
+    ) -> None:
         """A new definition of a: a timing, retries (while a slot may wait for one), with
-        its calendar or without (its holiday's skips ahead then taken back); None: as is."""
+        its calendar or without (its holiday's skips ahead then taken back), another
+        catch-up policy (while slots are overdue after an outage); None: as is."""
         if retries is not None:
             self.options = {**self.options, "retries": retries}
+        if catch_up is not None:
+            self.options = {**self.options, "catch_up": catch_up}
         if calendar is not None:
             self.a_calendar = calendar
         without = {} if self.a_calendar else NO_CALENDAR
         new = spec("a", self.tenant, every, **self.options, **without)
         if self.do(
-            f"apply a {every} (retries {self.options['retries']}"
+            f"apply a {every} (retries {self.options['retries']}, "
+            f"catch-up {self.options['catch_up']}"
             f"{'' if self.a_calendar else ', no calendar'})",
             lambda: self.cluster.store.definitions.apply([new], now=self.now),
         ):
