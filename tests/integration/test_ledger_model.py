@@ -430,7 +430,7 @@ class OperatorActions(RuleBasedStateMachine):
         its ``after_failure`` says when a's slot failed."""
         self.options = {"retries": retries, "retry_backoff": "30s", "catch_up": catch_up}
         self.pause_after = pause_after
-        self.max_runs = max_runs
+        self.max_runs = self.first_max_runs = max_runs
         self.after_failure = after_failure
         self.first_options = self.options
         self.started = self.now
@@ -834,6 +834,21 @@ class OperatorActions(RuleBasedStateMachine):
             self.applied("m")
         else:
             self.max_runs = before
+
+    @rule()
+    def rollback_m(self) -> None:
+        """m back to its first definition: both schedules and its first ``max_runs``, which
+        a rollback reads against the runs m ran as an apply does (done at once, or idle
+        again)."""
+        if self.do(
+            "rollback m --to 1",
+            lambda: self.cluster.store.revisions.rollback("m", self.tenant, 1, now=self.now),
+        ):
+            self.max_runs = self.first_max_runs
+            line = self.timelines["m"]
+            if _schedule(SCHEDULES["m"]) != line.schedules[-1][1]:
+                line.schedules.append((self.now, _schedule(SCHEDULES["m"])))
+            self.applied("m")
 
     @rule(every=st.sampled_from(("@every 1m", "@every 2m", "*/3 * * * *")))
     def apply_e(self, every: str) -> None:
@@ -2007,3 +2022,30 @@ def test_a_chained_job_done_and_given_more_runs_runs_no_slot_released_while_it_w
         machine.add_c()
         for _ in range(3):
             machine.the_ledger_holds()
+
+
+def test_a_rollback_to_a_lower_max_runs_makes_a_job_done_as_an_apply_would(
+    settings: ClusterSettings,
+) -> None:
+    """m made with ``max_runs`` 3 and run to done, given 4 (idle again), then, with its
+    next slots due and no pass to run them, rolled back to its first definition: the
+    rollback reads ``max_runs`` 3 against the runs m ran, as an apply does, and m is done at
+    once; the slots it owed by then are recorded skipped, and none runs after. (With
+    another timing too, it would run once more, as a done job given another schedule
+    does: docs/jobs.md.)"""
+    with Sequence(settings, max_runs=3) as machine:
+        while "m done" not in machine.steps:
+            machine.the_ledger_holds()
+        machine.max_runs_m(4)
+        machine.stall(4)
+        machine.rollback_m()
+        assert machine.steps[-2:] == ["rollback m --to 1", "m done"], machine.steps
+        for _ in range(4):
+            machine.the_ledger_holds()
+        store = machine.cluster.store
+        assert machine.cluster.run(store.get("m", machine.tenant)).status == "done"
+        runs = machine.cluster.run(store.runs(job="m", tenant=machine.tenant))
+        owed = [r.last_error for r in runs if r.status == "skipped"]
+        assert owed and set(owed) == {
+            "skipped by pulse jobs rollback: max_runs 3 reached before it ran"
+        }
