@@ -141,7 +141,7 @@ class AlertDelivery:
         except MissingVariable as missing:
             self._missing_secret(d, missing.name)
             error = f"${missing.name} is not set on node {self._node_id}"
-            await self._retry(d, error, now, delay_s=BACKOFF_BASE_S, warn=False)
+            await self._retry(d, error, now, for_secret=True)
             return False
         if answer.ok:
             if await self._store.delivered(d, self._node_id, now):
@@ -158,18 +158,12 @@ class AlertDelivery:
         return False
 
     async def _retry(
-        self,
-        d: Delivery,
-        error: str,
-        now: datetime | None,
-        *,
-        delay_s: float | None = None,
-        warn: bool = True,
+        self, d: Delivery, error: str, now: datetime | None, *, for_secret: bool = False
     ) -> None:
-        """Due again after ``delay_s``, by default the backoff of the attempts so far;
-        logged unless ``warn`` is false (a missing secret's warning is its own, once a
-        minute), or failed for good, which is always logged."""
-        delay_s = retry_delay_s(d.attempts) if delay_s is None else delay_s
+        """Due again after the backoff of the attempts so far, or failed for good past
+        ``MAX_AGE_S`` (always logged). One left ``for_secret`` (this node lacks it) is due
+        again after ``BACKOFF_BASE_S`` and logs no retry line: its warning is its own."""
+        delay_s = BACKOFF_BASE_S if for_secret else retry_delay_s(d.attempts)
         status = await self._store.retry(
             d, self._node_id, delay_s=delay_s, max_age_s=MAX_AGE_S, error=error, now=now
         )
@@ -187,7 +181,7 @@ class AlertDelivery:
                 extra=self._extra(d, "alert_failed"),
             )
             return
-        if not warn:
+        if for_secret:
             return
         logger.warning(
             "alert %s to rule %s (%s) not delivered (attempt %d): %s; next try in %.0fs",
